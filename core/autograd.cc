@@ -1,0 +1,242 @@
+#include "core/autograd.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/cpu/elementwise.h"
+#include "core/error.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
+
+namespace loom {
+
+namespace {
+
+thread_local bool grad_mode = true;
+
+struct InputMeta {
+  Shape sizes;
+  DType dtype;
+  Device device;
+};
+
+// into += grad, for gradients of one shape, dtype and device.
+void accumulate_into(const Tensor& into, const Tensor& grad) {
+  if (into.device().is_cpu()) {
+    cpu::add_scaled(into.strided(), into.strided(), grad.strided(), 1.0);
+    return;
+  }
+#ifdef LOOM_WITH_CUDA
+  cuda::add_scaled(into.strided(), into.strided(), grad.strided(), 1.0);
+#endif
+}
+
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::string name, BackwardFn backward, std::vector<InputMeta> inputs,
+               const std::vector<Tensor>& saved)
+      : name_(std::move(name)), backward_(std::move(backward)), inputs_(std::move(inputs)) {
+    for (const Tensor& t : saved) {
+      if (t.defined()) saved_.push_back({t.storage(), t.storage()->version()});
+    }
+  }
+
+  const std::string& name() const override { return name_; }
+
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    LOOM_CHECK(backward_ != nullptr, AutogradError,
+               "[backward] trying to backward through the graph a second time: '{}' has already "
+               "freed its saved tensors; pass retain_graph=true to the first backward() if you "
+               "need to run backward twice",
+               name_);
+    for (const SavedVersion& saved : saved_) {
+      LOOM_CHECK(saved.storage->version() == saved.version, AutogradError,
+                 "[backward] a tensor saved by '{}' was modified in place after the forward pass "
+                 "(version {}, expected {}); clone it before modifying it, or modify it after "
+                 "backward",
+                 name_, saved.storage->version(), saved.version);
+    }
+    std::vector<Tensor> grads = backward_(grad_output);
+    check_grads(grads);
+    return grads;
+  }
+
+  void release() override {
+    backward_ = nullptr;
+    saved_.clear();
+  }
+
+ private:
+  struct SavedVersion {
+    std::shared_ptr<Storage> storage;
+    uint64_t version;
+  };
+
+  void check_grads(const std::vector<Tensor>& grads) const {
+    LOOM_CHECK(grads.size() == inputs_.size(), AutogradError,
+               "[backward] '{}' returned {} gradients for {} inputs", name_, grads.size(),
+               inputs_.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined() || next[i] == nullptr) continue;
+      const InputMeta& in = inputs_[i];
+      LOOM_CHECK(grads[i].sizes() == in.sizes && grads[i].dtype() == in.dtype &&
+                     grads[i].device() == in.device,
+                 AutogradError,
+                 "[backward] '{}' returned a gradient {} {} on {} for input {} which is {} {} on {}",
+                 name_, shape_str(grads[i].sizes()), dtype_name(grads[i].dtype()),
+                 grads[i].device().str(), i, shape_str(in.sizes), dtype_name(in.dtype),
+                 in.device.str());
+    }
+  }
+
+  std::string name_;
+  BackwardFn backward_;
+  std::vector<InputMeta> inputs_;
+  std::vector<SavedVersion> saved_;
+};
+
+// The sink of a leaf: adds incoming gradients into leaf.grad.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {}
+
+  const std::string& name() const override {
+    static const std::string name = "accumulate_grad";
+    return name;
+  }
+
+  std::vector<Tensor> apply(const Tensor& grad) override {
+    if (!leaf_.grad().defined()) {
+      leaf_.set_grad(grad.clone());  // never alias a gradient that others may hold
+    } else {
+      accumulate_into(leaf_.grad(), grad);
+    }
+    return {};
+  }
+
+ private:
+  Tensor leaf_;
+};
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
+  TensorImpl* impl = leaf.impl();
+  std::shared_ptr<Node> node = impl->grad_accumulator.lock();
+  if (!node) {
+    node = std::make_shared<AccumulateGrad>(leaf);
+    impl->grad_accumulator = node;
+  }
+  return node;
+}
+
+std::shared_ptr<Node> gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return nullptr;
+  return t.grad_fn() ? t.grad_fn() : grad_accumulator(t);
+}
+
+// Nodes reachable from root, each before every node it feeds gradients to.
+std::vector<Node*> topological_order(Node* root) {
+  std::vector<Node*> post_order;
+  std::unordered_set<Node*> seen{root};
+  std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
+  while (!stack.empty()) {
+    auto& [node, next_child] = stack.back();
+    if (next_child < node->next.size()) {
+      Node* child = node->next[next_child++].get();
+      if (child != nullptr && seen.insert(child).second) stack.push_back({child, 0});
+    } else {
+      post_order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  std::reverse(post_order.begin(), post_order.end());
+  return post_order;
+}
+
+Tensor initial_gradient(const Tensor& root, const Tensor& gradient) {
+  if (!gradient.defined()) {
+    LOOM_CHECK(root.numel() == 1, AutogradError,
+               "[backward] a gradient can be created implicitly only for one-element outputs, "
+               "got shape {}; pass backward(gradient) with a gradient of that shape",
+               shape_str(root.sizes()));
+    return ones(root.sizes(), root.options());
+  }
+  LOOM_CHECK(gradient.sizes() == root.sizes() && gradient.dtype() == root.dtype() &&
+                 gradient.device() == root.device(),
+             ValueError, "[backward] gradient {} {} on {} does not match the output {} {} on {}",
+             shape_str(gradient.sizes()), dtype_name(gradient.dtype()), gradient.device().str(),
+             shape_str(root.sizes()), dtype_name(root.dtype()), root.device().str());
+  return gradient.detach();
+}
+
+}  // namespace
+
+bool grad_mode_enabled() { return grad_mode; }
+
+NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
+NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+
+bool needs_grad(std::initializer_list<Tensor> inputs) {
+  if (!grad_mode) return false;
+  return std::any_of(inputs.begin(), inputs.end(),
+                     [](const Tensor& t) { return t.defined() && t.requires_grad(); });
+}
+
+void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
+            BackwardFn backward, const std::vector<Tensor>& saved) {
+  std::vector<InputMeta> metas;
+  std::vector<std::shared_ptr<Node>> next;
+  for (const Tensor& t : inputs) {
+    metas.push_back(t.defined() ? InputMeta{t.sizes(), t.dtype(), t.device()} : InputMeta{});
+    next.push_back(gradient_edge(t));
+  }
+  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(backward),
+                                             std::move(metas), saved);
+  node->next = std::move(next);
+  output.impl()->grad_fn = std::move(node);
+  output.impl()->requires_grad = true;
+}
+
+void check_inplace(const Tensor& tensor, std::string_view op) {
+  if (grad_mode && tensor.requires_grad()) {
+    LOOM_CHECK(!tensor.is_leaf(), AutogradError,
+               "[{}] a leaf tensor that requires grad (shape {}) cannot be modified in place "
+               "while grad mode is on; do the update inside a loom::NoGradGuard, as optimizers do",
+               op, shape_str(tensor.sizes()));
+    throw AutogradError(fmt::format(
+        "[{}] in-place ops are not recorded by autograd, and this tensor (the output of '{}') "
+        "requires grad; use the out-of-place op",
+        op, tensor.grad_fn()->name()));
+  }
+  tensor.storage()->bump_version();
+}
+
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  LOOM_CHECK(root.defined() && root.requires_grad(), AutogradError,
+             "[backward] this tensor does not require grad and has no history; set "
+             "requires_grad on the leaves you want gradients for");
+  NoGradGuard no_grad;
+  std::shared_ptr<Node> root_node = gradient_edge(root);
+  std::unordered_map<Node*, Tensor> pending{{root_node.get(), initial_gradient(root, gradient)}};
+  for (Node* node : topological_order(root_node.get())) {
+    auto it = pending.find(node);
+    if (it == pending.end()) continue;  // no gradient reached it
+    Tensor grad = std::move(it->second);
+    pending.erase(it);
+    std::vector<Tensor> grads = node->apply(grad);
+    if (!retain_graph) node->release();
+    for (size_t i = 0; i < grads.size(); ++i) {
+      Node* target = node->next[i].get();
+      if (target == nullptr || !grads[i].defined()) continue;
+      auto [slot, inserted] = pending.try_emplace(target, grads[i]);
+      if (!inserted) {
+        Tensor sum = slot->second.clone(MemoryFormat::Contiguous);  // never write into a shared grad
+        accumulate_into(sum, grads[i]);
+        slot->second = sum;
+      }
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,73 @@
+// File: core/autograd.h
+// Reverse-mode autograd on a dynamic tape. An op that needs grad records one
+// Node whose backward is a lambda written next to its forward:
+//
+//   Tensor y = ...forward...;
+//   if (needs_grad({x, w})) {
+//     record("conv2d", {x, w}, y, [=](const Tensor& dy) -> std::vector<Tensor> {
+//       return {conv2d_dgrad(dy, w), conv2d_wgrad(dy, x)};  // one per input, in order
+//     }, /*saved=*/{x, w});
+//   }
+//
+// The engine sorts nodes topologically, walks them in reverse, and accumulates
+// into leaves' .grad. Backward lambdas run with grad mode off (no double backward).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace loom {
+
+// grad_output -> one gradient per recorded input, in order; an undefined Tensor
+// means "no gradient for this input" (treated as zero).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual const std::string& name() const = 0;
+  virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // Frees what backward saved; a later apply() throws AutogradError.
+  virtual void release() {}
+
+  // Where each input's gradient goes: its grad_fn, a leaf's accumulator, or null.
+  std::vector<std::shared_ptr<Node>> next;
+};
+
+// True while gradients are being recorded (the default).
+bool grad_mode_enabled();
+
+// Turns recording off for its lifetime, as torch.no_grad():
+//   { loom::NoGradGuard guard; param.copy_(...); }
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when grad mode is on and any defined input requires grad.
+bool needs_grad(std::initializer_list<Tensor> inputs);
+
+// Makes `output` the result of a new node `name` over `inputs` (undefined
+// inputs allowed, e.g. a missing bias). `saved` lists the tensors backward
+// reads: if one is modified in place before backward, backward throws.
+void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
+            BackwardFn backward, const std::vector<Tensor>& saved = {});
+
+// Throws AutogradError when `tensor` may not be written in place by `op`: it
+// requires grad and grad mode is on. Bumps the storage version otherwise.
+void check_inplace(const Tensor& tensor, std::string_view op);
+
+// The engine behind Tensor::backward.
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
+
+}  // namespace loom

@@ -1,0 +1,132 @@
+#include "core/cpu/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "core/cpu/loop.h"
+
+namespace loom::cpu {
+
+namespace {
+
+template <class T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+template <class T>
+T gelu_cdf(T x) {  // Phi(x), the standard normal CDF
+  return T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+}
+
+template <class T>
+T apply_unary(T x, UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Exp: return std::exp(x);
+    case UnaryOp::Log: return std::log(x);
+    case UnaryOp::Sqrt: return std::sqrt(x);
+    case UnaryOp::Relu: return x > T(0) ? x : T(0);  // NaN stays NaN below via the comparison
+    case UnaryOp::Sigmoid: return sigmoid(x);
+    case UnaryOp::Tanh: return std::tanh(x);
+    case UnaryOp::Gelu: return x * gelu_cdf(x);
+    case UnaryOp::Silu: return x * sigmoid(x);
+  }
+  return x;
+}
+
+template <class T>
+T apply_binary(T a, T b, BinaryOp op) {
+  constexpr T kInvSqrt2Pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+    case BinaryOp::Pow: return std::pow(a, b);
+    case BinaryOp::Equal: return a == b ? T(1) : T(0);
+    case BinaryOp::ReluBackward: return b > T(0) ? a : T(0);
+    case BinaryOp::SigmoidBackward: return a * b * (T(1) - b);
+    case BinaryOp::TanhBackward: return a * (T(1) - b * b);
+    case BinaryOp::GeluBackward: return a * (gelu_cdf(b) + b * kInvSqrt2Pi * std::exp(T(-0.5) * b * b));
+    case BinaryOp::SiluBackward: {
+      T s = sigmoid(b);
+      return a * s * (T(1) + b * (T(1) - s));
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
+void unary(const Strided& out, const Strided& in, UnaryOp op) {
+  visit_float(out.dtype, [&]<class T>() {
+    T* y = out.ptr<T>();
+    const T* x = in.ptr<T>();
+    for_each_offset<2>(out.sizes, {&out.strides, &in.strides}, [&](const auto& o) {
+      T v = x[o[1]];
+      y[o[0]] = op == UnaryOp::Relu && std::isnan(v) ? v : apply_unary(v, op);
+    });
+  });
+}
+
+void binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op) {
+  visit_float(out.dtype, [&]<class T>() {
+    T* y = out.ptr<T>();
+    const T* pa = a.ptr<T>();
+    const T* pb = b.ptr<T>();
+    for_each_offset<3>(out.sizes, {&out.strides, &a.strides, &b.strides}, [&](const auto& o) {
+      y[o[0]] = apply_binary(pa[o[1]], pb[o[2]], op);
+    });
+  });
+}
+
+void binary_scalar(const Strided& out, const Strided& a, double scalar, BinaryOp op,
+                   bool scalar_first) {
+  visit_float(out.dtype, [&]<class T>() {
+    T* y = out.ptr<T>();
+    const T* pa = a.ptr<T>();
+    const T s = static_cast<T>(scalar);
+    for_each_offset<2>(out.sizes, {&out.strides, &a.strides}, [&](const auto& o) {
+      y[o[0]] = scalar_first ? apply_binary(s, pa[o[1]], op) : apply_binary(pa[o[1]], s, op);
+    });
+  });
+}
+
+void add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha) {
+  visit_float(out.dtype, [&]<class T>() {
+    T* y = out.ptr<T>();
+    const T* pa = a.ptr<T>();
+    const T* pb = b.ptr<T>();
+    const T scale = static_cast<T>(alpha);
+    for_each_offset<3>(out.sizes, {&out.strides, &a.strides, &b.strides}, [&](const auto& o) {
+      y[o[0]] = pa[o[1]] + scale * pb[o[2]];
+    });
+  });
+}
+
+void clamp(const Strided& out, const Strided& in, double lo, double hi) {
+  visit_float(out.dtype, [&]<class T>() {
+    T* y = out.ptr<T>();
+    const T* x = in.ptr<T>();
+    for_each_offset<2>(out.sizes, {&out.strides, &in.strides}, [&](const auto& o) {
+      T v = x[o[1]];
+      y[o[0]] = std::isnan(v) ? v : std::min(std::max(v, static_cast<T>(lo)), static_cast<T>(hi));
+    });
+  });
+}
+
+void clamp_backward(const Strided& dx, const Strided& dy, const Strided& x, double lo, double hi) {
+  visit_float(dx.dtype, [&]<class T>() {
+    T* g = dx.ptr<T>();
+    const T* pdy = dy.ptr<T>();
+    const T* px = x.ptr<T>();
+    for_each_offset<3>(dx.sizes, {&dx.strides, &dy.strides, &x.strides}, [&](const auto& o) {
+      T v = px[o[2]];
+      g[o[0]] = v >= static_cast<T>(lo) && v <= static_cast<T>(hi) ? pdy[o[1]] : T(0);
+    });
+  });
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,40 @@
+// File: core/cpu/elementwise.h
+// Elementwise kernels over Strided operands of equal sizes (broadcast inputs
+// arrive as stride-0 views). float32 and float64; all operands share one dtype.
+#pragma once
+
+#include "core/strided.h"
+
+namespace loom::cpu {
+
+enum class UnaryOp { Neg, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Gelu, Silu };
+
+enum class BinaryOp {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Equal,  // 1 where a == b, else 0 (in the operands' dtype)
+  // Activation derivatives: (dy, saved) -> dx. Relu, Sigmoid and Tanh take the
+  // forward output y; Gelu and Silu take the forward input x.
+  ReluBackward,
+  SigmoidBackward,
+  TanhBackward,
+  GeluBackward,
+  SiluBackward,
+};
+
+void unary(const Strided& out, const Strided& in, UnaryOp op);
+void binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op);
+// out = a op scalar, or scalar op a when scalar_first (for 2 - x, 1 / x).
+void binary_scalar(const Strided& out, const Strided& a, double scalar, BinaryOp op,
+                   bool scalar_first = false);
+// out = a + alpha * b.
+void add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha);
+// out = min(max(in, lo), hi).
+void clamp(const Strided& out, const Strided& in, double lo, double hi);
+// dx = dy where lo <= x <= hi, else 0 (PyTorch's convention at the bounds).
+void clamp_backward(const Strided& dx, const Strided& dy, const Strided& x, double lo, double hi);
+
+}  // namespace loom::cpu

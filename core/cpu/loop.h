@@ -1,0 +1,42 @@
+// File: core/cpu/loop.h
+// The one strided loop every elementwise kernel uses.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/shape.h"
+
+namespace loom::cpu {
+
+// Calls fn(offsets) for every index of `sizes` in row-major order, where
+// offsets[k] is the element offset of that index in operand k (strides[k]).
+template <size_t K, class Fn>
+void for_each_offset(const Shape& sizes, const std::array<const Shape*, K>& strides, Fn&& fn) {
+  int64_t n = numel_of(sizes);
+  if (n == 0) return;
+  std::array<int64_t, K> base{};
+  if (sizes.empty()) {
+    fn(base);
+    return;
+  }
+  const size_t last = sizes.size() - 1;
+  std::array<int64_t, K> inner_stride;
+  for (size_t k = 0; k < K; ++k) inner_stride[k] = (*strides[k])[last];
+  Shape index(sizes.size(), 0);
+  for (int64_t outer = 0; outer < n / sizes[last]; ++outer) {
+    std::array<int64_t, K> offsets = base;
+    for (int64_t i = 0; i < sizes[last]; ++i) {
+      fn(offsets);
+      for (size_t k = 0; k < K; ++k) offsets[k] += inner_stride[k];
+    }
+    for (size_t d = last; d-- > 0;) {  // odometer over the outer dims
+      for (size_t k = 0; k < K; ++k) base[k] += (*strides[k])[d];
+      if (++index[d] < sizes[d]) break;
+      for (size_t k = 0; k < K; ++k) base[k] -= (*strides[k])[d] * sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,66 @@
+// File: core/error.h
+// Loom's one exception hierarchy. Every public op validates its arguments once and
+// throws one of these with a message of the form
+//   [op] what is wrong, with the values (and the fix, where one is known)
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace loom {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Argument values out of range (negative sizes, bad stride, unknown reduction...).
+class ValueError : public Error {
+  using Error::Error;
+};
+// Shapes that disagree.
+class ShapeError : public Error {
+  using Error::Error;
+};
+// A dtype the op does not support, or dtypes that disagree.
+class TypeError : public Error {
+  using Error::Error;
+};
+// Tensors on different devices, or a device this build cannot use.
+class DeviceError : public Error {
+  using Error::Error;
+};
+// An index out of bounds.
+class IndexError : public Error {
+  using Error::Error;
+};
+// Misuse of the autograd engine (backward twice, in-place on a leaf, ...).
+class AutogradError : public Error {
+  using Error::Error;
+};
+// A failed CUDA runtime, cuDNN or cuBLAS call.
+class CudaError : public Error {
+  using Error::Error;
+};
+class CudnnError : public CudaError {
+  using CudaError::CudaError;
+};
+class OutOfMemoryError : public CudaError {
+  using CudaError::CudaError;
+};
+// Files: unreadable, truncated or malformed.
+class IoError : public Error {
+  using Error::Error;
+};
+
+}  // namespace loom
+
+// Throws `Kind` with a fmt-formatted message when `cond` is false. The message
+// arguments are evaluated only on failure, so shape printing costs nothing on
+// the happy path.
+#define LOOM_CHECK(cond, Kind, ...)                  \
+  do {                                               \
+    if (!(cond)) throw Kind(fmt::format(__VA_ARGS__)); \
+  } while (0)

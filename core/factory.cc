@@ -1,0 +1,143 @@
+// File: core/factory.cc
+// Tensor factories. Random numbers are drawn on the CPU from the Philox
+// generator (element i uses counter offset + i), then moved to the device, so a
+// seed gives the same values on every device.
+#include <cmath>
+#include <numbers>
+
+#include "core/autograd.h"
+#include "core/cpu/copy.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/tensor.h"
+
+namespace loom {
+
+namespace {
+
+void check_sizes(const Shape& sizes, std::string_view op) {
+  for (int64_t s : sizes) {
+    LOOM_CHECK(s >= 0, ValueError, "[{}] sizes must be non-negative, got {}", op, shape_str(sizes));
+  }
+}
+
+Tensor finish(Tensor t, const TensorOptions& options, std::string_view op) {
+  if (options.requires_grad) {
+    LOOM_CHECK(is_floating(t.dtype()), TypeError,
+               "[{}] only floating-point tensors can require grad, got {}", op,
+               dtype_name(t.dtype()));
+    t.requires_grad_(true);
+  }
+  return t;
+}
+
+// Fills a CPU tensor of options' dtype from fn(philox block, index), then moves it.
+template <class Fn>
+Tensor random_tensor(const Shape& sizes, const TensorOptions& options, Generator* generator,
+                     std::string_view op, Fn&& draw) {
+  check_sizes(sizes, op);
+  Generator& gen = generator ? *generator : default_generator();
+  int64_t n = numel_of(sizes);
+  uint64_t first = gen.reserve(static_cast<uint64_t>(n));
+  std::vector<double> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = draw(philox(gen.seed(), first + i));
+  TensorOptions dense = options;
+  dense.requires_grad = false;
+  return finish(from_host(values.data(), DType::Float64, sizes, dense), options, op);
+}
+
+}  // namespace
+
+Tensor empty(const Shape& sizes, TensorOptions options) {
+  check_sizes(sizes, "empty");
+  Shape strides = strides_for(sizes, options.memory_format);
+  size_t nbytes = numel_of(sizes) * element_size(options.dtype);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(nbytes, options.device);
+  impl->sizes = sizes;
+  impl->strides = std::move(strides);
+  impl->dtype = options.dtype;
+  return finish(Tensor(std::move(impl)), options, "empty");
+}
+
+Tensor full(const Shape& sizes, double value, TensorOptions options) {
+  TensorOptions dense = options;
+  dense.requires_grad = false;
+  Tensor t = empty(sizes, dense);
+  t.fill_(value);
+  return finish(t, options, "full");
+}
+
+Tensor zeros(const Shape& sizes, TensorOptions options) { return full(sizes, 0.0, options); }
+Tensor ones(const Shape& sizes, TensorOptions options) { return full(sizes, 1.0, options); }
+
+Tensor empty_like(const Tensor& like) {
+  return empty(like.sizes(), {.dtype = like.dtype(),
+                              .device = like.device(),
+                              .memory_format = like.suggest_memory_format()});
+}
+
+Tensor zeros_like(const Tensor& like) { return empty_like(like).fill_(0.0); }
+Tensor ones_like(const Tensor& like) { return empty_like(like).fill_(1.0); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  LOOM_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+             ValueError, "[arange] needs finite start, end and a non-zero step, got {}, {}, {}",
+             start, end, step);
+  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  std::vector<double> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;
+  return from_host(values.data(), DType::Float64, {n}, options);
+}
+
+Tensor arange(int64_t end, TensorOptions options) {
+  return arange(0.0, static_cast<double>(end), 1.0, options);
+}
+
+Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
+  LOOM_CHECK(is_floating(options.dtype), TypeError,
+             "[rand] needs a floating dtype, got {}", dtype_name(options.dtype));
+  bool single = options.dtype != DType::Float64;
+  return random_tensor(sizes, options, generator, "rand", [single](const auto& bits) {
+    return single ? uniform_float(bits[0]) : uniform_double(bits[0], bits[1]);
+  });
+}
+
+Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
+  LOOM_CHECK(is_floating(options.dtype), TypeError,
+             "[randn] needs a floating dtype, got {}", dtype_name(options.dtype));
+  return random_tensor(sizes, options, generator, "randn", [](const auto& bits) {
+    double u1 = 1.0 - uniform_double(bits[0], bits[1]);  // (0, 1]: log stays finite
+    double u2 = uniform_double(bits[2], bits[3]);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  });
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options,
+               Generator* generator) {
+  LOOM_CHECK(low < high, ValueError, "[randint] needs low < high, got low {} and high {}", low,
+             high);
+  auto range = static_cast<uint64_t>(high - low);
+  return random_tensor(sizes, options, generator, "randint", [low, range](const auto& bits) {
+    uint64_t r = (static_cast<uint64_t>(bits[0]) << 32) | bits[1];
+    return static_cast<double>(low + static_cast<int64_t>(r % range));
+  });
+}
+
+Tensor from_host(const void* data, DType src_dtype, const Shape& sizes, TensorOptions options) {
+  check_sizes(sizes, "from_host");
+  Strided src{const_cast<void*>(data), src_dtype, sizes, contiguous_strides(sizes)};
+  Tensor host = empty(sizes, {.dtype = options.dtype, .memory_format = options.memory_format});
+  cpu::copy(host.strided(), src);
+  Tensor out = host.to(options.device);
+  return finish(out, options, "from_host");
+}
+
+Tensor tensor(const std::vector<double>& values, const Shape& sizes, TensorOptions options) {
+  LOOM_CHECK(static_cast<int64_t>(values.size()) == numel_of(sizes), ShapeError,
+             "[tensor] {} values do not fill shape {} ({} elements)", values.size(),
+             shape_str(sizes), numel_of(sizes));
+  return from_host(values.data(), DType::Float64, sizes, options);
+}
+
+}  // namespace loom

@@ -1,0 +1,62 @@
+// File: core/ops/elementwise.h
+// Elementwise arithmetic with NumPy broadcasting, unary math, and in-place
+// updates. Both tensor operands must have the same floating dtype and device.
+#pragma once
+
+#include <optional>
+
+#include "core/tensor.h"
+
+namespace loom {
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b
+Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a - alpha * b
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor rsub(const Tensor& a, double b);  // b - a
+Tensor rdiv(const Tensor& a, double b);  // b / a
+
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; x > 0 where exponent needs grad
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+
+// In place (not differentiable: allowed on tensors that require grad only under
+// NoGradGuard, as optimizers run). `other` broadcasts to self's shape.
+Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);
+Tensor& sub_(Tensor& self, const Tensor& other, double alpha = 1.0);
+Tensor& mul_(Tensor& self, const Tensor& other);
+Tensor& div_(Tensor& self, const Tensor& other);
+Tensor& add_(Tensor& self, double value);
+Tensor& mul_(Tensor& self, double value);
+
+// Validation shared by every floating-point op: defined, floating dtype the
+// backend computes in (float32/float64) and, for several operands, one dtype
+// and one device. Messages name `op` and print what was given.
+void check_float_tensor(const Tensor& x, std::string_view op, std::string_view arg = "input");
+void check_same_dtype_device(const Tensor& a, const Tensor& b, std::string_view op);
+// Throws DeviceError unless x is on the CPU (ops without a CUDA kernel yet).
+void check_cpu(const Tensor& x, std::string_view op);
+
+}  // namespace loom

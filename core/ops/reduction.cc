@@ -1,0 +1,157 @@
+#include "core/ops/reduction.h"
+
+#include <algorithm>
+
+#include "core/autograd.h"
+#include "core/cpu/elementwise.h"
+#include "core/cpu/reduce.h"
+#include "core/error.h"
+#include "core/ops/elementwise.h"
+
+namespace loom {
+
+namespace {
+
+void check_input(const Tensor& x, std::string_view op) {
+  check_float_tensor(x, op);
+  check_cpu(x, op);
+}
+
+// `x`'s sizes with every dim in `dims` set to 1 (the keepdim shape).
+Shape kept_sizes(const Tensor& x, const Shape& dims, std::string_view op) {
+  Shape keep = x.sizes();
+  std::vector<bool> seen(std::max<int64_t>(x.dim(), 1), false);
+  for (int64_t dim : dims) {
+    int64_t d = normalize_dim(dim, x.dim(), op);
+    LOOM_CHECK(!seen[d], ValueError, "[{}] dim {} appears twice in {}", op, d, shape_str(dims));
+    seen[d] = true;
+    if (x.dim() > 0) keep[d] = 1;
+  }
+  return keep;
+}
+
+Shape all_dims(const Tensor& x) {
+  Shape dims(x.dim());
+  for (int64_t d = 0; d < x.dim(); ++d) dims[d] = d;
+  return dims;
+}
+
+Tensor reduce_values(const Tensor& x, const Shape& keep, cpu::ReduceOp op) {
+  Tensor out = empty(keep, x.options());
+  cpu::reduce(out.strided(), x.strided(), op);
+  return out;
+}
+
+// Sum or mean over `dims`; backward broadcasts dy back (divided by the count for mean).
+Tensor sum_or_mean(const Tensor& x, const Shape& dims, bool keepdim, bool mean, const char* name) {
+  check_input(x, name);
+  Shape keep = kept_sizes(x, dims, name);
+  Tensor out = reduce_values(x, keep, mean ? cpu::ReduceOp::Mean : cpu::ReduceOp::Sum);
+  Shape result_sizes;
+  for (size_t d = 0; d < keep.size(); ++d) {
+    bool reduced = std::find_if(dims.begin(), dims.end(), [&](int64_t dim) {
+                     return normalize_dim(dim, x.dim(), name) == static_cast<int64_t>(d);
+                   }) != dims.end();
+    if (keepdim || !reduced) result_sizes.push_back(keep[d]);
+  }
+  Tensor result = out.view(result_sizes);
+  if (needs_grad({x})) {
+    Shape sizes = x.sizes();
+    double scale = mean ? static_cast<double>(keep.empty() ? 1 : numel_of(keep)) /
+                              std::max<int64_t>(numel_of(sizes), 1)
+                        : 1.0;
+    record(name, {x}, result, [sizes, keep, scale](const Tensor& dy) {
+      Tensor dx = dy.reshape(keep).expand(sizes).contiguous();
+      return std::vector<Tensor>{scale == 1.0 ? dx : mul(dx, scale)};
+    });
+  }
+  return result;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return sum_or_mean(x, all_dims(x), false, false, "sum"); }
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  return sum_or_mean(x, dims, keepdim, false, "sum");
+}
+Tensor mean(const Tensor& x) { return sum_or_mean(x, all_dims(x), false, true, "mean"); }
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  return sum_or_mean(x, dims, keepdim, true, "mean");
+}
+
+Tensor max(const Tensor& x) {
+  check_input(x, "max");
+  LOOM_CHECK(x.numel() > 0, ValueError,
+             "[max] of an empty tensor (shape {}) has no identity; pass a non-empty tensor",
+             shape_str(x.sizes()));
+  Shape keep(x.dim(), 1);
+  Tensor value = reduce_values(x, keep, cpu::ReduceOp::Max);
+  Tensor result = value.view({});
+  if (needs_grad({x})) {
+    record("max", {x}, result, [x, value](const Tensor& dy) {
+      // Ties share the gradient equally, as torch.max() over all elements does.
+      Tensor mask = empty_like(x);
+      cpu::binary(mask.strided(), x.strided(), value.expand(x.sizes()).strided(), cpu::BinaryOp::Equal);
+      Tensor count = sum(mask);
+      return std::vector<Tensor>{mul(mask, div(dy, count))};
+    }, {x});
+  }
+  return result;
+}
+
+MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
+  check_input(x, "max");
+  int64_t d = normalize_dim(dim, x.dim(), "max");
+  LOOM_CHECK(x.dim() == 0 || x.sizes()[d] > 0, ValueError,
+             "[max] dim {} of shape {} is empty; there is no maximum to take", d,
+             shape_str(x.sizes()));
+  Shape keep = x.dim() == 0 ? Shape{} : kept_sizes(x, {d}, "max");
+  Tensor values = empty(keep, x.options());
+  Tensor indices = empty(keep, {.dtype = DType::Int64});
+  if (x.dim() == 0) {
+    values.copy_(x.detach());
+    indices.zero_();
+  } else {
+    cpu::max_along(values.strided(), indices.strided(), x.strided(), d);
+  }
+  Shape result_sizes = keep;
+  if (!keepdim && x.dim() > 0) result_sizes.erase(result_sizes.begin() + d);
+  MaxResult result{values.view(result_sizes), indices.view(result_sizes)};
+  if (needs_grad({x})) {
+    Shape sizes = x.sizes();
+    record("max_dim", {x}, result.values, [sizes, keep, indices, d](const Tensor& dy) {
+      Tensor dx = zeros(sizes, dy.options());
+      if (sizes.empty()) return std::vector<Tensor>{dy.reshape(sizes)};
+      cpu::scatter_add_along(dx.strided(), dy.reshape(keep).strided(), indices.strided(), d);
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return result;
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  NoGradGuard no_grad;
+  return max(x, dim, keepdim).indices;
+}
+
+Tensor sum_to(const Tensor& x, const Shape& sizes) {
+  LOOM_CHECK(x.dim() >= static_cast<int64_t>(sizes.size()), ShapeError,
+             "[sum_to] cannot sum shape {} down to {} with more dims", shape_str(x.sizes()),
+             shape_str(sizes));
+  int64_t lead = x.dim() - static_cast<int64_t>(sizes.size());
+  Shape dims;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    bool leading = d < lead;
+    if (leading || (sizes[d - lead] == 1 && x.sizes()[d] != 1)) {
+      dims.push_back(d);
+    } else {
+      LOOM_CHECK(sizes[d - lead] == x.sizes()[d], ShapeError,
+                 "[sum_to] shape {} does not broadcast to {}", shape_str(sizes),
+                 shape_str(x.sizes()));
+    }
+  }
+  if (dims.empty()) return x;
+  return sum(x, dims, /*keepdim=*/true).reshape(sizes);
+}
+
+}  // namespace loom

@@ -1,0 +1,41 @@
+// File: core/shape.h
+// Sizes and strides, in elements. Logical dims of images are always N, C, H, W;
+// the memory layout lives only in the strides, as cuDNN sees tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace loom {
+
+using Shape = std::vector<int64_t>;
+
+enum class MemoryFormat : uint8_t {
+  Contiguous,    // row-major: NCHW for 4-D
+  ChannelsLast,  // NHWC in memory, dims still N, C, H, W (4-D only)
+  Preserve,      // keep the layout of the source
+};
+
+std::string_view memory_format_name(MemoryFormat format);
+
+int64_t numel_of(const Shape& sizes);
+Shape contiguous_strides(const Shape& sizes);
+Shape channels_last_strides(const Shape& sizes);  // sizes must be 4-D
+Shape strides_for(const Shape& sizes, MemoryFormat format);
+
+// "(8, 3, 32, 32)"
+std::string shape_str(const Shape& sizes);
+
+// Maps a possibly negative dim into [0, ndim); throws IndexError naming `op`.
+int64_t normalize_dim(int64_t dim, int64_t ndim, std::string_view op);
+
+// NumPy broadcasting of two shapes; throws ShapeError naming `op`.
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+
+// True when strides describe the given layout. Size-1 dims may have any stride,
+// as in PyTorch, so a (N,1,H,W) tensor can be both NCHW and NHWC.
+bool has_layout(const Shape& sizes, const Shape& strides, MemoryFormat format);
+
+}  // namespace loom

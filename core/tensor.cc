@@ -1,0 +1,302 @@
+#include "core/tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "core/autograd.h"
+#include "core/cpu/copy.h"
+#include "core/error.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
+
+namespace loom {
+
+Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+const TensorImpl& Tensor::checked() const {
+  LOOM_CHECK(impl_ != nullptr, ValueError,
+             "[tensor] this tensor is undefined (default-constructed or a missing optional "
+             "argument); create it with a factory such as loom::zeros");
+  return *impl_;
+}
+
+// --- metadata ------------------------------------------------------------------
+
+const Shape& Tensor::sizes() const { return checked().sizes; }
+const Shape& Tensor::strides() const { return checked().strides; }
+int64_t Tensor::size(int64_t dim) const { return sizes()[normalize_dim(dim, this->dim(), "size")]; }
+int64_t Tensor::stride(int64_t dim) const {
+  return strides()[normalize_dim(dim, this->dim(), "stride")];
+}
+int64_t Tensor::dim() const { return static_cast<int64_t>(sizes().size()); }
+int64_t Tensor::numel() const { return numel_of(sizes()); }
+int64_t Tensor::storage_offset() const { return checked().offset; }
+DType Tensor::dtype() const { return checked().dtype; }
+Device Tensor::device() const { return checked().storage->device(); }
+TensorOptions Tensor::options() const { return {.dtype = dtype(), .device = device()}; }
+const std::shared_ptr<Storage>& Tensor::storage() const { return checked().storage; }
+
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::Preserve) format = MemoryFormat::Contiguous;
+  return has_layout(sizes(), strides(), format);
+}
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  if (dim() == 4 && is_contiguous(MemoryFormat::ChannelsLast) && !is_contiguous()) {
+    return MemoryFormat::ChannelsLast;
+  }
+  return MemoryFormat::Contiguous;
+}
+
+void* Tensor::raw_data() const {
+  const TensorImpl& impl = checked();
+  auto* base = static_cast<char*>(impl.storage->data());
+  return base == nullptr ? nullptr : base + impl.offset * element_size(impl.dtype);
+}
+
+Strided Tensor::strided() const { return {raw_data(), dtype(), sizes(), strides()}; }
+
+void check_dtype_access(const Tensor& tensor, DType requested) {
+  LOOM_CHECK(tensor.dtype() == requested, TypeError,
+             "[data_ptr] tensor has dtype {} but its data was requested as {}; convert first "
+             "with .to(DType)",
+             dtype_name(tensor.dtype()), dtype_name(requested));
+}
+
+// --- element access ----------------------------------------------------------------
+
+namespace {
+
+int64_t element_offset(const Tensor& t, const Shape& index) {
+  LOOM_CHECK(static_cast<int64_t>(index.size()) == t.dim(), IndexError,
+             "[at] index {} has {} entries but the tensor of shape {} has {} dims",
+             shape_str(index), index.size(), shape_str(t.sizes()), t.dim());
+  int64_t offset = 0;
+  for (size_t d = 0; d < index.size(); ++d) {
+    int64_t i = index[d] < 0 ? index[d] + t.sizes()[d] : index[d];
+    LOOM_CHECK(i >= 0 && i < t.sizes()[d], IndexError,
+               "[at] index {} is out of bounds for shape {} (dim {} has size {})",
+               shape_str(index), shape_str(t.sizes()), d, t.sizes()[d]);
+    offset += i * t.strides()[d];
+  }
+  return offset;
+}
+
+// A one-element Strided view at `offset` elements past the tensor's first one.
+Strided element_view(const Tensor& t, int64_t offset) {
+  auto* base = static_cast<char*>(t.raw_data()) + offset * element_size(t.dtype());
+  return {base, t.dtype(), {}, {}};
+}
+
+}  // namespace
+
+double Tensor::item() const {
+  LOOM_CHECK(numel() == 1, ValueError,
+             "[item] needs a tensor with one element, got shape {} ({} elements)",
+             shape_str(sizes()), numel());
+  return at(Shape(dim(), 0));
+}
+
+double Tensor::at(const Shape& index) const {
+  Strided element = element_view(*this, element_offset(*this, index));
+  return visit_dtype(dtype(), [&]<class T>() {
+    T value;
+    if (device().is_cuda()) {
+#ifdef LOOM_WITH_CUDA
+      cuda::copy_to_host(&value, element.data, sizeof(T));
+#endif
+    } else {
+      value = *element.ptr<T>();
+    }
+    return to_double(value);
+  });
+}
+
+void Tensor::set(const Shape& index, double value) {
+  check_inplace(*this, "set");
+  Strided element = element_view(*this, element_offset(*this, index));
+  visit_dtype(dtype(), [&]<class T>() {
+    T converted = from_double<T>(value);
+    if (device().is_cuda()) {
+#ifdef LOOM_WITH_CUDA
+      cuda::copy_to_device(element.data, &converted, sizeof(T));
+#endif
+    } else {
+      *element.ptr<T>() = converted;
+    }
+  });
+}
+
+// --- copies ----------------------------------------------------------------------
+
+namespace {
+
+Tensor empty_with_layout(const Tensor& like, MemoryFormat format, DType dtype, Device device) {
+  if (format == MemoryFormat::Preserve) format = like.suggest_memory_format();
+  return empty(like.sizes(), {.dtype = dtype, .device = device, .memory_format = format});
+}
+
+size_t nbytes_of(const Tensor& t) { return t.numel() * element_size(t.dtype()); }
+
+#ifdef LOOM_WITH_CUDA
+// Host <-> device copies move one dense block; strides and casts are handled on
+// whichever side has them.
+void copy_across_devices(const Tensor& dst, const Tensor& src) {
+  if (src.device().is_cuda()) {
+    Tensor dense = src.contiguous();
+    Tensor host = empty(src.sizes(), {.dtype = src.dtype()});
+    cuda::copy_to_host(host.raw_data(), dense.raw_data(), nbytes_of(host));
+    cpu::copy(dst.strided(), host.strided());
+    return;
+  }
+  Tensor host = src.to(dst.dtype()).contiguous();
+  if (dst.is_contiguous()) {
+    cuda::copy_to_device(dst.raw_data(), host.raw_data(), nbytes_of(host));
+    return;
+  }
+  Tensor staged = empty(src.sizes(), dst.options());
+  cuda::copy_to_device(staged.raw_data(), host.raw_data(), nbytes_of(host));
+  cuda::copy(dst.strided(), staged.strided());
+}
+#endif
+
+// dst = src elementwise; same sizes; any devices, dtypes and strides.
+void copy_values(const Tensor& dst, const Tensor& src_in) {
+  NoGradGuard no_grad;
+  Tensor src = src_in.detach();
+  if (dst.device().is_cpu() && src.device().is_cpu()) {
+    cpu::copy(dst.strided(), src.strided());
+    return;
+  }
+#ifdef LOOM_WITH_CUDA
+  if (dst.device().is_cuda() && src.device().is_cuda()) {
+    cuda::copy(dst.strided(), src.strided());
+    return;
+  }
+  copy_across_devices(dst, src);
+#endif
+}
+
+std::vector<Tensor> pass_through(const Tensor& dy) { return {dy}; }
+
+}  // namespace
+
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  return is_contiguous(format) ? *this : clone(format);
+}
+
+Tensor Tensor::clone(MemoryFormat format) const {
+  Tensor out = empty_with_layout(*this, format, dtype(), device());
+  copy_values(out, *this);
+  if (needs_grad({*this})) record("clone", {*this}, out, pass_through);
+  return out;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  Tensor out = empty_with_layout(*this, MemoryFormat::Preserve, dtype(), target);
+  copy_values(out, *this);
+  Device source = device();
+  if (needs_grad({*this})) {
+    record("to_device", {*this}, out, [source](const Tensor& dy) {
+      return std::vector<Tensor>{dy.to(source)};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::to(DType target) const {
+  if (target == dtype()) return *this;
+  Tensor out = empty_with_layout(*this, MemoryFormat::Preserve, target, device());
+  copy_values(out, *this);
+  DType source = dtype();
+  if (is_floating(target) && needs_grad({*this})) {
+    record("to_dtype", {*this}, out, [source](const Tensor& dy) {
+      return std::vector<Tensor>{dy.to(source)};
+    });
+  }
+  return out;
+}
+
+// --- in place ---------------------------------------------------------------------
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  if (device().is_cpu()) {
+    cpu::fill(strided(), value);
+  } else {
+#ifdef LOOM_WITH_CUDA
+    cuda::fill(strided(), value);
+#endif
+  }
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  LOOM_CHECK(src.defined(), ValueError, "[copy_] the source tensor is undefined");
+  Shape target = broadcast_shapes(src.sizes(), sizes(), "copy_");
+  LOOM_CHECK(target == sizes(), ShapeError,
+             "[copy_] source of shape {} cannot be broadcast to the destination's shape {}",
+             shape_str(src.sizes()), shape_str(sizes()));
+  check_inplace(*this, "copy_");
+  copy_values(*this, src.detach().expand(sizes()));
+  return *this;
+}
+
+// --- autograd ---------------------------------------------------------------------
+
+bool Tensor::requires_grad() const { return checked().requires_grad; }
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  LOOM_CHECK(is_leaf(), AutogradError,
+             "[requires_grad_] only leaf tensors can change requires_grad; this one is the "
+             "output of '{}' (use .detach().requires_grad_() for a new leaf)",
+             grad_fn()->name());
+  LOOM_CHECK(!requires_grad || is_floating(dtype()), TypeError,
+             "[requires_grad_] only floating-point tensors can require grad, got {}",
+             dtype_name(dtype()));
+  impl_->requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return checked().grad_fn == nullptr; }
+const Tensor& Tensor::grad() const { return checked().grad; }
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return checked().grad_fn; }
+
+void Tensor::set_grad(const Tensor& grad) {
+  if (grad.defined()) {
+    LOOM_CHECK(grad.sizes() == sizes() && grad.dtype() == dtype() && grad.device() == device(),
+               ValueError,
+               "[set_grad] gradient {} {} on {} does not match the tensor {} {} on {}",
+               shape_str(grad.sizes()), dtype_name(grad.dtype()), grad.device().str(),
+               shape_str(sizes()), dtype_name(dtype()), device().str());
+  }
+  impl_->grad = grad;
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  run_backward(*this, gradient, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl& impl = checked();
+  auto detached = std::make_shared<TensorImpl>();
+  detached->storage = impl.storage;
+  detached->offset = impl.offset;
+  detached->sizes = impl.sizes;
+  detached->strides = impl.strides;
+  detached->dtype = impl.dtype;
+  return Tensor(std::move(detached));
+}
+
+Tensor Tensor::make_view(Shape sizes, Shape strides, int64_t offset) const {
+  Tensor view = detach();
+  view.impl_->sizes = std::move(sizes);
+  view.impl_->strides = std::move(strides);
+  view.impl_->offset = offset;
+  return view;
+}
+
+}  // namespace loom

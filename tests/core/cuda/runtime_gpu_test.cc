@@ -1,0 +1,110 @@
+// File: tests/core/cuda/runtime_gpu_test.cc
+// CUDA tensors: device memory, host<->device copies, layout and dtype
+// conversion kernels, autograd accumulation on the device, and errors.
+#include <doctest/doctest.h>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/ops/activation.h"
+#include "core/ops/elementwise.h"
+#include "core/tensor.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+constexpr DType kAllDtypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
+                                DType::Int32,   DType::Int64,   DType::UInt8,   DType::Bool};
+
+// Values in [0, 100) with fractions, so every cast rounds or truncates something.
+Tensor cast_inputs(Generator& gen) {
+  std::vector<double> values = rand({4, 6}, {.dtype = DType::Float64}, &gen).to_vector<double>();
+  for (double& v : values) v *= 100.0;
+  values[0] = 0.0;  // a false for the bool cast
+  return tensor(values, {4, 6}, {.dtype = DType::Float64});
+}
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("a tensor survives the round trip to the GPU") {
+  Generator gen(1);
+  Tensor x = randn({3, 5, 7}, {}, &gen);
+  Tensor gpu = x.to(Device::cuda());
+  CHECK(gpu.device() == Device::cuda());
+  CHECK_CLOSE(gpu.cpu(), x, 0, 0);
+}
+
+LOOM_GPU_TEST_CASE("dtype conversions on the GPU match the CPU's, for every pair") {
+  Generator gen(2);
+  Tensor x = cast_inputs(gen);
+  for (DType from : kAllDtypes) {
+    Tensor source = x.to(from);
+    for (DType to : kAllDtypes) {
+      CAPTURE(dtype_name(from));
+      CAPTURE(dtype_name(to));
+      Tensor on_gpu = source.to(Device::cuda()).to(to);
+      CHECK(on_gpu.dtype() == to);
+      CHECK_CLOSE(on_gpu.cpu(), source.to(to), 0, 0);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("layout changes on the GPU keep values and give channels-last strides") {
+  Generator gen(3);
+  Tensor x = randn({2, 3, 4, 5}, {}, &gen);
+  Tensor nhwc = x.to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+  CHECK(nhwc.strides() == Shape{60, 1, 15, 3});
+  CHECK_CLOSE(nhwc.cpu(), x, 0, 0);
+  Tensor back = nhwc.contiguous();
+  CHECK(back.is_contiguous());
+  CHECK_CLOSE(back.cpu(), x, 0, 0);
+  Tensor sliced = x.to(Device::cuda()).slice(3, 1, 5, 2).transpose(1, 2);
+  CHECK_CLOSE(sliced.cpu(), x.slice(3, 1, 5, 2).transpose(1, 2), 0, 0);
+}
+
+LOOM_GPU_TEST_CASE("fills, element access and copy_ across devices") {
+  Tensor z = zeros({3, 4}, {.device = Device::cuda()});
+  CHECK(testing::values(z) == std::vector<double>(12, 0.0));
+  z.fill_(2.5);
+  z.set({1, 2}, -7.0);
+  CHECK(z.at({1, 2}) == -7.0);
+  CHECK(z.at({0, 0}) == 2.5);
+  Tensor host = tensor({1, 2, 3, 4}, {4});
+  z.copy_(host);  // broadcast over rows, host -> device
+  CHECK(testing::values(z.select(0, 2)) == std::vector<double>{1, 2, 3, 4});
+  Tensor back = zeros({3, 4}, {.dtype = DType::Float64});
+  back.copy_(z);  // device -> host with a cast
+  CHECK_CLOSE(back, z.cpu().to(DType::Float64), 0, 0);
+}
+
+LOOM_GPU_TEST_CASE("gradients accumulate on the GPU") {
+  Generator gen(4);
+  Tensor x = randn({2, 3}, {.device = Device::cuda(), .requires_grad = true}, &gen);
+  Tensor g = randn({3, 2}, {.device = Device::cuda()}, &gen);
+  x.t().backward(g, /*retain_graph=*/false);
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().device() == Device::cuda());
+  CHECK_CLOSE(x.grad().cpu(), g.cpu().t(), 0, 0);
+  x.t().backward(g);
+  CHECK_CLOSE(x.grad().cpu(), mul(g.cpu().t(), 2.0), 0, 0);
+}
+
+LOOM_GPU_TEST_CASE("out of memory is a typed error and the process goes on") {
+  // 2^40 floats = 4 TiB: more than any GPU has.
+  CHECK_THROWS_WITH_FRAGMENT(empty({1ll << 40}, {.device = Device::cuda()}), OutOfMemoryError,
+                             "free");
+  Tensor after = ones({1024}, {.device = Device::cuda()});
+  CHECK(after.at({1023}) == 1.0);
+}
+
+LOOM_GPU_TEST_CASE("a device that does not exist is a DeviceError") {
+  CHECK_THROWS_WITH_FRAGMENT(empty({4}, {.device = Device::cuda(cuda_device_count())}),
+                             DeviceError, "does not exist");
+}
+
+LOOM_GPU_TEST_CASE("ops without a CUDA kernel say so") {
+  Tensor x = ones({4}, {.device = Device::cuda()});
+  CHECK_THROWS_WITH_FRAGMENT(relu(x), DeviceError, "[relu] has no CUDA kernel");
+}

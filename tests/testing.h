@@ -1,0 +1,49 @@
+// File: tests/testing.h
+// Shared test helpers: closeness checks that print where tensors differ, and
+// error checks that look at the message, not just the type.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace loom::testing {
+
+// |actual - expected| <= atol + rtol * |expected| everywhere, same shape, NaN
+// never equal. Returns "" when close, else a report: shape, max abs error and
+// the first mismatching elements.
+std::string close_report(const Tensor& actual, const Tensor& expected, double rtol, double atol);
+
+// Row-major values of a tensor as doubles (any dtype, any device).
+std::vector<double> values(const Tensor& tensor);
+
+}  // namespace loom::testing
+
+// CHECK that two tensors are close, printing the report on failure.
+#define CHECK_CLOSE(actual, expected, rtol, atol)                                      \
+  do {                                                                                 \
+    std::string loom_report_ = loom::testing::close_report(actual, expected, rtol, atol); \
+    CHECK_MESSAGE(loom_report_.empty(), loom_report_);                                  \
+  } while (0)
+
+// CHECK that `expr` throws `Kind` whose message contains `fragment`.
+#define CHECK_THROWS_WITH_FRAGMENT(expr, Kind, fragment)                        \
+  do {                                                                          \
+    bool loom_thrown_ = false;                                                  \
+    try {                                                                       \
+      (void)(expr);                                                             \
+    } catch (const Kind& e) {                                                   \
+      loom_thrown_ = true;                                                      \
+      CHECK_MESSAGE(std::string(e.what()).find(fragment) != std::string::npos,  \
+                    "message was: " << e.what() << "\nexpected to contain: " << fragment); \
+    }                                                                           \
+    CHECK_MESSAGE(loom_thrown_, #expr " did not throw " #Kind);                 \
+  } while (0)
+
+// A test case that runs only where a CUDA GPU is usable (skipped, not failed, elsewhere).
+#define LOOM_GPU_TEST_CASE(name) TEST_CASE(name * doctest::skip(!loom::cuda_available()))

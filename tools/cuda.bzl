@@ -1,0 +1,48 @@
+"""Build helpers for the optional CUDA backend."""
+
+load("@local_cuda//:defs.bzl", "CUDA_FOUND", "CUDA_PATH")
+
+# sm_80 and sm_90 machine code, plus sm_90 PTX for newer GPUs to JIT.
+_GENCODE = [
+    "-gencode arch=compute_80,code=sm_80",
+    "-gencode arch=compute_90,code=sm_90",
+    "-gencode arch=compute_90,code=compute_90",
+]
+
+def if_cuda(if_true, if_false = []):
+    """`if_true` where the CUDA backend is built, `if_false` otherwise."""
+    if not CUDA_FOUND:
+        return if_false
+    return select({
+        "//tools:cuda_off": if_false,
+        "//conditions:default": if_true,
+    })
+
+def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
+    """A cc_library whose .cu sources are compiled by nvcc (one genrule per file)."""
+    objs = []
+    for src in srcs:
+        obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
+        native.genrule(
+            name = obj + "_nvcc",
+            srcs = [src] + hdrs,
+            outs = [obj],
+            cmd = " ".join([
+                CUDA_PATH + "/bin/nvcc",
+                "-std=c++20 -O3 -Xcompiler -fPIC -Xcompiler -Wall",
+                "--expt-relaxed-constexpr",
+                " ".join(_GENCODE),
+                "-DLOOM_WITH_CUDA",
+                "-I. -I$(GENDIR)",
+                "-c $(location %s) -o $@" % src,
+            ]),
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@local_cuda//:cudart"],
+        alwayslink = True,
+        **kwargs
+    )

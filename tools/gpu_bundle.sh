@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the GPU tests (tag "gpu") and benchmarks (bench/, when present) and
+# gathers them, with the non-CUDA shared libraries they need, into .bundle/ — a
+# folder that runs on a GPU host with the NVIDIA driver, CUDA runtime, cuDNN and
+# cuBLAS but no Bazel. On that host: bash .bundle/run_gpu_tests.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+
+targets=$(bazel query 'attr(tags, "gpu", tests(//...))')
+bench=$(bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
+bazel build -c opt --dynamic_mode=off $targets $bench
+
+rm -rf .bundle && mkdir -p .bundle/bin .bundle/lib
+for label in $targets $bench; do
+  path="bazel-bin/$(echo "${label#//}" | tr : /)"
+  cp "$path" .bundle/bin/
+done
+# Libraries the GPU host lacks: everything resolved here except the C runtime
+# and the CUDA libraries, which the host provides in matching versions.
+skip='^(libc|libm|libdl|librt|libpthread|ld-linux|libstdc\+\+|libgcc_s|libcuda|libcudart|libcudnn|libcublas|libnvrtc|linux-vdso)'
+for bin in .bundle/bin/*; do
+  ldd "$bin" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
+    if ! echo "$name" | grep -Eq "$skip"; then cp -L -n "$path" .bundle/lib/; fi
+  done
+done
+cat > .bundle/run_gpu_tests.sh <<'RUN'
+#!/usr/bin/env bash
+# Runs every GPU test in this bundle and prints one summary line.
+here="$(cd "$(dirname "$0")" && pwd)"
+cudnn=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib  # cuDNN 9.19 (headers' version)
+export LD_LIBRARY_PATH="$here/lib:$cudnn:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+runner=${LOOM_TEST_RUNNER:-}  # e.g. "compute-sanitizer --tool memcheck --error-exitcode 1"
+passed=0 failed=0 skipped=0 status=0
+for test in "$here"/bin/*_gpu_test; do
+  echo "=== $(basename "$test")"
+  log=$($runner "$test" 2>&1); rc=$?
+  echo "$log" | tail -n 40
+  line=$(echo "$log" | grep -a "^\[doctest\] test cases:" | tail -n 1)
+  read -r p f s < <(echo "$line" | sed -E 's/.*\| *([0-9]+) passed \| *([0-9]+) failed \| *([0-9]+) skipped.*/\1 \2 \3/')
+  passed=$((passed + ${p:-0})) failed=$((failed + ${f:-1})) skipped=$((skipped + ${s:-0}))
+  [ $rc -eq 0 ] || status=1
+done
+echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+exit $status
+RUN
+chmod +x .bundle/run_gpu_tests.sh
+du -sh .bundle
