@@ -7,7 +7,7 @@
 #include "core/cpu/elementwise.h"
 #include "core/error.h"
 #ifdef LOOM_WITH_CUDA
-#include "core/cuda/runtime.h"
+#include "core/cuda/elementwise.h"
 #endif
 
 namespace loom {
@@ -199,6 +199,12 @@ void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
 }
 
 void check_inplace(const Tensor& tensor, std::string_view op) {
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    LOOM_CHECK(tensor.strides()[d] != 0 || tensor.sizes()[d] <= 1, ValueError,
+               "[{}] the destination (shape {}, strides {}) has expanded dims whose elements "
+               "share memory, so an in-place write is ambiguous; .clone() it first",
+               op, shape_str(tensor.sizes()), shape_str(tensor.strides()));
+  }
   if (grad_mode && tensor.requires_grad()) {
     LOOM_CHECK(!tensor.is_leaf(), AutogradError,
                "[{}] a leaf tensor that requires grad (shape {}) cannot be modified in place "

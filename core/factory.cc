@@ -97,9 +97,13 @@ Tensor arange(int64_t end, TensorOptions options) {
 Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
   LOOM_CHECK(is_floating(options.dtype), TypeError,
              "[rand] needs a floating dtype, got {}", dtype_name(options.dtype));
-  bool single = options.dtype != DType::Float64;
-  return random_tensor(sizes, options, generator, "rand", [single](const auto& bits) {
-    return single ? uniform_float(bits[0]) : uniform_double(bits[0], bits[1]);
+  // Only as many random bits as the dtype's significand holds, so rounding to
+  // the dtype can never produce 1.0.
+  int bits_kept = options.dtype == DType::Float16 ? 11 : options.dtype == DType::BFloat16 ? 8 : 24;
+  bool wide = options.dtype == DType::Float64;
+  return random_tensor(sizes, options, generator, "rand", [wide, bits_kept](const auto& bits) {
+    if (wide) return uniform_double(bits[0], bits[1]);
+    return std::ldexp(static_cast<double>(bits[0] >> (32 - bits_kept)), -bits_kept);
   });
 }
 

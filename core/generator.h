@@ -7,6 +7,14 @@
 #include <array>
 #include <cstdint>
 
+// The Philox block and the uniform conversions below compile for the GPU too,
+// so CUDA kernels draw exactly what the CPU draws (core/cuda/random.cu).
+#ifdef __CUDACC__
+#define LOOM_HOST_DEVICE __host__ __device__
+#else
+#define LOOM_HOST_DEVICE
+#endif
+
 namespace loom {
 
 class Generator {
@@ -44,9 +52,35 @@ void manual_seed(uint64_t seed);
 // One Philox4x32-10 block: four independent 32-bit values for (seed, counter).
 std::array<uint32_t, 4> philox(uint64_t seed, uint64_t counter);
 
+// The same block as a plain struct (no std::array in device code): philox()
+// and the GPU kernels both call this one implementation.
+struct PhiloxBlock {
+  uint32_t lane[4];
+};
+
+// Philox4x32-10 (Salmon et al., SC'11): ten rounds of two 32x32->64 multiplies
+// over a 128-bit counter, keyed by the 64-bit seed.
+LOOM_HOST_DEVICE inline PhiloxBlock philox_block(uint64_t seed, uint64_t counter) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  PhiloxBlock c = {{static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u}};
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = static_cast<uint64_t>(kMul0) * c.lane[0];
+    uint64_t p1 = static_cast<uint64_t>(kMul1) * c.lane[2];
+    c = {{static_cast<uint32_t>(p1 >> 32) ^ c.lane[1] ^ k0, static_cast<uint32_t>(p1),
+          static_cast<uint32_t>(p0 >> 32) ^ c.lane[3] ^ k1, static_cast<uint32_t>(p0)}};
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  return c;
+}
+
 // Uniform in [0, 1) from 32 or 64 random bits.
-inline float uniform_float(uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1p-24f; }
-inline double uniform_double(uint32_t hi, uint32_t lo) {
+LOOM_HOST_DEVICE inline float uniform_float(uint32_t bits) {
+  return static_cast<float>(bits >> 8) * 0x1p-24f;
+}
+LOOM_HOST_DEVICE inline double uniform_double(uint32_t hi, uint32_t lo) {
   uint64_t bits = (static_cast<uint64_t>(hi) << 32) | lo;
   return static_cast<double>(bits >> 11) * 0x1p-53;
 }

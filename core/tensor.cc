@@ -24,12 +24,16 @@ const TensorImpl& Tensor::checked() const {
 
 // --- metadata ------------------------------------------------------------------
 
+int64_t checked_dim(const Tensor& t, int64_t dim, std::string_view op) {
+  LOOM_CHECK(t.dim() > 0, IndexError, "[{}] a 0-d tensor has no dim {} (it holds one value; use item())",
+             op, dim);
+  return normalize_dim(dim, t.dim(), op);
+}
+
 const Shape& Tensor::sizes() const { return checked().sizes; }
 const Shape& Tensor::strides() const { return checked().strides; }
-int64_t Tensor::size(int64_t dim) const { return sizes()[normalize_dim(dim, this->dim(), "size")]; }
-int64_t Tensor::stride(int64_t dim) const {
-  return strides()[normalize_dim(dim, this->dim(), "stride")];
-}
+int64_t Tensor::size(int64_t dim) const { return sizes()[checked_dim(*this, dim, "size")]; }
+int64_t Tensor::stride(int64_t dim) const { return strides()[checked_dim(*this, dim, "stride")]; }
 int64_t Tensor::dim() const { return static_cast<int64_t>(sizes().size()); }
 int64_t Tensor::numel() const { return numel_of(sizes()); }
 int64_t Tensor::storage_offset() const { return checked().offset; }
@@ -115,8 +119,8 @@ double Tensor::at(const Shape& index) const {
 }
 
 void Tensor::set(const Shape& index, double value) {
+  Strided element = element_view(*this, element_offset(*this, index));  // a bad index writes nothing
   check_inplace(*this, "set");
-  Strided element = element_view(*this, element_offset(*this, index));
   visit_dtype(dtype(), [&]<class T>() {
     T converted = from_double<T>(value);
     if (device().is_cuda()) {

@@ -10,6 +10,7 @@
 
 #include <iosfwd>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "core/device.h"
@@ -150,6 +151,10 @@ Tensor from_host(const void* data, DType src_dtype, const Shape& sizes, TensorOp
 Tensor tensor(const std::vector<double>& values, const Shape& sizes, TensorOptions options = {});
 
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
+
+// normalize_dim for ops that index a dim: throws IndexError on 0-d tensors,
+// which have none (reductions, by contrast, accept dim 0 / -1 of a 0-d tensor).
+int64_t checked_dim(const Tensor& t, int64_t dim, std::string_view op);
 
 // --- template definitions -----------------------------------------------------------
 void check_dtype_access(const Tensor& tensor, DType requested);

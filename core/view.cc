@@ -6,6 +6,9 @@
 
 #include "core/autograd.h"
 #include "core/cpu/reduce.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/reduce.h"
+#endif
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -92,11 +95,13 @@ Tensor sum_to_sizes(const Tensor& dy, const Shape& sizes) {
   std::copy(sizes.begin(), sizes.end(), keep.end() - static_cast<int64_t>(sizes.size()));
   if (keep == dy.sizes()) return dy.reshape(sizes);
   Tensor out = empty(keep, dy.options());
-  LOOM_CHECK(dy.device().is_cpu(), DeviceError,
-             "[expand] backward on {} needs the CUDA reduction kernels (GPU backend issue); run "
-             "this graph on the CPU",
-             dy.device().str());
-  cpu::reduce(out.strided(), dy.strided(), cpu::ReduceOp::Sum);
+  if (dy.device().is_cuda()) {
+#ifdef LOOM_WITH_CUDA
+    cuda::reduce(out.strided(), dy.strided(), cpu::ReduceOp::Sum);
+#endif
+  } else {
+    cpu::reduce(out.strided(), dy.strided(), cpu::ReduceOp::Sum);
+  }
   return out.reshape(sizes);
 }
 
@@ -144,6 +149,11 @@ Tensor Tensor::permute(const Shape& dims) const {
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   Shape dims(dim());
   std::iota(dims.begin(), dims.end(), 0);
+  if (dim() == 0) {  // PyTorch allows transpose(0, -1) of a 0-d tensor: a no-op
+    normalize_dim(dim0, 0, "transpose");
+    normalize_dim(dim1, 0, "transpose");
+    return *this;
+  }
   std::swap(dims[normalize_dim(dim0, dim(), "transpose")], dims[normalize_dim(dim1, dim(), "transpose")]);
   return permute(dims);
 }
@@ -155,7 +165,7 @@ Tensor Tensor::t() const {
 }
 
 Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) const {
-  int64_t d = normalize_dim(dim_, dim(), "slice");
+  int64_t d = checked_dim(*this, dim_, "slice");
   LOOM_CHECK(step > 0, ValueError, "[slice] step must be positive, got {}", step);
   int64_t size = sizes()[d];
   auto clip = [size](int64_t i) { return std::clamp(i < 0 ? i + size : i, int64_t{0}, size); };
@@ -172,7 +182,7 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
 }
 
 Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
-  int64_t d = normalize_dim(dim_, dim(), "narrow");
+  int64_t d = checked_dim(*this, dim_, "narrow");
   int64_t size = sizes()[d];
   if (start < 0) start += size;
   LOOM_CHECK(start >= 0 && length >= 0 && start + length <= size, IndexError,
@@ -182,7 +192,7 @@ Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t dim_, int64_t index) const {
-  int64_t d = normalize_dim(dim_, dim(), "select");
+  int64_t d = checked_dim(*this, dim_, "select");
   int64_t size = sizes()[d];
   LOOM_CHECK(index >= -size && index < size, IndexError,
              "[select] index {} is out of range for dim {} of size {} (shape {})", index, d, size,
@@ -238,6 +248,7 @@ Tensor Tensor::squeeze() const {
 
 Tensor Tensor::squeeze(int64_t dim_) const {
   int64_t d = normalize_dim(dim_, dim(), "squeeze");
+  if (dim() == 0) return *this;
   if (sizes()[d] != 1) return *this;
   Shape new_sizes = sizes();
   new_sizes.erase(new_sizes.begin() + d);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace loom::testing {

@@ -2,6 +2,8 @@
 
 load("@local_cuda//:defs.bzl", "CUDA_FOUND", "CUDA_PATH")
 
+CUDA_HEADERS = "@local_cuda//:headers"
+
 # sm_80 and sm_90 machine code, plus sm_90 PTX for newer GPUs to JIT.
 _GENCODE = [
     "-gencode arch=compute_80,code=sm_80",
@@ -25,7 +27,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs,
+            srcs = [src] + hdrs + [CUDA_HEADERS],
             outs = [obj],
             cmd = " ".join([
                 CUDA_PATH + "/bin/nvcc",
@@ -33,7 +35,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
                 "--expt-relaxed-constexpr",
                 " ".join(_GENCODE),
                 "-DLOOM_WITH_CUDA",
-                "-I. -I$(GENDIR)",
+                "-I. -I$(GENDIR) -I" + CUDA_PATH + "/include",
                 "-c $(location %s) -o $@" % src,
             ]),
         )

@@ -7,20 +7,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 
-targets=$(bazel query 'attr(tags, "gpu", tests(//...))')
+scope=${1:-//...}  # e.g. //tests/core/cudnn/... to bundle part of the suite
+targets=$(bazel query "attr(tags, \"gpu\", tests($scope))")
 bench=$(bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
-bazel build -c opt --dynamic_mode=off $targets $bench
+bazel build -c opt --strip=always $targets $bench
 
 rm -rf .bundle && mkdir -p .bundle/bin .bundle/lib
+# Test binaries are named after their package too (tests/core/cuda:pool_gpu_test
+# -> cuda_pool_gpu_test): several packages have a test of the same name.
 for label in $targets $bench; do
   path="bazel-bin/$(echo "${label#//}" | tr : /)"
-  cp "$path" .bundle/bin/
+  package=$(basename "$(dirname "$path")")
+  cp "$path" ".bundle/bin/${package}_$(basename "$path")"
 done
 # Libraries the GPU host lacks: everything resolved here except the C runtime
-# and the CUDA libraries, which the host provides in matching versions.
-skip='^(libc|libm|libdl|librt|libpthread|ld-linux|libstdc\+\+|libgcc_s|libcuda|libcudart|libcudnn|libcublas|libnvrtc|linux-vdso)'
-for bin in .bundle/bin/*; do
-  ldd "$bin" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
+# and the CUDA libraries, which the host provides in matching versions. Loom's
+# own libraries are shared objects (Bazel's default for tests), so each is
+# shipped once rather than linked into every binary.
+skip='^(libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcudnn|libcublas|libnvrtc|linux-vdso)'
+for label in $targets $bench; do
+  ldd "bazel-bin/$(echo "${label#//}" | tr : /)" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
     if ! echo "$name" | grep -Eq "$skip"; then cp -L -n "$path" .bundle/lib/; fi
   done
 done
@@ -31,10 +37,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cudnn=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib  # cuDNN 9.19 (headers' version)
 export LD_LIBRARY_PATH="$here/lib:$cudnn:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 runner=${LOOM_TEST_RUNNER:-}  # e.g. "compute-sanitizer --tool memcheck --error-exitcode 1"
+logs=${LOOM_TEST_LOGS:-}      # a folder for each test's full output (else only its tail is shown)
 passed=0 failed=0 skipped=0 status=0
 for test in "$here"/bin/*_gpu_test; do
   echo "=== $(basename "$test")"
   log=$($runner "$test" 2>&1); rc=$?
+  [ -n "$logs" ] && mkdir -p "$logs" && echo "$log" > "$logs/$(basename "$test").log"
   echo "$log" | tail -n 40
   line=$(echo "$log" | grep -a "^\[doctest\] test cases:" | tail -n 1)
   read -r p f s < <(echo "$line" | sed -E 's/.*\| *([0-9]+) passed \| *([0-9]+) failed \| *([0-9]+) skipped.*/\1 \2 \3/')
@@ -45,4 +53,6 @@ echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit $status
 RUN
 chmod +x .bundle/run_gpu_tests.sh
-du -sh .bundle
+# The device tool carries at most 64 MiB; OpenBLAS alone is 36 MiB unpacked.
+mkdir -p .gpu && tar -C .bundle -cJf .gpu/bundle.tar.xz .
+du -sh .bundle .gpu/bundle.tar.xz

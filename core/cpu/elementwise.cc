@@ -129,4 +129,19 @@ void clamp_backward(const Strided& dx, const Strided& dy, const Strided& x, doub
   });
 }
 
+void pow_backward(const Strided& da, const Strided& db, const Strided& dy, const Strided& a,
+                  const Strided& b, const Strided& out) {
+  visit_float(da.dtype, [&]<class T>() {
+    T* pda = da.ptr<T>();
+    T* pdb = db.ptr<T>();
+    const T *pdy = dy.ptr<T>(), *pa = a.ptr<T>(), *pb = b.ptr<T>(), *po = out.ptr<T>();
+    for_each_offset<6>(da.sizes, {&da.strides, &db.strides, &dy.strides, &a.strides, &b.strides, &out.strides},
+                       [&](const auto& o) {
+                         T g = pdy[o[2]], base = pa[o[3]], e = pb[o[4]];
+                         pda[o[0]] = e == T(0) ? T(0) : g * e * std::pow(base, e - T(1));
+                         pdb[o[1]] = base == T(0) && e >= T(0) ? T(0) : g * po[o[5]] * std::log(base);
+                       });
+  });
+}
+
 }  // namespace loom::cpu

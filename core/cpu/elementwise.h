@@ -37,4 +37,9 @@ void clamp(const Strided& out, const Strided& in, double lo, double hi);
 // dx = dy where lo <= x <= hi, else 0 (PyTorch's convention at the bounds).
 void clamp_backward(const Strided& dx, const Strided& dy, const Strided& x, double lo, double hi);
 
+// Gradients of out = a^b (same sizes): da = dy b a^(b-1), 0 where b == 0;
+// db = dy out log(a), 0 where a == 0 and b >= 0 (PyTorch's convention at a = 0).
+void pow_backward(const Strided& da, const Strided& db, const Strided& dy, const Strided& a,
+                  const Strided& b, const Strided& out);
+
 }  // namespace loom::cpu

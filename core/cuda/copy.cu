@@ -1,40 +1,15 @@
 // File: core/cuda/copy.cu
-// Strided elementwise kernels: each thread maps its linear (row-major) index to
-// an element offset per operand, so any layout works, NCHW or NHWC alike.
+// Copies and fills between any layouts and dtypes: each thread maps its linear
+// (row-major) index to an element offset per operand (geometry.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "core/cuda/kernels.h"
+#include "core/cuda/copy_kernels.h"
+#include "core/cuda/geometry.cuh"
 
 namespace loom::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-struct Geometry {
-  int ndim;
-  int64_t sizes[kMaxDims];
-  int64_t strides[kMaxDims];
-};
-
-Geometry geometry_of(const Strided& t) {
-  Geometry g{static_cast<int>(t.sizes.size()), {}, {}};
-  for (int d = 0; d < g.ndim; ++d) {
-    g.sizes[d] = t.sizes[d];
-    g.strides[d] = t.strides[d];
-  }
-  return g;
-}
-
-__device__ int64_t offset_of(int64_t linear, const Geometry& g) {
-  int64_t offset = 0;
-  for (int d = g.ndim - 1; d >= 0; --d) {
-    offset += (linear % g.sizes[d]) * g.strides[d];
-    linear /= g.sizes[d];
-  }
-  return offset;
-}
 
 template <class T>
 __device__ double load_as_double(const T* p) { return static_cast<double>(*p); }
@@ -54,7 +29,7 @@ __device__ void store_double(bool* p, double v) { *p = v != 0.0; }
 
 template <class D, class S>
 __global__ void copy_kernel(D* dst, Geometry dg, const S* src, Geometry sg, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
     D* out = dst + offset_of(i, dg);
     const S* in = src + offset_of(i, sg);
     if constexpr (std::is_same_v<D, S>) {
@@ -67,22 +42,9 @@ __global__ void copy_kernel(D* dst, Geometry dg, const S* src, Geometry sg, int6
 
 template <class D>
 __global__ void fill_kernel(D* dst, Geometry dg, double value, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
     store_double(dst + offset_of(i, dg), value);
   }
-}
-
-template <class T>
-__global__ void add_scaled_kernel(T* out, Geometry og, const T* a, Geometry ag, const T* b,
-                                  Geometry bg, T alpha, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    out[offset_of(i, og)] = a[offset_of(i, ag)] + alpha * b[offset_of(i, bg)];
-  }
-}
-
-int blocks_for(int64_t n) {
-  int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65535 ? blocks : 65535);
 }
 
 // Device-side twin of loom::visit_dtype.
@@ -122,23 +84,6 @@ cudaError_t launch_fill(const Strided& dst, double value, cudaStream_t stream) {
     fill_kernel<D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst.data),
                                                            geometry_of(dst), value, n);
   });
-  return cudaGetLastError();
-}
-
-cudaError_t launch_add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha,
-                              cudaStream_t stream) {
-  int64_t n = out.numel();
-  if (n == 0) return cudaSuccess;
-  auto launch = [&]<class T>() {
-    add_scaled_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<T*>(out.data), geometry_of(out), static_cast<const T*>(a.data), geometry_of(a),
-        static_cast<const T*>(b.data), geometry_of(b), static_cast<T>(alpha), n);
-  };
-  if (out.dtype == DType::Float64) {
-    launch.template operator()<double>();
-  } else {
-    launch.template operator()<float>();
-  }
   return cudaGetLastError();
 }
 

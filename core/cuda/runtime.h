@@ -8,6 +8,7 @@
 
 #include <cstddef>
 
+#include "core/cuda/elementwise.h"  // add_scaled, which core/autograd.cc reaches through here
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -18,19 +19,21 @@ void check_status(cudaError_t status, const char* statement, const char* file, i
 // GPUs usable by this process; 0 where there is no driver or no device.
 int device_count();
 
-// Device memory on GPU `device` (synchronous cudaMalloc / cudaFree for now).
-// Out of memory raises OutOfMemoryError with the requested and free sizes; the
-// process can go on after freeing tensors.
+// Device memory on GPU `device`, from the caching allocator (see allocator.h:
+// a freed buffer is reused in stream order; OutOfMemoryError after a retry).
 void* malloc_device(size_t nbytes, int device);
 void free_device(void* ptr, int device) noexcept;
 
 void copy_to_host(void* dst, const void* src, size_t nbytes);
 void copy_to_device(void* dst, const void* src, size_t nbytes);
 
-// Strided device kernels (see kernels.h), checked.
+// Throws ValueError naming `op` when `t` has more dims than CUDA kernels take
+// (kMaxDims); every host wrapper of a kernel calls it for each operand.
+void check_kernel_rank(const Strided& t, const char* op);
+
+// Strided device kernels (see copy_kernels.h), checked.
 void copy(const Strided& dst, const Strided& src);
 void fill(const Strided& dst, double value);
-void add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha);
 
 }  // namespace loom::cuda
 

@@ -4,6 +4,7 @@
 
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
+#include "core/ops/dispatch.h"
 #include "core/error.h"
 #include "core/ops/reduction.h"
 
@@ -41,10 +42,7 @@ void check_cpu(const Tensor& x, std::string_view op) {
 
 namespace {
 
-void check_operand(const Tensor& x, std::string_view op) {
-  check_float_tensor(x, op);
-  check_cpu(x, op);
-}
+void check_operand(const Tensor& x, std::string_view op) { check_float_tensor(x, op); }
 
 // Layout of a result of shape `sizes`: channels-last when an operand of that
 // shape is, so NHWC activations stay NHWC through elementwise ops.
@@ -72,14 +70,14 @@ BinaryArgs prepare_binary(const Tensor& a, const Tensor& b, std::string_view nam
 // out = a op b with broadcasting, no autograd.
 Tensor binary_values(const Tensor& a, const Tensor& b, BinaryOp op, std::string_view name) {
   BinaryArgs args = prepare_binary(a, b, name);
-  cpu::binary(args.out.strided(), args.a.strided(), args.b.strided(), op);
+  LOOM_KERNEL(args.out, binary, args.out.strided(), args.a.strided(), args.b.strided(), op);
   return args.out;
 }
 
 Tensor unary_values(const Tensor& x, UnaryOp op, std::string_view name) {
   check_operand(x, name);
   Tensor out = empty_like(x);
-  cpu::unary(out.strided(), x.strided(), op);
+  LOOM_KERNEL(out, unary, out.strided(), x.strided(), op);
   return out;
 }
 
@@ -87,7 +85,7 @@ Tensor scalar_values(const Tensor& a, double s, BinaryOp op, std::string_view na
                      bool scalar_first = false) {
   check_operand(a, name);
   Tensor out = empty_like(a);
-  cpu::binary_scalar(out.strided(), a.strided(), s, op, scalar_first);
+  LOOM_KERNEL(out, binary_scalar, out.strided(), a.strided(), s, op, scalar_first);
   return out;
 }
 
@@ -101,11 +99,13 @@ Tensor reduce_grad(const Tensor& grad, const Tensor& input) {
 
 // --- binary -----------------------------------------------------------------------
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) {
-  BinaryArgs args = prepare_binary(a, b, "add");
-  cpu::add_scaled(args.out.strided(), args.a.strided(), args.b.strided(), alpha);
+namespace {
+
+Tensor add_scaled_op(const Tensor& a, const Tensor& b, double alpha, const char* name) {
+  BinaryArgs args = prepare_binary(a, b, name);
+  LOOM_KERNEL(args.out, add_scaled, args.out.strided(), args.a.strided(), args.b.strided(), alpha);
   if (needs_grad({a, b})) {
-    record("add", {a, b}, args.out, [a, b, alpha](const Tensor& dy) {
+    record(name, {a, b}, args.out, [a, b, alpha](const Tensor& dy) {
       Tensor db = b.requires_grad() ? reduce_grad(alpha == 1.0 ? dy : mul(dy, alpha), b) : Tensor();
       return std::vector<Tensor>{reduce_grad(dy, a), db};
     });
@@ -113,15 +113,19 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   return args.out;
 }
 
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add(a, b, -alpha); }
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_scaled_op(a, b, alpha, "add"); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_scaled_op(a, b, -alpha, "sub"); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_values(a, b, BinaryOp::Mul, "mul");
   if (needs_grad({a, b})) {
-    record("mul", {a, b}, out, [a, b](const Tensor& dy) {
-      return std::vector<Tensor>{a.requires_grad() ? reduce_grad(mul(dy, b), a) : Tensor(),
-                                 b.requires_grad() ? reduce_grad(mul(dy, a), b) : Tensor()};
-    }, {a, b});
+    bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    record("mul", {a, b}, out, [a, b, need_a, need_b](const Tensor& dy) {
+      return std::vector<Tensor>{need_a ? reduce_grad(mul(dy, b), a) : Tensor(),
+                                 need_b ? reduce_grad(mul(dy, a), b) : Tensor()};
+    }, {need_a ? b : Tensor(), need_b ? a : Tensor()});
   }
   return out;
 }
@@ -129,9 +133,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_values(a, b, BinaryOp::Div, "div");
   if (needs_grad({a, b})) {
-    record("div", {a, b}, out, [a, b, out](const Tensor& dy) {
+    record("div", {a, b}, out, [a, b, y = out.detach()](const Tensor& dy) {
       Tensor da = a.requires_grad() ? reduce_grad(div(dy, b), a) : Tensor();
-      Tensor db = b.requires_grad() ? reduce_grad(neg(div(mul(dy, out.detach()), b)), b) : Tensor();
+      Tensor db = b.requires_grad() ? reduce_grad(neg(div(mul(dy, y), b)), b) : Tensor();
       return std::vector<Tensor>{da, db};
     }, {a, b});
   }
@@ -139,16 +143,15 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& x, const Tensor& exponent) {
+  check_cpu(x, "pow");  // its masked backward kernel exists on the CPU only
   Tensor out = binary_values(x, exponent, BinaryOp::Pow, "pow");
   if (needs_grad({x, exponent})) {
-    record("pow", {x, exponent}, out, [x, exponent, out](const Tensor& dy) {
-      Tensor dx = x.requires_grad()
-                      ? reduce_grad(mul(dy, mul(exponent, pow(x, sub(exponent, 1.0)))), x)
-                      : Tensor();
-      Tensor de = exponent.requires_grad()
-                      ? reduce_grad(mul(dy, mul(out.detach(), log(x))), exponent)
-                      : Tensor();
-      return std::vector<Tensor>{dx, de};
+    record("pow", {x, exponent}, out, [x, exponent, y = out.detach()](const Tensor& dy) {
+      const Shape& sizes = y.sizes();
+      Tensor dx = empty(sizes, y.options()), de = empty(sizes, y.options());
+      cpu::pow_backward(dx.strided(), de.strided(), dy.strided(), x.detach().expand(sizes).strided(),
+                        exponent.detach().expand(sizes).strided(), y.strided());
+      return std::vector<Tensor>{reduce_grad(dx, x), reduce_grad(de, exponent)};
     }, {x, exponent, out});
   }
   return out;
@@ -170,15 +173,24 @@ Tensor mul(const Tensor& a, double b) {
   return out;
 }
 
-Tensor div(const Tensor& a, double b) { return mul(a, 1.0 / b); }
+// A true division, not mul(a, 1 / b): the rounded reciprocal is off by an ulp (3 * 0.1 != 0.3).
+Tensor div(const Tensor& a, double b) {
+  Tensor out = scalar_values(a, b, BinaryOp::Div, "div");
+  if (needs_grad({a})) record("div_scalar", {a}, out, [b](const Tensor& dy) { return std::vector<Tensor>{div(dy, b)}; });
+  return out;
+}
 
-Tensor rsub(const Tensor& a, double b) { return add(neg(a), b); }
+Tensor rsub(const Tensor& a, double b) {
+  Tensor out = scalar_values(a, b, BinaryOp::Sub, "rsub", /*scalar_first=*/true);
+  if (needs_grad({a})) record("rsub", {a}, out, [](const Tensor& dy) { return std::vector<Tensor>{neg(dy)}; });
+  return out;
+}
 
 Tensor rdiv(const Tensor& a, double b) {
   Tensor out = scalar_values(a, b, BinaryOp::Div, "rdiv", /*scalar_first=*/true);
   if (needs_grad({a})) {
-    record("rdiv", {a}, out, [a, out](const Tensor& dy) {
-      return std::vector<Tensor>{neg(div(mul(dy, out.detach()), a))};
+    record("rdiv", {a}, out, [a, y = out.detach()](const Tensor& dy) {
+      return std::vector<Tensor>{neg(div(mul(dy, y), a))};
     }, {a, out});
   }
   return out;
@@ -188,6 +200,8 @@ Tensor pow(const Tensor& x, double exponent) {
   Tensor out = scalar_values(x, exponent, BinaryOp::Pow, "pow");
   if (needs_grad({x})) {
     record("pow_scalar", {x}, out, [x, exponent](const Tensor& dy) {
+      // x^0 is constant; the formula below would give 0 * 0^-1 = NaN at x = 0.
+      if (exponent == 0.0) return std::vector<Tensor>{zeros_like(dy)};
       return std::vector<Tensor>{mul(dy, mul(pow(x, exponent - 1.0), exponent))};
     }, {x});
   }
@@ -233,11 +247,11 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   double hi = max.value_or(std::numeric_limits<double>::infinity());
   LOOM_CHECK(lo <= hi, ValueError, "[clamp] min {} is greater than max {}", lo, hi);
   Tensor out = empty_like(x);
-  cpu::clamp(out.strided(), x.strided(), lo, hi);
+  LOOM_KERNEL(out, clamp, out.strided(), x.strided(), lo, hi);
   if (needs_grad({x})) {
     record("clamp", {x}, out, [x, lo, hi](const Tensor& dy) {
       Tensor dx = empty_like(x);
-      cpu::clamp_backward(dx.strided(), dy.strided(), x.strided(), lo, hi);
+      LOOM_KERNEL(dx, clamp_backward, dx.strided(), dy.strided(), x.strided(), lo, hi);
       return std::vector<Tensor>{dx};
     }, {x});
   }
@@ -279,7 +293,7 @@ Tensor broadcast_into(const Tensor& self, const Tensor& other, std::string_view 
 
 Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
   Tensor b = broadcast_into(self, other, "add_");
-  cpu::add_scaled(self.strided(), self.strided(), b.strided(), alpha);
+  LOOM_KERNEL(self, add_scaled, self.strided(), self.strided(), b.strided(), alpha);
   return self;
 }
 
@@ -287,27 +301,27 @@ Tensor& sub_(Tensor& self, const Tensor& other, double alpha) { return add_(self
 
 Tensor& mul_(Tensor& self, const Tensor& other) {
   Tensor b = broadcast_into(self, other, "mul_");
-  cpu::binary(self.strided(), self.strided(), b.strided(), BinaryOp::Mul);
+  LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), BinaryOp::Mul);
   return self;
 }
 
 Tensor& div_(Tensor& self, const Tensor& other) {
   Tensor b = broadcast_into(self, other, "div_");
-  cpu::binary(self.strided(), self.strided(), b.strided(), BinaryOp::Div);
+  LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), BinaryOp::Div);
   return self;
 }
 
 Tensor& add_(Tensor& self, double value) {
   check_operand(self, "add_");
   check_inplace(self, "add_");
-  cpu::binary_scalar(self.strided(), self.strided(), value, BinaryOp::Add);
+  LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Add);
   return self;
 }
 
 Tensor& mul_(Tensor& self, double value) {
   check_operand(self, "mul_");
   check_inplace(self, "mul_");
-  cpu::binary_scalar(self.strided(), self.strided(), value, BinaryOp::Mul);
+  LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Mul);
   return self;
 }
 

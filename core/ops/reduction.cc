@@ -6,16 +6,14 @@
 #include "core/cpu/elementwise.h"
 #include "core/cpu/reduce.h"
 #include "core/error.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 
 namespace loom {
 
 namespace {
 
-void check_input(const Tensor& x, std::string_view op) {
-  check_float_tensor(x, op);
-  check_cpu(x, op);
-}
+void check_input(const Tensor& x, std::string_view op) { check_float_tensor(x, op); }
 
 // `x`'s sizes with every dim in `dims` set to 1 (the keepdim shape).
 Shape kept_sizes(const Tensor& x, const Shape& dims, std::string_view op) {
@@ -38,7 +36,7 @@ Shape all_dims(const Tensor& x) {
 
 Tensor reduce_values(const Tensor& x, const Shape& keep, cpu::ReduceOp op) {
   Tensor out = empty(keep, x.options());
-  cpu::reduce(out.strided(), x.strided(), op);
+  LOOM_KERNEL(out, reduce, out.strided(), x.strided(), op);
   return out;
 }
 
@@ -91,7 +89,7 @@ Tensor max(const Tensor& x) {
     record("max", {x}, result, [x, value](const Tensor& dy) {
       // Ties share the gradient equally, as torch.max() over all elements does.
       Tensor mask = empty_like(x);
-      cpu::binary(mask.strided(), x.strided(), value.expand(x.sizes()).strided(), cpu::BinaryOp::Equal);
+      LOOM_KERNEL(mask, binary, mask.strided(), x.strided(), value.expand(x.sizes()).strided(), cpu::BinaryOp::Equal);
       Tensor count = sum(mask);
       return std::vector<Tensor>{mul(mask, div(dy, count))};
     }, {x});
@@ -107,12 +105,12 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
              shape_str(x.sizes()));
   Shape keep = x.dim() == 0 ? Shape{} : kept_sizes(x, {d}, "max");
   Tensor values = empty(keep, x.options());
-  Tensor indices = empty(keep, {.dtype = DType::Int64});
+  Tensor indices = empty(keep, {.dtype = DType::Int64, .device = x.device()});
   if (x.dim() == 0) {
     values.copy_(x.detach());
     indices.zero_();
   } else {
-    cpu::max_along(values.strided(), indices.strided(), x.strided(), d);
+    LOOM_KERNEL(x, max_along, values.strided(), indices.strided(), x.strided(), d);
   }
   Shape result_sizes = keep;
   if (!keepdim && x.dim() > 0) result_sizes.erase(result_sizes.begin() + d);
@@ -122,7 +120,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
     record("max_dim", {x}, result.values, [sizes, keep, indices, d](const Tensor& dy) {
       Tensor dx = zeros(sizes, dy.options());
       if (sizes.empty()) return std::vector<Tensor>{dy.reshape(sizes)};
-      cpu::scatter_add_along(dx.strided(), dy.reshape(keep).strided(), indices.strided(), d);
+      LOOM_KERNEL(dx, scatter_add_along, dx.strided(), dy.reshape(keep).strided(), indices.strided(), d);
       return std::vector<Tensor>{dx};
     });
   }

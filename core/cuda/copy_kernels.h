@@ -1,4 +1,4 @@
-// File: core/cuda/kernels.h
+// File: core/cuda/copy_kernels.h
 // Launchers for the kernels in copy.cu. They return the launch status; the
 // runtime layer (runtime.cc) turns failures into loom::CudaError.
 #pragma once
@@ -12,10 +12,8 @@ namespace loom::cuda {
 // dst = convert(src), same sizes, any strides and dtypes (at most 8 dims).
 cudaError_t launch_copy(const Strided& dst, const Strided& src, cudaStream_t stream);
 cudaError_t launch_fill(const Strided& dst, double value, cudaStream_t stream);
-// out = a + alpha * b, float32 or float64.
-cudaError_t launch_add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha,
-                              cudaStream_t stream);
 
+// Every CUDA kernel takes operands of at most this many dims.
 constexpr int kMaxDims = 8;
 
 }  // namespace loom::cuda

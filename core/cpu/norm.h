@@ -1,0 +1,50 @@
+// File: core/cpu/norm.h
+// Batch normalization kernels: batch or running statistics, normalize, backward.
+//
+// N batch, C channels, M = N * (elements per channel per sample), the count a
+// channel's statistics are taken over.
+// x, y, dx, dy are (N, C, ...) with at least 2 dims and any strides (NCHW,
+// channels-last, views); per-channel vectors (C) may have any stride. All share one
+// float dtype. An absent weight or bias (nullopt) acts as 1 or 0. Sums accumulate
+// in double.
+#pragma once
+
+#include <optional>
+
+#include "core/strided.h"
+
+namespace loom::cpu {
+
+// Running statistics (C) that a training forward blends in place, as PyTorch:
+//   running = (1 - momentum) * running + momentum * batch statistic,
+// with the unbiased batch variance (biased * M / (M - 1)).
+struct RunningStats {
+  Strided mean;
+  Strided var;
+  double momentum = 0.1;
+};
+
+// Training: save_mean (C) = batch mean, save_invstd (C) = 1 / sqrt(biased var + eps).
+// Needs M >= 2; blends `running` when given.
+void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
+                            double eps, const std::optional<RunningStats>& running);
+
+// Eval: save_mean = running_mean, save_invstd = 1 / sqrt(running_var + eps).
+void batch_norm_running_stats(const Strided& save_mean, const Strided& save_invstd,
+                              const Strided& running_mean, const Strided& running_var, double eps);
+
+// y = (x - mean) * invstd * weight + bias, per channel.
+void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
+                        const Strided& invstd, const std::optional<Strided>& weight,
+                        const std::optional<Strided>& bias);
+
+// Writes the gradients that are given. With xhat = (x - mean) * invstd:
+//   dbias = sum dy,  dweight = sum dy * xhat   (sums over a channel's M elements)
+//   training (mean, invstd came from x): dx = weight * invstd * (dy - (dbias + xhat dweight) / M)
+//   eval (mean, invstd are constants):   dx = weight * invstd * dy
+void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<Strided>& dweight,
+                         const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
+                         const Strided& mean, const Strided& invstd,
+                         const std::optional<Strided>& weight, bool training);
+
+}  // namespace loom::cpu

@@ -1,0 +1,174 @@
+// File: core/cpu/pool.cc
+// Pooling as direct loops over each window of each (H, W) plane; see pool.h.
+// N batch, C channels, H, W input plane, P, Q output plane.
+#include "core/cpu/pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <utility>
+
+namespace loom::cpu {
+namespace {
+
+// One (rows, cols) plane of a 4-D strided tensor, indexed (h, w).
+template <class T>
+struct Plane {
+  T* data;
+  int64_t stride_h, stride_w;
+  T& operator()(int64_t h, int64_t w) const { return data[h * stride_h + w * stride_w]; }
+};
+
+template <class T>
+Plane<T> plane(const Strided& t, int64_t n, int64_t c) {
+  return {t.ptr<T>() + n * t.strides[0] + c * t.strides[1], t.strides[2], t.strides[3]};
+}
+
+// Calls fn(n, c) for every plane of a (N, C, ., .) tensor.
+template <class Fn>
+void for_each_plane(const Strided& t, Fn&& fn) {
+  for (int64_t n = 0; n < t.sizes[0]; ++n) {
+    for (int64_t c = 0; c < t.sizes[1]; ++c) fn(n, c);
+  }
+}
+
+template <class T>
+void zero_plane(const Plane<T>& plane, int64_t rows, int64_t cols) {
+  for (int64_t h = 0; h < rows; ++h) {
+    for (int64_t w = 0; w < cols; ++w) plane(h, w) = T(0);
+  }
+}
+
+// The input rows [h0, h1) and columns [w0, w1) a window covers, and its size
+// clipped only to the padded extent, which is PyTorch's count_include_pad divisor
+// (with ceil_mode the last window may hang past the right padding).
+struct Window {
+  int64_t h0, h1, w0, w1;
+  int64_t padded_count;
+  int64_t count() const { return (h1 - h0) * (w1 - w0); }
+  int64_t divisor(bool count_include_pad) const {
+    return count_include_pad ? padded_count : count();
+  }
+};
+
+Window window_at(const Pool2dParams& p, int64_t row, int64_t col, int64_t H, int64_t W) {
+  int64_t h0 = row * p.stride_h - p.pad_h, w0 = col * p.stride_w - p.pad_w;
+  int64_t h1 = std::min(h0 + p.kernel_h, H + p.pad_h);
+  int64_t w1 = std::min(w0 + p.kernel_w, W + p.pad_w);
+  int64_t padded_count = (h1 - h0) * (w1 - w0);
+  return {std::max<int64_t>(h0, 0), std::min(h1, H), std::max<int64_t>(w0, 0), std::min(w1, W),
+          padded_count};
+}
+
+// Calls fn(p, q, window) for every output position of a (P, Q) plane over (H, W).
+template <class Fn>
+void for_each_window(const Pool2dParams& params, int64_t P, int64_t Q, int64_t H, int64_t W,
+                     Fn&& fn) {
+  for (int64_t p = 0; p < P; ++p) {
+    for (int64_t q = 0; q < Q; ++q) fn(p, q, window_at(params, p, q, H, W));
+  }
+}
+
+// The window's max and its flat index h * W + w; a NaN propagates, as in PyTorch.
+template <class T>
+std::pair<T, int64_t> window_max(const Plane<const T>& in, const Window& win, int64_t W) {
+  T best = -std::numeric_limits<T>::infinity();
+  int64_t best_index = win.h0 * W + win.w0;
+  for (int64_t h = win.h0; h < win.h1; ++h) {
+    for (int64_t w = win.w0; w < win.w1; ++w) {
+      if (in(h, w) > best || std::isnan(in(h, w))) {
+        best = in(h, w);
+        best_index = h * W + w;
+      }
+    }
+  }
+  return {best, best_index};
+}
+
+template <class T>
+double window_sum(const Plane<const T>& in, const Window& win) {
+  double sum = 0.0;
+  for (int64_t h = win.h0; h < win.h1; ++h) {
+    for (int64_t w = win.w0; w < win.w1; ++w) sum += in(h, w);
+  }
+  return sum;
+}
+
+template <class T>
+void add_to_window(const Plane<T>& grad_in, const Window& win, T value) {
+  for (int64_t h = win.h0; h < win.h1; ++h) {
+    for (int64_t w = win.w0; w < win.w1; ++w) grad_in(h, w) += value;
+  }
+}
+
+}  // namespace
+
+void max_pool2d_forward(const Strided& y, const Strided& indices, const Strided& x,
+                        const Pool2dParams& params) {
+  visit_float(x.dtype, [&]<class T>() {
+    const int64_t H = x.sizes[2], W = x.sizes[3];
+    for_each_plane(y, [&](int64_t n, int64_t c) {
+      Plane<const T> in = plane<const T>(x, n, c);
+      Plane<T> out = plane<T>(y, n, c);
+      Plane<int64_t> argmax = plane<int64_t>(indices, n, c);
+      for_each_window(params, y.sizes[2], y.sizes[3], H, W,
+                      [&](int64_t p, int64_t q, const Window& win) {
+                        std::tie(out(p, q), argmax(p, q)) = window_max(in, win, W);
+                      });
+    });
+  });
+}
+
+void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& indices) {
+  visit_float(dx.dtype, [&]<class T>() {
+    const int64_t H = dx.sizes[2], W = dx.sizes[3];
+    for_each_plane(dx, [&](int64_t n, int64_t c) {
+      Plane<T> grad_in = plane<T>(dx, n, c);
+      Plane<const T> grad_out = plane<const T>(dy, n, c);
+      Plane<const int64_t> argmax = plane<const int64_t>(indices, n, c);
+      zero_plane(grad_in, H, W);
+      for (int64_t p = 0; p < dy.sizes[2]; ++p) {
+        for (int64_t q = 0; q < dy.sizes[3]; ++q) {
+          int64_t index = argmax(p, q);
+          grad_in(index / W, index % W) += grad_out(p, q);
+        }
+      }
+    });
+  });
+}
+
+void avg_pool2d_forward(const Strided& y, const Strided& x, const Pool2dParams& params,
+                        bool count_include_pad) {
+  visit_float(x.dtype, [&]<class T>() {
+    const int64_t H = x.sizes[2], W = x.sizes[3];
+    for_each_plane(y, [&](int64_t n, int64_t c) {
+      Plane<const T> in = plane<const T>(x, n, c);
+      Plane<T> out = plane<T>(y, n, c);
+      for_each_window(params, y.sizes[2], y.sizes[3], H, W,
+                      [&](int64_t p, int64_t q, const Window& win) {
+                        double divisor = static_cast<double>(win.divisor(count_include_pad));
+                        out(p, q) = static_cast<T>(window_sum(in, win) / divisor);
+                      });
+    });
+  });
+}
+
+void avg_pool2d_backward(const Strided& dx, const Strided& dy, const Pool2dParams& params,
+                         bool count_include_pad) {
+  visit_float(dx.dtype, [&]<class T>() {
+    const int64_t H = dx.sizes[2], W = dx.sizes[3];
+    for_each_plane(dx, [&](int64_t n, int64_t c) {
+      Plane<T> grad_in = plane<T>(dx, n, c);
+      Plane<const T> grad_out = plane<const T>(dy, n, c);
+      zero_plane(grad_in, H, W);
+      for_each_window(params, dy.sizes[2], dy.sizes[3], H, W,
+                      [&](int64_t p, int64_t q, const Window& win) {
+                        T divisor = static_cast<T>(win.divisor(count_include_pad));
+                        add_to_window(grad_in, win, grad_out(p, q) / divisor);
+                      });
+    });
+  });
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,404 @@
+// File: core/cuda/allocator.cc
+// The CUDA half of the caching allocator: a general pool per device, a private
+// pool per graph capture, the table of live pointers, out-of-memory handling
+// and the rules for when a cudaFree is safe. Block bookkeeping is in
+// core/block_pool.cc.
+#include "core/cuda/allocator.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+
+namespace loom::cuda {
+
+namespace {
+
+std::string bytes_str(size_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", value, kUnits[unit]);
+}
+
+// cudaMalloc, cudaFree and cudaMemGetInfo act on the calling thread's device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    LOOM_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device_) LOOM_CUDA_CHECK(cudaSetDevice(device_));
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = 0;
+};
+
+void synchronize_device(int device) {
+  DeviceGuard guard(device);
+  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Segments straight from the driver, on one device.
+class DriverSource : public SegmentSource {
+ public:
+  explicit DriverSource(int device) : device_(device) {}
+
+  void* acquire(size_t bytes) override {
+    DeviceGuard guard(device_);
+    void* ptr = nullptr;
+    cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // leave no error behind for the next checked call to trip on
+      return nullptr;
+    }
+    LOOM_CUDA_CHECK(status);
+    return ptr;
+  }
+
+  void release(void* base, size_t) override {
+    DeviceGuard guard(device_);
+    LOOM_CUDA_CHECK(cudaFree(base));
+  }
+
+ private:
+  int device_;
+};
+
+AllocatorMode mode_from_env() {
+  const char* value = std::getenv("LOOM_CUDA_ALLOCATOR");
+  std::string_view name = value == nullptr ? "" : value;
+  if (name.empty() || name == "caching") return AllocatorMode::Caching;
+  if (name == "passthrough") return AllocatorMode::Passthrough;
+  throw ValueError(fmt::format(
+      "[cuda allocator] LOOM_CUDA_ALLOCATOR={} is not a mode; use 'caching' (the default) or "
+      "'passthrough' (one cudaMalloc per tensor, for compute-sanitizer)",
+      name));
+}
+
+class Allocator {
+ public:
+  explicit Allocator(AllocatorMode mode);
+
+  void* allocate(size_t bytes, int device);
+  void deallocate(void* ptr);
+  AllocatorStats stats();
+  void reset_peak_stats();
+  void empty_cache();
+  void set_mode(AllocatorMode mode);
+  AllocatorMode mode();
+  CapturePoolId begin_capture(cudaStream_t stream, std::optional<CapturePoolId> shared);
+  void end_capture(cudaStream_t stream) noexcept;
+  void release_capture_pool(CapturePoolId id);
+
+ private:
+  // A handed-out block and the pool it returns to (capture 0: the general pool).
+  struct Live {
+    Block* block;
+    BlockPool* pool;
+    CapturePoolId capture;
+  };
+  // A capture's private pool, made at its first allocation.
+  struct Capture {
+    int device = -1;
+    std::unique_ptr<BlockPool> pool;
+    int open_scopes = 0;
+    int unreleased = 0;     // scopes that captured into it, not yet released
+    std::vector<Live> held;  // general-pool blocks freed during a capture
+  };
+
+  void check_device(int device) const;
+  BlockPool& pool_for(cudaStream_t stream, int device, CapturePoolId& capture);
+  Block* take(BlockPool& pool, size_t bytes, int device, StreamId stream);
+  template <class Take>
+  Block* take_or_retry(Take take, size_t bytes, int device);
+  OutOfMemoryError out_of_memory(size_t bytes, int device) const;
+  bool may_release(CapturePoolId capture) const;
+  void free_block(const Live& live);
+  void release_cached_locked();
+  void release_capture_if_idle(CapturePoolId id);
+
+  std::mutex mutex_;
+  AllocatorMode mode_;
+  AllocatorStats stats_;
+  int device_count_;
+  std::vector<std::unique_ptr<DriverSource>> sources_;  // per device
+  std::vector<std::unique_ptr<BlockPool>> general_;     // per device
+  std::unordered_map<void*, Live> live_;
+  std::unordered_map<CapturePoolId, Capture> captures_;
+  std::unordered_map<cudaStream_t, CapturePoolId> capturing_;  // streams in a CaptureScope
+  CapturePoolId next_capture_ = 1;
+};
+
+Allocator::Allocator(AllocatorMode mode) : mode_(mode), device_count_(device_count()) {
+  for (int device = 0; device < device_count_; ++device) {
+    sources_.push_back(std::make_unique<DriverSource>(device));
+    general_.push_back(std::make_unique<BlockPool>(*sources_.back(), stats_));
+  }
+}
+
+void Allocator::check_device(int device) const {
+  LOOM_CHECK(device_count_ > 0, DeviceError,
+             "[cuda] no CUDA GPU is usable on this machine; create tensors on Device::cpu()");
+  LOOM_CHECK(device >= 0 && device < device_count_, DeviceError,
+             "[cuda] device cuda:{} does not exist ({} GPU(s) visible)", device, device_count_);
+}
+
+void* Allocator::allocate(size_t bytes, int device) {
+  if (bytes == 0) return nullptr;
+  check_device(device);
+  cudaStream_t stream = current_stream();
+  std::lock_guard lock(mutex_);
+  CapturePoolId capture = 0;
+  BlockPool& pool = pool_for(stream, device, capture);
+  Block* block = take(pool, bytes, device, stream);
+  live_.emplace(block->ptr, Live{block, &pool, capture});
+  return block->ptr;
+}
+
+// The private pool of the capture open on `stream`, else `device`'s general pool.
+BlockPool& Allocator::pool_for(cudaStream_t stream, int device, CapturePoolId& capture) {
+  auto scope = capturing_.find(stream);
+  if (scope == capturing_.end()) {
+    LOOM_CHECK(!is_capturing(), CudaError,
+               "[cuda allocator] allocation on a stream that is capturing a CUDA graph outside "
+               "a cuda::CaptureScope; open a CaptureScope before cudaStreamBeginCapture so the "
+               "graph's memory comes from a private pool");
+    return *general_[device];
+  }
+  capture = scope->second;
+  Capture& owner = captures_.at(capture);
+  if (owner.pool == nullptr) {
+    owner.device = device;
+    owner.pool = std::make_unique<BlockPool>(*sources_[device], stats_);
+  }
+  LOOM_CHECK(owner.device == device, DeviceError,
+             "[cuda allocator] a CUDA graph capturing on cuda:{} cannot allocate on cuda:{}",
+             owner.device, device);
+  return *owner.pool;
+}
+
+Block* Allocator::take(BlockPool& pool, size_t bytes, int device, StreamId stream) {
+  if (bytes > kMaxRequest) throw out_of_memory(bytes, device);
+  if (mode_ == AllocatorMode::Passthrough) {
+    return take_or_retry([&] { return pool.take_exact(bytes, stream); }, bytes, device);
+  }
+  size_t size = round_block_size(bytes);
+  if (Block* block = pool.take_cached(size, stream)) return block;
+  return take_or_retry([&] { return pool.take_new(size, stream); }, bytes, device);
+}
+
+// Out of memory: give the cached segments back to the driver and try once more.
+template <class Take>
+Block* Allocator::take_or_retry(Take take, size_t bytes, int device) {
+  if (Block* block = take()) return block;
+  release_cached_locked();
+  if (Block* block = take()) return block;
+  throw out_of_memory(bytes, device);
+}
+
+OutOfMemoryError Allocator::out_of_memory(size_t bytes, int device) const {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  {
+    DeviceGuard guard(device);
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();
+  }
+  std::string hint = capturing_.empty()
+                         ? "free tensors you no longer need, or use a smaller batch"
+                         : "cached memory is not returned to the driver while a CUDA graph is "
+                           "being captured; call cuda::empty_cache() before capturing, or use a "
+                           "smaller batch";
+  return OutOfMemoryError(fmt::format(
+      "[cuda] out of memory: tried to allocate {} bytes ({}) on cuda:{}, which has {} free of "
+      "{}; Loom holds {} in live blocks and {} reserved from the driver; {}",
+      bytes, bytes_str(bytes), device, bytes_str(free_bytes), bytes_str(total_bytes),
+      bytes_str(stats_.allocated_bytes), bytes_str(stats_.reserved_bytes), hint));
+}
+
+void Allocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(ptr);
+  LOOM_CHECK(it != live_.end(), ValueError,
+             "[cuda allocator] deallocate({}): not a live allocation (freed twice, or not from "
+             "cuda::allocate)",
+             ptr);
+  Live live = it->second;
+  live_.erase(it);
+  // current_stream() only when a capture is open: at thread or process exit it
+  // may have to make a stream, which can fail, and deallocate must not throw then.
+  auto scope = capturing_.empty() ? capturing_.end() : capturing_.find(current_stream());
+  if (live.capture == 0 && scope != capturing_.end()) {
+    captures_.at(scope->second).held.push_back(live);  // the graph being captured may use it
+    return;
+  }
+  try {
+    free_block(live);
+  } catch (const CudaError&) {
+    // Only a broken context (a faulted kernel) makes the synchronize or cudaFree
+    // fail; the memory is gone with it, the fault surfaces at the next checked
+    // call, and deallocate runs in destructors, which must not throw.
+  }
+}
+
+// A cudaFree could break a capture in progress, and a private pool's memory
+// belongs to its graphs until they are released.
+bool Allocator::may_release(CapturePoolId capture) const {
+  if (!capturing_.empty()) return false;
+  return capture == 0 || captures_.at(capture).unreleased == 0;
+}
+
+// Returns a block to its pool; a pass-through block goes on to the driver now
+// unless that is unsafe, in which case it waits for the next release.
+void Allocator::free_block(const Live& live) {
+  bool release_now = live.block->exact && may_release(live.capture);
+  if (release_now) synchronize();  // its last kernels must finish before the cudaFree
+  live.pool->give_back(live.block);
+  if (release_now) live.pool->release_retired();
+  if (live.capture != 0) release_capture_if_idle(live.capture);
+}
+
+void Allocator::release_cached_locked() {
+  if (!capturing_.empty()) return;
+  for (int device = 0; device < device_count_; ++device) {
+    if (general_[device]->empty()) continue;
+    synchronize_device(device);  // freed blocks may still be read by queued work
+    general_[device]->release_cached();
+  }
+  std::vector<CapturePoolId> released;
+  for (const auto& [id, capture] : captures_) {
+    if (capture.unreleased == 0) released.push_back(id);
+  }
+  for (CapturePoolId id : released) release_capture_if_idle(id);
+}
+
+// Once all of a private pool's graphs are released, its free segments go back to
+// the driver, and the pool is forgotten when it holds nothing more.
+void Allocator::release_capture_if_idle(CapturePoolId id) {
+  Capture& capture = captures_.at(id);
+  if (capture.unreleased > 0 || !capturing_.empty()) return;
+  if (capture.pool != nullptr) {
+    synchronize_device(capture.device);
+    capture.pool->release_cached();
+    if (!capture.pool->empty()) return;  // blocks still live (a graph's outputs)
+  }
+  captures_.erase(id);
+}
+
+AllocatorStats Allocator::stats() {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void Allocator::reset_peak_stats() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+}
+
+void Allocator::empty_cache() {
+  std::lock_guard lock(mutex_);
+  release_cached_locked();
+}
+
+void Allocator::set_mode(AllocatorMode mode) {
+  std::lock_guard lock(mutex_);
+  mode_ = mode;
+}
+
+AllocatorMode Allocator::mode() {
+  std::lock_guard lock(mutex_);
+  return mode_;
+}
+
+CapturePoolId Allocator::begin_capture(cudaStream_t stream, std::optional<CapturePoolId> shared) {
+  std::lock_guard lock(mutex_);
+  LOOM_CHECK(!capturing_.contains(stream), ValueError,
+             "[cuda allocator] a CaptureScope is already open on this stream; scopes do not nest");
+  if (shared) {
+    auto it = captures_.find(*shared);
+    LOOM_CHECK(it != captures_.end() && it->second.unreleased > 0, ValueError,
+               "[cuda allocator] capture pool {} does not exist or was released; share a pool "
+               "only between graphs that are all still alive",
+               *shared);
+  }
+  CapturePoolId id = shared ? *shared : next_capture_++;
+  Capture& capture = captures_[id];
+  ++capture.open_scopes;
+  ++capture.unreleased;
+  capturing_.emplace(stream, id);
+  return id;
+}
+
+void Allocator::end_capture(cudaStream_t stream) noexcept {
+  std::lock_guard lock(mutex_);
+  auto scope = capturing_.find(stream);
+  --captures_.at(scope->second).open_scopes;
+  capturing_.erase(scope);
+}
+
+void Allocator::release_capture_pool(CapturePoolId id) {
+  std::lock_guard lock(mutex_);
+  auto it = captures_.find(id);
+  LOOM_CHECK(it != captures_.end() && it->second.unreleased > 0, ValueError,
+             "[cuda allocator] release_capture_pool({}): no such pool, or all its graphs were "
+             "released already",
+             id);
+  Capture& capture = it->second;
+  LOOM_CHECK(capture.unreleased > capture.open_scopes, ValueError,
+             "[cuda allocator] release_capture_pool({}) while its CaptureScope is still open; "
+             "end the capture and the scope first",
+             id);
+  if (--capture.unreleased > 0) return;  // another graph still shares the pool
+  for (const Live& live : capture.held) free_block(live);
+  capture.held.clear();
+  release_capture_if_idle(id);
+}
+
+Allocator& allocator() {
+  // Never destroyed: tensors with static lifetime are freed after main returns.
+  static Allocator* instance = new Allocator(mode_from_env());
+  return *instance;
+}
+
+}  // namespace
+
+void* allocate(size_t bytes, int device) { return allocator().allocate(bytes, device); }
+void deallocate(void* ptr) { allocator().deallocate(ptr); }
+AllocatorStats stats() { return allocator().stats(); }
+void reset_peak_stats() { allocator().reset_peak_stats(); }
+void empty_cache() { allocator().empty_cache(); }
+void set_mode(AllocatorMode mode) { allocator().set_mode(mode); }
+AllocatorMode mode() { return allocator().mode(); }
+
+CaptureScope::CaptureScope()
+    : stream_(current_stream()), pool_(allocator().begin_capture(stream_, std::nullopt)) {}
+
+CaptureScope::CaptureScope(CapturePoolId pool)
+    : stream_(current_stream()), pool_(allocator().begin_capture(stream_, pool)) {}
+
+CaptureScope::~CaptureScope() { allocator().end_capture(stream_); }
+
+void release_capture_pool(CapturePoolId pool) { allocator().release_capture_pool(pool); }
+
+}  // namespace loom::cuda

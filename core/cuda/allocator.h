@@ -1,0 +1,103 @@
+// File: core/cuda/allocator.h
+// Loom's caching device allocator: every CUDA tensor's memory (and cuDNN's
+// workspaces, through cuda::malloc_device) comes from here. Freed blocks are
+// kept and handed out again, so a training step does no cudaMalloc/cudaFree
+// once the first step has warmed the cache.
+//
+// - Sizes round up to 512 B. Requests up to 1 MiB share 2 MiB segments; larger
+//   ones get segments in 2 MiB steps. The smallest cached block that fits is
+//   used and split; a freed block merges with its free neighbours.
+// - Stream order: a block freed on the current stream (core/cuda/stream.h) is
+//   reused by later work on that stream without synchronising, and never by
+//   another stream. Memory used on a second stream must be synchronised by its
+//   user before it is freed.
+// - Out of memory: cached blocks go back to the driver and the cudaMalloc is
+//   retried once; then OutOfMemoryError, after which the process goes on.
+// - LOOM_CUDA_ALLOCATOR=passthrough (read at first use) or set_mode: every
+//   allocation is its own cudaMalloc of the exact size, every free a cudaFree,
+//   so compute-sanitizer memcheck sees true bounds.
+// - CUDA graphs: see CaptureScope below.
+// Thread-safe (one mutex).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/block_pool.h"
+
+namespace loom::cuda {
+
+// `bytes` on GPU `device`, aligned to 512 B; nullptr for 0 bytes. Throws
+// DeviceError for a device that does not exist and OutOfMemoryError, with the
+// sizes involved, when even an emptied cache leaves too little.
+void* allocate(size_t bytes, int device);
+// Returns `ptr` (from allocate; nullptr is ignored) for reuse on the current
+// stream. A pointer the allocator did not hand out is a ValueError.
+void deallocate(void* ptr);
+
+// A general-pool block freed during a capture counts as allocated (and is not
+// yet in num_frees) until its capture pool is released.
+AllocatorStats stats();
+// Sets the peaks to the current values.
+void reset_peak_stats();
+// Returns every wholly free cached segment to the driver, after the device has
+// finished the work queued on it. Does nothing while any CaptureScope is open,
+// since a cudaFree then could break the capture.
+void empty_cache();
+
+enum class AllocatorMode { Caching, Passthrough };
+// Applies to later allocations; a block is always freed the way it was made.
+void set_mode(AllocatorMode mode);
+AllocatorMode mode();
+
+// CUDA graphs. Memory a captured graph uses must never be handed to other work
+// while the graph may still run. So, while a CaptureScope is open on the current
+// stream, allocations there come from a private pool that belongs to the
+// capture, blocks from that pool freed at any time go back to it only, and
+// blocks from the general pool freed during the capture are held until the pool
+// is released. Capture must use cudaStreamCaptureModeRelaxed: when the private
+// pool has no fitting block the allocator calls cudaMalloc, which relaxed mode
+// allows during capture (nothing is ever cudaFree'd while a scope is open).
+//
+//   cuda::CapturePoolId pool;
+//   {
+//     cuda::CaptureScope scope;  // on the stream about to be captured
+//     LOOM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+//     ... the step ...
+//     LOOM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+//     pool = scope.pool();
+//   }
+//   ... replay the graph ...
+//   cudaGraphExecDestroy(exec); cudaGraphDestroy(graph);
+//   cuda::release_capture_pool(pool);
+//
+// Allocating on a capturing stream outside a CaptureScope is a CudaError.
+using CapturePoolId = uint64_t;
+
+class CaptureScope {
+ public:
+  // Captures into a new private pool.
+  CaptureScope();
+  // Captures into an existing, unreleased pool, so that graphs which always run
+  // one after another (a forward and its backward) can share memory.
+  explicit CaptureScope(CapturePoolId pool);
+  ~CaptureScope();
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+  CapturePoolId pool() const { return pool_; }
+
+ private:
+  cudaStream_t stream_;
+  CapturePoolId pool_;
+};
+
+// Call once per CaptureScope that captured into `pool`, after its graph is
+// destroyed and its last replay has finished. When the last one is released,
+// the general-pool blocks the captures freed become reusable, and the private
+// pool's memory goes back to the driver as its blocks are freed.
+void release_capture_pool(CapturePoolId pool);
+
+}  // namespace loom::cuda

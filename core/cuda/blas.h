@@ -1,0 +1,43 @@
+// File: core/cuda/blas.h
+// Matrix products on the GPU through cuBLAS, with exactly the semantics of
+// cpu::matmul (core/cpu/gemm.h), and the check macro for every cuBLAS call.
+//
+// M, N, K: C (M, N) = A (M, K) . B (K, N); "batch" is any number of leading dims.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+// Throws CudaError naming the statement, file:line and cuBLAS's status string,
+// unless status is CUBLAS_STATUS_SUCCESS.
+void check_cublas(cublasStatus_t status, const char* statement, const char* file, int line);
+
+// This thread's cuBLAS handle (made on first use, kept for the thread's life),
+// bound to current_stream() and to a fixed workspace of the thread's own, so
+// that its calls can be captured into a CUDA graph. The first call of a thread
+// must not happen during a capture.
+cublasHandle_t blas_handle();
+
+// c (batch, M, N) = a (batch, M, K) . b (batch, K, N), or c += a . b when
+// `accumulate`, as cpu::matmul: one float dtype, one batch shape, batch dims of
+// any strides (0 for broadcast operands); with `accumulate`, products over a
+// batch dim along which c repeats (stride 0) are summed into it.
+//
+// Plain and transposed matrices go to cuBLAS as they are, a batch through one
+// strided-batched call where the strides allow. Unlike cpu::matmul, operands
+// that fail cpu::is_blas_matrix are accepted too: they are copied to dense
+// temporaries first.
+//
+// float32 computes as the thread's numerics policy says: StrictFp32 in IEEE
+// fp32 (pedantic math, no tensor-core down-conversion), Tf32 / Bf16 / Fp16 on
+// tensor cores from inputs rounded to that format, accumulating in fp32.
+// float64 always computes in fp64.
+void matmul(const Strided& c, const Strided& a, const Strided& b, bool accumulate = false);
+
+}  // namespace loom::cuda
+
+#define LOOM_CUBLAS_CHECK(statement) \
+  ::loom::cuda::check_cublas((statement), #statement, __FILE__, __LINE__)

@@ -1,0 +1,196 @@
+// File: core/cuda/elementwise.cu
+// Elementwise kernels: one functor per kernel family applied by a grid-stride
+// map (one input) or zip (two inputs) over strided operands. The math mirrors
+// core/cpu/elementwise.cc line for line, in the operands' dtype.
+#include <cmath>
+#include <numbers>
+
+#include "core/cuda/elementwise_kernels.h"
+#include "core/cuda/geometry.cuh"
+
+namespace loom::cuda {
+
+namespace {
+
+using cpu::BinaryOp;
+using cpu::UnaryOp;
+
+template <class T>
+__device__ T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+template <class T>
+__device__ T gelu_cdf(T x) {  // Phi(x), the standard normal CDF
+  return T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+}
+
+template <class T>
+__device__ T apply_unary(T x, UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Exp: return std::exp(x);
+    case UnaryOp::Log: return std::log(x);
+    case UnaryOp::Sqrt: return std::sqrt(x);
+    case UnaryOp::Relu: return x > T(0) || std::isnan(x) ? x : T(0);
+    case UnaryOp::Sigmoid: return sigmoid(x);
+    case UnaryOp::Tanh: return std::tanh(x);
+    case UnaryOp::Gelu: return x * gelu_cdf(x);
+    case UnaryOp::Silu: return x * sigmoid(x);
+  }
+  return x;
+}
+
+template <class T>
+__device__ T apply_binary(T a, T b, BinaryOp op) {
+  constexpr T kInvSqrt2Pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+    case BinaryOp::Pow: return std::pow(a, b);
+    case BinaryOp::Equal: return a == b ? T(1) : T(0);
+    case BinaryOp::ReluBackward: return b > T(0) ? a : T(0);
+    case BinaryOp::SigmoidBackward: return a * b * (T(1) - b);
+    case BinaryOp::TanhBackward: return a * (T(1) - b * b);
+    case BinaryOp::GeluBackward: return a * (gelu_cdf(b) + b * kInvSqrt2Pi * std::exp(T(-0.5) * b * b));
+    case BinaryOp::SiluBackward: {
+      T s = sigmoid(b);
+      return a * s * (T(1) + b * (T(1) - s));
+    }
+  }
+  return a;
+}
+
+// ---- functors: what one element computes --------------------------------------
+
+template <class T>
+struct Unary {
+  UnaryOp op;
+  __device__ T operator()(T x) const { return apply_unary(x, op); }
+};
+
+template <class T>
+struct Binary {
+  BinaryOp op;
+  __device__ T operator()(T a, T b) const { return apply_binary(a, b, op); }
+};
+
+template <class T>
+struct BinaryScalar {
+  BinaryOp op;
+  T scalar;
+  bool scalar_first;
+  __device__ T operator()(T a) const {
+    return scalar_first ? apply_binary(scalar, a, op) : apply_binary(a, scalar, op);
+  }
+};
+
+template <class T>
+struct AddScaled {
+  T alpha;
+  __device__ T operator()(T a, T b) const { return a + alpha * b; }
+};
+
+// std::min(std::max(x, lo), hi) spelled out (not fminf/fmaxf, which drop NaN),
+// so lo > hi gives hi as on the CPU.
+template <class T>
+struct Clamp {
+  T lo, hi;
+  __device__ T operator()(T x) const {
+    if (std::isnan(x)) return x;
+    T above_lo = x < lo ? lo : x;
+    return hi < above_lo ? hi : above_lo;
+  }
+};
+
+template <class T>
+struct ClampBackward {
+  T lo, hi;
+  __device__ T operator()(T dy, T x) const { return x >= lo && x <= hi ? dy : T(0); }
+};
+
+// ---- kernels and launch helpers ---------------------------------------------------
+
+template <class T, class Fn>
+__global__ void map_kernel(T* out, Geometry og, const T* in, Geometry ig, int64_t n, Fn fn) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    out[offset_of(i, og)] = fn(in[offset_of(i, ig)]);
+  }
+}
+
+template <class T, class Fn>
+__global__ void zip_kernel(T* out, Geometry og, const T* a, Geometry ag, const T* b, Geometry bg,
+                           int64_t n, Fn fn) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    out[offset_of(i, og)] = fn(a[offset_of(i, ag)], b[offset_of(i, bg)]);
+  }
+}
+
+// out = fn(in), with fn = make_fn.template operator()<T>() for the dtype's T.
+template <class MakeFn>
+cudaError_t launch_map(const Strided& out, const Strided& in, cudaStream_t stream, MakeFn make_fn) {
+  const int64_t n = out.numel();
+  if (n == 0) return cudaSuccess;
+  visit_float(out.dtype, [&]<class T>() {
+    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out.ptr<T>(), geometry_of(out),
+                                                       in.ptr<const T>(), geometry_of(in), n,
+                                                       make_fn.template operator()<T>());
+  });
+  return cudaGetLastError();
+}
+
+// out = fn(a, b), as launch_map.
+template <class MakeFn>
+cudaError_t launch_zip(const Strided& out, const Strided& a, const Strided& b, cudaStream_t stream,
+                       MakeFn make_fn) {
+  const int64_t n = out.numel();
+  if (n == 0) return cudaSuccess;
+  visit_float(out.dtype, [&]<class T>() {
+    zip_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<T>(), geometry_of(out), a.ptr<const T>(), geometry_of(a), b.ptr<const T>(),
+        geometry_of(b), n, make_fn.template operator()<T>());
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_unary(const Strided& out, const Strided& in, UnaryOp op, cudaStream_t stream) {
+  return launch_map(out, in, stream, [&]<class T>() { return Unary<T>{op}; });
+}
+
+cudaError_t launch_binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op,
+                          cudaStream_t stream) {
+  return launch_zip(out, a, b, stream, [&]<class T>() { return Binary<T>{op}; });
+}
+
+cudaError_t launch_binary_scalar(const Strided& out, const Strided& a, double scalar, BinaryOp op,
+                                 bool scalar_first, cudaStream_t stream) {
+  return launch_map(out, a, stream, [&]<class T>() {
+    return BinaryScalar<T>{op, static_cast<T>(scalar), scalar_first};
+  });
+}
+
+cudaError_t launch_add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha,
+                              cudaStream_t stream) {
+  return launch_zip(out, a, b, stream,
+                    [&]<class T>() { return AddScaled<T>{static_cast<T>(alpha)}; });
+}
+
+cudaError_t launch_clamp(const Strided& out, const Strided& in, double lo, double hi,
+                         cudaStream_t stream) {
+  return launch_map(out, in, stream, [&]<class T>() {
+    return Clamp<T>{static_cast<T>(lo), static_cast<T>(hi)};
+  });
+}
+
+cudaError_t launch_clamp_backward(const Strided& dx, const Strided& dy, const Strided& x, double lo,
+                                  double hi, cudaStream_t stream) {
+  return launch_zip(dx, dy, x, stream, [&]<class T>() {
+    return ClampBackward<T>{static_cast<T>(lo), static_cast<T>(hi)};
+  });
+}
+
+}  // namespace loom::cuda

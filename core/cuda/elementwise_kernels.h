@@ -1,0 +1,27 @@
+// File: core/cuda/elementwise_kernels.h
+// Launchers for the kernels in elementwise.cu (float32 and float64, operands of
+// one dtype and equal sizes, any strides, at most kMaxDims dims). They return the
+// launch status; core/cuda/elementwise.cc checks it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/cpu/elementwise.h"
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+cudaError_t launch_unary(const Strided& out, const Strided& in, cpu::UnaryOp op,
+                         cudaStream_t stream);
+cudaError_t launch_binary(const Strided& out, const Strided& a, const Strided& b,
+                          cpu::BinaryOp op, cudaStream_t stream);
+cudaError_t launch_binary_scalar(const Strided& out, const Strided& a, double scalar,
+                                 cpu::BinaryOp op, bool scalar_first, cudaStream_t stream);
+cudaError_t launch_add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha,
+                              cudaStream_t stream);
+cudaError_t launch_clamp(const Strided& out, const Strided& in, double lo, double hi,
+                         cudaStream_t stream);
+cudaError_t launch_clamp_backward(const Strided& dx, const Strided& dy, const Strided& x, double lo,
+                                  double hi, cudaStream_t stream);
+
+}  // namespace loom::cuda

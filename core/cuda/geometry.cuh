@@ -1,0 +1,92 @@
+// File: core/cuda/geometry.cuh
+// Device helpers the .cu files share: strided geometry (a row-major linear index
+// to an element offset, so any layout works, NCHW or NHWC alike), launch shapes
+// for grid-stride loops, and a block-wide reduction.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda/copy_kernels.h"
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+constexpr int kThreads = 256;      // threads per block; a power of two (block_reduce)
+constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
+
+// Sizes and strides of one operand, passed to kernels by value. Size-1 dims are
+// dropped and dims that are contiguous with each other merged, so a dense operand
+// becomes one dim and costs no division in offset_of.
+struct Geometry {
+  int ndim;
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxDims];
+};
+
+// sizes and strides may have at most kMaxDims entries (the host wrappers check).
+inline Geometry geometry_of(const Shape& sizes, const Shape& strides) {
+  Geometry g{0, {}, {}};
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    // Dim d merges into the previous dim p when t_p == t_d * s_d: index i of the
+    // merged dim then lands at (i / s_d) * t_p + (i % s_d) * t_d = i * t_d.
+    if (g.ndim > 0 && g.strides[g.ndim - 1] == strides[d] * sizes[d]) {
+      g.sizes[g.ndim - 1] *= sizes[d];
+      g.strides[g.ndim - 1] = strides[d];
+    } else {
+      g.sizes[g.ndim] = sizes[d];
+      g.strides[g.ndim] = strides[d];
+      ++g.ndim;
+    }
+  }
+  return g;
+}
+
+inline Geometry geometry_of(const Strided& t) { return geometry_of(t.sizes, t.strides); }
+
+// Element offset of row-major index `linear` (< numel). The outermost dim needs
+// no modulo because linear is in range.
+__device__ inline int64_t offset_of(int64_t linear, const Geometry& g) {
+  int64_t offset = 0;
+  for (int d = g.ndim - 1; d > 0; --d) {
+    offset += (linear % g.sizes[d]) * g.strides[d];
+    linear /= g.sizes[d];
+  }
+  return g.ndim > 0 ? offset + linear * g.strides[0] : 0;
+}
+
+// Grid-stride loops: for (i = first_index(); i < n; i += index_step()).
+__device__ inline int64_t first_index() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
+__device__ inline int64_t index_step() { return int64_t(gridDim.x) * blockDim.x; }
+
+// Blocks for one thread per item, and for one block per item.
+inline int blocks_for(int64_t items) {
+  return static_cast<int>(std::min((items + kThreads - 1) / kThreads, kMaxBlocks));
+}
+inline int blocks_for_groups(int64_t groups) {
+  return static_cast<int>(std::min(groups, kMaxBlocks));
+}
+
+// Combines one value per thread of a kThreads block; every thread gets the
+// result. All threads of the block must call it (it synchronizes). T must be
+// trivially constructible (it lives in shared memory).
+template <class T, class Combine>
+__device__ T block_reduce(T value, Combine combine) {
+  __shared__ T partial[kThreads];
+  partial[threadIdx.x] = value;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      partial[threadIdx.x] = combine(partial[threadIdx.x], partial[threadIdx.x + half]);
+    }
+    __syncthreads();
+  }
+  T result = partial[0];
+  __syncthreads();  // the next call may overwrite partial[0] before every thread read it
+  return result;
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,43 @@
+// File: core/cuda/graph.h
+// Capture a sequence of Loom ops into a CUDA graph once, then replay it.
+// Plans must already exist (run the ops once eagerly first): plan building and
+// workspace growth are refused during capture. Capture uses relaxed mode, on
+// the thread's current stream. Memory allocated during capture comes from a
+// private allocator pool that the graph owns until it is destroyed.
+//
+//   loom::cuda::CudaGraph graph;
+//   graph.capture([&] { y.copy_(relu(x)); });   // records, does not compute
+//   graph.replay();                             // computes
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <optional>
+
+#include "core/cuda/allocator.h"
+
+namespace loom::cuda {
+
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Records what `work` enqueues on the current stream. Throws CudaError (and
+  // leaves the graph empty) if anything in `work` is not capturable.
+  void capture(const std::function<void()>& work);
+  // Launches the recorded work on the current stream.
+  void replay() const;
+  bool captured() const { return exec_ != nullptr; }
+
+ private:
+  void reset();
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  std::optional<CapturePoolId> pool_;
+};
+
+}  // namespace loom::cuda

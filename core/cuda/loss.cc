@@ -1,0 +1,94 @@
+// File: core/cuda/loss.cc
+// The host side of the GPU losses: checked launches on the current stream, then
+// the device totals read back, with a flagged target turned into an IndexError.
+#include "core/cuda/loss.h"
+
+#include <fmt/format.h>
+
+#include "core/cuda/loss_kernels.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+
+namespace loom::cuda {
+
+namespace {
+
+int current_device() {
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+// One scratch per thread, made on first use and kept for the thread's life (as
+// the cuDNN workspace is): the forward's block totals land there.
+LossScratch* scratch() {
+  thread_local LossScratch* buffer =
+      static_cast<LossScratch*>(malloc_device(sizeof(LossScratch), current_device()));
+  return buffer;
+}
+
+// The target at row-major position `flat` has no class: read it back and say so.
+[[noreturn]] void throw_bad_target(const Strided& target, int64_t flat, int64_t classes,
+                                   int64_t ignore_index, const char* op) {
+  Shape index(target.sizes.size());
+  int64_t offset = 0;
+  for (size_t d = index.size(); d-- > 0;) {
+    index[d] = flat % target.sizes[d];
+    flat /= target.sizes[d];
+    offset += index[d] * target.strides[d];
+  }
+  int64_t value = 0;
+  copy_to_host(&value, target.ptr<int64_t>() + offset, sizeof value);
+  throw IndexError(fmt::format(
+      "[{}] target {} at position {} is out of range for {} classes (expected 0 to {}, or "
+      "ignore_index {})",
+      op, value, shape_str(index), classes, classes - 1, ignore_index));
+}
+
+// Waits for the forward launched on the current stream and returns its totals.
+cpu::LossTotal read_totals(const Strided& target, int64_t classes, int64_t ignore_index,
+                           const char* op) {
+  LossTotals totals{};
+  copy_to_host(&totals, &scratch()->totals, sizeof totals);
+  if (totals.first_bad_position != kNoBadPosition) {
+    throw_bad_target(target, static_cast<int64_t>(totals.first_bad_position), classes, ignore_index,
+                     op);
+  }
+  return {totals.sum, totals.count};
+}
+
+}  // namespace
+
+cpu::LossTotal cross_entropy_forward(const Strided& losses, const Strided& logits,
+                                     const Strided& target, const cpu::CrossEntropyParams& params) {
+  check_kernel_rank(logits, "cross_entropy");
+  LOOM_CUDA_CHECK(
+      launch_cross_entropy_forward(losses, logits, target, params, scratch(), current_stream()));
+  return read_totals(target, logits.sizes[1], params.ignore_index, "cross_entropy");
+}
+
+void cross_entropy_backward(const Strided& dlogits, const Strided& logits, const Strided& target,
+                            const Strided& dloss, double scale,
+                            const cpu::CrossEntropyParams& params) {
+  check_kernel_rank(logits, "cross_entropy");
+  LOOM_CUDA_CHECK(launch_cross_entropy_backward(dlogits, logits, target, dloss, scale, params,
+                                                current_stream()));
+}
+
+cpu::LossTotal nll_loss_forward(const Strided& losses, const Strided& log_probs,
+                                const Strided& target, int64_t ignore_index) {
+  check_kernel_rank(log_probs, "nll_loss");
+  LOOM_CUDA_CHECK(launch_nll_loss_forward(losses, log_probs, target, ignore_index, scratch(),
+                                          current_stream()));
+  return read_totals(target, log_probs.sizes[1], ignore_index, "nll_loss");
+}
+
+void nll_loss_backward(const Strided& dlog_probs, const Strided& target, const Strided& dloss,
+                       double scale, int64_t ignore_index) {
+  check_kernel_rank(dlog_probs, "nll_loss");
+  LOOM_CUDA_CHECK(
+      launch_nll_loss_backward(dlog_probs, target, dloss, scale, ignore_index, current_stream()));
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,46 @@
+// File: core/cuda/norm.cc
+// Checked launches of the batch-norm inference kernels on the current stream.
+#include "core/cuda/norm.h"
+
+#include "core/cuda/norm_kernels.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+
+namespace loom::cuda {
+
+namespace {
+
+const Strided* pointer_or_null(const std::optional<Strided>& v) { return v ? &*v : nullptr; }
+
+}  // namespace
+
+void batch_norm_running_stats(const Strided& save_mean, const Strided& save_invstd,
+                              const Strided& running_mean, const Strided& running_var,
+                              double eps) {
+  LOOM_CUDA_CHECK(launch_batch_norm_running_stats(save_mean, save_invstd, running_mean,
+                                                  running_var, eps, current_stream()));
+}
+
+void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
+                        const Strided& invstd, const std::optional<Strided>& weight,
+                        const std::optional<Strided>& bias) {
+  check_kernel_rank(x, "batch_norm");
+  LOOM_CUDA_CHECK(launch_batch_norm_forward(y, x, mean, invstd, pointer_or_null(weight),
+                                            pointer_or_null(bias), current_stream()));
+}
+
+void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<Strided>& dweight,
+                         const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
+                         const Strided& mean, const Strided& invstd,
+                         const std::optional<Strided>& weight, bool training) {
+  LOOM_CHECK(!training, ValueError,
+             "[batch_norm] cuda::batch_norm_backward computes the eval backward only; the "
+             "training backward on the GPU is cudnn::batch_norm_backward");
+  check_kernel_rank(x, "batch_norm");
+  LOOM_CUDA_CHECK(launch_batch_norm_backward_eval(
+      pointer_or_null(dx), pointer_or_null(dweight), pointer_or_null(dbias), dy, x, mean, invstd,
+      pointer_or_null(weight), current_stream()));
+}
+
+}  // namespace loom::cuda

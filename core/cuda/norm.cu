@@ -1,0 +1,182 @@
+// File: core/cuda/norm.cu
+// Batch-norm inference kernels. N batch, C channels, M elements of one channel
+// (all dims but dim 1). The forward and the eval dx are one per-channel affine
+// map over all elements; the weight and bias gradients are a block per channel.
+#include <cmath>
+
+#include "core/cuda/geometry.cuh"
+#include "core/cuda/norm_kernels.h"
+
+namespace loom::cuda {
+
+namespace {
+
+// A per-channel vector (C) with any stride; `data` is null when it is absent.
+template <class T>
+struct ChannelVector {
+  T* data;
+  int64_t stride;
+
+  __device__ T& operator[](int64_t c) const { return data[c * stride]; }
+  __device__ T get_or(int64_t c, T absent) const { return data ? data[c * stride] : absent; }
+};
+
+template <class T>
+ChannelVector<T> channel_vector(const Strided* v) {
+  if (v == nullptr) return {nullptr, 0};
+  return {v->ptr<T>(), v->strides[0]};
+}
+
+// ---- running stats --------------------------------------------------------------
+
+template <class T>
+__global__ void running_stats_kernel(ChannelVector<T> save_mean, ChannelVector<T> save_invstd,
+                                     ChannelVector<const T> running_mean,
+                                     ChannelVector<const T> running_var, double eps,
+                                     int64_t channels) {
+  for (int64_t c = first_index(); c < channels; c += index_step()) {
+    save_mean[c] = running_mean[c];
+    save_invstd[c] = static_cast<T>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps));
+  }
+}
+
+// ---- per-channel affine map: forward and eval dx ----------------------------------
+
+// out = in * scale + shift per channel, with the CPU's folding:
+// scale = invstd * weight, shift = bias - mean * scale. Without a mean there is
+// no centering (the eval dx): shift = bias.
+template <class T>
+struct ChannelAffine {
+  T* out;
+  Geometry out_geometry;
+  const T* in;
+  Geometry in_geometry;
+  ChannelVector<const T> mean, invstd, weight, bias;  // all but invstd may be absent
+  int64_t n, inner, channels;  // inner: elements per (sample, channel)
+};
+
+template <class T>
+__global__ void channel_affine_kernel(ChannelAffine<T> a) {
+  for (int64_t i = first_index(); i < a.n; i += index_step()) {
+    const int64_t c = (i / a.inner) % a.channels;  // i is row-major over (N, C, inner)
+    const T scale = a.invstd[c] * a.weight.get_or(c, T(1));
+    const T bias = a.bias.get_or(c, T(0));
+    const T shift = a.mean.data ? bias - a.mean[c] * scale : bias;
+    a.out[offset_of(i, a.out_geometry)] = a.in[offset_of(i, a.in_geometry)] * scale + shift;
+  }
+}
+
+template <class T>
+void launch_channel_affine(const Strided& out, const Strided& in, const Strided* mean,
+                           const Strided& invstd, const Strided* weight, const Strided* bias,
+                           cudaStream_t stream) {
+  const int64_t n = in.numel();
+  if (n == 0) return;
+  const int64_t channels = in.sizes[1];
+  const ChannelAffine<T> a{out.ptr<T>(),
+                           geometry_of(out),
+                           in.ptr<const T>(),
+                           geometry_of(in),
+                           channel_vector<const T>(mean),
+                           channel_vector<const T>(&invstd),
+                           channel_vector<const T>(weight),
+                           channel_vector<const T>(bias),
+                           n,
+                           n / (in.sizes[0] * channels),
+                           channels};
+  channel_affine_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a);
+}
+
+// ---- weight and bias gradients: a block per channel ----------------------------------
+
+template <class T>
+struct GradSums {
+  T dy, dy_xhat;
+};
+
+// Channel c of a (N, C, ...) tensor is base + c * channel_stride over `rest`, the
+// geometry of the (N, ...) dims without dim 1.
+template <class T>
+struct ChannelViews {
+  const T* base;
+  int64_t channel_stride;
+  Geometry rest;
+};
+
+template <class T>
+ChannelViews<T> channel_views(const Strided& t) {
+  Shape sizes = t.sizes, strides = t.strides;
+  sizes.erase(sizes.begin() + 1);
+  strides.erase(strides.begin() + 1);
+  return {t.ptr<const T>(), t.strides[1], geometry_of(sizes, strides)};
+}
+
+template <class T>
+__global__ void grad_sums_kernel(ChannelVector<T> dweight, ChannelVector<T> dbias,
+                                 ChannelViews<T> dy, ChannelViews<T> x, ChannelVector<const T> mean,
+                                 ChannelVector<const T> invstd, int64_t channels, int64_t m) {
+  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {  // uniform per block
+    const T* dyc = dy.base + c * dy.channel_stride;
+    const T* xc = x.base + c * x.channel_stride;
+    const T mean_c = mean[c], invstd_c = invstd[c];
+    GradSums<T> sums{T(0), T(0)};
+    for (int64_t j = threadIdx.x; j < m; j += kThreads) {
+      const T g = dyc[offset_of(j, dy.rest)];
+      sums.dy += g;
+      sums.dy_xhat += g * (xc[offset_of(j, x.rest)] - mean_c) * invstd_c;
+    }
+    sums = block_reduce(sums, [](const GradSums<T>& a, const GradSums<T>& b) {
+      return GradSums<T>{a.dy + b.dy, a.dy_xhat + b.dy_xhat};
+    });
+    if (threadIdx.x == 0) {
+      if (dbias.data) dbias[c] = sums.dy;
+      if (dweight.data) dweight[c] = sums.dy_xhat;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_batch_norm_running_stats(const Strided& save_mean, const Strided& save_invstd,
+                                            const Strided& running_mean,
+                                            const Strided& running_var, double eps,
+                                            cudaStream_t stream) {
+  const int64_t channels = save_mean.sizes[0];
+  if (channels == 0) return cudaSuccess;
+  visit_float(save_mean.dtype, [&]<class T>() {
+    running_stats_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(
+        channel_vector<T>(&save_mean), channel_vector<T>(&save_invstd),
+        channel_vector<const T>(&running_mean), channel_vector<const T>(&running_var), eps,
+        channels);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
+                                      const Strided& invstd, const Strided* weight,
+                                      const Strided* bias, cudaStream_t stream) {
+  visit_float(x.dtype, [&]<class T>() {
+    launch_channel_affine<T>(y, x, &mean, invstd, weight, bias, stream);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_batch_norm_backward_eval(const Strided* dx, const Strided* dweight,
+                                            const Strided* dbias, const Strided& dy,
+                                            const Strided& x, const Strided& mean,
+                                            const Strided& invstd, const Strided* weight,
+                                            cudaStream_t stream) {
+  const int64_t channels = x.sizes[1];
+  visit_float(x.dtype, [&]<class T>() {
+    if (dx != nullptr) launch_channel_affine<T>(*dx, dy, nullptr, invstd, weight, nullptr, stream);
+    if ((dweight != nullptr || dbias != nullptr) && channels > 0) {
+      grad_sums_kernel<<<blocks_for_groups(channels), kThreads, 0, stream>>>(
+          channel_vector<T>(dweight), channel_vector<T>(dbias), channel_views<T>(dy),
+          channel_views<T>(x), channel_vector<const T>(&mean), channel_vector<const T>(&invstd),
+          channels, x.numel() / channels);
+    }
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace loom::cuda

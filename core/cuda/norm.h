@@ -1,0 +1,37 @@
+// File: core/cuda/norm.h
+// Batch normalization in inference on the GPU: the GPU twins of the eval parts
+// of core/cpu/norm.h, with the same signatures and formulas. (Training forward
+// and backward run through cuDNN graphs: core/cudnn/norm.h.)
+//
+// N batch, C channels, M = N * (elements per channel per sample).
+// x, y, dx, dy are (N, C, ...) with at least 2 dims and any strides (NCHW,
+// channels-last, views); per-channel vectors (C) may have any stride. All share
+// one float dtype; an absent weight or bias acts as 1 or 0. The per-channel sums
+// of the backward accumulate in the tensors' dtype (a block tree per channel).
+#pragma once
+
+#include <optional>
+
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+// save_mean = running_mean, save_invstd = 1 / sqrt(running_var + eps) (in double).
+void batch_norm_running_stats(const Strided& save_mean, const Strided& save_invstd,
+                              const Strided& running_mean, const Strided& running_var, double eps);
+
+// y = (x - mean) * invstd * weight + bias, per channel.
+void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
+                        const Strided& invstd, const std::optional<Strided>& weight,
+                        const std::optional<Strided>& bias);
+
+// The eval backward only (mean and invstd are constants), writing the gradients
+// that are given: dx = weight * invstd * dy, dweight = sum dy * xhat, dbias =
+// sum dy, with xhat = (x - mean) * invstd. `training` must be false: the training
+// backward is cudnn::batch_norm_backward; true throws ValueError.
+void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<Strided>& dweight,
+                         const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
+                         const Strided& mean, const Strided& invstd,
+                         const std::optional<Strided>& weight, bool training);
+
+}  // namespace loom::cuda

@@ -1,0 +1,30 @@
+// File: core/cuda/norm_kernels.h
+// Launchers for the batch-norm kernels in norm.cu: the inference parts of
+// core/cpu/norm.h (float32 and float64, any strides, at most kMaxDims dims). An
+// optional operand is a null pointer when absent. They return the launch
+// status; core/cuda/norm.cc checks it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+cudaError_t launch_batch_norm_running_stats(const Strided& save_mean, const Strided& save_invstd,
+                                            const Strided& running_mean,
+                                            const Strided& running_var, double eps,
+                                            cudaStream_t stream);
+// weight and bias may be null (1 and 0).
+cudaError_t launch_batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
+                                      const Strided& invstd, const Strided* weight,
+                                      const Strided* bias, cudaStream_t stream);
+// The eval backward; writes each of dx, dweight, dbias that is not null. weight
+// may be null (1).
+cudaError_t launch_batch_norm_backward_eval(const Strided* dx, const Strided* dweight,
+                                            const Strided* dbias, const Strided& dy,
+                                            const Strided& x, const Strided& mean,
+                                            const Strided& invstd, const Strided* weight,
+                                            cudaStream_t stream);
+
+}  // namespace loom::cuda

@@ -1,0 +1,35 @@
+// File: core/cuda/pool.cc
+// Checked launches of the pooling kernels (pool.cu) on the current stream.
+#include "core/cuda/pool.h"
+
+#include "core/cuda/pool_kernels.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+
+namespace loom::cuda {
+
+void max_pool2d_forward(const Strided& y, const Strided& indices, const Strided& x,
+                        const cpu::Pool2dParams& params) {
+  LOOM_CUDA_CHECK(launch_max_pool2d_forward(y, indices, x, params, current_stream()));
+}
+
+void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& indices,
+                         const cpu::Pool2dParams& params) {
+  LOOM_CUDA_CHECK(launch_max_pool2d_backward(dx, dy, indices, params, current_stream()));
+}
+
+void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& indices) {
+  LOOM_CUDA_CHECK(launch_max_pool2d_backward_scatter(dx, dy, indices, current_stream()));
+}
+
+void avg_pool2d_forward(const Strided& y, const Strided& x, const cpu::Pool2dParams& params,
+                        bool count_include_pad) {
+  LOOM_CUDA_CHECK(launch_avg_pool2d_forward(y, x, params, count_include_pad, current_stream()));
+}
+
+void avg_pool2d_backward(const Strided& dx, const Strided& dy, const cpu::Pool2dParams& params,
+                         bool count_include_pad) {
+  LOOM_CUDA_CHECK(launch_avg_pool2d_backward(dx, dy, params, count_include_pad, current_stream()));
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,94 @@
+// File: core/cuda/random.cu
+// Random fills from Philox blocks (philox_block in core/generator.h, the one
+// implementation the CPU uses too). Each thread draws whole blocks, so a block
+// is computed once however many elements it feeds.
+#include <cmath>
+#include <numbers>
+
+#include "core/cuda/geometry.cuh"
+#include "core/cuda/random_kernels.h"
+#include "core/generator.h"
+
+namespace loom::cuda {
+
+namespace {
+
+// One thread per Philox block; block b feeds elements 4b .. 4b + 3.
+template <class T>
+__global__ void dropout_mask_kernel(T* mask, Geometry g, int64_t n, double p, T scale,
+                                    uint64_t seed, uint64_t first_block) {
+  const int64_t blocks = (n + 3) / 4;
+  for (int64_t b = first_index(); b < blocks; b += index_step()) {
+    const PhiloxBlock bits = philox_block(seed, first_block + b);
+    for (int lane = 0; lane < 4 && 4 * b + lane < n; ++lane) {
+      const bool dropped = uniform_float(bits.lane[lane]) < p;
+      mask[offset_of(4 * b + lane, g)] = dropped ? T(0) : scale;
+    }
+  }
+}
+
+// rand: 24 bits for float32, 53 for float64, as core/factory.cc.
+template <class T>
+__device__ T uniform_draw(const PhiloxBlock& bits) {
+  if constexpr (std::is_same_v<T, float>) {
+    return uniform_float(bits.lane[0]);
+  } else {
+    return uniform_double(bits.lane[0], bits.lane[1]);
+  }
+}
+
+// randn: the Box-Muller transform of core/factory.cc, operation for operation.
+template <class T>
+__device__ T normal_draw(const PhiloxBlock& bits) {
+  const double u1 = 1.0 - uniform_double(bits.lane[0], bits.lane[1]);  // (0, 1]: log stays finite
+  const double u2 = uniform_double(bits.lane[2], bits.lane[3]);
+  return static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+}
+
+// One thread per element; element i draws from block first_block + i.
+template <class T, bool kNormal>
+__global__ void fill_random_kernel(T* out, Geometry g, int64_t n, uint64_t seed,
+                                   uint64_t first_block) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    const PhiloxBlock bits = philox_block(seed, first_block + i);
+    out[offset_of(i, g)] = kNormal ? normal_draw<T>(bits) : uniform_draw<T>(bits);
+  }
+}
+
+template <bool kNormal>
+cudaError_t launch_fill_random(const Strided& out, uint64_t seed, uint64_t first_block,
+                               cudaStream_t stream) {
+  const int64_t n = out.numel();
+  if (n == 0) return cudaSuccess;
+  visit_float(out.dtype, [&]<class T>() {
+    fill_random_kernel<T, kNormal><<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<T>(), geometry_of(out), n, seed, first_block);
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_dropout_mask(const Strided& mask, double p, uint64_t seed, uint64_t first_block,
+                                cudaStream_t stream) {
+  const int64_t n = mask.numel();
+  if (n == 0) return cudaSuccess;
+  const double scale = 1.0 / (1.0 - p);  // infinite for p == 1, but then nothing is kept
+  visit_float(mask.dtype, [&]<class T>() {
+    dropout_mask_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(
+        mask.ptr<T>(), geometry_of(mask), n, p, static_cast<T>(scale), seed, first_block);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_uniform(const Strided& out, uint64_t seed, uint64_t first_block,
+                                cudaStream_t stream) {
+  return launch_fill_random<false>(out, seed, first_block, stream);
+}
+
+cudaError_t launch_fill_normal(const Strided& out, uint64_t seed, uint64_t first_block,
+                               cudaStream_t stream) {
+  return launch_fill_random<true>(out, seed, first_block, stream);
+}
+
+}  // namespace loom::cuda

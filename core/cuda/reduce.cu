@@ -1,0 +1,209 @@
+// File: core/cuda/reduce.cu
+// Reductions. The input's dims split into kept ones (one output element per
+// index) and reduced ones (the `extent` elements an output combines). A small
+// extent gets one thread per output; a larger one a block per output, each
+// thread folding every kThreads-th element before the block combines them.
+// What is folded and stored is a policy: plain Sum/Mean/Max/Min, or the
+// (value, index) pairs of max_along.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/cuda/geometry.cuh"
+#include "core/cuda/reduce_kernels.h"
+
+namespace loom::cuda {
+
+namespace {
+
+using cpu::ReduceOp;
+
+// Up to this many elements per output one thread folds them alone: a block
+// would leave most of its threads idle.
+constexpr int64_t kSerialExtent = 64;
+
+// Output i combines the input elements at offset_of(i, kept) + offset_of(r, reduced)
+// for r < extent.
+struct InputSplit {
+  Geometry kept, reduced;
+  int64_t outputs, extent;
+};
+
+InputSplit split_input(const Strided& in, const std::vector<bool>& is_reduced) {
+  Shape kept_sizes, kept_strides, reduced_sizes, reduced_strides;
+  for (size_t d = 0; d < in.sizes.size(); ++d) {
+    (is_reduced[d] ? reduced_sizes : kept_sizes).push_back(in.sizes[d]);
+    (is_reduced[d] ? reduced_strides : kept_strides).push_back(in.strides[d]);
+  }
+  return {geometry_of(kept_sizes, kept_strides), geometry_of(reduced_sizes, reduced_strides),
+          numel_of(kept_sizes), numel_of(reduced_sizes)};
+}
+
+// ---- policies: init, add one element, merge two partials, store a result -------
+
+template <class T>
+struct ReducePolicy {
+  using Acc = T;
+  T* out;
+  Geometry out_geometry;
+  ReduceOp op;
+  T identity;  // 0, or -inf / +inf for Max / Min
+  int64_t extent;
+
+  __device__ T init() const { return identity; }
+  __device__ T add(T acc, T value, int64_t) const { return merge(acc, value); }
+  // NaN wins both ways: a NaN partial stays, a NaN element replaces.
+  __device__ T merge(T acc, T value) const {
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Mean: return acc + value;
+      case ReduceOp::Max: return std::isnan(value) || value > acc ? value : acc;
+      case ReduceOp::Min: return std::isnan(value) || value < acc ? value : acc;
+    }
+    return acc;
+  }
+  // A Mean over no elements is 0 / 0 = NaN, as on the CPU.
+  __device__ void store(int64_t i, T acc) const {
+    out[offset_of(i, out_geometry)] =
+        op == ReduceOp::Mean ? static_cast<T>(static_cast<double>(acc) / extent) : acc;
+  }
+};
+
+template <class T>
+struct ArgMax {
+  T value;
+  int64_t index;
+};
+
+// The first occurrence of the max, NaN counting as max. Merging in any order
+// gives the CPU's sequential answer because ties go to the lower index.
+template <class T>
+__device__ ArgMax<T> better(const ArgMax<T>& a, const ArgMax<T>& b) {
+  const bool a_nan = std::isnan(a.value), b_nan = std::isnan(b.value);
+  if (a_nan != b_nan) return a_nan ? a : b;
+  if (!a_nan && a.value != b.value) return a.value > b.value ? a : b;
+  return a.index <= b.index ? a : b;
+}
+
+template <class T>
+struct MaxAlongPolicy {
+  using Acc = ArgMax<T>;
+  T* values;
+  Geometry values_geometry;
+  int64_t* indices;
+  Geometry indices_geometry;
+  ArgMax<T> identity;  // (-inf, largest index): loses to every element
+
+  __device__ Acc init() const { return identity; }
+  __device__ Acc add(const Acc& acc, T value, int64_t r) const { return better(acc, {value, r}); }
+  __device__ Acc merge(const Acc& a, const Acc& b) const { return better(a, b); }
+  __device__ void store(int64_t i, const Acc& acc) const {
+    values[offset_of(i, values_geometry)] = acc.value;
+    indices[offset_of(i, indices_geometry)] = acc.index;
+  }
+};
+
+// ---- kernels -----------------------------------------------------------------------
+
+// One thread per output element.
+template <class T, class Policy>
+__global__ void reduce_serial_kernel(const T* in, InputSplit split, Policy policy) {
+  for (int64_t i = first_index(); i < split.outputs; i += index_step()) {
+    const T* x = in + offset_of(i, split.kept);
+    typename Policy::Acc acc = policy.init();
+    for (int64_t r = 0; r < split.extent; ++r) {
+      acc = policy.add(acc, x[offset_of(r, split.reduced)], r);
+    }
+    policy.store(i, acc);
+  }
+}
+
+// One block per output element. The loop over outputs depends on blockIdx only,
+// so every thread of a block reaches block_reduce's barriers together.
+template <class T, class Policy>
+__global__ void reduce_block_kernel(const T* in, InputSplit split, Policy policy) {
+  using Acc = typename Policy::Acc;
+  for (int64_t i = blockIdx.x; i < split.outputs; i += gridDim.x) {
+    const T* x = in + offset_of(i, split.kept);
+    Acc acc = policy.init();
+    for (int64_t r = threadIdx.x; r < split.extent; r += kThreads) {
+      acc = policy.add(acc, x[offset_of(r, split.reduced)], r);
+    }
+    acc = block_reduce(acc, [&](const Acc& a, const Acc& b) { return policy.merge(a, b); });
+    if (threadIdx.x == 0) policy.store(i, acc);
+  }
+}
+
+template <class T, class Policy>
+cudaError_t launch_split(const T* in, const InputSplit& split, const Policy& policy,
+                         cudaStream_t stream) {
+  if (split.outputs == 0) return cudaSuccess;
+  if (split.extent <= kSerialExtent) {
+    reduce_serial_kernel<<<blocks_for(split.outputs), kThreads, 0, stream>>>(in, split, policy);
+  } else {
+    reduce_block_kernel<<<blocks_for_groups(split.outputs), kThreads, 0, stream>>>(in, split,
+                                                                                 policy);
+  }
+  return cudaGetLastError();
+}
+
+template <class T>
+T identity_of(ReduceOp op) {
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  return op == ReduceOp::Max ? -kInf : op == ReduceOp::Min ? kInf : T(0);
+}
+
+// Each dy element adds into one dx element.
+template <class T>
+__global__ void scatter_add_kernel(T* dx, Geometry dx_geometry, int64_t dx_step, const T* dy,
+                                   Geometry dy_geometry, const int64_t* indices,
+                                   Geometry indices_geometry, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    const int64_t index = indices[offset_of(i, indices_geometry)];
+    dx[offset_of(i, dx_geometry) + index * dx_step] += dy[offset_of(i, dy_geometry)];
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_reduce(const Strided& out, const Strided& in, ReduceOp op,
+                          cudaStream_t stream) {
+  std::vector<bool> is_reduced(in.sizes.size());
+  for (size_t d = 0; d < is_reduced.size(); ++d) is_reduced[d] = out.sizes[d] != in.sizes[d];
+  const InputSplit split = split_input(in, is_reduced);
+  return visit_float(in.dtype, [&]<class T>() {
+    const ReducePolicy<T> policy{out.ptr<T>(), geometry_of(out), op, identity_of<T>(op),
+                                 split.extent};
+    return launch_split(in.ptr<const T>(), split, policy, stream);
+  });
+}
+
+cudaError_t launch_max_along(const Strided& values, const Strided& indices, const Strided& in,
+                             int64_t dim, cudaStream_t stream) {
+  std::vector<bool> is_reduced(in.sizes.size(), false);
+  is_reduced[dim] = true;
+  const InputSplit split = split_input(in, is_reduced);
+  return visit_float(in.dtype, [&]<class T>() {
+    const MaxAlongPolicy<T> policy{
+        values.ptr<T>(), geometry_of(values), indices.ptr<int64_t>(), geometry_of(indices),
+        {-std::numeric_limits<T>::infinity(), std::numeric_limits<int64_t>::max()}};
+    return launch_split(in.ptr<const T>(), split, policy, stream);
+  });
+}
+
+// Distinct dy elements differ in some dim other than `dim` (dy has size 1 there),
+// so they add into distinct dx elements: the += needs no atomics.
+cudaError_t launch_scatter_add_along(const Strided& dx, const Strided& dy, const Strided& indices,
+                                     int64_t dim, cudaStream_t stream) {
+  const int64_t n = dy.numel();
+  if (n == 0) return cudaSuccess;
+  visit_float(dx.dtype, [&]<class T>() {
+    scatter_add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        dx.ptr<T>(), geometry_of(dy.sizes, dx.strides), dx.strides[dim], dy.ptr<const T>(),
+        geometry_of(dy), indices.ptr<const int64_t>(), geometry_of(indices), n);
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,24 @@
+// File: core/cuda/reduce_kernels.h
+// Launchers for the kernels in reduce.cu (float32 and float64, any strides, at
+// most kMaxDims dims; indices are int64). Semantics as core/cpu/reduce.h. They
+// return the launch status; core/cuda/reduce.cc checks it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/cpu/reduce.h"
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+cudaError_t launch_reduce(const Strided& out, const Strided& in, cpu::ReduceOp op,
+                          cudaStream_t stream);
+// Needs in.sizes[dim] >= 1 (an empty dim has no max).
+cudaError_t launch_max_along(const Strided& values, const Strided& indices, const Strided& in,
+                             int64_t dim, cudaStream_t stream);
+cudaError_t launch_scatter_add_along(const Strided& dx, const Strided& dy, const Strided& indices,
+                                     int64_t dim, cudaStream_t stream);
+
+}  // namespace loom::cuda

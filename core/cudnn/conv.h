@@ -1,0 +1,22 @@
+// File: core/cudnn/conv.h
+// 2-D convolution on the GPU through cached cuDNN graphs: one graph per
+// direction (fprop, dgrad, wgrad), as the backward pass calls them explicitly.
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+// Every tensor is a device tensor, dense NCHW or NHWC (dims always logical);
+// groups are implied by C / (filter C).
+#pragma once
+
+#include "core/cpu/conv.h"  // ConvParams, shared with the CPU reference
+#include "core/strided.h"
+
+namespace loom::cudnn {
+
+// y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C/G, R, S)).
+void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const cpu::ConvParams& p);
+// dx (N, C, H, W) from dy (N, K, P, Q) and w.
+void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p);
+// dw (K, C/G, R, S) from dy (N, K, P, Q) and x (N, C, H, W).
+void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const cpu::ConvParams& p);
+
+}  // namespace loom::cudnn

@@ -1,0 +1,33 @@
+// File: core/cudnn/norm.h
+// Batch-norm training forward (with the running-statistics update) and backward
+// on the GPU through cuDNN NORM_FORWARD / NORM_BACKWARD graphs. (Inference has
+// no standalone engine in cuDNN 9.19; it is a CUDA kernel in core/cuda/norm.h.)
+//
+// N batch, C channels, H, W. x, y, dy, dx are dense NCHW or NHWC (NHWC is
+// cuDNN's native layout: less workspace, faster plan build); per-channel
+// tensors are (C) float32.
+#pragma once
+
+#include "core/strided.h"
+
+namespace loom::cudnn {
+
+struct BatchNormTrainingArgs {
+  Strided y, save_mean, save_invstd;  // outputs: y (N,C,H,W); batch mean, 1/sqrt(var+eps) (C)
+  Strided x, weight, bias;            // weight/bias (C): pass ones/zeros when not affine
+  Strided running_mean, running_var;  // (C), updated in place with momentum
+  double eps = 1e-5;
+  double momentum = 0.1;
+};
+
+// True when a cuDNN engine exists for this configuration (cached either way).
+bool batch_norm_training_supported(const BatchNormTrainingArgs& args);
+void batch_norm_forward_training(const BatchNormTrainingArgs& args);
+
+struct BatchNormBackwardArgs {
+  Strided dx, dweight, dbias;  // outputs
+  Strided dy, x, weight, save_mean, save_invstd;
+};
+void batch_norm_backward(const BatchNormBackwardArgs& args);
+
+}  // namespace loom::cudnn

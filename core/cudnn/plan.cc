@@ -1,0 +1,317 @@
+#include "core/cudnn/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+
+namespace loom::cudnn {
+
+namespace {
+
+// Device memory for test runs; freed when plan selection ends.
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes_ == 0) return;
+    ptr_ = cuda::malloc_device(bytes_, 0);
+    LOOM_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes_, cuda::current_stream()));
+  }
+  ~ScratchBuffer() {
+    if (ptr_) cuda::free_device(ptr_, 0);
+  }
+  ScratchBuffer(ScratchBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+size_t cudnn_element_size(cudnnDataType_t dtype) {
+  switch (dtype) {
+    case CUDNN_DATA_DOUBLE:
+    case CUDNN_DATA_INT64: return 8;
+    case CUDNN_DATA_HALF:
+    case CUDNN_DATA_BFLOAT16: return 2;
+    case CUDNN_DATA_INT8:
+    case CUDNN_DATA_UINT8:
+    case CUDNN_DATA_BOOLEAN: return 1;
+    default: return 4;
+  }
+}
+
+// Bytes spanned by a strided tensor (0 when it has no elements).
+size_t span_bytes(const TensorSpec& t) {
+  int64_t last = 0;
+  for (size_t d = 0; d < t.dims.size(); ++d) {
+    if (t.dims[d] == 0) return 0;
+    last += (t.dims[d] - 1) * t.strides[d];
+  }
+  return static_cast<size_t>(last + 1) * cudnn_element_size(t.dtype);
+}
+
+// Buffers standing in for the real tensors while a candidate plan is tried.
+struct TestBindings {
+  std::vector<ScratchBuffer> buffers;
+  std::vector<double> doubles;  // by-value scalars
+  std::vector<float> floats;
+  VariantPointers pointers;
+
+  explicit TestBindings(const Graph& graph) {
+    doubles.reserve(graph.tensors().size());
+    floats.reserve(graph.tensors().size());
+    for (const TensorSpec& t : graph.tensors()) {
+      if (t.is_virtual) continue;
+      if (t.by_value) {
+        if (t.dtype == CUDNN_DATA_DOUBLE) {
+          doubles.push_back(t.scalar_for_testing);
+          pointers.push_back({t.uid, &doubles.back()});
+        } else {
+          floats.push_back(static_cast<float>(t.scalar_for_testing));
+          pointers.push_back({t.uid, &floats.back()});
+        }
+        continue;
+      }
+      buffers.emplace_back(span_bytes(t));
+      pointers.push_back({t.uid, buffers.back().get()});
+    }
+  }
+};
+
+// Ranked engine configs for one heuristics mode; `problems` collects why a mode gave none.
+std::vector<Descriptor> engine_configs(const Descriptor& op_graph, cudnnBackendHeurMode_t mode,
+                                       std::vector<std::string>& problems) {
+  const char* mode_name = mode == CUDNN_HEUR_MODE_A ? "A" : "FALLBACK";
+  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heur.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph)
+      .set_enum(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
+  if (cudnnStatus_t status = heur.try_finalize(); status != CUDNN_STATUS_SUCCESS) {
+    problems.push_back(fmt::format("heuristics {}: {} {}", mode_name, cudnnGetErrorString(status),
+                                   last_error_string()));
+    return {};
+  }
+  int64_t count = 0;
+  if (cudnnStatus_t status = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
+      status != CUDNN_STATUS_SUCCESS) {
+    problems.push_back(fmt::format("heuristics {} results: {} {}", mode_name,
+                                   cudnnGetErrorString(status), last_error_string()));
+    return {};
+  }
+  std::vector<Descriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raws;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raws.push_back(configs.back().get());
+  }
+  int64_t returned = 0;
+  LOOM_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
+                                            raws.data()));
+  configs.erase(configs.begin() + std::min(returned, count), configs.end());
+  return configs;
+}
+
+const char* numerical_note_name(cudnnBackendNumericalNote_t note) {
+  switch (note) {
+    case CUDNN_NUMERICAL_NOTE_TENSOR_CORE: return "TENSOR_CORE";
+    case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS: return "DOWN_CONVERT_INPUTS";
+    case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION: return "REDUCED_PRECISION_REDUCTION";
+    case CUDNN_NUMERICAL_NOTE_FFT: return "FFT";
+    case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC: return "NONDETERMINISTIC";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD: return "WINOGRAD";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4: return "WINOGRAD_TILE_4x4";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6: return "WINOGRAD_TILE_6x6";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13: return "WINOGRAD_TILE_13x13";
+    case CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP: return "STRICT_NAN_PROP";
+    default: return "UNKNOWN";
+  }
+}
+
+const char* behavior_note_name(cudnnBackendBehaviorNote_t note) {
+  switch (note) {
+    case CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION: return "RUNTIME_COMPILATION";
+    case CUDNN_BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API: return "CUDA_GRAPH_NATIVE_API";
+    case CUDNN_BEHAVIOR_NOTE_CUBLASLT_DEPENDENCY: return "CUBLASLT_DEPENDENCY";
+    default: return "OTHER";
+  }
+}
+
+PlanNotes read_notes(const Descriptor& config) {
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  int64_t n = 0;
+  LOOM_CUDNN_CHECK(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw));
+  PlanNotes notes;
+  notes.engine_id = engine.get_int64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
+  cudnnBackendNumericalNote_t numerical[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                               CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
+                               numerical) == CUDNN_STATUS_SUCCESS) {
+    for (int64_t i = 0; i < n; ++i) notes.numerical.push_back(numerical_note_name(numerical[i]));
+  }
+  cudnnBackendBehaviorNote_t behavior[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+                               CUDNN_TYPE_BEHAVIOR_NOTE, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n,
+                               behavior) == CUDNN_STATUS_SUCCESS) {
+    for (int64_t i = 0; i < n; ++i) notes.behavior.push_back(behavior_note_name(behavior[i]));
+  }
+  return notes;
+}
+
+bool has_note(const PlanNotes& notes, std::string_view note) {
+  return std::find(notes.numerical.begin(), notes.numerical.end(), note) != notes.numerical.end();
+}
+
+bool allowed(const PlanNotes& notes, const SelectOptions& options) {
+  if (options.policy.deterministic && has_note(notes, "NONDETERMINISTIC")) return false;
+  if (!options.precision_filter_applies) return true;
+  // PyTorch drops DOWN_CONVERT_INPUTS always and TENSOR_CORE when TF32 is off.
+  if (has_note(notes, "DOWN_CONVERT_INPUTS")) return false;
+  return options.policy.precision != Precision::StrictFp32 || !has_note(notes, "TENSOR_CORE");
+}
+
+// Finalizes a plan for `config`; null when cuDNN says the config does not support the graph.
+std::unique_ptr<Plan> finalize_plan(const std::shared_ptr<const Graph>& graph, const Descriptor& config,
+                                    PlanNotes notes, cudnnHandle_t handle) {
+  Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+  set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
+  if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+  return std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
+}
+
+// Runs a candidate once on scratch buffers; false if it fails at execute.
+bool test_execute(const Plan& plan, cudnnHandle_t handle, const TestBindings& bindings) {
+  ScratchBuffer workspace(static_cast<size_t>(plan.workspace_bytes()));
+  if (plan.try_execute(handle, bindings.pointers, workspace.get()) != CUDNN_STATUS_SUCCESS) {
+    return false;
+  }
+  return cudaStreamSynchronize(cuda::current_stream()) == cudaSuccess;
+}
+
+double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& bindings) {
+  ScratchBuffer workspace(static_cast<size_t>(plan.workspace_bytes()));
+  cudaEvent_t start, stop;
+  LOOM_CUDA_CHECK(cudaEventCreate(&start));
+  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
+  constexpr int kRuns = 5;
+  plan.execute(handle, bindings.pointers, workspace.get());  // warm-up
+  LOOM_CUDA_CHECK(cudaEventRecord(start, cuda::current_stream()));
+  for (int i = 0; i < kRuns; ++i) plan.execute(handle, bindings.pointers, workspace.get());
+  LOOM_CUDA_CHECK(cudaEventRecord(stop, cuda::current_stream()));
+  LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / kRuns;
+}
+
+std::vector<Descriptor> all_configs(const Graph& graph, std::vector<std::string>& problems) {
+  std::vector<Descriptor> configs = engine_configs(graph.operation_graph(), CUDNN_HEUR_MODE_A, problems);
+  for (Descriptor& d : engine_configs(graph.operation_graph(), CUDNN_HEUR_MODE_FALLBACK, problems)) {
+    configs.push_back(std::move(d));
+  }
+  return configs;
+}
+
+}  // namespace
+
+Plan::Plan(std::shared_ptr<const Graph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes)
+    : graph_(std::move(graph)), plan_(std::move(plan)), notes_(std::move(notes)),
+      workspace_bytes_(workspace_bytes) {}
+
+cudnnStatus_t Plan::try_execute(cudnnHandle_t handle, const VariantPointers& pointers,
+                                void* workspace) const {
+  std::vector<int64_t> uids;
+  std::vector<void*> data;
+  for (const auto& [uid, ptr] : pointers) {
+    uids.push_back(uid);
+    data.push_back(const_cast<void*>(ptr));
+  }
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set_int64s(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+           static_cast<int64_t>(data.size()), data.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  pack.finalize();
+  return cudnnBackendExecute(handle, plan_.get(), pack.get());
+}
+
+void Plan::execute(cudnnHandle_t handle, const VariantPointers& pointers, void* workspace) const {
+  cudnnStatus_t status = try_execute(handle, pointers, workspace);
+  if (status != CUDNN_STATUS_SUCCESS) {
+    check_status(status, fmt::format("executing the plan for {} (engine {})", graph_->name(),
+                                     notes_.engine_id).c_str(), __FILE__, __LINE__);
+  }
+}
+
+Selection select_plan(Graph graph_in, cudnnHandle_t handle, const SelectOptions& options) {
+  graph_in.finalize(handle);
+  auto graph = std::make_shared<const Graph>(std::move(graph_in));
+  TestBindings bindings(*graph);
+  Selection selection;
+  std::vector<std::pair<double, std::unique_ptr<Plan>>> working;
+  int finalize_failures = 0, execute_failures = 0;
+  std::vector<std::string> problems;
+  for (const Descriptor& config : all_configs(*graph, problems)) {
+    ++selection.candidates_seen;
+    PlanNotes notes = read_notes(config);
+    if (!allowed(notes, options)) continue;
+    ++selection.candidates_tried;
+    std::unique_ptr<Plan> plan = finalize_plan(graph, config, std::move(notes), handle);
+    if (!plan) {
+      if (++finalize_failures == 1) problems.push_back("first finalize: " + last_error_string());
+      continue;
+    }
+    if (!test_execute(*plan, handle, bindings)) {
+      if (++execute_failures == 1) problems.push_back("first test run: " + last_error_string());
+      continue;
+    }
+    if (!options.policy.autotune) {
+      selection.plan = std::move(plan);
+      return selection;
+    }
+    double ms = time_plan_ms(*plan, handle, bindings);
+    working.emplace_back(ms, std::move(plan));
+    if (static_cast<int>(working.size()) >= options.autotune_candidates) break;
+  }
+  if (!working.empty()) {
+    auto fastest = std::min_element(working.begin(), working.end(),
+                                    [](const auto& a, const auto& b) { return a.first < b.first; });
+    selection.plan = std::move(fastest->second);
+    return selection;
+  }
+  selection.why_none = fmt::format(
+      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}), "
+      "{} failed to finalize, {} failed a test run{}{}",
+      selection.candidates_seen, selection.candidates_tried,
+      precision_name(options.policy.precision),
+      options.policy.deterministic ? ", deterministic" : "", finalize_failures, execute_failures,
+      problems.empty() ? "" : "; ", fmt::join(problems, "; "));
+  return selection;
+}
+
+std::vector<std::unique_ptr<Plan>> all_working_plans(Graph graph_in, cudnnHandle_t handle) {
+  graph_in.finalize(handle);
+  auto graph = std::make_shared<const Graph>(std::move(graph_in));
+  TestBindings bindings(*graph);
+  std::vector<std::unique_ptr<Plan>> plans;
+  std::vector<std::string> problems;
+  for (const Descriptor& config : all_configs(*graph, problems)) {
+    std::unique_ptr<Plan> plan = finalize_plan(graph, config, read_notes(config), handle);
+    if (plan && test_execute(*plan, handle, bindings)) plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
+}  // namespace loom::cudnn

@@ -1,0 +1,73 @@
+// File: core/cudnn/plan.h
+// Choosing and running an execution plan for a Graph:
+//   heuristics mode A, then FALLBACK -> drop configs the numerics policy forbids
+//   -> finalize -> test-execute once on scratch buffers -> first that works wins
+//   (or, with autotune, the fastest of the first few that work).
+// Finalize success does not imply execute success in cuDNN 9.19, hence the test run.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cudnn/graph.h"
+#include "core/numerics.h"
+
+namespace loom::cudnn {
+
+// (uid, pointer) for every non-virtual tensor of the graph; by-value tensors
+// point to host scalars.
+using VariantPointers = std::vector<std::pair<int64_t, const void*>>;
+
+struct PlanNotes {
+  int64_t engine_id = -1;
+  std::vector<std::string> numerical;  // "TENSOR_CORE", "NONDETERMINISTIC", ...
+  std::vector<std::string> behavior;   // "RUNTIME_COMPILATION", ...
+};
+
+class Plan {
+ public:
+  Plan(std::shared_ptr<const Graph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes);
+
+  // Runs on `stream` through `handle`; `workspace` must hold workspace_bytes().
+  void execute(cudnnHandle_t handle, const VariantPointers& pointers, void* workspace) const;
+  cudnnStatus_t try_execute(cudnnHandle_t handle, const VariantPointers& pointers,
+                            void* workspace) const;
+
+  const Graph& graph() const { return *graph_; }
+  const PlanNotes& notes() const { return notes_; }
+  int64_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  std::shared_ptr<const Graph> graph_;  // the plan refers to its descriptors
+  Descriptor plan_;
+  PlanNotes notes_;
+  int64_t workspace_bytes_;
+};
+
+struct SelectOptions {
+  NumericsPolicy policy;
+  // Strict fp32 forbids TENSOR_CORE engines only for conv and matmul graphs:
+  // runtime-fused pointwise/reduction engines report TENSOR_CORE too.
+  bool precision_filter_applies = false;
+  int autotune_candidates = 8;
+};
+
+struct Selection {
+  std::unique_ptr<Plan> plan;  // null when no engine config works
+  int candidates_seen = 0;     // configs the heuristics returned
+  int candidates_tried = 0;    // configs that passed the policy filter
+  std::string why_none;        // when plan is null: what failed, for the error/explain text
+};
+
+// Finalizes `graph` and selects a plan for it on the current stream.
+Selection select_plan(Graph graph, cudnnHandle_t handle, const SelectOptions& options);
+
+// Every engine config the heuristics (A then FALLBACK) return for `graph` that
+// finalizes and executes, ignoring the policy: for tests that check each engine.
+std::vector<std::unique_ptr<Plan>> all_working_plans(Graph graph, cudnnHandle_t handle);
+
+}  // namespace loom::cudnn

@@ -1,0 +1,89 @@
+#include "core/cudnn/pointwise.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "core/cudnn/context.h"
+#include "core/cudnn/plan_cache.h"
+#include "core/cudnn/tensor_spec.h"
+
+namespace loom::cudnn {
+
+namespace {
+
+enum Uid : int64_t { kX = 1, kY, kDy, kDx };
+
+constexpr int64_t kRow = 64;  // the packed NHWC view's channel count
+
+bool is_dense(const Strided& t) {
+  // Dense in some dim order: the strides are a permutation of a packed layout.
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    if (t.sizes[d] != 1) dims.push_back({t.strides[d], t.sizes[d]});
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (auto [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+// The flat (n / 64, 64, 1, 1) NHWC view of a dense tensor, if n allows it.
+std::optional<TensorSpec> flat_spec(const Strided& t, int64_t uid) {
+  int64_t n = t.numel();
+  if (n == 0 || n % kRow != 0 || !is_dense(t)) return std::nullopt;
+  return TensorSpec{.uid = uid,
+                    .dims = {n / kRow, kRow, 1, 1},
+                    .strides = {kRow, 1, kRow, kRow},
+                    .dtype = cudnn_dtype(t.dtype),
+                    .alignment = pointer_alignment(t.data)};
+}
+
+// Data pointers of a dense tensor start at its lowest address, which is
+// Strided::data when every stride is positive (always, for Loom's dense tensors).
+bool same_layout(const Strided& a, const Strided& b) { return a.sizes == b.sizes && a.strides == b.strides; }
+
+}  // namespace
+
+bool relu_forward(const Strided& y, const Strided& x) {
+  auto xs = flat_spec(x, kX), ys = flat_spec(y, kY);
+  if (!xs || !ys || !same_layout(x, y)) return false;
+  PlanKey key(GraphKind::Pointwise, numerics_policy());
+  key.add(CUDNN_POINTWISE_RELU_FWD).add_tensor(*xs).add_tensor(*ys);
+  auto plan = PlanCache::global().get(key, [&] {
+    Graph g(fmt::format("relu_fwd {} as ({}, {}) nhwc", describe(x), xs->dims[0], kRow));
+    g.add_tensor(*xs);
+    g.add_tensor(*ys);
+    g.pointwise(CUDNN_POINTWISE_RELU_FWD, kX, std::nullopt, kY);
+    return g;
+  }, /*precision_filter_applies=*/false);
+  if (!plan) return false;
+  plan->execute(handle(), {{kX, x.data}, {kY, y.data}},
+                workspace(static_cast<size_t>(plan->workspace_bytes())));
+  return true;
+}
+
+bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y) {
+  auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), ys = flat_spec(y, kX);
+  if (!dxs || !dys || !ys || !same_layout(dx, dy) || !same_layout(dx, y)) return false;
+  PlanKey key(GraphKind::PointwiseBackward, numerics_policy());
+  key.add(CUDNN_POINTWISE_RELU_BWD).add_tensor(*dxs).add_tensor(*dys).add_tensor(*ys);
+  auto plan = PlanCache::global().get(key, [&] {
+    Graph g(fmt::format("relu_bwd {} as ({}, {}) nhwc", describe(dy), dys->dims[0], kRow));
+    g.add_tensor(*dxs);
+    g.add_tensor(*dys);
+    g.add_tensor(*ys);
+    g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDy, kX, kDx);
+    return g;
+  }, /*precision_filter_applies=*/false);
+  if (!plan) return false;
+  plan->execute(handle(), {{kDx, dx.data}, {kDy, dy.data}, {kX, y.data}},
+                workspace(static_cast<size_t>(plan->workspace_bytes())));
+  return true;
+}
+
+}  // namespace loom::cudnn

@@ -1,0 +1,125 @@
+#include "core/cudnn/pool.h"
+
+#include <fmt/format.h>
+
+#include "core/cudnn/context.h"
+#include "core/cudnn/plan_cache.h"
+#include "core/cudnn/tensor_spec.h"
+
+namespace loom::cudnn {
+
+namespace {
+
+enum Uid : int64_t { kX = 1, kY, kIndex, kDx, kDy };
+
+// cuDNN pads both sides explicitly; PyTorch's ceil mode may need extra cells
+// past the end, so the post padding is whatever makes the output size right.
+PoolGeometry geometry_of(const PoolArgs& a, const Strided& x, const Strided& y) {
+  const cpu::Pool2dParams& p = a.params;
+  int64_t post_h = std::max<int64_t>(0, (y.sizes[2] - 1) * p.stride_h + p.kernel_h - x.sizes[2] - p.pad_h);
+  int64_t post_w = std::max<int64_t>(0, (y.sizes[3] - 1) * p.stride_w + p.kernel_w - x.sizes[3] - p.pad_w);
+  cudnnResampleMode_t mode = a.max ? CUDNN_RESAMPLE_MAXPOOL
+                             : a.count_include_pad ? CUDNN_RESAMPLE_AVGPOOL_INCLUDE_PADDING
+                                                   : CUDNN_RESAMPLE_AVGPOOL_EXCLUDE_PADDING;
+  return {.mode = mode,
+          .window = {p.kernel_h, p.kernel_w},
+          .stride = {p.stride_h, p.stride_w},
+          .pre_padding = {p.pad_h, p.pad_w},
+          .post_padding = {post_h, post_w}};
+}
+
+// PyTorch's include-pad divisor clips windows to the padded input; cuDNN would
+// also count the extra ceil-mode cells, so those configurations go elsewhere.
+bool semantics_match(const PoolArgs& a, const PoolGeometry& g) {
+  if (a.max || !a.count_include_pad) return true;
+  return g.post_padding[0] <= a.params.pad_h && g.post_padding[1] <= a.params.pad_w;
+}
+
+TensorSpec index_spec(const Strided& index) {
+  TensorSpec spec = spec_of(index, kIndex);
+  spec.dtype = CUDNN_DATA_INT8;
+  return spec;
+}
+
+void add_geometry_to_key(PlanKey& key, const PoolGeometry& g) {
+  key.add(static_cast<int64_t>(g.mode));
+  for (const auto* v : {&g.window, &g.stride, &g.pre_padding, &g.post_padding}) {
+    for (int64_t e : *v) key.add(e);
+  }
+}
+
+std::string pool_name(const char* what, const Strided& x, const PoolGeometry& g) {
+  return fmt::format("{} {} x{} k{}x{} s{}x{} p{}x{}+{}x{}", what,
+                     g.mode == CUDNN_RESAMPLE_MAXPOOL ? "max" : "avg", describe(x), g.window[0],
+                     g.window[1], g.stride[0], g.stride[1], g.pre_padding[0], g.pre_padding[1],
+                     g.post_padding[0], g.post_padding[1]);
+}
+
+}  // namespace
+
+bool pool_uses_index(const Strided& x) {
+  return x.sizes.size() == 4 && x.sizes[1] > 1 && has_layout(x.sizes, x.strides, MemoryFormat::ChannelsLast) &&
+         !has_layout(x.sizes, x.strides, MemoryFormat::Contiguous);
+}
+
+bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const PoolArgs& a) {
+  PoolGeometry g = geometry_of(a, x, y);
+  if (!semantics_match(a, g)) return false;
+  TensorSpec xs = spec_of(x, kX), ys = spec_of(y, kY);
+  PlanKey key(GraphKind::PoolForward, numerics_policy());
+  key.add_tensor(xs).add_tensor(ys).add(index != nullptr);
+  add_geometry_to_key(key, g);
+  std::optional<TensorSpec> is;
+  if (index) {
+    is = index_spec(*index);
+    key.add_tensor(*is);
+  }
+  auto plan = PlanCache::global().get(key, [&] {
+    Graph graph(pool_name("pool_fwd", x, g));
+    graph.add_tensor(xs);
+    graph.add_tensor(ys);
+    if (is) graph.add_tensor(*is);
+    graph.resample_forward(g, kX, kY, is ? std::optional<int64_t>(kIndex) : std::nullopt);
+    return graph;
+  }, /*precision_filter_applies=*/false);
+  if (!plan) return false;
+  VariantPointers pointers{{kX, x.data}, {kY, y.data}};
+  if (index) pointers.push_back({kIndex, index->data});
+  plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
+  return true;
+}
+
+bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
+                     const PoolArgs& a) {
+  PoolGeometry g = geometry_of(a, dx, dy);
+  if (!semantics_match(a, g)) return false;
+  TensorSpec dxs = spec_of(dx, kDx), dys = spec_of(dy, kDy);
+  PlanKey key(GraphKind::PoolBackward, numerics_policy());
+  key.add_tensor(dxs).add_tensor(dys);
+  key.add({saved.x != nullptr, saved.y != nullptr, saved.index != nullptr});
+  add_geometry_to_key(key, g);
+  std::optional<TensorSpec> xs, ys, is;
+  if (saved.x) key.add_tensor(*(xs = spec_of(*saved.x, kX)));
+  if (saved.y) key.add_tensor(*(ys = spec_of(*saved.y, kY)));
+  if (saved.index) key.add_tensor(*(is = index_spec(*saved.index)));
+  auto plan = PlanCache::global().get(key, [&] {
+    Graph graph(pool_name("pool_bwd", dx, g));
+    graph.add_tensor(dxs);
+    graph.add_tensor(dys);
+    Graph::ResampleBackward uids{.dy = kDy, .dx = kDx};
+    if (xs) graph.add_tensor(*xs), uids.x = kX;
+    if (ys) graph.add_tensor(*ys), uids.y = kY;
+    if (is) graph.add_tensor(*is), uids.index = kIndex;
+    graph.resample_backward(g, uids);
+    return graph;
+  }, /*precision_filter_applies=*/false);
+  if (!plan) return false;
+  VariantPointers pointers{{kDx, dx.data}, {kDy, dy.data}};
+  if (saved.x) pointers.push_back({kX, saved.x->data});
+  if (saved.y) pointers.push_back({kY, saved.y->data});
+  if (saved.index) pointers.push_back({kIndex, saved.index->data});
+  plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
+  return true;
+}
+
+}  // namespace loom::cudnn

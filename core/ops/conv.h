@@ -1,0 +1,33 @@
+// File: core/ops/conv.h
+// 2-D convolution (cross-correlation, as torch.nn.functional.conv2d).
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+//
+//   auto y = loom::conv2d(x, weight, bias, {.stride = {2, 2}, .padding = {1, 1}});
+//   // x (N, C, H, W), weight (K, C/groups, R, S), bias (K) -> y (N, K, P, Q)
+//   // P = (H + 2 padding - dilation (R - 1) - 1) / stride + 1, rounded down
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace loom {
+
+// {height, width} pairs, as PyTorch's conv2d arguments.
+struct Conv2dOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};  // zeros on both sides
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;  // C and K split into this many independent convolutions
+};
+
+// x (N, C, H, W) with any strides, weight (K, C/groups, R, S), optional bias
+// (K); float32/float64 of one dtype, on the CPU. The output is (N, K, P, Q),
+// channels-last when x or weight is channels-last (as PyTorch decides with
+// suggest_memory_format), else contiguous NCHW.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              Conv2dOptions options = {});
+
+}  // namespace loom

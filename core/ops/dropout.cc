@@ -1,0 +1,69 @@
+// File: core/ops/dropout.cc
+// dropout: a Philox mask holding 0 or 1 / (1 - p), multiplied in forward and
+// again, saved, in backward.
+#include "core/ops/dropout.h"
+
+#include <array>
+
+#include "core/autograd.h"
+#include "core/cpu/elementwise.h"
+#include "core/error.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/random.h"
+#endif
+
+namespace loom {
+
+namespace {
+
+// A dense mask of `sizes`: 0 with probability p, else 1 / (1 - p). Row-major
+// element i reads lane i % 4 of the Philox block i / 4 reserved here, so a GPU
+// kernel given the same (seed, offset) can draw the same mask.
+Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generator& generator) {
+  Tensor mask = empty(sizes, options);
+  const int64_t n = mask.numel();
+  const uint64_t first_block = generator.reserve(static_cast<uint64_t>((n + 3) / 4));
+  if (mask.device().is_cuda()) {
+#ifdef LOOM_WITH_CUDA
+    cuda::dropout_mask(mask.strided(), p, generator.seed(), first_block);
+#endif
+    return mask;
+  }
+  const double scale = 1.0 / (1.0 - p);  // infinite for p == 1, but then nothing is kept
+  visit_float(mask.dtype(), [&]<class T>() {
+    T* out = mask.data_ptr<T>();
+    for (int64_t block = 0; block * 4 < n; ++block) {
+      const std::array<uint32_t, 4> bits = philox(generator.seed(), first_block + block);
+      for (int64_t lane = 0; lane < 4 && block * 4 + lane < n; ++lane) {
+        const bool dropped = uniform_float(bits[lane]) < p;
+        out[block * 4 + lane] = dropped ? T(0) : static_cast<T>(scale);
+      }
+    }
+  });
+  return mask;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  check_float_tensor(x, "dropout");
+  LOOM_CHECK(p >= 0.0 && p <= 1.0, ValueError,
+             "[dropout] probability p must be in [0, 1], got {}", p);
+  if (!training || p == 0.0) return x;
+  Generator& gen = generator != nullptr ? *generator : default_generator();
+  const Tensor mask = dropout_mask(x.sizes(), x.options(), p, gen);
+  Tensor y = empty_like(x);
+  LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), cpu::BinaryOp::Mul);
+  if (needs_grad({x})) {
+    record("dropout", {x}, y, [mask](const Tensor& dy) {
+      Tensor dx = empty_like(dy);
+      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), mask.strided(), cpu::BinaryOp::Mul);
+      return std::vector<Tensor>{dx};
+    }, {mask});
+  }
+  return y;
+}
+
+}  // namespace loom

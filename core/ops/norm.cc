@@ -1,0 +1,188 @@
+// File: core/ops/norm.cc
+// batch_norm: validate like PyTorch, take batch or running statistics, normalize, and
+// record a backward that calls the explicit bn backward kernel.
+// N batch, C channels, M = N * H * W values per channel.
+#include "core/ops/norm.h"
+
+#include <optional>
+#include <string_view>
+
+#include "core/autograd.h"
+#include "core/cpu/norm.h"
+#include "core/error.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cudnn/norm.h"
+#endif
+
+namespace loom {
+namespace {
+
+constexpr std::string_view kOp = "batch_norm";
+
+std::optional<Strided> strided_or_none(const Tensor& t) {
+  if (!t.defined()) return std::nullopt;
+  return t.strided();
+}
+
+// weight, bias and the running stats: undefined, or (C) of x's dtype and device.
+void check_channel_vector(const Tensor& v, std::string_view name, const Tensor& x) {
+  if (!v.defined()) return;
+  check_float_tensor(v, kOp, name);
+  check_same_dtype_device(x, v, kOp);
+  LOOM_CHECK(v.dim() == 1 && v.size(0) == x.size(1), ShapeError,
+             "[batch_norm] {} has shape {} but input {} has {} channels; expected ({},)", name,
+             shape_str(v.sizes()), shape_str(x.sizes()), x.size(1), x.size(1));
+}
+
+void check_running_stats(const Tensor& running_mean, const Tensor& running_var,
+                         const BatchNormOptions& options) {
+  LOOM_CHECK(running_mean.defined() == running_var.defined(), ValueError,
+             "[batch_norm] running_mean and running_var must be given together, but only {} "
+             "was given",
+             running_mean.defined() ? "running_mean" : "running_var");
+  LOOM_CHECK(options.training || running_mean.defined(), ValueError,
+             "[batch_norm] eval mode (training = false) normalizes by running_mean and "
+             "running_var, but they were not given; pass them or use training = true");
+}
+
+void check_batch_norm_args(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias,
+                           const BatchNormOptions& options) {
+  check_float_tensor(x, kOp);
+  LOOM_CHECK(x.dim() >= 2, ShapeError,
+             "[batch_norm] expects input (N, C) or (N, C, H, W) but got shape {}",
+             shape_str(x.sizes()));
+  check_channel_vector(weight, "weight", x);
+  check_channel_vector(bias, "bias", x);
+  check_channel_vector(running_mean, "running_mean", x);
+  check_channel_vector(running_var, "running_var", x);
+  check_running_stats(running_mean, running_var, options);
+  const int64_t per_channel = x.size(1) == 0 ? 0 : x.numel() / x.size(1);
+  LOOM_CHECK(!options.training || per_channel > 1, ValueError,
+             "[batch_norm] Expected more than 1 value per channel when training, got input "
+             "size {}; use a larger batch or eval mode (training = false)",
+             shape_str(x.sizes()));
+}
+
+// Training statistics; the running ones are buffers, blended in place outside the tape.
+void take_batch_stats(const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
+                      const Tensor& running_mean, const Tensor& running_var,
+                      const BatchNormOptions& options) {
+  std::optional<cpu::RunningStats> running;
+  if (running_mean.defined()) {
+    NoGradGuard no_grad;
+    check_inplace(running_mean, kOp);
+    check_inplace(running_var, kOp);
+    running = cpu::RunningStats{running_mean.strided(), running_var.strided(), options.momentum};
+  }
+  cpu::batch_norm_batch_stats(save_mean.strided(), save_invstd.strided(), x.strided(), options.eps,
+                              running);
+}
+
+// --- GPU training: one cuDNN NORM_FORWARD graph computes y, the batch
+// statistics and the running-statistics update; NORM_BACKWARD gives dx, dweight
+// and dbias. Non-affine or untracked calls get stand-in tensors.
+
+#ifdef LOOM_WITH_CUDA
+Tensor or_filled(const Tensor& t, int64_t channels, const Tensor& x, double value) {
+  return t.defined() ? t.detach().contiguous() : full({channels}, value, x.options());
+}
+
+Tensor batch_norm_training_gpu(const Tensor& x_in, const Tensor& running_mean,
+                               const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                               const BatchNormOptions& options) {
+  const int64_t c = x_in.size(1);
+  MemoryFormat format = x_in.suggest_memory_format();
+  Tensor x = x_in.detach().contiguous(format);
+  Tensor rm = or_filled(running_mean, c, x, 0.0), rv = or_filled(running_var, c, x, 1.0);
+  if (running_mean.defined()) {
+    NoGradGuard no_grad;
+    check_inplace(running_mean, kOp);
+    check_inplace(running_var, kOp);
+  }
+  Tensor w = or_filled(weight, c, x, 1.0), b = or_filled(bias, c, x, 0.0);
+  Tensor save_mean = empty({c}, x.options()), save_invstd = empty({c}, x.options());
+  Tensor y = empty_like(x);
+  cudnn::batch_norm_forward_training({.y = y.strided(), .save_mean = save_mean.strided(),
+                                      .save_invstd = save_invstd.strided(), .x = x.strided(),
+                                      .weight = w.strided(), .bias = b.strided(),
+                                      .running_mean = rm.strided(), .running_var = rv.strided(),
+                                      .eps = options.eps, .momentum = options.momentum});
+  if (running_mean.defined() && !rm.is_same(running_mean)) {  // a non-contiguous running stat
+    NoGradGuard no_grad;
+    Tensor(running_mean).copy_(rm);
+    Tensor(running_var).copy_(rv);
+  }
+  if (!needs_grad({x_in, weight, bias})) return y;
+  const bool need_weight = weight.defined() && weight.requires_grad();
+  const bool need_bias = bias.defined() && bias.requires_grad();
+  record("batch_norm", {x_in, weight, bias}, y,
+         [=](const Tensor& dy_in) -> std::vector<Tensor> {
+           Tensor dy = dy_in.contiguous(format);
+           Tensor dx = empty_like(x), dw = empty({c}, x.options()), db = empty({c}, x.options());
+           cudnn::batch_norm_backward({.dx = dx.strided(), .dweight = dw.strided(),
+                                       .dbias = db.strided(), .dy = dy.strided(), .x = x.strided(),
+                                       .weight = w.strided(), .save_mean = save_mean.strided(),
+                                       .save_invstd = save_invstd.strided()});
+           return {dx, need_weight ? dw : Tensor(), need_bias ? db : Tensor()};
+         },
+         {x, w});
+  return y;
+}
+#endif
+
+// dx, dweight, dbias from the statistics the forward used (cpu/norm.h has the formulas).
+void record_batch_norm_backward(Tensor& y, const Tensor& x, const Tensor& weight,
+                                const Tensor& bias, const Tensor& save_mean,
+                                const Tensor& save_invstd, bool training) {
+  const bool need_x = x.requires_grad();
+  const bool need_weight = weight.defined() && weight.requires_grad();
+  const bool need_bias = bias.defined() && bias.requires_grad();
+  std::vector<Tensor> saved = {x};
+  if (weight.defined()) saved.push_back(weight);
+  record(
+      "batch_norm", {x, weight, bias}, y,
+      [=](const Tensor& dy) -> std::vector<Tensor> {
+        Tensor dx = need_x ? empty_like(x) : Tensor();
+        Tensor dweight = need_weight ? empty_like(weight) : Tensor();
+        Tensor dbias = need_bias ? empty_like(bias) : Tensor();
+        LOOM_KERNEL(dy, batch_norm_backward, strided_or_none(dx), strided_or_none(dweight),
+                                 strided_or_none(dbias), dy.strided(), x.strided(),
+                                 save_mean.strided(), save_invstd.strided(),
+                                 strided_or_none(weight), training);
+        return {dx, dweight, dbias};
+      },
+      saved);
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, BatchNormOptions options) {
+  check_batch_norm_args(x, running_mean, running_var, weight, bias, options);
+#ifdef LOOM_WITH_CUDA
+  if (x.device().is_cuda() && options.training) {
+    return batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options);
+  }
+#endif
+  // save_mean, save_invstd (C): what normalized x, whichever statistics they came from.
+  Tensor save_mean = empty({x.size(1)}, x.options());
+  Tensor save_invstd = empty({x.size(1)}, x.options());
+  if (options.training) {
+    take_batch_stats(save_mean, save_invstd, x, running_mean, running_var, options);
+  } else {
+    LOOM_KERNEL(x, batch_norm_running_stats, save_mean.strided(), save_invstd.strided(),
+                                  running_mean.strided(), running_var.strided(), options.eps);
+  }
+  Tensor y = empty_like(x);
+  LOOM_KERNEL(x, batch_norm_forward, y.strided(), x.strided(), save_mean.strided(), save_invstd.strided(),
+                          strided_or_none(weight), strided_or_none(bias));
+  if (needs_grad({x, weight, bias})) {
+    record_batch_norm_backward(y, x, weight, bias, save_mean, save_invstd, options.training);
+  }
+  return y;
+}
+
+}  // namespace loom

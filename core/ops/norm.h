@@ -1,0 +1,35 @@
+// File: core/ops/norm.h
+// Batch normalization, as torch.nn.functional.batch_norm:
+//
+//   // training: normalize by batch statistics, update the running ones in place
+//   Tensor y = loom::batch_norm(x, running_mean, running_var, weight, bias, {.training = true});
+//   // eval: normalize by the running statistics
+//   Tensor z = loom::batch_norm(x, running_mean, running_var, weight, bias, {.training = false});
+//
+// N batch, C channels, M = N * H * W (or N for 2-D input), the count per channel.
+// x (N, C) or (N, C, H, W) (any (N, C, ...) works), any strides; y has x's layout.
+// weight, bias, running_mean, running_var are (C) or undefined:
+//   - no weight / bias: no affine transform (weight 1, bias 0);
+//   - no running stats: none are tracked, so only training mode is possible.
+// Differentiable w.r.t. x, weight and bias; the running stats are buffers, not inputs.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace loom {
+
+struct BatchNormOptions {
+  bool training = true;   // batch statistics (and update running ones) vs running statistics
+  double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch statistic
+  double eps = 1e-5;      // added to the variance before the square root
+};
+
+// Training: y = (x - mean) / sqrt(var + eps) * weight + bias with the batch mean and
+// biased variance per channel; running_mean and running_var, when given, are blended
+// in place (without recording grad) toward the batch mean and the UNBIASED variance
+// var * M / (M - 1). Needs M >= 2.
+// Eval: the same with running_mean and running_var, which must be given.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, BatchNormOptions options = {});
+
+}  // namespace loom

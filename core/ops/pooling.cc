@@ -1,0 +1,243 @@
+// File: core/ops/pooling.cc
+// Pooling ops: validate like PyTorch, size the output, call the CPU kernels, record backward.
+// N batch, C channels, H, W input plane, P, Q output plane.
+#include "core/ops/pooling.h"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <string_view>
+
+#include "core/autograd.h"
+#include "core/cpu/pool.h"
+#include "core/error.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cudnn/pool.h"
+#endif
+
+namespace loom {
+namespace {
+
+using Pair = std::array<int64_t, 2>;
+
+std::string pair_str(const Pair& v) { return fmt::format("({}, {})", v[0], v[1]); }
+
+// Rounds toward negative infinity, as PyTorch's div_rtn (C++ `/` truncates).
+int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+// One output dim, as PyTorch's pooling_output_shape.
+int64_t pooled_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode) {
+  int64_t out = floor_div(in + 2 * pad - kernel + (ceil_mode ? stride - 1 : 0), stride) + 1;
+  // With ceil_mode the last window must still start inside the input or the left padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// Every pooling op takes a float CPU (N, C, H, W) tensor with non-empty planes.
+void check_pool_input(const Tensor& x, std::string_view op) {
+  check_float_tensor(x, op);
+  LOOM_CHECK(x.dim() == 4, ShapeError,
+             "[{}] expects a 4-D input (N, C, H, W) but got shape {}; for a single image add "
+             "the batch dim with unsqueeze(0)",
+             op, shape_str(x.sizes()));
+  LOOM_CHECK(x.size(1) > 0 && x.size(2) > 0 && x.size(3) > 0, ShapeError,
+             "[{}] expects non-empty C, H and W but got input shape {}", op, shape_str(x.sizes()));
+}
+
+struct PoolGeometry {
+  cpu::Pool2dParams params;
+  Shape out_sizes;  // (N, C, P, Q)
+};
+
+void check_pool_options(const Pair& kernel, const Pair& stride, const Pair& pad,
+                        std::string_view op) {
+  LOOM_CHECK(kernel[0] > 0 && kernel[1] > 0, ValueError,
+             "[{}] kernel_size must be positive but got {}", op, pair_str(kernel));
+  LOOM_CHECK(stride[0] > 0 && stride[1] > 0, ValueError, "[{}] stride must be positive but got {}",
+             op, pair_str(stride));
+  LOOM_CHECK(pad[0] >= 0 && pad[1] >= 0, ValueError, "[{}] padding must be non-negative but got {}",
+             op, pair_str(pad));
+  LOOM_CHECK(pad[0] <= kernel[0] / 2 && pad[1] <= kernel[1] / 2, ValueError,
+             "[{}] pad should be at most half of effective kernel size, but got padding {} "
+             "for kernel_size {}; use padding <= kernel_size / 2",
+             op, pair_str(pad), pair_str(kernel));
+}
+
+PoolGeometry pool_geometry(const Tensor& x, const Pool2dOptions& options, std::string_view op) {
+  const Pair kernel = options.kernel_size, stride = options.stride.value_or(kernel),
+             pad = options.padding;
+  check_pool_options(kernel, stride, pad, op);
+  const int64_t P = pooled_size(x.size(2), kernel[0], stride[0], pad[0], options.ceil_mode);
+  const int64_t Q = pooled_size(x.size(3), kernel[1], stride[1], pad[1], options.ceil_mode);
+  LOOM_CHECK(P >= 1 && Q >= 1, ShapeError,
+             "[{}] output size ({}, {}) is too small: input {} with kernel_size {}, stride {}, "
+             "padding {}, ceil_mode {}; use a smaller kernel or a larger input",
+             op, P, Q, shape_str(x.sizes()), pair_str(kernel), pair_str(stride), pair_str(pad),
+             options.ceil_mode);
+  return {{kernel[0], kernel[1], stride[0], stride[1], pad[0], pad[1]},
+          {x.size(0), x.size(1), P, Q}};
+}
+
+// x's dtype, device and layout (channels-last stays channels-last).
+TensorOptions layout_of(const Tensor& x) {
+  TensorOptions options = x.options();
+  options.memory_format = x.suggest_memory_format();
+  return options;
+}
+
+// dx from dy scattered to the forward's indices. The GPU gathers per input
+// element instead, so overlapping windows sum in a fixed order.
+void max_pool_backward(const Tensor& dx, const Tensor& dy, const Tensor& indices,
+                       const cpu::Pool2dParams& params) {
+#ifdef LOOM_WITH_CUDA
+  if (dx.device().is_cuda()) {
+    cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params);
+    return;
+  }
+#endif
+  cpu::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided());
+}
+
+MaxPool2dResult max_pool2d_impl(const Tensor& x, const Pool2dOptions& options,
+                                std::string_view op) {
+  check_pool_input(x, op);
+  const PoolGeometry geometry = pool_geometry(x, options, op);
+  const TensorOptions layout = layout_of(x);
+  TensorOptions index_layout = layout;
+  index_layout.dtype = DType::Int64;
+  Tensor y = empty(geometry.out_sizes, layout);
+  Tensor indices = empty(geometry.out_sizes, index_layout);
+  LOOM_KERNEL(x, max_pool2d_forward, y.strided(), indices.strided(), x.strided(), geometry.params);
+  if (needs_grad({x})) {
+    const Shape x_sizes = x.sizes();
+    record(std::string(op), {x}, y,
+           [=](const Tensor& dy) -> std::vector<Tensor> {
+             Tensor dx = empty(x_sizes, layout);
+             max_pool_backward(dx, dy, indices, geometry.params);
+             return {dx};
+           },
+           {indices});
+  }
+  return {y, indices};
+}
+
+Tensor avg_pool2d_impl(const Tensor& x, const Pool2dOptions& options, std::string_view op) {
+  check_pool_input(x, op);
+  const PoolGeometry geometry = pool_geometry(x, options, op);
+  const TensorOptions layout = layout_of(x);
+  const bool count_include_pad = options.count_include_pad;
+  Tensor y = empty(geometry.out_sizes, layout);
+  LOOM_KERNEL(x, avg_pool2d_forward, y.strided(), x.strided(), geometry.params, count_include_pad);
+  if (needs_grad({x})) {
+    const Shape x_sizes = x.sizes();
+    record(std::string(op), {x}, y, [=](const Tensor& dy) -> std::vector<Tensor> {
+      Tensor dx = empty(x_sizes, layout);
+      LOOM_KERNEL(dx, avg_pool2d_backward, dx.strided(), dy.strided(), geometry.params, count_include_pad);
+      return {dx};
+    });
+  }
+  return y;
+}
+
+// --- GPU: cuDNN resample graphs, following each layout's contract (NCHW:
+// backward from x, y and dy; NHWC max: an int8 index recorded by the forward).
+// They decline configurations they cannot compute exactly as PyTorch does, and
+// the CUDA kernels above take those.
+
+#ifdef LOOM_WITH_CUDA
+struct CudnnPoolSaved {
+  Tensor x, y, index;  // what the layout's backward contract needs
+};
+
+// y from cuDNN, or an undefined tensor when cuDNN declines.
+Tensor cudnn_pool(const Tensor& x_in, const Pool2dOptions& options, bool max, std::string_view op,
+                  CudnnPoolSaved& saved) {
+  const PoolGeometry geometry = pool_geometry(x_in, options, op);
+  const TensorOptions layout = layout_of(x_in);
+  Tensor x = x_in.detach().contiguous(layout.memory_format);
+  Tensor y = empty(geometry.out_sizes, layout);
+  const cudnn::PoolArgs args{geometry.params, max, options.count_include_pad};
+  bool indexed = max && cudnn::pool_uses_index(x.strided());
+  TensorOptions index_layout = layout;
+  index_layout.dtype = DType::UInt8;  // cuDNN's int8 index, stored bytewise
+  Tensor index = indexed ? empty(geometry.out_sizes, index_layout) : Tensor();
+  Strided index_view = indexed ? index.strided() : Strided{};
+  if (!cudnn::pool2d_forward(y.strided(), indexed ? &index_view : nullptr, x.strided(), args)) {
+    return Tensor();
+  }
+  saved = indexed ? CudnnPoolSaved{Tensor(), Tensor(), index}
+          : layout.memory_format == MemoryFormat::Contiguous ? CudnnPoolSaved{x, y.detach(), Tensor()}
+                                                             : CudnnPoolSaved{};
+  return y;
+}
+
+Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
+  check_pool_input(x, op);
+  CudnnPoolSaved saved;
+  Tensor y = cudnn_pool(x, options, max, op, saved);
+  if (!y.defined()) return max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op);
+  if (needs_grad({x})) {
+    const PoolGeometry geometry = pool_geometry(x, options, op);
+    const cudnn::PoolArgs args{geometry.params, max, options.count_include_pad};
+    const TensorOptions layout = layout_of(x);
+    const Shape x_sizes = x.sizes();
+    record(std::string(op), {x}, y, [=](const Tensor& dy_in) -> std::vector<Tensor> {
+      Tensor dy = dy_in.contiguous(layout.memory_format);
+      Tensor dx = empty(x_sizes, layout);
+      Strided xs = saved.x.defined() ? saved.x.strided() : Strided{};
+      Strided ys = saved.y.defined() ? saved.y.strided() : Strided{};
+      Strided is = saved.index.defined() ? saved.index.strided() : Strided{};
+      cudnn::PoolBackwardInputs inputs{saved.x.defined() ? &xs : nullptr, saved.y.defined() ? &ys : nullptr,
+                                       saved.index.defined() ? &is : nullptr};
+      LOOM_CHECK(cudnn::pool2d_backward(dx.strided(), dy.strided(), inputs, args), CudnnError,
+                 "[{}] cuDNN ran the forward pass but has no engine for its backward ({})", op,
+                 shape_str(x_sizes));
+      return {dx};
+    }, {saved.x, saved.y, saved.index});
+  }
+  return y;
+}
+#endif
+
+// Max pooling values (the indices stay internal): cuDNN on the GPU, kernels on the CPU.
+Tensor max_or_avg(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
+#ifdef LOOM_WITH_CUDA
+  if (x.defined() && x.device().is_cuda()) return pool_gpu(x, options, max, op);
+#endif
+  return max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op);
+}
+
+// A window covering the whole plane.
+Pool2dOptions whole_plane(const Tensor& x, std::string_view op) {
+  check_pool_input(x, op);
+  return {.kernel_size = {x.size(2), x.size(3)}};
+}
+
+}  // namespace
+
+MaxPool2dResult max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& options) {
+  return max_pool2d_impl(x, options, "max_pool2d");
+}
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  return max_or_avg(x, options, /*max=*/true, "max_pool2d");
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  return max_or_avg(x, options, /*max=*/false, "avg_pool2d");
+}
+
+Tensor global_max_pool2d(const Tensor& x) {
+  return max_or_avg(x, whole_plane(x, "global_max_pool2d"), true, "global_max_pool2d");
+}
+
+Tensor global_avg_pool2d(const Tensor& x) {
+  return max_or_avg(x, whole_plane(x, "global_avg_pool2d"), false, "global_avg_pool2d");
+}
+
+}  // namespace loom

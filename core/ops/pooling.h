@@ -1,0 +1,46 @@
+// File: core/ops/pooling.h
+// 2-D max and average pooling, as torch.nn.functional's max_pool2d / avg_pool2d:
+//
+//   Tensor y = loom::max_pool2d(x, {.kernel_size = {2, 2}});  // stride = kernel_size
+//   Tensor z = loom::avg_pool2d(x, {.kernel_size = {3, 3}, .stride = {{2, 2}},
+//                                   .padding = {1, 1}, .count_include_pad = false});
+//
+// N batch, C channels, H, W input plane, P, Q output plane.
+// x (N, C, H, W) with any strides -> y (N, C, P, Q) in x's layout (channels-last in,
+// channels-last out), where
+//   P = floor((H + 2 pad_h - kernel_h) / stride_h) + 1          (ceil instead with ceil_mode,
+// dropping a last window that would start in the right padding), likewise Q.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+#include "core/tensor.h"
+
+namespace loom {
+
+struct Pool2dOptions {
+  std::array<int64_t, 2> kernel_size{};                         // (kernel_h, kernel_w), required
+  std::optional<std::array<int64_t, 2>> stride = std::nullopt;  // kernel_size, as PyTorch
+  std::array<int64_t, 2> padding{0, 0};                         // at most half the kernel
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool2d only: padding counts in the divisor
+};
+
+// Each window's max; the gradient goes to the first max of the window.
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options);
+
+struct MaxPool2dResult {
+  Tensor values;   // (N, C, P, Q), differentiable
+  Tensor indices;  // (N, C, P, Q) int64: flat h * W + w of each max in its input plane
+};
+MaxPool2dResult max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& options);
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options);
+
+// Pool each whole (H, W) plane: (N, C, H, W) -> (N, C, 1, 1), as adaptive pooling to 1x1.
+Tensor global_avg_pool2d(const Tensor& x);
+Tensor global_max_pool2d(const Tensor& x);
+
+}  // namespace loom

@@ -1,0 +1,85 @@
+// File: core/ops/shape_ops.cc
+// cat: copies each input into its slice of a fresh output; backward hands each
+// input its slice of dy.
+#include "core/ops/shape_ops.h"
+
+#include <algorithm>
+
+#include "core/autograd.h"
+#include "core/error.h"
+
+namespace loom {
+
+namespace {
+
+bool same_sizes_except(const Shape& a, const Shape& b, int64_t dim) {
+  for (size_t d = 0; d < a.size(); ++d) {
+    if (static_cast<int64_t>(d) != dim && a[d] != b[d]) return false;
+  }
+  return true;
+}
+
+// Validates the inputs against the first one; returns `dim` in [0, ndim).
+int64_t check_cat_inputs(const std::vector<Tensor>& tensors, int64_t dim) {
+  LOOM_CHECK(!tensors.empty(), ValueError, "[cat] expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    LOOM_CHECK(tensors[i].defined(), ValueError, "[cat] tensor {} is undefined", i);
+  }
+  const Tensor& first = tensors[0];
+  LOOM_CHECK(first.dim() > 0, ShapeError,
+             "[cat] zero-dimensional tensors cannot be concatenated; unsqueeze(0) them first");
+  const int64_t d = normalize_dim(dim, first.dim(), "cat");
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    LOOM_CHECK(t.dim() == first.dim() && same_sizes_except(t.sizes(), first.sizes(), d), ShapeError,
+               "[cat] sizes must match except in dim {}: tensor 0 has shape {} but tensor {} "
+               "has shape {}",
+               d, shape_str(first.sizes()), i, shape_str(t.sizes()));
+    LOOM_CHECK(t.dtype() == first.dtype(), TypeError,
+               "[cat] tensor {} has dtype {} but tensor 0 has {}; convert with .to(DType) first", i,
+               dtype_name(t.dtype()), dtype_name(first.dtype()));
+    LOOM_CHECK(t.device() == first.device(), DeviceError,
+               "[cat] tensor {} is on {} but tensor 0 is on {}; move it with .to(Device) first", i,
+               t.device().str(), first.device().str());
+  }
+  return d;
+}
+
+bool any_needs_grad(const std::vector<Tensor>& tensors) {
+  return grad_mode_enabled() && std::any_of(tensors.begin(), tensors.end(),
+                                            [](const Tensor& t) { return t.requires_grad(); });
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  const int64_t d = check_cat_inputs(tensors, dim);
+  std::vector<int64_t> lengths;  // each input's size along d
+  for (const Tensor& t : tensors) lengths.push_back(t.size(d));
+  Shape sizes = tensors[0].sizes();
+  sizes[d] = 0;
+  for (int64_t length : lengths) sizes[d] += length;
+  Tensor out = empty(sizes, tensors[0].options());
+  {
+    NoGradGuard no_grad;  // filling a fresh output is not part of the graph
+    int64_t start = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      out.narrow(d, start, lengths[i]).copy_(tensors[i]);
+      start += lengths[i];
+    }
+  }
+  if (any_needs_grad(tensors)) {
+    record("cat", tensors, out, [lengths, d](const Tensor& dy) {
+      std::vector<Tensor> grads;
+      int64_t start = 0;
+      for (int64_t length : lengths) {
+        grads.push_back(dy.narrow(d, start, length));
+        start += length;
+      }
+      return grads;
+    });
+  }
+  return out;
+}
+
+}  // namespace loom

@@ -1,0 +1,348 @@
+// File: tests/core/cuda/allocator_gpu_test.cc
+// The caching device allocator on a real GPU: statistics, reuse without
+// cudaMalloc, splitting and merging, empty_cache, out of memory and recovery,
+// pass-through mode, and the private pools of CUDA-graph captures.
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda/allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/tensor.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+constexpr size_t kKiB = size_t{1} << 10;
+constexpr size_t kMiB = size_t{1} << 20;
+
+// Every case starts from an empty cache with fresh peaks and compares counters
+// as differences from here. Nothing may be live: earlier cases free everything.
+cuda::AllocatorStats fresh_stats() {
+  cuda::synchronize();
+  cuda::empty_cache();
+  cuda::reset_peak_stats();
+  cuda::AllocatorStats stats = cuda::stats();
+  REQUIRE_MESSAGE(stats.allocated_bytes == 0, "an earlier case left device memory allocated");
+  REQUIRE_MESSAGE(stats.reserved_bytes == 0, "empty_cache left segments reserved");
+  return stats;
+}
+
+char* as_bytes(void* ptr) { return static_cast<char*>(ptr); }
+
+bool overlaps(void* a, size_t a_bytes, void* b, size_t b_bytes) {
+  return as_bytes(a) < as_bytes(b) + b_bytes && as_bytes(b) < as_bytes(a) + a_bytes;
+}
+
+class ModeGuard {
+ public:
+  explicit ModeGuard(cuda::AllocatorMode mode) : previous_(cuda::mode()) { cuda::set_mode(mode); }
+  ~ModeGuard() { cuda::set_mode(previous_); }
+
+ private:
+  cuda::AllocatorMode previous_;
+};
+
+// A non-blocking stream of its own, current for the test's lifetime.
+class SideStream {
+ public:
+  SideStream() : stream_(create()), guard_(stream_) {}
+  ~SideStream() {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  static cudaStream_t create() {
+    cudaStream_t stream = nullptr;
+    LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return stream;
+  }
+  cudaStream_t stream_;
+  cuda::StreamGuard guard_;
+};
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("allocated bytes return to zero, reserved bytes stay, peaks are tracked") {
+  cuda::AllocatorStats before = fresh_stats();
+  void* small = cuda::allocate(1000, 0);
+  void* large = cuda::allocate(3 * kMiB, 0);
+  CHECK(reinterpret_cast<uintptr_t>(small) % cuda::kBlockGranularity == 0);
+  cuda::AllocatorStats during = cuda::stats();
+  // 1000 B rounds to 1 KiB in a 2 MiB segment; 3 MiB takes a whole 4 MiB segment.
+  CHECK(during.allocated_bytes == kKiB + 4 * kMiB);
+  CHECK(during.reserved_bytes == 2 * kMiB + 4 * kMiB);
+  CHECK(during.num_allocs - before.num_allocs == 2);
+  CHECK(during.num_cuda_mallocs - before.num_cuda_mallocs == 2);
+  cuda::deallocate(small);
+  cuda::deallocate(large);
+  cuda::AllocatorStats after = cuda::stats();
+  CHECK(after.allocated_bytes == 0);
+  CHECK(after.reserved_bytes == during.reserved_bytes);
+  CHECK(after.peak_allocated_bytes == during.allocated_bytes);
+  CHECK(after.peak_reserved_bytes == during.reserved_bytes);
+  CHECK(after.num_frees - before.num_frees == 2);
+  CHECK(after.num_cuda_frees == before.num_cuda_frees);
+  cuda::reset_peak_stats();
+  CHECK(cuda::stats().peak_allocated_bytes == 0);
+}
+
+LOOM_GPU_TEST_CASE("the same size again is a cache hit: no cudaMalloc per step") {
+  cuda::AllocatorStats before = fresh_stats();
+  void* first = cuda::allocate(5 * kMiB, 0);
+  cuda::deallocate(first);
+  for (int step = 0; step < 10; ++step) {
+    void* again = cuda::allocate(5 * kMiB, 0);
+    CHECK(again == first);
+    cuda::deallocate(again);
+  }
+  cuda::AllocatorStats after = cuda::stats();
+  CHECK(after.num_cuda_mallocs - before.num_cuda_mallocs == 1);
+  CHECK(after.cache_hits - before.cache_hits == 10);
+}
+
+LOOM_GPU_TEST_CASE("tensor steps after the first one reuse cached memory and keep values") {
+  Generator gen(11);
+  Tensor host = randn({4, 3, 17, 19}, {}, &gen);
+  fresh_stats();
+  cuda::AllocatorStats warm;
+  for (int step = 0; step < 5; ++step) {
+    if (step == 1) warm = cuda::stats();
+    Tensor x = host.to(Device::cuda());
+    Tensor nhwc = x.contiguous(MemoryFormat::ChannelsLast);
+    Tensor filler = full({7, 1000}, 2.5, {.device = Device::cuda()});
+    CHECK_CLOSE(nhwc.cpu(), host, 0, 0);
+    CHECK(filler.at({6, 999}) == 2.5);
+  }
+  cuda::AllocatorStats after = cuda::stats();
+  CHECK(after.num_cuda_mallocs == warm.num_cuda_mallocs);
+  CHECK(after.cache_hits - warm.cache_hits >= 4 * 3);
+  CHECK(after.allocated_bytes == 0);
+}
+
+LOOM_GPU_TEST_CASE("blocks split from one segment and merge back when freed") {
+  cuda::AllocatorStats before = fresh_stats();
+  void* a = cuda::allocate(512 * kKiB, 0);
+  void* b = cuda::allocate(512 * kKiB, 0);
+  void* c = cuda::allocate(512 * kKiB, 0);
+  CHECK(as_bytes(b) == as_bytes(a) + 512 * kKiB);
+  CHECK(as_bytes(c) == as_bytes(b) + 512 * kKiB);
+  cuda::deallocate(a);
+  cuda::deallocate(b);
+  // Only the merged a+b holds 1 MiB; the segment's untouched rest is 512 KiB.
+  void* merged = cuda::allocate(kMiB, 0);
+  CHECK(merged == a);
+  CHECK(cuda::stats().num_cuda_mallocs - before.num_cuda_mallocs == 1);
+  cuda::deallocate(merged);
+  cuda::deallocate(c);
+  cuda::empty_cache();  // succeeds only if the four pieces merged into the whole segment
+  cuda::AllocatorStats after = cuda::stats();
+  CHECK(after.reserved_bytes == 0);
+  CHECK(after.num_cuda_frees - before.num_cuda_frees == 1);
+}
+
+LOOM_GPU_TEST_CASE("empty_cache returns reserved memory to the driver") {
+  cuda::AllocatorStats before = fresh_stats();
+  std::vector<void*> blocks;
+  for (size_t bytes : {size_t{100}, 300 * kKiB, 2 * kMiB, 9 * kMiB + 7}) {
+    blocks.push_back(cuda::allocate(bytes, 0));
+  }
+  for (void* block : blocks) cuda::deallocate(block);
+  cuda::AllocatorStats cached = cuda::stats();
+  CHECK(cached.reserved_bytes == 2 * kMiB + 2 * kMiB + 10 * kMiB);
+  cuda::empty_cache();
+  cuda::AllocatorStats after = cuda::stats();
+  CHECK(after.reserved_bytes == 0);
+  CHECK(after.num_cuda_frees - before.num_cuda_frees == 3);
+  CHECK(after.peak_reserved_bytes == cached.reserved_bytes);
+}
+
+LOOM_GPU_TEST_CASE("an impossible allocation is a typed error and the process goes on") {
+  fresh_stats();
+  size_t huge = size_t{1} << 40;
+  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(huge, 0), OutOfMemoryError,
+                             "tried to allocate 1099511627776 bytes (1.00 TiB) on cuda:0");
+  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(huge, 0), OutOfMemoryError, "reserved from the driver");
+  CHECK(cudaGetLastError() == cudaSuccess);  // the failed cudaMalloc left no error behind
+  // 2^40 floats through a tensor: 4 TiB.
+  CHECK_THROWS_WITH_FRAGMENT(empty({int64_t{1} << 40}, {.device = Device::cuda()}),
+                             OutOfMemoryError, "4398046511104 bytes");
+  Tensor after = ones({1024}, {.device = Device::cuda()});
+  CHECK(after.at({1023}) == 1.0);
+  CHECK(cuda::stats().allocated_bytes == 4 * kKiB);
+}
+
+LOOM_GPU_TEST_CASE("out of memory at half the free memory twice, then free and retry") {
+  fresh_stats();
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  LOOM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // A little over half, so that two never fit whatever the rounding.
+  size_t half = free_bytes / 2 + cuda::kSegmentGranularity;
+  void* a = cuda::allocate(half, 0);
+  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(half, 0), OutOfMemoryError, "free of");
+  cuda::deallocate(a);
+  cuda::AllocatorStats cached = cuda::stats();
+  void* b = cuda::allocate(half, 0);  // a's cached block, no cudaMalloc
+  CHECK(b == a);
+  CHECK(cuda::stats().num_cuda_mallocs == cached.num_cuda_mallocs);
+  cuda::deallocate(b);
+  // Bigger than the cached block: the first cudaMalloc fails while a's segment is
+  // cached, so the allocator must give it back and retry.
+  void* c = cuda::allocate(half + 64 * kMiB, 0);
+  CHECK(c != nullptr);
+  cuda::AllocatorStats after = cuda::stats();
+  CHECK(after.num_cuda_frees - cached.num_cuda_frees == 1);
+  CHECK(after.num_cuda_mallocs - cached.num_cuda_mallocs == 1);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(c, 0, half + 64 * kMiB, cuda::current_stream()));
+  cuda::synchronize();
+  cuda::deallocate(c);
+  cuda::empty_cache();
+}
+
+LOOM_GPU_TEST_CASE("pass-through mode makes one cudaMalloc and one cudaFree per block") {
+  cuda::AllocatorStats before = fresh_stats();
+  void* cached_block = cuda::allocate(1000, 0);  // made while caching: freed into the cache
+  ModeGuard mode(cuda::AllocatorMode::Passthrough);
+  void* a = cuda::allocate(1000, 0);
+  cuda::AllocatorStats during = cuda::stats();
+  CHECK(during.allocated_bytes == kKiB + 1000);  // exact size, no rounding
+  CHECK(during.reserved_bytes == 2 * kMiB + 1000);
+  cuda::deallocate(a);
+  cuda::deallocate(cached_block);
+  void* b = cuda::allocate(1000, 0);
+  cuda::deallocate(b);
+  Tensor x = arange(int64_t{1000}).to(Device::cuda());
+  CHECK_CLOSE(x.cpu(), arange(int64_t{1000}), 0, 0);
+  x = Tensor();
+  cuda::AllocatorStats after = cuda::stats();
+  CHECK(after.num_cuda_mallocs - before.num_cuda_mallocs == 4);  // cached_block's segment, a, b, x
+  CHECK(after.num_cuda_frees - before.num_cuda_frees == 3);       // a, b, x; not the cached one
+  CHECK(after.cache_hits == before.cache_hits);
+  CHECK(after.reserved_bytes == 2 * kMiB);
+  CHECK(after.allocated_bytes == 0);
+}
+
+LOOM_GPU_TEST_CASE("a pointer the allocator did not hand out is a ValueError") {
+  fresh_stats();
+  int host_value = 0;
+  CHECK_THROWS_WITH_FRAGMENT(cuda::deallocate(&host_value), ValueError, "not a live allocation");
+  void* block = cuda::allocate(64, 0);
+  cuda::deallocate(block);
+  CHECK_THROWS_WITH_FRAGMENT(cuda::deallocate(block), ValueError, "freed twice");
+}
+
+LOOM_GPU_TEST_CASE("memory freed during a capture is never handed to eager allocations") {
+  cuda::AllocatorStats base = fresh_stats();
+  SideStream side;
+  void* eager = cuda::allocate(kMiB, 0);  // general pool; freed inside the capture
+  void* temp = nullptr;
+  void* out = nullptr;
+  cudaGraph_t graph = nullptr;
+  cuda::CapturePoolId pool = 0;
+  {
+    cuda::CaptureScope scope;
+    LOOM_CUDA_CHECK(cudaStreamBeginCapture(side.get(), cudaStreamCaptureModeRelaxed));
+    temp = cuda::allocate(kMiB, 0);
+    LOOM_CUDA_CHECK(cudaMemsetAsync(temp, 1, kMiB, side.get()));
+    cuda::deallocate(temp);
+    void* again = cuda::allocate(kMiB, 0);
+    CHECK(again == temp);  // reused inside the capture, in stream order
+    LOOM_CUDA_CHECK(cudaMemsetAsync(again, 2, kMiB, side.get()));
+    cuda::deallocate(again);
+    out = cuda::allocate(4 * kKiB, 0);  // the graph's output, kept after capture
+    LOOM_CUDA_CHECK(cudaMemsetAsync(out, 0x7f, 4 * kKiB, side.get()));
+    cuda::deallocate(eager);
+    LOOM_CUDA_CHECK(cudaStreamEndCapture(side.get(), &graph));
+    pool = scope.pool();
+  }
+  REQUIRE(graph != nullptr);
+  cudaGraphExec_t exec = nullptr;
+  LOOM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  LOOM_CUDA_CHECK(cudaGraphLaunch(exec, side.get()));
+  std::vector<unsigned char> host(4 * kKiB);
+  cuda::copy_to_host(host.data(), out, host.size());
+  CHECK(host == std::vector<unsigned char>(4 * kKiB, 0x7f));
+
+  // Eager work of the same sizes gets neither the private pool's blocks nor the
+  // eager block the capture freed (an allocator that cached them would return them).
+  std::vector<void*> eager_blocks;
+  for (int i = 0; i < 3; ++i) eager_blocks.push_back(cuda::allocate(kMiB, 0));
+  for (void* block : eager_blocks) {
+    CHECK_FALSE(overlaps(block, kMiB, temp, kMiB));
+    CHECK_FALSE(overlaps(block, kMiB, eager, kMiB));
+  }
+  for (void* block : eager_blocks) cuda::deallocate(block);
+
+  LOOM_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LOOM_CUDA_CHECK(cudaGraphDestroy(graph));
+  cuda::deallocate(out);  // back to the private pool, not the general one
+  cuda::AllocatorStats held = cuda::stats();
+  CHECK(held.allocated_bytes == kMiB);  // the eager block, held for the graph
+  cuda::release_capture_pool(pool);
+  cuda::AllocatorStats released = cuda::stats();
+  CHECK(released.allocated_bytes == 0);
+  CHECK(released.num_cuda_frees - held.num_cuda_frees == 1);  // the private 2 MiB segment
+  CHECK(held.reserved_bytes - released.reserved_bytes == 2 * kMiB);
+  CHECK_THROWS_WITH_FRAGMENT(cuda::release_capture_pool(pool), ValueError, "no such pool");
+  cuda::empty_cache();
+  CHECK(cuda::stats().reserved_bytes == base.reserved_bytes);
+}
+
+LOOM_GPU_TEST_CASE("allocating on a capturing stream outside a CaptureScope is refused") {
+  fresh_stats();
+  SideStream side;
+  void* scratch = cuda::allocate(1024, 0);  // gives the graph one node
+  cuda::AllocatorStats before = cuda::stats();
+  LOOM_CUDA_CHECK(cudaStreamBeginCapture(side.get(), cudaStreamCaptureModeRelaxed));
+  LOOM_CUDA_CHECK(cudaMemsetAsync(scratch, 0, 1024, side.get()));
+  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(1024, 0), CudaError, "outside a cuda::CaptureScope");
+  cudaGraph_t graph = nullptr;
+  LOOM_CUDA_CHECK(cudaStreamEndCapture(side.get(), &graph));
+  LOOM_CUDA_CHECK(cudaGraphDestroy(graph));
+  CHECK(cuda::stats().num_allocs == before.num_allocs);
+  cuda::deallocate(scratch);
+}
+
+LOOM_GPU_TEST_CASE("a capture pool is shared between scopes and released once per scope") {
+  fresh_stats();
+  cuda::CapturePoolId pool = 0;
+  void* first = nullptr;
+  {
+    cuda::CaptureScope scope;
+    pool = scope.pool();
+    CHECK_THROWS_WITH_FRAGMENT(cuda::CaptureScope(), ValueError, "do not nest");
+    CHECK_THROWS_WITH_FRAGMENT(cuda::release_capture_pool(pool), ValueError, "still open");
+    first = cuda::allocate(kMiB, 0);
+    cuda::deallocate(first);
+    CHECK(cuda::stats().reserved_bytes == 2 * kMiB);
+    cuda::empty_cache();  // refused while a scope is open
+    CHECK(cuda::stats().reserved_bytes == 2 * kMiB);
+  }
+  {
+    cuda::CaptureScope shared(pool);
+    void* again = cuda::allocate(kMiB, 0);
+    CHECK(again == first);
+    cuda::deallocate(again);
+  }
+  cuda::release_capture_pool(pool);  // the first graph; the second still uses the pool
+  void* eager = cuda::allocate(kMiB, 0);
+  CHECK_FALSE(overlaps(eager, kMiB, first, kMiB));
+  cuda::deallocate(eager);
+  cuda::AllocatorStats before_last = cuda::stats();
+  cuda::release_capture_pool(pool);
+  CHECK(cuda::stats().num_cuda_frees - before_last.num_cuda_frees == 1);
+  CHECK_THROWS_WITH_FRAGMENT(cuda::CaptureScope(pool), ValueError, "was released");
+  CHECK_THROWS_WITH_FRAGMENT(cuda::release_capture_pool(pool), ValueError, "no such pool");
+}
+
+#endif  // LOOM_WITH_CUDA

@@ -1,0 +1,306 @@
+// File: tests/core/cuda/elementwise_gpu_test.cc
+// The CUDA elementwise kernels against the CPU reference kernels on the same
+// inputs: every op, float32 and float64, NCHW, channels-last, sliced, permuted
+// and broadcast operands, odd sizes and empty tensors, and the NaN conventions.
+// GPU outputs start as NaN, so an element a kernel fails to write shows up.
+//
+// Tolerances: both sides compute in the tensor's dtype; they differ only by the
+// device math library (a few ulp for exp, erf, tanh, pow) and FMA contraction,
+// so float32 uses rtol 1e-5, atol 1e-6 and float64 rtol 1e-12, atol 1e-13 (the
+// atol covers cancellation near zero, e.g. 1 - y * y in TanhBackward).
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "core/cpu/elementwise.h"
+#include "core/cuda/elementwise.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/ops/elementwise.h"
+#include "core/tensor.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr DType kDtypes[] = {DType::Float32, DType::Float64};
+
+struct Tolerance {
+  double rtol, atol;
+};
+
+Tolerance tolerance_for(DType dtype) {
+  return dtype == DType::Float32 ? Tolerance{1e-5, 1e-6} : Tolerance{1e-12, 1e-13};
+}
+
+// A way to get a (2, 3, 5, 7) tensor from a base of sizes `base`, applied alike
+// to a CPU tensor and its GPU copy so both have the same strides.
+struct Layout {
+  const char* name;
+  Shape base;
+  std::function<Tensor(const Tensor&)> view;
+};
+
+const Shape kSizes = {2, 3, 5, 7};
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> all = {
+      {"nchw", {2, 3, 5, 7}, [](const Tensor& t) { return t; }},
+      {"channels_last", {2, 3, 5, 7},
+       [](const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }},
+      {"sliced", {2, 3, 10, 9}, [](const Tensor& t) { return t.slice(2, 1, 10, 2).slice(3, 1, 8); }},
+      {"permuted", {7, 5, 3, 2}, [](const Tensor& t) { return t.permute({3, 2, 1, 0}); }},
+  };
+  return all;
+}
+
+// One input on both devices.
+struct Operand {
+  Tensor cpu, gpu;
+};
+
+Operand operand(const Layout& layout, const Tensor& base) {
+  return {layout.view(base), layout.view(base.to(Device::cuda()))};
+}
+
+// Standard normal, or positive (x * x + 0.1) where an op needs it (log, sqrt, pow).
+Tensor random_base(const Shape& sizes, DType dtype, bool positive, Generator& gen) {
+  Tensor x = randn(sizes, {.dtype = dtype}, &gen);
+  return positive ? x * x + 0.1 : x;
+}
+
+// A GPU output laid out as `layout` says, every element NaN until written.
+Tensor poisoned_output(const Layout& layout, DType dtype) {
+  return layout.view(full(layout.base, kNaN, {.dtype = dtype, .device = Device::cuda()}));
+}
+
+Tensor reference_output(const Shape& sizes, DType dtype) { return empty(sizes, {.dtype = dtype}); }
+
+void check_matches(const Tensor& gpu_out, const Tensor& cpu_out) {
+  Tolerance tol = tolerance_for(cpu_out.dtype());
+  CHECK_CLOSE(gpu_out.cpu(), cpu_out, tol.rtol, tol.atol);
+}
+
+const cpu::UnaryOp kUnaryOps[] = {cpu::UnaryOp::Neg,     cpu::UnaryOp::Exp,  cpu::UnaryOp::Log,
+                                  cpu::UnaryOp::Sqrt,    cpu::UnaryOp::Relu, cpu::UnaryOp::Sigmoid,
+                                  cpu::UnaryOp::Tanh,    cpu::UnaryOp::Gelu, cpu::UnaryOp::Silu};
+
+const cpu::BinaryOp kBinaryOps[] = {
+    cpu::BinaryOp::Add,          cpu::BinaryOp::Sub,
+    cpu::BinaryOp::Mul,          cpu::BinaryOp::Div,
+    cpu::BinaryOp::Pow,          cpu::BinaryOp::Equal,
+    cpu::BinaryOp::ReluBackward, cpu::BinaryOp::SigmoidBackward,
+    cpu::BinaryOp::TanhBackward, cpu::BinaryOp::GeluBackward,
+    cpu::BinaryOp::SiluBackward};
+
+bool needs_positive(cpu::UnaryOp op) { return op == cpu::UnaryOp::Log || op == cpu::UnaryOp::Sqrt; }
+
+// Small integers, so Equal sees as many equal pairs as unequal ones.
+Tensor small_integers(const Shape& sizes, DType dtype, Generator& gen) {
+  return randint(0, 3, sizes, {.dtype = DType::Int64}, &gen).to(dtype);
+}
+
+Tensor binary_base(const Shape& sizes, DType dtype, cpu::BinaryOp op, bool first, Generator& gen) {
+  if (op == cpu::BinaryOp::Equal) return small_integers(sizes, dtype, gen);
+  return random_base(sizes, dtype, op == cpu::BinaryOp::Pow && first, gen);
+}
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("unary kernels match the CPU for every op, dtype and layout") {
+  Generator gen(101);
+  for (DType dtype : kDtypes) {
+    for (const Layout& layout : layouts()) {
+      for (cpu::UnaryOp op : kUnaryOps) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(layout.name);
+        CAPTURE(static_cast<int>(op));
+        Operand x = operand(layout, random_base(layout.base, dtype, needs_positive(op), gen));
+        Tensor out = poisoned_output(layout, dtype), expected = reference_output(kSizes, dtype);
+        cuda::unary(out.strided(), x.gpu.strided(), op);
+        cpu::unary(expected.strided(), x.cpu.strided(), op);
+        check_matches(out, expected);
+      }
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("binary kernels match the CPU for every op, dtype and layout") {
+  Generator gen(102);
+  for (DType dtype : kDtypes) {
+    for (const Layout& layout : layouts()) {
+      for (cpu::BinaryOp op : kBinaryOps) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(layout.name);
+        CAPTURE(static_cast<int>(op));
+        Operand a = operand(layout, binary_base(layout.base, dtype, op, true, gen));
+        // b in NCHW while a and out follow the layout: mixed strides in one launch.
+        Operand b = operand(layouts()[0], binary_base(kSizes, dtype, op, false, gen));
+        Tensor out = poisoned_output(layout, dtype), expected = reference_output(kSizes, dtype);
+        cuda::binary(out.strided(), a.gpu.strided(), b.gpu.strided(), op);
+        cpu::binary(expected.strided(), a.cpu.strided(), b.cpu.strided(), op);
+        check_matches(out, expected);
+      }
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("Equal is exactly 1 where the operands are equal and 0 elsewhere") {
+  Tensor a = tensor({1, 2, 3, -0.0, 5}, {5}).to(Device::cuda());
+  Tensor b = tensor({1, 0, 3, 0.0, 4}, {5}).to(Device::cuda());
+  Tensor out = full({5}, kNaN, {.device = Device::cuda()});
+  cuda::binary(out.strided(), a.strided(), b.strided(), cuda::BinaryOp::Equal);
+  CHECK(testing::values(out) == std::vector<double>{1, 0, 1, 1, 0});
+}
+
+LOOM_GPU_TEST_CASE("binary_scalar matches the CPU with the scalar on either side") {
+  Generator gen(103);
+  const cpu::BinaryOp ops[] = {cpu::BinaryOp::Add, cpu::BinaryOp::Sub, cpu::BinaryOp::Mul,
+                               cpu::BinaryOp::Div, cpu::BinaryOp::Pow};
+  for (DType dtype : kDtypes) {
+    for (const Layout& layout : layouts()) {
+      for (cpu::BinaryOp op : ops) {
+        for (bool scalar_first : {false, true}) {
+          CAPTURE(dtype_name(dtype));
+          CAPTURE(layout.name);
+          CAPTURE(static_cast<int>(op));
+          CAPTURE(scalar_first);
+          Operand a = operand(layout, random_base(layout.base, dtype, true, gen));
+          Tensor out = poisoned_output(layout, dtype), expected = reference_output(kSizes, dtype);
+          cuda::binary_scalar(out.strided(), a.gpu.strided(), 1.7, op, scalar_first);
+          cpu::binary_scalar(expected.strided(), a.cpu.strided(), 1.7, op, scalar_first);
+          check_matches(out, expected);
+        }
+      }
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("scalar_first puts the scalar on the left: 2 - x and 1 / x") {
+  Tensor x = tensor({1, 4, -0.5}, {3}).to(Device::cuda());
+  Tensor out = full({3}, kNaN, {.device = Device::cuda()});
+  cuda::binary_scalar(out.strided(), x.strided(), 2.0, cuda::BinaryOp::Sub, true);
+  CHECK(testing::values(out) == std::vector<double>{1, -2, 2.5});
+  cuda::binary_scalar(out.strided(), x.strided(), 1.0, cuda::BinaryOp::Div, true);
+  CHECK(testing::values(out) == std::vector<double>{1, 0.25, -2});
+  cuda::binary_scalar(out.strided(), x.strided(), 2.0, cuda::BinaryOp::Sub, false);
+  CHECK(testing::values(out) == std::vector<double>{-1, 2, -2.5});
+}
+
+LOOM_GPU_TEST_CASE("add_scaled, clamp and clamp_backward match the CPU for every dtype and layout") {
+  Generator gen(104);
+  for (DType dtype : kDtypes) {
+    for (const Layout& layout : layouts()) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(layout.name);
+      Operand a = operand(layout, random_base(layout.base, dtype, false, gen));
+      Operand b = operand(layout, random_base(layout.base, dtype, false, gen));
+      Tensor out = poisoned_output(layout, dtype), expected = reference_output(kSizes, dtype);
+      cuda::add_scaled(out.strided(), a.gpu.strided(), b.gpu.strided(), -0.3);
+      cpu::add_scaled(expected.strided(), a.cpu.strided(), b.cpu.strided(), -0.3);
+      check_matches(out, expected);
+
+      out = poisoned_output(layout, dtype);
+      cuda::clamp(out.strided(), a.gpu.strided(), -0.5, 0.7);
+      cpu::clamp(expected.strided(), a.cpu.strided(), -0.5, 0.7);
+      check_matches(out, expected);
+
+      out = poisoned_output(layout, dtype);
+      cuda::clamp_backward(out.strided(), b.gpu.strided(), a.gpu.strided(), -0.5, 0.7);
+      cpu::clamp_backward(expected.strided(), b.cpu.strided(), a.cpu.strided(), -0.5, 0.7);
+      check_matches(out, expected);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("add_scaled accumulates in place, as autograd uses it") {
+  Generator gen(105);
+  Tensor into = randn({3, 1000}, {}, &gen), grad = randn({3, 1000}, {}, &gen);
+  Tensor expected = into.clone();
+  cpu::add_scaled(expected.strided(), expected.strided(), grad.strided(), 1.0);
+  Tensor on_gpu = into.to(Device::cuda());
+  cuda::add_scaled(on_gpu.strided(), on_gpu.strided(), grad.to(Device::cuda()).strided(), 1.0);
+  CHECK_CLOSE(on_gpu.cpu(), expected, 1e-6, 1e-7);
+}
+
+LOOM_GPU_TEST_CASE("broadcast operands (stride 0) read the same element for a whole dim") {
+  Generator gen(106);
+  for (DType dtype : kDtypes) {
+    CAPTURE(dtype_name(dtype));
+    Tensor a = randn(kSizes, {.dtype = dtype}, &gen);
+    Tensor a_gpu = a.to(Device::cuda());
+    // Expanded after the move, so the GPU operand keeps its zero strides.
+    for (const Shape& source_sizes : {Shape{1, 3, 1, 7}, Shape{1}}) {
+      CAPTURE(shape_str(source_sizes));
+      Tensor source = randn(source_sizes, {.dtype = dtype}, &gen);
+      Tensor b = source.expand(kSizes), b_gpu = source.to(Device::cuda()).expand(kSizes);
+      Tensor out = full(kSizes, kNaN, {.dtype = dtype, .device = Device::cuda()});
+      Tensor expected = reference_output(kSizes, dtype);
+      cuda::add_scaled(out.strided(), a_gpu.strided(), b_gpu.strided(), 2.0);
+      cpu::add_scaled(expected.strided(), a.strided(), b.strided(), 2.0);
+      check_matches(out, expected);
+      out.fill_(kNaN);
+      cuda::binary(out.strided(), b_gpu.strided(), a_gpu.strided(), cuda::BinaryOp::Mul);
+      cpu::binary(expected.strided(), b.strided(), a.strided(), cpu::BinaryOp::Mul);
+      check_matches(out, expected);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("odd sizes and empty tensors: 1, 7 and 1000003 elements, and none") {
+  Generator gen(107);
+  const Shape sizes[] = {{1}, {7}, {1000003}, {0}, {2, 0, 5, 7}, {}};
+  for (DType dtype : kDtypes) {
+    for (const Shape& s : sizes) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(s));
+      Tensor a = randn(s, {.dtype = dtype}, &gen), b = randn(s, {.dtype = dtype}, &gen);
+      Tensor a_gpu = a.to(Device::cuda()), b_gpu = b.to(Device::cuda());
+      Tensor out = full(s, kNaN, {.dtype = dtype, .device = Device::cuda()});
+      Tensor expected = reference_output(s, dtype);
+      cuda::unary(out.strided(), a_gpu.strided(), cuda::UnaryOp::Gelu);
+      cpu::unary(expected.strided(), a.strided(), cpu::UnaryOp::Gelu);
+      check_matches(out, expected);
+      out.fill_(kNaN);
+      cuda::binary(out.strided(), a_gpu.strided(), b_gpu.strided(), cuda::BinaryOp::GeluBackward);
+      cpu::binary(expected.strided(), a.strided(), b.strided(), cpu::BinaryOp::GeluBackward);
+      check_matches(out, expected);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("NaN: relu and clamp keep it, clamp_backward passes no gradient for it") {
+  // Hand-checked with lo = -1, hi = 2; the bounds themselves pass the gradient.
+  for (DType dtype : kDtypes) {
+    CAPTURE(dtype_name(dtype));
+    const TensorOptions options = {.dtype = dtype, .device = Device::cuda()};
+    Tensor x = tensor({kNaN, -2, -1, 0, 1, 2, 3}, {7}, {.dtype = dtype}).to(Device::cuda());
+    Tensor dy = tensor({10, 11, 12, 13, 14, 15, 16}, {7}, {.dtype = dtype}).to(Device::cuda());
+    Tensor out = full({7}, kNaN, options);
+    cuda::unary(out.strided(), x.strided(), cuda::UnaryOp::Relu);
+    std::vector<double> relu = testing::values(out);
+    CHECK(std::isnan(relu[0]));
+    CHECK(std::vector<double>(relu.begin() + 1, relu.end()) == std::vector<double>{0, 0, 0, 1, 2, 3});
+    cuda::clamp(out.strided(), x.strided(), -1, 2);
+    std::vector<double> clamped = testing::values(out);
+    CHECK(std::isnan(clamped[0]));
+    CHECK(std::vector<double>(clamped.begin() + 1, clamped.end()) ==
+          std::vector<double>{-1, -1, 0, 1, 2, 2});
+    cuda::clamp_backward(out.strided(), dy.strided(), x.strided(), -1, 2);
+    CHECK(testing::values(out) == std::vector<double>{0, 0, 12, 13, 14, 15, 0});
+  }
+}
+
+LOOM_GPU_TEST_CASE("more than 8 dims is a ValueError naming the op") {
+  Tensor x = empty({1, 1, 1, 1, 1, 1, 1, 1, 2}, {.device = Device::cuda()});
+  Tensor out = empty_like(x);
+  CHECK_THROWS_WITH_FRAGMENT(cuda::unary(out.strided(), x.strided(), cuda::UnaryOp::Exp),
+                             ValueError, "[unary] CUDA kernels take at most 8 dims");
+}
+#endif  // LOOM_WITH_CUDA

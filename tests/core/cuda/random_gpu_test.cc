@@ -1,0 +1,131 @@
+// File: tests/core/cuda/random_gpu_test.cc
+// GPU random fills against the CPU draws of the same (seed, offset): the
+// dropout mask bit for bit against the dropout op's mask, rand bit for bit, and
+// randn to a few float64 ulp (the device's log and cos are not glibc's; see
+// core/cuda/random.h). Outputs start as NaN, so unwritten elements show, and
+// some are channels-last, since element i is the i-th in row-major order.
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/cuda/random.h"
+#include "core/generator.h"
+#include "core/ops/dropout.h"
+#include "core/tensor.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr DType kDtypes[] = {DType::Float32, DType::Float64};
+
+const Shape kShapes[] = {{1}, {7}, {1000003}, {2, 3, 5, 7}, {0}, {}};
+
+MemoryFormat format_for(const Shape& sizes) {
+  return sizes.size() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
+
+Tensor poisoned_gpu(const Shape& sizes, DType dtype) {
+  return full(sizes, kNaN,
+              {.dtype = dtype, .device = Device::cuda(), .memory_format = format_for(sizes)});
+}
+
+// The CPU dropout op's mask: dropout of ones is the mask itself (1 * m == m).
+Tensor cpu_dropout_mask(const Shape& sizes, DType dtype, double p, Generator& gen) {
+  return dropout(ones(sizes, {.dtype = dtype}), p, /*training=*/true, &gen);
+}
+
+Tensor gpu_dropout_mask(const Shape& sizes, DType dtype, double p, Generator& gen) {
+  Tensor mask = poisoned_gpu(sizes, dtype);
+  const uint64_t first = gen.reserve(static_cast<uint64_t>((numel_of(sizes) + 3) / 4));
+  cuda::dropout_mask(mask.strided(), p, gen.seed(), first);
+  return mask;
+}
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("the GPU dropout mask is the CPU dropout op's mask, bit for bit") {
+  for (DType dtype : kDtypes) {
+    for (double p : {0.1, 0.5, 0.9}) {
+      for (const Shape& sizes : kShapes) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(p);
+        CAPTURE(shape_str(sizes));
+        Generator cpu_gen(300), gpu_gen(300);
+        // A first draw of another size moves both offsets off zero (and off a
+        // multiple of anything), so first_block is exercised too.
+        cpu_dropout_mask({5}, dtype, p, cpu_gen);
+        gpu_dropout_mask({5}, dtype, p, gpu_gen);
+        Tensor expected = cpu_dropout_mask(sizes, dtype, p, cpu_gen);
+        Tensor mask = gpu_dropout_mask(sizes, dtype, p, gpu_gen);
+        CHECK_CLOSE(mask.cpu(), expected, 0, 0);
+        CHECK(gpu_gen.offset() == cpu_gen.offset());
+      }
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("dropout mask of seed 0 from the Random123 known answer, by hand") {
+  // philox(0, 0) = 6627e8d5 e169c58d bc57ac4c 9b00dbd8: uniform_float gives 0.399,
+  // 0.881, 0.736, 0.605, so p = 0.7 drops lanes 0 and 3 and scales the rest by
+  // 1 / (1 - p).
+  for (DType dtype : kDtypes) {
+    CAPTURE(dtype_name(dtype));
+    Tensor mask = poisoned_gpu({4}, dtype);
+    cuda::dropout_mask(mask.strided(), 0.7, 0, 0);
+    const double scale = 1.0 / (1.0 - 0.7);  // not 1 / 0.3: 1 - 0.7 rounds above 0.3
+    const double kept = dtype == DType::Float32 ? static_cast<float>(scale) : scale;
+    CHECK(testing::values(mask) == std::vector<double>{0, kept, kept, 0});
+  }
+}
+
+LOOM_GPU_TEST_CASE("p = 1 drops everything; p = 0 keeps everything at scale 1") {
+  Tensor mask = poisoned_gpu({1001}, DType::Float32);
+  cuda::dropout_mask(mask.strided(), 1.0, 5, 0);
+  CHECK(testing::values(mask) == std::vector<double>(1001, 0.0));
+  cuda::dropout_mask(mask.strided(), 0.0, 5, 0);
+  CHECK(testing::values(mask) == std::vector<double>(1001, 1.0));
+}
+
+LOOM_GPU_TEST_CASE("fill_uniform draws what rand draws, bit for bit") {
+  for (DType dtype : kDtypes) {
+    for (const Shape& sizes : kShapes) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(sizes));
+      Generator cpu_gen(301), gpu_gen(301);
+      rand({3}, {.dtype = dtype}, &cpu_gen);
+      gpu_gen.reserve(3);
+      Tensor expected = rand(sizes, {.dtype = dtype}, &cpu_gen);
+      Tensor out = poisoned_gpu(sizes, dtype);
+      cuda::fill_uniform(out.strided(), gpu_gen.seed(), gpu_gen.reserve(numel_of(sizes)));
+      CHECK_CLOSE(out.cpu(), expected, 0, 0);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("fill_normal draws what randn draws, to a few float64 ulp") {
+  // float64: rtol 1e-14 (CUDA's log is within 1 ulp, cos within 2, glibc's are
+  // correctly rounded). float32: the double result rounds to the same float
+  // except where it sits on a rounding boundary, so 1 float ulp (rtol 2.5e-7).
+  for (DType dtype : kDtypes) {
+    for (const Shape& sizes : kShapes) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(sizes));
+      Generator cpu_gen(302), gpu_gen(302);
+      Tensor expected = randn(sizes, {.dtype = dtype}, &cpu_gen);
+      Tensor out = poisoned_gpu(sizes, dtype);
+      cuda::fill_normal(out.strided(), gpu_gen.seed(), gpu_gen.reserve(numel_of(sizes)));
+      if (dtype == DType::Float64) {
+        CHECK_CLOSE(out.cpu(), expected, 1e-14, 1e-15);
+      } else {
+        CHECK_CLOSE(out.cpu(), expected, 2.5e-7, 1e-12);
+      }
+    }
+  }
+}
+#endif  // LOOM_WITH_CUDA

@@ -1,0 +1,149 @@
+// File: tests/core/ops/activation_test.cc
+// relu / sigmoid / tanh / gelu / silu: hand values, a naive reference on
+// contiguous, strided and channels-last inputs, derivatives by hand and by
+// gradcheck, saturation, and argument errors.
+// N batch, C channels, H, W.
+#include "core/ops/activation.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/gradcheck.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/reduction.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+const TensorOptions kF64 = {.dtype = DType::Float64};
+
+double naive_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double naive_phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }  // normal CDF
+
+struct Activation {
+  std::string name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> f, df;  // value and derivative
+};
+
+const std::vector<Activation>& activations() {
+  static const std::vector<Activation> all = {
+      {"relu", [](const Tensor& x) { return relu(x); },
+       [](double x) { return x > 0 ? x : 0.0; }, [](double x) { return x > 0 ? 1.0 : 0.0; }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, naive_sigmoid,
+       [](double x) { return naive_sigmoid(x) * (1 - naive_sigmoid(x)); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); },
+       [](double x) { return 1 - std::tanh(x) * std::tanh(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }, [](double x) { return x * naive_phi(x); },
+       [](double x) { return naive_phi(x) + x * std::exp(-x * x / 2) / std::sqrt(2 * M_PI); }},
+      {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x * naive_sigmoid(x); },
+       [](double x) { return naive_sigmoid(x) * (1 + x * (1 - naive_sigmoid(x))); }},
+  };
+  return all;
+}
+
+Tensor naive_apply(const Tensor& x, const std::function<double(double)>& f) {
+  std::vector<double> v = x.to_vector<double>();
+  for (double& e : v) e = f(e);
+  return tensor(v, x.sizes(), kF64);
+}
+
+TEST_CASE("activations by hand") {
+  const Tensor x = tensor({-2, -0.5, 0, 0.5, 3}, {5}, kF64);
+  CHECK(relu(x).to_vector<double>() == std::vector<double>{0, 0, 0, 0.5, 3});
+  const double l3 = std::log(3.0);
+  // sigmoid(log 3) = 3 / 4, tanh(log 2) = (2 - 1/2) / (2 + 1/2) = 3 / 5.
+  CHECK_CLOSE(sigmoid(tensor({0, l3, -l3}, {3}, kF64)), tensor({0.5, 0.75, 0.25}, {3}, kF64), 1e-15, 0);
+  CHECK_CLOSE(tanh(tensor({0, std::log(2.0), -std::log(2.0)}, {3}, kF64)), tensor({0, 0.6, -0.6}, {3}, kF64), 1e-15, 1e-16);
+  // gelu(x) = x * Phi(x); Phi(1) = 0.8413447460685429.
+  CHECK_CLOSE(gelu(tensor({0, 1, -1}, {3}, kF64)), tensor({0, 0.8413447460685429, -0.15865525393145707}, {3}, kF64), 1e-15, 1e-16);
+  CHECK_CLOSE(silu(tensor({0, l3}, {2}, kF64)), tensor({0, 0.75 * l3}, {2}, kF64), 1e-15, 0);
+}
+
+TEST_CASE("activations saturate without NaN; relu keeps NaN") {
+  const Tensor big = tensor({-1000, 1000}, {2});
+  CHECK(sigmoid(big).to_vector<double>() == std::vector<double>{0, 1});
+  CHECK(tanh(big).to_vector<double>() == std::vector<double>{-1, 1});
+  CHECK(gelu(big).to_vector<double>() == std::vector<double>{0, 1000});
+  CHECK(silu(big).to_vector<double>() == std::vector<double>{0, 1000});
+  CHECK(relu(big).to_vector<double>() == std::vector<double>{0, 1000});
+  CHECK(std::isnan(relu(tensor({std::nan("")}, {1})).item()));
+}
+
+TEST_CASE("activations match the naive reference: contiguous, strided, channels-last") {
+  Generator gen(1);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor x = mul(randn({2, 3, 4, 5}, {.dtype = dtype}, &gen), 3.0);  // N 2, C 3, H 4, W 5
+    const Tensor cl = x.contiguous(MemoryFormat::ChannelsLast);
+    const double tol = dtype == DType::Float64 ? 1e-13 : 2e-6;
+    for (const Activation& a : activations()) {
+      CAPTURE(a.name);
+      CAPTURE(dtype_name(dtype));
+      for (const Tensor& input : {x, x.transpose(1, 3), x.slice(2, 0, 4, 3), cl}) {
+        const Tensor y = a.op(input);
+        CHECK(y.dtype() == dtype);
+        CHECK_CLOSE(y, naive_apply(input, a.f), tol, tol);
+      }
+      CHECK(a.op(cl).is_contiguous(MemoryFormat::ChannelsLast));
+    }
+  }
+}
+
+TEST_CASE("activation derivatives match the naive formulas") {
+  Generator gen(2);
+  for (const Activation& a : activations()) {
+    CAPTURE(a.name);
+    const Tensor x = mul(randn({4, 5}, kF64, &gen), 2.0).requires_grad_();
+    const Tensor dy = randn({4, 5}, kF64, &gen);
+    a.op(x).backward(dy);
+    std::vector<double> expected = naive_apply(x.detach(), a.df).to_vector<double>();
+    const std::vector<double> g = dy.to_vector<double>();
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] *= g[i];
+    CHECK_CLOSE(x.grad(), tensor(expected, {4, 5}, kF64), 1e-12, 1e-14);
+  }
+}
+
+TEST_CASE("relu gradient at exactly 0 is 0; saturated sigmoid / tanh gradients are 0") {
+  const Tensor x = tensor({-1, 0, 2}, {3}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(relu(x)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 1});
+  const Tensor s = tensor({-1000, 1000}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(add(sigmoid(s), tanh(s))).backward();
+  CHECK(s.grad().to_vector<double>() == std::vector<double>{0, 0});
+}
+
+TEST_CASE("gradcheck: every activation, two shapes, contiguous and strided inputs") {
+  Generator gen(3);
+  for (const Activation& a : activations()) {
+    for (const Shape& sizes : {Shape{3, 4}, Shape{2, 3, 2, 2}}) {
+      CAPTURE(a.name);
+      CAPTURE(shape_str(sizes));
+      const Tensor x = randn(sizes, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+      GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return a.op(in[0]); }, {x});
+      CHECK_MESSAGE(r.ok, r.message);
+      r = gradcheck([&](const std::vector<Tensor>& in) { return a.op(in[0].transpose(0, -1)); }, {x});
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+  }
+}
+
+TEST_CASE("activations reject non-float and undefined inputs") {
+  CHECK_THROWS_WITH_FRAGMENT(relu(zeros({2}, {.dtype = DType::Int32})), TypeError,
+                             "[relu] input has dtype int32 but the op computes in float32 or float64");
+  CHECK_THROWS_WITH_FRAGMENT(sigmoid(zeros({2}, {.dtype = DType::BFloat16})), TypeError, "[sigmoid] input has dtype bfloat16");
+  CHECK_THROWS_WITH_FRAGMENT(tanh(zeros({2}, {.dtype = DType::Bool})), TypeError, "[tanh] input has dtype bool");
+  CHECK_THROWS_WITH_FRAGMENT(gelu(Tensor()), ValueError, "[gelu] input is an undefined tensor");
+  CHECK_THROWS_WITH_FRAGMENT(silu(zeros({2}, {.dtype = DType::UInt8})), TypeError, "[silu] input has dtype uint8");
+}
+
+}  // namespace
+}  // namespace loom

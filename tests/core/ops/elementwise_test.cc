@@ -1,0 +1,503 @@
+// File: tests/core/ops/elementwise_test.cc
+// Elementwise arithmetic and unary math: hand values, a naive broadcasting
+// reference over row-major values (contiguous, strided and channels-last
+// inputs), scalars and operators, in-place updates, clamp, pow, gradcheck and
+// argument errors.
+// N batch, C channels, H, W.
+#include "core/ops/elementwise.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/gradcheck.h"
+#include "core/ops/reduction.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+const TensorOptions kF64 = {.dtype = DType::Float64};
+const double kInf = std::numeric_limits<double>::infinity();
+
+using Binary = std::function<double(double, double)>;
+using Unary = std::function<double(double)>;
+
+// NumPy broadcasting done by hand: the result shape, and for each result index
+// (row-major) the row-major position in an operand of shape `sizes`.
+Shape naive_broadcast_shape(const Shape& a, const Shape& b) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
+    int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int64_t source_position(int64_t flat, const Shape& out, const Shape& sizes) {
+  int64_t position = 0, stride = 1;
+  for (int64_t d = static_cast<int64_t>(out.size()) - 1; d >= 0; --d) {
+    int64_t index = flat % out[d];
+    flat /= out[d];
+    int64_t sd = d - static_cast<int64_t>(out.size() - sizes.size());
+    if (sd < 0) continue;
+    if (sizes[sd] != 1) position += index * stride;
+    stride *= sizes[sd];
+  }
+  return position;
+}
+
+Tensor naive_binary(const Tensor& a, const Tensor& b, const Binary& f) {
+  const Shape out = naive_broadcast_shape(a.sizes(), b.sizes());
+  const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
+  std::vector<double> y(numel_of(out));
+  for (int64_t i = 0; i < static_cast<int64_t>(y.size()); ++i) {
+    y[i] = f(va[source_position(i, out, a.sizes())], vb[source_position(i, out, b.sizes())]);
+  }
+  return tensor(y, out, kF64);
+}
+
+Tensor naive_unary(const Tensor& x, const Unary& f) {
+  std::vector<double> v = x.to_vector<double>();
+  for (double& e : v) e = f(e);
+  return tensor(v, x.sizes(), kF64);
+}
+
+double tolerance(const Tensor& t) { return t.dtype() == DType::Float64 ? 1e-12 : 2e-6; }
+
+Tensor leaf_like(const Tensor& t) { return t.detach().clone().requires_grad_(); }
+
+Tensor random_leaf(const Shape& sizes, Generator& gen) {
+  return randn(sizes, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+}
+
+// In [0.5, 2): safe for log, sqrt, division and real powers.
+Tensor positive_leaf(const Shape& sizes, Generator& gen) {
+  return leaf_like(add(mul(rand(sizes, kF64, &gen), 1.5), 0.5));
+}
+
+void check_grad(const GradcheckFn& fn, const std::vector<Tensor>& inputs) {
+  GradcheckResult r = gradcheck(fn, inputs);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+struct BinaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> op;
+  Binary reference;
+};
+
+const std::vector<BinaryCase>& binary_cases() {
+  static const std::vector<BinaryCase> cases = {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }, [](double a, double b) { return a + b; }},
+      {"add alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, 2.5); }, [](double a, double b) { return a + 2.5 * b; }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }, [](double a, double b) { return a - b; }},
+      {"sub alpha", [](const Tensor& a, const Tensor& b) { return sub(a, b, 0.5); }, [](double a, double b) { return a - 0.5 * b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }, [](double a, double b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, [](double a, double b) { return a / b; }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, [](double a, double b) { return std::pow(a, b); }},
+  };
+  return cases;
+}
+
+// Every binary op on (a, b) against the naive reference; a must be positive for pow.
+void check_binary_against_naive(const Tensor& a, const Tensor& b) {
+  for (const BinaryCase& c : binary_cases()) {
+    CAPTURE(c.name);
+    CHECK_CLOSE(c.op(a, b), naive_binary(a, b, c.reference), tolerance(a), tolerance(a));
+  }
+}
+
+// --- binary -----------------------------------------------------------------------------
+
+TEST_CASE("add / sub / mul / div by hand") {
+  const Tensor a = tensor({1, 2, 3, 4}, {2, 2}, kF64);
+  const Tensor b = tensor({10, 20, 30, 40}, {2, 2}, kF64);
+  CHECK(add(a, b).to_vector<double>() == std::vector<double>{11, 22, 33, 44});
+  CHECK(add(a, b, -0.5).to_vector<double>() == std::vector<double>{-4, -8, -12, -16});
+  CHECK(sub(b, a).to_vector<double>() == std::vector<double>{9, 18, 27, 36});
+  CHECK(sub(b, a, 2).to_vector<double>() == std::vector<double>{8, 16, 24, 32});
+  CHECK(mul(a, b).to_vector<double>() == std::vector<double>{10, 40, 90, 160});
+  CHECK(div(b, a).to_vector<double>() == std::vector<double>{10, 10, 10, 10});
+  CHECK(div(a, tensor({0}, {1}, kF64)).to_vector<double>() == std::vector<double>(4, kInf));
+  // Broadcasting a row and a column: (2, 1) + (3,) -> (2, 3).
+  CHECK(add(tensor({100, 200}, {2, 1}, kF64), tensor({1, 2, 3}, {3}, kF64)).to_vector<double>() ==
+        std::vector<double>{101, 102, 103, 201, 202, 203});
+}
+
+TEST_CASE("binary ops match the naive reference, with broadcasting, in float32 and float64") {
+  Generator gen(1);
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{2, 3}, {2, 3}}, {{3, 1, 5}, {4, 1}}, {{4, 1}, {3, 1, 5}}, {{2, 3}, {3}}, {{}, {2, 3}}, {{2, 1, 1}, {1}}};
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const auto& [sa, sb] : shapes) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(sa));
+      CAPTURE(shape_str(sb));
+      const Tensor a = add(rand(sa, {.dtype = dtype}, &gen), 0.5);  // positive: pow is real
+      const Tensor b = randn(sb, {.dtype = dtype}, &gen);
+      CHECK(add(a, b).sizes() == naive_broadcast_shape(sa, sb));
+      check_binary_against_naive(a, b);
+    }
+  }
+}
+
+TEST_CASE("binary ops read non-contiguous operands: transposed, stepped, expanded") {
+  Generator gen(2);
+  const Tensor base = add(rand({5, 3}, kF64, &gen), 0.5);
+  const Tensor transposed = base.t();                                  // (3, 5) strides (1, 3)
+  const Tensor stepped = randn({3, 10}, kF64, &gen).slice(1, 1, 10, 2);  // (3, 5) stride 2
+  const Tensor expanded = randn({3, 1}, kF64, &gen).expand({3, 5});    // stride 0
+  check_binary_against_naive(transposed, stepped);
+  check_binary_against_naive(transposed, expanded);
+  check_binary_against_naive(exp(stepped), transposed);  // exp: a positive base for pow
+}
+
+TEST_CASE("binary ops keep channels-last; unary ops keep any dense layout") {
+  Generator gen(3);
+  const Tensor a = add(rand({2, 3, 4, 5}, kF64, &gen), 0.5);  // N 2, C 3, H 4, W 5
+  const Tensor b = randn({2, 3, 4, 5}, kF64, &gen);
+  const Tensor a_cl = a.contiguous(MemoryFormat::ChannelsLast);
+  const Tensor b_cl = b.contiguous(MemoryFormat::ChannelsLast);
+  check_binary_against_naive(a_cl, b_cl);
+  check_binary_against_naive(a_cl, b);
+  CHECK(mul(a_cl, b_cl).is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(add(a_cl, randn({3, 1, 1}, kF64, &gen)).is_contiguous(MemoryFormat::ChannelsLast));
+  for (const auto& op : std::vector<std::function<Tensor(const Tensor&)>>{
+           [](const Tensor& x) { return exp(x); }, [](const Tensor& x) { return sqrt(x); },
+           [](const Tensor& x) { return neg(x); }, [](const Tensor& x) { return mul(x, 3.0); },
+           [](const Tensor& x) { return pow(x, 2.0); },
+           [](const Tensor& x) { return clamp(x, 0.7, 1.2); }}) {
+    const Tensor y = op(a_cl);
+    CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK_FALSE(y.is_contiguous());
+    CHECK_CLOSE(y, op(a), 1e-15, 0);
+  }
+}
+
+// --- scalars and operators ------------------------------------------------------------------
+
+TEST_CASE("scalar variants and operators with the scalar on either side") {
+  const Tensor x = tensor({1, 2, 4}, {3}, kF64);
+  CHECK(add(x, 1.5).to_vector<double>() == std::vector<double>{2.5, 3.5, 5.5});
+  CHECK(sub(x, 1).to_vector<double>() == std::vector<double>{0, 1, 3});
+  CHECK(mul(x, -2).to_vector<double>() == std::vector<double>{-2, -4, -8});
+  CHECK(div(x, 4).to_vector<double>() == std::vector<double>{0.25, 0.5, 1});
+  CHECK(rsub(x, 10).to_vector<double>() == std::vector<double>{9, 8, 6});
+  CHECK(rdiv(x, 8).to_vector<double>() == std::vector<double>{8, 4, 2});
+  CHECK((x + 1.0).to_vector<double>() == std::vector<double>{2, 3, 5});
+  CHECK((1.0 + x).to_vector<double>() == std::vector<double>{2, 3, 5});
+  CHECK((x - 1.0).to_vector<double>() == std::vector<double>{0, 1, 3});
+  CHECK((1.0 - x).to_vector<double>() == std::vector<double>{0, -1, -3});
+  CHECK((x * 3.0).to_vector<double>() == std::vector<double>{3, 6, 12});
+  CHECK((3.0 * x).to_vector<double>() == std::vector<double>{3, 6, 12});
+  CHECK((x / 2.0).to_vector<double>() == std::vector<double>{0.5, 1, 2});
+  CHECK((2.0 / x).to_vector<double>() == std::vector<double>{2, 1, 0.5});
+  CHECK((-x).to_vector<double>() == std::vector<double>{-1, -2, -4});
+  const Tensor y = tensor({4, 4, 4}, {3}, kF64);
+  CHECK((x + y).to_vector<double>() == std::vector<double>{5, 6, 8});
+  CHECK((x - y).to_vector<double>() == std::vector<double>{-3, -2, 0});
+  CHECK((x * y).to_vector<double>() == std::vector<double>{4, 8, 16});
+  CHECK((x / y).to_vector<double>() == std::vector<double>{0.25, 0.5, 1});
+  CHECK((2.0 * x - y / 4.0 + 1.0).to_vector<double>() == std::vector<double>{2, 4, 8});
+}
+
+TEST_CASE("division by a scalar is a true division (x / 10 gives 0.3 for x = 3)") {
+  // Multiplying by a rounded reciprocal is off by an ulp: 3 * 0.1 = 0.30000000000000004.
+  CHECK((tensor({3}, {1}, kF64) / 10.0).item() == 3.0 / 10.0);
+  CHECK(div(tensor({49}, {1}, kF64), 49.0).item() == 1.0);
+  CHECK(div(tensor({3}, {1}), 10.0).item() == static_cast<double>(3.0f / 10.0f));
+}
+
+TEST_CASE("scalar variants match the naive reference on strided float32 input") {
+  Generator gen(4);
+  const Tensor x = add(rand({4, 6}, {}, &gen), 0.5).t();
+  const double tol = 2e-6;
+  CHECK_CLOSE(add(x, 0.75), naive_unary(x, [](double v) { return v + 0.75; }), tol, tol);
+  CHECK_CLOSE(sub(x, 0.75), naive_unary(x, [](double v) { return v - 0.75; }), tol, tol);
+  CHECK_CLOSE(mul(x, -3.0), naive_unary(x, [](double v) { return v * -3.0; }), tol, tol);
+  CHECK_CLOSE(div(x, 7.0), naive_unary(x, [](double v) { return v / 7.0; }), tol, tol);
+  CHECK_CLOSE(rsub(x, 2.0), naive_unary(x, [](double v) { return 2.0 - v; }), tol, tol);
+  CHECK_CLOSE(rdiv(x, 2.0), naive_unary(x, [](double v) { return 2.0 / v; }), tol, tol);
+}
+
+// --- unary ------------------------------------------------------------------------------
+
+TEST_CASE("neg / exp / log / sqrt by hand, including edge values") {
+  const Tensor x = tensor({0, 1, 4, -1}, {4}, kF64);
+  CHECK(neg(x).to_vector<double>() == std::vector<double>{-0.0, -1, -4, 1});
+  CHECK_CLOSE(exp(x), tensor({1, M_E, std::exp(4.0), 1 / M_E}, {4}, kF64), 1e-15, 0);
+  const std::vector<double> logs = log(x).to_vector<double>();
+  CHECK(logs[0] == -kInf);
+  CHECK(logs[1] == 0);
+  CHECK(logs[2] == doctest::Approx(std::log(4.0)).epsilon(1e-15));
+  CHECK(std::isnan(logs[3]));
+  const std::vector<double> roots = sqrt(x).to_vector<double>();
+  CHECK(roots[0] == 0);
+  CHECK(roots[2] == 2);
+  CHECK(std::isnan(roots[3]));
+  CHECK(exp(tensor({1000}, {1})).item() == kInf);  // overflow in float32 is inf, not an error
+}
+
+TEST_CASE("unary ops match the naive reference on contiguous and strided input") {
+  Generator gen(5);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor x = add(rand({3, 4, 5}, {.dtype = dtype}, &gen), 0.1);
+    for (const Tensor& input : {x, x.permute({2, 0, 1}), x.slice(1, 0, 4, 3)}) {
+      CAPTURE(dtype_name(dtype));
+      const double tol = tolerance(input);
+      CHECK_CLOSE(neg(input), naive_unary(input, [](double v) { return -v; }), tol, tol);
+      CHECK_CLOSE(exp(input), naive_unary(input, [](double v) { return std::exp(v); }), tol, tol);
+      CHECK_CLOSE(log(input), naive_unary(input, [](double v) { return std::log(v); }), tol, tol);
+      CHECK_CLOSE(sqrt(input), naive_unary(input, [](double v) { return std::sqrt(v); }), tol, tol);
+      CHECK(exp(input).dtype() == dtype);
+    }
+  }
+}
+
+// --- pow ------------------------------------------------------------------------------------
+
+TEST_CASE("pow with a scalar and with a tensor exponent, by hand and against the reference") {
+  const Tensor x = tensor({2, 3, 4}, {3}, kF64);
+  CHECK(pow(x, 2.0).to_vector<double>() == std::vector<double>{4, 9, 16});
+  CHECK(pow(x, 0.5).to_vector<double>() == std::vector<double>{std::sqrt(2.0), std::sqrt(3.0), 2});
+  CHECK(pow(x, -1.0).to_vector<double>() == std::vector<double>{0.5, 1.0 / 3.0, 0.25});
+  CHECK(pow(x, 0.0).to_vector<double>() == std::vector<double>{1, 1, 1});
+  CHECK(pow(tensor({-2}, {1}, kF64), 3.0).item() == -8);
+  CHECK(pow(x, tensor({3, 2, 0.5}, {3}, kF64)).to_vector<double>() == std::vector<double>{8, 9, 2});
+  CHECK(pow(tensor({2}, {1}, kF64), tensor({1, 2, 3}, {3, 1}, kF64)).to_vector<double>() ==
+        std::vector<double>{2, 4, 8});
+  Generator gen(6);
+  const Tensor base = add(rand({3, 1, 5}, {}, &gen), 0.5);
+  const Tensor e = randn({4, 1}, {}, &gen);
+  CHECK_CLOSE(pow(base, e), naive_binary(base, e, [](double a, double b) { return std::pow(a, b); }), 2e-6, 2e-6);
+  CHECK_CLOSE(pow(base, 2.5), naive_unary(base, [](double v) { return std::pow(v, 2.5); }), 2e-6, 2e-6);
+}
+
+TEST_CASE("pow(x, 0.0) has gradient 0 at x = 0, not 0 * 0^-1 = NaN") {
+  const Tensor x = tensor({0, 2}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(pow(x, 0.0)).backward();
+  CHECK_CLOSE(x.grad(), zeros({2}, kF64), 0, 0);
+}
+
+TEST_CASE("pow(x, exponent tensor) has gradient 0 at x = 0 where the exponent is 0") {
+  // As torch.pow: d/dx x^e = e * x^(e-1) is masked to 0 where e == 0.
+  const Tensor x = tensor({0, 2}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(pow(x, tensor({0, 0}, {2}, kF64))).backward();
+  CHECK_CLOSE(x.grad(), zeros({2}, kF64), 0, 0);
+}
+
+TEST_CASE("pow(x, exponent tensor): the exponent's gradient is 0 at x = 0, as torch.pow") {
+  const Tensor x = tensor({0, 2}, {2}, kF64);
+  const Tensor e = tensor({1.5, 3}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(pow(x, e)).backward();
+  // d/de 2^3 = 2^3 log 2; d/de 0^1.5 is masked to 0 instead of 0 * log 0 = NaN.
+  CHECK_CLOSE(e.grad(), tensor({0, 8 * std::log(2.0)}, {2}, kF64), 1e-12, 1e-12);
+}
+
+TEST_CASE("in-place ops refuse destinations whose expanded elements share memory") {
+  Tensor expanded = ones({1}).expand({3});
+  CHECK_THROWS_WITH_FRAGMENT(mul_(expanded, 2.0), ValueError, "[mul_] the destination (shape (3,), strides (0,))");
+  CHECK_THROWS_WITH_FRAGMENT(expanded.fill_(1.0), ValueError, "[fill_]");
+  Tensor owned = expanded.clone();
+  mul_(owned, 2.0);
+  CHECK(testing::values(owned) == std::vector<double>{2, 2, 2});
+}
+
+// --- clamp ------------------------------------------------------------------------------------
+
+TEST_CASE("clamp: min only, max only, both; NaN stays NaN") {
+  const Tensor x = tensor({-2, -0.5, 0.5, 3}, {4}, kF64);
+  CHECK(clamp(x, 0.0, std::nullopt).to_vector<double>() == std::vector<double>{0, 0, 0.5, 3});
+  CHECK(clamp(x, std::nullopt, 0.0).to_vector<double>() == std::vector<double>{-2, -0.5, 0, 0});
+  CHECK(clamp(x, -1.0, 1.0).to_vector<double>() == std::vector<double>{-1, -0.5, 0.5, 1});
+  CHECK(clamp(x, 2.0, 2.0).to_vector<double>() == std::vector<double>(4, 2.0));
+  CHECK(std::isnan(clamp(tensor({std::nan("")}, {1}), 0.0, 1.0).item()));
+  Generator gen(7);
+  const Tensor r = randn({3, 4}, {}, &gen).t();
+  CHECK_CLOSE(clamp(r, -0.5, 0.25), naive_unary(r, [](double v) { return std::min(std::max(v, -0.5), 0.25); }), 0, 0);
+}
+
+TEST_CASE("clamp gradient: dy inside and at the bounds, 0 outside") {
+  const Tensor x = tensor({-1, 0, 0.5, 1, 2}, {5}, {.dtype = DType::Float64, .requires_grad = true});
+  clamp(x, 0.0, 1.0).backward(tensor({1, 2, 3, 4, 5}, {5}, kF64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 2, 3, 4, 0});
+  GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return clamp(in[0], 0.0, 1.0); }, {leaf_like(x)});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(r.kinks == 2);  // the two elements sitting on a bound
+}
+
+TEST_CASE("clamp rejects missing and inverted bounds") {
+  const Tensor x = zeros({2});
+  CHECK_THROWS_WITH_FRAGMENT(clamp(x, std::nullopt, std::nullopt), ValueError, "[clamp] needs at least one of min and max");
+  CHECK_THROWS_WITH_FRAGMENT(clamp(x, 2.0, 1.0), ValueError, "[clamp] min 2 is greater than max 1");
+  CHECK_THROWS_WITH_FRAGMENT(clamp(zeros({2}, {.dtype = DType::Int32}), 0.0, 1.0), TypeError, "[clamp] input has dtype int32");
+}
+
+// --- in place -----------------------------------------------------------------------------------
+
+TEST_CASE("add_ / sub_ / mul_ / div_ update in place with broadcasting") {
+  Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, kF64);
+  const void* data = x.raw_data();
+  add_(x, tensor({10, 20, 30}, {3}, kF64));
+  CHECK(x.to_vector<double>() == std::vector<double>{11, 22, 33, 14, 25, 36});
+  sub_(x, tensor({1, 2}, {2, 1}, kF64), 10);
+  CHECK(x.to_vector<double>() == std::vector<double>{1, 12, 23, -6, 5, 16});
+  mul_(x, tensor({2}, {1}, kF64));
+  CHECK(x.to_vector<double>() == std::vector<double>{2, 24, 46, -12, 10, 32});
+  div_(x, tensor({2, 4, 2}, {3}, kF64));
+  CHECK(x.to_vector<double>() == std::vector<double>{1, 6, 23, -6, 2.5, 16});
+  add_(x, 1.0);
+  mul_(x, 2.0);
+  CHECK(x.to_vector<double>() == std::vector<double>{4, 14, 48, -10, 7, 34});
+  CHECK(x.raw_data() == data);
+  add_(x, x, -1.0);  // aliasing self is fine elementwise
+  CHECK(x.to_vector<double>() == std::vector<double>(6, 0.0));
+}
+
+TEST_CASE("in-place ops write through views and keep strides") {
+  Tensor base = zeros({3, 4});
+  Tensor column = base.select(1, 1);
+  add_(column, tensor({1, 2, 3}, {3}));
+  Tensor t = base.t();
+  mul_(t, 2.0);
+  CHECK(base.to_vector<double>() == std::vector<double>{0, 2, 0, 0, 0, 4, 0, 0, 0, 6, 0, 0});
+  Tensor cl = ones({1, 2, 2, 2}).contiguous(MemoryFormat::ChannelsLast);
+  add_(cl, tensor({1, 2}, {2, 1, 1}));
+  CHECK(cl.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(cl.to_vector<double>() == std::vector<double>{2, 2, 2, 2, 3, 3, 3, 3});
+}
+
+TEST_CASE("in-place errors: dtype, broadcasting into self, autograd") {
+  Tensor x = zeros({3});
+  CHECK_THROWS_WITH_FRAGMENT(add_(x, zeros({3}, kF64)), TypeError,
+                             "[add_] operands have different dtypes, float32 (3,) and float64 (3,)");
+  CHECK_THROWS_WITH_FRAGMENT(mul_(x, zeros({2, 3})), ShapeError,
+                             "[mul_] the operand of shape (2, 3) does not broadcast to the destination's shape (3,)");
+  CHECK_THROWS_WITH_FRAGMENT(div_(x, zeros({4})), ShapeError, "[div_] shapes (3,) and (4,) cannot be broadcast");
+  CHECK_THROWS_WITH_FRAGMENT(sub_(x, zeros({2})), ShapeError, "shapes (3,) and (2,) cannot be broadcast");
+  Tensor ints = zeros({3}, {.dtype = DType::Int64});
+  CHECK_THROWS_WITH_FRAGMENT(add_(ints, 1.0), TypeError, "[add_] input has dtype int64");
+  Tensor w = zeros({3}, {.requires_grad = true});
+  CHECK_THROWS_WITH_FRAGMENT(add_(w, ones({3})), AutogradError, "[add_] a leaf tensor that requires grad");
+  CHECK_THROWS_WITH_FRAGMENT(mul_(w, 2.0), AutogradError, "[mul_]");
+  {
+    NoGradGuard guard;
+    sub_(w, ones({3}), 0.5);  // an optimizer step
+  }
+  CHECK(w.to_vector<double>() == std::vector<double>(3, -0.5));
+  CHECK(w.requires_grad());
+}
+
+// --- gradients --------------------------------------------------------------------------------
+
+TEST_CASE("gradcheck: binary ops with same shapes and with broadcasting") {
+  Generator gen(8);
+  const std::vector<std::pair<Shape, Shape>> shapes = {{{2, 3}, {2, 3}}, {{3, 1, 5}, {4, 1}}, {{2, 3}, {}}};
+  for (const auto& [sa, sb] : shapes) {
+    CAPTURE(shape_str(sa));
+    CAPTURE(shape_str(sb));
+    const Tensor a = positive_leaf(sa, gen), b = random_leaf(sb, gen), pb = positive_leaf(sb, gen);
+    check_grad([](const std::vector<Tensor>& in) { return add(in[0], in[1], -1.5); }, {a, b});
+    check_grad([](const std::vector<Tensor>& in) { return sub(in[0], in[1]); }, {b, a});
+    check_grad([](const std::vector<Tensor>& in) { return mul(in[0], in[1]); }, {a, b});
+    check_grad([](const std::vector<Tensor>& in) { return div(in[0], in[1]); }, {b, a});
+    check_grad([](const std::vector<Tensor>& in) { return div(in[0], in[1]); }, {a, pb});
+    check_grad([](const std::vector<Tensor>& in) { return pow(in[0], in[1]); }, {a, b});
+  }
+}
+
+TEST_CASE("gradcheck: one operand without grad, the same tensor twice, strided operands") {
+  Generator gen(9);
+  const Tensor a = random_leaf({3, 4}, gen);
+  const Tensor c = randn({4}, kF64, &gen);
+  check_grad([&](const std::vector<Tensor>& in) { return mul(in[0], c); }, {a});
+  check_grad([&](const std::vector<Tensor>& in) { return div(c, add(mul(in[0], in[0]), 1.0)); }, {a});
+  check_grad([](const std::vector<Tensor>& in) { return mul(in[0], in[0]); }, {a});
+  check_grad([](const std::vector<Tensor>& in) { return mul(in[0].t(), in[0].select(1, 0)); }, {a});
+  check_grad([](const std::vector<Tensor>& in) { return pow(in[0].slice(1, 0, 4, 2), in[1].t()); },
+             {positive_leaf({2, 4}, gen), random_leaf({2, 2}, gen)});
+}
+
+TEST_CASE("gradcheck: unary ops, scalar variants, pow with a scalar exponent") {
+  Generator gen(10);
+  for (const Shape& sizes : {Shape{2, 3}, Shape{3, 1, 2}}) {
+    CAPTURE(shape_str(sizes));
+    const Tensor x = random_leaf(sizes, gen), p = positive_leaf(sizes, gen);
+    check_grad([](const std::vector<Tensor>& in) { return neg(in[0]); }, {x});
+    check_grad([](const std::vector<Tensor>& in) { return exp(in[0]); }, {x});
+    check_grad([](const std::vector<Tensor>& in) { return log(in[0]); }, {p});
+    check_grad([](const std::vector<Tensor>& in) { return sqrt(in[0]); }, {p});
+    check_grad([](const std::vector<Tensor>& in) { return add(in[0], 2.0); }, {x});
+    check_grad([](const std::vector<Tensor>& in) { return sub(in[0], 2.0); }, {x});
+    check_grad([](const std::vector<Tensor>& in) { return mul(in[0], -3.0); }, {x});
+    check_grad([](const std::vector<Tensor>& in) { return div(in[0], 4.0); }, {x});
+    check_grad([](const std::vector<Tensor>& in) { return rsub(in[0], 1.0); }, {x});
+    check_grad([](const std::vector<Tensor>& in) { return rdiv(in[0], 2.0); }, {p});
+    check_grad([](const std::vector<Tensor>& in) { return 1.0 - 2.0 * in[0] / 3.0 + -in[0]; }, {x});
+    for (double e : {2.0, 3.0, 0.5, -1.5}) {
+      CAPTURE(e);
+      check_grad([e](const std::vector<Tensor>& in) { return pow(in[0], e); }, {p});
+    }
+    check_grad([](const std::vector<Tensor>& in) { return clamp(in[0], -0.3, 0.4); }, {x});
+    check_grad([](const std::vector<Tensor>& in) { return clamp(in[0], std::nullopt, 0.1); }, {x});
+  }
+}
+
+// --- graph lifetime ------------------------------------------------------------------------------
+
+TEST_CASE("graphs of div, rdiv and pow(tensor) are freed when their output is dropped") {
+  // A backward that captures its own output (instead of output.detach()) makes
+  // node -> output -> node a cycle, and the graph leaks unless backward runs.
+  Generator gen(11);
+  const Tensor a = positive_leaf({3}, gen), b = positive_leaf({3}, gen);
+  const std::vector<std::pair<std::string, std::function<Tensor()>>> ops = {
+      {"div", [&] { return div(a, b); }},
+      {"rdiv", [&] { return rdiv(a, 2.0); }},
+      {"pow", [&] { return pow(a, b); }},
+      {"exp", [&] { return exp(a); }},
+      {"mul", [&] { return mul(a, b); }},
+  };
+  for (const auto& [name, op] : ops) {
+    CAPTURE(name);
+    std::weak_ptr<Node> node;
+    {
+      const Tensor out = op();
+      node = out.grad_fn();
+      REQUIRE(node.lock() != nullptr);
+    }
+    CHECK(node.expired());
+  }
+}
+
+// --- argument errors -----------------------------------------------------------------------------
+
+TEST_CASE("argument errors name the op and print dtypes and shapes") {
+  const Tensor f32 = zeros({2}), f64 = zeros({2}, kF64);
+  CHECK_THROWS_WITH_FRAGMENT(add(f32, f64), TypeError,
+                             "[add] operands have different dtypes, float32 (2,) and float64 (2,); convert one with .to()");
+  CHECK_THROWS_WITH_FRAGMENT(mul(f64, f32), TypeError, "[mul] operands have different dtypes, float64 (2,) and float32 (2,)");
+  CHECK_THROWS_WITH_FRAGMENT(pow(f64, f32), TypeError, "[pow]");
+  CHECK_THROWS_WITH_FRAGMENT(exp(zeros({2}, {.dtype = DType::Int64})), TypeError,
+                             "[exp] input has dtype int64 but the op computes in float32 or float64");
+  CHECK_THROWS_WITH_FRAGMENT(log(zeros({2}, {.dtype = DType::Float16})), TypeError, "[log] input has dtype float16");
+  CHECK_THROWS_WITH_FRAGMENT(add(zeros({2}, {.dtype = DType::Int32}), 1.0), TypeError, "[add] input has dtype int32");
+  CHECK_THROWS_WITH_FRAGMENT(add(zeros({3}), zeros({4})), ShapeError,
+                             "[add] shapes (3,) and (4,) cannot be broadcast: dim 0 has sizes 3 and 4");
+  CHECK_THROWS_WITH_FRAGMENT(div(zeros({2, 3}), zeros({4, 2})), ShapeError, "[div] shapes (2, 3) and (4, 2) cannot be broadcast");
+  CHECK_THROWS_WITH_FRAGMENT(sub(zeros({3, 2, 5}), zeros({4, 5})), ShapeError, "shapes (3, 2, 5) and (4, 5) cannot be broadcast");
+  CHECK_THROWS_WITH_FRAGMENT(neg(Tensor()), ValueError, "[neg] input is an undefined tensor");
+  CHECK_THROWS_WITH_FRAGMENT(mul(f32, Tensor()), ValueError, "[mul] input is an undefined tensor");
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,303 @@
+// File: tests/core/ops/norm_test.cc
+// batch_norm: hand-checked values and running-stat updates, direct mean/var formulas
+// over a grid of modes, dtypes and layouts, gradcheck, and PyTorch's argument checks.
+// N batch, C channels, L elements per sample and channel, M = N * L.
+#include "core/ops/norm.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/gradcheck.h"
+#include "core/ops/elementwise.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+constexpr DType kF64 = DType::Float64;
+
+Tensor f64(const std::vector<double>& values, const Shape& sizes) {
+  return tensor(values, sizes, {.dtype = kF64});
+}
+
+Tensor requiring_grad(Tensor t) {
+  t.requires_grad_(true);
+  return t;
+}
+
+// ---------------------------------------------------------------------------
+// Naive reference: direct per-channel formulas over row-major values, x as (N, C, L).
+
+struct NaiveBatchNorm {
+  Tensor y;                                       // float64
+  std::vector<double> running_mean, running_var;  // after the update (empty if untracked)
+};
+
+std::vector<double> values_or_empty(const Tensor& t) {
+  return t.defined() ? t.to_vector<double>() : std::vector<double>{};
+}
+
+NaiveBatchNorm naive_batch_norm(const Tensor& x, const Tensor& running_mean,
+                                const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                                const BatchNormOptions& o) {
+  const std::vector<double> in = x.to_vector<double>();
+  const std::vector<double> w = values_or_empty(weight), b = values_or_empty(bias);
+  const int64_t N = x.size(0), C = x.size(1), L = x.numel() / (N * C);
+  const double M = static_cast<double>(N * L);
+  NaiveBatchNorm out{Tensor(), values_or_empty(running_mean), values_or_empty(running_var)};
+  std::vector<double> y(in.size());
+  for (int64_t c = 0; c < C; ++c) {
+    auto at = [&](int64_t n, int64_t l) { return (n * C + c) * L + l; };
+    double mean = 0, var = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t l = 0; l < L; ++l) mean += in[at(n, l)] / M;
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t l = 0; l < L; ++l) var += (in[at(n, l)] - mean) * (in[at(n, l)] - mean) / M;
+    }
+    if (!o.training) {
+      mean = out.running_mean[c];
+      var = out.running_var[c];
+    } else if (!out.running_mean.empty()) {
+      out.running_mean[c] = (1 - o.momentum) * out.running_mean[c] + o.momentum * mean;
+      out.running_var[c] = (1 - o.momentum) * out.running_var[c] + o.momentum * var * M / (M - 1);
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t l = 0; l < L; ++l) {
+        double xhat = (in[at(n, l)] - mean) / std::sqrt(var + o.eps);
+        y[at(n, l)] = xhat * (w.empty() ? 1.0 : w[c]) + (b.empty() ? 0.0 : b[c]);
+      }
+    }
+  }
+  out.y = tensor(y, x.sizes(), {.dtype = kF64});
+  return out;
+}
+
+// Random inputs in several layouts; the op must accept any strides.
+std::vector<std::pair<std::string, Tensor>> layouts(DType dtype, Generator& gen) {
+  const TensorOptions options = {.dtype = dtype};
+  return {
+      {"2d", randn({6, 3}, options, &gen)},
+      {"2d_transposed", randn({3, 6}, options, &gen).t()},
+      {"nchw", randn({2, 3, 4, 5}, options, &gen) * 2.0 + 1.0},
+      {"channels_last", randn({2, 3, 4, 5}, options, &gen).contiguous(MemoryFormat::ChannelsLast)},
+      {"sliced", randn({2, 6, 4, 9}, options, &gen).slice(1, 0, 6, 2).slice(3, 2, 7)},
+  };
+}
+
+struct Params {
+  Tensor running_mean, running_var, weight, bias;
+};
+
+Params random_params(int64_t C, DType dtype, bool affine, bool tracked, Generator& gen) {
+  const TensorOptions options = {.dtype = dtype};
+  Params p;
+  if (tracked) {
+    p.running_mean = randn({C}, options, &gen);
+    p.running_var = rand({C}, options, &gen) + 0.5;
+  }
+  if (affine) {
+    p.weight = randn({C}, options, &gen);
+    p.bias = randn({C}, options, &gen);
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// Hand-checked cases. x (N=2, C=2): channel 0 is {1, 3} (mean 2, biased var 1,
+// unbiased 2), channel 1 is {10, 20} (mean 15, biased var 25, unbiased 50).
+
+const std::vector<double> kX = {1, 10, 3, 20};
+
+TEST_CASE("batch_norm training: by hand, with the running-stat update") {
+  Tensor x = tensor(kX, {2, 2});
+  Tensor weight = tensor({2, 3}, {2});
+  Tensor bias = tensor({0.5, -1}, {2});
+  Tensor running_mean = zeros({2}), running_var = ones({2});
+  Tensor y = batch_norm(x, running_mean, running_var, weight, bias, {.eps = 0.0});
+  // xhat = [[-1, -1], [1, 1]]
+  CHECK_CLOSE(y, tensor({-1.5, -4, 2.5, 2}, {2, 2}), 1e-6, 1e-6);
+  // running = 0.9 * running + 0.1 * batch stat, with the unbiased variance
+  CHECK_CLOSE(running_mean, tensor({0.2, 1.5}, {2}), 1e-6, 0);
+  CHECK_CLOSE(running_var, tensor({1.1, 5.9}, {2}), 1e-6, 0);
+  CHECK_FALSE(running_mean.requires_grad());
+}
+
+TEST_CASE("batch_norm training: momentum compounds over steps, by hand") {
+  Tensor x = tensor(kX, {2, 2});
+  Tensor running_mean = zeros({2}), running_var = zeros({2});
+  const BatchNormOptions options = {.momentum = 0.5};
+  batch_norm(x, running_mean, running_var, Tensor(), Tensor(), options);
+  batch_norm(x, running_mean, running_var, Tensor(), Tensor(), options);
+  // 0 -> 0.5 s -> 0.75 s for each batch statistic s
+  CHECK_CLOSE(running_mean, tensor({1.5, 11.25}, {2}), 1e-6, 0);
+  CHECK_CLOSE(running_var, tensor({1.5, 37.5}, {2}), 1e-6, 0);
+}
+
+TEST_CASE("batch_norm training backward: by hand") {
+  Tensor x = requiring_grad(f64(kX, {2, 2}));
+  Tensor weight = requiring_grad(f64({2, 3}, {2}));
+  Tensor bias = requiring_grad(f64({0.5, -1}, {2}));
+  Tensor y = batch_norm(x, Tensor(), Tensor(), weight, bias, {.eps = 0.0});
+  y.backward(f64({1, 2, 3, 4}, {2, 2}));
+  CHECK_CLOSE(bias.grad(), f64({4, 6}, {2}), 1e-12, 0);    // sum dy
+  CHECK_CLOSE(weight.grad(), f64({2, 2}, {2}), 1e-12, 0);  // sum dy * xhat
+  // Two samples normalize to exactly -1 and +1 whatever x is, so dx = 0.
+  CHECK_CLOSE(x.grad(), f64({0, 0, 0, 0}, {2, 2}), 0, 1e-12);
+}
+
+TEST_CASE("batch_norm eval: running statistics, by hand, left unchanged") {
+  Tensor x = requiring_grad(f64(kX, {2, 2}));
+  Tensor weight = requiring_grad(f64({2, 3}, {2}));
+  Tensor bias = requiring_grad(f64({0.5, -1}, {2}));
+  Tensor running_mean = f64({1, 10}, {2});
+  Tensor running_var = f64({4, 25}, {2});
+  Tensor y =
+      batch_norm(x, running_mean, running_var, weight, bias, {.training = false, .eps = 0.0});
+  // xhat = [[0, 0], [1, 2]]
+  CHECK_CLOSE(y, f64({0.5, -1, 2.5, 5}, {2, 2}), 1e-12, 0);
+  CHECK_CLOSE(running_mean, f64({1, 10}, {2}), 0, 0);
+  CHECK_CLOSE(running_var, f64({4, 25}, {2}), 0, 0);
+  y.backward(f64({1, 2, 3, 4}, {2, 2}));
+  CHECK_CLOSE(x.grad(), f64({1, 1.2, 3, 2.4}, {2, 2}), 1e-12, 0);  // dy * weight / sqrt(var)
+  CHECK_CLOSE(weight.grad(), f64({3, 8}, {2}), 1e-12, 0);
+  CHECK_CLOSE(bias.grad(), f64({4, 6}, {2}), 1e-12, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Against the naive formulas.
+
+TEST_CASE("batch_norm matches direct mean/var formulas over modes, dtypes and layouts") {
+  Generator gen(21);
+  for (DType dtype : {DType::Float32, kF64}) {
+    const double tol = dtype == kF64 ? 1e-10 : 1e-4;
+    for (const auto& [layout, x] : layouts(dtype, gen)) {
+      for (bool training : {true, false}) {
+        for (bool affine : {true, false}) {
+          for (bool tracked : {true, false}) {
+            if (!training && !tracked) continue;  // eval needs running stats (error case below)
+            CAPTURE(layout);
+            INFO("dtype ", dtype_name(dtype), " training ", training, " affine ", affine,
+                 " tracked ", tracked);
+            Params p = random_params(x.size(1), dtype, affine, tracked, gen);
+            const BatchNormOptions options = {.training = training, .momentum = 0.3};
+            NaiveBatchNorm expected =
+                naive_batch_norm(x, p.running_mean, p.running_var, p.weight, p.bias, options);
+            Tensor y = batch_norm(x, p.running_mean, p.running_var, p.weight, p.bias, options);
+            CHECK(y.dtype() == dtype);
+            CHECK_CLOSE(y, expected.y, tol, tol);
+            if (tracked) {
+              CHECK_CLOSE(p.running_mean,
+                          tensor(expected.running_mean, {x.size(1)}, {.dtype = kF64}), tol, tol);
+              CHECK_CLOSE(p.running_var, tensor(expected.running_var, {x.size(1)}, {.dtype = kF64}),
+                          tol, tol);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("batch_norm keeps a channels-last input channels-last") {
+  Generator gen(2);
+  Tensor x = randn({2, 3, 4, 5}, {}, &gen).contiguous(MemoryFormat::ChannelsLast);
+  Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor());
+  CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_FALSE(y.is_contiguous());
+}
+
+// ---------------------------------------------------------------------------
+// Gradients w.r.t. x, weight and bias.
+
+TEST_CASE("batch_norm gradcheck: training and eval, affine or not") {
+  Generator gen(9);
+  for (const auto& [layout, x] : layouts(kF64, gen)) {
+    for (bool training : {true, false}) {
+      for (bool affine : {true, false}) {
+        CAPTURE(layout);
+        INFO("training ", training, " affine ", affine);
+        Params p = random_params(x.size(1), kF64, affine, /*tracked=*/!training || affine, gen);
+        const BatchNormOptions options = {.training = training};
+        std::vector<Tensor> inputs = {requiring_grad(x)};
+        if (affine) {
+          inputs.push_back(requiring_grad(p.weight));
+          inputs.push_back(requiring_grad(p.bias));
+        }
+        GradcheckResult r = gradcheck(
+            [&](const std::vector<Tensor>& in) {
+              return affine
+                         ? batch_norm(in[0], p.running_mean, p.running_var, in[1], in[2], options)
+                         : batch_norm(in[0], p.running_mean, p.running_var, Tensor(), Tensor(),
+                                      options);
+            },
+            inputs);
+        CHECK_MESSAGE(r.ok, r.message);
+      }
+    }
+  }
+}
+
+TEST_CASE("batch_norm gradcheck: weight alone or bias alone requiring grad") {
+  Generator gen(10);
+  Tensor x = randn({4, 3, 2, 2}, {.dtype = kF64}, &gen);
+  Tensor weight = randn({3}, {.dtype = kF64}, &gen), bias = randn({3}, {.dtype = kF64}, &gen);
+  GradcheckResult w_only = gradcheck(
+      [&](const std::vector<Tensor>& in) { return batch_norm(x, Tensor(), Tensor(), in[0], bias); },
+      {requiring_grad(weight.clone())});
+  CHECK_MESSAGE(w_only.ok, w_only.message);
+  GradcheckResult b_only = gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return batch_norm(x, Tensor(), Tensor(), weight, in[0]);
+      },
+      {requiring_grad(bias.clone())});
+  CHECK_MESSAGE(b_only.ok, b_only.message);
+}
+
+// ---------------------------------------------------------------------------
+// Bad arguments.
+
+TEST_CASE("batch_norm rejects bad arguments like PyTorch, printing the values") {
+  Tensor x = zeros({4, 3, 2, 2});
+  Tensor c3 = ones({3});
+  CHECK_THROWS_WITH_FRAGMENT(batch_norm(zeros({5}), Tensor(), Tensor(), Tensor(), Tensor()),
+                             ShapeError,
+                             "[batch_norm] expects input (N, C) or (N, C, H, W) but "
+                             "got shape (5,)");
+  CHECK_THROWS_WITH_FRAGMENT(batch_norm(x, Tensor(), Tensor(), ones({4}), Tensor()), ShapeError,
+                             "[batch_norm] weight has shape (4,) but input (4, 3, 2, 2) has 3 "
+                             "channels");
+  CHECK_THROWS_WITH_FRAGMENT(batch_norm(x, c3, ones({3, 1}), Tensor(), Tensor()), ShapeError,
+                             "running_var has shape (3, 1)");
+  CHECK_THROWS_WITH_FRAGMENT(
+      batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), {.training = false}), ValueError,
+      "[batch_norm] eval mode (training = false) normalizes by running_mean and running_var");
+  CHECK_THROWS_WITH_FRAGMENT(batch_norm(x, c3, Tensor(), Tensor(), Tensor()), ValueError,
+                             "only running_mean was given");
+  CHECK_THROWS_WITH_FRAGMENT(
+      batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor()), ValueError,
+      "[batch_norm] Expected more than 1 value per channel when training, got input size (1, 3)");
+  CHECK_THROWS_WITH_FRAGMENT(
+      batch_norm(zeros({1, 3, 1, 1}), c3, c3, Tensor(), Tensor()), ValueError,
+      "Expected more than 1 value per channel when training, got input size (1, 3, 1, 1)");
+  // One value per channel is fine in eval mode, as in PyTorch.
+  CHECK(
+      batch_norm(zeros({1, 3}), zeros({3}), c3, Tensor(), Tensor(), {.training = false}).sizes() ==
+      Shape{1, 3});
+  CHECK_THROWS_WITH_FRAGMENT(
+      batch_norm(x, Tensor(), Tensor(), ones({3}, {.dtype = kF64}), Tensor()), TypeError,
+      "[batch_norm]");
+  CHECK_THROWS_WITH_FRAGMENT(
+      batch_norm(zeros({4, 3}, {.dtype = DType::Int64}), Tensor(), Tensor(), Tensor(), Tensor()),
+      TypeError, "[batch_norm]");
+}
+
+}  // namespace
+}  // namespace loom

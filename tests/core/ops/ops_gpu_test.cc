@@ -1,0 +1,224 @@
+// File: tests/core/ops/ops_gpu_test.cc
+// Every op, forward and backward, on the GPU against the CPU reference, on fresh
+// random inputs over a grid of configs, in NCHW and channels-last, under strict
+// fp32 (tight tolerance) and tf32 (loose tolerance for conv and matmul, which
+// run on tensor cores; other ops do not change under tf32).
+//
+// Errors are normalized: max |gpu - cpu| / max(max |cpu|, 1). Each check prints
+// one "PARITY op layout policy fwd=... bwd=..." line for the op table.
+//
+// N batch, C channels, H, W, K out channels / classes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+struct Tolerance {
+  double fwd, bwd;
+};
+
+double normalized_error(const Tensor& gpu_result, const Tensor& cpu_result) {
+  std::vector<double> a = testing::values(gpu_result), b = testing::values(cpu_result);
+  REQUIRE(a.size() == b.size());
+  double worst = 0, scale = 1;
+  for (double v : b) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < a.size(); ++i) {
+    double e = std::fabs(a[i] - b[i]);
+    if (std::isnan(e)) return INFINITY;
+    worst = std::max(worst, e);
+  }
+  return worst / scale;
+}
+
+Tensor to_gpu(const Tensor& t, MemoryFormat format) {
+  Tensor g = t.detach().to(Device::cuda());
+  if (t.dim() == 4 && is_floating(t.dtype())) g = g.contiguous(format);
+  return t.requires_grad() ? g.requires_grad_(true) : g;
+}
+
+std::vector<Tensor> fresh_leaves(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> leaves;
+  for (const Tensor& t : inputs) {
+    Tensor leaf = t.detach().clone();
+    leaves.push_back(t.requires_grad() ? leaf.requires_grad_(true) : leaf);
+  }
+  return leaves;
+}
+
+// Runs `op` on CPU copies and GPU copies of `inputs`, backpropagates the same
+// random gradient through both, and checks output and input gradients.
+void check_parity(const std::string& name, const OpFn& op, const std::vector<Tensor>& inputs,
+                  MemoryFormat format, Tolerance tol, Generator& gen) {
+  CAPTURE(name);
+  CAPTURE(memory_format_name(format));
+  std::vector<Tensor> cpu_in = fresh_leaves(inputs), gpu_in;
+  for (const Tensor& t : cpu_in) gpu_in.push_back(to_gpu(t, format));
+  Tensor cpu_out = op(cpu_in), gpu_out = op(gpu_in);
+  REQUIRE(gpu_out.device().is_cuda());
+  double fwd = normalized_error(gpu_out.cpu(), cpu_out), bwd = 0;
+  if (cpu_out.requires_grad()) {
+    Tensor g = randn(cpu_out.sizes(), {.dtype = cpu_out.dtype()}, &gen);
+    cpu_out.backward(g);
+    gpu_out.backward(g.to(Device::cuda()));
+    for (size_t i = 0; i < cpu_in.size(); ++i) {
+      if (!cpu_in[i].requires_grad()) continue;
+      REQUIRE(gpu_in[i].grad().defined());
+      CHECK(gpu_in[i].grad().device().is_cuda());
+      bwd = std::max(bwd, normalized_error(gpu_in[i].grad().cpu(), cpu_in[i].grad()));
+    }
+  }
+  std::printf("PARITY %-28s %-13s %-11s fwd=%.2e bwd=%.2e\n", name.c_str(),
+              std::string(memory_format_name(format)).c_str(),
+              std::string(precision_name(numerics_policy().precision)).c_str(), fwd, bwd);
+  CHECK(fwd <= tol.fwd);
+  CHECK(bwd <= tol.bwd);
+}
+
+Tensor leaf(const Shape& sizes, Generator& gen, double scale = 1.0, double shift = 0.0) {
+  return add(mul(randn(sizes, {}, &gen), scale), shift).detach().requires_grad_(true);
+}
+
+constexpr MemoryFormat kLayouts[] = {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast};
+constexpr Tolerance kExact{1e-6, 1e-6};    // elementwise: same formula, same precision
+constexpr Tolerance kSummed{1e-5, 1e-5};   // reductions: a different summation order
+constexpr Tolerance kStrict{1e-5, 1e-4};   // conv/matmul/bn in strict fp32
+constexpr Tolerance kTf32{5e-3, 1e-2};     // conv/matmul on tf32 tensor cores
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("elementwise ops and activations match the CPU on the GPU") {
+  Generator gen(51);
+  for (MemoryFormat f : kLayouts) {
+    Tensor a = leaf({2, 3, 4, 5}, gen), b = leaf({2, 3, 4, 5}, gen), bc = leaf({3, 1, 1}, gen);
+    Tensor pos = leaf({2, 3, 4, 5}, gen, 0.5, 3.0);
+    check_parity("add", [](auto& in) { return add(in[0], in[1], 0.5); }, {a, b}, f, kExact, gen);
+    check_parity("sub(broadcast)", [](auto& in) { return sub(in[0], in[1]); }, {a, bc}, f, kSummed, gen);
+    check_parity("mul(broadcast)", [](auto& in) { return mul(in[0], in[1]); }, {a, bc}, f, kSummed, gen);
+    check_parity("div", [](auto& in) { return div(in[0], in[1]); }, {a, pos}, f, kExact, gen);
+    check_parity("scalar ops", [](auto& in) { return 2.0 - in[0] * 3.0 + 1.0 / in[1]; }, {a, pos}, f, kExact, gen);
+    check_parity("neg", [](auto& in) { return neg(in[0]); }, {a}, f, kExact, gen);
+    check_parity("exp", [](auto& in) { return exp(in[0]); }, {a}, f, kExact, gen);
+    check_parity("log", [](auto& in) { return log(in[0]); }, {pos}, f, kExact, gen);
+    check_parity("sqrt", [](auto& in) { return sqrt(in[0]); }, {pos}, f, kExact, gen);
+    check_parity("pow", [](auto& in) { return pow(in[0], 1.7); }, {pos}, f, kExact, gen);
+    check_parity("clamp", [](auto& in) { return clamp(in[0], -0.5, 0.7); }, {a}, f, kExact, gen);
+    check_parity("relu", [](auto& in) { return relu(in[0]); }, {a}, f, kExact, gen);
+    check_parity("sigmoid", [](auto& in) { return sigmoid(in[0]); }, {a}, f, kExact, gen);
+    check_parity("tanh", [](auto& in) { return tanh(in[0]); }, {a}, f, kExact, gen);
+    check_parity("gelu", [](auto& in) { return gelu(in[0]); }, {a}, f, kExact, gen);
+    check_parity("silu", [](auto& in) { return silu(in[0]); }, {a}, f, kExact, gen);
+    Tensor big = leaf({8, 64, 4, 4}, gen);  // 8192 elements: takes the cuDNN pointwise path
+    check_parity("relu(cudnn graph)", [](auto& in) { return relu(in[0]); }, {big}, f, kExact, gen);
+  }
+}
+
+LOOM_GPU_TEST_CASE("reductions match the CPU on the GPU") {
+  Generator gen(52);
+  for (MemoryFormat f : kLayouts) {
+    Tensor x = leaf({4, 6, 5, 7}, gen);
+    check_parity("sum", [](auto& in) { return sum(in[0]); }, {x}, f, kSummed, gen);
+    check_parity("sum(dims 0,2,3)", [](auto& in) { return sum(in[0], {0, 2, 3}); }, {x}, f, kSummed, gen);
+    check_parity("mean(dim 1, keepdim)", [](auto& in) { return mean(in[0], {1}, true); }, {x}, f, kSummed, gen);
+    check_parity("max", [](auto& in) { return max(in[0]); }, {x}, f, kExact, gen);
+    check_parity("max(dim 3)", [](auto& in) { return max(in[0], 3).values; }, {x}, f, kExact, gen);
+    check_parity("argmax(dim 1)", [](auto& in) { return argmax(in[0], 1); }, {x}, f, {0, 0}, gen);
+  }
+}
+
+LOOM_GPU_TEST_CASE("conv2d, linear and matmul match the CPU on the GPU") {
+  Generator gen(53);
+  struct ConvCase {
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const ConvCase cases[] = {
+      {{4, 3, 12, 12}, {8, 3, 3, 3}, {.padding = {1, 1}}},
+      {{2, 8, 9, 9}, {16, 8, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},
+      {{2, 8, 10, 10}, {8, 4, 3, 3}, {.padding = {2, 2}, .dilation = {2, 2}, .groups = 2}},
+      {{2, 1, 28, 28}, {6, 1, 5, 5}, {.padding = {2, 2}}},
+  };
+  for (Precision precision : {Precision::StrictFp32, Precision::Tf32}) {
+    NumericsGuard guard({.precision = precision});
+    Tolerance tol = precision == Precision::StrictFp32 ? kStrict : kTf32;
+    for (MemoryFormat f : kLayouts) {
+      for (const ConvCase& c : cases) {
+        Tensor x = leaf(c.x, gen), w = leaf(c.w, gen, 0.3), b = leaf({c.w[0]}, gen);
+        check_parity("conv2d(bias) " + shape_str(c.x),
+                     [&](auto& in) { return conv2d(in[0], in[1], in[2], c.o); }, {x, w, b}, f, tol, gen);
+      }
+      Tensor x = leaf({16, 400}, gen), w = leaf({120, 400}, gen, 0.05), b = leaf({120}, gen);
+      check_parity("linear", [](auto& in) { return linear(in[0], in[1], in[2]); }, {x, w, b}, f, tol, gen);
+      Tensor p = leaf({3, 5, 7}, gen), q = leaf({7, 4}, gen);
+      check_parity("matmul(batched)", [](auto& in) { return matmul(in[0], in[1]); }, {p, q}, f, tol, gen);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("batch norm, pooling and softmax match the CPU on the GPU") {
+  Generator gen(54);
+  for (MemoryFormat f : kLayouts) {
+    Tensor x = leaf({4, 8, 6, 6}, gen, 2.0, 0.5), w = leaf({8}, gen, 0.2, 1.0), b = leaf({8}, gen);
+    for (bool training : {true, false}) {
+      check_parity(training ? "batch_norm(train)" : "batch_norm(eval)", [training](auto& in) {
+        Tensor rm = zeros({8}, {.device = in[0].device()}), rv = ones({8}, {.device = in[0].device()});
+        return batch_norm(in[0], rm, rv, in[1], in[2], {.training = training});
+      }, {x, w, b}, f, kStrict, gen);
+    }
+    Tensor y = leaf({2, 4, 9, 9}, gen);
+    for (const Pool2dOptions& o : {Pool2dOptions{.kernel_size = {2, 2}},
+                                   Pool2dOptions{.kernel_size = {3, 3}, .stride = std::array<int64_t, 2>{2, 2}, .padding = {1, 1}},
+                                   Pool2dOptions{.kernel_size = {2, 2}, .ceil_mode = true}}) {
+      check_parity("max_pool2d", [o](auto& in) { return max_pool2d(in[0], o); }, {y}, f, kExact, gen);
+      check_parity("avg_pool2d", [o](auto& in) { return avg_pool2d(in[0], o); }, {y}, f, kSummed, gen);
+    }
+    check_parity("global_avg_pool2d", [](auto& in) { return global_avg_pool2d(in[0]); }, {y}, f, kSummed, gen);
+    check_parity("global_max_pool2d", [](auto& in) { return global_max_pool2d(in[0]); }, {y}, f, kExact, gen);
+    Tensor s = leaf({4, 10, 3, 3}, gen, 2.0);
+    check_parity("softmax(dim 1)", [](auto& in) { return softmax(in[0], 1); }, {s}, f, kSummed, gen);
+    check_parity("log_softmax(dim 1)", [](auto& in) { return log_softmax(in[0], 1); }, {s}, f, kSummed, gen);
+    check_parity("softmax(dim -1)", [](auto& in) { return softmax(in[0], -1); }, {s}, f, kSummed, gen);
+  }
+}
+
+LOOM_GPU_TEST_CASE("losses, dropout and cat match the CPU on the GPU") {
+  Generator gen(55);
+  Tensor logits = leaf({16, 10}, gen, 2.0);
+  Tensor target = randint(0, 10, {16}, {.dtype = DType::Int64}, &gen);
+  for (double smoothing : {0.0, 0.1}) {
+    for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+      check_parity("cross_entropy", [=](auto& in) {
+        return cross_entropy(in[0], in[1], {.reduction = r, .label_smoothing = smoothing});
+      }, {logits, target}, MemoryFormat::Contiguous, kSummed, gen);
+    }
+  }
+  Tensor logits4 = leaf({2, 5, 3, 3}, gen), target4 = randint(0, 5, {2, 3, 3}, {.dtype = DType::Int64}, &gen);
+  for (MemoryFormat f : kLayouts) {
+    check_parity("cross_entropy(N,C,H,W)", [](auto& in) { return cross_entropy(in[0], in[1]); },
+                 {logits4, target4}, f, kSummed, gen);
+  }
+  Tensor lp = leaf({16, 10}, gen);
+  check_parity("nll_loss", [](auto& in) { return nll_loss(in[0], in[1]); }, {lp, target},
+               MemoryFormat::Contiguous, kSummed, gen);
+  Tensor u = leaf({4, 7}, gen), v = leaf({4, 7}, gen);
+  check_parity("mse_loss", [](auto& in) { return mse_loss(in[0], in[1]); }, {u, v},
+               MemoryFormat::Contiguous, kSummed, gen);
+  Tensor d = leaf({64, 33}, gen);
+  check_parity("dropout (same seed, same mask)", [](auto& in) {
+    Generator local(7);
+    return dropout(in[0], 0.3, /*training=*/true, &local);
+  }, {d}, MemoryFormat::Contiguous, kExact, gen);
+  Tensor c0 = leaf({2, 3, 4}, gen), c1 = leaf({2, 5, 4}, gen);
+  check_parity("cat(dim 1)", [](auto& in) { return cat({in[0], in[1]}, 1); }, {c0, c1},
+               MemoryFormat::Contiguous, kExact, gen);
+}

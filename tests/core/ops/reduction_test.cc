@@ -1,0 +1,271 @@
+// File: tests/core/ops/reduction_test.cc
+// sum / mean / max / argmax / sum_to: hand values, a naive reference over
+// row-major values for several dim sets (contiguous, strided and channels-last
+// inputs), tie and NaN rules, gradients, and argument errors.
+// N batch, C channels, H, W.
+#include "core/ops/reduction.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/gradcheck.h"
+#include "core/ops/elementwise.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+const TensorOptions kF64 = {.dtype = DType::Float64};
+
+enum class Naive { Sum, Mean, Max };
+
+// Reduces row-major `x` over `dims` (non-negative) by walking every input index;
+// the result has the keepdim shape.
+Tensor naive_reduce(const Tensor& x, const std::vector<int64_t>& dims, Naive op) {
+  const Shape& sizes = x.sizes();
+  Shape keep = sizes;
+  for (int64_t d : dims) keep[d] = 1;
+  const std::vector<double> v = x.to_vector<double>();
+  std::vector<double> acc(numel_of(keep), op == Naive::Max ? -INFINITY : 0.0);
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
+    int64_t rest = i, out = 0, stride = 1;
+    for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+      int64_t index = rest % sizes[d];
+      rest /= sizes[d];
+      out += (keep[d] == 1 ? 0 : index) * stride;
+      stride *= keep[d];
+    }
+    acc[out] = op == Naive::Max ? std::max(acc[out], v[i]) : acc[out] + v[i];
+  }
+  if (op == Naive::Mean) {
+    for (double& a : acc) a /= static_cast<double>(v.size()) / static_cast<double>(acc.size());
+  }
+  return tensor(acc, keep, kF64);
+}
+
+// Max along `dim` with the first index of the maximum, as (values, indices) in the keepdim shape.
+std::pair<Tensor, Tensor> naive_max_dim(const Tensor& x, int64_t dim) {
+  int64_t outer = 1, inner = 1, length = x.sizes()[dim];
+  for (int64_t d = 0; d < dim; ++d) outer *= x.sizes()[d];
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.sizes()[d];
+  const std::vector<double> v = x.to_vector<double>();
+  std::vector<double> values, indices;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < length; ++k) {
+        if (v[(o * length + k) * inner + i] > v[(o * length + best) * inner + i]) best = k;
+      }
+      values.push_back(v[(o * length + best) * inner + i]);
+      indices.push_back(static_cast<double>(best));
+    }
+  }
+  Shape keep = x.sizes();
+  keep[dim] = 1;
+  return {tensor(values, keep, kF64), tensor(indices, keep, kF64)};
+}
+
+void check_grad(const GradcheckFn& fn, const Tensor& x) {
+  GradcheckResult r = gradcheck(fn, {x});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+// --- sum / mean ------------------------------------------------------------------------
+
+TEST_CASE("sum and mean by hand, over all elements and over dims, with keepdim") {
+  const Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, kF64);
+  CHECK(sum(x).dim() == 0);
+  CHECK(sum(x).item() == 21);
+  CHECK(mean(x).item() == 3.5);
+  CHECK(sum(x, {0}).to_vector<double>() == std::vector<double>{5, 7, 9});
+  CHECK(sum(x, {0}).sizes() == Shape{3});
+  CHECK(sum(x, {1}, true).sizes() == Shape{2, 1});
+  CHECK(sum(x, {1}, true).to_vector<double>() == std::vector<double>{6, 15});
+  CHECK(sum(x, {-1}).to_vector<double>() == std::vector<double>{6, 15});
+  CHECK(sum(x, {0, 1}).sizes() == Shape{});
+  CHECK(sum(x, {1, 0}, true).sizes() == Shape{1, 1});
+  CHECK(mean(x, {0}).to_vector<double>() == std::vector<double>{2.5, 3.5, 4.5});
+  CHECK(mean(x, {-1}, true).to_vector<double>() == std::vector<double>{2, 5});
+  CHECK(mean(x, {-1}, true).sizes() == Shape{2, 1});
+}
+
+TEST_CASE("sum and mean of 0-d and empty tensors") {
+  CHECK(sum(full({}, 3.0)).item() == 3);
+  CHECK(mean(full({}, 3.0), {0}).item() == 3);
+  CHECK(sum(zeros({0, 3})).item() == 0);
+  CHECK(sum(zeros({0, 3}), {0}).to_vector<double>() == std::vector<double>{0, 0, 0});
+  CHECK(std::isnan(mean(zeros({0})).item()));
+}
+
+TEST_CASE("sum accumulates in double: a million float32 0.1s give 100000") {
+  // Accumulating in float32 drifts to about 100958.
+  CHECK(sum(full({1000000}, 0.1)).item() == 100000.0);
+}
+
+TEST_CASE("sum and mean match the naive reference: dim sets, keepdim, strided and channels-last") {
+  Generator gen(1);
+  const std::vector<std::vector<int64_t>> dim_sets = {{0}, {1, 3}, {3}, {0, 1, 2, 3}, {2, 0}};
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor x = randn({2, 3, 4, 5}, {.dtype = dtype}, &gen);  // N 2, C 3, H 4, W 5
+    const Tensor inputs[] = {x, x.contiguous(MemoryFormat::ChannelsLast),
+                             randn({5, 4, 3, 2}, {.dtype = dtype}, &gen).permute({3, 2, 1, 0}),
+                             randn({2, 3, 8, 5}, {.dtype = dtype}, &gen).slice(2, 1, 8, 2)};
+    const double tol = dtype == DType::Float64 ? 1e-12 : 1e-5;
+    for (const Tensor& input : inputs) {
+      for (const auto& dims : dim_sets) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(shape_str(input.strides()));
+        CAPTURE(shape_str(Shape(dims.begin(), dims.end())));
+        const Shape shape_dims(dims.begin(), dims.end());
+        CHECK_CLOSE(sum(input, shape_dims, true), naive_reduce(input, dims, Naive::Sum), tol, tol);
+        CHECK_CLOSE(mean(input, shape_dims, true), naive_reduce(input, dims, Naive::Mean), tol, tol);
+        CHECK_CLOSE(sum(input, shape_dims).reshape(naive_reduce(input, dims, Naive::Sum).sizes()),
+                    naive_reduce(input, dims, Naive::Sum), tol, tol);
+        CHECK(sum(input, shape_dims).dtype() == dtype);
+      }
+      CHECK_CLOSE(sum(input).reshape({1, 1, 1, 1}), naive_reduce(input, {0, 1, 2, 3}, Naive::Sum), tol, tol);
+    }
+  }
+}
+
+// --- max / argmax ------------------------------------------------------------------------
+
+TEST_CASE("max over all elements; ties share the gradient evenly") {
+  const Tensor x = tensor({1, 5, 5, 2}, {2, 2}, {.dtype = DType::Float64, .requires_grad = true});
+  const Tensor m = max(x);
+  CHECK(m.dim() == 0);
+  CHECK(m.item() == 5);
+  m.backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0});
+  const Tensor y = tensor({3, 3, 3}, {3}, {.dtype = DType::Float64, .requires_grad = true});
+  mul(max(y), 6.0).backward();
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{2, 2, 2});
+  CHECK(max(tensor({-3, -1, -2}, {3})).item() == -1);
+  CHECK(std::isnan(max(tensor({1, std::nan(""), 3}, {3})).item()));
+}
+
+TEST_CASE("max(dim): values and first-occurrence indices, keepdim, argmax") {
+  const Tensor x = tensor({1, 3, 3, 7, 2, 7}, {2, 3}, kF64);
+  MaxResult r = max(x, 1);
+  CHECK(r.values.to_vector<double>() == std::vector<double>{3, 7});
+  CHECK(r.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(r.indices.dtype() == DType::Int64);
+  r = max(x, 0);
+  CHECK(r.values.to_vector<double>() == std::vector<double>{7, 3, 7});
+  CHECK(r.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0, 1});
+  r = max(x, -1, true);
+  CHECK(r.values.sizes() == Shape{2, 1});
+  CHECK(r.indices.sizes() == Shape{2, 1});
+  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(argmax(x, 0, true).sizes() == Shape{1, 3});
+  const Tensor with_nan = tensor({1, std::nan(""), 5}, {1, 3});
+  CHECK(argmax(with_nan, 1).item() == 1);
+  CHECK(std::isnan(max(with_nan, 1).values.item()));
+  MaxResult scalar = max(full({}, 4.0), 0);
+  CHECK(scalar.values.item() == 4);
+  CHECK(scalar.indices.item() == 0);
+}
+
+TEST_CASE("max(dim) sends the gradient to the first maximum only") {
+  const Tensor x = tensor({1, 3, 3, 7, 2, 7}, {2, 3}, {.dtype = DType::Float64, .requires_grad = true});
+  max(x, 1).values.backward(tensor({10, 20}, {2}, kF64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 10, 0, 20, 0, 0});
+  CHECK_FALSE(argmax(x, 1).requires_grad());
+  CHECK_FALSE(max(x, 1).indices.requires_grad());
+}
+
+TEST_CASE("max(dim) matches the naive reference on every dim of strided and channels-last input") {
+  Generator gen(2);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor x = randn({2, 3, 4, 5}, {.dtype = dtype}, &gen);
+    for (const Tensor& input : {x, x.contiguous(MemoryFormat::ChannelsLast), x.transpose(0, 2)}) {
+      for (int64_t dim = 0; dim < 4; ++dim) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(dim);
+        auto [values, indices] = naive_max_dim(input, dim);
+        MaxResult r = max(input, dim, true);
+        CHECK_CLOSE(r.values, values, 0, 0);
+        CHECK_CLOSE(r.indices, indices, 0, 0);
+        CHECK_CLOSE(argmax(input, dim - 4), indices.squeeze(dim), 0, 0);
+      }
+      CHECK(max(input).item() == naive_reduce(input, {0, 1, 2, 3}, Naive::Max).item());
+    }
+  }
+}
+
+// --- sum_to -----------------------------------------------------------------------------------
+
+TEST_CASE("sum_to sums broadcast dims away") {
+  const Tensor x = arange(24, kF64).view({2, 3, 4});
+  CHECK(sum_to(x, {3, 1}).to_vector<double>() == std::vector<double>{60, 92, 124});
+  CHECK(sum_to(x, {3, 1}).sizes() == Shape{3, 1});
+  CHECK(sum_to(x, {4}).to_vector<double>() == std::vector<double>{60, 66, 72, 78});
+  CHECK(sum_to(x, {1, 3, 1}).sizes() == Shape{1, 3, 1});
+  CHECK(sum_to(x, {}).item() == 276);
+  CHECK(sum_to(x, {2, 3, 4}).is_same(x));
+  CHECK_CLOSE(sum_to(x, {2, 1, 4}), naive_reduce(x, {1}, Naive::Sum), 0, 0);
+  CHECK_THROWS_WITH_FRAGMENT(sum_to(x, {5}), ShapeError, "[sum_to] shape (5,) does not broadcast to (2, 3, 4)");
+  CHECK_THROWS_WITH_FRAGMENT(sum_to(x, {1, 2, 3, 4}), ShapeError,
+                             "[sum_to] cannot sum shape (2, 3, 4) down to (1, 2, 3, 4) with more dims");
+}
+
+// --- gradients --------------------------------------------------------------------------------
+
+TEST_CASE("gradcheck: sum and mean over all, over dims, keepdim, strided input") {
+  Generator gen(3);
+  for (const Shape& sizes : {Shape{3, 4}, Shape{2, 3, 2, 2}}) {
+    CAPTURE(shape_str(sizes));
+    const Tensor x = randn(sizes, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+    check_grad([](const std::vector<Tensor>& in) { return sum(in[0]); }, x);
+    check_grad([](const std::vector<Tensor>& in) { return mean(in[0]); }, x);
+    check_grad([](const std::vector<Tensor>& in) { return sum(in[0], {0}); }, x);
+    check_grad([](const std::vector<Tensor>& in) { return sum(in[0], {-1, 0}, true); }, x);
+    check_grad([](const std::vector<Tensor>& in) { return mean(in[0], {1}); }, x);
+    check_grad([](const std::vector<Tensor>& in) { return mean(in[0], {0, -1}, true); }, x);
+    check_grad([](const std::vector<Tensor>& in) { return mean(in[0].transpose(0, 1), {0}); }, x);
+  }
+}
+
+TEST_CASE("gradcheck: max over all, max(dim) values, sum_to") {
+  Generator gen(4);
+  for (const Shape& sizes : {Shape{3, 4}, Shape{2, 3, 4}}) {
+    CAPTURE(shape_str(sizes));
+    const Tensor x = randn(sizes, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+    check_grad([](const std::vector<Tensor>& in) { return max(in[0]); }, x);
+    check_grad([](const std::vector<Tensor>& in) { return max(in[0], 0).values; }, x);
+    check_grad([](const std::vector<Tensor>& in) { return max(in[0], -1, true).values; }, x);
+    check_grad([](const std::vector<Tensor>& in) { return max(in[0].t().contiguous(), 1).values; },
+               randn({4, 3}, {.dtype = DType::Float64, .requires_grad = true}, &gen));
+    check_grad([](const std::vector<Tensor>& in) { return sum_to(in[0], {1}); }, x);
+    check_grad([&](const std::vector<Tensor>& in) {
+      Shape target(in[0].sizes().begin() + 1, in[0].sizes().end());
+      target[0] = 1;
+      return sum_to(in[0], target);
+    }, x);
+  }
+}
+
+// --- argument errors ----------------------------------------------------------------------
+
+TEST_CASE("reduction argument errors name the op and print the values") {
+  const Tensor x = zeros({2, 3});
+  CHECK_THROWS_WITH_FRAGMENT(sum(x, {2}), IndexError, "[sum] dim 2 is out of range for a 2-D tensor (expected -2 to 1)");
+  CHECK_THROWS_WITH_FRAGMENT(mean(x, {-3}), IndexError, "[mean] dim -3 is out of range");
+  CHECK_THROWS_WITH_FRAGMENT(sum(x, {1, -1}), ValueError, "[sum] dim 1 appears twice in (1, -1)");
+  CHECK_THROWS_WITH_FRAGMENT(mean(zeros({2}, {.dtype = DType::Int64})), TypeError, "[mean] input has dtype int64");
+  CHECK_THROWS_WITH_FRAGMENT(sum(zeros({2}, {.dtype = DType::Float16})), TypeError, "[sum] input has dtype float16");
+  CHECK_THROWS_WITH_FRAGMENT(max(zeros({0, 3})), ValueError, "[max] of an empty tensor (shape (0, 3)) has no identity");
+  CHECK_THROWS_WITH_FRAGMENT(max(zeros({2, 0}), 1), ValueError, "[max] dim 1 of shape (2, 0) is empty");
+  CHECK_THROWS_WITH_FRAGMENT(max(x, 2), IndexError, "[max] dim 2 is out of range for a 2-D tensor");
+  CHECK_THROWS_WITH_FRAGMENT(argmax(zeros({3}, {.dtype = DType::Int32}), 0), TypeError, "[max] input has dtype int32");
+  CHECK_THROWS_WITH_FRAGMENT(sum(Tensor()), ValueError, "undefined");
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,127 @@
+// File: tests/core/ops/shape_ops_test.cc
+// cat: hand cases, a naive index-by-index reference over every dim (strided
+// inputs, several dtypes), backward slices, gradcheck, and argument errors.
+#include "core/ops/shape_ops.h"
+
+#include <doctest/doctest.h>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/gradcheck.h"
+#include "core/ops/elementwise.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+const TensorOptions kF64 = {.dtype = DType::Float64};
+
+// cat of row-major 3-D tensors along `dim`, element by element.
+Tensor naive_cat3(const std::vector<Tensor>& tensors, int64_t dim) {
+  Shape sizes = tensors[0].sizes();
+  sizes[dim] = 0;
+  for (const Tensor& t : tensors) sizes[dim] += t.size(dim);
+  std::vector<double> out(numel_of(sizes));
+  int64_t start = 0;
+  for (const Tensor& t : tensors) {
+    const std::vector<double> v = t.to_vector<double>();
+    const Shape& s = t.sizes();
+    for (int64_t i = 0; i < s[0]; ++i) {
+      for (int64_t j = 0; j < s[1]; ++j) {
+        for (int64_t k = 0; k < s[2]; ++k) {
+          Shape at = {i, j, k};
+          at[dim] += start;
+          out[(at[0] * sizes[1] + at[1]) * sizes[2] + at[2]] = v[(i * s[1] + j) * s[2] + k];
+        }
+      }
+    }
+    start += t.size(dim);
+  }
+  return tensor(out, sizes, {.dtype = tensors[0].dtype()});
+}
+
+TEST_CASE("cat by hand along dim 0 and dim 1") {
+  const Tensor a = tensor({1, 2, 3, 4}, {2, 2}), b = tensor({5, 6}, {1, 2});
+  CHECK_CLOSE(cat({a, b}), tensor({1, 2, 3, 4, 5, 6}, {3, 2}), 0, 0);
+  const Tensor c = tensor({1, 2}, {2, 1}), d = tensor({3, 4, 5, 6}, {2, 2});
+  CHECK_CLOSE(cat({c, d}, 1), tensor({1, 3, 4, 2, 5, 6}, {2, 3}), 0, 0);
+  CHECK_CLOSE(cat({c, d, c}, -1), tensor({1, 3, 4, 1, 2, 5, 6, 2}, {2, 4}), 0, 0);
+  CHECK_CLOSE(cat({a}), a, 0, 0);
+}
+
+TEST_CASE("cat matches a naive reference along every dim, for strided inputs and any dtype") {
+  Generator gen(51);
+  for (int64_t dim : {0, 1, 2}) {
+    CAPTURE(dim);
+    Shape s1 = {2, 3, 4}, s2 = {2, 3, 4};
+    s2[dim] = 1;
+    const Tensor a = randn({4, 3, 2}, kF64, &gen).transpose(0, 2);  // (2, 3, 4), strided
+    const Tensor b = randn(s2, kF64, &gen);
+    const Tensor c = randn(s1, kF64, &gen);
+    CHECK_CLOSE(cat({a, b, c}, dim), naive_cat3({a, b, c}, dim), 0, 0);
+    const Tensor ai = randint(-50, 50, s1, {.dtype = DType::Int64}, &gen);
+    const Tensor bi = randint(-50, 50, s2, {.dtype = DType::Int64}, &gen);
+    const Tensor joined = cat({ai, bi}, dim);
+    CHECK(joined.dtype() == DType::Int64);
+    CHECK_CLOSE(joined, naive_cat3({ai, bi}, dim), 0, 0);
+  }
+}
+
+TEST_CASE("cat backward hands each input its slice of dy") {
+  Tensor a = tensor({1, 2, 3, 4}, {2, 2}, {.dtype = DType::Float64, .requires_grad = true});
+  const Tensor frozen = zeros({2, 1}, kF64);
+  Tensor b = tensor({5, 6, 7, 8, 9, 10}, {2, 3}, {.dtype = DType::Float64, .requires_grad = true});
+  const Tensor y = cat({a, frozen, b}, 1);  // (2, 6)
+  y.backward(tensor({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 6}, kF64));
+  CHECK_CLOSE(a.grad(), tensor({1, 2, 7, 8}, {2, 2}, kF64), 0, 0);
+  CHECK_CLOSE(b.grad(), tensor({4, 5, 6, 10, 11, 12}, {2, 3}, kF64), 0, 0);
+  CHECK_FALSE(frozen.grad().defined());
+}
+
+TEST_CASE("cat does not record under NoGradGuard or for inputs without grad") {
+  const Tensor a = randn({2, 2}, {.dtype = DType::Float64, .requires_grad = true});
+  CHECK_FALSE(cat({zeros({1, 2}), ones({1, 2})}).requires_grad());
+  NoGradGuard guard;
+  CHECK_FALSE(cat({a, a}).requires_grad());
+}
+
+TEST_CASE("cat gradcheck over several inputs, dim 0 and dim 1") {
+  Generator gen(52);
+  const TensorOptions grad64 = {.dtype = DType::Float64, .requires_grad = true};
+  const Tensor a = randn({2, 3}, grad64, &gen), b = randn({1, 3}, grad64, &gen),
+               c = randn({3, 3}, grad64, &gen);
+  GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return cat({in[0], in[1], in[2]}, 0);
+      },
+      {a, b, c});
+  CHECK_MESSAGE(r.ok, r.message);
+  const Tensor d = randn({3, 2, 2}, grad64, &gen), e = randn({3, 1, 2}, grad64, &gen);
+  r = gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return cat({in[0], in[1], in[0].transpose(1, 2)}, 1) * 2.0;
+      },
+      {d, e});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("cat rejects empty lists and mismatched inputs") {
+  CHECK_THROWS_WITH_FRAGMENT(cat({}), ValueError, "[cat] expected a non-empty list of tensors");
+  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2, 3}), Tensor()}), ValueError,
+                             "[cat] tensor 1 is undefined");
+  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2, 3}), zeros({3, 3})}, 1), ShapeError,
+                             "[cat] sizes must match except in dim 1: tensor 0 has shape (2, 3) "
+                             "but tensor 1 has shape (3, 3)");
+  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2, 3}), zeros({2, 3, 1})}), ShapeError,
+                             "tensor 1 has shape (2, 3, 1)");
+  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2}), zeros({2}, kF64)}), TypeError,
+                             "[cat] tensor 1 has dtype float64 but tensor 0 has float32");
+  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2, 3})}, 2), IndexError,
+                             "[cat] dim 2 is out of range for a 2-D tensor");
+  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({}), zeros({})}), ShapeError,
+                             "[cat] zero-dimensional tensors cannot be concatenated");
+}
+
+}  // namespace
+}  // namespace loom

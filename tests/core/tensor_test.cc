@@ -1,0 +1,388 @@
+// File: tests/core/tensor_test.cc
+// Tensor handles: factories for every dtype, dtype conversion, element access,
+// copy_/contiguous/clone, channels-last layout and device errors.
+// N batch, C channels, H, W.
+#include "core/tensor.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+constexpr DType kAllDtypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
+                                DType::Int32,   DType::Int64,   DType::UInt8,   DType::Bool};
+const TensorOptions kF64 = {.dtype = DType::Float64};
+const double kInf = std::numeric_limits<double>::infinity();
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// 0, 1, 2, ... laid out as `sizes` (float32 unless told).
+Tensor iota(const Shape& sizes, DType dtype = DType::Float32) {
+  return arange(0.0, static_cast<double>(numel_of(sizes)), 1.0, {.dtype = dtype}).view(sizes);
+}
+
+// --- factories -----------------------------------------------------------------------
+
+TEST_CASE("empty / zeros / ones / full in every dtype: metadata and values") {
+  for (DType dtype : kAllDtypes) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor e = empty({2, 3, 4}, {.dtype = dtype});
+    CHECK(e.sizes() == Shape{2, 3, 4});
+    CHECK(e.strides() == Shape{12, 4, 1});
+    CHECK(e.dtype() == dtype);
+    CHECK(e.numel() == 24);
+    CHECK(e.dim() == 3);
+    CHECK(e.device() == Device::cpu());
+    CHECK(e.storage()->nbytes() == 24 * element_size(dtype));
+    CHECK(e.is_leaf());
+    CHECK_FALSE(e.requires_grad());
+    CHECK(zeros({2, 2}, {.dtype = dtype}).to_vector<double>() == std::vector<double>(4, 0.0));
+    CHECK(ones({3}, {.dtype = dtype}).to_vector<double>() == std::vector<double>(3, 1.0));
+    const double expected_two = dtype == DType::Bool ? 1.0 : 2.0;
+    CHECK(full({2}, 2.0, {.dtype = dtype}).to_vector<double>() == std::vector<double>(2, expected_two));
+  }
+  CHECK(full({2}, 2.75, {.dtype = DType::Int32}).to_vector<double>() == std::vector<double>{2, 2});
+  CHECK(full({1}, 1.0 / 3.0, {.dtype = DType::Float16}).item() == 0.333251953125);
+  CHECK(full({}, 4.5).dim() == 0);
+  CHECK(full({}, 4.5).item() == 4.5);
+  CHECK(empty({0, 3}).numel() == 0);
+}
+
+TEST_CASE("factories reject negative sizes and non-float requires_grad") {
+  CHECK_THROWS_WITH_FRAGMENT(empty({2, -1}), ValueError, "[empty] sizes must be non-negative, got (2, -1)");
+  CHECK_THROWS_WITH_FRAGMENT(zeros({-3}), ValueError, "(-3,)");
+  CHECK_THROWS_WITH_FRAGMENT(zeros({2}, {.dtype = DType::Int32, .requires_grad = true}), TypeError,
+                             "only floating-point tensors can require grad, got int32");
+  const Tensor leaf = ones({2}, {.dtype = DType::Float16, .requires_grad = true});
+  CHECK(leaf.requires_grad());
+  CHECK(leaf.is_leaf());
+}
+
+TEST_CASE("arange: counts, negative and fractional steps, dtypes") {
+  CHECK(arange(5).to_vector<double>() == std::vector<double>{0, 1, 2, 3, 4});
+  CHECK(arange(1.0, 2.0, 0.25).to_vector<double>() == std::vector<double>{1, 1.25, 1.5, 1.75});
+  CHECK(arange(3.0, 0.0, -1.0).to_vector<double>() == std::vector<double>{3, 2, 1});
+  CHECK(arange(0.0, 1.0, 0.3).numel() == 4);  // 0, 0.3, 0.6, 0.9
+  CHECK(arange(2.0, 1.0).numel() == 0);
+  CHECK(arange(4, {.dtype = DType::Int64}).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(arange(4, {.dtype = DType::Int64}).dtype() == DType::Int64);
+  CHECK_THROWS_WITH_FRAGMENT(arange(0.0, 1.0, 0.0), ValueError, "[arange] needs finite start, end and a non-zero step");
+  CHECK_THROWS_WITH_FRAGMENT(arange(0.0, kInf), ValueError, "inf");
+}
+
+TEST_CASE("tensor() and from_host: values, dtype conversion and shape errors") {
+  const Tensor t = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, {.dtype = DType::Int32});
+  CHECK(t.dtype() == DType::Int32);
+  CHECK(t.at({1, 0}) == 4);
+  CHECK_THROWS_WITH_FRAGMENT(tensor({1, 2, 3}, {2, 2}), ShapeError,
+                             "[tensor] 3 values do not fill shape (2, 2) (4 elements)");
+  const int32_t raw[] = {7, -8, 9, 10};
+  const Tensor h = from_host(raw, DType::Int32, {2, 2}, kF64);
+  CHECK(h.dtype() == DType::Float64);
+  CHECK(h.to_vector<double>() == std::vector<double>{7, -8, 9, 10});
+  CHECK_THROWS_WITH_FRAGMENT(from_host(raw, DType::Int32, {2, -2}, kF64), ValueError, "[from_host]");
+  // A channels-last request keeps the logical (row-major NCHW) order of the source.
+  const Tensor cl = from_host(raw, DType::Int32, {1, 2, 1, 2},
+                              {.memory_format = MemoryFormat::ChannelsLast});
+  CHECK(cl.strides() == Shape{4, 1, 4, 2});
+  CHECK(cl.to_vector<double>() == std::vector<double>{7, -8, 9, 10});
+  CHECK(cl.data_ptr<float>()[1] == 9);  // NHWC memory: (n0,h0,w0,c1) comes second
+}
+
+TEST_CASE("rand / randn / randint: shapes, dtypes, requires_grad") {
+  Generator gen(3);
+  CHECK(rand({2, 3}, {}, &gen).sizes() == Shape{2, 3});
+  CHECK(randn({4}, {.dtype = DType::Float16}, &gen).dtype() == DType::Float16);
+  CHECK(randn({2}, {.dtype = DType::Float64, .requires_grad = true}, &gen).requires_grad());
+  CHECK(randint(0, 3, {5}, {.dtype = DType::UInt8}, &gen).dtype() == DType::UInt8);
+  const Tensor cl = randn({2, 3, 4, 5}, {.memory_format = MemoryFormat::ChannelsLast}, &gen);
+  CHECK(cl.is_contiguous(MemoryFormat::ChannelsLast));
+}
+
+// --- dtype conversion ----------------------------------------------------------------
+
+TEST_CASE("to(dtype) between every pair of dtypes keeps small integers") {
+  for (DType from : kAllDtypes) {
+    for (DType to : kAllDtypes) {
+      CAPTURE(dtype_name(from));
+      CAPTURE(dtype_name(to));
+      const Tensor x = tensor({0, 1, 1, 0}, {2, 2}, {.dtype = from});
+      const Tensor y = x.to(to);
+      CHECK(y.dtype() == to);
+      CHECK(y.sizes() == Shape{2, 2});
+      CHECK(y.to_vector<double>() == std::vector<double>{0, 1, 1, 0});
+    }
+  }
+  const std::vector<double> values = {0, 3, 100, 255};
+  for (DType from : kAllDtypes) {
+    if (from == DType::Bool) continue;
+    for (DType to : kAllDtypes) {
+      if (to == DType::Bool) continue;
+      CAPTURE(dtype_name(from));
+      CAPTURE(dtype_name(to));
+      CHECK(tensor(values, {4}, {.dtype = from}).to(to).to_vector<double>() == values);
+    }
+  }
+}
+
+TEST_CASE("to(dtype): truncation to integers, bool as != 0, same dtype returns self") {
+  const Tensor x = tensor({2.7, -2.7, 0.4, 0.0}, {4}, kF64);
+  CHECK(x.to(DType::Int32).to_vector<double>() == std::vector<double>{2, -2, 0, 0});
+  CHECK(x.to(DType::Int64).to_vector<double>() == std::vector<double>{2, -2, 0, 0});
+  CHECK(x.to(DType::Bool).to_vector<double>() == std::vector<double>{1, 1, 1, 0});
+  CHECK(tensor({1, 0}, {2}, {.dtype = DType::Bool}).to(DType::Float32).to_vector<float>() ==
+        std::vector<float>{1, 0});
+  CHECK(x.to(DType::Float64).is_same(x));
+  CHECK_FALSE(x.to(DType::Float32).is_same(x));
+}
+
+TEST_CASE("to(float16) / to(bfloat16): hand-checked rounding and back") {
+  const Tensor third = tensor({1.0 / 3.0}, {1}, kF64);
+  CHECK(third.to(DType::Float16).item() == 0.333251953125);
+  CHECK(third.to(DType::Float16).to(DType::Float64).item() == 0.333251953125);
+  CHECK(third.to(DType::BFloat16).item() == 0.333984375);
+  CHECK(tensor({1.00390625}, {1}).to(DType::BFloat16).item() == 1.0);  // tie to even
+  CHECK(tensor({1.01171875}, {1}).to(DType::BFloat16).item() == 1.015625);
+  CHECK(tensor({70000, -70000}, {2}).to(DType::Float16).to_vector<double>() ==
+        std::vector<double>{kInf, -kInf});
+  CHECK(tensor({1e-7}, {1}).to(DType::Float16).item() == 1.1920928955078125e-07);
+  CHECK(tensor({65504}, {1}, kF64).to(DType::Float16).item() == 65504);
+  CHECK(tensor({2049}, {1}, {.dtype = DType::Int32}).to(DType::Float16).item() == 2048);  // tie to even
+}
+
+TEST_CASE("to(float16 / bfloat16 / float32 / float64) preserves inf and NaN") {
+  const Tensor special = tensor({kInf, -kInf, kNaN, 1.5}, {4}, kF64);
+  for (DType dtype : {DType::Float16, DType::BFloat16, DType::Float32}) {
+    CAPTURE(dtype_name(dtype));
+    const std::vector<double> back = special.to(dtype).to(DType::Float64).to_vector<double>();
+    CHECK(back[0] == kInf);
+    CHECK(back[1] == -kInf);
+    CHECK(std::isnan(back[2]));
+    CHECK(back[3] == 1.5);
+  }
+}
+
+TEST_CASE("to(dtype) keeps a channels-last layout") {
+  const Tensor x = iota({2, 3, 2, 2}).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor y = x.to(DType::Float64);
+  CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_CLOSE(y, iota({2, 3, 2, 2}), 0, 0);
+}
+
+// --- element access ------------------------------------------------------------------
+
+TEST_CASE("at / set / item with negative indices") {
+  Tensor x = iota({2, 3});
+  CHECK(x.at({0, 0}) == 0);
+  CHECK(x.at({1, 2}) == 5);
+  CHECK(x.at({-1, -1}) == 5);
+  CHECK(x.at({-2, 1}) == 1);
+  x.set({-1, 0}, 42.5);
+  CHECK(x.at({1, 0}) == 42.5);
+  CHECK(x.to_vector<double>() == std::vector<double>{0, 1, 2, 42.5, 4, 5});
+  Tensor i = zeros({3}, {.dtype = DType::Int64});
+  i.set({1}, 7.9);
+  CHECK(i.at({1}) == 7);
+  CHECK(full({1, 1}, 3.0).item() == 3);
+  CHECK(full({}, -2.0, kF64).item() == -2);
+  Tensor b = zeros({2}, {.dtype = DType::Bool});
+  b.set({0}, 5.0);
+  CHECK(b.to_vector<double>() == std::vector<double>{1, 0});
+}
+
+TEST_CASE("at / set / item reject bad indices with the shape in the message") {
+  Tensor x = iota({2, 3});
+  CHECK_THROWS_WITH_FRAGMENT(x.at({2, 0}), IndexError, "[at] index (2, 0) is out of bounds for shape (2, 3) (dim 0 has size 2)");
+  CHECK_THROWS_WITH_FRAGMENT(x.at({0, -4}), IndexError, "dim 1 has size 3");
+  CHECK_THROWS_WITH_FRAGMENT(x.at({0}), IndexError, "[at] index (0,) has 1 entries but the tensor of shape (2, 3) has 2 dims");
+  CHECK_THROWS_WITH_FRAGMENT(x.set({0, 3}, 1.0), IndexError, "out of bounds");
+  CHECK_THROWS_WITH_FRAGMENT(x.item(), ValueError, "[item] needs a tensor with one element, got shape (2, 3) (6 elements)");
+  CHECK_THROWS_WITH_FRAGMENT(empty({0}).item(), ValueError, "(0 elements)");
+}
+
+TEST_CASE("metadata accessors: negative dims, errors, options, data_ptr type check") {
+  const Tensor x = empty({2, 3, 4}, kF64);
+  CHECK(x.size(-1) == 4);
+  CHECK(x.stride(-3) == 12);
+  CHECK_THROWS_WITH_FRAGMENT(x.size(3), IndexError, "[size] dim 3 is out of range for a 3-D tensor (expected -3 to 2)");
+  CHECK(x.options().dtype == DType::Float64);
+  CHECK(x.options().device == Device::cpu());
+  CHECK(x.data_ptr<double>() == x.raw_data());
+  CHECK_THROWS_WITH_FRAGMENT(x.data_ptr<float>(), TypeError,
+                             "[data_ptr] tensor has dtype float64 but its data was requested as float32");
+  const Tensor undefined;
+  CHECK_FALSE(undefined.defined());
+  CHECK_THROWS_WITH_FRAGMENT(undefined.sizes(), ValueError, "undefined");
+  CHECK_THROWS_WITH_FRAGMENT(undefined.numel(), ValueError, "loom::zeros");
+}
+
+// --- copies --------------------------------------------------------------------------
+
+TEST_CASE("copy_ broadcasts the source and casts its dtype") {
+  Tensor dst = zeros({2, 3});
+  dst.copy_(tensor({1, 2, 3}, {3}, kF64));
+  CHECK(dst.to_vector<double>() == std::vector<double>{1, 2, 3, 1, 2, 3});
+  dst.copy_(tensor({7, 8}, {2, 1}, {.dtype = DType::Int32}));
+  CHECK(dst.to_vector<double>() == std::vector<double>{7, 7, 7, 8, 8, 8});
+  dst.copy_(full({}, 0.5, {.dtype = DType::Float16}));
+  CHECK(dst.to_vector<double>() == std::vector<double>(6, 0.5));
+  Tensor ints = zeros({3}, {.dtype = DType::Int32});
+  ints.copy_(tensor({1.9, -1.9, 3.0}, {3}));
+  CHECK(ints.to_vector<double>() == std::vector<double>{1, -1, 3});
+}
+
+TEST_CASE("copy_ into a strided destination writes only the viewed elements") {
+  Tensor base = zeros({3, 4});
+  Tensor column = base.select(1, 2);  // stride 4
+  column.copy_(tensor({1, 2, 3}, {3}));
+  CHECK(base.to_vector<double>() == std::vector<double>{0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0});
+  Tensor transposed = zeros({2, 3}).t();  // (3, 2) strides (1, 3)
+  transposed.copy_(iota({3, 2}));
+  CHECK_CLOSE(transposed, iota({3, 2}), 0, 0);
+}
+
+TEST_CASE("copy_ rejects sources that do not broadcast to the destination") {
+  Tensor dst = zeros({3});
+  CHECK_THROWS_WITH_FRAGMENT(dst.copy_(zeros({2, 3})), ShapeError,
+                             "[copy_] source of shape (2, 3) cannot be broadcast to the destination's shape (3,)");
+  CHECK_THROWS_WITH_FRAGMENT(dst.copy_(zeros({4})), ShapeError, "[copy_] shapes (4,) and (3,) cannot be broadcast");
+  CHECK_THROWS_WITH_FRAGMENT(dst.copy_(Tensor()), ValueError, "[copy_] the source tensor is undefined");
+}
+
+TEST_CASE("contiguous() returns self when already contiguous, else a dense copy") {
+  const Tensor x = iota({3, 4});
+  CHECK(x.contiguous().is_same(x));
+  const Tensor t = x.t();
+  CHECK_FALSE(t.is_contiguous());
+  const Tensor c = t.contiguous();
+  CHECK(c.is_contiguous());
+  CHECK(c.strides() == Shape{3, 1});
+  CHECK(c.storage().get() != x.storage().get());
+  CHECK_CLOSE(c, t, 0, 0);
+  CHECK(c.to_vector<double>() == std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11});
+  const Tensor stepped = iota({10}).slice(0, 1, 10, 3);  // 1, 4, 7
+  CHECK(stepped.contiguous().to_vector<double>() == std::vector<double>{1, 4, 7});
+  CHECK(stepped.contiguous().storage_offset() == 0);
+}
+
+TEST_CASE("clone() copies storage, values and layout") {
+  Tensor x = iota({2, 3});
+  Tensor y = x.clone();
+  CHECK(y.storage().get() != x.storage().get());
+  CHECK_CLOSE(y, x, 0, 0);
+  y.set({0, 0}, 100);
+  CHECK(x.at({0, 0}) == 0);
+  const Tensor cl = iota({2, 3, 4, 5}).contiguous(MemoryFormat::ChannelsLast);
+  CHECK(cl.clone().is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(cl.clone(MemoryFormat::Contiguous).strides() == Shape{60, 20, 5, 1});
+  CHECK_CLOSE(cl.clone(MemoryFormat::Contiguous), cl, 0, 0);
+  // A non-dense view clones to a dense row-major tensor.
+  CHECK(x.t().clone().strides() == Shape{2, 1});
+}
+
+TEST_CASE("fill_ and zero_ write only through the view") {
+  Tensor x = iota({2, 3});
+  x.select(0, 1).fill_(-1);
+  CHECK(x.to_vector<double>() == std::vector<double>{0, 1, 2, -1, -1, -1});
+  x.slice(1, 0, 3, 2).zero_();
+  CHECK(x.to_vector<double>() == std::vector<double>{0, 1, 0, 0, -1, 0});
+}
+
+TEST_CASE("empty_like / zeros_like / ones_like follow dtype and layout") {
+  const Tensor cl = empty({2, 3, 4, 5}, {.dtype = DType::Float64, .memory_format = MemoryFormat::ChannelsLast});
+  const Tensor z = zeros_like(cl);
+  CHECK(z.dtype() == DType::Float64);
+  CHECK(z.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(z.to_vector<double>() == std::vector<double>(120, 0.0));
+  CHECK(ones_like(iota({3, 2}).t()).strides() == Shape{3, 1});
+  CHECK(empty_like(iota({3}, DType::UInt8)).dtype() == DType::UInt8);
+}
+
+// --- channels-last -------------------------------------------------------------------
+
+TEST_CASE("channels-last: strides (HWC, 1, WC, C), layout queries, same values as NCHW") {
+  const Tensor nchw = iota({2, 3, 4, 5});  // N 2, C 3, H 4, W 5
+  const Tensor nhwc = nchw.contiguous(MemoryFormat::ChannelsLast);
+  CHECK(nhwc.sizes() == Shape{2, 3, 4, 5});
+  CHECK(nhwc.strides() == Shape{60, 1, 15, 3});
+  CHECK(nhwc.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_FALSE(nhwc.is_contiguous());
+  CHECK(nhwc.suggest_memory_format() == MemoryFormat::ChannelsLast);
+  CHECK(nchw.suggest_memory_format() == MemoryFormat::Contiguous);
+  CHECK_FALSE(nchw.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_CLOSE(nhwc, nchw, 0, 0);
+  CHECK(nhwc.at({1, 2, 3, 4}) == 119);
+  // In memory the channel moves fastest: element (0, c, 0, 0) sits at offset c.
+  const float* raw = nhwc.data_ptr<float>();
+  CHECK(raw[1] == nchw.at({0, 1, 0, 0}));
+  CHECK(raw[3] == nchw.at({0, 0, 0, 1}));
+  CHECK(raw[15] == nchw.at({0, 0, 1, 0}));
+  const Tensor back = nhwc.contiguous();
+  CHECK(back.strides() == Shape{60, 20, 5, 1});
+  CHECK_CLOSE(back, nchw, 0, 0);
+  CHECK(nhwc.contiguous(MemoryFormat::ChannelsLast).is_same(nhwc));
+}
+
+TEST_CASE("channels-last: NHWC memory permuted to NCHW dims is channels-last") {
+  const Tensor nhwc_dims = iota({2, 4, 5, 3});  // N, H, W, C
+  const Tensor x = nhwc_dims.permute({0, 3, 1, 2});
+  CHECK(x.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(x.suggest_memory_format() == MemoryFormat::ChannelsLast);
+  CHECK(x.at({1, 2, 3, 4}) == nhwc_dims.at({1, 3, 4, 2}));
+}
+
+TEST_CASE("channels-last: ambiguous and invalid cases") {
+  // With C = 1 (or H = W = 1) both layouts describe the same memory: prefer NCHW.
+  const Tensor one_channel = empty({2, 1, 3, 3}, {.memory_format = MemoryFormat::ChannelsLast});
+  CHECK(one_channel.is_contiguous());
+  CHECK(one_channel.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(one_channel.suggest_memory_format() == MemoryFormat::Contiguous);
+  CHECK_FALSE(iota({2, 3}).is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_THROWS_WITH_FRAGMENT(iota({2, 3, 4}).contiguous(MemoryFormat::ChannelsLast), ShapeError,
+                             "[channels_last] needs a 4-D (N, C, H, W) tensor, got shape (2, 3, 4)");
+  CHECK_THROWS_WITH_FRAGMENT(empty({2, 3}, {.memory_format = MemoryFormat::ChannelsLast}), ShapeError, "(2, 3)");
+}
+
+// --- devices -------------------------------------------------------------------------
+
+TEST_CASE("to(cpu) returns self; device strings") {
+  const Tensor x = iota({2});
+  CHECK(x.to(Device::cpu()).is_same(x));
+  CHECK(x.cpu().is_same(x));
+  CHECK(Device::cpu().str() == "cpu");
+  CHECK(Device::cuda(1).str() == "cuda:1");
+}
+
+TEST_CASE("to(cuda) without a usable GPU throws DeviceError with a clear message" *
+          doctest::skip(cuda_available())) {
+  const Tensor x = iota({2, 3});
+  CHECK_THROWS_WITH_FRAGMENT(x.to(Device::cuda()), DeviceError, "CUDA");
+  CHECK_THROWS_WITH_FRAGMENT(zeros({4}, {.device = Device::cuda()}), DeviceError, "CUDA");
+  try {
+    (void)x.to(Device::cuda());
+  } catch (const DeviceError& e) {
+    const std::string message = e.what();
+    CAPTURE(message);
+    CHECK((message.find("Device::cpu()") != std::string::npos ||
+           message.find("no CUDA backend") != std::string::npos));
+  }
+}
+
+TEST_CASE("an empty tensor cannot move to a GPU that is not there either" *
+          doctest::skip(cuda_available())) {
+  // Zero bytes need no allocation, but the device must still be checked.
+  CHECK_THROWS_AS(zeros({0}).to(Device::cuda()), DeviceError);
+  CHECK_THROWS_AS(empty({2, 0}, {.device = Device::cuda()}), DeviceError);
+}
+
+}  // namespace
+}  // namespace loom
