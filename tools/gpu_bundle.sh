@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU tests (tag "gpu") and benchmarks (bench/, when present) and
+# Builds the GPU tests (tag "gpu"), the examples and benchmarks (bench/, when present) and
 # gathers them, with the non-CUDA shared libraries they need, into .bundle/ — a
 # folder that runs on a GPU host with the NVIDIA driver, CUDA runtime, cuDNN and
 # cuBLAS but no Bazel. On that host: bash .bundle/run_gpu_tests.sh
@@ -9,7 +9,7 @@ bash tools/setup.sh
 
 scope=${1:-//...}  # e.g. //tests/core/cudnn/... to bundle part of the suite
 targets=$(bazel query "attr(tags, \"gpu\", tests($scope))")
-bench=$(bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
+bench=$(bazel query 'kind(cc_binary, //examples/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
 bazel build -c opt --strip=always $targets $bench
 
 rm -rf .bundle && mkdir -p .bundle/bin .bundle/lib
@@ -36,7 +36,7 @@ cat > .bundle/run_gpu_tests.sh <<'RUN'
 here="$(cd "$(dirname "$0")" && pwd)"
 cudnn=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib  # cuDNN 9.19 (headers' version)
 export LD_LIBRARY_PATH="$here/lib:$cudnn:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-runner=${LOOM_TEST_RUNNER:-}  # e.g. "compute-sanitizer --tool memcheck --error-exitcode 1"
+runner=${LOOM_TEST_RUNNER:-}  # e.g. "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1"
 logs=${LOOM_TEST_LOGS:-}      # a folder for each test's full output (else only its tail is shown)
 passed=0 failed=0 skipped=0 status=0
 for test in "$here"/bin/*_gpu_test; do

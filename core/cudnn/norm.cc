@@ -34,40 +34,88 @@ struct ForwardPlan {
   std::string name;
 };
 
-ForwardPlan forward_plan(const BatchNormTrainingArgs& a) {
+PlanKey forward_key(const BatchNormTrainingArgs& a) {
   Strided x = as_4d(a.x), y = as_4d(a.y);
-  TensorSpec xs = spec_of(x, kX), ys = spec_of(y, kY);
   PlanKey key(GraphKind::BatchNormForward, numerics_policy());
-  key.add_tensor(xs).add_tensor(ys);
+  key.add_tensor(spec_of(x, kX)).add_tensor(spec_of(y, kY));
   for (const Strided* t : {&a.weight, &a.bias, &a.running_mean, &a.running_var, &a.save_mean, &a.save_invstd}) {
     key.add(pointer_alignment(t->data));
   }
-  std::string name = fmt::format("bn_fwd_train x{}", describe(x));
-  int64_t c = channels(x);
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph g(name);
-    g.add_tensor(xs);
-    g.add_tensor(ys);
-    g.add_tensor(channel_spec(c, kScale, a.weight.data));
-    g.add_tensor(channel_spec(c, kBias, a.bias.data));
-    g.add_tensor(channel_spec(c, kInMean, a.running_mean.data));
-    g.add_tensor(channel_spec(c, kInVar, a.running_var.data));
-    g.add_tensor(channel_spec(c, kOutMean, a.running_mean.data));
-    g.add_tensor(channel_spec(c, kOutVar, a.running_var.data));
-    g.add_tensor(channel_spec(c, kMean, a.save_mean.data));
-    g.add_tensor(channel_spec(c, kInvVar, a.save_invstd.data));
-    g.add_tensor(scalar_spec(kEpsilon, 1e-5));
-    g.add_tensor(scalar_spec(kMomentum, 0.1));
-    g.batch_norm_forward({.x = kX, .scale = kScale, .bias = kBias, .epsilon = kEpsilon,
-                          .momentum = kMomentum, .in_running_mean = kInMean,
-                          .in_running_var = kInVar, .y = kY, .mean = kMean,
-                          .inv_variance = kInvVar, .out_running_mean = kOutMean,
-                          .out_running_var = kOutVar});
-    return g;
-  }, /*precision_filter_applies=*/false);
-  return {plan, key, name};
+  return key;
 }
 
+ForwardPlan forward_plan(const BatchNormTrainingArgs& a) {
+  PlanKey key = forward_key(a);
+  auto plan = PlanCache::global().get(key, [&] { return batch_norm_forward_graph(a); },
+                                      /*precision_filter_applies=*/false);
+  return {plan, key, fmt::format("bn_fwd_train x{}", describe(as_4d(a.x)))};
+}
+
+}  // namespace
+
+Graph batch_norm_forward_graph(const BatchNormTrainingArgs& a) {
+  Strided x = as_4d(a.x), y = as_4d(a.y);
+  int64_t c = channels(x);
+  Graph g(fmt::format("bn_fwd_train x{}", describe(x)));
+  g.add_tensor(spec_of(x, kX));
+  g.add_tensor(spec_of(y, kY));
+  g.add_tensor(channel_spec(c, kScale, a.weight.data));
+  g.add_tensor(channel_spec(c, kBias, a.bias.data));
+  g.add_tensor(channel_spec(c, kInMean, a.running_mean.data));
+  g.add_tensor(channel_spec(c, kInVar, a.running_var.data));
+  g.add_tensor(channel_spec(c, kOutMean, a.running_mean.data));
+  g.add_tensor(channel_spec(c, kOutVar, a.running_var.data));
+  g.add_tensor(channel_spec(c, kMean, a.save_mean.data));
+  g.add_tensor(channel_spec(c, kInvVar, a.save_invstd.data));
+  g.add_tensor(scalar_spec(kEpsilon, 1e-5));
+  g.add_tensor(scalar_spec(kMomentum, 0.1));
+  g.batch_norm_forward({.x = kX, .scale = kScale, .bias = kBias, .epsilon = kEpsilon,
+                        .momentum = kMomentum, .in_running_mean = kInMean,
+                        .in_running_var = kInVar, .y = kY, .mean = kMean,
+                        .inv_variance = kInvVar, .out_running_mean = kOutMean,
+                        .out_running_var = kOutVar});
+  return g;
+}
+
+BatchNormScalars::BatchNormScalars(const BatchNormTrainingArgs& a)
+    : eps(static_cast<float>(a.eps)), momentum(static_cast<float>(a.momentum)) {}
+
+VariantPointers batch_norm_forward_pointers(const BatchNormTrainingArgs& a,
+                                            const BatchNormScalars& scalars) {
+  // The running statistics are read and written in place: each channel's update
+  // reads only its own old value.
+  return {{kX, a.x.data},        {kY, a.y.data},
+          {kScale, a.weight.data}, {kBias, a.bias.data},
+          {kInMean, a.running_mean.data}, {kInVar, a.running_var.data},
+          {kOutMean, a.running_mean.data}, {kOutVar, a.running_var.data},
+          {kMean, a.save_mean.data}, {kInvVar, a.save_invstd.data},
+          {kEpsilon, &scalars.eps}, {kMomentum, &scalars.momentum}};
+}
+
+Graph batch_norm_backward_graph(const BatchNormBackwardArgs& a) {
+  Strided x = as_4d(a.x), dy = as_4d(a.dy), dx = as_4d(a.dx);
+  int64_t c = channels(x);
+  Graph g(fmt::format("bn_bwd x{} dy{}", describe(x), describe(dy)));
+  g.add_tensor(spec_of(x, kX));
+  g.add_tensor(spec_of(dy, kDy));
+  g.add_tensor(spec_of(dx, kDx));
+  g.add_tensor(channel_spec(c, kScale, a.weight.data));
+  g.add_tensor(channel_spec(c, kMean, a.save_mean.data));
+  g.add_tensor(channel_spec(c, kInvVar, a.save_invstd.data));
+  g.add_tensor(channel_spec(c, kDScale, a.dweight.data));
+  g.add_tensor(channel_spec(c, kDBias, a.dbias.data));
+  g.batch_norm_backward({.x = kX, .dy = kDy, .scale = kScale, .mean = kMean,
+                         .inv_variance = kInvVar, .dx = kDx, .dscale = kDScale, .dbias = kDBias});
+  return g;
+}
+
+VariantPointers batch_norm_backward_pointers(const BatchNormBackwardArgs& a) {
+  return {{kX, a.x.data},          {kDy, a.dy.data},           {kDx, a.dx.data},
+          {kScale, a.weight.data}, {kMean, a.save_mean.data},  {kInvVar, a.save_invstd.data},
+          {kDScale, a.dweight.data}, {kDBias, a.dbias.data}};
+}
+
+namespace {
 }  // namespace
 
 bool batch_norm_training_supported(const BatchNormTrainingArgs& args) {
@@ -78,48 +126,23 @@ void batch_norm_forward_training(const BatchNormTrainingArgs& a) {
   ForwardPlan fp = forward_plan(a);
   LOOM_CHECK(fp.plan != nullptr, CudnnError, "[batch_norm] cuDNN has no engine for {} ({})", fp.name,
              PlanCache::global().why_unsupported(fp.key));
-  float eps = static_cast<float>(a.eps), momentum = static_cast<float>(a.momentum);
-  // The running statistics are read and written in place: each channel's update
-  // reads only its own old value.
-  fp.plan->execute(handle(),
-                   {{kX, a.x.data}, {kY, a.y.data}, {kScale, a.weight.data}, {kBias, a.bias.data},
-                    {kInMean, a.running_mean.data}, {kInVar, a.running_var.data},
-                    {kOutMean, a.running_mean.data}, {kOutVar, a.running_var.data},
-                    {kMean, a.save_mean.data}, {kInvVar, a.save_invstd.data},
-                    {kEpsilon, &eps}, {kMomentum, &momentum}},
+  BatchNormScalars scalars(a);
+  fp.plan->execute(handle(), batch_norm_forward_pointers(a, scalars),
                    workspace(static_cast<size_t>(fp.plan->workspace_bytes())));
 }
 
 void batch_norm_backward(const BatchNormBackwardArgs& a) {
   Strided x = as_4d(a.x), dy = as_4d(a.dy), dx = as_4d(a.dx);
-  TensorSpec xs = spec_of(x, kX), dys = spec_of(dy, kDy), dxs = spec_of(dx, kDx);
   PlanKey key(GraphKind::BatchNormBackward, numerics_policy());
-  key.add_tensor(xs).add_tensor(dys).add_tensor(dxs);
+  key.add_tensor(spec_of(x, kX)).add_tensor(spec_of(dy, kDy)).add_tensor(spec_of(dx, kDx));
   for (const Strided* t : {&a.weight, &a.save_mean, &a.save_invstd, &a.dweight, &a.dbias}) {
     key.add(pointer_alignment(t->data));
   }
-  std::string name = fmt::format("bn_bwd x{} dy{}", describe(x), describe(dy));
-  int64_t c = channels(x);
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph g(name);
-    g.add_tensor(xs);
-    g.add_tensor(dys);
-    g.add_tensor(dxs);
-    g.add_tensor(channel_spec(c, kScale, a.weight.data));
-    g.add_tensor(channel_spec(c, kMean, a.save_mean.data));
-    g.add_tensor(channel_spec(c, kInvVar, a.save_invstd.data));
-    g.add_tensor(channel_spec(c, kDScale, a.dweight.data));
-    g.add_tensor(channel_spec(c, kDBias, a.dbias.data));
-    g.batch_norm_backward({.x = kX, .dy = kDy, .scale = kScale, .mean = kMean,
-                           .inv_variance = kInvVar, .dx = kDx, .dscale = kDScale, .dbias = kDBias});
-    return g;
-  }, /*precision_filter_applies=*/false);
-  LOOM_CHECK(plan != nullptr, CudnnError, "[batch_norm] cuDNN has no backward engine for {} ({})",
-             name, PlanCache::global().why_unsupported(key));
-  plan->execute(handle(),
-                {{kX, a.x.data}, {kDy, a.dy.data}, {kDx, a.dx.data}, {kScale, a.weight.data},
-                 {kMean, a.save_mean.data}, {kInvVar, a.save_invstd.data},
-                 {kDScale, a.dweight.data}, {kDBias, a.dbias.data}},
+  auto plan = PlanCache::global().get(key, [&] { return batch_norm_backward_graph(a); },
+                                      /*precision_filter_applies=*/false);
+  LOOM_CHECK(plan != nullptr, CudnnError, "[batch_norm] cuDNN has no backward engine for x{} ({})",
+             describe(x), PlanCache::global().why_unsupported(key));
+  plan->execute(handle(), batch_norm_backward_pointers(a),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
 }
 

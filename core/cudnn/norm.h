@@ -8,6 +8,8 @@
 // tensors are (C) float32.
 #pragma once
 
+#include "core/cudnn/graph.h"
+#include "core/cudnn/plan.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -29,5 +31,18 @@ struct BatchNormBackwardArgs {
   Strided dy, x, weight, save_mean, save_invstd;
 };
 void batch_norm_backward(const BatchNormBackwardArgs& args);
+
+// The graphs behind the two calls, and their variant packs: for tests that run
+// every engine config cuDNN offers. By-value scalars live in BatchNormScalars,
+// which must outlive any execute of the pointers.
+struct BatchNormScalars {
+  explicit BatchNormScalars(const BatchNormTrainingArgs& args);
+  float eps, momentum;
+};
+Graph batch_norm_forward_graph(const BatchNormTrainingArgs& args);
+VariantPointers batch_norm_forward_pointers(const BatchNormTrainingArgs& args,
+                                            const BatchNormScalars& scalars);
+Graph batch_norm_backward_graph(const BatchNormBackwardArgs& args);
+VariantPointers batch_norm_backward_pointers(const BatchNormBackwardArgs& args);
 
 }  // namespace loom::cudnn

@@ -170,12 +170,21 @@ bool has_note(const PlanNotes& notes, std::string_view note) {
   return std::find(notes.numerical.begin(), notes.numerical.end(), note) != notes.numerical.end();
 }
 
+// The numerics policy as an engine filter (conv and matmul graphs only):
+// strict fp32 takes neither tensor cores nor down-converted inputs; tf32 takes
+// tensor cores on fp32 inputs (PyTorch's default for convolutions) but, as
+// PyTorch, no down-conversion; bf16/fp16 compute allows down-converted inputs.
 bool allowed(const PlanNotes& notes, const SelectOptions& options) {
   if (options.policy.deterministic && has_note(notes, "NONDETERMINISTIC")) return false;
   if (!options.precision_filter_applies) return true;
-  // PyTorch drops DOWN_CONVERT_INPUTS always and TENSOR_CORE when TF32 is off.
-  if (has_note(notes, "DOWN_CONVERT_INPUTS")) return false;
-  return options.policy.precision != Precision::StrictFp32 || !has_note(notes, "TENSOR_CORE");
+  switch (options.policy.precision) {
+    case Precision::StrictFp32:
+      return !has_note(notes, "TENSOR_CORE") && !has_note(notes, "DOWN_CONVERT_INPUTS");
+    case Precision::Tf32: return !has_note(notes, "DOWN_CONVERT_INPUTS");
+    case Precision::Bf16:
+    case Precision::Fp16: return true;
+  }
+  return true;
 }
 
 // Finalizes a plan for `config`; null when cuDNN says the config does not support the graph.

@@ -49,22 +49,46 @@ bool same_layout(const Strided& a, const Strided& b) { return a.sizes == b.sizes
 
 }  // namespace
 
+std::optional<Graph> relu_forward_graph(const Strided& y, const Strided& x) {
+  auto xs = flat_spec(x, kX), ys = flat_spec(y, kY);
+  if (!xs || !ys || !same_layout(x, y)) return std::nullopt;
+  Graph g(fmt::format("relu_fwd {} as ({}, {}) nhwc", describe(x), xs->dims[0], kRow));
+  g.add_tensor(*xs);
+  g.add_tensor(*ys);
+  g.pointwise(CUDNN_POINTWISE_RELU_FWD, kX, std::nullopt, kY);
+  return g;
+}
+
+VariantPointers relu_forward_pointers(const Strided& y, const Strided& x) {
+  return {{kX, x.data}, {kY, y.data}};
+}
+
 bool relu_forward(const Strided& y, const Strided& x) {
   auto xs = flat_spec(x, kX), ys = flat_spec(y, kY);
   if (!xs || !ys || !same_layout(x, y)) return false;
   PlanKey key(GraphKind::Pointwise, numerics_policy());
   key.add(CUDNN_POINTWISE_RELU_FWD).add_tensor(*xs).add_tensor(*ys);
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph g(fmt::format("relu_fwd {} as ({}, {}) nhwc", describe(x), xs->dims[0], kRow));
-    g.add_tensor(*xs);
-    g.add_tensor(*ys);
-    g.pointwise(CUDNN_POINTWISE_RELU_FWD, kX, std::nullopt, kY);
-    return g;
-  }, /*precision_filter_applies=*/false);
+  auto plan = PlanCache::global().get(key, [&] { return *relu_forward_graph(y, x); },
+                                      /*precision_filter_applies=*/false);
   if (!plan) return false;
-  plan->execute(handle(), {{kX, x.data}, {kY, y.data}},
+  plan->execute(handle(), relu_forward_pointers(y, x),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
+}
+
+std::optional<Graph> relu_backward_graph(const Strided& dx, const Strided& dy, const Strided& y) {
+  auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), ys = flat_spec(y, kX);
+  if (!dxs || !dys || !ys || !same_layout(dx, dy) || !same_layout(dx, y)) return std::nullopt;
+  Graph g(fmt::format("relu_bwd {} as ({}, {}) nhwc", describe(dy), dys->dims[0], kRow));
+  g.add_tensor(*dxs);
+  g.add_tensor(*dys);
+  g.add_tensor(*ys);
+  g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDy, kX, kDx);
+  return g;
+}
+
+VariantPointers relu_backward_pointers(const Strided& dx, const Strided& dy, const Strided& y) {
+  return {{kDx, dx.data}, {kDy, dy.data}, {kX, y.data}};
 }
 
 bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y) {
@@ -72,16 +96,10 @@ bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y) {
   if (!dxs || !dys || !ys || !same_layout(dx, dy) || !same_layout(dx, y)) return false;
   PlanKey key(GraphKind::PointwiseBackward, numerics_policy());
   key.add(CUDNN_POINTWISE_RELU_BWD).add_tensor(*dxs).add_tensor(*dys).add_tensor(*ys);
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph g(fmt::format("relu_bwd {} as ({}, {}) nhwc", describe(dy), dys->dims[0], kRow));
-    g.add_tensor(*dxs);
-    g.add_tensor(*dys);
-    g.add_tensor(*ys);
-    g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDy, kX, kDx);
-    return g;
-  }, /*precision_filter_applies=*/false);
+  auto plan = PlanCache::global().get(key, [&] { return *relu_backward_graph(dx, dy, y); },
+                                      /*precision_filter_applies=*/false);
   if (!plan) return false;
-  plan->execute(handle(), {{kDx, dx.data}, {kDy, dy.data}, {kX, y.data}},
+  plan->execute(handle(), relu_backward_pointers(dx, dy, y),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
 }

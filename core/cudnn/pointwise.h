@@ -6,6 +6,10 @@
 // return false and the caller runs the CUDA kernel.
 #pragma once
 
+#include <optional>
+
+#include "core/cudnn/graph.h"
+#include "core/cudnn/plan.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -14,5 +18,12 @@ namespace loom::cudnn {
 bool relu_forward(const Strided& y, const Strided& x);
 // dx = dy where y > 0, else 0 (y > 0 exactly where x > 0). All three share strides.
 bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y);
+
+// The graphs behind the two calls (none where the packed view does not apply)
+// and their variant packs, for tests that run every engine config.
+std::optional<Graph> relu_forward_graph(const Strided& y, const Strided& x);
+VariantPointers relu_forward_pointers(const Strided& y, const Strided& x);
+std::optional<Graph> relu_backward_graph(const Strided& dx, const Strided& dy, const Strided& y);
+VariantPointers relu_backward_pointers(const Strided& dx, const Strided& dy, const Strided& y);
 
 }  // namespace loom::cudnn

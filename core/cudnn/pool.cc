@@ -62,63 +62,77 @@ bool pool_uses_index(const Strided& x) {
          !has_layout(x.sizes, x.strides, MemoryFormat::Contiguous);
 }
 
+Graph pool2d_forward_graph(const Strided& y, const Strided* index, const Strided& x,
+                          const PoolArgs& a) {
+  PoolGeometry g = geometry_of(a, x, y);
+  Graph graph(pool_name("pool_fwd", x, g));
+  graph.add_tensor(spec_of(x, kX));
+  graph.add_tensor(spec_of(y, kY));
+  if (index) graph.add_tensor(index_spec(*index));
+  graph.resample_forward(g, kX, kY, index ? std::optional<int64_t>(kIndex) : std::nullopt);
+  return graph;
+}
+
+VariantPointers pool2d_forward_pointers(const Strided& y, const Strided* index, const Strided& x) {
+  VariantPointers pointers{{kX, x.data}, {kY, y.data}};
+  if (index) pointers.push_back({kIndex, index->data});
+  return pointers;
+}
+
 bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const PoolArgs& a) {
   PoolGeometry g = geometry_of(a, x, y);
   if (!semantics_match(a, g)) return false;
-  TensorSpec xs = spec_of(x, kX), ys = spec_of(y, kY);
   PlanKey key(GraphKind::PoolForward, numerics_policy());
-  key.add_tensor(xs).add_tensor(ys).add(index != nullptr);
+  key.add_tensor(spec_of(x, kX)).add_tensor(spec_of(y, kY)).add(index != nullptr);
   add_geometry_to_key(key, g);
-  std::optional<TensorSpec> is;
-  if (index) {
-    is = index_spec(*index);
-    key.add_tensor(*is);
-  }
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph graph(pool_name("pool_fwd", x, g));
-    graph.add_tensor(xs);
-    graph.add_tensor(ys);
-    if (is) graph.add_tensor(*is);
-    graph.resample_forward(g, kX, kY, is ? std::optional<int64_t>(kIndex) : std::nullopt);
-    return graph;
-  }, /*precision_filter_applies=*/false);
+  if (index) key.add_tensor(index_spec(*index));
+  auto plan = PlanCache::global().get(key, [&] { return pool2d_forward_graph(y, index, x, a); },
+                                      /*precision_filter_applies=*/false);
   if (!plan) return false;
-  VariantPointers pointers{{kX, x.data}, {kY, y.data}};
-  if (index) pointers.push_back({kIndex, index->data});
-  plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
+  plan->execute(handle(), pool2d_forward_pointers(y, index, x),
+                workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
+}
+
+Graph pool2d_backward_graph(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
+                           const PoolArgs& a) {
+  PoolGeometry g = geometry_of(a, dx, dy);
+  Graph graph(pool_name("pool_bwd", dx, g));
+  graph.add_tensor(spec_of(dx, kDx));
+  graph.add_tensor(spec_of(dy, kDy));
+  Graph::ResampleBackward uids{.dy = kDy, .dx = kDx};
+  if (saved.x) graph.add_tensor(spec_of(*saved.x, kX)), uids.x = kX;
+  if (saved.y) graph.add_tensor(spec_of(*saved.y, kY)), uids.y = kY;
+  if (saved.index) graph.add_tensor(index_spec(*saved.index)), uids.index = kIndex;
+  graph.resample_backward(g, uids);
+  return graph;
+}
+
+VariantPointers pool2d_backward_pointers(const Strided& dx, const Strided& dy,
+                                         const PoolBackwardInputs& saved) {
+  VariantPointers pointers{{kDx, dx.data}, {kDy, dy.data}};
+  if (saved.x) pointers.push_back({kX, saved.x->data});
+  if (saved.y) pointers.push_back({kY, saved.y->data});
+  if (saved.index) pointers.push_back({kIndex, saved.index->data});
+  return pointers;
 }
 
 bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
                      const PoolArgs& a) {
   PoolGeometry g = geometry_of(a, dx, dy);
   if (!semantics_match(a, g)) return false;
-  TensorSpec dxs = spec_of(dx, kDx), dys = spec_of(dy, kDy);
   PlanKey key(GraphKind::PoolBackward, numerics_policy());
-  key.add_tensor(dxs).add_tensor(dys);
+  key.add_tensor(spec_of(dx, kDx)).add_tensor(spec_of(dy, kDy));
   key.add({saved.x != nullptr, saved.y != nullptr, saved.index != nullptr});
   add_geometry_to_key(key, g);
-  std::optional<TensorSpec> xs, ys, is;
-  if (saved.x) key.add_tensor(*(xs = spec_of(*saved.x, kX)));
-  if (saved.y) key.add_tensor(*(ys = spec_of(*saved.y, kY)));
-  if (saved.index) key.add_tensor(*(is = index_spec(*saved.index)));
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph graph(pool_name("pool_bwd", dx, g));
-    graph.add_tensor(dxs);
-    graph.add_tensor(dys);
-    Graph::ResampleBackward uids{.dy = kDy, .dx = kDx};
-    if (xs) graph.add_tensor(*xs), uids.x = kX;
-    if (ys) graph.add_tensor(*ys), uids.y = kY;
-    if (is) graph.add_tensor(*is), uids.index = kIndex;
-    graph.resample_backward(g, uids);
-    return graph;
-  }, /*precision_filter_applies=*/false);
+  if (saved.x) key.add_tensor(spec_of(*saved.x, kX));
+  if (saved.y) key.add_tensor(spec_of(*saved.y, kY));
+  if (saved.index) key.add_tensor(index_spec(*saved.index));
+  auto plan = PlanCache::global().get(key, [&] { return pool2d_backward_graph(dx, dy, saved, a); },
+                                      /*precision_filter_applies=*/false);
   if (!plan) return false;
-  VariantPointers pointers{{kDx, dx.data}, {kDy, dy.data}};
-  if (saved.x) pointers.push_back({kX, saved.x->data});
-  if (saved.y) pointers.push_back({kY, saved.y->data});
-  if (saved.index) pointers.push_back({kIndex, saved.index->data});
-  plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
+  plan->execute(handle(), pool2d_backward_pointers(dx, dy, saved),
+                workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
 }
 

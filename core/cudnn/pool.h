@@ -8,6 +8,8 @@
 #pragma once
 
 #include "core/cpu/pool.h"  // Pool2dParams, shared with the CPU reference
+#include "core/cudnn/graph.h"
+#include "core/cudnn/plan.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -32,6 +34,16 @@ struct PoolBackwardInputs {
 };
 bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
                      const PoolArgs& args);
+
+// The graphs behind the two calls and their variant packs, for tests that run
+// every engine config cuDNN offers.
+Graph pool2d_forward_graph(const Strided& y, const Strided* index, const Strided& x,
+                          const PoolArgs& args);
+VariantPointers pool2d_forward_pointers(const Strided& y, const Strided* index, const Strided& x);
+Graph pool2d_backward_graph(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
+                           const PoolArgs& args);
+VariantPointers pool2d_backward_pointers(const Strided& dx, const Strided& dy,
+                                         const PoolBackwardInputs& saved);
 
 // True when x's layout uses an index tensor for max pooling (NHWC).
 bool pool_uses_index(const Strided& x);

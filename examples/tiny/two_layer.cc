@@ -3,11 +3,17 @@
 // on the CPU with plain SGD, printing the loss as it falls. The smallest end-to-
 // end use of Loom's tensors, autograd and functional ops.
 //
-//   bazel run -c opt //examples/tiny:two_layer -- [steps] [seed]
+//   bazel run -c opt //examples/tiny:two_layer -- [--steps N] [--seed S]
+//       [--device auto|cpu|cuda] [--explain]
+//
+// --explain prints the cuDNN plan cache after training (GPU builds): every
+// cached plan with its engine, notes, workspace, build time and hit count.
 //
 // N samples, D = 2 input features, H hidden units, K = 3 classes.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <numbers>
 #include <string>
 
@@ -19,10 +25,53 @@
 #include "core/ops/loss.h"
 #include "core/ops/reduction.h"
 #include "core/tensor.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cudnn/plan_cache.h"
+#endif
 
 namespace {
 
 constexpr int64_t kPerClass = 200, kClasses = 3, kHidden = 64;
+
+struct Flags {
+  int steps = 1000;
+  uint64_t seed = 0;
+  loom::Device device = loom::cuda_available() ? loom::Device::cuda() : loom::Device::cpu();
+  bool explain = false;
+};
+
+[[noreturn]] void usage(const char* problem) {
+  std::fprintf(stderr,
+               "%s\nusage: two_layer [--steps N] [--seed S] [--device auto|cpu|cuda] [--explain]\n",
+               problem);
+  std::exit(2);
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    auto value = [&](const char* name) {
+      if (i + 1 >= argc) usage((std::string(name) + " needs a value").c_str());
+      return std::string(argv[++i]);
+    };
+    if (!std::strcmp(argv[i], "--steps")) {
+      flags.steps = std::stoi(value("--steps"));
+    } else if (!std::strcmp(argv[i], "--seed")) {
+      flags.seed = std::stoull(value("--seed"));
+    } else if (!std::strcmp(argv[i], "--explain")) {
+      flags.explain = true;
+    } else if (!std::strcmp(argv[i], "--device")) {
+      std::string d = value("--device");
+      if (d == "cpu") flags.device = loom::Device::cpu();
+      else if (d == "cuda") flags.device = loom::Device::cuda();
+      else if (d != "auto") usage(("unknown device '" + d + "' (auto, cpu or cuda)").c_str());
+    } else {
+      usage((std::string("unknown argument '") + argv[i] + "'").c_str());
+    }
+  }
+  if (flags.steps < 1) usage("--steps must be at least 1");
+  return flags;
+}
 
 struct Dataset {
   loom::Tensor x;  // (N, 2)
@@ -47,10 +96,11 @@ Dataset make_spirals(loom::Generator& gen) {
 }
 
 // Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), as PyTorch's nn.Linear initialises.
-loom::Tensor init_param(const loom::Shape& sizes, int64_t fan_in, loom::Generator& gen) {
+loom::Tensor init_param(const loom::Shape& sizes, int64_t fan_in, loom::Generator& gen,
+                        loom::Device device) {
   double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   loom::Tensor u = loom::rand(sizes, {}, &gen);
-  loom::Tensor p = loom::sub(loom::mul(u, 2.0 * bound), bound).detach();
+  loom::Tensor p = loom::sub(loom::mul(u, 2.0 * bound), bound).to(device).detach();
   return p.requires_grad_(true);
 }
 
@@ -65,15 +115,21 @@ double accuracy(const loom::Tensor& logits, const loom::Tensor& y) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = argc > 1 ? std::stoi(argv[1]) : 1000;
-  loom::Generator gen(argc > 2 ? std::stoull(argv[2]) : 0);
+  Flags flags = parse_flags(argc, argv);
+  const int steps = flags.steps;
+  const loom::Device device = flags.device;
+  loom::Generator gen(flags.seed);
   Dataset data = make_spirals(gen);
-  loom::Tensor w1 = init_param({kHidden, 2}, 2, gen), b1 = init_param({kHidden}, 2, gen);
-  loom::Tensor w2 = init_param({kClasses, kHidden}, kHidden, gen);
-  loom::Tensor b2 = init_param({kClasses}, kHidden, gen);
+  data.x = data.x.to(device);
+  data.y = data.y.to(device);
+  loom::Tensor w1 = init_param({kHidden, 2}, 2, gen, device);
+  loom::Tensor b1 = init_param({kHidden}, 2, gen, device);
+  loom::Tensor w2 = init_param({kClasses, kHidden}, kHidden, gen, device);
+  loom::Tensor b2 = init_param({kClasses}, kHidden, gen, device);
   const double lr = 0.5;
-  std::printf("two-layer perceptron, %lld samples, %lld hidden units, SGD lr %.2f\n",
-              static_cast<long long>(data.x.size(0)), static_cast<long long>(kHidden), lr);
+  std::printf("two-layer perceptron on %s, %lld samples, %lld hidden units, SGD lr %.2f\n",
+              device.str().c_str(), static_cast<long long>(data.x.size(0)),
+              static_cast<long long>(kHidden), lr);
   for (int step = 0; step <= steps; ++step) {
     loom::Tensor logits = loom::linear(loom::relu(loom::linear(data.x, w1, b1)), w2, b2);
     loom::Tensor loss = loom::cross_entropy(logits, data.y);
@@ -84,6 +140,13 @@ int main(int argc, char** argv) {
     loss.backward();
     loom::NoGradGuard no_grad;
     for (loom::Tensor* p : {&w1, &b1, &w2, &b2}) loom::sub_(*p, p->grad(), lr);
+  }
+  if (flags.explain) {
+#ifdef LOOM_WITH_CUDA
+    std::printf("%s", loom::cudnn::PlanCache::global().explain().c_str());
+#else
+    std::printf("this build has no CUDA backend, so there is no cuDNN plan cache to explain\n");
+#endif
   }
   return 0;
 }

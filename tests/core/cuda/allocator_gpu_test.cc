@@ -73,6 +73,7 @@ class SideStream {
 }  // namespace
 
 LOOM_GPU_TEST_CASE("allocated bytes return to zero, reserved bytes stay, peaks are tracked") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats before = fresh_stats();
   void* small = cuda::allocate(1000, 0);
   void* large = cuda::allocate(3 * kMiB, 0);
@@ -97,6 +98,7 @@ LOOM_GPU_TEST_CASE("allocated bytes return to zero, reserved bytes stay, peaks a
 }
 
 LOOM_GPU_TEST_CASE("the same size again is a cache hit: no cudaMalloc per step") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats before = fresh_stats();
   void* first = cuda::allocate(5 * kMiB, 0);
   cuda::deallocate(first);
@@ -111,6 +113,7 @@ LOOM_GPU_TEST_CASE("the same size again is a cache hit: no cudaMalloc per step")
 }
 
 LOOM_GPU_TEST_CASE("tensor steps after the first one reuse cached memory and keep values") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   Generator gen(11);
   Tensor host = randn({4, 3, 17, 19}, {}, &gen);
   fresh_stats();
@@ -130,6 +133,7 @@ LOOM_GPU_TEST_CASE("tensor steps after the first one reuse cached memory and kee
 }
 
 LOOM_GPU_TEST_CASE("blocks split from one segment and merge back when freed") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats before = fresh_stats();
   void* a = cuda::allocate(512 * kKiB, 0);
   void* b = cuda::allocate(512 * kKiB, 0);
@@ -151,6 +155,7 @@ LOOM_GPU_TEST_CASE("blocks split from one segment and merge back when freed") {
 }
 
 LOOM_GPU_TEST_CASE("empty_cache returns reserved memory to the driver") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats before = fresh_stats();
   std::vector<void*> blocks;
   for (size_t bytes : {size_t{100}, 300 * kKiB, 2 * kMiB, 9 * kMiB + 7}) {
@@ -167,6 +172,7 @@ LOOM_GPU_TEST_CASE("empty_cache returns reserved memory to the driver") {
 }
 
 LOOM_GPU_TEST_CASE("an impossible allocation is a typed error and the process goes on") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
   size_t huge = size_t{1} << 40;
   CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(huge, 0), OutOfMemoryError,
@@ -182,6 +188,7 @@ LOOM_GPU_TEST_CASE("an impossible allocation is a typed error and the process go
 }
 
 LOOM_GPU_TEST_CASE("out of memory at half the free memory twice, then free and retry") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -210,6 +217,7 @@ LOOM_GPU_TEST_CASE("out of memory at half the free memory twice, then free and r
 }
 
 LOOM_GPU_TEST_CASE("pass-through mode makes one cudaMalloc and one cudaFree per block") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // whatever LOOM_CUDA_ALLOCATOR says
   cuda::AllocatorStats before = fresh_stats();
   void* cached_block = cuda::allocate(1000, 0);  // made while caching: freed into the cache
   ModeGuard mode(cuda::AllocatorMode::Passthrough);
@@ -233,6 +241,7 @@ LOOM_GPU_TEST_CASE("pass-through mode makes one cudaMalloc and one cudaFree per 
 }
 
 LOOM_GPU_TEST_CASE("a pointer the allocator did not hand out is a ValueError") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
   int host_value = 0;
   CHECK_THROWS_WITH_FRAGMENT(cuda::deallocate(&host_value), ValueError, "not a live allocation");
@@ -242,6 +251,7 @@ LOOM_GPU_TEST_CASE("a pointer the allocator did not hand out is a ValueError") {
 }
 
 LOOM_GPU_TEST_CASE("memory freed during a capture is never handed to eager allocations") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats base = fresh_stats();
   SideStream side;
   void* eager = cuda::allocate(kMiB, 0);  // general pool; freed inside the capture
@@ -299,6 +309,7 @@ LOOM_GPU_TEST_CASE("memory freed during a capture is never handed to eager alloc
 }
 
 LOOM_GPU_TEST_CASE("allocating on a capturing stream outside a CaptureScope is refused") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
   SideStream side;
   void* scratch = cuda::allocate(1024, 0);  // gives the graph one node
@@ -314,6 +325,7 @@ LOOM_GPU_TEST_CASE("allocating on a capturing stream outside a CaptureScope is r
 }
 
 LOOM_GPU_TEST_CASE("a capture pool is shared between scopes and released once per scope") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
   cuda::CapturePoolId pool = 0;
   void* first = nullptr;

@@ -179,3 +179,38 @@ LOOM_GPU_TEST_CASE("every engine config cuDNN offers for conv fprop/dgrad/wgrad 
   }
 }
 #endif  // LOOM_WITH_CUDA
+
+#ifdef LOOM_WITH_CUDA
+LOOM_GPU_TEST_CASE("deterministic mode picks no NONDETERMINISTIC engine, and autotune stays correct") {
+  Generator gen(15);
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  {
+    NumericsGuard deterministic({.precision = Precision::Tf32, .deterministic = true});
+    for (const Case& c : kCases) check_case(c, MemoryFormat::ChannelsLast, 5e-3, gen);
+  }
+  for (const cudnn::PlanInfo& e : cache.entries()) {
+    CAPTURE(e.graph);
+    for (const std::string& note : e.notes.numerical) CHECK(note != "NONDETERMINISTIC");
+  }
+  cache.clear();
+  NumericsGuard autotune({.precision = Precision::StrictFp32, .autotune = true});
+  for (const Case& c : kCases) check_case(c, MemoryFormat::Contiguous, 1e-5, gen);
+  CHECK(cache.stats().plans_built == 3 * static_cast<int64_t>(std::size(kCases)));
+}
+
+LOOM_GPU_TEST_CASE("the plan cache evicts the least recently used plan past its capacity") {
+  Generator gen(16);
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  cache.set_capacity(4);
+  for (const Case& c : kCases) check_case(c, MemoryFormat::Contiguous, 5e-3, gen);
+  CHECK(cache.entries().size() == 4);
+  CHECK(cache.stats().evictions == 3 * static_cast<int64_t>(std::size(kCases)) - 4);
+  // The most recent entry (the last case's wgrad) is still cached: running that case again hits.
+  cudnn::PlanCacheStats before = cache.stats();
+  check_case(kCases[std::size(kCases) - 1], MemoryFormat::Contiguous, 5e-3, gen);
+  CHECK(cache.stats().hits > before.hits);
+  cache.set_capacity(1024);
+}
+#endif  // LOOM_WITH_CUDA

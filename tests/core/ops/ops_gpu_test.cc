@@ -1,8 +1,8 @@
 // File: tests/core/ops/ops_gpu_test.cc
 // Every op, forward and backward, on the GPU against the CPU reference, on fresh
 // random inputs over a grid of configs, in NCHW and channels-last, under strict
-// fp32 (tight tolerance) and tf32 (loose tolerance for conv and matmul, which
-// run on tensor cores; other ops do not change under tf32).
+// fp32 (tight tolerance), tf32 and bf16 compute (looser tolerances for conv and
+// matmul, which run on tensor cores; other ops do not change with the policy).
 //
 // Errors are normalized: max |gpu - cpu| / max(max |cpu|, 1). Each check prints
 // one "PARITY op layout policy fwd=... bwd=..." line for the op table.
@@ -94,6 +94,7 @@ constexpr Tolerance kExact{1e-6, 1e-6};    // elementwise: same formula, same pr
 constexpr Tolerance kSummed{1e-5, 1e-5};   // reductions: a different summation order
 constexpr Tolerance kStrict{1e-5, 1e-4};   // conv/matmul/bn in strict fp32
 constexpr Tolerance kTf32{5e-3, 1e-2};     // conv/matmul on tf32 tensor cores
+constexpr Tolerance kBf16{3e-2, 6e-2};     // conv/matmul computing in bf16 (8-bit mantissa)
 
 }  // namespace
 
@@ -148,9 +149,11 @@ LOOM_GPU_TEST_CASE("conv2d, linear and matmul match the CPU on the GPU") {
       {{2, 8, 10, 10}, {8, 4, 3, 3}, {.padding = {2, 2}, .dilation = {2, 2}, .groups = 2}},
       {{2, 1, 28, 28}, {6, 1, 5, 5}, {.padding = {2, 2}}},
   };
-  for (Precision precision : {Precision::StrictFp32, Precision::Tf32}) {
+  for (Precision precision : {Precision::StrictFp32, Precision::Tf32, Precision::Bf16}) {
     NumericsGuard guard({.precision = precision});
-    Tolerance tol = precision == Precision::StrictFp32 ? kStrict : kTf32;
+    Tolerance tol = precision == Precision::StrictFp32 ? kStrict
+                    : precision == Precision::Tf32     ? kTf32
+                                                       : kBf16;
     for (MemoryFormat f : kLayouts) {
       for (const ConvCase& c : cases) {
         Tensor x = leaf(c.x, gen), w = leaf(c.w, gen, 0.3), b = leaf({c.w[0]}, gen);
