@@ -9,7 +9,7 @@ bash tools/setup.sh
 
 scope=${1:-//...}  # e.g. //tests/core/cudnn/... to bundle part of the suite
 targets=$(bazel query "attr(tags, \"gpu\", tests($scope))")
-bench=$(bazel query 'kind(cc_binary, //examples/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
+bench=$(bazel query 'kind(cc_binary, //examples/... + //optim/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
 bazel build -c opt --strip=always $targets $bench
 
 rm -rf .bundle && mkdir -p .bundle/bin .bundle/lib

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/cuda/allocator.h"
 #include "core/cuda/copy_kernels.h"
 #include "core/cuda/stream.h"
@@ -39,16 +42,72 @@ void* malloc_device(size_t nbytes, int device) { return allocate(nbytes, device)
 
 void free_device(void* ptr, int) noexcept { deallocate(ptr); }
 
+namespace {
+
+// Host <-> device copies go through two pinned staging halves per thread: from
+// pageable memory the driver would stage synchronously in small pieces; here a
+// chunk's memcpy into one half overlaps the DMA of the other half.
+constexpr size_t kStagingChunk = 4u << 20;
+
+class PinnedStaging {
+ public:
+  PinnedStaging() {
+    LOOM_CUDA_CHECK(cudaHostAlloc(&buffer_, 2 * kStagingChunk, cudaHostAllocDefault));
+    for (cudaEvent_t& e : done_) LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  // Kept for the thread's lifetime, like the stream it serves.
+  char* half(int i) { return static_cast<char*>(buffer_) + i * kStagingChunk; }
+  cudaEvent_t done(int i) { return done_[i]; }
+
+ private:
+  void* buffer_ = nullptr;
+  cudaEvent_t done_[2] = {};
+};
+
+PinnedStaging& staging() {
+  thread_local PinnedStaging s;
+  return s;
+}
+
+}  // namespace
+
 void copy_to_host(void* dst, const void* src, size_t nbytes) {
-  if (nbytes == 0) return;
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, current_stream()));
-  synchronize();
+  PinnedStaging& s = staging();
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  size_t pending = 0, pending_len = 0;  // the chunk whose DMA is in flight
+  int half = 0;
+  for (size_t offset = 0; offset < nbytes; offset += kStagingChunk, half ^= 1) {
+    size_t len = std::min(kStagingChunk, nbytes - offset);
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(s.half(half), in + offset, len, cudaMemcpyDeviceToHost, current_stream()));
+    LOOM_CUDA_CHECK(cudaEventRecord(s.done(half), current_stream()));
+    if (offset > 0) {  // drain the previous chunk while this one transfers
+      LOOM_CUDA_CHECK(cudaEventSynchronize(s.done(half ^ 1)));
+      std::memcpy(out + pending, s.half(half ^ 1), pending_len);
+    }
+    pending = offset;
+    pending_len = len;
+  }
+  if (nbytes > 0) {
+    LOOM_CUDA_CHECK(cudaEventSynchronize(s.done(half ^ 1)));
+    std::memcpy(out + pending, s.half(half ^ 1), pending_len);
+  }
 }
 
 void copy_to_device(void* dst, const void* src, size_t nbytes) {
-  if (nbytes == 0) return;
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, current_stream()));
-  synchronize();  // the host buffer may be freed as soon as we return
+  PinnedStaging& s = staging();
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  int half = 0;
+  for (size_t offset = 0; offset < nbytes; offset += kStagingChunk, half ^= 1) {
+    size_t len = std::min(kStagingChunk, nbytes - offset);
+    LOOM_CUDA_CHECK(cudaEventSynchronize(s.done(half)));  // this half's last DMA has finished
+    std::memcpy(s.half(half), in + offset, len);
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(out + offset, s.half(half), len, cudaMemcpyHostToDevice, current_stream()));
+    LOOM_CUDA_CHECK(cudaEventRecord(s.done(half), current_stream()));
+  }
+  // The caller's host buffer is free to go once we return; the staging halves
+  // are ours, so only their reuse has to wait (above), not this return.
 }
 
 void copy(const Strided& dst, const Strided& src) {

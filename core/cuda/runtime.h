@@ -8,7 +8,6 @@
 
 #include <cstddef>
 
-#include "core/cuda/elementwise.h"  // add_scaled, which core/autograd.cc reaches through here
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -24,6 +23,9 @@ int device_count();
 void* malloc_device(size_t nbytes, int device);
 void free_device(void* ptr, int device) noexcept;
 
+// Synchronous for the host side: copy_to_host returns with dst filled;
+// copy_to_device returns once src has been read (the device copy is ordered
+// on the current stream). Both stage through pinned host memory.
 void copy_to_host(void* dst, const void* src, size_t nbytes);
 void copy_to_device(void* dst, const void* src, size_t nbytes);
 

@@ -107,3 +107,15 @@ LOOM_GPU_TEST_CASE("ops without a CUDA kernel say so") {
   Tensor x = ones({4}, {.device = Device::cuda()});
   CHECK_THROWS_WITH_FRAGMENT(pow(x, x), DeviceError, "[pow] has no CUDA kernel");
 }
+
+LOOM_GPU_TEST_CASE("large copies cross the pinned staging chunks intact in both directions") {
+  Generator gen(5);
+  // 10,000,019 float32 = 40 MB: several 4 MiB staging chunks and a ragged tail.
+  Tensor x = rand({10000019}, {}, &gen);
+  Tensor back = x.to(Device::cuda()).cpu();
+  CHECK_CLOSE(back, x, 0, 0);
+  Tensor gpu = zeros({10000019}, {.device = Device::cuda()});
+  gpu.copy_(x);
+  CHECK(gpu.at({10000018}) == x.at({10000018}));
+  CHECK(gpu.at({4194304}) == x.at({4194304}));  // the first float of the second chunk
+}

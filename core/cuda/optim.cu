@@ -1,0 +1,228 @@
+// File: core/cuda/optim.cu
+// Multi-tensor kernels: one launch walks every chunk of every tensor in a slot
+// table (a block per chunk, grid-stride over chunks), so an optimizer step costs
+// one launch whatever the number of parameters. The update math mirrors the CPU
+// reference loops in optim/sgd.cc and optim/adam.cc operation by operation, with
+// explicitly rounded IEEE operations so that nvcc fuses nothing into an FMA: the
+// GPU then rounds exactly as the CPU does.
+#include <algorithm>
+#include <cmath>
+
+#include "core/cuda/geometry.cuh"
+#include "core/cuda/optim_kernels.h"
+
+namespace loom::cuda {
+
+namespace {
+
+// ---- rounding as on the CPU: one rounding per operation, no contraction -------
+
+__device__ inline float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double add(double a, double b) { return __dadd_rn(a, b); }
+__device__ inline float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ inline float div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ inline double div(double a, double b) { return __ddiv_rn(a, b); }
+__device__ inline float sqrt_rn(float a) { return __fsqrt_rn(a); }
+__device__ inline double sqrt_rn(double a) { return __dsqrt_rn(a); }
+
+// torch.lerp's formula: exact at both ends whatever the weight.
+template <class T>
+__device__ T lerp(T from, T to, T weight) {
+  const T delta = add(to, -from);
+  return fabs(weight) < T(0.5) ? add(from, mul(weight, delta))
+                               : add(to, -mul(delta, add(T(1), -weight)));
+}
+
+// torch.maximum: NaN wins.
+template <class T>
+__device__ T max_nan(T a, T b) {
+  return (a != a || a > b) ? a : b;
+}
+
+// ---- the chunk walk shared by every kernel ------------------------------------
+
+// The slot that owns `chunk`: the last one whose first_chunk <= chunk (an empty
+// slot shares its first_chunk with the next slot and so is never chosen).
+__device__ int slot_of(const TensorSlot* slots, int num_slots, int64_t chunk) {
+  int lo = 0, hi = num_slots - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (slots[mid].first_chunk <= chunk) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// Calls update(slot, i) for every element i of every slot.
+template <class Update>
+__global__ void multi_tensor_kernel(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                                    Update update) {
+  for (int64_t chunk = blockIdx.x; chunk < num_chunks; chunk += gridDim.x) {
+    const TensorSlot slot = slots[slot_of(slots, num_slots, chunk)];  // into registers
+    const int64_t begin = (chunk - slot.first_chunk) * kChunkSize;
+    const int64_t end = std::min(begin + kChunkSize, slot.numel);
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update(slot, i);
+  }
+}
+
+template <class Update>
+cudaError_t launch_multi_tensor(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                                const Update& update, cudaStream_t stream) {
+  if (num_chunks == 0) return cudaSuccess;
+  multi_tensor_kernel<<<blocks_for_groups(num_chunks), kThreads, 0, stream>>>(slots, num_slots,
+                                                                            num_chunks, update);
+  return cudaGetLastError();
+}
+
+// ---- the updates: what one element computes -------------------------------------
+
+// torch.optim.SGD: weight decay into the gradient, momentum buffer (the first
+// step copies the gradient), Nesterov look-ahead, then p -= lr * g.
+template <class T>
+struct SgdUpdate {
+  T lr, momentum, one_minus_dampening, weight_decay;
+  bool use_momentum, use_weight_decay, nesterov, maximize, first_step;
+
+  explicit SgdUpdate(const SgdScalars& s)
+      : lr(T(s.lr)), momentum(T(s.momentum)), one_minus_dampening(T(1.0 - s.dampening)),
+        weight_decay(T(s.weight_decay)), use_momentum(s.momentum != 0.0),
+        use_weight_decay(s.weight_decay != 0.0), nesterov(s.nesterov), maximize(s.maximize),
+        first_step(s.first_step) {}
+
+  __device__ void operator()(const TensorSlot& slot, int64_t i) const {
+    T* param = static_cast<T*>(slot.param);
+    T g = static_cast<const T*>(slot.grad)[i];
+    if (maximize) g = -g;
+    if (use_weight_decay) g = add(g, mul(weight_decay, param[i]));
+    if (use_momentum) {
+      T* buffer = static_cast<T*>(slot.state[0]);
+      const T b = first_step ? g : add(mul(buffer[i], momentum), mul(one_minus_dampening, g));
+      buffer[i] = b;
+      g = nesterov ? add(g, mul(momentum, b)) : b;
+    }
+    param[i] = add(param[i], mul(-lr, g));
+  }
+};
+
+// torch.optim.Adam / AdamW (state: exp_avg, exp_avg_sq, max_exp_avg_sq).
+template <class T>
+struct AdamUpdate {
+  T decay, weight_decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size,
+      bias_correction2_sqrt;
+  bool use_weight_decay, decoupled, amsgrad, maximize;
+
+  explicit AdamUpdate(const AdamScalars& s)
+      : decay(T(1.0 - s.lr * s.weight_decay)), weight_decay(T(s.weight_decay)),
+        one_minus_beta1(T(1.0 - s.beta1)), beta2(T(s.beta2)), one_minus_beta2(T(1.0 - s.beta2)),
+        eps(T(s.eps)), step_size(T(s.step_size)), bias_correction2_sqrt(T(s.bias_correction2_sqrt)),
+        use_weight_decay(s.weight_decay != 0.0), decoupled(s.decoupled_weight_decay),
+        amsgrad(s.amsgrad), maximize(s.maximize) {}
+
+  __device__ void operator()(const TensorSlot& slot, int64_t i) const {
+    T* param = static_cast<T*>(slot.param);
+    T* exp_avg = static_cast<T*>(slot.state[0]);
+    T* exp_avg_sq = static_cast<T*>(slot.state[1]);
+    T g = static_cast<const T*>(slot.grad)[i];
+    if (maximize) g = -g;
+    T p = param[i];
+    if (use_weight_decay) {
+      if (decoupled) {
+        p = mul(p, decay);
+      } else {
+        g = add(g, mul(weight_decay, p));
+      }
+    }
+    const T m = lerp(exp_avg[i], g, one_minus_beta1);
+    const T v = add(mul(exp_avg_sq[i], beta2), mul(one_minus_beta2, mul(g, g)));
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    T v_hat = v;
+    if (amsgrad) {
+      T* max_exp_avg_sq = static_cast<T*>(slot.state[2]);
+      v_hat = max_nan(max_exp_avg_sq[i], v);
+      max_exp_avg_sq[i] = v_hat;
+    }
+    const T denom = add(div(sqrt_rn(v_hat), bias_correction2_sqrt), eps);
+    param[i] = add(p, mul(-step_size, div(m, denom)));
+  }
+};
+
+template <class T>
+struct ScaleUpdate {
+  T factor;
+  __device__ void operator()(const TensorSlot& slot, int64_t i) const {
+    T* x = static_cast<T*>(slot.param);
+    x[i] = mul(x[i], factor);
+  }
+};
+
+// ---- sum of squares: per-chunk partials, then one block adds them in order ------
+
+template <class T>
+__global__ void chunk_squares_kernel(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                                     double* partials) {
+  for (int64_t chunk = blockIdx.x; chunk < num_chunks; chunk += gridDim.x) {
+    const TensorSlot slot = slots[slot_of(slots, num_slots, chunk)];  // into registers
+    const T* x = static_cast<const T*>(slot.param);
+    const int64_t begin = (chunk - slot.first_chunk) * kChunkSize;
+    const int64_t end = std::min(begin + kChunkSize, slot.numel);
+    double sum = 0.0;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      sum += double(x[i]) * double(x[i]);
+    }
+    sum = block_reduce(sum, [](double a, double b) { return a + b; });
+    if (threadIdx.x == 0) partials[chunk] = sum;
+  }
+}
+
+__global__ void sum_partials_kernel(const double* partials, int64_t count, double* total) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  sum = block_reduce(sum, [](double a, double b) { return a + b; });
+  if (threadIdx.x == 0) total[0] = sum;
+}
+
+}  // namespace
+
+cudaError_t launch_sgd(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
+                       const SgdScalars& scalars, cudaStream_t stream) {
+  return visit_float(dtype, [&]<class T>() {
+    return launch_multi_tensor(slots, num_slots, num_chunks, SgdUpdate<T>(scalars), stream);
+  });
+}
+
+cudaError_t launch_adam(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
+                        const AdamScalars& scalars, cudaStream_t stream) {
+  return visit_float(dtype, [&]<class T>() {
+    return launch_multi_tensor(slots, num_slots, num_chunks, AdamUpdate<T>(scalars), stream);
+  });
+}
+
+cudaError_t launch_scale(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
+                         double factor, cudaStream_t stream) {
+  return visit_float(dtype, [&]<class T>() {
+    return launch_multi_tensor(slots, num_slots, num_chunks, ScaleUpdate<T>{T(factor)}, stream);
+  });
+}
+
+cudaError_t launch_sum_of_squares(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                                  DType dtype, double* partials, double* total,
+                                  cudaStream_t stream) {
+  if (num_chunks > 0) {
+    visit_float(dtype, [&]<class T>() {
+      chunk_squares_kernel<T>
+          <<<blocks_for_groups(num_chunks), kThreads, 0, stream>>>(slots, num_slots, num_chunks,
+                                                                   partials);
+    });
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+  sum_partials_kernel<<<1, kThreads, 0, stream>>>(partials, num_chunks, total);
+  return cudaGetLastError();
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,71 @@
+// File: core/cuda/optim.h
+// The host side of the multi-tensor kernels (optim.cu): fused optimizer steps
+// and gradient-clipping reductions over many tensors in one launch each.
+//
+// A step never launches per tensor: the tensors' pointers and sizes go into a
+// SlotTable, a device-resident array that is uploaded only when its contents
+// change, and one kernel walks all chunks of all tensors. Parameters and states
+// keep their addresses, so only gradients that moved (zero_grad() drops them and
+// the next backward allocates anew) cost an upload: one small host-to-device
+// copy (56 bytes a tensor) ordered before the kernel. The per-step scalars (lr,
+// bias corrections) travel as kernel arguments, so a captured CUDA graph would
+// freeze them: capture the optimizer step only once they live in device memory.
+//
+//   cuda::SlotTable table;  // kept across steps, one per launch site
+//   cuda::adam_step(table, slots, DType::Float32, /*device=*/0, scalars);
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda/optim_kernels.h"
+#include "core/dtype.h"
+
+namespace loom::cuda {
+
+class SlotTable {
+ public:
+  SlotTable() = default;
+  ~SlotTable();
+  SlotTable(const SlotTable&) = delete;
+  SlotTable& operator=(const SlotTable&) = delete;
+
+  // Makes the device copy hold `slots` (empty tensors dropped, first_chunk set),
+  // on GPU `device`; copies only when that differs from what it holds. The copy
+  // is queued on the current stream, before the kernels that read it.
+  void upload(const std::vector<TensorSlot>& slots, int device);
+
+  const TensorSlot* device_slots() const { return device_slots_; }
+  int size() const { return static_cast<int>(host_.size()); }
+  int64_t num_chunks() const { return num_chunks_; }
+  // How many times upload() has copied to the device (for tests of the cache).
+  int64_t uploads() const { return uploads_; }
+
+ private:
+  std::vector<TensorSlot> host_;  // what the device copy holds
+  TensorSlot* device_slots_ = nullptr;
+  size_t capacity_ = 0;  // slots the device buffer can hold
+  int device_ = -1;
+  int64_t num_chunks_ = 0;
+  int64_t uploads_ = 0;
+};
+
+// Each uploads `slots` (all of `dtype`, on GPU `device`) into `table` and makes
+// one launch over all of them on the current stream.
+void sgd_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
+              const SgdScalars& scalars);
+void adam_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
+               const AdamScalars& scalars);
+// Sum over the slots of param[i]^2, accumulated in double in a fixed order (the
+// same bits every call). Two launches; waits for the result.
+double sum_of_squares(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
+                      int device);
+// param *= factor for every slot.
+void scale(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
+           double factor);
+
+// Multi-tensor kernels launched by this process so far: a test reads it before
+// and after a step to check the step's launch count.
+int64_t multi_tensor_launches();
+
+}  // namespace loom::cuda

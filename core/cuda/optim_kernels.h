@@ -1,0 +1,75 @@
+// File: core/cuda/optim_kernels.h
+// Launchers for the multi-tensor kernels in optim.cu: one launch updates every
+// tensor of a slot table (float32 or float64, all of one dtype, each a dense
+// array). The table lives in device memory; core/cuda/optim.cc uploads it.
+// They return the launch status; core/cuda/optim.cc checks it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace loom::cuda {
+
+constexpr int kMaxSlotStates = 3;  // Adam with amsgrad: exp_avg, exp_avg_sq, max_exp_avg_sq
+
+// One tensor of a multi-tensor launch. `param` is the array updated in place (for
+// the clipping kernels: the gradient), `grad` the gradient read, `state` the
+// optimizer's buffers in the optimizer's order (unused ones null). All have
+// `numel` elements laid out alike.
+struct TensorSlot {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* state[kMaxSlotStates] = {};
+  int64_t numel = 0;
+  int64_t first_chunk = 0;  // chunks of the slots before this one (set by the uploader)
+
+  bool operator==(const TensorSlot&) const = default;
+};
+
+// Each block of a multi-tensor kernel works on chunks of kChunkSize elements
+// of one tensor: a tensor of n elements has ceil(n / kChunkSize) chunks.
+constexpr int64_t kChunkSize = 4096;
+
+// The scalars of one update, as torch.optim computes them in Python doubles.
+// Every field is cast to the tensors' dtype once, as PyTorch casts its scalars.
+struct SgdScalars {
+  double lr = 0.0;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+  bool first_step = false;  // the momentum buffer (state[0]) starts as the gradient
+};
+
+struct AdamScalars {
+  double lr = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double step_size = 0.0;               // lr / (1 - beta1^step)
+  double bias_correction2_sqrt = 1.0;   // sqrt(1 - beta2^step)
+  bool amsgrad = false;
+  bool maximize = false;
+  bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * weight_decay
+};
+
+// `slots` points to `num_slots` device-resident slots whose chunks total num_chunks.
+cudaError_t launch_sgd(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
+                       const SgdScalars& scalars, cudaStream_t stream);
+cudaError_t launch_adam(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
+                        const AdamScalars& scalars, cudaStream_t stream);
+// partials[c] = sum of param^2 over chunk c (in double), then total[0] = sum of
+// the partials, in a fixed order: the result does not depend on the launch.
+cudaError_t launch_sum_of_squares(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                                  DType dtype, double* partials, double* total,
+                                  cudaStream_t stream);
+// param *= factor.
+cudaError_t launch_scale(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
+                         double factor, cudaStream_t stream);
+
+}  // namespace loom::cuda

@@ -1,0 +1,131 @@
+// File: data/file_bytes.cc
+// Whole-file reads (plain or gzip) and writes for the dataset readers.
+#include "data/file_bytes.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+
+namespace loom::data {
+
+namespace {
+
+struct FileCloser {
+  void operator()(std::FILE* file) const { std::fclose(file); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+File open_file(const std::string& path, const char* mode, std::string_view tag) {
+  File file(std::fopen(path.c_str(), mode));
+  LOOM_CHECK(file != nullptr, IoError, "[{}] {}: cannot open: {}", tag, path, std::strerror(errno));
+  return file;
+}
+
+std::vector<uint8_t> read_plain(const std::string& path, std::string_view tag, uint64_t max_bytes) {
+  File file = open_file(path, "rb", tag);
+  std::vector<uint8_t> bytes;
+  uint8_t chunk[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(chunk, 1, sizeof(chunk), file.get())) > 0) {
+    LOOM_CHECK(bytes.size() + got <= max_bytes, IoError,
+               "[{}] {}: file is larger than the {} bytes this reader accepts", tag, path,
+               max_bytes);
+    bytes.insert(bytes.end(), chunk, chunk + got);
+  }
+  LOOM_CHECK(!std::ferror(file.get()), IoError, "[{}] {}: read failed: {}", tag, path,
+             std::strerror(errno));
+  return bytes;
+}
+
+// Inflates every gzip member of `packed`; zlib checks each member's CRC and length.
+std::vector<uint8_t> gunzip(std::span<const uint8_t> packed, const std::string& path,
+                            std::string_view tag, uint64_t max_bytes) {
+  z_stream stream{};
+  LOOM_CHECK(inflateInit2(&stream, 16 + MAX_WBITS) == Z_OK, IoError,
+             "[{}] {}: zlib could not start inflating", tag, path);
+  std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&stream, inflateEnd);
+  stream.next_in = const_cast<Bytef*>(packed.data());
+  stream.avail_in = static_cast<uInt>(packed.size());  // the readers' caps keep this < 4 GiB
+  std::vector<uint8_t> bytes;
+  uint8_t chunk[1 << 16];
+  while (true) {
+    stream.next_out = chunk;
+    stream.avail_out = sizeof(chunk);
+    const int status = inflate(&stream, Z_NO_FLUSH);
+    const size_t produced = sizeof(chunk) - stream.avail_out;
+    LOOM_CHECK(bytes.size() + produced <= max_bytes, IoError,
+               "[{}] {}: decompresses to more than the {} bytes this reader accepts", tag, path,
+               max_bytes);
+    bytes.insert(bytes.end(), chunk, chunk + produced);
+    if (status == Z_STREAM_END && stream.avail_in == 0) return bytes;
+    if (status == Z_STREAM_END) {
+      inflateReset(&stream);  // another gzip member follows
+      continue;
+    }
+    // There is always room for output, so a buffer error means the input ran out.
+    LOOM_CHECK(status != Z_BUF_ERROR, IoError,
+               "[{}] {}: gzip stream is truncated: it ends after {} compressed bytes without "
+               "its end-of-stream marker",
+               tag, path, packed.size());
+    LOOM_CHECK(status == Z_OK, IoError, "[{}] {}: corrupt gzip data at compressed offset {}: {}",
+               tag, path, packed.size() - stream.avail_in,
+               stream.msg ? stream.msg : zError(status));
+  }
+}
+
+void write_gzip(const std::string& path, std::span<const uint8_t> bytes) {
+  gzFile file = gzopen(path.c_str(), "wb");
+  LOOM_CHECK(file != nullptr, IoError, "[write] {}: cannot open for writing: {}", path,
+             std::strerror(errno));
+  const int written = bytes.empty() ? 0 : gzwrite(file, bytes.data(), unsigned(bytes.size()));
+  const int closed = gzclose(file);
+  LOOM_CHECK(written == static_cast<int>(bytes.size()) && closed == Z_OK, IoError,
+             "[write] {}: gzip write failed", path);
+}
+
+}  // namespace
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+bool starts_with_gzip_magic(std::span<const uint8_t> bytes) {
+  return bytes.size() >= 2 && bytes[0] == 0x1F && bytes[1] == 0x8B;
+}
+
+std::string hex_prefix(std::span<const uint8_t> bytes, size_t count) {
+  std::string text;
+  for (size_t i = 0; i < std::min(count, bytes.size()); ++i) {
+    text += fmt::format("{}{:02X}", i == 0 ? "" : " ", bytes[i]);
+  }
+  return text;
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view tag,
+                                     uint64_t max_bytes) {
+  if (!ends_with(path, ".gz")) return read_plain(path, tag, max_bytes);
+  // A gzip stream shrinks image data at most ~1000x; the output cap is what matters.
+  std::vector<uint8_t> packed = read_plain(path, tag, max_bytes);
+  LOOM_CHECK(starts_with_gzip_magic(packed), IoError,
+             "[{}] {}: named .gz but is not gzip data (starts {}; gzip starts 1F 8B); "
+             "rename it without .gz if it is already decompressed",
+             tag, path, packed.empty() ? "empty" : hex_prefix(packed, 4));
+  return gunzip(packed, path, tag, max_bytes);
+}
+
+void write_file_bytes(const std::string& path, std::span<const uint8_t> bytes, bool gzip) {
+  if (gzip) return write_gzip(path, bytes);
+  File file = open_file(path, "wb", "write");
+  if (bytes.empty()) return;  // fwrite's buffer may not be null, even for 0 bytes
+  LOOM_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), file.get()) == bytes.size(), IoError,
+             "[write] {}: write failed: {}", path, std::strerror(errno));
+}
+
+}  // namespace loom::data

@@ -1,0 +1,141 @@
+// File: data/image_folder.cc
+// Image decoding through stb_image and the one-subfolder-per-class layout.
+#include "data/image_folder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+#include "data/file_bytes.h"
+#include "data/stb_config.h"
+#include "data/stb_guard.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include <stb/stb_image.h>
+#pragma GCC diagnostic pop
+
+// N images, C channels, H, W image size
+namespace loom::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// An encoded file larger than the largest image stb may decode is not an image.
+constexpr uint64_t kMaxEncodedBytes = uint64_t{64} << 20;
+
+struct StbFree {
+  void operator()(stbi_uc* pixels) const { stbi_image_free(pixels); }
+};
+
+bool is_image_file(const fs::directory_entry& entry) {
+  if (!entry.is_regular_file()) return false;
+  std::string name = entry.path().filename().string();
+  if (name.starts_with(".")) return false;
+  std::string ext = entry.path().extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".bmp";
+}
+
+std::vector<fs::path> sorted_entries(const fs::path& folder, bool directories) {
+  std::vector<fs::path> paths;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder)) {
+    const bool hidden = entry.path().filename().string().starts_with(".");
+    if (directories ? entry.is_directory() && !hidden : is_image_file(entry)) {
+      paths.push_back(entry.path());
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// stb decodes interleaved (H, W, C); Loom keeps images planar (C, H, W).
+Tensor planar(const stbi_uc* pixels, int64_t channels, int64_t height, int64_t width) {
+  Tensor image = empty({channels, height, width}, {.dtype = DType::UInt8});
+  uint8_t* out = image.data_ptr<uint8_t>();
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t i = 0; i < height * width; ++i)
+      out[c * height * width + i] = pixels[i * channels + c];
+  }
+  return image;
+}
+
+void check_same_size(const Tensor& image, const Tensor& first, const fs::path& path,
+                     const fs::path& first_path) {
+  LOOM_CHECK(image.sizes() == first.sizes(), IoError,
+             "[image_folder] {}: image is {}x{} (H x W) but the first image, {}, is {}x{}; every "
+             "image must have the same size (resize them beforehand)",
+             path.string(), image.size(1), image.size(2), first_path.string(), first.size(1),
+             first.size(2));
+}
+
+// images: N tensors (C, H, W) -> (N, C, H, W).
+Dataset stack(const std::vector<Tensor>& images, const std::vector<int64_t>& labels) {
+  Shape sizes = images.front().sizes();
+  sizes.insert(sizes.begin(), static_cast<int64_t>(images.size()));
+  Dataset dataset{empty(sizes, {.dtype = DType::UInt8}),
+                  from_host(labels.data(), DType::Int64, {sizes[0]}, {.dtype = DType::Int64})};
+  for (size_t i = 0; i < images.size(); ++i) dataset.images.select(0, i).copy_(images[i]);
+  return dataset;
+}
+
+}  // namespace
+
+Tensor decode_image(std::span<const uint8_t> encoded, const std::string& path, int channels) {
+  LOOM_CHECK(channels == 1 || channels == 3, ValueError,
+             "[decode_image] channels must be 1 (gray) or 3 (RGB), got {}", channels);
+  LOOM_CHECK(!encoded.empty(), IoError,
+             "[image_folder] {}: file is empty; expected a PNG, JPEG "
+             "or BMP image",
+             path);
+  check_jpeg_huffman_tables(encoded, path);
+  int width = 0, height = 0, stored_channels = 0;
+  std::unique_ptr<stbi_uc, StbFree> pixels(
+      stbi_load_from_memory(encoded.data(), static_cast<int>(encoded.size()), &width, &height,
+                            &stored_channels, channels));
+  LOOM_CHECK(pixels != nullptr, IoError,
+             "[image_folder] {}: cannot decode the image: {} (stb_image reads PNG, JPEG and "
+             "BMP up to {}x{} pixels; starts {})",
+             path, stbi_failure_reason(), STBI_MAX_DIMENSIONS, STBI_MAX_DIMENSIONS,
+             hex_prefix(encoded, 8));
+  return planar(pixels.get(), channels, height, width);
+}
+
+Tensor read_image(const std::string& path, int channels) {
+  return decode_image(read_file_bytes(path, "image_folder", kMaxEncodedBytes), path, channels);
+}
+
+ImageFolder load_image_folder(const std::string& root, ImageFolderOptions options) {
+  LOOM_CHECK(fs::is_directory(root), IoError,
+             "[image_folder] {}: not a directory; expected one subfolder of images per class",
+             root);
+  ImageFolder folder;
+  std::vector<Tensor> images;
+  std::vector<int64_t> labels;
+  fs::path first_path;
+  for (const fs::path& class_dir : sorted_entries(root, /*directories=*/true)) {
+    const std::vector<fs::path> files = sorted_entries(class_dir, /*directories=*/false);
+    LOOM_CHECK(!files.empty(), IoError,
+               "[image_folder] {}: class folder has no .png, .jpg, .jpeg or .bmp files",
+               class_dir.string());
+    for (const fs::path& file : files) {
+      images.push_back(read_image(file.string(), options.channels));
+      if (first_path.empty()) first_path = file;
+      check_same_size(images.back(), images.front(), file, first_path);
+      labels.push_back(static_cast<int64_t>(folder.classes.size()));
+    }
+    folder.classes.push_back(class_dir.filename().string());
+  }
+  LOOM_CHECK(!folder.classes.empty(), IoError,
+             "[image_folder] {}: no class subfolders; expected root/<class>/<image>.png", root);
+  folder.dataset = stack(images, labels);
+  return folder;
+}
+
+}  // namespace loom::data

@@ -1,0 +1,288 @@
+// File: examples/common/trainer.cc
+// B batch, K = 10 classes.
+#include "examples/common/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "core/error.h"
+#include "core/numerics.h"
+#include "core/ops/ops.h"
+#include "core/serialize.h"
+#include "data/cifar.h"
+#include "data/dataloader.h"
+#include "data/idx.h"
+#include "layers/nn.h"
+#include "optim/adam.h"
+#include "optim/scheduler.h"
+#include "optim/sgd.h"
+
+namespace loom::examples {
+
+namespace {
+
+// Train-set statistics, as the PyTorch reference normalizes.
+const std::vector<double> kMnistMean = {0.2860}, kMnistStd = {0.3530};
+const std::vector<double> kCifarMean = {0.4914, 0.4822, 0.4465}, kCifarStd = {0.2470, 0.2435, 0.2616};
+constexpr int64_t kSample = 25;                  // read loss/accuracy back every kSample batches
+constexpr const char* kSchedulePrefix = "schedule.";
+
+NumericsPolicy policy_of(const std::string& name) {
+  if (name == "strict") return {.precision = Precision::StrictFp32};
+  if (name == "bf16") return {.precision = Precision::Bf16};
+  LOOM_CHECK(name == "tf32", ValueError, "[train] unknown precision '{}' (tf32, strict or bf16)", name);
+  return {.precision = Precision::Tf32};
+}
+
+nn::Sequential make_model(const std::string& name) {
+  if (name == "lenet5") return nn::lenet5();
+  if (name == "resnet9") return nn::resnet9();
+  LOOM_CHECK(name == "mnist_net", ValueError, "[train] unknown model '{}' (mnist_net, lenet5 or resnet9)",
+             name);
+  return nn::mnist_net();
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<Tensor> params) {
+  if (c.optimizer == "adam") {
+    return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  }
+  if (c.optimizer == "adamw") {
+    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  }
+  LOOM_CHECK(c.optimizer == "sgd", ValueError, "[train] unknown optimizer '{}' (adam, adamw or sgd)",
+             c.optimizer);
+  return std::make_unique<optim::SGD>(params, optim::SgdOptions{.lr = c.lr,
+                                                                .momentum = c.momentum,
+                                                                .nesterov = c.momentum > 0,
+                                                                .weight_decay = c.weight_decay});
+}
+
+std::unique_ptr<optim::LRScheduler> make_schedule(const TrainConfig& c, optim::Optimizer& opt,
+                                                  int64_t steps_per_epoch) {
+  const int64_t total = steps_per_epoch * c.epochs;
+  if (c.schedule == "none") return nullptr;
+  if (c.schedule == "step") return std::make_unique<optim::StepLR>(opt, 2 * steps_per_epoch, 0.5);
+  if (c.schedule == "cosine") {
+    return std::make_unique<optim::CosineAnnealingLR>(
+        opt, optim::CosineAnnealingOptions{.total_steps = total, .warmup_steps = steps_per_epoch});
+  }
+  LOOM_CHECK(c.schedule == "onecycle", ValueError,
+             "[train] unknown schedule '{}' (none, step, cosine or onecycle)", c.schedule);
+  return std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleOptions{.max_lr = c.lr, .total_steps = total});
+}
+
+// Correct predictions of one batch (a host copy of B labels and predictions).
+int64_t count_correct(const Tensor& logits, const Tensor& y) {
+  std::vector<int64_t> predicted = argmax(logits, 1).to_vector<int64_t>();
+  std::vector<int64_t> truth = y.to_vector<int64_t>();
+  int64_t correct = 0;
+  for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i];
+  return correct;
+}
+
+double evaluate(nn::Module& net, data::DataLoader& loader) {
+  NoGradGuard no_grad;
+  net.eval();
+  int64_t correct = 0, seen = 0;
+  loader.set_epoch(0);
+  for (auto& [x, y] : loader) {
+    correct += count_correct(net(x), y);
+    seen += y.size(0);
+  }
+  net.train();
+  return static_cast<double>(correct) / std::max<int64_t>(seen, 1);
+}
+
+class Metrics {
+ public:
+  explicit Metrics(const std::string& path) : jsonl_(path.ends_with(".jsonl")) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::app);
+    LOOM_CHECK(out_.is_open(), IoError, "[train] cannot open the metrics file '{}'", path);
+    if (!jsonl_ && out_.tellp() == 0) {
+      out_ << "epoch,train_loss,train_accuracy,test_accuracy,images_per_second,seconds\n";
+    }
+  }
+
+  void write(const EpochResult& r) {
+    if (!out_.is_open()) return;
+    if (jsonl_) {
+      out_ << fmt::format(
+          "{{\"epoch\": {}, \"train_loss\": {}, \"train_accuracy\": {}, \"test_accuracy\": {}, "
+          "\"images_per_second\": {}, \"seconds\": {}}}\n",
+          r.epoch, r.train_loss, r.train_accuracy, r.test_accuracy, r.images_per_second, r.seconds);
+    } else {
+      out_ << fmt::format("{},{},{},{},{},{}\n", r.epoch, r.train_loss, r.train_accuracy,
+                          r.test_accuracy, r.images_per_second, r.seconds);
+    }
+    out_.flush();
+  }
+
+ private:
+  bool jsonl_;
+  std::ofstream out_;
+};
+
+void show_progress(const EpochResult& r, int epochs, int64_t batch, int64_t batches) {
+  constexpr int kWidth = 24;
+  int filled = static_cast<int>(kWidth * batch / std::max<int64_t>(batches, 1));
+  double eta = batch > 0 ? r.seconds * static_cast<double>(batches - batch) / batch : 0;
+  std::fprintf(stderr, "\repoch %d/%d [%-*s] %lld/%lld loss %.4f acc %.3f %.0f img/s ETA %.0fs   ",
+               r.epoch, epochs, kWidth, std::string(filled, '=').c_str(),
+               static_cast<long long>(batch), static_cast<long long>(batches), r.train_loss,
+               r.train_accuracy, r.images_per_second, eta);
+}
+
+struct Training {
+  nn::Sequential& net;
+  optim::Optimizer& opt;
+  optim::LRScheduler* schedule;
+  data::DataLoader& loader;
+};
+
+EpochResult train_epoch(Training& t, int epoch, const TrainConfig& c) {
+  auto start = std::chrono::steady_clock::now();
+  EpochResult r{.epoch = epoch};
+  double loss_sum = 0;
+  int64_t correct = 0, sampled = 0, samples = 0, batch = 0, images = 0;
+  for (auto& [x, y] : t.loader) {
+    Tensor logits = t.net(x);
+    Tensor loss = cross_entropy(logits, y, {.label_smoothing = c.label_smoothing});
+    t.opt.zero_grad();
+    loss.backward();
+    t.opt.step();
+    if (t.schedule) t.schedule->step();
+    images += y.size(0);
+    if (++batch % kSample != 0 && batch != t.loader.size()) continue;
+    loss_sum += loss.item();
+    ++samples;
+    correct += count_correct(logits.detach(), y);
+    sampled += y.size(0);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.train_loss = loss_sum / samples;
+    r.train_accuracy = static_cast<double>(correct) / sampled;
+    r.images_per_second = images / r.seconds;
+    if (c.progress) show_progress(r, c.epochs, batch, t.loader.size());
+  }
+  if (c.progress) std::fprintf(stderr, "\n");
+  return r;
+}
+
+// Random uint8 images and labels of the dataset's shape: a test split a tenth the size.
+data::Dataset synthetic(const TrainConfig& c, data::Split split) {
+  bool cifar = c.dataset == "cifar10";
+  int64_t n = split == data::Split::Train ? c.synthetic_images : std::max<int64_t>(c.synthetic_images / 10, 1);
+  Shape sizes = cifar ? Shape{n, 3, 32, 32} : Shape{n, 1, 28, 28};
+  Generator gen(c.seed + (split == data::Split::Train ? 1 : 2));
+  return {randint(0, 256, sizes, {.dtype = DType::UInt8}, &gen), randint(0, 10, {n}, {.dtype = DType::Int64}, &gen)};
+}
+
+data::Dataset load(const TrainConfig& c, data::Split split) {
+  LOOM_CHECK(c.dataset == "mnist" || c.dataset == "cifar10", ValueError,
+             "[train] unknown dataset '{}' (mnist or cifar10)", c.dataset);
+  if (c.synthetic_images > 0) return synthetic(c, split);
+  return c.dataset == "cifar10" ? data::load_cifar10(c.data, split) : data::load_mnist(c.data, split);
+}
+
+data::Dataset first(const data::Dataset& d, int64_t n) {
+  if (n <= 0 || n >= d.images.size(0)) return d;
+  return {d.images.narrow(0, 0, n).contiguous(), d.labels.narrow(0, 0, n).contiguous()};
+}
+
+// Small sets live on the GPU whole; on the CPU two workers build batches ahead.
+// Only training batches are augmented.
+data::DataLoader make_loader(const TrainConfig& c, const data::Dataset& set, bool training) {
+  bool cifar = c.dataset == "cifar10";
+  data::DataLoaderOptions o{.batch_size = training ? c.batch_size : 1000,
+                            .shuffle = training,
+                            .seed = c.seed,
+                            .device = c.device,
+                            .mean = cifar ? kCifarMean : kMnistMean,
+                            .stddev = cifar ? kCifarStd : kMnistStd};
+  if (training) o.augment = {.padding = c.crop_padding, .flip = c.flip};
+  if (c.device.is_cuda()) return data::DataLoader::resident(set, o);
+  o.num_workers = 2;
+  return data::DataLoader(set, o);
+}
+
+// The optimizer's state and the schedule's share one checkpoint section.
+StateDict optimizer_section(const optim::Optimizer& opt, const optim::LRScheduler* schedule) {
+  StateDict state = opt.state_dict();
+  if (schedule) {
+    for (auto& [name, t] : schedule->state_dict()) state.push_back({kSchedulePrefix + name, t});
+  }
+  return state;
+}
+
+int resume(const TrainConfig& c, Training& t) {
+  TrainingCheckpoint ckpt = load_checkpoint(c.resume, c.device);
+  t.net.load_state_dict(ckpt.model);
+  StateDict optimizer_state, schedule_state;
+  for (auto& [name, tensor] : ckpt.optimizer) {
+    if (name.starts_with(kSchedulePrefix)) {
+      schedule_state.push_back({name.substr(std::string(kSchedulePrefix).size()), tensor});
+    } else {
+      optimizer_state.push_back({name, tensor});
+    }
+  }
+  t.opt.load_state_dict(optimizer_state);
+  if (t.schedule) t.schedule->load_state_dict(schedule_state);
+  default_generator().set_state(ckpt.rng_seed, ckpt.rng_offset);
+  return static_cast<int>(ckpt.epoch);
+}
+
+void save(const TrainConfig& c, Training& t, int epochs_done) {
+  save_checkpoint(c.save, {.model = t.net.state_dict(),
+                           .optimizer = optimizer_section(t.opt, t.schedule),
+                           .epoch = epochs_done,
+                           .rng_seed = default_generator().seed(),
+                           .rng_offset = default_generator().offset()});
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& c) {
+  LOOM_CHECK(c.epochs >= 1 && c.batch_size >= 1, ValueError,
+             "[train] epochs and batch size must be positive, got {} and {}", c.epochs, c.batch_size);
+  NumericsGuard numerics(policy_of(c.precision));
+  manual_seed(c.seed);
+  data::Dataset train_set = first(load(c, data::Split::Train), c.limit);
+  data::Dataset test_set = first(load(c, data::Split::Test), c.test_limit);
+  data::DataLoader train_loader = make_loader(c, train_set, /*training=*/true);
+  data::DataLoader test_loader = make_loader(c, test_set, /*training=*/false);
+  nn::Sequential net = make_model(c.model);
+  net.to(c.device);
+  if (c.device.is_cuda()) net.to(MemoryFormat::ChannelsLast);  // cuDNN's native layout
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(c, net.parameters());
+  std::unique_ptr<optim::LRScheduler> schedule = make_schedule(c, *opt, train_loader.size());
+  Training t{net, *opt, schedule.get(), train_loader};
+  int start = c.resume.empty() ? 0 : resume(c, t);
+  if (c.progress) {
+    std::printf("%s on %s: %lld training images, batch %lld, %s lr %g, schedule %s, %s%s\n",
+                c.model.c_str(), c.device.str().c_str(),
+                static_cast<long long>(train_set.images.size(0)), static_cast<long long>(c.batch_size),
+                c.optimizer.c_str(), c.lr, c.schedule.c_str(), c.precision.c_str(),
+                start > 0 ? fmt::format(", resumed after epoch {}", start).c_str() : "");
+  }
+  Metrics metrics(c.metrics);
+  TrainResult result;
+  for (int epoch = start; epoch < c.epochs; ++epoch) {
+    train_loader.set_epoch(epoch);
+    EpochResult r = train_epoch(t, epoch + 1, c);
+    r.test_accuracy = evaluate(net, test_loader);
+    if (c.progress) {
+      std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.0f img/s, %.2f s\n",
+                  r.epoch, r.train_loss, r.train_accuracy, r.test_accuracy, r.images_per_second, r.seconds);
+      std::fflush(stdout);
+    }
+    metrics.write(r);
+    result.epochs.push_back(r);
+    if (!c.save.empty()) save(c, t, epoch + 1);
+  }
+  result.model = net.state_dict();
+  return result;
+}
+
+}  // namespace loom::examples

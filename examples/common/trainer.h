@@ -1,0 +1,57 @@
+// File: examples/common/trainer.h
+// The training loop behind both example trainers (examples/mnist, examples/cifar)
+// as a library: each binary parses its flags into a TrainConfig and calls
+// train(); tests run short trainings through the same code.
+//
+//   loom::examples::TrainResult r = loom::examples::train({.epochs = 1, .limit = 2000});
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/state_dict.h"
+
+namespace loom::examples {
+
+inline constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
+
+struct TrainConfig {
+  std::string dataset = "mnist";     // "mnist" (any MNIST-format IDX folder) or "cifar10"
+  std::string data = kFashionMnist;  // the folder; unused with synthetic_images
+  int64_t synthetic_images = 0;      // > 0: train on generated data of the dataset's shape
+  std::string model = "mnist_net";   // mnist_net, lenet5 or resnet9
+  int epochs = 5;
+  int64_t batch_size = 128;
+  std::string optimizer = "adam";    // adam, adamw, sgd
+  double lr = 1e-3;
+  double momentum = 0.9;             // sgd only (with Nesterov)
+  double weight_decay = 0.0;
+  double label_smoothing = 0.0;
+  int64_t crop_padding = 0;          // random crop with this zero padding per side
+  bool flip = false;                 // random horizontal flip
+  std::string schedule = "none";     // none, step, cosine, onecycle
+  Device device = cuda_available() ? Device::cuda() : Device::cpu();
+  std::string precision = "tf32";    // tf32, strict, bf16
+  uint64_t seed = 0;
+  int64_t limit = 0;                 // train on the first `limit` images (0: all)
+  int64_t test_limit = 0;            // evaluate on the first `test_limit` test images (0: all)
+  std::string save, resume, metrics; // checkpoint out, checkpoint in, CSV/JSONL metrics
+  bool progress = true;              // the per-epoch progress line on stderr
+};
+
+struct EpochResult {
+  int epoch = 0;
+  double train_loss = 0, train_accuracy = 0, test_accuracy = 0;
+  double images_per_second = 0, seconds = 0;
+};
+
+struct TrainResult {
+  std::vector<EpochResult> epochs;  // the epochs this call ran (after a resume: the rest)
+  StateDict model;                  // the final weights
+};
+
+// Throws loom::Error (ValueError for a bad config, IoError for bad data files).
+TrainResult train(const TrainConfig& config);
+
+}  // namespace loom::examples

@@ -1,0 +1,40 @@
+// File: examples/mnist/train.cc
+// Trains mnist_net or lenet5 (the models of ../shared/bench/torch_ref.py) on an
+// MNIST-format folder (Fashion-MNIST from Debian's dataset-fashion-mnist by
+// default), on the GPU when there is one and on the CPU otherwise. Prints a
+// progress line per epoch and the test accuracy after each; --metrics writes
+// them as CSV or JSONL; --save/--resume keep a full training checkpoint.
+//
+//   bazel run -c opt //examples/mnist:train -- --epochs 5 --device auto
+#include "examples/common/flags.h"
+
+namespace {
+
+const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
+
+  --data DIR          folder with train-/t10k- images and labels (IDX, plain or .gz)
+                      (default /usr/share/datasets/fashion-mnist)
+  --model NAME        mnist_net (default) or lenet5
+  --epochs N          (default 5)
+  --batch-size N      (default 128)
+  --optimizer NAME    adam (default), adamw or sgd (Nesterov momentum 0.9)
+  --lr X              (default 1e-3)
+  --weight-decay X    (default 0)
+  --schedule NAME     none (default), step, cosine (1 epoch of warmup) or onecycle
+  --device NAME       auto (default: cuda when a GPU is usable), cpu or cuda
+  --precision NAME    tf32 (default, PyTorch's convolution default), strict or bf16
+  --seed N            initialisation and shuffling (default 0)
+  --limit N           train on the first N training images only
+  --synthetic N       train on N generated images instead of --data
+  --save PATH         write a training checkpoint after every epoch (atomically)
+  --resume PATH       continue from a checkpoint written by --save
+  --metrics PATH      per-epoch metrics, CSV or JSONL by the file's extension
+  --explain           print the cuDNN plan cache at the end
+  --help              this text
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return loom::examples::train_main(argc, argv, {}, kUsage);
+}

@@ -1,0 +1,30 @@
+// File: layers/functional.h
+// nn::functional: the functional ops under the name PyTorch users reach for,
+//   auto loss = loom::nn::functional::cross_entropy(net(x), y);
+// They are loom's own ops (core/ops/*.h), nothing more.
+#pragma once
+
+#include "core/ops/ops.h"
+
+namespace loom::nn::functional {
+
+using loom::avg_pool2d;
+using loom::batch_norm;
+using loom::conv2d;
+using loom::cross_entropy;
+using loom::dropout;
+using loom::gelu;
+using loom::global_avg_pool2d;
+using loom::global_max_pool2d;
+using loom::linear;
+using loom::log_softmax;
+using loom::max_pool2d;
+using loom::mse_loss;
+using loom::nll_loss;
+using loom::relu;
+using loom::sigmoid;
+using loom::silu;
+using loom::softmax;
+using loom::tanh;
+
+}  // namespace loom::nn::functional

@@ -1,0 +1,148 @@
+// File: layers/module.h
+// Module: the base of every layer. It owns named parameters (tensors that
+// require grad), buffers (state such as BatchNorm's running statistics) and
+// child modules, all in registration order, so that the dotted names of
+// state_dict() are PyTorch's ("0.weight", "1.running_mean", "3.a.0.weight").
+//
+//   nn::Sequential net(nn::Conv2d(1, 32, 3, {.padding = 1}), nn::BatchNorm2d(32), nn::ReLU());
+//   net.to(Device::cuda());           // moves every parameter and buffer in place
+//   Tensor y = net(x);                // calls forward
+//   net.load_state_dict(pytorch_weights);
+//   std::cout << net;                 // PyTorch's repr plus the parameter count
+//
+// Modules are held by std::shared_ptr<Module> inside containers. Copying a
+// module copies handles: the copy shares the original's parameters, as copying
+// a shared_ptr would.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/state_dict.h"
+#include "core/tensor.h"
+
+namespace loom::nn {
+
+class Module;
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using NamedModules = std::vector<std::pair<std::string, std::shared_ptr<Module>>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // --- what the module holds, recursively, in registration order ---------------
+  // Each parameter once, even when a module is shared (as PyTorch's parameters()).
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_parameters() const;
+  NamedTensors named_buffers() const;
+  std::vector<std::shared_ptr<Module>> children() const;  // direct children only
+  const NamedModules& named_children() const { return children_; }
+  // Every descendant, parents before their children ("3", "3.a", "3.a.0", ...),
+  // each once; the module itself is not included.
+  NamedModules named_modules() const;
+  int64_t num_parameters() const;  // total elements of parameters()
+
+  // --- mode and placement -------------------------------------------------------
+  // Training mode for this module and all its children (BatchNorm, Dropout read it).
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+
+  // Converts every parameter and buffer (and a parameter's grad) in place, as
+  // PyTorch's `param.data = ...`: tensors obtained earlier, e.g. by an
+  // optimizer, see the new device, dtype or layout. to(DType) converts only
+  // floating tensors (num_batches_tracked stays int64) and needs a floating
+  // dtype; to(MemoryFormat) takes Contiguous or ChannelsLast and changes only
+  // 4-D tensors (conv weights).
+  Module& to(Device device);
+  Module& to(DType dtype);
+  Module& to(MemoryFormat format);
+
+  // Sets every parameter's grad to undefined (PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad();
+
+  // --- checkpoints ----------------------------------------------------------------
+  // Parameters then buffers of each module, then its children's, with dotted names.
+  // The tensors share memory with the module but carry no autograd history.
+  StateDict state_dict() const;
+  // Copies values in place (no grad recorded). Every name must match unless
+  // strict is false (then missing ones keep their values and unknown ones are
+  // ignored); shapes and dtypes must always match. Nothing is written unless
+  // everything checks out. Throws ValueError (names), ShapeError or TypeError.
+  void load_state_dict(const StateDict& state, bool strict = true);
+
+  // --- printing -----------------------------------------------------------------
+  virtual std::string type_name() const = 0;             // "Conv2d"
+  virtual std::string extra_repr() const { return ""; }  // "1, 32, kernel_size=(3, 3), ..."
+  std::string repr() const;                              // as PyTorch's print(model)
+  std::string str() const;  // repr() plus a "Total parameters: 421,834" line
+
+ protected:
+  Module() = default;
+  Module(const Module&) = default;
+  Module(Module&&) = default;
+  Module& operator=(const Module&) = default;
+  Module& operator=(Module&&) = default;
+
+  // Registers `value` as a parameter (a leaf that requires grad) and returns the
+  // handle to keep as a member. Names are unique per module and have no dots.
+  Tensor register_parameter(std::string name, const Tensor& value);
+  Tensor register_buffer(std::string name, const Tensor& value);
+  std::shared_ptr<Module> register_module(std::string name, std::shared_ptr<Module> module);
+
+ private:
+  enum class Held { Parameters, Buffers, Both };
+
+  void check_new_name(const std::string& name) const;
+  // Every (prefixed name, tensor) of this module's tree of the kind asked for.
+  void collect(const std::string& prefix, Held held, NamedTensors& out) const;
+  void collect_modules(const std::string& prefix, NamedModules& out) const;
+  template <class Convert>
+  Module& convert_tensors(Convert convert);
+
+  bool training_ = true;
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  NamedModules children_;
+};
+
+std::ostream& operator<<(std::ostream& out, const Module& module);
+
+// A layer value (moved into a new shared_ptr) or a shared_ptr to one.
+template <class M>
+concept ModuleValue = std::derived_from<std::remove_cvref_t<M>, Module>;
+
+template <class P>
+concept ModulePointer = requires(const P& p) {
+  { p.get() } -> std::convertible_to<Module*>;
+}
+&&std::is_same_v<std::remove_cvref_t<P>,
+                 std::shared_ptr<typename std::remove_cvref_t<P>::element_type>>;
+
+template <class M>
+concept ModuleArg = ModuleValue<M> || ModulePointer<M>;
+
+template <ModuleArg M>
+std::shared_ptr<Module> share_module(M&& module) {
+  if constexpr (ModuleValue<M>) {
+    return std::make_shared<std::remove_cvref_t<M>>(std::forward<M>(module));
+  } else {
+    return module;
+  }
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,99 @@
+// File: layers/norm.cc
+// BatchNorm2d: parameters and buffers as PyTorch names them, the mode-dependent
+// choice of statistics, and the num_batches_tracked counter.
+// N batch, C channels, H, W.
+#include "layers/norm.h"
+
+#include <fmt/format.h>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/ops/norm.h"
+#include "layers/repr.h"
+
+namespace loom::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, BatchNorm2dOptions options)
+    : num_features_(num_features), options_(options) {
+  LOOM_CHECK(num_features > 0, ValueError, "[BatchNorm2d] num_features must be positive, got {}",
+             num_features);
+  LOOM_CHECK(options.eps >= 0, ValueError, "[BatchNorm2d] eps must be non-negative, got {}",
+             options.eps);
+  LOOM_CHECK(!options.momentum || (*options.momentum >= 0 && *options.momentum <= 1), ValueError,
+             "[BatchNorm2d] momentum must be in [0, 1] (or nullopt for a cumulative average), "
+             "got {}",
+             options.momentum.value_or(0));
+  if (options.affine) {
+    weight_ = register_parameter("weight", empty({num_features}));
+    bias_ = register_parameter("bias", empty({num_features}));
+  }
+  if (options.track_running_stats) {
+    running_mean_ = register_buffer("running_mean", empty({num_features}));
+    running_var_ = register_buffer("running_var", empty({num_features}));
+    num_batches_tracked_ =
+        register_buffer("num_batches_tracked", empty({}, {.dtype = DType::Int64}));
+  }
+  reset_parameters();
+}
+
+void BatchNorm2d::reset_running_stats() {
+  if (!options_.track_running_stats) return;
+  running_mean_.zero_();
+  running_var_.fill_(1.0);
+  num_batches_tracked_.zero_();
+}
+
+void BatchNorm2d::reset_parameters() {
+  reset_running_stats();
+  if (!options_.affine) return;
+  NoGradGuard no_grad;
+  weight_.fill_(1.0);
+  bias_.zero_();
+}
+
+// Reading the count back from the GPU every step would make each BatchNorm wait
+// for the device, so a host copy is kept and written with fill_; the storage
+// version tells when load_state_dict or to() changed the tensor since.
+int64_t BatchNorm2d::batches_tracked() {
+  if (num_batches_tracked_.storage() != batches_storage_.lock() ||
+      num_batches_tracked_.storage()->version() != batches_version_) {
+    batches_ = static_cast<int64_t>(num_batches_tracked_.item());
+    batches_storage_ = num_batches_tracked_.storage();
+    batches_version_ = num_batches_tracked_.storage()->version();
+  }
+  return batches_;
+}
+
+void BatchNorm2d::set_batches_tracked(int64_t batches) {
+  num_batches_tracked_.fill_(static_cast<double>(batches));
+  batches_ = batches;
+  batches_storage_ = num_batches_tracked_.storage();
+  batches_version_ = num_batches_tracked_.storage()->version();
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  LOOM_CHECK(x.defined() && x.dim() == 4, ShapeError,
+             "[BatchNorm2d] expects input (N, C, H, W), got shape {}",
+             x.defined() ? shape_str(x.sizes()) : "undefined");
+  LOOM_CHECK(x.size(1) == num_features_, ShapeError,
+             "[BatchNorm2d] input of shape {} has {} channels, but the layer was built for {}",
+             shape_str(x.sizes()), x.size(1), num_features_);
+  const bool update = is_training() && options_.track_running_stats;
+  const int64_t batches = update ? batches_tracked() + 1 : 0;
+  double momentum = options_.momentum.value_or(0.0);
+  if (update && !options_.momentum) momentum = 1.0 / static_cast<double>(batches);
+  // As PyTorch: batch statistics in training, and in eval too when none are tracked.
+  const bool batch_stats = is_training() || !options_.track_running_stats;
+  Tensor y = batch_norm(x, running_mean_, running_var_, weight_, bias_,
+                        {.training = batch_stats, .momentum = momentum, .eps = options_.eps});
+  if (update) set_batches_tracked(batches);
+  return y;
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", num_features_,
+                     python_float(options_.eps), python_float(options_.momentum),
+                     python_bool(options_.affine), python_bool(options_.track_running_stats));
+}
+
+}  // namespace loom::nn

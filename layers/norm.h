@@ -1,0 +1,75 @@
+// File: layers/norm.h
+// BatchNorm2d, as torch.nn.BatchNorm2d, over loom::batch_norm.
+//
+// N batch, C channels (num_features), H, W.
+//
+//   nn::BatchNorm2d bn(64);
+//   Tensor y = bn(x);  // training: batch statistics, running ones updated
+//   bn.eval();
+//   Tensor z = bn(x);  // eval: running statistics
+//
+// Parameters weight (C) = 1 and bias (C) = 0 when affine; buffers running_mean
+// (C) = 0, running_var (C) = 1 and num_batches_tracked (int64, 0-d) = 0 when
+// track_running_stats, so state_dict names match PyTorch's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/storage.h"
+#include "core/tensor.h"
+#include "layers/module.h"
+
+namespace loom::nn {
+
+struct BatchNorm2dOptions {
+  double eps = 1e-5;
+  // running = (1 - momentum) * running + momentum * batch statistic; nullopt
+  // averages all batches seen so far equally (PyTorch's momentum=None).
+  std::optional<double> momentum = 0.1;
+  bool affine = true;               // learn weight and bias
+  bool track_running_stats = true;  // without: batch statistics in eval mode too
+};
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, BatchNorm2dOptions options = {});
+
+  // x (N, C, H, W) -> y, same shape and layout. In training mode with running
+  // statistics tracked, num_batches_tracked is incremented, as in PyTorch.
+  Tensor forward(const Tensor& x) override;
+  void reset_running_stats();
+  void reset_parameters();  // running stats, weight 1, bias 0
+
+  const Tensor& weight() const { return weight_; }  // undefined unless affine
+  const Tensor& bias() const { return bias_; }
+  const Tensor& running_mean() const { return running_mean_; }  // undefined unless tracked
+  const Tensor& running_var() const { return running_var_; }
+  const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
+  int64_t num_features() const { return num_features_; }
+  const BatchNorm2dOptions& options() const { return options_; }
+
+  std::string type_name() const override { return "BatchNorm2d"; }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t batches_tracked();
+  void set_batches_tracked(int64_t batches);
+
+  int64_t num_features_;
+  BatchNorm2dOptions options_;
+  Tensor weight_;
+  Tensor bias_;
+  Tensor running_mean_;
+  Tensor running_var_;
+  Tensor num_batches_tracked_;
+  // A host copy of num_batches_tracked, valid while its storage and version
+  // are the ones recorded here.
+  int64_t batches_ = 0;
+  std::weak_ptr<Storage> batches_storage_;
+  uint64_t batches_version_ = 0;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,87 @@
+// File: layers/pooling.cc
+// N batch, C channels, H, W input.
+#include "layers/pooling.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+#include "core/error.h"
+#include "core/ops/pooling.h"
+#include "layers/repr.h"
+
+namespace loom::nn {
+
+namespace {
+
+// What PyTorch checks when the layer is built, so a bad model fails at
+// construction rather than at its first batch.
+void check_window(std::string_view layer, Size2 kernel, Size2 stride, Size2 padding) {
+  LOOM_CHECK(kernel.h > 0 && kernel.w > 0, ValueError, "[{}] kernel_size must be positive, got {}",
+             layer, kernel.pair_str());
+  LOOM_CHECK(stride.h > 0 && stride.w > 0, ValueError, "[{}] stride must be positive, got {}",
+             layer, stride.pair_str());
+  LOOM_CHECK(
+      padding.h >= 0 && padding.w >= 0 && 2 * padding.h <= kernel.h && 2 * padding.w <= kernel.w,
+      ValueError, "[{}] padding {} must be non-negative and at most half of kernel_size {}", layer,
+      padding.pair_str(), kernel.pair_str());
+}
+
+void check_global(std::string_view layer, std::string_view fixed_layer, Size2 output_size) {
+  LOOM_CHECK(output_size == Size2(1), ValueError,
+             "[{}] only output_size 1 (global pooling) is supported, got {}; for other sizes "
+             "use {} with a fixed kernel_size and stride",
+             layer, output_size.str(), fixed_layer);
+}
+
+}  // namespace
+
+MaxPool2d::MaxPool2d(Size2 kernel_size, MaxPool2dOptions options)
+    : kernel_size_(kernel_size), stride_(options.stride.value_or(kernel_size)), options_(options) {
+  check_window("MaxPool2d", kernel_size_, stride_, options_.padding);
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return max_pool2d(x, {.kernel_size = kernel_size_.array(),
+                        .stride = stride_.array(),
+                        .padding = options_.padding.array(),
+                        .ceil_mode = options_.ceil_mode});
+}
+
+std::string MaxPool2d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}, dilation=1, ceil_mode={}",
+                     kernel_size_.str(), stride_.str(), options_.padding.str(),
+                     python_bool(options_.ceil_mode));
+}
+
+AvgPool2d::AvgPool2d(Size2 kernel_size, AvgPool2dOptions options)
+    : kernel_size_(kernel_size), stride_(options.stride.value_or(kernel_size)), options_(options) {
+  check_window("AvgPool2d", kernel_size_, stride_, options_.padding);
+}
+
+Tensor AvgPool2d::forward(const Tensor& x) {
+  return avg_pool2d(x, {.kernel_size = kernel_size_.array(),
+                        .stride = stride_.array(),
+                        .padding = options_.padding.array(),
+                        .ceil_mode = options_.ceil_mode,
+                        .count_include_pad = options_.count_include_pad});
+}
+
+std::string AvgPool2d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}", kernel_size_.str(), stride_.str(),
+                     options_.padding.str());
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 output_size) {
+  check_global("AdaptiveAvgPool2d", "AvgPool2d", output_size);
+}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return global_avg_pool2d(x); }
+
+AdaptiveMaxPool2d::AdaptiveMaxPool2d(Size2 output_size) {
+  check_global("AdaptiveMaxPool2d", "MaxPool2d", output_size);
+}
+
+Tensor AdaptiveMaxPool2d::forward(const Tensor& x) { return global_max_pool2d(x); }
+
+}  // namespace loom::nn

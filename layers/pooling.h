@@ -1,0 +1,78 @@
+// File: layers/pooling.h
+// 2-D pooling layers, as torch.nn's MaxPool2d, AvgPool2d and the adaptive ones
+// (which Loom supports to a 1x1 output only: global pooling).
+//
+// N batch, C channels, H, W input, P, Q output.
+//
+//   nn::MaxPool2d pool(2);                                  // stride = kernel_size
+//   nn::AvgPool2d avg(3, {.stride = 2, .padding = 1});
+//   nn::AdaptiveMaxPool2d head(1);                          // (N, C, H, W) -> (N, C, 1, 1)
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+#include "layers/module.h"
+#include "layers/size2.h"
+
+namespace loom::nn {
+
+struct MaxPool2dOptions {
+  std::optional<Size2> stride = std::nullopt;  // kernel_size when not given, as PyTorch
+  Size2 padding = 0;                           // at most half the kernel
+  bool ceil_mode = false;
+};
+
+struct AvgPool2dOptions {
+  std::optional<Size2> stride = std::nullopt;  // kernel_size when not given
+  Size2 padding = 0;                           // at most half the kernel
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // padding counts in each window's divisor
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(Size2 kernel_size, MaxPool2dOptions options = {});
+  Tensor forward(const Tensor& x) override;  // x (N, C, H, W) -> (N, C, P, Q)
+  std::string type_name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+
+ private:
+  Size2 kernel_size_;
+  Size2 stride_;
+  MaxPool2dOptions options_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(Size2 kernel_size, AvgPool2dOptions options = {});
+  Tensor forward(const Tensor& x) override;  // x (N, C, H, W) -> (N, C, P, Q)
+  std::string type_name() const override { return "AvgPool2d"; }
+  std::string extra_repr() const override;
+
+ private:
+  Size2 kernel_size_;
+  Size2 stride_;
+  AvgPool2dOptions options_;
+};
+
+// output_size must be 1 (any other size throws ValueError).
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Size2 output_size);
+  Tensor forward(const Tensor& x) override;  // x (N, C, H, W) -> (N, C, 1, 1)
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+  std::string extra_repr() const override { return "output_size=1"; }
+};
+
+// output_size must be 1 (any other size throws ValueError).
+class AdaptiveMaxPool2d : public Module {
+ public:
+  explicit AdaptiveMaxPool2d(Size2 output_size);
+  Tensor forward(const Tensor& x) override;  // x (N, C, H, W) -> (N, C, 1, 1)
+  std::string type_name() const override { return "AdaptiveMaxPool2d"; }
+  std::string extra_repr() const override { return "output_size=1"; }
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,9 @@
+// File: optim/optim.h
+// Everything in loom::optim in one include: optimizers, schedules, clipping.
+#pragma once
+
+#include "optim/adam.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+#include "optim/scheduler.h"
+#include "optim/sgd.h"

@@ -1,0 +1,193 @@
+// File: optim/scheduler.cc
+// The schedules' closed forms and the shared step / state_dict machinery.
+#include "optim/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <set>
+
+#include "core/error.h"
+
+namespace loom::optim {
+
+// ---- LRScheduler ---------------------------------------------------------------------
+
+LRScheduler::LRScheduler(Optimizer& optimizer, std::string name)
+    : optimizer_(optimizer), name_(std::move(name)) {
+  for (const ParamGroup& group : optimizer.param_groups()) base_lrs_.push_back(*group.lr);
+}
+
+void LRScheduler::apply(int64_t step) {
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  LOOM_CHECK(groups.size() == base_lrs_.size(), ValueError,
+             "[{}] the optimizer has {} parameter groups but the schedule was built for {}",
+             name_, groups.size(), base_lrs_.size());
+  std::vector<double> lrs(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) lrs[g] = lr_at(step, g);  // may throw: set nothing
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = lrs[g];
+}
+
+void LRScheduler::step() {
+  apply(step_ + 1);
+  ++step_;
+}
+
+StateDict LRScheduler::state_dict() const {
+  return {{"last_step", tensor({static_cast<double>(step_)}, {}, {.dtype = DType::Int64})},
+          {"base_lrs", tensor(base_lrs_, {static_cast<int64_t>(base_lrs_.size())},
+                              {.dtype = DType::Float64})}};
+}
+
+void LRScheduler::load_state_dict(const StateDict& state) {
+  const std::string op = fmt::format("[{} load_state_dict]", name_);
+  std::optional<int64_t> step;
+  std::optional<std::vector<double>> base_lrs;
+  for (const auto& [name, value] : state) {
+    LOOM_CHECK(value.defined() && (name == "last_step" || name == "base_lrs"), ValueError,
+               "{} unexpected entry '{}'; expected last_step and base_lrs", op, name);
+    if (name == "last_step") {
+      LOOM_CHECK(value.numel() == 1 && value.item() >= 0, ValueError,
+                 "{} last_step must be one count >= 0, got shape {}", op, shape_str(value.sizes()));
+      step = static_cast<int64_t>(value.item());
+    } else {
+      LOOM_CHECK(value.numel() == static_cast<int64_t>(base_lrs_.size()), ShapeError,
+                 "{} base_lrs has shape {} but the optimizer has {} groups", op,
+                 shape_str(value.sizes()), base_lrs_.size());
+      base_lrs = value.to_vector<double>();
+    }
+  }
+  LOOM_CHECK(step && base_lrs, ValueError, "{} the state needs both last_step and base_lrs", op);
+  const std::vector<double> previous = std::exchange(base_lrs_, *base_lrs);
+  try {
+    apply(*step);
+  } catch (...) {
+    base_lrs_ = previous;
+    throw;
+  }
+  step_ = *step;
+}
+
+// ---- StepLR, MultiStepLR -----------------------------------------------------------------
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer, "StepLR"), step_size_(step_size), gamma_(gamma) {
+  LOOM_CHECK(step_size > 0, ValueError, "[StepLR] step_size must be > 0, got {}", step_size);
+  apply(0);
+}
+
+double StepLR::lr_at(int64_t step, size_t group) const {
+  return base_lrs()[group] * std::pow(gamma_, static_cast<double>(step / step_size_));
+}
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer, "MultiStepLR"), milestones_(std::move(milestones)), gamma_(gamma) {
+  std::ranges::sort(milestones_);
+  apply(0);
+}
+
+double MultiStepLR::lr_at(int64_t step, size_t group) const {
+  const auto passed = std::ranges::upper_bound(milestones_, step) - milestones_.begin();
+  return base_lrs()[group] * std::pow(gamma_, static_cast<double>(passed));
+}
+
+// ---- CosineAnnealingLR -------------------------------------------------------------------
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingOptions options)
+    : LRScheduler(optimizer, "CosineAnnealingLR"), options_(options) {
+  LOOM_CHECK(options.warmup_steps >= 0 && options.total_steps > options.warmup_steps, ValueError,
+             "[CosineAnnealingLR] needs 0 <= warmup_steps < total_steps, got warmup_steps {} "
+             "and total_steps {}",
+             options.warmup_steps, options.total_steps);
+  LOOM_CHECK(options.min_lr >= 0.0, ValueError, "[CosineAnnealingLR] min_lr must be >= 0, got {}",
+             options.min_lr);
+  apply(0);
+}
+
+double CosineAnnealingLR::lr_at(int64_t step, size_t group) const {
+  const double base = base_lrs()[group];
+  const auto [total, warmup, min_lr] = options_;
+  if (step < warmup) return base * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (step >= total) return min_lr;
+  const double progress = static_cast<double>(step - warmup) / static_cast<double>(total - warmup);
+  return min_lr + (base - min_lr) * (1.0 + std::cos(std::numbers::pi * progress)) / 2.0;
+}
+
+// ---- OneCycleLR ------------------------------------------------------------------------------
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleOptions options)
+    : LRScheduler(optimizer, "OneCycleLR"), options_(options) {
+  const OneCycleOptions& o = options_;
+  LOOM_CHECK(o.total_steps > 0, ValueError, "[OneCycleLR] total_steps must be > 0, got {}",
+             o.total_steps);
+  LOOM_CHECK(o.pct_start >= 0.0 && o.pct_start <= 1.0, ValueError,
+             "[OneCycleLR] pct_start must be in [0, 1], got {}", o.pct_start);
+  LOOM_CHECK(o.max_lr > 0.0 && o.div_factor > 0.0 && o.final_div_factor > 0.0, ValueError,
+             "[OneCycleLR] max_lr, div_factor and final_div_factor must be > 0, got {}, {}, {}",
+             o.max_lr, o.div_factor, o.final_div_factor);
+  for (size_t g = 0; o.cycle_momentum && g < optimizer.param_groups().size(); ++g) {
+    const ParamGroup& group = optimizer.param_groups()[g];
+    LOOM_CHECK(group.betas || group.momentum, ValueError,
+               "[OneCycleLR] cycle_momentum needs an optimizer with momentum or betas, but {} "
+               "has neither; pass .cycle_momentum = false",
+               optimizer.name());
+  }
+  // torch's phase table: end steps are fractional, as in PyTorch.
+  const double initial = o.max_lr / o.div_factor, final = initial / o.final_div_factor;
+  const double total = static_cast<double>(o.total_steps), rise = o.pct_start * total;
+  const double lo = o.base_momentum, hi = o.max_momentum;
+  if (o.three_phase) {
+    phases_ = {{rise - 1.0, initial, o.max_lr, hi, lo},
+               {2.0 * rise - 2.0, o.max_lr, initial, lo, hi},
+               {total - 1.0, initial, final, hi, hi}};
+  } else {
+    phases_ = {{rise - 1.0, initial, o.max_lr, hi, lo}, {total - 1.0, o.max_lr, final, lo, hi}};
+  }
+  apply(0);
+}
+
+double OneCycleLR::anneal(double start, double end, double pct) const {
+  if (options_.anneal_strategy == Anneal::Linear) return (end - start) * pct + start;
+  return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+}
+
+std::pair<const OneCycleLR::Phase*, double> OneCycleLR::locate(int64_t step) const {
+  LOOM_CHECK(step <= options_.total_steps, ValueError,
+             "[OneCycleLR] step {} is past total_steps {}; build the schedule with the number of "
+             "optimizer steps the run takes",
+             step, options_.total_steps);
+  const auto s = static_cast<double>(step);
+  double start = 0.0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    if (s <= phases_[i].end_step || i + 1 == phases_.size()) {
+      return {&phases_[i], (s - start) / (phases_[i].end_step - start)};
+    }
+    start = phases_[i].end_step;
+  }
+  return {&phases_.back(), 1.0};  // not reached: the last phase takes every step
+}
+
+double OneCycleLR::lr_at(int64_t step, size_t) const {
+  const auto [phase, pct] = locate(step);
+  return anneal(phase->start_lr, phase->end_lr, pct);
+}
+
+double OneCycleLR::momentum_at(int64_t step) const {
+  const auto [phase, pct] = locate(step);
+  return anneal(phase->start_momentum, phase->end_momentum, pct);
+}
+
+void OneCycleLR::apply(int64_t step) {
+  LRScheduler::apply(step);
+  if (!options_.cycle_momentum) return;
+  const double momentum = momentum_at(step);
+  for (ParamGroup& group : optimizer_.param_groups()) {
+    if (group.betas) {
+      group.betas->first = momentum;
+    } else {
+      group.momentum = momentum;
+    }
+  }
+}
+
+}  // namespace loom::optim

@@ -1,0 +1,141 @@
+// File: optim/scheduler.h
+// Learning-rate schedules. A schedule sets every group's lr when it is built
+// (the lr of step 0) and again on each step(), which a training loop calls once
+// per optimizer step, after it:
+//
+//   loom::optim::OneCycleLR schedule(opt, {.max_lr = 0.4, .total_steps = epochs * batches});
+//   for (...) { opt.zero_grad(); loss.backward(); opt.step(); schedule.step(); }
+//
+// Every lr is a closed form of the step count, so a resumed schedule (built
+// anew, then load_state_dict) sets exactly the lrs an uninterrupted one would.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/state_dict.h"
+#include "optim/optimizer.h"
+
+namespace loom::optim {
+
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  LRScheduler(const LRScheduler&) = delete;
+  LRScheduler& operator=(const LRScheduler&) = delete;
+
+  // Moves to the next step and sets every group's lr (and momentum) for it.
+  void step();
+  // Steps taken since construction (0 before the first step()).
+  int64_t last_step() const { return step_; }
+  // Group g's lr when the schedule was built: what the schedule scales.
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
+  // Group `group`'s lr at step `step` (no side effect).
+  virtual double lr_at(int64_t step, size_t group) const = 0;
+
+  // "last_step" (int64 0-d) and "base_lrs" (float64 (G)).
+  StateDict state_dict() const;
+  // Restores both and sets the groups' lrs for the restored step.
+  void load_state_dict(const StateDict& state);
+
+ protected:
+  LRScheduler(Optimizer& optimizer, std::string name);
+  // Writes step `step`'s values into the optimizer's groups. Subclass
+  // constructors call apply(0) once their options are set.
+  virtual void apply(int64_t step);
+
+  Optimizer& optimizer_;
+  std::string name_;
+
+ private:
+  std::vector<double> base_lrs_;
+  int64_t step_ = 0;
+};
+
+// lr = base_lr * gamma^floor(step / step_size), as torch.optim.lr_scheduler.StepLR.
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t step, size_t group) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+// lr = base_lr * gamma^(milestones passed: those <= step), as MultiStepLR.
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
+  double lr_at(int64_t step, size_t group) const override;
+
+ private:
+  std::vector<int64_t> milestones_;  // sorted
+  double gamma_;
+};
+
+struct CosineAnnealingOptions {
+  int64_t total_steps = 0;   // the step at which lr reaches min_lr (and stays)
+  int64_t warmup_steps = 0;  // < total_steps
+  double min_lr = 0.0;
+};
+
+// Linear warmup, then a half cosine from base_lr down to min_lr:
+//   step < W:       lr = base_lr * (step + 1) / W       (the first update is not wasted at 0)
+//   W <= step < T:  lr = min_lr + (base_lr - min_lr) * (1 + cos(pi * (step - W) / (T - W))) / 2
+//   step >= T:      lr = min_lr
+// With W = 0 it is torch's CosineAnnealingLR(T_max = T, eta_min = min_lr) up to T.
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingOptions options);
+  double lr_at(int64_t step, size_t group) const override;
+
+ private:
+  CosineAnnealingOptions options_;
+};
+
+enum class Anneal { Cos, Linear };
+
+// torch.optim.lr_scheduler.OneCycleLR's options and defaults (one max_lr for all groups).
+struct OneCycleOptions {
+  double max_lr = 0.0;
+  int64_t total_steps = 0;
+  double pct_start = 0.3;  // the fraction of steps spent increasing lr
+  Anneal anneal_strategy = Anneal::Cos;
+  // Momentum (SGD) or beta1 (Adam) moves opposite to lr:
+  // max_momentum -> base_momentum -> max_momentum.
+  bool cycle_momentum = true;
+  double base_momentum = 0.85;
+  double max_momentum = 0.95;
+  double div_factor = 25.0;         // initial lr = max_lr / div_factor
+  double final_div_factor = 1e4;    // final lr = initial lr / final_div_factor
+  bool three_phase = false;         // come back down to the initial lr before annealing
+};
+
+// lr rises from max_lr / div_factor to max_lr over pct_start of the steps, then
+// anneals to the final lr at step total_steps - 1; step() past total_steps throws.
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& optimizer, OneCycleOptions options);
+  double lr_at(int64_t step, size_t group) const override;
+  double momentum_at(int64_t step) const;
+
+ protected:
+  void apply(int64_t step) override;
+
+ private:
+  struct Phase {
+    double end_step;
+    double start_lr, end_lr;
+    double start_momentum, end_momentum;
+  };
+  // The phase holding `step` and the fraction of it done.
+  std::pair<const Phase*, double> locate(int64_t step) const;
+  double anneal(double start, double end, double pct) const;
+
+  OneCycleOptions options_;
+  std::vector<Phase> phases_;
+};
+
+}  // namespace loom::optim

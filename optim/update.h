@@ -1,0 +1,73 @@
+// File: optim/update.h
+// What the optimizers share below the Optimizer class: the scalars of one
+// update (computed once per step in double, as torch.optim does in Python) and
+// the fused GPU path. The CPU loops live with each optimizer (sgd.cc, adam.cc)
+// and are the reference the GPU kernels (core/cuda/optim.cu) must match.
+//
+// In a build without CUDA no CUDA tensor exists, so the fused functions are
+// never reached; they throw DeviceError there.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace loom::optim {
+
+// torch.optim.SGD's update for one run of parameters.
+struct SgdScalars {
+  double lr = 0.0;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+  bool first_step = false;  // the momentum buffer starts as the gradient
+};
+
+// torch.optim.Adam / AdamW's update for one run of parameters at one step count.
+struct AdamScalars {
+  double lr = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double step_size = 0.0;              // lr / (1 - beta1^step)
+  double bias_correction2_sqrt = 1.0;  // sqrt(1 - beta2^step)
+  bool amsgrad = false;
+  bool maximize = false;
+  bool decoupled_weight_decay = false;  // AdamW
+};
+
+// The device slot tables of an optimizer's fused steps, one per launch site
+// (group, run), kept across steps so that a table is uploaded only when its
+// pointers change. Each call is one kernel launch over the whole run, whose
+// slots are all on one GPU and of one dtype. Buffers are passed by name, in
+// the kernel's order (SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq,
+// max_exp_avg_sq); a name the slot's state lacks passes null.
+class FusedTables {
+ public:
+  FusedTables();
+  ~FusedTables();
+  FusedTables(const FusedTables&) = delete;
+  FusedTables& operator=(const FusedTables&) = delete;
+
+  void sgd(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
+           const SgdScalars& scalars);
+  void adam(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
+            const AdamScalars& scalars);
+
+ private:
+  struct Tables;
+  std::unique_ptr<Tables> tables_;
+};
+
+// For gradient clipping: tensors all dense, on one GPU, of one dtype.
+// The sum of their squares, in double (two launches; waits for the result).
+double fused_sum_of_squares(const std::vector<Tensor>& tensors);
+// Each tensor *= factor, in place (one launch).
+void fused_scale(const std::vector<Tensor>& tensors, double factor);
+
+}  // namespace loom::optim

@@ -1,0 +1,82 @@
+// File: tests/data/file_bytes_test.cc
+// Whole-file reads: plain and gzip round trips, concatenated gzip members, and
+// the errors for missing, oversized, truncated and corrupt files.
+#include "data/file_bytes.h"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "tests/data/fixtures.h"
+#include "tests/testing.h"
+
+namespace loom::data {
+namespace {
+
+using testing::path_in;
+using testing::read_bytes;
+using testing::temp_dir;
+using testing::write_bytes;
+
+std::vector<uint8_t> counting_bytes(size_t n) {
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(i * 31 + i / 7);
+  return bytes;
+}
+
+TEST_CASE("plain and gzip files round-trip, large and empty") {
+  const std::string folder = temp_dir("bytes");
+  for (size_t n : {size_t{0}, size_t{1}, size_t{300000}}) {
+    const std::vector<uint8_t> bytes = counting_bytes(n);
+    write_file_bytes(path_in(folder, "a.bin"), bytes, false);
+    write_file_bytes(path_in(folder, "a.bin.gz"), bytes, true);
+    CHECK(read_file_bytes(path_in(folder, "a.bin"), "t", 1 << 20) == bytes);
+    CHECK(read_file_bytes(path_in(folder, "a.bin.gz"), "t", 1 << 20) == bytes);
+  }
+}
+
+TEST_CASE("concatenated gzip members read as one stream") {
+  const std::string folder = temp_dir("members");
+  write_file_bytes(path_in(folder, "1.gz"), {{1, 2, 3}}, true);
+  write_file_bytes(path_in(folder, "2.gz"), {{4, 5}}, true);
+  std::vector<uint8_t> joined = read_bytes(path_in(folder, "1.gz"));
+  const std::vector<uint8_t> second = read_bytes(path_in(folder, "2.gz"));
+  joined.insert(joined.end(), second.begin(), second.end());
+  write_bytes(path_in(folder, "both.gz"), joined);
+  CHECK(read_file_bytes(path_in(folder, "both.gz"), "t", 100) ==
+        std::vector<uint8_t>{1, 2, 3, 4, 5});
+}
+
+TEST_CASE("read errors name the tag, the file and the problem") {
+  const std::string folder = temp_dir("errors");
+  const std::string missing = path_in(folder, "missing.bin");
+  CHECK_THROWS_WITH_FRAGMENT(read_file_bytes(missing, "idx", 100), IoError,
+                             "[idx] " + missing + ": cannot open: No such file or directory");
+  const std::string big = path_in(folder, "big.bin");
+  write_file_bytes(big, counting_bytes(101), false);
+  CHECK_THROWS_WITH_FRAGMENT(read_file_bytes(big, "idx", 100), IoError,
+                             "file is larger than the 100 bytes this reader accepts");
+  const std::string bomb = path_in(folder, "bomb.gz");
+  write_file_bytes(bomb, std::vector<uint8_t>(100000, 0), true);
+  CHECK_THROWS_WITH_FRAGMENT(read_file_bytes(bomb, "idx", 1000), IoError,
+                             "decompresses to more than the 1000 bytes this reader accepts");
+  const std::string corrupt = path_in(folder, "corrupt.gz");
+  write_file_bytes(corrupt, counting_bytes(5000), true);
+  std::vector<uint8_t> bytes = read_bytes(corrupt);
+  for (size_t i = 20; i < 60; ++i) bytes[i] ^= 0x5A;
+  write_bytes(corrupt, bytes);
+  CHECK_THROWS_WITH_FRAGMENT(read_file_bytes(corrupt, "idx", 1 << 20), IoError,
+                             corrupt + ": corrupt gzip data at compressed offset");
+}
+
+TEST_CASE("helpers") {
+  CHECK(hex_prefix(std::vector<uint8_t>{0x1F, 0x8B, 0x08}, 2) == "1F 8B");
+  CHECK(starts_with_gzip_magic(std::vector<uint8_t>{0x1F, 0x8B}));
+  CHECK_FALSE(starts_with_gzip_magic(std::vector<uint8_t>{0x1F}));
+  CHECK(ends_with("a.gz", ".gz"));
+  CHECK_FALSE(ends_with("gz", ".gz"));
+}
+
+}  // namespace
+}  // namespace loom::data

@@ -1,0 +1,142 @@
+// File: tests/data/fixtures.cc
+// Temporary folders, random data sets and image encoders for the data tests.
+#include "tests/data/fixtures.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "core/error.h"
+#include "core/generator.h"
+
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STBI_WRITE_NO_STDIO
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include <stb/stb_image_write.h>
+#pragma GCC diagnostic pop
+
+// N images, C channels, H, W image size
+namespace loom::data::testing {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// stb_image_write wants interleaved (H, W, C) pixels.
+std::vector<uint8_t> interleaved(const Tensor& image) {
+  const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
+  const std::vector<uint8_t> planar = image.to_vector<uint8_t>();
+  std::vector<uint8_t> out(planar.size());
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t i = 0; i < H * W; ++i) out[i * C + c] = planar[c * H * W + i];
+  }
+  return out;
+}
+
+void append_to(void* context, void* data, int size) {
+  auto* bytes = static_cast<std::vector<uint8_t>*>(context);
+  auto* begin = static_cast<uint8_t*>(data);
+  bytes->insert(bytes->end(), begin, begin + size);
+}
+
+void append_le(std::vector<uint8_t>& bytes, uint32_t value, int width) {
+  for (int i = 0; i < width; ++i) bytes.push_back(static_cast<uint8_t>(value >> (8 * i)));
+}
+
+}  // namespace
+
+std::string temp_dir(std::string_view name) {
+  static std::atomic<int> counter{0};
+  const char* root = std::getenv("TEST_TMPDIR");
+  const fs::path dir =
+      fs::path(root ? root : "/tmp") / fmt::format("loom_{}_{}_{}", name, getpid(), counter++);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+std::string path_in(const std::string& folder, std::string_view name) {
+  return (fs::path(folder) / name).string();
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  LOOM_CHECK(out.good(), IoError, "[fixtures] cannot write {}", path);
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+Dataset random_dataset(int64_t n, int64_t c, int64_t h, int64_t w, int64_t classes, uint64_t seed) {
+  Generator gen(seed);
+  Tensor images = randint(0, 256, {n, c, h, w}, {.dtype = DType::UInt8}, &gen);
+  std::vector<double> labels(n);
+  for (int64_t i = 0; i < n; ++i) labels[i] = static_cast<double>((i * 7 + 3) % classes);
+  return {images, tensor(labels, {n}, {.dtype = DType::Int64})};
+}
+
+std::vector<uint8_t> encode_bmp(const Tensor& image) {
+  const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
+  const std::vector<uint8_t> pixels = image.to_vector<uint8_t>();
+  const uint32_t row_bytes = static_cast<uint32_t>((3 * W + 3) / 4 * 4);  // rows pad to 4 bytes
+  const uint32_t data_bytes = row_bytes * static_cast<uint32_t>(H);
+  std::vector<uint8_t> bmp = {'B', 'M'};
+  append_le(bmp, 54 + data_bytes, 4);  // file size: 14-byte file + 40-byte info header
+  append_le(bmp, 0, 4);
+  append_le(bmp, 54, 4);  // pixel data offset
+  append_le(bmp, 40, 4);
+  append_le(bmp, static_cast<uint32_t>(W), 4);
+  append_le(bmp, static_cast<uint32_t>(H), 4);  // positive height: bottom-up rows
+  append_le(bmp, 1, 2);                         // planes
+  append_le(bmp, 24, 2);                        // bits per pixel
+  append_le(bmp, 0, 4);                         // BI_RGB, no compression
+  append_le(bmp, data_bytes, 4);
+  for (int i = 0; i < 4; ++i) append_le(bmp, 0, 4);  // resolution and palette: unused
+  for (int64_t h = H - 1; h >= 0; --h) {
+    for (int64_t w = 0; w < W; ++w) {
+      for (int64_t c = 2; c >= 0; --c) {  // BGR
+        const int64_t plane = C == 1 ? 0 : c;
+        bmp.push_back(pixels[(plane * H + h) * W + w]);
+      }
+    }
+    bmp.resize(bmp.size() + row_bytes - 3 * W, 0);
+  }
+  return bmp;
+}
+
+std::vector<uint8_t> encode_png(const Tensor& image) {
+  const int C = static_cast<int>(image.size(0));
+  const int H = static_cast<int>(image.size(1)), W = static_cast<int>(image.size(2));
+  std::vector<uint8_t> png;
+  const std::vector<uint8_t> pixels = interleaved(image);
+  LOOM_CHECK(stbi_write_png_to_func(append_to, &png, W, H, C, pixels.data(), W * C) != 0, IoError,
+             "[fixtures] PNG encoding failed");
+  return png;
+}
+
+std::vector<uint8_t> encode_jpeg(const Tensor& image, int quality) {
+  const int C = static_cast<int>(image.size(0));
+  const int H = static_cast<int>(image.size(1)), W = static_cast<int>(image.size(2));
+  std::vector<uint8_t> jpeg;
+  const std::vector<uint8_t> pixels = interleaved(image);
+  LOOM_CHECK(stbi_write_jpg_to_func(append_to, &jpeg, W, H, C, pixels.data(), quality) != 0,
+             IoError, "[fixtures] JPEG encoding failed");
+  return jpeg;
+}
+
+void append_be32(std::vector<uint8_t>& bytes, uint32_t value) {
+  for (int i = 3; i >= 0; --i) bytes.push_back(static_cast<uint8_t>(value >> (8 * i)));
+}
+
+}  // namespace loom::data::testing

@@ -1,0 +1,111 @@
+// File: tests/data/stb_guard_test.cc
+// The JPEG Huffman-table screen that keeps corrupt files away from stb_image
+// 2.27's table overrun: it rejects tables of more than 256 codes wherever stb
+// would read them (also past the end of the file, which stb reads as zeros),
+// and passes valid JPEGs, including FF C4 bytes inside other segments.
+#include "data/stb_guard.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "core/generator.h"
+#include "data/image_folder.h"
+#include "tests/data/fixtures.h"
+#include "tests/testing.h"
+
+namespace loom::data {
+namespace {
+
+std::vector<uint8_t> valid_jpeg() {
+  Generator gen(1);
+  const Tensor image = randint(0, 256, {3, 16, 16}, {.dtype = DType::UInt8}, &gen);
+  return testing::encode_jpeg(image, 90);
+}
+
+// Offset of the first FF C4 (a DHT marker) in a JPEG written by stb.
+size_t first_dht(const std::vector<uint8_t>& jpeg) {
+  const std::vector<uint8_t> marker = {0xFF, 0xC4};
+  return std::search(jpeg.begin(), jpeg.end(), marker.begin(), marker.end()) - jpeg.begin();
+}
+
+TEST_CASE("valid JPEGs and other formats pass") {
+  const std::vector<uint8_t> jpeg = valid_jpeg();
+  CHECK_NOTHROW(check_jpeg_huffman_tables(jpeg, "a.jpg"));
+  CHECK_NOTHROW(decode_image(jpeg, "a.jpg", 3));
+  CHECK_NOTHROW(check_jpeg_huffman_tables(std::vector<uint8_t>{0x89, 'P', 'N', 'G'}, "a.png"));
+  CHECK_NOTHROW(check_jpeg_huffman_tables(std::vector<uint8_t>{}, "empty"));
+  // A comment segment holding FF C4 and a bogus table: skipped by its length.
+  std::vector<uint8_t> commented = {0xFF, 0xD8, 0xFF, 0xFE, 0x00, 0x16,
+                                    0xFF, 0xC4, 0x00, 0x14, 0x00};
+  commented.resize(commented.size() + 15, 0xFF);
+  commented.insert(commented.end(), jpeg.begin() + 2, jpeg.end());
+  CHECK_NOTHROW(check_jpeg_huffman_tables(commented, "c.jpg"));
+  CHECK_NOTHROW(decode_image(commented, "c.jpg", 3));
+}
+
+TEST_CASE("a Huffman table of more than 256 codes is rejected before stb reads it") {
+  std::vector<uint8_t> jpeg = valid_jpeg();
+  const size_t dht = first_dht(jpeg);
+  REQUIRE(dht < jpeg.size());
+  std::fill(jpeg.begin() + dht + 5, jpeg.begin() + dht + 21, 20);  // 16 lengths x 20 codes
+  CHECK_THROWS_WITH_FRAGMENT(check_jpeg_huffman_tables(jpeg, "bad.jpg"), IoError,
+                             fmt::format("bad.jpg: corrupt JPEG: the Huffman table at offset {} "
+                                         "declares 320 codes; at most 256 exist",
+                                         dht + 4));
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(jpeg, "bad.jpg", 3), IoError, "declares 320 codes");
+}
+
+TEST_CASE("a table cut off by the end of the file is read as stb reads it") {
+  // SOI, then a DHT whose 16 code counts are cut short after 15 bytes of 0x60.
+  std::vector<uint8_t> jpeg = {0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x16, 0x00};
+  jpeg.resize(jpeg.size() + 15, 0x60);
+  CHECK_THROWS_WITH_FRAGMENT(check_jpeg_huffman_tables(jpeg, "cut.jpg"), IoError,
+                             "the Huffman table at offset 6 declares 1440 codes");
+}
+
+TEST_CASE("tables after entropy-coded data are found, past stuffed FF 00 bytes") {
+  std::vector<uint8_t> jpeg = valid_jpeg();
+  // Replace EOI with scan data holding a stuffed FF and a second, oversized DHT.
+  jpeg.resize(jpeg.size() - 2);
+  const std::vector<uint8_t> tail = {0x12, 0xFF, 0x00, 0x34, 0xFF, 0xD0, 0x56, 0xFF,
+                                     0xC4, 0x00, 0x13, 0x11, 0xFF, 0xFF, 0x00};
+  jpeg.insert(jpeg.end(), tail.begin(), tail.end());
+  CHECK_THROWS_WITH_FRAGMENT(check_jpeg_huffman_tables(jpeg, "late.jpg"), IoError,
+                             "declares 510 codes");
+  // After EOI nothing is read.
+  std::vector<uint8_t> ended = valid_jpeg();
+  ended.insert(ended.end(), tail.begin() + 7, tail.end());
+  CHECK_NOTHROW(check_jpeg_huffman_tables(ended, "ended.jpg"));
+}
+
+// The JPEG without its DHT segments: every scan then uses undefined tables.
+std::vector<uint8_t> without_huffman_tables(const std::vector<uint8_t>& jpeg) {
+  std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
+  size_t pos = 2;
+  while (pos + 4 <= jpeg.size() && jpeg[pos] == 0xFF) {
+    const size_t length = (jpeg[pos + 2] << 8) | jpeg[pos + 3];
+    if (jpeg[pos + 1] == 0xDA) break;  // the scan: copy the rest as it is
+    if (jpeg[pos + 1] != 0xC4)
+      out.insert(out.end(), jpeg.begin() + pos, jpeg.begin() + pos + 2 + length);
+    pos += 2 + length;
+  }
+  out.insert(out.end(), jpeg.begin() + pos, jpeg.end());
+  return out;
+}
+
+TEST_CASE("undefined Huffman tables decode through stb's zeroed state, not garbage") {
+  // stb 2.27 leaves its tables uninitialised; data/stb_image.cc zeroes every
+  // allocation, so each code decodes to symbol 0: a flat image, every time.
+  const std::vector<uint8_t> jpeg = without_huffman_tables(valid_jpeg());
+  REQUIRE(jpeg.size() < valid_jpeg().size());
+  CHECK_NOTHROW(check_jpeg_huffman_tables(jpeg, "bare.jpg"));
+  const Tensor first = decode_image(jpeg, "bare.jpg", 3);
+  const Tensor second = decode_image(jpeg, "bare.jpg", 3);
+  CHECK(first.to_vector<int64_t>() == second.to_vector<int64_t>());
+}
+
+}  // namespace
+}  // namespace loom::data

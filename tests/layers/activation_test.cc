@@ -1,0 +1,59 @@
+// File: tests/layers/activation_test.cc
+// The activation modules are their functional ops (any layout), with no
+// parameters and PyTorch's print.
+// N batch, C channels, H, W.
+#include "layers/activation.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+struct Case {
+  std::shared_ptr<nn::Module> layer;
+  std::function<Tensor(const Tensor&)> op;
+  std::string printed;
+};
+
+TEST_CASE("each activation module equals its op") {
+  const std::vector<Case> cases = {
+      {std::make_shared<nn::ReLU>(), [](const Tensor& x) { return relu(x); }, "ReLU()"},
+      {std::make_shared<nn::Sigmoid>(), [](const Tensor& x) { return sigmoid(x); }, "Sigmoid()"},
+      {std::make_shared<nn::Tanh>(), [](const Tensor& x) { return loom::tanh(x); }, "Tanh()"},
+      {std::make_shared<nn::GELU>(), [](const Tensor& x) { return gelu(x); },
+       "GELU(approximate='none')"},
+      {std::make_shared<nn::SiLU>(), [](const Tensor& x) { return silu(x); }, "SiLU()"},
+  };
+  Generator gen(1);
+  const Tensor x = randn({2, 3, 4, 5}, {}, &gen);
+  const Tensor x_nhwc = x.contiguous(MemoryFormat::ChannelsLast);
+  for (const Case& c : cases) {
+    CAPTURE(c.printed);
+    CHECK_CLOSE((*c.layer)(x), c.op(x), 0, 0);
+    CHECK_CLOSE((*c.layer)(x_nhwc), c.op(x), 0, 0);
+    CHECK(c.layer->parameters().empty());
+    CHECK(c.layer->repr() == c.printed);
+  }
+}
+
+TEST_CASE("activation modules on hand-checked values") {
+  const Tensor x = tensor({-1, 0, 2}, {3});
+  CHECK(nn::ReLU()(x).to_vector<double>() == std::vector<double>{0, 0, 2});
+  CHECK(nn::Sigmoid()(x).at({1}) == 0.5);
+  CHECK(nn::Tanh()(x).at({2}) == doctest::Approx(std::tanh(2.0)));
+  CHECK(nn::SiLU()(x).at({2}) == doctest::Approx(2.0 / (1.0 + std::exp(-2.0))));
+  CHECK(nn::GELU()(x).at({0}) == doctest::Approx(-0.5 * std::erfc(1.0 / std::sqrt(2.0))));
+}
+
+}  // namespace
+}  // namespace loom

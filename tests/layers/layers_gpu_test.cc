@@ -1,0 +1,116 @@
+// File: tests/layers/layers_gpu_test.cc
+// mnist_net moved to the GPU with to(Device) computes what the CPU copy of the
+// same weights computes: logits, loss, every parameter's gradient and the
+// BatchNorm buffers, under strict fp32 (within 1e-4), in NCHW and channels-last.
+// N batch.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "core/ops/ops.h"
+#include "layers/nn.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+constexpr double kTol = 1e-4;
+
+struct Batch {
+  Tensor x;  // (N, 1, 28, 28)
+  Tensor y;  // (N) int64
+};
+
+Batch make_batch(uint64_t seed) {
+  Generator gen(seed);
+  return {randn({16, 1, 28, 28}, {}, &gen), randint(0, 10, {16}, {.dtype = DType::Int64}, &gen)};
+}
+
+// Two mnist_nets with the same weights, the second on the GPU.
+struct Twins {
+  nn::Sequential cpu = nn::mnist_net();
+  nn::Sequential gpu = nn::mnist_net();
+  Twins() {
+    gpu.load_state_dict(cpu.state_dict());
+    gpu.to(Device::cuda());
+  }
+};
+
+void check_step(Twins& nets, const Batch& batch, MemoryFormat format) {
+  CAPTURE(std::string(memory_format_name(format)));
+  const Tensor gpu_x = batch.x.to(Device::cuda()).contiguous(format);
+  const Tensor cpu_logits = nets.cpu(batch.x), gpu_logits = nets.gpu(gpu_x);
+  REQUIRE(gpu_logits.device().is_cuda());
+  CHECK_CLOSE(gpu_logits.cpu(), cpu_logits, kTol, kTol);
+  const Tensor cpu_loss = cross_entropy(cpu_logits, batch.y);
+  const Tensor gpu_loss = cross_entropy(gpu_logits, batch.y.to(Device::cuda()));
+  CHECK_CLOSE(gpu_loss.cpu(), cpu_loss, kTol, kTol);
+  nets.cpu.zero_grad();
+  nets.gpu.zero_grad();
+  cpu_loss.backward();
+  gpu_loss.backward();
+  const nn::NamedTensors cpu_params = nets.cpu.named_parameters();
+  const nn::NamedTensors gpu_params = nets.gpu.named_parameters();
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    CAPTURE(cpu_params[i].first);
+    REQUIRE(gpu_params[i].second.grad().defined());
+    CHECK(gpu_params[i].second.grad().device().is_cuda());
+    CHECK_CLOSE(gpu_params[i].second.grad().cpu(), cpu_params[i].second.grad(), kTol, kTol);
+  }
+  const StateDict cpu_state = nets.cpu.state_dict(), gpu_state = nets.gpu.state_dict();
+  for (size_t i = 0; i < cpu_state.size(); ++i) {
+    CAPTURE(cpu_state[i].first);
+    CHECK_CLOSE(gpu_state[i].second.cpu(), cpu_state[i].second, kTol, kTol);
+  }
+}
+
+LOOM_GPU_TEST_CASE("mnist_net on the GPU matches its CPU twin, forward and backward") {
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  manual_seed(0);
+  Twins nets;
+  for (const auto& [name, t] : nets.gpu.state_dict()) {
+    CAPTURE(name);
+    CHECK(t.device().is_cuda());
+  }
+  check_step(nets, make_batch(1), MemoryFormat::Contiguous);
+  check_step(nets, make_batch(2), MemoryFormat::Contiguous);  // running stats moved once already
+  CHECK(nets.gpu.at<nn::BatchNorm2d>(5).num_batches_tracked().cpu().item() == 2);
+  nets.cpu.eval();
+  nets.gpu.eval();
+  const Batch batch = make_batch(3);
+  CHECK_CLOSE(nets.gpu(batch.x.to(Device::cuda())).cpu(), nets.cpu(batch.x), kTol, kTol);
+}
+
+LOOM_GPU_TEST_CASE("mnist_net in channels-last on the GPU matches its CPU twin") {
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  manual_seed(1);
+  Twins nets;
+  nets.gpu.to(MemoryFormat::ChannelsLast);
+  CHECK(nets.gpu.at<nn::Conv2d>(4).weight().is_contiguous(MemoryFormat::ChannelsLast));
+  check_step(nets, make_batch(4), MemoryFormat::ChannelsLast);
+}
+
+LOOM_GPU_TEST_CASE("to(Device) moves tensors an optimizer already holds, grads included") {
+  manual_seed(2);
+  nn::Sequential net = nn::mnist_net();
+  const std::vector<Tensor> held = net.parameters();
+  const Batch batch = make_batch(5);
+  cross_entropy(net(batch.x), batch.y).backward();
+  const Tensor weight_before = held[0].detach().clone(), grad_before = held[0].grad().clone();
+  net.to(Device::cuda());
+  for (const Tensor& p : held) {
+    CHECK(p.device().is_cuda());
+    CHECK((p.requires_grad() && p.is_leaf()));
+    CHECK(p.grad().device().is_cuda());
+  }
+  CHECK_CLOSE(held[0].cpu(), weight_before, 0, 0);
+  CHECK_CLOSE(held[0].grad().cpu(), grad_before, 0, 0);
+  net.to(Device::cpu());
+  CHECK(held[0].device().is_cpu());
+  CHECK_CLOSE(held[0], weight_before, 0, 0);
+}
+
+}  // namespace
+}  // namespace loom

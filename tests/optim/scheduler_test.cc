@@ -1,0 +1,172 @@
+// File: tests/optim/scheduler_test.cc
+// The schedules' lr sequences against values worked out by hand from their
+// definitions (torch's for StepLR, MultiStepLR and OneCycleLR), momentum
+// cycling, resume through state_dict, and argument errors.
+#include "optim/scheduler.h"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+// The lr of group `g` after construction and after each of steps 1, 2, ...
+std::vector<double> lrs(optim::LRScheduler& schedule, optim::Optimizer& opt, int steps,
+                        size_t g = 0) {
+  std::vector<double> out = {*opt.param_groups()[g].lr};
+  for (int s = 0; s < steps; ++s) {
+    schedule.step();
+    out.push_back(*opt.param_groups()[g].lr);
+  }
+  return out;
+}
+
+void check_sequence(const std::vector<double>& actual, const std::vector<double>& expected) {
+  REQUIRE(actual.size() == expected.size());
+  for (size_t s = 0; s < actual.size(); ++s) {
+    INFO("step " << s);
+    CHECK(actual[s] == doctest::Approx(expected[s]).epsilon(1e-12));
+  }
+}
+
+Tensor param() { return zeros({2}, {.requires_grad = true}); }
+
+TEST_CASE("StepLR multiplies by gamma every step_size steps, per group") {
+  optim::SGD opt({{.params = {param()}, .lr = 0.1}, {.params = {param()}, .lr = 1.0}});
+  optim::StepLR schedule(opt, 3, 0.5);
+  std::vector<double> group1 = {*opt.param_groups()[1].lr};
+  std::vector<double> group0 = {*opt.param_groups()[0].lr};
+  for (int s = 0; s < 7; ++s) {
+    schedule.step();
+    group0.push_back(*opt.param_groups()[0].lr);
+    group1.push_back(*opt.param_groups()[1].lr);
+  }
+  check_sequence(group0, {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025});
+  check_sequence(group1, {1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.25, 0.25});
+  CHECK(schedule.last_step() == 7);
+}
+
+TEST_CASE("MultiStepLR multiplies by gamma at each milestone (given in any order)") {
+  optim::SGD opt({param()}, {.lr = 2.0});
+  optim::MultiStepLR schedule(opt, {5, 2}, 0.1);
+  check_sequence(lrs(schedule, opt, 6), {2.0, 2.0, 0.2, 0.2, 0.2, 0.02, 0.02});
+}
+
+TEST_CASE("CosineAnnealingLR warms up linearly, then follows a half cosine to min_lr") {
+  optim::SGD opt({param()}, {.lr = 1.0});
+  optim::CosineAnnealingLR schedule(opt, {.total_steps = 12, .warmup_steps = 4, .min_lr = 0.1});
+  // warmup (s + 1) / 4; then 0.1 + 0.9 * (1 + cos(pi * (s - 4) / 8)) / 2; then 0.1
+  check_sequence(lrs(schedule, opt, 13),
+                 {0.25, 0.5, 0.75, 1.0, 1.0, 0.9657457896300791, 0.8681980515339464,
+                  0.7222075445642904, 0.55, 0.3777924554357096, 0.23180194846605365,
+                  0.13425421036992097, 0.1, 0.1});
+}
+
+TEST_CASE("CosineAnnealingLR without warmup is torch's CosineAnnealingLR") {
+  optim::SGD opt({param()}, {.lr = 0.4});
+  optim::CosineAnnealingLR schedule(opt, {.total_steps = 4});
+  // 0.4 * (1 + cos(pi * s / 4)) / 2
+  check_sequence(lrs(schedule, opt, 4), {0.4, 0.3414213562373095, 0.2, 0.05857864376269051, 0.0});
+}
+
+TEST_CASE("OneCycleLR follows torch's two phases and cycles SGD's momentum") {
+  optim::SGD opt({param()}, {.lr = 0.123, .momentum = 0.9});
+  optim::OneCycleLR schedule(opt, {.max_lr = 1.0, .total_steps = 10});
+  // Phase 1 ends at 0.3 * 10 - 1 = 2: 0.04 -> 1; phase 2 ends at 9: 1 -> 0.04 / 1e4;
+  // each lr = end + (start - end) / 2 * (cos(pi * pct) + 1).
+  const std::vector<double> expected_lr = {
+      0.04, 0.52, 1.0, 0.9504846320134737, 0.8117456539497631, 0.6112620219362893,
+      0.38874197806371075, 0.18825834605023697, 0.049519367986526286, 4e-06,
+      0.04951936798652623};
+  const std::vector<double> expected_momentum = {
+      0.95, 0.9, 0.85, 0.854951556604879, 0.8688255099070633, 0.8888739533021842,
+      0.9111260466978157, 0.9311744900929366, 0.945048443395121, 0.95, 0.945048443395121};
+  std::vector<double> lr = {*opt.param_groups()[0].lr};
+  std::vector<double> momentum = {*opt.param_groups()[0].momentum};
+  for (int s = 0; s < 10; ++s) {
+    schedule.step();
+    lr.push_back(*opt.param_groups()[0].lr);
+    momentum.push_back(*opt.param_groups()[0].momentum);
+  }
+  check_sequence(lr, expected_lr);
+  check_sequence(momentum, expected_momentum);
+  CHECK_THROWS_WITH_FRAGMENT(schedule.step(), ValueError, "step 11 is past total_steps 10");
+  CHECK(schedule.last_step() == 10);
+  CHECK(*opt.param_groups()[0].lr == doctest::Approx(expected_lr.back()).epsilon(1e-12));
+}
+
+TEST_CASE("OneCycleLR cycles Adam's beta1 and can leave momentum alone") {
+  optim::Adam adam({param()}, {.betas = {0.9, 0.98}});
+  optim::OneCycleLR cycling(adam, {.max_lr = 0.01, .total_steps = 10});
+  CHECK(adam.param_groups()[0].betas == std::pair{0.95, 0.98});
+  cycling.step();
+  CHECK(adam.param_groups()[0].betas->first == doctest::Approx(0.9).epsilon(1e-12));
+  CHECK(adam.param_groups()[0].betas->second == 0.98);
+
+  optim::SGD sgd({param()}, {.momentum = 0.5});
+  optim::OneCycleLR fixed(sgd, {.max_lr = 0.01, .total_steps = 10, .cycle_momentum = false});
+  fixed.step();
+  CHECK(*sgd.param_groups()[0].momentum == 0.5);
+}
+
+TEST_CASE("OneCycleLR with three phases and linear annealing") {
+  optim::SGD opt({param()}, {.momentum = 0.9});
+  optim::OneCycleLR schedule(opt, {.max_lr = 1.0,
+                                   .total_steps = 10,
+                                   .pct_start = 0.25,
+                                   .anneal_strategy = optim::Anneal::Linear,
+                                   .div_factor = 10.0,
+                                   .final_div_factor = 100.0,
+                                   .three_phase = true});
+  // phases end at 1.5, 3, 9: 0.1 -> 1 -> 0.1 -> 0.001, linearly in (s - start) / (end - start)
+  check_sequence(lrs(schedule, opt, 10),
+                 {0.1, 0.1 + 0.9 / 1.5, 1.0 - 0.9 * 0.5 / 1.5, 0.1, 0.1 - 0.099 / 6,
+                  0.1 - 0.099 * 2 / 6, 0.1 - 0.099 * 3 / 6, 0.1 - 0.099 * 4 / 6,
+                  0.1 - 0.099 * 5 / 6, 0.001, 0.001 - 0.099 / 6});
+}
+
+TEST_CASE("A schedule resumed from its state_dict sets the lrs an uninterrupted one would") {
+  optim::SGD straight_opt({param()}, {.lr = 1.0, .momentum = 0.9});
+  optim::OneCycleLR straight(straight_opt, {.max_lr = 0.5, .total_steps = 20});
+  for (int s = 0; s < 12; ++s) straight.step();
+
+  optim::SGD first_opt({param()}, {.lr = 1.0, .momentum = 0.9});
+  optim::OneCycleLR first(first_opt, {.max_lr = 0.5, .total_steps = 20});
+  for (int s = 0; s < 5; ++s) first.step();
+  const StateDict saved_opt = first_opt.state_dict();
+  const StateDict saved = first.state_dict();
+
+  optim::SGD resumed_opt({param()}, {.lr = 1.0, .momentum = 0.9});
+  optim::OneCycleLR resumed(resumed_opt, {.max_lr = 0.5, .total_steps = 20});
+  resumed_opt.load_state_dict(saved_opt);
+  resumed.load_state_dict(saved);
+  CHECK(resumed.last_step() == 5);
+  CHECK(*resumed_opt.param_groups()[0].lr == *first_opt.param_groups()[0].lr);
+  for (int s = 5; s < 12; ++s) resumed.step();
+  CHECK(*resumed_opt.param_groups()[0].lr == *straight_opt.param_groups()[0].lr);
+  CHECK(*resumed_opt.param_groups()[0].momentum == *straight_opt.param_groups()[0].momentum);
+
+  optim::StepLR step_lr(resumed_opt, 2);
+  CHECK_THROWS_WITH_FRAGMENT(step_lr.load_state_dict({{"step", zeros({})}}), ValueError,
+                             "[StepLR load_state_dict] unexpected entry 'step'");
+}
+
+TEST_CASE("Schedules reject bad arguments with messages that show the values") {
+  optim::SGD opt({param()});
+  CHECK_THROWS_WITH_FRAGMENT(optim::StepLR(opt, 0), ValueError, "step_size must be > 0, got 0");
+  CHECK_THROWS_WITH_FRAGMENT(optim::CosineAnnealingLR(opt, {.total_steps = 5, .warmup_steps = 5}),
+                             ValueError, "got warmup_steps 5 and total_steps 5");
+  CHECK_THROWS_WITH_FRAGMENT(optim::OneCycleLR(opt, {.max_lr = 1.0}), ValueError,
+                             "total_steps must be > 0, got 0");
+  CHECK_THROWS_WITH_FRAGMENT(optim::OneCycleLR(opt, {.max_lr = 1.0, .total_steps = 5, .pct_start = 1.5}),
+                             ValueError, "pct_start must be in [0, 1], got 1.5");
+}
+
+}  // namespace
+}  // namespace loom
