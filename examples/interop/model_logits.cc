@@ -1,0 +1,83 @@
+// File: examples/interop/model_logits.cc
+// Loom's half of the model interop check (tools/model_interop.py): weights move
+// between Loom and PyTorch as safetensors state_dicts, and both compute the same
+// logits on the same batch.
+//
+//   model_logits export MODEL DIR   writes DIR/loom_weights.safetensors (Loom's
+//                                   initialisation), DIR/batch.safetensors and
+//                                   DIR/loom_logits.safetensors
+//   model_logits eval MODEL DIR     loads DIR/torch_weights.safetensors and
+//                                   DIR/batch.safetensors, writes
+//                                   DIR/loom_logits_from_torch.safetensors
+//
+// Logits are computed in eval mode (batch norm uses its running statistics) on
+// the CPU in float32. MODEL: mnist_net, lenet5 or resnet9.
+#include <cstdio>
+#include <string>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/serialize.h"
+#include "core/ops/ops.h"
+#include "layers/models.h"
+
+namespace {
+
+using namespace loom;
+
+nn::Sequential model(const std::string& name) {
+  if (name == "lenet5") return nn::lenet5();
+  if (name == "resnet9") return nn::resnet9();
+  LOOM_CHECK(name == "mnist_net", ValueError, "[model_logits] unknown model '{}'", name);
+  return nn::mnist_net();
+}
+
+Tensor logits(nn::Sequential& net, const Tensor& batch) {
+  NoGradGuard no_grad;
+  net.eval();
+  return net(batch);
+}
+
+void export_model(const std::string& name, const std::string& dir) {
+  manual_seed(1);
+  nn::Sequential net = model(name);
+  Generator gen(2);
+  // Running statistics that are not the defaults, so eval mode exercises them.
+  NoGradGuard no_grad;
+  for (auto& [key, buffer] : net.named_buffers()) {
+    if (key.ends_with("running_mean")) Tensor(buffer).copy_(mul(randn(buffer.sizes(), {}, &gen), 0.1));
+    if (key.ends_with("running_var")) Tensor(buffer).copy_(add(rand(buffer.sizes(), {}, &gen), 0.5));
+  }
+  Shape input = name == "resnet9" ? Shape{8, 3, 32, 32} : Shape{16, 1, 28, 28};
+  Tensor batch = randn(input, {}, &gen);
+  save_safetensors(dir + "/loom_weights.safetensors", net.state_dict());
+  save_safetensors(dir + "/batch.safetensors", {{"x", batch}});
+  save_safetensors(dir + "/loom_logits.safetensors", {{"logits", logits(net, batch)}});
+}
+
+void eval_model(const std::string& name, const std::string& dir) {
+  nn::Sequential net = model(name);
+  net.load_state_dict(load_safetensors(dir + "/torch_weights.safetensors"));
+  Tensor batch = load_safetensors(dir + "/batch.safetensors").at(0).second;
+  save_safetensors(dir + "/loom_logits_from_torch.safetensors", {{"logits", logits(net, batch)}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: model_logits export|eval MODEL DIR\n");
+    return 2;
+  }
+  try {
+    std::string command = argv[1];
+    if (command == "export") export_model(argv[2], argv[3]);
+    else if (command == "eval") eval_model(argv[2], argv[3]);
+    else throw ValueError("[model_logits] unknown command '" + command + "' (export or eval)");
+  } catch (const Error& e) {
+    std::fprintf(stderr, "model_logits: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
