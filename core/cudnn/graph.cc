@@ -83,45 +83,34 @@ void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y,
       .set_int64s(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, g.pre_padding)
       .set_int64s(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, g.post_padding);
   conv.finalize();
-  cudnnDataType_t data = compute;
-  switch (direction) {
-    case ConvDirection::Forward: {
-      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, tensor(x))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, tensor(w))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, tensor(y))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
-      set_scaling(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, data);
-      op.finalize();
-      operations_.push_back(std::move(op));
-      break;
-    }
-    case ConvDirection::BackwardData: {
-      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, tensor(x))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, tensor(w))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, tensor(y))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv);
-      set_scaling(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, data);
-      op.finalize();
-      operations_.push_back(std::move(op));
-      break;
-    }
-    case ConvDirection::BackwardFilter: {
-      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-      op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, tensor(x))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, tensor(w))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, tensor(y))
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
-      set_scaling(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, data);
-      op.finalize();
-      operations_.push_back(std::move(op));
-      break;
-    }
-  }
+  // The three directions are one operation with different attribute names.
+  struct ConvAttributes {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  };
+  static const ConvAttributes kAttributes[] = {
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+  };
+  const ConvAttributes& a = kAttributes[static_cast<int>(direction)];
+  Descriptor op(a.type);
+  op.set_descriptor(a.x, tensor(x))
+      .set_descriptor(a.w, tensor(w))
+      .set_descriptor(a.y, tensor(y))
+      .set_descriptor(a.conv, conv);
+  set_scaling(op, a.alpha, a.beta, compute);
+  op.finalize();
+  operations_.push_back(std::move(op));
 }
 
 void Graph::matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute) {

@@ -33,7 +33,8 @@ struct ConvGeometry {
   std::vector<int64_t> stride, pre_padding, post_padding, dilation;  // 2 each (H, W)
 };
 
-enum class ConvDirection { Forward, BackwardData, BackwardFilter };
+// The order indexes the attribute table in graph.cc.
+enum class ConvDirection { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
 
 struct PoolGeometry {
   cudnnResampleMode_t mode = CUDNN_RESAMPLE_MAXPOOL;
