@@ -109,8 +109,7 @@ void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y,
       .set_descriptor(a.y, tensor(y))
       .set_descriptor(a.conv, conv);
   set_scaling(op, a.alpha, a.beta, compute);
-  op.finalize();
-  operations_.push_back(std::move(op));
+  add_operation(std::move(op));
 }
 
 void Graph::matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute) {
@@ -122,36 +121,41 @@ void Graph::matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute) {
       .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, tensor(b))
       .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, tensor(c))
       .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, desc);
+  add_operation(std::move(op));
+}
+
+void Graph::add_operation(Descriptor op) {
   op.finalize();
   operations_.push_back(std::move(op));
 }
 
-void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y) {
+// Runtime-fused pointwise engines compute in FLOAT whatever the tensors hold.
+const Descriptor& Graph::pointwise_descriptor(cudnnPointwiseMode_t mode) {
   Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
   desc.set_enum(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, mode)
       .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
   desc.finalize();
+  return desc;
+}
+
+void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y) {
+  const Descriptor& desc = pointwise_descriptor(mode);
   Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
   op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc)
       .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, tensor(x))
       .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, tensor(y));
   if (b) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, tensor(*b));
-  op.finalize();
-  operations_.push_back(std::move(op));
+  add_operation(std::move(op));
 }
 
 void Graph::pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx) {
-  Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
-  desc.set_enum(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, mode)
-      .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
-  desc.finalize();
+  const Descriptor& desc = pointwise_descriptor(mode);
   Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
   op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc)
       .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, tensor(dy))
       .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, tensor(x))
       .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, tensor(dx));
-  op.finalize();
-  operations_.push_back(std::move(op));
+  add_operation(std::move(op));
 }
 
 void Graph::reduction(cudnnReduceTensorOp_t op_type, int64_t x, int64_t y) {
@@ -164,8 +168,7 @@ void Graph::reduction(cudnnReduceTensorOp_t op_type, int64_t x, int64_t y) {
   op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, tensor(x))
       .set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, tensor(y))
       .set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, desc);
-  op.finalize();
-  operations_.push_back(std::move(op));
+  add_operation(std::move(op));
 }
 
 void Graph::batch_norm_forward(const BatchNormForward& u) {
@@ -184,8 +187,7 @@ void Graph::batch_norm_forward(const BatchNormForward& u) {
       .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, tensor(u.inv_variance))
       .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC, tensor(u.out_running_mean))
       .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC, tensor(u.out_running_var));
-  op.finalize();
-  operations_.push_back(std::move(op));
+  add_operation(std::move(op));
 }
 
 void Graph::batch_norm_backward(const BatchNormBackward& u) {
@@ -199,8 +201,7 @@ void Graph::batch_norm_backward(const BatchNormBackward& u) {
       .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, tensor(u.dx))
       .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, tensor(u.dscale))
       .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, tensor(u.dbias));
-  op.finalize();
-  operations_.push_back(std::move(op));
+  add_operation(std::move(op));
 }
 
 Descriptor Graph::resample_descriptor(const PoolGeometry& g) {
@@ -231,8 +232,7 @@ void Graph::resample_forward(const PoolGeometry& geometry, int64_t x, int64_t y,
       .set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_FWD_YDESC, tensor(y));
   if (index) op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_FWD_IDXDESC, tensor(*index));
   set_resample_scaling(op, CUDNN_ATTR_OPERATION_RESAMPLE_FWD_ALPHA, CUDNN_ATTR_OPERATION_RESAMPLE_FWD_BETA);
-  op.finalize();
-  operations_.push_back(std::move(op));
+  add_operation(std::move(op));
 }
 
 void Graph::resample_backward(const PoolGeometry& geometry, const ResampleBackward& u) {
@@ -245,8 +245,7 @@ void Graph::resample_backward(const PoolGeometry& geometry, const ResampleBackwa
   if (u.y) op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_BWD_YDESC, tensor(*u.y));
   if (u.index) op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_BWD_IDXDESC, tensor(*u.index));
   set_resample_scaling(op, CUDNN_ATTR_OPERATION_RESAMPLE_BWD_ALPHA, CUDNN_ATTR_OPERATION_RESAMPLE_BWD_BETA);
-  op.finalize();
-  operations_.push_back(std::move(op));
+  add_operation(std::move(op));
 }
 
 void Graph::finalize(cudnnHandle_t handle) {

@@ -89,6 +89,8 @@ class Graph {
   const Descriptor& tensor(int64_t uid) const;
   Descriptor& keep(Descriptor descriptor);  // owns attribute descriptors (conv, pointwise, ...)
   Descriptor resample_descriptor(const PoolGeometry& geometry);
+  const Descriptor& pointwise_descriptor(cudnnPointwiseMode_t mode);
+  void add_operation(Descriptor op);  // finalizes it and keeps it for the operation graph
 
   std::string name_;
   std::vector<TensorSpec> specs_;
