@@ -109,7 +109,8 @@ class AccumulateGrad final : public Node {
 
   std::vector<Tensor> apply(const Tensor& grad) override {
     if (!leaf_.grad().defined()) {
-      leaf_.set_grad(grad.clone());  // never alias a gradient that others may hold
+      // Never alias a gradient that others may hold; one nobody else holds is kept.
+      leaf_.set_grad(grad.sole_owner() ? grad : grad.clone());
     } else {
       accumulate_into(leaf_.grad(), grad);
     }
@@ -170,6 +171,13 @@ Tensor initial_gradient(const Tensor& root, const Tensor& gradient) {
   return gradient.detach();
 }
 
+// node.apply(grad), timed into the row of the layer that recorded the node.
+std::vector<Tensor> profiled_apply(Node& node, const Tensor& grad) {
+  ProfileScope scope(node.profile_row.value_or(Profiler::other_row()), ProfilePhase::Backward,
+                     grad.device().is_cuda());
+  return node.apply(grad);
+}
+
 }  // namespace
 
 bool grad_mode_enabled() { return grad_mode; }
@@ -194,6 +202,7 @@ void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
   auto node = std::make_shared<FunctionNode>(std::move(name), std::move(backward),
                                              std::move(metas), saved);
   node->next = std::move(next);
+  if (Profiler::enabled()) node->profile_row = Profiler::current_row();
   output.impl()->grad_fn = std::move(node);
   output.impl()->requires_grad = true;
 }
@@ -230,7 +239,8 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     if (it == pending.end()) continue;  // no gradient reached it
     Tensor grad = std::move(it->second);
     pending.erase(it);
-    std::vector<Tensor> grads = node->apply(grad);
+    std::vector<Tensor> grads =
+        Profiler::enabled() ? profiled_apply(*node, grad) : node->apply(grad);
     if (!retain_graph) node->release();
     for (size_t i = 0; i < grads.size(); ++i) {
       Node* target = node->next[i].get();

@@ -15,9 +15,11 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/profiler.h"
 #include "core/tensor.h"
 
 namespace loom {
@@ -36,6 +38,9 @@ class Node {
 
   // Where each input's gradient goes: its grad_fn, a leaf's accumulator, or null.
   std::vector<std::shared_ptr<Node>> next;
+  // The profiler row (a layer) that was open when the node was recorded; set
+  // only while profiling, so the backward's time is charged to that layer.
+  std::optional<ProfileRowId> profile_row;
 };
 
 // True while gradients are being recorded (the default).

@@ -106,6 +106,9 @@ class Tensor {
   Tensor detach() const;  // shares storage, no history
 
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // This handle is the only one to its tensor and no other tensor views its
+  // storage: autograd may then keep it as a leaf's gradient instead of a copy.
+  bool sole_owner() const { return impl_.use_count() == 1 && storage().use_count() == 1; }
   TensorImpl* impl() const { return impl_.get(); }
 
  private:

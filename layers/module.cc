@@ -175,6 +175,54 @@ int64_t Module::num_parameters() const {
   return total;
 }
 
+// --- profile mode -------------------------------------------------------------------
+
+namespace {
+
+// The module whose forward is running and its dotted path (profile mode only),
+// so that a child can find its own name among its parent's children.
+struct RunningModule {
+  const Module* module = nullptr;
+  std::string path;
+};
+
+thread_local RunningModule running;
+
+// The name `child` is registered under in `parent`, or "" (a root module, or
+// one its caller did not register: its rows then carry the caller's path).
+std::string name_in_parent(const Module* parent, const Module* child) {
+  if (parent == nullptr) return "";
+  for (const auto& [name, module] : parent->named_children()) {
+    if (module.get() == child) return name;
+  }
+  return "";
+}
+
+// Makes a module the running one for its lifetime, then restores the caller.
+class RunningGuard {
+ public:
+  RunningGuard(const Module* module, std::string path) : outer_(std::move(running)) {
+    running = {module, std::move(path)};
+  }
+  ~RunningGuard() { running = std::move(outer_); }
+  RunningGuard(const RunningGuard&) = delete;
+  RunningGuard& operator=(const RunningGuard&) = delete;
+
+ private:
+  RunningModule outer_;
+};
+
+}  // namespace
+
+Tensor Module::profiled_call(const Tensor& x) {
+  const std::string name = name_in_parent(running.module, this);
+  RunningGuard guard(this, name.empty() ? running.path : join_name(running.path, name));
+  if (!children_.empty()) return forward(x);  // only leaves are timed: no double counting
+  const std::string row = running.path.empty() ? type_name() : running.path + " " + type_name();
+  ProfileScope scope(row, ProfilePhase::Forward, x.device().is_cuda());
+  return forward(x);
+}
+
 // --- mode and placement ---------------------------------------------------------------
 
 Module& Module::train(bool on) {

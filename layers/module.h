@@ -26,6 +26,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/profiler.h"
 #include "core/shape.h"
 #include "core/state_dict.h"
 #include "core/tensor.h"
@@ -42,7 +43,9 @@ class Module {
   virtual ~Module() = default;
 
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // Calls forward. In profile mode (core/profiler.h) a leaf module times its
+  // forward into the row "<dotted path> <type>", e.g. "3.a.0 Conv2d".
+  Tensor operator()(const Tensor& x) { return Profiler::enabled() ? profiled_call(x) : forward(x); }
 
   // --- what the module holds, recursively, in registration order ---------------
   // Each parameter once, even when a module is shared (as PyTorch's parameters()).
@@ -108,6 +111,7 @@ class Module {
   enum class Held { Parameters, Buffers, Both };
 
   void check_new_name(const std::string& name) const;
+  Tensor profiled_call(const Tensor& x);
   // Every (prefixed name, tensor) of this module's tree of the kind asked for.
   void collect(const std::string& prefix, Held held, NamedTensors& out) const;
   void collect_modules(const std::string& prefix, NamedModules& out) const;

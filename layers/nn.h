@@ -11,6 +11,7 @@
 #include "layers/conv.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/fused.h"
 #include "layers/functional.h"
 #include "layers/init.h"
 #include "layers/linear.h"

@@ -8,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/norm.h"
 #include "layers/repr.h"
 
@@ -51,25 +52,13 @@ void BatchNorm2d::reset_parameters() {
   bias_.zero_();
 }
 
-// Reading the count back from the GPU every step would make each BatchNorm wait
-// for the device, so a host copy is kept and written with fill_; the storage
-// version tells when load_state_dict or to() changed the tensor since.
-int64_t BatchNorm2d::batches_tracked() {
-  if (num_batches_tracked_.storage() != batches_storage_.lock() ||
-      num_batches_tracked_.storage()->version() != batches_version_) {
-    batches_ = static_cast<int64_t>(num_batches_tracked_.item());
-    batches_storage_ = num_batches_tracked_.storage();
-    batches_version_ = num_batches_tracked_.storage()->version();
-  }
-  return batches_;
+double BatchNorm2d::forward_momentum() {
+  if (!updates_running_stats()) return 0.0;
+  if (options_.momentum) return *options_.momentum;
+  return 1.0 / (num_batches_tracked_.item() + 1.0);  // a cumulative average of the batches so far
 }
 
-void BatchNorm2d::set_batches_tracked(int64_t batches) {
-  num_batches_tracked_.fill_(static_cast<double>(batches));
-  batches_ = batches;
-  batches_storage_ = num_batches_tracked_.storage();
-  batches_version_ = num_batches_tracked_.storage()->version();
-}
+void BatchNorm2d::count_batch() { increment_(num_batches_tracked_); }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   LOOM_CHECK(x.defined() && x.dim() == 4, ShapeError,
@@ -78,15 +67,12 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   LOOM_CHECK(x.size(1) == num_features_, ShapeError,
              "[BatchNorm2d] input of shape {} has {} channels, but the layer was built for {}",
              shape_str(x.sizes()), x.size(1), num_features_);
-  const bool update = is_training() && options_.track_running_stats;
-  const int64_t batches = update ? batches_tracked() + 1 : 0;
-  double momentum = options_.momentum.value_or(0.0);
-  if (update && !options_.momentum) momentum = 1.0 / static_cast<double>(batches);
+  const double momentum = forward_momentum();
   // As PyTorch: batch statistics in training, and in eval too when none are tracked.
   const bool batch_stats = is_training() || !options_.track_running_stats;
   Tensor y = batch_norm(x, running_mean_, running_var_, weight_, bias_,
                         {.training = batch_stats, .momentum = momentum, .eps = options_.eps});
-  if (update) set_batches_tracked(batches);
+  if (updates_running_stats()) count_batch();
   return y;
 }
 

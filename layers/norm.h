@@ -18,7 +18,6 @@
 #include <optional>
 #include <string>
 
-#include "core/storage.h"
 #include "core/tensor.h"
 #include "layers/module.h"
 
@@ -27,7 +26,9 @@ namespace loom::nn {
 struct BatchNorm2dOptions {
   double eps = 1e-5;
   // running = (1 - momentum) * running + momentum * batch statistic; nullopt
-  // averages all batches seen so far equally (PyTorch's momentum=None).
+  // averages all batches seen so far equally (PyTorch's momentum=None; each
+  // training forward then reads the count back, so it cannot be captured into
+  // a CUDA graph).
   std::optional<double> momentum = 0.1;
   bool affine = true;               // learn weight and bias
   bool track_running_stats = true;  // without: batch statistics in eval mode too
@@ -54,9 +55,15 @@ class BatchNorm2d : public Module {
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
 
+ protected:
+  // Whether this forward updates the running statistics, and with what momentum.
+  bool updates_running_stats() const { return is_training() && options_.track_running_stats; }
+  double forward_momentum();
+  // Counts the batch on the counter's device (a kernel on the GPU, so a captured
+  // training step counts every replay).
+  void count_batch();
+
  private:
-  int64_t batches_tracked();
-  void set_batches_tracked(int64_t batches);
 
   int64_t num_features_;
   BatchNorm2dOptions options_;
@@ -65,11 +72,6 @@ class BatchNorm2d : public Module {
   Tensor running_mean_;
   Tensor running_var_;
   Tensor num_batches_tracked_;
-  // A host copy of num_batches_tracked, valid while its storage and version
-  // are the ones recorded here.
-  int64_t batches_ = 0;
-  std::weak_ptr<Storage> batches_storage_;
-  uint64_t batches_version_ = 0;
 };
 
 }  // namespace loom::nn

@@ -153,12 +153,23 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 void Optimizer::step() {
+  prepare_step();
+  apply_step();
+}
+
+void Optimizer::prepare_step() {
   NoGradGuard no_grad;
+  fused_->clear_staged();
   for (size_t g = 0; g < groups_.size(); ++g) {
     check_group(groups_[g], g);
     std::vector<UpdateSlot> slots = slots_with_grad(g);
     if (!slots.empty()) update(g, slots);
   }
+}
+
+void Optimizer::apply_step() {
+  NoGradGuard no_grad;
+  fused_->launch_staged(name_);
 }
 
 std::vector<UpdateSlot> Optimizer::slots_with_grad(size_t g) {
@@ -174,7 +185,9 @@ std::vector<UpdateSlot> Optimizer::slots_with_grad(size_t g) {
                ValueError, "[{}] the gradient {} {} on {} of {} ({} {} on {}) does not match it",
                name_, shape_str(grad.sizes()), dtype_name(grad.dtype()), grad.device().str(),
                location(g, index), shape_str(p.sizes()), dtype_name(p.dtype()), p.device().str());
-    if (!same_layout(p, grad)) grad = empty_like(p).copy_(grad);
+    // The GPU path reads the gradient again at launch (apply_step) and lays it
+    // out there; copying it here too would allocate outside a captured step.
+    if (!p.device().is_cuda() && !same_layout(p, grad)) grad = empty_like(p).copy_(grad);
     check_inplace(p, name_);  // bumps the version: saved copies of p are now stale
     ParamState& state = state_[g][j];
     ++state.step;

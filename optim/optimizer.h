@@ -75,8 +75,17 @@ class Optimizer {
   void zero_grad(bool set_to_none = true);
   // One update of every parameter that has a gradient, under NoGradGuard, on
   // the parameters' devices. Parameters without a gradient keep their values
-  // and their state (step counts included).
-  virtual void step();
+  // and their state (step counts included). Same as prepare_step(); apply_step().
+  void step();
+  // step() in two halves, so that a CUDA graph can capture the device half
+  // (optim/train_step.h). prepare_step: the host half: step counts advance, this
+  // step's scalars (learning rate, bias corrections) are computed and, for GPU
+  // parameters, written to device memory; CPU parameters are updated here.
+  // apply_step: launches the GPU updates staged by the last prepare_step(),
+  // reading each parameter's gradient as it is then. Parameters must keep their
+  // gradients (defined, same sizes) between the two calls.
+  void prepare_step();
+  void apply_step();
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }

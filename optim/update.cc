@@ -1,6 +1,7 @@
 // File: optim/update.cc
-// The fused GPU path: UpdateSlots become a cuda::TensorSlot table (pointers and
-// sizes), uploaded only on change, and one kernel launch per run.
+// The fused GPU path: a staged run keeps its parameters and states; at launch
+// they become a cuda::TensorSlot table (pointers and sizes), uploaded only on
+// change, and one kernel launch per run reads the scalars staged for it.
 #include "optim/update.h"
 
 #include <map>
@@ -26,17 +27,38 @@ void* find_buffer(const UpdateSlot& slot, std::string_view name) {
   return nullptr;
 }
 
-std::vector<cuda::TensorSlot> tensor_slots(const std::vector<UpdateSlot*>& slots,
-                                           std::initializer_list<std::string_view> buffers) {
+const std::vector<std::string_view> kSgdBuffers = {"momentum_buffer"};
+const std::vector<std::string_view> kAdamBuffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+
+// As Optimizer::slots_with_grad: the kernels walk both as flat arrays.
+bool same_layout(const Tensor& a, const Tensor& b) {
+  return b.sizes() == a.sizes() && b.is_contiguous(a.suggest_memory_format());
+}
+
+// The parameter's gradient now, laid out as the parameter (a copy otherwise:
+// the allocator keeps it alive for the queued kernel).
+Tensor current_grad(const UpdateSlot& slot, const std::string& optimizer) {
+  Tensor grad = slot.param.grad();
+  LOOM_CHECK(grad.defined() && grad.sizes() == slot.param.sizes(), ValueError,
+             "[{}] a parameter of shape {} lost its gradient between prepare_step() and "
+             "apply_step(); keep gradients until the step is applied",
+             optimizer, shape_str(slot.param.sizes()));
+  return same_layout(slot.param, grad) ? grad : empty_like(slot.param).copy_(grad);
+}
+
+std::vector<cuda::TensorSlot> tensor_slots(const std::vector<UpdateSlot>& slots,
+                                           const std::vector<std::string_view>& buffers,
+                                           std::vector<Tensor>& grads, const std::string& optimizer) {
   std::vector<cuda::TensorSlot> out;
   out.reserve(slots.size());
-  for (const UpdateSlot* slot : slots) {
+  for (const UpdateSlot& slot : slots) {
+    grads.push_back(current_grad(slot, optimizer));
     cuda::TensorSlot s;
-    s.param = slot->param.raw_data();
-    s.grad = slot->grad.raw_data();
+    s.param = slot.param.raw_data();
+    s.grad = grads.back().raw_data();
     int k = 0;
-    for (std::string_view name : buffers) s.state[k++] = find_buffer(*slot, name);
-    s.numel = slot->param.numel();
+    for (std::string_view name : buffers) s.state[k++] = find_buffer(slot, name);
+    s.numel = slot.param.numel();
     out.push_back(s);
   }
   return out;
@@ -80,27 +102,62 @@ cuda::AdamScalars to_cuda(const AdamScalars& s) {
 
 }  // namespace
 
+// A run waiting for launch_staged(): the slots keep the parameter and its state
+// (the gradient is read at launch).
+struct StagedRun {
+  bool adam = false;
+  cuda::SlotTable* table = nullptr;
+  std::vector<UpdateSlot> slots;
+};
+
 struct FusedTables::Tables {
   std::map<std::pair<size_t, size_t>, cuda::SlotTable> by_site;  // (group, run)
+  std::vector<StagedRun> staged;
 };
 
 FusedTables::FusedTables() : tables_(std::make_unique<Tables>()) {}
 FusedTables::~FusedTables() = default;
 
+namespace {
+
+std::vector<UpdateSlot> copy_slots(const std::vector<UpdateSlot*>& slots) {
+  std::vector<UpdateSlot> out;
+  out.reserve(slots.size());
+  for (const UpdateSlot* slot : slots) out.push_back({slot->param, Tensor(), slot->state});
+  return out;
+}
+
+}  // namespace
+
 void FusedTables::sgd(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
                       const SgdScalars& scalars) {
-  const Tensor& first = slots.front()->param;
-  cuda::sgd_step(tables_->by_site[{group, run}], tensor_slots(slots, {"momentum_buffer"}),
-                 first.dtype(), first.device().index, to_cuda(scalars));
+  cuda::SlotTable& table = tables_->by_site[{group, run}];
+  cuda::stage_scalars(table, slots.front()->param.device().index, to_cuda(scalars));
+  tables_->staged.push_back({false, &table, copy_slots(slots)});
 }
 
 void FusedTables::adam(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
                        const AdamScalars& scalars) {
-  const Tensor& first = slots.front()->param;
-  cuda::adam_step(tables_->by_site[{group, run}],
-                  tensor_slots(slots, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}),
-                  first.dtype(), first.device().index, to_cuda(scalars));
+  cuda::SlotTable& table = tables_->by_site[{group, run}];
+  cuda::stage_scalars(table, slots.front()->param.device().index, to_cuda(scalars));
+  tables_->staged.push_back({true, &table, copy_slots(slots)});
 }
+
+void FusedTables::launch_staged(const std::string& optimizer) {
+  for (StagedRun& run : tables_->staged) {
+    const Tensor& first = run.slots.front().param;
+    std::vector<Tensor> grads;  // alive until the launch is queued
+    std::vector<cuda::TensorSlot> slots =
+        tensor_slots(run.slots, run.adam ? kAdamBuffers : kSgdBuffers, grads, optimizer);
+    if (run.adam) {
+      cuda::launch_staged_adam(*run.table, slots, first.dtype(), first.device().index);
+    } else {
+      cuda::launch_staged_sgd(*run.table, slots, first.dtype(), first.device().index);
+    }
+  }
+}
+
+void FusedTables::clear_staged() { tables_->staged.clear(); }
 
 double fused_sum_of_squares(const std::vector<Tensor>& tensors) {
   if (tensors.empty()) return 0.0;
@@ -138,6 +195,10 @@ void FusedTables::sgd(size_t, size_t, const std::vector<UpdateSlot*>&, const Sgd
 void FusedTables::adam(size_t, size_t, const std::vector<UpdateSlot*>&, const AdamScalars&) {
   no_cuda("Adam");
 }
+
+void FusedTables::launch_staged(const std::string&) {}
+
+void FusedTables::clear_staged() {}
 
 double fused_sum_of_squares(const std::vector<Tensor>&) { no_cuda("clip_grad_norm_"); }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -43,10 +44,12 @@ struct AdamScalars {
 
 // The device slot tables of an optimizer's fused steps, one per launch site
 // (group, run), kept across steps so that a table is uploaded only when its
-// pointers change. Each call is one kernel launch over the whole run, whose
-// slots are all on one GPU and of one dtype. Buffers are passed by name, in
-// the kernel's order (SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq,
-// max_exp_avg_sq); a name the slot's state lacks passes null.
+// pointers change. sgd() and adam() stage a run: its scalars go to device
+// memory now and the run waits for launch_staged(), which makes one kernel
+// launch per run (its slots all on one GPU and of one dtype) with the
+// gradients of that moment. Buffers are passed by name, in the kernel's order
+// (SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq); a name the
+// slot's state lacks passes null.
 class FusedTables {
  public:
   FusedTables();
@@ -58,6 +61,10 @@ class FusedTables {
            const SgdScalars& scalars);
   void adam(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
             const AdamScalars& scalars);
+  // Launches the runs staged since clear_staged(), in order; `optimizer` names
+  // it in errors (a parameter that lost its gradient in between).
+  void launch_staged(const std::string& optimizer);
+  void clear_staged();
 
  private:
   struct Tables;

@@ -2,7 +2,8 @@
 # Builds the GPU tests (tag "gpu"), the examples and benchmarks (bench/, when present) and
 # gathers them, with the non-CUDA shared libraries they need, into .bundle/ — a
 # folder that runs on a GPU host with the NVIDIA driver, CUDA runtime, cuDNN and
-# cuBLAS but no Bazel. On that host: bash .bundle/run_gpu_tests.sh
+# cuBLAS but no Bazel. On that host: bash .bundle/run_gpu_tests.sh, and the
+# benchmark against PyTorch: bash .bundle/bench/run.sh (--help for its options)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -20,6 +21,12 @@ for label in $targets $bench; do
   package=$(basename "$(dirname "$path")")
   cp "$path" ".bundle/bin/${package}_$(basename "$path")"
 done
+# The benchmark's scripts: .bundle/bench/run.sh finds the binaries in ../bin and
+# the libraries in ../lib (see bench/run.sh).
+if [ -d bench ]; then
+  mkdir -p .bundle/bench
+  cp bench/*.py bench/run.sh .bundle/bench/
+fi
 # Libraries the GPU host lacks: everything resolved here except the C runtime
 # and the CUDA libraries, which the host provides in matching versions. Loom's
 # own libraries are shared objects (Bazel's default for tests), so each is

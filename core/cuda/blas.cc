@@ -53,12 +53,17 @@ struct BlasMath {
 };
 
 // Pedantic math under StrictFp32 also rules out cuBLAS's emulated or
-// reduced-precision paths, whatever the environment asks for.
+// reduced-precision paths, whatever the environment asks for. 16-bit operands
+// are already rounded: they multiply on tensor cores and accumulate in fp32
+// under every policy.
 BlasMath math_of(DType dtype) {
   const Precision precision = numerics_policy().precision;
   const cublasMath_t mode =
       precision == Precision::StrictFp32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
   if (dtype == DType::Float64) return {CUBLAS_COMPUTE_64F, mode};
+  if (dtype == DType::BFloat16 || dtype == DType::Float16) {
+    return {CUBLAS_COMPUTE_32F, CUBLAS_DEFAULT_MATH};
+  }
   switch (precision) {
     case Precision::StrictFp32: return {CUBLAS_COMPUTE_32F, mode};
     case Precision::Tf32: return {CUBLAS_COMPUTE_32F_FAST_TF32, mode};
@@ -215,9 +220,18 @@ Scalars scalars_of(DType dtype, bool accumulate) {
   return {{1.0f, static_cast<float>(beta)}, {1.0, beta}, dtype == DType::Float64};
 }
 
+cudaDataType data_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::Float64: return CUDA_R_64F;
+    case DType::BFloat16: return CUDA_R_16BF;
+    case DType::Float16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
 void run(const GemmPlan& p, const Strided& c, const Strided& a, const Strided& b, bool accumulate) {
   const MatrixLayout la = *p.layout(kA), lb = *p.layout(kB), lc = *p.layout(kC);
-  const cudaDataType type = c.dtype == DType::Float64 ? CUDA_R_64F : CUDA_R_32F;
+  const cudaDataType type = data_type_of(c.dtype);
   const Scalars s = scalars_of(c.dtype, accumulate);
   const BlasMath math = math_of(c.dtype);
   cublasHandle_t handle = blas_handle();

@@ -34,7 +34,9 @@ cublasHandle_t blas_handle();
 // float32 computes as the thread's numerics policy says: StrictFp32 in IEEE
 // fp32 (pedantic math, no tensor-core down-conversion), Tf32 / Bf16 / Fp16 on
 // tensor cores from inputs rounded to that format, accumulating in fp32.
-// float64 always computes in fp64.
+// float64 always computes in fp64. bfloat16 and float16 (GPU-only dtypes)
+// read and write 16-bit matrices and accumulate in fp32 under every policy;
+// with `accumulate`, c's old values are read at that precision too.
 void matmul(const Strided& c, const Strided& a, const Strided& b, bool accumulate = false);
 
 }  // namespace loom::cuda

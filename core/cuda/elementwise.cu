@@ -1,10 +1,12 @@
 // File: core/cuda/elementwise.cu
 // Elementwise kernels: one functor per kernel family applied by a grid-stride
 // map (one input) or zip (two inputs) over strided operands. The math is the
-// CPU's own (core/cpu/elementwise_math.h), in the operands' dtype.
+// CPU's own (core/cpu/elementwise_math.h), in the operands' dtype, or in
+// float32 for bfloat16 and float16 operands (element.cuh).
 #include <cmath>
 
 #include "core/cpu/elementwise_math.h"
+#include "core/cuda/element.cuh"
 #include "core/cuda/elementwise_kernels.h"
 #include "core/cuda/geometry.cuh"
 
@@ -68,30 +70,33 @@ struct ClampBackward {
 
 // ---- kernels and launch helpers ---------------------------------------------------
 
-template <class T, class Fn>
-__global__ void map_kernel(T* out, Geometry og, const T* in, Geometry ig, int64_t n, Fn fn) {
+// S is the storage type; fn computes in compute_t<S>.
+template <class S, class Fn>
+__global__ void map_kernel(S* out, Geometry og, const S* in, Geometry ig, int64_t n, Fn fn) {
   for (int64_t i = first_index(); i < n; i += index_step()) {
-    out[offset_of(i, og)] = fn(in[offset_of(i, ig)]);
+    out[offset_of(i, og)] = from_compute<S>(fn(to_compute(in[offset_of(i, ig)])));
   }
 }
 
-template <class T, class Fn>
-__global__ void zip_kernel(T* out, Geometry og, const T* a, Geometry ag, const T* b, Geometry bg,
+template <class S, class Fn>
+__global__ void zip_kernel(S* out, Geometry og, const S* a, Geometry ag, const S* b, Geometry bg,
                            int64_t n, Fn fn) {
   for (int64_t i = first_index(); i < n; i += index_step()) {
-    out[offset_of(i, og)] = fn(a[offset_of(i, ag)], b[offset_of(i, bg)]);
+    const compute_t<S> x = to_compute(a[offset_of(i, ag)]), y = to_compute(b[offset_of(i, bg)]);
+    out[offset_of(i, og)] = from_compute<S>(fn(x, y));
   }
 }
 
-// out = fn(in), with fn = make_fn.template operator()<T>() for the dtype's T.
+// out = fn(in), with fn = make_fn.template operator()<T>() for the dtype's
+// compute type T.
 template <class MakeFn>
 cudaError_t launch_map(const Strided& out, const Strided& in, cudaStream_t stream, MakeFn make_fn) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
-  visit_float(out.dtype, [&]<class T>() {
-    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out.ptr<T>(), geometry_of(out),
-                                                       in.ptr<const T>(), geometry_of(in), n,
-                                                       make_fn.template operator()<T>());
+  visit_floating(out.dtype, [&]<class S>() {
+    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<S>(), geometry_of(out), in.ptr<const S>(), geometry_of(in), n,
+        make_fn.template operator()<compute_t<S>>());
   });
   return cudaGetLastError();
 }
@@ -102,10 +107,10 @@ cudaError_t launch_zip(const Strided& out, const Strided& a, const Strided& b, c
                        MakeFn make_fn) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
-  visit_float(out.dtype, [&]<class T>() {
+  visit_floating(out.dtype, [&]<class S>() {
     zip_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<T>(), geometry_of(out), a.ptr<const T>(), geometry_of(a), b.ptr<const T>(),
-        geometry_of(b), n, make_fn.template operator()<T>());
+        out.ptr<S>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), b.ptr<const S>(),
+        geometry_of(b), n, make_fn.template operator()<compute_t<S>>());
   });
   return cudaGetLastError();
 }

@@ -4,7 +4,8 @@
 // arguments. Operands live on the current GPU; work is queued on
 // cuda::current_stream(). Each thread computes in the operands' dtype, so results
 // differ from the CPU only by the rounding of the device math library and FMA
-// contraction (a few ulp).
+// contraction (a few ulp). bfloat16 and float16 operands (GPU only) compute in
+// float32 and round once on store.
 #pragma once
 
 #include "core/cpu/elementwise.h"

@@ -1,6 +1,7 @@
 // File: core/cuda/elementwise_kernels.h
-// Launchers for the kernels in elementwise.cu (float32 and float64, operands of
-// one dtype and equal sizes, any strides, at most kMaxDims dims). They return the
+// Launchers for the kernels in elementwise.cu (float32, float64, bfloat16 and
+// float16 computing in float32; operands of one dtype and equal sizes, any
+// strides, at most kMaxDims dims). They return the
 // launch status; core/cuda/elementwise.cc checks it.
 #pragma once
 

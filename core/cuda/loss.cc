@@ -1,6 +1,6 @@
 // File: core/cuda/loss.cc
-// The host side of the GPU losses: checked launches on the current stream, then
-// the device totals read back, with a flagged target turned into an IndexError.
+// The host side of the GPU losses: checked launches on the current stream; the
+// device totals are read back only when asked (read_totals).
 #include "core/cuda/loss.h"
 
 #include <fmt/format.h>
@@ -21,7 +21,8 @@ int current_device() {
 }
 
 // One scratch per thread, made on first use and kept for the thread's life (as
-// the cuDNN workspace is): the forward's block totals land there.
+// the cuDNN workspace is): the forward's block totals land there, at an address
+// a captured graph may keep.
 LossScratch* scratch() {
   thread_local LossScratch* buffer =
       static_cast<LossScratch*>(malloc_device(sizeof(LossScratch), current_device()));
@@ -46,11 +47,12 @@ LossScratch* scratch() {
       op, value, shape_str(index), classes, classes - 1, ignore_index));
 }
 
-// Waits for the forward launched on the current stream and returns its totals.
-cpu::LossTotal read_totals(const Strided& target, int64_t classes, int64_t ignore_index,
-                           const char* op) {
+}  // namespace
+
+cpu::LossTotal read_totals(const LossTotals* device_totals, const Strided& target, int64_t classes,
+                           int64_t ignore_index, const char* op) {
   LossTotals totals{};
-  copy_to_host(&totals, &scratch()->totals, sizeof totals);
+  copy_to_host(&totals, device_totals, sizeof totals);
   if (totals.first_bad_position != kNoBadPosition) {
     throw_bad_target(target, static_cast<int64_t>(totals.first_bad_position), classes, ignore_index,
                      op);
@@ -58,34 +60,30 @@ cpu::LossTotal read_totals(const Strided& target, int64_t classes, int64_t ignor
   return {totals.sum, totals.count};
 }
 
-}  // namespace
-
-cpu::LossTotal cross_entropy_forward(const Strided& losses, const Strided& logits,
-                                     const Strided& target, const cpu::CrossEntropyParams& params) {
+void cross_entropy_forward(const Strided& losses, const Strided& logits, const Strided& target,
+                           const cpu::CrossEntropyParams& params, const LossOutputs& out) {
   check_kernel_rank(logits, "cross_entropy");
-  LOOM_CUDA_CHECK(
-      launch_cross_entropy_forward(losses, logits, target, params, scratch(), current_stream()));
-  return read_totals(target, logits.sizes[1], params.ignore_index, "cross_entropy");
+  LOOM_CUDA_CHECK(launch_cross_entropy_forward(losses, logits, target, params, out, scratch(),
+                                               current_stream()));
 }
 
 void cross_entropy_backward(const Strided& dlogits, const Strided& logits, const Strided& target,
-                            const Strided& dloss, double scale,
+                            const Strided& dloss, const LossScale& scale,
                             const cpu::CrossEntropyParams& params) {
   check_kernel_rank(logits, "cross_entropy");
   LOOM_CUDA_CHECK(launch_cross_entropy_backward(dlogits, logits, target, dloss, scale, params,
                                                 current_stream()));
 }
 
-cpu::LossTotal nll_loss_forward(const Strided& losses, const Strided& log_probs,
-                                const Strided& target, int64_t ignore_index) {
+void nll_loss_forward(const Strided& losses, const Strided& log_probs, const Strided& target,
+                      int64_t ignore_index, const LossOutputs& out) {
   check_kernel_rank(log_probs, "nll_loss");
-  LOOM_CUDA_CHECK(launch_nll_loss_forward(losses, log_probs, target, ignore_index, scratch(),
+  LOOM_CUDA_CHECK(launch_nll_loss_forward(losses, log_probs, target, ignore_index, out, scratch(),
                                           current_stream()));
-  return read_totals(target, log_probs.sizes[1], ignore_index, "nll_loss");
 }
 
 void nll_loss_backward(const Strided& dlog_probs, const Strided& target, const Strided& dloss,
-                       double scale, int64_t ignore_index) {
+                       const LossScale& scale, int64_t ignore_index) {
   check_kernel_rank(dlog_probs, "nll_loss");
   LOOM_CUDA_CHECK(
       launch_nll_loss_backward(dlog_probs, target, dloss, scale, ignore_index, current_stream()));

@@ -3,7 +3,9 @@
 // time: several lanes when the classes are contiguous (they read one row
 // together, coalesced), one thread otherwise (then neighbouring threads read
 // neighbouring positions, as in NCHW). The forward also totals its losses per
-// block; a one-block kernel adds the block totals in a fixed order.
+// block; a one-block kernel adds the block totals in a fixed order and writes
+// the reduced loss. The backward reads its mean's count from device memory, so
+// nothing waits for the host.
 //
 // N batch, C classes, d1... optional spatial dims; P positions (n, d1...).
 #include <math.h>
@@ -38,8 +40,9 @@ struct LossArgs {
   int64_t out_step;    // class stride of dscores
   int64_t ignore_index;
   double eps;            // label smoothing
-  double scale;          // backward: multiplies dloss
-  LossScratch* scratch;  // forward: block totals and the bad-target flag
+  LossScale scale;       // backward: what multiplies dloss
+  LossScratch* scratch;  // forward: block totals
+  LossTotals* totals;    // forward: the totals and the bad-target flag
 };
 
 __device__ float exp_of(float x) { return expf(x); }
@@ -142,8 +145,8 @@ __device__ LossPartial block_total(LossPartial mine) {
 }
 
 // Keeps the smallest bad position, so that the error names the first one.
-__device__ void flag_bad_target(LossScratch* scratch, int64_t p) {
-  atomicMin(&scratch->totals.first_bad_position, static_cast<unsigned long long>(p));
+__device__ void flag_bad_target(LossTotals* totals, int64_t p) {
+  atomicMin(&totals->first_bad_position, static_cast<unsigned long long>(p));
 }
 
 // losses[p] for every position p, 0 where ignored; the group's first lane
@@ -160,7 +163,11 @@ __global__ void loss_forward_kernel(LossArgs<T> a) {
     double loss = 0.0;
     if (t != a.ignore_index && !is_class(t, a.classes)) {
       loss = NAN;
-      if (lane == 0) flag_bad_target(a.scratch, p);
+      if (lane == 0) {
+        flag_bad_target(a.totals, p);
+        mine.sum += loss;  // so that a reduced loss says it too
+        ++mine.count;
+      }
     } else if (t != a.ignore_index) {
       loss = position_loss<kind, L>(a, a.scores + o[kScores], t, lane);
       if (lane == 0) {
@@ -174,18 +181,29 @@ __global__ void loss_forward_kernel(LossArgs<T> a) {
   if (threadIdx.x == 0) a.scratch->partials[blockIdx.x] = total;
 }
 
-// The totals of the first `blocks` partials; launched as one block.
-__global__ void loss_totals_kernel(LossScratch* scratch, int blocks) {
+// The totals of the first `blocks` partials, and the reduced loss (rounded
+// once from double, as the CPU reference does); launched as one block.
+template <class T>
+__global__ void loss_totals_kernel(const LossScratch* scratch, int blocks, LossOutputs out) {
   LossPartial mine{0.0, 0};
   for (int b = threadIdx.x; b < blocks; b += blockDim.x) {
     mine.sum += scratch->partials[b].sum;
     mine.count += scratch->partials[b].count;
   }
   const LossPartial total = block_total(mine);
-  if (threadIdx.x == 0) {
-    scratch->totals.sum = total.sum;
-    scratch->totals.count = total.count;
+  if (threadIdx.x != 0) return;
+  out.totals->sum = total.sum;
+  out.totals->count = total.count;
+  if (out.reduced != nullptr) {
+    const double value = out.mean ? total.sum / static_cast<double>(total.count) : total.sum;
+    *static_cast<T*>(out.reduced) = static_cast<T>(value);
   }
+}
+
+// What multiplies dloss: a mean divides by the count of non-ignored targets
+// (when it is 0 every position is ignored, so the infinite scale is unused).
+__device__ double scale_of(const LossScale& s) {
+  return s.mean ? 1.0 / static_cast<double>(s.totals->count) : 1.0;
 }
 
 // Cross-entropy's gradient at one position times g: (softmax(logits) -
@@ -208,6 +226,7 @@ template <LossKind kind, int L, class T>
 __global__ void loss_backward_kernel(LossArgs<T> a) {
   const int lane = threadIdx.x % L;
   const int64_t first = first_index() / L, step = index_step() / L;
+  const double scale = scale_of(a.scale);
   for (int64_t p = first; p < a.positions; p += step) {
     int64_t o[kOperands];
     for (int k = 0; k < kOperands; ++k) o[k] = offset_of(p, a.at[k]);
@@ -221,7 +240,7 @@ __global__ void loss_backward_kernel(LossArgs<T> a) {
       fill_row<L>(drow, a.classes, a.out_step, T(NAN), lane);
       continue;
     }
-    const T g = static_cast<T>(static_cast<double>(a.dloss[o[kDloss]]) * a.scale);
+    const T g = static_cast<T>(static_cast<double>(a.dloss[o[kDloss]]) * scale);
     if constexpr (kind == LossKind::Nll) {
       for (int64_t c = lane; c < a.classes; c += L) drow[c * a.out_step] = c == t ? -g : T(0);
     } else {
@@ -299,31 +318,34 @@ int loss_blocks(int64_t positions, int lanes) {
 
 template <LossKind kind>
 cudaError_t launch_forward(const LossOperands& ops, int64_t ignore_index, double eps, int lanes,
-                           LossScratch* scratch, cudaStream_t stream) {
-  cudaError_t status = cudaMemsetAsync(&scratch->totals.first_bad_position, 0xff,
+                           const LossOutputs& out, LossScratch* scratch, cudaStream_t stream) {
+  cudaError_t status = cudaMemsetAsync(&out.totals->first_bad_position, 0xff,
                                        sizeof(unsigned long long), stream);
   if (status != cudaSuccess) return status;
   const int64_t positions = ops.target->numel();
   const int blocks = positions == 0 ? 0 : loss_blocks(positions, lanes);
-  if (blocks > 0) {
-    visit_float(ops.out->dtype, [&]<class T>() {
+  visit_float(ops.out->dtype, [&]<class T>() {
+    if (blocks > 0) {
       LossArgs<T> a = args_of<T>(ops, ignore_index);
       a.eps = eps;
       a.scratch = scratch;
+      a.totals = out.totals;
       visit_lanes(lanes, [&]<int L>() {
         loss_forward_kernel<kind, L, T><<<blocks, kThreads, 0, stream>>>(a);
       });
-    });
-    status = cudaGetLastError();
-    if (status != cudaSuccess) return status;
-  }
-  loss_totals_kernel<<<1, kThreads, 0, stream>>>(scratch, blocks);
-  return cudaGetLastError();
+      status = cudaGetLastError();
+    }
+    if (status == cudaSuccess) {
+      loss_totals_kernel<T><<<1, kThreads, 0, stream>>>(scratch, blocks, out);
+      status = cudaGetLastError();
+    }
+  });
+  return status;
 }
 
 template <LossKind kind>
-cudaError_t launch_backward(const LossOperands& ops, int64_t ignore_index, double eps, double scale,
-                            cudaStream_t stream) {
+cudaError_t launch_backward(const LossOperands& ops, int64_t ignore_index, double eps,
+                            const LossScale& scale, cudaStream_t stream) {
   const int64_t positions = ops.target->numel();
   if (positions == 0) return cudaSuccess;
   const int lanes = lanes_for(ops.out->sizes[1], ops.out->strides[1]);
@@ -343,15 +365,17 @@ cudaError_t launch_backward(const LossOperands& ops, int64_t ignore_index, doubl
 cudaError_t launch_cross_entropy_forward(const Strided& losses, const Strided& logits,
                                          const Strided& target,
                                          const cpu::CrossEntropyParams& params,
-                                         LossScratch* scratch, cudaStream_t stream) {
+                                         const LossOutputs& out, LossScratch* scratch,
+                                         cudaStream_t stream) {
   const int lanes = lanes_for(logits.sizes[1], logits.strides[1]);
   return launch_forward<LossKind::CrossEntropy>({&target, &logits, &losses, nullptr},
                                                 params.ignore_index, params.label_smoothing, lanes,
-                                                scratch, stream);
+                                                out, scratch, stream);
 }
 
 cudaError_t launch_cross_entropy_backward(const Strided& dlogits, const Strided& logits,
-                                          const Strided& target, const Strided& dloss, double scale,
+                                          const Strided& target, const Strided& dloss,
+                                          const LossScale& scale,
                                           const cpu::CrossEntropyParams& params,
                                           cudaStream_t stream) {
   return launch_backward<LossKind::CrossEntropy>({&target, &logits, &dlogits, &dloss},
@@ -361,15 +385,16 @@ cudaError_t launch_cross_entropy_backward(const Strided& dlogits, const Strided&
 
 cudaError_t launch_nll_loss_forward(const Strided& losses, const Strided& log_probs,
                                     const Strided& target, int64_t ignore_index,
-                                    LossScratch* scratch, cudaStream_t stream) {
+                                    const LossOutputs& out, LossScratch* scratch,
+                                    cudaStream_t stream) {
   // One read per position: a thread each, whatever the layout.
   return launch_forward<LossKind::Nll>({&target, &log_probs, &losses, nullptr}, ignore_index, 0.0,
-                                       /*lanes=*/1, scratch, stream);
+                                       /*lanes=*/1, out, scratch, stream);
 }
 
 cudaError_t launch_nll_loss_backward(const Strided& dlog_probs, const Strided& target,
-                                     const Strided& dloss, double scale, int64_t ignore_index,
-                                     cudaStream_t stream) {
+                                     const Strided& dloss, const LossScale& scale,
+                                     int64_t ignore_index, cudaStream_t stream) {
   return launch_backward<LossKind::Nll>({&target, nullptr, &dlog_probs, &dloss}, ignore_index, 0.0,
                                         scale, stream);
 }

@@ -1,7 +1,8 @@
 // File: core/cuda/loss_kernels.h
 // Launchers for the fused cross-entropy and NLL kernels in loss.cu. They return
-// the launch status; loss.cc checks it and turns the device totals into
-// cpu::LossTotal.
+// the launch status; loss.cc checks it. Nothing is read back to the host: the
+// forward leaves its totals (and the reduced loss) in device memory, where the
+// backward reads its scale, so a whole training step can be captured.
 //
 // N batch, C classes, d1... optional spatial dims; a "position" is one (n, d1...).
 // Scores are (N, C, d1...) float32 or float64 and targets (N, d1...) int64, any
@@ -28,7 +29,8 @@ struct LossPartial {
 
 constexpr unsigned long long kNoBadPosition = ~0ull;
 
-// What a forward launch leaves in device memory for the host.
+// What a forward launch leaves in device memory for the backward (and for the
+// host, when it asks).
 struct LossTotals {
   double sum;     // of the per-position losses
   int64_t count;  // positions whose target is not ignore_index
@@ -38,30 +40,48 @@ struct LossTotals {
 
 constexpr int kMaxLossBlocks = 1024;
 
-// Device scratch for one forward launch (the host keeps one per thread).
+// Device scratch for the block totals of one forward launch at a time (the
+// host keeps one per thread; launches on one stream run one after another).
 struct LossScratch {
-  LossTotals totals;
   LossPartial partials[kMaxLossBlocks];
 };
 
-// losses (N, d1...) and scratch->totals, as cpu::cross_entropy_forward.
+// Where a forward's results go besides the per-position losses.
+struct LossOutputs {
+  LossTotals* totals;  // device memory, read later by the backward
+  // A 0-d tensor for the reduced loss: the sum, or the mean when `mean`; null
+  // for reduction None. Its dtype is the losses'.
+  void* reduced;
+  bool mean;
+};
+
+// What scales dloss in a backward: 1, or 1 / totals->count for a mean.
+struct LossScale {
+  const LossTotals* totals;  // the forward's
+  bool mean;
+};
+
+// losses (N, d1...), as cpu::cross_entropy_forward, and `out`.
 cudaError_t launch_cross_entropy_forward(const Strided& losses, const Strided& logits,
                                          const Strided& target,
                                          const cpu::CrossEntropyParams& params,
-                                         LossScratch* scratch, cudaStream_t stream);
+                                         const LossOutputs& out, LossScratch* scratch,
+                                         cudaStream_t stream);
 // dlogits (N, C, d1...), as cpu::cross_entropy_backward.
 cudaError_t launch_cross_entropy_backward(const Strided& dlogits, const Strided& logits,
-                                          const Strided& target, const Strided& dloss, double scale,
+                                          const Strided& target, const Strided& dloss,
+                                          const LossScale& scale,
                                           const cpu::CrossEntropyParams& params,
                                           cudaStream_t stream);
 
-// losses (N, d1...) and scratch->totals, as cpu::nll_loss_forward.
+// losses (N, d1...), as cpu::nll_loss_forward, and `out`.
 cudaError_t launch_nll_loss_forward(const Strided& losses, const Strided& log_probs,
                                     const Strided& target, int64_t ignore_index,
-                                    LossScratch* scratch, cudaStream_t stream);
+                                    const LossOutputs& out, LossScratch* scratch,
+                                    cudaStream_t stream);
 // dlog_probs (N, C, d1...), as cpu::nll_loss_backward.
 cudaError_t launch_nll_loss_backward(const Strided& dlog_probs, const Strided& target,
-                                     const Strided& dloss, double scale, int64_t ignore_index,
-                                     cudaStream_t stream);
+                                     const Strided& dloss, const LossScale& scale,
+                                     int64_t ignore_index, cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -2,8 +2,11 @@
 // Batch-norm inference kernels. N batch, C channels, M elements of one channel
 // (all dims but dim 1). The forward and the eval dx are one per-channel affine
 // map over all elements; the weight and bias gradients are a block per channel.
+// x, y, dx, dy have storage type S; the per-channel vectors, and all the math,
+// are compute_t<S>: float32 for bfloat16 and float16 activations (element.cuh).
 #include <cmath>
 
+#include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/norm_kernels.h"
 
@@ -45,37 +48,41 @@ __global__ void running_stats_kernel(ChannelVector<T> save_mean, ChannelVector<T
 // out = in * scale + shift per channel, with the CPU's folding:
 // scale = invstd * weight, shift = bias - mean * scale. Without a mean there is
 // no centering (the eval dx): shift = bias.
-template <class T>
+template <class S>
 struct ChannelAffine {
-  T* out;
+  using T = compute_t<S>;
+  S* out;
   Geometry out_geometry;
-  const T* in;
+  const S* in;
   Geometry in_geometry;
   ChannelVector<const T> mean, invstd, weight, bias;  // all but invstd may be absent
   int64_t n, inner, channels;  // inner: elements per (sample, channel)
 };
 
-template <class T>
-__global__ void channel_affine_kernel(ChannelAffine<T> a) {
+template <class S>
+__global__ void channel_affine_kernel(ChannelAffine<S> a) {
+  using T = compute_t<S>;
   for (int64_t i = first_index(); i < a.n; i += index_step()) {
     const int64_t c = (i / a.inner) % a.channels;  // i is row-major over (N, C, inner)
     const T scale = a.invstd[c] * a.weight.get_or(c, T(1));
     const T bias = a.bias.get_or(c, T(0));
     const T shift = a.mean.data ? bias - a.mean[c] * scale : bias;
-    a.out[offset_of(i, a.out_geometry)] = a.in[offset_of(i, a.in_geometry)] * scale + shift;
+    a.out[offset_of(i, a.out_geometry)] =
+        from_compute<S>(to_compute(a.in[offset_of(i, a.in_geometry)]) * scale + shift);
   }
 }
 
-template <class T>
+template <class S>
 void launch_channel_affine(const Strided& out, const Strided& in, const Strided* mean,
                            const Strided& invstd, const Strided* weight, const Strided* bias,
                            cudaStream_t stream) {
+  using T = compute_t<S>;
   const int64_t n = in.numel();
   if (n == 0) return;
   const int64_t channels = in.sizes[1];
-  const ChannelAffine<T> a{out.ptr<T>(),
+  const ChannelAffine<S> a{out.ptr<S>(),
                            geometry_of(out),
-                           in.ptr<const T>(),
+                           in.ptr<const S>(),
                            geometry_of(in),
                            channel_vector<const T>(mean),
                            channel_vector<const T>(&invstd),
@@ -111,19 +118,19 @@ ChannelViews<T> channel_views(const Strided& t) {
   return {t.ptr<const T>(), t.strides[1], geometry_of(sizes, strides)};
 }
 
-template <class T>
+template <class S, class T = compute_t<S>>
 __global__ void grad_sums_kernel(ChannelVector<T> dweight, ChannelVector<T> dbias,
-                                 ChannelViews<T> dy, ChannelViews<T> x, ChannelVector<const T> mean,
+                                 ChannelViews<S> dy, ChannelViews<S> x, ChannelVector<const T> mean,
                                  ChannelVector<const T> invstd, int64_t channels, int64_t m) {
   for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {  // uniform per block
-    const T* dyc = dy.base + c * dy.channel_stride;
-    const T* xc = x.base + c * x.channel_stride;
+    const S* dyc = dy.base + c * dy.channel_stride;
+    const S* xc = x.base + c * x.channel_stride;
     const T mean_c = mean[c], invstd_c = invstd[c];
     GradSums<T> sums{T(0), T(0)};
     for (int64_t j = threadIdx.x; j < m; j += kThreads) {
-      const T g = dyc[offset_of(j, dy.rest)];
+      const T g = to_compute(dyc[offset_of(j, dy.rest)]);
       sums.dy += g;
-      sums.dy_xhat += g * (xc[offset_of(j, x.rest)] - mean_c) * invstd_c;
+      sums.dy_xhat += g * (to_compute(xc[offset_of(j, x.rest)]) - mean_c) * invstd_c;
     }
     sums = block_reduce(sums, [](const GradSums<T>& a, const GradSums<T>& b) {
       return GradSums<T>{a.dy + b.dy, a.dy_xhat + b.dy_xhat};
@@ -155,8 +162,8 @@ cudaError_t launch_batch_norm_running_stats(const Strided& save_mean, const Stri
 cudaError_t launch_batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
                                       const Strided& invstd, const Strided* weight,
                                       const Strided* bias, cudaStream_t stream) {
-  visit_float(x.dtype, [&]<class T>() {
-    launch_channel_affine<T>(y, x, &mean, invstd, weight, bias, stream);
+  visit_floating(x.dtype, [&]<class S>() {
+    launch_channel_affine<S>(y, x, &mean, invstd, weight, bias, stream);
   });
   return cudaGetLastError();
 }
@@ -167,12 +174,13 @@ cudaError_t launch_batch_norm_backward_eval(const Strided* dx, const Strided* dw
                                             const Strided& invstd, const Strided* weight,
                                             cudaStream_t stream) {
   const int64_t channels = x.sizes[1];
-  visit_float(x.dtype, [&]<class T>() {
-    if (dx != nullptr) launch_channel_affine<T>(*dx, dy, nullptr, invstd, weight, nullptr, stream);
+  visit_floating(x.dtype, [&]<class S>() {
+    using T = compute_t<S>;
+    if (dx != nullptr) launch_channel_affine<S>(*dx, dy, nullptr, invstd, weight, nullptr, stream);
     if ((dweight != nullptr || dbias != nullptr) && channels > 0) {
-      grad_sums_kernel<<<blocks_for_groups(channels), kThreads, 0, stream>>>(
-          channel_vector<T>(dweight), channel_vector<T>(dbias), channel_views<T>(dy),
-          channel_views<T>(x), channel_vector<const T>(&mean), channel_vector<const T>(&invstd),
+      grad_sums_kernel<S><<<blocks_for_groups(channels), kThreads, 0, stream>>>(
+          channel_vector<T>(dweight), channel_vector<T>(dbias), channel_views<S>(dy),
+          channel_views<S>(x), channel_vector<const T>(&mean), channel_vector<const T>(&invstd),
           channels, x.numel() / channels);
     }
   });

@@ -6,8 +6,10 @@
 // N batch, C channels, M = N * (elements per channel per sample).
 // x, y, dx, dy are (N, C, ...) with at least 2 dims and any strides (NCHW,
 // channels-last, views); per-channel vectors (C) may have any stride. All share
-// one float dtype; an absent weight or bias acts as 1 or 0. The per-channel sums
-// of the backward accumulate in the tensors' dtype (a block tree per channel).
+// one float dtype, except that bfloat16 / float16 x, y, dx, dy (GPU-only) take
+// float32 per-channel vectors and compute in float32; an absent weight or bias
+// acts as 1 or 0. The per-channel sums of the backward accumulate in the
+// per-channel dtype (a block tree per channel).
 #pragma once
 
 #include <optional>

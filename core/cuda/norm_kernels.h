@@ -1,6 +1,7 @@
 // File: core/cuda/norm_kernels.h
 // Launchers for the batch-norm kernels in norm.cu: the inference parts of
-// core/cpu/norm.h (float32 and float64, any strides, at most kMaxDims dims). An
+// core/cpu/norm.h (float32 and float64, any strides, at most kMaxDims dims; x,
+// y, dx, dy may also be bfloat16 / float16 with float32 per-channel vectors). An
 // optional operand is a null pointer when absent. They return the launch
 // status; core/cuda/norm.cc checks it.
 #pragma once

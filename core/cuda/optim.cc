@@ -2,6 +2,7 @@
 // Slot-table uploads and checked launches of the multi-tensor kernels.
 #include "core/cuda/optim.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 
@@ -39,13 +40,39 @@ struct DeviceFree {
 
 }  // namespace
 
-SlotTable::~SlotTable() { deallocate(device_slots_); }
+SlotTable::~SlotTable() {
+  deallocate(device_slots_);
+  deallocate(device_scalars_);
+}
+
+void SlotTable::ensure_scalars(int device) {
+  if (device_scalars_ != nullptr && scalars_device_ == device) return;
+  deallocate(device_scalars_);  // stream-ordered, as in upload()
+  device_scalars_ = allocate(std::max(sizeof(SgdScalars), sizeof(AdamScalars)), device);
+  scalars_device_ = device;
+}
+
+void SlotTable::stage(const SgdScalars& scalars, int device) {
+  ensure_scalars(device);
+  LOOM_CUDA_CHECK(launch_store_scalars(static_cast<SgdScalars*>(device_scalars_), scalars,
+                                       current_stream()));
+}
+
+void SlotTable::stage(const AdamScalars& scalars, int device) {
+  ensure_scalars(device);
+  LOOM_CUDA_CHECK(launch_store_scalars(static_cast<AdamScalars*>(device_scalars_), scalars,
+                                       current_stream()));
+}
 
 void SlotTable::upload(const std::vector<TensorSlot>& slots, int device) {
   int64_t num_chunks = 0;
   std::vector<TensorSlot> host = numbered(slots, num_chunks);
-  if (device == device_ && host == host_ && device_slots_ != nullptr) return;
-  if (device != device_ || host.size() > capacity_) {
+  // A graph being captured must write its own table, at an address of its own
+  // capture pool: every replay then stores its slots before reading them, and
+  // eager uploads after the capture never move memory the graph uses.
+  const bool capturing = is_capturing();
+  if (!capturing && device == device_ && host == host_ && device_slots_ != nullptr) return;
+  if (capturing || device != device_ || host.size() > capacity_) {
     deallocate(device_slots_);  // stream-ordered: kernels already queued still read it
     device_slots_ = nullptr;
     capacity_ = 0;
@@ -54,29 +81,46 @@ void SlotTable::upload(const std::vector<TensorSlot>& slots, int device) {
       capacity_ = host.size();
     }
   }
-  if (!host.empty()) copy_to_device(device_slots_, host.data(), host.size() * sizeof(TensorSlot));
+  if (!host.empty()) {
+    LOOM_CUDA_CHECK(launch_store_slots(device_slots_, host.data(), static_cast<int>(host.size()),
+                                       current_stream()));
+  }
   host_ = std::move(host);
   device_ = device;
   num_chunks_ = num_chunks;
   ++uploads_;
 }
 
-void sgd_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
-              const SgdScalars& scalars) {
+void launch_staged_sgd(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
+                       int device) {
   table.upload(slots, device);
   if (table.num_chunks() == 0) return;
   LOOM_CUDA_CHECK(launch_sgd(table.device_slots(), table.size(), table.num_chunks(), dtype,
-                             scalars, current_stream()));
+                             static_cast<const SgdScalars*>(table.device_scalars()),
+                             current_stream()));
   count_launches(1);
+}
+
+void launch_staged_adam(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
+                        int device) {
+  table.upload(slots, device);
+  if (table.num_chunks() == 0) return;
+  LOOM_CUDA_CHECK(launch_adam(table.device_slots(), table.size(), table.num_chunks(), dtype,
+                              static_cast<const AdamScalars*>(table.device_scalars()),
+                              current_stream()));
+  count_launches(1);
+}
+
+void sgd_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
+              const SgdScalars& scalars) {
+  table.stage(scalars, device);
+  launch_staged_sgd(table, slots, dtype, device);
 }
 
 void adam_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
                const AdamScalars& scalars) {
-  table.upload(slots, device);
-  if (table.num_chunks() == 0) return;
-  LOOM_CUDA_CHECK(launch_adam(table.device_slots(), table.size(), table.num_chunks(), dtype,
-                              scalars, current_stream()));
-  count_launches(1);
+  table.stage(scalars, device);
+  launch_staged_adam(table, slots, dtype, device);
 }
 
 double sum_of_squares(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,

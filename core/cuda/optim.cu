@@ -59,14 +59,27 @@ __device__ int slot_of(const TensorSlot* slots, int num_slots, int64_t chunk) {
 
 // Calls update(slot, i) for every element i of every slot.
 template <class Update>
-__global__ void multi_tensor_kernel(const TensorSlot* slots, int num_slots, int64_t num_chunks,
-                                    Update update) {
+__device__ void walk_chunks(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                            const Update& update) {
   for (int64_t chunk = blockIdx.x; chunk < num_chunks; chunk += gridDim.x) {
     const TensorSlot slot = slots[slot_of(slots, num_slots, chunk)];  // into registers
     const int64_t begin = (chunk - slot.first_chunk) * kChunkSize;
     const int64_t end = std::min(begin + kChunkSize, slot.numel);
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update(slot, i);
   }
+}
+
+template <class Update>
+__global__ void multi_tensor_kernel(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                                    Update update) {
+  walk_chunks(slots, num_slots, num_chunks, update);
+}
+
+// The update's scalars come from device memory: each thread builds its Update.
+template <class Update, class Scalars>
+__global__ void multi_tensor_update_kernel(const TensorSlot* slots, int num_slots,
+                                           int64_t num_chunks, const Scalars* scalars) {
+  walk_chunks(slots, num_slots, num_chunks, Update(*scalars));
 }
 
 template <class Update>
@@ -78,6 +91,32 @@ cudaError_t launch_multi_tensor(const TensorSlot* slots, int num_slots, int64_t 
   return cudaGetLastError();
 }
 
+template <class Update, class Scalars>
+cudaError_t launch_update(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                          const Scalars* scalars, cudaStream_t stream) {
+  if (num_chunks == 0) return cudaSuccess;
+  multi_tensor_update_kernel<Update><<<blocks_for_groups(num_chunks), kThreads, 0, stream>>>(
+      slots, num_slots, num_chunks, scalars);
+  return cudaGetLastError();
+}
+
+// ---- stores through kernel arguments (capturable, unlike host copies) ----------
+
+constexpr int kSlotsPerStore = 64;  // 64 * 56 bytes: within the 4 KiB of kernel arguments
+
+struct SlotBatch {
+  TensorSlot slots[kSlotsPerStore];
+};
+
+__global__ void store_slots_kernel(TensorSlot* dst, SlotBatch batch, int count) {
+  if (static_cast<int>(threadIdx.x) < count) dst[threadIdx.x] = batch.slots[threadIdx.x];
+}
+
+template <class T>
+__global__ void store_kernel(T* dst, T value) {
+  *dst = value;
+}
+
 // ---- the updates: what one element computes -------------------------------------
 
 // torch.optim.SGD: weight decay into the gradient, momentum buffer (the first
@@ -87,8 +126,8 @@ struct SgdUpdate {
   T lr, momentum, one_minus_dampening, weight_decay;
   bool use_momentum, use_weight_decay, nesterov, maximize, first_step;
 
-  explicit SgdUpdate(const SgdScalars& s)
-      : lr(T(s.lr)), momentum(T(s.momentum)), one_minus_dampening(T(1.0 - s.dampening)),
+  __device__ explicit SgdUpdate(const SgdScalars& s)
+      : lr(T(s.lr)), momentum(T(s.momentum)), one_minus_dampening(T(add(1.0, -s.dampening))),
         weight_decay(T(s.weight_decay)), use_momentum(s.momentum != 0.0),
         use_weight_decay(s.weight_decay != 0.0), nesterov(s.nesterov), maximize(s.maximize),
         first_step(s.first_step) {}
@@ -115,9 +154,10 @@ struct AdamUpdate {
       bias_correction2_sqrt;
   bool use_weight_decay, decoupled, amsgrad, maximize;
 
-  explicit AdamUpdate(const AdamScalars& s)
-      : decay(T(1.0 - s.lr * s.weight_decay)), weight_decay(T(s.weight_decay)),
-        one_minus_beta1(T(1.0 - s.beta1)), beta2(T(s.beta2)), one_minus_beta2(T(1.0 - s.beta2)),
+  __device__ explicit AdamUpdate(const AdamScalars& s)
+      : decay(T(add(1.0, -mul(s.lr, s.weight_decay)))), weight_decay(T(s.weight_decay)),
+        one_minus_beta1(T(add(1.0, -s.beta1))), beta2(T(s.beta2)),
+        one_minus_beta2(T(add(1.0, -s.beta2))),
         eps(T(s.eps)), step_size(T(s.step_size)), bias_correction2_sqrt(T(s.bias_correction2_sqrt)),
         use_weight_decay(s.weight_decay != 0.0), decoupled(s.decoupled_weight_decay),
         amsgrad(s.amsgrad), maximize(s.maximize) {}
@@ -188,17 +228,40 @@ __global__ void sum_partials_kernel(const double* partials, int64_t count, doubl
 
 }  // namespace
 
+cudaError_t launch_store_slots(TensorSlot* dst, const TensorSlot* src, int count,
+                               cudaStream_t stream) {
+  for (int first = 0; first < count; first += kSlotsPerStore) {
+    const int n = std::min(kSlotsPerStore, count - first);
+    SlotBatch batch;
+    std::copy(src + first, src + first + n, batch.slots);
+    store_slots_kernel<<<1, kSlotsPerStore, 0, stream>>>(dst + first, batch, n);
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_store_scalars(SgdScalars* dst, const SgdScalars& value, cudaStream_t stream) {
+  store_kernel<<<1, 1, 0, stream>>>(dst, value);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_store_scalars(AdamScalars* dst, const AdamScalars& value, cudaStream_t stream) {
+  store_kernel<<<1, 1, 0, stream>>>(dst, value);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_sgd(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                       const SgdScalars& scalars, cudaStream_t stream) {
+                       const SgdScalars* scalars, cudaStream_t stream) {
   return visit_float(dtype, [&]<class T>() {
-    return launch_multi_tensor(slots, num_slots, num_chunks, SgdUpdate<T>(scalars), stream);
+    return launch_update<SgdUpdate<T>>(slots, num_slots, num_chunks, scalars, stream);
   });
 }
 
 cudaError_t launch_adam(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                        const AdamScalars& scalars, cudaStream_t stream) {
+                        const AdamScalars* scalars, cudaStream_t stream) {
   return visit_float(dtype, [&]<class T>() {
-    return launch_multi_tensor(slots, num_slots, num_chunks, AdamUpdate<T>(scalars), stream);
+    return launch_update<AdamUpdate<T>>(slots, num_slots, num_chunks, scalars, stream);
   });
 }
 

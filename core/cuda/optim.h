@@ -6,13 +6,17 @@
 // SlotTable, a device-resident array that is uploaded only when its contents
 // change, and one kernel walks all chunks of all tensors. Parameters and states
 // keep their addresses, so only gradients that moved (zero_grad() drops them and
-// the next backward allocates anew) cost an upload: one small host-to-device
-// copy (56 bytes a tensor) ordered before the kernel. The per-step scalars (lr,
-// bias corrections) travel as kernel arguments, so a captured CUDA graph would
-// freeze them: capture the optimizer step only once they live in device memory.
+// the next backward allocates anew) cost an upload: a store kernel (56 bytes a
+// tensor in its arguments) ordered before the update. The per-step scalars (lr,
+// bias corrections) are staged in the table's device memory the same way, so the
+// update kernel itself can be captured into a CUDA graph and replayed with the
+// scalars staged before each replay (optim/train_step.h).
 //
 //   cuda::SlotTable table;  // kept across steps, one per launch site
 //   cuda::adam_step(table, slots, DType::Float32, /*device=*/0, scalars);
+//   // or, split: stage now, launch later (or inside a capture)
+//   cuda::stage_scalars(table, /*device=*/0, scalars);
+//   cuda::launch_staged_adam(table, slots, DType::Float32, /*device=*/0);
 #pragma once
 
 #include <cstdint>
@@ -35,7 +39,12 @@ class SlotTable {
   // is queued on the current stream, before the kernels that read it.
   void upload(const std::vector<TensorSlot>& slots, int device);
 
+  // Writes what the next update of this table reads, on the current stream.
+  void stage(const SgdScalars& scalars, int device);
+  void stage(const AdamScalars& scalars, int device);
+
   const TensorSlot* device_slots() const { return device_slots_; }
+  const void* device_scalars() const { return device_scalars_; }
   int size() const { return static_cast<int>(host_.size()); }
   int64_t num_chunks() const { return num_chunks_; }
   // How many times upload() has copied to the device (for tests of the cache).
@@ -43,7 +52,11 @@ class SlotTable {
 
  private:
   std::vector<TensorSlot> host_;  // what the device copy holds
+  void ensure_scalars(int device);
+
   TensorSlot* device_slots_ = nullptr;
+  void* device_scalars_ = nullptr;  // room for either kind of scalars
+  int scalars_device_ = -1;
   size_t capacity_ = 0;  // slots the device buffer can hold
   int device_ = -1;
   int64_t num_chunks_ = 0;
@@ -51,7 +64,17 @@ class SlotTable {
 };
 
 // Each uploads `slots` (all of `dtype`, on GPU `device`) into `table` and makes
-// one launch over all of them on the current stream.
+// one launch over all of them on the current stream, reading the scalars last
+// staged in the table.
+void launch_staged_sgd(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
+                       int device);
+void launch_staged_adam(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
+                        int device);
+template <class Scalars>
+void stage_scalars(SlotTable& table, int device, const Scalars& scalars) {
+  table.stage(scalars, device);
+}
+// Stage, then launch.
 void sgd_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
               const SgdScalars& scalars);
 void adam_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,

@@ -1,8 +1,10 @@
 // File: core/cuda/optim_kernels.h
 // Launchers for the multi-tensor kernels in optim.cu: one launch updates every
 // tensor of a slot table (float32 or float64, all of one dtype, each a dense
-// array). The table lives in device memory; core/cuda/optim.cc uploads it.
-// They return the launch status; core/cuda/optim.cc checks it.
+// array). The table and the update's scalars live in device memory, written by
+// small store kernels (not host copies), so that every launch here can be
+// captured into a CUDA graph. They return the launch status; core/cuda/optim.cc
+// checks it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,10 +33,14 @@ struct TensorSlot {
 
 // Each block of a multi-tensor kernel works on chunks of kChunkSize elements
 // of one tensor: a tensor of n elements has ceil(n / kChunkSize) chunks.
-constexpr int64_t kChunkSize = 4096;
+// Small chunks: a thread then walks only a few elements, and the latency of
+// its dependent loads, not bandwidth, bounds these small updates.
+constexpr int64_t kChunkSize = 512;
 
 // The scalars of one update, as torch.optim computes them in Python doubles.
 // Every field is cast to the tensors' dtype once, as PyTorch casts its scalars.
+// The kernels read them from device memory: a step's scalars are written before
+// its launch, so a replayed graph picks up the current learning rate.
 struct SgdScalars {
   double lr = 0.0;
   double momentum = 0.0;
@@ -58,11 +64,19 @@ struct AdamScalars {
   bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * weight_decay
 };
 
-// `slots` points to `num_slots` device-resident slots whose chunks total num_chunks.
+// dst[0 .. count) = src[0 .. count) (host), through kernel arguments.
+cudaError_t launch_store_slots(TensorSlot* dst, const TensorSlot* src, int count,
+                               cudaStream_t stream);
+// *dst = value, through a kernel argument.
+cudaError_t launch_store_scalars(SgdScalars* dst, const SgdScalars& value, cudaStream_t stream);
+cudaError_t launch_store_scalars(AdamScalars* dst, const AdamScalars& value, cudaStream_t stream);
+
+// `slots` points to `num_slots` device-resident slots whose chunks total
+// num_chunks; `scalars` to device memory.
 cudaError_t launch_sgd(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                       const SgdScalars& scalars, cudaStream_t stream);
+                       const SgdScalars* scalars, cudaStream_t stream);
 cudaError_t launch_adam(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                        const AdamScalars& scalars, cudaStream_t stream);
+                        const AdamScalars* scalars, cudaStream_t stream);
 // partials[c] = sum of param^2 over chunk c (in double), then total[0] = sum of
 // the partials, in a fixed order: the result does not depend on the launch.
 cudaError_t launch_sum_of_squares(const TensorSlot* slots, int num_slots, int64_t num_chunks,

@@ -2,12 +2,15 @@
 // 2-D pooling kernels: a thread per output walks its window (forward), a thread
 // per input element walks the windows that cover it (backward), so every element
 // is written once and sums run in the CPU kernels' order (core/cpu/pool.cc).
+// bfloat16 and float16 operands are read into float32, compared and summed
+// there, and rounded once on store (element.cuh).
 // N batch, C channels, H, W input plane, P, Q output plane.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/cuda/copy_kernels.h"
+#include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/pool_kernels.h"
 
@@ -114,9 +117,10 @@ __device__ Span covering(int64_t i, int64_t kernel, int64_t stride, int64_t pad,
 // ---- max pooling ---------------------------------------------------------------
 
 // The first max wins among ties; a NaN wins over numbers (the last NaN, as the CPU).
-template <class T>
-__global__ void max_pool_forward_kernel(View4<T> y, View4<int64_t> indices, View4<const T> x,
+template <class S>
+__global__ void max_pool_forward_kernel(View4<S> y, View4<int64_t> indices, View4<const S> x,
                                         IndexSpace outputs, PoolShape s) {
+  using T = compute_t<S>;
   for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
     const Position o = outputs.at(i);
     const Window win = window_at(s, o.h, o.w);
@@ -124,24 +128,25 @@ __global__ void max_pool_forward_kernel(View4<T> y, View4<int64_t> indices, View
     int64_t best_index = win.h0 * s.W + win.w0;
     for (int64_t h = win.h0; h < win.h1; ++h) {
       for (int64_t w = win.w0; w < win.w1; ++w) {
-        const T v = x(o.n, o.c, h, w);
+        const T v = to_compute(x(o.n, o.c, h, w));
         if (v > best || isnan(v)) {
           best = v;
           best_index = h * s.W + w;
         }
       }
     }
-    y(o.n, o.c, o.h, o.w) = best;
+    y(o.n, o.c, o.h, o.w) = from_compute<S>(best);
     indices(o.n, o.c, o.h, o.w) = best_index;
   }
 }
 
 // Indices must come from the forward with the same params: an index outside the
 // window of its output is never looked at.
-template <class T>
-__global__ void max_pool_backward_kernel(View4<T> dx, View4<const T> dy,
+template <class S>
+__global__ void max_pool_backward_kernel(View4<S> dx, View4<const S> dy,
                                          View4<const int64_t> indices, IndexSpace inputs,
                                          PoolShape s) {
+  using T = compute_t<S>;
   const cpu::Pool2dParams& k = s.params;
   for (int64_t i = first_index(); i < inputs.count; i += index_step()) {
     const Position e = inputs.at(i);
@@ -151,17 +156,18 @@ __global__ void max_pool_backward_kernel(View4<T> dx, View4<const T> dy,
     T sum = T(0);
     for (int64_t p = rows.first; p < rows.last; ++p) {
       for (int64_t q = cols.first; q < cols.last; ++q) {
-        if (indices(e.n, e.c, p, q) == flat) sum += dy(e.n, e.c, p, q);
+        if (indices(e.n, e.c, p, q) == flat) sum += to_compute(dy(e.n, e.c, p, q));
       }
     }
-    dx(e.n, e.c, e.h, e.w) = sum;
+    dx(e.n, e.c, e.h, e.w) = from_compute<S>(sum);
   }
 }
 
 // dx must be zero. An index outside the (H, W) plane, which no forward writes,
-// is skipped rather than followed out of bounds.
-template <class T>
-__global__ void max_pool_scatter_kernel(View4<T> dx, View4<const T> dy,
+// is skipped rather than followed out of bounds. (16-bit atomicAdd needs sm_80,
+// the oldest architecture this library is built for.)
+template <class S>
+__global__ void max_pool_scatter_kernel(View4<S> dx, View4<const S> dy,
                                         View4<const int64_t> indices, IndexSpace outputs,
                                         int64_t H, int64_t W) {
   for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
@@ -175,26 +181,28 @@ __global__ void max_pool_scatter_kernel(View4<T> dx, View4<const T> dy,
 // ---- average pooling -----------------------------------------------------------
 
 // The window sum in double, as the CPU, so float32 sums round once.
-template <class T>
-__global__ void avg_pool_forward_kernel(View4<T> y, View4<const T> x, IndexSpace outputs,
+template <class S>
+__global__ void avg_pool_forward_kernel(View4<S> y, View4<const S> x, IndexSpace outputs,
                                         PoolShape s, bool count_include_pad) {
+  using T = compute_t<S>;
   for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
     const Position o = outputs.at(i);
     const Window win = window_at(s, o.h, o.w);
     double sum = 0.0;
     for (int64_t h = win.h0; h < win.h1; ++h) {
-      for (int64_t w = win.w0; w < win.w1; ++w) sum += x(o.n, o.c, h, w);
+      for (int64_t w = win.w0; w < win.w1; ++w) sum += to_compute(x(o.n, o.c, h, w));
     }
     const double divisor = static_cast<double>(win.divisor(count_include_pad));
-    y(o.n, o.c, o.h, o.w) = static_cast<T>(sum / divisor);
+    y(o.n, o.c, o.h, o.w) = from_compute<S>(static_cast<T>(sum / divisor));
   }
 }
 
 // Each covering window adds dy / divisor in T, in row-major (p, q) order, as the
 // CPU's scatter reaches this element.
-template <class T>
-__global__ void avg_pool_backward_kernel(View4<T> dx, View4<const T> dy, IndexSpace inputs,
+template <class S>
+__global__ void avg_pool_backward_kernel(View4<S> dx, View4<const S> dy, IndexSpace inputs,
                                          PoolShape s, bool count_include_pad) {
+  using T = compute_t<S>;
   const cpu::Pool2dParams& k = s.params;
   for (int64_t i = first_index(); i < inputs.count; i += index_step()) {
     const Position e = inputs.at(i);
@@ -204,10 +212,10 @@ __global__ void avg_pool_backward_kernel(View4<T> dx, View4<const T> dy, IndexSp
     for (int64_t p = rows.first; p < rows.last; ++p) {
       for (int64_t q = cols.first; q < cols.last; ++q) {
         const T divisor = static_cast<T>(window_at(s, p, q).divisor(count_include_pad));
-        sum += dy(e.n, e.c, p, q) / divisor;
+        sum += to_compute(dy(e.n, e.c, p, q)) / divisor;
       }
     }
-    dx(e.n, e.c, e.h, e.w) = sum;
+    dx(e.n, e.c, e.h, e.w) = from_compute<S>(sum);
   }
 }
 
@@ -217,9 +225,9 @@ cudaError_t launch_max_pool2d_forward(const Strided& y, const Strided& indices, 
                                       const cpu::Pool2dParams& params, cudaStream_t stream) {
   const IndexSpace outputs = index_space(y);
   if (outputs.count == 0) return cudaSuccess;
-  visit_float(x.dtype, [&]<class T>() {
+  visit_floating(x.dtype, [&]<class S>() {
     max_pool_forward_kernel<<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-        view4<T>(y), view4<int64_t>(indices), view4<const T>(x), outputs,
+        view4<S>(y), view4<int64_t>(indices), view4<const S>(x), outputs,
         pool_shape(params, x, y));
   });
   return cudaGetLastError();
@@ -230,9 +238,9 @@ cudaError_t launch_max_pool2d_backward(const Strided& dx, const Strided& dy,
                                        cudaStream_t stream) {
   const IndexSpace inputs = index_space(dx);
   if (inputs.count == 0) return cudaSuccess;
-  visit_float(dx.dtype, [&]<class T>() {
+  visit_floating(dx.dtype, [&]<class S>() {
     max_pool_backward_kernel<<<blocks_for(inputs.count), kThreads, 0, stream>>>(
-        view4<T>(dx), view4<const T>(dy), view4<const int64_t>(indices), inputs,
+        view4<S>(dx), view4<const S>(dy), view4<const int64_t>(indices), inputs,
         pool_shape(params, dx, dy));
   });
   return cudaGetLastError();
@@ -244,9 +252,9 @@ cudaError_t launch_max_pool2d_backward_scatter(const Strided& dx, const Strided&
   if (zeroed != cudaSuccess) return zeroed;
   const IndexSpace outputs = index_space(dy);
   if (outputs.count == 0) return cudaSuccess;
-  visit_float(dx.dtype, [&]<class T>() {
+  visit_floating(dx.dtype, [&]<class S>() {
     max_pool_scatter_kernel<<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-        view4<T>(dx), view4<const T>(dy), view4<const int64_t>(indices), outputs, dx.sizes[2],
+        view4<S>(dx), view4<const S>(dy), view4<const int64_t>(indices), outputs, dx.sizes[2],
         dx.sizes[3]);
   });
   return cudaGetLastError();
@@ -257,9 +265,9 @@ cudaError_t launch_avg_pool2d_forward(const Strided& y, const Strided& x,
                                       cudaStream_t stream) {
   const IndexSpace outputs = index_space(y);
   if (outputs.count == 0) return cudaSuccess;
-  visit_float(x.dtype, [&]<class T>() {
+  visit_floating(x.dtype, [&]<class S>() {
     avg_pool_forward_kernel<<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-        view4<T>(y), view4<const T>(x), outputs, pool_shape(params, x, y), count_include_pad);
+        view4<S>(y), view4<const S>(x), outputs, pool_shape(params, x, y), count_include_pad);
   });
   return cudaGetLastError();
 }
@@ -269,9 +277,9 @@ cudaError_t launch_avg_pool2d_backward(const Strided& dx, const Strided& dy,
                                        cudaStream_t stream) {
   const IndexSpace inputs = index_space(dx);
   if (inputs.count == 0) return cudaSuccess;
-  visit_float(dx.dtype, [&]<class T>() {
+  visit_floating(dx.dtype, [&]<class S>() {
     avg_pool_backward_kernel<<<blocks_for(inputs.count), kThreads, 0, stream>>>(
-        view4<T>(dx), view4<const T>(dy), inputs, pool_shape(params, dx, dy), count_include_pad);
+        view4<S>(dx), view4<const S>(dy), inputs, pool_shape(params, dx, dy), count_include_pad);
   });
   return cudaGetLastError();
 }

@@ -3,7 +3,8 @@
 // same signatures and results, so an op can call cpu:: or cuda:: alike.
 //
 // N batch, C channels, H, W input plane, P, Q output plane.
-// Every tensor is 4-D (N, C, ., .) float32 or float64 (indices int64) with any
+// Every tensor is 4-D (N, C, ., .) float32 or float64, or bfloat16 / float16
+// computing in float32 (GPU-only dtypes), indices int64, with any
 // strides (NCHW, channels-last, views); outputs must not overlap inputs. The op
 // validates the geometry and sizes the output. Each output element is written
 // by one thread, and every sum runs in the CPU kernel's order, so results equal

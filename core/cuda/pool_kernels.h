@@ -1,6 +1,7 @@
 // File: core/cuda/pool_kernels.h
 // Launchers for the 2-D pooling kernels in pool.cu: the semantics of
-// core/cpu/pool.h on device views (4-D, any strides, float32 and float64). They
+// core/cpu/pool.h on device views (4-D, any strides, float32 and float64, and
+// bfloat16 and float16 computing in float32). They
 // return the launch status; core/cuda/pool.cc checks it.
 //
 // N batch, C channels, H, W input plane, P, Q output plane.

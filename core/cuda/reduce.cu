@@ -4,12 +4,14 @@
 // extent gets one thread per output; a larger one a block per output, each
 // thread folding every kThreads-th element before the block combines them.
 // What is folded and stored is a policy: plain Sum/Mean/Max/Min, or the
-// (value, index) pairs of max_along.
+// (value, index) pairs of max_along. bfloat16 and float16 inputs are read into
+// float32 and accumulate there (element.cuh); only the result is rounded.
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/reduce_kernels.h"
 
@@ -42,10 +44,12 @@ InputSplit split_input(const Strided& in, const std::vector<bool>& is_reduced) {
 
 // ---- policies: init, add one element, merge two partials, store a result -------
 
-template <class T>
+// S is the storage type, T = compute_t<S> what is added and compared.
+template <class S>
 struct ReducePolicy {
+  using T = compute_t<S>;
   using Acc = T;
-  T* out;
+  S* out;
   Geometry out_geometry;
   ReduceOp op;
   T identity;  // 0, or -inf / +inf for Max / Min
@@ -65,8 +69,8 @@ struct ReducePolicy {
   }
   // A Mean over no elements is 0 / 0 = NaN, as on the CPU.
   __device__ void store(int64_t i, T acc) const {
-    out[offset_of(i, out_geometry)] =
-        op == ReduceOp::Mean ? static_cast<T>(static_cast<double>(acc) / extent) : acc;
+    out[offset_of(i, out_geometry)] = from_compute<S>(
+        op == ReduceOp::Mean ? static_cast<T>(static_cast<double>(acc) / extent) : acc);
   }
 };
 
@@ -86,10 +90,11 @@ __device__ ArgMax<T> better(const ArgMax<T>& a, const ArgMax<T>& b) {
   return a.index <= b.index ? a : b;
 }
 
-template <class T>
+template <class S>
 struct MaxAlongPolicy {
+  using T = compute_t<S>;
   using Acc = ArgMax<T>;
-  T* values;
+  S* values;
   Geometry values_geometry;
   int64_t* indices;
   Geometry indices_geometry;
@@ -99,7 +104,7 @@ struct MaxAlongPolicy {
   __device__ Acc add(const Acc& acc, T value, int64_t r) const { return better(acc, {value, r}); }
   __device__ Acc merge(const Acc& a, const Acc& b) const { return better(a, b); }
   __device__ void store(int64_t i, const Acc& acc) const {
-    values[offset_of(i, values_geometry)] = acc.value;
+    values[offset_of(i, values_geometry)] = from_compute<S>(acc.value);
     indices[offset_of(i, indices_geometry)] = acc.index;
   }
 };
@@ -107,13 +112,13 @@ struct MaxAlongPolicy {
 // ---- kernels -----------------------------------------------------------------------
 
 // One thread per output element.
-template <class T, class Policy>
-__global__ void reduce_serial_kernel(const T* in, InputSplit split, Policy policy) {
+template <class S, class Policy>
+__global__ void reduce_serial_kernel(const S* in, InputSplit split, Policy policy) {
   for (int64_t i = first_index(); i < split.outputs; i += index_step()) {
-    const T* x = in + offset_of(i, split.kept);
+    const S* x = in + offset_of(i, split.kept);
     typename Policy::Acc acc = policy.init();
     for (int64_t r = 0; r < split.extent; ++r) {
-      acc = policy.add(acc, x[offset_of(r, split.reduced)], r);
+      acc = policy.add(acc, to_compute(x[offset_of(r, split.reduced)]), r);
     }
     policy.store(i, acc);
   }
@@ -121,22 +126,22 @@ __global__ void reduce_serial_kernel(const T* in, InputSplit split, Policy polic
 
 // One block per output element. The loop over outputs depends on blockIdx only,
 // so every thread of a block reaches block_reduce's barriers together.
-template <class T, class Policy>
-__global__ void reduce_block_kernel(const T* in, InputSplit split, Policy policy) {
+template <class S, class Policy>
+__global__ void reduce_block_kernel(const S* in, InputSplit split, Policy policy) {
   using Acc = typename Policy::Acc;
   for (int64_t i = blockIdx.x; i < split.outputs; i += gridDim.x) {
-    const T* x = in + offset_of(i, split.kept);
+    const S* x = in + offset_of(i, split.kept);
     Acc acc = policy.init();
     for (int64_t r = threadIdx.x; r < split.extent; r += kThreads) {
-      acc = policy.add(acc, x[offset_of(r, split.reduced)], r);
+      acc = policy.add(acc, to_compute(x[offset_of(r, split.reduced)]), r);
     }
     acc = block_reduce(acc, [&](const Acc& a, const Acc& b) { return policy.merge(a, b); });
     if (threadIdx.x == 0) policy.store(i, acc);
   }
 }
 
-template <class T, class Policy>
-cudaError_t launch_split(const T* in, const InputSplit& split, const Policy& policy,
+template <class S, class Policy>
+cudaError_t launch_split(const S* in, const InputSplit& split, const Policy& policy,
                          cudaStream_t stream) {
   if (split.outputs == 0) return cudaSuccess;
   if (split.extent <= kSerialExtent) {
@@ -155,13 +160,14 @@ T identity_of(ReduceOp op) {
 }
 
 // Each dy element adds into one dx element.
-template <class T>
-__global__ void scatter_add_kernel(T* dx, Geometry dx_geometry, int64_t dx_step, const T* dy,
+template <class S>
+__global__ void scatter_add_kernel(S* dx, Geometry dx_geometry, int64_t dx_step, const S* dy,
                                    Geometry dy_geometry, const int64_t* indices,
                                    Geometry indices_geometry, int64_t n) {
   for (int64_t i = first_index(); i < n; i += index_step()) {
     const int64_t index = indices[offset_of(i, indices_geometry)];
-    dx[offset_of(i, dx_geometry) + index * dx_step] += dy[offset_of(i, dy_geometry)];
+    S& target = dx[offset_of(i, dx_geometry) + index * dx_step];
+    target = from_compute<S>(to_compute(target) + to_compute(dy[offset_of(i, dy_geometry)]));
   }
 }
 
@@ -172,10 +178,11 @@ cudaError_t launch_reduce(const Strided& out, const Strided& in, ReduceOp op,
   std::vector<bool> is_reduced(in.sizes.size());
   for (size_t d = 0; d < is_reduced.size(); ++d) is_reduced[d] = out.sizes[d] != in.sizes[d];
   const InputSplit split = split_input(in, is_reduced);
-  return visit_float(in.dtype, [&]<class T>() {
-    const ReducePolicy<T> policy{out.ptr<T>(), geometry_of(out), op, identity_of<T>(op),
+  return visit_floating(in.dtype, [&]<class S>() {
+    using T = compute_t<S>;
+    const ReducePolicy<S> policy{out.ptr<S>(), geometry_of(out), op, identity_of<T>(op),
                                  split.extent};
-    return launch_split(in.ptr<const T>(), split, policy, stream);
+    return launch_split(in.ptr<const S>(), split, policy, stream);
   });
 }
 
@@ -184,11 +191,12 @@ cudaError_t launch_max_along(const Strided& values, const Strided& indices, cons
   std::vector<bool> is_reduced(in.sizes.size(), false);
   is_reduced[dim] = true;
   const InputSplit split = split_input(in, is_reduced);
-  return visit_float(in.dtype, [&]<class T>() {
-    const MaxAlongPolicy<T> policy{
-        values.ptr<T>(), geometry_of(values), indices.ptr<int64_t>(), geometry_of(indices),
+  return visit_floating(in.dtype, [&]<class S>() {
+    using T = compute_t<S>;
+    const MaxAlongPolicy<S> policy{
+        values.ptr<S>(), geometry_of(values), indices.ptr<int64_t>(), geometry_of(indices),
         {-std::numeric_limits<T>::infinity(), std::numeric_limits<int64_t>::max()}};
-    return launch_split(in.ptr<const T>(), split, policy, stream);
+    return launch_split(in.ptr<const S>(), split, policy, stream);
   });
 }
 
@@ -198,9 +206,9 @@ cudaError_t launch_scatter_add_along(const Strided& dx, const Strided& dy, const
                                      int64_t dim, cudaStream_t stream) {
   const int64_t n = dy.numel();
   if (n == 0) return cudaSuccess;
-  visit_float(dx.dtype, [&]<class T>() {
+  visit_floating(dx.dtype, [&]<class S>() {
     scatter_add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        dx.ptr<T>(), geometry_of(dy.sizes, dx.strides), dx.strides[dim], dy.ptr<const T>(),
+        dx.ptr<S>(), geometry_of(dy.sizes, dx.strides), dx.strides[dim], dy.ptr<const S>(),
         geometry_of(dy), indices.ptr<const int64_t>(), geometry_of(indices), n);
   });
   return cudaGetLastError();

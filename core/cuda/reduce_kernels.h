@@ -1,6 +1,7 @@
 // File: core/cuda/reduce_kernels.h
-// Launchers for the kernels in reduce.cu (float32 and float64, any strides, at
-// most kMaxDims dims; indices are int64). Semantics as core/cpu/reduce.h. They
+// Launchers for the kernels in reduce.cu (float32, float64, and bfloat16 and
+// float16 accumulating in float32; any strides, at most kMaxDims dims; indices
+// are int64). Semantics as core/cpu/reduce.h. They
 // return the launch status; core/cuda/reduce.cc checks it.
 #pragma once
 

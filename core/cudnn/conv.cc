@@ -13,8 +13,15 @@ namespace {
 
 enum Uid : int64_t { kX = 1, kW = 2, kY = 3 };
 
+// bfloat16 and float16 tensors compute in FLOAT too (BF16 -> FLOAT in cuDNN's terms).
 cudnnDataType_t compute_type(DType dtype) {
   return dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+}
+
+// The numerics policy chooses how fp32 (and fp64) tensors compute; 16-bit
+// tensors are already rounded and run on tensor cores under every policy.
+bool precision_filter_applies(DType dtype) {
+  return dtype != DType::BFloat16 && dtype != DType::Float16;
 }
 
 ConvGeometry geometry_of(const cpu::ConvParams& p) {
@@ -47,7 +54,7 @@ void run(const ConvCall& call, const cpu::ConvParams& p) {
     graph.add_tensor(ys);
     graph.conv(call.direction, kX, kW, kY, geometry_of(p), compute_type(call.x.dtype));
     return graph;
-  }, /*precision_filter_applies=*/true);
+  }, precision_filter_applies(call.x.dtype));
   LOOM_CHECK(plan != nullptr, CudnnError,
              "[conv2d] cuDNN has no engine for {} under the {} numerics policy ({}); try another "
              "policy or layout",

@@ -204,6 +204,19 @@ void Graph::batch_norm_backward(const BatchNormBackward& u) {
   add_operation(std::move(op));
 }
 
+void Graph::batch_norm_inference(const BatchNormInference& u) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR);
+  op.set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_MODE, CUDNN_TYPE_NORM_MODE, CUDNN_BATCH_NORM)
+      .set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, CUDNN_TYPE_NORM_FWD_PHASE, CUDNN_NORM_FWD_INFERENCE)
+      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, tensor(u.x))
+      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, tensor(u.mean))
+      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, tensor(u.inv_variance))
+      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, tensor(u.scale))
+      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, tensor(u.bias))
+      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, tensor(u.y));
+  add_operation(std::move(op));
+}
+
 Descriptor Graph::resample_descriptor(const PoolGeometry& g) {
   Descriptor desc(CUDNN_BACKEND_RESAMPLE_DESCRIPTOR);
   auto window = fractions(g.window), stride = fractions(g.stride);

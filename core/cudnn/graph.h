@@ -70,6 +70,12 @@ class Graph {
     int64_t dx, dscale, dbias;
   };
   void batch_norm_backward(const BatchNormBackward& uids);
+  // NORM_FORWARD in the inference phase: y = (x - mean) * inv_variance * scale + bias.
+  // No engine runs it alone in 9.19; it recomputes a backward's input inside a fusion.
+  struct BatchNormInference {
+    int64_t x, mean, inv_variance, scale, bias, y;
+  };
+  void batch_norm_inference(const BatchNormInference& uids);
 
   void resample_forward(const PoolGeometry& geometry, int64_t x, int64_t y, std::optional<int64_t> index);
   struct ResampleBackward {

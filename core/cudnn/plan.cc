@@ -264,6 +264,34 @@ void Plan::execute(cudnnHandle_t handle, const VariantPointers& pointers, void* 
   }
 }
 
+std::string Plan::json() const {
+  int64_t count = 0;
+  LOOM_CUDNN_CHECK(cudnnBackendGetAttribute(plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                            CUDNN_TYPE_CHAR, 0, &count, nullptr));
+  std::string text(static_cast<size_t>(count), '\0');
+  LOOM_CUDNN_CHECK(cudnnBackendGetAttribute(plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                            CUDNN_TYPE_CHAR, count, &count, text.data()));
+  text.resize(std::min(text.size(), static_cast<size_t>(count)));
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  return text;
+}
+
+std::unique_ptr<Plan> restore_plan(Graph graph_in, cudnnHandle_t handle, const std::string& json,
+                                   PlanNotes notes) {
+  graph_in.finalize(handle);
+  auto graph = std::make_shared<const Graph>(std::move(graph_in));
+  Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
+  plan.set(CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+           static_cast<int64_t>(json.size()) + 1, json.c_str());
+  if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+  auto restored = std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
+  TestBindings bindings(*graph);
+  if (!test_execute(*restored, handle, bindings)) return nullptr;
+  return restored;
+}
+
 Selection select_plan(Graph graph_in, cudnnHandle_t handle, const SelectOptions& options) {
   graph_in.finalize(handle);
   auto graph = std::make_shared<const Graph>(std::move(graph_in));

@@ -37,6 +37,10 @@ class Plan {
   cudnnStatus_t try_execute(cudnnHandle_t handle, const VariantPointers& pointers,
                             void* workspace) const;
 
+  // cuDNN's serialization of the plan (its JSON representation), which
+  // restore_plan() turns back into a plan on the same GPU and cuDNN version.
+  std::string json() const;
+
   const Graph& graph() const { return *graph_; }
   const PlanNotes& notes() const { return notes_; }
   int64_t workspace_bytes() const { return workspace_bytes_; }
@@ -65,6 +69,12 @@ struct Selection {
 
 // Finalizes `graph` and selects a plan for it on the current stream.
 Selection select_plan(Graph graph, cudnnHandle_t handle, const SelectOptions& options);
+
+// The plan saved as `json` for `graph`, finalized and test-executed without
+// heuristics or runtime compilation; null when cuDNN refuses it (another
+// version, another GPU) or the test run fails.
+std::unique_ptr<Plan> restore_plan(Graph graph, cudnnHandle_t handle, const std::string& json,
+                                   PlanNotes notes);
 
 // Every engine config the heuristics (A then FALLBACK) return for `graph` that
 // finalizes and executes, ignoring the policy: for tests that check each engine.

@@ -8,6 +8,7 @@
 
 #include "core/cuda/stream.h"
 #include "core/cudnn/context.h"
+#include "core/cudnn/plan_store.h"
 #include "core/error.h"
 
 namespace loom::cudnn {
@@ -25,6 +26,11 @@ std::string_view graph_kind_name(GraphKind kind) {
     case GraphKind::Pointwise: return "pointwise";
     case GraphKind::PointwiseBackward: return "pointwise_bwd";
     case GraphKind::Reduction: return "reduction";
+    case GraphKind::ConvBiasReluForward: return "conv_bias_relu_fprop";
+    case GraphKind::BatchNormReluForward: return "bn_relu_fwd_train";
+    case GraphKind::BatchNormReluBackward: return "bn_drelu_bwd";
+    case GraphKind::ConvBackwardDataRelu: return "conv_dgrad_drelu";
+    case GraphKind::MatmulBiasRelu: return "matmul_bias_relu";
   }
   return "?";
 }
@@ -101,17 +107,28 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const std::functi
              "[cudnn] the plan for {} does not exist yet and cannot be built while a CUDA graph "
              "is being captured; run the step once eagerly before capturing it",
              name);
-  SelectOptions options{.policy = {.precision = key.precision,
-                                   .deterministic = key.deterministic,
-                                   .autotune = key.autotune},
-                        .precision_filter_applies = precision_filter_applies};
-  Selection selection = select_plan(std::move(graph), handle(), options);
+  Selection selection;
+  const PlanStore& store = PlanStore::global();
+  if (std::optional<StoredPlan> stored = store.load(key)) {
+    selection.plan = restore_plan(std::move(graph), handle(), stored->json, stored->notes);
+    if (!selection.plan) graph = make_graph();  // stale file: build afresh, and replace it
+  }
+  const bool restored = selection.plan != nullptr;
+  if (!restored) {
+    SelectOptions options{.policy = {.precision = key.precision,
+                                     .deterministic = key.deterministic,
+                                     .autotune = key.autotune},
+                          .precision_filter_applies = precision_filter_applies};
+    selection = select_plan(std::move(graph), handle(), options);
+    if (selection.plan) store.save(key, *selection.plan);
+  }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   stats_.build_seconds += ms / 1000.0;
   PlanInfo info{.graph = name, .supported = selection.plan != nullptr, .build_ms = ms,
-                .candidates_seen = selection.candidates_seen, .why_unsupported = selection.why_none};
+                .restored = restored, .candidates_seen = selection.candidates_seen,
+                .why_unsupported = selection.why_none};
   if (selection.plan) {
-    ++stats_.plans_built;
+    ++(restored ? stats_.plans_restored : stats_.plans_built);
     info.notes = selection.plan->notes();
     info.workspace_bytes = selection.plan->workspace_bytes();
     workspace(static_cast<size_t>(info.workspace_bytes));  // reserve now, outside any capture
@@ -154,10 +171,11 @@ std::vector<PlanInfo> PlanCache::entries() const {
 std::string PlanCache::explain() const {
   PlanCacheStats s = stats();
   std::string out = fmt::format(
-      "cuDNN plan cache (cuDNN {}): {} entries, {} hits, {} misses, {} plans built, {} unsupported, "
-      "{:.3f} s building\n",
-      loaded_version(), entries().size(), s.hits, s.misses, s.plans_built, s.unsupported,
-      s.build_seconds);
+      "cuDNN plan cache (cuDNN {}): {} entries, {} hits, {} misses, {} plans built, {} restored "
+      "from {}, {} unsupported, {:.3f} s building\n",
+      loaded_version(), entries().size(), s.hits, s.misses, s.plans_built, s.plans_restored,
+      PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
+      s.unsupported, s.build_seconds);
   out += fmt::format("{:<44} {:>7} {:>10} {:>9} {:>6}  {}\n", "graph", "engine", "workspace",
                      "build ms", "hits", "notes");
   for (const PlanInfo& e : entries()) {
@@ -168,6 +186,7 @@ std::string PlanCache::explain() const {
     }
     std::vector<std::string> notes = e.notes.numerical;
     notes.insert(notes.end(), e.notes.behavior.begin(), e.notes.behavior.end());
+    if (e.restored) notes.push_back("RESTORED");
     out += fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  {}\n", e.graph, e.notes.engine_id,
                        e.workspace_bytes, e.build_ms, e.hits,
                        notes.empty() ? "-" : fmt::format("{}", fmt::join(notes, ",")));

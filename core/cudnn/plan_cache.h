@@ -1,7 +1,9 @@
 // File: core/cudnn/plan_cache.h
-// Plain key -> cached plan. A miss builds the graph, selects a plan (plan.h)
-// and caches it; a graph no engine supports is cached as unsupported too, so it
-// is never probed twice. LRU with a configurable capacity, guarded by a mutex.
+// Plain key -> cached plan. A miss restores the plan from the plan files
+// (plan_store.h) when an earlier process saved it, else builds the graph,
+// selects a plan (plan.h), caches it and saves it; a graph no engine supports
+// is cached as unsupported too, so it is never probed twice. LRU with a
+// configurable capacity, guarded by a mutex.
 //
 //   PlanKey key(GraphKind::ConvForward, numerics_policy());
 //   key.add_tensor(x).add_tensor(w).add_tensor(y).add({stride_h, stride_w, ...});
@@ -34,6 +36,12 @@ enum class GraphKind : uint8_t {
   Pointwise,
   PointwiseBackward,
   Reduction,
+  // Fused patterns (core/cudnn/fused.h).
+  ConvBiasReluForward,
+  BatchNormReluForward,
+  BatchNormReluBackward,
+  ConvBackwardDataRelu,
+  MatmulBiasRelu,
 };
 
 std::string_view graph_kind_name(GraphKind kind);
@@ -68,6 +76,7 @@ struct PlanInfo {
   PlanNotes notes;
   int64_t workspace_bytes = 0;
   double build_ms = 0;
+  bool restored = false;  // from the plan files (plan_store.h), not built
   int64_t hits = 0;
   int candidates_seen = 0;
   std::string why_unsupported;
@@ -77,6 +86,7 @@ struct PlanCacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
   int64_t plans_built = 0;
+  int64_t plans_restored = 0;  // read from the plan files instead of built
   int64_t unsupported = 0;
   int64_t evictions = 0;
   double build_seconds = 0;

@@ -9,11 +9,13 @@
 
 #include <string>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/cpu/conv.h"
 #include "core/error.h"
 #include "core/ops/elementwise.h"
 #ifdef LOOM_WITH_CUDA
+#include "core/cuda/bias.h"
 #include "core/cuda/elementwise.h"
 #include "core/cuda/reduce.h"
 #include "core/cudnn/conv.h"
@@ -101,11 +103,19 @@ cpu::ConvParams conv_params(const Conv2dOptions& o) {
           .groups = o.groups};
 }
 
+// Dense in both layouts (one channel, or 1x1 spatial): says nothing about layout.
+bool layout_neutral(const Tensor& t) {
+  return t.is_contiguous(MemoryFormat::Contiguous) && t.is_contiguous(MemoryFormat::ChannelsLast);
+}
+
 // PyTorch's CPU and cuDNN convolutions run channels-last when either operand
-// suggests it, and return their results in that layout.
+// suggests it, and return their results in that layout. When neither says
+// (a one-channel image and its filter), the GPU picks channels-last, its native
+// layout, so that the layers after the first conv stay NHWC.
 MemoryFormat output_format(const Tensor& x, const Tensor& w) {
   bool channels_last = x.suggest_memory_format() == MemoryFormat::ChannelsLast ||
-                       w.suggest_memory_format() == MemoryFormat::ChannelsLast;
+                       w.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+                       (x.device().is_cuda() && layout_neutral(x) && layout_neutral(w));
   return channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
@@ -119,16 +129,26 @@ MemoryFormat kernel_format(const Tensor& x, MemoryFormat output) {
 // needs no graph node; without a copy it still shares storage with t).
 Tensor kernel_input(const Tensor& t, MemoryFormat format) { return t.detach().contiguous(format); }
 
+#ifdef LOOM_WITH_CUDA
+// y (N, K, P, Q) += bias (K): the per-channel kernel on dense NCHW / NHWC y,
+// the generic broadcast add otherwise.
+void add_bias_cuda(const Tensor& y, const Tensor& bias) {
+  if (cuda::is_channel_dense(y.strided())) {
+    cuda::add_channel_bias(y.strided(), bias.strided());
+    return;
+  }
+  Tensor b = bias.view({1, bias.size(0), 1, 1}).expand(y.sizes());
+  cuda::add_scaled(y.strided(), y.strided(), b.strided(), 1.0);
+}
+#endif
+
 // y (N, K, P, Q) = conv(x, w) + bias; every operand in the kernel layout.
 void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const cpu::ConvParams& p) {
   if (y.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
     cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
-    if (bias.defined()) {
-      Tensor b = bias.view({1, bias.size(0), 1, 1}).expand(y.sizes());
-      cuda::add_scaled(y.strided(), y.strided(), b.strided(), 1.0);
-    }
+    if (bias.defined()) add_bias_cuda(y, bias);
 #endif
     return;
   }
@@ -160,7 +180,11 @@ void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu
 void bgrad_kernel(const Tensor& db, const Tensor& dy) {
   if (db.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
-    cuda::reduce(db.view({1, db.size(0), 1, 1}).strided(), dy.strided(), cpu::ReduceOp::Sum);
+    if (cuda::is_channel_dense(dy.strided())) {
+      cuda::channel_sum(db.strided(), dy.strided());
+    } else {
+      cuda::reduce(db.view({1, db.size(0), 1, 1}).strided(), dy.strided(), cpu::ReduceOp::Sum);
+    }
 #endif
     return;
   }
@@ -171,7 +195,12 @@ void bgrad_kernel(const Tensor& db, const Tensor& dy) {
 
 // y = conv(x, w) + b
 // dx = dgrad(dy, w), dw = wgrad(dy, x), db = sum of dy over N, P, Q
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions options) {
+// Under autocast, CUDA operands are first cast to the autocast dtype; the casts'
+// backward returns each gradient in its operand's own dtype.
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+              Conv2dOptions options) {
+  const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
+               bias = autocast_operand(bias_in);
   check_conv2d_args(x, weight, bias, options);
   cpu::ConvParams params = conv_params(options);
   MemoryFormat format = output_format(x, weight);
@@ -189,6 +218,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
     bool need_b = bias.defined() && bias.requires_grad();
     Tensor saved_x = need_w ? xk : Tensor(), saved_w = need_x ? wk : Tensor();
     Shape x_sizes = x.sizes(), w_sizes = weight.sizes();
+    const MemoryFormat w_format = weight.suggest_memory_format();
     record("conv2d", {x, weight, bias}, y,
            [=](const Tensor& dy) -> std::vector<Tensor> {
              Tensor g = dy.contiguous(kernel);
@@ -203,7 +233,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
              if (need_w) {
                dw = empty(w_sizes, grad_options);
                wgrad_kernel(dw, g, saved_x, params);
-               dw = dw.contiguous();  // PyTorch returns weight grads NCHW, whatever the layout
+               dw = dw.contiguous(w_format);  // as the weight, as PyTorch's grads follow their leaf
              }
              if (need_b) {
                db = empty({w_sizes[0]}, dy.options());

@@ -24,9 +24,11 @@ struct Conv2dOptions {
 };
 
 // x (N, C, H, W) with any strides, weight (K, C/groups, R, S), optional bias
-// (K); float32/float64 of one dtype, on the CPU. The output is (N, K, P, Q),
-// channels-last when x or weight is channels-last (as PyTorch decides with
-// suggest_memory_format), else contiguous NCHW.
+// (K); float32/float64 of one dtype (bfloat16/float16 too on the GPU; under
+// AutocastGuard, CUDA operands are cast to the autocast dtype first). The
+// output is (N, K, P, Q), channels-last when x or weight is channels-last (as
+// PyTorch decides with suggest_memory_format), or on the GPU when neither says
+// (a one-channel image and its filter), else contiguous NCHW.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               Conv2dOptions options = {});
 

@@ -53,7 +53,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
              "[dropout] probability p must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return x;
   Generator& gen = generator != nullptr ? *generator : default_generator();
-  const Tensor mask = dropout_mask(x.sizes(), x.options(), p, gen);
+  // A 16-bit x (GPU only) draws its mask in float32, rounded once to x's dtype.
+  TensorOptions mask_options = x.options();
+  if (is_half_precision(x.dtype())) mask_options.dtype = DType::Float32;
+  const Tensor mask = dropout_mask(x.sizes(), mask_options, p, gen).to(x.dtype());
   Tensor y = empty_like(x);
   LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), cpu::BinaryOp::Mul);
   if (needs_grad({x})) {

@@ -5,6 +5,10 @@
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
 #include "core/ops/dispatch.h"
+
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/counter.h"
+#endif
 #include "core/error.h"
 #include "core/ops/reduction.h"
 
@@ -15,12 +19,40 @@ using cpu::UnaryOp;
 
 // --- validation ----------------------------------------------------------------
 
+namespace {
+
+// PyTorch's promotion among floating dtypes: the wider one wins, and two
+// different 16-bit formats meet in float32.
+DType promote_float_types(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
+  return DType::Float32;
+}
+
+}  // namespace
+
+bool is_half_precision(DType dtype) { return dtype == DType::BFloat16 || dtype == DType::Float16; }
+
 void check_float_tensor(const Tensor& x, std::string_view op, std::string_view arg) {
   LOOM_CHECK(x.defined(), ValueError, "[{}] {} is an undefined tensor", op, arg);
-  LOOM_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Float64, TypeError,
-             "[{}] {} has dtype {} but the op computes in float32 or float64; convert it with "
-             ".to(DType::Float32)",
+  LOOM_CHECK(!is_half_precision(x.dtype()) || x.device().is_cuda(), TypeError,
+             "[{}] {} has dtype {} on the CPU, but bfloat16 and float16 are GPU-only in Loom (the "
+             "CPU reference computes in float32 or float64); convert it with .to(DType::Float32) "
+             "or move it to the GPU with .to(Device::cuda())",
              op, arg, dtype_name(x.dtype()));
+  const bool computable = x.dtype() == DType::Float32 || x.dtype() == DType::Float64 ||
+                          is_half_precision(x.dtype());
+  LOOM_CHECK(computable, TypeError,
+             "[{}] {} has dtype {} but the op computes in float32 or float64 (or bfloat16 / "
+             "float16 on the GPU); convert it with .to(DType::Float32)",
+             op, arg, dtype_name(x.dtype()));
+}
+
+std::pair<Tensor, Tensor> promote_operands(const Tensor& a, const Tensor& b) {
+  const bool has_half = is_half_precision(a.dtype()) || is_half_precision(b.dtype());
+  if (a.dtype() == b.dtype() || !has_half) return {a, b};
+  const DType common = promote_float_types(a.dtype(), b.dtype());
+  return {a.to(common), b.to(common)};
 }
 
 void check_same_dtype_device(const Tensor& a, const Tensor& b, std::string_view op) {
@@ -44,6 +76,14 @@ namespace {
 
 void check_operand(const Tensor& x, std::string_view op) { check_float_tensor(x, op); }
 
+// Validates both operands of a binary op and promotes a 16-bit one meeting a
+// wider one (bf16 + fp32 -> fp32), differentiably.
+std::pair<Tensor, Tensor> promote_binary(const Tensor& a, const Tensor& b, std::string_view name) {
+  check_operand(a, name);
+  check_operand(b, name);
+  return promote_operands(a, b);
+}
+
 // Layout of a result of shape `sizes`: channels-last when an operand of that
 // shape is, so NHWC activations stay NHWC through elementwise ops.
 Tensor empty_result(const Shape& sizes, const Tensor& a, const Tensor& b) {
@@ -54,14 +94,13 @@ Tensor empty_result(const Shape& sizes, const Tensor& a, const Tensor& b) {
 }
 
 // Validates a broadcasting pair; returns the result tensor and both operands
-// expanded to its shape (detached: the caller records the op).
+// expanded to its shape (detached: the caller records the op). The operands
+// must have been promoted to one dtype (promote_binary).
 struct BinaryArgs {
   Tensor out, a, b;
 };
 
 BinaryArgs prepare_binary(const Tensor& a, const Tensor& b, std::string_view name) {
-  check_operand(a, name);
-  check_operand(b, name);
   check_same_dtype_device(a, b, name);
   Shape sizes = broadcast_shapes(a.sizes(), b.sizes(), name);
   return {empty_result(sizes, a, b), a.detach().expand(sizes), b.detach().expand(sizes)};
@@ -101,7 +140,9 @@ Tensor reduce_grad(const Tensor& grad, const Tensor& input) {
 
 namespace {
 
-Tensor add_scaled_op(const Tensor& a, const Tensor& b, double alpha, const char* name) {
+Tensor add_scaled_op(const Tensor& a_in, const Tensor& b_in, double alpha, const char* name) {
+  const auto operands = promote_binary(a_in, b_in, name);
+  const Tensor &a = operands.first, &b = operands.second;
   BinaryArgs args = prepare_binary(a, b, name);
   LOOM_KERNEL(args.out, add_scaled, args.out.strided(), args.a.strided(), args.b.strided(), alpha);
   if (needs_grad({a, b})) {
@@ -118,7 +159,9 @@ Tensor add_scaled_op(const Tensor& a, const Tensor& b, double alpha, const char*
 Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_scaled_op(a, b, alpha, "add"); }
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_scaled_op(a, b, -alpha, "sub"); }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  const auto operands = promote_binary(a_in, b_in, "mul");
+  const Tensor &a = operands.first, &b = operands.second;
   Tensor out = binary_values(a, b, BinaryOp::Mul, "mul");
   if (needs_grad({a, b})) {
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -130,7 +173,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  const auto operands = promote_binary(a_in, b_in, "div");
+  const Tensor &a = operands.first, &b = operands.second;
   Tensor out = binary_values(a, b, BinaryOp::Div, "div");
   if (needs_grad({a, b})) {
     record("div", {a, b}, out, [a, b, y = out.detach()](const Tensor& dy) {
@@ -144,6 +189,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor pow(const Tensor& x, const Tensor& exponent) {
   check_cpu(x, "pow");  // its masked backward kernel exists on the CPU only
+  check_operand(x, "pow");
+  check_operand(exponent, "pow");
   Tensor out = binary_values(x, exponent, BinaryOp::Pow, "pow");
   if (needs_grad({x, exponent})) {
     record("pow", {x, exponent}, out, [x, exponent, y = out.detach()](const Tensor& dy) {
@@ -278,9 +325,13 @@ Tensor operator-(const Tensor& x) { return neg(x); }
 
 namespace {
 
-Tensor broadcast_into(const Tensor& self, const Tensor& other, std::string_view op) {
+// `other` expanded to self's shape; a 16-bit self or other meeting a wider one
+// is cast to self's dtype, as PyTorch's in-place ops do (fp32 += bf16).
+Tensor broadcast_into(const Tensor& self, const Tensor& other_in, std::string_view op) {
   check_operand(self, op);
-  check_operand(other, op);
+  check_operand(other_in, op);
+  const bool mixed = is_half_precision(self.dtype()) || is_half_precision(other_in.dtype());
+  Tensor other = mixed ? other_in.detach().to(self.dtype()) : other_in;
   check_same_dtype_device(self, other, op);
   LOOM_CHECK(broadcast_shapes(self.sizes(), other.sizes(), op) == self.sizes(), ShapeError,
              "[{}] the operand of shape {} does not broadcast to the destination's shape {}", op,
@@ -316,6 +367,23 @@ Tensor& add_(Tensor& self, double value) {
   check_inplace(self, "add_");
   LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Add);
   return self;
+}
+
+Tensor& increment_(Tensor& counter, int64_t by) {
+  LOOM_CHECK(counter.defined() && counter.dtype() == DType::Int64 && counter.numel() == 1, TypeError,
+             "[increment_] the counter must be one int64 value, got {}",
+             counter.defined() ? fmt::format("{} of shape {}", dtype_name(counter.dtype()),
+                                             shape_str(counter.sizes()))
+                               : std::string("an undefined tensor"));
+  check_inplace(counter, "increment_");
+#ifdef LOOM_WITH_CUDA
+  if (counter.device().is_cuda()) {
+    cuda::increment(static_cast<int64_t*>(counter.raw_data()), by);
+    return counter;
+  }
+#endif
+  *static_cast<int64_t*>(counter.raw_data()) += by;
+  return counter;
 }
 
 Tensor& mul_(Tensor& self, double value) {

@@ -1,9 +1,12 @@
 // File: core/ops/elementwise.h
 // Elementwise arithmetic with NumPy broadcasting, unary math, and in-place
-// updates. Both tensor operands must have the same floating dtype and device.
+// updates. Both tensor operands must have the same floating dtype and device,
+// except that a bfloat16 / float16 operand (GPU only) meeting a wider one is
+// promoted to it, as PyTorch does: bf16 + fp32 -> fp32.
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include "core/tensor.h"
 
@@ -49,13 +52,23 @@ Tensor& sub_(Tensor& self, const Tensor& other, double alpha = 1.0);
 Tensor& mul_(Tensor& self, const Tensor& other);
 Tensor& div_(Tensor& self, const Tensor& other);
 Tensor& add_(Tensor& self, double value);
+// counter += by, for a 0-d int64 counter on any device. On the GPU it is a
+// kernel, so a training step captured into a CUDA graph counts every replay.
+Tensor& increment_(Tensor& counter, int64_t by = 1);
 Tensor& mul_(Tensor& self, double value);
 
 // Validation shared by every floating-point op: defined, floating dtype the
-// backend computes in (float32/float64) and, for several operands, one dtype
-// and one device. Messages name `op` and print what was given.
+// backend computes in (float32/float64 anywhere; bfloat16/float16 on the GPU
+// only: a CPU tensor of those throws TypeError saying how to convert it) and,
+// for several operands, one dtype and one device. Messages name `op` and
+// print what was given.
 void check_float_tensor(const Tensor& x, std::string_view op, std::string_view arg = "input");
 void check_same_dtype_device(const Tensor& a, const Tensor& b, std::string_view op);
+bool is_half_precision(DType dtype);  // bfloat16 or float16
+// Floating binary operands in one dtype: a 16-bit operand meeting a wider one is cast
+// (differentiably) to the wider dtype, two different 16-bit ones to float32,
+// as PyTorch promotes; any other pair comes back unchanged.
+std::pair<Tensor, Tensor> promote_operands(const Tensor& a, const Tensor& b);
 // Throws DeviceError unless x is on the CPU (ops without a CUDA kernel yet).
 void check_cpu(const Tensor& x, std::string_view op);
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops/dispatch.h"
 #include "core/cpu/copy.h"
@@ -14,6 +15,9 @@
 #include "core/error.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/bias.h"
+#endif
 
 namespace loom {
 namespace {
@@ -147,7 +151,9 @@ void check_operands(const Tensor& a, const Tensor& b, std::string_view op, std::
 // da = dy . b^T and db = a^T . dy, each summed over the batch dims its operand
 // was broadcast along (the kernel accumulates into stride-0 views of da, db).
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+// Under autocast, CUDA operands are cast to the autocast dtype first (as linear).
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast_operand(a_in), b = autocast_operand(b_in);
   check_operands(a, b, "matmul", "first argument", "second argument");
   MatmulShape ms = matmul_shape(a, b);
   Tensor ak = blas_operand(a, [&](const Strided& s) { return left_view(s, ms); });
@@ -217,9 +223,43 @@ Strided as_rows(const Tensor& t, int64_t cols) {
   return {t.raw_data(), t.dtype(), {rows, cols}, {cols, 1}};
 }
 
+// y2 (rows, out) = x2 (rows, in) . wt (in, out) + bias (out), y2 viewing y. On
+// the GPU the per-channel kernel adds the bias after the GEMM: the broadcast
+// copy that would let the GEMM accumulate onto it moves the same bytes but
+// divides per element. On the CPU y starts as the bias and the GEMM adds to it.
+void linear_forward(const Tensor& y, const Strided& y2, const Strided& x2, const Strided& wt,
+                    const Tensor& bias) {
+#ifdef LOOM_WITH_CUDA
+  if (y.device().is_cuda() && bias.defined()) {
+    matmul_on(y, y2, x2, wt);
+    cuda::add_channel_bias(y2, bias.strided());
+    return;
+  }
+#endif
+  if (bias.defined()) LOOM_KERNEL(y, copy, y2, broadcast_to(bias.strided(), y2.sizes));
+  matmul_on(y, y2, x2, wt, bias.defined());
+}
+
+// dbias (out) = the sum of dy2 (rows, out) over rows, dy2 viewing the contiguous g:
+// on the GPU with the deterministic per-channel sum.
+Tensor linear_bias_grad(const Tensor& g, const Strided& dy2) {
+#ifdef LOOM_WITH_CUDA
+  if (g.device().is_cuda()) {
+    Tensor db = empty({dy2.sizes[1]}, g.options());
+    cuda::channel_sum(db.strided(), dy2);
+    return db;
+  }
+#endif
+  return sum(g.reshape(dy2.sizes), {0});
+}
+
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+// Under autocast, CUDA operands are cast to the autocast dtype first; the casts'
+// backward returns fp32 gradients to fp32 parameters.
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
+               bias = autocast_operand(bias_in);
   check_linear_args(x, weight, bias);
   int64_t in = weight.size(1), out = weight.size(0);
   Tensor xk = x.detach().contiguous();
@@ -228,8 +268,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   y_sizes.back() = out;
   Tensor y = empty(y_sizes, x.options());
   Strided y2 = as_rows(y, out);
-  if (bias.defined()) LOOM_KERNEL(y, copy, y2, broadcast_to(bias.strided(), y2.sizes));  // y starts as bias
-  matmul_on(y, y2, as_rows(xk, in), cpu::transpose_last(wk.strided()), bias.defined());
+  linear_forward(y, y2, as_rows(xk, in), cpu::transpose_last(wk.strided()), bias);
 
   if (needs_grad({x, weight, bias})) {
     bool need_x = x.requires_grad(), need_w = weight.requires_grad();
@@ -249,7 +288,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                dw = empty({out, in}, dy.options());
                matmul_on(dw, dw.strided(), cpu::transpose_last(dy2), as_rows(saved_x, in));
              }
-             if (need_b) db = sum(g.reshape({dy2.sizes[0], out}), {0});
+             if (need_b) db = linear_bias_grad(g, dy2);
              return {dx, dw, db};
            },
            {saved_x, saved_w});

@@ -17,7 +17,9 @@ namespace loom {
 //   (K) . (K, N)                 -> (N)       the vector is a row, then dropped
 //   (M, K) . (K)                 -> (M)       the vector is a column, then dropped
 //   (..., M, K) . (..., K, N)    -> (broadcast(...), M, N), either side may be 1-D or 2-D
-// Both operands float32/float64 of one dtype, on the CPU.
+// Both operands float32/float64 of one dtype (bfloat16/float16 too on the GPU;
+// under AutocastGuard, CUDA operands of matmul and linear are cast to the
+// autocast dtype first).
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // torch.nn.functional.linear: y = x . weight^T + bias.

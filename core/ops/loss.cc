@@ -1,7 +1,9 @@
 // File: core/ops/loss.cc
 // cross_entropy and nll_loss run one fused kernel per direction over positions
 // (n, d1...); the kernels also total the losses, so Sum and Mean cost nothing
-// extra. mse_loss is composite.
+// extra. On the GPU the totals stay in device memory (nothing waits for the
+// host, so a training step can be captured into a CUDA graph). mse_loss is
+// composite.
 // N batch, C classes, d1... optional spatial dims.
 #include "core/ops/loss.h"
 
@@ -15,6 +17,15 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
+
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/loss.h"
+#include "core/cuda/stream.h"
+// The GPU half of a forward; a build without CUDA has no CUDA tensors to run it.
+#define LOOM_IF_CUDA(...) __VA_ARGS__
+#else
+#define LOOM_IF_CUDA(...) nullptr
+#endif
 
 namespace loom {
 
@@ -70,10 +81,21 @@ void check_class_range(const Tensor& target, int64_t classes, int64_t ignore_ind
   }
 }
 
+bool capturing_graph(const Tensor& t) {
+#ifdef LOOM_WITH_CUDA
+  return t.device().is_cuda() && cuda::is_capturing();
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+// While a CUDA graph is being captured the targets cannot be read back: the
+// kernels then flag a bad one in the totals and write NaN losses instead.
 void check_class_target(const Tensor& scores, const Tensor& target, int64_t ignore_index,
                         std::string_view op, std::string_view scores_name) {
   check_class_target_shapes(scores, target, op, scores_name);
-  check_class_range(target, scores.size(1), ignore_index, op);
+  if (!capturing_graph(target)) check_class_range(target, scores.size(1), ignore_index, op);
 }
 
 // The op's output from per-position losses and their total.
@@ -90,9 +112,47 @@ Tensor reduce_losses(const Tensor& losses, const cpu::LossTotal& total, Reductio
 
 // What multiplies dy at each position in backward: the mean divides by the count
 // of non-ignored targets (when it is 0 every position is ignored, so the
-// infinite scale is never used).
-double grad_scale(Reduction reduction, const cpu::LossTotal& total) {
-  return reduction == Reduction::Mean ? 1.0 / static_cast<double>(total.count) : 1.0;
+// infinite scale is never used). The CPU knows the count; on the GPU it stays
+// in the forward's device totals, which the backward kernel reads.
+struct GradScale {
+  double host = 1.0;
+  Tensor device_totals;  // uint8 bytes of a cuda::LossTotals
+  bool mean = false;
+};
+
+struct LossForward {
+  Tensor loss;
+  GradScale scale;
+};
+
+#ifdef LOOM_WITH_CUDA
+cuda::LossScale device_scale(const GradScale& s) {
+  return {static_cast<const cuda::LossTotals*>(s.device_totals.raw_data()), s.mean};
+}
+#endif
+
+// Runs cpu_forward() -> cpu::LossTotal on the CPU, or cuda_forward(cuda::LossOutputs)
+// on the GPU, and makes the op's output from the per-position `losses`.
+template <class CpuForward, class CudaForward>
+LossForward run_forward(const Tensor& losses, Reduction reduction, std::string_view op,
+                        CpuForward&& cpu_forward, [[maybe_unused]] CudaForward&& cuda_forward) {
+#ifdef LOOM_WITH_CUDA
+  if (losses.device().is_cuda()) {
+    LOOM_CHECK(reduction == Reduction::None || reduction == Reduction::Sum ||
+                   reduction == Reduction::Mean,
+               ValueError, "[{}] unknown reduction {}", op, static_cast<int>(reduction));
+    Tensor totals = empty({static_cast<int64_t>(sizeof(cuda::LossTotals))},
+                          {.dtype = DType::UInt8, .device = losses.device()});
+    Tensor loss = reduction == Reduction::None ? losses : empty({}, losses.options());
+    cuda_forward(cuda::LossOutputs{static_cast<cuda::LossTotals*>(totals.raw_data()),
+                                   reduction == Reduction::None ? nullptr : loss.raw_data(),
+                                   reduction == Reduction::Mean});
+    return {loss, {.host = 1.0, .device_totals = totals, .mean = reduction == Reduction::Mean}};
+  }
+#endif
+  const cpu::LossTotal total = cpu_forward();
+  const double scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(total.count) : 1.0;
+  return {reduce_losses(losses, total, reduction, op), {.host = scale, .device_totals = Tensor(), .mean = false}};
 }
 
 // dy as one value per position (N, d1...): itself for None, else a stride-0 view.
@@ -100,50 +160,79 @@ Strided per_position(const Tensor& dy, const Tensor& target) {
   return dy.expand(target.sizes()).strided();
 }
 
+
+// bf16/fp16 scores (autocast's logits) are computed in fp32, as torch.autocast
+// does for its losses; the cast's backward returns the gradient in their dtype.
+Tensor in_fp32(const Tensor& scores) {
+  return is_half_precision(scores.dtype()) ? scores.to(DType::Float32) : scores;
+}
+
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
-  check_class_target(logits, target, options.ignore_index, "cross_entropy", "logits");
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropyOptions options) {
+  check_class_target(logits_in, target, options.ignore_index, "cross_entropy", "logits");
+  const Tensor logits = in_fp32(logits_in);
   const double eps = options.label_smoothing;
   LOOM_CHECK(eps >= 0.0 && eps <= 1.0, ValueError,
              "[cross_entropy] label_smoothing must be in [0, 1], got {}", eps);
   const cpu::CrossEntropyParams params{options.ignore_index, eps};
   // losses (N, d1...), logits (N, C, d1...)
   Tensor losses = empty(target.sizes(), logits.options());
-  const cpu::LossTotal total =
-      LOOM_KERNEL(logits, cross_entropy_forward, losses.strided(), logits.strided(), target.strided(), params);
-  Tensor loss = reduce_losses(losses, total, options.reduction, "cross_entropy");
+  LossForward f = run_forward(
+      losses, options.reduction, "cross_entropy",
+      [&] { return cpu::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params); },
+      LOOM_IF_CUDA([&](const cuda::LossOutputs& out) {
+        cuda::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params, out);
+      }));
   if (needs_grad({logits})) {
-    const double scale = grad_scale(options.reduction, total);
-    record("cross_entropy", {logits}, loss, [logits, target, params, scale](const Tensor& dy) {
+    record("cross_entropy", {logits}, f.loss, [logits, target, params, scale = f.scale](const Tensor& dy) {
       Tensor dlogits = empty_like(logits);
-      LOOM_KERNEL(dlogits, cross_entropy_backward, dlogits.strided(), logits.strided(), target.strided(),
-                                  per_position(dy, target), scale, params);
+      const Strided dloss = per_position(dy, target);
+#ifdef LOOM_WITH_CUDA
+      if (dlogits.device().is_cuda()) {
+        cuda::cross_entropy_backward(dlogits.strided(), logits.strided(), target.strided(), dloss,
+                                     device_scale(scale), params);
+        return std::vector<Tensor>{dlogits};
+      }
+#endif
+      cpu::cross_entropy_backward(dlogits.strided(), logits.strided(), target.strided(), dloss,
+                                  scale.host, params);
       return std::vector<Tensor>{dlogits};
     }, {logits, target});
   }
-  return loss;
+  return f.loss;
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossOptions options) {
-  check_class_target(log_probs, target, options.ignore_index, "nll_loss", "log_probs");
+Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, NllLossOptions options) {
+  check_class_target(log_probs_in, target, options.ignore_index, "nll_loss", "log_probs");
+  const Tensor log_probs = in_fp32(log_probs_in);
   // losses (N, d1...), log_probs (N, C, d1...)
   Tensor losses = empty(target.sizes(), log_probs.options());
-  const cpu::LossTotal total = LOOM_KERNEL(log_probs, nll_loss_forward, losses.strided(), log_probs.strided(),
-                                                     target.strided(), options.ignore_index);
-  Tensor loss = reduce_losses(losses, total, options.reduction, "nll_loss");
+  const int64_t ignore_index = options.ignore_index;
+  LossForward f = run_forward(
+      losses, options.reduction, "nll_loss",
+      [&] {
+        return cpu::nll_loss_forward(losses.strided(), log_probs.strided(), target.strided(), ignore_index);
+      },
+      LOOM_IF_CUDA([&](const cuda::LossOutputs& out) {
+        cuda::nll_loss_forward(losses.strided(), log_probs.strided(), target.strided(), ignore_index, out);
+      }));
   if (needs_grad({log_probs})) {
-    const double scale = grad_scale(options.reduction, total);
     const Shape sizes = log_probs.sizes();
-    const int64_t ignore_index = options.ignore_index;
-    record("nll_loss", {log_probs}, loss, [sizes, target, scale, ignore_index](const Tensor& dy) {
+    record("nll_loss", {log_probs}, f.loss, [sizes, target, scale = f.scale, ignore_index](const Tensor& dy) {
       Tensor dlog_probs = empty(sizes, dy.options());
-      LOOM_KERNEL(dlog_probs, nll_loss_backward, dlog_probs.strided(), target.strided(), per_position(dy, target),
-                             scale, ignore_index);
+      const Strided dloss = per_position(dy, target);
+#ifdef LOOM_WITH_CUDA
+      if (dlog_probs.device().is_cuda()) {
+        cuda::nll_loss_backward(dlog_probs.strided(), target.strided(), dloss, device_scale(scale), ignore_index);
+        return std::vector<Tensor>{dlog_probs};
+      }
+#endif
+      cpu::nll_loss_backward(dlog_probs.strided(), target.strided(), dloss, scale.host, ignore_index);
       return std::vector<Tensor>{dlog_probs};
     }, {target});
   }
-  return loss;
+  return f.loss;
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {

@@ -2,6 +2,9 @@
 // batch_norm: validate like PyTorch, take batch or running statistics, normalize, and
 // record a backward that calls the explicit bn backward kernel.
 // N batch, C channels, M = N * H * W values per channel.
+// A bfloat16 / float16 x (GPU only, as autocast produces) keeps float32
+// weight, bias and statistics: y and dx come in x's dtype, dweight and dbias
+// in float32, and all the math runs in float32.
 #include "core/ops/norm.h"
 
 #include <optional>
@@ -26,11 +29,33 @@ std::optional<Strided> strided_or_none(const Tensor& t) {
   return t.strided();
 }
 
-// weight, bias and the running stats: undefined, or (C) of x's dtype and device.
+// The dtype of the per-channel tensors: x's own, or float32 for a 16-bit x.
+DType channel_dtype(const Tensor& x) {
+  return is_half_precision(x.dtype()) ? DType::Float32 : x.dtype();
+}
+
+TensorOptions channel_options(const Tensor& x) {
+  TensorOptions options = x.options();
+  options.dtype = channel_dtype(x);
+  return options;
+}
+
+// weight, bias and the running stats: undefined, or (C) of channel_dtype(x) on x's device.
 void check_channel_vector(const Tensor& v, std::string_view name, const Tensor& x) {
   if (!v.defined()) return;
   check_float_tensor(v, kOp, name);
-  check_same_dtype_device(x, v, kOp);
+  if (is_half_precision(x.dtype())) {
+    LOOM_CHECK(v.dtype() == DType::Float32, TypeError,
+               "[batch_norm] input has dtype {} but {} has dtype {}; a bfloat16 / float16 input "
+               "keeps float32 weight, bias and running statistics (convert them with "
+               ".to(DType::Float32))",
+               dtype_name(x.dtype()), name, dtype_name(v.dtype()));
+    LOOM_CHECK(v.device() == x.device(), DeviceError,
+               "[batch_norm] input is on {} but {} is on {}; move it with .to(Device)",
+               x.device().str(), name, v.device().str());
+  } else {
+    check_same_dtype_device(x, v, kOp);
+  }
   LOOM_CHECK(v.dim() == 1 && v.size(0) == x.size(1), ShapeError,
              "[batch_norm] {} has shape {} but input {} has {} channels; expected ({},)", name,
              shape_str(v.sizes()), shape_str(x.sizes()), x.size(1), x.size(1));
@@ -87,7 +112,7 @@ void take_batch_stats(const Tensor& save_mean, const Tensor& save_invstd, const 
 
 #ifdef LOOM_WITH_CUDA
 Tensor or_filled(const Tensor& t, int64_t channels, const Tensor& x, double value) {
-  return t.defined() ? t.detach().contiguous() : full({channels}, value, x.options());
+  return t.defined() ? t.detach().contiguous() : full({channels}, value, channel_options(x));
 }
 
 Tensor batch_norm_training_gpu(const Tensor& x_in, const Tensor& running_mean,
@@ -103,14 +128,18 @@ Tensor batch_norm_training_gpu(const Tensor& x_in, const Tensor& running_mean,
     check_inplace(running_var, kOp);
   }
   Tensor w = or_filled(weight, c, x, 1.0), b = or_filled(bias, c, x, 0.0);
-  Tensor save_mean = empty({c}, x.options()), save_invstd = empty({c}, x.options());
+  Tensor save_mean = empty({c}, channel_options(x)), save_invstd = empty({c}, channel_options(x));
   Tensor y = empty_like(x);
-  cudnn::batch_norm_forward_training({.y = y.strided(), .save_mean = save_mean.strided(),
-                                      .save_invstd = save_invstd.strided(), .x = x.strided(),
-                                      .weight = w.strided(), .bias = b.strided(),
-                                      .running_mean = rm.strided(), .running_var = rv.strided(),
-                                      .eps = options.eps, .momentum = options.momentum});
-  if (running_mean.defined() && !rm.is_same(running_mean)) {  // a non-contiguous running stat
+  const cudnn::BatchNormTrainingArgs args{
+      .y = y.strided(), .save_mean = save_mean.strided(), .save_invstd = save_invstd.strided(),
+      .x = x.strided(), .weight = w.strided(), .bias = b.strided(),
+      .running_mean = rm.strided(), .running_var = rv.strided(), .eps = options.eps,
+      .momentum = options.momentum};
+  // cuDNN's 16-bit engines want NHWC and suitable channel counts; the caller
+  // computes elsewhere what they decline.
+  if (is_half_precision(x.dtype()) && !cudnn::batch_norm_training_supported(args)) return Tensor();
+  cudnn::batch_norm_forward_training(args);
+  if (running_mean.defined() && rm.raw_data() != running_mean.raw_data()) {  // a non-contiguous running stat
     NoGradGuard no_grad;
     Tensor(running_mean).copy_(rm);
     Tensor(running_var).copy_(rv);
@@ -121,7 +150,8 @@ Tensor batch_norm_training_gpu(const Tensor& x_in, const Tensor& running_mean,
   record("batch_norm", {x_in, weight, bias}, y,
          [=](const Tensor& dy_in) -> std::vector<Tensor> {
            Tensor dy = dy_in.contiguous(format);
-           Tensor dx = empty_like(x), dw = empty({c}, x.options()), db = empty({c}, x.options());
+           Tensor dx = empty_like(x), dw = empty({c}, channel_options(x)),
+                  db = empty({c}, channel_options(x));
            cudnn::batch_norm_backward({.dx = dx.strided(), .dweight = dw.strided(),
                                        .dbias = db.strided(), .dy = dy.strided(), .x = x.strided(),
                                        .weight = w.strided(), .save_mean = save_mean.strided(),
@@ -164,12 +194,16 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   check_batch_norm_args(x, running_mean, running_var, weight, bias, options);
 #ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda() && options.training) {
-    return batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options);
+    Tensor y = batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options);
+    if (y.defined()) return y;
+    // A 16-bit x cuDNN declined: normalize an fp32 copy (the casts are differentiable).
+    return batch_norm(x.to(DType::Float32), running_mean, running_var, weight, bias, options)
+        .to(x.dtype());
   }
 #endif
   // save_mean, save_invstd (C): what normalized x, whichever statistics they came from.
-  Tensor save_mean = empty({x.size(1)}, x.options());
-  Tensor save_invstd = empty({x.size(1)}, x.options());
+  Tensor save_mean = empty({x.size(1)}, channel_options(x));
+  Tensor save_invstd = empty({x.size(1)}, channel_options(x));
   if (options.training) {
     take_batch_stats(save_mean, save_invstd, x, running_mean, running_var, options);
   } else {

@@ -12,6 +12,8 @@
 //   - no weight / bias: no affine transform (weight 1, bias 0);
 //   - no running stats: none are tracked, so only training mode is possible.
 // Differentiable w.r.t. x, weight and bias; the running stats are buffers, not inputs.
+// A bfloat16/float16 x (GPU only, as autocast's activations) takes float32
+// weight, bias and running stats, computes in float32 and returns y in x's dtype.
 #pragma once
 
 #include "core/tensor.h"

@@ -9,6 +9,7 @@
 #include "core/ops/conv.h"
 #include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/fused.h"
 #include "core/ops/linalg.h"
 #include "core/ops/loss.h"
 #include "core/ops/norm.h"

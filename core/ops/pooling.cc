@@ -228,7 +228,16 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
   return max_or_avg(x, options, /*max=*/true, "max_pool2d");
 }
 
+// 16-bit channels-last average pooling with padding returned non-finite values
+// on the H100 (cuDNN 9.19 and the Loom kernel alike), so it pools in fp32 NCHW
+// between differentiable casts and layout changes.
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  const bool padded = options.padding[0] > 0 || options.padding[1] > 0;
+  if (x.defined() && x.device().is_cuda() && is_half_precision(x.dtype()) && padded) {
+    const MemoryFormat format = x.suggest_memory_format();
+    Tensor y = max_or_avg(x.to(DType::Float32).contiguous(), options, /*max=*/false, "avg_pool2d");
+    return y.to(x.dtype()).contiguous(format);
+  }
   return max_or_avg(x, options, /*max=*/false, "avg_pool2d");
 }
 

@@ -36,6 +36,12 @@ constexpr SoftmaxKernels kGpuSoftmax{}, kGpuLogSoftmax{};  // no CUDA tensor exi
 Tensor softmax_like(const Tensor& x_in, int64_t dim, const char* op, SoftmaxKernels cpu_kernels,
                     SoftmaxKernels gpu_kernels) {
   check_float_tensor(x_in, op);
+  if (is_half_precision(x_in.dtype())) {
+    // A 16-bit x (GPU only) normalizes in float32, as the exponentials need the
+    // range; the differentiable casts bring gradients back in x's dtype.
+    return softmax_like(x_in.to(DType::Float32), dim, op, cpu_kernels, gpu_kernels)
+        .to(x_in.dtype());
+  }
   const int64_t d = normalize_dim(dim, x_in.dim(), op);
   const bool gpu = x_in.device().is_cuda();
   const SoftmaxKernels kernels = gpu ? gpu_kernels : cpu_kernels;

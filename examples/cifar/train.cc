@@ -22,7 +22,9 @@ const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
   --schedule NAME     onecycle (default), cosine (1 epoch of warmup), step or none
   --device NAME       auto (default), cpu or cuda
   --precision NAME    tf32 (default), strict or bf16
-  --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH, --explain, --help
+  --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH,
+  --target-accuracy X, --no-cuda-graph, --no-fuse, --autotune, --profile N, --explain,
+  --help
                       as in the MNIST trainer
 )";
 

@@ -43,6 +43,8 @@ std::map<std::string, Setter> value_flags(const char* usage) {
       {"--label-smoothing", [](TrainConfig& c, const std::string& v) { c.label_smoothing = std::stod(v); }},
       {"--schedule", [](TrainConfig& c, const std::string& v) { c.schedule = v; }},
       {"--precision", [](TrainConfig& c, const std::string& v) { c.precision = v; }},
+      {"--target-accuracy", [](TrainConfig& c, const std::string& v) { c.target_accuracy = std::stod(v); }},
+      {"--profile", [](TrainConfig& c, const std::string& v) { c.profile_steps = std::stoll(v); }},
       {"--seed", [](TrainConfig& c, const std::string& v) { c.seed = std::stoull(v); }},
       {"--limit", [](TrainConfig& c, const std::string& v) { c.limit = std::stoll(v); }},
       {"--save", [](TrainConfig& c, const std::string& v) { c.save = v; }},
@@ -65,6 +67,18 @@ int train_main(int argc, char** argv, TrainConfig config, const char* usage) {
     }
     if (arg == "--explain") {
       explain = true;
+      continue;
+    }
+    if (arg == "--no-cuda-graph") {
+      config.cuda_graph = false;
+      continue;
+    }
+    if (arg == "--no-fuse") {
+      config.fuse = false;
+      continue;
+    }
+    if (arg == "--autotune") {
+      config.autotune = true;
       continue;
     }
     auto flag = flags.find(arg);

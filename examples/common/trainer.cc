@@ -7,8 +7,10 @@
 #include <fstream>
 #include <memory>
 
+#include "core/autocast.h"
 #include "core/error.h"
 #include "core/numerics.h"
+#include "core/profiler.h"
 #include "core/ops/ops.h"
 #include "core/serialize.h"
 #include "data/cifar.h"
@@ -18,6 +20,7 @@
 #include "optim/adam.h"
 #include "optim/scheduler.h"
 #include "optim/sgd.h"
+#include "optim/train_step.h"
 
 namespace loom::examples {
 
@@ -27,13 +30,23 @@ namespace {
 const std::vector<double> kMnistMean = {0.2860}, kMnistStd = {0.3530};
 const std::vector<double> kCifarMean = {0.4914, 0.4822, 0.4465}, kCifarStd = {0.2470, 0.2435, 0.2616};
 constexpr int64_t kSample = 25;                  // read loss/accuracy back every kSample batches
+constexpr int64_t kProfileWarmup = 5;            // steps before the profiled ones (plans built)
 constexpr const char* kSchedulePrefix = "schedule.";
 
-NumericsPolicy policy_of(const std::string& name) {
-  if (name == "strict") return {.precision = Precision::StrictFp32};
-  if (name == "bf16") return {.precision = Precision::Bf16};
-  LOOM_CHECK(name == "tf32", ValueError, "[train] unknown precision '{}' (tf32, strict or bf16)", name);
-  return {.precision = Precision::Tf32};
+// bf16 mixed precision is autocast on the GPU; the CPU computes in fp32.
+std::optional<DType> autocast_of(const TrainConfig& c) {
+  if (c.precision == "bf16" && c.device.is_cuda()) return DType::BFloat16;
+  return std::nullopt;
+}
+
+NumericsPolicy policy_of(const TrainConfig& c) {
+  const std::string& name = c.precision;
+  LOOM_CHECK(name == "tf32" || name == "strict" || name == "bf16", ValueError,
+             "[train] unknown precision '{}' (tf32, strict or bf16)", name);
+  const Precision precision = name == "strict" ? Precision::StrictFp32
+                              : name == "bf16" ? Precision::Bf16
+                                               : Precision::Tf32;
+  return {.precision = precision, .autotune = c.autotune};
 }
 
 nn::Sequential make_model(const std::string& name) {
@@ -140,7 +153,37 @@ struct Training {
   optim::Optimizer& opt;
   optim::LRScheduler* schedule;
   data::DataLoader& loader;
+  optim::TrainStep& step;     // graphed on the GPU
+  optim::TrainStep& profiled; // always eager, for the profile window
 };
+
+// The step both TrainSteps run: logits, then the loss (timed as its own row).
+optim::StepFunction step_function(nn::Sequential& net, const TrainConfig& c) {
+  return [&net, smoothing = c.label_smoothing](const Tensor& x, const Tensor& y) {
+    Tensor logits = net(x);
+    ProfileScope scope("(loss)", ProfilePhase::Forward, x.device().is_cuda());
+    return std::vector<Tensor>{cross_entropy(logits, y, {.label_smoothing = smoothing}), logits};
+  };
+}
+
+bool profiling(const TrainConfig& c, int epoch, int64_t batch) {
+  return c.profile_steps > 0 && epoch == 1 && batch >= kProfileWarmup &&
+         batch < kProfileWarmup + c.profile_steps;
+}
+
+// Runs batch number `batch` (0-based) of the epoch, profiled when it is in the window.
+const std::vector<Tensor>& run_step(Training& t, const TrainConfig& c, int epoch, int64_t batch,
+                                    const Tensor& x, const Tensor& y) {
+  if (!profiling(c, epoch, batch)) return t.step(x, y);
+  if (batch == kProfileWarmup) Profiler::start();
+  const std::vector<Tensor>& out = t.profiled(x, y);
+  if (batch + 1 == kProfileWarmup + c.profile_steps || batch + 1 == t.loader.size()) {
+    Profiler::stop();
+    std::printf("\nprofile of %lld eager steps (epoch 1):\n%s", static_cast<long long>(batch + 1 - kProfileWarmup),
+                Profiler::report(batch + 1 - kProfileWarmup).c_str());
+  }
+  return out;
+}
 
 EpochResult train_epoch(Training& t, int epoch, const TrainConfig& c) {
   auto start = std::chrono::steady_clock::now();
@@ -148,17 +191,13 @@ EpochResult train_epoch(Training& t, int epoch, const TrainConfig& c) {
   double loss_sum = 0;
   int64_t correct = 0, sampled = 0, samples = 0, batch = 0, images = 0;
   for (auto& [x, y] : t.loader) {
-    Tensor logits = t.net(x);
-    Tensor loss = cross_entropy(logits, y, {.label_smoothing = c.label_smoothing});
-    t.opt.zero_grad();
-    loss.backward();
-    t.opt.step();
+    const std::vector<Tensor>& out = run_step(t, c, epoch, batch, x, y);
     if (t.schedule) t.schedule->step();
     images += y.size(0);
     if (++batch % kSample != 0 && batch != t.loader.size()) continue;
-    loss_sum += loss.item();
+    loss_sum += out[0].item();
     ++samples;
-    correct += count_correct(logits.detach(), y);
+    correct += count_correct(out[1].detach(), y);
     sampled += y.size(0);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     r.train_loss = loss_sum / samples;
@@ -244,9 +283,14 @@ void save(const TrainConfig& c, Training& t, int epochs_done) {
 }  // namespace
 
 TrainResult train(const TrainConfig& c) {
+  const auto began = std::chrono::steady_clock::now();
   LOOM_CHECK(c.epochs >= 1 && c.batch_size >= 1, ValueError,
              "[train] epochs and batch size must be positive, got {} and {}", c.epochs, c.batch_size);
-  NumericsGuard numerics(policy_of(c.precision));
+  LOOM_CHECK(c.target_accuracy >= 0 && c.target_accuracy <= 1 && c.profile_steps >= 0, ValueError,
+             "[train] target accuracy must be in [0, 1] and profile steps >= 0, got {} and {}",
+             c.target_accuracy, c.profile_steps);
+  NumericsGuard numerics(policy_of(c));
+  AutocastGuard autocast(autocast_of(c));
   manual_seed(c.seed);
   data::Dataset train_set = first(load(c, data::Split::Train), c.limit);
   data::Dataset test_set = first(load(c, data::Split::Test), c.test_limit);
@@ -255,9 +299,12 @@ TrainResult train(const TrainConfig& c) {
   nn::Sequential net = make_model(c.model);
   net.to(c.device);
   if (c.device.is_cuda()) net.to(MemoryFormat::ChannelsLast);  // cuDNN's native layout
+  if (c.fuse) nn::fuse(net);  // same parameters and state_dict names; unfused where cuDNN has no engine
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(c, net.parameters());
   std::unique_ptr<optim::LRScheduler> schedule = make_schedule(c, *opt, train_loader.size());
-  Training t{net, *opt, schedule.get(), train_loader};
+  optim::TrainStep step(step_function(net, c), *opt, {.cuda_graph = c.cuda_graph});
+  optim::TrainStep profiled(step_function(net, c), *opt, {.cuda_graph = false});
+  Training t{net, *opt, schedule.get(), train_loader, step, profiled};
   int start = c.resume.empty() ? 0 : resume(c, t);
   if (c.progress) {
     std::printf("%s on %s: %lld training images, batch %lld, %s lr %g, schedule %s, %s%s\n",
@@ -272,14 +319,18 @@ TrainResult train(const TrainConfig& c) {
     train_loader.set_epoch(epoch);
     EpochResult r = train_epoch(t, epoch + 1, c);
     r.test_accuracy = evaluate(net, test_loader);
+    r.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (c.progress) {
-      std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.0f img/s, %.2f s\n",
-                  r.epoch, r.train_loss, r.train_accuracy, r.test_accuracy, r.images_per_second, r.seconds);
+      std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.0f img/s, %.2f s "
+                  "(%.2f s since start)\n",
+                  r.epoch, r.train_loss, r.train_accuracy, r.test_accuracy, r.images_per_second, r.seconds,
+                  r.elapsed_seconds);
       std::fflush(stdout);
     }
     metrics.write(r);
     result.epochs.push_back(r);
     if (!c.save.empty()) save(c, t, epoch + 1);
+    if (c.target_accuracy > 0 && r.test_accuracy >= c.target_accuracy) break;
   }
   result.model = net.state_dict();
   return result;

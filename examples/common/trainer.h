@@ -32,7 +32,12 @@ struct TrainConfig {
   bool flip = false;                 // random horizontal flip
   std::string schedule = "none";     // none, step, cosine, onecycle
   Device device = cuda_available() ? Device::cuda() : Device::cpu();
-  std::string precision = "tf32";    // tf32, strict, bf16
+  std::string precision = "tf32";    // tf32, strict, bf16 (autocast: bf16 activations, fp32 weights)
+  bool cuda_graph = true;            // GPU: capture each training step once per shape, then replay
+  bool fuse = true;                  // nn::fuse: conv/bn/linear + relu as fused cuDNN graphs
+  bool autotune = false;             // cuDNN plans: time the candidates (cudnn.benchmark)
+  double target_accuracy = 0;        // > 0: stop after the first epoch whose test accuracy reaches it
+  int64_t profile_steps = 0;         // > 0: time that many eager steps of epoch 1 per layer, print the table
   uint64_t seed = 0;
   int64_t limit = 0;                 // train on the first `limit` images (0: all)
   int64_t test_limit = 0;            // evaluate on the first `test_limit` test images (0: all)
@@ -44,6 +49,7 @@ struct EpochResult {
   int epoch = 0;
   double train_loss = 0, train_accuracy = 0, test_accuracy = 0;
   double images_per_second = 0, seconds = 0;
+  double elapsed_seconds = 0;  // since train() began: data loading, plan building and evaluation included
 };
 
 struct TrainResult {

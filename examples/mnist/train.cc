@@ -29,6 +29,18 @@ const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
   --save PATH         write a training checkpoint after every epoch (atomically)
   --resume PATH       continue from a checkpoint written by --save
   --metrics PATH      per-epoch metrics, CSV or JSONL by the file's extension
+  --target-accuracy X stop after the first epoch whose test accuracy reaches X
+  --no-cuda-graph     run every training step eagerly (default on the GPU: each
+                      step is captured once per batch shape into a CUDA graph)
+  --no-fuse           keep conv/batch-norm/linear and their ReLU as separate ops
+                      (default: nn::fuse runs them as fused cuDNN graphs)
+  --autotune          time cuDNN's candidate plans once per shape and keep the
+                      fastest (cudnn.benchmark; the choice is saved in the plan
+                      files). Off by default: runtime-compiled candidates make
+                      the first step take tens of seconds
+  --profile N         time N eager steps of epoch 1 per layer (forward, backward,
+                      share of the step) and print the table, the cuDNN plan
+                      cache counters and the peak GPU memory
   --explain           print the cuDNN plan cache at the end
   --help              this text
 )";

@@ -148,6 +148,31 @@ LossGrad loss_grad(LossReduction reduction, const Tensor& target, const cpu::Los
   return {dy.expand(target.sizes()), dy.to(Device::cuda()).expand(target.sizes()), scale};
 }
 
+// The forwards leave their totals (and a reduced loss) in device memory; these
+// run one and read them back. `reduced` (optional) receives the mean.
+struct DeviceTotals {
+  Tensor bytes = empty({static_cast<int64_t>(sizeof(cuda::LossTotals))},
+                       {.dtype = DType::UInt8, .device = Device::cuda()});
+  cuda::LossTotals* get() const { return static_cast<cuda::LossTotals*>(bytes.raw_data()); }
+  cuda::LossScale scale(bool mean) const { return {get(), mean}; }
+};
+
+cpu::LossTotal cross_entropy_totals(const Tensor& losses, const Tensor& logits, const Tensor& target,
+                                    const cpu::CrossEntropyParams& params, const DeviceTotals& totals,
+                                    const Tensor& reduced = Tensor()) {
+  cuda::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params,
+                              {totals.get(), reduced.defined() ? reduced.raw_data() : nullptr, true});
+  return cuda::read_totals(totals.get(), target.strided(), logits.size(1), params.ignore_index,
+                           "cross_entropy");
+}
+
+cpu::LossTotal nll_totals(const Tensor& losses, const Tensor& scores, const Tensor& target,
+                          int64_t ignore_index, const DeviceTotals& totals) {
+  cuda::nll_loss_forward(losses.strided(), scores.strided(), target.strided(), ignore_index,
+                         {totals.get(), nullptr, false});
+  return cuda::read_totals(totals.get(), target.strided(), scores.size(1), ignore_index, "nll_loss");
+}
+
 void check_totals(const cpu::LossTotal& actual, const cpu::LossTotal& expected, Tolerance tol) {
   CHECK(actual.count == expected.count);
   CHECK(actual.sum == doctest::Approx(expected.sum).epsilon(tol.rtol));
@@ -172,16 +197,19 @@ void check_config(const Config& cfg, bool is_nll, Generator& gen) {
   Tensor losses_ref = empty(target.sizes(), {.dtype = cfg.dtype});
   Tensor losses = poisoned(target.sizes(), cfg.dtype);
   cpu::LossTotal total_ref, total;
+  DeviceTotals totals;
+  Tensor mean = poisoned({}, cfg.dtype);
   if (is_nll) {
     total_ref = cpu::nll_loss_forward(losses_ref.strided(), scores.strided(), target.strided(),
                                       cfg.ignore_index);
-    total = cuda::nll_loss_forward(losses.strided(), gscores.strided(), gtarget.strided(),
-                                   cfg.ignore_index);
+    total = nll_totals(losses, gscores, gtarget, cfg.ignore_index, totals);
   } else {
     total_ref = cpu::cross_entropy_forward(losses_ref.strided(), scores.strided(), target.strided(),
                                            params);
-    total =
-        cuda::cross_entropy_forward(losses.strided(), gscores.strided(), gtarget.strided(), params);
+    total = cross_entropy_totals(losses, gscores, gtarget, params, totals, mean);
+    if (total_ref.count > 0) {
+      CHECK(mean.item() == doctest::Approx(total_ref.sum / total_ref.count).epsilon(tol.rtol));
+    }
   }
   CHECK_CLOSE(losses.cpu(), losses_ref, tol.rtol, tol.atol);
   check_totals(total, total_ref, tol);
@@ -194,13 +222,14 @@ void check_config(const Config& cfg, bool is_nll, Generator& gen) {
     if (is_nll) {
       cpu::nll_loss_backward(dscores_ref.strided(), target.strided(), g.cpu.strided(), g.scale,
                              cfg.ignore_index);
-      cuda::nll_loss_backward(dscores.strided(), gtarget.strided(), g.gpu.strided(), g.scale,
-                              cfg.ignore_index);
+      cuda::nll_loss_backward(dscores.strided(), gtarget.strided(), g.gpu.strided(),
+                              totals.scale(reduction == LossReduction::Mean), cfg.ignore_index);
     } else {
       cpu::cross_entropy_backward(dscores_ref.strided(), scores.strided(), target.strided(),
                                   g.cpu.strided(), g.scale, params);
       cuda::cross_entropy_backward(dscores.strided(), gscores.strided(), gtarget.strided(),
-                                   g.gpu.strided(), g.scale, params);
+                                   g.gpu.strided(), totals.scale(reduction == LossReduction::Mean),
+                                   params);
     }
     CHECK_CLOSE(dscores.cpu(), dscores_ref, tol.rtol, tol.atol);
   }
@@ -231,27 +260,25 @@ LOOM_GPU_TEST_CASE("an out-of-range target is an IndexError naming it, and the G
   const cpu::CrossEntropyParams params{};
   // Two bad targets: the error names the first position, whichever block sees it first.
   Tensor bad = int64_tensor({1, 7, -2}, {3});
-  CHECK_THROWS_WITH_FRAGMENT(
-      cuda::cross_entropy_forward(losses.strided(), logits.strided(), bad.strided(), params),
-      IndexError, "[cross_entropy] target 7 at position (1,) is out of range for 4 classes");
-  CHECK_THROWS_WITH_FRAGMENT(
-      cuda::nll_loss_forward(losses.strided(), logits.strided(), bad.strided(), -100), IndexError,
-      "[nll_loss] target 7 at position (1,)");
+  DeviceTotals totals;
+  CHECK_THROWS_WITH_FRAGMENT(cross_entropy_totals(losses, logits, bad, params, totals), IndexError,
+                             "[cross_entropy] target 7 at position (1,) is out of range for 4 classes");
+  CHECK_THROWS_WITH_FRAGMENT(nll_totals(losses, logits, bad, -100, totals), IndexError,
+                             "[nll_loss] target 7 at position (1,)");
 
   Tensor logits4 = randn({2, 3, 2, 3}, {}, &gen).to(Device::cuda());
   std::vector<double> t(12, 0.0);
   t[8] = 3;  // position (1, 0, 2)
   Tensor bad4 = int64_tensor(t, {2, 2, 3});
   Tensor losses4 = empty({2, 2, 3}, {.device = Device::cuda()});
-  CHECK_THROWS_WITH_FRAGMENT(
-      cuda::cross_entropy_forward(losses4.strided(), logits4.strided(), bad4.strided(), params),
-      IndexError, "target 3 at position (1, 0, 2) is out of range for 3 classes");
+  CHECK_THROWS_WITH_FRAGMENT(cross_entropy_totals(losses4, logits4, bad4, params, totals), IndexError,
+                             "target 3 at position (1, 0, 2) is out of range for 3 classes");
 
   // The backward never indexes with it either: that row is NaN, the others finite.
   Tensor dlogits = empty({3, 4}, {.device = Device::cuda()});
   Tensor dloss = ones({3}, {.device = Device::cuda()});
   cuda::cross_entropy_backward(dlogits.strided(), logits.strided(), bad.strided(), dloss.strided(),
-                               1.0, params);
+                               totals.scale(false), params);
   std::vector<double> grads = testing::values(dlogits);
   for (int64_t c = 0; c < 4; ++c) {
     CHECK(std::isfinite(grads[c]));
@@ -264,8 +291,7 @@ LOOM_GPU_TEST_CASE("an out-of-range target is an IndexError naming it, and the G
   Tensor losses_ref = empty({3});
   const cpu::LossTotal ref = cpu::cross_entropy_forward(
       losses_ref.strided(), logits.cpu().strided(), good.cpu().strided(), params);
-  const cpu::LossTotal total =
-      cuda::cross_entropy_forward(losses.strided(), logits.strided(), good.strided(), params);
+  const cpu::LossTotal total = cross_entropy_totals(losses, logits, good, params, totals);
   CHECK(total.count == 3);
   CHECK(total.sum == doctest::Approx(ref.sum).epsilon(1e-5));
   CHECK_CLOSE(losses.cpu(), losses_ref, 1e-5, 1e-6);
@@ -282,10 +308,10 @@ LOOM_GPU_TEST_CASE("masked (-inf) logits give the CPU's finite losses and gradie
                               dloss.strided(), 1.0, params);
   Tensor glogits = logits.to(Device::cuda()), gtarget = target.to(Device::cuda());
   Tensor losses = poisoned({2}, DType::Float32), dlogits = poisoned({2, 4}, DType::Float32);
-  const cpu::LossTotal total =
-      cuda::cross_entropy_forward(losses.strided(), glogits.strided(), gtarget.strided(), params);
+  DeviceTotals totals;
+  const cpu::LossTotal total = cross_entropy_totals(losses, glogits, gtarget, params, totals);
   cuda::cross_entropy_backward(dlogits.strided(), glogits.strided(), gtarget.strided(),
-                               dloss.to(Device::cuda()).strided(), 1.0, params);
+                               dloss.to(Device::cuda()).strided(), totals.scale(false), params);
   CHECK(std::isfinite(ref.sum));
   CHECK(total.sum == doctest::Approx(ref.sum).epsilon(1e-5));
   CHECK_CLOSE(losses.cpu(), losses_ref, 1e-5, 1e-6);
@@ -296,15 +322,14 @@ LOOM_GPU_TEST_CASE("an empty batch totals nothing and writes nothing") {
   Tensor logits = empty({0, 5}, {.device = Device::cuda()});
   Tensor target = empty({0}, {.dtype = DType::Int64, .device = Device::cuda()});
   Tensor losses = empty({0}, {.device = Device::cuda()});
-  const cpu::LossTotal total =
-      cuda::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), {});
+  DeviceTotals totals;
+  const cpu::LossTotal total = cross_entropy_totals(losses, logits, target, {}, totals);
   CHECK(total.sum == 0.0);
   CHECK(total.count == 0);
   Tensor dlogits = empty({0, 5}, {.device = Device::cuda()});
   cuda::cross_entropy_backward(dlogits.strided(), logits.strided(), target.strided(),
-                               losses.strided(), 1.0, {});
-  const cpu::LossTotal nll =
-      cuda::nll_loss_forward(losses.strided(), logits.strided(), target.strided(), -100);
+                               losses.strided(), totals.scale(false), {});
+  const cpu::LossTotal nll = nll_totals(losses, logits, target, -100, totals);
   CHECK(nll.count == 0);
 }
 
@@ -322,10 +347,9 @@ LOOM_GPU_TEST_CASE("many positions: grid-stride loops, block totals, and the sam
                                                           target.strided(), params);
     Tensor glogits = logits.to(Device::cuda()), gtarget = target.to(Device::cuda());
     Tensor losses = poisoned({200003}, dtype);
-    const cpu::LossTotal first =
-        cuda::cross_entropy_forward(losses.strided(), glogits.strided(), gtarget.strided(), params);
-    const cpu::LossTotal second =
-        cuda::cross_entropy_forward(losses.strided(), glogits.strided(), gtarget.strided(), params);
+    DeviceTotals totals;
+    const cpu::LossTotal first = cross_entropy_totals(losses, glogits, gtarget, params, totals);
+    const cpu::LossTotal second = cross_entropy_totals(losses, glogits, gtarget, params, totals);
     check_totals(first, ref, tol);
     CHECK(first.sum == second.sum);  // bit for bit: the block totals add in a fixed order
     CHECK_CLOSE(losses.cpu(), losses_ref, tol.rtol, tol.atol);

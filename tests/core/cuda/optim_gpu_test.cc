@@ -25,8 +25,8 @@ using namespace loom;
 
 namespace {
 
-// Odd sizes around the 4096-element chunks, an empty tensor, and a large one.
-const std::vector<int64_t> kSizes = {1, 7, 4095, 4096, 4097, 0, 33, 1000003, 8193};
+// Odd sizes around the kChunkSize (512) element chunks, an empty tensor, and a large one.
+const std::vector<int64_t> kSizes = {1, 7, 511, 512, 513, 0, 33, 1000003, 1025};
 
 // One tensor per size for each of param, grad and up to three states, on the GPU.
 struct DeviceSet {
@@ -212,8 +212,8 @@ LOOM_GPU_TEST_CASE("sum_of_squares is the double sum, the same bits every call; 
 
 LOOM_GPU_TEST_CASE("a slot table uploads only when its slots change, and drops empty tensors") {
   Tensor a = zeros({1}, {.device = Device::cuda()});
-  Tensor b = zeros({4097}, {.device = Device::cuda()});
-  Tensor c = zeros({4096}, {.device = Device::cuda()});
+  Tensor b = zeros({cuda::kChunkSize + 1}, {.device = Device::cuda()});
+  Tensor c = zeros({cuda::kChunkSize}, {.device = Device::cuda()});
   auto slot = [](const Tensor& t) {
     cuda::TensorSlot s;
     s.param = t.raw_data();

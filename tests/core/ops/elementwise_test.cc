@@ -501,3 +501,15 @@ TEST_CASE("argument errors name the op and print dtypes and shapes") {
 
 }  // namespace
 }  // namespace loom
+
+TEST_CASE("increment_ counts in a 0-d int64 tensor and rejects anything else") {
+  loom::Tensor counter = loom::zeros({}, {.dtype = loom::DType::Int64});
+  loom::increment_(counter);
+  loom::increment_(counter, 41);
+  CHECK(counter.item() == 42.0);
+  loom::Tensor floats = loom::zeros({});
+  CHECK_THROWS_WITH_FRAGMENT(loom::increment_(floats), loom::TypeError,
+                             "[increment_] the counter must be one int64 value, got float32 of shape ()");
+  loom::Tensor many = loom::zeros({3}, {.dtype = loom::DType::Int64});
+  CHECK_THROWS_WITH_FRAGMENT(loom::increment_(many), loom::TypeError, "int64 of shape (3,)");
+}

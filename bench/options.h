@@ -1,0 +1,63 @@
+// File: bench/options.h
+// The flags of bench/train_step: which configurations to run and how long.
+//
+//   bench_train_step --models lenet5,mnist_net --batches 128 --precisions tf32
+//                    --modes graph,eager --steps 100 --repeats 5 --json loom.jsonl
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace loom::bench {
+
+inline constexpr const char* kUsage =
+    "usage: bench_train_step [flags]\n"
+    "  --models LIST       lenet5,mnist_net,resnet9 (default all; 'none' for only --tta)\n"
+    "  --batches LIST      batch sizes (default 128,512)\n"
+    "  --precisions LIST   tf32,strict,bf16 (default all)\n"
+    "  --modes LIST        graph,eager (default both): CUDA-graph replay or eager steps, with\n"
+    "                      nn::fuse()d layers; graph-unfused, eager-unfused: without\n"
+    "  --layout L          auto (channels-last on the GPU, Loom's native layout), nchw, nhwc\n"
+    "  --steps S           steps per timed repeat (default 100)\n"
+    "  --repeats R         timed repeats; the median is reported (default 5)\n"
+    "  --warmup W          untimed steps after the first (default 10)\n"
+    "  --json PATH         also write one JSON object per configuration to PATH\n"
+    "  --autotune          time cuDNN's candidate plans and keep the fastest (cudnn.benchmark)\n"
+    "  --profile           after timing, profile eager steps and print the per-layer table\n"
+    "  --profile-steps K   eager steps profiled (default 10)\n"
+    "  --tta DIR           Fashion-MNIST time to 91% test accuracy from the IDX files in DIR\n"
+    "  --device D          cuda or cpu (default cuda when available)\n";
+
+struct BenchOptions {
+  std::vector<std::string> models = {"lenet5", "mnist_net", "resnet9"};
+  std::vector<int64_t> batches = {128, 512};
+  std::vector<std::string> precisions = {"tf32", "strict", "bf16"};
+  std::vector<std::string> modes = {"graph", "eager"};
+  std::string layout = "auto";
+  int steps = 100;
+  int repeats = 5;
+  int warmup = 10;
+  std::string json;
+  bool profile = false;
+  int profile_steps = 10;
+  // Time cuDNN's candidate plans (PyTorch's cudnn.benchmark). Off: on the H100 it
+  // changed no step time measurably and made the first step 20-40 s (each
+  // runtime-compiled candidate is compiled to be timed).
+  bool autotune = false;
+  std::string tta;
+  Device device = cuda_available() ? Device::cuda() : Device::cpu();
+  bool help = false;
+};
+
+// Parses the arguments after the program name. Throws ValueError naming the
+// flag and what it accepts for an unknown flag, a missing or bad value, or an
+// unknown model, precision, mode, layout or device.
+BenchOptions parse_options(const std::vector<std::string>& args);
+
+// "a,b,c" -> {"a", "b", "c"}; empty items are dropped.
+std::vector<std::string> split_list(const std::string& text);
+
+}  // namespace loom::bench

@@ -1,0 +1,373 @@
+// File: bench/step_bench.cc
+// Times full training steps of the reference models, and the Fashion-MNIST
+// time to accuracy, as bench/torch_bench.py does for PyTorch.
+// N batch, C channels, H, W image size.
+#include "bench/step_bench.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <vector>
+
+#include "bench/options.h"
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/numerics.h"
+#include "core/ops/loss.h"
+#include "core/profiler.h"
+#include "core/tensor.h"
+#include "examples/common/trainer.h"
+#include "layers/fused.h"
+#include "layers/models.h"
+#include "optim/sgd.h"
+#include "optim/train_step.h"
+
+#ifdef LOOM_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda/allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#endif
+
+namespace loom::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kInputSets = 4;  // as torch_ref.py: the step never sees one batch twice in a row
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void synchronize(Device device) {
+#ifdef LOOM_WITH_CUDA
+  if (device.is_cuda()) cuda::synchronize();
+#endif
+}
+
+// Times queued work: CUDA events on the current stream on the GPU (the host
+// only waits in stop_ms), the steady clock on the CPU.
+class Stopwatch {
+ public:
+  explicit Stopwatch(Device device) : device_(device) {
+#ifdef LOOM_WITH_CUDA
+    if (device_.is_cuda()) {
+      LOOM_CUDA_CHECK(cudaEventCreate(&begin_));
+      LOOM_CUDA_CHECK(cudaEventCreate(&end_));
+    }
+#endif
+  }
+  ~Stopwatch() {
+#ifdef LOOM_WITH_CUDA
+    if (device_.is_cuda()) {
+      cudaEventDestroy(begin_);
+      cudaEventDestroy(end_);
+    }
+#endif
+  }
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+  void start() {
+#ifdef LOOM_WITH_CUDA
+    if (device_.is_cuda()) {
+      LOOM_CUDA_CHECK(cudaEventRecord(begin_, cuda::current_stream()));
+      return;
+    }
+#endif
+    start_ = Clock::now();
+  }
+
+  double stop_ms() {
+#ifdef LOOM_WITH_CUDA
+    if (device_.is_cuda()) {
+      LOOM_CUDA_CHECK(cudaEventRecord(end_, cuda::current_stream()));
+      LOOM_CUDA_CHECK(cudaEventSynchronize(end_));
+      float ms = 0;
+      LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, begin_, end_));
+      return ms;
+    }
+#endif
+    return seconds_since(start_) * 1e3;
+  }
+
+ private:
+  Device device_;
+  Clock::time_point start_;
+#ifdef LOOM_WITH_CUDA
+  cudaEvent_t begin_ = nullptr, end_ = nullptr;
+#endif
+};
+
+// The numerics policy of a precision name; bf16 is mixed precision: bf16
+// activations through autocast, fp32 master weights.
+class PrecisionScope {
+ public:
+  PrecisionScope(const std::string& precision, bool autotune)
+      : numerics_({.precision = policy(precision), .autotune = autotune}),
+        autocast_(precision == "bf16" ? std::optional(DType::BFloat16) : std::nullopt) {}
+
+ private:
+  static Precision policy(const std::string& precision) {
+    if (precision == "strict") return Precision::StrictFp32;
+    return precision == "bf16" ? Precision::Bf16 : Precision::Tf32;
+  }
+
+  NumericsGuard numerics_;
+  AutocastGuard autocast_;
+};
+
+// Starts a configuration from an empty allocator cache, so its peak memory is
+// its own. The plan cache is kept, as PyTorch keeps cudnn.benchmark's choices
+// within a process: the first mode run of a shape pays for its plans.
+void fresh_device_state(Device device) {
+#ifdef LOOM_WITH_CUDA
+  if (!device.is_cuda()) return;
+  cuda::synchronize();
+  cuda::empty_cache();
+  cuda::reset_peak_stats();
+#endif
+}
+
+int64_t peak_allocated_bytes(Device device) {
+#ifdef LOOM_WITH_CUDA
+  if (device.is_cuda()) return static_cast<int64_t>(cuda::stats().peak_allocated_bytes);
+#endif
+  return 0;
+}
+
+nn::Sequential make_model(const std::string& name) {
+  if (name == "lenet5") return nn::lenet5();
+  if (name == "mnist_net") return nn::mnist_net();
+  LOOM_CHECK(name == "resnet9", ValueError, "[bench] unknown model '{}'", name);
+  return nn::resnet9();
+}
+
+Shape image_shape(const std::string& model) {  // (C, H, W)
+  return model == "resnet9" ? Shape{3, 32, 32} : Shape{1, 28, 28};
+}
+
+struct InputSets {
+  std::vector<Tensor> x;  // (N, C, H, W) each
+  std::vector<Tensor> y;  // (N) int64 in [0, 10)
+};
+
+InputSets make_inputs(const StepConfig& c) {
+  Generator gen(1);
+  Shape sizes{c.batch};
+  for (int64_t d : image_shape(c.model)) sizes.push_back(d);
+  const MemoryFormat format =
+      c.layout == "nhwc" ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  InputSets sets;
+  for (int i = 0; i < kInputSets; ++i) {
+    sets.x.push_back(randn(sizes, {.device = c.device}, &gen).contiguous(format));
+    sets.y.push_back(randint(0, 10, {c.batch}, {.dtype = DType::Int64, .device = c.device}, &gen));
+  }
+  return sets;
+}
+
+// The first step (plan building), the warm-up, then the timed repeats.
+void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, const StepConfig& c,
+                Clock::time_point built, StepResult& r) {
+  optim::TrainStep step(
+      [&net](const Tensor& x, const Tensor& y) {
+        return std::vector<Tensor>{cross_entropy(net(x), y)};
+      },
+      opt, {.cuda_graph = c.mode.starts_with("graph")});
+  int64_t i = 0;
+  auto run = [&] {
+    step(data.x[i % kInputSets], data.y[i % kInputSets]);
+    ++i;
+  };
+  run();
+  synchronize(c.device);
+  r.first_step_s = seconds_since(built);
+  for (int w = 0; w < c.warmup; ++w) run();
+  Stopwatch watch(c.device);
+  for (int rep = 0; rep < c.repeats; ++rep) {
+    watch.start();
+    for (int s = 0; s < c.steps; ++s) run();
+    r.repeat_ms.push_back(watch.stop_ms() / c.steps);
+  }
+  if (c.mode.starts_with("graph") && !step.last_step_replayed()) {
+    r.fallback_reason = step.fallback_reason();
+  }
+}
+
+// Eager steps with the profiler on (layer rows come from nn::Module and the
+// autograd engine; the loss and the optimizer get rows here), then the table.
+void profile_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data,
+                   const StepConfig& c) {
+  const bool gpu = c.device.is_cuda();
+  Profiler::start();
+  Stopwatch watch(c.device);
+  watch.start();
+  for (int i = 0; i < c.profile_steps; ++i) {
+    opt.zero_grad();
+    Tensor logits = net(data.x[i % kInputSets]);
+    Tensor loss;
+    {
+      ProfileScope scope("(loss)", ProfilePhase::Forward, gpu);
+      loss = cross_entropy(logits, data.y[i % kInputSets]);
+    }
+    loss.backward();
+    ProfileScope scope("(optimizer)", ProfilePhase::Other, gpu);
+    opt.step();
+  }
+  const double step_ms = watch.stop_ms() / c.profile_steps;
+  Profiler::stop();
+  std::printf(
+      "\n== profile: %s batch %lld %s %s, %d eager steps\n%sprofiled eager step: %.3f ms "
+      "(wall, events included)\n\n",
+      c.model.c_str(), static_cast<long long>(c.batch), c.precision.c_str(), c.layout.c_str(),
+      c.profile_steps, Profiler::report(c.profile_steps).c_str(), step_ms);
+}
+
+}  // namespace
+
+StepResult run_step_config(const StepConfig& c) {
+  StepResult r{.model = c.model,
+               .precision = c.precision,
+               .mode = c.mode,
+               .layout = c.layout,
+               .device = c.device.str(),
+               .batch = c.batch,
+               .steps = c.steps,
+               .repeats = c.repeats,
+               .warmup = c.warmup};
+  PrecisionScope precision(c.precision, c.autotune);
+  fresh_device_state(c.device);
+  manual_seed(0);
+  const Clock::time_point built = Clock::now();
+  nn::Sequential net = make_model(c.model);
+  net.to(c.device);
+  if (c.layout == "nhwc") net.to(MemoryFormat::ChannelsLast);
+  if (!c.mode.ends_with("-unfused")) nn::fuse(net);  // conv/bn/linear + relu through fused cuDNN graphs
+  optim::SGD opt(net.parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
+  const InputSets data = make_inputs(c);
+  time_steps(net, opt, data, c, built, r);
+  r.peak_bytes = peak_allocated_bytes(c.device);
+  if (c.profile_steps > 0) profile_steps(net, opt, data, c);
+  return r;
+}
+
+// --- time to accuracy -------------------------------------------------------------------
+
+TtaResult run_time_to_accuracy(const std::string& dir, Device device, double target,
+                                bool autotune) {
+  examples::TrainConfig config;
+  config.data = dir;
+  config.model = "mnist_net";
+  config.epochs = 15;
+  config.batch_size = 128;
+  config.optimizer = "adam";
+  config.lr = 1e-3;
+  config.device = device;
+  config.precision = "tf32";
+  config.autotune = autotune;
+  config.progress = false;
+  config.target_accuracy = target;
+  const Clock::time_point start = Clock::now();
+  const examples::TrainResult trained = examples::train(config);
+  TtaResult r{.target = target, .wall_seconds = seconds_since(start)};
+  for (const examples::EpochResult& epoch : trained.epochs)
+    r.accuracies.push_back(epoch.test_accuracy);
+  if (!trained.epochs.empty()) {
+    r.epochs = static_cast<int>(trained.epochs.size());
+    r.seconds = trained.epochs.back().elapsed_seconds;
+    r.reached = trained.epochs.back().test_accuracy >= target;
+  }
+  return r;
+}
+
+// --- main ---------------------------------------------------------------------------------
+
+namespace {
+
+std::string resolve_layout(const BenchOptions& o, const std::string& precision) {
+  (void)precision;
+  if (o.layout != "auto") return o.layout;
+  return o.device.is_cuda() ? "nhwc" : "nchw";
+}
+
+void print_step(const StepResult& r) {
+  std::printf(
+      "%-10s batch %4lld  %-6s %-5s %-4s %12.0f img/s %9.3f ms/step  first step %6.2f s"
+      "  peak %8.1f MiB%s%s\n",
+      r.model.c_str(), static_cast<long long>(r.batch), r.precision.c_str(), r.mode.c_str(),
+      r.layout.c_str(), r.images_per_second(), r.ms_per_step(), r.first_step_s,
+      static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0),
+      r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
+  std::fflush(stdout);
+}
+
+void run_all(const BenchOptions& o, std::ofstream& json) {
+  for (const std::string& model : o.models) {
+    for (int64_t batch : o.batches) {
+      for (const std::string& precision : o.precisions) {
+        for (const std::string& mode : o.modes) {
+          const StepResult r = run_step_config({.model = model,
+                                                .batch = batch,
+                                                .precision = precision,
+                                                .mode = mode,
+                                                .layout = resolve_layout(o, precision),
+                                                .device = o.device,
+                                                .steps = o.steps,
+                                                .repeats = o.repeats,
+                                                .warmup = o.warmup,
+                                                .profile_steps = o.profile ? o.profile_steps : 0,
+                                                .autotune = o.autotune});
+          print_step(r);
+          if (json.is_open()) json << to_json(r) << std::endl;
+        }
+      }
+    }
+  }
+  if (o.tta.empty()) return;
+  const TtaResult r = run_time_to_accuracy(o.tta, o.device, 0.91, o.autotune);
+  std::printf(
+      "Fashion-MNIST time to %.0f%%: %s after %d epochs, %.2f s (trainer clock), "
+      "%.2f s (wall)\n",
+      100 * r.target, r.reached ? "reached" : "NOT reached", r.epochs, r.seconds, r.wall_seconds);
+  if (json.is_open()) json << to_json(r) << std::endl;
+}
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  BenchOptions options;
+  try {
+    options = parse_options(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const ValueError& e) {
+    std::fprintf(stderr, "%s\n\n%s", e.what(), kUsage);
+    return 2;
+  }
+  if (options.help) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  try {
+    LOOM_CHECK(!options.device.is_cuda() || cuda_available(), DeviceError,
+               "[bench] --device cuda, but no usable GPU (this build has CUDA: {}); pass "
+               "--device cpu",
+               cuda_built());
+    std::ofstream json;
+    if (!options.json.empty()) {
+      json.open(options.json);
+      LOOM_CHECK(json.is_open(), IoError, "[bench] cannot write --json {}", options.json);
+    }
+    run_all(options, json);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,51 @@
+// File: bench/summary.h
+// What one benchmark configuration measured, the median of its repeats, and
+// the JSON line both bench/train_step and bench/torch_bench.py write per
+// configuration (bench/compare.py reads them):
+//
+//   {"framework": "loom", "kind": "step", "model": "lenet5", "batch": 128,
+//    "precision": "tf32", "mode": "graph", "layout": "nchw", "device": "cuda",
+//    "steps": 100, "repeats": 5, "warmup": 10, "ms_per_step": 0.21,
+//    "img_per_s": 609523.8, "first_step_s": 1.9, "peak_bytes": 1.2e7,
+//    "peak_mib": 11.4, "repeat_ms": [...], "fallback_reason": ""}
+//   {"framework": "loom", "kind": "tta", "target": 0.91, "reached": true,
+//    "epochs": 4, "seconds": 5.1, "wall_seconds": 5.3, "accuracy": 0.912,
+//    "accuracies": [...]}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::bench {
+
+// The middle value (the mean of the two middle ones for an even count).
+// Throws ValueError for an empty list.
+double median(std::vector<double> values);
+
+struct StepResult {
+  std::string model, precision, mode, layout, device;
+  int64_t batch = 0;
+  int steps = 0, repeats = 0, warmup = 0;
+  std::vector<double> repeat_ms = {};  // ms per step of each repeat
+  double first_step_s = 0;             // model construction to the end of step 1, synchronised
+  int64_t peak_bytes = 0;              // peak GPU memory allocated (0 on the CPU)
+  std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
+
+  double ms_per_step() const { return median(repeat_ms); }
+  double images_per_second() const { return static_cast<double>(batch) * 1e3 / ms_per_step(); }
+};
+
+struct TtaResult {
+  double target = 0;
+  bool reached = false;
+  int epochs = 0;                       // epochs run (the one that reached the target last)
+  double seconds = 0;                   // the trainer's own clock at the end of that epoch
+  double wall_seconds = 0;              // the whole train() call, timed from outside
+  std::vector<double> accuracies = {};  // test accuracy after each epoch
+};
+
+std::string to_json(const StepResult& result);
+std::string to_json(const TtaResult& result);
+
+}  // namespace loom::bench

@@ -1,0 +1,216 @@
+"""The PyTorch side of the training-step benchmark (bench/step_bench.h is Loom's).
+
+Same models (../shared/bench/torch_ref.py's definitions, layer for layer), same
+settings (SGD lr 0.01 momentum 0.9 weight decay 5e-4, four input sets resident
+on the GPU, x randn, y randint 0..9) and the same timing: the first step timed
+with the wall clock from model construction (synchronised), warm-up, then the
+median of R repeats of S steps timed with CUDA events. Writes the JSON lines of
+bench/summary.h with "framework": "torch" and mode eager or compile.
+
+  python3 torch_bench.py --json torch.jsonl [--models lenet5 --batches 128 ...]
+  python3 torch_bench.py --models none --tta /path/to/fashion-mnist --json tta.jsonl
+
+Precisions: tf32 (cudnn and matmul TF32 on, as Loom's Tf32 policy uses TF32
+for both convolutions and GEMMs), strict (both off), bf16 (autocast bf16, TF32
+for what stays fp32). Layout auto: channels-last for bf16 only, as torch_ref.py.
+"""
+import argparse, gzip, json, statistics, sys, time, traceback
+import torch, torch.nn as nn, torch.nn.functional as F
+
+# --- models: torch_ref.py's, unchanged ---------------------------------------------------
+
+def mnist_net():
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+def lenet5():
+    return nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+
+def conv_bn(ci, co):
+    return nn.Sequential(nn.Conv2d(ci, co, 3, padding=1, bias=False), nn.BatchNorm2d(co), nn.ReLU())
+
+class Residual(nn.Module):
+    def __init__(self, c):
+        super().__init__(); self.a = conv_bn(c, c); self.b = conv_bn(c, c)
+    def forward(self, x):
+        return x + self.b(self.a(x))
+
+def resnet9():
+    # The DAWNBench-style ResNet-9 for CIFAR-10.
+    return nn.Sequential(
+        conv_bn(3, 64),
+        conv_bn(64, 128), nn.MaxPool2d(2), Residual(128),
+        conv_bn(128, 256), nn.MaxPool2d(2),
+        conv_bn(256, 512), nn.MaxPool2d(2), Residual(512),
+        nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(512, 10))
+
+MODELS = {"lenet5": (lenet5, (1, 28, 28)), "mnist_net": (mnist_net, (1, 28, 28)), "resnet9": (resnet9, (3, 32, 32))}
+PRECISIONS = ("tf32", "strict", "bf16")
+MODES = ("eager", "compile")
+INPUT_SETS = 4
+
+# --- one configuration ----------------------------------------------------------------------
+
+def set_precision(precision):
+    tf32 = precision != "strict"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+
+def make_step(model, opt, bf16):
+    def step(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+def run_config(model_name, batch, precision, mode, layout, a):
+    make, shape = MODELS[model_name]
+    set_precision(precision)
+    torch._dynamo.reset()  # a fresh compile per configuration (and no recompile limit)
+    torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    model = make().cuda()
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    xs = [torch.randn(batch, *shape, device="cuda", generator=gen).contiguous(memory_format=fmt) for _ in range(INPUT_SETS)]
+    ys = [torch.randint(0, 10, (batch,), device="cuda", generator=gen) for _ in range(INPUT_SETS)]
+    fn = make_step(model, opt, precision == "bf16")
+    if mode == "compile":
+        fn = torch.compile(fn)
+    i = 0
+    def run():
+        nonlocal i
+        fn(xs[i % INPUT_SETS], ys[i % INPUT_SETS]); i += 1
+    run(); torch.cuda.synchronize()
+    first_step_s = time.perf_counter() - t0
+    warmup = max(a.warmup, a.compile_warmup) if mode == "compile" else a.warmup
+    for _ in range(warmup):
+        run()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    repeat_ms = []
+    for _ in range(a.repeats):
+        start.record()
+        for _ in range(a.steps):
+            run()
+        end.record(); end.synchronize()
+        repeat_ms.append(start.elapsed_time(end) / a.steps)
+    ms = statistics.median(repeat_ms)
+    peak = torch.cuda.max_memory_allocated()
+    return {"framework": "torch", "kind": "step", "model": model_name, "batch": batch,
+            "precision": precision, "mode": mode, "layout": layout, "device": "cuda:0",
+            "steps": a.steps, "repeats": a.repeats, "warmup": warmup, "ms_per_step": ms,
+            "img_per_s": batch * 1e3 / ms, "first_step_s": first_step_s, "peak_bytes": peak,
+            "peak_mib": peak / 2**20, "repeat_ms": repeat_ms, "fallback_reason": ""}
+
+# --- Fashion-MNIST time to accuracy ----------------------------------------------------------
+
+def load_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
+
+def images(root, name):
+    return load_idx(f"{root}/{name}").float().div(255).sub(0.2860).div(0.3530).unsqueeze(1).cuda()
+
+def time_to_accuracy(root, target=0.91, batch=128, max_epochs=15):
+    """mnist_net, Adam 1e-3, batch 128, tf32; the clock starts before the files are read."""
+    set_precision("tf32")
+    torch.cuda.synchronize(); t0 = time.perf_counter()
+    xtr, xte = images(root, "train-images-idx3-ubyte.gz"), images(root, "t10k-images-idx3-ubyte.gz")
+    ytr = load_idx(f"{root}/train-labels-idx1-ubyte.gz").long().cuda()
+    yte = load_idx(f"{root}/t10k-labels-idx1-ubyte.gz").long().cuda()
+    torch.manual_seed(0)
+    model = mnist_net().cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    accuracies, seconds = [], 0.0
+    for epoch in range(max_epochs):
+        model.train()
+        perm = torch.randperm(xtr.shape[0], device="cuda")
+        for i in range(0, xtr.shape[0], batch):
+            idx = perm[i:i + batch]
+            loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
+            opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+        model.eval()
+        with torch.no_grad():
+            accuracies.append((model(xte).argmax(1) == yte).float().mean().item())
+        seconds = time.perf_counter() - t0
+        print(f"tta epoch={epoch + 1} test_acc={accuracies[-1]:.4f} elapsed_s={seconds:.2f}", flush=True)
+        if accuracies[-1] >= target:
+            break
+    return {"framework": "torch", "kind": "tta", "target": target, "reached": accuracies[-1] >= target,
+            "epochs": len(accuracies), "seconds": seconds, "wall_seconds": seconds,
+            "accuracy": accuracies[-1], "accuracies": accuracies}
+
+# --- main ---------------------------------------------------------------------------------------
+
+def csv_list(known=None, convert=str):
+    """"a,b" -> [a, b] ("none" -> []), each converted and, where `known` is given, checked."""
+    def parse(text):
+        items = [] if text == "none" else [convert(s) for s in text.split(",") if s]
+        for item in items:
+            if known is not None and item not in known:
+                raise argparse.ArgumentTypeError(f"unknown value '{item}' (one of: {', '.join(known)})")
+        return items
+    return parse
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", type=csv_list(MODELS), default=list(MODELS))
+    ap.add_argument("--batches", type=csv_list(convert=int), default=[128, 512])
+    ap.add_argument("--precisions", type=csv_list(PRECISIONS), default=list(PRECISIONS))
+    ap.add_argument("--modes", type=csv_list(MODES), default=list(MODES))
+    ap.add_argument("--layout", choices=("auto", "nchw", "nhwc"), default="auto")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--compile-warmup", type=int, default=20, help="warm-up steps under torch.compile (recompiles settle)")
+    ap.add_argument("--json", default="", help="append one JSON object per configuration")
+    ap.add_argument("--tta", default="", help="Fashion-MNIST folder (IDX .gz): time to 91%% test accuracy")
+    return ap.parse_args(argv)
+
+def emit(record, path):
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+def main(argv):
+    a = parse_args(argv)
+    torch.backends.cudnn.benchmark = True
+    print(f"torch {torch.__version__} cudnn {torch.backends.cudnn.version()} gpu {torch.cuda.get_device_name()}", flush=True)
+    status = 0
+    for model in a.models:
+        for batch in a.batches:
+            for precision in a.precisions:
+                layout = a.layout if a.layout != "auto" else ("nhwc" if precision == "bf16" else "nchw")
+                for mode in a.modes:
+                    try:
+                        r = run_config(model, batch, precision, mode, layout, a)
+                        print(f"{model:10s} batch {batch:4d}  {precision:6s} {mode:7s} {layout:4s} {r['img_per_s']:12.0f} img/s "
+                              f"{r['ms_per_step']:9.3f} ms/step  first step {r['first_step_s']:6.2f} s  peak {r['peak_mib']:8.1f} MiB", flush=True)
+                    except Exception as e:  # one failing configuration (a compile error) must not hide the rest
+                        traceback.print_exc()
+                        r = {"framework": "torch", "kind": "step", "model": model, "batch": batch, "precision": precision,
+                             "mode": mode, "layout": layout, "error": f"{type(e).__name__}: {e}"}
+                        status = 1
+                    emit(r, a.json)
+    if a.tta:
+        r = time_to_accuracy(a.tta)
+        print(f"Fashion-MNIST time to 91%: {'reached' if r['reached'] else 'NOT reached'} after {r['epochs']} epochs, {r['seconds']:.2f} s", flush=True)
+        emit(r, a.json)
+    return status
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,49 @@
+// File: core/cuda/bias.cc
+// Checked launches of the per-channel bias kernels on the current stream.
+#include "core/cuda/bias.h"
+
+#include "core/cuda/allocator.h"
+#include "core/cuda/bias_kernels.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+
+namespace loom::cuda {
+
+namespace {
+
+int current_device() {
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+// The kernels index y as dense memory: anything else would read and write
+// outside it, so this is checked even though ops only pass dense tensors.
+void check_channel_dense(const Strided& t, const char* op) {
+  LOOM_CHECK(is_channel_dense(t), ValueError,
+             "[{}] expects a tensor of at least 2 dims, dense in NCHW or channels-last order; "
+             "got sizes {} strides {} (make it .contiguous() first)",
+             op, shape_str(t.sizes), shape_str(t.strides));
+}
+
+}  // namespace
+
+bool is_channel_dense(const Strided& t) { return channel_layout(t).has_value(); }
+
+void add_channel_bias(const Strided& y, const Strided& bias) {
+  check_channel_dense(y, "add_channel_bias");
+  LOOM_CUDA_CHECK(launch_add_channel_bias(y, bias, current_stream()));
+}
+
+// The scratch goes back right after the launches: the allocator reuses it in
+// stream order only, after the kernels that read it.
+void channel_sum(const Strided& db, const Strided& dy) {
+  check_channel_dense(dy, "channel_sum");
+  void* scratch = allocate(channel_sum_scratch_bytes(dy), current_device());
+  const cudaError_t status = launch_channel_sum(db, dy, scratch, current_stream());
+  deallocate(scratch);
+  LOOM_CUDA_CHECK(status);
+}
+
+}  // namespace loom::cuda

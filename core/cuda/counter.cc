@@ -1,0 +1,14 @@
+// File: core/cuda/counter.cc
+#include "core/cuda/counter.h"
+
+#include "core/cuda/counter_kernels.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+
+namespace loom::cuda {
+
+void increment(int64_t* counter, int64_t by) {
+  LOOM_CUDA_CHECK(launch_increment(counter, by, current_stream()));
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,14 @@
+// File: core/cuda/counter_kernels.h
+// The launcher of counter.cu; core/cuda/counter.cc checks its status.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace loom::cuda {
+
+// *counter += by (one int64 in device memory), ordered on `stream`.
+cudaError_t launch_increment(int64_t* counter, int64_t by, cudaStream_t stream);
+
+}  // namespace loom::cuda

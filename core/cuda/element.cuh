@@ -1,0 +1,69 @@
+// File: core/cuda/element.cuh
+// How the floating kernels store and compute each dtype: float32 and float64
+// compute in themselves; bfloat16 and float16 are stored in 16 bits and are
+// loaded into float32, computed and accumulated there, and rounded (to nearest
+// even) once when stored, as PyTorch's CUDA kernels do.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "core/dtype.h"
+
+namespace loom::cuda {
+
+template <class S>
+struct ComputeOf {
+  using type = S;
+};
+template <>
+struct ComputeOf<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct ComputeOf<__half> {
+  using type = float;
+};
+
+// The type a kernel computes in for storage type S.
+template <class S>
+using compute_t = typename ComputeOf<S>::type;
+
+template <class S>
+__device__ inline compute_t<S> to_compute(S value) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+    return __bfloat162float(value);
+  } else if constexpr (std::is_same_v<S, __half>) {
+    return __half2float(value);
+  } else {
+    return value;
+  }
+}
+
+template <class S>
+__device__ inline S from_compute(compute_t<S> value) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+    return __float2bfloat16_rn(value);
+  } else if constexpr (std::is_same_v<S, __half>) {
+    return __float2half_rn(value);
+  } else {
+    return value;
+  }
+}
+
+// Calls fn.template operator()<S>() with S the device storage type of a
+// floating dtype (float, double, __nv_bfloat16, __half): visit_float's twin
+// for kernels that also take the 16-bit formats.
+template <class Fn>
+decltype(auto) visit_floating(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float64: return fn.template operator()<double>();
+    case DType::BFloat16: return fn.template operator()<__nv_bfloat16>();
+    case DType::Float16: return fn.template operator()<__half>();
+    default: return fn.template operator()<float>();
+  }
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,458 @@
+// File: core/cudnn/fused.cc
+// The fused graphs of fused.h: build, cache (one GraphKind per pattern), run.
+// A graph without an engine is cached as unsupported and the call returns false.
+//
+// N batch, C channels, H, W input, K out channels, P, Q output; M rows, In, Out features.
+#include "core/cudnn/fused.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <string>
+#include <string_view>
+
+#include "core/cudnn/context.h"
+#include "core/cudnn/plan_cache.h"
+#include "core/cudnn/tensor_spec.h"
+
+namespace loom::cudnn {
+
+namespace {
+
+struct RunCounters {
+  std::atomic<int64_t> conv_bias_relu{0}, bn_relu_forward{0}, bn_relu_backward{0}, dgrad_relu{0},
+      matmul_bias_relu{0};
+};
+
+RunCounters& counters() {
+  static RunCounters c;
+  return c;
+}
+
+// Runs the plan when there is one. Intermediates are virtual, so plans need no
+// buffers beyond the workspace.
+bool run(const std::shared_ptr<const Plan>& plan, const VariantPointers& pointers,
+         std::atomic<int64_t>& runs) {
+  if (!plan) return false;
+  plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
+  ++runs;
+  return true;
+}
+
+// Runtime-fused engines compute intermediates in fp32 and take fp32, fp16 or
+// bf16 tensors; there are none for fp64. Empty tensors have nothing to fuse.
+bool fusable(const Strided& t) { return t.dtype != DType::Float64 && t.numel() > 0; }
+
+// An fp32 intermediate laid out as `like`.
+TensorSpec virtual_like(const TensorSpec& like, int64_t uid) {
+  TensorSpec v = like;
+  v.uid = uid;
+  v.dtype = CUDNN_DATA_FLOAT;
+  v.is_virtual = true;
+  return v;
+}
+
+// A (K) vector of its own dtype as (1, K, 1, 1), broadcast over N, P, Q.
+TensorSpec bias_spec(const Strided& b, int64_t uid) {
+  TensorSpec s = channel_spec(b.sizes[0], uid, b.data);
+  s.dtype = cudnn_dtype(b.dtype);
+  return s;
+}
+
+// Per-channel fp32 tensors, added to the graph and listed in the variant pack alike.
+void add_channels(Graph& g, int64_t channels, const VariantPointers& tensors) {
+  for (const auto& [uid, ptr] : tensors) g.add_tensor(channel_spec(channels, uid, ptr));
+}
+
+void add_alignments(PlanKey& key, const VariantPointers& tensors) {
+  for (const auto& [uid, ptr] : tensors) key.add(pointer_alignment(ptr));
+}
+
+ConvGeometry geometry_of(const cpu::ConvParams& p) {
+  return {.stride = {p.stride_h, p.stride_w},
+          .pre_padding = {p.pad_h, p.pad_w},
+          .post_padding = {p.pad_h, p.pad_w},
+          .dilation = {p.dilation_h, p.dilation_w}};
+}
+
+void add_conv_params(PlanKey& key, const cpu::ConvParams& p) {
+  key.add({p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w});
+}
+
+std::string conv_name(GraphKind kind, const Strided& x, const Strided& w, const cpu::ConvParams& p) {
+  return fmt::format("{} x{} w{} s{}x{} p{}x{} d{}x{}", graph_kind_name(kind), describe(x),
+                     shape_str(w.sizes), p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                     p.dilation_w);
+}
+
+}  // namespace
+
+// ---- conv + bias + ReLU -----------------------------------------------------------
+// x, w -> conv -> (+ b) -> relu -> y; the conv and sum outputs are virtual.
+
+namespace {
+enum ConvUid : int64_t { kConvX = 1, kConvW, kConvY, kConvB, kConvOut, kConvBiased };
+}  // namespace
+
+bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
+                              const std::optional<Strided>& b, const cpu::ConvParams& p) {
+  if (!fusable(x)) return false;
+  TensorSpec xs = spec_of(x, kConvX), ws = spec_of(w, kConvW), ys = spec_of(y, kConvY);
+  std::optional<TensorSpec> bs;
+  if (b) bs = bias_spec(*b, kConvB);
+  PlanKey key(GraphKind::ConvBiasReluForward, numerics_policy());
+  key.add_tensor(xs).add_tensor(ws).add_tensor(ys).add(bs.has_value());
+  if (bs) key.add_tensor(*bs);
+  add_conv_params(key, p);
+  auto plan = PlanCache::global().get(key, [&] {
+    Graph g(conv_name(GraphKind::ConvBiasReluForward, x, w, p));
+    for (const TensorSpec& s : {xs, ws, ys, virtual_like(ys, kConvOut)}) g.add_tensor(s);
+    g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, geometry_of(p), CUDNN_DATA_FLOAT);
+    int64_t pre_relu = kConvOut;
+    if (bs) {
+      g.add_tensor(*bs);
+      g.add_tensor(virtual_like(ys, kConvBiased));
+      g.pointwise(CUDNN_POINTWISE_ADD, kConvOut, kConvB, kConvBiased);
+      pre_relu = kConvBiased;
+    }
+    g.pointwise(CUDNN_POINTWISE_RELU_FWD, pre_relu, std::nullopt, kConvY);
+    return g;
+  }, /*precision_filter_applies=*/true);
+  VariantPointers pointers = {{kConvX, x.data}, {kConvW, w.data}, {kConvY, y.data}};
+  if (b) pointers.push_back({kConvB, b->data});
+  return run(plan, pointers, counters().conv_bias_relu);
+}
+
+// ---- batch norm + (residual) + ReLU, forward and backward ------------------------------
+
+namespace {
+
+enum BnUid : int64_t {
+  kBnX = 1, kBnY, kBnZ, kScale, kBias, kEpsilon, kMomentum, kInMean, kInVar, kMean, kInvVar,
+  kOutMean, kOutVar, kBnOut, kPreRelu, kBnDy, kBnDx, kDScale, kDBias, kDPre,
+  kCentered, kNormalized, kScaled, kMask, kZero,
+};
+
+// An intermediate of `like`'s own dtype: cuDNN's norm fusions keep the dReLU
+// output in the I/O dtype (cudnn-frontend's batch-norm samples do).
+TensorSpec virtual_as(const TensorSpec& like, int64_t uid) {
+  TensorSpec v = like;
+  v.uid = uid;
+  v.is_virtual = true;
+  return v;
+}
+
+// The packed-bit BOOLEAN mask: x's dims and NHWC strides (cuDNN packs the bits).
+TensorSpec mask_spec(const Strided& x, const Strided& mask) {
+  TensorSpec s = spec_of(x, kMask);
+  s.dtype = CUDNN_DATA_BOOLEAN;
+  s.alignment = pointer_alignment(mask.data);
+  return s;
+}
+
+// Only NHWC (channel stride 1) has the specialized norm-relu engines.
+bool nhwc(const Strided& x) { return spec_of(x, kBnX).strides[1] == 1; }
+
+VariantPointers forward_channels(const BatchNormTrainingArgs& a) {
+  // The running statistics are read and written in place, as in norm.cc.
+  return {{kScale, a.weight.data},          {kBias, a.bias.data},
+          {kInMean, a.running_mean.data},  {kInVar, a.running_var.data},
+          {kOutMean, a.running_mean.data}, {kOutVar, a.running_var.data},
+          {kMean, a.save_mean.data},       {kInvVar, a.save_invstd.data}};
+}
+
+// pre (virtual) + z -> kPreRelu when there is a residual; the ReLU's input uid.
+int64_t add_residual(Graph& g, const TensorSpec& like, int64_t pre,
+                     const std::optional<Strided>& residual) {
+  if (!residual) return pre;
+  g.add_tensor(spec_of(*residual, kBnZ));
+  g.add_tensor(virtual_like(like, kPreRelu));
+  g.pointwise(CUDNN_POINTWISE_ADD, pre, kBnZ, kPreRelu);
+  return kPreRelu;
+}
+
+// Where the forward's mask compares with 0: the ReLU's input (NormAddRelu's
+// "GT bitmask") or its output y (cudnn-frontend's layer-norm bitmask sample).
+enum class MaskFrom { None, PreRelu, Output };
+
+std::string_view mask_from_name(MaskFrom from) {
+  switch (from) {
+    case MaskFrom::None: return "";
+    case MaskFrom::PreRelu: return " mask(pre > 0)";
+    case MaskFrom::Output: return " mask(y > 0)";
+  }
+  return "";
+}
+
+// x -> NORM_FORWARD (training) -> bn (virtual) -> (+ z) -> relu -> y, and
+// optionally CMP_GT(pre or y, 0) -> mask (BOOLEAN, packed bits)
+Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual,
+                            const std::optional<Strided>& mask, MaskFrom from) {
+  TensorSpec ys = spec_of(a.y, kBnY);
+  Graph g(fmt::format("{} x{}{}{}", graph_kind_name(GraphKind::BatchNormReluForward), describe(a.x),
+                      residual ? " +z" : "", mask_from_name(from)));
+  g.add_tensor(spec_of(a.x, kBnX));
+  g.add_tensor(ys);
+  add_channels(g, a.x.sizes[1], forward_channels(a));
+  g.add_tensor(scalar_spec(kEpsilon, 1e-5));
+  g.add_tensor(scalar_spec(kMomentum, 0.1));
+  g.add_tensor(virtual_like(ys, kBnOut));
+  g.batch_norm_forward({.x = kBnX, .scale = kScale, .bias = kBias, .epsilon = kEpsilon,
+                        .momentum = kMomentum, .in_running_mean = kInMean,
+                        .in_running_var = kInVar, .y = kBnOut, .mean = kMean,
+                        .inv_variance = kInvVar, .out_running_mean = kOutMean,
+                        .out_running_var = kOutVar});
+  const int64_t pre_relu = add_residual(g, ys, kBnOut, residual);
+  g.pointwise(CUDNN_POINTWISE_RELU_FWD, pre_relu, std::nullopt, kBnY);
+  if (from != MaskFrom::None) {
+    g.add_tensor(scalar_spec(kZero, 0.0));
+    g.add_tensor(mask_spec(a.x, *mask));
+    g.pointwise(CUDNN_POINTWISE_CMP_GT, from == MaskFrom::PreRelu ? pre_relu : kBnY, kZero, kMask);
+  }
+  return g;
+}
+
+// The plan for one forward variant, or nullptr.
+std::shared_ptr<const Plan> bn_relu_forward_plan(const BatchNormTrainingArgs& a,
+                                                 const std::optional<Strided>& residual,
+                                                 const std::optional<Strided>& mask, MaskFrom from) {
+  PlanKey key(GraphKind::BatchNormReluForward, numerics_policy());
+  key.add_tensor(spec_of(a.x, kBnX)).add_tensor(spec_of(a.y, kBnY)).add(residual.has_value());
+  if (residual) key.add_tensor(spec_of(*residual, kBnZ));
+  key.add(static_cast<int64_t>(from));
+  if (from != MaskFrom::None) key.add_tensor(mask_spec(a.x, *mask));
+  add_alignments(key, forward_channels(a));
+  return PlanCache::global().get(key, [&] { return bn_relu_forward_graph(a, residual, mask, from); },
+                                 /*precision_filter_applies=*/false);
+}
+
+}  // namespace
+
+int64_t relu_mask_bytes(const Strided& x) {
+  const int64_t channels = x.sizes.size() > 1 ? x.sizes[1] : 1;
+  const int64_t pixels = channels == 0 ? 0 : x.numel() / channels;
+  const int64_t bytes = pixels * ((channels + 7) / 8);
+  return (bytes + 15) / 16 * 16;
+}
+
+BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& a,
+                                               const std::optional<Strided>& residual,
+                                               const std::optional<Strided>& relu_mask) {
+  if (!fusable(a.x) || a.x.sizes.size() != 4) return BnReluForward::Unfused;
+  BatchNormScalars scalars(a);
+  const float zero = 0.0f;
+  VariantPointers pointers = forward_channels(a);
+  pointers.insert(pointers.end(), {{kBnX, a.x.data}, {kBnY, a.y.data},
+                                   {kEpsilon, &scalars.eps}, {kMomentum, &scalars.momentum}});
+  if (residual) pointers.push_back({kBnZ, residual->data});
+  if (relu_mask && nhwc(a.x)) {
+    VariantPointers with_mask = pointers;
+    with_mask.insert(with_mask.end(), {{kMask, relu_mask->data}, {kZero, &zero}});
+    for (MaskFrom from : {MaskFrom::PreRelu, MaskFrom::Output}) {
+      if (run(bn_relu_forward_plan(a, residual, relu_mask, from), with_mask,
+              counters().bn_relu_forward)) {
+        return BnReluForward::FusedWithMask;
+      }
+    }
+  }
+  if (run(bn_relu_forward_plan(a, residual, std::nullopt, MaskFrom::None), pointers,
+          counters().bn_relu_forward)) {
+    return BnReluForward::Fused;
+  }
+  return BnReluForward::Unfused;
+}
+
+namespace {
+
+// Where the backward's dReLU reads the sign of the pre-ReLU value, in the order tried.
+enum class ReluSource {
+  Mask,                // dy * mask, the forward's packed-bit mask (DReluForkDNorm)
+  NormInference,       // NORM_FORWARD inference recomputes bn(x) (+ z) into a virtual tensor
+  PointwiseRecompute,  // the same recompute written as SUB, MUL, MUL, ADD
+  SavedOutput,         // the forward's output y, a non-virtual input
+};
+
+std::string_view source_name(ReluSource source) {
+  switch (source) {
+    case ReluSource::Mask: return "dy * mask";
+    case ReluSource::NormInference: return "bn inference recompute";
+    case ReluSource::PointwiseRecompute: return "pointwise recompute";
+    case ReluSource::SavedOutput: return "saved y";
+  }
+  return "";
+}
+
+bool recomputes(ReluSource s) {
+  return s == ReluSource::NormInference || s == ReluSource::PointwiseRecompute;
+}
+
+VariantPointers backward_channels(const BatchNormReluBackwardArgs& a, ReluSource source) {
+  VariantPointers channels = {{kScale, a.weight.data},      {kMean, a.save_mean.data},
+                              {kInvVar, a.save_invstd.data}, {kDScale, a.dweight.data},
+                              {kDBias, a.dbias.data}};
+  if (recomputes(source)) channels.push_back({kBias, a.bias.data});
+  return channels;
+}
+
+// bn(x) (+ z) into fp32 virtual tensors; returns the pre-ReLU uid.
+int64_t recompute_pre_relu(Graph& g, const TensorSpec& like, ReluSource source,
+                           const std::optional<Strided>& residual) {
+  g.add_tensor(virtual_like(like, kBnOut));
+  if (source == ReluSource::NormInference) {
+    g.batch_norm_inference({.x = kBnX, .mean = kMean, .inv_variance = kInvVar, .scale = kScale,
+                            .bias = kBias, .y = kBnOut});
+  } else {
+    for (int64_t uid : {kCentered, kNormalized, kScaled}) g.add_tensor(virtual_like(like, uid));
+    g.pointwise(CUDNN_POINTWISE_SUB, kBnX, kMean, kCentered);
+    g.pointwise(CUDNN_POINTWISE_MUL, kCentered, kInvVar, kNormalized);
+    g.pointwise(CUDNN_POINTWISE_MUL, kNormalized, kScale, kScaled);
+    g.pointwise(CUDNN_POINTWISE_ADD, kScaled, kBias, kBnOut);
+  }
+  return add_residual(g, like, kBnOut, residual);
+}
+
+// dReLU (dy * mask, or RELU_BWD with dy and the pre-ReLU value or y) -> dpre
+// (virtual in x's dtype, or the output dz when there is a residual) ->
+// NORM_BACKWARD -> dx, dscale, dbias
+Graph bn_relu_backward_graph(const BatchNormReluBackwardArgs& a, ReluSource source) {
+  TensorSpec xs = spec_of(a.x, kBnX);
+  Graph g(fmt::format("{} x{}{} relu from {}", graph_kind_name(GraphKind::BatchNormReluBackward),
+                      describe(a.x), a.residual ? " +z" : "", source_name(source)));
+  g.add_tensor(xs);
+  g.add_tensor(spec_of(a.dy, kBnDy));
+  g.add_tensor(spec_of(a.dx, kBnDx));
+  add_channels(g, a.x.sizes[1], backward_channels(a, source));
+  g.add_tensor(a.dresidual ? spec_of(*a.dresidual, kDPre) : virtual_as(xs, kDPre));
+  if (source == ReluSource::Mask) {
+    g.add_tensor(mask_spec(a.x, *a.relu_mask));
+    g.pointwise(CUDNN_POINTWISE_MUL, kBnDy, kMask, kDPre);
+  } else {
+    int64_t pre_relu = kBnY;
+    if (recomputes(source)) {
+      pre_relu = recompute_pre_relu(g, xs, source, a.residual);
+    } else {
+      g.add_tensor(spec_of(a.y, kBnY));
+    }
+    g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kBnDy, pre_relu, kDPre);
+  }
+  g.batch_norm_backward({.x = kBnX, .dy = kDPre, .scale = kScale, .mean = kMean,
+                         .inv_variance = kInvVar, .dx = kBnDx, .dscale = kDScale, .dbias = kDBias});
+  return g;
+}
+
+VariantPointers backward_pointers(const BatchNormReluBackwardArgs& a, ReluSource source) {
+  VariantPointers pointers = backward_channels(a, source);
+  pointers.insert(pointers.end(), {{kBnX, a.x.data}, {kBnDy, a.dy.data}, {kBnDx, a.dx.data}});
+  if (recomputes(source) && a.residual) pointers.push_back({kBnZ, a.residual->data});
+  if (source == ReluSource::SavedOutput) pointers.push_back({kBnY, a.y.data});
+  if (source == ReluSource::Mask) pointers.push_back({kMask, a.relu_mask->data});
+  if (a.dresidual) pointers.push_back({kDPre, a.dresidual->data});
+  return pointers;
+}
+
+PlanKey backward_key(const BatchNormReluBackwardArgs& a, ReluSource source) {
+  PlanKey key(GraphKind::BatchNormReluBackward, numerics_policy());
+  key.add(static_cast<int64_t>(source)).add(a.residual.has_value());
+  key.add_tensor(spec_of(a.x, kBnX)).add_tensor(spec_of(a.dy, kBnDy)).add_tensor(spec_of(a.dx, kBnDx));
+  if (source == ReluSource::SavedOutput) key.add_tensor(spec_of(a.y, kBnY));
+  if (source == ReluSource::Mask) key.add_tensor(mask_spec(a.x, *a.relu_mask));
+  if (a.residual) key.add_tensor(spec_of(*a.residual, kBnZ)).add_tensor(spec_of(*a.dresidual, kDPre));
+  add_alignments(key, backward_channels(a, source));
+  return key;
+}
+
+}  // namespace
+
+bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& a) {
+  if (!fusable(a.x) || a.x.sizes.size() != 4) return false;
+  for (ReluSource source : {ReluSource::Mask, ReluSource::NormInference,
+                            ReluSource::PointwiseRecompute, ReluSource::SavedOutput}) {
+    if (source == ReluSource::Mask && !a.relu_mask) continue;
+    auto plan = PlanCache::global().get(backward_key(a, source),
+                                        [&] { return bn_relu_backward_graph(a, source); },
+                                        /*precision_filter_applies=*/false);
+    if (run(plan, backward_pointers(a, source), counters().bn_relu_backward)) return true;
+  }
+  return false;
+}
+
+// ---- conv dgrad + dReLU -----------------------------------------------------------------
+// dy, w -> dgrad -> dpre (virtual) -> RELU_BWD with r -> dx
+
+namespace {
+enum DgradUid : int64_t { kDgDy = 1, kDgW, kDgDx, kDgR, kDgPre };
+}  // namespace
+
+bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, const Strided& r,
+                       const cpu::ConvParams& p) {
+  if (!fusable(dx)) return false;
+  TensorSpec dxs = spec_of(dx, kDgDx), dys = spec_of(dy, kDgDy), ws = spec_of(w, kDgW);
+  TensorSpec rs = spec_of(r, kDgR);
+  PlanKey key(GraphKind::ConvBackwardDataRelu, numerics_policy());
+  key.add_tensor(dxs).add_tensor(dys).add_tensor(ws).add_tensor(rs);
+  add_conv_params(key, p);
+  auto plan = PlanCache::global().get(key, [&] {
+    Graph g(conv_name(GraphKind::ConvBackwardDataRelu, dx, w, p));
+    for (const TensorSpec& s : {dxs, dys, ws, rs, virtual_like(dxs, kDgPre)}) g.add_tensor(s);
+    g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, geometry_of(p), CUDNN_DATA_FLOAT);
+    g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDgPre, kDgR, kDgDx);
+    return g;
+  }, /*precision_filter_applies=*/true);
+  return run(plan, {{kDgDx, dx.data}, {kDgDy, dy.data}, {kDgW, w.data}, {kDgR, r.data}},
+             counters().dgrad_relu);
+}
+
+// ---- matmul + bias + ReLU ---------------------------------------------------------------
+// The 2-D operands as 3-D (1, rows, cols) matrices: x (1, M, In) . w^T (1, In, Out)
+// -> (virtual) + b (1, 1, Out) -> (virtual) -> relu -> y (1, M, Out).
+
+namespace {
+
+enum MatmulUid : int64_t { kMmX = 1, kMmW, kMmB, kMmY, kMmProduct, kMmBiased };
+
+TensorSpec matrix_spec(const Strided& t, int64_t uid, int64_t rows, int64_t cols,
+                       int64_t row_stride, int64_t col_stride) {
+  return {.uid = uid,
+          .dims = {1, rows, cols},
+          .strides = {rows * cols, row_stride, col_stride},
+          .dtype = cudnn_dtype(t.dtype),
+          .alignment = pointer_alignment(t.data)};
+}
+
+}  // namespace
+
+bool linear_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
+                              const Strided& b) {
+  const Precision precision = numerics_policy().precision;
+  // Strict fp32 forbids the TF32 the fp32 engines use; 16-bit data has no such concern.
+  if (!fusable(x) || (x.dtype == DType::Float32 && precision == Precision::StrictFp32)) return false;
+  const int64_t m = x.sizes[0], in = x.sizes[1], out = w.sizes[0];
+  TensorSpec xs = matrix_spec(x, kMmX, m, in, in, 1);
+  TensorSpec ws = matrix_spec(w, kMmW, in, out, 1, in);  // w (Out, In) row-major, read as w^T
+  TensorSpec bs = matrix_spec(b, kMmB, 1, out, out, 1);
+  TensorSpec ys = matrix_spec(y, kMmY, m, out, out, 1);
+  PlanKey key(GraphKind::MatmulBiasRelu, numerics_policy());
+  key.add_tensor(xs).add_tensor(ws).add_tensor(bs).add_tensor(ys);
+  auto plan = PlanCache::global().get(key, [&] {
+    Graph g(fmt::format("{} x({}, {}) w({}, {}) {}", graph_kind_name(GraphKind::MatmulBiasRelu), m,
+                        in, out, in, dtype_name(x.dtype)));
+    for (const TensorSpec& s : {xs, ws, bs, ys, virtual_like(ys, kMmProduct), virtual_like(ys, kMmBiased)}) {
+      g.add_tensor(s);
+    }
+    g.matmul(kMmX, kMmW, kMmProduct, CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_ADD, kMmProduct, kMmB, kMmBiased);
+    g.pointwise(CUDNN_POINTWISE_RELU_FWD, kMmBiased, std::nullopt, kMmY);
+    return g;
+  }, /*precision_filter_applies=*/true);
+  return run(plan, {{kMmX, x.data}, {kMmW, w.data}, {kMmB, b.data}, {kMmY, y.data}},
+             counters().matmul_bias_relu);
+}
+
+FusedRuns fused_runs() {
+  RunCounters& c = counters();
+  return {.conv_bias_relu = c.conv_bias_relu, .bn_relu_forward = c.bn_relu_forward,
+          .bn_relu_backward = c.bn_relu_backward, .dgrad_relu = c.dgrad_relu,
+          .matmul_bias_relu = c.matmul_bias_relu};
+}
+
+}  // namespace loom::cudnn

@@ -1,0 +1,83 @@
+// File: core/cudnn/fused.h
+// Fused cuDNN graphs: several layers' work in one plan, so the intermediate
+// never goes through global memory. Each call returns false when cuDNN has no
+// engine for its configuration (cached as unsupported, with the reason in
+// PlanCache::why_unsupported), and the op then runs the unfused kernels.
+//
+//   conv_bias_relu_fprop  y = relu(conv(x, w) + b)                    any layout
+//   bn_relu_fwd_train     y = relu(bn(x) + z), batch + running stats  NHWC preferred
+//   bn_drelu_bwd          dReLU then NORM_BACKWARD (dx, dscale, dbias, dz)
+//   conv_dgrad_drelu      dx = dgrad(dy, w) * (r > 0)                 NHWC
+//   matmul_bias_relu      y = relu(x . w^T + b)                       TF32 / bf16 only
+//
+// N batch, C channels, H, W input, K out channels, R, S filter, P, Q output;
+// M rows, In, Out features. Every tensor is a device tensor, dense NCHW or NHWC
+// (dims always logical); per-channel vectors are dense (C) float32 as in norm.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/cpu/conv.h"  // ConvParams
+#include "core/cudnn/norm.h"
+#include "core/strided.h"
+
+namespace loom::cudnn {
+
+// y (N, K, P, Q) = relu(conv(x (N, C, H, W), w (K, C/G, R, S)) + b (K)); no add without b.
+bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
+                              const std::optional<Strided>& b, const cpu::ConvParams& p);
+
+// Training batch norm, then + residual (N, C, H, W) when given, then ReLU: args.y
+// gets relu(bn(x) + residual); mean, inv_variance and the running statistics as
+// batch_norm_forward_training writes them. x, y, residual share one layout and
+// dtype (float32, or bfloat16 / float16 with float32 per-channel tensors).
+// With relu_mask (relu_mask_bytes(x) bytes, NHWC x only) the graph also writes
+// the packed-bit mask (pre-ReLU > 0) that cuDNN's DReluForkDNorm backward
+// reads; where no engine emits it, the plain fused graph runs instead.
+enum class BnReluForward { Unfused, Fused, FusedWithMask };
+BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& args,
+                                               const std::optional<Strided>& residual,
+                                               const std::optional<Strided>& relu_mask = std::nullopt);
+
+// Bytes of the packed-bit ReLU mask for x (N, C, H, W): one bit per element,
+// each pixel's C bits padded to whole bytes, the total to 16 bytes.
+int64_t relu_mask_bytes(const Strided& x);
+
+// The backward of the call above, from its saved tensors.
+struct BatchNormReluBackwardArgs {
+  Strided dx, dweight, dbias;        // outputs: dx (N, C, H, W), dweight, dbias (C)
+  std::optional<Strided> dresidual;  // output, given exactly when there is a residual
+  Strided dy, x, y;                  // y: the forward's output, relu(bn(x) + z)
+  Strided weight, bias, save_mean, save_invstd;
+  std::optional<Strided> residual;
+  std::optional<Strided> relu_mask;  // the forward's mask, when it wrote one
+};
+// Tries, in order: dReLU as dy * mask (DReluForkDNorm, when there is a mask);
+// the pre-ReLU value recomputed by a NORM_FORWARD inference op into a virtual
+// tensor (cuDNN's "BN inference -> dReLU -> dBN"); the same recomputed by
+// pointwise ops; dReLU from the saved y.
+bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& args);
+
+// dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w) where r > 0, else 0. r is the
+// ReLU's input or output (same sign), laid out as dx.
+bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, const Strided& r,
+                       const cpu::ConvParams& p);
+
+// y (M, Out) = relu(x (M, In) . w^T + b (Out)); x, w (Out, In), y row-major.
+// Only under the Tf32 and Bf16 policies: strict fp32 has no fused engine.
+bool linear_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
+                              const Strided& b);
+
+// How many times each fused graph ran (process-wide), so tests and benchmarks
+// can tell the fused path from the fallback.
+struct FusedRuns {
+  int64_t conv_bias_relu = 0;
+  int64_t bn_relu_forward = 0;
+  int64_t bn_relu_backward = 0;
+  int64_t dgrad_relu = 0;
+  int64_t matmul_bias_relu = 0;
+};
+FusedRuns fused_runs();
+
+}  // namespace loom::cudnn

@@ -1,0 +1,148 @@
+// File: core/cudnn/plan_store.cc
+// A plan file: "loom-cudnn-plan 1", a "key" line (kind, policy, device, values),
+// "engine", "numerical" and "behavior" lines, then "json" and the JSON to the end.
+#include "core/cudnn/plan_store.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/cuda/runtime.h"
+#include "core/cudnn/context.h"
+#include "core/error.h"
+
+namespace loom::cudnn {
+
+namespace {
+
+constexpr const char* kMagic = "loom-cudnn-plan 1";
+
+std::string root_directory() {
+  if (const char* dir = std::getenv("LOOM_CUDNN_PLAN_DIR")) {
+    return std::string(dir) == "off" ? "" : dir;
+  }
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/loom/cudnn-plans";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::string(home) + "/.cache/loom/cudnn-plans";
+  }
+  return "";
+}
+
+// "cudnn91900-sm90-NVIDIA_H100_80GB_HBM3": a plan only restores where it was made.
+std::string device_folder() {
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp props{};
+  LOOM_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
+  std::string name = props.name;
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return fmt::format("cudnn{}-sm{}{}-{}", loaded_version(), props.major, props.minor, name);
+}
+
+std::string key_line(const PlanKey& key) {
+  std::string line = fmt::format("key {} {} {} {} {} {}", static_cast<int>(key.kind),
+                                 static_cast<int>(key.precision), key.deterministic ? 1 : 0,
+                                 key.autotune ? 1 : 0, key.device, key.count);
+  for (int i = 0; i < key.count; ++i) line += fmt::format(" {}", key.values[i]);
+  return line;
+}
+
+std::vector<std::string> split_names(const std::string& list) {
+  std::vector<std::string> names;
+  std::stringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) {
+    if (!name.empty()) names.push_back(name);
+  }
+  return names;
+}
+
+// The value of a "<label> <value>" line, or nullopt when the line is not that.
+std::optional<std::string> field(std::istream& in, const std::string& label) {
+  std::string line;
+  if (!std::getline(in, line) || line.rfind(label, 0) != 0) return std::nullopt;
+  return line.size() > label.size() ? line.substr(label.size() + 1) : "";
+}
+
+}  // namespace
+
+PlanStore::PlanStore() : directory_(root_directory()) {}
+
+PlanStore& PlanStore::global() {
+  static PlanStore store;
+  return store;
+}
+
+std::string PlanStore::directory() const {
+  if (!enabled()) return "";
+  static const std::string folder = device_folder();
+  return directory_ + "/" + folder;
+}
+
+std::string PlanStore::path_of(const PlanKey& key) const {
+  return fmt::format("{}/{}-{:016x}.plan", directory(), graph_kind_name(key.kind),
+                     static_cast<uint64_t>(PlanKeyHash{}(key)));
+}
+
+std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {
+  if (!enabled()) return std::nullopt;
+  std::ifstream in(path_of(key));
+  std::string magic;
+  if (!in || !std::getline(in, magic) || magic != kMagic) return std::nullopt;
+  std::string line;
+  if (!std::getline(in, line) || line != key_line(key)) return std::nullopt;
+  std::optional<std::string> engine = field(in, "engine"), numerical = field(in, "numerical"),
+                             behavior = field(in, "behavior"), json_label = field(in, "json");
+  if (!engine || !numerical || !behavior || !json_label) return std::nullopt;
+  StoredPlan stored;
+  try {
+    stored.notes.engine_id = std::stoll(*engine);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  stored.notes.numerical = split_names(*numerical);
+  stored.notes.behavior = split_names(*behavior);
+  std::stringstream json;
+  json << in.rdbuf();
+  stored.json = json.str();
+  if (stored.json.empty()) return std::nullopt;
+  return stored;
+}
+
+void PlanStore::save(const PlanKey& key, const Plan& plan) const {
+  if (!enabled()) return;
+  std::error_code error;
+  std::filesystem::create_directories(directory(), error);
+  if (error) return;
+  std::string json;
+  try {
+    json = plan.json();
+  } catch (const Error&) {
+    return;  // an engine cuDNN cannot serialize: it is rebuilt next time
+  }
+  const std::string path = path_of(key);
+  const std::string temporary = fmt::format("{}.{}.tmp", path, getpid());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << kMagic << "\n" << key_line(key) << "\n";
+    out << "engine " << plan.notes().engine_id << "\n";
+    out << "numerical " << fmt::format("{}", fmt::join(plan.notes().numerical, ",")) << "\n";
+    out << "behavior " << fmt::format("{}", fmt::join(plan.notes().behavior, ",")) << "\n";
+    out << "json\n" << json;
+    if (!out) {
+      std::filesystem::remove(temporary, error);
+      return;
+    }
+  }
+  std::filesystem::rename(temporary, path, error);
+  if (error) std::filesystem::remove(temporary, error);
+}
+
+}  // namespace loom::cudnn

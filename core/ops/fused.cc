@@ -1,0 +1,629 @@
+// File: core/ops/fused.cc
+// Fused ops: argument checks, a forward whose layer + ReLU is one cuDNN graph on
+// the GPU when an engine exists (else the unfused kernels), and an explicit
+// backward beside each forward. The CPU runs the reference kernels.
+//
+// N batch, C channels, H, W input, K out channels, R, S filter, P, Q output;
+// rows = the product of linear's leading dims, in, out its feature counts.
+#include "core/ops/fused.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <optional>
+#include <string_view>
+
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/cpu/conv.h"
+#include "core/error.h"
+#include "core/ops/activation.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/linalg.h"
+#include "core/ops/reduction.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/bias.h"
+#include "core/cudnn/conv.h"
+#include "core/cudnn/fused.h"
+#include "core/cudnn/norm.h"
+// cuDNN's conv kernels have the CPU reference's signatures.
+#define LOOM_CONV_KERNEL(device_of, kernel, ...)                                   \
+  ((device_of).device().is_cuda() ? ::loom::cudnn::kernel(__VA_ARGS__) \
+                                  : ::loom::cpu::kernel(__VA_ARGS__))
+#else
+#define LOOM_CONV_KERNEL(device_of, kernel, ...) ::loom::cpu::kernel(__VA_ARGS__)
+#endif
+
+namespace loom {
+
+namespace {
+
+std::atomic<bool>& fusion_switch() {
+  static std::atomic<bool> enabled{true};
+  return enabled;
+}
+
+// Fused graphs are tried for GPU tensors while fusion is on.
+bool try_fused(const Tensor& t) { return t.device().is_cuda() && fusion_enabled(); }
+
+std::optional<Strided> strided_or_none(const Tensor& t) {
+  if (!t.defined()) return std::nullopt;
+  return t.strided();
+}
+
+// y = max(y, 0) in place; y is a fresh kernel output that nothing else holds yet.
+void relu_in_place(const Tensor& y) {
+  LOOM_KERNEL(y, unary, y.strided(), y.strided(), cpu::UnaryOp::Relu);
+}
+
+// dy where r > 0, else 0, laid out as r; r is a ReLU's input or output (same sign).
+Tensor relu_grad(const Tensor& dy, const Tensor& r) {
+  Tensor g = dy.contiguous(r.suggest_memory_format());
+  Tensor d = empty_like(r);
+  LOOM_KERNEL(r, binary, d.strided(), g.strided(), r.strided(), cpu::BinaryOp::ReluBackward);
+  return d;
+}
+
+}  // namespace
+
+void set_fusion_enabled(bool enabled) { fusion_switch() = enabled; }
+bool fusion_enabled() { return fusion_switch(); }
+
+FusionGuard::FusionGuard(bool enabled) : previous_(fusion_enabled()) { set_fusion_enabled(enabled); }
+FusionGuard::~FusionGuard() { set_fusion_enabled(previous_); }
+
+// ---- convolution + ReLU ---------------------------------------------------------------
+
+namespace {
+
+// x (N, C, H, W), w (K, C/groups, R, S), b (K) or undefined, as conv2d checks them.
+void check_conv_args(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o,
+                     std::string_view op) {
+  check_float_tensor(x, op, "input");
+  check_float_tensor(w, op, "weight");
+  check_same_dtype_device(x, w, op);
+  LOOM_CHECK(o.stride[0] > 0 && o.stride[1] > 0 && o.dilation[0] > 0 && o.dilation[1] > 0 &&
+                 o.padding[0] >= 0 && o.padding[1] >= 0 && o.groups > 0,
+             ValueError,
+             "[{}] stride ({}, {}), dilation ({}, {}) and groups {} must be positive and padding "
+             "({}, {}) non-negative",
+             op, o.stride[0], o.stride[1], o.dilation[0], o.dilation[1], o.groups, o.padding[0],
+             o.padding[1]);
+  LOOM_CHECK(x.dim() == 4 && w.dim() == 4 && w.size(2) > 0 && w.size(3) > 0, ShapeError,
+             "[{}] expected a 4-D input (N, C, H, W) and a 4-D weight (K, C/groups, R, S) with a "
+             "non-empty filter, got {} and {}",
+             op, shape_str(x.sizes()), shape_str(w.sizes()));
+  LOOM_CHECK(x.size(1) == w.size(1) * o.groups && w.size(0) % o.groups == 0, ShapeError,
+             "[{}] input {} has {} channels but weight {} with groups={} expects {} (and K "
+             "divisible by groups)",
+             op, shape_str(x.sizes()), x.size(1), shape_str(w.sizes()), o.groups,
+             w.size(1) * o.groups);
+  if (!b.defined()) return;
+  check_float_tensor(b, op, "bias");
+  check_same_dtype_device(x, b, op);
+  LOOM_CHECK(b.dim() == 1 && b.size(0) == w.size(0), ShapeError,
+             "[{}] bias must have shape ({},) to match the {} output channels of weight {}, got {}",
+             op, w.size(0), w.size(0), shape_str(w.sizes()), shape_str(b.sizes()));
+}
+
+// What forward and backward share: the kernel parameters and layouts, the sizes
+// and which gradients are wanted.
+struct ConvSetup {
+  cpu::ConvParams params;
+  MemoryFormat output = MemoryFormat::Contiguous;  // channels-last when x or w suggests it, as conv2d
+  MemoryFormat kernel = MemoryFormat::Contiguous;  // NCHW on the CPU, the output's on the GPU
+  MemoryFormat weight = MemoryFormat::Contiguous;  // the weight's own: its gradient's layout
+  Shape x_sizes, w_sizes, y_sizes;
+  bool need_x = false, need_w = false, need_b = false;
+};
+
+ConvSetup conv_setup(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o,
+                     std::string_view op) {
+  ConvSetup s;
+  s.params = {.stride_h = o.stride[0], .stride_w = o.stride[1], .pad_h = o.padding[0],
+              .pad_w = o.padding[1], .dilation_h = o.dilation[0], .dilation_w = o.dilation[1],
+              .groups = o.groups};
+  s.x_sizes = x.sizes();
+  s.weight = w.suggest_memory_format();
+  s.w_sizes = w.sizes();
+  s.y_sizes = {x.size(0), w.size(0), 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    s.y_sizes[2 + i] = cpu::conv_output_size(x.size(2 + i), w.size(2 + i), o.stride[i],
+                                             o.padding[i], o.dilation[i]);
+  }
+  LOOM_CHECK(s.y_sizes[2] > 0 && s.y_sizes[3] > 0, ShapeError,
+             "[{}] input {} with weight {} gives an empty output {}; use more padding, a smaller "
+             "dilation or a larger input",
+             op, shape_str(x.sizes()), shape_str(w.sizes()), shape_str(s.y_sizes));
+  // As conv2d: either operand channels-last, or neither saying (one channel) on the GPU.
+  auto neutral = [](const Tensor& t) {
+    return t.is_contiguous(MemoryFormat::Contiguous) && t.is_contiguous(MemoryFormat::ChannelsLast);
+  };
+  bool channels_last = x.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+                       w.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+                       (x.device().is_cuda() && neutral(x) && neutral(w));
+  s.output = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  s.kernel = x.device().is_cuda() ? s.output : MemoryFormat::Contiguous;
+  s.need_x = x.requires_grad();
+  s.need_w = w.requires_grad();
+  s.need_b = b.defined() && b.requires_grad();
+  return s;
+}
+
+// A kernel operand in layout `format`, detached: it feeds kernels only.
+Tensor kernel_input(const Tensor& t, MemoryFormat format) {
+  return t.defined() ? t.detach().contiguous(format) : Tensor();
+}
+
+Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
+  TensorOptions options = like.options();
+  options.memory_format = format;
+  options.requires_grad = false;
+  return empty(sizes, options);
+}
+
+// y = conv(x, w) + b, then relu when asked; every operand in the kernel layout.
+// On the GPU the conv, the bias and the ReLU are one graph where cuDNN allows.
+void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
+                  const cpu::ConvParams& p, bool relu) {
+  if (y.device().is_cuda()) {
+#ifdef LOOM_WITH_CUDA
+    if (relu && fusion_enabled() &&
+        cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), strided_or_none(b), p)) {
+      return;
+    }
+    cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
+    if (b.defined() && cuda::is_channel_dense(y.strided())) {
+      cuda::add_channel_bias(y.strided(), b.strided());
+    } else if (b.defined()) {
+      Tensor b4 = b.view({1, b.size(0), 1, 1}).expand(y.sizes());
+      cuda::add_scaled(y.strided(), y.strided(), b4.strided(), 1.0);
+    }
+#endif
+  } else {
+    Strided bias = b.defined() ? b.strided() : Strided{};
+    cpu::conv2d_forward(y.strided(), x.strided(), w.strided(), b.defined() ? &bias : nullptr, p);
+  }
+  if (relu) relu_in_place(y);
+}
+
+// dx = dgrad(g, w) where r > 0, else 0: one graph on the GPU where cuDNN allows.
+void dgrad_relu(const Tensor& dx, const Tensor& g, const Tensor& w, const Tensor& r,
+                const cpu::ConvParams& p) {
+#ifdef LOOM_WITH_CUDA
+  if (try_fused(dx) &&
+      cudnn::conv2d_dgrad_relu(dx.strided(), g.strided(), w.strided(), r.strided(), p)) {
+    return;
+  }
+#endif
+  LOOM_CONV_KERNEL(dx, conv2d_dgrad, dx.strided(), g.strided(), w.strided(), p);
+  LOOM_KERNEL(dx, binary, dx.strided(), dx.strided(), r.strided(), cpu::BinaryOp::ReluBackward);
+}
+
+// db (K) = sum of g (N, K, P, Q) over N, P and Q.
+void bias_grad(const Tensor& db, const Tensor& g) {
+  if (db.device().is_cuda()) {
+#ifdef LOOM_WITH_CUDA
+    if (cuda::is_channel_dense(g.strided())) {
+      cuda::channel_sum(db.strided(), g.strided());
+    } else {
+      cuda::reduce(db.view({1, db.size(0), 1, 1}).strided(), g.strided(), cpu::ReduceOp::Sum);
+    }
+#endif
+    return;
+  }
+  cpu::conv2d_bgrad(db.strided(), g.strided());
+}
+
+// dx, dw, db of y = conv(x, w) + b from g = dL/dy in the kernel layout. With
+// relu_before, x is r = relu(input) and dx is the gradient w.r.t. the input.
+std::vector<Tensor> conv_grads(const ConvSetup& s, const Tensor& g, const Tensor& x,
+                               const Tensor& w, bool relu_before) {
+  Tensor dx, dw, db;
+  if (s.need_x) {
+    dx = empty_in(s.x_sizes, g, s.kernel);
+    if (relu_before) {
+      dgrad_relu(dx, g, w, x, s.params);
+    } else {
+      LOOM_CONV_KERNEL(dx, conv2d_dgrad, dx.strided(), g.strided(), w.strided(), s.params);
+    }
+    dx = dx.contiguous(s.output);
+  }
+  if (s.need_w) {
+    dw = empty_in(s.w_sizes, g, s.kernel);
+    LOOM_CONV_KERNEL(dw, conv2d_wgrad, dw.strided(), g.strided(), x.strided(), s.params);
+    dw = dw.contiguous(s.weight);  // as the weight, as conv2d's
+  }
+  if (s.need_b) {
+    db = empty_in({s.w_sizes[0]}, g, MemoryFormat::Contiguous);
+    bias_grad(db, g);
+  }
+  return {dx, dw, db};
+}
+
+}  // namespace
+
+// y = relu(conv(x, w) + b)
+// g = dy where y > 0; dx = dgrad(g, w), dw = wgrad(g, x), db = sum of g over N, P, Q
+// Under autocast, CUDA operands are cast to the autocast dtype first, as conv2d's.
+Tensor conv2d_bias_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                        Conv2dOptions options) {
+  constexpr std::string_view kOp = "conv2d_bias_relu";
+  const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
+               bias = autocast_operand(bias_in);
+  check_conv_args(x, weight, bias, options, kOp);
+  ConvSetup s = conv_setup(x, weight, bias, options, kOp);
+  Tensor xk = kernel_input(x, s.kernel), wk = kernel_input(weight, s.kernel);
+  Tensor bk = kernel_input(bias, MemoryFormat::Contiguous);
+  Tensor yk = empty_in(s.y_sizes, x, s.kernel);
+  conv_forward(yk, xk, wk, bk, s.params, /*relu=*/true);
+  Tensor y = yk.contiguous(s.output);
+  if (needs_grad({x, weight, bias})) {
+    Tensor saved_x = s.need_w ? xk : Tensor(), saved_w = s.need_x ? wk : Tensor();
+    Tensor saved_y = yk.detach();
+    record(std::string(kOp), {x, weight, bias}, y,
+           [=](const Tensor& dy) { return conv_grads(s, relu_grad(dy, saved_y), saved_x, saved_w, false); },
+           {saved_x, saved_w, saved_y});
+  }
+  return y;
+}
+
+// y = conv(r, w) + b with r = relu(x)
+// dx = dgrad(dy, w) where x > 0, dw = wgrad(dy, r), db = sum of dy over N, P, Q
+// Under autocast, CUDA operands are cast to the autocast dtype first, as conv2d's.
+Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                   Conv2dOptions options) {
+  constexpr std::string_view kOp = "relu_conv2d";
+  const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
+               bias = autocast_operand(bias_in);
+  check_conv_args(x, weight, bias, options, kOp);
+  ConvSetup s = conv_setup(x, weight, bias, options, kOp);
+  Tensor xk = kernel_input(x, s.kernel), wk = kernel_input(weight, s.kernel);
+  Tensor bk = kernel_input(bias, MemoryFormat::Contiguous);
+  Tensor r = empty_in(s.x_sizes, x, s.kernel);
+  LOOM_KERNEL(r, unary, r.strided(), xk.strided(), cpu::UnaryOp::Relu);
+  Tensor yk = empty_in(s.y_sizes, x, s.kernel);
+  conv_forward(yk, r, wk, bk, s.params, /*relu=*/false);
+  Tensor y = yk.contiguous(s.output);
+  if (needs_grad({x, weight, bias})) {
+    Tensor saved_r = s.need_x || s.need_w ? r : Tensor(), saved_w = s.need_x ? wk : Tensor();
+    record(std::string(kOp), {x, weight, bias}, y,
+           [=](const Tensor& dy) {
+             return conv_grads(s, dy.contiguous(s.kernel), saved_r, saved_w, /*relu_before=*/true);
+           },
+           {saved_r, saved_w});
+  }
+  return y;
+}
+
+// ---- batch norm + residual + ReLU ------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kBnOp = "batch_norm_relu";
+
+// A bfloat16 / float16 x (GPU, as autocast makes) keeps float32 per-channel
+// tensors, as batch_norm does.
+DType channel_dtype(const Tensor& x) {
+  return is_half_precision(x.dtype()) ? DType::Float32 : x.dtype();
+}
+
+TensorOptions channel_options(const Tensor& x) {
+  TensorOptions options = x.options();
+  options.dtype = channel_dtype(x);
+  options.memory_format = MemoryFormat::Contiguous;
+  return options;
+}
+
+void check_channel_vector(const Tensor& v, std::string_view name, const Tensor& x) {
+  if (!v.defined()) return;
+  check_float_tensor(v, kBnOp, name);
+  if (is_half_precision(x.dtype())) {
+    LOOM_CHECK(v.dtype() == DType::Float32, TypeError,
+               "[batch_norm_relu] input has dtype {} but {} has dtype {}; a bfloat16 / float16 "
+               "input keeps float32 weight, bias and running statistics (convert them with "
+               ".to(DType::Float32))",
+               dtype_name(x.dtype()), name, dtype_name(v.dtype()));
+    LOOM_CHECK(v.device() == x.device(), DeviceError,
+               "[batch_norm_relu] input is on {} but {} is on {}; move it with .to(Device)",
+               x.device().str(), name, v.device().str());
+  } else {
+    check_same_dtype_device(x, v, kBnOp);
+  }
+  LOOM_CHECK(v.dim() == 1 && v.size(0) == x.size(1), ShapeError,
+             "[batch_norm_relu] {} has shape {} but input {} has {} channels; expected ({},)", name,
+             shape_str(v.sizes()), shape_str(x.sizes()), x.size(1), x.size(1));
+}
+
+void check_bn_relu_args(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                        const Tensor& weight, const Tensor& bias, const BatchNormOptions& options,
+                        const Tensor& residual) {
+  check_float_tensor(x, kBnOp);
+  LOOM_CHECK(x.dim() >= 2, ShapeError,
+             "[batch_norm_relu] expects input (N, C) or (N, C, H, W) but got shape {}",
+             shape_str(x.sizes()));
+  check_channel_vector(weight, "weight", x);
+  check_channel_vector(bias, "bias", x);
+  check_channel_vector(running_mean, "running_mean", x);
+  check_channel_vector(running_var, "running_var", x);
+  LOOM_CHECK(running_mean.defined() == running_var.defined(), ValueError,
+             "[batch_norm_relu] running_mean and running_var must be given together, but only {} "
+             "was given",
+             running_mean.defined() ? "running_mean" : "running_var");
+  LOOM_CHECK(options.training || running_mean.defined(), ValueError,
+             "[batch_norm_relu] eval mode (training = false) needs running_mean and running_var");
+  LOOM_CHECK(!options.training || (x.size(1) > 0 && x.numel() / x.size(1) > 1), ValueError,
+             "[batch_norm_relu] expected more than 1 value per channel when training, got input "
+             "size {}",
+             shape_str(x.sizes()));
+  if (!residual.defined()) return;
+  check_float_tensor(residual, kBnOp, "residual");
+  if (!is_half_precision(x.dtype()) && !is_half_precision(residual.dtype())) {
+    check_same_dtype_device(x, residual, kBnOp);
+  }
+  LOOM_CHECK(residual.device() == x.device(), DeviceError,
+             "[batch_norm_relu] input is on {} but residual is on {}; move it with .to(Device)",
+             x.device().str(), residual.device().str());
+  LOOM_CHECK(residual.sizes() == x.sizes(), ShapeError,
+             "[batch_norm_relu] residual has shape {} but input has {}; they must match",
+             shape_str(residual.sizes()), shape_str(x.sizes()));
+}
+
+// Detached, dense operands for the kernels; missing weight / bias / running
+// statistics get stand-ins (1, 0, 0, 1) so one code path serves every case.
+struct BnOperands {
+  Tensor x, z, weight, bias, running_mean, running_var;
+  Tensor save_mean, save_invstd;  // outputs of the forward, saved for the backward
+  Tensor y;                       // relu(bn(x) + z)
+  Tensor relu_mask;               // cuDNN's packed-bit mask (pre-ReLU > 0), when it wrote one
+};
+
+Tensor channel_operand(const Tensor& t, const Tensor& x, double stand_in) {
+  return t.defined() ? t.detach().contiguous() : full({x.size(1)}, stand_in, channel_options(x));
+}
+
+BnOperands bn_operands(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, const Tensor& residual) {
+  MemoryFormat format = x.suggest_memory_format();
+  BnOperands o;
+  o.x = x.detach().contiguous(format);
+  o.z = residual.defined() ? residual.detach().contiguous(format) : Tensor();
+  o.weight = channel_operand(weight, o.x, 1.0);
+  o.bias = channel_operand(bias, o.x, 0.0);
+  o.running_mean = channel_operand(running_mean, o.x, 0.0);
+  o.running_var = channel_operand(running_var, o.x, 1.0);
+  o.save_mean = empty({x.size(1)}, channel_options(o.x));
+  o.save_invstd = empty({x.size(1)}, channel_options(o.x));
+  o.y = empty_like(o.x);
+  return o;
+}
+
+#ifdef LOOM_WITH_CUDA
+// The fused graph on the GPU: y and, when the backward will want it and cuDNN
+// can, the ReLU mask (kept in o.relu_mask). False when it did not run.
+bool bn_relu_forward_fused(BnOperands& o, const BatchNormOptions& options, bool want_mask) {
+  if (!fusion_enabled()) return false;
+  cudnn::BatchNormTrainingArgs args{
+      .y = o.y.strided(), .save_mean = o.save_mean.strided(),
+      .save_invstd = o.save_invstd.strided(), .x = o.x.strided(), .weight = o.weight.strided(),
+      .bias = o.bias.strided(), .running_mean = o.running_mean.strided(),
+      .running_var = o.running_var.strided(), .eps = options.eps, .momentum = options.momentum};
+  Tensor mask;
+  if (want_mask && o.x.dim() == 4) {
+    TensorOptions bytes = o.x.options();
+    bytes.dtype = DType::UInt8;
+    bytes.memory_format = MemoryFormat::Contiguous;
+    bytes.requires_grad = false;
+    mask = empty({cudnn::relu_mask_bytes(o.x.strided())}, bytes);
+  }
+  auto ran = cudnn::batch_norm_relu_forward_training(args, strided_or_none(o.z), strided_or_none(mask));
+  if (ran == cudnn::BnReluForward::FusedWithMask) o.relu_mask = mask;
+  return ran != cudnn::BnReluForward::Unfused;
+}
+#endif
+
+// o.y = relu(bn(o.x) + o.z) with batch statistics, blending the running ones;
+// o.x is float32 / float64 (16-bit inputs that miss the fused graph take the
+// composite of public ops instead).
+void bn_relu_forward(const BnOperands& o, const BatchNormOptions& options) {
+  if (o.x.device().is_cuda()) {
+#ifdef LOOM_WITH_CUDA
+    cudnn::batch_norm_forward_training(
+        {.y = o.y.strided(), .save_mean = o.save_mean.strided(),
+         .save_invstd = o.save_invstd.strided(), .x = o.x.strided(), .weight = o.weight.strided(),
+         .bias = o.bias.strided(), .running_mean = o.running_mean.strided(),
+         .running_var = o.running_var.strided(), .eps = options.eps, .momentum = options.momentum});
+#endif
+  } else {
+    cpu::batch_norm_batch_stats(o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(),
+                                options.eps,
+                                cpu::RunningStats{o.running_mean.strided(), o.running_var.strided(),
+                                                  options.momentum});
+    cpu::batch_norm_forward(o.y.strided(), o.x.strided(), o.save_mean.strided(),
+                            o.save_invstd.strided(), o.weight.strided(), o.bias.strided());
+  }
+  if (o.z.defined()) LOOM_KERNEL(o.y, add_scaled, o.y.strided(), o.y.strided(), o.z.strided(), 1.0);
+  relu_in_place(o.y);
+}
+
+struct BnGrads {
+  Tensor dx, dweight, dbias, dresidual;
+};
+
+// dpre = dy where y > 0 (that is dresidual), then the training batch-norm backward.
+BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
+  const int64_t c = o.x.size(1);
+  BnGrads g;
+  g.dx = empty_like(o.x);
+  g.dweight = empty({c}, channel_options(o.x));
+  g.dbias = empty({c}, channel_options(o.x));
+#ifdef LOOM_WITH_CUDA
+  if (try_fused(dy)) {
+    Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
+    if (cudnn::batch_norm_relu_backward(
+            {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
+             .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(),
+             .y = o.y.strided(), .weight = o.weight.strided(), .bias = o.bias.strided(),
+             .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided(),
+             .residual = strided_or_none(o.z), .relu_mask = strided_or_none(o.relu_mask)})) {
+      g.dresidual = dz;
+      return g;
+    }
+  }
+#endif
+  Tensor dpre = relu_grad(dy, o.y);
+  if (o.z.defined()) g.dresidual = dpre;
+  if (dy.device().is_cuda()) {
+#ifdef LOOM_WITH_CUDA
+    cudnn::batch_norm_backward({.dx = g.dx.strided(), .dweight = g.dweight.strided(),
+                                .dbias = g.dbias.strided(), .dy = dpre.strided(), .x = o.x.strided(),
+                                .weight = o.weight.strided(), .save_mean = o.save_mean.strided(),
+                                .save_invstd = o.save_invstd.strided()});
+#endif
+    return g;
+  }
+  cpu::batch_norm_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(), dpre.strided(),
+                           o.x.strided(), o.save_mean.strided(), o.save_invstd.strided(),
+                           o.weight.strided(), /*training=*/true);
+  return g;
+}
+
+// Running statistics the kernels updated in a contiguous copy go back to the caller's.
+void write_back(const Tensor& running, const Tensor& updated) {
+  if (!running.defined() || running.storage() == updated.storage()) return;
+  Tensor(running).copy_(updated);
+}
+
+// The unfused composite of public ops: eval mode, mixed dtypes, and 16-bit
+// inputs the fused graph declined (batch_norm knows their float32 parameters
+// and cuDNN's 16-bit limits; add promotes mixed operands).
+Tensor bn_relu_composite(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                         const Tensor& weight, const Tensor& bias, const BatchNormOptions& options,
+                         const Tensor& residual) {
+  Tensor y = batch_norm(x, running_mean, running_var, weight, bias, options);
+  return relu(residual.defined() ? add(y, residual) : y);
+}
+
+}  // namespace
+
+// Training: y = relu((x - mean) * invstd * weight + bias + z) with batch statistics.
+// dpre = dy where y > 0; dz = dpre; dx, dweight, dbias = batch-norm backward of dpre.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, BatchNormOptions options,
+                       const Tensor& residual) {
+  check_bn_relu_args(x, running_mean, running_var, weight, bias, options, residual);
+  const bool mixed = residual.defined() && residual.dtype() != x.dtype();
+  if (!options.training || mixed) {
+    return bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual);
+  }
+  const bool want_grad = needs_grad({x, weight, bias, residual});
+  if (running_mean.defined()) {
+    NoGradGuard no_grad;
+    check_inplace(running_mean, kBnOp);
+    check_inplace(running_var, kBnOp);
+  }
+  BnOperands o = bn_operands(x, running_mean, running_var, weight, bias, residual);
+  bool fused = false;
+#ifdef LOOM_WITH_CUDA
+  if (o.x.device().is_cuda()) fused = bn_relu_forward_fused(o, options, want_grad);
+#endif
+  if (!fused && is_half_precision(x.dtype())) {
+    return bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual);
+  }
+  {
+    NoGradGuard no_grad;  // the running statistics are buffers, updated outside the tape
+    if (!fused) bn_relu_forward(o, options);
+    write_back(running_mean, o.running_mean);
+    write_back(running_var, o.running_var);
+  }
+  Tensor y = o.y;
+  if (!want_grad) return y;
+  const bool need_x = x.requires_grad(), need_weight = weight.defined() && weight.requires_grad();
+  const bool need_bias = bias.defined() && bias.requires_grad();
+  const bool need_residual = residual.defined() && residual.requires_grad();
+  BnOperands saved = o;
+  saved.y = o.y.detach();  // the output itself would hold its own node
+  record(std::string(kBnOp), {x, weight, bias, residual}, y,
+         [=](const Tensor& dy) -> std::vector<Tensor> {
+           BnGrads g = bn_relu_backward(saved, dy.contiguous(saved.x.suggest_memory_format()));
+           return {need_x ? g.dx : Tensor(), need_weight ? g.dweight : Tensor(),
+                   need_bias ? g.dbias : Tensor(), need_residual ? g.dresidual : Tensor()};
+         },
+         {saved.x, saved.y, saved.weight, saved.bias, saved.relu_mask});
+  return y;
+}
+
+// ---- linear + ReLU ---------------------------------------------------------------------
+
+namespace {
+
+void check_linear_args(const Tensor& x, const Tensor& w, const Tensor& b) {
+  constexpr std::string_view kOp = "linear_relu";
+  check_float_tensor(x, kOp, "input");
+  check_float_tensor(w, kOp, "weight");
+  check_same_dtype_device(x, w, kOp);
+  LOOM_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), ShapeError,
+             "[linear_relu] input of shape {} and weight of shape {} do not fit: expected input "
+             "(*, in_features) and weight (out_features, in_features)",
+             shape_str(x.sizes()), shape_str(w.sizes()));
+  if (!b.defined()) return;
+  check_float_tensor(b, kOp, "bias");
+  check_same_dtype_device(x, b, kOp);
+  LOOM_CHECK(b.dim() == 1 && b.size(0) == w.size(0), ShapeError,
+             "[linear_relu] bias must have shape ({},) to match weight {}, got {}", w.size(0),
+             shape_str(w.sizes()), shape_str(b.sizes()));
+}
+
+// relu(x . w^T + b) as one cuDNN graph; undefined where there is none.
+Tensor linear_relu_fused(const Tensor& x, const Tensor& w, const Tensor& b) {
+#ifdef LOOM_WITH_CUDA
+  const int64_t in = w.size(1), out = w.size(0);
+  Tensor x2 = x.detach().contiguous().reshape({-1, in});
+  Tensor wk = w.detach().contiguous(), bk = b.detach().contiguous();
+  Tensor y2 = empty({x2.size(0), out}, x2.options());
+  if (cudnn::linear_bias_relu_forward(y2.strided(), x2.strided(), wk.strided(), bk.strided())) {
+    Shape y_sizes = x.sizes();
+    y_sizes.back() = out;
+    return y2.view(y_sizes);
+  }
+#endif
+  return Tensor();
+}
+
+}  // namespace
+
+// y = relu(x . w^T + b)
+// g = dy where y > 0; dx = g . w, dw = g^T . x, db = sum of g over rows
+// Under autocast, CUDA operands are cast to the autocast dtype first, as linear's.
+Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
+               bias = autocast_operand(bias_in);
+  check_linear_args(x, weight, bias);
+  Tensor y;
+  if (try_fused(x) && bias.defined() && x.numel() > 0) y = linear_relu_fused(x, weight, bias);
+  if (!y.defined()) {
+    y = linear(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor());
+    relu_in_place(y);
+  }
+  if (!needs_grad({x, weight, bias})) return y;
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  const int64_t in = weight.size(1), out = weight.size(0);
+  Tensor saved_x = need_w ? x.detach() : Tensor(), saved_w = need_x ? weight.detach() : Tensor();
+  Tensor saved_y = y.detach();
+  Shape x_sizes = x.sizes();
+  // Grad mode is off in backward: the ops below only compute.
+  record("linear_relu", {x, weight, bias}, y,
+         [=](const Tensor& dy) -> std::vector<Tensor> {
+           Tensor g = relu_grad(dy, saved_y).reshape({-1, out});
+           Tensor dx = need_x ? matmul(g, saved_w).reshape(x_sizes) : Tensor();
+           Tensor dw = need_w ? matmul(g.t(), saved_x.reshape({-1, in})) : Tensor();
+           Tensor db = need_b ? sum(g, {0}) : Tensor();
+           return {dx, dw, db};
+         },
+         {saved_x, saved_w, saved_y});
+  return y;
+}
+
+}  // namespace loom

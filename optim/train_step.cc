@@ -1,0 +1,220 @@
+// File: optim/train_step.cc
+// Per input shape: warm-up eager steps, one capture, then replays. A capture
+// runs the host half of the optimizer step first (prepare_step: step counts and
+// scalars staged in device memory), then records zero_grad, forward, backward
+// and the device half (apply_step) on the current stream.
+#include "optim/train_step.h"
+
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "core/autocast.h"
+#include "core/error.h"
+#include "core/numerics.h"
+#include "core/profiler.h"
+
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/graph.h"
+#include "core/cuda/stream.h"
+#endif
+
+namespace loom::optim {
+
+namespace {
+
+// What a graph is specialised on: the inputs' geometry and the numerics that
+// chose its plans.
+struct StepKey {
+  Shape x_sizes, x_strides, y_sizes, y_strides;
+  DType x_dtype = DType::Float32, y_dtype = DType::Int64;
+  Device device;
+  NumericsPolicy policy;
+  std::optional<DType> autocast;
+
+  bool operator==(const StepKey&) const = default;
+};
+
+StepKey key_of(const Tensor& x, const Tensor& y) {
+  return {x.sizes(), x.strides(), y.sizes(), y.strides(), x.dtype(), y.dtype(), x.device(),
+          numerics_policy(), autocast_dtype()};
+}
+
+// Logs each distinct reason once per process, so a long run is not flooded.
+void log_fallback(const std::string& reason) {
+  static std::mutex mutex;
+  static std::set<std::string> logged;
+  std::lock_guard lock(mutex);
+  if (logged.insert(reason).second) spdlog::warn("[TrainStep] running eagerly: {}", reason);
+}
+
+}  // namespace
+
+struct TrainStep::Entry {
+  StepKey key;
+  int eager_steps = 0;
+  std::string failure;  // why this shape cannot be captured ("" while it can)
+#ifdef LOOM_WITH_CUDA
+  std::unique_ptr<cuda::CudaGraph> graph;
+#endif
+  Tensor x, y;                  // static inputs the graph reads
+  std::vector<Tensor> outputs;  // static outputs it writes
+  std::vector<Tensor> grads;    // the parameters' gradients it writes, by parameter
+};
+
+struct TrainStep::Graphs {
+  std::vector<std::unique_ptr<Entry>> entries;
+};
+
+TrainStep::TrainStep(StepFunction fn, Optimizer& optimizer, TrainStepOptions options)
+    : fn_(std::move(fn)), optimizer_(optimizer), options_(options),
+      graphs_(std::make_unique<Graphs>()) {
+  LOOM_CHECK(fn_ != nullptr, ValueError, "[TrainStep] the step function is empty");
+  LOOM_CHECK(options_.warmup_steps >= 1 && options_.max_graphs >= 0, ValueError,
+             "[TrainStep] warmup_steps must be >= 1 (plans and optimizer state are made "
+             "eagerly) and max_graphs >= 0, got {} and {}",
+             options_.warmup_steps, options_.max_graphs);
+}
+
+TrainStep::~TrainStep() = default;
+
+void TrainStep::reset() { graphs_->entries.clear(); }
+
+const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y) {
+  optimizer_.zero_grad();
+  outputs_ = fn_(x, y);
+  LOOM_CHECK(!outputs_.empty() && outputs_.front().numel() == 1, ValueError,
+             "[TrainStep] the step function must return the scalar loss first, got {}",
+             outputs_.empty() ? std::string("no tensors") : shape_str(outputs_.front().sizes()));
+  outputs_.front().backward();
+  {
+    ProfileScope scope("(optimizer)", ProfilePhase::Other, x.device().is_cuda());
+    optimizer_.step();
+  }
+  ++stats_.eager_steps;
+  last_replayed_ = false;
+  return outputs_;
+}
+
+#ifdef LOOM_WITH_CUDA
+
+namespace {
+
+std::vector<Tensor*> all_params(Optimizer& optimizer) {
+  std::vector<Tensor*> params;
+  for (ParamGroup& group : optimizer.param_groups()) {
+    for (Tensor& p : group.params) params.push_back(&p);
+  }
+  return params;
+}
+
+}  // namespace
+
+const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& y) {
+  auto fallback = [&](std::string reason) -> const std::vector<Tensor>& {
+    fallback_reason_ = std::move(reason);
+    log_fallback(fallback_reason_);
+    return eager(x, y);
+  };
+  if (!options_.cuda_graph) {
+    fallback_reason_ = "CUDA graphs are off (TrainStepOptions::cuda_graph)";
+    return eager(x, y);
+  }
+  if (!x.device().is_cuda() || !y.device().is_cuda()) {
+    return fallback(fmt::format("the inputs are on {} and {}; CUDA graphs need GPU tensors",
+                                x.device().str(), y.device().str()));
+  }
+  const StepKey key = key_of(x, y);
+  Entry* entry = nullptr;
+  for (auto& e : graphs_->entries) {
+    if (e->key == key) entry = e.get();
+  }
+  if (entry == nullptr) {
+    if (static_cast<int>(graphs_->entries.size()) >= options_.max_graphs) {
+      return fallback(fmt::format("more than max_graphs = {} input shapes; this one is {}",
+                                  options_.max_graphs, shape_str(x.sizes())));
+    }
+    graphs_->entries.push_back(std::make_unique<Entry>());
+    entry = graphs_->entries.back().get();
+    entry->key = key;
+  }
+  if (entry->eager_steps < options_.warmup_steps) {
+    ++entry->eager_steps;
+    fallback_reason_.clear();
+    return eager(x, y);
+  }
+  if (!entry->failure.empty()) return fallback(entry->failure);
+  if (!entry->graph) return capture(*entry, x, y);
+  return replay(*entry, x, y);
+}
+
+const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
+                                              const Tensor& y) {
+  entry.x = x.clone();
+  entry.y = y.clone();
+  optimizer_.prepare_step();
+  auto graph = std::make_unique<cuda::CudaGraph>();
+  std::vector<Tensor> outputs;
+  try {
+    graph->capture([&] {
+      optimizer_.zero_grad();
+      outputs = fn_(entry.x, entry.y);
+      outputs.front().backward();
+      optimizer_.apply_step();
+    });
+  } catch (const Error& e) {
+    entry.failure = fmt::format("capturing the step failed: {}", e.what());
+    fallback_reason_ = entry.failure;
+    log_fallback(entry.failure);
+    entry.x = entry.y = Tensor();
+    // The host half already ran: finish this step eagerly with the device half.
+    optimizer_.zero_grad();
+    outputs_ = fn_(x, y);
+    outputs_.front().backward();
+    optimizer_.apply_step();
+    ++stats_.eager_steps;
+    last_replayed_ = false;
+    return outputs_;
+  }
+  entry.graph = std::move(graph);
+  entry.outputs = std::move(outputs);
+  for (Tensor* p : all_params(optimizer_)) entry.grads.push_back(p->grad());
+  ++stats_.captures;
+  return launch(entry);
+}
+
+const std::vector<Tensor>& TrainStep::replay(Entry& entry, const Tensor& x, const Tensor& y) {
+  entry.x.copy_(x);
+  entry.y.copy_(y);
+  // Another shape's graph may have run since: its gradients are not these.
+  std::vector<Tensor*> params = all_params(optimizer_);
+  for (size_t i = 0; i < params.size(); ++i) params[i]->set_grad(entry.grads[i]);
+  optimizer_.prepare_step();
+  return launch(entry);
+}
+
+const std::vector<Tensor>& TrainStep::launch(Entry& entry) {
+  entry.graph->replay();
+  ++stats_.replays;
+  last_replayed_ = true;
+  fallback_reason_.clear();
+  outputs_ = entry.outputs;
+  return outputs_;
+}
+
+#else  // no CUDA backend: every step is eager
+
+const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& y) {
+  if (options_.cuda_graph) {
+    fallback_reason_ = "this build of Loom has no CUDA backend";
+    log_fallback(fallback_reason_);
+  }
+  return eager(x, y);
+}
+
+#endif
+
+}  // namespace loom::optim

@@ -1,0 +1,90 @@
+// File: optim/train_step.h
+// One training step (zero_grad, forward, loss, backward, optimizer step) that
+// is captured into a CUDA graph once per static input shape and replayed after
+// that. The replay does no host synchronisation and no allocation: the inputs
+// are copied into static buffers, the optimizer's per-step scalars are written
+// to device memory, and one graph launch runs everything else.
+//
+//   auto net = nn::mnist_net();  net.to(Device::cuda());
+//   optim::Adam opt(net.parameters(), {.lr = 1e-3});
+//   optim::TrainStep step([&](const Tensor& x, const Tensor& y) {
+//     Tensor logits = net(x);
+//     return std::vector<Tensor>{cross_entropy(logits, y), logits};
+//   }, opt);
+//   for (auto& [x, y] : loader) {
+//     const std::vector<Tensor>& out = step(x, y);  // out[0] loss, out[1] logits
+//   }
+//
+// Each new shape first runs `warmup_steps` eager steps (they build the cuDNN
+// plans and the optimizer state), then one captured step. Where capture is
+// impossible (CPU tensors, an op that reads a value back to the host, a random
+// op whose generator advances on the host, too many shapes) the step runs
+// eagerly, and fallback_reason() says why (also logged once per reason).
+// Eager and replayed steps run the same kernels with the same plans, so under a
+// deterministic numerics policy they give the same bits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+namespace loom::optim {
+
+struct TrainStepOptions {
+  bool cuda_graph = true;  // false: always eager (the reference the graphs must match)
+  int warmup_steps = 1;    // eager steps per shape before its capture
+  int max_graphs = 4;      // shapes kept captured; later shapes run eagerly
+};
+
+struct TrainStepStats {
+  int64_t eager_steps = 0;
+  int64_t captures = 0;
+  int64_t replays = 0;
+};
+
+// fn(x, y) returns the scalar loss first, then any tensors the caller wants
+// back (logits). backward() is called on the loss.
+using StepFunction = std::function<std::vector<Tensor>(const Tensor& x, const Tensor& y)>;
+
+class TrainStep {
+ public:
+  TrainStep(StepFunction fn, Optimizer& optimizer, TrainStepOptions options = {});
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  // Runs one step on (x, y). The returned tensors are valid until the next call;
+  // after a replay they are the graph's static outputs (read them, or clone()).
+  const std::vector<Tensor>& operator()(const Tensor& x, const Tensor& y);
+
+  bool last_step_replayed() const { return last_replayed_; }
+  // Why the last step ran eagerly after its warm-up ("" when it replayed a graph).
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  const TrainStepStats& stats() const { return stats_; }
+  // Drops every captured graph and its memory (after the queued work finished).
+  void reset();
+
+ private:
+  struct Entry;  // one input shape: its warm-up count, graph and static tensors
+  struct Graphs;
+  const std::vector<Tensor>& eager(const Tensor& x, const Tensor& y);
+  const std::vector<Tensor>& capture(Entry& entry, const Tensor& x, const Tensor& y);
+  const std::vector<Tensor>& replay(Entry& entry, const Tensor& x, const Tensor& y);
+  const std::vector<Tensor>& launch(Entry& entry);
+
+  StepFunction fn_;
+  Optimizer& optimizer_;
+  TrainStepOptions options_;
+  std::unique_ptr<Graphs> graphs_;
+  std::vector<Tensor> outputs_;
+  bool last_replayed_ = false;
+  std::string fallback_reason_;
+  TrainStepStats stats_;
+};
+
+}  // namespace loom::optim

@@ -1,0 +1,133 @@
+// File: tests/layers/fused_test.cc
+// nn::fuse and the fused layers on the CPU: the reference models keep their
+// state_dict names and tensors, give the same outputs, gradients and running
+// statistics as before fusing, print the fused layers, and fuse only once.
+//
+// N batch, C channels, H, W.
+#include "layers/fused.h"
+
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+
+#include "core/generator.h"
+#include "core/ops/ops.h"
+#include "layers/nn.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+using ModelFn = std::function<nn::Sequential()>;
+
+std::vector<std::string> names_of(const nn::Module& m) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : m.state_dict()) names.push_back(name);
+  return names;
+}
+
+// Two copies of one model, the second fused; a training step on each (forward,
+// backward) must agree in output, every gradient and every buffer, and so must
+// an eval forward.
+void check_fuse_keeps_model(const ModelFn& make, const Shape& x_sizes, uint64_t seed) {
+  Generator gen(seed);
+  nn::Sequential plain = make(), fused = make();
+  fused.load_state_dict(plain.state_dict());
+  const std::vector<std::string> names = names_of(fused);
+  const nn::NamedTensors params_before = fused.named_parameters();
+  nn::fuse(fused);
+  CHECK(names_of(fused) == names);
+  const nn::NamedTensors params_after = fused.named_parameters();
+  REQUIRE(params_after.size() == params_before.size());
+  for (size_t i = 0; i < params_after.size(); ++i) {
+    CHECK(params_after[i].second.is_same(params_before[i].second));  // an optimizer's list stays valid
+  }
+
+  Tensor x = randn(x_sizes, {}, &gen);
+  Tensor y_plain = plain(x), y_fused = fused(x);
+  CHECK_CLOSE(y_fused, y_plain, 1e-5, 1e-6);
+  Tensor dy = randn(y_plain.sizes(), {}, &gen);
+  y_plain.backward(dy);
+  y_fused.backward(dy);
+  nn::NamedTensors grads_plain = plain.named_parameters();
+  for (size_t i = 0; i < params_after.size(); ++i) {
+    CAPTURE(params_after[i].first);
+    REQUIRE(params_after[i].second.grad().defined());
+    CHECK_CLOSE(params_after[i].second.grad(), grads_plain[i].second.grad(), 1e-4, 1e-5);
+  }
+  StateDict state_plain = plain.state_dict(), state_fused = fused.state_dict();
+  for (size_t i = 0; i < state_plain.size(); ++i) {
+    CAPTURE(state_plain[i].first);
+    CHECK_CLOSE(state_fused[i].second, state_plain[i].second, 1e-5, 1e-6);
+  }
+  plain.eval();
+  fused.eval();
+  CHECK_CLOSE(fused(x), plain(x), 1e-5, 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("fuse keeps mnist_net's names, tensors, outputs, gradients and running statistics") {
+  check_fuse_keeps_model(nn::mnist_net, {2, 1, 28, 28}, 1);
+}
+
+TEST_CASE("fuse keeps lenet5's names, tensors, outputs and gradients") {
+  check_fuse_keeps_model(nn::lenet5, {2, 1, 28, 28}, 2);
+}
+
+TEST_CASE("fuse reaches into resnet9's residual blocks and keeps the model") {
+  check_fuse_keeps_model(nn::resnet9, {2, 3, 8, 8}, 3);
+  nn::Sequential net = nn::resnet9();
+  nn::fuse(net);
+  auto& block = dynamic_cast<nn::Sequential&>(*net.ptr(3)->named_children()[0].second);  // 3.a
+  CHECK(block[1].type_name() == "BatchNormReLU");
+  CHECK(block[2].type_name() == "Identity");
+}
+
+TEST_CASE("BatchNormReLU counts batches and averages cumulatively as BatchNorm2d does") {
+  Generator gen(4);
+  auto make = [] {
+    return nn::Sequential(nn::BatchNorm2d(3, {.momentum = std::nullopt}), nn::ReLU());
+  };
+  nn::Sequential plain = make(), fused = make();
+  nn::fuse(fused);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = randn({4, 3, 2, 2}, {}, &gen);
+    CHECK_CLOSE(fused(x), plain(x), 1e-6, 1e-7);
+  }
+  const auto& bn = fused.at<nn::BatchNormReLU>(0);
+  CHECK(bn.num_batches_tracked().item() == 3);
+  CHECK_CLOSE(bn.running_var(), plain.at<nn::BatchNorm2d>(0).running_var(), 1e-6, 1e-7);
+}
+
+TEST_CASE("fused models print their fused layers, and fusing twice changes nothing") {
+  nn::Sequential net = nn::mnist_net();
+  nn::fuse(net);
+  const std::string repr = net.repr();
+  CHECK(repr.find("(0): Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))") !=
+        std::string::npos);  // followed by BatchNorm2d, not by a ReLU
+  CHECK(repr.find("(1): BatchNormReLU(32, eps=1e-05, momentum=0.1, affine=True, "
+                  "track_running_stats=True)") != std::string::npos);
+  CHECK(repr.find("(2): Identity()") != std::string::npos);
+  CHECK(repr.find("(9): LinearReLU(in_features=3136, out_features=128, bias=True)") !=
+        std::string::npos);
+  CHECK(repr.find("ReLU()") == std::string::npos);
+  nn::fuse(net);
+  CHECK(net.repr() == repr);
+
+  nn::Sequential lenet = nn::lenet5();
+  nn::fuse(lenet);
+  CHECK(lenet[0].repr() == "FusedConv2dReLU(1, 6, kernel_size=(5, 5), stride=(1, 1), padding=(2, 2))");
+}
+
+TEST_CASE("fuse keeps each module's mode") {
+  nn::Sequential net = nn::mnist_net();
+  net.eval();
+  nn::fuse(net);
+  CHECK_FALSE(net.is_training());
+  CHECK_FALSE(net[1].is_training());
+  CHECK_FALSE(net[2].is_training());
+}
+
+}  // namespace loom
