@@ -123,9 +123,10 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
     fallback_reason_ = "CUDA graphs are off (TrainStepOptions::cuda_graph)";
     return eager(x, y);
   }
-  if (!x.device().is_cuda() || !y.device().is_cuda()) {
-    return fallback(fmt::format("the inputs are on {} and {}; CUDA graphs need GPU tensors",
-                                x.device().str(), y.device().str()));
+  if (!x.device().is_cuda() || !y.device().is_cuda()) {  // the CPU's normal path: not logged
+    fallback_reason_ = fmt::format("the inputs are on {} and {}; CUDA graphs need GPU tensors",
+                                   x.device().str(), y.device().str());
+    return eager(x, y);
   }
   const StepKey key = key_of(x, y);
   Entry* entry = nullptr;

@@ -17,9 +17,9 @@
 //
 // Each new shape first runs `warmup_steps` eager steps (they build the cuDNN
 // plans and the optimizer state), then one captured step. Where capture is
-// impossible (CPU tensors, an op that reads a value back to the host, a random
-// op whose generator advances on the host, too many shapes) the step runs
-// eagerly, and fallback_reason() says why (also logged once per reason).
+// impossible (CPU tensors, an op that reads a value back to the host, too many
+// shapes) the step runs eagerly, and fallback_reason() says why (logged once
+// per reason, except for CPU tensors, whose steps are always eager).
 // Eager and replayed steps run the same kernels with the same plans, so under a
 // deterministic numerics policy they give the same bits.
 #pragma once

@@ -124,9 +124,9 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const std::functi
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   stats_.build_seconds += ms / 1000.0;
-  PlanInfo info{.graph = name, .supported = selection.plan != nullptr, .build_ms = ms,
-                .restored = restored, .candidates_seen = selection.candidates_seen,
-                .why_unsupported = selection.why_none};
+  PlanInfo info{.graph = name, .supported = selection.plan != nullptr, .notes = {},
+                .workspace_bytes = 0, .build_ms = ms, .restored = restored, .hits = 0,
+                .candidates_seen = selection.candidates_seen, .why_unsupported = selection.why_none};
   if (selection.plan) {
     ++(restored ? stats_.plans_restored : stats_.plans_built);
     info.notes = selection.plan->notes();

@@ -146,6 +146,24 @@ LOOM_GPU_TEST_CASE("a step that reads a value back cannot be captured: it runs e
   for (size_t k = 0; k < a.size(); ++k) check_same_bits(a[k].second, b[k].second);
 }
 
+LOOM_GPU_TEST_CASE("a step that draws random numbers (dropout) runs eagerly: fresh masks every step") {
+  std::vector<Batch> data = batches(8, 1, 6);
+  manual_seed(4);
+  nn::Sequential net(nn::Flatten(), nn::Dropout(0.5), nn::Linear(784, 10));
+  net.to(Device::cuda());
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  optim::TrainStep step(
+      [&](const Tensor& x, const Tensor& y) { return std::vector<Tensor>{cross_entropy(net(x), y)}; },
+      opt);
+  std::vector<double> losses;
+  for (int i = 0; i < 4; ++i) losses.push_back(step(data[0].x, data[0].y)[0].item());
+  CHECK_FALSE(step.last_step_replayed());
+  CHECK(step.stats().captures == 0);
+  CHECK(step.fallback_reason().find("random numbers cannot be drawn inside a CUDA-graph capture") !=
+        std::string::npos);
+  CHECK(losses[2] != losses[3]);  // new masks (and new weights) each step
+}
+
 LOOM_GPU_TEST_CASE("a bad label inside a replayed step gives a NaN loss, not a crash") {
   std::vector<Batch> data = batches(8, 1, 5);
   Run run(true);
