@@ -24,13 +24,6 @@ bool precision_filter_applies(DType dtype) {
   return dtype != DType::BFloat16 && dtype != DType::Float16;
 }
 
-ConvGeometry geometry_of(const cpu::ConvParams& p) {
-  return {.stride = {p.stride_h, p.stride_w},
-          .pre_padding = {p.pad_h, p.pad_w},
-          .post_padding = {p.pad_h, p.pad_w},
-          .dilation = {p.dilation_h, p.dilation_w}};
-}
-
 struct ConvCall {
   ConvDirection direction;
   GraphKind kind;
@@ -43,16 +36,14 @@ void run(const ConvCall& call, const cpu::ConvParams& p) {
   TensorSpec xs = spec_of(call.x, kX), ws = spec_of(call.w, kW), ys = spec_of(call.y, kY);
   PlanKey key(call.kind, numerics_policy());
   key.add_tensor(xs).add_tensor(ws).add_tensor(ys);
-  key.add({p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w});
-  std::string name = fmt::format("{} x{} w{} s{}x{} p{}x{} d{}x{}", graph_kind_name(call.kind),
-                                 describe(call.x), shape_str(call.w.sizes), p.stride_h, p.stride_w,
-                                 p.pad_h, p.pad_w, p.dilation_h, p.dilation_w);
+  add_conv_params(key, p);
+  std::string name = conv_graph_name(call.kind, call.x, call.w, p);
   std::shared_ptr<const Plan> plan = PlanCache::global().get(key, [&] {
     Graph graph(name);
     graph.add_tensor(xs);
     graph.add_tensor(ws);
     graph.add_tensor(ys);
-    graph.conv(call.direction, kX, kW, kY, geometry_of(p), compute_type(call.x.dtype));
+    graph.conv(call.direction, kX, kW, kY, conv_geometry(p), compute_type(call.x.dtype));
     return graph;
   }, precision_filter_applies(call.x.dtype));
   LOOM_CHECK(plan != nullptr, CudnnError,
@@ -65,6 +56,24 @@ void run(const ConvCall& call, const cpu::ConvParams& p) {
 }
 
 }  // namespace
+
+ConvGeometry conv_geometry(const cpu::ConvParams& p) {
+  return {.stride = {p.stride_h, p.stride_w},
+          .pre_padding = {p.pad_h, p.pad_w},
+          .post_padding = {p.pad_h, p.pad_w},
+          .dilation = {p.dilation_h, p.dilation_w}};
+}
+
+void add_conv_params(PlanKey& key, const cpu::ConvParams& p) {
+  key.add({p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w});
+}
+
+std::string conv_graph_name(GraphKind kind, const Strided& x, const Strided& w,
+                            const cpu::ConvParams& p) {
+  return fmt::format("{} x{} w{} s{}x{} p{}x{} d{}x{}", graph_kind_name(kind), describe(x),
+                     shape_str(w.sizes), p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                     p.dilation_w);
+}
 
 void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const cpu::ConvParams& p) {
   run({ConvDirection::Forward, GraphKind::ConvForward, x, w, y}, p);

@@ -7,7 +7,11 @@
 // groups are implied by C / (filter C).
 #pragma once
 
+#include <string>
+
 #include "core/cpu/conv.h"  // ConvParams, shared with the CPU reference
+#include "core/cudnn/graph.h"
+#include "core/cudnn/plan_cache.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -18,5 +22,12 @@ void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const 
 void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p);
 // dw (K, C/G, R, S) from dy (N, K, P, Q) and x (N, C, H, W).
 void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const cpu::ConvParams& p);
+
+// For every graph with a conv in it (these and the fused ones, fused.h): the
+// geometry cuDNN takes, the key values, and the name explain() shows.
+ConvGeometry conv_geometry(const cpu::ConvParams& p);
+void add_conv_params(PlanKey& key, const cpu::ConvParams& p);
+std::string conv_graph_name(GraphKind kind, const Strided& x, const Strided& w,
+                            const cpu::ConvParams& p);
 
 }  // namespace loom::cudnn

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/cudnn/context.h"
+#include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
 
@@ -68,23 +69,6 @@ void add_alignments(PlanKey& key, const VariantPointers& tensors) {
   for (const auto& [uid, ptr] : tensors) key.add(pointer_alignment(ptr));
 }
 
-ConvGeometry geometry_of(const cpu::ConvParams& p) {
-  return {.stride = {p.stride_h, p.stride_w},
-          .pre_padding = {p.pad_h, p.pad_w},
-          .post_padding = {p.pad_h, p.pad_w},
-          .dilation = {p.dilation_h, p.dilation_w}};
-}
-
-void add_conv_params(PlanKey& key, const cpu::ConvParams& p) {
-  key.add({p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w});
-}
-
-std::string conv_name(GraphKind kind, const Strided& x, const Strided& w, const cpu::ConvParams& p) {
-  return fmt::format("{} x{} w{} s{}x{} p{}x{} d{}x{}", graph_kind_name(kind), describe(x),
-                     shape_str(w.sizes), p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
-                     p.dilation_w);
-}
-
 }  // namespace
 
 // ---- conv + bias + ReLU -----------------------------------------------------------
@@ -105,9 +89,9 @@ bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided&
   if (bs) key.add_tensor(*bs);
   add_conv_params(key, p);
   auto plan = PlanCache::global().get(key, [&] {
-    Graph g(conv_name(GraphKind::ConvBiasReluForward, x, w, p));
+    Graph g(conv_graph_name(GraphKind::ConvBiasReluForward, x, w, p));
     for (const TensorSpec& s : {xs, ws, ys, virtual_like(ys, kConvOut)}) g.add_tensor(s);
-    g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, geometry_of(p), CUDNN_DATA_FLOAT);
+    g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, conv_geometry(p), CUDNN_DATA_FLOAT);
     int64_t pre_relu = kConvOut;
     if (bs) {
       g.add_tensor(*bs);
@@ -392,9 +376,9 @@ bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, c
   key.add_tensor(dxs).add_tensor(dys).add_tensor(ws).add_tensor(rs);
   add_conv_params(key, p);
   auto plan = PlanCache::global().get(key, [&] {
-    Graph g(conv_name(GraphKind::ConvBackwardDataRelu, dx, w, p));
+    Graph g(conv_graph_name(GraphKind::ConvBackwardDataRelu, dx, w, p));
     for (const TensorSpec& s : {dxs, dys, ws, rs, virtual_like(dxs, kDgPre)}) g.add_tensor(s);
-    g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, geometry_of(p), CUDNN_DATA_FLOAT);
+    g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, conv_geometry(p), CUDNN_DATA_FLOAT);
     g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDgPre, kDgR, kDgDx);
     return g;
   }, /*precision_filter_applies=*/true);

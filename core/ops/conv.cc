@@ -13,15 +13,20 @@
 #include "core/autograd.h"
 #include "core/cpu/conv.h"
 #include "core/error.h"
+#include "core/ops/conv_internal.h"
 #include "core/ops/elementwise.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/bias.h"
-#include "core/cuda/elementwise.h"
-#include "core/cuda/reduce.h"
-#include "core/cudnn/conv.h"
-#endif
 
 namespace loom {
+
+using conv_detail::bgrad_kernel;
+using conv_detail::conv_params;
+using conv_detail::dgrad_kernel;
+using conv_detail::forward_kernel;
+using conv_detail::kernel_format;
+using conv_detail::kernel_input;
+using conv_detail::output_format;
+using conv_detail::wgrad_kernel;
+
 namespace {
 
 // "1" when both dims agree, else "(1, 2)": a pair the way a user writes it.
@@ -93,104 +98,6 @@ void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias,
              w.size(0), w.size(0), shape_str(w.sizes()), shape_str(bias.sizes()));
 }
 
-cpu::ConvParams conv_params(const Conv2dOptions& o) {
-  return {.stride_h = o.stride[0],
-          .stride_w = o.stride[1],
-          .pad_h = o.padding[0],
-          .pad_w = o.padding[1],
-          .dilation_h = o.dilation[0],
-          .dilation_w = o.dilation[1],
-          .groups = o.groups};
-}
-
-// Dense in both layouts (one channel, or 1x1 spatial): says nothing about layout.
-bool layout_neutral(const Tensor& t) {
-  return t.is_contiguous(MemoryFormat::Contiguous) && t.is_contiguous(MemoryFormat::ChannelsLast);
-}
-
-// PyTorch's CPU and cuDNN convolutions run channels-last when either operand
-// suggests it, and return their results in that layout. When neither says
-// (a one-channel image and its filter), the GPU picks channels-last, its native
-// layout, so that the layers after the first conv stay NHWC.
-MemoryFormat output_format(const Tensor& x, const Tensor& w) {
-  bool channels_last = x.suggest_memory_format() == MemoryFormat::ChannelsLast ||
-                       w.suggest_memory_format() == MemoryFormat::ChannelsLast ||
-                       (x.device().is_cuda() && layout_neutral(x) && layout_neutral(w));
-  return channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
-}
-
-// The layout the kernels compute in: the CPU reference wants NCHW; cuDNN takes
-// either, so the GPU computes in the output's layout and saves two copies.
-MemoryFormat kernel_format(const Tensor& x, MemoryFormat output) {
-  return x.device().is_cuda() ? output : MemoryFormat::Contiguous;
-}
-
-// A kernel input in the kernel layout, detached (it feeds a kernel only, so it
-// needs no graph node; without a copy it still shares storage with t).
-Tensor kernel_input(const Tensor& t, MemoryFormat format) { return t.detach().contiguous(format); }
-
-#ifdef LOOM_WITH_CUDA
-// y (N, K, P, Q) += bias (K): the per-channel kernel on dense NCHW / NHWC y,
-// the generic broadcast add otherwise.
-void add_bias_cuda(const Tensor& y, const Tensor& bias) {
-  if (cuda::is_channel_dense(y.strided())) {
-    cuda::add_channel_bias(y.strided(), bias.strided());
-    return;
-  }
-  Tensor b = bias.view({1, bias.size(0), 1, 1}).expand(y.sizes());
-  cuda::add_scaled(y.strided(), y.strided(), b.strided(), 1.0);
-}
-#endif
-
-// y (N, K, P, Q) = conv(x, w) + bias; every operand in the kernel layout.
-void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const cpu::ConvParams& p) {
-  if (y.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
-    cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
-    if (bias.defined()) add_bias_cuda(y, bias);
-#endif
-    return;
-  }
-  Strided bias_view = bias.defined() ? bias.strided() : Strided{};
-  cpu::conv2d_forward(y.strided(), x.strided(), w.strided(), bias.defined() ? &bias_view : nullptr, p);
-}
-
-void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
-  if (dx.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
-    cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
-#endif
-    return;
-  }
-  cpu::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
-}
-
-void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
-  if (dw.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
-    cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
-#endif
-    return;
-  }
-  cpu::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
-}
-
-// db (K) = sum of dy (N, K, P, Q) over N, P and Q.
-void bgrad_kernel(const Tensor& db, const Tensor& dy) {
-  if (db.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
-    if (cuda::is_channel_dense(dy.strided())) {
-      cuda::channel_sum(db.strided(), dy.strided());
-    } else {
-      cuda::reduce(db.view({1, db.size(0), 1, 1}).strided(), dy.strided(), cpu::ReduceOp::Sum);
-    }
-#endif
-    return;
-  }
-  cpu::conv2d_bgrad(db.strided(), dy.strided());
-}
-
 }  // namespace
 
 // y = conv(x, w) + b
@@ -206,7 +113,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   MemoryFormat format = output_format(x, weight);
   MemoryFormat kernel = kernel_format(x, format);
   Tensor xk = kernel_input(x, kernel), wk = kernel_input(weight, kernel);
-  Tensor bk = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor bk = kernel_input(bias, MemoryFormat::Contiguous);
   TensorOptions y_options = x.options();
   y_options.memory_format = kernel;
   Tensor y = empty(output_sizes(x, weight, options), y_options);

@@ -18,21 +18,14 @@
 #include "core/cpu/conv.h"
 #include "core/error.h"
 #include "core/ops/activation.h"
+#include "core/ops/conv_internal.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/linalg.h"
 #include "core/ops/reduction.h"
 #ifdef LOOM_WITH_CUDA
-#include "core/cuda/bias.h"
-#include "core/cudnn/conv.h"
 #include "core/cudnn/fused.h"
 #include "core/cudnn/norm.h"
-// cuDNN's conv kernels have the CPU reference's signatures.
-#define LOOM_CONV_KERNEL(device_of, kernel, ...)                                   \
-  ((device_of).device().is_cuda() ? ::loom::cudnn::kernel(__VA_ARGS__) \
-                                  : ::loom::cpu::kernel(__VA_ARGS__))
-#else
-#define LOOM_CONV_KERNEL(device_of, kernel, ...) ::loom::cpu::kernel(__VA_ARGS__)
 #endif
 
 namespace loom {
@@ -121,9 +114,7 @@ struct ConvSetup {
 ConvSetup conv_setup(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o,
                      std::string_view op) {
   ConvSetup s;
-  s.params = {.stride_h = o.stride[0], .stride_w = o.stride[1], .pad_h = o.padding[0],
-              .pad_w = o.padding[1], .dilation_h = o.dilation[0], .dilation_w = o.dilation[1],
-              .groups = o.groups};
+  s.params = conv_detail::conv_params(o);
   s.x_sizes = x.sizes();
   s.weight = w.suggest_memory_format();
   s.w_sizes = w.sizes();
@@ -136,24 +127,12 @@ ConvSetup conv_setup(const Tensor& x, const Tensor& w, const Tensor& b, const Co
              "[{}] input {} with weight {} gives an empty output {}; use more padding, a smaller "
              "dilation or a larger input",
              op, shape_str(x.sizes()), shape_str(w.sizes()), shape_str(s.y_sizes));
-  // As conv2d: either operand channels-last, or neither saying (one channel) on the GPU.
-  auto neutral = [](const Tensor& t) {
-    return t.is_contiguous(MemoryFormat::Contiguous) && t.is_contiguous(MemoryFormat::ChannelsLast);
-  };
-  bool channels_last = x.suggest_memory_format() == MemoryFormat::ChannelsLast ||
-                       w.suggest_memory_format() == MemoryFormat::ChannelsLast ||
-                       (x.device().is_cuda() && neutral(x) && neutral(w));
-  s.output = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
-  s.kernel = x.device().is_cuda() ? s.output : MemoryFormat::Contiguous;
+  s.output = conv_detail::output_format(x, w);
+  s.kernel = conv_detail::kernel_format(x, s.output);
   s.need_x = x.requires_grad();
   s.need_w = w.requires_grad();
   s.need_b = b.defined() && b.requires_grad();
   return s;
-}
-
-// A kernel operand in layout `format`, detached: it feeds kernels only.
-Tensor kernel_input(const Tensor& t, MemoryFormat format) {
-  return t.defined() ? t.detach().contiguous(format) : Tensor();
 }
 
 Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
@@ -167,24 +146,13 @@ Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
 // On the GPU the conv, the bias and the ReLU are one graph where cuDNN allows.
 void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
                   const cpu::ConvParams& p, bool relu) {
-  if (y.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
-    if (relu && fusion_enabled() &&
-        cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), strided_or_none(b), p)) {
-      return;
-    }
-    cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
-    if (b.defined() && cuda::is_channel_dense(y.strided())) {
-      cuda::add_channel_bias(y.strided(), b.strided());
-    } else if (b.defined()) {
-      Tensor b4 = b.view({1, b.size(0), 1, 1}).expand(y.sizes());
-      cuda::add_scaled(y.strided(), y.strided(), b4.strided(), 1.0);
-    }
-#endif
-  } else {
-    Strided bias = b.defined() ? b.strided() : Strided{};
-    cpu::conv2d_forward(y.strided(), x.strided(), w.strided(), b.defined() ? &bias : nullptr, p);
+  if (relu && try_fused(y) &&
+      cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), strided_or_none(b), p)) {
+    return;
   }
+#endif
+  conv_detail::forward_kernel(y, x, w, b, p);
   if (relu) relu_in_place(y);
 }
 
@@ -197,23 +165,8 @@ void dgrad_relu(const Tensor& dx, const Tensor& g, const Tensor& w, const Tensor
     return;
   }
 #endif
-  LOOM_CONV_KERNEL(dx, conv2d_dgrad, dx.strided(), g.strided(), w.strided(), p);
+  conv_detail::dgrad_kernel(dx, g, w, p);
   LOOM_KERNEL(dx, binary, dx.strided(), dx.strided(), r.strided(), cpu::BinaryOp::ReluBackward);
-}
-
-// db (K) = sum of g (N, K, P, Q) over N, P and Q.
-void bias_grad(const Tensor& db, const Tensor& g) {
-  if (db.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
-    if (cuda::is_channel_dense(g.strided())) {
-      cuda::channel_sum(db.strided(), g.strided());
-    } else {
-      cuda::reduce(db.view({1, db.size(0), 1, 1}).strided(), g.strided(), cpu::ReduceOp::Sum);
-    }
-#endif
-    return;
-  }
-  cpu::conv2d_bgrad(db.strided(), g.strided());
 }
 
 // dx, dw, db of y = conv(x, w) + b from g = dL/dy in the kernel layout. With
@@ -226,18 +179,18 @@ std::vector<Tensor> conv_grads(const ConvSetup& s, const Tensor& g, const Tensor
     if (relu_before) {
       dgrad_relu(dx, g, w, x, s.params);
     } else {
-      LOOM_CONV_KERNEL(dx, conv2d_dgrad, dx.strided(), g.strided(), w.strided(), s.params);
+      conv_detail::dgrad_kernel(dx, g, w, s.params);
     }
     dx = dx.contiguous(s.output);
   }
   if (s.need_w) {
     dw = empty_in(s.w_sizes, g, s.kernel);
-    LOOM_CONV_KERNEL(dw, conv2d_wgrad, dw.strided(), g.strided(), x.strided(), s.params);
+    conv_detail::wgrad_kernel(dw, g, x, s.params);
     dw = dw.contiguous(s.weight);  // as the weight, as conv2d's
   }
   if (s.need_b) {
     db = empty_in({s.w_sizes[0]}, g, MemoryFormat::Contiguous);
-    bias_grad(db, g);
+    conv_detail::bgrad_kernel(db, g);
   }
   return {dx, dw, db};
 }
@@ -254,8 +207,9 @@ Tensor conv2d_bias_relu(const Tensor& x_in, const Tensor& weight_in, const Tenso
                bias = autocast_operand(bias_in);
   check_conv_args(x, weight, bias, options, kOp);
   ConvSetup s = conv_setup(x, weight, bias, options, kOp);
-  Tensor xk = kernel_input(x, s.kernel), wk = kernel_input(weight, s.kernel);
-  Tensor bk = kernel_input(bias, MemoryFormat::Contiguous);
+  Tensor xk = conv_detail::kernel_input(x, s.kernel);
+  Tensor wk = conv_detail::kernel_input(weight, s.kernel);
+  Tensor bk = conv_detail::kernel_input(bias, MemoryFormat::Contiguous);
   Tensor yk = empty_in(s.y_sizes, x, s.kernel);
   conv_forward(yk, xk, wk, bk, s.params, /*relu=*/true);
   Tensor y = yk.contiguous(s.output);
@@ -279,8 +233,9 @@ Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
                bias = autocast_operand(bias_in);
   check_conv_args(x, weight, bias, options, kOp);
   ConvSetup s = conv_setup(x, weight, bias, options, kOp);
-  Tensor xk = kernel_input(x, s.kernel), wk = kernel_input(weight, s.kernel);
-  Tensor bk = kernel_input(bias, MemoryFormat::Contiguous);
+  Tensor xk = conv_detail::kernel_input(x, s.kernel);
+  Tensor wk = conv_detail::kernel_input(weight, s.kernel);
+  Tensor bk = conv_detail::kernel_input(bias, MemoryFormat::Contiguous);
   Tensor r = empty_in(s.x_sizes, x, s.kernel);
   LOOM_KERNEL(r, unary, r.strided(), xk.strided(), cpu::UnaryOp::Relu);
   Tensor yk = empty_in(s.y_sizes, x, s.kernel);

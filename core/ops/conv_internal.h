@@ -1,0 +1,42 @@
+// File: core/ops/conv_internal.h
+// What conv2d (conv.cc) and the fused conv ops (fused.cc) share below the op
+// boundary: the kernel parameters, the layout rules, and the device dispatch of
+// the forward / dgrad / wgrad / bias-grad kernels. Private to core/ops.
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+#pragma once
+
+#include "core/cpu/conv.h"
+#include "core/ops/conv.h"
+#include "core/tensor.h"
+
+namespace loom::conv_detail {
+
+cpu::ConvParams conv_params(const Conv2dOptions& o);
+
+// PyTorch's CPU and cuDNN convolutions run channels-last when either operand
+// suggests it, and return their results in that layout. When neither says
+// (a one-channel image and its filter), the GPU picks channels-last, its native
+// layout, so that the layers after the first conv stay NHWC.
+MemoryFormat output_format(const Tensor& x, const Tensor& w);
+
+// The layout the kernels compute in: the CPU reference wants NCHW; cuDNN takes
+// either, so the GPU computes in the output's layout and saves two copies.
+MemoryFormat kernel_format(const Tensor& x, MemoryFormat output);
+
+// A kernel operand in `format`, detached (it feeds a kernel only, so it needs no
+// graph node; without a copy it still shares storage with t); undefined stays so.
+Tensor kernel_input(const Tensor& t, MemoryFormat format);
+
+// Every operand in the kernel layout, on one device:
+// y (N, K, P, Q) = conv(x, w) + bias (bias may be undefined)
+void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                    const cpu::ConvParams& p);
+// dx (N, C, H, W) = dgrad(dy, w)
+void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p);
+// dw (K, C/groups, R, S) = wgrad(dy, x)
+void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p);
+// db (K) = sum of dy (N, K, P, Q) over N, P and Q.
+void bgrad_kernel(const Tensor& db, const Tensor& dy);
+
+}  // namespace loom::conv_detail
