@@ -21,11 +21,6 @@ namespace {
 // visits each element once.
 bool is_dense(const Tensor& t) { return t.is_contiguous(t.suggest_memory_format()); }
 
-// `b` walks in the same flat order as the dense `a`.
-bool same_layout(const Tensor& a, const Tensor& b) {
-  return b.sizes() == a.sizes() && b.is_contiguous(a.suggest_memory_format());
-}
-
 std::string location(size_t group, size_t index) {
   return fmt::format("parameter {} (group {})", index, group);
 }
@@ -172,6 +167,12 @@ void Optimizer::apply_step() {
   fused_->launch_staged(name_);
 }
 
+Tensor grad_in_param_layout(const Tensor& param, const Tensor& grad) {
+  const bool walks_alike = grad.sizes() == param.sizes() &&
+                           grad.is_contiguous(param.suggest_memory_format());
+  return walks_alike ? grad : empty_like(param).copy_(grad);
+}
+
 std::vector<UpdateSlot> Optimizer::slots_with_grad(size_t g) {
   size_t index = 0;  // over all groups, as in messages and state_dict names
   for (size_t before = 0; before < g; ++before) index += groups_[before].params.size();
@@ -187,7 +188,7 @@ std::vector<UpdateSlot> Optimizer::slots_with_grad(size_t g) {
                location(g, index), shape_str(p.sizes()), dtype_name(p.dtype()), p.device().str());
     // The GPU path reads the gradient again at launch (apply_step) and lays it
     // out there; copying it here too would allocate outside a captured step.
-    if (!p.device().is_cuda() && !same_layout(p, grad)) grad = empty_like(p).copy_(grad);
+    if (!p.device().is_cuda()) grad = grad_in_param_layout(p, grad);
     check_inplace(p, name_);  // bumps the version: saved copies of p are now stale
     ParamState& state = state_[g][j];
     ++state.step;

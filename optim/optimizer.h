@@ -62,6 +62,10 @@ struct UpdateSlot {
   ParamState* state = nullptr;
 };
 
+// `grad` laid out as `param` (a copy when it is not), so that both walk as flat
+// arrays of numel() elements.
+Tensor grad_in_param_layout(const Tensor& param, const Tensor& grad);
+
 class FusedTables;
 
 class Optimizer {

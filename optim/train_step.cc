@@ -83,7 +83,7 @@ TrainStep::~TrainStep() = default;
 
 void TrainStep::reset() { graphs_->entries.clear(); }
 
-const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y) {
+const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bool prepared) {
   optimizer_.zero_grad();
   outputs_ = fn_(x, y);
   LOOM_CHECK(!outputs_.empty() && outputs_.front().numel() == 1, ValueError,
@@ -92,7 +92,11 @@ const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y) {
   outputs_.front().backward();
   {
     ProfileScope scope("(optimizer)", ProfilePhase::Other, x.device().is_cuda());
-    optimizer_.step();
+    if (prepared) {
+      optimizer_.apply_step();
+    } else {
+      optimizer_.step();
+    }
   }
   ++stats_.eager_steps;
   last_replayed_ = false;
@@ -171,14 +175,7 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
     fallback_reason_ = entry.failure;
     log_fallback(entry.failure);
     entry.x = entry.y = Tensor();
-    // The host half already ran: finish this step eagerly with the device half.
-    optimizer_.zero_grad();
-    outputs_ = fn_(x, y);
-    outputs_.front().backward();
-    optimizer_.apply_step();
-    ++stats_.eager_steps;
-    last_replayed_ = false;
-    return outputs_;
+    return eager(x, y, /*prepared=*/true);  // the host half of the optimizer step already ran
   }
   entry.graph = std::move(graph);
   entry.outputs = std::move(outputs);

@@ -72,7 +72,8 @@ class TrainStep {
  private:
   struct Entry;  // one input shape: its warm-up count, graph and static tensors
   struct Graphs;
-  const std::vector<Tensor>& eager(const Tensor& x, const Tensor& y);
+  // `prepared`: prepare_step() already ran for this step (a failed capture).
+  const std::vector<Tensor>& eager(const Tensor& x, const Tensor& y, bool prepared = false);
   const std::vector<Tensor>& capture(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& replay(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& launch(Entry& entry);

@@ -30,11 +30,6 @@ void* find_buffer(const UpdateSlot& slot, std::string_view name) {
 const std::vector<std::string_view> kSgdBuffers = {"momentum_buffer"};
 const std::vector<std::string_view> kAdamBuffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 
-// As Optimizer::slots_with_grad: the kernels walk both as flat arrays.
-bool same_layout(const Tensor& a, const Tensor& b) {
-  return b.sizes() == a.sizes() && b.is_contiguous(a.suggest_memory_format());
-}
-
 // The parameter's gradient now, laid out as the parameter (a copy otherwise:
 // the allocator keeps it alive for the queued kernel).
 Tensor current_grad(const UpdateSlot& slot, const std::string& optimizer) {
@@ -43,7 +38,7 @@ Tensor current_grad(const UpdateSlot& slot, const std::string& optimizer) {
              "[{}] a parameter of shape {} lost its gradient between prepare_step() and "
              "apply_step(); keep gradients until the step is applied",
              optimizer, shape_str(slot.param.sizes()));
-  return same_layout(slot.param, grad) ? grad : empty_like(slot.param).copy_(grad);
+  return grad_in_param_layout(slot.param, grad);
 }
 
 std::vector<cuda::TensorSlot> tensor_slots(const std::vector<UpdateSlot>& slots,
