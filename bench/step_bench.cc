@@ -11,11 +11,9 @@
 #include <vector>
 
 #include "bench/options.h"
-#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/generator.h"
-#include "core/numerics.h"
 #include "core/ops/loss.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
@@ -103,24 +101,6 @@ class Stopwatch {
 #ifdef LOOM_WITH_CUDA
   cudaEvent_t begin_ = nullptr, end_ = nullptr;
 #endif
-};
-
-// The numerics policy of a precision name; bf16 is mixed precision: bf16
-// activations through autocast, fp32 master weights.
-class PrecisionScope {
- public:
-  PrecisionScope(const std::string& precision, bool autotune)
-      : numerics_({.precision = policy(precision), .autotune = autotune}),
-        autocast_(precision == "bf16" ? std::optional(DType::BFloat16) : std::nullopt) {}
-
- private:
-  static Precision policy(const std::string& precision) {
-    if (precision == "strict") return Precision::StrictFp32;
-    return precision == "bf16" ? Precision::Bf16 : Precision::Tf32;
-  }
-
-  NumericsGuard numerics_;
-  AutocastGuard autocast_;
 };
 
 // Starts a configuration from an empty allocator cache, so its peak memory is
@@ -241,7 +221,7 @@ StepResult run_step_config(const StepConfig& c) {
                .steps = c.steps,
                .repeats = c.repeats,
                .warmup = c.warmup};
-  PrecisionScope precision(c.precision, c.autotune);
+  examples::PrecisionScope precision(c.precision, c.device, c.autotune);
   fresh_device_state(c.device);
   manual_seed(0);
   const Clock::time_point built = Clock::now();

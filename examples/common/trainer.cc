@@ -33,20 +33,19 @@ constexpr int64_t kSample = 25;                  // read loss/accuracy back ever
 constexpr int64_t kProfileWarmup = 5;            // steps before the profiled ones (plans built)
 constexpr const char* kSchedulePrefix = "schedule.";
 
-// bf16 mixed precision is autocast on the GPU; the CPU computes in fp32.
-std::optional<DType> autocast_of(const TrainConfig& c) {
-  if (c.precision == "bf16" && c.device.is_cuda()) return DType::BFloat16;
-  return std::nullopt;
-}
-
-NumericsPolicy policy_of(const TrainConfig& c) {
-  const std::string& name = c.precision;
+NumericsPolicy policy_of(const std::string& name, bool autotune) {
   LOOM_CHECK(name == "tf32" || name == "strict" || name == "bf16", ValueError,
              "[train] unknown precision '{}' (tf32, strict or bf16)", name);
   const Precision precision = name == "strict" ? Precision::StrictFp32
                               : name == "bf16" ? Precision::Bf16
                                                : Precision::Tf32;
-  return {.precision = precision, .autotune = c.autotune};
+  return {.precision = precision, .autotune = autotune};
+}
+
+// bf16 mixed precision is autocast on the GPU; the CPU computes in fp32.
+std::optional<DType> autocast_of(const std::string& name, Device device) {
+  if (name == "bf16" && device.is_cuda()) return DType::BFloat16;
+  return std::nullopt;
 }
 
 nn::Sequential make_model(const std::string& name) {
@@ -282,6 +281,9 @@ void save(const TrainConfig& c, Training& t, int epochs_done) {
 
 }  // namespace
 
+PrecisionScope::PrecisionScope(const std::string& precision, Device device, bool autotune)
+    : numerics_(policy_of(precision, autotune)), autocast_(autocast_of(precision, device)) {}
+
 TrainResult train(const TrainConfig& c) {
   const auto began = std::chrono::steady_clock::now();
   LOOM_CHECK(c.epochs >= 1 && c.batch_size >= 1, ValueError,
@@ -289,8 +291,7 @@ TrainResult train(const TrainConfig& c) {
   LOOM_CHECK(c.target_accuracy >= 0 && c.target_accuracy <= 1 && c.profile_steps >= 0, ValueError,
              "[train] target accuracy must be in [0, 1] and profile steps >= 0, got {} and {}",
              c.target_accuracy, c.profile_steps);
-  NumericsGuard numerics(policy_of(c));
-  AutocastGuard autocast(autocast_of(c));
+  PrecisionScope precision(c.precision, c.device, c.autotune);
   manual_seed(c.seed);
   data::Dataset train_set = first(load(c, data::Split::Train), c.limit);
   data::Dataset test_set = first(load(c, data::Split::Test), c.test_limit);

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/device.h"
+#include "core/numerics.h"
 #include "core/state_dict.h"
 
 namespace loom::examples {
@@ -59,5 +61,18 @@ struct TrainResult {
 
 // Throws loom::Error (ValueError for a bad config, IoError for bad data files).
 TrainResult train(const TrainConfig& config);
+
+// The numerics of a precision name for the scope's lifetime: "tf32" (PyTorch's
+// default for convolutions), "strict" (IEEE fp32) or "bf16" (mixed precision:
+// autocast on the GPU, bf16 activations and fp32 weights; the CPU computes in
+// fp32). ValueError for another name. The trainer and the benchmark share it.
+class PrecisionScope {
+ public:
+  PrecisionScope(const std::string& precision, Device device, bool autotune);
+
+ private:
+  NumericsGuard numerics_;
+  AutocastGuard autocast_;
+};
 
 }  // namespace loom::examples
