@@ -62,10 +62,15 @@ void BatchNorm2d::count_batch() { increment_(num_batches_tracked_); }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   LOOM_CHECK(x.defined() && x.dim() == 4, ShapeError,
-             "[BatchNorm2d] expects input (N, C, H, W), got shape {}",
+             "[BatchNorm2d] expects input (N, C, H, W), got shape {}; for (N, C) or (N, C, L) "
+             "use BatchNorm1d",
              x.defined() ? shape_str(x.sizes()) : "undefined");
+  return normalize(x);
+}
+
+Tensor BatchNorm2d::normalize(const Tensor& x) {
   LOOM_CHECK(x.size(1) == num_features_, ShapeError,
-             "[BatchNorm2d] input of shape {} has {} channels, but the layer was built for {}",
+             "[{}] input of shape {} has {} channels, but the layer was built for {}", type_name(),
              shape_str(x.sizes()), x.size(1), num_features_);
   const double momentum = forward_momentum();
   // As PyTorch: batch statistics in training, and in eval too when none are tracked.
@@ -74,6 +79,14 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                         {.training = batch_stats, .momentum = momentum, .eps = options_.eps});
   if (updates_running_stats()) count_batch();
   return y;
+}
+
+Tensor BatchNorm1d::forward(const Tensor& x) {
+  LOOM_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), ShapeError,
+             "[BatchNorm1d] expects input (N, C) or (N, C, L), got shape {}; for (N, C, H, W) "
+             "use BatchNorm2d",
+             x.defined() ? shape_str(x.sizes()) : "undefined");
+  return normalize(x);
 }
 
 std::string BatchNorm2d::extra_repr() const {

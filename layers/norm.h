@@ -56,6 +56,8 @@ class BatchNorm2d : public Module {
   std::string extra_repr() const override;
 
  protected:
+  // The forward of every rank, once the subclass has checked the rank.
+  Tensor normalize(const Tensor& x);
   // Whether this forward updates the running statistics, and with what momentum.
   bool updates_running_stats() const { return is_training() && options_.track_running_stats; }
   double forward_momentum();
@@ -72,6 +74,18 @@ class BatchNorm2d : public Module {
   Tensor running_mean_;
   Tensor running_var_;
   Tensor num_batches_tracked_;
+};
+
+// Batch norm over (N, C) or (N, C, L) inputs, as after a Linear: the same
+// parameters, buffers, state_dict names and statistics as BatchNorm2d, per
+// feature C over the batch (and L).
+using BatchNorm1dOptions = BatchNorm2dOptions;
+
+class BatchNorm1d : public BatchNorm2d {
+ public:
+  using BatchNorm2d::BatchNorm2d;
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm1d"; }
 };
 
 }  // namespace loom::nn

@@ -1,5 +1,5 @@
 // File: core/cuda/norm.cc
-// Checked launches of the batch-norm inference kernels on the current stream.
+// Checked launches of the batch-norm kernels on the current stream.
 #include "core/cuda/norm.h"
 
 #include "core/cuda/norm_kernels.h"
@@ -30,17 +30,22 @@ void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
                                             pointer_or_null(bias), current_stream()));
 }
 
+void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
+                            double eps, const std::optional<cpu::RunningStats>& running) {
+  check_kernel_rank(x, "batch_norm");
+  LOOM_CUDA_CHECK(launch_batch_norm_batch_stats(
+      save_mean, save_invstd, x, eps, running ? &running->mean : nullptr,
+      running ? &running->var : nullptr, running ? running->momentum : 0.0, current_stream()));
+}
+
 void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<Strided>& dweight,
                          const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
                          const Strided& mean, const Strided& invstd,
                          const std::optional<Strided>& weight, bool training) {
-  LOOM_CHECK(!training, ValueError,
-             "[batch_norm] cuda::batch_norm_backward computes the eval backward only; the "
-             "training backward on the GPU is cudnn::batch_norm_backward");
   check_kernel_rank(x, "batch_norm");
-  LOOM_CUDA_CHECK(launch_batch_norm_backward_eval(
-      pointer_or_null(dx), pointer_or_null(dweight), pointer_or_null(dbias), dy, x, mean, invstd,
-      pointer_or_null(weight), current_stream()));
+  const auto launch = training ? launch_batch_norm_backward_training : launch_batch_norm_backward_eval;
+  LOOM_CUDA_CHECK(launch(pointer_or_null(dx), pointer_or_null(dweight), pointer_or_null(dbias), dy,
+                         x, mean, invstd, pointer_or_null(weight), current_stream()));
 }
 
 }  // namespace loom::cuda

@@ -1,7 +1,7 @@
 // File: core/cuda/norm.h
-// Batch normalization in inference on the GPU: the GPU twins of the eval parts
-// of core/cpu/norm.h, with the same signatures and formulas. (Training forward
-// and backward run through cuDNN graphs: core/cudnn/norm.h.)
+// Batch normalization on the GPU: the twins of core/cpu/norm.h, with the same
+// signatures and formulas. Training runs through cuDNN graphs
+// (core/cudnn/norm.h) where an engine exists; these kernels are the tier below.
 //
 // N batch, C channels, M = N * (elements per channel per sample).
 // x, y, dx, dy are (N, C, ...) with at least 2 dims and any strides (NCHW,
@@ -14,6 +14,7 @@
 
 #include <optional>
 
+#include "core/cpu/norm.h"  // RunningStats
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -27,10 +28,15 @@ void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
                         const Strided& invstd, const std::optional<Strided>& weight,
                         const std::optional<Strided>& bias);
 
-// The eval backward only (mean and invstd are constants), writing the gradients
-// that are given: dx = weight * invstd * dy, dweight = sum dy * xhat, dbias =
-// sum dy, with xhat = (x - mean) * invstd. `training` must be false: the training
-// backward is cudnn::batch_norm_backward; true throws ValueError.
+// Training: save_mean (C) = batch mean, save_invstd (C) = 1 / sqrt(biased var +
+// eps), two passes in double; blends `running` (unbiased var) when given.
+void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
+                            double eps, const std::optional<cpu::RunningStats>& running);
+
+// Writes the gradients that are given: dweight = sum dy * xhat, dbias = sum dy,
+// with xhat = (x - mean) * invstd; dx = weight * invstd * dy in eval, and
+// weight * invstd * (dy - (dbias + xhat * dweight) / M) in training (the sums
+// in double, a block per channel).
 void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<Strided>& dweight,
                          const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
                          const Strided& mean, const Strided& invstd,

@@ -22,7 +22,7 @@ void check_status(cudnnStatus_t status, const char* statement, const char* file,
                                detail.empty() ? "" : ": ", detail));
 }
 
-Descriptor::Descriptor(cudnnBackendDescriptorType_t type) {
+Descriptor::Descriptor(cudnnBackendDescriptorType_t type) : type_(type) {
   LOOM_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &raw_));
 }
 
@@ -36,12 +36,14 @@ Descriptor::~Descriptor() {
   if (raw_ != nullptr) cudnnBackendDestroyDescriptor(raw_);
 }
 
-Descriptor::Descriptor(Descriptor&& other) noexcept : raw_(std::exchange(other.raw_, nullptr)) {}
+Descriptor::Descriptor(Descriptor&& other) noexcept
+    : raw_(std::exchange(other.raw_, nullptr)), type_(other.type_) {}
 
 Descriptor& Descriptor::operator=(Descriptor&& other) noexcept {
   if (this != &other) {
     if (raw_ != nullptr) cudnnBackendDestroyDescriptor(raw_);
     raw_ = std::exchange(other.raw_, nullptr);
+    type_ = other.type_;
   }
   return *this;
 }

@@ -7,6 +7,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ class Descriptor {
   Descriptor& operator=(const Descriptor&) = delete;
 
   cudnnBackendDescriptor_t get() const { return raw_; }
+  // The type it was created with (adopted descriptors report none).
+  std::optional<cudnnBackendDescriptorType_t> type() const { return type_; }
 
   Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
                   int64_t count, const void* values);
@@ -60,6 +63,7 @@ class Descriptor {
  private:
   Descriptor() = default;
   cudnnBackendDescriptor_t raw_ = nullptr;
+  std::optional<cudnnBackendDescriptorType_t> type_;
 };
 
 }  // namespace loom::cudnn

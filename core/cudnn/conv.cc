@@ -18,12 +18,6 @@ cudnnDataType_t compute_type(DType dtype) {
   return dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
 
-// The numerics policy chooses how fp32 (and fp64) tensors compute; 16-bit
-// tensors are already rounded and run on tensor cores under every policy.
-bool precision_filter_applies(DType dtype) {
-  return dtype != DType::BFloat16 && dtype != DType::Float16;
-}
-
 struct ConvCall {
   ConvDirection direction;
   GraphKind kind;
@@ -32,26 +26,38 @@ struct ConvCall {
   const Strided& y;  // y, or dy for dgrad and wgrad
 };
 
-void run(const ConvCall& call, const cpu::ConvParams& p) {
-  TensorSpec xs = spec_of(call.x, kX), ws = spec_of(call.w, kW), ys = spec_of(call.y, kY);
+PlanKey conv_key(const ConvCall& call, const cpu::ConvParams& p) {
   PlanKey key(call.kind, numerics_policy());
-  key.add_tensor(xs).add_tensor(ws).add_tensor(ys);
+  key.add_tensor(spec_of(call.x, kX)).add_tensor(spec_of(call.w, kW)).add_tensor(spec_of(call.y, kY));
   add_conv_params(key, p);
-  std::string name = conv_graph_name(call.kind, call.x, call.w, p);
-  std::shared_ptr<const Plan> plan = PlanCache::global().get(key, [&] {
-    Graph graph(name);
-    graph.add_tensor(xs);
-    graph.add_tensor(ws);
-    graph.add_tensor(ys);
-    graph.conv(call.direction, kX, kW, kY, conv_geometry(p), compute_type(call.x.dtype));
-    return graph;
-  }, precision_filter_applies(call.x.dtype));
+  return key;
+}
+
+Graph conv_graph(const ConvCall& call, const cpu::ConvParams& p) {
+  Graph graph(conv_graph_name(call.kind, call.x, call.w, p));
+  graph.add_tensor(spec_of(call.x, kX));
+  graph.add_tensor(spec_of(call.w, kW));
+  graph.add_tensor(spec_of(call.y, kY));
+  graph.conv(call.direction, kX, kW, kY, conv_geometry(p), compute_type(call.x.dtype));
+  return graph;
+}
+
+ConvCall conv_call(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y) {
+  constexpr GraphKind kKinds[] = {GraphKind::ConvForward, GraphKind::ConvBackwardData,
+                                  GraphKind::ConvBackwardFilter};
+  return {direction, kKinds[static_cast<int>(direction)], x, w, y};
+}
+
+void run(const ConvCall& call, const cpu::ConvParams& p) {
+  PlanKey key = conv_key(call, p);
+  std::shared_ptr<const Plan> plan = PlanCache::global().get(
+      key, [&] { return conv_graph(call, p); }, /*precision_filter_applies=*/true);
   LOOM_CHECK(plan != nullptr, CudnnError,
              "[conv2d] cuDNN has no engine for {} under the {} numerics policy ({}); try another "
              "policy or layout",
-             name, precision_name(numerics_policy().precision),
-             PlanCache::global().why_unsupported(key));
-  plan->execute(handle(), {{kX, call.x.data}, {kW, call.w.data}, {kY, call.y.data}},
+             conv_graph_name(call.kind, call.x, call.w, p),
+             precision_name(numerics_policy().precision), PlanCache::global().why_unsupported(key));
+  plan->execute(handle(), conv_pointers(call.x, call.w, call.y),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
 }
 
@@ -73,6 +79,15 @@ std::string conv_graph_name(GraphKind kind, const Strided& x, const Strided& w,
   return fmt::format("{} x{} w{} s{}x{} p{}x{} d{}x{}", graph_kind_name(kind), describe(x),
                      shape_str(w.sizes), p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
                      p.dilation_w);
+}
+
+Graph conv2d_graph(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+                   const cpu::ConvParams& p) {
+  return conv_graph(conv_call(direction, x, w, y), p);
+}
+
+VariantPointers conv_pointers(const Strided& x, const Strided& w, const Strided& y) {
+  return {{kX, x.data}, {kW, w.data}, {kY, y.data}};
 }
 
 void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const cpu::ConvParams& p) {

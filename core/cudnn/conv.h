@@ -11,6 +11,7 @@
 
 #include "core/cpu/conv.h"  // ConvParams, shared with the CPU reference
 #include "core/cudnn/graph.h"
+#include "core/cudnn/plan.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/strided.h"
 
@@ -22,6 +23,12 @@ void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const 
 void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p);
 // dw (K, C/G, R, S) from dy (N, K, P, Q) and x (N, C, H, W).
 void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const cpu::ConvParams& p);
+
+// The graph one of the calls above builds and its variant pack, for tests that
+// run every engine config: (x, w, y) are (dx, w, dy) for dgrad, (x, dw, dy) for wgrad.
+Graph conv2d_graph(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+                   const cpu::ConvParams& p);
+VariantPointers conv_pointers(const Strided& x, const Strided& w, const Strided& y);
 
 // For every graph with a conv in it (these and the fused ones, fused.h): the
 // geometry cuDNN takes, the key values, and the name explain() shows.

@@ -137,6 +137,12 @@ TensorSpec mask_spec(const Strided& x, const Strided& mask) {
 // Only NHWC (channel stride 1) has the specialized norm-relu engines.
 bool nhwc(const Strided& x) { return spec_of(x, kBnX).strides[1] == 1; }
 
+// The forward's generic engine and DReluForkDNorm pack the mask bits
+// differently unless each pixel's C bits fill whole bytes: on the H100 (cuDNN
+// 9.19) C = 4, 12, 20, 28 gave dx, dscale and dbias off by 40-100% of their
+// largest value with no error from cuDNN, while every C divisible by 8 matched.
+bool mask_packing_agrees(const Strided& x) { return x.sizes[1] % 8 == 0; }
+
 VariantPointers forward_channels(const BatchNormTrainingArgs& a) {
   // The running statistics are read and written in place, as in norm.cc.
   return {{kScale, a.weight.data},          {kBias, a.bias.data},
@@ -229,7 +235,7 @@ BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& a,
   pointers.insert(pointers.end(), {{kBnX, a.x.data}, {kBnY, a.y.data},
                                    {kEpsilon, &scalars.eps}, {kMomentum, &scalars.momentum}});
   if (residual) pointers.push_back({kBnZ, residual->data});
-  if (relu_mask && nhwc(a.x)) {
+  if (relu_mask && nhwc(a.x) && mask_packing_agrees(a.x)) {
     VariantPointers with_mask = pointers;
     with_mask.insert(with_mask.end(), {{kMask, relu_mask->data}, {kZero, &zero}});
     for (MaskFrom from : {MaskFrom::PreRelu, MaskFrom::Output}) {
@@ -351,7 +357,7 @@ bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& a) {
   if (!fusable(a.x) || a.x.sizes.size() != 4) return false;
   for (ReluSource source : {ReluSource::Mask, ReluSource::NormInference,
                             ReluSource::PointwiseRecompute, ReluSource::SavedOutput}) {
-    if (source == ReluSource::Mask && !a.relu_mask) continue;
+    if (source == ReluSource::Mask && (!a.relu_mask || !mask_packing_agrees(a.x))) continue;
     auto plan = PlanCache::global().get(backward_key(a, source),
                                         [&] { return bn_relu_backward_graph(a, source); },
                                         /*precision_filter_applies=*/false);

@@ -1,5 +1,7 @@
 #include "core/cudnn/graph.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -122,6 +124,11 @@ void Graph::matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute) {
       .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, tensor(c))
       .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, desc);
   add_operation(std::move(op));
+}
+
+bool Graph::has_operation(cudnnBackendDescriptorType_t type) const {
+  return std::any_of(operations_.begin(), operations_.end(),
+                     [type](const Descriptor& op) { return op.type() == type; });
 }
 
 void Graph::add_operation(Descriptor op) {

@@ -90,6 +90,7 @@ class Graph {
   const Descriptor& operation_graph() const { return *operation_graph_; }
   const std::vector<TensorSpec>& tensors() const { return specs_; }
   const std::string& name() const { return name_; }
+  bool has_operation(cudnnBackendDescriptorType_t type) const;
 
  private:
   const Descriptor& tensor(int64_t uid) const;

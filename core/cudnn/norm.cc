@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/cuda/norm.h"
 #include "core/cudnn/context.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
@@ -15,6 +16,10 @@ enum Uid : int64_t {
   kX = 1, kScale, kBias, kEpsilon, kMomentum, kInMean, kInVar,
   kY, kMean, kInvVar, kOutMean, kOutVar, kDy, kDx, kDScale, kDBias,
 };
+
+// Where cuDNN has no engine (channel counts its runtime-fused BN engines
+// decline, e.g. 29): Loom's kernels, which take any shape, layout and dtype.
+constexpr std::string_view kFallbackTier = "Loom CUDA kernels (core/cuda/norm.h)";
 
 int64_t channels(const Strided& x) { return x.sizes[1]; }
 
@@ -115,17 +120,15 @@ VariantPointers batch_norm_backward_pointers(const BatchNormBackwardArgs& a) {
           {kDScale, a.dweight.data}, {kDBias, a.dbias.data}};
 }
 
-namespace {
-}  // namespace
-
-bool batch_norm_training_supported(const BatchNormTrainingArgs& args) {
-  return forward_plan(args).plan != nullptr;
-}
-
 void batch_norm_forward_training(const BatchNormTrainingArgs& a) {
   ForwardPlan fp = forward_plan(a);
-  LOOM_CHECK(fp.plan != nullptr, CudnnError, "[batch_norm] cuDNN has no engine for {} ({})", fp.name,
-             PlanCache::global().why_unsupported(fp.key));
+  if (!fp.plan) {
+    PlanCache::global().record_fallback(fp.key, kFallbackTier);
+    cuda::batch_norm_batch_stats(a.save_mean, a.save_invstd, a.x, a.eps,
+                                 cpu::RunningStats{a.running_mean, a.running_var, a.momentum});
+    cuda::batch_norm_forward(a.y, a.x, a.save_mean, a.save_invstd, a.weight, a.bias);
+    return;
+  }
   BatchNormScalars scalars(a);
   fp.plan->execute(handle(), batch_norm_forward_pointers(a, scalars),
                    workspace(static_cast<size_t>(fp.plan->workspace_bytes())));
@@ -140,8 +143,12 @@ void batch_norm_backward(const BatchNormBackwardArgs& a) {
   }
   auto plan = PlanCache::global().get(key, [&] { return batch_norm_backward_graph(a); },
                                       /*precision_filter_applies=*/false);
-  LOOM_CHECK(plan != nullptr, CudnnError, "[batch_norm] cuDNN has no backward engine for x{} ({})",
-             describe(x), PlanCache::global().why_unsupported(key));
+  if (!plan) {
+    PlanCache::global().record_fallback(key, kFallbackTier);
+    cuda::batch_norm_backward(a.dx, a.dweight, a.dbias, a.dy, a.x, a.save_mean, a.save_invstd,
+                              a.weight, /*training=*/true);
+    return;
+  }
   plan->execute(handle(), batch_norm_backward_pointers(a),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
 }

@@ -1,7 +1,8 @@
 // File: core/cudnn/norm.h
 // Batch-norm training forward (with the running-statistics update) and backward
-// on the GPU through cuDNN NORM_FORWARD / NORM_BACKWARD graphs. (Inference has
-// no standalone engine in cuDNN 9.19; it is a CUDA kernel in core/cuda/norm.h.)
+// on the GPU through cuDNN NORM_FORWARD / NORM_BACKWARD graphs, with Loom's
+// kernels below them. (Inference has no standalone engine in cuDNN 9.19; it is
+// a CUDA kernel in core/cuda/norm.h.)
 //
 // N batch, C channels, H, W. x, y, dy, dx are dense NCHW or NHWC (NHWC is
 // cuDNN's native layout: less workspace, faster plan build); per-channel
@@ -22,8 +23,8 @@ struct BatchNormTrainingArgs {
   double momentum = 0.1;
 };
 
-// True when a cuDNN engine exists for this configuration (cached either way).
-bool batch_norm_training_supported(const BatchNormTrainingArgs& args);
+// Each runs its cuDNN graph where an engine exists and Loom's CUDA kernels
+// (core/cuda/norm.h) otherwise; PlanCache::explain() shows which.
 void batch_norm_forward_training(const BatchNormTrainingArgs& args);
 
 struct BatchNormBackwardArgs {

@@ -26,6 +26,7 @@ struct PlanNotes {
   int64_t engine_id = -1;
   std::vector<std::string> numerical;  // "TENSOR_CORE", "NONDETERMINISTIC", ...
   std::vector<std::string> behavior;   // "RUNTIME_COMPILATION", ...
+  std::vector<std::string> knobs;      // the config's knob choices, "TILE_SIZE=3", ...
 };
 
 class Plan {
@@ -55,7 +56,8 @@ class Plan {
 struct SelectOptions {
   NumericsPolicy policy;
   // Strict fp32 forbids TENSOR_CORE engines only for conv and matmul graphs:
-  // runtime-fused pointwise/reduction engines report TENSOR_CORE too.
+  // runtime-fused pointwise/reduction engines report TENSOR_CORE too. (No
+  // policy forbids anything for 16-bit data: the graph's tensors say so.)
   bool precision_filter_applies = false;
   int autotune_candidates = 8;
 };
@@ -71,10 +73,10 @@ struct Selection {
 Selection select_plan(Graph graph, cudnnHandle_t handle, const SelectOptions& options);
 
 // The plan saved as `json` for `graph`, finalized and test-executed without
-// heuristics or runtime compilation; null when cuDNN refuses it (another
-// version, another GPU) or the test run fails.
+// heuristics or runtime compilation; null when the policy in `options` forbids
+// its engine, cuDNN refuses it (another version, another GPU) or the test run fails.
 std::unique_ptr<Plan> restore_plan(Graph graph, cudnnHandle_t handle, const std::string& json,
-                                   PlanNotes notes);
+                                   PlanNotes notes, const SelectOptions& options);
 
 // Every engine config the heuristics (A then FALLBACK) return for `graph` that
 // finalizes and executes, ignoring the policy: for tests that check each engine.

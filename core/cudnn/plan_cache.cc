@@ -108,17 +108,17 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const std::functi
              "is being captured; run the step once eagerly before capturing it",
              name);
   Selection selection;
+  const SelectOptions options{.policy = {.precision = key.precision,
+                                         .deterministic = key.deterministic,
+                                         .autotune = key.autotune},
+                              .precision_filter_applies = precision_filter_applies};
   const PlanStore& store = PlanStore::global();
   if (std::optional<StoredPlan> stored = store.load(key)) {
-    selection.plan = restore_plan(std::move(graph), handle(), stored->json, stored->notes);
+    selection.plan = restore_plan(std::move(graph), handle(), stored->json, stored->notes, options);
     if (!selection.plan) graph = make_graph();  // stale file: build afresh, and replace it
   }
   const bool restored = selection.plan != nullptr;
   if (!restored) {
-    SelectOptions options{.policy = {.precision = key.precision,
-                                     .deterministic = key.deterministic,
-                                     .autotune = key.autotune},
-                          .precision_filter_applies = precision_filter_applies};
     selection = select_plan(std::move(graph), handle(), options);
     if (selection.plan) store.save(key, *selection.plan);
   }
@@ -126,7 +126,7 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const std::functi
   stats_.build_seconds += ms / 1000.0;
   PlanInfo info{.graph = name, .supported = selection.plan != nullptr, .notes = {},
                 .workspace_bytes = 0, .build_ms = ms, .restored = restored, .hits = 0,
-                .candidates_seen = selection.candidates_seen, .why_unsupported = selection.why_none};
+                .candidates_seen = selection.candidates_seen, .why_unsupported = selection.why_none, .fallback = {}};
   if (selection.plan) {
     ++(restored ? stats_.plans_restored : stats_.plans_built);
     info.notes = selection.plan->notes();
@@ -156,6 +156,14 @@ std::string PlanCache::why_unsupported(const PlanKey& key) const {
   return it == index_.end() ? "" : it->second->info.why_unsupported;
 }
 
+void PlanCache::record_fallback(const PlanKey& key, std::string_view tier) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.fallback_runs;
+  if (auto it = index_.find(key); it != index_.end() && it->second->info.fallback.empty()) {
+    it->second->info.fallback = tier;
+  }
+}
+
 PlanCacheStats PlanCache::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
@@ -172,16 +180,18 @@ std::string PlanCache::explain() const {
   PlanCacheStats s = stats();
   std::string out = fmt::format(
       "cuDNN plan cache (cuDNN {}): {} entries, {} hits, {} misses, {} plans built, {} restored "
-      "from {}, {} unsupported, {:.3f} s building\n",
+      "from {}, {} unsupported, {} runs on the tier below cuDNN, {:.3f} s building\n",
       loaded_version(), entries().size(), s.hits, s.misses, s.plans_built, s.plans_restored,
       PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
-      s.unsupported, s.build_seconds);
+      s.unsupported, s.fallback_runs, s.build_seconds);
   out += fmt::format("{:<44} {:>7} {:>10} {:>9} {:>6}  {}\n", "graph", "engine", "workspace",
                      "build ms", "hits", "notes");
   for (const PlanInfo& e : entries()) {
     if (!e.supported) {
-      out += fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  unsupported: {}\n", e.graph, "-", "-",
-                         e.build_ms, e.hits, e.why_unsupported);
+      out += fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  unsupported{}: {}\n", e.graph, "-", "-",
+                         e.build_ms, e.hits,
+                         e.fallback.empty() ? "" : fmt::format(", runs on {}", e.fallback),
+                         e.why_unsupported);
       continue;
     }
     std::vector<std::string> notes = e.notes.numerical;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -80,6 +81,7 @@ struct PlanInfo {
   int64_t hits = 0;
   int candidates_seen = 0;
   std::string why_unsupported;
+  std::string fallback;  // the tier that runs an unsupported key ("" when none has)
 };
 
 struct PlanCacheStats {
@@ -89,6 +91,7 @@ struct PlanCacheStats {
   int64_t plans_restored = 0;  // read from the plan files instead of built
   int64_t unsupported = 0;
   int64_t evictions = 0;
+  int64_t fallback_runs = 0;  // runs of a key without an engine on the tier below cuDNN
   double build_seconds = 0;
 };
 
@@ -103,6 +106,9 @@ class PlanCache {
 
   // Why `key` has no plan ("" when it has one or was never built).
   std::string why_unsupported(const PlanKey& key) const;
+  // Records that `key`, which has no plan, ran on `tier` (a Loom CUDA kernel,
+  // cuDNN's legacy API): explain() shows it, stats() counts the runs.
+  void record_fallback(const PlanKey& key, std::string_view tier);
 
   PlanCacheStats stats() const;
   std::vector<PlanInfo> entries() const;  // most recently used first

@@ -13,6 +13,9 @@ namespace loom::cudnn {
 
 namespace {
 
+// What runs a key cuDNN has no engine for (the op calls it when this layer returns false).
+constexpr std::string_view kFallbackTier = "Loom CUDA kernels (core/cuda/elementwise.h)";
+
 enum Uid : int64_t { kX = 1, kY, kDy, kDx };
 
 constexpr int64_t kRow = 64;  // the packed NHWC view's channel count
@@ -70,7 +73,10 @@ bool relu_forward(const Strided& y, const Strided& x) {
   key.add(CUDNN_POINTWISE_RELU_FWD).add_tensor(*xs).add_tensor(*ys);
   auto plan = PlanCache::global().get(key, [&] { return *relu_forward_graph(y, x); },
                                       /*precision_filter_applies=*/false);
-  if (!plan) return false;
+  if (!plan) {
+    PlanCache::global().record_fallback(key, kFallbackTier);
+    return false;
+  }
   plan->execute(handle(), relu_forward_pointers(y, x),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
@@ -98,7 +104,10 @@ bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y) {
   key.add(CUDNN_POINTWISE_RELU_BWD).add_tensor(*dxs).add_tensor(*dys).add_tensor(*ys);
   auto plan = PlanCache::global().get(key, [&] { return *relu_backward_graph(dx, dy, y); },
                                       /*precision_filter_applies=*/false);
-  if (!plan) return false;
+  if (!plan) {
+    PlanCache::global().record_fallback(key, kFallbackTier);
+    return false;
+  }
   plan->execute(handle(), relu_backward_pointers(dx, dy, y),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;

@@ -10,6 +10,9 @@ namespace loom::cudnn {
 
 namespace {
 
+// What runs a key cuDNN has no engine for (the op calls it when this layer returns false).
+constexpr std::string_view kFallbackTier = "Loom CUDA kernels (core/cuda/pool.h)";
+
 enum Uid : int64_t { kX = 1, kY, kIndex, kDx, kDy };
 
 // cuDNN pads both sides explicitly; PyTorch's ceil mode may need extra cells
@@ -100,7 +103,10 @@ bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, co
   if (index) key.add_tensor(index_spec(*index));
   auto plan = PlanCache::global().get(key, [&] { return pool2d_forward_graph(y, index, x, a); },
                                       /*precision_filter_applies=*/false);
-  if (!plan) return false;
+  if (!plan) {
+    PlanCache::global().record_fallback(key, kFallbackTier);
+    return false;
+  }
   plan->execute(handle(), pool2d_forward_pointers(y, index, x),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
@@ -142,7 +148,10 @@ bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInp
   if (saved.index) key.add_tensor(index_spec(*saved.index));
   auto plan = PlanCache::global().get(key, [&] { return pool2d_backward_graph(dx, dy, saved, a); },
                                       /*precision_filter_applies=*/false);
-  if (!plan) return false;
+  if (!plan) {
+    PlanCache::global().record_fallback(key, kFallbackTier);
+    return false;
+  }
   plan->execute(handle(), pool2d_backward_pointers(dx, dy, saved),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;

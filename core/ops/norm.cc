@@ -135,9 +135,6 @@ Tensor batch_norm_training_gpu(const Tensor& x_in, const Tensor& running_mean,
       .x = x.strided(), .weight = w.strided(), .bias = b.strided(),
       .running_mean = rm.strided(), .running_var = rv.strided(), .eps = options.eps,
       .momentum = options.momentum};
-  // cuDNN's 16-bit engines want NHWC and suitable channel counts; the caller
-  // computes elsewhere what they decline.
-  if (is_half_precision(x.dtype()) && !cudnn::batch_norm_training_supported(args)) return Tensor();
   cudnn::batch_norm_forward_training(args);
   if (running_mean.defined() && rm.raw_data() != running_mean.raw_data()) {  // a non-contiguous running stat
     NoGradGuard no_grad;
@@ -194,11 +191,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   check_batch_norm_args(x, running_mean, running_var, weight, bias, options);
 #ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda() && options.training) {
-    Tensor y = batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options);
-    if (y.defined()) return y;
-    // A 16-bit x cuDNN declined: normalize an fp32 copy (the casts are differentiable).
-    return batch_norm(x.to(DType::Float32), running_mean, running_var, weight, bias, options)
-        .to(x.dtype());
+    return batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options);
   }
 #endif
   // save_mean, save_invstd (C): what normalized x, whichever statistics they came from.

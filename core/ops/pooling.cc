@@ -14,6 +14,7 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #ifdef LOOM_WITH_CUDA
+#include "core/cuda/pool.h"
 #include "core/cudnn/pool.h"
 #endif
 
@@ -152,6 +153,7 @@ Tensor avg_pool2d_impl(const Tensor& x, const Pool2dOptions& options, std::strin
 #ifdef LOOM_WITH_CUDA
 struct CudnnPoolSaved {
   Tensor x, y, index;  // what the layout's backward contract needs
+  Tensor input;        // x, for Loom's kernels where cuDNN has no backward engine
 };
 
 // y from cuDNN, or an undefined tensor when cuDNN declines.
@@ -170,10 +172,28 @@ Tensor cudnn_pool(const Tensor& x_in, const Pool2dOptions& options, bool max, st
   if (!cudnn::pool2d_forward(y.strided(), indexed ? &index_view : nullptr, x.strided(), args)) {
     return Tensor();
   }
-  saved = indexed ? CudnnPoolSaved{Tensor(), Tensor(), index}
-          : layout.memory_format == MemoryFormat::Contiguous ? CudnnPoolSaved{x, y.detach(), Tensor()}
-                                                             : CudnnPoolSaved{};
+  saved = indexed ? CudnnPoolSaved{Tensor(), Tensor(), index, Tensor()}
+          : layout.memory_format == MemoryFormat::Contiguous
+              ? CudnnPoolSaved{x, y.detach(), Tensor(), Tensor()}
+              : CudnnPoolSaved{};
+  saved.input = x;
   return y;
+}
+
+// dx by Loom's kernels, for a pooling cuDNN ran forward but has no backward
+// engine for (e.g. a 1x1 average pool on channels-last input). Max pooling
+// recomputes the int64 indices its kernel reads from the saved input.
+void pool_backward_by_kernels(const Tensor& dx, const Tensor& dy, const Tensor& x,
+                              const cpu::Pool2dParams& params, bool max, bool count_include_pad) {
+  if (!max) {
+    cuda::avg_pool2d_backward(dx.strided(), dy.strided(), params, count_include_pad);
+    return;
+  }
+  TensorOptions index_options = dy.options();
+  index_options.dtype = DType::Int64;
+  Tensor values = empty_like(dy), indices = empty(dy.sizes(), index_options);
+  cuda::max_pool2d_forward(values.strided(), indices.strided(), x.strided(), params);
+  cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params);
 }
 
 Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
@@ -194,11 +214,11 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
       Strided is = saved.index.defined() ? saved.index.strided() : Strided{};
       cudnn::PoolBackwardInputs inputs{saved.x.defined() ? &xs : nullptr, saved.y.defined() ? &ys : nullptr,
                                        saved.index.defined() ? &is : nullptr};
-      LOOM_CHECK(cudnn::pool2d_backward(dx.strided(), dy.strided(), inputs, args), CudnnError,
-                 "[{}] cuDNN ran the forward pass but has no engine for its backward ({})", op,
-                 shape_str(x_sizes));
+      if (!cudnn::pool2d_backward(dx.strided(), dy.strided(), inputs, args)) {
+        pool_backward_by_kernels(dx, dy, saved.input, geometry.params, max, options.count_include_pad);
+      }
       return {dx};
-    }, {saved.x, saved.y, saved.index});
+    }, {saved.x, saved.y, saved.index, saved.input});
   }
   return y;
 }

@@ -1,0 +1,513 @@
+// File: tests/core/ops/parity_sweep.cc
+// The random configurations of parity_sweep.h and the two runs that compare them.
+//
+// N batch, C channels, H, W input, K out channels, R, S filter; M rows, In, Out features.
+#include "tests/core/ops/parity_sweep.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "core/autocast.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/ops/ops.h"
+#include "core/tensor.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cudnn/plan_cache.h"
+#endif
+
+namespace loom::sweep {
+
+namespace {
+
+constexpr Op kOps[] = {Op::Conv2d,  Op::Linear,     Op::BatchNorm,    Op::Relu,  Op::MaxPool,
+                       Op::AvgPool, Op::Softmax,    Op::LogSoftmax,   Op::CrossEntropy, Op::Chain};
+
+class Draw {
+ public:
+  explicit Draw(uint64_t seed) : rng_(seed) {}
+  int64_t between(int64_t lo, int64_t hi) {  // inclusive
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+  bool coin() { return between(0, 1) == 1; }
+  template <class T>
+  T pick(const std::vector<T>& options) {
+    return options[static_cast<size_t>(between(0, static_cast<int64_t>(options.size()) - 1))];
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+uint64_t case_seed(uint64_t seed, int64_t index) {
+  return seed * 1000003ull + static_cast<uint64_t>(index) * 7919ull + 17;
+}
+
+// The smallest input extent that gives at least one output for a window.
+int64_t fit_extent(int64_t extent, int64_t window, int64_t pad) {
+  return std::max(extent, std::max<int64_t>(1, window - 2 * pad));
+}
+
+// Keeps the float64 CPU reference cheap: halves N until the work is small.
+int64_t capped_batch(int64_t n, int64_t work_per_sample, int64_t budget) {
+  while (n > 1 && n * work_per_sample > budget) n /= 2;
+  return n;
+}
+
+void draw_conv(Draw& d, Case& c) {
+  const int64_t groups_kind = d.between(0, 5);  // 0-2: 1 group, 3: 2, 4: 3, 5: depthwise
+  int64_t g = groups_kind <= 2 ? 1 : groups_kind == 3 ? 2 : groups_kind == 4 ? 3 : 0;
+  int64_t cin, kout;
+  if (g == 0) {
+    cin = d.between(1, 64);
+    g = cin;
+    kout = cin * d.between(1, 2);
+  } else {
+    cin = g * d.between(1, 64 / g);
+    kout = g * d.between(1, 64 / g);
+  }
+  auto& v = c.ints;
+  v["C"] = cin, v["K"] = kout, v["groups"] = g;
+  v["R"] = d.between(1, 7), v["S"] = d.between(1, 7);
+  v["stride_h"] = d.between(1, 3), v["stride_w"] = d.between(1, 3);
+  v["dilation_h"] = d.between(1, 3), v["dilation_w"] = d.between(1, 3);
+  v["pad_h"] = d.between(0, 3), v["pad_w"] = d.between(0, 3);
+  v["H"] = fit_extent(d.between(1, 40), v["dilation_h"] * (v["R"] - 1) + 1, v["pad_h"]);
+  v["W"] = fit_extent(d.between(1, 40), v["dilation_w"] * (v["S"] - 1) + 1, v["pad_w"]);
+  v["bias"] = d.coin();
+  const int64_t work = v["H"] * v["W"] * kout * (cin / g) * v["R"] * v["S"];
+  v["N"] = capped_batch(d.between(1, 8), work, 40'000'000);
+}
+
+void draw_pool(Draw& d, Case& c) {
+  auto& v = c.ints;
+  v["N"] = d.between(1, 6), v["C"] = d.between(1, 64);
+  v["kernel_h"] = d.between(1, 5), v["kernel_w"] = d.between(1, 5);
+  v["stride_h"] = d.between(1, 3), v["stride_w"] = d.between(1, 3);
+  v["pad_h"] = d.between(0, v["kernel_h"] / 2), v["pad_w"] = d.between(0, v["kernel_w"] / 2);
+  v["H"] = fit_extent(d.between(1, 40), v["kernel_h"], v["pad_h"]);
+  v["W"] = fit_extent(d.between(1, 40), v["kernel_w"], v["pad_w"]);
+  v["ceil_mode"] = d.coin();
+  v["count_include_pad"] = d.coin();
+}
+
+void draw_op(Draw& d, Case& c) {
+  auto& v = c.ints;
+  switch (c.op) {
+    case Op::Conv2d: draw_conv(d, c); break;
+    case Op::Linear:
+      v["M"] = d.between(1, 64), v["In"] = d.between(1, 128), v["Out"] = d.between(1, 128);
+      v["bias"] = d.coin();
+      break;
+    case Op::BatchNorm:
+      v["spatial"] = d.coin();
+      v["C"] = d.between(1, 64);
+      v["N"] = v["spatial"] ? d.between(1, 8) : d.between(2, 64);
+      v["H"] = v["spatial"] ? d.between(1, 20) : 1, v["W"] = v["spatial"] ? d.between(1, 20) : 1;
+      if (v["N"] * v["H"] * v["W"] < 2) v["N"] = 2;  // training needs 2 values per channel
+      v["training"] = d.between(0, 3) > 0;
+      v["affine"] = d.coin();
+      v["track"] = v["training"] ? d.coin() : 1;
+      break;
+    case Op::Relu:
+      v["N"] = d.between(1, 8), v["C"] = d.between(1, 64), v["H"] = d.between(1, 30),
+      v["W"] = d.between(1, 30);
+      break;
+    case Op::MaxPool:
+    case Op::AvgPool: draw_pool(d, c); break;
+    case Op::Softmax:
+    case Op::LogSoftmax:
+      v["spatial"] = d.coin();
+      v["N"] = d.between(1, 64), v["C"] = d.between(1, 100);
+      v["H"] = v["spatial"] ? d.between(1, 8) : 1, v["W"] = v["spatial"] ? d.between(1, 8) : 1;
+      break;
+    case Op::CrossEntropy:
+      v["N"] = d.between(1, 64), v["C"] = d.between(2, 100);
+      c.label_smoothing = d.pick<double>({0.0, 0.0, 0.1, 0.25});
+      break;
+    case Op::Chain:
+      v["N"] = d.between(2, 16), v["C"] = d.between(1, 4), v["K"] = d.between(1, 32);
+      v["R"] = d.pick<int64_t>({1, 3, 5});
+      v["pad"] = d.between(0, v["R"] / 2);
+      v["H"] = d.between(6, 24), v["W"] = d.between(6, 24);
+      v["classes"] = d.between(2, 10);
+      v["bias"] = d.coin();
+      break;
+  }
+}
+
+// ---- the two runs ---------------------------------------------------------------------
+
+// Named float64 CPU tensors: the case's inputs and parameters.
+struct Operands {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  Tensor target;  // int64 class indices (cross-entropy and the chain)
+
+  const Tensor& get(const std::string& name) const {
+    for (const auto& [n, t] : tensors) {
+      if (n == name) return t;
+    }
+    throw ValueError(fmt::format("[parity_sweep] no operand {}", name));
+  }
+};
+
+Tensor normal(const Shape& s, Generator& gen) { return randn(s, {.dtype = DType::Float64}, &gen); }
+Tensor positive(const Shape& s, Generator& gen) {
+  return add(rand(s, {.dtype = DType::Float64}, &gen), 0.5);
+}
+
+// The chain's conv output extent along "H" or "W" (stride 1).
+int64_t conv_extent(const Case& c, const std::string& dim) {
+  return c.at(dim) + 2 * c.at("pad") - c.at("R") + 1;
+}
+
+Operands make_operands(const Case& c) {
+  Generator gen(case_seed(c.seed, c.index) ^ 0x5eedull);
+  Operands o;
+  auto add_t = [&o](const std::string& name, Tensor t) { o.tensors.emplace_back(name, t); };
+  auto image = [&c]() { return Shape{c.at("N"), c.at("C"), c.at("H"), c.at("W")}; };
+  switch (c.op) {
+    case Op::Conv2d:
+      add_t("x", normal(image(), gen));
+      add_t("weight", normal({c.at("K"), c.at("C") / c.at("groups"), c.at("R"), c.at("S")}, gen));
+      if (c.at("bias")) add_t("bias", normal({c.at("K")}, gen));
+      break;
+    case Op::Linear:
+      add_t("x", normal({c.at("M"), c.at("In")}, gen));
+      add_t("weight", normal({c.at("Out"), c.at("In")}, gen));
+      if (c.at("bias")) add_t("bias", normal({c.at("Out")}, gen));
+      break;
+    case Op::BatchNorm: {
+      Shape s = c.at("spatial") ? image() : Shape{c.at("N"), c.at("C")};
+      // A large mean with a small spread: the variance must not cancel.
+      add_t("x", add(mul(normal(s, gen), 0.5), 3.0));
+      if (c.at("affine")) {
+        add_t("weight", positive({c.at("C")}, gen));
+        add_t("bias", normal({c.at("C")}, gen));
+      }
+      break;
+    }
+    case Op::CrossEntropy:
+      add_t("x", normal({c.at("N"), c.at("C")}, gen));
+      o.target = randint(0, c.at("C"), {c.at("N")}, {.dtype = DType::Int64}, &gen);
+      break;
+    case Op::Softmax:
+    case Op::LogSoftmax:
+      add_t("x", normal(c.at("spatial") ? image() : Shape{c.at("N"), c.at("C")}, gen));
+      break;
+    case Op::Chain: {
+      add_t("x", normal(image(), gen));
+      add_t("conv weight", mul(normal({c.at("K"), c.at("C"), c.at("R"), c.at("R")}, gen), 0.5));
+      if (c.at("bias")) add_t("conv bias", normal({c.at("K")}, gen));
+      add_t("bn weight", positive({c.at("K")}, gen));
+      add_t("bn bias", normal({c.at("K")}, gen));
+      const int64_t features = c.at("K") * (conv_extent(c, "H") / 2) * (conv_extent(c, "W") / 2);
+      add_t("fc weight", mul(normal({c.at("classes"), features}, gen), 0.1));
+      add_t("fc bias", normal({c.at("classes")}, gen));
+      o.target = randint(0, c.at("classes"), {c.at("N")}, {.dtype = DType::Int64}, &gen);
+      break;
+    }
+    default: add_t("x", normal(image(), gen)); break;
+  }
+  return o;
+}
+
+// Running statistics start as random buffers (mean 0-ish, var positive).
+struct Running {
+  Tensor mean, var;
+};
+
+Running make_running(const Case& c, int64_t channels) {
+  Generator gen(case_seed(c.seed, c.index) ^ 0xb0ffull);
+  return {normal({channels}, gen), positive({channels}, gen)};
+}
+
+Pool2dOptions pool_options(const Case& c) {
+  return {.kernel_size = {c.at("kernel_h"), c.at("kernel_w")},
+          .stride = std::array<int64_t, 2>{c.at("stride_h"), c.at("stride_w")},
+          .padding = {c.at("pad_h"), c.at("pad_w")},
+          .ceil_mode = c.at("ceil_mode") != 0,
+          .count_include_pad = c.at("count_include_pad") != 0};
+}
+
+// The op's output from operands already on the run's device and dtype.
+Tensor forward(const Case& c, const std::map<std::string, Tensor>& t, const Tensor& target,
+               Running* running) {
+  auto get = [&t](const std::string& name) {
+    auto it = t.find(name);
+    return it == t.end() ? Tensor() : it->second;
+  };
+  const Tensor& x = t.at("x");
+  switch (c.op) {
+    case Op::Conv2d:
+      return conv2d(x, get("weight"), get("bias"),
+                    {.stride = {c.at("stride_h"), c.at("stride_w")},
+                     .padding = {c.at("pad_h"), c.at("pad_w")},
+                     .dilation = {c.at("dilation_h"), c.at("dilation_w")},
+                     .groups = c.at("groups")});
+    case Op::Linear: return linear(x, get("weight"), get("bias"));
+    case Op::BatchNorm:
+      return batch_norm(x, c.at("track") ? running->mean : Tensor(),
+                        c.at("track") ? running->var : Tensor(), get("weight"), get("bias"),
+                        {.training = c.at("training") != 0});
+    case Op::Relu: return relu(x);
+    case Op::MaxPool: return max_pool2d(x, pool_options(c));
+    case Op::AvgPool: return avg_pool2d(x, pool_options(c));
+    case Op::Softmax: return softmax(x, 1);
+    case Op::LogSoftmax: return log_softmax(x, 1);
+    case Op::CrossEntropy:
+      return cross_entropy(x, target, {.label_smoothing = c.label_smoothing});
+    case Op::Chain: {
+      const int64_t pad = c.at("pad");
+      Tensor h = conv2d(x, get("conv weight"), get("conv bias"), {.padding = {pad, pad}});
+      h = c.fused ? batch_norm_relu(h, running->mean, running->var, get("bn weight"), get("bn bias"))
+                  : relu(batch_norm(h, running->mean, running->var, get("bn weight"), get("bn bias")));
+      h = max_pool2d(h, {.kernel_size = {2, 2}});
+      h = linear(h.reshape({h.size(0), -1}), get("fc weight"), get("fc bias"));
+      return cross_entropy(h, target);
+    }
+  }
+  return Tensor();
+}
+
+struct RunResult {
+  Tensor y;
+  std::vector<std::pair<std::string, Tensor>> grads;
+  Running running;
+};
+
+// One run: operands converted to `dtype` on `device` (channels-last where the
+// case says and they are 4-D), forward, a backward of sum(y * weights), grads.
+RunResult run_once(const Case& c, const Operands& o, Device device, DType dtype) {
+  std::map<std::string, Tensor> t;
+  for (const auto& [name, value] : o.tensors) {
+    Tensor v = value.to(dtype).to(device);
+    if (c.channels_last && v.dim() == 4) v = v.contiguous(MemoryFormat::ChannelsLast);
+    v = v.detach();
+    v.requires_grad_(true);
+    t[name] = v;
+  }
+  const int64_t channels = c.op == Op::Chain ? c.at("K") : c.ints.count("C") ? c.at("C") : 1;
+  Running reference = make_running(c, channels);
+  Running running{reference.mean.to(dtype).to(device), reference.var.to(dtype).to(device)};
+  Tensor target = o.target.defined() ? o.target.to(device) : Tensor();
+  Tensor y = forward(c, t, target, &running);
+  Tensor loss = y;
+  if (y.dim() > 0) {
+    Generator gen(case_seed(c.seed, c.index) ^ 0xd1ceull);
+    Tensor weights = randn(y.sizes(), {.dtype = DType::Float64}, &gen).to(y.dtype()).to(device);
+    loss = sum(mul(y, weights));
+  }
+  loss.backward();
+  RunResult r{y.detach().to(DType::Float64).cpu(), {}, {}};
+  for (const auto& [name, v] : t) {
+    if (v.grad().defined()) r.grads.emplace_back("grad " + name, v.grad().to(DType::Float64).cpu());
+  }
+  r.running = {running.mean.to(DType::Float64).cpu(), running.var.to(DType::Float64).cpu()};
+  return r;
+}
+
+double max_abs(const Tensor& t) {
+  Tensor c = t.contiguous();
+  const double* p = c.data_ptr<double>();
+  double m = 0;
+  for (int64_t i = 0; i < c.numel(); ++i) m = std::max(m, std::abs(p[i]));
+  return m;
+}
+
+void compare(Outcome& out, const std::string& name, const Tensor& a, const Tensor& ref,
+             double floor) {
+  const double e = relative_error(a, ref, floor);
+  if (e > out.worst_error || out.worst_tensor.empty()) {
+    out.worst_error = std::max(out.worst_error, e);
+    out.worst_tensor = name;
+  }
+}
+
+int64_t fallback_runs() {
+#ifdef LOOM_WITH_CUDA
+  return cudnn::PlanCache::global().stats().fallback_runs;
+#else
+  return 0;
+#endif
+}
+
+std::vector<uint64_t> seeds_from_env(const std::vector<uint64_t>& defaults) {
+  const char* text = std::getenv("LOOM_SWEEP_SEEDS");
+  if (text == nullptr) return defaults;
+  std::vector<uint64_t> seeds;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) seeds.push_back(std::stoull(item));
+  return seeds;
+}
+
+int64_t int_from_env(const char* name, int64_t fallback) {
+  const char* text = std::getenv(name);
+  return text == nullptr ? fallback : std::stoll(text);
+}
+
+}  // namespace
+
+double relative_error(const Tensor& a, const Tensor& ref, double floor) {
+  if (a.sizes() != ref.sizes()) return INFINITY;
+  Tensor ac = a.contiguous(), rc = ref.contiguous();
+  const double* pa = ac.data_ptr<double>();
+  const double* pr = rc.data_ptr<double>();
+  double diff = 0, scale = floor;
+  for (int64_t i = 0; i < ac.numel(); ++i) {
+    if (!std::isfinite(pa[i]) && std::isfinite(pr[i])) return INFINITY;
+    diff = std::max(diff, std::abs(pa[i] - pr[i]));
+    scale = std::max(scale, std::abs(pr[i]));
+  }
+  return diff / scale;
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Conv2d: return "conv2d";
+    case Op::Linear: return "linear";
+    case Op::BatchNorm: return "batch_norm";
+    case Op::Relu: return "relu";
+    case Op::MaxPool: return "max_pool2d";
+    case Op::AvgPool: return "avg_pool2d";
+    case Op::Softmax: return "softmax";
+    case Op::LogSoftmax: return "log_softmax";
+    case Op::CrossEntropy: return "cross_entropy";
+    case Op::Chain: return "conv-bn-relu-pool-linear-loss";
+  }
+  return "?";
+}
+
+std::string Case::describe() const {
+  std::string text = fmt::format("seed {} case {}: {} {} {} {}{}", seed, index, op_name(op),
+                                 precision_name(precision), channels_last ? "channels-last" : "NCHW",
+                                 deterministic ? "deterministic" : "nondeterministic",
+                                 op == Op::Chain ? (fused ? " fused" : " unfused") : "");
+  for (const auto& [name, value] : ints) text += fmt::format(" {}={}", name, value);
+  if (op == Op::CrossEntropy) text += fmt::format(" label_smoothing={}", label_smoothing);
+  return text;
+}
+
+Case make_case(uint64_t seed, int64_t index, const std::vector<Precision>& precisions) {
+  Draw d(case_seed(seed, index));
+  Case c;
+  c.seed = seed;
+  c.index = index;
+  c.op = kOps[index % std::size(kOps)];  // every op equally often
+  c.precision = d.pick(precisions);
+  c.deterministic = d.coin();
+  c.channels_last = d.coin();
+  c.fused = d.coin();
+  draw_op(d, c);
+  return c;
+}
+
+double tolerance(Precision precision) {
+  switch (precision) {
+    case Precision::StrictFp32: return 1e-4;
+    case Precision::Tf32: return 1e-2;
+    case Precision::Bf16:
+    case Precision::Fp16: return 3e-2;
+  }
+  return 0;
+}
+
+Outcome run_case(const Case& c, Device device) {
+  Outcome out;
+  const Operands operands = make_operands(c);
+  RunResult reference;
+  try {
+    reference = run_once(c, operands, Device::cpu(), DType::Float64);
+  } catch (const std::exception& e) {
+    out.failure = fmt::format("the float64 CPU reference failed: {}", e.what());
+    return out;
+  }
+  const int64_t fallbacks_before = fallback_runs();
+  RunResult result;
+  try {
+    NumericsGuard policy({.precision = c.precision, .deterministic = c.deterministic});
+    const bool mixed = c.precision == Precision::Bf16 && device.is_cuda();
+    AutocastGuard autocast(mixed ? std::optional<DType>(DType::BFloat16) : std::nullopt);
+    FusionGuard fusion(c.op != Op::Chain || c.fused);
+    result = run_once(c, operands, device, DType::Float32);
+  } catch (const std::exception& e) {
+    out.failure = fmt::format("the float32 run failed: {}", e.what());
+    return out;
+  }
+  out.fallback = fallback_runs() > fallbacks_before;
+  // A tensor 100x smaller than the case's largest is judged on 1% of that scale.
+  double largest = max_abs(reference.y);
+  for (const auto& [name, grad] : reference.grads) largest = std::max(largest, max_abs(grad));
+  const double floor = std::max(1e-3, 1e-2 * largest);
+  compare(out, "y", result.y, reference.y, floor);
+  for (const auto& [name, grad] : reference.grads) {
+    auto it = std::find_if(result.grads.begin(), result.grads.end(),
+                           [&](const auto& g) { return g.first == name; });
+    if (it == result.grads.end()) {
+      out.failure = fmt::format("the float32 run produced no {}", name);
+      return out;
+    }
+    compare(out, name, it->second, grad, floor);
+  }
+  compare(out, "running_mean", result.running.mean, reference.running.mean, floor);
+  compare(out, "running_var", result.running.var, reference.running.var, floor);
+  return out;
+}
+
+void Summary::add(const Case& c, const Outcome& outcome, bool passed) {
+  Row& row = rows_[{op_name(c.op) + std::string(c.op == Op::Chain ? (c.fused ? " fused" : " unfused") : ""),
+                    std::string(precision_name(c.precision))}];
+  ++row.cases;
+  row.passed += passed;
+  row.fallback += outcome.fallback;
+  const double ratio = outcome.failure.empty() ? outcome.worst_error / tolerance(c.precision) : INFINITY;
+  row.worst_ratio = std::max(row.worst_ratio, ratio);
+  failures_ += !passed;
+}
+
+std::string Summary::table() const {
+  std::string out =
+      "| op | precision | cases | passed | worst error / tolerance | ran on the fallback tier |\n"
+      "|---|---|---|---|---|---|\n";
+  for (const auto& [key, row] : rows_) {
+    out += fmt::format("| {} | {} | {} | {} | {:.3g} | {} |\n", key.first, key.second, row.cases,
+                       row.passed, row.worst_ratio, row.fallback);
+  }
+  return out;
+}
+
+Summary run_sweep(Device device, const std::vector<Precision>& precisions,
+                  const std::vector<uint64_t>& default_seeds, int64_t count) {
+  Summary summary;
+  const int64_t only = int_from_env("LOOM_SWEEP_CASE", -1);
+  const int64_t first = only >= 0 ? only : int_from_env("LOOM_SWEEP_FIRST", 0);
+  const int64_t n = only >= 0 ? 1 : int_from_env("LOOM_SWEEP_COUNT", count);
+  for (uint64_t seed : seeds_from_env(default_seeds)) {
+    for (int64_t index = first; index < first + n; ++index) {
+      const Case c = make_case(seed, index, precisions);
+      const Outcome outcome = run_case(c, device);
+      const bool passed = outcome.failure.empty() && outcome.worst_error <= tolerance(c.precision);
+      summary.add(c, outcome, passed);
+      if (passed) continue;
+      std::cout << fmt::format(
+          "FAILED {}\n  {}\n  rerun: LOOM_SWEEP_SEEDS={} LOOM_SWEEP_CASE={} <this test binary>\n",
+          c.describe(),
+          outcome.failure.empty()
+              ? fmt::format("{} is off by {:.3g} of its largest value (tolerance {:.0e})",
+                            outcome.worst_tensor, outcome.worst_error, tolerance(c.precision))
+              : outcome.failure,
+          seed, index);
+    }
+  }
+  std::cout << summary.table() << std::flush;
+  return summary;
+}
+
+}  // namespace loom::sweep
