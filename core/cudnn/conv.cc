@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/cudnn/context.h"
+#include "core/cudnn/conv_legacy.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
 #include "core/error.h"
@@ -52,11 +53,17 @@ void run(const ConvCall& call, const cpu::ConvParams& p) {
   PlanKey key = conv_key(call, p);
   std::shared_ptr<const Plan> plan = PlanCache::global().get(
       key, [&] { return conv_graph(call, p); }, /*precision_filter_applies=*/true);
-  LOOM_CHECK(plan != nullptr, CudnnError,
-             "[conv2d] cuDNN has no engine for {} under the {} numerics policy ({}); try another "
-             "policy or layout",
-             conv_graph_name(call.kind, call.x, call.w, p),
-             precision_name(numerics_policy().precision), PlanCache::global().why_unsupported(key));
+  if (!plan) {
+    PlanCache::global().record_fallback(key, "cuDNN's legacy convolution API");
+    const std::string legacy = conv2d_legacy(call.direction, call.x, call.w, call.y, p);
+    LOOM_CHECK(legacy.empty(), CudnnError,
+               "[conv2d] no tier can run {} under the {} numerics policy: graph API: {}; {}; try "
+               "another policy or layout",
+               conv_graph_name(call.kind, call.x, call.w, p),
+               precision_name(numerics_policy().precision), PlanCache::global().why_unsupported(key),
+               legacy);
+    return;
+  }
   plan->execute(handle(), conv_pointers(call.x, call.w, call.y),
                 workspace(static_cast<size_t>(plan->workspace_bytes())));
 }

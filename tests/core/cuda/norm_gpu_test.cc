@@ -1,9 +1,10 @@
 // File: tests/core/cuda/norm_gpu_test.cc
-// Batch-norm inference on the GPU against the CPU reference kernels on the same
+// Batch norm on the GPU against the CPU reference kernels on the same
 // inputs: running statistics, the forward and the eval backward, with and
 // without weight and bias, over NCHW, channels-last, sliced, permuted, 2-D and
 // 3-D inputs, strided per-channel vectors, a large channel (the block sums),
-// empty batches, and the training flag refused. Outputs start as NaN.
+// empty batches; and the training kernels (batch statistics, running update,
+// training backward) that run where cuDNN has no engine. Outputs start as NaN.
 //
 // N batch, C channels, H, W; M = N * H * W elements per channel.
 // Tolerances: the forward and dx are a multiply-add per element in the dtype
@@ -118,9 +119,9 @@ Stats random_stats(int64_t channels, DType dtype, Generator& gen) {
           per_channel(channels, dtype, false, gen), per_channel(channels, dtype, false, gen)};
 }
 
-// Runs the eval backward on both devices for one choice of wanted gradients.
+// Runs the backward on both devices for one choice of wanted gradients.
 void check_backward(const Operand& dy, const Operand& x, const Layout& layout, const Stats& s,
-                    bool affine, bool want_dx, bool want_params) {
+                    bool affine, bool want_dx, bool want_params, bool training = false) {
   const DType dtype = x.cpu.dtype();
   const int64_t channels = x.cpu.size(1);
   Output dx = output(layout, dtype);
@@ -128,11 +129,11 @@ void check_backward(const Operand& dy, const Operand& x, const Layout& layout, c
   cuda::batch_norm_backward(strided_if(want_dx, dx.gpu), strided_if(want_params, dweight.gpu),
                             strided_if(want_params, dbias.gpu), dy.gpu.strided(), x.gpu.strided(),
                             s.mean.gpu.strided(), s.invstd.gpu.strided(),
-                            strided_if(affine, s.weight.gpu), /*training=*/false);
+                            strided_if(affine, s.weight.gpu), training);
   cpu::batch_norm_backward(strided_if(want_dx, dx.cpu), strided_if(want_params, dweight.cpu),
                            strided_if(want_params, dbias.cpu), dy.cpu.strided(), x.cpu.strided(),
                            s.mean.cpu.strided(), s.invstd.cpu.strided(),
-                           strided_if(affine, s.weight.cpu), /*training=*/false);
+                           strided_if(affine, s.weight.cpu), training);
   const int64_t m = x.cpu.numel() / std::max<int64_t>(channels, 1);
   if (want_dx) {
     check_elementwise(dx.gpu, dx.cpu);
@@ -258,13 +259,53 @@ LOOM_GPU_TEST_CASE("eval backward over a large channel (M = 100000) and an empty
   }
 }
 
-LOOM_GPU_TEST_CASE("the training backward is refused: it belongs to cuDNN") {
-  Tensor x = zeros({2, 3}, {.device = Device::cuda()});
-  Tensor c = ones({3}, {.device = Device::cuda()});
-  Tensor dx = empty({2, 3}, {.device = Device::cuda()});
-  CHECK_THROWS_WITH_FRAGMENT(
-      cuda::batch_norm_backward(dx.strided(), std::nullopt, std::nullopt, x.strided(),
-                                x.strided(), c.strided(), c.strided(), std::nullopt, true),
-      ValueError, "[batch_norm] cuda::batch_norm_backward computes the eval backward only");
+// The training kernels are the tier below cuDNN's NORM graphs (core/cudnn/norm.h).
+LOOM_GPU_TEST_CASE("training backward matches the CPU for every layout and choice of gradients") {
+  Generator gen(404);
+  for (DType dtype : kDtypes) {
+    for (const Layout& layout : layouts()) {
+      Operand x = operand(layout, randn(layout.base, {.dtype = dtype}, &gen));
+      Tensor dy_dense = randn(layout.sizes, {.dtype = dtype}, &gen);
+      Operand dy = {dy_dense, on_gpu(dy_dense)};
+      Stats s = random_stats(layout.sizes[1], dtype, gen);
+      for (bool affine : {true, false}) {
+        for (auto [want_dx, want_params] : {std::pair{true, true}, {true, false}, {false, true}}) {
+          CAPTURE(dtype_name(dtype));
+          CAPTURE(layout.name);
+          CAPTURE(affine);
+          CAPTURE(want_dx);
+          CAPTURE(want_params);
+          check_backward(dy, x, layout, s, affine, want_dx, want_params, /*training=*/true);
+        }
+      }
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("batch statistics and the running update match the CPU for every layout") {
+  Generator gen(405);
+  for (DType dtype : kDtypes) {
+    for (const Layout& layout : layouts()) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(layout.name);
+      // A large mean with a small spread: a one-pass variance would cancel.
+      Tensor base = randn(layout.base, {.dtype = dtype}, &gen) * 0.01 + 1000.0;
+      Operand x = operand(layout, base);
+      const int64_t channels = layout.sizes[1];
+      Operand running_mean = per_channel(channels, dtype, false, gen);
+      Operand running_var = per_channel(channels, dtype, true, gen);
+      Output mean = channel_output(channels, dtype), invstd = channel_output(channels, dtype);
+      cuda::batch_norm_batch_stats(mean.gpu.strided(), invstd.gpu.strided(), x.gpu.strided(), kEps,
+                                   cpu::RunningStats{running_mean.gpu.strided(),
+                                                     running_var.gpu.strided(), 0.3});
+      cpu::batch_norm_batch_stats(mean.cpu.strided(), invstd.cpu.strided(), x.cpu.strided(), kEps,
+                                  cpu::RunningStats{running_mean.cpu.strided(),
+                                                    running_var.cpu.strided(), 0.3});
+      check_elementwise(mean.gpu, mean.cpu);
+      check_elementwise(invstd.gpu, invstd.cpu);
+      check_elementwise(running_mean.gpu, running_mean.cpu);
+      check_elementwise(running_var.gpu, running_var.cpu);
+    }
+  }
 }
 #endif  // LOOM_WITH_CUDA

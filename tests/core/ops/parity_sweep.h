@@ -20,7 +20,10 @@
 
 namespace loom::sweep {
 
-enum class Op { Conv2d, Linear, BatchNorm, Relu, MaxPool, AvgPool, Softmax, LogSoftmax, CrossEntropy, Chain };
+enum class Op {
+  Conv2d, Linear, BatchNorm, BatchNormRelu, Relu, MaxPool, AvgPool, Softmax, LogSoftmax,
+  CrossEntropy, Chain,
+};
 const char* op_name(Op op);
 
 struct Case {
@@ -53,16 +56,18 @@ double relative_error(const Tensor& a, const Tensor& ref, double floor = 1e-3);
 double tolerance(Precision precision);
 
 struct Outcome {
-  double worst_error = 0;    // max over the compared tensors
+  double worst_error = 0;    // max over the compared tensors (but those passed with flips)
   std::string worst_tensor;  // which tensor had it ("y", "grad x", "running_var", ...)
   bool fallback = false;     // some key ran on the tier below cuDNN (GPU only)
+  bool decision_flips = false;  // a chain gradient passed with <= 1% of its elements off
   std::string failure;       // an exception from either side, else ""
 };
 
 // Runs the case on `device` in float32 and on the CPU in float64.
 Outcome run_case(const Case& c, Device device);
 
-// Cases run, passed, worst error / tolerance and fallback runs per (op, precision).
+// Cases run, passed (and how many with decision flips), worst error /
+// tolerance and fallback runs per (op, precision).
 class Summary {
  public:
   void add(const Case& c, const Outcome& outcome, bool passed);
@@ -71,7 +76,7 @@ class Summary {
 
  private:
   struct Row {
-    int64_t cases = 0, passed = 0, fallback = 0;
+    int64_t cases = 0, passed = 0, fallback = 0, flips = 0;
     double worst_ratio = 0;  // worst error / tolerance
   };
   std::map<std::pair<std::string, std::string>, Row> rows_;

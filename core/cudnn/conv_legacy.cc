@@ -1,0 +1,260 @@
+// File: core/cudnn/conv_legacy.cc
+// The legacy-API convolution tier of conv_legacy.h: descriptors from the
+// Strided views, the _v7 heuristics filtered by the numerics policy, a test run
+// of each candidate until one succeeds, and a per-key cache of the choice.
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+#include "core/cudnn/conv_legacy.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "core/cudnn/backend.h"
+#include "core/cudnn/context.h"
+#include "core/cudnn/tensor_spec.h"
+#include "core/error.h"
+#include "core/numerics.h"
+
+namespace loom::cudnn {
+
+namespace {
+
+template <class Raw, cudnnStatus_t (*Destroy)(Raw)>
+struct Destroyer {
+  void operator()(Raw raw) const { Destroy(raw); }
+};
+using TensorDesc = std::unique_ptr<cudnnTensorStruct,
+                                   Destroyer<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>>;
+using FilterDesc = std::unique_ptr<cudnnFilterStruct,
+                                   Destroyer<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>>;
+using ConvDesc = std::unique_ptr<cudnnConvolutionStruct,
+                                 Destroyer<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>>;
+
+TensorDesc tensor_desc(const Strided& t) {
+  cudnnTensorDescriptor_t raw = nullptr;
+  LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&raw));
+  TensorDesc desc(raw);
+  const TensorSpec spec = spec_of(t, 0);
+  std::array<int, 4> dims{}, strides{};
+  for (int d = 0; d < 4; ++d) {
+    dims[d] = static_cast<int>(spec.dims[d]);
+    strides[d] = static_cast<int>(spec.strides[d]);
+  }
+  LOOM_CUDNN_CHECK(cudnnSetTensorNdDescriptor(raw, cudnn_dtype(t.dtype), 4, dims.data(), strides.data()));
+  return desc;
+}
+
+FilterDesc filter_desc(const Strided& w) {
+  cudnnFilterDescriptor_t raw = nullptr;
+  LOOM_CUDNN_CHECK(cudnnCreateFilterDescriptor(&raw));
+  FilterDesc desc(raw);
+  const bool nhwc = spec_of(w, 0).strides[1] == 1 && w.sizes[1] > 1;
+  LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+      raw, cudnn_dtype(w.dtype), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+      static_cast<int>(w.sizes[0]), static_cast<int>(w.sizes[1]), static_cast<int>(w.sizes[2]),
+      static_cast<int>(w.sizes[3])));
+  return desc;
+}
+
+ConvDesc conv_desc(const cpu::ConvParams& p, DType dtype, int64_t groups) {
+  cudnnConvolutionDescriptor_t raw = nullptr;
+  LOOM_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&raw));
+  ConvDesc desc(raw);
+  const cudnnDataType_t compute = dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      raw, static_cast<int>(p.pad_h), static_cast<int>(p.pad_w), static_cast<int>(p.stride_h),
+      static_cast<int>(p.stride_w), static_cast<int>(p.dilation_h), static_cast<int>(p.dilation_w),
+      CUDNN_CROSS_CORRELATION, compute));
+  LOOM_CUDNN_CHECK(cudnnSetConvolutionGroupCount(raw, static_cast<int>(groups)));
+  return desc;
+}
+
+// One algorithm the heuristics offer, in the three directions' common terms.
+struct Candidate {
+  int algo;
+  cudnnStatus_t status;
+  size_t memory;
+  cudnnDeterminism_t determinism;
+  cudnnMathType_t math;
+};
+
+// Winograd transforms lose accuracy on fp32 data, without a note that says so.
+bool is_winograd(ConvDirection direction, int algo) {
+  switch (direction) {
+    case ConvDirection::Forward:
+      return algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+             algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    case ConvDirection::BackwardData:
+      return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+             algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    case ConvDirection::BackwardFilter:
+      return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+  }
+  return false;
+}
+
+bool is_16bit(DType dtype) { return dtype == DType::BFloat16 || dtype == DType::Float16; }
+
+// The math the policy allows: FMA only for fp32 data under strict fp32
+// (CUDNN_DEFAULT_MATH lets fp32 run as TF32), tensor cores for 16-bit data.
+cudnnMathType_t policy_math(DType dtype, const NumericsPolicy& policy) {
+  if (is_16bit(dtype)) return CUDNN_TENSOR_OP_MATH;
+  return policy.precision == Precision::StrictFp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+}
+
+// The policy on legacy candidates (each runs with policy_math): fp32 data never
+// convert to fp16, and under strict fp32 skip Winograd.
+bool allowed(const Candidate& c, ConvDirection direction, DType dtype, const NumericsPolicy& policy) {
+  if (c.status != CUDNN_STATUS_SUCCESS) return false;
+  if (policy.deterministic && c.determinism != CUDNN_DETERMINISTIC) return false;
+  if (is_16bit(dtype)) return true;
+  if (c.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
+  return policy.precision != Precision::StrictFp32 || !is_winograd(direction, c.algo);
+}
+
+template <class Perf>
+std::vector<Candidate> candidates_of(const std::vector<Perf>& perfs, int count) {
+  std::vector<Candidate> out;
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = perfs[i];
+    out.push_back({static_cast<int>(p.algo), p.status, p.memory, p.determinism, p.mathType});
+  }
+  return out;
+}
+
+struct Descriptors {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+};
+
+std::vector<Candidate> heuristics(ConvDirection direction, const Descriptors& d) {
+  constexpr int kMax = 16;  // more than cuDNN has algorithms in any direction
+  int count = 0;
+  switch (direction) {
+    case ConvDirection::Forward: {
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(kMax);
+      LOOM_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+          handle(), d.x.get(), d.w.get(), d.conv.get(), d.y.get(), kMax, &count, perfs.data()));
+      return candidates_of(perfs, count);
+    }
+    case ConvDirection::BackwardData: {
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(kMax);
+      LOOM_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          handle(), d.w.get(), d.y.get(), d.conv.get(), d.x.get(), kMax, &count, perfs.data()));
+      return candidates_of(perfs, count);
+    }
+    case ConvDirection::BackwardFilter: {
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(kMax);
+      LOOM_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          handle(), d.x.get(), d.y.get(), d.conv.get(), d.w.get(), kMax, &count, perfs.data()));
+      return candidates_of(perfs, count);
+    }
+  }
+  return {};
+}
+
+// Runs one candidate; the status says whether it could.
+cudnnStatus_t execute(ConvDirection direction, const Descriptors& d, const Candidate& c,
+                      const Strided& x, const Strided& w, const Strided& y) {
+  if (cudnnStatus_t s = cudnnSetConvolutionMathType(d.conv.get(), c.math); s != CUDNN_STATUS_SUCCESS) {
+    return s;
+  }
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const bool wide = x.dtype == DType::Float64;
+  const void* one = wide ? static_cast<const void*>(&one_d) : &one_f;
+  const void* zero = wide ? static_cast<const void*>(&zero_d) : &zero_f;
+  void* space = workspace(c.memory);
+  switch (direction) {
+    case ConvDirection::Forward:
+      return cudnnConvolutionForward(handle(), one, d.x.get(), x.data, d.w.get(), w.data, d.conv.get(),
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), space, c.memory,
+                                     zero, d.y.get(), y.data);
+    case ConvDirection::BackwardData:
+      return cudnnConvolutionBackwardData(handle(), one, d.w.get(), w.data, d.y.get(), y.data,
+                                          d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                          space, c.memory, zero, d.x.get(), x.data);
+    case ConvDirection::BackwardFilter:
+      return cudnnConvolutionBackwardFilter(handle(), one, d.x.get(), x.data, d.y.get(), y.data,
+                                            d.conv.get(),
+                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), space,
+                                            c.memory, zero, d.w.get(), w.data);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+// The chosen algorithm per configuration: direction, policy, dtype, the three
+// tensors' dims and strides and the conv parameters.
+using ChoiceKey = std::vector<int64_t>;
+
+ChoiceKey choice_key(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+                     const cpu::ConvParams& p) {
+  const NumericsPolicy& policy = numerics_policy();
+  ChoiceKey key{static_cast<int64_t>(direction), static_cast<int64_t>(policy.precision),
+                policy.deterministic, static_cast<int64_t>(x.dtype)};
+  for (const Strided* t : {&x, &w, &y}) {
+    const TensorSpec spec = spec_of(*t, 0);
+    key.insert(key.end(), spec.dims.begin(), spec.dims.end());
+    key.insert(key.end(), spec.strides.begin(), spec.strides.end());
+  }
+  key.insert(key.end(), {p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w});
+  return key;
+}
+
+struct ChoiceCache {
+  std::mutex mutex;
+  std::map<ChoiceKey, std::optional<Candidate>> choices;  // nullopt: none works
+};
+
+ChoiceCache& choice_cache() {
+  static ChoiceCache cache;
+  return cache;
+}
+
+}  // namespace
+
+std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strided& w,
+                          const Strided& y, const cpu::ConvParams& p) {
+  const int64_t groups = x.sizes[1] / w.sizes[1];
+  Descriptors d{tensor_desc(x), tensor_desc(y), filter_desc(w), conv_desc(p, x.dtype, groups)};
+  const ChoiceKey key = choice_key(direction, x, w, y, p);
+  ChoiceCache& cache = choice_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    if (auto it = cache.choices.find(key); it != cache.choices.end()) {
+      if (!it->second) return "no legacy algorithm ran (cached)";
+      LOOM_CUDNN_CHECK(execute(direction, d, *it->second, x, w, y));
+      return "";
+    }
+  }
+  LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), policy_math(x.dtype, numerics_policy())));
+  const std::vector<Candidate> candidates = heuristics(direction, d);
+  int offered = 0, allowed_count = 0;
+  std::optional<Candidate> chosen;
+  for (Candidate c : candidates) {
+    offered += c.status == CUDNN_STATUS_SUCCESS;
+    if (!allowed(c, direction, x.dtype, numerics_policy())) continue;
+    ++allowed_count;
+    c.math = policy_math(x.dtype, numerics_policy());
+    if (execute(direction, d, c, x, w, y) == CUDNN_STATUS_SUCCESS) {
+      chosen = c;
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.choices[key] = chosen;
+  if (chosen) return "";
+  return fmt::format("legacy API: {} algorithms offered, {} allowed by the numerics policy ({}{}), "
+                     "none ran",
+                     offered, allowed_count, precision_name(numerics_policy().precision),
+                     numerics_policy().deterministic ? ", deterministic" : "");
+}
+
+}  // namespace loom::cudnn
