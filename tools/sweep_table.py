@@ -23,7 +23,7 @@ def main(paths):
                 row[3] = max(row[3], float(worst))
                 row[4] += int(fallback)
     print("| op | precision | cases | passed | passed with decision flips "
-          "| worst error / tolerance | ran on the fallback tier |")
+          "| worst error / allowed | ran on the fallback tier |")
     print("|---|---|---|---|---|---|---|")
     total = [0, 0, 0, 0]
     for (op, precision), (cases, passed, flips, worst, fallback) in sorted(rows.items()):

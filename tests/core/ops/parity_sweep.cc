@@ -112,8 +112,10 @@ void draw_op(Draw& d, Case& c) {
       v["C"] = d.between(1, 64);
       v["N"] = v["spatial"] ? d.between(1, 8) : d.between(2, 64);
       v["H"] = v["spatial"] ? d.between(1, 20) : 1, v["W"] = v["spatial"] ? d.between(1, 20) : 1;
-      if (v["N"] * v["H"] * v["W"] < 2) v["N"] = 2;  // training needs 2 values per channel
       v["training"] = d.between(0, 3) > 0;
+      // At least 4 values per channel: over 2, dx is 0 from terms of size
+      // invstd * dy, a cancellation no float32 arithmetic resolves.
+      if (v["N"] * v["H"] * v["W"] < 4) v["N"] = 4;
       v["affine"] = d.coin();
       v["track"] = v["training"] ? d.coin() : 1;
       break;
@@ -409,18 +411,36 @@ double outlier_fraction(const Tensor& a, const Tensor& ref, double floor, double
 // moves most elements (the mask bug moved 40-100% of them).
 constexpr double kFlipFraction = 0.01;
 
+// A device result may be off by this many times what float32 arithmetic on the
+// CPU is off by in the same case: some cases are ill-conditioned in any float32
+// (a batch norm over 2 values has dx = 0 from terms of size invstd * dy).
+constexpr double kConditioning = 10;
+
+// One tensor against the reference; `cpu32` is the CPU's float32 result, or
+// undefined (the CPU sweep, whose float32 run is the one under test).
 void compare(Outcome& out, const std::string& name, const Tensor& a, const Tensor& ref,
-             double floor, double tolerance, bool flips_allowed) {
+             const Tensor& cpu32, double floor, double tolerance, bool flips_allowed) {
   const double e = relative_error(a, ref, floor);
-  if (e > tolerance && flips_allowed && a.sizes() == ref.sizes() &&
-      outlier_fraction(a, ref, floor, tolerance) <= kFlipFraction) {
+  const double allowed =
+      cpu32.defined() ? std::max(tolerance, kConditioning * relative_error(cpu32, ref, floor))
+                      : tolerance;
+  if (e > allowed && flips_allowed && a.sizes() == ref.sizes() &&
+      outlier_fraction(a, ref, floor, allowed) <= kFlipFraction) {
     out.decision_flips = true;
     return;
   }
-  if (e > out.worst_error || out.worst_tensor.empty()) {
-    out.worst_error = std::max(out.worst_error, e);
+  if (e / allowed > out.worst_ratio || out.worst_tensor.empty()) {
+    out.worst_ratio = std::max(out.worst_ratio, e / allowed);
+    out.worst_error = e;
+    out.allowed_error = allowed;
     out.worst_tensor = name;
   }
+}
+
+// The tensor named `name` in a run's gradients, or undefined.
+Tensor grad_named(const RunResult& r, const std::string& name) {
+  auto it = std::find_if(r.grads.begin(), r.grads.end(), [&](const auto& g) { return g.first == name; });
+  return it == r.grads.end() ? Tensor() : it->second;
 }
 
 int64_t fallback_runs() {
@@ -480,8 +500,9 @@ const char* op_name(Op op) {
 }
 
 std::string Case::describe() const {
-  std::string text = fmt::format("seed {} case {}: {} {} {} {}{}", seed, index, op_name(op),
-                                 precision_name(precision), channels_last ? "channels-last" : "NCHW",
+  std::string text = fmt::format("seed {} case {}: {} {} {} {} {}{}", seed, index, op_name(op),
+                                 float64 ? "float64" : "float32", precision_name(precision),
+                                 channels_last ? "channels-last" : "NCHW",
                                  deterministic ? "deterministic" : "nondeterministic",
                                  op == Op::Chain ? (fused ? " fused" : " unfused") : "");
   for (const auto& [name, value] : ints) text += fmt::format(" {}={}", name, value);
@@ -499,6 +520,7 @@ Case make_case(uint64_t seed, int64_t index, const std::vector<Precision>& preci
   c.deterministic = d.coin();
   c.channels_last = d.coin();
   c.fused = d.coin();
+  c.float64 = d.between(0, 7) == 0;  // what the CPU takes, the GPU takes
   draw_op(d, c);
   return c;
 }
@@ -524,6 +546,17 @@ Outcome run_case(const Case& c, Device device) {
     out.failure = fmt::format("the float64 CPU reference failed: {}", e.what());
     return out;
   }
+  // The CPU's own float32 error, for the conditioning allowance of device runs.
+  RunResult cpu32;
+  if (device.is_cuda()) {
+    try {
+      cpu32 = run_once(c, operands, Device::cpu(), c.float64 ? DType::Float64 : DType::Float32,
+                       Rounding{});
+    } catch (const std::exception& e) {
+      out.failure = fmt::format("the float32 CPU run failed: {}", e.what());
+      return out;
+    }
+  }
   const int64_t fallbacks_before = fallback_runs();
   RunResult result;
   try {
@@ -531,9 +564,9 @@ Outcome run_case(const Case& c, Device device) {
     const bool mixed = c.precision == Precision::Bf16 && device.is_cuda();
     AutocastGuard autocast(mixed ? std::optional<DType>(DType::BFloat16) : std::nullopt);
     FusionGuard fusion(c.op != Op::Chain || c.fused);
-    result = run_once(c, operands, device, DType::Float32, Rounding{});
+    result = run_once(c, operands, device, c.float64 ? DType::Float64 : DType::Float32, Rounding{});
   } catch (const std::exception& e) {
-    out.failure = fmt::format("the float32 run failed: {}", e.what());
+    out.failure = fmt::format("the {} run failed: {}", device.str(), e.what());
     return out;
   }
   out.fallback = fallback_runs() > fallbacks_before;
@@ -546,20 +579,24 @@ Outcome run_case(const Case& c, Device device) {
   const double floor = std::max(1e-3, (c.op == Op::Chain ? 1e-1 : 1e-2) * largest);
   const double tol = tolerance(c.precision);
   const bool chain = c.op == Op::Chain;
-  compare(out, "y", result.y, reference.y, floor, tol, false);
+  const bool has_cpu32 = device.is_cuda();
+  compare(out, "y", result.y, reference.y, has_cpu32 ? cpu32.y : Tensor(), floor, tol, false);
   for (const auto& [name, grad] : reference.grads) {
-    auto it = std::find_if(result.grads.begin(), result.grads.end(),
-                           [&](const auto& g) { return g.first == name; });
-    if (it == result.grads.end()) {
-      out.failure = fmt::format("the float32 run produced no {}", name);
+    const Tensor got = grad_named(result, name);
+    if (!got.defined()) {
+      out.failure = fmt::format("the {} run produced no {}", device.str(), name);
       return out;
     }
-    compare(out, name, it->second, grad, floor, tol, chain);
+    compare(out, name, got, grad, has_cpu32 ? grad_named(cpu32, name) : Tensor(), floor, tol, chain);
   }
-  compare(out, "running_mean", result.running.mean, reference.running.mean, floor, tol, false);
-  compare(out, "running_var", result.running.var, reference.running.var, floor, tol, false);
+  compare(out, "running_mean", result.running.mean, reference.running.mean,
+          has_cpu32 ? cpu32.running.mean : Tensor(), floor, tol, false);
+  compare(out, "running_var", result.running.var, reference.running.var,
+          has_cpu32 ? cpu32.running.var : Tensor(), floor, tol, false);
   return out;
 }
+
+bool Outcome::passed() const { return failure.empty() && worst_ratio <= 1; }
 
 void Summary::add(const Case& c, const Outcome& outcome, bool passed) {
   Row& row = rows_[{op_name(c.op) + std::string(c.op == Op::Chain ? (c.fused ? " fused" : " unfused") : ""),
@@ -568,14 +605,13 @@ void Summary::add(const Case& c, const Outcome& outcome, bool passed) {
   row.passed += passed;
   row.fallback += outcome.fallback;
   row.flips += passed && outcome.decision_flips;
-  const double ratio = outcome.failure.empty() ? outcome.worst_error / tolerance(c.precision) : INFINITY;
-  row.worst_ratio = std::max(row.worst_ratio, ratio);
+  row.worst_ratio = std::max(row.worst_ratio, outcome.failure.empty() ? outcome.worst_ratio : INFINITY);
   failures_ += !passed;
 }
 
 std::string Summary::table() const {
   std::string out =
-      "| op | precision | cases | passed | passed with decision flips | worst error / tolerance "
+      "| op | precision | cases | passed | passed with decision flips | worst error / allowed "
       "| ran on the fallback tier |\n"
       "|---|---|---|---|---|---|---|\n";
   for (const auto& [key, row] : rows_) {
@@ -595,15 +631,15 @@ Summary run_sweep(Device device, const std::vector<Precision>& precisions,
     for (int64_t index = first; index < first + n; ++index) {
       const Case c = make_case(seed, index, precisions);
       const Outcome outcome = run_case(c, device);
-      const bool passed = outcome.failure.empty() && outcome.worst_error <= tolerance(c.precision);
+      const bool passed = outcome.passed();
       summary.add(c, outcome, passed);
       if (passed) continue;
       std::cout << fmt::format(
           "FAILED {}\n  {}\n  rerun: LOOM_SWEEP_SEEDS={} LOOM_SWEEP_CASE={} <this test binary>\n",
           c.describe(),
           outcome.failure.empty()
-              ? fmt::format("{} is off by {:.3g} of its largest value (tolerance {:.0e})",
-                            outcome.worst_tensor, outcome.worst_error, tolerance(c.precision))
+              ? fmt::format("{} is off by {:.3g} of its largest value (allowed {:.3g})",
+                            outcome.worst_tensor, outcome.worst_error, outcome.allowed_error)
               : outcome.failure,
           seed, index);
     }
