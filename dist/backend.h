@@ -55,6 +55,8 @@ struct MpiBootstrap {
 // Initialises MPI if needed and describes this process's place in the job.
 MpiBootstrap mpi_bootstrap();
 std::unique_ptr<Backend> make_mpi_backend(double timeout_seconds);
+// MPI_Abort on MPI_COMM_WORLD.
+[[noreturn]] void mpi_abort(int exit_code);
 // Broadcasts rank 0's id over MPI (from_mpi's bootstrap of NCCL).
 UniqueId broadcast_unique_id(const UniqueId& id, double timeout_seconds);
 std::unique_ptr<Backend> make_nccl_backend(int rank, int size, const UniqueId& id, Device device,

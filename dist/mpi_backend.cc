@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -220,6 +221,11 @@ MpiBootstrap mpi_bootstrap() {
 
 std::unique_ptr<Backend> make_mpi_backend(double timeout_seconds) {
   return std::make_unique<MpiBackend>(timeout_seconds);
+}
+
+void mpi_abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; this tells the compiler so
 }
 
 UniqueId broadcast_unique_id(const UniqueId& id, double timeout_seconds) {

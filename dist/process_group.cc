@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "core/autograd.h"
@@ -14,6 +15,7 @@
 #include "dist/backend.h"
 
 #ifdef LOOM_WITH_CUDA
+#include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #endif
 
@@ -157,6 +159,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_mpi(ProcessGroupOptions options
     UniqueId id = mpi.rank == 0 ? UniqueId::create() : UniqueId{};
     id = broadcast_unique_id(id, options.timeout_seconds);
     group->nccl_ = make_nccl_backend(mpi.rank, mpi.size, id, device, options.timeout_seconds);
+#ifdef LOOM_WITH_CUDA
+    // One process drives one GPU: what it allocates without naming a device goes there.
+    LOOM_CUDA_CHECK(cudaSetDevice(device.index));
+#endif
   }
   return group;
 }
@@ -295,6 +301,11 @@ void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   backend.reduce_scatter(out, in, op)->wait();
   NoGradGuard no_grad;
   if (!out.is_same(output)) output.detach().copy_(out);
+}
+
+void ProcessGroup::abort_job(int exit_code) const {
+  if (mpi_) mpi_abort(exit_code);
+  std::_Exit(exit_code);
 }
 
 void ProcessGroup::barrier() { (mpi_ ? *mpi_ : *nccl_).barrier(); }

@@ -70,7 +70,8 @@ class ProcessGroup {
  public:
   // The ranks of the MPI job this process belongs to (MPI_Init is called when
   // nobody has yet, and MPI_Finalize at exit). A CPU-only group where no GPU
-  // is usable; with a GPU also an NCCL communicator on options.device.
+  // is usable; with a GPU also an NCCL communicator on options.device, which
+  // becomes the calling thread's current GPU.
   static std::shared_ptr<ProcessGroup> from_mpi(ProcessGroupOptions options = {});
   // An NCCL-only group (no MPI: CUDA tensors only) for launchers other than
   // mpirun: `size` processes, this one `rank`, all with the same `id`.
@@ -99,6 +100,11 @@ class ProcessGroup {
   void reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
   // Returns once every rank has called it (over MPI where there is MPI).
   void barrier();
+
+  // Ends every rank of the job now, with `exit_code` (MPI_Abort; a group
+  // without MPI ends this process only, its peers then time out). For a rank
+  // that failed: the others would otherwise wait out their timeout.
+  [[noreturn]] void abort_job(int exit_code) const;
 
   // --- asynchronous, unchecked ---------------------------------------------------
   // All-reduce of a contiguous tensor without the metadata exchange, for
