@@ -368,7 +368,7 @@ TEST_CASE("post-accumulate-grad hooks run once per backward, after every path's 
   CHECK(seen.size() == 2);
   Tensor y = mul(w, 2.0);
   CHECK_THROWS_WITH_FRAGMENT(register_post_accumulate_grad_hook(y, [](const Tensor&) {}),
-                             AutogradError, "the output of 'mul'");
+                             AutogradError, "the output of 'mul_scalar'");
 }
 
 }  // namespace
