@@ -165,10 +165,18 @@ void DistributedDataParallel::start_step() {
     for (const Slot& slot : slots_) {
       if (!slot.ready) missing += (missing.empty() ? "" : ", ") + slot.name;
     }
+    // Reset first, so that a caller who handles the error can run a new step.
+    for (Slot& slot : slots_) slot.ready = false;
+    for (Bucket& bucket : buckets_) {
+      bucket.pending = bucket.slots.size();
+      bucket.work.reset();
+    }
+    next_launch_ = 0;
     throw AutogradError(fmt::format(
-        "[DistributedDataParallel] the previous backward produced no gradient for {}; every "
-        "parameter that requires grad must take part in the loss (freeze unused ones with "
-        "requires_grad_(false) before wrapping the module)",
+        "[DistributedDataParallel] the previous backward produced no gradient for {}, so its "
+        "gradients were not averaged. Every parameter that requires grad must take part in the "
+        "loss (freeze unused ones with requires_grad_(false) before wrapping the module); or "
+        "that backward stopped on an error",
         missing.empty() ? std::string("some parameters") : missing));
   }
   // The previous step's collectives: normally long done; a dead peer shows up

@@ -24,6 +24,12 @@
 //
 // Every parameter that requires grad must receive a gradient in every backward
 // (unused parameters are not supported: the next forward throws naming them).
+// Other collectives on the same group must not run during backward: the
+// buckets' all-reduces are queued on their own stream, and NCCL needs every
+// rank to issue a communicator's collectives in one order.
+// A dead peer is detected by the group's deadline in eager steps (the next
+// forward polls the previous step's all-reduces); a replayed CUDA graph is not
+// watched, so a hang there shows as the host's next read of a result.
 // Gradients are averaged in their own dtype (fp32 master weights under bf16
 // autocast). Each rank's loss must be the mean over its local batch, so the
 // average of the ranks' gradients is the gradient of the global batch's mean.
