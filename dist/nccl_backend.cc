@@ -106,12 +106,12 @@ class NcclBackend final : public Backend {
   }
 
   ~NcclBackend() override {
-    if (comm_ == nullptr) return;
-    DeviceScope scope(device_.index);
-    if (aborted_) return;
+    if (comm_ == nullptr || aborted_) return;
     // Finalize flushes what is queued; a peer that died would hang it, so it
     // is polled like everything else and the communicator aborted on timeout.
+    // Nothing may escape a destructor: a failure aborts the communicator.
     try {
+      DeviceScope scope(device_.index);
       if (LOOM_NCCL_CHECK(comm_, ncclCommFinalize(comm_)) == ncclInProgress) settle("finalize");
       ncclCommDestroy(comm_);
     } catch (const Error&) {
