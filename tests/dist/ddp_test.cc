@@ -1,10 +1,13 @@
 // nn::DistributedDataParallel over MPI between the ranks of `mpirun.sh N`
 // (N >= 2): N ranks with B samples each train like one process with the
-// global batch of N * B.
+// global batch of N * B. On the CPU by default; with LOOM_DIST_TEST_DEVICE=cuda
+// each rank trains on its GPU over NCCL (strict fp32, so that the only
+// difference left is the order of the sums).
 #include "dist/ddp.h"
 
 #include <doctest/doctest.h>
 
+#include "core/numerics.h"
 #include "core/ops/ops.h"
 #include "layers/nn.h"
 #include "optim/sgd.h"
@@ -18,10 +21,14 @@ namespace {
 
 constexpr int64_t kPerRank = 4, kIn = 8, kClasses = 5;
 
+Device device() { return world()->device(); }
+
 std::shared_ptr<nn::Sequential> make_net(uint64_t seed) {
   manual_seed(seed);
-  return std::make_shared<nn::Sequential>(nn::Linear(kIn, 16), nn::ReLU(), nn::Linear(16, 16),
-                                          nn::ReLU(), nn::Linear(16, kClasses));
+  auto net = std::make_shared<nn::Sequential>(nn::Linear(kIn, 16), nn::ReLU(), nn::Linear(16, 16),
+                                              nn::ReLU(), nn::Linear(16, kClasses));
+  net->to(device());
+  return net;
 }
 
 struct GlobalBatch {
@@ -34,7 +41,8 @@ struct GlobalBatch {
 GlobalBatch global_batch(int step) {
   Generator gen(1000 + step);
   const int64_t n = world()->size() * kPerRank;
-  return {randn({n, kIn}, {}, &gen), randint(0, kClasses, {n}, {.dtype = DType::Int64}, &gen)};
+  return {randn({n, kIn}, {}, &gen).to(device()),
+          randint(0, kClasses, {n}, {.dtype = DType::Int64}, &gen).to(device())};
 }
 
 // A model with a parameter the forward never uses.
@@ -56,6 +64,7 @@ class HalfUsed final : public nn::Module {
 TEST_CASE("DDP: N ranks match one process with the global batch after 5 SGD steps") {
   // fp32; the difference is only the order of the sums (mean of local means vs
   // one mean), so rtol 1e-5, atol 1e-6 is ample.
+  NumericsGuard strict({.precision = Precision::StrictFp32});
   for (double bucket_mb : {25.0, 0.001}) {  // one bucket, and one or two parameters per bucket
     CAPTURE(bucket_mb);
     auto reference = make_net(0);
@@ -85,6 +94,7 @@ TEST_CASE("DDP: N ranks match one process with the global batch after 5 SGD step
 }
 
 TEST_CASE("DDP: no_sync accumulates locally; the next backward averages the sum") {
+  NumericsGuard strict({.precision = Precision::StrictFp32});
   auto reference = make_net(3);
   auto replica = make_net(3);
   nn::DistributedDataParallel ddp(replica, world());
@@ -106,6 +116,7 @@ TEST_CASE("DDP: no_sync accumulates locally; the next backward averages the sum"
 TEST_CASE("DDP: replicas whose models differ are refused at construction") {
   manual_seed(0);
   auto net = std::make_shared<nn::Sequential>(nn::Linear(kIn, world()->rank() == 0 ? 4 : 5));
+  net->to(device());
   CHECK_THROWS_WITH_FRAGMENT(nn::DistributedDataParallel(net, world()),
                              ShapeError, "the ranks' shapes differ");
 }
@@ -113,6 +124,7 @@ TEST_CASE("DDP: replicas whose models differ are refused at construction") {
 TEST_CASE("DDP: a parameter without a gradient is named at the next forward") {
   manual_seed(0);
   auto net = std::make_shared<HalfUsed>();
+  net->to(device());
   nn::DistributedDataParallel ddp(net, world());
   GlobalBatch batch = global_batch(0);
   cross_entropy(ddp(batch.local_x()), batch.local_y()).backward();

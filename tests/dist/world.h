@@ -3,17 +3,27 @@
 // same test case).
 #pragma once
 
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "dist/process_group.h"
 
 namespace loom::testing {
 
+// Where the DDP cases train: the CPU (MPI) by default; LOOM_DIST_TEST_DEVICE=cuda
+// on a multi-GPU host trains on cuda:<local rank> over NCCL (the collective
+// cases keep CPU tensors, so they still test MPI).
+inline bool test_on_gpu() {
+  const char* device = std::getenv("LOOM_DIST_TEST_DEVICE");
+  return device != nullptr && std::string(device) == "cuda";
+}
+
 inline const std::shared_ptr<dist::ProcessGroup>& world() {
-  // CPU tensors over MPI even on a GPU host; a short timeout, so a broken test
-  // fails in seconds instead of hanging the suite.
-  static std::shared_ptr<dist::ProcessGroup> group =
-      dist::ProcessGroup::from_mpi({.timeout_seconds = 60, .device = Device::cpu()});
+  // A short timeout, so a broken test fails in seconds instead of hanging the suite.
+  static std::shared_ptr<dist::ProcessGroup> group = dist::ProcessGroup::from_mpi(
+      {.timeout_seconds = 60,
+       .device = test_on_gpu() ? std::nullopt : std::optional<Device>(Device::cpu())});
   return group;
 }
 
