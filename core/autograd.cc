@@ -1,6 +1,7 @@
 #include "core/autograd.h"
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -114,6 +115,9 @@ class AccumulateGrad final : public Node {
     } else {
       accumulate_into(leaf_.grad(), grad);
     }
+    // A copy: a hook may register or remove hooks.
+    auto hooks = leaf_.impl()->post_accumulate_hooks;
+    for (auto& [handle, hook] : hooks) hook(leaf_);
     return {};
   }
 
@@ -225,6 +229,24 @@ void check_inplace(const Tensor& tensor, std::string_view op) {
         op, tensor.grad_fn()->name()));
   }
   tensor.storage()->bump_version();
+}
+
+int64_t register_post_accumulate_grad_hook(const Tensor& leaf, GradHook hook) {
+  LOOM_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(), AutogradError,
+             "[register_post_accumulate_grad_hook] hooks go on leaf tensors that require grad "
+             "(parameters); this tensor is {}",
+             !leaf.defined() ? "undefined" : leaf.is_leaf() ? "a leaf without requires_grad"
+                                                            : "the output of '" + leaf.grad_fn()->name() + "'");
+  LOOM_CHECK(hook != nullptr, ValueError, "[register_post_accumulate_grad_hook] the hook is empty");
+  static std::atomic<int64_t> next_handle{0};
+  int64_t handle = next_handle++;
+  leaf.impl()->post_accumulate_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, int64_t handle) {
+  auto& hooks = leaf.impl()->post_accumulate_hooks;
+  std::erase_if(hooks, [handle](const auto& entry) { return entry.first == handle; });
 }
 
 void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {

@@ -72,6 +72,15 @@ void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
 // requires grad and grad mode is on. Bumps the storage version otherwise.
 void check_inplace(const Tensor& tensor, std::string_view op);
 
+// Calls `hook(leaf)` each time a backward has finished writing leaf.grad (once
+// per backward, after every path's gradient is summed in), as PyTorch's
+// register_post_accumulate_grad_hook. DistributedDataParallel uses it to start
+// a bucket's all-reduce while the rest of the backward still runs. Hooks run in
+// registration order, with grad mode off. Returns a handle for removal.
+using GradHook = std::function<void(const Tensor& leaf)>;
+int64_t register_post_accumulate_grad_hook(const Tensor& leaf, GradHook hook);
+void remove_post_accumulate_grad_hook(const Tensor& leaf, int64_t handle);
+
 // The engine behind Tensor::backward.
 void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
 

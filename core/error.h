@@ -50,6 +50,11 @@ class CudnnError : public CudaError {
 class OutOfMemoryError : public CudaError {
   using CudaError::CudaError;
 };
+// A collective between processes that failed: a peer that died or stalled past
+// the timeout, or a failed MPI or NCCL call (loom::dist).
+class DistError : public Error {
+  using Error::Error;
+};
 // Files: unreadable, truncated or malformed.
 class IoError : public Error {
   using Error::Error;

@@ -8,6 +8,7 @@
 //   std::cout << y.slice(0, 0, 2) << "\n";
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string_view>
@@ -128,6 +129,9 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;           // null for leaves
   Tensor grad;                             // leaves only
   std::weak_ptr<Node> grad_accumulator;    // leaves only, made on first use
+  // Leaves only: called with the leaf after a backward has written its .grad
+  // (core/autograd.h, register_post_accumulate_grad_hook), by handle.
+  std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> post_accumulate_hooks;
 };
 
 // --- factories ------------------------------------------------------------------

@@ -28,10 +28,10 @@ if [ -d bench ]; then
   cp bench/*.py bench/run.sh .bundle/bench/
 fi
 # Libraries the GPU host lacks: everything resolved here except the C runtime
-# and the CUDA libraries, which the host provides in matching versions. Loom's
+# and the CUDA libraries (NCCL included), which the host provides in matching versions. Loom's
 # own libraries are shared objects (Bazel's default for tests), so each is
 # shipped once rather than linked into every binary.
-skip='^(libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcudnn|libcublas|libnvrtc|linux-vdso)'
+skip='^(libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcudnn|libcublas|libnvrtc|libnccl|linux-vdso)'
 for label in $targets $bench; do
   ldd "bazel-bin/$(echo "${label#//}" | tr : /)" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
     if ! echo "$name" | grep -Eq "$skip"; then cp -L -n "$path" .bundle/lib/; fi

@@ -81,6 +81,10 @@ int train_main(int argc, char** argv, TrainConfig config, const char* usage) {
       config.autotune = true;
       continue;
     }
+    if (arg == "--distributed") {
+      config.distributed = true;
+      continue;
+    }
     auto flag = flags.find(arg);
     if (flag == flags.end()) usage_error("unknown argument '" + arg + "'", usage);
     if (i + 1 >= argc) usage_error(arg + " needs a value", usage);

@@ -16,6 +16,7 @@
 #include "data/cifar.h"
 #include "data/dataloader.h"
 #include "data/idx.h"
+#include "examples/common/distributed.h"
 #include "layers/nn.h"
 #include "optim/adam.h"
 #include "optim/scheduler.h"
@@ -157,7 +158,7 @@ struct Training {
 };
 
 // The step both TrainSteps run: logits, then the loss (timed as its own row).
-optim::StepFunction step_function(nn::Sequential& net, const TrainConfig& c) {
+optim::StepFunction step_function(nn::Module& net, const TrainConfig& c) {
   return [&net, smoothing = c.label_smoothing](const Tensor& x, const Tensor& y) {
     Tensor logits = net(x);
     ProfileScope scope("(loss)", ProfilePhase::Forward, x.device().is_cuda());
@@ -284,7 +285,10 @@ void save(const TrainConfig& c, Training& t, int epochs_done) {
 PrecisionScope::PrecisionScope(const std::string& precision, Device device, bool autotune)
     : numerics_(policy_of(precision, autotune)), autocast_(autocast_of(precision, device)) {}
 
-TrainResult train(const TrainConfig& c) {
+namespace {
+
+// The training run; `group` is null unless it is one rank of a data-parallel job.
+TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> group) {
   const auto began = std::chrono::steady_clock::now();
   LOOM_CHECK(c.epochs >= 1 && c.batch_size >= 1, ValueError,
              "[train] epochs and batch size must be positive, got {} and {}", c.epochs, c.batch_size);
@@ -295,16 +299,20 @@ TrainResult train(const TrainConfig& c) {
   manual_seed(c.seed);
   data::Dataset train_set = first(load(c, data::Split::Train), c.limit);
   data::Dataset test_set = first(load(c, data::Split::Test), c.test_limit);
-  data::DataLoader train_loader = make_loader(c, train_set, /*training=*/true);
+  data::DataLoader train_loader =
+      make_loader(c, group ? epoch_shard(train_set, c, *group, 0) : train_set, /*training=*/true);
   data::DataLoader test_loader = make_loader(c, test_set, /*training=*/false);
   nn::Sequential net = make_model(c.model);
   net.to(c.device);
   if (c.device.is_cuda()) net.to(MemoryFormat::ChannelsLast);  // cuDNN's native layout
   if (c.fuse) nn::fuse(net);  // same parameters and state_dict names; unfused where cuDNN has no engine
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
+  if (group) ddp = std::make_unique<nn::DistributedDataParallel>(std::shared_ptr<nn::Module>(&net, [](nn::Module*) {}), group);
+  nn::Module& stepped = ddp ? static_cast<nn::Module&>(*ddp) : net;  // DDP averages the gradients
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(c, net.parameters());
   std::unique_ptr<optim::LRScheduler> schedule = make_schedule(c, *opt, train_loader.size());
-  optim::TrainStep step(step_function(net, c), *opt, {.cuda_graph = c.cuda_graph});
-  optim::TrainStep profiled(step_function(net, c), *opt, {.cuda_graph = false});
+  optim::TrainStep step(step_function(stepped, c), *opt, {.cuda_graph = c.cuda_graph});
+  optim::TrainStep profiled(step_function(stepped, c), *opt, {.cuda_graph = false});
   Training t{net, *opt, schedule.get(), train_loader, step, profiled};
   int start = c.resume.empty() ? 0 : resume(c, t);
   if (c.progress) {
@@ -317,8 +325,10 @@ TrainResult train(const TrainConfig& c) {
   Metrics metrics(c.metrics);
   TrainResult result;
   for (int epoch = start; epoch < c.epochs; ++epoch) {
+    if (group && epoch > 0) train_loader = make_loader(c, epoch_shard(train_set, c, *group, epoch), true);
     train_loader.set_epoch(epoch);
     EpochResult r = train_epoch(t, epoch + 1, c);
+    if (group) r.images_per_second *= group->size();  // every rank steps in lockstep
     r.test_accuracy = evaluate(net, test_loader);
     r.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (c.progress) {
@@ -335,6 +345,14 @@ TrainResult train(const TrainConfig& c) {
   }
   result.model = net.state_dict();
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config) {
+  if (!config.distributed) return train_on(config, nullptr);
+  std::shared_ptr<dist::ProcessGroup> group = join_job(config);
+  return run_or_abort(*group, [&] { return train_on(rank_config(config, *group), group); });
 }
 
 }  // namespace loom::examples

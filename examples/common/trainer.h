@@ -45,6 +45,7 @@ struct TrainConfig {
   int64_t test_limit = 0;            // evaluate on the first `test_limit` test images (0: all)
   std::string save, resume, metrics; // checkpoint out, checkpoint in, CSV/JSONL metrics
   bool progress = true;              // the per-epoch progress line on stderr
+  bool distributed = false;          // data-parallel under mpirun (examples/common/distributed.h)
 };
 
 struct EpochResult {

@@ -350,5 +350,26 @@ TEST_CASE("the graph is freed with its output, with or without a backward") {
   CHECK(node.expired());
 }
 
+TEST_CASE("post-accumulate-grad hooks run once per backward, after every path's gradient is summed") {
+  Tensor w = tensor({1.0, 2.0}, {2}, {.requires_grad = true});
+  std::vector<std::vector<double>> seen;
+  int64_t handle = register_post_accumulate_grad_hook(
+      w, [&](const Tensor& leaf) { seen.push_back(leaf.grad().to_vector<double>()); });
+  // Two paths into w: the hook sees their sum once, not each half.
+  sum(add(mul(w, 3.0), w)).backward();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == std::vector<double>{4.0, 4.0});
+  // A second backward accumulates into .grad, then the hook sees the total.
+  sum(w).backward();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1] == std::vector<double>{5.0, 5.0});
+  remove_post_accumulate_grad_hook(w, handle);
+  sum(w).backward();
+  CHECK(seen.size() == 2);
+  Tensor y = mul(w, 2.0);
+  CHECK_THROWS_WITH_FRAGMENT(register_post_accumulate_grad_hook(y, [](const Tensor&) {}),
+                             AutogradError, "the output of 'mul_scalar'");
+}
+
 }  // namespace
 }  // namespace loom

@@ -33,7 +33,7 @@ def _cuda_configure_impl(ctx):
     build = 'package(default_visibility = ["//visibility:public"])\n'
     if path == None:
         build += 'cc_library(name = "headers")\n'
-        for name in ["cudart", "cudnn", "cublas", "nvrtc"]:
+        for name in ["cudart", "cudnn", "cublas", "nvrtc", "nccl"]:
             build += 'cc_library(name = "%s")\n' % name
         ctx.file("defs.bzl", "CUDA_FOUND = False\nCUDA_PATH = \"\"\n")
     else:
@@ -50,6 +50,12 @@ cc_library(
         build += _lib("cudnn", libdir, ["cudnn"])
         build += _lib("cublas", libdir, ["cublasLt", "cublas"])
         build += _lib("nvrtc", libdir, ["nvrtc"])
+        # NCCL ships with the toolkit here; on hosts where it lives elsewhere
+        # (/lib/x86_64-linux-gnu), the loader finds libnccl.so.2 there at run time.
+        if ctx.path(libdir + "/libnccl.so").exists:
+            build += _lib("nccl", libdir, ["nccl"])
+        else:
+            build += 'cc_library(name = "nccl", linkopts = ["-lnccl"], deps = [":headers"])\n'
         ctx.file("defs.bzl", "CUDA_FOUND = True\nCUDA_PATH = \"%s\"\n" % path)
     ctx.file("BUILD", build)
 

@@ -1,0 +1,54 @@
+// File: examples/common/distributed.cc
+#include "examples/common/distributed.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "data/distributed_sampler.h"
+
+namespace loom::examples {
+
+std::shared_ptr<dist::ProcessGroup> join_job(const TrainConfig& config) {
+  dist::ProcessGroupOptions options;
+  if (!config.device.is_cuda()) options.device = Device::cpu();
+  std::shared_ptr<dist::ProcessGroup> group = dist::ProcessGroup::from_mpi(options);
+  if (group->rank() == 0 && config.progress) {
+    std::printf("distributed: %d ranks (%s), global batch %d x %lld\n", group->size(),
+                group->has_nccl() ? "NCCL" : "MPI", group->size(),
+                static_cast<long long>(config.batch_size));
+  }
+  return group;
+}
+
+TrainConfig rank_config(const TrainConfig& config, const dist::ProcessGroup& group) {
+  TrainConfig c = config;
+  c.device = group.device();
+  if (group.rank() != 0) {
+    c.progress = false;
+    c.metrics.clear();
+    c.save.clear();
+    c.profile_steps = 0;
+  }
+  return c;
+}
+
+data::Dataset epoch_shard(const data::Dataset& train, const TrainConfig& config,
+                          const dist::ProcessGroup& group, int epoch) {
+  data::DistributedSampler sampler(train.size(), {.num_replicas = group.size(),
+                                                  .rank = group.rank(),
+                                                  .seed = config.seed});
+  sampler.set_epoch(epoch);
+  return data::gather(train, sampler.indices());
+}
+
+TrainResult run_or_abort(const dist::ProcessGroup& group, const std::function<TrainResult()>& train) {
+  try {
+    return train();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "\ntrain: rank %d of %d: %s\n", group.rank(), group.size(), e.what());
+    std::fflush(stderr);
+    group.abort_job(1);
+  }
+}
+
+}  // namespace loom::examples

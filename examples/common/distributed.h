@@ -1,0 +1,38 @@
+// File: examples/common/distributed.h
+// The trainers' data-parallel mode (--distributed): one rank per GPU under
+// mpirun, each training on its DistributedSampler shard of every epoch with
+// the per-rank batch size, so the global batch is ranks x batch. Rank 0 alone
+// prints progress and writes metrics and checkpoints; checkpoints hold the one
+// replicated model, so a run resumes with any number of ranks.
+//
+//   mpirun -np 2 bazel-bin/examples/mnist/train --distributed --batch-size 128
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "data/dataset.h"
+#include "dist/ddp.h"
+#include "dist/process_group.h"
+#include "examples/common/trainer.h"
+
+namespace loom::examples {
+
+// Joins the MPI job: an NCCL group on cuda:<local rank> when config.device is
+// CUDA, an MPI group on the CPU otherwise.
+std::shared_ptr<dist::ProcessGroup> join_job(const TrainConfig& config);
+
+// This rank's config: its GPU, and on ranks other than 0 no progress,
+// metrics or checkpoint writes.
+TrainConfig rank_config(const TrainConfig& config, const dist::ProcessGroup& group);
+
+// This rank's samples of `epoch` (shuffled as config.seed and the epoch say;
+// the last incomplete round padded, as PyTorch's DistributedSampler).
+data::Dataset epoch_shard(const data::Dataset& train, const TrainConfig& config,
+                          const dist::ProcessGroup& group, int epoch);
+
+// Runs `train`; a loom::Error on this rank is printed and ends every rank
+// (MPI_Abort) at once, instead of leaving the others to time out.
+TrainResult run_or_abort(const dist::ProcessGroup& group, const std::function<TrainResult()>& train);
+
+}  // namespace loom::examples

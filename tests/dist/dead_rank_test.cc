@@ -1,0 +1,65 @@
+// A rank that dies or stalls makes the others fail with a clear error within
+// the group's timeout (3 s in dead_rank_worker), never a hang: each case runs
+// a two-rank job under mpirun and checks how and how fast it ended.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct JobResult {
+  int exit_code = -1;
+  double seconds = 0;
+  std::string output;
+};
+
+JobResult run_job(const std::string& scenario) {
+  const std::string command =
+      "tests/dist/mpirun.sh 2 tests/dist/dead_rank_worker " + scenario + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  JobResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  MESSAGE("scenario " << scenario << ": exit " << result.exit_code << " after " << result.seconds
+                      << " s, output:\n" << result.output);
+  return result;
+}
+
+}  // namespace
+
+// The stalled peer never comes back: only the deadline can end the wait.
+TEST_CASE("a stalled rank makes the other throw DistError after the timeout, not hang") {
+  JobResult job = run_job("stall");
+  CHECK(job.exit_code != 0);
+  CHECK(job.seconds < 30);  // timeout 3 s; the stalled rank sleeps 60 s; mpirun.sh kills at 240 s
+  CHECK(job.output.find("rank 0 caught: [all_reduce] rank 0 of 2 waited 3 s for the other ranks") !=
+        std::string::npos);
+  CHECK(job.output.find("finished without noticing") == std::string::npos);
+}
+
+TEST_CASE("a stalled rank during DDP's backward makes the other throw DistError") {
+  JobResult job = run_job("ddp-stall");
+  CHECK(job.exit_code != 0);
+  CHECK(job.seconds < 30);
+  CHECK(job.output.find("rank 0 caught: [all_reduce] rank 0 of 2 waited 3 s") != std::string::npos);
+}
+
+// A crashed peer: mpirun notices the exit and ends the job, or rank 0's
+// deadline fires first; either way the job fails fast and says why.
+TEST_CASE("a rank that exits early ends the job with an error, not a hang") {
+  JobResult job = run_job("exit");
+  CHECK(job.exit_code != 0);
+  CHECK(job.seconds < 30);
+  const bool ours = job.output.find("rank 0 caught: [all_reduce]") != std::string::npos;
+  const bool mpiruns = job.output.find("due to process rank 1") != std::string::npos;
+  CHECK((ours || mpiruns));
+  CHECK(job.output.find("finished without noticing") == std::string::npos);
+}

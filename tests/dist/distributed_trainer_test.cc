@@ -1,0 +1,68 @@
+// The trainers' --distributed mode (examples/common/distributed.h) as ranks
+// of the MPI suite: it lives here, not under tests/examples, because it needs
+// mpirun.sh's ranks.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "examples/common/trainer.h"
+#include "tests/dist/world.h"
+#include "tests/testing.h"
+
+using namespace loom;
+using loom::testing::world;
+
+namespace {
+
+// The same path on every rank (mpirun gives local ranks the same environment).
+std::string shared_path(const char* name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return (std::filesystem::path(dir ? dir : "/tmp") / name).string();
+}
+
+examples::TrainConfig synthetic_run(int epochs) {
+  return {.synthetic_images = 240, .epochs = epochs, .batch_size = 16, .device = Device::cpu(),
+          .seed = 3, .save = shared_path("ddp.ckpt"), .metrics = shared_path("ddp.csv"),
+          .progress = false, .distributed = true};
+}
+
+int count_lines(const std::string& path) {
+  std::ifstream in(path);
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("trainer --distributed: the replicas stay identical, rank 0 alone writes, resume works") {
+  if (world()->rank() == 0) {
+    std::filesystem::remove(shared_path("ddp.csv"));
+    std::filesystem::remove(shared_path("ddp.ckpt"));
+  }
+  world()->barrier();
+  examples::TrainResult first = examples::train(synthetic_run(1));
+  REQUIRE(first.epochs.size() == 1);
+  // Every rank saw a different shard, yet the averaged gradients keep the
+  // parameters bit-identical: compare each with rank 0's. (Batch-norm running
+  // statistics are each rank's own: DistributedDataParallelOptions::broadcast_buffers.)
+  for (auto& [name, t] : first.model) {
+    CAPTURE(name);
+    if (name.find("running_") != std::string::npos) continue;
+    Tensor rank0 = t.clone();
+    world()->broadcast(rank0, 0);
+    CHECK_CLOSE(t, rank0, 0, 0);
+  }
+  world()->barrier();
+  CHECK(count_lines(shared_path("ddp.csv")) == 2);  // the header and epoch 1, from rank 0 only
+  // Resuming continues from the checkpoint rank 0 wrote (any number of ranks may resume it).
+  examples::TrainConfig more = synthetic_run(2);
+  more.resume = shared_path("ddp.ckpt");
+  examples::TrainResult second = examples::train(more);
+  REQUIRE(second.epochs.size() == 1);
+  CHECK(second.epochs[0].epoch == 2);
+  world()->barrier();
+  CHECK(count_lines(shared_path("ddp.csv")) == 3);
+}

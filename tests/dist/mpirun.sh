@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs a program as N ranks on this host under Open MPI (Debian's openmpi-bin):
+#   tests/dist/mpirun.sh N program [args...]
+# A hung job is killed after LOOM_MPI_TEST_TIMEOUT seconds (default 240).
+set -euo pipefail
+n=$1
+shift
+mpirun=$(command -v mpirun || echo /usr/bin/mpirun)
+# More ranks than cores is fine for tests; root needs Open MPI's explicit consent.
+flags=(-np "$n" --oversubscribe --bind-to none)
+[ "$(id -u)" -ne 0 ] || flags+=(--allow-run-as-root)
+# Shared memory between local ranks; the single-copy mechanism (CMA, ptrace)
+# is refused inside most containers, so it is off.
+export OMPI_MCA_btl=self,vader
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+exec timeout "${LOOM_MPI_TEST_TIMEOUT:-240}" "$mpirun" "${flags[@]}" "$@"
