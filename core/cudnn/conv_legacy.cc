@@ -15,11 +15,13 @@
 #include <optional>
 #include <vector>
 
+#include "core/cuda/runtime.h"
 #include "core/cudnn/backend.h"
 #include "core/cudnn/context.h"
 #include "core/cudnn/tensor_spec.h"
 #include "core/error.h"
 #include "core/numerics.h"
+#include "core/shape.h"
 
 namespace loom::cudnn {
 
@@ -218,9 +220,52 @@ ChoiceCache& choice_cache() {
   return cache;
 }
 
+// A dense NCHW device copy of a tensor, for the legacy algorithms that take no
+// NHWC (grouped and depthwise dgrad and wgrad offer none in cuDNN 9.19).
+class NchwCopy {
+ public:
+  explicit NchwCopy(const Strided& like) : view_(like) {
+    view_.strides = contiguous_strides(like.sizes);
+    view_.data = cuda::malloc_device(static_cast<size_t>(like.numel()) * element_size(like.dtype), 0);
+  }
+  ~NchwCopy() { cuda::free_device(view_.data, 0); }
+  NchwCopy(const NchwCopy&) = delete;
+  NchwCopy& operator=(const NchwCopy&) = delete;
+  const Strided& view() const { return view_; }
+
+ private:
+  Strided view_;
+};
+
+bool is_nchw(const Strided& t) { return t.strides == contiguous_strides(t.sizes); }
+
+// Chooses (once per key) and runs a legacy algorithm for tensors as they are.
+std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+                      const cpu::ConvParams& p);
+
 }  // namespace
 
 std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strided& w,
+                          const Strided& y, const cpu::ConvParams& p) {
+  const std::string as_is = run_as_is(direction, x, w, y, p);
+  if (as_is.empty() || (is_nchw(x) && is_nchw(w) && is_nchw(y))) return as_is;
+  // The inputs are copied in; the output is written into its copy and copied back.
+  const Strided* out = direction == ConvDirection::Forward        ? &y
+                       : direction == ConvDirection::BackwardData ? &x
+                                                                  : &w;
+  NchwCopy xc(x), wc(w), yc(y);
+  for (const auto& [copy, original] : {std::pair{&xc, &x}, {&wc, &w}, {&yc, &y}}) {
+    if (original != out) cuda::copy(copy->view(), *original);
+  }
+  const std::string nchw = run_as_is(direction, xc.view(), wc.view(), yc.view(), p);
+  if (!nchw.empty()) return fmt::format("{} as laid out; {} in NCHW copies", as_is, nchw);
+  cuda::copy(*out, out == &y ? yc.view() : out == &x ? xc.view() : wc.view());
+  return "";
+}
+
+namespace {
+
+std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& w,
                           const Strided& y, const cpu::ConvParams& p) {
   const int64_t groups = x.sizes[1] / w.sizes[1];
   Descriptors d{tensor_desc(x), tensor_desc(y), filter_desc(w), conv_desc(p, x.dtype, groups)};
@@ -256,5 +301,7 @@ std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strid
                      offered, allowed_count, precision_name(numerics_policy().precision),
                      numerics_policy().deterministic ? ", deterministic" : "");
 }
+
+}  // namespace
 
 }  // namespace loom::cudnn

@@ -56,8 +56,9 @@ double relative_error(const Tensor& a, const Tensor& ref, double floor = 1e-3);
 // The largest allowed error, relative to the reference's largest magnitude.
 double tolerance(Precision precision);
 
-// Each tensor may be off by tolerance(precision) of its scale, or by 10x the
-// CPU's own float32 error in the same case where that is larger (device runs).
+// Each tensor may be off by tolerance(precision) of its scale, or, where that
+// is larger (device runs), by 10x the CPU's own float32 error in the same case
+// (times 2^13 under tf32, whose operands have 10 mantissa bits, not 23).
 struct Outcome {
   double worst_ratio = 0;    // max over the compared tensors of error / allowed error
   double worst_error = 0;    // the error and allowed error of that tensor
