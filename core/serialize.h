@@ -51,6 +51,11 @@ std::string_view safetensors_dtype(DType dtype);
 // header, not the data).
 std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
 
+// Throws IoError naming `path` when a save there would fail for its folder
+// (missing, not writable, a directory in the way); writes nothing. Lets a
+// trainer refuse a bad --save at start-up instead of after its first epoch.
+void check_save_path(const std::string& path);
+
 // Everything needed to resume training bit-identically.
 struct TrainingCheckpoint {
   StateDict model;      // the model's state_dict (PyTorch names)
@@ -64,7 +69,9 @@ struct TrainingCheckpoint {
 // One safetensors file: tensors "model.<name>" and "optimizer.<name>", the
 // scalars and `extra` in __metadata__, and the CRC-32 of the data section,
 // which load_checkpoint verifies (a flipped byte is an IoError), with a second
-// CRC-32 over the header so that a corrupt scalar is caught as well.
+// CRC-32 over the header so that a corrupt scalar is caught as well. Loading
+// range-checks the scalars (epoch 0..2^31-1, step >= 0): an IoError names the
+// file and the value.
 void save_checkpoint(const std::string& path, const TrainingCheckpoint& checkpoint);
 TrainingCheckpoint load_checkpoint(const std::string& path, Device device = Device::cpu());
 
