@@ -50,6 +50,10 @@ class CudnnError : public CudaError {
 class OutOfMemoryError : public CudaError {
   using CudaError::CudaError;
 };
+// A value that must be finite is NaN or +-inf (a training loss).
+class NonFiniteError : public Error {
+  using Error::Error;
+};
 // Files: unreadable, truncated or malformed.
 class IoError : public Error {
   using Error::Error;
