@@ -122,14 +122,15 @@ void check_class_balance(const Dataset& dataset, const std::string& folder) {
   }
 }
 
-Dataset parse_batch(std::span<const uint8_t> file, const std::string& path, CifarOptions options) {
+}  // namespace
+
+Dataset parse_cifar_batch(std::span<const uint8_t> file, const std::string& path,
+                          CifarOptions options) {
   return decode_records(file, check_batch_size(file, path, options), path);
 }
 
-}  // namespace
-
 Dataset read_cifar_batch(const std::string& path, CifarOptions options) {
-  return parse_batch(read_file_bytes(path, "cifar10", kMaxBatchBytes), path, options);
+  return parse_cifar_batch(read_file_bytes(path, "cifar10", kMaxBatchBytes), path, options);
 }
 
 Dataset load_cifar10(const std::string& folder, Split split, CifarOptions options) {
@@ -146,7 +147,7 @@ Dataset load_cifar10(const std::string& folder, Split split, CifarOptions option
                  other);
     }
     seen.emplace_back(hash, name);
-    parts.push_back(parse_batch(file, path, options));
+    parts.push_back(parse_cifar_batch(file, path, options));
   }
   Dataset dataset = parts.size() == 1 ? parts[0] : concat(parts);
   if (options.strict && split == Split::Test) check_class_balance(dataset, folder);

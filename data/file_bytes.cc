@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "core/error.h"
@@ -125,10 +126,24 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view t
   if (!ends_with(path, ".gz")) return read_plain(path, tag, max_bytes);
   // A gzip stream shrinks image data at most ~1000x; the output cap is what matters.
   std::vector<uint8_t> packed = read_plain(path, tag, max_bytes);
+  return gunzip_bytes(packed, path, tag, max_bytes, prefix);
+}
+
+std::vector<uint8_t> read_stored_bytes(const std::string& path, std::string_view tag,
+                                       uint64_t max_bytes) {
+  return read_plain(path, tag, max_bytes);
+}
+
+std::vector<uint8_t> gunzip_bytes(std::span<const uint8_t> packed, const std::string& path,
+                                  std::string_view tag, uint64_t max_bytes,
+                                  const PrefixCheck& prefix) {
   LOOM_CHECK(starts_with_gzip_magic(packed), IoError,
              "[{}] {}: named .gz but is not gzip data (starts {}; gzip starts 1F 8B); "
              "rename it without .gz if it is already decompressed",
              tag, path, packed.empty() ? "empty" : hex_prefix(packed, 4));
+  LOOM_CHECK(packed.size() <= std::numeric_limits<uInt>::max(), IoError,
+             "[{}] {}: {} compressed bytes are more than zlib takes in one call", tag, path,
+             packed.size());
   return gunzip(packed, path, tag, max_bytes, prefix);
 }
 

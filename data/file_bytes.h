@@ -33,6 +33,16 @@ struct PrefixCheck {
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view tag,
                                      uint64_t max_bytes, const PrefixCheck& prefix = {});
 
+// The bytes of `path` as stored (never decompressed), at most `max_bytes`.
+std::vector<uint8_t> read_stored_bytes(const std::string& path, std::string_view tag,
+                                       uint64_t max_bytes);
+
+// The decompressed bytes of gzip data (concatenated members included, CRCs
+// checked); `path` only names it in errors. Errors as read_file_bytes.
+std::vector<uint8_t> gunzip_bytes(std::span<const uint8_t> packed, const std::string& path,
+                                  std::string_view tag, uint64_t max_bytes,
+                                  const PrefixCheck& prefix = {});
+
 // Writes `bytes` to `path`, gzip-compressed when `gzip` is true. Throws IoError.
 void write_file_bytes(const std::string& path, std::span<const uint8_t> bytes, bool gzip);
 

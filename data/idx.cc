@@ -253,10 +253,16 @@ IdxArray parse_idx(std::span<const uint8_t> file, const std::string& path) {
 }
 
 IdxArray read_idx(const std::string& path) {
+  if (!ends_with(path, ".gz")) return parse_idx(read_file_bytes(path, "idx", kMaxIdxBytes), path);
+  // The compressed file is capped like a plain one: IDX data never shrinks below its size.
+  return parse_idx_gzip(read_stored_bytes(path, "idx", kMaxIdxBytes), path);
+}
+
+IdxArray parse_idx_gzip(std::span<const uint8_t> packed, const std::string& path) {
   const PrefixCheck declared{kMaxHeaderBytes, [&path](std::span<const uint8_t> prefix) {
                                check_declared_size(prefix, path);
                              }};
-  return parse_idx(read_file_bytes(path, "idx", kMaxIdxBytes, declared), path);
+  return parse_idx(gunzip_bytes(packed, path, "idx", kMaxIdxBytes, declared), path);
 }
 
 std::vector<uint8_t> encode_idx(const IdxArray& array) {

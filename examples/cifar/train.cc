@@ -24,6 +24,7 @@ const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
   --precision NAME    tf32 (default), strict or bf16
   --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH,
   --target-accuracy X, --no-cuda-graph, --no-fuse, --autotune, --profile N, --explain,
+  --allow-nonfinite-loss,
   --help
                       as in the MNIST trainer
 )";
