@@ -150,6 +150,15 @@ void check_png(std::span<const uint8_t> png, const std::string& path) {
   }
 }
 
+// Where the walk over a JPEG's segments starts: after its SOI marker, which
+// stb, like any marker, finds after any number of FF fill bytes. 0: not a JPEG.
+size_t after_start_of_image(std::span<const uint8_t> encoded) {
+  if (encoded.empty() || encoded[0] != kMarker) return 0;
+  size_t pos = 1;
+  while (pos < encoded.size() && encoded[pos] == kMarker) ++pos;
+  return pos < encoded.size() && encoded[pos] == 0xD8 ? pos + 1 : 0;
+}
+
 }  // namespace
 
 std::string printable(const char* text) {
@@ -162,11 +171,10 @@ std::string printable(const char* text) {
 }
 
 void check_jpeg_huffman_tables(std::span<const uint8_t> encoded, const std::string& path) {
-  const bool is_jpeg = encoded.size() >= 2 && encoded[0] == kMarker && encoded[1] == 0xD8;
-  if (!is_jpeg) return;
+  size_t pos = after_start_of_image(encoded);
+  if (pos == 0) return;
   TableSet defined = 0;
   bool progressive = false;
-  size_t pos = 2;
   while (pos + 1 < encoded.size()) {
     // Between segments lie entropy-coded bytes, where an FF is followed by 00.
     const uint8_t code = encoded[pos + 1];

@@ -4,8 +4,8 @@
 # seed corpus (fuzz/corpus) and the regression inputs (fuzz/regressions). New
 # corpus entries go to out/fuzz/<target>/corpus, crashing inputs to
 # out/fuzz/<target>/crashes; the last lines give executions and coverage per
-# target. A crash stops the script (exit 1): add the input to
-# fuzz/regressions/<target>/ once it is fixed.
+# target, and the exit status is 1 if any target crashed: fix it, then add the
+# input to fuzz/regressions/<target>/.
 #
 #   bash tools/fuzz.sh                      # every target
 #   FUZZ_SECONDS=60 bash tools/fuzz.sh idx image
@@ -26,7 +26,7 @@ for t in "${targets[@]}"; do labels+=("//fuzz:${t}_fuzzer"); done
 fuzz_bazel build --config=fuzz "${labels[@]}"
 bin="$(fuzz_bazel info --config=fuzz bazel-bin)/fuzz"
 
-summary=()
+summary=() found=0
 for t in "${targets[@]}"; do
   work="out/fuzz/$t"
   mkdir -p "$work/corpus" "$work/crashes" "fuzz/regressions/$t"
@@ -38,13 +38,15 @@ for t in "${targets[@]}"; do
     "$bin/${t}_fuzzer" -runs="$runs" -max_total_time="$seconds" -max_len=65536 \
       -rss_limit_mb=2560 -malloc_limit_mb=2048 -timeout=20 -print_final_stats=1 \
       -artifact_prefix="$work/crashes/" \
-      "$work/corpus" "fuzz/corpus/$t" "fuzz/regressions/$t" 2>&1 | tee "$work/log" | grep -E "^#[0-9]+ +(INITED|DONE)|ERROR|SUMMARY|^stat::" || true
-  done_line=$(grep -E "^#[0-9]+ +DONE" "$work/log" | tail -n 1)
-  execs=$(grep -E "^stat::number_of_executed_units" "$work/log" | awk '{print $2}')
+      "$work/corpus" "fuzz/corpus/$t" "fuzz/regressions/$t" 2>&1 | tee "$work/log" | grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|^stat::" || true
+  done_line=$(grep -E "^#[0-9]+[[:space:]]+DONE" "$work/log" | tail -n 1 || true)
+  execs=$(grep -E "^stat::number_of_executed_units" "$work/log" | awk '{print $2}' || true)
   if [ -z "$done_line" ] || grep -q "^==.*ERROR" "$work/log"; then
-    echo "fuzz: $t found a problem; see $work/log and $work/crashes/"
-    exit 1
+    summary+=("$t: FOUND A PROBLEM after ${execs:-?} executions; see $work/log and $work/crashes/")
+    found=1
+    continue
   fi
   summary+=("$t: ${execs} executions, $(echo "$done_line" | grep -oE 'cov: [0-9]+ ft: [0-9]+')")
 done
 printf '%s\n' "${summary[@]}"
+exit $found

@@ -60,6 +60,16 @@ TEST_CASE("a Huffman table of more than 256 codes is rejected before stb reads i
   CHECK_THROWS_WITH_FRAGMENT(decode_image(jpeg, "bad.jpg", 3), IoError, "declares 320 codes");
 }
 
+TEST_CASE("a JPEG whose SOI follows FF fill bytes is screened too, as stb reads it as a JPEG") {
+  // Found by fuzz/image_fuzzer: the screen looked for FF D8 at offset 0 only,
+  // stb skips fill bytes before any marker, and its table builder overran.
+  std::vector<uint8_t> jpeg = valid_jpeg();
+  const size_t dht = first_dht(jpeg);
+  std::fill(jpeg.begin() + dht + 5, jpeg.begin() + dht + 21, 20);
+  jpeg.insert(jpeg.begin(), 5, 0xFF);
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(jpeg, "filled.jpg", 3), IoError, "declares 320 codes");
+}
+
 TEST_CASE("a table cut off by the end of the file is read as stb reads it") {
   // SOI, then a DHT whose 16 code counts are cut short after 15 bytes of 0x60.
   std::vector<uint8_t> jpeg = {0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x16, 0x00};
