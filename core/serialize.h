@@ -18,8 +18,11 @@
 // UTF-8, not JSON, overlapping or gapped offsets, sizes that disagree with the
 // shape, overflowing shapes, trailing or missing bytes, unknown dtypes,
 // duplicate names, non-string metadata) is an IoError naming the file and what
-// is wrong. Saving is atomic: a temporary file beside the target is written,
-// fsynced and renamed over it, so a crash mid-save never loses the old file.
+// is wrong. Saving is atomic: a temporary file beside the target, unique to the
+// save (<path>.tmp.<pid>.XXXXXX, flock-ed while it is written), is fsynced and
+// renamed over it, and the folder fsynced, so a crash mid-save never loses the
+// old file. Temporary files that killed saves left behind are removed by the
+// next save to the same path.
 #pragma once
 
 #include <cstdint>
