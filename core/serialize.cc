@@ -645,9 +645,16 @@ mode_t current_umask() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.starts_with("Umask:")) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+    if (!line.starts_with("Umask:")) continue;
+    const size_t digits = line.find_first_not_of(" \t", 6);
+    unsigned mask = 0;
+    if (digits == std::string::npos) break;
+    if (std::from_chars(line.data() + digits, line.data() + line.size(), mask, 8).ec == std::errc()) {
+      return static_cast<mode_t>(mask & 0777);
+    }
+    break;
   }
-  return 022;
+  return 022;  // the usual umask, where /proc does not say
 }
 
 // Temporary files left older than this process by a writer that no longer
