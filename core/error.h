@@ -55,6 +55,10 @@ class OutOfMemoryError : public CudaError {
 class DistError : public Error {
   using Error::Error;
 };
+// A value that must be finite is NaN or +-inf (a training loss).
+class NonFiniteError : public Error {
+  using Error::Error;
+};
 // Files: unreadable, truncated or malformed.
 class IoError : public Error {
   using Error::Error;

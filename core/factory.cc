@@ -2,6 +2,7 @@
 // Tensor factories. Random numbers are drawn on the CPU from the Philox
 // generator (element i uses counter offset + i), then moved to the device, so a
 // seed gives the same values on every device.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -15,11 +16,21 @@ namespace loom {
 
 namespace {
 
-void check_sizes(const Shape& sizes, std::string_view op) {
+// Sizes that are non-negative and whose strides and byte size fit in int64.
+void check_sizes(const Shape& sizes, std::string_view op, DType dtype = DType::Float64) {
   for (int64_t s : sizes) {
     LOOM_CHECK(s >= 0, ValueError, "[{}] sizes must be non-negative, got {}", op, shape_str(sizes));
   }
+  LOOM_CHECK(checked_span(sizes, static_cast<int64_t>(element_size(dtype))).has_value(),
+             ValueError,
+             "[{}] shape {} of {} is too large: its strides or byte size overflow 64 bits "
+             "(sizes of 0 count as 1 in the strides)",
+             op, shape_str(sizes), dtype_name(dtype));
 }
+
+// Values are drawn this many at a time, so the staging buffer stays small
+// whatever the tensor's size.
+constexpr int64_t kRandomChunk = 1 << 16;
 
 Tensor finish(Tensor t, const TensorOptions& options, std::string_view op) {
   if (options.requires_grad) {
@@ -35,21 +46,33 @@ Tensor finish(Tensor t, const TensorOptions& options, std::string_view op) {
 template <class Fn>
 Tensor random_tensor(const Shape& sizes, const TensorOptions& options, Generator* generator,
                      std::string_view op, Fn&& draw) {
-  check_sizes(sizes, op);
+  check_sizes(sizes, op, options.dtype);
   Generator& gen = generator ? *generator : default_generator();
   int64_t n = numel_of(sizes);
+  // Row-major in the output dtype first (element i is draw i in every layout),
+  // then the requested layout and device.
+  Tensor host = empty(sizes, {.dtype = options.dtype});
   uint64_t first = gen.reserve(static_cast<uint64_t>(n));
-  std::vector<double> values(n);
-  for (int64_t i = 0; i < n; ++i) values[i] = draw(philox(gen.seed(), first + i));
-  TensorOptions dense = options;
-  dense.requires_grad = false;
-  return finish(from_host(values.data(), DType::Float64, sizes, dense), options, op);
+  std::vector<double> values(static_cast<size_t>(std::min(n, kRandomChunk)));
+  auto* out = static_cast<char*>(host.raw_data());
+  const auto bytes = static_cast<int64_t>(element_size(options.dtype));
+  for (int64_t begin = 0; begin < n; begin += kRandomChunk) {
+    const int64_t count = std::min(kRandomChunk, n - begin);
+    for (int64_t i = 0; i < count; ++i) values[i] = draw(philox(gen.seed(), first + begin + i));
+    cpu::copy({out + begin * bytes, options.dtype, {count}, {1}},
+              {values.data(), DType::Float64, {count}, {1}});
+  }
+  if (options.memory_format != MemoryFormat::Contiguous &&
+      options.memory_format != MemoryFormat::Preserve) {
+    host = host.contiguous(options.memory_format);
+  }
+  return finish(host.to(options.device), options, op);
 }
 
 }  // namespace
 
 Tensor empty(const Shape& sizes, TensorOptions options) {
-  check_sizes(sizes, "empty");
+  check_sizes(sizes, "empty", options.dtype);
   Shape strides = strides_for(sizes, options.memory_format);
   size_t nbytes = numel_of(sizes) * element_size(options.dtype);
   auto impl = std::make_shared<TensorImpl>();

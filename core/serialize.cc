@@ -5,6 +5,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -14,6 +16,7 @@
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
@@ -437,18 +440,23 @@ uint64_t checked_nbytes(Entry& entry, std::string_view path) {
   LOOM_CHECK(code != nullptr, IoError,
              "[safetensors] {}: tensor '{}' has unknown dtype '{}' (Loom reads {})", path,
              entry.name, entry.code, kLoomCodes);
-  uint64_t numel = 1;
+  // The strides multiply every size but zeros (a zero-size tensor still gets
+  // strides), so [0, 2^62, 2^62] overflows although it holds no element.
+  uint64_t numel = 1, span = 1;
+  constexpr auto kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   bool overflow = false;
   for (uint64_t size : entry.shape) {
-    overflow |= size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-                __builtin_mul_overflow(numel, size, &numel);
+    overflow |= size > kMaxInt64 || __builtin_mul_overflow(numel, size, &numel) ||
+                __builtin_mul_overflow(span, std::max<uint64_t>(size, 1), &span);
   }
-  uint64_t bits = 0;
+  uint64_t bits = 0, span_bits = 0;
   overflow |= __builtin_mul_overflow(numel, static_cast<uint64_t>(code->bits), &bits) ||
-              numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+              __builtin_mul_overflow(span, static_cast<uint64_t>(code->bits), &span_bits) ||
+              span > kMaxInt64 || span_bits / 8 > kMaxInt64;
   LOOM_CHECK(!overflow, IoError,
-             "[safetensors] {}: tensor '{}' has shape [{}] whose size overflows 64 bits", path,
-             entry.name, fmt::join(entry.shape, ", "));
+             "[safetensors] {}: tensor '{}' has shape [{}] whose size overflows 64 bits, or "
+             "whose strides do (a size of 0 counts as 1 in them)",
+             path, entry.name, fmt::join(entry.shape, ", "));
   LOOM_CHECK(bits % 8 == 0, IoError,
              "[safetensors] {}: tensor '{}' of {}-bit dtype {} with shape [{}] has {} bits, which "
              "does not end on a byte boundary",
@@ -631,20 +639,90 @@ StateDict to_device(StateDict tensors, Device device) {
 
 // --- writing -----------------------------------------------------------------------
 
+// The umask, read without changing it (umask(2) can only be read by setting
+// it, which races with other threads creating files).
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!line.starts_with("Umask:")) continue;
+    const size_t digits = line.find_first_not_of(" \t", 6);
+    unsigned mask = 0;
+    if (digits == std::string::npos) break;
+    if (std::from_chars(line.data() + digits, line.data() + line.size(), mask, 8).ec == std::errc()) {
+      return static_cast<mode_t>(mask & 0777);
+    }
+    break;
+  }
+  return 022;  // the usual umask, where /proc does not say
+}
+
+// Temporary files left older than this process by a writer that no longer
+// holds their lock are stale. (A container restarts its trainer with the same
+// PID, so the PID in the name cannot tell a dead writer from us.)
+const std::filesystem::file_time_type kProcessStart = std::filesystem::file_time_type::clock::now();
+
+// The PID in "<name>.tmp.<pid>" or "<name>.tmp.<pid>.<suffix>", if `entry` is such a name.
+std::optional<pid_t> temp_owner(std::string_view entry, std::string_view name) {
+  std::string prefix = fmt::format("{}.tmp.", name);
+  if (!entry.starts_with(prefix)) return std::nullopt;
+  std::string_view rest = entry.substr(prefix.size());
+  pid_t pid = 0;
+  auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+  if (error != std::errc() || end == rest.data() || pid <= 0) return std::nullopt;
+  if (end != rest.data() + rest.size() && *end != '.') return std::nullopt;
+  return pid;
+}
+
+// Removes the temporary files of earlier saves to `path` whose writers died
+// mid-save. A live writer holds an exclusive flock on its temporary file, so a
+// file we can lock belongs to a dead one; a file made after we started may be
+// a writer between mkstemp and flock, so it is left unless its PID is gone.
+void remove_stale_temps(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  std::error_code error;
+  fs::directory_iterator it(dir, error);
+  if (error) return;  // the save itself reports an unusable folder
+  std::string name = path.filename().string();
+  for (const fs::directory_entry& entry : it) {
+    std::optional<pid_t> owner = temp_owner(entry.path().filename().string(), name);
+    if (!owner || !entry.is_regular_file(error)) continue;
+    int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    bool unlocked = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    bool owner_gone = ::kill(*owner, 0) != 0 && errno == ESRCH;
+    bool older = entry.last_write_time(error) < kProcessStart && !error;
+    if (unlocked && (owner_gone || older)) ::unlink(entry.path().c_str());
+    ::close(fd);
+  }
+}
+
 // A file written under a temporary name beside `path` and renamed over it by
 // commit(). Destroyed uncommitted (an exception mid-save), it removes the
-// temporary file, so whatever was at `path` is left as it was.
+// temporary file, so whatever was at `path` is left as it was. The name is
+// ours alone (mkstemp), and held under flock until the rename, so that a
+// later save can tell our leftovers, should we be killed, from a live save.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string path)
-      : path_(std::move(path)), temp_path_(fmt::format("{}.tmp.{}", path_, ::getpid())) {
-    // O_EXCL: never truncate or follow something we did not create.
-    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd_ < 0) fail(fmt::format("cannot create the temporary file {}", temp_path_));
+  explicit AtomicFile(std::string path) : path_(std::move(path)) {
+    remove_stale_temps(path_);
+    std::string pattern = fmt::format("{}.tmp.{}.XXXXXX", path_, ::getpid());
+    fd_ = ::mkostemp(pattern.data(), O_CLOEXEC);
+    temp_path_ = pattern;
+    if (fd_ < 0) fail(fmt::format("cannot create a temporary file {}", temp_path_));
+    // mkstemp makes the file 0600; a checkpoint gets the mode a plain create would give it.
+    if (::flock(fd_, LOCK_EX) != 0 || ::fchmod(fd_, 0666 & ~current_umask()) != 0) {
+      int error = errno;
+      ::close(std::exchange(fd_, -1));
+      ::unlink(temp_path_.c_str());
+      errno = error;
+      fail(fmt::format("cannot lock the temporary file {}", temp_path_));
+    }
   }
   ~AtomicFile() {
     if (fd_ >= 0) ::close(fd_);
-    if (!renamed_) ::unlink(temp_path_.c_str());
+    if (!renamed_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
   }
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -660,15 +738,17 @@ class AtomicFile {
     }
   }
 
-  // Data on disk before the name points at it, and the name on disk before we return.
+  // Data on disk before the name points at it, and the name on disk before we
+  // return. The lock is held until after the rename, so no other save takes
+  // our file for a dead writer's.
   void commit() {
     if (::fsync(fd_) != 0) fail(fmt::format("cannot fsync {}", temp_path_));
-    int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) fail(fmt::format("cannot close {}", temp_path_));
     if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
       fail(fmt::format("cannot rename {} over it", temp_path_));
     }
     renamed_ = true;
+    int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) fail(fmt::format("cannot close {}", temp_path_));
     std::filesystem::path dir = std::filesystem::path(path_).parent_path();
     if (dir.empty()) dir = ".";
     int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -820,6 +900,23 @@ Int metadata_int(const std::map<std::string, std::string>& metadata, std::string
   return value;
 }
 
+// Trainers count epochs in an int; a checkpoint past that is corrupt or forged.
+constexpr int64_t kMaxEpoch = std::numeric_limits<int32_t>::max();
+
+int64_t metadata_in_range(const std::map<std::string, std::string>& metadata,
+                          std::string_view key, std::string_view path, int64_t max) {
+  const std::string& text = required(metadata, key, path);
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  LOOM_CHECK(error == std::errc() && end == text.data() + text.size() && !text.empty() &&
+                 value >= 0 && value <= max,
+             IoError,
+             "[checkpoint] {}: __metadata__ '{}' is '{}'; expected an integer from 0 to {} (the "
+             "checkpoint is corrupt or was not written by Loom; use another checkpoint)",
+             path, key, text, max);
+  return value;
+}
+
 void check_crc(const std::map<std::string, std::string>& metadata, std::string_view key,
                uint32_t computed, std::string_view part, std::string_view path) {
   auto stored = metadata_int<uint32_t>(metadata, key, path, 16);
@@ -866,6 +963,13 @@ std::map<std::string, std::string> load_safetensors_metadata(const std::string& 
   return read_header(file).metadata;
 }
 
+void check_save_path(const std::string& path) {
+  std::error_code error;
+  LOOM_CHECK(!std::filesystem::is_directory(path, error), IoError,
+             "[safetensors] {}: is a directory; give a file name to save to", path);
+  AtomicFile probe(path);  // its destructor removes the uncommitted file again
+}
+
 void save_checkpoint(const std::string& path, const TrainingCheckpoint& checkpoint) {
   check_metadata(checkpoint.extra, "save_checkpoint");
   std::vector<OutTensor> tensors =
@@ -895,8 +999,9 @@ TrainingCheckpoint load_checkpoint(const std::string& path, Device device) {
 
   TrainingCheckpoint checkpoint;
   split_prefixed(to_device(std::move(tensors), device), checkpoint, path);
-  checkpoint.epoch = metadata_int<int64_t>(header.metadata, kEpochKey, path);
-  checkpoint.step = metadata_int<int64_t>(header.metadata, kStepKey, path);
+  checkpoint.epoch = metadata_in_range(header.metadata, kEpochKey, path, kMaxEpoch);
+  checkpoint.step = metadata_in_range(header.metadata, kStepKey, path,
+                                      std::numeric_limits<int64_t>::max());
   checkpoint.rng_seed = metadata_int<uint64_t>(header.metadata, kSeedKey, path);
   checkpoint.rng_offset = metadata_int<uint64_t>(header.metadata, kOffsetKey, path);
   for (const auto& [key, value] : header.metadata) {

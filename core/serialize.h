@@ -18,8 +18,11 @@
 // UTF-8, not JSON, overlapping or gapped offsets, sizes that disagree with the
 // shape, overflowing shapes, trailing or missing bytes, unknown dtypes,
 // duplicate names, non-string metadata) is an IoError naming the file and what
-// is wrong. Saving is atomic: a temporary file beside the target is written,
-// fsynced and renamed over it, so a crash mid-save never loses the old file.
+// is wrong. Saving is atomic: a temporary file beside the target, unique to the
+// save (<path>.tmp.<pid>.XXXXXX, flock-ed while it is written), is fsynced and
+// renamed over it, and the folder fsynced, so a crash mid-save never loses the
+// old file. Temporary files that killed saves left behind are removed by the
+// next save to the same path.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +54,11 @@ std::string_view safetensors_dtype(DType dtype);
 // header, not the data).
 std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
 
+// Throws IoError naming `path` when a save there would fail for its folder
+// (missing, not writable, a directory in the way); writes nothing. Lets a
+// trainer refuse a bad --save at start-up instead of after its first epoch.
+void check_save_path(const std::string& path);
+
 // Everything needed to resume training bit-identically.
 struct TrainingCheckpoint {
   StateDict model;      // the model's state_dict (PyTorch names)
@@ -64,7 +72,9 @@ struct TrainingCheckpoint {
 // One safetensors file: tensors "model.<name>" and "optimizer.<name>", the
 // scalars and `extra` in __metadata__, and the CRC-32 of the data section,
 // which load_checkpoint verifies (a flipped byte is an IoError), with a second
-// CRC-32 over the header so that a corrupt scalar is caught as well.
+// CRC-32 over the header so that a corrupt scalar is caught as well. Loading
+// range-checks the scalars (epoch 0..2^31-1, step >= 0): an IoError names the
+// file and the value.
 void save_checkpoint(const std::string& path, const TrainingCheckpoint& checkpoint);
 TrainingCheckpoint load_checkpoint(const std::string& path, Device device = Device::cpu());
 

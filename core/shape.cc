@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 
@@ -23,7 +24,23 @@ int64_t numel_of(const Shape& sizes) {
   return n;
 }
 
+std::optional<int64_t> checked_span(const Shape& sizes, int64_t element_bytes) {
+  int64_t span = element_bytes;
+  for (int64_t s : sizes) {
+    if (s < 0 || __builtin_mul_overflow(span, std::max<int64_t>(s, 1), &span)) return std::nullopt;
+  }
+  return span;
+}
+
+void check_span(const Shape& sizes, std::string_view op) {
+  LOOM_CHECK(checked_span(sizes, 1).has_value(), ValueError,
+             "[{}] shape {} is too large: the product of its sizes (zeros counted as 1, as the "
+             "strides count them) overflows 64 bits",
+             op, shape_str(sizes));
+}
+
 Shape contiguous_strides(const Shape& sizes) {
+  check_span(sizes, "contiguous_strides");
   Shape strides(sizes.size());
   int64_t stride = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
@@ -36,6 +53,7 @@ Shape contiguous_strides(const Shape& sizes) {
 Shape channels_last_strides(const Shape& sizes) {
   LOOM_CHECK(sizes.size() == 4, ShapeError,
              "[channels_last] needs a 4-D (N, C, H, W) tensor, got shape {}", shape_str(sizes));
+  check_span(sizes, "channels_last_strides");
   int64_t c = std::max<int64_t>(sizes[1], 1), h = std::max<int64_t>(sizes[2], 1),
           w = std::max<int64_t>(sizes[3], 1);
   return {h * w * c, 1, w * c, c};

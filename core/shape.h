@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,13 @@ enum class MemoryFormat : uint8_t {
 std::string_view memory_format_name(MemoryFormat format);
 
 int64_t numel_of(const Shape& sizes);
+// element_bytes times the product of the sizes with zeros counted as 1 (what
+// the strides multiply), or nothing when that overflows int64 or a size is
+// negative. A shape whose span fits has strides and byte sizes that fit too.
+std::optional<int64_t> checked_span(const Shape& sizes, int64_t element_bytes);
+// Throws ValueError naming `op` when checked_span(sizes, 1) is empty.
+void check_span(const Shape& sizes, std::string_view op);
+// Both throw ValueError for a shape whose strides overflow (see check_span).
 Shape contiguous_strides(const Shape& sizes);
 Shape channels_last_strides(const Shape& sizes);  // sizes must be 4-D
 Shape strides_for(const Shape& sizes, MemoryFormat format);

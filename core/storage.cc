@@ -37,7 +37,10 @@ void* allocate(size_t nbytes, Device device) {
   }
   size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
   void* data = std::aligned_alloc(kCpuAlignment, rounded);
-  LOOM_CHECK(data != nullptr, Error, "[storage] out of host memory allocating {} bytes", nbytes);
+  LOOM_CHECK(data != nullptr, OutOfMemoryError,
+             "[storage] out of host memory allocating {} bytes ({:.1f} GiB); use smaller "
+             "tensors or batches",
+             nbytes, static_cast<double>(nbytes) / (1 << 30));
   return data;
 }
 

@@ -41,13 +41,17 @@ int64_t check_batch_size(std::span<const uint8_t> file, const std::string& path,
              "[cifar10] {}: file is empty; expected records of {} bytes (1 label byte + "
              "3x32x32 pixels)",
              path, kCifarRecordBytes);
-  LOOM_CHECK(file[0] != kPickleProto, IoError,
+  const int64_t records = static_cast<int64_t>(file.size()) / kCifarRecordBytes;
+  const int64_t left_over = static_cast<int64_t>(file.size()) % kCifarRecordBytes;
+  // A pickle starts 80 <protocol 2-5>. Whole records starting 0x80 are a batch
+  // with a bad first label, which decode_records reports as such.
+  const bool pickle = file[0] == kPickleProto && file.size() >= 2 && file[1] >= 2 &&
+                      file[1] <= 5 && left_over != 0;
+  LOOM_CHECK(!pickle, IoError,
              "[cifar10] {}: starts {}, a Python pickle (the \"python version\" of CIFAR-10), "
              "which Loom never unpickles; download the binary version (cifar-10-binary.tar.gz) "
              "and pass its cifar-10-batches-bin folder",
              path, hex_prefix(file, 2));
-  const int64_t records = static_cast<int64_t>(file.size()) / kCifarRecordBytes;
-  const int64_t left_over = static_cast<int64_t>(file.size()) % kCifarRecordBytes;
   LOOM_CHECK(left_over == 0, IoError,
              "[cifar10] {}: size {} bytes is not a multiple of the {}-byte record (1 label + "
              "3x32x32 pixels): {} whole records and {} bytes left over (truncated file?)",
@@ -68,8 +72,8 @@ Dataset decode_records(std::span<const uint8_t> file, int64_t records, const std
   for (int64_t r = 0; r < records; ++r) {
     const uint8_t* record = file.data() + r * kCifarRecordBytes;
     LOOM_CHECK(record[0] < kCifarClasses, IoError,
-               "[cifar10] {}: label byte {} at offset {} (record {}); expected 0-9", path,
-               record[0], r * kCifarRecordBytes, r);
+               "[cifar10] {}: label {} out of range at record {} (offset {}); expected 0-9", path,
+               record[0], r, r * kCifarRecordBytes);
     labels[r] = record[0];
     std::memcpy(pixels + r * kPixelBytes, record + 1, kPixelBytes);
   }
@@ -118,14 +122,15 @@ void check_class_balance(const Dataset& dataset, const std::string& folder) {
   }
 }
 
-Dataset parse_batch(std::span<const uint8_t> file, const std::string& path, CifarOptions options) {
+}  // namespace
+
+Dataset parse_cifar_batch(std::span<const uint8_t> file, const std::string& path,
+                          CifarOptions options) {
   return decode_records(file, check_batch_size(file, path, options), path);
 }
 
-}  // namespace
-
 Dataset read_cifar_batch(const std::string& path, CifarOptions options) {
-  return parse_batch(read_file_bytes(path, "cifar10", kMaxBatchBytes), path, options);
+  return parse_cifar_batch(read_file_bytes(path, "cifar10", kMaxBatchBytes), path, options);
 }
 
 Dataset load_cifar10(const std::string& folder, Split split, CifarOptions options) {
@@ -142,7 +147,7 @@ Dataset load_cifar10(const std::string& folder, Split split, CifarOptions option
                  other);
     }
     seen.emplace_back(hash, name);
-    parts.push_back(parse_batch(file, path, options));
+    parts.push_back(parse_cifar_batch(file, path, options));
   }
   Dataset dataset = parts.size() == 1 ? parts[0] : concat(parts);
   if (options.strict && split == Split::Test) check_class_balance(dataset, folder);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "data/dataset.h"
@@ -36,6 +37,10 @@ struct CifarOptions {
 // One batch file. The strict size check applies when its name is
 // data_batch_N.bin or test_batch.bin.
 Dataset read_cifar_batch(const std::string& path, CifarOptions options = {});
+// The same for a batch file's bytes; `path` names it in errors (and, in strict
+// mode, decides whether it is an official batch).
+Dataset parse_cifar_batch(std::span<const uint8_t> file, const std::string& path,
+                          CifarOptions options = {});
 
 // data_batch_1.bin .. data_batch_5.bin (train) or test_batch.bin (test) from
 // `folder`. Throws IoError when a file is missing or is a byte-identical copy of

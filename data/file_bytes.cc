@@ -3,12 +3,14 @@
 #include "data/file_bytes.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "core/error.h"
@@ -30,6 +32,11 @@ File open_file(const std::string& path, const char* mode, std::string_view tag) 
 
 std::vector<uint8_t> read_plain(const std::string& path, std::string_view tag, uint64_t max_bytes) {
   File file = open_file(path, "rb", tag);
+  struct stat info = {};
+  const bool regular = ::fstat(::fileno(file.get()), &info) == 0 && S_ISREG(info.st_mode);
+  LOOM_CHECK(!regular || static_cast<uint64_t>(info.st_size) <= max_bytes, IoError,
+             "[{}] {}: file is larger than the {} bytes this reader accepts ({} bytes)", tag, path,
+             max_bytes, info.st_size);
   std::vector<uint8_t> bytes;
   uint8_t chunk[1 << 16];
   size_t got = 0;
@@ -46,7 +53,8 @@ std::vector<uint8_t> read_plain(const std::string& path, std::string_view tag, u
 
 // Inflates every gzip member of `packed`; zlib checks each member's CRC and length.
 std::vector<uint8_t> gunzip(std::span<const uint8_t> packed, const std::string& path,
-                            std::string_view tag, uint64_t max_bytes) {
+                            std::string_view tag, uint64_t max_bytes, const PrefixCheck& prefix) {
+  bool prefix_checked = !prefix.check;
   z_stream stream{};
   LOOM_CHECK(inflateInit2(&stream, 16 + MAX_WBITS) == Z_OK, IoError,
              "[{}] {}: zlib could not start inflating", tag, path);
@@ -64,7 +72,12 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> packed, const std::string& 
                "[{}] {}: decompresses to more than the {} bytes this reader accepts", tag, path,
                max_bytes);
     bytes.insert(bytes.end(), chunk, chunk + produced);
-    if (status == Z_STREAM_END && stream.avail_in == 0) return bytes;
+    const bool ended = status == Z_STREAM_END && stream.avail_in == 0;
+    if (!prefix_checked && (bytes.size() >= prefix.bytes || ended)) {
+      prefix.check(bytes);
+      prefix_checked = true;
+    }
+    if (ended) return bytes;
     if (status == Z_STREAM_END) {
       inflateReset(&stream);  // another gzip member follows
       continue;
@@ -109,15 +122,29 @@ std::string hex_prefix(std::span<const uint8_t> bytes, size_t count) {
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view tag,
-                                     uint64_t max_bytes) {
+                                     uint64_t max_bytes, const PrefixCheck& prefix) {
   if (!ends_with(path, ".gz")) return read_plain(path, tag, max_bytes);
   // A gzip stream shrinks image data at most ~1000x; the output cap is what matters.
   std::vector<uint8_t> packed = read_plain(path, tag, max_bytes);
+  return gunzip_bytes(packed, path, tag, max_bytes, prefix);
+}
+
+std::vector<uint8_t> read_stored_bytes(const std::string& path, std::string_view tag,
+                                       uint64_t max_bytes) {
+  return read_plain(path, tag, max_bytes);
+}
+
+std::vector<uint8_t> gunzip_bytes(std::span<const uint8_t> packed, const std::string& path,
+                                  std::string_view tag, uint64_t max_bytes,
+                                  const PrefixCheck& prefix) {
   LOOM_CHECK(starts_with_gzip_magic(packed), IoError,
              "[{}] {}: named .gz but is not gzip data (starts {}; gzip starts 1F 8B); "
              "rename it without .gz if it is already decompressed",
              tag, path, packed.empty() ? "empty" : hex_prefix(packed, 4));
-  return gunzip(packed, path, tag, max_bytes);
+  LOOM_CHECK(packed.size() <= std::numeric_limits<uInt>::max(), IoError,
+             "[{}] {}: {} compressed bytes are more than zlib takes in one call", tag, path,
+             packed.size());
+  return gunzip(packed, path, tag, max_bytes, prefix);
 }
 
 void write_file_bytes(const std::string& path, std::span<const uint8_t> bytes, bool gzip) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,12 +13,35 @@
 
 namespace loom::data {
 
+// A look at the first bytes of a file's contents (after decompression) before
+// the rest is read or inflated, so that a reader can reject a header that
+// declares more than it accepts without inflating a gigabyte first. `check`
+// gets at least `bytes` bytes, or all of a shorter file, and throws to refuse.
+struct PrefixCheck {
+  size_t bytes = 0;
+  std::function<void(std::span<const uint8_t>)> check;
+};
+
 // The bytes of `path`; a name ending in ".gz" is decompressed (concatenated
 // gzip members included, CRCs checked). Throws IoError when the file cannot be
 // opened or read, is named .gz but is not gzip data, is a truncated or corrupt
-// gzip stream, or holds more than `max_bytes` (after decompression).
+// gzip stream, or holds more than `max_bytes` (after decompression). A plain
+// file's size is checked before it is read; a gzip stream's contents are
+// checked by `prefix` before more than its first 64 KiB are inflated. (The
+// gzip ISIZE trailer is not used: in a truncated stream those 4 bytes are
+// compressed data, and the size they seem to declare would hide the truncation.)
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view tag,
-                                     uint64_t max_bytes);
+                                     uint64_t max_bytes, const PrefixCheck& prefix = {});
+
+// The bytes of `path` as stored (never decompressed), at most `max_bytes`.
+std::vector<uint8_t> read_stored_bytes(const std::string& path, std::string_view tag,
+                                       uint64_t max_bytes);
+
+// The decompressed bytes of gzip data (concatenated members included, CRCs
+// checked); `path` only names it in errors. Errors as read_file_bytes.
+std::vector<uint8_t> gunzip_bytes(std::span<const uint8_t> packed, const std::string& path,
+                                  std::string_view tag, uint64_t max_bytes,
+                                  const PrefixCheck& prefix = {});
 
 // Writes `bytes` to `path`, gzip-compressed when `gzip` is true. Throws IoError.
 void write_file_bytes(const std::string& path, std::span<const uint8_t> bytes, bool gzip);

@@ -99,6 +99,34 @@ std::vector<int64_t> read_dims(std::span<const uint8_t> file, const std::string&
   return dims;
 }
 
+// The largest header: the magic number and 255 dims.
+constexpr size_t kMaxHeaderBytes = kMagicBytes + 4 * 255;
+
+// What the header at the start of `prefix` promises, checked before the rest of
+// a .gz file is inflated: a header declaring more than kMaxIdxBytes fails now
+// instead of after inflating up to the cap. Malformed headers are left to
+// parse_idx, which names their problem.
+void check_declared_size(std::span<const uint8_t> prefix, const std::string& path) {
+  if (prefix.size() < kMagicBytes || prefix[0] != 0 || prefix[1] != 0 || !is_idx_type(prefix[2]))
+    return;
+  const size_t ndim = prefix[3];
+  const size_t header = kMagicBytes + 4 * ndim;
+  if (ndim == 0 || prefix.size() < header) return;
+  std::vector<int64_t> dims;
+  uint64_t bytes = idx_element_size(static_cast<IdxType>(prefix[2]));
+  bool overflow = false;
+  for (size_t d = 0; d < ndim; ++d) {
+    dims.push_back(read_be32(prefix.data() + kMagicBytes + 4 * d));
+    overflow |= __builtin_mul_overflow(bytes, static_cast<uint64_t>(dims.back()), &bytes);
+  }
+  if (overflow) return;  // parse_idx names the dim
+  LOOM_CHECK(header + bytes <= kMaxIdxBytes, IoError,
+             "[idx] {}: the header declares dims {} of {} = {} bytes, more than the {} bytes this "
+             "reader accepts (rejected before decompressing)",
+             path, dims_str(dims), idx_type_name(static_cast<IdxType>(prefix[2])), bytes,
+             kMaxIdxBytes);
+}
+
 // IDX stores multi-byte elements big-endian; the array holds them in host order.
 void to_host_order(std::vector<uint8_t>& bytes, size_t element_size) {
   if (element_size == 1 || std::endian::native == std::endian::big) return;
@@ -225,7 +253,16 @@ IdxArray parse_idx(std::span<const uint8_t> file, const std::string& path) {
 }
 
 IdxArray read_idx(const std::string& path) {
-  return parse_idx(read_file_bytes(path, "idx", kMaxIdxBytes), path);
+  if (!ends_with(path, ".gz")) return parse_idx(read_file_bytes(path, "idx", kMaxIdxBytes), path);
+  // The compressed file is capped like a plain one: IDX data never shrinks below its size.
+  return parse_idx_gzip(read_stored_bytes(path, "idx", kMaxIdxBytes), path);
+}
+
+IdxArray parse_idx_gzip(std::span<const uint8_t> packed, const std::string& path) {
+  const PrefixCheck declared{kMaxHeaderBytes, [&path](std::span<const uint8_t> prefix) {
+                               check_declared_size(prefix, path);
+                             }};
+  return parse_idx(gunzip_bytes(packed, path, "idx", kMaxIdxBytes, declared), path);
 }
 
 std::vector<uint8_t> encode_idx(const IdxArray& array) {

@@ -50,6 +50,9 @@ constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 30;
 IdxArray read_idx(const std::string& path);
 // Validates the bytes of an IDX file; `path` only names the file in errors.
 IdxArray parse_idx(std::span<const uint8_t> file, const std::string& path);
+// The same for a gzipped IDX file's bytes; a header declaring more than
+// kMaxIdxBytes is rejected before the payload is inflated.
+IdxArray parse_idx_gzip(std::span<const uint8_t> packed, const std::string& path);
 
 // The file bytes of `array` (big-endian header and payload), and a writer that
 // gzips when the name ends in .gz. For fixtures and for converting data sets.

@@ -94,7 +94,7 @@ Tensor decode_image(std::span<const uint8_t> encoded, const std::string& path, i
              "[image_folder] {}: file is empty; expected a PNG, JPEG "
              "or BMP image",
              path);
-  check_jpeg_huffman_tables(encoded, path);
+  screen_image(encoded, path);
   int width = 0, height = 0, stored_channels = 0;
   std::unique_ptr<stbi_uc, StbFree> pixels(
       stbi_load_from_memory(encoded.data(), static_cast<int>(encoded.size()), &width, &height,
@@ -102,7 +102,7 @@ Tensor decode_image(std::span<const uint8_t> encoded, const std::string& path, i
   LOOM_CHECK(pixels != nullptr, IoError,
              "[image_folder] {}: cannot decode the image: {} (stb_image reads PNG, JPEG and "
              "BMP up to {}x{} pixels; starts {})",
-             path, stbi_failure_reason(), STBI_MAX_DIMENSIONS, STBI_MAX_DIMENSIONS,
+             path, printable(stbi_failure_reason()), STBI_MAX_DIMENSIONS, STBI_MAX_DIMENSIONS,
              hex_prefix(encoded, 8));
   return planar(pixels.get(), channels, height, width);
 }

@@ -162,9 +162,16 @@ void Optimizer::prepare_step() {
   }
 }
 
-void Optimizer::apply_step() {
+void Optimizer::apply_step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
-  fused_->launch_staged(name_);
+  LOOM_CHECK(!skip_unless_finite.defined() ||
+                 (skip_unless_finite.numel() == 1 && skip_unless_finite.dtype() == DType::Float32 &&
+                  skip_unless_finite.device().is_cuda()),
+             ValueError,
+             "[{}] apply_step's skip_unless_finite must be one float32 on the GPU, got {} {} on {}",
+             name_, shape_str(skip_unless_finite.sizes()), dtype_name(skip_unless_finite.dtype()),
+             skip_unless_finite.device().str());
+  fused_->launch_staged(name_, skip_unless_finite);
 }
 
 Tensor grad_in_param_layout(const Tensor& param, const Tensor& grad) {

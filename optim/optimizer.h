@@ -87,9 +87,13 @@ class Optimizer {
   // parameters, written to device memory; CPU parameters are updated here.
   // apply_step: launches the GPU updates staged by the last prepare_step(),
   // reading each parameter's gradient as it is then. Parameters must keep their
-  // gradients (defined, same sizes) between the two calls.
+  // gradients (defined, same sizes) between the two calls. With
+  // `skip_unless_finite` (a one-element float32 tensor on the parameters' GPU,
+  // the step's loss) the GPU updates change nothing when it is NaN or +-inf,
+  // decided on the device (capturable). The host half already ran: step counts
+  // and CPU parameters are not rolled back.
   void prepare_step();
-  void apply_step();
+  void apply_step(const Tensor& skip_unless_finite = Tensor());
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }

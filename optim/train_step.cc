@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -19,6 +20,7 @@
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
+#include "core/cuda/optim.h"
 #include "core/cuda/stream.h"
 #endif
 
@@ -92,15 +94,47 @@ const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bo
   outputs_.front().backward();
   {
     ProfileScope scope("(optimizer)", ProfilePhase::Other, x.device().is_cuda());
-    if (prepared) {
-      optimizer_.apply_step();
-    } else {
-      optimizer_.step();
-    }
+    optimizer_step(outputs_.front(), prepared);
   }
   ++stats_.eager_steps;
   last_replayed_ = false;
   return outputs_;
+}
+
+void TrainStep::optimizer_step(const Tensor& loss, bool prepared) {
+  if (!options_.skip_nonfinite) {
+    prepared ? optimizer_.apply_step() : optimizer_.step();
+    return;
+  }
+  if (!loss.device().is_cuda()) {  // the value is at hand: skip the whole step, host half too
+    ++host_steps_;
+    if (std::isfinite(loss.item())) {
+      prepared ? optimizer_.apply_step() : optimizer_.step();
+    } else if (host_nonfinite_.skipped++ == 0) {
+      host_nonfinite_.first = host_steps_;
+    }
+    return;
+  }
+#ifdef LOOM_WITH_CUDA
+  Tensor guard = loss.detach();
+  if (guard.dtype() != DType::Float32) guard = guard.to(DType::Float32);
+  guard = guard.contiguous();
+  if (!device_counts_.defined()) {  // eager warm-up steps come first: never inside a capture
+    device_counts_ = zeros({3}, {.dtype = DType::Int64, .device = loss.device()});
+  }
+  if (!prepared) optimizer_.prepare_step();
+  optimizer_.apply_step(guard);
+  cuda::count_nonfinite(guard.data_ptr<float>(), device_counts_.data_ptr<int64_t>());
+#endif
+}
+
+NonFiniteSteps TrainStep::nonfinite_steps() const {
+  NonFiniteSteps out = host_nonfinite_;
+  if (!device_counts_.defined()) return out;
+  const std::vector<int64_t> counts = device_counts_.to_vector<int64_t>();
+  if (out.first == 0) out.first = counts[2];
+  out.skipped += counts[1];
+  return out;
 }
 
 #ifdef LOOM_WITH_CUDA
@@ -168,7 +202,7 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
       optimizer_.zero_grad();
       outputs = fn_(entry.x, entry.y);
       outputs.front().backward();
-      optimizer_.apply_step();
+      optimizer_step(outputs.front(), /*prepared=*/true);
     });
   } catch (const Error& e) {
     entry.failure = fmt::format("capturing the step failed: {}", e.what());

@@ -22,6 +22,14 @@
 // per reason, except for CPU tensors, whose steps are always eager).
 // Eager and replayed steps run the same kernels with the same plans, so under a
 // deterministic numerics policy they give the same bits.
+//
+// A step whose loss is NaN or +-inf (a bad label inside a replayed graph, a
+// learning rate that blew up) is skipped: parameters and optimizer state stay
+// as they were. On the GPU the fused update reads the loss on the device and
+// decides there, so a replay still needs no host read; the skipped steps are
+// counted on the device and nonfinite_steps() reads the count back. The host
+// half of the optimizer step (step counts, the learning rate schedule's view of
+// them) has already run for a skipped GPU step; on the CPU nothing runs.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +47,13 @@ struct TrainStepOptions {
   bool cuda_graph = true;  // false: always eager (the reference the graphs must match)
   int warmup_steps = 1;    // eager steps per shape before its capture
   int max_graphs = 4;      // shapes kept captured; later shapes run eagerly
+  bool skip_nonfinite = true;  // leave the weights alone in a step whose loss is NaN or +-inf
+};
+
+// The steps skipped for a loss that was NaN or +-inf.
+struct NonFiniteSteps {
+  int64_t skipped = 0;
+  int64_t first = 0;  // 1-based number of the first, among this TrainStep's steps on its device (0: none)
 };
 
 struct TrainStepStats {
@@ -66,6 +81,8 @@ class TrainStep {
   // Why the last step ran eagerly after its warm-up ("" when it replayed a graph).
   const std::string& fallback_reason() const { return fallback_reason_; }
   const TrainStepStats& stats() const { return stats_; }
+  // Reads the GPU's count back (a small copy that waits for the queued steps).
+  NonFiniteSteps nonfinite_steps() const;
   // Drops every captured graph and its memory (after the queued work finished).
   void reset();
 
@@ -77,6 +94,9 @@ class TrainStep {
   const std::vector<Tensor>& capture(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& replay(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& launch(Entry& entry);
+  // The optimizer's update for a step whose loss is `loss` (skipped when it is
+  // not finite, with skip_nonfinite); `prepared` as for eager().
+  void optimizer_step(const Tensor& loss, bool prepared);
 
   StepFunction fn_;
   Optimizer& optimizer_;
@@ -86,6 +106,9 @@ class TrainStep {
   bool last_replayed_ = false;
   std::string fallback_reason_;
   TrainStepStats stats_;
+  NonFiniteSteps host_nonfinite_;  // steps whose loss was on the CPU
+  int64_t host_steps_ = 0;
+  Tensor device_counts_;  // GPU: steps, skipped steps, first skipped (cuda::count_nonfinite)
 };
 
 }  // namespace loom::optim

@@ -138,16 +138,17 @@ void FusedTables::adam(size_t group, size_t run, const std::vector<UpdateSlot*>&
   tables_->staged.push_back({true, &table, copy_slots(slots)});
 }
 
-void FusedTables::launch_staged(const std::string& optimizer) {
+void FusedTables::launch_staged(const std::string& optimizer, const Tensor& skip_unless_finite) {
+  const float* guard = skip_unless_finite.defined() ? skip_unless_finite.data_ptr<float>() : nullptr;
   for (StagedRun& run : tables_->staged) {
     const Tensor& first = run.slots.front().param;
     std::vector<Tensor> grads;  // alive until the launch is queued
     std::vector<cuda::TensorSlot> slots =
         tensor_slots(run.slots, run.adam ? kAdamBuffers : kSgdBuffers, grads, optimizer);
     if (run.adam) {
-      cuda::launch_staged_adam(*run.table, slots, first.dtype(), first.device().index);
+      cuda::launch_staged_adam(*run.table, slots, first.dtype(), first.device().index, guard);
     } else {
-      cuda::launch_staged_sgd(*run.table, slots, first.dtype(), first.device().index);
+      cuda::launch_staged_sgd(*run.table, slots, first.dtype(), first.device().index, guard);
     }
   }
 }
@@ -191,7 +192,7 @@ void FusedTables::adam(size_t, size_t, const std::vector<UpdateSlot*>&, const Ad
   no_cuda("Adam");
 }
 
-void FusedTables::launch_staged(const std::string&) {}
+void FusedTables::launch_staged(const std::string&, const Tensor&) {}
 
 void FusedTables::clear_staged() {}
 

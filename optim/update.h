@@ -62,8 +62,10 @@ class FusedTables {
   void adam(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
             const AdamScalars& scalars);
   // Launches the runs staged since clear_staged(), in order; `optimizer` names
-  // it in errors (a parameter that lost its gradient in between).
-  void launch_staged(const std::string& optimizer);
+  // it in errors (a parameter that lost its gradient in between). With
+  // `skip_unless_finite` defined (float32, one element, on the runs' GPU) every
+  // launch leaves its parameters and state as they are when it is NaN or +-inf.
+  void launch_staged(const std::string& optimizer, const Tensor& skip_unless_finite = Tensor());
   void clear_staged();
 
  private:

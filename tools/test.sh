@@ -1,27 +1,44 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything and runs every test. GPU tests
-# (tag "gpu") skip themselves where no GPU is usable. Ends with the line
+# (tag "gpu") skip themselves where no GPU is usable. With LOOM_ASAN=1 (CI:
+# .ci/run) the CPU tests and the fuzz-corpus replays then run again under
+# ASan + UBSan (bazel --config=asan; LOOM_ASAN_TESTS, a bazel query, narrows
+# them). Ends with the line
 #   N passed, N failed, N skipped
-# counting doctest test cases over all test binaries.
+# counting doctest test cases over all test binaries of both runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh || exit 1
 
-bazel test //... "$@"
-status=$?
+passed=0 failed=0 skipped=0 status=0
 
-passed=0 failed=0 skipped=0
-for label in $(bazel query "tests(//...)" 2>/dev/null); do
-  log="bazel-testlogs/$(echo "${label#//}" | tr : /)/test.log"
-  line=$(grep -a "^\[doctest\] test cases:" "$log" | tail -n 1)
-  if [ -z "$line" ]; then  # crashed or never ran: count the binary as one failure
-    echo "no doctest summary in $log"
-    failed=$((failed + 1))
-    continue
-  fi
-  read -r p f s < <(echo "$line" | sed -E 's/.*\| *([0-9]+) passed \| *([0-9]+) failed \| *([0-9]+) skipped.*/\1 \2 \3/')
-  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
-done
+# Adds the doctest case counts in the logs of `labels` (of the last bazel test) to the totals.
+count_cases() {
+  for label in "$@"; do
+    log="bazel-testlogs/$(echo "${label#//}" | tr : /)/test.log"
+    line=$(grep -a "^\[doctest\] test cases:" "$log" 2>/dev/null | tail -n 1)
+    if [ -z "$line" ]; then  # crashed or never ran: count the binary as one failure
+      echo "no doctest summary in $log"
+      failed=$((failed + 1))
+      continue
+    fi
+    read -r p f s < <(echo "$line" | sed -E 's/.*\| *([0-9]+) passed \| *([0-9]+) failed \| *([0-9]+) skipped.*/\1 \2 \3/')
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  done
+}
+
+bazel test //... "$@" || status=1
+count_cases $(bazel query "tests(//...)" 2>/dev/null)
+
+if [ "${LOOM_ASAN:-0}" = 1 ]; then
+  query="${LOOM_ASAN_TESTS:-tests(//...) except attr(tags, gpu, tests(//...))}"
+  labels=$(bazel query "$query" 2>/dev/null)
+  started=$(date +%s)
+  bazel test --config=asan $labels || status=1
+  echo "sanitizer run (ASan + UBSan): $(echo $labels | wc -w) test binaries in $(( $(date +%s) - started )) s"
+  count_cases $labels
+fi
+
 if [ $status -ne 0 ] && [ $failed -eq 0 ]; then
   failed=1  # a build failure leaves no failing test case behind
 fi

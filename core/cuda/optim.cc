@@ -92,23 +92,27 @@ void SlotTable::upload(const std::vector<TensorSlot>& slots, int device) {
 }
 
 void launch_staged_sgd(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
-                       int device) {
+                       int device, const float* skip_unless_finite) {
   table.upload(slots, device);
   if (table.num_chunks() == 0) return;
   LOOM_CUDA_CHECK(launch_sgd(table.device_slots(), table.size(), table.num_chunks(), dtype,
                              static_cast<const SgdScalars*>(table.device_scalars()),
-                             current_stream()));
+                             skip_unless_finite, current_stream()));
   count_launches(1);
 }
 
 void launch_staged_adam(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
-                        int device) {
+                        int device, const float* skip_unless_finite) {
   table.upload(slots, device);
   if (table.num_chunks() == 0) return;
   LOOM_CUDA_CHECK(launch_adam(table.device_slots(), table.size(), table.num_chunks(), dtype,
                               static_cast<const AdamScalars*>(table.device_scalars()),
-                              current_stream()));
+                              skip_unless_finite, current_stream()));
   count_launches(1);
+}
+
+void count_nonfinite(const float* loss, int64_t* counts) {
+  LOOM_CUDA_CHECK(launch_count_nonfinite(loss, counts, current_stream()));
 }
 
 void sgd_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,

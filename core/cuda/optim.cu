@@ -76,10 +76,21 @@ __global__ void multi_tensor_kernel(const TensorSlot* slots, int num_slots, int6
 }
 
 // The update's scalars come from device memory: each thread builds its Update.
+// A non-finite loss would write NaN into every weight and moment, so then every
+// thread leaves them as they are (each reads the one float; it is cached).
 template <class Update, class Scalars>
 __global__ void multi_tensor_update_kernel(const TensorSlot* slots, int num_slots,
-                                           int64_t num_chunks, const Scalars* scalars) {
+                                           int64_t num_chunks, const Scalars* scalars,
+                                           const float* skip_unless_finite) {
+  if (skip_unless_finite != nullptr && !isfinite(*skip_unless_finite)) return;
   walk_chunks(slots, num_slots, num_chunks, Update(*scalars));
+}
+
+__global__ void count_nonfinite_kernel(const float* loss, int64_t* counts) {
+  const int64_t step = ++counts[0];
+  if (isfinite(*loss)) return;
+  if (counts[1] == 0) counts[2] = step;
+  ++counts[1];
 }
 
 template <class Update>
@@ -93,10 +104,11 @@ cudaError_t launch_multi_tensor(const TensorSlot* slots, int num_slots, int64_t 
 
 template <class Update, class Scalars>
 cudaError_t launch_update(const TensorSlot* slots, int num_slots, int64_t num_chunks,
-                          const Scalars* scalars, cudaStream_t stream) {
+                          const Scalars* scalars, const float* skip_unless_finite,
+                          cudaStream_t stream) {
   if (num_chunks == 0) return cudaSuccess;
   multi_tensor_update_kernel<Update><<<blocks_for_groups(num_chunks), kThreads, 0, stream>>>(
-      slots, num_slots, num_chunks, scalars);
+      slots, num_slots, num_chunks, scalars, skip_unless_finite);
   return cudaGetLastError();
 }
 
@@ -252,17 +264,26 @@ cudaError_t launch_store_scalars(AdamScalars* dst, const AdamScalars& value, cud
 }
 
 cudaError_t launch_sgd(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                       const SgdScalars* scalars, cudaStream_t stream) {
+                       const SgdScalars* scalars, const float* skip_unless_finite,
+                       cudaStream_t stream) {
   return visit_float(dtype, [&]<class T>() {
-    return launch_update<SgdUpdate<T>>(slots, num_slots, num_chunks, scalars, stream);
+    return launch_update<SgdUpdate<T>>(slots, num_slots, num_chunks, scalars, skip_unless_finite,
+                                       stream);
   });
 }
 
 cudaError_t launch_adam(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                        const AdamScalars* scalars, cudaStream_t stream) {
+                        const AdamScalars* scalars, const float* skip_unless_finite,
+                        cudaStream_t stream) {
   return visit_float(dtype, [&]<class T>() {
-    return launch_update<AdamUpdate<T>>(slots, num_slots, num_chunks, scalars, stream);
+    return launch_update<AdamUpdate<T>>(slots, num_slots, num_chunks, scalars, skip_unless_finite,
+                                        stream);
   });
+}
+
+cudaError_t launch_count_nonfinite(const float* loss, int64_t* counts, cudaStream_t stream) {
+  count_nonfinite_kernel<<<1, 1, 0, stream>>>(loss, counts);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_scale(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,

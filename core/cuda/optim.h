@@ -65,11 +65,15 @@ class SlotTable {
 
 // Each uploads `slots` (all of `dtype`, on GPU `device`) into `table` and makes
 // one launch over all of them on the current stream, reading the scalars last
-// staged in the table.
+// staged in the table. A non-null `skip_unless_finite` (device float: the
+// step's loss) makes the launch change nothing when it is NaN or +-inf.
 void launch_staged_sgd(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
-                       int device);
+                       int device, const float* skip_unless_finite = nullptr);
 void launch_staged_adam(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
-                        int device);
+                        int device, const float* skip_unless_finite = nullptr);
+// counts (3 device int64s: steps, skipped steps, first skipped step) updated
+// for one step whose loss is *loss; see launch_count_nonfinite. Capturable.
+void count_nonfinite(const float* loss, int64_t* counts);
 template <class Scalars>
 void stage_scalars(SlotTable& table, int device, const Scalars& scalars) {
   table.stage(scalars, device);

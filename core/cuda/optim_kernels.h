@@ -72,11 +72,20 @@ cudaError_t launch_store_scalars(SgdScalars* dst, const SgdScalars& value, cudaS
 cudaError_t launch_store_scalars(AdamScalars* dst, const AdamScalars& value, cudaStream_t stream);
 
 // `slots` points to `num_slots` device-resident slots whose chunks total
-// num_chunks; `scalars` to device memory.
+// num_chunks; `scalars` to device memory. When `skip_unless_finite` (a float
+// in device memory: the step's loss) is not null and holds NaN or +-inf, the
+// launch changes nothing: the decision is made on the device, so a replayed
+// CUDA graph skips a bad step without a host read.
 cudaError_t launch_sgd(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                       const SgdScalars* scalars, cudaStream_t stream);
+                       const SgdScalars* scalars, const float* skip_unless_finite,
+                       cudaStream_t stream);
 cudaError_t launch_adam(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                        const AdamScalars* scalars, cudaStream_t stream);
+                        const AdamScalars* scalars, const float* skip_unless_finite,
+                        cudaStream_t stream);
+// The device-side record of skipped steps: counts[0] += 1 and, when *loss is
+// NaN or +-inf, counts[1] += 1 and (the first time) counts[2] = counts[0], the
+// 1-based number of the first skipped step. One thread.
+cudaError_t launch_count_nonfinite(const float* loss, int64_t* counts, cudaStream_t stream);
 // partials[c] = sum of param^2 over chunk c (in double), then total[0] = sum of
 // the partials, in a fixed order: the result does not depend on the launch.
 cudaError_t launch_sum_of_squares(const TensorSlot* slots, int num_slots, int64_t num_chunks,

@@ -24,7 +24,8 @@ const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
   --precision NAME    tf32 (default), strict or bf16
   --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH,
   --target-accuracy X, --no-cuda-graph, --no-fuse, --autotune, --profile N, --explain,
-  --distributed (mpirun -np N ...: --batch-size per rank), --help
+  --allow-nonfinite-loss, --distributed (mpirun -np N ...: --batch-size per rank),
+  --help
                       as in the MNIST trainer
 )";
 

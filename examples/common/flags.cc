@@ -1,9 +1,17 @@
+// File: examples/common/flags.cc
+// Whole-token flag parsing with range checks, and the trainers' main().
 #include "examples/common/flags.h"
 
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <exception>
 #include <functional>
+#include <limits>
 #include <map>
+#include <new>
 #include <string>
 
 #include "core/error.h"
@@ -15,92 +23,145 @@ namespace loom::examples {
 
 namespace {
 
-[[noreturn]] void usage_error(const std::string& problem, const char* usage) {
-  std::fprintf(stderr, "train: %s\n\n%s", problem.c_str(), usage);
-  std::exit(2);
+constexpr int64_t kMaxEpochs = 1'000'000;
+constexpr int64_t kMaxBatch = int64_t{1} << 24;
+constexpr int64_t kMaxImages = int64_t{1} << 40;
+
+// The whole of `text` as an integer in [min, max]; from_chars takes no sign
+// for unsigned types, no leading space or '+', and stops at junk, which is an error here.
+template <class Int>
+Int parse_integer(const std::string& flag, const std::string& text, Int min, Int max) {
+  Int value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const bool whole = error == std::errc() && end == text.data() + text.size() && !text.empty();
+  LOOM_CHECK(whole && value >= min && value <= max, ValueError,
+             "{} needs a whole number from {} to {}, got '{}'", flag, min, max, text);
+  return value;
 }
 
-Device parse_device(const std::string& name, const char* usage) {
+// The whole of `text` as a finite number in [min, max] (or [min, max) when
+// `max_open`).
+double parse_real(const std::string& flag, const std::string& text, double min, double max,
+                  bool max_open = false) {
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const bool whole = error == std::errc() && end == text.data() + text.size() && !text.empty();
+  const bool in_range = std::isfinite(value) && value >= min && (max_open ? value < max : value <= max);
+  LOOM_CHECK(whole && in_range, ValueError, "{} needs a finite number in [{}, {}{}, got '{}'", flag,
+             min, max, max_open ? ")" : "]", text);
+  return value;
+}
+
+double parse_positive(const std::string& flag, const std::string& text) {
+  double value = parse_real(flag, text, 0, std::numeric_limits<double>::max());
+  LOOM_CHECK(value > 0, ValueError, "{} must be greater than 0, got '{}'", flag, text);
+  return value;
+}
+
+Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
   if (name == "cuda") return Device::cuda();
   if (name == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
-  usage_error("unknown device '" + name + "' (auto, cpu or cuda)", usage);
+  throw ValueError(fmt::format("--device: unknown device '{}' (auto, cpu or cuda)", name));
+}
+
+std::string parse_metrics(const std::string& path) {
+  LOOM_CHECK(metrics_format_known(path), ValueError,
+             "--metrics '{}': the file name must end in .csv or .jsonl (the format follows it)",
+             path);
+  return path;
 }
 
 // Each flag that takes a value, and what it sets.
-using Setter = std::function<void(TrainConfig&, const std::string&)>;
+using Setter = std::function<void(TrainConfig&, const std::string& flag, const std::string&)>;
 
-std::map<std::string, Setter> value_flags(const char* usage) {
-  return {
-      {"--data", [](TrainConfig& c, const std::string& v) { c.data = v; }},
-      {"--synthetic", [](TrainConfig& c, const std::string& v) { c.synthetic_images = std::stoll(v); }},
-      {"--model", [](TrainConfig& c, const std::string& v) { c.model = v; }},
-      {"--epochs", [](TrainConfig& c, const std::string& v) { c.epochs = std::stoi(v); }},
-      {"--batch-size", [](TrainConfig& c, const std::string& v) { c.batch_size = std::stoll(v); }},
-      {"--optimizer", [](TrainConfig& c, const std::string& v) { c.optimizer = v; }},
-      {"--lr", [](TrainConfig& c, const std::string& v) { c.lr = std::stod(v); }},
-      {"--weight-decay", [](TrainConfig& c, const std::string& v) { c.weight_decay = std::stod(v); }},
-      {"--label-smoothing", [](TrainConfig& c, const std::string& v) { c.label_smoothing = std::stod(v); }},
-      {"--schedule", [](TrainConfig& c, const std::string& v) { c.schedule = v; }},
-      {"--precision", [](TrainConfig& c, const std::string& v) { c.precision = v; }},
-      {"--target-accuracy", [](TrainConfig& c, const std::string& v) { c.target_accuracy = std::stod(v); }},
-      {"--profile", [](TrainConfig& c, const std::string& v) { c.profile_steps = std::stoll(v); }},
-      {"--seed", [](TrainConfig& c, const std::string& v) { c.seed = std::stoull(v); }},
-      {"--limit", [](TrainConfig& c, const std::string& v) { c.limit = std::stoll(v); }},
-      {"--save", [](TrainConfig& c, const std::string& v) { c.save = v; }},
-      {"--resume", [](TrainConfig& c, const std::string& v) { c.resume = v; }},
-      {"--metrics", [](TrainConfig& c, const std::string& v) { c.metrics = v; }},
-      {"--device", [usage](TrainConfig& c, const std::string& v) { c.device = parse_device(v, usage); }},
+const std::map<std::string, Setter>& value_flags() {
+  using C = TrainConfig;
+  using S = const std::string&;
+  static const std::map<std::string, Setter> flags = {
+      {"--data", [](C& c, S, S v) { c.data = v; }},
+      {"--synthetic", [](C& c, S f, S v) { c.synthetic_images = parse_integer<int64_t>(f, v, 1, kMaxImages); }},
+      {"--model", [](C& c, S, S v) { c.model = v; }},
+      {"--epochs", [](C& c, S f, S v) { c.epochs = static_cast<int>(parse_integer<int64_t>(f, v, 1, kMaxEpochs)); }},
+      {"--batch-size", [](C& c, S f, S v) { c.batch_size = parse_integer<int64_t>(f, v, 1, kMaxBatch); }},
+      {"--optimizer", [](C& c, S, S v) { c.optimizer = v; }},
+      {"--lr", [](C& c, S f, S v) { c.lr = parse_positive(f, v); }},
+      {"--weight-decay", [](C& c, S f, S v) { c.weight_decay = parse_real(f, v, 0, 1e6); }},
+      {"--label-smoothing", [](C& c, S f, S v) { c.label_smoothing = parse_real(f, v, 0, 1, true); }},
+      {"--schedule", [](C& c, S, S v) { c.schedule = v; }},
+      {"--precision", [](C& c, S, S v) { c.precision = v; }},
+      {"--target-accuracy", [](C& c, S f, S v) { c.target_accuracy = parse_real(f, v, 0, 1); }},
+      {"--profile", [](C& c, S f, S v) { c.profile_steps = parse_integer<int64_t>(f, v, 1, 1'000'000); }},
+      {"--seed", [](C& c, S f, S v) { c.seed = parse_integer<uint64_t>(f, v, 0, std::numeric_limits<uint64_t>::max()); }},
+      {"--limit", [](C& c, S f, S v) { c.limit = parse_integer<int64_t>(f, v, 1, kMaxImages); }},
+      {"--save", [](C& c, S, S v) { c.save = v; }},
+      {"--resume", [](C& c, S, S v) { c.resume = v; }},
+      {"--metrics", [](C& c, S, S v) { c.metrics = parse_metrics(v); }},
+      {"--device", [](C& c, S, S v) { c.device = parse_device(v); }},
   };
+  return flags;
+}
+
+const std::map<std::string, std::function<void(ParsedFlags&)>>& switch_flags() {
+  static const std::map<std::string, std::function<void(ParsedFlags&)>> flags = {
+      {"--help", [](ParsedFlags& p) { p.help = true; }},
+      {"--explain", [](ParsedFlags& p) { p.explain = true; }},
+      {"--no-cuda-graph", [](ParsedFlags& p) { p.config.cuda_graph = false; }},
+      {"--no-fuse", [](ParsedFlags& p) { p.config.fuse = false; }},
+      {"--autotune", [](ParsedFlags& p) { p.config.autotune = true; }},
+      {"--allow-nonfinite-loss", [](ParsedFlags& p) { p.config.stop_on_nonfinite_loss = false; }},
+      {"--distributed", [](ParsedFlags& p) { p.config.distributed = true; }},
+  };
+  return flags;
 }
 
 }  // namespace
 
-int train_main(int argc, char** argv, TrainConfig config, const char* usage) {
-  bool explain = false;
-  const std::map<std::string, Setter> flags = value_flags(usage);
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help") {
-      std::printf("%s", usage);
-      return 0;
-    }
-    if (arg == "--explain") {
-      explain = true;
+ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaults) {
+  ParsedFlags parsed{.config = std::move(defaults)};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (auto on = switch_flags().find(arg); on != switch_flags().end()) {
+      on->second(parsed);
+      if (parsed.help) return parsed;
       continue;
     }
-    if (arg == "--no-cuda-graph") {
-      config.cuda_graph = false;
-      continue;
-    }
-    if (arg == "--no-fuse") {
-      config.fuse = false;
-      continue;
-    }
-    if (arg == "--autotune") {
-      config.autotune = true;
-      continue;
-    }
-    if (arg == "--distributed") {
-      config.distributed = true;
-      continue;
-    }
-    auto flag = flags.find(arg);
-    if (flag == flags.end()) usage_error("unknown argument '" + arg + "'", usage);
-    if (i + 1 >= argc) usage_error(arg + " needs a value", usage);
-    try {
-      flag->second(config, argv[++i]);
-    } catch (const std::logic_error&) {  // std::stoi and friends
-      usage_error(arg + " needs a number, got '" + argv[i] + "'", usage);
-    }
+    auto flag = value_flags().find(arg);
+    LOOM_CHECK(flag != value_flags().end(), ValueError, "unknown argument '{}'", arg);
+    LOOM_CHECK(i + 1 < args.size(), ValueError, "{} needs a value", arg);
+    flag->second(parsed.config, arg, args[++i]);
+  }
+  return parsed;
+}
+
+int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
+  ParsedFlags flags;
+  try {
+    flags = parse_flags(std::vector<std::string>(argv + 1, argv + argc), std::move(defaults));
+  } catch (const ValueError& e) {
+    std::fprintf(stderr, "train: %s\n\n%s", e.what(), usage);
+    return 2;
+  }
+  if (flags.help) {
+    std::printf("%s", usage);
+    return 0;
   }
   try {
-    train(config);
+    train(flags.config);
   } catch (const Error& e) {
     std::fprintf(stderr, "\ntrain: %s\n", e.what());
     return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "\ntrain: out of memory (std::bad_alloc); try a smaller --batch-size, "
+                 "--synthetic or --limit\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\ntrain: internal error: %s (a bug in Loom: please report it with the "
+                 "command line)\n", e.what());
+    return 1;
   }
-  if (explain) {
+  if (flags.explain) {
 #ifdef LOOM_WITH_CUDA
     std::printf("%s", cudnn::PlanCache::global().explain().c_str());
 #else

@@ -1,15 +1,32 @@
 // File: examples/common/flags.h
 // Command-line flags shared by the example trainers, and their main().
+//
+// Every value is parsed as a whole token with a range check: "--epochs 1x",
+// "--seed -1", "--limit -1", "--lr inf" and "--metrics out.txt" are usage
+// errors, not silently something else.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "examples/common/trainer.h"
 
 namespace loom::examples {
 
-// Parses argv over `defaults` (--help prints `usage` and exits 0; a bad flag
-// prints the problem and `usage` and exits 2), trains, and returns main's exit
-// code: 0, or 1 after printing a loom::Error. --explain prints the cuDNN plan
-// cache afterwards.
+struct ParsedFlags {
+  TrainConfig config;
+  bool help = false;     // --help: print the usage and exit 0
+  bool explain = false;  // --explain: print the cuDNN plan cache after training
+};
+
+// Parses `args` (argv without the program name) over `defaults`. Throws
+// ValueError naming the flag, the value and the accepted range.
+ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaults);
+
+// Parses argv (--help prints `usage` and returns 0; a bad flag prints the
+// problem and `usage` and returns 2), trains, and returns main's exit code: 0;
+// 1 after printing a loom::Error (out of memory included) or any other
+// exception; --explain prints the cuDNN plan cache afterwards.
 int train_main(int argc, char** argv, TrainConfig defaults, const char* usage);
 
 }  // namespace loom::examples

@@ -3,6 +3,7 @@
 #include "examples/common/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -111,6 +112,9 @@ double evaluate(nn::Module& net, data::DataLoader& loader) {
 class Metrics {
  public:
   explicit Metrics(const std::string& path) : jsonl_(path.ends_with(".jsonl")) {
+    LOOM_CHECK(path.empty() || metrics_format_known(path), ValueError,
+               "[train] the metrics file '{}' must end in .csv or .jsonl (the format follows it)",
+               path);
     if (path.empty()) return;
     out_.open(path, std::ios::app);
     LOOM_CHECK(out_.is_open(), IoError, "[train] cannot open the metrics file '{}'", path);
@@ -155,7 +159,35 @@ struct Training {
   data::DataLoader& loader;
   optim::TrainStep& step;     // graphed on the GPU
   optim::TrainStep& profiled; // always eager, for the profile window
+  int first_epoch = 0;        // epochs done before this run (after a resume)
 };
+
+// Steps skipped for a non-finite loss so far, and the 1-based number (in this
+// run) of the first. The profiled steps are epoch 1's batches kProfileWarmup
+// onwards, so the main TrainStep's later steps come after them.
+optim::NonFiniteSteps nonfinite_so_far(const Training& t) {
+  const optim::NonFiniteSteps main = t.step.nonfinite_steps();
+  const optim::NonFiniteSteps profiled = t.profiled.nonfinite_steps();
+  const int64_t profiled_steps = t.profiled.stats().eager_steps;
+  auto in_run = [&](int64_t k) { return k <= kProfileWarmup ? k : k + profiled_steps; };
+  optim::NonFiniteSteps out{.skipped = main.skipped + profiled.skipped};
+  if (main.first > 0) out.first = in_run(main.first);
+  if (profiled.first > 0 && (out.first == 0 || kProfileWarmup + profiled.first < out.first)) {
+    out.first = kProfileWarmup + profiled.first;
+  }
+  return out;
+}
+
+[[noreturn]] void stop_on_nonfinite(const Training& t, const TrainConfig& c, int64_t step) {
+  const int64_t per_epoch = std::max<int64_t>(t.loader.size(), 1);
+  throw NonFiniteError(fmt::format(
+      "[train] the loss was not finite (NaN or inf) at step {} of this run (epoch {}, batch {} "
+      "of {}); its update was skipped and training stopped. Lower --lr (it is {}), check the "
+      "data for NaN/inf and out-of-range labels, or pass --allow-nonfinite-loss to skip such "
+      "steps and go on",
+      step, t.first_epoch + (step - 1) / per_epoch + 1, (step - 1) % per_epoch + 1, per_epoch,
+      c.lr));
+}
 
 // The step both TrainSteps run: logits, then the loss (timed as its own row).
 optim::StepFunction step_function(nn::Module& net, const TrainConfig& c) {
@@ -188,19 +220,30 @@ const std::vector<Tensor>& run_step(Training& t, const TrainConfig& c, int epoch
 EpochResult train_epoch(Training& t, int epoch, const TrainConfig& c) {
   auto start = std::chrono::steady_clock::now();
   EpochResult r{.epoch = epoch};
+  const int64_t skipped_before = nonfinite_so_far(t).skipped;
   double loss_sum = 0;
-  int64_t correct = 0, sampled = 0, samples = 0, batch = 0, images = 0;
+  int64_t correct = 0, sampled = 0, samples = 0, loss_samples = 0, batch = 0, images = 0;
   for (auto& [x, y] : t.loader) {
     const std::vector<Tensor>& out = run_step(t, c, epoch, batch, x, y);
     if (t.schedule) t.schedule->step();
     images += y.size(0);
-    if (++batch % kSample != 0 && batch != t.loader.size()) continue;
-    loss_sum += out[0].item();
+    // On the CPU the skip is known at once; on the GPU it is read back with the sampled loss.
+    const bool sample = ++batch % kSample == 0 || batch == t.loader.size();
+    if (!sample && !(c.stop_on_nonfinite_loss && !x.device().is_cuda())) continue;
+    const optim::NonFiniteSteps nonfinite = nonfinite_so_far(t);
+    if (c.stop_on_nonfinite_loss && nonfinite.skipped > 0) stop_on_nonfinite(t, c, nonfinite.first);
+    r.skipped_steps = nonfinite.skipped - skipped_before;
+    if (!sample) continue;
+    const double loss = out[0].item();
+    if (std::isfinite(loss)) {  // a skipped step's loss says nothing about the weights
+      loss_sum += loss;
+      ++loss_samples;
+    }
     ++samples;
     correct += count_correct(out[1].detach(), y);
     sampled += y.size(0);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.train_loss = loss_sum / samples;
+    r.train_loss = loss_samples > 0 ? loss_sum / loss_samples : std::nan("");
     r.train_accuracy = static_cast<double>(correct) / sampled;
     r.images_per_second = images / r.seconds;
     if (c.progress) show_progress(r, c.epochs, batch, t.loader.size());
@@ -255,8 +298,48 @@ StateDict optimizer_section(const optim::Optimizer& opt, const optim::LRSchedule
   return state;
 }
 
-int resume(const TrainConfig& c, Training& t) {
+constexpr const char* kFlagPrefix = "flag.";
+
+// The flags that decide what a run computes (not where or how fast), as the
+// checkpoint stores them.
+std::vector<std::pair<std::string, std::string>> run_flags(const TrainConfig& c) {
+  return {{"--data", c.synthetic_images > 0 ? std::string() : c.data},
+          {"--synthetic", std::to_string(c.synthetic_images)},
+          {"--model", c.model},
+          {"--epochs", std::to_string(c.epochs)},
+          {"--batch-size", std::to_string(c.batch_size)},
+          {"--optimizer", c.optimizer},
+          {"--lr", fmt::format("{}", c.lr)},
+          {"--weight-decay", fmt::format("{}", c.weight_decay)},
+          {"--label-smoothing", fmt::format("{}", c.label_smoothing)},
+          {"--schedule", c.schedule},
+          {"--precision", c.precision},
+          {"--seed", std::to_string(c.seed)},
+          {"--limit", std::to_string(c.limit)},
+          {"dataset", c.dataset}};
+}
+
+// One warning per flag that differs from the checkpoint's run.
+std::vector<std::string> changed_flags(const TrainConfig& c, const TrainingCheckpoint& ckpt) {
+  std::vector<std::string> warnings;
+  for (const auto& [flag, now] : run_flags(c)) {
+    auto saved = ckpt.extra.find(kFlagPrefix + flag);
+    if (saved == ckpt.extra.end() || saved->second == now) continue;
+    warnings.push_back(fmt::format(
+        "{} was '{}' in the run that wrote {} and is '{}' now: the command line's value wins (the "
+        "weights, optimizer state and schedule position come from the checkpoint), so the result "
+        "differs from a run with these flags from the start",
+        flag, saved->second, c.resume, now));
+  }
+  return warnings;
+}
+
+int resume(const TrainConfig& c, Training& t, std::vector<std::string>& warnings) {
   TrainingCheckpoint ckpt = load_checkpoint(c.resume, c.device);
+  for (std::string& warning : changed_flags(c, ckpt)) {
+    std::fprintf(stderr, "train: warning: %s\n", warning.c_str());
+    warnings.push_back(std::move(warning));
+  }
   t.net.load_state_dict(ckpt.model);
   StateDict optimizer_state, schedule_state;
   for (auto& [name, tensor] : ckpt.optimizer) {
@@ -273,14 +356,31 @@ int resume(const TrainConfig& c, Training& t) {
 }
 
 void save(const TrainConfig& c, Training& t, int epochs_done) {
-  save_checkpoint(c.save, {.model = t.net.state_dict(),
-                           .optimizer = optimizer_section(t.opt, t.schedule),
-                           .epoch = epochs_done,
-                           .rng_seed = default_generator().seed(),
-                           .rng_offset = default_generator().offset()});
+  TrainingCheckpoint ckpt{.model = t.net.state_dict(),
+                          .optimizer = optimizer_section(t.opt, t.schedule),
+                          .epoch = epochs_done,
+                          .rng_seed = default_generator().seed(),
+                          .rng_offset = default_generator().offset()};
+  for (const auto& [flag, value] : run_flags(c)) ckpt.extra[kFlagPrefix + flag] = value;
+  save_checkpoint(c.save, ckpt);
+}
+
+// A bad --save fails now, not after the first epoch's work.
+void check_save(const TrainConfig& c) {
+  if (c.save.empty()) return;
+  try {
+    check_save_path(c.save);
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("[train] --save {} cannot be written (checked before training): {}",
+                              c.save, e.what()));
+  }
 }
 
 }  // namespace
+
+bool metrics_format_known(const std::string& path) {
+  return path.ends_with(".csv") || path.ends_with(".jsonl");
+}
 
 PrecisionScope::PrecisionScope(const std::string& precision, Device device, bool autotune)
     : numerics_(policy_of(precision, autotune)), autocast_(autocast_of(precision, device)) {}
@@ -295,6 +395,10 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   LOOM_CHECK(c.target_accuracy >= 0 && c.target_accuracy <= 1 && c.profile_steps >= 0, ValueError,
              "[train] target accuracy must be in [0, 1] and profile steps >= 0, got {} and {}",
              c.target_accuracy, c.profile_steps);
+  LOOM_CHECK(c.metrics.empty() || metrics_format_known(c.metrics), ValueError,
+             "[train] the metrics file '{}' must end in .csv or .jsonl (the format follows it)",
+             c.metrics);
+  check_save(c);
   PrecisionScope precision(c.precision, c.device, c.autotune);
   manual_seed(c.seed);
   data::Dataset train_set = first(load(c, data::Split::Train), c.limit);
@@ -313,8 +417,10 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   std::unique_ptr<optim::LRScheduler> schedule = make_schedule(c, *opt, train_loader.size());
   optim::TrainStep step(step_function(stepped, c), *opt, {.cuda_graph = c.cuda_graph});
   optim::TrainStep profiled(step_function(stepped, c), *opt, {.cuda_graph = false});
+  TrainResult result;
   Training t{net, *opt, schedule.get(), train_loader, step, profiled};
-  int start = c.resume.empty() ? 0 : resume(c, t);
+  t.first_epoch = c.resume.empty() ? 0 : resume(c, t, result.warnings);
+  const int start = t.first_epoch;
   if (c.progress) {
     std::printf("%s on %s: %lld training images, batch %lld, %s lr %g, schedule %s, %s%s\n",
                 c.model.c_str(), c.device.str().c_str(),
@@ -323,7 +429,6 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
                 start > 0 ? fmt::format(", resumed after epoch {}", start).c_str() : "");
   }
   Metrics metrics(c.metrics);
-  TrainResult result;
   for (int epoch = start; epoch < c.epochs; ++epoch) {
     if (group && epoch > 0) train_loader = make_loader(c, epoch_shard(train_set, c, *group, epoch), true);
     train_loader.set_epoch(epoch);
@@ -333,9 +438,12 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
     r.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (c.progress) {
       std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.0f img/s, %.2f s "
-                  "(%.2f s since start)\n",
+                  "(%.2f s since start)%s\n",
                   r.epoch, r.train_loss, r.train_accuracy, r.test_accuracy, r.images_per_second, r.seconds,
-                  r.elapsed_seconds);
+                  r.elapsed_seconds,
+                  r.skipped_steps > 0
+                      ? fmt::format(", {} steps skipped (non-finite loss)", r.skipped_steps).c_str()
+                      : "");
       std::fflush(stdout);
     }
     metrics.write(r);

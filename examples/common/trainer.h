@@ -43,9 +43,10 @@ struct TrainConfig {
   uint64_t seed = 0;
   int64_t limit = 0;                 // train on the first `limit` images (0: all)
   int64_t test_limit = 0;            // evaluate on the first `test_limit` test images (0: all)
-  std::string save, resume, metrics; // checkpoint out, checkpoint in, CSV/JSONL metrics
+  std::string save, resume, metrics; // checkpoint out, checkpoint in, CSV/JSONL metrics (.csv or .jsonl)
   bool progress = true;              // the per-epoch progress line on stderr
   bool distributed = false;          // data-parallel under mpirun (examples/common/distributed.h)
+  bool stop_on_nonfinite_loss = true;  // false: skip steps whose loss is NaN/inf and go on
 };
 
 struct EpochResult {
@@ -53,15 +54,24 @@ struct EpochResult {
   double train_loss = 0, train_accuracy = 0, test_accuracy = 0;
   double images_per_second = 0, seconds = 0;
   double elapsed_seconds = 0;  // since train() began: data loading, plan building and evaluation included
+  int64_t skipped_steps = 0;   // steps whose loss was NaN or inf: their updates were skipped
 };
 
 struct TrainResult {
   std::vector<EpochResult> epochs;  // the epochs this call ran (after a resume: the rest)
   StateDict model;                  // the final weights
+  std::vector<std::string> warnings;  // also printed: flags that changed since the resumed checkpoint
 };
 
-// Throws loom::Error (ValueError for a bad config, IoError for bad data files).
+// Throws loom::Error: ValueError for a bad config, IoError for bad data files
+// or an unusable --save path (checked before training starts), OutOfMemoryError,
+// and NonFiniteError for a NaN/inf loss unless stop_on_nonfinite_loss is off.
+// A checkpoint stores the flags that decide what the run computes; resuming
+// with different ones warns about each (the new values win).
 TrainResult train(const TrainConfig& config);
+
+// True for the metrics file names train() writes: *.csv or *.jsonl.
+bool metrics_format_known(const std::string& path);
 
 // The numerics of a precision name for the scope's lifetime: "tf32" (PyTorch's
 // default for convolutions), "strict" (IEEE fp32) or "bf16" (mixed precision:

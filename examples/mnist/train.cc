@@ -27,8 +27,12 @@ const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
   --limit N           train on the first N training images only
   --synthetic N       train on N generated images instead of --data
   --save PATH         write a training checkpoint after every epoch (atomically)
-  --resume PATH       continue from a checkpoint written by --save
-  --metrics PATH      per-epoch metrics, CSV or JSONL by the file's extension
+  --resume PATH       continue from a checkpoint written by --save (flags that
+                      differ from the checkpoint's run are listed; yours win)
+  --metrics PATH      per-epoch metrics: PATH ends in .csv or .jsonl
+  --allow-nonfinite-loss
+                      skip (and count) steps whose loss is NaN or inf and go on;
+                      by default such a loss stops training with its step number
   --target-accuracy X stop after the first epoch whose test accuracy reaches X
   --no-cuda-graph     run every training step eagerly (default on the GPU: each
                       step is captured once per batch shape into a CUDA graph)

@@ -5,13 +5,17 @@
 #include "core/serialize.h"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -348,15 +352,15 @@ TEST_CASE("a failed save leaves the previous file intact and no temporary file b
   save_safetensors(path, old_tensors);
   std::string old_bytes = read_bytes(path);
   StateDict new_tensors = {{"w", tensor({4, 5, 6, 7}, {4})}};
-  std::string temp_name = "model.safetensors.tmp." + std::to_string(::getpid());
+  std::string temp_name = "model.safetensors.tmp." + std::to_string(::getpid()) + ".";
 
-  SUBCASE("the temporary path is taken by a directory") {
-    fs::create_directory(dir.file(temp_name));
-    CHECK_THROWS_WITH_FRAGMENT(
-        save_safetensors(path, new_tensors), IoError,
-        "cannot create the temporary file " + dir.file(temp_name) + ": File exists");
-    CHECK(fs::is_directory(dir.file(temp_name)));  // not ours: left alone
-    fs::remove(dir.file(temp_name));
+  SUBCASE("a directory under the old fixed temporary name is left alone") {
+    std::string in_the_way = dir.file("model.safetensors.tmp." + std::to_string(::getpid()));
+    fs::create_directory(in_the_way);
+    save_safetensors(path, new_tensors);
+    CHECK(fs::is_directory(in_the_way));  // not a file of ours: left alone
+    fs::remove(in_the_way);
+    save_safetensors(path, old_tensors);
   }
   SUBCASE("the write fails midway (file size limit)") {
     rlimit saved;
@@ -373,9 +377,9 @@ TEST_CASE("a failed save leaves the previous file intact and no temporary file b
     }
     setrlimit(RLIMIT_FSIZE, &saved);
     signal(SIGXFSZ, old_handler);
-    CHECK_MESSAGE(message.find("cannot write " + dir.file(temp_name) + ": File too large") !=
-                      std::string::npos,
+    CHECK_MESSAGE(message.find("cannot write " + dir.file(temp_name)) != std::string::npos,
                   "message was: " << message);
+    CHECK_MESSAGE(message.find(": File too large") != std::string::npos, "message was: " << message);
     CHECK(dir.listing() == std::vector<std::string>{"model.safetensors"});
   }
   SUBCASE("the rename fails (a directory is in the way)") {
@@ -404,6 +408,131 @@ TEST_CASE("a failed save leaves the previous file intact and no temporary file b
 
   save_safetensors(path, new_tensors);  // and a good save still replaces it
   check_identical(load_safetensors(path), new_tensors);
+}
+
+TrainingCheckpoint sample_checkpoint(Generator& gen);
+
+// Sets a file's modification time `seconds` into the past.
+void age(const std::string& path, int seconds) {
+  fs::last_write_time(path, fs::file_time_type::clock::now() - std::chrono::seconds(seconds));
+}
+
+TEST_CASE("a temporary file left by a killed save does not block later saves") {
+  ScratchDir dir;
+  std::string path = dir.file("ck.ckpt");
+  StateDict tensors = {{"w", tensor({1, 2}, {2})}};
+  // A trainer restarted in a container gets the same PID: the dead writer's
+  // temporary file carries ours. The old code failed here with "File exists".
+  std::string same_pid = dir.file("ck.ckpt.tmp." + std::to_string(::getpid()));
+  std::string dead_pid = dir.file("ck.ckpt.tmp.2147483646.Ab12Cd");
+  write_bytes(same_pid, "half a checkpoint");
+  write_bytes(dead_pid, "another half");
+  age(same_pid, 3600);
+  save_safetensors(path, tensors);
+  check_identical(load_safetensors(path), tensors);
+  CHECK(dir.listing() == std::vector<std::string>{"ck.ckpt"});
+
+  SUBCASE("the temporary file is named after the target and unique to the save") {
+    std::string other = dir.file("other.ckpt.tmp.1");  // another target's: not touched
+    write_bytes(other, "x");
+    age(other, 3600);
+    save_safetensors(path, tensors);
+    CHECK(dir.listing() == std::vector<std::string>{"ck.ckpt", "other.ckpt.tmp.1"});
+  }
+  SUBCASE("a temporary file a live writer holds is left alone") {
+    std::string live = dir.file("ck.ckpt.tmp.1.Xy34Zw");
+    write_bytes(live, "being written");
+    age(live, 3600);
+    int fd = ::open(live.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    // A forked child's lock is another open file description's, as a second writer's would be.
+    pid_t child = ::fork();
+    if (child == 0) {
+      try {
+        save_safetensors(path, tensors);
+      } catch (...) {
+        ::_exit(2);
+      }
+      ::_exit(fs::exists(live) ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    ::close(fd);
+  }
+  SUBCASE("a fresh temporary file of a live process is left alone") {
+    std::string fresh = dir.file("ck.ckpt.tmp.1.Qw56Er");  // PID 1 is alive; made after we started
+    write_bytes(fresh, "just created");
+    save_safetensors(path, tensors);
+    CHECK(fs::exists(fresh));
+  }
+}
+
+TEST_CASE("check_save_path finds an unusable checkpoint folder before anything is written") {
+  ScratchDir dir;
+  check_save_path(dir.file("ok.ckpt"));
+  CHECK(dir.listing().empty());
+  CHECK_THROWS_WITH_FRAGMENT(check_save_path(dir.file("missing/x.ckpt")), IoError,
+                             "missing/x.ckpt: cannot create a temporary file");
+  fs::create_directory(dir.file("sub"));
+  CHECK_THROWS_WITH_FRAGMENT(check_save_path(dir.file("sub")), IoError, "is a directory");
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::permissions(dir.file("sub"), fs::perms::owner_read | fs::perms::owner_exec);
+    CHECK_THROWS_WITH_FRAGMENT(check_save_path(dir.file("sub/x.ckpt")), IoError,
+                               "Permission denied");
+    fs::permissions(dir.file("sub"), fs::perms::owner_all);
+  }
+}
+
+TEST_CASE("a saved file gets the mode a plain create gives it, not mkstemp's 0600") {
+  ScratchDir dir;
+  mode_t mask = ::umask(022);
+  save_safetensors(dir.file("m.safetensors"), {{"w", ones({1})}});
+  ::umask(mask);
+  struct stat info = {};
+  REQUIRE(::stat(dir.file("m.safetensors").c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0644);
+}
+
+TEST_CASE("a shape whose strides overflow is rejected, even with zero elements") {
+  ScratchDir dir;
+  std::string path = dir.file("x.safetensors");
+  for (std::string shape : {"[0, 4611686018427387904, 4611686018427387904]",
+                            "[0, 9223372036854775807, 2]", "[2, 0, 4611686018427387904]"}) {
+    INFO("shape ", shape);
+    write_bytes(path, file_bytes(R"({"t":{"dtype":"F32","shape":)" + shape +
+                                 R"(,"data_offsets":[0,0]}})"));
+    CHECK_THROWS_WITH_FRAGMENT(load_safetensors(path), IoError, "or whose strides do");
+  }
+  // A large but representable zero-size shape still loads.
+  write_bytes(path, file_bytes(R"({"t":{"dtype":"U8","shape":[0,1048576,1048576],"data_offsets":[0,0]}})"));
+  StateDict loaded = load_safetensors(path);
+  CHECK(loaded[0].second.sizes() == Shape{0, 1048576, 1048576});
+}
+
+TEST_CASE("checkpoint scalars out of range are rejected on load, naming the file") {
+  ScratchDir dir;
+  Generator gen(3);
+  std::string path = dir.file("ck.ckpt");
+  TrainingCheckpoint checkpoint = sample_checkpoint(gen);
+  for (int64_t epoch : {int64_t{1} << 40, int64_t{-5}, int64_t{1} << 31}) {
+    INFO("epoch ", epoch);
+    checkpoint.epoch = epoch;
+    save_checkpoint(path, checkpoint);  // CRC-valid: only the value is wrong
+    CHECK_THROWS_WITH_FRAGMENT(load_checkpoint(path), IoError,
+                               fmt::format("[checkpoint] {}: __metadata__ 'loom.epoch' is '{}'; "
+                                           "expected an integer from 0 to 2147483647",
+                                           path, epoch));
+  }
+  checkpoint.epoch = 2147483647;
+  checkpoint.step = -1;
+  save_checkpoint(path, checkpoint);
+  CHECK_THROWS_WITH_FRAGMENT(load_checkpoint(path), IoError, "'loom.step' is '-1'");
+  checkpoint.step = 0;
+  save_checkpoint(path, checkpoint);
+  CHECK(load_checkpoint(path).epoch == 2147483647);
 }
 
 TrainingCheckpoint sample_checkpoint(Generator& gen) {

@@ -67,6 +67,44 @@ TEST_CASE("factories reject negative sizes and non-float requires_grad") {
   CHECK(leaf.is_leaf());
 }
 
+TEST_CASE("factories reject shapes whose strides or byte size overflow, even with no elements") {
+  const int64_t huge = int64_t{1} << 62;
+  CHECK_THROWS_WITH_FRAGMENT(empty({0, huge, huge}), ValueError,
+                             "[empty] shape (0, 4611686018427387904, 4611686018427387904) of "
+                             "float32 is too large");
+  CHECK_THROWS_WITH_FRAGMENT(zeros({0, std::numeric_limits<int64_t>::max(), 2}), ValueError,
+                             "overflow 64 bits");
+  CHECK_THROWS_WITH_FRAGMENT(empty({0, huge}, {.dtype = DType::Float64}), ValueError,
+                             "of float64 is too large");  // 2^62 elements fit, 2^65 bytes do not
+  CHECK_THROWS_WITH_FRAGMENT(randn({0, huge, 4}), ValueError, "[randn] shape");
+  CHECK_THROWS_WITH_FRAGMENT(contiguous_strides({0, huge, huge}), ValueError,
+                             "[contiguous_strides]");
+  CHECK_THROWS_WITH_FRAGMENT(channels_last_strides({0, huge, huge, 1}), ValueError,
+                             "[channels_last_strides]");
+  const Tensor fits = empty({0, int64_t{1} << 30, int64_t{1} << 30}, {.dtype = DType::UInt8});
+  CHECK(fits.strides() == Shape{int64_t{1} << 60, int64_t{1} << 30, 1});
+}
+
+TEST_CASE("random tensors too large for memory are an OutOfMemoryError, not std::bad_alloc") {
+  // 2^41 bytes: more than this machine has, and past ASan's largest allocation.
+  CHECK_THROWS_WITH_FRAGMENT(randint(0, 256, {int64_t{1} << 41}, {.dtype = DType::UInt8}),
+                             OutOfMemoryError, "out of host memory allocating 2199023255552 bytes");
+  CHECK_THROWS_AS(rand({int64_t{1} << 39}), OutOfMemoryError);
+}
+
+TEST_CASE("random draws are generated in chunks without changing the values") {
+  // More than one chunk of draws: element i is still draw i, in every dtype and layout.
+  Generator a(9), b(9);
+  const Tensor wide = randint(0, 1000, {3, 70000}, {.dtype = DType::Int64}, &a);
+  const Tensor narrow = randint(0, 1000, {3, 70000}, {.dtype = DType::Int32}, &b);
+  CHECK_CLOSE(wide.to(DType::Int32), narrow, 0, 0);
+  Generator c(4), d(4);
+  const Tensor nchw = randn({2, 3, 150, 150}, {}, &c);
+  const Tensor nhwc = randn({2, 3, 150, 150}, {.memory_format = MemoryFormat::ChannelsLast}, &d);
+  CHECK(nhwc.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_CLOSE(nhwc, nchw, 0, 0);
+}
+
 TEST_CASE("arange: counts, negative and fractional steps, dtypes") {
   CHECK(arange(5).to_vector<double>() == std::vector<double>{0, 1, 2, 3, 4});
   CHECK(arange(1.0, 2.0, 0.25).to_vector<double>() == std::vector<double>{1, 1.25, 1.5, 1.75});

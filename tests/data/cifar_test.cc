@@ -125,7 +125,17 @@ TEST_CASE("cifar case 4: a label byte above 9") {
   bytes.insert(bytes.end(), bad.begin(), bad.end());
   const std::string path = batch_file(bytes, "data_batch_1.bin");
   CHECK_THROWS_WITH_FRAGMENT(read_cifar_batch(path), IoError,
-                             "label byte 10 at offset 3073 (record 1); expected 0-9");
+                             "label 10 out of range at record 1 (offset 3073); expected 0-9");
+}
+
+TEST_CASE("cifar case 4b: a first label byte of 0x80 is a bad label, not a pickle") {
+  for (uint8_t second : {uint8_t{0}, uint8_t{2}}) {  // 80 02 also begins a protocol-2 pickle
+    CAPTURE(second);
+    std::vector<uint8_t> bytes = record(0x80, second);
+    const std::string path = batch_file(bytes, "data_batch_1.bin");
+    CHECK_THROWS_WITH_FRAGMENT(read_cifar_batch(path), IoError,
+                               "label 128 out of range at record 0 (offset 0); expected 0-9");
+  }
 }
 
 TEST_CASE("cifar case 5: missing and duplicated batch files") {

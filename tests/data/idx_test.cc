@@ -255,6 +255,22 @@ TEST_CASE("gzip problems: a .gz name on plain data, a truncated stream") {
   CHECK_THROWS_WITH_FRAGMENT(read_idx(packed), IoError, "gzip stream is truncated");
 }
 
+TEST_CASE("a gzip whose IDX header declares more than the cap fails before it is inflated") {
+  const std::string folder = temp_dir("declared");
+  const std::string path = path_in(folder, "train-images-idx3-ubyte.gz");
+  // Dims (6633, 28, 28, 1000): 5.2 GB declared. 8 MiB of zeros follow, so
+  // that the old reader reported truncation only after inflating them all.
+  std::vector<uint8_t> bytes = idx_file(0x08, {6633, 28, 28, 1000}, 8 << 20);
+  write_file_bytes(path, bytes, /*gzip=*/true);
+  CHECK_THROWS_WITH_FRAGMENT(read_idx(path), IoError,
+                             path + ": the header declares dims (6633, 28, 28, 1000) of uint8 = "
+                                    "5200272000 bytes, more than the 1073741824 bytes this reader "
+                                    "accepts (rejected before decompressing)");
+  // A header within the cap is still read in full (and here found truncated).
+  write_file_bytes(path, idx_file(0x08, {100, 28, 28}, 1000), /*gzip=*/true);
+  CHECK_THROWS_WITH_FRAGMENT(read_idx(path), IoError, "(the file is truncated)");
+}
+
 // --- the real data set -----------------------------------------------------------
 
 TEST_CASE("Fashion-MNIST's test split loads with its known statistics" *

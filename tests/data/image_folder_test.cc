@@ -104,8 +104,7 @@ TEST_CASE("a corrupt image is an error naming the file and stb's reason") {
     std::vector<uint8_t> png = encode_png(random_image(3, 16, 16, 21));
     png.resize(png.size() / 2);
     write_bytes(bad, png);
-    CHECK_THROWS_WITH_FRAGMENT(load_image_folder(root), IoError,
-                               bad + ": cannot decode the image: ");
+    CHECK_THROWS_WITH_FRAGMENT(load_image_folder(root), IoError, bad + ": truncated PNG: chunk");
   }
   SUBCASE("an empty file") {
     write_bytes(bad, {});

@@ -8,6 +8,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -58,6 +60,16 @@ TEST_CASE("a Huffman table of more than 256 codes is rejected before stb reads i
   CHECK_THROWS_WITH_FRAGMENT(decode_image(jpeg, "bad.jpg", 3), IoError, "declares 320 codes");
 }
 
+TEST_CASE("a JPEG whose SOI follows FF fill bytes is screened too, as stb reads it as a JPEG") {
+  // Found by fuzz/image_fuzzer: the screen looked for FF D8 at offset 0 only,
+  // stb skips fill bytes before any marker, and its table builder overran.
+  std::vector<uint8_t> jpeg = valid_jpeg();
+  const size_t dht = first_dht(jpeg);
+  std::fill(jpeg.begin() + dht + 5, jpeg.begin() + dht + 21, 20);
+  jpeg.insert(jpeg.begin(), 5, 0xFF);
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(jpeg, "filled.jpg", 3), IoError, "declares 320 codes");
+}
+
 TEST_CASE("a table cut off by the end of the file is read as stb reads it") {
   // SOI, then a DHT whose 16 code counts are cut short after 15 bytes of 0x60.
   std::vector<uint8_t> jpeg = {0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x16, 0x00};
@@ -96,15 +108,63 @@ std::vector<uint8_t> without_huffman_tables(const std::vector<uint8_t>& jpeg) {
   return out;
 }
 
-TEST_CASE("undefined Huffman tables decode through stb's zeroed state, not garbage") {
-  // stb 2.27 leaves its tables uninitialised; data/stb_image.cc zeroes every
-  // allocation, so each code decodes to symbol 0: a flat image, every time.
+TEST_CASE("a JPEG whose scan uses Huffman tables no DHT defined is rejected, not decoded to garbage") {
   const std::vector<uint8_t> jpeg = without_huffman_tables(valid_jpeg());
   REQUIRE(jpeg.size() < valid_jpeg().size());
-  CHECK_NOTHROW(check_jpeg_huffman_tables(jpeg, "bare.jpg"));
-  const Tensor first = decode_image(jpeg, "bare.jpg", 3);
-  const Tensor second = decode_image(jpeg, "bare.jpg", 3);
-  CHECK(first.to_vector<int64_t>() == second.to_vector<int64_t>());
+  CHECK_THROWS_WITH_FRAGMENT(check_jpeg_huffman_tables(jpeg, "bare.jpg"), IoError,
+                             "bare.jpg: corrupt JPEG: the scan at offset");
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(jpeg, "bare.jpg", 3), IoError,
+                             "which no DHT segment before it defines");
+  CHECK_NOTHROW(check_jpeg_huffman_tables(valid_jpeg(), "good.jpg"));
+}
+
+// A 24-bit BMP of `width` x `height` from the fixture encoder, height patched.
+std::vector<uint8_t> bmp_with_height(int32_t height) {
+  Generator gen(2);
+  std::vector<uint8_t> bmp = testing::encode_bmp(randint(0, 256, {3, 4, 5}, {.dtype = DType::UInt8}, &gen));
+  for (int i = 0; i < 4; ++i) bmp[22 + i] = static_cast<uint8_t>(static_cast<uint32_t>(height) >> (8 * i));
+  return bmp;
+}
+
+TEST_CASE("a BMP with height INT_MIN or a pixel array shorter than its header says is rejected") {
+  Generator gen(2);
+  const std::vector<uint8_t> good = testing::encode_bmp(randint(0, 256, {3, 4, 5}, {.dtype = DType::UInt8}, &gen));
+  CHECK_NOTHROW(screen_image(good, "good.bmp"));
+  CHECK_NOTHROW(screen_image(bmp_with_height(-4), "top_down.bmp"));  // negative: rows top-down
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(bmp_with_height(INT32_MIN), "min.bmp", 3), IoError,
+                             "min.bmp: corrupt BMP: height -2147483648 at offset 22");
+  std::vector<uint8_t> short_pixels = good;
+  short_pixels.resize(short_pixels.size() - 7);
+  // 5 pixels of 24 bits: 15 bytes padded to 16 per row, 4 rows.
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(short_pixels, "short.bmp", 3), IoError,
+                             "short.bmp: corrupt BMP: 5x4 pixels at 24 bits need a 64-byte pixel "
+                             "array from offset 54, but the file has 57 bytes there");
+}
+
+TEST_CASE("a truncated PNG and an unknown chunk type give readable messages") {
+  Generator gen(3);
+  std::vector<uint8_t> png = testing::encode_png(randint(0, 256, {3, 16, 16}, {.dtype = DType::UInt8}, &gen));
+  std::vector<uint8_t> cut(png.begin(), png.begin() + static_cast<std::ptrdiff_t>(png.size() - 15));
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(cut, "cut.png", 3), IoError, "cut.png: truncated PNG: chunk 'IDAT'");
+  std::vector<uint8_t> three_bytes_of_type(png.begin(), png.begin() + 33 + 7);  // IHDR, then "IDA"
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(three_bytes_of_type, "ida.png", 3), IoError,
+                             "truncated PNG: the file ends at offset 40 inside a chunk header");
+  // A critical chunk stb does not know, named by bytes that are not text: stb's
+  // reason quotes them raw; the message shows them escaped.
+  std::vector<uint8_t> odd = png;
+  const std::vector<uint8_t> chunk = {0, 0, 0, 0, 0xC3, 0x28, 'A', 'B', 0, 0, 0, 0};
+  odd.insert(odd.begin() + 33, chunk.begin(), chunk.end());
+  bool thrown = false;
+  try {
+    decode_image(odd, "odd.png", 3);
+  } catch (const IoError& e) {
+    thrown = true;
+    const std::string message = e.what();
+    CHECK(message.find("\\xC3(AB") != std::string::npos);
+    CHECK(std::none_of(message.begin(), message.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }));
+  }
+  CHECK(thrown);
+  CHECK(printable("ok \x01\xff") == "ok \\x01\\xFF");
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/cuda/allocator.h"
@@ -173,6 +175,73 @@ LOOM_GPU_TEST_CASE("a bad label inside a replayed step gives a NaN loss, not a c
   bad.narrow(0, 3, 1).fill_(12.0);
   const std::vector<Tensor>& out = (*run.step)(data[0].x, bad);
   CHECK(std::isnan(out[0].item()));
+}
+
+LOOM_GPU_TEST_CASE("a replayed step with a bad label skips its update on the device and is counted") {
+  std::vector<Batch> data = batches(8, 2, 5);
+  Run run(true);
+  for (int i = 0; i < 3; ++i) (*run.step)(data[0].x, data[0].y);  // warm-up, capture, replay
+  REQUIRE(run.step->last_step_replayed());
+  CHECK(run.step->nonfinite_steps().skipped == 0);
+  auto snapshot = [](const StateDict& state) {
+    StateDict copy;
+    for (const auto& [name, t] : state) copy.emplace_back(name, t.cpu().clone());
+    return copy;
+  };
+  const StateDict weights = snapshot(run.net.state_dict());
+  const StateDict moments = snapshot(run.opt->state_dict());
+  Tensor bad = data[0].y.clone();
+  bad.narrow(0, 3, 1).fill_(12.0);
+  const std::vector<Tensor>& out = (*run.step)(data[0].x, bad);
+  REQUIRE(run.step->last_step_replayed());
+  CHECK(std::isnan(out[0].item()));
+  const StateDict after = run.net.state_dict();
+  for (size_t k = 0; k < after.size(); ++k) {
+    CAPTURE(after[k].first);
+    check_same_bits(after[k].second, weights[k].second);
+  }
+  const StateDict moments_after = run.opt->state_dict();
+  for (size_t k = 0; k < moments_after.size(); ++k) {
+    CAPTURE(moments_after[k].first);
+    if (moments_after[k].first.ends_with(".step")) continue;  // the host half counted the step
+    check_same_bits(moments_after[k].second, moments[k].second);
+  }
+  const optim::NonFiniteSteps skipped = run.step->nonfinite_steps();
+  CHECK(skipped.skipped == 1);
+  CHECK(skipped.first == 4);
+  // The next good step updates again, from the weights before the bad one.
+  const double loss = (*run.step)(data[0].x, data[0].y)[0].item();
+  CHECK(std::isfinite(loss));
+  CHECK(run.step->nonfinite_steps().skipped == 1);
+  CHECK_FALSE(testing::close_report(run.net.state_dict()[0].second.cpu(), weights[0].second, 0, 0).empty());
+}
+
+LOOM_GPU_TEST_CASE("an eager GPU step with a non-finite loss skips too; skip_nonfinite = false does not") {
+  std::vector<Batch> data = batches(8, 1, 8);
+  for (bool skip : {true, false}) {
+    CAPTURE(skip);
+    manual_seed(7);
+    nn::Sequential net = nn::mnist_net();
+    net.to(Device::cuda());
+    optim::SGD opt(net.parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::TrainStep step(
+        [&](const Tensor& x, const Tensor& y) { return std::vector<Tensor>{cross_entropy(net(x), y)}; },
+        opt, {.cuda_graph = false, .skip_nonfinite = skip});
+    step(data[0].x, data[0].y);
+    Tensor poisoned = data[0].x.clone();
+    poisoned.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+    const Tensor before = net.state_dict()[0].second.cpu().clone();
+    step(poisoned, data[0].y);
+    const Tensor after = net.state_dict()[0].second.cpu();
+    if (skip) {
+      check_same_bits(after, before);
+      CHECK(step.nonfinite_steps().skipped == 1);
+      CHECK(step.nonfinite_steps().first == 2);
+    } else {
+      CHECK(std::isnan(sum(after).item()));
+      CHECK(step.nonfinite_steps().skipped == 0);
+    }
+  }
 }
 
 #endif  // LOOM_WITH_CUDA

@@ -73,3 +73,57 @@ TEST_CASE("a bad configuration is a clear error") {
   c.data = examples::kFashionMnist;
   if (have_fashion_mnist()) CHECK_THROWS_WITH_FRAGMENT(examples::train(c), ValueError, "unknown model 'resnet50'");
 }
+
+namespace {
+
+examples::TrainConfig synthetic(int epochs) {
+  return {.synthetic_images = 200, .epochs = epochs, .batch_size = 50, .device = Device::cpu(),
+          .progress = false};
+}
+
+}  // namespace
+
+TEST_CASE("a NaN loss stops training at its step with a hint, unless allowed; then it is skipped") {
+  examples::TrainConfig c = synthetic(2);
+  c.lr = 1e30;  // the first update blows the weights up; the next loss is NaN
+  c.optimizer = "sgd";
+  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), NonFiniteError,
+                             "the loss was not finite (NaN or inf) at step 2 of this run (epoch 1, "
+                             "batch 2 of 4)");
+  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), NonFiniteError, "--allow-nonfinite-loss");
+  c.stop_on_nonfinite_loss = false;
+  examples::TrainResult r = examples::train(c);
+  REQUIRE(r.epochs.size() == 2);
+  CHECK(r.epochs[0].skipped_steps >= 1);
+}
+
+TEST_CASE("an unwritable --save fails before training, not after the first epoch") {
+  examples::TrainConfig c = synthetic(1);
+  c.save = "/nonexistent-folder/ck.ckpt";
+  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), IoError,
+                             "[train] --save /nonexistent-folder/ck.ckpt cannot be written (checked "
+                             "before training)");
+}
+
+TEST_CASE("resuming with changed flags warns about each, saying the command line wins") {
+  std::string checkpoint = temp_path("loom_flags_");
+  examples::TrainConfig first = synthetic(1);
+  first.schedule = "onecycle";
+  first.save = checkpoint;
+  CHECK(examples::train(first).warnings.empty());
+  examples::TrainConfig same = first;
+  same.save.clear();
+  same.resume = checkpoint;
+  CHECK(examples::train(same).warnings.empty());  // already done: nothing to warn about
+  examples::TrainConfig second = same;
+  second.epochs = 2;
+  second.lr = 0.01;
+  examples::TrainResult resumed = examples::train(second);
+  std::filesystem::remove(checkpoint);
+  REQUIRE(resumed.warnings.size() == 2);
+  CHECK(resumed.warnings[0].find("--epochs was '1' in the run that wrote " + checkpoint +
+                                 " and is '2' now: the command line's value wins") !=
+        std::string::npos);
+  CHECK(resumed.warnings[1].find("--lr was '0.001'") != std::string::npos);
+  CHECK(resumed.epochs.size() == 1);
+}

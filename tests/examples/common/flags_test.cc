@@ -1,0 +1,84 @@
+// File: tests/examples/common/flags_test.cc
+// The trainers' flag parser: whole tokens, range checks, known metrics
+// formats; and train_main's exit codes when training fails, out of memory included.
+#include "examples/common/flags.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/testing.h"
+
+using namespace loom;
+using examples::parse_flags;
+
+namespace {
+
+examples::TrainConfig parse(const std::vector<std::string>& args) {
+  return parse_flags(args, {}).config;
+}
+
+}  // namespace
+
+TEST_CASE("numeric flags take whole tokens in range") {
+  CHECK(parse({"--epochs", "3"}).epochs == 3);
+  CHECK(parse({"--seed", "18446744073709551615"}).seed == 18446744073709551615ull);
+  CHECK(parse({"--lr", "1e-3"}).lr == 1e-3);
+  CHECK(parse({"--limit", "500", "--synthetic", "64"}).limit == 500);
+  CHECK(parse({"--label-smoothing", "0.1"}).label_smoothing == 0.1);
+
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--epochs", "1x"}), ValueError,
+                             "--epochs needs a whole number from 1 to 1000000, got '1x'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--epochs", "0"}), ValueError, "got '0'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--epochs", "99999999999"}), ValueError, "--epochs");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--seed", "-1"}), ValueError, "--seed needs a whole number from 0 to 18446744073709551615, got '-1'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--seed", "18446744073709551616"}), ValueError, "--seed");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--limit", "-1"}), ValueError, "--limit needs a whole number from 1");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--synthetic", "-5"}), ValueError, "--synthetic needs a whole number from 1");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--batch-size", " 8"}), ValueError, "got ' 8'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--batch-size", "+8"}), ValueError, "got '+8'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--lr", "inf"}), ValueError, "--lr needs a finite number");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--lr", "nan"}), ValueError, "--lr needs a finite number");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--lr", "0"}), ValueError, "--lr must be greater than 0");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--lr", "0.1.2"}), ValueError, "got '0.1.2'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--weight-decay", "-0.1"}), ValueError, "--weight-decay");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--label-smoothing", "1"}), ValueError, "in [0, 1)");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--target-accuracy", "1.5"}), ValueError, "in [0, 1]");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--profile", "-2"}), ValueError, "--profile");
+}
+
+TEST_CASE("metrics files must be CSV or JSONL by name; unknown flags and missing values are errors") {
+  CHECK(parse({"--metrics", "m.csv"}).metrics == "m.csv");
+  CHECK(parse({"--metrics", "m.jsonl"}).metrics == "m.jsonl");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--metrics", "out.txt"}), ValueError,
+                             "--metrics 'out.txt': the file name must end in .csv or .jsonl");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--epoch", "2"}), ValueError, "unknown argument '--epoch'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--epochs"}), ValueError, "--epochs needs a value");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--device", "tpu"}), ValueError, "unknown device 'tpu'");
+  examples::TrainConfig c{.device = Device::cpu(), .metrics = "run.txt", .progress = false};
+  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), ValueError, "must end in .csv or .jsonl");
+}
+
+TEST_CASE("switches: help stops parsing, the non-finite-loss opt-out, graphs off") {
+  CHECK(parse_flags({"--help", "--epochs", "junk"}, {}).help);
+  CHECK(parse({}).stop_on_nonfinite_loss);
+  CHECK_FALSE(parse({"--allow-nonfinite-loss"}).stop_on_nonfinite_loss);
+  CHECK_FALSE(parse({"--no-cuda-graph"}).cuda_graph);
+}
+
+TEST_CASE("train_main returns exit codes instead of dying: usage 2, failures 1, out of memory 1") {
+  auto run = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "train");
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    return examples::train_main(static_cast<int>(argv.size()), argv.data(), {.progress = false},
+                                "usage\n");
+  };
+  CHECK(run({"--epochs", "1x"}) == 2);
+  CHECK(run({"--help"}) == 0);
+  CHECK(run({"--device", "cpu", "--data", "/nonexistent"}) == 1);
+  // 2e9 images of 784 bytes: the old code staged them as doubles, threw
+  // std::bad_alloc past train_main and aborted.
+  CHECK(run({"--device", "cpu", "--synthetic", "2000000000"}) == 1);
+}
