@@ -149,6 +149,31 @@ void check_backward(const Operand& dy, const Operand& x, const Layout& layout, c
   }
 }
 
+// check_backward over every layout and dtype, with and without weight, for
+// each choice of wanted gradients.
+void check_backward_everywhere(bool training, uint64_t seed) {
+  Generator gen(seed);
+  for (DType dtype : kDtypes) {
+    for (const Layout& layout : layouts()) {
+      Operand x = operand(layout, randn(layout.base, {.dtype = dtype}, &gen));
+      // dy dense row-major whatever x's layout: mixed strides in one launch.
+      Tensor dy_dense = randn(layout.sizes, {.dtype = dtype}, &gen);
+      Operand dy = {dy_dense, on_gpu(dy_dense)};
+      Stats s = random_stats(layout.sizes[1], dtype, gen);
+      for (bool affine : {true, false}) {
+        for (auto [want_dx, want_params] : {std::pair{true, true}, {true, false}, {false, true}}) {
+          CAPTURE(dtype_name(dtype));
+          CAPTURE(layout.name);
+          CAPTURE(affine);
+          CAPTURE(want_dx);
+          CAPTURE(want_params);
+          check_backward(dy, x, layout, s, affine, want_dx, want_params, training);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("running stats: save_mean copies, save_invstd = 1 / sqrt(var + eps)") {
@@ -220,26 +245,7 @@ LOOM_GPU_TEST_CASE("forward by hand: (x - mean) * invstd * weight + bias per cha
 }
 
 LOOM_GPU_TEST_CASE("eval backward matches the CPU for every layout and choice of gradients") {
-  Generator gen(403);
-  for (DType dtype : kDtypes) {
-    for (const Layout& layout : layouts()) {
-      Operand x = operand(layout, randn(layout.base, {.dtype = dtype}, &gen));
-      // dy dense row-major whatever x's layout: mixed strides in one launch.
-      Tensor dy_dense = randn(layout.sizes, {.dtype = dtype}, &gen);
-      Operand dy = {dy_dense, on_gpu(dy_dense)};
-      Stats s = random_stats(layout.sizes[1], dtype, gen);
-      for (bool affine : {true, false}) {
-        for (auto [want_dx, want_params] : {std::pair{true, true}, {true, false}, {false, true}}) {
-          CAPTURE(dtype_name(dtype));
-          CAPTURE(layout.name);
-          CAPTURE(affine);
-          CAPTURE(want_dx);
-          CAPTURE(want_params);
-          check_backward(dy, x, layout, s, affine, want_dx, want_params);
-        }
-      }
-    }
-  }
+  check_backward_everywhere(/*training=*/false, 403);
 }
 
 LOOM_GPU_TEST_CASE("eval backward over a large channel (M = 100000) and an empty batch") {
@@ -261,25 +267,7 @@ LOOM_GPU_TEST_CASE("eval backward over a large channel (M = 100000) and an empty
 
 // The training kernels are the tier below cuDNN's NORM graphs (core/cudnn/norm.h).
 LOOM_GPU_TEST_CASE("training backward matches the CPU for every layout and choice of gradients") {
-  Generator gen(404);
-  for (DType dtype : kDtypes) {
-    for (const Layout& layout : layouts()) {
-      Operand x = operand(layout, randn(layout.base, {.dtype = dtype}, &gen));
-      Tensor dy_dense = randn(layout.sizes, {.dtype = dtype}, &gen);
-      Operand dy = {dy_dense, on_gpu(dy_dense)};
-      Stats s = random_stats(layout.sizes[1], dtype, gen);
-      for (bool affine : {true, false}) {
-        for (auto [want_dx, want_params] : {std::pair{true, true}, {true, false}, {false, true}}) {
-          CAPTURE(dtype_name(dtype));
-          CAPTURE(layout.name);
-          CAPTURE(affine);
-          CAPTURE(want_dx);
-          CAPTURE(want_params);
-          check_backward(dy, x, layout, s, affine, want_dx, want_params, /*training=*/true);
-        }
-      }
-    }
-  }
+  check_backward_everywhere(/*training=*/true, 404);
 }
 
 LOOM_GPU_TEST_CASE("batch statistics and the running update match the CPU for every layout") {

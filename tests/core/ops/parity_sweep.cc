@@ -413,12 +413,20 @@ constexpr double kFlipFraction = 0.01;
 
 // A device result may be off by this many times what float32 arithmetic on the
 // CPU is off by in the same case, scaled to the policy's arithmetic: some
-// cases are ill-conditioned in any float32 (gradients that cancel), and TF32
-// operands carry 13 fewer mantissa bits than float32.
+// cases are ill-conditioned in any float32 (gradients that cancel), TF32
+// operands carry 13 fewer mantissa bits than float32, and bf16 autocast's
+// gradients 16 fewer (the reference rounds the forward as autocast does, not
+// the backward).
 constexpr double kConditioning = 10;
 
 double roundoff_ratio(Precision precision) {
-  return precision == Precision::Tf32 ? 8192.0 : 1.0;  // 2^-10 / 2^-23
+  switch (precision) {
+    case Precision::Tf32: return 8192.0;    // 2^-10 / 2^-23
+    case Precision::Bf16: return 65536.0;   // 2^-7 / 2^-23
+    case Precision::Fp16: return 8192.0;
+    case Precision::StrictFp32: break;
+  }
+  return 1.0;
 }
 
 // One tensor against the reference; `cpu32` is the CPU's float32 result, or

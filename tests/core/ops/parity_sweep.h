@@ -58,7 +58,8 @@ double tolerance(Precision precision);
 
 // Each tensor may be off by tolerance(precision) of its scale, or, where that
 // is larger (device runs), by 10x the CPU's own float32 error in the same case
-// (times 2^13 under tf32, whose operands have 10 mantissa bits, not 23).
+// (times 2^13 under tf32, whose operands have 10 mantissa bits, not 23, and
+// 2^16 under bf16, whose gradients have 7).
 struct Outcome {
   double worst_ratio = 0;    // max over the compared tensors of error / allowed error
   double worst_error = 0;    // the error and allowed error of that tensor
