@@ -25,7 +25,7 @@ const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
   --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH,
   --target-accuracy X, --no-cuda-graph, --no-fuse, --autotune, --profile N, --explain,
   --allow-nonfinite-loss, --distributed (mpirun -np N ...: --batch-size per rank),
-  --help
+  -h, --help
                       as in the MNIST trainer
 )";
 

@@ -11,7 +11,9 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <initializer_list>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -60,7 +62,12 @@ double parse_positive(const std::string& flag, const std::string& text) {
 
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
-  if (name == "cuda") return Device::cuda();
+  // Checked here, before any data is loaded, and answered with the flag to
+  // change rather than with the library's advice about where batches live.
+  if (name == "cuda") {
+    LOOM_CHECK(cuda_available(), ValueError, "--device cuda: no usable GPU: use --device cpu or --device auto");
+    return Device::cuda();
+  }
   if (name == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
   throw ValueError(fmt::format("--device: unknown device '{}' (auto, cpu or cuda)", name));
 }
@@ -105,6 +112,7 @@ const std::map<std::string, Setter>& value_flags() {
 const std::map<std::string, std::function<void(ParsedFlags&)>>& switch_flags() {
   static const std::map<std::string, std::function<void(ParsedFlags&)>> flags = {
       {"--help", [](ParsedFlags& p) { p.help = true; }},
+      {"-h", [](ParsedFlags& p) { p.help = true; }},
       {"--explain", [](ParsedFlags& p) { p.explain = true; }},
       {"--no-cuda-graph", [](ParsedFlags& p) { p.config.cuda_graph = false; }},
       {"--no-fuse", [](ParsedFlags& p) { p.config.fuse = false; }},
@@ -115,22 +123,64 @@ const std::map<std::string, std::function<void(ParsedFlags&)>>& switch_flags() {
   return flags;
 }
 
+// One of `names` or a ValueError that lists them.
+void check_name(const std::string& flag, const std::string& value,
+                std::initializer_list<const char*> names) {
+  std::string listed;
+  for (const char* name : names) {
+    if (value == name) return;
+    listed += listed.empty() ? name : std::string(", ") + name;
+  }
+  throw ValueError(fmt::format("{}: unknown value '{}' ({})", flag, value, listed));
+}
+
+// The checks that need no data, so that a wrong flag is a usage error (exit 2)
+// at once instead of a failure after the data has been loaded.
+void check_usage(const TrainConfig& c) {
+  check_name("--model", c.model, {"mnist_net", "lenet5", "resnet9"});
+  check_name("--optimizer", c.optimizer, {"adam", "adamw", "sgd"});
+  check_name("--schedule", c.schedule, {"none", "step", "cosine", "onecycle"});
+  check_name("--precision", c.precision, {"tf32", "strict", "bf16"});
+  const bool cifar = c.dataset == "cifar10";
+  LOOM_CHECK(cifar == (c.model == "resnet9"), ValueError,
+             "--model {} does not fit {}: {}", c.model, cifar ? "CIFAR-10" : "MNIST-format data",
+             cifar ? "this trainer's data are 3x32x32 images, for resnet9"
+                   : "mnist_net and lenet5 take 1x28x28 images (resnet9 is for CIFAR-10: examples/cifar)");
+  // The CPU has no bf16 autocast: accepting the flag would report a precision
+  // that does not run.
+  LOOM_CHECK(c.precision != "bf16" || c.device.is_cuda(), ValueError,
+             "--precision bf16 needs a GPU: the CPU computes in fp32 (drop --precision, or use "
+             "--device cuda on a machine with one)");
+  LOOM_CHECK(!cifar || c.synthetic_images > 0 || !c.data.empty(), ValueError,
+             "no data: pass --data DIR, a folder with CIFAR-10's binary version "
+             "(data_batch_1.bin .. data_batch_5.bin and test_batch.bin, from "
+             "cifar-10-binary.tar.gz), or --synthetic N to train on N generated images");
+}
+
 }  // namespace
 
 ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaults) {
   ParsedFlags parsed{.config = std::move(defaults)};
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
+    std::string arg = args[i];
+    // --flag=value is the same as --flag value.
+    std::optional<std::string> inline_value;
+    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg.resize(eq);
+    }
     if (auto on = switch_flags().find(arg); on != switch_flags().end()) {
+      LOOM_CHECK(!inline_value, ValueError, "{} takes no value, got '{}'", arg, args[i]);
       on->second(parsed);
       if (parsed.help) return parsed;
       continue;
     }
     auto flag = value_flags().find(arg);
     LOOM_CHECK(flag != value_flags().end(), ValueError, "unknown argument '{}'", arg);
-    LOOM_CHECK(i + 1 < args.size(), ValueError, "{} needs a value", arg);
-    flag->second(parsed.config, arg, args[++i]);
+    LOOM_CHECK(inline_value || i + 1 < args.size(), ValueError, "{} needs a value", arg);
+    flag->second(parsed.config, arg, inline_value ? *inline_value : args[++i]);
   }
+  check_usage(parsed.config);
   return parsed;
 }
 
@@ -139,15 +189,28 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
   try {
     flags = parse_flags(std::vector<std::string>(argv + 1, argv + argc), std::move(defaults));
   } catch (const ValueError& e) {
-    std::fprintf(stderr, "train: %s\n\n%s", e.what(), usage);
+    // One line that names the problem; the usage is one --help away.
+    std::fprintf(stderr, "train: %s (--help lists the flags)\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: internal error while reading the flags: %s\n", e.what());
+    return 1;
   }
   if (flags.help) {
     std::printf("%s", usage);
     return 0;
   }
+  // Everything after the flags is inside the try: --explain's cache dump can
+  // throw a CUDA error as well as training can.
   try {
     train(flags.config);
+    if (flags.explain) {
+#ifdef LOOM_WITH_CUDA
+      std::printf("%s", cudnn::PlanCache::global().explain().c_str());
+#else
+      std::printf("this build has no CUDA backend, so there is no cuDNN plan cache to explain\n");
+#endif
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "\ntrain: %s\n", e.what());
     return 1;
@@ -160,13 +223,10 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
     std::fprintf(stderr, "\ntrain: internal error: %s (a bug in Loom: please report it with the "
                  "command line)\n", e.what());
     return 1;
-  }
-  if (flags.explain) {
-#ifdef LOOM_WITH_CUDA
-    std::printf("%s", cudnn::PlanCache::global().explain().c_str());
-#else
-    std::printf("this build has no CUDA backend, so there is no cuDNN plan cache to explain\n");
-#endif
+  } catch (...) {
+    std::fprintf(stderr, "\ntrain: internal error: an exception that is not a std::exception (a "
+                 "bug in Loom: please report it with the command line)\n");
+    return 1;
   }
   return 0;
 }

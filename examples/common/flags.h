@@ -19,14 +19,18 @@ struct ParsedFlags {
   bool explain = false;  // --explain: print the cuDNN plan cache after training
 };
 
-// Parses `args` (argv without the program name) over `defaults`. Throws
-// ValueError naming the flag, the value and the accepted range.
+// Parses `args` (argv without the program name) over `defaults`; "--flag=value"
+// is "--flag value" and "-h" is "--help". Then checks what needs no data: the
+// names of models, optimizers, schedules and precisions, the model against the
+// dataset, --device cuda against the GPUs, bf16 against the device and, for
+// CIFAR-10, that there is --data or --synthetic. Throws ValueError naming the
+// flag, the value and what is accepted.
 ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaults);
 
-// Parses argv (--help prints `usage` and returns 0; a bad flag prints the
-// problem and `usage` and returns 2), trains, and returns main's exit code: 0;
-// 1 after printing a loom::Error (out of memory included) or any other
-// exception; --explain prints the cuDNN plan cache afterwards.
+// Parses argv (--help prints `usage` and returns 0; a usage error prints one
+// line and returns 2), trains, and returns main's exit code: 0; 1 after
+// printing a loom::Error (out of memory included) or any other exception;
+// --explain prints the cuDNN plan cache afterwards. Nothing escapes it.
 int train_main(int argc, char** argv, TrainConfig defaults, const char* usage);
 
 }  // namespace loom::examples

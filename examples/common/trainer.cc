@@ -325,6 +325,15 @@ std::vector<std::string> changed_flags(const TrainConfig& c, const TrainingCheck
   for (const auto& [flag, now] : run_flags(c)) {
     auto saved = ckpt.extra.find(kFlagPrefix + flag);
     if (saved == ckpt.extra.end() || saved->second == now) continue;
+    // The optimizer's state_dict carries its hyper-parameters, so for these
+    // the checkpoint wins; saying otherwise would mislead.
+    if (flag == "--lr" || flag == "--weight-decay") {
+      warnings.push_back(fmt::format(
+          "{} was '{}' in the run that wrote {} and is '{}' now: training goes on with the "
+          "checkpoint's value '{}' (the optimizer state carries it)",
+          flag, saved->second, c.resume, now, saved->second));
+      continue;
+    }
     warnings.push_back(fmt::format(
         "{} was '{}' in the run that wrote {} and is '{}' now: the command line's value wins (the "
         "weights, optimizer state and schedule position come from the checkpoint), so the result "
@@ -363,6 +372,13 @@ void save(const TrainConfig& c, Training& t, int epochs_done) {
                           .rng_offset = default_generator().offset()};
   for (const auto& [flag, value] : run_flags(c)) ckpt.extra[kFlagPrefix + flag] = value;
   save_checkpoint(c.save, ckpt);
+}
+
+// The precision that runs: the CPU has neither TF32 nor bf16 autocast, so
+// every name computes in IEEE fp32 there.
+std::string precision_shown(const TrainConfig& c) {
+  if (c.device.is_cuda()) return c.precision;
+  return c.precision == "strict" ? "fp32" : fmt::format("fp32 (the CPU has no {})", c.precision);
 }
 
 // A bad --save fails now, not after the first epoch's work.
@@ -421,11 +437,19 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   Training t{net, *opt, schedule.get(), train_loader, step, profiled};
   t.first_epoch = c.resume.empty() ? 0 : resume(c, t, result.warnings);
   const int start = t.first_epoch;
+  if (start >= c.epochs) {
+    // Exiting 0 in silence would read as a finished training run.
+    std::printf("nothing to do: checkpoint is at epoch %d, --epochs %d\n", start, c.epochs);
+    result.model = net.state_dict();
+    return result;
+  }
   if (c.progress) {
+    // The lr the optimizer holds: after a resume it is the checkpoint's, not --lr.
+    const double lr = opt->param_groups().at(0).lr.value_or(c.lr);
     std::printf("%s on %s: %lld training images, batch %lld, %s lr %g, schedule %s, %s%s\n",
                 c.model.c_str(), c.device.str().c_str(),
                 static_cast<long long>(train_set.images.size(0)), static_cast<long long>(c.batch_size),
-                c.optimizer.c_str(), c.lr, c.schedule.c_str(), c.precision.c_str(),
+                c.optimizer.c_str(), lr, c.schedule.c_str(), precision_shown(c).c_str(),
                 start > 0 ? fmt::format(", resumed after epoch {}", start).c_str() : "");
   }
   Metrics metrics(c.metrics);

@@ -23,6 +23,7 @@ const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
   --schedule NAME     none (default), step, cosine (1 epoch of warmup) or onecycle
   --device NAME       auto (default: cuda when a GPU is usable), cpu or cuda
   --precision NAME    tf32 (default, PyTorch's convolution default), strict or bf16
+                      (bf16 needs a GPU; the CPU computes every one in fp32)
   --seed N            initialisation and shuffling (default 0)
   --limit N           train on the first N training images only
   --synthetic N       train on N generated images instead of --data
@@ -50,7 +51,7 @@ const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
                       (mpirun -np N ... --distributed): --batch-size is per
                       rank, the global batch N times it; rank 0 prints and
                       saves (see the README's "Several GPUs and hosts")
-  --help              this text
+  -h, --help          this text (every flag also takes --flag=value)
 )";
 
 }  // namespace

@@ -4,20 +4,27 @@
 // end use of Loom's tensors, autograd and functional ops.
 //
 //   bazel run -c opt //examples/tiny:two_layer -- [--steps N] [--seed S]
-//       [--device auto|cpu|cuda] [--explain]
+//       [--device auto|cpu|cuda] [--explain] [--help]
+//
+// Usage errors print one line and exit 2; failures exit 1.
 //
 // --explain prints the cuDNN plan cache after training (GPU builds): every
 // cached plan with its engine, notes, workspace, build time and hit count.
 //
 // N samples, D = 2 input features, H hidden units, K = 3 classes.
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <limits>
+#include <new>
 #include <numbers>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "core/autograd.h"
+#include "core/error.h"
 #include "core/generator.h"
 #include "core/ops/activation.h"
 #include "core/ops/elementwise.h"
@@ -38,38 +45,79 @@ struct Flags {
   uint64_t seed = 0;
   loom::Device device = loom::cuda_available() ? loom::Device::cuda() : loom::Device::cpu();
   bool explain = false;
+  bool help = false;
 };
 
-[[noreturn]] void usage(const char* problem) {
-  std::fprintf(stderr,
-               "%s\nusage: two_layer [--steps N] [--seed S] [--device auto|cpu|cuda] [--explain]\n",
-               problem);
-  std::exit(2);
+constexpr const char* kUsage =
+    "usage: two_layer [--steps N] [--seed S] [--device auto|cpu|cuda] [--explain] [--help]\n"
+    "  (--flag=value works as well as --flag value)\n";
+
+// A mistake on the command line: main prints it on one line and exits 2.
+class UsageError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The whole of `text` as an integer in [min, max]: "abc", "12x" and "-1" are
+// usage errors, not an exception that aborts or a number it is not.
+template <class Int>
+Int parse_integer(const std::string& flag, const std::string& text, Int min, Int max) {
+  Int value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty() || value < min ||
+      value > max) {
+    throw UsageError(flag + " needs a whole number from " + std::to_string(min) + " to " +
+                     std::to_string(max) + ", got '" + text + "'");
+  }
+  return value;
 }
 
 Flags parse_flags(int argc, char** argv) {
   Flags flags;
   for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* name) {
-      if (i + 1 >= argc) usage((std::string(name) + " needs a value").c_str());
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;  // from --flag=value
+    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg.resize(eq);
+    }
+    auto value = [&]() {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
       return std::string(argv[++i]);
     };
-    if (!std::strcmp(argv[i], "--steps")) {
-      flags.steps = std::stoi(value("--steps"));
-    } else if (!std::strcmp(argv[i], "--seed")) {
-      flags.seed = std::stoull(value("--seed"));
-    } else if (!std::strcmp(argv[i], "--explain")) {
+    auto no_value = [&]() {
+      if (inline_value) throw UsageError(arg + " takes no value, got '" + argv[i] + "'");
+    };
+    if (arg == "--help" || arg == "-h") {
+      no_value();
+      flags.help = true;
+      return flags;
+    } else if (arg == "--steps") {
+      flags.steps = parse_integer<int>(arg, value(), 1, 100'000'000);
+    } else if (arg == "--seed") {
+      flags.seed = parse_integer<uint64_t>(arg, value(), 0, std::numeric_limits<uint64_t>::max());
+    } else if (arg == "--explain") {
+      no_value();
       flags.explain = true;
-    } else if (!std::strcmp(argv[i], "--device")) {
-      std::string d = value("--device");
-      if (d == "cpu") flags.device = loom::Device::cpu();
-      else if (d == "cuda") flags.device = loom::Device::cuda();
-      else if (d != "auto") usage(("unknown device '" + d + "' (auto, cpu or cuda)").c_str());
+    } else if (arg == "--device") {
+      std::string d = value();
+      if (d == "cpu") {
+        flags.device = loom::Device::cpu();
+      } else if (d == "cuda") {
+        // Checked here so that the answer names the flag to change.
+        if (!loom::cuda_available()) {
+          throw UsageError("--device cuda: no usable GPU: use --device cpu or --device auto");
+        }
+        flags.device = loom::Device::cuda();
+      } else if (d == "auto") {
+        flags.device = loom::cuda_available() ? loom::Device::cuda() : loom::Device::cpu();
+      } else {
+        throw UsageError("--device: unknown device '" + d + "' (auto, cpu or cuda)");
+      }
     } else {
-      usage((std::string("unknown argument '") + argv[i] + "'").c_str());
+      throw UsageError("unknown argument '" + arg + "'");
     }
   }
-  if (flags.steps < 1) usage("--steps must be at least 1");
   return flags;
 }
 
@@ -112,10 +160,7 @@ double accuracy(const loom::Tensor& logits, const loom::Tensor& y) {
   return static_cast<double>(correct) / truth.size();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Flags flags = parse_flags(argc, argv);
+int train(const Flags& flags) {
   const int steps = flags.steps;
   const loom::Device device = flags.device;
   loom::Generator gen(flags.seed);
@@ -149,4 +194,38 @@ int main(int argc, char** argv) {
 #endif
   }
   return 0;
+}
+
+}  // namespace
+
+// Nothing escapes main: an uncaught exception would abort (exit 134) and lose
+// the buffered output of a redirected run.
+int main(int argc, char** argv) {
+  Flags flags;
+  try {
+    flags = parse_flags(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "two_layer: %s (--help lists the flags)\n", e.what());
+    return 2;
+  }
+  if (flags.help) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  try {
+    return train(flags);
+  } catch (const loom::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "two_layer: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "two_layer: out of memory (std::bad_alloc)\n");
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "two_layer: internal error: %s (a bug in Loom: please report it)\n", e.what());
+  } catch (...) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "two_layer: internal error: an exception that is not a std::exception\n");
+  }
+  return 1;
 }

@@ -82,3 +82,19 @@ TEST_CASE("train_main returns exit codes instead of dying: usage 2, failures 1, 
   // std::bad_alloc past train_main and aborted.
   CHECK(run({"--device", "cpu", "--synthetic", "2000000000"}) == 1);
 }
+
+TEST_CASE("--flag=value is --flag value, -h is --help; name checks need no data") {
+  CHECK(parse({"--epochs=3", "--lr=0.5"}).epochs == 3);
+  CHECK(parse({"--epochs=3", "--lr=0.5"}).lr == 0.5);
+  CHECK(parse({"--metrics=m.csv"}).metrics == "m.csv");
+  CHECK(parse_flags({"-h"}, {}).help);
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--epochs="}), ValueError, "got ''");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--no-fuse=1"}), ValueError, "--no-fuse takes no value");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "vgg"}), ValueError, "--model: unknown value 'vgg'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "resnet9"}), ValueError,
+                             "--model resnet9 does not fit MNIST-format data");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--device", "cpu", "--precision", "bf16"}), ValueError,
+                             "--precision bf16 needs a GPU");
+  CHECK_THROWS_WITH_FRAGMENT(parse_flags({}, {.dataset = "cifar10", .data = "", .model = "resnet9"}),
+                             ValueError, "no data: pass --data DIR");
+}

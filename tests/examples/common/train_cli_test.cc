@@ -1,0 +1,137 @@
+// File: tests/examples/common/train_cli_test.cc
+// The trainers' command line as a user meets it: examples/mnist:train and
+// examples/cifar:train are run and their exit codes and output checked. Usage
+// errors (exit 2) are found before any data is loaded; the header says what
+// runs; a resume with nothing left to do says so.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "core/device.h"
+
+namespace {
+
+struct Run {
+  int code = -1;       // the exit status; -1 when it did not exit (a signal: an abort)
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a trainer binary (a data dependency, so a runfiles path) with `args`.
+Run run(const std::string& binary, const std::string& args) {
+  Run run;
+  FILE* pipe = ::popen((binary + " " + args + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer;
+  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) run.output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  if (WIFEXITED(status)) run.code = WEXITSTATUS(status);
+  return run;
+}
+
+Run mnist(const std::string& args) { return run("examples/mnist/train", args); }
+Run cifar(const std::string& args) { return run("examples/cifar/train", args); }
+
+bool has(const Run& run, const std::string& text) { return run.output.find(text) != std::string::npos; }
+
+// A folder that does not exist: were the data loaded first, the run would
+// exit 1 on it instead of reporting the usage error.
+constexpr const char* kNoData = "--data /nonexistent-loom-data";
+
+}  // namespace
+
+TEST_CASE("-h is --help for both trainers") {
+  for (Run r : {mnist("-h"), cifar("-h"), mnist("--help")}) {
+    CHECK(r.code == 0);
+    CHECK(has(r, "--epochs N"));
+  }
+}
+
+TEST_CASE("every usage error exits 2 with one line naming the flag") {
+  Run zero = mnist("--epochs 0");
+  CHECK(zero.code == 2);
+  CHECK(has(zero, "train: --epochs needs a whole number from 1 to 1000000, got '0'"));
+  CHECK(zero.output.find('\n') == zero.output.size() - 1);  // one line
+  Run abc = mnist("--epochs abc");
+  CHECK(abc.code == 2);
+  CHECK(has(abc, "got 'abc'"));
+  CHECK(mnist("--epochs=abc").code == 2);
+  CHECK(cifar("--epochs 0").code == 2);
+  Run optimizer = mnist(std::string("--optimizer adagrad ") + kNoData);
+  CHECK(optimizer.code == 2);
+  CHECK(has(optimizer, "--optimizer: unknown value 'adagrad' (adam, adamw, sgd)"));
+  CHECK(mnist(std::string("--schedule linear ") + kNoData).code == 2);
+  CHECK(mnist(std::string("--precision fp16 ") + kNoData).code == 2);
+  Run switch_value = mnist("--explain=1");
+  CHECK(switch_value.code == 2);
+  CHECK(has(switch_value, "--explain takes no value"));
+}
+
+TEST_CASE("a failure that is not a usage error exits 1") {
+  Run missing = mnist(std::string("--device cpu ") + kNoData);
+  CHECK(missing.code == 1);
+}
+
+TEST_CASE("--device cuda without a GPU names the flags to use, before loading data" *
+          doctest::skip(loom::cuda_available())) {
+  Run r = mnist(std::string("--device cuda ") + kNoData);
+  CHECK(r.code == 2);
+  CHECK(has(r, "no usable GPU: use --device cpu or --device auto"));
+  CHECK(cifar("--device=cuda --synthetic 64").code == 2);
+}
+
+TEST_CASE("a model that does not fit the dataset is a usage error before loading data") {
+  Run r = mnist(std::string("--model resnet9 --device cpu ") + kNoData);
+  CHECK(r.code == 2);
+  CHECK(has(r, "--model resnet9 does not fit MNIST-format data"));
+  Run c = cifar("--model lenet5 --synthetic 64 --device cpu");
+  CHECK(c.code == 2);
+  CHECK(has(c, "--model lenet5 does not fit CIFAR-10"));
+}
+
+TEST_CASE("cifar/train without --data names --data, --synthetic and the CIFAR-10 binary format") {
+  Run r = cifar("--device cpu");
+  CHECK(r.code == 2);
+  CHECK(has(r, "--data DIR"));
+  CHECK(has(r, "--synthetic N"));
+  CHECK(has(r, "data_batch_1.bin"));
+  CHECK(has(r, "cifar-10-binary.tar.gz"));
+}
+
+TEST_CASE("--precision bf16 on the CPU is refused: the CPU computes in fp32") {
+  Run r = mnist(std::string("--device cpu --precision bf16 ") + kNoData);
+  CHECK(r.code == 2);
+  CHECK(has(r, "--precision bf16 needs a GPU: the CPU computes in fp32"));
+}
+
+TEST_CASE("the header shows fp32 on the CPU and, after --resume, the lr the checkpoint carries; "
+          "a resume with nothing left says so") {
+  const std::string checkpoint =
+      (std::filesystem::temp_directory_path() / ("loom_cli_" + std::to_string(::getpid()) + ".ckpt")).string();
+  const std::string small = "--device=cpu --synthetic=64 --batch-size=32 ";
+  Run first = mnist(small + "--epochs=1 --save=" + checkpoint);
+  REQUIRE(first.code == 0);
+  CHECK(has(first, "adam lr 0.001, schedule none, fp32 (the CPU has no tf32)"));
+
+  Run strict = mnist(small + "--epochs 1 --precision strict");
+  CHECK(strict.code == 0);
+  CHECK(has(strict, "schedule none, fp32\n"));
+
+  Run resumed = mnist(small + "--epochs 2 --lr 10 --resume " + checkpoint);
+  CHECK(resumed.code == 0);
+  CHECK(has(resumed, "adam lr 0.001,"));
+  CHECK_FALSE(has(resumed, "adam lr 10"));
+  CHECK(has(resumed, "training goes on with the checkpoint's value '0.001'"));
+  CHECK(has(resumed, "epoch 2:"));
+
+  Run done = mnist(small + "--epochs 1 --resume " + checkpoint);
+  CHECK(done.code == 0);
+  CHECK(has(done, "nothing to do: checkpoint is at epoch 1, --epochs 1"));
+  CHECK_FALSE(has(done, "epoch 1:"));
+  std::filesystem::remove(checkpoint);
+}
