@@ -5,39 +5,21 @@
 // runs; a resume with nothing left to do says so.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "core/device.h"
+#include "tests/examples/program_run.h"
 
 namespace {
 
-struct Run {
-  int code = -1;       // the exit status; -1 when it did not exit (a signal: an abort)
-  std::string output;  // stdout and stderr together
-};
+using Run = loom::testing::ProgramRun;
+using loom::testing::has;
 
-// Runs a trainer binary (a data dependency, so a runfiles path) with `args`.
-Run run(const std::string& binary, const std::string& args) {
-  Run run;
-  FILE* pipe = ::popen((binary + " " + args + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) run.output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  if (WIFEXITED(status)) run.code = WEXITSTATUS(status);
-  return run;
-}
-
-Run mnist(const std::string& args) { return run("examples/mnist/train", args); }
-Run cifar(const std::string& args) { return run("examples/cifar/train", args); }
-
-bool has(const Run& run, const std::string& text) { return run.output.find(text) != std::string::npos; }
+Run mnist(const std::string& args) { return loom::testing::run_program("examples/mnist/train", args); }
+Run cifar(const std::string& args) { return loom::testing::run_program("examples/cifar/train", args); }
 
 // A folder that does not exist: were the data loaded first, the run would
 // exit 1 on it instead of reporting the usage error.

@@ -3,34 +3,17 @@
 // code and output checked. Usage errors print one line and exit 2; nothing aborts.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include "core/device.h"
+#include "tests/examples/program_run.h"
 
 namespace {
 
-struct Run {
-  int code = -1;       // the exit status; -1 when it did not exit (a signal: an abort)
-  std::string output;  // stdout and stderr together
-};
+using Run = loom::testing::ProgramRun;
+using loom::testing::has;
 
-// Runs the binary (a data dependency, so a runfiles path) with `args`.
-Run two_layer(const std::string& args) {
-  Run run;
-  FILE* pipe = ::popen(("examples/tiny/two_layer " + args + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) run.output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  if (WIFEXITED(status)) run.code = WEXITSTATUS(status);
-  return run;
-}
-
-bool has(const Run& run, const std::string& text) { return run.output.find(text) != std::string::npos; }
+Run two_layer(const std::string& args) { return loom::testing::run_program("examples/tiny/two_layer", args); }
 
 }  // namespace
 
