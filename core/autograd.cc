@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/anomaly.h"
 #include "core/cpu/elementwise.h"
 #include "core/error.h"
 #ifdef LOOM_WITH_CUDA
@@ -207,6 +208,10 @@ void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
                                              std::move(metas), saved);
   node->next = std::move(next);
   if (Profiler::enabled()) node->profile_row = Profiler::current_row();
+  if (anomaly_mode_enabled()) {
+    node->module = anomaly_module();
+    check_forward_finite(node->name(), node->module, inputs, output);
+  }
   output.impl()->grad_fn = std::move(node);
   output.impl()->requires_grad = true;
 }
@@ -263,6 +268,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     pending.erase(it);
     std::vector<Tensor> grads =
         Profiler::enabled() ? profiled_apply(*node, grad) : node->apply(grad);
+    if (anomaly_mode_enabled()) check_backward_finite(node->name(), node->module, grad, grads);
     if (!retain_graph) node->release();
     for (size_t i = 0; i < grads.size(); ++i) {
       Node* target = node->next[i].get();

@@ -41,6 +41,9 @@ class Node {
   // The profiler row (a layer) that was open when the node was recorded; set
   // only while profiling, so the backward's time is charged to that layer.
   std::optional<ProfileRowId> profile_row;
+  // The module whose forward recorded the node ("features.3 (Conv2d)"); set
+  // only in anomaly mode (core/anomaly.h), for its backward's message.
+  std::string module;
 };
 
 // True while gradients are being recorded (the default).

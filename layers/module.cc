@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
 
@@ -179,7 +180,7 @@ int64_t Module::num_parameters() const {
 
 namespace {
 
-// The module whose forward is running and its dotted path (profile mode only),
+// The module whose forward is running and its dotted path (profile and anomaly mode),
 // so that a child can find its own name among its parent's children.
 struct RunningModule {
   const Module* module = nullptr;
@@ -214,10 +215,16 @@ class RunningGuard {
 
 }  // namespace
 
-Tensor Module::profiled_call(const Tensor& x) {
+Tensor Module::tracked_call(const Tensor& x) {
   const std::string name = name_in_parent(running.module, this);
   RunningGuard guard(this, name.empty() ? running.path : join_name(running.path, name));
-  if (!children_.empty()) return forward(x);  // only leaves are timed: no double counting
+  std::optional<AnomalyModuleScope> anomaly;
+  if (anomaly_mode_enabled()) {
+    anomaly.emplace(running.path.empty() ? "the root module (" + type_name() + ")"
+                                         : running.path + " (" + type_name() + ")");
+  }
+  // Only leaves are timed: no double counting.
+  if (!Profiler::enabled() || !children_.empty()) return forward(x);
   const std::string row = running.path.empty() ? type_name() : running.path + " " + type_name();
   ProfileScope scope(row, ProfilePhase::Forward, x.device().is_cuda());
   return forward(x);

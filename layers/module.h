@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/anomaly.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/profiler.h"
@@ -44,8 +45,11 @@ class Module {
 
   virtual Tensor forward(const Tensor& x) = 0;
   // Calls forward. In profile mode (core/profiler.h) a leaf module times its
-  // forward into the row "<dotted path> <type>", e.g. "3.a.0 Conv2d".
-  Tensor operator()(const Tensor& x) { return Profiler::enabled() ? profiled_call(x) : forward(x); }
+  // forward into the row "<dotted path> <type>", e.g. "3.a.0 Conv2d"; in
+  // anomaly mode (core/anomaly.h) the ops it records are named by that path.
+  Tensor operator()(const Tensor& x) {
+    return Profiler::enabled() || anomaly_mode_enabled() ? tracked_call(x) : forward(x);
+  }
 
   // --- what the module holds, recursively, in registration order ---------------
   // Each parameter once, even when a module is shared (as PyTorch's parameters()).
@@ -111,7 +115,7 @@ class Module {
   enum class Held { Parameters, Buffers, Both };
 
   void check_new_name(const std::string& name) const;
-  Tensor profiled_call(const Tensor& x);
+  Tensor tracked_call(const Tensor& x);
   // Every (prefixed name, tensor) of this module's tree of the kind asked for.
   void collect(const std::string& prefix, Held held, NamedTensors& out) const;
   void collect_modules(const std::string& prefix, NamedModules& out) const;

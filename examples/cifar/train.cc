@@ -1,5 +1,5 @@
 // File: examples/cifar/train.cc
-// Trains resnet9 (../shared/bench/torch_ref.py) on CIFAR-10 binary batches
+// Trains resnet9 (the model of bench/torch_bench.py) on CIFAR-10 binary batches
 // (data_batch_1..5.bin, test_batch.bin) with pad-4 random crops and flips, SGD
 // with Nesterov momentum, a one-cycle schedule and label smoothing; --synthetic
 // runs the same model on generated data (smoke tests, benchmarks).
@@ -22,11 +22,13 @@ const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
   --schedule NAME     onecycle (default), cosine (1 epoch of warmup), step or none
   --device NAME       auto (default), cpu or cuda
   --precision NAME    tf32 (default), strict or bf16
-  --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH,
+  --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH, --plot PATH.png,
   --target-accuracy X, --no-cuda-graph, --no-fuse, --autotune, --profile N, --explain,
-  --allow-nonfinite-loss, --distributed (mpirun -np N ...: --batch-size per rank),
+  --allow-nonfinite-loss, --detect-anomaly,
+  --distributed (mpirun -np N ...: --batch-size per rank),
   -h, --help
-                      as in the MNIST trainer
+                      as in the MNIST trainer (examples/mnist:train --help)
+Relative paths are relative to the current directory, under `bazel run` too.
 )";
 
 }  // namespace

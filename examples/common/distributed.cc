@@ -26,6 +26,7 @@ TrainConfig rank_config(const TrainConfig& config, const dist::ProcessGroup& gro
   if (group.rank() != 0) {
     c.progress = false;
     c.metrics.clear();
+    c.plot.clear();
     c.save.clear();
     c.profile_steps = 0;
   }

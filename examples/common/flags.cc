@@ -7,6 +7,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -79,6 +81,11 @@ std::string parse_metrics(const std::string& path) {
   return path;
 }
 
+std::string parse_plot(const std::string& path) {
+  LOOM_CHECK(path.ends_with(".png"), ValueError, "--plot '{}': the picture is a PNG, so the name ends in .png", path);
+  return path;
+}
+
 // Each flag that takes a value, and what it sets.
 using Setter = std::function<void(TrainConfig&, const std::string& flag, const std::string&)>;
 
@@ -104,6 +111,7 @@ const std::map<std::string, Setter>& value_flags() {
       {"--save", [](C& c, S, S v) { c.save = v; }},
       {"--resume", [](C& c, S, S v) { c.resume = v; }},
       {"--metrics", [](C& c, S, S v) { c.metrics = parse_metrics(v); }},
+      {"--plot", [](C& c, S, S v) { c.plot = parse_plot(v); }},
       {"--device", [](C& c, S, S v) { c.device = parse_device(v); }},
   };
   return flags;
@@ -118,6 +126,7 @@ const std::map<std::string, std::function<void(ParsedFlags&)>>& switch_flags() {
       {"--no-fuse", [](ParsedFlags& p) { p.config.fuse = false; }},
       {"--autotune", [](ParsedFlags& p) { p.config.autotune = true; }},
       {"--allow-nonfinite-loss", [](ParsedFlags& p) { p.config.stop_on_nonfinite_loss = false; }},
+      {"--detect-anomaly", [](ParsedFlags& p) { p.config.detect_anomaly = true; }},
       {"--distributed", [](ParsedFlags& p) { p.config.distributed = true; }},
   };
   return flags;
@@ -184,10 +193,22 @@ ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaul
   return parsed;
 }
 
+void resolve_user_paths(TrainConfig& config, const char* working_directory) {
+  if (working_directory == nullptr || *working_directory == '\0') return;
+  for (std::string* path : {&config.data, &config.save, &config.resume, &config.metrics, &config.plot}) {
+    if (!path->empty() && std::filesystem::path(*path).is_relative()) {
+      *path = (std::filesystem::path(working_directory) / *path).string();
+    }
+  }
+}
+
 int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
   ParsedFlags flags;
   try {
     flags = parse_flags(std::vector<std::string>(argv + 1, argv + argc), std::move(defaults));
+    // Under `bazel run` the program starts inside its runfiles tree; Bazel
+    // names the directory the user typed the command in.
+    resolve_user_paths(flags.config, std::getenv("BUILD_WORKING_DIRECTORY"));
   } catch (const ValueError& e) {
     // One line that names the problem; the usage is one --help away.
     std::fprintf(stderr, "train: %s (--help lists the flags)\n", e.what());
@@ -212,6 +233,7 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
 #endif
     }
   } catch (const Error& e) {
+    std::fflush(stdout);  // what was printed comes before the error in a shared log
     std::fprintf(stderr, "\ntrain: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
@@ -220,10 +242,12 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
                  "--synthetic or --limit\n");
     return 1;
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // what was printed comes before the error in a shared log
     std::fprintf(stderr, "\ntrain: internal error: %s (a bug in Loom: please report it with the "
                  "command line)\n", e.what());
     return 1;
   } catch (...) {
+    std::fflush(stdout);  // what was printed comes before the error in a shared log
     std::fprintf(stderr, "\ntrain: internal error: an exception that is not a std::exception (a "
                  "bug in Loom: please report it with the command line)\n");
     return 1;

@@ -27,6 +27,11 @@ struct ParsedFlags {
 // flag, the value and what is accepted.
 ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaults);
 
+// Makes the relative paths of --data, --save, --resume, --metrics and --plot
+// relative to `working_directory` (null or "": unchanged). train_main passes
+// BUILD_WORKING_DIRECTORY, the user's directory under `bazel run`.
+void resolve_user_paths(TrainConfig& config, const char* working_directory);
+
 // Parses argv (--help prints `usage` and returns 0; a usage error prints one
 // line and returns 2), trains, and returns main's exit code: 0; 1 after
 // printing a loom::Error (out of memory included) or any other exception;

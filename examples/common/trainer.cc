@@ -2,12 +2,23 @@
 // B batch, K = 10 classes.
 #include "examples/common/trainer.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <tuple>
+#include <utility>
 
+#include "core/anomaly.h"
 #include "core/autocast.h"
 #include "core/error.h"
 #include "core/numerics.h"
@@ -18,6 +29,7 @@
 #include "data/dataloader.h"
 #include "data/idx.h"
 #include "examples/common/distributed.h"
+#include "examples/common/epoch_tally.h"
 #include "layers/nn.h"
 #include "optim/adam.h"
 #include "optim/scheduler.h"
@@ -31,7 +43,7 @@ namespace {
 // Train-set statistics, as the PyTorch reference normalizes.
 const std::vector<double> kMnistMean = {0.2860}, kMnistStd = {0.3530};
 const std::vector<double> kCifarMean = {0.4914, 0.4822, 0.4465}, kCifarStd = {0.2470, 0.2435, 0.2616};
-constexpr int64_t kSample = 25;                  // read loss/accuracy back every kSample batches
+constexpr int64_t kSample = 25;                  // read the epoch's tally back every kSample batches
 constexpr int64_t kProfileWarmup = 5;            // steps before the profiled ones (plans built)
 constexpr const char* kSchedulePrefix = "schedule.";
 
@@ -87,70 +99,154 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const TrainConfig& c, optim::O
   return std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleOptions{.max_lr = c.lr, .total_steps = total});
 }
 
-// Correct predictions of one batch (a host copy of B labels and predictions).
-int64_t count_correct(const Tensor& logits, const Tensor& y) {
-  std::vector<int64_t> predicted = argmax(logits, 1).to_vector<int64_t>();
-  std::vector<int64_t> truth = y.to_vector<int64_t>();
-  int64_t correct = 0;
-  for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i];
-  return correct;
+constexpr const char* kMetricsColumns =
+    "run_id,epoch,train_loss,train_accuracy,test_loss,test_accuracy,images_per_second,seconds,"
+    "elapsed_seconds,flags";
+
+// "20261124T001530Z-4242": the run's UTC start and the process id, so that rows
+// of runs appended to one file stay apart.
+std::string new_run_id() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  return fmt::format("{}-{}", stamp, static_cast<long>(::getpid()));
 }
 
-double evaluate(nn::Module& net, data::DataLoader& loader) {
-  NoGradGuard no_grad;
-  net.eval();
-  int64_t correct = 0, seen = 0;
-  loader.set_epoch(0);
-  for (auto& [x, y] : loader) {
-    correct += count_correct(net(x), y);
-    seen += y.size(0);
-  }
-  net.train();
-  return static_cast<double>(correct) / std::max<int64_t>(seen, 1);
+// A CSV field: quoted, with its quotes doubled (RFC 4180).
+std::string csv_field(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
 }
+
+// A JSON string literal.
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(ch));
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// NaN and inf are not JSON numbers; null is what readers take for a missing value.
+std::string json_number(double value) { return std::isfinite(value) ? fmt::format("{}", value) : "null"; }
 
 class Metrics {
  public:
-  explicit Metrics(const std::string& path) : jsonl_(path.ends_with(".jsonl")) {
+  Metrics(const std::string& path, std::string run_id, std::string flags)
+      : jsonl_(path.ends_with(".jsonl")), run_id_(std::move(run_id)), flags_(std::move(flags)) {
     LOOM_CHECK(path.empty() || metrics_format_known(path), ValueError,
                "[train] the metrics file '{}' must end in .csv or .jsonl (the format follows it)",
                path);
     if (path.empty()) return;
+    if (!jsonl_) check_columns(path);
     out_.open(path, std::ios::app);
     LOOM_CHECK(out_.is_open(), IoError, "[train] cannot open the metrics file '{}'", path);
-    if (!jsonl_ && out_.tellp() == 0) {
-      out_ << "epoch,train_loss,train_accuracy,test_accuracy,images_per_second,seconds\n";
-    }
+    if (!jsonl_ && out_.tellp() == 0) out_ << kMetricsColumns << "\n";
   }
 
   void write(const EpochResult& r) {
     if (!out_.is_open()) return;
     if (jsonl_) {
       out_ << fmt::format(
-          "{{\"epoch\": {}, \"train_loss\": {}, \"train_accuracy\": {}, \"test_accuracy\": {}, "
-          "\"images_per_second\": {}, \"seconds\": {}}}\n",
-          r.epoch, r.train_loss, r.train_accuracy, r.test_accuracy, r.images_per_second, r.seconds);
+          "{{\"run_id\": {}, \"epoch\": {}, \"train_loss\": {}, \"train_accuracy\": {}, "
+          "\"test_loss\": {}, \"test_accuracy\": {}, \"images_per_second\": {}, \"seconds\": {}, "
+          "\"elapsed_seconds\": {}, \"flags\": {}}}\n",
+          json_string(run_id_), r.epoch, json_number(r.train_loss), json_number(r.train_accuracy),
+          json_number(r.test_loss), json_number(r.test_accuracy), json_number(r.images_per_second), json_number(r.seconds),
+          json_number(r.elapsed_seconds), json_string(flags_));
     } else {
-      out_ << fmt::format("{},{},{},{},{},{}\n", r.epoch, r.train_loss, r.train_accuracy,
-                          r.test_accuracy, r.images_per_second, r.seconds);
+      out_ << fmt::format("{},{},{},{},{},{},{},{},{},{}\n", run_id_, r.epoch, r.train_loss,
+                          r.train_accuracy, r.test_loss, r.test_accuracy, r.images_per_second, r.seconds,
+                          r.elapsed_seconds, csv_field(flags_));
     }
     out_.flush();
   }
 
  private:
+  // Appending rows of other columns under an existing header would make a
+  // file no reader parses.
+  static void check_columns(const std::string& path) {
+    std::ifstream in(path);
+    std::string header;
+    if (!in || !std::getline(in, header) || header.empty()) return;
+    LOOM_CHECK(header == kMetricsColumns, IoError,
+               "[train] --metrics {}: the file has other columns ('{}'), perhaps from an older "
+               "Loom; runs append to a metrics file, so pass a new file name",
+               path, header);
+  }
+
   bool jsonl_;
+  std::string run_id_, flags_;
   std::ofstream out_;
 };
 
-void show_progress(const EpochResult& r, int epochs, int64_t batch, int64_t batches) {
-  constexpr int kWidth = 24;
-  int filled = static_cast<int>(kWidth * batch / std::max<int64_t>(batches, 1));
-  double eta = batch > 0 ? r.seconds * static_cast<double>(batches - batch) / batch : 0;
-  std::fprintf(stderr, "\repoch %d/%d [%-*s] %lld/%lld loss %.4f acc %.3f %.0f img/s ETA %.0fs   ",
-               r.epoch, epochs, kWidth, std::string(filled, '=').c_str(),
-               static_cast<long long>(batch), static_cast<long long>(batches), r.train_loss,
-               r.train_accuracy, r.images_per_second, eta);
+// The test set's mean loss (the training criterion) and accuracy, read back once.
+std::pair<double, double> evaluate(nn::Module& net, data::DataLoader& loader, const TrainConfig& c) {
+  NoGradGuard no_grad;
+  net.eval();
+  loader.set_epoch(0);
+  EpochTally tally(loader.size(), loader.options().batch_size, c.device);
+  for (auto& [x, y] : loader) {
+    Tensor logits = net(x);
+    tally.add(cross_entropy(logits, y, {.label_smoothing = c.label_smoothing}), logits, y);
+  }
+  net.train();
+  tally.read();
+  return {tally.mean_loss(), tally.accuracy()};
 }
+
+// Where the progress goes: a line redrawn in place with '\r' on a terminal;
+// in a log file or pipe, one line per tenth of the epoch.
+class Progress {
+ public:
+  Progress(bool on, int epochs, int64_t batches)
+      : on_(on), terminal_(::isatty(::fileno(stderr)) == 1), epochs_(epochs), batches_(std::max<int64_t>(batches, 1)) {}
+
+  // True when batch `batch` (1-based) of the epoch is one to show.
+  bool due(int64_t batch) const {
+    if (!on_) return false;
+    if (terminal_) return batch % kSample == 0 || batch == batches_;
+    return tenth(batch) > tenth(batch - 1);
+  }
+
+  void show(const EpochResult& r, int64_t batch) const {
+    double eta = batch > 0 ? r.seconds * static_cast<double>(batches_ - batch) / static_cast<double>(batch) : 0;
+    if (terminal_) {
+      constexpr int kWidth = 24;
+      const int filled = static_cast<int>(kWidth * batch / batches_);
+      std::fprintf(stderr, "\repoch %d/%d [%-*s] %lld/%lld loss %.4f acc %.3f %.0f img/s ETA %.0fs   ",
+                   r.epoch, epochs_, kWidth, std::string(filled, '=').c_str(),
+                   static_cast<long long>(batch), static_cast<long long>(batches_), r.train_loss,
+                   r.train_accuracy, r.images_per_second, eta);
+    } else {
+      std::fprintf(stderr, "epoch %d/%d %3lld%% %lld/%lld loss %.4f acc %.3f %.0f img/s ETA %.0fs\n",
+                   r.epoch, epochs_, static_cast<long long>(100 * batch / batches_),
+                   static_cast<long long>(batch), static_cast<long long>(batches_), r.train_loss,
+                   r.train_accuracy, r.images_per_second, eta);
+    }
+  }
+
+  void finish() const {
+    if (on_ && terminal_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  int64_t tenth(int64_t batch) const { return 10 * batch / batches_; }
+
+  bool on_, terminal_;
+  int epochs_;
+  int64_t batches_;
+};
 
 struct Training {
   nn::Sequential& net;
@@ -220,35 +316,33 @@ const std::vector<Tensor>& run_step(Training& t, const TrainConfig& c, int epoch
 EpochResult train_epoch(Training& t, int epoch, const TrainConfig& c) {
   auto start = std::chrono::steady_clock::now();
   EpochResult r{.epoch = epoch};
+  const int64_t batches = t.loader.size();
   const int64_t skipped_before = nonfinite_so_far(t).skipped;
-  double loss_sum = 0;
-  int64_t correct = 0, sampled = 0, samples = 0, loss_samples = 0, batch = 0, images = 0;
+  EpochTally tally(batches, c.batch_size, c.device);
+  Progress progress(c.progress, c.epochs, batches);
+  int64_t batch = 0, images = 0;
   for (auto& [x, y] : t.loader) {
     const std::vector<Tensor>& out = run_step(t, c, epoch, batch, x, y);
     if (t.schedule) t.schedule->step();
+    tally.add(out[0], out[1], y);
     images += y.size(0);
-    // On the CPU the skip is known at once; on the GPU it is read back with the sampled loss.
-    const bool sample = ++batch % kSample == 0 || batch == t.loader.size();
-    if (!sample && !(c.stop_on_nonfinite_loss && !x.device().is_cuda())) continue;
+    ++batch;
+    // On the CPU a skip is known at once; on the GPU its count is read back
+    // with the tally, every kSample batches and when progress is shown.
+    const bool read = batch % kSample == 0 || batch == batches || progress.due(batch);
+    if (!read && !(c.stop_on_nonfinite_loss && !x.device().is_cuda())) continue;
     const optim::NonFiniteSteps nonfinite = nonfinite_so_far(t);
     if (c.stop_on_nonfinite_loss && nonfinite.skipped > 0) stop_on_nonfinite(t, c, nonfinite.first);
     r.skipped_steps = nonfinite.skipped - skipped_before;
-    if (!sample) continue;
-    const double loss = out[0].item();
-    if (std::isfinite(loss)) {  // a skipped step's loss says nothing about the weights
-      loss_sum += loss;
-      ++loss_samples;
-    }
-    ++samples;
-    correct += count_correct(out[1].detach(), y);
-    sampled += y.size(0);
+    if (!read) continue;
+    tally.read();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.train_loss = loss_samples > 0 ? loss_sum / loss_samples : std::nan("");
-    r.train_accuracy = static_cast<double>(correct) / sampled;
-    r.images_per_second = images / r.seconds;
-    if (c.progress) show_progress(r, c.epochs, batch, t.loader.size());
+    r.train_loss = tally.mean_loss();
+    r.train_accuracy = tally.accuracy();
+    r.images_per_second = static_cast<double>(images) / r.seconds;
+    if (progress.due(batch)) progress.show(r, batch);
   }
-  if (c.progress) std::fprintf(stderr, "\n");
+  progress.finish();
   return r;
 }
 
@@ -392,7 +486,107 @@ void check_save(const TrainConfig& c) {
   }
 }
 
+// The flags that decide what the run computes, and the device, as a command
+// line: the metrics file's flags column.
+std::string flags_text(const TrainConfig& c) {
+  std::string text;
+  for (const auto& [flag, value] : run_flags(c)) {
+    if (!flag.starts_with("--") || value.empty()) continue;  // "dataset" is the program's; no --data under --synthetic
+    text += fmt::format("{}{} {}", text.empty() ? "" : " ", flag, value);
+  }
+  return text + " --device " + c.device.str();
+}
+
+// Runs `args` (args[0] found on PATH) with its output passed through, and
+// returns its exit status: 127 when it could not start.
+int run_command(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = 0;
+  // posix_spawn, not fork: the data loader's worker threads are running.
+  if (::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return 127;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 127;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The Python that runs the plot tool: $LOOM_PYTHON, else Debian's (where its
+// python3-matplotlib lives, whatever python3 comes first on PATH), else python3.
+std::string plot_python() {
+  if (const char* python = std::getenv("LOOM_PYTHON"); python != nullptr && *python != '\0') return python;
+  std::error_code error;
+  return std::filesystem::exists("/usr/bin/python3", error) ? "/usr/bin/python3" : "python3";
+}
+
+// A missing plot tool or matplotlib fails now, not after the training.
+void check_plot(const TrainConfig& c) {
+  if (c.plot.empty()) return;
+  LOOM_CHECK(c.plot.ends_with(".png"), ValueError, "[train] --plot '{}': the picture is a PNG, so the name ends in .png", c.plot);
+  try {
+    check_save_path(c.plot);
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("[train] --plot {} cannot be written (checked before training): {}", c.plot, e.what()));
+  }
+  const std::string tool = plot_tool_path();
+  LOOM_CHECK(!tool.empty(), IoError,
+             "[train] --plot: tools/plot_metrics.py is not among this program's runfiles (checked "
+             "before training); start the trainer with bazel run, or as bazel-bin/examples/...");
+  const std::string python = plot_python();
+  const int status = run_command({python, tool, "--check"});
+  LOOM_CHECK(status == 0, IoError,
+             "[train] --plot needs Python with matplotlib (checked before training; {} {}): "
+             "install Debian's python3-matplotlib with 'bash tools/setup.sh python3-matplotlib', "
+             "or set LOOM_PYTHON to a Python that has it, or drop --plot",
+             python, status == 127 ? "could not start" : "has no matplotlib");
+}
+
+// Deletes a temporary file when the run ends, however it ends.
+class TemporaryFile {
+ public:
+  explicit TemporaryFile(std::string path) : path_(std::move(path)) {}
+  ~TemporaryFile() {
+    std::error_code ignored;  // a file that is already gone is fine
+    if (!path_.empty()) std::filesystem::remove(path_, ignored);
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+
+ private:
+  std::string path_;
+};
+
+void draw_plot(const TrainConfig& c, const std::string& metrics, const std::string& run_id) {
+  const int status = run_command({plot_python(), plot_tool_path(), metrics, "--run-id", run_id, "--out",
+                                  c.plot, "--title", fmt::format("{} on {}", c.model, c.device.str())});
+  LOOM_CHECK(status == 0, IoError,
+             "[train] --plot: tools/plot_metrics.py exited with {} (its message is above); the "
+             "training itself finished{}",
+             status, c.metrics.empty() ? "" : ", and its metrics are in " + c.metrics);
+  if (c.progress) std::printf("training curves written to %s\n", c.plot.c_str());
+}
+
 }  // namespace
+
+std::string plot_tool_path() {
+  namespace fs = std::filesystem;
+  constexpr const char* kTool = "loom/tools/plot_metrics.py";
+  std::vector<fs::path> roots;
+  std::error_code error;
+  // A binary's runfiles lie beside it; under a test, its own tree comes from the environment.
+  if (fs::path exe = fs::read_symlink("/proc/self/exe", error); !error) roots.push_back(exe.string() + ".runfiles");
+  for (const char* variable : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = std::getenv(variable)) roots.push_back(dir);
+  }
+  for (const fs::path& root : roots) {
+    if (fs::is_regular_file(root / kTool, error)) return (root / kTool).string();
+  }
+  return "";
+}
 
 bool metrics_format_known(const std::string& path) {
   return path.ends_with(".csv") || path.ends_with(".jsonl");
@@ -415,7 +609,9 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
              "[train] the metrics file '{}' must end in .csv or .jsonl (the format follows it)",
              c.metrics);
   check_save(c);
+  check_plot(c);
   PrecisionScope precision(c.precision, c.device, c.autotune);
+  AnomalyGuard anomaly(c.detect_anomaly);
   manual_seed(c.seed);
   data::Dataset train_set = first(load(c, data::Split::Train), c.limit);
   data::Dataset test_set = first(load(c, data::Split::Test), c.test_limit);
@@ -431,7 +627,8 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   nn::Module& stepped = ddp ? static_cast<nn::Module&>(*ddp) : net;  // DDP averages the gradients
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(c, net.parameters());
   std::unique_ptr<optim::LRScheduler> schedule = make_schedule(c, *opt, train_loader.size());
-  optim::TrainStep step(step_function(stepped, c), *opt, {.cuda_graph = c.cuda_graph});
+  // Anomaly mode reads every op's values back, which a captured graph cannot.
+  optim::TrainStep step(step_function(stepped, c), *opt, {.cuda_graph = c.cuda_graph && !c.detect_anomaly});
   optim::TrainStep profiled(step_function(stepped, c), *opt, {.cuda_graph = false});
   TrainResult result;
   Training t{net, *opt, schedule.get(), train_loader, step, profiled};
@@ -439,31 +636,41 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   const int start = t.first_epoch;
   if (start >= c.epochs) {
     // Exiting 0 in silence would read as a finished training run.
-    std::printf("nothing to do: checkpoint is at epoch %d, --epochs %d\n", start, c.epochs);
+    std::printf("nothing to do: checkpoint is at epoch %d, --epochs %d%s\n", start, c.epochs,
+                c.plot.empty() ? "" : " (so no --plot picture either)");
     result.model = net.state_dict();
     return result;
   }
   if (c.progress) {
     // The lr the optimizer holds: after a resume it is the checkpoint's, not --lr.
     const double lr = opt->param_groups().at(0).lr.value_or(c.lr);
-    std::printf("%s on %s: %lld training images, batch %lld, %s lr %g, schedule %s, %s%s\n",
+    std::printf("%s on %s: %lld training images, batch %lld, %s lr %g, schedule %s, %s%s%s\n",
                 c.model.c_str(), c.device.str().c_str(),
                 static_cast<long long>(train_set.images.size(0)), static_cast<long long>(c.batch_size),
                 c.optimizer.c_str(), lr, c.schedule.c_str(), precision_shown(c).c_str(),
+                c.detect_anomaly ? ", anomaly mode (eager steps, every op checked for NaN/inf)" : "",
                 start > 0 ? fmt::format(", resumed after epoch {}", start).c_str() : "");
   }
-  Metrics metrics(c.metrics);
+  const std::string run_id = new_run_id();
+  // --plot draws from the metrics file: a temporary one when there is no --metrics.
+  const std::string metrics_path =
+      !c.metrics.empty() || c.plot.empty()
+          ? c.metrics
+          : (std::filesystem::temp_directory_path() / fmt::format("loom_metrics_{}.csv", run_id)).string();
+  TemporaryFile temporary_metrics(metrics_path == c.metrics ? "" : metrics_path);
+  Metrics metrics(metrics_path, run_id, flags_text(c));
   for (int epoch = start; epoch < c.epochs; ++epoch) {
     if (group && epoch > 0) train_loader = make_loader(c, epoch_shard(train_set, c, *group, epoch), true);
     train_loader.set_epoch(epoch);
     EpochResult r = train_epoch(t, epoch + 1, c);
     if (group) r.images_per_second *= group->size();  // every rank steps in lockstep
-    r.test_accuracy = evaluate(net, test_loader);
+    std::tie(r.test_loss, r.test_accuracy) = evaluate(net, test_loader, c);
     r.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (c.progress) {
-      std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.0f img/s, %.2f s "
-                  "(%.2f s since start)%s\n",
-                  r.epoch, r.train_loss, r.train_accuracy, r.test_accuracy, r.images_per_second, r.seconds,
+      std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test loss %.4f, test accuracy %.4f, "
+                  "%.0f img/s, %.2f s (%.2f s since start)%s\n",
+                  r.epoch, r.train_loss, r.train_accuracy, r.test_loss, r.test_accuracy,
+                  r.images_per_second, r.seconds,
                   r.elapsed_seconds,
                   r.skipped_steps > 0
                       ? fmt::format(", {} steps skipped (non-finite loss)", r.skipped_steps).c_str()
@@ -475,6 +682,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
     if (!c.save.empty()) save(c, t, epoch + 1);
     if (c.target_accuracy > 0 && r.test_accuracy >= c.target_accuracy) break;
   }
+  if (!c.plot.empty()) draw_plot(c, metrics_path, run_id);
   result.model = net.state_dict();
   return result;
 }

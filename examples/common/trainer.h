@@ -44,14 +44,20 @@ struct TrainConfig {
   int64_t limit = 0;                 // train on the first `limit` images (0: all)
   int64_t test_limit = 0;            // evaluate on the first `test_limit` test images (0: all)
   std::string save, resume, metrics; // checkpoint out, checkpoint in, CSV/JSONL metrics (.csv or .jsonl)
-  bool progress = true;              // the per-epoch progress line on stderr
+  std::string plot;                  // a PNG of the training curves, drawn at the end (tools/plot_metrics.py)
+  bool progress = true;              // progress on stderr: redrawn on a terminal, a line per 10% otherwise
+  bool detect_anomaly = false;       // AnomalyGuard over training: the first op making NaN/inf throws
   bool distributed = false;          // data-parallel under mpirun (examples/common/distributed.h)
   bool stop_on_nonfinite_loss = true;  // false: skip steps whose loss is NaN/inf and go on
 };
 
 struct EpochResult {
   int epoch = 0;
-  double train_loss = 0, train_accuracy = 0, test_accuracy = 0;
+  // Means over every batch of the epoch, weighted by batch size (a skipped
+  // step's non-finite loss is left out of the loss); as a PyTorch loop sums
+  // loss.item() * batch and the correct predictions.
+  double train_loss = 0, train_accuracy = 0;
+  double test_loss = 0, test_accuracy = 0;  // the same criterion, in eval mode
   double images_per_second = 0, seconds = 0;
   double elapsed_seconds = 0;  // since train() began: data loading, plan building and evaluation included
   int64_t skipped_steps = 0;   // steps whose loss was NaN or inf: their updates were skipped
@@ -63,15 +69,26 @@ struct TrainResult {
   std::vector<std::string> warnings;  // also printed: flags that changed since the resumed checkpoint
 };
 
-// Throws loom::Error: ValueError for a bad config, IoError for bad data files
-// or an unusable --save path (checked before training starts), OutOfMemoryError,
-// and NonFiniteError for a NaN/inf loss unless stop_on_nonfinite_loss is off.
+// Throws loom::Error: ValueError for a bad config, IoError for bad data files,
+// an unusable --save path or a --plot without its tool (both checked before
+// training starts), OutOfMemoryError, and NonFiniteError for a NaN/inf loss
+// unless stop_on_nonfinite_loss is off (or, under detect_anomaly, for the
+// first op whose forward or backward makes one).
 // A checkpoint stores the flags that decide what the run computes; resuming
 // with different ones warns about each (the new values win).
 TrainResult train(const TrainConfig& config);
 
-// True for the metrics file names train() writes: *.csv or *.jsonl.
+// True for the metrics file names train() writes: *.csv or *.jsonl. Each row
+// is one epoch of one run: run_id (UTC start time and process id), epoch,
+// train_loss, train_accuracy, test_loss, test_accuracy, images_per_second, seconds (the
+// epoch's training time), elapsed_seconds (since the run began) and flags
+// (the flags that decide what the run computes, as a command line). A CSV
+// file's first line names the columns; runs append to it.
 bool metrics_format_known(const std::string& path);
+
+// The plot tool (tools/plot_metrics.py in the program's runfiles), or "" when
+// it is not there.
+std::string plot_tool_path();
 
 // The numerics of a precision name for the scope's lifetime: "tf32" (PyTorch's
 // default for convolutions), "strict" (IEEE fp32) or "bf16" (mixed precision:

@@ -1,5 +1,5 @@
 // File: examples/mnist/train.cc
-// Trains mnist_net or lenet5 (the models of ../shared/bench/torch_ref.py) on an
+// Trains mnist_net or lenet5 (the models of bench/torch_bench.py) on an
 // MNIST-format folder (Fashion-MNIST from Debian's dataset-fashion-mnist by
 // default), on the GPU when there is one and on the CPU otherwise. Prints a
 // progress line per epoch and the test accuracy after each; --metrics writes
@@ -30,7 +30,16 @@ const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
   --save PATH         write a training checkpoint after every epoch (atomically)
   --resume PATH       continue from a checkpoint written by --save (flags that
                       differ from the checkpoint's run are listed; yours win)
-  --metrics PATH      per-epoch metrics: PATH ends in .csv or .jsonl
+  --metrics PATH      per-epoch metrics, appended: PATH ends in .csv or .jsonl;
+                      a row per epoch with the run id, the flags and the
+                      time since the start (a CSV's first line names the columns)
+  --plot PATH.png     at the end, draw the training curves (loss and accuracy
+                      per epoch, train vs test); needs python3-matplotlib
+                      ('bash tools/setup.sh python3-matplotlib'; LOOM_PYTHON
+                      names another Python), checked before training
+  --detect-anomaly    check every op's forward and backward for NaN/inf and stop
+                      at the first, naming the op and its module (slow: steps
+                      run eagerly and each op's values are read back)
   --allow-nonfinite-loss
                       skip (and count) steps whose loss is NaN or inf and go on;
                       by default such a loss stops training with its step number
@@ -52,6 +61,7 @@ const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
                       rank, the global batch N times it; rank 0 prints and
                       saves (see the README's "Several GPUs and hosts")
   -h, --help          this text (every flag also takes --flag=value)
+Relative paths are relative to the current directory, under `bazel run` too.
 )";
 
 }  // namespace
