@@ -8,9 +8,10 @@
 
 namespace loom::testing {
 
-ProgramRun run_program(const std::string& binary, const std::string& args) {
+ProgramRun run_program(const std::string& binary, const std::string& args,
+                       const std::string& environment) {
   ProgramRun run;
-  FILE* pipe = ::popen((binary + " " + args + " 2>&1").c_str(), "r");
+  FILE* pipe = ::popen((environment + " " + binary + " " + args + " 2>&1").c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::array<char, 4096> buffer;
   while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) run.output.append(buffer.data(), n);

@@ -12,7 +12,9 @@ struct ProgramRun {
   std::string output;  // stdout and stderr together
 };
 
-ProgramRun run_program(const std::string& binary, const std::string& args);
+// `environment`: shell assignments put before the command, e.g. "LOOM_PYTHON=/none".
+ProgramRun run_program(const std::string& binary, const std::string& args,
+                       const std::string& environment = "");
 
 inline bool has(const ProgramRun& run, const std::string& text) {
   return run.output.find(text) != std::string::npos;

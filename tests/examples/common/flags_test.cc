@@ -98,3 +98,30 @@ TEST_CASE("--flag=value is --flag value, -h is --help; name checks need no data"
   CHECK_THROWS_WITH_FRAGMENT(parse_flags({}, {.dataset = "cifar10", .data = "", .model = "resnet9"}),
                              ValueError, "no data: pass --data DIR");
 }
+
+TEST_CASE("--plot takes a .png; --detect-anomaly is a switch") {
+  CHECK(parse({"--plot", "curves.png"}).plot == "curves.png");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--plot", "curves.pdf"}), ValueError,
+                             "--plot 'curves.pdf': the picture is a PNG");
+  CHECK(parse({"--detect-anomaly"}).detect_anomaly);
+  CHECK_FALSE(parse({}).detect_anomaly);
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--detect-anomaly=1"}), ValueError, "takes no value");
+}
+
+TEST_CASE("relative paths resolve against the user's directory (bazel run's BUILD_WORKING_DIRECTORY)") {
+  examples::TrainConfig c = parse({"--data", "fashion", "--save", "out/ck", "--resume", "/abs/ck",
+                                   "--metrics", "m.csv", "--plot", "p.png"});
+  examples::resolve_user_paths(c, "/home/user/work");
+  CHECK(c.data == "/home/user/work/fashion");
+  CHECK(c.save == "/home/user/work/out/ck");
+  CHECK(c.resume == "/abs/ck");  // absolute paths stay
+  CHECK(c.metrics == "/home/user/work/m.csv");
+  CHECK(c.plot == "/home/user/work/p.png");
+
+  examples::TrainConfig unset = parse({"--metrics", "m.csv"});
+  examples::resolve_user_paths(unset, nullptr);  // not under bazel run
+  CHECK(unset.metrics == "m.csv");
+  CHECK(unset.save.empty());  // an unset path stays unset
+  examples::resolve_user_paths(unset, "/w");
+  CHECK(unset.save.empty());
+}
