@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -19,6 +18,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "examples/common/user_path.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/plan_cache.h"
 #endif
@@ -194,11 +194,8 @@ ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaul
 }
 
 void resolve_user_paths(TrainConfig& config, const char* working_directory) {
-  if (working_directory == nullptr || *working_directory == '\0') return;
   for (std::string* path : {&config.data, &config.save, &config.resume, &config.metrics, &config.plot}) {
-    if (!path->empty() && std::filesystem::path(*path).is_relative()) {
-      *path = (std::filesystem::path(working_directory) / *path).string();
-    }
+    *path = user_path(*path, working_directory);
   }
 }
 

@@ -13,6 +13,8 @@
 // Logits are computed in eval mode (batch norm uses its running statistics) on
 // the CPU in float32. MODEL: mnist_net, lenet5 or resnet9.
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <string>
 
 #include "core/autograd.h"
@@ -20,6 +22,7 @@
 #include "core/generator.h"
 #include "core/serialize.h"
 #include "core/ops/ops.h"
+#include "examples/common/user_path.h"
 #include "layers/models.h"
 
 namespace {
@@ -59,24 +62,39 @@ void export_model(const std::string& name, const std::string& dir) {
 void eval_model(const std::string& name, const std::string& dir) {
   nn::Sequential net = model(name);
   net.load_state_dict(load_safetensors(dir + "/torch_weights.safetensors"));
-  Tensor batch = load_safetensors(dir + "/batch.safetensors").at(0).second;
+  StateDict batch_file = load_safetensors(dir + "/batch.safetensors");
+  LOOM_CHECK(!batch_file.empty(), IoError, "[model_logits] {}/batch.safetensors holds no tensor; "
+             "run 'model_logits export' first", dir);
+  Tensor batch = batch_file.front().second;
   save_safetensors(dir + "/loom_logits_from_torch.safetensors", {{"logits", logits(net, batch)}});
 }
 
 }  // namespace
 
+// Nothing escapes main: usage errors exit 2, failures 1.
 int main(int argc, char** argv) {
+  constexpr const char* kUsage = "usage: model_logits export|eval MODEL DIR\n";
+  if (argc == 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   if (argc != 4) {
-    std::fprintf(stderr, "usage: model_logits export|eval MODEL DIR\n");
+    std::fprintf(stderr, "model_logits: expected 3 arguments, got %d\n%s", argc - 1, kUsage);
+    return 2;
+  }
+  const std::string command = argv[1], name = argv[2], dir = examples::user_path(argv[3]);
+  if (command != "export" && command != "eval") {
+    std::fprintf(stderr, "model_logits: unknown command '%s' (export or eval)\n%s", command.c_str(), kUsage);
     return 2;
   }
   try {
-    std::string command = argv[1];
-    if (command == "export") export_model(argv[2], argv[3]);
-    else if (command == "eval") eval_model(argv[2], argv[3]);
-    else throw ValueError("[model_logits] unknown command '" + command + "' (export or eval)");
+    if (command == "export") export_model(name, dir);
+    else eval_model(name, dir);
   } catch (const Error& e) {
     std::fprintf(stderr, "model_logits: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "model_logits: internal error: %s (a bug in Loom: please report it)\n", e.what());
     return 1;
   }
   return 0;

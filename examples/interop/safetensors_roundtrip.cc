@@ -11,22 +11,28 @@
 //   metadata  <key>  <value>
 #include <zlib.h>
 
+#include <charconv>
 #include <cstdio>
+#include <exception>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/serialize.h"
 #include "core/tensor.h"
+#include "examples/common/user_path.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: safetensors_roundtrip write PATH [--seed S]\n"
-    "       safetensors_roundtrip read PATH\n";
+    "       safetensors_roundtrip read PATH\n"
+    "       safetensors_roundtrip -h | --help\n";
 
 std::string shape_text(const loom::Shape& sizes) {
   if (sizes.empty()) return "scalar";
@@ -68,23 +74,54 @@ loom::StateDict random_tensors(uint64_t seed) {
   };
 }
 
+// The whole of `text` as a seed; anything else is a usage error, not seed 0.
+std::optional<uint64_t> parse_seed(const std::string& text) {
+  uint64_t seed = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return seed;
+}
+
+int usage_error(const std::string& problem) {
+  std::fprintf(stderr, "safetensors_roundtrip: %s\n%s", problem.c_str(), kUsage);
+  return 2;
+}
+
 }  // namespace
 
+// Nothing escapes main: usage errors exit 2, failures 1 (an uncaught exception
+// would abort and lose the listing of a redirected run).
 int main(int argc, char** argv) {
-  if (argc < 3 || (std::strcmp(argv[1], "write") != 0 && std::strcmp(argv[1], "read") != 0)) {
-    std::fputs(kUsage, stderr);
-    return 2;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
   }
-  std::string path = argv[2];
+  if (args.size() < 2 || (args[0] != "write" && args[0] != "read")) {
+    return usage_error("expected write PATH [--seed S] or read PATH");
+  }
+  const bool write = args[0] == "write";
+  std::optional<uint64_t> seed = 0;
+  if (write && args.size() == 4 && args[2] == "--seed") {
+    seed = parse_seed(args[3]);
+    if (!seed) return usage_error("--seed needs a whole number from 0 to 2^64-1, got '" + args[3] + "'");
+  } else if (args.size() != 2) {
+    return usage_error("unexpected argument '" + args[2] + "'");
+  }
+  const std::string path = loom::examples::user_path(args[1]);
   try {
-    if (std::strcmp(argv[1], "write") == 0) {
-      bool seeded = argc >= 5 && std::strcmp(argv[3], "--seed") == 0;
-      uint64_t seed = seeded ? std::strtoull(argv[4], nullptr, 10) : 0;
-      loom::save_safetensors(path, random_tensors(seed), {{"format", "pt"}, {"writer", "loom"}});
+    if (write) {
+      loom::save_safetensors(path, random_tensors(*seed), {{"format", "pt"}, {"writer", "loom"}});
     }
     print_listing(path);
   } catch (const loom::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fflush(stdout);
+    std::fprintf(stderr, "safetensors_roundtrip: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "safetensors_roundtrip: internal error: %s (a bug in Loom: please report it)\n",
+                 e.what());
     return 1;
   }
   return 0;

@@ -1,6 +1,7 @@
 // File: examples/tiny/two_layer.cc
 // Trains a two-layer perceptron on generated data (three interleaved spirals)
-// on the CPU with plain SGD, printing the loss as it falls. The smallest end-to-
+// with plain SGD (on the GPU when there is one, as --device auto), printing the
+// loss as it falls. The smallest end-to-
 // end use of Loom's tensors, autograd and functional ops.
 //
 //   bazel run -c opt //examples/tiny:two_layer -- [--steps N] [--seed S]
