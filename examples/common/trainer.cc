@@ -523,9 +523,10 @@ std::string plot_python() {
   return std::filesystem::exists("/usr/bin/python3", error) ? "/usr/bin/python3" : "python3";
 }
 
-// A missing plot tool or matplotlib fails now, not after the training.
-void check_plot(const TrainConfig& c) {
-  if (c.plot.empty()) return;
+// The plot tool, found now so that a missing tool or matplotlib fails before
+// the training, not after it ("" without --plot).
+std::string check_plot(const TrainConfig& c) {
+  if (c.plot.empty()) return "";
   LOOM_CHECK(c.plot.ends_with(".png"), ValueError, "[train] --plot '{}': the picture is a PNG, so the name ends in .png", c.plot);
   try {
     check_save_path(c.plot);
@@ -543,6 +544,7 @@ void check_plot(const TrainConfig& c) {
              "install Debian's python3-matplotlib with 'bash tools/setup.sh python3-matplotlib', "
              "or set LOOM_PYTHON to a Python that has it, or drop --plot",
              python, status == 127 ? "could not start" : "has no matplotlib");
+  return tool;
 }
 
 // Deletes a temporary file when the run ends, however it ends.
@@ -560,8 +562,9 @@ class TemporaryFile {
   std::string path_;
 };
 
-void draw_plot(const TrainConfig& c, const std::string& metrics, const std::string& run_id) {
-  const int status = run_command({plot_python(), plot_tool_path(), metrics, "--run-id", run_id, "--out",
+void draw_plot(const TrainConfig& c, const std::string& tool, const std::string& metrics,
+               const std::string& run_id) {
+  const int status = run_command({plot_python(), tool, metrics, "--run-id", run_id, "--out",
                                   c.plot, "--title", fmt::format("{} on {}", c.model, c.device.str())});
   LOOM_CHECK(status == 0, IoError,
              "[train] --plot: tools/plot_metrics.py exited with {} (its message is above); the "
@@ -609,7 +612,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
              "[train] the metrics file '{}' must end in .csv or .jsonl (the format follows it)",
              c.metrics);
   check_save(c);
-  check_plot(c);
+  const std::string plot_tool = check_plot(c);
   PrecisionScope precision(c.precision, c.device, c.autotune);
   AnomalyGuard anomaly(c.detect_anomaly);
   manual_seed(c.seed);
@@ -682,7 +685,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
     if (!c.save.empty()) save(c, t, epoch + 1);
     if (c.target_accuracy > 0 && r.test_accuracy >= c.target_accuracy) break;
   }
-  if (!c.plot.empty()) draw_plot(c, metrics_path, run_id);
+  if (!c.plot.empty()) draw_plot(c, plot_tool, metrics_path, run_id);
   result.model = net.state_dict();
   return result;
 }
