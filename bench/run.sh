@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Loom vs PyTorch on the GPU host, in one command: runs bench_train_step (Loom),
-# torch_bench.py (PyTorch eager and torch.compile), then compare.py, which
-# prints the markdown table and the issue-5 targets. Works from the bundle of
+# torch_bench.py (PyTorch eager, torch.compile default and max-autotune, and
+# the whole step in a CUDA graph), then compare.py, which prints the markdown
+# table against the best PyTorch mode and the speed targets. Works from the bundle of
 # tools/gpu_bundle.sh (binaries in bin/, libraries in lib/, this script in bench/):
 #
 #   bash .bundle/bench/run.sh                          # every configuration
 #   bash .bundle/bench/run.sh --quick --fmnist .gpu/fmnist --out "$OUT"
 #
-#   --quick        only the issue-5 target configurations (lenet5 and mnist_net
+#   --quick        only the headline configurations (lenet5 and mnist_net
 #                  batch 128 tf32, resnet9 batch 512 bf16), 50 steps x 3 repeats
 #   --fmnist DIR   also Fashion-MNIST time to 91% (DIR holds the IDX .gz files)
 #   --out DIR      where the JSON lines and table.md go (default ./bench-out)

@@ -1,11 +1,22 @@
 """The PyTorch side of the training-step benchmark (bench/step_bench.h is Loom's).
 
-Same models (../shared/bench/torch_ref.py's definitions, layer for layer), same
-settings (SGD lr 0.01 momentum 0.9 weight decay 5e-4, four input sets resident
+Same models as Loom's layers/models.cc (layer for layer), same settings (SGD lr 0.01 momentum 0.9 weight decay 5e-4, four input sets resident
 on the GPU, x randn, y randint 0..9) and the same timing: the first step timed
 with the wall clock from model construction (synchronised), warm-up, then the
 median of R repeats of S steps timed with CUDA events. Writes the JSON lines of
-bench/summary.h with "framework": "torch" and mode eager or compile.
+bench/summary.h with "framework": "torch" and one of four modes:
+
+  eager         plain PyTorch
+  compile       torch.compile(step)
+  max-autotune  torch.compile(step, mode="max-autotune")
+  graph         the whole step (forward, loss, backward, SGD step) captured once in a
+                CUDA graph with static input buffers, as PyTorch's documentation shows for
+                whole-network capture; each step copies its batch into the static buffers,
+                zeroes the gradients with one foreach call and replays the graph
+
+Each record also carries the model's training FLOPs per image (forward convolution
+and linear FLOPs counted from the layer shapes, times 3 for forward, data gradient
+and weight gradient), so compare.py can print TFLOP/s and the share of the peak.
 
   python3 torch_bench.py --json torch.jsonl [--models lenet5 --batches 128 ...]
   python3 torch_bench.py --models none --tta /path/to/fashion-mnist --json tta.jsonl
@@ -51,8 +62,32 @@ def resnet9():
 
 MODELS = {"lenet5": (lenet5, (1, 28, 28)), "mnist_net": (mnist_net, (1, 28, 28)), "resnet9": (resnet9, (3, 32, 32))}
 PRECISIONS = ("tf32", "strict", "bf16")
-MODES = ("eager", "compile")
+MODES = ("eager", "compile", "max-autotune", "graph")
 INPUT_SETS = 4
+
+# --- FLOPs from the layer shapes ----------------------------------------------------------
+
+def forward_flops_per_image(model, shape):
+    """Multiply-adds of every Conv2d and Linear, as 2 FLOPs each, for one image."""
+    total = 0
+    def conv(m, inputs, out):
+        nonlocal total
+        k = m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+        total += 2 * k * out[0].numel()
+    def linear(m, inputs, out):
+        nonlocal total
+        total += 2 * m.in_features * out[0].numel()
+    hooks = [m.register_forward_hook(conv if isinstance(m, nn.Conv2d) else linear)
+             for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    with torch.no_grad():
+        model(torch.zeros(1, *shape))
+    for h in hooks:
+        h.remove()
+    return total
+
+def train_flops_per_image(model_name):
+    make, shape = MODELS[model_name]
+    return 3 * forward_flops_per_image(make().eval(), shape)
 
 # --- one configuration ----------------------------------------------------------------------
 
@@ -71,6 +106,32 @@ def make_step(model, opt, bf16):
         return loss
     return step
 
+def make_graph_step(model, opt, bf16, x0, y0, warmup=3):
+    """The whole step captured in one CUDA graph; returns run(x, y), which replays it."""
+    static_x, static_y = x0.clone(), y0.clone()
+    eager = make_step(model, opt, bf16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream (cuDNN/cuBLAS handles, optimizer state)
+        for _ in range(warmup):
+            eager(static_x, static_y)
+    torch.cuda.current_stream().wait_stream(side)
+    grads = [p.grad for p in model.parameters()]
+    graph = torch.cuda.CUDAGraph()
+    torch._foreach_zero_(grads)
+    with torch.cuda.graph(graph):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(static_x), static_y)
+        loss.backward()
+        opt.step()
+    def run(x, y):
+        static_x.copy_(x)
+        static_y.copy_(y)
+        torch._foreach_zero_(grads)
+        graph.replay()
+        return loss
+    return run
+
 def run_config(model_name, batch, precision, mode, layout, a):
     make, shape = MODELS[model_name]
     set_precision(precision)
@@ -85,16 +146,22 @@ def run_config(model_name, batch, precision, mode, layout, a):
     gen = torch.Generator(device="cuda").manual_seed(1)
     xs = [torch.randn(batch, *shape, device="cuda", generator=gen).contiguous(memory_format=fmt) for _ in range(INPUT_SETS)]
     ys = [torch.randint(0, 10, (batch,), device="cuda", generator=gen) for _ in range(INPUT_SETS)]
-    fn = make_step(model, opt, precision == "bf16")
+    bf16 = precision == "bf16"
+    if mode == "graph":
+        fn = make_graph_step(model, opt, bf16, xs[0], ys[0])
+    else:
+        fn = make_step(model, opt, bf16)
     if mode == "compile":
         fn = torch.compile(fn)
+    elif mode == "max-autotune":
+        fn = torch.compile(fn, mode="max-autotune")
     i = 0
     def run():
         nonlocal i
         fn(xs[i % INPUT_SETS], ys[i % INPUT_SETS]); i += 1
     run(); torch.cuda.synchronize()
     first_step_s = time.perf_counter() - t0
-    warmup = max(a.warmup, a.compile_warmup) if mode == "compile" else a.warmup
+    warmup = max(a.warmup, a.compile_warmup) if mode in ("compile", "max-autotune") else a.warmup
     for _ in range(warmup):
         run()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -111,7 +178,8 @@ def run_config(model_name, batch, precision, mode, layout, a):
             "precision": precision, "mode": mode, "layout": layout, "device": "cuda:0",
             "steps": a.steps, "repeats": a.repeats, "warmup": warmup, "ms_per_step": ms,
             "img_per_s": batch * 1e3 / ms, "first_step_s": first_step_s, "peak_bytes": peak,
-            "peak_mib": peak / 2**20, "repeat_ms": repeat_ms, "fallback_reason": ""}
+            "peak_mib": peak / 2**20, "repeat_ms": repeat_ms, "fallback_reason": "",
+            "train_flop_per_image": train_flops_per_image(model_name)}
 
 # --- Fashion-MNIST time to accuracy ----------------------------------------------------------
 
@@ -192,6 +260,8 @@ def main(argv):
     print(f"torch {torch.__version__} cudnn {torch.backends.cudnn.version()} gpu {torch.cuda.get_device_name()}", flush=True)
     status = 0
     for model in a.models:
+        print(f"{model}: {train_flops_per_image(model) / 1e9:.4f} GFLOP per image per training step "
+              "(3x the forward convolution and linear FLOPs)", flush=True)
         for batch in a.batches:
             for precision in a.precisions:
                 layout = a.layout if a.layout != "auto" else ("nhwc" if precision == "bf16" else "nchw")
