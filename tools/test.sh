@@ -5,7 +5,8 @@
 # ASan + UBSan (bazel --config=asan; LOOM_ASAN_TESTS, a bazel query, narrows
 # them). After the normal run, two more phases: tests/install/run.sh installs
 # Loom into a temporary prefix and builds a program outside the repository
-# against it (pkg-config and CMake), and tools/doxygen.sh builds the API
+# against it (pkg-config and CMake; with LOOM_TEST_BAZEL_WORKSPACE=1 also with
+# Bazel through a local_repository), and tools/doxygen.sh builds the API
 # reference, failing on any warning. Ends with the line
 #   N passed, N failed, N skipped
 # counting doctest test cases over all test binaries of both runs, plus one
@@ -44,7 +45,11 @@ count_checks() {
 }
 
 # The same compilation mode as the run above, so the install reuses its libloom.so.
-count_checks bash tests/install/run.sh -c fastbuild
+# LOOM_TEST_BAZEL_WORKSPACE=1 also builds it from a workspace of its own that uses
+# this checkout as @loom (a second build of Loom: minutes, so not by default).
+install_flags=()
+[ "${LOOM_TEST_BAZEL_WORKSPACE:-0}" = 1 ] && install_flags+=(--bazel)
+count_checks bash tests/install/run.sh "${install_flags[@]}" -c fastbuild
 count_checks bash tools/doxygen.sh
 
 if [ "${LOOM_ASAN:-0}" = 1 ]; then

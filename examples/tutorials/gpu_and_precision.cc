@@ -69,10 +69,10 @@ int main(int argc, char** argv) try {
     std::printf("bf16 autocast: max difference to tf32 %.2e\n", max_difference(bf16_grad, nhwc));
   }
 
+  // Every cuDNN plan this process chose: engine, notes, workspace, hits.
+  if (explain && !device.is_cuda()) std::printf("--explain: no cuDNN plans, nothing ran on a GPU\n");
 #ifdef LOOM_WITH_CUDA
-  if (explain) std::printf("%s", cudnn::PlanCache::global().explain().c_str());
-#else
-  if (explain) std::printf("no plan cache: this build has no CUDA backend\n");
+  if (explain && device.is_cuda()) std::printf("%s", cudnn::PlanCache::global().explain().c_str());
 #endif
   return 0;
 } catch (const std::exception& e) {

@@ -54,13 +54,14 @@ TEST_CASE("datasets writes and reads IDX and CIFAR files, an image folder, and b
   CHECK(has(usage, "usage: datasets SCRATCH_DIR [IMAGE_FOLDER]"));
 }
 
-TEST_CASE("gpu_and_precision: both layouts and the strict policy give the same gradient on the CPU") {
+TEST_CASE("gpu_and_precision: both layouts and the strict policy give the same gradient on the CPU; --explain works without a GPU") {
   Run run = tutorial("gpu_and_precision", "--explain");
   INFO(run.output);
   CHECK(run.code == 0);
   if (has(run, "device cpu")) {  // a GPU host prints its own differences (tf32 is not exact)
     CHECK(has(run, "channels-last vs NCHW gradient: max difference 0.00e+00"));
     CHECK(has(run, "under strict_fp32: max difference to the default 0.00e+00"));
+    CHECK(has(run, "--explain: no cuDNN plans, nothing ran on a GPU"));
   }
   CHECK(has(run, "default policy tf32"));
 }

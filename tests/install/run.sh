@@ -3,11 +3,20 @@
 # out-of-tree program tests/install/hello_loom against it twice: with g++ and
 # pkg-config, and with CMake's find_package(Loom). Runs each and checks that it
 # trained: three "step N loss X" lines, the loss finite and falling.
+# With --bazel (first), also builds it with Bazel in a workspace of its own that
+# uses this checkout as a local_repository (tests/install/bazel_workspace): a
+# second, CPU-only build of Loom, so several minutes; tools/test.sh passes it
+# when LOOM_TEST_BAZEL_WORKSPACE=1.
 # Prints one "PASS name" or "FAIL name" line per check (tools/test.sh counts
-# them) and exits 1 if any failed. Extra arguments go to tools/install.sh.
+# them) and exits 1 if any failed. Other arguments go to tools/install.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
+bazel_workspace=0
+if [ "${1:-}" = --bazel ]; then
+  bazel_workspace=1
+  shift
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
@@ -57,5 +66,24 @@ else
   echo "FAIL install"
   tail -n 30 "$work/install.log"
   failures=$((failures + 1))
+fi
+
+# The workspace's Bazel server gets an output base in $work, stopped afterwards.
+with_local_repository() {
+  local ws="$work/workspace"
+  cp -r tests/install/bazel_workspace "$ws"
+  sed "s|@LOOM@|$PWD|g" "$ws/WORKSPACE.in" > "$ws/WORKSPACE"
+  sed "s|@LOOM@|$PWD|g" "$ws/bazelrc.in" > "$ws/.bazelrc"
+  cp "$source_dir/main.cc" "$ws/app/main.cc"
+  (cd "$ws" && bazel --output_base="$work/output_base" build --config=cpu //app:hello &&
+   trained "$(bazel --output_base="$work/output_base" info --config=cpu bazel-bin)/app/hello")
+  local result=$?
+  (cd "$ws" && bazel --output_base="$work/output_base" shutdown)
+  chmod -R u+w "$work/output_base"
+  return $result
+}
+
+if [ $bazel_workspace -eq 1 ]; then
+  report local_repository with_local_repository
 fi
 [ $failures -eq 0 ]
