@@ -74,6 +74,7 @@ with_local_repository() {
   cp -r tests/install/bazel_workspace "$ws"
   sed "s|@LOOM@|$PWD|g" "$ws/WORKSPACE.in" > "$ws/WORKSPACE"
   sed "s|@LOOM@|$PWD|g" "$ws/bazelrc.in" > "$ws/.bazelrc"
+  mv "$ws/app/BUILD.in" "$ws/app/BUILD"
   cp "$source_dir/main.cc" "$ws/app/main.cc"
   (cd "$ws" && bazel --output_base="$work/output_base" build --config=cpu //app:hello &&
    trained "$(bazel --output_base="$work/output_base" info --config=cpu bazel-bin)/app/hello")
