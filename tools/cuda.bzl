@@ -22,6 +22,11 @@ def if_cuda(if_true, if_false = []):
 
 def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
     """A cc_library whose .cu sources are compiled by nvcc (one genrule per file)."""
+
+    # Includes are relative to the repository's root: "." here, external/loom
+    # when another workspace uses Loom as @loom (see docs/install.md).
+    repo = native.repository_name().lstrip("@")
+    includes = "-Iexternal/%s -I$(GENDIR)/external/%s" % (repo, repo) if repo else "-I. -I$(GENDIR)"
     objs = []
     for src in srcs:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
@@ -35,7 +40,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
                 "--expt-relaxed-constexpr",
                 " ".join(_GENCODE),
                 "-DLOOM_WITH_CUDA",
-                "-I. -I$(GENDIR) -I" + CUDA_PATH + "/include",
+                includes + " -I" + CUDA_PATH + "/include",
                 "-c $(location %s) -o $@" % src,
             ]),
         )

@@ -3,9 +3,14 @@
 # (tag "gpu") skip themselves where no GPU is usable. With LOOM_ASAN=1 (CI:
 # .ci/run) the CPU tests and the fuzz-corpus replays then run again under
 # ASan + UBSan (bazel --config=asan; LOOM_ASAN_TESTS, a bazel query, narrows
-# them). Ends with the line
+# them). After the normal run, two more phases: tests/install/run.sh installs
+# Loom into a temporary prefix and builds a program outside the repository
+# against it (pkg-config and CMake; with LOOM_TEST_BAZEL_WORKSPACE=1 also with
+# Bazel through a local_repository), and tools/doxygen.sh builds the API
+# reference, failing on any warning. Ends with the line
 #   N passed, N failed, N skipped
-# counting doctest test cases over all test binaries of both runs.
+# counting doctest test cases over all test binaries of both runs, plus one
+# case per check of each extra phase.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh || exit 1
@@ -29,6 +34,23 @@ count_cases() {
 
 bazel test //... "$@" || status=1
 count_cases $(bazel query "tests(//...)" 2>/dev/null)
+
+# Adds the "PASS name" / "FAIL name" lines of a phase's output to the totals.
+count_checks() {
+  local output
+  output=$("$@" 2>&1) || status=1
+  echo "$output"
+  passed=$((passed + $(echo "$output" | grep -c "^PASS ")))
+  failed=$((failed + $(echo "$output" | grep -c '^FAIL ')))
+}
+
+# The same compilation mode as the run above, so the install reuses its libloom.so.
+# LOOM_TEST_BAZEL_WORKSPACE=1 also builds it from a workspace of its own that uses
+# this checkout as @loom (a second build of Loom: minutes, so not by default).
+install_flags=()
+[ "${LOOM_TEST_BAZEL_WORKSPACE:-0}" = 1 ] && install_flags+=(--bazel)
+count_checks bash tests/install/run.sh "${install_flags[@]}" -c fastbuild
+count_checks bash tools/doxygen.sh
 
 if [ "${LOOM_ASAN:-0}" = 1 ]; then
   query="${LOOM_ASAN_TESTS:-tests(//...) except attr(tags, gpu, tests(//...))}"
