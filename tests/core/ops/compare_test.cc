@@ -71,6 +71,10 @@ TEST_CASE("(pred == y).sum() counts the matches; mean is the fraction") {
   Tensor per_row = sum(tensor({1, 0, 1, 1}, {2, 2}) > 0, {1});
   CHECK(per_row.dtype() == DType::Int64);
   CHECK(v(per_row) == std::vector<double>{1, 2});
+  Tensor total = sum(tensor({1, 2, 3}, {3}, kI64));
+  CHECK(total.dtype() == DType::Int64);
+  CHECK(total.item() == 6);
+  CHECK_THROWS_WITH_FRAGMENT(mean(tensor({1, 2}, {2}, kI64)), TypeError, "[mean] input has dtype int64");
 }
 
 TEST_CASE("where selects elementwise with broadcasting; gradients go where selected") {
