@@ -7,15 +7,11 @@
 #include "core/autograd.h"
 #include "core/cpu/compare.h"
 #include "core/error.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/reduction.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/compare.h"
-#define LOOM_COMPARE_KERNEL(device_of, kernel, ...)                    \
-  ((device_of).device().is_cuda() ? ::loom::cuda::kernel(__VA_ARGS__) \
-                                  : ::loom::cpu::kernel(__VA_ARGS__))
-#else
-#define LOOM_COMPARE_KERNEL(device_of, kernel, ...) ::loom::cpu::kernel(__VA_ARGS__)
 #endif
 
 namespace loom {
@@ -67,7 +63,7 @@ Tensor compare(const Tensor& a_in, const Tensor& b_in, CompareOp op) {
   const Tensor a = a_in.detach().to(dtype), b = b_in.detach().to(dtype);
   const Shape sizes = broadcast_shapes(a.sizes(), b.sizes(), name);
   Tensor out = empty(sizes, {.dtype = DType::Bool, .device = a.device()});
-  LOOM_COMPARE_KERNEL(out, compare, out.strided(), a.expand(sizes).strided(),
+  LOOM_KERNEL(out, compare, out.strided(), a.expand(sizes).strided(),
                       b.expand(sizes).strided(), op);
   return out;
 }
@@ -75,14 +71,14 @@ Tensor compare(const Tensor& a_in, const Tensor& b_in, CompareOp op) {
 Tensor compare(const Tensor& a, double b, CompareOp op) {
   check_defined(a, op_name(op), "a");
   Tensor out = empty(a.sizes(), {.dtype = DType::Bool, .device = a.device()});
-  LOOM_COMPARE_KERNEL(out, compare_scalar, out.strided(), a.detach().strided(), b, op);
+  LOOM_KERNEL(out, compare_scalar, out.strided(), a.detach().strided(), b, op);
   return out;
 }
 
 // cond ? a : b without autograd; the three already broadcast to `sizes`.
 Tensor select_values(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& sizes) {
   Tensor out = empty(sizes, a.options());
-  LOOM_COMPARE_KERNEL(out, where, out.strided(), cond.expand(sizes).strided(),
+  LOOM_KERNEL(out, where, out.strided(), cond.expand(sizes).strided(),
                       a.detach().expand(sizes).strided(), b.detach().expand(sizes).strided());
   return out;
 }

@@ -10,16 +10,12 @@
 #include "core/autograd.h"
 #include "core/cpu/indexing.h"
 #include "core/error.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/indexing.h"
 #include "core/cuda/stream.h"
-#define LOOM_INDEXING_KERNEL(device_of, kernel, ...)                   \
-  ((device_of).device().is_cuda() ? ::loom::cuda::kernel(__VA_ARGS__) \
-                                  : ::loom::cpu::kernel(__VA_ARGS__))
-#else
-#define LOOM_INDEXING_KERNEL(device_of, kernel, ...) ::loom::cpu::kernel(__VA_ARGS__)
 #endif
 
 namespace loom {
@@ -80,7 +76,7 @@ void check_gather_shapes(const Tensor& x, int64_t dim, const Tensor& index) {
 // dx (x_sizes, zeros) with dy scatter-added at index along dim.
 Tensor gather_backward(const Tensor& dy, int64_t dim, const Tensor& index, const Shape& x_sizes) {
   Tensor dx = zeros(x_sizes, dy.options());
-  LOOM_INDEXING_KERNEL(dx, scatter_add, base_view(dx, dim, index.sizes()), dx.stride(dim),
+  LOOM_KERNEL(dx, scatter_add, base_view(dx, dim, index.sizes()), dx.stride(dim),
                        index.strided(), dy.strided());
   return dx;
 }
@@ -91,7 +87,7 @@ Tensor gather_checked(const Tensor& x, int64_t dim, const Tensor& index) {
   if (x.dim() == 0) {
     out.copy_(x.detach());
   } else {
-    LOOM_INDEXING_KERNEL(out, gather, out.strided(), base_view(x, dim, index.sizes()),
+    LOOM_KERNEL(out, gather, out.strided(), base_view(x, dim, index.sizes()),
                          x.stride(dim), index.strided());
   }
   if (needs_grad({x})) {
