@@ -5,16 +5,17 @@
 
 #include "core/cpu/compare.h"
 
+// The same definition as elementwise_math.h's (an identical redefinition is allowed).
 #ifdef __CUDACC__
-#define LOOM_COMPARE_HOST_DEVICE __host__ __device__
+#define LOOM_HOST_DEVICE __host__ __device__
 #else
-#define LOOM_COMPARE_HOST_DEVICE
+#define LOOM_HOST_DEVICE
 #endif
 
 namespace loom::cpu::math {
 
 template <class T>
-LOOM_COMPARE_HOST_DEVICE bool apply_compare(T a, T b, CompareOp op) {
+LOOM_HOST_DEVICE bool apply_compare(T a, T b, CompareOp op) {
   switch (op) {
     case CompareOp::Eq: return a == b;
     case CompareOp::Ne: return a != b;

@@ -28,11 +28,14 @@ std::vector<std::string> state_names(const nn::Module& m) {
 class TinyNet : public nn::Module {
  public:
   TinyNet() {
-    conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1}));
+    conv1_ = register_module(
+        "conv1", std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1}));
     conv2_ = register_module("conv2", nn::Conv2d(4, 2, 3, {.padding = 1, .bias = false}));
     scale_ = register_parameter("scale", ones({1}));
   }
-  Tensor forward(const Tensor& x) override { return conv2_->forward(relu(conv1_->forward(x))) * scale_; }
+  Tensor forward(const Tensor& x) override {
+    return conv2_->forward(relu(conv1_->forward(x))) * scale_;
+  }
 
   std::shared_ptr<nn::Conv2d> conv1_;
   std::shared_ptr<nn::Conv2d> conv2_;
@@ -63,7 +66,8 @@ TEST_CASE("register_module returns the typed holder, from a pointer or a value")
   CHECK(net.conv2_->options().padding == nn::Size2(1));
   CHECK_FALSE(net.conv2_->bias().defined());
   CHECK(net.conv1_.get() == net.named_children()[0].second.get());
-  CHECK(state_names(net) == std::vector<std::string>{"scale", "conv1.weight", "conv1.bias", "conv2.weight"});
+  CHECK(state_names(net) ==
+        std::vector<std::string>{"scale", "conv1.weight", "conv1.bias", "conv2.weight"});
   Generator gen(1);
   Tensor y = net(randn({2, 1, 5, 5}, {}, &gen));
   CHECK(y.sizes() == Shape{2, 2, 5, 5});
@@ -83,7 +87,8 @@ TEST_CASE("a module with another forward signature runs directly, and says so th
   auto [p, q] = net.forward(a, b);
   CHECK(p.sizes() == Shape{4, 2});
   CHECK(q.sizes() == Shape{4, 2});
-  CHECK_THROWS_WITH_AS(net(a), doctest::Contains("[PairNet] has no forward(const Tensor&)"), TypeError);
+  CHECK_THROWS_WITH_AS(net(a), doctest::Contains("[PairNet] has no forward(const Tensor&)"),
+                       TypeError);
 }
 
 TEST_CASE("ModuleList names children 0, 1, ... and iterates in order") {
@@ -121,8 +126,10 @@ TEST_CASE("ModuleDict keeps insertion order and PyTorch's names") {
   CHECK(heads.contains("parity"));
   CHECK_FALSE(heads.contains("colour"));
   CHECK(heads.at<nn::Linear>("digits").out_features() == 10);
-  CHECK(state_names(heads) == std::vector<std::string>{"digits.weight", "digits.bias", "parity.weight"});
-  CHECK_THROWS_WITH_AS(heads.ptr("colour"), doctest::Contains("the keys are: digits, parity"), IndexError);
+  CHECK(state_names(heads) ==
+        std::vector<std::string>{"digits.weight", "digits.bias", "parity.weight"});
+  CHECK_THROWS_WITH_AS(heads.ptr("colour"), doctest::Contains("the keys are: digits, parity"),
+                       IndexError);
   CHECK_THROWS_AS(heads.insert("digits", nn::ReLU()), ValueError);
   CHECK_THROWS_AS(heads.insert("a.b", nn::ReLU()), ValueError);
 }

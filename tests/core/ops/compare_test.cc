@@ -74,7 +74,8 @@ TEST_CASE("(pred == y).sum() counts the matches; mean is the fraction") {
   Tensor total = sum(tensor({1, 2, 3}, {3}, kI64));
   CHECK(total.dtype() == DType::Int64);
   CHECK(total.item() == 6);
-  CHECK_THROWS_WITH_FRAGMENT(mean(tensor({1, 2}, {2}, kI64)), TypeError, "[mean] input has dtype int64");
+  CHECK_THROWS_WITH_FRAGMENT(mean(tensor({1, 2}, {2}, kI64)), TypeError,
+                             "[mean] input has dtype int64");
 }
 
 TEST_CASE("where selects elementwise with broadcasting; gradients go where selected") {
@@ -93,8 +94,8 @@ TEST_CASE("where and masked_fill pass the float64 gradcheck") {
   Tensor a = randn({3, 4}, kF64, &gen).requires_grad_(true);
   Tensor b = randn({4}, kF64, &gen).requires_grad_(true);
   Tensor cond = randn({3, 1}, kF64, &gen) > 0;
-  GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return where(cond, in[0], in[1]); },
-                                {a, b});
+  GradcheckResult r =
+      gradcheck([&](const std::vector<Tensor>& in) { return where(cond, in[0], in[1]); }, {a, b});
   CHECK_MESSAGE(r.ok, r.message);
   Tensor mask = randn({3, 4}, kF64, &gen) > 0.5;
   r = gradcheck([&](const std::vector<Tensor>& in) { return masked_fill(in[0], mask, 7.0); }, {a});

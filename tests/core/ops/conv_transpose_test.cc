@@ -27,10 +27,10 @@ Tensor naive_conv_transpose(const Tensor& x, const Tensor& w, const Tensor& bias
                             const ConvTranspose2dOptions& o) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t Kg = w.size(1), R = w.size(2), S = w.size(3), Cg = C / o.groups;
-  const int64_t P = (H - 1) * o.stride[0] - 2 * o.padding[0] + o.dilation[0] * (R - 1) +
-                    o.output_padding[0] + 1;
-  const int64_t Q = (W - 1) * o.stride[1] - 2 * o.padding[1] + o.dilation[1] * (S - 1) +
-                    o.output_padding[1] + 1;
+  const int64_t P =
+      (H - 1) * o.stride[0] - 2 * o.padding[0] + o.dilation[0] * (R - 1) + o.output_padding[0] + 1;
+  const int64_t Q =
+      (W - 1) * o.stride[1] - 2 * o.padding[1] + o.dilation[1] * (S - 1) + o.output_padding[1] + 1;
   const int64_t K = Kg * o.groups;
   std::vector<double> y(N * K * P * Q, 0.0);
   for (int64_t n = 0; n < N; ++n)
@@ -98,7 +98,9 @@ TEST_CASE("conv_transpose2d passes the float64 gradcheck") {
     Tensor w = randn(c.w, kF64, &gen).requires_grad_(true);
     Tensor b = randn({c.w[1] * c.options.groups}, kF64, &gen).requires_grad_(true);
     GradcheckResult r = gradcheck(
-        [&](const std::vector<Tensor>& in) { return conv_transpose2d(in[0], in[1], in[2], c.options); },
+        [&](const std::vector<Tensor>& in) {
+          return conv_transpose2d(in[0], in[1], in[2], c.options);
+        },
         {x, w, b});
     CHECK_MESSAGE(r.ok, r.message);
   }

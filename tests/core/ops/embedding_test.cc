@@ -32,7 +32,8 @@ TEST_CASE("embedding's backward adds the gradient of each use into its row") {
   Generator gen(21);
   Tensor t = randn({5, 4}, {.dtype = DType::Float64}, &gen).requires_grad_(true);
   Tensor ids = randint(0, 5, {3, 6}, {.dtype = DType::Int64}, &gen);
-  GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return embedding(in[0], ids); }, {t});
+  GradcheckResult r =
+      gradcheck([&](const std::vector<Tensor>& in) { return embedding(in[0], ids); }, {t});
   CHECK_MESSAGE(r.ok, r.message);
 }
 
@@ -40,8 +41,8 @@ TEST_CASE("embedding errors name the op and the values") {
   Tensor table = zeros({3, 2});
   CHECK_THROWS_WITH_FRAGMENT(embedding(table, tensor({3}, {1}, {.dtype = DType::Int64})),
                              IndexError, "index 3 (element 0");
-  CHECK_THROWS_WITH_FRAGMENT(embedding(zeros({3}), zeros({1}, {.dtype = DType::Int64})),
-                             ShapeError, "[embedding] weight must be a 2-D table");
+  CHECK_THROWS_WITH_FRAGMENT(embedding(zeros({3}), zeros({1}, {.dtype = DType::Int64})), ShapeError,
+                             "[embedding] weight must be a 2-D table");
 }
 
 }  // namespace loom

@@ -67,11 +67,13 @@ TEST_CASE("coursework: the tutorial quotes the example's code exactly") {
 TEST_CASE("coursework: trains on generated data and learns it") {
   Run run = coursework("--synthetic 640 --epochs 2 --device cpu");
   CHECK(run.code == 0);
-  CHECK(has(run, "Net(\n  (conv1): Conv2d(1, 8, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))"));
+  CHECK(
+      has(run, "Net(\n  (conv1): Conv2d(1, 8, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))"));
   CHECK(has(run, "epoch 1: train loss"));
   const std::smatch last = [&] {
     std::smatch m;
-    REQUIRE(std::regex_search(run.output, m, std::regex(R"(epoch 2: train loss [0-9.]+, test accuracy ([0-9.]+))")));
+    REQUIRE(std::regex_search(
+        run.output, m, std::regex(R"(epoch 2: train loss [0-9.]+, test accuracy ([0-9.]+))")));
     return m;
   }();
   CHECK(std::stod(last[1]) >= 0.9);
