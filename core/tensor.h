@@ -67,6 +67,13 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const;  // row-major values, converted to T
 
+  // --- reductions as methods, as libtorch's (pred == y).sum() -----------------
+  // The same as loom::sum / mean / argmax (core/ops/reduction.h); they are
+  // defined with the ops, so a program that calls them links //core/ops.
+  Tensor sum() const;
+  Tensor mean() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+
   // --- views: share storage ---------------------------------------------------
   Tensor view(Shape sizes) const;     // one size may be -1; strides must allow it
   Tensor reshape(Shape sizes) const;  // a view where possible, else a copy

@@ -35,6 +35,9 @@ DataLoader::DataLoader(Dataset dataset, DataLoaderOptions options)
   normalization_ = make_normalization(dataset_.channels(), options_.mean, options_.stddev);
 }
 
+DataLoader::DataLoader(const MapDataset& dataset, DataLoaderOptions options)
+    : DataLoader(to_dataset(dataset), std::move(options)) {}
+
 DataLoader DataLoader::resident(Dataset dataset, DataLoaderOptions options) {
   DataLoader loader(std::move(dataset), std::move(options));
   if (loader.options_.device.is_cpu()) return loader;

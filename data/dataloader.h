@@ -70,6 +70,8 @@ class BatchSource {
 class DataLoader {
  public:
   DataLoader(Dataset dataset, DataLoaderOptions options);
+  // A data set of your own (data/dataset.h): read once into a Dataset here.
+  DataLoader(const MapDataset& dataset, DataLoaderOptions options);
   static DataLoader resident(Dataset dataset, DataLoaderOptions options);
 
   class Iterator {

@@ -60,6 +60,48 @@ Dataset concat(const std::vector<Dataset>& parts) {
   return out;
 }
 
+namespace {
+
+void check_example(const Example& example, int64_t index, const Shape& first) {
+  const Tensor& image = example.image;
+  LOOM_CHECK(image.defined(), ValueError, "[to_dataset] example {} has no image", index);
+  LOOM_CHECK(image.dim() == 3, ShapeError,
+             "[to_dataset] example {} has an image of shape {}; images are (C, H, W) (a gray "
+             "image is (1, H, W): unsqueeze(0))",
+             index, shape_str(image.sizes()));
+  LOOM_CHECK(first.empty() || image.sizes() == first, ShapeError,
+             "[to_dataset] example {} has an image of shape {} but example 0 has {}; every image "
+             "must have the same shape",
+             index, shape_str(image.sizes()), shape_str(first));
+  LOOM_CHECK(image.dtype() == DType::UInt8, TypeError,
+             "[to_dataset] example {} has a {} image; images are uint8 pixels (0..255), which the "
+             "DataLoader normalises with options.mean and options.stddev",
+             index, dtype_name(image.dtype()));
+  LOOM_CHECK(example.label >= 0, ValueError,
+             "[to_dataset] example {} has label {}; labels are class indices >= 0", index,
+             example.label);
+}
+
+}  // namespace
+
+Dataset to_dataset(const MapDataset& source) {
+  const int64_t n = source.size();
+  LOOM_CHECK(n >= 1, ValueError, "[to_dataset] the data set's size() is {}; it needs examples", n);
+  Example first = source.get(0);
+  check_example(first, 0, {});
+  Shape sizes = first.image.sizes();
+  sizes.insert(sizes.begin(), n);
+  Dataset out{empty(sizes, {.dtype = DType::UInt8}), empty({n}, {.dtype = DType::Int64})};
+  int64_t* labels = out.labels.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const Example example = i == 0 ? first : source.get(i);
+    check_example(example, i, first.image.sizes());
+    out.images.select(0, i).copy_(example.image);
+    labels[i] = example.label;
+  }
+  return out;
+}
+
 std::vector<int64_t> class_counts(const Dataset& dataset, int64_t num_classes) {
   std::vector<int64_t> counts(static_cast<size_t>(num_classes), 0);
   const Tensor labels = dataset.labels.contiguous();

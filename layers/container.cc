@@ -2,6 +2,9 @@
 // Sequential and Residual run their children in registration order.
 #include "layers/container.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "core/ops/elementwise.h"
 
 namespace loom::nn {
@@ -22,6 +25,33 @@ std::shared_ptr<Module> Sequential::ptr(size_t index) const {
   LOOM_CHECK(index < size(), IndexError,
              "[Sequential] index {} is out of range for a Sequential of {} modules", index, size());
   return named_children()[index].second;
+}
+
+std::shared_ptr<Module> ModuleList::ptr(size_t index) const {
+  LOOM_CHECK(index < size(), IndexError,
+             "[ModuleList] index {} is out of range for a ModuleList of {} modules", index, size());
+  return modules_[index];
+}
+
+bool ModuleDict::contains(const std::string& name) const {
+  for (const auto& [key, module] : named_children()) {
+    if (key == name) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [key, module] : named_children()) out.push_back(key);
+  return out;
+}
+
+std::shared_ptr<Module> ModuleDict::ptr(const std::string& name) const {
+  for (const auto& [key, module] : named_children()) {
+    if (key == name) return module;
+  }
+  throw IndexError(fmt::format("[ModuleDict] no module named \"{}\"; the keys are: {}", name,
+                               fmt::join(keys(), ", ")));
 }
 
 Tensor Residual::forward(const Tensor& x) {

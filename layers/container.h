@@ -1,5 +1,6 @@
 // File: layers/container.h
-// Containers: Sequential chains layers, Residual adds its input to a branch.
+// Containers: Sequential chains layers, Residual adds its input to a branch,
+// ModuleList and ModuleDict hold modules that a parent's forward calls itself.
 //
 //   nn::Sequential net(nn::Conv2d(1, 6, 5, {.padding = 2}), nn::ReLU(), nn::MaxPool2d(2));
 //   net.push_back(nn::Flatten());
@@ -7,13 +8,23 @@
 //
 //   // torch_ref.py's Residual: children "a" and "b", forward x + b(a(x))
 //   nn::Residual block(conv_bn(128, 128), conv_bn(128, 128));
+//
+//   // as torch.nn.ModuleList / ModuleDict: state_dict names "layers.0.weight",
+//   // "heads.digits.weight" when registered as "layers" and "heads"
+//   auto layers = register_module("layers", nn::ModuleList(nn::Linear(4, 8), nn::Linear(8, 8)));
+//   for (const auto& layer : *layers) x = (*layer)(x);
+//   auto heads = register_module("heads", nn::ModuleDict());
+//   heads->insert("digits", nn::Linear(8, 10));
+//   Tensor logits = heads->at<nn::Linear>("digits")(x);
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -72,13 +83,88 @@ class Residual : public Module {
   std::string type_name() const override { return "Residual"; }
 };
 
+// Modules in order, named "0", "1", ...; no forward of its own (calling it
+// throws TypeError): the parent's forward iterates over it.
+class ModuleList : public Module {
+ public:
+  using const_iterator = std::vector<std::shared_ptr<Module>>::const_iterator;
+
+  ModuleList() = default;
+  template <ModuleArg... Ms>
+  requires(sizeof...(Ms) >= 1 &&
+           !(sizeof...(Ms) == 1 && (std::is_same_v<std::remove_cvref_t<Ms>, ModuleList> &&
+                                    ...))) explicit ModuleList(Ms&&... modules) {
+    (push_back(std::forward<Ms>(modules)), ...);
+  }
+
+  template <ModuleArg M>
+  void push_back(M&& module) {
+    register_module(std::to_string(size()), share_module(std::forward<M>(module)));
+    modules_.push_back(named_children().back().second);
+  }
+
+  size_t size() const { return modules_.size(); }
+  bool empty() const { return modules_.empty(); }
+  const_iterator begin() const { return modules_.begin(); }
+  const_iterator end() const { return modules_.end(); }
+  Module& operator[](size_t index) const { return *ptr(index); }
+  std::shared_ptr<Module> ptr(size_t index) const;  // IndexError past the end
+  template <class M>
+  M& at(size_t index) const;  // TypeError if the child is not an M
+
+  std::string type_name() const override { return "ModuleList"; }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+// Modules by name, in insertion order; the names are the state_dict's
+// ("heads.digits.weight"). No forward of its own, as ModuleList.
+class ModuleDict : public Module {
+ public:
+  ModuleDict() = default;
+
+  // ValueError when the name is taken, empty or contains a '.'.
+  template <ModuleArg M>
+  void insert(std::string name, M&& module) {
+    register_module(std::move(name), share_module(std::forward<M>(module)));
+  }
+
+  size_t size() const { return named_children().size(); }
+  bool contains(const std::string& name) const;
+  std::vector<std::string> keys() const;
+  const NamedModules& items() const { return named_children(); }
+  Module& operator[](const std::string& name) const { return *ptr(name); }
+  std::shared_ptr<Module> ptr(const std::string& name) const;  // IndexError lists the keys
+  template <class M>
+  M& at(const std::string& name) const;  // TypeError if the child is not an M
+
+  std::string type_name() const override { return "ModuleDict"; }
+};
+
+// The child `child` (found at `where`) as an M, or TypeError naming both types.
+template <class M>
+M& child_as(const std::shared_ptr<Module>& child, std::string_view container,
+            const std::string& where) {
+  auto* typed = dynamic_cast<M*>(child.get());
+  LOOM_CHECK(typed != nullptr, TypeError, "[{}.at] child {} is a {}, not the type asked for",
+             container, where, child->type_name());
+  return *typed;
+}
+
 template <class M>
 M& Sequential::at(size_t index) const {
-  std::shared_ptr<Module> child = ptr(index);
-  auto* typed = dynamic_cast<M*>(child.get());
-  LOOM_CHECK(typed != nullptr, TypeError,
-             "[Sequential.at] child {} is a {}, not the type asked for", index, child->type_name());
-  return *typed;
+  return child_as<M>(ptr(index), "Sequential", std::to_string(index));
+}
+
+template <class M>
+M& ModuleList::at(size_t index) const {
+  return child_as<M>(ptr(index), "ModuleList", std::to_string(index));
+}
+
+template <class M>
+M& ModuleDict::at(const std::string& name) const {
+  return child_as<M>(ptr(name), "ModuleDict", "\"" + name + "\"");
 }
 
 }  // namespace loom::nn

@@ -3,12 +3,16 @@
 // state_dict loading with all-or-nothing checks, and PyTorch-style printing.
 #include "layers/module.h"
 
+#include <cxxabi.h>
+#include <cstdlib>
+#include <memory>
 #include <fmt/format.h>
 
 #include <map>
 #include <optional>
 #include <ostream>
 #include <set>
+#include <typeinfo>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -49,6 +53,19 @@ std::string indent_tail(const std::string& text, int spaces) {
     if (c == '\n') out.append(spaces, ' ');
   }
   return out;
+}
+
+// "loom::nn::Conv2d" -> "Conv2d", "(anonymous namespace)::Net" -> "Net",
+// "Block<3>" -> "Block": the last scope's name without template arguments.
+std::string readable_type_name(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(
+      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  std::string name = status == 0 ? demangled.get() : type.name();
+  const size_t template_start = name.find('<');
+  if (template_start != std::string::npos) name.resize(template_start);
+  const size_t scope = name.rfind("::");
+  return scope == std::string::npos ? name : name.substr(scope + 2);
 }
 
 // 421834 -> "421,834"
@@ -95,12 +112,23 @@ Tensor Module::register_buffer(std::string name, const Tensor& value) {
   return buffer;
 }
 
-std::shared_ptr<Module> Module::register_module(std::string name, std::shared_ptr<Module> module) {
+void Module::add_child(std::string name, std::shared_ptr<Module> module) {
   check_new_name(name);
   LOOM_CHECK(module != nullptr, ValueError, "[{}] child module \"{}\" is null", type_name(), name);
-  children_.emplace_back(std::move(name), module);
-  return module;
+  children_.emplace_back(std::move(name), std::move(module));
 }
+
+// --- defaults -----------------------------------------------------------------------
+
+Tensor Module::forward(const Tensor& x) {
+  throw TypeError(fmt::format(
+      "[{}] has no forward(const Tensor&) (called with shape {}): a module whose forward "
+      "takes other arguments is called as module->forward(...), not through operator() or a "
+      "Sequential; ModuleList and ModuleDict hold modules and have no forward",
+      type_name(), shape_str(x.sizes())));
+}
+
+std::string Module::type_name() const { return readable_type_name(typeid(*this)); }
 
 // --- walks --------------------------------------------------------------------------
 

@@ -13,6 +13,34 @@
 // Modules are held by std::shared_ptr<Module> inside containers. Copying a
 // module copies handles: the copy shares the original's parameters, as copying
 // a shared_ptr would.
+//
+// A model of your own registers its children and keeps the typed handles, as in
+// libtorch; type_name() needs no override (it is derived from the class name):
+//
+//   class Net : public nn::Module {
+//    public:
+//     Net() {
+//       conv1_ = register_module("conv1", nn::Conv2d(1, 8, 3, {.padding = 1}));
+//       fc_ = register_module("fc", std::make_shared<nn::Linear>(8 * 14 * 14, 10));
+//     }
+//     Tensor forward(const Tensor& x) override { return fc_->forward(...); }
+//    private:
+//     std::shared_ptr<nn::Conv2d> conv1_;  // state_dict: "conv1.weight", "conv1.bias"
+//     std::shared_ptr<nn::Linear> fc_;
+//   };
+//
+// std::make_shared cannot forward a braced list such as {.padding = 1} (a
+// braced list has no type to deduce), so with make_shared name the options
+// type: std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1}).
+// register_module(name, nn::Conv2d(1, 8, 3, {.padding = 1})) takes the layer
+// value directly and returns the same typed shared_ptr.
+//
+// Other forward signatures (several inputs or outputs): declare them in the
+// subclass, e.g. `std::pair<Tensor, Tensor> forward(const Tensor& a, const
+// Tensor& b);`, and call `module->forward(a, b)`. Such a module keeps the base's
+// one-tensor forward, which throws a TypeError that says so; it
+// cannot sit inside a Sequential (a Sequential passes one tensor from child to
+// child).
 #pragma once
 
 #include <concepts>
@@ -43,7 +71,10 @@ class Module {
  public:
   virtual ~Module() = default;
 
-  virtual Tensor forward(const Tensor& x) = 0;
+  // The one-tensor forward that operator(), Sequential and Residual call. The
+  // default throws TypeError: a module whose forward takes other
+  // arguments (or a pure container: ModuleList, ModuleDict) is called directly.
+  virtual Tensor forward(const Tensor& x);
   // Calls forward. In profile mode (core/profiler.h) a leaf module times its
   // forward into the row "<dotted path> <type>", e.g. "3.a.0 Conv2d"; in
   // anomaly mode (core/anomaly.h) the ops it records are named by that path.
@@ -93,7 +124,9 @@ class Module {
   void load_state_dict(const StateDict& state, bool strict = true);
 
   // --- printing -----------------------------------------------------------------
-  virtual std::string type_name() const = 0;             // "Conv2d"
+  // "Conv2d": by default the class's own name without namespaces or template
+  // arguments (`class Net` prints as "Net"); override it to print another.
+  virtual std::string type_name() const;
   virtual std::string extra_repr() const { return ""; }  // "1, 32, kernel_size=(3, 3), ..."
   std::string repr() const;                              // as PyTorch's print(model)
   std::string str() const;  // repr() plus a "Total parameters: 421,834" line
@@ -109,12 +142,28 @@ class Module {
   // handle to keep as a member. Names are unique per module and have no dots.
   Tensor register_parameter(std::string name, const Tensor& value);
   Tensor register_buffer(std::string name, const Tensor& value);
-  std::shared_ptr<Module> register_module(std::string name, std::shared_ptr<Module> module);
+  // Registers a child and returns it with its own type, to keep as a member:
+  //   conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(1, 8, 3));
+  template <class M>
+  requires std::derived_from<M, Module>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    add_child(std::move(name), module);
+    return module;
+  }
+  // The same for a layer value, moved into a new shared_ptr:
+  //   conv1_ = register_module("conv1", nn::Conv2d(1, 8, 3, {.padding = 1}));
+  template <class M>
+  requires std::derived_from<std::remove_cvref_t<M>, Module>
+  std::shared_ptr<std::remove_cvref_t<M>> register_module(std::string name, M&& module) {
+    return register_module(std::move(name),
+                           std::make_shared<std::remove_cvref_t<M>>(std::forward<M>(module)));
+  }
 
  private:
   enum class Held { Parameters, Buffers, Both };
 
   void check_new_name(const std::string& name) const;
+  void add_child(std::string name, std::shared_ptr<Module> module);
   Tensor tracked_call(const Tensor& x);
   // Every (prefixed name, tensor) of this module's tree of the kind asked for.
   void collect(const std::string& prefix, Held held, NamedTensors& out) const;

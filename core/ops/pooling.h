@@ -2,6 +2,7 @@
 // 2-D max and average pooling, as torch.nn.functional's max_pool2d / avg_pool2d:
 //
 //   Tensor y = loom::max_pool2d(x, {.kernel_size = {2, 2}});  // stride = kernel_size
+//   Tensor y2 = loom::max_pool2d(x, 2);                        // the same
 //   Tensor z = loom::avg_pool2d(x, {.kernel_size = {3, 3}, .stride = {{2, 2}},
 //                                   .padding = {1, 1}, .count_include_pad = false});
 //
@@ -38,6 +39,23 @@ struct MaxPool2dResult {
 MaxPool2dResult max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& options);
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options);
+
+// As torch.nn.functional with ints: a square kernel_size window, stride
+// kernel_size unless given (max_pool2d(x, 2) halves H and W).
+inline Tensor max_pool2d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride = {},
+                         int64_t padding = 0) {
+  const int64_t step = stride.value_or(kernel_size);
+  return max_pool2d(x, Pool2dOptions{.kernel_size = {kernel_size, kernel_size},
+                                     .stride = std::array<int64_t, 2>{step, step},
+                                     .padding = {padding, padding}});
+}
+inline Tensor avg_pool2d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride = {},
+                         int64_t padding = 0) {
+  const int64_t step = stride.value_or(kernel_size);
+  return avg_pool2d(x, Pool2dOptions{.kernel_size = {kernel_size, kernel_size},
+                                     .stride = std::array<int64_t, 2>{step, step},
+                                     .padding = {padding, padding}});
+}
 
 // Pool each whole (H, W) plane: (N, C, H, W) -> (N, C, 1, 1), as adaptive pooling to 1x1.
 Tensor global_avg_pool2d(const Tensor& x);

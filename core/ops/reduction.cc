@@ -42,6 +42,15 @@ Tensor reduce_values(const Tensor& x, const Shape& keep, cpu::ReduceOp op) {
 
 // Sum or mean over `dims`; backward broadcasts dy back (divided by the count for mean).
 Tensor sum_or_mean(const Tensor& x, const Shape& dims, bool keepdim, bool mean, const char* name) {
+  const bool counts =
+      x.defined() && (x.dtype() == DType::Bool || (!mean && !is_floating(x.dtype())));
+  if (counts) {
+    // (pred == y).sum() counts, as in PyTorch; a mask's mean is the fraction of
+    // true elements (integers have no mean, as in PyTorch). Summed in float64,
+    // exact while the total stays below 2^53.
+    Tensor wide = sum_or_mean(x.to(DType::Float64), dims, keepdim, mean, name);
+    return wide.to(mean ? DType::Float32 : DType::Int64);
+  }
   check_input(x, name);
   Shape keep = kept_sizes(x, dims, name);
   Tensor out = reduce_values(x, keep, mean ? cpu::ReduceOp::Mean : cpu::ReduceOp::Sum);

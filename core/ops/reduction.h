@@ -5,6 +5,9 @@
 
 namespace loom {
 
+// Bool and integer tensors sum to int64 (a mask's sum counts its true
+// elements); a Bool mask's mean is a float32 fraction (integer tensors have no
+// mean: TypeError, as in PyTorch). None of these carries a gradient.
 Tensor sum(const Tensor& x);  // all elements -> 0-D
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor mean(const Tensor& x);

@@ -1,0 +1,21 @@
+// File: core/cpu/compare.h
+// Comparisons into boolean masks, and selection by a mask: the kernels behind
+// loom::eq / lt / ... and loom::where (core/ops/compare.h). Operands have equal
+// sizes (broadcast inputs arrive as stride-0 views), any strides.
+#pragma once
+
+#include "core/strided.h"
+
+namespace loom::cpu {
+
+enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
+
+// out (bool) = a op b; a and b share one dtype (any dtype).
+void compare(const Strided& out, const Strided& a, const Strided& b, CompareOp op);
+// out (bool) = a op scalar, compared in double (exact for every int32 and for
+// int64 up to 2^53).
+void compare_scalar(const Strided& out, const Strided& a, double scalar, CompareOp op);
+// out = cond ? a : b elementwise; cond bool; out, a and b share one dtype (any).
+void where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b);
+
+}  // namespace loom::cpu

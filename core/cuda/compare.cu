@@ -1,0 +1,115 @@
+// File: core/cuda/compare.cu
+// Comparison and selection kernels: grid-stride loops over strided operands of
+// equal sizes. Comparisons read every dtype (16-bit floats widen to float);
+// selection moves raw bits of the element's width.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/cpu/compare_math.h"
+#include "core/cuda/compare_kernels.h"
+#include "core/cuda/element.cuh"
+#include "core/cuda/geometry.cuh"
+
+namespace loom::cuda {
+
+namespace {
+
+using cpu::CompareOp;
+using cpu::math::apply_compare;
+
+// Every dtype's device storage type, as loom::visit_dtype names the host's.
+template <class Fn>
+void visit_device_storage(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: fn.template operator()<float>(); break;
+    case DType::Float64: fn.template operator()<double>(); break;
+    case DType::Float16: fn.template operator()<__half>(); break;
+    case DType::BFloat16: fn.template operator()<__nv_bfloat16>(); break;
+    case DType::Int32: fn.template operator()<int32_t>(); break;
+    case DType::Int64: fn.template operator()<int64_t>(); break;
+    case DType::UInt8: fn.template operator()<uint8_t>(); break;
+    case DType::Bool: fn.template operator()<bool>(); break;
+  }
+}
+
+// An unsigned type of the dtype's width: selection moves bits, never values.
+template <class Fn>
+void visit_width(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::UInt8:
+    case DType::Bool: fn.template operator()<uint8_t>(); break;
+    case DType::Float16:
+    case DType::BFloat16: fn.template operator()<uint16_t>(); break;
+    case DType::Float32:
+    case DType::Int32: fn.template operator()<uint32_t>(); break;
+    case DType::Float64:
+    case DType::Int64: fn.template operator()<uint64_t>(); break;
+  }
+}
+
+template <class S>
+__global__ void compare_kernel(bool* out, Geometry og, const S* a, Geometry ag, const S* b,
+                               Geometry bg, int64_t n, CompareOp op) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    out[offset_of(i, og)] =
+        apply_compare(to_compute(a[offset_of(i, ag)]), to_compute(b[offset_of(i, bg)]), op);
+  }
+}
+
+template <class S>
+__global__ void compare_scalar_kernel(bool* out, Geometry og, const S* a, Geometry ag,
+                                      double scalar, int64_t n, CompareOp op) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    const double value = static_cast<double>(to_compute(a[offset_of(i, ag)]));
+    out[offset_of(i, og)] = apply_compare(value, scalar, op);
+  }
+}
+
+template <class U>
+__global__ void where_kernel(U* out, Geometry og, const bool* cond, Geometry cg, const U* a,
+                             Geometry ag, const U* b, Geometry bg, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    out[offset_of(i, og)] = cond[offset_of(i, cg)] ? a[offset_of(i, ag)] : b[offset_of(i, bg)];
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_compare(const Strided& out, const Strided& a, const Strided& b, CompareOp op,
+                           cudaStream_t stream) {
+  const int64_t n = out.numel();
+  if (n == 0) return cudaSuccess;
+  visit_device_storage(a.dtype, [&]<class S>() {
+    compare_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), b.ptr<const S>(),
+        geometry_of(b), n, op);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_compare_scalar(const Strided& out, const Strided& a, double scalar,
+                                  CompareOp op, cudaStream_t stream) {
+  const int64_t n = out.numel();
+  if (n == 0) return cudaSuccess;
+  visit_device_storage(a.dtype, [&]<class S>() {
+    compare_scalar_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), scalar, n, op);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_where(const Strided& out, const Strided& cond, const Strided& a,
+                         const Strided& b, cudaStream_t stream) {
+  const int64_t n = out.numel();
+  if (n == 0) return cudaSuccess;
+  visit_width(out.dtype, [&]<class U>() {
+    where_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<U>(), geometry_of(out), cond.ptr<const bool>(), geometry_of(cond),
+        a.ptr<const U>(), geometry_of(a), b.ptr<const U>(), geometry_of(b), n);
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace loom::cuda

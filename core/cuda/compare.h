@@ -1,0 +1,17 @@
+// File: core/cuda/compare.h
+// The GPU twins of core/cpu/compare.h: same signatures and semantics, queued
+// on cuda::current_stream().
+#pragma once
+
+#include "core/cpu/compare.h"
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+using cpu::CompareOp;
+
+void compare(const Strided& out, const Strided& a, const Strided& b, CompareOp op);
+void compare_scalar(const Strided& out, const Strided& a, double scalar, CompareOp op);
+void where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b);
+
+}  // namespace loom::cuda

@@ -1,0 +1,19 @@
+// File: core/cuda/indexing.h
+// The GPU twins of core/cpu/indexing.h: same signatures and semantics, queued
+// on cuda::current_stream(). scatter_add accumulates with atomicAdd, so the
+// order in which repeated indices add up (and so the last bits of a float sum)
+// may differ from run to run.
+#pragma once
+
+#include <cstdint>
+
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+void gather(const Strided& out, const Strided& in_base, int64_t in_dim_stride,
+            const Strided& index);
+void scatter_add(const Strided& out_base, int64_t out_dim_stride, const Strided& index,
+                 const Strided& src);
+
+}  // namespace loom::cuda

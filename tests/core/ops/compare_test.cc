@@ -1,0 +1,124 @@
+// File: tests/core/ops/compare_test.cc
+// Comparisons into Bool masks (hand values, broadcasting, mixed dtypes, NaN,
+// scalars, operators), counting with sum/mean on a mask, and where /
+// masked_fill: values, gradients (float64 gradcheck, broadcast operands) and
+// argument errors.
+#include "core/ops/compare.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/gradcheck.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+const TensorOptions kF64 = {.dtype = DType::Float64};
+const TensorOptions kI64 = {.dtype = DType::Int64};
+
+std::vector<double> v(const Tensor& t) { return testing::values(t); }
+
+}  // namespace
+
+TEST_CASE("comparisons give Bool masks, tensor-tensor with broadcasting") {
+  Tensor a = tensor({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = tensor({2, 2, 2}, {3});
+  CHECK((a == b).dtype() == DType::Bool);
+  CHECK((a == b).sizes() == Shape{2, 3});
+  CHECK(v(a == b) == std::vector<double>{0, 1, 0, 0, 0, 0});
+  CHECK(v(a != b) == std::vector<double>{1, 0, 1, 1, 1, 1});
+  CHECK(v(a < b) == std::vector<double>{1, 0, 0, 0, 0, 0});
+  CHECK(v(a <= b) == std::vector<double>{1, 1, 0, 0, 0, 0});
+  CHECK(v(a > b) == std::vector<double>{0, 0, 1, 1, 1, 1});
+  CHECK(v(a >= b) == std::vector<double>{0, 1, 1, 1, 1, 1});
+  CHECK(v(ge(a.t(), b.unsqueeze(1))) == std::vector<double>{0, 1, 1, 1, 1, 1});
+}
+
+TEST_CASE("comparisons against numbers, and across dtypes") {
+  Tensor a = tensor({-1, 0, 2.5}, {3});
+  CHECK(v(a > 0) == std::vector<double>{0, 0, 1});
+  CHECK(v(a == 2.5) == std::vector<double>{0, 0, 1});
+  CHECK(v(le(a, 0.0)) == std::vector<double>{1, 1, 0});
+  Tensor labels = tensor({0, 2, 2}, {3}, kI64);
+  CHECK(v(labels == tensor({0, 2, 1}, {3}, kI64)) == std::vector<double>{1, 1, 0});
+  CHECK(v(labels == tensor({0, 2, 2.5}, {3})) == std::vector<double>{1, 1, 0});  // float wins
+  const int64_t above[] = {(int64_t{1} << 53) + 1}, at[] = {int64_t{1} << 53};
+  Tensor big = from_host(above, DType::Int64, {1}, kI64);  // int64s compare exactly
+  CHECK(v(eq(big, from_host(at, DType::Int64, {1}, kI64))) == std::vector<double>{0});
+}
+
+TEST_CASE("NaN compares unequal to everything, itself included") {
+  Tensor a = tensor({NAN, 1}, {2});
+  CHECK(v(a == a) == std::vector<double>{0, 1});
+  CHECK(v(a != a) == std::vector<double>{1, 0});
+  CHECK(v(a < 2) == std::vector<double>{0, 1});
+}
+
+TEST_CASE("(pred == y).sum() counts the matches; mean is the fraction") {
+  Tensor logits = tensor({0.1, 0.9, 0.8, 0.2, 0.3, 0.7, 0.6, 0.4}, {4, 2});
+  Tensor y = tensor({1, 0, 0, 0}, {4}, kI64);
+  Tensor correct = (logits.argmax(1) == y).sum();
+  CHECK(correct.dtype() == DType::Int64);
+  CHECK(correct.dim() == 0);
+  CHECK(correct.item() == 3);
+  CHECK((logits.argmax(1) == y).mean().item() == doctest::Approx(0.75));
+  Tensor per_row = sum(tensor({1, 0, 1, 1}, {2, 2}) > 0, {1});
+  CHECK(per_row.dtype() == DType::Int64);
+  CHECK(v(per_row) == std::vector<double>{1, 2});
+  Tensor total = sum(tensor({1, 2, 3}, {3}, kI64));
+  CHECK(total.dtype() == DType::Int64);
+  CHECK(total.item() == 6);
+  CHECK_THROWS_WITH_FRAGMENT(mean(tensor({1, 2}, {2}, kI64)), TypeError,
+                             "[mean] input has dtype int64");
+}
+
+TEST_CASE("where selects elementwise with broadcasting; gradients go where selected") {
+  Tensor cond = tensor({1, 0, 1}, {3}) > 0;
+  Tensor a = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, kF64).requires_grad_(true);
+  Tensor b = full({1}, -1.0, kF64).requires_grad_(true);
+  Tensor y = where(cond, a, b);
+  CHECK(v(y) == std::vector<double>{1, -1, 3, 4, -1, 6});
+  sum(y * tensor({1, 2, 3, 4, 5, 6}, {2, 3}, kF64)).backward();
+  CHECK(v(a.grad()) == std::vector<double>{1, 0, 3, 4, 0, 6});
+  CHECK(v(b.grad()) == std::vector<double>{7});  // 2 + 5: b broadcast to the unselected places
+}
+
+TEST_CASE("where and masked_fill pass the float64 gradcheck") {
+  Generator gen(3);
+  Tensor a = randn({3, 4}, kF64, &gen).requires_grad_(true);
+  Tensor b = randn({4}, kF64, &gen).requires_grad_(true);
+  Tensor cond = randn({3, 1}, kF64, &gen) > 0;
+  GradcheckResult r =
+      gradcheck([&](const std::vector<Tensor>& in) { return where(cond, in[0], in[1]); }, {a, b});
+  CHECK_MESSAGE(r.ok, r.message);
+  Tensor mask = randn({3, 4}, kF64, &gen) > 0.5;
+  r = gradcheck([&](const std::vector<Tensor>& in) { return masked_fill(in[0], mask, 7.0); }, {a});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("masked_fill writes the value where the mask is true, in x's dtype") {
+  Tensor x = tensor({1, 2, 3, 4}, {2, 2}, kI64);
+  Tensor y = masked_fill(x, tensor({1, 0}, {2}) > 0, -9);
+  CHECK(y.dtype() == DType::Int64);
+  CHECK(v(y) == std::vector<double>{-9, 2, -9, 4});
+  Tensor z = masked_fill(tensor({1, 2}, {2}), tensor({0, 1}, {2}) > 0, -INFINITY);
+  CHECK(v(z)[1] == -INFINITY);
+}
+
+TEST_CASE("comparison, where and masked_fill errors name the op and the values") {
+  Tensor a = zeros({2, 3});
+  CHECK_THROWS_WITH_FRAGMENT(a == zeros({4}), ShapeError, "[eq]");
+  CHECK_THROWS_WITH_FRAGMENT(where(a, a, a), TypeError, "[where] the mask has dtype float32");
+  CHECK_THROWS_WITH_FRAGMENT(where(a > 0, a, zeros({3}, kF64)), TypeError,
+                             "[where] a has dtype float32 and b float64");
+  CHECK_THROWS_WITH_FRAGMENT(masked_fill(a, zeros({3, 3}) > 0, 1.0), ShapeError, "[masked_fill]");
+  CHECK_THROWS_WITH_FRAGMENT(lt(Tensor(), a), ValueError, "[lt] a is an undefined tensor");
+}
+
+}  // namespace loom

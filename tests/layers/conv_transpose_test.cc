@@ -1,0 +1,46 @@
+// File: tests/layers/conv_transpose_test.cc
+// ConvTranspose2d: PyTorch's weight layout and state_dict names, output size,
+// forward equal to the functional op, repr and construction errors.
+#include "layers/conv_transpose.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+namespace loom {
+
+TEST_CASE("ConvTranspose2d has PyTorch's weight (C, K/groups, R, S) and names") {
+  Generator gen(31);
+  nn::ConvTranspose2d up(6, 4, 3, {.stride = 2, .padding = 1, .output_padding = 1, .groups = 2,
+                                   .generator = &gen});
+  CHECK(up.weight().sizes() == Shape{6, 2, 3, 3});
+  CHECK(up.bias().sizes() == Shape{4});
+  std::vector<std::string> names;
+  for (const auto& [name, t] : up.state_dict()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"weight", "bias"});
+  Tensor x = randn({2, 6, 5, 5}, {}, &gen);
+  Tensor y = up(x);
+  CHECK(y.sizes() == Shape{2, 4, 10, 10});
+  CHECK_CLOSE(y,
+              conv_transpose2d(x, up.weight(), up.bias(),
+                               {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1},
+                                .groups = 2}),
+              0, 0);
+  CHECK(up.repr() ==
+        "ConvTranspose2d(6, 4, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), "
+        "output_padding=(1, 1), groups=2)");
+  // PyTorch's bound 1/sqrt(fan_in), fan_in = K/groups * R * S = 18
+  for (double v : testing::values(up.bias())) CHECK(std::abs(v) <= 1.0 / std::sqrt(18.0));
+}
+
+TEST_CASE("ConvTranspose2d refuses channels that groups does not divide") {
+  CHECK_THROWS_WITH_FRAGMENT(nn::ConvTranspose2d(3, 4, 3, {.groups = 2}), ValueError,
+                             "[ConvTranspose2d] in_channels (3) and out_channels (4)");
+}
+
+}  // namespace loom
