@@ -5,7 +5,10 @@
 
 #include <cmath>
 
+#include "core/cpu/accumulate.h"
+#include "core/cpu/elementwise_math.h"
 #include "core/cpu/loop.h"
+#include "core/parallel.h"
 
 namespace loom::cpu {
 namespace {
@@ -30,12 +33,13 @@ T element_or(const std::optional<Strided>& v, int64_t c, T absent) {
   return v ? element<T>(*v, c) : absent;
 }
 
-// Sum of f(value) over one channel view.
+// Sum of f(value) over one channel view, run by run (see accumulate.h).
 template <class T, class Fn>
 double channel_sum(const Strided& xc, Fn&& f) {
   const T* in = xc.ptr<T>();
   double sum = 0.0;
-  for_each_offset<1>(xc.sizes, {&xc.strides}, [&](const auto& o) { sum += f(in[o[0]]); });
+  for_each_run<1>(xc.sizes, {&xc.strides},
+                  [&](const auto& o, int64_t len) { sum += sum_run(in + o[0], len, f); });
   return sum;
 }
 
@@ -54,32 +58,64 @@ struct GradSums {
   double dy_xhat = 0.0;
 };
 
+// The per-channel sums; with yc (a ReLU's output after the norm), dy counts only
+// where y > 0.
 template <class T>
-GradSums grad_sums(const Strided& dyc, const Strided& xc, double mean, double invstd) {
+GradSums grad_sums(const Strided& dyc, const Strided& xc, const Strided* yc, double mean,
+                   double invstd) {
   const T* grad_out = dyc.ptr<T>();
   const T* in = xc.ptr<T>();
+  const T* out = yc != nullptr ? yc->ptr<T>() : nullptr;
+  const Shape& y_strides = yc != nullptr ? yc->strides : dyc.strides;
   GradSums sums;
-  for_each_offset<2>(dyc.sizes, {&dyc.strides, &xc.strides}, [&](const auto& o) {
-    sums.dy += grad_out[o[0]];
-    sums.dy_xhat += grad_out[o[0]] * (in[o[1]] - mean) * invstd;
-  });
+  for_each_run<3>(dyc.sizes, {&dyc.strides, &xc.strides, &y_strides},
+                  [&](const auto& o, int64_t len) {
+                    const T* g = grad_out + o[0];
+                    const T* v = in + o[1];
+                    const T* y = out != nullptr ? out + o[2] : nullptr;
+                    auto masked = [&](int64_t i) { return y == nullptr || y[i] > T(0) ? g[i] : T(0); };
+                    double dy = 0.0, dy_xhat = 0.0;
+                    for (int64_t i = 0; i < len; ++i) {
+                      const double gi = masked(i);
+                      dy += gi;
+                      dy_xhat += gi * (v[i] - mean);
+                    }
+                    sums.dy += dy;
+                    sums.dy_xhat += dy_xhat * invstd;
+                  });
   return sums;
 }
 
-// One channel of dx from its sums (formulas in norm.h).
+// One channel of dx from its sums (formulas in norm.h); with yc, dy is first
+// masked by y > 0, and dpre (when given) receives the masked dy. Per element in
+// double, as the sums.
 template <class T>
-void write_dx(const Strided& dxc, const Strided& dyc, const Strided& xc, double mean, double invstd,
-              double weight, const GradSums& sums, bool training) {
+void write_dx(const Strided& dxc, const Strided& dyc, const Strided& xc, const Strided* yc,
+              const Strided* dprec, double mean, double invstd, double weight,
+              const GradSums& sums, bool training) {
   const double M = static_cast<double>(xc.numel());
   const double scale = weight * invstd;
+  const double dy_mean = training ? sums.dy / M : 0.0;
+  const double xhat_slope = training ? invstd * sums.dy_xhat / M : 0.0;  // per (x - mean)
   T* grad_in = dxc.ptr<T>();
   const T* grad_out = dyc.ptr<T>();
   const T* in = xc.ptr<T>();
-  for_each_offset<3>(dxc.sizes, {&dxc.strides, &dyc.strides, &xc.strides}, [&](const auto& o) {
-    double g = grad_out[o[1]];
-    if (training) g -= (sums.dy + (in[o[2]] - mean) * invstd * sums.dy_xhat) / M;
-    grad_in[o[0]] = static_cast<T>(scale * g);
-  });
+  const T* out = yc != nullptr ? yc->ptr<T>() : nullptr;
+  T* pre = dprec != nullptr ? dprec->ptr<T>() : nullptr;
+  const Shape& y_strides = yc != nullptr ? yc->strides : dyc.strides;
+  const Shape& pre_strides = dprec != nullptr ? dprec->strides : dxc.strides;
+  for_each_run<5>(dxc.sizes, {&dxc.strides, &dyc.strides, &xc.strides, &y_strides, &pre_strides},
+                  [&](const auto& o, int64_t len) {
+                    T* d = grad_in + o[0];
+                    const T* g = grad_out + o[1];
+                    const T* v = in + o[2];
+                    for (int64_t i = 0; i < len; ++i) {
+                      const T gi = out == nullptr || out[o[3] + i] > T(0) ? g[i] : T(0);
+                      if (pre != nullptr) pre[o[4] + i] = gi;
+                      const double centered = static_cast<double>(v[i]) - mean;
+                      d[i] = static_cast<T>(scale * (gi - dy_mean - centered * xhat_slope));
+                    }
+                  });
 }
 
 }  // namespace
@@ -87,16 +123,18 @@ void write_dx(const Strided& dxc, const Strided& dyc, const Strided& xc, double 
 void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
                             double eps, const std::optional<RunningStats>& running) {
   visit_float(x.dtype, [&]<class T>() {
-    for (int64_t c = 0; c < x.sizes[1]; ++c) {
-      Strided xc = channel<T>(x, c);
-      const double M = static_cast<double>(xc.numel());
-      // Two passes: the mean first, so the variance does not cancel catastrophically.
-      double mean = channel_sum<T>(xc, [](double v) { return v; }) / M;
-      double var = channel_sum<T>(xc, [&](double v) { return (v - mean) * (v - mean); }) / M;
-      element<T>(save_mean, c) = static_cast<T>(mean);
-      element<T>(save_invstd, c) = static_cast<T>(1.0 / std::sqrt(var + eps));
-      if (running) blend<T>(*running, c, mean, var * M / (M - 1));
-    }
+    parallel_for(0, x.sizes[1], 1, [&](int64_t c_begin, int64_t c_end) {
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        Strided xc = channel<T>(x, c);
+        const double M = static_cast<double>(xc.numel());
+        // Two passes: the mean first, so the variance does not cancel catastrophically.
+        double mean = channel_sum<T>(xc, [](double v) { return v; }) / M;
+        double var = channel_sum<T>(xc, [&](double v) { return (v - mean) * (v - mean); }) / M;
+        element<T>(save_mean, c) = static_cast<T>(mean);
+        element<T>(save_invstd, c) = static_cast<T>(1.0 / std::sqrt(var + eps));
+        if (running) blend<T>(*running, c, mean, var * M / (M - 1));
+      }
+    });
   });
 }
 
@@ -111,20 +149,79 @@ void batch_norm_running_stats(const Strided& save_mean, const Strided& save_invs
   });
 }
 
+namespace {
+
+// y = x * scale + shift (+ z) per channel, then max(., 0) when `relu`.
+template <class T>
+void normalize(const Strided& y, const Strided& x, const Strided& mean, const Strided& invstd,
+               const std::optional<Strided>& weight, const std::optional<Strided>& bias,
+               const std::optional<Strided>& residual, bool relu) {
+  parallel_for(0, x.sizes[1], 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      // The per-channel constants folded once.
+      const T scale = element<T>(invstd, c) * element_or<T>(weight, c, T(1));
+      const T shift = element_or<T>(bias, c, T(0)) - element<T>(mean, c) * scale;
+      Strided yc = channel<T>(y, c), xc = channel<T>(x, c);
+      Strided zc = residual ? channel<T>(*residual, c) : xc;
+      T* out = yc.ptr<T>();
+      const T* in = xc.ptr<T>();
+      const T* add = residual ? zc.ptr<T>() : nullptr;
+      for_each_run<3>(yc.sizes, {&yc.strides, &xc.strides, &zc.strides},
+                      [&](const auto& o, int64_t len) {
+                        T* yo = out + o[0];
+                        const T* xi = in + o[1];
+                        for (int64_t i = 0; i < len; ++i) {
+                          T v = xi[i] * scale + shift;
+                          if (add != nullptr) v += add[o[2] + i];
+                          yo[i] = relu ? math::apply_unary(v, UnaryOp::Relu) : v;
+                        }
+                      });
+    }
+  });
+}
+
+// The batch-norm backward of every channel; y (a following ReLU's output) masks
+// dy, and dpre receives the masked dy.
+template <class T>
+void backward_channels(const std::optional<Strided>& dx, const std::optional<Strided>& dweight,
+                       const std::optional<Strided>& dbias, const std::optional<Strided>& dpre,
+                       const Strided& dy, const Strided& x, const std::optional<Strided>& y,
+                       const Strided& mean, const Strided& invstd,
+                       const std::optional<Strided>& weight, bool training) {
+  parallel_for(0, x.sizes[1], 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const double mean_c = element<T>(mean, c), invstd_c = element<T>(invstd, c);
+      Strided dyc = channel<T>(dy, c), xc = channel<T>(x, c);
+      std::optional<Strided> yc, dprec;
+      if (y) yc = channel<T>(*y, c);
+      if (dpre) dprec = channel<T>(*dpre, c);
+      GradSums sums = grad_sums<T>(dyc, xc, yc ? &*yc : nullptr, mean_c, invstd_c);
+      if (dbias) element<T>(*dbias, c) = static_cast<T>(sums.dy);
+      if (dweight) element<T>(*dweight, c) = static_cast<T>(sums.dy_xhat);
+      if (dx) {
+        write_dx<T>(channel<T>(*dx, c), dyc, xc, yc ? &*yc : nullptr, dprec ? &*dprec : nullptr,
+                    mean_c, invstd_c, element_or<T>(weight, c, T(1)), sums, training);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
                         const Strided& invstd, const std::optional<Strided>& weight,
                         const std::optional<Strided>& bias) {
   visit_float(x.dtype, [&]<class T>() {
-    for (int64_t c = 0; c < x.sizes[1]; ++c) {
-      // y = x * scale + shift, with the per-channel constants folded once.
-      const T scale = element<T>(invstd, c) * element_or<T>(weight, c, T(1));
-      const T shift = element_or<T>(bias, c, T(0)) - element<T>(mean, c) * scale;
-      Strided yc = channel<T>(y, c), xc = channel<T>(x, c);
-      T* out = yc.ptr<T>();
-      const T* in = xc.ptr<T>();
-      for_each_offset<2>(yc.sizes, {&yc.strides, &xc.strides},
-                         [&](const auto& o) { out[o[0]] = in[o[1]] * scale + shift; });
-    }
+    normalize<T>(y, x, mean, invstd, weight, bias, std::nullopt, /*relu=*/false);
+  });
+}
+
+void batch_norm_relu_forward(const Strided& y, const Strided& x, const Strided& mean,
+                             const Strided& invstd, const std::optional<Strided>& weight,
+                             const std::optional<Strided>& bias,
+                             const std::optional<Strided>& residual) {
+  visit_float(x.dtype, [&]<class T>() {
+    normalize<T>(y, x, mean, invstd, weight, bias, residual, /*relu=*/true);
   });
 }
 
@@ -133,17 +230,18 @@ void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<S
                          const Strided& mean, const Strided& invstd,
                          const std::optional<Strided>& weight, bool training) {
   visit_float(x.dtype, [&]<class T>() {
-    for (int64_t c = 0; c < x.sizes[1]; ++c) {
-      const double mean_c = element<T>(mean, c), invstd_c = element<T>(invstd, c);
-      Strided dyc = channel<T>(dy, c), xc = channel<T>(x, c);
-      GradSums sums = grad_sums<T>(dyc, xc, mean_c, invstd_c);
-      if (dbias) element<T>(*dbias, c) = static_cast<T>(sums.dy);
-      if (dweight) element<T>(*dweight, c) = static_cast<T>(sums.dy_xhat);
-      if (dx) {
-        write_dx<T>(channel<T>(*dx, c), dyc, xc, mean_c, invstd_c, element_or<T>(weight, c, T(1)),
-                    sums, training);
-      }
-    }
+    backward_channels<T>(dx, dweight, dbias, std::nullopt, dy, x, std::nullopt, mean, invstd,
+                         weight, training);
+  });
+}
+
+void batch_norm_relu_backward(const Strided& dx, const Strided& dweight, const Strided& dbias,
+                              const std::optional<Strided>& dresidual, const Strided& dy,
+                              const Strided& x, const Strided& y, const Strided& mean,
+                              const Strided& invstd, const Strided& weight) {
+  visit_float(x.dtype, [&]<class T>() {
+    backward_channels<T>(dx, dweight, dbias, dresidual, dy, x, y, mean, invstd, weight,
+                         /*training=*/true);
   });
 }
 
