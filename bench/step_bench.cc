@@ -132,7 +132,9 @@ nn::Sequential make_model(const std::string& name) {
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(nn::Module& net, const std::string& name) {
-  if (name == "adam") return std::make_unique<optim::Adam>(net.parameters(), optim::AdamOptions{.lr = 1e-3});
+  if (name == "adam") {
+    return std::make_unique<optim::Adam>(net.parameters(), optim::AdamOptions{.lr = 1e-3});
+  }
   return std::make_unique<optim::SGD>(
       net.parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
 }

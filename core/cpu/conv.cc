@@ -68,7 +68,8 @@ void for_each_segment(const ConvShape& cs, const ConvParams& pr, int64_t row_beg
     const int64_t c = row / (cs.r * cs.s), r = row / cs.s % cs.r, s = row % cs.s;
     const int64_t w_shift = s * pr.dilation_w - pr.pad_w;  // iw = q * sw + w_shift
     const int64_t q0 = std::min(cs.q, w_shift >= 0 ? 0 : (-w_shift + sw - 1) / sw);
-    const int64_t q1 = std::clamp(cs.w - w_shift <= 0 ? 0 : (cs.w - w_shift + sw - 1) / sw, q0, cs.q);
+    const int64_t past_end = cs.w - w_shift;  // q1 = ceil(past_end / sw), clipped
+    const int64_t q1 = std::clamp(past_end <= 0 ? 0 : (past_end + sw - 1) / sw, q0, cs.q);
     for (int64_t p = 0; p < cs.p; ++p) {
       const int64_t col = ((row - row_begin) * cs.p + p) * cs.q;
       const int64_t ih = p * pr.stride_h - pr.pad_h + r * pr.dilation_h;
