@@ -75,12 +75,13 @@ GradSums grad_sums(const Strided& dyc, const Strided& xc, const Strided* yc, dou
                     const T* v = in + o[1];
                     const T* y = kMask ? out + o[2] : nullptr;
                     auto term = [&](int64_t i) -> double {
-                      if constexpr (kMask) return y[i] > T(0) ? g[i] : T(0);
+                      if constexpr (kMask) return keep_if(y[i] > T(0), g[i]);
                       return g[i];
                     };
                     double dy[8] = {}, dy_x[8] = {};
                     int64_t i = 0;
                     for (; i + 8 <= len; i += 8) {
+#pragma GCC unroll 8
                       for (int j = 0; j < 8; ++j) {
                         const double gi = term(i + j);
                         dy[j] += gi;
@@ -130,7 +131,7 @@ void write_dx(const Strided& dxc, const Strided& dyc, const Strided& xc, const S
                     T* p = kPre ? pre + o[4] : nullptr;
                     for (int64_t i = 0; i < len; ++i) {
                       T gi = g[i];
-                      if constexpr (kMask) gi = y[i] > T(0) ? gi : T(0);
+                      if constexpr (kMask) gi = keep_if(y[i] > T(0), gi);
                       if constexpr (kPre) p[i] = gi;
                       const double centered = static_cast<double>(v[i]) - mean;
                       d[i] = static_cast<T>(scale * (gi - dy_mean - centered * xhat_slope));
