@@ -108,12 +108,13 @@ void add_to_window(const Plane<T>& grad_in, const Window& win, T value) {
 
 // One window's candidate in the scan order of window_max: the same comparison,
 // so the fast path below picks the same element.
+// Branch-free (selects, not jumps): which element wins is data-dependent and
+// unpredictable.
 template <class T>
 void consider(T value, int64_t index, T& best, int64_t& best_index) {
-  if (value > best || std::isnan(value)) {
-    best = value;
-    best_index = index;
-  }
+  const bool take = value > best || value != value;  // value != value: NaN
+  best = take ? value : best;
+  best_index = take ? index : best_index;
 }
 
 // The common 2x2, stride 2, unpadded pooling with every window inside the
@@ -170,10 +171,13 @@ void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& in
       Plane<const T> grad_out = plane<const T>(dy, n, c);
       Plane<const int64_t> argmax = plane<const int64_t>(indices, n, c);
       zero_plane(grad_in, H, W);
+      // A dense plane takes the flat index as its offset (no division per element).
+      const bool dense = grad_in.stride_w == 1 && grad_in.stride_h == W;
       for (int64_t p = 0; p < dy.sizes[2]; ++p) {
         for (int64_t q = 0; q < dy.sizes[3]; ++q) {
-          int64_t index = argmax(p, q);
-          grad_in(index / W, index % W) += grad_out(p, q);
+          const int64_t index = argmax(p, q);
+          T& target = dense ? grad_in.data[index] : grad_in(index / W, index % W);
+          target += grad_out(p, q);
         }
       }
     });
