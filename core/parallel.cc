@@ -5,6 +5,8 @@
 // is busy runs its chunks on that thread, in order.
 #include "core/parallel.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -23,6 +25,14 @@ namespace {
 
 thread_local bool t_in_parallel_region = false;
 
+// The cores this process may run on (its affinity mask, which containers and
+// taskset narrow), else every core of the machine.
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int threads_from_environment() {
   const char* text = std::getenv("LOOM_NUM_THREADS");
   if (text != nullptr && *text != '\0') {
@@ -32,7 +42,7 @@ int threads_from_environment() {
                "[parallel] LOOM_NUM_THREADS must be an integer in [1, 1024], got '{}'", text);
     return static_cast<int>(n);
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return usable_cores();
 }
 
 // One loop in flight: fixed chunks handed out by an atomic counter, so which

@@ -22,7 +22,7 @@ namespace loom {
 
 // Threads the pool runs kernels on, the calling thread included: the
 // LOOM_NUM_THREADS environment variable when set (a positive integer), else
-// std::thread::hardware_concurrency().
+// the number of cores the process may run on (its CPU affinity mask).
 int num_threads();
 
 // Resizes the pool (n >= 1; 1 runs every loop on the caller). Not to be called

@@ -90,8 +90,10 @@ void im2col(T* col, const T* image, const ConvShape& cs, const ConvParams& pr, i
   for_each_segment(cs, pr, row_begin, row_end, [&](const Segment& g) {
     T* out = col + g.col;
     std::fill(out, out + g.q0, T(0));
-    if (sw == 1) {
-      std::copy(image + g.in, image + g.in + (g.q1 - g.q0), out + g.q0);
+    if (sw == 1) {  // a short contiguous copy: a plain loop, not a memmove call
+      const T* in = image + g.in;
+      T* dst = out + g.q0;
+      for (int64_t j = 0; j < g.q1 - g.q0; ++j) dst[j] = in[j];
     } else {
       for (int64_t q = g.q0, i = g.in; q < g.q1; ++q, i += sw) out[q] = image[i];
     }
@@ -107,6 +109,12 @@ void col2im(T* image, const T* col, const ConvShape& cs, const ConvParams& pr) {
   const int64_t sw = pr.stride_w;
   for_each_segment(cs, pr, 0, cs.col_rows(), [&](const Segment& g) {
     const T* in = col + g.col;
+    if (sw == 1) {
+      T* dst = image + g.in;
+      const T* src = in + g.q0;
+      for (int64_t j = 0; j < g.q1 - g.q0; ++j) dst[j] += src[j];
+      return;
+    }
     for (int64_t q = g.q0, i = g.in; q < g.q1; ++q, i += sw) image[i] += in[q];
   });
 }
