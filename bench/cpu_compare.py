@@ -10,15 +10,21 @@ is a yardstick only, not a dependency of Loom.
   python3 bench/cpu_compare.py --loom bazel-bin/bench/train_step --threads 2 --rounds 5
 
   python3 bench/cpu_compare.py --torch-only --models lenet5   # one PyTorch measurement
+
+--cpu-time reports CPU ms (user + sys, all threads) per step instead of wall ms:
+for Loom the difference between a 31-step and a 1-step run, over the 30 extra
+steps; for PyTorch its process time over the timed steps, with
+OMP_WAIT_POLICY=PASSIVE so that OpenMP's spinning is not counted as work. On a
+machine shared with other work it is far steadier than the wall clock.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, resource, statistics, subprocess, sys, tempfile, time
 
 MODELS = ("lenet5", "mnist_net")
 INPUT_SETS = 4
 
 
 def torch_step_ms(model_name, batch, steps, warmup, threads):
-    """ms per step of one PyTorch run (median of 3 repeats of `steps` steps)."""
+    """(wall, CPU) ms per step of one PyTorch run (medians of 3 repeats of `steps` steps)."""
     import torch, torch.nn.functional as F
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from torch_bench import MODELS as TORCH_MODELS  # the GPU benchmark's definitions
@@ -39,13 +45,14 @@ def torch_step_ms(model_name, batch, steps, warmup, threads):
 
     for i in range(warmup + 1):
         step(i)
-    repeats = []
+    repeats, cpu = [], []
     for _ in range(3):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()  # process_time: every thread's CPU time
         for i in range(steps):
             step(i)
         repeats.append((time.perf_counter() - t0) * 1e3 / steps)
-    return statistics.median(repeats)
+        cpu.append((time.process_time() - c0) * 1e3 / steps)
+    return statistics.median(repeats), statistics.median(cpu)
 
 
 def loom_step_ms(binary, model_name, batch, steps, warmup, threads):
@@ -58,12 +65,34 @@ def loom_step_ms(binary, model_name, batch, steps, warmup, threads):
         return json.loads(open(out.name).readline())["ms_per_step"]
 
 
-def torch_in_subprocess(model_name, a):
-    """One PyTorch measurement in a fresh process, as Loom's (no state carried over)."""
+def torch_in_subprocess(model_name, a, cpu_time=False):
+    """One PyTorch measurement in a fresh process, as Loom's (no state carried over): wall or CPU
+    ms per step (CPU time with OpenMP's threads sleeping when idle, so spinning is not counted)."""
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE") if cpu_time else None
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-only", "--models", model_name,
                           "--batch", str(a.batch), "--threads", str(a.threads), "--steps", str(a.steps),
-                          "--warmup", str(a.warmup)], check=True, capture_output=True, text=True)
-    return float(out.stdout.split()[-1])
+                          "--warmup", str(a.warmup)], check=True, capture_output=True, text=True, env=env)
+    wall, cpu = out.stdout.split()[-2:]
+    return float(cpu if cpu_time else wall)
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def loom_cpu_ms(m, a):
+    """Loom's CPU ms per step: a run of 31 timed steps less a run of 1, over the 30 extra steps
+    (the difference cancels the start-up and the first step)."""
+    spent = []
+    for steps in (1, 31):
+        before = children_cpu_seconds()
+        subprocess.run([a.loom, "--device", "cpu", "--models", m, "--batches", str(a.batch), "--precisions",
+                        "strict", "--modes", "eager", "--optimizer", "adam", "--steps", str(steps), "--repeats",
+                        "1", "--warmup", "0"], env=dict(os.environ, LOOM_NUM_THREADS=str(a.threads)),
+                       check=True, stdout=subprocess.DEVNULL)
+        spent.append(children_cpu_seconds() - before)
+    return (spent[1] - spent[0]) * 1e3 / 30
 
 
 def main():
@@ -76,23 +105,31 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--torch-only", action="store_true", help="one PyTorch measurement per model")
+    p.add_argument("--cpu-time", action="store_true", help="CPU ms per step instead of wall ms")
     a = p.parse_args()
     models = [m for m in a.models.split(",") if m]
     if a.torch_only:
         for m in models:
-            print(m, f"{torch_step_ms(m, a.batch, a.steps, a.warmup, a.threads):.3f}")
+            wall, cpu = torch_step_ms(m, a.batch, a.steps, a.warmup, a.threads)
+            print(m, f"{wall:.3f} {cpu:.3f}")
         return
     if not a.loom:
         p.error("--loom is needed (or --torch-only)")
     times = {(m, f): [] for m in models for f in ("loom", "torch")}
     for r in range(a.rounds):
         for m in models:
-            times[(m, "loom")].append(loom_step_ms(a.loom, m, a.batch, a.steps, a.warmup, a.threads))
-            times[(m, "torch")].append(torch_in_subprocess(m, a))
+            if a.cpu_time:
+                loom = loom_cpu_ms(m, a)
+            else:
+                loom = loom_step_ms(a.loom, m, a.batch, a.steps, a.warmup, a.threads)
+            torch = torch_in_subprocess(m, a, a.cpu_time)
+            times[(m, "loom")].append(loom)
+            times[(m, "torch")].append(torch)
             print(f"round {r + 1}: {m} loom {times[(m, 'loom')][-1]:.2f} ms, torch {times[(m, 'torch')][-1]:.2f} ms",
                   file=sys.stderr, flush=True)
-    print(f"\n{a.threads} threads, batch {a.batch}, Adam, {a.rounds} interleaved rounds (ms/step: min / median)\n")
-    print("| model | Loom ms/step | PyTorch ms/step | Loom vs PyTorch (min, median) |")
+    unit = "CPU ms/step" if a.cpu_time else "ms/step"
+    print(f"\n{a.threads} threads, batch {a.batch}, Adam, {a.rounds} interleaved rounds ({unit}: min / median)\n")
+    print(f"| model | Loom {unit} | PyTorch {unit} | Loom vs PyTorch (min, median) |")
     print("|---|---|---|---|")
     for m in models:
         lo, to = times[(m, "loom")], times[(m, "torch")]
