@@ -20,6 +20,7 @@ const std::vector<std::string> kModels = {"lenet5", "mnist_net", "resnet9"};
 const std::vector<std::string> kPrecisions = {"tf32", "strict", "bf16"};
 const std::vector<std::string> kModes = {"graph", "eager", "graph-unfused", "eager-unfused"};
 const std::vector<std::string> kLayouts = {"auto", "nchw", "nhwc"};
+const std::vector<std::string> kOptimizers = {"sgd", "adam"};
 
 int64_t parse_int(const std::string& flag, const std::string& value) {
   size_t used = 0;
@@ -77,6 +78,7 @@ const std::map<std::string, Setter>& value_flags() {
        [](BenchOptions& o, auto& f, auto& v) { o.profile_steps = parse_count(f, v, 1); }},
       {"--tta", [](BenchOptions& o, auto&, auto& v) { o.tta = v; }},
       {"--device", [](BenchOptions& o, auto&, auto& v) { o.device = parse_device(v); }},
+      {"--optimizer", [](BenchOptions& o, auto&, auto& v) { o.optimizer = v; }},
   };
   return flags;
 }
@@ -86,6 +88,7 @@ void validate(const BenchOptions& o) {
   for (const std::string& p : o.precisions) check_known("--precisions", p, kPrecisions);
   for (const std::string& m : o.modes) check_known("--modes", m, kModes);
   check_known("--layout", o.layout, kLayouts);
+  check_known("--optimizer", o.optimizer, kOptimizers);
   LOOM_CHECK(!o.batches.empty(), ValueError, "[bench] --batches needs at least one batch size");
 }
 

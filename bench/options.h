@@ -29,7 +29,9 @@ inline constexpr const char* kUsage =
     "  --profile           after timing, profile eager steps and print the per-layer table\n"
     "  --profile-steps K   eager steps profiled (default 10)\n"
     "  --tta DIR           Fashion-MNIST time to 91% test accuracy from the IDX files in DIR\n"
-    "  --device D          cuda or cpu (default cuda when available)\n";
+    "  --device D          cuda or cpu (default cuda when available)\n"
+    "  --optimizer O       sgd (lr 0.01, momentum 0.9, weight decay 5e-4; default) or adam\n"
+    "                      (lr 1e-3, the trainer's recipe)\n";
 
 struct BenchOptions {
   std::vector<std::string> models = {"lenet5", "mnist_net", "resnet9"};
@@ -49,6 +51,7 @@ struct BenchOptions {
   bool autotune = false;
   std::string tta;
   Device device = cuda_available() ? Device::cuda() : Device::cpu();
+  std::string optimizer = "sgd";
   bool help = false;
 };
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "examples/common/trainer.h"
 #include "layers/fused.h"
 #include "layers/models.h"
+#include "optim/adam.h"
 #include "optim/sgd.h"
 #include "optim/train_step.h"
 
@@ -129,6 +131,14 @@ nn::Sequential make_model(const std::string& name) {
   return nn::resnet9();
 }
 
+std::unique_ptr<optim::Optimizer> make_optimizer(nn::Module& net, const std::string& name) {
+  if (name == "adam") {
+    return std::make_unique<optim::Adam>(net.parameters(), optim::AdamOptions{.lr = 1e-3});
+  }
+  return std::make_unique<optim::SGD>(
+      net.parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
+}
+
 Shape image_shape(const std::string& model) {  // (C, H, W)
   return model == "resnet9" ? Shape{3, 32, 32} : Shape{1, 28, 28};
 }
@@ -229,11 +239,11 @@ StepResult run_step_config(const StepConfig& c) {
   net.to(c.device);
   if (c.layout == "nhwc") net.to(MemoryFormat::ChannelsLast);
   if (!c.mode.ends_with("-unfused")) nn::fuse(net);  // conv/bn/linear + relu through fused cuDNN graphs
-  optim::SGD opt(net.parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(net, c.optimizer);
   const InputSets data = make_inputs(c);
-  time_steps(net, opt, data, c, built, r);
+  time_steps(net, *opt, data, c, built, r);
   r.peak_bytes = peak_allocated_bytes(c.device);
-  if (c.profile_steps > 0) profile_steps(net, opt, data, c);
+  if (c.profile_steps > 0) profile_steps(net, *opt, data, c);
   return r;
 }
 
@@ -302,7 +312,8 @@ void run_all(const BenchOptions& o, std::ofstream& json) {
                                                 .repeats = o.repeats,
                                                 .warmup = o.warmup,
                                                 .profile_steps = o.profile ? o.profile_steps : 0,
-                                                .autotune = o.autotune});
+                                                .autotune = o.autotune,
+                                                .optimizer = o.optimizer});
           print_step(r);
           if (json.is_open()) json << to_json(r) << std::endl;
         }

@@ -28,9 +28,11 @@ struct StepConfig {
   int warmup = 10;        // untimed steps after the first
   int profile_steps = 0;  // > 0: then profile this many eager steps, print the table
   bool autotune = false;  // cuDNN plans: time the candidates, keep the fastest
+  std::string optimizer = "sgd";  // sgd or adam (lr 1e-3)
 };
 
-// Builds the model (seeded), SGD (lr 0.01, momentum 0.9, weight decay 5e-4),
+// Builds the model (seeded), SGD (lr 0.01, momentum 0.9, weight decay 5e-4; or
+// Adam lr 1e-3),
 // four resident input sets (x randn, y randint 0..9), runs the first step
 // (timed with the wall clock from model construction, synchronised), the
 // warm-up, then `repeats` runs of `steps` steps timed with CUDA events (the

@@ -6,11 +6,15 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "optim/update.h"
 
 namespace loom::optim {
 
 namespace {
+
+// Elements per parallel chunk of an update loop.
+constexpr int64_t kUpdateGrain = 1 << 15;
 
 constexpr const char* kBuffers[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 
@@ -71,25 +75,28 @@ void adam_loop(const AdamScalars& s, const AdamArrays& a) {
   const T one_minus_beta1 = T(1.0 - s.beta1), beta2 = T(s.beta2);
   const T one_minus_beta2 = T(1.0 - s.beta2), eps = T(s.eps), step_size = T(s.step_size);
   const T bias_correction2_sqrt = T(s.bias_correction2_sqrt);
-  for (int64_t i = 0; i < a.n; ++i) {
-    T g = s.maximize ? -grad[i] : grad[i];
-    T p = param[i];
-    if (s.weight_decay != 0.0) {
-      if (s.decoupled_weight_decay) {
-        p = p * decay;
-      } else {
-        g = g + weight_decay * p;
+  // Elements are independent: chunks over the pool give the same bits.
+  parallel_for(0, a.n, kUpdateGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T g = s.maximize ? -grad[i] : grad[i];
+      T p = param[i];
+      if (s.weight_decay != 0.0) {
+        if (s.decoupled_weight_decay) {
+          p = p * decay;
+        } else {
+          g = g + weight_decay * p;
+        }
       }
+      const T m = lerp(exp_avg[i], g, one_minus_beta1);
+      const T v = exp_avg_sq[i] * beta2 + one_minus_beta2 * (g * g);
+      exp_avg[i] = m;
+      exp_avg_sq[i] = v;
+      T v_hat = v;
+      if (s.amsgrad) v_hat = max_exp_avg_sq[i] = max_nan(max_exp_avg_sq[i], v);
+      const T denom = std::sqrt(v_hat) / bias_correction2_sqrt + eps;
+      param[i] = p + -step_size * (m / denom);
     }
-    const T m = lerp(exp_avg[i], g, one_minus_beta1);
-    const T v = exp_avg_sq[i] * beta2 + one_minus_beta2 * (g * g);
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    T v_hat = v;
-    if (s.amsgrad) v_hat = max_exp_avg_sq[i] = max_nan(max_exp_avg_sq[i], v);
-    const T denom = std::sqrt(v_hat) / bias_correction2_sqrt + eps;
-    param[i] = p + -step_size * (m / denom);
-  }
+  });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "optim/sgd.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "optim/update.h"
 
 namespace loom::optim {
@@ -24,6 +25,9 @@ std::vector<ParamGroup> with_defaults(std::vector<ParamGroup> groups, const SgdO
   return groups;
 }
 
+// Elements per parallel chunk of an update loop.
+constexpr int64_t kUpdateGrain = 1 << 15;
+
 // Each step is rounded in T as PyTorch's foreach kernels round it (the scalars
 // cast to T once); the build turns off FMA contraction, so the GPU kernel's
 // explicitly rounded operations give the same bits.
@@ -33,17 +37,20 @@ void sgd_loop(const SgdScalars& s, T* param, const T* grad, T* buffer, int64_t n
   const T momentum = T(s.momentum);
   const T one_minus_dampening = T(1.0 - s.dampening);
   const T weight_decay = T(s.weight_decay);
-  for (int64_t i = 0; i < n; ++i) {
-    T g = grad[i];
-    if (s.maximize) g = -g;
-    if (s.weight_decay != 0.0) g = g + weight_decay * param[i];
-    if (s.momentum != 0.0) {
-      const T b = s.first_step ? g : buffer[i] * momentum + one_minus_dampening * g;
-      buffer[i] = b;
-      g = s.nesterov ? g + momentum * b : b;
+  // Elements are independent: chunks over the pool give the same bits.
+  parallel_for(0, n, kUpdateGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T g = grad[i];
+      if (s.maximize) g = -g;
+      if (s.weight_decay != 0.0) g = g + weight_decay * param[i];
+      if (s.momentum != 0.0) {
+        const T b = s.first_step ? g : buffer[i] * momentum + one_minus_dampening * g;
+        buffer[i] = b;
+        g = s.nesterov ? g + momentum * b : b;
+      }
+      param[i] = param[i] + -lr * g;
     }
-    param[i] = param[i] + -lr * g;
-  }
+  });
 }
 
 void sgd_cpu(const SgdScalars& s, UpdateSlot& slot, Tensor* buffer) {

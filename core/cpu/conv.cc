@@ -15,7 +15,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu/accumulate.h"
+#include "core/cpu/elementwise_math.h"
 #include "core/cpu/gemm.h"
+#include "core/parallel.h"
 
 namespace loom::cpu {
 namespace {
@@ -46,32 +49,56 @@ bool is_pointwise(const ConvShape& cs, const ConvParams& pr) {
          pr.pad_w == 0;
 }
 
-// Calls fn(col_offset, image_offset) for every entry of col (Cg R S, P Q) whose
-// input pixel lies inside the image; image_offset indexes one group's
-// (Cg, H, W) block. Entries in the padding are skipped.
+// One output row p of col row (c, r, s), relative to a slice of col that starts
+// at row row_begin: entries q in [q0, q1) read the input pixels
+// image[in + (q - q0) * stride_w]; the others lie in the padding.
+struct Segment {
+  int64_t col;  // offset of the row segment's first entry in the slice
+  int64_t in;   // offset of the pixel entry q0 reads, in one group's (Cg, H, W) block
+  int64_t q0, q1;
+};
+
+// Calls fn(segment) for the P segments of each col row in [row_begin, row_end),
+// in row-major order of col (so col2im adds every pixel's terms in one fixed order).
 template <class Fn>
-void for_each_tap(const ConvShape& cs, const ConvParams& pr, Fn&& fn) {
-  int64_t col_offset = 0;
-  for (int64_t c = 0; c < cs.cg(); ++c) {
-    for (int64_t r = 0; r < cs.r; ++r) {
-      for (int64_t s = 0; s < cs.s; ++s) {
-        for (int64_t p = 0; p < cs.p; ++p) {
-          int64_t ih = p * pr.stride_h - pr.pad_h + r * pr.dilation_h;
-          bool row_inside = ih >= 0 && ih < cs.h;
-          for (int64_t q = 0; q < cs.q; ++q, ++col_offset) {
-            int64_t iw = q * pr.stride_w - pr.pad_w + s * pr.dilation_w;
-            if (row_inside && iw >= 0 && iw < cs.w) fn(col_offset, (c * cs.h + ih) * cs.w + iw);
-          }
-        }
+void for_each_segment(const ConvShape& cs, const ConvParams& pr, int64_t row_begin,
+                      int64_t row_end, Fn&& fn) {
+  const int64_t sw = pr.stride_w;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t c = row / (cs.r * cs.s), r = row / cs.s % cs.r, s = row % cs.s;
+    const int64_t w_shift = s * pr.dilation_w - pr.pad_w;  // iw = q * sw + w_shift
+    const int64_t q0 = std::min(cs.q, w_shift >= 0 ? 0 : (-w_shift + sw - 1) / sw);
+    const int64_t past_end = cs.w - w_shift;  // q1 = ceil(past_end / sw), clipped
+    const int64_t q1 = std::clamp(past_end <= 0 ? 0 : (past_end + sw - 1) / sw, q0, cs.q);
+    for (int64_t p = 0; p < cs.p; ++p) {
+      const int64_t col = ((row - row_begin) * cs.p + p) * cs.q;
+      const int64_t ih = p * pr.stride_h - pr.pad_h + r * pr.dilation_h;
+      if (ih < 0 || ih >= cs.h || q0 == q1) {
+        fn(Segment{col, 0, 0, 0});
+      } else {
+        fn(Segment{col, (c * cs.h + ih) * cs.w + q0 * sw + w_shift, q0, q1});
       }
     }
   }
 }
 
+// Rows [row_begin, row_end) of col from one group's image block.
 template <class T>
-void im2col(T* col, const T* image, const ConvShape& cs, const ConvParams& pr) {
-  std::fill(col, col + cs.col_rows() * cs.col_cols(), T(0));
-  for_each_tap(cs, pr, [&](int64_t co, int64_t io) { col[co] = image[io]; });
+void im2col(T* col, const T* image, const ConvShape& cs, const ConvParams& pr, int64_t row_begin,
+            int64_t row_end) {
+  const int64_t sw = pr.stride_w;
+  for_each_segment(cs, pr, row_begin, row_end, [&](const Segment& g) {
+    T* out = col + g.col;
+    std::fill(out, out + g.q0, T(0));
+    if (sw == 1) {  // a short contiguous copy: a plain loop, not a memmove call
+      const T* in = image + g.in;
+      T* dst = out + g.q0;
+      for (int64_t j = 0; j < g.q1 - g.q0; ++j) dst[j] = in[j];
+    } else {
+      for (int64_t q = g.q0, i = g.in; q < g.q1; ++q, i += sw) out[q] = image[i];
+    }
+    std::fill(out + g.q1, out + cs.q, T(0));
+  });
 }
 
 // The adjoint of im2col: every column entry is added back to the pixel it came
@@ -79,17 +106,27 @@ void im2col(T* col, const T* image, const ConvShape& cs, const ConvParams& pr) {
 template <class T>
 void col2im(T* image, const T* col, const ConvShape& cs, const ConvParams& pr) {
   std::fill(image, image + cs.cg() * cs.h * cs.w, T(0));
-  for_each_tap(cs, pr, [&](int64_t co, int64_t io) { image[io] += col[co]; });
+  const int64_t sw = pr.stride_w;
+  for_each_segment(cs, pr, 0, cs.col_rows(), [&](const Segment& g) {
+    const T* in = col + g.col;
+    if (sw == 1) {
+      T* dst = image + g.in;
+      const T* src = in + g.q0;
+      for (int64_t j = 0; j < g.q1 - g.q0; ++j) dst[j] += src[j];
+      return;
+    }
+    for (int64_t q = g.q0, i = g.in; q < g.q1; ++q, i += sw) image[i] += in[q];
+  });
 }
 
-// The column matrix of image n, group g: the image itself for pointwise
-// filters, else `buffer` filled by im2col.
+// Rows [row_begin, row_end) of the column matrix of image n, group g: the image
+// itself for pointwise filters, else `buffer` filled by im2col.
 template <class T>
 const T* columns(T* buffer, const T* x, int64_t n, int64_t g, const ConvShape& cs,
-                 const ConvParams& pr) {
+                 const ConvParams& pr, int64_t row_begin, int64_t row_end) {
   const T* image = x + n * cs.image_size() + g * cs.cg() * cs.h * cs.w;
-  if (is_pointwise(cs, pr)) return image;
-  im2col(buffer, image, cs, pr);
+  if (is_pointwise(cs, pr)) return image + row_begin * cs.col_cols();
+  im2col(buffer, image, cs, pr, row_begin, row_end);
   return buffer;
 }
 
@@ -99,56 +136,72 @@ int64_t output_offset(int64_t n, int64_t g, const ConvShape& cs) {
 }
 int64_t filter_offset(int64_t g, const ConvShape& cs) { return g * cs.kg() * cs.col_rows(); }
 
+// The epilogue of one image's output (K, P Q): + bias, then ReLU when asked.
 template <class T>
-void add_bias(T* y, const T* bias, const ConvShape& cs) {
-  for (int64_t n = 0; n < cs.n; ++n) {
-    for (int64_t k = 0; k < cs.k; ++k) {
-      T* plane = y + n * cs.output_size() + k * cs.col_cols();
-      for (int64_t i = 0; i < cs.col_cols(); ++i) plane[i] += bias[k];
+void finish_image(T* y, const T* bias, bool relu, const ConvShape& cs) {
+  if (bias == nullptr && !relu) return;
+  for (int64_t k = 0; k < cs.k; ++k) {
+    T* plane = y + k * cs.col_cols();
+    const T b = bias != nullptr ? bias[k] : T(0);
+    for (int64_t i = 0; i < cs.col_cols(); ++i) {
+      const T v = plane[i] + b;
+      plane[i] = relu ? math::apply_unary(v, UnaryOp::Relu) : v;
     }
   }
 }
 
+// Images are independent: each chunk of the batch gets its own column buffer.
 template <class T>
-void forward(T* y, const T* x, const T* w, const T* bias, const ConvShape& cs,
+void forward(T* y, const T* x, const T* w, const T* bias, bool relu, const ConvShape& cs,
              const ConvParams& pr) {
-  std::vector<T> buffer(is_pointwise(cs, pr) ? 0 : cs.col_rows() * cs.col_cols());
-  for (int64_t n = 0; n < cs.n; ++n) {
-    for (int64_t g = 0; g < cs.groups; ++g) {
-      const T* col = columns(buffer.data(), x, n, g, cs, pr);
-      gemm(false, false, cs.kg(), cs.col_cols(), cs.col_rows(), T(1), w + filter_offset(g, cs),
-           cs.col_rows(), col, cs.col_cols(), T(0), y + output_offset(n, g, cs), cs.col_cols());
+  parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
+    std::vector<T> buffer(is_pointwise(cs, pr) ? 0 : cs.col_rows() * cs.col_cols());
+    for (int64_t n = n_begin; n < n_end; ++n) {
+      for (int64_t g = 0; g < cs.groups; ++g) {
+        const T* col = columns(buffer.data(), x, n, g, cs, pr, 0, cs.col_rows());
+        gemm(false, false, cs.kg(), cs.col_cols(), cs.col_rows(), T(1), w + filter_offset(g, cs),
+             cs.col_rows(), col, cs.col_cols(), T(0), y + output_offset(n, g, cs), cs.col_cols());
+      }
+      finish_image(y + n * cs.output_size(), bias, relu, cs);
     }
-  }
-  if (bias != nullptr) add_bias(y, bias, cs);
+  });
 }
 
 template <class T>
 void dgrad(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvParams& pr) {
-  bool pointwise = is_pointwise(cs, pr);
-  std::vector<T> buffer(pointwise ? 0 : cs.col_rows() * cs.col_cols());
-  for (int64_t n = 0; n < cs.n; ++n) {
-    for (int64_t g = 0; g < cs.groups; ++g) {
-      T* image = dx + n * cs.image_size() + g * cs.cg() * cs.h * cs.w;
-      T* col = pointwise ? image : buffer.data();
-      gemm(true, false, cs.col_rows(), cs.col_cols(), cs.kg(), T(1), w + filter_offset(g, cs),
-           cs.col_rows(), dy + output_offset(n, g, cs), cs.col_cols(), T(0), col, cs.col_cols());
-      if (!pointwise) col2im(image, col, cs, pr);
+  const bool pointwise = is_pointwise(cs, pr);
+  parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
+    std::vector<T> buffer(pointwise ? 0 : cs.col_rows() * cs.col_cols());
+    for (int64_t n = n_begin; n < n_end; ++n) {
+      for (int64_t g = 0; g < cs.groups; ++g) {
+        T* image = dx + n * cs.image_size() + g * cs.cg() * cs.h * cs.w;
+        T* col = pointwise ? image : buffer.data();
+        gemm(true, false, cs.col_rows(), cs.col_cols(), cs.kg(), T(1), w + filter_offset(g, cs),
+             cs.col_rows(), dy + output_offset(n, g, cs), cs.col_cols(), T(0), col, cs.col_cols());
+        if (!pointwise) col2im(image, col, cs, pr);
+      }
     }
-  }
+  });
 }
 
+// The batch is summed into dw image by image, in order; the chunks split dw's
+// columns (the rows of col) instead, so every element of dw is summed by one
+// thread in the same order whatever the thread count.
 template <class T>
 void wgrad(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
   std::fill(dw, dw + cs.k * cs.col_rows(), T(0));
-  std::vector<T> buffer(is_pointwise(cs, pr) ? 0 : cs.col_rows() * cs.col_cols());
-  for (int64_t n = 0; n < cs.n; ++n) {
-    for (int64_t g = 0; g < cs.groups; ++g) {
-      const T* col = columns(buffer.data(), x, n, g, cs, pr);
-      gemm(false, true, cs.kg(), cs.col_rows(), cs.col_cols(), T(1), dy + output_offset(n, g, cs),
-           cs.col_cols(), col, cs.col_cols(), T(1), dw + filter_offset(g, cs), cs.col_rows());
+  parallel_for(0, cs.col_rows(), 1, [&](int64_t row_begin, int64_t row_end) {
+    const int64_t rows = row_end - row_begin;
+    std::vector<T> buffer(is_pointwise(cs, pr) ? 0 : rows * cs.col_cols());
+    for (int64_t n = 0; n < cs.n; ++n) {
+      for (int64_t g = 0; g < cs.groups; ++g) {
+        const T* col = columns(buffer.data(), x, n, g, cs, pr, row_begin, row_end);
+        gemm(false, true, cs.kg(), rows, cs.col_cols(), T(1), dy + output_offset(n, g, cs),
+             cs.col_cols(), col, cs.col_cols(), T(1), dw + filter_offset(g, cs) + row_begin,
+             cs.col_rows());
+      }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -161,10 +214,11 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 }
 
 void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const Strided* bias,
-                    const ConvParams& params) {
+                    const ConvParams& params, bool relu) {
   ConvShape cs = conv_shape(x.sizes, w.sizes, y.sizes, params.groups);
   visit_float(y.dtype, [&]<class T>() {
-    forward(y.ptr<T>(), x.ptr<T>(), w.ptr<T>(), bias ? bias->ptr<T>() : nullptr, cs, params);
+    forward(y.ptr<T>(), x.ptr<T>(), w.ptr<T>(), bias ? bias->ptr<T>() : nullptr, relu, cs,
+            params);
   });
 }
 
@@ -186,14 +240,15 @@ void conv2d_bgrad(const Strided& db, const Strided& dy) {
   int64_t n = dy.sizes[0], k = dy.sizes[1], pq = dy.sizes[2] * dy.sizes[3];
   visit_float(db.dtype, [&]<class T>() {
     const T* grad = dy.ptr<T>();
-    for (int64_t channel = 0; channel < k; ++channel) {
-      double total = 0.0;  // many terms: accumulate in double, as the reductions do
-      for (int64_t image = 0; image < n; ++image) {
-        const T* plane = grad + (image * k + channel) * pq;
-        for (int64_t i = 0; i < pq; ++i) total += plane[i];
+    parallel_for(0, k, 1, [&](int64_t k_begin, int64_t k_end) {
+      for (int64_t channel = k_begin; channel < k_end; ++channel) {
+        double total = 0.0;  // many terms: accumulate in double, as the reductions do
+        for (int64_t image = 0; image < n; ++image) {
+          total += sum_run(grad + (image * k + channel) * pq, pq, [](double v) { return v; });
+        }
+        db.ptr<T>()[channel] = static_cast<T>(total);
       }
-      db.ptr<T>()[channel] = static_cast<T>(total);
-    }
+    });
   });
 }
 

@@ -34,10 +34,11 @@ struct ConvParams {
 // 0 when the dilated filter does not fit the padded input.
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);
 
-// y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C/G, R, S)) + bias (K).
+// y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C/G, R, S)) + bias (K), then
+// max(y, 0) when `relu` (in the same pass, while an image's output is in cache).
 // `bias` may be null (no bias).
 void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const Strided* bias,
-                    const ConvParams& params);
+                    const ConvParams& params, bool relu = false);
 
 // dx (N, C, H, W) = d loss / d x, from dy (N, K, P, Q) and w (K, C/G, R, S).
 void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const ConvParams& params);

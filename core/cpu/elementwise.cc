@@ -1,20 +1,102 @@
+// File: core/cpu/elementwise.cc
+// Elementwise loops: a flat, parallel, vectorisable loop when every operand
+// shares one dense layout (the common case), the strided odometer otherwise.
 #include "core/cpu/elementwise.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/cpu/elementwise_math.h"
 #include "core/cpu/loop.h"
+#include "core/parallel.h"
 
 namespace loom::cpu {
 
 using math::apply_binary;
 using math::apply_unary;
 
+namespace {
+
+// Elements per parallel chunk of a flat loop: big enough that a chunk costs far
+// more than handing it to a thread.
+constexpr int64_t kFlatGrain = 1 << 15;
+
+// True when every operand has out's strides and they cover one dense block
+// (any dim order: NCHW, channels-last, ...): then element i of each operand
+// is at the same offset, and the ops run as flat loops over [0, numel).
+template <size_t K>
+bool same_dense_layout(const Strided& out, const std::array<const Strided*, K>& in) {
+  for (const Strided* s : in) {
+    if (s->strides != out.strides) return false;
+  }
+  Shape order(out.dim());
+  for (int64_t d = 0; d < out.dim(); ++d) order[d] = d;
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return out.strides[a] < out.strides[b]; });
+  int64_t expected = 1;
+  for (int64_t d : order) {
+    if (out.sizes[d] == 1) continue;
+    if (out.strides[d] != expected) return false;
+    expected *= out.sizes[d];
+  }
+  return true;
+}
+
+// Calls fn.template operator()<kOp>() with op as a compile-time constant, so
+// the per-element switch folds away and the loop can vectorize.
+template <class Fn>
+void with_unary_op(UnaryOp op, Fn&& fn) {
+  switch (op) {
+    case UnaryOp::Neg: return fn.template operator()<UnaryOp::Neg>();
+    case UnaryOp::Exp: return fn.template operator()<UnaryOp::Exp>();
+    case UnaryOp::Log: return fn.template operator()<UnaryOp::Log>();
+    case UnaryOp::Sqrt: return fn.template operator()<UnaryOp::Sqrt>();
+    case UnaryOp::Relu: return fn.template operator()<UnaryOp::Relu>();
+    case UnaryOp::Sigmoid: return fn.template operator()<UnaryOp::Sigmoid>();
+    case UnaryOp::Tanh: return fn.template operator()<UnaryOp::Tanh>();
+    case UnaryOp::Gelu: return fn.template operator()<UnaryOp::Gelu>();
+    case UnaryOp::Silu: return fn.template operator()<UnaryOp::Silu>();
+  }
+}
+
+template <class Fn>
+void with_binary_op(BinaryOp op, Fn&& fn) {
+  switch (op) {
+    case BinaryOp::Add: return fn.template operator()<BinaryOp::Add>();
+    case BinaryOp::Sub: return fn.template operator()<BinaryOp::Sub>();
+    case BinaryOp::Mul: return fn.template operator()<BinaryOp::Mul>();
+    case BinaryOp::Div: return fn.template operator()<BinaryOp::Div>();
+    case BinaryOp::Pow: return fn.template operator()<BinaryOp::Pow>();
+    case BinaryOp::Equal: return fn.template operator()<BinaryOp::Equal>();
+    case BinaryOp::ReluBackward: return fn.template operator()<BinaryOp::ReluBackward>();
+    case BinaryOp::SigmoidBackward: return fn.template operator()<BinaryOp::SigmoidBackward>();
+    case BinaryOp::TanhBackward: return fn.template operator()<BinaryOp::TanhBackward>();
+    case BinaryOp::GeluBackward: return fn.template operator()<BinaryOp::GeluBackward>();
+    case BinaryOp::SiluBackward: return fn.template operator()<BinaryOp::SiluBackward>();
+  }
+}
+
+// fn(begin, end) over [0, n) in parallel chunks.
+template <class Fn>
+void flat_loop(int64_t n, Fn&& fn) {
+  parallel_for(0, n, kFlatGrain, fn);
+}
+
+}  // namespace
+
 void unary(const Strided& out, const Strided& in, UnaryOp op) {
   visit_float(out.dtype, [&]<class T>() {
     T* y = out.ptr<T>();
     const T* x = in.ptr<T>();
+    if (same_dense_layout<1>(out, {&in})) {
+      with_unary_op(op, [&]<UnaryOp kOp>() {
+        flat_loop(out.numel(), [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) y[i] = apply_unary(x[i], kOp);
+        });
+      });
+      return;
+    }
     for_each_offset<2>(out.sizes, {&out.strides, &in.strides}, [&](const auto& o) {
       T v = x[o[1]];
       y[o[0]] = apply_unary(v, op);
@@ -27,6 +109,14 @@ void binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op)
     T* y = out.ptr<T>();
     const T* pa = a.ptr<T>();
     const T* pb = b.ptr<T>();
+    if (same_dense_layout<2>(out, {&a, &b})) {
+      with_binary_op(op, [&]<BinaryOp kOp>() {
+        flat_loop(out.numel(), [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) y[i] = apply_binary(pa[i], pb[i], kOp);
+        });
+      });
+      return;
+    }
     for_each_offset<3>(out.sizes, {&out.strides, &a.strides, &b.strides}, [&](const auto& o) {
       y[o[0]] = apply_binary(pa[o[1]], pb[o[2]], op);
     });
@@ -51,6 +141,12 @@ void add_scaled(const Strided& out, const Strided& a, const Strided& b, double a
     const T* pa = a.ptr<T>();
     const T* pb = b.ptr<T>();
     const T scale = static_cast<T>(alpha);
+    if (same_dense_layout<2>(out, {&a, &b})) {
+      flat_loop(out.numel(), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) y[i] = pa[i] + scale * pb[i];
+      });
+      return;
+    }
     for_each_offset<3>(out.sizes, {&out.strides, &a.strides, &b.strides}, [&](const auto& o) {
       y[o[0]] = pa[o[1]] + scale * pb[o[2]];
     });

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/cpu/loop.h"
+#include "core/parallel.h"
 
 namespace loom::cpu {
 namespace {
@@ -61,14 +62,64 @@ BatchedMatrix batched_matrix(const Strided& m) {
   return {*layout, Shape(m.strides.begin(), m.strides.end() - 2)};
 }
 
+void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, blas_op(trans_a), blas_op(trans_b), m, n, k, alpha, a, lda, b, ldb,
+              beta, c, ldc);
+}
+
+void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+               const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+               int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, blas_op(trans_a), blas_op(trans_b), m, n, k, alpha, a, lda, b, ldb,
+              beta, c, ldc);
+}
+
+// OpenBLAS runs on one thread: Loom's pool owns the cores. OpenBLAS's own
+// threads would otherwise spin on sched_yield while Loom's kernels run, and
+// oversubscribe the cores inside Loom's parallel loops.
+void use_single_threaded_blas() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+// Below this many multiply-adds a product runs on one thread: splitting costs
+// more than it saves.
+constexpr int64_t kSplitWork = int64_t{1} << 18;
+
+// Outside a parallel loop, a large product is split over the pool along the
+// longer of C's dims: each chunk is an independent row (or column) block of C.
+template <class T>
+void split_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  use_single_threaded_blas();
+  if (in_parallel_region() || m * n * k < kSplitWork) {
+    return blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  if (m >= n) {
+    parallel_for(0, m, 16, [&](int64_t i0, int64_t i1) {
+      blas_gemm(trans_a, trans_b, i1 - i0, n, k, alpha, trans_a ? a + i0 : a + i0 * lda, lda, b,
+                ldb, beta, c + i0 * ldc, ldc);
+    });
+  } else {
+    parallel_for(0, n, 16, [&](int64_t j0, int64_t j1) {
+      blas_gemm(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, trans_b ? b + j0 * ldb : b + j0,
+                ldb, beta, c + j0, ldc);
+    });
+  }
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_matrix(m, n, beta, c, ldc);
-  cblas_sgemm(CblasRowMajor, blas_op(trans_a), blas_op(trans_b), m, n, k, alpha, a, lda, b, ldb,
-              beta, c, ldc);
+  split_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
@@ -76,8 +127,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
           int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_matrix(m, n, beta, c, ldc);
-  cblas_dgemm(CblasRowMajor, blas_op(trans_a), blas_op(trans_b), m, n, k, alpha, a, lda, b, ldb,
-              beta, c, ldc);
+  split_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 bool is_blas_matrix(const Strided& m) {

@@ -39,4 +39,31 @@ void for_each_offset(const Shape& sizes, const std::array<const Shape*, K>& stri
   }
 }
 
+// Calls fn(offsets, len) for runs of `len` consecutive indices that are
+// contiguous (stride 1) in every operand, covering `sizes` in row-major order:
+// trailing dims merge into one run while every operand steps over them densely.
+// Where an operand's last stride is not 1, every run is one element long.
+template <size_t K, class Fn>
+void for_each_run(const Shape& sizes, const std::array<const Shape*, K>& strides, Fn&& fn) {
+  size_t outer = sizes.size();
+  int64_t len = 1;
+  auto dense_at = [&](size_t d) {  // dim d steps over the run of the dims after it
+    for (size_t k = 0; k < K; ++k) {
+      if ((*strides[k])[d] != len) return false;
+    }
+    return true;
+  };
+  while (outer > 0 && dense_at(outer - 1)) len *= sizes[--outer];
+  if (len == 1) outer = sizes.size();
+  const Shape outer_sizes(sizes.begin(), sizes.begin() + outer);
+  std::array<Shape, K> outer_strides;
+  std::array<const Shape*, K> outer_stride_ptrs;
+  for (size_t k = 0; k < K; ++k) {
+    outer_strides[k].assign(strides[k]->begin(), strides[k]->begin() + outer);
+    outer_stride_ptrs[k] = &outer_strides[k];
+  }
+  if (numel_of(sizes) == 0) return;
+  for_each_offset<K>(outer_sizes, outer_stride_ptrs, [&](const auto& o) { fn(o, len); });
+}
+
 }  // namespace loom::cpu

@@ -5,7 +5,10 @@
 
 #include <cmath>
 
+#include "core/cpu/accumulate.h"
+#include "core/cpu/elementwise_math.h"
 #include "core/cpu/loop.h"
+#include "core/parallel.h"
 
 namespace loom::cpu {
 namespace {
@@ -30,12 +33,13 @@ T element_or(const std::optional<Strided>& v, int64_t c, T absent) {
   return v ? element<T>(*v, c) : absent;
 }
 
-// Sum of f(value) over one channel view.
+// Sum of f(value) over one channel view, run by run (see accumulate.h).
 template <class T, class Fn>
 double channel_sum(const Strided& xc, Fn&& f) {
   const T* in = xc.ptr<T>();
   double sum = 0.0;
-  for_each_offset<1>(xc.sizes, {&xc.strides}, [&](const auto& o) { sum += f(in[o[0]]); });
+  for_each_run<1>(xc.sizes, {&xc.strides},
+                  [&](const auto& o, int64_t len) { sum += sum_run(in + o[0], len, f); });
   return sum;
 }
 
@@ -54,32 +58,85 @@ struct GradSums {
   double dy_xhat = 0.0;
 };
 
-template <class T>
-GradSums grad_sums(const Strided& dyc, const Strided& xc, double mean, double invstd) {
+// The per-channel sums; with yc (a ReLU's output after the norm), dy counts only
+// where y > 0. kMask is a template parameter so the inner loop has no branch
+// on it and vectorizes; eight partial sums as in accumulate.h.
+template <class T, bool kMask>
+GradSums grad_sums(const Strided& dyc, const Strided& xc, const Strided* yc, double mean,
+                   double invstd) {
   const T* grad_out = dyc.ptr<T>();
   const T* in = xc.ptr<T>();
+  const T* out = kMask ? yc->ptr<T>() : nullptr;
+  const Shape& y_strides = kMask ? yc->strides : dyc.strides;
   GradSums sums;
-  for_each_offset<2>(dyc.sizes, {&dyc.strides, &xc.strides}, [&](const auto& o) {
-    sums.dy += grad_out[o[0]];
-    sums.dy_xhat += grad_out[o[0]] * (in[o[1]] - mean) * invstd;
-  });
+  for_each_run<3>(dyc.sizes, {&dyc.strides, &xc.strides, &y_strides},
+                  [&](const auto& o, int64_t len) {
+                    const T* g = grad_out + o[0];
+                    const T* v = in + o[1];
+                    const T* y = kMask ? out + o[2] : nullptr;
+                    auto term = [&](int64_t i) -> double {
+                      if constexpr (kMask) return keep_if(y[i] > T(0), g[i]);
+                      return g[i];
+                    };
+                    double dy[8] = {}, dy_x[8] = {};
+                    int64_t i = 0;
+                    for (; i + 8 <= len; i += 8) {
+#pragma GCC unroll 8
+                      for (int j = 0; j < 8; ++j) {
+                        const double gi = term(i + j);
+                        dy[j] += gi;
+                        dy_x[j] += gi * (static_cast<double>(v[i + j]) - mean);
+                      }
+                    }
+                    double dy_sum = 0.0, dy_x_sum = 0.0;
+                    for (int j = 0; j < 8; ++j) {
+                      dy_sum += dy[j];
+                      dy_x_sum += dy_x[j];
+                    }
+                    for (; i < len; ++i) {
+                      const double gi = term(i);
+                      dy_sum += gi;
+                      dy_x_sum += gi * (static_cast<double>(v[i]) - mean);
+                    }
+                    sums.dy += dy_sum;
+                    sums.dy_xhat += dy_x_sum * invstd;
+                  });
   return sums;
 }
 
-// One channel of dx from its sums (formulas in norm.h).
-template <class T>
-void write_dx(const Strided& dxc, const Strided& dyc, const Strided& xc, double mean, double invstd,
-              double weight, const GradSums& sums, bool training) {
+// One channel of dx from its sums (formulas in norm.h); with kMask, dy is first
+// masked by y > 0, and with kPre dpre receives the masked dy. Per element in
+// double, as the sums.
+template <class T, bool kMask, bool kPre>
+void write_dx(const Strided& dxc, const Strided& dyc, const Strided& xc, const Strided* yc,
+              const Strided* dprec, double mean, double invstd, double weight,
+              const GradSums& sums, bool training) {
   const double M = static_cast<double>(xc.numel());
   const double scale = weight * invstd;
+  const double dy_mean = training ? sums.dy / M : 0.0;
+  const double xhat_slope = training ? invstd * sums.dy_xhat / M : 0.0;  // per (x - mean)
   T* grad_in = dxc.ptr<T>();
   const T* grad_out = dyc.ptr<T>();
   const T* in = xc.ptr<T>();
-  for_each_offset<3>(dxc.sizes, {&dxc.strides, &dyc.strides, &xc.strides}, [&](const auto& o) {
-    double g = grad_out[o[1]];
-    if (training) g -= (sums.dy + (in[o[2]] - mean) * invstd * sums.dy_xhat) / M;
-    grad_in[o[0]] = static_cast<T>(scale * g);
-  });
+  const T* out = kMask ? yc->ptr<T>() : nullptr;
+  T* pre = kPre ? dprec->ptr<T>() : nullptr;
+  const Shape& y_strides = kMask ? yc->strides : dyc.strides;
+  const Shape& pre_strides = kPre ? dprec->strides : dxc.strides;
+  for_each_run<5>(dxc.sizes, {&dxc.strides, &dyc.strides, &xc.strides, &y_strides, &pre_strides},
+                  [&](const auto& o, int64_t len) {
+                    T* d = grad_in + o[0];
+                    const T* g = grad_out + o[1];
+                    const T* v = in + o[2];
+                    const T* y = kMask ? out + o[3] : nullptr;
+                    T* p = kPre ? pre + o[4] : nullptr;
+                    for (int64_t i = 0; i < len; ++i) {
+                      T gi = g[i];
+                      if constexpr (kMask) gi = keep_if(y[i] > T(0), gi);
+                      if constexpr (kPre) p[i] = gi;
+                      const double centered = static_cast<double>(v[i]) - mean;
+                      d[i] = static_cast<T>(scale * (gi - dy_mean - centered * xhat_slope));
+                    }
+                  });
 }
 
 }  // namespace
@@ -87,16 +144,18 @@ void write_dx(const Strided& dxc, const Strided& dyc, const Strided& xc, double 
 void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
                             double eps, const std::optional<RunningStats>& running) {
   visit_float(x.dtype, [&]<class T>() {
-    for (int64_t c = 0; c < x.sizes[1]; ++c) {
-      Strided xc = channel<T>(x, c);
-      const double M = static_cast<double>(xc.numel());
-      // Two passes: the mean first, so the variance does not cancel catastrophically.
-      double mean = channel_sum<T>(xc, [](double v) { return v; }) / M;
-      double var = channel_sum<T>(xc, [&](double v) { return (v - mean) * (v - mean); }) / M;
-      element<T>(save_mean, c) = static_cast<T>(mean);
-      element<T>(save_invstd, c) = static_cast<T>(1.0 / std::sqrt(var + eps));
-      if (running) blend<T>(*running, c, mean, var * M / (M - 1));
-    }
+    parallel_for(0, x.sizes[1], 1, [&](int64_t c_begin, int64_t c_end) {
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        Strided xc = channel<T>(x, c);
+        const double M = static_cast<double>(xc.numel());
+        // Two passes: the mean first, so the variance does not cancel catastrophically.
+        double mean = channel_sum<T>(xc, [](double v) { return v; }) / M;
+        double var = channel_sum<T>(xc, [&](double v) { return (v - mean) * (v - mean); }) / M;
+        element<T>(save_mean, c) = static_cast<T>(mean);
+        element<T>(save_invstd, c) = static_cast<T>(1.0 / std::sqrt(var + eps));
+        if (running) blend<T>(*running, c, mean, var * M / (M - 1));
+      }
+    });
   });
 }
 
@@ -111,19 +170,94 @@ void batch_norm_running_stats(const Strided& save_mean, const Strided& save_invs
   });
 }
 
+namespace {
+
+// y = x * scale + shift (+ z) per channel, then max(., 0) with kRelu.
+template <class T, bool kResidual, bool kRelu>
+void normalize(const Strided& y, const Strided& x, const Strided& mean, const Strided& invstd,
+               const std::optional<Strided>& weight, const std::optional<Strided>& bias,
+               const std::optional<Strided>& residual) {
+  parallel_for(0, x.sizes[1], 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      // The per-channel constants folded once.
+      const T scale = element<T>(invstd, c) * element_or<T>(weight, c, T(1));
+      const T shift = element_or<T>(bias, c, T(0)) - element<T>(mean, c) * scale;
+      Strided yc = channel<T>(y, c), xc = channel<T>(x, c);
+      Strided zc = kResidual ? channel<T>(*residual, c) : xc;
+      T* out = yc.ptr<T>();
+      const T* in = xc.ptr<T>();
+      const T* add = zc.ptr<T>();
+      for_each_run<3>(yc.sizes, {&yc.strides, &xc.strides, &zc.strides},
+                      [&](const auto& o, int64_t len) {
+                        T* yo = out + o[0];
+                        const T* xi = in + o[1];
+                        const T* zi = add + o[2];
+                        for (int64_t i = 0; i < len; ++i) {
+                          T v = xi[i] * scale + shift;
+                          if constexpr (kResidual) v += zi[i];
+                          if constexpr (kRelu) v = math::apply_unary(v, UnaryOp::Relu);
+                          yo[i] = v;
+                        }
+                      });
+    }
+  });
+}
+
+// The batch-norm backward of every channel; y (a following ReLU's output) masks
+// dy, and dpre receives the masked dy.
+template <class T>
+void backward_channels(const std::optional<Strided>& dx, const std::optional<Strided>& dweight,
+                       const std::optional<Strided>& dbias, const std::optional<Strided>& dpre,
+                       const Strided& dy, const Strided& x, const std::optional<Strided>& y,
+                       const Strided& mean, const Strided& invstd,
+                       const std::optional<Strided>& weight, bool training) {
+  parallel_for(0, x.sizes[1], 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const double mean_c = element<T>(mean, c), invstd_c = element<T>(invstd, c);
+      Strided dyc = channel<T>(dy, c), xc = channel<T>(x, c);
+      std::optional<Strided> yc, dprec;
+      if (y) yc = channel<T>(*y, c);
+      if (dpre) dprec = channel<T>(*dpre, c);
+      const Strided* ycp = yc ? &*yc : nullptr;
+      const Strided* dprecp = dprec ? &*dprec : nullptr;
+      GradSums sums = ycp ? grad_sums<T, true>(dyc, xc, ycp, mean_c, invstd_c)
+                          : grad_sums<T, false>(dyc, xc, ycp, mean_c, invstd_c);
+      if (dbias) element<T>(*dbias, c) = static_cast<T>(sums.dy);
+      if (dweight) element<T>(*dweight, c) = static_cast<T>(sums.dy_xhat);
+      if (dx) {
+        const Strided dxc = channel<T>(*dx, c);
+        const double w = element_or<T>(weight, c, T(1));
+        if (dprecp) {
+          write_dx<T, true, true>(dxc, dyc, xc, ycp, dprecp, mean_c, invstd_c, w, sums, training);
+        } else if (ycp) {
+          write_dx<T, true, false>(dxc, dyc, xc, ycp, dprecp, mean_c, invstd_c, w, sums, training);
+        } else {
+          write_dx<T, false, false>(dxc, dyc, xc, ycp, dprecp, mean_c, invstd_c, w, sums, training);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
                         const Strided& invstd, const std::optional<Strided>& weight,
                         const std::optional<Strided>& bias) {
   visit_float(x.dtype, [&]<class T>() {
-    for (int64_t c = 0; c < x.sizes[1]; ++c) {
-      // y = x * scale + shift, with the per-channel constants folded once.
-      const T scale = element<T>(invstd, c) * element_or<T>(weight, c, T(1));
-      const T shift = element_or<T>(bias, c, T(0)) - element<T>(mean, c) * scale;
-      Strided yc = channel<T>(y, c), xc = channel<T>(x, c);
-      T* out = yc.ptr<T>();
-      const T* in = xc.ptr<T>();
-      for_each_offset<2>(yc.sizes, {&yc.strides, &xc.strides},
-                         [&](const auto& o) { out[o[0]] = in[o[1]] * scale + shift; });
+    normalize<T, false, false>(y, x, mean, invstd, weight, bias, std::nullopt);
+  });
+}
+
+void batch_norm_relu_forward(const Strided& y, const Strided& x, const Strided& mean,
+                             const Strided& invstd, const std::optional<Strided>& weight,
+                             const std::optional<Strided>& bias,
+                             const std::optional<Strided>& residual) {
+  visit_float(x.dtype, [&]<class T>() {
+    if (residual) {
+      normalize<T, true, true>(y, x, mean, invstd, weight, bias, residual);
+    } else {
+      normalize<T, false, true>(y, x, mean, invstd, weight, bias, residual);
     }
   });
 }
@@ -133,17 +267,18 @@ void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<S
                          const Strided& mean, const Strided& invstd,
                          const std::optional<Strided>& weight, bool training) {
   visit_float(x.dtype, [&]<class T>() {
-    for (int64_t c = 0; c < x.sizes[1]; ++c) {
-      const double mean_c = element<T>(mean, c), invstd_c = element<T>(invstd, c);
-      Strided dyc = channel<T>(dy, c), xc = channel<T>(x, c);
-      GradSums sums = grad_sums<T>(dyc, xc, mean_c, invstd_c);
-      if (dbias) element<T>(*dbias, c) = static_cast<T>(sums.dy);
-      if (dweight) element<T>(*dweight, c) = static_cast<T>(sums.dy_xhat);
-      if (dx) {
-        write_dx<T>(channel<T>(*dx, c), dyc, xc, mean_c, invstd_c, element_or<T>(weight, c, T(1)),
-                    sums, training);
-      }
-    }
+    backward_channels<T>(dx, dweight, dbias, std::nullopt, dy, x, std::nullopt, mean, invstd,
+                         weight, training);
+  });
+}
+
+void batch_norm_relu_backward(const Strided& dx, const Strided& dweight, const Strided& dbias,
+                              const std::optional<Strided>& dresidual, const Strided& dy,
+                              const Strided& x, const Strided& y, const Strided& mean,
+                              const Strided& invstd, const Strided& weight) {
+  visit_float(x.dtype, [&]<class T>() {
+    backward_channels<T>(dx, dweight, dbias, dresidual, dy, x, y, mean, invstd, weight,
+                         /*training=*/true);
   });
 }
 

@@ -47,4 +47,18 @@ void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<S
                          const Strided& mean, const Strided& invstd,
                          const std::optional<Strided>& weight, bool training);
 
+// The CPU side of batch_norm_relu, each one pass over the activations:
+//   forward  y = max((x - mean) * invstd * weight + bias + residual, 0)
+//   backward dpre = dy where y > 0, written to dresidual when given; then the
+//            training backward above of dpre (dx, dweight, dbias).
+// `residual` / `dresidual` may be absent; y, dy, dresidual share x's sizes.
+void batch_norm_relu_forward(const Strided& y, const Strided& x, const Strided& mean,
+                             const Strided& invstd, const std::optional<Strided>& weight,
+                             const std::optional<Strided>& bias,
+                             const std::optional<Strided>& residual);
+void batch_norm_relu_backward(const Strided& dx, const Strided& dweight, const Strided& dbias,
+                              const std::optional<Strided>& dresidual, const Strided& dy,
+                              const Strided& x, const Strided& y, const Strided& mean,
+                              const Strided& invstd, const Strided& weight);
+
 }  // namespace loom::cpu

@@ -9,6 +9,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/parallel.h"
+
 namespace loom::cpu {
 namespace {
 
@@ -25,12 +27,14 @@ Plane<T> plane(const Strided& t, int64_t n, int64_t c) {
   return {t.ptr<T>() + n * t.strides[0] + c * t.strides[1], t.strides[2], t.strides[3]};
 }
 
-// Calls fn(n, c) for every plane of a (N, C, ., .) tensor.
+// Calls fn(n, c) for every plane of a (N, C, ., .) tensor; planes are
+// independent, so they are split over the thread pool.
 template <class Fn>
 void for_each_plane(const Strided& t, Fn&& fn) {
-  for (int64_t n = 0; n < t.sizes[0]; ++n) {
-    for (int64_t c = 0; c < t.sizes[1]; ++c) fn(n, c);
-  }
+  const int64_t channels = t.sizes[1];
+  parallel_for(0, t.sizes[0] * channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) fn(i / channels, i % channels);
+  });
 }
 
 template <class T>
@@ -102,6 +106,42 @@ void add_to_window(const Plane<T>& grad_in, const Window& win, T value) {
   }
 }
 
+// One window's candidate in the scan order of window_max: the same comparison,
+// so the fast path below picks the same element.
+// Branch-free (selects, not jumps): which element wins is data-dependent and
+// unpredictable.
+template <class T>
+void consider(T value, int64_t index, T& best, int64_t& best_index) {
+  const bool take = value > best || value != value;  // value != value: NaN
+  best = take ? value : best;
+  best_index = take ? index : best_index;
+}
+
+// The common 2x2, stride 2, unpadded pooling with every window inside the
+// plane: no window bounds to compute or clip.
+bool is_plain_2x2(const Pool2dParams& p, int64_t P, int64_t Q, int64_t H, int64_t W) {
+  return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
+         p.pad_h == 0 && p.pad_w == 0 && 2 * P <= H && 2 * Q <= W;
+}
+
+template <class T>
+void max_pool_2x2_plane(const Plane<const T>& in, const Plane<T>& out,
+                        const Plane<int64_t>& argmax, int64_t P, int64_t Q, int64_t W) {
+  for (int64_t p = 0; p < P; ++p) {
+    for (int64_t q = 0; q < Q; ++q) {
+      const int64_t h = 2 * p, w = 2 * q;
+      T best = -std::numeric_limits<T>::infinity();
+      int64_t best_index = h * W + w;
+      consider(in(h, w), h * W + w, best, best_index);
+      consider(in(h, w + 1), h * W + w + 1, best, best_index);
+      consider(in(h + 1, w), (h + 1) * W + w, best, best_index);
+      consider(in(h + 1, w + 1), (h + 1) * W + w + 1, best, best_index);
+      out(p, q) = best;
+      argmax(p, q) = best_index;
+    }
+  }
+}
+
 }  // namespace
 
 void max_pool2d_forward(const Strided& y, const Strided& indices, const Strided& x,
@@ -112,6 +152,9 @@ void max_pool2d_forward(const Strided& y, const Strided& indices, const Strided&
       Plane<const T> in = plane<const T>(x, n, c);
       Plane<T> out = plane<T>(y, n, c);
       Plane<int64_t> argmax = plane<int64_t>(indices, n, c);
+      if (is_plain_2x2(params, y.sizes[2], y.sizes[3], H, W)) {
+        return max_pool_2x2_plane(in, out, argmax, y.sizes[2], y.sizes[3], W);
+      }
       for_each_window(params, y.sizes[2], y.sizes[3], H, W,
                       [&](int64_t p, int64_t q, const Window& win) {
                         std::tie(out(p, q), argmax(p, q)) = window_max(in, win, W);
@@ -128,10 +171,13 @@ void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& in
       Plane<const T> grad_out = plane<const T>(dy, n, c);
       Plane<const int64_t> argmax = plane<const int64_t>(indices, n, c);
       zero_plane(grad_in, H, W);
+      // A dense plane takes the flat index as its offset (no division per element).
+      const bool dense = grad_in.stride_w == 1 && grad_in.stride_h == W;
       for (int64_t p = 0; p < dy.sizes[2]; ++p) {
         for (int64_t q = 0; q < dy.sizes[3]; ++q) {
-          int64_t index = argmax(p, q);
-          grad_in(index / W, index % W) += grad_out(p, q);
+          const int64_t index = argmax(p, q);
+          T& target = dense ? grad_in.data[index] : grad_in(index / W, index % W);
+          target += grad_out(p, q);
         }
       }
     });

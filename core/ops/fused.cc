@@ -16,6 +16,7 @@
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/cpu/conv.h"
+#include "core/cpu/norm.h"
 #include "core/error.h"
 #include "core/ops/activation.h"
 #include "core/ops/conv_internal.h"
@@ -152,6 +153,12 @@ void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
     return;
   }
 #endif
+  if (!y.device().is_cuda()) {  // the CPU kernel adds the bias and applies the ReLU per image
+    Strided bias_view = b.defined() ? b.strided() : Strided{};
+    cpu::conv2d_forward(y.strided(), x.strided(), w.strided(), b.defined() ? &bias_view : nullptr,
+                        p, relu);
+    return;
+  }
   conv_detail::forward_kernel(y, x, w, b, p);
   if (relu) relu_in_place(y);
 }
@@ -390,13 +397,15 @@ void bn_relu_forward(const BnOperands& o, const BatchNormOptions& options) {
          .bias = o.bias.strided(), .running_mean = o.running_mean.strided(),
          .running_var = o.running_var.strided(), .eps = options.eps, .momentum = options.momentum});
 #endif
-  } else {
+  } else {  // statistics, then normalize + residual + ReLU in one pass
     cpu::batch_norm_batch_stats(o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(),
                                 options.eps,
                                 cpu::RunningStats{o.running_mean.strided(), o.running_var.strided(),
                                                   options.momentum});
-    cpu::batch_norm_forward(o.y.strided(), o.x.strided(), o.save_mean.strided(),
-                            o.save_invstd.strided(), o.weight.strided(), o.bias.strided());
+    cpu::batch_norm_relu_forward(o.y.strided(), o.x.strided(), o.save_mean.strided(),
+                                 o.save_invstd.strided(), o.weight.strided(), o.bias.strided(),
+                                 strided_or_none(o.z));
+    return;
   }
   if (o.z.defined()) LOOM_KERNEL(o.y, add_scaled, o.y.strided(), o.y.strided(), o.z.strided(), 1.0);
   relu_in_place(o.y);
@@ -427,20 +436,23 @@ BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
     }
   }
 #endif
-  Tensor dpre = relu_grad(dy, o.y);
-  if (o.z.defined()) g.dresidual = dpre;
-  if (dy.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
-    cudnn::batch_norm_backward({.dx = g.dx.strided(), .dweight = g.dweight.strided(),
-                                .dbias = g.dbias.strided(), .dy = dpre.strided(), .x = o.x.strided(),
-                                .weight = o.weight.strided(), .save_mean = o.save_mean.strided(),
-                                .save_invstd = o.save_invstd.strided()});
-#endif
+  if (!dy.device().is_cuda()) {  // the ReLU mask and the batch-norm backward in one pass
+    Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
+    cpu::batch_norm_relu_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),
+                                  strided_or_none(dz), dy.strided(), o.x.strided(), o.y.strided(),
+                                  o.save_mean.strided(), o.save_invstd.strided(),
+                                  o.weight.strided());
+    g.dresidual = dz;
     return g;
   }
-  cpu::batch_norm_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(), dpre.strided(),
-                           o.x.strided(), o.save_mean.strided(), o.save_invstd.strided(),
-                           o.weight.strided(), /*training=*/true);
+  Tensor dpre = relu_grad(dy, o.y);
+  if (o.z.defined()) g.dresidual = dpre;
+#ifdef LOOM_WITH_CUDA
+  cudnn::batch_norm_backward({.dx = g.dx.strided(), .dweight = g.dweight.strided(),
+                              .dbias = g.dbias.strided(), .dy = dpre.strided(), .x = o.x.strided(),
+                              .weight = o.weight.strided(), .save_mean = o.save_mean.strided(),
+                              .save_invstd = o.save_invstd.strided()});
+#endif
   return g;
 }
 

@@ -66,6 +66,8 @@ TEST_CASE("lists, counts, paths and switches") {
   CHECK(o.tta == "/data");
   CHECK(o.device == Device::cpu());
   CHECK(parse_options({"--models", "none"}).models.empty());  // only --tta
+  CHECK(parse_options({}).optimizer == "sgd");
+  CHECK(parse_options({"--optimizer", "adam"}).optimizer == "adam");
 }
 
 TEST_CASE("split_list drops empty items") {
@@ -91,6 +93,8 @@ TEST_CASE("bad flags name the flag, the value and what is accepted") {
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--modes", "compile"}), ValueError,
                              "'compile' (one of: graph, eager, graph-unfused, eager-unfused)");
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--device", "tpu"}), ValueError, "--device got 'tpu'");
+  CHECK_THROWS_WITH_FRAGMENT(parse_options({"--optimizer", "lamb"}), ValueError,
+                             "'lamb' (one of: sgd, adam)");
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--batches", ","}), ValueError,
                              "--batches needs at least one");
 }
