@@ -1,11 +1,8 @@
 #include "core/cudnn/pointwise.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <optional>
 
-#include "core/cudnn/context.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
 
@@ -52,65 +49,52 @@ bool same_layout(const Strided& a, const Strided& b) { return a.sizes == b.sizes
 
 }  // namespace
 
-std::optional<Graph> relu_forward_graph(const Strided& y, const Strided& x) {
+std::optional<Graph> pointwise_forward_graph(PointwiseMode mode, const Strided& y, const Strided& x) {
   auto xs = flat_spec(x, kX), ys = flat_spec(y, kY);
   if (!xs || !ys || !same_layout(x, y)) return std::nullopt;
-  Graph g(fmt::format("relu_fwd {} as ({}, {}) nhwc", describe(x), xs->dims[0], kRow));
+  Graph g;
   g.add_tensor(*xs);
   g.add_tensor(*ys);
-  g.pointwise(CUDNN_POINTWISE_RELU_FWD, kX, std::nullopt, kY);
+  g.pointwise(mode.mode, kX, std::nullopt, kY, mode.parameter);
   return g;
 }
 
-VariantPointers relu_forward_pointers(const Strided& y, const Strided& x) {
+VariantPointers pointwise_forward_pointers(const Strided& y, const Strided& x) {
   return {{kX, x.data}, {kY, y.data}};
 }
 
-bool relu_forward(const Strided& y, const Strided& x) {
-  auto xs = flat_spec(x, kX), ys = flat_spec(y, kY);
-  if (!xs || !ys || !same_layout(x, y)) return false;
-  PlanKey key(GraphKind::Pointwise, numerics_policy());
-  key.add(CUDNN_POINTWISE_RELU_FWD).add_tensor(*xs).add_tensor(*ys);
-  auto plan = PlanCache::global().get(key, [&] { return *relu_forward_graph(y, x); },
-                                      /*precision_filter_applies=*/false);
-  if (!plan) {
-    PlanCache::global().record_fallback(key, kFallbackTier);
-    return false;
-  }
-  plan->execute(handle(), relu_forward_pointers(y, x),
-                workspace(static_cast<size_t>(plan->workspace_bytes())));
-  return true;
+bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x) {
+  std::optional<Graph> graph = pointwise_forward_graph(mode, y, x);
+  return graph && run_plan(*graph, pointwise_forward_pointers(y, x), kFallbackTier);
 }
 
-std::optional<Graph> relu_backward_graph(const Strided& dx, const Strided& dy, const Strided& y) {
-  auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), ys = flat_spec(y, kX);
-  if (!dxs || !dys || !ys || !same_layout(dx, dy) || !same_layout(dx, y)) return std::nullopt;
-  Graph g(fmt::format("relu_bwd {} as ({}, {}) nhwc", describe(dy), dys->dims[0], kRow));
+std::optional<Graph> pointwise_backward_graph(PointwiseMode mode, const Strided& dx, const Strided& dy,
+                                              const Strided& saved) {
+  auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), xs = flat_spec(saved, kX);
+  if (!dxs || !dys || !xs || !same_layout(dx, dy) || !same_layout(dx, saved)) return std::nullopt;
+  Graph g;
   g.add_tensor(*dxs);
   g.add_tensor(*dys);
-  g.add_tensor(*ys);
-  g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDy, kX, kDx);
+  g.add_tensor(*xs);
+  g.pointwise_backward(mode.mode, kDy, kX, kDx, mode.parameter);
   return g;
 }
 
-VariantPointers relu_backward_pointers(const Strided& dx, const Strided& dy, const Strided& y) {
-  return {{kDx, dx.data}, {kDy, dy.data}, {kX, y.data}};
+VariantPointers pointwise_backward_pointers(const Strided& dx, const Strided& dy, const Strided& saved) {
+  return {{kDx, dx.data}, {kDy, dy.data}, {kX, saved.data}};
+}
+
+bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved) {
+  std::optional<Graph> graph = pointwise_backward_graph(mode, dx, dy, saved);
+  return graph && run_plan(*graph, pointwise_backward_pointers(dx, dy, saved), kFallbackTier);
+}
+
+bool relu_forward(const Strided& y, const Strided& x) {
+  return pointwise_forward({CUDNN_POINTWISE_RELU_FWD}, y, x);
 }
 
 bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y) {
-  auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), ys = flat_spec(y, kX);
-  if (!dxs || !dys || !ys || !same_layout(dx, dy) || !same_layout(dx, y)) return false;
-  PlanKey key(GraphKind::PointwiseBackward, numerics_policy());
-  key.add(CUDNN_POINTWISE_RELU_BWD).add_tensor(*dxs).add_tensor(*dys).add_tensor(*ys);
-  auto plan = PlanCache::global().get(key, [&] { return *relu_backward_graph(dx, dy, y); },
-                                      /*precision_filter_applies=*/false);
-  if (!plan) {
-    PlanCache::global().record_fallback(key, kFallbackTier);
-    return false;
-  }
-  plan->execute(handle(), relu_backward_pointers(dx, dy, y),
-                workspace(static_cast<size_t>(plan->workspace_bytes())));
-  return true;
+  return pointwise_backward({CUDNN_POINTWISE_RELU_BWD}, dx, dy, y);
 }
 
 }  // namespace loom::cudnn
