@@ -9,10 +9,12 @@
 
 #include "core/cpu/elementwise.h"
 
+#ifndef LOOM_HOST_DEVICE
 #ifdef __CUDACC__
 #define LOOM_HOST_DEVICE __host__ __device__
 #else
 #define LOOM_HOST_DEVICE
+#endif
 #endif
 
 namespace loom::cpu::math {

@@ -121,21 +121,17 @@ std::string describe_spec(const TensorSpec& t) {
   return fmt::format("({}){} {}", fmt::join(t.dims, ", "), nhwc ? " nhwc" : "", dtype_short(t.dtype));
 }
 
-// A pointwise mode's scalar attribute, and cuDNN's default for it (not set when equal).
-struct PointwiseParameter {
-  cudnnBackendAttributeName_t attribute;
-  double default_value;
-};
-std::optional<PointwiseParameter> pointwise_parameter(int64_t mode) {
+// The attribute that holds a pointwise mode's scalar, for the modes that have one.
+std::optional<cudnnBackendAttributeName_t> pointwise_parameter(int64_t mode) {
   switch (static_cast<cudnnPointwiseMode_t>(mode)) {
     case CUDNN_POINTWISE_RELU_FWD:
-    case CUDNN_POINTWISE_RELU_BWD: return PointwiseParameter{CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE, 0.0};
+    case CUDNN_POINTWISE_RELU_BWD: return CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE;
     case CUDNN_POINTWISE_ELU_FWD:
-    case CUDNN_POINTWISE_ELU_BWD: return PointwiseParameter{CUDNN_ATTR_POINTWISE_ELU_ALPHA, 1.0};
+    case CUDNN_POINTWISE_ELU_BWD: return CUDNN_ATTR_POINTWISE_ELU_ALPHA;
     case CUDNN_POINTWISE_SOFTPLUS_FWD:
-    case CUDNN_POINTWISE_SOFTPLUS_BWD: return PointwiseParameter{CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA, 1.0};
+    case CUDNN_POINTWISE_SOFTPLUS_BWD: return CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA;
     case CUDNN_POINTWISE_SWISH_FWD:
-    case CUDNN_POINTWISE_SWISH_BWD: return PointwiseParameter{CUDNN_ATTR_POINTWISE_SWISH_BETA, 1.0};
+    case CUDNN_POINTWISE_SWISH_BWD: return CUDNN_ATTR_POINTWISE_SWISH_BETA;
     default: return std::nullopt;
   }
 }
@@ -180,7 +176,7 @@ void Graph::matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute) {
 }
 
 void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y,
-                      double parameter) {
+                      std::optional<double> parameter) {
   Node node{.kind = NodeKind::Pointwise, .mode = mode, .parameter = parameter,
             .ports = {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
                       {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}}};
@@ -189,7 +185,7 @@ void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_
 }
 
 void Graph::pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx,
-                               double parameter) {
+                               std::optional<double> parameter) {
   add_node({.kind = NodeKind::Pointwise, .mode = mode, .parameter = parameter,
             .ports = {{CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy},
                       {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
@@ -313,7 +309,8 @@ void Graph::append_canonical(std::vector<int64_t>& out) const {
   out.push_back(static_cast<int64_t>(nodes_.size()));
   for (const Node& n : nodes_) {
     out.insert(out.end(), {static_cast<int64_t>(n.kind), n.mode, n.phase,
-                           static_cast<int64_t>(n.compute), std::bit_cast<int64_t>(n.parameter),
+                           static_cast<int64_t>(n.compute), n.parameter.has_value(),
+                           std::bit_cast<int64_t>(n.parameter.value_or(0)),
                            static_cast<int64_t>(n.ports.size())});
     for (const auto& [attribute, uid] : n.ports) out.insert(out.end(), {static_cast<int64_t>(attribute), uid});
     out.push_back(static_cast<int64_t>(n.params.size()));
@@ -414,8 +411,12 @@ void BuiltGraph::build(const Node& n) {
       desc.set_enum(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE,
                     static_cast<cudnnPointwiseMode_t>(n.mode))
           .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
-      if (auto parameter = pointwise_parameter(n.mode); parameter && n.parameter != parameter->default_value) {
-        desc.set_float(parameter->attribute, static_cast<float>(n.parameter));
+      if (n.parameter) {
+        std::optional<cudnnBackendAttributeName_t> attribute = pointwise_parameter(n.mode);
+        LOOM_CHECK(attribute.has_value(), ValueError,
+                   "[cudnn graph] pointwise mode {} takes no parameter, got {}; leave it unset",
+                   pointwise_name(n.mode), *n.parameter);
+        desc.set_float(*attribute, static_cast<float>(*n.parameter));
       }
       desc.finalize();
       op.emplace(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);

@@ -51,7 +51,7 @@ struct PoolGeometry {
 // One cuDNN operation. `ports` binds the operation's tensor attributes to
 // UIDs; `mode` is the pointwise mode, reduction operator, norm mode or
 // resample mode; `parameter` the pointwise mode's scalar (ReLU's lower slope,
-// ELU's alpha, softplus and swish beta); `params` the geometry.
+// ELU's alpha, softplus and swish beta; none: cuDNN's default); `params` the geometry.
 enum class NodeKind : uint8_t {
   ConvForward,  // same order as ConvDirection
   ConvBackwardData,
@@ -70,7 +70,7 @@ struct Node {
   int64_t mode = 0;
   int64_t phase = 0;  // NormForward: cudnnNormFwdPhase_t
   cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-  double parameter = 0;
+  std::optional<double> parameter;
   std::vector<std::pair<cudnnBackendAttributeName_t, int64_t>> ports;
   std::vector<int64_t> params;
 };
@@ -86,10 +86,10 @@ class Graph {
   void matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute);
   // y = mode(x) or y = mode(x, b); `parameter` as in Node.
   void pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y,
-                 double parameter = 0);
+                 std::optional<double> parameter = std::nullopt);
   // dx = mode(dy, x) for the *_BWD modes (e.g. CUDNN_POINTWISE_RELU_BWD).
   void pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx,
-                          double parameter = 0);
+                          std::optional<double> parameter = std::nullopt);
   void reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y);
 
   struct BatchNormForward {

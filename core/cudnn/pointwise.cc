@@ -89,12 +89,44 @@ bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy
   return graph && run_plan(*graph, pointwise_backward_pointers(dx, dy, saved), kFallbackTier);
 }
 
-bool relu_forward(const Strided& y, const Strided& x) {
-  return pointwise_forward({CUDNN_POINTWISE_RELU_FWD}, y, x);
+std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward, double parameter) {
+  const cpu::ActivationInfo& row = cpu::activation_info(kind);
+  struct Modes {
+    cudnnPointwiseMode_t forward, backward;
+  };
+  auto modes = [](cpu::CudnnActivation a) -> std::optional<Modes> {
+    switch (a) {
+      case cpu::CudnnActivation::None: return std::nullopt;
+      case cpu::CudnnActivation::Relu: return Modes{CUDNN_POINTWISE_RELU_FWD, CUDNN_POINTWISE_RELU_BWD};
+      case cpu::CudnnActivation::Tanh: return Modes{CUDNN_POINTWISE_TANH_FWD, CUDNN_POINTWISE_TANH_BWD};
+      case cpu::CudnnActivation::Sigmoid: return Modes{CUDNN_POINTWISE_SIGMOID_FWD, CUDNN_POINTWISE_SIGMOID_BWD};
+      case cpu::CudnnActivation::Elu: return Modes{CUDNN_POINTWISE_ELU_FWD, CUDNN_POINTWISE_ELU_BWD};
+      case cpu::CudnnActivation::Gelu: return Modes{CUDNN_POINTWISE_GELU_FWD, CUDNN_POINTWISE_GELU_BWD};
+      case cpu::CudnnActivation::GeluTanh:
+        return Modes{CUDNN_POINTWISE_GELU_APPROX_TANH_FWD, CUDNN_POINTWISE_GELU_APPROX_TANH_BWD};
+      case cpu::CudnnActivation::Softplus:
+        return Modes{CUDNN_POINTWISE_SOFTPLUS_FWD, CUDNN_POINTWISE_SOFTPLUS_BWD};
+      case cpu::CudnnActivation::Swish: return Modes{CUDNN_POINTWISE_SWISH_FWD, CUDNN_POINTWISE_SWISH_BWD};
+    }
+    return std::nullopt;
+  };
+  std::optional<Modes> m = modes(backward ? row.cudnn_backward : row.cudnn_forward);
+  if (!m) return std::nullopt;
+  // Rows without a parameter take cuDNN's default (SiLU is swish with beta 1).
+  const bool has_parameter = *row.parameter_name != '\0';
+  return PointwiseMode{backward ? m->backward : m->forward,
+                       has_parameter ? std::optional<double>(parameter) : std::nullopt};
 }
 
-bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y) {
-  return pointwise_backward({CUDNN_POINTWISE_RELU_BWD}, dx, dy, y);
+bool activation_forward(cpu::ActivationKind kind, double parameter, const Strided& y, const Strided& x) {
+  std::optional<PointwiseMode> mode = activation_mode(kind, /*backward=*/false, parameter);
+  return mode && pointwise_forward(*mode, y, x);
+}
+
+bool activation_backward(cpu::ActivationKind kind, double parameter, const Strided& dx,
+                         const Strided& dy, const Strided& saved) {
+  std::optional<PointwiseMode> mode = activation_mode(kind, /*backward=*/true, parameter);
+  return mode && pointwise_backward(*mode, dx, dy, saved);
 }
 
 }  // namespace loom::cudnn

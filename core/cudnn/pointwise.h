@@ -1,7 +1,7 @@
 // File: core/cudnn/pointwise.h
 // Elementwise activations forward and backward as cuDNN pointwise graphs (any
-// *_FWD mode and its *_BWD mode; ops/activation_rows.h says which activation
-// has which). cuDNN 9.19 has no engine for 4-D NCHW pointwise graphs, but
+// *_FWD mode and its *_BWD mode; core/cpu/activation_math.h says which
+// activation has which). cuDNN 9.19 has no engine for 4-D NCHW pointwise graphs, but
 // elementwise math does not care about shape: operands that share one dense
 // layout are viewed as a packed NHWC (n / 64, 64, 1, 1) tensor. Where that view
 // or an engine is missing, these return false and the caller runs the CUDA kernel.
@@ -9,6 +9,7 @@
 
 #include <optional>
 
+#include "core/cpu/activation_math.h"
 #include "core/cudnn/graph.h"
 #include "core/cudnn/plan.h"
 #include "core/strided.h"
@@ -16,10 +17,10 @@
 namespace loom::cudnn {
 
 // A pointwise mode and its scalar (ReLU's lower slope, ELU's alpha, softplus
-// and swish beta; see graph.h).
+// and swish beta; none: cuDNN's default; see graph.h).
 struct PointwiseMode {
   cudnnPointwiseMode_t mode;
-  double parameter = 0;
+  std::optional<double> parameter;
 };
 
 // y = mode(x). x and y dense with identical strides.
@@ -28,9 +29,13 @@ bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x);
 // take its output: same sign). All three share strides.
 bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved);
 
-// y = max(x, 0) and its backward from y.
-bool relu_forward(const Strided& y, const Strided& x);
-bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y);
+// An activation row (core/cpu/activation_math.h) as a pointwise graph: its
+// cuDNN forward or backward mode with its parameter; false where the row has
+// none (the caller runs the Loom kernel, the same row) or as above.
+std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward, double parameter);
+bool activation_forward(cpu::ActivationKind kind, double parameter, const Strided& y, const Strided& x);
+bool activation_backward(cpu::ActivationKind kind, double parameter, const Strided& dx,
+                         const Strided& dy, const Strided& saved);
 
 // The graphs behind the calls (none where the packed view does not apply) and
 // their variant packs, for tests that run every engine config.
