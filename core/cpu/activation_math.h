@@ -158,6 +158,19 @@ struct Softplus {
   }
 };
 
+// x * tanh(softplus(x)); no cuDNN mode, so Loom's kernels run it on the GPU.
+struct Mish {
+  static constexpr ActivationInfo info{"mish", "Mish", "", 0, "", Saved::Input,
+                                       CudnnActivation::None, CudnnActivation::None};
+  template <class T>
+  LOOM_HOST_DEVICE static T forward(T x, T) { return x * std::tanh(Softplus::forward(x, T(1))); }
+  template <class T>
+  LOOM_HOST_DEVICE static T backward(T dy, T x, T) {
+    const T t = std::tanh(Softplus::forward(x, T(1)));
+    return dy * (t + x * (T(1) - t * t) * logistic(x));
+  }
+};
+
 }  // namespace act
 
 // Every row, in ActivationKind order.
@@ -170,7 +183,8 @@ struct Softplus {
   X(Silu)                   \
   X(Elu)                    \
   X(LeakyRelu)              \
-  X(Softplus)
+  X(Softplus)               \
+  X(Mish)
 
 #define LOOM_ACTIVATION_KIND(Row) Row,
 enum class ActivationKind { LOOM_ACTIVATIONS(LOOM_ACTIVATION_KIND) };

@@ -42,6 +42,8 @@ TEST_CASE("each activation module equals its op") {
        "Softplus(beta=1.0, threshold=20.0)"},
       {std::make_shared<nn::Activation>(ActivationKind::Silu), [](const Tensor& x) { return silu(x); },
        "SiLU()"},
+      {std::make_shared<nn::Activation>(ActivationKind::Mish),
+       [](const Tensor& x) { return activation(x, ActivationKind::Mish); }, "Mish()"},
   };
   Generator gen(1);
   const Tensor x = randn({2, 3, 4, 5}, {}, &gen);

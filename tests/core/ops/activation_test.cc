@@ -66,6 +66,11 @@ const std::vector<Reference>& references() {
        [](double x, double s) { return x > 0 ? 1 : s; }},
       {ActivationKind::Softplus, 2.0, [](double x, double b) { return std::log(1 + std::exp(b * x)) / b; },
        [](double x, double b) { return naive_sigmoid(b * x); }},
+      {ActivationKind::Mish, {}, [](double x, double) { return x * std::tanh(std::log1p(std::exp(x))); },
+       [](double x, double) {
+         const double t = std::tanh(std::log1p(std::exp(x)));
+         return t + x * (1 - t * t) * naive_sigmoid(x);
+       }},
   };
   return all;
 }
@@ -106,6 +111,8 @@ TEST_CASE("activations by hand") {
   CHECK_CLOSE(softplus(tensor({l3, 30}, {2}, kF64)), tensor({std::log(4.0), 30}, {2}, kF64), 1e-15, 0);
   // gelu_tanh(1) = 0.5 (1 + tanh(sqrt(2 / pi) 1.044715)) = 0.8411919906082768.
   CHECK_CLOSE(gelu(tensor({1}, {1}, kF64), "tanh"), tensor({0.8411919906082768}, {1}, kF64), 1e-15, 0);
+  // mish(1) = tanh(log(1 + e)) = 0.8650983882673103.
+  CHECK_CLOSE(activation(tensor({1}, {1}, kF64), ActivationKind::Mish), tensor({0.8650983882673103}, {1}, kF64), 1e-15, 0);
 }
 
 TEST_CASE("activations saturate without NaN; relu keeps NaN") {
