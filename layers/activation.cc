@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "layers/repr.h"
 
 namespace loom::nn {
 
@@ -18,16 +19,6 @@ Activation::Activation(ActivationKind kind, std::optional<double> parameter)
 Tensor Activation::forward(const Tensor& x) { return activation(x, kind_, parameter_); }
 
 std::string Activation::type_name() const { return cpu::activation_info(kind_).module_name; }
-
-namespace {
-
-// As Python prints a float: 1.0, 0.01.
-std::string python_float(double v) {
-  std::string text = fmt::format("{}", v);
-  return text.find_first_of(".en") == std::string::npos ? text + ".0" : text;
-}
-
-}  // namespace
 
 std::string Activation::extra_repr() const {
   const cpu::ActivationInfo& row = cpu::activation_info(kind_);

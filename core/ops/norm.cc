@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduction.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/norm.h"
 #endif
@@ -209,6 +210,43 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (needs_grad({x, weight, bias})) {
     record_batch_norm_backward(y, x, weight, bias, save_mean, save_invstd, options.training);
   }
+  return y;
+}
+
+namespace {
+
+void check_layer_norm_args(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                           const Tensor& bias, double eps) {
+  check_float_tensor(x, "layer_norm");
+  const auto k = static_cast<int64_t>(normalized_shape.size());
+  LOOM_CHECK(k >= 1 && x.dim() >= k &&
+                 Shape(x.sizes().end() - k, x.sizes().end()) == normalized_shape,
+             ValueError,
+             "[layer_norm] input {} does not end in normalized_shape {}; pass the sizes of the "
+             "trailing dims to normalize over",
+             shape_str(x.sizes()), shape_str(normalized_shape));
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    LOOM_CHECK(!t->defined() || t->sizes() == normalized_shape, ValueError,
+               "[layer_norm] {} has shape {}, expected normalized_shape {}", name,
+               shape_str(t->sizes()), shape_str(normalized_shape));
+  }
+  LOOM_CHECK(eps >= 0, ValueError, "[layer_norm] eps must be non-negative, got {}", eps);
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  check_layer_norm_args(x, normalized_shape, weight, bias, eps);
+  Shape dims;
+  for (int64_t d = x.dim() - static_cast<int64_t>(normalized_shape.size()); d < x.dim(); ++d) {
+    dims.push_back(d);
+  }
+  const Tensor centered = x - mean(x, dims, /*keepdim=*/true);
+  const Tensor variance = mean(centered * centered, dims, /*keepdim=*/true);
+  Tensor y = centered / sqrt(variance + eps);
+  if (weight.defined()) y = y * weight;  // broadcast over the leading dims
+  if (bias.defined()) y = y + bias;
   return y;
 }
 
