@@ -254,7 +254,6 @@ void Graph::layer_norm_backward(const LayerNormBackward& u) {
                       {CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, u.scale},
                       {CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, u.mean},
                       {CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, u.inv_variance},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_EPSILON_DESC, u.epsilon},
                       {CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, u.dx},
                       {CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, u.dscale},
                       {CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, u.dbias}}});

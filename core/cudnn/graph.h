@@ -115,7 +115,7 @@ class Graph {
   };
   void layer_norm_forward(const LayerNormForward& uids);
   struct LayerNormBackward {
-    int64_t x, dy, scale, mean, inv_variance, epsilon;
+    int64_t x, dy, scale, mean, inv_variance;
     int64_t dx, dscale, dbias;
   };
   void layer_norm_backward(const LayerNormBackward& uids);

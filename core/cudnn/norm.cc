@@ -110,4 +110,71 @@ void batch_norm_backward(const BatchNormBackwardArgs& a) {
                             a.weight, /*training=*/true);
 }
 
+// ---- layer norm ------------------------------------------------------------------------
+// x (N, D) as (N, D, 1, 1) with D innermost, weight and bias (1, D, 1, 1), the
+// statistics (N, 1, 1, 1), as cudnn-frontend's layer-norm samples lay them out.
+
+namespace {
+
+enum LayerNormUid : int64_t {
+  kLnX = 1, kLnScale, kLnBias, kLnEpsilon, kLnY, kLnMean, kLnInvVar, kLnDy, kLnDx, kLnDScale, kLnDBias,
+};
+
+constexpr std::string_view kLayerNormFallback = "the composite of Loom ops (core/ops/norm.cc)";
+
+TensorSpec rows_spec(const Strided& t, int64_t uid) {
+  const int64_t n = t.sizes[0], d = t.sizes[1];
+  return {.uid = uid, .dims = {n, d, 1, 1}, .strides = {d, 1, d, d}, .dtype = cudnn_dtype(t.dtype),
+          .alignment = pointer_alignment(t.data)};
+}
+
+TensorSpec row_vector_spec(const Strided& t, int64_t uid) {
+  const int64_t d = t.sizes[0];
+  return {.uid = uid, .dims = {1, d, 1, 1}, .strides = {d, 1, d, d}, .dtype = CUDNN_DATA_FLOAT,
+          .alignment = pointer_alignment(t.data)};
+}
+
+TensorSpec statistics_spec(const Strided& t, int64_t uid) {
+  return {.uid = uid, .dims = {t.sizes[0], 1, 1, 1}, .strides = {1, 1, 1, 1}, .dtype = CUDNN_DATA_FLOAT,
+          .alignment = pointer_alignment(t.data)};
+}
+
+}  // namespace
+
+bool layer_norm_forward(const LayerNormArgs& a) {
+  Graph g;
+  g.add_tensor(rows_spec(a.x, kLnX));
+  g.add_tensor(rows_spec(a.y, kLnY));
+  g.add_tensor(row_vector_spec(a.weight, kLnScale));
+  g.add_tensor(row_vector_spec(a.bias, kLnBias));
+  g.add_tensor(statistics_spec(a.mean, kLnMean));
+  g.add_tensor(statistics_spec(a.inv_variance, kLnInvVar));
+  g.add_tensor(scalar_spec(kLnEpsilon, 1e-5));
+  g.layer_norm_forward({.x = kLnX, .scale = kLnScale, .bias = kLnBias, .epsilon = kLnEpsilon,
+                        .y = kLnY, .mean = kLnMean, .inv_variance = kLnInvVar});
+  const float eps = static_cast<float>(a.eps);
+  return run_plan(g, {{kLnX, a.x.data}, {kLnY, a.y.data}, {kLnScale, a.weight.data},
+                      {kLnBias, a.bias.data}, {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data},
+                      {kLnEpsilon, &eps}},
+                  kLayerNormFallback);
+}
+
+bool layer_norm_backward(const LayerNormBackwardArgs& a) {
+  Graph g;
+  g.add_tensor(rows_spec(a.x, kLnX));
+  g.add_tensor(rows_spec(a.dy, kLnDy));
+  g.add_tensor(rows_spec(a.dx, kLnDx));
+  g.add_tensor(row_vector_spec(a.weight, kLnScale));
+  g.add_tensor(row_vector_spec(a.dweight, kLnDScale));
+  g.add_tensor(row_vector_spec(a.dbias, kLnDBias));
+  g.add_tensor(statistics_spec(a.mean, kLnMean));
+  g.add_tensor(statistics_spec(a.inv_variance, kLnInvVar));
+  g.layer_norm_backward({.x = kLnX, .dy = kLnDy, .scale = kLnScale, .mean = kLnMean,
+                         .inv_variance = kLnInvVar, .dx = kLnDx, .dscale = kLnDScale, .dbias = kLnDBias});
+  return run_plan(g, {{kLnX, a.x.data}, {kLnDy, a.dy.data}, {kLnDx, a.dx.data},
+                      {kLnScale, a.weight.data}, {kLnDScale, a.dweight.data}, {kLnDBias, a.dbias.data},
+                      {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data}},
+                  kLayerNormFallback);
+}
+
 }  // namespace loom::cudnn

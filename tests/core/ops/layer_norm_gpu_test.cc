@@ -1,11 +1,16 @@
 // File: tests/core/ops/layer_norm_gpu_test.cc
 // layer_norm on the GPU against the CPU reference, forward and the gradients of
-// x, weight and bias, over ranks, NCHW and channels-last, affine or not.
+// x, weight and bias, over ranks, NCHW and channels-last, affine or not
+// (float32 affine runs cuDNN's layer-norm graphs where they have engines, the
+// rest the composite of ops). Ends with the plan cache's listing.
 // N batch, C channels, H, W.
 #include <doctest/doctest.h>
 
 #include "core/ops/ops.h"
 #include "tests/testing.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cudnn/plan_cache.h"
+#endif
 
 using namespace loom;
 
@@ -42,4 +47,7 @@ LOOM_GPU_TEST_CASE("layer_norm matches the CPU on the GPU, forward and backward"
       }
     }
   }
+#ifdef LOOM_WITH_CUDA
+  MESSAGE(cudnn::PlanCache::global().explain());
+#endif
 }
