@@ -1,44 +1,77 @@
 // File: layers/activation.h
-// Elementwise activations as modules, for Sequential: ReLU, Sigmoid, Tanh,
-// GELU (exact erf form) and SiLU. Any shape and layout; no parameters.
+// Elementwise activations as modules, for Sequential: one generic
+// nn::Activation for every row of core/cpu/activation_math.h, and PyTorch's
+// named modules (ReLU, Sigmoid, Tanh, GELU, SiLU, ELU, LeakyReLU, Softplus) as
+// presets of it. Any shape and layout; no parameters (the scalar is a setting,
+// as in PyTorch).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
+#include "core/ops/activation.h"
 #include "core/tensor.h"
 #include "layers/module.h"
 
 namespace loom::nn {
 
-class ReLU : public Module {
+class Activation : public Module {
  public:
+  // `parameter`: the row's scalar, its default when not given.
+  explicit Activation(ActivationKind kind, std::optional<double> parameter = std::nullopt);
+
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "ReLU"; }
+  std::string type_name() const override;  // PyTorch's class name, "LeakyReLU"
+  std::string extra_repr() const override;
+
+  ActivationKind kind() const { return kind_; }
+  std::optional<double> parameter() const { return parameter_; }
+
+ private:
+  ActivationKind kind_;
+  std::optional<double> parameter_;
 };
 
-class Sigmoid : public Module {
+class ReLU : public Activation {
  public:
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Sigmoid"; }
+  ReLU() : Activation(ActivationKind::Relu) {}
 };
 
-class Tanh : public Module {
+class Sigmoid : public Activation {
  public:
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Tanh"; }
+  Sigmoid() : Activation(ActivationKind::Sigmoid) {}
 };
 
-class GELU : public Module {
+class Tanh : public Activation {
  public:
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "GELU"; }
-  std::string extra_repr() const override { return "approximate='none'"; }
+  Tanh() : Activation(ActivationKind::Tanh) {}
 };
 
-class SiLU : public Module {
+class GELU : public Activation {
  public:
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "SiLU"; }
+  // approximate: "none" (erf) or "tanh".
+  explicit GELU(std::string_view approximate = "none");
+};
+
+class SiLU : public Activation {
+ public:
+  SiLU() : Activation(ActivationKind::Silu) {}
+};
+
+class ELU : public Activation {
+ public:
+  explicit ELU(double alpha = 1.0) : Activation(ActivationKind::Elu, alpha) {}
+};
+
+class LeakyReLU : public Activation {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : Activation(ActivationKind::LeakyRelu, negative_slope) {}
+};
+
+class Softplus : public Activation {
+ public:
+  explicit Softplus(double beta = 1.0) : Activation(ActivationKind::Softplus, beta) {}
 };
 
 }  // namespace loom::nn

@@ -58,12 +58,18 @@ std::shared_ptr<Module> fused_with_relu(const Module& layer) {
   return nullptr;
 }
 
+// A ReLU, as nn::ReLU or the generic nn::Activation of the ReLU row.
+bool is_relu(const Module& module) {
+  const auto* activation = dynamic_cast<const Activation*>(&module);
+  return activation != nullptr && activation->kind() == ActivationKind::Relu;
+}
+
 // The children with every [layer, ReLU] pair fused; false when there was none.
 bool fuse_pairs(NamedModules& children) {
   bool changed = false;
   for (size_t i = 0; i + 1 < children.size(); ++i) {
     const Module& next = *children[i + 1].second;
-    std::shared_ptr<Module> fused = is_exactly<ReLU>(next) ? fused_with_relu(*children[i].second) : nullptr;
+    std::shared_ptr<Module> fused = is_relu(next) ? fused_with_relu(*children[i].second) : nullptr;
     if (!fused) continue;
     auto identity = std::make_shared<Identity>();
     identity->train(next.is_training());

@@ -95,4 +95,37 @@ std::string BatchNorm2d::extra_repr() const {
                      python_bool(options_.affine), python_bool(options_.track_running_stats));
 }
 
+LayerNorm::LayerNorm(Shape normalized_shape, LayerNormOptions options)
+    : normalized_shape_(std::move(normalized_shape)), options_(options) {
+  LOOM_CHECK(!normalized_shape_.empty() && numel_of(normalized_shape_) > 0, ValueError,
+             "[LayerNorm] normalized_shape must name at least one non-empty dim, got {}",
+             shape_str(normalized_shape_));
+  LOOM_CHECK(options.eps >= 0, ValueError, "[LayerNorm] eps must be non-negative, got {}", options.eps);
+  if (options.elementwise_affine) {
+    weight_ = register_parameter("weight", empty(normalized_shape_));
+    if (options.bias) bias_ = register_parameter("bias", empty(normalized_shape_));
+  }
+  reset_parameters();
+}
+
+void LayerNorm::reset_parameters() {
+  NoGradGuard no_grad;
+  if (weight_.defined()) weight_.fill_(1.0);
+  if (bias_.defined()) bias_.zero_();
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, normalized_shape_, weight_, bias_, options_.eps);
+}
+
+// "(4, 5), eps=1e-05, elementwise_affine=True", as PyTorch prints it.
+std::string LayerNorm::extra_repr() const {
+  std::string shape = fmt::format("({}{})", fmt::join(normalized_shape_, ", "),
+                                  normalized_shape_.size() == 1 ? "," : "");
+  std::string repr = fmt::format("{}, eps={}, elementwise_affine={}", shape, python_float(options_.eps),
+                                 python_bool(options_.elementwise_affine));
+  if (options_.elementwise_affine && !options_.bias) repr += ", bias=False";
+  return repr;
+}
+
 }  // namespace loom::nn

@@ -88,4 +88,34 @@ class BatchNorm1d : public BatchNorm2d {
   std::string type_name() const override { return "BatchNorm1d"; }
 };
 
+// LayerNorm, as torch.nn.LayerNorm over loom::layer_norm: normalizes each
+// sample over its trailing normalized_shape dims. Parameters weight = 1 and
+// bias = 0 of normalized_shape when elementwise_affine (bias only with `bias`),
+// so state_dict names match PyTorch's.
+struct LayerNormOptions {
+  double eps = 1e-5;
+  bool elementwise_affine = true;
+  bool bias = true;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, LayerNormOptions options = {});
+
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();
+
+  const Tensor& weight() const { return weight_; }  // undefined unless elementwise_affine
+  const Tensor& bias() const { return bias_; }      // undefined unless affine with bias
+  const Shape& normalized_shape() const { return normalized_shape_; }
+
+  std::string type_name() const override { return "LayerNorm"; }
+  std::string extra_repr() const override;
+
+ private:
+  Shape normalized_shape_;
+  LayerNormOptions options_;
+  Tensor weight_, bias_;
+};
+
 }  // namespace loom::nn

@@ -72,11 +72,15 @@ std::string AvgPool2d::extra_repr() const {
                      options_.padding.str());
 }
 
-AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 output_size) {
-  check_global("AdaptiveAvgPool2d", "AvgPool2d", output_size);
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 output_size) : output_size_(output_size) {
+  LOOM_CHECK(output_size.h > 0 && output_size.w > 0, ValueError,
+             "[AdaptiveAvgPool2d] output_size must be positive, got {}", output_size.pair_str());
 }
 
-Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return global_avg_pool2d(x); }
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  if (output_size_ == Size2(1)) return global_avg_pool2d(x);
+  return adaptive_avg_pool2d(x, output_size_.array());
+}
 
 AdaptiveMaxPool2d::AdaptiveMaxPool2d(Size2 output_size) {
   check_global("AdaptiveMaxPool2d", "MaxPool2d", output_size);

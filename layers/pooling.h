@@ -57,13 +57,16 @@ class AvgPool2d : public Module {
   AvgPool2dOptions options_;
 };
 
-// output_size must be 1 (any other size throws ValueError).
+// Any positive output_size (P, Q): x (N, C, H, W) -> (N, C, P, Q), as adaptive_avg_pool2d.
 class AdaptiveAvgPool2d : public Module {
  public:
   explicit AdaptiveAvgPool2d(Size2 output_size);
-  Tensor forward(const Tensor& x) override;  // x (N, C, H, W) -> (N, C, 1, 1)
+  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "AdaptiveAvgPool2d"; }
-  std::string extra_repr() const override { return "output_size=1"; }
+  std::string extra_repr() const override { return "output_size=" + output_size_.str(); }
+
+ private:
+  Size2 output_size_;
 };
 
 // output_size must be 1 (any other size throws ValueError).

@@ -72,29 +72,6 @@ std::vector<cuda::TensorSlot> tensor_slots(const std::vector<Tensor>& tensors) {
   return out;
 }
 
-cuda::SgdScalars to_cuda(const SgdScalars& s) {
-  return {.lr = s.lr,
-          .momentum = s.momentum,
-          .dampening = s.dampening,
-          .weight_decay = s.weight_decay,
-          .nesterov = s.nesterov,
-          .maximize = s.maximize,
-          .first_step = s.first_step};
-}
-
-cuda::AdamScalars to_cuda(const AdamScalars& s) {
-  return {.lr = s.lr,
-          .beta1 = s.beta1,
-          .beta2 = s.beta2,
-          .eps = s.eps,
-          .weight_decay = s.weight_decay,
-          .step_size = s.step_size,
-          .bias_correction2_sqrt = s.bias_correction2_sqrt,
-          .amsgrad = s.amsgrad,
-          .maximize = s.maximize,
-          .decoupled_weight_decay = s.decoupled_weight_decay};
-}
-
 }  // namespace
 
 // A run waiting for launch_staged(): the slots keep the parameter and its state
@@ -127,14 +104,14 @@ std::vector<UpdateSlot> copy_slots(const std::vector<UpdateSlot*>& slots) {
 void FusedTables::sgd(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
                       const SgdScalars& scalars) {
   cuda::SlotTable& table = tables_->by_site[{group, run}];
-  cuda::stage_scalars(table, slots.front()->param.device().index, to_cuda(scalars));
+  cuda::stage_scalars(table, slots.front()->param.device().index, scalars);
   tables_->staged.push_back({false, &table, copy_slots(slots)});
 }
 
 void FusedTables::adam(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
                        const AdamScalars& scalars) {
   cuda::SlotTable& table = tables_->by_site[{group, run}];
-  cuda::stage_scalars(table, slots.front()->param.device().index, to_cuda(scalars));
+  cuda::stage_scalars(table, slots.front()->param.device().index, scalars);
   tables_->staged.push_back({true, &table, copy_slots(slots)});
 }
 

@@ -13,34 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu/optim_scalars.h"  // SgdScalars, AdamScalars
 #include "optim/optimizer.h"
 
 namespace loom::optim {
-
-// torch.optim.SGD's update for one run of parameters.
-struct SgdScalars {
-  double lr = 0.0;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
-  bool maximize = false;
-  bool first_step = false;  // the momentum buffer starts as the gradient
-};
-
-// torch.optim.Adam / AdamW's update for one run of parameters at one step count.
-struct AdamScalars {
-  double lr = 0.0;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double step_size = 0.0;              // lr / (1 - beta1^step)
-  double bias_correction2_sqrt = 1.0;  // sqrt(1 - beta2^step)
-  bool amsgrad = false;
-  bool maximize = false;
-  bool decoupled_weight_decay = false;  // AdamW
-};
 
 // The device slot tables of an optimizer's fused steps, one per launch site
 // (group, run), kept across steps so that a table is uploaded only when its

@@ -5,6 +5,7 @@
 // float32 for bfloat16 and float16 operands (element.cuh).
 #include <cmath>
 
+#include "core/cpu/activation_math.h"
 #include "core/cpu/elementwise_math.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/elementwise_kernels.h"
@@ -68,6 +69,19 @@ struct ClampBackward {
   __device__ T operator()(T dy, T x) const { return x >= lo && x <= hi ? dy : T(0); }
 };
 
+// One activation row (core/cpu/activation_math.h) and its parameter.
+template <class T, class Row>
+struct ActivationForward {
+  T parameter;
+  __device__ T operator()(T x) const { return Row::forward(x, parameter); }
+};
+
+template <class T, class Row>
+struct ActivationBackward {
+  T parameter;
+  __device__ T operator()(T dy, T saved) const { return Row::backward(dy, saved, parameter); }
+};
+
 // ---- kernels and launch helpers ---------------------------------------------------
 
 // S is the storage type; fn computes in compute_t<S>.
@@ -119,6 +133,24 @@ cudaError_t launch_zip(const Strided& out, const Strided& a, const Strided& b, c
 
 cudaError_t launch_unary(const Strided& out, const Strided& in, UnaryOp op, cudaStream_t stream) {
   return launch_map(out, in, stream, [&]<class T>() { return Unary<T>{op}; });
+}
+
+cudaError_t launch_activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
+                                      double parameter, cudaStream_t stream) {
+  return cpu::visit_activation(kind, [&]<class Row>() {
+    return launch_map(y, x, stream, [&]<class T>() {
+      return ActivationForward<T, Row>{static_cast<T>(parameter)};
+    });
+  });
+}
+
+cudaError_t launch_activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
+                                       cpu::ActivationKind kind, double parameter, cudaStream_t stream) {
+  return cpu::visit_activation(kind, [&]<class Row>() {
+    return launch_zip(dx, dy, saved, stream, [&]<class T>() {
+      return ActivationBackward<T, Row>{static_cast<T>(parameter)};
+    });
+  });
 }
 
 cudaError_t launch_binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op,

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "core/cpu/optim_scalars.h"
 #include "core/dtype.h"
 
 namespace loom::cuda {
@@ -37,32 +38,11 @@ struct TensorSlot {
 // its dependent loads, not bandwidth, bounds these small updates.
 constexpr int64_t kChunkSize = 512;
 
-// The scalars of one update, as torch.optim computes them in Python doubles.
-// Every field is cast to the tensors' dtype once, as PyTorch casts its scalars.
-// The kernels read them from device memory: a step's scalars are written before
-// its launch, so a replayed graph picks up the current learning rate.
-struct SgdScalars {
-  double lr = 0.0;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
-  bool maximize = false;
-  bool first_step = false;  // the momentum buffer (state[0]) starts as the gradient
-};
-
-struct AdamScalars {
-  double lr = 0.0;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double step_size = 0.0;               // lr / (1 - beta1^step)
-  double bias_correction2_sqrt = 1.0;   // sqrt(1 - beta2^step)
-  bool amsgrad = false;
-  bool maximize = false;
-  bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * weight_decay
-};
+// The scalars of one update (declared with the optimizers). The kernels read
+// them from device memory: a step's scalars are written before its launch, so
+// a replayed graph picks up the current learning rate.
+using optim::AdamScalars;
+using optim::SgdScalars;
 
 // dst[0 .. count) = src[0 .. count) (host), through kernel arguments.
 cudaError_t launch_store_slots(TensorSlot* dst, const TensorSlot* src, int count,

@@ -7,12 +7,9 @@
 // groups are implied by C / (filter C).
 #pragma once
 
-#include <string>
-
 #include "core/cpu/conv.h"  // ConvParams, shared with the CPU reference
 #include "core/cudnn/graph.h"
 #include "core/cudnn/plan.h"
-#include "core/cudnn/plan_cache.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -31,10 +28,7 @@ Graph conv2d_graph(ConvDirection direction, const Strided& x, const Strided& w, 
 VariantPointers conv_pointers(const Strided& x, const Strided& w, const Strided& y);
 
 // For every graph with a conv in it (these and the fused ones, fused.h): the
-// geometry cuDNN takes, the key values, and the name explain() shows.
+// geometry cuDNN takes.
 ConvGeometry conv_geometry(const cpu::ConvParams& p);
-void add_conv_params(PlanKey& key, const cpu::ConvParams& p);
-std::string conv_graph_name(GraphKind kind, const Strided& x, const Strided& w,
-                            const cpu::ConvParams& p);
 
 }  // namespace loom::cudnn

@@ -1,17 +1,16 @@
 // File: core/cudnn/fused.cc
-// The fused graphs of fused.h: build, cache (one GraphKind per pattern), run.
-// A graph without an engine is cached as unsupported and the call returns false.
+// The fused graphs of fused.h, each described with the graph builder and run
+// through run_plan. A graph without an engine is cached as unsupported and the
+// call returns false (the op then runs the unfused kernels).
 //
 // N batch, C channels, H, W input, K out channels, P, Q output; M rows, In, Out features.
 #include "core/cudnn/fused.h"
 
-#include <fmt/format.h>
 
 #include <atomic>
 #include <string>
 #include <string_view>
 
-#include "core/cudnn/context.h"
 #include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
@@ -30,12 +29,15 @@ RunCounters& counters() {
   return c;
 }
 
-// Runs the plan when there is one. Intermediates are virtual, so plans need no
-// buffers beyond the workspace.
-bool run(const std::shared_ptr<const Plan>& plan, const VariantPointers& pointers,
-         std::atomic<int64_t>& runs) {
-  if (!plan) return false;
-  plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
+// What runs a pattern no variant has an engine for.
+constexpr std::string_view kUnfused = "the unfused ops (core/ops/fused.cc)";
+
+// Runs the graph when it has a plan, counting the run. Intermediates are
+// virtual, so plans need no buffers beyond the workspace. `fallback_tier` is
+// empty for a variant whose failure only means the next variant is tried.
+bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
+         std::string_view fallback_tier = kUnfused) {
+  if (!run_plan(graph, pointers, fallback_tier)) return false;
   ++runs;
   return true;
 }
@@ -65,10 +67,6 @@ void add_channels(Graph& g, int64_t channels, const VariantPointers& tensors) {
   for (const auto& [uid, ptr] : tensors) g.add_tensor(channel_spec(channels, uid, ptr));
 }
 
-void add_alignments(PlanKey& key, const VariantPointers& tensors) {
-  for (const auto& [uid, ptr] : tensors) key.add(pointer_alignment(ptr));
-}
-
 }  // namespace
 
 // ---- conv + bias + ReLU -----------------------------------------------------------
@@ -84,27 +82,20 @@ bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided&
   TensorSpec xs = spec_of(x, kConvX), ws = spec_of(w, kConvW), ys = spec_of(y, kConvY);
   std::optional<TensorSpec> bs;
   if (b) bs = bias_spec(*b, kConvB);
-  PlanKey key(GraphKind::ConvBiasReluForward, numerics_policy());
-  key.add_tensor(xs).add_tensor(ws).add_tensor(ys).add(bs.has_value());
-  if (bs) key.add_tensor(*bs);
-  add_conv_params(key, p);
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph g(conv_graph_name(GraphKind::ConvBiasReluForward, x, w, p));
-    for (const TensorSpec& s : {xs, ws, ys, virtual_like(ys, kConvOut)}) g.add_tensor(s);
-    g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, conv_geometry(p), CUDNN_DATA_FLOAT);
-    int64_t pre_relu = kConvOut;
-    if (bs) {
-      g.add_tensor(*bs);
-      g.add_tensor(virtual_like(ys, kConvBiased));
-      g.pointwise(CUDNN_POINTWISE_ADD, kConvOut, kConvB, kConvBiased);
-      pre_relu = kConvBiased;
-    }
-    g.pointwise(CUDNN_POINTWISE_RELU_FWD, pre_relu, std::nullopt, kConvY);
-    return g;
-  }, /*precision_filter_applies=*/true);
+  Graph g;
+  for (const TensorSpec& s : {xs, ws, ys, virtual_like(ys, kConvOut)}) g.add_tensor(s);
+  g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, conv_geometry(p), CUDNN_DATA_FLOAT);
+  int64_t pre_relu = kConvOut;
+  if (bs) {
+    g.add_tensor(*bs);
+    g.add_tensor(virtual_like(ys, kConvBiased));
+    g.pointwise(CUDNN_POINTWISE_ADD, kConvOut, kConvB, kConvBiased);
+    pre_relu = kConvBiased;
+  }
+  g.pointwise(CUDNN_POINTWISE_RELU_FWD, pre_relu, std::nullopt, kConvY);
   VariantPointers pointers = {{kConvX, x.data}, {kConvW, w.data}, {kConvY, y.data}};
   if (b) pointers.push_back({kConvB, b->data});
-  return run(plan, pointers, counters().conv_bias_relu);
+  return run(g, pointers, counters().conv_bias_relu);
 }
 
 // ---- batch norm + (residual) + ReLU, forward and backward ------------------------------
@@ -165,22 +156,12 @@ int64_t add_residual(Graph& g, const TensorSpec& like, int64_t pre,
 // "GT bitmask") or its output y (cudnn-frontend's layer-norm bitmask sample).
 enum class MaskFrom { None, PreRelu, Output };
 
-std::string_view mask_from_name(MaskFrom from) {
-  switch (from) {
-    case MaskFrom::None: return "";
-    case MaskFrom::PreRelu: return " mask(pre > 0)";
-    case MaskFrom::Output: return " mask(y > 0)";
-  }
-  return "";
-}
-
 // x -> NORM_FORWARD (training) -> bn (virtual) -> (+ z) -> relu -> y, and
 // optionally CMP_GT(pre or y, 0) -> mask (BOOLEAN, packed bits)
 Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual,
                             const std::optional<Strided>& mask, MaskFrom from) {
   TensorSpec ys = spec_of(a.y, kBnY);
-  Graph g(fmt::format("{} x{}{}{}", graph_kind_name(GraphKind::BatchNormReluForward), describe(a.x),
-                      residual ? " +z" : "", mask_from_name(from)));
+  Graph g;
   g.add_tensor(spec_of(a.x, kBnX));
   g.add_tensor(ys);
   add_channels(g, a.x.sizes[1], forward_channels(a));
@@ -200,20 +181,6 @@ Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<
     g.pointwise(CUDNN_POINTWISE_CMP_GT, from == MaskFrom::PreRelu ? pre_relu : kBnY, kZero, kMask);
   }
   return g;
-}
-
-// The plan for one forward variant, or nullptr.
-std::shared_ptr<const Plan> bn_relu_forward_plan(const BatchNormTrainingArgs& a,
-                                                 const std::optional<Strided>& residual,
-                                                 const std::optional<Strided>& mask, MaskFrom from) {
-  PlanKey key(GraphKind::BatchNormReluForward, numerics_policy());
-  key.add_tensor(spec_of(a.x, kBnX)).add_tensor(spec_of(a.y, kBnY)).add(residual.has_value());
-  if (residual) key.add_tensor(spec_of(*residual, kBnZ));
-  key.add(static_cast<int64_t>(from));
-  if (from != MaskFrom::None) key.add_tensor(mask_spec(a.x, *mask));
-  add_alignments(key, forward_channels(a));
-  return PlanCache::global().get(key, [&] { return bn_relu_forward_graph(a, residual, mask, from); },
-                                 /*precision_filter_applies=*/false);
 }
 
 }  // namespace
@@ -239,13 +206,13 @@ BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& a,
     VariantPointers with_mask = pointers;
     with_mask.insert(with_mask.end(), {{kMask, relu_mask->data}, {kZero, &zero}});
     for (MaskFrom from : {MaskFrom::PreRelu, MaskFrom::Output}) {
-      if (run(bn_relu_forward_plan(a, residual, relu_mask, from), with_mask,
-              counters().bn_relu_forward)) {
+      if (run(bn_relu_forward_graph(a, residual, relu_mask, from), with_mask,
+              counters().bn_relu_forward, /*fallback_tier=*/"")) {
         return BnReluForward::FusedWithMask;
       }
     }
   }
-  if (run(bn_relu_forward_plan(a, residual, std::nullopt, MaskFrom::None), pointers,
+  if (run(bn_relu_forward_graph(a, residual, std::nullopt, MaskFrom::None), pointers,
           counters().bn_relu_forward)) {
     return BnReluForward::Fused;
   }
@@ -261,16 +228,6 @@ enum class ReluSource {
   PointwiseRecompute,  // the same recompute written as SUB, MUL, MUL, ADD
   SavedOutput,         // the forward's output y, a non-virtual input
 };
-
-std::string_view source_name(ReluSource source) {
-  switch (source) {
-    case ReluSource::Mask: return "dy * mask";
-    case ReluSource::NormInference: return "bn inference recompute";
-    case ReluSource::PointwiseRecompute: return "pointwise recompute";
-    case ReluSource::SavedOutput: return "saved y";
-  }
-  return "";
-}
 
 bool recomputes(ReluSource s) {
   return s == ReluSource::NormInference || s == ReluSource::PointwiseRecompute;
@@ -306,8 +263,7 @@ int64_t recompute_pre_relu(Graph& g, const TensorSpec& like, ReluSource source,
 // NORM_BACKWARD -> dx, dscale, dbias
 Graph bn_relu_backward_graph(const BatchNormReluBackwardArgs& a, ReluSource source) {
   TensorSpec xs = spec_of(a.x, kBnX);
-  Graph g(fmt::format("{} x{}{} relu from {}", graph_kind_name(GraphKind::BatchNormReluBackward),
-                      describe(a.x), a.residual ? " +z" : "", source_name(source)));
+  Graph g;
   g.add_tensor(xs);
   g.add_tensor(spec_of(a.dy, kBnDy));
   g.add_tensor(spec_of(a.dx, kBnDx));
@@ -340,17 +296,6 @@ VariantPointers backward_pointers(const BatchNormReluBackwardArgs& a, ReluSource
   return pointers;
 }
 
-PlanKey backward_key(const BatchNormReluBackwardArgs& a, ReluSource source) {
-  PlanKey key(GraphKind::BatchNormReluBackward, numerics_policy());
-  key.add(static_cast<int64_t>(source)).add(a.residual.has_value());
-  key.add_tensor(spec_of(a.x, kBnX)).add_tensor(spec_of(a.dy, kBnDy)).add_tensor(spec_of(a.dx, kBnDx));
-  if (source == ReluSource::SavedOutput) key.add_tensor(spec_of(a.y, kBnY));
-  if (source == ReluSource::Mask) key.add_tensor(mask_spec(a.x, *a.relu_mask));
-  if (a.residual) key.add_tensor(spec_of(*a.residual, kBnZ)).add_tensor(spec_of(*a.dresidual, kDPre));
-  add_alignments(key, backward_channels(a, source));
-  return key;
-}
-
 }  // namespace
 
 bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& a) {
@@ -358,10 +303,11 @@ bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& a) {
   for (ReluSource source : {ReluSource::Mask, ReluSource::NormInference,
                             ReluSource::PointwiseRecompute, ReluSource::SavedOutput}) {
     if (source == ReluSource::Mask && (!a.relu_mask || !mask_packing_agrees(a.x))) continue;
-    auto plan = PlanCache::global().get(backward_key(a, source),
-                                        [&] { return bn_relu_backward_graph(a, source); },
-                                        /*precision_filter_applies=*/false);
-    if (run(plan, backward_pointers(a, source), counters().bn_relu_backward)) return true;
+    const std::string_view tier = source == ReluSource::SavedOutput ? kUnfused : "";
+    if (run(bn_relu_backward_graph(a, source), backward_pointers(a, source),
+            counters().bn_relu_backward, tier)) {
+      return true;
+    }
   }
   return false;
 }
@@ -378,17 +324,11 @@ bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, c
   if (!fusable(dx)) return false;
   TensorSpec dxs = spec_of(dx, kDgDx), dys = spec_of(dy, kDgDy), ws = spec_of(w, kDgW);
   TensorSpec rs = spec_of(r, kDgR);
-  PlanKey key(GraphKind::ConvBackwardDataRelu, numerics_policy());
-  key.add_tensor(dxs).add_tensor(dys).add_tensor(ws).add_tensor(rs);
-  add_conv_params(key, p);
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph g(conv_graph_name(GraphKind::ConvBackwardDataRelu, dx, w, p));
-    for (const TensorSpec& s : {dxs, dys, ws, rs, virtual_like(dxs, kDgPre)}) g.add_tensor(s);
-    g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, conv_geometry(p), CUDNN_DATA_FLOAT);
-    g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDgPre, kDgR, kDgDx);
-    return g;
-  }, /*precision_filter_applies=*/true);
-  return run(plan, {{kDgDx, dx.data}, {kDgDy, dy.data}, {kDgW, w.data}, {kDgR, r.data}},
+  Graph g;
+  for (const TensorSpec& s : {dxs, dys, ws, rs, virtual_like(dxs, kDgPre)}) g.add_tensor(s);
+  g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, conv_geometry(p), CUDNN_DATA_FLOAT);
+  g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDgPre, kDgR, kDgDx);
+  return run(g, {{kDgDx, dx.data}, {kDgDy, dy.data}, {kDgW, w.data}, {kDgR, r.data}},
              counters().dgrad_relu);
 }
 
@@ -413,28 +353,20 @@ TensorSpec matrix_spec(const Strided& t, int64_t uid, int64_t rows, int64_t cols
 
 bool linear_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
                               const Strided& b) {
-  const Precision precision = numerics_policy().precision;
-  // Strict fp32 forbids the TF32 the fp32 engines use; 16-bit data has no such concern.
-  if (!fusable(x) || (x.dtype == DType::Float32 && precision == Precision::StrictFp32)) return false;
+  if (!fusable(x)) return false;
   const int64_t m = x.sizes[0], in = x.sizes[1], out = w.sizes[0];
   TensorSpec xs = matrix_spec(x, kMmX, m, in, in, 1);
   TensorSpec ws = matrix_spec(w, kMmW, in, out, 1, in);  // w (Out, In) row-major, read as w^T
   TensorSpec bs = matrix_spec(b, kMmB, 1, out, out, 1);
   TensorSpec ys = matrix_spec(y, kMmY, m, out, out, 1);
-  PlanKey key(GraphKind::MatmulBiasRelu, numerics_policy());
-  key.add_tensor(xs).add_tensor(ws).add_tensor(bs).add_tensor(ys);
-  auto plan = PlanCache::global().get(key, [&] {
-    Graph g(fmt::format("{} x({}, {}) w({}, {}) {}", graph_kind_name(GraphKind::MatmulBiasRelu), m,
-                        in, out, in, dtype_name(x.dtype)));
-    for (const TensorSpec& s : {xs, ws, bs, ys, virtual_like(ys, kMmProduct), virtual_like(ys, kMmBiased)}) {
-      g.add_tensor(s);
-    }
-    g.matmul(kMmX, kMmW, kMmProduct, CUDNN_DATA_FLOAT);
-    g.pointwise(CUDNN_POINTWISE_ADD, kMmProduct, kMmB, kMmBiased);
-    g.pointwise(CUDNN_POINTWISE_RELU_FWD, kMmBiased, std::nullopt, kMmY);
-    return g;
-  }, /*precision_filter_applies=*/true);
-  return run(plan, {{kMmX, x.data}, {kMmW, w.data}, {kMmB, b.data}, {kMmY, y.data}},
+  Graph g;
+  for (const TensorSpec& s : {xs, ws, bs, ys, virtual_like(ys, kMmProduct), virtual_like(ys, kMmBiased)}) {
+    g.add_tensor(s);
+  }
+  g.matmul(kMmX, kMmW, kMmProduct, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_ADD, kMmProduct, kMmB, kMmBiased);
+  g.pointwise(CUDNN_POINTWISE_RELU_FWD, kMmBiased, std::nullopt, kMmY);
+  return run(g, {{kMmX, x.data}, {kMmW, w.data}, {kMmB, b.data}, {kMmY, y.data}},
              counters().matmul_bias_relu);
 }
 

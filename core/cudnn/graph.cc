@@ -1,6 +1,8 @@
 #include "core/cudnn/graph.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -12,7 +14,7 @@ namespace {
 
 using Fraction = cudnnFraction_t;
 
-std::vector<Fraction> fractions(const std::vector<int64_t>& values) {
+std::vector<Fraction> fractions(std::span<const int64_t> values) {
   std::vector<Fraction> out;
   for (int64_t v : values) out.push_back({v, 1});
   return out;
@@ -28,11 +30,110 @@ void set_scaling(Descriptor& op, cudnnBackendAttributeName_t alpha,
   }
 }
 
-// Resample alpha/beta are deprecated in 9.19 but cudnn-frontend still sets them
-// (as DOUBLE), so engines may still read them.
-void set_resample_scaling(Descriptor& op, cudnnBackendAttributeName_t alpha,
-                          cudnnBackendAttributeName_t beta) {
-  op.set_double(alpha, 1.0).set_double(beta, 0.0);
+// The three conv directions are one operation with different attribute names.
+struct ConvAttributes {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+const ConvAttributes kConvAttributes[] = {
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+};
+
+std::string pointwise_name(int64_t mode) {
+  switch (static_cast<cudnnPointwiseMode_t>(mode)) {
+    case CUDNN_POINTWISE_ADD: return "add";
+    case CUDNN_POINTWISE_MUL: return "mul";
+    case CUDNN_POINTWISE_SUB: return "sub";
+    case CUDNN_POINTWISE_DIV: return "div";
+    case CUDNN_POINTWISE_MAX: return "max";
+    case CUDNN_POINTWISE_MIN: return "min";
+    case CUDNN_POINTWISE_EXP: return "exp";
+    case CUDNN_POINTWISE_LOG: return "log";
+    case CUDNN_POINTWISE_IDENTITY: return "identity";
+    case CUDNN_POINTWISE_RELU_FWD: return "relu_fwd";
+    case CUDNN_POINTWISE_TANH_FWD: return "tanh_fwd";
+    case CUDNN_POINTWISE_SIGMOID_FWD: return "sigmoid_fwd";
+    case CUDNN_POINTWISE_ELU_FWD: return "elu_fwd";
+    case CUDNN_POINTWISE_GELU_FWD: return "gelu_fwd";
+    case CUDNN_POINTWISE_SOFTPLUS_FWD: return "softplus_fwd";
+    case CUDNN_POINTWISE_SWISH_FWD: return "swish_fwd";
+    case CUDNN_POINTWISE_GELU_APPROX_TANH_FWD: return "gelu_tanh_fwd";
+    case CUDNN_POINTWISE_RELU_BWD: return "relu_bwd";
+    case CUDNN_POINTWISE_TANH_BWD: return "tanh_bwd";
+    case CUDNN_POINTWISE_SIGMOID_BWD: return "sigmoid_bwd";
+    case CUDNN_POINTWISE_ELU_BWD: return "elu_bwd";
+    case CUDNN_POINTWISE_GELU_BWD: return "gelu_bwd";
+    case CUDNN_POINTWISE_SOFTPLUS_BWD: return "softplus_bwd";
+    case CUDNN_POINTWISE_SWISH_BWD: return "swish_bwd";
+    case CUDNN_POINTWISE_GELU_APPROX_TANH_BWD: return "gelu_tanh_bwd";
+    case CUDNN_POINTWISE_CMP_GT: return "cmp_gt";
+    default: return fmt::format("pointwise{}", mode);
+  }
+}
+
+std::string node_name(const Node& n) {
+  const bool batch = n.mode == CUDNN_BATCH_NORM;
+  switch (n.kind) {
+    case NodeKind::ConvForward: return "conv_fprop";
+    case NodeKind::ConvBackwardData: return "conv_dgrad";
+    case NodeKind::ConvBackwardFilter: return "conv_wgrad";
+    case NodeKind::Matmul: return "matmul";
+    case NodeKind::Pointwise: return pointwise_name(n.mode);
+    case NodeKind::Reduction: return "reduction";
+    case NodeKind::NormForward:
+      return fmt::format("{}_fwd_{}", batch ? "bn" : "ln",
+                         n.phase == CUDNN_NORM_FWD_TRAINING ? "train" : "infer");
+    case NodeKind::NormBackward: return batch ? "bn_bwd" : "ln_bwd";
+    case NodeKind::ResampleForward:
+      return n.mode == CUDNN_RESAMPLE_MAXPOOL ? "maxpool_fwd" : "avgpool_fwd";
+    case NodeKind::ResampleBackward:
+      return n.mode == CUDNN_RESAMPLE_MAXPOOL ? "maxpool_bwd" : "avgpool_bwd";
+  }
+  return "?";
+}
+
+std::string_view dtype_short(cudnnDataType_t dtype) {
+  switch (dtype) {
+    case CUDNN_DATA_FLOAT: return "f32";
+    case CUDNN_DATA_DOUBLE: return "f64";
+    case CUDNN_DATA_HALF: return "f16";
+    case CUDNN_DATA_BFLOAT16: return "bf16";
+    case CUDNN_DATA_INT8: return "i8";
+    case CUDNN_DATA_BOOLEAN: return "bool";
+    default: return "other";
+  }
+}
+
+// "(8, 3, 32, 32) nhwc f32"
+std::string describe_spec(const TensorSpec& t) {
+  const bool nhwc = t.dims.size() == 4 && t.dims[1] > 1 && t.strides[1] == 1;
+  return fmt::format("({}){} {}", fmt::join(t.dims, ", "), nhwc ? " nhwc" : "", dtype_short(t.dtype));
+}
+
+// The attribute that holds a pointwise mode's scalar, for the modes that have one.
+std::optional<cudnnBackendAttributeName_t> pointwise_parameter(int64_t mode) {
+  switch (static_cast<cudnnPointwiseMode_t>(mode)) {
+    case CUDNN_POINTWISE_RELU_FWD:
+    case CUDNN_POINTWISE_RELU_BWD: return CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE;
+    case CUDNN_POINTWISE_ELU_FWD:
+    case CUDNN_POINTWISE_ELU_BWD: return CUDNN_ATTR_POINTWISE_ELU_ALPHA;
+    case CUDNN_POINTWISE_SOFTPLUS_FWD:
+    case CUDNN_POINTWISE_SOFTPLUS_BWD: return CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA;
+    case CUDNN_POINTWISE_SWISH_FWD:
+    case CUDNN_POINTWISE_SWISH_BWD: return CUDNN_ATTR_POINTWISE_SWISH_BETA;
+    default: return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -47,235 +148,341 @@ void set_handle(Descriptor& d, cudnnBackendAttributeName_t name, cudnnHandle_t h
 #pragma GCC diagnostic pop
 }
 
+// ---- the description ------------------------------------------------------------------
+
 void Graph::add_tensor(const TensorSpec& spec) {
-  LOOM_CHECK(!tensors_.contains(spec.uid), ValueError, "[cudnn graph {}] tensor uid {} added twice",
-             name_, spec.uid);
-  Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  d.set_data_type(CUDNN_ATTR_TENSOR_DATA_TYPE, spec.dtype)
-      .set_int64s(CUDNN_ATTR_TENSOR_DIMENSIONS, spec.dims)
-      .set_int64s(CUDNN_ATTR_TENSOR_STRIDES, spec.strides)
-      .set_int64(CUDNN_ATTR_TENSOR_UNIQUE_ID, spec.uid)
-      .set_int64(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, spec.alignment)
-      .set_bool(CUDNN_ATTR_TENSOR_IS_VIRTUAL, spec.is_virtual);
-  if (spec.by_value) d.set_bool(CUDNN_ATTR_TENSOR_IS_BY_VALUE, true);
-  d.finalize();
-  tensors_.emplace(spec.uid, std::move(d));
+  LOOM_CHECK(std::none_of(specs_.begin(), specs_.end(),
+                          [&](const TensorSpec& t) { return t.uid == spec.uid; }),
+             ValueError, "[cudnn graph {}] tensor uid {} added twice", pattern(), spec.uid);
   specs_.push_back(spec);
 }
 
-const Descriptor& Graph::tensor(int64_t uid) const {
+void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const ConvGeometry& g,
+                 cudnnDataType_t compute) {
+  const ConvAttributes& a = kConvAttributes[static_cast<int>(direction)];
+  Node node{.kind = static_cast<NodeKind>(static_cast<int>(direction)), .compute = compute,
+            .ports = {{a.x, x}, {a.w, w}, {a.y, y}}};
+  for (const auto* v : {&g.stride, &g.pre_padding, &g.post_padding, &g.dilation}) {
+    node.params.insert(node.params.end(), v->begin(), v->end());
+  }
+  add_node(std::move(node));
+}
+
+void Graph::matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute) {
+  add_node({.kind = NodeKind::Matmul, .compute = compute,
+            .ports = {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a},
+                      {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+                      {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c}}});
+}
+
+void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y,
+                      std::optional<double> parameter) {
+  Node node{.kind = NodeKind::Pointwise, .mode = mode, .parameter = parameter,
+            .ports = {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+                      {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}}};
+  if (b) node.ports.push_back({CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b});
+  add_node(std::move(node));
+}
+
+void Graph::pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx,
+                               std::optional<double> parameter) {
+  add_node({.kind = NodeKind::Pointwise, .mode = mode, .parameter = parameter,
+            .ports = {{CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy},
+                      {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+                      {CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, dx}}});
+}
+
+void Graph::reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y) {
+  add_node({.kind = NodeKind::Reduction, .mode = op,
+            .ports = {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+                      {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y}}});
+}
+
+void Graph::batch_norm_forward(const BatchNormForward& u) {
+  add_node({.kind = NodeKind::NormForward, .mode = CUDNN_BATCH_NORM, .phase = CUDNN_NORM_FWD_TRAINING,
+            .ports = {{CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, u.x},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, u.scale},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, u.bias},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, u.epsilon},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC, u.momentum},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC, u.in_running_mean},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC, u.in_running_var},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, u.y},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, u.mean},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, u.inv_variance},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC, u.out_running_mean},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC, u.out_running_var}}});
+}
+
+void Graph::batch_norm_backward(const BatchNormBackward& u) {
+  add_node({.kind = NodeKind::NormBackward, .mode = CUDNN_BATCH_NORM,
+            .ports = {{CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, u.x},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC, u.dy},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, u.scale},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, u.mean},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, u.inv_variance},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, u.dx},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, u.dscale},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, u.dbias}}});
+}
+
+void Graph::batch_norm_inference(const BatchNormInference& u) {
+  add_node({.kind = NodeKind::NormForward, .mode = CUDNN_BATCH_NORM, .phase = CUDNN_NORM_FWD_INFERENCE,
+            .ports = {{CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, u.x},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, u.mean},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, u.inv_variance},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, u.scale},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, u.bias},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, u.y}}});
+}
+
+void Graph::layer_norm_forward(const LayerNormForward& u) {
+  add_node({.kind = NodeKind::NormForward, .mode = CUDNN_LAYER_NORM, .phase = CUDNN_NORM_FWD_TRAINING,
+            .ports = {{CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, u.x},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, u.scale},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, u.bias},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, u.epsilon},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, u.y},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, u.mean},
+                      {CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, u.inv_variance}}});
+}
+
+void Graph::layer_norm_backward(const LayerNormBackward& u) {
+  add_node({.kind = NodeKind::NormBackward, .mode = CUDNN_LAYER_NORM,
+            .ports = {{CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, u.x},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC, u.dy},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, u.scale},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, u.mean},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, u.inv_variance},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, u.dx},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, u.dscale},
+                      {CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, u.dbias}}});
+}
+
+namespace {
+
+std::vector<int64_t> pool_params(const PoolGeometry& g) {
+  std::vector<int64_t> params;
+  for (const auto* v : {&g.window, &g.stride, &g.pre_padding, &g.post_padding}) {
+    params.insert(params.end(), v->begin(), v->end());
+  }
+  return params;
+}
+
+}  // namespace
+
+void Graph::resample_forward(const PoolGeometry& geometry, int64_t x, int64_t y,
+                             std::optional<int64_t> index) {
+  Node node{.kind = NodeKind::ResampleForward, .mode = geometry.mode,
+            .ports = {{CUDNN_ATTR_OPERATION_RESAMPLE_FWD_XDESC, x},
+                      {CUDNN_ATTR_OPERATION_RESAMPLE_FWD_YDESC, y}},
+            .params = pool_params(geometry)};
+  if (index) node.ports.push_back({CUDNN_ATTR_OPERATION_RESAMPLE_FWD_IDXDESC, *index});
+  add_node(std::move(node));
+}
+
+void Graph::resample_backward(const PoolGeometry& geometry, const ResampleBackward& u) {
+  Node node{.kind = NodeKind::ResampleBackward, .mode = geometry.mode,
+            .ports = {{CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DYDESC, u.dy},
+                      {CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DXDESC, u.dx}},
+            .params = pool_params(geometry)};
+  if (u.x) node.ports.push_back({CUDNN_ATTR_OPERATION_RESAMPLE_BWD_XDESC, *u.x});
+  if (u.y) node.ports.push_back({CUDNN_ATTR_OPERATION_RESAMPLE_BWD_YDESC, *u.y});
+  if (u.index) node.ports.push_back({CUDNN_ATTR_OPERATION_RESAMPLE_BWD_IDXDESC, *u.index});
+  add_node(std::move(node));
+}
+
+bool Graph::has_node(NodeKind kind) const {
+  return std::any_of(nodes_.begin(), nodes_.end(), [kind](const Node& n) { return n.kind == kind; });
+}
+
+void Graph::append_canonical(std::vector<int64_t>& out) const {
+  out.push_back(static_cast<int64_t>(specs_.size()));
+  for (const TensorSpec& t : specs_) {
+    out.push_back(t.uid);
+    out.push_back(static_cast<int64_t>(t.dims.size()));
+    out.insert(out.end(), t.dims.begin(), t.dims.end());
+    for (size_t i = 0; i < t.strides.size(); ++i) out.push_back(t.dims[i] == 1 ? 0 : t.strides[i]);
+    out.insert(out.end(), {static_cast<int64_t>(t.dtype), t.alignment, t.is_virtual, t.by_value});
+  }
+  out.push_back(static_cast<int64_t>(nodes_.size()));
+  for (const Node& n : nodes_) {
+    out.insert(out.end(), {static_cast<int64_t>(n.kind), n.mode, n.phase,
+                           static_cast<int64_t>(n.compute), n.parameter.has_value(),
+                           std::bit_cast<int64_t>(n.parameter.value_or(0)),
+                           static_cast<int64_t>(n.ports.size())});
+    for (const auto& [attribute, uid] : n.ports) out.insert(out.end(), {static_cast<int64_t>(attribute), uid});
+    out.push_back(static_cast<int64_t>(n.params.size()));
+    out.insert(out.end(), n.params.begin(), n.params.end());
+  }
+}
+
+std::string Graph::pattern() const {
+  std::vector<std::string> ops;
+  for (const Node& n : nodes_) ops.push_back(node_name(n));
+  std::vector<std::string> io;
+  for (const TensorSpec& t : specs_) {
+    const bool per_channel = t.dims.size() == 4 && t.dims[0] == 1 && t.dims[2] == 1 && t.dims[3] == 1;
+    if (!t.is_virtual && !t.by_value && !per_channel) io.push_back(describe_spec(t));
+  }
+  std::string out = fmt::format("{} {}", fmt::join(ops, "+"), fmt::join(io, " "));
+  for (const Node& n : nodes_) {
+    if (!n.params.empty()) return fmt::format("{} [{}]", out, fmt::join(n.params, " "));
+  }
+  return out;
+}
+
+// ---- the descriptors -------------------------------------------------------------------
+
+BuiltGraph::BuiltGraph(Graph graph, cudnnHandle_t handle) : graph_(std::move(graph)) {
+  for (const TensorSpec& spec : graph_.tensors()) {
+    Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    d.set_data_type(CUDNN_ATTR_TENSOR_DATA_TYPE, spec.dtype)
+        .set_int64s(CUDNN_ATTR_TENSOR_DIMENSIONS, spec.dims)
+        .set_int64s(CUDNN_ATTR_TENSOR_STRIDES, spec.strides)
+        .set_int64(CUDNN_ATTR_TENSOR_UNIQUE_ID, spec.uid)
+        .set_int64(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, spec.alignment)
+        .set_bool(CUDNN_ATTR_TENSOR_IS_VIRTUAL, spec.is_virtual);
+    if (spec.by_value) d.set_bool(CUDNN_ATTR_TENSOR_IS_BY_VALUE, true);
+    d.finalize();
+    tensors_.emplace(spec.uid, std::move(d));
+  }
+  for (const Node& node : graph_.nodes()) build(node);
+  std::vector<const Descriptor*> ops;
+  for (const Descriptor& op : operations_) ops.push_back(&op);
+  Descriptor op_graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  op_graph.set_descriptors(CUDNN_ATTR_OPERATIONGRAPH_OPS, ops);
+  set_handle(op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle);
+  op_graph.finalize();
+  operation_graph_ = std::move(op_graph);
+}
+
+const Descriptor& BuiltGraph::tensor(int64_t uid) const {
   auto it = tensors_.find(uid);
-  LOOM_CHECK(it != tensors_.end(), ValueError, "[cudnn graph {}] no tensor with uid {}", name_, uid);
+  LOOM_CHECK(it != tensors_.end(), ValueError, "[cudnn graph {}] no tensor with uid {}",
+             graph_.pattern(), uid);
   return it->second;
 }
 
-Descriptor& Graph::keep(Descriptor descriptor) {
+Descriptor& BuiltGraph::keep(Descriptor descriptor) {
   attributes_.push_back(std::move(descriptor));
   return attributes_.back();
 }
 
-void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y,
-                 const ConvGeometry& g, cudnnDataType_t compute) {
-  Descriptor& conv = keep(Descriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
-  conv.set_data_type(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, compute)
-      .set_enum(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
-      .set_int64(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, static_cast<int64_t>(g.stride.size()))
-      .set_int64s(CUDNN_ATTR_CONVOLUTION_DILATIONS, g.dilation)
-      .set_int64s(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, g.stride)
-      .set_int64s(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, g.pre_padding)
-      .set_int64s(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, g.post_padding);
-  conv.finalize();
-  // The three directions are one operation with different attribute names.
-  struct ConvAttributes {
-    cudnnBackendDescriptorType_t type;
-    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
-  };
-  static const ConvAttributes kAttributes[] = {
-      {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
-      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
-      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
-  };
-  const ConvAttributes& a = kAttributes[static_cast<int>(direction)];
-  Descriptor op(a.type);
-  op.set_descriptor(a.x, tensor(x))
-      .set_descriptor(a.w, tensor(w))
-      .set_descriptor(a.y, tensor(y))
-      .set_descriptor(a.conv, conv);
-  set_scaling(op, a.alpha, a.beta, compute);
-  add_operation(std::move(op));
+void BuiltGraph::bind_ports(Descriptor& op, const Node& node) const {
+  for (const auto& [attribute, uid] : node.ports) op.set_descriptor(attribute, tensor(uid));
 }
 
-void Graph::matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute) {
-  Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR));
-  desc.set_data_type(CUDNN_ATTR_MATMUL_COMP_TYPE, compute);
-  desc.finalize();
-  Descriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-  op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_ADESC, tensor(a))
-      .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, tensor(b))
-      .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, tensor(c))
-      .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, desc);
-  add_operation(std::move(op));
-}
-
-bool Graph::has_operation(cudnnBackendDescriptorType_t type) const {
-  return std::any_of(operations_.begin(), operations_.end(),
-                     [type](const Descriptor& op) { return op.type() == type; });
-}
-
-void Graph::add_operation(Descriptor op) {
-  op.finalize();
-  operations_.push_back(std::move(op));
-}
-
-// Runtime-fused pointwise engines compute in FLOAT whatever the tensors hold.
-const Descriptor& Graph::pointwise_descriptor(cudnnPointwiseMode_t mode) {
-  Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
-  desc.set_enum(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, mode)
-      .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
-  desc.finalize();
-  return desc;
-}
-
-void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y) {
-  const Descriptor& desc = pointwise_descriptor(mode);
-  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc)
-      .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, tensor(x))
-      .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, tensor(y));
-  if (b) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, tensor(*b));
-  add_operation(std::move(op));
-}
-
-void Graph::pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx) {
-  const Descriptor& desc = pointwise_descriptor(mode);
-  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc)
-      .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, tensor(dy))
-      .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, tensor(x))
-      .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, tensor(dx));
-  add_operation(std::move(op));
-}
-
-void Graph::reduction(cudnnReduceTensorOp_t op_type, int64_t x, int64_t y) {
-  Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR));
-  desc.set_enum(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, op_type)
-      .set_data_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT)
-      .set_bool(CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, true);
-  desc.finalize();
-  Descriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-  op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, tensor(x))
-      .set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, tensor(y))
-      .set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, desc);
-  add_operation(std::move(op));
-}
-
-void Graph::batch_norm_forward(const BatchNormForward& u) {
-  Descriptor op(CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR);
-  op.set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_MODE, CUDNN_TYPE_NORM_MODE, CUDNN_BATCH_NORM)
-      .set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, CUDNN_TYPE_NORM_FWD_PHASE, CUDNN_NORM_FWD_TRAINING)
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, tensor(u.x))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, tensor(u.scale))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, tensor(u.bias))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, tensor(u.epsilon))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC, tensor(u.momentum))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC, tensor(u.in_running_mean))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC, tensor(u.in_running_var))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, tensor(u.y))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, tensor(u.mean))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, tensor(u.inv_variance))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC, tensor(u.out_running_mean))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC, tensor(u.out_running_var));
-  add_operation(std::move(op));
-}
-
-void Graph::batch_norm_backward(const BatchNormBackward& u) {
-  Descriptor op(CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR);
-  op.set_enum(CUDNN_ATTR_OPERATION_NORM_BWD_MODE, CUDNN_TYPE_NORM_MODE, CUDNN_BATCH_NORM)
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, tensor(u.x))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC, tensor(u.dy))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, tensor(u.scale))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, tensor(u.mean))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, tensor(u.inv_variance))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, tensor(u.dx))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, tensor(u.dscale))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, tensor(u.dbias));
-  add_operation(std::move(op));
-}
-
-void Graph::batch_norm_inference(const BatchNormInference& u) {
-  Descriptor op(CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR);
-  op.set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_MODE, CUDNN_TYPE_NORM_MODE, CUDNN_BATCH_NORM)
-      .set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, CUDNN_TYPE_NORM_FWD_PHASE, CUDNN_NORM_FWD_INFERENCE)
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, tensor(u.x))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, tensor(u.mean))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, tensor(u.inv_variance))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, tensor(u.scale))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, tensor(u.bias))
-      .set_descriptor(CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, tensor(u.y));
-  add_operation(std::move(op));
-}
-
-Descriptor Graph::resample_descriptor(const PoolGeometry& g) {
-  Descriptor desc(CUDNN_BACKEND_RESAMPLE_DESCRIPTOR);
-  auto window = fractions(g.window), stride = fractions(g.stride);
-  auto pre = fractions(g.pre_padding), post = fractions(g.post_padding);
-  auto count = static_cast<int64_t>(window.size());
-  cudnnPaddingMode_t padding = g.mode == CUDNN_RESAMPLE_MAXPOOL ? CUDNN_NEG_INF_PAD : CUDNN_ZERO_PAD;
-  desc.set_enum(CUDNN_ATTR_RESAMPLE_MODE, CUDNN_TYPE_RESAMPLE_MODE, g.mode)
-      .set_data_type(CUDNN_ATTR_RESAMPLE_COMP_TYPE, CUDNN_DATA_FLOAT)
-      .set_int64(CUDNN_ATTR_RESAMPLE_SPATIAL_DIMS, count)
-      .set(CUDNN_ATTR_RESAMPLE_WINDOW_DIMS, CUDNN_TYPE_FRACTION, count, window.data())
-      .set(CUDNN_ATTR_RESAMPLE_STRIDES, CUDNN_TYPE_FRACTION, count, stride.data())
-      .set(CUDNN_ATTR_RESAMPLE_PRE_PADDINGS, CUDNN_TYPE_FRACTION, count, pre.data())
-      .set(CUDNN_ATTR_RESAMPLE_POST_PADDINGS, CUDNN_TYPE_FRACTION, count, post.data())
-      .set_enum(CUDNN_ATTR_RESAMPLE_NAN_PROPAGATION, CUDNN_TYPE_NAN_PROPOGATION, CUDNN_PROPAGATE_NAN)
-      .set_enum(CUDNN_ATTR_RESAMPLE_PADDING_MODE, CUDNN_TYPE_PADDING_MODE, padding);
-  desc.finalize();
-  return desc;
-}
-
-void Graph::resample_forward(const PoolGeometry& geometry, int64_t x, int64_t y,
-                             std::optional<int64_t> index) {
-  Descriptor& desc = keep(resample_descriptor(geometry));
-  Descriptor op(CUDNN_BACKEND_OPERATION_RESAMPLE_FWD_DESCRIPTOR);
-  op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_FWD_DESC, desc)
-      .set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_FWD_XDESC, tensor(x))
-      .set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_FWD_YDESC, tensor(y));
-  if (index) op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_FWD_IDXDESC, tensor(*index));
-  set_resample_scaling(op, CUDNN_ATTR_OPERATION_RESAMPLE_FWD_ALPHA, CUDNN_ATTR_OPERATION_RESAMPLE_FWD_BETA);
-  add_operation(std::move(op));
-}
-
-void Graph::resample_backward(const PoolGeometry& geometry, const ResampleBackward& u) {
-  Descriptor& desc = keep(resample_descriptor(geometry));
-  Descriptor op(CUDNN_BACKEND_OPERATION_RESAMPLE_BWD_DESCRIPTOR);
-  op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DESC, desc)
-      .set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DYDESC, tensor(u.dy))
-      .set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DXDESC, tensor(u.dx));
-  if (u.x) op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_BWD_XDESC, tensor(*u.x));
-  if (u.y) op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_BWD_YDESC, tensor(*u.y));
-  if (u.index) op.set_descriptor(CUDNN_ATTR_OPERATION_RESAMPLE_BWD_IDXDESC, tensor(*u.index));
-  set_resample_scaling(op, CUDNN_ATTR_OPERATION_RESAMPLE_BWD_ALPHA, CUDNN_ATTR_OPERATION_RESAMPLE_BWD_BETA);
-  add_operation(std::move(op));
-}
-
-void Graph::finalize(cudnnHandle_t handle) {
-  std::vector<const Descriptor*> ops;
-  for (const Descriptor& op : operations_) ops.push_back(&op);
-  Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.set_descriptors(CUDNN_ATTR_OPERATIONGRAPH_OPS, ops);
-  set_handle(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle);
-  graph.finalize();
-  operation_graph_ = std::move(graph);
+void BuiltGraph::build(const Node& n) {
+  std::optional<Descriptor> op;
+  switch (n.kind) {
+    case NodeKind::ConvForward:
+    case NodeKind::ConvBackwardData:
+    case NodeKind::ConvBackwardFilter: {
+      std::span<const int64_t> p(n.params);
+      const size_t d = p.size() / 4;
+      Descriptor& conv = keep(Descriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
+      conv.set_data_type(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, n.compute)
+          .set_enum(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
+          .set_int64(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, static_cast<int64_t>(d))
+          .set_int64s(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, p.subspan(0, d))
+          .set_int64s(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, p.subspan(d, d))
+          .set_int64s(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, p.subspan(2 * d, d))
+          .set_int64s(CUDNN_ATTR_CONVOLUTION_DILATIONS, p.subspan(3 * d, d));
+      conv.finalize();
+      const ConvAttributes& a = kConvAttributes[static_cast<int>(n.kind)];
+      op.emplace(a.type);
+      op->set_descriptor(a.conv, conv);
+      set_scaling(*op, a.alpha, a.beta, n.compute);
+      break;
+    }
+    case NodeKind::Matmul: {
+      Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR));
+      desc.set_data_type(CUDNN_ATTR_MATMUL_COMP_TYPE, n.compute);
+      desc.finalize();
+      op.emplace(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+      op->set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, desc);
+      break;
+    }
+    case NodeKind::Pointwise: {
+      // Runtime-fused pointwise engines compute in FLOAT whatever the tensors hold.
+      Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
+      desc.set_enum(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE,
+                    static_cast<cudnnPointwiseMode_t>(n.mode))
+          .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
+      if (n.parameter) {
+        std::optional<cudnnBackendAttributeName_t> attribute = pointwise_parameter(n.mode);
+        LOOM_CHECK(attribute.has_value(), ValueError,
+                   "[cudnn graph] pointwise mode {} takes no parameter, got {}; leave it unset",
+                   pointwise_name(n.mode), *n.parameter);
+        desc.set_float(*attribute, static_cast<float>(*n.parameter));
+      }
+      desc.finalize();
+      op.emplace(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+      op->set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc);
+      break;
+    }
+    case NodeKind::Reduction: {
+      Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR));
+      desc.set_enum(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+                    static_cast<cudnnReduceTensorOp_t>(n.mode))
+          .set_data_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT)
+          .set_bool(CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, true);
+      desc.finalize();
+      op.emplace(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+      op->set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, desc);
+      break;
+    }
+    case NodeKind::NormForward:
+      op.emplace(CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR);
+      op->set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_MODE, CUDNN_TYPE_NORM_MODE,
+                   static_cast<cudnnBackendNormMode_t>(n.mode))
+          .set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, CUDNN_TYPE_NORM_FWD_PHASE,
+                    static_cast<cudnnBackendNormFwdPhase_t>(n.phase));
+      break;
+    case NodeKind::NormBackward:
+      op.emplace(CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR);
+      op->set_enum(CUDNN_ATTR_OPERATION_NORM_BWD_MODE, CUDNN_TYPE_NORM_MODE,
+                   static_cast<cudnnBackendNormMode_t>(n.mode));
+      break;
+    case NodeKind::ResampleForward:
+    case NodeKind::ResampleBackward: {
+      std::span<const int64_t> p(n.params);
+      const size_t d = p.size() / 4;
+      auto window = fractions(p.subspan(0, d)), stride = fractions(p.subspan(d, d));
+      auto pre = fractions(p.subspan(2 * d, d)), post = fractions(p.subspan(3 * d, d));
+      const auto mode = static_cast<cudnnResampleMode_t>(n.mode);
+      const cudnnPaddingMode_t padding = mode == CUDNN_RESAMPLE_MAXPOOL ? CUDNN_NEG_INF_PAD : CUDNN_ZERO_PAD;
+      const auto count = static_cast<int64_t>(d);
+      Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_RESAMPLE_DESCRIPTOR));
+      desc.set_enum(CUDNN_ATTR_RESAMPLE_MODE, CUDNN_TYPE_RESAMPLE_MODE, mode)
+          .set_data_type(CUDNN_ATTR_RESAMPLE_COMP_TYPE, CUDNN_DATA_FLOAT)
+          .set_int64(CUDNN_ATTR_RESAMPLE_SPATIAL_DIMS, count)
+          .set(CUDNN_ATTR_RESAMPLE_WINDOW_DIMS, CUDNN_TYPE_FRACTION, count, window.data())
+          .set(CUDNN_ATTR_RESAMPLE_STRIDES, CUDNN_TYPE_FRACTION, count, stride.data())
+          .set(CUDNN_ATTR_RESAMPLE_PRE_PADDINGS, CUDNN_TYPE_FRACTION, count, pre.data())
+          .set(CUDNN_ATTR_RESAMPLE_POST_PADDINGS, CUDNN_TYPE_FRACTION, count, post.data())
+          .set_enum(CUDNN_ATTR_RESAMPLE_NAN_PROPAGATION, CUDNN_TYPE_NAN_PROPOGATION, CUDNN_PROPAGATE_NAN)
+          .set_enum(CUDNN_ATTR_RESAMPLE_PADDING_MODE, CUDNN_TYPE_PADDING_MODE, padding);
+      desc.finalize();
+      const bool forward = n.kind == NodeKind::ResampleForward;
+      op.emplace(forward ? CUDNN_BACKEND_OPERATION_RESAMPLE_FWD_DESCRIPTOR
+                         : CUDNN_BACKEND_OPERATION_RESAMPLE_BWD_DESCRIPTOR);
+      op->set_descriptor(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_DESC : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DESC,
+                         desc);
+      // Resample alpha/beta are deprecated in 9.19 but cudnn-frontend still sets
+      // them (as DOUBLE), so engines may still read them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+      op->set_double(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_ALPHA : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_ALPHA, 1.0)
+          .set_double(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_BETA : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_BETA, 0.0);
+#pragma GCC diagnostic pop
+      break;
+    }
+  }
+  bind_ports(*op, n);
+  op->finalize();
+  operations_.push_back(std::move(*op));
 }
 
 }  // namespace loom::cudnn

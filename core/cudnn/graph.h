@@ -1,17 +1,24 @@
 // File: core/cudnn/graph.h
-// An operation graph for cuDNN's backend API: tensors named by UIDs, the
-// operations between them, and the finalized OPERATIONGRAPH descriptor. A Graph
-// owns every descriptor it made, so a plan built from it stays valid as long as
-// the Graph lives (PlanCache keeps them together).
+// An operation graph for cuDNN's backend API, described as data: tensors
+// named by UIDs and the nodes between them. A Graph is cheap to build and copy
+// (no cuDNN calls), so every op describes its graph on every call; the plan
+// cache keys on the graph's canonical form (plan_cache.h) and only a miss turns
+// the description into descriptors (BuiltGraph).
 //
 // Dims are always logical (N, C, H, W); the layout is only in the strides, and
 // filters are (K, C/groups, R, S): cuDNN infers groups from C / filter C.
+//
+//   Graph g;
+//   g.add_tensor(x_spec); g.add_tensor(w_spec); g.add_tensor(y_spec);
+//   g.conv(ConvDirection::Forward, kX, kW, kY, geometry, CUDNN_DATA_FLOAT);
+//   run_plan(g, {{kX, x}, {kW, w}, {kY, y}}, "the tier below");   // plan_cache.h
 #pragma once
 
 #include <deque>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cudnn/backend.h"
@@ -41,12 +48,35 @@ struct PoolGeometry {
   std::vector<int64_t> window, stride, pre_padding, post_padding;
 };
 
+// One cuDNN operation. `ports` binds the operation's tensor attributes to
+// UIDs; `mode` is the pointwise mode, reduction operator, norm mode or
+// resample mode; `parameter` the pointwise mode's scalar (ReLU's lower slope,
+// ELU's alpha, softplus and swish beta; none: cuDNN's default); `params` the geometry.
+enum class NodeKind : uint8_t {
+  ConvForward,  // same order as ConvDirection
+  ConvBackwardData,
+  ConvBackwardFilter,
+  Matmul,
+  Pointwise,
+  Reduction,
+  NormForward,
+  NormBackward,
+  ResampleForward,
+  ResampleBackward,
+};
+
+struct Node {
+  NodeKind kind = NodeKind::Pointwise;
+  int64_t mode = 0;
+  int64_t phase = 0;  // NormForward: cudnnNormFwdPhase_t
+  cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  std::optional<double> parameter;
+  std::vector<std::pair<cudnnBackendAttributeName_t, int64_t>> ports;
+  std::vector<int64_t> params;
+};
+
 class Graph {
  public:
-  explicit Graph(std::string name) : name_(std::move(name)) {}
-  Graph(Graph&&) = default;
-  Graph& operator=(Graph&&) = default;
-
   void add_tensor(const TensorSpec& spec);
 
   // Forward: (x, w) -> y; BackwardData: (dy, w) -> dx; BackwardFilter: (x, dy) -> dw.
@@ -54,10 +84,12 @@ class Graph {
   void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const ConvGeometry& geometry,
             cudnnDataType_t compute);
   void matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute);
-  // y = mode(x) or y = mode(x, b).
-  void pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y);
+  // y = mode(x) or y = mode(x, b); `parameter` as in Node.
+  void pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y,
+                 std::optional<double> parameter = std::nullopt);
   // dx = mode(dy, x) for the *_BWD modes (e.g. CUDNN_POINTWISE_RELU_BWD).
-  void pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx);
+  void pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx,
+                          std::optional<double> parameter = std::nullopt);
   void reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y);
 
   struct BatchNormForward {
@@ -76,6 +108,17 @@ class Graph {
     int64_t x, mean, inv_variance, scale, bias, y;
   };
   void batch_norm_inference(const BatchNormInference& uids);
+  // Layer norm over every dim but the first (x viewed as (N, D, 1, 1)); scale and
+  // bias (1, D, 1, 1); mean and inv_variance (N, 1, 1, 1) fp32.
+  struct LayerNormForward {
+    int64_t x, scale, bias, epsilon, y, mean, inv_variance;
+  };
+  void layer_norm_forward(const LayerNormForward& uids);
+  struct LayerNormBackward {
+    int64_t x, dy, scale, mean, inv_variance;
+    int64_t dx, dscale, dbias;
+  };
+  void layer_norm_backward(const LayerNormBackward& uids);
 
   void resample_forward(const PoolGeometry& geometry, int64_t x, int64_t y, std::optional<int64_t> index);
   struct ResampleBackward {
@@ -84,23 +127,42 @@ class Graph {
   };
   void resample_backward(const PoolGeometry& geometry, const ResampleBackward& uids);
 
-  // Builds the OPERATIONGRAPH from every op added so far; throws CudnnError.
-  void finalize(cudnnHandle_t handle);
+  const std::vector<TensorSpec>& tensors() const { return specs_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  bool has_node(NodeKind kind) const;
+
+  // Every tensor and node as numbers (UIDs, dims, strides with size-1 dims'
+  // strides as 0, dtypes, alignments, modes, geometry): what the plan key holds.
+  void append_canonical(std::vector<int64_t>& out) const;
+  // "conv_fprop+add+relu_fwd x(8, 3, 32, 32) nhwc float w(...) ...": the
+  // canonical form for people (the plan-cache listing, error messages).
+  std::string pattern() const;
+
+ private:
+  void add_node(Node node) { nodes_.push_back(std::move(node)); }
+
+  std::vector<TensorSpec> specs_;
+  std::vector<Node> nodes_;
+};
+
+// A Graph turned into cuDNN descriptors: the tensors, the operations and the
+// finalized OPERATIONGRAPH. It owns every descriptor it made, so a plan built
+// from it stays valid as long as it lives (Plan keeps it). Throws CudnnError.
+class BuiltGraph {
+ public:
+  BuiltGraph(Graph graph, cudnnHandle_t handle);
+  BuiltGraph(BuiltGraph&&) = default;
 
   const Descriptor& operation_graph() const { return *operation_graph_; }
-  const std::vector<TensorSpec>& tensors() const { return specs_; }
-  const std::string& name() const { return name_; }
-  bool has_operation(cudnnBackendDescriptorType_t type) const;
+  const Graph& graph() const { return graph_; }
 
  private:
   const Descriptor& tensor(int64_t uid) const;
   Descriptor& keep(Descriptor descriptor);  // owns attribute descriptors (conv, pointwise, ...)
-  Descriptor resample_descriptor(const PoolGeometry& geometry);
-  const Descriptor& pointwise_descriptor(cudnnPointwiseMode_t mode);
-  void add_operation(Descriptor op);  // finalizes it and keeps it for the operation graph
+  void build(const Node& node);
+  void bind_ports(Descriptor& op, const Node& node) const;
 
-  std::string name_;
-  std::vector<TensorSpec> specs_;
+  Graph graph_;
   std::map<int64_t, Descriptor> tensors_;
   std::deque<Descriptor> attributes_;  // deque: references stay valid as it grows
   std::vector<Descriptor> operations_;

@@ -1,9 +1,6 @@
 #include "core/cudnn/norm.h"
 
-#include <fmt/format.h>
-
 #include "core/cuda/norm.h"
-#include "core/cudnn/context.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
 #include "core/error.h"
@@ -33,35 +30,12 @@ Strided as_4d(const Strided& t) {
   return v;
 }
 
-struct ForwardPlan {
-  std::shared_ptr<const Plan> plan;
-  PlanKey key;
-  std::string name;
-};
-
-PlanKey forward_key(const BatchNormTrainingArgs& a) {
-  Strided x = as_4d(a.x), y = as_4d(a.y);
-  PlanKey key(GraphKind::BatchNormForward, numerics_policy());
-  key.add_tensor(spec_of(x, kX)).add_tensor(spec_of(y, kY));
-  for (const Strided* t : {&a.weight, &a.bias, &a.running_mean, &a.running_var, &a.save_mean, &a.save_invstd}) {
-    key.add(pointer_alignment(t->data));
-  }
-  return key;
-}
-
-ForwardPlan forward_plan(const BatchNormTrainingArgs& a) {
-  PlanKey key = forward_key(a);
-  auto plan = PlanCache::global().get(key, [&] { return batch_norm_forward_graph(a); },
-                                      /*precision_filter_applies=*/false);
-  return {plan, key, fmt::format("bn_fwd_train x{}", describe(as_4d(a.x)))};
-}
-
 }  // namespace
 
 Graph batch_norm_forward_graph(const BatchNormTrainingArgs& a) {
   Strided x = as_4d(a.x), y = as_4d(a.y);
   int64_t c = channels(x);
-  Graph g(fmt::format("bn_fwd_train x{}", describe(x)));
+  Graph g;
   g.add_tensor(spec_of(x, kX));
   g.add_tensor(spec_of(y, kY));
   g.add_tensor(channel_spec(c, kScale, a.weight.data));
@@ -100,7 +74,7 @@ VariantPointers batch_norm_forward_pointers(const BatchNormTrainingArgs& a,
 Graph batch_norm_backward_graph(const BatchNormBackwardArgs& a) {
   Strided x = as_4d(a.x), dy = as_4d(a.dy), dx = as_4d(a.dx);
   int64_t c = channels(x);
-  Graph g(fmt::format("bn_bwd x{} dy{}", describe(x), describe(dy)));
+  Graph g;
   g.add_tensor(spec_of(x, kX));
   g.add_tensor(spec_of(dy, kDy));
   g.add_tensor(spec_of(dx, kDx));
@@ -121,36 +95,86 @@ VariantPointers batch_norm_backward_pointers(const BatchNormBackwardArgs& a) {
 }
 
 void batch_norm_forward_training(const BatchNormTrainingArgs& a) {
-  ForwardPlan fp = forward_plan(a);
-  if (!fp.plan) {
-    PlanCache::global().record_fallback(fp.key, kFallbackTier);
-    cuda::batch_norm_batch_stats(a.save_mean, a.save_invstd, a.x, a.eps,
-                                 cpu::RunningStats{a.running_mean, a.running_var, a.momentum});
-    cuda::batch_norm_forward(a.y, a.x, a.save_mean, a.save_invstd, a.weight, a.bias);
+  BatchNormScalars scalars(a);
+  if (run_plan(batch_norm_forward_graph(a), batch_norm_forward_pointers(a, scalars), kFallbackTier)) {
     return;
   }
-  BatchNormScalars scalars(a);
-  fp.plan->execute(handle(), batch_norm_forward_pointers(a, scalars),
-                   workspace(static_cast<size_t>(fp.plan->workspace_bytes())));
+  cuda::batch_norm_batch_stats(a.save_mean, a.save_invstd, a.x, a.eps,
+                               cpu::RunningStats{a.running_mean, a.running_var, a.momentum});
+  cuda::batch_norm_forward(a.y, a.x, a.save_mean, a.save_invstd, a.weight, a.bias);
 }
 
 void batch_norm_backward(const BatchNormBackwardArgs& a) {
-  Strided x = as_4d(a.x), dy = as_4d(a.dy), dx = as_4d(a.dx);
-  PlanKey key(GraphKind::BatchNormBackward, numerics_policy());
-  key.add_tensor(spec_of(x, kX)).add_tensor(spec_of(dy, kDy)).add_tensor(spec_of(dx, kDx));
-  for (const Strided* t : {&a.weight, &a.save_mean, &a.save_invstd, &a.dweight, &a.dbias}) {
-    key.add(pointer_alignment(t->data));
-  }
-  auto plan = PlanCache::global().get(key, [&] { return batch_norm_backward_graph(a); },
-                                      /*precision_filter_applies=*/false);
-  if (!plan) {
-    PlanCache::global().record_fallback(key, kFallbackTier);
-    cuda::batch_norm_backward(a.dx, a.dweight, a.dbias, a.dy, a.x, a.save_mean, a.save_invstd,
-                              a.weight, /*training=*/true);
-    return;
-  }
-  plan->execute(handle(), batch_norm_backward_pointers(a),
-                workspace(static_cast<size_t>(plan->workspace_bytes())));
+  if (run_plan(batch_norm_backward_graph(a), batch_norm_backward_pointers(a), kFallbackTier)) return;
+  cuda::batch_norm_backward(a.dx, a.dweight, a.dbias, a.dy, a.x, a.save_mean, a.save_invstd,
+                            a.weight, /*training=*/true);
+}
+
+// ---- layer norm ------------------------------------------------------------------------
+// x (N, D) as (N, D, 1, 1) with D innermost, weight and bias (1, D, 1, 1), the
+// statistics (N, 1, 1, 1), as cudnn-frontend's layer-norm samples lay them out.
+
+namespace {
+
+enum LayerNormUid : int64_t {
+  kLnX = 1, kLnScale, kLnBias, kLnEpsilon, kLnY, kLnMean, kLnInvVar, kLnDy, kLnDx, kLnDScale, kLnDBias,
+};
+
+constexpr std::string_view kLayerNormFallback = "the composite of Loom ops (core/ops/norm.cc)";
+
+TensorSpec rows_spec(const Strided& t, int64_t uid) {
+  const int64_t n = t.sizes[0], d = t.sizes[1];
+  return {.uid = uid, .dims = {n, d, 1, 1}, .strides = {d, 1, d, d}, .dtype = cudnn_dtype(t.dtype),
+          .alignment = pointer_alignment(t.data)};
+}
+
+TensorSpec row_vector_spec(const Strided& t, int64_t uid) {
+  const int64_t d = t.sizes[0];
+  return {.uid = uid, .dims = {1, d, 1, 1}, .strides = {d, 1, d, d}, .dtype = CUDNN_DATA_FLOAT,
+          .alignment = pointer_alignment(t.data)};
+}
+
+TensorSpec statistics_spec(const Strided& t, int64_t uid) {
+  return {.uid = uid, .dims = {t.sizes[0], 1, 1, 1}, .strides = {1, 1, 1, 1}, .dtype = CUDNN_DATA_FLOAT,
+          .alignment = pointer_alignment(t.data)};
+}
+
+}  // namespace
+
+bool layer_norm_forward(const LayerNormArgs& a) {
+  Graph g;
+  g.add_tensor(rows_spec(a.x, kLnX));
+  g.add_tensor(rows_spec(a.y, kLnY));
+  g.add_tensor(row_vector_spec(a.weight, kLnScale));
+  g.add_tensor(row_vector_spec(a.bias, kLnBias));
+  g.add_tensor(statistics_spec(a.mean, kLnMean));
+  g.add_tensor(statistics_spec(a.inv_variance, kLnInvVar));
+  g.add_tensor(scalar_spec(kLnEpsilon, 1e-5));
+  g.layer_norm_forward({.x = kLnX, .scale = kLnScale, .bias = kLnBias, .epsilon = kLnEpsilon,
+                        .y = kLnY, .mean = kLnMean, .inv_variance = kLnInvVar});
+  const float eps = static_cast<float>(a.eps);
+  return run_plan(g, {{kLnX, a.x.data}, {kLnY, a.y.data}, {kLnScale, a.weight.data},
+                      {kLnBias, a.bias.data}, {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data},
+                      {kLnEpsilon, &eps}},
+                  kLayerNormFallback);
+}
+
+bool layer_norm_backward(const LayerNormBackwardArgs& a) {
+  Graph g;
+  g.add_tensor(rows_spec(a.x, kLnX));
+  g.add_tensor(rows_spec(a.dy, kLnDy));
+  g.add_tensor(rows_spec(a.dx, kLnDx));
+  g.add_tensor(row_vector_spec(a.weight, kLnScale));
+  g.add_tensor(row_vector_spec(a.dweight, kLnDScale));
+  g.add_tensor(row_vector_spec(a.dbias, kLnDBias));
+  g.add_tensor(statistics_spec(a.mean, kLnMean));
+  g.add_tensor(statistics_spec(a.inv_variance, kLnInvVar));
+  g.layer_norm_backward({.x = kLnX, .dy = kLnDy, .scale = kLnScale, .mean = kLnMean,
+                         .inv_variance = kLnInvVar, .dx = kLnDx, .dscale = kLnDScale, .dbias = kLnDBias});
+  return run_plan(g, {{kLnX, a.x.data}, {kLnDy, a.dy.data}, {kLnDx, a.dx.data},
+                      {kLnScale, a.weight.data}, {kLnDScale, a.dweight.data}, {kLnDBias, a.dbias.data},
+                      {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data}},
+                  kLayerNormFallback);
 }
 
 }  // namespace loom::cudnn

@@ -226,19 +226,19 @@ bool has_note(const PlanNotes& notes, std::string_view note) {
 // Engines that compute below fp32 without a note that says so, found by
 // comparing every engine with a float64 reference; the strict policy skips them.
 struct Erratum {
-  cudnnBackendDescriptorType_t operation;
+  NodeKind node;
   int64_t engine_id;
 };
 // cuDNN 9.19, H100: wgrad engine 17 (knob WORKSPACE=0) has no numerical note
 // but was 1.9e-3 of the largest value off on fp32 data (x (12,30,24,6), w
 // (49,30,5,5), padding 2), worse than the TF32 engines (3e-4).
 constexpr Erratum kStrictErrata[] = {
-    {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, 17},
+    {NodeKind::ConvBackwardFilter, 17},
 };
 
 bool in_strict_errata(const PlanNotes& notes, const Graph& graph) {
   return std::any_of(std::begin(kStrictErrata), std::end(kStrictErrata), [&](const Erratum& e) {
-    return e.engine_id == notes.engine_id && graph.has_operation(e.operation);
+    return e.engine_id == notes.engine_id && graph.has_node(e.node);
   });
 }
 
@@ -250,13 +250,18 @@ bool has_16bit_data(const Graph& graph) {
   });
 }
 
+bool multiplies_matrices(const Graph& graph) {
+  return graph.has_node(NodeKind::ConvForward) || graph.has_node(NodeKind::ConvBackwardData) ||
+         graph.has_node(NodeKind::ConvBackwardFilter) || graph.has_node(NodeKind::Matmul);
+}
+
 // The numerics policy as an engine filter, for fp32 / fp64 data:
 // - no policy rounds inputs (DOWN_CONVERT_INPUTS) or reduces in reduced
 //   precision, in any graph kind;
-// - strict fp32 also takes no tensor cores in conv and matmul graphs
-//   (precision_filter_applies): elsewhere runtime-fused pointwise, reduction
-//   and pooling engines report TENSOR_CORE without using TF32, and forbidding
-//   them would leave none;
+// - strict fp32 also takes no tensor cores in graphs with a conv or matmul
+//   node (fused or not): elsewhere runtime-fused pointwise, reduction, norm and
+//   pooling engines report TENSOR_CORE without using TF32, and forbidding them
+//   would leave none;
 // - engines in kStrictErrata break the strict policy without a note.
 // bf16 / fp16 data allow all of it.
 bool allowed(const PlanNotes& notes, const Graph& graph, const SelectOptions& options) {
@@ -269,12 +274,12 @@ bool allowed(const PlanNotes& notes, const Graph& graph, const SelectOptions& op
     return false;
   }
   if (precision != Precision::StrictFp32) return true;
-  if (options.precision_filter_applies && has_note(notes, "TENSOR_CORE")) return false;
+  if (multiplies_matrices(graph) && has_note(notes, "TENSOR_CORE")) return false;
   return !in_strict_errata(notes, graph);
 }
 
 // Finalizes a plan for `config`; null when cuDNN says the config does not support the graph.
-std::unique_ptr<Plan> finalize_plan(const std::shared_ptr<const Graph>& graph, const Descriptor& config,
+std::unique_ptr<Plan> finalize_plan(const std::shared_ptr<const BuiltGraph>& graph, const Descriptor& config,
                                     PlanNotes notes, cudnnHandle_t handle) {
   Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
   plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
@@ -311,7 +316,7 @@ double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& 
   return ms / kRuns;
 }
 
-std::vector<Descriptor> all_configs(const Graph& graph, std::vector<std::string>& problems) {
+std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::string>& problems) {
   std::vector<Descriptor> configs = engine_configs(graph.operation_graph(), CUDNN_HEUR_MODE_A, problems);
   for (Descriptor& d : engine_configs(graph.operation_graph(), CUDNN_HEUR_MODE_FALLBACK, problems)) {
     configs.push_back(std::move(d));
@@ -321,7 +326,7 @@ std::vector<Descriptor> all_configs(const Graph& graph, std::vector<std::string>
 
 }  // namespace
 
-Plan::Plan(std::shared_ptr<const Graph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes)
+Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes)
     : graph_(std::move(graph)), plan_(std::move(plan)), notes_(std::move(notes)),
       workspace_bytes_(workspace_bytes) {}
 
@@ -345,7 +350,7 @@ cudnnStatus_t Plan::try_execute(cudnnHandle_t handle, const VariantPointers& poi
 void Plan::execute(cudnnHandle_t handle, const VariantPointers& pointers, void* workspace) const {
   cudnnStatus_t status = try_execute(handle, pointers, workspace);
   if (status != CUDNN_STATUS_SUCCESS) {
-    check_status(status, fmt::format("executing the plan for {} (engine {})", graph_->name(),
+    check_status(status, fmt::format("executing the plan for {} (engine {})", graph_->graph().pattern(),
                                      notes_.engine_id).c_str(), __FILE__, __LINE__);
   }
 }
@@ -362,11 +367,10 @@ std::string Plan::json() const {
   return text;
 }
 
-std::unique_ptr<Plan> restore_plan(Graph graph_in, cudnnHandle_t handle, const std::string& json,
+std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, const std::string& json,
                                    PlanNotes notes, const SelectOptions& options) {
-  graph_in.finalize(handle);
-  auto graph = std::make_shared<const Graph>(std::move(graph_in));
-  if (!allowed(notes, *graph, options)) return nullptr;  // saved before the filter forbade it
+  if (!allowed(notes, graph_in, options)) return nullptr;  // saved before the filter forbade it
+  auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
   Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
   set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
   plan.set(CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
@@ -374,15 +378,14 @@ std::unique_ptr<Plan> restore_plan(Graph graph_in, cudnnHandle_t handle, const s
   if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
   int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
   auto restored = std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
-  TestBindings bindings(*graph);
+  TestBindings bindings(graph_in);
   if (!test_execute(*restored, handle, bindings)) return nullptr;
   return restored;
 }
 
-Selection select_plan(Graph graph_in, cudnnHandle_t handle, const SelectOptions& options) {
-  graph_in.finalize(handle);
-  auto graph = std::make_shared<const Graph>(std::move(graph_in));
-  TestBindings bindings(*graph);
+Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectOptions& options) {
+  auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
+  TestBindings bindings(graph_in);
   Selection selection;
   std::vector<std::pair<double, std::unique_ptr<Plan>>> working;
   int finalize_failures = 0, execute_failures = 0;
@@ -390,7 +393,7 @@ Selection select_plan(Graph graph_in, cudnnHandle_t handle, const SelectOptions&
   for (const Descriptor& config : all_configs(*graph, problems)) {
     ++selection.candidates_seen;
     PlanNotes notes = read_notes(config);
-    if (!allowed(notes, *graph, options)) continue;
+    if (!allowed(notes, graph_in, options)) continue;
     ++selection.candidates_tried;
     std::unique_ptr<Plan> plan = finalize_plan(graph, config, std::move(notes), handle);
     if (!plan) {
@@ -426,9 +429,8 @@ Selection select_plan(Graph graph_in, cudnnHandle_t handle, const SelectOptions&
 }
 
 std::vector<std::unique_ptr<Plan>> all_working_plans(Graph graph_in, cudnnHandle_t handle) {
-  graph_in.finalize(handle);
-  auto graph = std::make_shared<const Graph>(std::move(graph_in));
-  TestBindings bindings(*graph);
+  TestBindings bindings(graph_in);
+  auto graph = std::make_shared<const BuiltGraph>(std::move(graph_in), handle);
   std::vector<std::unique_ptr<Plan>> plans;
   std::vector<std::string> problems;
   for (const Descriptor& config : all_configs(*graph, problems)) {

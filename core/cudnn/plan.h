@@ -31,7 +31,7 @@ struct PlanNotes {
 
 class Plan {
  public:
-  Plan(std::shared_ptr<const Graph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes);
+  Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes);
 
   // Runs on `stream` through `handle`; `workspace` must hold workspace_bytes().
   void execute(cudnnHandle_t handle, const VariantPointers& pointers, void* workspace) const;
@@ -42,23 +42,22 @@ class Plan {
   // restore_plan() turns back into a plan on the same GPU and cuDNN version.
   std::string json() const;
 
-  const Graph& graph() const { return *graph_; }
+  const Graph& graph() const { return graph_->graph(); }
   const PlanNotes& notes() const { return notes_; }
   int64_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
-  std::shared_ptr<const Graph> graph_;  // the plan refers to its descriptors
+  std::shared_ptr<const BuiltGraph> graph_;  // the plan refers to its descriptors
   Descriptor plan_;
   PlanNotes notes_;
   int64_t workspace_bytes_;
 };
 
+// The policy filter (plan.cc, allowed()) reads everything else from the graph
+// itself: which nodes it has (strict fp32 forbids TENSOR_CORE engines only in
+// graphs with a conv or matmul node) and whether its data are 16-bit.
 struct SelectOptions {
   NumericsPolicy policy;
-  // Strict fp32 forbids TENSOR_CORE engines only for conv and matmul graphs:
-  // runtime-fused pointwise/reduction engines report TENSOR_CORE too. (No
-  // policy forbids anything for 16-bit data: the graph's tensors say so.)
-  bool precision_filter_applies = false;
   int autotune_candidates = 8;
 };
 
@@ -69,13 +68,13 @@ struct Selection {
   std::string why_none;        // when plan is null: what failed, for the error/explain text
 };
 
-// Finalizes `graph` and selects a plan for it on the current stream.
-Selection select_plan(Graph graph, cudnnHandle_t handle, const SelectOptions& options);
+// Builds `graph`'s descriptors and selects a plan for it on the current stream.
+Selection select_plan(const Graph& graph, cudnnHandle_t handle, const SelectOptions& options);
 
 // The plan saved as `json` for `graph`, finalized and test-executed without
 // heuristics or runtime compilation; null when the policy in `options` forbids
 // its engine, cuDNN refuses it (another version, another GPU) or the test run fails.
-std::unique_ptr<Plan> restore_plan(Graph graph, cudnnHandle_t handle, const std::string& json,
+std::unique_ptr<Plan> restore_plan(const Graph& graph, cudnnHandle_t handle, const std::string& json,
                                    PlanNotes notes, const SelectOptions& options);
 
 // Every engine config the heuristics (A then FALLBACK) return for `graph` that

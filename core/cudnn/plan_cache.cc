@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/cudnn/context.h"
 #include "core/cudnn/plan_store.h"
@@ -13,68 +14,26 @@
 
 namespace loom::cudnn {
 
-std::string_view graph_kind_name(GraphKind kind) {
-  switch (kind) {
-    case GraphKind::ConvForward: return "conv_fprop";
-    case GraphKind::ConvBackwardData: return "conv_dgrad";
-    case GraphKind::ConvBackwardFilter: return "conv_wgrad";
-    case GraphKind::Matmul: return "matmul";
-    case GraphKind::BatchNormForward: return "bn_fwd_train";
-    case GraphKind::BatchNormBackward: return "bn_bwd";
-    case GraphKind::PoolForward: return "pool_fwd";
-    case GraphKind::PoolBackward: return "pool_bwd";
-    case GraphKind::Pointwise: return "pointwise";
-    case GraphKind::PointwiseBackward: return "pointwise_bwd";
-    case GraphKind::Reduction: return "reduction";
-    case GraphKind::ConvBiasReluForward: return "conv_bias_relu_fprop";
-    case GraphKind::BatchNormReluForward: return "bn_relu_fwd_train";
-    case GraphKind::BatchNormReluBackward: return "bn_drelu_bwd";
-    case GraphKind::ConvBackwardDataRelu: return "conv_dgrad_drelu";
-    case GraphKind::MatmulBiasRelu: return "matmul_bias_relu";
-  }
-  return "?";
-}
-
-PlanKey::PlanKey(GraphKind kind, const NumericsPolicy& policy, int device)
-    : kind(kind), precision(policy.precision), deterministic(policy.deterministic),
-      autotune(policy.autotune), device(device) {}
-
-PlanKey& PlanKey::add(int64_t value) {
-  LOOM_CHECK(count < kMaxValues, ValueError, "[plan_cache] key for {} exceeds {} values",
-             graph_kind_name(kind), kMaxValues);
-  values[count++] = value;
-  return *this;
-}
-
-PlanKey& PlanKey::add(std::initializer_list<int64_t> list) {
-  for (int64_t v : list) add(v);
-  return *this;
-}
-
-PlanKey& PlanKey::add_tensor(const TensorSpec& t) {
-  add(static_cast<int64_t>(t.dims.size()));
-  for (int64_t d : t.dims) add(d);
-  for (size_t i = 0; i < t.strides.size(); ++i) add(t.dims[i] == 1 ? 0 : t.strides[i]);  // size-1 strides do not matter
-  return add({static_cast<int64_t>(t.dtype), t.alignment, t.is_virtual, t.by_value});
-}
-
-bool PlanKey::operator==(const PlanKey& o) const {
-  return kind == o.kind && precision == o.precision && deterministic == o.deterministic &&
-         autotune == o.autotune && device == o.device && count == o.count &&
-         std::memcmp(values.data(), o.values.data(), sizeof(int64_t) * count) == 0;
-}
-
-size_t PlanKeyHash::operator()(const PlanKey& key) const {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the header and the used values
+PlanKey::PlanKey(const Graph& graph, const NumericsPolicy& policy, int device)
+    : policy_(policy), device_(device) {
+  values_.reserve(96);
+  graph.append_canonical(values_);
+  // FNV-1a over the policy, the device and the canonical form.
+  uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) {
     h ^= v;
     h *= 1099511628211ull;
   };
-  mix(static_cast<uint64_t>(key.kind));
-  mix(static_cast<uint64_t>(key.precision) | (key.deterministic << 8) | (key.autotune << 9));
-  mix(static_cast<uint64_t>(key.device));
-  for (int i = 0; i < key.count; ++i) mix(static_cast<uint64_t>(key.values[i]));
-  return static_cast<size_t>(h);
+  mix(static_cast<uint64_t>(policy.precision) | (uint64_t{policy.deterministic} << 8) |
+      (uint64_t{policy.autotune} << 9));
+  mix(static_cast<uint64_t>(device));
+  for (int64_t v : values_) mix(static_cast<uint64_t>(v));
+  hash_ = static_cast<size_t>(h);
+}
+
+bool PlanKey::operator==(const PlanKey& other) const {
+  return hash_ == other.hash_ && policy_ == other.policy_ && device_ == other.device_ &&
+         values_ == other.values_;
 }
 
 PlanCache::PlanCache() : capacity_(1024) {
@@ -88,8 +47,7 @@ PlanCache& PlanCache::global() {
   return cache;
 }
 
-std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const std::function<Graph()>& make_graph,
-                                           bool precision_filter_applies) {
+std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& graph) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = index_.find(key); it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
@@ -99,8 +57,7 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const std::functi
   }
   ++stats_.misses;
   auto start = std::chrono::steady_clock::now();
-  Graph graph = make_graph();
-  std::string name = graph.name();
+  std::string name = graph.pattern();
   // Selection test-runs candidates and synchronizes, which a capturing stream
   // cannot do; the result would be a bogus "unsupported".
   LOOM_CHECK(!cuda::is_capturing(), CudnnError,
@@ -108,18 +65,14 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const std::functi
              "is being captured; run the step once eagerly before capturing it",
              name);
   Selection selection;
-  const SelectOptions options{.policy = {.precision = key.precision,
-                                         .deterministic = key.deterministic,
-                                         .autotune = key.autotune},
-                              .precision_filter_applies = precision_filter_applies};
+  const SelectOptions options{.policy = key.policy()};
   const PlanStore& store = PlanStore::global();
   if (std::optional<StoredPlan> stored = store.load(key)) {
-    selection.plan = restore_plan(std::move(graph), handle(), stored->json, stored->notes, options);
-    if (!selection.plan) graph = make_graph();  // stale file: build afresh, and replace it
+    selection.plan = restore_plan(graph, handle(), stored->json, stored->notes, options);
   }
   const bool restored = selection.plan != nullptr;
   if (!restored) {
-    selection = select_plan(std::move(graph), handle(), options);
+    selection = select_plan(graph, handle(), options);  // a stale file is replaced
     if (selection.plan) store.save(key, *selection.plan);
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -215,6 +168,24 @@ void PlanCache::clear() {
   lru_.clear();
   index_.clear();
   stats_ = {};
+}
+
+PlanKey plan_key(const Graph& graph) {
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  return PlanKey(graph, numerics_policy(), device);
+}
+
+bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier) {
+  PlanCache& cache = PlanCache::global();
+  const PlanKey key = plan_key(graph);
+  std::shared_ptr<const Plan> plan = cache.get(key, graph);
+  if (!plan) {
+    if (!fallback_tier.empty()) cache.record_fallback(key, fallback_tier);
+    return false;
+  }
+  plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
+  return true;
 }
 
 }  // namespace loom::cudnn

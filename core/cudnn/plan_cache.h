@@ -1,17 +1,15 @@
 // File: core/cudnn/plan_cache.h
-// Plain key -> cached plan. A miss restores the plan from the plan files
-// (plan_store.h) when an earlier process saved it, else builds the graph,
-// selects a plan (plan.h), caches it and saves it; a graph no engine supports
-// is cached as unsupported too, so it is never probed twice. LRU with a
-// configurable capacity, guarded by a mutex.
+// Graph -> cached plan, keyed by the graph's canonical form (graph.h), the
+// numerics policy and the device. A miss restores the plan from the plan files
+// (plan_store.h) when an earlier process saved it, else selects a plan
+// (plan.h), caches it and saves it; a graph no engine supports is cached as
+// unsupported too, so it is never probed twice. LRU with a configurable
+// capacity, guarded by a mutex.
 //
-//   PlanKey key(GraphKind::ConvForward, numerics_policy());
-//   key.add_tensor(x).add_tensor(w).add_tensor(y).add({stride_h, stride_w, ...});
-//   std::shared_ptr<const Plan> plan = PlanCache::global().get(key, [&] { return make_graph(); });
+//   Graph g = ...;  // the op's graph, described on every call (cheap: no cuDNN calls)
+//   if (!run_plan(g, {{kX, x.data}, {kY, y.data}}, "Loom CUDA kernels")) run_the_tier_below();
 #pragma once
 
-#include <array>
-#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -25,54 +23,31 @@
 
 namespace loom::cudnn {
 
-enum class GraphKind : uint8_t {
-  ConvForward,
-  ConvBackwardData,
-  ConvBackwardFilter,
-  Matmul,
-  BatchNormForward,
-  BatchNormBackward,
-  PoolForward,
-  PoolBackward,
-  Pointwise,
-  PointwiseBackward,
-  Reduction,
-  // Fused patterns (core/cudnn/fused.h).
-  ConvBiasReluForward,
-  BatchNormReluForward,
-  BatchNormReluBackward,
-  ConvBackwardDataRelu,
-  MatmulBiasRelu,
-};
+// What identifies a plan: the graph's canonical form, the policy, the device.
+// The hash is computed once, when the key is made.
+class PlanKey {
+ public:
+  PlanKey(const Graph& graph, const NumericsPolicy& policy, int device);
 
-std::string_view graph_kind_name(GraphKind kind);
-
-struct PlanKey {
-  static constexpr int kMaxValues = 160;
-
-  PlanKey(GraphKind kind, const NumericsPolicy& policy, int device = 0);
-
-  PlanKey& add(int64_t value);
-  PlanKey& add(std::initializer_list<int64_t> values);
-  // dims, strides, dtype and the byte alignment of the pointer.
-  PlanKey& add_tensor(const TensorSpec& tensor);
   bool operator==(const PlanKey& other) const;
+  size_t hash() const { return hash_; }
+  const NumericsPolicy& policy() const { return policy_; }
+  int device() const { return device_; }
+  const std::vector<int64_t>& values() const { return values_; }
 
-  GraphKind kind;
-  Precision precision;
-  bool deterministic;
-  bool autotune;
-  int32_t device;
-  int32_t count = 0;
-  std::array<int64_t, kMaxValues> values{};
+ private:
+  NumericsPolicy policy_;
+  int device_;
+  std::vector<int64_t> values_;
+  size_t hash_;
 };
 
 struct PlanKeyHash {
-  size_t operator()(const PlanKey& key) const;
+  size_t operator()(const PlanKey& key) const { return key.hash(); }
 };
 
 struct PlanInfo {
-  std::string graph;
+  std::string graph;  // Graph::pattern()
   bool supported = true;
   PlanNotes notes;
   int64_t workspace_bytes = 0;
@@ -99,10 +74,9 @@ class PlanCache {
  public:
   static PlanCache& global();
 
-  // The plan for `key`; on a miss, builds make_graph() and selects a plan with
-  // `options` (its policy is taken from the key). Null when no engine supports it.
-  std::shared_ptr<const Plan> get(const PlanKey& key, const std::function<Graph()>& make_graph,
-                                  bool precision_filter_applies);
+  // The plan for `key`, made from `graph` on a miss under the key's policy.
+  // Null when no engine supports it.
+  std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph);
 
   // Why `key` has no plan ("" when it has one or was never built).
   std::string why_unsupported(const PlanKey& key) const;
@@ -131,5 +105,14 @@ class PlanCache {
   size_t capacity_;
   PlanCacheStats stats_;
 };
+
+// The key of `graph` under the calling thread's policy, on the current device.
+PlanKey plan_key(const Graph& graph);
+
+// The one way ops run a graph: looks its plan up (building it on a miss) and
+// executes it with `pointers` and the shared workspace. Returns false when no
+// engine supports the graph; when `fallback_tier` is not empty the key is then
+// recorded as running there (PlanCache::record_fallback), and the caller runs it.
+bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier);
 
 }  // namespace loom::cudnn

@@ -1,6 +1,7 @@
 // File: core/cudnn/plan_store.cc
-// A plan file: "loom-cudnn-plan 1", a "key" line (kind, policy, device, values),
-// "engine", "numerical" and "behavior" lines, then "json" and the JSON to the end.
+// A plan file: "loom-cudnn-plan 2", a "key" line (policy, device, the graph's
+// canonical form), "engine", "numerical" and "behavior" lines, then "json" and
+// the JSON to the end. Version 1 files (keyed by a graph-kind enum) are ignored.
 #include "core/cudnn/plan_store.h"
 
 #include <fmt/format.h>
@@ -19,7 +20,7 @@ namespace loom::cudnn {
 
 namespace {
 
-constexpr const char* kMagic = "loom-cudnn-plan 1";
+constexpr const char* kMagic = "loom-cudnn-plan 2";
 
 std::string root_directory() {
   if (const char* dir = std::getenv("LOOM_CUDNN_PLAN_DIR")) {
@@ -48,11 +49,10 @@ std::string device_folder() {
 }
 
 std::string key_line(const PlanKey& key) {
-  std::string line = fmt::format("key {} {} {} {} {} {}", static_cast<int>(key.kind),
-                                 static_cast<int>(key.precision), key.deterministic ? 1 : 0,
-                                 key.autotune ? 1 : 0, key.device, key.count);
-  for (int i = 0; i < key.count; ++i) line += fmt::format(" {}", key.values[i]);
-  return line;
+  const NumericsPolicy& policy = key.policy();
+  return fmt::format("key {} {} {} {} {} {}", static_cast<int>(policy.precision),
+                     policy.deterministic ? 1 : 0, policy.autotune ? 1 : 0, key.device(),
+                     key.values().size(), fmt::join(key.values(), " "));
 }
 
 std::vector<std::string> split_names(const std::string& list) {
@@ -87,8 +87,7 @@ std::string PlanStore::directory() const {
 }
 
 std::string PlanStore::path_of(const PlanKey& key) const {
-  return fmt::format("{}/{}-{:016x}.plan", directory(), graph_kind_name(key.kind),
-                     static_cast<uint64_t>(PlanKeyHash{}(key)));
+  return fmt::format("{}/plan-{:016x}.plan", directory(), static_cast<uint64_t>(key.hash()));
 }
 
 std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {

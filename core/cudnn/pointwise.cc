@@ -1,11 +1,8 @@
 #include "core/cudnn/pointwise.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <optional>
 
-#include "core/cudnn/context.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
 
@@ -52,65 +49,84 @@ bool same_layout(const Strided& a, const Strided& b) { return a.sizes == b.sizes
 
 }  // namespace
 
-std::optional<Graph> relu_forward_graph(const Strided& y, const Strided& x) {
+std::optional<Graph> pointwise_forward_graph(PointwiseMode mode, const Strided& y, const Strided& x) {
   auto xs = flat_spec(x, kX), ys = flat_spec(y, kY);
   if (!xs || !ys || !same_layout(x, y)) return std::nullopt;
-  Graph g(fmt::format("relu_fwd {} as ({}, {}) nhwc", describe(x), xs->dims[0], kRow));
+  Graph g;
   g.add_tensor(*xs);
   g.add_tensor(*ys);
-  g.pointwise(CUDNN_POINTWISE_RELU_FWD, kX, std::nullopt, kY);
+  g.pointwise(mode.mode, kX, std::nullopt, kY, mode.parameter);
   return g;
 }
 
-VariantPointers relu_forward_pointers(const Strided& y, const Strided& x) {
+VariantPointers pointwise_forward_pointers(const Strided& y, const Strided& x) {
   return {{kX, x.data}, {kY, y.data}};
 }
 
-bool relu_forward(const Strided& y, const Strided& x) {
-  auto xs = flat_spec(x, kX), ys = flat_spec(y, kY);
-  if (!xs || !ys || !same_layout(x, y)) return false;
-  PlanKey key(GraphKind::Pointwise, numerics_policy());
-  key.add(CUDNN_POINTWISE_RELU_FWD).add_tensor(*xs).add_tensor(*ys);
-  auto plan = PlanCache::global().get(key, [&] { return *relu_forward_graph(y, x); },
-                                      /*precision_filter_applies=*/false);
-  if (!plan) {
-    PlanCache::global().record_fallback(key, kFallbackTier);
-    return false;
-  }
-  plan->execute(handle(), relu_forward_pointers(y, x),
-                workspace(static_cast<size_t>(plan->workspace_bytes())));
-  return true;
+bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x) {
+  std::optional<Graph> graph = pointwise_forward_graph(mode, y, x);
+  return graph && run_plan(*graph, pointwise_forward_pointers(y, x), kFallbackTier);
 }
 
-std::optional<Graph> relu_backward_graph(const Strided& dx, const Strided& dy, const Strided& y) {
-  auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), ys = flat_spec(y, kX);
-  if (!dxs || !dys || !ys || !same_layout(dx, dy) || !same_layout(dx, y)) return std::nullopt;
-  Graph g(fmt::format("relu_bwd {} as ({}, {}) nhwc", describe(dy), dys->dims[0], kRow));
+std::optional<Graph> pointwise_backward_graph(PointwiseMode mode, const Strided& dx, const Strided& dy,
+                                              const Strided& saved) {
+  auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), xs = flat_spec(saved, kX);
+  if (!dxs || !dys || !xs || !same_layout(dx, dy) || !same_layout(dx, saved)) return std::nullopt;
+  Graph g;
   g.add_tensor(*dxs);
   g.add_tensor(*dys);
-  g.add_tensor(*ys);
-  g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDy, kX, kDx);
+  g.add_tensor(*xs);
+  g.pointwise_backward(mode.mode, kDy, kX, kDx, mode.parameter);
   return g;
 }
 
-VariantPointers relu_backward_pointers(const Strided& dx, const Strided& dy, const Strided& y) {
-  return {{kDx, dx.data}, {kDy, dy.data}, {kX, y.data}};
+VariantPointers pointwise_backward_pointers(const Strided& dx, const Strided& dy, const Strided& saved) {
+  return {{kDx, dx.data}, {kDy, dy.data}, {kX, saved.data}};
 }
 
-bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y) {
-  auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), ys = flat_spec(y, kX);
-  if (!dxs || !dys || !ys || !same_layout(dx, dy) || !same_layout(dx, y)) return false;
-  PlanKey key(GraphKind::PointwiseBackward, numerics_policy());
-  key.add(CUDNN_POINTWISE_RELU_BWD).add_tensor(*dxs).add_tensor(*dys).add_tensor(*ys);
-  auto plan = PlanCache::global().get(key, [&] { return *relu_backward_graph(dx, dy, y); },
-                                      /*precision_filter_applies=*/false);
-  if (!plan) {
-    PlanCache::global().record_fallback(key, kFallbackTier);
-    return false;
-  }
-  plan->execute(handle(), relu_backward_pointers(dx, dy, y),
-                workspace(static_cast<size_t>(plan->workspace_bytes())));
-  return true;
+bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved) {
+  std::optional<Graph> graph = pointwise_backward_graph(mode, dx, dy, saved);
+  return graph && run_plan(*graph, pointwise_backward_pointers(dx, dy, saved), kFallbackTier);
+}
+
+std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward, double parameter) {
+  const cpu::ActivationInfo& row = cpu::activation_info(kind);
+  struct Modes {
+    cudnnPointwiseMode_t forward, backward;
+  };
+  auto modes = [](cpu::CudnnActivation a) -> std::optional<Modes> {
+    switch (a) {
+      case cpu::CudnnActivation::None: return std::nullopt;
+      case cpu::CudnnActivation::Relu: return Modes{CUDNN_POINTWISE_RELU_FWD, CUDNN_POINTWISE_RELU_BWD};
+      case cpu::CudnnActivation::Tanh: return Modes{CUDNN_POINTWISE_TANH_FWD, CUDNN_POINTWISE_TANH_BWD};
+      case cpu::CudnnActivation::Sigmoid: return Modes{CUDNN_POINTWISE_SIGMOID_FWD, CUDNN_POINTWISE_SIGMOID_BWD};
+      case cpu::CudnnActivation::Elu: return Modes{CUDNN_POINTWISE_ELU_FWD, CUDNN_POINTWISE_ELU_BWD};
+      case cpu::CudnnActivation::Gelu: return Modes{CUDNN_POINTWISE_GELU_FWD, CUDNN_POINTWISE_GELU_BWD};
+      case cpu::CudnnActivation::GeluTanh:
+        return Modes{CUDNN_POINTWISE_GELU_APPROX_TANH_FWD, CUDNN_POINTWISE_GELU_APPROX_TANH_BWD};
+      case cpu::CudnnActivation::Softplus:
+        return Modes{CUDNN_POINTWISE_SOFTPLUS_FWD, CUDNN_POINTWISE_SOFTPLUS_BWD};
+      case cpu::CudnnActivation::Swish: return Modes{CUDNN_POINTWISE_SWISH_FWD, CUDNN_POINTWISE_SWISH_BWD};
+    }
+    return std::nullopt;
+  };
+  std::optional<Modes> m = modes(backward ? row.cudnn_backward : row.cudnn_forward);
+  if (!m) return std::nullopt;
+  // Rows without a parameter take cuDNN's default (SiLU is swish with beta 1).
+  const bool has_parameter = *row.parameter_name != '\0';
+  return PointwiseMode{backward ? m->backward : m->forward,
+                       has_parameter ? std::optional<double>(parameter) : std::nullopt};
+}
+
+bool activation_forward(cpu::ActivationKind kind, double parameter, const Strided& y, const Strided& x) {
+  std::optional<PointwiseMode> mode = activation_mode(kind, /*backward=*/false, parameter);
+  return mode && pointwise_forward(*mode, y, x);
+}
+
+bool activation_backward(cpu::ActivationKind kind, double parameter, const Strided& dx,
+                         const Strided& dy, const Strided& saved) {
+  std::optional<PointwiseMode> mode = activation_mode(kind, /*backward=*/true, parameter);
+  return mode && pointwise_backward(*mode, dx, dy, saved);
 }
 
 }  // namespace loom::cudnn

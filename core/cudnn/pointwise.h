@@ -1,29 +1,48 @@
 // File: core/cudnn/pointwise.h
-// ReLU forward and backward as cuDNN pointwise graphs. cuDNN 9.19 has no
-// engine for 4-D NCHW pointwise graphs, but elementwise math does not care about
-// shape: operands that share one dense layout are viewed as a packed NHWC
-// (n / 64, 64, 1, 1) tensor. Where that view or an engine is missing, these
-// return false and the caller runs the CUDA kernel.
+// Elementwise activations forward and backward as cuDNN pointwise graphs (any
+// *_FWD mode and its *_BWD mode; core/cpu/activation_math.h says which
+// activation has which). cuDNN 9.19 has no engine for 4-D NCHW pointwise graphs, but
+// elementwise math does not care about shape: operands that share one dense
+// layout are viewed as a packed NHWC (n / 64, 64, 1, 1) tensor. Where that view
+// or an engine is missing, these return false and the caller runs the CUDA kernel.
 #pragma once
 
 #include <optional>
 
+#include "core/cpu/activation_math.h"
 #include "core/cudnn/graph.h"
 #include "core/cudnn/plan.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
 
-// y = max(x, 0). x and y dense with identical strides.
-bool relu_forward(const Strided& y, const Strided& x);
-// dx = dy where y > 0, else 0 (y > 0 exactly where x > 0). All three share strides.
-bool relu_backward(const Strided& dx, const Strided& dy, const Strided& y);
+// A pointwise mode and its scalar (ReLU's lower slope, ELU's alpha, softplus
+// and swish beta; none: cuDNN's default; see graph.h).
+struct PointwiseMode {
+  cudnnPointwiseMode_t mode;
+  std::optional<double> parameter;
+};
 
-// The graphs behind the two calls (none where the packed view does not apply)
-// and their variant packs, for tests that run every engine config.
-std::optional<Graph> relu_forward_graph(const Strided& y, const Strided& x);
-VariantPointers relu_forward_pointers(const Strided& y, const Strided& x);
-std::optional<Graph> relu_backward_graph(const Strided& dx, const Strided& dy, const Strided& y);
-VariantPointers relu_backward_pointers(const Strided& dx, const Strided& dy, const Strided& y);
+// y = mode(x). x and y dense with identical strides.
+bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x);
+// dx = mode(dy, saved), a *_BWD mode: saved is the forward's input (ReLU may
+// take its output: same sign). All three share strides.
+bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved);
+
+// An activation row (core/cpu/activation_math.h) as a pointwise graph: its
+// cuDNN forward or backward mode with its parameter; false where the row has
+// none (the caller runs the Loom kernel, the same row) or as above.
+std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward, double parameter);
+bool activation_forward(cpu::ActivationKind kind, double parameter, const Strided& y, const Strided& x);
+bool activation_backward(cpu::ActivationKind kind, double parameter, const Strided& dx,
+                         const Strided& dy, const Strided& saved);
+
+// The graphs behind the calls (none where the packed view does not apply) and
+// their variant packs, for tests that run every engine config.
+std::optional<Graph> pointwise_forward_graph(PointwiseMode mode, const Strided& y, const Strided& x);
+VariantPointers pointwise_forward_pointers(const Strided& y, const Strided& x);
+std::optional<Graph> pointwise_backward_graph(PointwiseMode mode, const Strided& dx, const Strided& dy,
+                                              const Strided& saved);
+VariantPointers pointwise_backward_pointers(const Strided& dx, const Strided& dy, const Strided& saved);
 
 }  // namespace loom::cudnn

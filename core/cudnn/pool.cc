@@ -1,8 +1,5 @@
 #include "core/cudnn/pool.h"
 
-#include <fmt/format.h>
-
-#include "core/cudnn/context.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
 
@@ -56,20 +53,6 @@ TensorSpec index_spec(const Strided& index) {
   return spec;
 }
 
-void add_geometry_to_key(PlanKey& key, const PoolGeometry& g) {
-  key.add(static_cast<int64_t>(g.mode));
-  for (const auto* v : {&g.window, &g.stride, &g.pre_padding, &g.post_padding}) {
-    for (int64_t e : *v) key.add(e);
-  }
-}
-
-std::string pool_name(const char* what, const Strided& x, const PoolGeometry& g) {
-  return fmt::format("{} {} x{} k{}x{} s{}x{} p{}x{}+{}x{}", what,
-                     g.mode == CUDNN_RESAMPLE_MAXPOOL ? "max" : "avg", describe(x), g.window[0],
-                     g.window[1], g.stride[0], g.stride[1], g.pre_padding[0], g.pre_padding[1],
-                     g.post_padding[0], g.post_padding[1]);
-}
-
 }  // namespace
 
 bool pool_uses_index(const Strided& x) {
@@ -80,7 +63,7 @@ bool pool_uses_index(const Strided& x) {
 Graph pool2d_forward_graph(const Strided& y, const Strided* index, const Strided& x,
                           const PoolArgs& a) {
   PoolGeometry g = geometry_of(a, x, y);
-  Graph graph(pool_name("pool_fwd", x, g));
+  Graph graph;
   graph.add_tensor(spec_of(x, kX));
   graph.add_tensor(spec_of(y, kY));
   if (index) graph.add_tensor(index_spec(*index));
@@ -95,27 +78,15 @@ VariantPointers pool2d_forward_pointers(const Strided& y, const Strided* index, 
 }
 
 bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const PoolArgs& a) {
-  PoolGeometry g = geometry_of(a, x, y);
-  if (!cudnn_may_pool(a, g, x)) return false;
-  PlanKey key(GraphKind::PoolForward, numerics_policy());
-  key.add_tensor(spec_of(x, kX)).add_tensor(spec_of(y, kY)).add(index != nullptr);
-  add_geometry_to_key(key, g);
-  if (index) key.add_tensor(index_spec(*index));
-  auto plan = PlanCache::global().get(key, [&] { return pool2d_forward_graph(y, index, x, a); },
-                                      /*precision_filter_applies=*/false);
-  if (!plan) {
-    PlanCache::global().record_fallback(key, kFallbackTier);
-    return false;
-  }
-  plan->execute(handle(), pool2d_forward_pointers(y, index, x),
-                workspace(static_cast<size_t>(plan->workspace_bytes())));
-  return true;
+  if (!cudnn_may_pool(a, geometry_of(a, x, y), x)) return false;
+  return run_plan(pool2d_forward_graph(y, index, x, a), pool2d_forward_pointers(y, index, x),
+                  kFallbackTier);
 }
 
 Graph pool2d_backward_graph(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
                            const PoolArgs& a) {
   PoolGeometry g = geometry_of(a, dx, dy);
-  Graph graph(pool_name("pool_bwd", dx, g));
+  Graph graph;
   graph.add_tensor(spec_of(dx, kDx));
   graph.add_tensor(spec_of(dy, kDy));
   Graph::ResampleBackward uids{.dy = kDy, .dx = kDx};
@@ -137,24 +108,9 @@ VariantPointers pool2d_backward_pointers(const Strided& dx, const Strided& dy,
 
 bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
                      const PoolArgs& a) {
-  PoolGeometry g = geometry_of(a, dx, dy);
-  if (!cudnn_may_pool(a, g, dx)) return false;
-  PlanKey key(GraphKind::PoolBackward, numerics_policy());
-  key.add_tensor(spec_of(dx, kDx)).add_tensor(spec_of(dy, kDy));
-  key.add({saved.x != nullptr, saved.y != nullptr, saved.index != nullptr});
-  add_geometry_to_key(key, g);
-  if (saved.x) key.add_tensor(spec_of(*saved.x, kX));
-  if (saved.y) key.add_tensor(spec_of(*saved.y, kY));
-  if (saved.index) key.add_tensor(index_spec(*saved.index));
-  auto plan = PlanCache::global().get(key, [&] { return pool2d_backward_graph(dx, dy, saved, a); },
-                                      /*precision_filter_applies=*/false);
-  if (!plan) {
-    PlanCache::global().record_fallback(key, kFallbackTier);
-    return false;
-  }
-  plan->execute(handle(), pool2d_backward_pointers(dx, dy, saved),
-                workspace(static_cast<size_t>(plan->workspace_bytes())));
-  return true;
+  if (!cudnn_may_pool(a, geometry_of(a, dx, dy), dx)) return false;
+  return run_plan(pool2d_backward_graph(dx, dy, saved, a), pool2d_backward_pointers(dx, dy, saved),
+                  kFallbackTier);
 }
 
 }  // namespace loom::cudnn

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduction.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/norm.h"
 #endif
@@ -209,6 +210,99 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (needs_grad({x, weight, bias})) {
     record_batch_norm_backward(y, x, weight, bias, save_mean, save_invstd, options.training);
   }
+  return y;
+}
+
+namespace {
+
+void check_layer_norm_args(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                           const Tensor& bias, double eps) {
+  check_float_tensor(x, "layer_norm");
+  const auto k = static_cast<int64_t>(normalized_shape.size());
+  LOOM_CHECK(k >= 1 && x.dim() >= k &&
+                 Shape(x.sizes().end() - k, x.sizes().end()) == normalized_shape,
+             ValueError,
+             "[layer_norm] input {} does not end in normalized_shape {}; pass the sizes of the "
+             "trailing dims to normalize over",
+             shape_str(x.sizes()), shape_str(normalized_shape));
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    LOOM_CHECK(!t->defined() || t->sizes() == normalized_shape, ValueError,
+               "[layer_norm] {} has shape {}, expected normalized_shape {}", name,
+               shape_str(t->sizes()), shape_str(normalized_shape));
+  }
+  LOOM_CHECK(eps >= 0, ValueError, "[layer_norm] eps must be non-negative, got {}", eps);
+}
+
+#ifdef LOOM_WITH_CUDA
+// dx, dweight, dbias of layer norm over the rows of x (N, D), from the forward's
+// statistics (N, 1): the same formulas as the composite's autograd, for a
+// backward without a cuDNN engine.
+std::vector<Tensor> layer_norm_backward_composite(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                                  const Tensor& mean, const Tensor& inv_variance) {
+  NoGradGuard no_grad;
+  const Tensor xhat = (x - mean) * inv_variance;
+  const Tensor g = dy * weight;
+  const Tensor dx = inv_variance * (g - loom::mean(g, {1}, true) - xhat * loom::mean(g * xhat, {1}, true));
+  return {dx, sum(dy * xhat, {0}), sum(dy, {0})};
+}
+
+// The cuDNN layer-norm graphs, for float32 rows with weight and bias; nullopt
+// when the arguments or cuDNN's engines do not allow it.
+std::optional<Tensor> layer_norm_gpu(const Tensor& x_in, const Shape& normalized_shape,
+                                     const Tensor& weight_in, const Tensor& bias_in, double eps) {
+  const bool eligible = x_in.dtype() == DType::Float32 && weight_in.defined() && bias_in.defined() &&
+                        weight_in.dtype() == DType::Float32 && bias_in.dtype() == DType::Float32 &&
+                        x_in.numel() > 0;
+  if (!eligible) return std::nullopt;
+  const int64_t d = numel_of(normalized_shape), n = x_in.numel() / d;
+  const Tensor x = x_in.detach().contiguous().view({n, d});
+  const Tensor weight = weight_in.detach().contiguous().view({d}), bias = bias_in.detach().contiguous().view({d});
+  Tensor y = empty_like(x), mean = empty({n}, x.options()), inv_variance = empty({n}, x.options());
+  if (!cudnn::layer_norm_forward({.y = y.strided(), .mean = mean.strided(),
+                                  .inv_variance = inv_variance.strided(), .x = x.strided(),
+                                  .weight = weight.strided(), .bias = bias.strided(), .eps = eps})) {
+    return std::nullopt;
+  }
+  Tensor out = y.view(x_in.sizes());
+  if (!needs_grad({x_in, weight_in, bias_in})) return out;
+  const Shape weight_shape = weight_in.sizes();
+  record("layer_norm", {x_in, weight_in, bias_in}, out,
+         [=](const Tensor& dy_in) -> std::vector<Tensor> {
+           const Tensor dy = dy_in.contiguous().view({n, d});
+           Tensor dx = empty_like(x), dw = empty({d}, x.options()), db = empty({d}, x.options());
+           if (!cudnn::layer_norm_backward({.dx = dx.strided(), .dweight = dw.strided(), .dbias = db.strided(),
+                                            .dy = dy.strided(), .x = x.strided(), .weight = weight.strided(),
+                                            .mean = mean.strided(), .inv_variance = inv_variance.strided()})) {
+             std::vector<Tensor> g = layer_norm_backward_composite(dy, x, weight, mean.view({n, 1}),
+                                                                   inv_variance.view({n, 1}));
+             dx = g[0], dw = g[1], db = g[2];
+           }
+           return {dx.view(x_in.sizes()), dw.view(weight_shape), db.view(weight_shape)};
+         },
+         {x, weight, mean, inv_variance});
+  return out;
+}
+#endif
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  check_layer_norm_args(x, normalized_shape, weight, bias, eps);
+#ifdef LOOM_WITH_CUDA
+  if (x.device().is_cuda()) {
+    if (std::optional<Tensor> y = layer_norm_gpu(x, normalized_shape, weight, bias, eps)) return *y;
+  }
+#endif
+  Shape dims;
+  for (int64_t d = x.dim() - static_cast<int64_t>(normalized_shape.size()); d < x.dim(); ++d) {
+    dims.push_back(d);
+  }
+  const Tensor centered = x - mean(x, dims, /*keepdim=*/true);
+  const Tensor variance = mean(centered * centered, dims, /*keepdim=*/true);
+  Tensor y = centered / sqrt(variance + eps);
+  if (weight.defined()) y = y * weight;  // broadcast over the leading dims
+  if (bias.defined()) y = y + bias;
   return y;
 }
 

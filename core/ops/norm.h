@@ -34,4 +34,13 @@ struct BatchNormOptions {
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, BatchNormOptions options = {});
 
+// Layer normalization, as torch.nn.functional.layer_norm: each sample is
+// normalized over its last normalized_shape.size() dims, which must equal
+// normalized_shape: y = (x - mean) / sqrt(var + eps) * weight + bias with the
+// biased variance. weight and bias have normalized_shape, or are undefined (no
+// affine transform). A composite of elementwise and reduction ops on every
+// device, so its gradient (x, weight, bias) comes from theirs.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps = 1e-5);
+
 }  // namespace loom

@@ -7,12 +7,15 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/cpu/pool.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduction.h"
+#include "core/ops/shape_ops.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/pool.h"
 #include "core/cudnn/pool.h"
@@ -267,6 +270,28 @@ Tensor global_max_pool2d(const Tensor& x) {
 
 Tensor global_avg_pool2d(const Tensor& x) {
   return max_or_avg(x, whole_plane(x, "global_avg_pool2d"), false, "global_avg_pool2d");
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
+  const auto [p, q] = output_size;
+  LOOM_CHECK(x.dim() == 4, ShapeError, "[adaptive_avg_pool2d] expects input (N, C, H, W), got shape {}",
+             shape_str(x.sizes()));
+  LOOM_CHECK(p > 0 && q > 0, ValueError, "[adaptive_avg_pool2d] output_size must be positive, got ({}, {})",
+             p, q);
+  const int64_t h = x.size(2), w = x.size(3);
+  if (h % p == 0 && w % q == 0) {
+    return avg_pool2d(x, {.kernel_size = {h / p, w / q}, .stride = std::array<int64_t, 2>{h / p, w / q}});
+  }
+  std::vector<Tensor> rows;
+  for (int64_t i = 0; i < p; ++i) {
+    const Tensor band = x.slice(2, i * h / p, ((i + 1) * h + p - 1) / p);
+    std::vector<Tensor> cells;
+    for (int64_t j = 0; j < q; ++j) {
+      cells.push_back(mean(band.slice(3, j * w / q, ((j + 1) * w + q - 1) / q), {2, 3}, /*keepdim=*/true));
+    }
+    rows.push_back(cat(cells, 3));
+  }
+  return cat(rows, 2);
 }
 
 }  // namespace loom

@@ -59,6 +59,12 @@ inline Tensor avg_pool2d(const Tensor& x, int64_t kernel_size, std::optional<int
 
 // Pool each whole (H, W) plane: (N, C, H, W) -> (N, C, 1, 1), as adaptive pooling to 1x1.
 Tensor global_avg_pool2d(const Tensor& x);
+
+// As torch.nn.functional.adaptive_avg_pool2d: (N, C, H, W) -> (N, C, P, Q) with
+// output_size (P, Q); cell (i, j) averages rows floor(i H / P) to ceil((i + 1) H / P)
+// and the same for columns. An avg_pool2d where P and Q divide H and W (one
+// window and stride), else a composite of slices and means.
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 Tensor global_max_pool2d(const Tensor& x);
 
 }  // namespace loom

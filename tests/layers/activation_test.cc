@@ -33,6 +33,17 @@ TEST_CASE("each activation module equals its op") {
       {std::make_shared<nn::GELU>(), [](const Tensor& x) { return gelu(x); },
        "GELU(approximate='none')"},
       {std::make_shared<nn::SiLU>(), [](const Tensor& x) { return silu(x); }, "SiLU()"},
+      {std::make_shared<nn::GELU>("tanh"), [](const Tensor& x) { return gelu(x, "tanh"); },
+       "GELU(approximate='tanh')"},
+      {std::make_shared<nn::ELU>(0.5), [](const Tensor& x) { return elu(x, 0.5); }, "ELU(alpha=0.5)"},
+      {std::make_shared<nn::LeakyReLU>(), [](const Tensor& x) { return leaky_relu(x); },
+       "LeakyReLU(negative_slope=0.01)"},
+      {std::make_shared<nn::Softplus>(), [](const Tensor& x) { return softplus(x); },
+       "Softplus(beta=1.0, threshold=20.0)"},
+      {std::make_shared<nn::Activation>(ActivationKind::Silu), [](const Tensor& x) { return silu(x); },
+       "SiLU()"},
+      {std::make_shared<nn::Activation>(ActivationKind::Mish),
+       [](const Tensor& x) { return activation(x, ActivationKind::Mish); }, "Mish()"},
   };
   Generator gen(1);
   const Tensor x = randn({2, 3, 4, 5}, {}, &gen);
@@ -53,6 +64,13 @@ TEST_CASE("activation modules on hand-checked values") {
   CHECK(nn::Tanh()(x).at({2}) == doctest::Approx(std::tanh(2.0)));
   CHECK(nn::SiLU()(x).at({2}) == doctest::Approx(2.0 / (1.0 + std::exp(-2.0))));
   CHECK(nn::GELU()(x).at({0}) == doctest::Approx(-0.5 * std::erfc(1.0 / std::sqrt(2.0))));
+  CHECK(nn::LeakyReLU(0.1)(x).to_vector<double>() == std::vector<double>{-0.1f, 0, 2});
+}
+
+TEST_CASE("activation modules reject a parameter their row does not take, and unknown GELU forms") {
+  CHECK_THROWS_WITH_FRAGMENT(nn::Activation(ActivationKind::Tanh, 2.0), ValueError,
+                             "[Tanh] takes no parameter, got 2");
+  CHECK_THROWS_WITH_FRAGMENT(nn::GELU("erf"), ValueError, "approximate must be 'none' or 'tanh', got 'erf'");
 }
 
 }  // namespace

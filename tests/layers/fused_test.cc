@@ -121,6 +121,15 @@ TEST_CASE("fused models print their fused layers, and fusing twice changes nothi
   CHECK(lenet[0].repr() == "FusedConv2dReLU(1, 6, kernel_size=(5, 5), stride=(1, 1), padding=(2, 2))");
 }
 
+TEST_CASE("fuse takes the generic ReLU activation too, and leaves other activations alone") {
+  nn::Sequential net(nn::Linear(4, 3), nn::Activation(ActivationKind::Relu), nn::Linear(3, 2),
+                     nn::LeakyReLU());
+  nn::fuse(net);
+  CHECK(net[0].repr() == "LinearReLU(in_features=4, out_features=3, bias=True)");
+  CHECK(net[1].repr() == "Identity()");
+  CHECK(net[3].repr() == "LeakyReLU(negative_slope=0.01)");
+}
+
 TEST_CASE("fuse keeps each module's mode") {
   nn::Sequential net = nn::mnist_net();
   net.eval();

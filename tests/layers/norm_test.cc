@@ -184,5 +184,22 @@ TEST_CASE("BatchNorm2d prints as PyTorch's") {
   CHECK(nn::BatchNorm2d(8, {.momentum = 1}).repr().find("momentum=1.0,") != std::string::npos);
 }
 
+TEST_CASE("LayerNorm: PyTorch's parameters, state_dict names and print; forward is layer_norm") {
+  nn::LayerNorm ln({4, 5});
+  const StateDict state = ln.state_dict();
+  REQUIRE(state.size() == 2);
+  CHECK(state[0].first == "weight");
+  CHECK(state[1].first == "bias");
+  CHECK_CLOSE(ln.weight(), ones({4, 5}), 0, 0);
+  CHECK_CLOSE(ln.bias(), zeros({4, 5}), 0, 0);
+  CHECK(ln.repr() == "LayerNorm((4, 5), eps=1e-05, elementwise_affine=True)");
+  CHECK(nn::LayerNorm({8}, {.bias = false}).repr() == "LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=False)");
+  CHECK(nn::LayerNorm({8}, {.elementwise_affine = false}).parameters().empty());
+  Generator gen(7);
+  const Tensor x = randn({3, 4, 5}, {}, &gen);
+  CHECK_CLOSE(ln(x), layer_norm(x, {4, 5}, ln.weight(), ln.bias()), 0, 0);
+  CHECK_THROWS_WITH_FRAGMENT(nn::LayerNorm(Shape{}), ValueError, "[LayerNorm] normalized_shape must name");
+}
+
 }  // namespace
 }  // namespace loom

@@ -1,6 +1,7 @@
 // File: tests/layers/pooling_test.cc
 // Pooling modules equal their ops (stride defaulting to the kernel, pairs,
-// ceil_mode, count_include_pad), the adaptive ones only to 1x1, errors and printing.
+// ceil_mode, count_include_pad), adaptive average pooling to any size, adaptive
+// max pooling only to 1x1, errors and printing.
 // N batch, C channels, H, W.
 #include "layers/pooling.h"
 
@@ -63,10 +64,16 @@ TEST_CASE("AdaptiveAvgPool2d(1) and AdaptiveMaxPool2d(1) pool each whole plane")
   CHECK(shape_str(nn::AdaptiveMaxPool2d(1)(x).sizes()) == "(2, 3, 1, 1)");
 }
 
-TEST_CASE("pooling layers reject bad windows and adaptive sizes other than 1") {
-  CHECK_THROWS_WITH_FRAGMENT(nn::AdaptiveAvgPool2d(2), ValueError,
-                             "[AdaptiveAvgPool2d] only output_size 1 (global pooling) is "
-                             "supported, got 2; for other sizes use AvgPool2d");
+TEST_CASE("AdaptiveAvgPool2d to any size is adaptive_avg_pool2d, printed as PyTorch does") {
+  Generator gen(12);
+  const Tensor x = randn({2, 3, 7, 6}, {}, &gen);
+  CHECK_CLOSE(nn::AdaptiveAvgPool2d({3, 2})(x), adaptive_avg_pool2d(x, {3, 2}), 0, 0);
+  CHECK(nn::AdaptiveAvgPool2d({3, 2}).repr() == "AdaptiveAvgPool2d(output_size=(3, 2))");
+  CHECK_THROWS_WITH_FRAGMENT(nn::AdaptiveAvgPool2d(0), ValueError,
+                             "[AdaptiveAvgPool2d] output_size must be positive, got (0, 0)");
+}
+
+TEST_CASE("pooling layers reject bad windows and adaptive max sizes other than 1") {
   CHECK_THROWS_WITH_FRAGMENT(nn::AdaptiveMaxPool2d({1, 3}), ValueError,
                              "[AdaptiveMaxPool2d] only output_size 1 (global pooling) is "
                              "supported, got (1, 3); for other sizes use MaxPool2d");

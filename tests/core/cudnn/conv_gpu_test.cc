@@ -149,7 +149,7 @@ LOOM_GPU_TEST_CASE("every engine config cuDNN offers for conv fprop/dgrad/wgrad 
           {cudnn::ConvDirection::BackwardFilter, x, dw, dy, dw_ref, dw},
       };
       for (Direction& d : directions) {
-        cudnn::Graph graph("engine sweep");
+        cudnn::Graph graph;
         graph.add_tensor(cudnn::spec_of(d.a.strided(), 1));
         graph.add_tensor(cudnn::spec_of(d.b.strided(), 2));
         graph.add_tensor(cudnn::spec_of(d.out_or_in.strided(), 3));

@@ -152,19 +152,21 @@ LOOM_GPU_TEST_CASE("every ReLU engine config gives the reference result") {
   cpu::unary(y_ref.strided(), x.strided(), cpu::UnaryOp::Relu);
   cpu::binary(dx_ref.strided(), dy.strided(), y_ref.strided(), cpu::BinaryOp::ReluBackward);
   Tensor gx = gpu(x), gy = gpu_nan(s), gdy = gpu(dy), gdx = gpu_nan(s);
-  auto fwd = cudnn::all_working_plans(*cudnn::relu_forward_graph(gy.strided(), gx.strided()), cudnn::handle());
+  auto fwd = cudnn::all_working_plans(
+      *cudnn::pointwise_forward_graph({CUDNN_POINTWISE_RELU_FWD}, gy.strided(), gx.strided()), cudnn::handle());
   CHECK(!fwd.empty());
   for (const auto& plan : fwd) {
     gy.fill_(NAN);
-    run(*plan, cudnn::relu_forward_pointers(gy.strided(), gx.strided()));
+    run(*plan, cudnn::pointwise_forward_pointers(gy.strided(), gx.strided()));
     CHECK_CLOSE(gy.cpu(), y_ref, 0, 0);
   }
-  auto bwd = cudnn::all_working_plans(*cudnn::relu_backward_graph(gdx.strided(), gdy.strided(), gy.strided()),
-                                      cudnn::handle());
+  auto bwd = cudnn::all_working_plans(
+      *cudnn::pointwise_backward_graph({CUDNN_POINTWISE_RELU_BWD}, gdx.strided(), gdy.strided(), gy.strided()),
+      cudnn::handle());
   CHECK(!bwd.empty());
   for (const auto& plan : bwd) {
     gdx.fill_(NAN);
-    run(*plan, cudnn::relu_backward_pointers(gdx.strided(), gdy.strided(), gy.strided()));
+    run(*plan, cudnn::pointwise_backward_pointers(gdx.strided(), gdy.strided(), gy.strided()));
     CHECK_CLOSE(gdx.cpu(), dx_ref, 0, 0);
   }
 }

@@ -1,42 +1,68 @@
 // File: tests/core/cudnn/pointwise_gpu_test.cc
-// ReLU forward and backward as cuDNN pointwise graphs against the CPU kernels.
+// Every activation row with a cuDNN pointwise mode, forward and backward as
+// cuDNN graphs, against the CPU kernels of the same row. ReLU must have an
+// engine (it always had); a row without one is reported, and the op runs
+// Loom's kernel for it (tests/core/ops/activation_gpu_test.cc checks that path).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #ifdef LOOM_WITH_CUDA
-#include "core/cpu/elementwise.h"
+#include "core/cpu/activation.h"
 #include "core/cudnn/pointwise.h"
 #include "core/generator.h"
+#include "core/ops/elementwise.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
 
 using namespace loom;
 
-LOOM_GPU_TEST_CASE("cuDNN ReLU forward and backward match the CPU kernels") {
+namespace {
+
+// ReLU is exact; the other modes use the device's exp / erf / tanh.
+double tolerance(cpu::ActivationKind kind) { return kind == cpu::ActivationKind::Relu ? 0 : 2e-5; }
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("cuDNN activation graphs forward and backward match the CPU kernels") {
   Generator gen(41);
   const Shape shapes[] = {{8, 16, 4, 4}, {4, 64}, {2, 3, 8, 8}};
-  for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
-    for (const Shape& s : shapes) {
-      if (format == MemoryFormat::ChannelsLast && s.size() != 4) continue;
-      CAPTURE(shape_str(s));
-      Tensor x = randn(s, {}, &gen), dy = randn(s, {}, &gen);
-      Tensor y_ref = empty(s), dx_ref = empty(s);
-      cpu::unary(y_ref.strided(), x.strided(), cpu::UnaryOp::Relu);
-      cpu::binary(dx_ref.strided(), dy.strided(), y_ref.strided(), cpu::BinaryOp::ReluBackward);
-      Tensor gx = x.to(Device::cuda()).contiguous(format), gdy = dy.to(Device::cuda()).contiguous(format);
-      Tensor gy = full(s, NAN, {.device = Device::cuda(), .memory_format = format});
-      Tensor gdx = full(s, NAN, {.device = Device::cuda(), .memory_format = format});
-      REQUIRE(cudnn::relu_forward(gy.strided(), gx.strided()));
-      CHECK_CLOSE(gy.cpu(), y_ref, 0, 0);
-      REQUIRE(cudnn::relu_backward(gdx.strided(), gdy.strided(), gy.strided()));
-      CHECK_CLOSE(gdx.cpu(), dx_ref, 0, 0);
+  for (cpu::ActivationKind kind : cpu::kActivationKinds) {
+    const cpu::ActivationInfo& row = cpu::activation_info(kind);
+    const double p = row.default_parameter == 0 ? 0.2 : 0.7 * row.default_parameter;
+    const double parameter = *row.parameter_name == '\0' ? row.default_parameter : p;
+    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      for (const Shape& s : shapes) {
+        if (format == MemoryFormat::ChannelsLast && s.size() != 4) continue;
+        CAPTURE(row.name);
+        CAPTURE(shape_str(s));
+        Tensor x = mul(randn(s, {}, &gen), 3.0), dy = randn(s, {}, &gen);
+        Tensor y_ref = empty(s), dx_ref = empty(s);
+        cpu::activation_forward(y_ref.strided(), x.strided(), kind, parameter);
+        const Tensor& saved_ref = row.saved == cpu::Saved::Output ? y_ref : x;
+        cpu::activation_backward(dx_ref.strided(), dy.strided(), saved_ref.strided(), kind, parameter);
+        Tensor gx = x.to(Device::cuda()).contiguous(format), gdy = dy.to(Device::cuda()).contiguous(format);
+        Tensor gy = full(s, NAN, {.device = Device::cuda(), .memory_format = format});
+        Tensor gdx = full(s, NAN, {.device = Device::cuda(), .memory_format = format});
+        const bool forward = cudnn::activation_forward(kind, parameter, gy.strided(), gx.strided());
+        if (kind == cpu::ActivationKind::Relu) CHECK(forward);
+        if (row.cudnn_forward != cpu::CudnnActivation::None && !forward) MESSAGE("no cuDNN forward engine");
+        if (forward) CHECK_CLOSE(gy.cpu(), y_ref, tolerance(kind), tolerance(kind));
+        const Tensor saved = row.saved == cpu::Saved::Output ? y_ref.to(Device::cuda()).contiguous(format) : gx;
+        const bool backward = cudnn::activation_backward(kind, parameter, gdx.strided(), gdy.strided(), saved.strided());
+        if (kind == cpu::ActivationKind::Relu) CHECK(backward);
+        if (row.cudnn_backward != cpu::CudnnActivation::None && !backward) MESSAGE("no cuDNN backward engine");
+        if (backward) CHECK_CLOSE(gdx.cpu(), dx_ref, tolerance(kind), tolerance(kind));
+      }
     }
   }
 }
 
-LOOM_GPU_TEST_CASE("ReLU on a size the packed view cannot hold is declined") {
+LOOM_GPU_TEST_CASE("a size the packed view cannot hold, or a row without a cuDNN mode, is declined") {
   Tensor x = ones({7, 3}, {.device = Device::cuda()}), y = empty({7, 3}, {.device = Device::cuda()});
-  CHECK_FALSE(cudnn::relu_forward(y.strided(), x.strided()));
+  CHECK_FALSE(cudnn::activation_forward(cpu::ActivationKind::Relu, 0, y.strided(), x.strided()));
+  Tensor x64 = ones({4, 64}, {.device = Device::cuda()}), y64 = empty({4, 64}, {.device = Device::cuda()});
+  CHECK_FALSE(cudnn::activation_backward(cpu::ActivationKind::Sigmoid, 0, y64.strided(), x64.strided(),
+                                         x64.strided()));
 }
 #endif  // LOOM_WITH_CUDA

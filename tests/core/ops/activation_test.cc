@@ -1,5 +1,5 @@
 // File: tests/core/ops/activation_test.cc
-// relu / sigmoid / tanh / gelu / silu: hand values, a naive reference on
+// Every activation row (core/cpu/activation_math.h), table-driven: hand values, a naive reference on
 // contiguous, strided and channels-last inputs, derivatives by hand and by
 // gradcheck, saturation, and argument errors.
 // N batch, C channels, H, W.
@@ -8,7 +8,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -29,32 +31,68 @@ const TensorOptions kF64 = {.dtype = DType::Float64};
 double naive_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double naive_phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }  // normal CDF
 
-struct Activation {
-  std::string name;
-  std::function<Tensor(const Tensor&)> op;
-  std::function<double(double)> f, df;  // value and derivative
+// The float64 reference for one activation row, written independently of
+// core/cpu/activation_math.h: value and derivative at x with the row's parameter.
+struct Reference {
+  ActivationKind kind;
+  std::optional<double> parameter;  // a non-default one, to check it is used
+  std::function<double(double, double)> f, df;
 };
 
-const std::vector<Activation>& activations() {
-  static const std::vector<Activation> all = {
-      {"relu", [](const Tensor& x) { return relu(x); },
-       [](double x) { return x > 0 ? x : 0.0; }, [](double x) { return x > 0 ? 1.0 : 0.0; }},
-      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, naive_sigmoid,
-       [](double x) { return naive_sigmoid(x) * (1 - naive_sigmoid(x)); }},
-      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); },
-       [](double x) { return 1 - std::tanh(x) * std::tanh(x); }},
-      {"gelu", [](const Tensor& x) { return gelu(x); }, [](double x) { return x * naive_phi(x); },
-       [](double x) { return naive_phi(x) + x * std::exp(-x * x / 2) / std::sqrt(2 * M_PI); }},
-      {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x * naive_sigmoid(x); },
-       [](double x) { return naive_sigmoid(x) * (1 + x * (1 - naive_sigmoid(x))); }},
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+const std::vector<Reference>& references() {
+  static const std::vector<Reference> all = {
+      {ActivationKind::Relu, {}, [](double x, double) { return x > 0 ? x : 0.0; },
+       [](double x, double) { return x > 0 ? 1.0 : 0.0; }},
+      {ActivationKind::Sigmoid, {}, [](double x, double) { return naive_sigmoid(x); },
+       [](double x, double) { return naive_sigmoid(x) * (1 - naive_sigmoid(x)); }},
+      {ActivationKind::Tanh, {}, [](double x, double) { return std::tanh(x); },
+       [](double x, double) { return 1 - std::tanh(x) * std::tanh(x); }},
+      {ActivationKind::Gelu, {}, [](double x, double) { return x * naive_phi(x); },
+       [](double x, double) { return naive_phi(x) + x * std::exp(-x * x / 2) / std::sqrt(2 * M_PI); }},
+      {ActivationKind::GeluTanh, {}, [](double x, double) { return gelu_tanh(x); },
+       [](double x, double) {
+         const double k = std::sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x);
+         return 0.5 * (1 + std::tanh(u)) + 0.5 * x * k * (1 + 3 * 0.044715 * x * x) / std::pow(std::cosh(u), 2);
+       }},
+      {ActivationKind::Silu, {}, [](double x, double) { return x * naive_sigmoid(x); },
+       [](double x, double) { return naive_sigmoid(x) * (1 + x * (1 - naive_sigmoid(x))); }},
+      {ActivationKind::Elu, 0.7, [](double x, double a) { return x > 0 ? x : a * (std::exp(x) - 1); },
+       [](double x, double a) { return x > 0 ? 1 : a * std::exp(x); }},
+      {ActivationKind::LeakyRelu, 0.2, [](double x, double s) { return x > 0 ? x : s * x; },
+       [](double x, double s) { return x > 0 ? 1 : s; }},
+      {ActivationKind::Softplus, 2.0, [](double x, double b) { return std::log(1 + std::exp(b * x)) / b; },
+       [](double x, double b) { return naive_sigmoid(b * x); }},
+      {ActivationKind::Mish, {}, [](double x, double) { return x * std::tanh(std::log1p(std::exp(x))); },
+       [](double x, double) {
+         const double t = std::tanh(std::log1p(std::exp(x)));
+         return t + x * (1 - t * t) * naive_sigmoid(x);
+       }},
   };
   return all;
 }
 
-Tensor naive_apply(const Tensor& x, const std::function<double(double)>& f) {
+std::string name_of(const Reference& r) { return cpu::activation_info(r.kind).name; }
+double parameter_of(const Reference& r) {
+  return r.parameter.value_or(cpu::activation_info(r.kind).default_parameter);
+}
+Tensor apply(const Reference& r, const Tensor& x) { return activation(x, r.kind, r.parameter); }
+
+Tensor naive_apply(const Tensor& x, const std::function<double(double, double)>& f, double p) {
   std::vector<double> v = x.to_vector<double>();
-  for (double& e : v) e = f(e);
+  for (double& e : v) e = f(e, p);
   return tensor(v, x.sizes(), kF64);
+}
+
+TEST_CASE("the reference table covers every activation row") {
+  for (ActivationKind kind : cpu::kActivationKinds) {
+    CAPTURE(cpu::activation_info(kind).name);
+    CHECK(std::any_of(references().begin(), references().end(),
+                      [kind](const Reference& r) { return r.kind == kind; }));
+  }
 }
 
 TEST_CASE("activations by hand") {
@@ -67,6 +105,14 @@ TEST_CASE("activations by hand") {
   // gelu(x) = x * Phi(x); Phi(1) = 0.8413447460685429.
   CHECK_CLOSE(gelu(tensor({0, 1, -1}, {3}, kF64)), tensor({0, 0.8413447460685429, -0.15865525393145707}, {3}, kF64), 1e-15, 1e-16);
   CHECK_CLOSE(silu(tensor({0, l3}, {2}, kF64)), tensor({0, 0.75 * l3}, {2}, kF64), 1e-15, 0);
+  CHECK_CLOSE(elu(tensor({2, -l3}, {2}, kF64), 0.5), tensor({2, 0.5 * (1.0 / 3 - 1)}, {2}, kF64), 1e-15, 1e-16);
+  CHECK(leaky_relu(tensor({-2, 3}, {2}, kF64), 0.25).to_vector<double>() == std::vector<double>{-0.5, 3});
+  // softplus(log 3) = log 4; linear past beta * x = 20.
+  CHECK_CLOSE(softplus(tensor({l3, 30}, {2}, kF64)), tensor({std::log(4.0), 30}, {2}, kF64), 1e-15, 0);
+  // gelu_tanh(1) = 0.5 (1 + tanh(sqrt(2 / pi) 1.044715)) = 0.8411919906082768.
+  CHECK_CLOSE(gelu(tensor({1}, {1}, kF64), "tanh"), tensor({0.8411919906082768}, {1}, kF64), 1e-15, 0);
+  // mish(1) = tanh(log(1 + e)) = 0.8650983882673103.
+  CHECK_CLOSE(activation(tensor({1}, {1}, kF64), ActivationKind::Mish), tensor({0.8650983882673103}, {1}, kF64), 1e-15, 0);
 }
 
 TEST_CASE("activations saturate without NaN; relu keeps NaN") {
@@ -85,27 +131,27 @@ TEST_CASE("activations match the naive reference: contiguous, strided, channels-
     const Tensor x = mul(randn({2, 3, 4, 5}, {.dtype = dtype}, &gen), 3.0);  // N 2, C 3, H 4, W 5
     const Tensor cl = x.contiguous(MemoryFormat::ChannelsLast);
     const double tol = dtype == DType::Float64 ? 1e-13 : 2e-6;
-    for (const Activation& a : activations()) {
-      CAPTURE(a.name);
+    for (const Reference& r : references()) {
+      CAPTURE(name_of(r));
       CAPTURE(dtype_name(dtype));
       for (const Tensor& input : {x, x.transpose(1, 3), x.slice(2, 0, 4, 3), cl}) {
-        const Tensor y = a.op(input);
+        const Tensor y = apply(r, input);
         CHECK(y.dtype() == dtype);
-        CHECK_CLOSE(y, naive_apply(input, a.f), tol, tol);
+        CHECK_CLOSE(y, naive_apply(input, r.f, parameter_of(r)), tol, tol);
       }
-      CHECK(a.op(cl).is_contiguous(MemoryFormat::ChannelsLast));
+      CHECK(apply(r, cl).is_contiguous(MemoryFormat::ChannelsLast));
     }
   }
 }
 
 TEST_CASE("activation derivatives match the naive formulas") {
   Generator gen(2);
-  for (const Activation& a : activations()) {
-    CAPTURE(a.name);
+  for (const Reference& r : references()) {
+    CAPTURE(name_of(r));
     const Tensor x = mul(randn({4, 5}, kF64, &gen), 2.0).requires_grad_();
     const Tensor dy = randn({4, 5}, kF64, &gen);
-    a.op(x).backward(dy);
-    std::vector<double> expected = naive_apply(x.detach(), a.df).to_vector<double>();
+    apply(r, x).backward(dy);
+    std::vector<double> expected = naive_apply(x.detach(), r.df, parameter_of(r)).to_vector<double>();
     const std::vector<double> g = dy.to_vector<double>();
     for (size_t i = 0; i < expected.size(); ++i) expected[i] *= g[i];
     CHECK_CLOSE(x.grad(), tensor(expected, {4, 5}, kF64), 1e-12, 1e-14);
@@ -123,14 +169,14 @@ TEST_CASE("relu gradient at exactly 0 is 0; saturated sigmoid / tanh gradients a
 
 TEST_CASE("gradcheck: every activation, two shapes, contiguous and strided inputs") {
   Generator gen(3);
-  for (const Activation& a : activations()) {
+  for (const Reference& ref : references()) {
     for (const Shape& sizes : {Shape{3, 4}, Shape{2, 3, 2, 2}}) {
-      CAPTURE(a.name);
+      CAPTURE(name_of(ref));
       CAPTURE(shape_str(sizes));
       const Tensor x = randn(sizes, {.dtype = DType::Float64, .requires_grad = true}, &gen);
-      GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return a.op(in[0]); }, {x});
+      GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return apply(ref, in[0]); }, {x});
       CHECK_MESSAGE(r.ok, r.message);
-      r = gradcheck([&](const std::vector<Tensor>& in) { return a.op(in[0].transpose(0, -1)); }, {x});
+      r = gradcheck([&](const std::vector<Tensor>& in) { return apply(ref, in[0].transpose(0, -1)); }, {x});
       CHECK_MESSAGE(r.ok, r.message);
     }
   }
@@ -143,6 +189,9 @@ TEST_CASE("activations reject non-float and undefined inputs") {
   CHECK_THROWS_WITH_FRAGMENT(tanh(zeros({2}, {.dtype = DType::Bool})), TypeError, "[tanh] input has dtype bool");
   CHECK_THROWS_WITH_FRAGMENT(gelu(Tensor()), ValueError, "[gelu] input is an undefined tensor");
   CHECK_THROWS_WITH_FRAGMENT(silu(zeros({2}, {.dtype = DType::UInt8})), TypeError, "[silu] input has dtype uint8");
+  CHECK_THROWS_WITH_FRAGMENT(activation(zeros({2}), ActivationKind::Relu, 0.5), ValueError,
+                             "[relu] takes no parameter, got 0.5");
+  CHECK_THROWS_WITH_FRAGMENT(gelu(zeros({2}), "fast"), ValueError, "approximate must be 'none' or 'tanh'");
 }
 
 }  // namespace

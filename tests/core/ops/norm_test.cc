@@ -299,5 +299,66 @@ TEST_CASE("batch_norm rejects bad arguments like PyTorch, printing the values") 
       TypeError, "[batch_norm]");
 }
 
+// A per-sample loop in float64: the reference for layer_norm over the last `k` dims.
+Tensor naive_layer_norm(const Tensor& x, int64_t k, const Tensor& w, const Tensor& b, double eps) {
+  std::vector<double> v = x.to_vector<double>();
+  const int64_t d = numel_of(Shape(x.sizes().end() - k, x.sizes().end()));
+  std::vector<double> wv = w.defined() ? w.to_vector<double>() : std::vector<double>(d, 1.0);
+  std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(d, 0.0);
+  for (size_t start = 0; start < v.size(); start += d) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < d; ++i) mean += v[start + i] / d;
+    for (int64_t i = 0; i < d; ++i) var += (v[start + i] - mean) * (v[start + i] - mean) / d;
+    for (int64_t i = 0; i < d; ++i) v[start + i] = (v[start + i] - mean) / std::sqrt(var + eps) * wv[i] + bv[i];
+  }
+  return tensor(v, x.sizes(), {.dtype = kF64});
+}
+
+TEST_CASE("layer_norm: by hand") {
+  // (1, 3, 5): mean 3, biased variance 8/3.
+  const Tensor y = layer_norm(f64({1, 3, 5}, {1, 3}), {3}, f64({1, 2, 1}, {3}), f64({0, 0, 1}, {3}), 0.0);
+  const double s = std::sqrt(8.0 / 3);
+  CHECK_CLOSE(y, f64({-2 / s, 0, 2 / s + 1}, {1, 3}), 1e-15, 1e-15);
+}
+
+TEST_CASE("layer_norm matches a per-sample loop: ranks, affine or not, strided and channels-last inputs") {
+  Generator gen(31);
+  const Tensor x = randn({2, 3, 4, 5}, {.dtype = kF64}, &gen);
+  for (int64_t k : {1, 2, 3}) {
+    const Shape shape(x.sizes().end() - k, x.sizes().end());
+    const Tensor w = randn(shape, {.dtype = kF64}, &gen), b = randn(shape, {.dtype = kF64}, &gen);
+    for (bool affine : {true, false}) {
+      CAPTURE(k);
+      CAPTURE(affine);
+      const Tensor wa = affine ? w : Tensor(), ba = affine ? b : Tensor();
+      const Tensor expected = naive_layer_norm(x, k, wa, ba, 1e-5);
+      CHECK_CLOSE(layer_norm(x, shape, wa, ba), expected, 1e-12, 1e-12);
+      CHECK_CLOSE(layer_norm(x.contiguous(MemoryFormat::ChannelsLast), shape, wa, ba), expected, 1e-12, 1e-12);
+      CHECK_CLOSE(layer_norm(x.transpose(0, 1).transpose(0, 1), shape, wa, ba), expected, 1e-12, 1e-12);
+    }
+  }
+}
+
+TEST_CASE("layer_norm gradcheck: x, weight and bias") {
+  Generator gen(32);
+  const Tensor x = requiring_grad(randn({3, 2, 4}, {.dtype = kF64}, &gen));
+  const Tensor w = requiring_grad(randn({2, 4}, {.dtype = kF64}, &gen));
+  const Tensor b = requiring_grad(randn({2, 4}, {.dtype = kF64}, &gen));
+  GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& in) { return layer_norm(in[0], {2, 4}, in[1], in[2]); }, {x, w, b});
+  CHECK_MESSAGE(r.ok, r.message);
+  r = gradcheck([](const std::vector<Tensor>& in) { return layer_norm(in[0], {4}, Tensor(), Tensor()); }, {x});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("layer_norm rejects shapes that do not match") {
+  const Tensor x = zeros({2, 3});
+  CHECK_THROWS_WITH_FRAGMENT(layer_norm(x, {4}, Tensor(), Tensor()), ValueError,
+                             "[layer_norm] input (2, 3) does not end in normalized_shape (4,)");
+  CHECK_THROWS_WITH_FRAGMENT(layer_norm(x, {3}, zeros({2}), Tensor()), ValueError,
+                             "[layer_norm] weight has shape (2,), expected normalized_shape (3,)");
+  CHECK_THROWS_WITH_FRAGMENT(layer_norm(x, {3}, Tensor(), Tensor(), -1), ValueError, "eps must be non-negative");
+}
+
 }  // namespace
 }  // namespace loom

@@ -1,0 +1,34 @@
+#include "core/cpu/activation.h"
+
+#include "core/cpu/loop.h"
+#include "core/dtype.h"
+
+namespace loom::cpu {
+
+void activation_forward(const Strided& y, const Strided& x, ActivationKind kind, double parameter) {
+  visit_activation(kind, [&]<class Row>() {
+    visit_float(y.dtype, [&]<class T>() {
+      T* out = y.ptr<T>();
+      const T* in = x.ptr<T>();
+      const T p = static_cast<T>(parameter);
+      for_each_offset<2>(y.sizes, {&y.strides, &x.strides},
+                         [&](const auto& o) { out[o[0]] = Row::forward(in[o[1]], p); });
+    });
+  });
+}
+
+void activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
+                         ActivationKind kind, double parameter) {
+  visit_activation(kind, [&]<class Row>() {
+    visit_float(dx.dtype, [&]<class T>() {
+      T* out = dx.ptr<T>();
+      const T* g = dy.ptr<T>();
+      const T* s = saved.ptr<T>();
+      const T p = static_cast<T>(parameter);
+      for_each_offset<3>(dx.sizes, {&dx.strides, &dy.strides, &saved.strides},
+                         [&](const auto& o) { out[o[0]] = Row::backward(g[o[1]], s[o[2]], p); });
+    });
+  });
+}
+
+}  // namespace loom::cpu

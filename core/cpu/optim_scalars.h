@@ -1,0 +1,36 @@
+// File: core/cpu/optim_scalars.h
+// The scalars of one optimizer update, declared once for the optimizers
+// (optim/update.h) and the fused CUDA kernels (core/cuda/optim_kernels.h), as
+// torch.optim computes them in Python doubles. Every field is cast to the
+// tensors' dtype once, as PyTorch casts its scalars. (In core/cpu so that nvcc
+// sees it with the other kernel headers.)
+#pragma once
+
+namespace loom::optim {
+
+// torch.optim.SGD's update for one run of parameters.
+struct SgdScalars {
+  double lr = 0.0;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+  bool first_step = false;  // the momentum buffer starts as the gradient
+};
+
+// torch.optim.Adam / AdamW's update for one run of parameters at one step count.
+struct AdamScalars {
+  double lr = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double step_size = 0.0;               // lr / (1 - beta1^step)
+  double bias_correction2_sqrt = 1.0;   // sqrt(1 - beta2^step)
+  bool amsgrad = false;
+  bool maximize = false;
+  bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * weight_decay
+};
+
+}  // namespace loom::optim

@@ -1,0 +1,79 @@
+// File: tests/core/ops/adaptive_pool_test.cc
+// adaptive_avg_pool2d: a naive per-cell loop in float64 over sizes that do and
+// do not divide the input (the avg_pool2d path and the composite one), by
+// hand, gradcheck, and argument errors.
+// N batch, C channels, H, W input, P, Q output.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/gradcheck.h"
+#include "core/ops/pooling.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+const TensorOptions kF64 = {.dtype = DType::Float64};
+
+// PyTorch's bins: rows floor(i H / P) to ceil((i + 1) H / P), the same for columns.
+Tensor naive_adaptive_avg(const Tensor& x, int64_t p, int64_t q) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const std::vector<double> v = x.contiguous().to_vector<double>();
+  std::vector<double> out;
+  for (int64_t plane = 0; plane < n * c; ++plane) {
+    for (int64_t i = 0; i < p; ++i) {
+      for (int64_t j = 0; j < q; ++j) {
+        const int64_t h0 = i * h / p, h1 = ((i + 1) * h + p - 1) / p;
+        const int64_t w0 = j * w / q, w1 = ((j + 1) * w + q - 1) / q;
+        double total = 0;
+        for (int64_t r = h0; r < h1; ++r) {
+          for (int64_t s = w0; s < w1; ++s) total += v[(plane * h + r) * w + s];
+        }
+        out.push_back(total / static_cast<double>((h1 - h0) * (w1 - w0)));
+      }
+    }
+  }
+  return tensor(out, {n, c, p, q}, kF64);
+}
+
+TEST_CASE("adaptive_avg_pool2d: overlapping bins of a 1x3 row to 2 cells, by hand") {
+  // Bins [0, 2) and [1, 3): (1 + 2) / 2 and (2 + 4) / 2.
+  const Tensor y = adaptive_avg_pool2d(tensor({1, 2, 4}, {1, 1, 1, 3}, kF64), {1, 2});
+  CHECK(y.to_vector<double>() == std::vector<double>{1.5, 3});
+}
+
+TEST_CASE("adaptive_avg_pool2d matches a naive per-cell loop, dividing sizes or not, any layout") {
+  Generator gen(21);
+  const Tensor x = randn({2, 3, 7, 6}, kF64, &gen);
+  for (auto [p, q] : {std::pair<int64_t, int64_t>{7, 3}, {1, 1}, {3, 4}, {5, 6}, {2, 5}}) {
+    CAPTURE(p);
+    CAPTURE(q);
+    const Tensor expected = naive_adaptive_avg(x, p, q);
+    CHECK_CLOSE(adaptive_avg_pool2d(x, {p, q}), expected, 1e-14, 1e-14);
+    CHECK_CLOSE(adaptive_avg_pool2d(x.contiguous(MemoryFormat::ChannelsLast), {p, q}), expected, 1e-14, 1e-14);
+  }
+}
+
+TEST_CASE("adaptive_avg_pool2d gradcheck: avg_pool2d path and composite path") {
+  Generator gen(22);
+  const Tensor x = randn({2, 2, 5, 4}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  for (auto [p, q] : {std::pair<int64_t, int64_t>{5, 2}, {3, 3}}) {
+    CAPTURE(p);
+    const GradcheckResult r = gradcheck(
+        [p, q](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], {p, q}); }, {x});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("adaptive_avg_pool2d rejects non-4-D inputs and empty output sizes") {
+  CHECK_THROWS_WITH_FRAGMENT(adaptive_avg_pool2d(zeros({3, 4}), {1, 1}), ShapeError,
+                             "[adaptive_avg_pool2d] expects input (N, C, H, W), got shape (3, 4)");
+  CHECK_THROWS_WITH_FRAGMENT(adaptive_avg_pool2d(zeros({1, 1, 3, 4}), {0, 2}), ValueError,
+                             "output_size must be positive, got (0, 2)");
+}
+
+}  // namespace
+}  // namespace loom
