@@ -11,6 +11,12 @@ void activation_forward(const Strided& y, const Strided& x, ActivationKind kind,
       T* out = y.ptr<T>();
       const T* in = x.ptr<T>();
       const T p = static_cast<T>(parameter);
+      if (same_dense_layout<1>(y, {&x})) {
+        flat_loop(y.numel(), [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) out[i] = Row::forward(in[i], p);
+        });
+        return;
+      }
       for_each_offset<2>(y.sizes, {&y.strides, &x.strides},
                          [&](const auto& o) { out[o[0]] = Row::forward(in[o[1]], p); });
     });
@@ -25,6 +31,12 @@ void activation_backward(const Strided& dx, const Strided& dy, const Strided& sa
       const T* g = dy.ptr<T>();
       const T* s = saved.ptr<T>();
       const T p = static_cast<T>(parameter);
+      if (same_dense_layout<2>(dx, {&dy, &saved})) {
+        flat_loop(dx.numel(), [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) out[i] = Row::backward(g[i], s[i], p);
+        });
+        return;
+      }
       for_each_offset<3>(dx.sizes, {&dx.strides, &dy.strides, &saved.strides},
                          [&](const auto& o) { out[o[0]] = Row::backward(g[o[1]], s[o[2]], p); });
     });

@@ -18,31 +18,6 @@ using math::apply_unary;
 
 namespace {
 
-// Elements per parallel chunk of a flat loop: big enough that a chunk costs far
-// more than handing it to a thread.
-constexpr int64_t kFlatGrain = 1 << 15;
-
-// True when every operand has out's strides and they cover one dense block
-// (any dim order: NCHW, channels-last, ...): then element i of each operand
-// is at the same offset, and the ops run as flat loops over [0, numel).
-template <size_t K>
-bool same_dense_layout(const Strided& out, const std::array<const Strided*, K>& in) {
-  for (const Strided* s : in) {
-    if (s->strides != out.strides) return false;
-  }
-  Shape order(out.dim());
-  for (int64_t d = 0; d < out.dim(); ++d) order[d] = d;
-  std::sort(order.begin(), order.end(),
-            [&](int64_t a, int64_t b) { return out.strides[a] < out.strides[b]; });
-  int64_t expected = 1;
-  for (int64_t d : order) {
-    if (out.sizes[d] == 1) continue;
-    if (out.strides[d] != expected) return false;
-    expected *= out.sizes[d];
-  }
-  return true;
-}
-
 // Calls fn.template operator()<kOp>() with op as a compile-time constant, so
 // the per-element switch folds away and the loop can vectorize.
 template <class Fn>
@@ -75,12 +50,6 @@ void with_binary_op(BinaryOp op, Fn&& fn) {
     case BinaryOp::GeluBackward: return fn.template operator()<BinaryOp::GeluBackward>();
     case BinaryOp::SiluBackward: return fn.template operator()<BinaryOp::SiluBackward>();
   }
-}
-
-// fn(begin, end) over [0, n) in parallel chunks.
-template <class Fn>
-void flat_loop(int64_t n, Fn&& fn) {
-  parallel_for(0, n, kFlatGrain, fn);
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 // The one strided loop every elementwise kernel uses.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
+#include "core/parallel.h"
 #include "core/shape.h"
+#include "core/strided.h"
 
 namespace loom::cpu {
 
@@ -37,6 +40,37 @@ void for_each_offset(const Shape& sizes, const std::array<const Shape*, K>& stri
       index[d] = 0;
     }
   }
+}
+
+// True when every operand has out's strides and they cover one dense block
+// (any dim order: NCHW, channels-last, ...): then element i of each operand
+// is at the same offset, and the ops run as flat loops over [0, numel).
+template <size_t K>
+bool same_dense_layout(const Strided& out, const std::array<const Strided*, K>& in) {
+  for (const Strided* s : in) {
+    if (s->strides != out.strides) return false;
+  }
+  Shape order(out.dim());
+  for (int64_t d = 0; d < out.dim(); ++d) order[d] = d;
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return out.strides[a] < out.strides[b]; });
+  int64_t expected = 1;
+  for (int64_t d : order) {
+    if (out.sizes[d] == 1) continue;
+    if (out.strides[d] != expected) return false;
+    expected *= out.sizes[d];
+  }
+  return true;
+}
+
+// Elements per parallel chunk of a flat loop: big enough that a chunk costs far
+// more than handing it to a thread.
+inline constexpr int64_t kFlatGrain = 1 << 15;
+
+// fn(begin, end) over [0, n) in parallel chunks.
+template <class Fn>
+void flat_loop(int64_t n, Fn&& fn) {
+  parallel_for(0, n, kFlatGrain, fn);
 }
 
 // Calls fn(offsets, len) for runs of `len` consecutive indices that are
