@@ -23,15 +23,15 @@ using namespace loom;
 
 // --- 1. a new op with its backward, checked by gradcheck -----------------------
 
-// softplus(x) = log(1 + exp(x)); its derivative is sigmoid(x).
-Tensor softplus(const Tensor& x) {
+// my_softplus(x) = log(1 + exp(x)); its derivative is sigmoid(x).
+Tensor my_softplus(const Tensor& x) {
   Tensor y;
   {
     NoGradGuard no_grad;  // the forward's own ops are not recorded: this op records one node
     y = log(add(exp(x), 1.0));
   }
   if (needs_grad({x})) {
-    record("softplus", {x}, y, [x](const Tensor& dy) {
+    record("my_softplus", {x}, y, [x](const Tensor& dy) {
       return std::vector<Tensor>{mul(dy, sigmoid(x))};
     }, /*saved=*/{x});
   }
@@ -39,14 +39,14 @@ Tensor softplus(const Tensor& x) {
 }
 
 // The same op with a wrong derivative (exp(x) instead of sigmoid(x)).
-Tensor softplus_wrong(const Tensor& x) {
+Tensor my_softplus_wrong(const Tensor& x) {
   Tensor y;
   {
     NoGradGuard no_grad;
     y = log(add(exp(x), 1.0));
   }
   if (needs_grad({x})) {
-    record("softplus_wrong", {x}, y, [x](const Tensor& dy) {
+    record("my_softplus_wrong", {x}, y, [x](const Tensor& dy) {
       return std::vector<Tensor>{mul(dy, exp(x))};
     }, /*saved=*/{x});
   }
@@ -55,10 +55,10 @@ Tensor softplus_wrong(const Tensor& x) {
 
 void check_gradients() {
   Tensor x = randn({3, 4}, {.dtype = DType::Float64, .requires_grad = true});
-  GradcheckResult good = gradcheck([](const std::vector<Tensor>& in) { return softplus(in[0]); }, {x});
-  std::printf("gradcheck softplus: %s\n", good.ok ? "ok" : good.message.c_str());
-  GradcheckResult bad = gradcheck([](const std::vector<Tensor>& in) { return softplus_wrong(in[0]); }, {x});
-  std::printf("gradcheck softplus_wrong: %s\n", bad.ok ? "ok" : bad.message.c_str());
+  GradcheckResult good = gradcheck([](const std::vector<Tensor>& in) { return my_softplus(in[0]); }, {x});
+  std::printf("gradcheck my_softplus: %s\n", good.ok ? "ok" : good.message.c_str());
+  GradcheckResult bad = gradcheck([](const std::vector<Tensor>& in) { return my_softplus_wrong(in[0]); }, {x});
+  std::printf("gradcheck my_softplus_wrong: %s\n", bad.ok ? "ok" : bad.message.c_str());
 }
 
 // --- 2. where does NaN come from? AnomalyGuard names the op and the module ------
