@@ -411,6 +411,16 @@ double outlier_fraction(const Tensor& a, const Tensor& ref, double floor, double
 // moves most elements (the mask bug moved 40-100% of them).
 constexpr double kFlipFraction = 0.01;
 
+// The fraction of `grad` one decision flip may move. In a weight gradient
+// (output channels first) a flip in output channel k moves all of filter k: with
+// few filters that is more than kFlipFraction (seed 3 case 439 on the H100: TF32,
+// 32 filters of 4 weights, one flip moved 4 of the 128, while strict fp32 was
+// within 6e-7).
+double flip_fraction(const std::string& name, const Tensor& grad) {
+  const bool weight = name.find("weight") != std::string::npos && grad.dim() >= 2;
+  return weight ? std::max(kFlipFraction, 1.0 / static_cast<double>(grad.size(0))) : kFlipFraction;
+}
+
 // A device result may be off by this many times what float32 arithmetic on the
 // CPU is off by in the same case, scaled to the policy's arithmetic: some
 // cases are ill-conditioned in any float32 (gradients that cancel), TF32
@@ -440,7 +450,7 @@ void compare(Outcome& out, const std::string& name, const Tensor& a, const Tenso
           ? std::max(tolerance, kConditioning * roundoff * relative_error(cpu32, ref, floor))
           : tolerance;
   if (e > allowed && flips_allowed && a.sizes() == ref.sizes() &&
-      outlier_fraction(a, ref, floor, allowed) <= kFlipFraction) {
+      outlier_fraction(a, ref, floor, allowed) <= flip_fraction(name, a)) {
     out.decision_flips = true;
     return;
   }
