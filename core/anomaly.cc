@@ -44,8 +44,11 @@ std::string describe(const Tensor& t) {
   return fmt::format("{} {} on {}", shape_str(t.sizes()), dtype_name(t.dtype()), t.device().str());
 }
 
-void check_not_capturing(const std::string& op) {
+// Only a CUDA tensor can be inside a capture; asking the runtime about a CPU
+// tensor would fail on a machine without a GPU.
+void check_not_capturing(const std::string& op, const Tensor& t) {
 #ifdef LOOM_WITH_CUDA
+  if (!t.defined() || !t.device().is_cuda()) return;
   LOOM_CHECK(!cuda::is_capturing(), AutogradError,
              "[anomaly] '{}' ran inside CUDA-graph capture, where anomaly mode cannot read values "
              "back; run the step eagerly (TrainStep's cuda_graph off, the trainers do so under "
@@ -53,6 +56,7 @@ void check_not_capturing(const std::string& op) {
              op);
 #else
   (void)op;
+  (void)t;
 #endif
 }
 
@@ -95,7 +99,7 @@ std::string nonfinite_input(const std::vector<Tensor>& inputs) {
 
 void check_forward_finite(const std::string& op, const std::string& module,
                           const std::vector<Tensor>& inputs, const Tensor& output) {
-  check_not_capturing(op);
+  check_not_capturing(op, output);
   if (all_finite(output)) return;
   std::string cause = nonfinite_input(inputs);
   if (cause.empty()) {
@@ -108,7 +112,7 @@ void check_forward_finite(const std::string& op, const std::string& module,
 
 void check_backward_finite(const std::string& op, const std::string& module,
                            const Tensor& grad_output, const std::vector<Tensor>& grads) {
-  check_not_capturing(op + " backward");
+  check_not_capturing(op + " backward", grad_output);
   for (size_t i = 0; i < grads.size(); ++i) {
     if (all_finite(grads[i])) continue;
     throw NonFiniteError(fmt::format(
