@@ -6,10 +6,12 @@
 //   auto train = loom::data::load_cifar10("/data/cifar-10-batches-bin", Split::Train);
 //   train.images;  // (50000, 3, 32, 32) uint8
 //
-// Every malformed-file case of ../shared/docs/reliability-anchors.md section 8
-// that applies to extracted batches is rejected with loom::IoError naming the
-// file, the offset or field and what was expected. (Archive checksums and tar
-// members do not apply: Loom reads the extracted .bin files, never the archive.)
+// Every malformed-file case that applies to extracted batches (an empty file,
+// the Python pickle version, a size that is not whole records or not a batch's,
+// a label out of range, a missing or duplicated batch) is rejected with
+// loom::IoError naming the file, the offset or field and what was expected.
+// (Archive checksums and tar members do not apply: Loom reads the extracted .bin
+// files, never the archive.)
 #pragma once
 
 #include <cstdint>

@@ -6,9 +6,10 @@
 //   auto train = loom::data::load_mnist("/usr/share/datasets/fashion-mnist", Split::Train);
 //   auto labels = loom::data::read_idx("t10k-labels-idx1-ubyte.gz");  // type UInt8, dims {10000}
 //
-// Every malformed file of ../shared/docs/reliability-anchors.md section 8 is
-// rejected with loom::IoError naming the file, the offset or field and what was
-// expected, e.g.
+// Every malformed file (a bad or byte-swapped magic, a gzip stream left
+// compressed, a cut-short header, zero or overflowing dims, a payload shorter or
+// longer than the dims declare) is rejected with loom::IoError naming the file,
+// the offset or field and what was expected, e.g.
 //   [idx] /x/train-images-idx3-ubyte.gz: byte-swapped (little-endian) header:
 //   magic reads 0x03080000; expected 0x00000803
 #pragma once

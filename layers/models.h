@@ -1,5 +1,5 @@
 // File: layers/models.h
-// The reference models of ../shared/bench/torch_ref.py, layer for layer, so
+// The reference models of bench/torch_bench.py, layer for layer, so
 // their state_dict names and shapes are PyTorch's and weights move both ways.
 //
 //   auto net = nn::mnist_net();  // (N, 1, 28, 28) -> (N, 10) logits

@@ -4,7 +4,7 @@
 Run on a host with torch and safetensors:
     python3 tools/model_interop.py --binary PATH/TO/model_logits
 
-For each model (the architectures of ../shared/bench/torch_ref.py, written out
+For each model (the architectures of bench/torch_bench.py, written out
 again below): Loom exports its initial weights, a batch and its logits; PyTorch
 loads the weights with load_state_dict(strict) and must produce the same logits.
 Then PyTorch's own initial weights go the other way. Eval mode, float32, CPU.
