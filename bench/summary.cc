@@ -8,30 +8,16 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace loom::bench {
 
 namespace {
 
-// A JSON string literal; names and reasons are plain text, but a reason may
-// quote something.
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 std::string number_list(const std::vector<double>& values) {
-  return fmt::format("[{}]", fmt::join(values, ", "));
+  std::vector<std::string> numbers;
+  for (double value : values) numbers.push_back(json_number(value));
+  return fmt::format("[{}]", fmt::join(numbers, ", "));
 }
 
 }  // namespace
@@ -51,10 +37,11 @@ std::string to_json(const StepResult& r) {
       "\"repeats\": {}, \"warmup\": {}, \"ms_per_step\": {}, \"img_per_s\": {}, "
       "\"first_step_s\": {}, \"peak_bytes\": {}, \"peak_mib\": {}, \"repeat_ms\": {}, "
       "\"fallback_reason\": {}}}",
-      quoted(r.model), r.batch, quoted(r.precision), quoted(r.mode), quoted(r.layout),
-      quoted(r.device), r.steps, r.repeats, r.warmup, r.ms_per_step(), r.images_per_second(),
-      r.first_step_s, r.peak_bytes, static_cast<double>(r.peak_bytes) / kMiB,
-      number_list(r.repeat_ms), quoted(r.fallback_reason));
+      json_string(r.model), r.batch, json_string(r.precision), json_string(r.mode), json_string(r.layout),
+      json_string(r.device), r.steps, r.repeats, r.warmup, json_number(r.ms_per_step()),
+      json_number(r.images_per_second()), json_number(r.first_step_s), r.peak_bytes,
+      json_number(static_cast<double>(r.peak_bytes) / kMiB),
+      number_list(r.repeat_ms), json_string(r.fallback_reason));
 }
 
 std::string to_json(const TtaResult& r) {
@@ -63,7 +50,8 @@ std::string to_json(const TtaResult& r) {
       "{{\"framework\": \"loom\", \"kind\": \"tta\", \"target\": {}, \"reached\": {}, "
       "\"epochs\": {}, \"seconds\": {}, \"wall_seconds\": {}, \"accuracy\": {}, "
       "\"accuracies\": {}}}",
-      r.target, r.reached ? "true" : "false", r.epochs, r.seconds, r.wall_seconds, accuracy,
+      json_number(r.target), r.reached ? "true" : "false", r.epochs, json_number(r.seconds),
+      json_number(r.wall_seconds), json_number(accuracy),
       number_list(r.accuracies));
 }
 

@@ -21,6 +21,7 @@
 #include "core/anomaly.h"
 #include "core/autocast.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/numerics.h"
 #include "core/profiler.h"
 #include "core/ops/ops.h"
@@ -120,25 +121,6 @@ std::string csv_field(const std::string& text) {
   for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
   return out + "\"";
 }
-
-// A JSON string literal.
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(ch));
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
-// NaN and inf are not JSON numbers; null is what readers take for a missing value.
-std::string json_number(double value) { return std::isfinite(value) ? fmt::format("{}", value) : "null"; }
 
 class Metrics {
  public:

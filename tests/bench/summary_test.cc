@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "tests/testing.h"
 
 namespace loom::bench {
@@ -61,6 +63,16 @@ TEST_CASE("a time-to-accuracy result as JSON") {
                             "\"accuracy\": 0.915", "\"accuracies\": [0.89, 0.915]"}) {
     CHECK_MESSAGE(json.find(field) != std::string::npos, json, "\nmissing: ", field);
   }
+}
+
+TEST_CASE("a non-finite measurement is written as null, which JSON readers accept") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const TtaResult r{.target = 0.91, .seconds = nan, .accuracies = {0.5, nan}};
+  const std::string json = to_json(r);
+  for (const char* field : {"\"seconds\": null", "\"accuracy\": null", "\"accuracies\": [0.5, null]"}) {
+    CHECK_MESSAGE(json.find(field) != std::string::npos, json, "\nmissing: ", field);
+  }
+  CHECK(json.find("nan") == std::string::npos);
 }
 
 }  // namespace
