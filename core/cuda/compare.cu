@@ -11,6 +11,7 @@
 #include "core/cuda/compare_kernels.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
+#include "core/cuda/visit.cuh"
 
 namespace loom::cuda {
 
@@ -18,36 +19,6 @@ namespace {
 
 using cpu::CompareOp;
 using cpu::math::apply_compare;
-
-// Every dtype's device storage type, as loom::visit_dtype names the host's.
-template <class Fn>
-void visit_device_storage(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: fn.template operator()<float>(); break;
-    case DType::Float64: fn.template operator()<double>(); break;
-    case DType::Float16: fn.template operator()<__half>(); break;
-    case DType::BFloat16: fn.template operator()<__nv_bfloat16>(); break;
-    case DType::Int32: fn.template operator()<int32_t>(); break;
-    case DType::Int64: fn.template operator()<int64_t>(); break;
-    case DType::UInt8: fn.template operator()<uint8_t>(); break;
-    case DType::Bool: fn.template operator()<bool>(); break;
-  }
-}
-
-// An unsigned type of the dtype's width: selection moves bits, never values.
-template <class Fn>
-void visit_width(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::UInt8:
-    case DType::Bool: fn.template operator()<uint8_t>(); break;
-    case DType::Float16:
-    case DType::BFloat16: fn.template operator()<uint16_t>(); break;
-    case DType::Float32:
-    case DType::Int32: fn.template operator()<uint32_t>(); break;
-    case DType::Float64:
-    case DType::Int64: fn.template operator()<uint64_t>(); break;
-  }
-}
 
 template <class S>
 __global__ void compare_kernel(bool* out, Geometry og, const S* a, Geometry ag, const S* b,
@@ -81,7 +52,7 @@ cudaError_t launch_compare(const Strided& out, const Strided& a, const Strided& 
                            cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
-  visit_device_storage(a.dtype, [&]<class S>() {
+  visit_device_dtype(a.dtype, [&]<class S>() {
     compare_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
         out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), b.ptr<const S>(),
         geometry_of(b), n, op);
@@ -93,7 +64,7 @@ cudaError_t launch_compare_scalar(const Strided& out, const Strided& a, double s
                                   CompareOp op, cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
-  visit_device_storage(a.dtype, [&]<class S>() {
+  visit_device_dtype(a.dtype, [&]<class S>() {
     compare_scalar_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
         out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), scalar, n, op);
   });

@@ -6,6 +6,7 @@
 
 #include "core/cuda/copy_kernels.h"
 #include "core/cuda/geometry.cuh"
+#include "core/cuda/visit.cuh"
 
 namespace loom::cuda {
 
@@ -44,21 +45,6 @@ template <class D>
 __global__ void fill_kernel(D* dst, Geometry dg, double value, int64_t n) {
   for (int64_t i = first_index(); i < n; i += index_step()) {
     store_double(dst + offset_of(i, dg), value);
-  }
-}
-
-// Device-side twin of loom::visit_dtype.
-template <class Fn>
-void visit_device_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: fn.template operator()<float>(); break;
-    case DType::Float64: fn.template operator()<double>(); break;
-    case DType::Float16: fn.template operator()<__half>(); break;
-    case DType::BFloat16: fn.template operator()<__nv_bfloat16>(); break;
-    case DType::Int32: fn.template operator()<int32_t>(); break;
-    case DType::Int64: fn.template operator()<int64_t>(); break;
-    case DType::UInt8: fn.template operator()<uint8_t>(); break;
-    case DType::Bool: fn.template operator()<bool>(); break;
   }
 }
 

@@ -10,24 +10,11 @@
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/indexing_kernels.h"
+#include "core/cuda/visit.cuh"
 
 namespace loom::cuda {
 
 namespace {
-
-template <class Fn>
-void visit_width(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::UInt8:
-    case DType::Bool: fn.template operator()<uint8_t>(); break;
-    case DType::Float16:
-    case DType::BFloat16: fn.template operator()<uint16_t>(); break;
-    case DType::Float32:
-    case DType::Int32: fn.template operator()<uint32_t>(); break;
-    case DType::Float64:
-    case DType::Int64: fn.template operator()<uint64_t>(); break;
-  }
-}
 
 template <class U>
 __global__ void gather_kernel(U* out, Geometry og, const U* in, Geometry ig, int64_t in_dim_stride,
