@@ -94,6 +94,13 @@ class Optimizer {
   // and CPU parameters are not rolled back.
   void prepare_step();
   void apply_step(const Tensor& skip_unless_finite = Tensor());
+  // Records a step decided against on the host (its loss was NaN or +-inf):
+  // instead of step(), so nothing is updated and no step count (Adam's bias
+  // correction) advances, and the next step() of an LR schedule over this
+  // optimizer leaves the schedule where it is (optim/scheduler.h).
+  void skip_step() { ++skipped_steps_; }
+  // The steps skip_step() has recorded.
+  int64_t skipped_steps() const { return skipped_steps_; }
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
@@ -145,6 +152,7 @@ class Optimizer {
   std::vector<std::string> hypers_;
   std::vector<std::string> buffer_names_;
   std::unique_ptr<FusedTables> fused_;
+  int64_t skipped_steps_ = 0;
 };
 
 }  // namespace loom::optim

@@ -14,7 +14,7 @@ namespace loom::optim {
 // ---- LRScheduler ---------------------------------------------------------------------
 
 LRScheduler::LRScheduler(Optimizer& optimizer, std::string name)
-    : optimizer_(optimizer), name_(std::move(name)) {
+    : optimizer_(optimizer), name_(std::move(name)), skips_seen_(optimizer.skipped_steps()) {
   for (const ParamGroup& group : optimizer.param_groups()) base_lrs_.push_back(*group.lr);
 }
 
@@ -29,6 +29,10 @@ void LRScheduler::apply(int64_t step) {
 }
 
 void LRScheduler::step() {
+  if (skips_seen_ < optimizer_.skipped_steps()) {
+    ++skips_seen_;
+    return;
+  }
   apply(step_ + 1);
   ++step_;
 }

@@ -25,7 +25,9 @@ class LRScheduler {
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 
-  // Moves to the next step and sets every group's lr (and momentum) for it.
+  // Moves to the next step and sets every group's lr (and momentum) for it;
+  // after a step the optimizer skipped (Optimizer::skip_step), stays where it
+  // is instead, so the schedule counts only the updates that happened.
   void step();
   // Steps taken since construction (0 before the first step()).
   int64_t last_step() const { return step_; }
@@ -51,6 +53,7 @@ class LRScheduler {
  private:
   std::vector<double> base_lrs_;
   int64_t step_ = 0;
+  int64_t skips_seen_;  // the optimizer's skipped steps this schedule has stood still for
 };
 
 // lr = base_lr * gamma^floor(step / step_size), as torch.optim.lr_scheduler.StepLR.

@@ -110,8 +110,9 @@ void TrainStep::optimizer_step(const Tensor& loss, bool prepared) {
     ++host_steps_;
     if (std::isfinite(loss.item())) {
       prepared ? optimizer_.apply_step() : optimizer_.step();
-    } else if (host_nonfinite_.skipped++ == 0) {
-      host_nonfinite_.first = host_steps_;
+    } else {
+      optimizer_.skip_step();  // the LR schedule stands still too
+      if (host_nonfinite_.skipped++ == 0) host_nonfinite_.first = host_steps_;
     }
     return;
   }
