@@ -10,29 +10,15 @@
 #include "core/autograd.h"
 #include "core/ops/ops.h"
 #include "layers/nn.h"
+#include "tests/core/anomaly_modules.h"
 #include "tests/testing.h"
 
 using namespace loom;
 
 namespace {
 
-// log(x - shift): NaN where x < shift.
-class ShiftedLog : public nn::Module {
- public:
-  explicit ShiftedLog(double shift) : shift_(shift) {}
-  Tensor forward(const Tensor& x) override { return log(sub(x, shift_)); }
-  std::string type_name() const override { return "ShiftedLog"; }
-
- private:
-  double shift_;
-};
-
-// sqrt(0 * x): finite forward, an infinite derivative in backward.
-class SqrtOfZero : public nn::Module {
- public:
-  Tensor forward(const Tensor& x) override { return sqrt(mul(x, 0.0)); }
-  std::string type_name() const override { return "SqrtOfZero"; }
-};
+using testing::ShiftedLog;
+using testing::SqrtOfZero;
 
 // Conv2d(2, 4, 3) on the GPU in `format`, then `tail` as child "1".
 template <class M>
