@@ -27,13 +27,6 @@ void check_window(std::string_view layer, Size2 kernel, Size2 stride, Size2 padd
       padding.pair_str(), kernel.pair_str());
 }
 
-void check_global(std::string_view layer, std::string_view fixed_layer, Size2 output_size) {
-  LOOM_CHECK(output_size == Size2(1), ValueError,
-             "[{}] only output_size 1 (global pooling) is supported, got {}; for other sizes "
-             "use {} with a fixed kernel_size and stride",
-             layer, output_size.str(), fixed_layer);
-}
-
 }  // namespace
 
 MaxPool2d::MaxPool2d(Size2 kernel_size, MaxPool2dOptions options)
@@ -82,10 +75,14 @@ Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
   return adaptive_avg_pool2d(x, output_size_.array());
 }
 
-AdaptiveMaxPool2d::AdaptiveMaxPool2d(Size2 output_size) {
-  check_global("AdaptiveMaxPool2d", "MaxPool2d", output_size);
+AdaptiveMaxPool2d::AdaptiveMaxPool2d(Size2 output_size) : output_size_(output_size) {
+  LOOM_CHECK(output_size.h > 0 && output_size.w > 0, ValueError,
+             "[AdaptiveMaxPool2d] output_size must be positive, got {}", output_size.pair_str());
 }
 
-Tensor AdaptiveMaxPool2d::forward(const Tensor& x) { return global_max_pool2d(x); }
+Tensor AdaptiveMaxPool2d::forward(const Tensor& x) {
+  if (output_size_ == Size2(1)) return global_max_pool2d(x);
+  return adaptive_max_pool2d(x, output_size_.array());
+}
 
 }  // namespace loom::nn

@@ -1,12 +1,13 @@
 // File: layers/pooling.h
-// 2-D pooling layers, as torch.nn's MaxPool2d, AvgPool2d and the adaptive ones
-// (which Loom supports to a 1x1 output only: global pooling).
+// 2-D pooling layers, as torch.nn's MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and
+// AdaptiveMaxPool2d.
 //
 // N batch, C channels, H, W input, P, Q output.
 //
 //   nn::MaxPool2d pool(2);                                  // stride = kernel_size
 //   nn::AvgPool2d avg(3, {.stride = 2, .padding = 1});
 //   nn::AdaptiveMaxPool2d head(1);                          // (N, C, H, W) -> (N, C, 1, 1)
+//   nn::AdaptiveMaxPool2d grid({7, 7});                     // (N, C, H, W) -> (N, C, 7, 7)
 #pragma once
 
 #include <optional>
@@ -69,13 +70,16 @@ class AdaptiveAvgPool2d : public Module {
   Size2 output_size_;
 };
 
-// output_size must be 1 (any other size throws ValueError).
+// Any positive output_size (P, Q): x (N, C, H, W) -> (N, C, P, Q), as adaptive_max_pool2d.
 class AdaptiveMaxPool2d : public Module {
  public:
   explicit AdaptiveMaxPool2d(Size2 output_size);
-  Tensor forward(const Tensor& x) override;  // x (N, C, H, W) -> (N, C, 1, 1)
+  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "AdaptiveMaxPool2d"; }
-  std::string extra_repr() const override { return "output_size=1"; }
+  std::string extra_repr() const override { return "output_size=" + output_size_.str(); }
+
+ private:
+  Size2 output_size_;
 };
 
 }  // namespace loom::nn

@@ -67,4 +67,10 @@ Tensor global_avg_pool2d(const Tensor& x);
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 Tensor global_max_pool2d(const Tensor& x);
 
+// As torch.nn.functional.adaptive_max_pool2d (values only), over the same cells
+// as adaptive_avg_pool2d; each cell's gradient goes to one of its maxima. A
+// max_pool2d where P and Q divide H and W, else a composite of slices and max
+// (core/ops/adaptive_pool.cc).
+Tensor adaptive_max_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
+
 }  // namespace loom

@@ -73,10 +73,17 @@ TEST_CASE("AdaptiveAvgPool2d to any size is adaptive_avg_pool2d, printed as PyTo
                              "[AdaptiveAvgPool2d] output_size must be positive, got (0, 0)");
 }
 
-TEST_CASE("pooling layers reject bad windows and adaptive max sizes other than 1") {
-  CHECK_THROWS_WITH_FRAGMENT(nn::AdaptiveMaxPool2d({1, 3}), ValueError,
-                             "[AdaptiveMaxPool2d] only output_size 1 (global pooling) is "
-                             "supported, got (1, 3); for other sizes use MaxPool2d");
+TEST_CASE("AdaptiveMaxPool2d to any size is adaptive_max_pool2d, printed as PyTorch does") {
+  Generator gen(13);
+  const Tensor x = randn({2, 3, 7, 6}, {}, &gen);
+  CHECK_CLOSE(nn::AdaptiveMaxPool2d({3, 4})(x), adaptive_max_pool2d(x, {3, 4}), 0, 0);
+  CHECK(shape_str(nn::AdaptiveMaxPool2d({3, 4})(x).sizes()) == "(2, 3, 3, 4)");
+  CHECK(nn::AdaptiveMaxPool2d({3, 4}).repr() == "AdaptiveMaxPool2d(output_size=(3, 4))");
+  CHECK_THROWS_WITH_FRAGMENT(nn::AdaptiveMaxPool2d({1, 0}), ValueError,
+                             "[AdaptiveMaxPool2d] output_size must be positive, got (1, 0)");
+}
+
+TEST_CASE("pooling layers reject bad windows") {
   CHECK_THROWS_WITH_FRAGMENT(nn::MaxPool2d(0), ValueError,
                              "[MaxPool2d] kernel_size must be positive, got (0, 0)");
   CHECK_THROWS_WITH_FRAGMENT(nn::AvgPool2d(2, {.stride = 0}), ValueError,
