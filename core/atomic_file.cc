@@ -35,9 +35,8 @@ mode_t current_umask() {
     const size_t digits = line.find_first_not_of(" \t", 6);
     unsigned mask = 0;
     if (digits == std::string::npos) break;
-    if (std::from_chars(line.data() + digits, line.data() + line.size(), mask, 8).ec == std::errc()) {
-      return static_cast<mode_t>(mask & 0777);
-    }
+    const auto parsed = std::from_chars(line.data() + digits, line.data() + line.size(), mask, 8);
+    if (parsed.ec == std::errc()) return static_cast<mode_t>(mask & 0777);
     break;
   }
   return 022;  // the usual umask, where /proc does not say

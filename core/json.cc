@@ -172,7 +172,9 @@ uint32_t JsonReader::parse_unicode_escape() {
   uint32_t unit = parse_hex4();
   if (unit >= 0xDC00 && unit <= 0xDFFF) syntax_error("lone low surrogate in \\u escape");
   if (unit < 0xD800 || unit > 0xDBFF) return unit;
-  if (!consume('\\') || !consume('u')) syntax_error("high surrogate not followed by \\u low surrogate");
+  if (!consume('\\') || !consume('u')) {
+    syntax_error("high surrogate not followed by \\u low surrogate");
+  }
   uint32_t low = parse_hex4();
   if (low < 0xDC00 || low > 0xDFFF) syntax_error("high surrogate not followed by a low surrogate");
   return 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);

@@ -72,7 +72,8 @@ class JsonReader {
 
   // What the value starting here is ("a string", "a number", ...), for schema errors.
   std::string value_kind() const;
-  // Throws a schema error unless the next value opens with `open`: "<what> must be <kind>, got ...".
+  // Throws a schema error unless the next value opens with `open`:
+  // "<what> must be <kind>, got ...".
   void expect_kind(char open, std::string_view kind, std::string_view what) const;
 
   // A string literal, escapes decoded (surrogate pairs joined). The text is

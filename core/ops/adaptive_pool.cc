@@ -18,7 +18,9 @@ namespace {
 struct Bin {
   int64_t begin, end;
 };
-Bin bin(int64_t i, int64_t in, int64_t out) { return {i * in / out, ((i + 1) * in + out - 1) / out}; }
+Bin bin(int64_t i, int64_t in, int64_t out) {
+  return {i * in / out, ((i + 1) * in + out - 1) / out};
+}
 
 // The maximum of `x` over `b` along `dim`, kept as a size-1 dim.
 Tensor max_over(const Tensor& x, int64_t dim, Bin b) {
@@ -30,7 +32,8 @@ Tensor max_over(const Tensor& x, int64_t dim, Bin b) {
 Tensor adaptive_max_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
   const auto [p, q] = output_size;
   LOOM_CHECK(x.dim() == 4, ShapeError,
-             "[adaptive_max_pool2d] expects input (N, C, H, W), got shape {}", shape_str(x.sizes()));
+             "[adaptive_max_pool2d] expects input (N, C, H, W), got shape {}",
+             shape_str(x.sizes()));
   LOOM_CHECK(p > 0 && q > 0, ValueError,
              "[adaptive_max_pool2d] output_size must be positive, got ({}, {})", p, q);
   const int64_t h = x.size(2), w = x.size(3);
@@ -39,7 +42,8 @@ Tensor adaptive_max_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) 
              "cell needs at least one element",
              shape_str(x.sizes()));
   if (h % p == 0 && w % q == 0) {  // equal, disjoint cells: one window (cuDNN on the GPU)
-    return max_pool2d(x, {.kernel_size = {h / p, w / q}, .stride = std::array<int64_t, 2>{h / p, w / q}});
+    const std::array<int64_t, 2> cell = {h / p, w / q};
+    return max_pool2d(x, {.kernel_size = cell, .stride = cell});
   }
   // A max over a rectangle is a max over its rows' maxima: reduce each band of
   // rows once, then its cells along the width.

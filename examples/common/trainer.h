@@ -43,8 +43,9 @@ struct TrainConfig {
   uint64_t seed = 0;
   int64_t limit = 0;                 // train on the first `limit` images (0: all)
   int64_t test_limit = 0;            // evaluate on the first `test_limit` test images (0: all)
-  // "= {}": a designated initializer may then leave them out without -Wmissing-field-initializers.
-  std::string save = {}, resume = {}, metrics = {};  // checkpoint out, checkpoint in, CSV/JSONL metrics (.csv or .jsonl)
+  // checkpoint out, checkpoint in, CSV/JSONL metrics (.csv or .jsonl); "= {}" lets a
+  // designated initializer leave them out without -Wmissing-field-initializers
+  std::string save = {}, resume = {}, metrics = {};
   std::string plot = {};             // a PNG of the training curves, drawn at the end (tools/plot_metrics.py)
   bool progress = true;              // progress on stderr: redrawn on a terminal, a line per 10% otherwise
   bool detect_anomaly = false;       // AnomalyGuard over training: the first op making NaN/inf throws

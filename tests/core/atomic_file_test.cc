@@ -35,7 +35,9 @@ std::string read_text(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void write_through(AtomicFile& file, const std::string& text) { file.write(text.data(), text.size()); }
+void write_through(AtomicFile& file, const std::string& text) {
+  file.write(text.data(), text.size());
+}
 
 size_t entries_in(const fs::path& dir) {
   return static_cast<size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));

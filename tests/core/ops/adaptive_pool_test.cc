@@ -96,7 +96,8 @@ TEST_CASE("adaptive_avg_pool2d rejects non-4-D inputs and empty output sizes") {
 
 TEST_CASE("adaptive_max_pool2d: overlapping bins share a maximum and its gradient, by hand") {
   // Bins [0, 2) and [1, 3) of (1, 5, 2) both hold the 5, so its gradient is dy0 + dy1.
-  const Tensor x = tensor({1, 5, 2}, {1, 1, 1, 3}, {.dtype = DType::Float64, .requires_grad = true});
+  const Tensor x =
+      tensor({1, 5, 2}, {1, 1, 1, 3}, {.dtype = DType::Float64, .requires_grad = true});
   const Tensor y = adaptive_max_pool2d(x, {1, 2});
   CHECK(y.to_vector<double>() == std::vector<double>{5, 5});
   y.backward(tensor({0.25, 2}, {1, 1, 1, 2}, kF64));
@@ -111,7 +112,8 @@ TEST_CASE("adaptive_max_pool2d matches a naive per-cell loop, dividing sizes or 
     CAPTURE(q);
     const Tensor expected = naive_adaptive_max(x, p, q);
     CHECK_CLOSE(adaptive_max_pool2d(x, {p, q}), expected, 0, 0);
-    CHECK_CLOSE(adaptive_max_pool2d(x.contiguous(MemoryFormat::ChannelsLast), {p, q}), expected, 0, 0);
+    const Tensor channels_last = x.contiguous(MemoryFormat::ChannelsLast);
+    CHECK_CLOSE(adaptive_max_pool2d(channels_last, {p, q}), expected, 0, 0);
   }
 }
 
