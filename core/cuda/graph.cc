@@ -20,8 +20,14 @@ void CudaGraph::reset() {
   pool_.reset();
 }
 
+std::shared_mutex& capture_gate() {
+  static std::shared_mutex gate;
+  return gate;
+}
+
 void CudaGraph::capture(const std::function<void()>& work) {
   reset();
+  std::unique_lock exclusive(capture_gate());
   cudaStream_t stream = current_stream();
   CaptureScope scope;
   pool_ = scope.pool();

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <optional>
+#include <shared_mutex>
 
 #include "core/cuda/allocator.h"
 
@@ -39,5 +40,10 @@ class CudaGraph {
   cudaGraphExec_t exec_ = nullptr;
   std::optional<CapturePoolId> pool_;
 };
+
+// Held exclusively while any CudaGraph captures. Work on other threads that
+// must not overlap a capture (background cuDNN plan builds, whose test runs
+// allocate and synchronise) holds it shared.
+std::shared_mutex& capture_gate();
 
 }  // namespace loom::cuda
