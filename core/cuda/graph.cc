@@ -1,5 +1,8 @@
 #include "core/cuda/graph.h"
 
+#include <mutex>
+
+#include "core/capture_gate.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -18,11 +21,6 @@ void CudaGraph::reset() {
   graph_ = nullptr;
   if (pool_) release_capture_pool(*pool_);
   pool_.reset();
-}
-
-std::shared_mutex& capture_gate() {
-  static std::shared_mutex gate;
-  return gate;
 }
 
 void CudaGraph::capture(const std::function<void()>& work) {

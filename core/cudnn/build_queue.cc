@@ -7,7 +7,7 @@
 
 namespace loom::cudnn {
 
-BuildQueue::BuildQueue(int threads, std::shared_mutex& gate) : gate_(gate) {
+BuildQueue::BuildQueue(int threads) {
   LOOM_CHECK(threads >= 1, ValueError, "[cudnn] a plan build queue needs at least 1 thread, got {}",
              threads);
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
@@ -53,12 +53,9 @@ void BuildQueue::work() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
-    {
-      std::shared_lock gate(gate_);
-      try {
-        next.second();
-      } catch (...) {  // a job reports its own failure; one that escapes must not end the worker
-      }
+    try {
+      next.second();
+    } catch (...) {  // a job reports its own failure; one that escapes must not end the worker
     }
     {
       std::lock_guard lock(mutex_);

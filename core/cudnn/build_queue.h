@@ -1,14 +1,11 @@
 // File: core/cudnn/build_queue.h
 // Background plan builds: a few worker threads that run one job per id (a
 // plan-cache entry), never twice while it is queued or running. No CUDA here,
-// so the scheduling is unit-tested with fake jobs.
+// so the scheduling is unit-tested with fake jobs. Jobs keep their CUDA work
+// out of graph captures themselves (core/capture_gate.h, around test runs
+// only: the runtime compilation, which takes longest, needs no gate).
 //
-// Each job runs holding `gate` shared. Whoever takes it exclusively (a CUDA
-// graph capture, core/cuda/graph.h) waits for the running jobs and keeps new
-// ones from starting until it lets go: a test run's scratch allocation or
-// synchronisation can never land inside a capture on another thread.
-//
-//   BuildQueue queue(default_build_threads(), cuda::capture_gate());
+//   BuildQueue queue(default_build_threads());
 //   queue.submit(ticket, [=] { build_the_plan(); });
 #pragma once
 
@@ -17,7 +14,6 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <shared_mutex>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -29,7 +25,7 @@ class BuildQueue {
  public:
   using Job = std::function<void()>;
 
-  BuildQueue(int threads, std::shared_mutex& gate);
+  explicit BuildQueue(int threads);
   // Drops the queued jobs and waits for the running ones.
   ~BuildQueue();
   BuildQueue(const BuildQueue&) = delete;
@@ -47,7 +43,6 @@ class BuildQueue {
  private:
   void work();
 
-  std::shared_mutex& gate_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // a job was queued, or stopping
   std::condition_variable idle_;  // a job finished

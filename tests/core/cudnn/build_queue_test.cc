@@ -1,8 +1,7 @@
 // File: tests/core/cudnn/build_queue_test.cc
 // The background plan builders' scheduler with fake jobs: every job runs once,
 // an id is never queued twice while it is outstanding, no more jobs run at once
-// than there are threads, jobs hold the capture gate shared, and a capture
-// (the gate held exclusively) keeps them from starting.
+// than there are threads, and a job that throws does not end its worker.
 #include "core/cudnn/build_queue.h"
 
 #include <doctest/doctest.h>
@@ -12,15 +11,13 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
-#include <shared_mutex>
 #include <stdexcept>
 
 namespace loom::cudnn {
 namespace {
 
 TEST_CASE("every submitted job runs once") {
-  std::shared_mutex gate;
-  BuildQueue queue(3, gate);
+  BuildQueue queue(3);
   std::atomic<int> runs[20] = {};
   for (uint64_t id = 0; id < 20; ++id) {
     CHECK(queue.submit(id, [&runs, id] { ++runs[id]; }));
@@ -31,8 +28,7 @@ TEST_CASE("every submitted job runs once") {
 }
 
 TEST_CASE("an id is queued once while outstanding, and again after it finished") {
-  std::shared_mutex gate;
-  BuildQueue queue(1, gate);
+  BuildQueue queue(1);
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   std::atomic<int> runs = 0;
@@ -52,8 +48,7 @@ TEST_CASE("an id is queued once while outstanding, and again after it finished")
 
 TEST_CASE("no more jobs run at once than there are threads, and all threads are used") {
   constexpr int kThreads = 3;
-  std::shared_mutex gate;
-  BuildQueue queue(kThreads, gate);
+  BuildQueue queue(kThreads);
   std::mutex mutex;
   std::condition_variable changed;
   int running = 0, most = 0;
@@ -77,28 +72,8 @@ TEST_CASE("no more jobs run at once than there are threads, and all threads are 
   CHECK(most == kThreads);
 }
 
-TEST_CASE("jobs hold the gate shared, and an exclusive holder keeps them from starting") {
-  std::shared_mutex gate;
-  BuildQueue queue(2, gate);
-  std::atomic<bool> exclusive_possible = true;
-  std::atomic<int> runs = 0;
-  std::unique_lock capture(gate);  // as a CUDA-graph capture does
-  queue.submit(1, [&] {
-    exclusive_possible = gate.try_lock();
-    if (exclusive_possible) gate.unlock();
-    ++runs;
-  });
-  CHECK(queue.outstanding() == 1);
-  CHECK(runs == 0);  // it cannot have started: the gate is held
-  capture.unlock();
-  queue.wait_idle();
-  CHECK(runs == 1);
-  CHECK_FALSE(exclusive_possible);
-}
-
 TEST_CASE("a job that throws does not stop its worker") {
-  std::shared_mutex gate;
-  BuildQueue queue(1, gate);
+  BuildQueue queue(1);
   std::atomic<int> runs = 0;
   queue.submit(1, [] { throw std::runtime_error("a failed build"); });
   queue.submit(2, [&] { ++runs; });
@@ -107,8 +82,7 @@ TEST_CASE("a job that throws does not stop its worker") {
 }
 
 TEST_CASE("a queue needs at least one thread") {
-  std::shared_mutex gate;
-  CHECK_THROWS(BuildQueue(0, gate));
+  CHECK_THROWS(BuildQueue(0));
 }
 
 }  // namespace
