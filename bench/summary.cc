@@ -50,11 +50,13 @@ std::string to_json(const StepResult& r) {
       "\"precision\": {}, \"mode\": {}, \"layout\": {}, \"device\": {}, \"steps\": {}, "
       "\"repeats\": {}, \"warmup\": {}, \"ms_per_step\": {}, \"img_per_s\": {}, "
       "\"first_step_s\": {}, \"peak_bytes\": {}, \"peak_mib\": {}, \"repeat_ms\": {}, "
-      "\"fallback_reason\": {}}}",
+      "\"fallback_reason\": {}, \"plan_build\": {}, \"plans_built\": {}, \"plans_restored\": {}, "
+      "\"plans_lazy\": {}, \"plans_specialized\": {}}}",
       quoted(r.model), r.batch, quoted(r.precision), quoted(r.mode), quoted(r.layout),
       quoted(r.device), r.steps, r.repeats, r.warmup, r.ms_per_step(), r.images_per_second(),
       r.first_step_s, r.peak_bytes, static_cast<double>(r.peak_bytes) / kMiB,
-      number_list(r.repeat_ms), quoted(r.fallback_reason));
+      number_list(r.repeat_ms), quoted(r.fallback_reason), quoted(r.plan_build), r.plans_built,
+      r.plans_restored, r.plans_lazy, r.plans_specialized);
 }
 
 std::string to_json(const TtaResult& r) {

@@ -70,6 +70,18 @@ TEST_CASE("lists, counts, paths and switches") {
   CHECK(parse_options({"--optimizer", "adam"}).optimizer == "adam");
 }
 
+TEST_CASE("the cuDNN plan-build mode and the plan timeline") {
+  const BenchOptions defaults = parse_options({});
+  CHECK(defaults.plan_build.empty());  // the process's mode: LOOM_CUDNN_PLAN_BUILD, else lazy
+  CHECK(defaults.plan_timeline.empty());
+  for (const char* mode : {"lazy", "eager", "precompiled"}) {
+    CHECK(parse_options({"--plan-build", mode}).plan_build == mode);
+  }
+  CHECK(parse_options({"--plan-timeline", "/tmp/t.txt"}).plan_timeline == "/tmp/t.txt");
+  CHECK_THROWS_WITH_FRAGMENT(parse_options({"--plan-build", "later"}), ValueError,
+                             "--plan-build got unknown value 'later' (one of: lazy, eager, precompiled)");
+}
+
 TEST_CASE("split_list drops empty items") {
   CHECK(split_list("a,,b,") == std::vector<std::string>{"a", "b"});
   CHECK(split_list("").empty());
