@@ -28,6 +28,8 @@ inline constexpr const char* kUsage =
     "  --autotune          time cuDNN's candidate plans and keep the fastest (cudnn.benchmark)\n"
     "  --plan-build M      lazy (default; or LOOM_CUDNN_PLAN_BUILD), eager or precompiled: when\n"
     "                      cuDNN plans are built (core/numerics.h)\n"
+    "  --eval-forward      after timing, one evaluation-mode forward per configuration (builds\n"
+    "                      the test pass's plans; tools/warm_plans.sh)\n"
     "  --plan-timeline F   at the end, write when each cuDNN plan was built, restored or\n"
     "                      swapped in to F\n"
     "  --profile           after timing, profile eager steps and print the per-layer table\n"
@@ -56,6 +58,7 @@ struct BenchOptions {
   std::string tta;
   std::string plan_build;     // "" keeps the process's mode (LOOM_CUDNN_PLAN_BUILD, else lazy)
   std::string plan_timeline;  // "" writes none
+  bool eval_forward = false;
   Device device = cuda_available() ? Device::cuda() : Device::cpu();
   std::string optimizer = "sgd";
   bool help = false;

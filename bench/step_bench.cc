@@ -221,6 +221,16 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
   }
 }
 
+// One evaluation-mode forward without autograd, as the trainers' test pass
+// runs: its plans differ from training's (batch norm uses running statistics).
+void eval_forward(nn::Module& net, const InputSets& data, const StepConfig& c) {
+  NoGradGuard no_grad;
+  net.eval();
+  Tensor logits = net(data.x[0]);
+  synchronize(c.device);
+  net.train();
+}
+
 // Eager steps with the profiler on (layer rows come from nn::Module and the
 // autograd engine; the loss and the optimizer get rows here), then the table.
 void profile_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data,
@@ -283,6 +293,7 @@ StepResult run_step_config(const StepConfig& c) {
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(net, c.optimizer);
   const InputSets data = make_inputs(c);
   time_steps(net, *opt, data, c, built, r);
+  if (c.eval_forward) eval_forward(net, data, c);
   const PlanCounts after = plan_counts();
   r.plans_built = after.built - before.built;
   r.plans_restored = after.restored - before.restored;
@@ -373,7 +384,8 @@ void run_all(const BenchOptions& o, std::ofstream& json) {
                                                 .profile_steps = o.profile ? o.profile_steps : 0,
                                                 .autotune = o.autotune,
                                                 .optimizer = o.optimizer,
-                                                .plan_build = o.plan_build});
+                                                .plan_build = o.plan_build,
+                                                .eval_forward = o.eval_forward});
           print_step(r);
           if (json.is_open()) json << to_json(r) << std::endl;
         }

@@ -30,6 +30,7 @@ struct StepConfig {
   bool autotune = false;  // cuDNN plans: time the candidates, keep the fastest
   std::string optimizer = "sgd";  // sgd or adam (lr 1e-3)
   std::string plan_build;         // lazy, eager, precompiled; "" keeps the process's mode
+  bool eval_forward = false;      // then one evaluation-mode forward (the test pass's plans)
 };
 
 // Builds the model (seeded), SGD (lr 0.01, momentum 0.9, weight decay 5e-4; or
