@@ -65,4 +65,16 @@ std::optional<PlanBuildMode> parse_plan_build_mode(std::string_view text);
 PlanBuildMode plan_build_mode();
 void set_plan_build_mode(PlanBuildMode mode);
 
+// Sets the plan-build mode for its lifetime, restoring the previous one after.
+class PlanBuildGuard {
+ public:
+  explicit PlanBuildGuard(PlanBuildMode mode) : previous_(plan_build_mode()) { set_plan_build_mode(mode); }
+  ~PlanBuildGuard() { set_plan_build_mode(previous_); }
+  PlanBuildGuard(const PlanBuildGuard&) = delete;
+  PlanBuildGuard& operator=(const PlanBuildGuard&) = delete;
+
+ private:
+  PlanBuildMode previous_;
+};
+
 }  // namespace loom

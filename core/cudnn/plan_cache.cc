@@ -128,7 +128,7 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
                 .fallback = {}};
   if (pending) ++stats_.lazy_plans;
   if (selection.plan) {
-    if (!pending) ++(restored ? stats_.plans_restored : stats_.plans_built);
+    ++(restored ? stats_.plans_restored : stats_.plans_built);  // a lazy stand-in counts as built
     info.notes = selection.plan->notes();
     info.workspace_bytes = selection.plan->workspace_bytes();
     workspace(static_cast<size_t>(info.workspace_bytes));  // reserve now, outside any capture

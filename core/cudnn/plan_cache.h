@@ -80,7 +80,7 @@ struct PlanInfo {
 struct PlanCacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
-  int64_t plans_built = 0;
+  int64_t plans_built = 0;     // before the key's first run (lazy stand-ins included)
   int64_t plans_restored = 0;  // read from the plan files instead of built
   int64_t unsupported = 0;
   int64_t evictions = 0;

@@ -39,5 +39,19 @@ TEST_CASE("the plan-build mode is process-wide") {
   set_plan_build_mode(before);
 }
 
+TEST_CASE("PlanBuildGuard restores the previous mode") {
+  const PlanBuildMode before = plan_build_mode();
+  {
+    PlanBuildGuard precompiled(PlanBuildMode::Precompiled);
+    CHECK(plan_build_mode() == PlanBuildMode::Precompiled);
+    {
+      PlanBuildGuard eager(PlanBuildMode::Eager);
+      CHECK(plan_build_mode() == PlanBuildMode::Eager);
+    }
+    CHECK(plan_build_mode() == PlanBuildMode::Precompiled);
+  }
+  CHECK(plan_build_mode() == before);
+}
+
 }  // namespace
 }  // namespace loom
