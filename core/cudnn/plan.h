@@ -2,7 +2,8 @@
 // Choosing and running an execution plan for a Graph:
 //   heuristics mode A, then FALLBACK -> drop configs the numerics policy forbids
 //   -> finalize -> test-execute once on scratch buffers -> first that works wins
-//   (or, with autotune, the fastest of the first few that work).
+//   (or, with autotune, the fastest of the first few that work; under strict
+//   fp32, for a conv or matmul graph, the fastest of all that work).
 // Finalize success does not imply execute success in cuDNN 9.19, hence the test run.
 #pragma once
 

@@ -4,7 +4,8 @@
 // tier below cuDNN), its background builds are swapped in by apply_pending(),
 // and the results before and after the swap stay within TF32 tolerance of the
 // eager mode's; precompiled mode never picks a runtime-compiled engine; a
-// deterministic policy keeps lazy mode from swapping anything.
+// deterministic policy keeps lazy mode from swapping anything; strict fp32
+// keeps conv plans off tensor cores while timing every allowed engine.
 //
 // N batch, C channels, H, W, K classes.
 #include <doctest/doctest.h>
@@ -197,6 +198,32 @@ LOOM_GPU_TEST_CASE("a deterministic policy builds eagerly in lazy mode: one plan
   for (size_t i = 0; i < first.size(); ++i) {
     CAPTURE(i);
     CHECK_CLOSE(second[i], first[i], 0, 0);  // same plans, deterministic engines: same bits
+  }
+}
+LOOM_GPU_TEST_CASE("strict fp32 times every allowed conv engine and keeps one the policy allows") {
+  plan_files_off();
+  const Inputs in = inputs();
+  std::vector<Tensor> reference;
+  {
+    NumericsGuard tf32({.precision = Precision::Tf32});
+    reference = eager_reference(in);
+  }
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  auto& cache = cudnn::PlanCache::global();
+  for (PlanBuildMode mode : {PlanBuildMode::Eager, PlanBuildMode::Lazy}) {
+    CAPTURE(plan_build_mode_name(mode));
+    cache.clear();
+    PlanBuildGuard guard(mode);
+    SmallNet net;
+    check_within_tf32(net.step(in.x, in.y), reference);
+    cache.wait_for_background_builds();
+    cache.apply_pending();
+    check_within_tf32(net.step(in.x, in.y), reference);
+    for (const cudnn::PlanInfo& e : cache.entries()) {
+      if (e.graph.find("conv") == std::string::npos) continue;
+      CAPTURE(e.graph);
+      for (const std::string& note : e.notes.numerical) CHECK(note != "TENSOR_CORE");
+    }
   }
 }
 #endif  // LOOM_WITH_CUDA
