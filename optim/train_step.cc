@@ -159,6 +159,7 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
     log_fallback(fallback_reason_);
     return eager(x, y);
   };
+  if (x.device().is_cuda()) apply_pending_plans();  // a step boundary, eager or not
   if (!options_.cuda_graph) {
     fallback_reason_ = "CUDA graphs are off (TrainStepOptions::cuda_graph)";
     return eager(x, y);
@@ -168,7 +169,6 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
                                    x.device().str(), y.device().str());
     return eager(x, y);
   }
-  apply_pending_plans();
   const StepKey key = key_of(x, y);
   Entry* entry = nullptr;
   for (auto& e : graphs_->entries) {

@@ -73,7 +73,7 @@ int default_build_threads() {
     return threads;
   }
   const int hardware = static_cast<int>(std::thread::hardware_concurrency());
-  return std::clamp(hardware / 2, 1, 4);
+  return std::clamp(hardware / 2, 1, 8);
 }
 
 }  // namespace loom::cudnn

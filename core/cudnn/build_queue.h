@@ -53,8 +53,8 @@ class BuildQueue {
 };
 
 // LOOM_CUDNN_BUILD_THREADS when set (>= 1), else half the hardware threads,
-// between 1 and 4: NVRTC compiles are CPU-bound, and more builders than cores
-// only slow the training thread down.
+// between 1 and 8: NVRTC compiles are CPU-bound, and builders on every core
+// would slow the training thread and the data loader down.
 int default_build_threads();
 
 }  // namespace loom::cudnn

@@ -378,7 +378,10 @@ PlanKey plan_key(const Graph& graph) {
 bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier) {
   PlanCache& cache = PlanCache::global();
   const PlanKey key = plan_key(graph);
-  std::shared_ptr<const Plan> plan = cache.get(key, graph, !fallback_tier.empty());
+  // Every caller copes with false: an empty tier means the caller tries its
+  // next variant, and every chain of variants ends at a tier below cuDNN. So a
+  // lazy key without a precompiled engine is never built while the step waits.
+  std::shared_ptr<const Plan> plan = cache.get(key, graph, /*has_fallback=*/true);
   if (!plan) {
     if (!fallback_tier.empty()) cache.record_fallback(key, fallback_tier);
     return false;

@@ -10,9 +10,9 @@
 // - eager: the best plan (heuristics order, policy filter, test run) now;
 // - precompiled: the best plan among engines that need no runtime compilation;
 // - lazy (the default): the first working engine that needs no runtime
-//   compilation now, or, when there is none and the op has a tier below cuDNN,
-//   that tier (the key is "pending", not unsupported), or else the best plan
-//   now. The best plan is then built on background threads (BuildQueue, each
+//   compilation now, or, when there is none and the caller has a tier below
+//   cuDNN (run_plan's callers all have), that tier (the key is "pending", not
+//   unsupported), or else the best plan now. The best plan is then built on background threads (BuildQueue, each
 //   with its own cuDNN handle and stream) and swapped in by apply_pending(),
 //   which callers run at a step boundary (optim::TrainStep does, before each
 //   step), never inside a capture. generation() counts the swaps, so a
