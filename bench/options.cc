@@ -21,6 +21,7 @@ const std::vector<std::string> kPrecisions = {"tf32", "strict", "bf16"};
 const std::vector<std::string> kModes = {"graph", "eager", "graph-unfused", "eager-unfused"};
 const std::vector<std::string> kLayouts = {"auto", "nchw", "nhwc"};
 const std::vector<std::string> kOptimizers = {"sgd", "adam"};
+const std::vector<std::string> kPlanBuilds = {"lazy", "eager", "precompiled"};
 
 int64_t parse_int(const std::string& flag, const std::string& value) {
   size_t used = 0;
@@ -79,6 +80,8 @@ const std::map<std::string, Setter>& value_flags() {
       {"--tta", [](BenchOptions& o, auto&, auto& v) { o.tta = v; }},
       {"--device", [](BenchOptions& o, auto&, auto& v) { o.device = parse_device(v); }},
       {"--optimizer", [](BenchOptions& o, auto&, auto& v) { o.optimizer = v; }},
+      {"--plan-build", [](BenchOptions& o, auto&, auto& v) { o.plan_build = v; }},
+      {"--plan-timeline", [](BenchOptions& o, auto&, auto& v) { o.plan_timeline = v; }},
   };
   return flags;
 }
@@ -89,6 +92,7 @@ void validate(const BenchOptions& o) {
   for (const std::string& m : o.modes) check_known("--modes", m, kModes);
   check_known("--layout", o.layout, kLayouts);
   check_known("--optimizer", o.optimizer, kOptimizers);
+  if (!o.plan_build.empty()) check_known("--plan-build", o.plan_build, kPlanBuilds);
   LOOM_CHECK(!o.batches.empty(), ValueError, "[bench] --batches needs at least one batch size");
 }
 
@@ -115,6 +119,8 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
       options.profile = true;
     } else if (flag == "--autotune") {
       options.autotune = true;
+    } else if (flag == "--eval-forward") {
+      options.eval_forward = true;
     } else {
       auto setter = value_flags().find(flag);
       LOOM_CHECK(setter != value_flags().end(), ValueError,

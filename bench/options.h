@@ -26,6 +26,12 @@ inline constexpr const char* kUsage =
     "  --warmup W          untimed steps after the first (default 10)\n"
     "  --json PATH         also write one JSON object per configuration to PATH\n"
     "  --autotune          time cuDNN's candidate plans and keep the fastest (cudnn.benchmark)\n"
+    "  --plan-build M      lazy (default; or LOOM_CUDNN_PLAN_BUILD), eager or precompiled: when\n"
+    "                      cuDNN plans are built (core/numerics.h)\n"
+    "  --eval-forward      after timing, one evaluation-mode forward per configuration (builds\n"
+    "                      the test pass's plans; tools/warm_plans.sh)\n"
+    "  --plan-timeline F   at the end, write when each cuDNN plan was built, restored or\n"
+    "                      swapped in to F\n"
     "  --profile           after timing, profile eager steps and print the per-layer table\n"
     "  --profile-steps K   eager steps profiled (default 10)\n"
     "  --tta DIR           Fashion-MNIST time to 91% test accuracy from the IDX files in DIR\n"
@@ -50,6 +56,9 @@ struct BenchOptions {
   // runtime-compiled candidate is compiled to be timed).
   bool autotune = false;
   std::string tta;
+  std::string plan_build;     // "" keeps the process's mode (LOOM_CUDNN_PLAN_BUILD, else lazy)
+  std::string plan_timeline;  // "" writes none
+  bool eval_forward = false;
   Device device = cuda_available() ? Device::cuda() : Device::cpu();
   std::string optimizer = "sgd";
   bool help = false;
@@ -57,7 +66,7 @@ struct BenchOptions {
 
 // Parses the arguments after the program name. Throws ValueError naming the
 // flag and what it accepts for an unknown flag, a missing or bad value, or an
-// unknown model, precision, mode, layout or device.
+// unknown model, precision, mode, layout, plan-build mode or device.
 BenchOptions parse_options(const std::vector<std::string>& args);
 
 // "a,b,c" -> {"a", "b", "c"}; empty items are dropped.

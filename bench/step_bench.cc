@@ -15,6 +15,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/numerics.h"
 #include "core/ops/loss.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
@@ -31,6 +32,7 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/cudnn/plan_cache.h"
 #endif
 
 namespace loom::bench {
@@ -38,6 +40,9 @@ namespace loom::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Taken at static initialisation, before main() and any CUDA or cuDNN call.
+const Clock::time_point kProcessStart = Clock::now();
 
 constexpr int kInputSets = 4;  // as torch_ref.py: the step never sees one batch twice in a row
 
@@ -139,6 +144,29 @@ std::unique_ptr<optim::Optimizer> make_optimizer(nn::Module& net, const std::str
       net.parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
 }
 
+// The process's cuDNN plan counters, to report a configuration's share.
+struct PlanCounts {
+  int64_t built = 0, restored = 0, lazy = 0, specialized = 0;
+};
+
+PlanCounts plan_counts() {
+#ifdef LOOM_WITH_CUDA
+  const cudnn::PlanCacheStats s = cudnn::PlanCache::global().stats();
+  return {s.plans_built, s.plans_restored, s.lazy_plans, s.plans_specialized};
+#else
+  return {};
+#endif
+}
+
+// Lets lazily started plans finish and be swapped in (at the next step).
+void wait_for_background_plans(Device device) {
+#ifdef LOOM_WITH_CUDA
+  if (device.is_cuda()) cudnn::PlanCache::global().wait_for_background_builds();
+#else
+  (void)device;
+#endif
+}
+
 Shape image_shape(const std::string& model) {  // (C, H, W)
   return model == "resnet9" ? Shape{3, 32, 32} : Shape{1, 28, 28};
 }
@@ -179,6 +207,9 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
   synchronize(c.device);
   r.first_step_s = seconds_since(built);
   for (int w = 0; w < c.warmup; ++w) run();
+  wait_for_background_plans(c.device);
+  run();  // swaps the specialized plans in (an eager step when that drops the graph)
+  run();  // captures again
   Stopwatch watch(c.device);
   for (int rep = 0; rep < c.repeats; ++rep) {
     watch.start();
@@ -188,6 +219,16 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
   if (c.mode.starts_with("graph") && !step.last_step_replayed()) {
     r.fallback_reason = step.fallback_reason();
   }
+}
+
+// One evaluation-mode forward without autograd, as the trainers' test pass
+// runs: its plans differ from training's (batch norm uses running statistics).
+void eval_forward(nn::Module& net, const InputSets& data, const StepConfig& c) {
+  NoGradGuard no_grad;
+  net.eval();
+  Tensor logits = net(data.x[0]);
+  synchronize(c.device);
+  net.train();
 }
 
 // Eager steps with the profiler on (layer rows come from nn::Module and the
@@ -231,10 +272,20 @@ StepResult run_step_config(const StepConfig& c) {
                .steps = c.steps,
                .repeats = c.repeats,
                .warmup = c.warmup};
+  if (!c.plan_build.empty()) {
+    std::optional<PlanBuildMode> mode = parse_plan_build_mode(c.plan_build);
+    LOOM_CHECK(mode.has_value(), ValueError,
+               "[bench] plan-build mode '{}' is not lazy, eager or precompiled", c.plan_build);
+    set_plan_build_mode(*mode);
+  }
+  r.plan_build = plan_build_mode_name(plan_build_mode());
+  static bool first_configuration = true;
+  const Clock::time_point built = first_configuration ? kProcessStart : Clock::now();
+  first_configuration = false;
+  const PlanCounts before = plan_counts();
   examples::PrecisionScope precision(c.precision, c.device, c.autotune);
   fresh_device_state(c.device);
   manual_seed(0);
-  const Clock::time_point built = Clock::now();
   nn::Sequential net = make_model(c.model);
   net.to(c.device);
   if (c.layout == "nhwc") net.to(MemoryFormat::ChannelsLast);
@@ -242,6 +293,12 @@ StepResult run_step_config(const StepConfig& c) {
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(net, c.optimizer);
   const InputSets data = make_inputs(c);
   time_steps(net, *opt, data, c, built, r);
+  if (c.eval_forward) eval_forward(net, data, c);
+  const PlanCounts after = plan_counts();
+  r.plans_built = after.built - before.built;
+  r.plans_restored = after.restored - before.restored;
+  r.plans_lazy = after.lazy - before.lazy;
+  r.plans_specialized = after.specialized - before.specialized;
   r.peak_bytes = peak_allocated_bytes(c.device);
   if (c.profile_steps > 0) profile_steps(net, *opt, data, c);
   return r;
@@ -289,12 +346,25 @@ std::string resolve_layout(const BenchOptions& o, const std::string& precision) 
 void print_step(const StepResult& r) {
   std::printf(
       "%-10s batch %4lld  %-6s %-5s %-4s %12.0f img/s %9.3f ms/step  first step %6.2f s"
-      "  peak %8.1f MiB%s%s\n",
+      "  peak %8.1f MiB  plans (%s): %lld built, %lld restored, %lld lazy, %lld specialized%s%s\n",
       r.model.c_str(), static_cast<long long>(r.batch), r.precision.c_str(), r.mode.c_str(),
       r.layout.c_str(), r.images_per_second(), r.ms_per_step(), r.first_step_s,
-      static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0),
+      static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0), r.plan_build.c_str(),
+      static_cast<long long>(r.plans_built), static_cast<long long>(r.plans_restored),
+      static_cast<long long>(r.plans_lazy), static_cast<long long>(r.plans_specialized),
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
   std::fflush(stdout);
+}
+
+void write_plan_timeline(const std::string& path) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  LOOM_CHECK(out.is_open(), IoError, "[bench] cannot write --plan-timeline {}", path);
+#ifdef LOOM_WITH_CUDA
+  out << cudnn::PlanCache::global().timeline_table();
+#else
+  out << "this build has no CUDA backend, so no cuDNN plans were built\n";
+#endif
 }
 
 void run_all(const BenchOptions& o, std::ofstream& json) {
@@ -313,7 +383,9 @@ void run_all(const BenchOptions& o, std::ofstream& json) {
                                                 .warmup = o.warmup,
                                                 .profile_steps = o.profile ? o.profile_steps : 0,
                                                 .autotune = o.autotune,
-                                                .optimizer = o.optimizer});
+                                                .optimizer = o.optimizer,
+                                                .plan_build = o.plan_build,
+                                                .eval_forward = o.eval_forward});
           print_step(r);
           if (json.is_open()) json << to_json(r) << std::endl;
         }
@@ -321,6 +393,7 @@ void run_all(const BenchOptions& o, std::ofstream& json) {
     }
   }
   if (o.tta.empty()) return;
+  if (!o.plan_build.empty()) set_plan_build_mode(*parse_plan_build_mode(o.plan_build));
   const TtaResult r = run_time_to_accuracy(o.tta, o.device, 0.91, o.autotune);
   std::printf(
       "Fashion-MNIST time to %.0f%%: %s after %d epochs, %.2f s (trainer clock), "
@@ -354,6 +427,7 @@ int bench_main(int argc, char** argv) {
       LOOM_CHECK(json.is_open(), IoError, "[bench] cannot write --json {}", options.json);
     }
     run_all(options, json);
+    write_plan_timeline(options.plan_timeline);
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -29,14 +29,19 @@ struct StepConfig {
   int profile_steps = 0;  // > 0: then profile this many eager steps, print the table
   bool autotune = false;  // cuDNN plans: time the candidates, keep the fastest
   std::string optimizer = "sgd";  // sgd or adam (lr 1e-3)
+  std::string plan_build;         // lazy, eager, precompiled; "" keeps the process's mode
+  bool eval_forward = false;      // then one evaluation-mode forward (the test pass's plans)
 };
 
 // Builds the model (seeded), SGD (lr 0.01, momentum 0.9, weight decay 5e-4; or
 // Adam lr 1e-3),
 // four resident input sets (x randn, y randint 0..9), runs the first step
-// (timed with the wall clock from model construction, synchronised), the
-// warm-up, then `repeats` runs of `steps` steps timed with CUDA events (the
-// steady clock on the CPU). Peak memory counts from an emptied allocator
+// (timed with the wall clock from model construction, synchronised; for the
+// process's first configuration from the process start, so that CUDA and cuDNN
+// initialisation count), the warm-up, then waits for background (lazy) cuDNN
+// plan builds and runs two more untimed steps so that the steady state is timed
+// with the specialized plans, then `repeats` runs of `steps` steps timed with
+// CUDA events (the steady clock on the CPU). Peak memory counts from an emptied allocator
 // cache; cuDNN plans cached by an earlier configuration of the same shapes are
 // reused (PyTorch keeps cudnn.benchmark's choices too), so the first step of
 // the first mode run for a shape is the one that includes plan building.

@@ -28,9 +28,15 @@ struct StepResult {
   int64_t batch = 0;
   int steps = 0, repeats = 0, warmup = 0;
   std::vector<double> repeat_ms = {};  // ms per step of each repeat
-  double first_step_s = 0;             // model construction to the end of step 1, synchronised
+  // To the end of step 1, synchronised, from model construction; for the first
+  // configuration of a process from its start (CUDA and cuDNN initialisation included).
+  double first_step_s = 0;
   int64_t peak_bytes = 0;              // peak GPU memory allocated (0 on the CPU)
   std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
+  std::string plan_build = "lazy";     // the cuDNN plan-build mode (core/numerics.h)
+  // cuDNN plans this configuration built before its first run, restored from the
+  // plan files, started lazily on a stand-in, and specialized (swapped) later.
+  int64_t plans_built = 0, plans_restored = 0, plans_lazy = 0, plans_specialized = 0;
 
   double ms_per_step() const { return median(repeat_ms); }
   double images_per_second() const { return static_cast<double>(batch) * 1e3 / ms_per_step(); }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace loom {
@@ -42,6 +43,38 @@ class NumericsGuard {
 
  private:
   NumericsPolicy previous_;
+};
+
+// When cuDNN plans are built. Process-wide (background builders read it too)
+// and not part of the plan key: lazy and eager end at the same plan, so they
+// share plan files.
+enum class PlanBuildMode : uint8_t {
+  Lazy,         // run at once on an engine that needs no runtime compilation (or the
+                // tier below cuDNN); build the best plan on background threads and
+                // swap it in at a step boundary (cudnn::apply_pending_plans)
+  Eager,        // build the best plan before the first run (the first step waits)
+  Precompiled,  // never use engines that compile at run time (RUNTIME_COMPILATION)
+};
+
+std::string_view plan_build_mode_name(PlanBuildMode mode);  // "lazy", "eager", "precompiled"
+// "lazy" -> Lazy, ...; nullopt for anything else.
+std::optional<PlanBuildMode> parse_plan_build_mode(std::string_view text);
+
+// LOOM_CUDNN_PLAN_BUILD=lazy|eager|precompiled sets the initial mode (lazy when
+// unset); an unknown value is a ValueError at first use, naming the choices.
+PlanBuildMode plan_build_mode();
+void set_plan_build_mode(PlanBuildMode mode);
+
+// Sets the plan-build mode for its lifetime, restoring the previous one after.
+class PlanBuildGuard {
+ public:
+  explicit PlanBuildGuard(PlanBuildMode mode) : previous_(plan_build_mode()) { set_plan_build_mode(mode); }
+  ~PlanBuildGuard() { set_plan_build_mode(previous_); }
+  PlanBuildGuard(const PlanBuildGuard&) = delete;
+  PlanBuildGuard& operator=(const PlanBuildGuard&) = delete;
+
+ private:
+  PlanBuildMode previous_;
 };
 
 }  // namespace loom

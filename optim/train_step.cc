@@ -22,6 +22,7 @@
 #include "core/cuda/graph.h"
 #include "core/cuda/optim.h"
 #include "core/cuda/stream.h"
+#include "core/cudnn/plan_cache.h"
 #endif
 
 namespace loom::optim {
@@ -69,6 +70,7 @@ struct TrainStep::Entry {
 
 struct TrainStep::Graphs {
   std::vector<std::unique_ptr<Entry>> entries;
+  uint64_t plan_generation = 0;  // cudnn::PlanCache's generation the graphs were captured under
 };
 
 TrainStep::TrainStep(StepFunction fn, Optimizer& optimizer, TrainStepOptions options)
@@ -158,6 +160,7 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
     log_fallback(fallback_reason_);
     return eager(x, y);
   };
+  if (x.device().is_cuda()) apply_pending_plans();  // a step boundary, eager or not
   if (!options_.cuda_graph) {
     fallback_reason_ = "CUDA graphs are off (TrainStepOptions::cuda_graph)";
     return eager(x, y);
@@ -189,6 +192,25 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
   if (!entry->failure.empty()) return fallback(entry->failure);
   if (!entry->graph) return capture(*entry, x, y);
   return replay(*entry, x, y);
+}
+
+void TrainStep::apply_pending_plans() {
+  cudnn::PlanCache& plans = cudnn::PlanCache::global();
+  plans.apply_pending();
+  const uint64_t generation = plans.generation();
+  if (generation == graphs_->plan_generation) return;
+  graphs_->plan_generation = generation;
+  bool dropped = false;
+  for (auto& e : graphs_->entries) {
+    if (!e->graph) continue;
+    e->graph.reset();  // waits for its queued replays
+    e->x = e->y = Tensor();
+    e->outputs.clear();
+    e->grads.clear();
+    e->eager_steps = options_.warmup_steps - 1;  // one eager step with the new plans, then capture
+    dropped = true;
+  }
+  if (dropped) ++stats_.plan_swaps;
 }
 
 const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,

@@ -23,6 +23,11 @@
 // Eager and replayed steps run the same kernels with the same plans, so under a
 // deterministic numerics policy they give the same bits.
 //
+// Each GPU step starts at a step boundary: it first swaps in the cuDNN plans
+// that background builds finished (lazy plan building, core/cudnn/plan_cache.h).
+// When that changed any plan, every captured graph is dropped and its shape
+// runs one eager step, then is captured again with the new plans.
+//
 // A step whose loss is NaN or +-inf (a bad label inside a replayed graph, a
 // learning rate that blew up) is skipped: parameters and optimizer state stay
 // as they were. On the GPU the fused update reads the loss on the device and
@@ -60,6 +65,7 @@ struct TrainStepStats {
   int64_t eager_steps = 0;
   int64_t captures = 0;
   int64_t replays = 0;
+  int64_t plan_swaps = 0;  // step boundaries where new cuDNN plans dropped the captured graphs
 };
 
 // fn(x, y) returns the scalar loss first, then any tensors the caller wants
@@ -94,6 +100,8 @@ class TrainStep {
   const std::vector<Tensor>& capture(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& replay(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& launch(Entry& entry);
+  // Swaps in finished background plans; drops the captured graphs when that changed any.
+  void apply_pending_plans();
   // The optimizer's update for a step whose loss is `loss` (skipped when it is
   // not finite, with skip_nonfinite); `prepared` as for eager().
   void optimizer_step(const Tensor& loss, bool prepared);

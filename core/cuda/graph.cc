@@ -1,5 +1,8 @@
 #include "core/cuda/graph.h"
 
+#include <mutex>
+
+#include "core/capture_gate.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -22,6 +25,7 @@ void CudaGraph::reset() {
 
 void CudaGraph::capture(const std::function<void()>& work) {
   reset();
+  std::unique_lock exclusive(capture_gate());
   cudaStream_t stream = current_stream();
   CaptureScope scope;
   pool_ = scope.pool();

@@ -2,7 +2,8 @@
 // Capture a sequence of Loom ops into a CUDA graph once, then replay it.
 // Plans must already exist (run the ops once eagerly first): plan building and
 // workspace growth are refused during capture. Capture uses relaxed mode, on
-// the thread's current stream. Memory allocated during capture comes from a
+// the thread's current stream, holding loom::capture_gate() (core/capture_gate.h)
+// exclusively. Memory allocated during capture comes from a
 // private allocator pool that the graph owns until it is destroyed.
 //
 //   loom::cuda::CudaGraph graph;

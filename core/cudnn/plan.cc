@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <optional>
+#include <shared_mutex>
 
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
@@ -82,6 +85,31 @@ struct TestBindings {
       pointers.push_back({t.uid, buffers.back().get()});
     }
   }
+};
+
+// Test-run buffers whose allocation, use and release hold `gate` shared when
+// one is given (background builds), so they never overlap a capture.
+class GatedTests {
+ public:
+  GatedTests(const Graph& graph, CaptureGate* gate) : gate_(gate) {
+    auto held = hold();
+    bindings_.emplace(graph);
+  }
+  ~GatedTests() {
+    auto held = hold();
+    bindings_.reset();
+  }
+  GatedTests(const GatedTests&) = delete;
+  GatedTests& operator=(const GatedTests&) = delete;
+
+  std::shared_lock<CaptureGate> hold() const {
+    return gate_ != nullptr ? std::shared_lock<CaptureGate>(*gate_) : std::shared_lock<CaptureGate>();
+  }
+  const TestBindings& bindings() const { return *bindings_; }
+
+ private:
+  CaptureGate* gate_;
+  std::optional<TestBindings> bindings_;
 };
 
 // Ranked engine configs for one heuristics mode; `problems` collects why a mode gave none.
@@ -278,6 +306,15 @@ bool allowed(const PlanNotes& notes, const Graph& graph, const SelectOptions& op
   return !in_strict_errata(notes, graph);
 }
 
+// Under strict fp32 a conv or matmul graph's first allowed engine was often
+// 2-4x slower than the fastest allowed one (H100, cuDNN 9.19, resnet9's convs:
+// fprop 512x512 4x4 3.42 ms against 0.94 ms), and the allowed ones are few (4 to
+// 8) and precompiled: time them all and keep the fastest, as autotune does.
+bool times_every_candidate(const Graph& graph, const SelectOptions& options) {
+  return options.policy.precision == Precision::StrictFp32 && multiplies_matrices(graph) &&
+         !has_16bit_data(graph);
+}
+
 // Finalizes a plan for `config`; null when cuDNN says the config does not support the graph.
 std::unique_ptr<Plan> finalize_plan(const std::shared_ptr<const BuiltGraph>& graph, const Descriptor& config,
                                     PlanNotes notes, cudnnHandle_t handle) {
@@ -367,9 +404,15 @@ std::string Plan::json() const {
   return text;
 }
 
+bool compiles_at_run_time(const PlanNotes& notes) {
+  return std::find(notes.behavior.begin(), notes.behavior.end(), "RUNTIME_COMPILATION") !=
+         notes.behavior.end();
+}
+
 std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, const std::string& json,
                                    PlanNotes notes, const SelectOptions& options) {
   if (!allowed(notes, graph_in, options)) return nullptr;  // saved before the filter forbade it
+  if (options.precompiled_only && compiles_at_run_time(notes)) return nullptr;
   auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
   Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
   set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
@@ -385,7 +428,10 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
 
 Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectOptions& options) {
   auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
-  TestBindings bindings(graph_in);
+  GatedTests tests(graph_in, options.gate);
+  const bool strict_timing = times_every_candidate(graph_in, options);
+  const bool timed = options.policy.autotune || strict_timing;
+  const size_t most_timed = strict_timing ? SIZE_MAX : static_cast<size_t>(options.autotune_candidates);
   Selection selection;
   std::vector<std::pair<double, std::unique_ptr<Plan>>> working;
   int finalize_failures = 0, execute_failures = 0;
@@ -394,23 +440,36 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
     ++selection.candidates_seen;
     PlanNotes notes = read_notes(config);
     if (!allowed(notes, graph_in, options)) continue;
+    if (options.precompiled_only && compiles_at_run_time(notes)) {
+      ++selection.runtime_compiled_skipped;
+      continue;
+    }
     ++selection.candidates_tried;
     std::unique_ptr<Plan> plan = finalize_plan(graph, config, std::move(notes), handle);
     if (!plan) {
       if (++finalize_failures == 1) problems.push_back("first finalize: " + last_error_string());
       continue;
     }
-    if (!test_execute(*plan, handle, bindings)) {
+    bool works = false;
+    {
+      auto held = tests.hold();
+      works = test_execute(*plan, handle, tests.bindings());
+    }
+    if (!works) {
       if (++execute_failures == 1) problems.push_back("first test run: " + last_error_string());
       continue;
     }
-    if (!options.policy.autotune) {
+    if (!timed) {
       selection.plan = std::move(plan);
       return selection;
     }
-    double ms = time_plan_ms(*plan, handle, bindings);
+    double ms = 0;
+    {
+      auto held = tests.hold();
+      ms = time_plan_ms(*plan, handle, tests.bindings());
+    }
     working.emplace_back(ms, std::move(plan));
-    if (static_cast<int>(working.size()) >= options.autotune_candidates) break;
+    if (working.size() >= most_timed) break;
   }
   if (!working.empty()) {
     auto fastest = std::min_element(working.begin(), working.end(),
@@ -419,11 +478,16 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
     return selection;
   }
   selection.why_none = fmt::format(
-      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}), "
+      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}{}), "
       "{} failed to finalize, {} failed a test run{}{}",
       selection.candidates_seen, selection.candidates_tried,
       precision_name(options.policy.precision),
-      options.policy.deterministic ? ", deterministic" : "", finalize_failures, execute_failures,
+      options.policy.deterministic ? ", deterministic" : "",
+      options.precompiled_only
+          ? fmt::format(", precompiled engines only: {} runtime-compiled passed over",
+                        selection.runtime_compiled_skipped)
+          : "",
+      finalize_failures, execute_failures,
       problems.empty() ? "" : "; ", fmt::join(problems, "; "));
   return selection;
 }

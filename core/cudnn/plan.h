@@ -2,7 +2,8 @@
 // Choosing and running an execution plan for a Graph:
 //   heuristics mode A, then FALLBACK -> drop configs the numerics policy forbids
 //   -> finalize -> test-execute once on scratch buffers -> first that works wins
-//   (or, with autotune, the fastest of the first few that work).
+//   (or, with autotune, the fastest of the first few that work; under strict
+//   fp32, for a conv or matmul graph, the fastest of all that work).
 // Finalize success does not imply execute success in cuDNN 9.19, hence the test run.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/capture_gate.h"
 #include "core/cudnn/graph.h"
 #include "core/numerics.h"
 
@@ -59,14 +61,27 @@ class Plan {
 struct SelectOptions {
   NumericsPolicy policy;
   int autotune_candidates = 8;
+  // Pass over engines that compile at run time (RUNTIME_COMPILATION): the
+  // precompiled plan-build mode, and lazy mode's plan for the first run.
+  bool precompiled_only = false;
+  // Background builds: test runs (scratch memory, execution, synchronisation)
+  // hold this shared, so none overlaps a CUDA-graph capture on another thread.
+  CaptureGate* gate = nullptr;
 };
 
 struct Selection {
   std::unique_ptr<Plan> plan;  // null when no engine config works
   int candidates_seen = 0;     // configs the heuristics returned
   int candidates_tried = 0;    // configs that passed the policy filter
+  // With precompiled_only: runtime-compiled configs passed over before the
+  // chosen one. 0 (without autotune) means the plan is the one an unrestricted
+  // selection would choose too.
+  int runtime_compiled_skipped = 0;
   std::string why_none;        // when plan is null: what failed, for the error/explain text
 };
+
+// True when cuDNN compiles the engine's kernel at run time (NVRTC, 0.1-0.7 s).
+bool compiles_at_run_time(const PlanNotes& notes);
 
 // Builds `graph`'s descriptors and selects a plan for it on the current stream.
 Selection select_plan(const Graph& graph, cudnnHandle_t handle, const SelectOptions& options);

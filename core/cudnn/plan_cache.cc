@@ -2,17 +2,57 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 
+#include "core/capture_gate.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/cudnn/build_queue.h"
 #include "core/cudnn/context.h"
 #include "core/cudnn/plan_store.h"
 #include "core/error.h"
 
 namespace loom::cudnn {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The timeline's zero: close enough to the process start for a cold-start story.
+const Clock::time_point kProcessStart = Clock::now();
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Small numbers for the timeline, in the order threads first record an event.
+int thread_number() {
+  static std::atomic<int> next = 0;
+  thread_local const int number = next++;
+  return number;
+}
+
+bool builds_lazily(const NumericsPolicy& policy) {
+  return plan_build_mode() == PlanBuildMode::Lazy && !policy.deterministic;
+}
+
+// Made at the first background build, after CUDA is initialised, so that at
+// exit it is destroyed (its workers joined) before the CUDA runtime tears down.
+std::atomic<bool> builders_made = false;
+BuildQueue& builders() {
+  static BuildQueue queue(default_build_threads());
+  builders_made = true;
+  return queue;
+}
+
+bool same_kernel(const PlanNotes& a, const PlanNotes& b) {
+  return a.engine_id == b.engine_id && a.knobs == b.knobs;
+}
+
+}  // namespace
 
 PlanKey::PlanKey(const Graph& graph, const NumericsPolicy& policy, int device)
     : policy_(policy), device_(device) {
@@ -47,7 +87,7 @@ PlanCache& PlanCache::global() {
   return cache;
 }
 
-std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& graph) {
+std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& graph, bool has_fallback) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = index_.find(key); it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
@@ -56,7 +96,7 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
     return it->second->plan;
   }
   ++stats_.misses;
-  auto start = std::chrono::steady_clock::now();
+  const Clock::time_point start = Clock::now();
   std::string name = graph.pattern();
   // Selection test-runs candidates and synchronizes, which a capturing stream
   // cannot do; the result would be a bogus "unsupported".
@@ -65,34 +105,163 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
              "is being captured; run the step once eagerly before capturing it",
              name);
   Selection selection;
-  const SelectOptions options{.policy = key.policy()};
+  const SelectOptions options{.policy = key.policy(),
+                              .precompiled_only = plan_build_mode() == PlanBuildMode::Precompiled};
   const PlanStore& store = PlanStore::global();
   if (std::optional<StoredPlan> stored = store.load(key)) {
     selection.plan = restore_plan(graph, handle(), stored->json, stored->notes, options);
   }
   const bool restored = selection.plan != nullptr;
-  if (!restored) {
+  uint64_t ticket = 0;
+  if (!restored &&
+      !(builds_lazily(key.policy()) && start_lazily(key, graph, has_fallback, selection, ticket))) {
     selection = select_plan(graph, handle(), options);  // a stale file is replaced
     if (selection.plan) store.save(key, *selection.plan);
   }
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms = ms_since(start);
   stats_.build_seconds += ms / 1000.0;
-  PlanInfo info{.graph = name, .supported = selection.plan != nullptr, .notes = {},
-                .workspace_bytes = 0, .build_ms = ms, .restored = restored, .hits = 0,
-                .candidates_seen = selection.candidates_seen, .why_unsupported = selection.why_none, .fallback = {}};
+  const bool pending = ticket != 0;
+  PlanInfo info{.graph = name, .supported = selection.plan != nullptr || pending, .notes = {},
+                .workspace_bytes = 0, .build_ms = ms, .restored = restored, .pending = pending,
+                .specialized = false, .background_ms = 0, .hits = 0,
+                .candidates_seen = selection.candidates_seen, .why_unsupported = selection.why_none,
+                .fallback = {}};
+  if (pending) ++stats_.lazy_plans;
   if (selection.plan) {
-    ++(restored ? stats_.plans_restored : stats_.plans_built);
+    ++(restored ? stats_.plans_restored : stats_.plans_built);  // a lazy stand-in counts as built
     info.notes = selection.plan->notes();
     info.workspace_bytes = selection.plan->workspace_bytes();
     workspace(static_cast<size_t>(info.workspace_bytes));  // reserve now, outside any capture
-  } else {
+  } else if (!pending) {
     ++stats_.unsupported;
   }
-  lru_.push_front(Entry{key, std::shared_ptr<const Plan>(std::move(selection.plan)), std::move(info)});
+  const char* event = restored ? "restored"
+                      : pending ? (selection.plan ? "lazy" : "pending")
+                      : selection.plan ? "built"
+                                       : "unsupported";
+  record(event, name, info.notes.engine_id, ms);
+  lru_.push_front(Entry{key, std::shared_ptr<const Plan>(std::move(selection.plan)), std::move(info), ticket});
   index_.emplace(key, lru_.begin());
   std::shared_ptr<const Plan> plan = lru_.front().plan;
   evict_over_capacity();
+  if (pending) build_in_background(key, graph, ticket);
   return plan;
+}
+
+bool PlanCache::start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback,
+                             Selection& selection, uint64_t& ticket) {
+  SelectOptions quick{.policy = key.policy(), .precompiled_only = true};
+  quick.policy.autotune = false;
+  selection = select_plan(graph, handle(), quick);
+  // Nothing runtime-compiled was passed over: an unrestricted selection ends
+  // at the same plan (or at none), so there is nothing to build later.
+  if (selection.runtime_compiled_skipped == 0 && !key.policy().autotune) {
+    if (selection.plan) PlanStore::global().save(key, *selection.plan);
+    return true;
+  }
+  if (!selection.plan && !has_fallback) return false;
+  ticket = next_ticket_++;
+  return true;
+}
+
+void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
+  builders().submit(ticket, [this, key = std::move(key), graph = std::move(graph), ticket] {
+    const Clock::time_point start = Clock::now();
+    Finished done{key, ticket, nullptr, "", 0};
+    try {
+      LOOM_CUDA_CHECK(cudaSetDevice(key.device()));
+      Selection selection =
+          select_plan(graph, handle(), {.policy = key.policy(), .gate = &capture_gate()});
+      if (selection.plan) PlanStore::global().save(key, *selection.plan);
+      done.why_none = selection.why_none;
+      done.plan = std::move(selection.plan);
+    } catch (const Error& e) {
+      done.why_none = fmt::format("the background build failed: {}", e.what());
+    }
+    done.build_ms = ms_since(start);
+    record("background", graph.pattern(), done.plan ? done.plan->notes().engine_id : -1, done.build_ms);
+    std::lock_guard<std::mutex> lock(finished_mutex_);
+    background_seconds_ += done.build_ms / 1000.0;
+    ++background_builds_;
+    finished_.push_back(std::move(done));
+    any_finished_ = true;
+  });
+}
+
+int PlanCache::apply_pending() {
+  if (!any_finished_.load() || cuda::is_capturing()) return 0;
+  std::vector<Finished> finished;
+  {
+    std::lock_guard<std::mutex> lock(finished_mutex_);
+    finished.swap(finished_);
+    any_finished_ = false;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  int changed = 0;
+  for (Finished& f : finished) {
+    auto it = index_.find(f.key);
+    if (it == index_.end() || it->second->ticket != f.ticket) continue;  // evicted or cleared since
+    Entry& e = *it->second;
+    e.ticket = 0;
+    e.info.pending = false;
+    e.info.background_ms = f.build_ms;
+    if (!f.plan) {
+      if (e.plan) continue;  // the stand-in stays
+      e.info.supported = false;
+      e.info.why_unsupported = std::move(f.why_none);
+      ++stats_.unsupported;
+      record("unsupported", e.info.graph, -1, f.build_ms);
+      continue;
+    }
+    if (e.plan && same_kernel(e.plan->notes(), f.plan->notes())) continue;
+    e.plan = std::move(f.plan);
+    e.info.notes = e.plan->notes();
+    e.info.workspace_bytes = e.plan->workspace_bytes();
+    e.info.specialized = true;
+    workspace(static_cast<size_t>(e.info.workspace_bytes));
+    ++stats_.plans_specialized;
+    ++changed;
+    record("swapped", e.info.graph, e.info.notes.engine_id, f.build_ms);
+  }
+  if (changed > 0) ++generation_;
+  return changed;
+}
+
+void PlanCache::wait_for_background_builds() {
+  if (builders_made) builders().wait_idle();
+}
+
+size_t PlanCache::background_outstanding() const {
+  return builders_made ? builders().outstanding() : 0;
+}
+
+void PlanCache::record(std::string event, const std::string& graph, int64_t engine_id, double build_ms) {
+  PlanEvent e{.at_seconds = std::chrono::duration<double>(Clock::now() - kProcessStart).count(),
+              .event = std::move(event), .graph = graph, .engine_id = engine_id,
+              .build_ms = build_ms, .thread = thread_number()};
+  std::lock_guard<std::mutex> lock(timeline_mutex_);
+  timeline_.push_back(std::move(e));
+}
+
+std::vector<PlanEvent> PlanCache::timeline() const {
+  std::lock_guard<std::mutex> lock(timeline_mutex_);
+  std::vector<PlanEvent> events = timeline_;
+  std::stable_sort(events.begin(), events.end(),
+                   [](const PlanEvent& a, const PlanEvent& b) { return a.at_seconds < b.at_seconds; });
+  return events;
+}
+
+std::string PlanCache::timeline_table() const {
+  std::string out = fmt::format("cuDNN plan timeline (plan-build mode {}, seconds since process start)\n",
+                                plan_build_mode_name(plan_build_mode()));
+  out += fmt::format("{:>9} {:>6}  {:<11} {:>7} {:>9}  {}\n", "at s", "thread", "event", "engine",
+                     "build ms", "graph");
+  for (const PlanEvent& e : timeline()) {
+    out += fmt::format("{:>9.3f} {:>6}  {:<11} {:>7} {:>9.1f}  {}\n", e.at_seconds, e.thread, e.event,
+                       e.engine_id < 0 ? std::string("-") : std::to_string(e.engine_id),
+                       e.build_ms, e.graph);
+  }
+  return out;
 }
 
 void PlanCache::evict_over_capacity() {
@@ -118,8 +287,15 @@ void PlanCache::record_fallback(const PlanKey& key, std::string_view tier) {
 }
 
 PlanCacheStats PlanCache::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  PlanCacheStats out;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out = stats_;
+  }
+  std::lock_guard<std::mutex> lock(finished_mutex_);
+  out.background_seconds = background_seconds_;
+  out.background_builds = background_builds_;
+  return out;
 }
 
 std::vector<PlanInfo> PlanCache::entries() const {
@@ -132,11 +308,15 @@ std::vector<PlanInfo> PlanCache::entries() const {
 std::string PlanCache::explain() const {
   PlanCacheStats s = stats();
   std::string out = fmt::format(
-      "cuDNN plan cache (cuDNN {}): {} entries, {} hits, {} misses, {} plans built, {} restored "
-      "from {}, {} unsupported, {} runs on the tier below cuDNN, {:.3f} s building\n",
-      loaded_version(), entries().size(), s.hits, s.misses, s.plans_built, s.plans_restored,
+      "cuDNN plan cache (cuDNN {}, plan-build mode {}): {} entries, {} hits, {} misses, {} plans "
+      "built, {} restored from {}, {} unsupported, {} runs on the tier below cuDNN, {:.3f} s "
+      "building; lazily: {} keys started on a stand-in, {} plans specialized later, {} background "
+      "builds ({:.3f} s on the builders)\n",
+      loaded_version(), plan_build_mode_name(plan_build_mode()), entries().size(), s.hits, s.misses,
+      s.plans_built, s.plans_restored,
       PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
-      s.unsupported, s.fallback_runs, s.build_seconds);
+      s.unsupported, s.fallback_runs, s.build_seconds, s.lazy_plans, s.plans_specialized,
+      s.background_builds, s.background_seconds);
   out += fmt::format("{:<44} {:>7} {:>10} {:>9} {:>6}  {}\n", "graph", "engine", "workspace",
                      "build ms", "hits", "notes");
   for (const PlanInfo& e : entries()) {
@@ -147,9 +327,17 @@ std::string PlanCache::explain() const {
                          e.why_unsupported);
       continue;
     }
+    if (e.notes.engine_id < 0) {  // pending, no stand-in plan
+      out += fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  PENDING: runs on {} until its plan is built\n",
+                         e.graph, "-", "-", e.build_ms, e.hits,
+                         e.fallback.empty() ? "the tier below cuDNN" : e.fallback);
+      continue;
+    }
     std::vector<std::string> notes = e.notes.numerical;
     notes.insert(notes.end(), e.notes.behavior.begin(), e.notes.behavior.end());
     if (e.restored) notes.push_back("RESTORED");
+    if (e.pending) notes.push_back("LAZY");
+    if (e.specialized) notes.push_back(fmt::format("SPECIALIZED({:.0f} ms)", e.background_ms));
     out += fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  {}\n", e.graph, e.notes.engine_id,
                        e.workspace_bytes, e.build_ms, e.hits,
                        notes.empty() ? "-" : fmt::format("{}", fmt::join(notes, ",")));
@@ -164,10 +352,21 @@ void PlanCache::set_capacity(size_t capacity) {
 }
 
 void PlanCache::clear() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  lru_.clear();
-  index_.clear();
-  stats_ = {};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lru_.clear();
+    index_.clear();
+    stats_ = {};
+  }
+  {
+    std::lock_guard<std::mutex> lock(finished_mutex_);
+    finished_.clear();
+    any_finished_ = false;
+    background_seconds_ = 0;
+    background_builds_ = 0;
+  }
+  std::lock_guard<std::mutex> lock(timeline_mutex_);
+  timeline_.clear();
 }
 
 PlanKey plan_key(const Graph& graph) {
@@ -179,7 +378,10 @@ PlanKey plan_key(const Graph& graph) {
 bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier) {
   PlanCache& cache = PlanCache::global();
   const PlanKey key = plan_key(graph);
-  std::shared_ptr<const Plan> plan = cache.get(key, graph);
+  // Every caller copes with false: an empty tier means the caller tries its
+  // next variant, and every chain of variants ends at a tier below cuDNN. So a
+  // lazy key without a precompiled engine is never built while the step waits.
+  std::shared_ptr<const Plan> plan = cache.get(key, graph, /*has_fallback=*/true);
   if (!plan) {
     if (!fallback_tier.empty()) cache.record_fallback(key, fallback_tier);
     return false;
@@ -187,5 +389,7 @@ bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_v
   plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
 }
+
+int apply_pending_plans() { return PlanCache::global().apply_pending(); }
 
 }  // namespace loom::cudnn

@@ -6,10 +6,25 @@
 // unsupported too, so it is never probed twice. LRU with a configurable
 // capacity, guarded by a mutex.
 //
+// When a miss builds its plan follows plan_build_mode() (core/numerics.h):
+// - eager: the best plan (heuristics order, policy filter, test run) now;
+// - precompiled: the best plan among engines that need no runtime compilation;
+// - lazy (the default): the first working engine that needs no runtime
+//   compilation now, or, when there is none and the caller has a tier below
+//   cuDNN (run_plan's callers all have), that tier (the key is "pending", not
+//   unsupported), or else the best plan now. The best plan is then built on background threads (BuildQueue, each
+//   with its own cuDNN handle and stream) and swapped in by apply_pending(),
+//   which callers run at a step boundary (optim::TrainStep does, before each
+//   step), never inside a capture. generation() counts the swaps, so a
+//   captured whole-step graph knows to re-capture. A deterministic policy
+//   builds eagerly: one plan per key for the whole run. Plan files hold the
+//   best plan, never a lazy stand-in, so a restored plan needs no swap.
+//
 //   Graph g = ...;  // the op's graph, described on every call (cheap: no cuDNN calls)
 //   if (!run_plan(g, {{kX, x.data}, {kY, y.data}}, "Loom CUDA kernels")) run_the_tier_below();
 #pragma once
 
+#include <atomic>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -53,6 +68,9 @@ struct PlanInfo {
   int64_t workspace_bytes = 0;
   double build_ms = 0;
   bool restored = false;  // from the plan files (plan_store.h), not built
+  bool pending = false;      // lazy: a background build will replace this plan (or the tier below)
+  bool specialized = false;  // lazy: the background build's plan was swapped in
+  double background_ms = 0;  // lazy: how long the background build took
   int64_t hits = 0;
   int candidates_seen = 0;
   std::string why_unsupported;
@@ -62,21 +80,52 @@ struct PlanInfo {
 struct PlanCacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
-  int64_t plans_built = 0;
+  int64_t plans_built = 0;     // before the key's first run (lazy stand-ins included)
   int64_t plans_restored = 0;  // read from the plan files instead of built
   int64_t unsupported = 0;
   int64_t evictions = 0;
   int64_t fallback_runs = 0;  // runs of a key without an engine on the tier below cuDNN
-  double build_seconds = 0;
+  int64_t lazy_plans = 0;     // keys first run on a stand-in while their best plan was built
+  int64_t plans_specialized = 0;  // background plans swapped in by apply_pending()
+  int64_t background_builds = 0;  // background builds finished (swapped in or not)
+  double build_seconds = 0;       // on the calling threads (the first step waits for these)
+  double background_seconds = 0;  // on the background builders
+};
+
+// One line of the plan timeline: when a plan was built, restored, queued or
+// swapped in, and by which thread.
+struct PlanEvent {
+  double at_seconds = 0;  // since the process started (plan_cache.cc's static initialisation)
+  std::string event;      // "restored", "built", "lazy", "pending", "background", "swapped", "unsupported"
+  std::string graph;      // Graph::pattern()
+  int64_t engine_id = -1;
+  double build_ms = 0;
+  int thread = 0;  // 0: the first thread that built a plan (usually the main thread), then 1, 2, ...
 };
 
 class PlanCache {
  public:
   static PlanCache& global();
 
-  // The plan for `key`, made from `graph` on a miss under the key's policy.
-  // Null when no engine supports it.
-  std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph);
+  // The plan for `key`, made from `graph` on a miss under the key's policy and
+  // the plan-build mode. Null when no engine supports it, or (lazy mode, with
+  // `has_fallback`) while the best plan is built in the background and the op
+  // runs on its tier below cuDNN.
+  std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph, bool has_fallback = false);
+
+  // Swaps in the plans background builds finished; returns how many keys
+  // changed plan. Call at a step boundary: does nothing while the calling
+  // thread's stream is capturing. Reserves the new plans' workspace.
+  int apply_pending();
+  // Incremented by every apply_pending() that changed a plan.
+  uint64_t generation() const { return generation_.load(); }
+  // Blocks until no background build is queued or running (tests, warm-up).
+  void wait_for_background_builds();
+  // Background builds queued or running.
+  size_t background_outstanding() const;
+  // The timeline, oldest first, and as a table.
+  std::vector<PlanEvent> timeline() const;
+  std::string timeline_table() const;
 
   // Why `key` has no plan ("" when it has one or was never built).
   std::string why_unsupported(const PlanKey& key) const;
@@ -88,7 +137,7 @@ class PlanCache {
   std::vector<PlanInfo> entries() const;  // most recently used first
   std::string explain() const;            // a table of entries() plus the counters
   void set_capacity(size_t capacity);     // LOOM_CUDNN_PLAN_CACHE_LIMIT sets the initial one
-  void clear();
+  void clear();  // also forgets the timeline; builds still running are ignored when they end
 
  private:
   PlanCache();
@@ -96,23 +145,53 @@ class PlanCache {
     PlanKey key;
     std::shared_ptr<const Plan> plan;
     PlanInfo info;
+    uint64_t ticket = 0;  // the outstanding background build (0: none)
+  };
+  struct Finished {  // a background build, waiting for apply_pending()
+    PlanKey key;
+    uint64_t ticket;
+    std::shared_ptr<const Plan> plan;  // null: no engine works
+    std::string why_none;
+    double build_ms;
   };
   void evict_over_capacity();
+  // Lazy mode's first plan for a miss; false when the key must be built now.
+  bool start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback, Selection& selection,
+                    uint64_t& ticket);
+  void build_in_background(PlanKey key, Graph graph, uint64_t ticket);
+  void record(std::string event, const std::string& graph, int64_t engine_id, double build_ms);
 
   mutable std::mutex mutex_;
   std::list<Entry> lru_;
   std::unordered_map<PlanKey, std::list<Entry>::iterator, PlanKeyHash> index_;
   size_t capacity_;
   PlanCacheStats stats_;
+  std::atomic<uint64_t> generation_ = 0;
+  uint64_t next_ticket_ = 1;
+
+  // Background builders post here; never under mutex_, which a synchronous build holds.
+  mutable std::mutex finished_mutex_;
+  std::vector<Finished> finished_;
+  std::atomic<bool> any_finished_ = false;
+  double background_seconds_ = 0;
+  int64_t background_builds_ = 0;
+
+  mutable std::mutex timeline_mutex_;
+  std::vector<PlanEvent> timeline_;
 };
+
+// PlanCache::global().apply_pending(): the step-boundary hook for training
+// loops that do not go through optim::TrainStep. Cheap when nothing finished.
+int apply_pending_plans();
 
 // The key of `graph` under the calling thread's policy, on the current device.
 PlanKey plan_key(const Graph& graph);
 
 // The one way ops run a graph: looks its plan up (building it on a miss) and
 // executes it with `pointers` and the shared workspace. Returns false when no
-// engine supports the graph; when `fallback_tier` is not empty the key is then
-// recorded as running there (PlanCache::record_fallback), and the caller runs it.
+// engine supports the graph (or, lazy, none does yet); when `fallback_tier` is
+// not empty the key is then recorded as running there
+// (PlanCache::record_fallback), and the caller runs it.
 bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier);
 
 }  // namespace loom::cudnn

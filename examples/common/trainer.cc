@@ -37,6 +37,10 @@
 #include "optim/sgd.h"
 #include "optim/train_step.h"
 
+#ifdef LOOM_WITH_CUDA
+#include "core/cudnn/plan_cache.h"
+#endif
+
 namespace loom::examples {
 
 namespace {
@@ -440,6 +444,30 @@ int resume(const TrainConfig& c, Training& t, std::vector<std::string>& warnings
   return static_cast<int>(ckpt.epoch);
 }
 
+// Once per run: how the cuDNN plans came about, and their timeline in the file
+// LOOM_CUDNN_PLAN_TIMELINE names (when set).
+void report_plans(const TrainConfig& c) {
+#ifdef LOOM_WITH_CUDA
+  if (!c.device.is_cuda()) return;
+  const cudnn::PlanCache& plans = cudnn::PlanCache::global();
+  const cudnn::PlanCacheStats s = plans.stats();
+  if (c.progress) {
+    std::printf("cuDNN plans (%s): %lld built, %lld restored from plan files, %lld started lazily, "
+                "%lld specialized later\n",
+                std::string(plan_build_mode_name(plan_build_mode())).c_str(),
+                static_cast<long long>(s.plans_built), static_cast<long long>(s.plans_restored),
+                static_cast<long long>(s.lazy_plans), static_cast<long long>(s.plans_specialized));
+  }
+  if (const char* path = std::getenv("LOOM_CUDNN_PLAN_TIMELINE"); path != nullptr && *path != '\0') {
+    std::ofstream out(path);
+    LOOM_CHECK(out.is_open(), IoError, "[train] cannot write LOOM_CUDNN_PLAN_TIMELINE={}", path);
+    out << plans.timeline_table();
+  }
+#else
+  (void)c;
+#endif
+}
+
 void save(const TrainConfig& c, Training& t, int epochs_done) {
   TrainingCheckpoint ckpt{.model = t.net.state_dict(),
                           .optimizer = optimizer_section(t.opt, t.schedule),
@@ -668,6 +696,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
     if (c.target_accuracy > 0 && r.test_accuracy >= c.target_accuracy) break;
   }
   if (!c.plot.empty()) draw_plot(c, plot_tool, metrics_path, run_id);
+  report_plans(c);
   result.model = net.state_dict();
   return result;
 }

@@ -70,6 +70,20 @@ TEST_CASE("lists, counts, paths and switches") {
   CHECK(parse_options({"--optimizer", "adam"}).optimizer == "adam");
 }
 
+TEST_CASE("the cuDNN plan-build mode, the plan timeline and the evaluation forward") {
+  const BenchOptions defaults = parse_options({});
+  CHECK(defaults.plan_build.empty());  // the process's mode: LOOM_CUDNN_PLAN_BUILD, else lazy
+  CHECK(defaults.plan_timeline.empty());
+  for (const char* mode : {"lazy", "eager", "precompiled"}) {
+    CHECK(parse_options({"--plan-build", mode}).plan_build == mode);
+  }
+  CHECK(parse_options({"--plan-timeline", "/tmp/t.txt"}).plan_timeline == "/tmp/t.txt");
+  CHECK_FALSE(defaults.eval_forward);
+  CHECK(parse_options({"--eval-forward"}).eval_forward);
+  CHECK_THROWS_WITH_FRAGMENT(parse_options({"--plan-build", "later"}), ValueError,
+                             "--plan-build got unknown value 'later' (one of: lazy, eager, precompiled)");
+}
+
 TEST_CASE("split_list drops empty items") {
   CHECK(split_list("a,,b,") == std::vector<std::string>{"a", "b"});
   CHECK(split_list("").empty());

@@ -1,0 +1,89 @@
+// File: tests/core/cudnn/build_queue_test.cc
+// The background plan builders' scheduler with fake jobs: every job runs once,
+// an id is never queued twice while it is outstanding, no more jobs run at once
+// than there are threads, and a job that throws does not end its worker.
+#include "core/cudnn/build_queue.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <stdexcept>
+
+namespace loom::cudnn {
+namespace {
+
+TEST_CASE("every submitted job runs once") {
+  BuildQueue queue(3);
+  std::atomic<int> runs[20] = {};
+  for (uint64_t id = 0; id < 20; ++id) {
+    CHECK(queue.submit(id, [&runs, id] { ++runs[id]; }));
+  }
+  queue.wait_idle();
+  CHECK(queue.outstanding() == 0);
+  for (const auto& r : runs) CHECK(r.load() == 1);
+}
+
+TEST_CASE("an id is queued once while outstanding, and again after it finished") {
+  BuildQueue queue(1);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> runs = 0;
+  CHECK(queue.submit(7, [&, released] {
+    released.wait();
+    ++runs;
+  }));
+  CHECK_FALSE(queue.submit(7, [&] { ++runs; }));
+  CHECK(queue.outstanding() == 1);
+  release.set_value();
+  queue.wait_idle();
+  CHECK(runs == 1);
+  CHECK(queue.submit(7, [&] { ++runs; }));
+  queue.wait_idle();
+  CHECK(runs == 2);
+}
+
+TEST_CASE("no more jobs run at once than there are threads, and all threads are used") {
+  constexpr int kThreads = 3;
+  BuildQueue queue(kThreads);
+  std::mutex mutex;
+  std::condition_variable changed;
+  int running = 0, most = 0;
+  bool open = false;
+  for (uint64_t id = 0; id < 2 * kThreads; ++id) {
+    queue.submit(id, [&] {
+      std::unique_lock lock(mutex);
+      most = std::max(most, ++running);
+      changed.notify_all();
+      changed.wait(lock, [&] { return open; });
+      --running;
+    });
+  }
+  {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return running == kThreads; });  // hangs if fewer threads run jobs
+    open = true;
+  }
+  changed.notify_all();
+  queue.wait_idle();
+  CHECK(most == kThreads);
+}
+
+TEST_CASE("a job that throws does not stop its worker") {
+  BuildQueue queue(1);
+  std::atomic<int> runs = 0;
+  queue.submit(1, [] { throw std::runtime_error("a failed build"); });
+  queue.submit(2, [&] { ++runs; });
+  queue.wait_idle();
+  CHECK(runs == 1);
+}
+
+TEST_CASE("a queue needs at least one thread") {
+  CHECK_THROWS(BuildQueue(0));
+}
+
+}  // namespace
+}  // namespace loom::cudnn

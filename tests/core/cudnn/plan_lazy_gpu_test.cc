@@ -1,0 +1,229 @@
+// File: tests/core/cudnn/plan_lazy_gpu_test.cc
+// The plan-build modes on a small conv / batch-norm / ReLU / max-pool / linear
+// training step: lazy mode runs the first step at once (stand-in engines or the
+// tier below cuDNN), its background builds are swapped in by apply_pending(),
+// and the results before and after the swap stay within TF32 tolerance of the
+// eager mode's; precompiled mode never picks a runtime-compiled engine; a
+// deterministic policy keeps lazy mode from swapping anything; strict fp32
+// keeps conv plans off tensor cores while timing every allowed engine.
+//
+// N batch, C channels, H, W, K classes.
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/cudnn/plan_cache.h"
+#include "core/generator.h"
+#include "core/numerics.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+// Plan files would turn builds into restores; before the store's first use.
+void plan_files_off() { setenv("LOOM_CUDNN_PLAN_DIR", "off", 1); }
+
+struct SmallNet {
+  Tensor w1, b1, gamma, beta, running_mean, running_var, w2, b2;
+
+  SmallNet() {
+    Generator gen(71);
+    TensorOptions gpu{.device = Device::cuda()};
+    w1 = mul(randn({16, 3, 3, 3}, {}, &gen), 0.3).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+    w1.requires_grad_(true);
+    b1 = zeros({16}, gpu).requires_grad_(true);
+    gamma = ones({16}, gpu).requires_grad_(true);
+    beta = zeros({16}, gpu).requires_grad_(true);
+    running_mean = zeros({16}, gpu);
+    running_var = ones({16}, gpu);
+    w2 = mul(randn({10, 16 * 8 * 8}, {}, &gen), 0.01).to(Device::cuda()).requires_grad_(true);
+    b2 = zeros({10}, gpu).requires_grad_(true);
+  }
+
+  std::vector<Tensor*> params() { return {&w1, &b1, &gamma, &beta, &w2, &b2}; }
+
+  // x (N, 3, 16, 16) channels-last -> the loss, then every parameter's gradient (on the CPU).
+  std::vector<Tensor> step(const Tensor& x, const Tensor& y) {
+    for (Tensor* p : params()) p->set_grad(Tensor());
+    Tensor h = conv2d(x, w1, b1, {.padding = {1, 1}});
+    h = relu(batch_norm(h, running_mean, running_var, gamma, beta, {.training = true}));
+    h = max_pool2d(h, {.kernel_size = {2, 2}});
+    Tensor loss = cross_entropy(linear(h.flatten(1), w2, b2), y);
+    loss.backward();
+    std::vector<Tensor> out{loss.detach().cpu()};
+    for (Tensor* p : params()) out.push_back(p->grad().cpu());
+    return out;
+  }
+};
+
+struct Inputs {
+  Tensor x, y;
+};
+
+Inputs inputs() {
+  Generator gen(72);
+  return {randn({24, 3, 16, 16}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast),
+          randint(0, 10, {24}, {.dtype = DType::Int64}, &gen).to(Device::cuda())};
+}
+
+std::vector<Tensor> eager_reference(const Inputs& in) {
+  cudnn::PlanCache::global().clear();
+  PlanBuildGuard eager(PlanBuildMode::Eager);
+  SmallNet net;
+  return net.step(in.x, in.y);
+}
+
+void check_within_tf32(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);  // 0 the loss, then w1, b1, gamma, beta, w2, b2
+    CHECK_CLOSE(got[i], want[i], 5e-3, 5e-3);
+  }
+}
+
+bool compiles_at_run_time(const cudnn::PlanInfo& e) {
+  for (const std::string& note : e.notes.behavior) {
+    if (note == "RUNTIME_COMPILATION") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("lazy mode runs the first step at once, then swaps the background plans in") {
+  plan_files_off();
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  const Inputs in = inputs();
+  const std::vector<Tensor> reference = eager_reference(in);
+
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  SmallNet net;
+  const std::vector<Tensor> first = net.step(in.x, in.y);
+  const cudnn::PlanCacheStats started = cache.stats();
+  MESSAGE(cache.explain());
+  // Batch norm and pooling have only runtime-compiled engines on the H100: they start lazily.
+  CHECK(started.lazy_plans > 0);
+  CHECK(started.plans_specialized == 0);
+  check_within_tf32(first, reference);
+
+  const uint64_t generation = cache.generation();
+  cache.wait_for_background_builds();
+  CHECK(cache.background_outstanding() == 0);
+  const int swapped = cache.apply_pending();
+  CHECK(swapped > 0);
+  CHECK(cache.generation() == generation + 1);
+  CHECK(cache.stats().plans_specialized == swapped);
+  CHECK(cache.apply_pending() == 0);  // nothing left: the generation stays
+  CHECK(cache.generation() == generation + 1);
+  for (const cudnn::PlanInfo& e : cache.entries()) {
+    CAPTURE(e.graph);
+    CHECK_FALSE(e.pending);
+  }
+  MESSAGE(cache.explain());
+  MESSAGE(cache.timeline_table());
+
+  const std::vector<Tensor> specialized = net.step(in.x, in.y);
+  check_within_tf32(specialized, reference);
+  CHECK(cache.stats().misses == started.misses);  // the same keys, now on their best plans
+}
+
+LOOM_GPU_TEST_CASE("the timeline lists each lazy key's start, background build and swap") {
+  plan_files_off();
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  const Inputs in = inputs();
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  SmallNet net;
+  net.step(in.x, in.y);
+  cache.wait_for_background_builds();
+  cache.apply_pending();
+  int started = 0, background = 0, swapped = 0;
+  double last = 0;
+  for (const cudnn::PlanEvent& e : cache.timeline()) {
+    CHECK(e.at_seconds >= last);  // oldest first
+    last = e.at_seconds;
+    started += e.event == "lazy" || e.event == "pending";
+    background += e.event == "background";
+    swapped += e.event == "swapped";
+  }
+  const cudnn::PlanCacheStats s = cache.stats();
+  CHECK(started == s.lazy_plans);
+  CHECK(background == s.background_builds);
+  CHECK(background == s.lazy_plans);
+  CHECK(swapped == s.plans_specialized);
+}
+
+LOOM_GPU_TEST_CASE("precompiled mode never picks a runtime-compiled engine") {
+  plan_files_off();
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  const Inputs in = inputs();
+  const std::vector<Tensor> reference = eager_reference(in);
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  PlanBuildGuard precompiled(PlanBuildMode::Precompiled);
+  SmallNet net;
+  check_within_tf32(net.step(in.x, in.y), reference);
+  MESSAGE(cache.explain());
+  CHECK(cache.stats().lazy_plans == 0);
+  CHECK(cache.background_outstanding() == 0);
+  for (const cudnn::PlanInfo& e : cache.entries()) {
+    CAPTURE(e.graph);
+    CHECK_FALSE(compiles_at_run_time(e));
+  }
+}
+
+LOOM_GPU_TEST_CASE("a deterministic policy builds eagerly in lazy mode: one plan per key, no swaps") {
+  plan_files_off();
+  NumericsGuard deterministic({.precision = Precision::Tf32, .deterministic = true});
+  const Inputs in = inputs();
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  SmallNet net;
+  const std::vector<Tensor> first = net.step(in.x, in.y);
+  CHECK(cache.stats().lazy_plans == 0);
+  CHECK(cache.background_outstanding() == 0);
+  const uint64_t generation = cache.generation();
+  CHECK(cache.apply_pending() == 0);
+  CHECK(cache.generation() == generation);
+  const std::vector<Tensor> second = net.step(in.x, in.y);
+  for (size_t i = 0; i < first.size(); ++i) {
+    CAPTURE(i);
+    CHECK_CLOSE(second[i], first[i], 0, 0);  // same plans, deterministic engines: same bits
+  }
+}
+LOOM_GPU_TEST_CASE("strict fp32 times every allowed conv engine and keeps one the policy allows") {
+  plan_files_off();
+  const Inputs in = inputs();
+  std::vector<Tensor> reference;
+  {
+    NumericsGuard tf32({.precision = Precision::Tf32});
+    reference = eager_reference(in);
+  }
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  auto& cache = cudnn::PlanCache::global();
+  for (PlanBuildMode mode : {PlanBuildMode::Eager, PlanBuildMode::Lazy}) {
+    CAPTURE(plan_build_mode_name(mode));
+    cache.clear();
+    PlanBuildGuard guard(mode);
+    SmallNet net;
+    check_within_tf32(net.step(in.x, in.y), reference);
+    cache.wait_for_background_builds();
+    cache.apply_pending();
+    check_within_tf32(net.step(in.x, in.y), reference);
+    for (const cudnn::PlanInfo& e : cache.entries()) {
+      if (e.graph.find("conv") == std::string::npos) continue;
+      CAPTURE(e.graph);
+      for (const std::string& note : e.notes.numerical) CHECK(note != "TENSOR_CORE");
+    }
+  }
+}
+#endif  // LOOM_WITH_CUDA

@@ -1,0 +1,104 @@
+// File: tests/optim/train_step_lazy_gpu_test.cc
+// TrainStep under lazy plan building: the first steps run on stand-in plans
+// (captured as such), and when background builds finish, the next step swaps
+// the new plans in, drops the captured graph, runs one eager step and captures
+// again; the losses stay within TF32 tolerance of an eager-mode run.
+//
+// B batch; inputs x (B, 1, 28, 28) channels-last, labels y (B).
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "core/cudnn/plan_cache.h"
+#include "core/generator.h"
+#include "core/numerics.h"
+#include "core/ops/ops.h"
+#include "layers/nn.h"
+#include "optim/optim.h"
+#include "optim/train_step.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+struct Run {
+  nn::Sequential net;
+  std::unique_ptr<optim::SGD> opt;
+  std::unique_ptr<optim::TrainStep> step;
+  Tensor x, y;
+
+  Run() {
+    manual_seed(9);
+    net = nn::mnist_net();
+    net.to(Device::cuda());
+    net.to(MemoryFormat::ChannelsLast);
+    opt = std::make_unique<optim::SGD>(net.parameters(), optim::SgdOptions{.lr = 0.01});
+    step = std::make_unique<optim::TrainStep>(
+        [this](const Tensor& xs, const Tensor& ys) { return std::vector<Tensor>{cross_entropy(net(xs), ys)}; },
+        *opt);
+    Generator gen(10);
+    x = randn({32, 1, 28, 28}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+    y = randint(0, 10, {32}, {.dtype = DType::Int64}, &gen).to(Device::cuda());
+  }
+
+  double loss() { return (*step)(x, y)[0].item(); }
+};
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("a plan swap drops the captured step; it runs eagerly once, then is captured again") {
+  setenv("LOOM_CUDNN_PLAN_DIR", "off", 1);  // builds, not restores
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  auto& plans = cudnn::PlanCache::global();
+
+  std::vector<double> reference;
+  {
+    plans.clear();
+    PlanBuildGuard eager(PlanBuildMode::Eager);
+    Run run;
+    for (int i = 0; i < 6; ++i) reference.push_back(run.loss());
+  }
+
+  plans.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  Run run;
+  std::vector<double> losses;
+  losses.push_back(run.loss());  // eager warm-up: the plans start lazily
+  losses.push_back(run.loss());  // captured, with whatever plans are in by now
+  REQUIRE(run.step->last_step_replayed());
+  CHECK(plans.stats().lazy_plans > 0);
+  const uint64_t captured_under = plans.generation();
+  plans.wait_for_background_builds();
+
+  losses.push_back(run.loss());  // swaps what finished since the capture
+  if (plans.generation() > captured_under) {
+    CHECK_FALSE(run.step->last_step_replayed());  // the graph was dropped: one eager step
+    CHECK(run.step->stats().plan_swaps == 1);
+    losses.push_back(run.loss());  // captured again
+    CHECK(run.step->last_step_replayed());
+    CHECK(run.step->stats().captures == 2);
+  } else {  // every background build finished before the capture: nothing to swap
+    MESSAGE("all plans were specialized before the first capture; no re-capture to check");
+    CHECK(run.step->last_step_replayed());
+    CHECK(run.step->stats().plan_swaps == 0);
+    losses.push_back(run.loss());
+  }
+  const int64_t swaps = run.step->stats().plan_swaps;
+  losses.push_back(run.loss());
+  losses.push_back(run.loss());
+  CHECK(run.step->last_step_replayed());
+  CHECK(run.step->stats().plan_swaps == swaps);  // nothing pending any more
+  CHECK(plans.background_outstanding() == 0);
+  MESSAGE(plans.timeline_table());
+
+  for (size_t i = 0; i < losses.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::isfinite(losses[i]));
+    CHECK(losses[i] == doctest::Approx(reference[i]).epsilon(5e-3));
+  }
+}
+#endif  // LOOM_WITH_CUDA
