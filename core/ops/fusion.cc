@@ -225,7 +225,7 @@ std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
   Tensor t = s.z;
   for (size_t i = s.begin + 1; i < s.end; ++i) {
     inputs.push_back(t);
-    t = apply_step(s.steps[i], t, s.operands.data() + s.offsets[i], ch);
+    if (i + 1 < s.end) t = apply_step(s.steps[i], t, s.operands.data() + s.offsets[i], ch);
   }
   std::vector<Tensor> dops(s.offsets[s.end] - s.offsets[s.begin + 1]);
   Tensor g = dy;
@@ -456,6 +456,12 @@ bool is_fused_op(const std::vector<Step>& steps, const Piece& p) {
   return n == 2 || steps[p.begin + 1].kind == StepKind::Bias;
 }
 
+// The head [conv2d | linear, (bias)]: the plain op.
+bool is_plain_layer(const std::vector<Step>& steps, const Piece& p) {
+  const size_t n = p.end - p.begin;
+  return n == 1 || (n == 2 && steps[p.begin + 1].kind == StepKind::Bias);
+}
+
 std::string piece_str(const std::vector<Step>& steps, const Piece& p) {
   std::string s = "[";
   for (size_t i = p.begin; i < p.end; ++i) s += (i > p.begin ? " -> " : "") + step_str(steps[i]);
@@ -571,15 +577,20 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
   std::vector<PieceRun> notes;
   Tensor y = x;
   for (const Piece& p : plan_pieces(steps_)) {
-    PieceRun note{.piece = piece_str(steps_, p), .how = "unfused"};
+    PieceRun note;
+    note.piece = piece_str(steps_, p);
+    note.how = "unfused";
     const Tensor* ops = operands.data() + offsets[p.begin];
-    if (p.kind == PieceKind::Head && is_fused_op(steps_, p)) {
+    const bool conv = steps_[p.begin].kind == StepKind::Conv2d;
+    if (p.kind == PieceKind::Head && is_plain_layer(steps_, p)) {  // nothing to fuse: the layer's own op
+      const Tensor b = p.end - p.begin == 2 ? ops[1] : Tensor();
+      y = conv ? loom::conv2d(y, ops[0], b, steps_[p.begin].conv) : loom::linear(y, ops[0], b);
+      note.why_not = "a conv or linear with at most a bias is the plain op (it adds its bias itself)";
+    } else if (p.kind == PieceKind::Head && is_fused_op(steps_, p)) {
       const bool bias = p.end - p.begin == 3;
       const Tensor b = bias ? ops[1] : Tensor();
-      y = steps_[p.begin].kind == StepKind::Conv2d ? conv2d_bias_relu(y, ops[0], b, steps_[p.begin].conv)
-                                                   : linear_relu(y, ops[0], b);
-      note.how = "fused op " + std::string(steps_[p.begin].kind == StepKind::Conv2d ? "conv2d_bias_relu"
-                                                                                     : "linear_relu");
+      y = conv ? conv2d_bias_relu(y, ops[0], b, steps_[p.begin].conv) : linear_relu(y, ops[0], b);
+      note.how = conv ? "fused op conv2d_bias_relu" : "fused op linear_relu";
     } else if (p.kind == PieceKind::Head) {
       y = run_head(steps_, offsets, p.begin, p.end, y, operands, note);
     } else if (p.kind == PieceKind::NormRelu) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ Timing measure(const Block& block, const Tensor& x, const std::vector<Tensor>& o
                int iterations = 20);
 
 struct BlockReport {
+  Block spec;
+  std::vector<std::optional<Shape>> shapes;  // x, then each operand (nullopt: undefined)
   std::string block;  // Block::str()
   std::string input;  // "(8, 16, 32, 32) nhwc float32"
   int64_t runs = 0;
