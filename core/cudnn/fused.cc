@@ -84,7 +84,7 @@ bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided&
   if (b) bs = bias_spec(*b, kConvB);
   Graph g;
   for (const TensorSpec& s : {xs, ws, ys, virtual_like(ys, kConvOut)}) g.add_tensor(s);
-  g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, conv_geometry(p), CUDNN_DATA_FLOAT);
+  g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, p, CUDNN_DATA_FLOAT);
   int64_t pre_relu = kConvOut;
   if (bs) {
     g.add_tensor(*bs);
@@ -326,7 +326,7 @@ bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, c
   TensorSpec rs = spec_of(r, kDgR);
   Graph g;
   for (const TensorSpec& s : {dxs, dys, ws, rs, virtual_like(dxs, kDgPre)}) g.add_tensor(s);
-  g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, conv_geometry(p), CUDNN_DATA_FLOAT);
+  g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, p, CUDNN_DATA_FLOAT);
   g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDgPre, kDgR, kDgDx);
   return run(g, {{kDgDx, dx.data}, {kDgDy, dy.data}, {kDgW, w.data}, {kDgR, r.data}},
              counters().dgrad_relu);
@@ -463,7 +463,7 @@ EpilogueRun conv2d_epilogue_forward(const Strided& y, const std::optional<Stride
   Graph g;
   for (const TensorSpec& s : {spec_of(x, kEpX), spec_of(w, kEpW), ys}) g.add_tensor(s);
   g.add_tensor(z ? spec_of(*z, kEpZ) : virtual_like(ys, kEpZ));
-  g.conv(ConvDirection::Forward, kEpX, kEpW, kEpZ, conv_geometry(p), CUDNN_DATA_FLOAT);
+  g.conv(ConvDirection::Forward, kEpX, kEpW, kEpZ, p, CUDNN_DATA_FLOAT);
   VariantPointers pointers = {{kEpX, x.data}, {kEpW, w.data}, {kEpY, y.data}};
   if (z) pointers.push_back({kEpZ, z->data});
   std::vector<float> scalars;

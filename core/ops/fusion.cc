@@ -216,6 +216,7 @@ struct HeadSaved {
   MemoryFormat kernel = MemoryFormat::Contiguous, output = MemoryFormat::Contiguous;
   MemoryFormat weight = MemoryFormat::Contiguous;
   Shape x_sizes;
+  bool need_x = true, need_w = true;  // (a first layer's input wants no dgrad)
 };
 
 // dx, dw, then one gradient per operand of the pointwise steps.
@@ -239,17 +240,21 @@ std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
     Tensor gk = g.contiguous(s.kernel);
     TensorOptions o = gk.options();
     o.memory_format = s.kernel;
-    dx = empty(s.x_sizes, o);
-    conv_detail::dgrad_kernel(dx, gk, s.w, s.params);
-    dx = dx.contiguous(s.output);
-    dw = empty(s.w.sizes(), o);
-    conv_detail::wgrad_kernel(dw, gk, s.x, s.params);
-    dw = dw.contiguous(s.weight);
+    if (s.need_x) {
+      dx = empty(s.x_sizes, o);
+      conv_detail::dgrad_kernel(dx, gk, s.w, s.params);
+      dx = dx.contiguous(s.output);
+    }
+    if (s.need_w) {
+      dw = empty(s.w.sizes(), o);
+      conv_detail::wgrad_kernel(dw, gk, s.x, s.params);
+      dw = dw.contiguous(s.weight);
+    }
   } else {
     const int64_t out = s.w.size(0), in = s.w.size(1);
     Tensor g2 = g.contiguous().reshape({-1, out});
-    dx = matmul(g2, s.w).reshape(s.x_sizes);
-    dw = matmul(g2.t(), s.x.reshape({-1, in}));
+    if (s.need_x) dx = matmul(g2, s.w).reshape(s.x_sizes);
+    if (s.need_w) dw = matmul(g2.t(), s.x.reshape({-1, in}));
   }
   std::vector<Tensor> grads = {dx, dw};
   grads.insert(grads.end(), dops.begin(), dops.end());
@@ -339,6 +344,8 @@ Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offse
   bool grad = grad_mode_enabled();
   grad = grad && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); });
   s.x_sizes = x.sizes();
+  s.need_x = x.requires_grad();
+  s.need_w = w.requires_grad();
   Shape y_sizes;
   Tensor xk, wk, y;
   TensorOptions yo = x.options();
