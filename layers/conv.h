@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/generator.h"
+#include "core/ops/conv.h"
 #include "core/tensor.h"
 #include "layers/module.h"
 #include "layers/size2.h"
@@ -40,6 +41,8 @@ class Conv2d : public Module {
   int64_t out_channels() const { return out_channels_; }
   Size2 kernel_size() const { return kernel_size_; }
   const Conv2dOptions& options() const { return options_; }
+  // The geometry as loom::conv2d takes it (the functional op's options).
+  loom::Conv2dOptions functional_options() const;
 
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;

@@ -14,11 +14,7 @@
 namespace loom::nn {
 
 Tensor FusedConv2dReLU::forward(const Tensor& x) {
-  return conv2d_bias_relu(x, weight(), bias(),
-                          {.stride = options().stride.array(),
-                           .padding = options().padding.array(),
-                           .dilation = options().dilation.array(),
-                           .groups = options().groups});
+  return conv2d_bias_relu(x, weight(), bias(), functional_options());
 }
 
 Tensor LinearReLU::forward(const Tensor& x) { return linear_relu(x, weight(), bias()); }
@@ -37,6 +33,87 @@ Tensor BatchNormReLU::forward(const Tensor& x) {
   return y;
 }
 
+// ---- the general fused layers ----------------------------------------------------------
+
+namespace {
+
+void add_activations(fusion::Block& block, const std::vector<std::shared_ptr<Activation>>& activations) {
+  for (const auto& a : activations) block.activation(a->kind(), a->parameter());
+}
+
+}  // namespace
+
+FusedBatchNorm2d::FusedBatchNorm2d(const BatchNorm2d& bn,
+                                   std::vector<std::shared_ptr<Activation>> activations, bool absorbed)
+    : BatchNorm2d(bn), activations_(std::move(activations)), absorbed_(absorbed) {}
+
+BatchNormOptions FusedBatchNorm2d::step_options() {
+  return {.training = is_training() || !options().track_running_stats,
+          .momentum = forward_momentum(),
+          .eps = options().eps};
+}
+
+std::vector<Tensor> FusedBatchNorm2d::operands() const {
+  return {weight(), bias(), running_mean(), running_var()};
+}
+
+void FusedBatchNorm2d::count_if_training() {
+  if (updates_running_stats()) count_batch();
+}
+
+Tensor FusedBatchNorm2d::forward(const Tensor& x) {
+  if (absorbed_) return x;
+  LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features(), ShapeError,
+             "[FusedBatchNorm2d] expects input (N, {}, H, W), got shape {}", num_features(),
+             x.defined() ? shape_str(x.sizes()) : "undefined");
+  fusion::Block block = fusion::Block().batch_norm(step_options());
+  add_activations(block, activations_);
+  Tensor y = block(x, operands());
+  count_if_training();
+  return y;
+}
+
+FusedConv2d::FusedConv2d(const Conv2d& conv, std::shared_ptr<FusedBatchNorm2d> norm,
+                         std::vector<std::shared_ptr<Activation>> activations)
+    : Conv2d(conv), norm_(std::move(norm)), activations_(std::move(activations)) {}
+
+fusion::Block FusedConv2d::block() {
+  fusion::Block block = fusion::Block().conv2d(functional_options());
+  if (bias().defined()) block.bias();
+  if (norm_) block.batch_norm(norm_->step_options());
+  add_activations(block, activations_);
+  return block;
+}
+
+Tensor FusedConv2d::forward(const Tensor& x) {
+  std::vector<Tensor> operands = {weight()};
+  if (bias().defined()) operands.push_back(bias());
+  if (norm_) {
+    for (const Tensor& t : norm_->operands()) operands.push_back(t);
+  }
+  Tensor y = block()(x, operands);
+  if (norm_) norm_->count_if_training();
+  return y;
+}
+
+FusedLinear::FusedLinear(const Linear& linear, std::vector<std::shared_ptr<Activation>> activations)
+    : Linear(linear), activations_(std::move(activations)) {}
+
+fusion::Block FusedLinear::block() const {
+  fusion::Block block = fusion::Block().linear();
+  if (bias().defined()) block.bias();
+  add_activations(block, activations_);
+  return block;
+}
+
+Tensor FusedLinear::forward(const Tensor& x) {
+  std::vector<Tensor> operands = {weight()};
+  if (bias().defined()) operands.push_back(bias());
+  return block()(x, operands);
+}
+
+// ---- nn::fuse: find runs, rewrite Sequentials ----------------------------------------------
+
 namespace {
 
 template <class M>
@@ -44,47 +121,71 @@ bool is_exactly(const Module& module) {
   return typeid(module) == typeid(M);
 }
 
-// The fused layer for `layer` followed by a ReLU; null when there is none.
-std::shared_ptr<Module> fused_with_relu(const Module& layer) {
-  if (is_exactly<Conv2d>(layer)) {
-    return std::make_shared<FusedConv2dReLU>(static_cast<const Conv2d&>(layer));
+// The activations from children[at] on (a run's tail), as shared pointers.
+std::vector<std::shared_ptr<Activation>> activations_from(const NamedModules& children, size_t at) {
+  std::vector<std::shared_ptr<Activation>> out;
+  for (; at < children.size(); ++at) {
+    auto activation = std::dynamic_pointer_cast<Activation>(children[at].second);
+    if (!activation) break;
+    out.push_back(activation);
   }
-  if (is_exactly<BatchNorm2d>(layer)) {
-    return std::make_shared<BatchNormReLU>(static_cast<const BatchNorm2d&>(layer));
-  }
-  if (is_exactly<Linear>(layer)) {
-    return std::make_shared<LinearReLU>(static_cast<const Linear&>(layer));
-  }
-  return nullptr;
+  return out;
 }
 
-// A ReLU, as nn::ReLU or the generic nn::Activation of the ReLU row.
-bool is_relu(const Module& module) {
-  const auto* activation = dynamic_cast<const Activation*>(&module);
-  return activation != nullptr && activation->kind() == ActivationKind::Relu;
+std::shared_ptr<Module> with_mode(std::shared_ptr<Module> module, const Module& like) {
+  module->train(like.is_training());
+  return module;
 }
 
-// The children with every [layer, ReLU] pair fused; false when there was none.
-bool fuse_pairs(NamedModules& children) {
+// Replaces the run starting at children[i] (if one starts there) and returns its length; 0 when none.
+size_t fuse_run(NamedModules& children, size_t i) {
+  const Module& first = *children[i].second;
+  std::shared_ptr<FusedBatchNorm2d> norm;
+  size_t tail = i + 1;
+  if (is_exactly<Conv2d>(first) && tail < children.size() && is_exactly<BatchNorm2d>(*children[tail].second)) {
+    const auto& bn = static_cast<const BatchNorm2d&>(*children[tail].second);
+    if (bn.num_features() == static_cast<const Conv2d&>(first).out_channels()) {
+      norm = std::make_shared<FusedBatchNorm2d>(bn, std::vector<std::shared_ptr<Activation>>{}, true);
+      norm->train(bn.is_training());
+      ++tail;
+    }
+  }
+  std::vector<std::shared_ptr<Activation>> activations = activations_from(children, tail);
+  const size_t length = tail - i + activations.size();
+  if (length < 2) return 0;
+  std::shared_ptr<Module> head;
+  if (is_exactly<Conv2d>(first)) {
+    head = std::make_shared<FusedConv2d>(static_cast<const Conv2d&>(first), norm, activations);
+  } else if (is_exactly<Linear>(first)) {
+    head = std::make_shared<FusedLinear>(static_cast<const Linear&>(first), activations);
+  } else if (is_exactly<BatchNorm2d>(first)) {
+    head = std::make_shared<FusedBatchNorm2d>(static_cast<const BatchNorm2d&>(first), activations, false);
+  } else {
+    return 0;
+  }
+  children[i].second = with_mode(head, first);
+  if (norm) children[i + 1].second = norm;
+  for (size_t k = tail; k < i + length; ++k) {
+    children[k].second = with_mode(std::make_shared<Identity>(), *children[k].second);
+  }
+  return length;
+}
+
+// The children with every run fused; false when there was none.
+bool fuse_runs(NamedModules& children) {
   bool changed = false;
-  for (size_t i = 0; i + 1 < children.size(); ++i) {
-    const Module& next = *children[i + 1].second;
-    std::shared_ptr<Module> fused = is_relu(next) ? fused_with_relu(*children[i].second) : nullptr;
-    if (!fused) continue;
-    auto identity = std::make_shared<Identity>();
-    identity->train(next.is_training());
-    children[i].second = std::move(fused);
-    children[i + 1].second = std::move(identity);
+  for (size_t i = 0; i < children.size(); ++i) {
+    const size_t length = fuse_run(children, i);
+    if (length == 0) continue;
     changed = true;
-    ++i;
+    i += length - 1;
   }
   return changed;
 }
-
 // A Sequential is rebuilt with the same child names ("0", "1", ...) and assigned in place.
 void fuse_sequential(Sequential& sequential) {
   NamedModules children = sequential.named_children();
-  if (!fuse_pairs(children)) return;
+  if (!fuse_runs(children)) return;
   Sequential rebuilt;
   rebuilt.train(sequential.is_training());  // before any child: sets only its own mode
   for (auto& [name, child] : children) rebuilt.push_back(child);

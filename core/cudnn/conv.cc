@@ -33,20 +33,13 @@ void run(ConvDirection direction, const Strided& x, const Strided& w, const Stri
 
 }  // namespace
 
-ConvGeometry conv_geometry(const cpu::ConvParams& p) {
-  return {.stride = {p.stride_h, p.stride_w},
-          .pre_padding = {p.pad_h, p.pad_w},
-          .post_padding = {p.pad_h, p.pad_w},
-          .dilation = {p.dilation_h, p.dilation_w}};
-}
-
 Graph conv2d_graph(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
                    const cpu::ConvParams& p) {
   Graph graph;
   graph.add_tensor(spec_of(x, kX));
   graph.add_tensor(spec_of(w, kW));
   graph.add_tensor(spec_of(y, kY));
-  graph.conv(direction, kX, kW, kY, conv_geometry(p), compute_type(x.dtype));
+  graph.conv(direction, kX, kW, kY, p, compute_type(x.dtype));
   return graph;
 }
 

@@ -27,8 +27,4 @@ Graph conv2d_graph(ConvDirection direction, const Strided& x, const Strided& w, 
                    const cpu::ConvParams& p);
 VariantPointers conv_pointers(const Strided& x, const Strided& w, const Strided& y);
 
-// For every graph with a conv in it (these and the fused ones, fused.h): the
-// geometry cuDNN takes.
-ConvGeometry conv_geometry(const cpu::ConvParams& p);
-
 }  // namespace loom::cudnn

@@ -21,7 +21,7 @@ namespace {
 
 struct RunCounters {
   std::atomic<int64_t> conv_bias_relu{0}, bn_relu_forward{0}, bn_relu_backward{0}, dgrad_relu{0},
-      matmul_bias_relu{0};
+      matmul_bias_relu{0}, epilogue{0};
 };
 
 RunCounters& counters() {
@@ -84,7 +84,7 @@ bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided&
   if (b) bs = bias_spec(*b, kConvB);
   Graph g;
   for (const TensorSpec& s : {xs, ws, ys, virtual_like(ys, kConvOut)}) g.add_tensor(s);
-  g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, conv_geometry(p), CUDNN_DATA_FLOAT);
+  g.conv(ConvDirection::Forward, kConvX, kConvW, kConvOut, p, CUDNN_DATA_FLOAT);
   int64_t pre_relu = kConvOut;
   if (bs) {
     g.add_tensor(*bs);
@@ -326,7 +326,7 @@ bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, c
   TensorSpec rs = spec_of(r, kDgR);
   Graph g;
   for (const TensorSpec& s : {dxs, dys, ws, rs, virtual_like(dxs, kDgPre)}) g.add_tensor(s);
-  g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, conv_geometry(p), CUDNN_DATA_FLOAT);
+  g.conv(ConvDirection::BackwardData, kDgPre, kDgW, kDgDy, p, CUDNN_DATA_FLOAT);
   g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kDgPre, kDgR, kDgDx);
   return run(g, {{kDgDx, dx.data}, {kDgDy, dy.data}, {kDgW, w.data}, {kDgR, r.data}},
              counters().dgrad_relu);
@@ -370,11 +370,133 @@ bool linear_bias_relu_forward(const Strided& y, const Strided& x, const Strided&
              counters().matmul_bias_relu);
 }
 
+// ---- a user block's head + epilogue ------------------------------------------------------
+// x, w -> conv / matmul -> z (virtual, or an output) -> step 0 -> ... -> step n-1 -> y;
+// every step's output but the last is a virtual fp32 tensor.
+
+namespace {
+
+enum EpilogueUid : int64_t { kEpX = 1, kEpW, kEpY, kEpZ, kEpFirstStep = 16 };
+
+// The uids of step i's output and operand.
+int64_t step_output(size_t i) { return kEpFirstStep + 2 * static_cast<int64_t>(i); }
+int64_t step_operand(size_t i) { return step_output(i) + 1; }
+
+// How one head lays out an operand (conv: 4-D; matmul: 3-D matrices).
+using OperandSpec = TensorSpec (*)(const EpilogueStep& step, const TensorSpec& y, int64_t uid);
+
+TensorSpec conv_operand_spec(const EpilogueStep& step, const TensorSpec&, int64_t uid) {
+  if (step.operand == EpilogueOperand::Channel) {  // (K) or (1, K, 1, 1): read as (1, K, 1, 1)
+    TensorSpec s = channel_spec(step.tensor.numel(), uid, step.tensor.data);
+    s.dtype = cudnn_dtype(step.tensor.dtype);
+    return s;
+  }
+  return spec_of(step.tensor, uid);
+}
+
+TensorSpec matrix_operand_spec(const EpilogueStep& step, const TensorSpec& y, int64_t uid) {
+  const Strided& t = step.tensor;
+  const int64_t rows = step.operand == EpilogueOperand::Channel ? 1 : y.dims[1], cols = y.dims[2];
+  return matrix_spec(t, uid, rows, cols, cols, 1);
+}
+
+// A by-value fp32 scalar of the head's rank.
+TensorSpec epilogue_scalar_spec(int64_t uid, double value, size_t rank) {
+  TensorSpec s = scalar_spec(uid, value);
+  s.dims.assign(rank, 1);
+  s.strides.assign(rank, 1);
+  return s;
+}
+
+// Appends the steps after `head` (the conv / matmul output); the last writes kEpY.
+// `scalars` must not reallocate while the pointers are in use (reserved by the caller).
+void add_epilogue(Graph& g, const TensorSpec& ys, const std::vector<EpilogueStep>& steps,
+                  OperandSpec operand_spec, std::vector<float>& scalars, VariantPointers& pointers) {
+  int64_t input = kEpZ;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const EpilogueStep& step = steps[i];
+    const bool last = i + 1 == steps.size();
+    const int64_t output = last ? kEpY : step_output(i);
+    if (!last) g.add_tensor(virtual_like(ys, output));
+    std::optional<int64_t> operand;
+    if (step.operand == EpilogueOperand::Scalar) {
+      scalars.push_back(static_cast<float>(step.scalar));
+      g.add_tensor(epilogue_scalar_spec(step_operand(i), step.scalar, ys.dims.size()));
+      pointers.push_back({step_operand(i), &scalars.back()});
+      operand = step_operand(i);
+    } else if (step.operand != EpilogueOperand::None) {
+      g.add_tensor(operand_spec(step, ys, step_operand(i)));
+      pointers.push_back({step_operand(i), step.tensor.data});
+      operand = step_operand(i);
+    }
+    g.pointwise(step.mode, input, operand, output, step.parameter);
+    input = output;
+  }
+}
+
+EpilogueRun run_epilogue(const Graph& g, const VariantPointers& pointers) {
+  EpilogueRun result{.graph = g.pattern()};
+  // The caller's tier below is its unfused kernels (core/ops/fusion.cc).
+  result.ran = run(g, pointers, counters().epilogue, "the block's unfused steps (core/ops/fusion.cc)");
+  if (!result.ran) result.why_not = PlanCache::global().why_unsupported(plan_key(g));
+  return result;
+}
+
+bool epilogue_fusable(const Strided& y, const std::vector<EpilogueStep>& steps) {
+  if (!fusable(y) || steps.empty()) return false;
+  for (const EpilogueStep& step : steps) {
+    if (step.operand != EpilogueOperand::None && step.operand != EpilogueOperand::Scalar &&
+        !fusable(step.tensor)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+EpilogueRun conv2d_epilogue_forward(const Strided& y, const std::optional<Strided>& z,
+                                    const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                    const std::vector<EpilogueStep>& steps) {
+  if (!epilogue_fusable(y, steps) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
+  TensorSpec ys = spec_of(y, kEpY);
+  Graph g;
+  for (const TensorSpec& s : {spec_of(x, kEpX), spec_of(w, kEpW), ys}) g.add_tensor(s);
+  g.add_tensor(z ? spec_of(*z, kEpZ) : virtual_like(ys, kEpZ));
+  g.conv(ConvDirection::Forward, kEpX, kEpW, kEpZ, p, CUDNN_DATA_FLOAT);
+  VariantPointers pointers = {{kEpX, x.data}, {kEpW, w.data}, {kEpY, y.data}};
+  if (z) pointers.push_back({kEpZ, z->data});
+  std::vector<float> scalars;
+  scalars.reserve(steps.size());
+  add_epilogue(g, ys, steps, conv_operand_spec, scalars, pointers);
+  return run_epilogue(g, pointers);
+}
+
+EpilogueRun linear_epilogue_forward(const Strided& y, const std::optional<Strided>& z,
+                                    const Strided& x, const Strided& w,
+                                    const std::vector<EpilogueStep>& steps) {
+  if (!epilogue_fusable(y, steps) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
+  const int64_t m = x.sizes[0], in = x.sizes[1], out = w.sizes[0];
+  TensorSpec ys = matrix_spec(y, kEpY, m, out, out, 1);
+  Graph g;
+  g.add_tensor(matrix_spec(x, kEpX, m, in, in, 1));
+  g.add_tensor(matrix_spec(w, kEpW, in, out, 1, in));  // w (Out, In) row-major, read as w^T
+  g.add_tensor(ys);
+  g.add_tensor(z ? matrix_spec(*z, kEpZ, m, out, out, 1) : virtual_like(ys, kEpZ));
+  g.matmul(kEpX, kEpW, kEpZ, CUDNN_DATA_FLOAT);
+  VariantPointers pointers = {{kEpX, x.data}, {kEpW, w.data}, {kEpY, y.data}};
+  if (z) pointers.push_back({kEpZ, z->data});
+  std::vector<float> scalars;
+  scalars.reserve(steps.size());
+  add_epilogue(g, ys, steps, matrix_operand_spec, scalars, pointers);
+  return run_epilogue(g, pointers);
+}
+
 FusedRuns fused_runs() {
   RunCounters& c = counters();
   return {.conv_bias_relu = c.conv_bias_relu, .bn_relu_forward = c.bn_relu_forward,
           .bn_relu_backward = c.bn_relu_backward, .dgrad_relu = c.dgrad_relu,
-          .matmul_bias_relu = c.matmul_bias_relu};
+          .matmul_bias_relu = c.matmul_bias_relu, .epilogue = c.epilogue};
 }
 
 }  // namespace loom::cudnn

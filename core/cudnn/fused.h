@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/cpu/conv.h"  // ConvParams
 #include "core/cudnn/norm.h"
@@ -69,6 +71,42 @@ bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, c
 bool linear_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
                               const Strided& b);
 
+// ---- a user block's head: conv or matmul, then a pointwise epilogue (core/ops/fusion.h) ----
+
+// One pointwise op after the conv / matmul, as the graph sees it: y = mode(t)
+// or y = mode(t, operand).
+enum class EpilogueOperand {
+  None,     // a unary mode (an activation)
+  Scalar,   // a host number, passed by value
+  Channel,  // a (K) vector of y's dtype, broadcast over everything else
+  Full,     // a tensor of y's shape and layout
+};
+struct EpilogueStep {
+  cudnnPointwiseMode_t mode = CUDNN_POINTWISE_ADD;
+  std::optional<double> parameter;  // the mode's scalar (an activation's), as in graph.h
+  EpilogueOperand operand = EpilogueOperand::None;
+  double scalar = 0;
+  Strided tensor;  // Channel / Full
+};
+
+// What one try built: the graph's pattern (for fusion::report) and, when it did
+// not run, why (the plan cache's reason).
+struct EpilogueRun {
+  bool ran = false;
+  std::string graph;
+  std::string why_not;
+};
+
+// y (N, K, P, Q) = epilogue(conv(x, w)); z, when given, also gets conv(x, w)
+// itself (the backward's input). At least one step.
+EpilogueRun conv2d_epilogue_forward(const Strided& y, const std::optional<Strided>& z,
+                                    const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                    const std::vector<EpilogueStep>& steps);
+// y (M, Out) = epilogue(x (M, In) . w^T), w (Out, In); z as above. Row-major 2-D.
+EpilogueRun linear_epilogue_forward(const Strided& y, const std::optional<Strided>& z,
+                                    const Strided& x, const Strided& w,
+                                    const std::vector<EpilogueStep>& steps);
+
 // How many times each fused graph ran (process-wide), so tests and benchmarks
 // can tell the fused path from the fallback.
 struct FusedRuns {
@@ -77,6 +115,7 @@ struct FusedRuns {
   int64_t bn_relu_backward = 0;
   int64_t dgrad_relu = 0;
   int64_t matmul_bias_relu = 0;
+  int64_t epilogue = 0;  // a user block's head (conv2d_epilogue_forward, linear_epilogue_forward)
 };
 FusedRuns fused_runs();
 

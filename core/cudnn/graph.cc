@@ -157,14 +157,13 @@ void Graph::add_tensor(const TensorSpec& spec) {
   specs_.push_back(spec);
 }
 
-void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const ConvGeometry& g,
+void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const cpu::ConvParams& g,
                  cudnnDataType_t compute) {
   const ConvAttributes& a = kConvAttributes[static_cast<int>(direction)];
   Node node{.kind = static_cast<NodeKind>(static_cast<int>(direction)), .compute = compute,
             .ports = {{a.x, x}, {a.w, w}, {a.y, y}}};
-  for (const auto* v : {&g.stride, &g.pre_padding, &g.post_padding, &g.dilation}) {
-    node.params.insert(node.params.end(), v->begin(), v->end());
-  }
+  // stride, pre-padding, post-padding, dilation: (H, W) each, as the descriptor takes them
+  node.params = {g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.pad_h, g.pad_w, g.dilation_h, g.dilation_w};
   add_node(std::move(node));
 }
 

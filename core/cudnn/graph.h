@@ -10,7 +10,7 @@
 //
 //   Graph g;
 //   g.add_tensor(x_spec); g.add_tensor(w_spec); g.add_tensor(y_spec);
-//   g.conv(ConvDirection::Forward, kX, kW, kY, geometry, CUDNN_DATA_FLOAT);
+//   g.conv(ConvDirection::Forward, kX, kW, kY, conv_params, CUDNN_DATA_FLOAT);
 //   run_plan(g, {{kX, x}, {kW, w}, {kY, y}}, "the tier below");   // plan_cache.h
 #pragma once
 
@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cpu/conv.h"  // ConvParams: the one conv geometry
 #include "core/cudnn/backend.h"
 
 namespace loom::cudnn {
@@ -34,10 +35,6 @@ struct TensorSpec {
   bool is_virtual = false;
   bool by_value = false;          // a host scalar passed through the variant pack
   double scalar_for_testing = 0;  // by-value value used when test-executing a plan
-};
-
-struct ConvGeometry {
-  std::vector<int64_t> stride, pre_padding, post_padding, dilation;  // 2 each (H, W)
 };
 
 // The order indexes the attribute table in graph.cc.
@@ -81,7 +78,8 @@ class Graph {
 
   // Forward: (x, w) -> y; BackwardData: (dy, w) -> dx; BackwardFilter: (x, dy) -> dw.
   // The three UIDs are always given as (x or dx, w or dw, y or dy).
-  void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const ConvGeometry& geometry,
+  // The geometry is the one every conv kernel takes (core/cpu/conv.h); padding is symmetric.
+  void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const cpu::ConvParams& geometry,
             cudnnDataType_t compute);
   void matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute);
   // y = mode(x) or y = mode(x, b); `parameter` as in Node.

@@ -19,12 +19,14 @@
 namespace loom {
 
 using conv_detail::bgrad_kernel;
+using conv_detail::check_conv2d_args;
 using conv_detail::conv_params;
 using conv_detail::dgrad_kernel;
 using conv_detail::forward_kernel;
 using conv_detail::kernel_format;
 using conv_detail::kernel_input;
 using conv_detail::output_format;
+using conv_detail::output_sizes;
 using conv_detail::wgrad_kernel;
 
 namespace {
@@ -67,6 +69,10 @@ void check_channels(const Tensor& x, const Tensor& w, int64_t groups) {
              groups == 1 ? "" : fmt::format(", {} per group x groups={}", w.size(1), groups));
 }
 
+}  // namespace
+
+namespace conv_detail {
+
 // y (N, K, P, Q)
 Shape output_sizes(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
   Shape y = {x.size(0), w.size(0), 0, 0};
@@ -98,7 +104,7 @@ void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias,
              w.size(0), w.size(0), shape_str(w.sizes()), shape_str(bias.sizes()));
 }
 
-}  // namespace
+}  // namespace conv_detail
 
 // y = conv(x, w) + b
 // dx = dgrad(dy, w), dw = wgrad(dy, x), db = sum of dy over N, P, Q

@@ -1,5 +1,5 @@
 // File: core/ops/conv_internal.h
-// What conv2d (conv.cc) and the fused conv ops (fused.cc) share below the op
+// What conv2d (conv.cc) and the fused conv ops (fused.cc, fusion.cc) share below the op
 // boundary: the kernel parameters, the layout rules, and the device dispatch of
 // the forward / dgrad / wgrad / bias-grad kernels. Private to core/ops.
 //
@@ -13,6 +13,12 @@
 namespace loom::conv_detail {
 
 cpu::ConvParams conv_params(const Conv2dOptions& o);
+
+// conv2d's argument checks (dtypes, devices, options, channels, bias), for every
+// op that takes conv2d's arguments; throws with "[conv2d] ..." messages.
+void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o);
+// y (N, K, P, Q) for valid arguments; throws ShapeError when it would be empty.
+Shape output_sizes(const Tensor& x, const Tensor& w, const Conv2dOptions& o);
 
 // PyTorch's CPU and cuDNN convolutions run channels-last when either operand
 // suggests it, and return their results in that layout. When neither says

@@ -23,6 +23,7 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/linalg.h"
+#include "core/ops/linalg_internal.h"
 #include "core/ops/reduction.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/fused.h"
@@ -71,36 +72,6 @@ FusionGuard::~FusionGuard() { set_fusion_enabled(previous_); }
 
 namespace {
 
-// x (N, C, H, W), w (K, C/groups, R, S), b (K) or undefined, as conv2d checks them.
-void check_conv_args(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o,
-                     std::string_view op) {
-  check_float_tensor(x, op, "input");
-  check_float_tensor(w, op, "weight");
-  check_same_dtype_device(x, w, op);
-  LOOM_CHECK(o.stride[0] > 0 && o.stride[1] > 0 && o.dilation[0] > 0 && o.dilation[1] > 0 &&
-                 o.padding[0] >= 0 && o.padding[1] >= 0 && o.groups > 0,
-             ValueError,
-             "[{}] stride ({}, {}), dilation ({}, {}) and groups {} must be positive and padding "
-             "({}, {}) non-negative",
-             op, o.stride[0], o.stride[1], o.dilation[0], o.dilation[1], o.groups, o.padding[0],
-             o.padding[1]);
-  LOOM_CHECK(x.dim() == 4 && w.dim() == 4 && w.size(2) > 0 && w.size(3) > 0, ShapeError,
-             "[{}] expected a 4-D input (N, C, H, W) and a 4-D weight (K, C/groups, R, S) with a "
-             "non-empty filter, got {} and {}",
-             op, shape_str(x.sizes()), shape_str(w.sizes()));
-  LOOM_CHECK(x.size(1) == w.size(1) * o.groups && w.size(0) % o.groups == 0, ShapeError,
-             "[{}] input {} has {} channels but weight {} with groups={} expects {} (and K "
-             "divisible by groups)",
-             op, shape_str(x.sizes()), x.size(1), shape_str(w.sizes()), o.groups,
-             w.size(1) * o.groups);
-  if (!b.defined()) return;
-  check_float_tensor(b, op, "bias");
-  check_same_dtype_device(x, b, op);
-  LOOM_CHECK(b.dim() == 1 && b.size(0) == w.size(0), ShapeError,
-             "[{}] bias must have shape ({},) to match the {} output channels of weight {}, got {}",
-             op, w.size(0), w.size(0), shape_str(w.sizes()), shape_str(b.sizes()));
-}
-
 // What forward and backward share: the kernel parameters and layouts, the sizes
 // and which gradients are wanted.
 struct ConvSetup {
@@ -112,22 +83,13 @@ struct ConvSetup {
   bool need_x = false, need_w = false, need_b = false;
 };
 
-ConvSetup conv_setup(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o,
-                     std::string_view op) {
+ConvSetup conv_setup(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
   ConvSetup s;
   s.params = conv_detail::conv_params(o);
   s.x_sizes = x.sizes();
   s.weight = w.suggest_memory_format();
   s.w_sizes = w.sizes();
-  s.y_sizes = {x.size(0), w.size(0), 0, 0};
-  for (int i = 0; i < 2; ++i) {
-    s.y_sizes[2 + i] = cpu::conv_output_size(x.size(2 + i), w.size(2 + i), o.stride[i],
-                                             o.padding[i], o.dilation[i]);
-  }
-  LOOM_CHECK(s.y_sizes[2] > 0 && s.y_sizes[3] > 0, ShapeError,
-             "[{}] input {} with weight {} gives an empty output {}; use more padding, a smaller "
-             "dilation or a larger input",
-             op, shape_str(x.sizes()), shape_str(w.sizes()), shape_str(s.y_sizes));
+  s.y_sizes = conv_detail::output_sizes(x, w, o);
   s.output = conv_detail::output_format(x, w);
   s.kernel = conv_detail::kernel_format(x, s.output);
   s.need_x = x.requires_grad();
@@ -212,8 +174,8 @@ Tensor conv2d_bias_relu(const Tensor& x_in, const Tensor& weight_in, const Tenso
   constexpr std::string_view kOp = "conv2d_bias_relu";
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
-  check_conv_args(x, weight, bias, options, kOp);
-  ConvSetup s = conv_setup(x, weight, bias, options, kOp);
+  conv_detail::check_conv2d_args(x, weight, bias, options);
+  ConvSetup s = conv_setup(x, weight, bias, options);
   Tensor xk = conv_detail::kernel_input(x, s.kernel);
   Tensor wk = conv_detail::kernel_input(weight, s.kernel);
   Tensor bk = conv_detail::kernel_input(bias, MemoryFormat::Contiguous);
@@ -238,8 +200,8 @@ Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   constexpr std::string_view kOp = "relu_conv2d";
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
-  check_conv_args(x, weight, bias, options, kOp);
-  ConvSetup s = conv_setup(x, weight, bias, options, kOp);
+  conv_detail::check_conv2d_args(x, weight, bias, options);
+  ConvSetup s = conv_setup(x, weight, bias, options);
   Tensor xk = conv_detail::kernel_input(x, s.kernel);
   Tensor wk = conv_detail::kernel_input(weight, s.kernel);
   Tensor bk = conv_detail::kernel_input(bias, MemoryFormat::Contiguous);
@@ -525,23 +487,6 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
 
 namespace {
 
-void check_linear_args(const Tensor& x, const Tensor& w, const Tensor& b) {
-  constexpr std::string_view kOp = "linear_relu";
-  check_float_tensor(x, kOp, "input");
-  check_float_tensor(w, kOp, "weight");
-  check_same_dtype_device(x, w, kOp);
-  LOOM_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), ShapeError,
-             "[linear_relu] input of shape {} and weight of shape {} do not fit: expected input "
-             "(*, in_features) and weight (out_features, in_features)",
-             shape_str(x.sizes()), shape_str(w.sizes()));
-  if (!b.defined()) return;
-  check_float_tensor(b, kOp, "bias");
-  check_same_dtype_device(x, b, kOp);
-  LOOM_CHECK(b.dim() == 1 && b.size(0) == w.size(0), ShapeError,
-             "[linear_relu] bias must have shape ({},) to match weight {}, got {}", w.size(0),
-             shape_str(w.sizes()), shape_str(b.sizes()));
-}
-
 // relu(x . w^T + b) as one cuDNN graph; undefined where there is none.
 Tensor linear_relu_fused(const Tensor& x, const Tensor& w, const Tensor& b) {
 #ifdef LOOM_WITH_CUDA
@@ -566,7 +511,7 @@ Tensor linear_relu_fused(const Tensor& x, const Tensor& w, const Tensor& b) {
 Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
-  check_linear_args(x, weight, bias);
+  linalg_detail::check_linear_args(x, weight, bias);
   Tensor y;
   if (try_fused(x) && bias.defined() && x.numel() > 0) y = linear_relu_fused(x, weight, bias);
   if (!y.defined()) {

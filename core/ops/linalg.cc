@@ -4,6 +4,7 @@
 // M, N, K: (M, K) . (K, N) -> (M, N); "batch" is the broadcast leading dims.
 // in, out: linear's feature counts; rows: the product of x's leading dims.
 #include "core/ops/linalg.h"
+#include "core/ops/linalg_internal.h"
 
 #include <fmt/format.h>
 
@@ -194,7 +195,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 // y (rows, out) = x (rows, in) . weight^T (in, out) + bias (out)
 // dx = dy . weight, dweight = dy^T . x, dbias = sum of dy over rows.
 
-namespace {
+namespace linalg_detail {
 
 void check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_operands(x, weight, "linear", "input", "weight");
@@ -215,6 +216,12 @@ void check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias
              "[linear] bias must have shape ({},) to match weight {}, got {}", weight.size(0),
              shape_str(weight.sizes()), shape_str(bias.sizes()));
 }
+
+}  // namespace linalg_detail
+
+namespace {
+
+using linalg_detail::check_linear_args;
 
 // A contiguous tensor seen as a (rows, cols) matrix.
 Strided as_rows(const Tensor& t, int64_t cols) {

@@ -24,7 +24,7 @@ const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
   --precision NAME    tf32 (default), strict or bf16
   --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH, --plot PATH.png,
   --target-accuracy X, --no-cuda-graph, --no-fuse, --autotune, --profile N, --explain,
-  --allow-nonfinite-loss, --detect-anomaly,
+  --fusion-report, --allow-nonfinite-loss, --detect-anomaly,
   --distributed (mpirun -np N ...: --batch-size per rank),
   -h, --help
                       as in the MNIST trainer (examples/mnist:train --help)

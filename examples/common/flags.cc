@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/ops/fusion_report.h"
 #include "examples/common/user_path.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/plan_cache.h"
@@ -122,6 +123,7 @@ const std::map<std::string, std::function<void(ParsedFlags&)>>& switch_flags() {
       {"--help", [](ParsedFlags& p) { p.help = true; }},
       {"-h", [](ParsedFlags& p) { p.help = true; }},
       {"--explain", [](ParsedFlags& p) { p.explain = true; }},
+      {"--fusion-report", [](ParsedFlags& p) { p.fusion_report = true; }},
       {"--no-cuda-graph", [](ParsedFlags& p) { p.config.cuda_graph = false; }},
       {"--no-fuse", [](ParsedFlags& p) { p.config.fuse = false; }},
       {"--autotune", [](ParsedFlags& p) { p.config.autotune = true; }},
@@ -229,6 +231,7 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
       std::printf("this build has no CUDA backend, so there is no cuDNN plan cache to explain\n");
 #endif
     }
+    if (flags.fusion_report) std::printf("%s", fusion::report({.measure = true}).c_str());
   } catch (const Error& e) {
     std::fflush(stdout);  // what was printed comes before the error in a shared log
     std::fprintf(stderr, "\ntrain: %s\n", e.what());

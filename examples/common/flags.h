@@ -17,6 +17,7 @@ struct ParsedFlags {
   TrainConfig config;
   bool help = false;     // --help: print the usage and exit 0
   bool explain = false;  // --explain: print the cuDNN plan cache after training
+  bool fusion_report = false;  // --fusion-report: print fusion::report (measured) after training
 };
 
 // Parses `args` (argv without the program name) over `defaults`; "--flag=value"
@@ -35,7 +36,8 @@ void resolve_user_paths(TrainConfig& config, const char* working_directory);
 // Parses argv (--help prints `usage` and returns 0; a usage error prints one
 // line and returns 2), trains, and returns main's exit code: 0; 1 after
 // printing a loom::Error (out of memory included) or any other exception;
-// --explain prints the cuDNN plan cache afterwards. Nothing escapes it.
+// --explain prints the cuDNN plan cache afterwards, --fusion-report the fused
+// blocks (core/ops/fusion_report.h). Nothing escapes it.
 int train_main(int argc, char** argv, TrainConfig defaults, const char* usage);
 
 }  // namespace loom::examples

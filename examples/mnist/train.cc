@@ -56,6 +56,8 @@ const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
                       share of the step) and print the table, the cuDNN plan
                       cache counters and the peak GPU memory
   --explain           print the cuDNN plan cache at the end
+  --fusion-report     print the fused blocks at the end: engines, why others did not
+                      fuse, and measured fused vs unfused times (docs/fusion.md)
   --distributed       data-parallel over the ranks of mpirun, one per GPU
                       (mpirun -np N ... --distributed): --batch-size is per
                       rank, the global batch N times it; rank 0 prints and

@@ -81,36 +81,41 @@ TEST_CASE("fuse reaches into resnet9's residual blocks and keeps the model") {
   nn::Sequential net = nn::resnet9();
   nn::fuse(net);
   auto& block = dynamic_cast<nn::Sequential&>(*net.ptr(3)->named_children()[0].second);  // 3.a
-  CHECK(block[1].type_name() == "BatchNormReLU");
+  CHECK(block[0].type_name() == "FusedConv2d");
+  CHECK(block[1].type_name() == "FusedBatchNorm2d");
   CHECK(block[2].type_name() == "Identity");
 }
 
-TEST_CASE("BatchNormReLU counts batches and averages cumulatively as BatchNorm2d does") {
+TEST_CASE("a fused batch norm (and BatchNormReLU) counts batches and averages cumulatively as BatchNorm2d does") {
   Generator gen(4);
   auto make = [] {
     return nn::Sequential(nn::BatchNorm2d(3, {.momentum = std::nullopt}), nn::ReLU());
   };
   nn::Sequential plain = make(), fused = make();
   nn::fuse(fused);
+  nn::BatchNormReLU by_name(nn::BatchNorm2d(3, {.momentum = std::nullopt}));
   for (int step = 0; step < 3; ++step) {
     Tensor x = randn({4, 3, 2, 2}, {}, &gen);
-    CHECK_CLOSE(fused(x), plain(x), 1e-6, 1e-7);
+    Tensor y = plain(x);
+    CHECK_CLOSE(fused(x), y, 1e-6, 1e-7);
+    CHECK_CLOSE(by_name(x), y, 1e-6, 1e-7);
   }
-  const auto& bn = fused.at<nn::BatchNormReLU>(0);
+  const auto& bn = fused.at<nn::FusedBatchNorm2d>(0);
   CHECK(bn.num_batches_tracked().item() == 3);
   CHECK_CLOSE(bn.running_var(), plain.at<nn::BatchNorm2d>(0).running_var(), 1e-6, 1e-7);
+  CHECK(by_name.num_batches_tracked().item() == 3);
 }
 
 TEST_CASE("fused models print their fused layers, and fusing twice changes nothing") {
   nn::Sequential net = nn::mnist_net();
   nn::fuse(net);
   const std::string repr = net.repr();
-  CHECK(repr.find("(0): Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))") !=
-        std::string::npos);  // followed by BatchNorm2d, not by a ReLU
-  CHECK(repr.find("(1): BatchNormReLU(32, eps=1e-05, momentum=0.1, affine=True, "
+  CHECK(repr.find("(0): FusedConv2d(1, 32, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))") !=
+        std::string::npos);  // runs the BatchNorm2d and the ReLU after it too
+  CHECK(repr.find("(1): FusedBatchNorm2d(32, eps=1e-05, momentum=0.1, affine=True, "
                   "track_running_stats=True)") != std::string::npos);
   CHECK(repr.find("(2): Identity()") != std::string::npos);
-  CHECK(repr.find("(9): LinearReLU(in_features=3136, out_features=128, bias=True)") !=
+  CHECK(repr.find("(9): FusedLinear(in_features=3136, out_features=128, bias=True)") !=
         std::string::npos);
   CHECK(repr.find("ReLU()") == std::string::npos);
   nn::fuse(net);
@@ -118,16 +123,40 @@ TEST_CASE("fused models print their fused layers, and fusing twice changes nothi
 
   nn::Sequential lenet = nn::lenet5();
   nn::fuse(lenet);
-  CHECK(lenet[0].repr() == "FusedConv2dReLU(1, 6, kernel_size=(5, 5), stride=(1, 1), padding=(2, 2))");
+  CHECK(lenet[0].repr() == "FusedConv2d(1, 6, kernel_size=(5, 5), stride=(1, 1), padding=(2, 2))");
 }
 
-TEST_CASE("fuse takes the generic ReLU activation too, and leaves other activations alone") {
+TEST_CASE("fuse groups any activation rows after a Conv2d, Linear or BatchNorm2d, and nothing else") {
   nn::Sequential net(nn::Linear(4, 3), nn::Activation(ActivationKind::Relu), nn::Linear(3, 2),
-                     nn::LeakyReLU());
+                     nn::LeakyReLU(), nn::Tanh());
   nn::fuse(net);
-  CHECK(net[0].repr() == "LinearReLU(in_features=4, out_features=3, bias=True)");
+  CHECK(net[0].repr() == "FusedLinear(in_features=4, out_features=3, bias=True)");
   CHECK(net[1].repr() == "Identity()");
-  CHECK(net[3].repr() == "LeakyReLU(negative_slope=0.01)");
+  CHECK(net[2].repr() == "FusedLinear(in_features=3, out_features=2, bias=True)");
+  CHECK(net[3].repr() == "Identity()");
+  CHECK(net[4].repr() == "Identity()");
+  CHECK(net.at<nn::FusedLinear>(2).block().str() == "linear -> bias -> leaky_relu(0.01) -> tanh");
+
+  nn::Sequential mixed(nn::Conv2d(2, 4, 3), nn::BatchNorm2d(4), nn::Conv2d(4, 4, 1), nn::GELU(),
+                       nn::SiLU(), nn::BatchNorm2d(4), nn::MaxPool2d(2), nn::BatchNorm2d(4), nn::ReLU(),
+                       nn::Flatten(), nn::Linear(16, 2));
+  nn::fuse(mixed);
+  const std::vector<std::string> types = {"FusedConv2d", "FusedBatchNorm2d", "FusedConv2d", "Identity",
+                                          "Identity", "BatchNorm2d", "MaxPool2d", "FusedBatchNorm2d",
+                                          "Identity", "Flatten", "Linear"};
+  for (size_t i = 0; i < types.size(); ++i) {
+    CAPTURE(i);
+    CHECK(mixed[i].type_name() == types[i]);
+  }
+  CHECK(mixed.at<nn::FusedConv2d>(0).block().str() == "conv2d(stride=1, padding=0) -> bias -> batch_norm");
+  CHECK(mixed.at<nn::FusedConv2d>(2).block().str() == "conv2d(stride=1, padding=0) -> bias -> gelu -> silu");
+  Generator gen(9);
+  Tensor x = randn({2, 2, 6, 6}, {}, &gen);
+  nn::Sequential reference = nn::Sequential(nn::Conv2d(2, 4, 3), nn::BatchNorm2d(4), nn::Conv2d(4, 4, 1),
+                                            nn::GELU(), nn::SiLU(), nn::BatchNorm2d(4), nn::MaxPool2d(2),
+                                            nn::BatchNorm2d(4), nn::ReLU(), nn::Flatten(), nn::Linear(16, 2));
+  reference.load_state_dict(mixed.state_dict());
+  CHECK_CLOSE(mixed(x), reference(x), 1e-5, 1e-6);
 }
 
 TEST_CASE("fuse keeps each module's mode") {

@@ -153,11 +153,7 @@ LOOM_GPU_TEST_CASE("every engine config cuDNN offers for conv fprop/dgrad/wgrad 
         graph.add_tensor(cudnn::spec_of(d.a.strided(), 1));
         graph.add_tensor(cudnn::spec_of(d.b.strided(), 2));
         graph.add_tensor(cudnn::spec_of(d.out_or_in.strided(), 3));
-        graph.conv(d.direction, 1, 2, 3,
-                   {.stride = {c.p.stride_h, c.p.stride_w}, .pre_padding = {c.p.pad_h, c.p.pad_w},
-                    .post_padding = {c.p.pad_h, c.p.pad_w},
-                    .dilation = {c.p.dilation_h, c.p.dilation_w}},
-                   CUDNN_DATA_FLOAT);
+        graph.conv(d.direction, 1, 2, 3, c.p, CUDNN_DATA_FLOAT);
         auto plans = cudnn::all_working_plans(std::move(graph), cudnn::handle());
         CHECK(!plans.empty());
         for (const auto& plan : plans) {

@@ -1,0 +1,620 @@
+// File: core/ops/fusion.cc
+// fusion::Block: the description, the one-by-one evaluation (the reference),
+// and the pieces the GPU runs, with a head's backward derived from its steps.
+//
+// N batch, C in channels, H, W input, K the block's channels (conv: dim 1;
+// linear: the last dim); rows, in, out: linear's sizes.
+#include "core/ops/fusion.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/cpu/activation.h"
+#include "core/error.h"
+#include "core/ops/activation.h"
+#include "core/ops/conv_internal.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/fused.h"
+#include "core/ops/fusion_report.h"
+#include "core/ops/linalg.h"
+#include "core/ops/linalg_internal.h"
+#include "core/ops/reduction.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cudnn/fused.h"
+#include "core/cudnn/pointwise.h"
+#endif
+
+namespace loom::fusion {
+
+namespace {
+
+bool is_head(StepKind kind) { return kind == StepKind::Conv2d || kind == StepKind::Linear; }
+
+bool is_pointwise(StepKind kind) {
+  return !is_head(kind) && kind != StepKind::BatchNorm;
+}
+
+int operand_count(const Step& step) {
+  switch (step.kind) {
+    case StepKind::Conv2d:
+    case StepKind::Linear:
+    case StepKind::Bias:
+    case StepKind::Residual: return 1;
+    case StepKind::BatchNorm: return 4;
+    case StepKind::ScaleBias: return 2;
+    case StepKind::Activation: return 0;
+    case StepKind::Add:
+    case StepKind::Sub:
+    case StepKind::Mul: return step.scalar ? 0 : 1;
+  }
+  return 0;
+}
+
+std::string_view kind_name(StepKind kind) {
+  switch (kind) {
+    case StepKind::Conv2d: return "conv2d";
+    case StepKind::Linear: return "linear";
+    case StepKind::Bias: return "bias";
+    case StepKind::BatchNorm: return "batch_norm";
+    case StepKind::Activation: return "activation";
+    case StepKind::Add: return "add";
+    case StepKind::Sub: return "sub";
+    case StepKind::Mul: return "mul";
+    case StepKind::ScaleBias: return "scale_bias";
+    case StepKind::Residual: return "add_residual";
+  }
+  return "?";
+}
+
+std::string pair_str(const std::array<int64_t, 2>& p) {
+  return p[0] == p[1] ? fmt::format("{}", p[0]) : fmt::format("({}, {})", p[0], p[1]);
+}
+
+std::string step_str(const Step& step) {
+  switch (step.kind) {
+    case StepKind::Conv2d: {
+      const Conv2dOptions& o = step.conv;
+      std::string s = fmt::format("conv2d(stride={}, padding={}", pair_str(o.stride), pair_str(o.padding));
+      if (o.dilation != std::array<int64_t, 2>{1, 1}) s += fmt::format(", dilation={}", pair_str(o.dilation));
+      if (o.groups != 1) s += fmt::format(", groups={}", o.groups);
+      return s + ")";
+    }
+    case StepKind::Activation: {
+      const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
+      return step.parameter ? fmt::format("{}({})", row.name, *step.parameter) : std::string(row.name);
+    }
+    case StepKind::Add:
+    case StepKind::Sub:
+    case StepKind::Mul:
+      return step.scalar ? fmt::format("{} {}", kind_name(step.kind), *step.scalar)
+                         : std::string(kind_name(step.kind));
+    default: return std::string(kind_name(step.kind));
+  }
+}
+
+// The block's channel dim in a tensor of the block: the last for a linear head
+// and for 1-D / 2-D tensors, else dim 1 (N, K, ...).
+struct Channels {
+  bool last_dim = false;
+
+  Shape view_shape(const Tensor& y, int64_t k) const {
+    if (last_dim || y.dim() <= 2) return {k};
+    Shape s(static_cast<size_t>(y.dim()), 1);
+    s[1] = k;
+    return s;
+  }
+  // A (K) vector broadcast along y's channel dim.
+  Tensor view(const Tensor& v, const Tensor& y) const { return v.reshape(view_shape(y, v.numel())); }
+  // The (K) sum of g over everything but the channel dim.
+  Tensor sum(const Tensor& g, int64_t k) const { return sum_to(g, view_shape(g, k)).reshape({k}); }
+};
+
+Channels channels_of(const std::vector<Step>& steps) {
+  return {.last_dim = !steps.empty() && steps.front().kind == StepKind::Linear};
+}
+
+// Step i's operands: operands[offset[i] .. offset[i] + operand_count).
+std::vector<size_t> operand_offsets(const std::vector<Step>& steps) {
+  std::vector<size_t> offsets;
+  size_t at = 0;
+  for (const Step& step : steps) {
+    offsets.push_back(at);
+    at += static_cast<size_t>(operand_count(step));
+  }
+  offsets.push_back(at);
+  return offsets;
+}
+
+// One step with the public ops (recorded by autograd when grad mode is on).
+Tensor apply_step(const Step& step, const Tensor& t, const Tensor* ops, Channels ch) {
+  switch (step.kind) {
+    case StepKind::Conv2d: return conv2d(t, ops[0], Tensor(), step.conv);
+    case StepKind::Linear: return linear(t, ops[0]);
+    case StepKind::Bias: return add(t, ch.view(ops[0], t));
+    case StepKind::BatchNorm: return batch_norm(t, ops[2], ops[3], ops[0], ops[1], step.norm);
+    case StepKind::Activation: return activation(t, step.activation, step.parameter);
+    case StepKind::Add: return step.scalar ? add(t, *step.scalar) : add(t, ops[0]);
+    case StepKind::Sub: return step.scalar ? sub(t, *step.scalar) : sub(t, ops[0]);
+    case StepKind::Mul: return step.scalar ? mul(t, *step.scalar) : mul(t, ops[0]);
+    case StepKind::ScaleBias: return add(mul(t, ch.view(ops[0], t)), ch.view(ops[1], t));
+    case StepKind::Residual: return add(t, ops[0]);
+  }
+  return t;
+}
+
+// Steps [begin, end) one by one.
+Tensor apply_steps(const std::vector<Step>& steps, size_t begin, size_t end, Tensor t,
+                   const std::vector<Tensor>& operands, const std::vector<size_t>& offsets) {
+  const Channels ch = channels_of(steps);
+  for (size_t i = begin; i < end; ++i) t = apply_step(steps[i], t, operands.data() + offsets[i], ch);
+  return t;
+}
+
+// ---- a head's derived backward -------------------------------------------------------
+
+// dx of y = f(x) for an activation row, from dy and x (no grad recorded).
+Tensor activation_grad(const Tensor& dy_in, const Tensor& x, const Step& step) {
+  const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
+  const double parameter = step.parameter.value_or(row.default_parameter);
+  Tensor saved = row.saved == cpu::Saved::Output ? activation(x, step.activation, step.parameter) : x;
+  saved = saved.contiguous(saved.suggest_memory_format());
+  Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
+  Tensor dx = empty_like(saved);
+#ifdef LOOM_WITH_CUDA
+  if (saved.device().is_cuda() &&
+      cudnn::activation_backward(step.activation, parameter, dx.strided(), dy.strided(), saved.strided())) {
+    return dx;
+  }
+#endif
+  LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), step.activation,
+              parameter);
+  return dx;
+}
+
+// The gradient w.r.t. step's input t from g (the gradient w.r.t. its output);
+// the operands' gradients go to dops. Every step here is pointwise.
+Tensor step_grad(const Step& step, const Tensor& t, const Tensor* ops, const Tensor& g, Tensor* dops,
+                 Channels ch) {
+  switch (step.kind) {
+    case StepKind::Bias:
+      dops[0] = ch.sum(g, ops[0].numel());
+      return g;
+    case StepKind::Activation: return activation_grad(g, t, step);
+    case StepKind::Add:
+    case StepKind::Residual:
+      if (step.kind == StepKind::Residual || !step.scalar) dops[0] = sum_to(g, ops[0].sizes());
+      return g;
+    case StepKind::Sub:
+      if (!step.scalar) dops[0] = neg(sum_to(g, ops[0].sizes()));
+      return g;
+    case StepKind::Mul:
+      if (step.scalar) return mul(g, *step.scalar);
+      dops[0] = sum_to(mul(g, t), ops[0].sizes());
+      return mul(g, ops[0]);
+    case StepKind::ScaleBias:
+      dops[0] = ch.sum(mul(g, t), ops[0].numel());
+      dops[1] = ch.sum(g, ops[1].numel());
+      return mul(g, ch.view(ops[0], g));
+    default: break;
+  }
+  throw Error(fmt::format("[fusion] step {} is not pointwise; the pieces keep it out of a head",
+                          kind_name(step.kind)));
+}
+
+// What a head's forward keeps for its backward.
+struct HeadSaved {
+  std::vector<Step> steps;          // the whole block's (operand offsets index them)
+  std::vector<size_t> offsets;
+  size_t begin = 0, end = 0;        // the head piece: the conv / linear step, then pointwise steps
+  std::vector<Tensor> operands;     // detached, as the forward used them
+  Tensor x, w, z;                   // z = conv(x, w) or x . w^T, shaped as y
+  cpu::ConvParams params;
+  MemoryFormat kernel = MemoryFormat::Contiguous, output = MemoryFormat::Contiguous;
+  MemoryFormat weight = MemoryFormat::Contiguous;
+  Shape x_sizes;
+  bool need_x = true, need_w = true;  // (a first layer's input wants no dgrad)
+};
+
+// dx, dw, then one gradient per operand of the pointwise steps.
+std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
+  const Channels ch = channels_of(s.steps);
+  std::vector<Tensor> inputs;  // each pointwise step's input, replayed from z
+  Tensor t = s.z;
+  for (size_t i = s.begin + 1; i < s.end; ++i) {
+    inputs.push_back(t);
+    if (i + 1 < s.end) t = apply_step(s.steps[i], t, s.operands.data() + s.offsets[i], ch);
+  }
+  std::vector<Tensor> dops(s.offsets[s.end] - s.offsets[s.begin + 1]);
+  Tensor g = dy;
+  for (size_t i = s.end; i-- > s.begin + 1;) {
+    const size_t local = s.offsets[i] - s.offsets[s.begin + 1];
+    g = step_grad(s.steps[i], inputs[i - s.begin - 1], s.operands.data() + s.offsets[i], g,
+                  dops.data() + local, ch);
+  }
+  Tensor dx, dw;
+  if (s.steps[s.begin].kind == StepKind::Conv2d) {
+    Tensor gk = g.contiguous(s.kernel);
+    TensorOptions o = gk.options();
+    o.memory_format = s.kernel;
+    if (s.need_x) {
+      dx = empty(s.x_sizes, o);
+      conv_detail::dgrad_kernel(dx, gk, s.w, s.params);
+      dx = dx.contiguous(s.output);
+    }
+    if (s.need_w) {
+      dw = empty(s.w.sizes(), o);
+      conv_detail::wgrad_kernel(dw, gk, s.x, s.params);
+      dw = dw.contiguous(s.weight);
+    }
+  } else {
+    const int64_t out = s.w.size(0), in = s.w.size(1);
+    Tensor g2 = g.contiguous().reshape({-1, out});
+    if (s.need_x) dx = matmul(g2, s.w).reshape(s.x_sizes);
+    if (s.need_w) dw = matmul(g2.t(), s.x.reshape({-1, in}));
+  }
+  std::vector<Tensor> grads = {dx, dw};
+  grads.insert(grads.end(), dops.begin(), dops.end());
+  return grads;
+}
+
+#ifdef LOOM_WITH_CUDA
+// The head's pointwise steps as graph ops; nullopt (with why) where one has none.
+std::optional<std::vector<cudnn::EpilogueStep>> epilogue_steps(const HeadSaved& s, const Tensor& y,
+                                                                std::string& why) {
+  std::vector<cudnn::EpilogueStep> out;
+  auto operand = [&](const Tensor& t, bool channel) -> std::optional<cudnn::EpilogueStep> {
+    if (t.dtype() != y.dtype()) return std::nullopt;
+    cudnn::EpilogueStep e;
+    e.operand = channel ? cudnn::EpilogueOperand::Channel : cudnn::EpilogueOperand::Full;
+    e.tensor = t.strided();
+    return e;
+  };
+  for (size_t i = s.begin + 1; i < s.end; ++i) {
+    const Step& step = s.steps[i];
+    const Tensor* ops = s.operands.data() + s.offsets[i];
+    // A per-channel operand (K) or one of y's shape and layout; nothing else has a graph form.
+    auto binary = [&](cudnnPointwiseMode_t mode, const Tensor& t, bool channel_param) {
+      const bool linear = s.steps[s.begin].kind == StepKind::Linear;
+      const int64_t k = y.size(linear ? -1 : 1);
+      const bool channel = t.numel() == k && t.is_contiguous() &&
+                           (channel_param || (linear ? t.size(-1) == k : t.dim() >= 3 && t.size(-3) == k));
+      const bool full = t.sizes() == y.sizes() && t.strides() == y.strides();
+      auto e = channel || full ? operand(t, channel) : std::nullopt;
+      if (!e) return false;
+      e->mode = mode;
+      out.push_back(*e);
+      return true;
+    };
+    bool ok = true;
+    switch (step.kind) {
+      case StepKind::Bias: ok = binary(CUDNN_POINTWISE_ADD, ops[0], true); break;
+      case StepKind::Residual: ok = binary(CUDNN_POINTWISE_ADD, ops[0], false); break;
+      case StepKind::ScaleBias:
+        ok = binary(CUDNN_POINTWISE_MUL, ops[0], true) && binary(CUDNN_POINTWISE_ADD, ops[1], true);
+        break;
+      case StepKind::Activation: {
+        const double p = step.parameter.value_or(cpu::activation_info(step.activation).default_parameter);
+        auto mode = cudnn::activation_mode(step.activation, false, p);
+        ok = mode.has_value();
+        if (ok) out.push_back({.mode = mode->mode, .parameter = mode->parameter});
+        break;
+      }
+      case StepKind::Add:
+      case StepKind::Sub:
+      case StepKind::Mul: {
+        const cudnnPointwiseMode_t mode = step.kind == StepKind::Mul ? CUDNN_POINTWISE_MUL
+                                          : step.kind == StepKind::Add ? CUDNN_POINTWISE_ADD
+                                                                       : CUDNN_POINTWISE_SUB;
+        if (step.scalar) {
+          out.push_back({.mode = mode, .operand = cudnn::EpilogueOperand::Scalar, .scalar = *step.scalar});
+        } else {
+          ok = binary(mode, ops[0], false);
+        }
+        break;
+      }
+      default: ok = false;
+    }
+    if (!ok) {
+      why = fmt::format("step {} has no graph form here (an activation without a cuDNN mode, or "
+                        "an operand neither per-channel nor of the output's shape and layout)",
+                        step_str(step));
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+#endif
+
+// Runs the head piece [begin, end) on x; fused into one graph where cuDNN can.
+Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offsets, size_t begin,
+                size_t end, const Tensor& x_in, const std::vector<Tensor>& operands, PieceRun& note) {
+  HeadSaved s{.steps = steps, .offsets = offsets, .begin = begin, .end = end};
+  const Step& head = steps[begin];
+  const Tensor x = autocast_operand(x_in), w = autocast_operand(operands[offsets[begin]]);
+  std::vector<Tensor> inputs = {x, w};
+  for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) inputs.push_back(autocast_operand(operands[i]));
+  s.operands.assign(operands.size(), Tensor());
+  for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) {
+    s.operands[i] = inputs[2 + i - offsets[begin + 1]].detach();
+  }
+  bool grad = grad_mode_enabled();
+  grad = grad && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); });
+  s.x_sizes = x.sizes();
+  s.need_x = x.requires_grad();
+  s.need_w = w.requires_grad();
+  Shape y_sizes;
+  Tensor xk, wk, y;
+  TensorOptions yo = x.options();
+  yo.requires_grad = false;
+  if (head.kind == StepKind::Conv2d) {
+    conv_detail::check_conv2d_args(x, w, Tensor(), head.conv);
+    s.params = conv_detail::conv_params(head.conv);
+    s.output = conv_detail::output_format(x, w);
+    s.kernel = conv_detail::kernel_format(x, s.output);
+    s.weight = w.suggest_memory_format();
+    xk = conv_detail::kernel_input(x, s.kernel);
+    wk = conv_detail::kernel_input(w, s.kernel);
+    y_sizes = conv_detail::output_sizes(x, w, head.conv);
+    yo.memory_format = s.kernel;
+  } else {
+    linalg_detail::check_linear_args(x, w, Tensor());
+    xk = x.detach().contiguous();
+    wk = w.detach().contiguous();
+    y_sizes = x.sizes();
+    y_sizes.back() = w.size(0);
+  }
+  s.x = xk;
+  s.w = wk;
+  y = empty(y_sizes, yo);
+  Tensor z = grad ? empty(y_sizes, yo) : Tensor();
+  bool fused = false;
+#ifdef LOOM_WITH_CUDA
+  if (x.device().is_cuda() && fusion_enabled() && end > begin + 1 && x.numel() > 0) {
+    for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) {  // dense, as the graph reads them
+      Tensor& t = s.operands[i];
+      t = t.sizes() == y.sizes() ? t.contiguous(yo.memory_format) : t.contiguous();
+    }
+    std::string why;
+    auto graph_steps = epilogue_steps(s, y, why);
+    if (graph_steps) {
+      const int64_t in = w.size(1), out = w.size(0);
+      std::optional<Strided> zs;
+      if (grad) zs = head.kind == StepKind::Conv2d ? z.strided() : z.reshape({-1, out}).strided();
+      cudnn::EpilogueRun run =
+          head.kind == StepKind::Conv2d
+              ? cudnn::conv2d_epilogue_forward(y.strided(), zs, xk.strided(), wk.strided(), s.params, *graph_steps)
+              : cudnn::linear_epilogue_forward(y.reshape({-1, out}).strided(), zs,
+                                               xk.reshape({-1, in}).strided(), wk.strided(), *graph_steps);
+      fused = run.ran;
+      note.graph = run.graph;
+      why = run.why_not;
+    }
+    note.how = fused ? "one cuDNN graph" : "unfused";
+    note.why_not = why;
+  }
+#endif
+  if (!fused) {
+    NoGradGuard no_grad;
+    if (head.kind == StepKind::Conv2d) {
+      if (!z.defined()) z = empty(y_sizes, yo);
+      conv_detail::forward_kernel(z, xk, wk, Tensor(), s.params);
+    } else {
+      z = linear(xk, wk);
+    }
+    y = apply_steps(steps, begin + 1, end, z, s.operands, offsets);
+  }
+  s.z = z;
+  if (head.kind == StepKind::Conv2d) y = y.contiguous(s.output);
+  if (!grad) return y;
+  std::vector<Tensor> saved = {xk, wk, z};
+  record(fmt::format("fusion.{}", kind_name(head.kind)), inputs, y,
+         [s](const Tensor& dy) { return head_grads(s, dy); }, saved);
+  return y;
+}
+
+// ---- pieces ------------------------------------------------------------------------------
+
+enum class PieceKind { Head, NormRelu, Ops };
+
+struct Piece {
+  PieceKind kind;
+  size_t begin, end;  // steps [begin, end)
+};
+
+bool is_plain_relu(const Step& step) {
+  return step.kind == StepKind::Activation && step.activation == ActivationKind::Relu &&
+         !step.parameter.value_or(0.0);
+}
+
+std::vector<Piece> plan_pieces(const std::vector<Step>& steps) {
+  std::vector<Piece> pieces;
+  size_t i = 0;
+  while (i < steps.size()) {
+    size_t j = i + 1;
+    if (is_head(steps[i].kind)) {
+      while (j < steps.size() && is_pointwise(steps[j].kind)) ++j;
+      pieces.push_back({PieceKind::Head, i, j});
+    } else if (steps[i].kind == StepKind::BatchNorm) {
+      if (j < steps.size() && steps[j].kind == StepKind::Residual) ++j;
+      if (j < steps.size() && is_plain_relu(steps[j]) && steps[i].norm.training) {
+        pieces.push_back({PieceKind::NormRelu, i, j + 1});
+        j = j + 1;
+      } else {
+        pieces.push_back({PieceKind::Ops, i, i + 1});
+        j = i + 1;
+      }
+    } else {
+      while (j < steps.size() && is_pointwise(steps[j].kind)) ++j;
+      pieces.push_back({PieceKind::Ops, i, j});
+    }
+    i = j;
+  }
+  return pieces;
+}
+
+// The head [conv2d | linear, (bias), relu] is a fused op of its own.
+bool is_fused_op(const std::vector<Step>& steps, const Piece& p) {
+  const size_t n = p.end - p.begin;
+  if (n < 2 || n > 3 || !is_plain_relu(steps[p.end - 1])) return false;
+  return n == 2 || steps[p.begin + 1].kind == StepKind::Bias;
+}
+
+// The head [conv2d | linear, (bias)]: the plain op.
+bool is_plain_layer(const std::vector<Step>& steps, const Piece& p) {
+  const size_t n = p.end - p.begin;
+  return n == 1 || (n == 2 && steps[p.begin + 1].kind == StepKind::Bias);
+}
+
+std::string piece_str(const std::vector<Step>& steps, const Piece& p) {
+  std::string s = "[";
+  for (size_t i = p.begin; i < p.end; ++i) s += (i > p.begin ? " -> " : "") + step_str(steps[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+// ---- declaring ---------------------------------------------------------------------------
+
+Block& Block::push(Step step) {
+  LOOM_CHECK(!is_head(step.kind) || steps_.empty(), ValueError,
+             "[fusion::Block] {} must be the block's first step; the block so far is {}",
+             kind_name(step.kind), str());
+  steps_.push_back(step);
+  return *this;
+}
+
+Block& Block::conv2d(Conv2dOptions options) { return push({.kind = StepKind::Conv2d, .conv = options}); }
+Block& Block::linear() { return push({.kind = StepKind::Linear}); }
+Block& Block::bias() { return push({.kind = StepKind::Bias}); }
+Block& Block::batch_norm(BatchNormOptions options) {
+  return push({.kind = StepKind::BatchNorm, .norm = options});
+}
+Block& Block::activation(ActivationKind kind, std::optional<double> parameter) {
+  const cpu::ActivationInfo& row = cpu::activation_info(kind);
+  LOOM_CHECK(!parameter || *row.parameter_name != '\0', ValueError,
+             "[fusion::Block] {} takes no parameter, got {}", row.name, *parameter);
+  return push({.kind = StepKind::Activation, .activation = kind, .parameter = parameter});
+}
+Block& Block::add() { return push({.kind = StepKind::Add}); }
+Block& Block::sub() { return push({.kind = StepKind::Sub}); }
+Block& Block::mul() { return push({.kind = StepKind::Mul}); }
+Block& Block::add(double value) { return push({.kind = StepKind::Add, .scalar = value}); }
+Block& Block::sub(double value) { return push({.kind = StepKind::Sub, .scalar = value}); }
+Block& Block::mul(double value) { return push({.kind = StepKind::Mul, .scalar = value}); }
+Block& Block::scale_bias() { return push({.kind = StepKind::ScaleBias}); }
+Block& Block::add_residual() { return push({.kind = StepKind::Residual}); }
+
+std::vector<std::string> Block::operand_names() const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    switch (steps_[i].kind) {
+      case StepKind::Conv2d:
+      case StepKind::Linear: names.push_back("weight"); break;
+      case StepKind::Bias: names.push_back("bias"); break;
+      case StepKind::BatchNorm:
+        names.insert(names.end(), {"norm.weight", "norm.bias", "norm.running_mean", "norm.running_var"});
+        break;
+      case StepKind::ScaleBias: names.insert(names.end(), {"scale", "shift"}); break;
+      case StepKind::Residual: names.push_back("residual"); break;
+      case StepKind::Add:
+      case StepKind::Sub:
+      case StepKind::Mul:
+        if (!steps_[i].scalar) names.push_back(fmt::format("{}.{}", kind_name(steps_[i].kind), i));
+        break;
+      case StepKind::Activation: break;
+    }
+  }
+  return names;
+}
+
+std::string Block::str() const {
+  std::string s;
+  for (const Step& step : steps_) s += (s.empty() ? "" : " -> ") + step_str(step);
+  return s.empty() ? "(empty block)" : s;
+}
+
+std::string Block::pieces_str() const {
+  std::string s;
+  for (const Piece& p : plan_pieces(steps_)) s += (s.empty() ? "" : " ") + piece_str(steps_, p);
+  return s;
+}
+
+// ---- running -----------------------------------------------------------------------------
+
+namespace {
+
+void check_operands(const Block& block, const Tensor& x, const std::vector<Tensor>& operands) {
+  const std::vector<std::string> names = block.operand_names();
+  LOOM_CHECK(!block.steps().empty(), ValueError,
+             "[fusion::Block] the block has no steps; declare some, e.g. Block().conv2d().relu()");
+  LOOM_CHECK(operands.size() == names.size(), ValueError,
+             "[fusion::Block] {} takes {} operands ({}) but got {}", block.str(), names.size(),
+             fmt::join(names, ", "), operands.size());
+  LOOM_CHECK(x.defined(), ValueError, "[fusion::Block] the input x is undefined");
+  const std::vector<size_t> offsets = operand_offsets(block.steps());
+  for (size_t i = 0; i < block.steps().size(); ++i) {
+    if (block.steps()[i].kind == StepKind::BatchNorm) continue;  // batch_norm checks its own
+    for (size_t k = offsets[i]; k < offsets[i + 1]; ++k) {
+      LOOM_CHECK(operands[k].defined(), ValueError,
+                 "[fusion::Block] operand {} ('{}') of {} is undefined", k, names[k], block.str());
+    }
+  }
+}
+
+}  // namespace
+
+Tensor Block::operator()(const Tensor& x, const std::vector<Tensor>& operands) const {
+  if (x.defined() && x.device().is_cuda() && fusion_enabled()) return forward_pieces(x, operands);
+  check_operands(*this, x, operands);
+  return forward_unfused(x, operands);
+}
+
+Tensor Block::forward_unfused(const Tensor& x, const std::vector<Tensor>& operands) const {
+  check_operands(*this, x, operands);
+  return apply_steps(steps_, 0, steps_.size(), x, operands, operand_offsets(steps_));
+}
+
+Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operands) const {
+  check_operands(*this, x, operands);
+  const std::vector<size_t> offsets = operand_offsets(steps_);
+  std::vector<PieceRun> notes;
+  Tensor y = x;
+  for (const Piece& p : plan_pieces(steps_)) {
+    PieceRun note;
+    note.piece = piece_str(steps_, p);
+    note.how = "unfused";
+    const Tensor* ops = operands.data() + offsets[p.begin];
+    const bool conv = steps_[p.begin].kind == StepKind::Conv2d;
+    if (p.kind == PieceKind::Head && is_plain_layer(steps_, p)) {  // nothing to fuse: the layer's own op
+      const Tensor b = p.end - p.begin == 2 ? ops[1] : Tensor();
+      y = conv ? loom::conv2d(y, ops[0], b, steps_[p.begin].conv) : loom::linear(y, ops[0], b);
+      note.why_not = "a conv or linear with at most a bias is the plain op (it adds its bias itself)";
+    } else if (p.kind == PieceKind::Head && is_fused_op(steps_, p)) {
+      const bool bias = p.end - p.begin == 3;
+      const Tensor b = bias ? ops[1] : Tensor();
+      y = conv ? conv2d_bias_relu(y, ops[0], b, steps_[p.begin].conv) : linear_relu(y, ops[0], b);
+      note.how = conv ? "fused op conv2d_bias_relu" : "fused op linear_relu";
+    } else if (p.kind == PieceKind::Head) {
+      y = run_head(steps_, offsets, p.begin, p.end, y, operands, note);
+    } else if (p.kind == PieceKind::NormRelu) {
+      const bool residual = p.end - p.begin == 3;
+      y = batch_norm_relu(y, ops[2], ops[3], ops[0], ops[1], steps_[p.begin].norm,
+                          residual ? ops[4] : Tensor());
+      note.how = "fused op batch_norm_relu";
+    } else {
+      y = apply_steps(steps_, p.begin, p.end, y, operands, offsets);
+      note.why_not = p.end - p.begin == 1 && steps_[p.begin].kind == StepKind::BatchNorm
+                         ? "a batch norm fuses only with a ReLU after it (and a residual add between)"
+                         : "pointwise steps without a conv or linear before them run as separate ops";
+    }
+    notes.push_back(std::move(note));
+  }
+  if (x.device().is_cuda()) note_block_run(*this, x, operands, std::move(notes));
+  return y;
+}
+
+}  // namespace loom::fusion

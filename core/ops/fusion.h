@@ -1,0 +1,111 @@
+// File: core/ops/fusion.h
+// Fused blocks for users: declare a conv or linear layer followed by any chain
+// of pointwise ops (optionally a batch norm and a residual add), then run it.
+//
+//   auto block = fusion::Block().conv2d({.padding = {1, 1}}).bias().activation(ActivationKind::Gelu);
+//   // block.operand_names() == {"weight", "bias"}
+//   Tensor y = block(x, {weight, bias});   // gelu(conv2d(x, weight) + bias)
+//   y.sum().backward();                    // x, weight and bias get their gradients
+//
+// How it runs. On the CPU (and with loom::FusionGuard off) the block evaluates
+// its ops one by one with the public ops: the reference, gradchecked in float64.
+// On the GPU it is cut into pieces, each as large as cuDNN has engines for:
+//   head      conv2d or linear + the pointwise steps after it, as ONE cuDNN
+//             graph (conv/matmul -> add/mul/activation ... -> y); where no
+//             engine takes it, the plain kernels run the same steps;
+//   norm      batch_norm (+ residual) + relu as the fused batch-norm graph;
+//   pointwise any steps left, through the public ops.
+// A head's backward is derived from its steps: the graph also writes the
+// conv/matmul output z; backward replays the steps from z and walks them in
+// reverse (each step's derivative written once, in fusion.cc), then runs conv
+// dgrad / wgrad (or the two matmuls). Pieces that equal a fused op
+// (conv2d_bias_relu, linear_relu, batch_norm_relu) run that op, forward and
+// backward. fusion::report() (fusion_report.h) says what fused, on which
+// engine, and why the rest did not.
+//
+// N batch, C in channels, H, W input, K out channels (the block's channels).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/cpu/activation_math.h"
+#include "core/ops/conv.h"
+#include "core/ops/norm.h"
+#include "core/tensor.h"
+
+namespace loom::fusion {
+
+using cpu::ActivationKind;
+
+enum class StepKind {
+  Conv2d,      // operand "weight" (K, C/groups, R, S)
+  Linear,      // operand "weight" (out, in); the block's channels are the last dim
+  Bias,        // operand "bias" (K): y + bias per channel
+  BatchNorm,   // operands "norm.weight", "norm.bias", "norm.running_mean", "norm.running_var"
+  Activation,  // one row of core/cpu/activation_math.h
+  Add,         // y + operand, or y + scalar
+  Sub,         // y - operand, or y - scalar
+  Mul,         // y * operand, or y * scalar
+  ScaleBias,   // operands "scale", "shift" (K): y * scale + shift per channel
+  Residual,    // operand "residual" (y's shape): y + residual
+};
+
+struct Step {
+  StepKind kind = StepKind::Activation;
+  Conv2dOptions conv;                // Conv2d
+  BatchNormOptions norm;             // BatchNorm
+  ActivationKind activation = ActivationKind::Relu;
+  std::optional<double> parameter;   // Activation: the row's scalar (its default when not given)
+  std::optional<double> scalar;      // Add / Sub / Mul by this number; else by a tensor operand
+};
+
+// A block is a description (no tensors): copy it, print it, run it on any inputs.
+class Block {
+ public:
+  // --- declaring the block, in order; each returns *this -------------------------
+  Block& conv2d(Conv2dOptions options = {});  // must come first
+  Block& linear();                            // must come first
+  Block& bias();
+  Block& batch_norm(BatchNormOptions options = {});
+  Block& activation(ActivationKind kind, std::optional<double> parameter = std::nullopt);
+  Block& relu() { return activation(ActivationKind::Relu); }
+  Block& gelu() { return activation(ActivationKind::Gelu); }
+  Block& silu() { return activation(ActivationKind::Silu); }
+  Block& add();  // by a tensor operand that broadcasts to y
+  Block& sub();
+  Block& mul();
+  Block& add(double value);
+  Block& sub(double value);
+  Block& mul(double value);
+  Block& scale_bias();
+  Block& add_residual();
+
+  // --- running it ------------------------------------------------------------------
+  // y = the steps applied to x; `operands` in the order of operand_names()
+  // (an undefined tensor for a batch norm's missing weight, bias or statistics).
+  // Differentiable w.r.t. x and every operand; BatchNormOptions::training says
+  // whether the norm uses (and updates) batch statistics.
+  Tensor operator()(const Tensor& x, const std::vector<Tensor>& operands) const;
+  // The one-by-one evaluation with the public ops: the reference for the above.
+  Tensor forward_unfused(const Tensor& x, const std::vector<Tensor>& operands) const;
+  // The pieces the GPU runs, with the derived backward; on the CPU the pieces
+  // use the CPU kernels (so tests can gradcheck the derived backward there).
+  Tensor forward_pieces(const Tensor& x, const std::vector<Tensor>& operands) const;
+
+  // --- looking at it ---------------------------------------------------------------
+  const std::vector<Step>& steps() const { return steps_; }
+  std::vector<std::string> operand_names() const;
+  // "conv2d(stride=1, padding=1) -> bias -> batch_norm -> add_residual -> gelu"
+  std::string str() const;
+  // The pieces as the GPU runs them: "[conv2d -> bias -> gelu] [batch_norm -> relu]".
+  std::string pieces_str() const;
+
+ private:
+  Block& push(Step step);
+  std::vector<Step> steps_;
+};
+
+}  // namespace loom::fusion

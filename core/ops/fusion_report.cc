@@ -1,0 +1,204 @@
+// File: core/ops/fusion_report.cc
+// The registry of block runs, the timing of a block fused vs unfused, and the
+// report text. Engine details come from the plan cache, matched by the graph's
+// pattern.
+#include "core/ops/fusion_report.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "core/generator.h"
+#include "core/ops/fused.h"
+#include "core/ops/reduction.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/stream.h"
+#include "core/cudnn/plan_cache.h"
+#endif
+
+namespace loom::fusion {
+
+namespace {
+
+// Enough of a tensor to make another like it.
+struct Recipe {
+  bool defined = false;
+  Shape sizes;
+  TensorOptions options;
+};
+
+Recipe recipe_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {.defined = true,
+          .sizes = t.sizes(),
+          .options = {.dtype = t.dtype(), .device = t.device(),
+                      .memory_format = t.suggest_memory_format(), .requires_grad = t.requires_grad()}};
+}
+
+std::string describe(const Tensor& t) {
+  const bool nhwc = t.dim() == 4 && t.suggest_memory_format() == MemoryFormat::ChannelsLast;
+  return fmt::format("{}{} {}", shape_str(t.sizes()), nhwc ? " nhwc" : "", dtype_name(t.dtype()));
+}
+
+struct Recorded {
+  Block block;
+  std::string input;
+  Recipe x;
+  std::vector<Recipe> operands;
+  int64_t runs = 0;
+  std::vector<PieceRun> pieces;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, Recorded> runs;  // by block and input
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+// Random values; a running variance gets ones (it must be positive).
+Tensor make(const Recipe& r, const std::string& name, Generator& gen) {
+  if (!r.defined) return Tensor();
+  TensorOptions o = r.options;
+  o.requires_grad = false;
+  Tensor t = name.ends_with("running_var") ? ones(r.sizes, o) : randn(r.sizes, o, &gen);
+  if (r.options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+void synchronize_device(const Tensor& t) {
+#ifdef LOOM_WITH_CUDA
+  if (t.device().is_cuda()) cuda::synchronize();
+#else
+  (void)t;
+#endif
+}
+
+// Milliseconds per call of `run`, after one warm-up call.
+template <class Run>
+double time_ms(const Tensor& like, int iterations, Run run) {
+  run();
+  synchronize_device(like);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) run();
+  synchronize_device(like);
+  const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+  return took.count() / iterations;
+}
+
+// "engine 7, knobs TILE=2 STAGES=3, notes RUNTIME_COMPILATION, workspace 0 B" for a graph pattern.
+std::string engine_of(const std::string& graph) {
+#ifdef LOOM_WITH_CUDA
+  if (graph.empty()) return "";
+  for (const cudnn::PlanInfo& info : cudnn::PlanCache::global().entries()) {
+    if (info.graph != graph || !info.supported) continue;
+    std::vector<std::string> notes = info.notes.numerical;
+    notes.insert(notes.end(), info.notes.behavior.begin(), info.notes.behavior.end());
+    return fmt::format("engine {}, knobs {}, notes {}, workspace {} B", info.notes.engine_id,
+                       info.notes.knobs.empty() ? "-" : fmt::format("{}", fmt::join(info.notes.knobs, " ")),
+                       notes.empty() ? "-" : fmt::format("{}", fmt::join(notes, " ")), info.workspace_bytes);
+  }
+#else
+  (void)graph;
+#endif
+  return "";
+}
+
+}  // namespace
+
+void note_block_run(const Block& block, const Tensor& x, const std::vector<Tensor>& operands,
+                    std::vector<PieceRun> pieces) {
+  const std::string input = describe(x);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  Recorded& entry = r.runs[block.str() + " @ " + input];
+  if (entry.runs == 0) {
+    entry.block = block;
+    entry.input = input;
+    entry.x = recipe_of(x);
+    for (const Tensor& t : operands) entry.operands.push_back(recipe_of(t));
+  }
+  ++entry.runs;
+  entry.pieces = std::move(pieces);
+}
+
+Timing measure(const Block& block, const Tensor& x, const std::vector<Tensor>& operands, int iterations) {
+  Timing t;
+  Tensor dy;
+  auto forward = [&] { return block(x, operands); };
+  auto backward = [&] {
+    Tensor y = block(x, operands);
+    if (!dy.defined()) dy = ones_like(y);
+    if (y.requires_grad()) y.backward(dy);
+  };
+  for (bool fused : {true, false}) {
+    FusionGuard guard(fused);
+    const double f = time_ms(x, iterations, [&] { (void)forward(); });
+    const double b = time_ms(x, iterations, backward);
+    (fused ? t.fused_forward_ms : t.unfused_forward_ms) = f;
+    (fused ? t.fused_backward_ms : t.unfused_backward_ms) = b;
+  }
+  return t;
+}
+
+std::vector<BlockReport> block_reports(ReportOptions options) {
+  std::vector<Recorded> recorded;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    for (const auto& [key, entry] : r.runs) recorded.push_back(entry);
+  }
+  std::vector<BlockReport> out;
+  Generator gen(0);
+  for (const Recorded& e : recorded) {
+    BlockReport rep{.spec = e.block, .block = e.block.str(), .input = e.input, .runs = e.runs, .pieces = e.pieces};
+    rep.shapes.push_back(e.x.sizes);
+    for (const Recipe& r : e.operands) rep.shapes.push_back(r.defined ? std::optional<Shape>(r.sizes) : std::nullopt);
+    for (const PieceRun& p : e.pieces) rep.engines.push_back(engine_of(p.graph));
+    if (options.measure && e.x.options.device.is_cuda()) {
+      const std::vector<std::string> names = e.block.operand_names();
+      std::vector<Tensor> ops;
+      for (size_t i = 0; i < e.operands.size(); ++i) ops.push_back(make(e.operands[i], names[i], gen));
+      rep.timing = measure(e.block, make(e.x, "x", gen), ops, options.iterations);
+      rep.measured = true;
+    }
+    out.push_back(std::move(rep));
+  }
+  return out;
+}
+
+std::string report(ReportOptions options) {
+  const std::vector<BlockReport> reports = block_reports(options);
+  if (reports.empty()) return "fusion report: no fused blocks ran on a GPU\n";
+  std::string s = fmt::format("fusion report: {} block{}\n", reports.size(), reports.size() == 1 ? "" : "s");
+  for (const BlockReport& r : reports) {
+    s += fmt::format("block {}\n  input {}, {} run{}\n", r.block, r.input, r.runs, r.runs == 1 ? "" : "s");
+    for (size_t i = 0; i < r.pieces.size(); ++i) {
+      const PieceRun& p = r.pieces[i];
+      s += fmt::format("  {}: {}", p.piece, p.how);
+      if (!r.engines[i].empty()) s += " (" + r.engines[i] + ")";
+      if (!p.why_not.empty()) s += "; did not fuse: " + p.why_not;
+      s += "\n";
+    }
+    if (r.measured) {
+      const Timing& t = r.timing;
+      s += fmt::format("  forward: fused {:.3f} ms, unfused {:.3f} ms; forward+backward: fused {:.3f} ms, "
+                       "unfused {:.3f} ms\n",
+                       t.fused_forward_ms, t.unfused_forward_ms, t.fused_backward_ms, t.unfused_backward_ms);
+    }
+  }
+  return s;
+}
+
+void clear_report() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.runs.clear();
+}
+
+}  // namespace loom::fusion

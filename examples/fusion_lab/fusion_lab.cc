@@ -1,0 +1,235 @@
+// File: examples/fusion_lab/fusion_lab.cc
+// The fusion lab: tries every candidate fusion on this GPU, in every precision
+// and layout, and prints one table (pattern x precision x layout: supported?,
+// engine, fused ms, unfused ms, speedup) as Markdown, and as CSV with --csv.
+//
+//   bazel run //examples/fusion_lab -- [--models | --patterns] [--csv FILE] [--iterations N]
+//
+// --models (the default) takes the candidates from the reference models
+// (layers/models.h): each run of layers nn::fuse groups, at the shapes the
+// model feeds it. --patterns takes a fixed list: conv2d / linear + bias + each
+// activation row, batch norm + residual + relu, and a user chain.
+// "supported" means a fused cuDNN graph ran for the block (some piece fused).
+//
+// The lab measures cuDNN fusions, so it needs a GPU: without one it says so
+// and exits 1 (the CPU runs blocks one op at a time, with nothing to compare).
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/autocast.h"
+#include "core/numerics.h"
+#include "core/ops/fusion.h"
+#include "core/ops/fusion_report.h"
+#include "core/ops/ops.h"
+#include "layers/fused.h"
+#include "layers/models.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cudnn/fused.h"
+#endif
+
+using namespace loom;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: fusion_lab [--models | --patterns] [--csv FILE] [--iterations N]\n";
+
+struct Candidate {
+  std::string source;  // "mnist_net", "patterns"
+  fusion::Block block;
+  std::vector<std::optional<Shape>> shapes;  // x, then the operands
+};
+
+struct Row {
+  std::string pattern, precision, layout, supported, engine;
+  double fused_ms = 0, unfused_ms = 0;
+};
+
+// Each run nn::fuse makes of a reference model, at the shapes the model feeds it.
+std::vector<Candidate> model_candidates() {
+  struct Model {
+    const char* name;
+    nn::Sequential (*make)();
+    Shape input;
+  };
+  const Model models[] = {{"mnist_net", nn::mnist_net, {64, 1, 28, 28}},
+                          {"lenet5", nn::lenet5, {64, 1, 28, 28}},
+                          {"resnet9", nn::resnet9, {64, 3, 32, 32}}};
+  std::vector<Candidate> out;
+  for (const Model& m : models) {
+    fusion::clear_report();
+    nn::Sequential net = m.make();
+    nn::fuse(net);
+    net.to(Device::cuda());
+    net(randn(m.input).to(Device::cuda()));
+    for (const fusion::BlockReport& r : fusion::block_reports()) out.push_back({m.name, r.spec, r.shapes});
+  }
+  fusion::clear_report();
+  return out;
+}
+
+std::vector<Candidate> pattern_candidates() {
+  const Shape x = {64, 64, 32, 32}, w = {64, 64, 3, 3}, k = {64}, rows = {256, 512}, lw = {512, 512}, lk = {512};
+  std::vector<Candidate> out;
+  for (ActivationKind kind : cpu::kActivationKinds) {
+    out.push_back({"patterns", fusion::Block().conv2d({.padding = {1, 1}}).bias().activation(kind), {x, w, k}});
+    out.push_back({"patterns", fusion::Block().linear().bias().activation(kind), {rows, lw, lk}});
+  }
+  out.push_back({"patterns", fusion::Block().batch_norm().add_residual().relu(), {x, k, k, k, k, x}});
+  out.push_back({"patterns", fusion::Block().conv2d({.padding = {1, 1}}).scale_bias().gelu(), {x, w, k, k}});
+  return out;
+}
+
+std::vector<Tensor> make_inputs(const Candidate& c, MemoryFormat format, Generator& gen) {
+  const std::vector<std::string> names = c.block.operand_names();
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    if (!c.shapes[i]) {
+      out.push_back(Tensor());
+      continue;
+    }
+    const bool variance = i > 0 && names[i - 1].ends_with("running_var");
+    Tensor t = variance ? ones(*c.shapes[i]) : randn(*c.shapes[i], {}, &gen) * 0.1;
+    t = t.to(Device::cuda());
+    if (t.dim() == 4) t = t.contiguous(format);
+    const bool buffer = i > 0 && names[i - 1].find("running_") != std::string::npos;
+    if (!buffer) t.requires_grad_();
+    out.push_back(t);
+  }
+  return out;
+}
+
+#ifdef LOOM_WITH_CUDA
+int64_t fused_graph_runs() {
+  const cudnn::FusedRuns r = cudnn::fused_runs();
+  return r.conv_bias_relu + r.bn_relu_forward + r.bn_relu_backward + r.dgrad_relu + r.matmul_bias_relu + r.epilogue;
+}
+#endif
+
+// One candidate under the current policy and layout.
+Row try_candidate(const Candidate& c, MemoryFormat format, int iterations, Generator& gen) {
+  Row row{.pattern = c.block.str(), .layout = format == MemoryFormat::ChannelsLast ? "nhwc" : "nchw"};
+  std::vector<Tensor> in = make_inputs(c, format, gen);
+  const std::vector<Tensor> operands(in.begin() + 1, in.end());
+  fusion::clear_report();
+#ifdef LOOM_WITH_CUDA
+  const int64_t before = fused_graph_runs();
+  (void)c.block(in[0], operands);
+  row.supported = fused_graph_runs() > before ? "yes" : "no";
+#endif
+  for (const fusion::BlockReport& r : fusion::block_reports()) {
+    for (size_t i = 0; i < r.pieces.size(); ++i) {
+      if (!r.engines[i].empty()) row.engine += (row.engine.empty() ? "" : "; ") + r.engines[i];
+      if (row.supported == "no" && !r.pieces[i].why_not.empty() && row.engine.empty()) {
+        row.engine = "none: " + r.pieces[i].why_not;
+      }
+    }
+  }
+  const fusion::Timing t = fusion::measure(c.block, in[0], operands, iterations);
+  row.fused_ms = t.fused_backward_ms;
+  row.unfused_ms = t.unfused_backward_ms;
+  return row;
+}
+
+std::string csv_field(const std::string& s) {
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
+void print(const std::vector<Row>& rows, const std::string& csv_path) {
+  std::printf("| pattern | precision | layout | supported | engine | fused ms | unfused ms | speedup |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %s | %s | %s | %s | %.3f | %.3f | %.2fx |\n", r.pattern.c_str(), r.precision.c_str(),
+                r.layout.c_str(), r.supported.c_str(), r.engine.empty() ? "-" : r.engine.c_str(), r.fused_ms,
+                r.unfused_ms, r.unfused_ms / r.fused_ms);
+  }
+  if (csv_path.empty()) return;
+  std::ofstream csv(csv_path);
+  csv << "pattern,precision,layout,supported,engine,fused_ms,unfused_ms,speedup\n";
+  for (const Row& r : rows) {
+    csv << fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.3f}\n", csv_field(r.pattern), r.precision, r.layout,
+                       r.supported, csv_field(r.engine), r.fused_ms, r.unfused_ms, r.unfused_ms / r.fused_ms);
+  }
+  std::printf("\nCSV written to %s\n", csv_path.c_str());
+}
+
+struct Flags {
+  bool patterns = false;
+  std::string csv;
+  int iterations = 20;
+};
+
+std::optional<Flags> parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--models") {
+      f.patterns = false;
+    } else if (a == "--patterns") {
+      f.patterns = true;
+    } else if (a == "--csv" && i + 1 < argc) {
+      f.csv = argv[++i];
+    } else if (a == "--iterations" && i + 1 < argc) {
+      f.iterations = std::atoi(argv[++i]);
+      if (f.iterations < 1 || f.iterations > 10000) return std::nullopt;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::optional<Flags> flags = parse(argc, argv);
+  if (!flags) {
+    std::fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  if (!cuda_available()) {
+    std::fprintf(stderr,
+                 "fusion_lab: no usable CUDA GPU here; the lab measures cuDNN fusions and needs one "
+                 "(on the CPU a block runs one op at a time, so there is nothing to compare)\n");
+    return 1;
+  }
+  try {
+    const std::vector<Candidate> candidates = flags->patterns ? pattern_candidates() : model_candidates();
+    struct Setting {
+      const char* name;
+      Precision precision;
+      bool bf16;
+    };
+    const Setting settings[] = {{"strict_fp32", Precision::StrictFp32, false},
+                                {"tf32", Precision::Tf32, false},
+                                {"bf16", Precision::Bf16, true}};
+    Generator gen(0);
+    std::vector<Row> rows;
+    for (const Candidate& c : candidates) {
+      for (const Setting& s : settings) {
+        for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+          NumericsGuard numerics({.precision = s.precision});
+          AutocastGuard autocast(s.bf16 ? std::optional<DType>(DType::BFloat16) : std::nullopt);
+          Row row = try_candidate(c, format, flags->iterations, gen);
+          row.precision = s.name;
+          row.pattern = c.source + ": " + row.pattern;
+          rows.push_back(row);
+        }
+      }
+    }
+    print(rows, flags->csv);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fusion_lab: %s\n", e.what());
+    return 1;
+  }
+}
