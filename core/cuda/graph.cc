@@ -1,10 +1,18 @@
 #include "core/cuda/graph.h"
 
+#include <atomic>
+
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
 
 namespace loom::cuda {
+
+namespace {
+std::atomic<uint64_t> replays{0};
+}  // namespace
+
+uint64_t replay_count() { return replays.load(); }
 
 CudaGraph::~CudaGraph() { reset(); }
 
@@ -42,6 +50,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
 void CudaGraph::replay() const {
   LOOM_CHECK(exec_ != nullptr, CudaError, "[cuda_graph] replay() before capture()");
   LOOM_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream()));
+  ++replays;
 }
 
 }  // namespace loom::cuda
