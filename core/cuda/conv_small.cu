@@ -85,6 +85,33 @@ __device__ void stage_filter(float* filter, View4<const S> w, const ConvGeo& g) 
   }
 }
 
+struct OutputItem {
+  int64_t n;
+  int p, q, kg;
+};
+
+// Item i's pixel and channel group; 32-bit division where i fits (a fraction of 64-bit's cost).
+template <class I>
+__device__ OutputItem split_item(I i, const ConvGeo& g, int groups, bool channels_inner) {
+  OutputItem it;
+  if (channels_inner) {
+    it.kg = static_cast<int>(i % groups);
+    i /= groups;
+    it.q = static_cast<int>(i % g.Q);
+    i /= g.Q;
+    it.p = static_cast<int>(i % g.P);
+    it.n = static_cast<int64_t>(i / g.P);
+  } else {
+    it.q = static_cast<int>(i % g.Q);
+    i /= g.Q;
+    it.p = static_cast<int>(i % g.P);
+    i /= g.P;
+    it.kg = static_cast<int>(i % groups);
+    it.n = static_cast<int64_t>(i / groups);
+  }
+  return it;
+}
+
 // One item: KB channels of one output pixel. Channels-last y numbers the
 // channel groups fastest (neighbouring threads write neighbouring channels and
 // read one input value); NCHW y numbers the pixels fastest.
@@ -96,24 +123,12 @@ __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S
   __syncthreads();
   const int groups = g.K / KB;
   const int64_t items = int64_t(g.N) * g.P * g.Q * groups;
+  const bool narrow = items <= int64_t(UINT32_MAX);
   for (int64_t i = first_index(); i < items; i += index_step()) {
-    int64_t n, rest;
-    int p, q, kg;
-    if (channels_inner) {
-      kg = static_cast<int>(i % groups);
-      rest = i / groups;
-      q = static_cast<int>(rest % g.Q);
-      rest /= g.Q;
-      p = static_cast<int>(rest % g.P);
-      n = rest / g.P;
-    } else {
-      q = static_cast<int>(i % g.Q);
-      rest = i / g.Q;
-      p = static_cast<int>(rest % g.P);
-      rest /= g.P;
-      kg = static_cast<int>(rest % groups);
-      n = rest / groups;
-    }
+    const OutputItem it = narrow ? split_item(static_cast<uint32_t>(i), g, groups, channels_inner)
+                                 : split_item(i, g, groups, channels_inner);
+    const int64_t n = it.n;
+    const int p = it.p, q = it.q, kg = it.kg;
     float acc[KB];
 #pragma unroll
     for (int j = 0; j < KB; ++j) acc[j] = 0.0f;
@@ -163,23 +178,27 @@ __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, 
   float acc[KJ];
 #pragma unroll
   for (int j = 0; j < KJ; ++j) acc[j] = 0.0f;
+  __shared__ int64_t tile_n[kTilePixels];
+  __shared__ int tile_p[kTilePixels], tile_q[kTilePixels];
   for (int64_t base = begin; base < end; base += kTilePixels) {
     const int count = static_cast<int>(end - base < kTilePixels ? end - base : kTilePixels);
+    if (threadIdx.x < count) {  // each tile pixel's (n, p, q), split once
+      const int64_t pixel = base + threadIdx.x;
+      tile_q[threadIdx.x] = static_cast<int>(pixel % g.Q);
+      tile_p[threadIdx.x] = static_cast<int>(pixel / g.Q % g.P);
+      tile_n[threadIdx.x] = pixel / (int64_t(g.P) * g.Q);
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < count * g.K; i += blockDim.x) {
       const int t = i / g.K, k = i % g.K;
-      const int64_t pixel = base + t;
-      const int q = static_cast<int>(pixel % g.Q), p = static_cast<int>(pixel / g.Q % g.P);
-      dy_tile[t * g.K + k] = to_compute(dy(pixel / (int64_t(g.P) * g.Q), k, p, q));
+      dy_tile[t * g.K + k] = to_compute(dy(tile_n[t], k, tile_p[t], tile_q[t]));
     }
     for (int i = threadIdx.x; i < count * crs_count; i += blockDim.x) {
       const int t = i / crs_count, e = i % crs_count;
       const int c = e / (g.R * g.S), r = e / g.S % g.R, s = e % g.S;
-      const int64_t pixel = base + t;
-      const int q = static_cast<int>(pixel % g.Q), p = static_cast<int>(pixel / g.Q % g.P);
-      const int h = p * g.stride_h - g.pad_h + r, col = q * g.stride_w - g.pad_w + s;
+      const int h = tile_p[t] * g.stride_h - g.pad_h + r, col = tile_q[t] * g.stride_w - g.pad_w + s;
       const bool inside = h >= 0 && h < g.H && col >= 0 && col < g.W;
-      x_tile[t * crs_count + e] =
-          inside ? to_compute(x(pixel / (int64_t(g.P) * g.Q), c, h, col)) : 0.0f;
+      x_tile[t * crs_count + e] = inside ? to_compute(x(tile_n[t], c, h, col)) : 0.0f;
     }
     __syncthreads();
     if (active) {

@@ -49,61 +49,78 @@ __device__ void store(T* p, const Pack<T, V>& value) {
   *reinterpret_cast<Pack<T, V>*>(p) = value;
 }
 
+// Plane coordinates and channels fit 32 bits; the batch index gets 64.
 struct Position {
-  int64_t n, c, h, w;
+  int64_t n;
+  int c, h, w;
 };
 
 // The packs of the operand a kernel writes, a thread each: (N, rows, cols, C / V)
 // row-major when channels vary fastest in memory (always so when V > 1), else
 // (N, C, rows, cols), so that neighbouring threads touch neighbouring addresses.
+// Thread indices below 2^32 (narrow) are split with 32-bit divisions, which
+// cost a fraction of 64-bit ones.
 struct PackSpace {
   int64_t count;
-  int64_t packs, C, rows, cols;  // packs = C / V
+  int packs, C, rows, cols;  // packs = C / V
   int V;
-  bool channels_inner;
+  bool channels_inner, narrow;
 
-  __device__ Position at(int64_t i) const {
+  template <class I>
+  __device__ Position split(I i) const {
     Position pos;
     if (channels_inner) {
-      pos.c = (i % packs) * V;
+      pos.c = static_cast<int>(i % packs) * V;
       i /= packs;
-      pos.w = i % cols;
+      pos.w = static_cast<int>(i % cols);
       i /= cols;
-      pos.h = i % rows;
-      pos.n = i / rows;
+      pos.h = static_cast<int>(i % rows);
+      pos.n = static_cast<int64_t>(i / rows);
     } else {
-      pos.w = i % cols;
+      pos.w = static_cast<int>(i % cols);
       i /= cols;
-      pos.h = i % rows;
+      pos.h = static_cast<int>(i % rows);
       i /= rows;
-      pos.c = i % C;
-      pos.n = i / C;
+      pos.c = static_cast<int>(i % C);
+      pos.n = static_cast<int64_t>(i / C);
     }
     return pos;
+  }
+
+  __device__ Position at(int64_t i) const {
+    return narrow ? split(static_cast<uint32_t>(i)) : split(i);
   }
 };
 
 PackSpace pack_space(const Strided& t, int V) {
   const int64_t packs = t.sizes[1] / V;
-  return {t.sizes[0] * packs * t.sizes[2] * t.sizes[3], packs, t.sizes[1], t.sizes[2], t.sizes[3], V,
-          V > 1 || t.strides[1] < t.strides[3]};
+  const int64_t count = t.sizes[0] * packs * t.sizes[2] * t.sizes[3];
+  return {count,
+          static_cast<int>(packs),
+          static_cast<int>(t.sizes[1]),
+          static_cast<int>(t.sizes[2]),
+          static_cast<int>(t.sizes[3]),
+          V,
+          V > 1 || t.strides[1] < t.strides[3],
+          count <= int64_t(UINT32_MAX)};
 }
 
+// The window geometry and both planes, in 32 bits.
 struct Shape2 {
-  cpu::Pool2dParams k;
-  int64_t H, W, P, Q;
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  int H, W, P, Q;
 };
 
 // The outputs [first, last) along one dim whose windows hold input i: those with
 // o * stride - pad <= i < o * stride - pad + kernel, inside [0, out).
 struct Span {
-  int64_t first, last;
+  int first, last;
 };
 
-__device__ Span covering(int64_t i, int64_t kernel, int64_t stride, int64_t pad, int64_t out) {
-  const int64_t shifted = i + pad;  // >= 0
-  const int64_t first = shifted < kernel ? 0 : (shifted - kernel) / stride + 1;
-  return {first, std::min(shifted / stride + 1, out)};
+__device__ Span covering(int i, int kernel, int stride, int pad, int out) {
+  const int shifted = i + pad;  // >= 0
+  const int first = shifted < kernel ? 0 : (shifted - kernel) / stride + 1;
+  return {first, min(shifted / stride + 1, out)};
 }
 
 template <class S, int V>
@@ -112,23 +129,21 @@ __global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<co
   using T = compute_t<S>;
   for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
     const Position o = outputs.at(i);
-    const int64_t h_origin = o.h * s.k.stride_h - s.k.pad_h;
-    const int64_t w_origin = o.w * s.k.stride_w - s.k.pad_w;
-    const int64_t h0 = std::max<int64_t>(h_origin, 0), w0 = std::max<int64_t>(w_origin, 0);
-    const int64_t h1 = std::min(h_origin + s.k.kernel_h, s.H);
-    const int64_t w1 = std::min(w_origin + s.k.kernel_w, s.W);
+    const int h_origin = o.h * s.stride_h - s.pad_h, w_origin = o.w * s.stride_w - s.pad_w;
+    const int h0 = max(h_origin, 0), w0 = max(w_origin, 0);
+    const int h1 = min(h_origin + s.kernel_h, s.H), w1 = min(w_origin + s.kernel_w, s.W);
     T best[V];
     Pack<uint8_t, V> arg;
-    const uint8_t first = static_cast<uint8_t>((h0 - h_origin) * s.k.kernel_w + (w0 - w_origin));
+    const uint8_t first = static_cast<uint8_t>((h0 - h_origin) * s.kernel_w + (w0 - w_origin));
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       best[j] = -std::numeric_limits<T>::infinity();
       arg.v[j] = first;
     }
-    for (int64_t h = h0; h < h1; ++h) {
-      for (int64_t w = w0; w < w1; ++w) {
+    for (int h = h0; h < h1; ++h) {
+      for (int w = w0; w < w1; ++w) {
         const Pack<S, V> v = load<S, V>(x.at(o.n, o.c, h, w));
-        const uint8_t local = static_cast<uint8_t>((h - h_origin) * s.k.kernel_w + (w - w_origin));
+        const uint8_t local = static_cast<uint8_t>((h - h_origin) * s.kernel_w + (w - w_origin));
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const T t = to_compute(v.v[j]);
@@ -155,15 +170,15 @@ __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<con
   using T = compute_t<S>;
   for (int64_t i = first_index(); i < inputs.count; i += index_step()) {
     const Position e = inputs.at(i);
-    const Span rows = covering(e.h, s.k.kernel_h, s.k.stride_h, s.k.pad_h, s.P);
-    const Span cols = covering(e.w, s.k.kernel_w, s.k.stride_w, s.k.pad_w, s.Q);
+    const Span rows = covering(e.h, s.kernel_h, s.stride_h, s.pad_h, s.P);
+    const Span cols = covering(e.w, s.kernel_w, s.stride_w, s.pad_w, s.Q);
     T sum[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) sum[j] = T(0);
-    for (int64_t p = rows.first; p < rows.last; ++p) {
-      const int64_t row_local = (e.h - (p * s.k.stride_h - s.k.pad_h)) * s.k.kernel_w;
-      for (int64_t q = cols.first; q < cols.last; ++q) {
-        const int64_t local = row_local + e.w - (q * s.k.stride_w - s.k.pad_w);
+    for (int p = rows.first; p < rows.last; ++p) {
+      const int row_local = (e.h - (p * s.stride_h - s.pad_h)) * s.kernel_w;
+      for (int q = cols.first; q < cols.last; ++q) {
+        const int local = row_local + e.w - (q * s.stride_w - s.pad_w);
         const Pack<uint8_t, V> picked = load<uint8_t, V>(index.at(e.n, e.c, p, q));
         const Pack<S, V> g = load<S, V>(dy.at(e.n, e.c, p, q));
 #pragma unroll
@@ -199,8 +214,10 @@ int pack_width(const Strided& a, const Strided& b, const Strided& index) {
   return fit ? kWide : 1;
 }
 
-Shape2 shape2(const cpu::Pool2dParams& params, const Strided& in, const Strided& out) {
-  return {params, in.sizes[2], in.sizes[3], out.sizes[2], out.sizes[3]};
+Shape2 shape2(const cpu::Pool2dParams& k, const Strided& in, const Strided& out) {
+  auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  return {i32(k.kernel_h), i32(k.kernel_w), i32(k.stride_h), i32(k.stride_w), i32(k.pad_h),
+          i32(k.pad_w),    i32(in.sizes[2]), i32(in.sizes[3]), i32(out.sizes[2]), i32(out.sizes[3])};
 }
 
 }  // namespace
