@@ -12,6 +12,7 @@
 
 #include "core/cuda/graph.h"
 #include "core/cuda/kernel_choice.h"
+#include "core/tensor.h"
 #include "tests/testing.h"
 
 using namespace loom;
@@ -59,6 +60,7 @@ LOOM_GPU_TEST_CASE("a key is raced once; a declining candidate is never chosen")
 LOOM_GPU_TEST_CASE("the environment variable forces a candidate without a race") {
   cuda::KernelChoice choice(kEnv);
   Counted counted;
+  counted.decline = true;  // so that the race below has one possible winner
   auto make = [&] { return counted.make(); };
   setenv(kEnv, "declines", 1);
   CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "declines");
@@ -76,10 +78,15 @@ LOOM_GPU_TEST_CASE("inside a capture an unknown key gets the first candidate, un
   unsetenv(kEnv);
   cuda::KernelChoice choice(kEnv);
   Counted counted;
+  counted.decline = true;
   auto make = [&] { return counted.make(); };
   std::string picked;
+  Tensor work = zeros({4}, {.device = Device::cuda()});
   cuda::CudaGraph graph;
-  graph.capture([&] { picked = choice.choose("shape a", {"declines", "runs"}, make); });
+  graph.capture([&] {
+    picked = choice.choose("shape a", {"declines", "runs"}, make);
+    work.fill_(1);  // the graph records something
+  });
   CHECK(picked == "declines");
   CHECK(counted.built == 0);
   CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "runs");  // raced now
