@@ -161,7 +161,7 @@ __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S
 }
 
 // Stage 1: block b sums pixels [b * per_block, (b + 1) * per_block) of the
-// N * P * Q pixels, tile by tile in pixel order, into partials[b][k][crs].
+// N * P * Q pixels, tile by tile in pixel order, into partials[k][crs][b].
 // Thread t owns filter element crs = t % CRS and channels (t / CRS) * KJ + j.
 template <class S, int KJ>
 __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, ConvGeo g,
@@ -212,24 +212,33 @@ __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, 
     }
     __syncthreads();
   }
-  if (active) {
-    float* out = partials + blockIdx.x * int64_t(g.K) * crs_count;
+  if (active) {  // partials is [K * CRS][blocks], for stage 2's coalesced reads
 #pragma unroll
-    for (int j = 0; j < KJ; ++j) out[(kg * KJ + j) * crs_count + crs] = acc[j];
+    for (int j = 0; j < KJ; ++j) {
+      partials[(int64_t(kg * KJ + j) * crs_count + crs) * gridDim.x + blockIdx.x] = acc[j];
+    }
   }
 }
 
-// Stage 2: dw[k][crs] = the blocks' partials summed in block order.
+// Stage 2: a warp per dw[k][crs]. Lane l sums the partials of blocks l, l + 32,
+// ... in order, then the lanes combine in a fixed shuffle tree: the same
+// order every run.
 template <class S>
 __global__ void small_wgrad_sum_kernel(View4<S> dw, const float* partials, int64_t blocks,
                                        ConvGeo g) {
   const int crs_count = g.crs();
   const int64_t outputs = int64_t(g.K) * crs_count;
-  for (int64_t o = first_index(); o < outputs; o += index_step()) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t o = first_index() / 32; o < outputs; o += index_step() / 32) {
+    const float* row = partials + o * blocks;  // [output][block]
     float sum = 0.0f;
-    for (int64_t b = 0; b < blocks; ++b) sum += partials[b * outputs + o];
-    const int k = static_cast<int>(o / crs_count), e = static_cast<int>(o % crs_count);
-    dw(k, e / (g.R * g.S), e / g.S % g.R, e % g.S) = from_compute<S>(sum);
+    for (int64_t b = lane; b < blocks; b += 32) sum += row[b];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    if (lane == 0) {
+      const int k = static_cast<int>(o / crs_count), e = static_cast<int>(o % crs_count);
+      dw(k, e / (g.R * g.S), e / g.S % g.R, e % g.S) = from_compute<S>(sum);
+    }
   }
 }
 
@@ -324,7 +333,7 @@ cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const 
       small_wgrad_partial_kernel<S, V><<<static_cast<int>(blocks), threads, shared, stream>>>(
           view4<const S>(dy), view4<const S>(x), g, pixels_per_block(pixels), partials);
     });
-    small_wgrad_sum_kernel<S><<<blocks_for(dw.numel()), kThreads, 0, stream>>>(
+    small_wgrad_sum_kernel<S><<<blocks_for(dw.numel() * 32), kThreads, 0, stream>>>(
         view4<S>(dw), partials, blocks, g);
   });
   return cudaGetLastError();
