@@ -1,5 +1,6 @@
 #include "core/cuda/graph.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "core/capture_gate.h"
@@ -8,6 +9,12 @@
 #include "core/error.h"
 
 namespace loom::cuda {
+
+namespace {
+std::atomic<uint64_t> replays{0};
+}  // namespace
+
+uint64_t replay_count() { return replays.load(); }
 
 CudaGraph::~CudaGraph() { reset(); }
 
@@ -46,6 +53,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
 void CudaGraph::replay() const {
   LOOM_CHECK(exec_ != nullptr, CudaError, "[cuda_graph] replay() before capture()");
   LOOM_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream()));
+  ++replays;
 }
 
 }  // namespace loom::cuda

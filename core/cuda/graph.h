@@ -13,12 +13,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 
 #include "core/cuda/allocator.h"
 
 namespace loom::cuda {
+
+// How many replays this process has launched. A replay writes memory without
+// bumping any storage version, so caches keyed by versions (autocast's weight
+// casts) also compare this count.
+uint64_t replay_count();
 
 class CudaGraph {
  public:

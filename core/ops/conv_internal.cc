@@ -10,6 +10,7 @@
 #include "core/cuda/elementwise.h"
 #include "core/cuda/reduce.h"
 #include "core/cudnn/conv.h"
+#include "core/ops/conv_small_internal.h"
 #endif
 
 namespace loom::conv_detail {
@@ -65,7 +66,7 @@ void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Ten
                     const cpu::ConvParams& p) {
   if (y.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
-    cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
+    if (!small_conv_forward(y, x, w, p)) cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
     if (bias.defined()) add_bias_cuda(y, bias);
 #endif
     return;
@@ -87,7 +88,7 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu
 void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
   if (dw.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
-    cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
+    if (!small_conv_wgrad(dw, dy, x, p)) cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
 #endif
     return;
   }

@@ -17,7 +17,9 @@
 #include "core/ops/reduction.h"
 #include "core/ops/shape_ops.h"
 #ifdef LOOM_WITH_CUDA
+#include "core/cuda/kernel_choice.h"
 #include "core/cuda/pool.h"
+#include "core/cuda/pool_window.h"
 #include "core/cudnn/pool.h"
 #endif
 
@@ -199,8 +201,87 @@ void pool_backward_by_kernels(const Tensor& dx, const Tensor& dy, const Tensor& 
   cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params);
 }
 
+// --- GPU max pooling by Loom's window-index kernels (core/cuda/pool_window.h):
+// a one-byte index per output, and a backward that writes each dx element once.
+// They race cuDNN's graph per shape (forward, and backward when grad is on) at
+// the first meeting; LOOM_POOL_KERNEL=loom|cudnn forces one, auto (the default)
+// times them.
+
+constexpr std::string_view kLoomPool = "loom", kCudnnPool = "cudnn";
+
+Tensor window_index_like(const Tensor& y) {
+  TensorOptions options = layout_of(y);
+  options.dtype = DType::UInt8;
+  return empty(y.sizes(), options);
+}
+
+Tensor window_max_pool(const Tensor& x_in, const PoolGeometry& geometry, std::string_view op) {
+  const TensorOptions layout = layout_of(x_in);
+  const Tensor x = x_in.detach();
+  Tensor y = empty(geometry.out_sizes, layout);
+  const Tensor index = window_index_like(y);
+  cuda::max_pool2d_window_forward(y.strided(), index.strided(), x.strided(), geometry.params);
+  if (needs_grad({x_in})) {
+    const Shape x_sizes = x.sizes();
+    record(std::string(op), {x_in}, y, [=](const Tensor& dy_in) -> std::vector<Tensor> {
+      const Tensor dy = dy_in.contiguous(layout.memory_format);
+      Tensor dx = empty(x_sizes, layout);
+      cuda::max_pool2d_window_backward(dx.strided(), dy.strided(), index.strided(), geometry.params);
+      return {dx};
+    }, {index});
+  }
+  return y;
+}
+
+// Both paths on scratch operands (y stands in for dy), for the timing race.
+cuda::CandidateRuns max_pool_runs(const Tensor& x_in, const PoolGeometry& geometry,
+                                  const Pool2dOptions& options, bool backward) {
+  const TensorOptions layout = layout_of(x_in);
+  const Tensor x = x_in.detach().contiguous(layout.memory_format);
+  const Tensor y = empty(geometry.out_sizes, layout), index = window_index_like(y);
+  const Tensor dx = backward ? empty(x.sizes(), layout) : Tensor();
+  auto loom = [=] {
+    cuda::max_pool2d_window_forward(y.strided(), index.strided(), x.strided(), geometry.params);
+    if (backward) {
+      cuda::max_pool2d_window_backward(dx.strided(), y.strided(), index.strided(), geometry.params);
+    }
+    return true;
+  };
+  auto cudnn = [=] {
+    const cudnn::PoolArgs args{geometry.params, /*max=*/true, options.count_include_pad};
+    const bool indexed = cudnn::pool_uses_index(x.strided());
+    Strided xs = x.strided(), ys = y.strided(), is = indexed ? index.strided() : Strided{};
+    if (!cudnn::pool2d_forward(ys, indexed ? &is : nullptr, xs, args)) return false;
+    if (!backward) return true;
+    const cudnn::PoolBackwardInputs inputs{indexed ? nullptr : &xs, indexed ? nullptr : &ys,
+                                           indexed ? &is : nullptr};
+    return cudnn::pool2d_backward(dx.strided(), ys, inputs, args);
+  };
+  return {loom, cudnn};
+}
+
+bool window_max_pool_chosen(const Tensor& x, const PoolGeometry& geometry,
+                            const Pool2dOptions& options) {
+  static cuda::KernelChoice choice("LOOM_POOL_KERNEL");
+  if (!cuda::max_pool2d_window_supported(geometry.params)) return false;
+  const bool backward = needs_grad({x});
+  const cpu::Pool2dParams& k = geometry.params;
+  const std::string key = fmt::format(
+      "max_pool2d {} {} {} kernel {}x{} stride {}x{} pad {}x{} out {} backward {}",
+      dtype_name(x.dtype()), shape_str(x.sizes()), shape_str(x.strides()), k.kernel_h, k.kernel_w,
+      k.stride_h, k.stride_w, k.pad_h, k.pad_w, shape_str(geometry.out_sizes), backward);
+  const std::string pick =
+      choice.choose(key, {std::string(kLoomPool), std::string(kCudnnPool)},
+                    [&] { return max_pool_runs(x, geometry, options, backward); });
+  return pick == kLoomPool;
+}
+
 Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
   check_pool_input(x, op);
+  if (max) {
+    const PoolGeometry geometry = pool_geometry(x, options, op);
+    if (window_max_pool_chosen(x, geometry, options)) return window_max_pool(x, geometry, op);
+  }
   CudnnPoolSaved saved;
   Tensor y = cudnn_pool(x, options, max, op, saved);
   if (!y.defined()) return max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op);

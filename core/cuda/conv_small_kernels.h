@@ -1,0 +1,30 @@
+// File: core/cuda/conv_small_kernels.h
+// Launchers for the small-channel convolution kernels in conv_small.cu (see
+// conv_small.h). They return the launch status; conv_small.cc checks it.
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/cpu/conv.h"  // ConvParams
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+// y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C, R, S)).
+cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
+                                      const cpu::ConvParams& p, cudaStream_t stream);
+// dw (K, C, R, S) = sum over N, P, Q of dy (N, K, P, Q) times x's window
+// element; partials is float32 scratch of conv_small_wgrad_partials elements.
+cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
+                                    const cpu::ConvParams& p, float* partials,
+                                    cudaStream_t stream);
+// True when a filter of K output channels and C * R * S taps fits the kernels'
+// blocks: the weight gradient's thread per (tap, channel group) in one block,
+// and its pixel tile and the forward's filter in shared memory.
+bool conv_small_fits(int64_t K, int64_t taps);
+// The number of float32 partial sums the wgrad's first stage writes.
+int64_t conv_small_wgrad_partials(const Strided& dy, const Strided& w_or_dw);
+
+}  // namespace loom::cuda

@@ -1,0 +1,105 @@
+// File: core/cuda/kernel_choice.cc
+#include "core/cuda/kernel_choice.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <limits>
+
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+
+namespace loom::cuda {
+
+namespace {
+
+// Two events on the current stream, destroyed with the timer.
+class EventTimer {
+ public:
+  EventTimer() {
+    LOOM_CUDA_CHECK(cudaEventCreate(&start_));
+    LOOM_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~EventTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+
+  void start() { LOOM_CUDA_CHECK(cudaEventRecord(start_, current_stream())); }
+  float stop_ms() {
+    LOOM_CUDA_CHECK(cudaEventRecord(stop_, current_stream()));
+    LOOM_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+std::string names_of(const std::vector<std::string>& names) {
+  std::string all = "auto";
+  for (const std::string& name : names) all += ", " + name;
+  return all;
+}
+
+}  // namespace
+
+KernelChoice::KernelChoice(std::string env_var) : env_var_(std::move(env_var)) {}
+
+std::string KernelChoice::forced() const {
+  const char* value = std::getenv(env_var_.c_str());
+  if (value == nullptr || std::string_view(value) == "auto") return "";
+  return value;
+}
+
+std::string KernelChoice::choose(const std::string& key, const std::vector<std::string>& names,
+                                 const std::function<CandidateRuns()>& make_runs) {
+  LOOM_CHECK(!names.empty(), ValueError, "[{}] no candidate kernels for key {}", env_var_, key);
+  if (const std::string name = forced(); !name.empty()) {
+    for (const std::string& candidate : names) {
+      if (candidate == name) return name;
+    }
+    LOOM_CHECK(false, ValueError, "[{}] is '{}', which names no kernel for this op; use one of: {}",
+               env_var_, name, names_of(names));
+  }
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  const std::string device_key = fmt::format("{}:{}", device, key);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = chosen_.find(device_key); it != chosen_.end()) return it->second;
+  }
+  if (is_capturing()) return names.front();
+  const CandidateRuns runs = make_runs();
+  LOOM_CHECK(runs.size() == names.size(), ValueError, "[{}] {} candidate names but {} runs for key {}",
+             env_var_, names.size(), runs.size(), key);
+  const std::string fastest = time_fastest(names, runs);
+  std::lock_guard<std::mutex> lock(mutex_);
+  chosen_.emplace(device_key, fastest);
+  return fastest;
+}
+
+std::string KernelChoice::time_fastest(const std::vector<std::string>& names,
+                                       const CandidateRuns& runs) const {
+  std::string fastest = names.front();
+  float best_ms = std::numeric_limits<float>::infinity();
+  EventTimer timer;
+  for (size_t c = 0; c < runs.size(); ++c) {
+    if (!runs[c]()) continue;  // the warm-up run; false: this candidate cannot run the key
+    timer.start();
+    for (int i = 0; i < kTimedRuns; ++i) runs[c]();
+    const float ms = timer.stop_ms();
+    if (ms < best_ms) {
+      best_ms = ms;
+      fastest = names[c];
+    }
+  }
+  return fastest;
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,266 @@
+// File: core/cuda/pool_window.cu
+// Window-index max pooling (pool_window.h): a thread per output (forward) or per
+// input element (backward), each handling V channels at once. V is 16 bytes of
+// the storage type when the operands are channels-last with whole vectors of
+// channels and aligned pointers, else 1 (any strides). bfloat16 and float16 are
+// compared and summed in float32 and rounded once on store (element.cuh).
+// N batch, C channels, H, W input plane, P, Q output plane.
+#include <cstdint>
+#include <limits>
+
+#include "core/cuda/element.cuh"
+#include "core/cuda/geometry.cuh"
+#include "core/cuda/pool_window_kernels.h"
+
+namespace loom::cuda {
+
+namespace {
+
+// V consecutive channels of one operand, loaded or stored in one access.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// A (N, C, rows, cols) operand with any strides; at(n, c, h, w) points at
+// channel c, the first of a pack.
+template <class T>
+struct View4 {
+  T* data;
+  int64_t stride_n, stride_c, stride_h, stride_w;
+
+  __device__ T* at(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return data + n * stride_n + c * stride_c + h * stride_h + w * stride_w;
+  }
+};
+
+template <class T>
+View4<T> view4(const Strided& t) {
+  return {static_cast<T*>(t.data), t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
+}
+
+template <class T, int V>
+__device__ Pack<T, V> load(const T* p) {
+  return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+
+template <class T, int V>
+__device__ void store(T* p, const Pack<T, V>& value) {
+  *reinterpret_cast<Pack<T, V>*>(p) = value;
+}
+
+// Plane coordinates and channels fit 32 bits; the batch index gets 64.
+struct Position {
+  int64_t n;
+  int c, h, w;
+};
+
+// The packs of the operand a kernel writes, a thread each: (N, rows, cols, C / V)
+// row-major when channels vary fastest in memory (always so when V > 1), else
+// (N, C, rows, cols), so that neighbouring threads touch neighbouring addresses.
+// Thread indices below 2^32 (narrow) are split with 32-bit divisions, which
+// cost a fraction of 64-bit ones.
+struct PackSpace {
+  int64_t count;
+  int packs, C, rows, cols;  // packs = C / V
+  int V;
+  bool channels_inner, narrow;
+
+  template <class I>
+  __device__ Position split(I i) const {
+    Position pos;
+    if (channels_inner) {
+      pos.c = static_cast<int>(i % packs) * V;
+      i /= packs;
+      pos.w = static_cast<int>(i % cols);
+      i /= cols;
+      pos.h = static_cast<int>(i % rows);
+      pos.n = static_cast<int64_t>(i / rows);
+    } else {
+      pos.w = static_cast<int>(i % cols);
+      i /= cols;
+      pos.h = static_cast<int>(i % rows);
+      i /= rows;
+      pos.c = static_cast<int>(i % C);
+      pos.n = static_cast<int64_t>(i / C);
+    }
+    return pos;
+  }
+
+  __device__ Position at(int64_t i) const {
+    return narrow ? split(static_cast<uint32_t>(i)) : split(i);
+  }
+};
+
+PackSpace pack_space(const Strided& t, int V) {
+  const int64_t packs = t.sizes[1] / V;
+  const int64_t count = t.sizes[0] * packs * t.sizes[2] * t.sizes[3];
+  return {count,
+          static_cast<int>(packs),
+          static_cast<int>(t.sizes[1]),
+          static_cast<int>(t.sizes[2]),
+          static_cast<int>(t.sizes[3]),
+          V,
+          V > 1 || t.strides[1] < t.strides[3],
+          count <= int64_t(UINT32_MAX)};
+}
+
+// The window geometry and both planes, in 32 bits.
+struct Shape2 {
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  int H, W, P, Q;
+};
+
+// The outputs [first, last) along one dim whose windows hold input i: those with
+// o * stride - pad <= i < o * stride - pad + kernel, inside [0, out).
+struct Span {
+  int first, last;
+};
+
+__device__ Span covering(int i, int kernel, int stride, int pad, int out) {
+  const int shifted = i + pad;  // >= 0
+  const int first = shifted < kernel ? 0 : (shifted - kernel) / stride + 1;
+  return {first, min(shifted / stride + 1, out)};
+}
+
+template <class S, int V>
+__global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<const S> x,
+                                      PackSpace outputs, Shape2 s) {
+  using T = compute_t<S>;
+  for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
+    const Position o = outputs.at(i);
+    const int h_origin = o.h * s.stride_h - s.pad_h, w_origin = o.w * s.stride_w - s.pad_w;
+    const int h0 = max(h_origin, 0), w0 = max(w_origin, 0);
+    const int h1 = min(h_origin + s.kernel_h, s.H), w1 = min(w_origin + s.kernel_w, s.W);
+    T best[V];
+    Pack<uint8_t, V> arg;
+    const uint8_t first = static_cast<uint8_t>((h0 - h_origin) * s.kernel_w + (w0 - w_origin));
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      best[j] = -std::numeric_limits<T>::infinity();
+      arg.v[j] = first;
+    }
+    for (int h = h0; h < h1; ++h) {
+      for (int w = w0; w < w1; ++w) {
+        const Pack<S, V> v = load<S, V>(x.at(o.n, o.c, h, w));
+        const uint8_t local = static_cast<uint8_t>((h - h_origin) * s.kernel_w + (w - w_origin));
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const T t = to_compute(v.v[j]);
+          if (t > best[j] || isnan(t)) {
+            best[j] = t;
+            arg.v[j] = local;
+          }
+        }
+      }
+    }
+    Pack<S, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_compute<S>(best[j]);
+    store(y.at(o.n, o.c, o.h, o.w), out);
+    store(index.at(o.n, o.c, o.h, o.w), arg);
+  }
+}
+
+// Non-overlapping windows cover an element at most once, so the loops run once
+// or not at all (an element no window holds gets zero).
+template <class S, int V>
+__global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<const uint8_t> index,
+                                       PackSpace inputs, Shape2 s) {
+  using T = compute_t<S>;
+  for (int64_t i = first_index(); i < inputs.count; i += index_step()) {
+    const Position e = inputs.at(i);
+    const Span rows = covering(e.h, s.kernel_h, s.stride_h, s.pad_h, s.P);
+    const Span cols = covering(e.w, s.kernel_w, s.stride_w, s.pad_w, s.Q);
+    T sum[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) sum[j] = T(0);
+    for (int p = rows.first; p < rows.last; ++p) {
+      const int row_local = (e.h - (p * s.stride_h - s.pad_h)) * s.kernel_w;
+      for (int q = cols.first; q < cols.last; ++q) {
+        const int local = row_local + e.w - (q * s.stride_w - s.pad_w);
+        const Pack<uint8_t, V> picked = load<uint8_t, V>(index.at(e.n, e.c, p, q));
+        const Pack<S, V> g = load<S, V>(dy.at(e.n, e.c, p, q));
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (picked.v[j] == local) sum[j] += to_compute(g.v[j]);
+        }
+      }
+    }
+    Pack<S, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_compute<S>(sum[j]);
+    store(dx.at(e.n, e.c, e.h, e.w), out);
+  }
+}
+
+bool aligned(const Strided& t, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
+}
+
+// True when t's channels can move V at a time: unit channel stride, the other
+// strides whole packs, and the base pointer aligned to a pack.
+bool packs_fit(const Strided& t, int V, int64_t element_bytes) {
+  return t.strides[1] == 1 && t.sizes[1] % V == 0 && t.strides[0] % V == 0 &&
+         t.strides[2] % V == 0 && t.strides[3] % V == 0 && aligned(t, V * element_bytes);
+}
+
+// The 16-byte pack width when all three operands take it, else 1.
+template <class S>
+int pack_width(const Strided& a, const Strided& b, const Strided& index) {
+  constexpr int kWide = 16 / sizeof(S);
+  const bool fit = packs_fit(a, kWide, sizeof(S)) && packs_fit(b, kWide, sizeof(S)) &&
+                   packs_fit(index, kWide, 1);
+  return fit ? kWide : 1;
+}
+
+Shape2 shape2(const cpu::Pool2dParams& k, const Strided& in, const Strided& out) {
+  auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  return {i32(k.kernel_h), i32(k.kernel_w), i32(k.stride_h), i32(k.stride_w), i32(k.pad_h),
+          i32(k.pad_w),    i32(in.sizes[2]), i32(in.sizes[3]), i32(out.sizes[2]), i32(out.sizes[3])};
+}
+
+}  // namespace
+
+cudaError_t launch_max_pool2d_window_forward(const Strided& y, const Strided& index,
+                                             const Strided& x, const cpu::Pool2dParams& params,
+                                             cudaStream_t stream) {
+  if (y.numel() == 0) return cudaSuccess;
+  visit_floating(x.dtype, [&]<class S>() {
+    constexpr int kWide = 16 / sizeof(S);
+    const int V = pack_width<S>(x, y, index);
+    const PackSpace outputs = pack_space(y, V);
+    const Shape2 s = shape2(params, x, y);
+    if (V == kWide) {
+      window_forward_kernel<S, kWide><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
+          view4<S>(y), view4<uint8_t>(index), view4<const S>(x), outputs, s);
+    } else {
+      window_forward_kernel<S, 1><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
+          view4<S>(y), view4<uint8_t>(index), view4<const S>(x), outputs, s);
+    }
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& dy,
+                                              const Strided& index,
+                                              const cpu::Pool2dParams& params,
+                                              cudaStream_t stream) {
+  if (dx.numel() == 0) return cudaSuccess;
+  visit_floating(dx.dtype, [&]<class S>() {
+    constexpr int kWide = 16 / sizeof(S);
+    const int V = pack_width<S>(dx, dy, index);
+    const PackSpace inputs = pack_space(dx, V);
+    const Shape2 s = shape2(params, dx, dy);
+    if (V == kWide) {
+      window_backward_kernel<S, kWide><<<blocks_for(inputs.count), kThreads, 0, stream>>>(
+          view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), inputs, s);
+    } else {
+      window_backward_kernel<S, 1><<<blocks_for(inputs.count), kThreads, 0, stream>>>(
+          view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), inputs, s);
+    }
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace loom::cuda

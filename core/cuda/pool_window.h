@@ -1,0 +1,34 @@
+// File: core/cuda/pool_window.h
+// Max pooling whose saved index is the position inside the window, one byte per
+// output: (h - h_origin) * kernel_w + (w - w_origin), where (h_origin, w_origin)
+// is the window's top-left corner in padded coordinates (p * stride - pad). The
+// backward reads that byte instead of an int64 (an eighth of the traffic) and,
+// where windows do not overlap (stride >= kernel), writes every dx element
+// exactly once with no memset and no atomics; where they overlap, each dx
+// element gathers over the windows that contain it, in row-major window order
+// (the CPU's order), so results are deterministic.
+//
+// N batch, C channels, H, W input plane, P, Q output plane. Operands are 4-D
+// float32, float64, bfloat16 or float16 (16-bit ones compute in float32) with
+// any strides; channels-last operands whose channels are a multiple of the
+// 16-byte vector and whose pointers are 16-byte aligned move 16 bytes per
+// thread access. Values and tie rules are those of max_pool2d_forward in
+// pool.h: the first max wins, a NaN wins over numbers.
+#pragma once
+
+#include "core/cpu/pool.h"  // Pool2dParams
+#include "core/strided.h"
+
+namespace loom::cuda {
+
+// True when every window position fits the one-byte index (kernel_h * kernel_w <= 256).
+bool max_pool2d_window_supported(const cpu::Pool2dParams& params);
+
+// y and index (N, C, P, Q; index uint8) from x (N, C, H, W).
+void max_pool2d_window_forward(const Strided& y, const Strided& index, const Strided& x,
+                               const cpu::Pool2dParams& params);
+// dx (N, C, H, W) is overwritten from dy and the forward's index.
+void max_pool2d_window_backward(const Strided& dx, const Strided& dy, const Strided& index,
+                                const cpu::Pool2dParams& params);
+
+}  // namespace loom::cuda

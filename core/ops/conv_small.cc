@@ -1,0 +1,79 @@
+// File: core/ops/conv_small.cc
+// The small-channel convolution tier and its race against cuDNN (conv_small_internal.h).
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+#include "core/ops/conv_small_internal.h"
+
+// Only CUDA builds have the tier; conv_internal.cc calls it only there.
+#ifdef LOOM_WITH_CUDA
+#include <fmt/format.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "core/cuda/conv_small.h"
+#include "core/cuda/kernel_choice.h"
+#include "core/cudnn/conv.h"
+#include "core/numerics.h"
+#endif
+
+namespace loom::conv_detail {
+
+#ifdef LOOM_WITH_CUDA
+namespace {
+
+constexpr std::string_view kLoom = "loom", kCudnn = "cudnn";
+
+cuda::KernelChoice& small_conv_choice() {
+  static cuda::KernelChoice choice("LOOM_CONV_SMALL");
+  return choice;
+}
+
+// Everything the two paths' speed depends on: pass, dtype, every operand's
+// sizes and strides, the geometry and the numerics policy cuDNN plans under.
+std::string small_conv_key(std::string_view pass, const Tensor& out, const Tensor& a,
+                           const Tensor& b, const cpu::ConvParams& p) {
+  const NumericsPolicy& policy = numerics_policy();
+  return fmt::format("conv_small {} {} {}{} {}{} {}{} stride {}x{} pad {}x{} {} deterministic {}",
+                     pass, dtype_name(out.dtype()), shape_str(out.sizes()), shape_str(out.strides()),
+                     shape_str(a.sizes()), shape_str(a.strides()), shape_str(b.sizes()),
+                     shape_str(b.strides()), p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                     precision_name(policy.precision), policy.deterministic);
+}
+
+// Both candidates write `out`, which the chosen one then overwrites.
+bool loom_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
+                 const cpu::ConvParams& p, const std::function<void()>& loom,
+                 const std::function<void()>& cudnn) {
+  const std::string pick = small_conv_choice().choose(
+      small_conv_key(pass, out, a, b, p), {std::string(kLoom), std::string(kCudnn)}, [&] {
+        return cuda::CandidateRuns{[&] { return loom(), true; }, [&] { return cudnn(), true; }};
+      });
+  return pick == kLoom;
+}
+
+}  // namespace
+
+bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p) {
+  if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
+  auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p); };
+  auto cudnn = [&] { cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p); };
+  if (!loom_chosen("forward", y, x, w, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+
+bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
+  if (!dw.device().is_cuda() || !cuda::conv_small_supported(x.strided(), dw.strided(), p)) return false;
+  const Tensor scratch = empty({cuda::conv_small_wgrad_scratch(dy.strided(), dw.strided())},
+                               {.dtype = DType::Float32, .device = dw.device()});
+  auto loom = [&] { cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided()); };
+  auto cudnn = [&] { cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p); };
+  if (!loom_chosen("wgrad", dw, dy, x, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+#endif
+
+}  // namespace loom::conv_detail

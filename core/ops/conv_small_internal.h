@@ -1,0 +1,22 @@
+// File: core/ops/conv_small_internal.h
+// The small-channel convolution tier (core/cuda/conv_small.h, for first layers
+// with C <= 4) beside cuDNN: per shape, the first call races the two with
+// KernelChoice and the faster runs from then on. LOOM_CONV_SMALL=loom|cudnn
+// forces one, auto (the default) races them. Private to core/ops.
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+#pragma once
+
+#include "core/cpu/conv.h"
+#include "core/tensor.h"
+
+namespace loom::conv_detail {
+
+// y (N, K, P, Q) = conv(x, w) by the small-channel kernel, returning true, when
+// it takes these CUDA operands and is the choice for their shape; false leaves
+// y to cuDNN.
+bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p);
+// dw (K, C, R, S) = wgrad(dy, x) likewise.
+bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p);
+
+}  // namespace loom::conv_detail

@@ -1,0 +1,139 @@
+// File: tests/core/autocast_gpu_test.cc
+// The cache of parameter casts under autocast (core/autocast.h): a forward that
+// reuses a cached cast gives the same values and gradients as one that casts
+// anew (LOOM_AUTOCAST_CACHE=0); an in-place write to the parameter (an
+// optimizer step, copy_) is seen by the next forward; a CUDA-graph replay that
+// changes the parameter is seen by the next eager forward; inside a capture the
+// cast is a node of the graph, so every replay recasts. Casting the same
+// values is deterministic, so results must be equal (rtol = atol = 0).
+//
+// N batch, I in features, O out features.
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <cstdlib>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/cuda/graph.h"
+#include "core/generator.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+// Sets LOOM_AUTOCAST_CACHE for a scope ("1": on, "0": off), back to on after.
+struct CacheEnv {
+  explicit CacheEnv(const char* value) { setenv("LOOM_AUTOCAST_CACHE", value, 1); }
+  ~CacheEnv() { unsetenv("LOOM_AUTOCAST_CACHE"); }
+};
+
+struct Model {
+  Tensor w1, w2;  // (O, I) each: conv-free, linear layers reach autocast the same way
+};
+
+Model make_model(Generator& gen) {
+  Model m{randn({32, 24}, {}, &gen).to(Device::cuda()), randn({10, 32}, {}, &gen).to(Device::cuda())};
+  m.w1.requires_grad_();
+  m.w2.requires_grad_();
+  return m;
+}
+
+// Two micro-batches through the same weights per step, then an SGD step, all
+// inside one autocast region: the second micro-batch reuses the cached casts,
+// the step bumps the weights' versions. Returns each step's losses.
+std::vector<double> train(Model& m, const std::vector<Tensor>& batches, int steps) {
+  std::vector<double> losses;
+  AutocastGuard autocast(DType::BFloat16);
+  for (int step = 0; step < steps; ++step) {
+    for (const Tensor& x : batches) {
+      Tensor loss = sum(relu(linear(relu(linear(x, m.w1)), m.w2)).to(DType::Float32));
+      loss.backward();
+      losses.push_back(loss.item());
+    }
+    NoGradGuard no_grad;
+    for (Tensor* w : {&m.w1, &m.w2}) {
+      sub_(*w, w->grad() * 1e-3);
+      Tensor grad = w->grad();
+      grad.zero_();
+    }
+  }
+  return losses;
+}
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("autocast's cached weight casts train exactly as casting every time") {
+  Generator gen(1203);
+  const Model start = make_model(gen);
+  const std::vector<Tensor> batches = {randn({8, 24}, {}, &gen).to(Device::cuda()),
+                                       randn({8, 24}, {}, &gen).to(Device::cuda())};
+  auto copy = [](const Model& m) {
+    Model c{m.w1.detach().clone(), m.w2.detach().clone()};
+    c.w1.requires_grad_();
+    c.w2.requires_grad_();
+    return c;
+  };
+  Model cached = copy(start), uncached = copy(start);
+  std::vector<double> with_cache, without_cache;
+  {
+    CacheEnv env("1");
+    with_cache = train(cached, batches, 4);
+  }
+  {
+    CacheEnv env("0");
+    without_cache = train(uncached, batches, 4);
+  }
+  CHECK(with_cache == without_cache);
+  CHECK_CLOSE(cached.w1.cpu(), uncached.w1.cpu(), 0, 0);
+  CHECK_CLOSE(cached.w2.cpu(), uncached.w2.cpu(), 0, 0);
+  CHECK_FALSE(with_cache.front() == with_cache.back());  // the steps did change the weights
+}
+
+LOOM_GPU_TEST_CASE("an in-place write to a parameter is seen by the next autocast forward") {
+  Generator gen(1204);
+  Model m = make_model(gen);
+  const Tensor x = randn({4, 24}, {}, &gen).to(Device::cuda());
+  AutocastGuard autocast(DType::BFloat16);
+  NoGradGuard no_grad;
+  const Tensor before = linear(x, m.w1);
+  m.w1.copy_(m.w1 * 2);
+  const Tensor after = linear(x, m.w1);
+  const Tensor expected = linear(x.to(DType::BFloat16), m.w1.detach().to(DType::BFloat16));
+  CHECK_CLOSE(after.to(DType::Float32).cpu(), expected.to(DType::Float32).cpu(), 0, 0);
+  CHECK_CLOSE(after.to(DType::Float32).cpu(), (before * 2).to(DType::Float32).cpu(), 0, 0);
+}
+
+LOOM_GPU_TEST_CASE("a captured step recasts on every replay, and eager forwards see the replays") {
+  Generator gen(1205);
+  Model m = make_model(gen);
+  const Tensor x = randn({4, 24}, {}, &gen).to(Device::cuda());
+  AutocastGuard autocast(DType::BFloat16);
+  NoGradGuard no_grad;
+  Tensor out = empty({4, 32}, {.dtype = DType::BFloat16, .device = Device::cuda()});
+  const Tensor eager_before = linear(x, m.w1);  // fills the cache
+  cuda::CudaGraph graph;
+  graph.capture([&] {
+    out.copy_(linear(x, m.w1));
+    m.w1.copy_(m.w1 * 0.5);
+  });
+  // Cached now, at the version the capture's host pass left: only the replay
+  // count can tell that the replays below change w1.
+  const Tensor eager_before_replays = linear(x, m.w1);
+  for (int replay = 0; replay < 3; ++replay) {
+    const Tensor w_now = m.w1.detach().clone();
+    graph.replay();
+    const Tensor expected = linear(x.to(DType::BFloat16), w_now.to(DType::BFloat16));
+    CHECK_CLOSE(out.to(DType::Float32).cpu(), expected.to(DType::Float32).cpu(), 0, 0);
+  }
+  const Tensor eager_after = linear(x, m.w1);  // after replays that halved w1 without a version bump
+  const Tensor expected = linear(x.to(DType::BFloat16), m.w1.detach().to(DType::BFloat16));
+  CHECK_CLOSE(eager_after.to(DType::Float32).cpu(), expected.to(DType::Float32).cpu(), 0, 0);
+  CHECK_FALSE(testing::values(eager_after) == testing::values(eager_before_replays));
+  CHECK(testing::values(eager_before_replays) == testing::values(eager_before));  // no replay yet
+}
+
+#endif  // LOOM_WITH_CUDA

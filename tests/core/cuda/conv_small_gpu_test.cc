@@ -1,0 +1,167 @@
+// File: tests/core/cuda/conv_small_gpu_test.cc
+// The small-channel convolution kernels (core/cuda/conv_small.h) against the
+// CPU reference in float64 on the same values (rounded to the dtype first):
+// forward and weight gradient, C = 1, 3, 4, K that 8, 4, 2 or nothing divides,
+// 3x3 and 5x5 filters, stride 1 and 2, padding 0 to 2, odd planes, NCHW and
+// channels-last operands, float32, bfloat16 and float16. Then conv2d on each
+// path LOOM_CONV_SMALL names (loom, cudnn, auto) under strict fp32, TF32 and
+// bf16 autocast, forward and weight gradient, against the CPU op.
+//
+// Tolerances, relative to the largest reference magnitude of each result:
+// float32 kernels 1e-5 (at most 100-term products in the forward, fused
+// multiply-adds; the weight gradient sums up to 2 * 17 * 17 terms in a fixed
+// order); 16-bit outputs 8e-3 (one rounding to bfloat16, 2^-8 relative, on top
+// of the float32 sums). The op test: strict fp32 1e-5, TF32 2e-3 (cuDNN's
+// TF32 rounds operands to 10 mantissa bits), bf16 autocast 1.6e-2 (bf16
+// operands and output).
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/cpu/conv.h"
+#include "core/cuda/conv_small.h"
+#include "core/generator.h"
+#include "core/numerics.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+struct Case {
+  int64_t C, K, R, stride, pad;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  for (int64_t C : {1, 3, 4}) {
+    for (int64_t K : {16, 12, 6, 5}) {
+      for (int64_t R : {3, 5}) {
+        for (int64_t stride : {1, 2}) {
+          for (int64_t pad : {0, 1, 2}) all.push_back({C, K, R, stride, pad});
+        }
+      }
+    }
+  }
+  return all;
+}
+
+// |actual - expected| <= tol * max |expected| everywhere.
+void check_scaled(const Tensor& actual, const Tensor& expected, double tol) {
+  const std::vector<double> e = testing::values(expected);
+  double scale = 0;
+  for (double v : e) scale = std::max(scale, std::abs(v));
+  CHECK_CLOSE(actual.to(DType::Float64).cpu(), expected.to(DType::Float64), 0, tol * scale);
+}
+
+// float32 CPU values rounded to dtype (on the GPU: the CPU holds no 16-bit tensors).
+Tensor rounded_to(const Tensor& t, DType dtype) {
+  return t.to(Device::cuda()).to(dtype).to(DType::Float32).cpu();
+}
+
+void check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen) {
+  INFO("C ", c.C, " K ", c.K, " R=S ", c.R, " stride ", c.stride, " pad ", c.pad, " ",
+       dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast);
+  const cpu::ConvParams p{.stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad, .pad_w = c.pad};
+  const int64_t H = 17, W = 15;
+  const int64_t P = cpu::conv_output_size(H, c.R, c.stride, c.pad, 1);
+  const int64_t Q = cpu::conv_output_size(W, c.R, c.stride, c.pad, 1);
+  const Tensor x = rounded_to(randn({2, c.C, H, W}, {}, &gen), dtype);
+  const Tensor w = rounded_to(randn({c.K, c.C, c.R, c.R}, {}, &gen), dtype);
+  const Tensor dy = rounded_to(randn({2, c.K, P, Q}, {}, &gen), dtype);
+  const Tensor x64 = x.to(DType::Float64), w64 = w.to(DType::Float64), dy64 = dy.to(DType::Float64);
+  Tensor y_ref = empty({2, c.K, P, Q}, {.dtype = DType::Float64});
+  Tensor dw_ref = empty(w.sizes(), {.dtype = DType::Float64});
+  cpu::conv2d_forward(y_ref.strided(), x64.strided(), w64.strided(), nullptr, p);
+  cpu::conv2d_wgrad(dw_ref.strided(), dy64.strided(), x64.strided(), p);
+
+  auto on_gpu = [&](const Tensor& t) { return t.to(Device::cuda()).to(dtype).contiguous(format); };
+  const Tensor xg = on_gpu(x), wg = on_gpu(w), dyg = on_gpu(dy);
+  REQUIRE(cuda::conv_small_supported(xg.strided(), wg.strided(), p));
+  const Tensor y = full(y_ref.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
+  const Tensor dw = full(w.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
+  const Tensor scratch = full({cuda::conv_small_wgrad_scratch(dyg.strided(), dw.strided())}, 1e30,
+                              {.device = Device::cuda()});
+  cuda::conv_small_forward(y.strided(), xg.strided(), wg.strided(), p);
+  cuda::conv_small_wgrad(dw.strided(), dyg.strided(), xg.strided(), p, scratch.strided());
+  const double tol = dtype == DType::Float32 ? 1e-5 : 8e-3;
+  check_scaled(y, y_ref, tol);
+  check_scaled(dw, dw_ref, tol);
+}
+
+struct SmallConvEnv {
+  explicit SmallConvEnv(const char* value) { setenv("LOOM_CONV_SMALL", value, 1); }
+  ~SmallConvEnv() { unsetenv("LOOM_CONV_SMALL"); }
+};
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("small-channel conv kernels match the CPU: forward and weight gradient") {
+  Generator gen(1206);
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      for (const Case& c : cases()) check_case(c, dtype, format, gen);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built for") {
+  const cpu::ConvParams plain{};
+  auto supported = [](const Shape& x, const Shape& w, DType dtype, const cpu::ConvParams& p) {
+    const Tensor xt = empty(x, {.dtype = dtype, .device = Device::cuda()});
+    const Tensor wt = empty(w, {.dtype = dtype, .device = Device::cuda()});
+    return cuda::conv_small_supported(xt.strided(), wt.strided(), p);
+  };
+  CHECK(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float32, plain));
+  CHECK_FALSE(supported({2, 5, 8, 8}, {64, 5, 3, 3}, DType::Float32, plain));     // C > 4
+  CHECK_FALSE(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float64, plain));     // float64
+  CHECK_FALSE(supported({2, 3, 8, 8}, {512, 3, 3, 3}, DType::Float32, plain));    // filter too big
+  CHECK_FALSE(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float32, {.dilation_h = 2}));
+}
+
+LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, forward and weight gradient") {
+  Generator gen(1207);
+  struct Setting {
+    const char* name;
+    NumericsPolicy policy;
+    bool autocast;
+    double tol;
+  };
+  const Setting settings[] = {{"strict", {.precision = Precision::StrictFp32}, false, 1e-5},
+                              {"tf32", {.precision = Precision::Tf32}, false, 2e-3},
+                              {"bf16", {.precision = Precision::Bf16}, true, 1.6e-2}};
+  for (const char* path : {"loom", "cudnn", "auto"}) {
+    SmallConvEnv env(path);
+    for (const Setting& s : settings) {
+      for (int64_t C : {1, 3}) {
+        INFO(path, " ", s.name, " C ", C);
+        const Conv2dOptions options{.stride = {1, 1}, .padding = {1, 1}};
+        const Tensor x = rounded_to(randn({4, C, 12, 11}, {}, &gen), DType::BFloat16);
+        const Tensor w0 = rounded_to(randn({16, C, 3, 3}, {}, &gen), DType::BFloat16);
+        Tensor w_ref = w0.clone();
+        w_ref.requires_grad_();
+        const Tensor y_ref = conv2d(x, w_ref, Tensor(), options);
+        const Tensor dy = rounded_to(randn(y_ref.sizes(), {}, &gen), DType::BFloat16);
+        y_ref.backward(dy);
+
+        NumericsGuard policy(s.policy);
+        AutocastGuard autocast(s.autocast ? std::optional<DType>(DType::BFloat16) : std::nullopt);
+        Tensor w = w0.to(Device::cuda());
+        w.requires_grad_();
+        const Tensor y = conv2d(x.to(Device::cuda()), w, Tensor(), options);
+        y.backward(dy.to(Device::cuda()).to(y.dtype()).contiguous(y.suggest_memory_format()));
+        check_scaled(y.to(DType::Float32), y_ref, s.tol);
+        check_scaled(w.grad(), w_ref.grad(), s.tol);
+      }
+    }
+  }
+}
+
+#endif  // LOOM_WITH_CUDA
