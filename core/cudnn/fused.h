@@ -9,6 +9,8 @@
 //   bn_drelu_bwd          dReLU then NORM_BACKWARD (dx, dscale, dbias, dz)
 //   conv_dgrad_drelu      dx = dgrad(dy, w) * (r > 0)                 NHWC
 //   matmul_bias_relu      y = relu(x . w^T + b)                       TF32 / bf16 only
+//   *_epilogue_forward    y = steps(conv(x, w) or x . w^T), optionally also z = conv(x, w):
+//                         a user block's head (core/ops/fusion.h)
 //
 // N batch, C channels, H, W input, K out channels, R, S filter, P, Q output;
 // M rows, In, Out features. Every tensor is a device tensor, dense NCHW or NHWC
