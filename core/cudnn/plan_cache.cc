@@ -116,7 +116,9 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   if (!restored &&
       !(builds_lazily(key.policy()) && start_lazily(key, graph, has_fallback, selection, ticket))) {
     selection = select_plan(graph, handle(), options);  // a stale file is replaced
-    if (selection.plan) store.save(key, *selection.plan);
+    // A precompiled-only plan that passed a runtime-compiled one over is not the
+    // best plan: saved, it would keep later lazy or eager runs from building that.
+    if (selection.plan && selection.runtime_compiled_skipped == 0) store.save(key, *selection.plan);
   }
   const double ms = ms_since(start);
   stats_.build_seconds += ms / 1000.0;
