@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "core/capture_gate.h"
 #include "core/cuda/runtime.h"
@@ -177,7 +178,7 @@ void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
       if (selection.plan) PlanStore::global().save(key, *selection.plan);
       done.why_none = selection.why_none;
       done.plan = std::move(selection.plan);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // reported like "no engine": the key keeps its stand-in
       done.why_none = fmt::format("the background build failed: {}", e.what());
     }
     done.build_ms = ms_since(start);
