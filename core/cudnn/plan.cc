@@ -311,8 +311,8 @@ bool allowed(const PlanNotes& notes, const Graph& graph, const SelectOptions& op
 // fprop 512x512 4x4 3.42 ms against 0.94 ms), and the allowed ones are few (4 to
 // 8) and precompiled: time them all and keep the fastest, as autotune does.
 bool times_every_candidate(const Graph& graph, const SelectOptions& options) {
-  return options.policy.precision == Precision::StrictFp32 && multiplies_matrices(graph) &&
-         !has_16bit_data(graph);
+  return !options.first_working && options.policy.precision == Precision::StrictFp32 &&
+         multiplies_matrices(graph) && !has_16bit_data(graph);
 }
 
 // Finalizes a plan for `config`; null when cuDNN says the config does not support the graph.
@@ -426,11 +426,15 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
   return restored;
 }
 
+bool selection_is_timed(const Graph& graph, const SelectOptions& options) {
+  return (options.policy.autotune && !options.first_working) || times_every_candidate(graph, options);
+}
+
 Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectOptions& options) {
   auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
   GatedTests tests(graph_in, options.gate);
   const bool strict_timing = times_every_candidate(graph_in, options);
-  const bool timed = options.policy.autotune || strict_timing;
+  const bool timed = selection_is_timed(graph_in, options);
   const size_t most_timed = strict_timing ? SIZE_MAX : static_cast<size_t>(options.autotune_candidates);
   Selection selection;
   std::vector<std::pair<double, std::unique_ptr<Plan>>> working;

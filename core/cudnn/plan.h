@@ -67,7 +67,14 @@ struct SelectOptions {
   // Background builds: test runs (scratch memory, execution, synchronisation)
   // hold this shared, so none overlaps a CUDA-graph capture on another thread.
   CaptureGate* gate = nullptr;
+  // Take the first working config, untimed even where the policy times every
+  // candidate (lazy mode's stand-in; the timed choice is built in the background).
+  bool first_working = false;
 };
+
+// Whether select_plan times candidates for `graph` under `options` (autotune,
+// or strict fp32 on a conv or matmul graph) rather than taking the first that works.
+bool selection_is_timed(const Graph& graph, const SelectOptions& options);
 
 struct Selection {
   std::unique_ptr<Plan> plan;  // null when no engine config works

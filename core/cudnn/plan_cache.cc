@@ -83,9 +83,13 @@ PlanCache::PlanCache() : capacity_(1024) {
   }
 }
 
+// Never destroyed: its plans hold descriptors of cuDNN engine libraries that
+// cuDNN loads on first use (often from a builder thread), whose own teardown
+// at exit can run before a static cache's destructor; destroying the plans
+// after it crashed the benchmark at exit on the H100.
 PlanCache& PlanCache::global() {
-  static PlanCache cache;
-  return cache;
+  static PlanCache* cache = new PlanCache();
+  return *cache;
 }
 
 std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& graph, bool has_fallback) {
@@ -100,11 +104,16 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   const Clock::time_point start = Clock::now();
   std::string name = graph.pattern();
   // Selection test-runs candidates and synchronizes, which a capturing stream
-  // cannot do; the result would be a bogus "unsupported".
-  LOOM_CHECK(!cuda::is_capturing(), CudnnError,
-             "[cudnn] the plan for {} does not exist yet and cannot be built while a CUDA graph "
-             "is being captured; run the step once eagerly before capturing it",
-             name);
+  // cannot do; the result would be a bogus "unsupported". A swap can bring keys
+  // the eager step never met (the backward of a fused variant swapped in):
+  // lazy mode runs those on the tier below and builds them in the background.
+  if (cuda::is_capturing()) {
+    LOOM_CHECK(builds_lazily(key.policy()) && has_fallback, CudnnError,
+               "[cudnn] the plan for {} does not exist yet and cannot be built while a CUDA graph "
+               "is being captured; run the step once eagerly before capturing it",
+               name);
+    return add_pending(key, graph, std::move(name), ms_since(start));
+  }
   Selection selection;
   const SelectOptions options{.policy = key.policy(),
                               .precompiled_only = plan_build_mode() == PlanBuildMode::Precompiled};
@@ -151,14 +160,29 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   return plan;
 }
 
+std::shared_ptr<const Plan> PlanCache::add_pending(const PlanKey& key, const Graph& graph,
+                                                  std::string name, double ms) {
+  const uint64_t ticket = next_ticket_++;
+  PlanInfo info{.graph = name, .supported = true, .notes = {}, .workspace_bytes = 0, .build_ms = ms,
+                .restored = false, .pending = true, .specialized = false, .background_ms = 0,
+                .hits = 0, .candidates_seen = 0, .why_unsupported = {}, .fallback = {}};
+  ++stats_.lazy_plans;
+  record("pending", name, -1, ms);
+  lru_.push_front(Entry{key, nullptr, std::move(info), ticket});
+  index_.emplace(key, lru_.begin());
+  evict_over_capacity();
+  build_in_background(key, graph, ticket);
+  return nullptr;
+}
+
 bool PlanCache::start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback,
                              Selection& selection, uint64_t& ticket) {
-  SelectOptions quick{.policy = key.policy(), .precompiled_only = true};
-  quick.policy.autotune = false;
+  const SelectOptions quick{.policy = key.policy(), .precompiled_only = true, .first_working = true};
   selection = select_plan(graph, handle(), quick);
-  // Nothing runtime-compiled was passed over: an unrestricted selection ends
-  // at the same plan (or at none), so there is nothing to build later.
-  if (selection.runtime_compiled_skipped == 0 && !key.policy().autotune) {
+  // Nothing runtime-compiled was passed over and nothing is timed: an
+  // unrestricted selection ends at the same plan (or at none), so there is
+  // nothing to build later.
+  if (selection.runtime_compiled_skipped == 0 && !selection_is_timed(graph, {.policy = key.policy()})) {
     if (selection.plan) PlanStore::global().save(key, *selection.plan);
     return true;
   }

@@ -159,6 +159,10 @@ class PlanCache {
   bool start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback, Selection& selection,
                     uint64_t& ticket);
   void build_in_background(PlanKey key, Graph graph, uint64_t ticket);
+  // A key met during a capture (lazy mode): runs on the tier below until its
+  // background build is swapped in. Returns null, the plan to run now.
+  std::shared_ptr<const Plan> add_pending(const PlanKey& key, const Graph& graph, std::string name,
+                                          double ms);
   void record(std::string event, const std::string& graph, int64_t engine_id, double build_ms);
 
   mutable std::mutex mutex_;
