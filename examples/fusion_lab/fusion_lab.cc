@@ -13,6 +13,7 @@
 //
 // The lab measures cuDNN fusions, so it needs a GPU: without one it says so
 // and exits 1 (the CPU runs blocks one op at a time, with nothing to compare).
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -179,7 +180,10 @@ std::optional<Flags> parse(int argc, char** argv) {
     } else if (a == "--csv" && i + 1 < argc) {
       f.csv = argv[++i];
     } else if (a == "--iterations" && i + 1 < argc) {
-      f.iterations = std::atoi(argv[++i]);
+      const std::string text = argv[++i];
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), f.iterations);
+      // The whole word must be a number: "5x" is refused, not read as 5.
+      if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
       if (f.iterations < 1 || f.iterations > 10000) return std::nullopt;
     } else {
       return std::nullopt;
