@@ -5,56 +5,29 @@
 // character.
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <map>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include "tests/examples/program_run.h"
+#include "tests/examples/snippets.h"
 
 namespace {
 
 using Run = loom::testing::ProgramRun;
+using loom::testing::doc_snippets;
+using loom::testing::read_text;
+using loom::testing::source_snippets;
 using loom::testing::has;
 
 Run coursework(const std::string& args) {
   return loom::testing::run_program("examples/coursework/coursework", args);
 }
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// name -> the lines between "// [snippet: name]" and "// [end snippet]".
-std::map<std::string, std::string> source_snippets(const std::string& source) {
-  std::map<std::string, std::string> out;
-  const std::regex block(R"(// \[snippet: ([a-z]+)\]\n([\s\S]*?)// \[end snippet\]\n)");
-  for (std::sregex_iterator it(source.begin(), source.end(), block), end; it != end; ++it) {
-    out[(*it)[1]] = (*it)[2];
-  }
-  return out;
-}
-
-// name -> the ```cpp block that follows "<!-- snippet: name -->".
-std::map<std::string, std::string> doc_snippets(const std::string& doc) {
-  std::map<std::string, std::string> out;
-  const std::regex block(R"(<!-- snippet: ([a-z]+) -->\n```cpp\n([\s\S]*?)```\n)");
-  for (std::sregex_iterator it(doc.begin(), doc.end(), block), end; it != end; ++it) {
-    out[(*it)[1]] = (*it)[2];
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("coursework: the tutorial quotes the example's code exactly") {
-  const auto source = source_snippets(read("examples/coursework/coursework.cc"));
-  const auto doc = doc_snippets(read("docs/writing_a_module.md"));
+  const auto source = source_snippets(read_text("examples/coursework/coursework.cc"));
+  const auto doc = doc_snippets(read_text("docs/writing_a_module.md"));
   CHECK(source.size() == 5);
   CHECK(doc.size() == source.size());
   for (const auto& [name, code] : source) {

@@ -4,54 +4,25 @@
 // character; the lab's command line, and its answer on a machine without a GPU.
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <map>
-#include <regex>
-#include <sstream>
 #include <string>
 
 #include "core/device.h"
 #include "tests/examples/program_run.h"
+#include "tests/examples/snippets.h"
 
 namespace {
 
 using Run = loom::testing::ProgramRun;
+using loom::testing::doc_snippets;
+using loom::testing::read_text;
+using loom::testing::source_snippets;
 using loom::testing::has;
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// name -> the lines between "// [snippet: name]" and "// [end snippet]", unindented by 2.
-std::map<std::string, std::string> source_snippets(const std::string& source) {
-  std::map<std::string, std::string> out;
-  const std::regex block(R"(  // \[snippet: ([a-z]+)\]\n([\s\S]*?)  // \[end snippet\]\n)");
-  for (std::sregex_iterator it(source.begin(), source.end(), block), end; it != end; ++it) {
-    std::string code = (*it)[2];
-    out[(*it)[1]] = std::regex_replace(code, std::regex(R"((^|\n)  )"), "$1");
-  }
-  return out;
-}
-
-// name -> the ```cpp block that follows "<!-- snippet: name -->".
-std::map<std::string, std::string> doc_snippets(const std::string& doc) {
-  std::map<std::string, std::string> out;
-  const std::regex block(R"(<!-- snippet: ([a-z]+) -->\n```cpp\n([\s\S]*?)```\n)");
-  for (std::sregex_iterator it(doc.begin(), doc.end(), block), end; it != end; ++it) {
-    out[(*it)[1]] = (*it)[2];
-  }
-  return out;
-}
 
 }  // namespace
 
 TEST_CASE("docs/fusion.md quotes first_block.cc exactly") {
-  const auto source = source_snippets(read("examples/fusion_lab/first_block.cc"));
-  const auto doc = doc_snippets(read("docs/fusion.md"));
+  const auto source = source_snippets(read_text("examples/fusion_lab/first_block.cc"), 2);
+  const auto doc = doc_snippets(read_text("docs/fusion.md"));
   CHECK(source.size() == 6);
   CHECK(doc.size() == source.size());
   for (const auto& [name, code] : source) {
