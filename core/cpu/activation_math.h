@@ -171,6 +171,20 @@ struct Mish {
   }
 };
 
+// x * relu6(x + 3) / 6 (MobileNetV3); no cuDNN mode, so Loom's kernels run it on the GPU.
+struct Hardswish {
+  static constexpr ActivationInfo info{"hardswish", "Hardswish", "", 0, "", Saved::Input,
+                                       CudnnActivation::None, CudnnActivation::None};
+  template <class T>
+  LOOM_HOST_DEVICE static T forward(T x, T) {
+    return x <= T(-3) ? T(0) : x >= T(3) ? x : x * (x + T(3)) / T(6);
+  }
+  template <class T>
+  LOOM_HOST_DEVICE static T backward(T dy, T x, T) {  // PyTorch's one-sided choices at -3 and 3
+    return x < T(-3) ? T(0) : x <= T(3) ? dy * (x / T(3) + T(0.5)) : dy;
+  }
+};
+
 }  // namespace act
 
 // Every row, in ActivationKind order.
@@ -184,7 +198,8 @@ struct Mish {
   X(Elu)                    \
   X(LeakyRelu)              \
   X(Softplus)               \
-  X(Mish)
+  X(Mish)                   \
+  X(Hardswish)
 
 #define LOOM_ACTIVATION_KIND(Row) Row,
 enum class ActivationKind { LOOM_ACTIVATIONS(LOOM_ACTIVATION_KIND) };

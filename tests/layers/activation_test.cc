@@ -44,6 +44,8 @@ TEST_CASE("each activation module equals its op") {
        "SiLU()"},
       {std::make_shared<nn::Activation>(ActivationKind::Mish),
        [](const Tensor& x) { return activation(x, ActivationKind::Mish); }, "Mish()"},
+      {std::make_shared<nn::Activation>(ActivationKind::Hardswish),
+       [](const Tensor& x) { return activation(x, ActivationKind::Hardswish); }, "Hardswish()"},
   };
   Generator gen(1);
   const Tensor x = randn({2, 3, 4, 5}, {}, &gen);

@@ -71,6 +71,8 @@ const std::vector<Reference>& references() {
          const double t = std::tanh(std::log1p(std::exp(x)));
          return t + x * (1 - t * t) * naive_sigmoid(x);
        }},
+      {ActivationKind::Hardswish, {}, [](double x, double) { return x * std::clamp(x + 3, 0.0, 6.0) / 6; },
+       [](double x, double) { return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1; }},
   };
   return all;
 }
@@ -113,6 +115,9 @@ TEST_CASE("activations by hand") {
   CHECK_CLOSE(gelu(tensor({1}, {1}, kF64), "tanh"), tensor({0.8411919906082768}, {1}, kF64), 1e-15, 0);
   // mish(1) = tanh(log(1 + e)) = 0.8650983882673103.
   CHECK_CLOSE(activation(tensor({1}, {1}, kF64), ActivationKind::Mish), tensor({0.8650983882673103}, {1}, kF64), 1e-15, 0);
+  // hardswish: 1 * 4 / 6 at 1, 0 at -3 and below, x from 3 up.
+  CHECK_CLOSE(activation(tensor({1, -4, 5}, {3}, kF64), ActivationKind::Hardswish), tensor({2.0 / 3, 0, 5}, {3}, kF64),
+              1e-15, 0);
 }
 
 TEST_CASE("activations saturate without NaN; relu keeps NaN") {
