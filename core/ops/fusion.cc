@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <optional>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -129,13 +131,29 @@ std::vector<size_t> operand_offsets(const std::vector<Step>& steps) {
   return offsets;
 }
 
+// Whether step i is in the head's epilogue: the pointwise steps right after a
+// conv2d or linear, which the fused head computes in its own dtype.
+bool in_head_epilogue(const std::vector<Step>& steps, size_t i) {
+  if (steps.empty() || !is_head(steps.front().kind) || i == 0) return false;
+  return std::all_of(steps.begin() + 1, steps.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                     [](const Step& s) { return is_pointwise(s.kind); });
+}
+
 // One step with the public ops (recorded by autograd when grad mode is on).
-Tensor apply_step(const Step& step, const Tensor& t, const Tensor* ops, Channels ch) {
+// Under autocast an epilogue step's tensor operands are cast as the fused head
+// casts them, so that fused and unfused runs return the same dtype (an fp32
+// bias would otherwise promote the bf16 conv output to fp32 in the unfused run
+// only); later steps promote as the plain ops do, and so does batch_norm_relu.
+Tensor apply_step(const Step& step, const Tensor& t, const Tensor* raw, Channels ch, bool epilogue) {
+  std::array<Tensor, 2> ops;
+  for (int i = 0; is_pointwise(step.kind) && i < operand_count(step); ++i) {
+    ops[i] = epilogue ? autocast_operand(raw[i]) : raw[i];
+  }
   switch (step.kind) {
-    case StepKind::Conv2d: return conv2d(t, ops[0], Tensor(), step.conv);
-    case StepKind::Linear: return linear(t, ops[0]);
+    case StepKind::Conv2d: return conv2d(t, raw[0], Tensor(), step.conv);
+    case StepKind::Linear: return linear(t, raw[0]);
     case StepKind::Bias: return add(t, ch.view(ops[0], t));
-    case StepKind::BatchNorm: return batch_norm(t, ops[2], ops[3], ops[0], ops[1], step.norm);
+    case StepKind::BatchNorm: return batch_norm(t, raw[2], raw[3], raw[0], raw[1], step.norm);
     case StepKind::Activation: return activation(t, step.activation, step.parameter);
     case StepKind::Add: return step.scalar ? add(t, *step.scalar) : add(t, ops[0]);
     case StepKind::Sub: return step.scalar ? sub(t, *step.scalar) : sub(t, ops[0]);
@@ -150,7 +168,9 @@ Tensor apply_step(const Step& step, const Tensor& t, const Tensor* ops, Channels
 Tensor apply_steps(const std::vector<Step>& steps, size_t begin, size_t end, Tensor t,
                    const std::vector<Tensor>& operands, const std::vector<size_t>& offsets) {
   const Channels ch = channels_of(steps);
-  for (size_t i = begin; i < end; ++i) t = apply_step(steps[i], t, operands.data() + offsets[i], ch);
+  for (size_t i = begin; i < end; ++i) {
+    t = apply_step(steps[i], t, operands.data() + offsets[i], ch, in_head_epilogue(steps, i));
+  }
   return t;
 }
 
@@ -226,7 +246,7 @@ std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
   Tensor t = s.z;
   for (size_t i = s.begin + 1; i < s.end; ++i) {
     inputs.push_back(t);
-    if (i + 1 < s.end) t = apply_step(s.steps[i], t, s.operands.data() + s.offsets[i], ch);
+    if (i + 1 < s.end) t = apply_step(s.steps[i], t, s.operands.data() + s.offsets[i], ch, true);
   }
   std::vector<Tensor> dops(s.offsets[s.end] - s.offsets[s.begin + 1]);
   Tensor g = dy;

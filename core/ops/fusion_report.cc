@@ -129,15 +129,15 @@ void note_block_run(const Block& block, const Tensor& x, const std::vector<Tenso
 
 Timing measure(const Block& block, const Tensor& x, const std::vector<Tensor>& operands, int iterations) {
   Timing t;
-  Tensor dy;
   auto forward = [&] { return block(x, operands); };
-  auto backward = [&] {
-    Tensor y = block(x, operands);
-    if (!dy.defined()) dy = ones_like(y);
-    if (y.requires_grad()) y.backward(dy);
-  };
   for (bool fused : {true, false}) {
     FusionGuard guard(fused);
+    Tensor dy;  // per path: made once outside the timed loop, in the dtype this path outputs
+    auto backward = [&] {
+      Tensor y = block(x, operands);
+      if (!dy.defined()) dy = ones_like(y);
+      if (y.requires_grad()) y.backward(dy);
+    };
     const double f = time_ms(x, iterations, [&] { (void)forward(); });
     const double b = time_ms(x, iterations, backward);
     (fused ? t.fused_forward_ms : t.unfused_forward_ms) = f;

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "layers/models.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/fused.h"
+#include "core/cudnn/plan_cache.h"
 #endif
 
 using namespace loom;
@@ -108,6 +110,29 @@ std::vector<Tensor> make_inputs(const Candidate& c, MemoryFormat format, Generat
 }
 
 #ifdef LOOM_WITH_CUDA
+// Plan-cache uses per (graph, engine): a plan made during a run counts 1, each hit 1 more.
+std::map<std::string, int64_t> plan_uses() {
+  std::map<std::string, int64_t> uses;
+  for (const cudnn::PlanInfo& info : cudnn::PlanCache::global().entries()) {
+    uses[fmt::format("{}|{}", info.graph, info.supported ? info.notes.engine_id : -1)] += info.hits + 1;
+  }
+  return uses;
+}
+
+// "conv_fprop+add+relu_fwd: engine 7" for each multi-op graph a run used.
+std::string fused_engines(const std::map<std::string, int64_t>& before) {
+  std::string out;
+  for (const auto& [key, uses] : plan_uses()) {
+    const auto it = before.find(key);
+    if (it != before.end() && it->second >= uses) continue;
+    const std::string graph = key.substr(0, key.rfind('|')), ops = graph.substr(0, graph.find(' '));
+    if (ops.find('+') == std::string::npos) continue;  // a single op: nothing fused
+    const std::string engine = key.substr(key.rfind('|') + 1);
+    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", ops, engine == "-1" ? "no engine" : "engine " + engine);
+  }
+  return out;
+}
+
 int64_t fused_graph_runs() {
   const cudnn::FusedRuns r = cudnn::fused_runs();
   return r.conv_bias_relu + r.bn_relu_forward + r.bn_relu_backward + r.dgrad_relu + r.matmul_bias_relu + r.epilogue;
@@ -116,18 +141,21 @@ int64_t fused_graph_runs() {
 
 // One candidate under the current policy and layout.
 Row try_candidate(const Candidate& c, MemoryFormat format, int iterations, Generator& gen) {
-  Row row{.pattern = c.block.str(), .layout = format == MemoryFormat::ChannelsLast ? "nhwc" : "nchw"};
+  Row row;
+  row.pattern = c.block.str();
+  row.layout = format == MemoryFormat::ChannelsLast ? "nhwc" : "nchw";
   std::vector<Tensor> in = make_inputs(c, format, gen);
   const std::vector<Tensor> operands(in.begin() + 1, in.end());
   fusion::clear_report();
 #ifdef LOOM_WITH_CUDA
   const int64_t before = fused_graph_runs();
+  const std::map<std::string, int64_t> uses = plan_uses();
   (void)c.block(in[0], operands);
   row.supported = fused_graph_runs() > before ? "yes" : "no";
+  row.engine = fused_engines(uses);
 #endif
   for (const fusion::BlockReport& r : fusion::block_reports()) {
     for (size_t i = 0; i < r.pieces.size(); ++i) {
-      if (!r.engines[i].empty()) row.engine += (row.engine.empty() ? "" : "; ") + r.engines[i];
       if (row.supported == "no" && !r.pieces[i].why_not.empty() && row.engine.empty()) {
         row.engine = "none: " + r.pieces[i].why_not;
       }
@@ -225,7 +253,7 @@ int main(int argc, char** argv) {
           AutocastGuard autocast(s.bf16 ? std::optional<DType>(DType::BFloat16) : std::nullopt);
           Row row = try_candidate(c, format, flags->iterations, gen);
           row.precision = s.name;
-          row.pattern = c.source + ": " + row.pattern;
+          row.pattern = fmt::format("{}: {} @ x {}", c.source, row.pattern, shape_str(*c.shapes[0]));
           rows.push_back(row);
         }
       }

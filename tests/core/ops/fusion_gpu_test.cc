@@ -67,6 +67,7 @@ double normalized_error(const Tensor& actual, const Tensor& expected) {
 struct Run {
   Tensor y;
   std::vector<Tensor> grads;  // on the CPU, float32
+  DType dtype = DType::Float32;  // y's dtype as the block returned it
 };
 
 bool is_buffer(const std::string& name) { return name.find("running_") != std::string::npos; }
@@ -88,6 +89,7 @@ Run run(const Block& block, const std::vector<Tensor>& inputs, Device device, Me
   }
   const std::vector<Tensor> operands(leaves.begin() + 1, leaves.end());
   Run r{unfused_reference ? block.forward_unfused(leaves[0], operands) : block(leaves[0], operands), {}};
+  r.dtype = r.y.dtype();
   r.y.backward(dy.to(device).to(r.y.dtype()).contiguous(r.y.suggest_memory_format()));
   for (const Tensor& leaf : leaves) {
     r.grads.push_back(leaf.defined() && leaf.requires_grad() ? leaf.grad().cpu().to(DType::Float32) : Tensor());
@@ -168,15 +170,20 @@ void check_block(const Block& block, const std::vector<Tensor>& inputs, Generato
       const char* layout = format == MemoryFormat::ChannelsLast ? "nhwc" : "nchw";
       CAPTURE(policy.name);
       CAPTURE(layout);
+      std::optional<DType> fused_dtype;
       for (bool fused : {true, false}) {
         FusionGuard guard(fused);
         const int64_t before = cudnn::fused_runs().epilogue;
-        const Errors e = compare(run(block, inputs, Device::cuda(), format, dy, false), cpu, policy);
+        const Run gpu = run(block, inputs, Device::cuda(), format, dy, false);
+        const Errors e = compare(gpu, cpu, policy);
         const int64_t ran = cudnn::fused_runs().epilogue - before;
         std::printf("BLOCK %s %s %s %s fwd=%.2e bwd=%.2e decision_flips=%d epilogue_graphs=%lld pieces=%s\n",
                     block.str().c_str(), layout, policy.name, fused ? "fused" : "unfused", e.fwd, e.bwd, e.flips,
                     static_cast<long long>(ran), block.pieces_str().c_str());
         if (!fused) CHECK(ran == 0);
+        // Fusion must not change what the block returns: the same dtype either way.
+        if (fused_dtype) CHECK(gpu.dtype == *fused_dtype);
+        fused_dtype = gpu.dtype;
         CHECK(e.fwd <= policy.fwd);
         CHECK(e.bwd <= policy.bwd);
       }
