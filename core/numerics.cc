@@ -12,7 +12,7 @@ thread_local NumericsPolicy current_policy;
 
 PlanBuildMode mode_from_environment() {
   const char* text = std::getenv("LOOM_CUDNN_PLAN_BUILD");
-  if (text == nullptr || *text == '\0') return PlanBuildMode::Eager;
+  if (text == nullptr || *text == '\0') return PlanBuildMode::Lazy;
   std::optional<PlanBuildMode> mode = parse_plan_build_mode(text);
   LOOM_CHECK(mode.has_value(), ValueError,
              "[numerics] LOOM_CUDNN_PLAN_BUILD='{}' is not a plan-build mode; use lazy, eager or "

@@ -60,8 +60,8 @@ std::string_view plan_build_mode_name(PlanBuildMode mode);  // "lazy", "eager", 
 // "lazy" -> Lazy, ...; nullopt for anything else.
 std::optional<PlanBuildMode> parse_plan_build_mode(std::string_view text);
 
-// LOOM_CUDNN_PLAN_BUILD=lazy|eager|precompiled sets the initial mode (eager when
-// unset: lazy is opt-in until its steady state matches eager's, see README); an unknown value is a ValueError at first use, naming the choices.
+// LOOM_CUDNN_PLAN_BUILD=lazy|eager|precompiled sets the initial mode (lazy when
+// unset); an unknown value is a ValueError at first use, naming the choices.
 PlanBuildMode plan_build_mode();
 void set_plan_build_mode(PlanBuildMode mode);
 

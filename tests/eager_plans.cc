@@ -3,7 +3,7 @@
 // this graph ran on cuDNN, its plan was built and saved, it matches the CPU), or
 // that count allocations and replays (tests/core/cuda, tests/optim), run in the
 // eager plan-build mode: every call runs the best plan for its key, and no
-// background build allocates or swaps a plan mid-test. In lazy mode (opt-in)
+// background build allocates or swaps a plan mid-test. In lazy mode (the default)
 // a first call runs a stand-in engine or the tier below cuDNN until a
 // background build is swapped in at a step boundary;
 // tests/core/cudnn/plan_lazy_gpu_test.cc tests that mode, and the layer and

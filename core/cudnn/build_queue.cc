@@ -14,13 +14,17 @@ BuildQueue::BuildQueue(int threads) {
 }
 
 BuildQueue::~BuildQueue() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-    queue_.clear();
-  }
-  wake_.notify_all();
+  stop();
   for (std::thread& worker : workers_) worker.join();
+}
+
+void BuildQueue::stop() {
+  std::unique_lock lock(mutex_);
+  stopping_ = true;
+  for (const auto& queued : queue_) ids_.erase(queued.first);
+  queue_.clear();
+  wake_.notify_all();
+  idle_.wait(lock, [this] { return ids_.empty(); });
 }
 
 bool BuildQueue::submit(uint64_t id, Job job) {

@@ -26,7 +26,7 @@ class BuildQueue {
   using Job = std::function<void()>;
 
   explicit BuildQueue(int threads);
-  // Drops the queued jobs and waits for the running ones.
+  // stop(), then joins the workers.
   ~BuildQueue();
   BuildQueue(const BuildQueue&) = delete;
   BuildQueue& operator=(const BuildQueue&) = delete;
@@ -38,6 +38,10 @@ class BuildQueue {
   void wait_idle();
   // Jobs queued or running.
   size_t outstanding() const;
+  // Drops the queued jobs, waits for the running ones and lets the workers
+  // end; later submits are refused. For process exit, where a job still
+  // running would outlive what it uses.
+  void stop();
   int threads() const { return static_cast<int>(workers_.size()); }
 
  private:

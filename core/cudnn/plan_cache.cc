@@ -6,7 +6,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <exception>
+
+#include <cuda_runtime_api.h>
+#include <cudnn_version.h>
+#include <dlfcn.h>
 
 #include "core/capture_gate.h"
 #include "core/cuda/runtime.h"
@@ -40,14 +45,41 @@ bool builds_lazily(const NumericsPolicy& policy) {
   return plan_build_mode() == PlanBuildMode::Lazy && !policy.deterministic;
 }
 
-// Made at the first background build, after CUDA is initialised, so that at
-// exit it is destroyed (its workers joined) before the CUDA runtime tears down.
+// At exit, stops the builders before whatever a running build uses is torn
+// down: it finishes, queued ones are dropped. Exit handlers run in reverse
+// order of registration, and libraries register theirs when first loaded:
+// NVRTC and cuDNN's runtime-compiled engines are loaded by the first build
+// that needs them, after the queue exists, and an exit that tore them down
+// under a compile crashed (H100). So the hook is registered again after each
+// build, which puts it ahead of every library that build loaded.
+void stop_builders_at_exit();
+
+// The libraries runtime compilation loads, loaded now so that their exit
+// handlers precede the first hook too (a name that does not resolve is skipped).
+void load_runtime_compilation_libraries() {
+  for (const std::string& name : {fmt::format("libnvrtc.so.{}", CUDART_VERSION / 1000),
+                                  fmt::format("libcudnn_engines_runtime_compiled.so.{}", CUDNN_MAJOR)}) {
+    (void)dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  }
+}
+
+// Made at the first background build, after CUDA is initialised, and never
+// destroyed; its workers are not joined, so none of their thread-local state
+// is destroyed during exit either.
 std::atomic<bool> builders_made = false;
 BuildQueue& builders() {
-  static BuildQueue queue(default_build_threads());
+  static BuildQueue* const queue = [] {
+    (void)capture_gate();  // made before the hook is registered, so it outlives it
+    load_runtime_compilation_libraries();
+    auto* made = new BuildQueue(default_build_threads());
+    std::atexit(stop_builders_at_exit);
+    return made;
+  }();
   builders_made = true;
-  return queue;
+  return *queue;
 }
+
+void stop_builders_at_exit() { builders().stop(); }
 
 bool same_kernel(const PlanNotes& a, const PlanNotes& b) {
   return a.engine_id == b.engine_id && a.knobs == b.knobs;
@@ -206,6 +238,7 @@ void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
       done.why_none = fmt::format("the background build failed: {}", e.what());
     }
     done.build_ms = ms_since(start);
+    std::atexit(stop_builders_at_exit);  // after the libraries this build loaded (see builders())
     record("background", graph.pattern(), done.plan ? done.plan->notes().engine_id : -1, done.build_ms);
     std::lock_guard<std::mutex> lock(finished_mutex_);
     background_seconds_ += done.build_ms / 1000.0;

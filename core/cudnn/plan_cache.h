@@ -123,6 +123,8 @@ class PlanCache {
   void wait_for_background_builds();
   // Background builds queued or running.
   size_t background_outstanding() const;
+  // Whether background builds finished since the last apply_pending().
+  bool swaps_waiting() const { return any_finished_.load(); }
   // The timeline, oldest first, and as a table.
   std::vector<PlanEvent> timeline() const;
   std::string timeline_table() const;

@@ -1,7 +1,8 @@
 // File: tests/core/cudnn/build_queue_test.cc
 // The background plan builders' scheduler with fake jobs: every job runs once,
 // an id is never queued twice while it is outstanding, no more jobs run at once
-// than there are threads, and a job that throws does not end its worker.
+// than there are threads, a job that throws does not end its worker, and
+// stop() (at exit) lets the running job finish and drops the rest.
 #include "core/cudnn/build_queue.h"
 
 #include <doctest/doctest.h>
@@ -12,6 +13,7 @@
 #include <future>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace loom::cudnn {
 namespace {
@@ -79,6 +81,28 @@ TEST_CASE("a job that throws does not stop its worker") {
   queue.submit(2, [&] { ++runs; });
   queue.wait_idle();
   CHECK(runs == 1);
+}
+
+TEST_CASE("stop waits for the running job, drops the queued ones and refuses later submits") {
+  BuildQueue queue(1);
+  std::promise<void> started, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> finished = false;
+  std::atomic<int> queued_runs = 0;
+  queue.submit(1, [&, released] {
+    started.set_value();
+    released.wait();
+    finished = true;
+  });
+  started.get_future().wait();
+  queue.submit(2, [&] { ++queued_runs; });
+  std::thread releaser([&] { release.set_value(); });
+  queue.stop();
+  releaser.join();
+  CHECK(finished.load());  // stop returned only after the running job ended
+  CHECK(queue.outstanding() == 0);
+  CHECK_FALSE(queue.submit(3, [&] { ++queued_runs; }));
+  CHECK(queued_runs == 0);
 }
 
 TEST_CASE("a queue needs at least one thread") {
