@@ -69,15 +69,15 @@ namespace conv_detail {
 
 // y (N, K, P, Q)
 Shape output_sizes(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
-  const Shape y = {x.size(0), w.size(0),
-                   cpu::conv_output_size(x.size(2), w.size(2), o.stride.h, o.padding.h, o.dilation.h),
-                   cpu::conv_output_size(x.size(3), w.size(3), o.stride.w, o.padding.w, o.dilation.w)};
-  LOOM_CHECK(y[2] > 0 && y[3] > 0, ShapeError,
+  const int64_t p = cpu::conv_output_size(x.size(2), w.size(2), o.stride.h, o.padding.h,
+                                          o.dilation.h);
+  const int64_t q = cpu::conv_output_size(x.size(3), w.size(3), o.stride.w, o.padding.w,
+                                          o.dilation.w);
+  LOOM_CHECK(p > 0 && q > 0, ShapeError,
              "[conv2d] input {} with kernel {}x{}, padding {}, dilation {} gives an empty output "
              "({}x{}); use more padding, a smaller dilation or a larger input",
-             shape_str(x.sizes()), w.size(2), w.size(3), o.padding.str(), o.dilation.str(), y[2],
-             y[3]);
-  return y;
+             shape_str(x.sizes()), w.size(2), w.size(3), o.padding.str(), o.dilation.str(), p, q);
+  return {x.size(0), w.size(0), p, q};
 }
 
 void check_layer_settings(const LayerSettings& s, const Tensor& bias) {
@@ -98,8 +98,8 @@ void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias,
   check_float_tensor(w, "conv2d", "weight");
   check_same_dtype_device(x, w, "conv2d");
   check_options(o);
-  check_layer_settings({.op = "conv2d", .layer = "Conv2d", .bias = o.bias, .generator = o.generator},
-                       bias);
+  check_layer_settings(
+      {.op = "conv2d", .layer = "Conv2d", .bias = o.bias, .generator = o.generator}, bias);
   check_channels(x, w, o.groups);
   if (!bias.defined()) return;
   check_float_tensor(bias, "conv2d", "bias");

@@ -251,8 +251,8 @@ TEST_CASE("conv2d: the layer's settings in the options are refused where they me
   // bias = false with no bias tensor says the same as the tensor: a conv without bias.
   x = randn({2, 3, 5, 5}, {}, &gen);
   w = randn({4, 3, 3, 3}, {}, &gen);
-  CHECK_CLOSE(conv2d(x, w, Tensor(), {.padding = 1, .bias = false}), conv2d(x, w, Tensor(), {.padding = 1}),
-              0, 0);
+  CHECK_CLOSE(conv2d(x, w, Tensor(), {.padding = 1, .bias = false}),
+              conv2d(x, w, Tensor(), {.padding = 1}), 0, 0);
 }
 
 TEST_CASE("conv2d: the output layout follows PyTorch's choice") {
