@@ -54,14 +54,7 @@ void Conv2d::reset_parameters(Generator* generator) {
   init::default_weight_and_bias_(weight_, bias_, generator);
 }
 
-loom::Conv2dOptions Conv2d::functional_options() const {
-  return {.stride = options_.stride.array(),
-          .padding = options_.padding.array(),
-          .dilation = options_.dilation.array(),
-          .groups = options_.groups};
-}
-
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight_, bias_, functional_options()); }
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight_, bias_, options_); }
 
 // PyTorch's _ConvNd.extra_repr: defaults other than stride are left out.
 std::string Conv2d::extra_repr() const {

@@ -12,20 +12,16 @@
 
 #include "core/generator.h"
 #include "core/ops/conv.h"
+#include "core/size2.h"
 #include "core/tensor.h"
 #include "layers/module.h"
-#include "layers/size2.h"
 
 namespace loom::nn {
 
-struct Conv2dOptions {
-  Size2 stride = 1;
-  Size2 padding = 0;  // zeros on both sides
-  Size2 dilation = 1;
-  int64_t groups = 1;  // C and K split into this many independent convolutions
-  bool bias = true;
-  Generator* generator = nullptr;  // for the initial weights; the default generator when null
-};
+// The functional op's options type, which also holds the layer's bias and
+// generator settings: nn::Conv2dOptions{.padding = 1, .bias = false}.
+using loom::Conv2dOptions;
+using loom::Size2;
 
 class Conv2d : public Module {
  public:
@@ -40,9 +36,7 @@ class Conv2d : public Module {
   int64_t in_channels() const { return in_channels_; }
   int64_t out_channels() const { return out_channels_; }
   Size2 kernel_size() const { return kernel_size_; }
-  const Conv2dOptions& options() const { return options_; }
-  // The geometry as loom::conv2d takes it (the functional op's options).
-  loom::Conv2dOptions functional_options() const;
+  const Conv2dOptions& options() const { return options_; }  // generator reset to null
 
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;

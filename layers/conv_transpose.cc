@@ -40,12 +40,7 @@ void ConvTranspose2d::reset_parameters(Generator* generator) {
 }
 
 Tensor ConvTranspose2d::forward(const Tensor& x) {
-  return conv_transpose2d(x, weight_, bias_,
-                          {.stride = options_.stride.array(),
-                           .padding = options_.padding.array(),
-                           .output_padding = options_.output_padding.array(),
-                           .dilation = options_.dilation.array(),
-                           .groups = options_.groups});
+  return conv_transpose2d(x, weight_, bias_, options_);
 }
 
 // PyTorch's _ConvNd.extra_repr: defaults other than stride are left out.

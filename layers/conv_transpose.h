@@ -13,21 +13,17 @@
 #include <string>
 
 #include "core/generator.h"
+#include "core/ops/conv_transpose.h"
+#include "core/size2.h"
 #include "core/tensor.h"
 #include "layers/module.h"
-#include "layers/size2.h"
 
 namespace loom::nn {
 
-struct ConvTranspose2dOptions {
-  Size2 stride = 1;
-  Size2 padding = 0;         // removed from both sides of the output
-  Size2 output_padding = 0;  // added to one side, to pick among the output sizes a stride allows
-  Size2 dilation = 1;
-  int64_t groups = 1;
-  bool bias = true;
-  Generator* generator = nullptr;  // for the initial weights; the default generator when null
-};
+// The functional op's options type, which also holds the layer's bias and
+// generator settings: nn::ConvTranspose2dOptions{.stride = 2, .bias = false}.
+using loom::ConvTranspose2dOptions;
+using loom::Size2;
 
 class ConvTranspose2d : public Module {
  public:
@@ -40,7 +36,7 @@ class ConvTranspose2d : public Module {
 
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
-  const ConvTranspose2dOptions& options() const { return options_; }
+  const ConvTranspose2dOptions& options() const { return options_; }  // generator reset to null
 
   std::string type_name() const override { return "ConvTranspose2d"; }
   std::string extra_repr() const override;

@@ -14,7 +14,7 @@
 namespace loom::nn {
 
 Tensor FusedConv2dReLU::forward(const Tensor& x) {
-  return conv2d_bias_relu(x, weight(), bias(), functional_options());
+  return conv2d_bias_relu(x, weight(), bias(), options());
 }
 
 Tensor LinearReLU::forward(const Tensor& x) { return linear_relu(x, weight(), bias()); }
@@ -78,7 +78,7 @@ FusedConv2d::FusedConv2d(const Conv2d& conv, std::shared_ptr<FusedBatchNorm2d> n
     : Conv2d(conv), norm_(std::move(norm)), activations_(std::move(activations)) {}
 
 fusion::Block FusedConv2d::block() {
-  fusion::Block block = fusion::Block().conv2d(functional_options());
+  fusion::Block block = fusion::Block().conv2d(options());
   if (bias().defined()) block.bias();
   if (norm_) block.batch_norm(norm_->step_options());
   add_activations(block, activations_);

@@ -13,11 +13,13 @@
 #include <optional>
 #include <string>
 
+#include "core/size2.h"
 #include "core/tensor.h"
 #include "layers/module.h"
-#include "layers/size2.h"
 
 namespace loom::nn {
+
+using loom::Size2;
 
 struct MaxPool2dOptions {
   std::optional<Size2> stride = std::nullopt;  // kernel_size when not given, as PyTorch

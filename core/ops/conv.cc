@@ -31,19 +31,13 @@ using conv_detail::wgrad_kernel;
 
 namespace {
 
-// "1" when both dims agree, else "(1, 2)": a pair the way a user writes it.
-std::string pair_str(const std::array<int64_t, 2>& pair) {
-  return pair[0] == pair[1] ? fmt::format("{}", pair[0])
-                            : fmt::format("({}, {})", pair[0], pair[1]);
-}
-
 void check_options(const Conv2dOptions& o) {
-  LOOM_CHECK(o.stride[0] > 0 && o.stride[1] > 0, ValueError,
-             "[conv2d] stride must be positive, got {}", pair_str(o.stride));
-  LOOM_CHECK(o.dilation[0] > 0 && o.dilation[1] > 0, ValueError,
-             "[conv2d] dilation must be positive, got {}", pair_str(o.dilation));
-  LOOM_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, ValueError,
-             "[conv2d] padding must be non-negative, got {}", pair_str(o.padding));
+  LOOM_CHECK(o.stride.h > 0 && o.stride.w > 0, ValueError,
+             "[conv2d] stride must be positive, got {}", o.stride.str());
+  LOOM_CHECK(o.dilation.h > 0 && o.dilation.w > 0, ValueError,
+             "[conv2d] dilation must be positive, got {}", o.dilation.str());
+  LOOM_CHECK(o.padding.h >= 0 && o.padding.w >= 0, ValueError,
+             "[conv2d] padding must be non-negative, got {}", o.padding.str());
   LOOM_CHECK(o.groups > 0, ValueError, "[conv2d] groups must be positive, got {}", o.groups);
 }
 
@@ -75,17 +69,27 @@ namespace conv_detail {
 
 // y (N, K, P, Q)
 Shape output_sizes(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
-  Shape y = {x.size(0), w.size(0), 0, 0};
-  for (int i = 0; i < 2; ++i) {
-    y[2 + i] = cpu::conv_output_size(x.size(2 + i), w.size(2 + i), o.stride[i], o.padding[i],
-                                     o.dilation[i]);
-  }
-  LOOM_CHECK(y[2] > 0 && y[3] > 0, ShapeError,
+  const int64_t p = cpu::conv_output_size(x.size(2), w.size(2), o.stride.h, o.padding.h,
+                                          o.dilation.h);
+  const int64_t q = cpu::conv_output_size(x.size(3), w.size(3), o.stride.w, o.padding.w,
+                                          o.dilation.w);
+  LOOM_CHECK(p > 0 && q > 0, ShapeError,
              "[conv2d] input {} with kernel {}x{}, padding {}, dilation {} gives an empty output "
              "({}x{}); use more padding, a smaller dilation or a larger input",
-             shape_str(x.sizes()), w.size(2), w.size(3), pair_str(o.padding), pair_str(o.dilation),
-             y[2], y[3]);
-  return y;
+             shape_str(x.sizes()), w.size(2), w.size(3), o.padding.str(), o.dilation.str(), p, q);
+  return {x.size(0), w.size(0), p, q};
+}
+
+void check_layer_settings(const LayerSettings& s, const Tensor& bias) {
+  LOOM_CHECK(s.bias || !bias.defined(), ValueError,
+             "[{}] options.bias = false is nn::{}'s setting (whether the layer owns a bias), but "
+             "a bias tensor {} was passed; the functional op takes the bias as a tensor: pass an "
+             "undefined Tensor() for none",
+             s.op, s.layer, shape_str(bias.sizes()));
+  LOOM_CHECK(s.generator == nullptr, ValueError,
+             "[{}] options.generator is nn::{}'s setting (the generator of the layer's initial "
+             "weights); the functional op draws nothing: leave it null",
+             s.op, s.layer);
 }
 
 void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias,
@@ -94,6 +98,8 @@ void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias,
   check_float_tensor(w, "conv2d", "weight");
   check_same_dtype_device(x, w, "conv2d");
   check_options(o);
+  check_layer_settings(
+      {.op = "conv2d", .layer = "Conv2d", .bias = o.bias, .generator = o.generator}, bias);
   check_channels(x, w, o.groups);
   if (!bias.defined()) return;
   check_float_tensor(bias, "conv2d", "bias");

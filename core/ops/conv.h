@@ -3,24 +3,32 @@
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 //
-//   auto y = loom::conv2d(x, weight, bias, {.stride = {2, 2}, .padding = {1, 1}});
+//   auto y = loom::conv2d(x, weight, bias, {.stride = 2, .padding = 1});
 //   // x (N, C, H, W), weight (K, C/groups, R, S), bias (K) -> y (N, K, P, Q)
 //   // P = (H + 2 padding - dilation (R - 1) - 1) / stride + 1, rounded down
 #pragma once
 
-#include <array>
 #include <cstdint>
 
+#include "core/generator.h"
+#include "core/size2.h"
 #include "core/tensor.h"
 
 namespace loom {
 
-// {height, width} pairs, as PyTorch's conv2d arguments.
+// {height, width} pairs, as PyTorch's conv2d arguments. One type for the
+// functional ops (conv2d, the fused conv ops, fusion::Block::conv2d) and the
+// nn::Conv2d layer (nn::Conv2dOptions names this same type).
 struct Conv2dOptions {
-  std::array<int64_t, 2> stride{1, 1};
-  std::array<int64_t, 2> padding{0, 0};  // zeros on both sides
-  std::array<int64_t, 2> dilation{1, 1};
+  Size2 stride = 1;
+  Size2 padding = 0;  // zeros on both sides
+  Size2 dilation = 1;
   int64_t groups = 1;  // C and K split into this many independent convolutions
+  // The layer's settings, read by nn::Conv2d only: the functional ops take their
+  // bias as a tensor and draw nothing, so they refuse bias = false beside a bias
+  // tensor and any generator.
+  bool bias = true;                // whether the layer owns a bias (K)
+  Generator* generator = nullptr;  // for the initial weights; the default generator when null
 };
 
 // x (N, C, H, W) with any strides, weight (K, C/groups, R, S), optional bias

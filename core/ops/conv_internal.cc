@@ -38,12 +38,12 @@ void add_bias_cuda(const Tensor& y, const Tensor& bias) {
 }  // namespace
 
 cpu::ConvParams conv_params(const Conv2dOptions& o) {
-  return {.stride_h = o.stride[0],
-          .stride_w = o.stride[1],
-          .pad_h = o.padding[0],
-          .pad_w = o.padding[1],
-          .dilation_h = o.dilation[0],
-          .dilation_w = o.dilation[1],
+  return {.stride_h = o.stride.h,
+          .stride_w = o.stride.w,
+          .pad_h = o.padding.h,
+          .pad_w = o.padding.w,
+          .dilation_h = o.dilation.h,
+          .dilation_w = o.dilation.w,
           .groups = o.groups};
 }
 

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/autocast.h"
@@ -24,6 +25,7 @@
 
 namespace loom {
 
+using conv_detail::check_layer_settings;
 using conv_detail::conv_params;
 using conv_detail::dgrad_kernel;
 using conv_detail::forward_kernel;
@@ -37,20 +39,19 @@ namespace {
 constexpr const char* kOp = "conv_transpose2d";
 
 void check_options(const ConvTranspose2dOptions& o) {
-  for (int i = 0; i < 2; ++i) {
-    LOOM_CHECK(o.stride[i] > 0 && o.dilation[i] > 0 && o.padding[i] >= 0, ValueError,
-               "[{}] stride and dilation must be positive and padding non-negative, got stride "
-               "({}, {}), dilation ({}, {}), padding ({}, {})",
-               kOp, o.stride[0], o.stride[1], o.dilation[0], o.dilation[1], o.padding[0],
-               o.padding[1]);
-    LOOM_CHECK(o.output_padding[i] >= 0 &&
-                   o.output_padding[i] < std::max(o.stride[i], o.dilation[i]),
-               ValueError,
-               "[{}] output_padding ({}, {}) must be smaller than the stride or the dilation "
-               "(stride ({}, {}), dilation ({}, {})), as in PyTorch",
-               kOp, o.output_padding[0], o.output_padding[1], o.stride[0], o.stride[1],
-               o.dilation[0], o.dilation[1]);
-  }
+  LOOM_CHECK(o.stride.h > 0 && o.stride.w > 0 && o.dilation.h > 0 && o.dilation.w > 0 &&
+                 o.padding.h >= 0 && o.padding.w >= 0,
+             ValueError,
+             "[{}] stride and dilation must be positive and padding non-negative, got stride {}, "
+             "dilation {}, padding {}",
+             kOp, o.stride.pair_str(), o.dilation.pair_str(), o.padding.pair_str());
+  const Size2 limit(std::max(o.stride.h, o.dilation.h), std::max(o.stride.w, o.dilation.w));
+  LOOM_CHECK(o.output_padding.h >= 0 && o.output_padding.w >= 0 &&
+                 o.output_padding.h < limit.h && o.output_padding.w < limit.w,
+             ValueError,
+             "[{}] output_padding {} must be smaller than the stride or the dilation (stride {}, "
+             "dilation {}), as in PyTorch",
+             kOp, o.output_padding.pair_str(), o.stride.pair_str(), o.dilation.pair_str());
   LOOM_CHECK(o.groups > 0, ValueError, "[{}] groups must be positive, got {}", kOp, o.groups);
 }
 
@@ -61,6 +62,8 @@ void check_args(const Tensor& x, const Tensor& w, const Tensor& bias,
   check_float_tensor(w, kOp, "weight");
   check_same_dtype_device(x, w, kOp);
   check_options(o);
+  check_layer_settings(
+      {.op = kOp, .layer = "ConvTranspose2d", .bias = o.bias, .generator = o.generator}, bias);
   LOOM_CHECK(x.dim() == 4, ShapeError,
              "[{}] expected a 4-D input (N, C, H, W), got shape {}; for a single image add the "
              "batch dim with unsqueeze(0)",
@@ -82,18 +85,23 @@ void check_args(const Tensor& x, const Tensor& w, const Tensor& bias,
              kOp, k, k, shape_str(w.sizes()), o.groups, shape_str(bias.sizes()));
 }
 
+// P = (H - 1) stride - 2 padding + dilation (R - 1) + output_padding + 1
+int64_t output_size(int64_t h, int64_t r, int64_t stride, int64_t padding, int64_t dilation,
+                    int64_t output_padding) {
+  return (h - 1) * stride - 2 * padding + dilation * (r - 1) + output_padding + 1;
+}
+
 // y (N, K, P, Q)
 Shape output_sizes(const Tensor& x, const Tensor& w, const ConvTranspose2dOptions& o) {
-  Shape y = {x.size(0), w.size(1) * o.groups, 0, 0};
-  for (int i = 0; i < 2; ++i) {
-    y[2 + i] = (x.size(2 + i) - 1) * o.stride[i] - 2 * o.padding[i] +
-               o.dilation[i] * (w.size(2 + i) - 1) + o.output_padding[i] + 1;
-  }
+  const Shape y = {x.size(0), w.size(1) * o.groups,
+                   output_size(x.size(2), w.size(2), o.stride.h, o.padding.h, o.dilation.h,
+                               o.output_padding.h),
+                   output_size(x.size(3), w.size(3), o.stride.w, o.padding.w, o.dilation.w,
+                               o.output_padding.w)};
   LOOM_CHECK(y[2] > 0 && y[3] > 0, ShapeError,
-             "[{}] input {} with kernel {}x{} and padding ({}, {}) gives an empty output ({}x{}); "
+             "[{}] input {} with kernel {}x{} and padding {} gives an empty output ({}x{}); "
              "use less padding",
-             kOp, shape_str(x.sizes()), w.size(2), w.size(3), o.padding[0], o.padding[1], y[2],
-             y[3]);
+             kOp, shape_str(x.sizes()), w.size(2), w.size(3), o.padding.pair_str(), y[2], y[3]);
   return y;
 }
 

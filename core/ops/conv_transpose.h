@@ -5,8 +5,8 @@
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 //
-//   auto y = loom::conv_transpose2d(x, weight, bias, {.stride = {2, 2}, .padding = {1, 1},
-//                                                     .output_padding = {1, 1}});
+//   auto y = loom::conv_transpose2d(x, weight, bias, {.stride = 2, .padding = 1,
+//                                                     .output_padding = 1});
 //   // x (N, C, H, W), weight (C, K/groups, R, S), bias (K) -> y (N, K, P, Q)
 //   // P = (H - 1) stride - 2 padding + dilation (R - 1) + output_padding + 1
 //
@@ -16,19 +16,27 @@
 // so the GPU path is the same cuDNN graphs (and legacy-API tier) as conv2d's.
 #pragma once
 
-#include <array>
 #include <cstdint>
 
+#include "core/generator.h"
+#include "core/size2.h"
 #include "core/tensor.h"
 
 namespace loom {
 
+// One type for the functional op and the nn::ConvTranspose2d layer
+// (nn::ConvTranspose2dOptions names this same type).
 struct ConvTranspose2dOptions {
-  std::array<int64_t, 2> stride{1, 1};
-  std::array<int64_t, 2> padding{0, 0};         // removed from both sides of the output
-  std::array<int64_t, 2> output_padding{0, 0};  // added to one side; < stride or dilation
-  std::array<int64_t, 2> dilation{1, 1};
+  Size2 stride = 1;
+  Size2 padding = 0;         // removed from both sides of the output
+  Size2 output_padding = 0;  // added to one side, to pick among the output sizes a stride allows
+  Size2 dilation = 1;
   int64_t groups = 1;
+  // The layer's settings, read by nn::ConvTranspose2d only: the functional op
+  // takes its bias as a tensor and draws nothing, so it refuses bias = false
+  // beside a bias tensor and any generator.
+  bool bias = true;                // whether the layer owns a bias (K)
+  Generator* generator = nullptr;  // for the initial weights; the default generator when null
 };
 
 // x (N, C, H, W) with any strides, weight (C, K/groups, R, S), optional bias

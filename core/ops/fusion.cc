@@ -72,16 +72,12 @@ std::string_view kind_name(StepKind kind) {
   return "?";
 }
 
-std::string pair_str(const std::array<int64_t, 2>& p) {
-  return p[0] == p[1] ? fmt::format("{}", p[0]) : fmt::format("({}, {})", p[0], p[1]);
-}
-
 std::string step_str(const Step& step) {
   switch (step.kind) {
     case StepKind::Conv2d: {
       const Conv2dOptions& o = step.conv;
-      std::string s = fmt::format("conv2d(stride={}, padding={}", pair_str(o.stride), pair_str(o.padding));
-      if (o.dilation != std::array<int64_t, 2>{1, 1}) s += fmt::format(", dilation={}", pair_str(o.dilation));
+      std::string s = fmt::format("conv2d(stride={}, padding={}", o.stride.str(), o.padding.str());
+      if (o.dilation != Size2(1)) s += fmt::format(", dilation={}", o.dilation.str());
       if (o.groups != 1) s += fmt::format(", groups={}", o.groups);
       return s + ")";
     }

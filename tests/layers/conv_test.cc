@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/generator.h"
@@ -20,7 +21,7 @@ struct Config {
   int64_t in, out;
   nn::Size2 kernel;
   nn::Conv2dOptions options;
-  loom::Conv2dOptions functional;
+  Conv2dOptions functional;  // the same geometry, spelled as pairs, without the layer's settings
 };
 
 TEST_CASE("Conv2d forward is conv2d with the layer's weight and bias") {
@@ -40,6 +41,25 @@ TEST_CASE("Conv2d forward is conv2d with the layer's weight and bias") {
     const Tensor x_nhwc = x.contiguous(MemoryFormat::ChannelsLast);
     CHECK_CLOSE(conv(x_nhwc), conv2d(x, conv.weight(), conv.bias(), c.functional), 1e-5, 1e-6);
   }
+}
+
+TEST_CASE("Conv2d takes the functional op's options type; its own settings stay with the layer") {
+  static_assert(std::is_same_v<nn::Conv2dOptions, loom::Conv2dOptions>);
+  static_assert(std::is_same_v<nn::Size2, loom::Size2>);
+  Generator gen(4);
+  const nn::Conv2dOptions options{.stride = {2, 1}, .padding = 1, .bias = false, .generator = &gen};
+  nn::Conv2d conv(3, 4, 3, options);
+  // The generator seeds the weights once; the layer keeps no pointer to it.
+  CHECK(conv.options().generator == nullptr);
+  CHECK_FALSE(conv.options().bias);
+  CHECK(conv.options().stride == Size2(2, 1));
+  const Tensor x = randn({2, 3, 6, 5}, {}, &gen);
+  // The layer's options, bias = false included, are what conv2d takes for a bias-less call.
+  CHECK_CLOSE(conv(x), conv2d(x, conv.weight(), Tensor(), conv.options()), 0, 0);
+  CHECK_THROWS_WITH_FRAGMENT(conv2d(x, conv.weight(), zeros({4}), conv.options()), ValueError,
+                             "options.bias = false is nn::Conv2d's setting");
+  CHECK_THROWS_WITH_FRAGMENT(conv2d(x, conv.weight(), Tensor(), options), ValueError,
+                             "options.generator is nn::Conv2d's setting");
 }
 
 TEST_CASE("Conv2d parameters: weight (K, C/groups, R, S), optional bias (K)") {

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/generator.h"
@@ -36,6 +37,17 @@ TEST_CASE("ConvTranspose2d has PyTorch's weight (C, K/groups, R, S) and names") 
         "output_padding=(1, 1), groups=2)");
   // PyTorch's bound 1/sqrt(fan_in), fan_in = K/groups * R * S = 18
   for (double v : testing::values(up.bias())) CHECK(std::abs(v) <= 1.0 / std::sqrt(18.0));
+}
+
+TEST_CASE("ConvTranspose2d takes the functional op's options type") {
+  static_assert(std::is_same_v<nn::ConvTranspose2dOptions, loom::ConvTranspose2dOptions>);
+  Generator gen(32);
+  nn::ConvTranspose2d up(4, 2, 2, {.stride = 2, .bias = false, .generator = &gen});
+  CHECK(up.options().generator == nullptr);
+  CHECK_FALSE(up.bias().defined());
+  const Tensor x = randn({1, 4, 3, 3}, {}, &gen);
+  CHECK_CLOSE(up(x), conv_transpose2d(x, up.weight(), Tensor(), up.options()), 0, 0);
+  CHECK(up.repr() == "ConvTranspose2d(4, 2, kernel_size=(2, 2), stride=(2, 2), bias=False)");
 }
 
 TEST_CASE("ConvTranspose2d refuses channels that groups does not divide") {

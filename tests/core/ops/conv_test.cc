@@ -42,8 +42,8 @@ ConvReference naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, co
                            const Conv2dOptions& o) {
   int64_t n_ = x.size(0), c_ = x.size(1), h_ = x.size(2), w_ = x.size(3);
   int64_t k_ = w.size(0), cg = w.size(1), r_ = w.size(2), s_ = w.size(3), kg = k_ / o.groups;
-  int64_t p_ = reference_output_size(h_, r_, o.stride[0], o.padding[0], o.dilation[0]);
-  int64_t q_ = reference_output_size(w_, s_, o.stride[1], o.padding[1], o.dilation[1]);
+  int64_t p_ = reference_output_size(h_, r_, o.stride.h, o.padding.h, o.dilation.h);
+  int64_t q_ = reference_output_size(w_, s_, o.stride.w, o.padding.w, o.dilation.w);
   std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
   std::vector<double> gy =
       dy.defined() ? dy.to_vector<double>() : std::vector<double>(n_ * k_ * p_ * q_, 0.0);
@@ -63,8 +63,8 @@ ConvReference naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, co
           for (int64_t c = 0; c < cg; ++c)
             for (int64_t r = 0; r < r_; ++r)
               for (int64_t s = 0; s < s_; ++s) {
-                int64_t ih = p * o.stride[0] - o.padding[0] + r * o.dilation[0];
-                int64_t iw = q * o.stride[1] - o.padding[1] + s * o.dilation[1];
+                int64_t ih = p * o.stride.h - o.padding.h + r * o.dilation.h;
+                int64_t iw = q * o.stride.w - o.padding.w + s * o.dilation.w;
                 if (ih < 0 || ih >= h_ || iw < 0 || iw >= w_) continue;
                 int64_t xi = ((n * c_ + (k / kg) * cg + c) * h_ + ih) * w_ + iw;
                 int64_t wi = ((k * cg + c) * r_ + r) * s_ + s;
@@ -132,10 +132,8 @@ void check_case(const GridCase& gc, DType dtype, uint64_t seed) {
   Tensor x = make_input({2, channels, 7, 6}, gc.layout, options, gen).requires_grad_();
   Tensor w = randn({out_channels, channels / gc.groups, 3, 2}, options, &gen).requires_grad_();
   Tensor b = gc.bias ? randn({out_channels}, options, &gen).requires_grad_() : Tensor();
-  Conv2dOptions o{.stride = {gc.stride, gc.stride},
-                  .padding = {gc.padding, gc.padding},
-                  .dilation = {gc.dilation, gc.dilation},
-                  .groups = gc.groups};
+  Conv2dOptions o{
+      .stride = gc.stride, .padding = gc.padding, .dilation = gc.dilation, .groups = gc.groups};
 
   Tensor y = conv2d(x, w, b, o);
   Tensor dy = randn(y.sizes(), options, &gen);
@@ -217,6 +215,44 @@ TEST_CASE("conv2d: different height and width parameters, and a 1x1 filter") {
   Tensor pointwise = randn({4, 3, 1, 1}, kFloat64, &gen);
   ConvReference ref1 = naive_conv2d(x, pointwise, Tensor(), Tensor(), {});
   CHECK_CLOSE(conv2d(x, pointwise), as_tensor(ref1.y, ref1.y_sizes), 1e-12, 1e-12);
+}
+
+TEST_CASE("conv2d: a pair option is written as one int or as two") {
+  Generator gen(17);
+  Tensor x = randn({2, 2, 7, 6}, kFloat64, &gen);
+  Tensor w = randn({3, 2, 3, 2}, kFloat64, &gen), b = randn({3}, kFloat64, &gen);
+  const Conv2dOptions one_int{.stride = 2, .padding = 1, .dilation = 2};
+  CHECK(one_int.stride == Size2(2, 2));
+  CHECK(one_int.padding == Size2(1, 1));
+  ConvReference ref = naive_conv2d(x, w, b, Tensor(), one_int);
+  CHECK_CLOSE(conv2d(x, w, b, one_int), as_tensor(ref.y, ref.y_sizes), 1e-12, 1e-12);
+  CHECK_CLOSE(conv2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 2}}),
+              as_tensor(ref.y, ref.y_sizes), 1e-12, 1e-12);
+
+  const Conv2dOptions two_ints{.stride = {1, 2}, .padding = {2, 0}};
+  CHECK(two_ints.stride == Size2(1, 2));
+  ConvReference ref2 = naive_conv2d(x, w, b, Tensor(), two_ints);
+  Tensor y = conv2d(x, w, b, two_ints);
+  CHECK(y.sizes() == Shape{2, 3, 9, 3});
+  CHECK_CLOSE(y, as_tensor(ref2.y, ref2.y_sizes), 1e-12, 1e-12);
+}
+
+TEST_CASE("conv2d: the layer's settings in the options are refused where they mean nothing") {
+  Tensor x = zeros({2, 3, 5, 5}), w = zeros({4, 3, 3, 3}), b = zeros({4});
+  CHECK_THROWS_WITH_FRAGMENT(
+      conv2d(x, w, b, {.padding = 1, .bias = false}), ValueError,
+      "[conv2d] options.bias = false is nn::Conv2d's setting (whether the layer owns a bias), but "
+      "a bias tensor (4,) was passed; the functional op takes the bias as a tensor: pass an "
+      "undefined Tensor() for none");
+  Generator gen(3);
+  CHECK_THROWS_WITH_FRAGMENT(conv2d(x, w, Tensor(), {.generator = &gen}), ValueError,
+                             "[conv2d] options.generator is nn::Conv2d's setting (the generator "
+                             "of the layer's initial weights); the functional op draws nothing");
+  // bias = false with no bias tensor says the same as the tensor: a conv without bias.
+  x = randn({2, 3, 5, 5}, {}, &gen);
+  w = randn({4, 3, 3, 3}, {}, &gen);
+  CHECK_CLOSE(conv2d(x, w, Tensor(), {.padding = 1, .bias = false}),
+              conv2d(x, w, Tensor(), {.padding = 1}), 0, 0);
 }
 
 TEST_CASE("conv2d: the output layout follows PyTorch's choice") {

@@ -28,9 +28,9 @@ Tensor naive_conv_transpose(const Tensor& x, const Tensor& w, const Tensor& bias
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t Kg = w.size(1), R = w.size(2), S = w.size(3), Cg = C / o.groups;
   const int64_t P =
-      (H - 1) * o.stride[0] - 2 * o.padding[0] + o.dilation[0] * (R - 1) + o.output_padding[0] + 1;
+      (H - 1) * o.stride.h - 2 * o.padding.h + o.dilation.h * (R - 1) + o.output_padding.h + 1;
   const int64_t Q =
-      (W - 1) * o.stride[1] - 2 * o.padding[1] + o.dilation[1] * (S - 1) + o.output_padding[1] + 1;
+      (W - 1) * o.stride.w - 2 * o.padding.w + o.dilation.w * (S - 1) + o.output_padding.w + 1;
   const int64_t K = Kg * o.groups;
   std::vector<double> y(N * K * P * Q, 0.0);
   for (int64_t n = 0; n < N; ++n)
@@ -40,8 +40,8 @@ Tensor naive_conv_transpose(const Tensor& x, const Tensor& w, const Tensor& bias
           for (int64_t k = 0; k < Kg; ++k)
             for (int64_t r = 0; r < R; ++r)
               for (int64_t q = 0; q < S; ++q) {
-                const int64_t p = h * o.stride[0] - o.padding[0] + r * o.dilation[0];
-                const int64_t qq = ww * o.stride[1] - o.padding[1] + q * o.dilation[1];
+                const int64_t p = h * o.stride.h - o.padding.h + r * o.dilation.h;
+                const int64_t qq = ww * o.stride.w - o.padding.w + q * o.dilation.w;
                 if (p < 0 || p >= P || qq < 0 || qq >= Q) continue;
                 const int64_t out_k = (c / Cg) * Kg + k;
                 y[((n * K + out_k) * P + p) * Q + qq] += x.at({n, c, h, ww}) * w.at({c, k, r, q});
@@ -57,7 +57,7 @@ struct Case {
 
 const std::vector<Case> kCases = {
     {{2, 3, 4, 5}, {3, 2, 3, 3}, {}},
-    {{1, 4, 3, 3}, {4, 5, 2, 2}, {.stride = {2, 2}}},
+    {{1, 4, 3, 3}, {4, 5, 2, 2}, {.stride = 2}},
     {{2, 2, 5, 4}, {2, 3, 3, 2}, {.stride = {2, 3}, .padding = {1, 0}, .output_padding = {1, 2}}},
     {{1, 4, 4, 4}, {4, 1, 3, 3}, {.padding = {1, 1}, .dilation = {2, 1}, .groups = 2}},
     {{2, 6, 3, 5}, {6, 2, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 3}},
@@ -117,6 +117,14 @@ TEST_CASE("conv_transpose2d errors name the op and the values") {
                              "bias must have shape (2,)");
   CHECK_THROWS_WITH_FRAGMENT(conv_transpose2d(zeros({3, 4, 4}), zeros({3, 2, 3, 3})), ShapeError,
                              "expected a 4-D input");
+  CHECK_THROWS_WITH_FRAGMENT(
+      conv_transpose2d(x, zeros({3, 2, 3, 3}), zeros({2}), {.bias = false}), ValueError,
+      "[conv_transpose2d] options.bias = false is nn::ConvTranspose2d's setting (whether the "
+      "layer owns a bias), but a bias tensor (2,) was passed");
+  Generator gen(4);
+  CHECK_THROWS_WITH_FRAGMENT(
+      conv_transpose2d(x, zeros({3, 2, 3, 3}), Tensor(), {.generator = &gen}), ValueError,
+      "[conv_transpose2d] options.generator is nn::ConvTranspose2d's setting");
 }
 
 }  // namespace loom

@@ -1,6 +1,7 @@
-// File: layers/size2.h
+// File: core/size2.h
 // Size2: a (height, width) pair written as one int when both are equal, as
-// PyTorch's layer arguments: Conv2d(1, 32, 3, {.padding = 1}) or {.stride = {2, 1}}.
+// PyTorch's 2-D arguments: conv2d(x, w, b, {.padding = 1}), {.stride = {2, 1}},
+// nn::Conv2d(1, 32, 3, {.padding = 1}).
 #pragma once
 
 #include <fmt/format.h>
@@ -9,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-namespace loom::nn {
+namespace loom {
 
 struct Size2 {
   int64_t h;
@@ -27,4 +28,4 @@ struct Size2 {
   std::string str() const { return square() ? fmt::format("{}", h) : pair_str(); }
 };
 
-}  // namespace loom::nn
+}  // namespace loom
