@@ -43,6 +43,16 @@ void add_activations(fusion::Block& block, const std::vector<std::shared_ptr<Act
   for (const auto& a : activations) block.activation(a->kind(), a->parameter());
 }
 
+// block(x, operands), then + residual in the same block when one is given.
+Tensor run_with_residual(fusion::Block block, std::vector<Tensor> operands, const Tensor& x,
+                         const Tensor& residual) {
+  if (residual.defined()) {
+    block.add_residual();
+    operands.push_back(residual);
+  }
+  return block(x, operands);
+}
+
 }  // namespace
 
 FusedBatchNorm2d::FusedBatchNorm2d(const BatchNorm2d& bn,
@@ -76,13 +86,7 @@ Tensor FusedBatchNorm2d::run_block(const Tensor& x, const Tensor& residual) {
   LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features(), ShapeError,
              "[FusedBatchNorm2d] expects input (N, {}, H, W), got shape {}", num_features(),
              x.defined() ? shape_str(x.sizes()) : "undefined");
-  fusion::Block b = block();
-  std::vector<Tensor> ops = operands();
-  if (residual.defined()) {
-    b.add_residual();
-    ops.push_back(residual);
-  }
-  Tensor y = b(x, ops);
+  Tensor y = run_with_residual(block(), operands(), x, residual);
   count_if_training();
   return y;
 }
@@ -106,17 +110,12 @@ fusion::Block FusedConv2d::block() {
 }
 
 Tensor FusedConv2d::run_block(const Tensor& x, const Tensor& residual) {
-  fusion::Block b = block();
   std::vector<Tensor> operands = {weight()};
   if (bias().defined()) operands.push_back(bias());
   if (norm_) {
     for (const Tensor& t : norm_->operands()) operands.push_back(t);
   }
-  if (residual.defined()) {
-    b.add_residual();
-    operands.push_back(residual);
-  }
-  Tensor y = b(x, operands);
+  Tensor y = run_with_residual(block(), std::move(operands), x, residual);
   if (norm_) norm_->count_if_training();
   return y;
 }
@@ -138,14 +137,9 @@ fusion::Block FusedLinear::block() {
 }
 
 Tensor FusedLinear::run_block(const Tensor& x, const Tensor& residual) {
-  fusion::Block b = block();
   std::vector<Tensor> operands = {weight()};
   if (bias().defined()) operands.push_back(bias());
-  if (residual.defined()) {
-    b.add_residual();
-    operands.push_back(residual);
-  }
-  return b(x, operands);
+  return run_with_residual(block(), std::move(operands), x, residual);
 }
 
 Tensor FusedLinear::forward(const Tensor& x) { return run_block(x, Tensor()); }

@@ -192,6 +192,22 @@ TEST_CASE("a Residual whose last branch does not end in a fused run keeps its se
   CHECK(dynamic_cast<nn::Sequential&>(*top.named_children()[0].second)[0].type_name() == "FusedLinear");
 }
 
+TEST_CASE("a FusedResidual whose branch changed after fusing adds as a Residual does") {
+  Generator gen(4);
+  auto make = [] { return nn::Sequential(nn::Residual(nn::Sequential(nn::Linear(3, 3), nn::ReLU()))); };
+  nn::Sequential plain = make(), fused = make();
+  fused.load_state_dict(plain.state_dict());
+  nn::fuse(fused);
+  REQUIRE(fused[0].type_name() == "FusedResidual");
+  for (nn::Sequential* net : {&plain, &fused}) {
+    dynamic_cast<nn::Sequential&>(*(*net)[0].named_children()[0].second).push_back(nn::Tanh());
+  }
+  const Tensor x = randn({2, 3}, {}, &gen);
+  CHECK_SAME_VALUES(fused(x), plain(x));  // x + tanh(relu(linear(x))), not x + relu(...) then tanh
+  CHECK_THROWS_WITH_FRAGMENT(fused.at<nn::FusedResidual>(0).block(), ValueError,
+                             "the last branch (inner: Sequential) does not end in a fused run");
+}
+
 TEST_CASE("FusedResidual errors: a branch that does not keep the shape, a Residual without a fused tail") {
   Generator gen(3);
   const Tensor x = randn({2, 3}, {}, &gen);
