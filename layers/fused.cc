@@ -1,8 +1,10 @@
 // File: layers/fused.cc
-// The fused layers' forwards and nn::fuse's in-place rewrite of Sequentials.
+// The fused layers' forwards, FusedResidual, and nn::fuse's in-place rewrite
+// of Sequentials.
 // N batch, C channels, H, W.
 #include "layers/fused.h"
 
+#include <optional>
 #include <typeinfo>
 #include <utility>
 
@@ -41,6 +43,16 @@ void add_activations(fusion::Block& block, const std::vector<std::shared_ptr<Act
   for (const auto& a : activations) block.activation(a->kind(), a->parameter());
 }
 
+// block(x, operands), then + residual in the same block when one is given.
+Tensor run_with_residual(fusion::Block block, std::vector<Tensor> operands, const Tensor& x,
+                         const Tensor& residual) {
+  if (residual.defined()) {
+    block.add_residual();
+    operands.push_back(residual);
+  }
+  return block(x, operands);
+}
+
 }  // namespace
 
 FusedBatchNorm2d::FusedBatchNorm2d(const BatchNorm2d& bn,
@@ -61,16 +73,28 @@ void FusedBatchNorm2d::count_if_training() {
   if (updates_running_stats()) count_batch();
 }
 
-Tensor FusedBatchNorm2d::forward(const Tensor& x) {
-  if (absorbed_) return x;
+fusion::Block FusedBatchNorm2d::block() {
+  LOOM_CHECK(!absorbed_, ValueError,
+             "[FusedBatchNorm2d] this batch norm is absorbed into the FusedConv2d before it, which runs "
+             "it in its own block; ask that layer for block()");
+  fusion::Block block = fusion::Block().batch_norm(step_options());
+  add_activations(block, activations_);
+  return block;
+}
+
+Tensor FusedBatchNorm2d::run_block(const Tensor& x, const Tensor& residual) {
   LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features(), ShapeError,
              "[FusedBatchNorm2d] expects input (N, {}, H, W), got shape {}", num_features(),
              x.defined() ? shape_str(x.sizes()) : "undefined");
-  fusion::Block block = fusion::Block().batch_norm(step_options());
-  add_activations(block, activations_);
-  Tensor y = block(x, operands());
+  Tensor y = run_with_residual(block(), operands(), x, residual);
   count_if_training();
   return y;
+}
+
+Tensor FusedBatchNorm2d::forward(const Tensor& x) { return absorbed_ ? x : run_block(x, Tensor()); }
+
+Tensor FusedBatchNorm2d::forward_residual(const Tensor& x, const Tensor& residual) {
+  return run_block(x, residual);  // block() refuses an absorbed norm
 }
 
 FusedConv2d::FusedConv2d(const Conv2d& conv, std::shared_ptr<FusedBatchNorm2d> norm,
@@ -85,34 +109,46 @@ fusion::Block FusedConv2d::block() {
   return block;
 }
 
-Tensor FusedConv2d::forward(const Tensor& x) {
+Tensor FusedConv2d::run_block(const Tensor& x, const Tensor& residual) {
   std::vector<Tensor> operands = {weight()};
   if (bias().defined()) operands.push_back(bias());
   if (norm_) {
     for (const Tensor& t : norm_->operands()) operands.push_back(t);
   }
-  Tensor y = block()(x, operands);
+  Tensor y = run_with_residual(block(), std::move(operands), x, residual);
   if (norm_) norm_->count_if_training();
   return y;
+}
+
+Tensor FusedConv2d::forward(const Tensor& x) { return run_block(x, Tensor()); }
+
+Tensor FusedConv2d::forward_residual(const Tensor& x, const Tensor& residual) {
+  return run_block(x, residual);
 }
 
 FusedLinear::FusedLinear(const Linear& linear, std::vector<std::shared_ptr<Activation>> activations)
     : Linear(linear), activations_(std::move(activations)) {}
 
-fusion::Block FusedLinear::block() const {
+fusion::Block FusedLinear::block() {
   fusion::Block block = fusion::Block().linear();
   if (bias().defined()) block.bias();
   add_activations(block, activations_);
   return block;
 }
 
-Tensor FusedLinear::forward(const Tensor& x) {
+Tensor FusedLinear::run_block(const Tensor& x, const Tensor& residual) {
   std::vector<Tensor> operands = {weight()};
   if (bias().defined()) operands.push_back(bias());
-  return block()(x, operands);
+  return run_with_residual(block(), std::move(operands), x, residual);
 }
 
-// ---- nn::fuse: find runs, rewrite Sequentials ----------------------------------------------
+Tensor FusedLinear::forward(const Tensor& x) { return run_block(x, Tensor()); }
+
+Tensor FusedLinear::forward_residual(const Tensor& x, const Tensor& residual) {
+  return run_block(x, residual);
+}
+
+// ---- FusedResidual -------------------------------------------------------------------------
 
 namespace {
 
@@ -120,6 +156,68 @@ template <class M>
 bool is_exactly(const Module& module) {
   return typeid(module) == typeid(M);
 }
+
+// A layer after a run's head that forwards its input unchanged.
+bool passes_through(const Module& module) {
+  if (is_exactly<Identity>(module)) return true;
+  return is_exactly<FusedBatchNorm2d>(module) && static_cast<const FusedBatchNorm2d&>(module).absorbed();
+}
+
+// Where a residual's last branch ends in a fused run: the branch's layers and
+// the index of the run's head among them.
+struct Tail {
+  const NamedModules* layers = nullptr;
+  size_t head = 0;
+  FusedHead* fused = nullptr;
+};
+
+std::optional<Tail> fused_tail(const Residual& residual) {
+  const NamedModules& children = residual.named_children();
+  if (children.empty() || !is_exactly<Sequential>(*children.back().second)) return std::nullopt;
+  const NamedModules& layers = children.back().second->named_children();
+  size_t end = layers.size();
+  while (end > 0 && passes_through(*layers[end - 1].second)) --end;
+  if (end == 0) return std::nullopt;
+  auto* fused = dynamic_cast<FusedHead*>(layers[end - 1].second.get());
+  if (fused == nullptr) return std::nullopt;
+  return Tail{.layers = &layers, .head = end - 1, .fused = fused};
+}
+
+Tail checked_tail(const Residual& residual) {
+  std::optional<Tail> tail = fused_tail(residual);
+  const NamedModules& children = residual.named_children();
+  LOOM_CHECK(tail.has_value(), ValueError,
+             "[FusedResidual] the last branch ({}: {}) does not end in a fused run (a Sequential whose last "
+             "layers are a FusedConv2d, FusedLinear or FusedBatchNorm2d and the layers it absorbed); call "
+             "nn::fuse on the model, which makes a FusedResidual only where the branch does",
+             children.empty() ? "none" : children.back().first,
+             children.empty() ? "-" : children.back().second->type_name());
+  return *tail;
+}
+
+}  // namespace
+
+FusedResidual::FusedResidual(const Residual& residual) : Residual(residual) { checked_tail(*this); }
+
+fusion::Block FusedResidual::block() { return checked_tail(*this).fused->block().add_residual(); }
+
+// x + b(a(x)) as b's layers up to the head, then head(h) + x in the head's block.
+Tensor FusedResidual::forward(const Tensor& x) {
+  const std::optional<Tail> tail = fused_tail(*this);
+  if (!tail) return Residual::forward(x);
+  const NamedModules& children = named_children();
+  Tensor h = x;
+  for (size_t i = 0; i + 1 < children.size(); ++i) h = (*children[i].second)(h);  // a
+  const NamedModules& layers = *tail->layers;
+  for (size_t i = 0; i < tail->head; ++i) h = (*layers[i].second)(h);
+  Tensor y = tail->fused->forward_residual(h, x);
+  for (size_t i = tail->head + 1; i < layers.size(); ++i) y = (*layers[i].second)(y);
+  return y;
+}
+
+// ---- nn::fuse: find runs, rewrite Sequentials ----------------------------------------------
+
+namespace {
 
 // The activations from children[at] on (a run's tail), as shared pointers.
 std::vector<std::shared_ptr<Activation>> activations_from(const NamedModules& children, size_t at) {
@@ -182,10 +280,26 @@ bool fuse_runs(NamedModules& children) {
   }
   return changed;
 }
+
+// Each Residual child whose last branch ends in a fused run becomes a FusedResidual.
+bool fuse_residuals(NamedModules& children) {
+  bool changed = false;
+  for (auto& [name, child] : children) {
+    if (!is_exactly<Residual>(*child)) continue;
+    const auto& residual = static_cast<const Residual&>(*child);
+    if (!fused_tail(residual)) continue;
+    child = std::make_shared<FusedResidual>(residual);  // copies the mode; the children keep theirs
+    changed = true;
+  }
+  return changed;
+}
+
 // A Sequential is rebuilt with the same child names ("0", "1", ...) and assigned in place.
 void fuse_sequential(Sequential& sequential) {
   NamedModules children = sequential.named_children();
-  if (!fuse_runs(children)) return;
+  const bool runs = fuse_runs(children);
+  const bool residuals = fuse_residuals(children);
+  if (!runs && !residuals) return;
   Sequential rebuilt;
   rebuilt.train(sequential.is_training());  // before any child: sets only its own mode
   for (auto& [name, child] : children) rebuilt.push_back(child);
@@ -194,9 +308,10 @@ void fuse_sequential(Sequential& sequential) {
 
 }  // namespace
 
+// Children first: a Residual matches only once its branches' runs are fused.
 void fuse(Module& model) {
-  if (auto* sequential = dynamic_cast<Sequential*>(&model)) fuse_sequential(*sequential);
   for (const std::shared_ptr<Module>& child : model.children()) fuse(*child);
+  if (auto* sequential = dynamic_cast<Sequential*>(&model)) fuse_sequential(*sequential);
 }
 
 }  // namespace loom::nn

@@ -135,6 +135,16 @@ bool in_head_epilogue(const std::vector<Step>& steps, size_t i) {
                      [](const Step& s) { return is_pointwise(s.kind); });
 }
 
+// y + residual, where the residual has y's shape: a residual add never broadcasts
+// (nn::Residual's branch must keep the shape), so a wrong shape is an error, not a broadcast.
+Tensor add_residual(const Tensor& y, const Tensor& residual) {
+  LOOM_CHECK(residual.sizes() == y.sizes(), ShapeError,
+             "[fusion::Block] add_residual: the residual has shape {} but the output it is added to has {}; "
+             "a residual add keeps the shape (use add() for a broadcast operand)",
+             shape_str(residual.sizes()), shape_str(y.sizes()));
+  return add(y, residual);
+}
+
 // One step with the public ops (recorded by autograd when grad mode is on).
 // Under autocast an epilogue step's tensor operands are cast as the fused head
 // casts them, so that fused and unfused runs return the same dtype (an fp32
@@ -155,7 +165,7 @@ Tensor apply_step(const Step& step, const Tensor& t, const Tensor* raw, Channels
     case StepKind::Sub: return step.scalar ? sub(t, *step.scalar) : sub(t, ops[0]);
     case StepKind::Mul: return step.scalar ? mul(t, *step.scalar) : mul(t, ops[0]);
     case StepKind::ScaleBias: return add(mul(t, ch.view(ops[0], t)), ch.view(ops[1], t));
-    case StepKind::Residual: return add(t, ops[0]);
+    case StepKind::Residual: return add_residual(t, ops[0]);
   }
   return t;
 }
@@ -308,7 +318,9 @@ std::optional<std::vector<cudnn::EpilogueStep>> epilogue_steps(const HeadSaved& 
     bool ok = true;
     switch (step.kind) {
       case StepKind::Bias: ok = binary(CUDNN_POINTWISE_ADD, ops[0], true); break;
-      case StepKind::Residual: ok = binary(CUDNN_POINTWISE_ADD, ops[0], false); break;
+      case StepKind::Residual:  // never broadcast: a wrong shape falls to apply_step's error
+        ok = ops[0].sizes() == y.sizes() && binary(CUDNN_POINTWISE_ADD, ops[0], false);
+        break;
       case StepKind::ScaleBias:
         ok = binary(CUDNN_POINTWISE_MUL, ops[0], true) && binary(CUDNN_POINTWISE_ADD, ops[1], true);
         break;
@@ -455,6 +467,9 @@ std::vector<Piece> plan_pieces(const std::vector<Step>& steps) {
       while (j < steps.size() && is_pointwise(steps[j].kind)) ++j;
       pieces.push_back({PieceKind::Head, i, j});
     } else if (steps[i].kind == StepKind::BatchNorm) {
+      // The fused batch-norm graph computes relu(bn(x) + r): a residual add between
+      // the norm and the ReLU joins it; one after the ReLU (nn::Residual's order,
+      // bn -> relu -> add_residual) starts the next piece, so the order stays the block's.
       if (j < steps.size() && steps[j].kind == StepKind::Residual) ++j;
       if (j < steps.size() && is_plain_relu(steps[j]) && steps[i].norm.training) {
         pieces.push_back({PieceKind::NormRelu, i, j + 1});
@@ -483,6 +498,21 @@ bool is_fused_op(const std::vector<Step>& steps, const Piece& p) {
 bool is_plain_layer(const std::vector<Step>& steps, const Piece& p) {
   const size_t n = p.end - p.begin;
   return n == 1 || (n == 2 && steps[p.begin + 1].kind == StepKind::Bias);
+}
+
+// Why a piece of separate ops did not fuse; `previous` is the piece before it (or null).
+std::string_view ops_why_not(const std::vector<Step>& steps, const Piece& p, const Piece* previous) {
+  const Step& first = steps[p.begin];
+  if (first.kind == StepKind::BatchNorm) {
+    return first.norm.training
+               ? "a batch norm fuses only with a ReLU after it (and a residual add between)"
+               : "a batch norm in eval mode runs as the plain op (the fused batch-norm graph is for training)";
+  }
+  if (first.kind == StepKind::Residual && previous != nullptr && previous->kind == PieceKind::NormRelu) {
+    return "the residual add comes after the ReLU, and the fused batch-norm graph adds a residual only "
+           "before its ReLU (relu(bn(x) + r)): it runs as a separate add after the fused piece";
+  }
+  return "pointwise steps without a conv or linear before them run as separate ops";
 }
 
 std::string piece_str(const std::vector<Step>& steps, const Piece& p) {
@@ -599,7 +629,9 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
   const std::vector<size_t> offsets = operand_offsets(steps_);
   std::vector<PieceRun> notes;
   Tensor y = x;
-  for (const Piece& p : plan_pieces(steps_)) {
+  const std::vector<Piece> pieces = plan_pieces(steps_);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& p = pieces[k];
     PieceRun note;
     note.piece = piece_str(steps_, p);
     note.how = "unfused";
@@ -623,9 +655,7 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
       note.how = "fused op batch_norm_relu";
     } else {
       y = apply_steps(steps_, p.begin, p.end, y, operands, offsets);
-      note.why_not = p.end - p.begin == 1 && steps_[p.begin].kind == StepKind::BatchNorm
-                         ? "a batch norm fuses only with a ReLU after it (and a residual add between)"
-                         : "pointwise steps without a conv or linear before them run as separate ops";
+      note.why_not = ops_why_not(steps_, p, k > 0 ? &pieces[k - 1] : nullptr);
     }
     notes.push_back(std::move(note));
   }

@@ -13,7 +13,9 @@
 //   head      conv2d or linear + the pointwise steps after it, as ONE cuDNN
 //             graph (conv/matmul -> add/mul/activation ... -> y); where no
 //             engine takes it, the plain kernels run the same steps;
-//   norm      batch_norm (+ residual) + relu as the fused batch-norm graph;
+//   norm      batch_norm (+ residual) + relu as the fused batch-norm graph
+//             (a residual after the relu, as nn::Residual adds it, is a
+//             separate add: that graph adds only before its relu);
 //   pointwise any steps left, through the public ops.
 // A head's backward is derived from its steps: the graph also writes the
 // conv/matmul output z; backward replays the steps from z and walks them in
@@ -50,7 +52,7 @@ enum class StepKind {
   Sub,         // y - operand, or y - scalar
   Mul,         // y * operand, or y * scalar
   ScaleBias,   // operands "scale", "shift" (K): y * scale + shift per channel
-  Residual,    // operand "residual" (y's shape): y + residual
+  Residual,    // operand "residual" (y's shape; never broadcast): y + residual
 };
 
 struct Step {

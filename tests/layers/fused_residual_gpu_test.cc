@@ -1,0 +1,233 @@
+// File: tests/layers/fused_residual_gpu_test.cc
+// nn::fuse's residual matching on the GPU: resnet9-like residual blocks
+// (Residual(conv_bn, conv_bn), whose add follows bn -> relu; Residual(conv +
+// bias -> relu), whose add is a conv epilogue step; Residual(bn -> relu)),
+// fused, on CUDA against the CPU, with fusion on and off: the output, the
+// running statistics and the gradient of the input and of every parameter,
+// NCHW and channels-last, strict fp32 and bf16 autocast. Then the fusion
+// report lists each residual step and says why the add after bn -> relu runs
+// on its own. Each check prints "RESIDUAL layout policy fused|unfused fwd=... bwd=...".
+//
+// Errors are normalized as in tests/core/ops/fusion_gpu_test.cc: max |gpu - cpu|
+// / max(max |cpu|, 1); under bf16 a gradient may instead pass as a few ReLU
+// decision flips (decision_flips()), and the CPU reference takes the input and
+// the conv weights and biases rounded to bf16 as autocast rounds them.
+//
+// N batch, C channels, H, W.
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/generator.h"
+#include "core/numerics.h"
+#include "core/ops/fused.h"
+#include "core/ops/fusion_report.h"
+#include "core/ops/ops.h"
+#include "layers/fused.h"
+#include "layers/nn.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+struct Policy {
+  const char* name;
+  Precision precision;
+  bool bf16;  // under AutocastGuard(bfloat16)
+  double fwd, bwd;
+};
+// The tolerances of tests/core/ops/fusion_gpu_test.cc.
+constexpr Policy kPolicies[] = {{"strict_fp32", Precision::StrictFp32, false, 1e-5, 1e-4},
+                                {"bf16", Precision::Bf16, true, 5e-2, 8e-2}};
+constexpr MemoryFormat kLayouts[] = {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast};
+
+nn::Sequential conv_bn(int64_t in, int64_t out) {
+  return nn::Sequential(nn::Conv2d(in, out, 3, {.padding = 1, .bias = false}), nn::BatchNorm2d(out), nn::ReLU());
+}
+
+// x (N, 3, H, W) -> (N, 16, H, W), every residual fused by nn::fuse.
+nn::Sequential residual_net() {
+  nn::Sequential net(conv_bn(3, 16), nn::Residual(conv_bn(16, 16), conv_bn(16, 16)),
+                     nn::Residual(nn::Sequential(nn::Conv2d(16, 16, 3, {.padding = 1}), nn::ReLU())),
+                     nn::Residual(nn::Sequential(nn::BatchNorm2d(16), nn::ReLU())));
+  nn::fuse(net);
+  return net;
+}
+
+double normalized_error(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = testing::values(actual), b = testing::values(expected);
+  REQUIRE(a.size() == b.size());
+  double worst = 0, scale = 1;
+  for (double v : b) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = std::fabs(a[i] - b[i]);
+    if (std::isnan(e)) return INFINITY;
+    worst = std::max(worst, e);
+  }
+  return worst / scale;
+}
+
+// bf16 moves a pre-activation near zero to the other side of a ReLU than on the
+// CPU now and then; such flips pass when the elements off by more than `tol`
+// stay within one slice along dim 0 or 2% of the gradient, whichever is more.
+bool decision_flips(const Tensor& actual, const Tensor& expected, double tol) {
+  const std::vector<double> a = testing::values(actual), b = testing::values(expected);
+  double scale = 1;
+  for (double v : b) scale = std::max(scale, std::fabs(v));
+  int64_t off = 0;
+  for (size_t i = 0; i < a.size(); ++i) off += !(std::fabs(a[i] - b[i]) <= tol * scale);
+  const double allowed = std::max(0.02, 1.0 / static_cast<double>(std::max<int64_t>(expected.size(0), 1)));
+  return static_cast<double>(off) <= allowed * static_cast<double>(std::max<size_t>(a.size(), 1));
+}
+
+struct Run {
+  Tensor y;                      // float32, on the CPU
+  std::vector<Tensor> grads;     // dx, then each parameter's
+  std::vector<Tensor> buffers;   // running statistics after the forward
+};
+
+// The fused net with `weights` on `device` (in `format`): a training forward of x, backward of dy.
+Run run(const StateDict& weights, const Tensor& x_in, const Tensor& dy, Device device, MemoryFormat format) {
+  nn::Sequential net = residual_net();
+  net.load_state_dict(weights);
+  net.to(device);
+  net.to(format);
+  Tensor x = x_in.to(device).contiguous(format);
+  x.requires_grad_(true);
+  const Tensor y = net(x);
+  y.backward(dy.to(device).to(y.dtype()).contiguous(y.suggest_memory_format()));
+  Run r{y.cpu().to(DType::Float32), {x.grad().cpu().to(DType::Float32)}, {}};
+  for (const auto& [name, p] : net.named_parameters()) r.grads.push_back(p.grad().cpu().to(DType::Float32));
+  for (const auto& [name, b] : net.named_buffers()) {
+    if (is_floating(b.dtype())) r.buffers.push_back(b.cpu().to(DType::Float32));
+  }
+  return r;
+}
+
+Tensor round_to_bf16(const Tensor& t) { return t.to(Device::cuda()).to(DType::BFloat16).to(DType::Float32).cpu(); }
+
+// The weights with every conv's weight and bias rounded to bf16, as autocast rounds them.
+StateDict rounded_like_autocast(const StateDict& weights) {
+  nn::Sequential net = residual_net();
+  std::vector<std::string> conv_tensors;
+  for (const auto& [path, module] : net.named_modules()) {
+    if (dynamic_cast<const nn::Conv2d*>(module.get()) == nullptr) continue;
+    conv_tensors.push_back(path + ".weight");
+    conv_tensors.push_back(path + ".bias");
+  }
+  StateDict rounded;
+  for (const auto& [name, t] : weights) {
+    const bool conv = std::find(conv_tensors.begin(), conv_tensors.end(), name) != conv_tensors.end();
+    rounded.push_back({name, conv ? round_to_bf16(t) : t.clone()});
+  }
+  return rounded;
+}
+
+struct Errors {
+  double fwd = 0, bwd = 0;
+  int flips = 0;
+};
+
+Errors compare(const Run& gpu, const Run& cpu, const Policy& policy) {
+  Errors e{normalized_error(gpu.y, cpu.y), 0, 0};
+  for (size_t i = 0; i < cpu.buffers.size(); ++i) e.fwd = std::max(e.fwd, normalized_error(gpu.buffers[i], cpu.buffers[i]));
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    const double error = normalized_error(gpu.grads[i], cpu.grads[i]);
+    if (error > policy.bwd && policy.bf16 && decision_flips(gpu.grads[i], cpu.grads[i], policy.bwd)) {
+      ++e.flips;
+      continue;
+    }
+    e.bwd = std::max(e.bwd, error);
+  }
+  return e;
+}
+
+// The report's entry for the block whose description is `block`.
+std::optional<fusion::BlockReport> report_of(const std::string& block) {
+  for (const fusion::BlockReport& r : fusion::block_reports()) {
+    if (r.block == block) return r;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("fused residual blocks on CUDA match the CPU, forward and every gradient, fused and unfused") {
+  Generator gen(31);
+  const StateDict weights = residual_net().state_dict();
+  const Tensor x = randn({4, 3, 8, 8}, {}, &gen), dy = randn({4, 16, 8, 8}, {}, &gen);
+  const Run cpu_fp32 = run(weights, x, dy, Device::cpu(), MemoryFormat::Contiguous);
+  const Run cpu_bf16 = run(rounded_like_autocast(weights), round_to_bf16(x), dy, Device::cpu(), MemoryFormat::Contiguous);
+  fusion::clear_report();
+  for (const Policy& policy : kPolicies) {
+    const Run& cpu = policy.bf16 ? cpu_bf16 : cpu_fp32;
+    for (MemoryFormat format : kLayouts) {
+      NumericsGuard numerics({.precision = policy.precision});
+      std::optional<AutocastGuard> autocast;
+      if (policy.bf16) autocast.emplace(DType::BFloat16);
+      const char* layout = format == MemoryFormat::ChannelsLast ? "nhwc" : "nchw";
+      CAPTURE(policy.name);
+      CAPTURE(layout);
+      for (bool fused : {true, false}) {
+        CAPTURE(fused);
+        FusionGuard guard(fused);
+        const Errors e = compare(run(weights, x, dy, Device::cuda(), format), cpu, policy);
+        std::printf("RESIDUAL %s %s %s fwd=%.2e bwd=%.2e decision_flips=%d\n", layout, policy.name,
+                    fused ? "fused" : "unfused", e.fwd, e.bwd, e.flips);
+        CHECK(e.fwd <= policy.fwd);
+        CHECK(e.bwd <= policy.bwd);
+      }
+    }
+  }
+
+  std::printf("%s", fusion::report().c_str());
+  const auto after_relu = report_of("conv2d(stride=1, padding=1) -> batch_norm -> relu -> add_residual");
+  REQUIRE(after_relu.has_value());
+  REQUIRE(after_relu->pieces.size() == 3);
+  CHECK(after_relu->pieces[1].how == "fused op batch_norm_relu");
+  CHECK(after_relu->pieces[2].piece == "[add_residual]");
+  CHECK(after_relu->pieces[2].how == "unfused");
+  CHECK(after_relu->pieces[2].why_not.find("the residual add comes after the ReLU") != std::string::npos);
+  const auto epilogue = report_of("conv2d(stride=1, padding=1) -> bias -> relu -> add_residual");
+  REQUIRE(epilogue.has_value());
+  REQUIRE(epilogue->pieces.size() == 1);  // the add is the graph's last pointwise step
+  CHECK(epilogue->pieces[0].piece == "[conv2d(stride=1, padding=1) -> bias -> relu -> add_residual]");
+  const auto norm = report_of("batch_norm -> relu -> add_residual");
+  REQUIRE(norm.has_value());
+  CHECK(norm->pieces.back().piece == "[add_residual]");
+}
+
+LOOM_GPU_TEST_CASE("a fused residual net in eval mode matches the CPU, and the report says why its batch norms ran alone") {
+  Generator gen(32);
+  nn::Sequential cpu_net = residual_net();
+  const Tensor x = randn({4, 3, 8, 8}, {}, &gen);
+  cpu_net(x);  // running statistics of one batch
+  cpu_net.eval();
+  nn::Sequential gpu_net = residual_net();
+  gpu_net.load_state_dict(cpu_net.state_dict());
+  gpu_net.eval();
+  gpu_net.to(Device::cuda());
+  NumericsGuard numerics({.precision = Precision::StrictFp32});
+  fusion::clear_report();
+  for (MemoryFormat format : kLayouts) {
+    gpu_net.to(format);
+    const double e = normalized_error(gpu_net(x.to(Device::cuda()).contiguous(format)).cpu(), cpu_net(x));
+    CAPTURE(format == MemoryFormat::ChannelsLast);
+    CHECK(e <= kPolicies[0].fwd);
+  }
+  const auto after_relu = report_of("conv2d(stride=1, padding=1) -> batch_norm -> relu -> add_residual");
+  REQUIRE(after_relu.has_value());
+  REQUIRE(after_relu->pieces.size() == 3);
+  CHECK(after_relu->pieces[1].why_not.find("eval mode") != std::string::npos);
+  CHECK(after_relu->pieces[2].piece == "[relu -> add_residual]");
+}
+
+#endif  // LOOM_WITH_CUDA
