@@ -156,7 +156,12 @@ std::vector<BlockReport> block_reports(ReportOptions options) {
   std::vector<BlockReport> out;
   Generator gen(0);
   for (const Recorded& e : recorded) {
-    BlockReport rep{.spec = e.block, .block = e.block.str(), .input = e.input, .runs = e.runs, .pieces = e.pieces};
+    BlockReport rep;
+    rep.spec = e.block;
+    rep.block = e.block.str();
+    rep.input = e.input;
+    rep.runs = e.runs;
+    rep.pieces = e.pieces;
     rep.shapes.push_back(e.x.sizes);
     for (const Recipe& r : e.operands) rep.shapes.push_back(r.defined ? std::optional<Shape>(r.sizes) : std::nullopt);
     for (const PieceRun& p : e.pieces) rep.engines.push_back(engine_of(p.graph));
