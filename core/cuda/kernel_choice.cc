@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
+#include "core/capture_gate.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -91,9 +93,16 @@ std::string KernelChoice::time_fastest(const std::vector<std::string>& names,
   EventTimer timer;
   for (size_t c = 0; c < runs.size(); ++c) {
     if (!runs[c]()) continue;  // the warm-up run; false: this candidate cannot run the key
-    timer.start();
-    for (int i = 0; i < kTimedRuns; ++i) runs[c]();
-    const float ms = timer.stop_ms();
+    // Background plan builds test-run their candidates on the GPU meanwhile: the
+    // gate keeps their test runs out while this times, and a candidate counts
+    // its fastest run, which load from other threads can only slow down.
+    std::lock_guard quiet(capture_gate());
+    float ms = std::numeric_limits<float>::infinity();
+    for (int i = 0; i < kTimedRuns; ++i) {
+      timer.start();
+      runs[c]();
+      ms = std::min(ms, timer.stop_ms());
+    }
     if (ms < best_ms) {
       best_ms = ms;
       fastest = names[c];

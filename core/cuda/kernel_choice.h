@@ -4,8 +4,10 @@
 // which is faster depends on layout, dtype and size, and is measured, not guessed.
 //
 // At the first meeting of a key, each candidate runs once to warm up (building
-// plans, touching memory) and then kTimedRuns times between CUDA events on the
-// current stream; the fastest is cached for the key (per device). Inside a
+// plans, touching memory) and then kTimedRuns times, each run between CUDA
+// events on the current stream, with the capture gate held (core/capture_gate.h)
+// so that background plan builds' test runs stay off the GPU meanwhile; the
+// candidate with the fastest single run is cached for the key (per device). Inside a
 // CUDA-graph capture nothing is timed: an unknown key gets the first candidate,
 // uncached. An environment variable (e.g. LOOM_POOL_KERNEL) read at every call
 // forces a candidate by name, so that a benchmark can compare paths in one run

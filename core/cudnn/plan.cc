@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <shared_mutex>
 
@@ -342,15 +343,21 @@ double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& 
   LOOM_CUDA_CHECK(cudaEventCreate(&stop));
   constexpr int kRuns = 5;
   plan.execute(handle, bindings.pointers, workspace.get());  // warm-up
-  LOOM_CUDA_CHECK(cudaEventRecord(start, cuda::current_stream()));
-  for (int i = 0; i < kRuns; ++i) plan.execute(handle, bindings.pointers, workspace.get());
-  LOOM_CUDA_CHECK(cudaEventRecord(stop, cuda::current_stream()));
-  LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  // The fastest single run: a background build times while the training
+  // thread uses the GPU, and that load can only slow a run down.
+  float best = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < kRuns; ++i) {
+    LOOM_CUDA_CHECK(cudaEventRecord(start, cuda::current_stream()));
+    plan.execute(handle, bindings.pointers, workspace.get());
+    LOOM_CUDA_CHECK(cudaEventRecord(stop, cuda::current_stream()));
+    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    best = std::min(best, ms);
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return ms / kRuns;
+  return best;
 }
 
 std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::string>& problems) {
