@@ -234,6 +234,11 @@ int main(int argc, char** argv) {
                  "(on the CPU a block runs one op at a time, so there is nothing to compare)\n");
     return 1;
   }
+  // Each candidate's first run must meet the plan it keeps (lazy building would
+  // run stand-ins and report the fusions a background build has not finished as
+  // unsupported); LOOM_CUDNN_PLAN_BUILD, when set, still decides.
+  std::optional<PlanBuildGuard> eager;
+  if (std::getenv("LOOM_CUDNN_PLAN_BUILD") == nullptr) eager.emplace(PlanBuildMode::Eager);
   try {
     const std::vector<Candidate> candidates = flags->patterns ? pattern_candidates() : model_candidates();
     struct Setting {

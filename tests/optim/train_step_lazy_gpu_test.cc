@@ -2,7 +2,8 @@
 // TrainStep under lazy plan building: the first steps run on stand-in plans
 // (captured as such), and when background builds finish, the next step swaps
 // the new plans in, drops the captured graph, runs one eager step and captures
-// again; the losses stay within TF32 tolerance of an eager-mode run.
+// again; the losses stay within TF32 tolerance of an eager-mode run. A loop
+// that does not use TrainStep gets the finished plans at Optimizer::step().
 //
 // B batch; inputs x (B, 1, 28, 28) channels-last, labels y (B).
 #include <doctest/doctest.h>
@@ -108,5 +109,33 @@ LOOM_GPU_TEST_CASE("a plan swap drops the captured step; it runs eagerly once, t
     CHECK(std::isfinite(losses[i]));
     CHECK(losses[i] == doctest::Approx(reference[i]).epsilon(5e-3));
   }
+}
+
+LOOM_GPU_TEST_CASE("a loop of its own (no TrainStep) gets the finished plans at Optimizer::step") {
+  setenv("LOOM_CUDNN_PLAN_DIR", "off", 1);
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  auto& plans = cudnn::PlanCache::global();
+  plans.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  Run run;
+  auto step = [&] {
+    run.opt->zero_grad();
+    Tensor loss = cross_entropy(run.net(run.x), run.y);
+    loss.backward();
+    run.opt->step();
+    return loss.item();
+  };
+  const uint64_t generation = plans.generation();
+  const double first = step();
+  // Batch norm has only runtime-compiled engines on the H100: its keys start on
+  // the tier below and their background builds finish with a plan to swap in.
+  REQUIRE(plans.stats().lazy_plans > 0);
+  plans.wait_for_background_builds();
+  const double second = step();
+  CHECK(plans.generation() > generation);  // swapped at the end of an optimizer step
+  CHECK(plans.stats().plans_specialized > 0);
+  CHECK_FALSE(plans.swaps_waiting());
+  CHECK(std::isfinite(first));
+  CHECK(std::isfinite(second));
 }
 #endif  // LOOM_WITH_CUDA
