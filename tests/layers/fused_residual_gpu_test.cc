@@ -100,7 +100,7 @@ Run run(const StateDict& weights, const Tensor& x_in, const Tensor& dy, Device d
   net.load_state_dict(weights);
   net.to(device);
   net.to(format);
-  Tensor x = x_in.to(device).contiguous(format);
+  Tensor x = x_in.detach().to(device).contiguous(format);  // a leaf of its own: the CPU run must not mark x_in
   x.requires_grad_(true);
   const Tensor y = net(x);
   y.backward(dy.to(device).to(y.dtype()).contiguous(y.suggest_memory_format()));
