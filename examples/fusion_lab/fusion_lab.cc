@@ -10,6 +10,8 @@
 // model feeds it. --patterns takes a fixed list: conv2d / linear + bias + each
 // activation row, batch norm + residual + relu, and a user chain.
 // "supported" means a fused cuDNN graph ran for the block (some piece fused).
+// Plans are built eagerly (unless LOOM_CUDNN_PLAN_BUILD is set), so each
+// candidate is timed on the plans it keeps, not on lazy stand-ins.
 //
 // The lab measures cuDNN fusions, so it needs a GPU: without one it says so
 // and exits 1 (the CPU runs blocks one op at a time, with nothing to compare).
