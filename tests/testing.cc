@@ -2,11 +2,44 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace loom::testing {
 
 std::vector<double> values(const Tensor& tensor) { return tensor.to_vector<double>(); }
+
+namespace {
+double scale_of(const std::vector<double>& v) {
+  double scale = 1;
+  for (double x : v) scale = std::max(scale, std::fabs(x));
+  return scale;
+}
+}  // namespace
+
+double normalized_error(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = values(actual), b = values(expected);
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = std::fabs(a[i] - b[i]);
+    if (std::isnan(e)) return INFINITY;
+    worst = std::max(worst, e);
+  }
+  return worst / scale_of(b);
+}
+
+bool decision_flips(const Tensor& actual, const Tensor& expected, double tol) {
+  const std::vector<double> a = values(actual), b = values(expected);
+  REQUIRE(a.size() == b.size());
+  const double scale = scale_of(b);
+  int64_t off = 0;
+  for (size_t i = 0; i < a.size(); ++i) off += !(std::fabs(a[i] - b[i]) <= tol * scale);
+  const int64_t slices = expected.dim() > 0 ? std::max<int64_t>(expected.size(0), 1) : 1;
+  const double allowed = std::max(0.02, 1.0 / static_cast<double>(slices));
+  return static_cast<double>(off) <= allowed * static_cast<double>(std::max<size_t>(a.size(), 1));
+}
 
 std::string close_report(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
   if (actual.sizes() != expected.sizes()) {

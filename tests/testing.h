@@ -23,6 +23,18 @@ std::string close_report(const Tensor& actual, const Tensor& expected, double rt
 // Row-major values of a tensor as doubles (any dtype, any device).
 std::vector<double> values(const Tensor& tensor);
 
+// max |actual - expected| / max(max |expected|, 1): the GPU parity tests' error,
+// relative to the reference's scale; infinite where an element is NaN.
+double normalized_error(const Tensor& actual, const Tensor& expected);
+
+// Under tf32 and bf16 a pre-activation near zero can land on the other side of
+// a kink (relu, leaky relu) than on the CPU: that element's derivative flips,
+// which moves one row of dx (the image or sample holding it), one filter or row
+// of dweight and one bias element. True when the elements off by more than
+// `tol` (normalized as above) stay within one slice along dim 0 or 2% of the
+// tensor, whichever is more: such decision flips pass.
+bool decision_flips(const Tensor& actual, const Tensor& expected, double tol);
+
 }  // namespace loom::testing
 
 // CHECK that two tensors are close, printing the report on failure.

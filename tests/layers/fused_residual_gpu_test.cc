@@ -8,10 +8,10 @@
 // report lists each residual step and says why the add after bn -> relu runs
 // on its own. Each check prints "RESIDUAL layout policy fused|unfused fwd=... bwd=...".
 //
-// Errors are normalized as in tests/core/ops/fusion_gpu_test.cc: max |gpu - cpu|
-// / max(max |cpu|, 1); under bf16 a gradient may instead pass as a few ReLU
-// decision flips (decision_flips()), and the CPU reference takes the input and
-// the conv weights and biases rounded to bf16 as autocast rounds them.
+// Errors are testing::normalized_error's: max |gpu - cpu| / max(max |cpu|, 1);
+// under bf16 a gradient may instead pass as a few ReLU decision flips
+// (testing::decision_flips), and the CPU reference takes the input and the conv
+// weights and biases rounded to bf16 as autocast rounds them.
 //
 // N batch, C channels, H, W.
 #include <doctest/doctest.h>
@@ -60,32 +60,6 @@ nn::Sequential residual_net() {
                      nn::Residual(nn::Sequential(nn::BatchNorm2d(16), nn::ReLU())));
   nn::fuse(net);
   return net;
-}
-
-double normalized_error(const Tensor& actual, const Tensor& expected) {
-  const std::vector<double> a = testing::values(actual), b = testing::values(expected);
-  REQUIRE(a.size() == b.size());
-  double worst = 0, scale = 1;
-  for (double v : b) scale = std::max(scale, std::fabs(v));
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(a[i] - b[i]);
-    if (std::isnan(e)) return INFINITY;
-    worst = std::max(worst, e);
-  }
-  return worst / scale;
-}
-
-// bf16 moves a pre-activation near zero to the other side of a ReLU than on the
-// CPU now and then; such flips pass when the elements off by more than `tol`
-// stay within one slice along dim 0 or 2% of the gradient, whichever is more.
-bool decision_flips(const Tensor& actual, const Tensor& expected, double tol) {
-  const std::vector<double> a = testing::values(actual), b = testing::values(expected);
-  double scale = 1;
-  for (double v : b) scale = std::max(scale, std::fabs(v));
-  int64_t off = 0;
-  for (size_t i = 0; i < a.size(); ++i) off += !(std::fabs(a[i] - b[i]) <= tol * scale);
-  const double allowed = std::max(0.02, 1.0 / static_cast<double>(std::max<int64_t>(expected.size(0), 1)));
-  return static_cast<double>(off) <= allowed * static_cast<double>(std::max<size_t>(a.size(), 1));
 }
 
 struct Run {
@@ -137,11 +111,13 @@ struct Errors {
 };
 
 Errors compare(const Run& gpu, const Run& cpu, const Policy& policy) {
-  Errors e{normalized_error(gpu.y, cpu.y), 0, 0};
-  for (size_t i = 0; i < cpu.buffers.size(); ++i) e.fwd = std::max(e.fwd, normalized_error(gpu.buffers[i], cpu.buffers[i]));
+  Errors e{testing::normalized_error(gpu.y, cpu.y), 0, 0};
+  for (size_t i = 0; i < cpu.buffers.size(); ++i) {
+    e.fwd = std::max(e.fwd, testing::normalized_error(gpu.buffers[i], cpu.buffers[i]));
+  }
   for (size_t i = 0; i < cpu.grads.size(); ++i) {
-    const double error = normalized_error(gpu.grads[i], cpu.grads[i]);
-    if (error > policy.bwd && policy.bf16 && decision_flips(gpu.grads[i], cpu.grads[i], policy.bwd)) {
+    const double error = testing::normalized_error(gpu.grads[i], cpu.grads[i]);
+    if (error > policy.bwd && policy.bf16 && testing::decision_flips(gpu.grads[i], cpu.grads[i], policy.bwd)) {
       ++e.flips;
       continue;
     }
@@ -219,7 +195,7 @@ LOOM_GPU_TEST_CASE("a fused residual net in eval mode matches the CPU, and the r
   fusion::clear_report();
   for (MemoryFormat format : kLayouts) {
     gpu_net.to(format);
-    const double e = normalized_error(gpu_net(x.to(Device::cuda()).contiguous(format)).cpu(), cpu_net(x));
+    const double e = testing::normalized_error(gpu_net(x.to(Device::cuda()).contiguous(format)).cpu(), cpu_net(x));
     CAPTURE(format == MemoryFormat::ChannelsLast);
     CHECK(e <= kPolicies[0].fwd);
   }

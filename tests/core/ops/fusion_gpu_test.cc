@@ -8,7 +8,7 @@
 // "BLOCK block layout policy fused fwd=... bwd=... pieces=...".
 //
 // Errors are normalized: max |gpu - cpu| / max(max |cpu|, 1). Under tf32 and
-// bf16 a gradient may instead pass as a few decision flips (decision_flips()).
+// bf16 a gradient may instead pass as a few decision flips (testing::decision_flips).
 //
 // N batch, C in channels, H, W, K out channels.
 #include <doctest/doctest.h>
@@ -51,19 +51,6 @@ constexpr Policy kPolicies[] = {{"strict_fp32", Precision::StrictFp32, false, 1e
                                 {"bf16", Precision::Bf16, true, 5e-2, 8e-2}};
 constexpr MemoryFormat kLayouts[] = {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast};
 
-double normalized_error(const Tensor& actual, const Tensor& expected) {
-  std::vector<double> a = testing::values(actual.to(DType::Float64)), b = testing::values(expected.to(DType::Float64));
-  REQUIRE(a.size() == b.size());
-  double worst = 0, scale = 1;
-  for (double v : b) scale = std::max(scale, std::fabs(v));
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(a[i] - b[i]);
-    if (std::isnan(e)) return INFINITY;
-    worst = std::max(worst, e);
-  }
-  return worst / scale;
-}
-
 struct Run {
   Tensor y;
   std::vector<Tensor> grads;  // on the CPU, float32
@@ -103,33 +90,13 @@ struct Errors {
   int flips = 0;  // gradients that passed only as decision flips
 };
 
-// The fraction of elements off by more than `tol` (normalized as normalized_error).
-double outlier_fraction(const Tensor& actual, const Tensor& expected, double tol) {
-  std::vector<double> a = testing::values(actual.to(DType::Float64)), b = testing::values(expected.to(DType::Float64));
-  double scale = 1;
-  for (double v : b) scale = std::max(scale, std::fabs(v));
-  int64_t off = 0;
-  for (size_t i = 0; i < a.size(); ++i) off += !(std::fabs(a[i] - b[i]) <= tol * scale);
-  return static_cast<double>(off) / static_cast<double>(std::max<size_t>(a.size(), 1));
-}
-
-// Under tf32 and bf16 a pre-activation near zero can land on the other side of
-// a kink (relu, leaky relu) than on the CPU: that element's derivative flips,
-// which moves one row of dx (the image or sample holding it), one filter or
-// row of dweight and one bias element. Such decision flips pass when they stay
-// within one slice along dim 0 or 2% of the gradient, whichever is more.
-bool decision_flips(const Tensor& actual, const Tensor& expected, double tol) {
-  const double allowed = std::max(0.02, 1.0 / static_cast<double>(std::max<int64_t>(expected.size(0), 1)));
-  return outlier_fraction(actual, expected, tol) <= allowed;
-}
-
 Errors compare(const Run& gpu, const Run& cpu, const Policy& policy) {
-  Errors e{normalized_error(gpu.y, cpu.y), 0, 0};
+  Errors e{testing::normalized_error(gpu.y, cpu.y), 0, 0};
   for (size_t i = 0; i < cpu.grads.size(); ++i) {
     if (!cpu.grads[i].defined()) continue;
-    const double error = normalized_error(gpu.grads[i], cpu.grads[i]);
+    const double error = testing::normalized_error(gpu.grads[i], cpu.grads[i]);
     if (error > policy.bwd && policy.precision != Precision::StrictFp32 &&
-        decision_flips(gpu.grads[i], cpu.grads[i], policy.bwd)) {
+        testing::decision_flips(gpu.grads[i], cpu.grads[i], policy.bwd)) {
       ++e.flips;
       continue;
     }

@@ -28,20 +28,6 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 constexpr MemoryFormat kLayouts[] = {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast};
 
-// max |a - b| / max(max |b|, 1)
-double normalized_error(const Tensor& a_in, const Tensor& b_in) {
-  const std::vector<double> a = testing::values(a_in), b = testing::values(b_in);
-  REQUIRE(a.size() == b.size());
-  double worst = 0, scale = 1;
-  for (double v : b) scale = std::max(scale, std::fabs(v));
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(a[i] - b[i]);
-    if (std::isnan(e)) return INFINITY;
-    worst = std::max(worst, e);
-  }
-  return worst / scale;
-}
-
 Tensor to_gpu(const Tensor& t, MemoryFormat format) {
   Tensor g = t.detach().to(Device::cuda());
   if (t.dim() == 4) g = g.contiguous(format);
@@ -64,7 +50,7 @@ void check_parity(const std::string& name, const OpFn& op, const std::vector<Ten
   Tensor cpu_out = op(cpu_in), gpu_out = op(gpu_in);
   REQUIRE(gpu_out.device().is_cuda());
   CHECK(gpu_out.dtype() == cpu_out.dtype());
-  const double fwd = normalized_error(gpu_out.cpu(), cpu_out);
+  const double fwd = testing::normalized_error(gpu_out.cpu(), cpu_out);
   double bwd = 0;
   if (cpu_out.requires_grad()) {
     Tensor g = randn(cpu_out.sizes(), {.dtype = cpu_out.dtype()}, &gen);
@@ -76,7 +62,7 @@ void check_parity(const std::string& name, const OpFn& op, const std::vector<Ten
       REQUIRE(gpu_in[i].grad().defined() == cpu_in[i].grad().defined());
       if (!cpu_in[i].grad().defined()) continue;
       CHECK(gpu_in[i].grad().device().is_cuda());
-      bwd = std::max(bwd, normalized_error(gpu_in[i].grad().cpu(), cpu_in[i].grad()));
+      bwd = std::max(bwd, testing::normalized_error(gpu_in[i].grad().cpu(), cpu_in[i].grad()));
     }
   }
   std::printf("PARITY %-26s %-13s fwd=%.2e bwd=%.2e\n", name.c_str(),
