@@ -11,6 +11,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/numerics.h"
 #include "core/tensor.h"
 
 namespace loom::testing {
@@ -22,6 +23,21 @@ std::string close_report(const Tensor& actual, const Tensor& expected, double rt
 
 // Row-major values of a tensor as doubles (any dtype, any device).
 std::vector<double> values(const Tensor& tensor);
+
+// A precision policy of the fusion GPU parity tests and its tolerances for
+// normalized_error (forward, gradients). strict: conv/matmul in IEEE fp32;
+// tf32: tensor cores (10-bit mantissa); bf16: operands rounded to 8 bits, so
+// errors of a few 1e-2 of the largest value.
+struct ParityPolicy {
+  const char* name;
+  Precision precision;
+  bool bf16;  // under AutocastGuard(bfloat16)
+  double fwd, bwd;
+};
+inline constexpr ParityPolicy kStrictFp32Parity{"strict_fp32", Precision::StrictFp32, false, 1e-5, 1e-4};
+inline constexpr ParityPolicy kTf32Parity{"tf32", Precision::Tf32, false, 5e-3, 1e-2};
+inline constexpr ParityPolicy kBf16Parity{"bf16", Precision::Bf16, true, 5e-2, 8e-2};
+inline constexpr MemoryFormat kParityLayouts[] = {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast};
 
 // max |actual - expected| / max(max |expected|, 1): the GPU parity tests' error,
 // relative to the reference's scale; infinite where an element is NaN.

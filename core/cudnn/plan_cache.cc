@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <exception>
+#include <string>
 
 #include <cuda_runtime_api.h>
 #include <cudnn_version.h>

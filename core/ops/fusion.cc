@@ -127,12 +127,14 @@ std::vector<size_t> operand_offsets(const std::vector<Step>& steps) {
   return offsets;
 }
 
-// Whether step i is in the head's epilogue: the pointwise steps right after a
-// conv2d or linear, which the fused head computes in its own dtype.
-bool in_head_epilogue(const std::vector<Step>& steps, size_t i) {
-  if (steps.empty() || !is_head(steps.front().kind) || i == 0) return false;
-  return std::all_of(steps.begin() + 1, steps.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                     [](const Step& s) { return is_pointwise(s.kind); });
+// The end of the head's epilogue: steps [1, end) are the pointwise steps right
+// after a conv2d or linear, which the fused head computes in its own dtype
+// (end <= 1: no head, or nothing after it).
+size_t head_epilogue_end(const std::vector<Step>& steps) {
+  if (steps.empty() || !is_head(steps.front().kind)) return 0;
+  size_t end = 1;
+  while (end < steps.size() && is_pointwise(steps[end].kind)) ++end;
+  return end;
 }
 
 // y + residual, where the residual has y's shape: a residual add never broadcasts
@@ -174,8 +176,9 @@ Tensor apply_step(const Step& step, const Tensor& t, const Tensor* raw, Channels
 Tensor apply_steps(const std::vector<Step>& steps, size_t begin, size_t end, Tensor t,
                    const std::vector<Tensor>& operands, const std::vector<size_t>& offsets) {
   const Channels ch = channels_of(steps);
+  const size_t epilogue_end = head_epilogue_end(steps);
   for (size_t i = begin; i < end; ++i) {
-    t = apply_step(steps[i], t, operands.data() + offsets[i], ch, in_head_epilogue(steps, i));
+    t = apply_step(steps[i], t, operands.data() + offsets[i], ch, i >= 1 && i < epilogue_end);
   }
   return t;
 }

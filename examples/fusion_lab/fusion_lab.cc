@@ -23,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -112,25 +113,28 @@ std::vector<Tensor> make_inputs(const Candidate& c, MemoryFormat format, Generat
 }
 
 #ifdef LOOM_WITH_CUDA
-// Plan-cache uses per (graph, engine): a plan made during a run counts 1, each hit 1 more.
-std::map<std::string, int64_t> plan_uses() {
-  std::map<std::string, int64_t> uses;
+// Plan-cache uses per (graph, engine id; -1 for none): a plan made during a run
+// counts 1, each hit 1 more.
+using PlanUses = std::map<std::pair<std::string, int64_t>, int64_t>;
+PlanUses plan_uses() {
+  PlanUses uses;
   for (const cudnn::PlanInfo& info : cudnn::PlanCache::global().entries()) {
-    uses[fmt::format("{}|{}", info.graph, info.supported ? info.notes.engine_id : -1)] += info.hits + 1;
+    uses[{info.graph, info.supported ? info.notes.engine_id : -1}] += info.hits + 1;
   }
   return uses;
 }
 
-// "conv_fprop+add+relu_fwd: engine 7" for each multi-op graph a run used.
-std::string fused_engines(const std::map<std::string, int64_t>& before) {
+// "conv_fprop+add+relu_fwd: engine 7" for each multi-op graph used since `before`.
+std::string fused_engines(const PlanUses& before) {
   std::string out;
   for (const auto& [key, uses] : plan_uses()) {
     const auto it = before.find(key);
     if (it != before.end() && it->second >= uses) continue;
-    const std::string graph = key.substr(0, key.rfind('|')), ops = graph.substr(0, graph.find(' '));
+    const auto& [graph, engine] = key;
+    const std::string ops = graph.substr(0, graph.find(' '));
     if (ops.find('+') == std::string::npos) continue;  // a single op: nothing fused
-    const std::string engine = key.substr(key.rfind('|') + 1);
-    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", ops, engine == "-1" ? "no engine" : "engine " + engine);
+    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", ops,
+                       engine < 0 ? std::string("no engine") : fmt::format("engine {}", engine));
   }
   return out;
 }
@@ -151,7 +155,7 @@ Row try_candidate(const Candidate& c, MemoryFormat format, int iterations, Gener
   fusion::clear_report();
 #ifdef LOOM_WITH_CUDA
   const int64_t before = fused_graph_runs();
-  const std::map<std::string, int64_t> uses = plan_uses();
+  const PlanUses uses = plan_uses();
   (void)c.block(in[0], operands);
   row.supported = fused_graph_runs() > before ? "yes" : "no";
   row.engine = fused_engines(uses);

@@ -11,6 +11,7 @@
 
 #include "core/generator.h"
 #include "core/ops/ops.h"
+#include "tests/layers/module_testing.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -21,9 +22,7 @@ TEST_CASE("ConvTranspose2d has PyTorch's weight (C, K/groups, R, S) and names") 
                                    .generator = &gen});
   CHECK(up.weight().sizes() == Shape{6, 2, 3, 3});
   CHECK(up.bias().sizes() == Shape{4});
-  std::vector<std::string> names;
-  for (const auto& [name, t] : up.state_dict()) names.push_back(name);
-  CHECK(names == std::vector<std::string>{"weight", "bias"});
+  CHECK(testing::state_dict_names(up) == std::vector<std::string>{"weight", "bias"});
   Tensor x = randn({2, 6, 5, 5}, {}, &gen);
   Tensor y = up(x);
   CHECK(y.sizes() == Shape{2, 4, 10, 10});

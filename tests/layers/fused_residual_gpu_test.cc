@@ -38,16 +38,8 @@ using namespace loom;
 
 namespace {
 
-struct Policy {
-  const char* name;
-  Precision precision;
-  bool bf16;  // under AutocastGuard(bfloat16)
-  double fwd, bwd;
-};
-// The tolerances of tests/core/ops/fusion_gpu_test.cc.
-constexpr Policy kPolicies[] = {{"strict_fp32", Precision::StrictFp32, false, 1e-5, 1e-4},
-                                {"bf16", Precision::Bf16, true, 5e-2, 8e-2}};
-constexpr MemoryFormat kLayouts[] = {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast};
+using Policy = testing::ParityPolicy;
+constexpr Policy kPolicies[] = {testing::kStrictFp32Parity, testing::kBf16Parity};
 
 nn::Sequential conv_bn(int64_t in, int64_t out) {
   return nn::Sequential(nn::Conv2d(in, out, 3, {.padding = 1, .bias = false}), nn::BatchNorm2d(out), nn::ReLU());
@@ -145,7 +137,7 @@ LOOM_GPU_TEST_CASE("fused residual blocks on CUDA match the CPU, forward and eve
   fusion::clear_report();
   for (const Policy& policy : kPolicies) {
     const Run& cpu = policy.bf16 ? cpu_bf16 : cpu_fp32;
-    for (MemoryFormat format : kLayouts) {
+    for (MemoryFormat format : testing::kParityLayouts) {
       NumericsGuard numerics({.precision = policy.precision});
       std::optional<AutocastGuard> autocast;
       if (policy.bf16) autocast.emplace(DType::BFloat16);
@@ -193,7 +185,7 @@ LOOM_GPU_TEST_CASE("a fused residual net in eval mode matches the CPU, and the r
   gpu_net.to(Device::cuda());
   NumericsGuard numerics({.precision = Precision::StrictFp32});
   fusion::clear_report();
-  for (MemoryFormat format : kLayouts) {
+  for (MemoryFormat format : testing::kParityLayouts) {
     gpu_net.to(format);
     const double e = testing::normalized_error(gpu_net(x.to(Device::cuda()).contiguous(format)).cpu(), cpu_net(x));
     CAPTURE(format == MemoryFormat::ChannelsLast);

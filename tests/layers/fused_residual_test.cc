@@ -19,16 +19,11 @@
 #include "layers/models.h"
 #include "layers/nn.h"
 #include "optim/sgd.h"
+#include "tests/layers/module_testing.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
-
-std::vector<std::string> names_of(const nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, t] : m.state_dict()) names.push_back(name);
-  return names;
-}
 
 // Exactly equal, element for element.
 #define CHECK_SAME_VALUES(actual, expected) CHECK_CLOSE(actual, expected, 0.0, 0.0)
@@ -66,11 +61,11 @@ void check_fused_residuals_keep_model(nn::Module& plain, nn::Module& fused, cons
                                       uint64_t seed) {
   Generator gen(seed);
   fused.load_state_dict(plain.state_dict());
-  const std::vector<std::string> names = names_of(fused);
+  const std::vector<std::string> names = testing::state_dict_names(fused);
   const nn::NamedTensors params_before = fused.named_parameters();
   const StateDict state_before = fused.state_dict();
   nn::fuse(fused);
-  CHECK(names_of(fused) == names);
+  CHECK(testing::state_dict_names(fused) == names);
   const nn::NamedTensors params = fused.named_parameters();
   REQUIRE(params.size() == params_before.size());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -150,7 +145,7 @@ TEST_CASE("fuse matches Residual(a, b) and Residual(inner) in a model of our own
   CHECK(body.at<nn::FusedResidual>(5).block().str() == "linear -> bias -> tanh -> add_residual");
   // A linear head's residual add is one more step of its epilogue, in one piece.
   CHECK(body.at<nn::FusedResidual>(5).block().pieces_str() == "[linear -> bias -> tanh -> add_residual]");
-  CHECK(names_of(body.at<nn::FusedResidual>(2)) ==
+  CHECK(testing::state_dict_names(body.at<nn::FusedResidual>(2)) ==
         std::vector<std::string>{"inner.0.weight", "inner.0.bias", "inner.0.running_mean", "inner.0.running_var",
                                  "inner.0.num_batches_tracked"});
 }

@@ -14,18 +14,13 @@
 #include "core/generator.h"
 #include "core/ops/ops.h"
 #include "layers/nn.h"
+#include "tests/layers/module_testing.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
 
 using ModelFn = std::function<nn::Sequential()>;
-
-std::vector<std::string> names_of(const nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, t] : m.state_dict()) names.push_back(name);
-  return names;
-}
 
 // Two copies of one model, the second fused; a training step on each (forward,
 // backward) must agree in output, every gradient and every buffer, and so must
@@ -34,10 +29,10 @@ void check_fuse_keeps_model(const ModelFn& make, const Shape& x_sizes, uint64_t 
   Generator gen(seed);
   nn::Sequential plain = make(), fused = make();
   fused.load_state_dict(plain.state_dict());
-  const std::vector<std::string> names = names_of(fused);
+  const std::vector<std::string> names = testing::state_dict_names(fused);
   const nn::NamedTensors params_before = fused.named_parameters();
   nn::fuse(fused);
-  CHECK(names_of(fused) == names);
+  CHECK(testing::state_dict_names(fused) == names);
   const nn::NamedTensors params_after = fused.named_parameters();
   REQUIRE(params_after.size() == params_before.size());
   for (size_t i = 0; i < params_after.size(); ++i) {

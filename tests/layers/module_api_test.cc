@@ -13,16 +13,11 @@
 #include "core/generator.h"
 #include "core/ops/ops.h"
 #include "layers/nn.h"
+#include "tests/layers/module_testing.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
-
-std::vector<std::string> state_names(const nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, t] : m.state_dict()) names.push_back(name);
-  return names;
-}
 
 // Written as a user would: no type_name override, typed members.
 class TinyNet : public nn::Module {
@@ -66,7 +61,7 @@ TEST_CASE("register_module returns the typed holder, from a pointer or a value")
   CHECK(net.conv2_->options().padding == nn::Size2(1));
   CHECK_FALSE(net.conv2_->bias().defined());
   CHECK(net.conv1_.get() == net.named_children()[0].second.get());
-  CHECK(state_names(net) ==
+  CHECK(testing::state_dict_names(net) ==
         std::vector<std::string>{"scale", "conv1.weight", "conv1.bias", "conv2.weight"});
   Generator gen(1);
   Tensor y = net(randn({2, 1, 5, 5}, {}, &gen));
@@ -107,7 +102,7 @@ TEST_CASE("ModuleList names children 0, 1, ... and iterates in order") {
   };
   Stack net;
   CHECK(net.layers_->size() == 3);
-  CHECK(state_names(net) == std::vector<std::string>{"layers.0.weight", "layers.0.bias",
+  CHECK(testing::state_dict_names(net) == std::vector<std::string>{"layers.0.weight", "layers.0.bias",
                                                      "layers.1.weight", "layers.1.bias"});
   CHECK(net.layers_->at<nn::Linear>(1).out_features() == 2);
   CHECK_THROWS_AS(net.layers_->at<nn::Conv2d>(0), TypeError);
@@ -126,7 +121,7 @@ TEST_CASE("ModuleDict keeps insertion order and PyTorch's names") {
   CHECK(heads.contains("parity"));
   CHECK_FALSE(heads.contains("colour"));
   CHECK(heads.at<nn::Linear>("digits").out_features() == 10);
-  CHECK(state_names(heads) ==
+  CHECK(testing::state_dict_names(heads) ==
         std::vector<std::string>{"digits.weight", "digits.bias", "parity.weight"});
   CHECK_THROWS_WITH_AS(heads.ptr("colour"), doctest::Contains("the keys are: digits, parity"),
                        IndexError);

@@ -38,18 +38,8 @@ using fusion::Block;
 
 namespace {
 
-struct Policy {
-  const char* name;
-  Precision precision;
-  bool bf16;  // under AutocastGuard(bfloat16)
-  double fwd, bwd;
-};
-// strict: conv/matmul in IEEE fp32; tf32: tensor cores (10-bit mantissa);
-// bf16: operands rounded to 8 bits, so errors of a few 1e-2 of the largest value.
-constexpr Policy kPolicies[] = {{"strict_fp32", Precision::StrictFp32, false, 1e-5, 1e-4},
-                                {"tf32", Precision::Tf32, false, 5e-3, 1e-2},
-                                {"bf16", Precision::Bf16, true, 5e-2, 8e-2}};
-constexpr MemoryFormat kLayouts[] = {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast};
+using Policy = testing::ParityPolicy;
+constexpr Policy kPolicies[] = {testing::kStrictFp32Parity, testing::kTf32Parity, testing::kBf16Parity};
 
 struct Run {
   Tensor y;
@@ -130,7 +120,7 @@ void check_block(const Block& block, const std::vector<Tensor>& inputs, Generato
   const Run cpu_bf16 = run(block, rounded_like_autocast(block, inputs), Device::cpu(), MemoryFormat::Contiguous, dy, true);
   for (const Policy& policy : kPolicies) {
     const Run& cpu = policy.bf16 ? cpu_bf16 : cpu_fp32;
-    for (MemoryFormat format : kLayouts) {
+    for (MemoryFormat format : testing::kParityLayouts) {
       NumericsGuard numerics({.precision = policy.precision});
       std::optional<AutocastGuard> autocast;
       if (policy.bf16) autocast.emplace(DType::BFloat16);
