@@ -48,4 +48,12 @@ inline CaptureGate& capture_gate() {
   return gate;
 }
 
+// Held while a thread times GPU work to choose between candidates (cuDNN plan
+// selection, kernel races): two threads timing at once slow each other's runs
+// and pick wrong winners. Taken after the capture gate, never before it.
+inline std::mutex& gpu_timing_lock() {
+  static std::mutex lock;
+  return lock;
+}
+
 }  // namespace loom

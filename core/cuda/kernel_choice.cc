@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 
@@ -43,6 +44,8 @@ class EventTimer {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
+std::atomic<uint64_t> choice_epoch{0};
+
 std::string names_of(const std::vector<std::string>& names) {
   std::string all = "auto";
   for (const std::string& name : names) all += ", " + name;
@@ -72,19 +75,26 @@ std::string KernelChoice::choose(const std::string& key, const std::vector<std::
   int device = 0;
   LOOM_CUDA_CHECK(cudaGetDevice(&device));
   const std::string device_key = fmt::format("{}:{}", device, key);
+  const uint64_t epoch = choice_epoch.load();
+  std::string stale;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = chosen_.find(device_key); it != chosen_.end()) return it->second;
+    if (auto it = chosen_.find(device_key); it != chosen_.end()) {
+      if (it->second.epoch == epoch) return it->second.name;
+      stale = it->second.name;
+    }
   }
-  if (is_capturing()) return names.front();
+  if (is_capturing()) return stale.empty() ? names.front() : stale;
   const CandidateRuns runs = make_runs();
   LOOM_CHECK(runs.size() == names.size(), ValueError, "[{}] {} candidate names but {} runs for key {}",
              env_var_, names.size(), runs.size(), key);
   const std::string fastest = time_fastest(names, runs);
   std::lock_guard<std::mutex> lock(mutex_);
-  chosen_.emplace(device_key, fastest);
+  chosen_[device_key] = Chosen{fastest, epoch};
   return fastest;
 }
+
+void forget_kernel_choices() { ++choice_epoch; }
 
 std::string KernelChoice::time_fastest(const std::vector<std::string>& names,
                                        const CandidateRuns& runs) const {
@@ -97,6 +107,7 @@ std::string KernelChoice::time_fastest(const std::vector<std::string>& names,
     // gate keeps their test runs out while this times, and a candidate counts
     // its fastest run, which load from other threads can only slow down.
     std::lock_guard quiet(capture_gate());
+    std::lock_guard timing(gpu_timing_lock());
     float ms = std::numeric_limits<float>::infinity();
     for (int i = 0; i < kTimedRuns; ++i) {
       timer.start();

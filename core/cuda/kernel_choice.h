@@ -9,7 +9,10 @@
 // so that background plan builds' test runs stay off the GPU meanwhile; the
 // candidate with the fastest single run is cached for the key (per device). Inside a
 // CUDA-graph capture nothing is timed: an unknown key gets the first candidate,
-// uncached. An environment variable (e.g. LOOM_POOL_KERNEL) read at every call
+// uncached. forget_kernel_choices() makes every key race again at its next
+// meeting outside a capture (until then the old choice stands): lazy plan
+// building swaps better cuDNN plans in after the first races ran against the
+// stand-ins. An environment variable (e.g. LOOM_POOL_KERNEL) read at every call
 // forces a candidate by name, so that a benchmark can compare paths in one run
 // and a test can run each path; "auto" or unset means time them.
 //
@@ -19,6 +22,7 @@
 //   });
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -52,9 +56,19 @@ class KernelChoice {
  private:
   std::string time_fastest(const std::vector<std::string>& names, const CandidateRuns& runs) const;
 
+  struct Chosen {
+    std::string name;
+    uint64_t epoch = 0;  // the forget_kernel_choices() count when it was timed
+  };
+
   std::string env_var_;
   std::mutex mutex_;
-  std::map<std::string, std::string> chosen_;  // device:key -> candidate name
+  std::map<std::string, Chosen> chosen_;  // device:key -> candidate
 };
+
+// Every KernelChoice times its keys again at their next meeting outside a
+// capture: a candidate that runs a cuDNN plan may have become faster (a plan
+// swap), so the cached winners may be stale.
+void forget_kernel_choices();
 
 }  // namespace loom::cuda

@@ -3,7 +3,8 @@
 // a race runs each candidate once to warm up and kTimedRuns times, only at a
 // key's first meeting; a candidate that cannot run is never chosen; an
 // environment variable forces a name without running anything, and an unknown
-// name is refused with the choices; no race runs inside a CUDA-graph capture.
+// name is refused with the choices; no race runs inside a CUDA-graph capture;
+// forget_kernel_choices() makes a key race again at its next meeting outside one.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
@@ -91,6 +92,32 @@ LOOM_GPU_TEST_CASE("inside a capture an unknown key gets the first candidate, un
   CHECK(counted.built == 0);
   CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "runs");  // raced now
   CHECK(counted.built == 1);
+}
+
+LOOM_GPU_TEST_CASE("after forget_kernel_choices a key races again, outside a capture only") {
+  unsetenv(kEnv);
+  cuda::KernelChoice choice(kEnv);
+  Counted counted;
+  auto make = [&] { return counted.make(); };
+  counted.decline = true;
+  CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "runs");
+  CHECK(counted.built == 1);
+  cuda::forget_kernel_choices();
+  counted.decline = false;  // the stale winner must stand inside a capture
+  std::string picked;
+  Tensor work = zeros({4}, {.device = Device::cuda()});
+  cuda::CudaGraph graph;
+  graph.capture([&] {
+    picked = choice.choose("shape a", {"declines", "runs"}, make);
+    work.fill_(1);
+  });
+  CHECK(picked == "runs");
+  CHECK(counted.built == 1);
+  counted.decline = true;
+  CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "runs");  // raced again
+  CHECK(counted.built == 2);
+  CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "runs");
+  CHECK(counted.built == 2);  // and cached again
 }
 
 #endif  // LOOM_WITH_CUDA
