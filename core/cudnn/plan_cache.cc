@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 
 #include "core/capture_gate.h"
+#include "core/cuda/kernel_choice.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/cudnn/build_queue.h"
@@ -53,6 +54,24 @@ bool builds_lazily(const NumericsPolicy& policy) {
 // under a compile crashed (H100). So the hook is registered again after each
 // build, which puts it ahead of every library that build loaded.
 void stop_builders_at_exit();
+
+// A graph's structure: its pattern without the sizes, under the key's policy
+// and device ("relu_fwd nhwc bf16 nhwc bf16" for every batch and width).
+std::string structure_of(const PlanKey& key, const Graph& graph) {
+  std::string shape_free;
+  int depth = 0;
+  for (char c : graph.pattern()) {
+    if (c == '(') {
+      ++depth;
+    } else if (c == ')') {
+      --depth;
+    } else if (depth == 0) {
+      shape_free += c;
+    }
+  }
+  return fmt::format("{} {}{} {}", key.device(), precision_name(key.policy().precision),
+                     key.policy().deterministic ? " deterministic" : "", shape_free);
+}
 
 // The libraries runtime compilation loads, loaded now so that their exit
 // handlers precede the first hook too (a name that does not resolve is skipped).
@@ -209,8 +228,17 @@ std::shared_ptr<const Plan> PlanCache::add_pending(const PlanKey& key, const Gra
 
 bool PlanCache::start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback,
                              Selection& selection, uint64_t& ticket) {
+  // The quick look costs a heuristics query (20-70 ms for a runtime-fusion
+  // graph); resnet9's first step met 35 such keys of about ten structures.
+  const std::string structure = structure_of(key, graph);
+  if (has_fallback && without_stand_in_.contains(structure)) {
+    ++stats_.stand_in_looks_skipped;
+    ticket = next_ticket_++;
+    return true;
+  }
   const SelectOptions quick{.policy = key.policy(), .precompiled_only = true, .first_working = true};
   selection = select_plan(graph, handle(), quick);
+  if (!selection.plan && selection.runtime_compiled_skipped > 0) without_stand_in_.insert(structure);
   // Nothing runtime-compiled was passed over and nothing is timed: an
   // unrestricted selection ends at the same plan (or at none), so there is
   // nothing to build later.
@@ -283,7 +311,10 @@ int PlanCache::apply_pending() {
     ++changed;
     record("swapped", e.info.graph, e.info.notes.engine_id, f.build_ms);
   }
-  if (changed > 0) ++generation_;
+  if (changed > 0) {
+    ++generation_;
+    cuda::forget_kernel_choices();  // races that ran against the stand-ins
+  }
   return changed;
 }
 
@@ -416,6 +447,7 @@ void PlanCache::clear() {
     std::lock_guard<std::mutex> lock(mutex_);
     lru_.clear();
     index_.clear();
+    without_stand_in_.clear();
     stats_ = {};
   }
   {

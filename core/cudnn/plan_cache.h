@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/cudnn/plan.h"
@@ -86,6 +87,7 @@ struct PlanCacheStats {
   int64_t evictions = 0;
   int64_t fallback_runs = 0;  // runs of a key without an engine on the tier below cuDNN
   int64_t lazy_plans = 0;     // keys first run on a stand-in while their best plan was built
+  int64_t stand_in_looks_skipped = 0;  // lazy keys whose structure had no precompiled stand-in
   int64_t plans_specialized = 0;  // background plans swapped in by apply_pending()
   int64_t background_builds = 0;  // background builds finished (swapped in or not)
   double build_seconds = 0;       // on the calling threads (the first step waits for these)
@@ -168,6 +170,10 @@ class PlanCache {
   void record(std::string event, const std::string& graph, int64_t engine_id, double build_ms);
 
   mutable std::mutex mutex_;
+  // Lazy mode: graph structures (sizes left out) whose quick look for a
+  // precompiled stand-in found none; their other sizes go straight to the tier
+  // below while the background build looks properly.
+  std::unordered_set<std::string> without_stand_in_;
   std::list<Entry> lru_;
   std::unordered_map<PlanKey, std::list<Entry>::iterator, PlanKeyHash> index_;
   size_t capacity_;

@@ -4,8 +4,10 @@
 // tier below cuDNN), its background builds are swapped in by apply_pending(),
 // and the results before and after the swap stay within TF32 tolerance of the
 // eager mode's; precompiled mode never picks a runtime-compiled engine; a
-// deterministic policy keeps lazy mode from swapping anything; strict fp32
-// keeps conv plans off tensor cores while timing every allowed engine.
+// deterministic policy keeps lazy mode from swapping anything; a structure
+// that had no precompiled stand-in sends its other sizes straight to the tier
+// below; strict fp32 keeps conv plans off tensor cores while timing every
+// allowed engine.
 //
 // N batch, C channels, H, W, K classes.
 #include <doctest/doctest.h>
@@ -93,10 +95,19 @@ bool compiles_at_run_time(const cudnn::PlanInfo& e) {
   return false;
 }
 
+// These tests count keys: a swap makes the max-pool race run again, and its
+// cuDNN candidate can meet keys the first step did not (a backward of cuDNN's
+// own indices). Forcing one pooling kernel keeps the key set fixed.
+struct PoolKernelForced {
+  PoolKernelForced() { setenv("LOOM_POOL_KERNEL", "cudnn", 1); }
+  ~PoolKernelForced() { unsetenv("LOOM_POOL_KERNEL"); }
+};
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("lazy mode runs the first step at once, then swaps the background plans in") {
   plan_files_off();
+  PoolKernelForced pool;
   NumericsGuard tf32({.precision = Precision::Tf32});
   const Inputs in = inputs();
   const std::vector<Tensor> reference = eager_reference(in);
@@ -136,6 +147,7 @@ LOOM_GPU_TEST_CASE("lazy mode runs the first step at once, then swaps the backgr
 
 LOOM_GPU_TEST_CASE("the timeline lists each lazy key's start, background build and swap") {
   plan_files_off();
+  PoolKernelForced pool;
   NumericsGuard tf32({.precision = Precision::Tf32});
   const Inputs in = inputs();
   auto& cache = cudnn::PlanCache::global();
@@ -159,6 +171,30 @@ LOOM_GPU_TEST_CASE("the timeline lists each lazy key's start, background build a
   CHECK(background == s.background_builds);
   CHECK(background == s.lazy_plans);
   CHECK(swapped == s.plans_specialized);
+}
+
+LOOM_GPU_TEST_CASE("a structure without a precompiled stand-in starts its other sizes at once") {
+  plan_files_off();
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  const Inputs in = inputs();
+  const Inputs half{in.x.slice(0, 0, 12).contiguous(MemoryFormat::ChannelsLast), in.y.slice(0, 0, 12)};
+  const std::vector<Tensor> reference = eager_reference(half);
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  SmallNet net;
+  net.step(in.x, in.y);
+  const int64_t skipped_first = cache.stats().stand_in_looks_skipped;
+  const int64_t lazy_first = cache.stats().lazy_plans;
+  REQUIRE(lazy_first > 0);
+  const std::vector<Tensor> smaller = net.step(half.x, half.y);  // new keys, same structures
+  const cudnn::PlanCacheStats s = cache.stats();
+  CHECK(s.stand_in_looks_skipped > skipped_first);
+  CHECK(s.stand_in_looks_skipped - skipped_first <= s.lazy_plans - lazy_first);
+  check_within_tf32(smaller, reference);
+  cache.wait_for_background_builds();
+  cache.apply_pending();
+  check_within_tf32(net.step(half.x, half.y), reference);
 }
 
 LOOM_GPU_TEST_CASE("precompiled mode never picks a runtime-compiled engine") {
