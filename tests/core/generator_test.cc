@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
 
@@ -105,6 +106,23 @@ TEST_CASE("element i of rand uses Philox block offset + i, so draws split freely
   first.insert(first.end(), rest.begin(), rest.end());
   CHECK(first == whole);
   CHECK(split.offset() == 6);
+}
+
+TEST_CASE("a tensor of many staging chunks draws the same bits on 1 and 3 threads") {
+  const int previous = num_threads();
+  const int64_t n = 3 * 65536 + 17;  // the last chunk is partial
+  set_num_threads(1);
+  Generator a(99);
+  const std::vector<double> serial = randn({n}, {}, &a).to_vector<double>();
+  set_num_threads(3);
+  Generator b(99);
+  const std::vector<double> parallel = randn({n}, {}, &b).to_vector<double>();
+  set_num_threads(previous);
+  CHECK(parallel == serial);
+  CHECK(b.offset() == static_cast<uint64_t>(n));
+  Generator c(99);
+  c.reserve(static_cast<uint64_t>(n - 1));
+  CHECK(randn({1}, {}, &c).to_vector<double>()[0] == serial.back());  // element i at offset i
 }
 
 TEST_CASE("the same seed gives the same rand / randn / randint; other seeds differ") {
