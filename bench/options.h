@@ -31,7 +31,7 @@ inline constexpr const char* kUsage =
     "  --eval-forward      after timing, one evaluation-mode forward per configuration (builds\n"
     "                      the test pass's plans; tools/warm_plans.sh)\n"
     "  --plan-timeline F   at the end, write when each cuDNN plan was built, restored or\n"
-    "                      swapped in to F\n"
+    "                      swapped in to F, then the plan cache's table (engines, hits)\n"
     "  --profile           after timing, profile eager steps and print the per-layer table\n"
     "  --profile-steps K   eager steps profiled (default 10)\n"
     "  --tta DIR           Fashion-MNIST time to 91% test accuracy from the IDX files in DIR\n"

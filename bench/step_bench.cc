@@ -302,7 +302,11 @@ StepResult run_step_config(const StepConfig& c) {
   if (c.layout == "nhwc") net.to(MemoryFormat::ChannelsLast);
   if (!c.mode.ends_with("-unfused")) nn::fuse(net);  // conv/bn/linear + relu through fused cuDNN graphs
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(net, c.optimizer);
+  synchronize(c.device);
+  r.model_ready_s = seconds_since(built);
   const InputSets data = make_inputs(c);
+  synchronize(c.device);
+  r.inputs_ready_s = seconds_since(built);
   time_steps(net, *opt, data, c, built, r);
   if (c.eval_forward) eval_forward(net, data, c);
   const PlanCounts after = plan_counts();
@@ -357,10 +361,11 @@ std::string resolve_layout(const BenchOptions& o, const std::string& precision) 
 void print_step(const StepResult& r) {
   std::printf(
       "%-10s batch %4lld  %-6s %-5s %-4s %12.0f img/s %9.3f ms/step  first step %6.2f s"
-      "  peak %8.1f MiB  plans (%s): %lld built, %lld restored, %lld lazy, %lld specialized%s%s\n",
+      " (model %.2f, inputs %.2f)  peak %8.1f MiB  plans (%s): %lld built, %lld restored, %lld lazy, %lld specialized%s%s\n",
       r.model.c_str(), static_cast<long long>(r.batch), r.precision.c_str(), r.mode.c_str(),
       r.layout.c_str(), r.images_per_second(), r.ms_per_step(), r.first_step_s,
-      static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0), r.plan_build.c_str(),
+      r.model_ready_s, r.inputs_ready_s, static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0),
+      r.plan_build.c_str(),
       static_cast<long long>(r.plans_built), static_cast<long long>(r.plans_restored),
       static_cast<long long>(r.plans_lazy), static_cast<long long>(r.plans_specialized),
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
@@ -372,7 +377,8 @@ void write_plan_timeline(const std::string& path) {
   std::ofstream out(path);
   LOOM_CHECK(out.is_open(), IoError, "[bench] cannot write --plan-timeline {}", path);
 #ifdef LOOM_WITH_CUDA
-  out << cudnn::PlanCache::global().timeline_table();
+  out << cudnn::PlanCache::global().timeline_table() << "\n"
+      << cudnn::PlanCache::global().explain();
 #else
   out << "this build has no CUDA backend, so no cuDNN plans were built\n";
 #endif

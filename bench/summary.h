@@ -31,6 +31,9 @@ struct StepResult {
   // To the end of step 1, synchronised, from model construction; for the first
   // configuration of a process from its start (CUDA and cuDNN initialisation included).
   double first_step_s = 0;
+  // Where the first step's time went, from the same start: the model built and
+  // on its device (CUDA context included), then the input batches made.
+  double model_ready_s = 0, inputs_ready_s = 0;
   int64_t peak_bytes = 0;              // peak GPU memory allocated (0 on the CPU)
   std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
   std::string plan_build = "lazy";     // the cuDNN plan-build mode (core/numerics.h)

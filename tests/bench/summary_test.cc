@@ -31,6 +31,8 @@ TEST_CASE("a step result: median ms, images per second and every JSON field") {
                .warmup = 10,
                .repeat_ms = {0.5, 0.25, 0.3},
                .first_step_s = 1.5,
+               .model_ready_s = 0.5,
+               .inputs_ready_s = 0.75,
                .peak_bytes = 3 * 1024 * 1024,
                .fallback_reason = "an op read a \"value\" back"};
   CHECK(r.ms_per_step() == 0.3);
@@ -40,7 +42,8 @@ TEST_CASE("a step result: median ms, images per second and every JSON field") {
        {"\"framework\": \"loom\"", "\"kind\": \"step\"", "\"model\": \"lenet5\"", "\"batch\": 128",
         "\"precision\": \"tf32\"", "\"mode\": \"graph\"", "\"layout\": \"nchw\"",
         "\"device\": \"cuda:0\"", "\"steps\": 100", "\"repeats\": 3", "\"warmup\": 10",
-        "\"ms_per_step\": 0.3", "\"first_step_s\": 1.5", "\"peak_bytes\": 3145728",
+        "\"ms_per_step\": 0.3", "\"first_step_s\": 1.5", "\"model_ready_s\": 0.5",
+        "\"inputs_ready_s\": 0.75", "\"peak_bytes\": 3145728",
         "\"peak_mib\": 3", "\"repeat_ms\": [0.5, 0.25, 0.3]",
         "\"fallback_reason\": \"an op read a \\\"value\\\" back\""}) {
     CHECK_MESSAGE(json.find(field) != std::string::npos, json, "\nmissing: ", field);
