@@ -6,14 +6,18 @@
 // N batch, C channels, H, W input, K out channels, P, Q output; M rows, In, Out features.
 #include "core/cudnn/fused.h"
 
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
+#include "core/error.h"
 
 namespace loom::cudnn {
 
@@ -21,7 +25,7 @@ namespace {
 
 struct RunCounters {
   std::atomic<int64_t> conv_bias_relu{0}, bn_relu_forward{0}, bn_relu_backward{0}, dgrad_relu{0},
-      matmul_bias_relu{0}, epilogue{0};
+      matmul_bias_relu{0}, epilogue{0}, epilogue_backward{0}, epilogue_grads{0};
 };
 
 RunCounters& counters() {
@@ -492,11 +496,292 @@ EpilogueRun linear_epilogue_forward(const Strided& y, const std::optional<Stride
   return run_epilogue(g, pointers);
 }
 
+// ---- a user block's head, backward: the derivative chain ----------------------------------
+// dy, z, operands -> replay: z -> t_1 -> ... (virtual) -> derivatives in reverse:
+// g_n = dy -> ... -> g_0 = dL/dz, written (epilogue_backward) or fed virtual to
+// dgrad / wgrad / the matmuls (*_epilogue_grads). t_e is step e's input, g_e the
+// gradient w.r.t. it.
+
+namespace {
+
+enum DerivativeUid : int64_t { kDvDy = 1, kDvZ, kDvG, kDvX, kDvW, kDvDx, kDvDw, kDvFirstStep = 16 };
+
+// Step e's uids: its replayed output t_{e+1}, its operand, g_e, its operand's gradient.
+int64_t replayed(size_t e) { return kDvFirstStep + 4 * static_cast<int64_t>(e); }
+int64_t dv_operand(size_t e) { return replayed(e) + 1; }
+int64_t grad_in(size_t e) { return replayed(e) + 2; }
+int64_t operand_grad(size_t e) { return replayed(e) + 3; }
+int64_t input_of(size_t e) { return e == 0 ? kDvZ : replayed(e - 1); }  // t_e
+
+bool passes_through(const EpilogueStep& step) {
+  return step.mode == CUDNN_POINTWISE_ADD || step.mode == CUDNN_POINTWISE_SUB;
+}
+
+// How the chain's y-shaped tensors and operands are laid out: a conv head's 4-D
+// tensors as they are; a linear head's (M, Out) as (1, M, Out) matrices, or as
+// (1, Out, M) when the wgrad matmul reads g transposed.
+struct ChainLayout {
+  bool matrix = false, transposed = false;
+  int64_t rows = 0, cols = 0;  // M, Out
+
+  TensorSpec spec(const Strided& t, int64_t uid) const {
+    if (!matrix) return spec_of(t, uid);
+    return transposed ? matrix_spec(t, uid, cols, rows, 1, cols) : matrix_spec(t, uid, rows, cols, cols, 1);
+  }
+  TensorSpec operand(const EpilogueStep& step, const TensorSpec& y, int64_t uid) const {
+    if (!matrix) return conv_operand_spec(step, y, uid);
+    if (step.operand == EpilogueOperand::Full) return spec(step.tensor, uid);
+    return transposed ? matrix_spec(step.tensor, uid, cols, 1, 1, 1) : matrix_operand_spec(step, y, uid);
+  }
+};
+
+ChainLayout chain_layout(const Strided& z, bool transposed) {
+  if (z.sizes.size() != 2) return {};
+  return {.matrix = true, .transposed = transposed, .rows = z.sizes[0], .cols = z.sizes[1]};
+}
+
+// Which replayed values t_0 (z) .. t_n the derivatives read, directly or to replay a later one.
+std::vector<bool> replay_needed(const EpilogueBackwardArgs& a) {
+  const size_t n = a.steps.size();
+  std::vector<bool> need(n + 1, false);
+  for (size_t e = 0; e < n; ++e) {
+    const EpilogueStepGrad& d = a.grads[e];
+    if (d.activation) need[d.reads_output ? e + 1 : e] = true;
+    if (a.steps[e].mode == CUDNN_POINTWISE_MUL && d.operand_grad) need[e] = true;
+  }
+  for (size_t e = n; e > 0; --e) need[e - 1] = need[e - 1] || need[e];
+  return need;
+}
+
+// Step e's operand (a tensor or a by-value scalar) when the graph reads it; the
+// scalars vector must not reallocate while pointers are in use (reserved by the caller).
+std::optional<int64_t> add_operand(Graph& g, const ChainLayout& layout, const TensorSpec& like,
+                                   const EpilogueStep& step, size_t e, std::vector<float>& scalars,
+                                   VariantPointers& pointers) {
+  if (step.operand == EpilogueOperand::None) return std::nullopt;
+  const int64_t uid = dv_operand(e);
+  if (step.operand == EpilogueOperand::Scalar) {
+    scalars.push_back(static_cast<float>(step.scalar));
+    g.add_tensor(epilogue_scalar_spec(uid, step.scalar, like.dims.size()));
+    pointers.push_back({uid, &scalars.back()});
+  } else {
+    g.add_tensor(layout.operand(step, like, uid));
+    pointers.push_back({uid, step.tensor.data});
+  }
+  return uid;
+}
+
+// Appends the derivative chain; the first step (from the end) that changes g
+// writes kDvG, a tensor the caller adds (real or virtual). Requires a chain
+// epilogue_derivative_why_not accepts.
+void add_derivative(Graph& g, const ChainLayout& layout, const EpilogueBackwardArgs& a,
+                    std::vector<float>& scalars, VariantPointers& pointers) {
+  const size_t n = a.steps.size();
+  const TensorSpec like = layout.spec(a.z, kDvZ);
+  const std::vector<bool> need = replay_needed(a);
+  if (need[0]) {
+    g.add_tensor(like);
+    pointers.push_back({kDvZ, a.z.data});
+  }
+  std::vector<std::optional<int64_t>> operands(n);
+  for (size_t e = 0; e < n; ++e) {
+    const EpilogueStep& step = a.steps[e];
+    if (need[e + 1] || step.mode == CUDNN_POINTWISE_MUL) {
+      operands[e] = add_operand(g, layout, like, step, e, scalars, pointers);
+    }
+    if (!need[e + 1]) continue;
+    g.add_tensor(virtual_like(like, replayed(e)));
+    g.pointwise(step.mode, input_of(e), operands[e], replayed(e), step.parameter);
+  }
+  g.add_tensor(layout.spec(a.dy, kDvDy));
+  pointers.push_back({kDvDy, a.dy.data});
+  size_t last_change = n;  // the lowest step that changes g writes kDvG
+  for (size_t e = 0; e < n && last_change == n; ++e) {
+    if (!passes_through(a.steps[e])) last_change = e;
+  }
+  int64_t grad = kDvDy;
+  for (size_t e = n; e-- > 0;) {
+    const EpilogueStep& step = a.steps[e];
+    const EpilogueStepGrad& d = a.grads[e];
+    if (d.operand_grad) {
+      g.add_tensor(layout.spec(*d.operand_grad, operand_grad(e)));
+      pointers.push_back({operand_grad(e), d.operand_grad->data});
+      if (step.mode == CUDNN_POINTWISE_MUL) {
+        g.pointwise(CUDNN_POINTWISE_MUL, grad, input_of(e), operand_grad(e));
+      } else {
+        g.pointwise(CUDNN_POINTWISE_IDENTITY, grad, std::nullopt, operand_grad(e));
+      }
+    }
+    if (passes_through(step)) continue;
+    const int64_t next = e == last_change ? kDvG : grad_in(e);
+    if (next != kDvG) g.add_tensor(virtual_like(like, next));
+    if (d.activation) {
+      g.pointwise_backward(d.activation->mode, grad, d.reads_output ? replayed(e) : input_of(e), next,
+                           d.activation->parameter);
+    } else {
+      g.pointwise(CUDNN_POINTWISE_MUL, grad, operands[e], next);
+    }
+    grad = next;
+  }
+}
+
+bool derivative_fusable(const EpilogueBackwardArgs& a) {
+  if (!fusable(a.dy) || !fusable(a.z) || !epilogue_fusable(a.z, a.steps)) return false;
+  return std::all_of(a.grads.begin(), a.grads.end(), [](const EpilogueStepGrad& d) {
+    return !d.operand_grad || fusable(*d.operand_grad);
+  });
+}
+
+// Why `key` has no plan now: the cache's reason, or that lazy building has not finished it.
+std::string no_plan_reason(const PlanKey& key) {
+  std::string why = PlanCache::global().why_unsupported(key);
+  return why.empty() ? "its plan is still being built in the background (lazy plan building)" : why;
+}
+
+// A graph with its variant pack; the scalars the pack points to live here too.
+struct ChainGraph {
+  Graph graph;
+  VariantPointers pointers;
+  std::unique_ptr<std::vector<float>> scalars = std::make_unique<std::vector<float>>();
+};
+
+// The chain with g = kDvG virtual, for a consumer node the caller appends.
+ChainGraph virtual_chain(const EpilogueBackwardArgs& a, bool transposed, bool with_operand_grads) {
+  EpilogueBackwardArgs args = a;
+  if (!with_operand_grads) {
+    for (EpilogueStepGrad& d : args.grads) d.operand_grad.reset();
+  }
+  ChainGraph c;
+  c.scalars->reserve(a.steps.size());
+  const ChainLayout layout = chain_layout(a.z, transposed);
+  c.graph.add_tensor(virtual_like(layout.spec(a.z, kDvZ), kDvG));
+  add_derivative(c.graph, layout, args, *c.scalars, c.pointers);
+  return c;
+}
+
+// Runs every graph when each has a plan, else none; the unfused tier below is
+// the derivative as one graph (epilogue_backward), so a miss records no fallback.
+EpilogueRun run_all_or_none(std::vector<ChainGraph>& graphs) {
+  EpilogueRun result;
+  std::vector<std::shared_ptr<const Plan>> plans;
+  for (const ChainGraph& c : graphs) {
+    result.graph += (result.graph.empty() ? "" : "; ") + c.graph.pattern();
+    const PlanKey key = plan_key(c.graph);
+    std::shared_ptr<const Plan> plan = PlanCache::global().get(key, c.graph, /*has_fallback=*/true);
+    if (!plan) {
+      result.why_not = no_plan_reason(key);
+      return result;
+    }
+    plans.push_back(plan);
+  }
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    LOOM_CHECK(run_plan(graphs[i].graph, graphs[i].pointers, ""), CudnnError,
+               "[fusion backward] the plan for {} was in the cache a moment ago and is gone; "
+               "do not clear the plan cache while a backward runs",
+               graphs[i].graph.pattern());
+    result.engines.push_back(plans[i]->notes().engine_id);
+  }
+  ++counters().epilogue_grads;
+  result.ran = true;
+  return result;
+}
+
+}  // namespace
+
+std::string epilogue_derivative_why_not(const EpilogueBackwardArgs& a) {
+  bool changes = false;
+  for (size_t e = 0; e < a.steps.size(); ++e) {
+    const EpilogueStep& step = a.steps[e];
+    if (passes_through(step)) continue;
+    changes = true;
+    if (step.mode != CUDNN_POINTWISE_MUL && !a.grads[e].activation) {
+      return fmt::format("graph step {} (pointwise mode {}) has no derivative form: an activation "
+                         "without a *_BWD mode",
+                         e, static_cast<int>(step.mode));
+    }
+  }
+  return changes ? "" : "every step passes dy through unchanged (nothing to compute)";
+}
+
+EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a) {
+  if (!derivative_fusable(a) || !fusable(g)) return {.why_not = "float64 or empty tensors"};
+  const ChainLayout layout = chain_layout(a.z, /*transposed=*/false);
+  Graph graph;
+  graph.add_tensor(layout.spec(g, kDvG));
+  VariantPointers pointers = {{kDvG, g.data}};
+  std::vector<float> scalars;
+  scalars.reserve(a.steps.size());
+  add_derivative(graph, layout, a, scalars, pointers);
+  EpilogueRun result{.graph = graph.pattern()};
+  const PlanKey key = plan_key(graph);
+  std::shared_ptr<const Plan> plan = PlanCache::global().get(key, graph, /*has_fallback=*/true);
+  result.ran = plan && run(graph, pointers, counters().epilogue_backward,
+                           "the block's per-step derivative ops (core/ops/fusion.cc)");
+  if (result.ran) {
+    result.engines.push_back(plan->notes().engine_id);
+  } else {
+    if (!plan) PlanCache::global().record_fallback(key, "the block's per-step derivative ops (core/ops/fusion.cc)");
+    result.why_not = no_plan_reason(key);
+  }
+  return result;
+}
+
+EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
+                                  const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                  const EpilogueBackwardArgs& a) {
+  if (!derivative_fusable(a) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
+  if (!dx && !dw) return {.why_not = "neither dx nor dw is wanted"};
+  std::vector<ChainGraph> graphs;
+  if (dx) {
+    ChainGraph c = virtual_chain(a, /*transposed=*/false, /*with_operand_grads=*/true);
+    c.graph.add_tensor(spec_of(w, kDvW));
+    c.graph.add_tensor(spec_of(*dx, kDvDx));
+    c.graph.conv(ConvDirection::BackwardData, kDvDx, kDvW, kDvG, p, CUDNN_DATA_FLOAT);
+    c.pointers.insert(c.pointers.end(), {{kDvW, w.data}, {kDvDx, dx->data}});
+    graphs.push_back(std::move(c));
+  }
+  if (dw) {
+    ChainGraph c = virtual_chain(a, /*transposed=*/false, /*with_operand_grads=*/!dx);
+    c.graph.add_tensor(spec_of(x, kDvX));
+    c.graph.add_tensor(spec_of(*dw, kDvDw));
+    c.graph.conv(ConvDirection::BackwardFilter, kDvX, kDvDw, kDvG, p, CUDNN_DATA_FLOAT);
+    c.pointers.insert(c.pointers.end(), {{kDvX, x.data}, {kDvDw, dw->data}});
+    graphs.push_back(std::move(c));
+  }
+  return run_all_or_none(graphs);
+}
+
+EpilogueRun linear_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
+                                  const Strided& x, const Strided& w, const EpilogueBackwardArgs& a) {
+  if (!derivative_fusable(a) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
+  if (!dx && !dw) return {.why_not = "neither dx nor dw is wanted"};
+  const int64_t m = x.sizes[0], in = x.sizes[1], out = w.sizes[0];
+  std::vector<ChainGraph> graphs;
+  if (dx) {  // g (1, M, Out) . w (1, Out, In) -> dx (1, M, In)
+    ChainGraph c = virtual_chain(a, /*transposed=*/false, /*with_operand_grads=*/true);
+    c.graph.add_tensor(matrix_spec(w, kDvW, out, in, in, 1));
+    c.graph.add_tensor(matrix_spec(*dx, kDvDx, m, in, in, 1));
+    c.graph.matmul(kDvG, kDvW, kDvDx, CUDNN_DATA_FLOAT);
+    c.pointers.insert(c.pointers.end(), {{kDvW, w.data}, {kDvDx, dx->data}});
+    graphs.push_back(std::move(c));
+  }
+  if (dw) {  // g^T (1, Out, M) . x (1, M, In) -> dw (1, Out, In)
+    ChainGraph c = virtual_chain(a, /*transposed=*/true, /*with_operand_grads=*/!dx);
+    c.graph.add_tensor(matrix_spec(x, kDvX, m, in, in, 1));
+    c.graph.add_tensor(matrix_spec(*dw, kDvDw, out, in, in, 1));
+    c.graph.matmul(kDvG, kDvX, kDvDw, CUDNN_DATA_FLOAT);
+    c.pointers.insert(c.pointers.end(), {{kDvX, x.data}, {kDvDw, dw->data}});
+    graphs.push_back(std::move(c));
+  }
+  return run_all_or_none(graphs);
+}
+
 FusedRuns fused_runs() {
   RunCounters& c = counters();
   return {.conv_bias_relu = c.conv_bias_relu, .bn_relu_forward = c.bn_relu_forward,
           .bn_relu_backward = c.bn_relu_backward, .dgrad_relu = c.dgrad_relu,
-          .matmul_bias_relu = c.matmul_bias_relu, .epilogue = c.epilogue};
+          .matmul_bias_relu = c.matmul_bias_relu, .epilogue = c.epilogue,
+          .epilogue_backward = c.epilogue_backward, .epilogue_grads = c.epilogue_grads};
 }
 
 }  // namespace loom::cudnn
