@@ -14,10 +14,10 @@
 #include <string>
 #include <string_view>
 
+#include "core/cudnn/context.h"
 #include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
-#include "core/error.h"
 
 namespace loom::cudnn {
 
@@ -571,6 +571,29 @@ std::optional<int64_t> add_operand(Graph& g, const ChainLayout& layout, const Te
   return uid;
 }
 
+// Appends z, the operands the graph reads and the forward steps replayed from z
+// as far as the derivatives need them; returns each step's operand uid.
+std::vector<std::optional<int64_t>> add_replay(Graph& g, const ChainLayout& layout, const EpilogueBackwardArgs& a,
+                                               std::vector<float>& scalars, VariantPointers& pointers) {
+  const TensorSpec like = layout.spec(a.z, kDvZ);
+  const std::vector<bool> need = replay_needed(a);
+  if (need[0]) {
+    g.add_tensor(like);
+    pointers.push_back({kDvZ, a.z.data});
+  }
+  std::vector<std::optional<int64_t>> operands(a.steps.size());
+  for (size_t e = 0; e < a.steps.size(); ++e) {
+    const EpilogueStep& step = a.steps[e];
+    if (need[e + 1] || step.mode == CUDNN_POINTWISE_MUL) {  // a mul's derivative reads its operand
+      operands[e] = add_operand(g, layout, like, step, e, scalars, pointers);
+    }
+    if (!need[e + 1]) continue;
+    g.add_tensor(virtual_like(like, replayed(e)));
+    g.pointwise(step.mode, input_of(e), operands[e], replayed(e), step.parameter);
+  }
+  return operands;
+}
+
 // Appends the derivative chain; the first step (from the end) that changes g
 // writes kDvG, a tensor the caller adds (real or virtual). Requires a chain
 // epilogue_derivative_why_not accepts.
@@ -578,21 +601,7 @@ void add_derivative(Graph& g, const ChainLayout& layout, const EpilogueBackwardA
                     std::vector<float>& scalars, VariantPointers& pointers) {
   const size_t n = a.steps.size();
   const TensorSpec like = layout.spec(a.z, kDvZ);
-  const std::vector<bool> need = replay_needed(a);
-  if (need[0]) {
-    g.add_tensor(like);
-    pointers.push_back({kDvZ, a.z.data});
-  }
-  std::vector<std::optional<int64_t>> operands(n);
-  for (size_t e = 0; e < n; ++e) {
-    const EpilogueStep& step = a.steps[e];
-    if (need[e + 1] || step.mode == CUDNN_POINTWISE_MUL) {
-      operands[e] = add_operand(g, layout, like, step, e, scalars, pointers);
-    }
-    if (!need[e + 1]) continue;
-    g.add_tensor(virtual_like(like, replayed(e)));
-    g.pointwise(step.mode, input_of(e), operands[e], replayed(e), step.parameter);
-  }
+  const std::vector<std::optional<int64_t>> operands = add_replay(g, layout, a, scalars, pointers);
   g.add_tensor(layout.spec(a.dy, kDvDy));
   pointers.push_back({kDvDy, a.dy.data});
   size_t last_change = n;  // the lowest step that changes g writes kDvG
@@ -674,11 +683,10 @@ EpilogueRun run_all_or_none(std::vector<ChainGraph>& graphs) {
     }
     plans.push_back(plan);
   }
+  // Executed from the plans held here (not looked up again): a small cache may
+  // have evicted the first graph's plan while the second was built.
   for (size_t i = 0; i < graphs.size(); ++i) {
-    LOOM_CHECK(run_plan(graphs[i].graph, graphs[i].pointers, ""), CudnnError,
-               "[fusion backward] the plan for {} was in the cache a moment ago and is gone; "
-               "do not clear the plan cache while a backward runs",
-               graphs[i].graph.pattern());
+    plans[i]->execute(handle(), graphs[i].pointers, workspace(static_cast<size_t>(plans[i]->workspace_bytes())));
     result.engines.push_back(plans[i]->notes().engine_id);
   }
   ++counters().epilogue_grads;
@@ -714,13 +722,11 @@ EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a) {
   add_derivative(graph, layout, a, scalars, pointers);
   EpilogueRun result{.graph = graph.pattern()};
   const PlanKey key = plan_key(graph);
-  std::shared_ptr<const Plan> plan = PlanCache::global().get(key, graph, /*has_fallback=*/true);
-  result.ran = plan && run(graph, pointers, counters().epilogue_backward,
-                           "the block's per-step derivative ops (core/ops/fusion.cc)");
+  result.ran = run(graph, pointers, counters().epilogue_backward,
+                   "the block's per-step derivative ops (core/ops/fusion.cc)");
   if (result.ran) {
-    result.engines.push_back(plan->notes().engine_id);
+    result.engines.push_back(PlanCache::global().get(key, graph)->notes().engine_id);  // a hit: it just ran
   } else {
-    if (!plan) PlanCache::global().record_fallback(key, "the block's per-step derivative ops (core/ops/fusion.cc)");
     result.why_not = no_plan_reason(key);
   }
   return result;
