@@ -18,6 +18,7 @@
 #include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
+#include "core/error.h"
 
 namespace loom::cudnn {
 
@@ -641,10 +642,25 @@ bool derivative_fusable(const EpilogueBackwardArgs& a) {
   });
 }
 
-// Why `key` has no plan now: the cache's reason, or that lazy building has not finished it.
-std::string no_plan_reason(const PlanKey& key) {
-  std::string why = PlanCache::global().why_unsupported(key);
-  return why.empty() ? "its plan is still being built in the background (lazy plan building)" : why;
+// The plan for `graph` now (built on a miss, as run_plan builds it); null, with
+// why, when there is none: the cache's reason, lazy building not finished, or
+// cuDNN refusing the description itself. That last is an error for a plain op,
+// but a derivative graph only probes what cuDNN fuses, and the tier below runs.
+std::shared_ptr<const Plan> plan_or_why(const Graph& graph, std::string& why) {
+  const PlanKey key = plan_key(graph);
+  try {
+    if (std::shared_ptr<const Plan> plan = PlanCache::global().get(key, graph, /*has_fallback=*/true)) return plan;
+  } catch (const CudnnError& e) {
+    why = fmt::format("cuDNN refused the graph: {}", e.what());
+    return nullptr;
+  }
+  why = PlanCache::global().why_unsupported(key);
+  if (why.empty()) why = "its plan is still being built in the background (lazy plan building)";
+  return nullptr;
+}
+
+void execute(const Plan& plan, const VariantPointers& pointers) {
+  plan.execute(handle(), pointers, workspace(static_cast<size_t>(plan.workspace_bytes())));
 }
 
 // A graph with its variant pack; the scalars the pack points to live here too.
@@ -675,18 +691,14 @@ EpilogueRun run_all_or_none(std::vector<ChainGraph>& graphs) {
   std::vector<std::shared_ptr<const Plan>> plans;
   for (const ChainGraph& c : graphs) {
     result.graph += (result.graph.empty() ? "" : "; ") + c.graph.pattern();
-    const PlanKey key = plan_key(c.graph);
-    std::shared_ptr<const Plan> plan = PlanCache::global().get(key, c.graph, /*has_fallback=*/true);
-    if (!plan) {
-      result.why_not = no_plan_reason(key);
-      return result;
-    }
+    std::shared_ptr<const Plan> plan = plan_or_why(c.graph, result.why_not);
+    if (!plan) return result;
     plans.push_back(plan);
   }
   // Executed from the plans held here (not looked up again): a small cache may
   // have evicted the first graph's plan while the second was built.
   for (size_t i = 0; i < graphs.size(); ++i) {
-    plans[i]->execute(handle(), graphs[i].pointers, workspace(static_cast<size_t>(plans[i]->workspace_bytes())));
+    execute(*plans[i], graphs[i].pointers);
     result.engines.push_back(plans[i]->notes().engine_id);
   }
   ++counters().epilogue_grads;
@@ -721,14 +733,15 @@ EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a) {
   scalars.reserve(a.steps.size());
   add_derivative(graph, layout, a, scalars, pointers);
   EpilogueRun result{.graph = graph.pattern()};
-  const PlanKey key = plan_key(graph);
-  result.ran = run(graph, pointers, counters().epilogue_backward,
-                   "the block's per-step derivative ops (core/ops/fusion.cc)");
-  if (result.ran) {
-    result.engines.push_back(PlanCache::global().get(key, graph)->notes().engine_id);  // a hit: it just ran
-  } else {
-    result.why_not = no_plan_reason(key);
+  std::shared_ptr<const Plan> plan = plan_or_why(graph, result.why_not);
+  if (!plan) {
+    PlanCache::global().record_fallback(plan_key(graph), "the block's per-step derivative ops (core/ops/fusion.cc)");
+    return result;
   }
+  execute(*plan, pointers);
+  ++counters().epilogue_backward;
+  result.engines.push_back(plan->notes().engine_id);
+  result.ran = true;
   return result;
 }
 
