@@ -518,27 +518,45 @@ bool passes_through(const EpilogueStep& step) {
   return step.mode == CUDNN_POINTWISE_ADD || step.mode == CUDNN_POINTWISE_SUB;
 }
 
-// How the chain's y-shaped tensors and operands are laid out: a conv head's 4-D
-// tensors as they are; a linear head's (M, Out) as (1, M, Out) matrices, or as
-// (1, Out, M) when the wgrad matmul reads g transposed.
+// How the chain's y-shaped tensors and operands are described. A conv head's
+// 4-D tensors as they are. A linear head's (M, Out): in a graph of pointwise
+// ops only, as the 4-D (M, Out, 1, 1) NHWC view (cuDNN's pointwise engines
+// take 4-D NHWC; a packed 2-D tensor is exactly that); beside a matmul, as
+// (1, M, Out) matrices, or (1, Out, M) when the wgrad matmul reads g transposed.
+enum class ChainForm { Conv, Rows, Matrix, MatrixTransposed };
+
 struct ChainLayout {
-  bool matrix = false, transposed = false;
+  ChainForm form = ChainForm::Conv;
   int64_t rows = 0, cols = 0;  // M, Out
 
   TensorSpec spec(const Strided& t, int64_t uid) const {
-    if (!matrix) return spec_of(t, uid);
-    return transposed ? matrix_spec(t, uid, cols, rows, 1, cols) : matrix_spec(t, uid, rows, cols, cols, 1);
+    switch (form) {
+      case ChainForm::Conv: return spec_of(t, uid);
+      case ChainForm::Rows:
+        return {.uid = uid, .dims = {rows, cols, 1, 1}, .strides = {cols, 1, cols, cols},
+                .dtype = cudnn_dtype(t.dtype), .alignment = pointer_alignment(t.data)};
+      case ChainForm::Matrix: return matrix_spec(t, uid, rows, cols, cols, 1);
+      case ChainForm::MatrixTransposed: return matrix_spec(t, uid, cols, rows, 1, cols);
+    }
+    return spec_of(t, uid);
   }
   TensorSpec operand(const EpilogueStep& step, const TensorSpec& y, int64_t uid) const {
-    if (!matrix) return conv_operand_spec(step, y, uid);
     if (step.operand == EpilogueOperand::Full) return spec(step.tensor, uid);
-    return transposed ? matrix_spec(step.tensor, uid, cols, 1, 1, 1) : matrix_operand_spec(step, y, uid);
+    switch (form) {
+      case ChainForm::Conv:
+      case ChainForm::Rows: return conv_operand_spec(step, y, uid);  // (1, Out, 1, 1)
+      case ChainForm::Matrix: return matrix_operand_spec(step, y, uid);
+      case ChainForm::MatrixTransposed: return matrix_spec(step.tensor, uid, cols, 1, 1, 1);
+    }
+    return conv_operand_spec(step, y, uid);
   }
 };
 
-ChainLayout chain_layout(const Strided& z, bool transposed) {
+// z is 4-D for a conv head, (M, Out) for a linear one; `form` says how a linear
+// head's graph reads it.
+ChainLayout chain_layout(const Strided& z, ChainForm form) {
   if (z.sizes.size() != 2) return {};
-  return {.matrix = true, .transposed = transposed, .rows = z.sizes[0], .cols = z.sizes[1]};
+  return {.form = form, .rows = z.sizes[0], .cols = z.sizes[1]};
 }
 
 // Which replayed values t_0 (z) .. t_n the derivatives read, directly or to replay a later one.
@@ -671,14 +689,14 @@ struct ChainGraph {
 };
 
 // The chain with g = kDvG virtual, for a consumer node the caller appends.
-ChainGraph virtual_chain(const EpilogueBackwardArgs& a, bool transposed, bool with_operand_grads) {
+ChainGraph virtual_chain(const EpilogueBackwardArgs& a, ChainForm form, bool with_operand_grads) {
   EpilogueBackwardArgs args = a;
   if (!with_operand_grads) {
     for (EpilogueStepGrad& d : args.grads) d.operand_grad.reset();
   }
   ChainGraph c;
   c.scalars->reserve(a.steps.size());
-  const ChainLayout layout = chain_layout(a.z, transposed);
+  const ChainLayout layout = chain_layout(a.z, form);
   c.graph.add_tensor(virtual_like(layout.spec(a.z, kDvZ), kDvG));
   add_derivative(c.graph, layout, args, *c.scalars, c.pointers);
   return c;
@@ -725,7 +743,7 @@ std::string epilogue_derivative_why_not(const EpilogueBackwardArgs& a) {
 
 EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a) {
   if (!derivative_fusable(a) || !fusable(g)) return {.why_not = "float64 or empty tensors"};
-  const ChainLayout layout = chain_layout(a.z, /*transposed=*/false);
+  const ChainLayout layout = chain_layout(a.z, ChainForm::Rows);
   Graph graph;
   graph.add_tensor(layout.spec(g, kDvG));
   VariantPointers pointers = {{kDvG, g.data}};
@@ -752,7 +770,7 @@ EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::o
   if (!dx && !dw) return {.why_not = "neither dx nor dw is wanted"};
   std::vector<ChainGraph> graphs;
   if (dx) {
-    ChainGraph c = virtual_chain(a, /*transposed=*/false, /*with_operand_grads=*/true);
+    ChainGraph c = virtual_chain(a, ChainForm::Conv, /*with_operand_grads=*/true);
     c.graph.add_tensor(spec_of(w, kDvW));
     c.graph.add_tensor(spec_of(*dx, kDvDx));
     c.graph.conv(ConvDirection::BackwardData, kDvDx, kDvW, kDvG, p, CUDNN_DATA_FLOAT);
@@ -760,7 +778,7 @@ EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::o
     graphs.push_back(std::move(c));
   }
   if (dw) {
-    ChainGraph c = virtual_chain(a, /*transposed=*/false, /*with_operand_grads=*/!dx);
+    ChainGraph c = virtual_chain(a, ChainForm::Conv, /*with_operand_grads=*/!dx);
     c.graph.add_tensor(spec_of(x, kDvX));
     c.graph.add_tensor(spec_of(*dw, kDvDw));
     c.graph.conv(ConvDirection::BackwardFilter, kDvX, kDvDw, kDvG, p, CUDNN_DATA_FLOAT);
@@ -777,7 +795,7 @@ EpilogueRun linear_epilogue_grads(const std::optional<Strided>& dx, const std::o
   const int64_t m = x.sizes[0], in = x.sizes[1], out = w.sizes[0];
   std::vector<ChainGraph> graphs;
   if (dx) {  // g (1, M, Out) . w (1, Out, In) -> dx (1, M, In)
-    ChainGraph c = virtual_chain(a, /*transposed=*/false, /*with_operand_grads=*/true);
+    ChainGraph c = virtual_chain(a, ChainForm::Matrix, /*with_operand_grads=*/true);
     c.graph.add_tensor(matrix_spec(w, kDvW, out, in, in, 1));
     c.graph.add_tensor(matrix_spec(*dx, kDvDx, m, in, in, 1));
     c.graph.matmul(kDvG, kDvW, kDvDx, CUDNN_DATA_FLOAT);
@@ -785,7 +803,7 @@ EpilogueRun linear_epilogue_grads(const std::optional<Strided>& dx, const std::o
     graphs.push_back(std::move(c));
   }
   if (dw) {  // g^T (1, Out, M) . x (1, M, In) -> dw (1, Out, In)
-    ChainGraph c = virtual_chain(a, /*transposed=*/true, /*with_operand_grads=*/!dx);
+    ChainGraph c = virtual_chain(a, ChainForm::MatrixTransposed, /*with_operand_grads=*/!dx);
     c.graph.add_tensor(matrix_spec(x, kDvX, m, in, in, 1));
     c.graph.add_tensor(matrix_spec(*dw, kDvDw, out, in, in, 1));
     c.graph.matmul(kDvG, kDvX, kDvDw, CUDNN_DATA_FLOAT);
