@@ -9,17 +9,13 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <functional>
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
-#include "core/capture_gate.h"
 #include "core/cuda/runtime.h"
-#include "core/cuda/stream.h"
 #include "core/cudnn/backend.h"
 #include "core/cudnn/context.h"
 #include "core/cudnn/tensor_spec.h"
@@ -122,39 +118,6 @@ bool allowed(const Candidate& c, ConvDirection direction, DType dtype, const Num
   if (is_16bit(dtype)) return true;
   if (c.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
   return policy.precision != Precision::StrictFp32 || !is_winograd(direction, c.algo);
-}
-
-// Under strict fp32 the first allowed algorithm is often far from the fastest
-// (as for the graph API's engines, plan.cc): time them all, as cudnnFind does,
-// except inside a capture, where nothing can be timed.
-bool times_candidates(DType dtype) {
-  return numerics_policy().precision == Precision::StrictFp32 && !is_16bit(dtype) &&
-         !cuda::is_capturing();
-}
-
-// The fastest of a few runs of `run`, or only its first when that is more than
-// four times `fastest_so_far_ms` (an algorithm 1000x slower is not timed in full).
-double time_ms(const std::function<void()>& run, double fastest_so_far_ms) {
-  cudaEvent_t start, stop;
-  LOOM_CUDA_CHECK(cudaEventCreate(&start));
-  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
-  auto timed_run = [&] {
-    LOOM_CUDA_CHECK(cudaEventRecord(start, cuda::current_stream()));
-    run();
-    LOOM_CUDA_CHECK(cudaEventRecord(stop, cuda::current_stream()));
-    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return static_cast<double>(ms);
-  };
-  std::lock_guard timing(gpu_timing_lock());
-  double best = timed_run();
-  if (best <= 4.0 * fastest_so_far_ms) {
-    for (int i = 0; i < 3; ++i) best = std::min(best, timed_run());
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
 }
 
 template <class Perf>
@@ -318,28 +281,18 @@ std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& 
   }
   LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), policy_math(x.dtype, numerics_policy())));
   const std::vector<Candidate> candidates = heuristics(direction, d);
-  const bool timed = times_candidates(x.dtype);
   int offered = 0, allowed_count = 0;
   std::optional<Candidate> chosen;
-  double fastest_ms = std::numeric_limits<double>::infinity();
   for (Candidate c : candidates) {
     offered += c.status == CUDNN_STATUS_SUCCESS;
     if (!allowed(c, direction, x.dtype, numerics_policy())) continue;
     ++allowed_count;
     c.math = policy_math(x.dtype, numerics_policy());
-    if (execute(direction, d, c, x, w, y) != CUDNN_STATUS_SUCCESS) continue;
-    if (!timed) {
+    if (execute(direction, d, c, x, w, y) == CUDNN_STATUS_SUCCESS) {
       chosen = c;
       break;
     }
-    const double ms = time_ms([&] { LOOM_CUDNN_CHECK(execute(direction, d, c, x, w, y)); }, fastest_ms);
-    if (ms < fastest_ms) {
-      fastest_ms = ms;
-      chosen = c;
-    }
   }
-  // The output must be the chosen algorithm's: the last one timed may be another.
-  if (chosen && timed) LOOM_CUDNN_CHECK(execute(direction, d, *chosen, x, w, y));
   std::lock_guard<std::mutex> lock(cache.mutex);
   cache.choices[key] = chosen;
   if (chosen) return "";

@@ -1,11 +1,10 @@
 // File: core/cudnn/conv_legacy.h
 // Convolution through cuDNN's legacy API (cudnnConvolutionForward /
 // BackwardData / BackwardFilter): the tier below the graph API for a conv key
-// no graph engine takes, and under strict fp32 a rival of the graph API's
-// engines (conv.h races them). It has kernels of its own (FFT among them),
-// chosen by cudnnGet*Algorithm_v7 and filtered by the same numerics policy
-// (strict fp32: FMA math and no Winograd, every allowed algorithm timed;
-// deterministic: deterministic algorithms only); the choice is cached per key.
+// no graph engine takes. It has kernels of its own, chosen by
+// cudnnGet*Algorithm_v7 and filtered by the same numerics policy (strict fp32:
+// FMA math and no Winograd; deterministic: deterministic algorithms only);
+// the choice is cached per key.
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 // Tensors as in conv.h: dense NCHW or NHWC device tensors, groups = C / filter C.
