@@ -140,9 +140,18 @@ LOOM_GPU_TEST_CASE("lazy mode runs the first step at once, then swaps the backgr
   MESSAGE(cache.explain());
   MESSAGE(cache.timeline_table());
 
-  const std::vector<Tensor> specialized = net.step(in.x, in.y);
-  check_within_tf32(specialized, reference);
-  CHECK(cache.stats().misses == started.misses);  // the same keys, now on their best plans
+  // An op whose first graph ran below cuDNN in the first step may meet its
+  // later graphs only now (they start lazily in turn): a few rounds settle.
+  bool settled = false;
+  for (int round = 0; round < 4 && !settled; ++round) {
+    const int64_t misses = cache.stats().misses;
+    check_within_tf32(net.step(in.x, in.y), reference);
+    cache.wait_for_background_builds();
+    cache.apply_pending();
+    settled = cache.stats().misses == misses;
+  }
+  CHECK(settled);
+  check_within_tf32(net.step(in.x, in.y), reference);
 }
 
 LOOM_GPU_TEST_CASE("the timeline lists each lazy key's start, background build and swap") {
