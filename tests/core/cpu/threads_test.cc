@@ -6,7 +6,9 @@
 // N batch, C channels, H, W input, K out channels, R, S filter, P, Q output.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <functional>
 #include <random>
 #include <vector>
@@ -60,10 +62,14 @@ void check_thread_independent(const std::function<std::vector<std::vector<float>
 }
 
 TEST_CASE("convolution kernels give the same bits at 1 and 3 threads") {
-  const ConvParams params{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 2, .dilation_w = 2};
+  // Stride 2 takes the clipped im2col; stride 1 the wide columns.
+  for (const ConvParams& params :
+       {ConvParams{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 2, .dilation_w = 2},
+        ConvParams{.pad_h = 2, .pad_w = 1, .dilation_h = 2}}) {
   check_thread_independent([&] {
     Buffer x({5, 3, 9, 8}, 1), w({4, 3, 3, 3}, 2), bias({4}, 3);
-    const int64_t p = conv_output_size(9, 3, 2, 1, 1), q = conv_output_size(8, 3, 1, 2, 2);
+    const int64_t p = conv_output_size(9, 3, params.stride_h, params.pad_h, params.dilation_h),
+                  q = conv_output_size(8, 3, params.stride_w, params.pad_w, params.dilation_w);
     Buffer y({5, 4, p, q}), dy({5, 4, p, q}, 4), dx({5, 3, 9, 8}), dw({4, 3, 3, 3}), db({4});
     Strided b = bias.view();
     conv2d_forward(y.view(), x.view(), w.view(), &b, params, /*relu=*/true);
@@ -72,6 +78,20 @@ TEST_CASE("convolution kernels give the same bits at 1 and 3 threads") {
     conv2d_bgrad(db.view(), dy.view());
     return std::vector<std::vector<float>>{y.values, dx.values, dw.values, db.values};
   });
+  }
+}
+
+TEST_CASE("conv2d_wgrad: an Inf in the image reaches only the taps that meet it") {
+  // x (1, 1, 3, 8), w (1, 1, 3, 3), stride 1, no padding: P 1, Q 6. Pixel (0, 7) is
+  // met only by tap (0, 2) at q = 5; the wide columns of the other taps of row 0 run
+  // over it in their wrapped columns, which must add exact zeros.
+  Buffer x({1, 1, 3, 8}, 1), dy({1, 1, 1, 6}, 2), dw({1, 1, 3, 3});
+  x.values[7] = std::numeric_limits<float>::infinity();
+  conv2d_wgrad(dw.view(), dy.view(), x.view(), ConvParams{});
+  for (int64_t tap = 0; tap < 9; ++tap) {
+    INFO("tap ", tap);
+    CHECK(std::isfinite(dw.values[tap]) == (tap != 2));
+  }
 }
 
 TEST_CASE("conv2d_forward's ReLU epilogue equals the forward, then ReLU") {
