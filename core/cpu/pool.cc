@@ -4,9 +4,11 @@
 #include "core/cpu/pool.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "core/parallel.h"
@@ -124,9 +126,64 @@ bool is_plain_2x2(const Pool2dParams& p, int64_t P, int64_t Q, int64_t H, int64_
          p.pad_h == 0 && p.pad_w == 0 && 2 * P <= H && 2 * Q <= W;
 }
 
+// A signed integer that orders floats as < does, -0 and +0 equal, every NaN the
+// largest key. The 2x2 kernel below compares keys with integer arithmetic only:
+// float compares (which may trap on a NaN) compile to branches, and which
+// element of a window wins is unpredictable.
+template <class T>
+auto order_key(T v) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  const I bits = std::bit_cast<I>(v);
+  const I magnitude = bits & std::numeric_limits<I>::max();
+  if (magnitude > std::bit_cast<I>(std::numeric_limits<T>::infinity())) {
+    return std::numeric_limits<I>::max();
+  }
+  const I sign = bits >> (8 * sizeof(I) - 1);  // 0, or -1 for a negative number
+  return (magnitude ^ sign) - sign;
+}
+
+// 1 when `key` would replace `best` in consider()'s scan (larger, or a NaN), else 0.
+template <class I>
+I takes(I key, I best) {
+  return I(key > best) | I(key == std::numeric_limits<I>::max());
+}
+
+// flag (0 or 1) ? when_true : when_false, as arithmetic rather than a branch.
+template <class I>
+I pick(I when_false, I when_true, I flag) {
+  return when_false ^ ((when_false ^ when_true) & -flag);
+}
+
+// One output row of the 2x2 pooling over dense input rows top and bottom (2p and
+// 2p + 1); `index` is the flat index of top[0]. Pairwise (the top pair, the
+// bottom pair, then the bottom's winner against the top's) this picks what
+// consider() picks in scan order: the first maximum, or the last NaN.
+template <class T>
+void max_pool_2x2_dense_row(const T* top, const T* bottom, T* out, int64_t* argmax, int64_t Q,
+                            int64_t index, int64_t W) {
+  using I = decltype(order_key(T()));
+  const int64_t down_step = bottom - top;
+  for (int64_t q = 0; q < Q; ++q) {
+    const I tl = order_key(top[2 * q]), tr = order_key(top[2 * q + 1]);
+    const I bl = order_key(bottom[2 * q]), br = order_key(bottom[2 * q + 1]);
+    const I right_top = takes(tr, tl), right_bottom = takes(br, bl);
+    const I down = takes(pick(bl, br, right_bottom), pick(tl, tr, right_top));
+    const int64_t column = 2 * q + pick(right_top, right_bottom, down);
+    out[q] = top[column + down * down_step];
+    argmax[q] = index + column + down * W;
+  }
+}
+
 template <class T>
 void max_pool_2x2_plane(const Plane<const T>& in, const Plane<T>& out,
                         const Plane<int64_t>& argmax, int64_t P, int64_t Q, int64_t W) {
+  if (in.stride_w == 1 && out.stride_w == 1 && argmax.stride_w == 1) {
+    for (int64_t p = 0; p < P; ++p) {
+      const T* top = &in(2 * p, 0);
+      max_pool_2x2_dense_row(top, top + in.stride_h, &out(p, 0), &argmax(p, 0), Q, 2 * p * W, W);
+    }
+    return;
+  }
   for (int64_t p = 0; p < P; ++p) {
     for (int64_t q = 0; q < Q; ++q) {
       const int64_t h = 2 * p, w = 2 * q;
@@ -170,9 +227,13 @@ void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& in
       Plane<T> grad_in = plane<T>(dx, n, c);
       Plane<const T> grad_out = plane<const T>(dy, n, c);
       Plane<const int64_t> argmax = plane<const int64_t>(indices, n, c);
-      zero_plane(grad_in, H, W);
       // A dense plane takes the flat index as its offset (no division per element).
       const bool dense = grad_in.stride_w == 1 && grad_in.stride_h == W;
+      if (dense) {
+        std::fill(grad_in.data, grad_in.data + H * W, T(0));
+      } else {
+        zero_plane(grad_in, H, W);
+      }
       for (int64_t p = 0; p < dy.sizes[2]; ++p) {
         for (int64_t q = 0; q < dy.sizes[3]; ++q) {
           const int64_t index = argmax(p, q);

@@ -159,6 +159,36 @@ TEST_CASE("pooling, elementwise and split GEMMs give the same bits at 1 and 3 th
   });
 }
 
+TEST_CASE("max pooling 2x2: dense rows pick what the strided scan picks, ties, zeros and NaNs included") {
+  // Values drawn from a small set, so windows tie, hold -0 beside +0, or hold one NaN
+  // or several; the same values with every other column skipped (a strided view)
+  // take the general scan, and both must choose the same element of every window.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> pool_of = {1.0f, 1.0f, -2.0f, 0.0f, -0.0f, nan, inf, -inf, 3.0f};
+  const Shape sizes = {2, 3, 6, 8}, out_sizes = {2, 3, 3, 4};
+  std::mt19937 rng(7);
+  std::vector<float> dense(numel_of(sizes)), spaced(2 * dense.size());
+  for (size_t i = 0; i < dense.size(); ++i) {
+    dense[i] = pool_of[rng() % pool_of.size()];
+    spaced[2 * i] = dense[i];
+  }
+  const Strided x_dense{dense.data(), DType::Float32, sizes, {144, 48, 8, 1}};
+  const Strided x_spaced{spaced.data(), DType::Float32, sizes, {288, 96, 16, 2}};
+  Buffer y_dense(out_sizes), y_spaced(out_sizes);
+  std::vector<int64_t> i_dense(numel_of(out_sizes)), i_spaced(numel_of(out_sizes));
+  const Shape index_strides = {36, 12, 4, 1};
+  const Pool2dParams params{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+  max_pool2d_forward(y_dense.view(), {i_dense.data(), DType::Int64, out_sizes, index_strides}, x_dense,
+                     params);
+  max_pool2d_forward(y_spaced.view(), {i_spaced.data(), DType::Int64, out_sizes, index_strides},
+                     x_spaced, params);
+  CHECK(i_dense == i_spaced);
+  CHECK(same_bits(y_dense.values, y_spaced.values));
+  int nans = 0;
+  for (float v : y_dense.values) nans += std::isnan(v);
+  CHECK(nans > 0);  // the draw did put NaNs in some windows
+}
+
 TEST_CASE("for_each_run merges the dims every operand steps over densely") {
   auto runs = [](const Shape& sizes, const Shape& a, const Shape& b) {
     std::vector<std::pair<std::array<int64_t, 2>, int64_t>> out;
