@@ -311,31 +311,6 @@ void padded_columns(T* col, const T* padded, const ConvShape& cs, const ConvPara
   }
 }
 
-// As wgrad below, with stride 1: the columns come from padded planes (each chunk
-// of dw's columns pads only the channels its rows read) instead of the clipped
-// im2col. They stay at the output's width: wide columns would add GEMM work here.
-template <class T>
-void wgrad_padded(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
-  const WideShape ws = wide_shape(cs, pr);
-  std::fill(dw, dw + cs.k * cs.col_rows(), T(0));
-  const int64_t taps = cs.r * cs.s;
-  parallel_for(0, cs.col_rows(), 1, [&](int64_t row_begin, int64_t row_end) {
-    const int64_t rows = row_end - row_begin;
-    const int64_t c_begin = row_begin / taps, c_end = (row_end - 1) / taps + 1;
-    std::vector<T> padded(ws.padded_size), col(rows * cs.col_cols());
-    for (int64_t n = 0; n < cs.n; ++n) {
-      for (int64_t g = 0; g < cs.groups; ++g) {
-        pad_planes(padded.data(), x + n * cs.image_size() + g * cs.cg() * cs.h * cs.w, cs, pr, ws,
-                   c_begin, c_end);
-        padded_columns(col.data(), padded.data(), cs, pr, ws, row_begin, row_end);
-        gemm(false, true, cs.kg(), rows, cs.col_cols(), T(1), dy + output_offset(n, g, cs),
-             cs.col_cols(), col.data(), cs.col_cols(), T(1), dw + filter_offset(g, cs) + row_begin,
-             cs.col_rows());
-      }
-    }
-  });
-}
-
 // Images are independent: each chunk of the batch gets its own column buffer.
 template <class T>
 void forward(T* y, const T* x, const T* w, const T* bias, bool relu, const ConvShape& cs,
@@ -372,27 +347,96 @@ void dgrad(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvParams
   });
 }
 
-// The batch is summed into dw image by image, in order; the chunks split dw's
-// columns (the rows of col) instead, so every element of dw is summed by one
-// thread in the same order whatever the thread count.
+// The col rows wgrad multiplies dy with, built in buffers of one parallel chunk:
+// with stride 1 unclipped from padded planes (only the channels the rows read),
+// else by the clipped im2col (or the image itself for a pointwise filter).
 template <class T>
-void wgrad(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
-  if (pr.stride_h == 1 && pr.stride_w == 1 && !is_pointwise(cs, pr)) {
-    return wgrad_padded(dw, dy, x, cs, pr);
+class WgradColumns {
+ public:
+  WgradColumns(const T* x, const ConvShape& cs, const ConvParams& pr, int64_t max_rows)
+      : x_(x), cs_(cs), pr_(pr), ws_(wide_shape(cs, pr)),
+        padded_(pr.stride_h == 1 && pr.stride_w == 1 && !is_pointwise(cs, pr)),
+        planes_(padded_ ? ws_.padded_size : 0),
+        col_(is_pointwise(cs, pr) ? 0 : max_rows * cs.col_cols()) {}
+
+  // Rows [row_begin, row_end) of image n, group g's col (P Q columns each).
+  const T* rows(int64_t n, int64_t g, int64_t row_begin, int64_t row_end) {
+    if (!padded_) return columns(col_.data(), x_, n, g, cs_, pr_, row_begin, row_end);
+    const int64_t taps = cs_.r * cs_.s;
+    pad_planes(planes_.data(), x_ + n * cs_.image_size() + g * cs_.cg() * cs_.h * cs_.w, cs_, pr_,
+               ws_, row_begin / taps, (row_end - 1) / taps + 1);
+    padded_columns(col_.data(), planes_.data(), cs_, pr_, ws_, row_begin, row_end);
+    return col_.data();
   }
+
+ private:
+  const T* x_;
+  const ConvShape& cs_;
+  const ConvParams& pr_;
+  WideShape ws_;
+  bool padded_;
+  std::vector<T> planes_, col_;
+};
+
+// dw's columns (the rows of col) split over the chunks; each element of dw is
+// summed by one thread, image by image in order, whatever the thread count.
+template <class T>
+void wgrad_by_rows(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
   std::fill(dw, dw + cs.k * cs.col_rows(), T(0));
   parallel_for(0, cs.col_rows(), 1, [&](int64_t row_begin, int64_t row_end) {
     const int64_t rows = row_end - row_begin;
-    std::vector<T> buffer(is_pointwise(cs, pr) ? 0 : rows * cs.col_cols());
+    WgradColumns<T> source(x, cs, pr, rows);
     for (int64_t n = 0; n < cs.n; ++n) {
       for (int64_t g = 0; g < cs.groups; ++g) {
-        const T* col = columns(buffer.data(), x, n, g, cs, pr, row_begin, row_end);
         gemm(false, true, cs.kg(), rows, cs.col_cols(), T(1), dy + output_offset(n, g, cs),
-             cs.col_cols(), col, cs.col_cols(), T(1), dw + filter_offset(g, cs) + row_begin,
-             cs.col_rows());
+             cs.col_cols(), source.rows(n, g, row_begin, row_end), cs.col_cols(), T(1),
+             dw + filter_offset(g, cs) + row_begin, cs.col_rows());
       }
     }
   });
+}
+
+// A small filter has too few columns to split well (each chunk's GEMMs shrink and
+// every chunk builds the same padded planes): the batch is cut instead into a
+// fixed number of image blocks, set by N alone, each summed into a partial dw of
+// its own in image order; the partials are then added in block order. The bits
+// depend on N, never on the thread count.
+constexpr int64_t kWgradBlocks = 16;
+constexpr int64_t kWgradPartialsLimit = int64_t{1} << 20;  // elements of all partials
+
+bool wgrad_splits_images(const ConvShape& cs) {
+  return cs.n > 0 && std::min(cs.n, kWgradBlocks) * cs.k * cs.col_rows() <= kWgradPartialsLimit;
+}
+
+template <class T>
+void wgrad_by_images(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
+  const int64_t blocks = std::min(cs.n, kWgradBlocks), per_block = (cs.n + blocks - 1) / blocks;
+  const int64_t size = cs.k * cs.col_rows();
+  std::vector<T> partial(blocks * size, T(0));
+  parallel_for(0, blocks, 1, [&](int64_t b_begin, int64_t b_end) {
+    WgradColumns<T> source(x, cs, pr, cs.col_rows());
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      for (int64_t n = b * per_block; n < std::min(cs.n, (b + 1) * per_block); ++n) {
+        for (int64_t g = 0; g < cs.groups; ++g) {
+          gemm(false, true, cs.kg(), cs.col_rows(), cs.col_cols(), T(1),
+               dy + output_offset(n, g, cs), cs.col_cols(), source.rows(n, g, 0, cs.col_rows()),
+               cs.col_cols(), T(1), partial.data() + b * size + filter_offset(g, cs),
+               cs.col_rows());
+        }
+      }
+    }
+  });
+  for (int64_t i = 0; i < size; ++i) {
+    T sum = partial[i];
+    for (int64_t b = 1; b < blocks; ++b) sum += partial[b * size + i];
+    dw[i] = sum;
+  }
+}
+
+template <class T>
+void wgrad(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
+  if (wgrad_splits_images(cs)) return wgrad_by_images(dw, dy, x, cs, pr);
+  wgrad_by_rows(dw, dy, x, cs, pr);
 }
 
 }  // namespace

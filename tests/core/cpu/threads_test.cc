@@ -81,6 +81,32 @@ TEST_CASE("convolution kernels give the same bits at 1 and 3 threads") {
   }
 }
 
+TEST_CASE("conv2d_wgrad of a large filter (split by dw's columns) gives the same bits at 1 and 3 threads") {
+  // 16 images of a 32 x 256 x 3 x 3 filter: its partial sums per image block would
+  // exceed the kernel's limit, so dw's columns are split instead of the batch.
+  check_thread_independent([] {
+    Buffer x({16, 256, 4, 4}, 1), dy({16, 32, 4, 4}, 2), dw({32, 256, 3, 3});
+    conv2d_wgrad(dw.view(), dy.view(), x.view(), ConvParams{.pad_h = 1, .pad_w = 1});
+    return std::vector<std::vector<float>>{dw.values};
+  });
+  // And it sums what the images give one by one (each a batch of one, split by images).
+  Buffer x({16, 256, 4, 4}, 1), dy({16, 32, 4, 4}, 2), dw({32, 256, 3, 3}), one({32, 256, 3, 3});
+  const ConvParams params{.pad_h = 1, .pad_w = 1};
+  conv2d_wgrad(dw.view(), dy.view(), x.view(), params);
+  std::vector<double> sum(dw.values.size(), 0.0);
+  for (int64_t n = 0; n < 16; ++n) {
+    Strided xn = x.view(), dyn = dy.view();
+    xn.data = x.values.data() + n * 256 * 16;
+    dyn.data = dy.values.data() + n * 32 * 16;
+    xn.sizes[0] = dyn.sizes[0] = 1;
+    conv2d_wgrad(one.view(), dyn, xn, params);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += one.values[i];
+  }
+  double worst = 0.0;
+  for (size_t i = 0; i < sum.size(); ++i) worst = std::max(worst, std::abs(sum[i] - dw.values[i]));
+  CHECK(worst < 1e-3);
+}
+
 TEST_CASE("conv2d_wgrad: an Inf in the image reaches only the taps that meet it") {
   // x (1, 1, 3, 8), w (1, 1, 3, 3), stride 1, no padding: P 1, Q 6. Pixel (0, 7) is
   // met only by tap (0, 2) at q = 5; the wide columns of the other taps of row 0 run
