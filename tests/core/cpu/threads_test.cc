@@ -191,18 +191,18 @@ TEST_CASE("max pooling 2x2: dense rows pick what the strided scan picks, ties, z
   // take the general scan, and both must choose the same element of every window.
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   const std::vector<float> pool_of = {1.0f, 1.0f, -2.0f, 0.0f, -0.0f, nan, inf, -inf, 3.0f};
-  const Shape sizes = {2, 3, 6, 8}, out_sizes = {2, 3, 3, 4};
+  const Shape sizes = {2, 3, 6, 14}, out_sizes = {2, 3, 3, 7};  // 7 windows a row: 4 at once, 3 alone
   std::mt19937 rng(7);
   std::vector<float> dense(numel_of(sizes)), spaced(2 * dense.size());
   for (size_t i = 0; i < dense.size(); ++i) {
     dense[i] = pool_of[rng() % pool_of.size()];
     spaced[2 * i] = dense[i];
   }
-  const Strided x_dense{dense.data(), DType::Float32, sizes, {144, 48, 8, 1}};
-  const Strided x_spaced{spaced.data(), DType::Float32, sizes, {288, 96, 16, 2}};
+  const Strided x_dense{dense.data(), DType::Float32, sizes, {252, 84, 14, 1}};
+  const Strided x_spaced{spaced.data(), DType::Float32, sizes, {504, 168, 28, 2}};
   Buffer y_dense(out_sizes), y_spaced(out_sizes);
   std::vector<int64_t> i_dense(numel_of(out_sizes)), i_spaced(numel_of(out_sizes));
-  const Shape index_strides = {36, 12, 4, 1};
+  const Shape index_strides = {63, 21, 7, 1};
   const Pool2dParams params{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
   max_pool2d_forward(y_dense.view(), {i_dense.data(), DType::Int64, out_sizes, index_strides}, x_dense,
                      params);
