@@ -189,7 +189,11 @@ Columns4 load_windows(const float* row) {
   Int4 a, b;
   std::memcpy(&a, row, sizeof(a));
   std::memcpy(&b, row + 4, sizeof(b));
+#if defined(__clang__)  // the fuzz build
+  return {__builtin_shufflevector(a, b, 0, 2, 4, 6), __builtin_shufflevector(a, b, 1, 3, 5, 7)};
+#else
   return {__builtin_shuffle(a, b, Int4{0, 2, 4, 6}), __builtin_shuffle(a, b, Int4{1, 3, 5, 7})};
+#endif
 }
 
 Int4 order_keys(Int4 bits) {  // order_key() of four floats
