@@ -11,8 +11,9 @@
 //   dgrad    col              = w_g^T . dy_g, scattered back by col2im
 //   wgrad    dw_g (Kg, Cg R S) += dy_g . col^T, summed over the batch
 //
-// Stride 1 (the common case) builds col "wide" instead (see WideShape): one copy
-// per col row rather than a clipped segment per row and output row.
+// Stride 1 (the common case) copies the image once into zero-padded planes and
+// builds col from them without clipping: "wide" for the forward and dgrad (see
+// WideShape, one copy per col row), at the output's width for wgrad.
 #include "core/cpu/conv.h"
 
 #include <algorithm>
@@ -191,8 +192,7 @@ bool use_wide(const ConvShape& cs, const ConvParams& pr) {
 template <class T>
 void pad_planes(T* padded, const T* image, const ConvShape& cs, const ConvParams& pr,
                 const WideShape& ws, int64_t c_begin, int64_t c_end) {
-  T* first = padded + c_begin * ws.plane();
-  std::fill(first, padded + std::min(c_end * ws.plane(), ws.padded_size), T(0));
+  std::fill(padded + c_begin * ws.plane(), padded + c_end * ws.plane(), T(0));
   if (c_end == cs.cg()) std::fill(padded + c_end * ws.plane(), padded + ws.padded_size, T(0));
   for (int64_t c = c_begin; c < c_end; ++c) {
     for (int64_t h = 0; h < cs.h; ++h) {
