@@ -15,7 +15,8 @@ is a yardstick only, not a dependency of Loom.
 for Loom the difference between a 31-step and a 1-step run, over the 30 extra
 steps; for PyTorch its process time over the timed steps, with
 OMP_WAIT_POLICY=PASSIVE so that OpenMP's spinning is not counted as work. On a
-machine shared with other work it is far steadier than the wall clock.
+machine shared with other work it is far steadier than the wall clock. The table's
+header gives the machine's load average before and after the rounds.
 """
 import argparse, json, os, resource, statistics, subprocess, sys, tempfile, time
 
@@ -115,6 +116,7 @@ def main():
         return
     if not a.loom:
         p.error("--loom is needed (or --torch-only)")
+    load_before = os.getloadavg()
     times = {(m, f): [] for m in models for f in ("loom", "torch")}
     for r in range(a.rounds):
         for m in models:
@@ -128,7 +130,10 @@ def main():
             print(f"round {r + 1}: {m} loom {times[(m, 'loom')][-1]:.2f} ms, torch {times[(m, 'torch')][-1]:.2f} ms",
                   file=sys.stderr, flush=True)
     unit = "CPU ms/step" if a.cpu_time else "ms/step"
-    print(f"\n{a.threads} threads, batch {a.batch}, Adam, {a.rounds} interleaved rounds ({unit}: min / median)\n")
+    load_after = os.getloadavg()
+    print(f"\n{a.threads} threads, batch {a.batch}, Adam, {a.rounds} interleaved rounds ({unit}: min / median); "
+          f"load average (1, 5, 15 min) {' '.join(f'{v:.2f}' for v in load_before)} before, "
+          f"{' '.join(f'{v:.2f}' for v in load_after)} after, on {os.cpu_count()} cores\n")
     print(f"| model | Loom {unit} | PyTorch {unit} | Loom vs PyTorch (min, median) |")
     print("|---|---|---|---|")
     for m in models:

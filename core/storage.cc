@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "core/error.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/allocator.h"
@@ -27,6 +31,22 @@ void check_device(Device device) {
              "[storage] device {} does not exist ({} GPU(s) visible)", device.str(), count);
 }
 
+// A CPU training step frees and allocates the same large buffers every step.
+// glibc would map each one afresh (32 MiB and below once its adaptive threshold
+// has grown; larger ones always) and trim the heap's top, so every step paid page
+// faults and the kernel's zeroing of new pages. Blocks up to 32 MiB (glibc's
+// largest threshold) stay in the heap, and the heap is trimmed only past 1 GiB free.
+void keep_large_blocks_in_heap() {
+#ifdef __GLIBC__
+  static const bool once = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  (void)once;
+#endif
+}
+
 void* allocate(size_t nbytes, Device device) {
   check_device(device);
   if (nbytes == 0) return nullptr;
@@ -35,6 +55,7 @@ void* allocate(size_t nbytes, Device device) {
     return cuda::allocate(nbytes, device.index);
 #endif
   }
+  keep_large_blocks_in_heap();
   size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
   void* data = std::aligned_alloc(kCpuAlignment, rounded);
   LOOM_CHECK(data != nullptr, OutOfMemoryError,

@@ -10,9 +10,14 @@
 //   forward  y_g (Kg, P Q)    = w_g (Kg, Cg R S) . col
 //   dgrad    col              = w_g^T . dy_g, scattered back by col2im
 //   wgrad    dw_g (Kg, Cg R S) += dy_g . col^T, summed over the batch
+//
+// Stride 1 (the common case) copies the image once into zero-padded planes and
+// builds col from them without clipping: "wide" for the forward and dgrad (see
+// WideShape, one copy per col row), at the output's width for wgrad.
 #include "core/cpu/conv.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/cpu/accumulate.h"
@@ -150,10 +155,167 @@ void finish_image(T* y, const T* bias, bool relu, const ConvShape& cs) {
   }
 }
 
+// ---- stride 1: wide columns ----------------------------------------------------------
+//
+// With stride 1, output (p, q) meets tap (c, r, s) at padded[c][p + r dh][q + s dw] of
+// the zero-padded image (Hp, Wp). Computed for q over the whole padded width Wp
+// instead of Q, a col row is then one contiguous run of the padded plane, P Wp
+// entries from (r dh) Wp + s dw: one copy, no clipping. The "wide" output (P, Wp)
+// is compacted to (P, Q); its columns q >= Q wrap into the next row and are dropped.
+// The extra GEMM work is (Wp - Q) / Q, so narrow outputs keep the clipped im2col.
+struct WideShape {
+  int64_t hp = 0, wp = 0;  // the padded plane
+  int64_t run = 0;         // P Wp: one wide col row, one wide output channel
+  int64_t padded_size = 0;  // Cg planes, and the last run's overhang of (S - 1) dw
+
+  int64_t plane() const { return hp * wp; }
+};
+
+WideShape wide_shape(const ConvShape& cs, const ConvParams& pr) {
+  WideShape ws;
+  ws.hp = cs.h + 2 * pr.pad_h;
+  ws.wp = cs.w + 2 * pr.pad_w;
+  ws.run = cs.p * ws.wp;
+  ws.padded_size = cs.cg() * ws.plane() + (cs.s - 1) * pr.dilation_w;
+  return ws;
+}
+
+bool use_wide(const ConvShape& cs, const ConvParams& pr) {
+  if (pr.stride_h != 1 || pr.stride_w != 1 || is_pointwise(cs, pr) || cs.p == 0 || cs.q == 0) {
+    return false;
+  }
+  return 2 * (cs.w + 2 * pr.pad_w) <= 3 * cs.q;  // at most 50% more GEMM columns
+}
+
+// Channels [c_begin, c_end) of one group's image block (Cg, H, W) into their
+// zero-padded planes; the overhang after the last plane is zeroed too.
+template <class T>
+void pad_planes(T* padded, const T* image, const ConvShape& cs, const ConvParams& pr,
+                const WideShape& ws, int64_t c_begin, int64_t c_end) {
+  std::fill(padded + c_begin * ws.plane(), padded + c_end * ws.plane(), T(0));
+  if (c_end == cs.cg()) std::fill(padded + c_end * ws.plane(), padded + ws.padded_size, T(0));
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    for (int64_t h = 0; h < cs.h; ++h) {
+      std::memcpy(padded + c * ws.plane() + (h + pr.pad_h) * ws.wp + pr.pad_w,
+                  image + (c * cs.h + h) * cs.w, cs.w * sizeof(T));
+    }
+  }
+}
+
+// Wide col rows [row_begin, row_end) from the padded planes.
+template <class T>
+void wide_columns(T* col, const T* padded, const ConvShape& cs, const ConvParams& pr,
+                  const WideShape& ws, int64_t row_begin, int64_t row_end) {
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t c = row / (cs.r * cs.s), r = row / cs.s % cs.r, s = row % cs.s;
+    T* dst = col + (row - row_begin) * ws.run;
+    std::memcpy(dst, padded + c * ws.plane() + r * pr.dilation_h * ws.wp + s * pr.dilation_w,
+                ws.run * sizeof(T));
+  }
+}
+
+// One image's gradient (K, P, Q) spread to the wide layout (K, P Wp), zeros in the
+// wrapped columns.
+template <class T>
+void widen_output(T* wide, const T* dy, const ConvShape& cs, const WideShape& ws) {
+  for (int64_t kp = 0; kp < cs.k * cs.p; ++kp) {
+    T* dst = wide + kp * ws.wp;
+    std::memcpy(dst, dy + kp * cs.q, cs.q * sizeof(T));
+    std::fill(dst + cs.q, dst + ws.wp, T(0));
+  }
+}
+
+// The wide output of one group (Kg, P Wp) into y's (Kg, P, Q) block, with the
+// epilogue: + bias (Kg entries, or null), then ReLU when asked.
+template <class T>
+void compact_output(T* y, const T* wide, const T* bias, bool relu, const ConvShape& cs,
+                    const WideShape& ws) {
+  for (int64_t k = 0; k < cs.kg(); ++k) {
+    const T b = bias != nullptr ? bias[k] : T(0);
+    for (int64_t p = 0; p < cs.p; ++p) {
+      const T* src = wide + k * ws.run + p * ws.wp;
+      T* dst = y + (k * cs.p + p) * cs.q;
+      for (int64_t q = 0; q < cs.q; ++q) {
+        const T v = src[q] + b;
+        dst[q] = relu ? math::apply_unary(v, UnaryOp::Relu) : v;
+      }
+    }
+  }
+}
+
+template <class T>
+void forward_wide(T* y, const T* x, const T* w, const T* bias, bool relu, const ConvShape& cs,
+                  const ConvParams& pr) {
+  const WideShape ws = wide_shape(cs, pr);
+  parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
+    std::vector<T> padded(ws.padded_size), col(cs.col_rows() * ws.run), wide(cs.kg() * ws.run);
+    for (int64_t n = n_begin; n < n_end; ++n) {
+      for (int64_t g = 0; g < cs.groups; ++g) {
+        pad_planes(padded.data(), x + n * cs.image_size() + g * cs.cg() * cs.h * cs.w, cs, pr, ws,
+                   0, cs.cg());
+        wide_columns(col.data(), padded.data(), cs, pr, ws, 0, cs.col_rows());
+        gemm(false, false, cs.kg(), ws.run, cs.col_rows(), T(1), w + filter_offset(g, cs),
+             cs.col_rows(), col.data(), ws.run, T(0), wide.data(), ws.run);
+        compact_output(y + output_offset(n, g, cs), wide.data(),
+                       bias != nullptr ? bias + g * cs.kg() : nullptr, relu, cs, ws);
+      }
+    }
+  });
+}
+
+// col = w_g^T . dy_g over the wide columns (zero where dy was widened), added back
+// into the padded planes run by run in col's row order, then the planes' interior
+// is dx.
+template <class T>
+void dgrad_wide(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvParams& pr) {
+  const WideShape ws = wide_shape(cs, pr);
+  parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
+    std::vector<T> wide(cs.k * ws.run), col(cs.col_rows() * ws.run), padded(ws.padded_size);
+    for (int64_t n = n_begin; n < n_end; ++n) {
+      widen_output(wide.data(), dy + n * cs.output_size(), cs, ws);
+      for (int64_t g = 0; g < cs.groups; ++g) {
+        gemm(true, false, cs.col_rows(), ws.run, cs.kg(), T(1), w + filter_offset(g, cs),
+             cs.col_rows(), wide.data() + g * cs.kg() * ws.run, ws.run, T(0), col.data(), ws.run);
+        std::fill(padded.begin(), padded.end(), T(0));
+        for (int64_t row = 0; row < cs.col_rows(); ++row) {
+          const int64_t c = row / (cs.r * cs.s), r = row / cs.s % cs.r, s = row % cs.s;
+          T* dst = padded.data() + c * ws.plane() + r * pr.dilation_h * ws.wp + s * pr.dilation_w;
+          const T* src = col.data() + row * ws.run;
+          for (int64_t j = 0; j < ws.run; ++j) dst[j] += src[j];
+        }
+        T* image = dx + n * cs.image_size() + g * cs.cg() * cs.h * cs.w;
+        for (int64_t c = 0; c < cs.cg(); ++c) {
+          for (int64_t h = 0; h < cs.h; ++h) {
+            std::memcpy(image + (c * cs.h + h) * cs.w,
+                        padded.data() + c * ws.plane() + (h + pr.pad_h) * ws.wp + pr.pad_w,
+                        cs.w * sizeof(T));
+          }
+        }
+      }
+    }
+  });
+}
+
+// Col rows [row_begin, row_end) at the output's own width, read from the padded
+// planes: each (row, p) is one unclipped copy of Q entries.
+template <class T>
+void padded_columns(T* col, const T* padded, const ConvShape& cs, const ConvParams& pr,
+                    const WideShape& ws, int64_t row_begin, int64_t row_end) {
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t c = row / (cs.r * cs.s), r = row / cs.s % cs.r, s = row % cs.s;
+    const T* src = padded + c * ws.plane() + r * pr.dilation_h * ws.wp + s * pr.dilation_w;
+    T* dst = col + (row - row_begin) * cs.col_cols();
+    for (int64_t p = 0; p < cs.p; ++p) {
+      for (int64_t q = 0; q < cs.q; ++q) dst[p * cs.q + q] = src[p * ws.wp + q];
+    }
+  }
+}
+
 // Images are independent: each chunk of the batch gets its own column buffer.
 template <class T>
 void forward(T* y, const T* x, const T* w, const T* bias, bool relu, const ConvShape& cs,
              const ConvParams& pr) {
+  if (use_wide(cs, pr)) return forward_wide(y, x, w, bias, relu, cs, pr);
   parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
     std::vector<T> buffer(is_pointwise(cs, pr) ? 0 : cs.col_rows() * cs.col_cols());
     for (int64_t n = n_begin; n < n_end; ++n) {
@@ -169,6 +331,7 @@ void forward(T* y, const T* x, const T* w, const T* bias, bool relu, const ConvS
 
 template <class T>
 void dgrad(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvParams& pr) {
+  if (use_wide(cs, pr)) return dgrad_wide(dx, dy, w, cs, pr);
   const bool pointwise = is_pointwise(cs, pr);
   parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
     std::vector<T> buffer(pointwise ? 0 : cs.col_rows() * cs.col_cols());
@@ -184,24 +347,96 @@ void dgrad(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvParams
   });
 }
 
-// The batch is summed into dw image by image, in order; the chunks split dw's
-// columns (the rows of col) instead, so every element of dw is summed by one
-// thread in the same order whatever the thread count.
+// The col rows wgrad multiplies dy with, built in buffers of one parallel chunk:
+// with stride 1 unclipped from padded planes (only the channels the rows read),
+// else by the clipped im2col (or the image itself for a pointwise filter).
 template <class T>
-void wgrad(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
+class WgradColumns {
+ public:
+  WgradColumns(const T* x, const ConvShape& cs, const ConvParams& pr, int64_t max_rows)
+      : x_(x), cs_(cs), pr_(pr), ws_(wide_shape(cs, pr)),
+        padded_(pr.stride_h == 1 && pr.stride_w == 1 && !is_pointwise(cs, pr)),
+        planes_(padded_ ? ws_.padded_size : 0),
+        col_(is_pointwise(cs, pr) ? 0 : max_rows * cs.col_cols()) {}
+
+  // Rows [row_begin, row_end) of image n, group g's col (P Q columns each).
+  const T* rows(int64_t n, int64_t g, int64_t row_begin, int64_t row_end) {
+    if (!padded_) return columns(col_.data(), x_, n, g, cs_, pr_, row_begin, row_end);
+    const int64_t taps = cs_.r * cs_.s;
+    pad_planes(planes_.data(), x_ + n * cs_.image_size() + g * cs_.cg() * cs_.h * cs_.w, cs_, pr_,
+               ws_, row_begin / taps, (row_end - 1) / taps + 1);
+    padded_columns(col_.data(), planes_.data(), cs_, pr_, ws_, row_begin, row_end);
+    return col_.data();
+  }
+
+ private:
+  const T* x_;
+  const ConvShape& cs_;
+  const ConvParams& pr_;
+  WideShape ws_;
+  bool padded_;
+  std::vector<T> planes_, col_;
+};
+
+// dw's columns (the rows of col) split over the chunks; each element of dw is
+// summed by one thread, image by image in order, whatever the thread count.
+template <class T>
+void wgrad_by_rows(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
   std::fill(dw, dw + cs.k * cs.col_rows(), T(0));
   parallel_for(0, cs.col_rows(), 1, [&](int64_t row_begin, int64_t row_end) {
     const int64_t rows = row_end - row_begin;
-    std::vector<T> buffer(is_pointwise(cs, pr) ? 0 : rows * cs.col_cols());
+    WgradColumns<T> source(x, cs, pr, rows);
     for (int64_t n = 0; n < cs.n; ++n) {
       for (int64_t g = 0; g < cs.groups; ++g) {
-        const T* col = columns(buffer.data(), x, n, g, cs, pr, row_begin, row_end);
         gemm(false, true, cs.kg(), rows, cs.col_cols(), T(1), dy + output_offset(n, g, cs),
-             cs.col_cols(), col, cs.col_cols(), T(1), dw + filter_offset(g, cs) + row_begin,
-             cs.col_rows());
+             cs.col_cols(), source.rows(n, g, row_begin, row_end), cs.col_cols(), T(1),
+             dw + filter_offset(g, cs) + row_begin, cs.col_rows());
       }
     }
   });
+}
+
+// A small filter has too few columns to split well (each chunk's GEMMs shrink and
+// every chunk builds the same padded planes): the batch is cut instead into a
+// fixed number of image blocks, set by N alone, each summed into a partial dw of
+// its own in image order; the partials are then added in block order. The bits
+// depend on N, never on the thread count.
+constexpr int64_t kWgradBlocks = 16;
+constexpr int64_t kWgradPartialsLimit = int64_t{1} << 20;  // elements of all partials
+
+bool wgrad_splits_images(const ConvShape& cs) {
+  return cs.n > 0 && std::min(cs.n, kWgradBlocks) * cs.k * cs.col_rows() <= kWgradPartialsLimit;
+}
+
+template <class T>
+void wgrad_by_images(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
+  const int64_t blocks = std::min(cs.n, kWgradBlocks), per_block = (cs.n + blocks - 1) / blocks;
+  const int64_t size = cs.k * cs.col_rows();
+  std::vector<T> partial(blocks * size, T(0));
+  parallel_for(0, blocks, 1, [&](int64_t b_begin, int64_t b_end) {
+    WgradColumns<T> source(x, cs, pr, cs.col_rows());
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      for (int64_t n = b * per_block; n < std::min(cs.n, (b + 1) * per_block); ++n) {
+        for (int64_t g = 0; g < cs.groups; ++g) {
+          gemm(false, true, cs.kg(), cs.col_rows(), cs.col_cols(), T(1),
+               dy + output_offset(n, g, cs), cs.col_cols(), source.rows(n, g, 0, cs.col_rows()),
+               cs.col_cols(), T(1), partial.data() + b * size + filter_offset(g, cs),
+               cs.col_rows());
+        }
+      }
+    }
+  });
+  for (int64_t i = 0; i < size; ++i) {
+    T sum = partial[i];
+    for (int64_t b = 1; b < blocks; ++b) sum += partial[b * size + i];
+    dw[i] = sum;
+  }
+}
+
+template <class T>
+void wgrad(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
+  if (wgrad_splits_images(cs)) return wgrad_by_images(dw, dy, x, cs, pr);
+  wgrad_by_rows(dw, dy, x, cs, pr);
 }
 
 }  // namespace

@@ -4,9 +4,12 @@
 #include "core/cpu/pool.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "core/parallel.h"
@@ -124,9 +127,123 @@ bool is_plain_2x2(const Pool2dParams& p, int64_t P, int64_t Q, int64_t H, int64_
          p.pad_h == 0 && p.pad_w == 0 && 2 * P <= H && 2 * Q <= W;
 }
 
+// A signed integer that orders floats as < does, -0 and +0 equal, every NaN the
+// largest key. The 2x2 kernel below compares keys with integer arithmetic only:
+// float compares (which may trap on a NaN) compile to branches, and which
+// element of a window wins is unpredictable.
+template <class T>
+auto order_key(T v) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  const I bits = std::bit_cast<I>(v);
+  const I magnitude = bits & std::numeric_limits<I>::max();
+  if (magnitude > std::bit_cast<I>(std::numeric_limits<T>::infinity())) {
+    return std::numeric_limits<I>::max();
+  }
+  const I sign = bits >> (8 * sizeof(I) - 1);  // 0, or -1 for a negative number
+  return (magnitude ^ sign) - sign;
+}
+
+// 1 when `key` would replace `best` in consider()'s scan (larger, or a NaN), else 0.
+template <class I>
+I takes(I key, I best) {
+  return I(key > best) | I(key == std::numeric_limits<I>::max());
+}
+
+// flag (0 or 1) ? when_true : when_false, as arithmetic rather than a branch.
+template <class I>
+I pick(I when_false, I when_true, I flag) {
+  return when_false ^ ((when_false ^ when_true) & -flag);
+}
+
+// One output row of the 2x2 pooling over dense input rows top and bottom (2p and
+// 2p + 1); `index` is the flat index of top[0]. Pairwise (the top pair, the
+// bottom pair, then the bottom's winner against the top's) this picks what
+// consider() picks in scan order: the first maximum, or the last NaN.
+template <class T>
+void max_pool_2x2_dense_row(const T* top, const T* bottom, T* out, int64_t* argmax, int64_t Q,
+                            int64_t index, int64_t W) {
+  using I = decltype(order_key(T()));
+  const int64_t down_step = bottom - top;
+  for (int64_t q = 0; q < Q; ++q) {
+    const I tl = order_key(top[2 * q]), tr = order_key(top[2 * q + 1]);
+    const I bl = order_key(bottom[2 * q]), br = order_key(bottom[2 * q + 1]);
+    const I right_top = takes(tr, tl), right_bottom = takes(br, bl);
+    const I down = takes(pick(bl, br, right_bottom), pick(tl, tr, right_top));
+    const int64_t column = 2 * q + pick(right_top, right_bottom, down);
+    out[q] = top[column + down * down_step];
+    argmax[q] = index + column + down * W;
+  }
+}
+
+// The same choice for four float windows at once, in GCC's generic vectors (SSE2
+// here): lanes of 32-bit keys, compares that yield all-ones masks, and selects
+// by mask. top and bottom hold 8 floats each; the chosen values go to out[0..4),
+// and code[j] is bit 0 the right column, bit 1 the bottom row of window j.
+using Int4 = int32_t __attribute__((vector_size(16)));
+
+struct Columns4 {
+  Int4 left, right;  // the bits of the windows' left and right elements
+};
+
+Columns4 load_windows(const float* row) {
+  Int4 a, b;
+  std::memcpy(&a, row, sizeof(a));
+  std::memcpy(&b, row + 4, sizeof(b));
+#if defined(__clang__)  // the fuzz build
+  return {__builtin_shufflevector(a, b, 0, 2, 4, 6), __builtin_shufflevector(a, b, 1, 3, 5, 7)};
+#else
+  return {__builtin_shuffle(a, b, Int4{0, 2, 4, 6}), __builtin_shuffle(a, b, Int4{1, 3, 5, 7})};
+#endif
+}
+
+Int4 order_keys(Int4 bits) {  // order_key() of four floats
+  const Int4 magnitude = bits & std::numeric_limits<int32_t>::max();
+  const Int4 sign = bits >> 31;
+  const Int4 nan = magnitude > std::bit_cast<int32_t>(std::numeric_limits<float>::infinity());
+  return (nan & std::numeric_limits<int32_t>::max()) | (~nan & ((magnitude ^ sign) - sign));
+}
+
+Int4 takes4(Int4 key, Int4 best) { return (key > best) | (key == std::numeric_limits<int32_t>::max()); }
+Int4 select4(Int4 flag, Int4 when_true, Int4 when_false) { return (flag & when_true) | (~flag & when_false); }
+
+Int4 max_pool_2x2_windows4(const float* top, const float* bottom, float* out) {
+  const Columns4 t = load_windows(top), b = load_windows(bottom);
+  const Int4 tl = order_keys(t.left), tr = order_keys(t.right);
+  const Int4 bl = order_keys(b.left), br = order_keys(b.right);
+  const Int4 right_top = takes4(tr, tl), right_bottom = takes4(br, bl);
+  const Int4 down = takes4(select4(right_bottom, br, bl), select4(right_top, tr, tl));
+  const Int4 value =
+      select4(down, select4(right_bottom, b.right, b.left), select4(right_top, t.right, t.left));
+  std::memcpy(out, &value, sizeof(value));
+  return (select4(down, right_bottom, right_top) & 1) | (down & 2);
+}
+
+// max_pool_2x2_dense_row, four windows at a time where T is float.
+template <class T>
+void max_pool_2x2_row(const T* top, const T* bottom, T* out, int64_t* argmax, int64_t Q,
+                      int64_t index, int64_t W) {
+  int64_t q = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (; q + 4 <= Q; q += 4) {
+      const Int4 code = max_pool_2x2_windows4(top + 2 * q, bottom + 2 * q, out + q);
+      for (int j = 0; j < 4; ++j) {
+        argmax[q + j] = index + 2 * (q + j) + (code[j] & 1) + (code[j] >> 1) * W;
+      }
+    }
+  }
+  max_pool_2x2_dense_row(top + 2 * q, bottom + 2 * q, out + q, argmax + q, Q - q, index + 2 * q, W);
+}
+
 template <class T>
 void max_pool_2x2_plane(const Plane<const T>& in, const Plane<T>& out,
                         const Plane<int64_t>& argmax, int64_t P, int64_t Q, int64_t W) {
+  if (in.stride_w == 1 && out.stride_w == 1 && argmax.stride_w == 1) {
+    for (int64_t p = 0; p < P; ++p) {
+      const T* top = &in(2 * p, 0);
+      max_pool_2x2_row(top, top + in.stride_h, &out(p, 0), &argmax(p, 0), Q, 2 * p * W, W);
+    }
+    return;
+  }
   for (int64_t p = 0; p < P; ++p) {
     for (int64_t q = 0; q < Q; ++q) {
       const int64_t h = 2 * p, w = 2 * q;
@@ -170,9 +287,13 @@ void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& in
       Plane<T> grad_in = plane<T>(dx, n, c);
       Plane<const T> grad_out = plane<const T>(dy, n, c);
       Plane<const int64_t> argmax = plane<const int64_t>(indices, n, c);
-      zero_plane(grad_in, H, W);
       // A dense plane takes the flat index as its offset (no division per element).
       const bool dense = grad_in.stride_w == 1 && grad_in.stride_h == W;
+      if (dense) {
+        std::fill(grad_in.data, grad_in.data + H * W, T(0));
+      } else {
+        zero_plane(grad_in, H, W);
+      }
       for (int64_t p = 0; p < dy.sizes[2]; ++p) {
         for (int64_t q = 0; q < dy.sizes[3]; ++q) {
           const int64_t index = argmax(p, q);

@@ -820,7 +820,9 @@ void check_operands(const Block& block, const Tensor& x, const std::vector<Tenso
 }  // namespace
 
 Tensor Block::operator()(const Tensor& x, const std::vector<Tensor>& operands) const {
-  if (x.defined() && x.device().is_cuda() && fusion_enabled()) return forward_pieces(x, operands);
+  // The CPU runs the pieces too: its fused ops (conv2d_bias_relu, batch_norm_relu) save the
+  // separate bias add, its broadcast-reduce backward and the ReLU passes of the one-by-one run.
+  if (x.defined() && fusion_enabled()) return forward_pieces(x, operands);
   check_operands(*this, x, operands);
   return forward_unfused(x, operands);
 }

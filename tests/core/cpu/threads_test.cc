@@ -6,7 +6,9 @@
 // N batch, C channels, H, W input, K out channels, R, S filter, P, Q output.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <functional>
 #include <random>
 #include <vector>
@@ -60,10 +62,14 @@ void check_thread_independent(const std::function<std::vector<std::vector<float>
 }
 
 TEST_CASE("convolution kernels give the same bits at 1 and 3 threads") {
-  const ConvParams params{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 2, .dilation_w = 2};
+  // Stride 2 takes the clipped im2col; stride 1 the wide columns.
+  for (const ConvParams& params :
+       {ConvParams{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 2, .dilation_w = 2},
+        ConvParams{.pad_h = 2, .pad_w = 1, .dilation_h = 2}}) {
   check_thread_independent([&] {
     Buffer x({5, 3, 9, 8}, 1), w({4, 3, 3, 3}, 2), bias({4}, 3);
-    const int64_t p = conv_output_size(9, 3, 2, 1, 1), q = conv_output_size(8, 3, 1, 2, 2);
+    const int64_t p = conv_output_size(9, 3, params.stride_h, params.pad_h, params.dilation_h),
+                  q = conv_output_size(8, 3, params.stride_w, params.pad_w, params.dilation_w);
     Buffer y({5, 4, p, q}), dy({5, 4, p, q}, 4), dx({5, 3, 9, 8}), dw({4, 3, 3, 3}), db({4});
     Strided b = bias.view();
     conv2d_forward(y.view(), x.view(), w.view(), &b, params, /*relu=*/true);
@@ -72,6 +78,46 @@ TEST_CASE("convolution kernels give the same bits at 1 and 3 threads") {
     conv2d_bgrad(db.view(), dy.view());
     return std::vector<std::vector<float>>{y.values, dx.values, dw.values, db.values};
   });
+  }
+}
+
+TEST_CASE("conv2d_wgrad of a large filter (split by dw's columns) gives the same bits at 1 and 3 threads") {
+  // 16 images of a 32 x 256 x 3 x 3 filter: its partial sums per image block would
+  // exceed the kernel's limit, so dw's columns are split instead of the batch.
+  check_thread_independent([] {
+    Buffer x({16, 256, 4, 4}, 1), dy({16, 32, 4, 4}, 2), dw({32, 256, 3, 3});
+    conv2d_wgrad(dw.view(), dy.view(), x.view(), ConvParams{.pad_h = 1, .pad_w = 1});
+    return std::vector<std::vector<float>>{dw.values};
+  });
+  // And it sums what the images give one by one (each a batch of one, split by images).
+  Buffer x({16, 256, 4, 4}, 1), dy({16, 32, 4, 4}, 2), dw({32, 256, 3, 3}), one({32, 256, 3, 3});
+  const ConvParams params{.pad_h = 1, .pad_w = 1};
+  conv2d_wgrad(dw.view(), dy.view(), x.view(), params);
+  std::vector<double> sum(dw.values.size(), 0.0);
+  for (int64_t n = 0; n < 16; ++n) {
+    Strided xn = x.view(), dyn = dy.view();
+    xn.data = x.values.data() + n * 256 * 16;
+    dyn.data = dy.values.data() + n * 32 * 16;
+    xn.sizes[0] = dyn.sizes[0] = 1;
+    conv2d_wgrad(one.view(), dyn, xn, params);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += one.values[i];
+  }
+  double worst = 0.0;
+  for (size_t i = 0; i < sum.size(); ++i) worst = std::max(worst, std::abs(sum[i] - dw.values[i]));
+  CHECK(worst < 1e-3);
+}
+
+TEST_CASE("conv2d_wgrad: an Inf in the image reaches only the taps that meet it") {
+  // x (1, 1, 3, 8), w (1, 1, 3, 3), stride 1, no padding: P 1, Q 6. Pixel (0, 7) is
+  // met only by tap (0, 2) at q = 5; the wide columns of the other taps of row 0 run
+  // over it in their wrapped columns, which must add exact zeros.
+  Buffer x({1, 1, 3, 8}, 1), dy({1, 1, 1, 6}, 2), dw({1, 1, 3, 3});
+  x.values[7] = std::numeric_limits<float>::infinity();
+  conv2d_wgrad(dw.view(), dy.view(), x.view(), ConvParams{});
+  for (int64_t tap = 0; tap < 9; ++tap) {
+    INFO("tap ", tap);
+    CHECK(std::isfinite(dw.values[tap]) == (tap != 2));
+  }
 }
 
 TEST_CASE("conv2d_forward's ReLU epilogue equals the forward, then ReLU") {
@@ -137,6 +183,36 @@ TEST_CASE("pooling, elementwise and split GEMMs give the same bits at 1 and 3 th
          c.values.data(), 170);
     return std::vector<std::vector<float>>{y.values, dx.values, relu.values, c.values};
   });
+}
+
+TEST_CASE("max pooling 2x2: dense rows pick what the strided scan picks, ties, zeros and NaNs included") {
+  // Values drawn from a small set, so windows tie, hold -0 beside +0, or hold one NaN
+  // or several; the same values with every other column skipped (a strided view)
+  // take the general scan, and both must choose the same element of every window.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> pool_of = {1.0f, 1.0f, -2.0f, 0.0f, -0.0f, nan, inf, -inf, 3.0f};
+  const Shape sizes = {2, 3, 6, 14}, out_sizes = {2, 3, 3, 7};  // 7 windows a row: 4 at once, 3 alone
+  std::mt19937 rng(7);
+  std::vector<float> dense(numel_of(sizes)), spaced(2 * dense.size());
+  for (size_t i = 0; i < dense.size(); ++i) {
+    dense[i] = pool_of[rng() % pool_of.size()];
+    spaced[2 * i] = dense[i];
+  }
+  const Strided x_dense{dense.data(), DType::Float32, sizes, {252, 84, 14, 1}};
+  const Strided x_spaced{spaced.data(), DType::Float32, sizes, {504, 168, 28, 2}};
+  Buffer y_dense(out_sizes), y_spaced(out_sizes);
+  std::vector<int64_t> i_dense(numel_of(out_sizes)), i_spaced(numel_of(out_sizes));
+  const Shape index_strides = {63, 21, 7, 1};
+  const Pool2dParams params{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+  max_pool2d_forward(y_dense.view(), {i_dense.data(), DType::Int64, out_sizes, index_strides}, x_dense,
+                     params);
+  max_pool2d_forward(y_spaced.view(), {i_spaced.data(), DType::Int64, out_sizes, index_strides},
+                     x_spaced, params);
+  CHECK(i_dense == i_spaced);
+  CHECK(same_bits(y_dense.values, y_spaced.values));
+  int nans = 0;
+  for (float v : y_dense.values) nans += std::isnan(v);
+  CHECK(nans > 0);  // the draw did put NaNs in some windows
 }
 
 TEST_CASE("for_each_run merges the dims every operand steps over densely") {
