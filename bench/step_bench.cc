@@ -361,7 +361,8 @@ std::string resolve_layout(const BenchOptions& o, const std::string& precision) 
 void print_step(const StepResult& r) {
   std::printf(
       "%-10s batch %4lld  %-6s %-5s %-4s %12.0f img/s %9.3f ms/step  first step %6.2f s"
-      " (model %.2f, inputs %.2f)  peak %8.1f MiB  plans (%s): %lld built, %lld restored, %lld lazy, %lld specialized%s%s\n",
+      " (model %.2f, inputs %.2f)  peak %8.1f MiB  plans (%s): %lld built, %lld restored, "
+      "%lld lazy, %lld specialized%s%s\n",
       r.model.c_str(), static_cast<long long>(r.batch), r.precision.c_str(), r.mode.c_str(),
       r.layout.c_str(), r.images_per_second(), r.ms_per_step(), r.first_step_s,
       r.model_ready_s, r.inputs_ready_s, static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0),

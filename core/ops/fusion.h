@@ -7,9 +7,11 @@
 //   Tensor y = block(x, {weight, bias});   // gelu(conv2d(x, weight) + bias)
 //   y.sum().backward();                    // x, weight and bias get their gradients
 //
-// How it runs. On the CPU (and with loom::FusionGuard off) the block evaluates
-// its ops one by one with the public ops: the reference, gradchecked in float64.
-// On the GPU it is cut into pieces, each as large as cuDNN has engines for:
+// How it runs. With loom::FusionGuard off the block evaluates its ops one by one
+// with the public ops (forward_unfused): the reference, gradchecked in float64.
+// Otherwise it is cut into pieces, on the GPU each as large as cuDNN has engines
+// for (on the CPU the same pieces run the CPU kernels, bit-identical to the
+// one-by-one run, and a piece equal to a fused op uses its fused CPU kernel):
 //   head      conv2d or linear + the pointwise steps after it, as ONE cuDNN
 //             graph (conv/matmul -> add/mul/activation ... -> y); where no
 //             engine takes it, the plain kernels run the same steps;
