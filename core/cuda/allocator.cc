@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -383,7 +384,22 @@ Allocator& allocator() {
 
 }  // namespace
 
-void* allocate(size_t bytes, int device) { return allocator().allocate(bytes, device); }
+namespace {
+std::atomic<void (*)(int)> first_allocation_hook{nullptr};
+}  // namespace
+
+void set_first_allocation_hook(void (*hook)(int device)) { first_allocation_hook = hook; }
+
+void* allocate(size_t bytes, int device) {
+  void* ptr = allocator().allocate(bytes, device);
+  static std::once_flag first;
+  if (ptr != nullptr) {
+    std::call_once(first, [device] {
+      if (auto hook = first_allocation_hook.load()) hook(device);
+    });
+  }
+  return ptr;
+}
 void deallocate(void* ptr) { allocator().deallocate(ptr); }
 AllocatorStats stats() { return allocator().stats(); }
 void reset_peak_stats() { allocator().reset_peak_stats(); }

@@ -33,6 +33,10 @@ namespace loom::cuda {
 // DeviceError for a device that does not exist and OutOfMemoryError, with the
 // sizes involved, when even an emptied cache leaves too little.
 void* allocate(size_t bytes, int device);
+// Called once, with the device, right after the process's first device
+// allocation, when the CUDA context exists: the cuDNN layer starts its warm-up
+// there (core/cudnn/context.h). The hook must return quickly and never throw.
+void set_first_allocation_hook(void (*hook)(int device));
 // Returns `ptr` (from allocate; nullptr is ignored) for reuse on the current
 // stream. A pointer the allocator did not hand out is a ValueError.
 void deallocate(void* ptr);

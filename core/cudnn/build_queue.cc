@@ -42,6 +42,11 @@ void BuildQueue::wait_idle() {
   idle_.wait(lock, [this] { return ids_.empty(); });
 }
 
+bool BuildQueue::wait_idle_for(std::chrono::milliseconds limit) {
+  std::unique_lock lock(mutex_);
+  return idle_.wait_for(lock, limit, [this] { return ids_.empty(); });
+}
+
 size_t BuildQueue::outstanding() const {
   std::lock_guard lock(mutex_);
   return ids_.size();

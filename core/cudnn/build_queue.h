@@ -9,6 +9,7 @@
 //   queue.submit(ticket, [=] { build_the_plan(); });
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -36,6 +37,8 @@ class BuildQueue {
   bool submit(uint64_t id, Job job);
   // Blocks until nothing is queued or running.
   void wait_idle();
+  // wait_idle() for at most `limit`; true when the queue went idle.
+  bool wait_idle_for(std::chrono::milliseconds limit);
   // Jobs queued or running.
   size_t outstanding() const;
   // Drops the queued jobs, waits for the running ones and lets the workers

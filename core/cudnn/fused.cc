@@ -14,6 +14,7 @@
 #include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
+#include "core/cudnn/variant_walk.h"
 
 namespace loom::cudnn {
 
@@ -196,6 +197,7 @@ BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& a,
                                                const std::optional<Strided>& residual,
                                                const std::optional<Strided>& relu_mask) {
   if (!fusable(a.x) || a.x.sizes.size() != 4) return BnReluForward::Unfused;
+  VariantWalk walk;
   BatchNormScalars scalars(a);
   const float zero = 0.0f;
   VariantPointers pointers = forward_channels(a);
@@ -300,6 +302,7 @@ VariantPointers backward_pointers(const BatchNormReluBackwardArgs& a, ReluSource
 
 bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& a) {
   if (!fusable(a.x) || a.x.sizes.size() != 4) return false;
+  VariantWalk walk;
   for (ReluSource source : {ReluSource::Mask, ReluSource::NormInference,
                             ReluSource::PointwiseRecompute, ReluSource::SavedOutput}) {
     if (source == ReluSource::Mask && (!a.relu_mask || !mask_packing_agrees(a.x))) continue;

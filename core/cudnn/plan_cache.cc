@@ -12,14 +12,17 @@
 #include <cuda_runtime_api.h>
 #include <cudnn_version.h>
 #include <dlfcn.h>
+#include <spdlog/spdlog.h>
 
 #include "core/capture_gate.h"
+#include "core/cuda/allocator.h"
 #include "core/cuda/kernel_choice.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/cudnn/build_queue.h"
 #include "core/cudnn/context.h"
 #include "core/cudnn/plan_store.h"
+#include "core/cudnn/variant_walk.h"
 #include "core/error.h"
 
 namespace loom::cudnn {
@@ -55,8 +58,11 @@ bool builds_lazily(const NumericsPolicy& policy) {
 // build, which puts it ahead of every library that build loaded.
 void stop_builders_at_exit();
 
-// A graph's structure: its pattern without the sizes, under the key's policy
-// and device ("relu_fwd nhwc bf16 nhwc bf16" for every batch and width).
+// A graph's structure: its pattern without the sizes, and which tensor feeds
+// which node port, under the key's policy and device ("relu_fwd nhwc bf16 nhwc
+// bf16" for every batch and width). The wiring tells apart graphs of one
+// pattern: batch norm + ReLU's mask compared from the pre-ReLU value (no
+// engine) and from the output (a runtime-compiled one).
 std::string structure_of(const PlanKey& key, const Graph& graph) {
   std::string shape_free;
   int depth = 0;
@@ -69,8 +75,13 @@ std::string structure_of(const PlanKey& key, const Graph& graph) {
       shape_free += c;
     }
   }
-  return fmt::format("{} {}{} {}", key.device(), precision_name(key.policy().precision),
-                     key.policy().deterministic ? " deterministic" : "", shape_free);
+  std::string wiring;
+  for (const Node& node : graph.nodes()) {
+    wiring += '|';
+    for (const auto& [port, uid] : node.ports) wiring += fmt::format("{}:{} ", static_cast<int>(port), uid);
+  }
+  return fmt::format("{} {}{} {} {}", key.device(), precision_name(key.policy().precision),
+                     key.policy().deterministic ? " deterministic" : "", shape_free, wiring);
 }
 
 // The libraries runtime compilation loads, loaded now so that their exit
@@ -82,13 +93,16 @@ void load_runtime_compilation_libraries() {
   }
 }
 
-// Made at the first background build, after CUDA is initialised, and never
-// destroyed; its workers are not joined, so none of their thread-local state
-// is destroyed during exit either.
+// Made at the first background build or warm-up, after CUDA is initialised,
+// and never destroyed; its workers are not joined, so none of their
+// thread-local state is destroyed during exit either.
 std::atomic<bool> builders_made = false;
 BuildQueue& builders() {
   static BuildQueue* const queue = [] {
-    (void)capture_gate();  // made before the hook is registered, so it outlives it
+    // Made before the hook is registered, so they outlive it.
+    (void)capture_gate();
+    (void)PlanStore::global();
+    (void)spdlog::default_logger_raw();
     load_runtime_compilation_libraries();
     auto* made = new BuildQueue(default_build_threads());
     std::atexit(stop_builders_at_exit);
@@ -98,7 +112,60 @@ BuildQueue& builders() {
   return *queue;
 }
 
-void stop_builders_at_exit() { builders().stop(); }
+// Builds still queued or running at exit would take their plans with them, and
+// the next process would build those keys again (a warm Fashion-MNIST run
+// started 18 keys lazily: the tail batch's, the eval batch's, late swaps). So,
+// with the plan files on, exit first lets them finish, for a bounded time.
+constexpr std::chrono::seconds kExitWait{10};
+
+void stop_builders_at_exit() {
+  BuildQueue& queue = builders();
+  const size_t outstanding = queue.outstanding();
+  if (outstanding > 0 && PlanStore::global().enabled()) {
+    spdlog::info("[cudnn] waiting up to {} s at exit for {} background plan builds, so that the "
+                 "plan files hold their plans",
+                 kExitWait.count(), outstanding);
+    queue.wait_idle_for(kExitWait);
+  }
+  queue.stop();
+}
+
+// cuDNN's libraries the warm-up loads, loaded before the exit hook is
+// registered again (see builders()): an exit during the warm-up then waits for
+// it before tearing them down.
+void load_cudnn_libraries() {
+  for (const char* part : {"graph", "ops", "cnn", "heuristic", "engines_precompiled"}) {
+    (void)dlopen(fmt::format("libcudnn_{}.so.{}", part, CUDNN_MAJOR).c_str(), RTLD_NOW | RTLD_GLOBAL);
+  }
+}
+
+// The builders' job id for the warm-up; plan-cache tickets start at 1.
+constexpr uint64_t kWarmUpJob = 0;
+
+bool warm_up_wanted() {
+  const char* text = std::getenv("LOOM_CUDNN_WARM_UP");
+  return text == nullptr || std::string_view(text) != "0";
+}
+
+// The first device allocation's hook (core/cuda/allocator.h): the CUDA context
+// exists, and the model is usually still being built on the calling thread.
+void warm_up_in_background(int device) {
+  if (!warm_up_wanted()) return;
+  try {
+    builders().submit(kWarmUpJob, [device] {
+      load_cudnn_libraries();
+      std::atexit(stop_builders_at_exit);
+      warm_up(device);
+    });
+  } catch (const std::exception& e) {
+    spdlog::debug("[cudnn] the warm-up was not started: {}", e.what());
+  }
+}
+
+const bool warm_up_hooked = [] {
+  cuda::set_first_allocation_hook(&warm_up_in_background);
+  return true;
+}();
 
 bool same_kernel(const PlanNotes& a, const PlanNotes& b) {
   return a.engine_id == b.engine_id && a.knobs == b.knobs;
@@ -149,7 +216,14 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
     lru_.splice(lru_.begin(), lru_, it->second);
     ++stats_.hits;
     ++it->second->info.hits;
+    if (!it->second->plan && it->second->info.pending) VariantWalk::note_pending();
     return it->second->plan;
+  }
+  // A variant above this one in the op's walk is pending: its swap makes this
+  // key unneeded, so it is neither built nor cached (variant_walk.h).
+  if (has_fallback && VariantWalk::defers_misses()) {
+    ++stats_.variants_deferred;
+    return nullptr;
   }
   ++stats_.misses;
   const Clock::time_point start = Clock::now();
@@ -208,6 +282,7 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   std::shared_ptr<const Plan> plan = lru_.front().plan;
   evict_over_capacity();
   if (pending) build_in_background(key, graph, ticket);
+  if (pending && !plan) VariantWalk::note_pending();
   return plan;
 }
 
@@ -223,6 +298,7 @@ std::shared_ptr<const Plan> PlanCache::add_pending(const PlanKey& key, const Gra
   index_.emplace(key, lru_.begin());
   evict_over_capacity();
   build_in_background(key, graph, ticket);
+  VariantWalk::note_pending();
   return nullptr;
 }
 
@@ -402,12 +478,12 @@ std::string PlanCache::explain() const {
       "cuDNN plan cache (cuDNN {}, plan-build mode {}): {} entries, {} hits, {} misses, {} plans "
       "built, {} restored from {}, {} unsupported, {} runs on the tier below cuDNN, {:.3f} s "
       "building; lazily: {} keys started on a stand-in, {} plans specialized later, {} background "
-      "builds ({:.3f} s on the builders)\n",
+      "builds ({:.3f} s on the builders), {} lookups of lower variants deferred\n",
       loaded_version(), plan_build_mode_name(plan_build_mode()), entries().size(), s.hits, s.misses,
       s.plans_built, s.plans_restored,
       PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
       s.unsupported, s.fallback_runs, s.build_seconds, s.lazy_plans, s.plans_specialized,
-      s.background_builds, s.background_seconds);
+      s.background_builds, s.background_seconds, s.variants_deferred);
   out += fmt::format("{:<44} {:>7} {:>10} {:>9} {:>6}  {}\n", "graph", "engine", "workspace",
                      "build ms", "hits", "notes");
   for (const PlanInfo& e : entries()) {

@@ -12,13 +12,17 @@
 // - lazy (the default): the first working engine that needs no runtime
 //   compilation now, or, when there is none and the caller has a tier below
 //   cuDNN (run_plan's callers all have), that tier (the key is "pending", not
-//   unsupported), or else the best plan now. The best plan is then built on background threads (BuildQueue, each
-//   with its own cuDNN handle and stream) and swapped in by apply_pending(),
+//   unsupported), or else the best plan now. The best plan is then built on
+//   background threads (BuildQueue, each with its own cuDNN handle and
+//   stream) and swapped in by apply_pending(),
 //   which callers run at a step boundary (optim::TrainStep does, before each
 //   step), never inside a capture. generation() counts the swaps, so a
 //   captured whole-step graph knows to re-capture. A deterministic policy
 //   builds eagerly: one plan per key for the whole run. Plan files hold the
-//   best plan, never a lazy stand-in, so a restored plan needs no swap.
+//   best plan, never a lazy stand-in, so a restored plan needs no swap. While
+//   an op's preferred variant is pending, its lower variants are not built
+//   (variant_walk.h); at exit, outstanding background builds are waited for
+//   (at most 10 s) so that their plans reach the plan files.
 //
 //   Graph g = ...;  // the op's graph, described on every call (cheap: no cuDNN calls)
 //   if (!run_plan(g, {{kX, x.data}, {kY, y.data}}, "Loom CUDA kernels")) run_the_tier_below();
@@ -90,6 +94,9 @@ struct PlanCacheStats {
   int64_t stand_in_looks_skipped = 0;  // lazy keys whose structure had no precompiled stand-in
   int64_t plans_specialized = 0;  // background plans swapped in by apply_pending()
   int64_t background_builds = 0;  // background builds finished (swapped in or not)
+  // Lookups of keys not in the cache that were neither built nor cached because
+  // a better variant of the same op was pending (variant_walk.h); not misses.
+  int64_t variants_deferred = 0;
   double build_seconds = 0;       // on the calling threads (the first step waits for these)
   double background_seconds = 0;  // on the background builders
 };
@@ -112,7 +119,9 @@ class PlanCache {
   // The plan for `key`, made from `graph` on a miss under the key's policy and
   // the plan-build mode. Null when no engine supports it, or (lazy mode, with
   // `has_fallback`) while the best plan is built in the background and the op
-  // runs on its tier below cuDNN.
+  // runs on its tier below cuDNN, or (with `has_fallback`, inside a
+  // VariantWalk) when a better variant of the op is pending: then a miss is
+  // deferred, neither built nor cached (variant_walk.h).
   std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph, bool has_fallback = false);
 
   // Swaps in the plans background builds finished; returns how many keys

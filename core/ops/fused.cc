@@ -28,6 +28,7 @@
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/fused.h"
 #include "core/cudnn/norm.h"
+#include "core/cudnn/variant_walk.h"
 #endif
 
 namespace loom {
@@ -385,6 +386,7 @@ BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
   g.dweight = empty({c}, channel_options(o.x));
   g.dbias = empty({c}, channel_options(o.x));
 #ifdef LOOM_WITH_CUDA
+  cudnn::VariantWalk walk;  // the fused graphs, then the dReLU and the plain norm backward
   if (try_fused(dy)) {
     Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
     if (cudnn::batch_norm_relu_backward(
@@ -455,6 +457,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   BnOperands o = bn_operands(x, running_mean, running_var, weight, bias, residual);
   bool fused = false;
 #ifdef LOOM_WITH_CUDA
+  cudnn::VariantWalk walk;  // the fused graphs, then the plain norm (or the composite)
   if (o.x.device().is_cuda()) fused = bn_relu_forward_fused(o, options, want_grad);
 #endif
   if (!fused && is_half_precision(x.dtype())) {
@@ -513,6 +516,9 @@ Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
                bias = autocast_operand(bias_in);
   linalg_detail::check_linear_args(x, weight, bias);
   Tensor y;
+#ifdef LOOM_WITH_CUDA
+  cudnn::VariantWalk walk;  // the fused graph, then the plain linear
+#endif
   if (try_fused(x) && bias.defined() && x.numel() > 0) y = linear_relu_fused(x, weight, bias);
   if (!y.defined()) {
     y = linear(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor());

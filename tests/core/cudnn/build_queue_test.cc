@@ -1,7 +1,8 @@
 // File: tests/core/cudnn/build_queue_test.cc
 // The background plan builders' scheduler with fake jobs: every job runs once,
 // an id is never queued twice while it is outstanding, no more jobs run at once
-// than there are threads, a job that throws does not end its worker, and
+// than there are threads, a job that throws does not end its worker, a bounded
+// wait_idle_for() (at exit, before stop()) lets the queued ones run, and
 // stop() (at exit) lets the running job finish and drops the rest.
 #include "core/cudnn/build_queue.h"
 
@@ -103,6 +104,24 @@ TEST_CASE("stop waits for the running job, drops the queued ones and refuses lat
   CHECK(queue.outstanding() == 0);
   CHECK_FALSE(queue.submit(3, [&] { ++queued_runs; }));
   CHECK(queued_runs == 0);
+}
+
+TEST_CASE("wait_idle_for gives up at its limit while a job runs, and reports idle once it ends") {
+  BuildQueue queue(1);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> runs = 0;
+  queue.submit(1, [&, released] {
+    released.wait();
+    ++runs;
+  });
+  queue.submit(2, [&] { ++runs; });  // queued behind the first: at exit it runs too
+  CHECK_FALSE(queue.wait_idle_for(std::chrono::milliseconds(20)));
+  CHECK(queue.outstanding() == 2);
+  release.set_value();
+  CHECK(queue.wait_idle_for(std::chrono::seconds(10)));
+  CHECK(runs == 2);
+  CHECK(queue.wait_idle_for(std::chrono::milliseconds(0)));  // idle already: no wait
 }
 
 TEST_CASE("a queue needs at least one thread") {

@@ -7,7 +7,8 @@
 // deterministic policy keeps lazy mode from swapping anything; a structure
 // that had no precompiled stand-in sends its other sizes straight to the tier
 // below; strict fp32 keeps conv plans off tensor cores while timing every
-// allowed engine.
+// allowed engine; while batch norm + ReLU's preferred fused graph is pending,
+// its lower variants are not built (core/cudnn/variant_walk.h).
 //
 // N batch, C channels, H, W, K classes.
 #include <doctest/doctest.h>
@@ -91,6 +92,35 @@ void check_within_tf32(const std::vector<Tensor>& got, const std::vector<Tensor>
 bool compiles_at_run_time(const cudnn::PlanInfo& e) {
   for (const std::string& note : e.notes.behavior) {
     if (note == "RUNTIME_COMPILATION") return true;
+  }
+  return false;
+}
+
+// SmallNet with the fused batch norm + ReLU op, whose variants run best first:
+// the graph with the ReLU mask, without it, the plain norm, Loom's kernels.
+struct FusedNet : SmallNet {
+  std::vector<Tensor> step(const Tensor& x, const Tensor& y) {
+    for (Tensor* p : params()) p->set_grad(Tensor());
+    Tensor h = conv2d(x, w1, b1, {.padding = {1, 1}});
+    h = batch_norm_relu(h, running_mean, running_var, gamma, beta, {.training = true});
+    h = max_pool2d(h, {.kernel_size = {2, 2}});
+    Tensor loss = cross_entropy(linear(h.flatten(1), w2, b2), y);
+    loss.backward();
+    std::vector<Tensor> out{loss.detach().cpu()};
+    for (Tensor* p : params()) out.push_back(p->grad().cpu());
+    return out;
+  }
+};
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Whether a cached plan (not a pending or unsupported entry) exists for a graph
+// whose pattern starts with `prefix` ("mul+bn_bwd (" names one variant).
+bool has_plan(const std::vector<cudnn::PlanInfo>& entries, const std::string& prefix) {
+  for (const cudnn::PlanInfo& e : entries) {
+    if (starts_with(e.graph, prefix) && e.supported && e.notes.engine_id >= 0) return true;
   }
   return false;
 }
@@ -271,4 +301,55 @@ LOOM_GPU_TEST_CASE("strict fp32 times every allowed conv engine and keeps one th
     }
   }
 }
+
+LOOM_GPU_TEST_CASE("while a preferred fused graph is pending, its lower variants are not built") {
+  plan_files_off();
+  PoolKernelForced pool;
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  const Inputs in = inputs();
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  std::vector<Tensor> reference;
+  {
+    PlanBuildGuard eager(PlanBuildMode::Eager);
+    reference = FusedNet().step(in.x, in.y);
+  }
+  cache.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  FusedNet net;
+  check_within_tf32(net.step(in.x, in.y), reference);
+  // The first step met the masked forward graph pending (it has only
+  // runtime-compiled engines) and ran the kernels below it without looking up
+  // the graph without the mask or the plain norm.
+  CHECK(cache.stats().variants_deferred > 0);
+  bool settled = false;
+  for (int round = 0; round < 4 && !settled; ++round) {
+    cache.wait_for_background_builds();
+    cache.apply_pending();
+    const int64_t misses = cache.stats().misses;
+    check_within_tf32(net.step(in.x, in.y), reference);
+    settled = cache.stats().misses == misses && cache.background_outstanding() == 0;
+  }
+  CHECK(settled);
+  MESSAGE(cache.explain());
+  MESSAGE(cache.timeline_table());
+  const std::vector<cudnn::PlanInfo> entries = cache.entries();
+  REQUIRE(has_plan(entries, "bn_fwd_train+relu_fwd+cmp_gt ("));
+  for (const cudnn::PlanInfo& e : entries) {  // the forward's lower variants were never met
+    CAPTURE(e.graph);
+    CHECK_FALSE(starts_with(e.graph, "bn_fwd_train+relu_fwd ("));
+    CHECK_FALSE(starts_with(e.graph, "bn_fwd_train ("));
+  }
+  // The backward's first preferred graph recomputes the norm (no mask yet);
+  // below it, nothing was built while it was pending.
+  if (has_plan(entries, "bn_fwd_infer+relu_bwd+bn_bwd (")) {
+    for (const cudnn::PlanInfo& e : entries) {
+      CAPTURE(e.graph);
+      CHECK_FALSE(starts_with(e.graph, "relu_bwd+bn_bwd ("));
+      CHECK_FALSE(starts_with(e.graph, "bn_bwd ("));
+    }
+  }
+  check_within_tf32(net.step(in.x, in.y), reference);
+}
+
 #endif  // LOOM_WITH_CUDA
