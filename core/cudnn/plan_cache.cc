@@ -237,6 +237,7 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
                "[cudnn] the plan for {} does not exist yet and cannot be built while a CUDA graph "
                "is being captured; run the step once eagerly before capturing it",
                name);
+    VariantWalk::note_pending();
     return add_pending(key, graph, std::move(name), ms_since(start));
   }
   Selection selection;
@@ -298,8 +299,21 @@ std::shared_ptr<const Plan> PlanCache::add_pending(const PlanKey& key, const Gra
   index_.emplace(key, lru_.begin());
   evict_over_capacity();
   build_in_background(key, graph, ticket);
-  VariantWalk::note_pending();
   return nullptr;
+}
+
+void PlanCache::prefetch(const PlanKey& key, const Graph& graph) {
+  if (!builds_lazily(key.policy())) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (index_.contains(key)) return;
+  ++stats_.prefetched;
+  (void)add_pending(key, graph, graph.pattern(), 0);
+}
+
+bool PlanCache::pending_without_plan(const PlanKey& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  return it != index_.end() && it->second->info.pending && !it->second->plan;
 }
 
 bool PlanCache::start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback,
@@ -478,12 +492,13 @@ std::string PlanCache::explain() const {
       "cuDNN plan cache (cuDNN {}, plan-build mode {}): {} entries, {} hits, {} misses, {} plans "
       "built, {} restored from {}, {} unsupported, {} runs on the tier below cuDNN, {:.3f} s "
       "building; lazily: {} keys started on a stand-in, {} plans specialized later, {} background "
-      "builds ({:.3f} s on the builders), {} lookups of lower variants deferred\n",
+      "builds ({:.3f} s on the builders), {} keys prefetched, {} lookups of lower variants "
+      "deferred\n",
       loaded_version(), plan_build_mode_name(plan_build_mode()), entries().size(), s.hits, s.misses,
       s.plans_built, s.plans_restored,
       PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
       s.unsupported, s.fallback_runs, s.build_seconds, s.lazy_plans, s.plans_specialized,
-      s.background_builds, s.background_seconds, s.variants_deferred);
+      s.background_builds, s.background_seconds, s.prefetched, s.variants_deferred);
   out += fmt::format("{:<44} {:>7} {:>10} {:>9} {:>6}  {}\n", "graph", "engine", "workspace",
                      "build ms", "hits", "notes");
   for (const PlanInfo& e : entries()) {

@@ -97,6 +97,7 @@ struct PlanCacheStats {
   // Lookups of keys not in the cache that were neither built nor cached because
   // a better variant of the same op was pending (variant_walk.h); not misses.
   int64_t variants_deferred = 0;
+  int64_t prefetched = 0;  // keys queued by prefetch() before an op met them
   double build_seconds = 0;       // on the calling threads (the first step waits for these)
   double background_seconds = 0;  // on the background builders
 };
@@ -123,6 +124,14 @@ class PlanCache {
   // VariantWalk) when a better variant of the op is pending: then a miss is
   // deferred, neither built nor cached (variant_walk.h).
   std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph, bool has_fallback = false);
+
+  // Lazy mode: queues the background build of a key the op will only meet
+  // after a swap (the backward of a forward variant that is pending), so that
+  // it is swapped in with that variant instead of a round later. Does nothing
+  // when the key is cached or plans are not built lazily.
+  void prefetch(const PlanKey& key, const Graph& graph);
+  // Whether `key` waits for its background build with nothing to run meanwhile.
+  bool pending_without_plan(const PlanKey& key) const;
 
   // Swaps in the plans background builds finished; returns how many keys
   // changed plan. Call at a step boundary: does nothing while the calling
@@ -172,8 +181,8 @@ class PlanCache {
   bool start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback, Selection& selection,
                     uint64_t& ticket);
   void build_in_background(PlanKey key, Graph graph, uint64_t ticket);
-  // A key met during a capture (lazy mode): runs on the tier below until its
-  // background build is swapped in. Returns null, the plan to run now.
+  // A key met during a capture, or prefetched (lazy mode): runs on the tier
+  // below until its background build is swapped in. Returns null, the plan to run now.
   std::shared_ptr<const Plan> add_pending(const PlanKey& key, const Graph& graph, std::string name,
                                           double ms);
   void record(std::string event, const std::string& graph, int64_t engine_id, double build_ms);

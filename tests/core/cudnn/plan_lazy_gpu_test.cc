@@ -8,7 +8,8 @@
 // that had no precompiled stand-in sends its other sizes straight to the tier
 // below; strict fp32 keeps conv plans off tensor cores while timing every
 // allowed engine; while batch norm + ReLU's preferred fused graph is pending,
-// its lower variants are not built (core/cudnn/variant_walk.h).
+// its lower variants are not built (core/cudnn/variant_walk.h), and the
+// backward graph it will need after the swap is queued with it.
 //
 // N batch, C channels, H, W, K classes.
 #include <doctest/doctest.h>
@@ -322,6 +323,8 @@ LOOM_GPU_TEST_CASE("while a preferred fused graph is pending, its lower variants
   // runtime-compiled engines) and ran the kernels below it without looking up
   // the graph without the mask or the plain norm.
   CHECK(cache.stats().variants_deferred > 0);
+  // ... and queued the backward's masked graph, which it meets only after the swap.
+  CHECK(cache.stats().prefetched > 0);
   bool settled = false;
   for (int round = 0; round < 4 && !settled; ++round) {
     cache.wait_for_background_builds();
@@ -348,6 +351,14 @@ LOOM_GPU_TEST_CASE("while a preferred fused graph is pending, its lower variants
       CHECK_FALSE(starts_with(e.graph, "relu_bwd+bn_bwd ("));
       CHECK_FALSE(starts_with(e.graph, "bn_bwd ("));
     }
+  }
+  // The prefetched backward key is the one the backward met (a wrong guess
+  // would leave an entry nobody ran).
+  REQUIRE(has_plan(entries, "mul+bn_bwd ("));
+  for (const cudnn::PlanInfo& e : entries) {
+    if (!starts_with(e.graph, "mul+bn_bwd (")) continue;
+    CAPTURE(e.graph);
+    CHECK(e.hits > 0);
   }
   check_within_tf32(net.step(in.x, in.y), reference);
 }
