@@ -101,7 +101,6 @@ BuildQueue& builders() {
   static BuildQueue* const queue = [] {
     // Made before the hook is registered, so they outlive it.
     (void)capture_gate();
-    (void)PlanStore::global();
     (void)spdlog::default_logger_raw();
     load_runtime_compilation_libraries();
     auto* made = new BuildQueue(default_build_threads());

@@ -75,15 +75,19 @@ std::optional<std::string> field(std::istream& in, const std::string& label) {
 
 PlanStore::PlanStore() : directory_(root_directory()) {}
 
+// Never destroyed: builders still running during exit save into it
+// (plan_cache.cc waits for them there), and the first allocation starts the
+// builders before the store is first used, so a static store could be
+// destroyed first.
 PlanStore& PlanStore::global() {
-  static PlanStore store;
-  return store;
+  static PlanStore* const store = new PlanStore();
+  return *store;
 }
 
 std::string PlanStore::directory() const {
   if (!enabled()) return "";
-  static const std::string folder = device_folder();
-  return directory_ + "/" + folder;
+  static const std::string* const folder = new std::string(device_folder());  // as global()'s
+  return directory_ + "/" + *folder;
 }
 
 std::string PlanStore::path_of(const PlanKey& key) const {
