@@ -141,9 +141,12 @@ void load_cudnn_libraries() {
 // The builders' job id for the warm-up; plan-cache tickets start at 1.
 constexpr uint64_t kWarmUpJob = 0;
 
+// Lazy mode only: the other modes do no background work (tests that count
+// allocations rely on that, tests/eager_plans.cc).
 bool warm_up_wanted() {
   const char* text = std::getenv("LOOM_CUDNN_WARM_UP");
-  return text == nullptr || std::string_view(text) != "0";
+  const bool off = text != nullptr && std::string_view(text) == "0";
+  return !off && plan_build_mode() == PlanBuildMode::Lazy;
 }
 
 // The first device allocation's hook (core/cuda/allocator.h): the CUDA context

@@ -9,7 +9,8 @@
 // below; strict fp32 keeps conv plans off tensor cores while timing every
 // allowed engine; while batch norm + ReLU's preferred fused graph is pending,
 // its lower variants are not built (core/cudnn/variant_walk.h), and the
-// backward graph it will need after the swap is queued with it.
+// backward graph it will need after the swap is queued with it; the cuDNN
+// warm-up leaves the plan cache alone and never throws.
 //
 // N batch, C channels, H, W, K classes.
 #include <doctest/doctest.h>
@@ -17,8 +18,10 @@
 #ifdef LOOM_WITH_CUDA
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/cudnn/context.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/generator.h"
 #include "core/numerics.h"
@@ -361,6 +364,17 @@ LOOM_GPU_TEST_CASE("while a preferred fused graph is pending, its lower variants
     CHECK(e.hits > 0);
   }
   check_within_tf32(net.step(in.x, in.y), reference);
+}
+
+LOOM_GPU_TEST_CASE("the cuDNN warm-up leaves the plan cache alone, and a failure is not thrown") {
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  std::thread builder([] { cudnn::warm_up(0); });  // as the builders run it
+  builder.join();
+  CHECK(cache.stats().misses == 0);
+  CHECK(cache.entries().empty());
+  cudnn::warm_up(99);  // no such device: logged at debug level (noexcept: a throw would abort)
+  CHECK(cudaGetLastError() == cudaSuccess);  // and no sticky error left for the next CUDA call
 }
 
 #endif  // LOOM_WITH_CUDA
