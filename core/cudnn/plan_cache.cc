@@ -153,11 +153,14 @@ bool warm_up_wanted() {
 // exists, and the model is usually still being built on the calling thread.
 void warm_up_in_background(int device) {
   if (!warm_up_wanted()) return;
+  (void)thread_number();  // the allocating (main) thread stays thread 0 of the timeline
   try {
     builders().submit(kWarmUpJob, [device] {
+      const auto start = Clock::now();
       load_cudnn_libraries();
       std::atexit(stop_builders_at_exit);
       warm_up(device);
+      PlanCache::global().record_warm_up(ms_since(start));
     });
   } catch (const std::exception& e) {
     spdlog::debug("[cudnn] the warm-up was not started: {}", e.what());
@@ -417,6 +420,8 @@ void PlanCache::wait_for_background_builds() {
 size_t PlanCache::background_outstanding() const {
   return builders_made ? builders().outstanding() : 0;
 }
+
+void PlanCache::record_warm_up(double ms) { record("warm-up", "cuDNN libraries, handle, heuristics", -1, ms); }
 
 void PlanCache::record(std::string event, const std::string& graph, int64_t engine_id, double build_ms) {
   PlanEvent e{.at_seconds = std::chrono::duration<double>(Clock::now() - kProcessStart).count(),

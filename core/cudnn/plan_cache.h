@@ -106,7 +106,8 @@ struct PlanCacheStats {
 // swapped in, and by which thread.
 struct PlanEvent {
   double at_seconds = 0;  // since the process started (plan_cache.cc's static initialisation)
-  std::string event;      // "restored", "built", "lazy", "pending", "background", "swapped", "unsupported"
+  std::string event;      // "restored", "built", "lazy", "pending", "background", "swapped",
+                          // "unsupported", "warm-up"
   std::string graph;      // Graph::pattern()
   int64_t engine_id = -1;
   double build_ms = 0;
@@ -145,6 +146,8 @@ class PlanCache {
   size_t background_outstanding() const;
   // Whether background builds finished since the last apply_pending().
   bool swaps_waiting() const { return any_finished_.load(); }
+  // Adds the cuDNN warm-up (context.h's warm_up, run on a builder) to the timeline.
+  void record_warm_up(double ms);
   // The timeline, oldest first, and as a table.
   std::vector<PlanEvent> timeline() const;
   std::string timeline_table() const;
