@@ -1,11 +1,14 @@
 // File: tests/core/ops/fusion_gpu_test.cc
 // fusion::Block on the GPU: every block (the fused ops' patterns, conv / linear
 // + bias + each activation row, batch norm + activation + residual, a user
-// chain gelu(scale * conv(x) + shift)) fused and unfused (FusionGuard off)
-// against the CPU's one-by-one evaluation, forward and every input gradient,
-// NCHW and channels-last, strict fp32 / tf32 / bf16 autocast; and a fused model
-// under TrainStep's CUDA-graph capture. Each check prints one line
-// "BLOCK block layout policy fused fwd=... bwd=... pieces=...".
+// chain gelu(scale * conv(x) + shift), chains with a mul by a scalar, a
+// scale-bias and a residual) fused and unfused (FusionGuard off) against the
+// CPU's one-by-one evaluation, forward and every input gradient, NCHW and
+// channels-last, strict fp32 / tf32 / bf16 autocast; and a fused model under
+// TrainStep's CUDA-graph capture. Each check prints one line
+// "BLOCK block layout policy fused fwd=... bwd=... pieces=... backward=...".
+// A head's backward (its steps' derivative chain) must name its tier in the
+// report, and the tier must agree with the fused-graph counters.
 //
 // Errors are normalized: max |gpu - cpu| / max(max |cpu|, 1). Under tf32 and
 // bf16 a gradient may instead pass as a few decision flips (testing::decision_flips).
@@ -109,6 +112,45 @@ std::vector<Tensor> rounded_like_autocast(const Block& block, const std::vector<
   return rounded;
 }
 
+// Whether the block's first piece is a head whose backward is derived from its
+// steps (core/ops/fusion.cc): a conv or linear with pointwise steps after it,
+// other than the plain layer [head, bias] and the fused ops [head, (bias), relu].
+bool has_derived_backward(const Block& block) {
+  const std::vector<fusion::Step>& steps = block.steps();
+  if (steps.empty() || (steps[0].kind != fusion::StepKind::Conv2d && steps[0].kind != fusion::StepKind::Linear)) {
+    return false;
+  }
+  size_t n = 1;
+  while (n < steps.size() && steps[n].kind != fusion::StepKind::BatchNorm) ++n;
+  auto is = [&](size_t i, fusion::StepKind kind) { return steps[i].kind == kind; };
+  auto plain_relu = [&](size_t i) {
+    return is(i, fusion::StepKind::Activation) && steps[i].activation == ActivationKind::Relu && !steps[i].parameter;
+  };
+  if (n == 1 || (n == 2 && is(1, fusion::StepKind::Bias))) return false;
+  const bool fused_op = (n == 2 && plain_relu(1)) || (n == 3 && is(1, fusion::StepKind::Bias) && plain_relu(2));
+  return !fused_op;
+}
+
+constexpr const char* kBackwardTiers[] = {"derivative fused into dgrad/wgrad (engine",
+                                          "derivative as one graph (engine", "derivative unfused: "};
+
+// How the head's backward ran in the block's latest run (the report's note), or "".
+std::string head_backward_note(const Block& block) {
+  for (const fusion::BlockReport& r : fusion::block_reports()) {
+    if (r.block == block.str() && !r.pieces.empty()) return r.pieces[0].backward;
+  }
+  return "";
+}
+
+// The note names one of the three tiers, and the fused-graph counters agree with it.
+void check_backward_tier(const std::string& note, const cudnn::FusedRuns& before) {
+  const cudnn::FusedRuns after = cudnn::fused_runs();
+  const bool into = note.starts_with(kBackwardTiers[0]), chain = note.starts_with(kBackwardTiers[1]);
+  CHECK((into || chain || note.starts_with(kBackwardTiers[2])));
+  CHECK((after.epilogue_grads > before.epilogue_grads) == into);
+  CHECK((after.epilogue_backward > before.epilogue_backward) == chain);
+}
+
 // The block fused and unfused on the GPU against the CPU, in every layout and policy.
 void check_block(const Block& block, const std::vector<Tensor>& inputs, Generator& gen) {
   CAPTURE(block.str());
@@ -130,14 +172,18 @@ void check_block(const Block& block, const std::vector<Tensor>& inputs, Generato
       std::optional<DType> fused_dtype;
       for (bool fused : {true, false}) {
         FusionGuard guard(fused);
-        const int64_t before = cudnn::fused_runs().epilogue;
+        const cudnn::FusedRuns before = cudnn::fused_runs();
+        fusion::clear_report();
         const Run gpu = run(block, inputs, Device::cuda(), format, dy, false);
         const Errors e = compare(gpu, cpu, policy);
-        const int64_t ran = cudnn::fused_runs().epilogue - before;
-        std::printf("BLOCK %s %s %s %s fwd=%.2e bwd=%.2e decision_flips=%d epilogue_graphs=%lld pieces=%s\n",
+        const int64_t ran = cudnn::fused_runs().epilogue - before.epilogue;
+        const std::string backward = head_backward_note(block);
+        std::printf("BLOCK %s %s %s %s fwd=%.2e bwd=%.2e decision_flips=%d epilogue_graphs=%lld pieces=%s backward=%s\n",
                     block.str().c_str(), layout, policy.name, fused ? "fused" : "unfused", e.fwd, e.bwd, e.flips,
-                    static_cast<long long>(ran), block.pieces_str().c_str());
+                    static_cast<long long>(ran), block.pieces_str().c_str(), backward.c_str());
         if (!fused) CHECK(ran == 0);
+        if (fused && has_derived_backward(block)) check_backward_tier(backward, before);
+        if (!fused || !has_derived_backward(block)) CHECK(backward.empty());
         // Fusion must not change what the block returns: the same dtype either way.
         if (fused_dtype) CHECK(gpu.dtype == *fused_dtype);
         fused_dtype = gpu.dtype;
@@ -167,6 +213,9 @@ LOOM_GPU_TEST_CASE("linear + bias + each activation row, fused vs unfused vs the
     check_block(Block().linear().bias().activation(kind), {x, w, b}, gen);
   }
   check_block(Block().linear().bias().relu(), {x, w, b}, gen);  // linear_relu
+  // A derivative chain with a per-channel scale and shift, a mul by a scalar and a residual.
+  Tensor scale = rand({24}, {}, &gen) + 0.5, shift = randn({24}, {}, &gen), residual = randn({32, 24}, {}, &gen);
+  check_block(Block().linear().scale_bias().mul(2.0).silu().add_residual(), {x, w, scale, shift, residual}, gen);
 }
 
 LOOM_GPU_TEST_CASE("batch norm + activation + residual, and a user chain gelu(scale * x + shift)") {
@@ -179,6 +228,9 @@ LOOM_GPU_TEST_CASE("batch norm + activation + residual, and a user chain gelu(sc
               {x, w, gamma, beta, Tensor(), Tensor(), residual}, gen);
   check_block(Block().conv2d({.padding = {1, 1}}).scale_bias().gelu(), {x, w, gamma, beta}, gen);
   check_block(Block().conv2d({.padding = {1, 1}}).mul(0.5).add(0.25).silu().add_residual(), {x, w, residual}, gen);
+  check_block(Block().conv2d({.padding = {1, 1}}).mul(0.5).scale_bias().gelu().sub(0.125), {x, w, gamma, beta}, gen);
+  check_block(Block().conv2d({.padding = {1, 1}}).bias().activation(ActivationKind::LeakyRelu, 0.2).mul(1.5),
+              {x, w, beta}, gen);
 }
 
 LOOM_GPU_TEST_CASE("a fused model trains under TrainStep's CUDA-graph capture as it does eagerly") {
