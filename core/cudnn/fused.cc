@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 #include "core/cudnn/context.h"
 #include "core/cudnn/conv.h"
@@ -26,7 +28,8 @@ namespace {
 
 struct RunCounters {
   std::atomic<int64_t> conv_bias_relu{0}, bn_relu_forward{0}, bn_relu_backward{0}, dgrad_relu{0},
-      matmul_bias_relu{0}, epilogue{0}, epilogue_backward{0}, epilogue_grads{0};
+      matmul_bias_relu{0}, epilogue{0}, epilogue_backward{0}, epilogue_grads{0},
+      epilogue_grads_skipped{0};
 };
 
 RunCounters& counters() {
@@ -660,12 +663,14 @@ bool derivative_fusable(const EpilogueBackwardArgs& a) {
   });
 }
 
-// The plan for `graph` now (built on a miss, as run_plan builds it); null, with
+// The plan for `key` now (built on a miss, as run_plan builds it); null, with
 // why, when there is none: the cache's reason, lazy building not finished, or
 // cuDNN refusing the description itself. That last is an error for a plain op,
 // but a derivative graph only probes what cuDNN fuses, and the tier below runs.
-std::shared_ptr<const Plan> plan_or_why(const Graph& graph, std::string& why) {
-  const PlanKey key = plan_key(graph);
+// `final_answer`: the graph has no plan for good (not merely not yet).
+std::shared_ptr<const Plan> plan_or_why(const PlanKey& key, const Graph& graph, std::string& why,
+                                        bool& final_answer) {
+  final_answer = true;
   try {
     if (std::shared_ptr<const Plan> plan = PlanCache::global().get(key, graph, /*has_fallback=*/true)) return plan;
   } catch (const CudnnError& e) {
@@ -673,8 +678,43 @@ std::shared_ptr<const Plan> plan_or_why(const Graph& graph, std::string& why) {
     return nullptr;
   }
   why = PlanCache::global().why_unsupported(key);
-  if (why.empty()) why = "its plan is still being built in the background (lazy plan building)";
+  if (why.empty()) {
+    final_answer = false;
+    why = "its plan is still being built in the background (lazy plan building)";
+  }
   return nullptr;
+}
+
+std::shared_ptr<const Plan> plan_or_why(const Graph& graph, std::string& why) {
+  bool final_answer = false;
+  return plan_or_why(plan_key(graph), graph, why, final_answer);
+}
+
+// Structures (plan_cache.h structure_of) of the dgrad/wgrad-fused derivative
+// graphs cuDNN had no engine for. Probing one costs a heuristics query (and a
+// build try per candidate it returns) per key, and on the H100 this tier never
+// found an engine; what cuDNN fuses depends on the pattern, policy, layout and
+// dtype, not on the sizes. So the other sizes of a structure go straight to the
+// tier below. Process-wide, like the plan cache.
+class NoEngineStructures {
+ public:
+  bool contains(const std::string& structure) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return structures_.contains(structure);
+  }
+  void insert(std::string structure) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    structures_.insert(std::move(structure));
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_set<std::string> structures_;
+};
+
+NoEngineStructures& no_engine_structures() {
+  static NoEngineStructures* const structures = new NoEngineStructures();  // outlives exit-time users
+  return *structures;
 }
 
 void execute(const Plan& plan, const VariantPointers& pointers) {
@@ -709,8 +749,20 @@ EpilogueRun run_all_or_none(std::vector<ChainGraph>& graphs) {
   std::vector<std::shared_ptr<const Plan>> plans;
   for (const ChainGraph& c : graphs) {
     result.graph += (result.graph.empty() ? "" : "; ") + c.graph.pattern();
-    std::shared_ptr<const Plan> plan = plan_or_why(c.graph, result.why_not);
-    if (!plan) return result;
+    const PlanKey key = plan_key(c.graph);
+    std::string structure = structure_of(key, c.graph);
+    if (no_engine_structures().contains(structure)) {
+      ++counters().epilogue_grads_skipped;
+      result.why_not = fmt::format("no engine for {} (found at another size; probed once per structure)",
+                                   structure);
+      return result;
+    }
+    bool final_answer = false;
+    std::shared_ptr<const Plan> plan = plan_or_why(key, c.graph, result.why_not, final_answer);
+    if (!plan) {
+      if (final_answer) no_engine_structures().insert(std::move(structure));
+      return result;
+    }
     plans.push_back(plan);
   }
   // Executed from the plans held here (not looked up again): a small cache may
@@ -818,7 +870,8 @@ FusedRuns fused_runs() {
   return {.conv_bias_relu = c.conv_bias_relu, .bn_relu_forward = c.bn_relu_forward,
           .bn_relu_backward = c.bn_relu_backward, .dgrad_relu = c.dgrad_relu,
           .matmul_bias_relu = c.matmul_bias_relu, .epilogue = c.epilogue,
-          .epilogue_backward = c.epilogue_backward, .epilogue_grads = c.epilogue_grads};
+          .epilogue_backward = c.epilogue_backward, .epilogue_grads = c.epilogue_grads,
+          .epilogue_grads_skipped = c.epilogue_grads_skipped};
 }
 
 }  // namespace loom::cudnn

@@ -143,7 +143,8 @@ EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a);
 
 // The chain fused into the head's own backward, g never written: dx = dgrad(g, w)
 // and dw = wgrad(x, g) (each when given), one graph each; the steps' operand
-// gradients ride on the first. Runs nothing unless every graph has a plan.
+// gradients ride on the first. Runs nothing unless every graph has a plan. A
+// graph structure (sizes left out) without an engine is probed once per process.
 EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
                                   const Strided& x, const Strided& w, const cpu::ConvParams& p,
                                   const EpilogueBackwardArgs& a);
@@ -162,6 +163,9 @@ struct FusedRuns {
   int64_t epilogue = 0;  // a user block's head (conv2d_epilogue_forward, linear_epilogue_forward)
   int64_t epilogue_backward = 0;  // its derivative chain as one graph (epilogue_backward)
   int64_t epilogue_grads = 0;     // its derivative fused into dgrad / wgrad (*_epilogue_grads)
+  // *_epilogue_grads tries answered without a probe: a graph of the same
+  // structure (other sizes) had no engine before.
+  int64_t epilogue_grads_skipped = 0;
 };
 FusedRuns fused_runs();
 
