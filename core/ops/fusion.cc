@@ -253,14 +253,6 @@ struct HeadSaved {
 
 bool is_conv_head(const HeadSaved& s) { return s.steps[s.begin].kind == StepKind::Conv2d; }
 
-// z's dtype and device, in the layout the head's kernels compute in.
-TensorOptions kernel_options(const HeadSaved& s) {
-  TensorOptions o = s.z.options();
-  o.requires_grad = false;
-  o.memory_format = is_conv_head(s) ? s.kernel : MemoryFormat::Contiguous;
-  return o;
-}
-
 // dx and dw from g = dL/dz with the plain kernels: conv dgrad / wgrad, or the two matmuls.
 std::array<Tensor, 2> head_kernel_grads(const HeadSaved& s, const Tensor& g) {
   Tensor dx, dw;
@@ -309,6 +301,14 @@ Tensor per_step_chain_grad(const HeadSaved& s, const Tensor& dy, std::vector<Ten
 }
 
 #ifdef LOOM_WITH_CUDA
+// z's dtype and device, in the layout the head's kernels compute in.
+TensorOptions kernel_options(const HeadSaved& s) {
+  TensorOptions o = s.z.options();
+  o.requires_grad = false;
+  o.memory_format = is_conv_head(s) ? s.kernel : MemoryFormat::Contiguous;
+  return o;
+}
+
 // The head's pointwise steps as graph ops (one step may give two: scale_bias is
 // a mul then an add), and for each graph op the step it came from and the
 // index in HeadSaved::operands of the tensor it reads, if any.
