@@ -694,8 +694,10 @@ std::shared_ptr<const Plan> plan_or_why(const Graph& graph, std::string& why) {
 // graphs cuDNN had no engine for. Probing one costs a heuristics query (and a
 // build try per candidate it returns) per key, and on the H100 this tier never
 // found an engine; what cuDNN fuses depends on the pattern, policy, layout and
-// dtype, not on the sizes. So the other sizes of a structure go straight to the
-// tier below. Process-wide, like the plan cache.
+// dtype far more than on the sizes. So the other sizes of a structure go
+// straight to the tier below, at the price of missing an engine that only
+// other sizes (another alignment) would get. Process-wide, like the plan
+// cache, and kept across PlanCache::clear().
 class NoEngineStructures {
  public:
   bool contains(const std::string& structure) const {
