@@ -58,11 +58,8 @@ bool builds_lazily(const NumericsPolicy& policy) {
 // build, which puts it ahead of every library that build loaded.
 void stop_builders_at_exit();
 
-// A graph's structure: its pattern without the sizes, and which tensor feeds
-// which node port, under the key's policy and device ("relu_fwd nhwc bf16 nhwc
-// bf16" for every batch and width). The wiring tells apart graphs of one
-// pattern: batch norm + ReLU's mask compared from the pre-ReLU value (no
-// engine) and from the output (a runtime-compiled one).
+}  // namespace
+
 std::string structure_of(const PlanKey& key, const Graph& graph) {
   std::string shape_free;
   int depth = 0;
@@ -83,6 +80,8 @@ std::string structure_of(const PlanKey& key, const Graph& graph) {
   return fmt::format("{} {}{} {} {}", key.device(), precision_name(key.policy().precision),
                      key.policy().deterministic ? " deterministic" : "", shape_free, wiring);
 }
+
+namespace {
 
 // The libraries runtime compilation loads, loaded now so that their exit
 // handlers precede the first hook too (a name that does not resolve is skipped).
