@@ -93,8 +93,9 @@ std::string kernel_name(const PlanNotes& notes) {
   return fmt::format("engine {} {}", notes.engine_id, fmt::join(notes.knobs, ","));
 }
 
-KernelCache::KernelCache(StructureKey key, std::string stored)
-    : key_(std::move(key)), stored_(std::move(stored)) {}
+KernelCache::KernelCache(StructureKey key, StoredKernels stored)
+    : key_(std::move(key)), stored_(std::move(stored.contents)),
+      chosen_(stored.chosen.begin(), stored.chosen.end()) {}
 
 bool KernelCache::may_try(const PlanNotes& notes) const {
   std::lock_guard<std::mutex> lock(state_mutex_);
@@ -179,7 +180,7 @@ void KernelCache::remember_chosen(const PlanNotes& notes) {
   chosen_.insert(kernel_name(notes));
 }
 
-std::optional<std::string> KernelCache::take_unsaved() {
+std::optional<StoredKernels> KernelCache::take_unsaved() {
   std::unique_lock<std::mutex> lock = lock_for_build();
   if (!unsaved_ || !cache_) return std::nullopt;
   unsaved_ = false;
@@ -195,7 +196,8 @@ std::optional<std::string> KernelCache::take_unsaved() {
     return std::nullopt;
   }
   text.resize(std::min(text.size(), static_cast<size_t>(count)));
-  return text;
+  std::lock_guard<std::mutex> state(state_mutex_);
+  return StoredKernels{std::move(text), std::vector<std::string>(chosen_.begin(), chosen_.end())};
 }
 
 }  // namespace loom::cudnn

@@ -71,10 +71,17 @@ struct StructureKeyHash {
 // "engine 12 TILE_SIZE=3,STAGES=2": the kernel a config names, whatever its graph's dims.
 std::string kernel_name(const PlanNotes& notes);
 
+// What the plan files keep of a kernel cache: cuDNN's serialized contents and
+// the kernels the selections chose (kernel_name each).
+struct StoredKernels {
+  std::string contents;
+  std::vector<std::string> chosen;
+};
+
 class KernelCache {
  public:
-  // `stored`: the cache's serialized contents from an earlier process ("" when none).
-  KernelCache(StructureKey key, std::string stored);
+  // `stored`: from an earlier process (empty when none).
+  KernelCache(StructureKey key, StoredKernels stored);
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
 
@@ -107,10 +114,10 @@ class KernelCache {
   bool was_chosen(const PlanNotes& notes) const;
   void remember_chosen(const PlanNotes& notes);
 
-  // The serialized contents, when a kernel was compiled into the cache since
-  // the last call (for the plan files); nullopt otherwise or when cuDNN cannot
-  // serialize it.
-  std::optional<std::string> take_unsaved();
+  // What to save, when a kernel was compiled into the cache since the last
+  // call (for the plan files); nullopt otherwise or when cuDNN cannot
+  // serialize the cache.
+  std::optional<StoredKernels> take_unsaved();
 
   int64_t reused() const { return reused_.load(); }      // plans finalized without compiling
   int64_t compiled() const { return compiled_.load(); }  // kernels compiled into the cache

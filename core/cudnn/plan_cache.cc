@@ -93,8 +93,8 @@ bool kernel_caches_enabled() {
 // Saves the structure's kernel cache when a build compiled something into it.
 void save_kernels(KernelCache* kernels) {
   if (kernels == nullptr) return;
-  if (std::optional<std::string> contents = kernels->take_unsaved()) {
-    PlanStore::global().save_kernels(kernels->key(), *contents);
+  if (std::optional<StoredKernels> stored = kernels->take_unsaved()) {
+    PlanStore::global().save_kernels(kernels->key(), *stored);
   }
 }
 
@@ -315,7 +315,7 @@ std::shared_ptr<KernelCache> PlanCache::kernel_cache(const Graph& graph, const P
   std::lock_guard<std::mutex> lock(kernels_mutex_);
   auto it = kernel_caches_.find(structure);
   if (it != kernel_caches_.end()) return it->second;
-  std::string stored = PlanStore::global().load_kernels(structure).value_or("");
+  StoredKernels stored = PlanStore::global().load_kernels(structure).value_or(StoredKernels{});
   auto made = std::make_shared<KernelCache>(structure, std::move(stored));
   kernel_caches_.emplace(std::move(structure), made);
   return made;

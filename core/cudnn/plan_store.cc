@@ -8,7 +8,8 @@
 // graph-kind enum) are ignored.
 //
 // A kernel-cache file: "loom-cudnn-kernels 1", a "key" line (policy, device,
-// the structure form), "bytes N", then the N bytes cuDNN serialized.
+// the structure form), "chosen" (the chosen kernels' names, ';' between them),
+// "bytes N", then the N bytes cuDNN serialized.
 #include "core/cudnn/plan_store.h"
 
 #include <fmt/format.h>
@@ -67,10 +68,10 @@ std::string key_line(const NumericsPolicy& policy, int device, const std::vector
 std::string key_line(const PlanKey& key) { return key_line(key.policy(), key.device(), key.values()); }
 std::string key_line(const StructureKey& key) { return key_line(key.policy(), key.device(), key.values()); }
 
-std::vector<std::string> split_names(const std::string& list) {
+std::vector<std::string> split_names(const std::string& list, char separator = ',') {
   std::vector<std::string> names;
   std::stringstream in(list);
-  for (std::string name; std::getline(in, name, ',');) {
+  for (std::string name; std::getline(in, name, separator);) {
     if (!name.empty()) names.push_back(name);
   }
   return names;
@@ -117,11 +118,10 @@ std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {
   if (!std::getline(in, line) || line != key_line(key)) return std::nullopt;
   std::optional<std::string> engine = field(in, "engine"), numerical = field(in, "numerical"),
                              behavior = field(in, "behavior");
-  std::optional<KernelSource> kernel = KernelSource::Static;
-  if (magic == kMagic) {
-    std::optional<std::string> source = field(in, "kernel");
-    kernel = source ? parse_kernel_source(*source) : std::nullopt;
-  }
+  // Version 2 files kept only kernels compiled for their dims alone.
+  const std::optional<std::string> source =
+      magic == kMagic ? field(in, "kernel") : std::string(kernel_source_name(KernelSource::Static));
+  const std::optional<KernelSource> kernel = source ? parse_kernel_source(*source) : std::nullopt;
   std::optional<std::string> json_label = field(in, "json");
   if (!engine || !numerical || !behavior || !kernel || !json_label) return std::nullopt;
   StoredPlan stored;
@@ -175,29 +175,30 @@ void PlanStore::save(const PlanKey& key, const Plan& plan) const {
                                fmt::join(notes.behavior, ","), kernel_source_name(notes.kernel), json));
 }
 
-std::optional<std::string> PlanStore::load_kernels(const StructureKey& key) const {
+std::optional<StoredKernels> PlanStore::load_kernels(const StructureKey& key) const {
   if (!enabled()) return std::nullopt;
   std::ifstream in(path_of(key), std::ios::binary);
   std::string magic, line;
   if (!in || !std::getline(in, magic) || magic != kKernelsMagic) return std::nullopt;
   if (!std::getline(in, line) || line != key_line(key)) return std::nullopt;
-  std::optional<std::string> bytes = field(in, "bytes");
-  if (!bytes) return std::nullopt;
+  std::optional<std::string> chosen = field(in, "chosen"), bytes = field(in, "bytes");
+  if (!chosen || !bytes) return std::nullopt;
   size_t size = 0;
   try {
     size = static_cast<size_t>(std::stoull(*bytes));
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  std::string contents(size, '\0');
-  if (size == 0 || !in.read(contents.data(), static_cast<std::streamsize>(size))) return std::nullopt;
-  return contents;
+  StoredKernels stored{std::string(size, '\0'), split_names(*chosen, ';')};
+  if (size == 0 || !in.read(stored.contents.data(), static_cast<std::streamsize>(size))) return std::nullopt;
+  return stored;
 }
 
-void PlanStore::save_kernels(const StructureKey& key, const std::string& contents) const {
-  if (!enabled() || contents.empty()) return;
-  write_atomically(path_of(key), fmt::format("{}\n{}\nbytes {}\n", kKernelsMagic, key_line(key),
-                                             contents.size()) + contents);
+void PlanStore::save_kernels(const StructureKey& key, const StoredKernels& kernels) const {
+  if (!enabled() || kernels.contents.empty()) return;
+  write_atomically(path_of(key), fmt::format("{}\n{}\nchosen {}\nbytes {}\n", kKernelsMagic, key_line(key),
+                                             fmt::join(kernels.chosen, ";"), kernels.contents.size()) +
+                                     kernels.contents);
 }
 
 }  // namespace loom::cudnn

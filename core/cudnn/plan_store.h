@@ -40,9 +40,9 @@ class PlanStore {
   std::optional<StoredPlan> load(const PlanKey& key) const;
   void save(const PlanKey& key, const Plan& plan) const;
 
-  // A kernel cache's serialized contents (KernelCache::take_unsaved).
-  std::optional<std::string> load_kernels(const StructureKey& key) const;
-  void save_kernels(const StructureKey& key, const std::string& contents) const;
+  // A kernel cache's contents and chosen kernels (KernelCache::take_unsaved).
+  std::optional<StoredKernels> load_kernels(const StructureKey& key) const;
+  void save_kernels(const StructureKey& key, const StoredKernels& kernels) const;
 
  private:
   PlanStore();
