@@ -133,8 +133,8 @@ Descriptor open_cache(const Descriptor& op_graph, const std::string* stored) {
 
 }  // namespace
 
-const Descriptor& KernelCache::descriptor(std::shared_ptr<const BuiltGraph> graph) {
-  if (cache_) return *cache_;
+const Descriptor* KernelCache::bind(std::shared_ptr<const BuiltGraph> graph) {
+  if (cache_) return &*cache_;
   if (!stored_.empty()) {
     try {
       cache_ = open_cache(graph->operation_graph(), &stored_);
@@ -143,9 +143,16 @@ const Descriptor& KernelCache::descriptor(std::shared_ptr<const BuiltGraph> grap
     }
     stored_.clear();
   }
-  if (!cache_) cache_ = open_cache(graph->operation_graph(), nullptr);
+  if (!cache_) {
+    try {
+      cache_ = open_cache(graph->operation_graph(), nullptr);
+    } catch (const CudnnError&) {
+      refuse_structure();
+      return nullptr;
+    }
+  }
   graph_ = std::move(graph);
-  return *cache_;
+  return &*cache_;
 }
 
 // cuDNN takes the config to look up through the attribute's array (a get that

@@ -101,9 +101,10 @@ class KernelCache {
   std::unique_lock<std::mutex> lock_for_build() { return std::unique_lock<std::mutex>(build_mutex_); }
   // With lock_for_build() held: the cuDNN descriptor, made at the first call
   // from the stored contents (when they still load) and `graph`, a
-  // dynamic-shape graph of this structure, which it keeps. Throws CudnnError.
-  const Descriptor& descriptor(std::shared_ptr<const BuiltGraph> graph);
-  // With lock_for_build() held, after descriptor(): whether cuDNN reports
+  // dynamic-shape graph of this structure, which it keeps. Null, and the
+  // structure refused, when cuDNN will not make it.
+  const Descriptor* bind(std::shared_ptr<const BuiltGraph> graph);
+  // With lock_for_build() held, after bind(): whether cuDNN reports
   // `config`'s kernel as already in the cache.
   bool holds(const Descriptor& config) const;
   // With lock_for_build() held: a plan was finalized with the cache.

@@ -385,8 +385,8 @@ struct ConfigCopy {
   Descriptor config{CUDNN_BACKEND_ENGINECFG_DESCRIPTOR};
 };
 
-// Null when cuDNN refuses the engine or its knobs on `graph`.
-std::unique_ptr<ConfigCopy> copy_config(const Descriptor& config, int64_t engine_id, const BuiltGraph& graph) {
+std::unique_ptr<ConfigCopy> try_copy_config(const Descriptor& config, int64_t engine_id,
+                                            const BuiltGraph& graph) {
   auto copy = std::make_unique<ConfigCopy>();
   copy->engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph.operation_graph())
       .set_int64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, engine_id);
@@ -403,6 +403,30 @@ std::unique_ptr<ConfigCopy> copy_config(const Descriptor& config, int64_t engine
   if (!knobs.empty()) copy->config.set_descriptors(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, knobs);
   if (copy->config.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
   return copy;
+}
+
+// Null when cuDNN refuses the engine or its knobs on `graph`.
+std::unique_ptr<ConfigCopy> copy_config(const Descriptor& config, int64_t engine_id, const BuiltGraph& graph) {
+  try {
+    return try_copy_config(config, engine_id, graph);
+  } catch (const CudnnError&) {  // an attribute the dynamic-shape graph's engine does not take
+    return nullptr;
+  }
+}
+
+// A plan for `copy` finalized with `cache` bound; nullopt when cuDNN refuses.
+std::optional<Descriptor> finalize_with_cache(const ConfigCopy& copy, const Descriptor& cache,
+                                              cudnnHandle_t handle) {
+  try {
+    Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, copy.config)
+        .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, cache);
+    set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
+    if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return std::nullopt;
+    return plan;
+  } catch (const CudnnError&) {
+    return std::nullopt;
+  }
 }
 
 // The graph built again with dynamic shapes, at the first config that may use
@@ -440,22 +464,15 @@ std::unique_ptr<Plan> finalize_dynamic(DynamicGraph& dynamic, const Descriptor& 
   std::unique_ptr<ConfigCopy> copy = copy_config(config, notes.engine_id, *graph);
   if (!copy) return nullptr;
   std::unique_lock<std::mutex> lock = kernels.lock_for_build();
-  try {
-    const Descriptor& cache = kernels.descriptor(graph);
-    const bool cached = kernels.holds(copy->config);
-    Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, copy->config)
-        .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, cache);
-    set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
-    if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
-    notes.kernel = cached ? KernelSource::Reused : KernelSource::Compiled;
-    kernels.record(notes);
-    const int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
-    return std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
-  } catch (const CudnnError&) {  // the cache itself would not bind this structure
-    kernels.refuse_structure();
-    return nullptr;
-  }
+  const Descriptor* cache = kernels.bind(graph);
+  if (cache == nullptr) return nullptr;
+  const bool cached = kernels.holds(copy->config);
+  std::optional<Descriptor> plan = finalize_with_cache(*copy, *cache, handle);
+  if (!plan) return nullptr;
+  notes.kernel = cached ? KernelSource::Reused : KernelSource::Compiled;
+  kernels.record(notes);
+  const int64_t workspace = plan->get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+  return std::make_unique<Plan>(graph, std::move(*plan), std::move(notes), workspace);
 }
 
 std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::string>& problems) {
