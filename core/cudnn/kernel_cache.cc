@@ -138,7 +138,6 @@ const Descriptor* KernelCache::bind(std::shared_ptr<const BuiltGraph> graph) {
   if (!stored_.empty()) {
     try {
       cache_ = open_cache(graph->operation_graph(), &stored_);
-      restored_ = true;
     } catch (const CudnnError&) {  // another cuDNN build's contents: start empty
     }
     stored_.clear();
@@ -155,9 +154,11 @@ const Descriptor* KernelCache::bind(std::shared_ptr<const BuiltGraph> graph) {
   return &*cache_;
 }
 
-// cuDNN takes the config to look up through the attribute's array (a get that
-// reads its argument) and answers with the status, and (in some versions) the
-// count; the count starts at -1 so that a status-only answer reads as cached.
+// The config to look up goes in through the attribute's array (a get that
+// reads its argument). cuDNN 9.19's header does not say whether the answer is
+// the status or the count, so "cached" needs both: SUCCESS, and a count not
+// set to 0 (it starts at -1, so an answer by status alone reads through).
+// kernel_cache_gpu_test fails if cuDNN never reports a kernel cached.
 bool KernelCache::holds(const Descriptor& config) const {
   cudnnBackendDescriptor_t raw = config.get();
   int64_t count = -1;

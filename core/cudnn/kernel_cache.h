@@ -123,7 +123,6 @@ class KernelCache {
   int64_t reused() const { return reused_.load(); }      // plans finalized without compiling
   int64_t compiled() const { return compiled_.load(); }  // kernels compiled into the cache
   int64_t refused() const;                                // kernels (or the structure) refused
-  bool restored() const { return restored_.load(); }      // the stored contents loaded
 
  private:
   StructureKey key_;
@@ -139,7 +138,6 @@ class KernelCache {
   std::set<std::string> refused_, chosen_;
 
   std::atomic<int64_t> reused_ = 0, compiled_ = 0;
-  std::atomic<bool> restored_ = false;
 };
 
 }  // namespace loom::cudnn
