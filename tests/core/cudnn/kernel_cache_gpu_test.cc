@@ -5,7 +5,8 @@
 // tail batch (96) and the evaluation batch (1000) bind that kernel instead of
 // compiling, and still match the CPU reference. The plan files record where
 // each plan's kernel came from, and keep the kernel caches: after the
-// in-memory cache is cleared, a new batch size compiles nothing either.
+// in-memory cache is cleared, a new batch size compiles nothing either. In
+// lazy mode the tail batch's background build binds the kernel too.
 //
 // N batch, C channels, H, W.
 #include <doctest/doctest.h>
@@ -27,6 +28,7 @@
 #include "core/cudnn/plan_store.h"
 #include "core/cudnn/pointwise.h"
 #include "core/generator.h"
+#include "core/numerics.h"
 #include "core/ops/activation.h"
 #include "core/ops/elementwise.h"
 #include "core/tensor.h"
@@ -136,17 +138,23 @@ int files_with(const std::string& folder, const std::string& prefix, const std::
   return count;
 }
 
+// This binary's plan files go to an empty folder of their own; the setting is
+// read at the store's first use, so each test case calls this first.
+const cudnn::PlanStore& empty_plan_files() {
+  const std::string root =
+      std::filesystem::temp_directory_path() / ("loom-kernel-cache-" + std::to_string(getpid()));
+  setenv("LOOM_CUDNN_PLAN_DIR", root.c_str(), 1);
+  const auto& store = cudnn::PlanStore::global();
+  REQUIRE(store.enabled());
+  std::filesystem::remove_all(store.directory());
+  return store;
+}
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("the tail and evaluation batches reuse the training batch's compiled kernels") {
-  // Before anything reads the setting (this binary's first use of the store).
-  const std::string root =
-      std::filesystem::temp_directory_path() / ("loom-kernel-cache-" + std::to_string(getpid()));
-  std::filesystem::remove_all(root);
-  setenv("LOOM_CUDNN_PLAN_DIR", root.c_str(), 1);
+  const cudnn::PlanStore& store = empty_plan_files();
   auto& cache = cudnn::PlanCache::global();
-  const auto& store = cudnn::PlanStore::global();
-  REQUIRE(store.enabled());
 
   tail_and_eval_batches_reuse(batch_norm_matches_cpu);
   tail_and_eval_batches_reuse(relu_matches_cpu);
@@ -172,6 +180,31 @@ LOOM_GPU_TEST_CASE("the tail and evaluation batches reuse the training batch's c
   CHECK(kernel_of(newest_entry()) == "reused");
   CHECK(warm.kernels_compiled == 0);
   CHECK(warm.kernels_reused == 1);
-  std::filesystem::remove_all(root);
+  std::filesystem::remove_all(store.directory());
+}
+
+LOOM_GPU_TEST_CASE("lazily, the tail batch's background build reuses the training batch's kernel") {
+  const cudnn::PlanStore& store = empty_plan_files();
+  auto& cache = cudnn::PlanCache::global();
+  cache.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  Generator gen(23);
+  // Batch norm has no precompiled engine: the first run of each batch size
+  // runs the tier below while its plan is built in the background.
+  batch_norm_matches_cpu(128, gen);
+  cache.wait_for_background_builds();
+  cache.apply_pending();
+  const cudnn::PlanCacheStats trained = cache.stats();
+  INFO(cache.explain());
+  REQUIRE(trained.kernels_compiled >= 1);
+  batch_norm_matches_cpu(96, gen);
+  cache.wait_for_background_builds();
+  CHECK(cache.apply_pending() == 1);
+  batch_norm_matches_cpu(96, gen);  // on the plan swapped in
+  const cudnn::PlanCacheStats tail = cache.stats();
+  CHECK(kernel_of(newest_entry()) == "reused");
+  CHECK(tail.kernels_reused == 1);
+  CHECK(tail.kernels_compiled == trained.kernels_compiled);
+  std::filesystem::remove_all(store.directory());
 }
 #endif
