@@ -202,7 +202,7 @@ class PlanCache {
   mutable std::mutex timeline_mutex_;
   std::vector<PlanEvent> timeline_;
 
-  // Never under finished_mutex_ or timeline_mutex_.
+  // Taken under mutex_ (a miss), never under finished_mutex_ or timeline_mutex_.
   mutable std::mutex kernels_mutex_;
   std::unordered_map<StructureKey, std::shared_ptr<KernelCache>, StructureKeyHash> kernel_caches_;
 };

@@ -140,10 +140,10 @@ std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {
   return stored;
 }
 
-bool PlanStore::write_atomically(const std::string& path, const std::string& text) const {
+void PlanStore::write_atomically(const std::string& path, const std::string& text) const {
   std::error_code error;
   std::filesystem::create_directories(directory(), error);
-  if (error) return false;
+  if (error) return;
   // Builders on several threads may write one kernel-cache file at once.
   const std::string temporary =
       fmt::format("{}.{}.{:x}.tmp", path, getpid(), std::hash<std::thread::id>{}(std::this_thread::get_id()));
@@ -152,12 +152,11 @@ bool PlanStore::write_atomically(const std::string& path, const std::string& tex
     out << text;
     if (!out) {
       std::filesystem::remove(temporary, error);
-      return false;
+      return;
     }
   }
   std::filesystem::rename(temporary, path, error);
   if (error) std::filesystem::remove(temporary, error);
-  return !error;
 }
 
 void PlanStore::save(const PlanKey& key, const Plan& plan) const {

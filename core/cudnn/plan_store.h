@@ -48,8 +48,8 @@ class PlanStore {
   PlanStore();
   std::string path_of(const PlanKey& key) const;
   std::string path_of(const StructureKey& key) const;
-  // Writes `text` to `path` through a temporary file; false when it could not.
-  bool write_atomically(const std::string& path, const std::string& text) const;
+  // Writes `text` to `path` through a temporary file, or leaves `path` as it was.
+  void write_atomically(const std::string& path, const std::string& text) const;
 
   std::string directory_;  // the root, "" when off
 };
