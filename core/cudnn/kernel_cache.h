@@ -78,7 +78,8 @@ struct StoredKernels {
   std::vector<std::string> chosen;
 };
 
-class KernelCache {
+// PlanCache makes each one in a shared_ptr, which the plans finalized with it share.
+class KernelCache : public std::enable_shared_from_this<KernelCache> {
  public:
   // `stored`: from an earlier process (empty when none).
   KernelCache(StructureKey key, StoredKernels stored);
@@ -129,8 +130,9 @@ class KernelCache {
 
   std::mutex build_mutex_;
   std::string stored_;
+  // Declared before cache_, so the descriptor goes before the graph it was made with.
+  std::shared_ptr<const BuiltGraph> graph_;
   std::optional<Descriptor> cache_;
-  std::shared_ptr<const BuiltGraph> graph_;  // the operation graph the descriptor was made with
   bool unsaved_ = false;
 
   mutable std::mutex state_mutex_;

@@ -472,7 +472,8 @@ std::unique_ptr<Plan> finalize_dynamic(DynamicGraph& dynamic, const Descriptor& 
   notes.kernel = cached ? KernelSource::Reused : KernelSource::Compiled;
   kernels.record(notes);
   const int64_t workspace = plan->get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
-  return std::make_unique<Plan>(graph, std::move(*plan), std::move(notes), workspace);
+  return std::make_unique<Plan>(graph, std::move(*plan), std::move(notes), workspace,
+                                kernels.weak_from_this().lock());
 }
 
 std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::string>& problems) {
@@ -578,9 +579,10 @@ std::string why_no_plan(const Selection& selection, const CandidateBuilder& buil
 
 }  // namespace
 
-Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes)
-    : graph_(std::move(graph)), plan_(std::move(plan)), notes_(std::move(notes)),
-      workspace_bytes_(workspace_bytes) {}
+Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes,
+           std::shared_ptr<const KernelCache> kernels)
+    : graph_(std::move(graph)), kernels_(std::move(kernels)), plan_(std::move(plan)),
+      notes_(std::move(notes)), workspace_bytes_(workspace_bytes) {}
 
 cudnnStatus_t Plan::try_execute(cudnnHandle_t handle, const VariantPointers& pointers,
                                 void* workspace) const {

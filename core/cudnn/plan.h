@@ -48,7 +48,9 @@ class KernelCache;  // kernel_cache.h
 
 class Plan {
  public:
-  Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes);
+  // `kernels`: the kernel cache the plan was finalized with, if any.
+  Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes,
+       std::shared_ptr<const KernelCache> kernels = nullptr);
 
   // Runs on `stream` through `handle`; `workspace` must hold workspace_bytes().
   void execute(cudnnHandle_t handle, const VariantPointers& pointers, void* workspace) const;
@@ -65,6 +67,10 @@ class Plan {
 
  private:
   std::shared_ptr<const BuiltGraph> graph_;  // the plan refers to its descriptors
+  // A plan bound to a cached kernel may run code the cache holds, so the cache
+  // lives as long as the plan (PlanCache::clear() drops the caches, not the
+  // plans callers still hold).
+  std::shared_ptr<const KernelCache> kernels_;
   Descriptor plan_;
   PlanNotes notes_;
   int64_t workspace_bytes_;
