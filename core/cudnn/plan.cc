@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <shared_mutex>
 
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/cudnn/kernel_cache.h"
 #include "core/error.h"
 
 namespace loom::cudnn {
@@ -193,8 +195,13 @@ std::string knob_name(int64_t type) {
   }
 }
 
-// The config's knob choices, "NAME=VALUE" each: with the engine id they name the kernel.
-std::vector<std::string> read_knobs(const Descriptor& config) {
+struct KnobChoice {
+  cudnnBackendKnobType_t type;
+  int64_t value;
+};
+
+// The config's knob choices: with the engine id they name the kernel.
+std::vector<KnobChoice> knob_choices(const Descriptor& config) {
   constexpr int64_t kMaxKnobs = CUDNN_KNOB_TYPE_COUNTS;
   std::vector<Descriptor> choices;
   std::vector<cudnnBackendDescriptor_t> raws;
@@ -203,25 +210,33 @@ std::vector<std::string> read_knobs(const Descriptor& config) {
     raws.push_back(choices.back().get());
   }
   int64_t n = 0;
-  std::vector<std::string> knobs;
+  std::vector<KnobChoice> knobs;
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
                                CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxKnobs, &n,
                                raws.data()) != CUDNN_STATUS_SUCCESS) {
     return knobs;
   }
   for (int64_t i = 0; i < std::min(n, kMaxKnobs); ++i) {
-    int64_t type = 0, value = 0, count = 0;
-    cudnnBackendKnobType_t knob_type{};
+    int64_t value = 0, count = 0;
+    cudnnBackendKnobType_t type{};
     if (cudnnBackendGetAttribute(raws[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
-                                 &count, &knob_type) != CUDNN_STATUS_SUCCESS ||
+                                 &count, &type) != CUDNN_STATUS_SUCCESS ||
         cudnnBackendGetAttribute(raws[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
                                  &count, &value) != CUDNN_STATUS_SUCCESS) {
       continue;
     }
-    type = static_cast<int64_t>(knob_type);
-    knobs.push_back(fmt::format("{}={}", knob_name(type), value));
+    knobs.push_back({type, value});
   }
   return knobs;
+}
+
+// "TILE_SIZE=3" each.
+std::vector<std::string> knob_names(const std::vector<KnobChoice>& choices) {
+  std::vector<std::string> names;
+  for (const KnobChoice& k : choices) {
+    names.push_back(fmt::format("{}={}", knob_name(static_cast<int64_t>(k.type)), k.value));
+  }
+  return names;
 }
 
 PlanNotes read_notes(const Descriptor& config) {
@@ -244,7 +259,7 @@ PlanNotes read_notes(const Descriptor& config) {
                                behavior) == CUDNN_STATUS_SUCCESS) {
     for (int64_t i = 0; i < n; ++i) notes.behavior.push_back(behavior_note_name(behavior[i]));
   }
-  notes.knobs = read_knobs(config);
+  notes.knobs = knob_names(knob_choices(config));
   return notes;
 }
 
@@ -370,6 +385,107 @@ double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& 
   return best;
 }
 
+// ---- dynamic shapes and the kernel cache (kernel_cache.h) -------------------------------
+
+// A config's engine and knob choices set up again on another operation graph
+// of the same structure: the same kernel. It keeps what the config refers to.
+struct ConfigCopy {
+  Descriptor engine{CUDNN_BACKEND_ENGINE_DESCRIPTOR};
+  std::deque<Descriptor> knobs;
+  Descriptor config{CUDNN_BACKEND_ENGINECFG_DESCRIPTOR};
+};
+
+std::unique_ptr<ConfigCopy> try_copy_config(const Descriptor& config, int64_t engine_id,
+                                            const BuiltGraph& graph) {
+  auto copy = std::make_unique<ConfigCopy>();
+  copy->engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph.operation_graph())
+      .set_int64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, engine_id);
+  if (copy->engine.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  std::vector<const Descriptor*> knobs;
+  for (const KnobChoice& k : knob_choices(config)) {
+    Descriptor& choice = copy->knobs.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    choice.set_enum(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, k.type)
+        .set_int64(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, k.value);
+    if (choice.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+    knobs.push_back(&choice);
+  }
+  copy->config.set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, copy->engine);
+  if (!knobs.empty()) copy->config.set_descriptors(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, knobs);
+  if (copy->config.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  return copy;
+}
+
+// Null when cuDNN refuses the engine or its knobs on `graph`.
+std::unique_ptr<ConfigCopy> copy_config(const Descriptor& config, int64_t engine_id, const BuiltGraph& graph) {
+  try {
+    return try_copy_config(config, engine_id, graph);
+  } catch (const CudnnError&) {  // an attribute the dynamic-shape graph's engine does not take
+    return nullptr;
+  }
+}
+
+// A plan for `copy` finalized with `cache` bound; nullopt when cuDNN refuses.
+std::optional<Descriptor> finalize_with_cache(const ConfigCopy& copy, const Descriptor& cache,
+                                              cudnnHandle_t handle) {
+  try {
+    Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, copy.config)
+        .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, cache);
+    set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
+    if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return std::nullopt;
+    return plan;
+  } catch (const CudnnError&) {
+    return std::nullopt;
+  }
+}
+
+// The graph built again with dynamic shapes, at the first config that may use
+// the kernel cache; null once cuDNN refused its operation graph that way.
+class DynamicGraph {
+ public:
+  DynamicGraph(const Graph& graph, cudnnHandle_t handle, KernelCache& kernels)
+      : graph_(graph), handle_(handle), kernels_(kernels) {}
+
+  std::shared_ptr<const BuiltGraph> get() {
+    if (tried_) return built_;
+    tried_ = true;
+    try {
+      built_ = std::make_shared<const BuiltGraph>(graph_, handle_, /*dynamic_shapes=*/true);
+    } catch (const CudnnError&) {
+      kernels_.refuse_structure();
+    }
+    return built_;
+  }
+
+ private:
+  const Graph& graph_;
+  cudnnHandle_t handle_;
+  KernelCache& kernels_;
+  bool tried_ = false;
+  std::shared_ptr<const BuiltGraph> built_;
+};
+
+// `config` finalized for dynamic shapes with the kernel cache: its kernel bound
+// from the cache or compiled into it. Null when cuDNN refuses.
+std::unique_ptr<Plan> finalize_dynamic(DynamicGraph& dynamic, const Descriptor& config, PlanNotes notes,
+                                       cudnnHandle_t handle, KernelCache& kernels) {
+  std::shared_ptr<const BuiltGraph> graph = dynamic.get();
+  if (!graph) return nullptr;
+  std::unique_ptr<ConfigCopy> copy = copy_config(config, notes.engine_id, *graph);
+  if (!copy) return nullptr;
+  std::unique_lock<std::mutex> lock = kernels.lock_for_build();
+  const Descriptor* cache = kernels.bind(graph);
+  if (cache == nullptr) return nullptr;
+  const bool cached = kernels.holds(copy->config);
+  std::optional<Descriptor> plan = finalize_with_cache(*copy, *cache, handle);
+  if (!plan) return nullptr;
+  notes.kernel = cached ? KernelSource::Reused : KernelSource::Compiled;
+  kernels.record(notes);
+  const int64_t workspace = plan->get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+  return std::make_unique<Plan>(graph, std::move(*plan), std::move(notes), workspace,
+                                kernels.weak_from_this().lock());
+}
+
 std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::string>& problems) {
   std::vector<Descriptor> configs = engine_configs(graph.operation_graph(), CUDNN_HEUR_MODE_A, problems);
   for (Descriptor& d : engine_configs(graph.operation_graph(), CUDNN_HEUR_MODE_FALLBACK, problems)) {
@@ -378,11 +494,105 @@ std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::st
   return configs;
 }
 
+struct Candidate {
+  Descriptor config;
+  PlanNotes notes;
+};
+
+// The configs in heuristics order, except that kernels the structure's
+// selections chose for another batch size come first: this batch size's
+// heuristics may rank first a config whose kernel is not cached.
+std::vector<Candidate> candidates(const BuiltGraph& graph, const KernelCache* kernels,
+                                  std::vector<std::string>& problems) {
+  std::vector<Candidate> out;
+  for (Descriptor& config : all_configs(graph, problems)) {
+    PlanNotes notes = read_notes(config);
+    out.push_back({std::move(config), std::move(notes)});
+  }
+  if (kernels != nullptr) {
+    std::stable_partition(out.begin(), out.end(),
+                          [&](const Candidate& c) { return kernels->was_chosen(c.notes); });
+  }
+  return out;
+}
+
+// Turns configs into test-run plans for one graph, and keeps what went wrong.
+class CandidateBuilder {
+ public:
+  CandidateBuilder(const Graph& graph, cudnnHandle_t handle, const SelectOptions& options)
+      : graph_(std::make_shared<const BuiltGraph>(graph, handle)), handle_(handle),
+        tests_(graph, options.gate), kernels_(options.kernels) {
+    if (kernels_ != nullptr) dynamic_.emplace(graph, handle, *kernels_);
+  }
+
+  const BuiltGraph& graph() const { return *graph_; }
+
+  // A runtime-compiled config is built for dynamic shapes with the kernel
+  // cache where that may be tried; where cuDNN refuses that (finalize or the
+  // test run) but the config works for the graph's dims alone, the refusal is
+  // recorded and the config keeps the static build. Null when neither works.
+  std::unique_ptr<Plan> build(const Candidate& c) {
+    const bool dynamic = dynamic_ && compiles_at_run_time(c.notes) && kernels_->may_try(c.notes);
+    if (dynamic) {
+      std::unique_ptr<Plan> plan = finalize_dynamic(*dynamic_, c.config, c.notes, handle_, *kernels_);
+      if (plan && passes_test(*plan)) return plan;
+    }
+    std::unique_ptr<Plan> plan = finalize_plan(graph_, c.config, c.notes, handle_);
+    if (!plan) {
+      if (++finalize_failures == 1) problems.push_back("first finalize: " + last_error_string());
+      return nullptr;
+    }
+    if (!passes_test(*plan)) {
+      if (++execute_failures == 1) problems.push_back("first test run: " + last_error_string());
+      return nullptr;
+    }
+    if (dynamic) kernels_->refuse(c.notes);
+    return plan;
+  }
+
+  double time_ms(const Plan& plan, double fastest_so_far_ms) {
+    auto held = tests_.hold();
+    return time_plan_ms(plan, handle_, tests_.bindings(), fastest_so_far_ms);
+  }
+
+  int finalize_failures = 0, execute_failures = 0;
+  std::vector<std::string> problems;
+
+ private:
+  bool passes_test(const Plan& plan) {
+    auto held = tests_.hold();
+    return test_execute(plan, handle_, tests_.bindings());
+  }
+
+  std::shared_ptr<const BuiltGraph> graph_;
+  cudnnHandle_t handle_;
+  GatedTests tests_;
+  KernelCache* kernels_;
+  std::optional<DynamicGraph> dynamic_;
+};
+
+std::string why_no_plan(const Selection& selection, const CandidateBuilder& builder,
+                        const SelectOptions& options) {
+  return fmt::format(
+      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}{}), "
+      "{} failed to finalize, {} failed a test run{}{}",
+      selection.candidates_seen, selection.candidates_tried,
+      precision_name(options.policy.precision),
+      options.policy.deterministic ? ", deterministic" : "",
+      options.precompiled_only
+          ? fmt::format(", precompiled engines only: {} runtime-compiled passed over",
+                        selection.runtime_compiled_skipped)
+          : "",
+      builder.finalize_failures, builder.execute_failures,
+      builder.problems.empty() ? "" : "; ", fmt::join(builder.problems, "; "));
+}
+
 }  // namespace
 
-Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes)
-    : graph_(std::move(graph)), plan_(std::move(plan)), notes_(std::move(notes)),
-      workspace_bytes_(workspace_bytes) {}
+Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes,
+           std::shared_ptr<const KernelCache> kernels)
+    : graph_(std::move(graph)), kernels_(std::move(kernels)), plan_(std::move(plan)),
+      notes_(std::move(notes)), workspace_bytes_(workspace_bytes) {}
 
 cudnnStatus_t Plan::try_execute(cudnnHandle_t handle, const VariantPointers& pointers,
                                 void* workspace) const {
@@ -421,6 +631,22 @@ std::string Plan::json() const {
   return text;
 }
 
+std::string_view kernel_source_name(KernelSource source) {
+  switch (source) {
+    case KernelSource::Static: return "static";
+    case KernelSource::Compiled: return "compiled";
+    case KernelSource::Reused: return "reused";
+  }
+  return "static";
+}
+
+std::optional<KernelSource> parse_kernel_source(std::string_view name) {
+  for (KernelSource source : {KernelSource::Static, KernelSource::Compiled, KernelSource::Reused}) {
+    if (kernel_source_name(source) == name) return source;
+  }
+  return std::nullopt;
+}
+
 bool compiles_at_run_time(const PlanNotes& notes) {
   return std::find(notes.behavior.begin(), notes.behavior.end(), "RUNTIME_COMPILATION") !=
          notes.behavior.end();
@@ -448,48 +674,29 @@ bool selection_is_timed(const Graph& graph, const SelectOptions& options) {
 }
 
 Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectOptions& options) {
-  auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
-  GatedTests tests(graph_in, options.gate);
-  const bool strict_timing = times_every_candidate(graph_in, options);
+  CandidateBuilder builder(graph_in, handle, options);
   const bool timed = selection_is_timed(graph_in, options);
-  const size_t most_timed = strict_timing ? SIZE_MAX : static_cast<size_t>(options.autotune_candidates);
+  const size_t most_timed = times_every_candidate(graph_in, options)
+                                ? SIZE_MAX
+                                : static_cast<size_t>(options.autotune_candidates);
   Selection selection;
   std::vector<std::pair<double, std::unique_ptr<Plan>>> working;
   double fastest_ms = std::numeric_limits<double>::infinity();
-  int finalize_failures = 0, execute_failures = 0;
-  std::vector<std::string> problems;
-  for (const Descriptor& config : all_configs(*graph, problems)) {
+  for (const Candidate& c : candidates(builder.graph(), options.kernels, builder.problems)) {
     ++selection.candidates_seen;
-    PlanNotes notes = read_notes(config);
-    if (!allowed(notes, graph_in, options)) continue;
-    if (options.precompiled_only && compiles_at_run_time(notes)) {
+    if (!allowed(c.notes, graph_in, options)) continue;
+    if (options.precompiled_only && compiles_at_run_time(c.notes)) {
       ++selection.runtime_compiled_skipped;
       continue;
     }
     ++selection.candidates_tried;
-    std::unique_ptr<Plan> plan = finalize_plan(graph, config, std::move(notes), handle);
-    if (!plan) {
-      if (++finalize_failures == 1) problems.push_back("first finalize: " + last_error_string());
-      continue;
-    }
-    bool works = false;
-    {
-      auto held = tests.hold();
-      works = test_execute(*plan, handle, tests.bindings());
-    }
-    if (!works) {
-      if (++execute_failures == 1) problems.push_back("first test run: " + last_error_string());
-      continue;
-    }
+    std::unique_ptr<Plan> plan = builder.build(c);
+    if (!plan) continue;
     if (!timed) {
       selection.plan = std::move(plan);
-      return selection;
+      break;
     }
-    double ms = 0;
-    {
-      auto held = tests.hold();
-      ms = time_plan_ms(*plan, handle, tests.bindings(), fastest_ms);
-    }
+    const double ms = builder.time_ms(*plan, fastest_ms);
     fastest_ms = std::min(fastest_ms, ms);
     working.emplace_back(ms, std::move(plan));
     if (working.size() >= most_timed) break;
@@ -498,20 +705,12 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
     auto fastest = std::min_element(working.begin(), working.end(),
                                     [](const auto& a, const auto& b) { return a.first < b.first; });
     selection.plan = std::move(fastest->second);
-    return selection;
   }
-  selection.why_none = fmt::format(
-      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}{}), "
-      "{} failed to finalize, {} failed a test run{}{}",
-      selection.candidates_seen, selection.candidates_tried,
-      precision_name(options.policy.precision),
-      options.policy.deterministic ? ", deterministic" : "",
-      options.precompiled_only
-          ? fmt::format(", precompiled engines only: {} runtime-compiled passed over",
-                        selection.runtime_compiled_skipped)
-          : "",
-      finalize_failures, execute_failures,
-      problems.empty() ? "" : "; ", fmt::join(problems, "; "));
+  if (!selection.plan) {
+    selection.why_none = why_no_plan(selection, builder, options);
+  } else if (options.kernels != nullptr) {
+    options.kernels->remember_chosen(selection.plan->notes());
+  }
   return selection;
 }
 
