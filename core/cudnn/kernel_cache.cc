@@ -89,6 +89,18 @@ bool StructureKey::operator==(const StructureKey& other) const {
          values_ == other.values_;
 }
 
+bool kernel_cache_applies(const Graph& graph) {
+  constexpr int64_t kFullAlignment = 16;
+  for (const Node& n : graph.nodes()) {
+    if (n.kind != NodeKind::Pointwise && n.kind != NodeKind::NormForward && n.kind != NodeKind::NormBackward) {
+      return false;
+    }
+  }
+  return std::all_of(graph.tensors().begin(), graph.tensors().end(), [](const TensorSpec& t) {
+    return t.is_virtual || t.by_value || t.alignment >= kFullAlignment;
+  });
+}
+
 std::string kernel_name(const PlanNotes& notes) {
   return fmt::format("engine {} {}", notes.engine_id, fmt::join(notes.knobs, ","));
 }
@@ -154,18 +166,13 @@ const Descriptor* KernelCache::bind(std::shared_ptr<const BuiltGraph> graph) {
   return &*cache_;
 }
 
-// The config to look up goes in through the attribute's array (a get that
-// reads its argument). cuDNN 9.19's header does not say whether the answer is
-// the status or the count, so "cached" needs both: SUCCESS, and a count not
-// set to 0 (it starts at -1, so an answer by status alone reads through).
-// kernel_cache_gpu_test fails if cuDNN never reports a kernel cached.
-bool KernelCache::holds(const Descriptor& config) const {
-  cudnnBackendDescriptor_t raw = config.get();
-  int64_t count = -1;
-  const cudnnStatus_t status = cudnnBackendGetAttribute(
-      cache_->get(), CUDNN_ATTR_KERNEL_CACHE_IS_ENGINECFG_KERNEL_CACHED, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-      1, &count, &raw);
-  return status == CUDNN_STATUS_SUCCESS && count != 0;
+std::optional<int64_t> KernelCache::contents_bytes() const {
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(cache_->get(), CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                               0, &count, nullptr) != CUDNN_STATUS_SUCCESS) {
+    return std::nullopt;
+  }
+  return count;
 }
 
 void KernelCache::record(const PlanNotes& notes) {

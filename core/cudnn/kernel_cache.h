@@ -8,8 +8,10 @@
 // that kernel instead of compiling it.
 //
 // One KernelCache per structure: the graph's canonical form with the batch left
-// out (StructureKey), the numerics policy and the device. plan.cc builds a
-// runtime-compiled config for dynamic shapes with it; where cuDNN refuses
+// out (StructureKey), the numerics policy and the device, for the graph kinds
+// kernel_cache_applies() to. plan.cc builds a runtime-compiled config's kernel
+// for dynamic shapes with it, through the config cuDNN's heuristics offer for
+// the dynamic-shape graph itself (the same engine and knobs); where cuDNN refuses
 // dynamic shapes (for the structure's operation graph or for one engine config)
 // the cache records that, and that config is built for its dims alone from then
 // on, never tried again. Precompiled engines never use it. The plan files
@@ -68,6 +70,16 @@ struct StructureKeyHash {
   size_t operator()(const StructureKey& key) const { return key.hash(); }
 };
 
+// Whether `graph`'s plans may use a kernel cache: graphs of pointwise and
+// normalization nodes only (batch norm, ReLU, the fused BN+ReLU block: the
+// runtime-compiled graphs every step and every tail batch builds), with every
+// tensor's pointer aligned to 16 bytes. Convolutions, matmuls, reductions and
+// pooling keep static builds: with the cache on, pooling and the sweeps that
+// use it failed on the H100 with cudaErrorMisalignedAddress. A tensor at a
+// smaller alignment (a view at an odd offset) keeps the static build too:
+// what a dynamic-shape kernel assumes of its pointers is not documented.
+bool kernel_cache_applies(const Graph& graph);
+
 // "engine 12 TILE_SIZE=3,STAGES=2": the kernel a config names, whatever its graph's dims.
 std::string kernel_name(const PlanNotes& notes);
 
@@ -105,9 +117,13 @@ class KernelCache : public std::enable_shared_from_this<KernelCache> {
   // dynamic-shape graph of this structure, which it keeps. Null, and the
   // structure refused, when cuDNN will not make it.
   const Descriptor* bind(std::shared_ptr<const BuiltGraph> graph);
-  // With lock_for_build() held, after bind(): whether cuDNN reports
-  // `config`'s kernel as already in the cache.
-  bool holds(const Descriptor& config) const;
+  // With lock_for_build() held, after bind(): the size of cuDNN's serialized
+  // contents; a finalize that leaves it unchanged compiled nothing. (cuDNN
+  // 9.19 has no entry count; IS_ENGINECFG_KERNEL_CACHED, read as a get with
+  // the config passed in, never answered "cached" on the H100, and a get may
+  // write into the descriptor it is handed.) Nullopt when cuDNN cannot
+  // serialize the cache.
+  std::optional<int64_t> contents_bytes() const;
   // With lock_for_build() held: a plan was finalized with the cache.
   void record(const PlanNotes& notes);
 

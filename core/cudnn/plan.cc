@@ -84,8 +84,12 @@ struct TestBindings {
         }
         continue;
       }
-      buffers.emplace_back(span_bytes(t));
-      pointers.push_back({t.uid, buffers.back().get()});
+      // Each pointer aligned to what the graph declares and no more (a fresh
+      // allocation's 256 bytes would hide a kernel that assumes more than an
+      // offset view gives it at run time).
+      const int64_t offset = std::max<int64_t>(t.alignment, 0);
+      buffers.emplace_back(span_bytes(t) + static_cast<size_t>(offset));
+      pointers.push_back({t.uid, static_cast<char*>(buffers.back().get()) + offset});
     }
   }
 };
@@ -387,49 +391,12 @@ double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& 
 
 // ---- dynamic shapes and the kernel cache (kernel_cache.h) -------------------------------
 
-// A config's engine and knob choices set up again on another operation graph
-// of the same structure: the same kernel. It keeps what the config refers to.
-struct ConfigCopy {
-  Descriptor engine{CUDNN_BACKEND_ENGINE_DESCRIPTOR};
-  std::deque<Descriptor> knobs;
-  Descriptor config{CUDNN_BACKEND_ENGINECFG_DESCRIPTOR};
-};
-
-std::unique_ptr<ConfigCopy> try_copy_config(const Descriptor& config, int64_t engine_id,
-                                            const BuiltGraph& graph) {
-  auto copy = std::make_unique<ConfigCopy>();
-  copy->engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph.operation_graph())
-      .set_int64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, engine_id);
-  if (copy->engine.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
-  std::vector<const Descriptor*> knobs;
-  for (const KnobChoice& k : knob_choices(config)) {
-    Descriptor& choice = copy->knobs.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
-    choice.set_enum(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, k.type)
-        .set_int64(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, k.value);
-    if (choice.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
-    knobs.push_back(&choice);
-  }
-  copy->config.set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, copy->engine);
-  if (!knobs.empty()) copy->config.set_descriptors(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, knobs);
-  if (copy->config.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
-  return copy;
-}
-
-// Null when cuDNN refuses the engine or its knobs on `graph`.
-std::unique_ptr<ConfigCopy> copy_config(const Descriptor& config, int64_t engine_id, const BuiltGraph& graph) {
-  try {
-    return try_copy_config(config, engine_id, graph);
-  } catch (const CudnnError&) {  // an attribute the dynamic-shape graph's engine does not take
-    return nullptr;
-  }
-}
-
-// A plan for `copy` finalized with `cache` bound; nullopt when cuDNN refuses.
-std::optional<Descriptor> finalize_with_cache(const ConfigCopy& copy, const Descriptor& cache,
+// A plan for `config` finalized with `cache` bound; nullopt when cuDNN refuses.
+std::optional<Descriptor> finalize_with_cache(const Descriptor& config, const Descriptor& cache,
                                               cudnnHandle_t handle) {
   try {
     Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, copy.config)
+    plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config)
         .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, cache);
     set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
     if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return std::nullopt;
@@ -437,53 +404,6 @@ std::optional<Descriptor> finalize_with_cache(const ConfigCopy& copy, const Desc
   } catch (const CudnnError&) {
     return std::nullopt;
   }
-}
-
-// The graph built again with dynamic shapes, at the first config that may use
-// the kernel cache; null once cuDNN refused its operation graph that way.
-class DynamicGraph {
- public:
-  DynamicGraph(const Graph& graph, cudnnHandle_t handle, KernelCache& kernels)
-      : graph_(graph), handle_(handle), kernels_(kernels) {}
-
-  std::shared_ptr<const BuiltGraph> get() {
-    if (tried_) return built_;
-    tried_ = true;
-    try {
-      built_ = std::make_shared<const BuiltGraph>(graph_, handle_, /*dynamic_shapes=*/true);
-    } catch (const CudnnError&) {
-      kernels_.refuse_structure();
-    }
-    return built_;
-  }
-
- private:
-  const Graph& graph_;
-  cudnnHandle_t handle_;
-  KernelCache& kernels_;
-  bool tried_ = false;
-  std::shared_ptr<const BuiltGraph> built_;
-};
-
-// `config` finalized for dynamic shapes with the kernel cache: its kernel bound
-// from the cache or compiled into it. Null when cuDNN refuses.
-std::unique_ptr<Plan> finalize_dynamic(DynamicGraph& dynamic, const Descriptor& config, PlanNotes notes,
-                                       cudnnHandle_t handle, KernelCache& kernels) {
-  std::shared_ptr<const BuiltGraph> graph = dynamic.get();
-  if (!graph) return nullptr;
-  std::unique_ptr<ConfigCopy> copy = copy_config(config, notes.engine_id, *graph);
-  if (!copy) return nullptr;
-  std::unique_lock<std::mutex> lock = kernels.lock_for_build();
-  const Descriptor* cache = kernels.bind(graph);
-  if (cache == nullptr) return nullptr;
-  const bool cached = kernels.holds(copy->config);
-  std::optional<Descriptor> plan = finalize_with_cache(*copy, *cache, handle);
-  if (!plan) return nullptr;
-  notes.kernel = cached ? KernelSource::Reused : KernelSource::Compiled;
-  kernels.record(notes);
-  const int64_t workspace = plan->get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
-  return std::make_unique<Plan>(graph, std::move(*plan), std::move(notes), workspace,
-                                kernels.weak_from_this().lock());
 }
 
 std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::string>& problems) {
@@ -499,16 +419,89 @@ struct Candidate {
   PlanNotes notes;
 };
 
-// The configs in heuristics order, except that kernels the structure's
-// selections chose for another batch size come first: this batch size's
-// heuristics may rank first a config whose kernel is not cached.
-std::vector<Candidate> candidates(const BuiltGraph& graph, const KernelCache* kernels,
-                                  std::vector<std::string>& problems) {
+std::vector<Candidate> candidates_of(const BuiltGraph& graph, std::vector<std::string>& problems) {
   std::vector<Candidate> out;
   for (Descriptor& config : all_configs(graph, problems)) {
     PlanNotes notes = read_notes(config);
     out.push_back({std::move(config), std::move(notes)});
   }
+  return out;
+}
+
+// The graph built again with dynamic shapes, with the engine configs cuDNN's
+// heuristics offer for it, at the first config that may use the kernel cache;
+// null once cuDNN refused its operation graph that way.
+class DynamicGraph {
+ public:
+  DynamicGraph(const Graph& graph, cudnnHandle_t handle, KernelCache& kernels)
+      : graph_(graph), handle_(handle), kernels_(kernels) {}
+
+  std::shared_ptr<const BuiltGraph> get() {
+    if (tried_) return built_;
+    tried_ = true;
+    try {
+      built_ = std::make_shared<const BuiltGraph>(graph_, handle_, /*dynamic_shapes=*/true);
+      configs_ = candidates_of(*built_, problems_);
+    } catch (const CudnnError&) {
+      built_.reset();
+      kernels_.refuse_structure();
+    }
+    return built_;
+  }
+
+  // The dynamic graph's own config for the kernel `notes` names (same engine,
+  // same knob choices); null when its heuristics do not offer that kernel.
+  // The config comes from cuDNN for the dynamic-shape graph, as NVIDIA's
+  // frontend does it: knob choices made for one graph's dims and set by hand on
+  // the dynamic graph were the misaligned-address failures of the first version.
+  const Descriptor* config_for(const PlanNotes& notes) const {
+    for (const Candidate& c : configs_) {
+      if (c.notes.engine_id == notes.engine_id && c.notes.knobs == notes.knobs) return &c.config;
+    }
+    return nullptr;
+  }
+
+ private:
+  const Graph& graph_;
+  cudnnHandle_t handle_;
+  KernelCache& kernels_;
+  bool tried_ = false;
+  std::shared_ptr<const BuiltGraph> built_;
+  std::vector<Candidate> configs_;
+  std::vector<std::string> problems_;  // the dynamic graph's heuristics problems: the static build reports its own
+};
+
+// The kernel `notes` names, finalized on the dynamic-shape graph with the
+// kernel cache: bound from the cache or compiled into it. Null when cuDNN
+// refuses or does not offer that kernel for dynamic shapes.
+std::unique_ptr<Plan> finalize_dynamic(DynamicGraph& dynamic, PlanNotes notes, cudnnHandle_t handle,
+                                       KernelCache& kernels) {
+  std::shared_ptr<const BuiltGraph> graph = dynamic.get();
+  if (!graph) return nullptr;
+  const Descriptor* config = dynamic.config_for(notes);
+  if (config == nullptr) return nullptr;
+  std::unique_lock<std::mutex> lock = kernels.lock_for_build();
+  const Descriptor* cache = kernels.bind(graph);
+  if (cache == nullptr) return nullptr;
+  const std::optional<int64_t> before = kernels.contents_bytes();
+  std::optional<Descriptor> plan = finalize_with_cache(*config, *cache, handle);
+  if (!plan) return nullptr;
+  const std::optional<int64_t> after = kernels.contents_bytes();
+  // Reused only when cuDNN's serialized cache is provably unchanged: a
+  // finalize that compiled added its kernel there.
+  notes.kernel = before && after && *before == *after ? KernelSource::Reused : KernelSource::Compiled;
+  kernels.record(notes);
+  const int64_t workspace = plan->get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+  return std::make_unique<Plan>(graph, std::move(*plan), std::move(notes), workspace,
+                                kernels.weak_from_this().lock());
+}
+
+// The configs in heuristics order, except that kernels the structure's
+// selections chose for another batch size come first: this batch size's
+// heuristics may rank first a config whose kernel is not cached.
+std::vector<Candidate> candidates(const BuiltGraph& graph, const KernelCache* kernels,
+                                  std::vector<std::string>& problems) {
+  std::vector<Candidate> out = candidates_of(graph, problems);
   if (kernels != nullptr) {
     std::stable_partition(out.begin(), out.end(),
                           [&](const Candidate& c) { return kernels->was_chosen(c.notes); });
@@ -534,7 +527,7 @@ class CandidateBuilder {
   std::unique_ptr<Plan> build(const Candidate& c) {
     const bool dynamic = dynamic_ && compiles_at_run_time(c.notes) && kernels_->may_try(c.notes);
     if (dynamic) {
-      std::unique_ptr<Plan> plan = finalize_dynamic(*dynamic_, c.config, c.notes, handle_, *kernels_);
+      std::unique_ptr<Plan> plan = finalize_dynamic(*dynamic_, c.notes, handle_, *kernels_);
       if (plan && passes_test(*plan)) return plan;
     }
     std::unique_ptr<Plan> plan = finalize_plan(graph_, c.config, c.notes, handle_);

@@ -341,7 +341,7 @@ size_t PlanCache::background_outstanding() const {
 }
 
 std::shared_ptr<KernelCache> PlanCache::kernel_cache(const Graph& graph, const PlanKey& key) {
-  if (!kernel_caches_enabled()) return nullptr;
+  if (!kernel_caches_enabled() || !kernel_cache_applies(graph)) return nullptr;
   StructureKey structure(graph, key.policy(), key.device());
   std::lock_guard<std::mutex> lock(kernels_mutex_);
   auto it = kernel_caches_.find(structure);

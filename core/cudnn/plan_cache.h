@@ -178,7 +178,7 @@ class PlanCache {
   void build_in_background(PlanKey key, Graph graph, uint64_t ticket, std::shared_ptr<KernelCache> kernels);
   // The kernel cache of `graph`'s structure under `key`'s policy and device,
   // made (from the plan files when they hold it) at the structure's first key;
-  // null when LOOM_CUDNN_KERNEL_CACHE=off.
+  // null when LOOM_CUDNN_KERNEL_CACHE=off or the graph is not one kernel_cache_applies() to.
   std::shared_ptr<KernelCache> kernel_cache(const Graph& graph, const PlanKey& key);
   // A key met during a capture (lazy mode): runs on the tier below until its
   // background build is swapped in. Returns null, the plan to run now.

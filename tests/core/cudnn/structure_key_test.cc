@@ -1,7 +1,8 @@
 // File: tests/core/cudnn/structure_key_test.cc
 // The kernel cache's structure key (core/cudnn/kernel_cache.h): graphs that
 // differ only in batch size share one, so they share compiled kernels; a
-// difference in channels, op, dtype, layout, policy or device gives another.
+// difference in channels, op, dtype, layout, pointer alignment, policy or
+// device gives another. Which graphs may use a kernel cache at all.
 // Graphs are data, so this needs no GPU (but the CUDA build: it links cuDNN).
 //
 // N batch, C channels, H, W; K out channels, R, S filter; M rows, In, Out features.
@@ -63,6 +64,27 @@ Graph linear(int64_t m, int64_t in, int64_t out) {
   return g;
 }
 
+// y = relu(x), (N, 8, 6, 6) NHWC, x's pointer aligned to `x_alignment` bytes.
+Graph relu(int64_t n, int64_t x_alignment = 16) {
+  Graph g;
+  TensorSpec x = dense(kX, {n, 8, 6, 6}, Layout::Nhwc);
+  x.alignment = x_alignment;
+  g.add_tensor(x);
+  g.add_tensor(dense(kY, {n, 8, 6, 6}, Layout::Nhwc));
+  g.pointwise(CUDNN_POINTWISE_RELU_FWD, kX, std::nullopt, kY);
+  return g;
+}
+
+// y = 2x2 max pool of x (N, 8, 6, 6), NHWC.
+Graph max_pool(int64_t n) {
+  Graph g;
+  g.add_tensor(dense(kX, {n, 8, 6, 6}, Layout::Nhwc));
+  g.add_tensor(dense(kY, {n, 8, 3, 3}, Layout::Nhwc));
+  g.resample_forward({.window = {2, 2}, .stride = {2, 2}, .pre_padding = {0, 0}, .post_padding = {0, 0}},
+                     kX, kY, std::nullopt);
+  return g;
+}
+
 PlanNotes compiled_kernel(int64_t engine_id, const std::string& knob) {
   PlanNotes notes;
   notes.engine_id = engine_id;
@@ -104,6 +126,23 @@ TEST_CASE("channels, op, dtype, layout, policy and device each make another stru
   CHECK_FALSE(base == structure(conv_activation({}), {}, 1));
   CHECK_FALSE(structure(linear(128, 64, 10)) == structure(linear(128, 32, 10)));
   CHECK_FALSE(structure(linear(128, 64, 10)) == structure(linear(128, 64, 20)));
+}
+
+TEST_CASE("a pointer at a smaller alignment makes another structure") {
+  CHECK(structure(relu(128)) == structure(relu(96)));
+  CHECK_FALSE(structure(relu(128)) == structure(relu(128, 4)));
+  CHECK_FALSE(structure(relu(128, 8)) == structure(relu(128, 4)));
+}
+
+TEST_CASE("kernel caches are for fully aligned pointwise and normalization graphs only") {
+  CHECK(kernel_cache_applies(relu(128)));
+  CHECK(kernel_cache_applies(relu(1000)));
+  // A view at an offset: its graph keeps the static build.
+  CHECK_FALSE(kernel_cache_applies(relu(128, 4)));
+  CHECK_FALSE(kernel_cache_applies(relu(128, 8)));
+  CHECK_FALSE(kernel_cache_applies(max_pool(128)));
+  CHECK_FALSE(kernel_cache_applies(conv_activation({})));
+  CHECK_FALSE(kernel_cache_applies(linear(128, 64, 10)));
 }
 
 TEST_CASE("a kernel cache remembers refusals and choices by kernel, whatever the dims") {
