@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -353,6 +354,19 @@ data::Dataset first(const data::Dataset& d, int64_t n) {
   return {d.images.narrow(0, 0, n).contiguous(), d.labels.narrow(0, 0, n).contiguous()};
 }
 
+struct Splits {
+  data::Dataset train, test;
+};
+
+// Both splits, read on a thread of their own while the caller builds the model:
+// on a GPU the CUDA context starts up meanwhile, which takes about as long as
+// inflating the files. An error reading them is thrown by the future's get().
+std::future<Splits> load_splits(const TrainConfig& c) {
+  return std::async(std::launch::async, [c] {
+    return Splits{first(load(c, data::Split::Train), c.limit), first(load(c, data::Split::Test), c.test_limit)};
+  });
+}
+
 // Small sets live on the GPU whole; on the CPU two workers build batches ahead.
 // Only training batches are augmented.
 data::DataLoader make_loader(const TrainConfig& c, const data::Dataset& set, bool training) {
@@ -627,15 +641,15 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   PrecisionScope precision(c.precision, c.device, c.autotune);
   AnomalyGuard anomaly(c.detect_anomaly);
   manual_seed(c.seed);
-  data::Dataset train_set = first(load(c, data::Split::Train), c.limit);
-  data::Dataset test_set = first(load(c, data::Split::Test), c.test_limit);
-  data::DataLoader train_loader =
-      make_loader(c, group ? epoch_shard(train_set, c, *group, 0) : train_set, /*training=*/true);
-  data::DataLoader test_loader = make_loader(c, test_set, /*training=*/false);
+  std::future<Splits> loading = load_splits(c);
   nn::Sequential net = make_model(c.model);
   net.to(c.device);
   if (c.device.is_cuda()) net.to(MemoryFormat::ChannelsLast);  // cuDNN's native layout
   if (c.fuse) nn::fuse(net);  // same parameters and state_dict names; unfused where cuDNN has no engine
+  auto [train_set, test_set] = loading.get();
+  data::DataLoader train_loader =
+      make_loader(c, group ? epoch_shard(train_set, c, *group, 0) : train_set, /*training=*/true);
+  data::DataLoader test_loader = make_loader(c, test_set, /*training=*/false);
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   if (group) ddp = std::make_unique<nn::DistributedDataParallel>(std::shared_ptr<nn::Module>(&net, [](nn::Module*) {}), group);
   nn::Module& stepped = ddp ? static_cast<nn::Module&>(*ddp) : net;  // DDP averages the gradients
