@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <limits>
 #include <optional>
 #include <shared_mutex>
@@ -195,13 +194,8 @@ std::string knob_name(int64_t type) {
   }
 }
 
-struct KnobChoice {
-  cudnnBackendKnobType_t type;
-  int64_t value;
-};
-
-// The config's knob choices: with the engine id they name the kernel.
-std::vector<KnobChoice> knob_choices(const Descriptor& config) {
+// The config's knob choices, "NAME=VALUE" each: with the engine id they name the kernel.
+std::vector<std::string> read_knobs(const Descriptor& config) {
   constexpr int64_t kMaxKnobs = CUDNN_KNOB_TYPE_COUNTS;
   std::vector<Descriptor> choices;
   std::vector<cudnnBackendDescriptor_t> raws;
@@ -210,33 +204,25 @@ std::vector<KnobChoice> knob_choices(const Descriptor& config) {
     raws.push_back(choices.back().get());
   }
   int64_t n = 0;
-  std::vector<KnobChoice> knobs;
+  std::vector<std::string> knobs;
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
                                CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxKnobs, &n,
                                raws.data()) != CUDNN_STATUS_SUCCESS) {
     return knobs;
   }
   for (int64_t i = 0; i < std::min(n, kMaxKnobs); ++i) {
-    int64_t value = 0, count = 0;
-    cudnnBackendKnobType_t type{};
+    int64_t type = 0, value = 0, count = 0;
+    cudnnBackendKnobType_t knob_type{};
     if (cudnnBackendGetAttribute(raws[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
-                                 &count, &type) != CUDNN_STATUS_SUCCESS ||
+                                 &count, &knob_type) != CUDNN_STATUS_SUCCESS ||
         cudnnBackendGetAttribute(raws[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
                                  &count, &value) != CUDNN_STATUS_SUCCESS) {
       continue;
     }
-    knobs.push_back({type, value});
+    type = static_cast<int64_t>(knob_type);
+    knobs.push_back(fmt::format("{}={}", knob_name(type), value));
   }
   return knobs;
-}
-
-// "TILE_SIZE=3" each.
-std::vector<std::string> knob_names(const std::vector<KnobChoice>& choices) {
-  std::vector<std::string> names;
-  for (const KnobChoice& k : choices) {
-    names.push_back(fmt::format("{}={}", knob_name(static_cast<int64_t>(k.type)), k.value));
-  }
-  return names;
 }
 
 PlanNotes read_notes(const Descriptor& config) {
@@ -259,7 +245,7 @@ PlanNotes read_notes(const Descriptor& config) {
                                behavior) == CUDNN_STATUS_SUCCESS) {
     for (int64_t i = 0; i < n; ++i) notes.behavior.push_back(behavior_note_name(behavior[i]));
   }
-  notes.knobs = knob_names(knob_choices(config));
+  notes.knobs = read_knobs(config);
   return notes;
 }
 
