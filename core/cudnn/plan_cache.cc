@@ -56,8 +56,8 @@ bool builds_lazily(const NumericsPolicy& policy) {
 // build, which puts it ahead of every library that build loaded.
 void stop_builders_at_exit();
 
-// A graph's structure: its pattern without the sizes, under the key's policy
-// and device ("relu_fwd nhwc bf16 nhwc bf16" for every batch and width).
+}  // namespace
+
 std::string structure_of(const PlanKey& key, const Graph& graph) {
   std::string shape_free;
   int depth = 0;
@@ -73,6 +73,8 @@ std::string structure_of(const PlanKey& key, const Graph& graph) {
   return fmt::format("{} {}{} {}", key.device(), precision_name(key.policy().precision),
                      key.policy().deterministic ? " deterministic" : "", shape_free);
 }
+
+namespace {
 
 // The libraries runtime compilation loads, loaded now so that their exit
 // handlers precede the first hook too (a name that does not resolve is skipped).

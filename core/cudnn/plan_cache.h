@@ -220,6 +220,12 @@ int apply_pending_plans();
 // The key of `graph` under the calling thread's policy, on the current device.
 PlanKey plan_key(const Graph& graph);
 
+// A graph's structure: its pattern without the sizes (layouts and dtypes stay),
+// under the key's policy and device ("relu_fwd nhwc bf16 nhwc bf16" for every
+// batch and width). What the cache, and a caller that probes graphs, remember
+// per structure rather than per key.
+std::string structure_of(const PlanKey& key, const Graph& graph);
+
 // The one way ops run a graph: looks its plan up (building it on a miss) and
 // executes it with `pointers` and the shared workspace. Returns false when no
 // engine supports the graph (or, lazy, none does yet); when `fallback_tier` is
