@@ -148,13 +148,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(nn::Module& net, const std::str
 
 // The process's cuDNN plan counters, to report a configuration's share.
 struct PlanCounts {
-  int64_t built = 0, restored = 0, lazy = 0, specialized = 0, kernels_reused = 0;
+  int64_t built = 0, restored = 0, lazy = 0, specialized = 0;
 };
 
 PlanCounts plan_counts() {
 #ifdef LOOM_WITH_CUDA
   const cudnn::PlanCacheStats s = cudnn::PlanCache::global().stats();
-  return {s.plans_built, s.plans_restored, s.lazy_plans, s.plans_specialized, s.kernels_reused};
+  return {s.plans_built, s.plans_restored, s.lazy_plans, s.plans_specialized};
 #else
   return {};
 #endif
@@ -314,7 +314,6 @@ StepResult run_step_config(const StepConfig& c) {
   r.plans_restored = after.restored - before.restored;
   r.plans_lazy = after.lazy - before.lazy;
   r.plans_specialized = after.specialized - before.specialized;
-  r.kernels_reused = after.kernels_reused - before.kernels_reused;
   r.peak_bytes = peak_allocated_bytes(c.device);
   if (c.profile_steps > 0) profile_steps(net, *opt, data, c);
   return r;
@@ -363,14 +362,13 @@ void print_step(const StepResult& r) {
   std::printf(
       "%-10s batch %4lld  %-6s %-5s %-4s %12.0f img/s %9.3f ms/step  first step %6.2f s"
       " (model %.2f, inputs %.2f)  peak %8.1f MiB  plans (%s): %lld built, %lld restored, "
-      "%lld lazy, %lld specialized, %lld reused kernels%s%s\n",
+      "%lld lazy, %lld specialized%s%s\n",
       r.model.c_str(), static_cast<long long>(r.batch), r.precision.c_str(), r.mode.c_str(),
       r.layout.c_str(), r.images_per_second(), r.ms_per_step(), r.first_step_s,
       r.model_ready_s, r.inputs_ready_s, static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0),
       r.plan_build.c_str(),
       static_cast<long long>(r.plans_built), static_cast<long long>(r.plans_restored),
       static_cast<long long>(r.plans_lazy), static_cast<long long>(r.plans_specialized),
-      static_cast<long long>(r.kernels_reused),
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
   std::fflush(stdout);
 }

@@ -38,7 +38,7 @@ std::string to_json(const StepResult& r) {
       "\"first_step_s\": {}, \"model_ready_s\": {}, \"inputs_ready_s\": {}, \"peak_bytes\": {}, "
       "\"peak_mib\": {}, \"repeat_ms\": {}, "
       "\"fallback_reason\": {}, \"plan_build\": {}, \"plans_built\": {}, \"plans_restored\": {}, "
-      "\"plans_lazy\": {}, \"plans_specialized\": {}, \"kernels_reused\": {}}}",
+      "\"plans_lazy\": {}, \"plans_specialized\": {}}}",
       json_string(r.model), r.batch, json_string(r.precision), json_string(r.mode),
       json_string(r.layout), json_string(r.device), r.steps, r.repeats, r.warmup,
       json_number(r.ms_per_step()), json_number(r.images_per_second()),
@@ -46,7 +46,7 @@ std::string to_json(const StepResult& r) {
       r.peak_bytes,
       json_number(static_cast<double>(r.peak_bytes) / kMiB), number_list(r.repeat_ms),
       json_string(r.fallback_reason), json_string(r.plan_build), r.plans_built,
-      r.plans_restored, r.plans_lazy, r.plans_specialized, r.kernels_reused);
+      r.plans_restored, r.plans_lazy, r.plans_specialized);
 }
 
 std::string to_json(const TtaResult& r) {

@@ -38,10 +38,8 @@ struct StepResult {
   std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
   std::string plan_build = "lazy";     // the cuDNN plan-build mode (core/numerics.h)
   // cuDNN plans this configuration built before its first run, restored from the
-  // plan files, started lazily on a stand-in, and specialized (swapped) later;
-  // plans finalized with a kernel another batch size compiled (kernel cache).
+  // plan files, started lazily on a stand-in, and specialized (swapped) later.
   int64_t plans_built = 0, plans_restored = 0, plans_lazy = 0, plans_specialized = 0;
-  int64_t kernels_reused = 0;
 
   double ms_per_step() const { return median(repeat_ms); }
   double images_per_second() const { return static_cast<double>(batch) * 1e3 / ms_per_step(); }

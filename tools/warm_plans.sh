@@ -15,12 +15,11 @@
 # GPU). The files go where the trainers look: LOOM_CUDNN_PLAN_DIR, else
 # $XDG_CACHE_HOME/loom/cudnn-plans, else ~/.cache/loom/cudnn-plans. A batch
 # size whose last training batch is smaller (60000 images in batches of 128
-# end with 96) gets its runtime-compiled kernels from the kernel caches saved
-# there (no compilation), but lists that size too to restore whole plans.
+# end with 96) needs that size listed too.
 set -euo pipefail
 
 usage() {
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 models=mnist_net

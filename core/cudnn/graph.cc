@@ -333,7 +333,7 @@ std::string Graph::pattern() const {
 
 // ---- the descriptors -------------------------------------------------------------------
 
-BuiltGraph::BuiltGraph(Graph graph, cudnnHandle_t handle, bool dynamic_shapes) : graph_(std::move(graph)) {
+BuiltGraph::BuiltGraph(Graph graph, cudnnHandle_t handle) : graph_(std::move(graph)) {
   for (const TensorSpec& spec : graph_.tensors()) {
     Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     d.set_data_type(CUDNN_ATTR_TENSOR_DATA_TYPE, spec.dtype)
@@ -352,7 +352,6 @@ BuiltGraph::BuiltGraph(Graph graph, cudnnHandle_t handle, bool dynamic_shapes) :
   Descriptor op_graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   op_graph.set_descriptors(CUDNN_ATTR_OPERATIONGRAPH_OPS, ops);
   set_handle(op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle);
-  if (dynamic_shapes) op_graph.set_bool(CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, true);
   op_graph.finalize();
   operation_graph_ = std::move(op_graph);
 }

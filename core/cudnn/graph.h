@@ -146,10 +146,9 @@ class Graph {
 // A Graph turned into cuDNN descriptors: the tensors, the operations and the
 // finalized OPERATIONGRAPH. It owns every descriptor it made, so a plan built
 // from it stays valid as long as it lives (Plan keeps it). Throws CudnnError.
-// With dynamic_shapes, plans bind kernels through a kernel cache (kernel_cache.h).
 class BuiltGraph {
  public:
-  BuiltGraph(Graph graph, cudnnHandle_t handle, bool dynamic_shapes = false);
+  BuiltGraph(Graph graph, cudnnHandle_t handle);
   BuiltGraph(BuiltGraph&&) = default;
 
   const Descriptor& operation_graph() const { return *operation_graph_; }

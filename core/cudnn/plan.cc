@@ -11,7 +11,6 @@
 
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
-#include "core/cudnn/kernel_cache.h"
 #include "core/error.h"
 
 namespace loom::cudnn {
@@ -371,23 +370,6 @@ double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& 
   return best;
 }
 
-// ---- dynamic shapes and the kernel cache (kernel_cache.h) -------------------------------
-
-// A plan for `config` finalized with `cache` bound; nullopt when cuDNN refuses.
-std::optional<Descriptor> finalize_with_cache(const Descriptor& config, const Descriptor& cache,
-                                              cudnnHandle_t handle) {
-  try {
-    Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config)
-        .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, cache);
-    set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
-    if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return std::nullopt;
-    return plan;
-  } catch (const CudnnError&) {
-    return std::nullopt;
-  }
-}
-
 std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::string>& problems) {
   std::vector<Descriptor> configs = engine_configs(graph.operation_graph(), CUDNN_HEUR_MODE_A, problems);
   for (Descriptor& d : engine_configs(graph.operation_graph(), CUDNN_HEUR_MODE_FALLBACK, problems)) {
@@ -396,178 +378,11 @@ std::vector<Descriptor> all_configs(const BuiltGraph& graph, std::vector<std::st
   return configs;
 }
 
-struct Candidate {
-  Descriptor config;
-  PlanNotes notes;
-};
-
-std::vector<Candidate> candidates_of(const BuiltGraph& graph, std::vector<std::string>& problems) {
-  std::vector<Candidate> out;
-  for (Descriptor& config : all_configs(graph, problems)) {
-    PlanNotes notes = read_notes(config);
-    out.push_back({std::move(config), std::move(notes)});
-  }
-  return out;
-}
-
-// The graph built again with dynamic shapes, with the engine configs cuDNN's
-// heuristics offer for it, at the first config that may use the kernel cache;
-// null once cuDNN refused its operation graph that way.
-class DynamicGraph {
- public:
-  DynamicGraph(const Graph& graph, cudnnHandle_t handle, KernelCache& kernels)
-      : graph_(graph), handle_(handle), kernels_(kernels) {}
-
-  std::shared_ptr<const BuiltGraph> get() {
-    if (tried_) return built_;
-    tried_ = true;
-    try {
-      built_ = std::make_shared<const BuiltGraph>(graph_, handle_, /*dynamic_shapes=*/true);
-      configs_ = candidates_of(*built_, problems_);
-    } catch (const CudnnError&) {
-      built_.reset();
-      kernels_.refuse_structure();
-    }
-    return built_;
-  }
-
-  // The dynamic graph's own config for the kernel `notes` names (same engine,
-  // same knob choices); null when its heuristics do not offer that kernel.
-  // The config comes from cuDNN for the dynamic-shape graph, as NVIDIA's
-  // frontend does it: knob choices made for one graph's dims and set by hand on
-  // the dynamic graph were the misaligned-address failures of the first version.
-  const Descriptor* config_for(const PlanNotes& notes) const {
-    for (const Candidate& c : configs_) {
-      if (c.notes.engine_id == notes.engine_id && c.notes.knobs == notes.knobs) return &c.config;
-    }
-    return nullptr;
-  }
-
- private:
-  const Graph& graph_;
-  cudnnHandle_t handle_;
-  KernelCache& kernels_;
-  bool tried_ = false;
-  std::shared_ptr<const BuiltGraph> built_;
-  std::vector<Candidate> configs_;
-  std::vector<std::string> problems_;  // the dynamic graph's heuristics problems: the static build reports its own
-};
-
-// The kernel `notes` names, finalized on the dynamic-shape graph with the
-// kernel cache: bound from the cache or compiled into it. Null when cuDNN
-// refuses or does not offer that kernel for dynamic shapes.
-std::unique_ptr<Plan> finalize_dynamic(DynamicGraph& dynamic, PlanNotes notes, cudnnHandle_t handle,
-                                       KernelCache& kernels) {
-  std::shared_ptr<const BuiltGraph> graph = dynamic.get();
-  if (!graph) return nullptr;
-  const Descriptor* config = dynamic.config_for(notes);
-  if (config == nullptr) return nullptr;
-  std::unique_lock<std::mutex> lock = kernels.lock_for_build();
-  const Descriptor* cache = kernels.bind(graph);
-  if (cache == nullptr) return nullptr;
-  const std::optional<int64_t> before = kernels.contents_bytes();
-  std::optional<Descriptor> plan = finalize_with_cache(*config, *cache, handle);
-  if (!plan) return nullptr;
-  const std::optional<int64_t> after = kernels.contents_bytes();
-  // Reused only when cuDNN's serialized cache is provably unchanged: a
-  // finalize that compiled added its kernel there.
-  notes.kernel = before && after && *before == *after ? KernelSource::Reused : KernelSource::Compiled;
-  kernels.record(notes);
-  const int64_t workspace = plan->get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
-  return std::make_unique<Plan>(graph, std::move(*plan), std::move(notes), workspace,
-                                kernels.weak_from_this().lock());
-}
-
-// The configs in heuristics order, except that kernels the structure's
-// selections chose for another batch size come first: this batch size's
-// heuristics may rank first a config whose kernel is not cached.
-std::vector<Candidate> candidates(const BuiltGraph& graph, const KernelCache* kernels,
-                                  std::vector<std::string>& problems) {
-  std::vector<Candidate> out = candidates_of(graph, problems);
-  if (kernels != nullptr) {
-    std::stable_partition(out.begin(), out.end(),
-                          [&](const Candidate& c) { return kernels->was_chosen(c.notes); });
-  }
-  return out;
-}
-
-// Turns configs into test-run plans for one graph, and keeps what went wrong.
-class CandidateBuilder {
- public:
-  CandidateBuilder(const Graph& graph, cudnnHandle_t handle, const SelectOptions& options)
-      : graph_(std::make_shared<const BuiltGraph>(graph, handle)), handle_(handle),
-        tests_(graph, options.gate), kernels_(options.kernels) {
-    if (kernels_ != nullptr) dynamic_.emplace(graph, handle, *kernels_);
-  }
-
-  const BuiltGraph& graph() const { return *graph_; }
-
-  // A runtime-compiled config is built for dynamic shapes with the kernel
-  // cache where that may be tried; where cuDNN refuses that (finalize or the
-  // test run) but the config works for the graph's dims alone, the refusal is
-  // recorded and the config keeps the static build. Null when neither works.
-  std::unique_ptr<Plan> build(const Candidate& c) {
-    const bool dynamic = dynamic_ && compiles_at_run_time(c.notes) && kernels_->may_try(c.notes);
-    if (dynamic) {
-      std::unique_ptr<Plan> plan = finalize_dynamic(*dynamic_, c.notes, handle_, *kernels_);
-      if (plan && passes_test(*plan)) return plan;
-    }
-    std::unique_ptr<Plan> plan = finalize_plan(graph_, c.config, c.notes, handle_);
-    if (!plan) {
-      if (++finalize_failures == 1) problems.push_back("first finalize: " + last_error_string());
-      return nullptr;
-    }
-    if (!passes_test(*plan)) {
-      if (++execute_failures == 1) problems.push_back("first test run: " + last_error_string());
-      return nullptr;
-    }
-    if (dynamic) kernels_->refuse(c.notes);
-    return plan;
-  }
-
-  double time_ms(const Plan& plan, double fastest_so_far_ms) {
-    auto held = tests_.hold();
-    return time_plan_ms(plan, handle_, tests_.bindings(), fastest_so_far_ms);
-  }
-
-  int finalize_failures = 0, execute_failures = 0;
-  std::vector<std::string> problems;
-
- private:
-  bool passes_test(const Plan& plan) {
-    auto held = tests_.hold();
-    return test_execute(plan, handle_, tests_.bindings());
-  }
-
-  std::shared_ptr<const BuiltGraph> graph_;
-  cudnnHandle_t handle_;
-  GatedTests tests_;
-  KernelCache* kernels_;
-  std::optional<DynamicGraph> dynamic_;
-};
-
-std::string why_no_plan(const Selection& selection, const CandidateBuilder& builder,
-                        const SelectOptions& options) {
-  return fmt::format(
-      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}{}), "
-      "{} failed to finalize, {} failed a test run{}{}",
-      selection.candidates_seen, selection.candidates_tried,
-      precision_name(options.policy.precision),
-      options.policy.deterministic ? ", deterministic" : "",
-      options.precompiled_only
-          ? fmt::format(", precompiled engines only: {} runtime-compiled passed over",
-                        selection.runtime_compiled_skipped)
-          : "",
-      builder.finalize_failures, builder.execute_failures,
-      builder.problems.empty() ? "" : "; ", fmt::join(builder.problems, "; "));
-}
-
 }  // namespace
 
-Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes,
-           std::shared_ptr<const KernelCache> kernels)
-    : graph_(std::move(graph)), kernels_(std::move(kernels)), plan_(std::move(plan)),
-      notes_(std::move(notes)), workspace_bytes_(workspace_bytes) {}
+Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes)
+    : graph_(std::move(graph)), plan_(std::move(plan)), notes_(std::move(notes)),
+      workspace_bytes_(workspace_bytes) {}
 
 cudnnStatus_t Plan::try_execute(cudnnHandle_t handle, const VariantPointers& pointers,
                                 void* workspace) const {
@@ -606,22 +421,6 @@ std::string Plan::json() const {
   return text;
 }
 
-std::string_view kernel_source_name(KernelSource source) {
-  switch (source) {
-    case KernelSource::Static: return "static";
-    case KernelSource::Compiled: return "compiled";
-    case KernelSource::Reused: return "reused";
-  }
-  return "static";
-}
-
-std::optional<KernelSource> parse_kernel_source(std::string_view name) {
-  for (KernelSource source : {KernelSource::Static, KernelSource::Compiled, KernelSource::Reused}) {
-    if (kernel_source_name(source) == name) return source;
-  }
-  return std::nullopt;
-}
-
 bool compiles_at_run_time(const PlanNotes& notes) {
   return std::find(notes.behavior.begin(), notes.behavior.end(), "RUNTIME_COMPILATION") !=
          notes.behavior.end();
@@ -649,29 +448,48 @@ bool selection_is_timed(const Graph& graph, const SelectOptions& options) {
 }
 
 Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectOptions& options) {
-  CandidateBuilder builder(graph_in, handle, options);
+  auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
+  GatedTests tests(graph_in, options.gate);
+  const bool strict_timing = times_every_candidate(graph_in, options);
   const bool timed = selection_is_timed(graph_in, options);
-  const size_t most_timed = times_every_candidate(graph_in, options)
-                                ? SIZE_MAX
-                                : static_cast<size_t>(options.autotune_candidates);
+  const size_t most_timed = strict_timing ? SIZE_MAX : static_cast<size_t>(options.autotune_candidates);
   Selection selection;
   std::vector<std::pair<double, std::unique_ptr<Plan>>> working;
   double fastest_ms = std::numeric_limits<double>::infinity();
-  for (const Candidate& c : candidates(builder.graph(), options.kernels, builder.problems)) {
+  int finalize_failures = 0, execute_failures = 0;
+  std::vector<std::string> problems;
+  for (const Descriptor& config : all_configs(*graph, problems)) {
     ++selection.candidates_seen;
-    if (!allowed(c.notes, graph_in, options)) continue;
-    if (options.precompiled_only && compiles_at_run_time(c.notes)) {
+    PlanNotes notes = read_notes(config);
+    if (!allowed(notes, graph_in, options)) continue;
+    if (options.precompiled_only && compiles_at_run_time(notes)) {
       ++selection.runtime_compiled_skipped;
       continue;
     }
     ++selection.candidates_tried;
-    std::unique_ptr<Plan> plan = builder.build(c);
-    if (!plan) continue;
+    std::unique_ptr<Plan> plan = finalize_plan(graph, config, std::move(notes), handle);
+    if (!plan) {
+      if (++finalize_failures == 1) problems.push_back("first finalize: " + last_error_string());
+      continue;
+    }
+    bool works = false;
+    {
+      auto held = tests.hold();
+      works = test_execute(*plan, handle, tests.bindings());
+    }
+    if (!works) {
+      if (++execute_failures == 1) problems.push_back("first test run: " + last_error_string());
+      continue;
+    }
     if (!timed) {
       selection.plan = std::move(plan);
-      break;
+      return selection;
     }
-    const double ms = builder.time_ms(*plan, fastest_ms);
+    double ms = 0;
+    {
+      auto held = tests.hold();
+      ms = time_plan_ms(*plan, handle, tests.bindings(), fastest_ms);
+    }
     fastest_ms = std::min(fastest_ms, ms);
     working.emplace_back(ms, std::move(plan));
     if (working.size() >= most_timed) break;
@@ -680,12 +498,20 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
     auto fastest = std::min_element(working.begin(), working.end(),
                                     [](const auto& a, const auto& b) { return a.first < b.first; });
     selection.plan = std::move(fastest->second);
+    return selection;
   }
-  if (!selection.plan) {
-    selection.why_none = why_no_plan(selection, builder, options);
-  } else if (options.kernels != nullptr) {
-    options.kernels->remember_chosen(selection.plan->notes());
-  }
+  selection.why_none = fmt::format(
+      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}{}), "
+      "{} failed to finalize, {} failed a test run{}{}",
+      selection.candidates_seen, selection.candidates_tried,
+      precision_name(options.policy.precision),
+      options.policy.deterministic ? ", deterministic" : "",
+      options.precompiled_only
+          ? fmt::format(", precompiled engines only: {} runtime-compiled passed over",
+                        selection.runtime_compiled_skipped)
+          : "",
+      finalize_failures, execute_failures,
+      problems.empty() ? "" : "; ", fmt::join(problems, "; "));
   return selection;
 }
 

@@ -10,9 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,31 +24,16 @@ namespace loom::cudnn {
 // point to host scalars.
 using VariantPointers = std::vector<std::pair<int64_t, const void*>>;
 
-// Where a plan's kernel came from (kernel_cache.h).
-enum class KernelSource : uint8_t {
-  Static,    // a precompiled engine, or a kernel compiled for this graph's dims alone
-  Compiled,  // compiled for dynamic shapes into the structure's kernel cache
-  Reused,    // bound from the structure's kernel cache: nothing compiled
-};
-// "static", "compiled", "reused"; parse_kernel_source reads them back.
-std::string_view kernel_source_name(KernelSource source);
-std::optional<KernelSource> parse_kernel_source(std::string_view name);
-
 struct PlanNotes {
   int64_t engine_id = -1;
   std::vector<std::string> numerical;  // "TENSOR_CORE", "NONDETERMINISTIC", ...
   std::vector<std::string> behavior;   // "RUNTIME_COMPILATION", ...
   std::vector<std::string> knobs;      // the config's knob choices, "TILE_SIZE=3", ...
-  KernelSource kernel = KernelSource::Static;
 };
-
-class KernelCache;  // kernel_cache.h
 
 class Plan {
  public:
-  // `kernels`: the kernel cache the plan was finalized with, if any.
-  Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes,
-       std::shared_ptr<const KernelCache> kernels = nullptr);
+  Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes notes, int64_t workspace_bytes);
 
   // Runs on `stream` through `handle`; `workspace` must hold workspace_bytes().
   void execute(cudnnHandle_t handle, const VariantPointers& pointers, void* workspace) const;
@@ -67,10 +50,6 @@ class Plan {
 
  private:
   std::shared_ptr<const BuiltGraph> graph_;  // the plan refers to its descriptors
-  // A plan bound to a cached kernel may run code the cache holds, so the cache
-  // lives as long as the plan (PlanCache::clear() drops the caches, not the
-  // plans callers still hold).
-  std::shared_ptr<const KernelCache> kernels_;
   Descriptor plan_;
   PlanNotes notes_;
   int64_t workspace_bytes_;
@@ -91,11 +70,6 @@ struct SelectOptions {
   // Take the first working config, untimed even where the policy times every
   // candidate (lazy mode's stand-in; the timed choice is built in the background).
   bool first_working = false;
-  // The graph's structure's kernel cache: runtime-compiled configs are built
-  // for dynamic shapes with it (where cuDNN allows), and the kernels it has
-  // chosen for other batch sizes are tried first. Null: every config is built
-  // for the graph's dims alone.
-  KernelCache* kernels = nullptr;
 };
 
 // Whether select_plan times candidates for `graph` under `options` (autotune,

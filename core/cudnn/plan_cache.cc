@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <optional>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -172,22 +171,6 @@ const bool warm_up_hooked = [] {
   return true;
 }();
 
-bool kernel_caches_enabled() {
-  static const bool enabled = [] {
-    const char* setting = std::getenv("LOOM_CUDNN_KERNEL_CACHE");
-    return setting == nullptr || std::string(setting) != "off";
-  }();
-  return enabled;
-}
-
-// Saves the structure's kernel cache when a build compiled something into it.
-void save_kernels(KernelCache* kernels) {
-  if (kernels == nullptr) return;
-  if (std::optional<StoredKernels> stored = kernels->take_unsaved()) {
-    PlanStore::global().save_kernels(kernels->key(), *stored);
-  }
-}
-
 bool same_kernel(const PlanNotes& a, const PlanNotes& b) {
   return a.engine_id == b.engine_id && a.knobs == b.knobs;
 }
@@ -198,7 +181,17 @@ PlanKey::PlanKey(const Graph& graph, const NumericsPolicy& policy, int device)
     : policy_(policy), device_(device) {
   values_.reserve(96);
   graph.append_canonical(values_);
-  hash_ = key_hash(policy, device, values_);
+  // FNV-1a over the policy, the device and the canonical form.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  mix(static_cast<uint64_t>(policy.precision) | (uint64_t{policy.deterministic} << 8) |
+      (uint64_t{policy.autotune} << 9));
+  mix(static_cast<uint64_t>(device));
+  for (int64_t v : values_) mix(static_cast<uint64_t>(v));
+  hash_ = static_cast<size_t>(h);
 }
 
 bool PlanKey::operator==(const PlanKey& other) const {
@@ -249,13 +242,11 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
                "is being captured; run the step once eagerly before capturing it",
                name);
     VariantWalk::note_pending();
-    return add_pending(key, graph, std::move(name), ms_since(start), kernel_cache(graph, key));
+    return add_pending(key, graph, std::move(name), ms_since(start));
   }
   Selection selection;
-  std::shared_ptr<KernelCache> kernels = kernel_cache(graph, key);
   const SelectOptions options{.policy = key.policy(),
-                              .precompiled_only = plan_build_mode() == PlanBuildMode::Precompiled,
-                              .kernels = kernels.get()};
+                              .precompiled_only = plan_build_mode() == PlanBuildMode::Precompiled};
   const PlanStore& store = PlanStore::global();
   if (std::optional<StoredPlan> stored = store.load(key)) {
     selection.plan = restore_plan(graph, handle(), stored->json, stored->notes, options);
@@ -268,7 +259,6 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
     // A precompiled-only plan that passed a runtime-compiled one over is not the
     // best plan: saved, it would keep later lazy or eager runs from building that.
     if (selection.plan && selection.runtime_compiled_skipped == 0) store.save(key, *selection.plan);
-    save_kernels(kernels.get());
   }
   const double ms = ms_since(start);
   stats_.build_seconds += ms / 1000.0;
@@ -296,14 +286,13 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   index_.emplace(key, lru_.begin());
   std::shared_ptr<const Plan> plan = lru_.front().plan;
   evict_over_capacity();
-  if (pending) build_in_background(key, graph, ticket, std::move(kernels));
+  if (pending) build_in_background(key, graph, ticket);
   if (pending && !plan) VariantWalk::note_pending();
   return plan;
 }
 
 std::shared_ptr<const Plan> PlanCache::add_pending(const PlanKey& key, const Graph& graph,
-                                                  std::string name, double ms,
-                                                  std::shared_ptr<KernelCache> kernels) {
+                                                  std::string name, double ms) {
   const uint64_t ticket = next_ticket_++;
   PlanInfo info{.graph = name, .supported = true, .notes = {}, .workspace_bytes = 0, .build_ms = ms,
                 .restored = false, .pending = true, .specialized = false, .background_ms = 0,
@@ -313,7 +302,7 @@ std::shared_ptr<const Plan> PlanCache::add_pending(const PlanKey& key, const Gra
   lru_.push_front(Entry{key, nullptr, std::move(info), ticket});
   index_.emplace(key, lru_.begin());
   evict_over_capacity();
-  build_in_background(key, graph, ticket, std::move(kernels));
+  build_in_background(key, graph, ticket);
   return nullptr;
 }
 
@@ -322,7 +311,7 @@ void PlanCache::prefetch(const PlanKey& key, const Graph& graph) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (index_.contains(key)) return;
   ++stats_.prefetched;
-  (void)add_pending(key, graph, graph.pattern(), 0, kernel_cache(graph, key));
+  (void)add_pending(key, graph, graph.pattern(), 0);
 }
 
 bool PlanCache::pending_without_plan(const PlanKey& key) const {
@@ -356,18 +345,15 @@ bool PlanCache::start_lazily(const PlanKey& key, const Graph& graph, bool has_fa
   return true;
 }
 
-void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket,
-                                    std::shared_ptr<KernelCache> kernels) {
-  builders().submit(ticket, [this, key = std::move(key), graph = std::move(graph), ticket,
-                             kernels = std::move(kernels)] {
+void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
+  builders().submit(ticket, [this, key = std::move(key), graph = std::move(graph), ticket] {
     const Clock::time_point start = Clock::now();
     Finished done{key, ticket, nullptr, "", 0};
     try {
       LOOM_CUDA_CHECK(cudaSetDevice(key.device()));
-      Selection selection = select_plan(
-          graph, handle(), {.policy = key.policy(), .gate = &capture_gate(), .kernels = kernels.get()});
+      Selection selection =
+          select_plan(graph, handle(), {.policy = key.policy(), .gate = &capture_gate()});
       if (selection.plan) PlanStore::global().save(key, *selection.plan);
-      save_kernels(kernels.get());
       done.why_none = selection.why_none;
       done.plan = std::move(selection.plan);
     } catch (const std::exception& e) {  // reported like "no engine": the key keeps its stand-in
@@ -436,18 +422,6 @@ size_t PlanCache::background_outstanding() const {
 
 void PlanCache::record_warm_up(double ms) { record("warm-up", "cuDNN libraries, handle, heuristics", -1, ms); }
 
-std::shared_ptr<KernelCache> PlanCache::kernel_cache(const Graph& graph, const PlanKey& key) {
-  if (!kernel_caches_enabled() || !kernel_cache_applies(graph)) return nullptr;
-  StructureKey structure(graph, key.policy(), key.device());
-  std::lock_guard<std::mutex> lock(kernels_mutex_);
-  auto it = kernel_caches_.find(structure);
-  if (it != kernel_caches_.end()) return it->second;
-  StoredKernels stored = PlanStore::global().load_kernels(structure).value_or(StoredKernels{});
-  auto made = std::make_shared<KernelCache>(structure, std::move(stored));
-  kernel_caches_.emplace(std::move(structure), made);
-  return made;
-}
-
 void PlanCache::record(std::string event, const std::string& graph, int64_t engine_id, double build_ms) {
   PlanEvent e{.at_seconds = std::chrono::duration<double>(Clock::now() - kProcessStart).count(),
               .event = std::move(event), .graph = graph, .engine_id = engine_id,
@@ -505,17 +479,9 @@ PlanCacheStats PlanCache::stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     out = stats_;
   }
-  {
-    std::lock_guard<std::mutex> lock(finished_mutex_);
-    out.background_seconds = background_seconds_;
-    out.background_builds = background_builds_;
-  }
-  std::lock_guard<std::mutex> lock(kernels_mutex_);
-  for (const auto& [structure, kernels] : kernel_caches_) {
-    out.kernels_reused += kernels->reused();
-    out.kernels_compiled += kernels->compiled();
-    out.dynamic_shapes_refused += kernels->refused();
-  }
+  std::lock_guard<std::mutex> lock(finished_mutex_);
+  out.background_seconds = background_seconds_;
+  out.background_builds = background_builds_;
   return out;
 }
 
@@ -533,13 +499,12 @@ std::string PlanCache::explain() const {
       "built, {} restored from {}, {} unsupported, {} runs on the tier below cuDNN, {:.3f} s "
       "building; lazily: {} keys started on a stand-in, {} plans specialized later, {} background "
       "builds ({:.3f} s on the builders), {} keys prefetched, {} lookups of lower variants "
-      "deferred; kernel caches: {} kernels reused, {} compiled, {} dynamic-shape refusals\n",
+      "deferred\n",
       loaded_version(), plan_build_mode_name(plan_build_mode()), entries().size(), s.hits, s.misses,
       s.plans_built, s.plans_restored,
       PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
       s.unsupported, s.fallback_runs, s.build_seconds, s.lazy_plans, s.plans_specialized,
-      s.background_builds, s.background_seconds, s.prefetched, s.variants_deferred,
-      s.kernels_reused, s.kernels_compiled, s.dynamic_shapes_refused);
+      s.background_builds, s.background_seconds, s.prefetched, s.variants_deferred);
   out += fmt::format("{:<44} {:>7} {:>10} {:>9} {:>6}  {}\n", "graph", "engine", "workspace",
                      "build ms", "hits", "notes");
   for (const PlanInfo& e : entries()) {
@@ -558,8 +523,6 @@ std::string PlanCache::explain() const {
     }
     std::vector<std::string> notes = e.notes.numerical;
     notes.insert(notes.end(), e.notes.behavior.begin(), e.notes.behavior.end());
-    if (e.notes.kernel == KernelSource::Compiled) notes.push_back("KERNEL_CACHED");
-    if (e.notes.kernel == KernelSource::Reused) notes.push_back("KERNEL_REUSED");
     if (e.restored) notes.push_back("RESTORED");
     if (e.pending) notes.push_back("LAZY");
     if (e.specialized) notes.push_back(fmt::format("SPECIALIZED({:.0f} ms)", e.background_ms));
@@ -590,10 +553,6 @@ void PlanCache::clear() {
     any_finished_ = false;
     background_seconds_ = 0;
     background_builds_ = 0;
-  }
-  {
-    std::lock_guard<std::mutex> lock(kernels_mutex_);
-    kernel_caches_.clear();
   }
   std::lock_guard<std::mutex> lock(timeline_mutex_);
   timeline_.clear();

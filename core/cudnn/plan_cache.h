@@ -24,11 +24,6 @@
 //   (variant_walk.h); at exit, outstanding background builds are waited for
 //   (at most 10 s) so that their plans reach the plan files.
 //
-// Keys that differ only in batch size share one kernel cache (kernel_cache.h):
-// the tail batch and the evaluation batch bind the runtime-compiled kernels of
-// the training batch instead of compiling their own (stats().kernels_reused).
-// LOOM_CUDNN_KERNEL_CACHE=off builds every plan for its dims alone instead.
-//
 //   Graph g = ...;  // the op's graph, described on every call (cheap: no cuDNN calls)
 //   if (!run_plan(g, {{kX, x.data}, {kY, y.data}}, "Loom CUDA kernels")) run_the_tier_below();
 #pragma once
@@ -43,7 +38,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/cudnn/kernel_cache.h"
 #include "core/cudnn/plan.h"
 #include "core/numerics.h"
 
@@ -106,13 +100,6 @@ struct PlanCacheStats {
   int64_t prefetched = 0;  // keys queued by prefetch() before an op met them
   double build_seconds = 0;       // on the calling threads (the first step waits for these)
   double background_seconds = 0;  // on the background builders
-  // Kernel caches (kernel_cache.h), on every thread: plans finalized with a
-  // kernel another batch size compiled (nothing compiled), kernels compiled
-  // into a cache, and engine configs (or structures) cuDNN refused dynamic
-  // shapes for, built for their dims alone instead.
-  int64_t kernels_reused = 0;
-  int64_t kernels_compiled = 0;
-  int64_t dynamic_shapes_refused = 0;
 };
 
 // One line of the plan timeline: when a plan was built, restored, queued or
@@ -196,15 +183,11 @@ class PlanCache {
   // Lazy mode's first plan for a miss; false when the key must be built now.
   bool start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback, Selection& selection,
                     uint64_t& ticket);
-  void build_in_background(PlanKey key, Graph graph, uint64_t ticket, std::shared_ptr<KernelCache> kernels);
-  // The kernel cache of `graph`'s structure under `key`'s policy and device,
-  // made (from the plan files when they hold it) at the structure's first key;
-  // null when LOOM_CUDNN_KERNEL_CACHE=off or the graph is not one kernel_cache_applies() to.
-  std::shared_ptr<KernelCache> kernel_cache(const Graph& graph, const PlanKey& key);
+  void build_in_background(PlanKey key, Graph graph, uint64_t ticket);
   // A key met during a capture, or prefetched (lazy mode): runs on the tier
   // below until its background build is swapped in. Returns null, the plan to run now.
   std::shared_ptr<const Plan> add_pending(const PlanKey& key, const Graph& graph, std::string name,
-                                          double ms, std::shared_ptr<KernelCache> kernels);
+                                          double ms);
   void record(std::string event, const std::string& graph, int64_t engine_id, double build_ms);
 
   mutable std::mutex mutex_;
@@ -228,10 +211,6 @@ class PlanCache {
 
   mutable std::mutex timeline_mutex_;
   std::vector<PlanEvent> timeline_;
-
-  // Taken under mutex_ (a miss), never under finished_mutex_ or timeline_mutex_.
-  mutable std::mutex kernels_mutex_;
-  std::unordered_map<StructureKey, std::shared_ptr<KernelCache>, StructureKeyHash> kernel_caches_;
 };
 
 // PlanCache::global().apply_pending(): the step-boundary hook for training

@@ -7,13 +7,9 @@
 // Directory: LOOM_CUDNN_PLAN_DIR, else $XDG_CACHE_HOME/loom/cudnn-plans, else
 // $HOME/.cache/loom/cudnn-plans; LOOM_CUDNN_PLAN_DIR=off turns it off. Inside,
 // one folder per cuDNN version and GPU, one file per plan key holding the key,
-// the plan's notes (with where its kernel came from: compiled for its dims
-// alone, compiled into a kernel cache, or reused from one) and its JSON, and one
-// file per kernel cache (kernel_cache.h) holding its structure key and
-// contents, so that a warm start of a new batch size compiles nothing. Files
-// are written atomically (temporary file, then rename); one that does not
-// parse, or whose key differs, is ignored and replaced. Problems writing are
-// never errors: the cache is only a shortcut.
+// the plan's notes and its JSON. Files are written atomically (temporary file,
+// then rename); one that does not parse, or whose key differs, is ignored and
+// replaced. Problems writing are never errors: the cache is only a shortcut.
 #pragma once
 
 #include <optional>
@@ -40,16 +36,9 @@ class PlanStore {
   std::optional<StoredPlan> load(const PlanKey& key) const;
   void save(const PlanKey& key, const Plan& plan) const;
 
-  // A kernel cache's contents and chosen kernels (KernelCache::take_unsaved).
-  std::optional<StoredKernels> load_kernels(const StructureKey& key) const;
-  void save_kernels(const StructureKey& key, const StoredKernels& kernels) const;
-
  private:
   PlanStore();
   std::string path_of(const PlanKey& key) const;
-  std::string path_of(const StructureKey& key) const;
-  // Writes `text` to `path` through a temporary file, or leaves `path` as it was.
-  void write_atomically(const std::string& path, const std::string& text) const;
 
   std::string directory_;  // the root, "" when off
 };
