@@ -427,20 +427,38 @@ bool compiles_at_run_time(const PlanNotes& notes) {
 }
 
 std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, const std::string& json,
-                                   PlanNotes notes, const SelectOptions& options) {
+                                   PlanNotes notes, const SelectOptions& options, RestoreTimes* times) {
   if (!allowed(notes, graph_in, options)) return nullptr;  // saved before the filter forbade it
   if (options.precompiled_only && compiles_at_run_time(notes)) return nullptr;
+  RestoreTimes spent;
+  auto lap = [last = std::chrono::steady_clock::now()]() mutable {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+    return ms;
+  };
   auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
+  spent.graph_ms = lap();
   Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
   set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
   plan.set(CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
            static_cast<int64_t>(json.size()) + 1, json.c_str());
-  if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  const bool finalized = plan.try_finalize() == CUDNN_STATUS_SUCCESS;
+  spent.finalize_ms = lap();
+  if (times != nullptr) *times = spent;
+  if (!finalized) return nullptr;
   int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
   auto restored = std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
-  TestBindings bindings(graph_in);
-  if (!test_execute(*restored, handle, bindings)) return nullptr;
-  return restored;
+  bool works = false;
+  {
+    GatedTests tests(graph_in, options.gate);
+    spent.buffers_ms = lap();
+    auto held = tests.hold();
+    works = test_execute(*restored, handle, tests.bindings());
+    spent.test_ms = lap();
+  }
+  if (times != nullptr) *times = spent;
+  return works ? std::move(restored) : nullptr;
 }
 
 bool selection_is_timed(const Graph& graph, const SelectOptions& options) {

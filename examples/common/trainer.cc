@@ -466,11 +466,12 @@ void report_plans(const TrainConfig& c) {
   const cudnn::PlanCache& plans = cudnn::PlanCache::global();
   const cudnn::PlanCacheStats s = plans.stats();
   if (c.progress) {
-    std::printf("cuDNN plans (%s): %lld built, %lld restored from plan files, %lld started lazily, "
-                "%lld specialized later\n",
+    std::printf("cuDNN plans (%s): %lld built, %lld restored from plan files (%lld in the "
+                "background), %lld started lazily, %lld specialized later\n",
                 std::string(plan_build_mode_name(plan_build_mode())).c_str(),
                 static_cast<long long>(s.plans_built), static_cast<long long>(s.plans_restored),
-                static_cast<long long>(s.lazy_plans), static_cast<long long>(s.plans_specialized));
+                static_cast<long long>(s.background_restores), static_cast<long long>(s.lazy_plans),
+                static_cast<long long>(s.plans_specialized));
   }
   if (const char* path = std::getenv("LOOM_CUDNN_PLAN_TIMELINE"); path != nullptr && *path != '\0') {
     std::ofstream out(path);
