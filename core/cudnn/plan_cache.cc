@@ -268,9 +268,13 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   }
   const PlanStore& store = PlanStore::global();
   std::optional<StoredPlan> stored = store.load(key);
-  // Reading the file is cheap; finalizing and test-running its plan is not,
-  // and the test run's synchronisation would wait for the step queued so far.
-  if (stored && has_fallback && builds_lazily(key.policy()) && restores_in_background()) {
+  // Reading the file is cheap; finalizing a runtime-compiled plan is not (20-30
+  // ms on an H100, loading its kernels), and the test run's synchronisation
+  // would wait for the step queued so far. A precompiled engine restores in a
+  // few milliseconds, less than a first run on the tier below (the legacy conv
+  // API's first call took 144 ms), so it restores here.
+  if (stored && has_fallback && builds_lazily(key.policy()) && restores_in_background() &&
+      compiles_at_run_time(stored->notes)) {
     VariantWalk::note_pending();
     return add_pending(key, graph, std::move(name), ms_since(start), Pending::Restore);
   }

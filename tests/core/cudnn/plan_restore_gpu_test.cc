@@ -126,7 +126,11 @@ LOOM_GPU_TEST_CASE("lazy mode restores plan files on the builders and swaps them
     const Batch b = batch_on(Device::cuda(), format);
     check_within_tf32(net.step(b.x, b.y), reference);  // the tier below, while the builders restore
     const cudnn::PlanCacheStats first = cache.stats();
-    CHECK(first.restores_queued > 0);
+    // Runtime-compiled plans (batch norm, ReLU and pooling graphs; cuDNN fuses
+    // them in channels-last only) restore on the builders; precompiled ones
+    // (the convolutions) restore on the spot, faster than a run on the tier below.
+    if (format == MemoryFormat::ChannelsLast) CHECK(first.restores_queued > 0);
+    CHECK(first.plans_restored > 0);
     CHECK(first.background_restores == 0);  // nothing is swapped inside a step
     // A key whose better variant turns out unsupported is met (and restored)
     // a step later, so a few rounds; each step stays within tolerance.
@@ -153,7 +157,7 @@ LOOM_GPU_TEST_CASE("lazy mode restores plan files on the builders and swaps them
         timed_on_a_builder = true;
       }
     }
-    CHECK(timed_on_a_builder);
+    CHECK(timed_on_a_builder == (s.restores_queued > 0));
     CHECK(s.restore_times.finalize_ms > 0);
   }
   std::filesystem::remove_all(root);
