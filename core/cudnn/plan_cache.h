@@ -235,4 +235,12 @@ std::string structure_of(const PlanKey& key, const Graph& graph);
 // (PlanCache::record_fallback), and the caller runs it.
 bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier);
 
+// What run_plan did, for a caller that acts on why no plan ran (fused.cc's
+// masked batch norm + ReLU queues its backward while its forward is pending).
+// Pending: the best plan is built in the background and nothing runs
+// meanwhile (lazy mode); NoPlan: unsupported, or deferred by a VariantWalk.
+enum class PlanRun { Ran, Pending, NoPlan };
+PlanRun run_plan_reporting(const Graph& graph, const VariantPointers& pointers,
+                           std::string_view fallback_tier);
+
 }  // namespace loom::cudnn
