@@ -493,6 +493,12 @@ std::vector<PlanInfo> PlanCache::entries() const {
 }
 
 std::string PlanCache::explain() const {
+  // Without a GPU (a CPU machine running a CUDA build), or when every op ran
+  // elsewhere, a table of zeros would read as a fault: one line says why.
+  if (entries().empty()) {
+    return cuda::device_count() > 0 ? "no cuDNN plans: no op ran through cuDNN in this process\n"
+                                    : "no cuDNN plans: no usable GPU, so every op ran on the CPU\n";
+  }
   PlanCacheStats s = stats();
   std::string out = fmt::format(
       "cuDNN plan cache (cuDNN {}, plan-build mode {}): {} entries, {} hits, {} misses, {} plans "

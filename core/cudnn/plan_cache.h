@@ -160,7 +160,9 @@ class PlanCache {
 
   PlanCacheStats stats() const;
   std::vector<PlanInfo> entries() const;  // most recently used first
-  std::string explain() const;            // a table of entries() plus the counters
+  // A table of entries() plus the counters; one line when there are no entries
+  // (no usable GPU, or nothing ran through cuDNN).
+  std::string explain() const;
   void set_capacity(size_t capacity);     // LOOM_CUDNN_PLAN_CACHE_LIMIT sets the initial one
   void clear();  // also forgets the timeline; builds still running are ignored when they end
 
