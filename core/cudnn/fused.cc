@@ -43,6 +43,14 @@ bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_
   return true;
 }
 
+// run, for a variant whose caller acts on "pending" (see run_plan_reporting).
+PlanRun run_reporting(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
+                      std::string_view fallback_tier) {
+  const PlanRun outcome = run_plan_reporting(graph, pointers, fallback_tier);
+  if (outcome == PlanRun::Ran) ++runs;
+  return outcome;
+}
+
 // Runtime-fused engines compute intermediates in fp32 and take fp32, fp16 or
 // bf16 tensors; there are none for fp64. Empty tensors have nothing to fuse.
 bool fusable(const Strided& t) { return t.dtype != DType::Float64 && t.numel() > 0; }
@@ -213,11 +221,10 @@ BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& a,
     with_mask.insert(with_mask.end(), {{kMask, relu_mask->data}, {kZero, &zero}});
     bool mask_pending = false;
     for (MaskFrom from : {MaskFrom::PreRelu, MaskFrom::Output}) {
-      const Graph g = bn_relu_forward_graph(a, residual, relu_mask, from);
-      if (run(g, with_mask, counters().bn_relu_forward, /*fallback_tier=*/"")) {
-        return BnReluForward::FusedWithMask;
-      }
-      mask_pending = mask_pending || PlanCache::global().pending_without_plan(plan_key(g));
+      const PlanRun outcome = run_reporting(bn_relu_forward_graph(a, residual, relu_mask, from), with_mask,
+                                            counters().bn_relu_forward, /*fallback_tier=*/"");
+      if (outcome == PlanRun::Ran) return BnReluForward::FusedWithMask;
+      mask_pending = mask_pending || outcome == PlanRun::Pending;
     }
     if (mask_pending) prefetch_masked_backward(a, residual, *relu_mask);
   }

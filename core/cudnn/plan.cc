@@ -9,6 +9,7 @@
 #include <optional>
 #include <shared_mutex>
 
+#include "core/cuda/event_timer.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -344,17 +345,11 @@ constexpr double kHopelessFactor = 4.0;
 double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& bindings,
                     double fastest_so_far_ms) {
   ScratchBuffer workspace(static_cast<size_t>(plan.workspace_bytes()));
-  cudaEvent_t start, stop;
-  LOOM_CUDA_CHECK(cudaEventCreate(&start));
-  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
+  cuda::EventTimer timer;
   auto timed_run = [&] {
-    LOOM_CUDA_CHECK(cudaEventRecord(start, cuda::current_stream()));
+    timer.start();
     plan.execute(handle, bindings.pointers, workspace.get());
-    LOOM_CUDA_CHECK(cudaEventRecord(stop, cuda::current_stream()));
-    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return static_cast<double>(ms);
+    return static_cast<double>(timer.stop_ms());
   };
   constexpr int kRuns = 5;
   std::lock_guard timing(gpu_timing_lock());
@@ -365,8 +360,6 @@ double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& 
     best = std::numeric_limits<double>::infinity();
     for (int i = 0; i < kRuns; ++i) best = std::min(best, timed_run());
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return best;
 }
 

@@ -562,6 +562,12 @@ std::vector<PlanInfo> PlanCache::entries() const {
 }
 
 std::string PlanCache::explain() const {
+  // Without a GPU (a CPU machine running a CUDA build), or when every op ran
+  // elsewhere, a table of zeros would read as a fault: one line says why.
+  if (entries().empty()) {
+    return cuda::device_count() > 0 ? "no cuDNN plans: no op ran through cuDNN in this process\n"
+                                    : "no cuDNN plans: no usable GPU, so every op ran on the CPU\n";
+  }
   PlanCacheStats s = stats();
   std::string out = fmt::format(
       "cuDNN plan cache (cuDNN {}, plan-build mode {}): {} entries, {} hits, {} misses, {} plans "
@@ -638,9 +644,11 @@ PlanKey plan_key(const Graph& graph) {
   return PlanKey(graph, numerics_policy(), device);
 }
 
-bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier) {
-  PlanCache& cache = PlanCache::global();
-  const PlanKey key = plan_key(graph);
+namespace {
+
+// run_plan for a key already made, so that run_plan_reporting makes it once.
+bool run_keyed(PlanCache& cache, const PlanKey& key, const Graph& graph, const VariantPointers& pointers,
+               std::string_view fallback_tier) {
   // Every caller copes with false: an empty tier means the caller tries its
   // next variant, and every chain of variants ends at a tier below cuDNN. So a
   // lazy key without a precompiled engine is never built while the step waits.
@@ -651,6 +659,20 @@ bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_v
   }
   plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
+}
+
+}  // namespace
+
+bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier) {
+  return run_keyed(PlanCache::global(), plan_key(graph), graph, pointers, fallback_tier);
+}
+
+PlanRun run_plan_reporting(const Graph& graph, const VariantPointers& pointers,
+                           std::string_view fallback_tier) {
+  PlanCache& cache = PlanCache::global();
+  const PlanKey key = plan_key(graph);
+  if (run_keyed(cache, key, graph, pointers, fallback_tier)) return PlanRun::Ran;
+  return cache.pending_without_plan(key) ? PlanRun::Pending : PlanRun::NoPlan;
 }
 
 int apply_pending_plans() { return PlanCache::global().apply_pending(); }

@@ -173,7 +173,9 @@ class PlanCache {
 
   PlanCacheStats stats() const;
   std::vector<PlanInfo> entries() const;  // most recently used first
-  std::string explain() const;            // a table of entries() plus the counters
+  // A table of entries() plus the counters; one line when there are no entries
+  // (no usable GPU, or nothing ran through cuDNN).
+  std::string explain() const;
   void set_capacity(size_t capacity);     // LOOM_CUDNN_PLAN_CACHE_LIMIT sets the initial one
   void clear();  // also forgets the timeline; builds still running are ignored when they end
 
@@ -258,5 +260,13 @@ std::string structure_of(const PlanKey& key, const Graph& graph);
 // not empty the key is then recorded as running there
 // (PlanCache::record_fallback), and the caller runs it.
 bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier);
+
+// What run_plan did, for a caller that acts on why no plan ran (fused.cc's
+// masked batch norm + ReLU queues its backward while its forward is pending).
+// Pending: the best plan is built in the background and nothing runs
+// meanwhile (lazy mode); NoPlan: unsupported, or deferred by a VariantWalk.
+enum class PlanRun { Ran, Pending, NoPlan };
+PlanRun run_plan_reporting(const Graph& graph, const VariantPointers& pointers,
+                           std::string_view fallback_tier);
 
 }  // namespace loom::cudnn
