@@ -36,9 +36,10 @@ constexpr std::string_view kUnfused = "the unfused ops (core/ops/fused.cc)";
 // Runs the graph when it has a plan, counting the run. Intermediates are
 // virtual, so plans need no buffers beyond the workspace. `fallback_tier` is
 // empty for a variant whose failure only means the next variant is tried.
+// Under-aligned tensors go to the tier below (fully_aligned, tensor_spec.h).
 bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
          std::string_view fallback_tier = kUnfused) {
-  if (!run_plan(graph, pointers, fallback_tier)) return false;
+  if (!fully_aligned(graph) || !run_plan(graph, pointers, fallback_tier)) return false;
   ++runs;
   return true;
 }
@@ -473,7 +474,10 @@ EpilogueRun run_epilogue(const Graph& g, const VariantPointers& pointers) {
   EpilogueRun result{.graph = g.pattern()};
   // The caller's tier below is its unfused kernels (core/ops/fusion.cc).
   result.ran = run(g, pointers, counters().epilogue, "the block's unfused steps (core/ops/fusion.cc)");
-  if (!result.ran) result.why_not = PlanCache::global().why_unsupported(plan_key(g));
+  if (!result.ran) {
+    result.why_not = fully_aligned(g) ? PlanCache::global().why_unsupported(plan_key(g))
+                                      : "a tensor's pointer is less than 16-byte aligned";
+  }
   return result;
 }
 

@@ -379,6 +379,7 @@ Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes n
 
 cudnnStatus_t Plan::try_execute(cudnnHandle_t handle, const VariantPointers& pointers,
                                 void* workspace) const {
+  graph_->graph().check_alignment(pointers);  // before cuDNN: a misaligned run is a sticky error
   std::vector<int64_t> uids;
   std::vector<void*> data;
   for (const auto& [uid, ptr] : pointers) {
