@@ -64,6 +64,19 @@ Tensor offset_leaf(const Tensor& values, const Setting& s) {
 
 Tensor as_reference(const Tensor& gpu) { return gpu.detach().cpu().to(DType::Float32); }
 
+// A gradient through a ReLU may also differ by decision flips (testing.h): a
+// pre-activation near zero that tf32 or bf16 rounding puts on the other side
+// of the kink. A misread view moves far more than one slice (and reads NaN).
+void check_gradient(const Tensor& gpu, const Tensor& expected, double rtol, double atol, bool relu_gated) {
+  const Tensor actual = as_reference(gpu);
+  if (relu_gated && !testing::close_report(actual, expected, rtol, atol).empty() &&
+      testing::decision_flips(actual, expected, rtol)) {
+    MESSAGE("a decision flip at the ReLU");
+    return;
+  }
+  CHECK_CLOSE(actual, expected, rtol, atol);
+}
+
 void relu_matches(const Setting& s, Generator& gen) {
   Tensor x = rounded(randn({kN, kC, kH, kW}, {}, &gen), s.dtype).requires_grad_(true);
   Tensor dy = rounded(randn(x.sizes(), {}, &gen), s.dtype);
@@ -126,9 +139,9 @@ void conv_matches(const Setting& s, bool fused, Generator& gen) {
   Tensor dy = rounded(randn(y.sizes(), {}, &gen), s.dtype);
   y.backward(dy);
   gy.backward(offset_view(dy, s));
-  CHECK_CLOSE(as_reference(gx.grad()), x.grad(), tol, tol);
-  CHECK_CLOSE(as_reference(gw.grad()), w.grad(), tol, 10 * tol);  // sums over N, P, Q
-  CHECK_CLOSE(as_reference(gb.grad()), b.grad(), tol, 10 * tol);
+  check_gradient(gx.grad(), x.grad(), tol, tol, fused);
+  check_gradient(gw.grad(), w.grad(), tol, 10 * tol, fused);  // sums over N, P, Q
+  check_gradient(gb.grad(), b.grad(), tol, 10 * tol, fused);
 }
 
 // linear, or the fused linear -> + bias -> relu block, forward and backward.
@@ -148,9 +161,9 @@ void linear_matches(const Setting& s, bool fused, Generator& gen) {
   Tensor dy = rounded(randn(y.sizes(), {}, &gen), s.dtype);
   y.backward(dy);
   gy.backward(offset_view(dy, s));
-  CHECK_CLOSE(as_reference(gx.grad()), x.grad(), tol, tol);
-  CHECK_CLOSE(as_reference(gw.grad()), w.grad(), tol, 10 * tol);
-  CHECK_CLOSE(as_reference(gb.grad()), b.grad(), tol, 10 * tol);
+  check_gradient(gx.grad(), x.grad(), tol, tol, fused);
+  check_gradient(gw.grad(), w.grad(), tol, 10 * tol, fused);
+  check_gradient(gb.grad(), b.grad(), tol, 10 * tol, fused);
 }
 
 // Every setting in the order aligned, under-aligned, aligned: each key is met
