@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iterator>
 #include <optional>
@@ -124,6 +125,12 @@ void check_backward_tier(const std::string& note, const cudnn::FusedRuns& before
   CHECK((after.epilogue_backward > before.epilogue_backward) == chain);
 }
 
+// Seconds since the first call, for the progress lines.
+double seconds_since_start() {
+  static const auto start = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // The block's output shape, from one CPU run.
 Shape output_sizes(const Case& c) {
   return c.block.forward_unfused(c.inputs[0], {c.inputs.begin() + 1, c.inputs.end()}).sizes();
@@ -143,12 +150,22 @@ void run_once_and_settle(const std::vector<Case>& cases) {
         for (bool fused : {true, false}) {
           FusionGuard guard(fused);
           (void)run(c.block, c.inputs, Device::cuda(), format, dy, false);
+          // Progress, so a run that stalls shows where (the settle phase once took > 230 s).
+          std::printf("SETTLE %.1f s: ran %s %s %s %s\n", seconds_since_start(), c.block.str().c_str(),
+                      std::string(precision_name(policy.precision)).c_str(),
+                      std::string(memory_format_name(format)).c_str(), fused ? "fused" : "unfused");
+          std::fflush(stdout);
         }
       }
     }
   }
+  std::printf("SETTLE %.1f s: waiting for %zu background builds\n", seconds_since_start(),
+              cudnn::PlanCache::global().background_outstanding());
+  std::fflush(stdout);
   cudnn::PlanCache::global().wait_for_background_builds();
   (void)cudnn::PlanCache::global().apply_pending();
+  std::printf("SETTLE %.1f s: settled\n", seconds_since_start());
+  std::fflush(stdout);
 }
 
 // Until a round meets no key it has not built: a swapped-in plan can change
