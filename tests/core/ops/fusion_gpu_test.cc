@@ -1,11 +1,10 @@
 // File: tests/core/ops/fusion_gpu_test.cc
-// fusion::Block on the GPU (tests/core/ops/fusion_parity.h: fused and unfused
-// against the CPU, forward and backward, both layouts, every policy): conv +
-// bias + each activation row, batch norm + activation + residual, a user chain
-// gelu(scale * conv(x) + shift), chains with a mul by a scalar, a scale-bias
-// and a residual; the dgrad/wgrad-fused derivative probed once per structure;
-// and a fused model under TrainStep's CUDA-graph capture. The linear blocks are
-// in fusion_linear_gpu_test.cc, so each binary stays short.
+// fusion::Block on the GPU: the dgrad/wgrad-fused derivative probed once per
+// structure, and a fused model under TrainStep's CUDA-graph capture. The
+// blocks' parity matrix (fused vs unfused vs the CPU, tests/core/ops/
+// fusion_parity.h) is in fusion_{rows1,rows2,chains}_{strict,tf32,bf16}_gpu_test
+// and fusion_linear_gpu_test, so that each binary stays short and they can run
+// side by side.
 //
 // N batch, C in channels, H, W, K out channels.
 #include <doctest/doctest.h>
@@ -34,36 +33,9 @@
 using namespace loom;
 using fusion::Block;
 
-using fusion_parity::Case;
-using fusion_parity::check_blocks;
 using fusion_parity::head_backward_note;
 using fusion_parity::kBackwardTiers;
 using fusion_parity::tier_of;
-
-LOOM_GPU_TEST_CASE("conv2d + bias + each activation row, fused vs unfused vs the CPU") {
-  Generator gen(21);
-  Tensor x = randn({4, 16, 9, 7}, {}, &gen), w = randn({24, 16, 3, 3}, {}, &gen) * 0.1;
-  Tensor b = randn({24}, {}, &gen);
-  std::vector<Case> cases;
-  for (ActivationKind kind : cpu::kActivationKinds) {  // relu: the fused op conv2d_bias_relu
-    cases.push_back({Block().conv2d({.padding = {1, 1}}).bias().activation(kind), {x, w, b}});
-  }
-  check_blocks(cases, gen);
-}
-
-LOOM_GPU_TEST_CASE("batch norm + activation + residual, and a user chain gelu(scale * x + shift)") {
-  Generator gen(23);
-  Tensor x = randn({4, 16, 8, 8}, {}, &gen), w = randn({32, 16, 3, 3}, {}, &gen) * 0.1;
-  Tensor gamma = rand({32}, {}, &gen) + 0.5, beta = randn({32}, {}, &gen), residual = randn({4, 32, 8, 8}, {}, &gen);
-  const Block conv = Block().conv2d({.padding = {1, 1}});
-  check_blocks({{Block(conv).batch_norm().add_residual().relu(), {x, w, gamma, beta, Tensor(), Tensor(), residual}},
-                {Block(conv).batch_norm().gelu().add_residual(), {x, w, gamma, beta, Tensor(), Tensor(), residual}},
-                {Block(conv).scale_bias().gelu(), {x, w, gamma, beta}},
-                {Block(conv).mul(0.5).add(0.25).silu().add_residual(), {x, w, residual}},
-                {Block(conv).mul(0.5).scale_bias().gelu().sub(0.125), {x, w, gamma, beta}},
-                {Block(conv).bias().activation(ActivationKind::LeakyRelu, 0.2).mul(1.5), {x, w, beta}}},
-               gen);
-}
 
 LOOM_GPU_TEST_CASE("a derivative graph without a dgrad/wgrad-fused engine is probed once per structure") {
   NumericsGuard numerics({.precision = Precision::Tf32});

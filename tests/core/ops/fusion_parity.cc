@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iterator>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,7 @@ using fusion::Block;
 namespace {
 
 using Policy = testing::ParityPolicy;
-constexpr Policy kPolicies[] = {testing::kStrictFp32Parity, testing::kTf32Parity, testing::kBf16Parity};
+using Policies = std::vector<Policy>;
 
 struct Run {
   Tensor y;
@@ -138,11 +139,13 @@ Shape output_sizes(const Case& c) {
 
 // Runs every case once on the GPU in every policy and layout, fused and
 // unfused, so that each plan the checked runs need is queued; then waits for
-// the background builds and swaps them in.
-void run_once_and_settle(const std::vector<Case>& cases) {
+// the background builds and swaps them in. Progress, one line per block and
+// round, shows where a run stalls (the settle phase once took > 230 s).
+void run_once_and_settle(const std::vector<Case>& cases, const Policies& policies, int round) {
+  cudnn::PlanCache& cache = cudnn::PlanCache::global();
   for (const Case& c : cases) {
     const Tensor dy = zeros(output_sizes(c));
-    for (const Policy& policy : kPolicies) {
+    for (const Policy& policy : policies) {
       NumericsGuard numerics({.precision = policy.precision});
       std::optional<AutocastGuard> autocast;
       if (policy.bf16) autocast.emplace(DType::BFloat16);
@@ -150,44 +153,39 @@ void run_once_and_settle(const std::vector<Case>& cases) {
         for (bool fused : {true, false}) {
           FusionGuard guard(fused);
           (void)run(c.block, c.inputs, Device::cuda(), format, dy, false);
-          // Progress, so a run that stalls shows where (the settle phase once took > 230 s).
-          std::printf("SETTLE %.1f s: ran %s %s %s %s\n", seconds_since_start(), c.block.str().c_str(),
-                      std::string(precision_name(policy.precision)).c_str(),
-                      std::string(memory_format_name(format)).c_str(), fused ? "fused" : "unfused");
-          std::fflush(stdout);
         }
       }
     }
+    std::printf("SETTLE %.1f s round %d: ran %s, %zu builds outstanding\n", seconds_since_start(), round,
+                c.block.str().c_str(), cache.background_outstanding());
+    std::fflush(stdout);
   }
-  std::printf("SETTLE %.1f s: waiting for %zu background builds\n", seconds_since_start(),
-              cudnn::PlanCache::global().background_outstanding());
-  std::fflush(stdout);
-  cudnn::PlanCache::global().wait_for_background_builds();
-  (void)cudnn::PlanCache::global().apply_pending();
-  std::printf("SETTLE %.1f s: settled\n", seconds_since_start());
+  cache.wait_for_background_builds();
+  const int swapped = cache.apply_pending();
+  std::printf("SETTLE %.1f s round %d: settled, %d plans swapped in\n", seconds_since_start(), round, swapped);
   std::fflush(stdout);
 }
 
 // Until a round meets no key it has not built: a swapped-in plan can change
 // which graphs a block's later pieces meet (a fused forward, then its backward).
-void build_plans(const std::vector<Case>& cases) {
+void build_plans(const std::vector<Case>& cases, const Policies& policies) {
   constexpr int kMaxRounds = 3;
-  for (int round = 0; round < kMaxRounds; ++round) {
+  for (int round = 1; round <= kMaxRounds; ++round) {
     const int64_t before = cudnn::PlanCache::global().stats().lazy_plans;
-    run_once_and_settle(cases);
+    run_once_and_settle(cases, policies, round);
     if (cudnn::PlanCache::global().stats().lazy_plans == before) return;
   }
 }
 
-// The block fused and unfused on the GPU against the CPU, in every layout and policy.
-void check_block(const Case& c, Generator& gen) {
+// The block fused and unfused on the GPU against the CPU, in every layout and given policy.
+void check_block(const Case& c, const Policies& policies, Generator& gen) {
   const Block& block = c.block;
   const std::vector<Tensor>& inputs = c.inputs;
   CAPTURE(block.str());
   const Tensor dy = randn(output_sizes(c), {}, &gen);
   const Run cpu_fp32 = run(block, inputs, Device::cpu(), MemoryFormat::Contiguous, dy, true);
   const Run cpu_bf16 = run(block, rounded_like_autocast(block, inputs), Device::cpu(), MemoryFormat::Contiguous, dy, true);
-  for (const Policy& policy : kPolicies) {
+  for (const Policy& policy : policies) {
     const Run& cpu = policy.bf16 ? cpu_bf16 : cpu_fp32;
     for (MemoryFormat format : testing::kParityLayouts) {
       NumericsGuard numerics({.precision = policy.precision});
@@ -239,16 +237,40 @@ size_t tier_of(const std::string& note) {
 }
 
 // Every case's plans built (lazily, in parallel), then every case checked on them.
-void check_blocks(const std::vector<Case>& cases, Generator& gen) {
+void check_blocks(const std::vector<Case>& cases, const Policies& policies, Generator& gen) {
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   // Every key a case meets must stay cached from its build to its checks (a
   // case meets a few hundred; the default capacity is 1024).
   cudnn::PlanCache::global().set_capacity(4096);
-  build_plans(cases);
+  build_plans(cases, policies);
   const int64_t lazy_before = cudnn::PlanCache::global().stats().lazy_plans;
-  for (const Case& c : cases) check_block(c, gen);
+  for (const Case& c : cases) check_block(c, policies, gen);
   // Every checked run found its plans built: none started on a stand-in or the tier below.
   CHECK(cudnn::PlanCache::global().stats().lazy_plans == lazy_before);
+}
+
+std::vector<Case> conv_activation_cases(Generator& gen, int half) {
+  const std::span<const ActivationKind> rows(cpu::kActivationKinds);
+  const size_t middle = (rows.size() + 1) / 2;
+  Tensor x = randn({4, 16, 9, 7}, {}, &gen), w = randn({24, 16, 3, 3}, {}, &gen) * 0.1;
+  Tensor b = randn({24}, {}, &gen);
+  std::vector<Case> cases;
+  for (ActivationKind kind : half == 0 ? rows.first(middle) : rows.subspan(middle)) {
+    cases.push_back({Block().conv2d({.padding = {1, 1}}).bias().activation(kind), {x, w, b}});
+  }
+  return cases;
+}
+
+std::vector<Case> conv_chain_cases(Generator& gen) {
+  Tensor x = randn({4, 16, 8, 8}, {}, &gen), w = randn({32, 16, 3, 3}, {}, &gen) * 0.1;
+  Tensor gamma = rand({32}, {}, &gen) + 0.5, beta = randn({32}, {}, &gen), residual = randn({4, 32, 8, 8}, {}, &gen);
+  const Block conv = Block().conv2d({.padding = {1, 1}});
+  return {{Block(conv).batch_norm().add_residual().relu(), {x, w, gamma, beta, Tensor(), Tensor(), residual}},
+          {Block(conv).batch_norm().gelu().add_residual(), {x, w, gamma, beta, Tensor(), Tensor(), residual}},
+          {Block(conv).scale_bias().gelu(), {x, w, gamma, beta}},
+          {Block(conv).mul(0.5).add(0.25).silu().add_residual(), {x, w, residual}},
+          {Block(conv).mul(0.5).scale_bias().gelu().sub(0.125), {x, w, gamma, beta}},
+          {Block(conv).bias().activation(ActivationKind::LeakyRelu, 0.2).mul(1.5), {x, w, beta}}};
 }
 
 }  // namespace loom::fusion_parity
