@@ -378,10 +378,13 @@ void write_plan_timeline(const std::string& path) {
   std::ofstream out(path);
   LOOM_CHECK(out.is_open(), IoError, "[bench] cannot write --plan-timeline {}", path);
 #ifdef LOOM_WITH_CUDA
-  out << cudnn::PlanCache::global().timeline_table() << "\n"
-      << cudnn::PlanCache::global().explain();
+  const cudnn::PlanCache& cache = cudnn::PlanCache::global();
+  // Without plans (no GPU, say) explain() is one line saying why; an empty
+  // timeline table above it would only add a header.
+  if (!cache.timeline().empty()) out << cache.timeline_table() << "\n";
+  out << cache.explain();
 #else
-  out << "this build has no CUDA backend, so no cuDNN plans were built\n";
+  out << "no cuDNN plans: this build has no CUDA backend, so every op ran on the CPU\n";
 #endif
 }
 

@@ -76,3 +76,7 @@ bool decision_flips(const Tensor& actual, const Tensor& expected, double tol);
 
 // A test case that runs only where a CUDA GPU is usable (skipped, not failed, elsewhere).
 #define LOOM_GPU_TEST_CASE(name) TEST_CASE(name * doctest::skip(!loom::cuda_available()))
+// The same with a fixture: its members are in scope in the body, and it is
+// constructed only where the case runs.
+#define LOOM_GPU_TEST_CASE_FIXTURE(fixture, name) \
+  TEST_CASE_FIXTURE(fixture, name * doctest::skip(!loom::cuda_available()))

@@ -9,6 +9,7 @@
 #include "core/cuda/conv_small_kernels.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
+#include "core/cuda/view4.cuh"
 
 namespace loom::cuda {
 
@@ -19,21 +20,6 @@ constexpr int kTilePixels = 32;
 constexpr int64_t kMaxPartialBlocks = 1024, kMinPixelsPerBlock = 256;
 constexpr int kMaxForwardBlocks = 2048;
 constexpr int64_t kMaxSharedBytes = 48 * 1024;  // without opting in to more
-
-template <class T>
-struct View4 {
-  T* data;
-  int64_t stride_n, stride_c, stride_h, stride_w;
-
-  __device__ T& operator()(int64_t n, int64_t c, int64_t h, int64_t w) const {
-    return data[n * stride_n + c * stride_c + h * stride_h + w * stride_w];
-  }
-};
-
-template <class T>
-View4<T> view4(const Strided& t) {
-  return {static_cast<T*>(t.data), t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
-}
 
 template <class T, int V>
 struct alignas(sizeof(T) * V) Pack {

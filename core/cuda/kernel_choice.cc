@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/capture_gate.h"
+#include "core/cuda/event_timer.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -16,33 +17,6 @@
 namespace loom::cuda {
 
 namespace {
-
-// Two events on the current stream, destroyed with the timer.
-class EventTimer {
- public:
-  EventTimer() {
-    LOOM_CUDA_CHECK(cudaEventCreate(&start_));
-    LOOM_CUDA_CHECK(cudaEventCreate(&stop_));
-  }
-  ~EventTimer() {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-  }
-  EventTimer(const EventTimer&) = delete;
-  EventTimer& operator=(const EventTimer&) = delete;
-
-  void start() { LOOM_CUDA_CHECK(cudaEventRecord(start_, current_stream())); }
-  float stop_ms() {
-    LOOM_CUDA_CHECK(cudaEventRecord(stop_, current_stream()));
-    LOOM_CUDA_CHECK(cudaEventSynchronize(stop_));
-    float ms = 0;
-    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-    return ms;
-  }
-
- private:
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-};
 
 std::atomic<uint64_t> choice_epoch{0};
 

@@ -13,26 +13,11 @@
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/pool_kernels.h"
+#include "core/cuda/view4.cuh"
 
 namespace loom::cuda {
 
 namespace {
-
-// A (N, C, rows, cols) operand with any strides, indexed (n, c, h, w).
-template <class T>
-struct View4 {
-  T* data;
-  int64_t stride_n, stride_c, stride_h, stride_w;
-
-  __device__ T& operator()(int64_t n, int64_t c, int64_t h, int64_t w) const {
-    return data[n * stride_n + c * stride_c + h * stride_h + w * stride_w];
-  }
-};
-
-template <class T>
-View4<T> view4(const Strided& t) {
-  return {t.ptr<T>(), t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
-}
 
 struct Position {
   int64_t n, c, h, w;

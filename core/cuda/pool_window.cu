@@ -11,6 +11,7 @@
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/pool_window_kernels.h"
+#include "core/cuda/view4.cuh"
 
 namespace loom::cuda {
 
@@ -21,23 +22,6 @@ template <class T, int V>
 struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
-
-// A (N, C, rows, cols) operand with any strides; at(n, c, h, w) points at
-// channel c, the first of a pack.
-template <class T>
-struct View4 {
-  T* data;
-  int64_t stride_n, stride_c, stride_h, stride_w;
-
-  __device__ T* at(int64_t n, int64_t c, int64_t h, int64_t w) const {
-    return data + n * stride_n + c * stride_c + h * stride_h + w * stride_w;
-  }
-};
-
-template <class T>
-View4<T> view4(const Strided& t) {
-  return {static_cast<T*>(t.data), t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
-}
 
 template <class T, int V>
 __device__ Pack<T, V> load(const T* p) {

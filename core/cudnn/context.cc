@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "core/capture_gate.h"
+#include "core/cuda/blas.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/cudnn/backend.h"
@@ -87,6 +88,13 @@ void warm_up(int device) noexcept {
                                                 .weight = c, .bias = c, .running_mean = c,
                                                 .running_var = c}),
                       handle(), quick);
+    // cuBLAS's start-up (cuBLASLt's context, its tables) is paid by the first
+    // handle in the process; the training thread's first matrix product (a
+    // Linear layer, in the first step) then only makes its own handle. A handle
+    // is library state, no plan selection: off the main thread it costs nothing later.
+    cublasHandle_t blas = nullptr;
+    LOOM_CUBLAS_CHECK(cublasCreate(&blas));
+    LOOM_CUBLAS_CHECK(cublasDestroy(blas));
   } catch (const std::exception& e) {
     spdlog::debug("[cudnn] warm-up on cuda:{} failed ({}); the first cuDNN op pays the start-up "
                   "instead", device, e.what());

@@ -22,7 +22,8 @@ size_t loaded_version();
 
 // Pays cuDNN's start-up on the calling thread: loads its libraries, creates
 // the thread's handle and runs the heuristics (and a test run) for a tiny conv
-// and a tiny batch norm. The first cuDNN use on the main thread cost 0.13 to
+// and a tiny batch norm, then creates (and drops) a cuBLAS handle, which
+// pays cuBLAS's own start-up. The first cuDNN use on the main thread cost 0.13 to
 // 0.7 s of a cold start (H100); in the lazy plan-build mode the plan cache
 // runs this on a builder thread right after the first device allocation
 // (LOOM_CUDNN_WARM_UP=0 turns it off), so the model's construction overlaps it. Nothing waits for it, and a

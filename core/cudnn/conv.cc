@@ -1,5 +1,11 @@
 #include "core/cudnn/conv.h"
 
+#include <cuda_runtime_api.h>
+
+#include <optional>
+
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
 #include "core/cudnn/context.h"
 #include "core/cudnn/conv_legacy.h"
 #include "core/cudnn/plan_cache.h"
@@ -17,9 +23,67 @@ cudnnDataType_t compute_type(DType dtype) {
   return dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
 
+// A 16-byte-aligned device copy of a dense tensor whose pointer is less aligned
+// (fully_aligned, tensor_spec.h, says why no engine may see it): conv has no
+// Loom kernel below cuDNN, so it runs on copies. Copies happen in stream order.
+class AlignedCopy {
+ public:
+  AlignedCopy(const Strided& original, bool copy_in) : original_(original), copy_(original) {
+    LOOM_CUDA_CHECK(cudaGetDevice(&device_));
+    copy_.data = cuda::malloc_device(bytes(), device_);
+    if (copy_in) copy(copy_.data, original_.data);
+  }
+  ~AlignedCopy() { cuda::free_device(copy_.data, device_); }
+  AlignedCopy(const AlignedCopy&) = delete;
+  AlignedCopy& operator=(const AlignedCopy&) = delete;
+
+  const Strided& view() const { return copy_; }
+  void copy_back() const { copy(original_.data, copy_.data); }
+
+ private:
+  // Dense (spec_of checks it), so the elements fill one byte range from data.
+  size_t bytes() const { return static_cast<size_t>(original_.numel()) * element_size(original_.dtype); }
+  void copy(void* to, const void* from) const {
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes(), cudaMemcpyDeviceToDevice, cuda::current_stream()));
+  }
+
+  Strided original_;
+  Strided copy_;
+  int device_ = 0;
+};
+
+bool under_aligned(const Strided& t) { return t.numel() > 0 && pointer_alignment(t.data) < kFullAlignment; }
+
+void run_aligned(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+                 const cpu::ConvParams& p);
+
 // (x, w, y) are (dx, w, dy) for dgrad and (x, dw, dy) for wgrad.
 void run(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
          const cpu::ConvParams& p) {
+  if (!under_aligned(x) && !under_aligned(w) && !under_aligned(y)) {
+    run_aligned(direction, x, w, y, p);
+    return;
+  }
+  // The output is written whole (beta 0), so only the inputs are copied in.
+  const Strided* output = direction == ConvDirection::Forward        ? &y
+                          : direction == ConvDirection::BackwardData ? &x
+                                                                     : &w;
+  std::optional<AlignedCopy> copies[3];
+  const Strided* operands[3] = {&x, &w, &y};
+  Strided views[3] = {x, w, y};
+  for (int i = 0; i < 3; ++i) {
+    if (!under_aligned(*operands[i])) continue;
+    copies[i].emplace(*operands[i], /*copy_in=*/operands[i] != output);
+    views[i] = copies[i]->view();
+  }
+  run_aligned(direction, views[0], views[1], views[2], p);
+  for (int i = 0; i < 3; ++i) {
+    if (copies[i] && operands[i] == output) copies[i]->copy_back();
+  }
+}
+
+void run_aligned(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+                 const cpu::ConvParams& p) {
   const Graph graph = conv2d_graph(direction, x, w, y, p);
   constexpr std::string_view kLegacy = "cuDNN's legacy convolution API";
   if (run_plan(graph, conv_pointers(x, w, y), kLegacy)) return;

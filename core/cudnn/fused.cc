@@ -44,11 +44,20 @@ constexpr std::string_view kUnfused = "the unfused ops (core/ops/fused.cc)";
 // Runs the graph when it has a plan, counting the run. Intermediates are
 // virtual, so plans need no buffers beyond the workspace. `fallback_tier` is
 // empty for a variant whose failure only means the next variant is tried.
+// Under-aligned tensors go to the tier below (fully_aligned, tensor_spec.h).
 bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
          std::string_view fallback_tier = kUnfused) {
-  if (!run_plan(graph, pointers, fallback_tier)) return false;
+  if (!fully_aligned(graph) || !run_plan(graph, pointers, fallback_tier)) return false;
   ++runs;
   return true;
+}
+
+// run, for a variant whose caller acts on "pending" (see run_plan_reporting).
+PlanRun run_reporting(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
+                      std::string_view fallback_tier) {
+  const PlanRun outcome = run_plan_reporting(graph, pointers, fallback_tier);
+  if (outcome == PlanRun::Ran) ++runs;
+  return outcome;
 }
 
 // Runtime-fused engines compute intermediates in fp32 and take fp32, fp16 or
@@ -221,11 +230,10 @@ BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& a,
     with_mask.insert(with_mask.end(), {{kMask, relu_mask->data}, {kZero, &zero}});
     bool mask_pending = false;
     for (MaskFrom from : {MaskFrom::PreRelu, MaskFrom::Output}) {
-      const Graph g = bn_relu_forward_graph(a, residual, relu_mask, from);
-      if (run(g, with_mask, counters().bn_relu_forward, /*fallback_tier=*/"")) {
-        return BnReluForward::FusedWithMask;
-      }
-      mask_pending = mask_pending || PlanCache::global().pending_without_plan(plan_key(g));
+      const PlanRun outcome = run_reporting(bn_relu_forward_graph(a, residual, relu_mask, from), with_mask,
+                                            counters().bn_relu_forward, /*fallback_tier=*/"");
+      if (outcome == PlanRun::Ran) return BnReluForward::FusedWithMask;
+      mask_pending = mask_pending || outcome == PlanRun::Pending;
     }
     if (mask_pending) prefetch_masked_backward(a, residual, *relu_mask);
   }
@@ -474,7 +482,10 @@ EpilogueRun run_epilogue(const Graph& g, const VariantPointers& pointers) {
   EpilogueRun result{.graph = g.pattern()};
   // The caller's tier below is its unfused kernels (core/ops/fusion.cc).
   result.ran = run(g, pointers, counters().epilogue, "the block's unfused steps (core/ops/fusion.cc)");
-  if (!result.ran) result.why_not = PlanCache::global().why_unsupported(plan_key(g));
+  if (!result.ran) {
+    result.why_not = fully_aligned(g) ? PlanCache::global().why_unsupported(plan_key(g))
+                                      : "a tensor's pointer is less than 16-byte aligned";
+  }
   return result;
 }
 

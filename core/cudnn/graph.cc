@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/cudnn/tensor_spec.h"
 #include "core/error.h"
 
 namespace loom::cudnn {
@@ -313,6 +314,19 @@ void Graph::append_canonical(std::vector<int64_t>& out) const {
     for (const auto& [attribute, uid] : n.ports) out.insert(out.end(), {static_cast<int64_t>(attribute), uid});
     out.push_back(static_cast<int64_t>(n.params.size()));
     out.insert(out.end(), n.params.begin(), n.params.end());
+  }
+}
+
+void Graph::check_alignment(const std::vector<std::pair<int64_t, const void*>>& pointers) const {
+  for (const auto& [uid, ptr] : pointers) {
+    auto spec = std::find_if(specs_.begin(), specs_.end(), [uid](const TensorSpec& t) { return t.uid == uid; });
+    if (spec == specs_.end() || spec->by_value) continue;
+    const int64_t actual = pointer_alignment(ptr);
+    LOOM_CHECK(actual >= spec->alignment, ValueError,
+               "[cudnn {}] tensor uid {} is bound to {} ({}-byte aligned) but its plan was built "
+               "for {}-byte alignment; describe the graph from the pointers it runs with (spec_of) "
+               "so the plan key carries their alignment",
+               pattern(), uid, ptr, actual, spec->alignment);
   }
 }
 

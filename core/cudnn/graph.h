@@ -26,12 +26,16 @@
 
 namespace loom::cudnn {
 
+// The most BYTE_ALIGNMENT ever promises: cuDNN's engines vectorize to 16 bytes
+// at most, and a larger promise would only split plan keys further.
+constexpr int64_t kFullAlignment = 16;
+
 struct TensorSpec {
   int64_t uid = 0;
   std::vector<int64_t> dims;
   std::vector<int64_t> strides;
   cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
-  int64_t alignment = 16;  // bytes; must hold for the real pointer at execute
+  int64_t alignment = kFullAlignment;  // bytes; must hold for every pointer bound at execute
   bool is_virtual = false;
   bool by_value = false;          // a host scalar passed through the variant pack
   double scalar_for_testing = 0;  // by-value value used when test-executing a plan
@@ -135,6 +139,14 @@ class Graph {
   // "conv_fprop+add+relu_fwd x(8, 3, 32, 32) nhwc float w(...) ...": the
   // canonical form for people (the plan-cache listing, error messages).
   std::string pattern() const;
+
+  // Throws ValueError unless each (uid, pointer) is at least as aligned as its
+  // tensor's declared BYTE_ALIGNMENT: an engine built for the declaration
+  // vectorizes to it, and a less aligned pointer is a sticky CUDA error
+  // (cudaErrorMisalignedAddress) that loses the process. Cheap (a few
+  // tensors); every execute of a plan runs it, so captured graphs are checked
+  // when captured and their replays bind the same pointers.
+  void check_alignment(const std::vector<std::pair<int64_t, const void*>>& pointers) const;
 
  private:
   void add_node(Node node) { nodes_.push_back(std::move(node)); }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <shared_mutex>
 
+#include "core/cuda/event_timer.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -344,17 +345,11 @@ constexpr double kHopelessFactor = 4.0;
 double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& bindings,
                     double fastest_so_far_ms) {
   ScratchBuffer workspace(static_cast<size_t>(plan.workspace_bytes()));
-  cudaEvent_t start, stop;
-  LOOM_CUDA_CHECK(cudaEventCreate(&start));
-  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
+  cuda::EventTimer timer;
   auto timed_run = [&] {
-    LOOM_CUDA_CHECK(cudaEventRecord(start, cuda::current_stream()));
+    timer.start();
     plan.execute(handle, bindings.pointers, workspace.get());
-    LOOM_CUDA_CHECK(cudaEventRecord(stop, cuda::current_stream()));
-    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return static_cast<double>(ms);
+    return static_cast<double>(timer.stop_ms());
   };
   constexpr int kRuns = 5;
   std::lock_guard timing(gpu_timing_lock());
@@ -365,8 +360,6 @@ double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& 
     best = std::numeric_limits<double>::infinity();
     for (int i = 0; i < kRuns; ++i) best = std::min(best, timed_run());
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return best;
 }
 
@@ -386,6 +379,7 @@ Plan::Plan(std::shared_ptr<const BuiltGraph> graph, Descriptor plan, PlanNotes n
 
 cudnnStatus_t Plan::try_execute(cudnnHandle_t handle, const VariantPointers& pointers,
                                 void* workspace) const {
+  graph_->graph().check_alignment(pointers);  // before cuDNN: a misaligned run is a sticky error
   std::vector<int64_t> uids;
   std::vector<void*> data;
   for (const auto& [uid, ptr] : pointers) {
@@ -427,20 +421,38 @@ bool compiles_at_run_time(const PlanNotes& notes) {
 }
 
 std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, const std::string& json,
-                                   PlanNotes notes, const SelectOptions& options) {
+                                   PlanNotes notes, const SelectOptions& options, RestoreTimes* times) {
   if (!allowed(notes, graph_in, options)) return nullptr;  // saved before the filter forbade it
   if (options.precompiled_only && compiles_at_run_time(notes)) return nullptr;
+  RestoreTimes spent;
+  auto lap = [last = std::chrono::steady_clock::now()]() mutable {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+    return ms;
+  };
   auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
+  spent.graph_ms = lap();
   Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
   set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
   plan.set(CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
            static_cast<int64_t>(json.size()) + 1, json.c_str());
-  if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  const bool finalized = plan.try_finalize() == CUDNN_STATUS_SUCCESS;
+  spent.finalize_ms = lap();
+  if (times != nullptr) *times = spent;
+  if (!finalized) return nullptr;
   int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
   auto restored = std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
-  TestBindings bindings(graph_in);
-  if (!test_execute(*restored, handle, bindings)) return nullptr;
-  return restored;
+  bool works = false;
+  {
+    GatedTests tests(graph_in, options.gate);
+    spent.buffers_ms = lap();
+    auto held = tests.hold();
+    works = test_execute(*restored, handle, tests.bindings());
+    spent.test_ms = lap();
+  }
+  if (times != nullptr) *times = spent;
+  return works ? std::move(restored) : nullptr;
 }
 
 bool selection_is_timed(const Graph& graph, const SelectOptions& options) {

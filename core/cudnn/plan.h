@@ -93,11 +93,23 @@ bool compiles_at_run_time(const PlanNotes& notes);
 // Builds `graph`'s descriptors and selects a plan for it on the current stream.
 Selection select_plan(const Graph& graph, cudnnHandle_t handle, const SelectOptions& options);
 
+// Where one restore_plan() call spent its time, for the plan timeline: the
+// step-by-step numbers say which part a faster restore has to cut.
+struct RestoreTimes {
+  double graph_ms = 0;     // the graph's backend descriptors (BuiltGraph)
+  double finalize_ms = 0;  // the execution plan finalized from its JSON
+  double buffers_ms = 0;   // the test run's scratch buffers: allocation and zeroing
+  double test_ms = 0;      // the test run and the synchronisation that waits for it
+};
+
 // The plan saved as `json` for `graph`, finalized and test-executed without
 // heuristics or runtime compilation; null when the policy in `options` forbids
 // its engine, cuDNN refuses it (another version, another GPU) or the test run fails.
+// `options.gate`, when set (a background restore), is held around the test run's
+// buffers and execution, as in select_plan. `times`, when given, receives the breakdown.
 std::unique_ptr<Plan> restore_plan(const Graph& graph, cudnnHandle_t handle, const std::string& json,
-                                   PlanNotes notes, const SelectOptions& options);
+                                   PlanNotes notes, const SelectOptions& options,
+                                   RestoreTimes* times = nullptr);
 
 // Every engine config the heuristics (A then FALLBACK) return for `graph` that
 // finalizes and executes, ignoring the policy: for tests that check each engine.

@@ -49,6 +49,28 @@ bool builds_lazily(const NumericsPolicy& policy) {
   return plan_build_mode() == PlanBuildMode::Lazy && !policy.deterministic;
 }
 
+// LOOM_CUDNN_BACKGROUND_RESTORE=0 restores lazy mode's keys on the calling
+// thread, as the other modes do: for comparing the two on one machine.
+bool restores_in_background() {
+  static const bool background = [] {
+    const char* text = std::getenv("LOOM_CUDNN_BACKGROUND_RESTORE");
+    return text == nullptr || std::string_view(text) != "0";
+  }();
+  return background;
+}
+
+std::string restore_detail(const RestoreTimes& t) {
+  return fmt::format("[graph {:.1f} + finalize {:.1f} + buffers {:.1f} + test run {:.1f} ms]",
+                     t.graph_ms, t.finalize_ms, t.buffers_ms, t.test_ms);
+}
+
+void add_times(RestoreTimes& sum, const RestoreTimes& t) {
+  sum.graph_ms += t.graph_ms;
+  sum.finalize_ms += t.finalize_ms;
+  sum.buffers_ms += t.buffers_ms;
+  sum.test_ms += t.test_ms;
+}
+
 // At exit, stops the builders before whatever a running build uses is torn
 // down: it finishes, queued ones are dropped. Exit handlers run in reverse
 // order of registration, and libraries register theirs when first loaded:
@@ -244,12 +266,24 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
     VariantWalk::note_pending();
     return add_pending(key, graph, std::move(name), ms_since(start));
   }
+  const PlanStore& store = PlanStore::global();
+  std::optional<StoredPlan> stored = store.load(key);
+  // Reading the file is cheap; finalizing a runtime-compiled plan is not (20-30
+  // ms on an H100, loading its kernels), and the test run's synchronisation
+  // would wait for the step queued so far. A precompiled engine restores in a
+  // few milliseconds, less than a first run on the tier below (the legacy conv
+  // API's first call took 144 ms), so it restores here.
+  if (stored && has_fallback && builds_lazily(key.policy()) && restores_in_background() &&
+      compiles_at_run_time(stored->notes)) {
+    VariantWalk::note_pending();
+    return add_pending(key, graph, std::move(name), ms_since(start), Pending::Restore);
+  }
   Selection selection;
   const SelectOptions options{.policy = key.policy(),
                               .precompiled_only = plan_build_mode() == PlanBuildMode::Precompiled};
-  const PlanStore& store = PlanStore::global();
-  if (std::optional<StoredPlan> stored = store.load(key)) {
-    selection.plan = restore_plan(graph, handle(), stored->json, stored->notes, options);
+  RestoreTimes restore_times;
+  if (stored) {
+    selection.plan = restore_plan(graph, handle(), stored->json, stored->notes, options, &restore_times);
   }
   const bool restored = selection.plan != nullptr;
   uint64_t ticket = 0;
@@ -264,7 +298,8 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   stats_.build_seconds += ms / 1000.0;
   const bool pending = ticket != 0;
   PlanInfo info{.graph = name, .supported = selection.plan != nullptr || pending, .notes = {},
-                .workspace_bytes = 0, .build_ms = ms, .restored = restored, .pending = pending,
+                .workspace_bytes = 0, .build_ms = ms, .restored = restored, .restoring = false,
+                .pending = pending,
                 .specialized = false, .background_ms = 0, .hits = 0,
                 .candidates_seen = selection.candidates_seen, .why_unsupported = selection.why_none,
                 .fallback = {}};
@@ -281,7 +316,11 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
                       : pending ? (selection.plan ? "lazy" : "pending")
                       : selection.plan ? "built"
                                        : "unsupported";
-  record(event, name, info.notes.engine_id, ms);
+  if (restored) {
+    record_restore(event, name, info.notes.engine_id, ms, restore_times);
+  } else {
+    record(event, name, info.notes.engine_id, ms);
+  }
   lru_.push_front(Entry{key, std::shared_ptr<const Plan>(std::move(selection.plan)), std::move(info), ticket});
   index_.emplace(key, lru_.begin());
   std::shared_ptr<const Plan> plan = lru_.front().plan;
@@ -292,13 +331,15 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
 }
 
 std::shared_ptr<const Plan> PlanCache::add_pending(const PlanKey& key, const Graph& graph,
-                                                  std::string name, double ms) {
+                                                  std::string name, double ms, Pending why) {
   const uint64_t ticket = next_ticket_++;
+  const bool restoring = why == Pending::Restore;
   PlanInfo info{.graph = name, .supported = true, .notes = {}, .workspace_bytes = 0, .build_ms = ms,
-                .restored = false, .pending = true, .specialized = false, .background_ms = 0,
-                .hits = 0, .candidates_seen = 0, .why_unsupported = {}, .fallback = {}};
-  ++stats_.lazy_plans;
-  record("pending", name, -1, ms);
+                .restored = false, .restoring = restoring, .pending = true, .specialized = false,
+                .background_ms = 0, .hits = 0, .candidates_seen = 0, .why_unsupported = {},
+                .fallback = {}};
+  ++(restoring ? stats_.restores_queued : stats_.lazy_plans);
+  record(restoring ? "restoring" : "pending", name, -1, ms);
   lru_.push_front(Entry{key, nullptr, std::move(info), ticket});
   index_.emplace(key, lru_.begin());
   evict_over_capacity();
@@ -351,20 +392,31 @@ void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
     Finished done{key, ticket, nullptr, "", 0};
     try {
       LOOM_CUDA_CHECK(cudaSetDevice(key.device()));
-      Selection selection =
-          select_plan(graph, handle(), {.policy = key.policy(), .gate = &capture_gate()});
-      if (selection.plan) PlanStore::global().save(key, *selection.plan);
-      done.why_none = selection.why_none;
-      done.plan = std::move(selection.plan);
+      const SelectOptions options{.policy = key.policy(), .gate = &capture_gate()};
+      if (std::optional<StoredPlan> stored = PlanStore::global().load(key)) {
+        RestoreTimes times;
+        done.plan = restore_plan(graph, handle(), stored->json, stored->notes, options, &times);
+        done.restored = done.plan != nullptr;
+        record_restore(done.restored ? "restored" : "not-restored", graph.pattern(),
+                       done.restored ? done.plan->notes().engine_id : -1, ms_since(start), times);
+      }
+      if (!done.restored) {  // no file, or a stale one: it is replaced
+        Selection selection = select_plan(graph, handle(), options);
+        if (selection.plan) PlanStore::global().save(key, *selection.plan);
+        done.why_none = selection.why_none;
+        done.plan = std::move(selection.plan);
+      }
     } catch (const std::exception& e) {  // reported like "no engine": the key keeps its stand-in
       done.why_none = fmt::format("the background build failed: {}", e.what());
     }
     done.build_ms = ms_since(start);
     std::atexit(stop_builders_at_exit);  // after the libraries this build loaded (see builders())
-    record("background", graph.pattern(), done.plan ? done.plan->notes().engine_id : -1, done.build_ms);
+    if (!done.restored) {
+      record("background", graph.pattern(), done.plan ? done.plan->notes().engine_id : -1, done.build_ms);
+    }
     std::lock_guard<std::mutex> lock(finished_mutex_);
     background_seconds_ += done.build_ms / 1000.0;
-    ++background_builds_;
+    if (!done.restored) ++background_builds_;
     finished_.push_back(std::move(done));
     any_finished_ = true;
   });
@@ -386,6 +438,7 @@ int PlanCache::apply_pending() {
     Entry& e = *it->second;
     e.ticket = 0;
     e.info.pending = false;
+    e.info.restoring = false;
     e.info.background_ms = f.build_ms;
     if (!f.plan) {
       if (e.plan) continue;  // the stand-in stays
@@ -399,9 +452,14 @@ int PlanCache::apply_pending() {
     e.plan = std::move(f.plan);
     e.info.notes = e.plan->notes();
     e.info.workspace_bytes = e.plan->workspace_bytes();
-    e.info.specialized = true;
+    (f.restored ? e.info.restored : e.info.specialized) = true;
     workspace(static_cast<size_t>(e.info.workspace_bytes));
-    ++stats_.plans_specialized;
+    if (f.restored) {
+      ++stats_.plans_restored;
+      ++stats_.background_restores;
+    } else {
+      ++stats_.plans_specialized;
+    }
     ++changed;
     record("swapped", e.info.graph, e.info.notes.engine_id, f.build_ms);
   }
@@ -422,10 +480,20 @@ size_t PlanCache::background_outstanding() const {
 
 void PlanCache::record_warm_up(double ms) { record("warm-up", "cuDNN libraries, handle, heuristics", -1, ms); }
 
-void PlanCache::record(std::string event, const std::string& graph, int64_t engine_id, double build_ms) {
+void PlanCache::record_restore(const char* event, const std::string& graph, int64_t engine_id,
+                               double ms, const RestoreTimes& times) {
+  {
+    std::lock_guard<std::mutex> lock(finished_mutex_);
+    add_times(restore_times_, times);
+  }
+  record(event, graph, engine_id, ms, restore_detail(times));
+}
+
+void PlanCache::record(std::string event, const std::string& graph, int64_t engine_id, double build_ms,
+                       std::string detail) {
   PlanEvent e{.at_seconds = std::chrono::duration<double>(Clock::now() - kProcessStart).count(),
               .event = std::move(event), .graph = graph, .engine_id = engine_id,
-              .build_ms = build_ms, .thread = thread_number()};
+              .build_ms = build_ms, .thread = thread_number(), .detail = std::move(detail)};
   std::lock_guard<std::mutex> lock(timeline_mutex_);
   timeline_.push_back(std::move(e));
 }
@@ -444,9 +512,9 @@ std::string PlanCache::timeline_table() const {
   out += fmt::format("{:>9} {:>6}  {:<11} {:>7} {:>9}  {}\n", "at s", "thread", "event", "engine",
                      "build ms", "graph");
   for (const PlanEvent& e : timeline()) {
-    out += fmt::format("{:>9.3f} {:>6}  {:<11} {:>7} {:>9.1f}  {}\n", e.at_seconds, e.thread, e.event,
-                       e.engine_id < 0 ? std::string("-") : std::to_string(e.engine_id),
-                       e.build_ms, e.graph);
+    out += fmt::format("{:>9.3f} {:>6}  {:<11} {:>7} {:>9.1f}  {}{}{}\n", e.at_seconds, e.thread,
+                       e.event, e.engine_id < 0 ? std::string("-") : std::to_string(e.engine_id),
+                       e.build_ms, e.graph, e.detail.empty() ? "" : " ", e.detail);
   }
   return out;
 }
@@ -482,6 +550,7 @@ PlanCacheStats PlanCache::stats() const {
   std::lock_guard<std::mutex> lock(finished_mutex_);
   out.background_seconds = background_seconds_;
   out.background_builds = background_builds_;
+  out.restore_times = restore_times_;
   return out;
 }
 
@@ -493,16 +562,25 @@ std::vector<PlanInfo> PlanCache::entries() const {
 }
 
 std::string PlanCache::explain() const {
+  // Without a GPU (a CPU machine running a CUDA build), or when every op ran
+  // elsewhere, a table of zeros would read as a fault: one line says why.
+  if (entries().empty()) {
+    return cuda::device_count() > 0 ? "no cuDNN plans: no op ran through cuDNN in this process\n"
+                                    : "no cuDNN plans: no usable GPU, so every op ran on the CPU\n";
+  }
   PlanCacheStats s = stats();
   std::string out = fmt::format(
       "cuDNN plan cache (cuDNN {}, plan-build mode {}): {} entries, {} hits, {} misses, {} plans "
-      "built, {} restored from {}, {} unsupported, {} runs on the tier below cuDNN, {:.3f} s "
-      "building; lazily: {} keys started on a stand-in, {} plans specialized later, {} background "
-      "builds ({:.3f} s on the builders), {} keys prefetched, {} lookups of lower variants "
-      "deferred\n",
+      "built, {} restored from {} ({} of them by the builders; restores spent {:.1f} ms on graphs, "
+      "{:.1f} ms finalizing, {:.1f} ms on test buffers, {:.1f} ms in test runs), {} unsupported, {} "
+      "runs on the tier below cuDNN, {:.3f} s building; lazily: {} keys started on a stand-in, {} "
+      "plans specialized later, {} background builds ({:.3f} s on the builders), {} keys "
+      "prefetched, {} lookups of lower variants deferred\n",
       loaded_version(), plan_build_mode_name(plan_build_mode()), entries().size(), s.hits, s.misses,
       s.plans_built, s.plans_restored,
       PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
+      s.background_restores, s.restore_times.graph_ms, s.restore_times.finalize_ms,
+      s.restore_times.buffers_ms, s.restore_times.test_ms,
       s.unsupported, s.fallback_runs, s.build_seconds, s.lazy_plans, s.plans_specialized,
       s.background_builds, s.background_seconds, s.prefetched, s.variants_deferred);
   out += fmt::format("{:<44} {:>7} {:>10} {:>9} {:>6}  {}\n", "graph", "engine", "workspace",
@@ -516,9 +594,10 @@ std::string PlanCache::explain() const {
       continue;
     }
     if (e.notes.engine_id < 0) {  // pending, no stand-in plan
-      out += fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  PENDING: runs on {} until its plan is built\n",
+      out += fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  PENDING: runs on {} until its plan is {}\n",
                          e.graph, "-", "-", e.build_ms, e.hits,
-                         e.fallback.empty() ? "the tier below cuDNN" : e.fallback);
+                         e.fallback.empty() ? "the tier below cuDNN" : e.fallback,
+                         e.restoring ? "restored from its file" : "built");
       continue;
     }
     std::vector<std::string> notes = e.notes.numerical;
@@ -553,6 +632,7 @@ void PlanCache::clear() {
     any_finished_ = false;
     background_seconds_ = 0;
     background_builds_ = 0;
+    restore_times_ = {};
   }
   std::lock_guard<std::mutex> lock(timeline_mutex_);
   timeline_.clear();
@@ -564,9 +644,11 @@ PlanKey plan_key(const Graph& graph) {
   return PlanKey(graph, numerics_policy(), device);
 }
 
-bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier) {
-  PlanCache& cache = PlanCache::global();
-  const PlanKey key = plan_key(graph);
+namespace {
+
+// run_plan for a key already made, so that run_plan_reporting makes it once.
+bool run_keyed(PlanCache& cache, const PlanKey& key, const Graph& graph, const VariantPointers& pointers,
+               std::string_view fallback_tier) {
   // Every caller copes with false: an empty tier means the caller tries its
   // next variant, and every chain of variants ends at a tier below cuDNN. So a
   // lazy key without a precompiled engine is never built while the step waits.
@@ -577,6 +659,20 @@ bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_v
   }
   plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
   return true;
+}
+
+}  // namespace
+
+bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier) {
+  return run_keyed(PlanCache::global(), plan_key(graph), graph, pointers, fallback_tier);
+}
+
+PlanRun run_plan_reporting(const Graph& graph, const VariantPointers& pointers,
+                           std::string_view fallback_tier) {
+  PlanCache& cache = PlanCache::global();
+  const PlanKey key = plan_key(graph);
+  if (run_keyed(cache, key, graph, pointers, fallback_tier)) return PlanRun::Ran;
+  return cache.pending_without_plan(key) ? PlanRun::Pending : PlanRun::NoPlan;
 }
 
 int apply_pending_plans() { return PlanCache::global().apply_pending(); }

@@ -19,7 +19,15 @@
 //   step), never inside a capture. generation() counts the swaps, so a
 //   captured whole-step graph knows to re-capture. A deterministic policy
 //   builds eagerly: one plan per key for the whole run. Plan files hold the
-//   best plan, never a lazy stand-in, so a restored plan needs no swap. While
+//   best plan, never a lazy stand-in, so a restored plan needs no swap. A key
+//   with a plan file is restored the same way in lazy mode: it runs on the tier
+//   below at once while a builder restores its plan (several at once; a file
+//   that no longer restores is rebuilt there), swapped in at the next step
+//   boundary. Restoring costs 5-30 ms a key (finalize, test run, sync), and
+//   mnist_net's warm first step, restoring its 33 keys one after another on
+//   the main thread, waited 0.35 s for them (H100). Without a tier below, in a
+//   deterministic policy, in the eager and precompiled modes, or with
+//   LOOM_CUDNN_BACKGROUND_RESTORE=0, the key is restored at once, as before. While
 //   an op's preferred variant is pending, its lower variants are not built
 //   (variant_walk.h); at exit, outstanding background builds are waited for
 //   (at most 10 s) so that their plans reach the plan files.
@@ -73,6 +81,7 @@ struct PlanInfo {
   int64_t workspace_bytes = 0;
   double build_ms = 0;
   bool restored = false;  // from the plan files (plan_store.h), not built
+  bool restoring = false;    // lazy: a builder restores its plan from the plan files
   bool pending = false;      // lazy: a background build will replace this plan (or the tier below)
   bool specialized = false;  // lazy: the background build's plan was swapped in
   double background_ms = 0;  // lazy: how long the background build took
@@ -86,7 +95,9 @@ struct PlanCacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
   int64_t plans_built = 0;     // before the key's first run (lazy stand-ins included)
-  int64_t plans_restored = 0;  // read from the plan files instead of built
+  int64_t plans_restored = 0;  // read from the plan files instead of built (in use)
+  int64_t restores_queued = 0;      // lazy: keys met with a plan file, restored by a builder
+  int64_t background_restores = 0;  // of plans_restored: restored by a builder, then swapped in
   int64_t unsupported = 0;
   int64_t evictions = 0;
   int64_t fallback_runs = 0;  // runs of a key without an engine on the tier below cuDNN
@@ -100,6 +111,7 @@ struct PlanCacheStats {
   int64_t prefetched = 0;  // keys queued by prefetch() before an op met them
   double build_seconds = 0;       // on the calling threads (the first step waits for these)
   double background_seconds = 0;  // on the background builders
+  RestoreTimes restore_times;     // the restores' breakdown, summed over both kinds of thread
 };
 
 // One line of the plan timeline: when a plan was built, restored, queued or
@@ -112,6 +124,7 @@ struct PlanEvent {
   int64_t engine_id = -1;
   double build_ms = 0;
   int thread = 0;  // 0: the first thread that built a plan (usually the main thread), then 1, 2, ...
+  std::string detail;  // a restore's breakdown (RestoreTimes), else ""
 };
 
 class PlanCache {
@@ -160,7 +173,9 @@ class PlanCache {
 
   PlanCacheStats stats() const;
   std::vector<PlanInfo> entries() const;  // most recently used first
-  std::string explain() const;            // a table of entries() plus the counters
+  // A table of entries() plus the counters; one line when there are no entries
+  // (no usable GPU, or nothing ran through cuDNN).
+  std::string explain() const;
   void set_capacity(size_t capacity);     // LOOM_CUDNN_PLAN_CACHE_LIMIT sets the initial one
   void clear();  // also forgets the timeline; builds still running are ignored when they end
 
@@ -172,23 +187,33 @@ class PlanCache {
     PlanInfo info;
     uint64_t ticket = 0;  // the outstanding background build (0: none)
   };
-  struct Finished {  // a background build, waiting for apply_pending()
+  struct Finished {  // a background build or restore, waiting for apply_pending()
     PlanKey key;
     uint64_t ticket;
     std::shared_ptr<const Plan> plan;  // null: no engine works
     std::string why_none;
     double build_ms;
+    bool restored = false;  // the plan came from the plan files
   };
+  // Why a key waits for a builder.
+  enum class Pending { Build, Restore };
   void evict_over_capacity();
   // Lazy mode's first plan for a miss; false when the key must be built now.
   bool start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback, Selection& selection,
                     uint64_t& ticket);
+  // The builder's job: restores the key's plan file when it has one that
+  // restores, else selects the best plan (and saves it).
   void build_in_background(PlanKey key, Graph graph, uint64_t ticket);
-  // A key met during a capture, or prefetched (lazy mode): runs on the tier
-  // below until its background build is swapped in. Returns null, the plan to run now.
+  // A key met during a capture, prefetched, or (lazy mode) with a plan file:
+  // runs on the tier below until its background build or restore is swapped
+  // in. Returns null, the plan to run now.
   std::shared_ptr<const Plan> add_pending(const PlanKey& key, const Graph& graph, std::string name,
-                                          double ms);
-  void record(std::string event, const std::string& graph, int64_t engine_id, double build_ms);
+                                          double ms, Pending why = Pending::Build);
+  // A restore's timeline event and its share of the stats.
+  void record_restore(const char* event, const std::string& graph, int64_t engine_id, double ms,
+                      const RestoreTimes& times);
+  void record(std::string event, const std::string& graph, int64_t engine_id, double build_ms,
+              std::string detail = {});
 
   mutable std::mutex mutex_;
   // Lazy mode: graph structures (sizes left out) whose quick look for a
@@ -208,6 +233,7 @@ class PlanCache {
   std::atomic<bool> any_finished_ = false;
   double background_seconds_ = 0;
   int64_t background_builds_ = 0;
+  RestoreTimes restore_times_;
 
   mutable std::mutex timeline_mutex_;
   std::vector<PlanEvent> timeline_;
@@ -234,5 +260,13 @@ std::string structure_of(const PlanKey& key, const Graph& graph);
 // not empty the key is then recorded as running there
 // (PlanCache::record_fallback), and the caller runs it.
 bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier);
+
+// What run_plan did, for a caller that acts on why no plan ran (fused.cc's
+// masked batch norm + ReLU queues its backward while its forward is pending).
+// Pending: the best plan is built in the background and nothing runs
+// meanwhile (lazy mode); NoPlan: unsupported, or deferred by a VariantWalk.
+enum class PlanRun { Ran, Pending, NoPlan };
+PlanRun run_plan_reporting(const Graph& graph, const VariantPointers& pointers,
+                           std::string_view fallback_tier);
 
 }  // namespace loom::cudnn

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace loom::cudnn {
@@ -22,9 +24,15 @@ cudnnDataType_t cudnn_dtype(DType dtype) {
 
 int64_t pointer_alignment(const void* ptr) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
-  int64_t alignment = 16;
+  int64_t alignment = kFullAlignment;
   while (alignment > 1 && address % alignment != 0) alignment /= 2;
   return alignment;
+}
+
+bool fully_aligned(const Graph& graph) {
+  return std::all_of(graph.tensors().begin(), graph.tensors().end(), [](const TensorSpec& t) {
+    return t.is_virtual || t.by_value || t.alignment >= kFullAlignment;
+  });
 }
 
 namespace {

@@ -228,7 +228,7 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
 #ifdef LOOM_WITH_CUDA
       std::printf("%s", cudnn::PlanCache::global().explain().c_str());
 #else
-      std::printf("this build has no CUDA backend, so there is no cuDNN plan cache to explain\n");
+      std::printf("no cuDNN plans: this build has no CUDA backend, so every op ran on the CPU\n");
 #endif
     }
     if (flags.fusion_report) std::printf("%s", fusion::report({.measure = true}).c_str());

@@ -191,7 +191,7 @@ int train(const Flags& flags) {
 #ifdef LOOM_WITH_CUDA
     std::printf("%s", loom::cudnn::PlanCache::global().explain().c_str());
 #else
-    std::printf("this build has no CUDA backend, so there is no cuDNN plan cache to explain\n");
+    std::printf("no cuDNN plans: this build has no CUDA backend, so every op ran on the CPU\n");
 #endif
   }
   return 0;

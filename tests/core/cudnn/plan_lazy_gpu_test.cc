@@ -17,6 +17,7 @@
 
 #ifdef LOOM_WITH_CUDA
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,7 +34,9 @@ using namespace loom;
 namespace {
 
 // Plan files would turn builds into restores; before the store's first use.
-void plan_files_off() { setenv("LOOM_CUDNN_PLAN_DIR", "off", 1); }
+struct PlanFilesOff {
+  PlanFilesOff() { setenv("LOOM_CUDNN_PLAN_DIR", "off", 1); }
+};
 
 struct SmallNet {
   Tensor w1, b1, gamma, beta, running_mean, running_var, w2, b2;
@@ -137,16 +140,36 @@ struct PoolKernelForced {
   ~PoolKernelForced() { unsetenv("LOOM_POOL_KERNEL"); }
 };
 
+enum class PoolKernel { Raced, Forced };
+
+// What the cases open with: plan files off, the pooling kernel (forced where a
+// case counts keys), the case's policy, the inputs, an empty plan cache.
+template <PoolKernel kPool, NumericsPolicy kPolicy = NumericsPolicy{.precision = Precision::Tf32}>
+struct CaseSetup {
+  CaseSetup() {
+    if (kPool == PoolKernel::Forced) pool.emplace();
+    cache.clear();
+  }
+
+  PlanFilesOff files;  // first: the members below may touch the plan store
+  std::optional<PoolKernelForced> pool;
+  NumericsGuard policy{kPolicy};
+  const Inputs in = inputs();
+  cudnn::PlanCache& cache = cudnn::PlanCache::global();
+};
+
+using Tf32Case = CaseSetup<PoolKernel::Raced>;
+using KeyCountingCase = CaseSetup<PoolKernel::Forced>;
+using DeterministicCase =
+    CaseSetup<PoolKernel::Raced, NumericsPolicy{.precision = Precision::Tf32, .deterministic = true}>;
+using StrictFp32Case = CaseSetup<PoolKernel::Raced, NumericsPolicy{.precision = Precision::StrictFp32}>;
+
 }  // namespace
 
-LOOM_GPU_TEST_CASE("lazy mode runs the first step at once, then swaps the background plans in") {
-  plan_files_off();
-  PoolKernelForced pool;
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  const Inputs in = inputs();
+LOOM_GPU_TEST_CASE_FIXTURE(KeyCountingCase,
+                           "lazy mode runs the first step at once, then swaps the background plans in") {
   const std::vector<Tensor> reference = eager_reference(in);
 
-  auto& cache = cudnn::PlanCache::global();
   cache.clear();
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   SmallNet net;
@@ -188,13 +211,8 @@ LOOM_GPU_TEST_CASE("lazy mode runs the first step at once, then swaps the backgr
   check_within_tf32(net.step(in.x, in.y), reference);
 }
 
-LOOM_GPU_TEST_CASE("the timeline lists each lazy key's start, background build and swap") {
-  plan_files_off();
-  PoolKernelForced pool;
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  const Inputs in = inputs();
-  auto& cache = cudnn::PlanCache::global();
-  cache.clear();
+LOOM_GPU_TEST_CASE_FIXTURE(KeyCountingCase,
+                           "the timeline lists each lazy key's start, background build and swap") {
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   SmallNet net;
   net.step(in.x, in.y);
@@ -216,13 +234,9 @@ LOOM_GPU_TEST_CASE("the timeline lists each lazy key's start, background build a
   CHECK(swapped == s.plans_specialized);
 }
 
-LOOM_GPU_TEST_CASE("a structure without a precompiled stand-in starts its other sizes at once") {
-  plan_files_off();
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  const Inputs in = inputs();
+LOOM_GPU_TEST_CASE_FIXTURE(Tf32Case, "a structure without a precompiled stand-in starts its other sizes at once") {
   const Inputs half{in.x.slice(0, 0, 12).contiguous(MemoryFormat::ChannelsLast), in.y.slice(0, 0, 12)};
   const std::vector<Tensor> reference = eager_reference(half);
-  auto& cache = cudnn::PlanCache::global();
   cache.clear();
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   SmallNet net;
@@ -240,12 +254,8 @@ LOOM_GPU_TEST_CASE("a structure without a precompiled stand-in starts its other 
   check_within_tf32(net.step(half.x, half.y), reference);
 }
 
-LOOM_GPU_TEST_CASE("precompiled mode never picks a runtime-compiled engine") {
-  plan_files_off();
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  const Inputs in = inputs();
+LOOM_GPU_TEST_CASE_FIXTURE(Tf32Case, "precompiled mode never picks a runtime-compiled engine") {
   const std::vector<Tensor> reference = eager_reference(in);
-  auto& cache = cudnn::PlanCache::global();
   cache.clear();
   PlanBuildGuard precompiled(PlanBuildMode::Precompiled);
   SmallNet net;
@@ -259,12 +269,8 @@ LOOM_GPU_TEST_CASE("precompiled mode never picks a runtime-compiled engine") {
   }
 }
 
-LOOM_GPU_TEST_CASE("a deterministic policy builds eagerly in lazy mode: one plan per key, no swaps") {
-  plan_files_off();
-  NumericsGuard deterministic({.precision = Precision::Tf32, .deterministic = true});
-  const Inputs in = inputs();
-  auto& cache = cudnn::PlanCache::global();
-  cache.clear();
+LOOM_GPU_TEST_CASE_FIXTURE(DeterministicCase,
+                           "a deterministic policy builds eagerly in lazy mode: one plan per key, no swaps") {
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   SmallNet net;
   const std::vector<Tensor> first = net.step(in.x, in.y);
@@ -279,16 +285,14 @@ LOOM_GPU_TEST_CASE("a deterministic policy builds eagerly in lazy mode: one plan
     CHECK_CLOSE(second[i], first[i], 0, 0);  // same plans, deterministic engines: same bits
   }
 }
-LOOM_GPU_TEST_CASE("strict fp32 times every allowed conv engine and keeps one the policy allows") {
-  plan_files_off();
-  const Inputs in = inputs();
+
+LOOM_GPU_TEST_CASE_FIXTURE(StrictFp32Case,
+                           "strict fp32 times every allowed conv engine and keeps one the policy allows") {
   std::vector<Tensor> reference;
   {
     NumericsGuard tf32({.precision = Precision::Tf32});
     reference = eager_reference(in);
   }
-  NumericsGuard strict({.precision = Precision::StrictFp32});
-  auto& cache = cudnn::PlanCache::global();
   for (PlanBuildMode mode : {PlanBuildMode::Eager, PlanBuildMode::Lazy}) {
     CAPTURE(plan_build_mode_name(mode));
     cache.clear();
@@ -306,13 +310,8 @@ LOOM_GPU_TEST_CASE("strict fp32 times every allowed conv engine and keeps one th
   }
 }
 
-LOOM_GPU_TEST_CASE("while a preferred fused graph is pending, its lower variants are not built") {
-  plan_files_off();
-  PoolKernelForced pool;
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  const Inputs in = inputs();
-  auto& cache = cudnn::PlanCache::global();
-  cache.clear();
+LOOM_GPU_TEST_CASE_FIXTURE(KeyCountingCase,
+                           "while a preferred fused graph is pending, its lower variants are not built") {
   std::vector<Tensor> reference;
   {
     PlanBuildGuard eager(PlanBuildMode::Eager);

@@ -2,12 +2,14 @@
 // The trainers' command line as a user meets it: examples/mnist:train and
 // examples/cifar:train are run and their exit codes and output checked. Usage
 // errors (exit 2) are found before any data is loaded; the header says what
-// runs; a resume with nothing left to do says so.
+// runs; a resume with nothing left to do says so; --explain and the plan
+// timeline on the CPU say in one line that there are no cuDNN plans.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/device.h"
@@ -18,7 +20,9 @@ namespace {
 using Run = loom::testing::ProgramRun;
 using loom::testing::has;
 
-Run mnist(const std::string& args) { return loom::testing::run_program("examples/mnist/train", args); }
+Run mnist(const std::string& args, const std::string& environment = "") {
+  return loom::testing::run_program("examples/mnist/train", args, environment);
+}
 Run cifar(const std::string& args) { return loom::testing::run_program("examples/cifar/train", args); }
 
 // A folder that does not exist: were the data loaded first, the run would
@@ -116,4 +120,19 @@ TEST_CASE("the header shows fp32 on the CPU and, after --resume, the lr the chec
   CHECK(has(done, "nothing to do: checkpoint is at epoch 1, --epochs 1"));
   CHECK_FALSE(has(done, "epoch 1:"));
   std::filesystem::remove(checkpoint);
+}
+
+TEST_CASE("--explain and LOOM_CUDNN_PLAN_TIMELINE on the CPU say in one line that there are no cuDNN plans") {
+  const std::filesystem::path timeline =
+      std::filesystem::temp_directory_path() / ("loom_cli_timeline_" + std::to_string(::getpid()) + ".txt");
+  Run r = mnist("--device=cpu --synthetic=64 --batch-size=32 --epochs=1 --explain",
+                "LOOM_CUDNN_PLAN_TIMELINE=" + timeline.string());
+  CHECK(r.code == 0);
+  CHECK(has(r, "no cuDNN plans: "));
+  std::ifstream in(timeline);
+  REQUIRE(in.is_open());
+  std::string first_line;
+  std::getline(in, first_line);
+  CHECK(first_line == "no cuDNN plans: the run was on the CPU");
+  std::filesystem::remove(timeline);
 }
