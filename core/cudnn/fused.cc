@@ -6,15 +6,22 @@
 // N batch, C channels, H, W input, K out channels, P, Q output; M rows, In, Out features.
 #include "core/cudnn/fused.h"
 
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
+#include "core/cudnn/context.h"
 #include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
 #include "core/cudnn/variant_walk.h"
+#include "core/error.h"
 
 namespace loom::cudnn {
 
@@ -22,7 +29,8 @@ namespace {
 
 struct RunCounters {
   std::atomic<int64_t> conv_bias_relu{0}, bn_relu_forward{0}, bn_relu_backward{0}, dgrad_relu{0},
-      matmul_bias_relu{0}, epilogue{0};
+      matmul_bias_relu{0}, epilogue{0}, epilogue_backward{0}, epilogue_grads{0},
+      epilogue_grads_skipped{0};
 };
 
 RunCounters& counters() {
@@ -531,11 +539,380 @@ EpilogueRun linear_epilogue_forward(const Strided& y, const std::optional<Stride
   return run_epilogue(g, pointers);
 }
 
+// ---- a user block's head, backward: the derivative chain ----------------------------------
+// dy, z, operands -> replay: z -> t_1 -> ... (virtual) -> derivatives in reverse:
+// g_n = dy -> ... -> g_0 = dL/dz, written (epilogue_backward) or fed virtual to
+// dgrad / wgrad / the matmuls (*_epilogue_grads). t_e is step e's input, g_e the
+// gradient w.r.t. it.
+
+namespace {
+
+enum DerivativeUid : int64_t { kDvDy = 1, kDvZ, kDvG, kDvX, kDvW, kDvDx, kDvDw, kDvFirstStep = 16 };
+
+// Step e's uids: its replayed output t_{e+1}, its operand, g_e, its operand's gradient.
+int64_t replayed(size_t e) { return kDvFirstStep + 4 * static_cast<int64_t>(e); }
+int64_t dv_operand(size_t e) { return replayed(e) + 1; }
+int64_t grad_in(size_t e) { return replayed(e) + 2; }
+int64_t operand_grad(size_t e) { return replayed(e) + 3; }
+int64_t input_of(size_t e) { return e == 0 ? kDvZ : replayed(e - 1); }  // t_e
+
+bool passes_through(const EpilogueStep& step) {
+  return step.mode == CUDNN_POINTWISE_ADD || step.mode == CUDNN_POINTWISE_SUB;
+}
+
+// How the chain's y-shaped tensors and operands are described. A conv head's
+// 4-D tensors as they are. A linear head's (M, Out): in a graph of pointwise
+// ops only, as the 4-D (M, Out, 1, 1) NHWC view (cuDNN's pointwise engines
+// take 4-D NHWC; a packed 2-D tensor is exactly that); beside a matmul, as
+// (1, M, Out) matrices, or (1, Out, M) when the wgrad matmul reads g transposed.
+enum class ChainForm { Conv, Rows, Matrix, MatrixTransposed };
+
+struct ChainLayout {
+  ChainForm form = ChainForm::Conv;
+  int64_t rows = 0, cols = 0;  // M, Out
+
+  TensorSpec spec(const Strided& t, int64_t uid) const {
+    switch (form) {
+      case ChainForm::Conv: return spec_of(t, uid);
+      case ChainForm::Rows:
+        return {.uid = uid, .dims = {rows, cols, 1, 1}, .strides = {cols, 1, cols, cols},
+                .dtype = cudnn_dtype(t.dtype), .alignment = pointer_alignment(t.data)};
+      case ChainForm::Matrix: return matrix_spec(t, uid, rows, cols, cols, 1);
+      case ChainForm::MatrixTransposed: return matrix_spec(t, uid, cols, rows, 1, cols);
+    }
+    return spec_of(t, uid);
+  }
+  TensorSpec operand(const EpilogueStep& step, const TensorSpec& y, int64_t uid) const {
+    if (step.operand == EpilogueOperand::Full) return spec(step.tensor, uid);
+    switch (form) {
+      case ChainForm::Conv:
+      case ChainForm::Rows: return conv_operand_spec(step, y, uid);  // (1, Out, 1, 1)
+      case ChainForm::Matrix: return matrix_operand_spec(step, y, uid);
+      case ChainForm::MatrixTransposed: return matrix_spec(step.tensor, uid, cols, 1, 1, 1);
+    }
+    return conv_operand_spec(step, y, uid);
+  }
+};
+
+// z is 4-D for a conv head, (M, Out) for a linear one; `form` says how a linear
+// head's graph reads it.
+ChainLayout chain_layout(const Strided& z, ChainForm form) {
+  if (z.sizes.size() != 2) return {};
+  return {.form = form, .rows = z.sizes[0], .cols = z.sizes[1]};
+}
+
+// Which replayed values t_0 (z) .. t_n the derivatives read, directly or to replay a later one.
+std::vector<bool> replay_needed(const EpilogueBackwardArgs& a) {
+  const size_t n = a.steps.size();
+  std::vector<bool> need(n + 1, false);
+  for (size_t e = 0; e < n; ++e) {
+    const EpilogueStepGrad& d = a.grads[e];
+    if (d.activation) need[d.reads_output ? e + 1 : e] = true;
+    if (a.steps[e].mode == CUDNN_POINTWISE_MUL && d.operand_grad) need[e] = true;
+  }
+  for (size_t e = n; e > 0; --e) need[e - 1] = need[e - 1] || need[e];
+  return need;
+}
+
+// Step e's operand (a tensor or a by-value scalar) when the graph reads it; the
+// scalars vector must not reallocate while pointers are in use (reserved by the caller).
+std::optional<int64_t> add_operand(Graph& g, const ChainLayout& layout, const TensorSpec& like,
+                                   const EpilogueStep& step, size_t e, std::vector<float>& scalars,
+                                   VariantPointers& pointers) {
+  if (step.operand == EpilogueOperand::None) return std::nullopt;
+  const int64_t uid = dv_operand(e);
+  if (step.operand == EpilogueOperand::Scalar) {
+    scalars.push_back(static_cast<float>(step.scalar));
+    g.add_tensor(epilogue_scalar_spec(uid, step.scalar, like.dims.size()));
+    pointers.push_back({uid, &scalars.back()});
+  } else {
+    g.add_tensor(layout.operand(step, like, uid));
+    pointers.push_back({uid, step.tensor.data});
+  }
+  return uid;
+}
+
+// Appends z, the operands the graph reads and the forward steps replayed from z
+// as far as the derivatives need them; returns each step's operand uid.
+std::vector<std::optional<int64_t>> add_replay(Graph& g, const ChainLayout& layout, const EpilogueBackwardArgs& a,
+                                               std::vector<float>& scalars, VariantPointers& pointers) {
+  const TensorSpec like = layout.spec(a.z, kDvZ);
+  const std::vector<bool> need = replay_needed(a);
+  if (need[0]) {
+    g.add_tensor(like);
+    pointers.push_back({kDvZ, a.z.data});
+  }
+  std::vector<std::optional<int64_t>> operands(a.steps.size());
+  for (size_t e = 0; e < a.steps.size(); ++e) {
+    const EpilogueStep& step = a.steps[e];
+    if (need[e + 1] || step.mode == CUDNN_POINTWISE_MUL) {  // a mul's derivative reads its operand
+      operands[e] = add_operand(g, layout, like, step, e, scalars, pointers);
+    }
+    if (!need[e + 1]) continue;
+    g.add_tensor(virtual_like(like, replayed(e)));
+    g.pointwise(step.mode, input_of(e), operands[e], replayed(e), step.parameter);
+  }
+  return operands;
+}
+
+// Appends the derivative chain; the first step (from the end) that changes g
+// writes kDvG, a tensor the caller adds (real or virtual). Requires a chain
+// epilogue_derivative_why_not accepts.
+void add_derivative(Graph& g, const ChainLayout& layout, const EpilogueBackwardArgs& a,
+                    std::vector<float>& scalars, VariantPointers& pointers) {
+  const size_t n = a.steps.size();
+  const TensorSpec like = layout.spec(a.z, kDvZ);
+  const std::vector<std::optional<int64_t>> operands = add_replay(g, layout, a, scalars, pointers);
+  g.add_tensor(layout.spec(a.dy, kDvDy));
+  pointers.push_back({kDvDy, a.dy.data});
+  size_t last_change = n;  // the lowest step that changes g writes kDvG
+  for (size_t e = 0; e < n && last_change == n; ++e) {
+    if (!passes_through(a.steps[e])) last_change = e;
+  }
+  int64_t grad = kDvDy;
+  for (size_t e = n; e-- > 0;) {
+    const EpilogueStep& step = a.steps[e];
+    const EpilogueStepGrad& d = a.grads[e];
+    if (d.operand_grad) {
+      g.add_tensor(layout.spec(*d.operand_grad, operand_grad(e)));
+      pointers.push_back({operand_grad(e), d.operand_grad->data});
+      if (step.mode == CUDNN_POINTWISE_MUL) {
+        g.pointwise(CUDNN_POINTWISE_MUL, grad, input_of(e), operand_grad(e));
+      } else {
+        g.pointwise(CUDNN_POINTWISE_IDENTITY, grad, std::nullopt, operand_grad(e));
+      }
+    }
+    if (passes_through(step)) continue;
+    const int64_t next = e == last_change ? kDvG : grad_in(e);
+    if (next != kDvG) g.add_tensor(virtual_like(like, next));
+    if (d.activation) {
+      g.pointwise_backward(d.activation->mode, grad, d.reads_output ? replayed(e) : input_of(e), next,
+                           d.activation->parameter);
+    } else {
+      g.pointwise(CUDNN_POINTWISE_MUL, grad, operands[e], next);
+    }
+    grad = next;
+  }
+}
+
+bool derivative_fusable(const EpilogueBackwardArgs& a) {
+  if (!fusable(a.dy) || !fusable(a.z) || !epilogue_fusable(a.z, a.steps)) return false;
+  return std::all_of(a.grads.begin(), a.grads.end(), [](const EpilogueStepGrad& d) {
+    return !d.operand_grad || fusable(*d.operand_grad);
+  });
+}
+
+// The plan for `key` now (built on a miss, as run_plan builds it); null, with
+// why, when there is none: the cache's reason, lazy building not finished, or
+// cuDNN refusing the description itself. That last is an error for a plain op,
+// but a derivative graph only probes what cuDNN fuses, and the tier below runs.
+// `final_answer`: the graph has no plan for good (not merely not yet).
+std::shared_ptr<const Plan> plan_or_why(const PlanKey& key, const Graph& graph, std::string& why,
+                                        bool& final_answer) {
+  final_answer = true;
+  try {
+    if (std::shared_ptr<const Plan> plan = PlanCache::global().get(key, graph, /*has_fallback=*/true)) return plan;
+  } catch (const CudnnError& e) {
+    why = fmt::format("cuDNN refused the graph: {}", e.what());
+    return nullptr;
+  }
+  why = PlanCache::global().why_unsupported(key);
+  if (why.empty()) {
+    final_answer = false;
+    why = "its plan is still being built in the background (lazy plan building)";
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const Plan> plan_or_why(const Graph& graph, std::string& why) {
+  bool final_answer = false;
+  return plan_or_why(plan_key(graph), graph, why, final_answer);
+}
+
+// Structures (plan_cache.h structure_of) of the dgrad/wgrad-fused derivative
+// graphs cuDNN had no engine for. Probing one costs a heuristics query (and a
+// build try per candidate it returns) per key, and on the H100 this tier never
+// found an engine; what cuDNN fuses depends on the pattern, policy, layout and
+// dtype far more than on the sizes. So the other sizes of a structure go
+// straight to the tier below, at the price of missing an engine that only
+// other sizes (another alignment) would get. Process-wide, like the plan
+// cache, and kept across PlanCache::clear().
+class NoEngineStructures {
+ public:
+  bool contains(const std::string& structure) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return structures_.contains(structure);
+  }
+  void insert(std::string structure) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    structures_.insert(std::move(structure));
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_set<std::string> structures_;
+};
+
+NoEngineStructures& no_engine_structures() {
+  static NoEngineStructures* const structures = new NoEngineStructures();  // outlives exit-time users
+  return *structures;
+}
+
+void execute(const Plan& plan, const VariantPointers& pointers) {
+  plan.execute(handle(), pointers, workspace(static_cast<size_t>(plan.workspace_bytes())));
+}
+
+// A graph with its variant pack; the scalars the pack points to live here too.
+struct ChainGraph {
+  Graph graph;
+  VariantPointers pointers;
+  std::unique_ptr<std::vector<float>> scalars = std::make_unique<std::vector<float>>();
+};
+
+// The chain with g = kDvG virtual, for a consumer node the caller appends.
+ChainGraph virtual_chain(const EpilogueBackwardArgs& a, ChainForm form, bool with_operand_grads) {
+  EpilogueBackwardArgs args = a;
+  if (!with_operand_grads) {
+    for (EpilogueStepGrad& d : args.grads) d.operand_grad.reset();
+  }
+  ChainGraph c;
+  c.scalars->reserve(a.steps.size());
+  const ChainLayout layout = chain_layout(a.z, form);
+  c.graph.add_tensor(virtual_like(layout.spec(a.z, kDvZ), kDvG));
+  add_derivative(c.graph, layout, args, *c.scalars, c.pointers);
+  return c;
+}
+
+// Runs every graph when each has a plan, else none; the unfused tier below is
+// the derivative as one graph (epilogue_backward), so a miss records no fallback.
+EpilogueRun run_all_or_none(std::vector<ChainGraph>& graphs) {
+  EpilogueRun result;
+  std::vector<std::shared_ptr<const Plan>> plans;
+  for (const ChainGraph& c : graphs) {
+    result.graph += (result.graph.empty() ? "" : "; ") + c.graph.pattern();
+    const PlanKey key = plan_key(c.graph);
+    std::string structure = structure_of(key, c.graph);
+    if (no_engine_structures().contains(structure)) {
+      ++counters().epilogue_grads_skipped;
+      result.why_not = fmt::format("no engine for {} (found at another size; probed once per structure)",
+                                   structure);
+      return result;
+    }
+    bool final_answer = false;
+    std::shared_ptr<const Plan> plan = plan_or_why(key, c.graph, result.why_not, final_answer);
+    if (!plan) {
+      if (final_answer) no_engine_structures().insert(std::move(structure));
+      return result;
+    }
+    plans.push_back(plan);
+  }
+  // Executed from the plans held here (not looked up again): a small cache may
+  // have evicted the first graph's plan while the second was built.
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    execute(*plans[i], graphs[i].pointers);
+    result.engines.push_back(plans[i]->notes().engine_id);
+  }
+  ++counters().epilogue_grads;
+  result.ran = true;
+  return result;
+}
+
+}  // namespace
+
+std::string epilogue_derivative_why_not(const EpilogueBackwardArgs& a) {
+  bool changes = false;
+  for (size_t e = 0; e < a.steps.size(); ++e) {
+    const EpilogueStep& step = a.steps[e];
+    if (passes_through(step)) continue;
+    changes = true;
+    if (step.mode != CUDNN_POINTWISE_MUL && !a.grads[e].activation) {
+      return fmt::format("graph step {} (pointwise mode {}) has no derivative form: an activation "
+                         "without a *_BWD mode",
+                         e, static_cast<int>(step.mode));
+    }
+  }
+  return changes ? "" : "every step passes dy through unchanged (nothing to compute)";
+}
+
+EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a) {
+  if (!derivative_fusable(a) || !fusable(g)) return {.why_not = "float64 or empty tensors"};
+  const ChainLayout layout = chain_layout(a.z, ChainForm::Rows);
+  Graph graph;
+  graph.add_tensor(layout.spec(g, kDvG));
+  VariantPointers pointers = {{kDvG, g.data}};
+  std::vector<float> scalars;
+  scalars.reserve(a.steps.size());
+  add_derivative(graph, layout, a, scalars, pointers);
+  EpilogueRun result{.graph = graph.pattern()};
+  std::shared_ptr<const Plan> plan = plan_or_why(graph, result.why_not);
+  if (!plan) {
+    PlanCache::global().record_fallback(plan_key(graph), "the block's per-step derivative ops (core/ops/fusion.cc)");
+    return result;
+  }
+  execute(*plan, pointers);
+  ++counters().epilogue_backward;
+  result.engines.push_back(plan->notes().engine_id);
+  result.ran = true;
+  return result;
+}
+
+EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
+                                  const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                  const EpilogueBackwardArgs& a) {
+  if (!derivative_fusable(a) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
+  if (!dx && !dw) return {.why_not = "neither dx nor dw is wanted"};
+  std::vector<ChainGraph> graphs;
+  if (dx) {
+    ChainGraph c = virtual_chain(a, ChainForm::Conv, /*with_operand_grads=*/true);
+    c.graph.add_tensor(spec_of(w, kDvW));
+    c.graph.add_tensor(spec_of(*dx, kDvDx));
+    c.graph.conv(ConvDirection::BackwardData, kDvDx, kDvW, kDvG, p, CUDNN_DATA_FLOAT);
+    c.pointers.insert(c.pointers.end(), {{kDvW, w.data}, {kDvDx, dx->data}});
+    graphs.push_back(std::move(c));
+  }
+  if (dw) {
+    ChainGraph c = virtual_chain(a, ChainForm::Conv, /*with_operand_grads=*/!dx);
+    c.graph.add_tensor(spec_of(x, kDvX));
+    c.graph.add_tensor(spec_of(*dw, kDvDw));
+    c.graph.conv(ConvDirection::BackwardFilter, kDvX, kDvDw, kDvG, p, CUDNN_DATA_FLOAT);
+    c.pointers.insert(c.pointers.end(), {{kDvX, x.data}, {kDvDw, dw->data}});
+    graphs.push_back(std::move(c));
+  }
+  return run_all_or_none(graphs);
+}
+
+EpilogueRun linear_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
+                                  const Strided& x, const Strided& w, const EpilogueBackwardArgs& a) {
+  if (!derivative_fusable(a) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
+  if (!dx && !dw) return {.why_not = "neither dx nor dw is wanted"};
+  const int64_t m = x.sizes[0], in = x.sizes[1], out = w.sizes[0];
+  std::vector<ChainGraph> graphs;
+  if (dx) {  // g (1, M, Out) . w (1, Out, In) -> dx (1, M, In)
+    ChainGraph c = virtual_chain(a, ChainForm::Matrix, /*with_operand_grads=*/true);
+    c.graph.add_tensor(matrix_spec(w, kDvW, out, in, in, 1));
+    c.graph.add_tensor(matrix_spec(*dx, kDvDx, m, in, in, 1));
+    c.graph.matmul(kDvG, kDvW, kDvDx, CUDNN_DATA_FLOAT);
+    c.pointers.insert(c.pointers.end(), {{kDvW, w.data}, {kDvDx, dx->data}});
+    graphs.push_back(std::move(c));
+  }
+  if (dw) {  // g^T (1, Out, M) . x (1, M, In) -> dw (1, Out, In)
+    ChainGraph c = virtual_chain(a, ChainForm::MatrixTransposed, /*with_operand_grads=*/!dx);
+    c.graph.add_tensor(matrix_spec(x, kDvX, m, in, in, 1));
+    c.graph.add_tensor(matrix_spec(*dw, kDvDw, out, in, in, 1));
+    c.graph.matmul(kDvG, kDvX, kDvDw, CUDNN_DATA_FLOAT);
+    c.pointers.insert(c.pointers.end(), {{kDvX, x.data}, {kDvDw, dw->data}});
+    graphs.push_back(std::move(c));
+  }
+  return run_all_or_none(graphs);
+}
+
 FusedRuns fused_runs() {
   RunCounters& c = counters();
   return {.conv_bias_relu = c.conv_bias_relu, .bn_relu_forward = c.bn_relu_forward,
           .bn_relu_backward = c.bn_relu_backward, .dgrad_relu = c.dgrad_relu,
-          .matmul_bias_relu = c.matmul_bias_relu, .epilogue = c.epilogue};
+          .matmul_bias_relu = c.matmul_bias_relu, .epilogue = c.epilogue,
+          .epilogue_backward = c.epilogue_backward, .epilogue_grads = c.epilogue_grads,
+          .epilogue_grads_skipped = c.epilogue_grads_skipped};
 }
 
 }  // namespace loom::cudnn

@@ -11,6 +11,8 @@
 //   matmul_bias_relu      y = relu(x . w^T + b)                       TF32 / bf16 only
 //   *_epilogue_forward    y = steps(conv(x, w) or x . w^T), optionally also z = conv(x, w):
 //                         a user block's head (core/ops/fusion.h)
+//   epilogue_backward     g = dL/dz: the head's steps' derivative chain from dy and z
+//   *_epilogue_grads      the same chain fused into dgrad / wgrad (or the two matmuls)
 //
 // N batch, C channels, H, W input, K out channels, R, S filter, P, Q output;
 // M rows, In, Out features. Every tensor is a device tensor, dense NCHW or NHWC
@@ -24,6 +26,7 @@
 
 #include "core/cpu/conv.h"  // ConvParams
 #include "core/cudnn/norm.h"
+#include "core/cudnn/pointwise.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -91,11 +94,12 @@ struct EpilogueStep {
   Strided tensor;  // Channel / Full
 };
 
-// What one try built: the graph's pattern (for fusion::report) and, when it did
-// not run, why (the plan cache's reason).
+// What one try built: the graph's pattern (for fusion::report), the engine of
+// each graph that ran and, when nothing ran, why (the plan cache's reason).
 struct EpilogueRun {
   bool ran = false;
   std::string graph;
+  std::vector<int64_t> engines;
   std::string why_not;
 };
 
@@ -109,6 +113,45 @@ EpilogueRun linear_epilogue_forward(const Strided& y, const std::optional<Stride
                                     const Strided& x, const Strided& w,
                                     const std::vector<EpilogueStep>& steps);
 
+// ---- a user block's head, backward: the epilogue's derivative chain ----------------
+// From dy (y's shape and layout) and z, the forward's steps are replayed from z
+// into virtual tensors, then each step's derivative runs in reverse: add and sub
+// pass g through, mul multiplies by its operand, an activation runs its *_BWD
+// mode on the replayed input or output. Nothing in between is written.
+
+// What one step's derivative needs beyond the forward's EpilogueStep.
+struct EpilogueStepGrad {
+  std::optional<PointwiseMode> activation;  // the *_BWD mode (activation steps only)
+  bool reads_output = false;                // that mode takes the step's output, not its input
+  // Where the graph writes the step operand's gradient before its reduction over
+  // the broadcast dims: g (add, sub) or g * the step's input (mul); y's shape and layout.
+  std::optional<Strided> operand_grad;
+};
+
+struct EpilogueBackwardArgs {
+  Strided dy, z;  // y's shape, layout and dtype (linear: 2-D (M, Out))
+  std::vector<EpilogueStep> steps;     // as the forward ran them
+  std::vector<EpilogueStepGrad> grads;  // one per step
+};
+
+// "" when the chain has a graph form, else why not (a step without a *_BWD mode,
+// or every step passes g through, so there is nothing to compute).
+std::string epilogue_derivative_why_not(const EpilogueBackwardArgs& a);
+
+// g = dL/dz (z's shape, layout and dtype) as one pointwise graph.
+EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a);
+
+// The chain fused into the head's own backward, g never written: dx = dgrad(g, w)
+// and dw = wgrad(x, g) (each when given), one graph each; the steps' operand
+// gradients ride on the first. Runs nothing unless every graph has a plan. A
+// graph structure (sizes left out) without an engine is probed once per process.
+EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
+                                  const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                  const EpilogueBackwardArgs& a);
+// The same for a linear head: dx (M, In) = g . w, dw (Out, In) = g^T . x.
+EpilogueRun linear_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
+                                  const Strided& x, const Strided& w, const EpilogueBackwardArgs& a);
+
 // How many times each fused graph ran (process-wide), so tests and benchmarks
 // can tell the fused path from the fallback.
 struct FusedRuns {
@@ -118,6 +161,11 @@ struct FusedRuns {
   int64_t dgrad_relu = 0;
   int64_t matmul_bias_relu = 0;
   int64_t epilogue = 0;  // a user block's head (conv2d_epilogue_forward, linear_epilogue_forward)
+  int64_t epilogue_backward = 0;  // its derivative chain as one graph (epilogue_backward)
+  int64_t epilogue_grads = 0;     // its derivative fused into dgrad / wgrad (*_epilogue_grads)
+  // *_epilogue_grads tries answered without a probe: a graph of the same
+  // structure (other sizes) had no engine before.
+  int64_t epilogue_grads_skipped = 0;
 };
 FusedRuns fused_runs();
 

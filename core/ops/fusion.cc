@@ -240,32 +240,23 @@ struct HeadSaved {
   std::vector<size_t> offsets;
   size_t begin = 0, end = 0;        // the head piece: the conv / linear step, then pointwise steps
   std::vector<Tensor> operands;     // detached, as the forward used them
+  std::vector<bool> need_operand;   // per operand: whether it wants a gradient
   Tensor x, w, z;                   // z = conv(x, w) or x . w^T, shaped as y
   cpu::ConvParams params;
   MemoryFormat kernel = MemoryFormat::Contiguous, output = MemoryFormat::Contiguous;
   MemoryFormat weight = MemoryFormat::Contiguous;
   Shape x_sizes;
   bool need_x = true, need_w = true;  // (a first layer's input wants no dgrad)
+  std::string run_key;  // fusion_report's key of the block run, "" off the GPU
+  size_t piece = 0;     // the head's piece in that run
 };
 
-// dx, dw, then one gradient per operand of the pointwise steps.
-std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
-  const Channels ch = channels_of(s.steps);
-  std::vector<Tensor> inputs;  // each pointwise step's input, replayed from z
-  Tensor t = s.z;
-  for (size_t i = s.begin + 1; i < s.end; ++i) {
-    inputs.push_back(t);
-    if (i + 1 < s.end) t = apply_step(s.steps[i], t, s.operands.data() + s.offsets[i], ch, true);
-  }
-  std::vector<Tensor> dops(s.offsets[s.end] - s.offsets[s.begin + 1]);
-  Tensor g = dy;
-  for (size_t i = s.end; i-- > s.begin + 1;) {
-    const size_t local = s.offsets[i] - s.offsets[s.begin + 1];
-    g = step_grad(s.steps[i], inputs[i - s.begin - 1], s.operands.data() + s.offsets[i], g,
-                  dops.data() + local, ch);
-  }
+bool is_conv_head(const HeadSaved& s) { return s.steps[s.begin].kind == StepKind::Conv2d; }
+
+// dx and dw from g = dL/dz with the plain kernels: conv dgrad / wgrad, or the two matmuls.
+std::array<Tensor, 2> head_kernel_grads(const HeadSaved& s, const Tensor& g) {
   Tensor dx, dw;
-  if (s.steps[s.begin].kind == StepKind::Conv2d) {
+  if (is_conv_head(s)) {
     Tensor gk = g.contiguous(s.kernel);
     TensorOptions o = gk.options();
     o.memory_format = s.kernel;
@@ -285,16 +276,51 @@ std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
     if (s.need_x) dx = matmul(g2, s.w).reshape(s.x_sizes);
     if (s.need_w) dw = matmul(g2.t(), s.x.reshape({-1, in}));
   }
-  std::vector<Tensor> grads = {dx, dw};
-  grads.insert(grads.end(), dops.begin(), dops.end());
-  return grads;
+  return {dx, dw};
+}
+
+// The last resort: replays each pointwise step's input from z with the public
+// ops, then walks the steps in reverse (step_grad), one op per step. Returns
+// g = dL/dz; the operands' gradients go to dops (one per operand of the steps).
+Tensor per_step_chain_grad(const HeadSaved& s, const Tensor& dy, std::vector<Tensor>& dops) {
+  const Channels ch = channels_of(s.steps);
+  std::vector<Tensor> inputs;  // each pointwise step's input, replayed from z
+  Tensor t = s.z;
+  for (size_t i = s.begin + 1; i < s.end; ++i) {
+    inputs.push_back(t);
+    if (i + 1 < s.end) t = apply_step(s.steps[i], t, s.operands.data() + s.offsets[i], ch, true);
+  }
+  dops.assign(s.offsets[s.end] - s.offsets[s.begin + 1], Tensor());
+  Tensor g = dy;
+  for (size_t i = s.end; i-- > s.begin + 1;) {
+    const size_t local = s.offsets[i] - s.offsets[s.begin + 1];
+    g = step_grad(s.steps[i], inputs[i - s.begin - 1], s.operands.data() + s.offsets[i], g,
+                  dops.data() + local, ch);
+  }
+  return g;
 }
 
 #ifdef LOOM_WITH_CUDA
-// The head's pointwise steps as graph ops; nullopt (with why) where one has none.
-std::optional<std::vector<cudnn::EpilogueStep>> epilogue_steps(const HeadSaved& s, const Tensor& y,
-                                                                std::string& why) {
-  std::vector<cudnn::EpilogueStep> out;
+// z's dtype and device, in the layout the head's kernels compute in.
+TensorOptions kernel_options(const HeadSaved& s) {
+  TensorOptions o = s.z.options();
+  o.requires_grad = false;
+  o.memory_format = is_conv_head(s) ? s.kernel : MemoryFormat::Contiguous;
+  return o;
+}
+
+// The head's pointwise steps as graph ops (one step may give two: scale_bias is
+// a mul then an add), and for each graph op the step it came from and the
+// index in HeadSaved::operands of the tensor it reads, if any.
+struct GraphSteps {
+  std::vector<cudnn::EpilogueStep> ops;
+  std::vector<size_t> step;
+  std::vector<std::optional<size_t>> operand;
+};
+
+// The graph form of the head's steps; nullopt (with why) where one has none.
+std::optional<GraphSteps> epilogue_steps(const HeadSaved& s, const Tensor& y, std::string& why) {
+  GraphSteps out;
   auto operand = [&](const Tensor& t, bool channel) -> std::optional<cudnn::EpilogueStep> {
     if (t.dtype() != y.dtype()) return std::nullopt;
     cudnn::EpilogueStep e;
@@ -305,33 +331,39 @@ std::optional<std::vector<cudnn::EpilogueStep>> epilogue_steps(const HeadSaved& 
   for (size_t i = s.begin + 1; i < s.end; ++i) {
     const Step& step = s.steps[i];
     const Tensor* ops = s.operands.data() + s.offsets[i];
+    auto push = [&](cudnn::EpilogueStep e, std::optional<size_t> index) {
+      out.ops.push_back(std::move(e));
+      out.step.push_back(i);
+      out.operand.push_back(index);
+    };
     // A per-channel operand (K) or one of y's shape and layout; nothing else has a graph form.
-    auto binary = [&](cudnnPointwiseMode_t mode, const Tensor& t, bool channel_param) {
+    auto binary = [&](cudnnPointwiseMode_t mode, int k, bool channel_param) {
+      const Tensor& t = ops[k];
       const bool linear = s.steps[s.begin].kind == StepKind::Linear;
-      const int64_t k = y.size(linear ? -1 : 1);
-      const bool channel = t.numel() == k && t.is_contiguous() &&
-                           (channel_param || (linear ? t.size(-1) == k : t.dim() >= 3 && t.size(-3) == k));
+      const int64_t channels = y.size(linear ? -1 : 1);
+      const bool channel = t.numel() == channels && t.is_contiguous() &&
+                           (channel_param || (linear ? t.size(-1) == channels : t.dim() >= 3 && t.size(-3) == channels));
       const bool full = t.sizes() == y.sizes() && t.strides() == y.strides();
       auto e = channel || full ? operand(t, channel) : std::nullopt;
       if (!e) return false;
       e->mode = mode;
-      out.push_back(*e);
+      push(*e, s.offsets[i] + static_cast<size_t>(k));
       return true;
     };
     bool ok = true;
     switch (step.kind) {
-      case StepKind::Bias: ok = binary(CUDNN_POINTWISE_ADD, ops[0], true); break;
+      case StepKind::Bias: ok = binary(CUDNN_POINTWISE_ADD, 0, true); break;
       case StepKind::Residual:  // never broadcast: a wrong shape falls to apply_step's error
-        ok = ops[0].sizes() == y.sizes() && binary(CUDNN_POINTWISE_ADD, ops[0], false);
+        ok = ops[0].sizes() == y.sizes() && binary(CUDNN_POINTWISE_ADD, 0, false);
         break;
       case StepKind::ScaleBias:
-        ok = binary(CUDNN_POINTWISE_MUL, ops[0], true) && binary(CUDNN_POINTWISE_ADD, ops[1], true);
+        ok = binary(CUDNN_POINTWISE_MUL, 0, true) && binary(CUDNN_POINTWISE_ADD, 1, true);
         break;
       case StepKind::Activation: {
         const double p = step.parameter.value_or(cpu::activation_info(step.activation).default_parameter);
         auto mode = cudnn::activation_mode(step.activation, false, p);
         ok = mode.has_value();
-        if (ok) out.push_back({.mode = mode->mode, .parameter = mode->parameter});
+        if (ok) push({.mode = mode->mode, .parameter = mode->parameter}, std::nullopt);
         break;
       }
       case StepKind::Add:
@@ -341,9 +373,9 @@ std::optional<std::vector<cudnn::EpilogueStep>> epilogue_steps(const HeadSaved& 
                                           : step.kind == StepKind::Add ? CUDNN_POINTWISE_ADD
                                                                        : CUDNN_POINTWISE_SUB;
         if (step.scalar) {
-          out.push_back({.mode = mode, .operand = cudnn::EpilogueOperand::Scalar, .scalar = *step.scalar});
+          push({.mode = mode, .operand = cudnn::EpilogueOperand::Scalar, .scalar = *step.scalar}, std::nullopt);
         } else {
-          ok = binary(mode, ops[0], false);
+          ok = binary(mode, 0, false);
         }
         break;
       }
@@ -358,12 +390,178 @@ std::optional<std::vector<cudnn::EpilogueStep>> epilogue_steps(const HeadSaved& 
   }
   return out;
 }
+
+// Graph op k's operand gradient before its reduction (cudnn::EpilogueStepGrad)
+// reduced to the operand: over everything but the channel dim for a bias,
+// scale or shift, else to the operand's shape; negated for a sub.
+Tensor reduce_operand_grad(const HeadSaved& s, const GraphSteps& gs, size_t k, const Tensor& c) {
+  const Step& step = s.steps[gs.step[k]];
+  const Tensor& operand = s.operands[*gs.operand[k]];
+  const bool per_channel = step.kind == StepKind::Bias || step.kind == StepKind::ScaleBias;
+  Tensor d = per_channel ? channels_of(s.steps).sum(c, operand.numel()) : sum_to(c, operand.sizes());
+  return step.kind == StepKind::Sub ? neg(d) : d;
+}
+
+// Whether every graph op in [from, to) passes g through (an add or a sub).
+bool passes_through(const GraphSteps& gs, size_t from, size_t to) {
+  return std::all_of(gs.ops.begin() + static_cast<std::ptrdiff_t>(from),
+                     gs.ops.begin() + static_cast<std::ptrdiff_t>(to), [](const cudnn::EpilogueStep& e) {
+                       return e.mode == CUDNN_POINTWISE_ADD || e.mode == CUDNN_POINTWISE_SUB;
+                     });
+}
+
+// The derivative chain's description for fused.h, and where each operand
+// gradient comes from: a buffer the graph writes, or (an add or sub with only
+// adds and subs after it) dy itself, or (only adds and subs before it, when
+// the graph writes g) g itself.
+struct Derivative {
+  cudnn::EpilogueBackwardArgs args;
+  std::vector<Tensor> sources;  // per graph op: its operand gradient before the reduction
+  std::vector<bool> from_g;     // per graph op: the source is g (filled in once g exists)
+};
+
+std::optional<Derivative> derivative(const HeadSaved& s, const GraphSteps& gs, const Tensor& dy,
+                                     bool writes_g, std::string& why) {
+  Derivative d;
+  const bool conv = is_conv_head(s);
+  const int64_t out = s.w.size(0);
+  auto view = [&](const Tensor& t) { return conv ? t.strided() : t.reshape({-1, out}).strided(); };
+  d.args.dy = view(dy);
+  d.args.z = view(s.z);
+  d.args.steps = gs.ops;
+  const size_t n = gs.ops.size();
+  d.sources.resize(n);
+  d.from_g.assign(n, false);
+  for (size_t k = 0; k < n; ++k) {
+    cudnn::EpilogueStepGrad grad;
+    const Step& step = s.steps[gs.step[k]];
+    if (step.kind == StepKind::Activation) {
+      const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
+      grad.activation = cudnn::activation_mode(step.activation, true, step.parameter.value_or(row.default_parameter));
+      grad.reads_output = row.saved == cpu::Saved::Output;
+      if (!grad.activation) {
+        why = fmt::format("{} has no cuDNN backward mode that takes its saved {}", row.name,
+                          grad.reads_output ? "output" : "input");
+        return std::nullopt;
+      }
+    }
+    const bool pass = passes_through(gs, k, k + 1);
+    if (gs.operand[k] && s.need_operand[*gs.operand[k]]) {
+      if (pass && passes_through(gs, k + 1, n)) {
+        d.sources[k] = dy;
+      } else if (pass && writes_g && passes_through(gs, 0, k)) {
+        d.from_g[k] = true;
+      } else {
+        d.sources[k] = empty(s.z.sizes(), kernel_options(s));
+        grad.operand_grad = view(d.sources[k]);
+      }
+    }
+    d.args.grads.push_back(grad);
+  }
+  why = cudnn::epilogue_derivative_why_not(d.args);
+  if (!why.empty()) return std::nullopt;
+  return d;
+}
+
+// The operand gradients from the sources, in the layout head_grads returns.
+std::vector<Tensor> operand_grads(const HeadSaved& s, const GraphSteps& gs, const Derivative& d, const Tensor& g) {
+  std::vector<Tensor> dops(s.offsets[s.end] - s.offsets[s.begin + 1]);
+  for (size_t k = 0; k < gs.ops.size(); ++k) {
+    if (!gs.operand[k] || !s.need_operand[*gs.operand[k]]) continue;
+    dops[*gs.operand[k] - s.offsets[s.begin + 1]] = reduce_operand_grad(s, gs, k, d.from_g[k] ? g : d.sources[k]);
+  }
+  return dops;
+}
+
+std::string engines_str(const std::vector<int64_t>& engines) {
+  return fmt::format("engine{} {}", engines.size() == 1 ? "" : "s", fmt::join(engines, ", "));
+}
+
+// The tiers above the per-step ops, in order: the chain fused into dgrad /
+// wgrad (or the matmuls); the chain as one graph, then the plain kernels. The
+// gradients go to grads (dx, dw, then the operands'); false, with why, when
+// neither ran. `how` says which did.
+bool derived_grads(const HeadSaved& s, const Tensor& dy_in, std::vector<Tensor>& grads, std::string& how,
+                   std::string& why) {
+  std::optional<GraphSteps> gs = epilogue_steps(s, s.z, why);
+  if (!gs) return false;
+  const bool conv = is_conv_head(s);
+  const TensorOptions o = kernel_options(s);
+  const Tensor dy = (dy_in.dtype() == o.dtype ? dy_in : dy_in.to(o.dtype)).contiguous(o.memory_format);
+  std::optional<Derivative> d = derivative(s, *gs, dy, /*writes_g=*/false, why);
+  if (!d) return false;
+  Tensor dx, dw;
+  std::optional<Strided> dxs, dws;
+  const int64_t in = s.w.size(1);
+  if (s.need_x) {
+    dx = empty(conv ? s.x_sizes : Shape{s.x.numel() / in, in}, o);
+    dxs = dx.strided();
+  }
+  if (s.need_w) {
+    dw = empty(s.w.sizes(), o);
+    dws = dw.strided();
+  }
+  cudnn::EpilogueRun into = conv ? cudnn::conv2d_epilogue_grads(dxs, dws, s.x.strided(), s.w.strided(), s.params, d->args)
+                                 : cudnn::linear_epilogue_grads(dxs, dws, s.x.reshape({-1, in}).strided(),
+                                                                s.w.strided(), d->args);
+  if (into.ran) {
+    if (dx.defined()) dx = conv ? dx.contiguous(s.output) : dx.reshape(s.x_sizes);
+    if (dw.defined() && conv) dw = dw.contiguous(s.weight);
+    grads = {dx, dw};
+    std::vector<Tensor> dops = operand_grads(s, *gs, *d, Tensor());
+    grads.insert(grads.end(), dops.begin(), dops.end());
+    how = fmt::format("derivative fused into dgrad/wgrad ({})", engines_str(into.engines));
+    return true;
+  }
+  d = derivative(s, *gs, dy, /*writes_g=*/true, why);
+  if (!d) return false;
+  Tensor g = empty(s.z.sizes(), o);
+  cudnn::EpilogueRun chain = cudnn::epilogue_backward(conv ? g.strided() : g.reshape({-1, s.w.size(0)}).strided(), d->args);
+  if (!chain.ran) {
+    why = chain.why_not;
+    return false;
+  }
+  const std::array<Tensor, 2> kernel = head_kernel_grads(s, g);
+  grads = {kernel[0], kernel[1]};
+  std::vector<Tensor> dops = operand_grads(s, *gs, *d, g);
+  grads.insert(grads.end(), dops.begin(), dops.end());
+  how = fmt::format("derivative as one graph ({}) + dgrad/wgrad", engines_str(chain.engines));
+  return true;
+}
 #endif
 
+// dx, dw, then one gradient per operand of the pointwise steps. On the GPU the
+// derivative chain runs as fused graphs where cuDNN has engines (derived_grads);
+// else, and on the CPU, one public op per step.
+std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
+  std::string why = "fusion is off (FusionGuard)";
+#ifdef LOOM_WITH_CUDA
+  if (s.z.device().is_cuda() && fusion_enabled()) {
+    std::vector<Tensor> grads;
+    std::string how;
+    if (derived_grads(s, dy, grads, how, why)) {
+      if (!s.run_key.empty()) note_backward(s.run_key, s.piece, how);
+      return grads;
+    }
+  }
+#endif
+  std::vector<Tensor> dops;
+  const Tensor g = per_step_chain_grad(s, dy, dops);
+  if (!s.run_key.empty()) note_backward(s.run_key, s.piece, "derivative unfused: " + why);
+  const std::array<Tensor, 2> kernel = head_kernel_grads(s, g);
+  std::vector<Tensor> grads = {kernel[0], kernel[1]};
+  grads.insert(grads.end(), dops.begin(), dops.end());
+  return grads;
+}
+
 // Runs the head piece [begin, end) on x; fused into one graph where cuDNN can.
+// `run_key` and `piece` say where the backward notes how it ran ("" off the GPU).
 Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offsets, size_t begin,
-                size_t end, const Tensor& x_in, const std::vector<Tensor>& operands, PieceRun& note) {
+                size_t end, const Tensor& x_in, const std::vector<Tensor>& operands, PieceRun& note,
+                const std::string& run_key, size_t piece) {
   HeadSaved s{.steps = steps, .offsets = offsets, .begin = begin, .end = end};
+  s.run_key = run_key;
+  s.piece = piece;
   const Step& head = steps[begin];
   const Tensor x = autocast_operand(x_in), w = autocast_operand(operands[offsets[begin]]);
   std::vector<Tensor> inputs = {x, w};
@@ -371,6 +569,10 @@ Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offse
   s.operands.assign(operands.size(), Tensor());
   for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) {
     s.operands[i] = inputs[2 + i - offsets[begin + 1]].detach();
+  }
+  s.need_operand.assign(operands.size(), false);
+  for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) {
+    s.need_operand[i] = inputs[2 + i - offsets[begin + 1]].requires_grad();
   }
   bool grad = grad_mode_enabled();
   grad = grad && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); });
@@ -417,9 +619,10 @@ Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offse
       if (grad) zs = head.kind == StepKind::Conv2d ? z.strided() : z.reshape({-1, out}).strided();
       cudnn::EpilogueRun run =
           head.kind == StepKind::Conv2d
-              ? cudnn::conv2d_epilogue_forward(y.strided(), zs, xk.strided(), wk.strided(), s.params, *graph_steps)
+              ? cudnn::conv2d_epilogue_forward(y.strided(), zs, xk.strided(), wk.strided(), s.params,
+                                               graph_steps->ops)
               : cudnn::linear_epilogue_forward(y.reshape({-1, out}).strided(), zs,
-                                               xk.reshape({-1, in}).strided(), wk.strided(), *graph_steps);
+                                               xk.reshape({-1, in}).strided(), wk.strided(), graph_steps->ops);
       fused = run.ran;
       note.graph = run.graph;
       why = run.why_not;
@@ -633,6 +836,7 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
   check_operands(*this, x, operands);
   const std::vector<size_t> offsets = operand_offsets(steps_);
   std::vector<PieceRun> notes;
+  const std::string key = x.device().is_cuda() ? run_key(*this, x) : "";
   Tensor y = x;
   const std::vector<Piece> pieces = plan_pieces(steps_);
   for (size_t k = 0; k < pieces.size(); ++k) {
@@ -652,7 +856,7 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
       y = conv ? conv2d_bias_relu(y, ops[0], b, steps_[p.begin].conv) : linear_relu(y, ops[0], b);
       note.how = conv ? "fused op conv2d_bias_relu" : "fused op linear_relu";
     } else if (p.kind == PieceKind::Head) {
-      y = run_head(steps_, offsets, p.begin, p.end, y, operands, note);
+      y = run_head(steps_, offsets, p.begin, p.end, y, operands, note, key, k);
     } else if (p.kind == PieceKind::NormRelu) {
       const bool residual = p.end - p.begin == 3;
       y = batch_norm_relu(y, ops[2], ops[3], ops[0], ops[1], steps_[p.begin].norm,

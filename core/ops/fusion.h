@@ -21,8 +21,11 @@
 //   pointwise any steps left, through the public ops.
 // A head's backward is derived from its steps: the graph also writes the
 // conv/matmul output z; backward replays the steps from z and walks them in
-// reverse (each step's derivative written once, in fusion.cc), then runs conv
-// dgrad / wgrad (or the two matmuls). Pieces that equal a fused op
+// reverse (each step's derivative written once), then runs conv dgrad / wgrad
+// (or the two matmuls). On the GPU the chain runs, best first, fused into the
+// dgrad / wgrad graphs, else as one pointwise graph writing g = dL/dz before
+// the plain dgrad / wgrad (core/cudnn/fused.h), else as one public op per step
+// (the CPU's evaluation, and the last resort). Pieces that equal a fused op
 // (conv2d_bias_relu, linear_relu, batch_norm_relu) run that op, forward and
 // backward. fusion::report() (fusion_report.h) says what fused, on which
 // engine, and why the rest did not.

@@ -111,12 +111,14 @@ std::string engine_of(const std::string& graph) {
 
 }  // namespace
 
+std::string run_key(const Block& block, const Tensor& x) { return block.str() + " @ " + describe(x); }
+
 void note_block_run(const Block& block, const Tensor& x, const std::vector<Tensor>& operands,
                     std::vector<PieceRun> pieces) {
   const std::string input = describe(x);
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  Recorded& entry = r.runs[block.str() + " @ " + input];
+  Recorded& entry = r.runs[run_key(block, x)];
   if (entry.runs == 0) {
     entry.block = block;
     entry.input = input;
@@ -125,6 +127,15 @@ void note_block_run(const Block& block, const Tensor& x, const std::vector<Tenso
   }
   ++entry.runs;
   entry.pieces = std::move(pieces);
+}
+
+// A backward runs after its forward filed the run; a run cleared in between is not noted.
+void note_backward(const std::string& run_key, size_t piece, std::string how) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.runs.find(run_key);
+  if (it == r.runs.end() || piece >= it->second.pieces.size()) return;
+  it->second.pieces[piece].backward = std::move(how);
 }
 
 Timing measure(const Block& block, const Tensor& x, const std::vector<Tensor>& operands, int iterations) {
@@ -194,6 +205,7 @@ std::string report(ReportOptions options) {
       s += fmt::format("  {}: {}", p.piece, p.how);
       if (!r.engines[i].empty()) s += " (" + r.engines[i] + ")";
       if (!p.why_not.empty()) s += "; did not fuse: " + p.why_not;
+      if (!p.backward.empty()) s += "; backward: " + p.backward;
       s += "\n";
     }
     if (r.measured) {

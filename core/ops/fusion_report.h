@@ -1,7 +1,8 @@
 // File: core/ops/fusion_report.h
 // What the fused blocks (fusion.h) did on this GPU: for each block and input
 // shape that ran, its pieces, how each ran (one cuDNN graph and its engine,
-// knobs, behaviour notes and workspace; a fused op; or unfused, and why), and,
+// knobs, behaviour notes and workspace; a fused op; or unfused, and why), how a
+// head's backward ran (which tier of its derivative chain), and,
 // when asked, the measured time fused vs unfused, forward and backward.
 //
 //   Tensor y = block(x, {w, b});                       // on the GPU
@@ -28,11 +29,18 @@ struct PieceRun {
   std::string how;      // "one cuDNN graph", "fused op batch_norm_relu", "unfused"
   std::string graph;    // the graph's pattern (plan-cache listing) when one was tried
   std::string why_not;  // why it did not fuse ("" when it did)
+  // A head's backward, once one ran: "derivative fused into dgrad/wgrad (engine N)",
+  // "derivative as one graph (engine N) + dgrad/wgrad" or "derivative unfused: <why>".
+  std::string backward;
 };
 
 // Called by Block on every GPU run: keeps the latest run per (block, input shape).
 void note_block_run(const Block& block, const Tensor& x, const std::vector<Tensor>& operands,
                     std::vector<PieceRun> pieces);
+// The key note_block_run files a run under, for what is noted later: how a
+// head's backward ran (piece `piece` of that run gets `how` as its backward).
+std::string run_key(const Block& block, const Tensor& x);
+void note_backward(const std::string& run_key, size_t piece, std::string how);
 
 // Milliseconds per call, averaged over `iterations` after one warm-up call;
 // "backward" is a forward plus its backward.
