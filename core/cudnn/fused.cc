@@ -861,6 +861,12 @@ EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::o
                                   const EpilogueBackwardArgs& a) {
   if (!derivative_fusable(a) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
   if (!dx && !dw) return {.why_not = "neither dx nor dw is wanted"};
+  // Runtime fusion is built for channels-last. On the H100 an NCHW dgrad graph
+  // with the chain as its prologue (mul+add+swish_bwd+mul+conv_dgrad, tf32,
+  // engine 4) never finished its test run: the GPU hung at 100%.
+  if (!nhwc(x) || !nhwc(w) || (dx && !nhwc(*dx))) {
+    return {.why_not = "the chain fuses into dgrad/wgrad in channels-last only"};
+  }
   std::vector<ChainGraph> graphs;
   if (dx) {
     ChainGraph c = virtual_chain(a, ChainForm::Conv, /*with_operand_grads=*/true);

@@ -138,6 +138,13 @@ Shape output_sizes(const Case& c) {
   return c.block.forward_unfused(c.inputs[0], {c.inputs.begin() + 1, c.inputs.end()}).sizes();
 }
 
+// The graphs still waiting for a background build, one line each.
+void print_pending(const cudnn::PlanCache& cache) {
+  for (const cudnn::PlanInfo& e : cache.entries()) {
+    if (e.pending) std::printf("SETTLE   pending: %s\n", e.graph.c_str());
+  }
+}
+
 // Runs every case once on the GPU in every policy and layout, fused and
 // unfused, so that each plan the checked runs need is queued; then waits for
 // the background builds and swaps them in. Progress, one line per block and
@@ -164,11 +171,14 @@ void run_once_and_settle(const std::vector<Case>& cases, const Policies& policie
   // The builds finish one at a time (0.7-2.9 s each on the H100): a line every
   // 10 s while they run shows the queue draining, or stuck.
   double printed = seconds_since_start();
+  bool named = false;
   while (cache.background_outstanding() > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (seconds_since_start() - printed < 10) continue;
     printed = seconds_since_start();
     std::printf("SETTLE %.1f s round %d: %zu builds outstanding\n", printed, round, cache.background_outstanding());
+    if (!named) print_pending(cache);  // once: which graphs a stalled queue holds
+    named = true;
     std::fflush(stdout);
   }
   cache.wait_for_background_builds();
