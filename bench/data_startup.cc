@@ -6,7 +6,7 @@
 //
 // Prints the median seconds of each phase of reading one MNIST folder: read
 // (the .gz bytes as stored), inflate, parse (IDX checks and payload copy),
-// tensor (the uint8 images as a Tensor), then load_mnist per split, both
+// tensor (the uint8 images as a Tensor, two ways), then load_mnist per split, both
 // splits one after the other and on two threads (as the trainers read them),
 // and the loader (DataLoader::resident on the CPU, which is the host mode).
 #include <fmt/format.h>
@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -62,9 +63,13 @@ int main(int argc, char** argv) {
        }));
   data::IdxArray array;
   show("parse train images", median_seconds(repeats, [&] { array = data::parse_idx(file, images); }));
-  show("train images as a tensor", median_seconds(repeats, [&] {
+  show("train images via from_host", median_seconds(repeats, [&] {
          loom::from_host(array.bytes.data(), loom::DType::UInt8, {array.dims[0], 1, 28, 28},
                          {.dtype = loom::DType::UInt8});
+       }));
+  show("train images via empty + memcpy", median_seconds(repeats, [&] {
+         loom::Tensor images = loom::empty({array.dims[0], 1, 28, 28}, {.dtype = loom::DType::UInt8});
+         std::memcpy(images.data_ptr<uint8_t>(), array.bytes.data(), array.bytes.size());
        }));
   data::Dataset train, test;
   show("load_mnist train", median_seconds(repeats, [&] { train = data::load_mnist(folder, Split::Train); }));
