@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "core/error.h"
 
@@ -38,6 +40,7 @@ std::vector<uint8_t> read_plain(const std::string& path, std::string_view tag, u
              "[{}] {}: file is larger than the {} bytes this reader accepts ({} bytes)", tag, path,
              max_bytes, info.st_size);
   std::vector<uint8_t> bytes;
+  if (regular) bytes.reserve(info.st_size);  // one allocation, no copies as it grows
   uint8_t chunk[1 << 16];
   size_t got = 0;
   while ((got = std::fread(chunk, 1, sizeof(chunk), file.get())) > 0) {
@@ -51,10 +54,12 @@ std::vector<uint8_t> read_plain(const std::string& path, std::string_view tag, u
   return bytes;
 }
 
-// Inflates every gzip member of `packed`; zlib checks each member's CRC and length.
-std::vector<uint8_t> gunzip(std::span<const uint8_t> packed, const std::string& path,
-                            std::string_view tag, uint64_t max_bytes, const PrefixCheck& prefix) {
-  bool prefix_checked = !prefix.check;
+// Inflates the gzip members of `packed` with zlib, streaming, until the stream
+// ends or at least `stop_after` bytes are out; zlib checks each member's CRC and
+// length. The reference path: it names the offset of corrupt data and tells a
+// truncated stream from a corrupt one, which libdeflate does not.
+std::vector<uint8_t> zlib_gunzip(std::span<const uint8_t> packed, const std::string& path,
+                                 std::string_view tag, uint64_t max_bytes, uint64_t stop_after) {
   z_stream stream{};
   LOOM_CHECK(inflateInit2(&stream, 16 + MAX_WBITS) == Z_OK, IoError,
              "[{}] {}: zlib could not start inflating", tag, path);
@@ -73,11 +78,7 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> packed, const std::string& 
                max_bytes);
     bytes.insert(bytes.end(), chunk, chunk + produced);
     const bool ended = status == Z_STREAM_END && stream.avail_in == 0;
-    if (!prefix_checked && (bytes.size() >= prefix.bytes || ended)) {
-      prefix.check(bytes);
-      prefix_checked = true;
-    }
-    if (ended) return bytes;
+    if (ended || bytes.size() >= stop_after) return bytes;
     if (status == Z_STREAM_END) {
       inflateReset(&stream);  // another gzip member follows
       continue;
@@ -91,6 +92,57 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> packed, const std::string& 
                tag, path, packed.size() - stream.avail_in,
                stream.msg ? stream.msg : zError(status));
   }
+}
+
+struct DecompressorFree {
+  void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
+};
+
+// The first guess at the decompressed size: the last member's ISIZE trailer
+// (exact for the usual single-member file), at least 4x the compressed size,
+// at most the cap. Only a buffer size: libdeflate checks every member's own
+// CRC and ISIZE, and a wrong guess costs one more try, never a wrong result.
+uint64_t initial_capacity(std::span<const uint8_t> packed, uint64_t max_bytes) {
+  uint64_t trailer = 0;
+  if (packed.size() >= 4) {
+    const uint8_t* p = packed.data() + packed.size() - 4;
+    trailer = uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 | uint64_t{p[3]} << 24;
+  }
+  return std::min(std::max(trailer, uint64_t{4} * packed.size()), max_bytes);
+}
+
+// Every member with libdeflate, whole-buffer, into one growing buffer; about
+// 2.5x faster than zlib. Empty when a member is not valid gzip or the output
+// outgrows `max_bytes`: the caller then lets zlib name the problem.
+std::optional<std::vector<uint8_t>> fast_gunzip(std::span<const uint8_t> packed,
+                                                uint64_t max_bytes) {
+  std::unique_ptr<libdeflate_decompressor, DecompressorFree> decompressor(
+      libdeflate_alloc_decompressor());
+  if (!decompressor) return std::nullopt;
+  std::vector<uint8_t> bytes(initial_capacity(packed, max_bytes));
+  size_t in = 0, out = 0;
+  while (in < packed.size()) {
+    size_t read = 0, written = 0;
+    const libdeflate_result status = libdeflate_gzip_decompress_ex(
+        decompressor.get(), packed.data() + in, packed.size() - in, bytes.data() + out,
+        bytes.size() - out, &read, &written);
+    if (status == LIBDEFLATE_INSUFFICIENT_SPACE && bytes.size() < max_bytes) {
+      bytes.resize(std::min<uint64_t>(uint64_t{2} * bytes.size() + (1 << 16), max_bytes));
+      continue;  // the same member again, with room
+    }
+    if (status != LIBDEFLATE_SUCCESS) return std::nullopt;
+    in += read;
+    out += written;
+  }
+  bytes.resize(out);
+  return bytes;
+}
+
+std::vector<uint8_t> gunzip(std::span<const uint8_t> packed, const std::string& path,
+                            std::string_view tag, uint64_t max_bytes, const PrefixCheck& prefix) {
+  if (prefix.check) prefix.check(zlib_gunzip(packed, path, tag, max_bytes, prefix.bytes));
+  if (std::optional<std::vector<uint8_t>> bytes = fast_gunzip(packed, max_bytes)) return *std::move(bytes);
+  return zlib_gunzip(packed, path, tag, max_bytes, std::numeric_limits<uint64_t>::max());
 }
 
 void write_gzip(const std::string& path, std::span<const uint8_t> bytes) {

@@ -1,5 +1,7 @@
 // File: data/file_bytes.h
-// Whole-file reads and writes for the dataset readers, with gzip through zlib.
+// Whole-file reads and writes for the dataset readers. gzip is inflated with
+// libdeflate (whole-buffer, fast) and, for the first bytes a PrefixCheck reads
+// and for naming what is wrong with a bad stream, with zlib.
 // Errors are loom::IoError of the form "[tag] path: what went wrong", so every
 // reader reports the file the same way.
 #pragma once
@@ -27,9 +29,10 @@ struct PrefixCheck {
 // opened or read, is named .gz but is not gzip data, is a truncated or corrupt
 // gzip stream, or holds more than `max_bytes` (after decompression). A plain
 // file's size is checked before it is read; a gzip stream's contents are
-// checked by `prefix` before more than its first 64 KiB are inflated. (The
-// gzip ISIZE trailer is not used: in a truncated stream those 4 bytes are
-// compressed data, and the size they seem to declare would hide the truncation.)
+// checked by `prefix` before more than its first 64 KiB are inflated. The
+// gzip ISIZE trailer only sizes the first output buffer: in a truncated stream
+// those 4 bytes are compressed data, so the size they seem to declare is never
+// trusted; each member's CRC and length are checked as it is inflated.
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view tag,
                                      uint64_t max_bytes, const PrefixCheck& prefix = {});
 

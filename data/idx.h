@@ -51,6 +51,8 @@ constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 30;
 IdxArray read_idx(const std::string& path);
 // Validates the bytes of an IDX file; `path` only names the file in errors.
 IdxArray parse_idx(std::span<const uint8_t> file, const std::string& path);
+// The same, taking the file's buffer for the payload instead of copying it.
+IdxArray parse_idx(std::vector<uint8_t>&& file, const std::string& path);
 // The same for a gzipped IDX file's bytes; a header declaring more than
 // kMaxIdxBytes is rejected before the payload is inflated.
 IdxArray parse_idx_gzip(std::span<const uint8_t> packed, const std::string& path);

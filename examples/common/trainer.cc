@@ -235,6 +235,36 @@ class Progress {
   int64_t batches_;
 };
 
+// The start-up's milestones in seconds on the trainer's clock (the "since
+// start" of the epoch lines), so a run shows which phase before the first step
+// is its critical path. The data thread's milestones come back with the splits.
+class StartupPhases {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit StartupPhases(Clock::time_point began) : began_(began) {}
+
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - began_).count(); }
+  void mark(const char* phase) { mark_at(phase, seconds()); }
+  void mark_at(const char* phase, double at) { phases_.push_back({phase, at}); }
+
+  // "start-up (s since start): train split read 0.21, ..., first step queued 0.77"
+  std::string line() const {
+    std::string text = "start-up (s since start):";
+    for (size_t i = 0; i < phases_.size(); ++i) {
+      text += fmt::format("{} {} {:.3f}", i == 0 ? "" : ",", phases_[i].name, phases_[i].at);
+    }
+    return text;
+  }
+
+ private:
+  struct Phase {
+    const char* name;
+    double at;
+  };
+  Clock::time_point began_;
+  std::vector<Phase> phases_;
+};
+
 struct Training {
   nn::Sequential& net;
   optim::Optimizer& opt;
@@ -243,6 +273,7 @@ struct Training {
   optim::TrainStep& step;     // graphed on the GPU
   optim::TrainStep& profiled; // always eager, for the profile window
   int first_epoch = 0;        // epochs done before this run (after a resume)
+  StartupPhases& startup;
 };
 
 // Steps skipped for a non-finite loss so far, and the 1-based number (in this
@@ -310,6 +341,9 @@ EpochResult train_epoch(Training& t, int epoch, const TrainConfig& c) {
   int64_t batch = 0, images = 0;
   for (auto& [x, y] : t.loader) {
     const std::vector<Tensor>& out = run_step(t, c, epoch, batch, x, y);
+    // The host's return, not the GPU's finish: waiting for the device here would
+    // cost the run the overlap it measures.
+    if (batch == 0 && epoch == t.first_epoch + 1) t.startup.mark("first step queued");
     if (t.schedule) t.schedule->step();
     tally.add(out[0], out[1], y);
     images += y.size(0);
@@ -356,14 +390,24 @@ data::Dataset first(const data::Dataset& d, int64_t n) {
 
 struct Splits {
   data::Dataset train, test;
+  double train_read = 0, test_read = 0;  // when each was in memory, on the trainer's clock
 };
 
-// Both splits, read on a thread of their own while the caller builds the model:
-// on a GPU the CUDA context starts up meanwhile, which takes about as long as
-// inflating the files. An error reading them is thrown by the future's get().
-std::future<Splits> load_splits(const TrainConfig& c) {
-  return std::async(std::launch::async, [c] {
-    return Splits{first(load(c, data::Split::Train), c.limit), first(load(c, data::Split::Test), c.test_limit)};
+// Both splits, read on threads of their own (the test split beside the training
+// split) while the caller builds the model: on a GPU the CUDA context starts up
+// meanwhile, which takes about as long as inflating the files. An error reading
+// either is thrown by the future's get().
+std::future<Splits> load_splits(const TrainConfig& c, const StartupPhases& startup) {
+  return std::async(std::launch::async, [c, &startup] {
+    std::future<data::Dataset> test = std::async(std::launch::async, [&c] {
+      return first(load(c, data::Split::Test), c.test_limit);
+    });
+    Splits splits;
+    splits.train = first(load(c, data::Split::Train), c.limit);
+    splits.train_read = startup.seconds();
+    splits.test = test.get();
+    splits.test_read = startup.seconds();
+    return splits;
   });
 }
 
@@ -485,6 +529,17 @@ void report_plans(const TrainConfig& c) {
   }
 #endif
   if (timeline.is_open()) timeline << "no cuDNN plans: the run was on the CPU\n";
+}
+
+// After the plans' table, so the start-up's phases and the plans' builds can
+// be read side by side (the table counts from process start, the phases from
+// the trainer's start).
+void append_to_timeline(const std::string& line) {
+  const char* path = std::getenv("LOOM_CUDNN_PLAN_TIMELINE");
+  if (path == nullptr || *path == '\0') return;
+  std::ofstream timeline(path, std::ios::app);
+  LOOM_CHECK(timeline.is_open(), IoError, "[train] cannot append to LOOM_CUDNN_PLAN_TIMELINE={}", path);
+  timeline << line << "\n";
 }
 
 void save(const TrainConfig& c, Training& t, int epochs_done) {
@@ -645,15 +700,21 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   PrecisionScope precision(c.precision, c.device, c.autotune);
   AnomalyGuard anomaly(c.detect_anomaly);
   manual_seed(c.seed);
-  std::future<Splits> loading = load_splits(c);
+  StartupPhases startup(began);
+  std::future<Splits> loading = load_splits(c, startup);
   nn::Sequential net = make_model(c.model);
   net.to(c.device);
   if (c.device.is_cuda()) net.to(MemoryFormat::ChannelsLast);  // cuDNN's native layout
   if (c.fuse) nn::fuse(net);  // same parameters and state_dict names; unfused where cuDNN has no engine
-  auto [train_set, test_set] = loading.get();
+  startup.mark("model on device");
+  auto [train_set, test_set, train_read, test_read] = loading.get();
+  startup.mark_at("train split read", train_read);
+  startup.mark_at("test split read", test_read);
+  startup.mark("data in hand");
   data::DataLoader train_loader =
       make_loader(c, group ? epoch_shard(train_set, c, *group, 0) : train_set, /*training=*/true);
   data::DataLoader test_loader = make_loader(c, test_set, /*training=*/false);
+  startup.mark("loaders ready");
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   if (group) ddp = std::make_unique<nn::DistributedDataParallel>(std::shared_ptr<nn::Module>(&net, [](nn::Module*) {}), group);
   nn::Module& stepped = ddp ? static_cast<nn::Module&>(*ddp) : net;  // DDP averages the gradients
@@ -662,8 +723,9 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   // Anomaly mode reads every op's values back, which a captured graph cannot.
   optim::TrainStep step(step_function(stepped, c), *opt, {.cuda_graph = c.cuda_graph && !c.detect_anomaly});
   optim::TrainStep profiled(step_function(stepped, c), *opt, {.cuda_graph = false});
+  startup.mark("optimizer and step ready");
   TrainResult result;
-  Training t{net, *opt, schedule.get(), train_loader, step, profiled};
+  Training t{net, *opt, schedule.get(), train_loader, step, profiled, 0, startup};
   t.first_epoch = c.resume.empty() ? 0 : resume(c, t, result.warnings);
   const int start = t.first_epoch;
   if (start >= c.epochs) {
@@ -715,7 +777,9 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
     if (c.target_accuracy > 0 && r.test_accuracy >= c.target_accuracy) break;
   }
   if (!c.plot.empty()) draw_plot(c, plot_tool, metrics_path, run_id);
+  if (c.progress) std::printf("%s\n", startup.line().c_str());
   report_plans(c);
+  append_to_timeline(startup.line());
   result.model = net.state_dict();
   return result;
 }

@@ -70,6 +70,53 @@ TEST_CASE("read errors name the tag, the file and the problem") {
                              corrupt + ": corrupt gzip data at compressed offset");
 }
 
+// The gzip bytes of `bytes`, as write_file_bytes stores them.
+std::vector<uint8_t> gzipped(const std::vector<uint8_t>& bytes) {
+  const std::string path = path_in(temp_dir("gzipped"), "x.gz");
+  write_file_bytes(path, bytes, true);
+  return read_bytes(path);
+}
+
+TEST_CASE("gunzip grows its buffer when the last member's ISIZE undersells the stream") {
+  // The trailer of the last member says 2 bytes; the stream holds 300002.
+  const std::vector<uint8_t> big = counting_bytes(300000);
+  std::vector<uint8_t> packed = gzipped(big);
+  const std::vector<uint8_t> small = gzipped({{4, 5}});
+  packed.insert(packed.end(), small.begin(), small.end());
+  std::vector<uint8_t> expected = big;
+  expected.insert(expected.end(), {4, 5});
+  CHECK(gunzip_bytes(packed, "m.gz", "t", 1 << 20) == expected);
+  CHECK_THROWS_WITH_FRAGMENT(gunzip_bytes(packed, "m.gz", "t", 300001), IoError,
+                             "[t] m.gz: decompresses to more than the 300001 bytes");
+}
+
+TEST_CASE("gunzip rejects truncated streams wherever they are cut") {
+  const std::vector<uint8_t> packed = gzipped(counting_bytes(100000));
+  // Inside the header, the deflate data, the CRC and the ISIZE trailer.
+  for (size_t keep : {size_t{5}, size_t{12}, packed.size() / 2, packed.size() - 6, packed.size() - 1}) {
+    CAPTURE(keep);
+    const std::vector<uint8_t> cut(packed.begin(), packed.begin() + keep);
+    CHECK_THROWS_WITH_FRAGMENT(gunzip_bytes(cut, "cut.gz", "t", 1 << 20), IoError,
+                               "[t] cut.gz: gzip stream is truncated");
+  }
+}
+
+TEST_CASE("gunzip rejects a wrong CRC, a wrong ISIZE and bytes after the last member") {
+  const std::vector<uint8_t> packed = gzipped(counting_bytes(5000));
+  std::vector<uint8_t> crc = packed;
+  crc[crc.size() - 8] ^= 0x01;
+  CHECK_THROWS_WITH_FRAGMENT(gunzip_bytes(crc, "crc.gz", "t", 1 << 20), IoError,
+                             "[t] crc.gz: corrupt gzip data at compressed offset");
+  std::vector<uint8_t> size = packed;
+  size[size.size() - 1] = 0x40;  // claims 1 GiB more than the member holds
+  CHECK_THROWS_WITH_FRAGMENT(gunzip_bytes(size, "size.gz", "t", 1 << 20), IoError,
+                             "[t] size.gz: corrupt gzip data at compressed offset");
+  std::vector<uint8_t> trailing = packed;
+  trailing.insert(trailing.end(), {0, 0, 0, 0});
+  CHECK_THROWS_WITH_FRAGMENT(gunzip_bytes(trailing, "tail.gz", "t", 1 << 20), IoError,
+                             "[t] tail.gz: corrupt gzip data at compressed offset");
+}
+
 TEST_CASE("helpers") {
   CHECK(hex_prefix(std::vector<uint8_t>{0x1F, 0x8B, 0x08}, 2) == "1F 8B");
   CHECK(starts_with_gzip_magic(std::vector<uint8_t>{0x1F, 0x8B}));

@@ -82,6 +82,11 @@ TEST_CASE("the payload is big-endian on disk and host-order in memory") {
   CHECK(values[0] == 0x0102);
   CHECK(values[1] == -2);
   CHECK(encode_idx(array) == file);
+  // Handing over the buffer parses the same as lending it.
+  const IdxArray moved = parse_idx(std::vector<uint8_t>(file), "int16.idx");
+  CHECK(moved.type == array.type);
+  CHECK(moved.dims == array.dims);
+  CHECK(moved.bytes == array.bytes);
 }
 
 TEST_CASE("load_mnist round-trips a generated folder, plain and gzipped") {

@@ -3,7 +3,8 @@
 // examples/cifar:train are run and their exit codes and output checked. Usage
 // errors (exit 2) are found before any data is loaded; the header says what
 // runs; a resume with nothing left to do says so; --explain and the plan
-// timeline on the CPU say in one line that there are no cuDNN plans.
+// timeline on the CPU say in one line that there are no cuDNN plans, and the
+// timeline lists the start-up's phases.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -134,5 +135,15 @@ TEST_CASE("--explain and LOOM_CUDNN_PLAN_TIMELINE on the CPU say in one line tha
   std::string first_line;
   std::getline(in, first_line);
   CHECK(first_line == "no cuDNN plans: the run was on the CPU");
+  // The start-up's phases follow the plans, in the order they happen.
+  std::string phases;
+  std::getline(in, phases);
+  CHECK(phases.starts_with("start-up (s since start): model on device "));
+  for (const char* phase : {", train split read ", ", test split read ", ", data in hand ",
+                            ", loaders ready ", ", optimizer and step ready ", ", first step queued "}) {
+    CAPTURE(phase);
+    CHECK(phases.find(phase) != std::string::npos);
+  }
+  CHECK(has(r, "start-up (s since start): model on device "));
   std::filesystem::remove(timeline);
 }
