@@ -99,16 +99,21 @@ struct DecompressorFree {
 };
 
 // The first guess at the decompressed size: the last member's ISIZE trailer
-// (exact for the usual single-member file), at least 4x the compressed size,
-// at most the cap. Only a buffer size: libdeflate checks every member's own
+// (exact for the usual single-member file) when it is a plausible ratio of the
+// compressed size, else 4x that size; at most the cap. In a truncated file the
+// trailer is compressed data, and trusting it would allocate and zero up to the
+// cap before the error. Only a buffer size: libdeflate checks every member's own
 // CRC and ISIZE, and a wrong guess costs one more try, never a wrong result.
 uint64_t initial_capacity(std::span<const uint8_t> packed, uint64_t max_bytes) {
+  constexpr uint64_t kPlausibleRatio = 16;
+  const uint64_t fallback = uint64_t{4} * packed.size();
   uint64_t trailer = 0;
   if (packed.size() >= 4) {
     const uint8_t* p = packed.data() + packed.size() - 4;
     trailer = uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 | uint64_t{p[3]} << 24;
   }
-  return std::min(std::max(trailer, uint64_t{4} * packed.size()), max_bytes);
+  const bool plausible = trailer <= kPlausibleRatio * packed.size();
+  return std::min(plausible ? std::max(trailer, fallback) : fallback, max_bytes);
 }
 
 // Every member with libdeflate, whole-buffer, into one growing buffer; about

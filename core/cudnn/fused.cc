@@ -55,6 +55,7 @@ bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_
 // run, for a variant whose caller acts on "pending" (see run_plan_reporting).
 PlanRun run_reporting(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
                       std::string_view fallback_tier) {
+  if (!fully_aligned(graph)) return PlanRun::NoPlan;
   const PlanRun outcome = run_plan_reporting(graph, pointers, fallback_tier);
   if (outcome == PlanRun::Ran) ++runs;
   return outcome;
@@ -790,6 +791,10 @@ EpilogueRun run_all_or_none(std::vector<ChainGraph>& graphs) {
   std::vector<std::shared_ptr<const Plan>> plans;
   for (const ChainGraph& c : graphs) {
     result.graph += (result.graph.empty() ? "" : "; ") + c.graph.pattern();
+    if (!fully_aligned(c.graph)) {
+      result.why_not = "a tensor's pointer is less than 16-byte aligned";
+      return result;
+    }
     const PlanKey key = plan_key(c.graph);
     std::string structure = structure_of(key, c.graph);
     if (no_engine_structures().contains(structure)) {
@@ -844,6 +849,10 @@ EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a) {
   scalars.reserve(a.steps.size());
   add_derivative(graph, layout, a, scalars, pointers);
   EpilogueRun result{.graph = graph.pattern()};
+  if (!fully_aligned(graph)) {
+    result.why_not = "a tensor's pointer is less than 16-byte aligned";
+    return result;
+  }
   std::shared_ptr<const Plan> plan = plan_or_why(graph, result.why_not);
   if (!plan) {
     PlanCache::global().record_fallback(plan_key(graph), "the block's per-step derivative ops (core/ops/fusion.cc)");

@@ -20,14 +20,16 @@
 //   captured whole-step graph knows to re-capture. A deterministic policy
 //   builds eagerly: one plan per key for the whole run. Plan files hold the
 //   best plan, never a lazy stand-in, so a restored plan needs no swap. A key
-//   with a plan file is restored the same way in lazy mode: it runs on the tier
-//   below at once while a builder restores its plan (several at once; a file
-//   that no longer restores is rebuilt there), swapped in at the next step
-//   boundary. Restoring costs 5-30 ms a key (finalize, test run, sync), and
-//   mnist_net's warm first step, restoring its 33 keys one after another on
-//   the main thread, waited 0.35 s for them (H100). Without a tier below, in a
-//   deterministic policy, in the eager and precompiled modes, or with
-//   LOOM_CUDNN_BACKGROUND_RESTORE=0, the key is restored at once, as before. While
+//   whose plan file holds a runtime-compiled engine is restored the same way in
+//   lazy mode: it runs on the tier below at once while a builder restores its
+//   plan (several at once; a file that no longer restores is rebuilt there),
+//   swapped in at the next step boundary. Such a restore costs 20-45 ms (mostly
+//   cuDNN's finalize), and mnist_net's warm first step, restoring its 33 keys
+//   one after another on the main thread, waited 0.35 s for them (H100). A
+//   precompiled engine restores at once (a few ms, less than a first run on the
+//   tier below), as does every key without a tier below, in a deterministic
+//   policy, in the eager and precompiled modes, or with
+//   LOOM_CUDNN_BACKGROUND_RESTORE=0. While
 //   an op's preferred variant is pending, its lower variants are not built
 //   (variant_walk.h); at exit, outstanding background builds are waited for
 //   (at most 10 s) so that their plans reach the plan files.

@@ -247,7 +247,8 @@ class StartupPhases {
   void mark(const char* phase) { mark_at(phase, seconds()); }
   void mark_at(const char* phase, double at) { phases_.push_back({phase, at}); }
 
-  // "start-up (s since start): train split read 0.21, ..., first step queued 0.77"
+  // "start-up (s since start): model on device 0.15, ..., first step queued 0.43",
+  // phases in the order they were marked (the data thread's come back together).
   std::string line() const {
     std::string text = "start-up (s since start):";
     for (size_t i = 0; i < phases_.size(); ++i) {

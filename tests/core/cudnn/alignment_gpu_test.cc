@@ -97,19 +97,29 @@ void pool_matches(const Setting& s, bool max, Generator& gen) {
   CHECK_CLOSE(as_reference(gx.grad()), x.grad(), tolerance(s.dtype), tolerance(s.dtype));
 }
 
-void batch_norm_matches(const Setting& s, Generator& gen) {
+// batch norm, or the fused batch norm -> relu (its masked cuDNN graphs), forward and backward.
+void batch_norm_matches(const Setting& s, bool relu, Generator& gen) {
+  CAPTURE(relu);
   Tensor x = randn({kN, kC, kH, kW}, {}, &gen).requires_grad_(true);
   Tensor weight = randn({kC}, {}, &gen).requires_grad_(true), bias = randn({kC}, {}, &gen).requires_grad_(true);
   Tensor mean = zeros({kC}), var = ones({kC});
   Tensor gx = offset_leaf(x.detach(), s);
   Tensor gweight = offset_leaf(weight.detach(), s), gbias = offset_leaf(bias.detach(), s);
   Tensor gmean = offset_view(mean, s), gvar = offset_view(var, s);
-  Tensor y = batch_norm(x, mean, var, weight, bias), gy = batch_norm(gx, gmean, gvar, gweight, gbias);
+  auto op = [&](const Tensor& t, const Tensor& m, const Tensor& v, const Tensor& w, const Tensor& b) {
+    return relu ? batch_norm_relu(t, m, v, w, b) : batch_norm(t, m, v, w, b);
+  };
+  Tensor y = op(x, mean, var, weight, bias), gy = op(gx, gmean, gvar, gweight, gbias);
   CHECK_CLOSE(as_reference(gy), y, 1e-4, 1e-4);
   CHECK_CLOSE(as_reference(gmean), mean, 1e-4, 1e-5);
   CHECK_CLOSE(as_reference(gvar), var, 1e-4, 1e-5);
   Tensor dy = randn(x.sizes(), {}, &gen);
-  y.backward(dy);
+  if (relu) {
+    Tensor again_mean = zeros({kC}), again_var = ones({kC});  // the same statistics as y's run
+    batch_norm(x, again_mean, again_var, weight, bias).backward(through_gpu_relu(dy, gy));
+  } else {
+    y.backward(dy);
+  }
   gy.backward(offset_view(dy, s));
   CHECK_CLOSE(as_reference(gx.grad()), x.grad(), 1e-3, 1e-4);
   CHECK_CLOSE(as_reference(gweight.grad()), weight.grad(), 1e-3, 1e-3);
@@ -194,7 +204,8 @@ LOOM_GPU_TEST_CASE("public ops on offset views match the CPU in every layout and
   sweep("relu", relu_matches);
   sweep("max_pool2d", [](const Setting& s, Generator& gen) { pool_matches(s, true, gen); });
   sweep("avg_pool2d", [](const Setting& s, Generator& gen) { pool_matches(s, false, gen); });
-  sweep("batch_norm", batch_norm_matches, /*bf16=*/false);
+  sweep("batch_norm", [](const Setting& s, Generator& gen) { batch_norm_matches(s, false, gen); }, /*bf16=*/false);
+  sweep("batch_norm_relu", [](const Setting& s, Generator& gen) { batch_norm_matches(s, true, gen); }, /*bf16=*/false);
   sweep("conv2d", [](const Setting& s, Generator& gen) { conv_matches(s, false, gen); });
   sweep("conv2d_bias_relu", [](const Setting& s, Generator& gen) { conv_matches(s, true, gen); });
   sweep("linear", [](const Setting& s, Generator& gen) { linear_matches(s, false, gen); });

@@ -1,8 +1,9 @@
 // File: tests/core/cudnn/plan_restore_gpu_test.cc
 // Plan files in lazy mode: one plan-cache life (eager) builds and saves a small
 // conv / batch-norm / ReLU / max-pool / linear training step's plans; after
-// clear(), a second life in lazy mode runs its first step at once on the tier
-// below cuDNN while the builders restore the files, swaps the restored plans in
+// clear(), a second life in lazy mode runs its first step at once (plans of
+// precompiled engines restored on the spot, the runtime-compiled ones on the
+// tier below cuDNN while the builders restore their files), swaps those in
 // at the next step boundary, counts them as restored in the background, and
 // both steps stay within TF32 tolerance of the CPU reference (NCHW and
 // channels-last). A deterministic policy restores at once, on the calling

@@ -135,7 +135,7 @@ TEST_CASE("--explain and LOOM_CUDNN_PLAN_TIMELINE on the CPU say in one line tha
   std::string first_line;
   std::getline(in, first_line);
   CHECK(first_line == "no cuDNN plans: the run was on the CPU");
-  // The start-up's phases follow the plans, in the order they happen.
+  // The start-up's phases follow the plans, in the order the trainer marks them.
   std::string phases;
   std::getline(in, phases);
   CHECK(phases.starts_with("start-up (s since start): model on device "));
