@@ -6,7 +6,28 @@
 
 namespace loom::cpu {
 
+namespace {
+
+// Both dense row-major, of one dtype and shape, and not overlapping: then the
+// copy is one memcpy (a dataset's 47 MB of images, element by element, took
+// several times longer). Overlapping views keep the element loop's behaviour.
+bool one_memcpy(const Strided& dst, const Strided& src) {
+  if (dst.dtype != src.dtype || dst.sizes != src.sizes || dst.numel() == 0) return false;
+  const Shape dense = contiguous_strides(dst.sizes);
+  if (dst.strides != dense || src.strides != dense) return false;
+  const auto* out = static_cast<const char*>(dst.data);
+  const auto* in = static_cast<const char*>(src.data);
+  const size_t bytes = static_cast<size_t>(dst.numel()) * element_size(dst.dtype);
+  return out + bytes <= in || in + bytes <= out;
+}
+
+}  // namespace
+
 void copy(const Strided& dst, const Strided& src) {
+  if (one_memcpy(dst, src)) {
+    std::memcpy(dst.data, src.data, static_cast<size_t>(dst.numel()) * element_size(dst.dtype));
+    return;
+  }
   visit_dtype(dst.dtype, [&]<class D>() {
     visit_dtype(src.dtype, [&]<class S>() {
       D* out = dst.ptr<D>();
