@@ -504,15 +504,18 @@ int resume(const TrainConfig& c, Training& t, std::vector<std::string>& warnings
 }
 
 // Once per run: how the cuDNN plans came about, and their timeline in the file
-// LOOM_CUDNN_PLAN_TIMELINE names (when set). A run on the CPU still writes the
-// file, with one line saying why it has no plans: a missing file reads as a fault.
-void report_plans(const TrainConfig& c) {
+// LOOM_CUDNN_PLAN_TIMELINE names (when set), followed by the start-up's phases
+// so the two can be read side by side (the table counts from process start, the
+// phases from the trainer's start). A run on the CPU still writes the file, with
+// one line saying why it has no plans: a missing file reads as a fault.
+void report_plans(const TrainConfig& c, const std::string& startup_line) {
   const char* path = std::getenv("LOOM_CUDNN_PLAN_TIMELINE");
   std::ofstream timeline;
   if (path != nullptr && *path != '\0') {
     timeline.open(path);
     LOOM_CHECK(timeline.is_open(), IoError, "[train] cannot write LOOM_CUDNN_PLAN_TIMELINE={}", path);
   }
+  bool plans_reported = false;
 #ifdef LOOM_WITH_CUDA
   if (c.device.is_cuda()) {
     const cudnn::PlanCache& plans = cudnn::PlanCache::global();
@@ -526,21 +529,12 @@ void report_plans(const TrainConfig& c) {
                   static_cast<long long>(s.plans_specialized));
     }
     if (timeline.is_open()) timeline << plans.timeline_table();
-    return;
+    plans_reported = true;
   }
 #endif
-  if (timeline.is_open()) timeline << "no cuDNN plans: the run was on the CPU\n";
-}
-
-// After the plans' table, so the start-up's phases and the plans' builds can
-// be read side by side (the table counts from process start, the phases from
-// the trainer's start).
-void append_to_timeline(const std::string& line) {
-  const char* path = std::getenv("LOOM_CUDNN_PLAN_TIMELINE");
-  if (path == nullptr || *path == '\0') return;
-  std::ofstream timeline(path, std::ios::app);
-  LOOM_CHECK(timeline.is_open(), IoError, "[train] cannot append to LOOM_CUDNN_PLAN_TIMELINE={}", path);
-  timeline << line << "\n";
+  if (!timeline.is_open()) return;
+  if (!plans_reported) timeline << "no cuDNN plans: the run was on the CPU\n";
+  timeline << startup_line << "\n";
 }
 
 void save(const TrainConfig& c, Training& t, int epochs_done) {
@@ -779,8 +773,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   }
   if (!c.plot.empty()) draw_plot(c, plot_tool, metrics_path, run_id);
   if (c.progress) std::printf("%s\n", startup.line().c_str());
-  report_plans(c);
-  append_to_timeline(startup.line());
+  report_plans(c, startup.line());
   result.model = net.state_dict();
   return result;
 }
