@@ -1,6 +1,10 @@
 // File: core/cuda/event_timer.cc
 #include "core/cuda/event_timer.h"
 
+#include <cstddef>
+#include <map>
+#include <mutex>
+
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -26,6 +30,42 @@ float EventTimer::stop_ms() {
   float ms = 0;
   LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
   return ms;
+}
+
+namespace {
+
+struct L2Scratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// The device's scratch, made at its first use; {nullptr, 0} where it cannot be.
+L2Scratch l2_scratch(int device) {
+  static std::mutex mutex;
+  static std::map<int, L2Scratch> scratch;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = scratch.find(device); it != scratch.end()) return it->second;
+  int l2_bytes = 0;
+  LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  L2Scratch made{nullptr, 2 * static_cast<size_t>(l2_bytes)};
+  if (made.bytes > 0 && cudaMalloc(&made.data, made.bytes) != cudaSuccess) {
+    cudaGetLastError();  // out of memory: time without evicting rather than fail the race
+    made = {};
+  }
+  scratch[device] = made;
+  return made;
+}
+
+}  // namespace
+
+void evict_l2() {
+  LOOM_CHECK(!is_capturing(), ValueError,
+             "[evict_l2] called inside a CUDA-graph capture; evict and time outside it");
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  const L2Scratch scratch = l2_scratch(device);
+  if (scratch.data == nullptr) return;
+  LOOM_CUDA_CHECK(cudaMemsetAsync(scratch.data, 0, scratch.bytes, current_stream()));
 }
 
 }  // namespace loom::cuda

@@ -5,6 +5,7 @@
 // measures, it does not decide who may time.
 //
 //   EventTimer timer;
+//   evict_l2();                   // optional: time the run as a step meets it
 //   timer.start();
 //   run();                        // queued on current_stream()
 //   float ms = timer.stop_ms();   // waits for run() to finish
@@ -30,5 +31,13 @@ class EventTimer {
  private:
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
+
+// Overwrites the current device's L2 cache, on the current stream, with a
+// scratch buffer twice its size (made once per device, outside the caching
+// allocator; nothing is evicted where it cannot be made). A candidate timed
+// again and again on the same operands finds them in L2, which inside a
+// training step they have mostly left; timing from an evicted L2 ranks the
+// candidates as the step does. Never inside a CUDA-graph capture.
+void evict_l2();
 
 }  // namespace loom::cuda

@@ -4,8 +4,9 @@
 // which is faster depends on layout, dtype and size, and is measured, not guessed.
 //
 // At the first meeting of a key, each candidate runs once to warm up (building
-// plans, touching memory) and then kTimedRuns times, each run between CUDA
-// events on the current stream, with the capture gate held (core/capture_gate.h)
+// plans, touching memory) and then kTimedRuns times, each run from an evicted
+// L2 cache (evict_l2, core/cuda/event_timer.h) between CUDA events on the
+// current stream, with the capture gate held (core/capture_gate.h)
 // so that background plan builds' test runs stay off the GPU meanwhile; the
 // candidate with the fastest single run is cached for the key (per device). Inside a
 // CUDA-graph capture nothing is timed: an unknown key gets the first candidate,
