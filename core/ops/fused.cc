@@ -6,6 +6,7 @@
 // N batch, C channels, H, W input, K out channels, R, S filter, P, Q output;
 // rows = the product of linear's leading dims, in, out its feature counts.
 #include "core/ops/fused.h"
+#include "core/ops/fused_internal.h"
 
 #include <fmt/format.h>
 
@@ -485,6 +486,37 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
          {saved.x, saved.y, saved.weight, saved.bias, saved.relu_mask});
   return y;
 }
+
+namespace fused_detail {
+
+Tensor batch_norm_relu_absorbing_bias(const Tensor& x, const Tensor& conv_bias,
+                                      const Tensor& running_mean, const Tensor& running_var,
+                                      const Tensor& weight, const Tensor& bias,
+                                      BatchNormOptions options, const Tensor& residual) {
+  LOOM_CHECK(options.training, ValueError,
+             "[{}] absorbs the conv's bias only in training mode, where the batch mean takes it "
+             "out again; in eval mode add the bias first",
+             kBnOp);
+  LOOM_CHECK(conv_bias.defined() && conv_bias.dim() == 1 && x.dim() >= 2 && conv_bias.size(0) == x.size(1),
+             ValueError, "[{}] the absorbed conv bias must be one value per channel ({}), got {}", kBnOp,
+             x.dim() >= 2 ? x.size(1) : 0,
+             conv_bias.defined() ? shape_str(conv_bias.sizes()) : std::string("none"));
+  Tensor y = batch_norm_relu(x, running_mean, running_var, weight, bias, options, residual);
+  if (running_mean.defined()) {
+    NoGradGuard no_grad;  // running = (1 - m) * running + m * mean(x), plus m * conv_bias
+    Tensor(running_mean)
+        .copy_(add(running_mean, conv_bias.detach().to(running_mean.dtype()), options.momentum));
+  }
+  if (!needs_grad({conv_bias})) return y;
+  const Shape bias_sizes = conv_bias.sizes();
+  const TensorOptions bias_options = conv_bias.options();
+  Tensor out = y.detach();  // y's memory: this node passes dy through and zeroes the bias's gradient
+  record("batch_norm_relu_absorbing_bias", {y, conv_bias}, out,
+         [=](const Tensor& dy) -> std::vector<Tensor> { return {dy, zeros(bias_sizes, bias_options)}; });
+  return out;
+}
+
+}  // namespace fused_detail
 
 // ---- linear + ReLU ---------------------------------------------------------------------
 

@@ -21,6 +21,7 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/fused.h"
+#include "core/ops/fused_internal.h"
 #include "core/ops/fusion_report.h"
 #include "core/ops/linalg.h"
 #include "core/ops/linalg_internal.h"
@@ -693,6 +694,18 @@ std::vector<Piece> plan_pieces(const std::vector<Step>& steps) {
   return pieces;
 }
 
+// On the GPU, [conv2d, bias] followed by [batch_norm (training), ...relu]: the norm
+// subtracts the batch mean, which takes a per-channel bias out again, so the conv
+// runs without it and the norm piece absorbs it (core/ops/fused_internal.h). The
+// CPU keeps the one-by-one run's bias add, so that its pieces stay bit-identical.
+bool bias_absorbed_by_norm(const std::vector<Step>& steps, const std::vector<Piece>& pieces, size_t k,
+                           const Tensor& x) {
+  if (!x.device().is_cuda() || k + 1 >= pieces.size()) return false;
+  const Piece& p = pieces[k];
+  return p.kind == PieceKind::Head && steps[p.begin].kind == StepKind::Conv2d && p.end - p.begin == 2 &&
+         steps[p.begin + 1].kind == StepKind::Bias && pieces[k + 1].kind == PieceKind::NormRelu;
+}
+
 // The head [conv2d | linear, (bias), relu] is a fused op of its own.
 bool is_fused_op(const std::vector<Step>& steps, const Piece& p) {
   const size_t n = p.end - p.begin;
@@ -838,6 +851,7 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
   std::vector<PieceRun> notes;
   const std::string key = x.device().is_cuda() ? run_key(*this, x) : "";
   Tensor y = x;
+  Tensor absorbed_bias;  // a conv's bias that the next piece's batch norm takes in
   const std::vector<Piece> pieces = plan_pieces(steps_);
   for (size_t k = 0; k < pieces.size(); ++k) {
     const Piece& p = pieces[k];
@@ -846,7 +860,11 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
     note.how = "unfused";
     const Tensor* ops = operands.data() + offsets[p.begin];
     const bool conv = steps_[p.begin].kind == StepKind::Conv2d;
-    if (p.kind == PieceKind::Head && is_plain_layer(steps_, p)) {  // nothing to fuse: the layer's own op
+    if (p.kind == PieceKind::Head && bias_absorbed_by_norm(steps_, pieces, k, y)) {
+      absorbed_bias = ops[1];
+      y = loom::conv2d(y, ops[0], Tensor(), steps_[p.begin].conv);
+      note.how = "conv2d without its bias, which the batch norm after it absorbs";
+    } else if (p.kind == PieceKind::Head && is_plain_layer(steps_, p)) {  // nothing to fuse: the layer's own op
       const Tensor b = p.end - p.begin == 2 ? ops[1] : Tensor();
       y = conv ? loom::conv2d(y, ops[0], b, steps_[p.begin].conv) : loom::linear(y, ops[0], b);
       note.why_not = "a conv or linear with at most a bias is the plain op (it adds its bias itself)";
@@ -859,9 +877,16 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
       y = run_head(steps_, offsets, p.begin, p.end, y, operands, note, key, k);
     } else if (p.kind == PieceKind::NormRelu) {
       const bool residual = p.end - p.begin == 3;
-      y = batch_norm_relu(y, ops[2], ops[3], ops[0], ops[1], steps_[p.begin].norm,
-                          residual ? ops[4] : Tensor());
-      note.how = "fused op batch_norm_relu";
+      const Tensor r = residual ? ops[4] : Tensor();
+      if (absorbed_bias.defined()) {
+        y = fused_detail::batch_norm_relu_absorbing_bias(y, absorbed_bias, ops[2], ops[3], ops[0], ops[1],
+                                                         steps_[p.begin].norm, r);
+        note.how = "fused op batch_norm_relu, absorbing the conv's bias";
+        absorbed_bias = Tensor();
+      } else {
+        y = batch_norm_relu(y, ops[2], ops[3], ops[0], ops[1], steps_[p.begin].norm, r);
+        note.how = "fused op batch_norm_relu";
+      }
     } else {
       y = apply_steps(steps_, p.begin, p.end, y, operands, offsets);
       note.why_not = ops_why_not(steps_, p, k > 0 ? &pieces[k - 1] : nullptr);

@@ -17,7 +17,10 @@
 //             engine takes it, the plain kernels run the same steps;
 //   norm      batch_norm (+ residual) + relu as the fused batch-norm graph
 //             (a residual after the relu, as nn::Residual adds it, is a
-//             separate add: that graph adds only before its relu);
+//             separate add: that graph adds only before its relu); on the
+//             GPU a training norm right after [conv2d -> bias] absorbs the
+//             bias (the batch mean takes it out again): the conv runs without
+//             it, the running mean still counts it, its gradient is zero;
 //   pointwise any steps left, through the public ops.
 // A head's backward is derived from its steps: the graph also writes the
 // conv/matmul output z; backward replays the steps from z and walks them in

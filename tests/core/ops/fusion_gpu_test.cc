@@ -1,6 +1,7 @@
 // File: tests/core/ops/fusion_gpu_test.cc
 // fusion::Block on the GPU: the dgrad/wgrad-fused derivative probed once per
-// structure, and a fused model under TrainStep's CUDA-graph capture. The
+// structure, a conv's bias absorbed by the training batch norm after it, and a
+// fused model under TrainStep's CUDA-graph capture. The
 // blocks' parity matrix (fused vs unfused vs the CPU, tests/core/ops/
 // fusion_parity.h) is in fusion_{rows1,rows2,chains}_{strict,tf32,bf16}_gpu_test
 // and fusion_linear_gpu_test, so that each binary stays short and they can run
@@ -14,6 +15,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,62 @@ LOOM_GPU_TEST_CASE("a derivative graph without a dgrad/wgrad-fused engine is pro
   // Tier 0 ran: it had an engine, so the other size builds its own plan. Else
   // the first size found none, and the second does not ask again.
   CHECK(second.skipped == (tier_of(first.note) == 0 ? 0 : 1));
+}
+
+LOOM_GPU_TEST_CASE("a conv's bias before a training batch norm is absorbed: outputs, grads and statistics as one by one") {
+  Generator gen(31);
+  const Tensor x = randn({8, 5, 9, 9}, {}, &gen), w = randn({12, 5, 3, 3}, {}, &gen) * 0.2;
+  const Tensor b = randn({12}, {}, &gen) * 3.0, gamma = rand({12}, {}, &gen) + 0.5;
+  const Tensor beta = randn({12}, {}, &gen), mean0 = randn({12}, {}, &gen), var0 = rand({12}, {}, &gen) + 0.5;
+  const Tensor dy = randn({8, 12, 9, 9}, {}, &gen);
+  for (bool residual : {false, true}) {
+    Block block = Block().conv2d({.padding = {1, 1}}).bias().batch_norm({.momentum = 0.3});
+    if (residual) block.add_residual();
+    block.relu();
+    const Tensor r = residual ? randn({8, 12, 9, 9}, {}, &gen) : Tensor();
+    CAPTURE(block.str());
+    struct Out {
+      Tensor y, mean, var;
+      std::vector<Tensor> grads;  // x, weight, conv bias, gamma, beta, residual
+    };
+    auto run = [&](Device device, bool fused) {
+      FusionGuard guard(fused);
+      std::vector<Tensor> leaves;
+      for (const Tensor& t : {x, w, b, gamma, beta, r}) {
+        leaves.push_back(t.defined() ? t.to(device).detach().requires_grad_(true) : Tensor());
+      }
+      Out o{Tensor(), mean0.clone().to(device), var0.clone().to(device), {}};  // updated in place
+      std::vector<Tensor> operands{leaves[1], leaves[2], leaves[3], leaves[4], o.mean, o.var};
+      if (residual) operands.push_back(leaves[5]);
+      o.y = block(leaves[0], operands);
+      o.y.backward(dy.to(device));
+      for (const Tensor& leaf : leaves) o.grads.push_back(leaf.defined() ? leaf.grad().cpu() : Tensor());
+      o.y = o.y.cpu();
+      o.mean = o.mean.cpu();
+      o.var = o.var.cpu();
+      return o;
+    };
+    NumericsGuard numerics({.precision = Precision::StrictFp32});
+    const Out cpu = run(Device::cpu(), false), gpu = run(Device::cuda(), true);
+    std::optional<fusion::BlockReport> report;
+    for (const fusion::BlockReport& e : fusion::block_reports()) {
+      if (e.block == block.str()) report = e;
+    }
+    REQUIRE(report.has_value());
+    REQUIRE(report->pieces.size() >= 2);
+    CHECK(report->pieces[0].how == "conv2d without its bias, which the batch norm after it absorbs");
+    CHECK(report->pieces[1].how == "fused op batch_norm_relu, absorbing the conv's bias");
+    CHECK(testing::normalized_error(gpu.y, cpu.y) < 1e-4);
+    // The CPU run adds the bias (3x a unit normal) before the norm: the running mean counts it.
+    CHECK(testing::normalized_error(gpu.mean, cpu.mean) < 1e-4);
+    CHECK(testing::normalized_error(gpu.var, cpu.var) < 1e-4);
+    for (size_t i = 0; i < gpu.grads.size(); ++i) {
+      if (!cpu.grads[i].defined()) continue;
+      CAPTURE(i);
+      CHECK(testing::normalized_error(gpu.grads[i], cpu.grads[i]) < 1e-3);
+    }
+    for (double v : testing::values(gpu.grads[2])) CHECK(v == 0.0);  // the absorbed bias's gradient
+  }
 }
 
 LOOM_GPU_TEST_CASE("a fused model trains under TrainStep's CUDA-graph capture as it does eagerly") {
