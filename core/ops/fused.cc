@@ -6,7 +6,6 @@
 // N batch, C channels, H, W input, K out channels, R, S filter, P, Q output;
 // rows = the product of linear's leading dims, in, out its feature counts.
 #include "core/ops/fused.h"
-#include "core/ops/fused_internal.h"
 
 #include <fmt/format.h>
 
@@ -23,6 +22,7 @@
 #include "core/ops/conv_internal.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/fused_internal.h"
 #include "core/ops/linalg.h"
 #include "core/ops/linalg_internal.h"
 #include "core/ops/reduction.h"
