@@ -86,6 +86,7 @@ std::string step_str(const Step& step) {
       const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
       return step.parameter ? fmt::format("{}({})", row.name, *step.parameter) : std::string(row.name);
     }
+    case StepKind::BatchNorm: return step.norm.training ? "batch_norm" : "batch_norm(eval)";
     case StepKind::Add:
     case StepKind::Sub:
     case StepKind::Mul:

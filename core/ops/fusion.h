@@ -108,7 +108,8 @@ class Block {
   // --- looking at it ---------------------------------------------------------------
   const std::vector<Step>& steps() const { return steps_; }
   std::vector<std::string> operand_names() const;
-  // "conv2d(stride=1, padding=1) -> bias -> batch_norm -> add_residual -> gelu"
+  // "conv2d(stride=1, padding=1) -> bias -> batch_norm -> add_residual -> gelu";
+  // a batch norm in eval mode reads "batch_norm(eval)".
   std::string str() const;
   // The pieces as the GPU runs them: "[conv2d -> bias -> gelu] [batch_norm -> relu]".
   std::string pieces_str() const;

@@ -126,6 +126,14 @@ void note_block_run(const Block& block, const Tensor& x, const std::vector<Tenso
     for (const Tensor& t : operands) entry.operands.push_back(recipe_of(t));
   }
   ++entry.runs;
+  // A forward without a backward (an eval pass, a timing run) keeps the last
+  // backward's note for each piece that ran the same way again.
+  for (size_t i = 0; i < pieces.size() && i < entry.pieces.size(); ++i) {
+    const PieceRun& last = entry.pieces[i];
+    if (pieces[i].backward.empty() && pieces[i].piece == last.piece && pieces[i].how == last.how) {
+      pieces[i].backward = last.backward;
+    }
+  }
   entry.pieces = std::move(pieces);
 }
 

@@ -191,7 +191,7 @@ LOOM_GPU_TEST_CASE("a fused residual net in eval mode matches the CPU, and the r
     CAPTURE(format == MemoryFormat::ChannelsLast);
     CHECK(e <= kPolicies[0].fwd);
   }
-  const auto after_relu = report_of("conv2d(stride=1, padding=1) -> batch_norm -> relu -> add_residual");
+  const auto after_relu = report_of("conv2d(stride=1, padding=1) -> batch_norm(eval) -> relu -> add_residual");
   REQUIRE(after_relu.has_value());
   REQUIRE(after_relu->pieces.size() == 3);
   CHECK(after_relu->pieces[1].why_not.find("eval mode") != std::string::npos);

@@ -125,7 +125,7 @@ TEST_CASE("fuse moves resnet9's residual adds into its blocks: bit-identical out
   CHECK(net.repr().find("(3): FusedResidual(\n") != std::string::npos);
   net.eval();
   CHECK(net.at<nn::FusedResidual>(3).block().pieces_str() ==
-        "[conv2d(stride=1, padding=1)] [batch_norm] [relu -> add_residual]");
+        "[conv2d(stride=1, padding=1)] [batch_norm(eval)] [relu -> add_residual]");
 }
 
 TEST_CASE("fuse matches Residual(a, b) and Residual(inner) in a model of our own, with conv, batch-norm and linear heads") {
@@ -140,8 +140,8 @@ TEST_CASE("fuse matches Residual(a, b) and Residual(inner) in a model of our own
     CHECK(body[i].type_name() == types[i]);
   }
   CHECK(body.at<nn::FusedResidual>(1).block().str() ==
-        "conv2d(stride=1, padding=1) -> batch_norm -> gelu -> add_residual");
-  CHECK(body.at<nn::FusedResidual>(2).block().str() == "batch_norm -> relu -> add_residual");
+        "conv2d(stride=1, padding=1) -> batch_norm(eval) -> gelu -> add_residual");
+  CHECK(body.at<nn::FusedResidual>(2).block().str() == "batch_norm(eval) -> relu -> add_residual");
   CHECK(body.at<nn::FusedResidual>(5).block().str() == "linear -> bias -> tanh -> add_residual");
   // A linear head's residual add is one more step of its epilogue, in one piece.
   CHECK(body.at<nn::FusedResidual>(5).block().pieces_str() == "[linear -> bias -> tanh -> add_residual]");

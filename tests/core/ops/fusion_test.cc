@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/gradcheck.h"
+#include "core/ops/fusion_report.h"
 #include "core/ops/ops.h"
 #include "tests/testing.h"
 
@@ -88,6 +89,33 @@ TEST_CASE("a block describes itself: steps, operand names and the GPU's pieces")
   Block user = Block().linear().scale_bias().gelu().add();
   CHECK(user.operand_names() == std::vector<std::string>{"weight", "scale", "shift", "add.3"});
   CHECK(user.pieces_str() == "[linear -> scale_bias -> gelu -> add]");
+}
+
+TEST_CASE("an eval-mode batch norm says so, and its block's pieces differ from training's") {
+  const Block eval = Block().conv2d().bias().batch_norm({.training = false}).relu();
+  CHECK(eval.str() == "conv2d(stride=1, padding=0) -> bias -> batch_norm(eval) -> relu");
+  CHECK(eval.pieces_str() == "[conv2d(stride=1, padding=0) -> bias] [batch_norm(eval)] [relu]");
+}
+
+TEST_CASE("the report keeps a piece's backward note across a forward that ran no backward") {
+  fusion::clear_report();
+  const Block block = Block().conv2d().bias().gelu();
+  const Tensor x = zeros({1, 2, 4, 4});
+  const std::vector<Tensor> operands{zeros({3, 2, 3, 3}), zeros({3})};
+  auto forward_ran = [&](std::string how) {
+    fusion::note_block_run(block, x, operands, {{.piece = "[conv2d -> bias -> gelu]", .how = std::move(how)}});
+  };
+  forward_ran("one cuDNN graph");
+  fusion::note_backward(fusion::run_key(block, x), 0, "derivative as one graph (engine 1) + dgrad/wgrad");
+  forward_ran("one cuDNN graph");  // an eval pass or a timing run: no backward
+  std::vector<fusion::BlockReport> reports = fusion::block_reports();
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].runs == 2);
+  CHECK(reports[0].pieces.at(0).backward == "derivative as one graph (engine 1) + dgrad/wgrad");
+  forward_ran("unfused");  // it ran another way: the old note no longer describes it
+  reports = fusion::block_reports();
+  CHECK(reports.at(0).pieces.at(0).backward.empty());
+  fusion::clear_report();
 }
 
 TEST_CASE("conv2d + bias + every activation row: gradcheck in float64, NCHW and channels-last") {
