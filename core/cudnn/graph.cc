@@ -366,6 +366,7 @@ BuiltGraph::BuiltGraph(Graph graph, cudnnHandle_t handle) : graph_(std::move(gra
   Descriptor op_graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   op_graph.set_descriptors(CUDNN_ATTR_OPERATIONGRAPH_OPS, ops);
   set_handle(op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle);
+  if (graph_.dynamic_shape()) op_graph.set_bool(CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, true);
   op_graph.finalize();
   operation_graph_ = std::move(op_graph);
 }

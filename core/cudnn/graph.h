@@ -129,6 +129,12 @@ class Graph {
   };
   void resample_backward(const PoolGeometry& geometry, const ResampleBackward& uids);
 
+  // Built for any sizes of its structure (cuDNN's dynamic shapes), so that a
+  // plan made from it can bind a kernel another size compiled (kernel_reuse.h).
+  // How the graph is built, not what it computes: not part of the canonical form.
+  void set_dynamic_shape(bool dynamic) { dynamic_shape_ = dynamic; }
+  bool dynamic_shape() const { return dynamic_shape_; }
+
   const std::vector<TensorSpec>& tensors() const { return specs_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   bool has_node(NodeKind kind) const;
@@ -153,6 +159,7 @@ class Graph {
 
   std::vector<TensorSpec> specs_;
   std::vector<Node> nodes_;
+  bool dynamic_shape_ = false;
 };
 
 // A Graph turned into cuDNN descriptors: the tensors, the operations and the

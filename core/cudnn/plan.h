@@ -29,6 +29,8 @@ struct PlanNotes {
   std::vector<std::string> numerical;  // "TENSOR_CORE", "NONDETERMINISTIC", ...
   std::vector<std::string> behavior;   // "RUNTIME_COMPILATION", ...
   std::vector<std::string> knobs;      // the config's knob choices, "TILE_SIZE=3", ...
+  bool dynamic_shape = false;  // built from a dynamic-shape graph (kernel_reuse.h)
+  bool kernel_reused = false;  // its kernel was compiled for another size of the graph
 };
 
 class Plan {
@@ -70,6 +72,11 @@ struct SelectOptions {
   // Take the first working config, untimed even where the policy times every
   // candidate (lazy mode's stand-in; the timed choice is built in the background).
   bool first_working = false;
+  // A finalized KERNEL_CACHE descriptor every candidate plan is finalized
+  // with: for a dynamic-shape graph (Graph::set_dynamic_shape), a kernel it
+  // holds for the same engine config is bound instead of compiled, and the
+  // plan's notes say so (kernel_reuse.h).
+  const Descriptor* kernel_cache = nullptr;
 };
 
 // Whether select_plan times candidates for `graph` under `options` (autotune,

@@ -21,6 +21,7 @@
 #include "core/cuda/stream.h"
 #include "core/cudnn/build_queue.h"
 #include "core/cudnn/context.h"
+#include "core/cudnn/kernel_reuse.h"
 #include "core/cudnn/plan_store.h"
 #include "core/cudnn/variant_walk.h"
 #include "core/error.h"
@@ -62,6 +63,13 @@ bool restores_in_background() {
 std::string restore_detail(const RestoreTimes& t) {
   return fmt::format("[graph {:.1f} + finalize {:.1f} + buffers {:.1f} + test run {:.1f} ms]",
                      t.graph_ms, t.finalize_ms, t.buffers_ms, t.test_ms);
+}
+
+// The timeline's word on a plan built from a dynamic-shape graph (kernel_reuse.h).
+std::string shape_detail(const PlanNotes& notes) {
+  if (!notes.dynamic_shape) return "";
+  return notes.kernel_reused ? "[dynamic shape: kernel reused from another size]"
+                             : "[dynamic shape: kernel compiled]";
 }
 
 void add_times(RestoreTimes& sum, const RestoreTimes& t) {
@@ -284,12 +292,13 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   RestoreTimes restore_times;
   if (stored) {
     selection.plan = restore_plan(graph, handle(), stored->json, stored->notes, options, &restore_times);
+    if (selection.plan) KernelReuse::global().note_restored(key, graph, stored->notes);
   }
   const bool restored = selection.plan != nullptr;
   uint64_t ticket = 0;
   if (!restored &&
       !(builds_lazily(key.policy()) && start_lazily(key, graph, has_fallback, selection, ticket))) {
-    selection = select_plan(graph, handle(), options);  // a stale file is replaced
+    selection = select_best(key, graph, options);  // a stale file is replaced
     // A precompiled-only plan that passed a runtime-compiled one over is not the
     // best plan: saved, it would keep later lazy or eager runs from building that.
     if (selection.plan && selection.runtime_compiled_skipped == 0) store.save(key, *selection.plan);
@@ -319,7 +328,7 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   if (restored) {
     record_restore(event, name, info.notes.engine_id, ms, restore_times);
   } else {
-    record(event, name, info.notes.engine_id, ms);
+    record(event, name, info.notes.engine_id, ms, shape_detail(info.notes));
   }
   lru_.push_front(Entry{key, std::shared_ptr<const Plan>(std::move(selection.plan)), std::move(info), ticket});
   index_.emplace(key, lru_.begin());
@@ -386,6 +395,11 @@ bool PlanCache::start_lazily(const PlanKey& key, const Graph& graph, bool has_fa
   return true;
 }
 
+Selection PlanCache::select_best(const PlanKey& key, const Graph& graph, const SelectOptions& options) {
+  return KernelReuse::global().select(key, graph, handle(), options,
+                                      [&] { return select_plan(graph, handle(), options); });
+}
+
 void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
   builders().submit(ticket, [this, key = std::move(key), graph = std::move(graph), ticket] {
     const Clock::time_point start = Clock::now();
@@ -397,11 +411,12 @@ void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
         RestoreTimes times;
         done.plan = restore_plan(graph, handle(), stored->json, stored->notes, options, &times);
         done.restored = done.plan != nullptr;
+        if (done.restored) KernelReuse::global().note_restored(key, graph, stored->notes);
         record_restore(done.restored ? "restored" : "not-restored", graph.pattern(),
                        done.restored ? done.plan->notes().engine_id : -1, ms_since(start), times);
       }
       if (!done.restored) {  // no file, or a stale one: it is replaced
-        Selection selection = select_plan(graph, handle(), options);
+        Selection selection = select_best(key, graph, options);
         if (selection.plan) PlanStore::global().save(key, *selection.plan);
         done.why_none = selection.why_none;
         done.plan = std::move(selection.plan);
@@ -412,7 +427,8 @@ void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
     done.build_ms = ms_since(start);
     std::atexit(stop_builders_at_exit);  // after the libraries this build loaded (see builders())
     if (!done.restored) {
-      record("background", graph.pattern(), done.plan ? done.plan->notes().engine_id : -1, done.build_ms);
+      record("background", graph.pattern(), done.plan ? done.plan->notes().engine_id : -1, done.build_ms,
+             done.plan ? shape_detail(done.plan->notes()) : "");
     }
     std::lock_guard<std::mutex> lock(finished_mutex_);
     background_seconds_ += done.build_ms / 1000.0;
@@ -547,6 +563,10 @@ PlanCacheStats PlanCache::stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     out = stats_;
   }
+  const KernelReuseStats reuse = KernelReuse::global().stats();
+  out.dynamic_plans = reuse.dynamic_plans;
+  out.kernels_reused = reuse.kernels_reused;
+  out.dynamic_refused = reuse.structures_refused;
   std::lock_guard<std::mutex> lock(finished_mutex_);
   out.background_seconds = background_seconds_;
   out.background_builds = background_builds_;
@@ -575,14 +595,16 @@ std::string PlanCache::explain() const {
       "{:.1f} ms finalizing, {:.1f} ms on test buffers, {:.1f} ms in test runs), {} unsupported, {} "
       "runs on the tier below cuDNN, {:.3f} s building; lazily: {} keys started on a stand-in, {} "
       "plans specialized later, {} background builds ({:.3f} s on the builders), {} keys "
-      "prefetched, {} lookups of lower variants deferred\n",
+      "prefetched, {} lookups of lower variants deferred; {} dynamic-shape plans ({} reusing another "
+      "size's kernel), {} structures without dynamic-shape engines\n",
       loaded_version(), plan_build_mode_name(plan_build_mode()), entries().size(), s.hits, s.misses,
       s.plans_built, s.plans_restored,
       PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
       s.background_restores, s.restore_times.graph_ms, s.restore_times.finalize_ms,
       s.restore_times.buffers_ms, s.restore_times.test_ms,
       s.unsupported, s.fallback_runs, s.build_seconds, s.lazy_plans, s.plans_specialized,
-      s.background_builds, s.background_seconds, s.prefetched, s.variants_deferred);
+      s.background_builds, s.background_seconds, s.prefetched, s.variants_deferred, s.dynamic_plans,
+      s.kernels_reused, s.dynamic_refused);
   out += fmt::format("{:<44} {:>7} {:>10} {:>9} {:>6}  {}\n", "graph", "engine", "workspace",
                      "build ms", "hits", "notes");
   for (const PlanInfo& e : entries()) {
@@ -602,6 +624,7 @@ std::string PlanCache::explain() const {
     }
     std::vector<std::string> notes = e.notes.numerical;
     notes.insert(notes.end(), e.notes.behavior.begin(), e.notes.behavior.end());
+    if (e.notes.dynamic_shape) notes.push_back(e.notes.kernel_reused ? "DYNAMIC_SHAPE(kernel reused)" : "DYNAMIC_SHAPE");
     if (e.restored) notes.push_back("RESTORED");
     if (e.pending) notes.push_back("LAZY");
     if (e.specialized) notes.push_back(fmt::format("SPECIALIZED({:.0f} ms)", e.background_ms));
@@ -626,6 +649,7 @@ void PlanCache::clear() {
     without_stand_in_.clear();
     stats_ = {};
   }
+  KernelReuse::global().clear();
   {
     std::lock_guard<std::mutex> lock(finished_mutex_);
     finished_.clear();

@@ -111,6 +111,12 @@ struct PlanCacheStats {
   // a better variant of the same op was pending (variant_walk.h); not misses.
   int64_t variants_deferred = 0;
   int64_t prefetched = 0;  // keys queued by prefetch() before an op met them
+  // Kernel reuse across sizes (kernel_reuse.h): plans built from dynamic-shape
+  // graphs, those of them that bound a kernel another size compiled, and
+  // structures whose engines refused dynamic shapes.
+  int64_t dynamic_plans = 0;
+  int64_t kernels_reused = 0;
+  int64_t dynamic_refused = 0;
   double build_seconds = 0;       // on the calling threads (the first step waits for these)
   double background_seconds = 0;  // on the background builders
   RestoreTimes restore_times;     // the restores' breakdown, summed over both kinds of thread
@@ -203,6 +209,9 @@ class PlanCache {
   // Lazy mode's first plan for a miss; false when the key must be built now.
   bool start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback, Selection& selection,
                     uint64_t& ticket);
+  // The best plan for a miss: select_plan's static plan, or for a later size
+  // of a runtime-compiled structure a dynamic-shape plan (kernel_reuse.h).
+  Selection select_best(const PlanKey& key, const Graph& graph, const SelectOptions& options);
   // The builder's job: restores the key's plan file when it has one that
   // restores, else selects the best plan (and saves it).
   void build_in_background(PlanKey key, Graph graph, uint64_t ticket);

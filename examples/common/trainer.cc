@@ -522,11 +522,12 @@ void report_plans(const TrainConfig& c, const std::string& startup_line) {
     const cudnn::PlanCacheStats s = plans.stats();
     if (c.progress) {
       std::printf("cuDNN plans (%s): %lld built, %lld restored from plan files (%lld in the "
-                  "background), %lld started lazily, %lld specialized later\n",
+                  "background), %lld started lazily, %lld specialized later, %lld reused a kernel "
+                  "compiled for another batch size\n",
                   std::string(plan_build_mode_name(plan_build_mode())).c_str(),
                   static_cast<long long>(s.plans_built), static_cast<long long>(s.plans_restored),
                   static_cast<long long>(s.background_restores), static_cast<long long>(s.lazy_plans),
-                  static_cast<long long>(s.plans_specialized));
+                  static_cast<long long>(s.plans_specialized), static_cast<long long>(s.kernels_reused));
     }
     if (timeline.is_open()) timeline << plans.timeline_table();
     plans_reported = true;
