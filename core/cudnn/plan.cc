@@ -449,9 +449,7 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
     last = now;
     return ms;
   };
-  Graph as_built = graph_in;
-  as_built.set_dynamic_shape(notes.dynamic_shape);  // the plan's JSON names the graph it was made for
-  auto graph = std::make_shared<const BuiltGraph>(std::move(as_built), handle);
+  auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
   spent.graph_ms = lap();
   Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
   set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <unordered_set>
 
 #include <cuda_runtime_api.h>
 #include <cudnn_version.h>
@@ -202,7 +203,7 @@ const bool warm_up_hooked = [] {
 }();
 
 bool same_kernel(const PlanNotes& a, const PlanNotes& b) {
-  return a.engine_id == b.engine_id && a.knobs == b.knobs;
+  return a.engine_id == b.engine_id && a.knobs == b.knobs && a.dynamic_shape == b.dynamic_shape;
 }
 
 }  // namespace
@@ -292,13 +293,13 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   RestoreTimes restore_times;
   if (stored) {
     selection.plan = restore_plan(graph, handle(), stored->json, stored->notes, options, &restore_times);
-    if (selection.plan) KernelReuse::global().note_restored(key, graph, stored->notes);
+    if (selection.plan) KernelReuse::global().note_static_plan(key, graph, stored->notes);
   }
   const bool restored = selection.plan != nullptr;
   uint64_t ticket = 0;
   if (!restored &&
       !(builds_lazily(key.policy()) && start_lazily(key, graph, has_fallback, selection, ticket))) {
-    selection = select_best(key, graph, options);  // a stale file is replaced
+    selection = select_static(key, graph, options);  // a stale file is replaced
     // A precompiled-only plan that passed a runtime-compiled one over is not the
     // best plan: saved, it would keep later lazy or eager runs from building that.
     if (selection.plan && selection.runtime_compiled_skipped == 0) store.save(key, *selection.plan);
@@ -395,14 +396,23 @@ bool PlanCache::start_lazily(const PlanKey& key, const Graph& graph, bool has_fa
   return true;
 }
 
-Selection PlanCache::select_best(const PlanKey& key, const Graph& graph, const SelectOptions& options) {
-  return KernelReuse::global().select(key, graph, handle(), options,
-                                      [&] { return select_plan(graph, handle(), options); });
+Selection PlanCache::select_static(const PlanKey& key, const Graph& graph, const SelectOptions& options) {
+  Selection selection = select_plan(graph, handle(), options);
+  if (selection.plan) KernelReuse::global().note_static_plan(key, graph, selection.plan->notes());
+  return selection;
+}
+
+void PlanCache::post(Finished done) {
+  std::lock_guard<std::mutex> lock(finished_mutex_);
+  background_seconds_ += done.build_ms / 1000.0;
+  if (!done.restored) ++background_builds_;
+  finished_.push_back(std::move(done));
+  any_finished_ = true;
 }
 
 void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
   builders().submit(ticket, [this, key = std::move(key), graph = std::move(graph), ticket] {
-    const Clock::time_point start = Clock::now();
+    Clock::time_point start = Clock::now();
     Finished done{key, ticket, nullptr, "", 0};
     try {
       LOOM_CUDA_CHECK(cudaSetDevice(key.device()));
@@ -411,12 +421,13 @@ void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
         RestoreTimes times;
         done.plan = restore_plan(graph, handle(), stored->json, stored->notes, options, &times);
         done.restored = done.plan != nullptr;
-        if (done.restored) KernelReuse::global().note_restored(key, graph, stored->notes);
+        if (done.restored) KernelReuse::global().note_static_plan(key, graph, stored->notes);
         record_restore(done.restored ? "restored" : "not-restored", graph.pattern(),
                        done.restored ? done.plan->notes().engine_id : -1, ms_since(start), times);
       }
       if (!done.restored) {  // no file, or a stale one: it is replaced
-        Selection selection = select_best(key, graph, options);
+        if (build_first_stage(key, graph, ticket, options)) start = Clock::now();
+        Selection selection = select_static(key, graph, options);
         if (selection.plan) PlanStore::global().save(key, *selection.plan);
         done.why_none = selection.why_none;
         done.plan = std::move(selection.plan);
@@ -427,15 +438,28 @@ void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
     done.build_ms = ms_since(start);
     std::atexit(stop_builders_at_exit);  // after the libraries this build loaded (see builders())
     if (!done.restored) {
-      record("background", graph.pattern(), done.plan ? done.plan->notes().engine_id : -1, done.build_ms,
-             done.plan ? shape_detail(done.plan->notes()) : "");
+      record("background", graph.pattern(), done.plan ? done.plan->notes().engine_id : -1, done.build_ms);
     }
-    std::lock_guard<std::mutex> lock(finished_mutex_);
-    background_seconds_ += done.build_ms / 1000.0;
-    if (!done.restored) ++background_builds_;
-    finished_.push_back(std::move(done));
-    any_finished_ = true;
+    post(std::move(done));
   });
+}
+
+bool PlanCache::build_first_stage(const PlanKey& key, const Graph& graph, uint64_t ticket,
+                                  const SelectOptions& options) {
+  const Clock::time_point start = Clock::now();
+  std::optional<Selection> dynamic;
+  try {
+    dynamic = KernelReuse::global().select_dynamic(key, graph, handle(), options);
+  } catch (const std::exception& e) {  // the static plan is built all the same
+    spdlog::debug("[cudnn] no dynamic-shape plan for {}: {}", graph.pattern(), e.what());
+  }
+  if (!dynamic) return false;
+  Finished first{key, ticket, std::move(dynamic->plan), "", ms_since(start)};
+  first.first_stage = true;
+  record("background", graph.pattern(), first.plan->notes().engine_id, first.build_ms,
+         shape_detail(first.plan->notes()));
+  post(std::move(first));
+  return true;
 }
 
 int PlanCache::apply_pending() {
@@ -448,10 +472,26 @@ int PlanCache::apply_pending() {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   int changed = 0;
+  std::unordered_set<uint64_t> first_stages;  // swapped in by this call
+  std::vector<Finished> later;                // their second stages: one swap per key per boundary
   for (Finished& f : finished) {
     auto it = index_.find(f.key);
     if (it == index_.end() || it->second->ticket != f.ticket) continue;  // evicted or cleared since
+    if (first_stages.contains(f.ticket)) {
+      later.push_back(std::move(f));
+      continue;
+    }
     Entry& e = *it->second;
+    if (f.first_stage) {  // the key stays pending for its static plan
+      first_stages.insert(f.ticket);
+      e.plan = std::move(f.plan);
+      e.info.notes = e.plan->notes();
+      e.info.workspace_bytes = e.plan->workspace_bytes();
+      workspace(static_cast<size_t>(e.info.workspace_bytes));
+      ++changed;
+      record("swapped", e.info.graph, e.info.notes.engine_id, f.build_ms, shape_detail(e.info.notes));
+      continue;
+    }
     e.ticket = 0;
     e.info.pending = false;
     e.info.restoring = false;
@@ -478,6 +518,12 @@ int PlanCache::apply_pending() {
     }
     ++changed;
     record("swapped", e.info.graph, e.info.notes.engine_id, f.build_ms);
+  }
+  if (!later.empty()) {
+    std::lock_guard<std::mutex> finished_lock(finished_mutex_);
+    finished_.insert(finished_.begin(), std::make_move_iterator(later.begin()),
+                     std::make_move_iterator(later.end()));
+    any_finished_ = true;
   }
   if (changed > 0) {
     ++generation_;

@@ -18,7 +18,10 @@
 //   which callers run at a step boundary (optim::TrainStep does, before each
 //   step), never inside a capture. generation() counts the swaps, so a
 //   captured whole-step graph knows to re-capture. A deterministic policy
-//   builds eagerly: one plan per key for the whole run. Plan files hold the
+//   builds eagerly: one plan per key for the whole run. A new batch size of a
+//   layer whose plan compiles at run time first gets a dynamic-shape plan that
+//   reuses another size's kernel (kernel_reuse.h), then its own static plan,
+//   one swap per step boundary. Plan files hold the
 //   best plan, never a lazy stand-in, so a restored plan needs no swap. A key
 //   whose plan file holds a runtime-compiled engine is restored the same way in
 //   lazy mode: it runs on the tier below at once while a builder restores its
@@ -202,6 +205,9 @@ class PlanCache {
     std::string why_none;
     double build_ms;
     bool restored = false;  // the plan came from the plan files
+    // A first stage (kernel_reuse.h): the key stays pending for its static plan,
+    // which the same build posts next, to be swapped in at a later boundary.
+    bool first_stage = false;
   };
   // Why a key waits for a builder.
   enum class Pending { Build, Restore };
@@ -209,9 +215,14 @@ class PlanCache {
   // Lazy mode's first plan for a miss; false when the key must be built now.
   bool start_lazily(const PlanKey& key, const Graph& graph, bool has_fallback, Selection& selection,
                     uint64_t& ticket);
-  // The best plan for a miss: select_plan's static plan, or for a later size
-  // of a runtime-compiled structure a dynamic-shape plan (kernel_reuse.h).
-  Selection select_best(const PlanKey& key, const Graph& graph, const SelectOptions& options);
+  // select_plan, with the plan reported to kernel_reuse.h.
+  Selection select_static(const PlanKey& key, const Graph& graph, const SelectOptions& options);
+  // Posts a background build's result for apply_pending().
+  void post(Finished done);
+  // kernel_reuse.h's first stage for a pending key: posts its dynamic-shape
+  // plan, when there is one. Returns whether it did.
+  bool build_first_stage(const PlanKey& key, const Graph& graph, uint64_t ticket,
+                         const SelectOptions& options);
   // The builder's job: restores the key's plan file when it has one that
   // restores, else selects the best plan (and saves it).
   void build_in_background(PlanKey key, Graph graph, uint64_t ticket);

@@ -1,11 +1,7 @@
 // File: core/cudnn/plan_store.cc
-// A plan file: "loom-cudnn-plan 3", a "key" line (policy, device, the graph's
-// canonical form), "engine", "numerical", "behavior" and "shape" lines, then
-// "json" and the JSON to the end. "shape" says whether the plan was made from
-// a dynamic-shape graph, and whether its kernel came from another size's
-// compilation (kernel_reuse.h): "static", "dynamic compiled" or "dynamic
-// reused". Version 2 files have no shape line and hold static plans; version 1
-// files (keyed by a graph-kind enum) are ignored.
+// A plan file: "loom-cudnn-plan 2", a "key" line (policy, device, the graph's
+// canonical form), "engine", "numerical" and "behavior" lines, then "json" and
+// the JSON to the end. Version 1 files (keyed by a graph-kind enum) are ignored.
 #include "core/cudnn/plan_store.h"
 
 #include <fmt/format.h>
@@ -24,22 +20,7 @@ namespace loom::cudnn {
 
 namespace {
 
-constexpr const char* kMagic = "loom-cudnn-plan 3";
-constexpr const char* kMagicStaticOnly = "loom-cudnn-plan 2";
-
-std::string shape_line(const PlanNotes& notes) {
-  if (!notes.dynamic_shape) return "static";
-  return notes.kernel_reused ? "dynamic reused" : "dynamic compiled";
-}
-
-// Reads a shape line's value into `notes`; false when it is none of shape_line's.
-bool read_shape(const std::string& value, PlanNotes& notes) {
-  if (value == "static") return true;
-  if (value != "dynamic compiled" && value != "dynamic reused") return false;
-  notes.dynamic_shape = true;
-  notes.kernel_reused = value == "dynamic reused";
-  return true;
-}
+constexpr const char* kMagic = "loom-cudnn-plan 2";
 
 std::string root_directory() {
   if (const char* dir = std::getenv("LOOM_CUDNN_PLAN_DIR")) {
@@ -117,12 +98,12 @@ std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {
   if (!enabled()) return std::nullopt;
   std::ifstream in(path_of(key));
   std::string magic;
-  if (!in || !std::getline(in, magic) || (magic != kMagic && magic != kMagicStaticOnly)) return std::nullopt;
+  if (!in || !std::getline(in, magic) || magic != kMagic) return std::nullopt;
   std::string line;
   if (!std::getline(in, line) || line != key_line(key)) return std::nullopt;
   std::optional<std::string> engine = field(in, "engine"), numerical = field(in, "numerical"),
-                             behavior = field(in, "behavior");
-  if (!engine || !numerical || !behavior) return std::nullopt;
+                             behavior = field(in, "behavior"), json_label = field(in, "json");
+  if (!engine || !numerical || !behavior || !json_label) return std::nullopt;
   StoredPlan stored;
   try {
     stored.notes.engine_id = std::stoll(*engine);
@@ -131,12 +112,6 @@ std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {
   }
   stored.notes.numerical = split_names(*numerical);
   stored.notes.behavior = split_names(*behavior);
-  if (magic == kMagic) {
-    std::optional<std::string> shape = field(in, "shape");
-    if (!shape || !read_shape(*shape, stored.notes)) return std::nullopt;
-  }
-  std::optional<std::string> json_label = field(in, "json");
-  if (!json_label) return std::nullopt;
   std::stringstream json;
   json << in.rdbuf();
   stored.json = json.str();
@@ -163,7 +138,6 @@ void PlanStore::save(const PlanKey& key, const Plan& plan) const {
     out << "engine " << plan.notes().engine_id << "\n";
     out << "numerical " << fmt::format("{}", fmt::join(plan.notes().numerical, ",")) << "\n";
     out << "behavior " << fmt::format("{}", fmt::join(plan.notes().behavior, ",")) << "\n";
-    out << "shape " << shape_line(plan.notes()) << "\n";
     out << "json\n" << json;
     if (!out) {
       std::filesystem::remove(temporary, error);
