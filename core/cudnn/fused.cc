@@ -40,14 +40,16 @@ RunCounters& counters() {
 
 // What runs a pattern no variant has an engine for.
 constexpr std::string_view kUnfused = "the unfused ops (core/ops/fused.cc)";
+// Why a graph with an under-aligned tensor ran on the tier below (fully_aligned, tensor_spec.h).
+constexpr std::string_view kUnderAligned = "a tensor's pointer is less than 16-byte aligned";
 
 // Runs the graph when it has a plan, counting the run. Intermediates are
 // virtual, so plans need no buffers beyond the workspace. `fallback_tier` is
 // empty for a variant whose failure only means the next variant is tried.
-// Under-aligned tensors go to the tier below (fully_aligned, tensor_spec.h).
+// Under-aligned tensors go to the tier below (run_plan, plan_cache.h).
 bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
          std::string_view fallback_tier = kUnfused) {
-  if (!fully_aligned(graph) || !run_plan(graph, pointers, fallback_tier)) return false;
+  if (!run_plan(graph, pointers, fallback_tier)) return false;
   ++runs;
   return true;
 }
@@ -55,7 +57,6 @@ bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_
 // run, for a variant whose caller acts on "pending" (see run_plan_reporting).
 PlanRun run_reporting(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
                       std::string_view fallback_tier) {
-  if (!fully_aligned(graph)) return PlanRun::NoPlan;
   const PlanRun outcome = run_plan_reporting(graph, pointers, fallback_tier);
   if (outcome == PlanRun::Ran) ++runs;
   return outcome;
@@ -485,7 +486,7 @@ EpilogueRun run_epilogue(const Graph& g, const VariantPointers& pointers) {
   result.ran = run(g, pointers, counters().epilogue, "the block's unfused steps (core/ops/fusion.cc)");
   if (!result.ran) {
     result.why_not = fully_aligned(g) ? PlanCache::global().why_unsupported(plan_key(g))
-                                      : "a tensor's pointer is less than 16-byte aligned";
+                                      : std::string(kUnderAligned);
   }
   return result;
 }
@@ -792,7 +793,7 @@ EpilogueRun run_all_or_none(std::vector<ChainGraph>& graphs) {
   for (const ChainGraph& c : graphs) {
     result.graph += (result.graph.empty() ? "" : "; ") + c.graph.pattern();
     if (!fully_aligned(c.graph)) {
-      result.why_not = "a tensor's pointer is less than 16-byte aligned";
+      result.why_not = kUnderAligned;
       return result;
     }
     const PlanKey key = plan_key(c.graph);
@@ -850,7 +851,7 @@ EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a) {
   add_derivative(graph, layout, a, scalars, pointers);
   EpilogueRun result{.graph = graph.pattern()};
   if (!fully_aligned(graph)) {
-    result.why_not = "a tensor's pointer is less than 16-byte aligned";
+    result.why_not = kUnderAligned;
     return result;
   }
   std::shared_ptr<const Plan> plan = plan_or_why(graph, result.why_not);

@@ -97,9 +97,7 @@ VariantPointers batch_norm_backward_pointers(const BatchNormBackwardArgs& a) {
 void batch_norm_forward_training(const BatchNormTrainingArgs& a) {
   BatchNormScalars scalars(a);
   const Graph forward = batch_norm_forward_graph(a);
-  if (fully_aligned(forward) && run_plan(forward, batch_norm_forward_pointers(a, scalars), kFallbackTier)) {
-    return;
-  }
+  if (run_plan(forward, batch_norm_forward_pointers(a, scalars), kFallbackTier)) return;
   cuda::batch_norm_batch_stats(a.save_mean, a.save_invstd, a.x, a.eps,
                                cpu::RunningStats{a.running_mean, a.running_var, a.momentum});
   cuda::batch_norm_forward(a.y, a.x, a.save_mean, a.save_invstd, a.weight, a.bias);
@@ -107,7 +105,7 @@ void batch_norm_forward_training(const BatchNormTrainingArgs& a) {
 
 void batch_norm_backward(const BatchNormBackwardArgs& a) {
   const Graph backward = batch_norm_backward_graph(a);
-  if (fully_aligned(backward) && run_plan(backward, batch_norm_backward_pointers(a), kFallbackTier)) return;
+  if (run_plan(backward, batch_norm_backward_pointers(a), kFallbackTier)) return;
   cuda::batch_norm_backward(a.dx, a.dweight, a.dbias, a.dy, a.x, a.save_mean, a.save_invstd,
                             a.weight, /*training=*/true);
 }
@@ -155,8 +153,7 @@ bool layer_norm_forward(const LayerNormArgs& a) {
   g.layer_norm_forward({.x = kLnX, .scale = kLnScale, .bias = kLnBias, .epsilon = kLnEpsilon,
                         .y = kLnY, .mean = kLnMean, .inv_variance = kLnInvVar});
   const float eps = static_cast<float>(a.eps);
-  return fully_aligned(g) &&
-         run_plan(g, {{kLnX, a.x.data}, {kLnY, a.y.data}, {kLnScale, a.weight.data},
+  return run_plan(g, {{kLnX, a.x.data}, {kLnY, a.y.data}, {kLnScale, a.weight.data},
                       {kLnBias, a.bias.data}, {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data},
                       {kLnEpsilon, &eps}},
                   kLayerNormFallback);
@@ -174,8 +171,7 @@ bool layer_norm_backward(const LayerNormBackwardArgs& a) {
   g.add_tensor(statistics_spec(a.inv_variance, kLnInvVar));
   g.layer_norm_backward({.x = kLnX, .dy = kLnDy, .scale = kLnScale, .mean = kLnMean,
                          .inv_variance = kLnInvVar, .dx = kLnDx, .dscale = kLnDScale, .dbias = kLnDBias});
-  return fully_aligned(g) &&
-         run_plan(g, {{kLnX, a.x.data}, {kLnDy, a.dy.data}, {kLnDx, a.dx.data},
+  return run_plan(g, {{kLnX, a.x.data}, {kLnDy, a.dy.data}, {kLnDx, a.dx.data},
                       {kLnScale, a.weight.data}, {kLnDScale, a.dweight.data}, {kLnDBias, a.dbias.data},
                       {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data}},
                   kLayerNormFallback);

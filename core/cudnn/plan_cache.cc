@@ -24,6 +24,7 @@
 #include "core/cudnn/context.h"
 #include "core/cudnn/kernel_reuse.h"
 #include "core/cudnn/plan_store.h"
+#include "core/cudnn/tensor_spec.h"
 #include "core/cudnn/variant_walk.h"
 #include "core/error.h"
 
@@ -734,11 +735,13 @@ bool run_keyed(PlanCache& cache, const PlanKey& key, const Graph& graph, const V
 }  // namespace
 
 bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier) {
+  if (!fully_aligned(graph)) return false;
   return run_keyed(PlanCache::global(), plan_key(graph), graph, pointers, fallback_tier);
 }
 
 PlanRun run_plan_reporting(const Graph& graph, const VariantPointers& pointers,
                            std::string_view fallback_tier) {
+  if (!fully_aligned(graph)) return PlanRun::NoPlan;
   PlanCache& cache = PlanCache::global();
   const PlanKey key = plan_key(graph);
   if (run_keyed(cache, key, graph, pointers, fallback_tier)) return PlanRun::Ran;

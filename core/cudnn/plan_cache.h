@@ -280,7 +280,9 @@ std::string structure_of(const PlanKey& key, const Graph& graph);
 // executes it with `pointers` and the shared workspace. Returns false when no
 // engine supports the graph (or, lazy, none does yet); when `fallback_tier` is
 // not empty the key is then recorded as running there
-// (PlanCache::record_fallback), and the caller runs it.
+// (PlanCache::record_fallback), and the caller runs it. A graph with a tensor
+// less than 16-byte aligned (fully_aligned, tensor_spec.h) is never looked up:
+// false, and the caller's tier below runs it.
 bool run_plan(const Graph& graph, const VariantPointers& pointers, std::string_view fallback_tier);
 
 // What run_plan did, for a caller that acts on why no plan ran (fused.cc's

@@ -65,8 +65,7 @@ VariantPointers pointwise_forward_pointers(const Strided& y, const Strided& x) {
 
 bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x) {
   std::optional<Graph> graph = pointwise_forward_graph(mode, y, x);
-  return graph && fully_aligned(*graph) &&
-         run_plan(*graph, pointwise_forward_pointers(y, x), kFallbackTier);
+  return graph && run_plan(*graph, pointwise_forward_pointers(y, x), kFallbackTier);
 }
 
 std::optional<Graph> pointwise_backward_graph(PointwiseMode mode, const Strided& dx, const Strided& dy,
@@ -87,8 +86,7 @@ VariantPointers pointwise_backward_pointers(const Strided& dx, const Strided& dy
 
 bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved) {
   std::optional<Graph> graph = pointwise_backward_graph(mode, dx, dy, saved);
-  return graph && fully_aligned(*graph) &&
-         run_plan(*graph, pointwise_backward_pointers(dx, dy, saved), kFallbackTier);
+  return graph && run_plan(*graph, pointwise_backward_pointers(dx, dy, saved), kFallbackTier);
 }
 
 std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward, double parameter) {

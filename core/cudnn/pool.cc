@@ -80,7 +80,7 @@ VariantPointers pool2d_forward_pointers(const Strided& y, const Strided* index, 
 bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const PoolArgs& a) {
   if (!cudnn_may_pool(a, geometry_of(a, x, y), x)) return false;
   const Graph graph = pool2d_forward_graph(y, index, x, a);
-  return fully_aligned(graph) && run_plan(graph, pool2d_forward_pointers(y, index, x), kFallbackTier);
+  return run_plan(graph, pool2d_forward_pointers(y, index, x), kFallbackTier);
 }
 
 Graph pool2d_backward_graph(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
@@ -110,7 +110,7 @@ bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInp
                      const PoolArgs& a) {
   if (!cudnn_may_pool(a, geometry_of(a, dx, dy), dx)) return false;
   const Graph graph = pool2d_backward_graph(dx, dy, saved, a);
-  return fully_aligned(graph) && run_plan(graph, pool2d_backward_pointers(dx, dy, saved), kFallbackTier);
+  return run_plan(graph, pool2d_backward_pointers(dx, dy, saved), kFallbackTier);
 }
 
 }  // namespace loom::cudnn
