@@ -504,8 +504,8 @@ Tensor batch_norm_relu_absorbing_bias(const Tensor& x, const Tensor& conv_bias,
   Tensor y = batch_norm_relu(x, running_mean, running_var, weight, bias, options, residual);
   if (running_mean.defined()) {
     NoGradGuard no_grad;  // running = (1 - m) * running + m * mean(x), plus m * conv_bias
-    Tensor(running_mean)
-        .copy_(add(running_mean, conv_bias.detach().to(running_mean.dtype()), options.momentum));
+    Tensor running = running_mean;  // the same storage
+    add_(running, conv_bias.detach().to(running_mean.dtype()), options.momentum);
   }
   if (!needs_grad({conv_bias})) return y;
   const Shape bias_sizes = conv_bias.sizes();
