@@ -178,6 +178,41 @@ __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<con
   }
 }
 
+// Windows that tile the input exactly (kernel = stride, no padding, every input
+// element in one window): a thread per output pack reads its index and gradient
+// once and writes the whole window, the picked element getting the gradient and
+// the others zero. A thread per input element, as above, does the index
+// arithmetic four times as often for a 2x2 window: on an H100 it ran resnet9's
+// first bf16 max-pool backward (512, 128, 32, 32) at 27% of DRAM bandwidth
+// (179 us), against 76% for the forward.
+template <class S, int V>
+__global__ void tiled_backward_kernel(View4<S> dx, View4<const S> dy, View4<const uint8_t> index,
+                                      PackSpace outputs, Shape2 s) {
+  using T = compute_t<S>;
+  for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
+    const Position o = outputs.at(i);
+    const Pack<uint8_t, V> picked = load<uint8_t, V>(index.at(o.n, o.c, o.h, o.w));
+    const Pack<S, V> g = load<S, V>(dy.at(o.n, o.c, o.h, o.w));
+    for (int kh = 0; kh < s.kernel_h; ++kh) {
+      for (int kw = 0; kw < s.kernel_w; ++kw) {
+        const int local = kh * s.kernel_w + kw;
+        Pack<S, V> out;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          // T(0) + g, as the per-element sum: a -0 gradient stores +0 both ways.
+          out.v[j] = from_compute<S>(picked.v[j] == local ? T(0) + to_compute(g.v[j]) : T(0));
+        }
+        store(dx.at(o.n, o.c, o.h * s.stride_h + kh, o.w * s.stride_w + kw), out);
+      }
+    }
+  }
+}
+
+bool tiles_exactly(const Shape2& s) {
+  return s.stride_h == s.kernel_h && s.stride_w == s.kernel_w && s.pad_h == 0 && s.pad_w == 0 &&
+         s.H == s.P * s.kernel_h && s.W == s.Q * s.kernel_w;
+}
+
 bool aligned(const Strided& t, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
 }
@@ -236,7 +271,16 @@ cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& 
     const int V = pack_width<S>(dx, dy, index);
     const PackSpace inputs = pack_space(dx, V);
     const Shape2 s = shape2(params, dx, dy);
-    if (V == kWide) {
+    if (tiles_exactly(s)) {
+      const PackSpace outputs = pack_space(dy, V);
+      if (V == kWide) {
+        tiled_backward_kernel<S, kWide><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
+            view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), outputs, s);
+      } else {
+        tiled_backward_kernel<S, 1><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
+            view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), outputs, s);
+      }
+    } else if (V == kWide) {
       window_backward_kernel<S, kWide><<<blocks_for(inputs.count), kThreads, 0, stream>>>(
           view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), inputs, s);
     } else {

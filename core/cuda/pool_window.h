@@ -4,7 +4,8 @@
 // is the window's top-left corner in padded coordinates (p * stride - pad). The
 // backward reads that byte instead of an int64 (an eighth of the traffic) and,
 // where windows do not overlap (stride >= kernel), writes every dx element
-// exactly once with no memset and no atomics; where they overlap, each dx
+// exactly once with no memset and no atomics (a thread per output writing its
+// whole window where the windows tile the input exactly); where they overlap, each dx
 // element gathers over the windows that contain it, in row-major window order
 // (the CPU's order), so results are deterministic.
 //

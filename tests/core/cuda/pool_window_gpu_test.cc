@@ -18,6 +18,7 @@
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
+#include <array>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -61,6 +62,7 @@ std::vector<Pool2dOptions> configs() {
   using P = std::array<int64_t, 2>;
   return {
       {.kernel_size = {2, 2}},
+      {.kernel_size = {3, 3}},
       {.kernel_size = {3, 3}, .stride = P{2, 2}, .padding = {1, 1}},
       {.kernel_size = {3, 3}, .stride = P{1, 1}, .padding = {1, 1}},
       {.kernel_size = {2, 2}, .stride = P{3, 3}},
@@ -101,13 +103,15 @@ std::vector<int64_t> flat_positions(const Tensor& index, const cpu::Pool2dParams
   return flat;
 }
 
-void check_config(const Layout& layout, DType dtype, int64_t C, const Pool2dOptions& options,
-                  Generator& gen) {
+// plane: (H, W). 6 x 12 is tiled exactly by the 2x2 and 3x3 windows of stride
+// 2 and 3 (the backward's one-thread-per-window path); 7 x 9 by none.
+void check_config(const Layout& layout, DType dtype, int64_t C, std::array<int64_t, 2> plane,
+                  const Pool2dOptions& options, Generator& gen) {
   const cpu::Pool2dParams k = params_of(options);
-  INFO(layout.name, " ", dtype_name(dtype), " C ", C, " kernel ", k.kernel_h, "x", k.kernel_w,
-       " stride ", k.stride_h, "x", k.stride_w, " pad ", k.pad_h, "x", k.pad_w, " ceil ",
-       options.ceil_mode);
-  const Shape x_sizes = {2, C, 7, 9};
+  INFO(layout.name, " ", dtype_name(dtype), " C ", C, " plane ", plane[0], "x", plane[1], " kernel ",
+       k.kernel_h, "x", k.kernel_w, " stride ", k.stride_h, "x", k.stride_w, " pad ", k.pad_h, "x",
+       k.pad_w, " ceil ", options.ceil_mode);
+  const Shape x_sizes = {2, C, plane[0], plane[1]};
   const Shape y_sizes = output_sizes(x_sizes, options);
   const Tensor x = small_integers(x_sizes, 3, gen), dy = small_integers(y_sizes, 8, gen);
   Tensor y_ref = empty(y_sizes), dx_ref = empty(x_sizes);
@@ -171,7 +175,9 @@ LOOM_GPU_TEST_CASE("window max pooling matches the CPU: every config, layout, dt
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
     for (const Layout& layout : layouts()) {
       for (int64_t C : {3, 8, 13, 16}) {
-        for (const Pool2dOptions& options : configs()) check_config(layout, dtype, C, options, gen);
+        for (std::array<int64_t, 2> plane : {std::array<int64_t, 2>{7, 9}, std::array<int64_t, 2>{6, 12}}) {
+          for (const Pool2dOptions& options : configs()) check_config(layout, dtype, C, plane, options, gen);
+        }
       }
     }
   }
