@@ -24,14 +24,14 @@ struct InputMeta {
   Device device;
 };
 
-// into += grad, for gradients of one shape, dtype and device.
-void accumulate_into(const Tensor& into, const Tensor& grad) {
-  if (into.device().is_cpu()) {
-    cpu::add_scaled(into.strided(), into.strided(), grad.strided(), 1.0);
+// out = a + b, for gradients of one shape, dtype and device (out may be a).
+void sum_into(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (out.device().is_cpu()) {
+    cpu::add_scaled(out.strided(), a.strided(), b.strided(), 1.0);
     return;
   }
 #ifdef LOOM_WITH_CUDA
-  cuda::add_scaled(into.strided(), into.strided(), grad.strided(), 1.0);
+  cuda::add_scaled(out.strided(), a.strided(), b.strided(), 1.0);
 #endif
 }
 
@@ -114,7 +114,7 @@ class AccumulateGrad final : public Node {
       // Never alias a gradient that others may hold; one nobody else holds is kept.
       leaf_.set_grad(grad.sole_owner() ? grad : grad.clone());
     } else {
-      accumulate_into(leaf_.grad(), grad);
+      sum_into(leaf_.grad(), leaf_.grad(), grad);
     }
     // A copy: a hook may register or remove hooks.
     auto hooks = leaf_.impl()->post_accumulate_hooks;
@@ -275,8 +275,12 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
       if (target == nullptr || !grads[i].defined()) continue;
       auto [slot, inserted] = pending.try_emplace(target, grads[i]);
       if (!inserted) {
-        Tensor sum = slot->second.clone(MemoryFormat::Contiguous);  // never write into a shared grad
-        accumulate_into(sum, grads[i]);
+        // A new tensor (never a write into a gradient another node may hold) in
+        // the first gradient's layout, made in one pass. A contiguous clone and
+        // then an add in place moved twice the bytes and turned channels-last
+        // gradients into NCHW ones.
+        Tensor sum = empty_like(slot->second);
+        sum_into(sum, slot->second, grads[i]);
         slot->second = sum;
       }
     }
