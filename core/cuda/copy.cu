@@ -53,11 +53,12 @@ __global__ void fill_kernel(D* dst, Geometry dg, double value, int64_t n) {
 cudaError_t launch_copy(const Strided& dst, const Strided& src, cudaStream_t stream) {
   int64_t n = dst.numel();
   if (n == 0) return cudaSuccess;
+  const std::vector<size_t> order = memory_order(dst);  // writes coalesced (geometry.cuh)
   visit_device_dtype(dst.dtype, [&]<class D>() {
     visit_device_dtype(src.dtype, [&]<class S>() {
       copy_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<D*>(dst.data), geometry_of(dst), static_cast<const S*>(src.data),
-          geometry_of(src), n);
+          static_cast<D*>(dst.data), geometry_in(dst, order), static_cast<const S*>(src.data),
+          geometry_in(src, order), n);
     });
   });
   return cudaGetLastError();

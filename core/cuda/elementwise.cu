@@ -107,9 +107,10 @@ template <class MakeFn>
 cudaError_t launch_map(const Strided& out, const Strided& in, cudaStream_t stream, MakeFn make_fn) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
+  const std::vector<size_t> order = memory_order(out);
   visit_floating(out.dtype, [&]<class S>() {
     map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<S>(), geometry_of(out), in.ptr<const S>(), geometry_of(in), n,
+        out.ptr<S>(), geometry_in(out, order), in.ptr<const S>(), geometry_in(in, order), n,
         make_fn.template operator()<compute_t<S>>());
   });
   return cudaGetLastError();
@@ -121,10 +122,11 @@ cudaError_t launch_zip(const Strided& out, const Strided& a, const Strided& b, c
                        MakeFn make_fn) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
+  const std::vector<size_t> order = memory_order(out);
   visit_floating(out.dtype, [&]<class S>() {
     zip_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<S>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), b.ptr<const S>(),
-        geometry_of(b), n, make_fn.template operator()<compute_t<S>>());
+        out.ptr<S>(), geometry_in(out, order), a.ptr<const S>(), geometry_in(a, order),
+        b.ptr<const S>(), geometry_in(b, order), n, make_fn.template operator()<compute_t<S>>());
   });
   return cudaGetLastError();
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/cuda/copy_kernels.h"
 #include "core/strided.h"
@@ -46,6 +47,29 @@ inline Geometry geometry_of(const Shape& sizes, const Shape& strides) {
 }
 
 inline Geometry geometry_of(const Strided& t) { return geometry_of(t.sizes, t.strides); }
+
+// The dims of `lead` from its largest stride to its smallest (ties keep their
+// order): the order in which an elementwise kernel should walk its operands.
+// Walked in row-major order, a channels-last tensor puts neighbouring threads C
+// elements apart; walked in memory order it is one dense dim. An elementwise
+// op's result does not depend on the order, as long as every operand follows it.
+inline std::vector<size_t> memory_order(const Strided& lead) {
+  std::vector<size_t> order(lead.sizes.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return lead.strides[a] > lead.strides[b]; });
+  return order;
+}
+
+// t's geometry with its dims taken in `order` (memory_order of the operand that leads).
+inline Geometry geometry_in(const Strided& t, const std::vector<size_t>& order) {
+  Shape sizes, strides;
+  for (size_t d : order) {
+    sizes.push_back(t.sizes[d]);
+    strides.push_back(t.strides[d]);
+  }
+  return geometry_of(sizes, strides);
+}
 
 // Element offset of row-major index `linear` (< numel). The outermost dim needs
 // no modulo because linear is in range.
