@@ -91,12 +91,6 @@ __device__ inline void advance(ChannelCursor& at, const ChannelStep& step, const
 
 constexpr int64_t kBiasBlocks = 1024;  // about one wave of 256-thread blocks on an H100
 
-// V consecutive elements moved as one access (16 bytes when V = 16 / sizeof(S)).
-template <class S, int V>
-struct alignas(sizeof(S) * V) Pack {
-  S v[V];
-};
-
 template <class S, class B>
 __device__ inline S add_bias(S value, const B* bias, int64_t bias_stride, int64_t c) {
   using T = compute_t<S>;
@@ -148,7 +142,7 @@ void launch_bias_packs(const Strided& y, const Strided& bias, const ChannelLayou
 template <class S, class B>
 void launch_bias(const Strided& y, const Strided& bias, const ChannelLayout& layout,
                  cudaStream_t stream) {
-  constexpr int kPack = 16 / sizeof(S);
+  constexpr int kPack = kPackOf<S>;
   if (reinterpret_cast<uintptr_t>(y.data) % 16 == 0) {
     launch_bias_packs<S, B, kPack>(y, bias, layout, stream);
   } else {

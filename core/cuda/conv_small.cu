@@ -1,9 +1,24 @@
 // File: core/cuda/conv_small.cu
-// Small-channel direct convolution (conv_small.h). The filter (at most 2048
-// weights) sits in shared memory as float32 [C * R * S][K]. A thread owns KB
-// consecutive output channels (8, 4, 2 or 1: the largest that divides K), so
-// each input value it loads feeds KB fused multiply-adds.
+// Small-channel direct convolution (conv_small.h), tiled. A block takes a tile
+// of TR output rows by TQ output columns of one image and stages the input
+// window under it, C x in_rows x in_cols float32 with the padding as zeros, in
+// shared memory once; every tap then reads shared memory.
+//
+// Forward: the whole filter also sits in shared memory as float32
+// [C * R * S][K]. A thread owns KB consecutive output channels (8, 4, 2 or 1:
+// the largest that divides K) of kPixels output columns of one row, so each
+// weight it loads feeds kPixels multiply-adds and each input value KB.
+//
+// Weight gradient: the block also stages the tile's output gradient as float32
+// [pixel][K]. A thread owns a KJ x kTaps block of dw (KJ channels, kTaps
+// filter taps) and one slice of the tile's columns; the slices of a block are
+// summed in a fixed order, then a second kernel sums the blocks' partials in a
+// fixed order: the same bits every run, and no float atomics. (KJ x kTaps
+// floats per thread, at most kThreads threads: the slices' sums fit the
+// 48 KiB of shared memory.)
+//
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/conv_small_kernels.h"
@@ -15,16 +30,14 @@ namespace loom::cuda {
 
 namespace {
 
-// Pixels per shared-memory tile of the weight gradient, and its block budget.
-constexpr int kTilePixels = 32;
-constexpr int64_t kMaxPartialBlocks = 1024, kMinPixelsPerBlock = 256;
+constexpr int kPixels = 4;  // forward: output columns per thread
+constexpr int kTaps = 4;    // weight gradient: filter taps per thread
+// Shared-memory budgets (48 KiB in all, the most a block gets without opting in).
+constexpr int64_t kFilterBytes = 32 * 1024, kInputTileBytes = 16 * 1024;
+constexpr int64_t kGradTileBytes = 24 * 1024;
+constexpr int64_t kMaxGradTilePixels = 256;  // so that big images make several tiles
+constexpr int64_t kMaxPartialBlocks = 512, kMinPixelsPerBlock = 256;
 constexpr int kMaxForwardBlocks = 2048;
-constexpr int64_t kMaxSharedBytes = 48 * 1024;  // without opting in to more
-
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
 
 // Every size fits 32 bits (a plane or channel count); offsets are 64-bit.
 struct ConvGeo {
@@ -40,6 +53,46 @@ ConvGeo conv_geo(const Strided& x, const Strided& w, const Strided& y, const cpu
           static_cast<int>(w.sizes[3]), static_cast<int>(y.sizes[2]), static_cast<int>(y.sizes[3]),
           static_cast<int>(p.stride_h), static_cast<int>(p.stride_w), static_cast<int>(p.pad_h),
           static_cast<int>(p.pad_w)};
+}
+
+// TR output rows by TQ output columns, and the input window they read.
+struct Tile {
+  int rows, cols;          // TR, TQ
+  int in_rows, in_cols;    // (TR - 1) * stride_h + R, (TQ - 1) * stride_w + S
+  int tiles_p, tiles_q;    // tiles per image, down and across
+
+  __host__ __device__ int64_t count(const ConvGeo& g) const { return int64_t(g.N) * tiles_p * tiles_q; }
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+Tile make_tile(const ConvGeo& g, int rows, int cols) {
+  Tile t{};
+  t.rows = rows, t.cols = cols;
+  t.in_rows = (rows - 1) * g.stride_h + g.R;
+  t.in_cols = (cols - 1) * g.stride_w + g.S;
+  t.tiles_p = static_cast<int>(ceil_div(g.P, rows));
+  t.tiles_q = static_cast<int>(ceil_div(g.Q, cols));
+  return t;
+}
+
+int64_t input_tile_bytes(const ConvGeo& g, const Tile& t) {
+  return int64_t(sizeof(float)) * g.C * t.in_rows * t.in_cols;
+}
+
+// The largest tile of at most `rows` x `cols` (cols a multiple of col_step)
+// whose input window fits its budget: rows shrink first, then columns.
+Tile fitted_tile(const ConvGeo& g, int rows, int cols, int col_step) {
+  Tile t = make_tile(g, rows, cols);
+  while (input_tile_bytes(g, t) > kInputTileBytes && (rows > 1 || cols > col_step)) {
+    if (rows > 1) {
+      --rows;
+    } else {
+      cols = std::max(col_step, cols / 2 / col_step * col_step);
+    }
+    t = make_tile(g, rows, cols);
+  }
+  return t;
 }
 
 // The largest of 8, 4, 2, 1 that divides K.
@@ -71,138 +124,200 @@ __device__ void stage_filter(float* filter, View4<const S> w, const ConvGeo& g) 
   }
 }
 
-struct OutputItem {
+// The tile's image and its first output row and column.
+struct TileOrigin {
   int64_t n;
-  int p, q, kg;
+  int p0, q0;
 };
 
-// Item i's pixel and channel group; 32-bit division where i fits (a fraction of 64-bit's cost).
-template <class I>
-__device__ OutputItem split_item(I i, const ConvGeo& g, int groups, bool channels_inner) {
-  OutputItem it;
-  if (channels_inner) {
-    it.kg = static_cast<int>(i % groups);
-    i /= groups;
-    it.q = static_cast<int>(i % g.Q);
-    i /= g.Q;
-    it.p = static_cast<int>(i % g.P);
-    it.n = static_cast<int64_t>(i / g.P);
-  } else {
-    it.q = static_cast<int>(i % g.Q);
-    i /= g.Q;
-    it.p = static_cast<int>(i % g.P);
-    i /= g.P;
-    it.kg = static_cast<int>(i % groups);
-    it.n = static_cast<int64_t>(i / groups);
-  }
-  return it;
+__device__ TileOrigin tile_origin(int64_t index, const Tile& t) {
+  const int tq = static_cast<int>(index % t.tiles_q);
+  index /= t.tiles_q;
+  const int tp = static_cast<int>(index % t.tiles_p);
+  return {index / t.tiles_p, tp * t.rows, tq * t.cols};
 }
 
-// One item: KB channels of one output pixel. Channels-last y numbers the
-// channel groups fastest (neighbouring threads write neighbouring channels and
-// read one input value); NCHW y numbers the pixels fastest.
+// The input window under the tile -> in_tile[c][row][col] in float32, zeros
+// where the window leaves the input (the convolution's padding).
+template <class S>
+__device__ void stage_input(float* in_tile, View4<const S> x, const ConvGeo& g, const Tile& t,
+                            const TileOrigin& o) {
+  const int h0 = o.p0 * g.stride_h - g.pad_h, w0 = o.q0 * g.stride_w - g.pad_w;
+  const int plane = t.in_rows * t.in_cols;
+  for (int i = threadIdx.x; i < g.C * plane; i += blockDim.x) {
+    const int c = i / plane, row = i % plane / t.in_cols, col = i % t.in_cols;
+    const int h = h0 + row, w = w0 + col;
+    const bool inside = h >= 0 && h < g.H && w >= 0 && w < g.W;
+    in_tile[i] = inside ? to_compute(x(o.n, c, h, w)) : 0.0f;
+  }
+}
+
+// Forward thread layout: KG = K / KB channel groups, GQ column groups, TR rows.
+// Channels-last y numbers the channel groups fastest (neighbouring threads
+// write neighbouring channels of a pixel); NCHW y numbers the columns fastest.
+struct ForwardLayout {
+  int groups, col_groups;  // KG, GQ
+  bool channels_inner;
+};
+
 template <class S, int KB>
 __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S> w, ConvGeo g,
-                                     bool channels_inner, bool packed_store) {
-  extern __shared__ float filter[];
+                                     Tile t, ForwardLayout f, bool packed_store) {
+  extern __shared__ float shared[];
+  float* filter = shared;                      // [C * R * S][K]
+  float* in_tile = shared + g.crs() * g.K;     // [C][in_rows][in_cols]
   stage_filter(filter, w, g);
-  __syncthreads();
-  const int groups = g.K / KB;
-  const int64_t items = int64_t(g.N) * g.P * g.Q * groups;
-  const bool narrow = items <= int64_t(UINT32_MAX);
-  for (int64_t i = first_index(); i < items; i += index_step()) {
-    const OutputItem it = narrow ? split_item(static_cast<uint32_t>(i), g, groups, channels_inner)
-                                 : split_item(i, g, groups, channels_inner);
-    const int64_t n = it.n;
-    const int p = it.p, q = it.q, kg = it.kg;
-    float acc[KB];
+  const int tid = threadIdx.x;
+  const int kg = f.channels_inner ? tid % f.groups : tid / f.col_groups % f.groups;
+  const int qg = f.channels_inner ? tid / f.groups % f.col_groups : tid % f.col_groups;
+  const int row = tid / (f.groups * f.col_groups);
+  const int64_t tiles = t.count(g);
+  for (int64_t index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const TileOrigin o = tile_origin(index, t);
+    __syncthreads();  // the previous tile's readers are done
+    stage_input(in_tile, x, g, t, o);
+    __syncthreads();
+    const int p = o.p0 + row;
+    if (row >= t.rows || p >= g.P) continue;
+    float acc[kPixels][KB];
 #pragma unroll
-    for (int j = 0; j < KB; ++j) acc[j] = 0.0f;
-    const int h0 = p * g.stride_h - g.pad_h, w0 = q * g.stride_w - g.pad_w;
+    for (int i = 0; i < kPixels; ++i) {
+#pragma unroll
+      for (int j = 0; j < KB; ++j) acc[i][j] = 0.0f;
+    }
+    // Column i of this thread is qg + i * GQ: neighbouring threads read
+    // neighbouring input columns (no bank conflicts) and, for NCHW y, write
+    // neighbouring outputs.
     for (int c = 0; c < g.C; ++c) {
       for (int r = 0; r < g.R; ++r) {
-        const int h = h0 + r;
-        if (h < 0 || h >= g.H) continue;
+        const float* in_row = in_tile + (c * t.in_rows + row * g.stride_h + r) * t.in_cols;
+        const float* w_row = filter + (c * g.R + r) * g.S * g.K + kg * KB;
         for (int s = 0; s < g.S; ++s) {
-          const int col = w0 + s;
-          if (col < 0 || col >= g.W) continue;
-          const float xv = to_compute(x(n, c, h, col));
           float wv[KB];
-          load_row<KB>(wv, filter + ((c * g.R + r) * g.S + s) * g.K + kg * KB);
+          load_row<KB>(wv, w_row + s * g.K);
 #pragma unroll
-          for (int j = 0; j < KB; ++j) acc[j] = fmaf(xv, wv[j], acc[j]);
+          for (int i = 0; i < kPixels; ++i) {
+            const float xv = in_row[(qg + i * f.col_groups) * g.stride_w + s];
+#pragma unroll
+            for (int j = 0; j < KB; ++j) acc[i][j] = fmaf(xv, wv[j], acc[i][j]);
+          }
         }
       }
     }
-    if (packed_store) {
-      Pack<S, KB> out;
 #pragma unroll
-      for (int j = 0; j < KB; ++j) out.v[j] = from_compute<S>(acc[j]);
-      *reinterpret_cast<Pack<S, KB>*>(&y(n, kg * KB, p, q)) = out;
-    } else {
+    for (int i = 0; i < kPixels; ++i) {
+      const int q = o.q0 + qg + i * f.col_groups;
+      if (q >= g.Q) continue;
+      if (packed_store) {
+        Pack<S, KB> out;
 #pragma unroll
-      for (int j = 0; j < KB; ++j) y(n, kg * KB + j, p, q) = from_compute<S>(acc[j]);
+        for (int j = 0; j < KB; ++j) out.v[j] = from_compute<S>(acc[i][j]);
+        *reinterpret_cast<Pack<S, KB>*>(y.at(o.n, kg * KB, p, q)) = out;
+      } else {
+#pragma unroll
+        for (int j = 0; j < KB; ++j) y(o.n, kg * KB + j, p, q) = from_compute<S>(acc[i][j]);
+      }
     }
   }
 }
 
-// Stage 1: block b sums pixels [b * per_block, (b + 1) * per_block) of the
-// N * P * Q pixels, tile by tile in pixel order, into partials[k][crs][b].
-// Thread t owns filter element crs = t % CRS and channels (t / CRS) * KJ + j.
+// The tile's output gradient -> grad_tile[row * TQ + col][k] in float32 (only
+// the rows and columns inside the output). `packed`: channels are contiguous
+// and KJ-aligned, so a thread loads KJ channels at once.
 template <class S, int KJ>
-__global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, ConvGeo g,
-                                           int64_t per_block, float* partials) {
-  extern __shared__ float tile[];
+__device__ void stage_grad(float* grad_tile, View4<const S> dy, const ConvGeo& g, const Tile& t,
+                           const TileOrigin& o, int rows, int cols, bool packed) {
+  if (packed) {
+    const int groups = g.K / KJ;
+    for (int i = threadIdx.x; i < rows * cols * groups; i += blockDim.x) {
+      const int kg = i % groups, pixel = i / groups;
+      const int row = pixel / cols, col = pixel % cols;
+      const Pack<S, KJ> v = *reinterpret_cast<const Pack<S, KJ>*>(dy.at(o.n, kg * KJ, o.p0 + row, o.q0 + col));
+      float* out = grad_tile + (row * t.cols + col) * g.K + kg * KJ;
+#pragma unroll
+      for (int j = 0; j < KJ; ++j) out[j] = to_compute(v.v[j]);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < rows * cols * g.K; i += blockDim.x) {
+    const int col = i % cols, k = i / cols % g.K, row = i / (cols * g.K);
+    grad_tile[(row * t.cols + col) * g.K + k] = to_compute(dy(o.n, k, o.p0 + row, o.q0 + col));
+  }
+}
+
+// Weight-gradient thread layout: units = (K / KJ) x ceil(CRS / kTaps) blocks
+// of dw, each summed by `slices` threads over interleaved tile columns.
+struct GradLayout {
+  int groups, tap_groups, units, slices;
+};
+
+// Stage 1: block b sums tiles [b * tiles / blocks, (b + 1) * tiles / blocks),
+// in order, into partials[k * CRS + crs][b].
+template <class S, int KJ>
+__global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, ConvGeo g, Tile t,
+                                           GradLayout l, bool packed, float* partials) {
+  extern __shared__ float shared[];
+  // The gradient tile first: its rows are KJ-aligned for load_row's 16-byte loads.
+  float* grad_tile = shared;                                 // [TR * TQ][K]
+  float* in_tile = shared + t.rows * t.cols * g.K;           // [C][in_rows][in_cols]
   const int crs_count = g.crs();
-  float* dy_tile = tile;                             // [kTilePixels][K]
-  float* x_tile = tile + kTilePixels * g.K;          // [kTilePixels][CRS]
-  const bool active = threadIdx.x < crs_count * (g.K / KJ);
-  const int crs = threadIdx.x % crs_count, kg = threadIdx.x / crs_count;
-  const int64_t pixels = int64_t(g.N) * g.P * g.Q;
-  const int64_t begin = blockIdx.x * per_block;
-  const int64_t end = begin + per_block < pixels ? begin + per_block : pixels;
-  float acc[KJ];
+  const int unit = threadIdx.x % l.units, slice = threadIdx.x / l.units;
+  const int kg = unit % l.groups, tap0 = unit / l.groups * kTaps;
+  int tap_offset[kTaps];  // each tap's offset in the input tile
 #pragma unroll
-  for (int j = 0; j < KJ; ++j) acc[j] = 0.0f;
-  __shared__ int64_t tile_n[kTilePixels];
-  __shared__ int tile_p[kTilePixels], tile_q[kTilePixels];
-  for (int64_t base = begin; base < end; base += kTilePixels) {
-    const int count = static_cast<int>(end - base < kTilePixels ? end - base : kTilePixels);
-    if (threadIdx.x < count) {  // each tile pixel's (n, p, q), split once
-      const int64_t pixel = base + threadIdx.x;
-      tile_q[threadIdx.x] = static_cast<int>(pixel % g.Q);
-      tile_p[threadIdx.x] = static_cast<int>(pixel / g.Q % g.P);
-      tile_n[threadIdx.x] = pixel / (int64_t(g.P) * g.Q);
-    }
+  for (int e = 0; e < kTaps; ++e) {
+    const int crs = min(tap0 + e, crs_count - 1);
+    const int c = crs / (g.R * g.S), r = crs / g.S % g.R, s = crs % g.S;
+    tap_offset[e] = (c * t.in_rows + r) * t.in_cols + s;
+  }
+  float acc[KJ][kTaps];
+#pragma unroll
+  for (int j = 0; j < KJ; ++j) {
+#pragma unroll
+    for (int e = 0; e < kTaps; ++e) acc[j][e] = 0.0f;
+  }
+  const int64_t tiles = t.count(g);
+  const int64_t first = tiles * blockIdx.x / gridDim.x, last = tiles * (blockIdx.x + 1) / gridDim.x;
+  for (int64_t index = first; index < last; ++index) {
+    const TileOrigin o = tile_origin(index, t);
+    const int rows = min(t.rows, g.P - o.p0), cols = min(t.cols, g.Q - o.q0);
+    __syncthreads();  // the previous tile's readers are done
+    stage_input(in_tile, x, g, t, o);
+    stage_grad<S, KJ>(grad_tile, dy, g, t, o, rows, cols, packed);
     __syncthreads();
-    for (int i = threadIdx.x; i < count * g.K; i += blockDim.x) {
-      const int t = i / g.K, k = i % g.K;
-      dy_tile[t * g.K + k] = to_compute(dy(tile_n[t], k, tile_p[t], tile_q[t]));
-    }
-    for (int i = threadIdx.x; i < count * crs_count; i += blockDim.x) {
-      const int t = i / crs_count, e = i % crs_count;
-      const int c = e / (g.R * g.S), r = e / g.S % g.R, s = e % g.S;
-      const int h = tile_p[t] * g.stride_h - g.pad_h + r, col = tile_q[t] * g.stride_w - g.pad_w + s;
-      const bool inside = h >= 0 && h < g.H && col >= 0 && col < g.W;
-      x_tile[t * crs_count + e] = inside ? to_compute(x(tile_n[t], c, h, col)) : 0.0f;
-    }
-    __syncthreads();
-    if (active) {
-      for (int t = 0; t < count; ++t) {
-        const float xv = x_tile[t * crs_count + crs];
+    for (int row = 0; row < rows; ++row) {
+      for (int col = slice; col < cols; col += l.slices) {
+        const float* in_at = in_tile + row * g.stride_h * t.in_cols + col * g.stride_w;
         float gv[KJ];
-        load_row<KJ>(gv, dy_tile + t * g.K + kg * KJ);
+        load_row<KJ>(gv, grad_tile + (row * t.cols + col) * g.K + kg * KJ);
 #pragma unroll
-        for (int j = 0; j < KJ; ++j) acc[j] = fmaf(gv[j], xv, acc[j]);
+        for (int e = 0; e < kTaps; ++e) {
+          const float xv = in_at[tap_offset[e]];
+#pragma unroll
+          for (int j = 0; j < KJ; ++j) acc[j][e] = fmaf(gv[j], xv, acc[j][e]);
+        }
       }
     }
-    __syncthreads();
   }
-  if (active) {  // partials is [K * CRS][blocks], for stage 2's coalesced reads
+  // Every slice's sums go to shared memory; then each thread adds the slices
+  // of some of the block's outputs in slice order.
+  __syncthreads();  // the last tile's readers are done
+  float* slice_sums = shared;  // [slices][units][KJ][kTaps]
+  const int per_slice = l.units * KJ * kTaps;
 #pragma unroll
-    for (int j = 0; j < KJ; ++j) {
-      partials[(int64_t(kg * KJ + j) * crs_count + crs) * gridDim.x + blockIdx.x] = acc[j];
-    }
+  for (int j = 0; j < KJ; ++j) {
+#pragma unroll
+    for (int e = 0; e < kTaps; ++e) slice_sums[slice * per_slice + (unit * KJ + j) * kTaps + e] = acc[j][e];
+  }
+  __syncthreads();
+  for (int o = threadIdx.x; o < per_slice; o += blockDim.x) {
+    const int owner = o / (KJ * kTaps), j = o / kTaps % KJ, e = o % kTaps;
+    const int tap = owner / l.groups * kTaps + e;
+    if (tap >= crs_count) continue;
+    float sum = 0.0f;
+    for (int from = 0; from < l.slices; ++from) sum += slice_sums[from * per_slice + o];
+    const int k = owner % l.groups * KJ + j;
+    partials[(int64_t(k) * crs_count + tap) * gridDim.x + blockIdx.x] = sum;
   }
 }
 
@@ -228,24 +343,17 @@ __global__ void small_wgrad_sum_kernel(View4<S> dw, const float* partials, int64
   }
 }
 
+// A block per 256 output pixels, at most kMaxPartialBlocks: fixed by the shape alone.
 int64_t partial_blocks(int64_t pixels) {
-  const int64_t wanted = (pixels + kMinPixelsPerBlock - 1) / kMinPixelsPerBlock;
-  return wanted < 1 ? 1 : wanted > kMaxPartialBlocks ? kMaxPartialBlocks : wanted;
+  return std::clamp<int64_t>(ceil_div(pixels, kMinPixelsPerBlock), 1, kMaxPartialBlocks);
 }
 
-// Pixels per block: whole tiles, so that block b's range is fixed by the shape alone.
-int64_t pixels_per_block(int64_t pixels) {
-  const int64_t blocks = partial_blocks(pixels);
-  const int64_t per = (pixels + blocks - 1) / blocks;
-  return (per + kTilePixels - 1) / kTilePixels * kTilePixels;
-}
-
-// y's KB channels of a pixel can be stored as one aligned pack.
+// V consecutive channels of t, from channel 0, can be accessed as one aligned pack.
 template <class S>
-bool packs_fit(const Strided& y, int KB) {
-  const int64_t bytes = KB * static_cast<int64_t>(sizeof(S));
-  return y.strides[1] == 1 && y.strides[0] % KB == 0 && y.strides[2] % KB == 0 &&
-         y.strides[3] % KB == 0 && reinterpret_cast<uintptr_t>(y.data) % bytes == 0;
+bool packs_fit(const Strided& t, int V) {
+  const int64_t bytes = V * static_cast<int64_t>(sizeof(S));
+  return t.strides[1] == 1 && t.strides[0] % V == 0 && t.strides[2] % V == 0 &&
+         t.strides[3] % V == 0 && reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
 }
 
 // fn.template operator()<KB>() for KB in {8, 4, 2, 1}.
@@ -269,6 +377,34 @@ void visit_small(DType dtype, Fn&& fn) {
   }
 }
 
+// As many output pixels per block as kThreads threads cover: whole rows where
+// they fit, and an input window within its budget.
+ForwardLayout forward_layout(const ConvGeo& g, Tile& tile, bool channels_inner) {
+  const int groups = g.K / channels_per_thread(g.K);
+  const int pixel_groups = std::max(1, kThreads / groups);
+  int col_groups = static_cast<int>(std::min<int64_t>(pixel_groups, ceil_div(g.Q, kPixels)));
+  const int rows = std::max(1, std::min(pixel_groups / col_groups, g.P));
+  tile = fitted_tile(g, rows, col_groups * kPixels, kPixels);
+  col_groups = tile.cols / kPixels;
+  return {groups, col_groups, channels_inner};
+}
+
+GradLayout grad_layout(const ConvGeo& g) {
+  const int groups = g.K / channels_per_thread(g.K);
+  const int tap_groups = static_cast<int>(ceil_div(g.crs(), kTaps));
+  const int units = groups * tap_groups;
+  return {groups, tap_groups, units, std::max(1, kThreads / units)};
+}
+
+// As many whole rows as the gradient tile's budget holds (at least one pixel).
+Tile grad_tile(const ConvGeo& g) {
+  const int64_t pixels = std::clamp<int64_t>(kGradTileBytes / (int64_t(sizeof(float)) * g.K), 1,
+                                             kMaxGradTilePixels);
+  const int cols = static_cast<int>(std::min<int64_t>(g.Q, pixels));
+  const int rows = static_cast<int>(std::clamp<int64_t>(pixels / cols, 1, g.P));
+  return fitted_tile(g, rows, cols, 1);
+}
+
 }  // namespace
 
 cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
@@ -276,25 +412,26 @@ cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const 
   if (y.numel() == 0) return cudaSuccess;
   const ConvGeo g = conv_geo(x, w, y, p);
   const int KB = channels_per_thread(g.K);
-  const bool channels_inner = y.strides[1] < y.strides[3];
-  const int64_t items = y.numel() / KB;
-  const int blocks = std::min(blocks_for(items), kMaxForwardBlocks);
-  const size_t shared = sizeof(float) * g.crs() * g.K;
+  Tile tile{};
+  const ForwardLayout layout = forward_layout(g, tile, y.strides[1] < y.strides[3]);
+  const int threads = layout.groups * layout.col_groups * tile.rows;
+  const int blocks = static_cast<int>(std::min<int64_t>(tile.count(g), kMaxForwardBlocks));
+  const size_t shared = sizeof(float) * g.crs() * g.K + input_tile_bytes(g, tile);
   visit_small(x.dtype, [&]<class S>() {
-    const bool packed = channels_inner && packs_fit<S>(y, KB);
+    const bool packed = layout.channels_inner && packs_fit<S>(y, KB);
     visit_channels(KB, [&]<int V>() {
-      small_forward_kernel<S, V><<<blocks, kThreads, shared, stream>>>(
-          view4<S>(y), view4<const S>(x), view4<const S>(w), g, channels_inner, packed);
+      small_forward_kernel<S, V><<<blocks, threads, shared, stream>>>(
+          view4<S>(y), view4<const S>(x), view4<const S>(w), g, tile, layout, packed);
     });
   });
   return cudaGetLastError();
 }
 
 bool conv_small_fits(int64_t K, int64_t taps) {
-  const int64_t threads = taps * (K / channels_per_thread(K));
-  const int64_t tile_bytes = sizeof(float) * kTilePixels * (K + taps);
-  const int64_t filter_bytes = sizeof(float) * K * taps;
-  return threads <= kThreads && tile_bytes <= kMaxSharedBytes && filter_bytes <= kMaxSharedBytes;
+  const int64_t groups = K / channels_per_thread(K);
+  const int64_t units = groups * ceil_div(taps, kTaps);
+  return units <= kThreads && int64_t(sizeof(float)) * K * taps <= kFilterBytes &&
+         int64_t(sizeof(float)) * K <= kGradTileBytes;
 }
 
 int64_t conv_small_wgrad_partials(const Strided& dy, const Strided& w_or_dw) {
@@ -312,12 +449,16 @@ cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const 
   if (pixels == 0) return launch_fill(dw, 0.0, stream);
   const int KJ = channels_per_thread(g.K);
   const int64_t blocks = partial_blocks(pixels);
-  const int threads = (g.crs() * (g.K / KJ) + 31) / 32 * 32;
-  const size_t shared = sizeof(float) * kTilePixels * (g.K + g.crs());
+  const GradLayout layout = grad_layout(g);
+  const Tile tile = grad_tile(g);
+  const int64_t tile_bytes = input_tile_bytes(g, tile) + int64_t(sizeof(float)) * tile.rows * tile.cols * g.K;
+  const int64_t sums_bytes = int64_t(sizeof(float)) * layout.units * layout.slices * KJ * kTaps;
+  const size_t shared = std::max(tile_bytes, sums_bytes);
   visit_small(x.dtype, [&]<class S>() {
+    const bool packed = packs_fit<S>(dy, KJ);
     visit_channels(KJ, [&]<int V>() {
-      small_wgrad_partial_kernel<S, V><<<static_cast<int>(blocks), threads, shared, stream>>>(
-          view4<const S>(dy), view4<const S>(x), g, pixels_per_block(pixels), partials);
+      small_wgrad_partial_kernel<S, V><<<static_cast<int>(blocks), layout.units * layout.slices, shared, stream>>>(
+          view4<const S>(dy), view4<const S>(x), g, tile, layout, packed, partials);
     });
     small_wgrad_sum_kernel<S><<<blocks_for(dw.numel() * 32), kThreads, 0, stream>>>(
         view4<S>(dw), partials, blocks, g);

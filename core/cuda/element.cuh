@@ -14,6 +14,17 @@
 
 namespace loom::cuda {
 
+// V consecutive elements loaded or stored in one access (16 bytes at most):
+// the pointer must be aligned to the pack's size.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// Elements of S in one 16-byte pack.
+template <class S>
+constexpr int kPackOf = static_cast<int>(16 / sizeof(S));
+
 template <class S>
 struct ComputeOf {
   using type = S;

@@ -4,6 +4,7 @@
 // CPU's own (core/cpu/elementwise_math.h), in the operands' dtype, or in
 // float32 for bfloat16 and float16 operands (element.cuh).
 #include <cmath>
+#include <cstdint>
 
 #include "core/cpu/activation_math.h"
 #include "core/cpu/elementwise_math.h"
@@ -101,6 +102,46 @@ __global__ void zip_kernel(S* out, Geometry og, const S* a, Geometry ag, const S
   }
 }
 
+// Dense operands (one stride-1 dim in the walk's order, 16-byte aligned) are
+// walked a 16-byte pack at a time: a quarter to an eighth of the loads, and no
+// offset arithmetic.
+bool dense_packs(const Geometry& g, const void* data) {
+  return (g.ndim == 0 || (g.ndim == 1 && g.strides[0] == 1)) &&
+         reinterpret_cast<uintptr_t>(data) % 16 == 0;
+}
+
+template <class S, class Fn>
+__global__ void map_dense_kernel(S* out, const S* in, int64_t n, Fn fn) {
+  constexpr int V = kPackOf<S>;
+  using P = Pack<S, V>;
+  for (int64_t i = first_index(); i < n / V; i += index_step()) {
+    const P x = reinterpret_cast<const P*>(in)[i];
+    P r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = from_compute<S>(fn(to_compute(x.v[j])));
+    reinterpret_cast<P*>(out)[i] = r;
+  }
+  for (int64_t i = n / V * V + first_index(); i < n; i += index_step()) {
+    out[i] = from_compute<S>(fn(to_compute(in[i])));
+  }
+}
+
+template <class S, class Fn>
+__global__ void zip_dense_kernel(S* out, const S* a, const S* b, int64_t n, Fn fn) {
+  constexpr int V = kPackOf<S>;
+  using P = Pack<S, V>;
+  for (int64_t i = first_index(); i < n / V; i += index_step()) {
+    const P x = reinterpret_cast<const P*>(a)[i], y = reinterpret_cast<const P*>(b)[i];
+    P r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = from_compute<S>(fn(to_compute(x.v[j]), to_compute(y.v[j])));
+    reinterpret_cast<P*>(out)[i] = r;
+  }
+  for (int64_t i = n / V * V + first_index(); i < n; i += index_step()) {
+    out[i] = from_compute<S>(fn(to_compute(a[i]), to_compute(b[i])));
+  }
+}
+
 // out = fn(in), with fn = make_fn.template operator()<T>() for the dtype's
 // compute type T.
 template <class MakeFn>
@@ -108,10 +149,15 @@ cudaError_t launch_map(const Strided& out, const Strided& in, cudaStream_t strea
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
   const std::vector<size_t> order = memory_order(out);
+  const Geometry og = geometry_in(out, order), ig = geometry_in(in, order);
   visit_floating(out.dtype, [&]<class S>() {
-    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<S>(), geometry_in(out, order), in.ptr<const S>(), geometry_in(in, order), n,
-        make_fn.template operator()<compute_t<S>>());
+    const auto fn = make_fn.template operator()<compute_t<S>>();
+    if (dense_packs(og, out.data) && dense_packs(ig, in.data)) {
+      map_dense_kernel<<<blocks_for(n / kPackOf<S> + 1), kThreads, 0, stream>>>(
+          out.ptr<S>(), in.ptr<const S>(), n, fn);
+    } else {
+      map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out.ptr<S>(), og, in.ptr<const S>(), ig, n, fn);
+    }
   });
   return cudaGetLastError();
 }
@@ -123,10 +169,16 @@ cudaError_t launch_zip(const Strided& out, const Strided& a, const Strided& b, c
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
   const std::vector<size_t> order = memory_order(out);
+  const Geometry og = geometry_in(out, order), ag = geometry_in(a, order), bg = geometry_in(b, order);
   visit_floating(out.dtype, [&]<class S>() {
-    zip_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<S>(), geometry_in(out, order), a.ptr<const S>(), geometry_in(a, order),
-        b.ptr<const S>(), geometry_in(b, order), n, make_fn.template operator()<compute_t<S>>());
+    const auto fn = make_fn.template operator()<compute_t<S>>();
+    if (dense_packs(og, out.data) && dense_packs(ag, a.data) && dense_packs(bg, b.data)) {
+      zip_dense_kernel<<<blocks_for(n / kPackOf<S> + 1), kThreads, 0, stream>>>(
+          out.ptr<S>(), a.ptr<const S>(), b.ptr<const S>(), n, fn);
+    } else {
+      zip_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out.ptr<S>(), og, a.ptr<const S>(), ag,
+                                                         b.ptr<const S>(), bg, n, fn);
+    }
   });
   return cudaGetLastError();
 }

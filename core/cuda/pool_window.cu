@@ -17,12 +17,6 @@ namespace loom::cuda {
 
 namespace {
 
-// V consecutive channels of one operand, loaded or stored in one access.
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
 template <class T, int V>
 __device__ Pack<T, V> load(const T* p) {
   return *reinterpret_cast<const Pack<T, V>*>(p);

@@ -3,7 +3,8 @@
 // CPU reference in float64 on the same values (rounded to the dtype first):
 // forward and weight gradient, C = 1, 3, 4, K that 8, 4, 2 or nothing divides,
 // 3x3 and 5x5 filters, stride 1 and 2, padding 0 to 2, odd planes, NCHW and
-// channels-last operands, float32, bfloat16 and float16. Then conv2d on each
+// channels-last operands, float32, bfloat16 and float16; then planes large
+// enough for several tiles, and filters whose input window shrinks the tiles. Then conv2d on each
 // path LOOM_CONV_SMALL names (loom, cudnn, auto) under strict fp32, TF32 and
 // bf16 autocast, forward and weight gradient, against the CPU op.
 //
@@ -37,6 +38,7 @@ namespace {
 
 struct Case {
   int64_t C, K, R, stride, pad;
+  int64_t N = 2, H = 17, W = 15;
 };
 
 std::vector<Case> cases() {
@@ -69,17 +71,17 @@ Tensor rounded_to(const Tensor& t, DType dtype) {
 // Returns false, checking nothing, for a case the kernels decline (too many
 // threads or too much shared memory for this K and filter size).
 bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen) {
-  INFO("C ", c.C, " K ", c.K, " R=S ", c.R, " stride ", c.stride, " pad ", c.pad, " ",
-       dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast);
+  INFO("N ", c.N, " C ", c.C, " H ", c.H, " W ", c.W, " K ", c.K, " R=S ", c.R, " stride ", c.stride,
+       " pad ", c.pad, " ", dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast);
   const cpu::ConvParams p{.stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad, .pad_w = c.pad};
-  const int64_t H = 17, W = 15;
+  const int64_t N = c.N, H = c.H, W = c.W;
   const int64_t P = cpu::conv_output_size(H, c.R, c.stride, c.pad, 1);
   const int64_t Q = cpu::conv_output_size(W, c.R, c.stride, c.pad, 1);
-  const Tensor x = rounded_to(randn({2, c.C, H, W}, {}, &gen), dtype);
+  const Tensor x = rounded_to(randn({N, c.C, H, W}, {}, &gen), dtype);
   const Tensor w = rounded_to(randn({c.K, c.C, c.R, c.R}, {}, &gen), dtype);
-  const Tensor dy = rounded_to(randn({2, c.K, P, Q}, {}, &gen), dtype);
+  const Tensor dy = rounded_to(randn({N, c.K, P, Q}, {}, &gen), dtype);
   const Tensor x64 = x.to(DType::Float64), w64 = w.to(DType::Float64), dy64 = dy.to(DType::Float64);
-  Tensor y_ref = empty({2, c.K, P, Q}, {.dtype = DType::Float64});
+  Tensor y_ref = empty({N, c.K, P, Q}, {.dtype = DType::Float64});
   Tensor dw_ref = empty(w.sizes(), {.dtype = DType::Float64});
   cpu::conv2d_forward(y_ref.strided(), x64.strided(), w64.strided(), nullptr, p);
   cpu::conv2d_wgrad(dw_ref.strided(), dy64.strided(), x64.strided(), p);
@@ -113,6 +115,22 @@ LOOM_GPU_TEST_CASE("small-channel conv kernels match the CPU: forward and weight
       int64_t supported = 0;
       for (const Case& c : cases()) supported += check_case(c, dtype, format, gen);
       CHECK(supported >= static_cast<int64_t>(cases().size()) * 3 / 4);
+    }
+  }
+}
+
+// Planes that take several tiles across and down, input windows that shrink
+// the tiles (7x7 stride 2 on a wide plane) and a filter of 1x1 taps.
+LOOM_GPU_TEST_CASE("small-channel conv kernels match the CPU on large planes") {
+  Generator gen(1208);
+  const Case large[] = {{.C = 3, .K = 64, .R = 3, .stride = 1, .pad = 1, .N = 3, .H = 36, .W = 40},
+                        {.C = 3, .K = 16, .R = 7, .stride = 2, .pad = 3, .N = 2, .H = 75, .W = 83},
+                        {.C = 1, .K = 6, .R = 5, .stride = 1, .pad = 2, .N = 5, .H = 28, .W = 28},
+                        {.C = 4, .K = 5, .R = 1, .stride = 1, .pad = 0, .N = 2, .H = 9, .W = 300},
+                        {.C = 2, .K = 24, .R = 4, .stride = 3, .pad = 2, .N = 1, .H = 130, .W = 7}};
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      for (const Case& c : large) CHECK(check_case(c, dtype, format, gen));
     }
   }
 }

@@ -1,7 +1,7 @@
 // File: tests/core/cuda/elementwise_gpu_test.cc
 // The CUDA elementwise kernels against the CPU reference kernels on the same
-// inputs: every op, float32 and float64, NCHW, channels-last, sliced, permuted
-// and broadcast operands, odd sizes and empty tensors, and the NaN conventions.
+// inputs: every op, float32 and float64, NCHW, channels-last, sliced, permuted,
+// misaligned and broadcast operands, odd sizes and empty tensors, and the NaN conventions.
 // GPU outputs start as NaN, so an element a kernel fails to write shows up.
 //
 // Tolerances: both sides compute in the tensor's dtype; they differ only by the
@@ -56,6 +56,8 @@ const std::vector<Layout>& layouts() {
        [](const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }},
       {"sliced", {2, 3, 10, 9}, [](const Tensor& t) { return t.slice(2, 1, 10, 2).slice(3, 1, 8); }},
       {"permuted", {7, 5, 3, 2}, [](const Tensor& t) { return t.permute({3, 2, 1, 0}); }},
+      // Dense but one element past a 16-byte boundary: no 16-byte packs.
+      {"offset", {2 * 3 * 5 * 7 + 1}, [](const Tensor& t) { return t.slice(0, 1, 2 * 3 * 5 * 7 + 1).view(kSizes); }},
   };
   return all;
 }
