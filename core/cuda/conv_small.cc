@@ -10,7 +10,7 @@
 namespace loom::cuda {
 
 namespace {
-constexpr int64_t kMaxInChannels = 4, kMaxFilterSide = 7;
+constexpr int64_t kMaxInChannels = 8, kMaxFilterSide = 7;
 
 bool small_dtype(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16;
@@ -27,9 +27,18 @@ bool conv_small_supported(const Strided& x, const Strided& w, const cpu::ConvPar
          conv_small_fits(K, C * R * S);
 }
 
+bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w) {
+  return !e.bias || (e.bias->dtype == w.dtype && e.bias->sizes.size() == 1 && e.bias->sizes[0] == w.sizes[0]);
+}
+
 void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
-                        const cpu::ConvParams& p) {
-  LOOM_CUDA_CHECK(launch_conv_small_forward(y, x, w, p, current_stream()));
+                        const cpu::ConvParams& p, const SmallConvEpilogue& epilogue) {
+  LOOM_CHECK(conv_small_epilogue_supported(epilogue, w), ValueError,
+             "[conv_small_forward] the bias must be 1-D with the filter's {} output channels and "
+             "its dtype {}; got sizes {} of {}",
+             w.sizes[0], dtype_name(w.dtype), shape_str(epilogue.bias->sizes), dtype_name(epilogue.bias->dtype));
+  const Strided* bias = epilogue.bias ? &*epilogue.bias : nullptr;
+  LOOM_CUDA_CHECK(launch_conv_small_forward(y, x, w, bias, epilogue.relu, p, current_stream()));
 }
 
 int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw) {

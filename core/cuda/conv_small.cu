@@ -6,8 +6,10 @@
 //
 // Forward: the whole filter also sits in shared memory as float32
 // [C * R * S][K]. A thread owns KB consecutive output channels (8, 4, 2 or 1:
-// the largest that divides K) of kPixels output columns of one row, so each
-// weight it loads feeds kPixels multiply-adds and each input value KB.
+// the largest that divides K, or fewer where a small launch needs more
+// threads) of kPixels output columns of one row, so each weight it loads feeds
+// kPixels multiply-adds and each input value KB. A bias and a ReLU may follow,
+// before the one rounding to the output dtype.
 //
 // Weight gradient: the block also stages the tile's output gradient as float32
 // [pixel][K]. A thread owns a KJ x kTaps block of dw (KJ channels, kTaps
@@ -21,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cpu/activation_math.h"
 #include "core/cuda/conv_small_kernels.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
@@ -35,9 +38,15 @@ constexpr int kTaps = 4;    // weight gradient: filter taps per thread
 // Shared-memory budgets (48 KiB in all, the most a block gets without opting in).
 constexpr int64_t kFilterBytes = 32 * 1024, kInputTileBytes = 16 * 1024;
 constexpr int64_t kGradTileBytes = 24 * 1024;
-constexpr int64_t kMaxGradTilePixels = 256;  // so that big images make several tiles
-constexpr int64_t kMaxPartialBlocks = 512, kMinPixelsPerBlock = 256;
-constexpr int kMaxForwardBlocks = 2048;
+// Gradient tiles: at most kMaxGradTilePixels, and small enough that the
+// batch makes about a tile per block (kMaxPartialBlocks blocks of at least
+// kMinPixelsPerBlock pixels).
+constexpr int64_t kMinGradTilePixels = 16, kMaxGradTilePixels = 256;
+constexpr int64_t kMaxPartialBlocks = 512, kMinPixelsPerBlock = 64;
+// Below this many forward threads a thread takes fewer channels (down to one),
+// so that a small batch of small planes still fills the GPU.
+constexpr int64_t kMinForwardThreads = 24 * 1024;
+constexpr int kMaxForwardBlocks = 1024;  // each stages the whole filter
 
 // Every size fits 32 bits (a plane or channel count); offsets are 64-bit.
 struct ConvGeo {
@@ -137,18 +146,34 @@ __device__ TileOrigin tile_origin(int64_t index, const Tile& t) {
   return {index / t.tiles_p, tp * t.rows, tq * t.cols};
 }
 
+// (row, col) of a grid `cols` wide, from linear index `first` in steps of
+// `step`: one division at the start instead of two per element.
+struct GridWalk {
+  int row, col, cols, row_step, col_step;
+
+  __device__ GridWalk(int first, int step, int width) : cols(width) {
+    row = first / cols, col = first - row * cols;
+    row_step = step / cols, col_step = step - row_step * cols;
+  }
+  __device__ void next() {
+    row += row_step, col += col_step;
+    if (col >= cols) col -= cols, ++row;
+  }
+};
+
 // The input window under the tile -> in_tile[c][row][col] in float32, zeros
 // where the window leaves the input (the convolution's padding).
 template <class S>
 __device__ void stage_input(float* in_tile, View4<const S> x, const ConvGeo& g, const Tile& t,
                             const TileOrigin& o) {
   const int h0 = o.p0 * g.stride_h - g.pad_h, w0 = o.q0 * g.stride_w - g.pad_w;
-  const int plane = t.in_rows * t.in_cols;
-  for (int i = threadIdx.x; i < g.C * plane; i += blockDim.x) {
-    const int c = i / plane, row = i % plane / t.in_cols, col = i % t.in_cols;
-    const int h = h0 + row, w = w0 + col;
-    const bool inside = h >= 0 && h < g.H && w >= 0 && w < g.W;
-    in_tile[i] = inside ? to_compute(x(o.n, c, h, w)) : 0.0f;
+  for (int c = 0; c < g.C; ++c) {
+    float* plane = in_tile + c * t.in_rows * t.in_cols;
+    for (GridWalk at(threadIdx.x, blockDim.x, t.in_cols); at.row < t.in_rows; at.next()) {
+      const int h = h0 + at.row, w = w0 + at.col;
+      const bool inside = h >= 0 && h < g.H && w >= 0 && w < g.W;
+      plane[at.row * t.in_cols + at.col] = inside ? to_compute(x(o.n, c, h, w)) : 0.0f;
+    }
   }
 }
 
@@ -160,9 +185,23 @@ struct ForwardLayout {
   bool channels_inner;
 };
 
+// What the forward adds to each output before storing it: a bias per output
+// channel (none where bias is null), then ReLU when asked.
+template <class S>
+struct Epilogue {
+  const S* bias;
+  int64_t bias_stride;
+  bool relu;
+
+  __device__ float operator()(float v, int k) const {
+    if (bias != nullptr) v += to_compute(bias[k * bias_stride]);
+    return relu ? cpu::act::Relu::forward(v, 0.0f) : v;
+  }
+};
+
 template <class S, int KB>
 __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S> w, ConvGeo g,
-                                     Tile t, ForwardLayout f, bool packed_store) {
+                                     Tile t, ForwardLayout f, Epilogue<S> epilogue, bool packed_store) {
   extern __shared__ float shared[];
   float* filter = shared;                      // [C * R * S][K]
   float* in_tile = shared + g.crs() * g.K;     // [C][in_rows][in_cols]
@@ -211,11 +250,11 @@ __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S
       if (packed_store) {
         Pack<S, KB> out;
 #pragma unroll
-        for (int j = 0; j < KB; ++j) out.v[j] = from_compute<S>(acc[i][j]);
+        for (int j = 0; j < KB; ++j) out.v[j] = from_compute<S>(epilogue(acc[i][j], kg * KB + j));
         *reinterpret_cast<Pack<S, KB>*>(y.at(o.n, kg * KB, p, q)) = out;
       } else {
 #pragma unroll
-        for (int j = 0; j < KB; ++j) y(o.n, kg * KB + j, p, q) = from_compute<S>(acc[i][j]);
+        for (int j = 0; j < KB; ++j) y(o.n, kg * KB + j, p, q) = from_compute<S>(epilogue(acc[i][j], kg * KB + j));
       }
     }
   }
@@ -227,13 +266,14 @@ __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S
 template <class S, int KJ>
 __device__ void stage_grad(float* grad_tile, View4<const S> dy, const ConvGeo& g, const Tile& t,
                            const TileOrigin& o, int rows, int cols, bool packed) {
-  if (packed) {
-    const int groups = g.K / KJ;
-    for (int i = threadIdx.x; i < rows * cols * groups; i += blockDim.x) {
-      const int kg = i % groups, pixel = i / groups;
-      const int row = pixel / cols, col = pixel % cols;
-      const Pack<S, KJ> v = *reinterpret_cast<const Pack<S, KJ>*>(dy.at(o.n, kg * KJ, o.p0 + row, o.q0 + col));
-      float* out = grad_tile + (row * t.cols + col) * g.K + kg * KJ;
+  if (packed) {  // `groups` threads per pixel, each loading KJ channels
+    const int groups = g.K / KJ, lanes = blockDim.x / groups;
+    if (static_cast<int>(threadIdx.x) >= lanes * groups) return;
+    const int kg = threadIdx.x % groups;
+    for (GridWalk at(threadIdx.x / groups, lanes, cols); at.row < rows; at.next()) {
+      const S* from = dy.at(o.n, kg * KJ, o.p0 + at.row, o.q0 + at.col);
+      const Pack<S, KJ> v = *reinterpret_cast<const Pack<S, KJ>*>(from);
+      float* out = grad_tile + (at.row * t.cols + at.col) * g.K + kg * KJ;
 #pragma unroll
       for (int j = 0; j < KJ; ++j) out[j] = to_compute(v.v[j]);
     }
@@ -343,7 +383,7 @@ __global__ void small_wgrad_sum_kernel(View4<S> dw, const float* partials, int64
   }
 }
 
-// A block per 256 output pixels, at most kMaxPartialBlocks: fixed by the shape alone.
+// A block per kMinPixelsPerBlock output pixels, at most kMaxPartialBlocks: fixed by the shape alone.
 int64_t partial_blocks(int64_t pixels) {
   return std::clamp<int64_t>(ceil_div(pixels, kMinPixelsPerBlock), 1, kMaxPartialBlocks);
 }
@@ -377,10 +417,19 @@ void visit_small(DType dtype, Fn&& fn) {
   }
 }
 
+// Channels per forward thread: the most that divide K, halved while the
+// launch would have too few threads.
+int forward_channels(const ConvGeo& g) {
+  const int64_t pixel_groups = int64_t(g.N) * g.P * ceil_div(g.Q, kPixels);
+  int KB = channels_per_thread(g.K);
+  while (KB > 1 && pixel_groups * (g.K / KB) < kMinForwardThreads && g.K / (KB / 2) <= kThreads) KB /= 2;
+  return KB;
+}
+
 // As many output pixels per block as kThreads threads cover: whole rows where
 // they fit, and an input window within its budget.
-ForwardLayout forward_layout(const ConvGeo& g, Tile& tile, bool channels_inner) {
-  const int groups = g.K / channels_per_thread(g.K);
+ForwardLayout forward_layout(const ConvGeo& g, int KB, Tile& tile, bool channels_inner) {
+  const int groups = g.K / KB;
   const int pixel_groups = std::max(1, kThreads / groups);
   int col_groups = static_cast<int>(std::min<int64_t>(pixel_groups, ceil_div(g.Q, kPixels)));
   const int rows = std::max(1, std::min(pixel_groups / col_groups, g.P));
@@ -398,8 +447,10 @@ GradLayout grad_layout(const ConvGeo& g) {
 
 // As many whole rows as the gradient tile's budget holds (at least one pixel).
 Tile grad_tile(const ConvGeo& g) {
-  const int64_t pixels = std::clamp<int64_t>(kGradTileBytes / (int64_t(sizeof(float)) * g.K), 1,
-                                             kMaxGradTilePixels);
+  const int64_t per_block = std::clamp<int64_t>(ceil_div(int64_t(g.N) * g.P * g.Q, kMaxPartialBlocks),
+                                                kMinGradTilePixels, kMaxGradTilePixels);
+  const int64_t pixels =
+      std::clamp<int64_t>(kGradTileBytes / (int64_t(sizeof(float)) * g.K), 1, per_block);
   const int cols = static_cast<int>(std::min<int64_t>(g.Q, pixels));
   const int rows = static_cast<int>(std::clamp<int64_t>(pixels / cols, 1, g.P));
   return fitted_tile(g, rows, cols, 1);
@@ -408,20 +459,22 @@ Tile grad_tile(const ConvGeo& g) {
 }  // namespace
 
 cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
-                                      const cpu::ConvParams& p, cudaStream_t stream) {
+                                      const Strided* bias, bool relu, const cpu::ConvParams& p,
+                                      cudaStream_t stream) {
   if (y.numel() == 0) return cudaSuccess;
   const ConvGeo g = conv_geo(x, w, y, p);
-  const int KB = channels_per_thread(g.K);
+  const int KB = forward_channels(g);
   Tile tile{};
-  const ForwardLayout layout = forward_layout(g, tile, y.strides[1] < y.strides[3]);
+  const ForwardLayout layout = forward_layout(g, KB, tile, y.strides[1] < y.strides[3]);
   const int threads = layout.groups * layout.col_groups * tile.rows;
   const int blocks = static_cast<int>(std::min<int64_t>(tile.count(g), kMaxForwardBlocks));
   const size_t shared = sizeof(float) * g.crs() * g.K + input_tile_bytes(g, tile);
   visit_small(x.dtype, [&]<class S>() {
     const bool packed = layout.channels_inner && packs_fit<S>(y, KB);
     visit_channels(KB, [&]<int V>() {
+      const Epilogue<S> epilogue{bias ? bias->ptr<const S>() : nullptr, bias ? bias->strides[0] : 0, relu};
       small_forward_kernel<S, V><<<blocks, threads, shared, stream>>>(
-          view4<S>(y), view4<const S>(x), view4<const S>(w), g, tile, layout, packed);
+          view4<S>(y), view4<const S>(x), view4<const S>(w), g, tile, layout, epilogue, packed);
     });
   });
   return cudaGetLastError();

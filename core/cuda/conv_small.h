@@ -1,13 +1,15 @@
 // File: core/cuda/conv_small.h
-// Direct convolution for layers with few input channels (C <= 4: a network's
-// first layer on 1-channel or RGB images). There, cuDNN's implicit GEMMs have a
-// reduction of only C * R * S (9 to 100) and spend their time on data movement;
-// these kernels keep the whole filter in shared memory and compute each output
-// straight from the input. Forward: a thread computes up to 8 output channels
-// of one pixel. Weight gradient: a deterministic two-stage reduction over
-// N * P * Q (per-block partial sums in a fixed pixel order, then a fixed-order
-// sum of the partials; no float atomics). There is no dgrad: a first layer's
-// input needs no gradient (cuDNN computes it where one is needed).
+// Direct convolution for layers with few input channels (C <= 8: a network's
+// first layer on 1-channel or RGB images, and small second layers). There,
+// cuDNN's implicit GEMMs have a reduction of only C * R * S and spend their
+// time on data movement; these kernels stage the filter and each tile's input
+// window in shared memory and compute each output straight from them.
+// Forward: a thread computes up to 8 output channels of 4 pixels, then adds
+// an optional bias and ReLU. Weight gradient: a deterministic two-stage
+// reduction over N * P * Q (per-block partial sums in a fixed pixel order,
+// then a fixed-order sum of the partials; no float atomics). There is no
+// dgrad: a first layer's input needs no gradient (cuDNN computes it where one
+// is needed).
 //
 // All arithmetic is float32 fused multiply-add (bfloat16 / float16 operands are
 // widened on load and rounded once on store), so every numerics policy allows
@@ -18,19 +20,32 @@
 // float16); groups 1, dilation 1.
 #pragma once
 
+#include <optional>
+
 #include "core/cpu/conv.h"  // ConvParams
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-// True when the kernels take these operands: C <= 4, R, S <= 7, groups and
+// True when the kernels take these operands: C <= 8, R, S <= 7, groups and
 // dilation 1, one float32 / bfloat16 / float16 dtype, and a filter small enough
-// for one block (K * C * R * S <= 2048 when 8 divides K, fewer otherwise).
+// for one block (K * C * R * S <= 8192, and (K / KB) * ceil(C * R * S / 4) <= 256
+// for KB the largest of 8, 4, 2, 1 that divides K).
 bool conv_small_supported(const Strided& x, const Strided& w, const cpu::ConvParams& p);
 
-// y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C, R, S)).
+// What conv_small_forward applies to each output: + bias (K, of the operands'
+// dtype, any stride) where given, then ReLU when relu.
+struct SmallConvEpilogue {
+  std::optional<Strided> bias;
+  bool relu = false;
+};
+
+// True when conv_small_forward takes this epilogue for a filter w (K, C, R, S).
+bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w);
+
+// y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C, R, S)), then the epilogue.
 void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
-                        const cpu::ConvParams& p);
+                        const cpu::ConvParams& p, const SmallConvEpilogue& epilogue = {});
 
 // Float32 scratch elements conv_small_wgrad needs.
 int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw);

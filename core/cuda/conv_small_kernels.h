@@ -12,9 +12,11 @@
 
 namespace loom::cuda {
 
-// y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C, R, S)).
+// y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C, R, S)) + bias (K) where
+// bias is not null, then ReLU when relu.
 cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
-                                      const cpu::ConvParams& p, cudaStream_t stream);
+                                      const Strided* bias, bool relu, const cpu::ConvParams& p,
+                                      cudaStream_t stream);
 // dw (K, C, R, S) = sum over N, P, Q of dy (N, K, P, Q) times x's window
 // element; partials is float32 scratch of conv_small_wgrad_partials elements.
 cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,

@@ -9,12 +9,14 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "core/cuda/conv_small.h"
 #include "core/cuda/kernel_choice.h"
 #include "core/cudnn/conv.h"
+#include "core/cudnn/fused.h"
 #include "core/numerics.h"
 #endif
 
@@ -42,14 +44,14 @@ std::string small_conv_key(std::string_view pass, const Tensor& out, const Tenso
                      precision_name(policy.precision), policy.deterministic);
 }
 
-// Both candidates write `out`, which the chosen one then overwrites.
+// Both candidates write `out`, which the chosen one then overwrites; cudnn
+// returns false where cuDNN has no engine for the graph (it then leaves the race).
 bool loom_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
                  const cpu::ConvParams& p, const std::function<void()>& loom,
-                 const std::function<void()>& cudnn) {
+                 const std::function<bool()>& cudnn) {
   const std::string pick = small_conv_choice().choose(
-      small_conv_key(pass, out, a, b, p), {std::string(kLoom), std::string(kCudnn)}, [&] {
-        return cuda::CandidateRuns{[&] { return loom(), true; }, [&] { return cudnn(), true; }};
-      });
+      small_conv_key(pass, out, a, b, p), {std::string(kLoom), std::string(kCudnn)},
+      [&] { return cuda::CandidateRuns{[&] { return loom(), true; }, cudnn}; });
   return pick == kLoom;
 }
 
@@ -58,8 +60,24 @@ bool loom_chosen(std::string_view pass, const Tensor& out, const Tensor& a, cons
 bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p) {
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p); };
-  auto cudnn = [&] { cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p); };
+  auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p), true; };
   if (!loom_chosen("forward", y, x, w, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+
+bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
+                                  const cpu::ConvParams& p) {
+  if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
+  const cuda::SmallConvEpilogue epilogue{.bias = b.defined() ? std::optional(b.strided()) : std::nullopt,
+                                         .relu = true};
+  if (!cuda::conv_small_epilogue_supported(epilogue, w.strided())) return false;
+  auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p, epilogue); };
+  auto cudnn = [&] {
+    return cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), epilogue.bias, p);
+  };
+  const std::string_view pass = b.defined() ? "forward+bias+relu" : "forward+relu";
+  if (!loom_chosen(pass, y, x, w, p, loom, cudnn)) return false;
   loom();
   return true;
 }
@@ -69,7 +87,7 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
   const Tensor scratch = empty({cuda::conv_small_wgrad_scratch(dy.strided(), dw.strided())},
                                {.dtype = DType::Float32, .device = dw.device()});
   auto loom = [&] { cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided()); };
-  auto cudnn = [&] { cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p); };
+  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p), true; };
   if (!loom_chosen("wgrad", dw, dy, x, p, loom, cudnn)) return false;
   loom();
   return true;

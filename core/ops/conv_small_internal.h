@@ -1,6 +1,6 @@
 // File: core/ops/conv_small_internal.h
-// The small-channel convolution tier (core/cuda/conv_small.h, for first layers
-// with C <= 4) beside cuDNN: per shape, the first call races the two with
+// The small-channel convolution tier (core/cuda/conv_small.h, for layers with
+// C <= 8) beside cuDNN: per shape, the first call races the two with
 // KernelChoice and the faster runs from then on. LOOM_CONV_SMALL=loom|cudnn
 // forces one, auto (the default) races them. Private to core/ops.
 //
@@ -16,6 +16,10 @@ namespace loom::conv_detail {
 // it takes these CUDA operands and is the choice for their shape; false leaves
 // y to cuDNN.
 bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p);
+// y = relu(conv(x, w) + b) (no bias where b is undefined) likewise, against
+// cuDNN's fused conv-bias-ReLU graph.
+bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
+                                  const cpu::ConvParams& p);
 // dw (K, C, R, S) = wgrad(dy, x) likewise.
 bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p);
 

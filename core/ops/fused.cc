@@ -30,6 +30,7 @@
 #include "core/cudnn/fused.h"
 #include "core/cudnn/norm.h"
 #include "core/cudnn/variant_walk.h"
+#include "core/ops/conv_small_internal.h"
 #endif
 
 namespace loom {
@@ -113,7 +114,8 @@ void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
                   const cpu::ConvParams& p, bool relu) {
 #ifdef LOOM_WITH_CUDA
   if (relu && try_fused(y) &&
-      cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), strided_or_none(b), p)) {
+      (conv_detail::small_conv_bias_relu_forward(y, x, w, b, p) ||
+       cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), strided_or_none(b), p))) {
     return;
   }
 #endif

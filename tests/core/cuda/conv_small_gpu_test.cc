@@ -1,16 +1,17 @@
 // File: tests/core/cuda/conv_small_gpu_test.cc
 // The small-channel convolution kernels (core/cuda/conv_small.h) against the
 // CPU reference in float64 on the same values (rounded to the dtype first):
-// forward and weight gradient, C = 1, 3, 4, K that 8, 4, 2 or nothing divides,
-// 3x3 and 5x5 filters, stride 1 and 2, padding 0 to 2, odd planes, NCHW and
-// channels-last operands, float32, bfloat16 and float16; then planes large
-// enough for several tiles, and filters whose input window shrinks the tiles. Then conv2d on each
-// path LOOM_CONV_SMALL names (loom, cudnn, auto) under strict fp32, TF32 and
-// bf16 autocast, forward and weight gradient, against the CPU op.
+// forward and weight gradient, C = 1, 3, 4, 6, 8, K that 8, 4, 2 or nothing
+// divides, 3x3 and 5x5 filters, stride 1 and 2, padding 0 to 2, odd planes,
+// NCHW and channels-last operands, float32, bfloat16 and float16; then planes
+// large enough for several tiles, filters whose input window shrinks the
+// tiles, and the forward's bias + ReLU epilogue. Then conv2d and
+// conv2d_bias_relu on each path LOOM_CONV_SMALL names (loom, cudnn, auto)
+// under strict fp32, TF32 and bf16 autocast, against the CPU op.
 //
 // Tolerances, relative to the largest reference magnitude of each result:
-// float32 kernels 1e-5 (at most 100-term products in the forward, fused
-// multiply-adds; the weight gradient sums up to 2 * 17 * 17 terms in a fixed
+// float32 kernels 1e-5 (at most 200-term products in the forward, fused
+// multiply-adds; the weight gradient sums up to 5 * 28 * 28 terms in a fixed
 // order); 16-bit outputs 8e-3 (one rounding to bfloat16, 2^-8 relative, on top
 // of the float32 sums). The op test: strict fp32 1e-5, TF32 2e-3 (cuDNN's
 // TF32 rounds operands to 10 mantissa bits), bf16 autocast 1.6e-2 (bf16
@@ -20,6 +21,7 @@
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -29,6 +31,7 @@
 #include "core/cuda/conv_small.h"
 #include "core/generator.h"
 #include "core/numerics.h"
+#include "core/ops/fused.h"
 #include "core/ops/ops.h"
 #include "tests/testing.h"
 
@@ -43,7 +46,7 @@ struct Case {
 
 std::vector<Case> cases() {
   std::vector<Case> all;
-  for (int64_t C : {1, 3, 4}) {
+  for (int64_t C : {1, 3, 4, 6, 8}) {
     for (int64_t K : {16, 12, 6, 5}) {
       for (int64_t R : {3, 5}) {
         for (int64_t stride : {1, 2}) {
@@ -135,6 +138,38 @@ LOOM_GPU_TEST_CASE("small-channel conv kernels match the CPU on large planes") {
   }
 }
 
+LOOM_GPU_TEST_CASE("the small-channel forward adds a bias and applies ReLU before rounding") {
+  Generator gen(1209);
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      for (int64_t K : {16, 6, 5}) {
+        INFO(dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast, " K ", K);
+        const cpu::ConvParams p{.pad_h = 2, .pad_w = 2};
+        const Tensor x = rounded_to(randn({3, 1, 28, 28}, {}, &gen), dtype);
+        const Tensor w = rounded_to(randn({K, 1, 5, 5}, {}, &gen), dtype);
+        // Every other element of a longer tensor: a bias with stride 2.
+        const Tensor b_long = rounded_to(randn({2 * K}, {}, &gen), dtype);
+        const Tensor b = b_long.slice(0, 0, 2 * K, 2);
+        Tensor y_ref = empty({3, K, 28, 28}, {.dtype = DType::Float64});
+        const Tensor b64 = b.to(DType::Float64).contiguous();
+        const Strided b_view = b64.strided();
+        cpu::conv2d_forward(y_ref.strided(), x.to(DType::Float64).strided(), w.to(DType::Float64).strided(),
+                            &b_view, p, /*relu=*/true);
+        const Tensor xg = x.to(Device::cuda()).to(dtype).contiguous(format);
+        const Tensor wg = w.to(Device::cuda()).to(dtype).contiguous(format);
+        const Tensor bg = b_long.to(Device::cuda()).to(dtype).slice(0, 0, 2 * K, 2);
+        REQUIRE(cuda::conv_small_supported(xg.strided(), wg.strided(), p));
+        const Tensor y = full(y_ref.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
+        cuda::conv_small_forward(y.strided(), xg.strided(), wg.strided(), p,
+                                 {.bias = bg.strided(), .relu = true});
+        check_scaled(y, y_ref, dtype == DType::Float32 ? 1e-5 : 8e-3);
+        const std::vector<double> v = testing::values(y.to(DType::Float32).cpu());
+        CHECK(*std::min_element(v.begin(), v.end()) == 0.0);  // ReLU clipped something
+      }
+    }
+  }
+}
+
 LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built for") {
   const cpu::ConvParams plain{};
   auto supported = [](const Shape& x, const Shape& w, DType dtype, const cpu::ConvParams& p) {
@@ -143,7 +178,8 @@ LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built f
     return cuda::conv_small_supported(xt.strided(), wt.strided(), p);
   };
   CHECK(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float32, plain));
-  CHECK_FALSE(supported({2, 5, 8, 8}, {64, 5, 3, 3}, DType::Float32, plain));     // C > 4
+  CHECK(supported({2, 8, 8, 8}, {16, 8, 5, 5}, DType::Float32, plain));
+  CHECK_FALSE(supported({2, 9, 8, 8}, {16, 9, 3, 3}, DType::Float32, plain));     // C > 8
   CHECK_FALSE(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float64, plain));     // float64
   CHECK_FALSE(supported({2, 3, 8, 8}, {512, 3, 3, 3}, DType::Float32, plain));    // filter too big
   CHECK_FALSE(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float32, {.dilation_h = 2}));
@@ -182,6 +218,48 @@ LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, f
         y.backward(dy.to(Device::cuda()).to(y.dtype()).contiguous(y.suggest_memory_format()));
         check_scaled(y.to(DType::Float32), y_ref, s.tol);
         check_scaled(w.grad(), w_ref.grad(), s.tol);
+      }
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("conv2d_bias_relu on each path LOOM_CONV_SMALL names matches the CPU, all gradients") {
+  Generator gen(1210);
+  const struct {
+    const char* name;
+    NumericsPolicy policy;
+    bool autocast;
+    double tol;
+  } settings[] = {{"strict", {.precision = Precision::StrictFp32}, false, 1e-5},
+                  {"bf16", {.precision = Precision::Bf16}, true, 1.6e-2}};
+  for (const char* path : {"loom", "cudnn", "auto"}) {
+    SmallConvEnv env(path);
+    for (const auto& s : settings) {
+      for (int64_t C : {1, 6}) {
+        INFO(path, " ", s.name, " C ", C);
+        const Conv2dOptions options{.padding = {2, 2}};
+        const Tensor x0 = rounded_to(randn({4, C, 14, 13}, {}, &gen), DType::BFloat16);
+        const Tensor w0 = rounded_to(randn({16, C, 5, 5}, {}, &gen), DType::BFloat16);
+        const Tensor b0 = rounded_to(randn({16}, {}, &gen), DType::BFloat16);
+        auto leaf = [](const Tensor& t) {
+          Tensor l = t.clone();
+          l.requires_grad_();
+          return l;
+        };
+        Tensor x_ref = leaf(x0), w_ref = leaf(w0), b_ref = leaf(b0);
+        const Tensor y_ref = conv2d_bias_relu(x_ref, w_ref, b_ref, options);
+        const Tensor dy = rounded_to(randn(y_ref.sizes(), {}, &gen), DType::BFloat16);
+        y_ref.backward(dy);
+
+        NumericsGuard policy(s.policy);
+        AutocastGuard autocast(s.autocast ? std::optional<DType>(DType::BFloat16) : std::nullopt);
+        Tensor x = leaf(x0.to(Device::cuda())), w = leaf(w0.to(Device::cuda())), b = leaf(b0.to(Device::cuda()));
+        const Tensor y = conv2d_bias_relu(x, w, b, options);
+        y.backward(dy.to(Device::cuda()).to(y.dtype()).contiguous(y.suggest_memory_format()));
+        check_scaled(y.to(DType::Float32), y_ref, s.tol);
+        check_scaled(x.grad(), x_ref.grad(), s.tol);
+        check_scaled(w.grad(), w_ref.grad(), s.tol);
+        check_scaled(b.grad(), b_ref.grad(), s.tol);
       }
     }
   }
