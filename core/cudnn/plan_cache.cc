@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <unordered_set>
 
@@ -124,6 +125,36 @@ void load_runtime_compilation_libraries() {
   }
 }
 
+// NVRTC builds some of its state at its first compile, and registers that
+// state's exit-time teardown then: after our exit hook, so it would run first,
+// under a compile still running on a builder (on the H100 a builder crashed in
+// nvrtcCompileProgram at exit whenever the driver's kernel cache was cold and
+// builds ran long). One trivial compile, before the hook is registered again,
+// puts that teardown behind the hook, which waits for the running builds. Every
+// background job primes first; std::call_once makes the others wait for it.
+using NvrtcCreate = int (*)(void**, const char*, const char*, int, const char* const*, const char* const*);
+using NvrtcCompile = int (*)(void*, int, const char* const*);
+using NvrtcDestroy = int (*)(void**);
+
+void prime_runtime_compilation() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* nvrtc = dlopen(fmt::format("libnvrtc.so.{}", CUDART_VERSION / 1000).c_str(), RTLD_NOW | RTLD_GLOBAL);
+    const auto create = nvrtc ? reinterpret_cast<NvrtcCreate>(dlsym(nvrtc, "nvrtcCreateProgram")) : nullptr;
+    const auto compile = nvrtc ? reinterpret_cast<NvrtcCompile>(dlsym(nvrtc, "nvrtcCompileProgram")) : nullptr;
+    const auto destroy = nvrtc ? reinterpret_cast<NvrtcDestroy>(dlsym(nvrtc, "nvrtcDestroyProgram")) : nullptr;
+    if (create && compile && destroy) {
+      void* program = nullptr;
+      if (create(&program, "extern \"C\" __global__ void loom_prime() {}", "loom_prime.cu", 0, nullptr,
+                 nullptr) == 0) {
+        (void)compile(program, 0, nullptr);  // its result does not matter, only that it ran
+        (void)destroy(&program);
+      }
+    }
+    std::atexit(stop_builders_at_exit);
+  });
+}
+
 // Made at the first background build or warm-up, after CUDA is initialised,
 // and never destroyed; its workers are not joined, so none of their
 // thread-local state is destroyed during exit either.
@@ -187,6 +218,7 @@ void warm_up_in_background(int device) {
   (void)thread_number();  // the allocating (main) thread stays thread 0 of the timeline
   try {
     builders().submit(kWarmUpJob, [device] {
+      prime_runtime_compilation();
       const auto start = Clock::now();
       load_cudnn_libraries();
       std::atexit(stop_builders_at_exit);
@@ -413,6 +445,7 @@ void PlanCache::post(Finished done) {
 
 void PlanCache::build_in_background(PlanKey key, Graph graph, uint64_t ticket) {
   builders().submit(ticket, [this, key = std::move(key), graph = std::move(graph), ticket] {
+    prime_runtime_compilation();
     Clock::time_point start = Clock::now();
     Finished done{key, ticket, nullptr, "", 0};
     try {
