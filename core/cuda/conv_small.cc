@@ -28,7 +28,8 @@ bool conv_small_supported(const Strided& x, const Strided& w, const cpu::ConvPar
 }
 
 bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w) {
-  return !e.bias || (e.bias->dtype == w.dtype && e.bias->sizes.size() == 1 && e.bias->sizes[0] == w.sizes[0]);
+  return !e.bias ||
+         (e.bias->dtype == w.dtype && e.bias->sizes.size() == 1 && e.bias->sizes[0] == w.sizes[0]);
 }
 
 void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
@@ -36,7 +37,8 @@ void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
   LOOM_CHECK(conv_small_epilogue_supported(epilogue, w), ValueError,
              "[conv_small_forward] the bias must be 1-D with the filter's {} output channels and "
              "its dtype {}; got sizes {} of {}",
-             w.sizes[0], dtype_name(w.dtype), shape_str(epilogue.bias->sizes), dtype_name(epilogue.bias->dtype));
+             w.sizes[0], dtype_name(w.dtype), shape_str(epilogue.bias->sizes),
+             dtype_name(epilogue.bias->dtype));
   const Strided* bias = epilogue.bias ? &*epilogue.bias : nullptr;
   LOOM_CUDA_CHECK(launch_conv_small_forward(y, x, w, bias, epilogue.relu, p, current_stream()));
 }

@@ -254,7 +254,9 @@ __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S
         *reinterpret_cast<Pack<S, KB>*>(y.at(o.n, kg * KB, p, q)) = out;
       } else {
 #pragma unroll
-        for (int j = 0; j < KB; ++j) y(o.n, kg * KB + j, p, q) = from_compute<S>(epilogue(acc[i][j], kg * KB + j));
+        for (int j = 0; j < KB; ++j) {
+          y(o.n, kg * KB + j, p, q) = from_compute<S>(epilogue(acc[i][j], kg * KB + j));
+        }
       }
     }
   }
@@ -347,7 +349,9 @@ __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, 
 #pragma unroll
   for (int j = 0; j < KJ; ++j) {
 #pragma unroll
-    for (int e = 0; e < kTaps; ++e) slice_sums[slice * per_slice + (unit * KJ + j) * kTaps + e] = acc[j][e];
+    for (int e = 0; e < kTaps; ++e) {
+      slice_sums[slice * per_slice + (unit * KJ + j) * kTaps + e] = acc[j][e];
+    }
   }
   __syncthreads();
   for (int o = threadIdx.x; o < per_slice; o += blockDim.x) {
@@ -422,7 +426,9 @@ void visit_small(DType dtype, Fn&& fn) {
 int forward_channels(const ConvGeo& g) {
   const int64_t pixel_groups = int64_t(g.N) * g.P * ceil_div(g.Q, kPixels);
   int KB = channels_per_thread(g.K);
-  while (KB > 1 && pixel_groups * (g.K / KB) < kMinForwardThreads && g.K / (KB / 2) <= kThreads) KB /= 2;
+  while (KB > 1 && pixel_groups * (g.K / KB) < kMinForwardThreads && g.K / (KB / 2) <= kThreads) {
+    KB /= 2;
+  }
   return KB;
 }
 
@@ -510,7 +516,8 @@ cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const 
   visit_small(x.dtype, [&]<class S>() {
     const bool packed = packs_fit<S>(dy, KJ);
     visit_channels(KJ, [&]<int V>() {
-      small_wgrad_partial_kernel<S, V><<<static_cast<int>(blocks), layout.units * layout.slices, shared, stream>>>(
+      const int threads = layout.units * layout.slices;
+      small_wgrad_partial_kernel<S, V><<<static_cast<int>(blocks), threads, shared, stream>>>(
           view4<const S>(dy), view4<const S>(x), g, tile, layout, packed, partials);
     });
     small_wgrad_sum_kernel<S><<<blocks_for(dw.numel() * 32), kThreads, 0, stream>>>(

@@ -116,10 +116,13 @@ std::string structure_of(const PlanKey& key, const Graph& graph) {
 
 namespace {
 
+// NVRTC of the CUDA major version Loom was built with, which cuDNN's runtime compilation uses.
+std::string nvrtc_library() { return fmt::format("libnvrtc.so.{}", CUDART_VERSION / 1000); }
+
 // The libraries runtime compilation loads, loaded now so that their exit
 // handlers precede the first hook too (a name that does not resolve is skipped).
 void load_runtime_compilation_libraries() {
-  for (const std::string& name : {fmt::format("libnvrtc.so.{}", CUDART_VERSION / 1000),
+  for (const std::string& name : {nvrtc_library(),
                                   fmt::format("libcudnn_engines_runtime_compiled.so.{}", CUDNN_MAJOR)}) {
     (void)dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL);
   }
@@ -139,10 +142,11 @@ using NvrtcDestroy = int (*)(void**);
 void prime_runtime_compilation() {
   static std::once_flag once;
   std::call_once(once, [] {
-    void* nvrtc = dlopen(fmt::format("libnvrtc.so.{}", CUDART_VERSION / 1000).c_str(), RTLD_NOW | RTLD_GLOBAL);
-    const auto create = nvrtc ? reinterpret_cast<NvrtcCreate>(dlsym(nvrtc, "nvrtcCreateProgram")) : nullptr;
-    const auto compile = nvrtc ? reinterpret_cast<NvrtcCompile>(dlsym(nvrtc, "nvrtcCompileProgram")) : nullptr;
-    const auto destroy = nvrtc ? reinterpret_cast<NvrtcDestroy>(dlsym(nvrtc, "nvrtcDestroyProgram")) : nullptr;
+    void* nvrtc = dlopen(nvrtc_library().c_str(), RTLD_NOW | RTLD_GLOBAL);
+    auto symbol = [nvrtc](const char* symbol_name) { return nvrtc ? dlsym(nvrtc, symbol_name) : nullptr; };
+    const auto create = reinterpret_cast<NvrtcCreate>(symbol("nvrtcCreateProgram"));
+    const auto compile = reinterpret_cast<NvrtcCompile>(symbol("nvrtcCompileProgram"));
+    const auto destroy = reinterpret_cast<NvrtcDestroy>(symbol("nvrtcDestroyProgram"));
     if (create && compile && destroy) {
       void* program = nullptr;
       if (create(&program, "extern \"C\" __global__ void loom_prime() {}", "loom_prime.cu", 0, nullptr,
