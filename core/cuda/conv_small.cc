@@ -24,7 +24,7 @@ bool conv_small_supported(const Strided& x, const Strided& w, const cpu::ConvPar
   const int64_t K = w.sizes[0], C = w.sizes[1], R = w.sizes[2], S = w.sizes[3];
   return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1 && C == x.sizes[1] &&
          C <= kMaxInChannels && R <= kMaxFilterSide && S <= kMaxFilterSide &&
-         conv_small_fits(K, C * R * S);
+         conv_small_fits(K, C, R, S, p.stride_w);
 }
 
 bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w) {

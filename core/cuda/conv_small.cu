@@ -486,10 +486,13 @@ cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const 
   return cudaGetLastError();
 }
 
-bool conv_small_fits(int64_t K, int64_t taps) {
-  const int64_t groups = K / channels_per_thread(K);
-  const int64_t units = groups * ceil_div(taps, kTaps);
+bool conv_small_fits(int64_t K, int64_t C, int64_t R, int64_t S, int64_t stride_w) {
+  const int64_t taps = C * R * S;
+  const int64_t units = K / channels_per_thread(K) * ceil_div(taps, kTaps);
+  // The forward's smallest tile: one row of kPixels outputs, beside the filter.
+  const int64_t smallest_window = C * R * ((kPixels - 1) * stride_w + S);
   return units <= kThreads && int64_t(sizeof(float)) * K * taps <= kFilterBytes &&
+         int64_t(sizeof(float)) * (K * taps + smallest_window) <= kFilterBytes + kInputTileBytes &&
          int64_t(sizeof(float)) * K <= kGradTileBytes;
 }
 

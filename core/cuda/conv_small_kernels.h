@@ -22,10 +22,11 @@ cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const 
 cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
                                     const cpu::ConvParams& p, float* partials,
                                     cudaStream_t stream);
-// True when a filter of K output channels and C * R * S taps fits the kernels'
-// blocks: the weight gradient's thread per (tap, channel group) in one block,
-// and its pixel tile and the forward's filter in shared memory.
-bool conv_small_fits(int64_t K, int64_t taps);
+// True when a filter (K, C, R, S) at column stride stride_w fits the kernels'
+// blocks: the weight gradient's thread per (tap group, channel group) in one
+// block, its pixel tile, and the forward's filter beside its smallest input
+// window in shared memory.
+bool conv_small_fits(int64_t K, int64_t C, int64_t R, int64_t S, int64_t stride_w);
 // The number of float32 partial sums the wgrad's first stage writes.
 int64_t conv_small_wgrad_partials(const Strided& dy, const Strided& w_or_dw);
 

@@ -183,6 +183,10 @@ LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built f
   CHECK_FALSE(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float64, plain));     // float64
   CHECK_FALSE(supported({2, 3, 8, 8}, {512, 3, 3, 3}, DType::Float32, plain));    // filter too big
   CHECK_FALSE(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float32, {.dilation_h = 2}));
+  // A 7x7x8 filter at column stride 40: its smallest input window and the
+  // filter would need more than a block's 48 KiB of shared memory.
+  CHECK(supported({1, 8, 9, 400}, {16, 8, 7, 7}, DType::Float32, {.stride_w = 2}));
+  CHECK_FALSE(supported({1, 8, 9, 400}, {16, 8, 7, 7}, DType::Float32, {.stride_w = 40}));
 }
 
 LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, forward and weight gradient") {
