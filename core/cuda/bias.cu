@@ -110,13 +110,13 @@ __global__ void add_channel_bias_kernel(S* y, const B* bias, int64_t bias_stride
     ChannelCursor lane = at;
     const int64_t begin = p * V;
     if (begin + V <= n) {
-      Pack<S, V> pack = reinterpret_cast<const Pack<S, V>*>(y)[p];
+      Pack<S, V> pack = load_pack<V>(y + begin);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         pack.v[k] = add_bias(pack.v[k], bias, bias_stride, lane.c);
         advance(lane, one, layout);
       }
-      reinterpret_cast<Pack<S, V>*>(y)[p] = pack;
+      store_pack(y + begin, pack);
     } else {
       for (int64_t i = begin; i < n; ++i) {
         y[i] = add_bias(y[i], bias, bias_stride, lane.c);

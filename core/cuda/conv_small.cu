@@ -251,7 +251,7 @@ __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S
         Pack<S, KB> out;
 #pragma unroll
         for (int j = 0; j < KB; ++j) out.v[j] = from_compute<S>(epilogue(acc[i][j], kg * KB + j));
-        *reinterpret_cast<Pack<S, KB>*>(y.at(o.n, kg * KB, p, q)) = out;
+        store_pack(y.at(o.n, kg * KB, p, q), out);
       } else {
 #pragma unroll
         for (int j = 0; j < KB; ++j) {
@@ -274,7 +274,7 @@ __device__ void stage_grad(float* grad_tile, View4<const S> dy, const ConvGeo& g
     const int kg = threadIdx.x % groups;
     for (GridWalk at(threadIdx.x / groups, lanes, cols); at.row < rows; at.next()) {
       const S* from = dy.at(o.n, kg * KJ, o.p0 + at.row, o.q0 + at.col);
-      const Pack<S, KJ> v = *reinterpret_cast<const Pack<S, KJ>*>(from);
+      const Pack<S, KJ> v = load_pack<KJ>(from);
       float* out = grad_tile + (at.row * t.cols + at.col) * g.K + kg * KJ;
 #pragma unroll
       for (int j = 0; j < KJ; ++j) out[j] = to_compute(v.v[j]);
@@ -392,14 +392,6 @@ int64_t partial_blocks(int64_t pixels) {
   return std::clamp<int64_t>(ceil_div(pixels, kMinPixelsPerBlock), 1, kMaxPartialBlocks);
 }
 
-// V consecutive channels of t, from channel 0, can be accessed as one aligned pack.
-template <class S>
-bool packs_fit(const Strided& t, int V) {
-  const int64_t bytes = V * static_cast<int64_t>(sizeof(S));
-  return t.strides[1] == 1 && t.strides[0] % V == 0 && t.strides[2] % V == 0 &&
-         t.strides[3] % V == 0 && reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
-}
-
 // fn.template operator()<KB>() for KB in {8, 4, 2, 1}.
 template <class Fn>
 void visit_channels(int KB, Fn&& fn) {
@@ -476,7 +468,7 @@ cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const 
   const int blocks = static_cast<int>(std::min<int64_t>(tile.count(g), kMaxForwardBlocks));
   const size_t shared = sizeof(float) * g.crs() * g.K + input_tile_bytes(g, tile);
   visit_small(x.dtype, [&]<class S>() {
-    const bool packed = layout.channels_inner && packs_fit<S>(y, KB);
+    const bool packed = layout.channels_inner && channel_packs_fit(y, KB);
     visit_channels(KB, [&]<int V>() {
       const Epilogue<S> epilogue{bias ? bias->ptr<const S>() : nullptr, bias ? bias->strides[0] : 0, relu};
       small_forward_kernel<S, V><<<blocks, threads, shared, stream>>>(
@@ -517,7 +509,7 @@ cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const 
   const int64_t sums_bytes = int64_t(sizeof(float)) * layout.units * layout.slices * KJ * kTaps;
   const size_t shared = std::max(tile_bytes, sums_bytes);
   visit_small(x.dtype, [&]<class S>() {
-    const bool packed = packs_fit<S>(dy, KJ);
+    const bool packed = channel_packs_fit(dy, KJ);
     visit_channels(KJ, [&]<int V>() {
       const int threads = layout.units * layout.slices;
       small_wgrad_partial_kernel<S, V><<<static_cast<int>(blocks), threads, shared, stream>>>(

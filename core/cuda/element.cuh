@@ -8,9 +8,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "core/strided.h"
 
 namespace loom::cuda {
 
@@ -24,6 +26,27 @@ struct alignas(sizeof(T) * V) Pack {
 // Elements of S in one 16-byte pack.
 template <class S>
 constexpr int kPackOf = static_cast<int>(16 / sizeof(S));
+
+// The pack of V elements at p (p aligned to the pack's size).
+template <int V, class T>
+__device__ inline Pack<T, V> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+
+template <class T, int V>
+__device__ inline void store_pack(T* p, const Pack<T, V>& value) {
+  *reinterpret_cast<Pack<T, V>*>(p) = value;
+}
+
+// True when t's channels (dim 1 of a 4-d operand) move V at a time: unit
+// channel stride, a whole number of packs of channels, the other strides whole
+// packs, and the base pointer aligned to a pack.
+inline bool channel_packs_fit(const Strided& t, int V) {
+  const int64_t bytes = V * static_cast<int64_t>(element_size(t.dtype));
+  return t.strides[1] == 1 && t.sizes[1] % V == 0 && t.strides[0] % V == 0 &&
+         t.strides[2] % V == 0 && t.strides[3] % V == 0 &&
+         reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
+}
 
 template <class S>
 struct ComputeOf {

@@ -115,11 +115,11 @@ __global__ void map_dense_kernel(S* out, const S* in, int64_t n, Fn fn) {
   constexpr int V = kPackOf<S>;
   using P = Pack<S, V>;
   for (int64_t i = first_index(); i < n / V; i += index_step()) {
-    const P x = reinterpret_cast<const P*>(in)[i];
+    const P x = load_pack<V>(in + i * V);
     P r;
 #pragma unroll
     for (int j = 0; j < V; ++j) r.v[j] = from_compute<S>(fn(to_compute(x.v[j])));
-    reinterpret_cast<P*>(out)[i] = r;
+    store_pack(out + i * V, r);
   }
   for (int64_t i = n / V * V + first_index(); i < n; i += index_step()) {
     out[i] = from_compute<S>(fn(to_compute(in[i])));
@@ -131,11 +131,11 @@ __global__ void zip_dense_kernel(S* out, const S* a, const S* b, int64_t n, Fn f
   constexpr int V = kPackOf<S>;
   using P = Pack<S, V>;
   for (int64_t i = first_index(); i < n / V; i += index_step()) {
-    const P x = reinterpret_cast<const P*>(a)[i], y = reinterpret_cast<const P*>(b)[i];
+    const P x = load_pack<V>(a + i * V), y = load_pack<V>(b + i * V);
     P r;
 #pragma unroll
     for (int j = 0; j < V; ++j) r.v[j] = from_compute<S>(fn(to_compute(x.v[j]), to_compute(y.v[j])));
-    reinterpret_cast<P*>(out)[i] = r;
+    store_pack(out + i * V, r);
   }
   for (int64_t i = n / V * V + first_index(); i < n; i += index_step()) {
     out[i] = from_compute<S>(fn(to_compute(a[i]), to_compute(b[i])));

@@ -17,16 +17,6 @@ namespace loom::cuda {
 
 namespace {
 
-template <class T, int V>
-__device__ Pack<T, V> load(const T* p) {
-  return *reinterpret_cast<const Pack<T, V>*>(p);
-}
-
-template <class T, int V>
-__device__ void store(T* p, const Pack<T, V>& value) {
-  *reinterpret_cast<Pack<T, V>*>(p) = value;
-}
-
 // Plane coordinates and channels fit 32 bits; the batch index gets 64.
 struct Position {
   int64_t n;
@@ -120,7 +110,7 @@ __global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<co
     }
     for (int h = h0; h < h1; ++h) {
       for (int w = w0; w < w1; ++w) {
-        const Pack<S, V> v = load<S, V>(x.at(o.n, o.c, h, w));
+        const Pack<S, V> v = load_pack<V>(x.at(o.n, o.c, h, w));
         const uint8_t local = static_cast<uint8_t>((h - h_origin) * s.kernel_w + (w - w_origin));
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -135,8 +125,8 @@ __global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<co
     Pack<S, V> out;
 #pragma unroll
     for (int j = 0; j < V; ++j) out.v[j] = from_compute<S>(best[j]);
-    store(y.at(o.n, o.c, o.h, o.w), out);
-    store(index.at(o.n, o.c, o.h, o.w), arg);
+    store_pack(y.at(o.n, o.c, o.h, o.w), out);
+    store_pack(index.at(o.n, o.c, o.h, o.w), arg);
   }
 }
 
@@ -157,8 +147,8 @@ __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<con
       const int row_local = (e.h - (p * s.stride_h - s.pad_h)) * s.kernel_w;
       for (int q = cols.first; q < cols.last; ++q) {
         const int local = row_local + e.w - (q * s.stride_w - s.pad_w);
-        const Pack<uint8_t, V> picked = load<uint8_t, V>(index.at(e.n, e.c, p, q));
-        const Pack<S, V> g = load<S, V>(dy.at(e.n, e.c, p, q));
+        const Pack<uint8_t, V> picked = load_pack<V>(index.at(e.n, e.c, p, q));
+        const Pack<S, V> g = load_pack<V>(dy.at(e.n, e.c, p, q));
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           if (picked.v[j] == local) sum[j] += to_compute(g.v[j]);
@@ -168,7 +158,7 @@ __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<con
     Pack<S, V> out;
 #pragma unroll
     for (int j = 0; j < V; ++j) out.v[j] = from_compute<S>(sum[j]);
-    store(dx.at(e.n, e.c, e.h, e.w), out);
+    store_pack(dx.at(e.n, e.c, e.h, e.w), out);
   }
 }
 
@@ -185,8 +175,8 @@ __global__ void tiled_backward_kernel(View4<S> dx, View4<const S> dy, View4<cons
   using T = compute_t<S>;
   for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
     const Position o = outputs.at(i);
-    const Pack<uint8_t, V> picked = load<uint8_t, V>(index.at(o.n, o.c, o.h, o.w));
-    const Pack<S, V> g = load<S, V>(dy.at(o.n, o.c, o.h, o.w));
+    const Pack<uint8_t, V> picked = load_pack<V>(index.at(o.n, o.c, o.h, o.w));
+    const Pack<S, V> g = load_pack<V>(dy.at(o.n, o.c, o.h, o.w));
     for (int kh = 0; kh < s.kernel_h; ++kh) {
       for (int kw = 0; kw < s.kernel_w; ++kw) {
         const int local = kh * s.kernel_w + kw;
@@ -196,7 +186,7 @@ __global__ void tiled_backward_kernel(View4<S> dx, View4<const S> dy, View4<cons
           // T(0) + g, as the per-element sum: a -0 gradient stores +0 both ways.
           out.v[j] = from_compute<S>(picked.v[j] == local ? T(0) + to_compute(g.v[j]) : T(0));
         }
-        store(dx.at(o.n, o.c, o.h * s.stride_h + kh, o.w * s.stride_w + kw), out);
+        store_pack(dx.at(o.n, o.c, o.h * s.stride_h + kh, o.w * s.stride_w + kw), out);
       }
     }
   }
@@ -207,24 +197,23 @@ bool tiles_exactly(const Shape2& s) {
          s.H == s.P * s.kernel_h && s.W == s.Q * s.kernel_w;
 }
 
-bool aligned(const Strided& t, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
-}
-
-// True when t's channels can move V at a time: unit channel stride, the other
-// strides whole packs, and the base pointer aligned to a pack.
-bool packs_fit(const Strided& t, int V, int64_t element_bytes) {
-  return t.strides[1] == 1 && t.sizes[1] % V == 0 && t.strides[0] % V == 0 &&
-         t.strides[2] % V == 0 && t.strides[3] % V == 0 && aligned(t, V * element_bytes);
-}
-
 // The 16-byte pack width when all three operands take it, else 1.
 template <class S>
 int pack_width(const Strided& a, const Strided& b, const Strided& index) {
-  constexpr int kWide = 16 / sizeof(S);
-  const bool fit = packs_fit(a, kWide, sizeof(S)) && packs_fit(b, kWide, sizeof(S)) &&
-                   packs_fit(index, kWide, 1);
+  constexpr int kWide = kPackOf<S>;
+  const bool fit = channel_packs_fit(a, kWide) && channel_packs_fit(b, kWide) &&
+                   channel_packs_fit(index, kWide);
   return fit ? kWide : 1;
+}
+
+// fn.template operator()<V>() with V the 16-byte pack width of S or 1.
+template <class S, class Fn>
+void visit_width(int V, Fn&& fn) {
+  if (V == kPackOf<S>) {
+    fn.template operator()<kPackOf<S>>();
+  } else {
+    fn.template operator()<1>();
+  }
 }
 
 Shape2 shape2(const cpu::Pool2dParams& k, const Strided& in, const Strided& out) {
@@ -240,17 +229,11 @@ cudaError_t launch_max_pool2d_window_forward(const Strided& y, const Strided& in
                                              cudaStream_t stream) {
   if (y.numel() == 0) return cudaSuccess;
   visit_floating(x.dtype, [&]<class S>() {
-    constexpr int kWide = 16 / sizeof(S);
-    const int V = pack_width<S>(x, y, index);
-    const PackSpace outputs = pack_space(y, V);
-    const Shape2 s = shape2(params, x, y);
-    if (V == kWide) {
-      window_forward_kernel<S, kWide><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-          view4<S>(y), view4<uint8_t>(index), view4<const S>(x), outputs, s);
-    } else {
-      window_forward_kernel<S, 1><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-          view4<S>(y), view4<uint8_t>(index), view4<const S>(x), outputs, s);
-    }
+    visit_width<S>(pack_width<S>(x, y, index), [&]<int V>() {
+      const PackSpace outputs = pack_space(y, V);
+      window_forward_kernel<S, V><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
+          view4<S>(y), view4<uint8_t>(index), view4<const S>(x), outputs, shape2(params, x, y));
+    });
   });
   return cudaGetLastError();
 }
@@ -261,26 +244,21 @@ cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& 
                                               cudaStream_t stream) {
   if (dx.numel() == 0) return cudaSuccess;
   visit_floating(dx.dtype, [&]<class S>() {
-    constexpr int kWide = 16 / sizeof(S);
-    const int V = pack_width<S>(dx, dy, index);
-    const PackSpace inputs = pack_space(dx, V);
-    const Shape2 s = shape2(params, dx, dy);
-    if (tiles_exactly(s)) {
-      const PackSpace outputs = pack_space(dy, V);
-      if (V == kWide) {
-        tiled_backward_kernel<S, kWide><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-            view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), outputs, s);
+    visit_width<S>(pack_width<S>(dx, dy, index), [&]<int V>() {
+      const Shape2 s = shape2(params, dx, dy);
+      const auto dxv = view4<S>(dx);
+      const auto dyv = view4<const S>(dy);
+      const auto iv = view4<const uint8_t>(index);
+      if (tiles_exactly(s)) {
+        const PackSpace outputs = pack_space(dy, V);
+        tiled_backward_kernel<S, V><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
+            dxv, dyv, iv, outputs, s);
       } else {
-        tiled_backward_kernel<S, 1><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-            view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), outputs, s);
+        const PackSpace inputs = pack_space(dx, V);
+        window_backward_kernel<S, V><<<blocks_for(inputs.count), kThreads, 0, stream>>>(
+            dxv, dyv, iv, inputs, s);
       }
-    } else if (V == kWide) {
-      window_backward_kernel<S, kWide><<<blocks_for(inputs.count), kThreads, 0, stream>>>(
-          view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), inputs, s);
-    } else {
-      window_backward_kernel<S, 1><<<blocks_for(inputs.count), kThreads, 0, stream>>>(
-          view4<S>(dx), view4<const S>(dy), view4<const uint8_t>(index), inputs, s);
-    }
+    });
   });
   return cudaGetLastError();
 }

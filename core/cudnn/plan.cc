@@ -331,7 +331,8 @@ bool kernel_cached(const Descriptor& cache, const Descriptor& config) {
   return cached == 1;
 }
 
-// Finalizes a plan for `config`; null when cuDNN says the config does not support the graph.
+// Finalizes a plan for `config`; null when cuDNN says the config does not
+// support the graph. `notes.kernel_reused` is the caller's (it asked the cache first).
 std::unique_ptr<Plan> finalize_plan(const std::shared_ptr<const BuiltGraph>& graph, const Descriptor& config,
                                     PlanNotes notes, cudnnHandle_t handle,
                                     const Descriptor* kernel_cache = nullptr) {
@@ -340,7 +341,6 @@ std::unique_ptr<Plan> finalize_plan(const std::shared_ptr<const BuiltGraph>& gra
   if (kernel_cache != nullptr) plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, *kernel_cache);
   notes.dynamic_shape = graph->graph().dynamic_shape();
   set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
-  notes.kernel_reused = kernel_cache != nullptr && kernel_cached(*kernel_cache, config);
   if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
   int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
   return std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
@@ -488,17 +488,18 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
   double fastest_ms = std::numeric_limits<double>::infinity();
   int finalize_failures = 0, execute_failures = 0;
   std::vector<std::string> problems;
-  std::vector<Descriptor> configs = all_configs(*graph, problems);
-  if (options.kernel_cache != nullptr) {
-    // A config whose kernel is cached binds it in microseconds; the heuristics'
-    // first choice can differ from size to size and would compile another one.
-    std::stable_partition(configs.begin(), configs.end(), [&](const Descriptor& config) {
-      return kernel_cached(*options.kernel_cache, config);
-    });
+  std::vector<std::pair<Descriptor, bool>> configs;  // (config, its kernel is cached)
+  for (Descriptor& config : all_configs(*graph, problems)) {
+    const bool cached = options.kernel_cache != nullptr && kernel_cached(*options.kernel_cache, config);
+    configs.emplace_back(std::move(config), cached);
   }
-  for (const Descriptor& config : configs) {
+  // A config whose kernel is cached binds it in microseconds; the heuristics'
+  // first choice can differ from size to size and would compile another one.
+  std::stable_partition(configs.begin(), configs.end(), [](const auto& c) { return c.second; });
+  for (const auto& [config, cached] : configs) {
     ++selection.candidates_seen;
     PlanNotes notes = read_notes(config);
+    notes.kernel_reused = cached;
     if (!allowed(notes, graph_in, options)) continue;
     if (options.precompiled_only && compiles_at_run_time(notes)) {
       ++selection.runtime_compiled_skipped;

@@ -23,6 +23,7 @@
 #ifdef LOOM_WITH_CUDA
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,9 +67,10 @@ void check_scaled(const Tensor& actual, const Tensor& expected, double tol) {
   CHECK_CLOSE(actual.to(DType::Float64).cpu(), expected.to(DType::Float64), 0, tol * scale);
 }
 
-// float32 CPU values rounded to dtype (on the GPU: the CPU holds no 16-bit tensors).
-Tensor rounded_to(const Tensor& t, DType dtype) {
-  return t.to(Device::cuda()).to(dtype).to(DType::Float32).cpu();
+// Normal float32 CPU values, each exact in dtype, so that every precision sees
+// the same inputs (rounded on the GPU: the CPU holds no 16-bit tensors).
+Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
+  return randn(sizes, {}, &gen).to(Device::cuda()).to(dtype).to(DType::Float32).cpu();
 }
 
 // Returns false, checking nothing, for a case the kernels decline (too many
@@ -80,9 +82,9 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   const int64_t N = c.N, H = c.H, W = c.W;
   const int64_t P = cpu::conv_output_size(H, c.R, c.stride, c.pad, 1);
   const int64_t Q = cpu::conv_output_size(W, c.R, c.stride, c.pad, 1);
-  const Tensor x = rounded_to(randn({N, c.C, H, W}, {}, &gen), dtype);
-  const Tensor w = rounded_to(randn({c.K, c.C, c.R, c.R}, {}, &gen), dtype);
-  const Tensor dy = rounded_to(randn({N, c.K, P, Q}, {}, &gen), dtype);
+  const Tensor x = exact_randn({N, c.C, H, W}, dtype, gen);
+  const Tensor w = exact_randn({c.K, c.C, c.R, c.R}, dtype, gen);
+  const Tensor dy = exact_randn({N, c.K, P, Q}, dtype, gen);
   const Tensor x64 = x.to(DType::Float64), w64 = w.to(DType::Float64), dy64 = dy.to(DType::Float64);
   Tensor y_ref = empty({N, c.K, P, Q}, {.dtype = DType::Float64});
   Tensor dw_ref = empty(w.sizes(), {.dtype = DType::Float64});
@@ -108,6 +110,34 @@ struct SmallConvEnv {
   explicit SmallConvEnv(const char* value) { setenv("LOOM_CONV_SMALL", value, 1); }
   ~SmallConvEnv() { unsetenv("LOOM_CONV_SMALL"); }
 };
+
+// A numerics setting the conv2d path tests run under, and its tolerance.
+struct PathSetting {
+  const char* name;
+  NumericsPolicy policy;
+  bool autocast;  // bfloat16 autocast
+  double tol;
+};
+const PathSetting kStrict{"strict", {.precision = Precision::StrictFp32}, false, 1e-5};
+const PathSetting kTf32{"tf32", {.precision = Precision::Tf32}, false, 2e-3};
+const PathSetting kBf16{"bf16", {.precision = Precision::Bf16}, true, 1.6e-2};
+
+// The policy and autocast of a setting, for one scope.
+struct SettingScope {
+  explicit SettingScope(const PathSetting& s)
+      : policy(s.policy),
+        autocast(s.autocast ? std::optional<DType>(DType::BFloat16) : std::nullopt) {}
+  NumericsGuard policy;
+  AutocastGuard autocast;
+};
+
+
+// A copy of t that requires grad.
+Tensor leaf(const Tensor& t) {
+  Tensor l = t.clone();
+  l.requires_grad_();
+  return l;
+}
 
 }  // namespace
 
@@ -145,10 +175,10 @@ LOOM_GPU_TEST_CASE("the small-channel forward adds a bias and applies ReLU befor
       for (int64_t K : {16, 6, 5}) {
         INFO(dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast, " K ", K);
         const cpu::ConvParams p{.pad_h = 2, .pad_w = 2};
-        const Tensor x = rounded_to(randn({3, 1, 28, 28}, {}, &gen), dtype);
-        const Tensor w = rounded_to(randn({K, 1, 5, 5}, {}, &gen), dtype);
+        const Tensor x = exact_randn({3, 1, 28, 28}, dtype, gen);
+        const Tensor w = exact_randn({K, 1, 5, 5}, dtype, gen);
         // Every other element of a longer tensor: a bias with stride 2.
-        const Tensor b_long = rounded_to(randn({2 * K}, {}, &gen), dtype);
+        const Tensor b_long = exact_randn({2 * K}, dtype, gen);
         const Tensor b = b_long.slice(0, 0, 2 * K, 2);
         Tensor y_ref = empty({3, K, 28, 28}, {.dtype = DType::Float64});
         const Tensor b64 = b.to(DType::Float64).contiguous();
@@ -191,33 +221,21 @@ LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built f
 
 LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, forward and weight gradient") {
   Generator gen(1207);
-  struct Setting {
-    const char* name;
-    NumericsPolicy policy;
-    bool autocast;
-    double tol;
-  };
-  const Setting settings[] = {{"strict", {.precision = Precision::StrictFp32}, false, 1e-5},
-                              {"tf32", {.precision = Precision::Tf32}, false, 2e-3},
-                              {"bf16", {.precision = Precision::Bf16}, true, 1.6e-2}};
   for (const char* path : {"loom", "cudnn", "auto"}) {
     SmallConvEnv env(path);
-    for (const Setting& s : settings) {
+    for (const PathSetting& s : {kStrict, kTf32, kBf16}) {
       for (int64_t C : {1, 3}) {
         INFO(path, " ", s.name, " C ", C);
         const Conv2dOptions options{.stride = {1, 1}, .padding = {1, 1}};
-        const Tensor x = rounded_to(randn({4, C, 12, 11}, {}, &gen), DType::BFloat16);
-        const Tensor w0 = rounded_to(randn({16, C, 3, 3}, {}, &gen), DType::BFloat16);
-        Tensor w_ref = w0.clone();
-        w_ref.requires_grad_();
+        const Tensor x = exact_randn({4, C, 12, 11}, DType::BFloat16, gen);
+        const Tensor w0 = exact_randn({16, C, 3, 3}, DType::BFloat16, gen);
+        Tensor w_ref = leaf(w0);
         const Tensor y_ref = conv2d(x, w_ref, Tensor(), options);
-        const Tensor dy = rounded_to(randn(y_ref.sizes(), {}, &gen), DType::BFloat16);
+        const Tensor dy = exact_randn(y_ref.sizes(), DType::BFloat16, gen);
         y_ref.backward(dy);
 
-        NumericsGuard policy(s.policy);
-        AutocastGuard autocast(s.autocast ? std::optional<DType>(DType::BFloat16) : std::nullopt);
-        Tensor w = w0.to(Device::cuda());
-        w.requires_grad_();
+        const SettingScope scope(s);
+        Tensor w = leaf(w0.to(Device::cuda()));
         const Tensor y = conv2d(x.to(Device::cuda()), w, Tensor(), options);
         y.backward(dy.to(Device::cuda()).to(y.dtype()).contiguous(y.suggest_memory_format()));
         check_scaled(y.to(DType::Float32), y_ref, s.tol);
@@ -229,35 +247,23 @@ LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, f
 
 LOOM_GPU_TEST_CASE("conv2d_bias_relu on each path LOOM_CONV_SMALL names matches the CPU, all gradients") {
   Generator gen(1210);
-  const struct {
-    const char* name;
-    NumericsPolicy policy;
-    bool autocast;
-    double tol;
-  } settings[] = {{"strict", {.precision = Precision::StrictFp32}, false, 1e-5},
-                  {"bf16", {.precision = Precision::Bf16}, true, 1.6e-2}};
   for (const char* path : {"loom", "cudnn", "auto"}) {
     SmallConvEnv env(path);
-    for (const auto& s : settings) {
+    for (const PathSetting& s : {kStrict, kBf16}) {
       for (int64_t C : {1, 6}) {
         INFO(path, " ", s.name, " C ", C);
         const Conv2dOptions options{.padding = {2, 2}};
-        const Tensor x0 = rounded_to(randn({4, C, 14, 13}, {}, &gen), DType::BFloat16);
-        const Tensor w0 = rounded_to(randn({16, C, 5, 5}, {}, &gen), DType::BFloat16);
-        const Tensor b0 = rounded_to(randn({16}, {}, &gen), DType::BFloat16);
-        auto leaf = [](const Tensor& t) {
-          Tensor l = t.clone();
-          l.requires_grad_();
-          return l;
-        };
+        const Tensor x0 = exact_randn({4, C, 14, 13}, DType::BFloat16, gen);
+        const Tensor w0 = exact_randn({16, C, 5, 5}, DType::BFloat16, gen);
+        const Tensor b0 = exact_randn({16}, DType::BFloat16, gen);
         Tensor x_ref = leaf(x0), w_ref = leaf(w0), b_ref = leaf(b0);
         const Tensor y_ref = conv2d_bias_relu(x_ref, w_ref, b_ref, options);
-        const Tensor dy = rounded_to(randn(y_ref.sizes(), {}, &gen), DType::BFloat16);
+        const Tensor dy = exact_randn(y_ref.sizes(), DType::BFloat16, gen);
         y_ref.backward(dy);
 
-        NumericsGuard policy(s.policy);
-        AutocastGuard autocast(s.autocast ? std::optional<DType>(DType::BFloat16) : std::nullopt);
-        Tensor x = leaf(x0.to(Device::cuda())), w = leaf(w0.to(Device::cuda())), b = leaf(b0.to(Device::cuda()));
+        const SettingScope scope(s);
+        Tensor x = leaf(x0.to(Device::cuda())), w = leaf(w0.to(Device::cuda())),
+               b = leaf(b0.to(Device::cuda()));
         const Tensor y = conv2d_bias_relu(x, w, b, options);
         y.backward(dy.to(Device::cuda()).to(y.dtype()).contiguous(y.suggest_memory_format()));
         check_scaled(y.to(DType::Float32), y_ref, s.tol);

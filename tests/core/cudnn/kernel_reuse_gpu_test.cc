@@ -58,6 +58,13 @@ cudnn::PlanInfo entry_for(const std::string& op, const std::string& dims) {
   return {};
 }
 
+// An empty plan cache, TF32 and `mode` plan building, for one case.
+struct FreshPlans {
+  explicit FreshPlans(PlanBuildMode mode) : build(mode) { cudnn::PlanCache::global().clear(); }
+  NumericsGuard tf32{{.precision = Precision::Tf32}};
+  PlanBuildGuard build;
+};
+
 // Every background build finished; then one step boundary.
 void step_boundary() {
   cudnn::PlanCache::global().wait_for_background_builds();
@@ -67,10 +74,8 @@ void step_boundary() {
 }  // namespace
 
 LOOM_GPU_TEST_CASE("lazy: a new batch size runs on another size's kernel, then on its own plan") {
+  const FreshPlans lazy(PlanBuildMode::Lazy);
   auto& cache = cudnn::PlanCache::global();
-  cache.clear();
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  PlanBuildGuard lazy(PlanBuildMode::Lazy);
   Generator gen(91);
   const Linear layer(72, 40, gen);
 
@@ -113,10 +118,8 @@ LOOM_GPU_TEST_CASE("lazy: a new batch size runs on another size's kernel, then o
 }
 
 LOOM_GPU_TEST_CASE("eager plan building builds static plans only") {
+  const FreshPlans eager(PlanBuildMode::Eager);
   auto& cache = cudnn::PlanCache::global();
-  cache.clear();
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  PlanBuildGuard eager(PlanBuildMode::Eager);
   Generator gen(92);
   const Linear layer(56, 24, gen);
   for (int64_t m : {64, 48, 200}) {
