@@ -183,12 +183,29 @@ SumPlan plan_of(const Strided& dy) {
   return plan;
 }
 
+// Where a first pass puts group g's sum of channel c: partial[g][c], or, when
+// there is one group (db not null), straight into db[c], so that no second
+// pass runs.
+template <class D, class Acc>
+struct SumOut {
+  Acc* partial;
+  D* db;
+  int64_t db_stride;
+
+  __device__ void put(int64_t g, int64_t c, int64_t channels, Acc sum) const {
+    if (db != nullptr) {
+      db[c * db_stride] = from_compute<D>(static_cast<compute_t<D>>(sum));
+    } else {
+      partial[g * channels + c] = sum;
+    }
+  }
+};
+
 // dy (rows, C) row-major. Block (x, g) sums columns c = x*32 + tx over rows
-// g*8 + ty, stepping groups*8, then adds its 8 row-partials as a tree into
-// partial[g][c].
-template <class S, class Acc>
+// g*8 + ty, stepping groups*8, then adds its 8 row-partials as a tree.
+template <class S, class D, class Acc>
 __global__ void column_partials_kernel(const S* dy, int64_t rows, int64_t channels,
-                                       int64_t groups, Acc* partial) {
+                                       int64_t groups, SumOut<D, Acc> out) {
   __shared__ Acc tile[kTileRows][kTileColumns + 1];
   const int64_t c = blockIdx.x * int64_t(kTileColumns) + threadIdx.x;
   Acc acc = 0;
@@ -204,15 +221,15 @@ __global__ void column_partials_kernel(const S* dy, int64_t rows, int64_t channe
     if (threadIdx.y < half) tile[threadIdx.y][threadIdx.x] += tile[threadIdx.y + half][threadIdx.x];
     __syncthreads();
   }
-  if (threadIdx.y == 0 && c < channels) partial[blockIdx.y * channels + c] = tile[0][threadIdx.x];
+  if (threadIdx.y == 0 && c < channels) out.put(blockIdx.y, c, channels, tile[0][threadIdx.x]);
 }
 
 // dy (outer, C, inner) row-major. Channel c's k-th element (k = n * inner + j)
 // sits at n * C * inner + c * inner + j. Block (c, g) sums k in
-// [g * chunk, (g + 1) * chunk) into partial[g][c].
-template <class S, class Acc>
+// [g * chunk, (g + 1) * chunk).
+template <class S, class D, class Acc>
 __global__ void plane_partials_kernel(const S* dy, ChannelLayout l, int64_t per_channel,
-                                      int64_t chunk, Acc* partial) {
+                                      int64_t chunk, SumOut<D, Acc> out) {
   const int64_t c = blockIdx.x, g = blockIdx.y;
   const int64_t end = (g + 1) * chunk < per_channel ? (g + 1) * chunk : per_channel;
   const int64_t plane = l.channels * l.inner;
@@ -233,7 +250,7 @@ __global__ void plane_partials_kernel(const S* dy, ChannelLayout l, int64_t per_
     }
   }
   acc = block_reduce(acc, [](Acc a, Acc b) { return a + b; });
-  if (threadIdx.x == 0) partial[g * l.channels + c] = acc;
+  if (threadIdx.x == 0) out.put(g, c, l.channels, acc);
 }
 
 // db[c] = the sum of partial[g][c] over g, one block per channel, in a fixed
@@ -255,16 +272,19 @@ void launch_sum(const Strided& db, const Strided& dy, const SumPlan& plan, void*
   using Acc = compute_t<S>;
   Acc* partial = static_cast<Acc*>(scratch);
   const ChannelLayout& l = plan.layout;
+  const bool one_pass = plan.groups == 1;
+  const SumOut<D, Acc> out{partial, one_pass ? db.ptr<D>() : nullptr, db.strides[0]};
   if (plan.groups > 0 && l.inner == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(l.channels, kTileColumns)),
                     static_cast<unsigned>(plan.groups));
     column_partials_kernel<<<grid, dim3(kTileColumns, kTileRows), 0, stream>>>(
-        dy.ptr<const S>(), plan.per_channel, l.channels, plan.groups, partial);
+        dy.ptr<const S>(), plan.per_channel, l.channels, plan.groups, out);
   } else if (plan.groups > 0) {
     const dim3 grid(static_cast<unsigned>(l.channels), static_cast<unsigned>(plan.groups));
     plane_partials_kernel<<<grid, kThreads, 0, stream>>>(
-        dy.ptr<const S>(), l, plan.per_channel, ceil_div(plan.per_channel, plan.groups), partial);
+        dy.ptr<const S>(), l, plan.per_channel, ceil_div(plan.per_channel, plan.groups), out);
   }
+  if (one_pass) return;
   finish_sum_kernel<<<blocks_for_groups(l.channels), kThreads, 0, stream>>>(
       db.ptr<D>(), db.strides[0], partial, plan.groups, l.channels);
 }

@@ -47,12 +47,24 @@ int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw) {
   return conv_small_wgrad_partials(dy, dw);
 }
 
+bool conv_small_wgrad_takes_bias(const Strided& w_or_dw) {
+  return w_or_dw.sizes[0] <= conv_small_wgrad_threads(w_or_dw);
+}
+
 void conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                      const cpu::ConvParams& p, const Strided& scratch) {
+                      const cpu::ConvParams& p, const Strided& scratch,
+                      const std::optional<Strided>& db) {
   LOOM_CHECK(scratch.dtype == DType::Float32 && scratch.numel() >= conv_small_wgrad_partials(dy, dw),
              ValueError, "[conv_small_wgrad] needs {} float32 scratch elements, got {} of {}",
              conv_small_wgrad_partials(dy, dw), scratch.numel(), dtype_name(scratch.dtype));
-  LOOM_CUDA_CHECK(launch_conv_small_wgrad(dw, dy, x, p, scratch.ptr<float>(), current_stream()));
+  LOOM_CHECK(!db || (db->dtype == dw.dtype && db->sizes.size() == 1 &&
+                     db->sizes[0] == dw.sizes[0] && conv_small_wgrad_takes_bias(dw)),
+             ValueError,
+             "[conv_small_wgrad] db must be 1-D with dw's {} output channels (at most the "
+             "block's threads: see conv_small_wgrad_takes_bias) and dw's dtype {}; got sizes {} of {}",
+             dw.sizes[0], dtype_name(dw.dtype), shape_str(db->sizes), dtype_name(db->dtype));
+  LOOM_CUDA_CHECK(launch_conv_small_wgrad(dw, db ? &*db : nullptr, dy, x, p, scratch.ptr<float>(),
+                                          current_stream()));
 }
 
 }  // namespace loom::cuda

@@ -17,7 +17,10 @@
 // summed in a fixed order, then a second kernel sums the blocks' partials in a
 // fixed order: the same bits every run, and no float atomics. (KJ x kTaps
 // floats per thread, at most kThreads threads: the slices' sums fit the
-// 48 KiB of shared memory.)
+// 48 KiB of shared memory.) The bias gradient, where asked for, rides along:
+// thread t also sums channel t % K of every (threads / K)-th pixel of each
+// staged gradient tile, and those sums take the same two fixed-order stages,
+// so db costs no pass of its own over dy.
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #include <algorithm>
@@ -291,13 +294,37 @@ __device__ void stage_grad(float* grad_tile, View4<const S> dy, const ConvGeo& g
 // of dw, each summed by `slices` threads over interleaved tile columns.
 struct GradLayout {
   int groups, tap_groups, units, slices;
+
+  __host__ __device__ int threads() const { return units * slices; }
+  // With the bias gradient: threads / K threads per channel (K <= threads).
+  __host__ __device__ int bias_slices(int K) const { return threads() / K; }
+};
+
+// The bias gradient's share of thread t: channel t % K of every bias_slices-th
+// pixel of a gradient tile, from pixel t / K on.
+struct BiasShare {
+  int k, slice, slices;
+  float sum = 0.0f;
+
+  __device__ BiasShare(const ConvGeo& g, const GradLayout& l)
+      : k(threadIdx.x % g.K), slice(threadIdx.x / g.K), slices(l.bias_slices(g.K)) {}
+  __device__ bool active() const { return slice < slices; }
+
+  // Adds this thread's pixels of the staged tile (rows x cols, t.cols wide).
+  __device__ void add(const float* grad_tile, const ConvGeo& g, const Tile& t, int rows, int cols) {
+    if (!active()) return;
+    for (GridWalk at(slice, slices, cols); at.row < rows; at.next()) {
+      sum += grad_tile[(at.row * t.cols + at.col) * g.K + k];
+    }
+  }
 };
 
 // Stage 1: block b sums tiles [b * tiles / blocks, (b + 1) * tiles / blocks),
 // in order, into partials[k * CRS + crs][b].
+// With `bias`, also partials[(K * CRS + k)][b]: block b's sum of dy[., k, ., .].
 template <class S, int KJ>
 __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, ConvGeo g, Tile t,
-                                           GradLayout l, bool packed, float* partials) {
+                                           GradLayout l, bool packed, bool bias, float* partials) {
   extern __shared__ float shared[];
   // The gradient tile first: its rows are KJ-aligned for load_row's 16-byte loads.
   float* grad_tile = shared;                                 // [TR * TQ][K]
@@ -318,6 +345,7 @@ __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, 
 #pragma unroll
     for (int e = 0; e < kTaps; ++e) acc[j][e] = 0.0f;
   }
+  BiasShare bias_share(g, l);
   const int64_t tiles = t.count(g);
   const int64_t first = tiles * blockIdx.x / gridDim.x, last = tiles * (blockIdx.x + 1) / gridDim.x;
   for (int64_t index = first; index < last; ++index) {
@@ -327,6 +355,7 @@ __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, 
     stage_input(in_tile, x, g, t, o);
     stage_grad<S, KJ>(grad_tile, dy, g, t, o, rows, cols, packed);
     __syncthreads();
+    if (bias) bias_share.add(grad_tile, g, t, rows, cols);
     for (int row = 0; row < rows; ++row) {
       for (int col = slice; col < cols; col += l.slices) {
         const float* in_at = in_tile + row * g.stride_h * t.in_cols + col * g.stride_w;
@@ -353,7 +382,14 @@ __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, 
       slice_sums[slice * per_slice + (unit * KJ + j) * kTaps + e] = acc[j][e];
     }
   }
+  float* bias_sums = slice_sums + l.slices * per_slice;  // [bias slice][K]
+  if (bias && bias_share.active()) bias_sums[bias_share.slice * g.K + bias_share.k] = bias_share.sum;
   __syncthreads();
+  if (bias && static_cast<int>(threadIdx.x) < g.K) {
+    float sum = 0.0f;
+    for (int from = 0; from < bias_share.slices; ++from) sum += bias_sums[from * g.K + threadIdx.x];
+    partials[(int64_t(g.K) * crs_count + threadIdx.x) * gridDim.x + blockIdx.x] = sum;
+  }
   for (int o = threadIdx.x; o < per_slice; o += blockDim.x) {
     const int owner = o / (KJ * kTaps), j = o / kTaps % KJ, e = o % kTaps;
     const int tap = owner / l.groups * kTaps + e;
@@ -368,11 +404,13 @@ __global__ void small_wgrad_partial_kernel(View4<const S> dy, View4<const S> x, 
 // Stage 2: a warp per dw[k][crs]. Lane l sums the partials of blocks l, l + 32,
 // ... in order, then the lanes combine in a fixed shuffle tree: the same
 // order every run.
+// Outputs past dw's K * CRS are db's K (where db is not null).
 template <class S>
-__global__ void small_wgrad_sum_kernel(View4<S> dw, const float* partials, int64_t blocks,
-                                       ConvGeo g) {
+__global__ void small_wgrad_sum_kernel(View4<S> dw, S* db, int64_t db_stride, const float* partials,
+                                       int64_t blocks, ConvGeo g) {
   const int crs_count = g.crs();
-  const int64_t outputs = int64_t(g.K) * crs_count;
+  const int64_t weights = int64_t(g.K) * crs_count;
+  const int64_t outputs = weights + (db != nullptr ? g.K : 0);
   const int lane = threadIdx.x % 32;
   for (int64_t o = first_index() / 32; o < outputs; o += index_step() / 32) {
     const float* row = partials + o * blocks;  // [output][block]
@@ -380,7 +418,9 @@ __global__ void small_wgrad_sum_kernel(View4<S> dw, const float* partials, int64
     for (int64_t b = lane; b < blocks; b += 32) sum += row[b];
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-    if (lane == 0) {
+    if (lane == 0 && o >= weights) {
+      db[(o - weights) * db_stride] = from_compute<S>(sum);
+    } else if (lane == 0) {
       const int k = static_cast<int>(o / crs_count), e = static_cast<int>(o % crs_count);
       dw(k, e / (g.R * g.S), e / g.S % g.R, e % g.S) = from_compute<S>(sum);
     }
@@ -488,35 +528,49 @@ bool conv_small_fits(int64_t K, int64_t C, int64_t R, int64_t S, int64_t stride_
          int64_t(sizeof(float)) * K <= kGradTileBytes;
 }
 
-int64_t conv_small_wgrad_partials(const Strided& dy, const Strided& w_or_dw) {
-  const int64_t pixels = dy.sizes[0] * dy.sizes[2] * dy.sizes[3];
-  const int64_t filter = w_or_dw.sizes[0] * w_or_dw.sizes[1] * w_or_dw.sizes[2] * w_or_dw.sizes[3];
-  return partial_blocks(pixels) * filter;
+int conv_small_wgrad_threads(const Strided& w_or_dw) {
+  auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  const ConvGeo g{.C = i32(w_or_dw.sizes[1]), .K = i32(w_or_dw.sizes[0]), .R = i32(w_or_dw.sizes[2]),
+                  .S = i32(w_or_dw.sizes[3])};
+  return grad_layout(g).threads();
 }
 
-cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                                    const cpu::ConvParams& p, float* partials,
+int64_t conv_small_wgrad_partials(const Strided& dy, const Strided& w_or_dw) {
+  const int64_t pixels = dy.sizes[0] * dy.sizes[2] * dy.sizes[3];
+  const int64_t K = w_or_dw.sizes[0];
+  const int64_t filter = K * w_or_dw.sizes[1] * w_or_dw.sizes[2] * w_or_dw.sizes[3];
+  return partial_blocks(pixels) * (filter + K);  // room for the bias gradient's K
+}
+
+cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided* db, const Strided& dy,
+                                    const Strided& x, const cpu::ConvParams& p, float* partials,
                                     cudaStream_t stream) {
   if (dw.numel() == 0) return cudaSuccess;
   const ConvGeo g = conv_geo(x, dw, dy, p);
   const int64_t pixels = dy.sizes[0] * dy.sizes[2] * dy.sizes[3];
-  if (pixels == 0) return launch_fill(dw, 0.0, stream);
+  if (pixels == 0) {
+    if (db != nullptr) {
+      if (const cudaError_t status = launch_fill(*db, 0.0, stream); status != cudaSuccess) return status;
+    }
+    return launch_fill(dw, 0.0, stream);
+  }
   const int KJ = channels_per_thread(g.K);
   const int64_t blocks = partial_blocks(pixels);
   const GradLayout layout = grad_layout(g);
   const Tile tile = grad_tile(g);
   const int64_t tile_bytes = input_tile_bytes(g, tile) + int64_t(sizeof(float)) * tile.rows * tile.cols * g.K;
-  const int64_t sums_bytes = int64_t(sizeof(float)) * layout.units * layout.slices * KJ * kTaps;
+  const int64_t sums_bytes = int64_t(sizeof(float)) * layout.threads() * (KJ * kTaps + 1);
   const size_t shared = std::max(tile_bytes, sums_bytes);
   visit_small(x.dtype, [&]<class S>() {
     const bool packed = channel_packs_fit(dy, KJ);
     visit_channels(KJ, [&]<int V>() {
-      const int threads = layout.units * layout.slices;
-      small_wgrad_partial_kernel<S, V><<<static_cast<int>(blocks), threads, shared, stream>>>(
-          view4<const S>(dy), view4<const S>(x), g, tile, layout, packed, partials);
+      small_wgrad_partial_kernel<S, V><<<static_cast<int>(blocks), layout.threads(), shared, stream>>>(
+          view4<const S>(dy), view4<const S>(x), g, tile, layout, packed, db != nullptr, partials);
     });
-    small_wgrad_sum_kernel<S><<<blocks_for(dw.numel() * 32), kThreads, 0, stream>>>(
-        view4<S>(dw), partials, blocks, g);
+    const int64_t outputs = dw.numel() + (db != nullptr ? g.K : 0);
+    small_wgrad_sum_kernel<S><<<blocks_for(outputs * 32), kThreads, 0, stream>>>(
+        view4<S>(dw), db != nullptr ? db->ptr<S>() : nullptr, db != nullptr ? db->strides[0] : 0,
+        partials, blocks, g);
   });
   return cudaGetLastError();
 }

@@ -7,7 +7,8 @@
 // Forward: a thread computes up to 8 output channels of 4 pixels, then adds
 // an optional bias and ReLU. Weight gradient: a deterministic two-stage
 // reduction over N * P * Q (per-block partial sums in a fixed pixel order,
-// then a fixed-order sum of the partials; no float atomics). There is no
+// then a fixed-order sum of the partials; no float atomics), which can also
+// sum the bias gradient on the way. There is no
 // dgrad: a first layer's input needs no gradient (cuDNN computes it where one
 // is needed).
 //
@@ -47,11 +48,16 @@ bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w)
 void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
                         const cpu::ConvParams& p, const SmallConvEpilogue& epilogue = {});
 
-// Float32 scratch elements conv_small_wgrad needs.
+// Float32 scratch elements conv_small_wgrad needs (with or without db).
 int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw);
-// dw (K, C, R, S) = wgrad(dy (N, K, P, Q), x (N, C, H, W)); scratch is float32
-// with conv_small_wgrad_scratch elements.
+// True when conv_small_wgrad also takes a db for a filter (K, C, R, S): K at
+// most its block's threads (every K <= 128 is).
+bool conv_small_wgrad_takes_bias(const Strided& w_or_dw);
+// dw (K, C, R, S) = wgrad(dy (N, K, P, Q), x (N, C, H, W)), and where given
+// db (K, of dw's dtype, any stride) = the sum of dy over N, P, Q; scratch is
+// float32 with conv_small_wgrad_scratch elements.
 void conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                      const cpu::ConvParams& p, const Strided& scratch);
+                      const cpu::ConvParams& p, const Strided& scratch,
+                      const std::optional<Strided>& db = std::nullopt);
 
 }  // namespace loom::cuda

@@ -18,15 +18,19 @@ cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const 
                                       const Strided* bias, bool relu, const cpu::ConvParams& p,
                                       cudaStream_t stream);
 // dw (K, C, R, S) = sum over N, P, Q of dy (N, K, P, Q) times x's window
-// element; partials is float32 scratch of conv_small_wgrad_partials elements.
-cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                                    const cpu::ConvParams& p, float* partials,
+// element, and db (K) = sum of dy over N, P, Q where db is not null (then
+// K <= conv_small_wgrad_threads); partials is float32 scratch of
+// conv_small_wgrad_partials elements.
+cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided* db, const Strided& dy,
+                                    const Strided& x, const cpu::ConvParams& p, float* partials,
                                     cudaStream_t stream);
 // True when a filter (K, C, R, S) at column stride stride_w fits the kernels'
 // blocks: the weight gradient's thread per (tap group, channel group) in one
 // block, its pixel tile, and the forward's filter beside its smallest input
 // window in shared memory.
 bool conv_small_fits(int64_t K, int64_t C, int64_t R, int64_t S, int64_t stride_w);
+// The threads of a weight-gradient block for a filter (K, C, R, S).
+int conv_small_wgrad_threads(const Strided& w_or_dw);
 // The number of float32 partial sums the wgrad's first stage writes.
 int64_t conv_small_wgrad_partials(const Strided& dy, const Strided& w_or_dw);
 

@@ -18,7 +18,6 @@
 
 namespace loom {
 
-using conv_detail::bgrad_kernel;
 using conv_detail::check_conv2d_args;
 using conv_detail::conv_params;
 using conv_detail::dgrad_kernel;
@@ -27,7 +26,7 @@ using conv_detail::kernel_format;
 using conv_detail::kernel_input;
 using conv_detail::output_format;
 using conv_detail::output_sizes;
-using conv_detail::wgrad_kernel;
+using conv_detail::weight_grads_kernel;
 
 namespace {
 
@@ -149,15 +148,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
                dgrad_kernel(dx, g, saved_w, params);
                dx = dx.contiguous(format);
              }
-             if (need_w) {
-               dw = empty(w_sizes, grad_options);
-               wgrad_kernel(dw, g, saved_x, params);
-               dw = dw.contiguous(w_format);  // as the weight, as PyTorch's grads follow their leaf
-             }
-             if (need_b) {
-               db = empty({w_sizes[0]}, dy.options());
-               bgrad_kernel(db, g);
-             }
+             if (need_w) dw = empty(w_sizes, grad_options);
+             if (need_b) db = empty({w_sizes[0]}, dy.options());
+             weight_grads_kernel(dw, db, g, saved_x, params);
+             // dw as the weight, as PyTorch's grads follow their leaf
+             if (need_w) dw = dw.contiguous(w_format);
              return {dx, dw, db};
            },
            {saved_x, saved_w});

@@ -109,4 +109,13 @@ void bgrad_kernel(const Tensor& db, const Tensor& dy) {
   cpu::conv2d_bgrad(db.strided(), dy.strided());
 }
 
+void weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
+                         const cpu::ConvParams& p) {
+#ifdef LOOM_WITH_CUDA
+  if (dw.defined() && db.defined() && small_conv_wgrad(dw, dy, x, p, db)) return;
+#endif
+  if (dw.defined()) wgrad_kernel(dw, dy, x, p);
+  if (db.defined()) bgrad_kernel(db, dy);
+}
+
 }  // namespace loom::conv_detail

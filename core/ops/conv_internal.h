@@ -57,5 +57,9 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu
 void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p);
 // db (K) = sum of dy (N, K, P, Q) over N, P and Q.
 void bgrad_kernel(const Tensor& db, const Tensor& dy);
+// dw = wgrad(dy, x) and db = bgrad(dy), either undefined to skip it: one
+// pass over dy for both where the small-channel tier takes them.
+void weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
+                         const cpu::ConvParams& p);
 
 }  // namespace loom::conv_detail

@@ -18,6 +18,7 @@
 #include "core/cudnn/conv.h"
 #include "core/cudnn/fused.h"
 #include "core/numerics.h"
+#include "core/ops/conv_internal.h"
 #endif
 
 namespace loom::conv_detail {
@@ -82,13 +83,22 @@ bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor
   return true;
 }
 
-bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
+bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p,
+                      const Tensor& db) {
   if (!dw.device().is_cuda() || !cuda::conv_small_supported(x.strided(), dw.strided(), p)) return false;
+  if (db.defined() && !cuda::conv_small_wgrad_takes_bias(dw.strided())) return false;
   const Tensor scratch = empty({cuda::conv_small_wgrad_scratch(dy.strided(), dw.strided())},
                                {.dtype = DType::Float32, .device = dw.device()});
-  auto loom = [&] { cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided()); };
-  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p), true; };
-  if (!loom_chosen("wgrad", dw, dy, x, p, loom, cudnn)) return false;
+  const std::optional<Strided> db_view = db.defined() ? std::optional(db.strided()) : std::nullopt;
+  auto loom = [&] {
+    cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided(), db_view);
+  };
+  auto cudnn = [&] {
+    cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
+    if (db.defined()) bgrad_kernel(db, dy);
+    return true;
+  };
+  if (!loom_chosen(db.defined() ? "wgrad+bgrad" : "wgrad", dw, dy, x, p, loom, cudnn)) return false;
   loom();
   return true;
 }

@@ -20,7 +20,10 @@ bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const
 // cuDNN's fused conv-bias-ReLU graph.
 bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
                                   const cpu::ConvParams& p);
-// dw (K, C, R, S) = wgrad(dy, x) likewise.
-bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p);
+// dw (K, C, R, S) = wgrad(dy, x) likewise, and where db is defined also
+// db (K) = the sum of dy over N, P, Q in the same kernels, against cuDNN's
+// wgrad and Loom's channel sum.
+bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p,
+                      const Tensor& db = Tensor());
 
 }  // namespace loom::conv_detail

@@ -156,15 +156,10 @@ std::vector<Tensor> conv_grads(const ConvSetup& s, const Tensor& g, const Tensor
     }
     dx = dx.contiguous(s.output);
   }
-  if (s.need_w) {
-    dw = empty_in(s.w_sizes, g, s.kernel);
-    conv_detail::wgrad_kernel(dw, g, x, s.params);
-    dw = dw.contiguous(s.weight);  // as the weight, as conv2d's
-  }
-  if (s.need_b) {
-    db = empty_in({s.w_sizes[0]}, g, MemoryFormat::Contiguous);
-    conv_detail::bgrad_kernel(db, g);
-  }
+  if (s.need_w) dw = empty_in(s.w_sizes, g, s.kernel);
+  if (s.need_b) db = empty_in({s.w_sizes[0]}, g, MemoryFormat::Contiguous);
+  conv_detail::weight_grads_kernel(dw, db, g, x, s.params);
+  if (s.need_w) dw = dw.contiguous(s.weight);  // as the weight, as conv2d's
   return {dx, dw, db};
 }
 

@@ -1,13 +1,15 @@
 // File: tests/core/cuda/conv_small_gpu_test.cc
 // The small-channel convolution kernels (core/cuda/conv_small.h) against the
 // CPU reference in float64 on the same values (rounded to the dtype first):
-// forward and weight gradient, C = 1, 3, 4, 6, 8, K that 8, 4, 2 or nothing
+// forward, weight gradient and the bias gradient summed alongside it (same dw
+// bits with and without), C = 1, 3, 4, 6, 8, K that 8, 4, 2 or nothing
 // divides, 3x3 and 5x5 filters, stride 1 and 2, padding 0 to 2, odd planes,
 // NCHW and channels-last operands, float32, bfloat16 and float16; then planes
 // large enough for several tiles, filters whose input window shrinks the
 // tiles, and the forward's bias + ReLU epilogue. Then conv2d and
 // conv2d_bias_relu on each path LOOM_CONV_SMALL names (loom, cudnn, auto)
-// under strict fp32, TF32 and bf16 autocast, against the CPU op.
+// under strict fp32, TF32 and bf16 autocast, against the CPU op, and a bias
+// gradient too wide for the weight-gradient block, summed on its own.
 //
 // Tolerances, relative to the largest reference magnitude of each result:
 // float32 kernels 1e-5 (at most 200-term products in the forward, fused
@@ -103,6 +105,17 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   const double tol = dtype == DType::Float32 ? 1e-5 : 8e-3;
   check_scaled(y, y_ref, tol);
   check_scaled(dw, dw_ref, tol);
+  if (cuda::conv_small_wgrad_takes_bias(dw.strided())) {
+    // Again with the bias gradient summed alongside, into every other element
+    // of a longer tensor (stride 2): dw keeps its bits, db matches the CPU.
+    Tensor db_ref = empty({c.K}, {.dtype = DType::Float64});
+    cpu::conv2d_bgrad(db_ref.strided(), dy64.strided());
+    const Tensor dw2 = full(w.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
+    const Tensor db = full({2 * c.K}, 1e30, {.dtype = dtype, .device = Device::cuda()}).slice(0, 0, 2 * c.K, 2);
+    cuda::conv_small_wgrad(dw2.strided(), dyg.strided(), xg.strided(), p, scratch.strided(), db.strided());
+    CHECK(testing::values(dw2.to(DType::Float32).cpu()) == testing::values(dw.to(DType::Float32).cpu()));
+    check_scaled(db, db_ref, tol);
+  }
   return true;
 }
 
@@ -217,6 +230,32 @@ LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built f
   // filter would need more than a block's 48 KiB of shared memory.
   CHECK(supported({1, 8, 9, 400}, {16, 8, 7, 7}, DType::Float32, {.stride_w = 2}));
   CHECK_FALSE(supported({1, 8, 9, 400}, {16, 8, 7, 7}, DType::Float32, {.stride_w = 40}));
+  // The bias gradient rides along with up to one channel per thread of a
+  // weight-gradient block: 224 threads for this filter, 256 for a 1x1x1 one.
+  auto takes_bias = [](const Shape& w) {
+    return cuda::conv_small_wgrad_takes_bias(empty(w, {.device = Device::cuda()}).strided());
+  };
+  CHECK(takes_bias({128, 3, 3, 3}));
+  CHECK(supported({2, 1, 8, 8}, {1024, 1, 1, 1}, DType::Float32, plain));
+  CHECK_FALSE(takes_bias({1024, 1, 1, 1}));
+}
+
+LOOM_GPU_TEST_CASE("conv2d's bias gradient is summed on its own where the small wgrad cannot take it") {
+  Generator gen(1211);
+  const SmallConvEnv loom("loom");
+  const NumericsGuard strict({.precision = Precision::StrictFp32});
+  const Tensor x0 = randn({2, 1, 6, 5}, {}, &gen), w0 = randn({1024, 1, 1, 1}, {}, &gen);
+  const Tensor b0 = randn({1024}, {}, &gen);
+  Tensor w_ref = leaf(w0), b_ref = leaf(b0);
+  const Tensor y_ref = conv2d(x0, w_ref, b_ref);
+  const Tensor dy = randn(y_ref.sizes(), {}, &gen);
+  y_ref.backward(dy);
+  Tensor w = leaf(w0.to(Device::cuda())), b = leaf(b0.to(Device::cuda()));
+  const Tensor y = conv2d(x0.to(Device::cuda()), w, b);
+  y.backward(dy.to(Device::cuda()).contiguous(y.suggest_memory_format()));
+  check_scaled(y, y_ref, 1e-5);
+  check_scaled(w.grad(), w_ref.grad(), 1e-5);
+  check_scaled(b.grad(), b_ref.grad(), 1e-5);
 }
 
 LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, forward and weight gradient") {
