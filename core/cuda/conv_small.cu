@@ -50,6 +50,9 @@ constexpr int64_t kMaxPartialBlocks = 512, kMinPixelsPerBlock = 64;
 // so that a small batch of small planes still fills the GPU.
 constexpr int64_t kMinForwardThreads = 24 * 1024;
 constexpr int kMaxForwardBlocks = 1024;  // each stages the whole filter
+// Fewer forward tiles than this get shorter ones: with one block per SM the
+// staging of each tile stalls its SM (an H100 has 132).
+constexpr int64_t kMinForwardTiles = 256;
 
 // Every size fits 32 bits (a plane or channel count); offsets are 64-bit.
 struct ConvGeo {
@@ -125,14 +128,14 @@ __device__ void load_row(float (&out)[KB], const float* row) {
   }
 }
 
-// w (K, C, R, S), any strides -> filter[crs * K + k] in float32.
+// w (K, C, R, S), any strides -> filter[crs * K + k] in float32. A thread
+// takes whole filter rows (k, c, r): three divisions per S elements.
 template <class S>
 __device__ void stage_filter(float* filter, View4<const S> w, const ConvGeo& g) {
-  const int crs_count = g.crs();
-  for (int i = threadIdx.x; i < crs_count * g.K; i += blockDim.x) {
-    const int k = i / crs_count, crs = i % crs_count;
-    const int c = crs / (g.R * g.S), r = crs / g.S % g.R, s = crs % g.S;
-    filter[crs * g.K + k] = to_compute(w(k, c, r, s));
+  for (int i = threadIdx.x; i < g.K * g.C * g.R; i += blockDim.x) {
+    const int r = i % g.R, c = i / g.R % g.C, k = i / (g.R * g.C);
+    float* out = filter + (c * g.R + r) * g.S * g.K + k;
+    for (int s = 0; s < g.S; ++s) out[s * g.K] = to_compute(w(k, c, r, s));
   }
 }
 
@@ -142,11 +145,17 @@ struct TileOrigin {
   int p0, q0;
 };
 
-__device__ TileOrigin tile_origin(int64_t index, const Tile& t) {
+template <class I>
+__device__ TileOrigin split_tile(I index, const Tile& t) {
   const int tq = static_cast<int>(index % t.tiles_q);
   index /= t.tiles_q;
   const int tp = static_cast<int>(index % t.tiles_p);
-  return {index / t.tiles_p, tp * t.rows, tq * t.cols};
+  return {static_cast<int64_t>(index / t.tiles_p), tp * t.rows, tq * t.cols};
+}
+
+// 32-bit divisions below 2^32 tiles: a fraction of the cost of 64-bit ones.
+__device__ TileOrigin tile_origin(int64_t index, const Tile& t) {
+  return index <= UINT32_MAX ? split_tile(static_cast<uint32_t>(index), t) : split_tile(index, t);
 }
 
 // (row, col) of a grid `cols` wide, from linear index `first` in steps of
@@ -170,13 +179,12 @@ template <class S>
 __device__ void stage_input(float* in_tile, View4<const S> x, const ConvGeo& g, const Tile& t,
                             const TileOrigin& o) {
   const int h0 = o.p0 * g.stride_h - g.pad_h, w0 = o.q0 * g.stride_w - g.pad_w;
-  for (int c = 0; c < g.C; ++c) {
-    float* plane = in_tile + c * t.in_rows * t.in_cols;
-    for (GridWalk at(threadIdx.x, blockDim.x, t.in_cols); at.row < t.in_rows; at.next()) {
-      const int h = h0 + at.row, w = w0 + at.col;
-      const bool inside = h >= 0 && h < g.H && w >= 0 && w < g.W;
-      plane[at.row * t.in_cols + at.col] = inside ? to_compute(x(o.n, c, h, w)) : 0.0f;
-    }
+  const int plane = t.in_rows * t.in_cols;
+  for (GridWalk at(threadIdx.x, blockDim.x, t.in_cols); at.row < t.in_rows; at.next()) {
+    const int h = h0 + at.row, w = w0 + at.col;
+    const bool inside = h >= 0 && h < g.H && w >= 0 && w < g.W;
+    float* out = in_tile + at.row * t.in_cols + at.col;
+    for (int c = 0; c < g.C; ++c) out[c * plane] = inside ? to_compute(x(o.n, c, h, w)) : 0.0f;
   }
 }
 
@@ -202,7 +210,10 @@ struct Epilogue {
   }
 };
 
-template <class S, int KB>
+// kS: the filter's width when the launch knows it at compile time (3, 5 or 7:
+// the tap loop unrolls, and every input read of a filter row is one address
+// plus a constant), else 0 (g.S at run time).
+template <class S, int KB, int kS>
 __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S> w, ConvGeo g,
                                      Tile t, ForwardLayout f, Epilogue<S> epilogue, bool packed_store) {
   extern __shared__ float shared[];
@@ -230,16 +241,21 @@ __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S
     // Column i of this thread is qg + i * GQ: neighbouring threads read
     // neighbouring input columns (no bank conflicts) and, for NCHW y, write
     // neighbouring outputs.
+    const int filter_s = kS > 0 ? kS : g.S;
     for (int c = 0; c < g.C; ++c) {
       for (int r = 0; r < g.R; ++r) {
         const float* in_row = in_tile + (c * t.in_rows + row * g.stride_h + r) * t.in_cols;
-        const float* w_row = filter + (c * g.R + r) * g.S * g.K + kg * KB;
-        for (int s = 0; s < g.S; ++s) {
+        const float* w_row = filter + (c * g.R + r) * filter_s * g.K + kg * KB;
+        const float* in_at[kPixels];
+#pragma unroll
+        for (int i = 0; i < kPixels; ++i) in_at[i] = in_row + (qg + i * f.col_groups) * g.stride_w;
+#pragma unroll(kS > 0 ? kS : 1)
+        for (int s = 0; s < filter_s; ++s) {
           float wv[KB];
           load_row<KB>(wv, w_row + s * g.K);
 #pragma unroll
           for (int i = 0; i < kPixels; ++i) {
-            const float xv = in_row[(qg + i * f.col_groups) * g.stride_w + s];
+            const float xv = in_at[i][s];
 #pragma unroll
             for (int j = 0; j < KB; ++j) acc[i][j] = fmaf(xv, wv[j], acc[i][j]);
           }
@@ -443,6 +459,18 @@ void visit_channels(int KB, Fn&& fn) {
   }
 }
 
+// fn.template operator()<kS>() with kS = S for the filter widths the forward
+// unrolls (3, 5, 7), else 0.
+template <class Fn>
+void visit_filter_width(int S, Fn&& fn) {
+  switch (S) {
+    case 3: return fn.template operator()<3>();
+    case 5: return fn.template operator()<5>();
+    case 7: return fn.template operator()<7>();
+    default: return fn.template operator()<0>();
+  }
+}
+
 // float32, bfloat16 or float16 (conv_small_supported admits no other dtype).
 template <class Fn>
 void visit_small(DType dtype, Fn&& fn) {
@@ -470,7 +498,9 @@ ForwardLayout forward_layout(const ConvGeo& g, int KB, Tile& tile, bool channels
   const int groups = g.K / KB;
   const int pixel_groups = std::max(1, kThreads / groups);
   int col_groups = static_cast<int>(std::min<int64_t>(pixel_groups, ceil_div(g.Q, kPixels)));
-  const int rows = std::max(1, std::min(pixel_groups / col_groups, g.P));
+  int rows = std::max(1, std::min(pixel_groups / col_groups, g.P));
+  const int64_t tiles_q = ceil_div(g.Q, int64_t(col_groups) * kPixels);
+  while (rows > 1 && g.N * ceil_div(g.P, rows) * tiles_q < kMinForwardTiles) rows = (rows + 1) / 2;
   tile = fitted_tile(g, rows, col_groups * kPixels, kPixels);
   col_groups = tile.cols / kPixels;
   return {groups, col_groups, channels_inner};
@@ -510,9 +540,12 @@ cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const 
   visit_small(x.dtype, [&]<class S>() {
     const bool packed = layout.channels_inner && channel_packs_fit(y, KB);
     visit_channels(KB, [&]<int V>() {
-      const Epilogue<S> epilogue{bias ? bias->ptr<const S>() : nullptr, bias ? bias->strides[0] : 0, relu};
-      small_forward_kernel<S, V><<<blocks, threads, shared, stream>>>(
-          view4<S>(y), view4<const S>(x), view4<const S>(w), g, tile, layout, epilogue, packed);
+      visit_filter_width(g.S, [&]<int kS>() {
+        const Epilogue<S> epilogue{bias ? bias->ptr<const S>() : nullptr, bias ? bias->strides[0] : 0,
+                                   relu};
+        small_forward_kernel<S, V, kS><<<blocks, threads, shared, stream>>>(
+            view4<S>(y), view4<const S>(x), view4<const S>(w), g, tile, layout, epilogue, packed);
+      });
     });
   });
   return cudaGetLastError();
