@@ -11,6 +11,9 @@ namespace loom::cuda {
 
 namespace {
 constexpr int64_t kMaxInChannels = 8, kMaxFilterSide = 7;
+// The data gradient's reduction is over dy's K channels: beyond this many,
+// cuDNN's implicit GEMM has the longer reduction it is built for.
+constexpr int64_t kMaxDgradInChannels = 64;
 
 bool small_dtype(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16;
@@ -25,6 +28,17 @@ bool conv_small_supported(const Strided& x, const Strided& w, const cpu::ConvPar
   return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1 && C == x.sizes[1] &&
          C <= kMaxInChannels && R <= kMaxFilterSide && S <= kMaxFilterSide &&
          conv_small_fits(K, C, R, S, p.stride_w);
+}
+
+bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const cpu::ConvParams& p) {
+  if (dy.sizes.size() != 4 || w.sizes.size() != 4 || !small_dtype(dy.dtype) || w.dtype != dy.dtype) {
+    return false;
+  }
+  const int64_t K = w.sizes[0], C = w.sizes[1], R = w.sizes[2], S = w.sizes[3];
+  return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1 && p.stride_h == 1 &&
+         p.stride_w == 1 && K == dy.sizes[1] && C <= kMaxInChannels && K <= kMaxDgradInChannels &&
+         R <= kMaxFilterSide && S <= kMaxFilterSide && p.pad_h <= R - 1 && p.pad_w <= S - 1 &&
+         conv_small_forward_fits(C, K, R, S, 1);
 }
 
 bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w) {
@@ -45,6 +59,17 @@ void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
 
 int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw) {
   return conv_small_wgrad_partials(dy, dw);
+}
+
+void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p) {
+  LOOM_CHECK(conv_small_dgrad_supported(dy, w, p) && dx.dtype == dy.dtype, ValueError,
+             "[conv_small_dgrad] takes stride 1, dilation 1, padding at most the filter's size - 1, "
+             "C <= {} and K <= {} of one float32/bfloat16/float16 dtype; got dy {} {}, w {} {}, "
+             "dx {}, stride {}x{}, pad {}x{}",
+             kMaxInChannels, kMaxDgradInChannels, shape_str(dy.sizes), dtype_name(dy.dtype),
+             shape_str(w.sizes), dtype_name(w.dtype), dtype_name(dx.dtype), p.stride_h, p.stride_w,
+             p.pad_h, p.pad_w);
+  LOOM_CUDA_CHECK(launch_conv_small_dgrad(dx, dy, w, p, current_stream()));
 }
 
 bool conv_small_wgrad_takes_bias(const Strided& w_or_dw) {

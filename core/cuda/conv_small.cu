@@ -8,8 +8,10 @@
 // [C * R * S][K]. A thread owns KB consecutive output channels (8, 4, 2 or 1:
 // the largest that divides K, or fewer where a small launch needs more
 // threads) of kPixels output columns of one row, so each weight it loads feeds
-// kPixels multiply-adds and each input value KB. A bias and a ReLU may follow,
-// before the one rounding to the output dtype.
+// kPixels multiply-adds and each input value KB. At column stride 1 with a 3-,
+// 5- or 7-wide filter the columns are consecutive and a filter row's taps
+// slide over kPixels - 1 + S inputs held in registers. A bias and a ReLU may
+// follow, before the one rounding to the output dtype.
 //
 // Weight gradient: the block also stages the tile's output gradient as float32
 // [pixel][K]. A thread owns a KJ x kTaps block of dw (KJ channels, kTaps
@@ -210,10 +212,73 @@ struct Epilogue {
   }
 };
 
+// The forward's multiply-adds for one output row: acc[i][j] += the taps of
+// channel kg * KB + j at the pixel in column col(i). Taps go in (c, r, s) order
+// on either path, so both give the same bits.
+//
+// Strided columns (kWindow false): col(i) = qg + i * GQ, so that neighbouring
+// threads read neighbouring input columns (no bank conflicts) and, for NCHW y,
+// write neighbouring outputs. Each tap reads kPixels inputs.
+template <int KB, int kS>
+__device__ void accumulate_strided(float (&acc)[kPixels][KB], const float* in_tile, const float* filter,
+                                   const ConvGeo& g, const Tile& t, const ForwardLayout& f, int row,
+                                   int kg, int qg) {
+  const int filter_s = kS > 0 ? kS : g.S;
+  for (int c = 0; c < g.C; ++c) {
+    for (int r = 0; r < g.R; ++r) {
+      const float* in_row = in_tile + (c * t.in_rows + row * g.stride_h + r) * t.in_cols;
+      const float* w_row = filter + (c * g.R + r) * filter_s * g.K + kg * KB;
+      const float* in_at[kPixels];
+#pragma unroll
+      for (int i = 0; i < kPixels; ++i) in_at[i] = in_row + (qg + i * f.col_groups) * g.stride_w;
+#pragma unroll(kS > 0 ? kS : 1)
+      for (int s = 0; s < filter_s; ++s) {
+        float wv[KB];
+        load_row<KB>(wv, w_row + s * g.K);
+#pragma unroll
+        for (int i = 0; i < kPixels; ++i) {
+          const float xv = in_at[i][s];
+#pragma unroll
+          for (int j = 0; j < KB; ++j) acc[i][j] = fmaf(xv, wv[j], acc[i][j]);
+        }
+      }
+    }
+  }
+}
+
+// A sliding window (kWindow true: column stride 1, filter width kS known):
+// col(i) = qg * kPixels + i, so a filter row's kS taps of the thread's
+// kPixels pixels read only kPixels - 1 + kS inputs, held in registers.
+template <int KB, int kS>
+__device__ void accumulate_window(float (&acc)[kPixels][KB], const float* in_tile, const float* filter,
+                                  const ConvGeo& g, const Tile& t, int row, int kg, int qg) {
+  constexpr int kWidth = kPixels - 1 + kS;
+  for (int c = 0; c < g.C; ++c) {
+    for (int r = 0; r < g.R; ++r) {
+      const float* in_row = in_tile + (c * t.in_rows + row * g.stride_h + r) * t.in_cols + qg * kPixels;
+      const float* w_row = filter + (c * g.R + r) * kS * g.K + kg * KB;
+      float window[kWidth];
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) window[e] = in_row[e];
+#pragma unroll
+      for (int s = 0; s < kS; ++s) {
+        float wv[KB];
+        load_row<KB>(wv, w_row + s * g.K);
+#pragma unroll
+        for (int i = 0; i < kPixels; ++i) {
+#pragma unroll
+          for (int j = 0; j < KB; ++j) acc[i][j] = fmaf(window[i + s], wv[j], acc[i][j]);
+        }
+      }
+    }
+  }
+}
+
 // kS: the filter's width when the launch knows it at compile time (3, 5 or 7:
 // the tap loop unrolls, and every input read of a filter row is one address
-// plus a constant), else 0 (g.S at run time).
-template <class S, int KB, int kS>
+// plus a constant), else 0 (g.S at run time). kWindow: accumulate_window's
+// column order (needs kS and column stride 1).
+template <class S, int KB, int kS, bool kWindow>
 __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S> w, ConvGeo g,
                                      Tile t, ForwardLayout f, Epilogue<S> epilogue, bool packed_store) {
   extern __shared__ float shared[];
@@ -238,33 +303,14 @@ __global__ void small_forward_kernel(View4<S> y, View4<const S> x, View4<const S
 #pragma unroll
       for (int j = 0; j < KB; ++j) acc[i][j] = 0.0f;
     }
-    // Column i of this thread is qg + i * GQ: neighbouring threads read
-    // neighbouring input columns (no bank conflicts) and, for NCHW y, write
-    // neighbouring outputs.
-    const int filter_s = kS > 0 ? kS : g.S;
-    for (int c = 0; c < g.C; ++c) {
-      for (int r = 0; r < g.R; ++r) {
-        const float* in_row = in_tile + (c * t.in_rows + row * g.stride_h + r) * t.in_cols;
-        const float* w_row = filter + (c * g.R + r) * filter_s * g.K + kg * KB;
-        const float* in_at[kPixels];
-#pragma unroll
-        for (int i = 0; i < kPixels; ++i) in_at[i] = in_row + (qg + i * f.col_groups) * g.stride_w;
-#pragma unroll(kS > 0 ? kS : 1)
-        for (int s = 0; s < filter_s; ++s) {
-          float wv[KB];
-          load_row<KB>(wv, w_row + s * g.K);
-#pragma unroll
-          for (int i = 0; i < kPixels; ++i) {
-            const float xv = in_at[i][s];
-#pragma unroll
-            for (int j = 0; j < KB; ++j) acc[i][j] = fmaf(xv, wv[j], acc[i][j]);
-          }
-        }
-      }
+    if constexpr (kWindow) {
+      accumulate_window<KB, kS>(acc, in_tile, filter, g, t, row, kg, qg);
+    } else {
+      accumulate_strided<KB, kS>(acc, in_tile, filter, g, t, f, row, kg, qg);
     }
 #pragma unroll
     for (int i = 0; i < kPixels; ++i) {
-      const int q = o.q0 + qg + i * f.col_groups;
+      const int q = o.q0 + (kWindow ? qg * kPixels + i : qg + i * f.col_groups);
       if (q >= g.Q) continue;
       if (packed_store) {
         Pack<S, KB> out;
@@ -524,40 +570,79 @@ Tile grad_tile(const ConvGeo& g) {
   return fitted_tile(g, rows, cols, 1);
 }
 
+// y (N, K, P, Q) = the epilogue of conv(x (N, C, H, W), w (K, C, R, S)) for
+// the geometry g; y_layout is y's Strided (its layout and alignment).
+template <class S>
+void launch_forward(View4<S> y, View4<const S> x, View4<const S> w, const ConvGeo& g,
+                    const Strided& y_layout, const Epilogue<S>& epilogue, cudaStream_t stream) {
+  const int KB = forward_channels(g);
+  Tile tile{};
+  const ForwardLayout layout = forward_layout(g, KB, tile, y_layout.strides[1] < y_layout.strides[3]);
+  const int threads = layout.groups * layout.col_groups * tile.rows;
+  const int blocks = static_cast<int>(std::min<int64_t>(tile.count(g), kMaxForwardBlocks));
+  const size_t shared = sizeof(float) * g.crs() * g.K + input_tile_bytes(g, tile);
+  const bool packed = layout.channels_inner && channel_packs_fit(y_layout, KB);
+  visit_channels(KB, [&]<int V>() {
+    visit_filter_width(g.S, [&]<int kS>() {
+      if constexpr (kS > 0) {
+        if (g.stride_w == 1) {
+          small_forward_kernel<S, V, kS, true><<<blocks, threads, shared, stream>>>(
+              y, x, w, g, tile, layout, epilogue, packed);
+          return;
+        }
+      }
+      small_forward_kernel<S, V, kS, false><<<blocks, threads, shared, stream>>>(y, x, w, g, tile, layout,
+                                                                                  epilogue, packed);
+    });
+  });
+}
+
 }  // namespace
 
 cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
                                       const Strided* bias, bool relu, const cpu::ConvParams& p,
                                       cudaStream_t stream) {
   if (y.numel() == 0) return cudaSuccess;
-  const ConvGeo g = conv_geo(x, w, y, p);
-  const int KB = forward_channels(g);
-  Tile tile{};
-  const ForwardLayout layout = forward_layout(g, KB, tile, y.strides[1] < y.strides[3]);
-  const int threads = layout.groups * layout.col_groups * tile.rows;
-  const int blocks = static_cast<int>(std::min<int64_t>(tile.count(g), kMaxForwardBlocks));
-  const size_t shared = sizeof(float) * g.crs() * g.K + input_tile_bytes(g, tile);
   visit_small(x.dtype, [&]<class S>() {
-    const bool packed = layout.channels_inner && channel_packs_fit(y, KB);
-    visit_channels(KB, [&]<int V>() {
-      visit_filter_width(g.S, [&]<int kS>() {
-        const Epilogue<S> epilogue{bias ? bias->ptr<const S>() : nullptr, bias ? bias->strides[0] : 0,
-                                   relu};
-        small_forward_kernel<S, V, kS><<<blocks, threads, shared, stream>>>(
-            view4<S>(y), view4<const S>(x), view4<const S>(w), g, tile, layout, epilogue, packed);
-      });
-    });
+    const Epilogue<S> epilogue{bias ? bias->ptr<const S>() : nullptr, bias ? bias->strides[0] : 0, relu};
+    launch_forward<S>(view4<S>(y), view4<const S>(x), view4<const S>(w), conv_geo(x, w, y, p), y,
+                      epilogue, stream);
   });
   return cudaGetLastError();
 }
 
-bool conv_small_fits(int64_t K, int64_t C, int64_t R, int64_t S, int64_t stride_w) {
+// At stride 1, dx is the forward convolution of dy (K channels) with the
+// filter transposed to (C, K, R, S) and flipped in R and S (a view with
+// negative strides, from w's last tap), padded by R - 1 - pad_h, S - 1 - pad_w.
+cudaError_t launch_conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
+                                    const cpu::ConvParams& p, cudaStream_t stream) {
+  if (dx.numel() == 0) return cudaSuccess;
+  auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  const int R = i32(w.sizes[2]), S = i32(w.sizes[3]);
+  const ConvGeo g{i32(dy.sizes[0]), i32(dy.sizes[1]), i32(dy.sizes[2]), i32(dy.sizes[3]),
+                  i32(w.sizes[1]),  R,                S,                i32(dx.sizes[2]),
+                  i32(dx.sizes[3]), 1,                1,                R - 1 - i32(p.pad_h),
+                  S - 1 - i32(p.pad_w)};
+  visit_small(dx.dtype, [&]<class T>() {
+    const View4<const T> flipped{w.ptr<const T>() + (R - 1) * w.strides[2] + (S - 1) * w.strides[3],
+                                 w.strides[1], w.strides[0], -w.strides[2], -w.strides[3]};
+    launch_forward<T>(view4<T>(dx), view4<const T>(dy), flipped, g, dx, Epilogue<T>{nullptr, 0, false},
+                      stream);
+  });
+  return cudaGetLastError();
+}
+
+bool conv_small_forward_fits(int64_t K, int64_t C, int64_t R, int64_t S, int64_t stride_w) {
   const int64_t taps = C * R * S;
-  const int64_t units = K / channels_per_thread(K) * ceil_div(taps, kTaps);
-  // The forward's smallest tile: one row of kPixels outputs, beside the filter.
+  // The smallest tile: one row of kPixels outputs, beside the filter.
   const int64_t smallest_window = C * R * ((kPixels - 1) * stride_w + S);
-  return units <= kThreads && int64_t(sizeof(float)) * K * taps <= kFilterBytes &&
-         int64_t(sizeof(float)) * (K * taps + smallest_window) <= kFilterBytes + kInputTileBytes &&
+  return K / channels_per_thread(K) <= kThreads && int64_t(sizeof(float)) * K * taps <= kFilterBytes &&
+         int64_t(sizeof(float)) * (K * taps + smallest_window) <= kFilterBytes + kInputTileBytes;
+}
+
+bool conv_small_fits(int64_t K, int64_t C, int64_t R, int64_t S, int64_t stride_w) {
+  const int64_t units = K / channels_per_thread(K) * ceil_div(C * R * S, kTaps);
+  return conv_small_forward_fits(K, C, R, S, stride_w) && units <= kThreads &&
          int64_t(sizeof(float)) * K <= kGradTileBytes;
 }
 

@@ -8,9 +8,9 @@
 // an optional bias and ReLU. Weight gradient: a deterministic two-stage
 // reduction over N * P * Q (per-block partial sums in a fixed pixel order,
 // then a fixed-order sum of the partials; no float atomics), which can also
-// sum the bias gradient on the way. There is no
-// dgrad: a first layer's input needs no gradient (cuDNN computes it where one
-// is needed).
+// sum the bias gradient on the way. Data gradient at stride 1: the forward
+// kernel on dy with the filter transposed and flipped (a strided dgrad is
+// left to cuDNN).
 //
 // All arithmetic is float32 fused multiply-add (bfloat16 / float16 operands are
 // widened on load and rounded once on store), so every numerics policy allows
@@ -47,6 +47,13 @@ bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w)
 // y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C, R, S)), then the epilogue.
 void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
                         const cpu::ConvParams& p, const SmallConvEpilogue& epilogue = {});
+
+// True when conv_small_dgrad takes these operands: the forward's dtypes and
+// sizes for dx's C <= 8 channels, dy's K <= 64, stride 1, dilation 1, groups 1,
+// padding at most R - 1 and S - 1.
+bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const cpu::ConvParams& p);
+// dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w (K, C, R, S)).
+void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p);
 
 // Float32 scratch elements conv_small_wgrad needs (with or without db).
 int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw);

@@ -24,6 +24,14 @@ cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const 
 cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided* db, const Strided& dy,
                                     const Strided& x, const cpu::ConvParams& p, float* partials,
                                     cudaStream_t stream);
+// dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w (K, C, R, S)) at stride 1,
+// dilation 1 and padding at most R - 1, S - 1, by the forward kernel.
+cudaError_t launch_conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
+                                    const cpu::ConvParams& p, cudaStream_t stream);
+// True when the forward kernel takes a filter (K, C, R, S) at column stride
+// stride_w: its channel groups in one block, the filter in shared memory, and
+// the filter beside the smallest tile's input window.
+bool conv_small_forward_fits(int64_t K, int64_t C, int64_t R, int64_t S, int64_t stride_w);
 // True when a filter (K, C, R, S) at column stride stride_w fits the kernels'
 // blocks: the weight gradient's thread per (tap group, channel group) in one
 // block, its pixel tile, and the forward's filter beside its smallest input

@@ -78,7 +78,7 @@ void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Ten
 void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
   if (dx.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
-    cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
+    if (!small_conv_dgrad(dx, dy, w, p)) cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
 #endif
     return;
   }

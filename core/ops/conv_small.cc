@@ -83,6 +83,17 @@ bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor
   return true;
 }
 
+bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
+  if (!dx.device().is_cuda() || !cuda::conv_small_dgrad_supported(dy.strided(), w.strided(), p)) {
+    return false;
+  }
+  auto loom = [&] { cuda::conv_small_dgrad(dx.strided(), dy.strided(), w.strided(), p); };
+  auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p), true; };
+  if (!loom_chosen("dgrad", dx, dy, w, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+
 bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p,
                       const Tensor& db) {
   if (!dw.device().is_cuda() || !cuda::conv_small_supported(x.strided(), dw.strided(), p)) return false;

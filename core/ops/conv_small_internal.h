@@ -1,6 +1,6 @@
 // File: core/ops/conv_small_internal.h
 // The small-channel convolution tier (core/cuda/conv_small.h, for layers with
-// C <= 8) beside cuDNN: per shape, the first call races the two with
+// C <= 8: forward, stride-1 data gradient, weight and bias gradients) beside cuDNN: per shape, the first call races the two with
 // KernelChoice and the faster runs from then on. LOOM_CONV_SMALL=loom|cudnn
 // forces one, auto (the default) races them. Private to core/ops.
 //
@@ -20,6 +20,8 @@ bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const
 // cuDNN's fused conv-bias-ReLU graph.
 bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
                                   const cpu::ConvParams& p);
+// dx (N, C, H, W) = dgrad(dy, w) likewise (stride 1 only), against cuDNN's dgrad.
+bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p);
 // dw (K, C, R, S) = wgrad(dy, x) likewise, and where db is defined also
 // db (K) = the sum of dy over N, P, Q in the same kernels, against cuDNN's
 // wgrad and Loom's channel sum.

@@ -1,8 +1,8 @@
 // File: tests/core/cuda/conv_small_gpu_test.cc
 // The small-channel convolution kernels (core/cuda/conv_small.h) against the
 // CPU reference in float64 on the same values (rounded to the dtype first):
-// forward, weight gradient and the bias gradient summed alongside it (same dw
-// bits with and without), C = 1, 3, 4, 6, 8, K that 8, 4, 2 or nothing
+// forward, data gradient (stride 1), weight gradient and the bias gradient
+// summed alongside it (same dw bits with and without), C = 1, 3, 4, 6, 8, K that 8, 4, 2 or nothing
 // divides, 3x3 and 5x5 filters, stride 1 and 2, padding 0 to 2, odd planes,
 // NCHW and channels-last operands, float32, bfloat16 and float16; then planes
 // large enough for several tiles, filters whose input window shrinks the
@@ -105,6 +105,15 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   const double tol = dtype == DType::Float32 ? 1e-5 : 8e-3;
   check_scaled(y, y_ref, tol);
   check_scaled(dw, dw_ref, tol);
+  if (cuda::conv_small_dgrad_supported(dyg.strided(), wg.strided(), p)) {
+    Tensor dx_ref = empty(x.sizes(), {.dtype = DType::Float64});
+    cpu::conv2d_dgrad(dx_ref.strided(), dy64.strided(), w64.strided(), p);
+    const Tensor dx = full(x.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
+    cuda::conv_small_dgrad(dx.strided(), dyg.strided(), wg.strided(), p);
+    check_scaled(dx, dx_ref, tol);
+  } else {
+    CHECK(c.stride > 1);  // every stride-1 case here pads at most R - 1
+  }
   if (cuda::conv_small_wgrad_takes_bias(dw.strided())) {
     // Again with the bias gradient summed alongside, into every other element
     // of a longer tensor (stride 2): dw keeps its bits, db matches the CPU.
@@ -258,7 +267,7 @@ LOOM_GPU_TEST_CASE("conv2d's bias gradient is summed on its own where the small 
   check_scaled(b.grad(), b_ref.grad(), 1e-5);
 }
 
-LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, forward and weight gradient") {
+LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, all gradients") {
   Generator gen(1207);
   for (const char* path : {"loom", "cudnn", "auto"}) {
     SmallConvEnv env(path);
@@ -266,18 +275,19 @@ LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, f
       for (int64_t C : {1, 3}) {
         INFO(path, " ", s.name, " C ", C);
         const Conv2dOptions options{.stride = {1, 1}, .padding = {1, 1}};
-        const Tensor x = exact_randn({4, C, 12, 11}, DType::BFloat16, gen);
+        const Tensor x0 = exact_randn({4, C, 12, 11}, DType::BFloat16, gen);
         const Tensor w0 = exact_randn({16, C, 3, 3}, DType::BFloat16, gen);
-        Tensor w_ref = leaf(w0);
-        const Tensor y_ref = conv2d(x, w_ref, Tensor(), options);
+        Tensor x_ref = leaf(x0), w_ref = leaf(w0);
+        const Tensor y_ref = conv2d(x_ref, w_ref, Tensor(), options);
         const Tensor dy = exact_randn(y_ref.sizes(), DType::BFloat16, gen);
         y_ref.backward(dy);
 
         const SettingScope scope(s);
-        Tensor w = leaf(w0.to(Device::cuda()));
-        const Tensor y = conv2d(x.to(Device::cuda()), w, Tensor(), options);
+        Tensor x = leaf(x0.to(Device::cuda())), w = leaf(w0.to(Device::cuda()));
+        const Tensor y = conv2d(x, w, Tensor(), options);
         y.backward(dy.to(Device::cuda()).to(y.dtype()).contiguous(y.suggest_memory_format()));
         check_scaled(y.to(DType::Float32), y_ref, s.tol);
+        check_scaled(x.grad(), x_ref.grad(), s.tol);
         check_scaled(w.grad(), w_ref.grad(), s.tol);
       }
     }
