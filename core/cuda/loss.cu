@@ -4,7 +4,8 @@
 // together, coalesced), one thread otherwise (then neighbouring threads read
 // neighbouring positions, as in NCHW). The forward also totals its losses per
 // block; a one-block kernel adds the block totals in a fixed order and writes
-// the reduced loss. The backward reads its mean's count from device memory, so
+// the reduced loss (a small batch's forward runs as one block and writes them
+// itself). The backward reads its mean's count from device memory, so
 // nothing waits for the host.
 //
 // N batch, C classes, d1... optional spatial dims; P positions (n, d1...).
@@ -149,10 +150,28 @@ __device__ void flag_bad_target(LossTotals* totals, int64_t p) {
   atomicMin(&totals->first_bad_position, static_cast<unsigned long long>(p));
 }
 
+// The totals, and the reduced loss (rounded once from double, as the CPU
+// reference does); called by one thread.
+template <class T>
+__device__ void write_totals(const LossPartial& total, const LossOutputs& out) {
+  out.totals->sum = total.sum;
+  out.totals->count = total.count;
+  if (out.reduced != nullptr) {
+    const double value = out.mean ? total.sum / static_cast<double>(total.count) : total.sum;
+    *static_cast<T*>(out.reduced) = static_cast<T>(value);
+  }
+}
+
 // losses[p] for every position p, 0 where ignored; the group's first lane
 // writes and totals. An out-of-range target gets a NaN loss and is flagged.
+// A grid of one block writes the totals itself (no second kernel) and resets
+// the flag first (no memset); more blocks leave partials for loss_totals_kernel.
 template <LossKind kind, int L, class T>
-__global__ void loss_forward_kernel(LossArgs<T> a) {
+__global__ void loss_forward_kernel(LossArgs<T> a, LossOutputs out) {
+  if (gridDim.x == 1) {
+    if (threadIdx.x == 0) a.totals->first_bad_position = ~0ull;
+    __syncthreads();
+  }
   const int lane = threadIdx.x % L;
   const int64_t first = first_index() / L, step = index_step() / L;
   LossPartial mine{0.0, 0};
@@ -178,11 +197,15 @@ __global__ void loss_forward_kernel(LossArgs<T> a) {
     if (lane == 0) a.out[o[kOut]] = static_cast<T>(loss);
   }
   const LossPartial total = block_total(mine);
-  if (threadIdx.x == 0) a.scratch->partials[blockIdx.x] = total;
+  if (threadIdx.x != 0) return;
+  if (gridDim.x == 1) {
+    write_totals<T>(total, out);
+  } else {
+    a.scratch->partials[blockIdx.x] = total;
+  }
 }
 
-// The totals of the first `blocks` partials, and the reduced loss (rounded
-// once from double, as the CPU reference does); launched as one block.
+// The totals of the first `blocks` partials; launched as one block.
 template <class T>
 __global__ void loss_totals_kernel(const LossScratch* scratch, int blocks, LossOutputs out) {
   LossPartial mine{0.0, 0};
@@ -191,13 +214,7 @@ __global__ void loss_totals_kernel(const LossScratch* scratch, int blocks, LossO
     mine.count += scratch->partials[b].count;
   }
   const LossPartial total = block_total(mine);
-  if (threadIdx.x != 0) return;
-  out.totals->sum = total.sum;
-  out.totals->count = total.count;
-  if (out.reduced != nullptr) {
-    const double value = out.mean ? total.sum / static_cast<double>(total.count) : total.sum;
-    *static_cast<T*>(out.reduced) = static_cast<T>(value);
-  }
+  if (threadIdx.x == 0) write_totals<T>(total, out);
 }
 
 // What multiplies dloss: a mean divides by the count of non-ignored targets
@@ -316,14 +333,24 @@ int loss_blocks(int64_t positions, int lanes) {
   return static_cast<int>(std::min<int64_t>(blocks, kMaxLossBlocks));
 }
 
+// Up to kOneBlockPasses passes of one block's threads take one forward block,
+// which then also writes the totals: a small batch's loss is one kernel, not two.
+constexpr int kOneBlockPasses = 8;
+int forward_blocks(int64_t positions, int lanes) {
+  const int blocks = loss_blocks(positions, lanes);
+  return blocks <= kOneBlockPasses ? 1 : blocks;
+}
+
 template <LossKind kind>
 cudaError_t launch_forward(const LossOperands& ops, int64_t ignore_index, double eps, int lanes,
                            const LossOutputs& out, LossScratch* scratch, cudaStream_t stream) {
-  cudaError_t status = cudaMemsetAsync(&out.totals->first_bad_position, 0xff,
-                                       sizeof(unsigned long long), stream);
-  if (status != cudaSuccess) return status;
   const int64_t positions = ops.target->numel();
-  const int blocks = positions == 0 ? 0 : loss_blocks(positions, lanes);
+  const int blocks = positions == 0 ? 0 : forward_blocks(positions, lanes);
+  cudaError_t status = cudaSuccess;
+  if (blocks != 1) {
+    status = cudaMemsetAsync(&out.totals->first_bad_position, 0xff, sizeof(unsigned long long), stream);
+    if (status != cudaSuccess) return status;
+  }
   visit_float(ops.out->dtype, [&]<class T>() {
     if (blocks > 0) {
       LossArgs<T> a = args_of<T>(ops, ignore_index);
@@ -331,11 +358,11 @@ cudaError_t launch_forward(const LossOperands& ops, int64_t ignore_index, double
       a.scratch = scratch;
       a.totals = out.totals;
       visit_lanes(lanes, [&]<int L>() {
-        loss_forward_kernel<kind, L, T><<<blocks, kThreads, 0, stream>>>(a);
+        loss_forward_kernel<kind, L, T><<<blocks, kThreads, 0, stream>>>(a, out);
       });
       status = cudaGetLastError();
     }
-    if (status == cudaSuccess) {
+    if (status == cudaSuccess && blocks != 1) {
       loss_totals_kernel<T><<<1, kThreads, 0, stream>>>(scratch, blocks, out);
       status = cudaGetLastError();
     }
