@@ -2,11 +2,11 @@
 // The small-channel convolution kernels (core/cuda/conv_small.h) against the
 // CPU reference in float64 on the same values (rounded to the dtype first):
 // forward, data gradient (stride 1), weight gradient and the bias gradient
-// summed alongside it (same dw bits with and without), C = 1, 3, 4, 6, 8, K that 8, 4, 2 or nothing
-// divides, 3x3 and 5x5 filters, stride 1 and 2, padding 0 to 2, odd planes,
-// NCHW and channels-last operands, float32, bfloat16 and float16; then planes
-// large enough for several tiles, filters whose input window shrinks the
-// tiles, and the forward's bias + ReLU epilogue. Then conv2d and
+// summed alongside it (same dw bits with and without), C = 1, 3, 4, 6, 8, K
+// that 8, 4, 2 or nothing divides, 3x3 and 5x5 filters, stride 1 and 2,
+// padding 0 to 2, odd planes, NCHW and channels-last operands, float32,
+// bfloat16 and float16; then planes large enough for several tiles, filters
+// whose input window shrinks the tiles, and the forward's bias + ReLU epilogue. Then conv2d and
 // conv2d_bias_relu on each path LOOM_CONV_SMALL names (loom, cudnn, auto)
 // under strict fp32, TF32 and bf16 autocast, against the CPU op, and a bias
 // gradient too wide for the weight-gradient block, summed on its own.
@@ -153,7 +153,6 @@ struct SettingScope {
   AutocastGuard autocast;
 };
 
-
 // A copy of t that requires grad.
 Tensor leaf(const Tensor& t) {
   Tensor l = t.clone();
@@ -163,7 +162,7 @@ Tensor leaf(const Tensor& t) {
 
 }  // namespace
 
-LOOM_GPU_TEST_CASE("small-channel conv kernels match the CPU: forward and weight gradient") {
+LOOM_GPU_TEST_CASE("small-channel conv kernels match the CPU: forward, data, weight and bias gradients") {
   Generator gen(1206);
   for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
     for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
