@@ -1,8 +1,9 @@
 // File: core/ops/conv_small_internal.h
 // The small-channel convolution tier (core/cuda/conv_small.h, for layers with
-// C <= 8: forward, stride-1 data gradient, weight and bias gradients) beside cuDNN: per shape, the first call races the two with
-// KernelChoice and the faster runs from then on. LOOM_CONV_SMALL=loom|cudnn
-// forces one, auto (the default) races them. Private to core/ops.
+// C <= 8: forward, stride-1 data gradient, weight and bias gradients) beside
+// cuDNN: per shape, the first call races the two with KernelChoice and the
+// faster runs from then on. LOOM_CONV_SMALL=loom|cudnn forces one, auto (the
+// default) races them. Private to core/ops.
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #pragma once
