@@ -98,10 +98,14 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
                       const Tensor& db) {
   if (!dw.device().is_cuda() || !cuda::conv_small_supported(x.strided(), dw.strided(), p)) return false;
   if (db.defined() && !cuda::conv_small_wgrad_takes_bias(dw.strided())) return false;
-  const Tensor scratch = empty({cuda::conv_small_wgrad_scratch(dy.strided(), dw.strided())},
-                               {.dtype = DType::Float32, .device = dw.device()});
+  // Allocated on the Loom kernel's first run only: where cuDNN wins, nothing is.
+  Tensor scratch;
   const std::optional<Strided> db_view = db.defined() ? std::optional(db.strided()) : std::nullopt;
   auto loom = [&] {
+    if (!scratch.defined()) {
+      scratch = empty({cuda::conv_small_wgrad_scratch(dy.strided(), dw.strided())},
+                      {.dtype = DType::Float32, .device = dw.device()});
+    }
     cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided(), db_view);
   };
   auto cudnn = [&] {
