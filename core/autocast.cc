@@ -24,36 +24,41 @@ namespace {
 
 thread_local std::optional<DType> current_dtype;
 
-// A parameter's cast, valid while the parameter's storage lives, its version
-// is unchanged (every in-place write bumps it: the optimizer step, copy_) and
-// no CUDA-graph replay has run since (a replay writes without bumping).
-struct CachedCast {
-  std::weak_ptr<Storage> storage;
-  uint64_t version = 0;
-  uint64_t replays = 0;
-  Tensor cast;  // detached: each use records its own cast node
-};
-
 // (storage, offset, sizes, strides, target dtype): one view of a parameter.
 using CastKey = std::tuple<const Storage*, int64_t, Shape, Shape, DType>;
 
+// When a cast was made: it stays valid while the parameter's version is
+// unchanged (every in-place write bumps it: the optimizer step, copy_), no
+// CUDA-graph replay has run since (a replay writes without bumping), and the
+// capture it was made in (none: eager) is still the one running. Inside a
+// capture a cast must be a node of that graph, so that every replay recasts
+// the weights the replayed optimizer step has just changed.
+struct CastStamp {
+  uint64_t version = 0;
+  uint64_t replays = 0;
+  std::optional<uint64_t> capture;
+
+  bool operator==(const CastStamp&) const = default;
+};
+
+// A parameter's cast, valid while its storage lives and its stamp is current.
+struct CachedCast {
+  std::weak_ptr<Storage> storage;
+  DType source = DType::Float32;
+  CastStamp stamp;
+  bool used = false;  // asked for since a refresh last recast it (see refresh())
+  Tensor cast;        // detached: each use records its own cast node
+};
+
 thread_local std::map<CastKey, CachedCast> cast_cache;
 
-uint64_t replays_so_far() {
+CastStamp stamp_now(const Storage& storage) {
 #ifdef LOOM_WITH_CUDA
-  return cuda::replay_count();
+  const std::optional<uint64_t> capture =
+      cuda::is_capturing() ? std::optional(cuda::capture_count()) : std::nullopt;
+  return {storage.version(), cuda::replay_count(), capture};
 #else
-  return 0;
-#endif
-}
-
-// Inside a capture every cast must be a node of the graph, so that each replay
-// recasts the weights the replayed optimizer step has just changed.
-bool capturing() {
-#ifdef LOOM_WITH_CUDA
-  return cuda::is_capturing();
-#else
-  return false;
+  return {storage.version(), 0, std::nullopt};
 #endif
 }
 
@@ -63,24 +68,70 @@ bool cache_enabled() {
 }
 
 // Only parameters are cached: leaves that require grad, reused across the
-// forwards of one autocast region (several micro-batches, evaluation batches).
-bool cacheable(const Tensor& t) {
-  return t.is_leaf() && t.requires_grad() && cache_enabled() && !capturing();
+// forwards of one autocast region (several micro-batches, evaluation batches)
+// and recast together after each optimizer step.
+bool cacheable(const Tensor& t) { return t.is_leaf() && t.requires_grad() && cache_enabled(); }
+
+CastKey key_of(const Tensor& t, DType target) {
+  return {t.storage().get(), t.storage_offset(), t.sizes(), t.strides(), target};
+}
+
+// The parameter view a key names, on its (live) storage.
+Tensor view_of(const CastKey& key, std::shared_ptr<Storage> storage, DType source) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->offset = std::get<1>(key);
+  impl->sizes = std::get<2>(key);
+  impl->strides = std::get<3>(key);
+  impl->dtype = source;
+  return Tensor(std::move(impl));
+}
+
+// Casts t (a parameter whose cast is missing or stale) anew, and with it every
+// other parameter whose cast to the same dtype on the same device is stale too
+// and was used since a refresh last recast it: after an optimizer step that is
+// the whole model, so a step makes one launch (core/tensor.h, to_all) instead
+// of one per parameter, and under CUDA-graph capture the graph holds that one
+// launch. A parameter recast here but then not used (another model's, say) is
+// left out of the next refresh, until it is asked for again; casts of freed
+// parameters are dropped.
+void refresh(const Tensor& t, DType target) {
+  const CastKey key = key_of(t, target);
+  std::vector<CastKey> keys{key};
+  std::vector<Tensor> sources{t.detach()};
+  for (auto it = cast_cache.begin(); it != cast_cache.end();) {
+    std::shared_ptr<Storage> storage = it->second.storage.lock();
+    if (!storage) {
+      it = cast_cache.erase(it);
+      continue;
+    }
+    const CachedCast& entry = it->second;
+    if (it->first != key && entry.used && std::get<4>(it->first) == target &&
+        storage->device() == t.device() && entry.stamp != stamp_now(*storage)) {
+      keys.push_back(it->first);
+      sources.push_back(view_of(it->first, storage, entry.source));
+    }
+    ++it;
+  }
+  const std::vector<Tensor> casts = to_all(sources, target);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::shared_ptr<Storage>& storage = sources[i].storage();
+    cast_cache[keys[i]] = {storage, sources[i].dtype(), stamp_now(*storage), i == 0, casts[i]};
+  }
 }
 
 // t (a parameter) cast to `target`, without a graph node: from the cache when
-// still valid, else cast now and remembered.
+// still valid, else refreshed.
 Tensor cached_cast(const Tensor& t, DType target) {
-  const CastKey key{t.storage().get(), t.storage_offset(), t.sizes(), t.strides(), target};
-  const uint64_t version = t.storage()->version(), replays = replays_so_far();
+  const CastKey key = key_of(t, target);
   auto it = cast_cache.find(key);
   if (it != cast_cache.end() && it->second.storage.lock() == t.storage() &&
-      it->second.version == version && it->second.replays == replays) {
+      it->second.stamp == stamp_now(*t.storage())) {
+    it->second.used = true;
     return it->second.cast.detach();
   }
-  Tensor cast = t.detach().to(target);
-  cast_cache[key] = {t.storage(), version, replays, cast};
-  return cast.detach();
+  refresh(t, target);
+  return cast_cache.at(key).cast.detach();
 }
 
 }  // namespace
@@ -106,12 +157,7 @@ Tensor autocast_operand(const Tensor& t) {
   if (!current_dtype || !t.defined() || !t.device().is_cuda() || !is_floating(t.dtype())) return t;
   if (t.dtype() == *current_dtype || !cacheable(t)) return t.to(*current_dtype);
   Tensor out = cached_cast(t, *current_dtype);
-  if (needs_grad({t})) {
-    const DType source = t.dtype();
-    record("to_dtype", {t}, out, [source](const Tensor& dy) {
-      return std::vector<Tensor>{dy.to(source)};
-    });
-  }
+  if (needs_grad({t})) record_cast(t, out);
   return out;
 }
 

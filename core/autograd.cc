@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -99,10 +100,33 @@ class FunctionNode final : public Node {
   std::vector<SavedVersion> saved_;
 };
 
+// A dtype conversion (Tensor::to, autocast's operand casts): the gradient goes
+// back to the input's dtype.
+class CastNode final : public Node {
+ public:
+  explicit CastNode(DType source) : source_(source) {}
+
+  const std::string& name() const override {
+    static const std::string name = "to_dtype";
+    return name;
+  }
+
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    return {grad_output.to(source_)};
+  }
+
+  DType source() const { return source_; }
+
+ private:
+  DType source_;
+};
+
 // The sink of a leaf: adds incoming gradients into leaf.grad.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {}
+
+  bool has_hooks() const { return !leaf_.impl()->post_accumulate_hooks.empty(); }
 
   const std::string& name() const override {
     static const std::string name = "accumulate_grad";
@@ -183,6 +207,54 @@ std::vector<Tensor> profiled_apply(Node& node, const Tensor& grad) {
   return node.apply(grad);
 }
 
+// Gradients on their way into leaves through a CastNode (a model's weights
+// under autocast: one per parameter). They are converted together once the
+// rest of the backward has run, one launch per dtype where each alone made
+// one, then handed to the leaves. A leaf with hooks is served on the spot, so
+// its hook still fires while the backward runs (DistributedDataParallel
+// overlaps its all-reduce with that), and anomaly mode checks every node.
+class DeferredCasts {
+ public:
+  // Takes node's gradient when node can wait; false when it runs now.
+  bool take(Node& node, const Tensor& grad) {
+    auto* cast = dynamic_cast<CastNode*>(&node);
+    if (cast == nullptr || anomaly_mode_enabled() || Profiler::enabled()) return false;
+    auto* sink = dynamic_cast<AccumulateGrad*>(node.next[0].get());
+    if (sink == nullptr || sink->has_hooks()) return false;
+    waiting_[cast->source()].push_back({grad, node.next[0]});
+    return true;
+  }
+
+  void deliver() {
+    for (auto& [dtype, items] : waiting_) {
+      std::vector<Tensor> grads;
+      for (const Waiting& w : items) grads.push_back(w.grad);
+      const std::vector<Tensor> converted = to_all(grads, dtype);
+      for (size_t i = 0; i < items.size(); ++i) items[i].sink->apply(converted[i]);
+    }
+    waiting_.clear();
+  }
+
+ private:
+  struct Waiting {
+    Tensor grad;
+    std::shared_ptr<Node> sink;  // the leaf's AccumulateGrad
+  };
+  std::map<DType, std::vector<Waiting>> waiting_;
+};
+
+// Makes `node` the grad_fn of `output`, its inputs' gradient edges its next.
+void attach(std::shared_ptr<Node> node, const std::vector<Tensor>& inputs, Tensor& output) {
+  for (const Tensor& t : inputs) node->next.push_back(gradient_edge(t));
+  if (Profiler::enabled()) node->profile_row = Profiler::current_row();
+  if (anomaly_mode_enabled()) {
+    node->module = anomaly_module();
+    check_forward_finite(node->name(), node->module, inputs, output);
+  }
+  output.impl()->grad_fn = std::move(node);
+  output.impl()->requires_grad = true;
+}
+
 }  // namespace
 
 bool grad_mode_enabled() { return grad_mode; }
@@ -199,21 +271,16 @@ bool needs_grad(std::initializer_list<Tensor> inputs) {
 void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
             BackwardFn backward, const std::vector<Tensor>& saved) {
   std::vector<InputMeta> metas;
-  std::vector<std::shared_ptr<Node>> next;
   for (const Tensor& t : inputs) {
     metas.push_back(t.defined() ? InputMeta{t.sizes(), t.dtype(), t.device()} : InputMeta{});
-    next.push_back(gradient_edge(t));
   }
-  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(backward),
-                                             std::move(metas), saved);
-  node->next = std::move(next);
-  if (Profiler::enabled()) node->profile_row = Profiler::current_row();
-  if (anomaly_mode_enabled()) {
-    node->module = anomaly_module();
-    check_forward_finite(node->name(), node->module, inputs, output);
-  }
-  output.impl()->grad_fn = std::move(node);
-  output.impl()->requires_grad = true;
+  attach(std::make_shared<FunctionNode>(std::move(name), std::move(backward), std::move(metas),
+                                        saved),
+         inputs, output);
+}
+
+void record_cast(const Tensor& input, Tensor& output) {
+  attach(std::make_shared<CastNode>(input.dtype()), {input}, output);
 }
 
 void check_inplace(const Tensor& tensor, std::string_view op) {
@@ -261,11 +328,16 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
   NoGradGuard no_grad;
   std::shared_ptr<Node> root_node = gradient_edge(root);
   std::unordered_map<Node*, Tensor> pending{{root_node.get(), initial_gradient(root, gradient)}};
+  DeferredCasts deferred;
   for (Node* node : topological_order(root_node.get())) {
     auto it = pending.find(node);
     if (it == pending.end()) continue;  // no gradient reached it
     Tensor grad = std::move(it->second);
     pending.erase(it);
+    if (deferred.take(*node, grad)) {
+      if (!retain_graph) node->release();
+      continue;
+    }
     std::vector<Tensor> grads =
         Profiler::enabled() ? profiled_apply(*node, grad) : node->apply(grad);
     if (anomaly_mode_enabled()) check_backward_finite(node->name(), node->module, grad, grads);
@@ -285,6 +357,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
       }
     }
   }
+  deferred.deliver();
 }
 
 }  // namespace loom

@@ -71,6 +71,12 @@ bool needs_grad(std::initializer_list<Tensor> inputs);
 void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
             BackwardFn backward, const std::vector<Tensor>& saved = {});
 
+// Makes `output` (input converted to another floating dtype) the result of a
+// conversion node: its backward converts the gradient back. The engine
+// converts the gradients such nodes pass to leaves without hooks all at once,
+// after the rest of the backward (one kernel launch instead of one per leaf).
+void record_cast(const Tensor& input, Tensor& output);
+
 // Throws AutogradError when `tensor` may not be written in place by `op`: it
 // requires grad and grad mode is on. Bumps the storage version otherwise.
 void check_inplace(const Tensor& tensor, std::string_view op);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <map>
+#include <utility>
 
 #include "core/autograd.h"
 #include "core/cpu/copy.h"
@@ -215,12 +217,48 @@ Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
   Tensor out = empty_with_layout(*this, MemoryFormat::Preserve, target, device());
   copy_values(out, *this);
-  DType source = dtype();
-  if (is_floating(target) && needs_grad({*this})) {
-    record("to_dtype", {*this}, out, [source](const Tensor& dy) {
-      return std::vector<Tensor>{dy.to(source)};
-    });
+  if (is_floating(target) && needs_grad({*this})) record_cast(*this, out);
+  return out;
+}
+
+namespace {
+
+#ifdef LOOM_WITH_CUDA
+// Whether the conversion src -> dst can walk both as one flat array.
+bool converts_as_span(const Tensor& src, const Tensor& dst) {
+  return src.device().is_cuda() && is_floating(src.dtype()) && is_floating(dst.dtype()) &&
+         src.is_contiguous(src.suggest_memory_format()) && dst.strides() == src.strides();
+}
+#endif
+
+}  // namespace
+
+std::vector<Tensor> to_all(const std::vector<Tensor>& tensors, DType dtype) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> out(tensors.size());
+#ifdef LOOM_WITH_CUDA
+  // (device index, source dtype) -> its spans
+  std::map<std::pair<int, DType>, std::vector<cuda::DenseSpan>> batches;
+#endif
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (t.dtype() == dtype) {
+      out[i] = t.detach();
+      continue;
+    }
+    out[i] = empty_with_layout(t, MemoryFormat::Preserve, dtype, t.device());
+#ifdef LOOM_WITH_CUDA
+    if (converts_as_span(t, out[i])) {
+      batches[{t.device().index, t.dtype()}].push_back(
+          {t.raw_data(), out[i].raw_data(), t.numel()});
+      continue;
+    }
+#endif
+    copy_values(out[i], t);
   }
+#ifdef LOOM_WITH_CUDA
+  for (const auto& [where, spans] : batches) cuda::convert_spans(spans, dtype, where.second);
+#endif
   return out;
 }
 

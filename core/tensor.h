@@ -164,6 +164,11 @@ Tensor from_host(const void* data, DType src_dtype, const Shape& sizes, TensorOp
 // Values converted to options.dtype: tensor({1, 2, 3, 4}, {2, 2}).
 Tensor tensor(const std::vector<double>& values, const Shape& sizes, TensorOptions options = {});
 
+// t.to(dtype) for every tensor, each in its own layout and detached (no
+// autograd): what a batch of conversions costs in one go. Dense floating CUDA
+// tensors of one device and source dtype convert in one kernel launch (per 64).
+std::vector<Tensor> to_all(const std::vector<Tensor>& tensors, DType dtype);
+
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
 
 // normalize_dim for ops that index a dim: throws IndexError on 0-d tensors,

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "core/cuda/copy_kernels.h"
+#include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/visit.cuh"
 
@@ -48,7 +49,71 @@ __global__ void fill_kernel(D* dst, Geometry dg, double value, int64_t n) {
   }
 }
 
+// Elements a block converts of one span at a time.
+constexpr int64_t kSpanTile = kThreads * 4;
+
+// The spans of one launch, by value in the kernel's arguments (2 KiB of the 4).
+struct SpanBatch {
+  const void* src[kMaxSpansPerLaunch];
+  void* dst[kMaxSpansPerLaunch];
+  int64_t numel[kMaxSpansPerLaunch];
+  int64_t first_tile[kMaxSpansPerLaunch + 1];  // tiles of the spans before; [count]: all
+  int count;
+};
+
+// The span that owns `tile`: the last one whose first_tile <= tile (an empty
+// span shares its first_tile with the next one and so is never chosen).
+__device__ int span_of(const SpanBatch& batch, int64_t tile) {
+  int lo = 0, hi = batch.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (batch.first_tile[mid] <= tile) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// __grid_constant__: indexed in place, not copied to each thread's stack.
+template <class D, class S>
+__global__ void convert_spans_kernel(const __grid_constant__ SpanBatch batch) {
+  const int64_t tiles = batch.first_tile[batch.count];
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int s = span_of(batch, tile);
+    const S* in = static_cast<const S*>(batch.src[s]);
+    D* out = static_cast<D*>(batch.dst[s]);
+    const int64_t begin = (tile - batch.first_tile[s]) * kSpanTile;
+    const int64_t end = std::min(begin + kSpanTile, batch.numel[s]);
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      store_double(out + i, load_as_double(in + i));
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_convert_spans(const DenseSpan* spans, int count, DType dst_dtype,
+                                 DType src_dtype, cudaStream_t stream) {
+  if (count <= 0 || count > kMaxSpansPerLaunch) return cudaErrorInvalidValue;
+  SpanBatch batch{};
+  batch.count = count;
+  for (int s = 0; s < count; ++s) {
+    batch.src[s] = spans[s].src;
+    batch.dst[s] = spans[s].dst;
+    batch.numel[s] = spans[s].numel;
+    batch.first_tile[s + 1] = batch.first_tile[s] + (spans[s].numel + kSpanTile - 1) / kSpanTile;
+  }
+  const int64_t tiles = batch.first_tile[count];
+  if (tiles == 0) return cudaSuccess;
+  visit_floating(dst_dtype, [&]<class D>() {
+    visit_floating(src_dtype, [&]<class S>() {
+      convert_spans_kernel<D, S><<<blocks_for_groups(tiles), kThreads, 0, stream>>>(batch);
+    });
+  });
+  return cudaGetLastError();
+}
 
 cudaError_t launch_copy(const Strided& dst, const Strided& src, cudaStream_t stream) {
   int64_t n = dst.numel();

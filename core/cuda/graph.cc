@@ -12,9 +12,11 @@ namespace loom::cuda {
 
 namespace {
 std::atomic<uint64_t> replays{0};
+std::atomic<uint64_t> captures{0};
 }  // namespace
 
 uint64_t replay_count() { return replays.load(); }
+uint64_t capture_count() { return captures.load(); }
 
 CudaGraph::~CudaGraph() { reset(); }
 
@@ -37,6 +39,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
   CaptureScope scope;
   pool_ = scope.pool();
   LOOM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  ++captures;
   try {
     work();
   } catch (...) {

@@ -25,6 +25,9 @@ namespace loom::cuda {
 // bumping any storage version, so caches keyed by versions (autocast's weight
 // casts) also compare this count.
 uint64_t replay_count();
+// How many captures CudaGraph has begun in this process: while one runs, it
+// names that capture (autocast's casts made inside it belong to its graph).
+uint64_t capture_count();
 
 class CudaGraph {
  public:

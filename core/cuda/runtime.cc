@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "core/cuda/allocator.h"
@@ -115,6 +116,24 @@ void copy(const Strided& dst, const Strided& src) {
   check_kernel_rank(src, "copy");
   LOOM_CUDA_CHECK(launch_copy(dst, src, current_stream()));
 }
+
+namespace {
+std::atomic<int64_t> span_launches{0};
+}  // namespace
+
+void convert_spans(const std::vector<DenseSpan>& spans, DType dst_dtype, DType src_dtype) {
+  LOOM_CHECK(is_floating(dst_dtype) && is_floating(src_dtype), ValueError,
+             "[convert_spans] converts between floating dtypes, got {} to {}; use copy()",
+             dtype_name(src_dtype), dtype_name(dst_dtype));
+  for (size_t first = 0; first < spans.size(); first += kMaxSpansPerLaunch) {
+    const int count = static_cast<int>(std::min<size_t>(kMaxSpansPerLaunch, spans.size() - first));
+    LOOM_CUDA_CHECK(launch_convert_spans(spans.data() + first, count, dst_dtype, src_dtype,
+                                         current_stream()));
+    ++span_launches;
+  }
+}
+
+int64_t convert_span_launches() { return span_launches.load(); }
 
 void fill(const Strided& dst, double value) {
   check_kernel_rank(dst, "fill");

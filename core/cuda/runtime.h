@@ -7,7 +7,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
+#include "core/cuda/copy_kernels.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -36,6 +39,13 @@ void check_kernel_rank(const Strided& t, const char* op);
 // Strided device kernels (see copy_kernels.h), checked.
 void copy(const Strided& dst, const Strided& src);
 void fill(const Strided& dst, double value);
+
+// dst = convert(src) for every span (dense arrays, floating dtypes), one launch
+// per kMaxSpansPerLaunch spans: many small conversions (a model's weight casts
+// under autocast, their gradients) cost a launch or two instead of one each.
+void convert_spans(const std::vector<DenseSpan>& spans, DType dst_dtype, DType src_dtype);
+// Launches convert_spans has made in this process (tests check the batching).
+int64_t convert_span_launches();
 
 }  // namespace loom::cuda
 

@@ -371,5 +371,51 @@ TEST_CASE("post-accumulate-grad hooks run once per backward, after every path's 
                              AutogradError, "the output of 'mul_scalar'");
 }
 
+TEST_CASE("gradients through dtype casts into leaves: converted back, summed with other paths") {
+  // Casts into leaves wait until the end of backward and convert together; the
+  // leaves must end up as if each had converted on its own.
+  Tensor w = leaf({0.1, -0.7, 2.5}, {3});
+  Tensor b = leaf({1.0 / 3.0}, {1});
+  Tensor w32 = w.to(DType::Float32), b32 = b.to(DType::Float32);
+  REQUIRE(w32.grad_fn() != nullptr);
+  CHECK(w32.grad_fn()->name() == "to_dtype");
+  // Two paths into w: one through its cast, one direct (in float64).
+  Tensor loss = add(sum(mul(w32, w32)).to(DType::Float64), sum(mul(w, 3.0)));
+  loss = add(loss, sum(mul(b32, 2.0)).to(DType::Float64));
+  loss.backward();
+  REQUIRE(w.grad().dtype() == DType::Float64);
+  REQUIRE(b.grad().dtype() == DType::Float64);
+  // d/dw: 2 * float32(w) rounded to float32, back in float64, plus 3.
+  std::vector<double> expected;
+  for (double v : {0.1, -0.7, 2.5}) {
+    expected.push_back(static_cast<double>(2.0f * static_cast<float>(v)) + 3.0);
+  }
+  CHECK(w.grad().to_vector<double>() == expected);
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{2.0});
+  // A second backward adds into the existing grads.
+  sum(mul(w.to(DType::Float32), 4.0)).backward();
+  for (double& e : expected) e += 4.0;
+  CHECK(w.grad().to_vector<double>() == expected);
+}
+
+TEST_CASE("a cast into a leaf with a hook: the hook sees the converted gradient during backward") {
+  Tensor w = leaf({1.5, -2.0}, {2});
+  std::vector<double> seen;
+  const int64_t handle = register_post_accumulate_grad_hook(
+      w, [&](const Tensor& l) { seen = l.grad().to_vector<double>(); });
+  sum(mul(w.to(DType::Float32), 5.0)).backward();
+  CHECK(seen == std::vector<double>{5.0, 5.0});
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{5.0, 5.0});
+  remove_post_accumulate_grad_hook(w, handle);
+}
+
+TEST_CASE("retain_graph through a cast: a second backward adds the same gradient again") {
+  Tensor w = leaf({0.5, 0.25}, {2});
+  Tensor loss = sum(mul(w.to(DType::Float32), 2.0));
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  loss.backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{4.0, 4.0});
+}
+
 }  // namespace
 }  // namespace loom

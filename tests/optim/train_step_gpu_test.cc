@@ -10,7 +10,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/cuda/allocator.h"
+#include "core/cuda/runtime.h"
 #include "core/generator.h"
 #include "core/numerics.h"
 #include "core/ops/ops.h"
@@ -95,6 +97,42 @@ LOOM_GPU_TEST_CASE("100 replayed steps over two shapes give the same bits as 100
   for (size_t k = 0; k < eo.size(); ++k) {
     CAPTURE(eo[k].first);
     check_same_bits(eo[k].second, go[k].second);
+  }
+}
+
+LOOM_GPU_TEST_CASE("under bf16 autocast, replayed steps give the same bits as eager steps") {
+  // The weights are cast once per step, all together, inside the graph too.
+  NumericsGuard numerics({.precision = Precision::Tf32, .deterministic = true});
+  AutocastGuard autocast(DType::BFloat16);
+  std::vector<Batch> data = batches(64, 4, 3);
+  Run eager(false), graph(true);
+  for (int i = 0; i < 20; ++i) {
+    CAPTURE(i);
+    const std::vector<Tensor>& e = (*eager.step)(data[i % 4].x, data[i % 4].y);
+    const std::vector<Tensor>& g = (*graph.step)(data[i % 4].x, data[i % 4].y);
+    CHECK(e[0].item() == g[0].item());
+    check_same_bits(e[1], g[1]);
+  }
+  CHECK(graph.step->stats().replays == 20 - 1);  // after the warm-up step: the capture's launch, replays
+  auto e = eager.net.state_dict(), g = graph.net.state_dict();
+  REQUIRE(e.size() == g.size());
+  for (size_t k = 0; k < e.size(); ++k) {
+    CAPTURE(e[k].first);
+    check_same_bits(e[k].second, g[k].second);
+  }
+}
+
+LOOM_GPU_TEST_CASE("under bf16 autocast, a step casts every weight in one launch, every gradient in one") {
+  AutocastGuard autocast(DType::BFloat16);
+  std::vector<Batch> data = batches(32, 2, 4);
+  Run run(false);
+  (*run.step)(data[0].x, data[0].y);  // the first step casts each weight where it is met
+  for (int i = 1; i < 4; ++i) {
+    CAPTURE(i);
+    const int64_t before = cuda::convert_span_launches();
+    (*run.step)(data[i % 2].x, data[i % 2].y);
+    CHECK(cuda::convert_span_launches() - before == 2);
+    for (const Tensor& p : run.net.parameters()) CHECK(p.grad().dtype() == DType::Float32);
   }
 }
 

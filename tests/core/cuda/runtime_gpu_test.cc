@@ -9,6 +9,9 @@
 #include "core/ops/elementwise.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
 
 using namespace loom;
 
@@ -48,6 +51,41 @@ LOOM_GPU_TEST_CASE("dtype conversions on the GPU match the CPU's, for every pair
       CHECK_CLOSE(on_gpu.cpu(), source.to(to), 0, 0);
     }
   }
+}
+
+LOOM_GPU_TEST_CASE("to_all converts like to() each: values, layouts, and dense floats batched") {
+  // 70 dense float32 tensors (sizes 1 to 4100, some channels-last), a strided
+  // view that cannot walk flat, a float64 one, a bfloat16 one that needs no
+  // conversion and an int64 one: every result must be to()'s, bit for bit.
+  Generator gen(4);
+  std::vector<Tensor> sources;
+  for (int i = 0; i < 70; ++i) {
+    const int64_t n = 1 + (i * 613) % 4100;
+    Tensor t = randn({n}, {}, &gen);
+    if (i % 7 == 3) t = randn({2, 3, 5, 2 + i % 4}, {}, &gen).contiguous(MemoryFormat::ChannelsLast);
+    sources.push_back(t.to(Device::cuda()));
+  }
+  sources.push_back(randn({6, 8}, {}, &gen).to(Device::cuda()).slice(1, 1, 7, 2));
+  sources.push_back(randn({33}, {.dtype = DType::Float64}, &gen).to(Device::cuda()));
+  sources.push_back(randn({5}, {}, &gen).to(Device::cuda()).to(DType::BFloat16));
+  sources.push_back(randint(-50, 50, {9}, {.dtype = DType::Int64}, &gen).to(Device::cuda()));
+#ifdef LOOM_WITH_CUDA
+  const int64_t launches_before = cuda::convert_span_launches();
+#endif
+  const std::vector<Tensor> converted = to_all(sources, DType::BFloat16);
+#ifdef LOOM_WITH_CUDA
+  // 70 float32 spans: two launches of at most 64; float64: a third.
+  CHECK(cuda::convert_span_launches() - launches_before == 3);
+#endif
+  REQUIRE(converted.size() == sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    CAPTURE(i);
+    CHECK(converted[i].dtype() == DType::BFloat16);
+    CHECK(converted[i].strides() == sources[i].to(DType::BFloat16).strides());
+    CHECK(testing::values(converted[i]) == testing::values(sources[i].to(DType::BFloat16)));
+  }
+  CHECK_FALSE(converted[72].is_same(sources[72]));  // detached: a new handle ...
+  CHECK(converted[72].storage() == sources[72].storage());  // ... on the same memory
 }
 
 LOOM_GPU_TEST_CASE("layout changes on the GPU keep values and give channels-last strides") {
