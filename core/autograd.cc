@@ -334,10 +334,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     if (it == pending.end()) continue;  // no gradient reached it
     Tensor grad = std::move(it->second);
     pending.erase(it);
-    if (deferred.take(*node, grad)) {
-      if (!retain_graph) node->release();
-      continue;
-    }
+    if (deferred.take(*node, grad)) continue;  // a CastNode: nothing saved to release
     std::vector<Tensor> grads =
         Profiler::enabled() ? profiled_apply(*node, grad) : node->apply(grad);
     if (anomaly_mode_enabled()) check_backward_finite(node->name(), node->module, grad, grads);

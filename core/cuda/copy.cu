@@ -61,27 +61,12 @@ struct SpanBatch {
   int count;
 };
 
-// The span that owns `tile`: the last one whose first_tile <= tile (an empty
-// span shares its first_tile with the next one and so is never chosen).
-__device__ int span_of(const SpanBatch& batch, int64_t tile) {
-  int lo = 0, hi = batch.count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (batch.first_tile[mid] <= tile) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
 // __grid_constant__: indexed in place, not copied to each thread's stack.
 template <class D, class S>
 __global__ void convert_spans_kernel(const __grid_constant__ SpanBatch batch) {
   const int64_t tiles = batch.first_tile[batch.count];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int s = span_of(batch, tile);
+    const int s = owner_of(batch.count, tile, [&](int a) { return batch.first_tile[a]; });
     const S* in = static_cast<const S*>(batch.src[s]);
     D* out = static_cast<D*>(batch.dst[s]);
     const int64_t begin = (tile - batch.first_tile[s]) * kSpanTile;

@@ -82,6 +82,24 @@ __device__ inline int64_t offset_of(int64_t linear, const Geometry& g) {
   return g.ndim > 0 ? offset + linear * g.strides[0] : 0;
 }
 
+// Multi-array kernels number the work items (chunks, tiles) of their arrays one
+// after another: array a's first item is first_item(a), non-decreasing in a.
+// The array that owns `item` is the last one whose first item is <= item (an
+// empty array shares its first item with the next one and so is never chosen).
+template <class FirstItem>
+__device__ int owner_of(int count, int64_t item, const FirstItem& first_item) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first_item(mid) <= item) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 // Grid-stride loops: for (i = first_index(); i < n; i += index_step()).
 __device__ inline int64_t first_index() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
 __device__ inline int64_t index_step() { return int64_t(gridDim.x) * blockDim.x; }

@@ -42,19 +42,9 @@ __device__ T max_nan(T a, T b) {
 
 // ---- the chunk walk shared by every kernel ------------------------------------
 
-// The slot that owns `chunk`: the last one whose first_chunk <= chunk (an empty
-// slot shares its first_chunk with the next slot and so is never chosen).
+// The slot that owns `chunk` (geometry.cuh's owner_of).
 __device__ int slot_of(const TensorSlot* slots, int num_slots, int64_t chunk) {
-  int lo = 0, hi = num_slots - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (slots[mid].first_chunk <= chunk) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
+  return owner_of(num_slots, chunk, [&](int a) { return slots[a].first_chunk; });
 }
 
 // Calls update(slot, i) for every element i of every slot.
