@@ -12,6 +12,8 @@
 #include "core/ops/fused.h"
 #include "layers/activation.h"
 #include "layers/container.h"
+#include "layers/flatten.h"
+#include "layers/pooling.h"
 
 namespace loom::nn {
 
@@ -294,12 +296,31 @@ bool fuse_residuals(NamedModules& children) {
   return changed;
 }
 
+// Each MaxPool2d right before a Flatten writes a contiguous output, which the
+// flatten views instead of copying a channels-last one.
+bool pool_for_flatten(NamedModules& children) {
+  bool changed = false;
+  for (size_t i = 0; i + 1 < children.size(); ++i) {
+    if (!is_exactly<MaxPool2d>(*children[i].second) || !is_exactly<Flatten>(*children[i + 1].second)) {
+      continue;
+    }
+    const auto& pool = static_cast<const MaxPool2d&>(*children[i].second);
+    if (pool.options().output_format == MemoryFormat::Contiguous) continue;
+    MaxPool2dOptions options = pool.options();
+    options.output_format = MemoryFormat::Contiguous;
+    children[i].second = with_mode(std::make_shared<MaxPool2d>(pool.kernel_size(), options), pool);
+    changed = true;
+  }
+  return changed;
+}
+
 // A Sequential is rebuilt with the same child names ("0", "1", ...) and assigned in place.
 void fuse_sequential(Sequential& sequential) {
   NamedModules children = sequential.named_children();
   const bool runs = fuse_runs(children);
   const bool residuals = fuse_residuals(children);
-  if (!runs && !residuals) return;
+  const bool pools = pool_for_flatten(children);
+  if (!runs && !residuals && !pools) return;
   Sequential rebuilt;
   rebuilt.train(sequential.is_training());  // before any child: sets only its own mode
   for (auto& [name, child] : children) rebuilt.push_back(child);

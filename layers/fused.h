@@ -20,6 +20,9 @@
 // runs as the block conv2d -> batch_norm -> relu -> add_residual with x as the
 // residual operand. The children ("a", "b" or "inner") and their tensors stay.
 //
+// A MaxPool2d right before a Flatten is given output_format = Contiguous, so
+// that the flatten of a channels-last model's features is a view, not a copy.
+//
 //   nn::Sequential net = nn::resnet9();
 //   nn::fuse(net);
 //   net.at<nn::FusedResidual>(3).block().str();
@@ -183,7 +186,8 @@ class FusedResidual : public Residual {
 // Rewrites every Sequential in `model` (recursively, through any container) in
 // place, each run of layers described above becoming one fused head plus the
 // absorbed layers in their old places, then each Residual child whose last
-// branch ends in a fused run (branches are fused first) becoming a FusedResidual.
+// branch ends in a fused run (branches are fused first) becoming a FusedResidual,
+// and each MaxPool2d before a Flatten writing its output contiguous.
 // Only those exact layer types start or join a run or match (not subclasses,
 // which may change forward); any activation row joins; modes are kept. A
 // Residual outside a Sequential (the model itself, a member of your module)

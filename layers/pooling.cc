@@ -32,19 +32,26 @@ void check_window(std::string_view layer, Size2 kernel, Size2 stride, Size2 padd
 MaxPool2d::MaxPool2d(Size2 kernel_size, MaxPool2dOptions options)
     : kernel_size_(kernel_size), stride_(options.stride.value_or(kernel_size)), options_(options) {
   check_window("MaxPool2d", kernel_size_, stride_, options_.padding);
+  LOOM_CHECK(options_.output_format != MemoryFormat::Preserve, ValueError,
+             "[MaxPool2d] output_format must be contiguous or channels_last, got preserve; leave it "
+             "unset to keep the input's layout");
 }
 
 Tensor MaxPool2d::forward(const Tensor& x) {
   return max_pool2d(x, {.kernel_size = kernel_size_.array(),
                         .stride = stride_.array(),
                         .padding = options_.padding.array(),
-                        .ceil_mode = options_.ceil_mode});
+                        .ceil_mode = options_.ceil_mode,
+                        .output_format = options_.output_format});
 }
 
+// PyTorch's repr, plus the output layout where one is set.
 std::string MaxPool2d::extra_repr() const {
-  return fmt::format("kernel_size={}, stride={}, padding={}, dilation=1, ceil_mode={}",
-                     kernel_size_.str(), stride_.str(), options_.padding.str(),
-                     python_bool(options_.ceil_mode));
+  std::string repr = fmt::format("kernel_size={}, stride={}, padding={}, dilation=1, ceil_mode={}",
+                                 kernel_size_.str(), stride_.str(), options_.padding.str(),
+                                 python_bool(options_.ceil_mode));
+  if (options_.output_format) repr += fmt::format(", output_format={}", memory_format_name(*options_.output_format));
+  return repr;
 }
 
 AvgPool2d::AvgPool2d(Size2 kernel_size, AvgPool2dOptions options)

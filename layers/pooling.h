@@ -25,6 +25,9 @@ struct MaxPool2dOptions {
   std::optional<Size2> stride = std::nullopt;  // kernel_size when not given, as PyTorch
   Size2 padding = 0;                           // at most half the kernel
   bool ceil_mode = false;
+  // The output's memory layout; the input's when not given. nn::fuse sets
+  // Contiguous on a max pool right before a Flatten, whose flatten is then a view.
+  std::optional<MemoryFormat> output_format = std::nullopt;
 };
 
 struct AvgPool2dOptions {
@@ -40,6 +43,8 @@ class MaxPool2d : public Module {
   Tensor forward(const Tensor& x) override;  // x (N, C, H, W) -> (N, C, P, Q)
   std::string type_name() const override { return "MaxPool2d"; }
   std::string extra_repr() const override;
+  Size2 kernel_size() const { return kernel_size_; }
+  const MaxPool2dOptions& options() const { return options_; }
 
  private:
   Size2 kernel_size_;

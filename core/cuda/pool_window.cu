@@ -1,12 +1,16 @@
 // File: core/cuda/pool_window.cu
 // Window-index max pooling (pool_window.h): a thread per output (forward) or per
 // input element (backward), each handling V channels at once. V is 16 bytes of
-// the storage type when the operands are channels-last with whole vectors of
-// channels and aligned pointers, else 1 (any strides). bfloat16 and float16 are
+// the storage type when the input side (x or dx) and the index are channels-last
+// with whole vectors of channels and aligned pointers, else 1 (any strides). The
+// output side (y or dy) moves as whole packs when it is laid out alike, else one
+// channel at a time: a channels-last input can pool into an NCHW output, which a
+// flatten then views without a copy. bfloat16 and float16 are
 // compared and summed in float32 and rounded once on store (element.cuh).
 // N batch, C channels, H, W input plane, P, Q output plane.
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
@@ -91,9 +95,32 @@ __device__ Span covering(int i, int kernel, int stride, int pad, int out) {
   return {first, min(shifted / stride + 1, out)};
 }
 
+// V consecutive channels from c on at (n, h, w): one pack where the operand
+// holds them side by side (packed), else one element each.
+template <int V, class S>
+__device__ Pack<std::remove_const_t<S>, V> gather_pack(const View4<S>& t, bool packed, int64_t n, int c,
+                                                       int h, int w) {
+  if (V == 1 || packed) return load_pack<V>(t.at(n, c, h, w));
+  Pack<std::remove_const_t<S>, V> out;
+#pragma unroll
+  for (int j = 0; j < V; ++j) out.v[j] = *t.at(n, c + j, h, w);
+  return out;
+}
+
+template <int V, class S>
+__device__ void scatter_pack(const View4<S>& t, bool packed, int64_t n, int c, int h, int w,
+                             const Pack<S, V>& value) {
+  if (V == 1 || packed) {
+    store_pack(t.at(n, c, h, w), value);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) *t.at(n, c + j, h, w) = value.v[j];
+}
+
 template <class S, int V>
 __global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<const S> x,
-                                      PackSpace outputs, Shape2 s) {
+                                      PackSpace outputs, Shape2 s, bool y_packed) {
   using T = compute_t<S>;
   for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
     const Position o = outputs.at(i);
@@ -125,7 +152,7 @@ __global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<co
     Pack<S, V> out;
 #pragma unroll
     for (int j = 0; j < V; ++j) out.v[j] = from_compute<S>(best[j]);
-    store_pack(y.at(o.n, o.c, o.h, o.w), out);
+    scatter_pack<V>(y, y_packed, o.n, o.c, o.h, o.w, out);
     store_pack(index.at(o.n, o.c, o.h, o.w), arg);
   }
 }
@@ -134,7 +161,7 @@ __global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<co
 // or not at all (an element no window holds gets zero).
 template <class S, int V>
 __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<const uint8_t> index,
-                                       PackSpace inputs, Shape2 s) {
+                                       PackSpace inputs, Shape2 s, bool dy_packed) {
   using T = compute_t<S>;
   for (int64_t i = first_index(); i < inputs.count; i += index_step()) {
     const Position e = inputs.at(i);
@@ -148,7 +175,7 @@ __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<con
       for (int q = cols.first; q < cols.last; ++q) {
         const int local = row_local + e.w - (q * s.stride_w - s.pad_w);
         const Pack<uint8_t, V> picked = load_pack<V>(index.at(e.n, e.c, p, q));
-        const Pack<S, V> g = load_pack<V>(dy.at(e.n, e.c, p, q));
+        const Pack<S, V> g = gather_pack<V>(dy, dy_packed, e.n, e.c, p, q);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           if (picked.v[j] == local) sum[j] += to_compute(g.v[j]);
@@ -171,12 +198,12 @@ __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<con
 // (179 us), against 76% for the forward.
 template <class S, int V>
 __global__ void tiled_backward_kernel(View4<S> dx, View4<const S> dy, View4<const uint8_t> index,
-                                      PackSpace outputs, Shape2 s) {
+                                      PackSpace outputs, Shape2 s, bool dy_packed) {
   using T = compute_t<S>;
   for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
     const Position o = outputs.at(i);
     const Pack<uint8_t, V> picked = load_pack<V>(index.at(o.n, o.c, o.h, o.w));
-    const Pack<S, V> g = load_pack<V>(dy.at(o.n, o.c, o.h, o.w));
+    const Pack<S, V> g = gather_pack<V>(dy, dy_packed, o.n, o.c, o.h, o.w);
     for (int kh = 0; kh < s.kernel_h; ++kh) {
       for (int kw = 0; kw < s.kernel_w; ++kw) {
         const int local = kh * s.kernel_w + kw;
@@ -197,14 +224,16 @@ bool tiles_exactly(const Shape2& s) {
          s.H == s.P * s.kernel_h && s.W == s.Q * s.kernel_w;
 }
 
-// The 16-byte pack width when all three operands take it, else 1.
+// The 16-byte pack width when the input side (x or dx) and the index take it,
+// else 1. The output side takes whatever layout it has (packed_at).
 template <class S>
-int pack_width(const Strided& a, const Strided& b, const Strided& index) {
+int pack_width(const Strided& input, const Strided& index) {
   constexpr int kWide = kPackOf<S>;
-  const bool fit = channel_packs_fit(a, kWide) && channel_packs_fit(b, kWide) &&
-                   channel_packs_fit(index, kWide);
-  return fit ? kWide : 1;
+  return channel_packs_fit(input, kWide) && channel_packs_fit(index, kWide) ? kWide : 1;
 }
+
+// Whether the output side moves as whole packs of V channels.
+bool packed_at(const Strided& t, int V) { return V == 1 || channel_packs_fit(t, V); }
 
 // fn.template operator()<V>() with V the 16-byte pack width of S or 1.
 template <class S, class Fn>
@@ -229,10 +258,11 @@ cudaError_t launch_max_pool2d_window_forward(const Strided& y, const Strided& in
                                              cudaStream_t stream) {
   if (y.numel() == 0) return cudaSuccess;
   visit_floating(x.dtype, [&]<class S>() {
-    visit_width<S>(pack_width<S>(x, y, index), [&]<int V>() {
-      const PackSpace outputs = pack_space(y, V);
+    visit_width<S>(pack_width<S>(x, index), [&]<int V>() {
+      const PackSpace outputs = pack_space(index, V);
       window_forward_kernel<S, V><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-          view4<S>(y), view4<uint8_t>(index), view4<const S>(x), outputs, shape2(params, x, y));
+          view4<S>(y), view4<uint8_t>(index), view4<const S>(x), outputs, shape2(params, x, y),
+          packed_at(y, V));
     });
   });
   return cudaGetLastError();
@@ -244,19 +274,20 @@ cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& 
                                               cudaStream_t stream) {
   if (dx.numel() == 0) return cudaSuccess;
   visit_floating(dx.dtype, [&]<class S>() {
-    visit_width<S>(pack_width<S>(dx, dy, index), [&]<int V>() {
+    visit_width<S>(pack_width<S>(dx, index), [&]<int V>() {
       const Shape2 s = shape2(params, dx, dy);
       const auto dxv = view4<S>(dx);
       const auto dyv = view4<const S>(dy);
       const auto iv = view4<const uint8_t>(index);
+      const bool dy_packed = packed_at(dy, V);
       if (tiles_exactly(s)) {
-        const PackSpace outputs = pack_space(dy, V);
+        const PackSpace outputs = pack_space(index, V);
         tiled_backward_kernel<S, V><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-            dxv, dyv, iv, outputs, s);
+            dxv, dyv, iv, outputs, s, dy_packed);
       } else {
         const PackSpace inputs = pack_space(dx, V);
         window_backward_kernel<S, V><<<blocks_for(inputs.count), kThreads, 0, stream>>>(
-            dxv, dyv, iv, inputs, s);
+            dxv, dyv, iv, inputs, s, dy_packed);
       }
     });
   });

@@ -11,9 +11,11 @@
 //
 // N batch, C channels, H, W input plane, P, Q output plane. Operands are 4-D
 // float32, float64, bfloat16 or float16 (16-bit ones compute in float32) with
-// any strides; channels-last operands whose channels are a multiple of the
-// 16-byte vector and whose pointers are 16-byte aligned move 16 bytes per
-// thread access. Values and tie rules are those of max_pool2d_forward in
+// any strides; where x (dx) and the index are channels-last with channels a
+// multiple of the 16-byte vector and 16-byte aligned pointers, each thread
+// handles 16 bytes of channels, and y (dy) moves as whole vectors when it is
+// laid out alike, else element by element (an NCHW y under a channels-last x,
+// for a flatten that then needs no copy). Values and tie rules are those of max_pool2d_forward in
 // pool.h: the first max wins, a NaN wins over numbers.
 #pragma once
 

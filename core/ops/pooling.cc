@@ -78,6 +78,10 @@ PoolGeometry pool_geometry(const Tensor& x, const Pool2dOptions& options, std::s
   const Pair kernel = options.kernel_size, stride = options.stride.value_or(kernel),
              pad = options.padding;
   check_pool_options(kernel, stride, pad, op);
+  LOOM_CHECK(options.output_format != MemoryFormat::Preserve, ValueError,
+             "[{}] output_format must be contiguous or channels_last, got preserve; leave it unset "
+             "to keep x's layout",
+             op);
   const int64_t P = pooled_size(x.size(2), kernel[0], stride[0], pad[0], options.ceil_mode);
   const int64_t Q = pooled_size(x.size(3), kernel[1], stride[1], pad[1], options.ceil_mode);
   LOOM_CHECK(P >= 1 && Q >= 1, ShapeError,
@@ -94,6 +98,11 @@ TensorOptions layout_of(const Tensor& x) {
   TensorOptions options = x.options();
   options.memory_format = x.suggest_memory_format();
   return options;
+}
+
+// y in the layout options ask for (x's by default).
+Tensor in_output_format(const Tensor& y, const Pool2dOptions& options) {
+  return options.output_format ? y.contiguous(*options.output_format) : y;
 }
 
 // dx from dy scattered to the forward's indices. The GPU gathers per input
@@ -209,22 +218,28 @@ void pool_backward_by_kernels(const Tensor& dx, const Tensor& dy, const Tensor& 
 
 constexpr std::string_view kLoomPool = "loom", kCudnnPool = "cudnn";
 
-Tensor window_index_like(const Tensor& y) {
-  TensorOptions options = layout_of(y);
+// The one-byte window index (N, C, P, Q), in x's layout: the kernels' threads
+// walk the input side's channel vectors.
+Tensor window_index_for(const Tensor& x, const Shape& out_sizes) {
+  TensorOptions options = layout_of(x);
   options.dtype = DType::UInt8;
-  return empty(y.sizes(), options);
+  return empty(out_sizes, options);
 }
 
-Tensor window_max_pool(const Tensor& x_in, const PoolGeometry& geometry, std::string_view op) {
+// y straight in the asked-for layout: the kernels read x and write y in any two layouts.
+Tensor window_max_pool(const Tensor& x_in, const PoolGeometry& geometry, const Pool2dOptions& options,
+                       std::string_view op) {
   const TensorOptions layout = layout_of(x_in);
+  TensorOptions out_layout = layout;
+  out_layout.memory_format = options.output_format.value_or(layout.memory_format);
   const Tensor x = x_in.detach();
-  Tensor y = empty(geometry.out_sizes, layout);
-  const Tensor index = window_index_like(y);
+  Tensor y = empty(geometry.out_sizes, out_layout);
+  const Tensor index = window_index_for(x, geometry.out_sizes);
   cuda::max_pool2d_window_forward(y.strided(), index.strided(), x.strided(), geometry.params);
   if (needs_grad({x_in})) {
     const Shape x_sizes = x.sizes();
     record(std::string(op), {x_in}, y, [=](const Tensor& dy_in) -> std::vector<Tensor> {
-      const Tensor dy = dy_in.contiguous(layout.memory_format);
+      const Tensor dy = dy_in.contiguous(out_layout.memory_format);
       Tensor dx = empty(x_sizes, layout);
       cuda::max_pool2d_window_backward(dx.strided(), dy.strided(), index.strided(), geometry.params);
       return {dx};
@@ -238,7 +253,7 @@ cuda::CandidateRuns max_pool_runs(const Tensor& x_in, const PoolGeometry& geomet
                                   const Pool2dOptions& options, bool backward) {
   const TensorOptions layout = layout_of(x_in);
   const Tensor x = x_in.detach().contiguous(layout.memory_format);
-  const Tensor y = empty(geometry.out_sizes, layout), index = window_index_like(y);
+  const Tensor y = empty(geometry.out_sizes, layout), index = window_index_for(x, geometry.out_sizes);
   const Tensor dx = backward ? empty(x.sizes(), layout) : Tensor();
   auto loom = [=] {
     cuda::max_pool2d_window_forward(y.strided(), index.strided(), x.strided(), geometry.params);
@@ -280,7 +295,7 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
   check_pool_input(x, op);
   if (max) {
     const PoolGeometry geometry = pool_geometry(x, options, op);
-    if (window_max_pool_chosen(x, geometry, options)) return window_max_pool(x, geometry, op);
+    if (window_max_pool_chosen(x, geometry, options)) return window_max_pool(x, geometry, options, op);
   }
   CudnnPoolSaved saved;
   Tensor y = cudnn_pool(x, options, max, op, saved);
@@ -311,9 +326,10 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
 // Max pooling values (the indices stay internal): cuDNN on the GPU, kernels on the CPU.
 Tensor max_or_avg(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
 #ifdef LOOM_WITH_CUDA
-  if (x.defined() && x.device().is_cuda()) return pool_gpu(x, options, max, op);
+  if (x.defined() && x.device().is_cuda()) return in_output_format(pool_gpu(x, options, max, op), options);
 #endif
-  return max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op);
+  return in_output_format(max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op),
+                          options);
 }
 
 // A window covering the whole plane.
@@ -325,7 +341,8 @@ Pool2dOptions whole_plane(const Tensor& x, std::string_view op) {
 }  // namespace
 
 MaxPool2dResult max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& options) {
-  return max_pool2d_impl(x, options, "max_pool2d");
+  MaxPool2dResult result = max_pool2d_impl(x, options, "max_pool2d");
+  return {in_output_format(result.values, options), in_output_format(result.indices, options)};
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
@@ -338,8 +355,10 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
   const bool padded = options.padding[0] > 0 || options.padding[1] > 0;
   if (x.defined() && x.device().is_cuda() && is_half_precision(x.dtype()) && padded) {
-    const MemoryFormat format = x.suggest_memory_format();
-    Tensor y = max_or_avg(x.to(DType::Float32).contiguous(), options, /*max=*/false, "avg_pool2d");
+    const MemoryFormat format = options.output_format.value_or(x.suggest_memory_format());
+    Pool2dOptions nchw = options;
+    nchw.output_format = MemoryFormat::Contiguous;
+    Tensor y = max_or_avg(x.to(DType::Float32).contiguous(), nchw, /*max=*/false, "avg_pool2d");
     return y.to(x.dtype()).contiguous(format);
   }
   return max_or_avg(x, options, /*max=*/false, "avg_pool2d");

@@ -8,7 +8,7 @@
 //
 // N batch, C channels, H, W input plane, P, Q output plane.
 // x (N, C, H, W) with any strides -> y (N, C, P, Q) in x's layout (channels-last in,
-// channels-last out), where
+// channels-last out) unless output_format says otherwise, where
 //   P = floor((H + 2 pad_h - kernel_h) / stride_h) + 1          (ceil instead with ceil_mode,
 // dropping a last window that would start in the right padding), likewise Q.
 #pragma once
@@ -27,6 +27,10 @@ struct Pool2dOptions {
   std::array<int64_t, 2> padding{0, 0};                         // at most half the kernel
   bool ceil_mode = false;
   bool count_include_pad = true;  // avg_pool2d only: padding counts in the divisor
+  // y's memory layout; x's when not given. Contiguous under a channels-last x lets
+  // a flatten after the pool be a view: the GPU's max-pool kernel writes (and its
+  // backward reads) that layout directly, other paths convert y.
+  std::optional<MemoryFormat> output_format = std::nullopt;
 };
 
 // Each window's max; the gradient goes to the first max of the window.

@@ -121,6 +121,31 @@ TEST_CASE("fused models print their fused layers, and fusing twice changes nothi
   CHECK(lenet[0].repr() == "FusedConv2d(1, 6, kernel_size=(5, 5), stride=(1, 1), padding=(2, 2))");
 }
 
+TEST_CASE("fuse makes a max pool before a Flatten write NCHW, so that the flatten is a view") {
+  Generator gen(5);
+  nn::Sequential plain = nn::lenet5(), fused = nn::lenet5();
+  fused.load_state_dict(plain.state_dict());
+  nn::fuse(fused);
+  const auto& first = fused.at<nn::MaxPool2d>(2);  // before a conv: the input's layout
+  CHECK_FALSE(first.options().output_format.has_value());
+  const auto& last = fused.at<nn::MaxPool2d>(5);
+  REQUIRE(last.options().output_format.has_value());
+  CHECK(*last.options().output_format == MemoryFormat::Contiguous);
+  CHECK(last.repr() ==
+        "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False, output_format=contiguous)");
+
+  const Tensor features = randn({2, 16, 10, 10}, {}, &gen).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor pooled = fused[5](features);
+  CHECK(pooled.is_contiguous());
+  CHECK_CLOSE(pooled, plain[5](features), 0, 0);
+  CHECK(fused[6](pooled).raw_data() == pooled.raw_data());  // the Flatten: a view
+
+  plain.to(MemoryFormat::ChannelsLast);
+  fused.to(MemoryFormat::ChannelsLast);
+  const Tensor x = randn({2, 1, 28, 28}, {}, &gen).contiguous(MemoryFormat::ChannelsLast);
+  CHECK_CLOSE(fused(x), plain(x), 1e-5, 1e-6);
+}
+
 TEST_CASE("fuse groups any activation rows after a Conv2d, Linear or BatchNorm2d, and nothing else") {
   nn::Sequential net(nn::Linear(4, 3), nn::Activation(ActivationKind::Relu), nn::Linear(3, 2),
                      nn::LeakyReLU(), nn::Tanh());

@@ -6,13 +6,15 @@
 // between them (stride > kernel), overlapping ones (stride < kernel), padding,
 // ceil_mode output sizes, non-square windows, odd planes; channel counts that
 // do and do not fill the 16-byte vector (3, 8, 13, 16); NCHW, channels-last and
-// a sliced view; float32, float64, bfloat16 and float16. Inputs are small
+// a sliced view, for the input side (x, dx, index) and, each of them, for the
+// output side (y, dy); float32, float64, bfloat16 and float16. Inputs are small
 // integers, so windows hold ties and every dtype stores them exactly, and the
 // gradients are small integers, so overlapping sums are exact: results must be
 // equal (rtol = atol = 0). Then max_pool2d forced onto each path through
 // LOOM_POOL_KERNEL (loom, cudnn, auto) against the CPU, forward and backward,
 // on inputs without ties (cuDNN breaks ties its own way) and integer
-// gradients (cuDNN sums overlapping windows in its own order): equal too.
+// gradients (cuDNN sums overlapping windows in its own order): equal too, with
+// the output in x's layout or in the one output_format asks for.
 //
 // N batch, C channels, H, W input plane, P, Q output plane.
 #include <doctest/doctest.h>
@@ -21,6 +23,7 @@
 #include <array>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,10 +108,11 @@ std::vector<int64_t> flat_positions(const Tensor& index, const cpu::Pool2dParams
 
 // plane: (H, W). 6 x 12 is tiled exactly by the 2x2 and 3x3 windows of stride
 // 2 and 3 (the backward's one-thread-per-window path); 7 x 9 by none.
-void check_config(const Layout& layout, DType dtype, int64_t C, std::array<int64_t, 2> plane,
-                  const Pool2dOptions& options, Generator& gen) {
+// layout places x, dx and the index; out_layout places y and dy.
+void check_config(const Layout& layout, const Layout& out_layout, DType dtype, int64_t C,
+                  std::array<int64_t, 2> plane, const Pool2dOptions& options, Generator& gen) {
   const cpu::Pool2dParams k = params_of(options);
-  INFO(layout.name, " ", dtype_name(dtype), " C ", C, " plane ", plane[0], "x", plane[1], " kernel ",
+  INFO(layout.name, " out ", out_layout.name, " ", dtype_name(dtype), " C ", C, " plane ", plane[0], "x", plane[1], " kernel ",
        k.kernel_h, "x", k.kernel_w, " stride ", k.stride_h, "x", k.stride_w, " pad ", k.pad_h, "x",
        k.pad_w, " ceil ", options.ceil_mode);
   const Shape x_sizes = {2, C, plane[0], plane[1]};
@@ -121,8 +125,8 @@ void check_config(const Layout& layout, DType dtype, int64_t C, std::array<int64
 
   const TensorOptions on_gpu{.dtype = dtype, .device = Device::cuda()};
   const Tensor x_gpu = layout.place(x.to(Device::cuda()).to(dtype));
-  const Tensor dy_gpu = layout.place(dy.to(Device::cuda()).to(dtype));
-  const Tensor y = layout.place(full(y_sizes, -7, on_gpu));  // poison: -7 is no input value
+  const Tensor dy_gpu = out_layout.place(dy.to(Device::cuda()).to(dtype));
+  const Tensor y = out_layout.place(full(y_sizes, -7, on_gpu));  // poison: -7 is no input value
   const Tensor index = layout.place(full(y_sizes, 255, {.dtype = DType::UInt8, .device = Device::cuda()}));
   const Tensor dx = layout.place(full(x_sizes, -99, on_gpu));
   cuda::max_pool2d_window_forward(y.strided(), index.strided(), x_gpu.strided(), k);
@@ -130,6 +134,21 @@ void check_config(const Layout& layout, DType dtype, int64_t C, std::array<int64
   CHECK_CLOSE(y.to(DType::Float32).cpu(), y_ref, 0, 0);
   CHECK(flat_positions(index, k, x_sizes[3]) == indices_ref.to_vector<int64_t>());
   CHECK_CLOSE(dx.to(DType::Float32).cpu(), dx_ref, 0, 0);
+}
+
+// Each config with the output in x's layout, then in each layout output_format names.
+std::vector<Pool2dOptions> output_formats(const std::vector<Pool2dOptions>& configs) {
+  std::vector<Pool2dOptions> out;
+  for (const Pool2dOptions& options : configs) {
+    for (std::optional<MemoryFormat> format :
+         {std::optional<MemoryFormat>(), std::optional(MemoryFormat::Contiguous),
+          std::optional(MemoryFormat::ChannelsLast)}) {
+      Pool2dOptions with = options;
+      with.output_format = format;
+      out.push_back(with);
+    }
+  }
+  return out;
 }
 
 // Integers with no repeat inside a plane (a different permutation of
@@ -174,9 +193,13 @@ LOOM_GPU_TEST_CASE("window max pooling matches the CPU: every config, layout, dt
   Generator gen(1201);
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
     for (const Layout& layout : layouts()) {
-      for (int64_t C : {3, 8, 13, 16}) {
-        for (std::array<int64_t, 2> plane : {std::array<int64_t, 2>{7, 9}, std::array<int64_t, 2>{6, 12}}) {
-          for (const Pool2dOptions& options : configs()) check_config(layout, dtype, C, plane, options, gen);
+      for (const Layout& out_layout : layouts()) {
+        for (int64_t C : {3, 8, 13, 16}) {
+          for (std::array<int64_t, 2> plane : {std::array<int64_t, 2>{7, 9}, std::array<int64_t, 2>{6, 12}}) {
+            for (const Pool2dOptions& options : configs()) {
+              check_config(layout, out_layout, dtype, C, plane, options, gen);
+            }
+          }
         }
       }
     }
@@ -189,9 +212,11 @@ LOOM_GPU_TEST_CASE("max_pool2d on each path LOOM_POOL_KERNEL names matches the C
     PoolKernelEnv env(path);
     for (DType dtype : {DType::Float32, DType::BFloat16}) {
       for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
-        for (const Pool2dOptions& options : configs()) {
+        for (Pool2dOptions options : output_formats(configs())) {
           const cpu::Pool2dParams k = params_of(options);
+          const MemoryFormat out_format = options.output_format.value_or(format);
           INFO(path, " ", dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast,
+               " output ", memory_format_name(out_format),
                " kernel ", k.kernel_h, "x", k.kernel_w, " stride ", k.stride_h, "x", k.stride_w,
                " pad ", k.pad_h, "x", k.pad_w, " ceil ", options.ceil_mode);
           const Tensor x_cpu = distinct_per_plane({2, 16, 9, 7});
@@ -204,8 +229,8 @@ LOOM_GPU_TEST_CASE("max_pool2d on each path LOOM_POOL_KERNEL names matches the C
           Tensor x = x_cpu.to(Device::cuda()).to(dtype).contiguous(format);
           x.requires_grad_();
           const Tensor y = max_pool2d(x, options);
-          CHECK(y.is_contiguous(format));
-          y.backward(dy.to(Device::cuda()).to(dtype).contiguous(format));
+          CHECK(y.is_contiguous(out_format));
+          y.backward(dy.to(Device::cuda()).to(dtype).contiguous(out_format));
           CHECK_CLOSE(y.to(DType::Float32).cpu(), y_ref, 0, 0);
           CHECK_CLOSE(x.grad().to(DType::Float32).cpu(), x_ref.grad(), 0, 0);
         }

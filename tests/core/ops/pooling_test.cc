@@ -263,6 +263,33 @@ TEST_CASE("pooling: the output keeps the input's layout") {
   CHECK(avg_pool2d(nchw, options).is_contiguous());
 }
 
+TEST_CASE("pooling: output_format sets the output's layout, with the same values and gradients") {
+  Generator gen(12);
+  const Tensor x_nhwc = randn({2, 8, 6, 5}, {.dtype = kF64}, &gen).contiguous(MemoryFormat::ChannelsLast);
+  for (MemoryFormat in_format : {MemoryFormat::ChannelsLast, MemoryFormat::Contiguous}) {
+    for (MemoryFormat out_format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      CAPTURE(memory_format_name(in_format));
+      CAPTURE(memory_format_name(out_format));
+      const Pool2dOptions plain = {.kernel_size = {2, 2}, .stride = {{2, 1}}, .padding = {1, 0}};
+      Pool2dOptions formatted = plain;
+      formatted.output_format = out_format;
+      const Tensor x = x_nhwc.contiguous(in_format).detach();
+      CHECK(max_pool2d(x, formatted).is_contiguous(out_format));
+      CHECK(avg_pool2d(x, formatted).is_contiguous(out_format));
+      CHECK(max_pool2d_with_indices(x, formatted).values.is_contiguous(out_format));
+      CHECK_CLOSE(max_pool2d(x, formatted), max_pool2d(x, plain), 0, 0);
+      CHECK_CLOSE(avg_pool2d(x, formatted), avg_pool2d(x, plain), 0, 0);
+      GradcheckResult r =
+          gradcheck([&](const std::vector<Tensor>& in) { return max_pool2d(in[0], formatted); },
+                    {requiring_grad(x)});
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+  }
+  CHECK_THROWS_WITH_FRAGMENT(
+      max_pool2d(x_nhwc, {.kernel_size = {2, 2}, .output_format = MemoryFormat::Preserve}), ValueError,
+      "output_format must be contiguous or channels_last, got preserve");
+}
+
 TEST_CASE("global pools match a naive per-plane mean and max") {
   Generator gen(5);
   for (const auto& [layout, x] : layouts({2, 3, 5, 4}, kF64, gen)) {
