@@ -12,7 +12,9 @@
 #include <math.h>
 
 #include <algorithm>
+#include <type_traits>
 
+#include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/loss_kernels.h"
 
@@ -28,11 +30,16 @@ enum class LossKind { CrossEntropy, Nll };
 // (N, C, d1...) operand is seen without its class dim, at its class-0 element.
 enum Operand { kTarget, kScores, kOut, kDloss, kOperands };
 
-template <class T>
+// T: the losses' dtype, which the kernels compute in; S: the scores' storage,
+// T itself or a 16-bit format (autocast's logits), read and written through
+// to_compute / from_compute, so that the results are those of converting the
+// scores to T first and the gradient back after, bit for bit.
+template <class T, class S>
 struct LossArgs {
   const int64_t* target;  // (N, d1...)
-  const T* scores;        // logits or log_probs (N, C, d1...); null for NLL backward
-  T* out;                 // forward: losses (N, d1...); backward: dscores (N, C, d1...)
+  const S* scores;        // logits or log_probs (N, C, d1...); null for NLL backward
+  T* out;                 // forward: losses (N, d1...)
+  S* dscores;             // backward: (N, C, d1...)
   const T* dloss;         // backward: one value per position
   Geometry at[kOperands];
   int64_t positions;   // P
@@ -92,11 +99,17 @@ __device__ T group_sum(T value) {
   return value;
 }
 
+// A stored score as T.
+template <class T, class S>
+__device__ T score_of(const S* p) {
+  return static_cast<T>(to_compute(*p));
+}
+
 // log(sum(exp(row))) over the C classes `step` apart, shifted by the max.
-template <int L, class T>
-__device__ T row_log_sum_exp(const T* row, int64_t classes, int64_t step, int lane) {
+template <int L, class T, class S>
+__device__ T row_log_sum_exp(const S* row, int64_t classes, int64_t step, int lane) {
   Lse<T> state;
-  for (int64_t c = lane; c < classes; c += L) state.merge(row[c * step], T(1));
+  for (int64_t c = lane; c < classes; c += L) state.merge(score_of<T>(row + c * step), T(1));
   for (int offset = L / 2; offset > 0; offset /= 2) {
     const T other_max = __shfl_xor_sync(group_mask<L>(), state.max, offset, L);
     const T other_sum = __shfl_xor_sync(group_mask<L>(), state.sum, offset, L);
@@ -105,17 +118,17 @@ __device__ T row_log_sum_exp(const T* row, int64_t classes, int64_t step, int la
   return state.value();
 }
 
-template <int L, class T>
-__device__ T row_sum(const T* row, int64_t classes, int64_t step, int lane) {
+template <int L, class T, class S>
+__device__ T row_sum(const S* row, int64_t classes, int64_t step, int lane) {
   T total = 0;
-  for (int64_t c = lane; c < classes; c += L) total += row[c * step];
+  for (int64_t c = lane; c < classes; c += L) total += score_of<T>(row + c * step);
   return group_sum<L>(total);
 }
 
 // Writes `value` to every class of one position.
-template <int L, class T>
-__device__ void fill_row(T* row, int64_t classes, int64_t step, T value, int lane) {
-  for (int64_t c = lane; c < classes; c += L) row[c * step] = value;
+template <int L, class S>
+__device__ void fill_row(S* row, int64_t classes, int64_t step, compute_t<S> value, int lane) {
+  for (int64_t c = lane; c < classes; c += L) row[c * step] = from_compute<S>(value);
 }
 
 __device__ bool is_class(int64_t t, int64_t classes) { return t >= 0 && t < classes; }
@@ -123,15 +136,15 @@ __device__ bool is_class(int64_t t, int64_t classes) { return t >= 0 && t < clas
 // One position's loss against class t. Cross-entropy: (1 - eps) * -log p[t] +
 // eps * mean_c(-log p[c]), with -log p[c] = lse - logit[c]; eps == 0 skips the
 // mean so that a masked (-inf) logit does not make the loss 0 * inf = NaN.
-template <LossKind kind, int L, class T>
-__device__ double position_loss(const LossArgs<T>& a, const T* row, int64_t t, int lane) {
+template <LossKind kind, int L, class T, class S>
+__device__ double position_loss(const LossArgs<T, S>& a, const S* row, int64_t t, int lane) {
   if constexpr (kind == LossKind::Nll) {
-    return -static_cast<double>(row[t * a.score_step]);
+    return -static_cast<double>(score_of<T>(row + t * a.score_step));
   } else {
-    const double lse = row_log_sum_exp<L>(row, a.classes, a.score_step, lane);
-    double loss = (1.0 - a.eps) * (lse - row[t * a.score_step]);
+    const double lse = row_log_sum_exp<L, T>(row, a.classes, a.score_step, lane);
+    double loss = (1.0 - a.eps) * (lse - score_of<T>(row + t * a.score_step));
     if (a.eps > 0.0) {
-      const double mean = row_sum<L>(row, a.classes, a.score_step, lane) / double(a.classes);
+      const double mean = row_sum<L, T>(row, a.classes, a.score_step, lane) / double(a.classes);
       loss += a.eps * (lse - mean);
     }
     return loss;
@@ -166,8 +179,8 @@ __device__ void write_totals(const LossPartial& total, const LossOutputs& out) {
 // writes and totals. An out-of-range target gets a NaN loss and is flagged.
 // A grid of one block writes the totals itself (no second kernel) and resets
 // the flag first (no memset); more blocks leave partials for loss_totals_kernel.
-template <LossKind kind, int L, class T>
-__global__ void loss_forward_kernel(LossArgs<T> a, LossOutputs out) {
+template <LossKind kind, int L, class T, class S>
+__global__ void loss_forward_kernel(LossArgs<T, S> a, LossOutputs out) {
   if (gridDim.x == 1) {
     if (threadIdx.x == 0) a.totals->first_bad_position = ~0ull;
     __syncthreads();
@@ -225,22 +238,23 @@ __device__ double scale_of(const LossScale& s) {
 
 // Cross-entropy's gradient at one position times g: (softmax(logits) -
 // (1 - eps) * onehot(t) - eps / C) * g.
-template <int L, class T>
-__device__ void smoothed_nll_backward(const LossArgs<T>& a, T* drow, const T* row, int64_t t, T g,
+template <int L, class T, class S>
+__device__ void smoothed_nll_backward(const LossArgs<T, S>& a, S* drow, const S* row, int64_t t, T g,
                                       int lane) {
-  const T lse = row_log_sum_exp<L>(row, a.classes, a.score_step, lane);
+  const T lse = row_log_sum_exp<L, T>(row, a.classes, a.score_step, lane);
   const T off_target = static_cast<T>(a.eps / double(a.classes));
   const T on_target = static_cast<T>(1.0 - a.eps);
   for (int64_t c = lane; c < a.classes; c += L) {
     const T smoothed = c == t ? off_target + on_target : off_target;
-    drow[c * a.out_step] = (exp_of(row[c * a.score_step] - lse) - smoothed) * g;
+    const T value = (exp_of(score_of<T>(row + c * a.score_step) - lse) - smoothed) * g;
+    drow[c * a.out_step] = from_compute<S>(value);
   }
 }
 
 // dscores rows: 0 where ignored, NaN where the target is out of range (never
 // used as an index), else the loss's gradient times dloss * scale.
-template <LossKind kind, int L, class T>
-__global__ void loss_backward_kernel(LossArgs<T> a) {
+template <LossKind kind, int L, class T, class S>
+__global__ void loss_backward_kernel(LossArgs<T, S> a) {
   const int lane = threadIdx.x % L;
   const int64_t first = first_index() / L, step = index_step() / L;
   const double scale = scale_of(a.scale);
@@ -248,18 +262,18 @@ __global__ void loss_backward_kernel(LossArgs<T> a) {
     int64_t o[kOperands];
     for (int k = 0; k < kOperands; ++k) o[k] = offset_of(p, a.at[k]);
     const int64_t t = a.target[o[kTarget]];
-    T* drow = a.out + o[kOut];
+    S* drow = a.dscores + o[kOut];
     if (t == a.ignore_index) {
-      fill_row<L>(drow, a.classes, a.out_step, T(0), lane);
+      fill_row<L>(drow, a.classes, a.out_step, 0.0f, lane);
       continue;
     }
     if (!is_class(t, a.classes)) {
-      fill_row<L>(drow, a.classes, a.out_step, T(NAN), lane);
+      fill_row<L>(drow, a.classes, a.out_step, NAN, lane);
       continue;
     }
     const T g = static_cast<T>(static_cast<double>(a.dloss[o[kDloss]]) * scale);
     if constexpr (kind == LossKind::Nll) {
-      for (int64_t c = lane; c < a.classes; c += L) drow[c * a.out_step] = c == t ? -g : T(0);
+      for (int64_t c = lane; c < a.classes; c += L) drow[c * a.out_step] = from_compute<S>(c == t ? -g : T(0));
     } else {
       smoothed_nll_backward<L>(a, drow, a.scores + o[kScores], t, g, lane);
     }
@@ -283,9 +297,9 @@ struct LossOperands {
   const Strided* dloss;   // null for the forward
 };
 
-template <class T>
-LossArgs<T> args_of(const LossOperands& ops, int64_t ignore_index) {
-  LossArgs<T> a{};
+template <class T, class S>
+LossArgs<T, S> args_of(const LossOperands& ops, int64_t ignore_index) {
+  LossArgs<T, S> a{};
   const bool backward = ops.dloss != nullptr;
   const Strided& classed = backward ? *ops.out : *ops.scores;  // an (N, C, d1...) operand
   a.target = ops.target->ptr<int64_t>();
@@ -295,20 +309,34 @@ LossArgs<T> args_of(const LossOperands& ops, int64_t ignore_index) {
   const Shape& sizes = ops.target->sizes;
   a.at[kTarget] = geometry_of(*ops.target);
   if (ops.scores != nullptr) {
-    a.scores = ops.scores->ptr<T>();
+    a.scores = ops.scores->ptr<S>();
     a.score_step = ops.scores->strides[1];
     a.at[kScores] = geometry_of(sizes, position_strides(*ops.scores));
   }
-  a.out = ops.out->ptr<T>();
   if (backward) {
+    a.dscores = ops.out->ptr<S>();
     a.out_step = ops.out->strides[1];
     a.at[kOut] = geometry_of(sizes, position_strides(*ops.out));
     a.dloss = ops.dloss->ptr<T>();
     a.at[kDloss] = geometry_of(sizes, ops.dloss->strides);
   } else {
+    a.out = ops.out->ptr<T>();
     a.at[kOut] = geometry_of(sizes, ops.out->strides);
   }
   return a;
+}
+
+// fn.template operator()<T, S>(): T the losses' dtype (float or double), S the
+// scores' storage: T, or a 16-bit format under float losses.
+template <class Fn>
+void visit_loss_types(DType loss_dtype, DType scores_dtype, Fn&& fn) {
+  visit_float(loss_dtype, [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      if (scores_dtype == DType::BFloat16) return fn.template operator()<T, __nv_bfloat16>();
+      if (scores_dtype == DType::Float16) return fn.template operator()<T, __half>();
+    }
+    fn.template operator()<T, T>();
+  });
 }
 
 // Several lanes per position when a row is contiguous, so that their loads
@@ -351,14 +379,14 @@ cudaError_t launch_forward(const LossOperands& ops, int64_t ignore_index, double
     status = cudaMemsetAsync(&out.totals->first_bad_position, 0xff, sizeof(unsigned long long), stream);
     if (status != cudaSuccess) return status;
   }
-  visit_float(ops.out->dtype, [&]<class T>() {
+  visit_loss_types(ops.out->dtype, ops.scores->dtype, [&]<class T, class S>() {
     if (blocks > 0) {
-      LossArgs<T> a = args_of<T>(ops, ignore_index);
+      LossArgs<T, S> a = args_of<T, S>(ops, ignore_index);
       a.eps = eps;
       a.scratch = scratch;
       a.totals = out.totals;
       visit_lanes(lanes, [&]<int L>() {
-        loss_forward_kernel<kind, L, T><<<blocks, kThreads, 0, stream>>>(a, out);
+        loss_forward_kernel<kind, L, T, S><<<blocks, kThreads, 0, stream>>>(a, out);
       });
       status = cudaGetLastError();
     }
@@ -376,12 +404,12 @@ cudaError_t launch_backward(const LossOperands& ops, int64_t ignore_index, doubl
   const int64_t positions = ops.target->numel();
   if (positions == 0) return cudaSuccess;
   const int lanes = lanes_for(ops.out->sizes[1], ops.out->strides[1]);
-  visit_float(ops.out->dtype, [&]<class T>() {
-    LossArgs<T> a = args_of<T>(ops, ignore_index);
+  visit_loss_types(ops.dloss->dtype, ops.out->dtype, [&]<class T, class S>() {
+    LossArgs<T, S> a = args_of<T, S>(ops, ignore_index);
     a.eps = eps;
     a.scale = scale;
     visit_lanes(lanes, [&]<int L>() {
-      loss_backward_kernel<kind, L, T><<<loss_blocks(positions, L), kThreads, 0, stream>>>(a);
+      loss_backward_kernel<kind, L, T, S><<<loss_blocks(positions, L), kThreads, 0, stream>>>(a);
     });
   });
   return cudaGetLastError();

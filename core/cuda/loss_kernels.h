@@ -5,8 +5,11 @@
 // backward reads its scale, so a whole training step can be captured.
 //
 // N batch, C classes, d1... optional spatial dims; a "position" is one (n, d1...).
-// Scores are (N, C, d1...) float32 or float64 and targets (N, d1...) int64, any
-// strides, at most kMaxDims dims. A target outside [0, C) that is not
+// Scores are (N, C, d1...) and targets (N, d1...) int64, any strides, at most
+// kMaxDims dims. Losses and dloss are float32 or float64; scores (and dscores)
+// are that dtype too, or bfloat16 / float16 under float32 losses: read into
+// float32 and the gradient rounded once on store, the same bits as converting
+// the scores to float32 first and the float32 gradient back after. A target outside [0, C) that is not
 // ignore_index is never used as an index: the forward flags it (and writes a
 // NaN loss), the backward writes a NaN row for it.
 #pragma once

@@ -167,17 +167,31 @@ Tensor in_fp32(const Tensor& scores) {
   return is_half_precision(scores.dtype()) ? scores.to(DType::Float32) : scores;
 }
 
+// The same for cross_entropy, whose GPU kernels read 16-bit logits as fp32 and
+// write their gradient in the logits' dtype (rounded once, as the cast's
+// backward would): two conversion kernels fewer, the same bits.
+Tensor cross_entropy_scores(const Tensor& logits) {
+  return logits.device().is_cuda() ? logits : in_fp32(logits);
+}
+
+// Per-position losses: fp32 for 16-bit scores, else the scores' dtype.
+TensorOptions loss_options(const Tensor& scores) {
+  TensorOptions options = scores.options();
+  if (is_half_precision(options.dtype)) options.dtype = DType::Float32;
+  return options;
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropyOptions options) {
   check_class_target(logits_in, target, options.ignore_index, "cross_entropy", "logits");
-  const Tensor logits = in_fp32(logits_in);
+  const Tensor logits = cross_entropy_scores(logits_in);
   const double eps = options.label_smoothing;
   LOOM_CHECK(eps >= 0.0 && eps <= 1.0, ValueError,
              "[cross_entropy] label_smoothing must be in [0, 1], got {}", eps);
   const cpu::CrossEntropyParams params{options.ignore_index, eps};
   // losses (N, d1...), logits (N, C, d1...)
-  Tensor losses = empty(target.sizes(), logits.options());
+  Tensor losses = empty(target.sizes(), loss_options(logits));
   LossForward f = run_forward(
       losses, options.reduction, "cross_entropy",
       [&] { return cpu::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params); },

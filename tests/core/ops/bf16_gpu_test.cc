@@ -267,6 +267,47 @@ LOOM_GPU_TEST_CASE("bf16: casts on the GPU round like the CPU and are differenti
   CHECK(cl.to(DType::BFloat16).suggest_memory_format() == MemoryFormat::ChannelsLast);
 }
 
+// cross_entropy reads 16-bit logits in its kernels: the loss, the per-position
+// losses and the gradient must be bit for bit those of casting to fp32 first.
+LOOM_GPU_TEST_CASE("bf16/fp16: cross_entropy on 16-bit logits equals casting them to fp32 first") {
+  Generator gen(67);
+  struct Case {
+    Shape logits;
+    MemoryFormat format;
+  };
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    for (const Case& c : {Case{{33, 10}, MemoryFormat::Contiguous}, Case{{6, 70}, MemoryFormat::Contiguous},
+                          Case{{2, 5, 3, 4}, MemoryFormat::Contiguous}, Case{{2, 5, 3, 4}, MemoryFormat::ChannelsLast}}) {
+      for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+        for (double smoothing : {0.0, 0.2}) {
+          CAPTURE(dtype_name(dtype));
+          CAPTURE(shape_str(c.logits));
+          CAPTURE(static_cast<int>(r));
+          CAPTURE(smoothing);
+          Shape target_sizes = c.logits;
+          target_sizes.erase(target_sizes.begin() + 1);
+          const Tensor target = randint(0, c.logits[1], target_sizes, {.dtype = DType::Int64}, &gen)
+                                    .to(Device::cuda());
+          const Tensor base = (randn(c.logits, {}, &gen) * 3.0).to(Device::cuda()).to(dtype).contiguous(c.format);
+          const CrossEntropyOptions options{.reduction = r, .ignore_index = 1, .label_smoothing = smoothing};
+          Tensor direct_in = base.detach().requires_grad_(true);
+          Tensor cast_in = base.detach().requires_grad_(true);
+          const Tensor direct = cross_entropy(direct_in, target, options);
+          const Tensor cast = cross_entropy(cast_in.to(DType::Float32), target, options);
+          CHECK(direct.dtype() == DType::Float32);
+          CHECK_CLOSE(direct.cpu(), cast.cpu(), 0.0, 0.0);
+          const Tensor dy = randn(direct.sizes(), {}, &gen).to(Device::cuda());
+          direct.backward(dy);
+          cast.backward(dy);
+          REQUIRE(direct_in.grad().defined());
+          CHECK(direct_in.grad().dtype() == dtype);
+          CHECK_CLOSE(direct_in.grad().to(DType::Float32).cpu(), cast_in.grad().to(DType::Float32).cpu(), 0.0, 0.0);
+        }
+      }
+    }
+  }
+}
+
 LOOM_GPU_TEST_CASE("bf16: mixed bf16 and fp32 operands promote to fp32") {
   Generator gen(66);
   Tensor a = leaf({4, 5}, gen), b = leaf({4, 5}, gen), bc = leaf({5}, gen);
