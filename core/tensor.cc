@@ -224,10 +224,13 @@ Tensor Tensor::to(DType target) const {
 namespace {
 
 #ifdef LOOM_WITH_CUDA
-// Whether the conversion src -> dst can walk both as one flat array.
+// Whether the conversion src -> dst can walk both as one flat array: both
+// dense in one layout. Their strides may still differ where a size is 1 (a
+// one-channel weight's gradient, NHWC strides, next to an NCHW result).
 bool converts_as_span(const Tensor& src, const Tensor& dst) {
+  const MemoryFormat format = src.suggest_memory_format();
   return src.device().is_cuda() && is_floating(src.dtype()) && is_floating(dst.dtype()) &&
-         src.is_contiguous(src.suggest_memory_format()) && dst.strides() == src.strides();
+         src.is_contiguous(format) && dst.is_contiguous(format);
 }
 #endif
 

@@ -54,7 +54,8 @@ LOOM_GPU_TEST_CASE("dtype conversions on the GPU match the CPU's, for every pair
 }
 
 LOOM_GPU_TEST_CASE("to_all converts like to() each: values, layouts, and dense floats batched") {
-  // 70 dense float32 tensors (sizes 1 to 4100, some channels-last), a strided
+  // 70 dense float32 tensors (sizes 1 to 4100, some channels-last, one with a
+  // single channel), a strided
   // view that cannot walk flat, a float64 one, a bfloat16 one that needs no
   // conversion and an int64 one: every result must be to()'s, bit for bit.
   Generator gen(4);
@@ -63,7 +64,10 @@ LOOM_GPU_TEST_CASE("to_all converts like to() each: values, layouts, and dense f
     const int64_t n = 1 + (i * 613) % 4100;
     Tensor t = randn({n}, {}, &gen);
     if (i % 7 == 3) t = randn({2, 3, 5, 2 + i % 4}, {}, &gen).contiguous(MemoryFormat::ChannelsLast);
-    sources.push_back(t.to(Device::cuda()));
+    t = t.to(Device::cuda());
+    // One channel with NHWC strides (25, 1, 5, 1): dense, as a first conv's weight gradient.
+    if (i == 10) t = randn({6, 5, 5, 1}, {}, &gen).to(Device::cuda()).permute({0, 3, 1, 2});
+    sources.push_back(t);
   }
   sources.push_back(randn({6, 8}, {}, &gen).to(Device::cuda()).slice(1, 1, 7, 2));
   sources.push_back(randn({33}, {.dtype = DType::Float64}, &gen).to(Device::cuda()));
@@ -72,6 +76,7 @@ LOOM_GPU_TEST_CASE("to_all converts like to() each: values, layouts, and dense f
 #ifdef LOOM_WITH_CUDA
   const int64_t launches_before = cuda::convert_span_launches();
 #endif
+  REQUIRE(sources[10].strides() == Shape{25, 1, 5, 1});
   const std::vector<Tensor> converted = to_all(sources, DType::BFloat16);
 #ifdef LOOM_WITH_CUDA
   // 70 float32 spans: two launches of at most 64; float64: a third.
