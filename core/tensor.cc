@@ -232,6 +232,13 @@ bool converts_as_span(const Tensor& src, const Tensor& dst) {
   return src.device().is_cuda() && is_floating(src.dtype()) && is_floating(dst.dtype()) &&
          src.is_contiguous(format) && dst.is_contiguous(format);
 }
+
+// Whether dst.copy_(src) can move the bytes as one flat array.
+bool copies_as_span(const Tensor& dst, const Tensor& src) {
+  const MemoryFormat format = src.suggest_memory_format();
+  return src.device().is_cuda() && dst.device() == src.device() && dst.dtype() == src.dtype() &&
+         dst.sizes() == src.sizes() && src.is_contiguous(format) && dst.is_contiguous(format);
+}
 #endif
 
 }  // namespace
@@ -263,6 +270,31 @@ std::vector<Tensor> to_all(const std::vector<Tensor>& tensors, DType dtype) {
   for (const auto& [where, spans] : batches) cuda::convert_spans(spans, dtype, where.second);
 #endif
   return out;
+}
+
+void copy_all(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
+  LOOM_CHECK(dst.size() == src.size(), ValueError,
+             "[copy_all] takes one source per destination, got {} destinations and {} sources",
+             dst.size(), src.size());
+#ifdef LOOM_WITH_CUDA
+  std::map<int, std::vector<cuda::DenseSpan>> batches;  // device index -> its spans (bytes)
+#endif
+  for (size_t i = 0; i < dst.size(); ++i) {
+    LOOM_CHECK(dst[i].defined() && src[i].defined(), ValueError,
+               "[copy_all] pair {} has an undefined tensor", i);
+#ifdef LOOM_WITH_CUDA
+    if (copies_as_span(dst[i], src[i])) {
+      check_inplace(dst[i], "copy_all");
+      const int64_t bytes = src[i].numel() * static_cast<int64_t>(element_size(src[i].dtype()));
+      batches[src[i].device().index].push_back({src[i].raw_data(), dst[i].raw_data(), bytes});
+      continue;
+    }
+#endif
+    Tensor(dst[i]).copy_(src[i]);
+  }
+#ifdef LOOM_WITH_CUDA
+  for (const auto& [where, spans] : batches) cuda::copy_spans(spans);
+#endif
 }
 
 // --- in place ---------------------------------------------------------------------

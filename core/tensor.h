@@ -169,6 +169,12 @@ Tensor tensor(const std::vector<double>& values, const Shape& sizes, TensorOptio
 // tensors of one device and source dtype convert in one kernel launch (per 64).
 std::vector<Tensor> to_all(const std::vector<Tensor>& tensors, DType dtype);
 
+// dst[i].copy_(src[i]) for every i (the same sizes; no broadcast): pairs dense
+// in one layout, of one dtype and on one CUDA device move in one kernel launch
+// (per 64), as a training step's inputs into its captured graph's buffers. The
+// pairs run as if at once: no destination may overlap another pair's tensors.
+void copy_all(const std::vector<Tensor>& dst, const std::vector<Tensor>& src);
+
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
 
 // normalize_dim for ops that index a dim: throws IndexError on 0-d tensors,

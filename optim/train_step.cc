@@ -242,8 +242,7 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
 }
 
 const std::vector<Tensor>& TrainStep::replay(Entry& entry, const Tensor& x, const Tensor& y) {
-  entry.x.copy_(x);
-  entry.y.copy_(y);
+  copy_all({entry.x, entry.y}, {x, y});  // one launch where both are dense
   // Another shape's graph may have run since: its gradients are not these.
   std::vector<Tensor*> params = all_params(optimizer_);
   for (size_t i = 0; i < params.size(); ++i) params[i]->set_grad(entry.grads[i]);

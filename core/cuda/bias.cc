@@ -6,7 +6,9 @@
 #include "core/cuda/bias_kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/shape.h"
 
 namespace loom::cuda {
 
@@ -42,6 +44,21 @@ void channel_sum(const Strided& db, const Strided& dy) {
   check_channel_dense(dy, "channel_sum");
   void* scratch = allocate(channel_sum_scratch_bytes(dy), current_device());
   const cudaError_t status = launch_channel_sum(db, dy, scratch, current_stream());
+  deallocate(scratch);
+  LOOM_CUDA_CHECK(status);
+}
+
+void relu_grad_sum(const Strided& g, const Strided& db, const Strided& dy, const Strided& y) {
+  check_channel_dense(dy, "relu_grad_sum");
+  for (const Strided* t : {&g, &y}) {
+    LOOM_CHECK(t->sizes == dy.sizes && t->strides == dy.strides && t->dtype == dy.dtype, ValueError,
+               "[relu_grad_sum] g and y must have dy's dtype, sizes and strides ({}, {}, {}); got "
+               "{}, {}, {}",
+               dtype_name(dy.dtype), shape_str(dy.sizes), shape_str(dy.strides), dtype_name(t->dtype),
+               shape_str(t->sizes), shape_str(t->strides));
+  }
+  void* scratch = allocate(channel_sum_scratch_bytes(dy), current_device());
+  const cudaError_t status = launch_relu_grad_sum(g, db, dy, y, scratch, current_stream());
   deallocate(scratch);
   LOOM_CUDA_CHECK(status);
 }

@@ -201,10 +201,29 @@ struct SumOut {
   }
 };
 
+// What the sums read at element i of dy's memory: dy itself, or (relu_grad_sum)
+// dy where the ReLU output y > 0, else 0, which is also stored to g[i]: each
+// element is read by exactly one thread, so g is written once.
+template <class S>
+struct SumSource {
+  const S* dy;
+  const S* y;  // null: plain dy
+  S* g;
+
+  __device__ compute_t<S> operator()(int64_t i) const {
+    compute_t<S> value = to_compute(dy[i]);
+    if (y != nullptr) {
+      if (!(to_compute(y[i]) > compute_t<S>(0))) value = compute_t<S>(0);
+      g[i] = from_compute<S>(value);
+    }
+    return value;
+  }
+};
+
 // dy (rows, C) row-major. Block (x, g) sums columns c = x*32 + tx over rows
 // g*8 + ty, stepping groups*8, then adds its 8 row-partials as a tree.
 template <class S, class D, class Acc>
-__global__ void column_partials_kernel(const S* dy, int64_t rows, int64_t channels,
+__global__ void column_partials_kernel(SumSource<S> dy, int64_t rows, int64_t channels,
                                        int64_t groups, SumOut<D, Acc> out) {
   __shared__ Acc tile[kTileRows][kTileColumns + 1];
   const int64_t c = blockIdx.x * int64_t(kTileColumns) + threadIdx.x;
@@ -212,7 +231,7 @@ __global__ void column_partials_kernel(const S* dy, int64_t rows, int64_t channe
   if (c < channels) {
     for (int64_t r = blockIdx.y * int64_t(kTileRows) + threadIdx.y; r < rows;
          r += groups * kTileRows) {
-      acc += to_compute(dy[r * channels + c]);
+      acc += dy(r * channels + c);
     }
   }
   tile[threadIdx.y][threadIdx.x] = acc;
@@ -228,7 +247,7 @@ __global__ void column_partials_kernel(const S* dy, int64_t rows, int64_t channe
 // sits at n * C * inner + c * inner + j. Block (c, g) sums k in
 // [g * chunk, (g + 1) * chunk).
 template <class S, class D, class Acc>
-__global__ void plane_partials_kernel(const S* dy, ChannelLayout l, int64_t per_channel,
+__global__ void plane_partials_kernel(SumSource<S> dy, ChannelLayout l, int64_t per_channel,
                                       int64_t chunk, SumOut<D, Acc> out) {
   const int64_t c = blockIdx.x, g = blockIdx.y;
   const int64_t end = (g + 1) * chunk < per_channel ? (g + 1) * chunk : per_channel;
@@ -238,9 +257,9 @@ __global__ void plane_partials_kernel(const S* dy, ChannelLayout l, int64_t per_
   int64_t k = g * chunk + threadIdx.x;
   if (k < end) {
     int64_t n = quotient(k, l.inner), j = k - n * l.inner;
-    const S* channel = dy + c * l.inner;
+    const int64_t channel = c * l.inner;
     for (; k < end; k += kThreads) {
-      acc += to_compute(channel[n * plane + j]);
+      acc += dy(channel + n * plane + j);
       j += jump_j;
       n += jump_n;
       if (j >= l.inner) {
@@ -267,7 +286,7 @@ __global__ void finish_sum_kernel(D* db, int64_t db_stride, const Acc* partial, 
 }
 
 template <class S, class D>
-void launch_sum(const Strided& db, const Strided& dy, const SumPlan& plan, void* scratch,
+void launch_sum(const Strided& db, const SumSource<S>& dy, const SumPlan& plan, void* scratch,
                 cudaStream_t stream) {
   using Acc = compute_t<S>;
   Acc* partial = static_cast<Acc*>(scratch);
@@ -278,11 +297,11 @@ void launch_sum(const Strided& db, const Strided& dy, const SumPlan& plan, void*
     const dim3 grid(static_cast<unsigned>(ceil_div(l.channels, kTileColumns)),
                     static_cast<unsigned>(plan.groups));
     column_partials_kernel<<<grid, dim3(kTileColumns, kTileRows), 0, stream>>>(
-        dy.ptr<const S>(), plan.per_channel, l.channels, plan.groups, out);
+        dy, plan.per_channel, l.channels, plan.groups, out);
   } else if (plan.groups > 0) {
     const dim3 grid(static_cast<unsigned>(l.channels), static_cast<unsigned>(plan.groups));
     plane_partials_kernel<<<grid, kThreads, 0, stream>>>(
-        dy.ptr<const S>(), l, plan.per_channel, ceil_div(plan.per_channel, plan.groups), out);
+        dy, l, plan.per_channel, ceil_div(plan.per_channel, plan.groups), out);
   }
   if (one_pass) return;
   finish_sum_kernel<<<blocks_for_groups(l.channels), kThreads, 0, stream>>>(
@@ -309,18 +328,35 @@ size_t channel_sum_scratch_bytes(const Strided& dy) {
   return static_cast<size_t>(plan.groups * plan.layout.channels) * plan.acc_bytes;
 }
 
-cudaError_t launch_channel_sum(const Strided& db, const Strided& dy, void* scratch,
-                               cudaStream_t stream) {
+namespace {
+
+// y and g null: db from dy; else also g = relu_grad(dy, y).
+cudaError_t launch_sum_of(const Strided& db, const Strided& dy, const Strided* y, const Strided* g,
+                          void* scratch, cudaStream_t stream) {
   const SumPlan plan = plan_of(dy);
   if (plan.layout.channels == 0) return cudaSuccess;
   visit_floating(dy.dtype, [&]<class S>() {
+    const SumSource<S> source{dy.ptr<const S>(), y ? y->ptr<const S>() : nullptr,
+                              g ? g->ptr<S>() : nullptr};
     if (db.dtype == DType::Float32) {
-      launch_sum<S, float>(db, dy, plan, scratch, stream);
+      launch_sum<S, float>(db, source, plan, scratch, stream);
     } else {
-      launch_sum<S, S>(db, dy, plan, scratch, stream);
+      launch_sum<S, S>(db, source, plan, scratch, stream);
     }
   });
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_channel_sum(const Strided& db, const Strided& dy, void* scratch,
+                               cudaStream_t stream) {
+  return launch_sum_of(db, dy, nullptr, nullptr, scratch, stream);
+}
+
+cudaError_t launch_relu_grad_sum(const Strided& g, const Strided& db, const Strided& dy,
+                                 const Strided& y, void* scratch, cudaStream_t stream) {
+  return launch_sum_of(db, dy, &y, &g, scratch, stream);
 }
 
 }  // namespace loom::cuda

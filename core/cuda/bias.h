@@ -27,4 +27,9 @@ void add_channel_bias(const Strided& y, const Strided& bias);
 // same bits on every run. Scratch comes from the caching allocator.
 void channel_sum(const Strided& db, const Strided& dy);
 
+// g = dy where y > 0, else 0 (the gradient through a ReLU whose output is y),
+// and db = channel_sum of g, in one pass over dy. g, dy and y have one dtype and
+// the same sizes and strides (dy as above); db as above.
+void relu_grad_sum(const Strided& g, const Strided& db, const Strided& dy, const Strided& y);
+
 }  // namespace loom::cuda

@@ -40,4 +40,10 @@ cudaError_t launch_channel_sum(const Strided& db, const Strided& dy, void* scrat
                                cudaStream_t stream);
 size_t channel_sum_scratch_bytes(const Strided& dy);
 
+// g = dy where y > 0, else 0 (a ReLU's input gradient from its output y), and
+// db = the sum of g as launch_channel_sum gives it, in the same pass. g, dy and
+// y: one dtype, the same sizes and strides; scratch as for launch_channel_sum.
+cudaError_t launch_relu_grad_sum(const Strided& g, const Strided& db, const Strided& dy,
+                                 const Strided& y, void* scratch, cudaStream_t stream);
+
 }  // namespace loom::cuda

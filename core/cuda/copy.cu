@@ -77,19 +77,69 @@ __global__ void convert_spans_kernel(const __grid_constant__ SpanBatch batch) {
   }
 }
 
-}  // namespace
+// Spans copied as words W whatever their dtype: numel counts words.
+template <class W>
+__global__ void copy_words_kernel(const __grid_constant__ SpanBatch batch) {
+  const int64_t tiles = batch.first_tile[batch.count];
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int s = owner_of(batch.count, tile, [&](int a) { return batch.first_tile[a]; });
+    const W* in = static_cast<const W*>(batch.src[s]);
+    W* out = static_cast<W*>(batch.dst[s]);
+    const int64_t begin = (tile - batch.first_tile[s]) * kSpanTile;
+    const int64_t end = std::min(begin + kSpanTile, batch.numel[s]);
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) out[i] = in[i];
+  }
+}
 
-cudaError_t launch_convert_spans(const DenseSpan* spans, int count, DType dst_dtype,
-                                 DType src_dtype, cudaStream_t stream) {
-  if (count <= 0 || count > kMaxSpansPerLaunch) return cudaErrorInvalidValue;
+// The batch of `count` spans, each `unit` bytes per element of numel.
+SpanBatch batch_of(const DenseSpan* spans, int count, int64_t unit) {
   SpanBatch batch{};
   batch.count = count;
   for (int s = 0; s < count; ++s) {
     batch.src[s] = spans[s].src;
     batch.dst[s] = spans[s].dst;
-    batch.numel[s] = spans[s].numel;
-    batch.first_tile[s + 1] = batch.first_tile[s] + (spans[s].numel + kSpanTile - 1) / kSpanTile;
+    batch.numel[s] = spans[s].numel / unit;
+    batch.first_tile[s + 1] = batch.first_tile[s] + (batch.numel[s] + kSpanTile - 1) / kSpanTile;
   }
+  return batch;
+}
+
+// The widest word (16, 4 or 1 bytes) that divides every span's address and size.
+int64_t word_bytes(const DenseSpan* spans, int count) {
+  for (int64_t word : {int64_t{16}, int64_t{4}}) {
+    bool fits = true;
+    for (int s = 0; s < count; ++s) {
+      fits = fits && reinterpret_cast<uintptr_t>(spans[s].src) % word == 0 &&
+             reinterpret_cast<uintptr_t>(spans[s].dst) % word == 0 && spans[s].numel % word == 0;
+    }
+    if (fits) return word;
+  }
+  return 1;
+}
+
+}  // namespace
+
+cudaError_t launch_copy_spans(const DenseSpan* spans, int count, cudaStream_t stream) {
+  if (count <= 0 || count > kMaxSpansPerLaunch) return cudaErrorInvalidValue;
+  const int64_t word = word_bytes(spans, count);
+  const SpanBatch batch = batch_of(spans, count, word);
+  const int64_t tiles = batch.first_tile[count];
+  if (tiles == 0) return cudaSuccess;
+  const unsigned blocks = blocks_for_groups(tiles);
+  if (word == 16) {
+    copy_words_kernel<uint4><<<blocks, kThreads, 0, stream>>>(batch);
+  } else if (word == 4) {
+    copy_words_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(batch);
+  } else {
+    copy_words_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(batch);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_convert_spans(const DenseSpan* spans, int count, DType dst_dtype,
+                                 DType src_dtype, cudaStream_t stream) {
+  if (count <= 0 || count > kMaxSpansPerLaunch) return cudaErrorInvalidValue;
+  const SpanBatch batch = batch_of(spans, count, 1);
   const int64_t tiles = batch.first_tile[count];
   if (tiles == 0) return cudaSuccess;
   visit_floating(dst_dtype, [&]<class D>() {

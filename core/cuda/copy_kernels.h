@@ -28,6 +28,10 @@ constexpr int kMaxSpansPerLaunch = 64;
 cudaError_t launch_convert_spans(const DenseSpan* spans, int count, DType dst_dtype,
                                  DType src_dtype, cudaStream_t stream);
 
+// Copies every span's bytes, whatever dtypes they hold (numel counts bytes
+// here), in one launch; count <= kMaxSpansPerLaunch.
+cudaError_t launch_copy_spans(const DenseSpan* spans, int count, cudaStream_t stream);
+
 // Every CUDA kernel takes operands of at most this many dims.
 constexpr int kMaxDims = 8;
 

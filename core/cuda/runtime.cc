@@ -119,6 +119,7 @@ void copy(const Strided& dst, const Strided& src) {
 
 namespace {
 std::atomic<int64_t> span_launches{0};
+std::atomic<int64_t> copy_launches{0};
 }  // namespace
 
 void convert_spans(const std::vector<DenseSpan>& spans, DType dst_dtype, DType src_dtype) {
@@ -134,6 +135,16 @@ void convert_spans(const std::vector<DenseSpan>& spans, DType dst_dtype, DType s
 }
 
 int64_t convert_span_launches() { return span_launches.load(); }
+
+void copy_spans(const std::vector<DenseSpan>& spans) {
+  for (size_t first = 0; first < spans.size(); first += kMaxSpansPerLaunch) {
+    const int count = static_cast<int>(std::min<size_t>(kMaxSpansPerLaunch, spans.size() - first));
+    LOOM_CUDA_CHECK(launch_copy_spans(spans.data() + first, count, current_stream()));
+    ++copy_launches;
+  }
+}
+
+int64_t copy_span_launches() { return copy_launches.load(); }
 
 void fill(const Strided& dst, double value) {
   check_kernel_rank(dst, "fill");

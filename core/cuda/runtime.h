@@ -47,6 +47,12 @@ void convert_spans(const std::vector<DenseSpan>& spans, DType dst_dtype, DType s
 // Launches convert_spans has made in this process (tests check the batching).
 int64_t convert_span_launches();
 
+// Copies every span's bytes (numel counts bytes here), one launch per
+// kMaxSpansPerLaunch spans: a training step's input batch and targets in one.
+void copy_spans(const std::vector<DenseSpan>& spans);
+// Launches copy_spans has made in this process.
+int64_t copy_span_launches();
+
 }  // namespace loom::cuda
 
 #define LOOM_CUDA_CHECK(statement) \

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -27,6 +28,7 @@
 #include "core/ops/linalg_internal.h"
 #include "core/ops/reduction.h"
 #ifdef LOOM_WITH_CUDA
+#include "core/cuda/bias.h"
 #include "core/cudnn/fused.h"
 #include "core/cudnn/norm.h"
 #include "core/cudnn/variant_walk.h"
@@ -61,6 +63,23 @@ Tensor relu_grad(const Tensor& dy, const Tensor& r) {
   Tensor d = empty_like(r);
   LOOM_KERNEL(r, binary, d.strided(), g.strided(), r.strided(), cpu::BinaryOp::ReluBackward);
   return d;
+}
+
+// g = relu_grad(dy, y) as (rows, C), and db = the sum of g over rows when
+// need_b; on the GPU one pass writes both, where the separate kernels read g again.
+std::pair<Tensor, Tensor> relu_grad_and_sum(const Tensor& dy_in, const Tensor& y_in, int64_t channels,
+                                            bool need_b) {
+#ifdef LOOM_WITH_CUDA
+  if (need_b && dy_in.device().is_cuda() && dy_in.dtype() == y_in.dtype()) {
+    const Tensor dy = dy_in.contiguous().reshape({-1, channels});
+    const Tensor y = y_in.contiguous().reshape({-1, channels});
+    Tensor g = empty_like(dy), db = empty({channels}, dy.options());
+    cuda::relu_grad_sum(g.strided(), db.strided(), dy.strided(), y.strided());
+    return {g, db};
+  }
+#endif
+  Tensor g = relu_grad(dy_in, y_in).reshape({-1, channels});
+  return {g, need_b ? sum(g, {0}) : Tensor()};
 }
 
 }  // namespace
@@ -563,10 +582,9 @@ Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   // Grad mode is off in backward: the ops below only compute.
   record("linear_relu", {x, weight, bias}, y,
          [=](const Tensor& dy) -> std::vector<Tensor> {
-           Tensor g = relu_grad(dy, saved_y).reshape({-1, out});
+           const auto [g, db] = relu_grad_and_sum(dy, saved_y, out, need_b);
            Tensor dx = need_x ? matmul(g, saved_w).reshape(x_sizes) : Tensor();
            Tensor dw = need_w ? matmul(g.t(), saved_x.reshape({-1, in})) : Tensor();
-           Tensor db = need_b ? sum(g, {0}) : Tensor();
            return {dx, dw, db};
          },
          {saved_x, saved_w, saved_y});

@@ -296,6 +296,19 @@ TEST_CASE("copy_ rejects sources that do not broadcast to the destination") {
   CHECK_THROWS_WITH_FRAGMENT(dst.copy_(Tensor()), ValueError, "[copy_] the source tensor is undefined");
 }
 
+TEST_CASE("copy_all copies each pair as copy_ does, and checks its arguments") {
+  Tensor a = zeros({2, 3}), b = zeros({3}, {.dtype = DType::Int64});
+  copy_all({a, b}, {iota({2, 3}), tensor({4, 5, 6}, {3})});
+  CHECK_CLOSE(a, iota({2, 3}), 0, 0);
+  CHECK(b.to_vector<double>() == std::vector<double>{4, 5, 6});
+  CHECK_THROWS_WITH_FRAGMENT(copy_all({a}, {}), ValueError,
+                             "[copy_all] takes one source per destination, got 1 destinations and 0 sources");
+  CHECK_THROWS_WITH_FRAGMENT(copy_all({a}, {Tensor()}), ValueError, "[copy_all] pair 0 has an undefined tensor");
+  CHECK_THROWS_WITH_FRAGMENT(copy_all({a}, {zeros({4})}), ShapeError, "cannot be broadcast");
+  Tensor leaf = zeros({3}).requires_grad_();
+  CHECK_THROWS_AS(copy_all({leaf}, {zeros({3})}), AutogradError);
+}
+
 TEST_CASE("contiguous() returns self when already contiguous, else a dense copy") {
   const Tensor x = iota({3, 4});
   CHECK(x.contiguous().is_same(x));

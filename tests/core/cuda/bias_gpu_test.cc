@@ -1,6 +1,6 @@
 // File: tests/core/cuda/bias_gpu_test.cc
-// cuda::add_channel_bias and cuda::channel_sum against plain loops (and
-// cpu::conv2d_bgrad) on the same inputs: NCHW, channels-last and (N, C)
+// cuda::add_channel_bias, cuda::channel_sum and cuda::relu_grad_sum against
+// plain loops (and cpu::conv2d_bgrad) on the same inputs: NCHW, channels-last and (N, C)
 // operands, float32 / float64 / bfloat16, C = 1, 3, 33, 64 and N*H*W = 1, 7,
 // 100003, 16-byte aligned and unaligned starts. y is a slice of a bigger buffer
 // whose guard images must come back untouched; db starts as NaN.
@@ -148,7 +148,44 @@ void check_integer_sum(const Case& k, DType dtype, DType db_dtype, Generator& ge
   CHECK_CLOSE(db, expected, 0, 0);
 }
 
+// relu_grad_sum on small integers (y with zeros, negatives and a NaN, none of
+// which passes the gradient): g exactly dy where y > 0, db exactly its sums.
+void check_relu_grad_sum(const Case& k, DType dtype, DType db_dtype, Generator& gen) {
+  INFO(name_of(k, dtype) << " db " << dtype_name(db_dtype));
+  Tensor dy_values = randint(-8, 9, k.sizes, {.dtype = DType::Int64}, &gen).to(DType::Float64);
+  Tensor y_values = randint(-2, 3, k.sizes, {.dtype = DType::Int64}, &gen).to(DType::Float64);
+  std::vector<double> y_list = y_values.to_vector<double>(), dy_list = dy_values.to_vector<double>();
+  y_list[y_list.size() / 2] = kNaN;
+  std::vector<double> g_list(dy_list.size());
+  for (size_t i = 0; i < g_list.size(); ++i) g_list[i] = y_list[i] > 0 ? dy_list[i] : 0.0;
+  const Tensor g_expected = as_tensor(g_list, k.sizes);
+  Tensor dy = dy_values.to(Device::cuda()).to(dtype).contiguous(k.format);
+  Tensor y = as_tensor(y_list, k.sizes).to(Device::cuda()).to(dtype).contiguous(k.format);
+  Tensor g = empty_like(dy).fill_(kNaN);
+  Tensor db = empty({k.sizes[1]}, {.dtype = db_dtype, .device = Device::cuda()}).fill_(kNaN);
+  cuda::relu_grad_sum(g.strided(), db.strided(), dy.strided(), y.strided());
+  CHECK(g.strides() == dy.strides());
+  CHECK_CLOSE(g.to(DType::Float64).cpu(), g_expected, 0, 0);
+  CHECK_CLOSE(db.to(DType::Float64).cpu(),
+              representable(as_tensor(channel_sums(g_expected), {k.sizes[1]}), db_dtype), 0, 0);
+}
+
 }  // namespace
+
+LOOM_GPU_TEST_CASE("relu_grad_sum masks dy by y > 0 and sums it per channel, exactly") {
+  Generator gen(16);
+  for (int64_t c : kChannels) {
+    for (const Case& k : cases_for(c)) {
+      for (DType dtype : kDtypes) check_relu_grad_sum(k, dtype, dtype, gen);
+      check_relu_grad_sum(k, DType::BFloat16, DType::Float32, gen);
+    }
+  }
+  const Tensor dy = zeros({4, 3}, {.device = Device::cuda()});
+  const Tensor db = zeros({3}, {.device = Device::cuda()});
+  CHECK_THROWS_WITH_FRAGMENT(cuda::relu_grad_sum(dy.strided(), db.strided(), dy.strided(),
+                                                 zeros({4, 3}, {.dtype = DType::Float64, .device = Device::cuda()}).strided()),
+                             ValueError, "g and y must have dy's dtype, sizes and strides");
+}
 
 LOOM_GPU_TEST_CASE("add_channel_bias matches y + b[c] in every layout, size and dtype") {
   Generator gen(11);

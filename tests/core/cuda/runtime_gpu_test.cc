@@ -93,6 +93,36 @@ LOOM_GPU_TEST_CASE("to_all converts like to() each: values, layouts, and dense f
   CHECK(converted[72].storage() == sources[72].storage());  // ... on the same memory
 }
 
+LOOM_GPU_TEST_CASE("copy_all copies like copy_ each, dense same-dtype pairs in one launch") {
+  // Dense pairs of float32, int64, an odd-sized bfloat16 (so the batch moves
+  // bytes, not words) and a channels-last float32; then pairs copy_all leaves to
+  // copy_: a strided view, a dtype change, a host source.
+  Generator gen(5);
+  std::vector<Tensor> sources = {
+      randn({128, 1, 28, 28}, {}, &gen).to(Device::cuda()),
+      randint(0, 10, {128}, {.dtype = DType::Int64}, &gen).to(Device::cuda()),
+      randn({7}, {}, &gen).to(Device::cuda()).to(DType::BFloat16),
+      randn({2, 3, 4, 5}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast),
+      randn({6, 8}, {}, &gen).to(Device::cuda()).slice(1, 1, 7, 2),
+      randn({9}, {}, &gen).to(Device::cuda()),
+      randn({4}, {}, &gen),
+  };
+  std::vector<Tensor> targets;
+  for (const Tensor& s : sources) {
+    targets.push_back(full(s.sizes(), -1, {.dtype = s.dtype(), .device = Device::cuda()}));
+  }
+  targets[3] = targets[3].contiguous(MemoryFormat::ChannelsLast);
+  targets[5] = full({9}, -1, {.dtype = DType::Float64, .device = Device::cuda()});
+  const int64_t launches_before = cuda::copy_span_launches();
+  copy_all(targets, sources);
+  CHECK(cuda::copy_span_launches() - launches_before == 1);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    CAPTURE(i);
+    CHECK(testing::values(targets[i]) == testing::values(sources[i].to(targets[i].dtype())));
+  }
+  CHECK_THROWS_WITH_FRAGMENT(copy_all({targets[0]}, {}), ValueError, "one source per destination");
+}
+
 LOOM_GPU_TEST_CASE("layout changes on the GPU keep values and give channels-last strides") {
   Generator gen(3);
   Tensor x = randn({2, 3, 4, 5}, {}, &gen);
