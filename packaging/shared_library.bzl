@@ -3,7 +3,7 @@
 A cc_binary(linkshared = True) over the libraries would pull in only the
 objects some other object references, which is none; this links every object
 of every library in `deps` (transitively), plus the link flags the libraries
-carry for the system packages and CUDA (-lfmt, -lopenblas, -lcudart, ...).
+carry for the system packages and CUDA (-lfmt, -ldl, -lcudart, ...).
 """
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")

@@ -32,11 +32,15 @@ fi
 # own libraries are shared objects (Bazel's default for tests), so each is
 # shipped once rather than linked into every binary.
 skip='^(libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcudnn|libcublas|libnvrtc|libnccl|linux-vdso)'
-for label in $targets $bench; do
-  ldd "bazel-bin/$(echo "${label#//}" | tr : /)" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
+# OpenBLAS is loaded at run time (core/cpu/openblas.h), so ldd does not list it:
+# it goes along by name, with what it links.
+openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/{print $NF; exit}')
+for binary in $(for label in $targets $bench; do echo "bazel-bin/$(echo "${label#//}" | tr : /)"; done) $openblas; do
+  ldd "$binary" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
     if ! echo "$name" | grep -Eq "$skip"; then cp -L -n "$path" .bundle/lib/; fi
   done
 done
+cp -L -n "$openblas" .bundle/lib/libopenblas.so.0
 cat > .bundle/run_gpu_tests.sh <<'RUN'
 #!/usr/bin/env bash
 # Runs every GPU test in this bundle and prints one summary line.

@@ -49,10 +49,10 @@ done
 install -D -m 755 "$library" "$prefix/lib/libloom.so"
 
 # What the library links (and its headers include) beyond Loom itself.
-libs="-lspdlog -lfmt -lopenblas -ldeflate -lz -pthread"
+libs="-lspdlog -lfmt -ldeflate -lz -ldl -pthread"  # OpenBLAS: loaded at run time
 cflags="-DSPDLOG_FMT_EXTERNAL"
 cmake_defines="SPDLOG_FMT_EXTERNAL"
-cmake_libs="spdlog;fmt;openblas;deflate;z;-pthread"
+cmake_libs="spdlog;fmt;deflate;z;dl;-pthread"
 cmake_includes=""
 cuda=OFF
 if readelf -d "$library" | grep -q 'NEEDED.*libcudart'; then

@@ -1,16 +1,15 @@
 // File: core/cpu/gemm.cc
-// OpenBLAS behind the row-major gemm wrapper, and the batched Strided matmul.
+// OpenBLAS (openblas.h) behind the row-major gemm wrapper, and the batched Strided matmul.
 //
 // M, N, K: C (M, N) = A (M, K) . B (K, N); "batch" is any number of leading dims.
 #include "core/cpu/gemm.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <optional>
 #include <utility>
 
 #include "core/cpu/loop.h"
+#include "core/cpu/openblas.h"
 #include "core/parallel.h"
 
 namespace loom::cpu {
@@ -65,26 +64,15 @@ BatchedMatrix batched_matrix(const Strided& m) {
 void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, blas_op(trans_a), blas_op(trans_b), m, n, k, alpha, a, lda, b, ldb,
-              beta, c, ldc);
+  openblas().sgemm(CblasRowMajor, blas_op(trans_a), blas_op(trans_b), m, n, k, alpha, a, lda, b,
+                   ldb, beta, c, ldc);
 }
 
 void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
                int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, blas_op(trans_a), blas_op(trans_b), m, n, k, alpha, a, lda, b, ldb,
-              beta, c, ldc);
-}
-
-// OpenBLAS runs on one thread: Loom's pool owns the cores. OpenBLAS's own
-// threads would otherwise spin on sched_yield while Loom's kernels run, and
-// oversubscribe the cores inside Loom's parallel loops.
-void use_single_threaded_blas() {
-  static const bool once = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
+  openblas().dgemm(CblasRowMajor, blas_op(trans_a), blas_op(trans_b), m, n, k, alpha, a, lda, b,
+                   ldb, beta, c, ldc);
 }
 
 // Below this many multiply-adds a product runs on one thread: splitting costs
@@ -96,7 +84,6 @@ constexpr int64_t kSplitWork = int64_t{1} << 18;
 template <class T>
 void split_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                 int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  use_single_threaded_blas();
   if (in_parallel_region() || m * n * k < kSplitWork) {
     return blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
