@@ -34,7 +34,7 @@ fi
 skip='^(libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcudnn|libcublas|libnvrtc|libnccl|linux-vdso)'
 # OpenBLAS is loaded at run time (core/cpu/openblas.h), so ldd does not list it:
 # it goes along by name, with what it links.
-openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/{print $NF; exit}')
+openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found {print $NF; found = 1}')
 for binary in $(for label in $targets $bench; do echo "bazel-bin/$(echo "${label#//}" | tr : /)"; done) $openblas; do
   ldd "$binary" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
     if ! echo "$name" | grep -Eq "$skip"; then cp -L -n "$path" .bundle/lib/; fi
