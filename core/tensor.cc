@@ -224,20 +224,23 @@ Tensor Tensor::to(DType target) const {
 namespace {
 
 #ifdef LOOM_WITH_CUDA
-// Whether the conversion src -> dst can walk both as one flat array: both
-// dense in one layout. Their strides may still differ where a size is 1 (a
-// one-channel weight's gradient, NHWC strides, next to an NCHW result).
-bool converts_as_span(const Tensor& src, const Tensor& dst) {
+// Whether src and dst can be walked as one flat array each, in one order: both
+// on the GPU and dense in src's layout. Their strides may still differ where a
+// size is 1 (a one-channel weight's gradient, NHWC strides, next to an NCHW result).
+bool dense_alike(const Tensor& src, const Tensor& dst) {
   const MemoryFormat format = src.suggest_memory_format();
-  return src.device().is_cuda() && is_floating(src.dtype()) && is_floating(dst.dtype()) &&
+  return src.device().is_cuda() && dst.device() == src.device() && dst.sizes() == src.sizes() &&
          src.is_contiguous(format) && dst.is_contiguous(format);
 }
 
-// Whether dst.copy_(src) can move the bytes as one flat array.
+// Whether the conversion src -> dst runs as one span.
+bool converts_as_span(const Tensor& src, const Tensor& dst) {
+  return is_floating(src.dtype()) && is_floating(dst.dtype()) && dense_alike(src, dst);
+}
+
+// Whether dst.copy_(src) can move the bytes as one span.
 bool copies_as_span(const Tensor& dst, const Tensor& src) {
-  const MemoryFormat format = src.suggest_memory_format();
-  return src.device().is_cuda() && dst.device() == src.device() && dst.dtype() == src.dtype() &&
-         dst.sizes() == src.sizes() && src.is_contiguous(format) && dst.is_contiguous(format);
+  return dst.dtype() == src.dtype() && dense_alike(src, dst);
 }
 #endif
 

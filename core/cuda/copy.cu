@@ -61,9 +61,10 @@ struct SpanBatch {
   int count;
 };
 
-// __grid_constant__: indexed in place, not copied to each thread's stack.
-template <class D, class S>
-__global__ void convert_spans_kernel(const __grid_constant__ SpanBatch batch) {
+// Calls move(in, out, i) for every element i of every span, a tile of
+// kSpanTile elements per block at a time; numel counts elements of S.
+template <class S, class D, class Move>
+__device__ void for_each_span_element(const SpanBatch& batch, Move move) {
   const int64_t tiles = batch.first_tile[batch.count];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int s = owner_of(batch.count, tile, [&](int a) { return batch.first_tile[a]; });
@@ -71,24 +72,22 @@ __global__ void convert_spans_kernel(const __grid_constant__ SpanBatch batch) {
     D* out = static_cast<D*>(batch.dst[s]);
     const int64_t begin = (tile - batch.first_tile[s]) * kSpanTile;
     const int64_t end = std::min(begin + kSpanTile, batch.numel[s]);
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      store_double(out + i, load_as_double(in + i));
-    }
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) move(in, out, i);
   }
+}
+
+// __grid_constant__: indexed in place, not copied to each thread's stack.
+template <class D, class S>
+__global__ void convert_spans_kernel(const __grid_constant__ SpanBatch batch) {
+  for_each_span_element<S, D>(batch, [](const S* in, D* out, int64_t i) {
+    store_double(out + i, load_as_double(in + i));
+  });
 }
 
 // Spans copied as words W whatever their dtype: numel counts words.
 template <class W>
 __global__ void copy_words_kernel(const __grid_constant__ SpanBatch batch) {
-  const int64_t tiles = batch.first_tile[batch.count];
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int s = owner_of(batch.count, tile, [&](int a) { return batch.first_tile[a]; });
-    const W* in = static_cast<const W*>(batch.src[s]);
-    W* out = static_cast<W*>(batch.dst[s]);
-    const int64_t begin = (tile - batch.first_tile[s]) * kSpanTile;
-    const int64_t end = std::min(begin + kSpanTile, batch.numel[s]);
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) out[i] = in[i];
-  }
+  for_each_span_element<W, W>(batch, [](const W* in, W* out, int64_t i) { out[i] = in[i]; });
 }
 
 // The batch of `count` spans, each `unit` bytes per element of numel.

@@ -324,12 +324,16 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
 #endif
 
 // Max pooling values (the indices stay internal): cuDNN on the GPU, kernels on the CPU.
-Tensor max_or_avg(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
+// y in x's layout (or the one the GPU kernel wrote).
+Tensor pool_values(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
 #ifdef LOOM_WITH_CUDA
-  if (x.defined() && x.device().is_cuda()) return in_output_format(pool_gpu(x, options, max, op), options);
+  if (x.defined() && x.device().is_cuda()) return pool_gpu(x, options, max, op);
 #endif
-  return in_output_format(max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op),
-                          options);
+  return max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op);
+}
+
+Tensor max_or_avg(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
+  return in_output_format(pool_values(x, options, max, op), options);
 }
 
 // A window covering the whole plane.

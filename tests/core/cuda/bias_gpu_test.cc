@@ -170,16 +170,23 @@ void check_relu_grad_sum(const Case& k, DType dtype, DType db_dtype, Generator& 
               representable(as_tensor(channel_sums(g_expected), {k.sizes[1]}), db_dtype), 0, 0);
 }
 
+// check(case, dtype, result dtype, gen) for every channel count, case and
+// dtype, result in the operand's dtype, and for bfloat16 with a float32 result.
+template <class Check>
+void for_every_case(Generator& gen, Check check) {
+  for (int64_t c : kChannels) {
+    for (const Case& k : cases_for(c)) {
+      for (DType dtype : kDtypes) check(k, dtype, dtype, gen);
+      check(k, DType::BFloat16, DType::Float32, gen);
+    }
+  }
+}
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("relu_grad_sum masks dy by y > 0 and sums it per channel, exactly") {
   Generator gen(16);
-  for (int64_t c : kChannels) {
-    for (const Case& k : cases_for(c)) {
-      for (DType dtype : kDtypes) check_relu_grad_sum(k, dtype, dtype, gen);
-      check_relu_grad_sum(k, DType::BFloat16, DType::Float32, gen);
-    }
-  }
+  for_every_case(gen, check_relu_grad_sum);
   const Tensor dy = zeros({4, 3}, {.device = Device::cuda()});
   const Tensor db = zeros({3}, {.device = Device::cuda()});
   CHECK_THROWS_WITH_FRAGMENT(cuda::relu_grad_sum(dy.strided(), db.strided(), dy.strided(),
@@ -189,22 +196,12 @@ LOOM_GPU_TEST_CASE("relu_grad_sum masks dy by y > 0 and sums it per channel, exa
 
 LOOM_GPU_TEST_CASE("add_channel_bias matches y + b[c] in every layout, size and dtype") {
   Generator gen(11);
-  for (int64_t c : kChannels) {
-    for (const Case& k : cases_for(c)) {
-      for (DType dtype : kDtypes) check_bias_add(k, dtype, dtype, gen);
-      check_bias_add(k, DType::BFloat16, DType::Float32, gen);
-    }
-  }
+  for_every_case(gen, check_bias_add);
 }
 
 LOOM_GPU_TEST_CASE("channel_sum adds every element of each channel exactly") {
   Generator gen(12);
-  for (int64_t c : kChannels) {
-    for (const Case& k : cases_for(c)) {
-      for (DType dtype : kDtypes) check_integer_sum(k, dtype, dtype, gen);
-      check_integer_sum(k, DType::BFloat16, DType::Float32, gen);
-    }
-  }
+  for_every_case(gen, check_integer_sum);
 }
 
 LOOM_GPU_TEST_CASE("channel_sum matches cpu::conv2d_bgrad on normal values") {
