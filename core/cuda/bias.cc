@@ -29,6 +29,17 @@ void check_channel_dense(const Strided& t, const char* op) {
              op, shape_str(t.sizes), shape_str(t.strides));
 }
 
+// launch(scratch) with the channel sums' scratch for dy, which goes back right
+// after the launches: the allocator reuses it in stream order only, after the
+// kernels that read it.
+template <class Launch>
+cudaError_t launch_with_sum_scratch(const Strided& dy, Launch launch) {
+  void* scratch = allocate(channel_sum_scratch_bytes(dy), current_device());
+  const cudaError_t status = launch(scratch);
+  deallocate(scratch);
+  return status;
+}
+
 }  // namespace
 
 bool is_channel_dense(const Strided& t) { return channel_layout(t).has_value(); }
@@ -38,14 +49,11 @@ void add_channel_bias(const Strided& y, const Strided& bias) {
   LOOM_CUDA_CHECK(launch_add_channel_bias(y, bias, current_stream()));
 }
 
-// The scratch goes back right after the launches: the allocator reuses it in
-// stream order only, after the kernels that read it.
 void channel_sum(const Strided& db, const Strided& dy) {
   check_channel_dense(dy, "channel_sum");
-  void* scratch = allocate(channel_sum_scratch_bytes(dy), current_device());
-  const cudaError_t status = launch_channel_sum(db, dy, scratch, current_stream());
-  deallocate(scratch);
-  LOOM_CUDA_CHECK(status);
+  LOOM_CUDA_CHECK(launch_with_sum_scratch(dy, [&](void* scratch) {
+    return launch_channel_sum(db, dy, scratch, current_stream());
+  }));
 }
 
 void relu_grad_sum(const Strided& g, const Strided& db, const Strided& dy, const Strided& y) {
@@ -57,10 +65,9 @@ void relu_grad_sum(const Strided& g, const Strided& db, const Strided& dy, const
                dtype_name(dy.dtype), shape_str(dy.sizes), shape_str(dy.strides), dtype_name(t->dtype),
                shape_str(t->sizes), shape_str(t->strides));
   }
-  void* scratch = allocate(channel_sum_scratch_bytes(dy), current_device());
-  const cudaError_t status = launch_relu_grad_sum(g, db, dy, y, scratch, current_stream());
-  deallocate(scratch);
-  LOOM_CUDA_CHECK(status);
+  LOOM_CUDA_CHECK(launch_with_sum_scratch(dy, [&](void* scratch) {
+    return launch_relu_grad_sum(g, db, dy, y, scratch, current_stream());
+  }));
 }
 
 }  // namespace loom::cuda

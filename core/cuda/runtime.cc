@@ -120,28 +120,35 @@ void copy(const Strided& dst, const Strided& src) {
 namespace {
 std::atomic<int64_t> span_launches{0};
 std::atomic<int64_t> copy_launches{0};
+
+// launch(first, count) for each run of at most kMaxSpansPerLaunch spans, each
+// run counted in `launches`.
+template <class Launch>
+void launch_in_batches(const std::vector<DenseSpan>& spans, std::atomic<int64_t>& launches,
+                       Launch launch) {
+  for (size_t first = 0; first < spans.size(); first += kMaxSpansPerLaunch) {
+    const int count = static_cast<int>(std::min<size_t>(kMaxSpansPerLaunch, spans.size() - first));
+    launch(spans.data() + first, count);
+    ++launches;
+  }
+}
 }  // namespace
 
 void convert_spans(const std::vector<DenseSpan>& spans, DType dst_dtype, DType src_dtype) {
   LOOM_CHECK(is_floating(dst_dtype) && is_floating(src_dtype), ValueError,
              "[convert_spans] converts between floating dtypes, got {} to {}; use copy()",
              dtype_name(src_dtype), dtype_name(dst_dtype));
-  for (size_t first = 0; first < spans.size(); first += kMaxSpansPerLaunch) {
-    const int count = static_cast<int>(std::min<size_t>(kMaxSpansPerLaunch, spans.size() - first));
-    LOOM_CUDA_CHECK(launch_convert_spans(spans.data() + first, count, dst_dtype, src_dtype,
-                                         current_stream()));
-    ++span_launches;
-  }
+  launch_in_batches(spans, span_launches, [&](const DenseSpan* first, int count) {
+    LOOM_CUDA_CHECK(launch_convert_spans(first, count, dst_dtype, src_dtype, current_stream()));
+  });
 }
 
 int64_t convert_span_launches() { return span_launches.load(); }
 
 void copy_spans(const std::vector<DenseSpan>& spans) {
-  for (size_t first = 0; first < spans.size(); first += kMaxSpansPerLaunch) {
-    const int count = static_cast<int>(std::min<size_t>(kMaxSpansPerLaunch, spans.size() - first));
-    LOOM_CUDA_CHECK(launch_copy_spans(spans.data() + first, count, current_stream()));
-    ++copy_launches;
-  }
+  launch_in_batches(spans, copy_launches, [&](const DenseSpan* first, int count) {
+    LOOM_CUDA_CHECK(launch_copy_spans(first, count, current_stream()));
+  });
 }
 
 int64_t copy_span_launches() { return copy_launches.load(); }
