@@ -119,6 +119,8 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
       options.profile = true;
     } else if (flag == "--autotune") {
       options.autotune = true;
+    } else if (flag == "--distributed") {
+      options.distributed = true;
     } else if (flag == "--eval-forward") {
       options.eval_forward = true;
     } else {

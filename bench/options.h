@@ -37,7 +37,11 @@ inline constexpr const char* kUsage =
     "  --tta DIR           Fashion-MNIST time to 91% test accuracy from the IDX files in DIR\n"
     "  --device D          cuda or cpu (default cuda when available)\n"
     "  --optimizer O       sgd (lr 0.01, momentum 0.9, weight decay 5e-4; default) or adam\n"
-    "                      (lr 1e-3, the trainer's recipe)\n";
+    "                      (lr 1e-3, the trainer's recipe)\n"
+    "  --distributed       one rank of a data-parallel job under mpirun: each rank trains on\n"
+    "                      its GPU (cuda:<local rank>) through DistributedDataParallel with\n"
+    "                      --batches per GPU; rank 0 prints the job's img/s and where one\n"
+    "                      eager step's all-reduces ran against the backward\n";
 
 struct BenchOptions {
   std::vector<std::string> models = {"lenet5", "mnist_net", "resnet9"};
@@ -58,6 +62,7 @@ struct BenchOptions {
   std::string tta;
   std::string plan_build;     // "" keeps the process's mode (LOOM_CUDNN_PLAN_BUILD, else lazy)
   std::string plan_timeline;  // "" writes none
+  bool distributed = false;   // a rank of an mpirun job, DDP over NCCL
   bool eval_forward = false;
   Device device = cuda_available() ? Device::cuda() : Device::cpu();
   std::string optimizer = "sgd";

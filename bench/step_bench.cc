@@ -19,6 +19,7 @@
 #include "core/ops/loss.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
+#include "dist/ddp.h"
 #include "examples/common/trainer.h"
 #include "layers/fused.h"
 #include "layers/models.h"
@@ -232,6 +233,22 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
   }
 }
 
+// One eager data-parallel step, timed: when each bucket's all-reduce ran
+// against the backward, and how much of it the step waited for.
+void record_timeline(nn::DistributedDataParallel& ddp, optim::Optimizer& opt,
+                     const InputSets& data, StepResult& r) {
+  opt.zero_grad();
+  cross_entropy(ddp(data.x[0]), data.y[0]).backward();
+  opt.step();
+  const nn::StepTimeline timeline = ddp.last_timeline();
+  r.backward_ms = timeline.backward_ms;
+  r.allreduce_done_ms = timeline.done_ms;
+  for (const nn::BucketTiming& b : timeline.buckets) {
+    r.bucket_start_ms.push_back(b.start_ms);
+    r.bucket_end_ms.push_back(b.end_ms);
+  }
+}
+
 // One evaluation-mode forward without autograd, as the trainers' test pass
 // runs: its plans differ from training's (batch norm uses running statistics).
 void eval_forward(nn::Module& net, const InputSets& data, const StepConfig& c) {
@@ -246,7 +263,6 @@ void eval_forward(nn::Module& net, const InputSets& data, const StepConfig& c) {
 // autograd engine; the loss and the optimizer get rows here), then the table.
 void profile_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data,
                    const StepConfig& c) {
-  const bool gpu = c.device.is_cuda();
   Profiler::start();
   Stopwatch watch(c.device);
   watch.start();
@@ -255,11 +271,11 @@ void profile_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data
     Tensor logits = net(data.x[i % kInputSets]);
     Tensor loss;
     {
-      ProfileScope scope("(loss)", ProfilePhase::Forward, gpu);
+      ProfileScope scope("(loss)", ProfilePhase::Forward, c.device);
       loss = cross_entropy(logits, data.y[i % kInputSets]);
     }
     loss.backward();
-    ProfileScope scope("(optimizer)", ProfilePhase::Other, gpu);
+    ProfileScope scope("(optimizer)", ProfilePhase::Other, c.device);
     opt.step();
   }
   const double step_ms = watch.stop_ms() / c.profile_steps;
@@ -307,7 +323,15 @@ StepResult run_step_config(const StepConfig& c) {
   const InputSets data = make_inputs(c);
   synchronize(c.device);
   r.inputs_ready_s = seconds_since(built);
-  time_steps(net, *opt, data, c, built, r);
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
+  if (c.group) {
+    ddp = std::make_unique<nn::DistributedDataParallel>(
+        std::shared_ptr<nn::Module>(&net, [](nn::Module*) {}), c.group,
+        nn::DistributedDataParallelOptions{.timeline = true});
+    r.ranks = c.group->size();
+  }
+  time_steps(ddp ? static_cast<nn::Module&>(*ddp) : net, *opt, data, c, built, r);
+  if (ddp) record_timeline(*ddp, *opt, data, r);
   if (c.eval_forward) eval_forward(net, data, c);
   const PlanCounts after = plan_counts();
   r.plans_built = after.built - before.built;
@@ -370,6 +394,16 @@ void print_step(const StepResult& r) {
       static_cast<long long>(r.plans_built), static_cast<long long>(r.plans_restored),
       static_cast<long long>(r.plans_lazy), static_cast<long long>(r.plans_specialized),
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
+  if (r.ranks > 1) {
+    std::printf("  %d ranks x batch %lld; one eager step: backward done %.3f ms after the "
+                "forward, all-reduces done %.3f ms (exposed %.3f ms), %zu buckets:",
+                r.ranks, static_cast<long long>(r.batch), r.backward_ms, r.allreduce_done_ms,
+                r.allreduce_done_ms - r.backward_ms, r.bucket_start_ms.size());
+    for (size_t b = 0; b < r.bucket_start_ms.size(); ++b) {
+      std::printf(" [%.3f, %.3f]", r.bucket_start_ms[b], r.bucket_end_ms[b]);
+    }
+    std::printf("\n");
+  }
   std::fflush(stdout);
 }
 
@@ -388,7 +422,9 @@ void write_plan_timeline(const std::string& path) {
 #endif
 }
 
-void run_all(const BenchOptions& o, std::ofstream& json) {
+void run_all(const BenchOptions& o, const std::shared_ptr<dist::ProcessGroup>& group,
+             std::ofstream& json) {
+  const bool reports = !group || group->rank() == 0;
   for (const std::string& model : o.models) {
     for (int64_t batch : o.batches) {
       for (const std::string& precision : o.precisions) {
@@ -406,7 +442,9 @@ void run_all(const BenchOptions& o, std::ofstream& json) {
                                                 .autotune = o.autotune,
                                                 .optimizer = o.optimizer,
                                                 .plan_build = o.plan_build,
-                                                .eval_forward = o.eval_forward});
+                                                .eval_forward = o.eval_forward,
+                                                .group = group});
+          if (!reports) continue;
           print_step(r);
           if (json.is_open()) json << to_json(r) << std::endl;
         }
@@ -442,12 +480,19 @@ int bench_main(int argc, char** argv) {
                "[bench] --device cuda, but no usable GPU (this build has CUDA: {}); pass "
                "--device cpu",
                cuda_built());
+    std::shared_ptr<dist::ProcessGroup> group;
+    if (options.distributed) {
+      group = dist::ProcessGroup::from_mpi();
+      LOOM_CHECK(group->device().is_cuda(), DeviceError,
+                 "[bench] --distributed trains on GPUs, and this rank has none");
+      options.device = group->device();
+    }
     std::ofstream json;
-    if (!options.json.empty()) {
+    if (!options.json.empty() && (!group || group->rank() == 0)) {
       json.open(options.json);
       LOOM_CHECK(json.is_open(), IoError, "[bench] cannot write --json {}", options.json);
     }
-    run_all(options, json);
+    run_all(options, group, json);
     write_plan_timeline(options.plan_timeline);
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

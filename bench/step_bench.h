@@ -11,8 +11,11 @@
 #include <cstdint>
 #include <string>
 
+#include <memory>
+
 #include "bench/summary.h"
 #include "core/device.h"
+#include "dist/process_group.h"
 
 namespace loom::bench {
 
@@ -31,6 +34,9 @@ struct StepConfig {
   std::string optimizer = "sgd";  // sgd or adam (lr 1e-3)
   std::string plan_build;         // lazy, eager, precompiled; "" keeps the process's mode
   bool eval_forward = false;      // then one evaluation-mode forward (the test pass's plans)
+  // A data-parallel job's group: the model trains through DistributedDataParallel
+  // on group->device(); null: one process.
+  std::shared_ptr<dist::ProcessGroup> group;
 };
 
 // Builds the model (seeded), SGD (lr 0.01, momentum 0.9, weight decay 5e-4; or

@@ -38,7 +38,8 @@ std::string to_json(const StepResult& r) {
       "\"first_step_s\": {}, \"model_ready_s\": {}, \"inputs_ready_s\": {}, \"peak_bytes\": {}, "
       "\"peak_mib\": {}, \"repeat_ms\": {}, "
       "\"fallback_reason\": {}, \"plan_build\": {}, \"plans_built\": {}, \"plans_restored\": {}, "
-      "\"plans_lazy\": {}, \"plans_specialized\": {}}}",
+      "\"plans_lazy\": {}, \"plans_specialized\": {}, \"ranks\": {}, \"backward_ms\": {}, "
+      "\"allreduce_done_ms\": {}, \"bucket_start_ms\": {}, \"bucket_end_ms\": {}}}",
       json_string(r.model), r.batch, json_string(r.precision), json_string(r.mode),
       json_string(r.layout), json_string(r.device), r.steps, r.repeats, r.warmup,
       json_number(r.ms_per_step()), json_number(r.images_per_second()),
@@ -46,7 +47,9 @@ std::string to_json(const StepResult& r) {
       r.peak_bytes,
       json_number(static_cast<double>(r.peak_bytes) / kMiB), number_list(r.repeat_ms),
       json_string(r.fallback_reason), json_string(r.plan_build), r.plans_built,
-      r.plans_restored, r.plans_lazy, r.plans_specialized);
+      r.plans_restored, r.plans_lazy, r.plans_specialized, r.ranks, json_number(r.backward_ms),
+      json_number(r.allreduce_done_ms), number_list(r.bucket_start_ms),
+      number_list(r.bucket_end_ms));
 }
 
 std::string to_json(const TtaResult& r) {

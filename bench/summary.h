@@ -40,9 +40,16 @@ struct StepResult {
   // cuDNN plans this configuration built before its first run, restored from the
   // plan files, started lazily on a stand-in, and specialized (swapped) later.
   int64_t plans_built = 0, plans_restored = 0, plans_lazy = 0, plans_specialized = 0;
+  // Data parallel (--distributed): ranks stepping together, each with `batch`
+  // images, and one eager step's communication (ms after the forward returned).
+  int ranks = 1;
+  double backward_ms = 0, allreduce_done_ms = 0;
+  std::vector<double> bucket_start_ms = {}, bucket_end_ms = {};
 
   double ms_per_step() const { return median(repeat_ms); }
-  double images_per_second() const { return static_cast<double>(batch) * 1e3 / ms_per_step(); }
+  double images_per_second() const {
+    return static_cast<double>(batch) * ranks * 1e3 / ms_per_step();
+  }
 };
 
 struct TtaResult {

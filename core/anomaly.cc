@@ -47,6 +47,7 @@ std::string describe(const Tensor& t) {
 // Only a CUDA tensor can be inside a capture; asking the runtime about a CPU
 // tensor would fail on a machine without a GPU.
 void check_not_capturing(const std::string& op, const Tensor& t) {
+  DeviceGuard guard(t.device());
 #ifdef LOOM_WITH_CUDA
   if (!t.defined() || !t.device().is_cuda()) return;
   LOOM_CHECK(!cuda::is_capturing(), AutogradError,

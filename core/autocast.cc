@@ -54,6 +54,7 @@ thread_local std::map<CastKey, CachedCast> cast_cache;
 
 CastStamp stamp_now(const Storage& storage) {
 #ifdef LOOM_WITH_CUDA
+  DeviceGuard guard(storage.device());  // whether its device's stream is capturing
   const std::optional<uint64_t> capture =
       cuda::is_capturing() ? std::optional(cuda::capture_count()) : std::nullopt;
   return {storage.version(), cuda::replay_count(), capture};

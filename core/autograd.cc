@@ -32,6 +32,7 @@ void sum_into(const Tensor& out, const Tensor& a, const Tensor& b) {
     return;
   }
 #ifdef LOOM_WITH_CUDA
+  DeviceGuard guard(out.device());
   cuda::add_scaled(out.strided(), a.strided(), b.strided(), 1.0);
 #endif
 }
@@ -200,10 +201,18 @@ Tensor initial_gradient(const Tensor& root, const Tensor& gradient) {
   return gradient.detach();
 }
 
-// node.apply(grad), timed into the row of the layer that recorded the node.
+// node.apply(grad) on the gradient's device (the device of the op that recorded
+// the node), so a backward on cuda:1 runs on GPU 1.
+std::vector<Tensor> apply_on_device(Node& node, const Tensor& grad) {
+  DeviceGuard guard(grad.device());
+  return node.apply(grad);
+}
+
+// apply_on_device, timed into the row of the layer that recorded the node.
 std::vector<Tensor> profiled_apply(Node& node, const Tensor& grad) {
+  DeviceGuard guard(grad.device());
   ProfileScope scope(node.profile_row.value_or(Profiler::other_row()), ProfilePhase::Backward,
-                     grad.device().is_cuda());
+                     grad.device());
   return node.apply(grad);
 }
 
@@ -336,7 +345,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     pending.erase(it);
     if (deferred.take(*node, grad)) continue;  // a CastNode: nothing saved to release
     std::vector<Tensor> grads =
-        Profiler::enabled() ? profiled_apply(*node, grad) : node->apply(grad);
+        Profiler::enabled() ? profiled_apply(*node, grad) : apply_on_device(*node, grad);
     if (anomaly_mode_enabled()) check_backward_finite(node->name(), node->module, grad, grads);
     if (!retain_graph) node->release();
     for (size_t i = 0; i < grads.size(); ++i) {

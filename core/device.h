@@ -2,7 +2,10 @@
 // Where a tensor's storage lives.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace loom {
 
@@ -18,7 +21,30 @@ struct Device {
   bool is_cuda() const { return type == DeviceType::CUDA; }
   bool operator==(const Device&) const = default;
   std::string str() const;  // "cpu", "cuda:0"
+  // "cpu", "cuda" (cuda:0) or "cuda:k", as str() writes them and torch.device
+  // reads them; ValueError for anything else. Whether the GPU exists is checked
+  // where a tensor is placed on it.
+  static Device parse(std::string_view text);
 };
+
+// Makes a GPU the calling thread's current device until the guard ends, so the
+// kernels, streams, handles and plans an op uses are that GPU's; nothing for
+// the CPU. Every op takes the device of its operands this way, so a model on
+// cuda:1 runs on GPU 1 whichever device the thread had before.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  std::optional<int> previous_;  // the thread's device before, where it had to change
+};
+
+// The calling thread's current GPU: cuda:0 unless a DeviceGuard (or
+// cudaSetDevice) made another one current. A CPU-only build's answer is cuda:0.
+Device current_cuda_device();
 
 // True when this binary was built with the CUDA backend.
 bool cuda_built();

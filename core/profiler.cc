@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -33,6 +34,7 @@ constexpr std::string_view kOtherRow = "(other)";
 struct PendingGpuTiming {
   ProfileRowId row;
   ProfilePhase phase;
+  int device;
   CUevent_st* begin;
   CUevent_st* end;
 };
@@ -42,7 +44,7 @@ struct ProfilerState {
   std::vector<ProfileEntry> rows;
   std::unordered_map<std::string, ProfileRowId> by_name;
   std::vector<PendingGpuTiming> pending;
-  std::vector<CUevent_st*> free_events;  // reused across scopes and runs
+  std::map<int, std::vector<CUevent_st*>> free_events;  // by GPU; reused across scopes and runs
   bool used_gpu = false;
 };
 
@@ -71,14 +73,17 @@ void add_time(ProfileEntry& entry, ProfilePhase phase, double ms) {
 }
 
 #ifdef LOOM_WITH_CUDA
-// An event from the pool, recorded on the current stream. Caller holds the mutex.
-CUevent_st* record_event(ProfilerState& s) {
+// An event from `device`'s pool, recorded on the calling thread's stream there.
+// Caller holds the mutex.
+CUevent_st* record_event(ProfilerState& s, int device) {
+  cuda::DeviceGuard guard(device);  // an event belongs to the GPU it was made on
+  std::vector<CUevent_st*>& pool = s.free_events[device];
   cudaEvent_t event;
-  if (s.free_events.empty()) {
+  if (pool.empty()) {
     LOOM_CUDA_CHECK(cudaEventCreate(&event));
   } else {
-    event = s.free_events.back();
-    s.free_events.pop_back();
+    event = pool.back();
+    pool.pop_back();
   }
   LOOM_CUDA_CHECK(cudaEventRecord(event, cuda::current_stream()));
   return event;
@@ -91,8 +96,8 @@ void resolve_pending(ProfilerState& s) {
     float ms = 0;
     LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, t.begin, t.end));
     if (t.row < s.rows.size()) add_time(s.rows[t.row], t.phase, ms);
-    s.free_events.push_back(t.begin);
-    s.free_events.push_back(t.end);
+    s.free_events[t.device].push_back(t.begin);
+    s.free_events[t.device].push_back(t.end);
   }
   s.pending.clear();
 }
@@ -198,29 +203,31 @@ ProfileRowId Profiler::other_row() { return row(kOtherRow); }
 
 // --- scopes ---------------------------------------------------------------------------
 
-ProfileScope::ProfileScope(std::string_view row, ProfilePhase phase, bool on_gpu) : phase_(phase) {
-  if (Profiler::enabled()) open(Profiler::row(row), on_gpu);
+ProfileScope::ProfileScope(std::string_view row, ProfilePhase phase, Device device)
+    : phase_(phase) {
+  if (Profiler::enabled()) open(Profiler::row(row), device);
 }
 
-ProfileScope::ProfileScope(ProfileRowId row, ProfilePhase phase, bool on_gpu) : phase_(phase) {
-  if (Profiler::enabled()) open(row, on_gpu);
+ProfileScope::ProfileScope(ProfileRowId row, ProfilePhase phase, Device device) : phase_(phase) {
+  if (Profiler::enabled()) open(row, device);
 }
 
-void ProfileScope::open(ProfileRowId row, bool on_gpu) {
+void ProfileScope::open(ProfileRowId row, Device device) {
   active_ = true;
   row_ = row;
-  on_gpu_ = on_gpu;
+  device_ = device;
   if (phase_ == ProfilePhase::Forward) {
     outer_row_ = forward_row;
     forward_row = row;
   }
 #ifdef LOOM_WITH_CUDA
-  if (on_gpu_) {
+  if (device_.is_cuda()) {
+    DeviceGuard guard(device_);
     if (cuda::is_capturing()) return;  // events inside a graph cannot time a layer
     ProfilerState& s = state();
     std::lock_guard lock(s.mutex);
     s.used_gpu = true;
-    begin_ = record_event(s);
+    begin_ = record_event(s, device_.index);
     timed_ = true;
     return;
   }
@@ -238,8 +245,8 @@ ProfileScope::~ProfileScope() noexcept(false) {
   ProfilerState& s = state();
   std::lock_guard lock(s.mutex);
 #ifdef LOOM_WITH_CUDA
-  if (on_gpu_) {
-    s.pending.push_back({row_, phase_, begin_, record_event(s)});
+  if (device_.is_cuda()) {
+    s.pending.push_back({row_, phase_, device_.index, begin_, record_event(s, device_.index)});
     return;
   }
 #endif

@@ -6,10 +6,10 @@
 //     opt.zero_grad();
 //     Tensor loss;
 //     Tensor logits = net(x);  // each leaf module times its forward (layers/module.cc)
-//     { loom::ProfileScope s("(loss)", loom::ProfilePhase::Forward, x.device().is_cuda());
+//     { loom::ProfileScope s("(loss)", loom::ProfilePhase::Forward, x.device());
 //       loss = cross_entropy(logits, y); }
 //     loss.backward();         // each autograd node's backward lands in its layer's row
-//     { loom::ProfileScope s("(optimizer)", loom::ProfilePhase::Other, x.device().is_cuda());
+//     { loom::ProfileScope s("(optimizer)", loom::ProfilePhase::Other, x.device());
 //       opt.step(); }
 //   }
 //   loom::Profiler::stop();
@@ -29,6 +29,8 @@
 // Disabled (the default), a scope site costs one branch on Profiler::enabled().
 // Profiling is process-wide and meant for one training thread at a time.
 #pragma once
+
+#include "core/device.h"
 
 #include <chrono>
 #include <cstdint>
@@ -95,18 +97,19 @@ class Profiler {
 // Times its lifetime into one phase of a row, when profiling is enabled.
 class ProfileScope {
  public:
-  ProfileScope(std::string_view row, ProfilePhase phase, bool on_gpu);
-  ProfileScope(ProfileRowId row, ProfilePhase phase, bool on_gpu);
+  // `device` is where the timed work runs: a GPU's is timed by events on its stream.
+  ProfileScope(std::string_view row, ProfilePhase phase, Device device);
+  ProfileScope(ProfileRowId row, ProfilePhase phase, Device device);
   ~ProfileScope() noexcept(false);  // a failed cudaEventRecord throws CudaError
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;
 
  private:
-  void open(ProfileRowId row, bool on_gpu);
+  void open(ProfileRowId row, Device device);
 
   bool active_ = false;  // profiling was on when the scope opened
   bool timed_ = false;   // false while a CUDA graph is being captured
-  bool on_gpu_ = false;
+  Device device_;
   ProfileRowId row_ = 0;
   ProfilePhase phase_;
   std::optional<ProfileRowId> outer_row_;  // restored at the end of a forward scope

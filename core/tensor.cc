@@ -111,6 +111,7 @@ double Tensor::at(const Shape& index) const {
     T value;
     if (device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+      DeviceGuard guard(device());
       cuda::copy_to_host(&value, element.data, sizeof(T));
 #endif
     } else {
@@ -127,6 +128,7 @@ void Tensor::set(const Shape& index, double value) {
     T converted = from_double<T>(value);
     if (device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+      DeviceGuard guard(device());
       cuda::copy_to_device(element.data, &converted, sizeof(T));
 #endif
     } else {
@@ -148,8 +150,9 @@ size_t nbytes_of(const Tensor& t) { return t.numel() * element_size(t.dtype()); 
 
 #ifdef LOOM_WITH_CUDA
 // Host <-> device copies move one dense block; strides and casts are handled on
-// whichever side has them.
+// whichever side has them. The GPU side's device is current.
 void copy_across_devices(const Tensor& dst, const Tensor& src) {
+  DeviceGuard guard(src.device().is_cuda() ? src.device() : dst.device());
   if (src.device().is_cuda()) {
     Tensor dense = src.contiguous();
     Tensor host = empty(src.sizes(), {.dtype = src.dtype()});
@@ -166,6 +169,24 @@ void copy_across_devices(const Tensor& dst, const Tensor& src) {
   cuda::copy_to_device(staged.raw_data(), host.raw_data(), nbytes_of(host));
   cuda::copy(dst.strided(), staged.strided());
 }
+
+// GPU -> another GPU: one dense block in src's dtype moves between the devices
+// (peer to peer where they can, else staged by the driver); layout and dtype
+// are matched on dst's device.
+void copy_between_gpus(const Tensor& dst, const Tensor& src) {
+  Tensor dense;
+  {
+    DeviceGuard guard(src.device());
+    dense = src.contiguous();
+  }
+  const bool direct = dst.dtype() == src.dtype() && dst.is_contiguous();
+  Tensor landed = direct ? dst : empty(src.sizes(), {.dtype = src.dtype(), .device = dst.device()});
+  cuda::copy_between_devices(landed.raw_data(), dst.device().index, dense.raw_data(),
+                             src.device().index, nbytes_of(dense));
+  if (direct) return;
+  DeviceGuard guard(dst.device());
+  cuda::copy(dst.strided(), landed.strided());
+}
 #endif
 
 // dst = src elementwise; same sizes; any devices, dtypes and strides.
@@ -177,8 +198,13 @@ void copy_values(const Tensor& dst, const Tensor& src_in) {
     return;
   }
 #ifdef LOOM_WITH_CUDA
-  if (dst.device().is_cuda() && src.device().is_cuda()) {
+  if (dst.device() == src.device()) {
+    DeviceGuard guard(dst.device());
     cuda::copy(dst.strided(), src.strided());
+    return;
+  }
+  if (dst.device().is_cuda() && src.device().is_cuda()) {
+    copy_between_gpus(dst, src);
     return;
   }
   copy_across_devices(dst, src);
@@ -270,7 +296,10 @@ std::vector<Tensor> to_all(const std::vector<Tensor>& tensors, DType dtype) {
     copy_values(out[i], t);
   }
 #ifdef LOOM_WITH_CUDA
-  for (const auto& [where, spans] : batches) cuda::convert_spans(spans, dtype, where.second);
+  for (const auto& [where, spans] : batches) {
+    DeviceGuard guard(Device::cuda(where.first));
+    cuda::convert_spans(spans, dtype, where.second);
+  }
 #endif
   return out;
 }
@@ -296,7 +325,10 @@ void copy_all(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
     Tensor(dst[i]).copy_(src[i]);
   }
 #ifdef LOOM_WITH_CUDA
-  for (const auto& [where, spans] : batches) cuda::copy_spans(spans);
+  for (const auto& [device, spans] : batches) {
+    DeviceGuard guard(Device::cuda(device));
+    cuda::copy_spans(spans);
+  }
 #endif
 }
 
@@ -308,6 +340,7 @@ Tensor& Tensor::fill_(double value) {
     cpu::fill(strided(), value);
   } else {
 #ifdef LOOM_WITH_CUDA
+    DeviceGuard guard(device());
     cuda::fill(strided(), value);
 #endif
   }

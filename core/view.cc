@@ -97,6 +97,7 @@ Tensor sum_to_sizes(const Tensor& dy, const Shape& sizes) {
   Tensor out = empty(keep, dy.options());
   if (dy.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+    DeviceGuard guard(dy.device());
     cuda::reduce(out.strided(), dy.strided(), cpu::ReduceOp::Sum);
 #endif
   } else {

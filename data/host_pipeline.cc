@@ -44,7 +44,8 @@ class HostPipeline : public BatchSource {
       // Batch 0 is a full batch (or the whole set): the largest there is.
       for (Slot& slot : slots_) {
         slot.pinned =
-            std::make_unique<PinnedBatch>(numel_of(recipe_->x_sizes(0)), recipe_->rows(0));
+            std::make_unique<PinnedBatch>(numel_of(recipe_->x_sizes(0)), recipe_->rows(0),
+                                          recipe_->device);
       }
     }
     for (int w = 0; w < num_workers; ++w) workers_.emplace_back([this] { work(); });
@@ -122,7 +123,7 @@ class HostPipeline : public BatchSource {
   }
 
   Batch deliver(Slot& slot, int64_t k) {
-    if (slot.pinned) return slot.pinned->copy_to(recipe_->device, recipe_->x_sizes(k));
+    if (slot.pinned) return slot.pinned->copy_to_device(recipe_->x_sizes(k));
     return std::move(slot.built);
   }
 

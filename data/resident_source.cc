@@ -44,6 +44,7 @@ class ResidentSource : public BatchSource {
   }
 
   Batch next() override {
+    DeviceGuard guard(recipe_->device);
     const int64_t k = next_++;
     const int64_t first = recipe_->first(k), rows = recipe_->rows(k);
     const Tensor indices = order_.slice(0, first, first + rows);

@@ -24,13 +24,16 @@ cudaEvent_t event_of(void* copied) { return static_cast<cudaEvent_t>(copied); }
 template <class T>
 T* pinned_array(int64_t count) {
   void* data = nullptr;
-  LOOM_CUDA_CHECK(cudaHostAlloc(&data, count * sizeof(T), cudaHostAllocDefault));
+  // Portable: pinned for every GPU's context, not only the current one's.
+  LOOM_CUDA_CHECK(cudaHostAlloc(&data, count * sizeof(T), cudaHostAllocPortable));
   return static_cast<T*>(data);
 }
 
 }  // namespace
 
-PinnedBatch::PinnedBatch(int64_t x_capacity, int64_t y_capacity) {
+PinnedBatch::PinnedBatch(int64_t x_capacity, int64_t y_capacity, Device device)
+    : device_(device) {
+  DeviceGuard guard(device_);  // the event belongs to the device it is made on
   // Members are released by the destructor, which does not run if this throws.
   try {
     x_ = pinned_array<float>(x_capacity);
@@ -58,9 +61,10 @@ void PinnedBatch::wait_for_copies() {
   LOOM_CUDA_CHECK(cudaEventSynchronize(event_of(copied_)));
 }
 
-Batch PinnedBatch::copy_to(Device device, const Shape& x_sizes) {
-  Batch batch{empty(x_sizes, {.device = device}),
-              empty({x_sizes[0]}, {.dtype = DType::Int64, .device = device})};
+Batch PinnedBatch::copy_to_device(const Shape& x_sizes) {
+  DeviceGuard guard(device_);
+  Batch batch{empty(x_sizes, {.device = device_}),
+              empty({x_sizes[0]}, {.dtype = DType::Int64, .device = device_})};
   cudaStream_t stream = cuda::current_stream();
   LOOM_CUDA_CHECK(cudaMemcpyAsync(batch.x.raw_data(), x_, batch.x.numel() * sizeof(float),
                                   cudaMemcpyHostToDevice, stream));
@@ -72,12 +76,12 @@ Batch PinnedBatch::copy_to(Device device, const Shape& x_sizes) {
 
 #else  // no CUDA backend: the DataLoader never stages, since no CUDA device exists
 
-PinnedBatch::PinnedBatch(int64_t, int64_t) {
+PinnedBatch::PinnedBatch(int64_t, int64_t, Device device) : device_(device) {
   throw DeviceError("[DataLoader] pinned staging needs the CUDA backend; this build has none");
 }
 PinnedBatch::~PinnedBatch() = default;
 void PinnedBatch::wait_for_copies() {}
-Batch PinnedBatch::copy_to(Device, const Shape&) { return {}; }
+Batch PinnedBatch::copy_to_device(const Shape&) { return {}; }
 
 #endif
 

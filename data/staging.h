@@ -16,8 +16,9 @@ namespace loom::data {
 
 class PinnedBatch {
  public:
-  // Room for the largest batch: x_capacity floats and y_capacity labels.
-  PinnedBatch(int64_t x_capacity, int64_t y_capacity);
+  // Room for the largest batch: x_capacity floats and y_capacity labels, staged
+  // for GPU `device`.
+  PinnedBatch(int64_t x_capacity, int64_t y_capacity, Device device);
   ~PinnedBatch();
   PinnedBatch(const PinnedBatch&) = delete;
   PinnedBatch& operator=(const PinnedBatch&) = delete;
@@ -26,11 +27,12 @@ class PinnedBatch {
   int64_t* y() const { return y_; }
   // Blocks until the last copy_to's transfers are done (the buffers are free).
   void wait_for_copies();
-  // New device tensors x (x_sizes) and y (x_sizes[0],) filled from the buffers
-  // by asynchronous copies on the current thread's stream.
-  Batch copy_to(Device device, const Shape& x_sizes);
+  // New tensors x (x_sizes) and y (x_sizes[0],) on the device, filled from the
+  // buffers by asynchronous copies on the calling thread's stream there.
+  Batch copy_to_device(const Shape& x_sizes);
 
  private:
+  Device device_;
   float* x_ = nullptr;
   int64_t* y_ = nullptr;
   void* copied_ = nullptr;  // cudaEvent_t of the last copy_to, when one is pending

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -49,14 +50,11 @@ struct DistributedDataParallel::Streams {
   cudaEvent_t done = nullptr;      // every all-reduce has run
 
   Streams(int device_index, size_t buckets) : device(device_index) {
-    int previous = 0;
-    LOOM_CUDA_CHECK(cudaGetDevice(&previous));
-    LOOM_CUDA_CHECK(cudaSetDevice(device));
+    cuda::DeviceGuard guard(device);  // the stream and events belong to the group's GPU
     LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
     ready.resize(buckets);
     for (cudaEvent_t& e : ready) LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    LOOM_CUDA_CHECK(cudaSetDevice(previous));
   }
   ~Streams() {
     cudaStreamSynchronize(comm);
@@ -66,9 +64,45 @@ struct DistributedDataParallel::Streams {
   }
 };
 
+// Timing events of one step: the forward's end and done on the compute
+// stream; per bucket, ready on the compute stream, start and end on the
+// communication stream.
+struct DistributedDataParallel::Timeline {
+  int device = 0;
+  cudaEvent_t forward = nullptr, done = nullptr;
+  std::vector<cudaEvent_t> ready, start, end;
+  bool recording = false;  // this step is being timed
+  bool recorded = false;   // a whole step was timed
+
+  Timeline(int device_index, size_t buckets) : device(device_index) {
+    cuda::DeviceGuard guard(device);
+    for (cudaEvent_t* e : {&forward, &done}) LOOM_CUDA_CHECK(cudaEventCreate(e));
+    for (auto* events : {&ready, &start, &end}) {
+      events->resize(buckets);
+      for (cudaEvent_t& e : *events) LOOM_CUDA_CHECK(cudaEventCreate(&e));
+    }
+  }
+  ~Timeline() {
+    for (cudaEvent_t e : {forward, done}) cudaEventDestroy(e);
+    for (auto* events : {&ready, &start, &end}) {
+      for (cudaEvent_t e : *events) cudaEventDestroy(e);
+    }
+  }
+  // Records `event` on `stream` while this step is being timed.
+  void mark(cudaEvent_t event, cudaStream_t stream) const {
+    if (recording) LOOM_CUDA_CHECK(cudaEventRecord(event, stream));
+  }
+  double ms_after_forward(cudaEvent_t event) const {
+    float ms = 0;
+    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, forward, event));
+    return ms;
+  }
+};
+
 #else
 
 struct DistributedDataParallel::Streams {};
+struct DistributedDataParallel::Timeline {};
 
 #endif
 
@@ -87,6 +121,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
 #ifdef LOOM_WITH_CUDA
   if (group_->device().is_cuda()) {
     streams_ = std::make_unique<Streams>(group_->device().index, buckets_.size());
+    if (options_.timeline) {
+      timeline_ = std::make_unique<Timeline>(group_->device().index, buckets_.size());
+    }
   }
 #endif
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -200,7 +237,34 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
       for (auto& [name, b] : module_->named_buffers()) group_->broadcast(b, 0);
     }
   }
-  return (*module_)(x);
+  Tensor y = (*module_)(x);
+#ifdef LOOM_WITH_CUDA
+  if (timeline_ && grad_mode_enabled() && is_training()) {
+    cuda::DeviceGuard guard(timeline_->device);
+    timeline_->recording = !cuda::is_capturing();
+    timeline_->mark(timeline_->forward, cuda::current_stream());
+  }
+#endif
+  return y;
+}
+
+StepTimeline DistributedDataParallel::last_timeline() const {
+  StepTimeline out;
+#ifdef LOOM_WITH_CUDA
+  if (!timeline_ || !timeline_->recorded) return out;
+  cuda::DeviceGuard guard(timeline_->device);
+  LOOM_CUDA_CHECK(cudaEventSynchronize(timeline_->done));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    out.buckets.push_back({.ready_ms = timeline_->ms_after_forward(timeline_->ready[b]),
+                           .start_ms = timeline_->ms_after_forward(timeline_->start[b]),
+                           .end_ms = timeline_->ms_after_forward(timeline_->end[b]),
+                           .bytes = buckets_[b].flat.numel() *
+                                    static_cast<int64_t>(element_size(buckets_[b].flat.dtype()))});
+    out.backward_ms = std::max(out.backward_ms, out.buckets.back().ready_ms);
+  }
+  out.done_ms = timeline_->ms_after_forward(timeline_->done);
+#endif
+  return out;
 }
 
 void DistributedDataParallel::on_gradient(size_t index) {
@@ -231,10 +295,14 @@ void DistributedDataParallel::launch(Bucket& bucket) {
 #ifdef LOOM_WITH_CUDA
   if (streams_) {
     const size_t b = &bucket - buckets_.data();
-    LOOM_CUDA_CHECK(cudaEventRecord(streams_->ready[b], cuda::current_stream()));
+    cudaStream_t compute = cuda::current_stream(streams_->device);
+    LOOM_CUDA_CHECK(cudaEventRecord(streams_->ready[b], compute));
     LOOM_CUDA_CHECK(cudaStreamWaitEvent(streams_->comm, streams_->ready[b], 0));
+    if (timeline_) timeline_->mark(timeline_->ready[b], compute);
+    if (timeline_) timeline_->mark(timeline_->start[b], streams_->comm);
     cuda::StreamGuard on_comm(streams_->comm);
     bucket.work = group_->all_reduce_async(bucket.flat, dist::ReduceOp::Avg);
+    if (timeline_) timeline_->mark(timeline_->end[b], streams_->comm);
     return;
   }
 #endif
@@ -246,8 +314,9 @@ void DistributedDataParallel::finish() {
   if (streams_) {
     // The compute stream waits on the device; the host does not block (the
     // next forward polls the works against the deadline).
+    cudaStream_t compute = cuda::current_stream(streams_->device);
     LOOM_CUDA_CHECK(cudaEventRecord(streams_->done, streams_->comm));
-    LOOM_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), streams_->done, 0));
+    LOOM_CUDA_CHECK(cudaStreamWaitEvent(compute, streams_->done, 0));
   }
 #endif
   for (Bucket& bucket : buckets_) {
@@ -264,6 +333,13 @@ void DistributedDataParallel::finish() {
     bucket.pending = bucket.slots.size();
   }
   next_launch_ = 0;
+#ifdef LOOM_WITH_CUDA
+  if (timeline_ && timeline_->recording) {
+    timeline_->mark(timeline_->done, cuda::current_stream(timeline_->device));
+    timeline_->recording = false;
+    timeline_->recorded = true;
+  }
+#endif
 }
 
 DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp) {

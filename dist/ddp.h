@@ -53,6 +53,27 @@ struct DistributedDataParallelOptions {
   // statistics are read only by evaluation, which data-parallel trainers run
   // on rank 0, and each copy is a collective on the step's critical path.
   bool broadcast_buffers = false;
+  // Time each eager GPU step's communication (timing events on both streams;
+  // nothing is recorded inside a CUDA-graph capture): read with last_timeline().
+  bool timeline = false;
+};
+
+// One bucket's all-reduce in a step, in ms after the forward returned.
+struct BucketTiming {
+  double ready_ms = 0;  // its last gradient was copied in (the compute stream)
+  double start_ms = 0;  // its all-reduce started (the communication stream)
+  double end_ms = 0;    // and ended
+  int64_t bytes = 0;
+};
+
+// Where a step's communication went: what overlapped the backward and what
+// the step waited for after the last gradient was ready.
+struct StepTimeline {
+  std::vector<BucketTiming> buckets;  // in launch order
+  double backward_ms = 0;  // the last bucket's ready_ms: gradients are all computed
+  double done_ms = 0;      // the compute stream has the averaged gradients
+  // done_ms - backward_ms: communication the backward could not hide.
+  double exposed_ms() const { return done_ms - backward_ms; }
 };
 
 class DistributedDataParallel final : public Module {
@@ -92,11 +113,15 @@ class DistributedDataParallel final : public Module {
 
   // The buckets: each one's parameter names, in launch order.
   std::vector<std::vector<std::string>> bucket_layout() const;
+  // The last timed step (options.timeline, a GPU group, an eager step):
+  // waits for it to finish. Empty when no step was timed.
+  StepTimeline last_timeline() const;
 
  private:
   struct Slot;
   struct Bucket;
   struct Streams;  // the CUDA side stream and events (GPU groups only)
+  struct Timeline;  // timing events of options.timeline
 
   void broadcast_state();
   void build_buckets();
@@ -113,6 +138,7 @@ class DistributedDataParallel final : public Module {
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   std::unique_ptr<Streams> streams_;
+  std::unique_ptr<Timeline> timeline_;
   size_t next_launch_ = 0;
   int no_sync_depth_ = 0;
 };

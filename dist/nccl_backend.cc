@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "dist/backend.h"
@@ -58,21 +59,6 @@ ncclDataType_t nccl_type(DType dtype) {
 
 ncclRedOp_t nccl_op(ReduceOp reduce) { return reduce == ReduceOp::Avg ? ncclAvg : ncclSum; }
 
-// Restores the calling thread's device: collectives run on the group's GPU.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    LOOM_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) LOOM_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 class NcclBackend;
 
 class NcclWork final : public Work {
@@ -94,7 +80,7 @@ class NcclBackend final : public Backend {
  public:
   NcclBackend(int rank, int size, const UniqueId& id, Device device, double timeout)
       : rank_(rank), size_(size), device_(device), timeout_(timeout) {
-    DeviceScope scope(device_.index);
+    cuda::DeviceGuard scope(device_.index);
     ncclUniqueId nccl_id;
     static_assert(sizeof(nccl_id.internal) == sizeof(id.bytes));
     std::memcpy(nccl_id.internal, id.bytes.data(), id.bytes.size());
@@ -106,12 +92,13 @@ class NcclBackend final : public Backend {
   }
 
   ~NcclBackend() override {
+    if (last_launch_ != nullptr) cudaEventDestroy(last_launch_);
     if (comm_ == nullptr || aborted_) return;
     // Finalize flushes what is queued; a peer that died would hang it, so it
     // is polled like everything else and the communicator aborted on timeout.
     // Nothing may escape a destructor: a failure aborts the communicator.
     try {
-      DeviceScope scope(device_.index);
+      cuda::DeviceGuard scope(device_.index);
       if (LOOM_NCCL_CHECK(comm_, ncclCommFinalize(comm_)) == ncclInProgress) settle("finalize");
       ncclCommDestroy(comm_);
     } catch (const Error&) {
@@ -226,9 +213,11 @@ class NcclBackend final : public Backend {
   template <class Enqueue>
   std::unique_ptr<Work> launch(std::string_view op, Enqueue enqueue) {
     check_usable(op);
-    DeviceScope scope(device_.index);
+    cuda::DeviceGuard scope(device_.index);
     cudaStream_t stream = cuda::current_stream();
+    follow_last_launch(stream);
     if (LOOM_NCCL_CHECK(comm_, enqueue(stream)) == ncclInProgress) settle(op);
+    LOOM_CUDA_CHECK(cudaEventRecord(last_launch_, stream));
     if (cuda::is_capturing()) return std::make_unique<NcclWork>(*this, nullptr, std::string(op));
     cudaEvent_t event = nullptr;
     LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -236,11 +225,37 @@ class NcclBackend final : public Backend {
     return std::make_unique<NcclWork>(*this, event, std::string(op));
   }
 
+  // NCCL gives no guarantee that two collectives of one communicator on two
+  // streams both progress: run concurrently (a bucket all-reduce of DDP on its
+  // stream, a SyncBatchNorm reduction on the compute stream) they can hang,
+  // each rank's GPU having started a different one. So a launch on another
+  // stream than the last one first waits for it: the communicator's
+  // collectives run in issue order, which is the same on every rank. Within
+  // one capture (or outside any), never across: a graph cannot wait on work
+  // outside it, and that work is ordered before the capture began anyway.
+  void follow_last_launch(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    LOOM_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id));
+    const std::optional<unsigned long long> capture =
+        status == cudaStreamCaptureStatusActive ? std::optional(id) : std::nullopt;
+    if (last_launch_ == nullptr) {
+      LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&last_launch_, cudaEventDisableTiming));
+    } else if (last_stream_ != stream && last_capture_ == capture) {
+      LOOM_CUDA_CHECK(cudaStreamWaitEvent(stream, last_launch_, 0));
+    }
+    last_stream_ = stream;
+    last_capture_ = capture;
+  }
+
   int rank_, size_;
   Device device_;
   double timeout_;
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
+  cudaEvent_t last_launch_ = nullptr;  // recorded after each launch
+  cudaStream_t last_stream_ = nullptr;
+  std::optional<unsigned long long> last_capture_;  // the id of its capture, if any
 };
 
 void NcclWork::wait() {

@@ -173,7 +173,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_unique_id(int rank, int size, c
              "[ProcessGroup] rank {} is not in [0, size {}); ranks count from 0", rank, size);
   LOOM_CHECK(options.timeout_seconds > 0, ValueError,
              "[ProcessGroup] timeout_seconds must be positive, got {}", options.timeout_seconds);
-  Device device = options.device.value_or(Device::cuda(0));
+  Device device = options.device.value_or(current_cuda_device());
   LOOM_CHECK(device.is_cuda(), DeviceError,
              "[ProcessGroup] from_unique_id makes an NCCL group, which needs a CUDA device, got "
              "{}; CPU tensors go over MPI: use from_mpi under mpirun",

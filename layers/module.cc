@@ -254,7 +254,7 @@ Tensor Module::tracked_call(const Tensor& x) {
   // Only leaves are timed: no double counting.
   if (!Profiler::enabled() || !children_.empty()) return forward(x);
   const std::string row = running.path.empty() ? type_name() : running.path + " " + type_name();
-  ProfileScope scope(row, ProfilePhase::Forward, x.device().is_cuda());
+  ProfileScope scope(row, ProfilePhase::Forward, x.device());
   return forward(x);
 }
 

@@ -73,6 +73,16 @@ Tensor BatchNorm2d::normalize(const Tensor& x) {
              "[{}] input of shape {} has {} channels, but the layer was built for {}", type_name(),
              shape_str(x.sizes()), x.size(1), num_features_);
   const double momentum = forward_momentum();
+  if (reduce_ && is_training()) {
+    const bool update = updates_running_stats();
+    Tensor y = replica_batch_norm(
+        x, {.running_mean = update ? running_mean_ : Tensor(),
+            .running_var = update ? running_var_ : Tensor(), .weight = weight_, .bias = bias_,
+            .momentum = momentum, .eps = options_.eps},
+        reduce_);
+    if (update) count_batch();
+    return y;
+  }
   // As PyTorch: batch statistics in training, and in eval too when none are tracked.
   const bool batch_stats = is_training() || !options_.track_running_stats;
   Tensor y = batch_norm(x, running_mean_, running_var_, weight_, bias_,

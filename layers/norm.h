@@ -20,6 +20,7 @@
 
 #include "core/tensor.h"
 #include "layers/module.h"
+#include "layers/sync_norm.h"
 
 namespace loom::nn {
 
@@ -52,6 +53,13 @@ class BatchNorm2d : public Module {
   int64_t num_features() const { return num_features_; }
   const BatchNorm2dOptions& options() const { return options_; }
 
+  // Training-mode statistics over every replica's batch through `reduce`
+  // (layers/sync_norm.h), as torch.nn.SyncBatchNorm; nullptr: this process's
+  // batch alone. Evaluation always uses the running statistics.
+  // dist/sync_batch_norm.h sets it from a process group.
+  void set_replica_reduce(std::shared_ptr<ReplicaReduce> reduce) { reduce_ = std::move(reduce); }
+  const std::shared_ptr<ReplicaReduce>& replica_reduce() const { return reduce_; }
+
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
 
@@ -74,6 +82,7 @@ class BatchNorm2d : public Module {
   Tensor running_mean_;
   Tensor running_var_;
   Tensor num_batches_tracked_;
+  std::shared_ptr<ReplicaReduce> reduce_;
 };
 
 // Batch norm over (N, C) or (N, C, L) inputs, as after a Linear: the same

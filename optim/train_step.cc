@@ -95,7 +95,7 @@ const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bo
              outputs_.empty() ? std::string("no tensors") : shape_str(outputs_.front().sizes()));
   outputs_.front().backward();
   {
-    ProfileScope scope("(optimizer)", ProfilePhase::Other, x.device().is_cuda());
+    ProfileScope scope("(optimizer)", ProfilePhase::Other, x.device());
     optimizer_step(outputs_.front(), prepared);
   }
   ++stats_.eager_steps;
@@ -155,6 +155,7 @@ std::vector<Tensor*> all_params(Optimizer& optimizer) {
 }  // namespace
 
 const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& y) {
+  DeviceGuard device(x.device());  // the step's stream, graph and kernels are x's GPU's
   auto fallback = [&](std::string reason) -> const std::vector<Tensor>& {
     fallback_reason_ = std::move(reason);
     log_fallback(fallback_reason_);

@@ -23,6 +23,13 @@
 // Eager and replayed steps run the same kernels with the same plans, so under a
 // deterministic numerics policy they give the same bits.
 //
+// Random ops (dropout, with the default generator or one of your own) are
+// captured too: their kernels read the generator's state from device memory
+// that each replay updates, and the generator advances on the host as an
+// eager step would advance it, so every replay draws fresh numbers, the same
+// ones an eager step from that state draws. A generator used inside the step
+// must outlive the TrainStep. The step runs on the GPU of its inputs x.
+//
 // Each GPU step starts at a step boundary: it first swaps in the cuDNN plans
 // that background builds finished (lazy plan building, core/cudnn/plan_cache.h).
 // When that changed any plan, every captured graph is dropped and its shape

@@ -5,8 +5,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 namespace loom::testing {
+
+Device test_gpu() {
+  static const Device device = [] {
+    const char* text = std::getenv("LOOM_TEST_DEVICE");
+    return text == nullptr ? Device::cuda() : Device::parse(fmt::format("cuda:{}", text));
+  }();
+  return device;
+}
+
+bool test_gpu_available() { return test_gpu().index < cuda_device_count(); }
 
 std::vector<double> values(const Tensor& tensor) { return tensor.to_vector<double>(); }
 

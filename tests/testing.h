@@ -16,6 +16,14 @@
 
 namespace loom::testing {
 
+// The GPU the GPU tests run on: cuda:k for LOOM_TEST_DEVICE=k (default 0). Run
+// with LOOM_TEST_DEVICE=1 on a host with two GPUs, every GPU test checks that
+// nothing assumes GPU 0: the thread's current device stays cuda:0 while the
+// tensors live on cuda:1. A value that is no GPU index throws ValueError.
+Device test_gpu();
+// Whether test_gpu() exists on this machine (GPU test cases are skipped otherwise).
+bool test_gpu_available();
+
 // |actual - expected| <= atol + rtol * |expected| everywhere, same shape, NaN
 // never equal. Returns "" when close, else a report: shape, max abs error and
 // the first mismatching elements.
@@ -74,9 +82,11 @@ bool decision_flips(const Tensor& actual, const Tensor& expected, double tol);
     CHECK_MESSAGE(loom_thrown_, #expr " did not throw " #Kind);                 \
   } while (0)
 
-// A test case that runs only where a CUDA GPU is usable (skipped, not failed, elsewhere).
-#define LOOM_GPU_TEST_CASE(name) TEST_CASE(name * doctest::skip(!loom::cuda_available()))
+// A test case that runs only where the test GPU (test_gpu()) is usable
+// (skipped, not failed, elsewhere).
+#define LOOM_GPU_TEST_CASE(name) \
+  TEST_CASE(name * doctest::skip(!loom::testing::test_gpu_available()))
 // The same with a fixture: its members are in scope in the body, and it is
 // constructed only where the case runs.
 #define LOOM_GPU_TEST_CASE_FIXTURE(fixture, name) \
-  TEST_CASE_FIXTURE(fixture, name * doctest::skip(!loom::cuda_available()))
+  TEST_CASE_FIXTURE(fixture, name * doctest::skip(!loom::testing::test_gpu_available()))

@@ -2,8 +2,10 @@
 # Builds the GPU tests (tag "gpu"), the examples and benchmarks (bench/, when present) and
 # gathers them, with the non-CUDA shared libraries they need, into .bundle/ — a
 # folder that runs on a GPU host with the NVIDIA driver, CUDA runtime, cuDNN and
-# cuBLAS but no Bazel. On that host: bash .bundle/run_gpu_tests.sh, and the
-# benchmark against PyTorch: bash .bundle/bench/run.sh (--help for its options)
+# cuBLAS but no Bazel. On that host: bash .bundle/run_gpu_tests.sh, the
+# benchmark against PyTorch: bash .bundle/bench/run.sh (--help for its options),
+# and on a host with several GPUs the data-parallel tests and scaling runs:
+# bash .bundle/run_multi_gpu.sh (it unpacks the bundle's Open MPI first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -11,16 +13,28 @@ bash tools/setup.sh
 scope=${1:-//...}  # e.g. //tests/core/cudnn/... to bundle part of the suite
 targets=$(bazel query "attr(tags, \"gpu\", tests($scope))")
 bench=$(bazel query 'kind(cc_binary, //examples/... + //optim/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
-bazel build -c opt --strip=always $targets $bench
+# The MPI suite and the dead-rank worker: run as ranks on a multi-GPU host.
+ranks="//tests/dist:mpi_suite //tests/dist:dead_rank_worker"
+bazel build -c opt --strip=always $targets $bench $ranks
 
 rm -rf .bundle && mkdir -p .bundle/bin .bundle/lib
 # Test binaries are named after their package too (tests/core/cuda:pool_gpu_test
 # -> cuda_pool_gpu_test): several packages have a test of the same name.
-for label in $targets $bench; do
+for label in $targets $bench $ranks; do
   path="bazel-bin/$(echo "${label#//}" | tr : /)"
   package=$(basename "$(dirname "$path")")
   cp "$path" ".bundle/bin/${package}_$(basename "$path")"
 done
+cp tests/dist/mpirun.sh .bundle/bin/mpirun.sh
+# Open MPI for the multi-GPU runs: the files of Debian's packages (the GPU host
+# has no MPI), unpacked there by env.sh without overwriting the host's own files.
+mpi_packages=(openmpi-bin openmpi-common libopenmpi3 libpmix2 libhwloc15 libhwloc-plugins
+              libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1
+              librdmacm1 libnl-3-200 libnl-route-3-200 libpsm2-2 libpsm-infinipath1)
+dpkg -L "${mpi_packages[@]}" | grep -Ev '^/usr/share/(doc|man|lintian)/' |
+  while read -r f; do if [ -L "$f" ] || [ -f "$f" ]; then echo "${f#/}"; fi; done |
+  sort -u > .bundle/mpi.files
+tar -cf .bundle/mpi.tar -C / -T .bundle/mpi.files
 # The benchmark's scripts: .bundle/bench/run.sh finds the binaries in ../bin and
 # the libraries in ../lib (see bench/run.sh).
 if [ -d bench ]; then
@@ -35,18 +49,64 @@ skip='^(libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\
 # OpenBLAS is loaded at run time (core/cpu/openblas.h), so ldd does not list it:
 # it goes along by name, with what it links.
 openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found {print $NF; found = 1}')
-for binary in $(for label in $targets $bench; do echo "bazel-bin/$(echo "${label#//}" | tr : /)"; done) $openblas; do
+for binary in $(for label in $targets $bench $ranks; do echo "bazel-bin/$(echo "${label#//}" | tr : /)"; done) $openblas; do
   ldd "$binary" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
     if ! echo "$name" | grep -Eq "$skip"; then cp -L -n "$path" .bundle/lib/; fi
   done
 done
 cp -L -n "$openblas" .bundle/lib/libopenblas.so.0
+cat > .bundle/env.sh <<'ENV'
+# Sourced by the bundle's scripts: the libraries (cuDNN 9.19 and NCCL 2.28 of
+# the host's PyTorch environment, the bundle's own), Open MPI unpacked once
+# without overwriting the host's files, and the programs of the MPI jobs.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+site=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH="$here/lib:$site/cudnn/lib:$site/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if [ ! -x /usr/bin/orterun ] && [ -f "$here/mpi.tar" ]; then
+  tar --skip-old-files -C / -xf "$here/mpi.tar" && ldconfig
+fi
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared multi-GPU hosts
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+export LOOM_MPIRUN_SH="$here/bin/mpirun.sh" LOOM_DEAD_RANK_WORKER="$here/bin/dist_dead_rank_worker"
+ENV
+cat > .bundle/run_multi_gpu.sh <<'RUN'
+#!/usr/bin/env bash
+# The multi-GPU checks, on a host with two or more GPUs: the two-device test in
+# one process on cuda:1 and cuda:0, the MPI suite as one rank per GPU over NCCL
+# (DDP eager and in captured bf16 TrainSteps, SyncBatchNorm, the trainers'
+# --distributed with resume across GPU counts), the dead-rank jobs, and the
+# scaling benchmark (resnet9 bf16 512/GPU, mnist_net tf32 128/GPU: one GPU
+# without DDP, then every GPU). Usage: run_multi_gpu.sh [tests|bench|all] [N]
+source "$(cd "$(dirname "$0")" && pwd)/env.sh"
+what=${1:-all}
+n=${2:-$(nvidia-smi -L | wc -l)}
+status=0
+if [ "$what" != bench ]; then
+  for test in multi_gpu_gpu_test dead_rank_gpu_test; do
+    echo "=== optim/dist $test"
+    "$here"/bin/*_"$test" || status=1
+  done
+  echo "=== dist_mpi_suite on $n GPUs"
+  LOOM_DIST_TEST_DEVICE=cuda "$here/bin/mpirun.sh" "$n" "$here/bin/dist_mpi_suite" || status=1
+fi
+if [ "$what" != tests ]; then
+  for config in "resnet9 512 bf16" "mnist_net 128 tf32"; do
+    read -r model batch precision <<< "$config"
+    flags=(--models "$model" --batches "$batch" --precisions "$precision" --modes graph
+           --steps 50 --repeats 5)
+    echo "=== scaling: $model $batch/GPU $precision, 1 GPU"
+    "$here/bin/bench_train_step" "${flags[@]}" || status=1
+    echo "=== scaling: $model $batch/GPU $precision, $n GPUs"
+    "$here/bin/mpirun.sh" "$n" "$here/bin/bench_train_step" "${flags[@]}" --distributed || status=1
+  done
+fi
+exit $status
+RUN
+chmod +x .bundle/run_multi_gpu.sh
 cat > .bundle/run_gpu_tests.sh <<'RUN'
 #!/usr/bin/env bash
 # Runs every GPU test in this bundle and prints one summary line.
-here="$(cd "$(dirname "$0")" && pwd)"
-cudnn=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib  # cuDNN 9.19 (headers' version)
-export LD_LIBRARY_PATH="$here/lib:$cudnn:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$(cd "$(dirname "$0")" && pwd)/env.sh"
 runner=${LOOM_TEST_RUNNER:-}  # e.g. "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1"
 logs=${LOOM_TEST_LOGS:-}      # a folder for each test's full output (else only its tail is shown)
 passed=0 failed=0 skipped=0 status=0

@@ -36,24 +36,6 @@ std::string bytes_str(size_t bytes) {
   return fmt::format("{:.2f} {}", value, kUnits[unit]);
 }
 
-// cudaMalloc, cudaFree and cudaMemGetInfo act on the calling thread's device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : device_(device) {
-    LOOM_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device_) LOOM_CUDA_CHECK(cudaSetDevice(device_));
-  }
-  ~DeviceGuard() {
-    if (previous_ != device_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int device_;
-  int previous_ = 0;
-};
-
 void synchronize_device(int device) {
   DeviceGuard guard(device);
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -102,7 +84,7 @@ class Allocator {
 
   void* allocate(size_t bytes, int device);
   void deallocate(void* ptr);
-  AllocatorStats stats();
+  AllocatorStats stats(std::optional<int> device);
   void reset_peak_stats();
   void empty_cache();
   void set_mode(AllocatorMode mode);
@@ -117,6 +99,7 @@ class Allocator {
     Block* block;
     BlockPool* pool;
     CapturePoolId capture;
+    int device;
   };
   // A capture's private pool, made at its first allocation.
   struct Capture {
@@ -140,8 +123,8 @@ class Allocator {
 
   std::mutex mutex_;
   AllocatorMode mode_;
-  AllocatorStats stats_;
   int device_count_;
+  std::vector<AllocatorStats> stats_;                   // per device
   std::vector<std::unique_ptr<DriverSource>> sources_;  // per device
   std::vector<std::unique_ptr<BlockPool>> general_;     // per device
   std::unordered_map<void*, Live> live_;
@@ -150,10 +133,11 @@ class Allocator {
   CapturePoolId next_capture_ = 1;
 };
 
-Allocator::Allocator(AllocatorMode mode) : mode_(mode), device_count_(device_count()) {
+Allocator::Allocator(AllocatorMode mode)
+    : mode_(mode), device_count_(device_count()), stats_(device_count_) {
   for (int device = 0; device < device_count_; ++device) {
     sources_.push_back(std::make_unique<DriverSource>(device));
-    general_.push_back(std::make_unique<BlockPool>(*sources_.back(), stats_));
+    general_.push_back(std::make_unique<BlockPool>(*sources_.back(), stats_[device]));
   }
 }
 
@@ -167,12 +151,14 @@ void Allocator::check_device(int device) const {
 void* Allocator::allocate(size_t bytes, int device) {
   if (bytes == 0) return nullptr;
   check_device(device);
-  cudaStream_t stream = current_stream();
+  // The thread's stream on that device, whichever device is current: the block
+  // is reused in that stream's order.
+  cudaStream_t stream = current_stream(device);
   std::lock_guard lock(mutex_);
   CapturePoolId capture = 0;
   BlockPool& pool = pool_for(stream, device, capture);
   Block* block = take(pool, bytes, device, stream);
-  live_.emplace(block->ptr, Live{block, &pool, capture});
+  live_.emplace(block->ptr, Live{block, &pool, capture, device});
   return block->ptr;
 }
 
@@ -190,7 +176,7 @@ BlockPool& Allocator::pool_for(cudaStream_t stream, int device, CapturePoolId& c
   Capture& owner = captures_.at(capture);
   if (owner.pool == nullptr) {
     owner.device = device;
-    owner.pool = std::make_unique<BlockPool>(*sources_[device], stats_);
+    owner.pool = std::make_unique<BlockPool>(*sources_[device], stats_[device]);
   }
   LOOM_CHECK(owner.device == device, DeviceError,
              "[cuda allocator] a CUDA graph capturing on cuda:{} cannot allocate on cuda:{}",
@@ -233,7 +219,7 @@ OutOfMemoryError Allocator::out_of_memory(size_t bytes, int device) const {
       "[cuda] out of memory: tried to allocate {} bytes ({}) on cuda:{}, which has {} free of "
       "{}; Loom holds {} in live blocks and {} reserved from the driver; {}",
       bytes, bytes_str(bytes), device, bytes_str(free_bytes), bytes_str(total_bytes),
-      bytes_str(stats_.allocated_bytes), bytes_str(stats_.reserved_bytes), hint));
+      bytes_str(stats_[device].allocated_bytes), bytes_str(stats_[device].reserved_bytes), hint));
 }
 
 void Allocator::deallocate(void* ptr) {
@@ -248,7 +234,8 @@ void Allocator::deallocate(void* ptr) {
   live_.erase(it);
   // current_stream() only when a capture is open: at thread or process exit it
   // may have to make a stream, which can fail, and deallocate must not throw then.
-  auto scope = capturing_.empty() ? capturing_.end() : capturing_.find(current_stream());
+  auto scope =
+      capturing_.empty() ? capturing_.end() : capturing_.find(current_stream(live.device));
   if (live.capture == 0 && scope != capturing_.end()) {
     captures_.at(scope->second).held.push_back(live);  // the graph being captured may use it
     return;
@@ -273,7 +260,7 @@ bool Allocator::may_release(CapturePoolId capture) const {
 // unless that is unsafe, in which case it waits for the next release.
 void Allocator::free_block(const Live& live) {
   bool release_now = live.block->exact && may_release(live.capture);
-  if (release_now) synchronize();  // its last kernels must finish before the cudaFree
+  if (release_now) synchronize_device(live.device);  // its last kernels must finish first
   live.pool->give_back(live.block);
   if (release_now) live.pool->release_retired();
   if (live.capture != 0) release_capture_if_idle(live.capture);
@@ -306,15 +293,33 @@ void Allocator::release_capture_if_idle(CapturePoolId id) {
   captures_.erase(id);
 }
 
-AllocatorStats Allocator::stats() {
+AllocatorStats Allocator::stats(std::optional<int> device) {
   std::lock_guard lock(mutex_);
-  return stats_;
+  if (device) {
+    check_device(*device);
+    return stats_[*device];
+  }
+  AllocatorStats sum;
+  for (const AllocatorStats& s : stats_) {
+    sum.allocated_bytes += s.allocated_bytes;
+    sum.reserved_bytes += s.reserved_bytes;
+    sum.peak_allocated_bytes += s.peak_allocated_bytes;
+    sum.peak_reserved_bytes += s.peak_reserved_bytes;
+    sum.num_allocs += s.num_allocs;
+    sum.num_frees += s.num_frees;
+    sum.num_cuda_mallocs += s.num_cuda_mallocs;
+    sum.num_cuda_frees += s.num_cuda_frees;
+    sum.cache_hits += s.cache_hits;
+  }
+  return sum;
 }
 
 void Allocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
-  stats_.peak_allocated_bytes = stats_.allocated_bytes;
-  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  for (AllocatorStats& s : stats_) {
+    s.peak_allocated_bytes = s.allocated_bytes;
+    s.peak_reserved_bytes = s.reserved_bytes;
+  }
 }
 
 void Allocator::empty_cache() {
@@ -391,17 +396,20 @@ std::atomic<void (*)(int)> first_allocation_hook{nullptr};
 void set_first_allocation_hook(void (*hook)(int device)) { first_allocation_hook = hook; }
 
 void* allocate(size_t bytes, int device) {
-  void* ptr = allocator().allocate(bytes, device);
-  static std::once_flag first;
-  if (ptr != nullptr) {
-    std::call_once(first, [device] {
-      if (auto hook = first_allocation_hook.load()) hook(device);
-    });
+  void* ptr = allocator().allocate(bytes, device);  // checks the device
+  // Whether each GPU has had its first allocation (so its hook has run).
+  static const std::unique_ptr<std::atomic<bool>[]> started(
+      new std::atomic<bool>[static_cast<size_t>(device_count())]());
+  if (ptr == nullptr) return ptr;  // 0 bytes: no device was checked, nothing was made
+  std::atomic<bool>& first = started[static_cast<size_t>(device)];
+  if (!first.load(std::memory_order_relaxed) && !first.exchange(true)) {
+    if (auto hook = first_allocation_hook.load()) hook(device);
   }
   return ptr;
 }
 void deallocate(void* ptr) { allocator().deallocate(ptr); }
-AllocatorStats stats() { return allocator().stats(); }
+AllocatorStats stats() { return allocator().stats(std::nullopt); }
+AllocatorStats stats(int device) { return allocator().stats(device); }
 void reset_peak_stats() { allocator().reset_peak_stats(); }
 void empty_cache() { allocator().empty_cache(); }
 void set_mode(AllocatorMode mode) { allocator().set_mode(mode); }

@@ -7,9 +7,9 @@
 // - Sizes round up to 512 B. Requests up to 1 MiB share 2 MiB segments; larger
 //   ones get segments in 2 MiB steps. The smallest cached block that fits is
 //   used and split; a freed block merges with its free neighbours.
-// - Stream order: a block freed on the current stream (core/cuda/stream.h) is
-//   reused by later work on that stream without synchronising, and never by
-//   another stream. Memory used on a second stream must be synchronised by its
+// - One general pool per GPU. Stream order: a block is ordered on the calling
+//   thread's stream on its GPU (core/cuda/stream.h); freed, it is reused by
+//   later work on that stream without synchronising, and never by another stream. Memory used on a second stream must be synchronised by its
 //   user before it is freed.
 // - Out of memory: cached blocks go back to the driver and the cudaMalloc is
 //   retried once; then OutOfMemoryError, after which the process goes on.
@@ -33,18 +33,21 @@ namespace loom::cuda {
 // DeviceError for a device that does not exist and OutOfMemoryError, with the
 // sizes involved, when even an emptied cache leaves too little.
 void* allocate(size_t bytes, int device);
-// Called once, with the device, right after the process's first device
-// allocation, when the CUDA context exists: the cuDNN layer starts its warm-up
-// there (core/cudnn/context.h). The hook must return quickly and never throw.
+// Called once per GPU, with the device, right after the first allocation on it,
+// when its CUDA context exists: the cuDNN layer starts its warm-up there
+// (core/cudnn/context.h). The hook must return quickly and never throw.
 void set_first_allocation_hook(void (*hook)(int device));
 // Returns `ptr` (from allocate; nullptr is ignored) for reuse on the current
 // stream. A pointer the allocator did not hand out is a ValueError.
 void deallocate(void* ptr);
 
 // A general-pool block freed during a capture counts as allocated (and is not
-// yet in num_frees) until its capture pool is released.
+// yet in num_frees) until its capture pool is released. Without a device: every
+// figure summed over the GPUs (on one GPU, that GPU's); with one: that GPU's
+// (a DeviceError for a device that does not exist).
 AllocatorStats stats();
-// Sets the peaks to the current values.
+AllocatorStats stats(int device);
+// Sets the peaks to the current values, on every GPU.
 void reset_peak_stats();
 // Returns every wholly free cached segment to the driver, after the device has
 // finished the work queued on it. Does nothing while any CaptureScope is open,

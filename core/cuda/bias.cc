@@ -14,12 +14,6 @@ namespace loom::cuda {
 
 namespace {
 
-int current_device() {
-  int device = 0;
-  LOOM_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
-}
-
 // The kernels index y as dense memory: anything else would read and write
 // outside it, so this is checked even though ops only pass dense tensors.
 void check_channel_dense(const Strided& t, const char* op) {

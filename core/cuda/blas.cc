@@ -27,12 +27,6 @@ namespace {
 // cuBLAS's recommended workspace on Hopper; older GPUs use less of it.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-int current_device() {
-  int device = 0;
-  LOOM_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
-}
-
 // The handle and workspace live as long as the thread, as cuDNN's do
 // (core/cudnn/context.cc): destroying them at exit could race with queued work.
 struct BlasState {
@@ -40,9 +34,10 @@ struct BlasState {
   void* workspace = nullptr;
 };
 
+// The current device's: a handle and its workspace belong to one GPU.
 BlasState& blas_state() {
-  thread_local BlasState state;
-  return state;
+  thread_local PerDevice<BlasState> states;
+  return states.current();
 }
 
 // ---- how cuBLAS computes ----------------------------------------------------------

@@ -61,9 +61,7 @@ L2Scratch l2_scratch(int device) {
 void evict_l2() {
   LOOM_CHECK(!is_capturing(), ValueError,
              "[evict_l2] called inside a CUDA-graph capture; evict and time outside it");
-  int device = 0;
-  LOOM_CUDA_CHECK(cudaGetDevice(&device));
-  const L2Scratch scratch = l2_scratch(device);
+  const L2Scratch scratch = l2_scratch(current_device());
   if (scratch.data == nullptr) return;
   LOOM_CUDA_CHECK(cudaMemsetAsync(scratch.data, 0, scratch.bytes, current_stream()));
 }

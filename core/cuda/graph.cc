@@ -1,5 +1,8 @@
+// File: core/cuda/graph.cc
+// Capture and replay of CUDA graphs on the device they were captured on.
 #include "core/cuda/graph.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -13,6 +16,7 @@ namespace loom::cuda {
 namespace {
 std::atomic<uint64_t> replays{0};
 std::atomic<uint64_t> captures{0};
+thread_local CudaGraph* capturing = nullptr;  // the graph whose capture() runs on this thread
 }  // namespace
 
 uint64_t replay_count() { return replays.load(); }
@@ -22,27 +26,51 @@ CudaGraph::~CudaGraph() { reset(); }
 
 void CudaGraph::reset() {
   if (exec_ != nullptr) {
+    DeviceGuard guard(device_);
     cudaStreamSynchronize(current_stream());  // a replay may still be using the pool
     cudaGraphExecDestroy(exec_);
   }
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
   exec_ = nullptr;
   graph_ = nullptr;
+  for (const RandomUse& use : random_) deallocate(use.base);
+  random_.clear();
   if (pool_) release_capture_pool(*pool_);
   pool_.reset();
+}
+
+PhiloxArgs CudaGraph::draw_in_capture(Generator& gen, uint64_t blocks) {
+  LOOM_CHECK(capturing != nullptr, CudaError,
+             "[random] random numbers drawn during a CUDA-graph capture that is not a "
+             "cuda::CudaGraph's: capture with CudaGraph (optim::TrainStep does), so that each "
+             "replay draws fresh numbers");
+  std::vector<RandomUse>& uses = capturing->random_;
+  auto use = std::find_if(uses.begin(), uses.end(),
+                          [&](const RandomUse& u) { return u.generator == &gen; });
+  if (use == uses.end()) {
+    auto* base = static_cast<uint64_t*>(allocate(2 * sizeof(uint64_t), capturing->device_));
+    use = uses.insert(uses.end(), RandomUse{&gen, base, 0});
+  }
+  const PhiloxArgs args{.seed = 0, .first_block = use->blocks, .base = use->base};
+  use->blocks += blocks;
+  return args;
 }
 
 void CudaGraph::capture(const std::function<void()>& work) {
   reset();
   std::unique_lock exclusive(capture_gate());
+  device_ = current_device();
   cudaStream_t stream = current_stream();
   CaptureScope scope;
   pool_ = scope.pool();
   LOOM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   ++captures;
+  capturing = this;
   try {
     work();
+    capturing = nullptr;
   } catch (...) {
+    capturing = nullptr;
     cudaGraph_t broken = nullptr;
     cudaStreamEndCapture(stream, &broken);  // leave the stream usable
     if (broken != nullptr) cudaGraphDestroy(broken);
@@ -53,8 +81,14 @@ void CudaGraph::capture(const std::function<void()>& work) {
   LOOM_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
 }
 
-void CudaGraph::replay() const {
+void CudaGraph::replay() {
   LOOM_CHECK(exec_ != nullptr, CudaError, "[cuda_graph] replay() before capture()");
+  DeviceGuard guard(device_);
+  for (const RandomUse& use : random_) {
+    const uint64_t offset = use.generator->reserve(use.blocks);
+    LOOM_CUDA_CHECK(launch_store_philox_base(use.base, use.generator->seed(), offset,
+                                             current_stream()));
+  }
   LOOM_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream()));
   ++replays;
 }

@@ -16,8 +16,11 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "core/cuda/allocator.h"
+#include "core/cuda/random_kernels.h"
+#include "core/generator.h"
 
 namespace loom::cuda {
 
@@ -36,18 +39,37 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
-  // Records what `work` enqueues on the current stream. Throws CudaError (and
-  // leaves the graph empty) if anything in `work` is not capturable.
+  // Records what `work` enqueues on the current stream of the current device,
+  // which the graph then belongs to. Throws CudaError (and leaves the graph
+  // empty) if anything in `work` is not capturable.
   void capture(const std::function<void()>& work);
-  // Launches the recorded work on the current stream.
-  void replay() const;
+  // Launches the recorded work on the calling thread's stream on the graph's
+  // device. First, each generator drawn from during the capture gets its
+  // current (seed, offset) stored where the graph's kernels read it, and
+  // advances by the blocks one replay draws.
+  void replay();
   bool captured() const { return exec_ != nullptr; }
 
+  // The blocks of a random draw recorded into the graph being captured on the
+  // calling thread (core/cuda/random.h's philox_draw). CudaError when the
+  // capture is not a CudaGraph's. `gen` must outlive the graph.
+  static PhiloxArgs draw_in_capture(Generator& gen, uint64_t blocks);
+
  private:
+  // A generator drawn from in the capture: where its (seed, offset) live on the
+  // device, and how many blocks one replay draws.
+  struct RandomUse {
+    Generator* generator;
+    uint64_t* base;
+    uint64_t blocks;
+  };
+
   void reset();
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+  int device_ = 0;  // where it was captured (set by capture)
   std::optional<CapturePoolId> pool_;
+  std::vector<RandomUse> random_;
 };
 
 }  // namespace loom::cuda

@@ -46,9 +46,7 @@ std::string KernelChoice::choose(const std::string& key, const std::vector<std::
     LOOM_CHECK(false, ValueError, "[{}] is '{}', which names no kernel for this op; use one of: {}",
                env_var_, name, names_of(names));
   }
-  int device = 0;
-  LOOM_CUDA_CHECK(cudaGetDevice(&device));
-  const std::string device_key = fmt::format("{}:{}", device, key);
+  const std::string device_key = fmt::format("{}:{}", current_device(), key);
   const uint64_t epoch = choice_epoch.load();
   std::string stale;
   {

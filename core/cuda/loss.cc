@@ -14,19 +14,16 @@ namespace loom::cuda {
 
 namespace {
 
-int current_device() {
-  int device = 0;
-  LOOM_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
-}
-
 // One scratch per thread, made on first use and kept for the thread's life (as
 // the cuDNN workspace is): the forward's block totals land there, at an address
 // a captured graph may keep.
 LossScratch* scratch() {
-  thread_local LossScratch* buffer =
-      static_cast<LossScratch*>(malloc_device(sizeof(LossScratch), current_device()));
-  return buffer;
+  struct Buffer {
+    LossScratch* ptr = static_cast<LossScratch*>(malloc_device(sizeof(LossScratch),
+                                                               current_device()));
+  };
+  thread_local PerDevice<Buffer> buffers;  // one per GPU, on that GPU
+  return buffers.current().ptr;
 }
 
 // The target at row-major position `flat` has no class: read it back and say so.

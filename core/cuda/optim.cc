@@ -53,18 +53,21 @@ void SlotTable::ensure_scalars(int device) {
 }
 
 void SlotTable::stage(const SgdScalars& scalars, int device) {
+  DeviceGuard guard(device);
   ensure_scalars(device);
   LOOM_CUDA_CHECK(launch_store_scalars(static_cast<SgdScalars*>(device_scalars_), scalars,
                                        current_stream()));
 }
 
 void SlotTable::stage(const AdamScalars& scalars, int device) {
+  DeviceGuard guard(device);
   ensure_scalars(device);
   LOOM_CUDA_CHECK(launch_store_scalars(static_cast<AdamScalars*>(device_scalars_), scalars,
                                        current_stream()));
 }
 
 void SlotTable::upload(const std::vector<TensorSlot>& slots, int device) {
+  DeviceGuard guard(device);
   int64_t num_chunks = 0;
   std::vector<TensorSlot> host = numbered(slots, num_chunks);
   // A graph being captured must write its own table, at an address of its own
@@ -93,6 +96,7 @@ void SlotTable::upload(const std::vector<TensorSlot>& slots, int device) {
 
 void launch_staged_sgd(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
                        int device, const float* skip_unless_finite) {
+  DeviceGuard guard(device);
   table.upload(slots, device);
   if (table.num_chunks() == 0) return;
   LOOM_CUDA_CHECK(launch_sgd(table.device_slots(), table.size(), table.num_chunks(), dtype,
@@ -103,6 +107,7 @@ void launch_staged_sgd(SlotTable& table, const std::vector<TensorSlot>& slots, D
 
 void launch_staged_adam(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
                         int device, const float* skip_unless_finite) {
+  DeviceGuard guard(device);
   table.upload(slots, device);
   if (table.num_chunks() == 0) return;
   LOOM_CUDA_CHECK(launch_adam(table.device_slots(), table.size(), table.num_chunks(), dtype,
@@ -129,6 +134,7 @@ void adam_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dty
 
 double sum_of_squares(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
                       int device) {
+  DeviceGuard guard(device);
   table.upload(slots, device);
   if (table.num_chunks() == 0) return 0.0;
   // partials[0 .. num_chunks) then the total
@@ -145,6 +151,7 @@ double sum_of_squares(SlotTable& table, const std::vector<TensorSlot>& slots, DT
 
 void scale(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
            double factor) {
+  DeviceGuard guard(device);
   table.upload(slots, device);
   if (table.num_chunks() == 0) return;
   LOOM_CUDA_CHECK(launch_scale(table.device_slots(), table.size(), table.num_chunks(), dtype,

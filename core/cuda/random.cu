@@ -13,13 +13,24 @@ namespace loom::cuda {
 
 namespace {
 
+// The seed and the first block of a fill, read from the device inside a graph.
+struct PhiloxStart {
+  uint64_t seed, first_block;
+};
+
+__device__ PhiloxStart philox_start(const PhiloxArgs& a) {
+  if (a.base == nullptr) return {a.seed, a.first_block};
+  return {a.base[0], a.base[1] + a.first_block};
+}
+
 // One thread per Philox block; block b feeds elements 4b .. 4b + 3.
 template <class T>
 __global__ void dropout_mask_kernel(T* mask, Geometry g, int64_t n, double p, T scale,
-                                    uint64_t seed, uint64_t first_block) {
+                                    PhiloxArgs philox) {
+  const PhiloxStart start = philox_start(philox);
   const int64_t blocks = (n + 3) / 4;
   for (int64_t b = first_index(); b < blocks; b += index_step()) {
-    const PhiloxBlock bits = philox_block(seed, first_block + b);
+    const PhiloxBlock bits = philox_block(start.seed, start.first_block + b);
     for (int lane = 0; lane < 4 && 4 * b + lane < n; ++lane) {
       const bool dropped = uniform_float(bits.lane[lane]) < p;
       mask[offset_of(4 * b + lane, g)] = dropped ? T(0) : scale;
@@ -47,48 +58,56 @@ __device__ T normal_draw(const PhiloxBlock& bits) {
 
 // One thread per element; element i draws from block first_block + i.
 template <class T, bool kNormal>
-__global__ void fill_random_kernel(T* out, Geometry g, int64_t n, uint64_t seed,
-                                   uint64_t first_block) {
+__global__ void fill_random_kernel(T* out, Geometry g, int64_t n, PhiloxArgs philox) {
+  const PhiloxStart start = philox_start(philox);
   for (int64_t i = first_index(); i < n; i += index_step()) {
-    const PhiloxBlock bits = philox_block(seed, first_block + i);
+    const PhiloxBlock bits = philox_block(start.seed, start.first_block + i);
     out[offset_of(i, g)] = kNormal ? normal_draw<T>(bits) : uniform_draw<T>(bits);
   }
 }
 
 template <bool kNormal>
-cudaError_t launch_fill_random(const Strided& out, uint64_t seed, uint64_t first_block,
-                               cudaStream_t stream) {
+cudaError_t launch_fill_random(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
   visit_float(out.dtype, [&]<class T>() {
     fill_random_kernel<T, kNormal><<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<T>(), geometry_of(out), n, seed, first_block);
+        out.ptr<T>(), geometry_of(out), n, philox);
   });
   return cudaGetLastError();
 }
 
+__global__ void store_philox_base_kernel(uint64_t* base, uint64_t seed, uint64_t offset) {
+  base[0] = seed;
+  base[1] = offset;
+}
+
 }  // namespace
 
-cudaError_t launch_dropout_mask(const Strided& mask, double p, uint64_t seed, uint64_t first_block,
+cudaError_t launch_dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox,
                                 cudaStream_t stream) {
   const int64_t n = mask.numel();
   if (n == 0) return cudaSuccess;
   const double scale = 1.0 / (1.0 - p);  // infinite for p == 1, but then nothing is kept
   visit_float(mask.dtype, [&]<class T>() {
     dropout_mask_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(
-        mask.ptr<T>(), geometry_of(mask), n, p, static_cast<T>(scale), seed, first_block);
+        mask.ptr<T>(), geometry_of(mask), n, p, static_cast<T>(scale), philox);
   });
   return cudaGetLastError();
 }
 
-cudaError_t launch_fill_uniform(const Strided& out, uint64_t seed, uint64_t first_block,
-                                cudaStream_t stream) {
-  return launch_fill_random<false>(out, seed, first_block, stream);
+cudaError_t launch_fill_uniform(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream) {
+  return launch_fill_random<false>(out, philox, stream);
 }
 
-cudaError_t launch_fill_normal(const Strided& out, uint64_t seed, uint64_t first_block,
-                               cudaStream_t stream) {
-  return launch_fill_random<true>(out, seed, first_block, stream);
+cudaError_t launch_fill_normal(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream) {
+  return launch_fill_random<true>(out, philox, stream);
+}
+
+cudaError_t launch_store_philox_base(uint64_t* base, uint64_t seed, uint64_t offset,
+                                     cudaStream_t stream) {
+  store_philox_base_kernel<<<1, 1, 0, stream>>>(base, seed, offset);
+  return cudaGetLastError();
 }
 
 }  // namespace loom::cuda

@@ -1,34 +1,45 @@
 // File: core/cuda/random.h
 // Random fills drawn on the GPU from the same Philox4x32-10 blocks the CPU uses
-// (core/generator.h), so a (seed, first_block) pair gives the same numbers on
-// either device. The caller reserves the blocks from its Generator:
+// (core/generator.h), so a generator state gives the same numbers on either
+// device. The caller asks philox_draw for the blocks it needs:
 //
-//   uint64_t first = gen.reserve((n + 3) / 4);
-//   cuda::dropout_mask(mask.strided(), p, gen.seed(), first);
+//   cuda::dropout_mask(mask.strided(), p, cuda::philox_draw(gen, (n + 3) / 4));
 //
 // Element i is the i-th element in row-major order of the output's sizes,
 // whatever its strides. Outputs are float32 or float64.
+//
+// Inside a CUDA-graph capture (cuda::CudaGraph) the draws are capturable: the
+// kernels read the generator's (seed, offset) from device memory that each
+// replay updates, and the generator advances on the host by the blocks one
+// replay draws. A replayed step thus draws fresh numbers each time, the same
+// bits as the eager step from the same generator state.
 #pragma once
 
 #include <cstdint>
 
+#include "core/cuda/random_kernels.h"
+#include "core/generator.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
+// Reserves `blocks` Philox blocks of `gen`: now (eager), or in each replay of
+// the graph being captured on the current stream.
+PhiloxArgs philox_draw(Generator& gen, uint64_t blocks);
+
 // The dropout op's mask (core/ops/dropout.cc): element i reads lane i % 4 of
-// block first_block + i / 4 and is 0 where uniform_float(lane) < p, else
-// 1 / (1 - p). Uses (n + 3) / 4 blocks.
-void dropout_mask(const Strided& mask, double p, uint64_t seed, uint64_t first_block);
+// block i / 4 and is 0 where uniform_float(lane) < p, else 1 / (1 - p). Uses
+// (n + 3) / 4 blocks.
+void dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox);
 
-// rand's draws (core/factory.cc): element i uses block first_block + i;
-// uniform_float(lane 0) for float32, uniform_double(lanes 0, 1) for float64.
-// Identical bits to the CPU. Uses n blocks.
-void fill_uniform(const Strided& out, uint64_t seed, uint64_t first_block);
+// rand's draws (core/factory.cc): element i uses block i; uniform_float(lane 0)
+// for float32, uniform_double(lanes 0, 1) for float64. Identical bits to the
+// CPU. Uses n blocks.
+void fill_uniform(const Strided& out, const PhiloxArgs& philox);
 
-// randn's draws: Box-Muller on block first_block + i, computed in double. The
-// device's log and cos may differ from glibc's in the last bit or two, so values
-// match the CPU's to ~1e-15 relative rather than bit for bit. Uses n blocks.
-void fill_normal(const Strided& out, uint64_t seed, uint64_t first_block);
+// randn's draws: Box-Muller on block i, computed in double. The device's log
+// and cos may differ from glibc's in the last bit or two, so values match the
+// CPU's to ~1e-15 relative rather than bit for bit. Uses n blocks.
+void fill_normal(const Strided& out, const PhiloxArgs& philox);
 
 }  // namespace loom::cuda

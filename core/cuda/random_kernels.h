@@ -12,11 +12,22 @@
 
 namespace loom::cuda {
 
-cudaError_t launch_dropout_mask(const Strided& mask, double p, uint64_t seed, uint64_t first_block,
+// Where a fill's Philox counters start. Eagerly: block first_block under seed.
+// Inside a captured CUDA graph: base points at the (seed, offset) pair the
+// graph's replay stores on the device before each launch, and the fill starts
+// at block offset + first_block, so every replay draws fresh numbers.
+struct PhiloxArgs {
+  uint64_t seed = 0;
+  uint64_t first_block = 0;
+  const uint64_t* base = nullptr;  // device memory: {seed, offset}; null when eager
+};
+
+cudaError_t launch_dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox,
                                 cudaStream_t stream);
-cudaError_t launch_fill_uniform(const Strided& out, uint64_t seed, uint64_t first_block,
-                                cudaStream_t stream);
-cudaError_t launch_fill_normal(const Strided& out, uint64_t seed, uint64_t first_block,
-                               cudaStream_t stream);
+cudaError_t launch_fill_uniform(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream);
+cudaError_t launch_fill_normal(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream);
+// base = {seed, offset}, one thread: a captured graph's replay runs it first.
+cudaError_t launch_store_philox_base(uint64_t* base, uint64_t seed, uint64_t offset,
+                                     cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -1,3 +1,6 @@
+// File: core/cuda/runtime.cc
+// Device discovery and guards, device memory through the caching allocator, the
+// pinned host<->device and device<->device copies, and the copy kernels' launches.
 #include "core/cuda/runtime.h"
 
 #include <fmt/format.h>
@@ -37,6 +40,20 @@ int device_count() {
   return count;
 }
 
+int current_device() {
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+DeviceGuard::DeviceGuard(int device) : device_(device), previous_(current_device()) {
+  if (previous_ != device_) LOOM_CUDA_CHECK(cudaSetDevice(device_));
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ != device_) cudaSetDevice(previous_);
+}
+
 // Routed through the caching allocator, so cuDNN workspaces share its cache,
 // its statistics and its out-of-memory retry, and obey the capture rules.
 void* malloc_device(size_t nbytes, int device) { return allocate(nbytes, device); }
@@ -45,7 +62,7 @@ void free_device(void* ptr, int) noexcept { deallocate(ptr); }
 
 namespace {
 
-// Host <-> device copies go through two pinned staging halves per thread: from
+// Host <-> device copies go through two pinned staging halves per thread and GPU: from
 // pageable memory the driver would stage synchronously in small pieces; here a
 // chunk's memcpy into one half overlaps the DMA of the other half.
 constexpr size_t kStagingChunk = 4u << 20;
@@ -65,9 +82,27 @@ class PinnedStaging {
   cudaEvent_t done_[2] = {};
 };
 
+// The current device's: the events belong to the device they were made on.
 PinnedStaging& staging() {
-  thread_local PinnedStaging s;
-  return s;
+  thread_local PerDevice<PinnedStaging> s;
+  return s.current();
+}
+
+// An event recorded now on the calling thread's stream on `device`.
+cudaEvent_t record_event(int device) {
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  LOOM_CUDA_CHECK(cudaEventRecord(event, current_stream()));
+  return event;
+}
+
+// Later work on the calling thread's stream on `device` waits for `event`,
+// which then goes (CUDA frees it once it has completed).
+void wait_and_destroy(int device, cudaEvent_t event) {
+  DeviceGuard guard(device);
+  LOOM_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), event, 0));
+  LOOM_CUDA_CHECK(cudaEventDestroy(event));
 }
 
 }  // namespace
@@ -109,6 +144,19 @@ void copy_to_device(void* dst, const void* src, size_t nbytes) {
   }
   // The caller's host buffer is free to go once we return; the staging halves
   // are ours, so only their reuse has to wait (above), not this return.
+}
+
+void copy_between_devices(void* dst, int dst_device, const void* src, int src_device,
+                          size_t nbytes) {
+  if (nbytes == 0) return;
+  wait_and_destroy(dst_device, record_event(src_device));  // src is written
+  {
+    DeviceGuard guard(dst_device);
+    LOOM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes,
+                                        current_stream()));
+  }
+  // src's memory is reused in its stream's order: only after the copy has read it.
+  wait_and_destroy(src_device, record_event(dst_device));
 }
 
 void copy(const Strided& dst, const Strided& src) {

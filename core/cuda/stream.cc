@@ -1,4 +1,8 @@
+// File: core/cuda/stream.cc
+// The per-thread, per-device streams and the stream override of StreamGuard.
 #include "core/cuda/stream.h"
+
+#include <vector>
 
 #include "core/cuda/runtime.h"
 
@@ -6,27 +10,59 @@ namespace loom::cuda {
 
 namespace {
 
-thread_local cudaStream_t override_stream = nullptr;
+// A stream made on the device current at its first use, kept for the process's
+// lifetime: streams are cheap, and destroying one at thread exit could race with
+// work still queued on it.
+struct ThreadStream {
+  cudaStream_t stream = nullptr;
+};
 
-cudaStream_t thread_stream() {
-  // One per thread for the process's lifetime: streams are cheap, and destroying
-  // one at thread exit could race with work still queued on it.
-  thread_local cudaStream_t stream = [] {
-    cudaStream_t s = nullptr;
-    LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-  }();
-  return stream;
+// The streams a StreamGuard put in place, by device (nullptr: none).
+thread_local std::vector<cudaStream_t> override_streams;
+
+cudaStream_t thread_stream(int device) {
+  thread_local PerDevice<ThreadStream> streams;
+  ThreadStream& s = streams.get(device);
+  if (s.stream == nullptr) {
+    DeviceGuard guard(device);
+    LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  }
+  return s.stream;
+}
+
+cudaStream_t& override_on(int device) {
+  if (static_cast<size_t>(device) >= override_streams.size()) {
+    override_streams.resize(device + 1, nullptr);
+  }
+  return override_streams[device];
+}
+
+int device_of(cudaStream_t stream) {
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
+  return device;
 }
 
 }  // namespace
 
-cudaStream_t current_stream() { return override_stream ? override_stream : thread_stream(); }
-
-StreamGuard::StreamGuard(cudaStream_t stream) : previous_(override_stream) {
-  override_stream = stream;
+cudaStream_t current_stream(int device) {
+  cudaStream_t chosen = override_on(device);
+  return chosen != nullptr ? chosen : thread_stream(device);
 }
-StreamGuard::~StreamGuard() { override_stream = previous_; }
+
+cudaStream_t current_stream() { return current_stream(current_device()); }
+
+StreamGuard::StreamGuard(cudaStream_t stream)
+    : device_(device_of(stream)), previous_device_(current_device()),
+      previous_(override_on(device_)) {
+  if (previous_device_ != device_) LOOM_CUDA_CHECK(cudaSetDevice(device_));
+  override_on(device_) = stream;
+}
+
+StreamGuard::~StreamGuard() {
+  override_on(device_) = previous_;
+  if (previous_device_ != device_) cudaSetDevice(previous_device_);
+}
 
 void synchronize() { LOOM_CUDA_CHECK(cudaStreamSynchronize(current_stream())); }
 

@@ -1,15 +1,21 @@
 // File: core/cuda/stream.h
-// The stream every Loom kernel, copy and cuDNN call of a thread runs on. It is a
-// non-blocking stream per thread (not the legacy default stream), so a training
-// step can be captured into a CUDA graph.
+// The stream every Loom kernel, copy and cuDNN call of a thread runs on: a
+// non-blocking stream per thread and GPU (not the legacy default stream), so a
+// training step can be captured into a CUDA graph, and work on one GPU never
+// lands on another's stream.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 namespace loom::cuda {
 
+// The calling thread's stream on the current device.
 cudaStream_t current_stream();
-// Makes `stream` the calling thread's stream until the guard ends.
+// The calling thread's stream on `device`.
+cudaStream_t current_stream(int device);
+
+// Makes `stream` the calling thread's stream on its device, and that device the
+// current one, until the guard ends.
 class StreamGuard {
  public:
   explicit StreamGuard(cudaStream_t stream);
@@ -18,6 +24,8 @@ class StreamGuard {
   StreamGuard& operator=(const StreamGuard&) = delete;
 
  private:
+  int device_;
+  int previous_device_;
   cudaStream_t previous_;
 };
 

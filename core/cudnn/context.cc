@@ -1,3 +1,5 @@
+// File: core/cudnn/context.cc
+// Per-thread, per-GPU cuDNN handles and workspaces, and the background warm-up.
 #include "core/cudnn/context.h"
 
 #include <spdlog/spdlog.h>
@@ -27,9 +29,10 @@ struct ThreadState {
   // exit could race with queued work, and PyTorch keeps its handles for good too.
 };
 
+// The current device's: a handle and its workspace belong to one GPU.
 ThreadState& state() {
-  thread_local ThreadState s;
-  return s;
+  thread_local cuda::PerDevice<ThreadState> states;
+  return states.current();
 }
 
 // A channels-last tensor description with no data: the warm-up's graphs only
@@ -60,11 +63,12 @@ void* workspace(size_t bytes) {
              "[cudnn] a plan needs {} bytes of workspace while a CUDA graph is being captured "
              "(only {} reserved); run the step once outside capture so plans and workspace exist",
              bytes, s.workspace_bytes);
+  const int device = cuda::current_device();
   if (s.workspace != nullptr) {
     cuda::synchronize();  // the old buffer may still be in use by queued work
-    cuda::free_device(s.workspace, 0);
+    cuda::free_device(s.workspace, device);
   }
-  s.workspace = cuda::malloc_device(bytes, 0);
+  s.workspace = cuda::malloc_device(bytes, device);
   s.workspace_bytes = bytes;
   return s.workspace;
 }

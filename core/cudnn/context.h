@@ -1,6 +1,6 @@
 // File: core/cudnn/context.h
-// Per-thread cuDNN state: a handle bound to the thread's current stream, and a
-// workspace buffer that only grows (so pointers stay fixed once a step has run,
+// Per-thread, per-GPU cuDNN state (for the current device): a handle bound to
+// the thread's current stream, and a workspace buffer that only grows (so pointers stay fixed once a step has run,
 // which CUDA-graph capture needs).
 #pragma once
 

@@ -29,7 +29,7 @@ cudnnDataType_t compute_type(DType dtype) {
 class AlignedCopy {
  public:
   AlignedCopy(const Strided& original, bool copy_in) : original_(original), copy_(original) {
-    LOOM_CUDA_CHECK(cudaGetDevice(&device_));
+    device_ = cuda::current_device();
     copy_.data = cuda::malloc_device(bytes(), device_);
     if (copy_in) copy(copy_.data, original_.data);
   }

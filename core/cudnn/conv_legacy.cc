@@ -192,15 +192,16 @@ cudnnStatus_t execute(ConvDirection direction, const Descriptors& d, const Candi
   return CUDNN_STATUS_BAD_PARAM;
 }
 
-// The chosen algorithm per configuration: direction, policy, dtype, the three
+// The chosen algorithm per configuration: device, direction, policy, dtype, the three
 // tensors' dims and strides and the conv parameters.
 using ChoiceKey = std::vector<int64_t>;
 
 ChoiceKey choice_key(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
                      const cpu::ConvParams& p) {
   const NumericsPolicy& policy = numerics_policy();
-  ChoiceKey key{static_cast<int64_t>(direction), static_cast<int64_t>(policy.precision),
-                policy.deterministic, static_cast<int64_t>(x.dtype)};
+  ChoiceKey key{cuda::current_device(), static_cast<int64_t>(direction),
+                static_cast<int64_t>(policy.precision), policy.deterministic,
+                static_cast<int64_t>(x.dtype)};
   for (const Strided* t : {&x, &w, &y}) {
     const TensorSpec spec = spec_of(*t, 0);
     key.insert(key.end(), spec.dims.begin(), spec.dims.end());
@@ -226,14 +227,16 @@ class NchwCopy {
  public:
   explicit NchwCopy(const Strided& like) : view_(like) {
     view_.strides = contiguous_strides(like.sizes);
-    view_.data = cuda::malloc_device(static_cast<size_t>(like.numel()) * element_size(like.dtype), 0);
+    view_.data = cuda::malloc_device(static_cast<size_t>(like.numel()) * element_size(like.dtype),
+                                     device_);
   }
-  ~NchwCopy() { cuda::free_device(view_.data, 0); }
+  ~NchwCopy() { cuda::free_device(view_.data, device_); }
   NchwCopy(const NchwCopy&) = delete;
   NchwCopy& operator=(const NchwCopy&) = delete;
   const Strided& view() const { return view_; }
 
  private:
+  int device_ = cuda::current_device();
   Strided view_;
 };
 

@@ -23,19 +23,21 @@ class ScratchBuffer {
  public:
   explicit ScratchBuffer(size_t bytes) : bytes_(bytes) {
     if (bytes_ == 0) return;
-    ptr_ = cuda::malloc_device(bytes_, 0);
+    ptr_ = cuda::malloc_device(bytes_, device_);
     LOOM_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes_, cuda::current_stream()));
   }
   ~ScratchBuffer() {
-    if (ptr_) cuda::free_device(ptr_, 0);
+    if (ptr_) cuda::free_device(ptr_, device_);
   }
-  ScratchBuffer(ScratchBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
+  ScratchBuffer(ScratchBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_), device_(o.device_) {}
   ScratchBuffer(const ScratchBuffer&) = delete;
   void* get() const { return ptr_; }
 
  private:
   void* ptr_ = nullptr;
   size_t bytes_;
+  int device_ = cuda::current_device();  // the GPU the plan is selected on
 };
 
 size_t cudnn_element_size(cudnnDataType_t dtype) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -204,8 +205,11 @@ void load_cudnn_libraries() {
   }
 }
 
-// The builders' job id for the warm-up; plan-cache tickets start at 1.
-constexpr uint64_t kWarmUpJob = 0;
+// The builders' job id for a GPU's warm-up: counted down from the top, which
+// plan-cache tickets (counted up from 1) never reach.
+uint64_t warm_up_job(int device) {
+  return std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(device);
+}
 
 // Lazy mode only: the other modes do no background work (tests that count
 // allocations rely on that, tests/eager_plans.cc).
@@ -215,13 +219,13 @@ bool warm_up_wanted() {
   return !off && plan_build_mode() == PlanBuildMode::Lazy;
 }
 
-// The first device allocation's hook (core/cuda/allocator.h): the CUDA context
-// exists, and the model is usually still being built on the calling thread.
+// The hook of each GPU's first allocation (core/cuda/allocator.h): its CUDA
+// context exists, and the model is usually still being built on the calling thread.
 void warm_up_in_background(int device) {
   if (!warm_up_wanted()) return;
   (void)thread_number();  // the allocating (main) thread stays thread 0 of the timeline
   try {
-    builders().submit(kWarmUpJob, [device] {
+    builders().submit(warm_up_job(device), [device] {
       prime_runtime_compilation();
       const auto start = Clock::now();
       load_cudnn_libraries();
@@ -747,9 +751,7 @@ void PlanCache::clear() {
 }
 
 PlanKey plan_key(const Graph& graph) {
-  int device = 0;
-  LOOM_CUDA_CHECK(cudaGetDevice(&device));
-  return PlanKey(graph, numerics_policy(), device);
+  return PlanKey(graph, numerics_policy(), cuda::current_device());
 }
 
 namespace {

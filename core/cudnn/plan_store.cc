@@ -37,10 +37,8 @@ std::string root_directory() {
 
 // "cudnn91900-sm90-NVIDIA_H100_80GB_HBM3": a plan only restores where it was made.
 std::string device_folder() {
-  int device = 0;
-  LOOM_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp props{};
-  LOOM_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
+  LOOM_CUDA_CHECK(cudaGetDeviceProperties(&props, cuda::current_device()));
   std::string name = props.name;
   for (char& ch : name) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

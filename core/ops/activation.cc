@@ -17,6 +17,7 @@ namespace loom {
 namespace {
 
 bool forward_by_cudnn(const Tensor& y, const Tensor& x, ActivationKind kind, double parameter) {
+  DeviceGuard guard(x.device());
 #ifdef LOOM_WITH_CUDA
   return x.device().is_cuda() && cudnn::activation_forward(kind, parameter, y.strided(), x.strided());
 #else
@@ -26,6 +27,7 @@ bool forward_by_cudnn(const Tensor& y, const Tensor& x, ActivationKind kind, dou
 
 bool backward_by_cudnn(const Tensor& dx, const Tensor& dy, const Tensor& saved, ActivationKind kind,
                        double parameter) {
+  DeviceGuard guard(saved.device());
 #ifdef LOOM_WITH_CUDA
   return saved.device().is_cuda() &&
          cudnn::activation_backward(kind, parameter, dx.strided(), dy.strided(), saved.strided());

@@ -66,6 +66,7 @@ void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Ten
                     const cpu::ConvParams& p) {
   if (y.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+    DeviceGuard guard(y.device());
     if (!small_conv_forward(y, x, w, p)) cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
     if (bias.defined()) add_bias_cuda(y, bias);
 #endif
@@ -78,6 +79,7 @@ void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Ten
 void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
   if (dx.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+    DeviceGuard guard(dx.device());
     if (!small_conv_dgrad(dx, dy, w, p)) cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
 #endif
     return;
@@ -88,6 +90,7 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu
 void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
   if (dw.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+    DeviceGuard guard(dw.device());
     if (!small_conv_wgrad(dw, dy, x, p)) cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
 #endif
     return;
@@ -98,6 +101,7 @@ void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu
 void bgrad_kernel(const Tensor& db, const Tensor& dy) {
   if (db.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+    DeviceGuard guard(db.device());
     if (cuda::is_channel_dense(dy.strided())) {
       cuda::channel_sum(db.strided(), dy.strided());
     } else {

@@ -59,6 +59,7 @@ bool loom_chosen(std::string_view pass, const Tensor& out, const Tensor& a, cons
 }  // namespace
 
 bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p) {
+  DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p); };
   auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p), true; };
@@ -69,6 +70,7 @@ bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const
 
 bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
                                   const cpu::ConvParams& p) {
+  DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
   const cuda::SmallConvEpilogue epilogue{.bias = b.defined() ? std::optional(b.strided()) : std::nullopt,
                                          .relu = true};
@@ -84,6 +86,7 @@ bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor
 }
 
 bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
+  DeviceGuard guard(dx.device());
   if (!dx.device().is_cuda() || !cuda::conv_small_dgrad_supported(dy.strided(), w.strided(), p)) {
     return false;
   }
@@ -96,6 +99,7 @@ bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const
 
 bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p,
                       const Tensor& db) {
+  DeviceGuard guard(dw.device());
   if (!dw.device().is_cuda() || !cuda::conv_small_supported(x.strided(), dw.strided(), p)) return false;
   if (db.defined() && !cuda::conv_small_wgrad_takes_bias(dw.strided())) return false;
   // Allocated on the Loom kernel's first run only: where cuDNN wins, nothing is.

@@ -3,7 +3,8 @@
 //
 //   LOOM_KERNEL(x, unary, out.strided(), x.strided(), UnaryOp::Exp);
 //
-// calls cuda::unary(...) when x is on a GPU and cpu::unary(...) otherwise. In a
+// calls cuda::unary(...) on x's GPU (made current for the call) when x is on a
+// GPU and cpu::unary(...) otherwise. In a
 // build without the CUDA backend no CUDA tensor can exist, so only the CPU call
 // is compiled. Ops whose GPU path differs (cuDNN graphs) branch explicitly.
 #pragma once
@@ -25,9 +26,11 @@
 #include "core/cuda/reduce.h"
 #include "core/cuda/runtime.h"
 
-#define LOOM_KERNEL(device_of, kernel, ...)                                        \
-  ((device_of).device().is_cuda() ? ::loom::cuda::kernel(__VA_ARGS__) \
-                                  : ::loom::cpu::kernel(__VA_ARGS__))
+#define LOOM_KERNEL(device_of, kernel, ...)                                              \
+  ((device_of).device().is_cuda()                                                        \
+       ? ::loom::cuda::on_device((device_of).device().index,                             \
+                                 [&] { return ::loom::cuda::kernel(__VA_ARGS__); })      \
+       : ::loom::cpu::kernel(__VA_ARGS__))
 #else
 #define LOOM_KERNEL(device_of, kernel, ...) ::loom::cpu::kernel(__VA_ARGS__)
 #endif

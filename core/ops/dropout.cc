@@ -24,13 +24,15 @@ namespace {
 Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generator& generator) {
   Tensor mask = empty(sizes, options);
   const int64_t n = mask.numel();
-  const uint64_t first_block = generator.reserve(static_cast<uint64_t>((n + 3) / 4));
+  const uint64_t blocks = static_cast<uint64_t>((n + 3) / 4);
   if (mask.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
-    cuda::dropout_mask(mask.strided(), p, generator.seed(), first_block);
+    DeviceGuard guard(mask.device());
+    cuda::dropout_mask(mask.strided(), p, cuda::philox_draw(generator, blocks));
 #endif
     return mask;
   }
+  const uint64_t first_block = generator.reserve(blocks);
   const double scale = 1.0 / (1.0 - p);  // infinite for p == 1, but then nothing is kept
   visit_float(mask.dtype(), [&]<class T>() {
     T* out = mask.data_ptr<T>();

@@ -378,6 +378,7 @@ Tensor& increment_(Tensor& counter, int64_t by) {
   check_inplace(counter, "increment_");
 #ifdef LOOM_WITH_CUDA
   if (counter.device().is_cuda()) {
+    DeviceGuard guard(counter.device());
     cuda::increment(static_cast<int64_t*>(counter.raw_data()), by);
     return counter;
   }

@@ -69,6 +69,7 @@ Tensor relu_grad(const Tensor& dy, const Tensor& r) {
 // need_b; on the GPU one pass writes both, where the separate kernels read g again.
 std::pair<Tensor, Tensor> relu_grad_and_sum(const Tensor& dy_in, const Tensor& y_in, int64_t channels,
                                             bool need_b) {
+  DeviceGuard guard(dy_in.device());
 #ifdef LOOM_WITH_CUDA
   if (need_b && dy_in.device().is_cuda() && dy_in.dtype() == y_in.dtype()) {
     const Tensor dy = dy_in.contiguous().reshape({-1, channels});
@@ -345,6 +346,7 @@ BnOperands bn_operands(const Tensor& x, const Tensor& running_mean, const Tensor
 // The fused graph on the GPU: y and, when the backward will want it and cuDNN
 // can, the ReLU mask (kept in o.relu_mask). False when it did not run.
 bool bn_relu_forward_fused(BnOperands& o, const BatchNormOptions& options, bool want_mask) {
+  DeviceGuard guard(o.x.device());
   if (!fusion_enabled()) return false;
   cudnn::BatchNormTrainingArgs args{
       .y = o.y.strided(), .save_mean = o.save_mean.strided(),
@@ -371,6 +373,7 @@ bool bn_relu_forward_fused(BnOperands& o, const BatchNormOptions& options, bool 
 void bn_relu_forward(const BnOperands& o, const BatchNormOptions& options) {
   if (o.x.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+    DeviceGuard guard(o.x.device());
     cudnn::batch_norm_forward_training(
         {.y = o.y.strided(), .save_mean = o.save_mean.strided(),
          .save_invstd = o.save_invstd.strided(), .x = o.x.strided(), .weight = o.weight.strided(),
@@ -397,6 +400,7 @@ struct BnGrads {
 
 // dpre = dy where y > 0 (that is dresidual), then the training batch-norm backward.
 BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
+  DeviceGuard guard(o.x.device());
   const int64_t c = o.x.size(1);
   BnGrads g;
   g.dx = empty_like(o.x);
@@ -540,6 +544,7 @@ namespace {
 
 // relu(x . w^T + b) as one cuDNN graph; undefined where there is none.
 Tensor linear_relu_fused(const Tensor& x, const Tensor& w, const Tensor& b) {
+  DeviceGuard guard(x.device());
 #ifdef LOOM_WITH_CUDA
   const int64_t in = w.size(1), out = w.size(0);
   Tensor x2 = x.detach().contiguous().reshape({-1, in});

@@ -189,6 +189,7 @@ Tensor apply_steps(const std::vector<Step>& steps, size_t begin, size_t end, Ten
 
 // dx of y = f(x) for an activation row, from dy and x (no grad recorded).
 Tensor activation_grad(const Tensor& dy_in, const Tensor& x, const Step& step) {
+  DeviceGuard guard(dy_in.device());
   const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
   const double parameter = step.parameter.value_or(row.default_parameter);
   Tensor saved = row.saved == cpu::Saved::Output ? activation(x, step.activation, step.parameter) : x;
@@ -322,6 +323,7 @@ struct GraphSteps {
 
 // The graph form of the head's steps; nullopt (with why) where one has none.
 std::optional<GraphSteps> epilogue_steps(const HeadSaved& s, const Tensor& y, std::string& why) {
+  DeviceGuard guard(y.device());
   GraphSteps out;
   auto operand = [&](const Tensor& t, bool channel) -> std::optional<cudnn::EpilogueStep> {
     if (t.dtype() != y.dtype()) return std::nullopt;
@@ -485,6 +487,7 @@ std::string engines_str(const std::vector<int64_t>& engines) {
 // neither ran. `how` says which did.
 bool derived_grads(const HeadSaved& s, const Tensor& dy_in, std::vector<Tensor>& grads, std::string& how,
                    std::string& why) {
+  DeviceGuard guard(dy_in.device());
   std::optional<GraphSteps> gs = epilogue_steps(s, s.z, why);
   if (!gs) return false;
   const bool conv = is_conv_head(s);
@@ -561,6 +564,7 @@ std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
 Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offsets, size_t begin,
                 size_t end, const Tensor& x_in, const std::vector<Tensor>& operands, PieceRun& note,
                 const std::string& run_key, size_t piece) {
+  DeviceGuard guard(x_in.device());
   HeadSaved s{.steps = steps, .offsets = offsets, .begin = begin, .end = end};
   s.run_key = run_key;
   s.piece = piece;

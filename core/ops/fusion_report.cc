@@ -72,6 +72,7 @@ Tensor make(const Recipe& r, const std::string& name, Generator& gen) {
 }
 
 void synchronize_device(const Tensor& t) {
+  DeviceGuard guard(t.device());
 #ifdef LOOM_WITH_CUDA
   if (t.device().is_cuda()) cuda::synchronize();
 #else

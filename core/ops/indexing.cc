@@ -32,6 +32,7 @@ Strided base_view(const Tensor& t, int64_t dim, const Shape& sizes) {
 }
 
 bool checks_on_host(const Tensor& index) {
+  DeviceGuard guard(index.device());
 #ifdef LOOM_WITH_CUDA
   return !(index.device().is_cuda() && cuda::is_capturing());
 #else

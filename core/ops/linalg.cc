@@ -236,6 +236,7 @@ Strided as_rows(const Tensor& t, int64_t cols) {
 // divides per element. On the CPU y starts as the bias and the GEMM adds to it.
 void linear_forward(const Tensor& y, const Strided& y2, const Strided& x2, const Strided& wt,
                     const Tensor& bias) {
+  DeviceGuard guard(y.device());
 #ifdef LOOM_WITH_CUDA
   if (y.device().is_cuda() && bias.defined()) {
     matmul_on(y, y2, x2, wt);
@@ -250,8 +251,10 @@ void linear_forward(const Tensor& y, const Strided& y2, const Strided& x2, const
 // dbias (out) = the sum of dy2 (rows, out) over rows, dy2 viewing the contiguous g:
 // on the GPU with the deterministic per-channel sum.
 Tensor linear_bias_grad(const Tensor& g, const Strided& dy2) {
+  DeviceGuard guard(g.device());
 #ifdef LOOM_WITH_CUDA
   if (g.device().is_cuda()) {
+    DeviceGuard guard(g.device());
     Tensor db = empty({dy2.sizes[1]}, g.options());
     cuda::channel_sum(db.strided(), dy2);
     return db;

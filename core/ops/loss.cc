@@ -82,6 +82,7 @@ void check_class_range(const Tensor& target, int64_t classes, int64_t ignore_ind
 }
 
 bool capturing_graph(const Tensor& t) {
+  DeviceGuard guard(t.device());
 #ifdef LOOM_WITH_CUDA
   return t.device().is_cuda() && cuda::is_capturing();
 #else
@@ -138,6 +139,7 @@ LossForward run_forward(const Tensor& losses, Reduction reduction, std::string_v
                         CpuForward&& cpu_forward, [[maybe_unused]] CudaForward&& cuda_forward) {
 #ifdef LOOM_WITH_CUDA
   if (losses.device().is_cuda()) {
+    DeviceGuard guard(losses.device());
     LOOM_CHECK(reduction == Reduction::None || reduction == Reduction::Sum ||
                    reduction == Reduction::Mean,
                ValueError, "[{}] unknown reduction {}", op, static_cast<int>(reduction));
@@ -204,6 +206,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropy
       const Strided dloss = per_position(dy, target);
 #ifdef LOOM_WITH_CUDA
       if (dlogits.device().is_cuda()) {
+        DeviceGuard guard(dlogits.device());
         cuda::cross_entropy_backward(dlogits.strided(), logits.strided(), target.strided(), dloss,
                                      device_scale(scale), params);
         return std::vector<Tensor>{dlogits};
@@ -238,6 +241,7 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, NllLossOptions
       const Strided dloss = per_position(dy, target);
 #ifdef LOOM_WITH_CUDA
       if (dlog_probs.device().is_cuda()) {
+        DeviceGuard guard(dlog_probs.device());
         cuda::nll_loss_backward(dlog_probs.strided(), target.strided(), dloss, device_scale(scale), ignore_index);
         return std::vector<Tensor>{dlog_probs};
       }

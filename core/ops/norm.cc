@@ -119,6 +119,7 @@ Tensor or_filled(const Tensor& t, int64_t channels, const Tensor& x, double valu
 Tensor batch_norm_training_gpu(const Tensor& x_in, const Tensor& running_mean,
                                const Tensor& running_var, const Tensor& weight, const Tensor& bias,
                                const BatchNormOptions& options) {
+  DeviceGuard guard(x_in.device());
   const int64_t c = x_in.size(1);
   MemoryFormat format = x_in.suggest_memory_format();
   Tensor x = x_in.detach().contiguous(format);
@@ -250,6 +251,7 @@ std::vector<Tensor> layer_norm_backward_composite(const Tensor& dy, const Tensor
 // when the arguments or cuDNN's engines do not allow it.
 std::optional<Tensor> layer_norm_gpu(const Tensor& x_in, const Shape& normalized_shape,
                                      const Tensor& weight_in, const Tensor& bias_in, double eps) {
+  DeviceGuard guard(x_in.device());
   const bool eligible = x_in.dtype() == DType::Float32 && weight_in.defined() && bias_in.defined() &&
                         weight_in.dtype() == DType::Float32 && bias_in.dtype() == DType::Float32 &&
                         x_in.numel() > 0;
@@ -291,6 +293,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   check_layer_norm_args(x, normalized_shape, weight, bias, eps);
 #ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda()) {
+    DeviceGuard guard(x.device());
     if (std::optional<Tensor> y = layer_norm_gpu(x, normalized_shape, weight, bias, eps)) return *y;
   }
 #endif

@@ -111,6 +111,7 @@ void max_pool_backward(const Tensor& dx, const Tensor& dy, const Tensor& indices
                        const cpu::Pool2dParams& params) {
 #ifdef LOOM_WITH_CUDA
   if (dx.device().is_cuda()) {
+    DeviceGuard guard(dx.device());
     cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params);
     return;
   }
@@ -251,6 +252,7 @@ Tensor window_max_pool(const Tensor& x_in, const PoolGeometry& geometry, const P
 // Both paths on scratch operands (y stands in for dy), for the timing race.
 cuda::CandidateRuns max_pool_runs(const Tensor& x_in, const PoolGeometry& geometry,
                                   const Pool2dOptions& options, bool backward) {
+  DeviceGuard guard(x_in.device());
   const TensorOptions layout = layout_of(x_in);
   const Tensor x = x_in.detach().contiguous(layout.memory_format);
   const Tensor y = empty(geometry.out_sizes, layout), index = window_index_for(x, geometry.out_sizes);
@@ -292,6 +294,7 @@ bool window_max_pool_chosen(const Tensor& x, const PoolGeometry& geometry,
 }
 
 Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
+  DeviceGuard guard(x.device());
   check_pool_input(x, op);
   if (max) {
     const PoolGeometry geometry = pool_geometry(x, options, op);

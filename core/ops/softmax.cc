@@ -43,6 +43,7 @@ Tensor softmax_like(const Tensor& x_in, int64_t dim, const char* op, SoftmaxKern
         .to(x_in.dtype());
   }
   const int64_t d = normalize_dim(dim, x_in.dim(), op);
+  DeviceGuard guard(x_in.device());
   const bool gpu = x_in.device().is_cuda();
   const SoftmaxKernels kernels = gpu ? gpu_kernels : cpu_kernels;
   Tensor x = gpu ? x_in.contiguous() : x_in;

@@ -20,7 +20,7 @@ const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
   --weight-decay X    (default 5e-4)
   --label-smoothing X (default 0.2)
   --schedule NAME     onecycle (default), cosine (1 epoch of warmup), step or none
-  --device NAME       auto (default), cpu or cuda
+  --device NAME       auto (default), cpu, cuda or cuda:k
   --precision NAME    tf32 (default), strict or bf16
   --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH, --plot PATH.png,
   --target-accuracy X, --no-cuda-graph, --no-fuse, --autotune, --profile N, --explain,

@@ -64,15 +64,24 @@ double parse_positive(const std::string& flag, const std::string& text) {
 }
 
 Device parse_device(const std::string& name) {
-  if (name == "cpu") return Device::cpu();
+  if (name == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
+  Device device;
+  try {
+    device = Device::parse(name);
+  } catch (const ValueError&) {
+    throw ValueError(
+        fmt::format("--device: unknown device '{}' (auto, cpu, cuda or cuda:k)", name));
+  }
   // Checked here, before any data is loaded, and answered with the flag to
   // change rather than with the library's advice about where batches live.
-  if (name == "cuda") {
-    LOOM_CHECK(cuda_available(), ValueError, "--device cuda: no usable GPU: use --device cpu or --device auto");
-    return Device::cuda();
+  if (device.is_cuda()) {
+    LOOM_CHECK(cuda_available(), ValueError,
+               "--device {}: no usable GPU: use --device cpu or --device auto", name);
+    LOOM_CHECK(device.index < cuda_device_count(), ValueError,
+               "--device {}: this machine has {} GPU(s), cuda:0 to cuda:{}", name,
+               cuda_device_count(), cuda_device_count() - 1);
   }
-  if (name == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
-  throw ValueError(fmt::format("--device: unknown device '{}' (auto, cpu or cuda)", name));
+  return device;
 }
 
 std::string parse_metrics(const std::string& path) {

@@ -308,7 +308,7 @@ optim::NonFiniteSteps nonfinite_so_far(const Training& t) {
 optim::StepFunction step_function(nn::Module& net, const TrainConfig& c) {
   return [&net, smoothing = c.label_smoothing](const Tensor& x, const Tensor& y) {
     Tensor logits = net(x);
-    ProfileScope scope("(loss)", ProfilePhase::Forward, x.device().is_cuda());
+    ProfileScope scope("(loss)", ProfilePhase::Forward, x.device());
     return std::vector<Tensor>{cross_entropy(logits, y, {.label_smoothing = smoothing}), logits};
   };
 }

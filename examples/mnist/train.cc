@@ -21,7 +21,7 @@ const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
   --lr X              (default 1e-3)
   --weight-decay X    (default 0)
   --schedule NAME     none (default), step, cosine (1 epoch of warmup) or onecycle
-  --device NAME       auto (default: cuda when a GPU is usable), cpu or cuda
+  --device NAME       auto (default: cuda when a GPU is usable), cpu, cuda or cuda:k
   --precision NAME    tf32 (default, PyTorch's convolution default), strict or bf16
                       (bf16 needs a GPU; the CPU computes every one in fp32)
   --seed N            initialisation and shuffling (default 0)

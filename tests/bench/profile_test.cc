@@ -50,11 +50,11 @@ TEST_CASE("two profiled CPU training steps: a row per leaf layer, loss and optim
     Tensor logits = net(b.x);
     Tensor loss;
     {
-      ProfileScope scope("(loss)", ProfilePhase::Forward, false);
+      ProfileScope scope("(loss)", ProfilePhase::Forward, Device::cpu());
       loss = cross_entropy(logits, b.y);
     }
     loss.backward();
-    ProfileScope scope("(optimizer)", ProfilePhase::Other, false);
+    ProfileScope scope("(optimizer)", ProfilePhase::Other, Device::cpu());
     opt.step();
   }
   Profiler::stop();

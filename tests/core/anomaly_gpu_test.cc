@@ -24,13 +24,13 @@ using testing::SqrtOfZero;
 template <class M>
 nn::Sequential conv_model(M tail, MemoryFormat format) {
   nn::Sequential net(nn::Conv2d(2, 4, 3), nn::ReLU(), std::move(tail));
-  net.to(Device::cuda());
+  net.to(testing::test_gpu());
   net.to(format);
   return net;
 }
 
 Tensor gpu_input(MemoryFormat format) {
-  return full({2, 2, 6, 6}, 0.5).to(Device::cuda()).contiguous(format);
+  return full({2, 2, 6, 6}, 0.5).to(testing::test_gpu()).contiguous(format);
 }
 
 }  // namespace

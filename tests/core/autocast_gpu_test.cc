@@ -36,7 +36,7 @@ struct Model {
 };
 
 Model make_model(Generator& gen) {
-  Model m{randn({32, 24}, {}, &gen).to(Device::cuda()), randn({10, 32}, {}, &gen).to(Device::cuda())};
+  Model m{randn({32, 24}, {}, &gen).to(testing::test_gpu()), randn({10, 32}, {}, &gen).to(testing::test_gpu())};
   m.w1.requires_grad_();
   m.w2.requires_grad_();
   return m;
@@ -69,8 +69,8 @@ std::vector<double> train(Model& m, const std::vector<Tensor>& batches, int step
 LOOM_GPU_TEST_CASE("autocast's cached weight casts train exactly as casting every time") {
   Generator gen(1203);
   const Model start = make_model(gen);
-  const std::vector<Tensor> batches = {randn({8, 24}, {}, &gen).to(Device::cuda()),
-                                       randn({8, 24}, {}, &gen).to(Device::cuda())};
+  const std::vector<Tensor> batches = {randn({8, 24}, {}, &gen).to(testing::test_gpu()),
+                                       randn({8, 24}, {}, &gen).to(testing::test_gpu())};
   auto copy = [](const Model& m) {
     Model c{m.w1.detach().clone(), m.w2.detach().clone()};
     c.w1.requires_grad_();
@@ -96,7 +96,7 @@ LOOM_GPU_TEST_CASE("autocast's cached weight casts train exactly as casting ever
 LOOM_GPU_TEST_CASE("an in-place write to a parameter is seen by the next autocast forward") {
   Generator gen(1204);
   Model m = make_model(gen);
-  const Tensor x = randn({4, 24}, {}, &gen).to(Device::cuda());
+  const Tensor x = randn({4, 24}, {}, &gen).to(testing::test_gpu());
   AutocastGuard autocast(DType::BFloat16);
   NoGradGuard no_grad;
   const Tensor before = linear(x, m.w1);
@@ -110,11 +110,12 @@ LOOM_GPU_TEST_CASE("an in-place write to a parameter is seen by the next autocas
 LOOM_GPU_TEST_CASE("a captured step recasts on every replay, and eager forwards see the replays") {
   Generator gen(1205);
   Model m = make_model(gen);
-  const Tensor x = randn({4, 24}, {}, &gen).to(Device::cuda());
+  const Tensor x = randn({4, 24}, {}, &gen).to(testing::test_gpu());
   AutocastGuard autocast(DType::BFloat16);
   NoGradGuard no_grad;
-  Tensor out = empty({4, 32}, {.dtype = DType::BFloat16, .device = Device::cuda()});
+  Tensor out = empty({4, 32}, {.dtype = DType::BFloat16, .device = testing::test_gpu()});
   const Tensor eager_before = linear(x, m.w1);  // fills the cache
+  DeviceGuard on_test_gpu(testing::test_gpu());  // a graph captures the current device's stream
   cuda::CudaGraph graph;
   graph.capture([&] {
     out.copy_(linear(x, m.w1));

@@ -19,7 +19,7 @@
 namespace loom {
 namespace {
 
-constexpr bool kCpu = false;  // ProfileScope's on_gpu argument
+const Device kCpu = Device::cpu();  // where ProfileScope's work runs
 
 Tensor leaf() {
   Generator gen(3);

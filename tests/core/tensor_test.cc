@@ -416,10 +416,10 @@ TEST_CASE("to(cpu) returns self; device strings") {
 TEST_CASE("to(cuda) without a usable GPU throws DeviceError with a clear message" *
           doctest::skip(cuda_available())) {
   const Tensor x = iota({2, 3});
-  CHECK_THROWS_WITH_FRAGMENT(x.to(Device::cuda()), DeviceError, "CUDA");
-  CHECK_THROWS_WITH_FRAGMENT(zeros({4}, {.device = Device::cuda()}), DeviceError, "CUDA");
+  CHECK_THROWS_WITH_FRAGMENT(x.to(testing::test_gpu()), DeviceError, "CUDA");
+  CHECK_THROWS_WITH_FRAGMENT(zeros({4}, {.device = testing::test_gpu()}), DeviceError, "CUDA");
   try {
-    (void)x.to(Device::cuda());
+    (void)x.to(testing::test_gpu());
   } catch (const DeviceError& e) {
     const std::string message = e.what();
     CAPTURE(message);
@@ -431,8 +431,8 @@ TEST_CASE("to(cuda) without a usable GPU throws DeviceError with a clear message
 TEST_CASE("an empty tensor cannot move to a GPU that is not there either" *
           doctest::skip(cuda_available())) {
   // Zero bytes need no allocation, but the device must still be checked.
-  CHECK_THROWS_AS(zeros({0}).to(Device::cuda()), DeviceError);
-  CHECK_THROWS_AS(empty({2, 0}, {.device = Device::cuda()}), DeviceError);
+  CHECK_THROWS_AS(zeros({0}).to(testing::test_gpu()), DeviceError);
+  CHECK_THROWS_AS(empty({2, 0}, {.device = testing::test_gpu()}), DeviceError);
 }
 
 }  // namespace

@@ -67,9 +67,9 @@ LOOM_GPU_TEST_CASE("staged and resident GPU loaders match the CPU loader bit for
     CAPTURE(c.n);
     const Dataset data = testing::random_dataset(c.n, c.c, c.h, c.w, 10, 17);
     DataLoader cpu(data, options_for(c, Device::cpu(), 0));
-    DataLoader staged(data, options_for(c, Device::cuda(), 0));
-    DataLoader staged_threads(data, options_for(c, Device::cuda(), 3));
-    DataLoader resident = DataLoader::resident(data, options_for(c, Device::cuda(), 0));
+    DataLoader staged(data, options_for(c, loom::testing::test_gpu(), 0));
+    DataLoader staged_threads(data, options_for(c, loom::testing::test_gpu(), 3));
+    DataLoader resident = DataLoader::resident(data, options_for(c, loom::testing::test_gpu(), 0));
     CHECK(resident.is_resident());
     for (int epoch = 0; epoch < 2; ++epoch) {
       const Epoch expected = run_epoch(cpu, false);
@@ -89,7 +89,7 @@ LOOM_GPU_TEST_CASE("pinned slots are not refilled before their copies finish") {
                             .shuffle = true,
                             .num_workers = 2,
                             .prefetch_per_worker = 1,
-                            .device = Device::cuda()};
+                            .device = loom::testing::test_gpu()};
   DataLoader staged(data, options);
   std::vector<Batch> kept;
   for (auto& batch : staged) kept.push_back(batch);
@@ -108,7 +108,7 @@ LOOM_GPU_TEST_CASE("set_epoch replays a resident epoch") {
   const Dataset data = testing::random_dataset(100, 1, 28, 28, 10, 29);
   DataLoader a = DataLoader::resident(data, {.batch_size = 32,
                                              .shuffle = true,
-                                             .device = Device::cuda(),
+                                             .device = loom::testing::test_gpu(),
                                              .augment = {.padding = 2, .flip = true}});
   run_epoch(a, true);
   const Epoch second = run_epoch(a, true);

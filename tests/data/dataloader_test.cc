@@ -206,7 +206,7 @@ TEST_CASE("bad options and data sets are errors") {
   CHECK_THROWS_WITH_FRAGMENT(DataLoader(data, {}).set_epoch(-1), ValueError,
                              "epoch must be >= 0, got -1");
   if (!cuda_available()) {
-    CHECK_THROWS_WITH_FRAGMENT(DataLoader(data, {.device = Device::cuda()}), DeviceError,
+    CHECK_THROWS_WITH_FRAGMENT(DataLoader(data, {.device = loom::testing::test_gpu()}), DeviceError,
                                "[DataLoader] options.device is cuda:0 but");
   }
 }

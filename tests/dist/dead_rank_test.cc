@@ -2,42 +2,22 @@
 // the group's timeout (3 s in dead_rank_worker), never a hang: each case runs
 // a two-rank job under mpirun and checks how and how fast it ended.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 
-#include <chrono>
-#include <cstdio>
 #include <string>
+
+#include "tests/dist/job.h"
 
 namespace {
 
-struct JobResult {
-  int exit_code = -1;
-  double seconds = 0;
-  std::string output;
-};
-
-JobResult run_job(const std::string& scenario) {
-  const std::string command =
-      "tests/dist/mpirun.sh 2 tests/dist/dead_rank_worker " + scenario + " 2>&1";
-  const auto start = std::chrono::steady_clock::now();
-  JobResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MESSAGE("scenario " << scenario << ": exit " << result.exit_code << " after " << result.seconds
-                      << " s, output:\n" << result.output);
-  return result;
+loom::testing::JobResult run_job(const std::string& scenario) {
+  return loom::testing::run_job("tests/dist/mpirun.sh 2 tests/dist/dead_rank_worker " + scenario);
 }
 
 }  // namespace
 
 // The stalled peer never comes back: only the deadline can end the wait.
 TEST_CASE("a stalled rank makes the other throw DistError after the timeout, not hang") {
-  JobResult job = run_job("stall");
+  loom::testing::JobResult job = run_job("stall");
   CHECK(job.exit_code != 0);
   CHECK(job.seconds < 30);  // timeout 3 s; the stalled rank sleeps 60 s; mpirun.sh kills at 240 s
   CHECK(job.output.find("rank 0 caught: [all_reduce] rank 0 of 2 waited 3 s for the other ranks") !=
@@ -46,7 +26,7 @@ TEST_CASE("a stalled rank makes the other throw DistError after the timeout, not
 }
 
 TEST_CASE("a stalled rank during DDP's backward makes the other throw DistError") {
-  JobResult job = run_job("ddp-stall");
+  loom::testing::JobResult job = run_job("ddp-stall");
   CHECK(job.exit_code != 0);
   CHECK(job.seconds < 30);
   CHECK(job.output.find("rank 0 caught: [all_reduce] rank 0 of 2 waited 3 s") != std::string::npos);
@@ -55,7 +35,7 @@ TEST_CASE("a stalled rank during DDP's backward makes the other throw DistError"
 // A crashed peer: mpirun notices the exit and ends the job, or rank 0's
 // deadline fires first; either way the job fails fast and says why.
 TEST_CASE("a rank that exits early ends the job with an error, not a hang") {
-  JobResult job = run_job("exit");
+  loom::testing::JobResult job = run_job("exit");
   CHECK(job.exit_code != 0);
   CHECK(job.seconds < 30);
   const bool ours = job.output.find("rank 0 caught: [all_reduce]") != std::string::npos;

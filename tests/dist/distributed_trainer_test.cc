@@ -66,3 +66,48 @@ TEST_CASE("trainer --distributed: the replicas stay identical, rank 0 alone writ
   world()->barrier();
   CHECK(count_lines(shared_path("ddp.csv")) == 3);
 }
+
+// On GPUs (LOOM_DIST_TEST_DEVICE=cuda): rank 0 trains alone on its GPU, the
+// job resumes that checkpoint with every rank on its own GPU, and rank 0
+// alone resumes the job's checkpoint in turn.
+TEST_CASE("trainer --distributed on GPUs resumes a 1-GPU checkpoint, and one GPU resumes its" *
+          doctest::skip(!loom::testing::test_on_gpu())) {
+  const Device mine = world()->device();
+  examples::TrainConfig single = synthetic_run(1);
+  single.device = mine;
+  single.distributed = false;
+  single.metrics.clear();
+  single.save = shared_path("single_gpu.ckpt");
+  if (world()->rank() == 0) {
+    examples::TrainResult alone = examples::train(single);
+    REQUIRE(alone.epochs.size() == 1);
+  }
+  world()->barrier();
+  examples::TrainConfig job = synthetic_run(2);
+  job.device = mine;
+  job.metrics.clear();
+  job.resume = shared_path("single_gpu.ckpt");
+  job.save = shared_path("two_gpu.ckpt");
+  examples::TrainResult together = examples::train(job);
+  REQUIRE(together.epochs.size() == 1);
+  CHECK(together.epochs[0].epoch == 2);
+  for (auto& [name, t] : together.model) {
+    CAPTURE(name);
+    CHECK(t.device() == mine);
+    if (name.find("running_") != std::string::npos) continue;
+    Tensor rank0 = t.clone();
+    world()->broadcast(rank0, 0);
+    CHECK_CLOSE(t, rank0, 0, 0);
+  }
+  world()->barrier();
+  if (world()->rank() == 0) {
+    examples::TrainConfig again = single;
+    again.epochs = 3;
+    again.resume = shared_path("two_gpu.ckpt");
+    again.save.clear();
+    examples::TrainResult resumed = examples::train(again);
+    REQUIRE(resumed.epochs.size() == 1);
+    CHECK(resumed.epochs[0].epoch == 3);
+  }
+  world()->barrier();
+}

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Runs a program as N ranks on this host under Open MPI (Debian's openmpi-bin):
+# Runs a program as N ranks on this host under Open MPI (Debian's openmpi-bin;
+# on the GPU host, the bundle's unpacked copy):
 #   tests/dist/mpirun.sh N program [args...]
 # A hung job is killed after LOOM_MPI_TEST_TIMEOUT seconds (default 240).
 set -euo pipefail
 n=$1
 shift
-mpirun=$(command -v mpirun || echo /usr/bin/mpirun)
+# Debian's mpirun is an alternatives link; where Open MPI's files were unpacked
+# without dpkg (the GPU host) only orterun, its real name, is there.
+mpirun=$(command -v mpirun || command -v orterun || echo /usr/bin/orterun)
 # More ranks than cores is fine for tests; root needs Open MPI's explicit consent.
 flags=(-np "$n" --oversubscribe --bind-to none)
 [ "$(id -u)" -ne 0 ] || flags+=(--allow-run-as-root)
+# The ranks get the launcher's library path, and NVLink multicast stays off
+# on multi-GPU hosts (it can take a shared host's GPUs out of service).
+export NCCL_NVLS_ENABLE=0
+for name in LD_LIBRARY_PATH NCCL_NVLS_ENABLE LOOM_DIST_TEST_DEVICE LOOM_TEST_DEVICE; do
+  [ -z "${!name:-}" ] || flags+=(-x "$name")
+done
 # Shared memory between local ranks; the single-copy mechanism (CMA, ptrace)
 # is refused inside most containers, so it is off.
 export OMPI_MCA_btl=self,vader

@@ -24,14 +24,14 @@ namespace {
 void check_layer(nn::Module& cpu, nn::Module& gpu, const Tensor& x, MemoryFormat format,
                  double tol, Generator& gen) {
   gpu.load_state_dict(cpu.state_dict());
-  gpu.to(Device::cuda());
-  Tensor gx = x.to(Device::cuda());
+  gpu.to(testing::test_gpu());
+  Tensor gx = x.to(testing::test_gpu());
   if (x.dim() == 4) gx = gx.contiguous(format);
   Tensor y = cpu(x), gy = gpu(gx);
   CHECK_CLOSE(gy.cpu(), y, tol, tol);
   Tensor dy = randn(y.sizes(), {}, &gen);
   y.backward(dy);
-  gy.backward(dy.to(Device::cuda()));
+  gy.backward(dy.to(testing::test_gpu()));
   const auto cpu_params = cpu.named_parameters(), gpu_params = gpu.named_parameters();
   REQUIRE(cpu_params.size() == gpu_params.size());
   for (size_t i = 0; i < cpu_params.size(); ++i) {
@@ -103,9 +103,9 @@ LOOM_GPU_TEST_CASE("a user-written module trains on the GPU as on the CPU") {
   Decoder cpu;
   Decoder gpu;
   gpu.load_state_dict(cpu.state_dict());
-  gpu.to(Device::cuda());
+  gpu.to(testing::test_gpu());
   const Tensor expected = train_decoder(cpu, Device::cpu());
-  const Tensor logits = train_decoder(gpu, Device::cuda());
+  const Tensor logits = train_decoder(gpu, testing::test_gpu());
   CHECK_CLOSE(logits.cpu(), expected, 1e-3, 1e-3);
   const Tensor labels = arange(int64_t{10}, {.dtype = DType::Int64});
   CHECK((logits.argmax(1).cpu() == labels).sum().item() ==

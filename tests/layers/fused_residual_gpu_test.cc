@@ -78,7 +78,7 @@ Run run(const StateDict& weights, const Tensor& x_in, const Tensor& dy, Device d
   return r;
 }
 
-Tensor round_to_bf16(const Tensor& t) { return t.to(Device::cuda()).to(DType::BFloat16).to(DType::Float32).cpu(); }
+Tensor round_to_bf16(const Tensor& t) { return t.to(testing::test_gpu()).to(DType::BFloat16).to(DType::Float32).cpu(); }
 
 // The weights with every conv's weight and bias rounded to bf16, as autocast rounds them.
 StateDict rounded_like_autocast(const StateDict& weights) {
@@ -147,7 +147,7 @@ LOOM_GPU_TEST_CASE("fused residual blocks on CUDA match the CPU, forward and eve
       for (bool fused : {true, false}) {
         CAPTURE(fused);
         FusionGuard guard(fused);
-        const Errors e = compare(run(weights, x, dy, Device::cuda(), format), cpu, policy);
+        const Errors e = compare(run(weights, x, dy, testing::test_gpu(), format), cpu, policy);
         std::printf("RESIDUAL %s %s %s fwd=%.2e bwd=%.2e decision_flips=%d\n", layout, policy.name,
                     fused ? "fused" : "unfused", e.fwd, e.bwd, e.flips);
         CHECK(e.fwd <= policy.fwd);
@@ -182,12 +182,12 @@ LOOM_GPU_TEST_CASE("a fused residual net in eval mode matches the CPU, and the r
   nn::Sequential gpu_net = residual_net();
   gpu_net.load_state_dict(cpu_net.state_dict());
   gpu_net.eval();
-  gpu_net.to(Device::cuda());
+  gpu_net.to(testing::test_gpu());
   NumericsGuard numerics({.precision = Precision::StrictFp32});
   fusion::clear_report();
   for (MemoryFormat format : testing::kParityLayouts) {
     gpu_net.to(format);
-    const double e = testing::normalized_error(gpu_net(x.to(Device::cuda()).contiguous(format)).cpu(), cpu_net(x));
+    const double e = testing::normalized_error(gpu_net(x.to(testing::test_gpu()).contiguous(format)).cpu(), cpu_net(x));
     CAPTURE(format == MemoryFormat::ChannelsLast);
     CHECK(e <= kPolicies[0].fwd);
   }

@@ -34,18 +34,18 @@ struct Twins {
   nn::Sequential gpu = nn::mnist_net();
   Twins() {
     gpu.load_state_dict(cpu.state_dict());
-    gpu.to(Device::cuda());
+    gpu.to(testing::test_gpu());
   }
 };
 
 void check_step(Twins& nets, const Batch& batch, MemoryFormat format) {
   CAPTURE(std::string(memory_format_name(format)));
-  const Tensor gpu_x = batch.x.to(Device::cuda()).contiguous(format);
+  const Tensor gpu_x = batch.x.to(testing::test_gpu()).contiguous(format);
   const Tensor cpu_logits = nets.cpu(batch.x), gpu_logits = nets.gpu(gpu_x);
   REQUIRE(gpu_logits.device().is_cuda());
   CHECK_CLOSE(gpu_logits.cpu(), cpu_logits, kTol, kTol);
   const Tensor cpu_loss = cross_entropy(cpu_logits, batch.y);
-  const Tensor gpu_loss = cross_entropy(gpu_logits, batch.y.to(Device::cuda()));
+  const Tensor gpu_loss = cross_entropy(gpu_logits, batch.y.to(testing::test_gpu()));
   CHECK_CLOSE(gpu_loss.cpu(), cpu_loss, kTol, kTol);
   nets.cpu.zero_grad();
   nets.gpu.zero_grad();
@@ -80,7 +80,7 @@ LOOM_GPU_TEST_CASE("mnist_net on the GPU matches its CPU twin, forward and backw
   nets.cpu.eval();
   nets.gpu.eval();
   const Batch batch = make_batch(3);
-  CHECK_CLOSE(nets.gpu(batch.x.to(Device::cuda())).cpu(), nets.cpu(batch.x), kTol, kTol);
+  CHECK_CLOSE(nets.gpu(batch.x.to(testing::test_gpu())).cpu(), nets.cpu(batch.x), kTol, kTol);
 }
 
 LOOM_GPU_TEST_CASE("mnist_net in channels-last on the GPU matches its CPU twin") {
@@ -99,7 +99,7 @@ LOOM_GPU_TEST_CASE("to(Device) moves tensors an optimizer already holds, grads i
   const Batch batch = make_batch(5);
   cross_entropy(net(batch.x), batch.y).backward();
   const Tensor weight_before = held[0].detach().clone(), grad_before = held[0].grad().clone();
-  net.to(Device::cuda());
+  net.to(testing::test_gpu());
   for (const Tensor& p : held) {
     CHECK(p.device().is_cuda());
     CHECK((p.requires_grad() && p.is_leaf()));

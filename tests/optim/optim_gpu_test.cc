@@ -46,11 +46,11 @@ Params make_params(DType dtype, Generator& gen) {
   for (const Shape& sizes : kShapes) {
     Tensor base = randn(sizes, {.dtype = dtype}, &gen);
     p.cpu.push_back(base.clone().requires_grad_());
-    p.gpu.push_back(base.to(Device::cuda()).requires_grad_());
+    p.gpu.push_back(base.to(testing::test_gpu()).requires_grad_());
   }
   Tensor nhwc = randn({2, 3, 5, 5}, {.dtype = dtype}, &gen).contiguous(MemoryFormat::ChannelsLast);
   p.cpu.push_back(nhwc.clone().requires_grad_());
-  p.gpu.push_back(nhwc.to(Device::cuda()).requires_grad_());
+  p.gpu.push_back(nhwc.to(testing::test_gpu()).requires_grad_());
   return p;
 }
 
@@ -64,7 +64,7 @@ void set_grads(Params& p, Generator& gen, size_t skip) {
     }
     Tensor g = randn(p.cpu[k].sizes(), {.dtype = p.cpu[k].dtype()}, &gen);
     p.cpu[k].set_grad(g);
-    p.gpu[k].set_grad(g.to(Device::cuda()));  // contiguous, also for the channels-last param
+    p.gpu[k].set_grad(g.to(testing::test_gpu()));  // contiguous, also for the channels-last param
   }
 }
 
@@ -154,7 +154,7 @@ LOOM_GPU_TEST_CASE("a GPU step is one launch per group and dtype, whatever the p
   // and each call is one launch over a cached slot table.
   Generator gen(12);
   Params p = make_params(DType::Float32, gen);  // 15 tensors
-  Tensor other = randn({9}, {.dtype = DType::Float64}, &gen).to(Device::cuda()).requires_grad_();
+  Tensor other = randn({9}, {.dtype = DType::Float64}, &gen).to(testing::test_gpu()).requires_grad_();
   optim::Adam adam({{.params = p.gpu}, {.params = {other}, .lr = 0.1}});
   set_grads(p, gen, p.cpu.size());
   other.set_grad(zeros_like(other).fill_(0.5));
@@ -211,9 +211,9 @@ LOOM_GPU_TEST_CASE("clip_grad_norm_ on the GPU matches the CPU") {
     // A strided (transposed) gradient goes the unfused way.
     Tensor g = randn({11, 5}, {.dtype = dtype}, &gen);
     Tensor q_cpu = zeros({5, 11}, {.dtype = dtype, .requires_grad = true});
-    Tensor q_gpu = zeros({5, 11}, {.dtype = dtype, .device = Device::cuda(), .requires_grad = true});
+    Tensor q_gpu = zeros({5, 11}, {.dtype = dtype, .device = testing::test_gpu(), .requires_grad = true});
     q_cpu.set_grad(g.t());
-    q_gpu.set_grad(g.to(Device::cuda()).t());
+    q_gpu.set_grad(g.to(testing::test_gpu()).t());
     p.cpu.push_back(q_cpu);
     p.gpu.push_back(q_gpu);
     const double cpu_norm = optim::clip_grad_norm_(p.cpu, 1.0);

@@ -34,8 +34,8 @@ std::vector<Batch> batches(int64_t batch, int count, uint64_t seed) {
   Generator gen(seed);
   std::vector<Batch> out;
   for (int i = 0; i < count; ++i) {
-    Tensor x = randn({batch, 1, 28, 28}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
-    Tensor y = randint(0, 10, {batch}, {.dtype = DType::Int64}, &gen).to(Device::cuda());
+    Tensor x = randn({batch, 1, 28, 28}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+    Tensor y = randint(0, 10, {batch}, {.dtype = DType::Int64}, &gen).to(testing::test_gpu());
     out.push_back({x, y});
   }
   return out;
@@ -51,7 +51,7 @@ struct Run {
   explicit Run(bool graph) {
     manual_seed(7);
     net = nn::mnist_net();
-    net.to(Device::cuda());
+    net.to(testing::test_gpu());
     net.to(MemoryFormat::ChannelsLast);
     opt = std::make_unique<optim::Adam>(net.parameters(), optim::AdamOptions{.lr = 1e-3, .weight_decay = 1e-4});
     schedule = std::make_unique<optim::StepLR>(*opt, 30, 0.5);
@@ -157,8 +157,8 @@ LOOM_GPU_TEST_CASE("a step that reads a value back cannot be captured: it runs e
   nn::Sequential net_a = nn::lenet5();
   manual_seed(3);
   nn::Sequential net_b = nn::lenet5();
-  net_a.to(Device::cuda());
-  net_b.to(Device::cuda());
+  net_a.to(testing::test_gpu());
+  net_b.to(testing::test_gpu());
   optim::SGD opt_a(net_a.parameters(), {.lr = 0.05, .momentum = 0.9});
   optim::SGD opt_b(net_b.parameters(), {.lr = 0.05, .momentum = 0.9});
   std::vector<double> seen;
@@ -186,22 +186,48 @@ LOOM_GPU_TEST_CASE("a step that reads a value back cannot be captured: it runs e
   for (size_t k = 0; k < a.size(); ++k) check_same_bits(a[k].second, b[k].second);
 }
 
-LOOM_GPU_TEST_CASE("a step that draws random numbers (dropout) runs eagerly: fresh masks every step") {
+// Dropout (default generator, and a generator of the model's own) inside a
+// captured step: each replay draws fresh masks, the same bits as eager steps
+// from the same generator states; the generators advance as eagerly.
+LOOM_GPU_TEST_CASE("dropout inside a captured step draws fresh masks, the eager steps' bits") {
+  NumericsGuard numerics({.precision = Precision::Tf32, .deterministic = true});
   std::vector<Batch> data = batches(8, 1, 6);
-  manual_seed(4);
-  nn::Sequential net(nn::Flatten(), nn::Dropout(0.5), nn::Linear(784, 10));
-  net.to(Device::cuda());
-  optim::SGD opt(net.parameters(), {.lr = 0.1});
-  optim::TrainStep step(
-      [&](const Tensor& x, const Tensor& y) { return std::vector<Tensor>{cross_entropy(net(x), y)}; },
-      opt);
-  std::vector<double> losses;
-  for (int i = 0; i < 4; ++i) losses.push_back(step(data[0].x, data[0].y)[0].item());
-  CHECK_FALSE(step.last_step_replayed());
-  CHECK(step.stats().captures == 0);
-  CHECK(step.fallback_reason().find("random numbers cannot be drawn inside a CUDA-graph capture") !=
-        std::string::npos);
-  CHECK(losses[2] != losses[3]);  // new masks (and new weights) each step
+  struct Dropping {
+    nn::Sequential net;
+    Generator own{99};
+    std::unique_ptr<optim::SGD> opt;
+    std::unique_ptr<optim::TrainStep> step;
+    explicit Dropping(bool graph) {
+      manual_seed(4);
+      net = nn::Sequential(nn::Flatten(), nn::Dropout(0.5), nn::Linear(784, 32), nn::ReLU(),
+                           nn::Linear(32, 10));
+      net.to(testing::test_gpu());
+      opt = std::make_unique<optim::SGD>(net.parameters(), optim::SgdOptions{.lr = 0.1});
+      step = std::make_unique<optim::TrainStep>(
+          [this](const Tensor& x, const Tensor& y) {
+            Tensor h = dropout(net(x), 0.3, true, &own);  // a generator of its own too
+            return std::vector<Tensor>{cross_entropy(h, y)};
+          },
+          *opt, optim::TrainStepOptions{.cuda_graph = graph});
+    }
+  };
+  std::vector<double> losses[2];
+  uint64_t offsets[2] = {0, 0}, own_offsets[2] = {0, 0};
+  for (int graph = 0; graph < 2; ++graph) {
+    Dropping run(graph == 1);
+    manual_seed(4);  // the same default-generator state for both runs
+    for (int i = 0; i < 6; ++i) losses[graph].push_back((*run.step)(data[0].x, data[0].y)[0].item());
+    if (graph == 1) {
+      CHECK(run.step->last_step_replayed());
+      CHECK(run.step->stats().replays >= 4);
+    }
+    offsets[graph] = default_generator().offset();
+    own_offsets[graph] = run.own.offset();
+  }
+  CHECK(losses[1] == losses[0]);
+  CHECK(offsets[1] == offsets[0]);
+  CHECK(own_offsets[1] == own_offsets[0]);
+  CHECK(losses[1][4] != losses[1][5]);  // new masks (and new weights) each replay
 }
 
 LOOM_GPU_TEST_CASE("a bad label inside a replayed step gives a NaN loss, not a crash") {
@@ -262,7 +288,7 @@ LOOM_GPU_TEST_CASE("an eager GPU step with a non-finite loss skips too; skip_non
     CAPTURE(skip);
     manual_seed(7);
     nn::Sequential net = nn::mnist_net();
-    net.to(Device::cuda());
+    net.to(testing::test_gpu());
     optim::SGD opt(net.parameters(), {.lr = 0.1, .momentum = 0.9});
     optim::TrainStep step(
         [&](const Tensor& x, const Tensor& y) { return std::vector<Tensor>{cross_entropy(net(x), y)}; },

@@ -35,15 +35,15 @@ struct Run {
   Run() {
     manual_seed(9);
     net = nn::mnist_net();
-    net.to(Device::cuda());
+    net.to(testing::test_gpu());
     net.to(MemoryFormat::ChannelsLast);
     opt = std::make_unique<optim::SGD>(net.parameters(), optim::SgdOptions{.lr = 0.01});
     step = std::make_unique<optim::TrainStep>(
         [this](const Tensor& xs, const Tensor& ys) { return std::vector<Tensor>{cross_entropy(net(xs), ys)}; },
         *opt);
     Generator gen(10);
-    x = randn({32, 1, 28, 28}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
-    y = randint(0, 10, {32}, {.dtype = DType::Int64}, &gen).to(Device::cuda());
+    x = randn({32, 1, 28, 28}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+    y = randint(0, 10, {32}, {.dtype = DType::Int64}, &gen).to(testing::test_gpu());
   }
 
   double loss() { return (*step)(x, y)[0].item(); }

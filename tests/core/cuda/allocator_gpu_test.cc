@@ -23,6 +23,9 @@ namespace {
 constexpr size_t kKiB = size_t{1} << 10;
 constexpr size_t kMiB = size_t{1} << 20;
 
+// The test GPU's index: these cases run with it current (tests:backend_device).
+int gpu() { return testing::test_gpu().index; }
+
 // Every case starts from an empty cache with fresh peaks and compares counters
 // as differences from here. Nothing may be live: earlier cases free everything.
 cuda::AllocatorStats fresh_stats() {
@@ -75,8 +78,8 @@ class SideStream {
 LOOM_GPU_TEST_CASE("allocated bytes return to zero, reserved bytes stay, peaks are tracked") {
   ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats before = fresh_stats();
-  void* small = cuda::allocate(1000, 0);
-  void* large = cuda::allocate(3 * kMiB, 0);
+  void* small = cuda::allocate(1000, gpu());
+  void* large = cuda::allocate(3 * kMiB, gpu());
   CHECK(reinterpret_cast<uintptr_t>(small) % cuda::kBlockGranularity == 0);
   cuda::AllocatorStats during = cuda::stats();
   // 1000 B rounds to 1 KiB in a 2 MiB segment; 3 MiB takes a whole 4 MiB segment.
@@ -100,10 +103,10 @@ LOOM_GPU_TEST_CASE("allocated bytes return to zero, reserved bytes stay, peaks a
 LOOM_GPU_TEST_CASE("the same size again is a cache hit: no cudaMalloc per step") {
   ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats before = fresh_stats();
-  void* first = cuda::allocate(5 * kMiB, 0);
+  void* first = cuda::allocate(5 * kMiB, gpu());
   cuda::deallocate(first);
   for (int step = 0; step < 10; ++step) {
-    void* again = cuda::allocate(5 * kMiB, 0);
+    void* again = cuda::allocate(5 * kMiB, gpu());
     CHECK(again == first);
     cuda::deallocate(again);
   }
@@ -120,9 +123,9 @@ LOOM_GPU_TEST_CASE("tensor steps after the first one reuse cached memory and kee
   cuda::AllocatorStats warm;
   for (int step = 0; step < 5; ++step) {
     if (step == 1) warm = cuda::stats();
-    Tensor x = host.to(Device::cuda());
+    Tensor x = host.to(testing::test_gpu());
     Tensor nhwc = x.contiguous(MemoryFormat::ChannelsLast);
-    Tensor filler = full({7, 1000}, 2.5, {.device = Device::cuda()});
+    Tensor filler = full({7, 1000}, 2.5, {.device = testing::test_gpu()});
     CHECK_CLOSE(nhwc.cpu(), host, 0, 0);
     CHECK(filler.at({6, 999}) == 2.5);
   }
@@ -135,15 +138,15 @@ LOOM_GPU_TEST_CASE("tensor steps after the first one reuse cached memory and kee
 LOOM_GPU_TEST_CASE("blocks split from one segment and merge back when freed") {
   ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats before = fresh_stats();
-  void* a = cuda::allocate(512 * kKiB, 0);
-  void* b = cuda::allocate(512 * kKiB, 0);
-  void* c = cuda::allocate(512 * kKiB, 0);
+  void* a = cuda::allocate(512 * kKiB, gpu());
+  void* b = cuda::allocate(512 * kKiB, gpu());
+  void* c = cuda::allocate(512 * kKiB, gpu());
   CHECK(as_bytes(b) == as_bytes(a) + 512 * kKiB);
   CHECK(as_bytes(c) == as_bytes(b) + 512 * kKiB);
   cuda::deallocate(a);
   cuda::deallocate(b);
   // Only the merged a+b holds 1 MiB; the segment's untouched rest is 512 KiB.
-  void* merged = cuda::allocate(kMiB, 0);
+  void* merged = cuda::allocate(kMiB, gpu());
   CHECK(merged == a);
   CHECK(cuda::stats().num_cuda_mallocs - before.num_cuda_mallocs == 1);
   cuda::deallocate(merged);
@@ -159,7 +162,7 @@ LOOM_GPU_TEST_CASE("empty_cache returns reserved memory to the driver") {
   cuda::AllocatorStats before = fresh_stats();
   std::vector<void*> blocks;
   for (size_t bytes : {size_t{100}, 300 * kKiB, 2 * kMiB, 9 * kMiB + 7}) {
-    blocks.push_back(cuda::allocate(bytes, 0));
+    blocks.push_back(cuda::allocate(bytes, gpu()));
   }
   for (void* block : blocks) cuda::deallocate(block);
   cuda::AllocatorStats cached = cuda::stats();
@@ -175,14 +178,15 @@ LOOM_GPU_TEST_CASE("an impossible allocation is a typed error and the process go
   ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
   size_t huge = size_t{1} << 40;
-  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(huge, 0), OutOfMemoryError,
-                             "tried to allocate 1099511627776 bytes (1.00 TiB) on cuda:0");
-  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(huge, 0), OutOfMemoryError, "reserved from the driver");
+  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(huge, gpu()), OutOfMemoryError,
+                             "tried to allocate 1099511627776 bytes (1.00 TiB) on " +
+                                 testing::test_gpu().str());
+  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(huge, gpu()), OutOfMemoryError, "reserved from the driver");
   CHECK(cudaGetLastError() == cudaSuccess);  // the failed cudaMalloc left no error behind
   // 2^40 floats through a tensor: 4 TiB.
-  CHECK_THROWS_WITH_FRAGMENT(empty({int64_t{1} << 40}, {.device = Device::cuda()}),
+  CHECK_THROWS_WITH_FRAGMENT(empty({int64_t{1} << 40}, {.device = testing::test_gpu()}),
                              OutOfMemoryError, "4398046511104 bytes");
-  Tensor after = ones({1024}, {.device = Device::cuda()});
+  Tensor after = ones({1024}, {.device = testing::test_gpu()});
   CHECK(after.at({1023}) == 1.0);
   CHECK(cuda::stats().allocated_bytes == 4 * kKiB);
 }
@@ -195,17 +199,17 @@ LOOM_GPU_TEST_CASE("out of memory at half the free memory twice, then free and r
   LOOM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   // A little over half, so that two never fit whatever the rounding.
   size_t half = free_bytes / 2 + cuda::kSegmentGranularity;
-  void* a = cuda::allocate(half, 0);
-  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(half, 0), OutOfMemoryError, "free of");
+  void* a = cuda::allocate(half, gpu());
+  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(half, gpu()), OutOfMemoryError, "free of");
   cuda::deallocate(a);
   cuda::AllocatorStats cached = cuda::stats();
-  void* b = cuda::allocate(half, 0);  // a's cached block, no cudaMalloc
+  void* b = cuda::allocate(half, gpu());  // a's cached block, no cudaMalloc
   CHECK(b == a);
   CHECK(cuda::stats().num_cuda_mallocs == cached.num_cuda_mallocs);
   cuda::deallocate(b);
   // Bigger than the cached block: the first cudaMalloc fails while a's segment is
   // cached, so the allocator must give it back and retry.
-  void* c = cuda::allocate(half + 64 * kMiB, 0);
+  void* c = cuda::allocate(half + 64 * kMiB, gpu());
   CHECK(c != nullptr);
   cuda::AllocatorStats after = cuda::stats();
   CHECK(after.num_cuda_frees - cached.num_cuda_frees == 1);
@@ -219,17 +223,17 @@ LOOM_GPU_TEST_CASE("out of memory at half the free memory twice, then free and r
 LOOM_GPU_TEST_CASE("pass-through mode makes one cudaMalloc and one cudaFree per block") {
   ModeGuard caching(cuda::AllocatorMode::Caching);  // whatever LOOM_CUDA_ALLOCATOR says
   cuda::AllocatorStats before = fresh_stats();
-  void* cached_block = cuda::allocate(1000, 0);  // made while caching: freed into the cache
+  void* cached_block = cuda::allocate(1000, gpu());  // made while caching: freed into the cache
   ModeGuard mode(cuda::AllocatorMode::Passthrough);
-  void* a = cuda::allocate(1000, 0);
+  void* a = cuda::allocate(1000, gpu());
   cuda::AllocatorStats during = cuda::stats();
   CHECK(during.allocated_bytes == kKiB + 1000);  // exact size, no rounding
   CHECK(during.reserved_bytes == 2 * kMiB + 1000);
   cuda::deallocate(a);
   cuda::deallocate(cached_block);
-  void* b = cuda::allocate(1000, 0);
+  void* b = cuda::allocate(1000, gpu());
   cuda::deallocate(b);
-  Tensor x = arange(int64_t{1000}).to(Device::cuda());
+  Tensor x = arange(int64_t{1000}).to(testing::test_gpu());
   CHECK_CLOSE(x.cpu(), arange(int64_t{1000}), 0, 0);
   x = Tensor();
   cuda::AllocatorStats after = cuda::stats();
@@ -245,7 +249,7 @@ LOOM_GPU_TEST_CASE("a pointer the allocator did not hand out is a ValueError") {
   fresh_stats();
   int host_value = 0;
   CHECK_THROWS_WITH_FRAGMENT(cuda::deallocate(&host_value), ValueError, "not a live allocation");
-  void* block = cuda::allocate(64, 0);
+  void* block = cuda::allocate(64, gpu());
   cuda::deallocate(block);
   CHECK_THROWS_WITH_FRAGMENT(cuda::deallocate(block), ValueError, "freed twice");
 }
@@ -254,7 +258,7 @@ LOOM_GPU_TEST_CASE("memory freed during a capture is never handed to eager alloc
   ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   cuda::AllocatorStats base = fresh_stats();
   SideStream side;
-  void* eager = cuda::allocate(kMiB, 0);  // general pool; freed inside the capture
+  void* eager = cuda::allocate(kMiB, gpu());  // general pool; freed inside the capture
   void* temp = nullptr;
   void* out = nullptr;
   cudaGraph_t graph = nullptr;
@@ -262,14 +266,14 @@ LOOM_GPU_TEST_CASE("memory freed during a capture is never handed to eager alloc
   {
     cuda::CaptureScope scope;
     LOOM_CUDA_CHECK(cudaStreamBeginCapture(side.get(), cudaStreamCaptureModeRelaxed));
-    temp = cuda::allocate(kMiB, 0);
+    temp = cuda::allocate(kMiB, gpu());
     LOOM_CUDA_CHECK(cudaMemsetAsync(temp, 1, kMiB, side.get()));
     cuda::deallocate(temp);
-    void* again = cuda::allocate(kMiB, 0);
+    void* again = cuda::allocate(kMiB, gpu());
     CHECK(again == temp);  // reused inside the capture, in stream order
     LOOM_CUDA_CHECK(cudaMemsetAsync(again, 2, kMiB, side.get()));
     cuda::deallocate(again);
-    out = cuda::allocate(4 * kKiB, 0);  // the graph's output, kept after capture
+    out = cuda::allocate(4 * kKiB, gpu());  // the graph's output, kept after capture
     LOOM_CUDA_CHECK(cudaMemsetAsync(out, 0x7f, 4 * kKiB, side.get()));
     cuda::deallocate(eager);
     LOOM_CUDA_CHECK(cudaStreamEndCapture(side.get(), &graph));
@@ -286,7 +290,7 @@ LOOM_GPU_TEST_CASE("memory freed during a capture is never handed to eager alloc
   // Eager work of the same sizes gets neither the private pool's blocks nor the
   // eager block the capture freed (an allocator that cached them would return them).
   std::vector<void*> eager_blocks;
-  for (int i = 0; i < 3; ++i) eager_blocks.push_back(cuda::allocate(kMiB, 0));
+  for (int i = 0; i < 3; ++i) eager_blocks.push_back(cuda::allocate(kMiB, gpu()));
   for (void* block : eager_blocks) {
     CHECK_FALSE(overlaps(block, kMiB, temp, kMiB));
     CHECK_FALSE(overlaps(block, kMiB, eager, kMiB));
@@ -312,11 +316,11 @@ LOOM_GPU_TEST_CASE("allocating on a capturing stream outside a CaptureScope is r
   ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
   SideStream side;
-  void* scratch = cuda::allocate(1024, 0);  // gives the graph one node
+  void* scratch = cuda::allocate(1024, gpu());  // gives the graph one node
   cuda::AllocatorStats before = cuda::stats();
   LOOM_CUDA_CHECK(cudaStreamBeginCapture(side.get(), cudaStreamCaptureModeRelaxed));
   LOOM_CUDA_CHECK(cudaMemsetAsync(scratch, 0, 1024, side.get()));
-  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(1024, 0), CudaError, "outside a cuda::CaptureScope");
+  CHECK_THROWS_WITH_FRAGMENT(cuda::allocate(1024, gpu()), CudaError, "outside a cuda::CaptureScope");
   cudaGraph_t graph = nullptr;
   LOOM_CUDA_CHECK(cudaStreamEndCapture(side.get(), &graph));
   LOOM_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -334,7 +338,7 @@ LOOM_GPU_TEST_CASE("a capture pool is shared between scopes and released once pe
     pool = scope.pool();
     CHECK_THROWS_WITH_FRAGMENT(cuda::CaptureScope(), ValueError, "do not nest");
     CHECK_THROWS_WITH_FRAGMENT(cuda::release_capture_pool(pool), ValueError, "still open");
-    first = cuda::allocate(kMiB, 0);
+    first = cuda::allocate(kMiB, gpu());
     cuda::deallocate(first);
     CHECK(cuda::stats().reserved_bytes == 2 * kMiB);
     cuda::empty_cache();  // refused while a scope is open
@@ -342,12 +346,12 @@ LOOM_GPU_TEST_CASE("a capture pool is shared between scopes and released once pe
   }
   {
     cuda::CaptureScope shared(pool);
-    void* again = cuda::allocate(kMiB, 0);
+    void* again = cuda::allocate(kMiB, gpu());
     CHECK(again == first);
     cuda::deallocate(again);
   }
   cuda::release_capture_pool(pool);  // the first graph; the second still uses the pool
-  void* eager = cuda::allocate(kMiB, 0);
+  void* eager = cuda::allocate(kMiB, gpu());
   CHECK_FALSE(overlaps(eager, kMiB, first, kMiB));
   cuda::deallocate(eager);
   cuda::AllocatorStats before_last = cuda::stats();

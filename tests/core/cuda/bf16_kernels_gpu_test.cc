@@ -48,11 +48,11 @@ Tensor rounded_randn(const Shape& sizes, DType half, Generator& gen, double shif
 }
 
 // The device copy of a CPU float32 tensor, stored as `half`.
-Tensor on_gpu(const Tensor& cpu, DType half) { return cpu.to(Device::cuda()).to(half); }
+Tensor on_gpu(const Tensor& cpu, DType half) { return cpu.to(testing::test_gpu()).to(half); }
 
 // A dense output of `sizes` in `half` on the GPU, poisoned with NaN.
 Tensor poisoned(const Shape& sizes, DType half, MemoryFormat format = MemoryFormat::Contiguous) {
-  return empty(sizes, {.dtype = half, .device = Device::cuda(), .memory_format = format}).fill_(kNaN);
+  return empty(sizes, {.dtype = half, .device = testing::test_gpu(), .memory_format = format}).fill_(kNaN);
 }
 
 struct Layout {
@@ -145,7 +145,7 @@ LOOM_GPU_TEST_CASE("bf16 kernels: reductions accumulate in fp32 over every layou
     }
     Shape keep = {2, 3, 5, 1};
     Tensor values = poisoned(keep, DType::BFloat16), values_ref = empty(keep);
-    Tensor indices = empty(keep, {.dtype = DType::Int64, .device = Device::cuda()});
+    Tensor indices = empty(keep, {.dtype = DType::Int64, .device = testing::test_gpu()});
     Tensor indices_ref = empty(keep, {.dtype = DType::Int64});
     cpu::max_along(values_ref.strided(), indices_ref.strided(), x.strided(), 3);
     cuda::max_along(values.strided(), indices.strided(), xg.strided(), 3);
@@ -165,7 +165,7 @@ LOOM_GPU_TEST_CASE("bf16 kernels: pooling and batch-norm inference, NCHW and cha
     Tensor xg = on_gpu(x, DType::BFloat16);
     const Shape y_sizes = {2, 8, 5, 5};
     Tensor y = poisoned(y_sizes, DType::BFloat16, format), y_ref = empty(y_sizes);
-    Tensor idx = empty(y_sizes, {.dtype = DType::Int64, .device = Device::cuda()});
+    Tensor idx = empty(y_sizes, {.dtype = DType::Int64, .device = testing::test_gpu()});
     Tensor idx_ref = empty(y_sizes, {.dtype = DType::Int64});
     cpu::max_pool2d_forward(y_ref.strided(), idx_ref.strided(), x.strided(), params);
     cuda::max_pool2d_forward(y.strided(), idx.strided(), xg.strided(), params);
@@ -186,7 +186,7 @@ LOOM_GPU_TEST_CASE("bf16 kernels: pooling and batch-norm inference, NCHW and cha
     Tensor bn = poisoned(x.sizes(), DType::BFloat16, format), bn_ref = empty(x.sizes());
     cpu::batch_norm_forward(bn_ref.strided(), x.strided(), mean.strided(), invstd.strided(),
                             w.strided(), b.strided());
-    auto gpu = [](const Tensor& t) { return t.to(Device::cuda()); };
+    auto gpu = [](const Tensor& t) { return t.to(testing::test_gpu()); };
     cuda::batch_norm_forward(bn.strided(), xg.strided(), gpu(mean).strided(),
                              gpu(invstd).strided(), gpu(w).strided(), gpu(b).strided());
     CHECK_CLOSE(bn.to(DType::Float32).cpu(), bn_ref, kRtol, 1e-4);

@@ -77,11 +77,11 @@ Guarded guarded(const Tensor& values, DType dtype, MemoryFormat format, Generato
   Shape base_sizes = values.sizes();
   base_sizes[0] += 2;
   Tensor base = randn(base_sizes, {.dtype = DType::Float64}, &gen)
-                    .to(Device::cuda())
+                    .to(testing::test_gpu())
                     .to(dtype)
                     .contiguous(format);
   Tensor y = base.slice(0, 1, values.size(0) + 1);
-  y.copy_(values.to(Device::cuda()));
+  y.copy_(values.to(testing::test_gpu()));
   return {base, y};
 }
 
@@ -119,7 +119,7 @@ void check_bias_add(const Case& k, DType dtype, DType bias_dtype, Generator& gen
   Tensor bias = representable(randn({k.sizes[1]}, {.dtype = DType::Float64}, &gen), bias_dtype);
   Guarded g = guarded(values, dtype, k.format, gen);
   Tensor base_before = g.base.to(DType::Float64).cpu();
-  cuda::add_channel_bias(g.y.strided(), bias.to(Device::cuda()).to(bias_dtype).strided());
+  cuda::add_channel_bias(g.y.strided(), bias.to(testing::test_gpu()).to(bias_dtype).strided());
   Tensor expected = as_tensor(biased(values, bias), k.sizes);
   Tensor actual = g.y.to(DType::Float64).cpu();
   if (dtype == DType::Float64) {
@@ -134,7 +134,7 @@ void check_bias_add(const Case& k, DType dtype, DType bias_dtype, Generator& gen
 
 // db in db_dtype after channel_sum of dy, db poisoned first.
 Tensor gpu_channel_sum(const Tensor& dy_gpu, DType db_dtype) {
-  Tensor db = empty({dy_gpu.size(1)}, {.dtype = db_dtype, .device = Device::cuda()}).fill_(kNaN);
+  Tensor db = empty({dy_gpu.size(1)}, {.dtype = db_dtype, .device = testing::test_gpu()}).fill_(kNaN);
   cuda::channel_sum(db.strided(), dy_gpu.strided());
   return db;
 }
@@ -142,7 +142,7 @@ Tensor gpu_channel_sum(const Tensor& dy_gpu, DType db_dtype) {
 void check_integer_sum(const Case& k, DType dtype, DType db_dtype, Generator& gen) {
   INFO(name_of(k, dtype) << " db " << dtype_name(db_dtype));
   Tensor values = randint(-8, 9, k.sizes, {.dtype = DType::Int64}, &gen).to(DType::Float64);
-  Tensor dy = values.to(Device::cuda()).to(dtype).contiguous(k.format);
+  Tensor dy = values.to(testing::test_gpu()).to(dtype).contiguous(k.format);
   Tensor db = gpu_channel_sum(dy, db_dtype).to(DType::Float64).cpu();
   Tensor expected = representable(as_tensor(channel_sums(values), {k.sizes[1]}), db_dtype);
   CHECK_CLOSE(db, expected, 0, 0);
@@ -159,10 +159,10 @@ void check_relu_grad_sum(const Case& k, DType dtype, DType db_dtype, Generator& 
   std::vector<double> g_list(dy_list.size());
   for (size_t i = 0; i < g_list.size(); ++i) g_list[i] = y_list[i] > 0 ? dy_list[i] : 0.0;
   const Tensor g_expected = as_tensor(g_list, k.sizes);
-  Tensor dy = dy_values.to(Device::cuda()).to(dtype).contiguous(k.format);
-  Tensor y = as_tensor(y_list, k.sizes).to(Device::cuda()).to(dtype).contiguous(k.format);
+  Tensor dy = dy_values.to(testing::test_gpu()).to(dtype).contiguous(k.format);
+  Tensor y = as_tensor(y_list, k.sizes).to(testing::test_gpu()).to(dtype).contiguous(k.format);
   Tensor g = empty_like(dy).fill_(kNaN);
-  Tensor db = empty({k.sizes[1]}, {.dtype = db_dtype, .device = Device::cuda()}).fill_(kNaN);
+  Tensor db = empty({k.sizes[1]}, {.dtype = db_dtype, .device = testing::test_gpu()}).fill_(kNaN);
   cuda::relu_grad_sum(g.strided(), db.strided(), dy.strided(), y.strided());
   CHECK(g.strides() == dy.strides());
   CHECK_CLOSE(g.to(DType::Float64).cpu(), g_expected, 0, 0);
@@ -187,10 +187,10 @@ void for_every_case(Generator& gen, Check check) {
 LOOM_GPU_TEST_CASE("relu_grad_sum masks dy by y > 0 and sums it per channel, exactly") {
   Generator gen(16);
   for_every_case(gen, check_relu_grad_sum);
-  const Tensor dy = zeros({4, 3}, {.device = Device::cuda()});
-  const Tensor db = zeros({3}, {.device = Device::cuda()});
+  const Tensor dy = zeros({4, 3}, {.device = testing::test_gpu()});
+  const Tensor db = zeros({3}, {.device = testing::test_gpu()});
   CHECK_THROWS_WITH_FRAGMENT(cuda::relu_grad_sum(dy.strided(), db.strided(), dy.strided(),
-                                                 zeros({4, 3}, {.dtype = DType::Float64, .device = Device::cuda()}).strided()),
+                                                 zeros({4, 3}, {.dtype = DType::Float64, .device = testing::test_gpu()}).strided()),
                              ValueError, "g and y must have dy's dtype, sizes and strides");
 }
 
@@ -214,7 +214,7 @@ LOOM_GPU_TEST_CASE("channel_sum matches cpu::conv2d_bgrad on normal values") {
         Tensor dy = randn(sizes, {.dtype = dtype}, &gen);
         Tensor expected = empty({sizes[1]}, {.dtype = dtype});
         cpu::conv2d_bgrad(expected.strided(), dy.strided());
-        Tensor db = gpu_channel_sum(dy.to(Device::cuda()).contiguous(format), dtype).cpu();
+        Tensor db = gpu_channel_sum(dy.to(testing::test_gpu()).contiguous(format), dtype).cpu();
         const double r = static_cast<double>(dy.numel() / sizes[1]);
         if (dtype == DType::Float64) {
           CHECK_CLOSE(db, expected, 1e-12, 1e-15 * r);
@@ -229,7 +229,7 @@ LOOM_GPU_TEST_CASE("channel_sum matches cpu::conv2d_bgrad on normal values") {
 LOOM_GPU_TEST_CASE("channel_sum gives the same bits on every run") {
   Generator gen(14);
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
-    Tensor dy = randn({3, 33, 100003, 1}, {}, &gen).to(Device::cuda()).contiguous(format);
+    Tensor dy = randn({3, 33, 100003, 1}, {}, &gen).to(testing::test_gpu()).contiguous(format);
     std::vector<float> first = gpu_channel_sum(dy, DType::Float32).to_vector<float>();
     std::vector<float> second = gpu_channel_sum(dy, DType::Float32).to_vector<float>();
     CHECK(first == second);
@@ -237,16 +237,16 @@ LOOM_GPU_TEST_CASE("channel_sum gives the same bits on every run") {
 }
 
 LOOM_GPU_TEST_CASE("channel_sum of an empty batch is zero; empty y is left alone") {
-  Tensor dy = empty({0, 5, 3, 3}, {.device = Device::cuda()});
+  Tensor dy = empty({0, 5, 3, 3}, {.device = testing::test_gpu()});
   CHECK_CLOSE(gpu_channel_sum(dy, DType::Float32).cpu(), zeros({5}), 0, 0);
-  Tensor y = empty({0, 5}, {.device = Device::cuda()});
-  Tensor b = ones({5}, {.device = Device::cuda()});
+  Tensor y = empty({0, 5}, {.device = testing::test_gpu()});
+  Tensor b = ones({5}, {.device = testing::test_gpu()});
   CHECK_NOTHROW(cuda::add_channel_bias(y.strided(), b.strided()));
 }
 
 LOOM_GPU_TEST_CASE("the bias kernels refuse operands that are not dense") {
-  Tensor y = zeros({4, 3, 6, 5}, {.device = Device::cuda()}).slice(3, 0, 5, 2);
-  Tensor b = zeros({3}, {.device = Device::cuda()});
+  Tensor y = zeros({4, 3, 6, 5}, {.device = testing::test_gpu()}).slice(3, 0, 5, 2);
+  Tensor b = zeros({3}, {.device = testing::test_gpu()});
   CHECK_THROWS_WITH_FRAGMENT(cuda::add_channel_bias(y.strided(), b.strided()), ValueError,
                              "[add_channel_bias] expects");
   CHECK_THROWS_WITH_FRAGMENT(cuda::channel_sum(b.strided(), y.strided()), ValueError,

@@ -167,7 +167,7 @@ void check_case(const MatmulCase& c, DType dtype, Tolerance tol, Generator& gen)
   Tensor a_stored = randn(c.a.stored, options, &gen), b_stored = randn(c.b.stored, options, &gen);
   Side host{c.a.view(a_stored), c.b.view(b_stored), {}, {}, {}};
   Side dev{
-      c.a.view(a_stored.to(Device::cuda())), c.b.view(b_stored.to(Device::cuda())), {}, {}, {}};
+      c.a.view(a_stored.to(testing::test_gpu())), c.b.view(b_stored.to(testing::test_gpu())), {}, {}, {}};
   const Shape batch = broadcast_shapes(batch_of(host.a), batch_of(host.b), "test");
   const int64_t m = host.a.dim() == 1 ? 1 : host.a.size(-2);
   const int64_t n = host.b.dim() == 1 ? 1 : host.b.size(-1);
@@ -176,14 +176,14 @@ void check_case(const MatmulCase& c, DType dtype, Tolerance tol, Generator& gen)
   y_sizes.push_back(n);
   Tensor dy = randn(y_sizes, options, &gen);
   host.y = zeros(y_sizes, options);
-  dev.y = full(y_sizes, NAN, {.dtype = dtype, .device = Device::cuda()});
+  dev.y = full(y_sizes, NAN, {.dtype = dtype, .device = testing::test_gpu()});
   host.da = randn(host.a.sizes(), options, &gen);
   host.db = randn(host.b.sizes(), options, &gen);
-  dev.da = host.da.to(Device::cuda());
-  dev.db = host.db.to(Device::cuda());
+  dev.da = host.da.to(testing::test_gpu());
+  dev.db = host.db.to(testing::test_gpu());
 
   run_side(host, dy, batch, cpu::matmul, cpu_ready);
-  run_side(dev, dy.to(Device::cuda()), batch, cuda::matmul, as_is);
+  run_side(dev, dy.to(testing::test_gpu()), batch, cuda::matmul, as_is);
   check_near(dev.y, host.y, tol);
   check_near(dev.da, host.da, tol);
   check_near(dev.db, host.db, tol);
@@ -220,13 +220,13 @@ LOOM_GPU_TEST_CASE("cuBLAS matmul writes transposed and strided outputs in place
   Tensor a = randn({3, 6, 5}, {}, &gen), b = randn({3, 5, 4}, {}, &gen);
   Tensor ref = zeros({3, 6, 4});
   cpu::matmul(ref.strided(), a.strided(), b.strided());
-  Tensor ga = a.to(Device::cuda()), gb = b.to(Device::cuda());
+  Tensor ga = a.to(testing::test_gpu()), gb = b.to(testing::test_gpu());
   // c stored (B, N, M): column-major matrices.
-  Tensor c_t = full({3, 4, 6}, NAN, {.device = Device::cuda()}).transpose(1, 2);
+  Tensor c_t = full({3, 4, 6}, NAN, {.device = testing::test_gpu()}).transpose(1, 2);
   cuda::matmul(c_t.strided(), ga.strided(), gb.strided());
   CHECK_CLOSE(c_t.cpu(), ref, 1e-5, 1e-5);
   // c every other column of a wider tensor: computed densely, then copied in.
-  Tensor wide = full({3, 6, 8}, NAN, {.device = Device::cuda()});
+  Tensor wide = full({3, 6, 8}, NAN, {.device = testing::test_gpu()});
   Tensor c_step = wide.slice(2, 0, 8, 2);
   cuda::matmul(c_step.strided(), ga.strided(), gb.strided());
   CHECK_CLOSE(c_step.cpu(), ref, 1e-5, 1e-5);
@@ -234,9 +234,9 @@ LOOM_GPU_TEST_CASE("cuBLAS matmul writes transposed and strided outputs in place
 }
 
 LOOM_GPU_TEST_CASE("an empty inner dim zeroes c, or leaves it alone when accumulating") {
-  Tensor a = empty({3, 0}, {.device = Device::cuda()}),
-         b = empty({0, 4}, {.device = Device::cuda()});
-  Tensor c = full({3, 4}, NAN, {.device = Device::cuda()});
+  Tensor a = empty({3, 0}, {.device = testing::test_gpu()}),
+         b = empty({0, 4}, {.device = testing::test_gpu()});
+  Tensor c = full({3, 4}, NAN, {.device = testing::test_gpu()});
   cuda::matmul(c.strided(), a.strided(), b.strided());
   CHECK(testing::values(c) == std::vector<double>(12, 0.0));
   c.fill_(2.5);

@@ -72,7 +72,7 @@ void check_scaled(const Tensor& actual, const Tensor& expected, double tol) {
 // Normal float32 CPU values, each exact in dtype, so that every precision sees
 // the same inputs (rounded on the GPU: the CPU holds no 16-bit tensors).
 Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
-  return randn(sizes, {}, &gen).to(Device::cuda()).to(dtype).to(DType::Float32).cpu();
+  return randn(sizes, {}, &gen).to(testing::test_gpu()).to(dtype).to(DType::Float32).cpu();
 }
 
 // Returns false, checking nothing, for a case the kernels decline (too many
@@ -93,13 +93,13 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   cpu::conv2d_forward(y_ref.strided(), x64.strided(), w64.strided(), nullptr, p);
   cpu::conv2d_wgrad(dw_ref.strided(), dy64.strided(), x64.strided(), p);
 
-  auto on_gpu = [&](const Tensor& t) { return t.to(Device::cuda()).to(dtype).contiguous(format); };
+  auto on_gpu = [&](const Tensor& t) { return t.to(testing::test_gpu()).to(dtype).contiguous(format); };
   const Tensor xg = on_gpu(x), wg = on_gpu(w), dyg = on_gpu(dy);
   if (!cuda::conv_small_supported(xg.strided(), wg.strided(), p)) return false;
-  const Tensor y = full(y_ref.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
-  const Tensor dw = full(w.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
+  const Tensor y = full(y_ref.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
+  const Tensor dw = full(w.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
   const Tensor scratch = full({cuda::conv_small_wgrad_scratch(dyg.strided(), dw.strided())}, 1e30,
-                              {.device = Device::cuda()});
+                              {.device = testing::test_gpu()});
   cuda::conv_small_forward(y.strided(), xg.strided(), wg.strided(), p);
   cuda::conv_small_wgrad(dw.strided(), dyg.strided(), xg.strided(), p, scratch.strided());
   const double tol = dtype == DType::Float32 ? 1e-5 : 8e-3;
@@ -108,7 +108,7 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   if (cuda::conv_small_dgrad_supported(dyg.strided(), wg.strided(), p)) {
     Tensor dx_ref = empty(x.sizes(), {.dtype = DType::Float64});
     cpu::conv2d_dgrad(dx_ref.strided(), dy64.strided(), w64.strided(), p);
-    const Tensor dx = full(x.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
+    const Tensor dx = full(x.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
     cuda::conv_small_dgrad(dx.strided(), dyg.strided(), wg.strided(), p);
     check_scaled(dx, dx_ref, tol);
   } else {
@@ -119,8 +119,8 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
     // of a longer tensor (stride 2): dw keeps its bits, db matches the CPU.
     Tensor db_ref = empty({c.K}, {.dtype = DType::Float64});
     cpu::conv2d_bgrad(db_ref.strided(), dy64.strided());
-    const Tensor dw2 = full(w.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
-    const Tensor db_long = full({2 * c.K}, 1e30, {.dtype = dtype, .device = Device::cuda()});
+    const Tensor dw2 = full(w.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
+    const Tensor db_long = full({2 * c.K}, 1e30, {.dtype = dtype, .device = testing::test_gpu()});
     const Tensor db = db_long.slice(0, 0, 2 * c.K, 2);
     cuda::conv_small_wgrad(dw2.strided(), dyg.strided(), xg.strided(), p, scratch.strided(), db.strided());
     CHECK(testing::values(dw2.to(DType::Float32).cpu()) == testing::values(dw.to(DType::Float32).cpu()));
@@ -207,11 +207,11 @@ LOOM_GPU_TEST_CASE("the small-channel forward adds a bias and applies ReLU befor
         const Strided b_view = b64.strided();
         cpu::conv2d_forward(y_ref.strided(), x.to(DType::Float64).strided(), w.to(DType::Float64).strided(),
                             &b_view, p, /*relu=*/true);
-        const Tensor xg = x.to(Device::cuda()).to(dtype).contiguous(format);
-        const Tensor wg = w.to(Device::cuda()).to(dtype).contiguous(format);
-        const Tensor bg = b_long.to(Device::cuda()).to(dtype).slice(0, 0, 2 * K, 2);
+        const Tensor xg = x.to(testing::test_gpu()).to(dtype).contiguous(format);
+        const Tensor wg = w.to(testing::test_gpu()).to(dtype).contiguous(format);
+        const Tensor bg = b_long.to(testing::test_gpu()).to(dtype).slice(0, 0, 2 * K, 2);
         REQUIRE(cuda::conv_small_supported(xg.strided(), wg.strided(), p));
-        const Tensor y = full(y_ref.sizes(), 1e30, {.dtype = dtype, .device = Device::cuda()}).contiguous(format);
+        const Tensor y = full(y_ref.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
         cuda::conv_small_forward(y.strided(), xg.strided(), wg.strided(), p,
                                  {.bias = bg.strided(), .relu = true});
         check_scaled(y, y_ref, dtype == DType::Float32 ? 1e-5 : 8e-3);
@@ -225,8 +225,8 @@ LOOM_GPU_TEST_CASE("the small-channel forward adds a bias and applies ReLU befor
 LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built for") {
   const cpu::ConvParams plain{};
   auto supported = [](const Shape& x, const Shape& w, DType dtype, const cpu::ConvParams& p) {
-    const Tensor xt = empty(x, {.dtype = dtype, .device = Device::cuda()});
-    const Tensor wt = empty(w, {.dtype = dtype, .device = Device::cuda()});
+    const Tensor xt = empty(x, {.dtype = dtype, .device = testing::test_gpu()});
+    const Tensor wt = empty(w, {.dtype = dtype, .device = testing::test_gpu()});
     return cuda::conv_small_supported(xt.strided(), wt.strided(), p);
   };
   CHECK(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float32, plain));
@@ -242,7 +242,7 @@ LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built f
   // The bias gradient rides along with up to one channel per thread of a
   // weight-gradient block: 224 threads for this filter, 256 for a 1x1x1 one.
   auto takes_bias = [](const Shape& w) {
-    return cuda::conv_small_wgrad_takes_bias(empty(w, {.device = Device::cuda()}).strided());
+    return cuda::conv_small_wgrad_takes_bias(empty(w, {.device = testing::test_gpu()}).strided());
   };
   CHECK(takes_bias({128, 3, 3, 3}));
   CHECK(supported({2, 1, 8, 8}, {1024, 1, 1, 1}, DType::Float32, plain));
@@ -259,9 +259,9 @@ LOOM_GPU_TEST_CASE("conv2d's bias gradient is summed on its own where the small 
   const Tensor y_ref = conv2d(x0, w_ref, b_ref);
   const Tensor dy = randn(y_ref.sizes(), {}, &gen);
   y_ref.backward(dy);
-  Tensor w = leaf(w0.to(Device::cuda())), b = leaf(b0.to(Device::cuda()));
-  const Tensor y = conv2d(x0.to(Device::cuda()), w, b);
-  y.backward(dy.to(Device::cuda()).contiguous(y.suggest_memory_format()));
+  Tensor w = leaf(w0.to(testing::test_gpu())), b = leaf(b0.to(testing::test_gpu()));
+  const Tensor y = conv2d(x0.to(testing::test_gpu()), w, b);
+  y.backward(dy.to(testing::test_gpu()).contiguous(y.suggest_memory_format()));
   check_scaled(y, y_ref, 1e-5);
   check_scaled(w.grad(), w_ref.grad(), 1e-5);
   check_scaled(b.grad(), b_ref.grad(), 1e-5);
@@ -283,9 +283,9 @@ LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, a
         y_ref.backward(dy);
 
         const SettingScope scope(s);
-        Tensor x = leaf(x0.to(Device::cuda())), w = leaf(w0.to(Device::cuda()));
+        Tensor x = leaf(x0.to(testing::test_gpu())), w = leaf(w0.to(testing::test_gpu()));
         const Tensor y = conv2d(x, w, Tensor(), options);
-        y.backward(dy.to(Device::cuda()).to(y.dtype()).contiguous(y.suggest_memory_format()));
+        y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(y.suggest_memory_format()));
         check_scaled(y.to(DType::Float32), y_ref, s.tol);
         check_scaled(x.grad(), x_ref.grad(), s.tol);
         check_scaled(w.grad(), w_ref.grad(), s.tol);
@@ -311,10 +311,10 @@ LOOM_GPU_TEST_CASE("conv2d_bias_relu on each path LOOM_CONV_SMALL names matches 
         y_ref.backward(dy);
 
         const SettingScope scope(s);
-        Tensor x = leaf(x0.to(Device::cuda())), w = leaf(w0.to(Device::cuda())),
-               b = leaf(b0.to(Device::cuda()));
+        Tensor x = leaf(x0.to(testing::test_gpu())), w = leaf(w0.to(testing::test_gpu())),
+               b = leaf(b0.to(testing::test_gpu()));
         const Tensor y = conv2d_bias_relu(x, w, b, options);
-        y.backward(dy.to(Device::cuda()).to(y.dtype()).contiguous(y.suggest_memory_format()));
+        y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(y.suggest_memory_format()));
         check_scaled(y.to(DType::Float32), y_ref, s.tol);
         check_scaled(x.grad(), x_ref.grad(), s.tol);
         check_scaled(w.grad(), w_ref.grad(), s.tol);

@@ -68,7 +68,7 @@ struct Operand {
 };
 
 Operand operand(const Layout& layout, const Tensor& base) {
-  return {layout.view(base), layout.view(base.to(Device::cuda()))};
+  return {layout.view(base), layout.view(base.to(testing::test_gpu()))};
 }
 
 // Standard normal, or positive (x * x + 0.1) where an op needs it (log, sqrt, pow).
@@ -79,7 +79,7 @@ Tensor random_base(const Shape& sizes, DType dtype, bool positive, Generator& ge
 
 // A GPU output laid out as `layout` says, every element NaN until written.
 Tensor poisoned_output(const Layout& layout, DType dtype) {
-  return layout.view(full(layout.base, kNaN, {.dtype = dtype, .device = Device::cuda()}));
+  return layout.view(full(layout.base, kNaN, {.dtype = dtype, .device = testing::test_gpu()}));
 }
 
 Tensor reference_output(const Shape& sizes, DType dtype) { return empty(sizes, {.dtype = dtype}); }
@@ -154,9 +154,9 @@ LOOM_GPU_TEST_CASE("binary kernels match the CPU for every op, dtype and layout"
 }
 
 LOOM_GPU_TEST_CASE("Equal is exactly 1 where the operands are equal and 0 elsewhere") {
-  Tensor a = tensor({1, 2, 3, -0.0, 5}, {5}).to(Device::cuda());
-  Tensor b = tensor({1, 0, 3, 0.0, 4}, {5}).to(Device::cuda());
-  Tensor out = full({5}, kNaN, {.device = Device::cuda()});
+  Tensor a = tensor({1, 2, 3, -0.0, 5}, {5}).to(testing::test_gpu());
+  Tensor b = tensor({1, 0, 3, 0.0, 4}, {5}).to(testing::test_gpu());
+  Tensor out = full({5}, kNaN, {.device = testing::test_gpu()});
   cuda::binary(out.strided(), a.strided(), b.strided(), cuda::BinaryOp::Equal);
   CHECK(testing::values(out) == std::vector<double>{1, 0, 1, 1, 0});
 }
@@ -185,8 +185,8 @@ LOOM_GPU_TEST_CASE("binary_scalar matches the CPU with the scalar on either side
 }
 
 LOOM_GPU_TEST_CASE("scalar_first puts the scalar on the left: 2 - x and 1 / x") {
-  Tensor x = tensor({1, 4, -0.5}, {3}).to(Device::cuda());
-  Tensor out = full({3}, kNaN, {.device = Device::cuda()});
+  Tensor x = tensor({1, 4, -0.5}, {3}).to(testing::test_gpu());
+  Tensor out = full({3}, kNaN, {.device = testing::test_gpu()});
   cuda::binary_scalar(out.strided(), x.strided(), 2.0, cuda::BinaryOp::Sub, true);
   CHECK(testing::values(out) == std::vector<double>{1, -2, 2.5});
   cuda::binary_scalar(out.strided(), x.strided(), 1.0, cuda::BinaryOp::Div, true);
@@ -226,8 +226,8 @@ LOOM_GPU_TEST_CASE("add_scaled accumulates in place, as autograd uses it") {
   Tensor into = randn({3, 1000}, {}, &gen), grad = randn({3, 1000}, {}, &gen);
   Tensor expected = into.clone();
   cpu::add_scaled(expected.strided(), expected.strided(), grad.strided(), 1.0);
-  Tensor on_gpu = into.to(Device::cuda());
-  cuda::add_scaled(on_gpu.strided(), on_gpu.strided(), grad.to(Device::cuda()).strided(), 1.0);
+  Tensor on_gpu = into.to(testing::test_gpu());
+  cuda::add_scaled(on_gpu.strided(), on_gpu.strided(), grad.to(testing::test_gpu()).strided(), 1.0);
   CHECK_CLOSE(on_gpu.cpu(), expected, 1e-6, 1e-7);
 }
 
@@ -236,13 +236,13 @@ LOOM_GPU_TEST_CASE("broadcast operands (stride 0) read the same element for a wh
   for (DType dtype : kDtypes) {
     CAPTURE(dtype_name(dtype));
     Tensor a = randn(kSizes, {.dtype = dtype}, &gen);
-    Tensor a_gpu = a.to(Device::cuda());
+    Tensor a_gpu = a.to(testing::test_gpu());
     // Expanded after the move, so the GPU operand keeps its zero strides.
     for (const Shape& source_sizes : {Shape{1, 3, 1, 7}, Shape{1}}) {
       CAPTURE(shape_str(source_sizes));
       Tensor source = randn(source_sizes, {.dtype = dtype}, &gen);
-      Tensor b = source.expand(kSizes), b_gpu = source.to(Device::cuda()).expand(kSizes);
-      Tensor out = full(kSizes, kNaN, {.dtype = dtype, .device = Device::cuda()});
+      Tensor b = source.expand(kSizes), b_gpu = source.to(testing::test_gpu()).expand(kSizes);
+      Tensor out = full(kSizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
       Tensor expected = reference_output(kSizes, dtype);
       cuda::add_scaled(out.strided(), a_gpu.strided(), b_gpu.strided(), 2.0);
       cpu::add_scaled(expected.strided(), a.strided(), b.strided(), 2.0);
@@ -263,8 +263,8 @@ LOOM_GPU_TEST_CASE("odd sizes and empty tensors: 1, 7 and 1000003 elements, and 
       CAPTURE(dtype_name(dtype));
       CAPTURE(shape_str(s));
       Tensor a = randn(s, {.dtype = dtype}, &gen), b = randn(s, {.dtype = dtype}, &gen);
-      Tensor a_gpu = a.to(Device::cuda()), b_gpu = b.to(Device::cuda());
-      Tensor out = full(s, kNaN, {.dtype = dtype, .device = Device::cuda()});
+      Tensor a_gpu = a.to(testing::test_gpu()), b_gpu = b.to(testing::test_gpu());
+      Tensor out = full(s, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
       Tensor expected = reference_output(s, dtype);
       cuda::unary(out.strided(), a_gpu.strided(), cuda::UnaryOp::Gelu);
       cpu::unary(expected.strided(), a.strided(), cpu::UnaryOp::Gelu);
@@ -281,9 +281,9 @@ LOOM_GPU_TEST_CASE("NaN: relu and clamp keep it, clamp_backward passes no gradie
   // Hand-checked with lo = -1, hi = 2; the bounds themselves pass the gradient.
   for (DType dtype : kDtypes) {
     CAPTURE(dtype_name(dtype));
-    const TensorOptions options = {.dtype = dtype, .device = Device::cuda()};
-    Tensor x = tensor({kNaN, -2, -1, 0, 1, 2, 3}, {7}, {.dtype = dtype}).to(Device::cuda());
-    Tensor dy = tensor({10, 11, 12, 13, 14, 15, 16}, {7}, {.dtype = dtype}).to(Device::cuda());
+    const TensorOptions options = {.dtype = dtype, .device = testing::test_gpu()};
+    Tensor x = tensor({kNaN, -2, -1, 0, 1, 2, 3}, {7}, {.dtype = dtype}).to(testing::test_gpu());
+    Tensor dy = tensor({10, 11, 12, 13, 14, 15, 16}, {7}, {.dtype = dtype}).to(testing::test_gpu());
     Tensor out = full({7}, kNaN, options);
     cuda::unary(out.strided(), x.strided(), cuda::UnaryOp::Relu);
     std::vector<double> relu = testing::values(out);
@@ -300,7 +300,7 @@ LOOM_GPU_TEST_CASE("NaN: relu and clamp keep it, clamp_backward passes no gradie
 }
 
 LOOM_GPU_TEST_CASE("more than 8 dims is a ValueError naming the op") {
-  Tensor x = empty({1, 1, 1, 1, 1, 1, 1, 1, 2}, {.device = Device::cuda()});
+  Tensor x = empty({1, 1, 1, 1, 1, 1, 1, 1, 2}, {.device = testing::test_gpu()});
   Tensor out = empty_like(x);
   CHECK_THROWS_WITH_FRAGMENT(cuda::unary(out.strided(), x.strided(), cuda::UnaryOp::Exp),
                              ValueError, "[unary] CUDA kernels take at most 8 dims");

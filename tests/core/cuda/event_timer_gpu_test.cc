@@ -20,7 +20,7 @@ using namespace loom;
 
 LOOM_GPU_TEST_CASE("stop_ms waits for the timed work and can be repeated") {
   constexpr size_t kBytes = size_t{64} << 20;  // large enough to still be running at the stop record
-  void* buffer = cuda::malloc_device(kBytes, 0);
+  void* buffer = cuda::malloc_device(kBytes, testing::test_gpu().index);
   cuda::EventTimer timer;
   for (int run = 0; run < 2; ++run) {
     timer.start();
@@ -30,16 +30,16 @@ LOOM_GPU_TEST_CASE("stop_ms waits for the timed work and can be repeated") {
     CHECK(std::isfinite(ms));
     CHECK(ms >= 0.0f);
   }
-  cuda::free_device(buffer, 0);
+  cuda::free_device(buffer, testing::test_gpu().index);
 }
 
 LOOM_GPU_TEST_CASE("evict_l2 leaves every other buffer as it was, and never runs in a capture") {
-  const Tensor kept = arange(0, 1 << 20, 1, {.dtype = DType::Float32, .device = Device::cuda()});
+  const Tensor kept = arange(0, 1 << 20, 1, {.dtype = DType::Float32, .device = testing::test_gpu()});
   const std::vector<float> before = kept.to_vector<float>();
   cuda::evict_l2();
   cuda::evict_l2();  // the scratch is made once and written again
   CHECK(kept.to_vector<float>() == before);
-  Tensor work = zeros({4}, {.device = Device::cuda()});
+  Tensor work = zeros({4}, {.device = testing::test_gpu()});
   cuda::CudaGraph graph;
   CHECK_THROWS_WITH_FRAGMENT(graph.capture([&] {
     work.fill_(1);

@@ -27,11 +27,11 @@ Tensor block(const Tensor& x, const Tensor& w, const Tensor& rm, const Tensor& r
 
 LOOM_GPU_TEST_CASE("a captured sequence of ops replays like eager execution") {
   Generator gen(71);
-  TensorOptions gpu{.device = Device::cuda()};
-  Tensor x = randn({8, 3, 16, 16}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
-  Tensor w = mul(randn({8, 3, 3, 3}, {}, &gen), 0.3).to(Device::cuda());
+  TensorOptions gpu{.device = testing::test_gpu()};
+  Tensor x = randn({8, 3, 16, 16}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+  Tensor w = mul(randn({8, 3, 3, 3}, {}, &gen), 0.3).to(testing::test_gpu());
   Tensor rm = zeros({8}, gpu), rv = ones({8}, gpu);
-  Tensor fc = mul(randn({10, 8 * 8 * 8}, {}, &gen), 0.05).to(Device::cuda());
+  Tensor fc = mul(randn({10, 8 * 8 * 8}, {}, &gen), 0.05).to(testing::test_gpu());
   block(x, w, rm, rv, fc);  // builds every plan outside the capture
   cuda::synchronize();
 
@@ -49,8 +49,8 @@ LOOM_GPU_TEST_CASE("a captured sequence of ops replays like eager execution") {
 
 LOOM_GPU_TEST_CASE("building a plan during capture is refused with a clear error") {
   // 12 input channels: more than Loom's small-channel kernels take, so cuDNN runs the conv.
-  Tensor x = ones({2, 12, 7, 7}, {.device = Device::cuda()});
-  Tensor w = ones({4, 12, 3, 3}, {.device = Device::cuda()});
+  Tensor x = ones({2, 12, 7, 7}, {.device = testing::test_gpu()});
+  Tensor w = ones({4, 12, 3, 3}, {.device = testing::test_gpu()});
   cuda::CudaGraph graph;
   // This conv shape was never run eagerly, so its plan does not exist yet.
   CHECK_THROWS_AS(graph.capture([&] { conv2d(x, w, Tensor(), {.stride = {2, 2}}); }), Error);

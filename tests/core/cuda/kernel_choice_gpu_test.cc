@@ -82,7 +82,7 @@ LOOM_GPU_TEST_CASE("inside a capture an unknown key gets the first candidate, un
   counted.decline = true;
   auto make = [&] { return counted.make(); };
   std::string picked;
-  Tensor work = zeros({4}, {.device = Device::cuda()});
+  Tensor work = zeros({4}, {.device = testing::test_gpu()});
   cuda::CudaGraph graph;
   graph.capture([&] {
     picked = choice.choose("shape a", {"declines", "runs"}, make);
@@ -105,7 +105,7 @@ LOOM_GPU_TEST_CASE("after forget_kernel_choices a key races again, outside a cap
   cuda::forget_kernel_choices();
   counted.decline = false;  // the stale winner must stand inside a capture
   std::string picked;
-  Tensor work = zeros({4}, {.device = Device::cuda()});
+  Tensor work = zeros({4}, {.device = testing::test_gpu()});
   cuda::CudaGraph graph;
   graph.capture([&] {
     picked = choice.choose("shape a", {"declines", "runs"}, make);

@@ -57,15 +57,15 @@ Tolerance tolerance_for(DType dtype) {
 // outermost in memory (2-D), Stepped uses every other class of a wider tensor.
 Tensor place(const Tensor& t, Layout layout) {
   switch (layout) {
-    case Layout::Dense: return t.to(Device::cuda());
-    case Layout::Transposed: return t.t().contiguous().to(Device::cuda()).t();
-    case Layout::ChannelsLast: return t.to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+    case Layout::Dense: return t.to(testing::test_gpu());
+    case Layout::Transposed: return t.t().contiguous().to(testing::test_gpu()).t();
+    case Layout::ChannelsLast: return t.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
     case Layout::Stepped: {
       Shape wide = t.sizes();
       wide[1] *= 2;
       Tensor stored = zeros(wide, {.dtype = t.dtype()});
       stored.slice(1, 0, wide[1], 2).copy_(t);
-      return stored.to(Device::cuda()).slice(1, 0, wide[1], 2);
+      return stored.to(testing::test_gpu()).slice(1, 0, wide[1], 2);
     }
   }
   return Tensor();
@@ -94,8 +94,8 @@ Tensor random_targets(const Shape& sizes, int64_t classes, int64_t ignore_index,
 // The GPU target: a transposed view for 3-D targets, so that its strides are
 // not the dense ones either.
 Tensor gpu_target(const Tensor& target) {
-  if (target.dim() != 3) return target.to(Device::cuda());
-  return target.transpose(1, 2).contiguous().to(Device::cuda()).transpose(1, 2);
+  if (target.dim() != 3) return target.to(testing::test_gpu());
+  return target.transpose(1, 2).contiguous().to(testing::test_gpu()).transpose(1, 2);
 }
 
 struct Config {
@@ -145,14 +145,14 @@ LossGrad loss_grad(LossReduction reduction, const Tensor& target, const cpu::Los
   const double scale = reduction == LossReduction::Mean
                            ? 1.0 / static_cast<double>(std::max<int64_t>(total.count, 1))
                            : 1.0;
-  return {dy.expand(target.sizes()), dy.to(Device::cuda()).expand(target.sizes()), scale};
+  return {dy.expand(target.sizes()), dy.to(testing::test_gpu()).expand(target.sizes()), scale};
 }
 
 // The forwards leave their totals (and a reduced loss) in device memory; these
 // run one and read them back. `reduced` (optional) receives the mean.
 struct DeviceTotals {
   Tensor bytes = empty({static_cast<int64_t>(sizeof(cuda::LossTotals))},
-                       {.dtype = DType::UInt8, .device = Device::cuda()});
+                       {.dtype = DType::UInt8, .device = testing::test_gpu()});
   cuda::LossTotals* get() const { return static_cast<cuda::LossTotals*>(bytes.raw_data()); }
   cuda::LossScale scale(bool mean) const { return {get(), mean}; }
 };
@@ -236,7 +236,7 @@ void check_config(const Config& cfg, bool is_nll, Generator& gen) {
 }
 
 Tensor int64_tensor(const std::vector<double>& values, const Shape& sizes) {
-  return tensor(values, sizes, {.dtype = DType::Int64}).to(Device::cuda());
+  return tensor(values, sizes, {.dtype = DType::Int64}).to(testing::test_gpu());
 }
 
 }  // namespace
@@ -255,8 +255,8 @@ LOOM_GPU_TEST_CASE("GPU nll_loss matches the CPU kernels for every reduction and
 
 LOOM_GPU_TEST_CASE("an out-of-range target is an IndexError naming it, and the GPU goes on") {
   Generator gen(43);
-  Tensor logits = randn({3, 4}, {}, &gen).to(Device::cuda());
-  Tensor losses = empty({3}, {.device = Device::cuda()});
+  Tensor logits = randn({3, 4}, {}, &gen).to(testing::test_gpu());
+  Tensor losses = empty({3}, {.device = testing::test_gpu()});
   const cpu::CrossEntropyParams params{};
   // Two bad targets: the error names the first position, whichever block sees it first.
   Tensor bad = int64_tensor({1, 7, -2}, {3});
@@ -266,17 +266,17 @@ LOOM_GPU_TEST_CASE("an out-of-range target is an IndexError naming it, and the G
   CHECK_THROWS_WITH_FRAGMENT(nll_totals(losses, logits, bad, -100, totals), IndexError,
                              "[nll_loss] target 7 at position (1,)");
 
-  Tensor logits4 = randn({2, 3, 2, 3}, {}, &gen).to(Device::cuda());
+  Tensor logits4 = randn({2, 3, 2, 3}, {}, &gen).to(testing::test_gpu());
   std::vector<double> t(12, 0.0);
   t[8] = 3;  // position (1, 0, 2)
   Tensor bad4 = int64_tensor(t, {2, 2, 3});
-  Tensor losses4 = empty({2, 2, 3}, {.device = Device::cuda()});
+  Tensor losses4 = empty({2, 2, 3}, {.device = testing::test_gpu()});
   CHECK_THROWS_WITH_FRAGMENT(cross_entropy_totals(losses4, logits4, bad4, params, totals), IndexError,
                              "target 3 at position (1, 0, 2) is out of range for 3 classes");
 
   // The backward never indexes with it either: that row is NaN, the others finite.
-  Tensor dlogits = empty({3, 4}, {.device = Device::cuda()});
-  Tensor dloss = ones({3}, {.device = Device::cuda()});
+  Tensor dlogits = empty({3, 4}, {.device = testing::test_gpu()});
+  Tensor dloss = ones({3}, {.device = testing::test_gpu()});
   cuda::cross_entropy_backward(dlogits.strided(), logits.strided(), bad.strided(), dloss.strided(),
                                totals.scale(false), params);
   std::vector<double> grads = testing::values(dlogits);
@@ -306,12 +306,12 @@ LOOM_GPU_TEST_CASE("masked (-inf) logits give the CPU's finite losses and gradie
       cpu::cross_entropy_forward(losses_ref.strided(), logits.strided(), target.strided(), params);
   cpu::cross_entropy_backward(dlogits_ref.strided(), logits.strided(), target.strided(),
                               dloss.strided(), 1.0, params);
-  Tensor glogits = logits.to(Device::cuda()), gtarget = target.to(Device::cuda());
+  Tensor glogits = logits.to(testing::test_gpu()), gtarget = target.to(testing::test_gpu());
   Tensor losses = poisoned({2}, DType::Float32), dlogits = poisoned({2, 4}, DType::Float32);
   DeviceTotals totals;
   const cpu::LossTotal total = cross_entropy_totals(losses, glogits, gtarget, params, totals);
   cuda::cross_entropy_backward(dlogits.strided(), glogits.strided(), gtarget.strided(),
-                               dloss.to(Device::cuda()).strided(), totals.scale(false), params);
+                               dloss.to(testing::test_gpu()).strided(), totals.scale(false), params);
   CHECK(std::isfinite(ref.sum));
   CHECK(total.sum == doctest::Approx(ref.sum).epsilon(1e-5));
   CHECK_CLOSE(losses.cpu(), losses_ref, 1e-5, 1e-6);
@@ -319,14 +319,14 @@ LOOM_GPU_TEST_CASE("masked (-inf) logits give the CPU's finite losses and gradie
 }
 
 LOOM_GPU_TEST_CASE("an empty batch totals nothing and writes nothing") {
-  Tensor logits = empty({0, 5}, {.device = Device::cuda()});
-  Tensor target = empty({0}, {.dtype = DType::Int64, .device = Device::cuda()});
-  Tensor losses = empty({0}, {.device = Device::cuda()});
+  Tensor logits = empty({0, 5}, {.device = testing::test_gpu()});
+  Tensor target = empty({0}, {.dtype = DType::Int64, .device = testing::test_gpu()});
+  Tensor losses = empty({0}, {.device = testing::test_gpu()});
   DeviceTotals totals;
   const cpu::LossTotal total = cross_entropy_totals(losses, logits, target, {}, totals);
   CHECK(total.sum == 0.0);
   CHECK(total.count == 0);
-  Tensor dlogits = empty({0, 5}, {.device = Device::cuda()});
+  Tensor dlogits = empty({0, 5}, {.device = testing::test_gpu()});
   cuda::cross_entropy_backward(dlogits.strided(), logits.strided(), target.strided(),
                                losses.strided(), totals.scale(false), {});
   const cpu::LossTotal nll = nll_totals(losses, logits, target, -100, totals);
@@ -345,7 +345,7 @@ LOOM_GPU_TEST_CASE("many positions: grid-stride loops, block totals, and the sam
     Tensor losses_ref = empty({200003}, {.dtype = dtype});
     const cpu::LossTotal ref = cpu::cross_entropy_forward(losses_ref.strided(), logits.strided(),
                                                           target.strided(), params);
-    Tensor glogits = logits.to(Device::cuda()), gtarget = target.to(Device::cuda());
+    Tensor glogits = logits.to(testing::test_gpu()), gtarget = target.to(testing::test_gpu());
     Tensor losses = poisoned({200003}, dtype);
     DeviceTotals totals;
     const cpu::LossTotal first = cross_entropy_totals(losses, glogits, gtarget, params, totals);

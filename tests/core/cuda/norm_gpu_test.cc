@@ -42,7 +42,7 @@ struct Operand {
   Tensor cpu, gpu;
 };
 
-Tensor on_gpu(const Tensor& t) { return t.to(Device::cuda()); }
+Tensor on_gpu(const Tensor& t) { return t.to(testing::test_gpu()); }
 
 // An input of logical sizes `sizes` taken from a base through `view`, alike on both devices.
 struct Layout {
@@ -83,12 +83,12 @@ struct Output {
 };
 
 Output output(const Layout& layout, DType dtype) {
-  return {layout.view(full(layout.base, kNaN, {.dtype = dtype, .device = Device::cuda()})),
+  return {layout.view(full(layout.base, kNaN, {.dtype = dtype, .device = testing::test_gpu()})),
           empty(layout.sizes, {.dtype = dtype})};
 }
 
 Output channel_output(int64_t channels, DType dtype) {
-  return {full({channels}, kNaN, {.dtype = dtype, .device = Device::cuda()}),
+  return {full({channels}, kNaN, {.dtype = dtype, .device = testing::test_gpu()}),
           empty({channels}, {.dtype = dtype})};
 }
 
@@ -194,10 +194,10 @@ LOOM_GPU_TEST_CASE("running stats: save_mean copies, save_invstd = 1 / sqrt(var 
 }
 
 LOOM_GPU_TEST_CASE("running stats by hand: var 3 and eps 1 give invstd 0.5") {
-  Tensor mean = tensor({1.5, -2}, {2}).to(Device::cuda());
-  Tensor var = tensor({3, 0}, {2}).to(Device::cuda());
-  Tensor save_mean = full({2}, kNaN, {.device = Device::cuda()});
-  Tensor save_invstd = full({2}, kNaN, {.device = Device::cuda()});
+  Tensor mean = tensor({1.5, -2}, {2}).to(testing::test_gpu());
+  Tensor var = tensor({3, 0}, {2}).to(testing::test_gpu());
+  Tensor save_mean = full({2}, kNaN, {.device = testing::test_gpu()});
+  Tensor save_invstd = full({2}, kNaN, {.device = testing::test_gpu()});
   cuda::batch_norm_running_stats(save_mean.strided(), save_invstd.strided(), mean.strided(),
                                  var.strided(), 1.0);
   CHECK(testing::values(save_mean) == std::vector<double>{1.5, -2});
@@ -233,12 +233,12 @@ LOOM_GPU_TEST_CASE("forward matches the CPU for every layout, dtype and affine c
 LOOM_GPU_TEST_CASE("forward by hand: (x - mean) * invstd * weight + bias per channel") {
   // x (1, 2, 2): channel 0 = {1, 3}, mean 2, invstd 0.5, weight 4, bias 1 -> {-1, 3};
   // channel 1 = {0, 10}, mean 5, invstd 0.2, weight -1, bias 0 -> {1, -1}.
-  Tensor x = tensor({1, 3, 0, 10}, {1, 2, 2}).to(Device::cuda());
-  Tensor mean = tensor({2, 5}, {2}).to(Device::cuda());
-  Tensor invstd = tensor({0.5, 0.2}, {2}).to(Device::cuda());
-  Tensor weight = tensor({4, -1}, {2}).to(Device::cuda());
-  Tensor bias = tensor({1, 0}, {2}).to(Device::cuda());
-  Tensor y = full({1, 2, 2}, kNaN, {.device = Device::cuda()});
+  Tensor x = tensor({1, 3, 0, 10}, {1, 2, 2}).to(testing::test_gpu());
+  Tensor mean = tensor({2, 5}, {2}).to(testing::test_gpu());
+  Tensor invstd = tensor({0.5, 0.2}, {2}).to(testing::test_gpu());
+  Tensor weight = tensor({4, -1}, {2}).to(testing::test_gpu());
+  Tensor bias = tensor({1, 0}, {2}).to(testing::test_gpu());
+  Tensor y = full({1, 2, 2}, kNaN, {.device = testing::test_gpu()});
   cuda::batch_norm_forward(y.strided(), x.strided(), mean.strided(), invstd.strided(),
                            weight.strided(), bias.strided());
   CHECK_CLOSE(y.cpu(), tensor({-1, 3, 1, -1}, {1, 2, 2}), 1e-6, 1e-6);

@@ -38,11 +38,11 @@ DeviceSet random_set(DType dtype, int num_states, Generator& gen) {
   DeviceSet set;
   for (int64_t n : kSizes) {
     auto draw = [&] { return randn({n}, {.dtype = dtype}, &gen); };
-    set.param.push_back(draw().to(Device::cuda()));
-    set.grad.push_back(draw().to(Device::cuda()));
+    set.param.push_back(draw().to(testing::test_gpu()));
+    set.grad.push_back(draw().to(testing::test_gpu()));
     for (int s = 0; s < num_states; ++s) {
       Tensor x = draw();
-      set.state[s].push_back((s == 0 ? x : x * x).to(Device::cuda()));  // second moments >= 0
+      set.state[s].push_back((s == 0 ? x : x * x).to(testing::test_gpu()));  // second moments >= 0
     }
   }
   return set;
@@ -211,9 +211,9 @@ LOOM_GPU_TEST_CASE("sum_of_squares is the double sum, the same bits every call; 
 }
 
 LOOM_GPU_TEST_CASE("a slot table uploads only when its slots change, and drops empty tensors") {
-  Tensor a = zeros({1}, {.device = Device::cuda()});
-  Tensor b = zeros({cuda::kChunkSize + 1}, {.device = Device::cuda()});
-  Tensor c = zeros({cuda::kChunkSize}, {.device = Device::cuda()});
+  Tensor a = zeros({1}, {.device = testing::test_gpu()});
+  Tensor b = zeros({cuda::kChunkSize + 1}, {.device = testing::test_gpu()});
+  Tensor c = zeros({cuda::kChunkSize}, {.device = testing::test_gpu()});
   auto slot = [](const Tensor& t) {
     cuda::TensorSlot s;
     s.param = t.raw_data();

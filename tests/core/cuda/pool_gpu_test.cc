@@ -84,13 +84,13 @@ struct Operand {
 };
 
 Operand operand(const Layout& layout, const Tensor& dense) {
-  return {layout.place(dense), layout.place(dense.to(Device::cuda()))};
+  return {layout.place(dense), layout.place(dense.to(testing::test_gpu()))};
 }
 
 // A dense CPU output for the reference and a poisoned GPU one in the layout.
 Operand output(const Layout& layout, const Shape& sizes, DType dtype, double poison) {
   return {empty(sizes, {.dtype = dtype}),
-          layout.place(full(sizes, poison, {.dtype = dtype, .device = Device::cuda()}))};
+          layout.place(full(sizes, poison, {.dtype = dtype, .device = testing::test_gpu()}))};
 }
 
 // ---- configurations ------------------------------------------------------------------
@@ -227,16 +227,16 @@ void check_avg_pool(const Layout& layout, const Tensor& x_dense, const Pool2dOpt
 
 LOOM_GPU_TEST_CASE("pooling by hand: 2x2 windows of a 4x4 plane") {
   Tensor x = tensor({1, 2, 5, 3, 4, 0, 1, 8, 7, 9, 2, 2, 3, 6, 4, 1}, {1, 1, 4, 4})
-                 .to(Device::cuda());
+                 .to(testing::test_gpu());
   const cpu::Pool2dParams params = {2, 2, 2, 2, 0, 0};
-  Tensor y = full({1, 1, 2, 2}, kNaN, {.device = Device::cuda()});
-  Tensor indices = full({1, 1, 2, 2}, kPoisonIndex, {.dtype = DType::Int64, .device = Device::cuda()});
+  Tensor y = full({1, 1, 2, 2}, kNaN, {.device = testing::test_gpu()});
+  Tensor indices = full({1, 1, 2, 2}, kPoisonIndex, {.dtype = DType::Int64, .device = testing::test_gpu()});
   cuda::max_pool2d_forward(y.strided(), indices.strided(), x.strided(), params);
   CHECK(testing::values(y) == std::vector<double>{4, 8, 9, 4});
   CHECK(indices.to_vector<int64_t>() == std::vector<int64_t>{4, 7, 9, 14});
 
-  Tensor dy = tensor({1, 2, 3, 4}, {1, 1, 2, 2}).to(Device::cuda());
-  Tensor dx = full({1, 1, 4, 4}, kNaN, {.device = Device::cuda()});
+  Tensor dy = tensor({1, 2, 3, 4}, {1, 1, 2, 2}).to(testing::test_gpu());
+  Tensor dx = full({1, 1, 4, 4}, kNaN, {.device = testing::test_gpu()});
   cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params);
   CHECK(testing::values(dx) == std::vector<double>{0, 0, 0, 0, 1, 0, 0, 2, 0, 3, 0, 0, 0, 0, 4, 0});
 
@@ -319,10 +319,10 @@ LOOM_GPU_TEST_CASE("pooling matches the CPU on non-square windows and odd sizes"
 LOOM_GPU_TEST_CASE("pooling an empty batch launches nothing and raises nothing") {
   const Pool2dOptions options = {.kernel_size = {2, 2}};
   const cpu::Pool2dParams params = params_of(options);
-  const TensorOptions on_gpu = {.device = Device::cuda()};
+  const TensorOptions on_gpu = {.device = testing::test_gpu()};
   Tensor x = zeros({0, 3, 5, 5}, on_gpu), dx = empty({0, 3, 5, 5}, on_gpu);
   Tensor y = empty({0, 3, 2, 2}, on_gpu), dy = zeros({0, 3, 2, 2}, on_gpu);
-  Tensor indices = empty({0, 3, 2, 2}, {.dtype = DType::Int64, .device = Device::cuda()});
+  Tensor indices = empty({0, 3, 2, 2}, {.dtype = DType::Int64, .device = testing::test_gpu()});
   CHECK_NOTHROW(cuda::max_pool2d_forward(y.strided(), indices.strided(), x.strided(), params));
   CHECK_NOTHROW(cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params));
   CHECK_NOTHROW(cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided()));

@@ -123,11 +123,11 @@ void check_config(const Layout& layout, const Layout& out_layout, DType dtype, i
   cpu::max_pool2d_forward(y_ref.strided(), indices_ref.strided(), x.strided(), k);
   cpu::max_pool2d_backward(dx_ref.strided(), dy.strided(), indices_ref.strided());
 
-  const TensorOptions on_gpu{.dtype = dtype, .device = Device::cuda()};
-  const Tensor x_gpu = layout.place(x.to(Device::cuda()).to(dtype));
-  const Tensor dy_gpu = out_layout.place(dy.to(Device::cuda()).to(dtype));
+  const TensorOptions on_gpu{.dtype = dtype, .device = testing::test_gpu()};
+  const Tensor x_gpu = layout.place(x.to(testing::test_gpu()).to(dtype));
+  const Tensor dy_gpu = out_layout.place(dy.to(testing::test_gpu()).to(dtype));
   const Tensor y = out_layout.place(full(y_sizes, -7, on_gpu));  // poison: -7 is no input value
-  const Tensor index = layout.place(full(y_sizes, 255, {.dtype = DType::UInt8, .device = Device::cuda()}));
+  const Tensor index = layout.place(full(y_sizes, 255, {.dtype = DType::UInt8, .device = testing::test_gpu()}));
   const Tensor dx = layout.place(full(x_sizes, -99, on_gpu));
   cuda::max_pool2d_window_forward(y.strided(), index.strided(), x_gpu.strided(), k);
   cuda::max_pool2d_window_backward(dx.strided(), dy_gpu.strided(), index.strided(), k);
@@ -174,17 +174,17 @@ struct PoolKernelEnv {
 
 LOOM_GPU_TEST_CASE("window max pooling by hand: 2x2 windows of a 4x4 plane") {
   const Tensor x = tensor({1, 2, 5, 3, 4, 0, 1, 8, 7, 9, 2, 2, 3, 6, 4, 4}, {1, 1, 4, 4})
-                       .to(Device::cuda());
+                       .to(testing::test_gpu());
   const cpu::Pool2dParams k = {2, 2, 2, 2, 0, 0};
-  const Tensor y = full({1, 1, 2, 2}, -1, {.device = Device::cuda()});
-  const Tensor index = full({1, 1, 2, 2}, 255, {.dtype = DType::UInt8, .device = Device::cuda()});
+  const Tensor y = full({1, 1, 2, 2}, -1, {.device = testing::test_gpu()});
+  const Tensor index = full({1, 1, 2, 2}, 255, {.dtype = DType::UInt8, .device = testing::test_gpu()});
   cuda::max_pool2d_window_forward(y.strided(), index.strided(), x.strided(), k);
   CHECK(testing::values(y) == std::vector<double>{4, 8, 9, 4});
   // The last window's 4s tie: the first (row 3, column 2) wins.
   CHECK(index.cpu().to_vector<uint8_t>() == std::vector<uint8_t>{2, 3, 1, 2});
 
-  const Tensor dy = tensor({1, 2, 3, 4}, {1, 1, 2, 2}).to(Device::cuda());
-  const Tensor dx = full({1, 1, 4, 4}, -1, {.device = Device::cuda()});
+  const Tensor dy = tensor({1, 2, 3, 4}, {1, 1, 2, 2}).to(testing::test_gpu());
+  const Tensor dx = full({1, 1, 4, 4}, -1, {.device = testing::test_gpu()});
   cuda::max_pool2d_window_backward(dx.strided(), dy.strided(), index.strided(), k);
   CHECK(testing::values(dx) == std::vector<double>{0, 0, 0, 0, 1, 0, 0, 2, 0, 3, 0, 0, 0, 0, 4, 0});
 }
@@ -226,11 +226,11 @@ LOOM_GPU_TEST_CASE("max_pool2d on each path LOOM_POOL_KERNEL names matches the C
           const Tensor dy = small_integers(y_ref.sizes(), 8, gen);
           y_ref.backward(dy);
 
-          Tensor x = x_cpu.to(Device::cuda()).to(dtype).contiguous(format);
+          Tensor x = x_cpu.to(testing::test_gpu()).to(dtype).contiguous(format);
           x.requires_grad_();
           const Tensor y = max_pool2d(x, options);
           CHECK(y.is_contiguous(out_format));
-          y.backward(dy.to(Device::cuda()).to(dtype).contiguous(out_format));
+          y.backward(dy.to(testing::test_gpu()).to(dtype).contiguous(out_format));
           CHECK_CLOSE(y.to(DType::Float32).cpu(), y_ref, 0, 0);
           CHECK_CLOSE(x.grad().to(DType::Float32).cpu(), x_ref.grad(), 0, 0);
         }
@@ -241,7 +241,7 @@ LOOM_GPU_TEST_CASE("max_pool2d on each path LOOM_POOL_KERNEL names matches the C
 
 LOOM_GPU_TEST_CASE("LOOM_POOL_KERNEL naming no path is refused with the choices") {
   PoolKernelEnv env("fastest");
-  const Tensor x = randn({1, 8, 4, 4}).to(Device::cuda());
+  const Tensor x = randn({1, 8, 4, 4}).to(testing::test_gpu());
   CHECK_THROWS_WITH_FRAGMENT(max_pool2d(x, {.kernel_size = {2, 2}}), ValueError, "auto, loom, cudnn");
 }
 

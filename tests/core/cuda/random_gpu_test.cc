@@ -32,7 +32,7 @@ MemoryFormat format_for(const Shape& sizes) {
 
 Tensor poisoned_gpu(const Shape& sizes, DType dtype) {
   return full(sizes, kNaN,
-              {.dtype = dtype, .device = Device::cuda(), .memory_format = format_for(sizes)});
+              {.dtype = dtype, .device = testing::test_gpu(), .memory_format = format_for(sizes)});
 }
 
 // The CPU dropout op's mask: dropout of ones is the mask itself (1 * m == m).
@@ -42,8 +42,8 @@ Tensor cpu_dropout_mask(const Shape& sizes, DType dtype, double p, Generator& ge
 
 Tensor gpu_dropout_mask(const Shape& sizes, DType dtype, double p, Generator& gen) {
   Tensor mask = poisoned_gpu(sizes, dtype);
-  const uint64_t first = gen.reserve(static_cast<uint64_t>((numel_of(sizes) + 3) / 4));
-  cuda::dropout_mask(mask.strided(), p, gen.seed(), first);
+  const uint64_t blocks = static_cast<uint64_t>((numel_of(sizes) + 3) / 4);
+  cuda::dropout_mask(mask.strided(), p, cuda::philox_draw(gen, blocks));
   return mask;
 }
 
@@ -77,7 +77,7 @@ LOOM_GPU_TEST_CASE("dropout mask of seed 0 from the Random123 known answer, by h
   for (DType dtype : kDtypes) {
     CAPTURE(dtype_name(dtype));
     Tensor mask = poisoned_gpu({4}, dtype);
-    cuda::dropout_mask(mask.strided(), 0.7, 0, 0);
+    cuda::dropout_mask(mask.strided(), 0.7, {.seed = 0, .first_block = 0});
     const double scale = 1.0 / (1.0 - 0.7);  // not 1 / 0.3: 1 - 0.7 rounds above 0.3
     const double kept = dtype == DType::Float32 ? static_cast<float>(scale) : scale;
     CHECK(testing::values(mask) == std::vector<double>{0, kept, kept, 0});
@@ -86,9 +86,9 @@ LOOM_GPU_TEST_CASE("dropout mask of seed 0 from the Random123 known answer, by h
 
 LOOM_GPU_TEST_CASE("p = 1 drops everything; p = 0 keeps everything at scale 1") {
   Tensor mask = poisoned_gpu({1001}, DType::Float32);
-  cuda::dropout_mask(mask.strided(), 1.0, 5, 0);
+  cuda::dropout_mask(mask.strided(), 1.0, {.seed = 5, .first_block = 0});
   CHECK(testing::values(mask) == std::vector<double>(1001, 0.0));
-  cuda::dropout_mask(mask.strided(), 0.0, 5, 0);
+  cuda::dropout_mask(mask.strided(), 0.0, {.seed = 5, .first_block = 0});
   CHECK(testing::values(mask) == std::vector<double>(1001, 1.0));
 }
 
@@ -102,7 +102,7 @@ LOOM_GPU_TEST_CASE("fill_uniform draws what rand draws, bit for bit") {
       gpu_gen.reserve(3);
       Tensor expected = rand(sizes, {.dtype = dtype}, &cpu_gen);
       Tensor out = poisoned_gpu(sizes, dtype);
-      cuda::fill_uniform(out.strided(), gpu_gen.seed(), gpu_gen.reserve(numel_of(sizes)));
+      cuda::fill_uniform(out.strided(), cuda::philox_draw(gpu_gen, numel_of(sizes)));
       CHECK_CLOSE(out.cpu(), expected, 0, 0);
     }
   }
@@ -119,7 +119,7 @@ LOOM_GPU_TEST_CASE("fill_normal draws what randn draws, to a few float64 ulp") {
       Generator cpu_gen(302), gpu_gen(302);
       Tensor expected = randn(sizes, {.dtype = dtype}, &cpu_gen);
       Tensor out = poisoned_gpu(sizes, dtype);
-      cuda::fill_normal(out.strided(), gpu_gen.seed(), gpu_gen.reserve(numel_of(sizes)));
+      cuda::fill_normal(out.strided(), cuda::philox_draw(gpu_gen, numel_of(sizes)));
       if (dtype == DType::Float64) {
         CHECK_CLOSE(out.cpu(), expected, 1e-14, 1e-15);
       } else {

@@ -62,10 +62,10 @@ struct Operand {
 };
 
 Operand operand(const Layout& layout, const Tensor& base) {
-  return {layout.view(base), layout.view(base.to(Device::cuda()))};
+  return {layout.view(base), layout.view(base.to(testing::test_gpu()))};
 }
 
-Operand dense_operand(const Tensor& t) { return {t, t.to(Device::cuda())}; }
+Operand dense_operand(const Tensor& t) { return {t, t.to(testing::test_gpu())}; }
 
 Shape keepdim_sizes(const Shape& sizes, const Shape& dims) {
   Shape out = sizes;
@@ -90,7 +90,7 @@ void check_sum_close(const Tensor& actual, const Tensor& expected, cpu::ReduceOp
 void check_reduce(const Operand& x, const Shape& dims, cpu::ReduceOp op) {
   const Shape out_sizes = keepdim_sizes(x.cpu.sizes(), dims);
   const DType dtype = x.cpu.dtype();
-  Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = Device::cuda()});
+  Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
   Tensor expected = empty(out_sizes, {.dtype = dtype});
   cuda::reduce(out.strided(), x.gpu.strided(), op);
   cpu::reduce(expected.strided(), x.cpu.strided(), op);
@@ -124,9 +124,9 @@ LOOM_GPU_TEST_CASE("reduce matches the CPU for every op, dim set, dtype and layo
 }
 
 LOOM_GPU_TEST_CASE("a hand-checked sum, mean, max and min of a (2, 3) matrix") {
-  Tensor x = tensor({1, -2, 3, 4, 5, -6}, {2, 3}).to(Device::cuda());
-  Tensor rows = full({2, 1}, kNaN, {.device = Device::cuda()});
-  Tensor cols = full({1, 3}, kNaN, {.device = Device::cuda()});
+  Tensor x = tensor({1, -2, 3, 4, 5, -6}, {2, 3}).to(testing::test_gpu());
+  Tensor rows = full({2, 1}, kNaN, {.device = testing::test_gpu()});
+  Tensor cols = full({1, 3}, kNaN, {.device = testing::test_gpu()});
   cuda::reduce(rows.strided(), x.strided(), cuda::ReduceOp::Sum);
   CHECK(testing::values(rows) == std::vector<double>{2, 3});
   cuda::reduce(cols.strided(), x.strided(), cuda::ReduceOp::Mean);
@@ -143,7 +143,7 @@ LOOM_GPU_TEST_CASE("summing 1e6 elements: exact on small integers, close on norm
   for (DType dtype : kDtypes) {
     CAPTURE(dtype_name(dtype));
     Operand ints = dense_operand(small_integers(sizes, dtype, 4, gen));
-    Tensor out = full({1}, kNaN, {.dtype = dtype, .device = Device::cuda()});
+    Tensor out = full({1}, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
     Tensor expected = empty({1}, {.dtype = dtype});
     for (cpu::ReduceOp op : kOps) {
       CAPTURE(static_cast<int>(op));
@@ -178,7 +178,7 @@ LOOM_GPU_TEST_CASE("many small outputs and few large ones, along inner and outer
         CAPTURE(static_cast<int>(op));
         check_reduce(normals, c.dims, op);
         const Shape out_sizes = keepdim_sizes(c.sizes, c.dims);
-        Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = Device::cuda()});
+        Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
         Tensor expected = empty(out_sizes, {.dtype = dtype});
         cuda::reduce(out.strided(), ints.gpu.strided(), op);
         cpu::reduce(expected.strided(), ints.cpu.strided(), op);
@@ -197,8 +197,8 @@ LOOM_GPU_TEST_CASE("NaN propagates through Sum, Max and Min on both kernel paths
       values[extent / 2] = kNaN;              // row 0: one NaN in the middle
       values[2 * extent - 1] = kNaN;          // row 1: NaN last, after larger values
       values[extent] = 100.0;
-      Tensor x = tensor(values, {2, extent}, {.dtype = dtype}).to(Device::cuda());
-      Tensor out = full({2, 1}, 0.0, {.dtype = dtype, .device = Device::cuda()});
+      Tensor x = tensor(values, {2, extent}, {.dtype = dtype}).to(testing::test_gpu());
+      Tensor out = full({2, 1}, 0.0, {.dtype = dtype, .device = testing::test_gpu()});
       for (cpu::ReduceOp op : kOps) {
         CAPTURE(static_cast<int>(op));
         out.fill_(0.0);
@@ -213,8 +213,8 @@ LOOM_GPU_TEST_CASE("NaN propagates through Sum, Max and Min on both kernel paths
 
 LOOM_GPU_TEST_CASE("an empty reduced extent gives the identities; empty outputs are fine") {
   // As the CPU: sum 0, mean 0 / 0 = NaN, max -inf, min +inf.
-  Tensor x = empty({3, 0}, {.device = Device::cuda()});
-  Tensor out = full({3, 1}, 7.0, {.device = Device::cuda()});
+  Tensor x = empty({3, 0}, {.device = testing::test_gpu()});
+  Tensor out = full({3, 1}, 7.0, {.device = testing::test_gpu()});
   cuda::reduce(out.strided(), x.strided(), cuda::ReduceOp::Sum);
   CHECK(testing::values(out) == std::vector<double>{0, 0, 0});
   cuda::reduce(out.strided(), x.strided(), cuda::ReduceOp::Mean);
@@ -223,8 +223,8 @@ LOOM_GPU_TEST_CASE("an empty reduced extent gives the identities; empty outputs 
   CHECK(testing::values(out) == std::vector<double>{-kInf, -kInf, -kInf});
   cuda::reduce(out.strided(), x.strided(), cuda::ReduceOp::Min);
   CHECK(testing::values(out) == std::vector<double>{kInf, kInf, kInf});
-  Tensor none = empty({0, 5}, {.device = Device::cuda()});
-  Tensor no_out = empty({0, 1}, {.device = Device::cuda()});
+  Tensor none = empty({0, 5}, {.device = testing::test_gpu()});
+  Tensor no_out = empty({0, 1}, {.device = testing::test_gpu()});
   cuda::reduce(no_out.strided(), none.strided(), cuda::ReduceOp::Sum);
   CHECK(no_out.numel() == 0);
 }
@@ -239,8 +239,8 @@ LOOM_GPU_TEST_CASE("max_along matches the CPU, ties to the first occurrence, eve
         CAPTURE(layout.name);
         CAPTURE(dim);
         const Shape out_sizes = keepdim_sizes(kSizes, {dim});
-        Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = Device::cuda()});
-        Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = Device::cuda()});
+        Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
+        Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = testing::test_gpu()});
         Tensor expected_values = empty(out_sizes, {.dtype = dtype});
         Tensor expected_indices = empty(out_sizes, {.dtype = DType::Int64});
         cuda::max_along(values.strided(), indices.strided(), x.gpu.strided(), dim);
@@ -260,8 +260,8 @@ LOOM_GPU_TEST_CASE("max_along over long rows (the block path) keeps the first ma
       CAPTURE(shape_str(sizes));
       Operand x = dense_operand(small_integers(sizes, dtype, 10, gen));
       const Shape out_sizes = {sizes[0], 1};
-      Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = Device::cuda()});
-      Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = Device::cuda()});
+      Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
+      Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = testing::test_gpu()});
       Tensor expected_values = empty(out_sizes, {.dtype = dtype});
       Tensor expected_indices = empty(out_sizes, {.dtype = DType::Int64});
       cuda::max_along(values.strided(), indices.strided(), x.gpu.strided(), 1);
@@ -279,9 +279,9 @@ LOOM_GPU_TEST_CASE("max_along: the first NaN wins, otherwise the first maximum")
     row0[1] = 3, row0[2] = 3, row0[3] = kNaN, row0[4] = 9, row0[5] = kNaN;
     row1[2] = 3, row1[4] = 3, row1[extent - 1] = -1;
     row0.insert(row0.end(), row1.begin(), row1.end());
-    Tensor x = tensor(row0, {2, extent}).to(Device::cuda());
-    Tensor values = full({2, 1}, 0.0, {.device = Device::cuda()});
-    Tensor indices = full({2, 1}, -1, {.dtype = DType::Int64, .device = Device::cuda()});
+    Tensor x = tensor(row0, {2, extent}).to(testing::test_gpu());
+    Tensor values = full({2, 1}, 0.0, {.device = testing::test_gpu()});
+    Tensor indices = full({2, 1}, -1, {.dtype = DType::Int64, .device = testing::test_gpu()});
     cuda::max_along(values.strided(), indices.strided(), x.strided(), 1);
     std::vector<double> v = testing::values(values);
     CHECK(std::isnan(v[0]));
@@ -307,8 +307,8 @@ LOOM_GPU_TEST_CASE("scatter_add_along adds dy at the max positions, every dim an
         // dx starts non-zero (and laid out as x) to show the kernel adds.
         Operand dx = operand(layout, randn(layout.base, {.dtype = dtype}, &gen));
         Tensor expected = dx.cpu.clone();
-        cuda::scatter_add_along(dx.gpu.strided(), dy.to(Device::cuda()).strided(),
-                                indices.to(Device::cuda()).strided(), dim);
+        cuda::scatter_add_along(dx.gpu.strided(), dy.to(testing::test_gpu()).strided(),
+                                indices.to(testing::test_gpu()).strided(), dim);
         cpu::scatter_add_along(expected.strided(), dy.strided(), indices.strided(), dim);
         CHECK_CLOSE(dx.gpu.cpu(), expected, 0, 0);
       }
@@ -317,9 +317,9 @@ LOOM_GPU_TEST_CASE("scatter_add_along adds dy at the max positions, every dim an
 }
 
 LOOM_GPU_TEST_CASE("scatter_add_along: a hand-checked (2, 3) case") {
-  Tensor dx = tensor({1, 1, 1, 1, 1, 1}, {2, 3}).to(Device::cuda());
-  Tensor dy = tensor({10, 20}, {2, 1}).to(Device::cuda());
-  Tensor indices = tensor({2, 0}, {2, 1}, {.dtype = DType::Int64}).to(Device::cuda());
+  Tensor dx = tensor({1, 1, 1, 1, 1, 1}, {2, 3}).to(testing::test_gpu());
+  Tensor dy = tensor({10, 20}, {2, 1}).to(testing::test_gpu());
+  Tensor indices = tensor({2, 0}, {2, 1}, {.dtype = DType::Int64}).to(testing::test_gpu());
   cuda::scatter_add_along(dx.strided(), dy.strided(), indices.strided(), 1);
   CHECK(testing::values(dx) == std::vector<double>{1, 1, 11, 21, 1, 1});
 }

@@ -33,8 +33,8 @@ Tensor cast_inputs(Generator& gen) {
 LOOM_GPU_TEST_CASE("a tensor survives the round trip to the GPU") {
   Generator gen(1);
   Tensor x = randn({3, 5, 7}, {}, &gen);
-  Tensor gpu = x.to(Device::cuda());
-  CHECK(gpu.device() == Device::cuda());
+  Tensor gpu = x.to(testing::test_gpu());
+  CHECK(gpu.device() == testing::test_gpu());
   CHECK_CLOSE(gpu.cpu(), x, 0, 0);
 }
 
@@ -46,7 +46,7 @@ LOOM_GPU_TEST_CASE("dtype conversions on the GPU match the CPU's, for every pair
     for (DType to : kAllDtypes) {
       CAPTURE(dtype_name(from));
       CAPTURE(dtype_name(to));
-      Tensor on_gpu = source.to(Device::cuda()).to(to);
+      Tensor on_gpu = source.to(testing::test_gpu()).to(to);
       CHECK(on_gpu.dtype() == to);
       CHECK_CLOSE(on_gpu.cpu(), source.to(to), 0, 0);
     }
@@ -64,15 +64,15 @@ LOOM_GPU_TEST_CASE("to_all converts like to() each: values, layouts, and dense f
     const int64_t n = 1 + (i * 613) % 4100;
     Tensor t = randn({n}, {}, &gen);
     if (i % 7 == 3) t = randn({2, 3, 5, 2 + i % 4}, {}, &gen).contiguous(MemoryFormat::ChannelsLast);
-    t = t.to(Device::cuda());
+    t = t.to(testing::test_gpu());
     // One channel with NHWC strides (25, 1, 5, 1): dense, as a first conv's weight gradient.
-    if (i == 10) t = randn({6, 5, 5, 1}, {}, &gen).to(Device::cuda()).permute({0, 3, 1, 2});
+    if (i == 10) t = randn({6, 5, 5, 1}, {}, &gen).to(testing::test_gpu()).permute({0, 3, 1, 2});
     sources.push_back(t);
   }
-  sources.push_back(randn({6, 8}, {}, &gen).to(Device::cuda()).slice(1, 1, 7, 2));
-  sources.push_back(randn({33}, {.dtype = DType::Float64}, &gen).to(Device::cuda()));
-  sources.push_back(randn({5}, {}, &gen).to(Device::cuda()).to(DType::BFloat16));
-  sources.push_back(randint(-50, 50, {9}, {.dtype = DType::Int64}, &gen).to(Device::cuda()));
+  sources.push_back(randn({6, 8}, {}, &gen).to(testing::test_gpu()).slice(1, 1, 7, 2));
+  sources.push_back(randn({33}, {.dtype = DType::Float64}, &gen).to(testing::test_gpu()));
+  sources.push_back(randn({5}, {}, &gen).to(testing::test_gpu()).to(DType::BFloat16));
+  sources.push_back(randint(-50, 50, {9}, {.dtype = DType::Int64}, &gen).to(testing::test_gpu()));
 #ifdef LOOM_WITH_CUDA
   const int64_t launches_before = cuda::convert_span_launches();
 #endif
@@ -99,20 +99,20 @@ LOOM_GPU_TEST_CASE("copy_all copies like copy_ each, dense same-dtype pairs in o
   // copy_: a strided view, a dtype change, a host source.
   Generator gen(5);
   std::vector<Tensor> sources = {
-      randn({128, 1, 28, 28}, {}, &gen).to(Device::cuda()),
-      randint(0, 10, {128}, {.dtype = DType::Int64}, &gen).to(Device::cuda()),
-      randn({7}, {}, &gen).to(Device::cuda()).to(DType::BFloat16),
-      randn({2, 3, 4, 5}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast),
-      randn({6, 8}, {}, &gen).to(Device::cuda()).slice(1, 1, 7, 2),
-      randn({9}, {}, &gen).to(Device::cuda()),
+      randn({128, 1, 28, 28}, {}, &gen).to(testing::test_gpu()),
+      randint(0, 10, {128}, {.dtype = DType::Int64}, &gen).to(testing::test_gpu()),
+      randn({7}, {}, &gen).to(testing::test_gpu()).to(DType::BFloat16),
+      randn({2, 3, 4, 5}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast),
+      randn({6, 8}, {}, &gen).to(testing::test_gpu()).slice(1, 1, 7, 2),
+      randn({9}, {}, &gen).to(testing::test_gpu()),
       randn({4}, {}, &gen),
   };
   std::vector<Tensor> targets;
   for (const Tensor& s : sources) {
-    targets.push_back(full(s.sizes(), -1, {.dtype = s.dtype(), .device = Device::cuda()}));
+    targets.push_back(full(s.sizes(), -1, {.dtype = s.dtype(), .device = testing::test_gpu()}));
   }
   targets[3] = targets[3].contiguous(MemoryFormat::ChannelsLast);
-  targets[5] = full({9}, -1, {.dtype = DType::Float64, .device = Device::cuda()});
+  targets[5] = full({9}, -1, {.dtype = DType::Float64, .device = testing::test_gpu()});
   const int64_t launches_before = cuda::copy_span_launches();
   copy_all(targets, sources);
   CHECK(cuda::copy_span_launches() - launches_before == 1);
@@ -126,18 +126,18 @@ LOOM_GPU_TEST_CASE("copy_all copies like copy_ each, dense same-dtype pairs in o
 LOOM_GPU_TEST_CASE("layout changes on the GPU keep values and give channels-last strides") {
   Generator gen(3);
   Tensor x = randn({2, 3, 4, 5}, {}, &gen);
-  Tensor nhwc = x.to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+  Tensor nhwc = x.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
   CHECK(nhwc.strides() == Shape{60, 1, 15, 3});
   CHECK_CLOSE(nhwc.cpu(), x, 0, 0);
   Tensor back = nhwc.contiguous();
   CHECK(back.is_contiguous());
   CHECK_CLOSE(back.cpu(), x, 0, 0);
-  Tensor sliced = x.to(Device::cuda()).slice(3, 1, 5, 2).transpose(1, 2);
+  Tensor sliced = x.to(testing::test_gpu()).slice(3, 1, 5, 2).transpose(1, 2);
   CHECK_CLOSE(sliced.cpu(), x.slice(3, 1, 5, 2).transpose(1, 2), 0, 0);
 }
 
 LOOM_GPU_TEST_CASE("fills, element access and copy_ across devices") {
-  Tensor z = zeros({3, 4}, {.device = Device::cuda()});
+  Tensor z = zeros({3, 4}, {.device = testing::test_gpu()});
   CHECK(testing::values(z) == std::vector<double>(12, 0.0));
   z.fill_(2.5);
   z.set({1, 2}, -7.0);
@@ -153,11 +153,11 @@ LOOM_GPU_TEST_CASE("fills, element access and copy_ across devices") {
 
 LOOM_GPU_TEST_CASE("gradients accumulate on the GPU") {
   Generator gen(4);
-  Tensor x = randn({2, 3}, {.device = Device::cuda(), .requires_grad = true}, &gen);
-  Tensor g = randn({3, 2}, {.device = Device::cuda()}, &gen);
+  Tensor x = randn({2, 3}, {.device = testing::test_gpu(), .requires_grad = true}, &gen);
+  Tensor g = randn({3, 2}, {.device = testing::test_gpu()}, &gen);
   x.t().backward(g, /*retain_graph=*/false);
   REQUIRE(x.grad().defined());
-  CHECK(x.grad().device() == Device::cuda());
+  CHECK(x.grad().device() == testing::test_gpu());
   CHECK_CLOSE(x.grad().cpu(), g.cpu().t(), 0, 0);
   x.t().backward(g);
   CHECK_CLOSE(x.grad().cpu(), mul(g.cpu().t(), 2.0), 0, 0);
@@ -165,9 +165,9 @@ LOOM_GPU_TEST_CASE("gradients accumulate on the GPU") {
 
 LOOM_GPU_TEST_CASE("out of memory is a typed error and the process goes on") {
   // 2^40 floats = 4 TiB: more than any GPU has.
-  CHECK_THROWS_WITH_FRAGMENT(empty({1ll << 40}, {.device = Device::cuda()}), OutOfMemoryError,
+  CHECK_THROWS_WITH_FRAGMENT(empty({1ll << 40}, {.device = testing::test_gpu()}), OutOfMemoryError,
                              "free");
-  Tensor after = ones({1024}, {.device = Device::cuda()});
+  Tensor after = ones({1024}, {.device = testing::test_gpu()});
   CHECK(after.at({1023}) == 1.0);
 }
 
@@ -177,7 +177,7 @@ LOOM_GPU_TEST_CASE("a device that does not exist is a DeviceError") {
 }
 
 LOOM_GPU_TEST_CASE("ops without a CUDA kernel say so") {
-  Tensor x = ones({4}, {.device = Device::cuda()});
+  Tensor x = ones({4}, {.device = testing::test_gpu()});
   CHECK_THROWS_WITH_FRAGMENT(pow(x, x), DeviceError, "[pow] has no CUDA kernel");
 }
 
@@ -185,9 +185,9 @@ LOOM_GPU_TEST_CASE("large copies cross the pinned staging chunks intact in both 
   Generator gen(5);
   // 10,000,019 float32 = 40 MB: several 4 MiB staging chunks and a ragged tail.
   Tensor x = rand({10000019}, {}, &gen);
-  Tensor back = x.to(Device::cuda()).cpu();
+  Tensor back = x.to(testing::test_gpu()).cpu();
   CHECK_CLOSE(back, x, 0, 0);
-  Tensor gpu = zeros({10000019}, {.device = Device::cuda()});
+  Tensor gpu = zeros({10000019}, {.device = testing::test_gpu()});
   gpu.copy_(x);
   CHECK(gpu.at({10000018}) == x.at({10000018}));
   CHECK(gpu.at({4194304}) == x.at({4194304}));  // the first float of the second chunk

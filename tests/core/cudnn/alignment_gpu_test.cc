@@ -47,7 +47,7 @@ Tensor rounded(const Tensor& values, DType dtype) { return values.to(dtype).to(D
 Tensor offset_view(const Tensor& values, const Setting& s) {
   const Shape& sizes = values.sizes();
   const int64_t n = values.numel();
-  Tensor flat = full({s.offset + n}, NAN, {.dtype = s.dtype, .device = Device::cuda()});
+  Tensor flat = full({s.offset + n}, NAN, {.dtype = s.dtype, .device = testing::test_gpu()});
   Tensor body = flat.narrow(0, s.offset, n);
   Tensor view = body.view(sizes);
   if (sizes.size() == 4 && s.format == MemoryFormat::ChannelsLast) {

@@ -54,7 +54,7 @@ Tensors random_tensors(const Case& c, Generator& gen) {
           randn(out_shape(c), {}, &gen)};
 }
 
-Tensor gpu(const Tensor& t, MemoryFormat format) { return t.to(Device::cuda()).contiguous(format); }
+Tensor gpu(const Tensor& t, MemoryFormat format) { return t.to(testing::test_gpu()).contiguous(format); }
 
 // Relative Frobenius error: ||a - b|| / ||b||.
 double relative_error(const Tensor& a, const Tensor& b) {
@@ -75,9 +75,9 @@ void check_case(const Case& c, MemoryFormat format, double tolerance, Generator&
   cpu::conv2d_wgrad(dw_ref.strided(), t.dy.strided(), t.x.strided(), c.p);
 
   Tensor x = gpu(t.x, format), w = gpu(t.w, format), dy = gpu(t.dy, format);
-  Tensor y = empty(out_shape(c), {.device = Device::cuda(), .memory_format = format});
-  Tensor dx = empty(t.x.sizes(), {.device = Device::cuda(), .memory_format = format});
-  Tensor dw = empty(t.w.sizes(), {.device = Device::cuda(), .memory_format = format});
+  Tensor y = empty(out_shape(c), {.device = testing::test_gpu(), .memory_format = format});
+  Tensor dx = empty(t.x.sizes(), {.device = testing::test_gpu(), .memory_format = format});
+  Tensor dw = empty(t.w.sizes(), {.device = testing::test_gpu(), .memory_format = format});
   cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), c.p);
   cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), c.p);
   cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), c.p);
@@ -135,9 +135,9 @@ LOOM_GPU_TEST_CASE("every engine config cuDNN offers for conv fprop/dgrad/wgrad 
       cpu::conv2d_dgrad(dx_ref.strided(), t.dy.strided(), t.w.strided(), c.p);
       cpu::conv2d_wgrad(dw_ref.strided(), t.dy.strided(), t.x.strided(), c.p);
       Tensor x = gpu(t.x, format), w = gpu(t.w, format), dy = gpu(t.dy, format);
-      Tensor y = empty(out_shape(c), {.device = Device::cuda(), .memory_format = format});
-      Tensor dx = empty(t.x.sizes(), {.device = Device::cuda(), .memory_format = format});
-      Tensor dw = empty(t.w.sizes(), {.device = Device::cuda(), .memory_format = format});
+      Tensor y = empty(out_shape(c), {.device = testing::test_gpu(), .memory_format = format});
+      Tensor dx = empty(t.x.sizes(), {.device = testing::test_gpu(), .memory_format = format});
+      Tensor dw = empty(t.w.sizes(), {.device = testing::test_gpu(), .memory_format = format});
       struct Direction {
         cudnn::ConvDirection direction;
         Tensor a, b, out_or_in, reference, result;  // handles: copies share storage

@@ -33,7 +33,7 @@ double relative_error(const Tensor& a, const Tensor& ref) {
 }
 
 Tensor on_gpu(const Tensor& t, MemoryFormat format) {
-  return t.to(DType::Float32).to(Device::cuda()).contiguous(format);
+  return t.to(DType::Float32).to(testing::test_gpu()).contiguous(format);
 }
 
 }  // namespace

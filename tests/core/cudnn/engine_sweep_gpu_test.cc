@@ -27,11 +27,11 @@ using namespace loom;
 namespace {
 
 Tensor gpu(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous) {
-  return t.to(Device::cuda()).contiguous(format);
+  return t.to(testing::test_gpu()).contiguous(format);
 }
 
 Tensor gpu_nan(const Shape& s, MemoryFormat format = MemoryFormat::Contiguous, DType dtype = DType::Float32) {
-  Tensor t = empty(s, {.dtype = dtype, .device = Device::cuda(), .memory_format = format});
+  Tensor t = empty(s, {.dtype = dtype, .device = testing::test_gpu(), .memory_format = format});
   if (dtype == DType::Float32) t.fill_(NAN);
   return t;
 }
@@ -61,7 +61,7 @@ LOOM_GPU_TEST_CASE("every batch-norm engine config gives the reference result") 
                                x.strided(), mean_ref.strided(), invstd_ref.strided(), w.strided(), true);
 
       Tensor gx = gpu(x, format), gw = gpu(w), gb = gpu(b), gy = gpu_nan(s, format);
-      Tensor grm = zeros({c}, {.device = Device::cuda()}), grv = ones({c}, {.device = Device::cuda()});
+      Tensor grm = zeros({c}, {.device = testing::test_gpu()}), grv = ones({c}, {.device = testing::test_gpu()});
       Tensor gmean = gpu_nan({c}), ginvstd = gpu_nan({c});
       cudnn::BatchNormTrainingArgs fwd{gy.strided(), gmean.strided(), ginvstd.strided(), gx.strided(),
                                        gw.strided(), gb.strided(), grm.strided(), grv.strided(), eps, momentum};

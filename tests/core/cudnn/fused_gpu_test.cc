@@ -32,11 +32,11 @@ namespace {
 const MemoryFormat kNhwc = MemoryFormat::ChannelsLast;
 
 Tensor on_gpu(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous) {
-  return t.to(Device::cuda()).contiguous(format);
+  return t.to(testing::test_gpu()).contiguous(format);
 }
 
 Tensor gpu_poisoned(const Shape& sizes, MemoryFormat format = MemoryFormat::Contiguous) {
-  return full(sizes, NAN, {.device = Device::cuda(), .memory_format = format});
+  return full(sizes, NAN, {.device = testing::test_gpu(), .memory_format = format});
 }
 
 // CPU: t where mask > 0, else 0.
@@ -155,7 +155,7 @@ void check_bn_relu(DType dtype, bool with_residual, bool with_mask, Generator& g
   Tensor gmask;
   std::optional<Strided> mask;
   if (with_mask) {
-    gmask = empty({cudnn::relu_mask_bytes(gx.strided())}, {.dtype = DType::UInt8, .device = Device::cuda()});
+    gmask = empty({cudnn::relu_mask_bytes(gx.strided())}, {.dtype = DType::UInt8, .device = testing::test_gpu()});
     mask = gmask.strided();
   }
   auto ran = cudnn::batch_norm_relu_forward_training(
@@ -223,7 +223,7 @@ LOOM_GPU_TEST_CASE("matmul + bias + ReLU: tf32 engine, none tried under strict f
   report_if_unsupported(ran);
   CHECK(ran);
   if (ran) CHECK_CLOSE(gy.cpu(), y_ref, 5e-3, 5e-3);
-  Tensor gy64 = full({33, 24}, NAN, {.dtype = DType::Float64, .device = Device::cuda()});
+  Tensor gy64 = full({33, 24}, NAN, {.dtype = DType::Float64, .device = testing::test_gpu()});
   CHECK_FALSE(cudnn::linear_bias_relu_forward(gy64.strided(), on_gpu(x.to(DType::Float64)).strided(),
                                               on_gpu(w.to(DType::Float64)).strided(),
                                               on_gpu(b.to(DType::Float64)).strided()));

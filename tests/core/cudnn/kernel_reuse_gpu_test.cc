@@ -44,7 +44,7 @@ struct Linear {
   // Checks y (M, Out) = relu(x w^T + b) for a new x (M, In) on the GPU against the CPU.
   void check(int64_t m, Generator& gen) const {
     Tensor x = randn({m, w.size(1)}, {}, &gen);
-    Tensor gpu = linear_relu(x.to(Device::cuda()), w.to(Device::cuda()), b.to(Device::cuda())).cpu();
+    Tensor gpu = linear_relu(x.to(testing::test_gpu()), w.to(testing::test_gpu()), b.to(testing::test_gpu())).cpu();
     CHECK(testing::normalized_error(gpu, linear_relu(x, w, b)) <= testing::kTf32Parity.fwd);
   }
 };
@@ -141,10 +141,10 @@ LOOM_GPU_TEST_CASE("max pooling, whose engine refuses dynamic shapes, marks its 
     Tensor x = randn({n, 24, 10, 10}, {}, &gen);
     Tensor y_ref = empty({n, 24, 5, 5}), index_ref = empty({n, 24, 5, 5}, {.dtype = DType::Int64});
     cpu::max_pool2d_forward(y_ref.strided(), index_ref.strided(), x.strided(), args.params);
-    Tensor gx = x.to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
-    Tensor gy = empty({n, 24, 5, 5}, {.device = Device::cuda(), .memory_format = MemoryFormat::ChannelsLast});
+    Tensor gx = x.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+    Tensor gy = empty({n, 24, 5, 5}, {.device = testing::test_gpu(), .memory_format = MemoryFormat::ChannelsLast});
     Tensor index = empty({n, 24, 5, 5},
-                         {.dtype = DType::UInt8, .device = Device::cuda(), .memory_format = MemoryFormat::ChannelsLast});
+                         {.dtype = DType::UInt8, .device = testing::test_gpu(), .memory_format = MemoryFormat::ChannelsLast});
     Strided index_view = index.strided();
     (void)cudnn::pool2d_forward(gy.strided(), &index_view, gx.strided(), args);  // false while pending
     step_boundary();

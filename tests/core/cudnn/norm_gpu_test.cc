@@ -20,11 +20,11 @@ using namespace loom;
 namespace {
 
 Tensor on_gpu(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous) {
-  return t.to(Device::cuda()).contiguous(format);
+  return t.to(testing::test_gpu()).contiguous(format);
 }
 
 Tensor gpu_empty(const Shape& sizes, MemoryFormat format = MemoryFormat::Contiguous) {
-  return full(sizes, NAN, {.device = Device::cuda(), .memory_format = format});
+  return full(sizes, NAN, {.device = testing::test_gpu(), .memory_format = format});
 }
 
 }  // namespace

@@ -43,15 +43,15 @@ struct SmallNet {
 
   SmallNet() {
     Generator gen(71);
-    TensorOptions gpu{.device = Device::cuda()};
-    w1 = mul(randn({16, 3, 3, 3}, {}, &gen), 0.3).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+    TensorOptions gpu{.device = testing::test_gpu()};
+    w1 = mul(randn({16, 3, 3, 3}, {}, &gen), 0.3).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
     w1.requires_grad_(true);
     b1 = zeros({16}, gpu).requires_grad_(true);
     gamma = ones({16}, gpu).requires_grad_(true);
     beta = zeros({16}, gpu).requires_grad_(true);
     running_mean = zeros({16}, gpu);
     running_var = ones({16}, gpu);
-    w2 = mul(randn({10, 16 * 8 * 8}, {}, &gen), 0.01).to(Device::cuda()).requires_grad_(true);
+    w2 = mul(randn({10, 16 * 8 * 8}, {}, &gen), 0.01).to(testing::test_gpu()).requires_grad_(true);
     b2 = zeros({10}, gpu).requires_grad_(true);
   }
 
@@ -77,8 +77,8 @@ struct Inputs {
 
 Inputs inputs() {
   Generator gen(72);
-  return {randn({24, 3, 16, 16}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast),
-          randint(0, 10, {24}, {.dtype = DType::Int64}, &gen).to(Device::cuda())};
+  return {randn({24, 3, 16, 16}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast),
+          randint(0, 10, {24}, {.dtype = DType::Int64}, &gen).to(testing::test_gpu())};
 }
 
 std::vector<Tensor> eager_reference(const Inputs& in) {

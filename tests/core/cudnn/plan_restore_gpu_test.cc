@@ -104,7 +104,7 @@ void save_plans_eagerly(MemoryFormat format) {
   cache.clear();
   {
     PlanBuildGuard eager(PlanBuildMode::Eager);
-    (void)run_step(Device::cuda(), format);
+    (void)run_step(testing::test_gpu(), format);
   }
   REQUIRE(cache.stats().plans_built > 0);
   cache.clear();
@@ -123,8 +123,8 @@ LOOM_GPU_TEST_CASE("lazy mode restores plan files on the builders and swaps them
     save_plans_eagerly(format);
 
     PlanBuildGuard lazy(PlanBuildMode::Lazy);
-    Net net(Device::cuda(), format);
-    const Batch b = batch_on(Device::cuda(), format);
+    Net net(testing::test_gpu(), format);
+    const Batch b = batch_on(testing::test_gpu(), format);
     check_within_tf32(net.step(b.x, b.y), reference);  // the tier below, while the builders restore
     const cudnn::PlanCacheStats first = cache.stats();
     // Runtime-compiled plans (batch norm, ReLU and pooling graphs; cuDNN fuses
@@ -173,7 +173,7 @@ LOOM_GPU_TEST_CASE("a deterministic policy restores at once in lazy mode: one pl
   save_plans_eagerly(format);
 
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
-  check_within_tf32(run_step(Device::cuda(), format), reference);
+  check_within_tf32(run_step(testing::test_gpu(), format), reference);
   const cudnn::PlanCacheStats s = cache.stats();
   CHECK(s.plans_restored > 0);
   CHECK(s.restores_queued == 0);

@@ -28,8 +28,8 @@ struct Conv {
 
 Conv make_conv() {
   Generator gen(5);
-  return {randn({4, 8, 12, 12}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast),
-          randn({16, 8, 3, 3}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast)};
+  return {randn({4, 8, 12, 12}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast),
+          randn({16, 8, 3, 3}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast)};
 }
 
 std::vector<std::filesystem::path> plan_files(const std::string& folder) {

@@ -41,14 +41,14 @@ LOOM_GPU_TEST_CASE("cuDNN activation graphs forward and backward match the CPU k
         cpu::activation_forward(y_ref.strided(), x.strided(), kind, parameter);
         const Tensor& saved_ref = row.saved == cpu::Saved::Output ? y_ref : x;
         cpu::activation_backward(dx_ref.strided(), dy.strided(), saved_ref.strided(), kind, parameter);
-        Tensor gx = x.to(Device::cuda()).contiguous(format), gdy = dy.to(Device::cuda()).contiguous(format);
-        Tensor gy = full(s, NAN, {.device = Device::cuda(), .memory_format = format});
-        Tensor gdx = full(s, NAN, {.device = Device::cuda(), .memory_format = format});
+        Tensor gx = x.to(testing::test_gpu()).contiguous(format), gdy = dy.to(testing::test_gpu()).contiguous(format);
+        Tensor gy = full(s, NAN, {.device = testing::test_gpu(), .memory_format = format});
+        Tensor gdx = full(s, NAN, {.device = testing::test_gpu(), .memory_format = format});
         const bool forward = cudnn::activation_forward(kind, parameter, gy.strided(), gx.strided());
         if (kind == cpu::ActivationKind::Relu) CHECK(forward);
         if (row.cudnn_forward != cpu::CudnnActivation::None && !forward) MESSAGE("no cuDNN forward engine");
         if (forward) CHECK_CLOSE(gy.cpu(), y_ref, tolerance(kind), tolerance(kind));
-        const Tensor saved = row.saved == cpu::Saved::Output ? y_ref.to(Device::cuda()).contiguous(format) : gx;
+        const Tensor saved = row.saved == cpu::Saved::Output ? y_ref.to(testing::test_gpu()).contiguous(format) : gx;
         const bool backward = cudnn::activation_backward(kind, parameter, gdx.strided(), gdy.strided(), saved.strided());
         if (kind == cpu::ActivationKind::Relu) CHECK(backward);
         if (row.cudnn_backward != cpu::CudnnActivation::None && !backward) MESSAGE("no cuDNN backward engine");
@@ -59,9 +59,9 @@ LOOM_GPU_TEST_CASE("cuDNN activation graphs forward and backward match the CPU k
 }
 
 LOOM_GPU_TEST_CASE("a size the packed view cannot hold, or a row without a cuDNN mode, is declined") {
-  Tensor x = ones({7, 3}, {.device = Device::cuda()}), y = empty({7, 3}, {.device = Device::cuda()});
+  Tensor x = ones({7, 3}, {.device = testing::test_gpu()}), y = empty({7, 3}, {.device = testing::test_gpu()});
   CHECK_FALSE(cudnn::activation_forward(cpu::ActivationKind::Relu, 0, y.strided(), x.strided()));
-  Tensor x64 = ones({4, 64}, {.device = Device::cuda()}), y64 = empty({4, 64}, {.device = Device::cuda()});
+  Tensor x64 = ones({4, 64}, {.device = testing::test_gpu()}), y64 = empty({4, 64}, {.device = testing::test_gpu()});
   CHECK_FALSE(cudnn::activation_backward(cpu::ActivationKind::Sigmoid, 0, y64.strided(), x64.strided(),
                                          x64.strided()));
 }

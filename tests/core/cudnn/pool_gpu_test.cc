@@ -38,7 +38,7 @@ Shape out_shape(const Case& c) {
 }
 
 Tensor gpu_nan(const Shape& sizes, MemoryFormat format, DType dtype = DType::Float32) {
-  Tensor t = empty(sizes, {.dtype = dtype, .device = Device::cuda(), .memory_format = format});
+  Tensor t = empty(sizes, {.dtype = dtype, .device = testing::test_gpu(), .memory_format = format});
   if (dtype == DType::Float32) t.fill_(NAN);
   return t;
 }
@@ -57,7 +57,7 @@ void check_pool(const Case& c, bool max, bool include_pad, MemoryFormat format, 
     cpu::avg_pool2d_forward(y_ref.strided(), x.strided(), c.p, include_pad);
     cpu::avg_pool2d_backward(dx_ref.strided(), dy.strided(), c.p, include_pad);
   }
-  Tensor gx = x.to(Device::cuda()).contiguous(format), gdy = dy.to(Device::cuda()).contiguous(format);
+  Tensor gx = x.to(testing::test_gpu()).contiguous(format), gdy = dy.to(testing::test_gpu()).contiguous(format);
   Tensor gy = gpu_nan(out_shape(c), format), gdx = gpu_nan(c.x, format);
   cudnn::PoolArgs args{.params = c.p, .max = max, .count_include_pad = include_pad};
   bool indexed = max && cudnn::pool_uses_index(gx.strided());
@@ -93,8 +93,8 @@ LOOM_GPU_TEST_CASE("cuDNN max and average pooling match the CPU reference in bot
 LOOM_GPU_TEST_CASE("an average-pool divisor cuDNN counts differently is declined") {
   // ceil mode adds a window past the padded input; PyTorch's include-pad divisor clips it.
   Case c{{1, 2, 5, 5}, {2, 2, 2, 2, 0, 0}};
-  Tensor x = ones(c.x, {.device = Device::cuda()});
-  Tensor y = empty({1, 2, 3, 3}, {.device = Device::cuda()});
+  Tensor x = ones(c.x, {.device = testing::test_gpu()});
+  Tensor y = empty({1, 2, 3, 3}, {.device = testing::test_gpu()});
   cudnn::PoolArgs args{.params = c.p, .max = false, .count_include_pad = true};
   CHECK_FALSE(cudnn::pool2d_forward(y.strided(), nullptr, x.strided(), args));
 }

@@ -46,7 +46,7 @@ Tolerance tolerance_for(DType dtype) {
 }
 
 Tensor poisoned(const Shape& sizes, DType dtype) {
-  return full(sizes, NAN, {.dtype = dtype, .device = Device::cuda()});
+  return full(sizes, NAN, {.dtype = dtype, .device = testing::test_gpu()});
 }
 
 // Forward on x and backward on a random dy, each against the CPU kernels fed
@@ -63,9 +63,9 @@ void check_pair(const Kernels& k, const Shape& sizes, int64_t dim, DType dtype, 
   k.cpu_backward(dx_ref.strided(), dy.strided(), y_ref.strided(), dim);
 
   Tensor y = poisoned(sizes, dtype), dx = poisoned(sizes, dtype);
-  k.gpu_forward(y.strided(), x.to(Device::cuda()).strided(), dim);
+  k.gpu_forward(y.strided(), x.to(testing::test_gpu()).strided(), dim);
   CHECK_CLOSE(y.cpu(), y_ref, tol.rtol, tol.atol);
-  k.gpu_backward(dx.strided(), dy.to(Device::cuda()).strided(), y_ref.to(Device::cuda()).strided(),
+  k.gpu_backward(dx.strided(), dy.to(testing::test_gpu()).strided(), y_ref.to(testing::test_gpu()).strided(),
                  dim);
   CHECK_CLOSE(dx.cpu(), dx_ref, tol.rtol, tol.atol);
 }
@@ -106,20 +106,20 @@ LOOM_GPU_TEST_CASE("cuDNN softmax on 0-D, 1-D and long rows") {
 }
 
 LOOM_GPU_TEST_CASE("cuDNN softmax of an empty tensor writes nothing and does not fail") {
-  Tensor x = empty({0, 5}, {.device = Device::cuda()}),
-         y = empty({0, 5}, {.device = Device::cuda()});
+  Tensor x = empty({0, 5}, {.device = testing::test_gpu()}),
+         y = empty({0, 5}, {.device = testing::test_gpu()});
   CHECK_NOTHROW(cudnn::softmax_forward(y.strided(), x.strided(), 1));
   CHECK_NOTHROW(cudnn::log_softmax_backward(y.strided(), x.strided(), x.strided(), 0));
 }
 
 LOOM_GPU_TEST_CASE("cuDNN softmax refuses non-contiguous operands, naming the fix") {
-  Tensor x = zeros({4, 6}, {.device = Device::cuda()}).t();
-  Tensor y = empty({6, 4}, {.device = Device::cuda()});
+  Tensor x = zeros({4, 6}, {.device = testing::test_gpu()}).t();
+  Tensor y = empty({6, 4}, {.device = testing::test_gpu()});
   CHECK_THROWS_WITH_FRAGMENT(cudnn::softmax_forward(y.strided(), x.strided(), 1), ValueError,
                              "[softmax] cuDNN softmax needs a contiguous (row-major) input, got "
                              "shape (6, 4) with strides (1, 6); call .contiguous()");
   Tensor nhwc =
-      zeros({2, 3, 4, 5}, {.device = Device::cuda()}).contiguous(MemoryFormat::ChannelsLast);
+      zeros({2, 3, 4, 5}, {.device = testing::test_gpu()}).contiguous(MemoryFormat::ChannelsLast);
   CHECK_THROWS_WITH_FRAGMENT(
       cudnn::log_softmax_backward(nhwc.strided(), nhwc.strided(), nhwc.strided(), 1), ValueError,
       "[log_softmax] cuDNN softmax needs a contiguous (row-major) forward output");

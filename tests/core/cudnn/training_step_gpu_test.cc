@@ -22,14 +22,14 @@ struct SmallNet {
   Tensor w1, b1, gamma, beta, running_mean, running_var, w2, b2;
 
   explicit SmallNet(Generator& gen) {
-    TensorOptions gpu{.device = Device::cuda()};
-    w1 = mul(randn({16, 1, 3, 3}, {}, &gen), 0.3).to(Device::cuda()).requires_grad_(true);
+    TensorOptions gpu{.device = testing::test_gpu()};
+    w1 = mul(randn({16, 1, 3, 3}, {}, &gen), 0.3).to(testing::test_gpu()).requires_grad_(true);
     b1 = zeros({16}, gpu).requires_grad_(true);
     gamma = ones({16}, gpu).requires_grad_(true);
     beta = zeros({16}, gpu).requires_grad_(true);
     running_mean = zeros({16}, gpu);
     running_var = ones({16}, gpu);
-    w2 = mul(randn({10, 16 * 14 * 14}, {}, &gen), 0.01).to(Device::cuda()).requires_grad_(true);
+    w2 = mul(randn({10, 16 * 14 * 14}, {}, &gen), 0.01).to(testing::test_gpu()).requires_grad_(true);
     b2 = zeros({10}, gpu).requires_grad_(true);
   }
 
@@ -55,8 +55,8 @@ struct SmallNet {
 LOOM_GPU_TEST_CASE("the second training step builds no cuDNN plan") {
   Generator gen(61);
   SmallNet net(gen);
-  Tensor x = randn({32, 1, 28, 28}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
-  Tensor y = randint(0, 10, {32}, {.dtype = DType::Int64}, &gen).to(Device::cuda());
+  Tensor x = randn({32, 1, 28, 28}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+  Tensor y = randint(0, 10, {32}, {.dtype = DType::Int64}, &gen).to(testing::test_gpu());
   auto& cache = cudnn::PlanCache::global();
   cache.clear();
   net.loss(x, y).backward();

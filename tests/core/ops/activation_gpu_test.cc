@@ -29,13 +29,13 @@ void check_row(ActivationKind kind, const Shape& sizes, MemoryFormat format, Gen
   CAPTURE(shape_str(sizes));
   CAPTURE(memory_format_name(format));
   Tensor x = mul(randn(sizes, {}, &gen), 3.0).requires_grad_(true);
-  Tensor gx = x.detach().to(Device::cuda()).contiguous(format).requires_grad_(true);
+  Tensor gx = x.detach().to(testing::test_gpu()).contiguous(format).requires_grad_(true);
   Tensor dy = randn(sizes, {}, &gen);
   Tensor y = activation(x, kind), gy = activation(gx, kind);
   CHECK(gy.device().is_cuda());
   CHECK_CLOSE(gy.cpu(), y, kTolerance, kTolerance);
   y.backward(dy);
-  gy.backward(dy.to(Device::cuda()).contiguous(format));
+  gy.backward(dy.to(testing::test_gpu()).contiguous(format));
   CHECK_CLOSE(gx.grad().cpu(), x.grad(), kTolerance, kTolerance);
 }
 

@@ -20,13 +20,13 @@ LOOM_GPU_TEST_CASE("adaptive_avg_pool2d matches the CPU on the GPU, forward and 
       CAPTURE(q);
       CAPTURE(memory_format_name(format));
       Tensor x = randn({2, 8, 9, 8}, {}, &gen).requires_grad_(true);
-      Tensor gx = x.detach().to(Device::cuda()).contiguous(format).requires_grad_(true);
+      Tensor gx = x.detach().to(testing::test_gpu()).contiguous(format).requires_grad_(true);
       Tensor y = adaptive_avg_pool2d(x, {p, q}), gy = adaptive_avg_pool2d(gx, {p, q});
       CHECK(gy.device().is_cuda());
       CHECK_CLOSE(gy.cpu(), y, 1e-5, 1e-5);
       const Tensor dy = randn(y.sizes(), {}, &gen);
       y.backward(dy);
-      gy.backward(dy.to(Device::cuda()));
+      gy.backward(dy.to(testing::test_gpu()));
       CHECK_CLOSE(gx.grad().cpu(), x.grad(), 1e-5, 1e-5);
     }
   }
@@ -42,13 +42,13 @@ LOOM_GPU_TEST_CASE("adaptive_max_pool2d matches the CPU on the GPU, forward and 
       // Continuous random values: each cell's maximum is unique, so both devices
       // send its gradient to the same element.
       Tensor x = randn({2, 7, 9, 8}, {}, &gen).requires_grad_(true);
-      Tensor gx = x.detach().to(Device::cuda()).contiguous(format).requires_grad_(true);
+      Tensor gx = x.detach().to(testing::test_gpu()).contiguous(format).requires_grad_(true);
       Tensor y = adaptive_max_pool2d(x, {p, q}), gy = adaptive_max_pool2d(gx, {p, q});
       CHECK(gy.device().is_cuda());
       CHECK_CLOSE(gy.cpu(), y, 0, 0);
       const Tensor dy = randn(y.sizes(), {}, &gen);
       y.backward(dy);
-      gy.backward(dy.to(Device::cuda()));
+      gy.backward(dy.to(testing::test_gpu()));
       CHECK_CLOSE(gx.grad().cpu(), x.grad(), 1e-6, 1e-6);
     }
   }

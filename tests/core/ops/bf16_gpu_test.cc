@@ -90,7 +90,7 @@ struct GpuSide {
 };
 
 Tensor to_gpu(const Tensor& t, bool fp32, MemoryFormat format) {
-  Tensor g = t.detach().to(Device::cuda());
+  Tensor g = t.detach().to(testing::test_gpu());
   if (!fp32 && is_floating(t.dtype())) g = g.to(DType::BFloat16);
   if (t.dim() == 4 && is_floating(t.dtype())) g = g.contiguous(format);
   return t.requires_grad() ? g.requires_grad_(true) : g;
@@ -117,7 +117,7 @@ void check_bf16(const std::string& name, const OpFn& op, const std::vector<Tenso
   if (cpu_out.requires_grad()) {
     Tensor g = rounded(randn(cpu_out.sizes(), {}, &gen));
     cpu_out.backward(g);
-    gpu_out.backward(g.to(Device::cuda()).to(gpu_out.dtype()));
+    gpu_out.backward(g.to(testing::test_gpu()).to(gpu_out.dtype()));
     for (size_t i = 0; i < cpu_in.size(); ++i) {
       if (!cpu_in[i].requires_grad()) continue;
       REQUIRE(gpu_in[i].grad().defined());
@@ -181,7 +181,7 @@ LOOM_GPU_TEST_CASE("bf16: reductions accumulate in fp32 and match the CPU") {
     check_bf16("max(dim 3)", [](auto& in) { return max(in[0], 3).values; }, {x}, side, kExact, gen);
   }
   // 4096 ones: a bf16 running sum would stall at 256; the fp32 accumulator gives 4096 exactly.
-  Tensor ones_gpu = ones({64, 64}, {.device = Device::cuda()}).to(DType::BFloat16);
+  Tensor ones_gpu = ones({64, 64}, {.device = testing::test_gpu()}).to(DType::BFloat16);
   CHECK(sum(ones_gpu).item() == 4096.0);
   CHECK(sum(ones_gpu, {0}).to_vector<double>() == std::vector<double>(64, 64.0));
 }
@@ -254,16 +254,16 @@ LOOM_GPU_TEST_CASE("bf16: batch norm with fp32 parameters, pooling, softmax, cat
 LOOM_GPU_TEST_CASE("bf16: casts on the GPU round like the CPU and are differentiable") {
   Generator gen(65);
   Tensor x = randn({3, 1000}, {}, &gen).requires_grad_(true);
-  Tensor xg = x.detach().to(Device::cuda()).requires_grad_(true);
+  Tensor xg = x.detach().to(testing::test_gpu()).requires_grad_(true);
   Tensor half = xg.to(DType::BFloat16);
   CHECK(half.dtype() == DType::BFloat16);
   CHECK_CLOSE(half.to(DType::Float32).cpu(), x.detach().to(DType::BFloat16).to(DType::Float32), 0.0, 0.0);
   Tensor g = randn({3, 1000}, {}, &gen);
-  mul(half, 2.0).backward(g.to(Device::cuda()).to(DType::BFloat16));
+  mul(half, 2.0).backward(g.to(testing::test_gpu()).to(DType::BFloat16));
   REQUIRE(xg.grad().defined());
   CHECK(xg.grad().dtype() == DType::Float32);  // the cast's backward: back to the input dtype
   CHECK_CLOSE(xg.grad().cpu(), rounded(mul(rounded(g), 2.0)), 0.0, 0.0);
-  Tensor cl = rounded(randn({2, 8, 5, 5}, {}, &gen)).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+  Tensor cl = rounded(randn({2, 8, 5, 5}, {}, &gen)).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
   CHECK(cl.to(DType::BFloat16).suggest_memory_format() == MemoryFormat::ChannelsLast);
 }
 
@@ -287,8 +287,8 @@ LOOM_GPU_TEST_CASE("bf16/fp16: cross_entropy on 16-bit logits equals casting the
           Shape target_sizes = c.logits;
           target_sizes.erase(target_sizes.begin() + 1);
           const Tensor target = randint(0, c.logits[1], target_sizes, {.dtype = DType::Int64}, &gen)
-                                    .to(Device::cuda());
-          const Tensor base = (randn(c.logits, {}, &gen) * 3.0).to(Device::cuda()).to(dtype).contiguous(c.format);
+                                    .to(testing::test_gpu());
+          const Tensor base = (randn(c.logits, {}, &gen) * 3.0).to(testing::test_gpu()).to(dtype).contiguous(c.format);
           const CrossEntropyOptions options{.reduction = r, .ignore_index = 1, .label_smoothing = smoothing};
           Tensor direct_in = base.detach().requires_grad_(true);
           Tensor cast_in = base.detach().requires_grad_(true);
@@ -296,7 +296,7 @@ LOOM_GPU_TEST_CASE("bf16/fp16: cross_entropy on 16-bit logits equals casting the
           const Tensor cast = cross_entropy(cast_in.to(DType::Float32), target, options);
           CHECK(direct.dtype() == DType::Float32);
           CHECK_CLOSE(direct.cpu(), cast.cpu(), 0.0, 0.0);
-          const Tensor dy = randn(direct.sizes(), {}, &gen).to(Device::cuda());
+          const Tensor dy = randn(direct.sizes(), {}, &gen).to(testing::test_gpu());
           direct.backward(dy);
           cast.backward(dy);
           REQUIRE(direct_in.grad().defined());
@@ -316,8 +316,8 @@ LOOM_GPU_TEST_CASE("bf16: mixed bf16 and fp32 operands promote to fp32") {
   check_bf16("mul(bf16, fp32 broadcast)", [](auto& in) { return mul(in[0], in[1]); }, {a, bc}, mixed, kRounded, gen);
   GpuSide reversed{.fp32_inputs = {true, false}, .output = DType::Float32};
   check_bf16("div(fp32, bf16)", [](auto& in) { return div(in[0], add(in[1], 4.0)); }, {a, b}, reversed, kChained, gen);
-  Tensor acc = zeros({4, 5}, {.device = Device::cuda()});
-  add_(acc, a.detach().to(Device::cuda()).to(DType::BFloat16));  // fp32 += bf16 casts into self
+  Tensor acc = zeros({4, 5}, {.device = testing::test_gpu()});
+  add_(acc, a.detach().to(testing::test_gpu()).to(DType::BFloat16));  // fp32 += bf16 casts into self
   CHECK(acc.dtype() == DType::Float32);
   CHECK_CLOSE(acc.cpu(), a.detach(), 0.0, 0.0);
 }
@@ -342,9 +342,9 @@ LOOM_GPU_TEST_CASE("autocast: conv2d, linear and matmul compute in bf16, grads r
   }, {m, lw}, all_fp32, kGemm, gen);
   // batch_norm and relu take no cast: fp32 stays fp32 under autocast.
   AutocastGuard autocast(DType::BFloat16);
-  Tensor xf = x.detach().to(Device::cuda());
+  Tensor xf = x.detach().to(testing::test_gpu());
   CHECK(relu(xf).dtype() == DType::Float32);
-  Tensor rm = zeros({8}, {.device = Device::cuda()}), rv = ones({8}, {.device = Device::cuda()});
+  Tensor rm = zeros({8}, {.device = testing::test_gpu()}), rv = ones({8}, {.device = testing::test_gpu()});
   CHECK(batch_norm(xf, rm, rv, Tensor(), Tensor()).dtype() == DType::Float32);
 }
 
@@ -445,7 +445,7 @@ void print_net_steps(const std::vector<NetStep>& gpu, const std::vector<NetStep>
 }  // namespace
 
 LOOM_GPU_TEST_CASE("autocast: a conv-bn-relu-pool-linear net trains with fp32 master weights") {
-  const std::vector<NetStep> gpu = train_net(Device::cuda(), /*autocast=*/true);
+  const std::vector<NetStep> gpu = train_net(testing::test_gpu(), /*autocast=*/true);
   const std::vector<NetStep> cpu = train_net(Device::cpu(), /*autocast=*/false);
   print_net_steps(gpu, cpu);
   const double first = gpu.front().loss, last = gpu.back().loss;

@@ -103,12 +103,12 @@ void check_paths(const std::string& name, const OpFn& op, const std::vector<Tens
   Tensor dy = randn(y0.sizes(), {.dtype = y0.dtype()}, &gen);
   Run cpu = run(op, inputs, Device::cpu(), format, dy);
   const int64_t before = runs_of(counters);
-  Run fused = run(op, inputs, Device::cuda(), format, dy);
+  Run fused = run(op, inputs, testing::test_gpu(), format, dy);
   const int64_t fused_runs = runs_of(counters) - before;
   Run unfused;
   {
     FusionGuard off(false);
-    unfused = run(op, inputs, Device::cuda(), format, dy);
+    unfused = run(op, inputs, testing::test_gpu(), format, dy);
   }
   CHECK_MESSAGE(runs_of(counters) - before == fused_runs, "a fused graph ran with fusion off");
   if (expect_fused) {
@@ -196,8 +196,8 @@ LOOM_GPU_TEST_CASE("the fused ops on non-contiguous and float64 GPU inputs fall 
               {x, w}, MemoryFormat::Contiguous, kStrict, {&cudnn::FusedRuns::conv_bias_relu}, false, gen);
   Tensor t = randn({6, 8, 5, 2}, {}, &gen).transpose(0, 3);  // (2, 8, 5, 6), strided
   Tensor xs = t.slice(2, 0, 5, 2);
-  Tensor g = xs.to(Device::cuda());
-  Tensor y = conv2d_bias_relu(g, w.to(DType::Float32).to(Device::cuda()));
+  Tensor g = xs.to(testing::test_gpu());
+  Tensor y = conv2d_bias_relu(g, w.to(DType::Float32).to(testing::test_gpu()));
   CHECK_CLOSE(y.cpu(), relu(conv2d(xs, w.to(DType::Float32))), 5e-3, 5e-3);
 }
 
@@ -231,20 +231,20 @@ LOOM_GPU_TEST_CASE("bf16 autocast: fused ops match the unfused composite and the
       const std::string tag = fmt::format("{} {}", fused ? "fused" : "unfused", memory_format_name(f));
       CAPTURE(tag);
       AutocastGuard autocast(DType::BFloat16);
-      Tensor gx = x.to(DType::BFloat16).to(Device::cuda()).contiguous(f);
-      Tensor gz = z.to(DType::BFloat16).to(Device::cuda()).contiguous(f);
-      Tensor gg = gamma.to(Device::cuda()), gb = beta.to(Device::cuda());
+      Tensor gx = x.to(DType::BFloat16).to(testing::test_gpu()).contiguous(f);
+      Tensor gz = z.to(DType::BFloat16).to(testing::test_gpu()).contiguous(f);
+      Tensor gg = gamma.to(testing::test_gpu()), gb = beta.to(testing::test_gpu());
       gg.requires_grad_();
-      Tensor grm = zeros({32}, {.device = Device::cuda()}), grv = ones({32}, {.device = Device::cuda()});
+      Tensor grm = zeros({32}, {.device = testing::test_gpu()}), grv = ones({32}, {.device = testing::test_gpu()});
       Tensor y = batch_norm_relu(gx, grm, grv, gg, gb, {}, gz);
       expect(y.dtype() == DType::BFloat16, tag + ": batch_norm_relu gives bf16");
       expect(normalized_error(y.to(DType::Float32).cpu(), bn_ref) <= tol, tag + ": batch_norm_relu value");
       sum(y.to(DType::Float32)).backward();
       expect(gg.grad().defined() && gg.grad().dtype() == DType::Float32,
              tag + ": batch_norm_relu fp32 weight grad");
-      Tensor gw = w.to(Device::cuda()), gbias = b.to(Device::cuda());
+      Tensor gw = w.to(testing::test_gpu()), gbias = b.to(testing::test_gpu());
       gw.requires_grad_();
-      Tensor xf = x.to(Device::cuda()).contiguous(f);  // fp32: autocast casts it
+      Tensor xf = x.to(testing::test_gpu()).contiguous(f);  // fp32: autocast casts it
       Tensor c1 = conv2d_bias_relu(xf, gw, gbias, co);
       expect(c1.dtype() == DType::BFloat16, tag + ": conv2d_bias_relu gives bf16");
       expect(normalized_error(c1.to(DType::Float32).cpu(), conv_ref) <= tol, tag + ": conv2d_bias_relu value");
@@ -253,7 +253,7 @@ LOOM_GPU_TEST_CASE("bf16 autocast: fused ops match the unfused composite and the
       sum(add(c1, c2).to(DType::Float32)).backward();
       expect(gw.grad().defined() && gw.grad().dtype() == DType::Float32,
              tag + ": conv fp32 weight grad");
-      Tensor l = linear_relu(xf.reshape({-1, 30}), lw.to(Device::cuda()), lb.to(Device::cuda()));
+      Tensor l = linear_relu(xf.reshape({-1, 30}), lw.to(testing::test_gpu()), lb.to(testing::test_gpu()));
       expect(l.dtype() == DType::BFloat16, tag + ": linear_relu gives bf16");
       expect(normalized_error(l.to(DType::Float32).cpu(), lin_ref) <= tol, tag + ": linear_relu value");
     }

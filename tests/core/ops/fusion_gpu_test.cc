@@ -52,7 +52,7 @@ LOOM_GPU_TEST_CASE("a derivative graph without a dgrad/wgrad-fused engine is pro
   };
   auto backward = [&](int64_t batch) {
     auto leaf = [](Tensor t, MemoryFormat format) {
-      return t.to(Device::cuda()).contiguous(format).requires_grad_(true);
+      return t.to(testing::test_gpu()).contiguous(format).requires_grad_(true);
     };
     Tensor x = leaf(randn({batch, 8, 6, 6}, {}, &gen), MemoryFormat::ChannelsLast);
     Tensor w = leaf(randn({12, 8, 3, 3}, {}, &gen) * 0.1, MemoryFormat::ChannelsLast);
@@ -106,7 +106,7 @@ LOOM_GPU_TEST_CASE("a conv's bias before a training batch norm is absorbed: outp
       return o;
     };
     NumericsGuard numerics({.precision = Precision::StrictFp32});
-    const Out cpu = run(Device::cpu(), false), gpu = run(Device::cuda(), true);
+    const Out cpu = run(Device::cpu(), false), gpu = run(testing::test_gpu(), true);
     std::optional<fusion::BlockReport> report;
     for (const fusion::BlockReport& e : fusion::block_reports()) {
       if (e.block == block.str()) report = e;
@@ -135,7 +135,7 @@ LOOM_GPU_TEST_CASE("a fused model trains under TrainStep's CUDA-graph capture as
     net = nn::Sequential(nn::Conv2d(1, 8, 3, {.padding = 1}), nn::BatchNorm2d(8), nn::GELU(), nn::Conv2d(8, 8, 3, {.padding = 1}),
                          nn::SiLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(8 * 14 * 14, 10), nn::Tanh());
     nn::fuse(net);
-    net.to(Device::cuda());
+    net.to(testing::test_gpu());
     net.to(MemoryFormat::ChannelsLast);
   };
   nn::Sequential eager_net, graph_net;
@@ -151,8 +151,8 @@ LOOM_GPU_TEST_CASE("a fused model trains under TrainStep's CUDA-graph capture as
   optim::TrainStep eager(loss_of(eager_net), eager_opt, {.cuda_graph = false});
   optim::TrainStep graph(loss_of(graph_net), graph_opt, {.cuda_graph = true});
   Generator gen(6);
-  Tensor x = randn({16, 1, 28, 28}, {}, &gen).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
-  Tensor y = randint(0, 10, {16}, {.dtype = DType::Int64}, &gen).to(Device::cuda());
+  Tensor x = randn({16, 1, 28, 28}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+  Tensor y = randint(0, 10, {16}, {.dtype = DType::Int64}, &gen).to(testing::test_gpu());
   for (int i = 0; i < 10; ++i) {
     CAPTURE(i);
     const double e = eager(x, y)[0].item(), g = graph(x, y)[0].item();

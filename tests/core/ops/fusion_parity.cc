@@ -91,7 +91,7 @@ Errors compare(const Run& gpu, const Run& cpu, const Policy& policy) {
 std::vector<Tensor> rounded_like_autocast(const Block& block, const std::vector<Tensor>& inputs) {
   const std::vector<std::string> names = block.operand_names();
   std::vector<Tensor> rounded = inputs;
-  auto round = [](const Tensor& t) { return t.to(Device::cuda()).to(DType::BFloat16).to(DType::Float32).cpu(); };
+  auto round = [](const Tensor& t) { return t.to(testing::test_gpu()).to(DType::BFloat16).to(DType::Float32).cpu(); };
   rounded[0] = round(inputs[0]);
   for (size_t i = 1; i < inputs.size(); ++i) {
     if (inputs[i].defined() && (names[i - 1] == "weight" || names[i - 1] == "bias")) rounded[i] = round(inputs[i]);
@@ -164,7 +164,7 @@ void run_once_and_settle(const std::vector<Case>& cases, const Policies& policie
       for (MemoryFormat format : testing::kParityLayouts) {
         for (bool fused : {true, false}) {
           FusionGuard guard(fused);
-          (void)run(c.block, c.inputs, Device::cuda(), format, dy, false);
+          (void)run(c.block, c.inputs, testing::test_gpu(), format, dy, false);
         }
       }
     }
@@ -224,7 +224,7 @@ void check_block(const Case& c, const Policies& policies, Generator& gen) {
         FusionGuard guard(fused);
         const cudnn::FusedRuns before = cudnn::fused_runs();
         fusion::clear_report();
-        const Run gpu = run(block, inputs, Device::cuda(), format, dy, false);
+        const Run gpu = run(block, inputs, testing::test_gpu(), format, dy, false);
         const Errors e = compare(gpu, cpu, policy);
         const int64_t ran = cudnn::fused_runs().epilogue - before.epilogue;
         const std::string backward = head_backward_note(block);

@@ -37,7 +37,7 @@ sweep::Case chain(Precision precision, std::map<std::string, int64_t> ints) {
 
 void check_case(const sweep::Case& c) {
   CAPTURE(c.describe());
-  const sweep::Outcome outcome = sweep::run_case(c, Device::cuda());
+  const sweep::Outcome outcome = sweep::run_case(c, testing::test_gpu());
   CAPTURE(outcome.worst_tensor);
   CAPTURE(outcome.worst_error);
   CAPTURE(outcome.allowed_error);
@@ -53,7 +53,7 @@ void check_trains_like_the_cpu(nn::Module& cpu_model, nn::Module& gpu_model, con
                                int64_t classes) {
   NumericsGuard strict({.precision = Precision::StrictFp32});
   gpu_model.load_state_dict(cpu_model.state_dict());
-  gpu_model.to(Device::cuda());
+  gpu_model.to(testing::test_gpu());
   optim::SGD cpu_opt(cpu_model.parameters(), {.lr = 0.05, .momentum = 0.9});
   optim::SGD gpu_opt(gpu_model.parameters(), {.lr = 0.05, .momentum = 0.9});
   Generator gen(4);
@@ -68,7 +68,7 @@ void check_trains_like_the_cpu(nn::Module& cpu_model, nn::Module& gpu_model, con
     cpu_loss.backward();
     cpu_opt.step();
     gpu_opt.zero_grad();
-    Tensor gpu_loss = cross_entropy(gpu_model.forward(x.to(Device::cuda())), target.to(Device::cuda()));
+    Tensor gpu_loss = cross_entropy(gpu_model.forward(x.to(testing::test_gpu())), target.to(testing::test_gpu()));
     gpu_loss.backward();
     gpu_opt.step();
     CHECK(gpu_loss.item() == doctest::Approx(cpu_loss.item()).epsilon(1e-3));
@@ -126,12 +126,12 @@ LOOM_GPU_TEST_CASE("a 1x1 channels-last average pool has a backward on the GPU")
                                       std::pair{Shape{4, 45, 34, 30}, std::array<int64_t, 2>{1, 1}}}) {
     Tensor x = randn(shape, {.dtype = DType::Float64}, &gen);
     Tensor xr = x.clone().requires_grad_(true);
-    Tensor xg = x.to(DType::Float32).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+    Tensor xg = x.to(DType::Float32).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
     xg.requires_grad_(true);
     const Pool2dOptions options{.kernel_size = {1, 1}, .stride = stride};
     Tensor dy = randn(avg_pool2d(x, options).sizes(), {.dtype = DType::Float64}, &gen);
     sum(mul(avg_pool2d(xr, options), dy)).backward();
-    sum(mul(avg_pool2d(xg, options), dy.to(DType::Float32).to(Device::cuda()))).backward();
+    sum(mul(avg_pool2d(xg, options), dy.to(DType::Float32).to(testing::test_gpu()))).backward();
     CHECK_CLOSE(xg.grad().to(DType::Float64).cpu(), xr.grad(), 1e-5, 1e-6);
   }
 }
@@ -147,7 +147,7 @@ LOOM_GPU_TEST_CASE("strict fp32 keeps the weight gradient at fp32 accuracy") {
   Tensor wr = w.clone().requires_grad_(true);
   sum(mul(conv2d(x, wr, b, options), dy)).backward();
   auto gpu = [](const Tensor& t) {
-    Tensor g = t.to(DType::Float32).to(Device::cuda());
+    Tensor g = t.to(DType::Float32).to(testing::test_gpu());
     return t.dim() == 4 ? g.contiguous(MemoryFormat::ChannelsLast) : g;
   };
   Tensor wg = gpu(w).requires_grad_(true);

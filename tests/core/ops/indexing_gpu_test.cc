@@ -29,7 +29,7 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 constexpr MemoryFormat kLayouts[] = {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast};
 
 Tensor to_gpu(const Tensor& t, MemoryFormat format) {
-  Tensor g = t.detach().to(Device::cuda());
+  Tensor g = t.detach().to(testing::test_gpu());
   if (t.dim() == 4) g = g.contiguous(format);
   return t.requires_grad() ? g.requires_grad_(true) : g;
 }
@@ -55,7 +55,7 @@ void check_parity(const std::string& name, const OpFn& op, const std::vector<Ten
   if (cpu_out.requires_grad()) {
     Tensor g = randn(cpu_out.sizes(), {.dtype = cpu_out.dtype()}, &gen);
     cpu_out.backward(g);
-    gpu_out.backward(g.to(Device::cuda()));
+    gpu_out.backward(g.to(testing::test_gpu()));
     for (size_t i = 0; i < cpu_in.size(); ++i) {
       // An input that reaches the output only through a comparison gets no
       // gradient on either device.
@@ -122,8 +122,8 @@ LOOM_GPU_TEST_CASE("gather, index_select and embedding match the CPU on the GPU"
 }
 
 LOOM_GPU_TEST_CASE("gather and index_select check indices on the GPU too") {
-  Tensor x = zeros({2, 3}, {.device = Device::cuda()});
-  Tensor bad = tensor({0, 3}, {2}, {.dtype = DType::Int64, .device = Device::cuda()});
+  Tensor x = zeros({2, 3}, {.device = testing::test_gpu()});
+  Tensor bad = tensor({0, 3}, {2}, {.dtype = DType::Int64, .device = testing::test_gpu()});
   CHECK_THROWS_WITH_FRAGMENT(index_select(x, 1, bad), IndexError, "index 3 (element 1");
 }
 

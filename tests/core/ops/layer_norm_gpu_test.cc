@@ -25,20 +25,20 @@ LOOM_GPU_TEST_CASE("layer_norm matches the CPU on the GPU, forward and backward"
         CAPTURE(memory_format_name(format));
         CAPTURE(affine);
         Tensor cx = x.detach().requires_grad_(true);
-        Tensor gx = x.to(Device::cuda()).contiguous(format).requires_grad_(true);
+        Tensor gx = x.to(testing::test_gpu()).contiguous(format).requires_grad_(true);
         Tensor cw, cb, gw, gb;
         if (affine) {
           cw = randn(shape, {}, &gen).requires_grad_(true);
           cb = randn(shape, {}, &gen).requires_grad_(true);
-          gw = cw.detach().to(Device::cuda()).requires_grad_(true);
-          gb = cb.detach().to(Device::cuda()).requires_grad_(true);
+          gw = cw.detach().to(testing::test_gpu()).requires_grad_(true);
+          gb = cb.detach().to(testing::test_gpu()).requires_grad_(true);
         }
         Tensor cy = layer_norm(cx, shape, cw, cb), gy = layer_norm(gx, shape, gw, gb);
         CHECK(gy.device().is_cuda());
         CHECK_CLOSE(gy.cpu(), cy, 1e-5, 1e-5);
         const Tensor dy = randn(x.sizes(), {}, &gen);
         cy.backward(dy);
-        gy.backward(dy.to(Device::cuda()));
+        gy.backward(dy.to(testing::test_gpu()));
         CHECK_CLOSE(gx.grad().cpu(), cx.grad(), 1e-4, 1e-4);
         if (affine) {
           CHECK_CLOSE(gw.grad().cpu(), cw.grad(), 1e-4, 1e-4);

@@ -42,7 +42,7 @@ double normalized_error(const Tensor& gpu_result, const Tensor& cpu_result) {
 }
 
 Tensor to_gpu(const Tensor& t, MemoryFormat format) {
-  Tensor g = t.detach().to(Device::cuda());
+  Tensor g = t.detach().to(testing::test_gpu());
   if (t.dim() == 4 && is_floating(t.dtype())) g = g.contiguous(format);
   return t.requires_grad() ? g.requires_grad_(true) : g;
 }
@@ -70,7 +70,7 @@ void check_parity(const std::string& name, const OpFn& op, const std::vector<Ten
   if (cpu_out.requires_grad()) {
     Tensor g = randn(cpu_out.sizes(), {.dtype = cpu_out.dtype()}, &gen);
     cpu_out.backward(g);
-    gpu_out.backward(g.to(Device::cuda()));
+    gpu_out.backward(g.to(testing::test_gpu()));
     for (size_t i = 0; i < cpu_in.size(); ++i) {
       if (!cpu_in[i].requires_grad()) continue;
       REQUIRE(gpu_in[i].grad().defined());

@@ -13,7 +13,7 @@ using namespace loom;
 
 LOOM_GPU_TEST_CASE("random configurations: the GPU matches float64 on the CPU") {
   sweep::Summary summary = sweep::run_sweep(
-      Device::cuda(), {Precision::StrictFp32, Precision::Tf32, Precision::Bf16},
+      testing::test_gpu(), {Precision::StrictFp32, Precision::Tf32, Precision::Bf16},
       /*default_seeds=*/{1}, /*count=*/120);
   CHECK(summary.failures() == 0);
 }

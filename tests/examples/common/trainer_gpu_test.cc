@@ -33,14 +33,14 @@ Tensor labels(const std::vector<double>& values, Device device) {
 }
 
 examples::TrainConfig gpu_run() {
-  return {.synthetic_images = 256, .epochs = 1, .batch_size = 64, .device = Device::cuda(),
+  return {.synthetic_images = 256, .epochs = 1, .batch_size = 64, .device = testing::test_gpu(),
           .progress = false};
 }
 
 }  // namespace
 
 LOOM_GPU_TEST_CASE("the epoch tally in GPU buffers gives the CPU's means") {
-  for (Device device : {Device::cpu(), Device::cuda()}) {
+  for (Device device : {Device::cpu(), testing::test_gpu()}) {
     examples::EpochTally tally(2, 4, device);
     tally.add(full({}, 2.0).to(device), logits_for({0, 1, 2, 0}, device), labels({0, 1, 1, 1}, device));
     tally.read();
