@@ -300,7 +300,7 @@ void DistributedDataParallel::launch(Bucket& bucket) {
     LOOM_CUDA_CHECK(cudaStreamWaitEvent(streams_->comm, streams_->ready[b], 0));
     if (timeline_) timeline_->mark(timeline_->ready[b], compute);
     if (timeline_) timeline_->mark(timeline_->start[b], streams_->comm);
-    cuda::StreamGuard on_comm(streams_->comm);
+    cuda::StreamGuard on_comm(streams_->comm, streams_->device);
     bucket.work = group_->all_reduce_async(bucket.flat, dist::ReduceOp::Avg);
     if (timeline_) timeline_->mark(timeline_->end[b], streams_->comm);
     return;

@@ -5,7 +5,7 @@
 // N batch, C channels, R replicas.
 #include "layers/sync_norm.h"
 
-#include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/autograd.h"
@@ -35,7 +35,8 @@ Tensor per_channel(const Tensor& c, const Tensor& x) {
 struct GlobalStats {
   Tensor mean, invstd;  // (C), float32 or float64
   Tensor m2;            // (C) sum of squared deviations over all replicas
-  double count = 0;     // elements per channel over all replicas
+  Tensor count;         // (C) elements per channel over all replicas (on the device: no
+                        // read back, so a captured step can sync its batch norms)
 };
 
 // Chan et al.'s combination of the replicas' (count, mean, m2).
@@ -53,9 +54,8 @@ GlobalStats combine(const Tensor& xf, double eps, ReplicaReduce& reduce) {
   all = all.view({replicas, 3, c});
   Tensor rc = all.select(1, 0), rmean = all.select(1, 1), rm2 = all.select(1, 2);  // (R, C)
   GlobalStats g;
-  Tensor total = sum(rc, {0});
-  g.count = max(total).item();  // the same in every channel
-  g.mean = sum(rc * rmean, {0}) / total;
+  g.count = sum(rc, {0});
+  g.mean = sum(rc * rmean, {0}) / g.count;
   Tensor spread = rmean - g.mean.view({1, c});
   g.m2 = sum(rm2 + rc * spread * spread, {0});
   g.invstd = pow(g.m2 / g.count + eps, -0.5);
@@ -66,7 +66,7 @@ void update_running(const ReplicaBatchNormArgs& args, const GlobalStats& g) {
   if (!args.running_mean.defined()) return;
   const double m = args.momentum;
   // PyTorch blends the unbiased variance into running_var.
-  Tensor unbiased = g.m2 / std::max(g.count - 1.0, 1.0);
+  Tensor unbiased = g.m2 / clamp(g.count - 1.0, 1.0, std::nullopt);
   Tensor(args.running_mean)
       .copy_(args.running_mean * (1.0 - m) + g.mean.to(args.running_mean.dtype()) * m);
   Tensor(args.running_var)
@@ -83,8 +83,7 @@ Tensor replica_batch_norm(const Tensor& x, const ReplicaBatchNormArgs& args,
   const bool half = x.dtype() == DType::BFloat16 || x.dtype() == DType::Float16;
   const DType compute = half ? DType::Float32 : x.dtype();
   const Tensor weight = args.weight, bias = args.bias;
-  Tensor xhat, scale;
-  double count = 0;
+  Tensor xhat, scale, count;
   Tensor y;
   {
     NoGradGuard no_grad;
@@ -109,7 +108,8 @@ Tensor replica_batch_norm(const Tensor& x, const ReplicaBatchNormArgs& args,
            Tensor sum_dy = sum(dyf, dims), sum_dy_xhat = sum(dyf * xhat, dims);
            Tensor both = cat({sum_dy.view({1, c}), sum_dy_xhat.view({1, c})}, 0).contiguous();
            reduce->all_reduce_sum(both);  // (2, C) over the replicas
-           Tensor mean_dy = both.select(0, 0) / count, mean_dy_xhat = both.select(0, 1) / count;
+           Tensor mean_dy = both.select(0, 0) / count;
+           Tensor mean_dy_xhat = both.select(0, 1) / count;
            Tensor dx = per_channel(scale, xhat) *
                        (dyf - per_channel(mean_dy, xhat) - xhat * per_channel(mean_dy_xhat, xhat));
            return {dx.to(x_dtype), weight.defined() ? sum_dy_xhat.to(weight.dtype()) : Tensor(),

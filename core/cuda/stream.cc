@@ -37,12 +37,6 @@ cudaStream_t& override_on(int device) {
   return override_streams[device];
 }
 
-int device_of(cudaStream_t stream) {
-  int device = 0;
-  LOOM_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
-  return device;
-}
-
 }  // namespace
 
 cudaStream_t current_stream(int device) {
@@ -52,9 +46,10 @@ cudaStream_t current_stream(int device) {
 
 cudaStream_t current_stream() { return current_stream(current_device()); }
 
-StreamGuard::StreamGuard(cudaStream_t stream)
-    : device_(device_of(stream)), previous_device_(current_device()),
-      previous_(override_on(device_)) {
+StreamGuard::StreamGuard(cudaStream_t stream) : StreamGuard(stream, current_device()) {}
+
+StreamGuard::StreamGuard(cudaStream_t stream, int device)
+    : device_(device), previous_device_(current_device()), previous_(override_on(device_)) {
   if (previous_device_ != device_) LOOM_CUDA_CHECK(cudaSetDevice(device_));
   override_on(device_) = stream;
 }

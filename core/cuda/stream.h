@@ -14,10 +14,13 @@ cudaStream_t current_stream();
 // The calling thread's stream on `device`.
 cudaStream_t current_stream(int device);
 
-// Makes `stream` the calling thread's stream on its device, and that device the
-// current one, until the guard ends.
+// Makes `stream`, a stream of GPU `device`, the calling thread's stream there
+// and that device the current one, until the guard ends. (CUDA cannot tell a
+// stream's device while it is being captured, so the caller says it.)
 class StreamGuard {
  public:
+  StreamGuard(cudaStream_t stream, int device);
+  // A stream of the current device.
   explicit StreamGuard(cudaStream_t stream);
   ~StreamGuard();
   StreamGuard(const StreamGuard&) = delete;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cuda/graph.h"
 #include "core/cuda/random.h"
 #include "core/generator.h"
 #include "core/ops/dropout.h"
@@ -128,4 +129,31 @@ LOOM_GPU_TEST_CASE("fill_normal draws what randn draws, to a few float64 ulp") {
     }
   }
 }
+
+// The same draws captured: each replay stores the generator's state where the
+// graph's kernels read it and advances the generator, so replay k draws what
+// the k-th eager call from the same state draws; capturing draws nothing.
+LOOM_GPU_TEST_CASE("a captured dropout draws fresh masks each replay, the eager calls' bits") {
+  Generator captured(7), eager(7);
+  const Tensor x = ones({1001}, {.device = testing::test_gpu()});
+  (void)dropout(x, 0.5, true, &captured);  // an offset off zero
+  (void)dropout(x, 0.5, true, &eager);
+  Tensor out = empty({1001}, {.device = testing::test_gpu()});
+  cuda::CudaGraph graph;
+  graph.capture(
+      [&] { out.copy_(dropout(x, 0.5, true, &captured) + dropout(x, 0.25, true, &captured)); });
+  CHECK(captured.offset() == eager.offset());
+  std::vector<double> previous;
+  for (int replay = 0; replay < 3; ++replay) {
+    CAPTURE(replay);
+    graph.replay();
+    const Tensor first = dropout(x, 0.5, true, &eager);
+    const Tensor expected = first + dropout(x, 0.25, true, &eager);
+    CHECK_CLOSE(out.cpu(), expected.cpu(), 0, 0);
+    CHECK(captured.offset() == eager.offset());
+    CHECK(testing::values(out) != previous);
+    previous = testing::values(out);
+  }
+}
+
 #endif  // LOOM_WITH_CUDA
