@@ -15,6 +15,7 @@
 #include "core/cuda/random.h"
 #include "core/generator.h"
 #include "core/ops/dropout.h"
+#include "core/ops/elementwise.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
 
