@@ -15,6 +15,12 @@ targets=$(bazel query "attr(tags, \"gpu\", tests($scope))")
 bench=$(bazel query 'kind(cc_binary, //examples/... + //optim/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
 # The MPI suite and the dead-rank worker: run as ranks on a multi-GPU host.
 ranks="//tests/dist:mpi_suite //tests/dist:dead_rank_worker"
+# LOOM_BUNDLE_ONLY="labels": exactly these GPU tests and binaries (and the MPI
+# programs), for a quick bundle of what a change touched.
+if [ -n "${LOOM_BUNDLE_ONLY:-}" ]; then
+  targets=$(for label in $LOOM_BUNDLE_ONLY; do bazel query "attr(tags, \"gpu\", tests($label))"; done)
+  bench=$(for label in $LOOM_BUNDLE_ONLY; do bazel query "kind(cc_binary, $label)"; done)
+fi
 bazel build -c opt --strip=always $targets $bench $ranks
 
 rm -rf .bundle && mkdir -p .bundle/bin .bundle/lib
@@ -90,10 +96,12 @@ if [ "$what" != bench ]; then
   LOOM_DIST_TEST_DEVICE=cuda "$here/bin/mpirun.sh" "$n" "$here/bin/dist_mpi_suite" || status=1
 fi
 if [ "$what" != tests ]; then
-  for config in "resnet9 512 bf16" "mnist_net 128 tf32"; do
+  # LOOM_SCALING_CONFIGS: "model batch precision" triples separated by commas.
+  IFS=, read -ra configs <<< "${LOOM_SCALING_CONFIGS:-resnet9 512 bf16,mnist_net 128 tf32}"
+  for config in "${configs[@]}"; do
     read -r model batch precision <<< "$config"
     flags=(--models "$model" --batches "$batch" --precisions "$precision" --modes graph
-           --steps 50 --repeats 5)
+           --steps 50 --repeats 3)
     echo "=== scaling: $model $batch/GPU $precision, 1 GPU"
     "$here/bin/bench_train_step" "${flags[@]}" || status=1
     echo "=== scaling: $model $batch/GPU $precision, $n GPUs"

@@ -33,7 +33,10 @@ void CudaGraph::reset() {
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
   exec_ = nullptr;
   graph_ = nullptr;
-  for (const RandomUse& use : random_) deallocate(use.base);
+  for (const RandomUse& use : random_) {
+    DeviceGuard guard(device_);
+    cudaFree(use.base);  // after the synchronize above: no replay reads it any more
+  }
   random_.clear();
   if (pool_) release_capture_pool(*pool_);
   pool_.reset();
@@ -48,8 +51,12 @@ PhiloxArgs CudaGraph::draw_in_capture(Generator& gen, uint64_t blocks) {
   auto use = std::find_if(uses.begin(), uses.end(),
                           [&](const RandomUse& u) { return u.generator == &gen; });
   if (use == uses.end()) {
-    auto* base = static_cast<uint64_t*>(allocate(2 * sizeof(uint64_t), capturing->device_));
-    use = uses.insert(uses.end(), RandomUse{&gen, base, 0});
+    // Straight from the driver (relaxed capture allows it), not from the
+    // capture's pool: a pool block may be a temporary that a kernel earlier in
+    // the graph writes, after the replay stored the state there.
+    void* base = nullptr;
+    LOOM_CUDA_CHECK(cudaMalloc(&base, 2 * sizeof(uint64_t)));
+    use = uses.insert(uses.end(), RandomUse{&gen, static_cast<uint64_t*>(base), 0});
   }
   const PhiloxArgs args{.seed = 0, .first_block = use->blocks, .base = use->base};
   use->blocks += blocks;
