@@ -51,9 +51,10 @@ void interpolate_backward(const Strided& dx, const Strided& dy, const Interpolat
       for (int64_t i = begin; i < end; ++i) {
         const math::Pixel p = math::pixel_at(i, C, H, W, plan.channels_last);
         const T* plane = in + p.n * dy.strides[0] + p.c * dy.strides[1];
-        out[p.n * dx.strides[0] + p.c * dx.strides[1] + p.row * dx.strides[2] + p.col * dx.strides[3]] =
-            math::interpolate_grad(plan, p.row, p.col, dy.strides[2], dy.strides[3],
-                                   [plane](int64_t o) { return plane[o]; });
+        const int64_t at = p.n * dx.strides[0] + p.c * dx.strides[1] + p.row * dx.strides[2] +
+                           p.col * dx.strides[3];
+        out[at] = math::interpolate_grad(plan, p.row, p.col, dy.strides[2], dy.strides[3],
+                                         [plane](int64_t o) { return plane[o]; });
       }
     });
   });

@@ -29,8 +29,9 @@ __global__ void interpolate_kernel(View4<S> y, View4<const S> x, InterpolatePlan
   for (int64_t i = first_index(); i < n; i += index_step()) {
     const cpu::math::Pixel p = cpu::math::pixel_at(i, C, P, Q, plan.channels_last);
     const S* plane = x.at(p.n, p.c, 0, 0);
-    y(p.n, p.c, p.row, p.col) = from_compute<S>(cpu::math::interpolate_value(
-        plan, p.row, p.col, x.stride_h, x.stride_w, [plane](int64_t o) { return to_compute(plane[o]); }));
+    auto load = [plane](int64_t o) { return to_compute(plane[o]); };
+    y(p.n, p.c, p.row, p.col) = from_compute<S>(
+        cpu::math::interpolate_value(plan, p.row, p.col, x.stride_h, x.stride_w, load));
   }
 }
 
@@ -41,8 +42,9 @@ __global__ void interpolate_backward_kernel(View4<S> dx, View4<const S> dy,
   for (int64_t i = first_index(); i < n; i += index_step()) {
     const cpu::math::Pixel p = cpu::math::pixel_at(i, C, H, W, plan.channels_last);
     const S* plane = dy.at(p.n, p.c, 0, 0);
-    dx(p.n, p.c, p.row, p.col) = from_compute<S>(cpu::math::interpolate_grad(
-        plan, p.row, p.col, dy.stride_h, dy.stride_w, [plane](int64_t o) { return to_compute(plane[o]); }));
+    auto load = [plane](int64_t o) { return to_compute(plane[o]); };
+    dx(p.n, p.c, p.row, p.col) = from_compute<S>(
+        cpu::math::interpolate_grad(plan, p.row, p.col, dy.stride_h, dy.stride_w, load));
   }
 }
 

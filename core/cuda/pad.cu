@@ -49,8 +49,11 @@ template <class U>
 U value_bits(DType dtype, double value) {
   U bits{};
   visit_dtype(dtype, [&]<class T>() {
-    const T converted = from_double<T>(value);
-    std::memcpy(&bits, &converted, sizeof bits);  // visit_width: T and U have one width
+    // Only the dtype's own branch runs, and there T and U have one width.
+    if constexpr (sizeof(T) == sizeof(U)) {
+      const T converted = from_double<T>(value);
+      std::memcpy(&bits, &converted, sizeof bits);
+    }
   });
   return bits;
 }

@@ -305,7 +305,8 @@ Tensor abs(const Tensor& x) {
   if (needs_grad({x})) {
     record("abs", {x}, out, [x](const Tensor& dy) {
       Tensor dx = empty_like(dy);
-      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), x.detach().strided(), BinaryOp::AbsBackward);
+      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), x.detach().strided(),
+                  BinaryOp::AbsBackward);
       return std::vector<Tensor>{dx};
     }, {x});
   }

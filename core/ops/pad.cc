@@ -65,7 +65,9 @@ cpu::PadSpec make_spec(const Tensor& x, const std::vector<int64_t>& pads, PadMod
 // The result's sizes: each padded dim grows by its two pads.
 Shape padded_sizes(const Tensor& x, const std::vector<int64_t>& pads) {
   Shape sizes = x.sizes();
-  for (size_t k = 0; k < pads.size() / 2; ++k) sizes[sizes.size() - 1 - k] += pads[2 * k] + pads[2 * k + 1];
+  for (size_t k = 0; k < pads.size() / 2; ++k) {
+    sizes[sizes.size() - 1 - k] += pads[2 * k] + pads[2 * k + 1];
+  }
   return sizes;
 }
 
@@ -97,7 +99,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, doub
     record("pad", {x}, out, [pads, spec, x_sizes = x.sizes(),
                              format = x.suggest_memory_format()](const Tensor& dy) {
       if (spec.mode == PadMode::Constant) return std::vector<Tensor>{pad(dy, negated(pads))};
-      Tensor dx = empty(x_sizes, {.dtype = dy.dtype(), .device = dy.device(), .memory_format = format});
+      Tensor dx = empty(x_sizes,
+                        {.dtype = dy.dtype(), .device = dy.device(), .memory_format = format});
       LOOM_KERNEL(dx, pad_backward, dx.strided(), dy.strided(), spec);
       return std::vector<Tensor>{dx};
     });
