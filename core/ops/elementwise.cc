@@ -157,20 +157,21 @@ namespace {
 // masks give their logical and, a mask and a floating tensor the floating
 // dtype (0 or 1 per element; the mask gets no gradient).
 std::pair<Tensor, Tensor> unmask_operands(const Tensor& a, const Tensor& b) {
-  const bool a_mask = a.defined() && a.dtype() == DType::Bool;
-  const bool b_mask = b.defined() && b.dtype() == DType::Bool;
+  if (!a.defined() || !b.defined()) return {a, b};  // promote_binary says which is undefined
+  const bool a_mask = a.dtype() == DType::Bool, b_mask = b.dtype() == DType::Bool;
   if (a_mask == b_mask) return {a, b};
   return a_mask ? std::pair{a.to(b.dtype()), b} : std::pair{a, b.to(a.dtype())};
 }
 
+bool both_masks(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.dtype() == DType::Bool && b.dtype() == DType::Bool;
+}
+
 }  // namespace
 
-Tensor mul(const Tensor& a_mask, const Tensor& b_mask) {
-  if (a_mask.defined() && b_mask.defined() && a_mask.dtype() == DType::Bool &&
-      b_mask.dtype() == DType::Bool) {
-    return logical_and(a_mask, b_mask);
-  }
-  const auto unmasked = unmask_operands(a_mask, b_mask);
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  if (both_masks(a_in, b_in)) return logical_and(a_in, b_in);
+  const auto unmasked = unmask_operands(a_in, b_in);
   const auto operands = promote_binary(unmasked.first, unmasked.second, "mul");
   const Tensor &a = operands.first, &b = operands.second;
   Tensor out = binary_values(a, b, BinaryOp::Mul, "mul");
