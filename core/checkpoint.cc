@@ -1,6 +1,6 @@
 // File: core/checkpoint.cc
-// Training checkpoints: a safetensors file of "model.*" and "optimizer.*"
-// tensors whose __metadata__ carries the scalars and two CRC-32s.
+// Training checkpoints: a safetensors file of "model.*", "optimizer.*" and
+// "scheduler.*" tensors whose __metadata__ carries the scalars and two CRC-32s.
 #include "core/checkpoint.h"
 
 #include <fmt/format.h>
@@ -33,8 +33,12 @@ using safetensors_internal::write_file;
 namespace {
 
 constexpr std::string_view kModelPrefix = "model.", kOptimizerPrefix = "optimizer.",
-                           kExtraPrefix = "extra.";
-constexpr std::string_view kFormatKey = "loom.checkpoint", kFormatVersion = "1";
+                           kSchedulerPrefix = "scheduler.", kExtraPrefix = "extra.";
+// Format 2 gave the LR schedule its own section; format 1 files still load.
+constexpr std::string_view kFormatKey = "loom.checkpoint", kFormatVersion = "2",
+                           kFormatVersion1 = "1";
+// Where format 1's trainer kept the schedule: inside the optimizer section.
+constexpr std::string_view kVersion1SchedulePrefix = "schedule.";
 constexpr std::string_view kEpochKey = "loom.epoch", kStepKey = "loom.step",
                            kSeedKey = "loom.rng_seed", kOffsetKey = "loom.rng_offset";
 // data_crc32 is the CRC-32 of the data section (zlib.crc32 of the bytes after the
@@ -53,10 +57,14 @@ uint32_t header_crc(const std::vector<Entry>& entries,
   return crc32_of(0, text.data(), text.size());
 }
 
-StateDict prefixed(const StateDict& model, const StateDict& optimizer) {
+StateDict prefixed(const TrainingCheckpoint& checkpoint) {
   StateDict all;
-  for (const auto& [name, t] : model) all.emplace_back(std::string(kModelPrefix) + name, t);
-  for (const auto& [name, t] : optimizer) all.emplace_back(std::string(kOptimizerPrefix) + name, t);
+  auto add = [&all](std::string_view prefix, const StateDict& section) {
+    for (const auto& [name, t] : section) all.emplace_back(std::string(prefix) + name, t);
+  };
+  add(kModelPrefix, checkpoint.model);
+  add(kOptimizerPrefix, checkpoint.optimizer);
+  add(kSchedulerPrefix, checkpoint.scheduler);
   return all;
 }
 
@@ -121,16 +129,26 @@ void check_crc(const std::map<std::string, std::string>& metadata, std::string_v
              path, part, crc_text(stored), crc_text(computed));
 }
 
-// Splits "model.x" / "optimizer.y" back into the two state dicts.
-void split_prefixed(StateDict tensors, TrainingCheckpoint& checkpoint, std::string_view path) {
+// Splits "model.x" / "optimizer.y" / "scheduler.z" back into the three state
+// dicts; in a format 1 file, "optimizer.schedule.z" is the scheduler's "z".
+void split_prefixed(StateDict tensors, TrainingCheckpoint& checkpoint, bool version1,
+                    std::string_view path) {
   for (auto& [name, t] : tensors) {
     if (name.starts_with(kModelPrefix)) {
       checkpoint.model.emplace_back(name.substr(kModelPrefix.size()), std::move(t));
+    } else if (version1 && name.starts_with(std::string(kOptimizerPrefix) +
+                                            std::string(kVersion1SchedulePrefix))) {
+      checkpoint.scheduler.emplace_back(
+          name.substr(kOptimizerPrefix.size() + kVersion1SchedulePrefix.size()), std::move(t));
     } else if (name.starts_with(kOptimizerPrefix)) {
       checkpoint.optimizer.emplace_back(name.substr(kOptimizerPrefix.size()), std::move(t));
+    } else if (!version1 && name.starts_with(kSchedulerPrefix)) {
+      checkpoint.scheduler.emplace_back(name.substr(kSchedulerPrefix.size()), std::move(t));
     } else {
       LOOM_CHECK(false, IoError,
-                 "[checkpoint] {}: tensor '{}' is neither 'model.*' nor 'optimizer.*'", path, name);
+                 "[checkpoint] {}: tensor '{}' is none of 'model.*', 'optimizer.*' and "
+                 "'scheduler.*'",
+                 path, name);
     }
   }
 }
@@ -140,7 +158,7 @@ void split_prefixed(StateDict tensors, TrainingCheckpoint& checkpoint, std::stri
 void save_checkpoint(const std::string& path, const TrainingCheckpoint& checkpoint) {
   check_metadata(checkpoint.extra, "save_checkpoint");
   std::vector<OutTensor> tensors =
-      prepare(prefixed(checkpoint.model, checkpoint.optimizer), "save_checkpoint");
+      prepare(prefixed(checkpoint), "save_checkpoint");
   std::map<std::string, std::string> metadata = checkpoint_metadata(checkpoint);
   uint32_t data_crc = 0;
   for (const OutTensor& t : tensors) {
@@ -157,15 +175,17 @@ TrainingCheckpoint load_checkpoint(const std::string& path, Device device) {
   const std::string& version = required(header.metadata, kFormatKey, path);
   check_crc(header.metadata, kHeaderCrcKey, header_crc(header.entries, header.metadata), "header",
             path);
-  LOOM_CHECK(version == kFormatVersion, IoError,
-             "[checkpoint] {}: checkpoint format version '{}' is not the one this Loom reads ({})",
-             path, version, kFormatVersion);
+  LOOM_CHECK(version == kFormatVersion || version == kFormatVersion1, IoError,
+             "[checkpoint] {}: checkpoint format version '{}' is not one this Loom reads ({} or "
+             "{})",
+             path, version, kFormatVersion1, kFormatVersion);
   uint32_t data_crc = 0;
   StateDict tensors = read_tensors(file, header, &data_crc);
   check_crc(header.metadata, kDataCrcKey, data_crc, "data section", path);
 
   TrainingCheckpoint checkpoint;
-  split_prefixed(to_device(std::move(tensors), device), checkpoint, path);
+  split_prefixed(to_device(std::move(tensors), device), checkpoint, version == kFormatVersion1,
+                 path);
   checkpoint.epoch = metadata_in_range(header.metadata, kEpochKey, path, kMaxEpoch);
   checkpoint.step = metadata_in_range(header.metadata, kStepKey, path,
                                       std::numeric_limits<int64_t>::max());

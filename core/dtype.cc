@@ -1,3 +1,5 @@
+// File: core/dtype.cc
+// Dtype sizes, names and promotion, and the 16-bit float conversions.
 #include "core/dtype.h"
 
 #include <cmath>
@@ -35,6 +37,28 @@ std::string_view dtype_name(DType dtype) {
 bool is_floating(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Float16 ||
          dtype == DType::BFloat16;
+}
+
+namespace {
+
+// Rank within the integers (Bool lowest) and within the floating dtypes.
+int integer_rank(DType dtype) {
+  switch (dtype) {
+    case DType::Bool: return 0;
+    case DType::UInt8: return 1;
+    case DType::Int32: return 2;
+    default: return 3;  // Int64
+  }
+}
+
+}  // namespace
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  if (is_floating(a) != is_floating(b)) return is_floating(a) ? a : b;
+  if (!is_floating(a)) return integer_rank(a) > integer_rank(b) ? a : b;
+  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
+  return DType::Float32;  // a 16-bit format with float32, or bfloat16 with float16
 }
 
 namespace {

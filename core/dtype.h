@@ -15,6 +15,11 @@ enum class DType : uint8_t { Float32, Float64, Float16, BFloat16, Int32, Int64, 
 size_t element_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "float32", "int64", ...
 bool is_floating(DType dtype);
+// The dtype two operands meet in, as torch.promote_types: Bool gives way to
+// anything; a floating dtype wins over an integer one; among floating dtypes
+// the wider wins and bfloat16 with float16 meet in float32; among integers the
+// wider wins (uint8 with int32 -> int32).
+DType promote_types(DType a, DType b);
 
 struct Half {
   uint16_t bits = 0;

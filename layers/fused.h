@@ -44,19 +44,12 @@
 #include "layers/activation.h"
 #include "layers/container.h"
 #include "layers/conv.h"
+#include "layers/identity.h"  // what a fused activation is replaced by
 #include "layers/linear.h"
 #include "layers/module.h"
 #include "layers/norm.h"
 
 namespace loom::nn {
-
-// forward(x) = x; takes the place of a ReLU that was fused into the layer before it,
-// so the Sequential keeps its indices (and state_dict names).
-class Identity : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x; }
-  std::string type_name() const override { return "Identity"; }
-};
 
 // relu(conv(x)) through loom::conv2d_bias_relu.
 class FusedConv2dReLU : public Conv2d {

@@ -217,12 +217,20 @@ struct RunningModule {
 
 thread_local RunningModule running;
 
-// The name `child` is registered under in `parent`, or "" (a root module, or
-// one its caller did not register: its rows then carry the caller's path).
-std::string name_in_parent(const Module* parent, const Module* child) {
+// The path of `child` below `parent`: its name when it is a direct child,
+// else its dotted path among parent's descendants, or "" (a root module, or one
+// its caller did not register: its rows then carry the caller's path). The
+// deeper search finds the children of a module whose forward takes several
+// tensors: such a module is called as module->forward(a, b), never through
+// operator(), so it never becomes the running module, and its children run
+// while its parent still is.
+std::string path_in_parent(const Module* parent, const Module* child) {
   if (parent == nullptr) return "";
   for (const auto& [name, module] : parent->named_children()) {
     if (module.get() == child) return name;
+  }
+  for (const auto& [path, module] : parent->named_modules()) {
+    if (module.get() == child) return path;
   }
   return "";
 }
@@ -244,7 +252,7 @@ class RunningGuard {
 }  // namespace
 
 Tensor Module::tracked_call(const Tensor& x) {
-  const std::string name = name_in_parent(running.module, this);
+  const std::string name = path_in_parent(running.module, this);
   RunningGuard guard(this, name.empty() ? running.path : join_name(running.path, name));
   std::optional<AnomalyModuleScope> anomaly;
   if (anomaly_mode_enabled()) {

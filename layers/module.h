@@ -40,7 +40,9 @@
 // Tensor& b);`, and call `module->forward(a, b)`. Such a module keeps the base's
 // one-tensor forward, which throws a TypeError that says so; it
 // cannot sit inside a Sequential (a Sequential passes one tensor from child to
-// child).
+// child). In profile and anomaly mode its children are still named by their
+// full path ("up1.conv"), found from the nearest ancestor called through
+// operator().
 #pragma once
 
 #include <concepts>

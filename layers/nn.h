@@ -15,6 +15,7 @@
 #include "layers/flatten.h"
 #include "layers/fused.h"
 #include "layers/functional.h"
+#include "layers/identity.h"
 #include "layers/init.h"
 #include "layers/linear.h"
 #include "layers/loss.h"
@@ -23,3 +24,4 @@
 #include "layers/norm.h"
 #include "layers/pooling.h"
 #include "layers/softmax.h"
+#include "layers/upsample.h"

@@ -1,4 +1,5 @@
 // File: core/cpu/compare.cc
+// Comparison, closeness and selection loops over strided operands.
 #include "core/cpu/compare.h"
 
 #include <cstdint>
@@ -53,6 +54,21 @@ void compare_scalar(const Strided& out, const Strided& a, double scalar, Compare
     const T* pa = a.ptr<T>();
     for_each_offset<2>(out.sizes, {&out.strides, &a.strides}, [&](const auto& o) {
       y[o[0]] = math::apply_compare(to_double(pa[o[1]]), scalar, op);
+    });
+  });
+}
+
+void isclose(const Strided& out, const Strided& a, const Strided& b, double rtol, double atol,
+             bool equal_nan) {
+  visit_dtype(a.dtype, [&]<class T>() {
+    using C = math::close_t<decltype(comparable(T()))>;
+    bool* y = out.ptr<bool>();
+    const T* pa = a.ptr<T>();
+    const T* pb = b.ptr<T>();
+    const C r = static_cast<C>(rtol), t = static_cast<C>(atol);
+    for_each_offset<3>(out.sizes, {&out.strides, &a.strides, &b.strides}, [&](const auto& o) {
+      y[o[0]] = math::is_close(static_cast<C>(comparable(pa[o[1]])),
+                               static_cast<C>(comparable(pb[o[2]])), r, t, equal_nan);
     });
   });
 }

@@ -15,6 +15,11 @@ void compare(const Strided& out, const Strided& a, const Strided& b, CompareOp o
 // out (bool) = a op scalar, compared in double (exact for every int32 and for
 // int64 up to 2^53).
 void compare_scalar(const Strided& out, const Strided& a, double scalar, CompareOp op);
+// out (bool) = |a - b| <= atol + rtol |b|, or a == b, or both NaN when
+// equal_nan (torch.isclose); a and b share one dtype (any), computed in
+// math::close_t of it.
+void isclose(const Strided& out, const Strided& a, const Strided& b, double rtol, double atol,
+             bool equal_nan);
 // out = cond ? a : b elementwise; cond bool; out, a and b share one dtype (any).
 void where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b);
 

@@ -32,6 +32,7 @@ void with_unary_op(UnaryOp op, Fn&& fn) {
     case UnaryOp::Tanh: return fn.template operator()<UnaryOp::Tanh>();
     case UnaryOp::Gelu: return fn.template operator()<UnaryOp::Gelu>();
     case UnaryOp::Silu: return fn.template operator()<UnaryOp::Silu>();
+    case UnaryOp::Abs: return fn.template operator()<UnaryOp::Abs>();
   }
 }
 
@@ -49,6 +50,7 @@ void with_binary_op(BinaryOp op, Fn&& fn) {
     case BinaryOp::TanhBackward: return fn.template operator()<BinaryOp::TanhBackward>();
     case BinaryOp::GeluBackward: return fn.template operator()<BinaryOp::GeluBackward>();
     case BinaryOp::SiluBackward: return fn.template operator()<BinaryOp::SiluBackward>();
+    case BinaryOp::AbsBackward: return fn.template operator()<BinaryOp::AbsBackward>();
   }
 }
 

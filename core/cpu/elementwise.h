@@ -7,7 +7,10 @@
 
 namespace loom::cpu {
 
-enum class UnaryOp { Neg, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Gelu, Silu };
+enum class UnaryOp {
+  Neg, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Gelu, Silu,
+  Abs,
+};
 
 enum class BinaryOp {
   Add,
@@ -23,6 +26,7 @@ enum class BinaryOp {
   TanhBackward,
   GeluBackward,
   SiluBackward,
+  AbsBackward,  // (dy, x) -> dy * sign(x), 0 at x = 0 and NaN (PyTorch's sgn)
 };
 
 void unary(const Strided& out, const Strided& in, UnaryOp op);

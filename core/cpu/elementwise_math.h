@@ -33,6 +33,7 @@ LOOM_HOST_DEVICE T apply_unary(T x, UnaryOp op) {
     case UnaryOp::Tanh: return act::Tanh::forward(x, T(0));
     case UnaryOp::Gelu: return act::Gelu::forward(x, T(0));
     case UnaryOp::Silu: return act::Silu::forward(x, T(0));
+    case UnaryOp::Abs: return std::fabs(x);
   }
   return x;
 }
@@ -51,6 +52,7 @@ LOOM_HOST_DEVICE T apply_binary(T a, T b, BinaryOp op) {
     case BinaryOp::TanhBackward: return act::Tanh::backward(a, b, T(0));
     case BinaryOp::GeluBackward: return act::Gelu::backward(a, b, T(0));
     case BinaryOp::SiluBackward: return act::Silu::backward(a, b, T(0));
+    case BinaryOp::AbsBackward: return a * (T(T(0) < b) - T(b < T(0)));
   }
   return a;
 }

@@ -18,6 +18,12 @@ void compare_scalar(const Strided& out, const Strided& a, double scalar, Compare
   LOOM_CUDA_CHECK(launch_compare_scalar(out, a, scalar, op, current_stream()));
 }
 
+void isclose(const Strided& out, const Strided& a, const Strided& b, double rtol, double atol,
+             bool equal_nan) {
+  check_kernel_rank(out, "isclose");
+  LOOM_CUDA_CHECK(launch_isclose(out, a, b, rtol, atol, equal_nan, current_stream()));
+}
+
 void where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b) {
   check_kernel_rank(out, "where");
   LOOM_CUDA_CHECK(launch_where(out, cond, a, b, current_stream()));

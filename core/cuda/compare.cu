@@ -1,5 +1,5 @@
 // File: core/cuda/compare.cu
-// Comparison and selection kernels: grid-stride loops over strided operands of
+// Comparison, closeness and selection kernels: grid-stride loops over strided operands of
 // equal sizes. Comparisons read every dtype (16-bit floats widen to float);
 // selection moves raw bits of the element's width.
 #include <cuda_bf16.h>
@@ -38,6 +38,18 @@ __global__ void compare_scalar_kernel(bool* out, Geometry og, const S* a, Geomet
   }
 }
 
+template <class S>
+__global__ void isclose_kernel(bool* out, Geometry og, const S* a, Geometry ag, const S* b,
+                               Geometry bg, int64_t n, double rtol, double atol, bool equal_nan) {
+  using C = cpu::math::close_t<compute_t<S>>;
+  const C r = static_cast<C>(rtol), t = static_cast<C>(atol);
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    out[offset_of(i, og)] = cpu::math::is_close(static_cast<C>(to_compute(a[offset_of(i, ag)])),
+                                                static_cast<C>(to_compute(b[offset_of(i, bg)])),
+                                                r, t, equal_nan);
+  }
+}
+
 template <class U>
 __global__ void where_kernel(U* out, Geometry og, const bool* cond, Geometry cg, const U* a,
                              Geometry ag, const U* b, Geometry bg, int64_t n) {
@@ -67,6 +79,18 @@ cudaError_t launch_compare_scalar(const Strided& out, const Strided& a, double s
   visit_device_dtype(a.dtype, [&]<class S>() {
     compare_scalar_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
         out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), scalar, n, op);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_isclose(const Strided& out, const Strided& a, const Strided& b, double rtol,
+                           double atol, bool equal_nan, cudaStream_t stream) {
+  const int64_t n = out.numel();
+  if (n == 0) return cudaSuccess;
+  visit_device_dtype(a.dtype, [&]<class S>() {
+    isclose_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), b.ptr<const S>(),
+        geometry_of(b), n, rtol, atol, equal_nan);
   });
   return cudaGetLastError();
 }

@@ -12,6 +12,8 @@ using cpu::CompareOp;
 
 void compare(const Strided& out, const Strided& a, const Strided& b, CompareOp op);
 void compare_scalar(const Strided& out, const Strided& a, double scalar, CompareOp op);
+void isclose(const Strided& out, const Strided& a, const Strided& b, double rtol, double atol,
+             bool equal_nan);
 void where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b);
 
 }  // namespace loom::cuda

@@ -14,6 +14,8 @@ cudaError_t launch_compare(const Strided& out, const Strided& a, const Strided& 
                            cpu::CompareOp op, cudaStream_t stream);
 cudaError_t launch_compare_scalar(const Strided& out, const Strided& a, double scalar,
                                   cpu::CompareOp op, cudaStream_t stream);
+cudaError_t launch_isclose(const Strided& out, const Strided& a, const Strided& b, double rtol,
+                           double atol, bool equal_nan, cudaStream_t stream);
 cudaError_t launch_where(const Strided& out, const Strided& cond, const Strided& a,
                          const Strided& b, cudaStream_t stream);
 

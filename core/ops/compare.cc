@@ -1,8 +1,14 @@
 // File: core/ops/compare.cc
-// Comparisons into Bool masks, where and masked_fill, with device dispatch.
+// Comparisons into Bool masks, logical ops on them, closeness, where and
+// masked_fill, with device dispatch.
 #include "core/ops/compare.h"
 
+#include <fmt/format.h>
+
+#include <initializer_list>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/autograd.h"
 #include "core/cpu/compare.h"
@@ -42,24 +48,12 @@ void check_same_device(const Tensor& a, const Tensor& b, std::string_view op) {
              a.device().str(), b.device().str());
 }
 
-// The dtype two compared operands meet in: a floating dtype wins (the wider
-// one), integers and Bool meet in int64.
-DType common_dtype(DType a, DType b) {
-  if (a == b) return a;
-  if (is_floating(a) && is_floating(b)) {
-    return a == DType::Float64 || b == DType::Float64 ? DType::Float64 : DType::Float32;
-  }
-  if (is_floating(a)) return a;
-  if (is_floating(b)) return b;
-  return DType::Int64;
-}
-
 Tensor compare(const Tensor& a_in, const Tensor& b_in, CompareOp op) {
   const std::string_view name = op_name(op);
   check_defined(a_in, name, "a");
   check_defined(b_in, name, "b");
   check_same_device(a_in, b_in, name);
-  const DType dtype = common_dtype(a_in.dtype(), b_in.dtype());
+  const DType dtype = promote_types(a_in.dtype(), b_in.dtype());
   const Tensor a = a_in.detach().to(dtype), b = b_in.detach().to(dtype);
   const Shape sizes = broadcast_shapes(a.sizes(), b.sizes(), name);
   Tensor out = empty(sizes, {.dtype = DType::Bool, .device = a.device()});
@@ -90,6 +84,36 @@ void check_mask(const Tensor& mask, std::string_view op, const Tensor& like) {
              "x > 0, or convert it with .to(DType::Bool)",
              op, dtype_name(mask.dtype()));
   check_same_device(mask, like, op);
+}
+
+// x as a mask: itself when Bool, else x != 0 (NaN is nonzero, so true).
+Tensor truth(const Tensor& x, std::string_view op) {
+  check_defined(x, op, "input");
+  return x.dtype() == DType::Bool ? x.detach() : x.detach().to(DType::Bool);
+}
+
+// Both operands as masks, on one device, broadcast to one shape.
+std::pair<Tensor, Tensor> truth_pair(const Tensor& a, const Tensor& b, std::string_view op) {
+  Tensor ta = truth(a, op), tb = truth(b, op);
+  check_same_device(ta, tb, op);
+  const Shape sizes = broadcast_shapes(ta.sizes(), tb.sizes(), op);
+  return {ta.expand(sizes), tb.expand(sizes)};
+}
+
+void check_masks(std::initializer_list<Tensor> operands, std::string_view op) {
+  std::string given;
+  bool all_bool = true;
+  for (const Tensor& t : operands) {
+    check_defined(t, op, "operand");
+    all_bool = all_bool && t.dtype() == DType::Bool;
+    given += fmt::format("{}{} {}", given.empty() ? "" : " and ", dtype_name(t.dtype()),
+                         shape_str(t.sizes()));
+  }
+  LOOM_CHECK(all_bool, TypeError,
+             "[{}] takes Bool masks, got {}; Loom has no integer bitwise ops: use logical_and / "
+             "logical_or / logical_xor / logical_not for truth values, or build a mask with a "
+             "comparison such as x != 0",
+             op, given);
 }
 
 }  // namespace
@@ -144,6 +168,83 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     });
   }
   return out;
+}
+
+// The logical ops are selections between masks, so they run on the where and
+// comparison kernels of both backends: a and b = a ? b : false, a or b =
+// a ? true : b, a xor b = a != b, not a = a == false.
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  auto [ta, tb] = truth_pair(a, b, "logical_and");
+  return select_values(ta, tb, ta, ta.sizes());
+}
+
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  auto [ta, tb] = truth_pair(a, b, "logical_or");
+  return select_values(ta, ta, tb, ta.sizes());
+}
+
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  auto [ta, tb] = truth_pair(a, b, "logical_xor");
+  return compare(ta, tb, CompareOp::Ne);
+}
+
+Tensor logical_not(const Tensor& x) { return compare(truth(x, "logical_not"), 0.0, CompareOp::Eq); }
+
+Tensor operator&(const Tensor& a, const Tensor& b) {
+  check_masks({a, b}, "operator&");
+  return logical_and(a, b);
+}
+
+Tensor operator|(const Tensor& a, const Tensor& b) {
+  check_masks({a, b}, "operator|");
+  return logical_or(a, b);
+}
+
+Tensor operator^(const Tensor& a, const Tensor& b) {
+  check_masks({a, b}, "operator^");
+  return logical_xor(a, b);
+}
+
+Tensor operator~(const Tensor& x) {
+  check_masks({x}, "operator~");
+  return logical_not(x);
+}
+
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  check_defined(a, "isclose", "a");
+  check_defined(b, "isclose", "b");
+  check_same_device(a, b, "isclose");
+  LOOM_CHECK(a.dtype() == b.dtype(), TypeError,
+             "[isclose] a has dtype {} and b {}; they must match, as in torch.isclose: convert "
+             "one with .to()",
+             dtype_name(a.dtype()), dtype_name(b.dtype()));
+  LOOM_CHECK(rtol >= 0 && atol >= 0, ValueError,
+             "[isclose] rtol and atol must be >= 0, got rtol {} and atol {}", rtol, atol);
+  const Shape sizes = broadcast_shapes(a.sizes(), b.sizes(), "isclose");
+  Tensor out = empty(sizes, {.dtype = DType::Bool, .device = a.device()});
+  LOOM_KERNEL(out, isclose, out.strided(), a.detach().expand(sizes).strided(),
+              b.detach().expand(sizes).strided(), rtol, atol, equal_nan);
+  return out;
+}
+
+namespace {
+
+// Whether every element of a Bool mask is true (one value read back).
+bool all_true(const Tensor& mask) {
+  return mask.numel() == 0 || compare(mask, 0.0, CompareOp::Eq).sum().item() == 0;
+}
+
+}  // namespace
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  return all_true(isclose(a, b, rtol, atol, equal_nan));
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  check_defined(a, "equal", "a");
+  check_defined(b, "equal", "b");
+  if (a.sizes() != b.sizes()) return false;
+  return all_true(eq(a, b));
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {

@@ -8,9 +8,15 @@
 //
 // A mask is a tensor of dtype Bool (one byte per element, 0 or 1). Comparisons
 // take any dtypes on one device and broadcast as NumPy does; operands of
-// different dtypes compare as the wider one (a floating dtype wins over an
-// integer one, else int64). Masks carry no gradient; where and masked_fill
-// pass the gradient to the elements they select.
+// different dtypes compare in the dtype they promote to (promote_types,
+// core/dtype.h). Masks carry no gradient; where and masked_fill pass the
+// gradient to the elements they select.
+//
+// Masks combine with logical ops, which take any dtypes (nonzero, NaN included,
+// is true) and give Bool, and with the operators &, |, ^ and ~ on Bool tensors:
+//
+//   Tensor keep = (x > 0) & ~(y == 0);          // logical_and(x > 0, logical_not(y == 0))
+//   Tensor same = allclose(y, expected, 1e-5, 1e-8);
 #pragma once
 
 #include "core/tensor.h"
@@ -51,5 +57,31 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // x with `value` wherever mask (Bool, broadcast to x's shape) is true; the
 // gradient passes where mask is false.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
+// Truth-valued ops as torch.logical_*: any dtypes on one device, broadcast;
+// an element is true when nonzero (NaN is true). The result is Bool.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& x);
+// The same on Bool tensors only, as PyTorch's bitwise operators on masks (on
+// other dtypes they throw a TypeError: Loom has no integer bitwise ops).
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
+Tensor operator~(const Tensor& x);
+
+// |a - b| <= atol + rtol * |b| elementwise, or a == b (equal infinities), or
+// both NaN when equal_nan, as torch.isclose: a and b have one dtype (any) and
+// device and broadcast; floating values are compared in their own precision
+// (16-bit ones in float32), integers in float64. rtol, atol >= 0.
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+               bool equal_nan = false);
+// Whether isclose holds everywhere (reads one value back from the device).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
+// Same sizes and every element equal, as torch.equal: dtypes may differ (the
+// values compare in the promoted dtype); NaN never equals anything.
+bool equal(const Tensor& a, const Tensor& b);
 
 }  // namespace loom

@@ -71,4 +71,32 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   return y;
 }
 
+Tensor dropout2d(const Tensor& x, double p, bool training, Generator* generator) {
+  check_float_tensor(x, "dropout2d");
+  LOOM_CHECK(x.dim() == 4, ShapeError,
+             "[dropout2d] x must be (N, C, H, W), got shape {}; for one image (C, H, W) use "
+             "x.unsqueeze(0)",
+             shape_str(x.sizes()));
+  LOOM_CHECK(p >= 0.0 && p <= 1.0, ValueError,
+             "[dropout2d] probability p must be in [0, 1], got {}", p);
+  if (!training || p == 0.0) return x;
+  Generator& gen = generator != nullptr ? *generator : default_generator();
+  TensorOptions mask_options = x.options();
+  if (is_half_precision(x.dtype())) mask_options.dtype = DType::Float32;
+  // One value per (n, c), broadcast over the plane: mul's backward is dy * mask.
+  const Tensor mask = dropout_mask({x.size(0), x.size(1), 1, 1}, mask_options, p, gen)
+                          .to(x.dtype())
+                          .expand(x.sizes());
+  Tensor y = empty_like(x);
+  LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), cpu::BinaryOp::Mul);
+  if (needs_grad({x})) {
+    record("dropout2d", {x}, y, [mask](const Tensor& dy) {
+      Tensor dx = empty_like(dy);
+      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), mask.strided(), cpu::BinaryOp::Mul);
+      return std::vector<Tensor>{dx};
+    }, {mask});
+  }
+  return y;
+}
+
 }  // namespace loom

@@ -1,3 +1,6 @@
+// File: core/ops/elementwise.cc
+// Elementwise arithmetic, unary math and in-place updates: validation, dtype
+// promotion, dispatch, and each op's backward beside its forward.
 #include "core/ops/elementwise.h"
 
 #include <limits>
@@ -10,6 +13,7 @@
 #include "core/cuda/counter.h"
 #endif
 #include "core/error.h"
+#include "core/ops/compare.h"
 #include "core/ops/reduction.h"
 
 namespace loom {
@@ -18,18 +22,6 @@ using cpu::BinaryOp;
 using cpu::UnaryOp;
 
 // --- validation ----------------------------------------------------------------
-
-namespace {
-
-// PyTorch's promotion among floating dtypes: the wider one wins, and two
-// different 16-bit formats meet in float32.
-DType promote_float_types(DType a, DType b) {
-  if (a == b) return a;
-  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
-  return DType::Float32;
-}
-
-}  // namespace
 
 bool is_half_precision(DType dtype) { return dtype == DType::BFloat16 || dtype == DType::Float16; }
 
@@ -51,7 +43,7 @@ void check_float_tensor(const Tensor& x, std::string_view op, std::string_view a
 std::pair<Tensor, Tensor> promote_operands(const Tensor& a, const Tensor& b) {
   const bool has_half = is_half_precision(a.dtype()) || is_half_precision(b.dtype());
   if (a.dtype() == b.dtype() || !has_half) return {a, b};
-  const DType common = promote_float_types(a.dtype(), b.dtype());
+  const DType common = promote_types(a.dtype(), b.dtype());
   return {a.to(common), b.to(common)};
 }
 
@@ -159,8 +151,28 @@ Tensor add_scaled_op(const Tensor& a_in, const Tensor& b_in, double alpha, const
 Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_scaled_op(a, b, alpha, "add"); }
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_scaled_op(a, b, -alpha, "sub"); }
 
+namespace {
+
+// A Bool operand of mul meets the other as PyTorch's type promotion has it: two
+// masks give their logical and, a mask and a floating tensor the floating
+// dtype (0 or 1 per element; the mask gets no gradient).
+std::pair<Tensor, Tensor> unmask_operands(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return {a, b};  // promote_binary says which is undefined
+  const bool a_mask = a.dtype() == DType::Bool, b_mask = b.dtype() == DType::Bool;
+  if (a_mask == b_mask) return {a, b};
+  return a_mask ? std::pair{a.to(b.dtype()), b} : std::pair{a, b.to(a.dtype())};
+}
+
+bool both_masks(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.dtype() == DType::Bool && b.dtype() == DType::Bool;
+}
+
+}  // namespace
+
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
-  const auto operands = promote_binary(a_in, b_in, "mul");
+  if (both_masks(a_in, b_in)) return logical_and(a_in, b_in);
+  const auto unmasked = unmask_operands(a_in, b_in);
+  const auto operands = promote_binary(unmasked.first, unmasked.second, "mul");
   const Tensor &a = operands.first, &b = operands.second;
   Tensor out = binary_values(a, b, BinaryOp::Mul, "mul");
   if (needs_grad({a, b})) {
@@ -214,7 +226,9 @@ Tensor add(const Tensor& a, double b) {
 
 Tensor sub(const Tensor& a, double b) { return add(a, -b); }
 
-Tensor mul(const Tensor& a, double b) {
+Tensor mul(const Tensor& a_in, double b) {
+  // A mask times a number is float32, as in PyTorch (its default dtype).
+  const Tensor a = a_in.defined() && a_in.dtype() == DType::Bool ? a_in.to(DType::Float32) : a_in;
   Tensor out = scalar_values(a, b, BinaryOp::Mul, "mul");
   if (needs_grad({a})) record("mul_scalar", {a}, out, [b](const Tensor& dy) { return std::vector<Tensor>{mul(dy, b)}; });
   return out;
@@ -283,6 +297,19 @@ Tensor sqrt(const Tensor& x) {
     record("sqrt", {x}, out, [y = out.detach()](const Tensor& dy) {
       return std::vector<Tensor>{div(dy, mul(y, 2.0))};
     }, {out});
+  }
+  return out;
+}
+
+Tensor abs(const Tensor& x) {
+  Tensor out = unary_values(x, UnaryOp::Abs, "abs");
+  if (needs_grad({x})) {
+    record("abs", {x}, out, [x](const Tensor& dy) {
+      Tensor dx = empty_like(dy);
+      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), x.detach().strided(),
+                  BinaryOp::AbsBackward);
+      return std::vector<Tensor>{dx};
+    }, {x});
   }
   return out;
 }

@@ -2,7 +2,9 @@
 // Elementwise arithmetic with NumPy broadcasting, unary math, and in-place
 // updates. Both tensor operands must have the same floating dtype and device,
 // except that a bfloat16 / float16 operand (GPU only) meeting a wider one is
-// promoted to it, as PyTorch does: bf16 + fp32 -> fp32.
+// promoted to it, as PyTorch does: bf16 + fp32 -> fp32. mul also takes Bool
+// masks as PyTorch does: mask * mask is their logical and (Bool), mask * x has
+// x's dtype (the mask as 0 / 1, no gradient to it), mask * 2.5 is float32.
 #pragma once
 
 #include <optional>
@@ -27,6 +29,8 @@ Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
+// |x|; its gradient is dy * sign(x), 0 at x = 0, as PyTorch's.
+Tensor abs(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; x > 0 where exponent needs grad
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);

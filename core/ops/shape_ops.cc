@@ -1,6 +1,7 @@
 // File: core/ops/shape_ops.cc
-// cat: copies each input into its slice of a fresh output; backward hands each
-// input its slice of dy.
+// cat: promotes the inputs to one dtype, copies each into its slice of a fresh
+// output; backward hands each input its slice of dy. stack is cat of the
+// inputs unsqueezed at the new dim.
 #include "core/ops/shape_ops.h"
 
 #include <algorithm>
@@ -35,14 +36,23 @@ int64_t check_cat_inputs(const std::vector<Tensor>& tensors, int64_t dim) {
                "[cat] sizes must match except in dim {}: tensor 0 has shape {} but tensor {} "
                "has shape {}",
                d, shape_str(first.sizes()), i, shape_str(t.sizes()));
-    LOOM_CHECK(t.dtype() == first.dtype(), TypeError,
-               "[cat] tensor {} has dtype {} but tensor 0 has {}; convert with .to(DType) first", i,
-               dtype_name(t.dtype()), dtype_name(first.dtype()));
     LOOM_CHECK(t.device() == first.device(), DeviceError,
                "[cat] tensor {} is on {} but tensor 0 is on {}; move it with .to(Device) first", i,
                t.device().str(), first.device().str());
   }
   return d;
+}
+
+// The inputs in the dtype they promote to together (torch.result_type): a
+// bf16 activation meeting a float32 parameter is cast, differentiably, so
+// its gradient comes back in bf16.
+std::vector<Tensor> promoted(const std::vector<Tensor>& tensors) {
+  DType common = tensors[0].dtype();
+  for (const Tensor& t : tensors) common = promote_types(common, t.dtype());
+  std::vector<Tensor> out;
+  out.reserve(tensors.size());
+  for (const Tensor& t : tensors) out.push_back(t.to(common));
+  return out;
 }
 
 bool any_needs_grad(const std::vector<Tensor>& tensors) {
@@ -52,8 +62,9 @@ bool any_needs_grad(const std::vector<Tensor>& tensors) {
 
 }  // namespace
 
-Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  const int64_t d = check_cat_inputs(tensors, dim);
+Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
+  const int64_t d = check_cat_inputs(inputs, dim);
+  const std::vector<Tensor> tensors = promoted(inputs);
   std::vector<int64_t> lengths;  // each input's size along d
   for (const Tensor& t : tensors) lengths.push_back(t.size(d));
   Shape sizes = tensors[0].sizes();
@@ -80,6 +91,27 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     });
   }
   return out;
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  LOOM_CHECK(!tensors.empty(), ValueError, "[stack] expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    LOOM_CHECK(tensors[i].defined(), ValueError, "[stack] tensor {} is undefined", i);
+    LOOM_CHECK(tensors[i].sizes() == tensors[0].sizes(), ShapeError,
+               "[stack] every tensor must have the same shape: tensor 0 has shape {} but "
+               "tensor {} has shape {}",
+               shape_str(tensors[0].sizes()), i, shape_str(tensors[i].sizes()));
+  }
+  const int64_t ndim = tensors[0].dim() + 1;  // the result's
+  LOOM_CHECK(dim >= -ndim && dim < ndim, IndexError,
+             "[stack] dim {} is out of range for stacking tensors of shape {} (expected a dim "
+             "in [{}, {}])",
+             dim, shape_str(tensors[0].sizes()), -ndim, ndim - 1);
+  const int64_t d = dim < 0 ? dim + ndim : dim;
+  std::vector<Tensor> unsqueezed;
+  unsqueezed.reserve(tensors.size());
+  for (const Tensor& t : tensors) unsqueezed.push_back(t.unsqueeze(d));
+  return cat(unsqueezed, d);
 }
 
 }  // namespace loom

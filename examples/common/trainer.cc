@@ -51,7 +51,6 @@ const std::vector<double> kMnistMean = {0.2860}, kMnistStd = {0.3530};
 const std::vector<double> kCifarMean = {0.4914, 0.4822, 0.4465}, kCifarStd = {0.2470, 0.2435, 0.2616};
 constexpr int64_t kSample = 25;                  // read the epoch's tally back every kSample batches
 constexpr int64_t kProfileWarmup = 5;            // steps before the profiled ones (plans built)
-constexpr const char* kSchedulePrefix = "schedule.";
 
 NumericsPolicy policy_of(const std::string& name, bool autotune) {
   LOOM_CHECK(name == "tf32" || name == "strict" || name == "bf16", ValueError,
@@ -428,15 +427,6 @@ data::DataLoader make_loader(const TrainConfig& c, const data::Dataset& set, boo
   return data::DataLoader(set, o);
 }
 
-// The optimizer's state and the schedule's share one checkpoint section.
-StateDict optimizer_section(const optim::Optimizer& opt, const optim::LRScheduler* schedule) {
-  StateDict state = opt.state_dict();
-  if (schedule) {
-    for (auto& [name, t] : schedule->state_dict()) state.push_back({kSchedulePrefix + name, t});
-  }
-  return state;
-}
-
 constexpr const char* kFlagPrefix = "flag.";
 
 // The flags that decide what a run computes (not where or how fast), as the
@@ -489,16 +479,8 @@ int resume(const TrainConfig& c, Training& t, std::vector<std::string>& warnings
     warnings.push_back(std::move(warning));
   }
   t.net.load_state_dict(ckpt.model);
-  StateDict optimizer_state, schedule_state;
-  for (auto& [name, tensor] : ckpt.optimizer) {
-    if (name.starts_with(kSchedulePrefix)) {
-      schedule_state.push_back({name.substr(std::string(kSchedulePrefix).size()), tensor});
-    } else {
-      optimizer_state.push_back({name, tensor});
-    }
-  }
-  t.opt.load_state_dict(optimizer_state);
-  if (t.schedule) t.schedule->load_state_dict(schedule_state);
+  t.opt.load_state_dict(ckpt.optimizer);
+  if (t.schedule) t.schedule->load_state_dict(ckpt.scheduler);
   default_generator().set_state(ckpt.rng_seed, ckpt.rng_offset);
   return static_cast<int>(ckpt.epoch);
 }
@@ -540,7 +522,8 @@ void report_plans(const TrainConfig& c, const std::string& startup_line) {
 
 void save(const TrainConfig& c, Training& t, int epochs_done) {
   TrainingCheckpoint ckpt{.model = t.net.state_dict(),
-                          .optimizer = optimizer_section(t.opt, t.schedule),
+                          .optimizer = t.opt.state_dict(),
+                          .scheduler = t.schedule ? t.schedule->state_dict() : StateDict{},
                           .epoch = epochs_done,
                           .rng_seed = default_generator().seed(),
                           .rng_offset = default_generator().offset()};

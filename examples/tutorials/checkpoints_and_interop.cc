@@ -2,7 +2,7 @@
 // docs/checkpoints_and_interop.md: weights as safetensors (the file PyTorch's
 // safetensors.torch reads), and a training checkpoint that resumes a run
 // bit for bit: it trains 6 steps straight, then 3 steps, saves, loads into a
-// fresh model and optimizer and trains 3 more, and compares the two.
+// fresh model, optimizer and LR schedule and trains 3 more, and compares the two.
 //
 //   bazel run //examples/tutorials:checkpoints_and_interop -- SCRATCH_DIR
 #include <cstdio>
@@ -14,6 +14,7 @@
 #include "core/serialize.h"
 #include "layers/nn.h"
 #include "optim/adam.h"
+#include "optim/scheduler.h"
 
 using namespace loom;
 
@@ -24,7 +25,7 @@ nn::Sequential make_net() {
                         nn::Linear(8, 3, {.generator = &init}));
 }
 
-void train(nn::Sequential& net, optim::Adam& opt, int steps) {
+void train(nn::Sequential& net, optim::Adam& opt, optim::LRScheduler& schedule, int steps) {
   Generator gen(7);
   Tensor x = randn({16, 4}, {}, &gen);
   Tensor y = randint(0, 3, {16}, {.dtype = DType::Int64}, &gen);
@@ -33,6 +34,7 @@ void train(nn::Sequential& net, optim::Adam& opt, int steps) {
     opt.zero_grad();
     loss.backward();
     opt.step();
+    schedule.step();  // lr halves every 2 steps
   }
 }
 
@@ -63,14 +65,17 @@ int main(int argc, char** argv) try {
   // A whole run in one go ...
   nn::Sequential straight = make_net();
   optim::Adam straight_opt(straight.parameters(), {.lr = 0.01});
-  train(straight, straight_opt, 6);
+  optim::StepLR straight_schedule(straight_opt, /*step_size=*/2, /*gamma=*/0.5);
+  train(straight, straight_opt, straight_schedule, 6);
 
   // ... and the same run stopped after 3 steps, saved, loaded and resumed.
   nn::Sequential first = make_net();
   optim::Adam first_opt(first.parameters(), {.lr = 0.01});
-  train(first, first_opt, 3);
+  optim::StepLR first_schedule(first_opt, 2, 0.5);
+  train(first, first_opt, first_schedule, 3);
   save_checkpoint(dir + "/run.ckpt", {.model = first.state_dict(),
                                       .optimizer = first_opt.state_dict(),
+                                      .scheduler = first_schedule.state_dict(),
                                       .step = 3,
                                       .extra = {{"lr", "0.01"}}});
 
@@ -79,7 +84,9 @@ int main(int argc, char** argv) try {
   resumed.load_state_dict(checkpoint.model);
   optim::Adam resumed_opt(resumed.parameters(), {.lr = std::stod(checkpoint.extra.at("lr"))});
   resumed_opt.load_state_dict(checkpoint.optimizer);
-  train(resumed, resumed_opt, 3);
+  optim::StepLR resumed_schedule(resumed_opt, 2, 0.5);
+  resumed_schedule.load_state_dict(checkpoint.scheduler);  // step 3: lr 0.005, halving at 4
+  train(resumed, resumed_opt, resumed_schedule, 3);
 
   std::printf("safetensors round trip: %s\n", same_weights(net, copy) ? "identical" : "DIFFERENT");
   std::printf("resumed at step %lld: %s to the uninterrupted run\n",

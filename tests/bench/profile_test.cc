@@ -1,6 +1,7 @@
 // File: tests/bench/profile_test.cc
 // Profile mode through nn::Module on the CPU: a row per leaf layer with its
-// forward and backward time, the loss and optimizer rows, shares summing to 1.
+// forward and backward time, the loss and optimizer rows, shares summing to 1;
+// the rows of layers inside a module whose forward takes two tensors.
 // N batch, C channels, H, W.
 #include <doctest/doctest.h>
 
@@ -80,6 +81,58 @@ TEST_CASE("two profiled CPU training steps: a row per leaf layer, loss and optim
   const std::string report = Profiler::report(2);
   CHECK(report.find("2.a Conv2d") != std::string::npos);
   CHECK(report.find("per-layer time per step over 2 profiled step(s)") != std::string::npos);
+}
+
+// A decoder step whose forward takes two tensors (as a U-Net's): called as
+// up_->forward(x, skip), so it never runs through operator().
+class Up : public nn::Module {
+ public:
+  Up() {
+    conv_ = register_module("conv", nn::Conv2d(8, 4, 3, {.padding = 1}));
+    block_ = register_module("block", nn::Sequential(nn::Conv2d(4, 4, 1), nn::ReLU()));
+  }
+  Tensor forward(const Tensor& x, const Tensor& skip) {
+    return (*block_)((*conv_)(cat({x, skip}, 1)));
+  }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv_;
+  std::shared_ptr<nn::Sequential> block_;
+};
+
+class TwoInputNet : public nn::Module {
+ public:
+  TwoInputNet() {
+    stem_ = register_module("stem", nn::Conv2d(1, 4, 3, {.padding = 1}));
+    up_ = register_module("up", std::make_shared<Up>());
+    head_ = register_module("head", nn::Conv2d(4, 1, 1));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor s = (*stem_)(x);
+    return (*head_)(up_->forward(s, s));
+  }
+
+ private:
+  std::shared_ptr<nn::Conv2d> stem_, head_;
+  std::shared_ptr<Up> up_;
+};
+
+TEST_CASE("layers inside a module whose forward takes two tensors keep their names") {
+  manual_seed(0);
+  TwoInputNet net;
+  Profiler::start();
+  mean(net(batch(0).x)).backward();
+  Profiler::stop();
+  const std::vector<ProfileEntry> rows = Profiler::entries();
+  for (const char* name : {"stem Conv2d", "up.conv Conv2d", "up.block.0 Conv2d",
+                           "up.block.1 ReLU", "head Conv2d"}) {
+    const ProfileEntry* row = find_row(rows, name);
+    REQUIRE_MESSAGE(row != nullptr, "no row ", name, " in\n", Profiler::report(1));
+    CHECK(row->forward_calls == 1);
+    CHECK_MESSAGE(row->backward_ms > 0, name);
+  }
+  CHECK(find_row(rows, "Conv2d") == nullptr);
+  CHECK(find_row(rows, "0 Conv2d") == nullptr);
 }
 
 TEST_CASE("profiling does not change what the model computes") {

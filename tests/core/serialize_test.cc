@@ -16,11 +16,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -575,6 +577,73 @@ TEST_CASE("a training checkpoint round-trips bit-identically") {
   REQUIRE(plain.size() == 7);
   CHECK(plain[0].first == "model.0.weight");
   CHECK(plain[4].first == "optimizer.state.0.momentum_buffer");
+}
+
+TEST_CASE("the LR schedule's state has its own section") {
+  ScratchDir dir;
+  Generator gen(12);
+  TrainingCheckpoint saved = sample_checkpoint(gen);
+  saved.scheduler = {{"last_step", full({}, 42, {.dtype = DType::Int64})},
+                     {"base_lrs", tensor({0.1, 0.01}, {2}, {.dtype = DType::Float64})}};
+  save_checkpoint(dir.file("ckpt.safetensors"), saved);
+  TrainingCheckpoint loaded = load_checkpoint(dir.file("ckpt.safetensors"));
+  check_identical(loaded.scheduler, saved.scheduler);
+  check_identical(loaded.optimizer, saved.optimizer);
+  const StateDict plain = load_safetensors(dir.file("ckpt.safetensors"));
+  CHECK(plain.back().first == "scheduler.base_lrs");
+  CHECK(load_safetensors_metadata(dir.file("ckpt.safetensors")).at("loom.checkpoint") == "2");
+}
+
+namespace {
+
+// crc32 of bytes [begin, end) as the checkpoint writes it: 8 lowercase hex digits.
+std::string crc_hex(const std::string& bytes, size_t begin, size_t end) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08lx",
+                crc32(0, reinterpret_cast<const Bytef*>(bytes.data() + begin), end - begin));
+  return text;
+}
+
+// A format 1 checkpoint, as Loom wrote them before the scheduler had a section
+// (the trainer kept it in the optimizer's, as "schedule.*"): the same file
+// layout with version "1"; its CRCs are computed here from what
+// save_safetensors writes for the same tensors and metadata.
+void write_version1_checkpoint(const std::string& path, const StateDict& tensors) {
+  std::map<std::string, std::string> metadata = {
+      {"loom.checkpoint", "1"}, {"loom.epoch", "2"},      {"loom.step", "40"},
+      {"loom.rng_seed", "7"},   {"loom.rng_offset", "9"},
+  };
+  save_safetensors(path, tensors, metadata);
+  const std::string bytes = read_bytes(path);
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | static_cast<uint8_t>(bytes[i]);
+  size_t header_end = 8 + header_length;
+  while (bytes[header_end - 1] == ' ') --header_end;  // the writer pads the header with spaces
+  metadata["loom.header_crc32"] = crc_hex(bytes, 8, header_end);
+  metadata["loom.data_crc32"] = crc_hex(bytes, 8 + header_length, bytes.size());
+  save_safetensors(path, tensors, metadata);
+}
+
+}  // namespace
+
+TEST_CASE("a format 1 checkpoint loads, its trainer's schedule state in the scheduler section") {
+  ScratchDir dir;
+  const std::string path = dir.file("old.ckpt");
+  const Tensor weight = tensor({1, 2}, {2}), momentum = tensor({3, 4}, {2});
+  const Tensor last_step = full({}, 40, {.dtype = DType::Int64});
+  write_version1_checkpoint(path, {{"model.fc.weight", weight},
+                                   {"optimizer.state.0.momentum_buffer", momentum},
+                                   {"optimizer.schedule.last_step", last_step}});
+  const TrainingCheckpoint loaded = load_checkpoint(path);
+  check_identical(loaded.model, {{"fc.weight", weight}});
+  check_identical(loaded.optimizer, {{"state.0.momentum_buffer", momentum}});
+  check_identical(loaded.scheduler, {{"last_step", last_step}});
+  CHECK(loaded.epoch == 2);
+  CHECK(loaded.step == 40);
+  // A section format 1 did not have is an error there.
+  write_version1_checkpoint(path, {{"scheduler.last_step", last_step}});
+  CHECK_THROWS_WITH_FRAGMENT(load_checkpoint(path), IoError,
+                             "tensor 'scheduler.last_step' is none of 'model.*', 'optimizer.*'");
 }
 
 TEST_CASE("the checkpoint CRC is zlib's crc32 of the data section and catches corruption") {

@@ -1,6 +1,6 @@
 // File: tests/layers/dropout_test.cc
-// Dropout: the training flag decides, masks come from the given generator,
-// survivors are scaled by 1 / (1 - p); errors and printing.
+// Dropout and Dropout2d: the training flag decides, masks come from the given
+// generator, survivors are scaled by 1 / (1 - p); errors and printing; Identity.
 #include "layers/dropout.h"
 
 #include <doctest/doctest.h>
@@ -10,6 +10,7 @@
 
 #include "core/generator.h"
 #include "core/ops/ops.h"
+#include "layers/nn.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -58,6 +59,29 @@ TEST_CASE("Dropout errors and printing") {
   CHECK(nn::Dropout().repr() == "Dropout(p=0.5, inplace=False)");
   CHECK(nn::Dropout(1).repr() == "Dropout(p=1.0, inplace=False)");
   CHECK(nn::Dropout(0.3).p() == 0.3);
+}
+
+TEST_CASE("Dropout2d drops whole channels in training, passes through in eval, prints as PyTorch") {
+  Generator a(3), b(3);
+  nn::Dropout2d drop(0.5, &a);
+  const Tensor x = ones({4, 8, 3, 3});
+  CHECK_CLOSE(drop(x), dropout2d(x, 0.5, true, &b), 0, 0);
+  drop.eval();
+  CHECK(drop(x).is_same(x));
+  CHECK(drop.repr() == "Dropout2d(p=0.5, inplace=False)");
+  CHECK(nn::Dropout2d(0.1).p() == 0.1);
+  CHECK_THROWS_WITH_FRAGMENT(nn::Dropout2d(-1), ValueError,
+                             "[Dropout2d] probability p must be in [0, 1], got -1");
+}
+
+TEST_CASE("Identity returns its input and holds nothing") {
+  nn::Identity identity;
+  const Tensor x = ones({2, 3});
+  CHECK(identity(x).is_same(x));
+  CHECK(identity.repr() == "Identity()");
+  CHECK(identity.parameters().empty());
+  nn::Sequential net(nn::Linear(3, 2), nn::Identity());
+  CHECK(net.repr().find("(1): Identity()") != std::string::npos);
 }
 
 }  // namespace

@@ -1,13 +1,18 @@
 // File: tests/optim/scheduler_test.cc
 // The schedules' lr sequences against values worked out by hand from their
 // definitions (torch's for StepLR, MultiStepLR and OneCycleLR), momentum
-// cycling, resume through state_dict, and argument errors.
+// cycling, resume through state_dict and through a training checkpoint file,
+// and argument errors.
 #include "optim/scheduler.h"
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <vector>
 
+#include "core/checkpoint.h"
 #include "core/error.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
@@ -155,6 +160,42 @@ TEST_CASE("A schedule resumed from its state_dict sets the lrs an uninterrupted 
   optim::StepLR step_lr(resumed_opt, 2);
   CHECK_THROWS_WITH_FRAGMENT(step_lr.load_state_dict({{"step", zeros({})}}), ValueError,
                              "[StepLR load_state_dict] unexpected entry 'step'");
+}
+
+TEST_CASE("A schedule saved in a training checkpoint resumes the same lr curve") {
+  auto make = [](optim::SGD& opt) {
+    return optim::CosineAnnealingLR(opt, {.total_steps = 30, .warmup_steps = 4, .min_lr = 0.01});
+  };
+  optim::SGD straight_opt({param()}, {.lr = 0.4, .momentum = 0.9});
+  optim::CosineAnnealingLR straight = make(straight_opt);
+  const std::vector<double> curve = lrs(straight, straight_opt, 30);
+
+  optim::SGD first_opt({param()}, {.lr = 0.4, .momentum = 0.9});
+  optim::CosineAnnealingLR first = make(first_opt);
+  for (int s = 0; s < 11; ++s) first.step();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      (std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / "schedule_resume.ckpt").string();
+  save_checkpoint(path, {.optimizer = first_opt.state_dict(),
+                         .scheduler = first.state_dict(),
+                         .step = first.last_step()});
+
+  // A new run: the optimizer built with another lr, as a resumed trainer does before loading.
+  optim::SGD resumed_opt({param()}, {.lr = 0.05, .momentum = 0.9});
+  optim::CosineAnnealingLR resumed = make(resumed_opt);
+  const TrainingCheckpoint checkpoint = load_checkpoint(path);
+  REQUIRE_FALSE(checkpoint.scheduler.empty());
+  resumed_opt.load_state_dict(checkpoint.optimizer);
+  resumed.load_state_dict(checkpoint.scheduler);
+  CHECK(resumed.last_step() == 11);
+  std::vector<double> tail = lrs(resumed, resumed_opt, 19);
+  const std::vector<double> expected(curve.begin() + 11, curve.end());
+  REQUIRE(tail.size() == expected.size());
+  for (size_t s = 0; s < tail.size(); ++s) {
+    INFO("step " << s + 11);
+    CHECK(tail[s] == expected[s]);  // bit for bit: every lr is a closed form of the step
+  }
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("Schedules reject bad arguments with messages that show the values") {

@@ -2,7 +2,8 @@
 // Comparisons into Bool masks (hand values, broadcasting, mixed dtypes, NaN,
 // scalars, operators), counting with sum/mean on a mask, and where /
 // masked_fill: values, gradients (float64 gradcheck, broadcast operands) and
-// argument errors.
+// argument errors; logical ops and the mask operators, mul with masks, and
+// isclose / allclose / equal.
 #include "core/ops/compare.h"
 
 #include <doctest/doctest.h>
@@ -119,6 +120,107 @@ TEST_CASE("comparison, where and masked_fill errors name the op and the values")
                              "[where] a has dtype float32 and b float64");
   CHECK_THROWS_WITH_FRAGMENT(masked_fill(a, zeros({3, 3}) > 0, 1.0), ShapeError, "[masked_fill]");
   CHECK_THROWS_WITH_FRAGMENT(lt(Tensor(), a), ValueError, "[lt] a is an undefined tensor");
+}
+
+// ---- logical ops, operators on masks, mul with masks ---------------------------------
+
+TEST_CASE("logical ops: truth of any dtype (NaN is true), broadcasting, Bool results") {
+  const Tensor a = tensor({0, 1, -2, NAN}, {4});
+  const Tensor b = tensor({1, 1, 0, 0}, {4}, kI64);
+  CHECK(logical_and(a, b).dtype() == DType::Bool);
+  CHECK(v(logical_and(a, b)) == std::vector<double>{0, 1, 0, 0});
+  CHECK(v(logical_or(a, b)) == std::vector<double>{1, 1, 1, 1});
+  CHECK(v(logical_xor(a, b)) == std::vector<double>{1, 0, 1, 1});
+  CHECK(v(logical_not(a)) == std::vector<double>{1, 0, 0, 0});
+  // (2, 1) against (3,): (2, 3)
+  const Tensor rows = tensor({1, 0}, {2, 1}, {.dtype = DType::Bool});
+  const Tensor cols = tensor({1, 0, 1}, {3}, {.dtype = DType::Bool});
+  CHECK(logical_and(rows, cols).sizes() == Shape{2, 3});
+  CHECK(v(logical_and(rows, cols)) == std::vector<double>{1, 0, 1, 0, 0, 0});
+  CHECK(v(logical_or(rows, cols)) == std::vector<double>{1, 1, 1, 1, 0, 1});
+  CHECK(v(logical_xor(rows, cols)) == std::vector<double>{0, 1, 0, 1, 0, 1});
+}
+
+TEST_CASE("operators &, |, ^, ~ combine Bool masks and refuse other dtypes") {
+  const Tensor x = tensor({-1, 0, 2, 3}, {4});
+  const Tensor positive = x > 0, small = x < 3;
+  CHECK(v(positive & small) == std::vector<double>{0, 0, 1, 0});
+  CHECK(v(positive | small) == std::vector<double>{1, 1, 1, 1});
+  CHECK(v(positive ^ small) == std::vector<double>{1, 1, 0, 1});
+  CHECK(v(~positive) == std::vector<double>{1, 1, 0, 0});
+  CHECK(v(~(~positive)) == v(positive));
+  CHECK_THROWS_WITH_FRAGMENT(x & positive, TypeError,
+                             "[operator&] takes Bool masks, got float32 (4,) and bool (4,)");
+  CHECK_THROWS_WITH_FRAGMENT(~tensor({1, 2}, {2}, kI64), TypeError,
+                             "[operator~] takes Bool masks, got int64 (2,); Loom has no integer "
+                             "bitwise ops");
+  CHECK_THROWS_WITH_FRAGMENT(logical_and(positive, Tensor()), ValueError,
+                             "[logical_and] input is an undefined tensor");
+}
+
+TEST_CASE("mul takes masks as PyTorch: mask * mask is Bool, mask * x keeps x's dtype") {
+  const Tensor m = tensor({1, 0, 1}, {3}, {.dtype = DType::Bool});
+  const Tensor n = tensor({1, 1, 0}, {3}, {.dtype = DType::Bool});
+  CHECK((m * n).dtype() == DType::Bool);
+  CHECK(v(m * n) == std::vector<double>{1, 0, 0});
+  CHECK((m * 2.5).dtype() == DType::Float32);
+  CHECK(v(m * 2.5) == std::vector<double>{2.5, 0, 2.5});
+  Tensor x = tensor({1, 2, 3}, {3}, {.dtype = DType::Float64, .requires_grad = true});
+  Tensor y = mul(m, x);
+  CHECK(y.dtype() == DType::Float64);
+  CHECK(v(y) == std::vector<double>{1, 0, 3});
+  (x * m).sum().backward();
+  CHECK(v(x.grad()) == std::vector<double>{1, 0, 1});
+  GradcheckResult r = gradcheck([&m](const std::vector<Tensor>& in) { return in[0] * m.unsqueeze(0); },
+                                {randn({2, 3}, {.dtype = DType::Float64, .requires_grad = true})});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+// ---- isclose / allclose / equal -------------------------------------------------------
+
+TEST_CASE("isclose: |a - b| <= atol + rtol |b|, infinities, NaN with and without equal_nan") {
+  const double inf = INFINITY;
+  const Tensor a = tensor({1.0, 1.0, 100.0, inf, inf, -inf, NAN, NAN, 0.0}, {9}, kF64);
+  const Tensor b = tensor({1.0 + 1e-9, 1.1, 100.01, inf, -inf, 1.0, NAN, 1.0, 1e-9}, {9}, kF64);
+  CHECK(isclose(a, b).dtype() == DType::Bool);
+  CHECK(v(isclose(a, b)) == std::vector<double>{1, 0, 0, 1, 0, 0, 0, 0, 1});
+  CHECK(v(isclose(a, b, 1e-5, 1e-8, /*equal_nan=*/true)) ==
+        std::vector<double>{1, 0, 0, 1, 0, 0, 1, 0, 1});
+  // 100 against 100.01 is within rtol 1e-4 of |b|, not within 1e-5.
+  CHECK(v(isclose(a, b, 1e-4)) == std::vector<double>{1, 0, 1, 1, 0, 0, 0, 0, 1});
+  CHECK(v(isclose(a, b, 0, 0)) == std::vector<double>{0, 0, 0, 1, 0, 0, 0, 0, 0});
+  // Broadcasting, and integers (compared in float64).
+  CHECK(v(isclose(tensor({1, 2, 3}, {3}, kI64), tensor({2}, {1}, kI64), 0.5)) ==
+        std::vector<double>{1, 1, 1});
+  CHECK(v(isclose(tensor({1, 2, 3}, {3}, kI64), tensor({2}, {1}, kI64), 0.4)) ==
+        std::vector<double>{0, 1, 0});
+}
+
+TEST_CASE("isclose in float32 compares in float32, as torch.isclose") {
+  // 1 + 2^-23 and 1 differ by one float32 ulp: close at rtol 2^-23, not at 2^-24.
+  const Tensor a = tensor({1.0 + std::ldexp(1.0, -23)}, {1});
+  const Tensor b = tensor({1.0}, {1});
+  CHECK(v(isclose(a, b, std::ldexp(1.0, -23), 0)) == std::vector<double>{1});
+  CHECK(v(isclose(a, b, std::ldexp(1.0, -24), 0)) == std::vector<double>{0});
+}
+
+TEST_CASE("allclose and equal as PyTorch's") {
+  const Tensor a = tensor({1, 2, 3}, {3}, kF64);
+  CHECK(allclose(a, a + 1e-9));
+  CHECK_FALSE(allclose(a, a + 1e-3));
+  CHECK(allclose(a, a + 1e-3, 1e-2));
+  CHECK(allclose(tensor({NAN}, {1}), tensor({NAN}, {1}), 1e-5, 1e-8, true));
+  CHECK_FALSE(allclose(tensor({NAN}, {1}), tensor({NAN}, {1})));
+  CHECK(allclose(zeros({0}), zeros({0})));
+  CHECK(equal(a, a.clone()));
+  CHECK(equal(a, tensor({1, 2, 3}, {3}, kI64)));  // values, not dtypes, as torch.equal
+  CHECK_FALSE(equal(a, tensor({1, 2, 4}, {3}, kF64)));
+  CHECK_FALSE(equal(a, tensor({1, 2, 3}, {1, 3}, kF64)));  // sizes differ: no broadcasting
+  CHECK_FALSE(equal(tensor({NAN}, {1}), tensor({NAN}, {1})));
+  CHECK_THROWS_WITH_FRAGMENT(isclose(a, a.to(DType::Float32)), TypeError,
+                             "[isclose] a has dtype float64 and b float32");
+  CHECK_THROWS_WITH_FRAGMENT(allclose(a, a, -1e-5), ValueError,
+                             "[isclose] rtol and atol must be >= 0, got rtol -1e-05 and atol 1e-08");
 }
 
 }  // namespace loom

@@ -1,6 +1,7 @@
 // File: tests/core/ops/dropout_test.cc
 // dropout: mask statistics, the documented Philox draw order, seeding,
-// identity cases, backward through the saved mask, gradcheck, and argument errors.
+// identity cases, backward through the saved mask, gradcheck, and argument
+// errors; dropout2d: whole channels, dropout's mask draws, layouts, gradients.
 #include "core/ops/dropout.h"
 
 #include <doctest/doctest.h>
@@ -133,6 +134,48 @@ TEST_CASE("dropout rejects p outside [0, 1] and non-float inputs") {
   CHECK_THROWS_WITH_FRAGMENT(dropout(x, -0.1, false), ValueError, "got -0.1");
   CHECK_THROWS_WITH_FRAGMENT(dropout(ones({3}, {.dtype = DType::Int64}), 0.5, true), TypeError,
                              "[dropout] input has dtype int64");
+}
+
+TEST_CASE("dropout2d zeroes whole channels, drawn as dropout draws an (N, C) mask") {
+  Generator gen(31), twin(31);
+  const Tensor x = randn({3, 5, 4, 6}, kF64, &gen);
+  const Tensor y = dropout2d(x, 0.4, true, &twin);
+  Generator replay(31);  // where twin started
+  const Tensor scale = dropout(ones({3, 5}, kF64), 0.4, true, &replay);  // 0 or 1 / 0.6
+  int64_t dropped = 0;
+  for (int64_t n = 0; n < 3; ++n) {
+    for (int64_t c = 0; c < 5; ++c) {
+      const double s = scale.at({n, c});
+      dropped += s == 0.0;
+      CHECK_CLOSE(y.select(0, n).select(0, c), mul(x.select(0, n).select(0, c), s), 1e-15, 0);
+    }
+  }
+  CHECK(dropped > 0);
+  CHECK(dropped < 15);
+  CHECK(twin.offset() == replay.offset());
+}
+
+TEST_CASE("dropout2d: identity cases, any layout, gradient through the channel mask") {
+  const Tensor x = randn({2, 3, 4, 4}, {.dtype = DType::Float64, .requires_grad = true});
+  CHECK(dropout2d(x, 0.5, false).is_same(x));
+  CHECK(dropout2d(x, 0.0, true).is_same(x));
+  CHECK(dropout2d(x.detach(), 1.0, true).to_vector<double>() == std::vector<double>(96, 0.0));
+  Generator a(5), b(5);
+  const Tensor nhwc = x.detach().contiguous(MemoryFormat::ChannelsLast);
+  const Tensor y = dropout2d(nhwc, 0.5, true, &a);
+  CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_CLOSE(y, dropout2d(x.detach(), 0.5, true, &b), 0, 0);
+  GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Generator local(23);
+        return dropout2d(in[0], 0.5, true, &local);
+      },
+      {x});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK_THROWS_WITH_FRAGMENT(dropout2d(ones({3, 4, 4}), 0.5, true), ShapeError,
+                             "[dropout2d] x must be (N, C, H, W), got shape (3, 4, 4)");
+  CHECK_THROWS_WITH_FRAGMENT(dropout2d(ones({1, 1, 1, 1}), 2.0, true), ValueError,
+                             "[dropout2d] probability p must be in [0, 1], got 2");
 }
 
 }  // namespace

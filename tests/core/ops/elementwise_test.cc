@@ -453,6 +453,25 @@ TEST_CASE("gradcheck: unary ops, scalar variants, pow with a scalar exponent") {
   }
 }
 
+TEST_CASE("abs: values, strided input, its gradient sign(x) (0 at 0), gradcheck") {
+  Tensor x = tensor({-2, -0.0, 0, 3, NAN}, {5}, {.dtype = DType::Float64, .requires_grad = true});
+  const std::vector<double> y = abs(x).to_vector<double>();
+  CHECK(y[0] == 2);
+  CHECK(y[1] == 0);
+  CHECK_FALSE(std::signbit(y[1]));
+  CHECK(y[3] == 3);
+  CHECK(std::isnan(y[4]));
+  abs(x).backward(ones({5}, kF64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{-1, 0, 0, 1, 0});
+  Generator gen(11);
+  const Tensor s = randn({4, 5}, {}, &gen).t();
+  CHECK_CLOSE(abs(s), naive_unary(s, [](double v) { return std::fabs(v); }), 0, 0);
+  for (const Shape& sizes : {Shape{2, 3}, Shape{3, 1, 2}}) {
+    check_grad([](const std::vector<Tensor>& in) { return abs(in[0]); }, {random_leaf(sizes, gen)});
+  }
+  CHECK_THROWS_WITH_FRAGMENT(abs(tensor({1}, {1}, {.dtype = DType::Int64})), TypeError, "[abs]");
+}
+
 // --- graph lifetime ------------------------------------------------------------------------------
 
 TEST_CASE("graphs of div, rdiv and pow(tensor) are freed when their output is dropped") {

@@ -225,3 +225,97 @@ LOOM_GPU_TEST_CASE("losses, dropout and cat match the CPU on the GPU") {
   check_parity("cat(dim 1)", [](auto& in) { return cat({in[0], in[1]}, 1); }, {c0, c1},
                MemoryFormat::Contiguous, kExact, gen);
 }
+
+LOOM_GPU_TEST_CASE("interpolate and pad match the CPU on the GPU, every mode and layout") {
+  Generator gen(56);
+  const InterpolateOptions resizes[] = {
+      {.scale_factor = 2.0},
+      {.size = Size2{7, 13}},
+      {.scale_factor = Scale2{1.7, 0.6}},
+      {.scale_factor = 2.0, .mode = InterpolateMode::Bilinear},
+      {.size = Size2{11, 4}, .mode = InterpolateMode::Bilinear, .align_corners = true},
+      {.scale_factor = Scale2{0.5, 2.5}, .mode = InterpolateMode::Bilinear},
+      {.scale_factor = 1.3, .mode = InterpolateMode::Bilinear, .recompute_scale_factor = true},
+  };
+  struct PadCase {
+    std::vector<int64_t> pads;
+    PadMode mode;
+  };
+  const PadCase pads[] = {
+      {{1, 2, 3, 0}, PadMode::Constant}, {{-1, 2, 0, 0, 1, 1}, PadMode::Constant},
+      {{3, 2, 1, 4}, PadMode::Reflect},  {{-2, 1, 2, -1}, PadMode::Reflect},
+      {{4, 1, 0, 5}, PadMode::Replicate}, {{-3, 2, 1, 1}, PadMode::Replicate},
+  };
+  for (MemoryFormat f : kLayouts) {
+    Tensor x = leaf({2, 5, 6, 9}, gen);
+    for (const InterpolateOptions& o : resizes) {
+      check_parity(std::string("interpolate(") + interpolate_mode_name(o.mode) + ")",
+                   [o](auto& in) { return interpolate(in[0], o); }, {x}, f, kSummed, gen);
+    }
+    for (const PadCase& p : pads) {
+      check_parity(std::string("pad(") + pad_mode_name(p.mode) + ")",
+                   [p](auto& in) { return pad(in[0], p.pads, p.mode, 0.5); }, {x}, f, kExact, gen);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("interpolate and pad on bf16 and fp16 tensors match the CPU in float32") {
+  Generator gen(57);
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    for (MemoryFormat f : kLayouts) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(memory_format_name(f));
+      // Values exactly representable in 16 bits, so both sides start equal.
+      const Tensor x32 = randn({2, 3, 5, 6}, {}, &gen).to(dtype).to(DType::Float32);
+      Tensor x16 = x32.to(Device::cuda()).to(dtype).contiguous(f).requires_grad_(true);
+      Tensor xc = x32.clone().requires_grad_(true);
+      const InterpolateOptions o{.scale_factor = Scale2{1.5, 2.0}, .mode = InterpolateMode::Bilinear};
+      Tensor y16 = interpolate(x16, o), yc = interpolate(xc, o);
+      CHECK(y16.dtype() == dtype);
+      CHECK(normalized_error(y16.to(DType::Float32).cpu(), yc) <= 1e-2);
+      const Tensor g = randn(yc.sizes(), {}, &gen).to(dtype).to(DType::Float32);
+      y16.backward(g.to(Device::cuda()).to(dtype));
+      yc.backward(g);
+      CHECK(normalized_error(x16.grad().to(DType::Float32).cpu(), xc.grad()) <= 2e-2);
+      const Tensor p16 = pad(x16.detach(), {2, 1, 1, 2}, PadMode::Reflect);
+      CHECK(normalized_error(p16.to(DType::Float32).cpu(), pad(x32, {2, 1, 1, 2}, PadMode::Reflect)) == 0);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("abs, masks, isclose, cat promotion and dropout2d match the CPU on the GPU") {
+  Generator gen(58);
+  for (MemoryFormat f : kLayouts) {
+    Tensor a = leaf({2, 3, 4, 5}, gen), w = leaf({2, 3, 4, 5}, gen);
+    check_parity("abs", [](auto& in) { return abs(in[0]); }, {a}, f, kExact, gen);
+    check_parity("mask ops", [](auto& in) {
+      const Tensor m = (gt(in[0], 0.0) ^ gt(in[1], 0.5)) | ~lt(in[1], -1.0);
+      const Tensor keep = logical_and(m, logical_not(isclose(in[0], in[1], 0.5, 0.1)));
+      return add(mul(keep, in[0]), where(logical_or(keep, gt(in[0], 1.0)), in[1], zeros_like(in[1])));
+    }, {a, w}, f, kExact, gen);
+    check_parity("dropout2d (same seed, same channels)", [](auto& in) {
+      Generator local(9);
+      return dropout2d(in[0], 0.4, /*training=*/true, &local);
+    }, {a}, f, kExact, gen);
+  }
+  Tensor p = leaf({2, 3}, gen), q = leaf({4, 3}, gen);
+  // A float32 parameter meeting bf16 activations (autocast's case): float32 out, and
+  // the bf16 input's gradient rounded to bf16 and back on both sides alike.
+  check_parity("cat(float32, bf16)", [](auto& in) {
+    const Tensor y = cat({in[0], in[1].to(DType::BFloat16)}, 0);
+    REQUIRE(y.dtype() == DType::Float32);
+    return y;
+  }, {p, q}, MemoryFormat::Contiguous, kExact, gen);
+  check_parity("stack(dim 1)", [](auto& in) { return stack({in[0], in[0] * 2.0}, 1); }, {p},
+               MemoryFormat::Contiguous, kExact, gen);
+  // Bool results: equal masks, elementwise.
+  const Tensor x = randn({64, 33}, {}, &gen), y = x + randn({64, 33}, {}, &gen) * 1e-3;
+  for (double rtol : {1e-5, 1e-3, 1e-2}) {
+    CHECK(equal(isclose(x, y, rtol, 1e-4).to(Device::cuda()).cpu(),
+                isclose(x.to(Device::cuda()), y.to(Device::cuda()), rtol, 1e-4).cpu()));
+  }
+  CHECK(allclose(x.to(Device::cuda()), x.to(Device::cuda())));
+  CHECK_FALSE(equal(x.to(Device::cuda()), y.to(Device::cuda())));
+  const Tensor bools = x > 0;
+  CHECK(equal((~bools).cpu(), (~bools.to(Device::cuda())).cpu()));
+}

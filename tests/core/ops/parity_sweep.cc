@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -27,9 +29,11 @@ namespace loom::sweep {
 
 namespace {
 
-constexpr Op kOps[] = {Op::Conv2d,     Op::Linear,       Op::BatchNorm, Op::BatchNormRelu,
-                       Op::Relu,       Op::MaxPool,      Op::AvgPool,   Op::Softmax,
-                       Op::LogSoftmax, Op::CrossEntropy, Op::Chain};
+constexpr Op kOps[] = {Op::Conv2d,     Op::Linear,       Op::BatchNorm,   Op::BatchNormRelu,
+                       Op::Relu,       Op::MaxPool,      Op::AvgPool,     Op::Softmax,
+                       Op::LogSoftmax, Op::CrossEntropy, Op::Chain,       Op::Interpolate,
+                       Op::Pad,        Op::Abs,          Op::Cat,         Op::Dropout2d,
+                       Op::Mask};
 
 class Draw {
  public:
@@ -99,6 +103,61 @@ void draw_pool(Draw& d, Case& c) {
   v["count_include_pad"] = d.coin();
 }
 
+// An image (N, C, H, W) of modest size: channel counts that are not multiples
+// of 8 and odd extents included.
+void draw_image(Draw& d, Case& c, int64_t max_extent) {
+  auto& v = c.ints;
+  v["N"] = d.between(1, 4), v["C"] = d.between(1, 40);
+  v["H"] = d.between(1, max_extent), v["W"] = d.between(1, max_extent);
+}
+
+void draw_interpolate(Draw& d, Case& c) {
+  draw_image(d, c, 20);
+  auto& v = c.ints;
+  v["bilinear"] = d.coin();
+  v["align_corners"] = v["bilinear"] && d.coin();
+  v["by_size"] = d.coin();
+  if (v["by_size"]) {
+    v["P"] = d.between(1, 40), v["Q"] = d.between(1, 40);
+    return;
+  }
+  // Scale factors in percent; the output keeps at least one pixel.
+  const std::vector<int64_t> percents = {50, 75, 100, 130, 150, 200, 250, 300};
+  v["scale_h_pct"] = d.pick(percents), v["scale_w_pct"] = d.pick(percents);
+  v["recompute"] = d.coin();
+  if (v["H"] * v["scale_h_pct"] < 100) v["H"] = 2;
+  if (v["W"] * v["scale_w_pct"] < 100) v["W"] = 2;
+}
+
+// Pads that every mode accepts for the drawn extents: reflect's below the
+// extent, crops that leave at least one element.
+void draw_pad(Draw& d, Case& c) {
+  draw_image(d, c, 16);
+  auto& v = c.ints;
+  v["mode"] = d.between(0, 2);  // constant, reflect, replicate
+  v["dims"] = v["mode"] == 0 ? d.between(1, 3) : d.between(1, 2);
+  v["value_x4"] = d.between(-8, 8);
+  const char* extents[] = {"W", "H", "C"};
+  for (int64_t k = 0; k < v["dims"]; ++k) {
+    const int64_t n = v[extents[k]];
+    const int64_t most = v["mode"] == 1 ? n - 1 : 4;  // reflect: below the extent
+    int64_t before = d.between(-(n - 1) / 2, std::max<int64_t>(0, most));
+    int64_t after = d.between(-(n - 1) / 2, std::max<int64_t>(0, most));
+    if (n + before + after < 1) before = after = 0;
+    v["before" + std::to_string(k)] = before, v["after" + std::to_string(k)] = after;
+  }
+}
+
+void draw_cat(Draw& d, Case& c) {
+  auto& v = c.ints;
+  v["stack"] = d.coin();
+  v["parts"] = d.between(2, 3);
+  v["dims"] = d.between(1, 4);
+  v["dim"] = d.between(0, v["dims"] - (v["stack"] ? 0 : 1));
+  for (int64_t k = 0; k < v["dims"]; ++k) v["size" + std::to_string(k)] = d.between(1, 12);
+  for (int64_t p = 0; p < v["parts"]; ++p) v["len" + std::to_string(p)] = d.between(1, 9);
+}
+
 void draw_op(Draw& d, Case& c) {
   auto& v = c.ints;
   switch (c.op) {
@@ -141,6 +200,15 @@ void draw_op(Draw& d, Case& c) {
     case Op::CrossEntropy:
       v["N"] = d.between(1, 64), v["C"] = d.between(2, 100);
       c.label_smoothing = d.pick<double>({0.0, 0.0, 0.1, 0.25});
+      break;
+    case Op::Interpolate: draw_interpolate(d, c); break;
+    case Op::Pad: draw_pad(d, c); break;
+    case Op::Abs:
+    case Op::Mask: draw_image(d, c, 24); break;
+    case Op::Cat: draw_cat(d, c); break;
+    case Op::Dropout2d:
+      draw_image(d, c, 12);
+      v["p_pct"] = d.pick<int64_t>({10, 30, 50});
       break;
     case Op::Chain:
       v["N"] = d.between(2, 16), v["C"] = d.between(1, 4), v["K"] = d.between(1, 32);
@@ -232,6 +300,18 @@ Operands make_operands(const Case& c) {
       o.target = randint(0, c.at("classes"), {c.at("N")}, {.dtype = DType::Int64}, &gen);
       break;
     }
+    case Op::Cat:
+      for (int64_t p = 0; p < c.at("parts"); ++p) {
+        Shape sizes;
+        for (int64_t k = 0; k < c.at("dims"); ++k) sizes.push_back(c.at("size" + std::to_string(k)));
+        if (!c.at("stack")) sizes[c.at("dim")] = c.at("len" + std::to_string(p));
+        add_t(std::string(1, static_cast<char>('x' + p)), normal(sizes, gen));  // x, y, z
+      }
+      break;
+    case Op::Mask:
+      add_t("x", normal(image(), gen));
+      add_t("w", normal(image(), gen));
+      break;
     default: add_t("x", normal(image(), gen)); break;
   }
   return o;
@@ -296,6 +376,70 @@ Tensor round_to(const Tensor& x, int bits) {
   return add(sub(x, x.detach()), r);
 }
 
+InterpolateOptions interpolate_options(const Case& c) {
+  InterpolateOptions o{.mode = c.at("bilinear") ? InterpolateMode::Bilinear : InterpolateMode::Nearest,
+                       .align_corners = c.at("align_corners") != 0};
+  if (c.at("by_size")) {
+    o.size = Size2{c.at("P"), c.at("Q")};
+  } else {
+    o.scale_factor = Scale2{c.at("scale_h_pct") / 100.0, c.at("scale_w_pct") / 100.0};
+    o.recompute_scale_factor = c.at("recompute") != 0;
+  }
+  return o;
+}
+
+std::vector<int64_t> pad_list(const Case& c) {
+  std::vector<int64_t> pads;
+  for (int64_t k = 0; k < c.at("dims"); ++k) {
+    pads.push_back(c.at("before" + std::to_string(k)));
+    pads.push_back(c.at("after" + std::to_string(k)));
+  }
+  return pads;
+}
+
+// cat or stack of the parts; under bf16 autocast on the device the first part
+// joins in bf16 (an activation meeting float32 parameters), which cat promotes
+// back to float32, differentiably. The reference rounds that part to bf16's
+// 8 significant bits instead (`operand`).
+Tensor cat_parts(const Case& c, const std::map<std::string, Tensor>& t,
+                 const std::function<Tensor(const Tensor&)>& operand) {
+  std::vector<Tensor> parts;
+  for (const auto& [name, v] : t) parts.push_back(v);  // x, y, z in order
+  const std::optional<DType> autocast = autocast_dtype();
+  parts[0] = autocast ? parts[0].to(*autocast) : operand(parts[0]);
+  return c.at("stack") ? stack(parts, c.at("dim")) : cat(parts, c.at("dim"));
+}
+
+// Masks combined every way: comparisons, ^, |, ~, logical_and / logical_not,
+// isclose against x shifted by 0.25 where w > 1 (never near its tolerance),
+// then mul with a mask and where.
+Tensor mask_mix(const Tensor& x, const Tensor& w) {
+  const Tensor shifted = add(x.detach(), masked_fill(zeros_like(x.detach()), gt(w, 1.0), 0.25));
+  const Tensor m = (gt(x, 0.0) ^ gt(w, 0.5)) | ~isclose(x, shifted);
+  const Tensor keep = logical_and(m, logical_not(lt(w, -1.5)));
+  return add(mul(keep, x), where(~keep, w, zeros_like(w)));
+}
+
+// The ops of issue 32 (Op::Interpolate and after).
+Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
+                    const std::function<Tensor(const Tensor&)>& operand) {
+  const Tensor& x = t.at("x");
+  switch (c.op) {
+    case Op::Interpolate: return interpolate(x, interpolate_options(c));
+    case Op::Pad:
+      return pad(x, pad_list(c), static_cast<PadMode>(c.at("mode")), c.at("value_x4") / 4.0);
+    case Op::Abs: return abs(x);
+    case Op::Cat: return cat_parts(c, t, operand);
+    case Op::Dropout2d: {
+      Generator gen(case_seed(c.seed, c.index) ^ 0xd20ull);  // one mask on both runs
+      return dropout2d(x, c.at("p_pct") / 100.0, /*training=*/true, &gen);
+    }
+    case Op::Mask: return mask_mix(x, t.at("w"));
+    default: break;
+  }
+  throw ValueError(fmt::format("[parity_sweep] {} is not one of the issue 32 ops", op_name(c.op)));
+}
+
 // The op's output from operands already on the run's device and dtype.
 Tensor forward(const Case& c, const std::map<std::string, Tensor>& t, const Tensor& target,
                Running* running, const Rounding& rounding) {
@@ -341,8 +485,8 @@ Tensor forward(const Case& c, const std::map<std::string, Tensor>& t, const Tens
                         operand(get("fc bias"))));
       return cross_entropy(h, target);
     }
+    default: return forward_more(c, t, operand);
   }
-  return Tensor();
 }
 
 struct RunResult {
@@ -520,6 +664,12 @@ const char* op_name(Op op) {
     case Op::LogSoftmax: return "log_softmax";
     case Op::CrossEntropy: return "cross_entropy";
     case Op::Chain: return "conv-bn-relu-pool-linear-loss";
+    case Op::Interpolate: return "interpolate";
+    case Op::Pad: return "pad";
+    case Op::Abs: return "abs";
+    case Op::Cat: return "cat / stack";
+    case Op::Dropout2d: return "dropout2d";
+    case Op::Mask: return "logical ops, isclose, mul on masks";
   }
   return "?";
 }

@@ -1,5 +1,5 @@
 // File: tests/core/ops/parity_sweep.h
-// Seeded random layer configurations, each run in float32 on a device (under a
+// Seeded random op configurations, each run in float32 on a device (under a
 // numerics policy, layout, fusion and determinism setting) and in float64 on
 // the CPU, comparing the forward output, every input and parameter gradient and
 // the updated running statistics. Case k of seed s is the same configuration on
@@ -23,6 +23,10 @@ namespace loom::sweep {
 enum class Op {
   Conv2d, Linear, BatchNorm, BatchNormRelu, Relu, MaxPool, AvgPool, Softmax, LogSoftmax,
   CrossEntropy, Chain,
+  // The ops users reach for beyond the reference models' (issue 32): resizing,
+  // padding, abs, cat / stack across dtypes, channel dropout, and masks built
+  // with logical ops, isclose and mul.
+  Interpolate, Pad, Abs, Cat, Dropout2d, Mask,
 };
 const char* op_name(Op op);
 

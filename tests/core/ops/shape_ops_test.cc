@@ -1,6 +1,7 @@
 // File: tests/core/ops/shape_ops_test.cc
-// cat: hand cases, a naive index-by-index reference over every dim (strided
-// inputs, several dtypes), backward slices, gradcheck, and argument errors.
+// cat and stack: hand cases, a naive index-by-index reference over every dim
+// (strided inputs, several dtypes), dtype promotion, backward slices,
+// gradcheck, and argument errors.
 #include "core/ops/shape_ops.h"
 
 #include <doctest/doctest.h>
@@ -115,12 +116,68 @@ TEST_CASE("cat rejects empty lists and mismatched inputs") {
                              "but tensor 1 has shape (3, 3)");
   CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2, 3}), zeros({2, 3, 1})}), ShapeError,
                              "tensor 1 has shape (2, 3, 1)");
-  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2}), zeros({2}, kF64)}), TypeError,
-                             "[cat] tensor 1 has dtype float64 but tensor 0 has float32");
   CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2, 3})}, 2), IndexError,
                              "[cat] dim 2 is out of range for a 2-D tensor");
   CHECK_THROWS_WITH_FRAGMENT(cat({zeros({}), zeros({})}), ShapeError,
                              "[cat] zero-dimensional tensors cannot be concatenated");
+}
+
+TEST_CASE("cat promotes mixed dtypes as torch.cat, and each input's gradient keeps its dtype") {
+  const Tensor i64 = tensor({1, 2}, {2}, {.dtype = DType::Int64});
+  const Tensor f32 = tensor({0.5, 1.5}, {2});
+  const Tensor mask = tensor({1, 0}, {2}, {.dtype = DType::Bool});
+  const Tensor u8 = tensor({7, 8}, {2}, {.dtype = DType::UInt8});
+  const Tensor i32 = tensor({3, 4}, {2}, {.dtype = DType::Int32});
+  Tensor joined = cat({i64, f32});
+  CHECK(joined.dtype() == DType::Float32);
+  CHECK_CLOSE(joined, tensor({1, 2, 0.5, 1.5}, {4}), 0, 0);
+  CHECK(cat({mask, u8}).dtype() == DType::UInt8);
+  CHECK_CLOSE(cat({mask, u8}), tensor({1, 0, 7, 8}, {4}, {.dtype = DType::UInt8}), 0, 0);
+  CHECK(cat({u8, i32}).dtype() == DType::Int32);
+  CHECK(cat({f32, zeros({2}, kF64), i32}).dtype() == DType::Float64);
+  // A float32 leaf with a float64 one: the float32 leaf's gradient is float32.
+  Tensor a = tensor({1, 2}, {2}, {.requires_grad = true});
+  Tensor b = tensor({3}, {1}, {.dtype = DType::Float64, .requires_grad = true});
+  Tensor y = cat({a, b});
+  CHECK(y.dtype() == DType::Float64);
+  y.backward(tensor({10, 20, 30}, {3}, kF64));
+  CHECK(a.grad().dtype() == DType::Float32);
+  CHECK_CLOSE(a.grad(), tensor({10, 20}, {2}), 0, 0);
+  CHECK_CLOSE(b.grad(), tensor({30}, {1}, kF64), 0, 0);
+}
+
+TEST_CASE("promote_types follows torch.promote_types") {
+  using D = DType;
+  CHECK(promote_types(D::BFloat16, D::Float32) == D::Float32);
+  CHECK(promote_types(D::Float16, D::BFloat16) == D::Float32);
+  CHECK(promote_types(D::Float16, D::Float64) == D::Float64);
+  CHECK(promote_types(D::Int64, D::BFloat16) == D::BFloat16);
+  CHECK(promote_types(D::Bool, D::Float16) == D::Float16);
+  CHECK(promote_types(D::UInt8, D::Int32) == D::Int32);
+  CHECK(promote_types(D::Int64, D::Int32) == D::Int64);
+  CHECK(promote_types(D::Bool, D::UInt8) == D::UInt8);
+  CHECK(promote_types(D::Bool, D::Bool) == D::Bool);
+}
+
+TEST_CASE("stack joins along a new dim, any position, with cat's promotion and gradient") {
+  const Tensor a = tensor({1, 2, 3, 4, 5, 6}, {2, 3}), b = tensor({7, 8, 9, 10, 11, 12}, {2, 3});
+  CHECK_CLOSE(stack({a, b}), tensor({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 2, 3}), 0, 0);
+  CHECK_CLOSE(stack({a, b}, 1), tensor({1, 2, 3, 7, 8, 9, 4, 5, 6, 10, 11, 12}, {2, 2, 3}), 0, 0);
+  CHECK_CLOSE(stack({a, b}, -1), tensor({1, 7, 2, 8, 3, 9, 4, 10, 5, 11, 6, 12}, {2, 3, 2}), 0, 0);
+  CHECK(stack({a, b.to(DType::Int64)}).dtype() == DType::Float32);
+  Generator gen(53);
+  const TensorOptions grad64 = {.dtype = DType::Float64, .requires_grad = true};
+  const Tensor c = randn({2, 3}, grad64, &gen), d = randn({2, 3}, grad64, &gen);
+  GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& in) { return stack({in[0], in[1], in[0]}, 1); }, {c, d});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK_THROWS_WITH_FRAGMENT(stack({}), ValueError, "[stack] expected a non-empty list");
+  CHECK_THROWS_WITH_FRAGMENT(stack({a, zeros({3, 2})}), ShapeError,
+                             "[stack] every tensor must have the same shape: tensor 0 has shape "
+                             "(2, 3) but tensor 1 has shape (3, 2)");
+  CHECK_THROWS_WITH_FRAGMENT(stack({a, b}, 3), IndexError,
+                             "[stack] dim 3 is out of range for stacking tensors of shape (2, 3) "
+                             "(expected a dim in [-3, 2])");
 }
 
 }  // namespace
