@@ -19,7 +19,7 @@
 #include "core/ops/loss.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 #include "layers/fused.h"
 #include "layers/models.h"
 #include "optim/adam.h"
@@ -294,7 +294,7 @@ StepResult run_step_config(const StepConfig& c) {
   const Clock::time_point built = first_configuration ? kProcessStart : Clock::now();
   first_configuration = false;
   const PlanCounts before = plan_counts();
-  examples::PrecisionScope precision(c.precision, c.device, c.autotune);
+  training::PrecisionScope precision(c.precision, c.device, c.autotune);
   fresh_device_state(c.device);
   manual_seed(0);
   nn::Sequential net = make_model(c.model);
@@ -323,7 +323,7 @@ StepResult run_step_config(const StepConfig& c) {
 
 TtaResult run_time_to_accuracy(const std::string& dir, Device device, double target,
                                 bool autotune) {
-  examples::TrainConfig config;
+  training::TrainConfig config;
   config.data = dir;
   config.model = "mnist_net";
   config.epochs = 15;
@@ -336,9 +336,9 @@ TtaResult run_time_to_accuracy(const std::string& dir, Device device, double tar
   config.progress = false;
   config.target_accuracy = target;
   const Clock::time_point start = Clock::now();
-  const examples::TrainResult trained = examples::train(config);
+  const training::TrainResult trained = training::train(config);
   TtaResult r{.target = target, .wall_seconds = seconds_since(start)};
-  for (const examples::EpochResult& epoch : trained.epochs)
+  for (const training::EpochResult& epoch : trained.epochs)
     r.accuracies.push_back(epoch.test_accuracy);
   if (!trained.epochs.empty()) {
     r.epochs = static_cast<int>(trained.epochs.size());

@@ -5,7 +5,7 @@
 // runs the same model on generated data (smoke tests, benchmarks).
 //
 //   bazel run -c opt //examples/cifar:train -- --data /data/cifar-10-batches-bin
-#include "examples/common/flags.h"
+#include "training/flags.h"
 
 namespace {
 
@@ -34,7 +34,7 @@ Relative paths are relative to the current directory, under `bazel run` too.
 }  // namespace
 
 int main(int argc, char** argv) {
-  loom::examples::TrainConfig defaults{.dataset = "cifar10",
+  loom::training::TrainConfig defaults{.dataset = "cifar10",
                                        .data = "",
                                        .model = "resnet9",
                                        .epochs = 10,
@@ -46,5 +46,5 @@ int main(int argc, char** argv) {
                                        .crop_padding = 4,
                                        .flip = true,
                                        .schedule = "onecycle"};
-  return loom::examples::train_main(argc, argv, defaults, kUsage);
+  return loom::training::train_main(argc, argv, defaults, kUsage);
 }

@@ -22,7 +22,7 @@
 #include "core/generator.h"
 #include "core/serialize.h"
 #include "core/ops/ops.h"
-#include "examples/common/user_path.h"
+#include "training/user_path.h"
 #include "layers/models.h"
 
 namespace {
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "model_logits: expected 3 arguments, got %d\n%s", argc - 1, kUsage);
     return 2;
   }
-  const std::string command = argv[1], name = argv[2], dir = examples::user_path(argv[3]);
+  const std::string command = argv[1], name = argv[2], dir = training::user_path(argv[3]);
   if (command != "export" && command != "eval") {
     std::fprintf(stderr, "model_logits: unknown command '%s' (export or eval)\n%s", command.c_str(), kUsage);
     return 2;

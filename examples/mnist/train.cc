@@ -6,7 +6,7 @@
 // them as CSV or JSONL; --save/--resume keep a full training checkpoint.
 //
 //   bazel run -c opt //examples/mnist:train -- --epochs 5 --device auto
-#include "examples/common/flags.h"
+#include "training/flags.h"
 
 namespace {
 
@@ -69,5 +69,5 @@ Relative paths are relative to the current directory, under `bazel run` too.
 }  // namespace
 
 int main(int argc, char** argv) {
-  return loom::examples::train_main(argc, argv, {}, kUsage);
+  return loom::training::train_main(argc, argv, {}, kUsage);
 }

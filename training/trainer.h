@@ -1,9 +1,9 @@
-// File: examples/common/trainer.h
+// File: training/trainer.h
 // The training loop behind both example trainers (examples/mnist, examples/cifar)
 // as a library: each binary parses its flags into a TrainConfig and calls
 // train(); tests run short trainings through the same code.
 //
-//   loom::examples::TrainResult r = loom::examples::train({.epochs = 1, .limit = 2000});
+//   loom::training::TrainResult r = loom::training::train({.epochs = 1, .limit = 2000});
 #pragma once
 
 #include <string>
@@ -14,7 +14,7 @@
 #include "core/numerics.h"
 #include "core/state_dict.h"
 
-namespace loom::examples {
+namespace loom::training {
 
 inline constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
 
@@ -49,7 +49,7 @@ struct TrainConfig {
   std::string plot = {};             // a PNG of the training curves, drawn at the end (tools/plot_metrics.py)
   bool progress = true;              // progress on stderr: redrawn on a terminal, a line per 10% otherwise
   bool detect_anomaly = false;       // AnomalyGuard over training: the first op making NaN/inf throws
-  bool distributed = false;          // data-parallel under mpirun (examples/common/distributed.h)
+  bool distributed = false;          // data-parallel under mpirun (training/distributed.h)
   bool stop_on_nonfinite_loss = true;  // false: skip steps whose loss is NaN/inf and go on
 };
 
@@ -105,4 +105,4 @@ class PrecisionScope {
   AutocastGuard autocast_;
 };
 
-}  // namespace loom::examples
+}  // namespace loom::training

@@ -1,6 +1,6 @@
-// File: examples/common/flags.cc
+// File: training/flags.cc
 // Whole-token flag parsing with range checks, and the trainers' main().
-#include "examples/common/flags.h"
+#include "training/flags.h"
 
 #include <fmt/format.h>
 
@@ -19,12 +19,12 @@
 
 #include "core/error.h"
 #include "core/ops/fusion_report.h"
-#include "examples/common/user_path.h"
+#include "training/user_path.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/plan_cache.h"
 #endif
 
-namespace loom::examples {
+namespace loom::training {
 
 namespace {
 
@@ -255,4 +255,4 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
   return 0;
 }
 
-}  // namespace loom::examples
+}  // namespace loom::training

@@ -1,6 +1,6 @@
-// File: examples/common/trainer.cc
+// File: training/trainer.cc
 // B batch, K = 10 classes.
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -30,8 +30,8 @@
 #include "data/cifar.h"
 #include "data/dataloader.h"
 #include "data/idx.h"
-#include "examples/common/distributed.h"
-#include "examples/common/epoch_tally.h"
+#include "training/distributed.h"
+#include "training/epoch_tally.h"
 #include "layers/nn.h"
 #include "optim/adam.h"
 #include "optim/scheduler.h"
@@ -42,7 +42,7 @@
 #include "core/cudnn/plan_cache.h"
 #endif
 
-namespace loom::examples {
+namespace loom::training {
 
 namespace {
 
@@ -787,4 +787,4 @@ TrainResult train(const TrainConfig& config) {
   return run_or_abort(*group, [&] { return train_on(rank_config(config, *group), group); });
 }
 
-}  // namespace loom::examples
+}  // namespace loom::training

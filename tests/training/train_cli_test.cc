@@ -1,4 +1,4 @@
-// File: tests/examples/common/train_cli_test.cc
+// File: tests/training/train_cli_test.cc
 // The trainers' command line as a user meets it: examples/mnist:train and
 // examples/cifar:train are run and their exit codes and output checked. Usage
 // errors (exit 2) are found before any data is loaded; the header says what

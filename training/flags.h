@@ -1,4 +1,4 @@
-// File: examples/common/flags.h
+// File: training/flags.h
 // Command-line flags shared by the example trainers, and their main().
 //
 // Every value is parsed as a whole token with a range check: "--epochs 1x",
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 
-namespace loom::examples {
+namespace loom::training {
 
 struct ParsedFlags {
   TrainConfig config;
@@ -40,4 +40,4 @@ void resolve_user_paths(TrainConfig& config, const char* working_directory);
 // blocks (core/ops/fusion_report.h). Nothing escapes it.
 int train_main(int argc, char** argv, TrainConfig defaults, const char* usage);
 
-}  // namespace loom::examples
+}  // namespace loom::training
