@@ -26,6 +26,7 @@ done
 if [ -d bench ]; then
   mkdir -p .bundle/bench
   cp bench/*.py bench/run.sh .bundle/bench/
+  cp models/torch_models.py .bundle/bench/  # the zoo's PyTorch twins, which torch_bench.py imports
 fi
 # Libraries the GPU host lacks: everything resolved here except the C runtime
 # and the CUDA libraries (NCCL included), which the host provides in matching versions. Loom's
