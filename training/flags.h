@@ -28,6 +28,10 @@ struct ParsedFlags {
 // flag, the value and what is accepted.
 ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaults);
 
+// The zoo's models (models/registry.h) that train on `dataset` ("mnist" or
+// "cifar10"), comma-separated: what --model accepts.
+std::string models_for(const std::string& dataset);
+
 // Makes the relative paths of --data, --save, --resume, --metrics and --plot
 // relative to `working_directory` (null or "": unchanged). train_main passes
 // BUILD_WORKING_DIRECTORY, the user's directory under `bazel run`.

@@ -1,5 +1,5 @@
 // File: examples/cifar/train.cc
-// Trains resnet9 (the model of bench/torch_bench.py) on CIFAR-10 binary batches
+// Trains resnet9 (or another zoo model for 32x32 images) on CIFAR-10 binary batches
 // (data_batch_1..5.bin, test_batch.bin) with pad-4 random crops and flips, SGD
 // with Nesterov momentum, a one-cycle schedule and label smoothing; --synthetic
 // runs the same model on generated data (smoke tests, benchmarks).
@@ -9,10 +9,11 @@
 
 namespace {
 
-const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
+const char* kUsage = R"(train: trains resnet9 (or another model of the zoo) on CIFAR-10 binary batches.
 
   --data DIR          folder with data_batch_1..5.bin and test_batch.bin
   --synthetic N       train on N generated 32x32 images instead of --data
+  --model NAME        resnet9 (default), or another model listed at the end
   --epochs N          (default 10)
   --batch-size N      (default 512)
   --optimizer NAME    sgd (default: Nesterov momentum 0.9), adam or adamw

@@ -1,5 +1,5 @@
 // File: examples/mnist/train.cc
-// Trains mnist_net or lenet5 (the models of bench/torch_bench.py) on an
+// Trains mnist_net (or lenet5, vit_tiny: the zoo's models of its image size) on an
 // MNIST-format folder (Fashion-MNIST from Debian's dataset-fashion-mnist by
 // default), on the GPU when there is one and on the CPU otherwise. Prints a
 // progress line per epoch and the test accuracy after each; --metrics writes
@@ -10,11 +10,11 @@
 
 namespace {
 
-const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
+const char* kUsage = R"(train: trains mnist_net (or another model of the zoo) on MNIST-format data.
 
   --data DIR          folder with train-/t10k- images and labels (IDX, plain or .gz)
                       (default /usr/share/datasets/fashion-mnist)
-  --model NAME        mnist_net (default) or lenet5
+  --model NAME        mnist_net (default), or another model listed at the end
   --epochs N          (default 5)
   --batch-size N      (default 128)
   --optimizer NAME    adam (default), adamw or sgd (Nesterov momentum 0.9)

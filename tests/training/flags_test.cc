@@ -90,9 +90,12 @@ TEST_CASE("--flag=value is --flag value, -h is --help; name checks need no data"
   CHECK(parse_flags({"-h"}, {}).help);
   CHECK_THROWS_WITH_FRAGMENT(parse({"--epochs="}), ValueError, "got ''");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--no-fuse=1"}), ValueError, "--no-fuse takes no value");
-  CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "vgg"}), ValueError, "--model: unknown value 'vgg'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "vgg"}), ValueError,
+                             "--model: unknown value 'vgg' (mnist takes lenet5, mnist_net, vit_tiny)");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "resnet9"}), ValueError,
-                             "--model resnet9 does not fit MNIST-format data");
+                             "--model resnet9 does not fit MNIST-format data: it takes (3, 32, 32) images (cifar10)");
+  CHECK(parse({"--model", "vit_tiny"}).model == "vit_tiny");  // any zoo model of MNIST's size
+  CHECK(training::models_for("cifar10").find("resnet20") != std::string::npos);
   CHECK_THROWS_WITH_FRAGMENT(parse({"--device", "cpu", "--precision", "bf16"}), ValueError,
                              "--precision bf16 needs a GPU");
   CHECK_THROWS_WITH_FRAGMENT(parse_flags({}, {.dataset = "cifar10", .data = "", .model = "resnet9"}),

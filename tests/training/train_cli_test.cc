@@ -37,6 +37,9 @@ TEST_CASE("-h is --help for both trainers") {
     CHECK(r.code == 0);
     CHECK(has(r, "--epochs N"));
   }
+  // The models --model takes come from the zoo's registry, those of the trainer's image size.
+  CHECK(has(mnist("--help"), "Models for --model (models/registry.h): lenet5, mnist_net, vit_tiny\n"));
+  CHECK(has(cifar("--help"), "Models for --model (models/registry.h): resnet9, resnet18_cifar,"));
 }
 
 TEST_CASE("every usage error exits 2 with one line naming the flag") {

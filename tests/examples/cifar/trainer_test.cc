@@ -64,6 +64,24 @@ TEST_CASE("--synthetic runs the same model on generated data") {
   CHECK(std::isfinite(r.epochs[0].train_loss));
 }
 
+TEST_CASE("the trainer takes any zoo model of CIFAR's size: resnet20 (custom modules, option-A shortcuts)") {
+  training::TrainConfig c = cifar_config();
+  c.model = "resnet20";
+  c.synthetic_images = 32;
+  training::TrainResult r = training::train(c);
+  REQUIRE(r.epochs.size() == 1);
+  CHECK(std::isfinite(r.epochs[0].train_loss));
+  CHECK(r.model.front().first == "conv1.weight");  // the registry's model, with akamaster's names
+  CHECK(r.model.back().first == "linear.bias");
+}
+
+TEST_CASE("a zoo model of another size is refused with the models that fit") {
+  training::TrainConfig c = cifar_config();
+  c.synthetic_images = 32;
+  c.model = "resnet18";
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), ValueError, "[train] model resnet18 trains on imagenet data, not cifar10");
+}
+
 TEST_CASE("a folder without CIFAR batches is an I/O error naming the file") {
   training::TrainConfig c = cifar_config();
   c.data = "/nonexistent-cifar";
