@@ -15,6 +15,7 @@
 
 #include "core/generator.h"
 #include "core/ops/ops.h"
+#include "layers/functional.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -75,6 +76,18 @@ TEST_CASE("each activation module equals its op") {
     CHECK(c.layer->parameters().empty());
     CHECK(c.layer->repr() == c.printed);
   }
+}
+
+TEST_CASE("nn::functional has every activation row's functional name") {
+  namespace F = nn::functional;
+  const Tensor x = tensor({-7, -1, 0.5, 7}, {4});
+  CHECK(F::relu6(x).to_vector<double>() == std::vector<double>{0, 0, 0.5, 6});
+  CHECK(F::hardtanh(x, -2, 2).to_vector<double>() == std::vector<double>{-2, -1, 0.5, 2});
+  CHECK_CLOSE(F::elu(x), elu(x), 0, 0);
+  CHECK_CLOSE(F::leaky_relu(x, 0.2), leaky_relu(x, 0.2), 0, 0);
+  CHECK_CLOSE(F::softplus(x), softplus(x), 0, 0);
+  CHECK_CLOSE(F::mish(x), mish(x), 0, 0);
+  CHECK_CLOSE(F::hardswish(x), hardswish(x), 0, 0);
 }
 
 TEST_CASE("activation modules on hand-checked values") {
