@@ -11,12 +11,12 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "models/registry.h"
 
 namespace loom::bench {
 
 namespace {
 
-const std::vector<std::string> kModels = {"lenet5", "mnist_net", "resnet9"};
 const std::vector<std::string> kPrecisions = {"tf32", "strict", "bf16"};
 const std::vector<std::string> kModes = {"graph", "eager", "graph-unfused", "eager-unfused"};
 const std::vector<std::string> kLayouts = {"auto", "nchw", "nhwc"};
@@ -87,7 +87,7 @@ const std::map<std::string, Setter>& value_flags() {
 }
 
 void validate(const BenchOptions& o) {
-  for (const std::string& m : o.models) check_known("--models", m, kModels);
+  for (const std::string& m : o.models) check_known("--models", m, models::zoo_names());
   for (const std::string& p : o.precisions) check_known("--precisions", p, kPrecisions);
   for (const std::string& m : o.modes) check_known("--modes", m, kModes);
   check_known("--layout", o.layout, kLayouts);

@@ -15,7 +15,9 @@ namespace loom::bench {
 
 inline constexpr const char* kUsage =
     "usage: bench_train_step [flags]\n"
-    "  --models LIST       lenet5,mnist_net,resnet9 (default all; 'none' for only --tta)\n"
+    "  --models LIST       lenet5,mnist_net,resnet9 (default), or any model of the zoo's registry\n"
+    "                      (models/registry.h: resnet18_cifar, mobilenet_v2_cifar, vit_tiny, ...;\n"
+    "                      an unknown name lists them all); 'none' for only --tta\n"
     "  --batches LIST      batch sizes (default 128,512)\n"
     "  --precisions LIST   tf32,strict,bf16 (default all)\n"
     "  --modes LIST        graph,eager (default both): CUDA-graph replay or eager steps, with\n"

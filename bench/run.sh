@@ -15,6 +15,9 @@
 #   --only PART    loom, torch or compare: one part, e.g. to split a long run
 #                  over several commands sharing --out
 #   --profile      print Loom's per-layer profile table for each configuration
+#   --models LIST  these models (any of models/registry.h, e.g. the zoo's
+#                  resnet18_cifar,resnet20,vgg11_bn_cifar,mobilenet_v2_cifar,unet,vit_tiny)
+#                  at batch 128 and 512, tf32 and bf16, instead of the reference set
 # Environment: LOOM_BENCH_ARGS / TORCH_BENCH_ARGS are appended to each call
 # (e.g. LOOM_BENCH_ARGS="--models resnet9 --batches 512").
 set -euo pipefail
@@ -23,7 +26,7 @@ root="$(dirname "$here")"
 cudnn=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib  # cuDNN 9.19 (headers' version)
 export LD_LIBRARY_PATH="$root/lib:$cudnn:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 
-quick=0 fmnist="" out="bench-out" only="" profile=""
+quick=0 fmnist="" out="bench-out" only="" profile="" models=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -31,7 +34,8 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift ;;
     --only) only="$2"; shift ;;
     --profile) profile="--profile" ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --models) models="$2"; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
   shift
@@ -43,7 +47,11 @@ python=python3
 if ! "$python" -c "import torch" 2>/dev/null; then python=/opt/torch/.venv/bin/python3; fi
 
 # Each set: models, batches, precisions (the same for both frameworks).
-if [ "$quick" = 1 ]; then
+if [ -n "$models" ]; then
+  sets=("$models 128,512 tf32,bf16")
+  length=()
+  [ "$quick" = 1 ] && length=(--steps 50 --repeats 3)
+elif [ "$quick" = 1 ]; then
   sets=("lenet5,mnist_net 128 tf32" "resnet9 512 bf16")
   length=(--steps 50 --repeats 3)
 else

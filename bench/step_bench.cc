@@ -20,9 +20,9 @@
 #include "core/profiler.h"
 #include "core/tensor.h"
 #include "dist/ddp.h"
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 #include "layers/fused.h"
-#include "layers/models.h"
+#include "models/registry.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "optim/train_step.h"
@@ -132,13 +132,6 @@ int64_t peak_allocated_bytes(Device device) {
   return 0;
 }
 
-nn::Sequential make_model(const std::string& name) {
-  if (name == "lenet5") return nn::lenet5();
-  if (name == "mnist_net") return nn::mnist_net();
-  LOOM_CHECK(name == "resnet9", ValueError, "[bench] unknown model '{}'", name);
-  return nn::resnet9();
-}
-
 std::unique_ptr<optim::Optimizer> make_optimizer(nn::Module& net, const std::string& name) {
   if (name == "adam") {
     return std::make_unique<optim::Adam>(net.parameters(), optim::AdamOptions{.lr = 1e-3});
@@ -175,25 +168,22 @@ bool wait_for_background_plans(Device device) {
 #endif
 }
 
-Shape image_shape(const std::string& model) {  // (C, H, W)
-  return model == "resnet9" ? Shape{3, 32, 32} : Shape{1, 28, 28};
-}
-
 struct InputSets {
   std::vector<Tensor> x;  // (N, C, H, W) each
-  std::vector<Tensor> y;  // (N) int64 in [0, 10)
+  std::vector<Tensor> y;  // (N) int64 class indices, or (N, H, W) for a per-pixel model
 };
 
 InputSets make_inputs(const StepConfig& c) {
   Generator gen(1);
-  Shape sizes{c.batch};
-  for (int64_t d : image_shape(c.model)) sizes.push_back(d);
+  const models::ZooModel& row = models::zoo_model(c.model);
+  const Shape sizes = row.batch_shape(c.batch);
   const MemoryFormat format =
       c.layout == "nhwc" ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
   InputSets sets;
   for (int i = 0; i < kInputSets; ++i) {
     sets.x.push_back(randn(sizes, {.device = c.device}, &gen).contiguous(format));
-    sets.y.push_back(randint(0, 10, {c.batch}, {.dtype = DType::Int64, .device = c.device}, &gen));
+    sets.y.push_back(
+        randint(0, row.num_classes, row.target_shape(c.batch), {.dtype = DType::Int64, .device = c.device}, &gen));
   }
   return sets;
 }
@@ -310,10 +300,12 @@ StepResult run_step_config(const StepConfig& c) {
   const Clock::time_point built = first_configuration ? kProcessStart : Clock::now();
   first_configuration = false;
   const PlanCounts before = plan_counts();
-  examples::PrecisionScope precision(c.precision, c.device, c.autotune);
+  training::PrecisionScope precision(c.precision, c.device, c.autotune);
   fresh_device_state(c.device);
   manual_seed(0);
-  nn::Sequential net = make_model(c.model);
+  const models::ZooModel& row = models::zoo_model(c.model);
+  std::shared_ptr<nn::Module> model = row.build(row.num_classes);
+  nn::Module& net = *model;
   net.to(c.device);
   if (c.layout == "nhwc") net.to(MemoryFormat::ChannelsLast);
   if (!c.mode.ends_with("-unfused")) nn::fuse(net);  // conv/bn/linear + relu through fused cuDNN graphs
@@ -347,7 +339,7 @@ StepResult run_step_config(const StepConfig& c) {
 
 TtaResult run_time_to_accuracy(const std::string& dir, Device device, double target,
                                 bool autotune) {
-  examples::TrainConfig config;
+  training::TrainConfig config;
   config.data = dir;
   config.model = "mnist_net";
   config.epochs = 15;
@@ -360,9 +352,9 @@ TtaResult run_time_to_accuracy(const std::string& dir, Device device, double tar
   config.progress = false;
   config.target_accuracy = target;
   const Clock::time_point start = Clock::now();
-  const examples::TrainResult trained = examples::train(config);
+  const training::TrainResult trained = training::train(config);
   TtaResult r{.target = target, .wall_seconds = seconds_since(start)};
-  for (const examples::EpochResult& epoch : trained.epochs)
+  for (const training::EpochResult& epoch : trained.epochs)
     r.accuracies.push_back(epoch.test_accuracy);
   if (!trained.epochs.empty()) {
     r.epochs = static_cast<int>(trained.epochs.size());

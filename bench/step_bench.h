@@ -20,7 +20,7 @@
 namespace loom::bench {
 
 struct StepConfig {
-  std::string model = "mnist_net";  // lenet5, mnist_net, resnet9
+  std::string model = "mnist_net";  // a name of the zoo's registry (models/registry.h)
   int64_t batch = 128;
   std::string precision = "tf32";  // tf32, strict, bf16
   std::string mode = "graph";      // graph: optim::TrainStep with CUDA graphs; eager

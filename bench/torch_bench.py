@@ -1,7 +1,9 @@
 """The PyTorch side of the training-step benchmark (bench/step_bench.h is Loom's).
 
-Same models as Loom's layers/models.cc (layer for layer), same settings (SGD lr 0.01 momentum 0.9 weight decay 5e-4, four input sets resident
-on the GPU, x randn, y randint 0..9) and the same timing: the first step timed
+The same models as Loom's (the twins of its zoo registry, models/torch_models.py:
+--models takes any registry name), the same settings (SGD lr 0.01 momentum 0.9
+weight decay 5e-4, four input sets resident on the GPU, x randn, y randint over
+the classes, per pixel for a segmentation model) and the same timing: the first step timed
 with the wall clock from model construction (synchronised), warm-up, then the
 median of R repeats of S steps timed with CUDA events. Writes the JSON lines of
 bench/summary.h with "framework": "torch" and one of four modes:
@@ -25,42 +27,17 @@ Precisions: tf32 (cudnn and matmul TF32 on, as Loom's Tf32 policy uses TF32
 for both convolutions and GEMMs), strict (both off), bf16 (autocast bf16, TF32
 for what stays fp32). Layout auto: channels-last for bf16 only, as torch_ref.py.
 """
-import argparse, gzip, json, statistics, sys, time, traceback
+import argparse, gzip, json, os, statistics, sys, time, traceback
 import torch, torch.nn as nn, torch.nn.functional as F
 
-# --- models: torch_ref.py's, unchanged ---------------------------------------------------
+# --- models: the twins of Loom's zoo (models/torch_models.py; in the GPU bundle beside this file) ----
 
-def mnist_net():
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "models")]
+import torch_models  # noqa: E402
 
-def lenet5():
-    return nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
-
-def conv_bn(ci, co):
-    return nn.Sequential(nn.Conv2d(ci, co, 3, padding=1, bias=False), nn.BatchNorm2d(co), nn.ReLU())
-
-class Residual(nn.Module):
-    def __init__(self, c):
-        super().__init__(); self.a = conv_bn(c, c); self.b = conv_bn(c, c)
-    def forward(self, x):
-        return x + self.b(self.a(x))
-
-def resnet9():
-    # The DAWNBench-style ResNet-9 for CIFAR-10.
-    return nn.Sequential(
-        conv_bn(3, 64),
-        conv_bn(64, 128), nn.MaxPool2d(2), Residual(128),
-        conv_bn(128, 256), nn.MaxPool2d(2),
-        conv_bn(256, 512), nn.MaxPool2d(2), Residual(512),
-        nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(512, 10))
-
-MODELS = {"lenet5": (lenet5, (1, 28, 28)), "mnist_net": (mnist_net, (1, 28, 28)), "resnet9": (resnet9, (3, 32, 32))}
+MODELS = torch_models.ZOO
+DEFAULT_MODELS = ["lenet5", "mnist_net", "resnet9"]
 PRECISIONS = ("tf32", "strict", "bf16")
 MODES = ("eager", "compile", "max-autotune", "graph")
 INPUT_SETS = 4
@@ -68,17 +45,23 @@ INPUT_SETS = 4
 # --- FLOPs from the layer shapes ----------------------------------------------------------
 
 def forward_flops_per_image(model, shape):
-    """Multiply-adds of every Conv2d and Linear, as 2 FLOPs each, for one image."""
+    """Multiply-adds of every Conv2d, ConvTranspose2d and Linear, as 2 FLOPs each, for one image
+    (attention's two matmuls are left out)."""
     total = 0
     def conv(m, inputs, out):
         nonlocal total
         k = m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
         total += 2 * k * out[0].numel()
+    def conv_transpose(m, inputs, out):
+        nonlocal total
+        total += 2 * m.out_channels // m.groups * m.kernel_size[0] * m.kernel_size[1] * inputs[0][0].numel()
     def linear(m, inputs, out):
         nonlocal total
         total += 2 * m.in_features * out[0].numel()
-    hooks = [m.register_forward_hook(conv if isinstance(m, nn.Conv2d) else linear)
-             for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    def hook(m):
+        return conv if isinstance(m, nn.Conv2d) else conv_transpose if isinstance(m, nn.ConvTranspose2d) else linear
+    hooks = [m.register_forward_hook(hook(m))
+             for m in model.modules() if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear))]
     with torch.no_grad():
         model(torch.zeros(1, *shape))
     for h in hooks:
@@ -86,8 +69,8 @@ def forward_flops_per_image(model, shape):
     return total
 
 def train_flops_per_image(model_name):
-    make, shape = MODELS[model_name]
-    return 3 * forward_flops_per_image(make().eval(), shape)
+    row = MODELS[model_name]
+    return 3 * forward_flops_per_image(row.build(row.num_classes).eval(), row.input)
 
 # --- one configuration ----------------------------------------------------------------------
 
@@ -133,19 +116,21 @@ def make_graph_step(model, opt, bf16, x0, y0, warmup=3):
     return run
 
 def run_config(model_name, batch, precision, mode, layout, a):
-    make, shape = MODELS[model_name]
+    row = MODELS[model_name]
+    shape = row.input
+    target = (batch, *row.input[1:]) if row.per_pixel else (batch,)
     set_precision(precision)
     torch._dynamo.reset()  # a fresh compile per configuration (and no recompile limit)
     torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
     t0 = time.perf_counter()
-    model = make().cuda()
+    model = row.build(row.num_classes).cuda()
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
     model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     gen = torch.Generator(device="cuda").manual_seed(1)
     xs = [torch.randn(batch, *shape, device="cuda", generator=gen).contiguous(memory_format=fmt) for _ in range(INPUT_SETS)]
-    ys = [torch.randint(0, 10, (batch,), device="cuda", generator=gen) for _ in range(INPUT_SETS)]
+    ys = [torch.randint(0, row.num_classes, target, device="cuda", generator=gen) for _ in range(INPUT_SETS)]
     bf16 = precision == "bf16"
     if mode == "graph":
         fn = make_graph_step(model, opt, bf16, xs[0], ys[0])
@@ -201,7 +186,7 @@ def time_to_accuracy(root, target=0.91, batch=128, max_epochs=15):
     ytr = load_idx(f"{root}/train-labels-idx1-ubyte.gz").long().cuda()
     yte = load_idx(f"{root}/t10k-labels-idx1-ubyte.gz").long().cuda()
     torch.manual_seed(0)
-    model = mnist_net().cuda()
+    model = torch_models.mnist_net().cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     accuracies, seconds = [], 0.0
     for epoch in range(max_epochs):
@@ -236,7 +221,7 @@ def csv_list(known=None, convert=str):
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=csv_list(MODELS), default=list(MODELS))
+    ap.add_argument("--models", type=csv_list(MODELS), default=DEFAULT_MODELS)
     ap.add_argument("--batches", type=csv_list(convert=int), default=[128, 512])
     ap.add_argument("--precisions", type=csv_list(PRECISIONS), default=list(PRECISIONS))
     ap.add_argument("--modes", type=csv_list(MODES), default=list(MODES))

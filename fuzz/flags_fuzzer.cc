@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "examples/common/flags.h"
+#include "training/flags.h"
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   try {
-    loom::examples::parse_flags(args, {});
+    loom::training::parse_flags(args, {});
   } catch (const loom::Error&) {
   }
   return 0;

@@ -3,29 +3,36 @@
 #include "layers/activation.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "layers/repr.h"
 
 namespace loom::nn {
 
-Activation::Activation(ActivationKind kind, std::optional<double> parameter)
-    : kind_(kind), parameter_(parameter) {
-  const cpu::ActivationInfo& row = cpu::activation_info(kind);
-  LOOM_CHECK(!parameter || *row.parameter_name != '\0', ValueError,
-             "[{}] takes no parameter, got {}; construct it without one", row.module_name, *parameter);
+// The scalars are checked now, so a bad one fails where the model is built.
+Activation::Activation(ActivationKind kind, std::vector<double> parameters)
+    : kind_(kind), parameters_(std::move(parameters)) {
+  activation_parameters(kind, parameters_, cpu::activation_info(kind).module_name);
 }
 
-Tensor Activation::forward(const Tensor& x) { return activation(x, kind_, parameter_); }
+Tensor Activation::forward(const Tensor& x) { return activation(x, kind_, parameters_); }
 
 std::string Activation::type_name() const { return cpu::activation_info(kind_).module_name; }
 
+// "negative_slope=0.01", "min_val=-1.0, max_val=1.0", then the row's fixed part.
 std::string Activation::extra_repr() const {
   const cpu::ActivationInfo& row = cpu::activation_info(kind_);
-  if (*row.parameter_name == '\0') return row.extra_repr;
-  std::string repr = fmt::format("{}={}", row.parameter_name,
-                                 python_float(parameter_.value_or(row.default_parameter)));
-  return *row.extra_repr == '\0' ? repr : fmt::format("{}, {}", repr, row.extra_repr);
+  const cpu::ActivationParameters values = activation_parameters(kind_, parameters_, row.module_name);
+  std::vector<std::string> parts;
+  for (int i = 0; i < cpu::parameter_count(row); ++i) {
+    parts.push_back(fmt::format("{}={}", row.parameter_names[i], python_float(values[i])));
+  }
+  if (*row.extra_repr != '\0') parts.push_back(row.extra_repr);
+  return fmt::format("{}", fmt::join(parts, ", "));
 }
 
 GELU::GELU(std::string_view approximate)

@@ -1,14 +1,14 @@
 // File: layers/activation.h
 // Elementwise activations as modules, for Sequential: one generic
 // nn::Activation for every row of core/cpu/activation_math.h, and PyTorch's
-// named modules (ReLU, Sigmoid, Tanh, GELU, SiLU, ELU, LeakyReLU, Softplus) as
-// presets of it. Any shape and layout; no parameters (the scalar is a setting,
-// as in PyTorch).
+// named modules (ReLU, ReLU6, Sigmoid, Tanh, GELU, SiLU, ELU, LeakyReLU,
+// Softplus, Mish, Hardswish, Hardtanh) as presets of it. Any shape and
+// layout; no parameters (the scalars are settings, as in PyTorch).
 #pragma once
 
-#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/ops/activation.h"
 #include "core/tensor.h"
@@ -18,24 +18,30 @@ namespace loom::nn {
 
 class Activation : public Module {
  public:
-  // `parameter`: the row's scalar, its default when not given.
-  explicit Activation(ActivationKind kind, std::optional<double> parameter = std::nullopt);
+  // `parameters`: the row's scalars in the order of its names, its defaults
+  // for the rest (ValueError as loom::activation_parameters).
+  explicit Activation(ActivationKind kind, std::vector<double> parameters = {});
 
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override;  // PyTorch's class name, "LeakyReLU"
   std::string extra_repr() const override;
 
   ActivationKind kind() const { return kind_; }
-  std::optional<double> parameter() const { return parameter_; }
+  const std::vector<double>& parameters() const { return parameters_; }  // as given
 
  private:
   ActivationKind kind_;
-  std::optional<double> parameter_;
+  std::vector<double> parameters_;
 };
 
 class ReLU : public Activation {
  public:
   ReLU() : Activation(ActivationKind::Relu) {}
+};
+
+class ReLU6 : public Activation {
+ public:
+  ReLU6() : Activation(ActivationKind::Relu6) {}
 };
 
 class Sigmoid : public Activation {
@@ -61,17 +67,34 @@ class SiLU : public Activation {
 
 class ELU : public Activation {
  public:
-  explicit ELU(double alpha = 1.0) : Activation(ActivationKind::Elu, alpha) {}
+  explicit ELU(double alpha = 1.0) : Activation(ActivationKind::Elu, {alpha}) {}
 };
 
 class LeakyReLU : public Activation {
  public:
-  explicit LeakyReLU(double negative_slope = 0.01) : Activation(ActivationKind::LeakyRelu, negative_slope) {}
+  explicit LeakyReLU(double negative_slope = 0.01) : Activation(ActivationKind::LeakyRelu, {negative_slope}) {}
 };
 
 class Softplus : public Activation {
  public:
-  explicit Softplus(double beta = 1.0) : Activation(ActivationKind::Softplus, beta) {}
+  explicit Softplus(double beta = 1.0) : Activation(ActivationKind::Softplus, {beta}) {}
+};
+
+class Mish : public Activation {
+ public:
+  Mish() : Activation(ActivationKind::Mish) {}
+};
+
+class Hardswish : public Activation {
+ public:
+  Hardswish() : Activation(ActivationKind::Hardswish) {}
+};
+
+class Hardtanh : public Activation {
+ public:
+  // min_val < max_val.
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0)
+      : Activation(ActivationKind::Hardtanh, {min_val, max_val}) {}
 };
 
 }  // namespace loom::nn

@@ -14,20 +14,27 @@ using loom::conv2d;
 using loom::cross_entropy;
 using loom::dropout;
 using loom::dropout2d;
+using loom::elu;
 using loom::gelu;
 using loom::global_avg_pool2d;
 using loom::global_max_pool2d;
+using loom::hardswish;
+using loom::hardtanh;
 using loom::interpolate;
+using loom::leaky_relu;
 using loom::linear;
 using loom::log_softmax;
 using loom::max_pool2d;
+using loom::mish;
 using loom::mse_loss;
 using loom::nll_loss;
 using loom::pad;
 using loom::relu;
+using loom::relu6;
 using loom::sigmoid;
 using loom::silu;
 using loom::softmax;
+using loom::softplus;
 using loom::tanh;
 
 }  // namespace loom::nn::functional

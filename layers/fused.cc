@@ -42,7 +42,7 @@ Tensor BatchNormReLU::forward(const Tensor& x) {
 namespace {
 
 void add_activations(fusion::Block& block, const std::vector<std::shared_ptr<Activation>>& activations) {
-  for (const auto& a : activations) block.activation(a->kind(), a->parameter());
+  for (const auto& a : activations) block.activation(a->kind(), a->parameters());
 }
 
 // block(x, operands), then + residual in the same block when one is given.

@@ -46,6 +46,7 @@ tar -cf .bundle/mpi.tar -C / -T .bundle/mpi.files
 if [ -d bench ]; then
   mkdir -p .bundle/bench
   cp bench/*.py bench/run.sh .bundle/bench/
+  cp models/torch_models.py .bundle/bench/  # the zoo's PyTorch twins, which torch_bench.py imports
 fi
 # Libraries the GPU host lacks: everything resolved here except the C runtime
 # and the CUDA libraries (NCCL included), which the host provides in matching versions. Loom's

@@ -6,7 +6,7 @@
 #   g++ -std=c++20 main.cc $(pkg-config --cflags --libs loom)   # PKG_CONFIG_PATH=DIR/lib/pkgconfig
 #   find_package(Loom) + target_link_libraries(app Loom::loom)    # CMAKE_PREFIX_PATH=DIR
 #
-# Lays out DIR/include/loom/{core,layers,optim,data}/..., DIR/lib/libloom.so,
+# Lays out DIR/include/loom/{core,layers,models,optim,data}/..., DIR/lib/libloom.so,
 # DIR/lib/pkgconfig/loom.pc and DIR/lib/cmake/Loom/. DIR defaults to /usr/local
 # as root and ~/.local otherwise. The CUDA backend is built where Bazel finds
 # CUDA (as for every build); --cpu builds without it. -c defaults to opt; the
@@ -41,7 +41,7 @@ library="$bin/packaging/libloom.so"
 # under the include paths Loom's own code uses: #include "layers/nn.h".
 headers=$(bazel cquery "${flags[@]}" 'kind("source file", labels(hdrs, kind(cc_library, deps(//packaging:loom))))' \
             2>/dev/null | sed -nE 's|^//([^:]*):([^ ]*) .*|\1/\2|p' |
-            grep -E '^(core|layers|optim|data)/')
+            grep -E '^(core|layers|models|optim|data)/')
 rm -rf "$prefix/include/loom"
 for header in $headers; do
   install -D -m 644 "$header" "$prefix/include/loom/$header"

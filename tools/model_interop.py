@@ -1,63 +1,66 @@
-#!/usr/bin/env python3
 """Checks that model weights move between Loom and PyTorch as safetensors state_dicts.
 
-Run on a host with torch and safetensors:
-    python3 tools/model_interop.py --binary PATH/TO/model_logits
+Run on a host with torch (Debian's python3-torch is enough; the safetensors
+package is used where installed, else the few lines below read and write the
+format):
+    python3 tools/model_interop.py --binary PATH/TO/model_logits [--models a,b]
 
-For each model (the architectures of bench/torch_bench.py, written out
-again below): Loom exports its initial weights, a batch and its logits; PyTorch
-loads the weights with load_state_dict(strict) and must produce the same logits.
-Then PyTorch's own initial weights go the other way. Eval mode, float32, CPU.
-Passes when max |logits difference| <= 1e-4 both ways.
+For each model of the zoo's registry (default: every one; the twins are
+models/torch_models.py): Loom exports its initial weights, a batch and its
+logits; PyTorch loads the weights with load_state_dict(strict) and must produce
+the same logits. Then PyTorch's own initial weights go the other way. Eval
+mode, float32, CPU. Passes when max |logits difference| <= 1e-4 both ways.
 """
 import argparse
+import json
+import os
+import struct
 import subprocess
 import sys
 import tempfile
 
 import torch
-import torch.nn as nn
-from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+import torch_models  # noqa: E402
 
 TOLERANCE = 1e-4
+MODELS = torch_models.ZOO
 
+try:
+    from safetensors.torch import load_file, save_file
+except ImportError:  # the format is small enough to read and write here
+    DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "BF16": torch.bfloat16}
 
-def mnist_net():
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+    def load_file(path):
+        with open(path, "rb") as f:
+            data = f.read()
+        (length,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + length])
+        body = bytearray(data[8 + length:])
+        out = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = info["data_offsets"]
+            flat = torch.frombuffer(body[begin:end], dtype=DTYPES[info["dtype"]]) if end > begin else \
+                torch.empty(0, dtype=DTYPES[info["dtype"]])
+            out[name] = flat.reshape(info["shape"]).clone()
+        return out
 
-
-def lenet5():
-    return nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
-
-
-def conv_bn(ci, co):
-    return nn.Sequential(nn.Conv2d(ci, co, 3, padding=1, bias=False), nn.BatchNorm2d(co), nn.ReLU())
-
-
-class Residual(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.a = conv_bn(c, c)
-        self.b = conv_bn(c, c)
-
-    def forward(self, x):
-        return x + self.b(self.a(x))
-
-
-def resnet9():
-    return nn.Sequential(
-        conv_bn(3, 64), conv_bn(64, 128), nn.MaxPool2d(2), Residual(128),
-        conv_bn(128, 256), nn.MaxPool2d(2), conv_bn(256, 512), nn.MaxPool2d(2), Residual(512),
-        nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(512, 10))
-
-
-MODELS = {"mnist_net": mnist_net, "lenet5": lenet5, "resnet9": resnet9}
+    def save_file(tensors, path):
+        names = {v: k for k, v in DTYPES.items()}
+        header, chunks, offset = {}, [], 0
+        for name, t in tensors.items():
+            raw = t.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                            "data_offsets": [offset, offset + len(raw)]}
+            chunks.append(raw)
+            offset += len(raw)
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
 
 
 def run(binary, *args):
@@ -73,7 +76,7 @@ def check_model(binary, name):
     with tempfile.TemporaryDirectory() as d:
         run(binary, "export", name, d)
         batch = load_file(f"{d}/batch.safetensors")["x"]
-        model = MODELS[name]()
+        model = torch_models.build(name)
         model.load_state_dict(load_file(f"{d}/loom_weights.safetensors"), strict=True)
         model.eval()
         with torch.no_grad():
@@ -81,7 +84,7 @@ def check_model(binary, name):
         results.append((f"{name}: Loom weights in PyTorch", diff))
 
         torch.manual_seed(3)
-        theirs = MODELS[name]()
+        theirs = torch_models.build(name)
         with torch.no_grad():
             for key, buf in theirs.named_buffers():
                 if key.endswith("running_mean"):
@@ -100,11 +103,12 @@ def check_model(binary, name):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True, help="path to Loom's model_logits")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated registry names (default: all)")
     args = parser.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     passed = failed = 0
-    for name in MODELS:
+    for name in args.models.split(","):
         for label, diff in check_model(args.binary, name):
             ok = diff <= TOLERANCE
             passed += ok

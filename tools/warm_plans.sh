@@ -9,7 +9,7 @@
 #
 #   bazel run -c opt //tools:warm_plans -- --model mnist_net --batch 128,1000 --precision tf32,bf16
 #
-# Flags: --model NAMES (lenet5, mnist_net, resnet9; default mnist_net),
+# Flags: --model NAMES (any of models/registry.h, e.g. lenet5, resnet20; default mnist_net),
 # --batch SIZES (default 128,1000), --precision LIST (tf32, strict, bf16;
 # default tf32), --layout auto|nchw|nhwc (default auto: channels-last on the
 # GPU). The files go where the trainers look: LOOM_CUDNN_PLAN_DIR, else

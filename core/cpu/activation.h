@@ -8,10 +8,11 @@
 
 namespace loom::cpu {
 
-// y = f(x) for `kind` with its scalar parameter (ignored by rows without one).
-void activation_forward(const Strided& y, const Strided& x, ActivationKind kind, double parameter);
+// y = f(x) for `kind` with its scalars (the row's defaults filled in).
+void activation_forward(const Strided& y, const Strided& x, ActivationKind kind,
+                        const ActivationParameters& parameters);
 // dx = f'(dy, saved): saved is the forward's input or output, as the row says.
 void activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                         ActivationKind kind, double parameter);
+                         ActivationKind kind, const ActivationParameters& parameters);
 
 }  // namespace loom::cpu

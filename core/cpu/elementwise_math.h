@@ -28,11 +28,11 @@ LOOM_HOST_DEVICE T apply_unary(T x, UnaryOp op) {
     case UnaryOp::Log: return std::log(x);
     case UnaryOp::Sqrt: return std::sqrt(x);
     // The activations are their rows (activation_math.h), which have no parameter.
-    case UnaryOp::Relu: return act::Relu::forward(x, T(0));
-    case UnaryOp::Sigmoid: return act::Sigmoid::forward(x, T(0));
-    case UnaryOp::Tanh: return act::Tanh::forward(x, T(0));
-    case UnaryOp::Gelu: return act::Gelu::forward(x, T(0));
-    case UnaryOp::Silu: return act::Silu::forward(x, T(0));
+    case UnaryOp::Relu: return act::Relu::forward(x, T(0), T(0));
+    case UnaryOp::Sigmoid: return act::Sigmoid::forward(x, T(0), T(0));
+    case UnaryOp::Tanh: return act::Tanh::forward(x, T(0), T(0));
+    case UnaryOp::Gelu: return act::Gelu::forward(x, T(0), T(0));
+    case UnaryOp::Silu: return act::Silu::forward(x, T(0), T(0));
     case UnaryOp::Abs: return std::fabs(x);
   }
   return x;
@@ -47,11 +47,11 @@ LOOM_HOST_DEVICE T apply_binary(T a, T b, BinaryOp op) {
     case BinaryOp::Div: return a / b;
     case BinaryOp::Pow: return std::pow(a, b);
     case BinaryOp::Equal: return a == b ? T(1) : T(0);
-    case BinaryOp::ReluBackward: return act::Relu::backward(a, b, T(0));
-    case BinaryOp::SigmoidBackward: return act::Sigmoid::backward(a, b, T(0));
-    case BinaryOp::TanhBackward: return act::Tanh::backward(a, b, T(0));
-    case BinaryOp::GeluBackward: return act::Gelu::backward(a, b, T(0));
-    case BinaryOp::SiluBackward: return act::Silu::backward(a, b, T(0));
+    case BinaryOp::ReluBackward: return act::Relu::backward(a, b, T(0), T(0));
+    case BinaryOp::SigmoidBackward: return act::Sigmoid::backward(a, b, T(0), T(0));
+    case BinaryOp::TanhBackward: return act::Tanh::backward(a, b, T(0), T(0));
+    case BinaryOp::GeluBackward: return act::Gelu::backward(a, b, T(0), T(0));
+    case BinaryOp::SiluBackward: return act::Silu::backward(a, b, T(0), T(0));
     case BinaryOp::AbsBackward: return a * (T(T(0) < b) - T(b < T(0)));
   }
   return a;

@@ -208,7 +208,7 @@ struct Epilogue {
 
   __device__ float operator()(float v, int k) const {
     if (bias != nullptr) v += to_compute(bias[k * bias_stride]);
-    return relu ? cpu::act::Relu::forward(v, 0.0f) : v;
+    return relu ? cpu::act::Relu::forward(v, 0.0f, 0.0f) : v;
   }
 };
 

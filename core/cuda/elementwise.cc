@@ -13,15 +13,16 @@ void unary(const Strided& out, const Strided& in, UnaryOp op) {
   LOOM_CUDA_CHECK(launch_unary(out, in, op, current_stream()));
 }
 
-void activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind, double parameter) {
+void activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
+                        const cpu::ActivationParameters& parameters) {
   check_kernel_rank(y, "activation_forward");
-  LOOM_CUDA_CHECK(launch_activation_forward(y, x, kind, parameter, current_stream()));
+  LOOM_CUDA_CHECK(launch_activation_forward(y, x, kind, parameters, current_stream()));
 }
 
 void activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                         cpu::ActivationKind kind, double parameter) {
+                         cpu::ActivationKind kind, const cpu::ActivationParameters& parameters) {
   check_kernel_rank(dx, "activation_backward");
-  LOOM_CUDA_CHECK(launch_activation_backward(dx, dy, saved, kind, parameter, current_stream()));
+  LOOM_CUDA_CHECK(launch_activation_backward(dx, dy, saved, kind, parameters, current_stream()));
 }
 
 void binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op) {

@@ -70,17 +70,17 @@ struct ClampBackward {
   __device__ T operator()(T dy, T x) const { return x >= lo && x <= hi ? dy : T(0); }
 };
 
-// One activation row (core/cpu/activation_math.h) and its parameter.
+// One activation row (core/cpu/activation_math.h) and its two scalars.
 template <class T, class Row>
 struct ActivationForward {
-  T parameter;
-  __device__ T operator()(T x) const { return Row::forward(x, parameter); }
+  T p0, p1;
+  __device__ T operator()(T x) const { return Row::forward(x, p0, p1); }
 };
 
 template <class T, class Row>
 struct ActivationBackward {
-  T parameter;
-  __device__ T operator()(T dy, T saved) const { return Row::backward(dy, saved, parameter); }
+  T p0, p1;
+  __device__ T operator()(T dy, T saved) const { return Row::backward(dy, saved, p0, p1); }
 };
 
 // ---- kernels and launch helpers ---------------------------------------------------
@@ -190,19 +190,20 @@ cudaError_t launch_unary(const Strided& out, const Strided& in, UnaryOp op, cuda
 }
 
 cudaError_t launch_activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
-                                      double parameter, cudaStream_t stream) {
+                                      const cpu::ActivationParameters& parameters, cudaStream_t stream) {
   return cpu::visit_activation(kind, [&]<class Row>() {
     return launch_map(y, x, stream, [&]<class T>() {
-      return ActivationForward<T, Row>{static_cast<T>(parameter)};
+      return ActivationForward<T, Row>{static_cast<T>(parameters[0]), static_cast<T>(parameters[1])};
     });
   });
 }
 
 cudaError_t launch_activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                                       cpu::ActivationKind kind, double parameter, cudaStream_t stream) {
+                                       cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+                                       cudaStream_t stream) {
   return cpu::visit_activation(kind, [&]<class Row>() {
     return launch_zip(dx, dy, saved, stream, [&]<class T>() {
-      return ActivationBackward<T, Row>{static_cast<T>(parameter)};
+      return ActivationBackward<T, Row>{static_cast<T>(parameters[0]), static_cast<T>(parameters[1])};
     });
   });
 }

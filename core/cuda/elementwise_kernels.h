@@ -16,9 +16,10 @@ namespace loom::cuda {
 cudaError_t launch_unary(const Strided& out, const Strided& in, cpu::UnaryOp op,
                          cudaStream_t stream);
 cudaError_t launch_activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
-                                      double parameter, cudaStream_t stream);
+                                      const cpu::ActivationParameters& parameters, cudaStream_t stream);
 cudaError_t launch_activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                                       cpu::ActivationKind kind, double parameter, cudaStream_t stream);
+                                       cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+                                       cudaStream_t stream);
 cudaError_t launch_binary(const Strided& out, const Strided& a, const Strided& b,
                           cpu::BinaryOp op, cudaStream_t stream);
 cudaError_t launch_binary_scalar(const Strided& out, const Strided& a, double scalar,

@@ -475,7 +475,7 @@ void add_epilogue(Graph& g, const TensorSpec& ys, const std::vector<EpilogueStep
       pointers.push_back({step_operand(i), step.tensor.data});
       operand = step_operand(i);
     }
-    g.pointwise(step.mode, input, operand, output, step.parameter);
+    g.pointwise(step.mode, input, operand, output, step.scalars);
     input = output;
   }
 }
@@ -652,7 +652,7 @@ std::vector<std::optional<int64_t>> add_replay(Graph& g, const ChainLayout& layo
     }
     if (!need[e + 1]) continue;
     g.add_tensor(virtual_like(like, replayed(e)));
-    g.pointwise(step.mode, input_of(e), operands[e], replayed(e), step.parameter);
+    g.pointwise(step.mode, input_of(e), operands[e], replayed(e), step.scalars);
   }
   return operands;
 }
@@ -689,7 +689,7 @@ void add_derivative(Graph& g, const ChainLayout& layout, const EpilogueBackwardA
     if (next != kDvG) g.add_tensor(virtual_like(like, next));
     if (d.activation) {
       g.pointwise_backward(d.activation->mode, grad, d.reads_output ? replayed(e) : input_of(e), next,
-                           d.activation->parameter);
+                           d.activation->scalars);
     } else {
       g.pointwise(CUDNN_POINTWISE_MUL, grad, operands[e], next);
     }

@@ -88,7 +88,7 @@ enum class EpilogueOperand {
 };
 struct EpilogueStep {
   cudnnPointwiseMode_t mode = CUDNN_POINTWISE_ADD;
-  std::optional<double> parameter;  // the mode's scalar (an activation's), as in graph.h
+  PointwiseScalars scalars;  // the mode's scalar attributes (an activation's), as in graph.h
   EpilogueOperand operand = EpilogueOperand::None;
   double scalar = 0;
   Strided tensor;  // Channel / Full

@@ -122,18 +122,20 @@ std::string describe_spec(const TensorSpec& t) {
   return fmt::format("({}){} {}", fmt::join(t.dims, ", "), nhwc ? " nhwc" : "", dtype_short(t.dtype));
 }
 
-// The attribute that holds a pointwise mode's scalar, for the modes that have one.
-std::optional<cudnnBackendAttributeName_t> pointwise_parameter(int64_t mode) {
+// Whether a pointwise mode has the scalar attribute `attribute`.
+bool pointwise_takes(int64_t mode, cudnnBackendAttributeName_t attribute) {
   switch (static_cast<cudnnPointwiseMode_t>(mode)) {
     case CUDNN_POINTWISE_RELU_FWD:
-    case CUDNN_POINTWISE_RELU_BWD: return CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE;
+    case CUDNN_POINTWISE_RELU_BWD:
+      return attribute == CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE ||
+             attribute == CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP || attribute == CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP;
     case CUDNN_POINTWISE_ELU_FWD:
-    case CUDNN_POINTWISE_ELU_BWD: return CUDNN_ATTR_POINTWISE_ELU_ALPHA;
+    case CUDNN_POINTWISE_ELU_BWD: return attribute == CUDNN_ATTR_POINTWISE_ELU_ALPHA;
     case CUDNN_POINTWISE_SOFTPLUS_FWD:
-    case CUDNN_POINTWISE_SOFTPLUS_BWD: return CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA;
+    case CUDNN_POINTWISE_SOFTPLUS_BWD: return attribute == CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA;
     case CUDNN_POINTWISE_SWISH_FWD:
-    case CUDNN_POINTWISE_SWISH_BWD: return CUDNN_ATTR_POINTWISE_SWISH_BETA;
-    default: return std::nullopt;
+    case CUDNN_POINTWISE_SWISH_BWD: return attribute == CUDNN_ATTR_POINTWISE_SWISH_BETA;
+    default: return false;
   }
 }
 
@@ -176,8 +178,8 @@ void Graph::matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute) {
 }
 
 void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y,
-                      std::optional<double> parameter) {
-  Node node{.kind = NodeKind::Pointwise, .mode = mode, .parameter = parameter,
+                      PointwiseScalars scalars) {
+  Node node{.kind = NodeKind::Pointwise, .mode = mode, .scalars = std::move(scalars),
             .ports = {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
                       {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}}};
   if (b) node.ports.push_back({CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b});
@@ -185,8 +187,8 @@ void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_
 }
 
 void Graph::pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx,
-                               std::optional<double> parameter) {
-  add_node({.kind = NodeKind::Pointwise, .mode = mode, .parameter = parameter,
+                               PointwiseScalars scalars) {
+  add_node({.kind = NodeKind::Pointwise, .mode = mode, .scalars = std::move(scalars),
             .ports = {{CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy},
                       {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
                       {CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, dx}}});
@@ -308,9 +310,11 @@ void Graph::append_canonical(std::vector<int64_t>& out) const {
   out.push_back(static_cast<int64_t>(nodes_.size()));
   for (const Node& n : nodes_) {
     out.insert(out.end(), {static_cast<int64_t>(n.kind), n.mode, n.phase,
-                           static_cast<int64_t>(n.compute), n.parameter.has_value(),
-                           std::bit_cast<int64_t>(n.parameter.value_or(0)),
-                           static_cast<int64_t>(n.ports.size())});
+                           static_cast<int64_t>(n.compute), static_cast<int64_t>(n.scalars.size())});
+    for (const PointwiseScalar& p : n.scalars) {
+      out.insert(out.end(), {static_cast<int64_t>(p.attribute), std::bit_cast<int64_t>(p.value)});
+    }
+    out.push_back(static_cast<int64_t>(n.ports.size()));
     for (const auto& [attribute, uid] : n.ports) out.insert(out.end(), {static_cast<int64_t>(attribute), uid});
     out.push_back(static_cast<int64_t>(n.params.size()));
     out.insert(out.end(), n.params.begin(), n.params.end());
@@ -424,12 +428,11 @@ void BuiltGraph::build(const Node& n) {
       desc.set_enum(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE,
                     static_cast<cudnnPointwiseMode_t>(n.mode))
           .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
-      if (n.parameter) {
-        std::optional<cudnnBackendAttributeName_t> attribute = pointwise_parameter(n.mode);
-        LOOM_CHECK(attribute.has_value(), ValueError,
-                   "[cudnn graph] pointwise mode {} takes no parameter, got {}; leave it unset",
-                   pointwise_name(n.mode), *n.parameter);
-        desc.set_float(*attribute, static_cast<float>(*n.parameter));
+      for (const PointwiseScalar& p : n.scalars) {
+        LOOM_CHECK(pointwise_takes(n.mode, p.attribute), ValueError,
+                   "[cudnn graph] pointwise mode {} has no scalar attribute {} (given {}); leave it unset",
+                   pointwise_name(n.mode), static_cast<int>(p.attribute), p.value);
+        desc.set_float(p.attribute, static_cast<float>(p.value));
       }
       desc.finalize();
       op.emplace(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);

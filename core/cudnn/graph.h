@@ -49,10 +49,20 @@ struct PoolGeometry {
   std::vector<int64_t> window, stride, pre_padding, post_padding;
 };
 
+// A scalar attribute of a pointwise descriptor, set where cuDNN's default is
+// not wanted: ReLU's lower clip slope and its lower and upper clip, ELU's
+// alpha, softplus's and swish's beta.
+struct PointwiseScalar {
+  cudnnBackendAttributeName_t attribute;
+  double value;
+  bool operator==(const PointwiseScalar&) const = default;
+};
+using PointwiseScalars = std::vector<PointwiseScalar>;
+
 // One cuDNN operation. `ports` binds the operation's tensor attributes to
 // UIDs; `mode` is the pointwise mode, reduction operator, norm mode or
-// resample mode; `parameter` the pointwise mode's scalar (ReLU's lower slope,
-// ELU's alpha, softplus and swish beta; none: cuDNN's default); `params` the geometry.
+// resample mode; `scalars` the pointwise mode's attributes (none: cuDNN's
+// defaults); `params` the geometry.
 enum class NodeKind : uint8_t {
   ConvForward,  // same order as ConvDirection
   ConvBackwardData,
@@ -71,7 +81,7 @@ struct Node {
   int64_t mode = 0;
   int64_t phase = 0;  // NormForward: cudnnNormFwdPhase_t
   cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-  std::optional<double> parameter;
+  PointwiseScalars scalars;
   std::vector<std::pair<cudnnBackendAttributeName_t, int64_t>> ports;
   std::vector<int64_t> params;
 };
@@ -86,12 +96,12 @@ class Graph {
   void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const cpu::ConvParams& geometry,
             cudnnDataType_t compute);
   void matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute);
-  // y = mode(x) or y = mode(x, b); `parameter` as in Node.
+  // y = mode(x) or y = mode(x, b); `scalars` as in Node.
   void pointwise(cudnnPointwiseMode_t mode, int64_t x, std::optional<int64_t> b, int64_t y,
-                 std::optional<double> parameter = std::nullopt);
+                 PointwiseScalars scalars = {});
   // dx = mode(dy, x) for the *_BWD modes (e.g. CUDNN_POINTWISE_RELU_BWD).
   void pointwise_backward(cudnnPointwiseMode_t mode, int64_t dy, int64_t x, int64_t dx,
-                          std::optional<double> parameter = std::nullopt);
+                          PointwiseScalars scalars = {});
   void reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y);
 
   struct BatchNormForward {

@@ -16,11 +16,11 @@
 
 namespace loom::cudnn {
 
-// A pointwise mode and its scalar (ReLU's lower slope, ELU's alpha, softplus
-// and swish beta; none: cuDNN's default; see graph.h).
+// A pointwise mode and its scalar attributes (ReLU's lower slope and clips,
+// ELU's alpha, softplus and swish beta; none: cuDNN's defaults; see graph.h).
 struct PointwiseMode {
   cudnnPointwiseMode_t mode;
-  std::optional<double> parameter;
+  PointwiseScalars scalars;
 };
 
 // y = mode(x). x and y dense with identical strides.
@@ -30,12 +30,15 @@ bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x);
 bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved);
 
 // An activation row (core/cpu/activation_math.h) as a pointwise graph: its
-// cuDNN forward or backward mode with its parameter; false where the row has
-// none (the caller runs the Loom kernel, the same row) or as above.
-std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward, double parameter);
-bool activation_forward(cpu::ActivationKind kind, double parameter, const Strided& y, const Strided& x);
-bool activation_backward(cpu::ActivationKind kind, double parameter, const Strided& dx,
-                         const Strided& dy, const Strided& saved);
+// cuDNN forward or backward mode with its scalars (the row's, defaults filled
+// in); false where the row has none (the caller runs the Loom kernel, the
+// same row) or as above.
+std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward,
+                                             const cpu::ActivationParameters& parameters);
+bool activation_forward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+                        const Strided& y, const Strided& x);
+bool activation_backward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+                         const Strided& dx, const Strided& dy, const Strided& saved);
 
 // The graphs behind the calls (none where the packed view does not apply) and
 // their variant packs, for tests that run every engine config.

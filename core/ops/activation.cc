@@ -3,6 +3,13 @@
 // kernel), and an autograd node that saves what the row says.
 #include "core/ops/activation.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <span>
+#include <string>
+
 #include "core/autograd.h"
 #include "core/cpu/activation.h"
 #include "core/error.h"
@@ -16,49 +23,61 @@ namespace loom {
 
 namespace {
 
-bool forward_by_cudnn(const Tensor& y, const Tensor& x, ActivationKind kind, double parameter) {
+bool forward_by_cudnn(const Tensor& y, const Tensor& x, ActivationKind kind,
+                      const cpu::ActivationParameters& parameters) {
   DeviceGuard guard(x.device());
 #ifdef LOOM_WITH_CUDA
-  return x.device().is_cuda() && cudnn::activation_forward(kind, parameter, y.strided(), x.strided());
+  return x.device().is_cuda() && cudnn::activation_forward(kind, parameters, y.strided(), x.strided());
 #else
   return false;
 #endif
 }
 
 bool backward_by_cudnn(const Tensor& dx, const Tensor& dy, const Tensor& saved, ActivationKind kind,
-                       double parameter) {
+                       const cpu::ActivationParameters& parameters) {
   DeviceGuard guard(saved.device());
 #ifdef LOOM_WITH_CUDA
   return saved.device().is_cuda() &&
-         cudnn::activation_backward(kind, parameter, dx.strided(), dy.strided(), saved.strided());
+         cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided());
 #else
   return false;
 #endif
 }
 
-double parameter_of(const cpu::ActivationInfo& row, std::optional<double> parameter) {
-  LOOM_CHECK(!parameter || *row.parameter_name != '\0', ValueError,
-             "[{}] takes no parameter, got {}; call it without one", row.name, *parameter);
-  return parameter.value_or(row.default_parameter);
-}
-
 }  // namespace
 
-Tensor activation(const Tensor& x, ActivationKind kind, std::optional<double> parameter_in) {
+cpu::ActivationParameters activation_parameters(ActivationKind kind, const std::vector<double>& given,
+                                                std::string_view who) {
+  const cpu::ActivationInfo& row = cpu::activation_info(kind);
+  const int count = cpu::parameter_count(row);
+  LOOM_CHECK(count > 0 || given.empty(), ValueError, "[{}] takes no parameter, got {}; call it without one",
+             who, fmt::join(given, ", "));
+  LOOM_CHECK(static_cast<int>(given.size()) <= count, ValueError,
+             "[{}] takes at most {} parameter{} ({}), got {}: {}", who, count, count == 1 ? "" : "s",
+             fmt::join(std::span(row.parameter_names).first(static_cast<size_t>(count)), ", "), given.size(),
+             fmt::join(given, ", "));
+  cpu::ActivationParameters p = row.default_parameters;
+  std::copy(given.begin(), given.end(), p.begin());
+  LOOM_CHECK(count < 2 || p[0] < p[1], ValueError, "[{}] {} ({}) must be below {} ({}); swap them", who,
+             row.parameter_names[0], p[0], row.parameter_names[1], p[1]);
+  return p;
+}
+
+Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double>& given) {
   const cpu::ActivationInfo& row = cpu::activation_info(kind);
   check_float_tensor(x, row.name);
-  const double parameter = parameter_of(row, parameter_in);
+  const cpu::ActivationParameters parameters = activation_parameters(kind, given, row.name);
   Tensor y = empty_like(x);
-  if (!forward_by_cudnn(y, x, kind, parameter)) {
-    LOOM_KERNEL(y, activation_forward, y.strided(), x.strided(), kind, parameter);
+  if (!forward_by_cudnn(y, x, kind, parameters)) {
+    LOOM_KERNEL(y, activation_forward, y.strided(), x.strided(), kind, parameters);
   }
   if (needs_grad({x})) {
     Tensor saved = row.saved == cpu::Saved::Output ? y.detach() : x.detach();
-    record(row.name, {x}, y, [saved, kind, parameter](const Tensor& dy_in) {
+    record(row.name, {x}, y, [saved, kind, parameters](const Tensor& dy_in) {
       Tensor dx = empty_like(saved);
       Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
-      if (!backward_by_cudnn(dx, dy, saved, kind, parameter)) {
-        LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), kind, parameter);
+      if (!backward_by_cudnn(dx, dy, saved, kind, parameters)) {
+        LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), kind, parameters);
       }
       return std::vector<Tensor>{dx};
     }, {saved});
@@ -67,14 +86,21 @@ Tensor activation(const Tensor& x, ActivationKind kind, std::optional<double> pa
 }
 
 Tensor relu(const Tensor& x) { return activation(x, ActivationKind::Relu); }
+Tensor relu6(const Tensor& x) { return activation(x, ActivationKind::Relu6); }
 Tensor sigmoid(const Tensor& x) { return activation(x, ActivationKind::Sigmoid); }
 Tensor tanh(const Tensor& x) { return activation(x, ActivationKind::Tanh); }
 Tensor silu(const Tensor& x) { return activation(x, ActivationKind::Silu); }
-Tensor elu(const Tensor& x, double alpha) { return activation(x, ActivationKind::Elu, alpha); }
-Tensor softplus(const Tensor& x, double beta) { return activation(x, ActivationKind::Softplus, beta); }
+Tensor elu(const Tensor& x, double alpha) { return activation(x, ActivationKind::Elu, {alpha}); }
+Tensor softplus(const Tensor& x, double beta) { return activation(x, ActivationKind::Softplus, {beta}); }
+Tensor mish(const Tensor& x) { return activation(x, ActivationKind::Mish); }
+Tensor hardswish(const Tensor& x) { return activation(x, ActivationKind::Hardswish); }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
-  return activation(x, ActivationKind::LeakyRelu, negative_slope);
+  return activation(x, ActivationKind::LeakyRelu, {negative_slope});
+}
+
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  return activation(x, ActivationKind::Hardtanh, {min_val, max_val});
 }
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {

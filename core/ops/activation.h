@@ -1,13 +1,14 @@
 // File: core/ops/activation.h
 // Elementwise activations, each one row of core/cpu/activation_math.h: the
-// generic op `activation` and a named function per row. On the GPU a row with
-// a cuDNN pointwise mode runs as a cuDNN graph where one has an engine, else
-// (and on the CPU) as Loom's kernel for the same row. Backward saves what the
-// row says (the input, or the output for relu, sigmoid and tanh).
+// generic op `activation` and a named function per row (PyTorch's
+// torch.nn.functional names). On the GPU a row with a cuDNN pointwise mode
+// runs as a cuDNN graph where one has an engine, else (and on the CPU) as
+// Loom's kernel for the same row. Backward saves what the row says (the
+// input, or the output for relu, sigmoid and tanh).
 #pragma once
 
-#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "core/cpu/activation_math.h"
 #include "core/tensor.h"
@@ -16,11 +17,19 @@ namespace loom {
 
 using cpu::ActivationKind;
 
-// y = f(x) for `kind`; `parameter` is the row's scalar (its default when not
-// given); a parameter for a row without one is a ValueError.
-Tensor activation(const Tensor& x, ActivationKind kind, std::optional<double> parameter = std::nullopt);
+// The scalars given for `kind`'s row, in the order of its parameter names
+// (LeakyReLU: {negative_slope}; Hardtanh: {min_val, max_val}), with the row's
+// defaults for the rest. ValueError, naming `who`, for more scalars than the
+// row has names, or a range (a row with two: Hardtanh) whose bounds are not
+// in increasing order.
+cpu::ActivationParameters activation_parameters(ActivationKind kind, const std::vector<double>& given,
+                                                std::string_view who);
+
+// y = f(x) for `kind` with `parameters` as above.
+Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double>& parameters = {});
 
 Tensor relu(const Tensor& x);
+Tensor relu6(const Tensor& x);  // min(max(x, 0), 6)
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 // approximate: "none" (the erf form, PyTorch's default) or "tanh".
@@ -29,5 +38,9 @@ Tensor silu(const Tensor& x);
 Tensor elu(const Tensor& x, double alpha = 1.0);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor softplus(const Tensor& x, double beta = 1.0);
+Tensor mish(const Tensor& x);
+Tensor hardswish(const Tensor& x);
+// min(max(x, min_val), max_val); min_val < max_val.
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
 
 }  // namespace loom

@@ -7,6 +7,7 @@
 #include "core/ops/fusion.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -84,7 +85,8 @@ std::string step_str(const Step& step) {
     }
     case StepKind::Activation: {
       const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
-      return step.parameter ? fmt::format("{}({})", row.name, *step.parameter) : std::string(row.name);
+      return step.parameters.empty() ? std::string(row.name)
+                                     : fmt::format("{}({})", row.name, fmt::join(step.parameters, ", "));
     }
     case StepKind::BatchNorm: return step.norm.training ? "batch_norm" : "batch_norm(eval)";
     case StepKind::Add:
@@ -164,7 +166,7 @@ Tensor apply_step(const Step& step, const Tensor& t, const Tensor* raw, Channels
     case StepKind::Linear: return linear(t, raw[0]);
     case StepKind::Bias: return add(t, ch.view(ops[0], t));
     case StepKind::BatchNorm: return batch_norm(t, raw[2], raw[3], raw[0], raw[1], step.norm);
-    case StepKind::Activation: return activation(t, step.activation, step.parameter);
+    case StepKind::Activation: return activation(t, step.activation, step.parameters);
     case StepKind::Add: return step.scalar ? add(t, *step.scalar) : add(t, ops[0]);
     case StepKind::Sub: return step.scalar ? sub(t, *step.scalar) : sub(t, ops[0]);
     case StepKind::Mul: return step.scalar ? mul(t, *step.scalar) : mul(t, ops[0]);
@@ -191,19 +193,19 @@ Tensor apply_steps(const std::vector<Step>& steps, size_t begin, size_t end, Ten
 Tensor activation_grad(const Tensor& dy_in, const Tensor& x, const Step& step) {
   DeviceGuard guard(dy_in.device());
   const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
-  const double parameter = step.parameter.value_or(row.default_parameter);
-  Tensor saved = row.saved == cpu::Saved::Output ? activation(x, step.activation, step.parameter) : x;
+  const cpu::ActivationParameters parameters = activation_parameters(step.activation, step.parameters, row.name);
+  Tensor saved = row.saved == cpu::Saved::Output ? activation(x, step.activation, step.parameters) : x;
   saved = saved.contiguous(saved.suggest_memory_format());
   Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
   Tensor dx = empty_like(saved);
 #ifdef LOOM_WITH_CUDA
   if (saved.device().is_cuda() &&
-      cudnn::activation_backward(step.activation, parameter, dx.strided(), dy.strided(), saved.strided())) {
+      cudnn::activation_backward(step.activation, parameters, dx.strided(), dy.strided(), saved.strided())) {
     return dx;
   }
 #endif
   LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), step.activation,
-              parameter);
+              parameters);
   return dx;
 }
 
@@ -364,10 +366,11 @@ std::optional<GraphSteps> epilogue_steps(const HeadSaved& s, const Tensor& y, st
         ok = binary(CUDNN_POINTWISE_MUL, 0, true) && binary(CUDNN_POINTWISE_ADD, 1, true);
         break;
       case StepKind::Activation: {
-        const double p = step.parameter.value_or(cpu::activation_info(step.activation).default_parameter);
+        const cpu::ActivationParameters p =
+            activation_parameters(step.activation, step.parameters, cpu::activation_info(step.activation).name);
         auto mode = cudnn::activation_mode(step.activation, false, p);
         ok = mode.has_value();
-        if (ok) push({.mode = mode->mode, .parameter = mode->parameter}, std::nullopt);
+        if (ok) push({.mode = mode->mode, .scalars = mode->scalars}, std::nullopt);
         break;
       }
       case StepKind::Add:
@@ -441,7 +444,8 @@ std::optional<Derivative> derivative(const HeadSaved& s, const GraphSteps& gs, c
     const Step& step = s.steps[gs.step[k]];
     if (step.kind == StepKind::Activation) {
       const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
-      grad.activation = cudnn::activation_mode(step.activation, true, step.parameter.value_or(row.default_parameter));
+      grad.activation =
+          cudnn::activation_mode(step.activation, true, activation_parameters(step.activation, step.parameters, row.name));
       grad.reads_output = row.saved == cpu::Saved::Output;
       if (!grad.activation) {
         why = fmt::format("{} has no cuDNN backward mode that takes its saved {}", row.name,
@@ -666,8 +670,7 @@ struct Piece {
 };
 
 bool is_plain_relu(const Step& step) {
-  return step.kind == StepKind::Activation && step.activation == ActivationKind::Relu &&
-         !step.parameter.value_or(0.0);
+  return step.kind == StepKind::Activation && step.activation == ActivationKind::Relu;
 }
 
 std::vector<Piece> plan_pieces(const std::vector<Step>& steps) {
@@ -763,11 +766,9 @@ Block& Block::bias() { return push({.kind = StepKind::Bias}); }
 Block& Block::batch_norm(BatchNormOptions options) {
   return push({.kind = StepKind::BatchNorm, .norm = options});
 }
-Block& Block::activation(ActivationKind kind, std::optional<double> parameter) {
-  const cpu::ActivationInfo& row = cpu::activation_info(kind);
-  LOOM_CHECK(!parameter || *row.parameter_name != '\0', ValueError,
-             "[fusion::Block] {} takes no parameter, got {}", row.name, *parameter);
-  return push({.kind = StepKind::Activation, .activation = kind, .parameter = parameter});
+Block& Block::activation(ActivationKind kind, std::vector<double> parameters) {
+  activation_parameters(kind, parameters, fmt::format("fusion::Block {}", cpu::activation_info(kind).name));
+  return push({.kind = StepKind::Activation, .activation = kind, .parameters = std::move(parameters)});
 }
 Block& Block::add() { return push({.kind = StepKind::Add}); }
 Block& Block::sub() { return push({.kind = StepKind::Sub}); }

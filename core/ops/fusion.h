@@ -68,7 +68,7 @@ struct Step {
   Conv2dOptions conv;                // Conv2d
   BatchNormOptions norm;             // BatchNorm
   ActivationKind activation = ActivationKind::Relu;
-  std::optional<double> parameter;   // Activation: the row's scalar (its default when not given)
+  std::vector<double> parameters;    // Activation: the row's scalars as given (its defaults for the rest)
   std::optional<double> scalar;      // Add / Sub / Mul by this number; else by a tensor operand
 };
 
@@ -80,7 +80,7 @@ class Block {
   Block& linear();                            // must come first
   Block& bias();
   Block& batch_norm(BatchNormOptions options = {});
-  Block& activation(ActivationKind kind, std::optional<double> parameter = std::nullopt);
+  Block& activation(ActivationKind kind, std::vector<double> parameters = {});
   Block& relu() { return activation(ActivationKind::Relu); }
   Block& gelu() { return activation(ActivationKind::Gelu); }
   Block& silu() { return activation(ActivationKind::Silu); }

@@ -1,18 +1,19 @@
 // File: examples/cifar/train.cc
-// Trains resnet9 (the model of bench/torch_bench.py) on CIFAR-10 binary batches
+// Trains resnet9 (or another zoo model for 32x32 images) on CIFAR-10 binary batches
 // (data_batch_1..5.bin, test_batch.bin) with pad-4 random crops and flips, SGD
 // with Nesterov momentum, a one-cycle schedule and label smoothing; --synthetic
 // runs the same model on generated data (smoke tests, benchmarks).
 //
 //   bazel run -c opt //examples/cifar:train -- --data /data/cifar-10-batches-bin
-#include "examples/common/flags.h"
+#include "training/flags.h"
 
 namespace {
 
-const char* kUsage = R"(train: trains resnet9 on CIFAR-10 binary batches.
+const char* kUsage = R"(train: trains resnet9 (or another model of the zoo) on CIFAR-10 binary batches.
 
   --data DIR          folder with data_batch_1..5.bin and test_batch.bin
   --synthetic N       train on N generated 32x32 images instead of --data
+  --model NAME        resnet9 (default), or another model listed at the end
   --epochs N          (default 10)
   --batch-size N      (default 512)
   --optimizer NAME    sgd (default: Nesterov momentum 0.9), adam or adamw
@@ -34,7 +35,7 @@ Relative paths are relative to the current directory, under `bazel run` too.
 }  // namespace
 
 int main(int argc, char** argv) {
-  loom::examples::TrainConfig defaults{.dataset = "cifar10",
+  loom::training::TrainConfig defaults{.dataset = "cifar10",
                                        .data = "",
                                        .model = "resnet9",
                                        .epochs = 10,
@@ -46,5 +47,5 @@ int main(int argc, char** argv) {
                                        .crop_padding = 4,
                                        .flip = true,
                                        .schedule = "onecycle"};
-  return loom::examples::train_main(argc, argv, defaults, kUsage);
+  return loom::training::train_main(argc, argv, defaults, kUsage);
 }

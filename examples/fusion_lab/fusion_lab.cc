@@ -3,11 +3,13 @@
 // and layout, and prints one table (pattern x precision x layout: supported?,
 // engine, fused ms, unfused ms, speedup) as Markdown, and as CSV with --csv.
 //
-//   bazel run //examples/fusion_lab -- [--models | --patterns] [--csv FILE] [--iterations N]
+//   bazel run //examples/fusion_lab -- [--models [LIST] | --patterns] [--csv FILE] [--iterations N]
 //
-// --models (the default) takes the candidates from the reference models
-// (layers/models.h): each run of layers nn::fuse groups, at the shapes the
-// model feeds it. --patterns takes a fixed list: conv2d / linear + bias + each
+// --models (the default) takes the candidates from models of the zoo's
+// registry (models/registry.h; without a LIST the reference models lenet5,
+// mnist_net and resnet9, else e.g. --models resnet20,mobilenet_v2_cifar): each
+// fused block a forward of the nn::fuse()d model runs, at the shapes the model
+// feeds it. --patterns takes a fixed list: conv2d / linear + bias + each
 // activation row, batch norm + residual + relu, and a user chain.
 // "supported" means a fused cuDNN graph ran for the block (some piece fused).
 // Plans are built eagerly (unless LOOM_CUDNN_PLAN_BUILD is set), so each
@@ -15,12 +17,14 @@
 //
 // The lab measures cuDNN fusions, so it needs a GPU: without one it says so
 // and exits 1 (the CPU runs blocks one op at a time, with nothing to compare).
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,12 +33,13 @@
 #include <fmt/format.h>
 
 #include "core/autocast.h"
+#include "core/error.h"
 #include "core/numerics.h"
 #include "core/ops/fusion.h"
 #include "core/ops/fusion_report.h"
 #include "core/ops/ops.h"
 #include "layers/fused.h"
-#include "layers/models.h"
+#include "models/registry.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/fused.h"
 #include "core/cudnn/plan_cache.h"
@@ -45,7 +50,8 @@ using namespace loom;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: fusion_lab [--models | --patterns] [--csv FILE] [--iterations N]\n";
+    "usage: fusion_lab [--models [LIST] | --patterns] [--csv FILE] [--iterations N]\n"
+    "  LIST: names of models/registry.h, comma-separated (default lenet5,mnist_net,resnet9)\n";
 
 struct Candidate {
   std::string source;  // "mnist_net", "patterns"
@@ -58,24 +64,18 @@ struct Row {
   double fused_ms = 0, unfused_ms = 0;
 };
 
-// Each run nn::fuse makes of a reference model, at the shapes the model feeds it.
-std::vector<Candidate> model_candidates() {
-  struct Model {
-    const char* name;
-    nn::Sequential (*make)();
-    Shape input;
-  };
-  const Model models[] = {{"mnist_net", nn::mnist_net, {64, 1, 28, 28}},
-                          {"lenet5", nn::lenet5, {64, 1, 28, 28}},
-                          {"resnet9", nn::resnet9, {64, 3, 32, 32}}};
+// Each fused block a forward of a zoo model runs, at the shapes the model feeds
+// it (batch 64; 16 for the ImageNet-sized models).
+std::vector<Candidate> model_candidates(const std::vector<std::string>& names) {
   std::vector<Candidate> out;
-  for (const Model& m : models) {
+  for (const std::string& name : names) {
+    const models::ZooModel& row = models::zoo_model(name);
     fusion::clear_report();
-    nn::Sequential net = m.make();
-    nn::fuse(net);
-    net.to(Device::cuda());
-    net(randn(m.input).to(Device::cuda()));
-    for (const fusion::BlockReport& r : fusion::block_reports()) out.push_back({m.name, r.spec, r.shapes});
+    std::shared_ptr<nn::Module> net = row.build(row.num_classes);
+    nn::fuse(*net);
+    net->to(Device::cuda());
+    (*net)(randn(row.batch_shape(row.dataset == "imagenet" ? 16 : 64)).to(Device::cuda()));
+    for (const fusion::BlockReport& r : fusion::block_reports()) out.push_back({name, r.spec, r.shapes});
   }
   fusion::clear_report();
   return out;
@@ -199,9 +199,21 @@ void print(const std::vector<Row>& rows, const std::string& csv_path) {
 
 struct Flags {
   bool patterns = false;
+  std::vector<std::string> models = {"lenet5", "mnist_net", "resnet9"};
   std::string csv;
   int iterations = 20;
 };
+
+std::vector<std::string> split_names(const std::string& list) {
+  std::vector<std::string> names;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    if (end > begin) names.push_back(list.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return names;
+}
 
 std::optional<Flags> parse(int argc, char** argv) {
   Flags f;
@@ -209,6 +221,7 @@ std::optional<Flags> parse(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--models") {
       f.patterns = false;
+      if (i + 1 < argc && argv[i + 1][0] != '-') f.models = split_names(argv[++i]);
     } else if (a == "--patterns") {
       f.patterns = true;
     } else if (a == "--csv" && i + 1 < argc) {
@@ -234,6 +247,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
+  try {
+    for (const std::string& name : flags->models) models::zoo_model(name);
+  } catch (const ValueError& e) {  // an unknown name: the message lists the zoo
+    std::fprintf(stderr, "fusion_lab: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
   if (!cuda_available()) {
     std::fprintf(stderr,
                  "fusion_lab: no usable CUDA GPU here; the lab measures cuDNN fusions and needs one "
@@ -246,7 +265,8 @@ int main(int argc, char** argv) {
   std::optional<PlanBuildGuard> eager;
   if (std::getenv("LOOM_CUDNN_PLAN_BUILD") == nullptr) eager.emplace(PlanBuildMode::Eager);
   try {
-    const std::vector<Candidate> candidates = flags->patterns ? pattern_candidates() : model_candidates();
+    const std::vector<Candidate> candidates =
+        flags->patterns ? pattern_candidates() : model_candidates(flags->models);
     struct Setting {
       const char* name;
       Precision precision;

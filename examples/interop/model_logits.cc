@@ -11,10 +11,12 @@
 //                                   DIR/loom_logits_from_torch.safetensors
 //
 // Logits are computed in eval mode (batch norm uses its running statistics) on
-// the CPU in float32. MODEL: mnist_net, lenet5 or resnet9.
+// the CPU in float32. MODEL: any name of the zoo's registry (models/registry.h),
+// at its own input size, batch 2.
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "core/autograd.h"
@@ -22,21 +24,22 @@
 #include "core/generator.h"
 #include "core/serialize.h"
 #include "core/ops/ops.h"
-#include "examples/common/user_path.h"
-#include "layers/models.h"
+#include "training/user_path.h"
+#include "layers/nn.h"
+#include "models/registry.h"
 
 namespace {
 
 using namespace loom;
 
-nn::Sequential model(const std::string& name) {
-  if (name == "lenet5") return nn::lenet5();
-  if (name == "resnet9") return nn::resnet9();
-  LOOM_CHECK(name == "mnist_net", ValueError, "[model_logits] unknown model '{}'", name);
-  return nn::mnist_net();
+constexpr int64_t kBatch = 2;
+
+std::shared_ptr<nn::Module> model(const std::string& name) {
+  const models::ZooModel& row = models::zoo_model(name);
+  return row.build(row.num_classes);
 }
 
-Tensor logits(nn::Sequential& net, const Tensor& batch) {
+Tensor logits(nn::Module& net, const Tensor& batch) {
   NoGradGuard no_grad;
   net.eval();
   return net(batch);
@@ -44,7 +47,8 @@ Tensor logits(nn::Sequential& net, const Tensor& batch) {
 
 void export_model(const std::string& name, const std::string& dir) {
   manual_seed(1);
-  nn::Sequential net = model(name);
+  std::shared_ptr<nn::Module> built = model(name);
+  nn::Module& net = *built;
   Generator gen(2);
   // Running statistics that are not the defaults, so eval mode exercises them.
   NoGradGuard no_grad;
@@ -52,15 +56,15 @@ void export_model(const std::string& name, const std::string& dir) {
     if (key.ends_with("running_mean")) Tensor(buffer).copy_(mul(randn(buffer.sizes(), {}, &gen), 0.1));
     if (key.ends_with("running_var")) Tensor(buffer).copy_(add(rand(buffer.sizes(), {}, &gen), 0.5));
   }
-  Shape input = name == "resnet9" ? Shape{8, 3, 32, 32} : Shape{16, 1, 28, 28};
-  Tensor batch = randn(input, {}, &gen);
+  Tensor batch = randn(models::zoo_model(name).batch_shape(kBatch), {}, &gen);
   save_safetensors(dir + "/loom_weights.safetensors", net.state_dict());
   save_safetensors(dir + "/batch.safetensors", {{"x", batch}});
   save_safetensors(dir + "/loom_logits.safetensors", {{"logits", logits(net, batch)}});
 }
 
 void eval_model(const std::string& name, const std::string& dir) {
-  nn::Sequential net = model(name);
+  std::shared_ptr<nn::Module> built = model(name);
+  nn::Module& net = *built;
   net.load_state_dict(load_safetensors(dir + "/torch_weights.safetensors"));
   StateDict batch_file = load_safetensors(dir + "/batch.safetensors");
   LOOM_CHECK(!batch_file.empty(), IoError, "[model_logits] {}/batch.safetensors holds no tensor; "
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "model_logits: expected 3 arguments, got %d\n%s", argc - 1, kUsage);
     return 2;
   }
-  const std::string command = argv[1], name = argv[2], dir = examples::user_path(argv[3]);
+  const std::string command = argv[1], name = argv[2], dir = training::user_path(argv[3]);
   if (command != "export" && command != "eval") {
     std::fprintf(stderr, "model_logits: unknown command '%s' (export or eval)\n%s", command.c_str(), kUsage);
     return 2;

@@ -25,7 +25,7 @@
 #include "core/generator.h"
 #include "core/serialize.h"
 #include "core/tensor.h"
-#include "examples/common/user_path.h"
+#include "training/user_path.h"
 
 namespace {
 
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   } else if (args.size() != 2) {
     return usage_error("unexpected argument '" + args[2] + "'");
   }
-  const std::string path = loom::examples::user_path(args[1]);
+  const std::string path = loom::training::user_path(args[1]);
   try {
     if (write) {
       loom::save_safetensors(path, random_tensors(*seed), {{"format", "pt"}, {"writer", "loom"}});

@@ -1,20 +1,20 @@
 // File: examples/mnist/train.cc
-// Trains mnist_net or lenet5 (the models of bench/torch_bench.py) on an
+// Trains mnist_net (or lenet5, vit_tiny: the zoo's models of its image size) on an
 // MNIST-format folder (Fashion-MNIST from Debian's dataset-fashion-mnist by
 // default), on the GPU when there is one and on the CPU otherwise. Prints a
 // progress line per epoch and the test accuracy after each; --metrics writes
 // them as CSV or JSONL; --save/--resume keep a full training checkpoint.
 //
 //   bazel run -c opt //examples/mnist:train -- --epochs 5 --device auto
-#include "examples/common/flags.h"
+#include "training/flags.h"
 
 namespace {
 
-const char* kUsage = R"(train: trains mnist_net or lenet5 on MNIST-format data.
+const char* kUsage = R"(train: trains mnist_net (or another model of the zoo) on MNIST-format data.
 
   --data DIR          folder with train-/t10k- images and labels (IDX, plain or .gz)
                       (default /usr/share/datasets/fashion-mnist)
-  --model NAME        mnist_net (default) or lenet5
+  --model NAME        mnist_net (default), or another model listed at the end
   --epochs N          (default 5)
   --batch-size N      (default 128)
   --optimizer NAME    adam (default), adamw or sgd (Nesterov momentum 0.9)
@@ -69,5 +69,5 @@ Relative paths are relative to the current directory, under `bazel run` too.
 }  // namespace
 
 int main(int argc, char** argv) {
-  return loom::examples::train_main(argc, argv, {}, kUsage);
+  return loom::training::train_main(argc, argv, {}, kUsage);
 }

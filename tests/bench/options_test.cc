@@ -101,7 +101,10 @@ TEST_CASE("bad flags name the flag, the value and what is accepted") {
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--batches", "128,-4"}), ValueError,
                              "--batches needs an integer >= 1, got -4");
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--models", "vgg"}), ValueError,
-                             "unknown value 'vgg' (one of: lenet5, mnist_net, resnet9)");
+                             "unknown value 'vgg' (one of: lenet5, mnist_net, resnet9, resnet18, ");
+  // Any model of the zoo's registry.
+  CHECK(parse_options({"--models", "resnet20,unet,vit_tiny"}).models ==
+        std::vector<std::string>{"resnet20", "unet", "vit_tiny"});
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--precisions", "fp16"}), ValueError,
                              "'fp16' (one of: tf32, strict, bf16)");
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--modes", "compile"}), ValueError,

@@ -1,4 +1,4 @@
-// The trainers' --distributed mode (examples/common/distributed.h) as ranks
+// The trainers' --distributed mode (training/distributed.h) as ranks
 // of the MPI suite: it lives here, not under tests/examples, because it needs
 // mpirun.sh's ranks.
 #include <doctest/doctest.h>
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 #include "tests/dist/world.h"
 #include "tests/testing.h"
 
@@ -22,7 +22,7 @@ std::string shared_path(const char* name) {
   return (std::filesystem::path(dir ? dir : "/tmp") / name).string();
 }
 
-examples::TrainConfig synthetic_run(int epochs) {
+training::TrainConfig synthetic_run(int epochs) {
   return {.synthetic_images = 240, .epochs = epochs, .batch_size = 16, .device = Device::cpu(),
           .seed = 3, .save = shared_path("ddp.ckpt"), .metrics = shared_path("ddp.csv"),
           .progress = false, .distributed = true};
@@ -43,7 +43,7 @@ TEST_CASE("trainer --distributed: the replicas stay identical, rank 0 alone writ
     std::filesystem::remove(shared_path("ddp.ckpt"));
   }
   world()->barrier();
-  examples::TrainResult first = examples::train(synthetic_run(1));
+  training::TrainResult first = training::train(synthetic_run(1));
   REQUIRE(first.epochs.size() == 1);
   // Every rank saw a different shard, yet the averaged gradients keep the
   // parameters bit-identical: compare each with rank 0's. (Batch-norm running
@@ -58,9 +58,9 @@ TEST_CASE("trainer --distributed: the replicas stay identical, rank 0 alone writ
   world()->barrier();
   CHECK(count_lines(shared_path("ddp.csv")) == 2);  // the header and epoch 1, from rank 0 only
   // Resuming continues from the checkpoint rank 0 wrote (any number of ranks may resume it).
-  examples::TrainConfig more = synthetic_run(2);
+  training::TrainConfig more = synthetic_run(2);
   more.resume = shared_path("ddp.ckpt");
-  examples::TrainResult second = examples::train(more);
+  training::TrainResult second = training::train(more);
   REQUIRE(second.epochs.size() == 1);
   CHECK(second.epochs[0].epoch == 2);
   world()->barrier();
@@ -73,22 +73,22 @@ TEST_CASE("trainer --distributed: the replicas stay identical, rank 0 alone writ
 TEST_CASE("trainer --distributed on GPUs resumes a 1-GPU checkpoint, and one GPU resumes its" *
           doctest::skip(!loom::testing::test_on_gpu())) {
   const Device mine = world()->device();
-  examples::TrainConfig single = synthetic_run(1);
+  training::TrainConfig single = synthetic_run(1);
   single.device = mine;
   single.distributed = false;
   single.metrics.clear();
   single.save = shared_path("single_gpu.ckpt");
   if (world()->rank() == 0) {
-    examples::TrainResult alone = examples::train(single);
+    training::TrainResult alone = training::train(single);
     REQUIRE(alone.epochs.size() == 1);
   }
   world()->barrier();
-  examples::TrainConfig job = synthetic_run(2);
+  training::TrainConfig job = synthetic_run(2);
   job.device = mine;
   job.metrics.clear();
   job.resume = shared_path("single_gpu.ckpt");
   job.save = shared_path("two_gpu.ckpt");
-  examples::TrainResult together = examples::train(job);
+  training::TrainResult together = training::train(job);
   REQUIRE(together.epochs.size() == 1);
   CHECK(together.epochs[0].epoch == 2);
   for (auto& [name, t] : together.model) {
@@ -101,11 +101,11 @@ TEST_CASE("trainer --distributed on GPUs resumes a 1-GPU checkpoint, and one GPU
   }
   world()->barrier();
   if (world()->rank() == 0) {
-    examples::TrainConfig again = single;
+    training::TrainConfig again = single;
     again.epochs = 3;
     again.resume = shared_path("two_gpu.ckpt");
     again.save.clear();
-    examples::TrainResult resumed = examples::train(again);
+    training::TrainResult resumed = training::train(again);
     REQUIRE(resumed.epochs.size() == 1);
     CHECK(resumed.epochs[0].epoch == 3);
   }

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "core/generator.h"
 #include "core/ops/ops.h"
+#include "layers/functional.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -24,6 +26,16 @@ struct Case {
   std::function<Tensor(const Tensor&)> op;
   std::string printed;
 };
+
+TEST_CASE("every activation row has a named module class and a functional name") {
+  // The table above names each row's class; this guards against a new row without one.
+  const std::vector<std::string> named = {"ReLU", "Sigmoid", "Tanh", "GELU", "SiLU", "ELU", "LeakyReLU",
+                                          "Softplus", "Mish", "Hardswish", "Hardtanh", "ReLU6"};
+  for (ActivationKind kind : cpu::kActivationKinds) {
+    CAPTURE(cpu::activation_info(kind).name);
+    CHECK(std::find(named.begin(), named.end(), cpu::activation_info(kind).module_name) != named.end());
+  }
+}
 
 TEST_CASE("each activation module equals its op") {
   const std::vector<Case> cases = {
@@ -46,6 +58,13 @@ TEST_CASE("each activation module equals its op") {
        [](const Tensor& x) { return activation(x, ActivationKind::Mish); }, "Mish()"},
       {std::make_shared<nn::Activation>(ActivationKind::Hardswish),
        [](const Tensor& x) { return activation(x, ActivationKind::Hardswish); }, "Hardswish()"},
+      {std::make_shared<nn::Mish>(), [](const Tensor& x) { return mish(x); }, "Mish()"},
+      {std::make_shared<nn::Hardswish>(), [](const Tensor& x) { return hardswish(x); }, "Hardswish()"},
+      {std::make_shared<nn::ReLU6>(), [](const Tensor& x) { return relu6(x); }, "ReLU6()"},
+      {std::make_shared<nn::Hardtanh>(), [](const Tensor& x) { return hardtanh(x); },
+       "Hardtanh(min_val=-1.0, max_val=1.0)"},
+      {std::make_shared<nn::Hardtanh>(-0.5, 2), [](const Tensor& x) { return hardtanh(x, -0.5, 2); },
+       "Hardtanh(min_val=-0.5, max_val=2.0)"},
   };
   Generator gen(1);
   const Tensor x = randn({2, 3, 4, 5}, {}, &gen);
@@ -59,6 +78,18 @@ TEST_CASE("each activation module equals its op") {
   }
 }
 
+TEST_CASE("nn::functional has every activation row's functional name") {
+  namespace F = nn::functional;
+  const Tensor x = tensor({-7, -1, 0.5, 7}, {4});
+  CHECK(F::relu6(x).to_vector<double>() == std::vector<double>{0, 0, 0.5, 6});
+  CHECK(F::hardtanh(x, -2, 2).to_vector<double>() == std::vector<double>{-2, -1, 0.5, 2});
+  CHECK_CLOSE(F::elu(x), elu(x), 0, 0);
+  CHECK_CLOSE(F::leaky_relu(x, 0.2), leaky_relu(x, 0.2), 0, 0);
+  CHECK_CLOSE(F::softplus(x), softplus(x), 0, 0);
+  CHECK_CLOSE(F::mish(x), mish(x), 0, 0);
+  CHECK_CLOSE(F::hardswish(x), hardswish(x), 0, 0);
+}
+
 TEST_CASE("activation modules on hand-checked values") {
   const Tensor x = tensor({-1, 0, 2}, {3});
   CHECK(nn::ReLU()(x).to_vector<double>() == std::vector<double>{0, 0, 2});
@@ -70,8 +101,9 @@ TEST_CASE("activation modules on hand-checked values") {
 }
 
 TEST_CASE("activation modules reject a parameter their row does not take, and unknown GELU forms") {
-  CHECK_THROWS_WITH_FRAGMENT(nn::Activation(ActivationKind::Tanh, 2.0), ValueError,
+  CHECK_THROWS_WITH_FRAGMENT(nn::Activation(ActivationKind::Tanh, {2.0}), ValueError,
                              "[Tanh] takes no parameter, got 2");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Hardtanh(2, 1), ValueError, "[Hardtanh] min_val (2) must be below max_val (1)");
   CHECK_THROWS_WITH_FRAGMENT(nn::GELU("erf"), ValueError, "approximate must be 'none' or 'tanh', got 'erf'");
 }
 

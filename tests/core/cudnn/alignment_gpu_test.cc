@@ -215,7 +215,7 @@ LOOM_GPU_TEST_CASE("public ops on offset views match the CPU in every layout and
 LOOM_GPU_TEST_CASE("the cuDNN layer: under-aligned graphs never reach an engine, conv runs on copies") {
   Generator gen(59);
   Tensor x = randn({kN, kC, kH, kW}, {}, &gen);
-  const cudnn::PointwiseMode relu_mode{CUDNN_POINTWISE_RELU_FWD, std::nullopt};
+  const cudnn::PointwiseMode relu_mode{CUDNN_POINTWISE_RELU_FWD, {}};
   const cpu::Pool2dParams pool{2, 2, 2, 2, 0, 0};
   Tensor pooled_ref = empty({kN, kC, kH / 2, kW / 2});
   cpu::avg_pool2d_forward(pooled_ref.strided(), x.strided(), pool, /*count_include_pad=*/true);

@@ -35,7 +35,7 @@ const Shape kImage{128, 8, 8, 8};
 const Shape kPooled{128, 8, 4, 4};
 
 Graph relu_graph(const Strided& y, const Strided& x) {
-  std::optional<Graph> g = pointwise_forward_graph({CUDNN_POINTWISE_RELU_FWD, std::nullopt}, y, x);
+  std::optional<Graph> g = pointwise_forward_graph({CUDNN_POINTWISE_RELU_FWD, {}}, y, x);
   REQUIRE(g.has_value());
   return *g;
 }

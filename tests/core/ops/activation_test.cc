@@ -10,7 +10,7 @@
 #include <cmath>
 #include <algorithm>
 #include <functional>
-#include <optional>
+#include <array>
 #include <limits>
 #include <string>
 #include <vector>
@@ -31,12 +31,15 @@ const TensorOptions kF64 = {.dtype = DType::Float64};
 double naive_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double naive_phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }  // normal CDF
 
+// The row's two scalars as the formulas below take them.
+using Scalars = std::array<double, 2>;
+
 // The float64 reference for one activation row, written independently of
-// core/cpu/activation_math.h: value and derivative at x with the row's parameter.
+// core/cpu/activation_math.h: value and derivative at x with the row's scalars.
 struct Reference {
   ActivationKind kind;
-  std::optional<double> parameter;  // a non-default one, to check it is used
-  std::function<double(double, double)> f, df;
+  std::vector<double> parameters;  // non-default ones, to check they are used
+  std::function<double(double, Scalars)> f, df;
 };
 
 double gelu_tanh(double x) {
@@ -45,45 +48,52 @@ double gelu_tanh(double x) {
 
 const std::vector<Reference>& references() {
   static const std::vector<Reference> all = {
-      {ActivationKind::Relu, {}, [](double x, double) { return x > 0 ? x : 0.0; },
-       [](double x, double) { return x > 0 ? 1.0 : 0.0; }},
-      {ActivationKind::Sigmoid, {}, [](double x, double) { return naive_sigmoid(x); },
-       [](double x, double) { return naive_sigmoid(x) * (1 - naive_sigmoid(x)); }},
-      {ActivationKind::Tanh, {}, [](double x, double) { return std::tanh(x); },
-       [](double x, double) { return 1 - std::tanh(x) * std::tanh(x); }},
-      {ActivationKind::Gelu, {}, [](double x, double) { return x * naive_phi(x); },
-       [](double x, double) { return naive_phi(x) + x * std::exp(-x * x / 2) / std::sqrt(2 * M_PI); }},
-      {ActivationKind::GeluTanh, {}, [](double x, double) { return gelu_tanh(x); },
-       [](double x, double) {
+      {ActivationKind::Relu, {}, [](double x, Scalars) { return x > 0 ? x : 0.0; },
+       [](double x, Scalars) { return x > 0 ? 1.0 : 0.0; }},
+      {ActivationKind::Sigmoid, {}, [](double x, Scalars) { return naive_sigmoid(x); },
+       [](double x, Scalars) { return naive_sigmoid(x) * (1 - naive_sigmoid(x)); }},
+      {ActivationKind::Tanh, {}, [](double x, Scalars) { return std::tanh(x); },
+       [](double x, Scalars) { return 1 - std::tanh(x) * std::tanh(x); }},
+      {ActivationKind::Gelu, {}, [](double x, Scalars) { return x * naive_phi(x); },
+       [](double x, Scalars) { return naive_phi(x) + x * std::exp(-x * x / 2) / std::sqrt(2 * M_PI); }},
+      {ActivationKind::GeluTanh, {}, [](double x, Scalars) { return gelu_tanh(x); },
+       [](double x, Scalars) {
          const double k = std::sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x);
          return 0.5 * (1 + std::tanh(u)) + 0.5 * x * k * (1 + 3 * 0.044715 * x * x) / std::pow(std::cosh(u), 2);
        }},
-      {ActivationKind::Silu, {}, [](double x, double) { return x * naive_sigmoid(x); },
-       [](double x, double) { return naive_sigmoid(x) * (1 + x * (1 - naive_sigmoid(x))); }},
-      {ActivationKind::Elu, 0.7, [](double x, double a) { return x > 0 ? x : a * (std::exp(x) - 1); },
-       [](double x, double a) { return x > 0 ? 1 : a * std::exp(x); }},
-      {ActivationKind::LeakyRelu, 0.2, [](double x, double s) { return x > 0 ? x : s * x; },
-       [](double x, double s) { return x > 0 ? 1 : s; }},
-      {ActivationKind::Softplus, 2.0, [](double x, double b) { return std::log(1 + std::exp(b * x)) / b; },
-       [](double x, double b) { return naive_sigmoid(b * x); }},
-      {ActivationKind::Mish, {}, [](double x, double) { return x * std::tanh(std::log1p(std::exp(x))); },
-       [](double x, double) {
+      {ActivationKind::Silu, {}, [](double x, Scalars) { return x * naive_sigmoid(x); },
+       [](double x, Scalars) { return naive_sigmoid(x) * (1 + x * (1 - naive_sigmoid(x))); }},
+      {ActivationKind::Elu, {0.7}, [](double x, Scalars p) { return x > 0 ? x : p[0] * (std::exp(x) - 1); },
+       [](double x, Scalars p) { return x > 0 ? 1 : p[0] * std::exp(x); }},
+      {ActivationKind::LeakyRelu, {0.2}, [](double x, Scalars p) { return x > 0 ? x : p[0] * x; },
+       [](double x, Scalars p) { return x > 0 ? 1 : p[0]; }},
+      {ActivationKind::Softplus, {2.0}, [](double x, Scalars p) { return std::log(1 + std::exp(p[0] * x)) / p[0]; },
+       [](double x, Scalars p) { return naive_sigmoid(p[0] * x); }},
+      {ActivationKind::Mish, {}, [](double x, Scalars) { return x * std::tanh(std::log1p(std::exp(x))); },
+       [](double x, Scalars) {
          const double t = std::tanh(std::log1p(std::exp(x)));
          return t + x * (1 - t * t) * naive_sigmoid(x);
        }},
-      {ActivationKind::Hardswish, {}, [](double x, double) { return x * std::clamp(x + 3, 0.0, 6.0) / 6; },
-       [](double x, double) { return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1; }},
+      {ActivationKind::Hardswish, {}, [](double x, Scalars) { return x * std::clamp(x + 3, 0.0, 6.0) / 6; },
+       [](double x, Scalars) { return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1; }},
+      {ActivationKind::Hardtanh, {-0.5, 2.0}, [](double x, Scalars p) { return std::clamp(x, p[0], p[1]); },
+       [](double x, Scalars p) { return x > p[0] && x < p[1] ? 1 : 0; }},
+      {ActivationKind::Relu6, {}, [](double x, Scalars) { return std::min(std::max(x, 0.0), 6.0); },
+       [](double x, Scalars) { return x > 0 && x < 6 ? 1 : 0; }},
   };
   return all;
 }
 
 std::string name_of(const Reference& r) { return cpu::activation_info(r.kind).name; }
-double parameter_of(const Reference& r) {
-  return r.parameter.value_or(cpu::activation_info(r.kind).default_parameter);
+// The scalars the row computes with: the given ones, its defaults for the rest.
+Scalars scalars_of(const Reference& r) {
+  Scalars p = cpu::activation_info(r.kind).default_parameters;
+  std::copy(r.parameters.begin(), r.parameters.end(), p.begin());
+  return p;
 }
-Tensor apply(const Reference& r, const Tensor& x) { return activation(x, r.kind, r.parameter); }
+Tensor apply(const Reference& r, const Tensor& x) { return activation(x, r.kind, r.parameters); }
 
-Tensor naive_apply(const Tensor& x, const std::function<double(double, double)>& f, double p) {
+Tensor naive_apply(const Tensor& x, const std::function<double(double, Scalars)>& f, Scalars p) {
   std::vector<double> v = x.to_vector<double>();
   for (double& e : v) e = f(e, p);
   return tensor(v, x.sizes(), kF64);
@@ -118,6 +128,23 @@ TEST_CASE("activations by hand") {
   // hardswish: 1 * 4 / 6 at 1, 0 at -3 and below, x from 3 up.
   CHECK_CLOSE(activation(tensor({1, -4, 5}, {3}, kF64), ActivationKind::Hardswish), tensor({2.0 / 3, 0, 5}, {3}, kF64),
               1e-15, 0);
+  CHECK(mish(tensor({1}, {1}, kF64)).item() == activation(tensor({1}, {1}, kF64), ActivationKind::Mish).item());
+  CHECK(hardswish(tensor({1}, {1}, kF64)).item() == 2.0 / 3);
+  // relu6 clips at 0 and 6; hardtanh at -1 and 1 by default, at its bounds otherwise.
+  CHECK(relu6(tensor({-2, 0.5, 6, 7.5}, {4}, kF64)).to_vector<double>() == std::vector<double>{0, 0.5, 6, 6});
+  CHECK(hardtanh(tensor({-2, 0.5, 3}, {3}, kF64)).to_vector<double>() == std::vector<double>{-1, 0.5, 1});
+  CHECK(hardtanh(tensor({-2, 0.5, 3}, {3}, kF64), 0, 2).to_vector<double>() == std::vector<double>{0, 0.5, 2});
+}
+
+TEST_CASE("relu6 and hardtanh: no gradient at or beyond the bounds (PyTorch's hardtanh_backward), NaN kept") {
+  const Tensor x = tensor({-1, 0, 3, 6, 7}, {5}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(relu6(x)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 1, 0, 0});
+  const Tensor h = tensor({-1, -0.5, 1, 2}, {4}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(hardtanh(h)).backward();
+  CHECK(h.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0});
+  CHECK(std::isnan(relu6(tensor({std::nan("")}, {1})).item()));
+  CHECK(std::isnan(hardtanh(tensor({std::nan("")}, {1})).item()));
 }
 
 TEST_CASE("activations saturate without NaN; relu keeps NaN") {
@@ -142,7 +169,7 @@ TEST_CASE("activations match the naive reference: contiguous, strided, channels-
       for (const Tensor& input : {x, x.transpose(1, 3), x.slice(2, 0, 4, 3), cl}) {
         const Tensor y = apply(r, input);
         CHECK(y.dtype() == dtype);
-        CHECK_CLOSE(y, naive_apply(input, r.f, parameter_of(r)), tol, tol);
+        CHECK_CLOSE(y, naive_apply(input, r.f, scalars_of(r)), tol, tol);
       }
       CHECK(apply(r, cl).is_contiguous(MemoryFormat::ChannelsLast));
     }
@@ -156,7 +183,7 @@ TEST_CASE("activation derivatives match the naive formulas") {
     const Tensor x = mul(randn({4, 5}, kF64, &gen), 2.0).requires_grad_();
     const Tensor dy = randn({4, 5}, kF64, &gen);
     apply(r, x).backward(dy);
-    std::vector<double> expected = naive_apply(x.detach(), r.df, parameter_of(r)).to_vector<double>();
+    std::vector<double> expected = naive_apply(x.detach(), r.df, scalars_of(r)).to_vector<double>();
     const std::vector<double> g = dy.to_vector<double>();
     for (size_t i = 0; i < expected.size(); ++i) expected[i] *= g[i];
     CHECK_CLOSE(x.grad(), tensor(expected, {4, 5}, kF64), 1e-12, 1e-14);
@@ -194,8 +221,13 @@ TEST_CASE("activations reject non-float and undefined inputs") {
   CHECK_THROWS_WITH_FRAGMENT(tanh(zeros({2}, {.dtype = DType::Bool})), TypeError, "[tanh] input has dtype bool");
   CHECK_THROWS_WITH_FRAGMENT(gelu(Tensor()), ValueError, "[gelu] input is an undefined tensor");
   CHECK_THROWS_WITH_FRAGMENT(silu(zeros({2}, {.dtype = DType::UInt8})), TypeError, "[silu] input has dtype uint8");
-  CHECK_THROWS_WITH_FRAGMENT(activation(zeros({2}), ActivationKind::Relu, 0.5), ValueError,
+  CHECK_THROWS_WITH_FRAGMENT(activation(zeros({2}), ActivationKind::Relu, {0.5}), ValueError,
                              "[relu] takes no parameter, got 0.5");
+  CHECK_THROWS_WITH_FRAGMENT(activation(zeros({2}), ActivationKind::LeakyRelu, {0.1, 0.2}), ValueError,
+                             "[leaky_relu] takes at most 1 parameter (negative_slope), got 2: 0.1, 0.2");
+  CHECK_THROWS_WITH_FRAGMENT(hardtanh(zeros({2}), 1, -1), ValueError,
+                             "[hardtanh] min_val (1) must be below max_val (-1); swap them");
+  CHECK_THROWS_WITH_FRAGMENT(relu6(zeros({2}, {.dtype = DType::Int64})), TypeError, "[relu6] input has dtype int64");
   CHECK_THROWS_WITH_FRAGMENT(gelu(zeros({2}), "fast"), ValueError, "approximate must be 'none' or 'tanh'");
 }
 

@@ -111,7 +111,7 @@ bool has_derived_backward(const Block& block) {
   while (n < steps.size() && steps[n].kind != fusion::StepKind::BatchNorm) ++n;
   auto is = [&](size_t i, fusion::StepKind kind) { return steps[i].kind == kind; };
   auto plain_relu = [&](size_t i) {
-    return is(i, fusion::StepKind::Activation) && steps[i].activation == ActivationKind::Relu && !steps[i].parameter;
+    return is(i, fusion::StepKind::Activation) && steps[i].activation == ActivationKind::Relu;
   };
   if (n == 1 || (n == 2 && is(1, fusion::StepKind::Bias))) return false;
   const bool fused_op = (n == 2 && plain_relu(1)) || (n == 3 && is(1, fusion::StepKind::Bias) && plain_relu(2));
@@ -295,7 +295,9 @@ std::vector<Case> conv_chain_cases(Generator& gen) {
           {Block(conv).scale_bias().gelu(), {x, w, gamma, beta}},
           {Block(conv).mul(0.5).add(0.25).silu().add_residual(), {x, w, residual}},
           {Block(conv).mul(0.5).scale_bias().gelu().sub(0.125), {x, w, gamma, beta}},
-          {Block(conv).bias().activation(ActivationKind::LeakyRelu, 0.2).mul(1.5), {x, w, beta}}};
+          {Block(conv).bias().activation(ActivationKind::LeakyRelu, {0.2}).mul(1.5), {x, w, beta}},
+          {Block(conv).batch_norm().activation(ActivationKind::Relu6), {x, w, gamma, beta, Tensor(), Tensor()}},
+          {Block(conv).bias().activation(ActivationKind::Hardtanh, {-0.5, 2.0}).add_residual(), {x, w, beta, residual}}};
 }
 
 }  // namespace loom::fusion_parity

@@ -204,8 +204,8 @@ TEST_CASE("the pieces and the one-by-one evaluation agree, with running statisti
 
 TEST_CASE("block errors name the block, the operands and the fix") {
   CHECK_THROWS_WITH_FRAGMENT(Block().relu().conv2d(), ValueError, "conv2d must be the block's first step");
-  CHECK_THROWS_WITH_FRAGMENT(Block().linear().activation(ActivationKind::Relu, 0.5), ValueError,
-                             "relu takes no parameter");
+  CHECK_THROWS_WITH_FRAGMENT(Block().linear().activation(ActivationKind::Relu, {0.5}), ValueError,
+                             "[fusion::Block relu] takes no parameter, got 0.5");
   Tensor x = randn({1, 3, 4, 4}), w = randn({2, 3, 3, 3});
   CHECK_THROWS_WITH_FRAGMENT(Block().conv2d().bias()(x, {w}), ValueError,
                              "takes 2 operands (weight, bias) but got 1");

@@ -267,14 +267,14 @@ LOOM_GPU_TEST_CASE("interpolate and pad on bf16 and fp16 tensors match the CPU i
       CAPTURE(memory_format_name(f));
       // Values exactly representable in 16 bits, so both sides start equal.
       const Tensor x32 = randn({2, 3, 5, 6}, {}, &gen).to(dtype).to(DType::Float32);
-      Tensor x16 = x32.to(Device::cuda()).to(dtype).contiguous(f).requires_grad_(true);
+      Tensor x16 = x32.to(testing::test_gpu()).to(dtype).contiguous(f).requires_grad_(true);
       Tensor xc = x32.clone().requires_grad_(true);
       const InterpolateOptions o{.scale_factor = Scale2{1.5, 2.0}, .mode = InterpolateMode::Bilinear};
       Tensor y16 = interpolate(x16, o), yc = interpolate(xc, o);
       CHECK(y16.dtype() == dtype);
       CHECK(normalized_error(y16.to(DType::Float32).cpu(), yc) <= 1e-2);
       const Tensor g = randn(yc.sizes(), {}, &gen).to(dtype).to(DType::Float32);
-      y16.backward(g.to(Device::cuda()).to(dtype));
+      y16.backward(g.to(testing::test_gpu()).to(dtype));
       yc.backward(g);
       CHECK(normalized_error(x16.grad().to(DType::Float32).cpu(), xc.grad()) <= 2e-2);
       const Tensor p16 = pad(x16.detach(), {2, 1, 1, 2}, PadMode::Reflect);
@@ -311,11 +311,11 @@ LOOM_GPU_TEST_CASE("abs, masks, isclose, cat promotion and dropout2d match the C
   // Bool results: equal masks, elementwise.
   const Tensor x = randn({64, 33}, {}, &gen), y = x + randn({64, 33}, {}, &gen) * 1e-3;
   for (double rtol : {1e-5, 1e-3, 1e-2}) {
-    CHECK(equal(isclose(x, y, rtol, 1e-4).to(Device::cuda()).cpu(),
-                isclose(x.to(Device::cuda()), y.to(Device::cuda()), rtol, 1e-4).cpu()));
+    CHECK(equal(isclose(x, y, rtol, 1e-4).to(testing::test_gpu()).cpu(),
+                isclose(x.to(testing::test_gpu()), y.to(testing::test_gpu()), rtol, 1e-4).cpu()));
   }
-  CHECK(allclose(x.to(Device::cuda()), x.to(Device::cuda())));
-  CHECK_FALSE(equal(x.to(Device::cuda()), y.to(Device::cuda())));
+  CHECK(allclose(x.to(testing::test_gpu()), x.to(testing::test_gpu())));
+  CHECK_FALSE(equal(x.to(testing::test_gpu()), y.to(testing::test_gpu())));
   const Tensor bools = x > 0;
-  CHECK(equal((~bools).cpu(), (~bools.to(Device::cuda())).cpu()));
+  CHECK(equal((~bools).cpu(), (~bools.to(testing::test_gpu())).cpu()));
 }

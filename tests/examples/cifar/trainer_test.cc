@@ -12,14 +12,14 @@
 
 #include "core/generator.h"
 #include "data/cifar.h"
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 #include "tests/testing.h"
 
 using namespace loom;
 
 namespace {
 
-examples::TrainConfig cifar_config() {
+training::TrainConfig cifar_config() {
   return {.dataset = "cifar10", .model = "resnet9", .epochs = 1, .batch_size = 16,
           .optimizer = "sgd", .lr = 0.05, .weight_decay = 5e-4, .label_smoothing = 0.2,
           .crop_padding = 4, .flip = true, .schedule = "onecycle", .device = Device::cpu(),
@@ -44,9 +44,9 @@ std::string write_fixture(int64_t per_batch) {
 
 TEST_CASE("resnet9 trains one epoch on a CIFAR-10-format fixture") {
   std::string dir = write_fixture(8);
-  examples::TrainConfig c = cifar_config();
+  training::TrainConfig c = cifar_config();
   c.data = dir;
-  examples::TrainResult r = examples::train(c);
+  training::TrainResult r = training::train(c);
   std::filesystem::remove_all(dir);
   REQUIRE(r.epochs.size() == 1);
   CHECK(std::isfinite(r.epochs[0].train_loss));
@@ -57,15 +57,33 @@ TEST_CASE("resnet9 trains one epoch on a CIFAR-10-format fixture") {
 }
 
 TEST_CASE("--synthetic runs the same model on generated data") {
-  examples::TrainConfig c = cifar_config();
+  training::TrainConfig c = cifar_config();
   c.synthetic_images = 32;
-  examples::TrainResult r = examples::train(c);
+  training::TrainResult r = training::train(c);
   REQUIRE(r.epochs.size() == 1);
   CHECK(std::isfinite(r.epochs[0].train_loss));
 }
 
+TEST_CASE("the trainer takes any zoo model of CIFAR's size: resnet20 (custom modules, option-A shortcuts)") {
+  training::TrainConfig c = cifar_config();
+  c.model = "resnet20";
+  c.synthetic_images = 32;
+  training::TrainResult r = training::train(c);
+  REQUIRE(r.epochs.size() == 1);
+  CHECK(std::isfinite(r.epochs[0].train_loss));
+  CHECK(r.model.front().first == "conv1.weight");  // the registry's model, with akamaster's names
+  CHECK(r.model.back().first == "linear.bias");
+}
+
+TEST_CASE("a zoo model of another size is refused with the models that fit") {
+  training::TrainConfig c = cifar_config();
+  c.synthetic_images = 32;
+  c.model = "resnet18";
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), ValueError, "[train] model resnet18 trains on imagenet data, not cifar10");
+}
+
 TEST_CASE("a folder without CIFAR batches is an I/O error naming the file") {
-  examples::TrainConfig c = cifar_config();
+  training::TrainConfig c = cifar_config();
   c.data = "/nonexistent-cifar";
-  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), IoError, "/nonexistent-cifar");
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), IoError, "/nonexistent-cifar");
 }

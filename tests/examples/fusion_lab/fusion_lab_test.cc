@@ -53,6 +53,9 @@ TEST_CASE("fusion_lab: usage errors exit 2; without a GPU it says so and exits 1
   CHECK(loom::testing::run_program("examples/fusion_lab/fusion_lab", "--iterations 0").code == 2);
   CHECK(loom::testing::run_program("examples/fusion_lab/fusion_lab", "--iterations 5x").code == 2);
   CHECK(loom::testing::run_program("examples/fusion_lab/fusion_lab", "--iterations abc").code == 2);
+  Run unknown = loom::testing::run_program("examples/fusion_lab/fusion_lab", "--models resnet19");
+  CHECK(unknown.code == 2);
+  CHECK(unknown.output.find("unknown model 'resnet19' (the zoo has lenet5") != std::string::npos);
   if (loom::cuda_available()) return;  // the GPU run is the coordinator's (see docs/fusion.md)
   Run run = loom::testing::run_program("examples/fusion_lab/fusion_lab", "--patterns");
   CHECK(run.code == 1);

@@ -52,9 +52,9 @@ TEST_CASE("failures exit 1 with one message, never an abort") {
   Run missing = roundtrip("read /nonexistent-loom/x.safetensors");
   CHECK(missing.code == 1);
   CHECK(has(missing, "safetensors_roundtrip: "));
-  Run model = logits("export vgg16 /tmp");
+  Run model = logits("export vgg19 /tmp");
   CHECK(model.code == 1);
-  CHECK(has(model, "unknown model 'vgg16'"));
+  CHECK(has(model, "unknown model 'vgg19' (the zoo has lenet5"));
   Run no_files = logits("eval mnist_net /nonexistent-loom");
   CHECK(no_files.code == 1);
   CHECK(has(no_files, "model_logits: "));

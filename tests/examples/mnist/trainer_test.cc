@@ -11,7 +11,7 @@
 
 #include <unistd.h>
 
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 #include "tests/testing.h"
 
 using namespace loom;
@@ -19,10 +19,10 @@ using namespace loom;
 namespace {
 
 bool have_fashion_mnist() {
-  return std::filesystem::exists(std::string(examples::kFashionMnist) + "/train-images-idx3-ubyte.gz");
+  return std::filesystem::exists(std::string(training::kFashionMnist) + "/train-images-idx3-ubyte.gz");
 }
 
-examples::TrainConfig small(int epochs, int64_t images) {
+training::TrainConfig small(int epochs, int64_t images) {
   return {.epochs = epochs, .batch_size = 50, .device = Device::cpu(), .limit = images,
           .test_limit = 2000, .progress = false};
 }
@@ -35,7 +35,7 @@ std::string temp_path(const char* name) {
 
 TEST_CASE("a short CPU training on Fashion-MNIST lowers the loss and clears 75% accuracy" *
           doctest::skip(!have_fashion_mnist())) {
-  examples::TrainResult r = examples::train(small(2, 4000));
+  training::TrainResult r = training::train(small(2, 4000));
   REQUIRE(r.epochs.size() == 2);
   CHECK(r.epochs[1].train_loss < r.epochs[0].train_loss);
   CHECK(r.epochs[1].test_accuracy > 0.75);
@@ -43,15 +43,15 @@ TEST_CASE("a short CPU training on Fashion-MNIST lowers the loss and clears 75% 
 
 TEST_CASE("resuming from a checkpoint reproduces an uninterrupted run bit for bit" *
           doctest::skip(!have_fashion_mnist())) {
-  examples::TrainResult straight = examples::train(small(2, 1000));
+  training::TrainResult straight = training::train(small(2, 1000));
 
   std::string checkpoint = temp_path("loom_resume_");
-  examples::TrainConfig first = small(1, 1000);  // the first epoch alone, then a checkpoint
+  training::TrainConfig first = small(1, 1000);  // the first epoch alone, then a checkpoint
   first.save = checkpoint;
-  examples::train(first);
-  examples::TrainConfig second = small(2, 1000);
+  training::train(first);
+  training::TrainConfig second = small(2, 1000);
   second.resume = checkpoint;
-  examples::TrainResult resumed = examples::train(second);
+  training::TrainResult resumed = training::train(second);
   std::filesystem::remove(checkpoint);
 
   REQUIRE(resumed.epochs.size() == 1);
@@ -66,17 +66,17 @@ TEST_CASE("resuming from a checkpoint reproduces an uninterrupted run bit for bi
 }
 
 TEST_CASE("a bad configuration is a clear error") {
-  examples::TrainConfig c = small(1, 100);
+  training::TrainConfig c = small(1, 100);
   c.model = "resnet50";
   c.data = "/nonexistent";
-  CHECK_THROWS_AS(examples::train(c), Error);
-  c.data = examples::kFashionMnist;
-  if (have_fashion_mnist()) CHECK_THROWS_WITH_FRAGMENT(examples::train(c), ValueError, "unknown model 'resnet50'");
+  CHECK_THROWS_AS(training::train(c), Error);
+  c.data = training::kFashionMnist;
+  if (have_fashion_mnist()) CHECK_THROWS_WITH_FRAGMENT(training::train(c), ValueError, "unknown model 'resnet50'");
 }
 
 namespace {
 
-examples::TrainConfig synthetic(int epochs) {
+training::TrainConfig synthetic(int epochs) {
   return {.synthetic_images = 200, .epochs = epochs, .batch_size = 50, .device = Device::cpu(),
           .progress = false};
 }
@@ -84,41 +84,41 @@ examples::TrainConfig synthetic(int epochs) {
 }  // namespace
 
 TEST_CASE("a NaN loss stops training at its step with a hint, unless allowed; then it is skipped") {
-  examples::TrainConfig c = synthetic(2);
+  training::TrainConfig c = synthetic(2);
   c.lr = 1e30;  // the first update blows the weights up; the next loss is NaN
   c.optimizer = "sgd";
-  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), NonFiniteError,
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), NonFiniteError,
                              "the loss was not finite (NaN or inf) at step 2 of this run (epoch 1, "
                              "batch 2 of 4)");
-  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), NonFiniteError, "--allow-nonfinite-loss");
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), NonFiniteError, "--allow-nonfinite-loss");
   c.stop_on_nonfinite_loss = false;
-  examples::TrainResult r = examples::train(c);
+  training::TrainResult r = training::train(c);
   REQUIRE(r.epochs.size() == 2);
   CHECK(r.epochs[0].skipped_steps >= 1);
 }
 
 TEST_CASE("an unwritable --save fails before training, not after the first epoch") {
-  examples::TrainConfig c = synthetic(1);
+  training::TrainConfig c = synthetic(1);
   c.save = "/nonexistent-folder/ck.ckpt";
-  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), IoError,
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), IoError,
                              "[train] --save /nonexistent-folder/ck.ckpt cannot be written (checked "
                              "before training)");
 }
 
 TEST_CASE("resuming with changed flags warns about each, saying the command line wins") {
   std::string checkpoint = temp_path("loom_flags_");
-  examples::TrainConfig first = synthetic(1);
+  training::TrainConfig first = synthetic(1);
   first.schedule = "onecycle";
   first.save = checkpoint;
-  CHECK(examples::train(first).warnings.empty());
-  examples::TrainConfig same = first;
+  CHECK(training::train(first).warnings.empty());
+  training::TrainConfig same = first;
   same.save.clear();
   same.resume = checkpoint;
-  CHECK(examples::train(same).warnings.empty());  // already done: nothing to warn about
-  examples::TrainConfig second = same;
+  CHECK(training::train(same).warnings.empty());  // already done: nothing to warn about
+  training::TrainConfig second = same;
   second.epochs = 2;
   second.lr = 0.01;
-  examples::TrainResult resumed = examples::train(second);
+  training::TrainResult resumed = training::train(second);
   std::filesystem::remove(checkpoint);
   REQUIRE(resumed.warnings.size() == 2);
   CHECK(resumed.warnings[0].find("--epochs was '1' in the run that wrote " + checkpoint +

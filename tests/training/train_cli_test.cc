@@ -1,4 +1,4 @@
-// File: tests/examples/common/train_cli_test.cc
+// File: tests/training/train_cli_test.cc
 // The trainers' command line as a user meets it: examples/mnist:train and
 // examples/cifar:train are run and their exit codes and output checked. Usage
 // errors (exit 2) are found before any data is loaded; the header says what
@@ -37,6 +37,9 @@ TEST_CASE("-h is --help for both trainers") {
     CHECK(r.code == 0);
     CHECK(has(r, "--epochs N"));
   }
+  // The models --model takes come from the zoo's registry, those of the trainer's image size.
+  CHECK(has(mnist("--help"), "Models for --model (models/registry.h): lenet5, mnist_net, vit_tiny\n"));
+  CHECK(has(cifar("--help"), "Models for --model (models/registry.h): resnet9, resnet18_cifar,"));
 }
 
 TEST_CASE("every usage error exits 2 with one line naming the flag") {

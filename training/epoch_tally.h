@@ -1,4 +1,4 @@
-// File: examples/common/epoch_tally.h
+// File: training/epoch_tally.h
 // The epoch's mean loss and accuracy over every batch, as a PyTorch loop sums
 // loss.item() * B and the correct predictions, without a host sync per batch:
 // each batch's loss and predicted and true labels are copied into buffers on
@@ -19,7 +19,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 
-namespace loom::examples {
+namespace loom::training {
 
 class EpochTally {
  public:
@@ -47,4 +47,4 @@ class EpochTally {
   int64_t loss_images_ = 0, correct_ = 0;
 };
 
-}  // namespace loom::examples
+}  // namespace loom::training

@@ -1,4 +1,4 @@
-// File: tests/examples/common/trainer_gpu_test.cc
+// File: tests/training/trainer_gpu_test.cc
 // The trainer's GPU paths: the epoch tally in device buffers gives what the
 // CPU's gives; a graphed epoch reports means over every image; and
 // --detect-anomaly (eager steps, device checks) names the layer.
@@ -11,8 +11,8 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "examples/common/epoch_tally.h"
-#include "examples/common/trainer.h"
+#include "training/epoch_tally.h"
+#include "training/trainer.h"
 #include "tests/testing.h"
 
 using namespace loom;
@@ -32,7 +32,7 @@ Tensor labels(const std::vector<double>& values, Device device) {
   return tensor(values, {static_cast<int64_t>(values.size())}, {.dtype = DType::Int64}).to(device);
 }
 
-examples::TrainConfig gpu_run() {
+training::TrainConfig gpu_run() {
   return {.synthetic_images = 256, .epochs = 1, .batch_size = 64, .device = testing::test_gpu(),
           .progress = false};
 }
@@ -41,7 +41,7 @@ examples::TrainConfig gpu_run() {
 
 LOOM_GPU_TEST_CASE("the epoch tally in GPU buffers gives the CPU's means") {
   for (Device device : {Device::cpu(), testing::test_gpu()}) {
-    examples::EpochTally tally(2, 4, device);
+    training::EpochTally tally(2, 4, device);
     tally.add(full({}, 2.0).to(device), logits_for({0, 1, 2, 0}, device), labels({0, 1, 1, 1}, device));
     tally.read();
     tally.add(full({}, 1.0).to(device), logits_for({2, 2}, device), labels({2, 2}, device));
@@ -52,7 +52,7 @@ LOOM_GPU_TEST_CASE("the epoch tally in GPU buffers gives the CPU's means") {
 }
 
 LOOM_GPU_TEST_CASE("a graphed GPU epoch reports its accuracy over every image") {
-  examples::TrainResult r = examples::train(gpu_run());
+  training::TrainResult r = training::train(gpu_run());
   REQUIRE(r.epochs.size() == 1);
   const double correct = r.epochs[0].train_accuracy * 256;
   CHECK(std::abs(correct - std::round(correct)) < 1e-9);
@@ -61,9 +61,9 @@ LOOM_GPU_TEST_CASE("a graphed GPU epoch reports its accuracy over every image") 
 }
 
 LOOM_GPU_TEST_CASE("--detect-anomaly on the GPU names the first layer whose weights overflowed") {
-  examples::TrainConfig c = gpu_run();
+  training::TrainConfig c = gpu_run();
   c.lr = 1e38;
   c.detect_anomaly = true;
-  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), NonFiniteError, "in 0 (");
-  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), NonFiniteError, "[anomaly] the forward of '");
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), NonFiniteError, "in 0 (");
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), NonFiniteError, "[anomaly] the forward of '");
 }

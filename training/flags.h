@@ -1,4 +1,4 @@
-// File: examples/common/flags.h
+// File: training/flags.h
 // Command-line flags shared by the example trainers, and their main().
 //
 // Every value is parsed as a whole token with a range check: "--epochs 1x",
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 
-namespace loom::examples {
+namespace loom::training {
 
 struct ParsedFlags {
   TrainConfig config;
@@ -28,6 +28,10 @@ struct ParsedFlags {
 // flag, the value and what is accepted.
 ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaults);
 
+// The zoo's models (models/registry.h) that train on `dataset` ("mnist" or
+// "cifar10"), comma-separated: what --model accepts.
+std::string models_for(const std::string& dataset);
+
 // Makes the relative paths of --data, --save, --resume, --metrics and --plot
 // relative to `working_directory` (null or "": unchanged). train_main passes
 // BUILD_WORKING_DIRECTORY, the user's directory under `bazel run`.
@@ -40,4 +44,4 @@ void resolve_user_paths(TrainConfig& config, const char* working_directory);
 // blocks (core/ops/fusion_report.h). Nothing escapes it.
 int train_main(int argc, char** argv, TrainConfig defaults, const char* usage);
 
-}  // namespace loom::examples
+}  // namespace loom::training

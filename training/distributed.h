@@ -1,4 +1,4 @@
-// File: examples/common/distributed.h
+// File: training/distributed.h
 // The trainers' data-parallel mode (--distributed): one rank per GPU under
 // mpirun, each training on its DistributedSampler shard of every epoch with
 // the per-rank batch size, so the global batch is ranks x batch. Rank 0 alone
@@ -14,9 +14,9 @@
 #include "data/dataset.h"
 #include "dist/ddp.h"
 #include "dist/process_group.h"
-#include "examples/common/trainer.h"
+#include "training/trainer.h"
 
-namespace loom::examples {
+namespace loom::training {
 
 // Joins the MPI job: an NCCL group on cuda:<local rank> when config.device is
 // CUDA, an MPI group on the CPU otherwise.
@@ -35,4 +35,4 @@ data::Dataset epoch_shard(const data::Dataset& train, const TrainConfig& config,
 // (MPI_Abort) at once, instead of leaving the others to time out.
 TrainResult run_or_abort(const dist::ProcessGroup& group, const std::function<TrainResult()>& train);
 
-}  // namespace loom::examples
+}  // namespace loom::training

@@ -1,9 +1,11 @@
-// File: examples/common/flags.cc
+// File: training/flags.cc
 // Whole-token flag parsing with range checks, and the trainers' main().
-#include "examples/common/flags.h"
+#include "training/flags.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -19,12 +21,22 @@
 
 #include "core/error.h"
 #include "core/ops/fusion_report.h"
-#include "examples/common/user_path.h"
+#include "core/shape.h"
+#include "models/registry.h"
+#include "training/user_path.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/plan_cache.h"
 #endif
 
-namespace loom::examples {
+namespace loom::training {
+
+std::string models_for(const std::string& dataset) {
+  std::vector<std::string> names;
+  for (const models::ZooModel& row : models::zoo()) {
+    if (row.dataset == dataset) names.push_back(row.name);
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
 
 namespace {
 
@@ -154,18 +166,25 @@ void check_name(const std::string& flag, const std::string& value,
   throw ValueError(fmt::format("{}: unknown value '{}' ({})", flag, value, listed));
 }
 
+// A model of the zoo's registry whose data set is the trainer's.
+void check_model(const TrainConfig& c) {
+  const std::vector<std::string> names = models::zoo_names();
+  LOOM_CHECK(std::find(names.begin(), names.end(), c.model) != names.end(), ValueError,
+             "--model: unknown value '{}' ({} takes {})", c.model, c.dataset, models_for(c.dataset));
+  const models::ZooModel& row = models::zoo_model(c.model);
+  LOOM_CHECK(row.dataset == c.dataset, ValueError, "--model {} does not fit {}: it takes {} images ({}); {} takes {}",
+             c.model, c.dataset == "cifar10" ? "CIFAR-10" : "MNIST-format data", shape_str(row.input), row.dataset,
+             c.dataset, models_for(c.dataset));
+}
+
 // The checks that need no data, so that a wrong flag is a usage error (exit 2)
 // at once instead of a failure after the data has been loaded.
 void check_usage(const TrainConfig& c) {
-  check_name("--model", c.model, {"mnist_net", "lenet5", "resnet9"});
   check_name("--optimizer", c.optimizer, {"adam", "adamw", "sgd"});
   check_name("--schedule", c.schedule, {"none", "step", "cosine", "onecycle"});
   check_name("--precision", c.precision, {"tf32", "strict", "bf16"});
   const bool cifar = c.dataset == "cifar10";
-  LOOM_CHECK(cifar == (c.model == "resnet9"), ValueError,
-             "--model {} does not fit {}: {}", c.model, cifar ? "CIFAR-10" : "MNIST-format data",
-             cifar ? "this trainer's data are 3x32x32 images, for resnet9"
-                   : "mnist_net and lenet5 take 1x28x28 images (resnet9 is for CIFAR-10: examples/cifar)");
+  check_model(c);
   // The CPU has no bf16 autocast: accepting the flag would report a precision
   // that does not run.
   LOOM_CHECK(c.precision != "bf16" || c.device.is_cuda(), ValueError,
@@ -226,7 +245,7 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
     return 1;
   }
   if (flags.help) {
-    std::printf("%s", usage);
+    std::printf("%sModels for --model (models/registry.h): %s\n", usage, models_for(flags.config.dataset).c_str());
     return 0;
   }
   // Everything after the flags is inside the try: --explain's cache dump can
@@ -264,4 +283,4 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
   return 0;
 }
 
-}  // namespace loom::examples
+}  // namespace loom::training

@@ -1,7 +1,7 @@
-// File: tests/examples/common/flags_test.cc
+// File: tests/training/flags_test.cc
 // The trainers' flag parser: whole tokens, range checks, known metrics
 // formats; and train_main's exit codes when training fails, out of memory included.
-#include "examples/common/flags.h"
+#include "training/flags.h"
 
 #include <doctest/doctest.h>
 
@@ -11,11 +11,11 @@
 #include "tests/testing.h"
 
 using namespace loom;
-using examples::parse_flags;
+using training::parse_flags;
 
 namespace {
 
-examples::TrainConfig parse(const std::vector<std::string>& args) {
+training::TrainConfig parse(const std::vector<std::string>& args) {
   return parse_flags(args, {}).config;
 }
 
@@ -56,8 +56,8 @@ TEST_CASE("metrics files must be CSV or JSONL by name; unknown flags and missing
   CHECK_THROWS_WITH_FRAGMENT(parse({"--epoch", "2"}), ValueError, "unknown argument '--epoch'");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--epochs"}), ValueError, "--epochs needs a value");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--device", "tpu"}), ValueError, "unknown device 'tpu'");
-  examples::TrainConfig c{.device = Device::cpu(), .metrics = "run.txt", .progress = false};
-  CHECK_THROWS_WITH_FRAGMENT(examples::train(c), ValueError, "must end in .csv or .jsonl");
+  training::TrainConfig c{.device = Device::cpu(), .metrics = "run.txt", .progress = false};
+  CHECK_THROWS_WITH_FRAGMENT(training::train(c), ValueError, "must end in .csv or .jsonl");
 }
 
 TEST_CASE("switches: help stops parsing, the non-finite-loss opt-out, graphs off") {
@@ -72,7 +72,7 @@ TEST_CASE("train_main returns exit codes instead of dying: usage 2, failures 1, 
     args.insert(args.begin(), "train");
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
-    return examples::train_main(static_cast<int>(argv.size()), argv.data(), {.progress = false},
+    return training::train_main(static_cast<int>(argv.size()), argv.data(), {.progress = false},
                                 "usage\n");
   };
   CHECK(run({"--epochs", "1x"}) == 2);
@@ -90,9 +90,12 @@ TEST_CASE("--flag=value is --flag value, -h is --help; name checks need no data"
   CHECK(parse_flags({"-h"}, {}).help);
   CHECK_THROWS_WITH_FRAGMENT(parse({"--epochs="}), ValueError, "got ''");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--no-fuse=1"}), ValueError, "--no-fuse takes no value");
-  CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "vgg"}), ValueError, "--model: unknown value 'vgg'");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "vgg"}), ValueError,
+                             "--model: unknown value 'vgg' (mnist takes lenet5, mnist_net, vit_tiny)");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "resnet9"}), ValueError,
-                             "--model resnet9 does not fit MNIST-format data");
+                             "--model resnet9 does not fit MNIST-format data: it takes (3, 32, 32) images (cifar10)");
+  CHECK(parse({"--model", "vit_tiny"}).model == "vit_tiny");  // any zoo model of MNIST's size
+  CHECK(training::models_for("cifar10").find("resnet20") != std::string::npos);
   CHECK_THROWS_WITH_FRAGMENT(parse({"--device", "cpu", "--precision", "bf16"}), ValueError,
                              "--precision bf16 needs a GPU");
   CHECK_THROWS_WITH_FRAGMENT(parse_flags({}, {.dataset = "cifar10", .data = "", .model = "resnet9"}),
@@ -109,19 +112,19 @@ TEST_CASE("--plot takes a .png; --detect-anomaly is a switch") {
 }
 
 TEST_CASE("relative paths resolve against the user's directory (bazel run's BUILD_WORKING_DIRECTORY)") {
-  examples::TrainConfig c = parse({"--data", "fashion", "--save", "out/ck", "--resume", "/abs/ck",
+  training::TrainConfig c = parse({"--data", "fashion", "--save", "out/ck", "--resume", "/abs/ck",
                                    "--metrics", "m.csv", "--plot", "p.png"});
-  examples::resolve_user_paths(c, "/home/user/work");
+  training::resolve_user_paths(c, "/home/user/work");
   CHECK(c.data == "/home/user/work/fashion");
   CHECK(c.save == "/home/user/work/out/ck");
   CHECK(c.resume == "/abs/ck");  // absolute paths stay
   CHECK(c.metrics == "/home/user/work/m.csv");
   CHECK(c.plot == "/home/user/work/p.png");
 
-  examples::TrainConfig unset = parse({"--metrics", "m.csv"});
-  examples::resolve_user_paths(unset, nullptr);  // not under bazel run
+  training::TrainConfig unset = parse({"--metrics", "m.csv"});
+  training::resolve_user_paths(unset, nullptr);  // not under bazel run
   CHECK(unset.metrics == "m.csv");
   CHECK(unset.save.empty());  // an unset path stays unset
-  examples::resolve_user_paths(unset, "/w");
+  training::resolve_user_paths(unset, "/w");
   CHECK(unset.save.empty());
 }

@@ -1,9 +1,9 @@
-// File: tests/examples/common/epoch_tally_test.cc
+// File: tests/training/epoch_tally_test.cc
 // The trainer's epoch tally: the loss is the mean over every image of every
 // batch (weighted by batch size, non-finite losses left out), the accuracy
 // counts every prediction, and reads in slices add up to one read at the end.
 // B batch, K = 3 classes.
-#include "examples/common/epoch_tally.h"
+#include "training/epoch_tally.h"
 
 #include <doctest/doctest.h>
 
@@ -31,7 +31,7 @@ Tensor labels(const std::vector<double>& values) {
   return tensor(values, {static_cast<int64_t>(values.size())}, {.dtype = DType::Int64});
 }
 
-void add_batches(examples::EpochTally& tally, double third_loss) {
+void add_batches(training::EpochTally& tally, double third_loss) {
   tally.add(full({}, 2.0), logits_for({0, 1, 2, 0}), labels({0, 1, 1, 1}));  // 2 of 4 right
   tally.add(full({}, 1.0), logits_for({2, 2}), labels({2, 2}));              // 2 of 2 right
   tally.add(full({}, third_loss), logits_for({1}), labels({0}));             // 0 of 1 right
@@ -40,7 +40,7 @@ void add_batches(examples::EpochTally& tally, double third_loss) {
 }  // namespace
 
 TEST_CASE("the tally's loss is weighted by batch size and its accuracy counts every image") {
-  examples::EpochTally tally(3, 4, Device::cpu());
+  training::EpochTally tally(3, 4, Device::cpu());
   add_batches(tally, 4.0);
   tally.read();
   CHECK(tally.mean_loss() == doctest::Approx((2.0 * 4 + 1.0 * 2 + 4.0 * 1) / 7));
@@ -48,7 +48,7 @@ TEST_CASE("the tally's loss is weighted by batch size and its accuracy counts ev
 }
 
 TEST_CASE("a non-finite loss (a skipped step) is left out of the mean, not its predictions") {
-  examples::EpochTally tally(3, 4, Device::cpu());
+  training::EpochTally tally(3, 4, Device::cpu());
   add_batches(tally, std::numeric_limits<double>::quiet_NaN());
   tally.read();
   CHECK(tally.mean_loss() == doctest::Approx((2.0 * 4 + 1.0 * 2) / 6));
@@ -56,7 +56,7 @@ TEST_CASE("a non-finite loss (a skipped step) is left out of the mean, not its p
 }
 
 TEST_CASE("reads in slices give what one read at the end gives; nothing read yet is NaN loss") {
-  examples::EpochTally tally(3, 4, Device::cpu());
+  training::EpochTally tally(3, 4, Device::cpu());
   CHECK(std::isnan(tally.mean_loss()));
   CHECK(tally.accuracy() == 0);
   tally.add(full({}, 2.0), logits_for({0, 1, 2, 0}), labels({0, 1, 1, 1}));
@@ -72,7 +72,7 @@ TEST_CASE("reads in slices give what one read at the end gives; nothing read yet
 }
 
 TEST_CASE("a batch beyond the room given is an error that says so") {
-  examples::EpochTally tally(1, 2, Device::cpu());
+  training::EpochTally tally(1, 2, Device::cpu());
   tally.add(full({}, 1.0), logits_for({0, 1}), labels({0, 1}));
   CHECK_THROWS_WITH_FRAGMENT(tally.add(full({}, 1.0), logits_for({0}), labels({0})), ValueError,
                              "room for 1 batches and 2 images");

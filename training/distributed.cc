@@ -1,12 +1,12 @@
-// File: examples/common/distributed.cc
-#include "examples/common/distributed.h"
+// File: training/distributed.cc
+#include "training/distributed.h"
 
 #include <cstdio>
 
 #include "core/error.h"
 #include "data/distributed_sampler.h"
 
-namespace loom::examples {
+namespace loom::training {
 
 std::shared_ptr<dist::ProcessGroup> join_job(const TrainConfig& config) {
   dist::ProcessGroupOptions options;
@@ -52,4 +52,4 @@ TrainResult run_or_abort(const dist::ProcessGroup& group, const std::function<Tr
   }
 }
 
-}  // namespace loom::examples
+}  // namespace loom::training

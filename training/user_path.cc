@@ -1,10 +1,10 @@
-// File: examples/common/user_path.cc
-#include "examples/common/user_path.h"
+// File: training/user_path.cc
+#include "training/user_path.h"
 
 #include <cstdlib>
 #include <filesystem>
 
-namespace loom::examples {
+namespace loom::training {
 
 std::string user_path(const std::string& path, const char* working_directory) {
   if (path.empty() || working_directory == nullptr || *working_directory == '\0') return path;
@@ -16,4 +16,4 @@ std::string user_path(const std::string& path) {
   return user_path(path, std::getenv("BUILD_WORKING_DIRECTORY"));
 }
 
-}  // namespace loom::examples
+}  // namespace loom::training

@@ -1,5 +1,5 @@
-// File: examples/common/epoch_tally.cc
-#include "examples/common/epoch_tally.h"
+// File: training/epoch_tally.cc
+#include "training/epoch_tally.h"
 
 #include <cmath>
 
@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/ops/ops.h"
 
-namespace loom::examples {
+namespace loom::training {
 
 EpochTally::EpochTally(int64_t batches, int64_t batch_size, Device device)
     : losses_(zeros({batches}, {.dtype = DType::Float32, .device = device})),
@@ -55,4 +55,4 @@ double EpochTally::accuracy() const {
   return read_images_ > 0 ? static_cast<double>(correct_) / static_cast<double>(read_images_) : 0;
 }
 
-}  // namespace loom::examples
+}  // namespace loom::training

@@ -1,12 +1,12 @@
-// File: examples/common/trainer.h
-// The training loop behind both example trainers (examples/mnist, examples/cifar)
-// as a library: each binary parses its flags into a TrainConfig and calls
-// train(); tests run short trainings through the same code.
-//
-//   loom::examples::TrainResult r = loom::examples::train({.epochs = 1, .limit = 2000});
+// File: training/config.h
+// What a training run is: TrainConfig (every flag of the example trainers),
+// what it returns (EpochResult, TrainResult), the precision scope it runs
+// under, and the flags that decide what it computes as text (for checkpoints
+// and metrics files). training/trainer.h runs it.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autocast.h"
@@ -14,7 +14,7 @@
 #include "core/numerics.h"
 #include "core/state_dict.h"
 
-namespace loom::examples {
+namespace loom::training {
 
 inline constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
 
@@ -22,7 +22,7 @@ struct TrainConfig {
   std::string dataset = "mnist";     // "mnist" (any MNIST-format IDX folder) or "cifar10"
   std::string data = kFashionMnist;  // the folder; unused with synthetic_images
   int64_t synthetic_images = 0;      // > 0: train on generated data of the dataset's shape
-  std::string model = "mnist_net";   // mnist_net, lenet5 or resnet9
+  std::string model = "mnist_net";   // a zoo model (models/registry.h) of the dataset's image size
   int epochs = 5;
   int64_t batch_size = 128;
   std::string optimizer = "adam";    // adam, adamw, sgd
@@ -49,7 +49,7 @@ struct TrainConfig {
   std::string plot = {};             // a PNG of the training curves, drawn at the end (tools/plot_metrics.py)
   bool progress = true;              // progress on stderr: redrawn on a terminal, a line per 10% otherwise
   bool detect_anomaly = false;       // AnomalyGuard over training: the first op making NaN/inf throws
-  bool distributed = false;          // data-parallel under mpirun (examples/common/distributed.h)
+  bool distributed = false;          // data-parallel under mpirun (training/distributed.h)
   bool stop_on_nonfinite_loss = true;  // false: skip steps whose loss is NaN/inf and go on
 };
 
@@ -71,27 +71,6 @@ struct TrainResult {
   std::vector<std::string> warnings;  // also printed: flags that changed since the resumed checkpoint
 };
 
-// Throws loom::Error: ValueError for a bad config, IoError for bad data files,
-// an unusable --save path or a --plot without its tool (both checked before
-// training starts), OutOfMemoryError, and NonFiniteError for a NaN/inf loss
-// unless stop_on_nonfinite_loss is off (or, under detect_anomaly, for the
-// first op whose forward or backward makes one).
-// A checkpoint stores the flags that decide what the run computes; resuming
-// with different ones warns about each (the new values win).
-TrainResult train(const TrainConfig& config);
-
-// True for the metrics file names train() writes: *.csv or *.jsonl. Each row
-// is one epoch of one run: run_id (UTC start time and process id), epoch,
-// train_loss, train_accuracy, test_loss, test_accuracy, images_per_second, seconds (the
-// epoch's training time), elapsed_seconds (since the run began) and flags
-// (the flags that decide what the run computes, as a command line). A CSV
-// file's first line names the columns; runs append to it.
-bool metrics_format_known(const std::string& path);
-
-// The plot tool (tools/plot_metrics.py in the program's runfiles), or "" when
-// it is not there.
-std::string plot_tool_path();
-
 // The numerics of a precision name for the scope's lifetime: "tf32" (PyTorch's
 // default for convolutions), "strict" (IEEE fp32) or "bf16" (mixed precision:
 // autocast on the GPU, bf16 activations and fp32 weights; the CPU computes in
@@ -105,4 +84,15 @@ class PrecisionScope {
   AutocastGuard autocast_;
 };
 
-}  // namespace loom::examples
+// The flags that decide what a run computes (not where or how fast), as a
+// checkpoint stores them: {"--model", "resnet9"}, ... and {"dataset", "cifar10"}.
+std::vector<std::pair<std::string, std::string>> run_flags(const TrainConfig& c);
+
+// Those flags and the device as a command line: the metrics file's flags column.
+std::string flags_text(const TrainConfig& c);
+
+// The precision that runs: on the CPU every name computes in IEEE fp32
+// ("fp32 (the CPU has no tf32)").
+std::string precision_shown(const TrainConfig& c);
+
+}  // namespace loom::training

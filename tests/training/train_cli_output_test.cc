@@ -1,4 +1,4 @@
-// File: tests/examples/common/train_cli_output_test.cc
+// File: tests/training/train_cli_output_test.cc
 // What the trainers write, run as a user runs them: progress in a log file,
 // paths under `bazel run`, metrics rows (run id, flags, elapsed time) that
 // appends keep parseable, --detect-anomaly's message, and --plot (its check
