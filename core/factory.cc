@@ -12,6 +12,7 @@
 #include "core/generator.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
+#include "core/trace.h"
 
 namespace loom {
 
@@ -91,7 +92,10 @@ Tensor empty(const Shape& sizes, TensorOptions options) {
   return finish(Tensor(std::move(impl)), options, "empty");
 }
 
+// Factories record nothing: what they make reaches a trace as a constant. Their
+// scope keeps the fill inside them from reading as an in-place op of the forward.
 Tensor full(const Shape& sizes, double value, TensorOptions options) {
+  trace::OpScope trace("full");
   TensorOptions dense = options;
   dense.requires_grad = false;
   Tensor t = empty(sizes, dense);
@@ -108,8 +112,15 @@ Tensor empty_like(const Tensor& like) {
                               .memory_format = like.suggest_memory_format()});
 }
 
-Tensor zeros_like(const Tensor& like) { return empty_like(like).fill_(0.0); }
-Tensor ones_like(const Tensor& like) { return empty_like(like).fill_(1.0); }
+Tensor zeros_like(const Tensor& like) {
+  trace::OpScope trace("zeros_like");
+  return empty_like(like).fill_(0.0);
+}
+
+Tensor ones_like(const Tensor& like) {
+  trace::OpScope trace("ones_like");
+  return empty_like(like).fill_(1.0);
+}
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
   LOOM_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),

@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/cpu/copy.h"
 #include "core/error.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/runtime.h"
 #endif
@@ -220,14 +221,17 @@ Tensor Tensor::contiguous(MemoryFormat format) const {
 }
 
 Tensor Tensor::clone(MemoryFormat format) const {
+  trace::OpScope trace("clone");
   Tensor out = empty_with_layout(*this, format, dtype(), device());
   copy_values(out, *this);
   if (needs_grad({*this})) record("clone", {*this}, out, pass_through);
+  if (trace.recording()) trace.record({*this}, out);
   return out;
 }
 
 Tensor Tensor::to(Device target) const {
   if (target == device()) return *this;
+  trace::OpScope trace("to_device");
   Tensor out = empty_with_layout(*this, MemoryFormat::Preserve, dtype(), target);
   copy_values(out, *this);
   Device source = device();
@@ -236,14 +240,17 @@ Tensor Tensor::to(Device target) const {
       return std::vector<Tensor>{dy.to(source)};
     });
   }
+  if (trace.recording()) trace.record({*this}, out, {{"device", target.str()}});
   return out;
 }
 
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
+  trace::OpScope trace("to_dtype");
   Tensor out = empty_with_layout(*this, MemoryFormat::Preserve, target, device());
   copy_values(out, *this);
   if (is_floating(target) && needs_grad({*this})) record_cast(*this, out);
+  if (trace.recording()) trace.record({*this}, out, {{"dtype", std::string(dtype_name(target))}});
   return out;
 }
 
@@ -335,6 +342,8 @@ void copy_all(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
 // --- in place ---------------------------------------------------------------------
 
 Tensor& Tensor::fill_(double value) {
+  trace::OpScope trace("fill_");
+  if (trace.recording()) trace.record({*this}, std::vector<Tensor>{});  // the exporter refuses in-place ops
   check_inplace(*this, "fill_");
   if (device().is_cpu()) {
     cpu::fill(strided(), value);
@@ -354,6 +363,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
              "[copy_] source of shape {} cannot be broadcast to the destination's shape {}",
              shape_str(src.sizes()), shape_str(sizes()));
   check_inplace(*this, "copy_");
+  trace::OpScope trace("copy_");
+  if (trace.recording()) trace.record({*this, src}, std::vector<Tensor>{});
   copy_values(*this, src.detach().expand(sizes()));
   return *this;
 }

@@ -11,6 +11,7 @@
 #endif
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/trace.h"
 
 namespace loom {
 
@@ -109,6 +110,7 @@ Tensor sum_to_sizes(const Tensor& dy, const Shape& sizes) {
 }  // namespace
 
 Tensor Tensor::view(Shape new_sizes) const {
+  trace::OpScope trace("reshape");
   new_sizes = infer_sizes(std::move(new_sizes), numel(), sizes(), "view");
   std::optional<Shape> new_strides = view_strides(sizes(), strides(), new_sizes);
   LOOM_CHECK(new_strides.has_value(), ShapeError,
@@ -117,16 +119,20 @@ Tensor Tensor::view(Shape new_sizes) const {
              shape_str(sizes()), shape_str(strides()), shape_str(new_sizes));
   Tensor out = make_view(new_sizes, *new_strides, storage_offset());
   record_reshape_back(*this, out, "view");
+  if (trace.recording()) trace.record({*this}, out, {{"shape", out.sizes()}});
   return out;
 }
 
 Tensor Tensor::reshape(Shape new_sizes) const {
+  trace::OpScope trace("reshape");
   new_sizes = infer_sizes(std::move(new_sizes), numel(), sizes(), "reshape");
-  if (view_strides(sizes(), strides(), new_sizes)) return view(new_sizes);
-  return contiguous().view(new_sizes);
+  Tensor out = view_strides(sizes(), strides(), new_sizes) ? view(new_sizes) : contiguous().view(new_sizes);
+  if (trace.recording()) trace.record({*this}, out, {{"shape", out.sizes()}});
+  return out;
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
+  trace::OpScope trace("permute");
   LOOM_CHECK(static_cast<int64_t>(dims.size()) == dim(), ValueError,
              "[permute] got {} dims {} for a tensor of shape {}", dims.size(), shape_str(dims),
              shape_str(sizes()));
@@ -143,6 +149,11 @@ Tensor Tensor::permute(const Shape& dims) const {
     record("permute", {*this}, out, [inverse](const Tensor& dy) {
       return std::vector<Tensor>{dy.permute(inverse)};
     });
+  }
+  if (trace.recording()) {
+    Shape order(dim());
+    for (int64_t i = 0; i < dim(); ++i) order[inverse[i]] = i;
+    trace.record({*this}, out, {{"dims", order}});
   }
   return out;
 }
@@ -166,6 +177,7 @@ Tensor Tensor::t() const {
 }
 
 Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) const {
+  trace::OpScope trace("slice");
   int64_t d = checked_dim(*this, dim_, "slice");
   LOOM_CHECK(step > 0, ValueError, "[slice] step must be positive, got {}", step);
   int64_t size = sizes()[d];
@@ -179,6 +191,9 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   record_scatter_back(*this, out, "slice", [d, start, end, step](const Tensor& dx) {
     return dx.slice(d, start, end, step);
   });
+  if (trace.recording()) {
+    trace.record({*this}, out, {{"dim", d}, {"start", start}, {"end", end}, {"step", step}});
+  }
   return out;
 }
 
@@ -193,6 +208,7 @@ Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t dim_, int64_t index) const {
+  trace::OpScope trace("select");
   int64_t d = checked_dim(*this, dim_, "select");
   int64_t size = sizes()[d];
   LOOM_CHECK(index >= -size && index < size, IndexError,
@@ -206,10 +222,12 @@ Tensor Tensor::select(int64_t dim_, int64_t index) const {
   record_scatter_back(*this, out, "select", [d, index](const Tensor& dx) {
     return dx.select(d, index);
   });
+  if (trace.recording()) trace.record({*this}, out, {{"dim", d}, {"index", index}});
   return out;
 }
 
 Tensor Tensor::expand(const Shape& new_sizes_in) const {
+  trace::OpScope trace("expand");
   LOOM_CHECK(new_sizes_in.size() >= sizes().size(), ShapeError,
              "[expand] cannot expand shape {} to {} with fewer dims", shape_str(sizes()),
              shape_str(new_sizes_in));
@@ -236,6 +254,7 @@ Tensor Tensor::expand(const Shape& new_sizes_in) const {
       return std::vector<Tensor>{sum_to_sizes(dy, sizes_in)};
     });
   }
+  if (trace.recording()) trace.record({*this}, out, {{"shape", out.sizes()}});
   return out;
 }
 
@@ -257,6 +276,7 @@ Tensor Tensor::squeeze(int64_t dim_) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t dim_) const {
+  trace::OpScope trace("unsqueeze");
   int64_t d = normalize_dim(dim_, dim() + 1, "unsqueeze");
   Shape new_sizes = sizes(), new_strides = strides();
   int64_t stride = d < dim() ? sizes()[d] * strides()[d] : 1;
@@ -264,6 +284,7 @@ Tensor Tensor::unsqueeze(int64_t dim_) const {
   new_strides.insert(new_strides.begin() + d, stride);
   Tensor out = make_view(new_sizes, new_strides, storage_offset());
   record_reshape_back(*this, out, "unsqueeze");
+  if (trace.recording()) trace.record({*this}, out, {{"dim", d}});
   return out;
 }
 

@@ -254,6 +254,8 @@ class RunningGuard {
 Tensor Module::tracked_call(const Tensor& x) {
   const std::string name = path_in_parent(running.module, this);
   RunningGuard guard(this, name.empty() ? running.path : join_name(running.path, name));
+  std::optional<trace::ModuleScope> traced;
+  if (trace::active()) traced.emplace(running.path);
   std::optional<AnomalyModuleScope> anomaly;
   if (anomaly_mode_enabled()) {
     anomaly.emplace(running.path.empty() ? "the root module (" + type_name() + ")"

@@ -61,6 +61,7 @@
 #include "core/shape.h"
 #include "core/state_dict.h"
 #include "core/tensor.h"
+#include "core/trace.h"
 
 namespace loom::nn {
 
@@ -79,9 +80,10 @@ class Module {
   virtual Tensor forward(const Tensor& x);
   // Calls forward. In profile mode (core/profiler.h) a leaf module times its
   // forward into the row "<dotted path> <type>", e.g. "3.a.0 Conv2d"; in
-  // anomaly mode (core/anomaly.h) the ops it records are named by that path.
+  // anomaly mode (core/anomaly.h) the ops it records are named by that path, and
+  // so are the ops a trace records (core/trace.h, Op::module).
   Tensor operator()(const Tensor& x) {
-    return Profiler::enabled() || anomaly_mode_enabled() ? tracked_call(x) : forward(x);
+    return Profiler::enabled() || anomaly_mode_enabled() || trace::active() ? tracked_call(x) : forward(x);
   }
 
   // --- what the module holds, recursively, in registration order ---------------

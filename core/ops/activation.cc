@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/pointwise.h"
 #endif
@@ -65,6 +66,7 @@ cpu::ActivationParameters activation_parameters(ActivationKind kind, const std::
 
 Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double>& given) {
   const cpu::ActivationInfo& row = cpu::activation_info(kind);
+  trace::OpScope trace(row.name);
   check_float_tensor(x, row.name);
   const cpu::ActivationParameters parameters = activation_parameters(kind, given, row.name);
   Tensor y = empty_like(x);
@@ -81,6 +83,9 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
       }
       return std::vector<Tensor>{dx};
     }, {saved});
+  }
+  if (trace.recording()) {
+    trace.record({x}, y, {{"parameters", std::vector<double>(parameters.begin(), parameters.end())}});
   }
   return y;
 }

@@ -15,10 +15,12 @@
 #include "core/error.h"
 #include "core/ops/conv_internal.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 
 namespace loom {
 
 using conv_detail::check_conv2d_args;
+using conv_detail::conv_attributes;
 using conv_detail::conv_params;
 using conv_detail::dgrad_kernel;
 using conv_detail::forward_kernel;
@@ -117,6 +119,7 @@ void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias,
 // backward returns each gradient in its operand's own dtype.
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
               Conv2dOptions options) {
+  trace::OpScope trace("conv2d");
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   check_conv2d_args(x, weight, bias, options);
@@ -157,6 +160,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
            },
            {saved_x, saved_w});
   }
+  if (trace.recording()) trace.record({x_in, weight_in, bias_in}, y, conv_attributes(options));
   return y;
 }
 

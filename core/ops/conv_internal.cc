@@ -47,6 +47,13 @@ cpu::ConvParams conv_params(const Conv2dOptions& o) {
           .groups = o.groups};
 }
 
+std::vector<trace::Attribute> conv_attributes(const Conv2dOptions& o) {
+  return {{"stride", std::vector<int64_t>{o.stride.h, o.stride.w}},
+          {"padding", std::vector<int64_t>{o.padding.h, o.padding.w}},
+          {"dilation", std::vector<int64_t>{o.dilation.h, o.dilation.w}},
+          {"groups", o.groups}};
+}
+
 MemoryFormat output_format(const Tensor& x, const Tensor& w) {
   bool channels_last = x.suggest_memory_format() == MemoryFormat::ChannelsLast ||
                        w.suggest_memory_format() == MemoryFormat::ChannelsLast ||

@@ -9,10 +9,14 @@
 #include "core/cpu/conv.h"
 #include "core/ops/conv.h"
 #include "core/tensor.h"
+#include "core/trace.h"
 
 namespace loom::conv_detail {
 
 cpu::ConvParams conv_params(const Conv2dOptions& o);
+
+// What a trace records of a conv2d: stride, padding, dilation (each [h, w]) and groups.
+std::vector<trace::Attribute> conv_attributes(const Conv2dOptions& o);
 
 // The layer's settings that Conv2dOptions and ConvTranspose2dOptions carry for
 // nn::Conv2d and nn::ConvTranspose2d. A functional op takes its bias as a

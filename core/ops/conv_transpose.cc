@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/ops/conv_internal.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 
 namespace loom {
 
@@ -113,6 +114,7 @@ Conv2dOptions as_conv(const ConvTranspose2dOptions& o) {
 
 Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                         ConvTranspose2dOptions options) {
+  trace::OpScope trace("conv_transpose2d");
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   check_args(x, weight, bias, options);
@@ -151,7 +153,13 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tenso
            },
            {saved_x, saved_w});
   }
-  return bias.defined() ? y + bias.view({1, -1, 1, 1}) : y;
+  Tensor out = bias.defined() ? y + bias.view({1, -1, 1, 1}) : y;
+  if (trace.recording()) {
+    std::vector<trace::Attribute> attributes = conv_detail::conv_attributes(as_conv(options));
+    attributes.push_back({"output_padding", std::vector<int64_t>{options.output_padding.h, options.output_padding.w}});
+    trace.record({x_in, weight_in, bias_in}, out, std::move(attributes));
+  }
+  return out;
 }
 
 }  // namespace loom

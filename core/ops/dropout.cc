@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/random.h"
 #endif
@@ -49,7 +50,9 @@ Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generat
 
 }  // namespace
 
+// In evaluation (or with p = 0) both return x itself, which a trace does not record.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  trace::OpScope trace("dropout");
   check_float_tensor(x, "dropout");
   LOOM_CHECK(p >= 0.0 && p <= 1.0, ValueError,
              "[dropout] probability p must be in [0, 1], got {}", p);
@@ -68,10 +71,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
       return std::vector<Tensor>{dx};
     }, {mask});
   }
+  if (trace.recording()) trace.record({x}, y, {{"p", p}, {"training", int64_t{1}}});
   return y;
 }
 
 Tensor dropout2d(const Tensor& x, double p, bool training, Generator* generator) {
+  trace::OpScope trace("dropout2d");
   check_float_tensor(x, "dropout2d");
   LOOM_CHECK(x.dim() == 4, ShapeError,
              "[dropout2d] x must be (N, C, H, W), got shape {}; for one image (C, H, W) use "
@@ -96,6 +101,7 @@ Tensor dropout2d(const Tensor& x, double p, bool training, Generator* generator)
       return std::vector<Tensor>{dx};
     }, {mask});
   }
+  if (trace.recording()) trace.record({x}, y, {{"p", p}, {"training", int64_t{1}}});
   return y;
 }
 

@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
 #include "core/ops/dispatch.h"
+#include "core/trace.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/counter.h"
@@ -148,8 +149,19 @@ Tensor add_scaled_op(const Tensor& a_in, const Tensor& b_in, double alpha, const
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_scaled_op(a, b, alpha, "add"); }
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_scaled_op(a, b, -alpha, "sub"); }
+Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  trace::OpScope trace("add");
+  Tensor out = add_scaled_op(a, b, alpha, "add");
+  if (trace.recording()) trace.record({a, b}, out, {{"alpha", alpha}});
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  trace::OpScope trace("sub");
+  Tensor out = add_scaled_op(a, b, -alpha, "sub");
+  if (trace.recording()) trace.record({a, b}, out, {{"alpha", alpha}});
+  return out;
+}
 
 namespace {
 
@@ -170,7 +182,12 @@ bool both_masks(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
-  if (both_masks(a_in, b_in)) return logical_and(a_in, b_in);
+  trace::OpScope trace("mul");
+  if (both_masks(a_in, b_in)) {
+    Tensor out = logical_and(a_in, b_in);
+    if (trace.recording()) trace.record({a_in, b_in}, out);
+    return out;
+  }
   const auto unmasked = unmask_operands(a_in, b_in);
   const auto operands = promote_binary(unmasked.first, unmasked.second, "mul");
   const Tensor &a = operands.first, &b = operands.second;
@@ -182,10 +199,12 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
                                  need_b ? reduce_grad(mul(dy, a), b) : Tensor()};
     }, {need_a ? b : Tensor(), need_b ? a : Tensor()});
   }
+  if (trace.recording()) trace.record({a_in, b_in}, out);
   return out;
 }
 
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  trace::OpScope trace("div");
   const auto operands = promote_binary(a_in, b_in, "div");
   const Tensor &a = operands.first, &b = operands.second;
   Tensor out = binary_values(a, b, BinaryOp::Div, "div");
@@ -196,10 +215,12 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
       return std::vector<Tensor>{da, db};
     }, {a, b});
   }
+  if (trace.recording()) trace.record({a_in, b_in}, out);
   return out;
 }
 
 Tensor pow(const Tensor& x, const Tensor& exponent) {
+  trace::OpScope trace("pow");
   check_cpu(x, "pow");  // its masked backward kernel exists on the CPU only
   check_operand(x, "pow");
   check_operand(exponent, "pow");
@@ -213,51 +234,63 @@ Tensor pow(const Tensor& x, const Tensor& exponent) {
       return std::vector<Tensor>{reduce_grad(dx, x), reduce_grad(de, exponent)};
     }, {x, exponent, out});
   }
+  if (trace.recording()) trace.record({x, exponent}, out);
   return out;
 }
 
 // --- with a scalar ------------------------------------------------------------------
 
 Tensor add(const Tensor& a, double b) {
+  trace::OpScope trace("add_scalar");
   Tensor out = scalar_values(a, b, BinaryOp::Add, "add");
   if (needs_grad({a})) record("add_scalar", {a}, out, [](const Tensor& dy) { return std::vector<Tensor>{dy}; });
+  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
   return out;
 }
 
 Tensor sub(const Tensor& a, double b) { return add(a, -b); }
 
 Tensor mul(const Tensor& a_in, double b) {
+  trace::OpScope trace("mul_scalar");
   // A mask times a number is float32, as in PyTorch (its default dtype).
   const Tensor a = a_in.defined() && a_in.dtype() == DType::Bool ? a_in.to(DType::Float32) : a_in;
   Tensor out = scalar_values(a, b, BinaryOp::Mul, "mul");
   if (needs_grad({a})) record("mul_scalar", {a}, out, [b](const Tensor& dy) { return std::vector<Tensor>{mul(dy, b)}; });
+  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
   return out;
 }
 
 // A true division, not mul(a, 1 / b): the rounded reciprocal is off by an ulp (3 * 0.1 != 0.3).
 Tensor div(const Tensor& a, double b) {
+  trace::OpScope trace("div_scalar");
   Tensor out = scalar_values(a, b, BinaryOp::Div, "div");
   if (needs_grad({a})) record("div_scalar", {a}, out, [b](const Tensor& dy) { return std::vector<Tensor>{div(dy, b)}; });
+  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
   return out;
 }
 
 Tensor rsub(const Tensor& a, double b) {
+  trace::OpScope trace("rsub");
   Tensor out = scalar_values(a, b, BinaryOp::Sub, "rsub", /*scalar_first=*/true);
   if (needs_grad({a})) record("rsub", {a}, out, [](const Tensor& dy) { return std::vector<Tensor>{neg(dy)}; });
+  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
   return out;
 }
 
 Tensor rdiv(const Tensor& a, double b) {
+  trace::OpScope trace("rdiv");
   Tensor out = scalar_values(a, b, BinaryOp::Div, "rdiv", /*scalar_first=*/true);
   if (needs_grad({a})) {
     record("rdiv", {a}, out, [a, y = out.detach()](const Tensor& dy) {
       return std::vector<Tensor>{neg(div(mul(dy, y), a))};
     }, {a, out});
   }
+  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
   return out;
 }
 
 Tensor pow(const Tensor& x, double exponent) {
+  trace::OpScope trace("pow_scalar");
   Tensor out = scalar_values(x, exponent, BinaryOp::Pow, "pow");
   if (needs_grad({x})) {
     record("pow_scalar", {x}, out, [x, exponent](const Tensor& dy) {
@@ -266,42 +299,52 @@ Tensor pow(const Tensor& x, double exponent) {
       return std::vector<Tensor>{mul(dy, mul(pow(x, exponent - 1.0), exponent))};
     }, {x});
   }
+  if (trace.recording()) trace.record({x}, out, {{"scalar", exponent}});
   return out;
 }
 
 // --- unary ----------------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) {
+  trace::OpScope trace("neg");
   Tensor out = unary_values(x, UnaryOp::Neg, "neg");
   if (needs_grad({x})) record("neg", {x}, out, [](const Tensor& dy) { return std::vector<Tensor>{neg(dy)}; });
+  if (trace.recording()) trace.record({x}, out);
   return out;
 }
 
 Tensor exp(const Tensor& x) {
+  trace::OpScope trace("exp");
   Tensor out = unary_values(x, UnaryOp::Exp, "exp");
   if (needs_grad({x})) {
     record("exp", {x}, out, [y = out.detach()](const Tensor& dy) { return std::vector<Tensor>{mul(dy, y)}; }, {out});
   }
+  if (trace.recording()) trace.record({x}, out);
   return out;
 }
 
 Tensor log(const Tensor& x) {
+  trace::OpScope trace("log");
   Tensor out = unary_values(x, UnaryOp::Log, "log");
   if (needs_grad({x})) record("log", {x}, out, [x](const Tensor& dy) { return std::vector<Tensor>{div(dy, x)}; }, {x});
+  if (trace.recording()) trace.record({x}, out);
   return out;
 }
 
 Tensor sqrt(const Tensor& x) {
+  trace::OpScope trace("sqrt");
   Tensor out = unary_values(x, UnaryOp::Sqrt, "sqrt");
   if (needs_grad({x})) {
     record("sqrt", {x}, out, [y = out.detach()](const Tensor& dy) {
       return std::vector<Tensor>{div(dy, mul(y, 2.0))};
     }, {out});
   }
+  if (trace.recording()) trace.record({x}, out);
   return out;
 }
 
 Tensor abs(const Tensor& x) {
+  trace::OpScope trace("abs");
   Tensor out = unary_values(x, UnaryOp::Abs, "abs");
   if (needs_grad({x})) {
     record("abs", {x}, out, [x](const Tensor& dy) {
@@ -311,10 +354,12 @@ Tensor abs(const Tensor& x) {
       return std::vector<Tensor>{dx};
     }, {x});
   }
+  if (trace.recording()) trace.record({x}, out);
   return out;
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  trace::OpScope trace("clamp");
   check_operand(x, "clamp");
   LOOM_CHECK(min || max, ValueError, "[clamp] needs at least one of min and max");
   double lo = min.value_or(-std::numeric_limits<double>::infinity());
@@ -329,6 +374,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
       return std::vector<Tensor>{dx};
     }, {x});
   }
+  if (trace.recording()) trace.record({x}, out, {{"min", lo}, {"max", hi}});
   return out;
 }
 
@@ -370,6 +416,8 @@ Tensor broadcast_into(const Tensor& self, const Tensor& other_in, std::string_vi
 }  // namespace
 
 Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
+  trace::OpScope trace("add_");  // in place: recorded so that the exporter can refuse it
+  if (trace.recording()) trace.record({self, other}, std::vector<Tensor>{});
   Tensor b = broadcast_into(self, other, "add_");
   LOOM_KERNEL(self, add_scaled, self.strided(), self.strided(), b.strided(), alpha);
   return self;
@@ -378,18 +426,24 @@ Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
 Tensor& sub_(Tensor& self, const Tensor& other, double alpha) { return add_(self, other, -alpha); }
 
 Tensor& mul_(Tensor& self, const Tensor& other) {
+  trace::OpScope trace("mul_");  // in place: recorded so that the exporter can refuse it
+  if (trace.recording()) trace.record({self, other}, std::vector<Tensor>{});
   Tensor b = broadcast_into(self, other, "mul_");
   LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), BinaryOp::Mul);
   return self;
 }
 
 Tensor& div_(Tensor& self, const Tensor& other) {
+  trace::OpScope trace("div_");  // in place: recorded so that the exporter can refuse it
+  if (trace.recording()) trace.record({self, other}, std::vector<Tensor>{});
   Tensor b = broadcast_into(self, other, "div_");
   LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), BinaryOp::Div);
   return self;
 }
 
 Tensor& add_(Tensor& self, double value) {
+  trace::OpScope trace("add_");  // in place: recorded so that the exporter can refuse it
+  if (trace.recording()) trace.record({self}, std::vector<Tensor>{});
   check_operand(self, "add_");
   check_inplace(self, "add_");
   LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Add);
@@ -415,6 +469,8 @@ Tensor& increment_(Tensor& counter, int64_t by) {
 }
 
 Tensor& mul_(Tensor& self, double value) {
+  trace::OpScope trace("mul_");  // in place: recorded so that the exporter can refuse it
+  if (trace.recording()) trace.record({self}, std::vector<Tensor>{});
   check_operand(self, "mul_");
   check_inplace(self, "mul_");
   LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Mul);

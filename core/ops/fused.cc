@@ -27,6 +27,7 @@
 #include "core/ops/linalg.h"
 #include "core/ops/linalg_internal.h"
 #include "core/ops/reduction.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/bias.h"
 #include "core/cudnn/fused.h"
@@ -191,6 +192,7 @@ std::vector<Tensor> conv_grads(const ConvSetup& s, const Tensor& g, const Tensor
 Tensor conv2d_bias_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                         Conv2dOptions options) {
   constexpr std::string_view kOp = "conv2d_bias_relu";
+  trace::OpScope trace("conv2d_bias_relu");
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   conv_detail::check_conv2d_args(x, weight, bias, options);
@@ -208,6 +210,7 @@ Tensor conv2d_bias_relu(const Tensor& x_in, const Tensor& weight_in, const Tenso
            [=](const Tensor& dy) { return conv_grads(s, relu_grad(dy, saved_y), saved_x, saved_w, false); },
            {saved_x, saved_w, saved_y});
   }
+  if (trace.recording()) trace.record({x_in, weight_in, bias_in}, y, conv_detail::conv_attributes(options));
   return y;
 }
 
@@ -217,6 +220,7 @@ Tensor conv2d_bias_relu(const Tensor& x_in, const Tensor& weight_in, const Tenso
 Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                    Conv2dOptions options) {
   constexpr std::string_view kOp = "relu_conv2d";
+  trace::OpScope trace("relu_conv2d");
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   conv_detail::check_conv2d_args(x, weight, bias, options);
@@ -237,6 +241,7 @@ Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
            },
            {saved_r, saved_w});
   }
+  if (trace.recording()) trace.record({x_in, weight_in, bias_in}, y, conv_detail::conv_attributes(options));
   return y;
 }
 
@@ -464,10 +469,18 @@ Tensor bn_relu_composite(const Tensor& x, const Tensor& running_mean, const Tens
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, BatchNormOptions options,
                        const Tensor& residual) {
+  trace::OpScope trace("batch_norm_relu");
+  auto traced = [&](const Tensor& y) {
+    if (trace.recording()) {
+      trace.record({x, running_mean, running_var, weight, bias, residual}, y,
+                   {{"training", int64_t{options.training}}, {"momentum", options.momentum}, {"eps", options.eps}});
+    }
+    return y;
+  };
   check_bn_relu_args(x, running_mean, running_var, weight, bias, options, residual);
   const bool mixed = residual.defined() && residual.dtype() != x.dtype();
   if (!options.training || mixed) {
-    return bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual);
+    return traced(bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual));
   }
   const bool want_grad = needs_grad({x, weight, bias, residual});
   if (running_mean.defined()) {
@@ -482,7 +495,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   if (o.x.device().is_cuda()) fused = bn_relu_forward_fused(o, options, want_grad);
 #endif
   if (!fused && is_half_precision(x.dtype())) {
-    return bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual);
+    return traced(bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual));
   }
   {
     NoGradGuard no_grad;  // the running statistics are buffers, updated outside the tape
@@ -491,7 +504,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
     write_back(running_var, o.running_var);
   }
   Tensor y = o.y;
-  if (!want_grad) return y;
+  if (!want_grad) return traced(y);
   const bool need_x = x.requires_grad(), need_weight = weight.defined() && weight.requires_grad();
   const bool need_bias = bias.defined() && bias.requires_grad();
   const bool need_residual = residual.defined() && residual.requires_grad();
@@ -504,7 +517,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
                    need_bias ? g.dbias : Tensor(), need_residual ? g.dresidual : Tensor()};
          },
          {saved.x, saved.y, saved.weight, saved.bias, saved.relu_mask});
-  return y;
+  return traced(y);
 }
 
 namespace fused_detail {
@@ -565,6 +578,11 @@ Tensor linear_relu_fused(const Tensor& x, const Tensor& w, const Tensor& b) {
 // g = dy where y > 0; dx = g . w, dw = g^T . x, db = sum of g over rows
 // Under autocast, CUDA operands are cast to the autocast dtype first, as linear's.
 Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  trace::OpScope trace("linear_relu");
+  auto traced = [&](const Tensor& y) {
+    if (trace.recording()) trace.record({x_in, weight_in, bias_in}, y);
+    return y;
+  };
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   linalg_detail::check_linear_args(x, weight, bias);
@@ -577,7 +595,7 @@ Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
     y = linear(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor());
     relu_in_place(y);
   }
-  if (!needs_grad({x, weight, bias})) return y;
+  if (!needs_grad({x, weight, bias})) return traced(y);
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   const int64_t in = weight.size(1), out = weight.size(0);
@@ -593,7 +611,7 @@ Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
            return {dx, dw, db};
          },
          {saved_x, saved_w, saved_y});
-  return y;
+  return traced(y);
 }
 
 }  // namespace loom

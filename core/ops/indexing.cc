@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/indexing.h"
@@ -104,14 +105,18 @@ Tensor gather_checked(const Tensor& x, int64_t dim, const Tensor& index) {
 }  // namespace
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  trace::OpScope trace("gather");
   LOOM_CHECK(x.defined(), ValueError, "[gather] x is an undefined tensor");
   const int64_t d = normalize_dim(dim, x.dim(), "gather");
   const Tensor idx = checked_index(index, x, x.dim() == 0 ? 1 : x.size(d), "gather");
   check_gather_shapes(x, d, idx);
-  return gather_checked(x, d, idx);
+  Tensor y = gather_checked(x, d, idx);
+  if (trace.recording()) trace.record({x, index}, y, {{"dim", d}});
+  return y;
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  trace::OpScope trace("index_select");
   LOOM_CHECK(x.defined(), ValueError, "[index_select] x is an undefined tensor");
   LOOM_CHECK(x.dim() >= 1, ShapeError, "[index_select] x is 0-d; it needs a dim to select along");
   const int64_t d = normalize_dim(dim, x.dim(), "index_select");
@@ -123,7 +128,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   out_sizes[d] = idx.size(0);
   Shape along(x.dim(), 1);
   along[d] = idx.size(0);
-  return gather_checked(x, d, idx.view(along).expand(out_sizes));
+  Tensor y = gather_checked(x, d, idx.view(along).expand(out_sizes));
+  if (trace.recording()) trace.record({x, index}, y, {{"dim", d}});
+  return y;
 }
 
 }  // namespace loom

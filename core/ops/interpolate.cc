@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/interpolate.h"
@@ -83,6 +84,7 @@ const char* interpolate_mode_name(InterpolateMode mode) {
 }
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
+  trace::OpScope trace("interpolate");
   const Resampling r = resampling(x, options);
   const MemoryFormat format = x.suggest_memory_format();
   Tensor y = empty({x.size(0), x.size(1), r.P, r.Q},
@@ -96,6 +98,15 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
              LOOM_KERNEL(dx, interpolate_backward, dx.strided(), dy.strided(), spec);
              return std::vector<Tensor>{dx};
            });
+  }
+  if (trace.recording()) {
+    // A scale factor kept as given maps indices by 1 / scale; otherwise by the sizes.
+    std::vector<trace::Attribute> attributes = {{"mode", std::string(interpolate_mode_name(options.mode))},
+                                                {"align_corners", int64_t{options.align_corners}}};
+    if (options.scale_factor && !options.recompute_scale_factor) {
+      attributes.push_back({"scale_factor", std::vector<double>{options.scale_factor->h, options.scale_factor->w}});
+    }
+    trace.record({x}, y, std::move(attributes));
   }
   return y;
 }

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/bias.h"
 #endif
@@ -154,6 +155,7 @@ void check_operands(const Tensor& a, const Tensor& b, std::string_view op, std::
 
 // Under autocast, CUDA operands are cast to the autocast dtype first (as linear).
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  trace::OpScope trace("matmul");
   const Tensor a = autocast_operand(a_in), b = autocast_operand(b_in);
   check_operands(a, b, "matmul", "first argument", "second argument");
   MatmulShape ms = matmul_shape(a, b);
@@ -188,6 +190,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
            },
            {saved_a, saved_b});
   }
+  if (trace.recording()) trace.record({a_in, b_in}, y);
   return y;
 }
 
@@ -268,6 +271,7 @@ Tensor linear_bias_grad(const Tensor& g, const Strided& dy2) {
 // Under autocast, CUDA operands are cast to the autocast dtype first; the casts'
 // backward returns fp32 gradients to fp32 parameters.
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  trace::OpScope trace("linear");
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   check_linear_args(x, weight, bias);
@@ -303,6 +307,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
            },
            {saved_x, saved_w});
   }
+  if (trace.recording()) trace.record({x_in, weight_in, bias_in}, y);
   return y;
 }
 

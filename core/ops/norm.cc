@@ -16,6 +16,7 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/norm.h"
 #endif
@@ -190,10 +191,18 @@ void record_batch_norm_backward(Tensor& y, const Tensor& x, const Tensor& weight
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, BatchNormOptions options) {
+  trace::OpScope trace("batch_norm");
+  auto traced = [&](const Tensor& y) {
+    if (trace.recording()) {
+      trace.record({x, running_mean, running_var, weight, bias}, y,
+                   {{"training", int64_t{options.training}}, {"momentum", options.momentum}, {"eps", options.eps}});
+    }
+    return y;
+  };
   check_batch_norm_args(x, running_mean, running_var, weight, bias, options);
 #ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda() && options.training) {
-    return batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options);
+    return traced(batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options));
   }
 #endif
   // save_mean, save_invstd (C): what normalized x, whichever statistics they came from.
@@ -211,7 +220,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (needs_grad({x, weight, bias})) {
     record_batch_norm_backward(y, x, weight, bias, save_mean, save_invstd, options.training);
   }
-  return y;
+  return traced(y);
 }
 
 namespace {
@@ -290,11 +299,18 @@ std::optional<Tensor> layer_norm_gpu(const Tensor& x_in, const Shape& normalized
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  trace::OpScope trace("layer_norm");
+  auto traced = [&](const Tensor& y) {
+    if (trace.recording()) {
+      trace.record({x, weight, bias}, y, {{"normalized_shape", normalized_shape}, {"eps", eps}});
+    }
+    return y;
+  };
   check_layer_norm_args(x, normalized_shape, weight, bias, eps);
 #ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda()) {
     DeviceGuard guard(x.device());
-    if (std::optional<Tensor> y = layer_norm_gpu(x, normalized_shape, weight, bias, eps)) return *y;
+    if (std::optional<Tensor> y = layer_norm_gpu(x, normalized_shape, weight, bias, eps)) return traced(*y);
   }
 #endif
   Shape dims;
@@ -306,7 +322,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor y = centered / sqrt(variance + eps);
   if (weight.defined()) y = y * weight;  // broadcast over the leading dims
   if (bias.defined()) y = y + bias;
-  return y;
+  return traced(y);
 }
 
 }  // namespace loom

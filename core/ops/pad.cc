@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/pad.h"
@@ -89,6 +90,7 @@ const char* pad_mode_name(PadMode mode) {
 }
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
+  trace::OpScope trace("pad");
   const cpu::PadSpec spec = make_spec(x, pads, mode, value);
   if (needs_grad({x})) check_float_tensor(x, "pad");
   Tensor out = empty(padded_sizes(x, pads), {.dtype = x.dtype(),
@@ -104,6 +106,9 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, doub
       LOOM_KERNEL(dx, pad_backward, dx.strided(), dy.strided(), spec);
       return std::vector<Tensor>{dx};
     });
+  }
+  if (trace.recording()) {
+    trace.record({x}, out, {{"pads", pads}, {"mode", std::string(pad_mode_name(mode))}, {"value", value}});
   }
   return out;
 }

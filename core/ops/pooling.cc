@@ -16,6 +16,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
 #include "core/ops/shape_ops.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/kernel_choice.h"
 #include "core/cuda/pool.h"
@@ -345,39 +346,69 @@ Pool2dOptions whole_plane(const Tensor& x, std::string_view op) {
   return {.kernel_size = {x.size(2), x.size(3)}};
 }
 
+// What a trace records of a pooling: the window, its stride, padding and rounding.
+std::vector<trace::Attribute> pool_attributes(const Pool2dOptions& o) {
+  const std::array<int64_t, 2> stride = o.stride.value_or(o.kernel_size);
+  return {{"kernel_size", std::vector<int64_t>(o.kernel_size.begin(), o.kernel_size.end())},
+          {"stride", std::vector<int64_t>(stride.begin(), stride.end())},
+          {"padding", std::vector<int64_t>(o.padding.begin(), o.padding.end())},
+          {"ceil_mode", int64_t{o.ceil_mode}},
+          {"count_include_pad", int64_t{o.count_include_pad}}};
+}
+
 }  // namespace
 
 MaxPool2dResult max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& options) {
+  trace::OpScope trace("max_pool2d_with_indices");
   MaxPool2dResult result = max_pool2d_impl(x, options, "max_pool2d");
-  return {in_output_format(result.values, options), in_output_format(result.indices, options)};
+  MaxPool2dResult out{in_output_format(result.values, options), in_output_format(result.indices, options)};
+  if (trace.recording()) trace.record({x}, {out.values, out.indices}, pool_attributes(options));
+  return out;
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
-  return max_or_avg(x, options, /*max=*/true, "max_pool2d");
+  trace::OpScope trace("max_pool2d");
+  Tensor y = max_or_avg(x, options, /*max=*/true, "max_pool2d");
+  if (trace.recording()) trace.record({x}, y, pool_attributes(options));
+  return y;
 }
 
 // 16-bit channels-last average pooling with padding returned non-finite values
 // on the H100 (cuDNN 9.19 and the Loom kernel alike), so it pools in fp32 NCHW
 // between differentiable casts and layout changes.
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  trace::OpScope trace("avg_pool2d");
+  Tensor y;
   const bool padded = options.padding[0] > 0 || options.padding[1] > 0;
   if (x.defined() && x.device().is_cuda() && is_half_precision(x.dtype()) && padded) {
     const MemoryFormat format = options.output_format.value_or(x.suggest_memory_format());
     Pool2dOptions nchw = options;
     nchw.output_format = MemoryFormat::Contiguous;
-    Tensor y = max_or_avg(x.to(DType::Float32).contiguous(), nchw, /*max=*/false, "avg_pool2d");
-    return y.to(x.dtype()).contiguous(format);
+    y = max_or_avg(x.to(DType::Float32).contiguous(), nchw, /*max=*/false, "avg_pool2d");
+    y = y.to(x.dtype()).contiguous(format);
+  } else {
+    y = max_or_avg(x, options, /*max=*/false, "avg_pool2d");
   }
-  return max_or_avg(x, options, /*max=*/false, "avg_pool2d");
+  if (trace.recording()) trace.record({x}, y, pool_attributes(options));
+  return y;
 }
 
 Tensor global_max_pool2d(const Tensor& x) {
-  return max_or_avg(x, whole_plane(x, "global_max_pool2d"), true, "global_max_pool2d");
+  trace::OpScope trace("global_max_pool2d");
+  Tensor y = max_or_avg(x, whole_plane(x, "global_max_pool2d"), true, "global_max_pool2d");
+  if (trace.recording()) trace.record({x}, y);
+  return y;
 }
 
 Tensor global_avg_pool2d(const Tensor& x) {
-  return max_or_avg(x, whole_plane(x, "global_avg_pool2d"), false, "global_avg_pool2d");
+  trace::OpScope trace("global_avg_pool2d");
+  Tensor y = max_or_avg(x, whole_plane(x, "global_avg_pool2d"), false, "global_avg_pool2d");
+  if (trace.recording()) trace.record({x}, y);
+  return y;
 }
+
+// The adaptive pools open no trace scope: a trace records the ops they are
+// made of (one pooling window, or slices, means and a cat).
 
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
   const auto [p, q] = output_size;

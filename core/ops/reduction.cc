@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 
 namespace loom {
 
@@ -77,16 +78,33 @@ Tensor sum_or_mean(const Tensor& x, const Shape& dims, bool keepdim, bool mean, 
 
 }  // namespace
 
-Tensor sum(const Tensor& x) { return sum_or_mean(x, all_dims(x), false, false, "sum"); }
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  return sum_or_mean(x, dims, keepdim, false, "sum");
+namespace {
+
+// sum_or_mean recorded as one op with its dims normalized.
+Tensor traced_sum_or_mean(const Tensor& x, const Shape& dims, bool keepdim, bool mean, const char* name) {
+  trace::OpScope trace(name);
+  Tensor y = sum_or_mean(x, dims, keepdim, mean, name);
+  if (trace.recording()) {
+    Shape axes;
+    for (int64_t d : dims) axes.push_back(normalize_dim(d, x.dim(), name));
+    trace.record({x}, y, {{"dims", axes}, {"keepdim", int64_t{keepdim}}});
+  }
+  return y;
 }
-Tensor mean(const Tensor& x) { return sum_or_mean(x, all_dims(x), false, true, "mean"); }
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return traced_sum_or_mean(x, all_dims(x), false, false, "sum"); }
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  return traced_sum_or_mean(x, dims, keepdim, false, "sum");
+}
+Tensor mean(const Tensor& x) { return traced_sum_or_mean(x, all_dims(x), false, true, "mean"); }
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
-  return sum_or_mean(x, dims, keepdim, true, "mean");
+  return traced_sum_or_mean(x, dims, keepdim, true, "mean");
 }
 
 Tensor max(const Tensor& x) {
+  trace::OpScope trace("max");
   check_input(x, "max");
   LOOM_CHECK(x.numel() > 0, ValueError,
              "[max] of an empty tensor (shape {}) has no identity; pass a non-empty tensor",
@@ -103,10 +121,12 @@ Tensor max(const Tensor& x) {
       return std::vector<Tensor>{mul(mask, div(dy, count))};
     }, {x});
   }
+  if (trace.recording()) trace.record({x}, result);
   return result;
 }
 
 MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
+  trace::OpScope trace("max_dim");
   check_input(x, "max");
   int64_t d = normalize_dim(dim, x.dim(), "max");
   LOOM_CHECK(x.dim() == 0 || x.sizes()[d] > 0, ValueError,
@@ -132,6 +152,9 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
       LOOM_KERNEL(dx, scatter_add_along, dx.strided(), dy.reshape(keep).strided(), indices.strided(), d);
       return std::vector<Tensor>{dx};
     });
+  }
+  if (trace.recording()) {
+    trace.record({x}, {result.values, result.indices}, {{"dim", d}, {"keepdim", int64_t{keepdim}}});
   }
   return result;
 }

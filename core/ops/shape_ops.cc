@@ -8,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace loom {
 
@@ -63,6 +64,7 @@ bool any_needs_grad(const std::vector<Tensor>& tensors) {
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
+  trace::OpScope trace("cat");
   const int64_t d = check_cat_inputs(inputs, dim);
   const std::vector<Tensor> tensors = promoted(inputs);
   std::vector<int64_t> lengths;  // each input's size along d
@@ -90,10 +92,12 @@ Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
       return grads;
     });
   }
+  if (trace.recording()) trace.record(inputs, out, {{"dim", d}});
   return out;
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  trace::OpScope trace("stack");
   LOOM_CHECK(!tensors.empty(), ValueError, "[stack] expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
     LOOM_CHECK(tensors[i].defined(), ValueError, "[stack] tensor {} is undefined", i);
@@ -111,7 +115,9 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   std::vector<Tensor> unsqueezed;
   unsqueezed.reserve(tensors.size());
   for (const Tensor& t : tensors) unsqueezed.push_back(t.unsqueeze(d));
-  return cat(unsqueezed, d);
+  Tensor out = cat(unsqueezed, d);
+  if (trace.recording()) trace.record(tensors, out, {{"dim", d}});
+  return out;
 }
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include "core/autograd.h"
 #include "core/cpu/softmax.h"
 #include "core/ops/elementwise.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/softmax.h"
 #endif
@@ -64,13 +65,18 @@ Tensor softmax_like(const Tensor& x_in, int64_t dim, const char* op, SoftmaxKern
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
-  return softmax_like(x, dim, "softmax", {cpu::softmax_forward, cpu::softmax_backward},
-                      kGpuSoftmax);
+  trace::OpScope trace("softmax");
+  Tensor y = softmax_like(x, dim, "softmax", {cpu::softmax_forward, cpu::softmax_backward}, kGpuSoftmax);
+  if (trace.recording()) trace.record({x}, y, {{"dim", normalize_dim(dim, x.dim(), "softmax")}});
+  return y;
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  return softmax_like(x, dim, "log_softmax", {cpu::log_softmax_forward, cpu::log_softmax_backward},
-                      kGpuLogSoftmax);
+  trace::OpScope trace("log_softmax");
+  Tensor y = softmax_like(x, dim, "log_softmax", {cpu::log_softmax_forward, cpu::log_softmax_backward},
+                          kGpuLogSoftmax);
+  if (trace.recording()) trace.record({x}, y, {{"dim", normalize_dim(dim, x.dim(), "log_softmax")}});
+  return y;
 }
 
 }  // namespace loom

@@ -1,0 +1,125 @@
+// File: core/trace.h
+// Op tracing: while a trace::Recorder is alive on a thread, every public op
+// that runs there (conv2d, add, reshape, ...) reports its name, its input and
+// output tensors and the attributes that fix what it computes. The ONNX
+// exporter (onnx/export.h) turns a traced forward into a graph; fusion by
+// tracing can read the same records to find chains (conv2d -> batch_norm ->
+// relu) whatever the module structure, through Op::module and the tensors'
+// identity (TensorImpl*: an op's output is the next op's input).
+//
+//   trace::Recorder recorder;
+//   Tensor y = net(x);                   // ops run as usual, and are recorded
+//   for (const trace::Op& op : recorder.ops()) std::cout << op.str() << "\n";
+//       // "conv2d(2 inputs) stride=[1, 1] ... in features.0"
+//
+// Only the outermost op is recorded: linear's matmul, a reshape's view or
+// conv2d's autocast casts run inside it and are not, so the trace holds the
+// ops the forward called. An op whose output is one of its inputs (dropout in
+// evaluation, contiguous() of a contiguous tensor) records nothing. Tensors
+// that no recorded op produced (parameters, buffers, the forward's inputs,
+// constants made before or outside the ops) appear only as inputs.
+//
+// Off (no recorder), an op pays one thread-local test on entry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace loom::trace {
+
+using Value = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+
+struct Attribute {
+  std::string name;
+  Value value;
+};
+
+struct Op {
+  std::string name;             // the public op: "conv2d", "add", "reshape", "relu"
+  std::vector<Tensor> inputs;   // in argument order; an optional one not given is undefined
+  std::vector<Tensor> outputs;
+  std::vector<Attribute> attributes;
+  std::string module;           // dotted path of the module whose forward ran it ("layer1.0.conv1")
+
+  bool has(std::string_view attribute) const;
+  // The attribute's value; ValueError naming the op and the attribute when it
+  // is missing or of another type (an integer reads as a double too).
+  int64_t get_int(std::string_view attribute) const;
+  double get_double(std::string_view attribute) const;
+  const std::string& get_string(std::string_view attribute) const;
+  const std::vector<int64_t>& get_ints(std::string_view attribute) const;
+  const std::vector<double>& get_doubles(std::string_view attribute) const;
+  // "conv2d (1,3,8,8) (4,3,3,3) -> (1,4,8,8) stride=[1, 1] padding=[1, 1] in features.0"
+  std::string str() const;
+
+ private:
+  const Value& value(std::string_view attribute) const;
+};
+
+// Records the ops of this thread while alive. One at a time per thread: a
+// second one throws ValueError.
+class Recorder {
+ public:
+  Recorder();
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  const std::vector<Op>& ops() const { return ops_; }
+  void add(Op op) { ops_.push_back(std::move(op)); }
+
+ private:
+  std::vector<Op> ops_;
+};
+
+// True while a Recorder is alive on this thread.
+bool active();
+
+// Opened first thing in every public op. record() keeps the op only when it is
+// the outermost op running under a recorder (recording() says so, so that an
+// op builds its attribute list only then).
+class OpScope {
+ public:
+  explicit OpScope(const char* name) : name_(name) {
+    if (active()) enter();
+  }
+  ~OpScope() {
+    if (entered_) leave();
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+  bool recording() const { return outermost_; }
+  void record(std::vector<Tensor> inputs, std::vector<Tensor> outputs, std::vector<Attribute> attributes = {});
+  void record(std::vector<Tensor> inputs, const Tensor& output, std::vector<Attribute> attributes = {}) {
+    record(std::move(inputs), std::vector<Tensor>{output}, std::move(attributes));
+  }
+
+ private:
+  void enter();
+  void leave();
+
+  const char* name_;
+  bool entered_ = false;
+  bool outermost_ = false;
+};
+
+// The module whose forward is running, for Op::module: nn::Module opens one per
+// call while a recorder is alive.
+class ModuleScope {
+ public:
+  explicit ModuleScope(std::string path);
+  ~ModuleScope();
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  std::string outer_;
+};
+
+}  // namespace loom::trace
