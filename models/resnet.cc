@@ -81,16 +81,13 @@ CifarBasicBlock::CifarBasicBlock(int64_t in_channels, int64_t channels, int64_t 
   bn2_ = register_module("bn2", nn::BatchNorm2d(channels));
 }
 
-// Option A: x[:, :, ::stride, ::stride] with (channels - in) / 2 zero channels on each side.
+// Option A: x[:, :, ::stride, ::stride] with (channels - in) / 2 zero channels on
+// each side, as the twin's F.pad (one op of any batch size, which ONNX export keeps).
 Tensor CifarBasicBlock::shortcut(const Tensor& x) const {
   if (stride_ == 1 && in_channels_ == channels_) return x;
   Tensor sub = x.slice(2, 0, x.size(2), stride_).slice(3, 0, x.size(3), stride_);
-  const int64_t pad = (channels_ - in_channels_) / 2;
-  TensorOptions o = sub.options();
-  o.requires_grad = false;
-  o.memory_format = sub.suggest_memory_format();
-  Tensor zeros_side = zeros({sub.size(0), pad, sub.size(2), sub.size(3)}, o);
-  return cat({zeros_side, sub, zeros_side}, 1);
+  const int64_t side = (channels_ - in_channels_) / 2;
+  return pad(sub, {0, 0, 0, 0, side, side});
 }
 
 Tensor CifarBasicBlock::forward(const Tensor& x) {

@@ -1,0 +1,461 @@
+// File: onnx/lower_ops.cc
+// One row per traced Loom op: the ONNX (opset 17) nodes that compute it. A
+// row reads the op's inputs by their names, emits nodes and binds the op's
+// outputs. PyTorch's conventions hold on both sides (NCHW, weights (K, C/g, R,
+// S), pads per side), so most rows are one node.
+//
+// N batch, C channels, H, W, K out channels, R, S filter.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numbers>
+
+#include "onnx/lowering.h"
+
+namespace loom::onnx {
+
+namespace {
+
+using Attrs = std::vector<proto::Attribute>;
+using Row = std::function<void(Lowering&, const trace::Op&)>;
+
+std::string in(Lowering& L, const trace::Op& op, size_t i) { return L.name_of(op.inputs.at(i)); }
+// The optional input i's name, or "" (ONNX's "left out") when it was not given.
+std::string optional_in(Lowering& L, const trace::Op& op, size_t i) {
+  return i < op.inputs.size() && op.inputs[i].defined() ? L.name_of(op.inputs[i]) : "";
+}
+void out(Lowering& L, const trace::Op& op, const std::string& name) { L.bind(op.outputs.at(0), name); }
+DType dtype_of(const trace::Op& op) { return op.outputs.at(0).dtype(); }
+
+std::vector<int64_t> pair_pads(const std::vector<int64_t>& padding) {  // [h, w] -> [top, left, bottom, right]
+  return {padding[0], padding[1], padding[0], padding[1]};
+}
+
+std::string conv(Lowering& L, const trace::Op& op, const std::string& x) {
+  const Tensor& w = op.inputs.at(1);
+  std::vector<std::string> inputs = {x, in(L, op, 1)};
+  if (const std::string b = optional_in(L, op, 2); !b.empty()) inputs.push_back(b);
+  return L.emit("Conv", inputs,
+                {{"kernel_shape", std::vector<int64_t>{w.size(2), w.size(3)}},
+                 {"strides", op.get_ints("stride")},
+                 {"pads", pair_pads(op.get_ints("padding"))},
+                 {"dilations", op.get_ints("dilation")},
+                 {"group", op.get_int("groups")}});
+}
+
+void conv_transpose(Lowering& L, const trace::Op& op) {
+  const Tensor& w = op.inputs.at(1);
+  std::vector<std::string> inputs = {in(L, op, 0), in(L, op, 1)};
+  if (const std::string b = optional_in(L, op, 2); !b.empty()) inputs.push_back(b);
+  out(L, op,
+      L.emit("ConvTranspose", inputs,
+             {{"kernel_shape", std::vector<int64_t>{w.size(2), w.size(3)}},
+              {"strides", op.get_ints("stride")},
+              {"pads", pair_pads(op.get_ints("padding"))},
+              {"dilations", op.get_ints("dilation")},
+              {"group", op.get_int("groups")},
+              {"output_padding", op.get_ints("output_padding")}}));
+}
+
+// x (..., in) . w (out, in)^T + b: Gemm for 2-D x, else MatMul and Add.
+std::string linear(Lowering& L, const trace::Op& op) {
+  const std::string x = in(L, op, 0), w = in(L, op, 1), b = optional_in(L, op, 2);
+  if (op.inputs[0].dim() == 2) {
+    std::vector<std::string> inputs = {x, w};
+    if (!b.empty()) inputs.push_back(b);
+    return L.emit("Gemm", inputs, {{"transB", int64_t{1}}});
+  }
+  std::string y = L.emit("MatMul", {x, L.emit("Transpose", {w}, {{"perm", std::vector<int64_t>{1, 0}}})});
+  return b.empty() ? y : L.emit("Add", {y, b});
+}
+
+// Inference batch norm over dim 1; a missing weight or bias is 1 or 0.
+std::string batch_norm(Lowering& L, const trace::Op& op) {
+  if (op.get_int("training") != 0) {
+    L.fail("batch statistics (training mode, or a norm without running statistics) have no inference form; "
+           "export in evaluation mode with track_running_stats");
+  }
+  const Tensor& x = op.inputs[0];
+  const int64_t c = x.size(1);
+  auto or_filled = [&](size_t i, double value) {
+    return op.inputs[i].defined() ? L.name_of(op.inputs[i])
+                                  : L.tensor_constant(full({c}, value, {.dtype = x.dtype()}), "filled");
+  };
+  return L.emit("BatchNormalization",
+                {L.name_of(x), or_filled(3, 1.0), or_filled(4, 0.0), in(L, op, 1), in(L, op, 2)},
+                {{"epsilon", static_cast<float>(op.get_double("eps"))}});
+}
+
+std::string layer_norm(Lowering& L, const trace::Op& op) {
+  const std::vector<int64_t>& shape = op.get_ints("normalized_shape");
+  const Tensor& x = op.inputs[0];
+  std::string scale = optional_in(L, op, 1);
+  if (scale.empty()) scale = L.tensor_constant(ones(shape, {.dtype = x.dtype()}), "ones");
+  std::vector<std::string> inputs = {L.name_of(x), scale};
+  if (const std::string b = optional_in(L, op, 2); !b.empty()) inputs.push_back(b);
+  return L.emit("LayerNormalization", inputs,
+                {{"axis", -static_cast<int64_t>(shape.size())},
+                 {"epsilon", static_cast<float>(op.get_double("eps"))}});
+}
+
+// --- activations: one per row of core/cpu/activation_math.h ----------------------------
+
+double parameter(const trace::Op& op, size_t i) { return op.get_doubles("parameters").at(i); }
+
+std::string clip(Lowering& L, const std::string& x, DType dtype, double lo, double hi) {
+  auto bound = [&](double v) { return std::isinf(v) ? std::string() : L.scalar(v, dtype); };
+  return L.emit("Clip", {x, bound(lo), bound(hi)});
+}
+
+// x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))
+std::string gelu(Lowering& L, const std::string& x, DType t) {
+  std::string e = L.emit("Erf", {L.emit("Mul", {x, L.scalar(1.0 / std::numbers::sqrt2, t)})});
+  return L.emit("Mul", {L.emit("Mul", {x, L.scalar(0.5, t)}), L.emit("Add", {e, L.scalar(1.0, t)})});
+}
+
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+std::string gelu_tanh(Lowering& L, const std::string& x, DType t) {
+  std::string cube = L.emit("Mul", {L.emit("Mul", {x, x}), x});
+  std::string inner = L.emit("Add", {x, L.emit("Mul", {cube, L.scalar(0.044715, t)})});
+  std::string th = L.emit("Tanh", {L.emit("Mul", {inner, L.scalar(std::numbers::sqrt2 * std::numbers::inv_sqrtpi, t)})});
+  return L.emit("Mul", {L.emit("Mul", {x, L.scalar(0.5, t)}), L.emit("Add", {th, L.scalar(1.0, t)})});
+}
+
+// log(1 + exp(beta x)) / beta, linear above beta x = 20 (PyTorch's threshold).
+std::string softplus(Lowering& L, const std::string& x, DType t, double beta) {
+  std::string bx = beta == 1.0 ? x : L.emit("Mul", {x, L.scalar(beta, t)});
+  std::string soft = L.emit("Softplus", {bx});
+  if (beta != 1.0) soft = L.emit("Div", {soft, L.scalar(beta, t)});
+  std::string linear_part = L.emit("Greater", {bx, L.scalar(20.0, t)});
+  return L.emit("Where", {linear_part, x, soft});
+}
+
+std::string activation(Lowering& L, const trace::Op& op, const std::string& x) {
+  const DType t = op.inputs[0].dtype();
+  const std::string& n = op.name;
+  if (n == "relu") return L.emit("Relu", {x});
+  if (n == "sigmoid") return L.emit("Sigmoid", {x});
+  if (n == "tanh") return L.emit("Tanh", {x});
+  if (n == "gelu") return gelu(L, x, t);
+  if (n == "gelu_tanh") return gelu_tanh(L, x, t);
+  if (n == "silu") return L.emit("Mul", {x, L.emit("Sigmoid", {x})});
+  if (n == "elu") return L.emit("Elu", {x}, {{"alpha", static_cast<float>(parameter(op, 0))}});
+  if (n == "leaky_relu") return L.emit("LeakyRelu", {x}, {{"alpha", static_cast<float>(parameter(op, 0))}});
+  if (n == "softplus") return softplus(L, x, t, parameter(op, 0));
+  if (n == "mish") return L.emit("Mul", {x, L.emit("Tanh", {softplus(L, x, t, 1.0)})});
+  if (n == "hardswish") return L.emit("HardSwish", {x});
+  if (n == "hardtanh" || n == "relu6") return clip(L, x, t, parameter(op, 0), parameter(op, 1));
+  L.fail("an activation row without an ONNX form: add it to onnx/lower_ops.cc");
+}
+
+// --- elementwise --------------------------------------------------------------------------
+
+// a and b in the output's dtype (a Bool mask times a float, or bf16 meeting fp32).
+std::pair<std::string, std::string> binary_operands(Lowering& L, const trace::Op& op) {
+  const DType t = dtype_of(op);
+  auto as_output = [&](size_t i) {
+    const std::string name = in(L, op, i);
+    if (op.inputs[i].dtype() == t) return name;
+    return L.emit("Cast", {name}, {{"to", static_cast<int64_t>(proto::element_type(t))}});
+  };
+  return {as_output(0), as_output(1)};
+}
+
+void add_like(Lowering& L, const trace::Op& op, const char* onnx_op) {
+  auto [a, b] = binary_operands(L, op);
+  const double alpha = op.get_double("alpha");
+  if (alpha != 1.0) b = L.emit("Mul", {b, L.scalar(alpha, dtype_of(op))});
+  out(L, op, L.emit(onnx_op, {a, b}));
+}
+
+Row binary(const char* onnx_op) {
+  return [onnx_op](Lowering& L, const trace::Op& op) {
+    if (op.name == "mul" && dtype_of(op) == DType::Bool) {
+      out(L, op, L.emit("And", {in(L, op, 0), in(L, op, 1)}));
+      return;
+    }
+    auto [a, b] = binary_operands(L, op);
+    out(L, op, L.emit(onnx_op, {a, b}));
+  };
+}
+
+// x op scalar, or scalar op x when `scalar_first`.
+Row with_scalar(const char* onnx_op, bool scalar_first = false) {
+  return [=](Lowering& L, const trace::Op& op) {
+    std::string x = in(L, op, 0);
+    const DType t = dtype_of(op);
+    if (op.inputs[0].dtype() != t) x = L.emit("Cast", {x}, {{"to", static_cast<int64_t>(proto::element_type(t))}});
+    const std::string s = L.scalar(op.get_double("scalar"), t);
+    out(L, op, L.emit(onnx_op, scalar_first ? std::vector<std::string>{s, x} : std::vector<std::string>{x, s}));
+  };
+}
+
+Row unary(const char* onnx_op) {
+  return [onnx_op](Lowering& L, const trace::Op& op) { out(L, op, L.emit(onnx_op, {in(L, op, 0)})); };
+}
+
+// --- pooling ------------------------------------------------------------------------------
+
+Attrs pool_attributes(const trace::Op& op) {
+  return {{"kernel_shape", op.get_ints("kernel_size")},
+          {"strides", op.get_ints("stride")},
+          {"pads", pair_pads(op.get_ints("padding"))},
+          {"ceil_mode", op.get_int("ceil_mode")}};
+}
+
+void avg_pool(Lowering& L, const trace::Op& op) {
+  Attrs a = pool_attributes(op);
+  a.push_back({"count_include_pad", op.get_int("count_include_pad")});
+  out(L, op, L.emit("AveragePool", {in(L, op, 0)}, a));
+}
+
+// --- shapes -------------------------------------------------------------------------------
+
+// The target shape; one batch-following dim reads -1 (Reshape infers it).
+void reshape(Lowering& L, const trace::Op& op) {
+  std::vector<SymInt> dims = L.sym_ints("shape");
+  int symbolic = 0;
+  for (const SymInt& d : dims) symbolic += d.symbolic() ? 1 : 0;
+  if (symbolic == 1) {
+    for (SymInt& d : dims) d = d.symbolic() ? SymInt{0, -1} : d;
+  }
+  out(L, op, L.emit("Reshape", {in(L, op, 0), L.shape(dims)}));
+}
+
+void slice(Lowering& L, const trace::Op& op) {
+  const int64_t d = op.get_int("dim");
+  const SymInt start = L.sym_int("start"), end = L.sym_int("end");
+  if (start.symbolic()) L.fail("the slice's start follows the batch size; export with a fixed batch");
+  // An end at the dim's size reads "to the end", whatever the batch size.
+  const bool to_end = end.symbolic() || end.b == op.inputs[0].size(d);
+  if (end.symbolic() && op.inputs[0].size(d) != end.b) {
+    L.fail("the slice's end follows the batch size but is not the dim's size; export with a fixed batch");
+  }
+  const int64_t stop = to_end ? std::numeric_limits<int64_t>::max() : end.b;
+  out(L, op, L.emit("Slice", {in(L, op, 0), L.ints({start.b}), L.ints({stop}), L.ints({d}), L.ints({op.get_int("step")})}));
+}
+
+void select(Lowering& L, const trace::Op& op) {
+  const Tensor index = full({}, static_cast<double>(op.get_int("index")), {.dtype = DType::Int64});
+  out(L, op, L.emit("Gather", {in(L, op, 0), L.tensor_constant(index, "index")}, {{"axis", op.get_int("dim")}}));
+}
+
+void cat(Lowering& L, const trace::Op& op) {
+  std::vector<std::string> parts;
+  const DType t = dtype_of(op);
+  for (const Tensor& x : op.inputs) {
+    const std::string name = L.name_of(x);
+    parts.push_back(x.dtype() == t ? name : L.emit("Cast", {name}, {{"to", static_cast<int64_t>(proto::element_type(t))}}));
+  }
+  out(L, op, L.emit("Concat", parts, {{"axis", op.get_int("dim")}}));
+}
+
+void stack(Lowering& L, const trace::Op& op) {
+  std::vector<std::string> parts;
+  const std::string axes = L.ints({op.get_int("dim")});
+  for (const Tensor& x : op.inputs) parts.push_back(L.emit("Unsqueeze", {L.name_of(x), axes}));
+  out(L, op, L.emit("Concat", parts, {{"axis", op.get_int("dim")}}));
+}
+
+// PyTorch's pad list runs from the last dim back, (begin, end) per dim;
+// negative entries crop (a Slice), positive ones pad.
+void pad(Lowering& L, const trace::Op& op) {
+  const std::vector<int64_t>& pads = op.get_ints("pads");
+  const Tensor& x = op.inputs[0];
+  const int64_t rank = x.dim();
+  std::vector<int64_t> begin(rank, 0), end(rank, 0);
+  for (size_t i = 0; i < pads.size(); ++i) {
+    const int64_t d = rank - 1 - static_cast<int64_t>(i / 2);
+    (i % 2 == 0 ? begin : end)[d] = pads[i];
+  }
+  std::string y = L.name_of(x);
+  std::vector<int64_t> starts, stops, axes, grow;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (begin[d] < 0 || end[d] < 0) {
+      starts.push_back(std::max<int64_t>(-begin[d], 0));
+      stops.push_back(end[d] < 0 ? end[d] : std::numeric_limits<int64_t>::max());
+      axes.push_back(d);
+    }
+  }
+  if (!axes.empty()) y = L.emit("Slice", {y, L.ints(starts), L.ints(stops), L.ints(axes)});
+  for (int64_t d = 0; d < rank; ++d) grow.push_back(std::max<int64_t>(begin[d], 0));
+  for (int64_t d = 0; d < rank; ++d) grow.push_back(std::max<int64_t>(end[d], 0));
+  const std::string& mode = op.get_string("mode");
+  const std::string onnx_mode = mode == "replicate" ? "edge" : mode;
+  std::vector<std::string> inputs = {y, L.ints(grow)};
+  if (mode == "constant") inputs.push_back(L.scalar(op.get_double("value"), x.dtype()));
+  out(L, op, L.emit("Pad", inputs, {{"mode", onnx_mode}}));
+}
+
+// PyTorch's index mappings: nearest floor(dst * H / P), bilinear half-pixel
+// (or align_corners); a kept scale factor maps by 1 / scale, as Resize's scales do.
+void interpolate(Lowering& L, const trace::Op& op) {
+  const bool nearest = op.get_string("mode") == "nearest";
+  Attrs a;
+  if (nearest) {
+    a = {{"mode", std::string("nearest")}, {"coordinate_transformation_mode", std::string("asymmetric")},
+         {"nearest_mode", std::string("floor")}};
+  } else {
+    a = {{"mode", std::string("linear")},
+         {"coordinate_transformation_mode",
+          std::string(op.get_int("align_corners") != 0 ? "align_corners" : "pytorch_half_pixel")}};
+  }
+  const std::string x = in(L, op, 0);
+  if (op.has("scale_factor")) {
+    const std::vector<double>& s = op.get_doubles("scale_factor");
+    const Tensor scales = tensor({1.0, 1.0, s[0], s[1]}, {4});
+    out(L, op, L.emit("Resize", {x, "", L.tensor_constant(scales, "scales")}, a));
+    return;
+  }
+  const Tensor& y = op.outputs[0];
+  const std::string lead = L.emit("Shape", {x}, {{"start", int64_t{0}}, {"end", int64_t{2}}});
+  const std::string sizes = L.emit("Concat", {lead, L.ints({y.size(2), y.size(3)})}, {{"axis", int64_t{0}}});
+  out(L, op, L.emit("Resize", {x, "", "", sizes}, a));
+}
+
+// sum / mean over dims (ReduceSum takes its axes as an input in opset 17, ReduceMean as an attribute).
+void reduce(Lowering& L, const trace::Op& op) {
+  const std::vector<int64_t>& dims = op.get_ints("dims");
+  const int64_t keep = op.get_int("keepdim");
+  const std::string x = in(L, op, 0);
+  if (op.name == "sum") {
+    out(L, op, L.emit("ReduceSum", {x, L.ints(dims)}, {{"keepdims", keep}}));
+  } else {
+    out(L, op, L.emit("ReduceMean", {x}, {{"axes", dims}, {"keepdims", keep}}));
+  }
+}
+
+void max_dim(Lowering& L, const trace::Op& op) {
+  const int64_t d = op.get_int("dim"), keep = op.get_int("keepdim");
+  const std::string x = in(L, op, 0);
+  L.bind(op.outputs[0], L.emit("ReduceMax", {x}, {{"axes", std::vector<int64_t>{d}}, {"keepdims", keep}}));
+  L.bind(op.outputs[1], L.emit("ArgMax", {x}, {{"axis", d}, {"keepdims", keep}}));
+}
+
+Row refuse(std::string why) {
+  return [why](Lowering& L, const trace::Op&) { L.fail(why); };
+}
+
+void add_activation_rows(std::map<std::string, Row, std::less<>>& rows) {
+  for (const char* name : {"relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu", "elu", "leaky_relu", "softplus",
+                           "mish", "hardswish", "hardtanh", "relu6"}) {
+    rows[name] = [](Lowering& L, const trace::Op& op) { out(L, op, activation(L, op, in(L, op, 0))); };
+  }
+}
+
+const std::map<std::string, Row, std::less<>>& rows() {
+  static const std::map<std::string, Row, std::less<>> table = [] {
+    std::map<std::string, Row, std::less<>> r;
+    add_activation_rows(r);
+    r["conv2d"] = [](Lowering& L, const trace::Op& op) { out(L, op, conv(L, op, in(L, op, 0))); };
+    r["conv2d_bias_relu"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("Relu", {conv(L, op, in(L, op, 0))}));
+    };
+    r["relu_conv2d"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, conv(L, op, L.emit("Relu", {in(L, op, 0)})));
+    };
+    r["conv_transpose2d"] = conv_transpose;
+    r["linear"] = [](Lowering& L, const trace::Op& op) { out(L, op, linear(L, op)); };
+    r["linear_relu"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("Relu", {linear(L, op)})); };
+    r["matmul"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("MatMul", {in(L, op, 0), in(L, op, 1)})); };
+    r["batch_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, batch_norm(L, op)); };
+    r["batch_norm_relu"] = [](Lowering& L, const trace::Op& op) {
+      std::string y = batch_norm(L, op);
+      if (const std::string residual = optional_in(L, op, 5); !residual.empty()) y = L.emit("Add", {y, residual});
+      out(L, op, L.emit("Relu", {y}));
+    };
+    r["layer_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, layer_norm(L, op)); };
+    r["softmax"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("Softmax", {in(L, op, 0)}, {{"axis", op.get_int("dim")}}));
+    };
+    r["log_softmax"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("LogSoftmax", {in(L, op, 0)}, {{"axis", op.get_int("dim")}}));
+    };
+    r["add"] = [](Lowering& L, const trace::Op& op) { add_like(L, op, "Add"); };
+    r["sub"] = [](Lowering& L, const trace::Op& op) { add_like(L, op, "Sub"); };
+    r["mul"] = binary("Mul");
+    r["div"] = binary("Div");
+    r["pow"] = binary("Pow");
+    r["add_scalar"] = with_scalar("Add");
+    r["mul_scalar"] = with_scalar("Mul");
+    r["div_scalar"] = with_scalar("Div");
+    r["pow_scalar"] = with_scalar("Pow");
+    r["rsub"] = with_scalar("Sub", /*scalar_first=*/true);
+    r["rdiv"] = with_scalar("Div", /*scalar_first=*/true);
+    r["neg"] = unary("Neg");
+    r["exp"] = unary("Exp");
+    r["log"] = unary("Log");
+    r["sqrt"] = unary("Sqrt");
+    r["abs"] = unary("Abs");
+    r["clone"] = unary("Identity");
+    r["to_device"] = unary("Identity");
+    r["clamp"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, clip(L, in(L, op, 0), dtype_of(op), op.get_double("min"), op.get_double("max")));
+    };
+    r["to_dtype"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("Cast", {in(L, op, 0)}, {{"to", static_cast<int64_t>(proto::element_type(dtype_of(op)))}}));
+    };
+    r["max_pool2d"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("MaxPool", {in(L, op, 0)}, pool_attributes(op)));
+    };
+    r["avg_pool2d"] = avg_pool;
+    r["global_avg_pool2d"] = unary("GlobalAveragePool");
+    r["global_max_pool2d"] = unary("GlobalMaxPool");
+    r["reshape"] = reshape;
+    r["permute"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("Transpose", {in(L, op, 0)}, {{"perm", op.get_ints("dims")}}));
+    };
+    r["slice"] = slice;
+    r["select"] = select;
+    r["expand"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("Expand", {in(L, op, 0), L.shape(L.sym_ints("shape"))}));
+    };
+    r["unsqueeze"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("Unsqueeze", {in(L, op, 0), L.ints({op.get_int("dim")})}));
+    };
+    r["cat"] = cat;
+    r["stack"] = stack;
+    r["pad"] = pad;
+    r["interpolate"] = interpolate;
+    r["sum"] = reduce;
+    r["mean"] = reduce;
+    r["max"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("ReduceMax", {in(L, op, 0)}, {{"keepdims", int64_t{0}}})); };
+    r["max_dim"] = max_dim;
+    r["index_select"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("Gather", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
+    };
+    r["gather"] = [](Lowering& L, const trace::Op& op) {
+      out(L, op, L.emit("GatherElements", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
+    };
+    r["dropout"] = refuse("dropout in training mode draws random masks; export in evaluation mode (module.eval())");
+    r["dropout2d"] = r["dropout"];
+    r["max_pool2d_with_indices"] = refuse("its indices (flat h * W + w per plane) are not MaxPool's; use max_pool2d");
+    for (const char* name : {"fill_", "copy_", "add_", "mul_", "div_"}) {
+      r[name] = refuse("an in-place update has no ONNX form (ONNX values are immutable); use the out-of-place op");
+    }
+    return r;
+  }();
+  return table;
+}
+
+std::string row_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, row] : rows()) names.push_back(name);
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+}  // namespace
+
+void lower_op(Lowering& lowering, const TracedOp& op, size_t index) {
+  lowering.begin(op, index);
+  auto it = rows().find(op.op.name);
+  if (it == rows().end()) {
+    lowering.fail(fmt::format("has no ONNX form in Loom's exporter (it maps {})", row_names()));
+  }
+  it->second(lowering, op.op);
+}
+
+}  // namespace loom::onnx
