@@ -2,6 +2,8 @@
 // A registry model rebuilt on the CPU with the given weights, then exported.
 #include "onnx/zoo.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/checkpoint.h"
@@ -18,17 +20,24 @@ StateDict load_weights(const std::string& path) {
   return load_safetensors(path);
 }
 
-ZooExport export_zoo_model(const std::string& name, const StateDict& weights, const std::string& path, int64_t batch,
-                           const ExportOptions& options, uint64_t seed) {
+ZooExport export_zoo_model(const std::string& name, const StateDict& weights, const std::string& path,
+                           const ZooExportOptions& options) {
   const models::ZooModel& row = models::zoo_model(name);
-  LOOM_CHECK(batch >= 1, ValueError, "[onnx] the example batch must have at least one sample, got {}", batch);
+  LOOM_CHECK(options.batch >= 1 && options.max_image_size >= 0, ValueError,
+             "[onnx] the example batch needs at least one sample and a size >= 0, got {} and {}", options.batch,
+             options.max_image_size);
   ZooExport result;
   result.model = row.build(row.num_classes);
   if (!weights.empty()) result.model->load_state_dict(weights);
   result.model->eval();
-  Generator generator(seed);
-  result.input = randn(row.batch_shape(batch), {}, &generator);
-  ExportOptions o = options;
+  Generator generator(options.seed);
+  Shape shape = row.batch_shape(options.batch);
+  if (options.max_image_size > 0 && shape.size() == 4) {
+    shape[2] = std::min(shape[2], options.max_image_size);
+    shape[3] = std::min(shape[3], options.max_image_size);
+  }
+  result.input = randn(shape, {}, &generator);
+  ExportOptions o = options.onnx;
   if (o.doc_string.empty()) o.doc_string = fmt::format("{}: {} (exported by Loom)", row.name, row.description);
   result.summary = export_model(*result.model, {result.input}, path, o);
   return result;

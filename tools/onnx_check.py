@@ -6,7 +6,8 @@ usage: python3 tools/onnx_check.py DIR [--atol A] [--rtol R]
 For each DIR/<model>.onnx (written by `bazel run //examples/onnx:export -- --zoo
 DIR`, with <model>.inputs.safetensors and <model>.outputs.safetensors beside it:
 the example batch and Loom's CPU outputs, named as the graph's inputs and
-outputs) this prints one line:
+outputs; <model>.fold_bn.onnx, of --fold-bn, reads the same files) this prints
+one line:
 
   - the ONNX checker (onnx.checker.check_model(full_check=True), which also runs
     strict shape inference) and whether the inferred output shapes agree with
@@ -112,8 +113,9 @@ def main():
     passed = failed = 0
     for path in models:
         name = path.name[:-len(".onnx")]
-        inputs = {k: np.ascontiguousarray(v) for k, v in read_safetensors(args.dir / f"{name}.inputs.safetensors").items()}
-        expected = read_safetensors(args.dir / f"{name}.outputs.safetensors")
+        model = name.split(".")[0]  # <model>.fold_bn.onnx compares against <model>'s files
+        inputs = {k: np.ascontiguousarray(v) for k, v in read_safetensors(args.dir / f"{model}.inputs.safetensors").items()}
+        expected = read_safetensors(args.dir / f"{model}.outputs.safetensors")
         line = f"{name:20s}"
         result = checker(path, expected)
         if result is None:

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(g++ bazel-bootstrap bazel-rules-java libfmt-dev libspdlog-dev doctest-dev libstb-dev
           zlib1g-dev libdeflate-dev libopenblas-dev dataset-fashion-mnist
-          openmpi-bin libopenmpi-dev python3-matplotlib cmake pkg-config doxygen "$@")
+          openmpi-bin libopenmpi-dev python3-matplotlib python3-onnx cmake pkg-config doxygen "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

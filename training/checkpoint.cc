@@ -71,12 +71,14 @@ void save_training(const TrainConfig& c, const nn::Module& net, const optim::Opt
 }
 
 void check_save(const TrainConfig& c) {
-  if (c.save.empty()) return;
-  try {
-    check_save_path(c.save);
-  } catch (const IoError& e) {
-    throw IoError(fmt::format("[train] --save {} cannot be written (checked before training): {}",
-                              c.save, e.what()));
+  for (const auto& [flag, path] : {std::pair{"--save", c.save}, std::pair{"--export-onnx", c.export_onnx}}) {
+    if (path.empty()) continue;
+    try {
+      check_save_path(path);
+    } catch (const IoError& e) {
+      throw IoError(fmt::format("[train] {} {} cannot be written (checked before training): {}", flag, path,
+                                e.what()));
+    }
   }
 }
 

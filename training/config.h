@@ -47,6 +47,7 @@ struct TrainConfig {
   // designated initializer leave them out without -Wmissing-field-initializers
   std::string save = {}, resume = {}, metrics = {};
   std::string plot = {};             // a PNG of the training curves, drawn at the end (tools/plot_metrics.py)
+  std::string export_onnx = {};      // the trained model as ONNX, written at the end (onnx/zoo.h)
   bool progress = true;              // progress on stderr: redrawn on a terminal, a line per 10% otherwise
   bool detect_anomaly = false;       // AnomalyGuard over training: the first op making NaN/inf throws
   bool distributed = false;          // data-parallel under mpirun (training/distributed.h)

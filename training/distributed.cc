@@ -28,6 +28,7 @@ TrainConfig rank_config(const TrainConfig& config, const dist::ProcessGroup& gro
     c.metrics.clear();
     c.plot.clear();
     c.save.clear();
+    c.export_onnx.clear();
     c.profile_steps = 0;
   }
   return c;

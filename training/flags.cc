@@ -108,6 +108,13 @@ std::string parse_plot(const std::string& path) {
   return path;
 }
 
+// The name ends in .onnx, which also catches a forgotten value (--export-onnx --epochs 3).
+std::string parse_export_onnx(const std::string& path) {
+  LOOM_CHECK(path.ends_with(".onnx") && path.size() > 5, ValueError,
+             "--export-onnx '{}': an ONNX model's file name ends in .onnx, e.g. --export-onnx model.onnx", path);
+  return path;
+}
+
 // Each flag that takes a value, and what it sets.
 using Setter = std::function<void(TrainConfig&, const std::string& flag, const std::string&)>;
 
@@ -134,6 +141,7 @@ const std::map<std::string, Setter>& value_flags() {
       {"--resume", [](C& c, S, S v) { c.resume = v; }},
       {"--metrics", [](C& c, S, S v) { c.metrics = parse_metrics(v); }},
       {"--plot", [](C& c, S, S v) { c.plot = parse_plot(v); }},
+      {"--export-onnx", [](C& c, S, S v) { c.export_onnx = parse_export_onnx(v); }},
       {"--device", [](C& c, S, S v) { c.device = parse_device(v); }},
   };
   return flags;
@@ -224,7 +232,8 @@ ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaul
 }
 
 void resolve_user_paths(TrainConfig& config, const char* working_directory) {
-  for (std::string* path : {&config.data, &config.save, &config.resume, &config.metrics, &config.plot}) {
+  for (std::string* path :
+       {&config.data, &config.save, &config.resume, &config.metrics, &config.plot, &config.export_onnx}) {
     *path = user_path(*path, working_directory);
   }
 }

@@ -32,7 +32,7 @@ ParsedFlags parse_flags(const std::vector<std::string>& args, TrainConfig defaul
 // "cifar10"), comma-separated: what --model accepts.
 std::string models_for(const std::string& dataset);
 
-// Makes the relative paths of --data, --save, --resume, --metrics and --plot
+// Makes the relative paths of --data, --save, --resume, --metrics, --plot and --export-onnx
 // relative to `working_directory` (null or "": unchanged). train_main passes
 // BUILD_WORKING_DIRECTORY, the user's directory under `bazel run`.
 void resolve_user_paths(TrainConfig& config, const char* working_directory);

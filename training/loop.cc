@@ -22,6 +22,7 @@
 #include "data/dataloader.h"
 #include "layers/nn.h"
 #include "models/registry.h"
+#include "onnx/zoo.h"
 #include "optim/adam.h"
 #include "optim/scheduler.h"
 #include "optim/sgd.h"
@@ -202,6 +203,18 @@ EpochResult train_epoch(Training& t, int epoch, const TrainConfig& c) {
 // so the two can be read side by side (the table counts from process start, the
 // phases from the trainer's start). A run on the CPU still writes the file, with
 // one line saying why it has no plans: a missing file reads as a fault.
+// --export-onnx: the trained weights in a fresh CPU copy of the zoo model,
+// exported with a dynamic batch (onnx/zoo.h), whatever device and fusion trained it.
+void export_trained(const TrainConfig& c, const nn::Module& net) {
+  const onnx::ZooExport e = onnx::export_zoo_model(c.model, net.state_dict(), c.export_onnx, {.seed = c.seed});
+  if (c.progress) {
+    std::printf("exported %s to %s (ONNX opset %lld: %lld nodes, %.1f MB; input '%s', output '%s')\n",
+                c.model.c_str(), c.export_onnx.c_str(), static_cast<long long>(onnx::kOpset),
+                static_cast<long long>(e.summary.nodes), static_cast<double>(e.summary.file_bytes) / 1e6,
+                e.summary.input_names.at(0).c_str(), e.summary.output_names.at(0).c_str());
+  }
+}
+
 void report_plans(const TrainConfig& c, const std::string& startup_line) {
   const char* path = std::getenv("LOOM_CUDNN_PLAN_TIMELINE");
   std::ofstream timeline;
@@ -326,6 +339,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
     if (c.target_accuracy > 0 && r.test_accuracy >= c.target_accuracy) break;
   }
   if (!c.plot.empty()) draw_plot(c, plot_tool, metrics_path, run_id);
+  if (!c.export_onnx.empty()) export_trained(c, net);
   if (c.progress) std::printf("%s\n", startup.line().c_str());
   report_plans(c, startup.line());
   result.model = net.state_dict();

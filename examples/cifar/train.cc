@@ -24,6 +24,7 @@ const char* kUsage = R"(train: trains resnet9 (or another model of the zoo) on C
   --device NAME       auto (default), cpu, cuda or cuda:k
   --precision NAME    tf32 (default), strict or bf16
   --seed N, --limit N, --save PATH, --resume PATH, --metrics PATH, --plot PATH.png,
+  --export-onnx PATH,
   --target-accuracy X, --no-cuda-graph, --no-fuse, --autotune, --profile N, --explain,
   --fusion-report, --allow-nonfinite-loss, --detect-anomaly,
   --distributed (mpirun -np N ...: --batch-size per rank),

@@ -37,6 +37,8 @@ const char* kUsage = R"(train: trains mnist_net (or another model of the zoo) on
                       per epoch, train vs test); needs python3-matplotlib
                       ('bash tools/setup.sh python3-matplotlib'; LOOM_PYTHON
                       names another Python), checked before training
+  --export-onnx PATH  at the end, write the trained model as ONNX (opset 17,
+                      dynamic batch; input 'input', output 'output': docs/onnx.md)
   --detect-anomaly    check every op's forward and backward for NaN/inf and stop
                       at the first, naming the op and its module (slow: steps
                       run eagerly and each op's values are read back)

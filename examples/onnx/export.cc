@@ -34,15 +34,20 @@ namespace {
 using namespace loom;
 
 constexpr const char* kUsage =
-    "usage: export --model NAME [--checkpoint FILE] [--out FILE] [--batch N] [--fixed-batch] [--fold-bn]\n"
-    "       export --zoo DIR [--models NAME,NAME,...] [--max-mb N] [--batch N] [--fixed-batch] [--fold-bn]\n"
+    "usage: export --model NAME [--checkpoint FILE] [--out FILE] [--batch N] [--max-image-size N]\n"
+    "              [--fixed-batch] [--fold-bn]\n"
+    "       export --zoo DIR [--models NAME,NAME,...] [--max-mb N] [--batch N] [--max-image-size N]\n"
+    "              [--fixed-batch] [--fold-bn]\n"
     "  --model        a model of the zoo's registry\n"
     "  --checkpoint   its weights: a trainer checkpoint (--save) or a safetensors state_dict\n"
     "                 (default: the builder's initial weights)\n"
     "  --out          the ONNX file (default NAME.onnx)\n"
     "  --batch        the example batch the forward is traced on (default 1; --zoo: 2)\n"
+    "  --max-image-size  trace larger images at N x N (default: each model's own size; the\n"
+    "                 ImageNet models' graph is the same at 64 as at 224)\n"
     "  --fixed-batch  a fixed batch size instead of the symbolic 'batch'\n"
-    "  --fold-bn      fold each batch norm into the convolution before it\n"
+    "  --fold-bn      fold each batch norm into the convolution before it (--zoo: as well, in\n"
+    "                 <model>.fold_bn.onnx, compared against the same outputs)\n"
     "  --zoo          every registry model (or --models) into DIR with inputs and Loom's outputs\n"
     "  --max-mb       --zoo: skip models whose weights exceed N MB\n";
 
@@ -54,8 +59,8 @@ struct Flags {
 // --flag value and --flag=value; ValueError for anything else.
 Flags parse(int argc, char** argv) {
   Flags f;
-  const std::vector<std::string> valued = {"--model", "--checkpoint", "--out", "--batch", "--zoo", "--models",
-                                           "--max-mb"};
+  const std::vector<std::string> valued = {"--model", "--checkpoint", "--out", "--batch", "--max-image-size",
+                                           "--zoo", "--models", "--max-mb"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     if (arg == "--fixed-batch") f.fixed_batch = true;
@@ -92,8 +97,12 @@ int64_t positive(const Flags& f, const std::string& flag, int64_t fallback) {
   return v;
 }
 
-onnx::ExportOptions options_of(const Flags& f) {
-  return {.dynamic_batch = !f.fixed_batch, .fold_batch_norm = f.fold_bn};
+// The example batch and export options of the flags (`fold`: this export folds batch norm).
+onnx::ZooExportOptions zoo_options(const Flags& f, int64_t default_batch, bool fold) {
+  return {.batch = positive(f, "--batch", default_batch),
+          .max_image_size = f.values.count("--max-image-size") ? positive(f, "--max-image-size", 1) : 0,
+          .seed = 3,
+          .onnx = {.dynamic_batch = !f.fixed_batch, .fold_batch_norm = fold}};
 }
 
 void print_summary(const std::string& name, const std::string& path, const onnx::ExportSummary& s) {
@@ -107,7 +116,7 @@ void export_one(const Flags& f) {
   const std::string out = training::user_path(f.values.count("--out") ? f.values.at("--out") : name + ".onnx");
   StateDict weights;
   if (f.values.count("--checkpoint")) weights = onnx::load_weights(training::user_path(f.values.at("--checkpoint")));
-  onnx::ZooExport e = onnx::export_zoo_model(name, weights, out, positive(f, "--batch", 1), options_of(f));
+  onnx::ZooExport e = onnx::export_zoo_model(name, weights, out, zoo_options(f, 1, f.fold_bn));
   print_summary(name, out, e.summary);
 }
 
@@ -135,7 +144,6 @@ std::vector<std::string> zoo_selection(const Flags& f) {
 void export_zoo(const Flags& f) {
   const std::filesystem::path dir = training::user_path(f.values.at("--zoo"));
   std::filesystem::create_directories(dir);
-  const int64_t batch = positive(f, "--batch", 2);
   const double max_mb = static_cast<double>(positive(f, "--max-mb", int64_t{1} << 40));
   for (const std::string& name : zoo_selection(f)) {
     const models::ZooModel& row = models::zoo_model(name);
@@ -147,12 +155,16 @@ void export_zoo(const Flags& f) {
       continue;
     }
     const std::string path = (dir / (name + ".onnx")).string();
-    onnx::ZooExport e = onnx::export_zoo_model(name, weights, path, batch, options_of(f), /*seed=*/3);
+    onnx::ZooExport e = onnx::export_zoo_model(name, weights, path, zoo_options(f, 2, false));
     NoGradGuard no_grad;
     const Tensor y = (*e.model)(e.input);
     save_safetensors((dir / (name + ".inputs.safetensors")).string(), {{e.summary.input_names.at(0), e.input}});
     save_safetensors((dir / (name + ".outputs.safetensors")).string(), {{e.summary.output_names.at(0), y}});
     print_summary(name, path, e.summary);
+    if (f.fold_bn) {
+      const std::string folded = (dir / (name + ".fold_bn.onnx")).string();
+      print_summary(name, folded, onnx::export_zoo_model(name, weights, folded, zoo_options(f, 2, true)).summary);
+    }
     std::fflush(stdout);
   }
 }

@@ -111,15 +111,25 @@ TEST_CASE("--plot takes a .png; --detect-anomaly is a switch") {
   CHECK_THROWS_WITH_FRAGMENT(parse({"--detect-anomaly=1"}), ValueError, "takes no value");
 }
 
+TEST_CASE("--export-onnx takes a .onnx path; unset, nothing is exported") {
+  CHECK(parse({"--export-onnx", "model.onnx"}).export_onnx == "model.onnx");
+  CHECK(parse({"--export-onnx=out/m.onnx"}).export_onnx == "out/m.onnx");
+  CHECK(parse({}).export_onnx.empty());
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--export-onnx="}), ValueError, "--export-onnx '': an ONNX model's file name");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--export-onnx", "--epochs", "3"}), ValueError,
+                             "--export-onnx '--epochs': an ONNX model's file name ends in .onnx");
+}
+
 TEST_CASE("relative paths resolve against the user's directory (bazel run's BUILD_WORKING_DIRECTORY)") {
   training::TrainConfig c = parse({"--data", "fashion", "--save", "out/ck", "--resume", "/abs/ck",
-                                   "--metrics", "m.csv", "--plot", "p.png"});
+                                   "--metrics", "m.csv", "--plot", "p.png", "--export-onnx", "m.onnx"});
   training::resolve_user_paths(c, "/home/user/work");
   CHECK(c.data == "/home/user/work/fashion");
   CHECK(c.save == "/home/user/work/out/ck");
   CHECK(c.resume == "/abs/ck");  // absolute paths stay
   CHECK(c.metrics == "/home/user/work/m.csv");
   CHECK(c.plot == "/home/user/work/p.png");
+  CHECK(c.export_onnx == "/home/user/work/m.onnx");
 
   training::TrainConfig unset = parse({"--metrics", "m.csv"});
   training::resolve_user_paths(unset, nullptr);  // not under bazel run

@@ -1,8 +1,9 @@
 // File: tests/training/train_cli_output_test.cc
 // What the trainers write, run as a user runs them: progress in a log file,
 // paths under `bazel run`, metrics rows (run id, flags, elapsed time) that
-// appends keep parseable, --detect-anomaly's message, and --plot (its check
-// before training, and a real PNG where matplotlib is installed).
+// appends keep parseable, --detect-anomaly's message, --plot (its check
+// before training, and a real PNG where matplotlib is installed) and
+// --export-onnx (a file the ONNX checker passes, Debian's python3-onnx).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -175,4 +176,23 @@ TEST_CASE("--plot writes a PNG of the run's curves" * doctest::skip(!matplotlib_
   std::string magic(8, '\0');
   png.read(magic.data(), 8);
   CHECK(magic == "\x89PNG\r\n\x1a\n");
+}
+
+TEST_CASE("--export-onnx writes the trained model, which the ONNX checker passes; an unwritable path fails first") {
+  TempDir dir("loom_cli_onnx_");
+  Run r = mnist(std::string(kSmall) + "--model lenet5 --export-onnx " + (dir / "m.onnx"));
+  REQUIRE(r.code == 0);
+  CHECK(has(r, "exported lenet5 to " + (dir / "m.onnx") + " (ONNX opset 17: "));
+  CHECK(has(r, "input 'input', output 'output')"));
+  const std::string check = "-c \"import onnx,sys; m=onnx.load(sys.argv[1]); "
+                            "onnx.checker.check_model(m, full_check=True); "
+                            "print(m.graph.input[0].type.tensor_type.shape.dim[0].dim_param)\" " + (dir / "m.onnx");
+  Run checked = loom::testing::run_program("/usr/bin/python3", check);
+  CHECK_MESSAGE(checked.code == 0, checked.output);
+  CHECK(checked.output == "batch\n");  // a dynamic batch
+
+  Run refused = mnist(std::string(kSmall) + "--export-onnx " + (dir / "no/such/dir/m.onnx"));
+  CHECK(refused.code == 1);
+  CHECK(has(refused, "--export-onnx " + (dir / "no/such/dir/m.onnx") + " cannot be written (checked before training)"));
+  CHECK_FALSE(has(refused, "epoch 1/1"));
 }
