@@ -1,0 +1,158 @@
+// File: tests/onnx/export_test.cc
+// ONNX export: every registry model passes the ONNX checker (Debian's
+// python3-onnx, full check with strict shape inference) through the export
+// tool and tools/onnx_check.py; the batch is symbolic or fixed as asked; batch
+// norm folds; and what has no ONNX form is refused with the op and module named.
+// The two ImageNet VGGs (0.5 GB of weights each) are left to the tool's --zoo
+// runs (docs/onnx.md): VGG-11/16 on CIFAR cover the same ops here.
+//
+// N batch.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/ops/ops.h"
+#include "layers/nn.h"
+#include "models/registry.h"
+#include "onnx/export.h"
+#include "onnx/zoo.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() / ("loom_onnx_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+// stdout and stderr of a shell command, and its exit status.
+std::pair<std::string, int> run(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) out += buffer.data();
+  const int status = ::pclose(pipe);
+  return {out, status};
+}
+
+// Python with Debian's onnx: what an exported file says about itself.
+std::string describe(const std::string& path) {
+  auto [out, status] = run("/usr/bin/python3 -c \"import onnx,sys; m=onnx.load(sys.argv[1]); "
+                           "d=lambda v:[x.dim_param or x.dim_value for x in v.type.tensor_type.shape.dim]; "
+                           "print([n.op_type for n in m.graph.node].count('BatchNormalization'), "
+                           "[(v.name, d(v)) for v in list(m.graph.input)+list(m.graph.output)])\" " + path);
+  CHECK_MESSAGE(status == 0, out);
+  return out;
+}
+
+// f(x): a forward written inline.
+class Fn : public nn::Module {
+ public:
+  explicit Fn(std::function<Tensor(const Tensor&)> f) : f_(std::move(f)) {}
+  Tensor forward(const Tensor& x) override { return f_(x); }
+
+ private:
+  std::function<Tensor(const Tensor&)> f_;
+};
+
+// f(fc(x)), fc a Linear(4, 4): ops inside a module of its own.
+class Custom : public nn::Module {
+ public:
+  explicit Custom(std::function<Tensor(const Tensor&)> f) : f_(std::move(f)) {
+    fc_ = register_module("fc", nn::Linear(4, 4));
+  }
+  Tensor forward(const Tensor& x) override { return f_((*fc_)(x)); }
+
+ private:
+  std::function<Tensor(const Tensor&)> f_;
+  std::shared_ptr<nn::Linear> fc_;
+};
+
+}  // namespace
+
+TEST_CASE("every registry model exports and passes the ONNX checker") {
+  TempDir dir;
+  std::string names;
+  int count = 0;
+  for (const models::ZooModel& row : models::zoo()) {
+    if (row.name == "vgg11_bn" || row.name == "vgg16_bn") continue;
+    names += (names.empty() ? "" : ",") + row.name;
+    ++count;
+  }
+  // ImageNet models at 64x64: the same graph as at 224, a twelfth of the work.
+  auto [out, status] = run("examples/onnx/export --zoo " + dir.path.string() + " --max-image-size 64 --models " + names);
+  REQUIRE_MESSAGE(status == 0, out);
+  auto [checked, check_status] = run("/usr/bin/python3 tools/onnx_check.py " + dir.path.string());
+  MESSAGE(checked);
+  CHECK(check_status == 0);
+  CHECK(checked.find(std::to_string(count) + " passed, 0 failed") != std::string::npos);
+}
+
+TEST_CASE("the batch is symbolic, or fixed as asked, and follows reshapes and expands (ViT)") {
+  TempDir dir;
+  const std::string dynamic = (dir.path / "vit.onnx").string(), fixed = (dir.path / "vit_fixed.onnx").string();
+  onnx::ZooExport e = onnx::export_zoo_model("vit_tiny", {}, dynamic, {.batch = 3});
+  CHECK(e.summary.input_names == std::vector<std::string>{"input"});
+  CHECK(describe(dynamic).find("('input', ['batch', 1, 28, 28]), ('output', ['batch', 10])") != std::string::npos);
+  onnx::export_zoo_model("vit_tiny", {}, fixed, {.batch = 3, .onnx = {.dynamic_batch = false}});
+  CHECK(describe(fixed).find("('input', [3, 1, 28, 28]), ('output', [3, 10])") != std::string::npos);
+}
+
+TEST_CASE("batch norm is BatchNormalization, or folded into the conv before it") {
+  TempDir dir;
+  const std::string plain = (dir.path / "a.onnx").string(), folded = (dir.path / "b.onnx").string();
+  onnx::export_zoo_model("mnist_net", {}, plain, {.onnx = {.input_names = {"image"}, .output_names = {"logits"}}});
+  onnx::export_zoo_model("mnist_net", {}, folded, {.onnx = {.fold_batch_norm = true}});
+  CHECK(describe(plain).find("2 [('image'") == 0);
+  CHECK(describe(folded).find("0 [('input'") == 0);
+}
+
+TEST_CASE("what has no ONNX form is refused, naming the op and the module") {
+  TempDir dir;
+  const std::string path = (dir.path / "m.onnx").string();
+  const Tensor x = randn({2, 4});
+  Custom in_place([](const Tensor& y) {
+    Tensor z = relu(y);
+    add_(z, 1.0);
+    return z;
+  });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(in_place, {x}, path), onnx::ExportError,
+                             "op 'add_' (#2 of the trace): an in-place update has no ONNX form");
+  Custom train_dropout([](const Tensor& y) { return dropout(y, 0.5, /*training=*/true); });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(train_dropout, {x}, path), onnx::ExportError,
+                             "dropout in training mode");
+  Custom indices([](const Tensor& y) { return max_pool2d_with_indices(y.reshape({y.size(0), 1, 2, 2}), {.kernel_size = {2, 2}}).values; });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(indices, {x}, path), onnx::ExportError,
+                             "op 'max_pool2d_with_indices'");
+  nn::Sequential no_stats(nn::BatchNorm2d(1, {.track_running_stats = false}));
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(no_stats, {randn({2, 1, 3, 3})}, path), onnx::ExportError,
+                             "op 'batch_norm' (#0 of the trace, in module '0'): batch statistics");
+  CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("a forward that depends on the values, or makes batch-sized constants, is refused") {
+  TempDir dir;
+  const std::string path = (dir.path / "m.onnx").string();
+  Fn constant([](const Tensor& y) { return add(y, ones({y.size(0), 4})); });
+  const Tensor x = randn({2, 4});
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(constant, {x}, path), onnx::ExportError,
+                             "changed shape from (2, 4) to (3, 4)");
+  onnx::export_model(constant, {x}, path, {.dynamic_batch = false});  // a fixed batch may bake it in
+  CHECK(std::filesystem::exists(path));
+  // The second run's input is x * 0.75 + 0.5: -1 becomes -0.25, on the other side of -0.5.
+  Fn branch([](const Tensor& y) { return y.at({0, 0}) > -0.5 ? relu(y) : sigmoid(y); });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(branch, {full({2, 4}, -1.0)}, path), onnx::ExportError,
+                             "at op 'sigmoid' (#0 of the trace): the other run had 'relu' there");
+}
