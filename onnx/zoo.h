@@ -32,9 +32,9 @@ struct ZooExport {
 // unknown one), loads `weights` (every name must match; empty: the builder's
 // own initial weights) and exports it on the CPU, traced on `batch` samples
 // of the row's input shape drawn from a generator seeded with `seed`.
-// `max_image_size` (0: none) caps the images' height and width: the ImageNet
-// models' graph is the same at 64 x 64 as at 224 x 224 (their pools are
-// adaptive), at a twelfth of the work; smaller images keep their own size.
+// `max_image_size` (0: none) caps the images' height and width, smaller ones
+// keep their own: the ImageNet models run at 64 x 64 (their pools are adaptive)
+// at a twelfth of the work, and the file then takes 64 x 64 images.
 struct ZooExportOptions {
   int64_t batch = 1;
   int64_t max_image_size = 0;

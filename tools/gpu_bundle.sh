@@ -48,6 +48,10 @@ if [ -d bench ]; then
   cp bench/*.py bench/run.sh .bundle/bench/
   cp models/torch_models.py .bundle/bench/  # the zoo's PyTorch twins, which torch_bench.py imports
 fi
+# The ONNX Runtime comparison: python3 .bundle/tools/onnx_check.py DIR, DIR
+# written by tools/onnx_zoo.sh here or by .bundle/bin/onnx_export --zoo there.
+mkdir -p .bundle/tools
+cp tools/onnx_check.py .bundle/tools/
 # Libraries the GPU host lacks: everything resolved here except the C runtime
 # and the CUDA libraries (NCCL included), which the host provides in matching versions. Loom's
 # own libraries are shared objects (Bazel's default for tests), so each is

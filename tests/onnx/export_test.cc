@@ -3,8 +3,8 @@
 // python3-onnx, full check with strict shape inference) through the export
 // tool and tools/onnx_check.py; the batch is symbolic or fixed as asked; batch
 // norm folds; and what has no ONNX form is refused with the op and module named.
-// The two ImageNet VGGs (0.5 GB of weights each) are left to the tool's --zoo
-// runs (docs/onnx.md): VGG-11/16 on CIFAR cover the same ops here.
+// The two ImageNet VGGs (0.5 GB of weights each) are left to tools/onnx_zoo.sh
+// --max-mb runs (docs/onnx.md): VGG-11/16 on CIFAR cover the same layers here.
 //
 // N batch.
 #include <doctest/doctest.h>
@@ -91,7 +91,7 @@ TEST_CASE("every registry model exports and passes the ONNX checker") {
     names += (names.empty() ? "" : ",") + row.name;
     ++count;
   }
-  // ImageNet models at 64x64: the same graph as at 224, a twelfth of the work.
+  // ImageNet models at 64x64 (their pools are adaptive): the same layers as at 224, a twelfth of the work.
   auto [out, status] = run("examples/onnx/export --zoo " + dir.path.string() + " --max-image-size 64 --models " + names);
   REQUIRE_MESSAGE(status == 0, out);
   auto [checked, check_status] = run("/usr/bin/python3 tools/onnx_check.py " + dir.path.string());
