@@ -74,3 +74,37 @@ TEST_CASE("checkpoints_and_interop: the safetensors round trip and the resumed r
   CHECK(has(run, "safetensors round trip: identical"));
   CHECK(has(run, "resumed at step 3: identical to the uninterrupted run"));
 }
+
+TEST_CASE("onnx: the trained model exports, passes the ONNX checker, and runs in ONNX Runtime where installed") {
+  const std::string dir = scratch("onnx");
+  Run run = tutorial("onnx", dir);
+  INFO(run.output);
+  CHECK(run.code == 0);
+  CHECK(has(run, "net.onnx: 8 nodes, 8 initializers, input 'image', output 'logits'"));
+  CHECK(has(run, "net_folded.onnx: 7 nodes"));
+  CHECK(has(run, "refused: [onnx] op 'dropout' (#6 of the trace): dropout in training mode"));
+  CHECK(has(run, "export in evaluation mode (module.eval())"));
+  CHECK_FALSE(std::filesystem::exists(dir + "/noisy.onnx"));
+
+  // Debian's python3-onnx: the full check, and the symbolic batch.
+  const std::string check = "-c \"import onnx,sys\nfor f in sys.argv[1:]:\n m=onnx.load(f); "
+                            "onnx.checker.check_model(m, full_check=True); "
+                            "print([d.dim_param or d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim])\" ";
+  Run checked = loom::testing::run_program("/usr/bin/python3", check + dir + "/net.onnx " + dir + "/net_folded.onnx");
+  CHECK_MESSAGE(checked.code == 0, checked.output);
+  CHECK(checked.output == "['batch', 1, 28, 28]\n['batch', 1, 28, 28]\n");
+
+  // The tutorial's Python side: ONNX Runtime against Loom's logits (exit 3 where it is not installed).
+  Run ort = loom::testing::run_program("/usr/bin/python3", "examples/tutorials/onnx_runtime.py " + dir);
+  INFO(ort.output);
+  if (ort.code == 3) {
+    CHECK(has(ort, "onnx_runtime: onnxruntime is not installed"));
+  } else {
+    CHECK(ort.code == 0);
+    CHECK(has(ort, "inputs: [('image', ['batch', 1, 28, 28])]"));
+    CHECK(has(ort, "max |onnxruntime - loom|: "));
+    const double diff = std::stod(ort.output.substr(ort.output.find("loom|: ") + 7));
+    CHECK(diff < 1e-4);
+    CHECK(has(ort, "batch of 1: (1, 10) same row: True"));
+  }
+}
