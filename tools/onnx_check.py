@@ -116,7 +116,7 @@ def main():
         model = name.split(".")[0]  # <model>.fold_bn.onnx compares against <model>'s files
         inputs = {k: np.ascontiguousarray(v) for k, v in read_safetensors(args.dir / f"{model}.inputs.safetensors").items()}
         expected = read_safetensors(args.dir / f"{model}.outputs.safetensors")
-        line = f"{name:20s}"
+        line = f"{name:27s}"
         result = checker(path, expected)
         if result is None:
             if "onnx is not installed: no checker" not in notes:
