@@ -139,10 +139,8 @@ void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
     return;
   }
 #endif
-  if (!y.device().is_cuda()) {  // the CPU kernel adds the bias and applies the ReLU per image
-    Strided bias_view = b.defined() ? b.strided() : Strided{};
-    cpu::conv2d_forward(y.strided(), x.strided(), w.strided(), b.defined() ? &bias_view : nullptr,
-                        p, relu);
+  if (!y.device().is_cuda()) {  // the CPU kernels add the bias and apply the ReLU in the same pass
+    conv_detail::cpu_forward_kernel(y, x, w, b, p, relu);
     return;
   }
   conv_detail::forward_kernel(y, x, w, b, p);
