@@ -198,6 +198,7 @@ std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserO
     const dnnl_memory_desc_t* inner = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, u.arg);
     LOOM_CHECK(inner != nullptr, OnednnError, "[onednn] {} takes no argument {}", plan->impl, u.arg);
     o.inner = *inner;
+    if (o.user.ndims == 0) o.user = o.inner;
     if (!lib().memory_desc_equal(&o.user, &o.inner)) {
       o.reorder = u.output ? make_reorder(o.inner, o.user) : make_reorder(o.user, o.inner);
       o.inner_bytes = lib().memory_desc_get_size(&o.inner);
@@ -205,6 +206,13 @@ std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserO
     plan->operands.push_back(std::move(o));
   }
   return plan;
+}
+
+size_t Plan::bytes(int arg) const {
+  for (const PlanOperand& o : operands) {
+    if (o.arg == arg) return lib().memory_desc_get_size(&o.user);
+  }
+  return 0;
 }
 
 std::shared_ptr<const Plan> cached_plan(Key key, const std::function<std::shared_ptr<Plan>()>& build) {

@@ -62,11 +62,13 @@ Attr make_attr(dnnl_alg_kind_t post_eltwise = dnnl_alg_kind_undef);
 PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
                                   const_dnnl_primitive_desc_t hint = nullptr);
 
-// One execute argument as Loom holds it.
+// One execute argument as Loom holds it: in the layout `user`, or, when
+// `user` is left zero (ndims 0), in the primitive's own layout (a workspace:
+// Loom allocates Plan::bytes(arg) and passes it back to the backward).
 struct UserOperand {
-  int arg;                    // DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, ...
-  bool output;                // written by the primitive
-  dnnl_memory_desc_t user;    // the layout Loom passes
+  int arg;                      // DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, ...
+  bool output;                  // written by the primitive
+  dnnl_memory_desc_t user{};    // the layout Loom passes
 };
 
 struct PlanOperand {
@@ -83,6 +85,9 @@ struct Plan {
   std::vector<PlanOperand> operands;
   size_t scratchpad_bytes = 0;
   std::string impl;  // oneDNN's implementation name, e.g. "brgconv:avx512_core"
+
+  // The bytes of argument `arg` as Loom holds it (0 if the plan has no such operand).
+  size_t bytes(int arg) const;
 };
 
 // The plan of `pd` for the user operands (every argument the primitive reads
