@@ -1,6 +1,6 @@
 // File: core/ops/activation.cc
-// One op for every activation row: the forward kernel (cuDNN graph or Loom
-// kernel), and an autograd node that saves what the row says.
+// One op for every activation row: the forward kernel (cuDNN graph, oneDNN
+// primitive or Loom kernel), and an autograd node that saves what the row says.
 #include "core/ops/activation.h"
 
 #include <fmt/format.h>
@@ -13,6 +13,7 @@
 #include "core/autograd.h"
 #include "core/cpu/activation.h"
 #include "core/error.h"
+#include "core/onednn/eltwise.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #ifdef LOOM_WITH_CUDA
@@ -44,6 +45,17 @@ bool backward_by_cudnn(const Tensor& dx, const Tensor& dy, const Tensor& saved, 
 #endif
 }
 
+bool forward_by_onednn(const Tensor& y, const Tensor& x, ActivationKind kind,
+                       const cpu::ActivationParameters& parameters) {
+  return on_onednn_tier(x) && onednn::activation_forward(y.strided(), x.strided(), kind, parameters);
+}
+
+bool backward_by_onednn(const Tensor& dx, const Tensor& dy, const Tensor& saved, ActivationKind kind,
+                        const cpu::ActivationParameters& parameters) {
+  return on_onednn_tier(saved) &&
+         onednn::activation_backward(dx.strided(), dy.strided(), saved.strided(), kind, parameters);
+}
+
 }  // namespace
 
 cpu::ActivationParameters activation_parameters(ActivationKind kind, const std::vector<double>& given,
@@ -68,7 +80,7 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
   check_float_tensor(x, row.name);
   const cpu::ActivationParameters parameters = activation_parameters(kind, given, row.name);
   Tensor y = empty_like(x);
-  if (!forward_by_cudnn(y, x, kind, parameters)) {
+  if (!forward_by_cudnn(y, x, kind, parameters) && !forward_by_onednn(y, x, kind, parameters)) {
     LOOM_KERNEL(y, activation_forward, y.strided(), x.strided(), kind, parameters);
   }
   if (needs_grad({x})) {
@@ -76,7 +88,8 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
     record(row.name, {x}, y, [saved, kind, parameters](const Tensor& dy_in) {
       Tensor dx = empty_like(saved);
       Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
-      if (!backward_by_cudnn(dx, dy, saved, kind, parameters)) {
+      if (!backward_by_cudnn(dx, dy, saved, kind, parameters) &&
+          !backward_by_onednn(dx, dy, saved, kind, parameters)) {
         LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), kind, parameters);
       }
       return std::vector<Tensor>{dx};
