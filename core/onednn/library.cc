@@ -52,6 +52,7 @@ bool bind_all(void* h, Library& l) {
          bind(h, l.post_ops_create, "dnnl_post_ops_create") &&
          bind(h, l.post_ops_destroy, "dnnl_post_ops_destroy") &&
          bind(h, l.post_ops_append_eltwise, "dnnl_post_ops_append_eltwise") &&
+         bind(h, l.post_ops_append_sum, "dnnl_post_ops_append_sum") &&
          bind(h, l.primitive_desc_create, "dnnl_primitive_desc_create") &&
          bind(h, l.primitive_desc_destroy, "dnnl_primitive_desc_destroy") &&
          bind(h, l.primitive_desc_query, "dnnl_primitive_desc_query") &&

@@ -32,6 +32,7 @@ struct Library {
   decltype(&dnnl_post_ops_create) post_ops_create = nullptr;
   decltype(&dnnl_post_ops_destroy) post_ops_destroy = nullptr;
   decltype(&dnnl_post_ops_append_eltwise) post_ops_append_eltwise = nullptr;
+  decltype(&dnnl_post_ops_append_sum) post_ops_append_sum = nullptr;
   decltype(&dnnl_primitive_desc_create) primitive_desc_create = nullptr;
   decltype(&dnnl_primitive_desc_destroy) primitive_desc_destroy = nullptr;
   decltype(&dnnl_primitive_desc_query) primitive_desc_query = nullptr;

@@ -151,20 +151,21 @@ dnnl_memory_desc_t md_tag(const Shape& dims, dnnl_format_tag_t tag) {
 
 dnnl_memory_desc_t md_any(const Shape& dims) { return md_tag(dims, dnnl_format_tag_any); }
 
-Attr make_attr(dnnl_alg_kind_t post_eltwise) {
+Attr make_attr(dnnl_alg_kind_t post_eltwise, bool accumulate) {
   dnnl_primitive_attr_t attr = nullptr;
   LOOM_DNNL_CHECK(lib().primitive_attr_create(&attr));
   Attr owned(attr);
   LOOM_DNNL_CHECK(lib().primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
-  if (post_eltwise != dnnl_alg_kind_undef) {
-    dnnl_post_ops_t ops = nullptr;
-    LOOM_DNNL_CHECK(lib().post_ops_create(&ops));
-    const dnnl_status_t appended = lib().post_ops_append_eltwise(ops, 1.0f, post_eltwise, 0.0f, 0.0f);
-    const dnnl_status_t set = appended == dnnl_success ? lib().primitive_attr_set_post_ops(attr, ops)
-                                                       : appended;
-    lib().post_ops_destroy(ops);
-    LOOM_DNNL_CHECK(set);
+  if (post_eltwise == dnnl_alg_kind_undef && !accumulate) return owned;
+  dnnl_post_ops_t ops = nullptr;
+  LOOM_DNNL_CHECK(lib().post_ops_create(&ops));
+  dnnl_status_t status = accumulate ? lib().post_ops_append_sum(ops, 1.0f) : dnnl_success;
+  if (status == dnnl_success && post_eltwise != dnnl_alg_kind_undef) {
+    status = lib().post_ops_append_eltwise(ops, 1.0f, post_eltwise, 0.0f, 0.0f);
   }
+  if (status == dnnl_success) status = lib().primitive_attr_set_post_ops(attr, ops);
+  lib().post_ops_destroy(ops);
+  LOOM_DNNL_CHECK(status);
   return owned;
 }
 

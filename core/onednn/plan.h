@@ -53,8 +53,9 @@ dnnl_memory_desc_t md_tag(const Shape& dims, dnnl_format_tag_t tag);
 dnnl_memory_desc_t md_any(const Shape& dims);
 
 // Attributes with a user scratchpad (the plan allocates it per run) and, when
-// `post_eltwise` is not dnnl_alg_kind_undef, that eltwise applied to the result.
-Attr make_attr(dnnl_alg_kind_t post_eltwise = dnnl_alg_kind_undef);
+// `post_eltwise` is not dnnl_alg_kind_undef, that eltwise applied to the
+// result; with `accumulate`, the result is added to what dst holds.
+Attr make_attr(dnnl_alg_kind_t post_eltwise = dnnl_alg_kind_undef, bool accumulate = false);
 
 // The primitive descriptor of an op descriptor, or null where oneDNN has no
 // implementation for it, or only its reference one ("ref:any": the reference
