@@ -76,12 +76,17 @@ InnerMds inner_mds(const ConvShape& s) {
   return m;
 }
 
-// The forward primitive descriptor (also the backward ones' hint).
+// The forward primitive descriptor (also the backward ones' hint); null where
+// oneDNN cannot describe the geometry: its padding is symmetric, so an input
+// row no window reaches (a transposed convolution's output_padding at stride
+// 1) has no description.
 PrimitiveDesc forward_pd(const ConvShape& s, const InnerMds& m) {
   dnnl_convolution_desc_t desc;
-  LOOM_DNNL_CHECK(library()->convolution_forward_desc_init(
-      &desc, dnnl_forward_training, dnnl_convolution_direct, &m.x, &m.w, s.bias ? &m.bias : nullptr,
-      &m.y, s.strides, s.dilates, s.pad, s.pad));
+  if (!described(library()->convolution_forward_desc_init(
+          &desc, dnnl_forward_training, dnnl_convolution_direct, &m.x, &m.w,
+          s.bias ? &m.bias : nullptr, &m.y, s.strides, s.dilates, s.pad, s.pad))) {
+    return nullptr;
+  }
   return make_primitive_desc(&desc, make_attr(s.relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef));
 }
 
@@ -98,17 +103,21 @@ std::shared_ptr<Plan> build(const ConvShape& s, Direction direction) {
   }
   dnnl_convolution_desc_t desc;
   if (direction == Direction::Dgrad) {
-    LOOM_DNNL_CHECK(library()->convolution_backward_data_desc_init(
-        &desc, dnnl_convolution_direct, &m.x, &m.w, &m.y, s.strides, s.dilates, s.pad, s.pad));
+    if (!described(library()->convolution_backward_data_desc_init(
+            &desc, dnnl_convolution_direct, &m.x, &m.w, &m.y, s.strides, s.dilates, s.pad, s.pad))) {
+      return nullptr;
+    }
     const PrimitiveDesc pd = make_primitive_desc(&desc, make_attr(), forward.get());
     if (!pd) return nullptr;
     return make_plan(pd, {{DNNL_ARG_DIFF_DST, false, s.y_user},
                           {DNNL_ARG_WEIGHTS, false, s.w_user},
                           {DNNL_ARG_DIFF_SRC, true, s.x_user}});
   }
-  LOOM_DNNL_CHECK(library()->convolution_backward_weights_desc_init(
-      &desc, dnnl_convolution_direct, &m.x, &m.w, s.bias ? &m.bias : nullptr, &m.y, s.strides,
-      s.dilates, s.pad, s.pad));
+  if (!described(library()->convolution_backward_weights_desc_init(
+          &desc, dnnl_convolution_direct, &m.x, &m.w, s.bias ? &m.bias : nullptr, &m.y, s.strides,
+          s.dilates, s.pad, s.pad))) {
+    return nullptr;
+  }
   const PrimitiveDesc pd = make_primitive_desc(&desc, make_attr(), forward.get());
   if (!pd) return nullptr;
   std::vector<UserOperand> ops = {{DNNL_ARG_SRC, false, s.x_user},

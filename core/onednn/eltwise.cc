@@ -70,7 +70,10 @@ Key eltwise_key(std::string_view kind, const Algorithm& a, int64_t n) {
   return {kind, {static_cast<int64_t>(a.kind), static_cast<int64_t>(std::bit_cast<uint32_t>(a.alpha)), n}};
 }
 
-// softmax's memory descriptor and key; nothing unless x and y are float32, dense alike.
+// softmax's memory descriptor and key; nothing unless x and y are float32, dense
+// alike. oneDNN 2.6's fast softmax wants the axis innermost in memory (the last
+// dim, or channels in NHWC); other axes get its reference implementation,
+// which make_primitive_desc declines.
 struct SoftmaxShape {
   dnnl_memory_desc_t md;
   Key key;
@@ -78,9 +81,11 @@ struct SoftmaxShape {
 
 std::optional<SoftmaxShape> softmax_shape(std::string_view kind, const Strided& a, const Strided& b,
                                           int64_t dim, bool log) {
+  // An axis of one element is exact on the reference kernels (1, or 0 for
+  // log-softmax), where oneDNN's float32 log of 1 is off by ~1e-6.
   const std::optional<MemoryFormat> f = dense_format(a);
   if (!takes(a.dtype) || !f || dense_format(b) != f || a.sizes != b.sizes || a.numel() == 0 ||
-      a.dim() > 5) {
+      a.dim() > 5 || a.sizes[dim] == 1) {
     return std::nullopt;
   }
   SoftmaxShape s{md_of(a), {kind, a.sizes}};

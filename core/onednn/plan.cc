@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -106,6 +107,11 @@ Cache& cache() {
   return c;
 }
 
+std::atomic<int64_t>& execution_count() {
+  static std::atomic<int64_t> count{0};
+  return count;
+}
+
 // Where a dense Strided lies in memory: a plain tag for the common layouts.
 dnnl_format_tag_t dense_tag(const Strided& t) {
   static constexpr dnnl_format_tag_t kRowMajor[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab,
@@ -167,6 +173,12 @@ Attr make_attr(dnnl_alg_kind_t post_eltwise, bool accumulate) {
   lib().post_ops_destroy(ops);
   LOOM_DNNL_CHECK(status);
   return owned;
+}
+
+bool described(dnnl_status_t init_status) {
+  if (init_status == dnnl_invalid_arguments || init_status == dnnl_unimplemented) return false;
+  LOOM_DNNL_CHECK(init_status);
+  return true;
 }
 
 PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
@@ -231,6 +243,7 @@ std::shared_ptr<const Plan> cached_plan(Key key, const std::function<std::shared
 
 void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers) {
   bind_openmp_to_pool();
+  ++execution_count();
   size_t total = aligned(plan.scratchpad_bytes);
   for (const PlanOperand& o : plan.operands) total += aligned(o.inner_bytes);
   std::byte* next = scratch(total);
@@ -281,6 +294,14 @@ std::vector<std::string> plan_lines() {
                                 reorders > 0 ? fmt::format(", {} reorders", reorders) : ""));
   }
   return lines;
+}
+
+int64_t executions() { return execution_count().load(); }
+
+void clear_plans() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.plans.clear();
 }
 
 }  // namespace loom::onednn

@@ -57,6 +57,11 @@ dnnl_memory_desc_t md_any(const Shape& dims);
 // result; with `accumulate`, the result is added to what dst holds.
 Attr make_attr(dnnl_alg_kind_t post_eltwise = dnnl_alg_kind_undef, bool accumulate = false);
 
+// True when an op descriptor's init succeeded; false where oneDNN cannot
+// describe the op (invalid_arguments: a geometry it has no words for, such as a
+// transposed convolution's output_padding at stride 1); throws otherwise.
+bool described(dnnl_status_t init_status);
+
 // The primitive descriptor of an op descriptor, or null where oneDNN has no
 // implementation for it, or only its reference one ("ref:any": the reference
 // kernels are faster).
@@ -112,5 +117,12 @@ void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers
 
 // One line per cached plan (kind, key, implementation, reorders), for explain().
 std::vector<std::string> plan_lines();
+
+// How many plans have run since the process started: the tests' proof that an
+// op ran on this tier rather than falling back.
+int64_t executions();
+
+// Drops every cached plan, as a fresh process starts (the determinism tests).
+void clear_plans();
 
 }  // namespace loom::onednn

@@ -54,8 +54,10 @@ std::optional<PoolShape> pool_shape(std::string_view kind, const Strided& x, con
 
 PrimitiveDesc forward_pd(const PoolShape& s, dnnl_prop_kind_t prop) {
   dnnl_pooling_v2_desc_t desc;
-  LOOM_DNNL_CHECK(library()->pooling_forward_desc_init(&desc, prop, s.alg, &s.x, &s.y, s.strides,
-                                                       s.kernel, s.dilation, s.pad_l, s.pad_r));
+  if (!described(library()->pooling_forward_desc_init(&desc, prop, s.alg, &s.x, &s.y, s.strides,
+                                                      s.kernel, s.dilation, s.pad_l, s.pad_r))) {
+    return nullptr;
+  }
   return make_primitive_desc(&desc, make_attr());
 }
 
@@ -74,8 +76,10 @@ std::shared_ptr<Plan> build_backward(const PoolShape& s, const PoolArgs& a) {
   const PrimitiveDesc hint = forward_pd(s, dnnl_forward_training);
   if (!hint) return nullptr;
   dnnl_pooling_v2_desc_t desc;
-  LOOM_DNNL_CHECK(library()->pooling_backward_desc_init(&desc, s.alg, &s.x, &s.y, s.strides,
-                                                        s.kernel, s.dilation, s.pad_l, s.pad_r));
+  if (!described(library()->pooling_backward_desc_init(&desc, s.alg, &s.x, &s.y, s.strides,
+                                                       s.kernel, s.dilation, s.pad_l, s.pad_r))) {
+    return nullptr;
+  }
   const PrimitiveDesc pd = make_primitive_desc(&desc, make_attr(), hint.get());
   if (!pd) return nullptr;
   std::vector<UserOperand> ops = {{DNNL_ARG_DIFF_DST, false, s.y}, {DNNL_ARG_DIFF_SRC, true, s.x}};
