@@ -24,6 +24,7 @@ struct ConvShape {
   dnnl_memory_desc_t x_user, w_user, y_user;
   dnnl_dims_t strides, dilates, pad;  // oneDNN counts dilation from 0 (none)
   bool bias = false, relu = false;
+  MemoryFormat layout = MemoryFormat::Contiguous;  // the activations' (x, y, dx, dy)
   Key key;
 };
 
@@ -48,6 +49,7 @@ std::optional<ConvShape> conv_shape(std::string_view kind, const Strided& x, con
   const std::optional<MemoryFormat> xf = dense_format(x), yf = dense_format(y), wf = dense_format(w);
   if (!xf || !yf || !wf || *xf != *yf) return std::nullopt;
   ConvShape s;
+  s.layout = *xf;
   s.x_dims = x.sizes;
   s.y_dims = y.sizes;
   s.w_dims = p.groups == 1 ? w.sizes
@@ -65,13 +67,17 @@ std::optional<ConvShape> conv_shape(std::string_view kind, const Strided& x, con
   return s;
 }
 
-// The primitive's own layouts: activations NHWC, weights its choice.
+// The primitive's own layouts: channels-last activations as they are, NCHW
+// ones in the blocked layout oneDNN picks (nChw16c and kin), and the weights in
+// its choice too.
 struct InnerMds {
   dnnl_memory_desc_t x, w, y, bias;
 };
 
 InnerMds inner_mds(const ConvShape& s) {
-  InnerMds m{md_tag(s.x_dims, dnnl_acdb), md_any(s.w_dims), md_tag(s.y_dims, dnnl_acdb), {}};
+  const bool nhwc = s.layout == MemoryFormat::ChannelsLast;
+  InnerMds m{nhwc ? md_tag(s.x_dims, dnnl_acdb) : md_any(s.x_dims), md_any(s.w_dims),
+             nhwc ? md_tag(s.y_dims, dnnl_acdb) : md_any(s.y_dims), {}};
   if (s.bias) m.bias = md_tag({s.y_dims[1]}, dnnl_a);
   return m;
 }
