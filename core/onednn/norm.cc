@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "core/onednn/library.h"
@@ -57,20 +58,34 @@ std::vector<float> variance_of(const Strided& invstd) {
   return v;
 }
 
-// The geometry and flags every batch-norm plan is keyed by; nothing where x is
-// not a dense (N, C) or (N, C, H, W) float32 tensor.
+// The geometry and flags every batch-norm plan is keyed by.
 struct BnShape {
   dnnl_memory_desc_t data, vector;
   Key key;
 };
 
-std::optional<BnShape> bn_shape(std::string_view kind, const Strided& x, unsigned flags) {
-  const std::optional<MemoryFormat> f = dense_format(x);
-  if (x.dtype != DType::Float32 || (x.dim() != 2 && x.dim() != 4) || !f || x.numel() == 0) {
-    return std::nullopt;
+// The layout batch norm runs in here: channels-last (N, C, H, W) or (N, C);
+// nothing for others (norm.h says why NCHW stays on the reference kernels).
+// A tensor dense in both NCHW and NHWC (one channel, or 1x1 planes) counts as
+// channels-last.
+std::optional<dnnl_format_tag_t> bn_layout(const Strided& t) {
+  if (t.dim() == 4 && has_layout(t.sizes, t.strides, MemoryFormat::ChannelsLast)) return dnnl_acdb;
+  if (t.dim() == 2 && has_layout(t.sizes, t.strides, MemoryFormat::Contiguous)) return dnnl_ab;
+  return std::nullopt;
+}
+
+// Every operand in batch norm's layout.
+bool bn_layouts(std::initializer_list<const Strided*> operands) {
+  for (const Strided* t : operands) {
+    if (t->dtype != DType::Float32 || !bn_layout(*t)) return false;
   }
-  BnShape s{md_of(x), md_tag({x.sizes[1]}, dnnl_a), {kind, x.sizes}};
-  s.key.ints.push_back(static_cast<int64_t>(*f));
+  return true;
+}
+
+std::optional<BnShape> bn_shape(std::string_view kind, const Strided& x, unsigned flags) {
+  const std::optional<dnnl_format_tag_t> tag = bn_layout(x);
+  if (!tag || x.numel() == 0) return std::nullopt;
+  BnShape s{md_tag(x.sizes, *tag), md_tag({x.sizes[1]}, dnnl_a), {kind, x.sizes}};
   s.key.ints.push_back(flags);
   return s;
 }
@@ -151,9 +166,7 @@ bool batch_norm_training_forward(const Strided& y, const Strided& save_mean,
                                  const std::optional<Strided>& weight,
                                  const std::optional<Strided>& bias, double eps,
                                  const std::optional<cpu::RunningStats>& running, bool relu) {
-  if (!takes(x.dtype) || !is_vector(weight) || !is_vector(bias) || dense_format(y) != dense_format(x)) {
-    return false;
-  }
+  if (!takes(x.dtype) || !is_vector(weight) || !is_vector(bias) || !bn_layouts({&x, &y})) return false;
   const unsigned flags = affine_flags(weight.has_value(), bias.has_value()) |
                          (relu ? dnnl_fuse_norm_relu : 0u);
   std::optional<BnShape> s = bn_shape("batch_norm_training_forward", x, flags);
@@ -186,9 +199,7 @@ bool batch_norm_training_forward(const Strided& y, const Strided& save_mean,
 bool batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
                         const Strided& invstd, const std::optional<Strided>& weight,
                         const std::optional<Strided>& bias) {
-  if (!takes(x.dtype) || !is_vector(weight) || !is_vector(bias) || dense_format(y) != dense_format(x)) {
-    return false;
-  }
+  if (!takes(x.dtype) || !is_vector(weight) || !is_vector(bias) || !bn_layouts({&x, &y})) return false;
   const unsigned flags = affine_flags(weight.has_value(), bias.has_value()) | dnnl_use_global_stats;
   std::optional<BnShape> s = bn_shape("batch_norm_forward", x, flags);
   if (!s) return false;
@@ -208,9 +219,8 @@ bool batch_norm_backward(const Strided& dx, const std::optional<Strided>& dweigh
                          const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
                          const Strided& mean, const Strided& invstd,
                          const std::optional<Strided>& weight, bool training) {
-  const std::optional<MemoryFormat> f = dense_format(x);
   if (!takes(x.dtype) || !is_vector(weight) || !is_vector(dweight) || !is_vector(dbias) ||
-      dense_format(dx) != f || dense_format(dy) != f) {
+      !bn_layouts({&x, &dx, &dy})) {
     return false;
   }
   // oneDNN gives the shift's gradient only beside the scale's: a bias without

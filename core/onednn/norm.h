@@ -7,10 +7,13 @@
 //
 // N batch, C channels, M = N * H * W values per channel.
 //
-// x, y, dx, dy are float32, (N, C) or (N, C, H, W), dense in one layout (NCHW
-// or NHWC); the per-channel vectors (C) may have any stride. An absent weight
-// or bias acts as 1 or 0. Each call returns false, having written nothing,
-// when the tier is off or oneDNN has no fast implementation.
+// x, y, dx, dy are float32, (N, C) or channels-last (N, C, H, W), dense in one
+// layout; the per-channel vectors (C) may have any stride. An absent weight or
+// bias acts as 1 or 0. Each call returns false, having written nothing, when
+// the tier is off, oneDNN has no fast implementation, or x is NCHW: there the
+// reference kernels, which walk each channel's planes, beat oneDNN 2.6's plain
+// NCHW batch norm 1.2-4.6x (single thread, (64, 32, 28, 28)), where on
+// channels-last oneDNN is 9-29x faster than they are.
 #pragma once
 
 #include <optional>

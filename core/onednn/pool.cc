@@ -30,12 +30,15 @@ int64_t right_pad(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64
 
 std::optional<PoolShape> pool_shape(std::string_view kind, const Strided& x, const Strided& y,
                                     const PoolArgs& a) {
-  const std::optional<MemoryFormat> f = dense_format(x);
-  if (!takes(x.dtype) || x.dim() != 4 || !f || dense_format(y) != f || y.numel() == 0) {
-    return std::nullopt;
-  }
+  // Channels-last only (pool.h says why); a tensor dense in both layouts (one
+  // channel, 1x1 planes) counts.
+  auto channels_last = [](const Strided& t) {
+    return t.dim() == 4 && has_layout(t.sizes, t.strides, MemoryFormat::ChannelsLast);
+  };
+  if (!takes(x.dtype) || !channels_last(x) || !channels_last(y) || y.numel() == 0) return std::nullopt;
   const cpu::Pool2dParams& p = a.params;
-  PoolShape s{md_of(x), md_of(y), {p.stride_h, p.stride_w}, {p.kernel_h, p.kernel_w}, {0, 0},
+  PoolShape s{md_tag(x.sizes, dnnl_acdb), md_tag(y.sizes, dnnl_acdb), {p.stride_h, p.stride_w},
+              {p.kernel_h, p.kernel_w}, {0, 0},
               {p.pad_h, p.pad_w}, {right_pad(x.sizes[2], y.sizes[2], p.kernel_h, p.stride_h, p.pad_h),
                                    right_pad(x.sizes[3], y.sizes[3], p.kernel_w, p.stride_w, p.pad_w)},
               a.max ? dnnl_pooling_max
@@ -48,7 +51,7 @@ std::optional<PoolShape> pool_shape(std::string_view kind, const Strided& x, con
   if (!a.max && a.count_include_pad && padded_beyond) return std::nullopt;
   s.key.ints = {x.sizes[0], x.sizes[1], x.sizes[2], x.sizes[3], y.sizes[2], y.sizes[3],
                 p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                s.pad_r[0], s.pad_r[1], s.alg, a.training, static_cast<int64_t>(*f)};
+                s.pad_r[0], s.pad_r[1], s.alg, a.training};
   return s;
 }
 

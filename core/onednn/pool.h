@@ -7,10 +7,12 @@
 //
 // N batch, C channels, H, W input plane, P, Q output plane.
 //
-// x, y, dx, dy are float32 (N, C, ., .), dense in one layout (NCHW or NHWC).
-// Each call returns false, having written nothing, when the tier is off or
-// oneDNN has no fast implementation (or, for count_include_pad, a divisor
-// that differs from PyTorch's).
+// x, y, dx, dy are float32 (N, C, ., .), dense channels-last. Each call
+// returns false, having written nothing, when the tier is off, oneDNN has no
+// fast implementation (or, for count_include_pad, a divisor that differs from
+// PyTorch's), or x is NCHW: the reference kernels pool NCHW planes as fast as
+// oneDNN 2.6 or faster (backward 1.6x, (64, 32, 28, 28) single thread), where
+// on channels-last oneDNN is 4-18x faster than they are.
 #pragma once
 
 #include <cstdint>

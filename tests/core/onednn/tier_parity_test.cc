@@ -16,7 +16,6 @@
 #include <functional>
 #include <map>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -44,12 +43,19 @@ class Draw {
 };
 
 // One configuration: a name with every setting, its inputs (float32 leaves),
-// and the op, which returns its output.
+// the op, which returns its output, and whether oneDNN must run it: some
+// configurations are the reference kernels' by design (batch norm and pooling
+// on NCHW, where they are faster, one channel being NCHW too; average pooling with count_include_pad where
+// ceil_mode adds a window oneDNN divides otherwise; a transposed convolution
+// whose output_padding no window reaches; softmax over an axis that is not
+// innermost in memory, where oneDNN 2.6 has only its reference implementation,
+// or of one element).
 struct Case {
   std::string description;
   std::vector<Tensor> inputs;
   std::function<Tensor(const std::vector<Tensor>&)> op;
   std::string family;
+  bool onednn_expected = true;
 };
 
 Tensor leaf(const Shape& sizes, Generator& gen, bool channels_last, double offset = 0) {
@@ -74,7 +80,7 @@ Case conv_case(Draw& d, Generator& gen, bool cl) {
   Case out{fmt::format("{} N={} C={} K={} groups={} {}x{} stride={}x{} dilation={}x{} pad={}x{} "
                        "H={} W={} bias={}", transposed ? "conv_transpose2d" : "conv2d", n, c, k, g, r, s, sh,
                        sw, dh, dw, ph, pw, h, w, bias),
-           {}, {}, transposed ? "conv_transpose2d" : "conv2d"};
+           {}, {}, transposed ? "conv_transpose2d" : "conv2d", !transposed};
   if (transposed) {
     // weight (C, K/G, R, S); output_padding below the larger of stride and dilation.
     const int64_t oph = d.between(0, std::max(sh, dh) - 1), opw = d.between(0, std::max(sw, dw) - 1);
@@ -103,7 +109,8 @@ Case norm_case(Draw& d, Generator& gen, bool cl) {
   Case out{fmt::format("batch_norm {} sizes={} affine={}",
                        variant == 0 ? "training" : variant == 1 ? "eval" : variant == 2 ? "+relu" : "+residual+relu",
                        shape_str(sizes), affine),
-           {leaf(sizes, gen, cl)}, {}, variant <= 1 ? "batch_norm" : "batch_norm_relu"};
+           {leaf(sizes, gen, cl)}, {}, variant <= 1 ? "batch_norm" : "batch_norm_relu",
+           !spatial || (cl && c > 1)};
   if (affine) {
     out.inputs.push_back(leaf({c}, gen, false, 1.0));
     out.inputs.push_back(leaf({c}, gen, false));
@@ -128,7 +135,8 @@ Case pool_case(Draw& d, Generator& gen, bool cl) {
   Case out{fmt::format("{} sizes={} kernel={}x{} stride={}x{} pad={}x{} ceil_mode={} count_include_pad={}",
                        max ? "max_pool2d" : "avg_pool2d", shape_str(sizes), kh, kw, sh, sw, ph, pw, ceil,
                        include_pad),
-           {leaf(sizes, gen, cl)}, {}, max ? "max_pool2d" : "avg_pool2d"};
+           {leaf(sizes, gen, cl)}, {}, max ? "max_pool2d" : "avg_pool2d",
+           cl && sizes[1] > 1 && (max || !include_pad)};
   const Pool2dOptions o{.kernel_size = {kh, kw}, .stride = std::array<int64_t, 2>{sh, sw},
                         .padding = {ph, pw}, .ceil_mode = ceil, .count_include_pad = include_pad};
   out.op = [o, max](const std::vector<Tensor>& t) { return max ? max_pool2d(t[0], o) : avg_pool2d(t[0], o); };
@@ -155,7 +163,7 @@ Case softmax_case(Draw& d, Generator& gen, bool cl) {
                               : Shape{d.between(1, 40), d.between(1, 200)};
   const int64_t dim = d.between(0, static_cast<int64_t>(sizes.size()) - 1);
   Case out{fmt::format("{} sizes={} dim={}", log ? "log_softmax" : "softmax", shape_str(sizes), dim),
-           {leaf(sizes, gen, cl)}, {}, "softmax"};
+           {leaf(sizes, gen, cl)}, {}, "softmax", false};
   out.op = [dim, log](const std::vector<Tensor>& t) {
     return log ? log_softmax(t[0] * 3.0, dim) : softmax(t[0] * 3.0, dim);
   };
@@ -212,6 +220,7 @@ std::vector<int64_t> case_numbers() {
 TEST_CASE("random configurations: the oneDNN tier matches the reference kernels") {
   REQUIRE_MESSAGE(onednn::active(), "oneDNN did not load: install libdnnl2 (tools/setup.sh)");
   std::map<std::string, std::pair<int64_t, int64_t>> ran;  // family -> (cases, cases oneDNN ran)
+  const bool one_case = case_numbers().size() == 1;
   for (int64_t index : case_numbers()) {
     const Case c = make_case(index);
     CAPTURE(c.description);
@@ -219,26 +228,20 @@ TEST_CASE("random configurations: the oneDNN tier matches the reference kernels"
     const int64_t before = onednn::executions();
     const std::vector<Tensor> fast = run_on(CpuBackend::Onednn, c, index);
     auto& [cases, on_onednn] = ran[c.family];
+    const bool ran_on_onednn = onednn::executions() > before;
     ++cases;
-    on_onednn += onednn::executions() > before;
+    on_onednn += ran_on_onednn;
+    if (c.onednn_expected) CHECK(ran_on_onednn);
     REQUIRE(fast.size() == reference.size());
     for (size_t i = 0; i < fast.size(); ++i) {
       CAPTURE(i);  // 0: the output, then each input's gradient
       CHECK(sweep::relative_error(fast[i], reference[i]) <= kTolerance);
     }
   }
-  if (case_numbers().size() == 1) return;
-  // Some configurations are the reference kernels' by design: average pooling
-  // with count_include_pad where ceil_mode adds a window (oneDNN divides
-  // otherwise), a transposed convolution whose output_padding no window
-  // reaches, softmax over an axis that is not innermost in memory (oneDNN 2.6
-  // has only its reference implementation there) or of one element.
-  static const std::set<std::string> kMayDecline = {"avg_pool2d", "conv_transpose2d", "softmax"};
   for (const auto& [family, count] : ran) {
     CAPTURE(family);
     MESSAGE(family << ": " << count.second << " of " << count.first << " cases ran on oneDNN");
-    CHECK(count.second > 0);
-    if (!kMayDecline.contains(family)) CHECK(count.second == count.first);
+    if (!one_case) CHECK(count.second > 0);
   }
 }
 
