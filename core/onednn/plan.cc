@@ -63,6 +63,19 @@ struct Memory {
   Memory& operator=(const Memory&) = delete;
 };
 
+// One operand's memory objects for a run: Loom's buffer, and the buffer in the
+// primitive's layout where a reorder goes between them.
+struct Bound {
+  std::unique_ptr<Memory> user, inner;
+};
+
+void* buffer_for(const Plan& plan, int arg, const std::vector<std::pair<int, void*>>& buffers) {
+  for (const auto& [a, pointer] : buffers) {
+    if (a == arg && pointer != nullptr) return pointer;
+  }
+  throw OnednnError(fmt::format("[onednn] {}: no buffer for argument {}", plan.impl, arg));
+}
+
 void run(const_dnnl_primitive_t primitive, const std::vector<dnnl_exec_arg_t>& args) {
   LOOM_DNNL_CHECK(lib().primitive_execute(primitive, thread_stream(), static_cast<int>(args.size()),
                                           args.data()));
@@ -247,36 +260,28 @@ void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers
   size_t total = aligned(plan.scratchpad_bytes);
   for (const PlanOperand& o : plan.operands) total += aligned(o.inner_bytes);
   std::byte* next = scratch(total);
-  std::vector<std::unique_ptr<Memory>> user, inner;
   std::vector<dnnl_exec_arg_t> args;
+  std::unique_ptr<Memory> scratchpad;
   if (plan.scratchpad_bytes > 0) {
-    inner.push_back(std::make_unique<Memory>(bytes_md(plan.scratchpad_bytes), next));
-    args.push_back({DNNL_ARG_SCRATCHPAD, inner.back()->memory});
+    scratchpad = std::make_unique<Memory>(bytes_md(plan.scratchpad_bytes), next);
+    args.push_back({DNNL_ARG_SCRATCHPAD, scratchpad->memory});
     next += aligned(plan.scratchpad_bytes);
   }
-  for (const PlanOperand& o : plan.operands) {
-    void* data = nullptr;
-    for (const auto& [arg, pointer] : buffers) {
-      if (arg == o.arg) data = pointer;
-    }
-    LOOM_CHECK(data != nullptr, OnednnError, "[onednn] {}: no buffer for argument {}", plan.impl, o.arg);
-    user.push_back(std::make_unique<Memory>(o.user, data));
-    if (!o.reorder) {
-      args.push_back({o.arg, user.back()->memory});
-      continue;
-    }
-    inner.push_back(std::make_unique<Memory>(o.inner, next));
-    next += aligned(o.inner_bytes);
-    if (!o.output) reorder(o.reorder.get(), user.back()->memory, inner.back()->memory);
-    args.push_back({o.arg, inner.back()->memory});
-  }
-  run(plan.primitive.get(), args);
-  size_t reordered = plan.scratchpad_bytes > 0 ? 1 : 0;  // inner[0] is the scratchpad
+  std::vector<Bound> bound(plan.operands.size());
   for (size_t i = 0; i < plan.operands.size(); ++i) {
     const PlanOperand& o = plan.operands[i];
-    if (!o.reorder) continue;
-    if (o.output) reorder(o.reorder.get(), inner[reordered]->memory, user[i]->memory);
-    ++reordered;
+    bound[i].user = std::make_unique<Memory>(o.user, buffer_for(plan, o.arg, buffers));
+    if (o.reorder) {
+      bound[i].inner = std::make_unique<Memory>(o.inner, next);
+      next += aligned(o.inner_bytes);
+      if (!o.output) reorder(o.reorder.get(), bound[i].user->memory, bound[i].inner->memory);
+    }
+    args.push_back({o.arg, (o.reorder ? bound[i].inner : bound[i].user)->memory});
+  }
+  run(plan.primitive.get(), args);
+  for (size_t i = 0; i < plan.operands.size(); ++i) {
+    const PlanOperand& o = plan.operands[i];
+    if (o.reorder && o.output) reorder(o.reorder.get(), bound[i].inner->memory, bound[i].user->memory);
   }
 }
 
