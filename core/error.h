@@ -50,6 +50,10 @@ class CudnnError : public CudaError {
 class OutOfMemoryError : public CudaError {
   using CudaError::CudaError;
 };
+// A failed oneDNN call (the CPU's fast tier, core/onednn).
+class OnednnError : public Error {
+  using Error::Error;
+};
 // A collective between processes that failed: a peer that died or stalled past
 // the timeout, or a failed MPI or NCCL call (loom::dist).
 class DistError : public Error {
