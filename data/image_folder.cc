@@ -102,7 +102,7 @@ Tensor decode_image(std::span<const uint8_t> encoded, const std::string& path, i
   LOOM_CHECK(pixels != nullptr, IoError,
              "[image_folder] {}: cannot decode the image: {} (stb_image reads PNG, JPEG and "
              "BMP up to {}x{} pixels; starts {})",
-             path, printable(stbi_failure_reason()), STBI_MAX_DIMENSIONS, STBI_MAX_DIMENSIONS,
+             path, stbi_failure_reason() ? stbi_failure_reason() : "no reason given", STBI_MAX_DIMENSIONS, STBI_MAX_DIMENSIONS,
              hex_prefix(encoded, 8));
   return planar(pixels.get(), channels, height, width);
 }

@@ -124,10 +124,11 @@ void check_bmp(std::span<const uint8_t> bmp, const std::string& path) {
 
 constexpr uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
 
+// The chunk type's 4 bytes as they are (loom::Error escapes what does not print).
 std::string chunk_name(std::span<const uint8_t> png, size_t at) {
-  char type[5] = {};
-  for (size_t i = 0; i < 4; ++i) type[i] = at + i < png.size() ? static_cast<char>(png[at + i]) : 0;
-  return printable(type);
+  std::string type;
+  for (size_t i = at; i < at + 4 && i < png.size(); ++i) type += static_cast<char>(png[i]);
+  return type;
 }
 
 void check_png(std::span<const uint8_t> png, const std::string& path) {
@@ -160,15 +161,6 @@ size_t after_start_of_image(std::span<const uint8_t> encoded) {
 }
 
 }  // namespace
-
-std::string printable(const char* text) {
-  std::string out;
-  for (const char* c = text; c != nullptr && *c != '\0'; ++c) {
-    const auto byte = static_cast<unsigned char>(*c);
-    out += byte >= 0x20 && byte < 0x7F ? std::string(1, *c) : fmt::format("\\x{:02X}", byte);
-  }
-  return out;
-}
 
 void check_jpeg_huffman_tables(std::span<const uint8_t> encoded, const std::string& path) {
   size_t pos = after_start_of_image(encoded);

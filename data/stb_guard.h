@@ -28,7 +28,4 @@ void screen_image(std::span<const uint8_t> encoded, const std::string& path);
 // The JPEG part of screen_image alone.
 void check_jpeg_huffman_tables(std::span<const uint8_t> encoded, const std::string& path);
 
-// stb's failure reason made printable: bytes outside printable ASCII as \xNN.
-std::string printable(const char* text);
-
 }  // namespace loom::data

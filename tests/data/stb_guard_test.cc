@@ -164,7 +164,6 @@ TEST_CASE("a truncated PNG and an unknown chunk type give readable messages") {
     CHECK(std::none_of(message.begin(), message.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }));
   }
   CHECK(thrown);
-  CHECK(printable("ok \x01\xff") == "ok \\x01\\xFF");
 }
 
 }  // namespace
