@@ -3,7 +3,6 @@
 #include "data/file_bytes.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <libdeflate.h>
 #include <zlib.h>
 
@@ -16,6 +15,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace loom::data {
 
@@ -30,28 +30,6 @@ File open_file(const std::string& path, const char* mode, std::string_view tag) 
   File file(std::fopen(path.c_str(), mode));
   LOOM_CHECK(file != nullptr, IoError, "[{}] {}: cannot open: {}", tag, path, std::strerror(errno));
   return file;
-}
-
-std::vector<uint8_t> read_plain(const std::string& path, std::string_view tag, uint64_t max_bytes) {
-  File file = open_file(path, "rb", tag);
-  struct stat info = {};
-  const bool regular = ::fstat(::fileno(file.get()), &info) == 0 && S_ISREG(info.st_mode);
-  LOOM_CHECK(!regular || static_cast<uint64_t>(info.st_size) <= max_bytes, IoError,
-             "[{}] {}: file is larger than the {} bytes this reader accepts ({} bytes)", tag, path,
-             max_bytes, info.st_size);
-  std::vector<uint8_t> bytes;
-  if (regular) bytes.reserve(info.st_size);  // one allocation, no copies as it grows
-  uint8_t chunk[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(chunk, 1, sizeof(chunk), file.get())) > 0) {
-    LOOM_CHECK(bytes.size() + got <= max_bytes, IoError,
-               "[{}] {}: file is larger than the {} bytes this reader accepts", tag, path,
-               max_bytes);
-    bytes.insert(bytes.end(), chunk, chunk + got);
-  }
-  LOOM_CHECK(!std::ferror(file.get()), IoError, "[{}] {}: read failed: {}", tag, path,
-             std::strerror(errno));
-  return bytes;
 }
 
 // Inflates the gzip members of `packed` with zlib, streaming, until the stream
@@ -180,15 +158,15 @@ std::string hex_prefix(std::span<const uint8_t> bytes, size_t count) {
 
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view tag,
                                      uint64_t max_bytes, const PrefixCheck& prefix) {
-  if (!ends_with(path, ".gz")) return read_plain(path, tag, max_bytes);
+  if (!ends_with(path, ".gz")) return read_regular_file(path, tag, max_bytes);
   // A gzip stream shrinks image data at most ~1000x; the output cap is what matters.
-  std::vector<uint8_t> packed = read_plain(path, tag, max_bytes);
+  std::vector<uint8_t> packed = read_regular_file(path, tag, max_bytes);
   return gunzip_bytes(packed, path, tag, max_bytes, prefix);
 }
 
 std::vector<uint8_t> read_stored_bytes(const std::string& path, std::string_view tag,
                                        uint64_t max_bytes) {
-  return read_plain(path, tag, max_bytes);
+  return read_regular_file(path, tag, max_bytes);
 }
 
 std::vector<uint8_t> gunzip_bytes(std::span<const uint8_t> packed, const std::string& path,

@@ -26,7 +26,8 @@ struct PrefixCheck {
 
 // The bytes of `path`; a name ending in ".gz" is decompressed (concatenated
 // gzip members included, CRCs checked). Throws IoError when the file cannot be
-// opened or read, is named .gz but is not gzip data, is a truncated or corrupt
+// opened or read, is not a regular file (a FIFO or a device is refused before
+// anything is read: core/input_file.h), is named .gz but is not gzip data, is a truncated or corrupt
 // gzip stream, or holds more than `max_bytes` (after decompression). A plain
 // file's size is checked before it is read; a gzip stream's contents are
 // checked by `prefix` before more than its first 64 KiB are inflated. The

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/file_bytes.h"
 
 // N images, H rows, W cols
@@ -138,8 +139,8 @@ void to_host_order(std::vector<uint8_t>& bytes, size_t element_size) {
 std::string find_mnist_file(const std::string& folder, const std::string& name) {
   namespace fs = std::filesystem;
   for (const std::string& candidate : {name, name + ".gz"}) {
-    const fs::path path = fs::path(folder) / candidate;
-    if (fs::exists(path)) return path.string();
+    const std::string path = (fs::path(folder) / candidate).string();
+    if (path_type(path, "mnist") != fs::file_type::not_found) return path;
   }
   throw IoError(
       fmt::format("[mnist] {}: neither {} nor {}.gz exists; expected the MNIST file names "

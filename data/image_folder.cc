@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/file_bytes.h"
 #include "data/stb_config.h"
 #include "data/stb_guard.h"
@@ -33,25 +34,25 @@ struct StbFree {
   void operator()(stbi_uc* pixels) const { stbi_image_free(pixels); }
 };
 
-bool is_image_file(const fs::directory_entry& entry) {
-  if (!entry.is_regular_file()) return false;
-  std::string name = entry.path().filename().string();
-  if (name.starts_with(".")) return false;
-  std::string ext = entry.path().extension().string();
+bool has_image_extension(const fs::path& path) {
+  std::string ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".bmp";
 }
 
+// The class folders (directories == true) or the image files of `folder`, in
+// name order, hidden entries skipped. Entries are what symbolic links point to;
+// a dangling link is no image.
 std::vector<fs::path> sorted_entries(const fs::path& folder, bool directories) {
   std::vector<fs::path> paths;
-  for (const fs::directory_entry& entry : fs::directory_iterator(folder)) {
-    const bool hidden = entry.path().filename().string().starts_with(".");
-    if (directories ? entry.is_directory() && !hidden : is_image_file(entry)) {
-      paths.push_back(entry.path());
-    }
+  for (const FolderEntry& entry : folder_entries(folder.string(), "image_folder")) {
+    if (entry.path.filename().string().starts_with(".")) continue;
+    const bool wanted = directories ? entry.type == fs::file_type::directory
+                                    : entry.type == fs::file_type::regular &&
+                                          has_image_extension(entry.path);
+    if (wanted) paths.push_back(entry.path);
   }
-  std::sort(paths.begin(), paths.end());
   return paths;
 }
 
@@ -112,9 +113,13 @@ Tensor read_image(const std::string& path, int channels) {
 }
 
 ImageFolder load_image_folder(const std::string& root, ImageFolderOptions options) {
-  LOOM_CHECK(fs::is_directory(root), IoError,
-             "[image_folder] {}: not a directory; expected one subfolder of images per class",
-             root);
+  const fs::file_type type = path_type(root, "image_folder");
+  LOOM_CHECK(type == fs::file_type::directory, IoError,
+             "[image_folder] {}: {}; expected a directory with one subfolder of images per class",
+             root,
+             type == fs::file_type::not_found
+                 ? "does not exist"
+                 : fmt::format("is {}, not a directory", file_type_name(type)));
   ImageFolder folder;
   std::vector<Tensor> images;
   std::vector<int64_t> labels;

@@ -2,6 +2,8 @@
 // Temporary folders, random data sets and image encoders for the data tests.
 #include "tests/data/fixtures.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,6 +26,24 @@
 
 // N images, C channels, H, W image size
 namespace loom::data::testing {
+
+namespace {
+
+// What `load` throws, as error_as_ordinary_user reports it.
+std::string error_of(const std::function<void()>& load) {
+  try {
+    load();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a loom::Error: ") + e.what();
+  }
+  return "";
+}
+
+constexpr uid_t kNobody = 65534;
+
+}  // namespace
 
 namespace {
 
@@ -137,6 +157,38 @@ std::vector<uint8_t> encode_jpeg(const Tensor& image, int quality) {
 
 void append_be32(std::vector<uint8_t>& bytes, uint32_t value) {
   for (int i = 3; i >= 0; --i) bytes.push_back(static_cast<uint8_t>(value >> (8 * i)));
+}
+
+std::string shared_temp_dir(std::string_view name) {
+  static std::atomic<int> counter{0};
+  const fs::path dir = fs::path("/tmp") / fmt::format("loom_{}_{}_{}", name, getpid(), counter++);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms(0755));
+  return dir.string();
+}
+
+std::string error_as_ordinary_user(const std::function<void()>& load) {
+  if (::geteuid() != 0) return error_of(load);
+  int channel[2];
+  LOOM_CHECK(::pipe(channel) == 0, Error, "[error_as_ordinary_user] pipe failed");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(channel[0]);
+    std::string message = ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0
+                              ? error_of(load)
+                              : "not a loom::Error: cannot become user nobody";
+    const ssize_t written = ::write(channel[1], message.data(), message.size());
+    ::_exit(written == static_cast<ssize_t>(message.size()) ? 0 : 1);
+  }
+  ::close(channel[1]);
+  std::string message;
+  char chunk[4096];
+  for (ssize_t got; (got = ::read(channel[0], chunk, sizeof(chunk))) > 0;) message.append(chunk, got);
+  ::close(channel[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? message : "the child process failed";
 }
 
 }  // namespace loom::data::testing
