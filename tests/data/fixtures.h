@@ -28,7 +28,8 @@ std::vector<uint8_t> read_bytes(const std::string& path);
 Dataset random_dataset(int64_t n, int64_t c, int64_t h, int64_t w, int64_t classes, uint64_t seed);
 
 // Encoders for one (C, H, W) uint8 image, C = 1 or 3.
-std::vector<uint8_t> encode_bmp(const Tensor& image);  // 24-bit, bottom-up rows
+// 24-bit, bottom-up rows, under a Windows (40-byte) or OS/2 (12-byte) header.
+std::vector<uint8_t> encode_bmp(const Tensor& image, uint32_t header_size = 40);
 std::vector<uint8_t> encode_png(const Tensor& image);
 std::vector<uint8_t> encode_jpeg(const Tensor& image, int quality);
 
