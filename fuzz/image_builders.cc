@@ -91,7 +91,7 @@ std::vector<uint8_t> bmp_file(const BmpSpec& spec) {
   std::vector<uint8_t> out = {'B', 'M'};
   append_le(out, offset + static_cast<uint32_t>(spec.pixels.size()), 4);
   append_le(out, 0, 4);
-  append_le(out, offset, 4);
+  append_le(out, offset + static_cast<uint32_t>(spec.offset_shift), 4);
   append_le(out, spec.header_size, 4);
   append_le(out, static_cast<uint32_t>(spec.width), core ? 2 : 4);
   append_le(out, static_cast<uint32_t>(spec.height), core ? 2 : 4);

@@ -47,6 +47,7 @@ struct BmpSpec {
   std::vector<uint32_t> masks = {};      // red, green, blue (and alpha in 108/124-byte headers)
   std::vector<uint8_t> palette_rgb = {};  // 3 bytes an entry; stored as 3 (OS/2) or 4 bytes
   std::vector<uint8_t> pixels = {};       // the pixel array as stored
+  int32_t offset_shift = 0;  // added to the pixel-array offset written (0: where it lies)
 };
 
 // The file: file header (pixel offset right after the palette), info header,
