@@ -16,12 +16,15 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <system_error>
 #include <tuple>
 #include <utility>
 
 #include "core/anomaly.h"
 #include "core/autocast.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/utf8.h"
 #include "core/json.h"
 #include "core/numerics.h"
 #include "core/profiler.h"
@@ -135,9 +138,18 @@ class Metrics {
                "[train] the metrics file '{}' must end in .csv or .jsonl (the format follows it)",
                path);
     if (path.empty()) return;
+    // Reading a FIFO's header would block; rows are appended to regular files only.
+    const std::filesystem::file_type type = path_type(path, "train");
+    LOOM_CHECK(type == std::filesystem::file_type::regular ||
+                   type == std::filesystem::file_type::not_found,
+               IoError, "[train] --metrics {}: is {}, not a regular file; give a file name", path,
+               file_type_name(type));
     if (!jsonl_) check_columns(path);
+    errno = 0;
     out_.open(path, std::ios::app);
-    LOOM_CHECK(out_.is_open(), IoError, "[train] cannot open the metrics file '{}'", path);
+    const int error = errno;
+    LOOM_CHECK(out_.is_open(), IoError, "[train] --metrics {}: cannot open the file for appending: {}",
+               path, error != 0 ? std::generic_category().message(error) : "reason unknown");
     if (!jsonl_ && out_.tellp() == 0) out_ << kMetricsColumns << "\n";
   }
 
@@ -462,24 +474,48 @@ std::vector<std::pair<std::string, std::string>> run_flags(const TrainConfig& c)
 std::vector<std::string> changed_flags(const TrainConfig& c, const TrainingCheckpoint& ckpt) {
   std::vector<std::string> warnings;
   for (const auto& [flag, now] : run_flags(c)) {
-    auto saved = ckpt.extra.find(kFlagPrefix + flag);
-    if (saved == ckpt.extra.end() || saved->second == now) continue;
+    auto found = ckpt.extra.find(kFlagPrefix + flag);
+    if (found == ckpt.extra.end() || found->second == now) continue;
+    // Text from the file: shown escaped where it would not print as itself.
+    const std::string saved = printable(found->second);
     // The optimizer's state_dict carries its hyper-parameters, so for these
     // the checkpoint wins; saying otherwise would mislead.
     if (flag == "--lr" || flag == "--weight-decay") {
       warnings.push_back(fmt::format(
           "{} was '{}' in the run that wrote {} and is '{}' now: training goes on with the "
           "checkpoint's value '{}' (the optimizer state carries it)",
-          flag, saved->second, c.resume, now, saved->second));
+          flag, saved, c.resume, now, saved));
       continue;
     }
     warnings.push_back(fmt::format(
         "{} was '{}' in the run that wrote {} and is '{}' now: the command line's value wins (the "
         "weights, optimizer state and schedule position come from the checkpoint), so the result "
         "differs from a run with these flags from the start",
-        flag, saved->second, c.resume, now));
+        flag, saved, c.resume, now));
   }
   return warnings;
+}
+
+// The checkpoint's states into the model, optimizer and schedule; an error
+// names the checkpoint, which is what is wrong (a CRC-valid file whose
+// optimizer step is 1e30 used to fail later as "the loss was not finite").
+void load_states(const TrainConfig& c, Training& t, const TrainingCheckpoint& ckpt) {
+  StateDict optimizer_state, schedule_state;
+  for (const auto& [name, tensor] : ckpt.optimizer) {
+    if (name.starts_with(kSchedulePrefix)) {
+      schedule_state.push_back({name.substr(std::string(kSchedulePrefix).size()), tensor});
+    } else {
+      optimizer_state.push_back({name, tensor});
+    }
+  }
+  try {
+    t.net.load_state_dict(ckpt.model);
+    t.opt.load_state_dict(optimizer_state);
+    if (t.schedule) t.schedule->load_state_dict(schedule_state);
+  } catch (const Error& e) {
+    throw IoError(fmt::format("[train] --resume {}: the checkpoint does not fit this run: {}",
+                              c.resume, e.what()));
+  }
 }
 
 int resume(const TrainConfig& c, Training& t, std::vector<std::string>& warnings) {
@@ -488,17 +524,7 @@ int resume(const TrainConfig& c, Training& t, std::vector<std::string>& warnings
     std::fprintf(stderr, "train: warning: %s\n", warning.c_str());
     warnings.push_back(std::move(warning));
   }
-  t.net.load_state_dict(ckpt.model);
-  StateDict optimizer_state, schedule_state;
-  for (auto& [name, tensor] : ckpt.optimizer) {
-    if (name.starts_with(kSchedulePrefix)) {
-      schedule_state.push_back({name.substr(std::string(kSchedulePrefix).size()), tensor});
-    } else {
-      optimizer_state.push_back({name, tensor});
-    }
-  }
-  t.opt.load_state_dict(optimizer_state);
-  if (t.schedule) t.schedule->load_state_dict(schedule_state);
+  load_states(c, t, ckpt);
   default_generator().set_state(ckpt.rng_seed, ckpt.rng_offset);
   return static_cast<int>(ckpt.epoch);
 }
