@@ -6,6 +6,13 @@
 #include <array>
 #include <string>
 
+#include "data/stb_config.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include <stb/stb_image.h>
+#pragma GCC diagnostic pop
+
 namespace loom::fuzz {
 
 namespace {
@@ -49,6 +56,16 @@ constexpr std::array<uint16_t, 6> kBmpBits = {1, 4, 8, 16, 24, 32};
 bool has_no_length(uint8_t code) { return code == 0x01 || (code >= 0xD0 && code <= 0xD9); }
 
 }  // namespace
+
+std::optional<data::DecodedPixels> decode_for_fuzzing(const StructuredImage& image) {
+  data::screen_image(image.encoded, "fuzz");
+  int width = 0, height = 0, channels = 0;
+  const bool known = stbi_info_from_memory(image.encoded.data(),
+                                           static_cast<int>(image.encoded.size()), &width,
+                                           &height, &channels) != 0;
+  if (known && int64_t{width} * height > kMaxFuzzPixels) return std::nullopt;
+  return data::decode_screened(image.encoded, "fuzz", image.channels);
+}
 
 StructuredImage png_from_input(std::span<const uint8_t> input) {
   Reader in(input);

@@ -23,9 +23,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "data/stb_guard.h"
 #include "fuzz/image_builders.h"
 
 namespace loom::fuzz {
@@ -34,6 +36,18 @@ struct StructuredImage {
   int channels = 1;
   std::vector<uint8_t> encoded;
 };
+
+// The most pixels an image fuzzer has stb decode: stb decodes an image of
+// millions of pixels from a few hundred bytes (a JPEG's missing scan data
+// reads as zeros), which under ASan takes seconds and held the image fuzzer
+// at 150 executions a second. Larger images are screened, not decoded.
+constexpr int64_t kMaxFuzzPixels = 512 * 512;
+
+// How the image fuzzers and the MemorySanitizer check decode: Loom's screen
+// always, then stb_image (decode_screened) when the image has at most
+// kMaxFuzzPixels pixels. Throws what decode_screened throws; empty when the
+// image was only screened.
+std::optional<data::DecodedPixels> decode_for_fuzzing(const StructuredImage& image);
 
 StructuredImage png_from_input(std::span<const uint8_t> input);
 StructuredImage bmp_from_input(std::span<const uint8_t> input);
