@@ -90,8 +90,11 @@ std::optional<BnShape> bn_shape(std::string_view kind, const Strided& x, unsigne
   return s;
 }
 
+// oneDNN's normalization flags as one unsigned set (the enum's values are bits).
+unsigned flag_if(bool on, dnnl_normalization_flags_t flag) { return on ? static_cast<unsigned>(flag) : 0u; }
+
 unsigned affine_flags(bool scale, bool shift) {
-  return (scale ? dnnl_use_scale : 0u) | (shift ? dnnl_use_shift : 0u);
+  return flag_if(scale, dnnl_use_scale) | flag_if(shift, dnnl_use_shift);
 }
 
 PrimitiveDesc forward_pd(const BnShape& s, dnnl_prop_kind_t prop, float eps, unsigned flags) {
@@ -168,7 +171,7 @@ bool batch_norm_training_forward(const Strided& y, const Strided& save_mean,
                                  const std::optional<cpu::RunningStats>& running, bool relu) {
   if (!takes(x.dtype) || !is_vector(weight) || !is_vector(bias) || !bn_layouts({&x, &y})) return false;
   const unsigned flags = affine_flags(weight.has_value(), bias.has_value()) |
-                         (relu ? dnnl_fuse_norm_relu : 0u);
+                         flag_if(relu, dnnl_fuse_norm_relu);
   std::optional<BnShape> s = bn_shape("batch_norm_training_forward", x, flags);
   if (!s) return false;
   const float eps_f = static_cast<float>(eps);
@@ -226,7 +229,7 @@ bool batch_norm_backward(const Strided& dx, const std::optional<Strided>& dweigh
   // oneDNN gives the shift's gradient only beside the scale's: a bias without
   // a weight gets a unit scale.
   const bool scale = weight.has_value() || dbias.has_value() || dweight.has_value();
-  const unsigned flags = affine_flags(scale, scale) | (training ? 0u : dnnl_use_global_stats);
+  const unsigned flags = affine_flags(scale, scale) | flag_if(!training, dnnl_use_global_stats);
   std::optional<BnShape> s = bn_shape("batch_norm_backward", x, flags);
   if (!s) return false;
   std::shared_ptr<const Plan> plan = cached_plan(s->key, [&] { return build_backward(*s, flags); });
