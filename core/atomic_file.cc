@@ -69,7 +69,9 @@ void remove_stale_temps(const std::filesystem::path& path) {
   fs::directory_iterator it(dir, error);
   if (error) return;  // the save itself reports an unusable folder
   std::string name = path.filename().string();
-  for (const fs::directory_entry& entry : it) {
+  // Incremented with an error code: the range-for's ++ throws std::filesystem_error.
+  for (; !error && it != fs::directory_iterator(); it.increment(error)) {
+    const fs::directory_entry& entry = *it;
     std::optional<pid_t> owner = temp_owner(entry.path().filename().string(), name);
     if (!owner || !entry.is_regular_file(error)) continue;
     int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);

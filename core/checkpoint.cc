@@ -22,7 +22,6 @@ using safetensors_internal::entries_of;
 using safetensors_internal::Entry;
 using safetensors_internal::Header;
 using safetensors_internal::header_json;
-using safetensors_internal::InputFile;
 using safetensors_internal::OutTensor;
 using safetensors_internal::prepare;
 using safetensors_internal::read_header;
@@ -170,7 +169,7 @@ void save_checkpoint(const std::string& path, const TrainingCheckpoint& checkpoi
 }
 
 TrainingCheckpoint load_checkpoint(const std::string& path, Device device) {
-  InputFile file(path);
+  InputFile file(path, "checkpoint");
   Header header = read_header(file);
   const std::string& version = required(header.metadata, kFormatKey, path);
   check_crc(header.metadata, kHeaderCrcKey, header_crc(header.entries, header.metadata), "header",

@@ -2,6 +2,9 @@
 // Loom's one exception hierarchy. Every public op validates its arguments once and
 // throws one of these with a message of the form
 //   [op] what is wrong, with the values (and the fix, where one is known)
+// Messages quote names and text read from files, so the constructor passes
+// them through printable() (core/utf8.h): what() never holds a NUL, a control
+// character or invalid UTF-8 from a corrupt file.
 #pragma once
 
 #include <fmt/format.h>
@@ -13,7 +16,8 @@ namespace loom {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message);
+  explicit Error(const char* message);
 };
 
 // Argument values out of range (negative sizes, bad stride, unknown reduction...).
@@ -49,6 +53,10 @@ class CudnnError : public CudaError {
 };
 class OutOfMemoryError : public CudaError {
   using CudaError::CudaError;
+};
+// A failed oneDNN call (the CPU's fast tier, core/onednn).
+class OnednnError : public Error {
+  using Error::Error;
 };
 // A collective between processes that failed: a peer that died or stalled past
 // the timeout, or a failed MPI or NCCL call (loom::dist).

@@ -1,8 +1,10 @@
 // File: core/json.cc
+// The JSON text writer and the cursor Loom's strict JSON readers are built on.
 #include "core/json.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -12,57 +14,10 @@ namespace loom {
 
 namespace {
 
-// Length of the valid UTF-8 sequence at `s[i]`, or 0.
-size_t utf8_sequence_length(std::string_view s, size_t i) {
-  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char lead = byte(i);
-  if (lead < 0x80) return 1;
-  size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC2 ? 2 : 0;
-  if (length == 0 || lead > 0xF4 || i + length > s.size()) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-  }
-  unsigned char second = byte(i + 1);
-  if (lead == 0xE0 && second < 0xA0) return 0;  // overlong
-  if (lead == 0xED && second > 0x9F) return 0;  // surrogate
-  if (lead == 0xF0 && second < 0x90) return 0;  // overlong
-  if (lead == 0xF4 && second > 0x8F) return 0;  // past U+10FFFF
-  return length;
-}
-
 // What a byte that is not UTF-8 is written as (U+FFFD), as decoders do.
 constexpr uint32_t kReplacementCharacter = 0xFFFD;
 
 }  // namespace
-
-// --- UTF-8 ---------------------------------------------------------------------
-
-std::optional<size_t> invalid_utf8_at(std::string_view text) {
-  for (size_t i = 0; i < text.size();) {
-    size_t length = utf8_sequence_length(text, i);
-    if (length == 0) return i;
-    i += length;
-  }
-  return std::nullopt;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // --- writing ---------------------------------------------------------------------
 
@@ -135,7 +90,17 @@ void JsonReader::expect(char c, std::string_view context) {
   if (consume(c)) return;
   syntax_error(at_end() ? fmt::format("the {} ends where '{}' was expected in {}", subject_, c,
                                       context)
-                        : fmt::format("expected '{}' in {}, found '{}'", c, context, peek()));
+                        : fmt::format("expected '{}' in {}, found {}", c, context, found()));
+}
+
+std::string JsonReader::found() const {
+  // The whole character, not its first byte: a lone lead byte is not text.
+  const size_t length = std::max<size_t>(utf8_sequence_length(text_, pos_), 1);
+  const std::string_view character = text_.substr(pos_, length);
+  constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
+  return character == kByteOrderMark
+             ? fmt::format("'{}' (a UTF-8 byte-order mark; write the text without it)", character)
+             : fmt::format("'{}'", character);
 }
 
 std::string JsonReader::value_kind() const {

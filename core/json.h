@@ -25,16 +25,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace loom {
-
-// --- UTF-8 ---------------------------------------------------------------------
-
-// Byte offset of the first invalid UTF-8 sequence in `text` (overlong forms,
-// surrogates and code points past U+10FFFF are invalid, as RFC 3629 says).
-std::optional<size_t> invalid_utf8_at(std::string_view text);
-
-// Appends code point `cp` (at most U+10FFFF, not a surrogate) as UTF-8.
-void append_utf8(std::string& out, uint32_t cp);
 
 // --- writing ---------------------------------------------------------------------
 
@@ -109,6 +102,8 @@ class JsonReader {
   }
 
  private:
+  // The character at the cursor, quoted, for "found ..." in a syntax error.
+  std::string found() const;
   static std::string quoted_key_expected(std::string_view what);
   static std::string duplicate_key(std::string_view key, std::string_view what);
   uint32_t parse_hex4();

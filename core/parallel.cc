@@ -1,22 +1,23 @@
 // File: core/parallel.cc
-// A fixed pool of worker threads that sleep on a condition variable between
-// loops (never spinning: the cores are shared with BLAS and other processes).
-// One loop runs at a time; a loop started from another thread while the pool
-// is busy runs its chunks on that thread, in order.
+// Loom's loops on the OpenMP runtime's threads (GNU libgomp), the pool oneDNN
+// runs on, so that one set of threads serves both. libgomp is loaded at the
+// first loop rather than linked: it reads its settings once, while it loads,
+// and Loom first asks for a passive wait policy (idle threads sleep at once
+// instead of spinning for milliseconds; the cores are shared with other
+// processes). A loop enters the runtime through GOMP_parallel, the entry point
+// every `#pragma omp parallel` compiles to (libgomp's documented ABI).
 #include "core/parallel.h"
 
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "core/error.h"
 
@@ -45,24 +46,57 @@ int threads_from_environment() {
   return usable_cores();
 }
 
+std::atomic<int>& thread_count() {
+  static std::atomic<int> count{threads_from_environment()};
+  return count;
+}
+
+// The entry points of libgomp that Loom calls.
+struct Openmp {
+  void (*parallel)(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) = nullptr;
+  void (*set_num_threads)(int) = nullptr;
+};
+
+void* gomp_symbol(void* library, const char* name) {
+  void* found = dlsym(library, name);
+  LOOM_CHECK(found != nullptr, Error,
+             "[parallel] libgomp.so.1 has no symbol {}; install Debian's libgomp1 (tools/setup.sh "
+             "does)",
+             name);
+  return found;
+}
+
+Openmp load_openmp() {
+  // Read once, while libgomp loads (a libgomp the program already had keeps its settings).
+  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  void* library = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL);
+  LOOM_CHECK(library != nullptr, Error,
+             "[parallel] the CPU thread pool needs the OpenMP runtime, which did not load ({}); "
+             "install Debian's libgomp1 (tools/setup.sh does)",
+             dlerror());
+  Openmp omp;
+  omp.parallel = reinterpret_cast<decltype(omp.parallel)>(gomp_symbol(library, "GOMP_parallel"));
+  omp.set_num_threads =
+      reinterpret_cast<decltype(omp.set_num_threads)>(gomp_symbol(library, "omp_set_num_threads"));
+  return omp;
+}
+
+const Openmp& openmp() {
+  static const Openmp loaded = load_openmp();
+  return loaded;
+}
+
 // One loop in flight: fixed chunks handed out by an atomic counter, so which
 // thread runs a chunk varies but the chunks themselves do not.
 struct Loop {
   const std::function<void(int64_t, int64_t, int64_t)>* fn = nullptr;
   int64_t begin = 0, end = 0, chunk_size = 1, chunks = 0;
   std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
   std::mutex error_mutex;
   std::exception_ptr error;
 
-  // Runs chunks until none is left; true when this call finished the last one.
-  bool drain() {
-    int64_t finished = 0;
-    for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
-      run_chunk(c);
-      ++finished;
-    }
-    return finished > 0 && done.fetch_add(finished) + finished == chunks;
+  void drain() {
+    for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) run_chunk(c);
   }
 
   void run_chunk(int64_t c) {
@@ -76,91 +110,19 @@ struct Loop {
   }
 };
 
-class Pool {
- public:
-  explicit Pool(int threads) : threads_(threads) {
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { work(); });
-  }
+// What each thread of the OpenMP team runs (the caller is one of them).
+void drain_on_team_thread(void* data) {
+  const bool outer = t_in_parallel_region;
+  t_in_parallel_region = true;
+  static_cast<Loop*>(data)->drain();
+  t_in_parallel_region = outer;
+}
 
-  ~Pool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& t : workers_) t.join();
-  }
-
-  Pool(const Pool&) = delete;
-  Pool& operator=(const Pool&) = delete;
-
-  int threads() const { return threads_; }
-
-  // Runs every chunk of `loop`; false (nothing run) when another loop holds the pool.
-  bool try_run(Loop& loop) {
-    std::unique_lock<std::mutex> busy(busy_mutex_, std::try_to_lock);
-    if (!busy.owns_lock()) return false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      loop_ = &loop;
-      ++generation_;
-    }
-    wake_.notify_all();
-    t_in_parallel_region = true;
-    loop.drain();
-    t_in_parallel_region = false;
-    std::unique_lock<std::mutex> lock(mutex_);
-    // Workers still inside drain() hold a pointer to `loop`: wait for all of them.
-    finished_.wait(lock, [&] { return loop.done.load() == loop.chunks && active_ == 0; });
-    loop_ = nullptr;
-    return true;
-  }
-
- private:
-  void work() {
-    uint64_t seen = 0;
-    t_in_parallel_region = true;
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && loop_ != nullptr); });
-      if (stopping_) return;
-      seen = generation_;
-      Loop* loop = loop_;
-      ++active_;
-      lock.unlock();
-      loop->drain();
-      lock.lock();
-      --active_;
-      finished_.notify_all();
-    }
-  }
-
-  const int threads_;
-  std::vector<std::thread> workers_;
-  std::mutex busy_mutex_;  // held by the thread whose loop runs on the pool
-  std::mutex mutex_;       // guards loop_, generation_, active_, stopping_
-  std::condition_variable wake_, finished_;
-  Loop* loop_ = nullptr;
-  uint64_t generation_ = 0;
-  int active_ = 0;
-  bool stopping_ = false;
-};
-
-std::mutex& pool_mutex() {
+// Held by the thread whose loop runs on the team: a loop started from another
+// thread meanwhile runs inline rather than adding a second team of threads.
+std::mutex& team_mutex() {
   static std::mutex m;
   return m;
-}
-
-std::unique_ptr<Pool>& pool_slot() {
-  static std::unique_ptr<Pool> pool;
-  return pool;
-}
-
-Pool& pool() {
-  std::lock_guard<std::mutex> lock(pool_mutex());
-  std::unique_ptr<Pool>& p = pool_slot();
-  if (!p) p = std::make_unique<Pool>(threads_from_environment());
-  return *p;
 }
 
 void run_chunks_inline(Loop& loop) {
@@ -179,24 +141,33 @@ void run_loop(int64_t begin, int64_t end, int64_t grain,
   loop.end = end;
   loop.chunks = parallel_chunks(end - begin, grain);
   loop.chunk_size = (end - begin + loop.chunks - 1) / loop.chunks;
-  if (loop.chunks == 1 || t_in_parallel_region || !pool().try_run(loop)) run_chunks_inline(loop);
+  std::unique_lock<std::mutex> team(team_mutex(), std::defer_lock);
+  if (loop.chunks == 1 || t_in_parallel_region || !team.try_lock()) {
+    run_chunks_inline(loop);
+  } else {
+    openmp().parallel(drain_on_team_thread, &loop, static_cast<unsigned>(loop.chunks), 0);
+  }
   if (loop.error) std::rethrow_exception(loop.error);
 }
 
 }  // namespace
 
-int num_threads() { return pool().threads(); }
+int num_threads() { return thread_count().load(); }
 
 void set_num_threads(int n) {
   LOOM_CHECK(n >= 1 && n <= 1024, ValueError,
              "[set_num_threads] the thread count must be in [1, 1024], got {}", n);
   LOOM_CHECK(!t_in_parallel_region, ValueError,
              "[set_num_threads] called from inside a parallel_for; resize the pool between loops");
-  std::lock_guard<std::mutex> lock(pool_mutex());
-  std::unique_ptr<Pool>& p = pool_slot();
-  if (p && p->threads() == n) return;
-  p.reset();
-  p = std::make_unique<Pool>(n);
+  thread_count() = n;
+}
+
+void bind_openmp_to_pool() {
+  thread_local int bound = 0;
+  const int n = num_threads();
+  if (bound == n) return;
+  openmp().set_num_threads(n);
+  bound = n;
 }
 
 bool in_parallel_region() { return t_in_parallel_region; }

@@ -1,8 +1,10 @@
 // File: core/parallel.h
-// Loom's own CPU thread pool and the one loop that uses it. The CPU kernels
-// split their outer loops (images, channels, planes, flat chunks) with
-// parallel_for; BLAS runs single-threaded inside the pool (core/cpu/gemm.cc), so
-// one set of threads owns the cores and none spins waiting for work.
+// Loom's CPU thread pool and the one loop that uses it. The CPU kernels split
+// their outer loops (images, channels, planes, flat chunks) with parallel_for.
+// The pool is the OpenMP runtime's (libgomp, loaded at first use with a passive
+// wait policy), which oneDNN's primitives run on too; BLAS runs single-threaded
+// inside the loops (core/cpu/gemm.cc). So one set of threads owns the cores,
+// LOOM_NUM_THREADS sizes it for all three, and none spins waiting for work.
 //
 //   parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
 //     for (int64_t c = begin; c < end; ++c) normalize_channel(c);
@@ -28,6 +30,12 @@ int num_threads();
 // Resizes the pool (n >= 1; 1 runs every loop on the caller). Not to be called
 // from inside a parallel_for.
 void set_num_threads(int n);
+
+// For a library that opens its own OpenMP regions (oneDNN): sets the calling
+// thread's OpenMP team size to num_threads(), so that the library's regions
+// use the same threads and count as Loom's loops. Call it on the thread that is
+// about to call the library (cheap when nothing changed).
+void bind_openmp_to_pool();
 
 // True on a thread that is running a parallel_for chunk: nested loops run inline.
 bool in_parallel_region();

@@ -3,16 +3,12 @@
 // then layout checks) and writing (a compact header, atomic replacement).
 #include "core/safetensors.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -85,8 +81,6 @@ std::string_view code_of(DType dtype) {
   }
   __builtin_unreachable();
 }
-
-std::string errno_text(int error) { return std::generic_category().message(error); }
 
 // --- the header parser ---------------------------------------------------------
 
@@ -301,37 +295,6 @@ std::string header_json(const std::vector<Entry>& entries,
 
 // --- reading -----------------------------------------------------------------------
 
-InputFile::InputFile(const std::string& path) : path_(path) {
-  // O_NONBLOCK so that a FIFO cannot hang us before fstat rejects it; regular
-  // files ignore it.
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  LOOM_CHECK(fd_ >= 0, IoError, "[safetensors] {}: cannot open: {}", path, errno_text(errno));
-  struct stat info = {};
-  bool stat_ok = ::fstat(fd_, &info) == 0;
-  int error = errno;
-  if (!stat_ok || !S_ISREG(info.st_mode)) {
-    ::close(fd_);
-    throw IoError(fmt::format("[safetensors] {}: {}", path,
-                              stat_ok ? "not a regular file" : errno_text(error)));
-  }
-  size_ = static_cast<uint64_t>(info.st_size);
-}
-
-InputFile::~InputFile() { ::close(fd_); }
-
-void InputFile::read_exact(void* data, uint64_t nbytes, std::string_view what) {
-  auto* out = static_cast<char*>(data);
-  while (nbytes > 0) {
-    ssize_t got = ::read(fd_, out, std::min<uint64_t>(nbytes, 1u << 30));
-    if (got < 0 && errno == EINTR) continue;
-    LOOM_CHECK(got > 0, IoError, "[safetensors] {}: cannot read {}: {}", path_, what,
-               got == 0 ? "unexpected end of file (did it shrink while being read?)"
-                        : errno_text(errno));
-    out += got;
-    nbytes -= static_cast<uint64_t>(got);
-  }
-}
-
 Header read_header(InputFile& file) {
   const std::string& path = file.path();
   LOOM_CHECK(file.size() >= 8, IoError,
@@ -443,7 +406,6 @@ void check_metadata(const std::map<std::string, std::string>& metadata, std::str
 using safetensors_internal::check_metadata;
 using safetensors_internal::code_of;
 using safetensors_internal::Header;
-using safetensors_internal::InputFile;
 using safetensors_internal::prepare;
 using safetensors_internal::read_header;
 using safetensors_internal::read_tensors;
@@ -457,7 +419,7 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
 }
 
 StateDict load_safetensors(const std::string& path, Device device) {
-  InputFile file(path);
+  InputFile file(path, "safetensors");
   Header header = read_header(file);
   return to_device(read_tensors(file, header, nullptr), device);
 }
@@ -465,7 +427,7 @@ StateDict load_safetensors(const std::string& path, Device device) {
 std::string_view safetensors_dtype(DType dtype) { return code_of(dtype); }
 
 std::map<std::string, std::string> load_safetensors_metadata(const std::string& path) {
-  InputFile file(path);
+  InputFile file(path, "safetensors");
   return read_header(file).metadata;
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/input_file.h"
 #include "core/state_dict.h"
 #include "core/tensor.h"
 
@@ -39,24 +40,6 @@ std::string header_json(const std::vector<Entry>& entries,
 uint32_t crc32_of(uint32_t crc, const void* data, uint64_t nbytes);
 
 // --- reading ---------------------------------------------------------------------
-
-// A regular file opened for reading (a FIFO or a folder is an IoError).
-class InputFile {
- public:
-  explicit InputFile(const std::string& path);
-  ~InputFile();
-  InputFile(const InputFile&) = delete;
-  InputFile& operator=(const InputFile&) = delete;
-
-  uint64_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-  void read_exact(void* data, uint64_t nbytes, std::string_view what);
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
 
 // Reads and validates the header, leaving the file at the first data byte.
 Header read_header(InputFile& file);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/file_bytes.h"
 
 // N images, C channels (R, G, B), H, W = 32
@@ -95,10 +96,14 @@ std::vector<std::string> batch_names(Split split) {
   return names;
 }
 
+bool is_there(const fs::path& path) {
+  return path_type(path.string(), "cifar10") != fs::file_type::not_found;
+}
+
 void check_present(const fs::path& folder, const std::string& name, Split split) {
-  if (fs::exists(folder / name)) return;
+  if (is_there(folder / name)) return;
   const std::string pickled = name.substr(0, name.size() - 4);  // without ".bin"
-  const std::string hint = fs::exists(folder / pickled)
+  const std::string hint = is_there(folder / pickled)
                                ? fmt::format(
                                      " ({} without .bin is there: that is the pickled "
                                      "python version; use the binary version)",

@@ -3,7 +3,6 @@
 #include "data/file_bytes.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <libdeflate.h>
 #include <zlib.h>
 
@@ -16,6 +15,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace loom::data {
 
@@ -32,26 +32,18 @@ File open_file(const std::string& path, const char* mode, std::string_view tag) 
   return file;
 }
 
-std::vector<uint8_t> read_plain(const std::string& path, std::string_view tag, uint64_t max_bytes) {
-  File file = open_file(path, "rb", tag);
-  struct stat info = {};
-  const bool regular = ::fstat(::fileno(file.get()), &info) == 0 && S_ISREG(info.st_mode);
-  LOOM_CHECK(!regular || static_cast<uint64_t>(info.st_size) <= max_bytes, IoError,
-             "[{}] {}: file is larger than the {} bytes this reader accepts ({} bytes)", tag, path,
-             max_bytes, info.st_size);
-  std::vector<uint8_t> bytes;
-  if (regular) bytes.reserve(info.st_size);  // one allocation, no copies as it grows
-  uint8_t chunk[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(chunk, 1, sizeof(chunk), file.get())) > 0) {
-    LOOM_CHECK(bytes.size() + got <= max_bytes, IoError,
-               "[{}] {}: file is larger than the {} bytes this reader accepts", tag, path,
-               max_bytes);
-    bytes.insert(bytes.end(), chunk, chunk + got);
-  }
-  LOOM_CHECK(!std::ferror(file.get()), IoError, "[{}] {}: read failed: {}", tag, path,
-             std::strerror(errno));
-  return bytes;
+// How many bytes the decompressed contents may have, and why: the reader's cap,
+// or what the file's own header declares (PrefixCheck).
+struct Limit {
+  uint64_t bytes;
+  bool declared;
+};
+
+[[noreturn]] void over_limit(const std::string& path, std::string_view tag, Limit limit) {
+  throw IoError(fmt::format(
+      "[{}] {}: decompresses to more than the {} bytes {}", tag, path, limit.bytes,
+      limit.declared ? "its header declares (more data follows the payload)"
+                     : "this reader accepts"));
 }
 
 // Inflates the gzip members of `packed` with zlib, streaming, until the stream
@@ -59,7 +51,7 @@ std::vector<uint8_t> read_plain(const std::string& path, std::string_view tag, u
 // length. The reference path: it names the offset of corrupt data and tells a
 // truncated stream from a corrupt one, which libdeflate does not.
 std::vector<uint8_t> zlib_gunzip(std::span<const uint8_t> packed, const std::string& path,
-                                 std::string_view tag, uint64_t max_bytes, uint64_t stop_after) {
+                                 std::string_view tag, Limit limit, uint64_t stop_after) {
   z_stream stream{};
   LOOM_CHECK(inflateInit2(&stream, 16 + MAX_WBITS) == Z_OK, IoError,
              "[{}] {}: zlib could not start inflating", tag, path);
@@ -73,9 +65,7 @@ std::vector<uint8_t> zlib_gunzip(std::span<const uint8_t> packed, const std::str
     stream.avail_out = sizeof(chunk);
     const int status = inflate(&stream, Z_NO_FLUSH);
     const size_t produced = sizeof(chunk) - stream.avail_out;
-    LOOM_CHECK(bytes.size() + produced <= max_bytes, IoError,
-               "[{}] {}: decompresses to more than the {} bytes this reader accepts", tag, path,
-               max_bytes);
+    if (produced > limit.bytes - bytes.size()) over_limit(path, tag, limit);
     bytes.insert(bytes.end(), chunk, chunk + produced);
     const bool ended = status == Z_STREAM_END && stream.avail_in == 0;
     if (ended || bytes.size() >= stop_after) return bytes;
@@ -117,22 +107,25 @@ uint64_t initial_capacity(std::span<const uint8_t> packed, uint64_t max_bytes) {
 }
 
 // Every member with libdeflate, whole-buffer, into one growing buffer; about
-// 2.5x faster than zlib. Empty when a member is not valid gzip or the output
-// outgrows `max_bytes`: the caller then lets zlib name the problem.
+// 2.5x faster than zlib. Output past the limit is an error at once (inflating
+// again with zlib would only reach the limit a second time). Empty when a
+// member is not valid gzip: the caller then lets zlib name the problem.
 std::optional<std::vector<uint8_t>> fast_gunzip(std::span<const uint8_t> packed,
-                                                uint64_t max_bytes) {
+                                                const std::string& path, std::string_view tag,
+                                                Limit limit) {
   std::unique_ptr<libdeflate_decompressor, DecompressorFree> decompressor(
       libdeflate_alloc_decompressor());
   if (!decompressor) return std::nullopt;
-  std::vector<uint8_t> bytes(initial_capacity(packed, max_bytes));
+  std::vector<uint8_t> bytes(initial_capacity(packed, limit.bytes));
   size_t in = 0, out = 0;
   while (in < packed.size()) {
     size_t read = 0, written = 0;
     const libdeflate_result status = libdeflate_gzip_decompress_ex(
         decompressor.get(), packed.data() + in, packed.size() - in, bytes.data() + out,
         bytes.size() - out, &read, &written);
-    if (status == LIBDEFLATE_INSUFFICIENT_SPACE && bytes.size() < max_bytes) {
-      bytes.resize(std::min<uint64_t>(uint64_t{2} * bytes.size() + (1 << 16), max_bytes));
+    if (status == LIBDEFLATE_INSUFFICIENT_SPACE) {
+      if (bytes.size() >= limit.bytes) over_limit(path, tag, limit);
+      bytes.resize(std::min<uint64_t>(uint64_t{2} * bytes.size() + (1 << 16), limit.bytes));
       continue;  // the same member again, with room
     }
     if (status != LIBDEFLATE_SUCCESS) return std::nullopt;
@@ -145,9 +138,16 @@ std::optional<std::vector<uint8_t>> fast_gunzip(std::span<const uint8_t> packed,
 
 std::vector<uint8_t> gunzip(std::span<const uint8_t> packed, const std::string& path,
                             std::string_view tag, uint64_t max_bytes, const PrefixCheck& prefix) {
-  if (prefix.check) prefix.check(zlib_gunzip(packed, path, tag, max_bytes, prefix.bytes));
-  if (std::optional<std::vector<uint8_t>> bytes = fast_gunzip(packed, max_bytes)) return *std::move(bytes);
-  return zlib_gunzip(packed, path, tag, max_bytes, std::numeric_limits<uint64_t>::max());
+  Limit limit{max_bytes, false};
+  if (prefix.check) {
+    const uint64_t declared =
+        prefix.check(zlib_gunzip(packed, path, tag, limit, prefix.bytes));
+    if (declared < max_bytes) limit = {declared, true};
+  }
+  if (std::optional<std::vector<uint8_t>> bytes = fast_gunzip(packed, path, tag, limit)) {
+    return *std::move(bytes);
+  }
+  return zlib_gunzip(packed, path, tag, limit, std::numeric_limits<uint64_t>::max());
 }
 
 void write_gzip(const std::string& path, std::span<const uint8_t> bytes) {
@@ -180,15 +180,15 @@ std::string hex_prefix(std::span<const uint8_t> bytes, size_t count) {
 
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view tag,
                                      uint64_t max_bytes, const PrefixCheck& prefix) {
-  if (!ends_with(path, ".gz")) return read_plain(path, tag, max_bytes);
+  if (!ends_with(path, ".gz")) return read_regular_file(path, tag, max_bytes);
   // A gzip stream shrinks image data at most ~1000x; the output cap is what matters.
-  std::vector<uint8_t> packed = read_plain(path, tag, max_bytes);
+  std::vector<uint8_t> packed = read_regular_file(path, tag, max_bytes);
   return gunzip_bytes(packed, path, tag, max_bytes, prefix);
 }
 
 std::vector<uint8_t> read_stored_bytes(const std::string& path, std::string_view tag,
                                        uint64_t max_bytes) {
-  return read_plain(path, tag, max_bytes);
+  return read_regular_file(path, tag, max_bytes);
 }
 
 std::vector<uint8_t> gunzip_bytes(std::span<const uint8_t> packed, const std::string& path,

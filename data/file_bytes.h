@@ -18,15 +18,18 @@ namespace loom::data {
 // A look at the first bytes of a file's contents (after decompression) before
 // the rest is read or inflated, so that a reader can reject a header that
 // declares more than it accepts without inflating a gigabyte first. `check`
-// gets at least `bytes` bytes, or all of a shorter file, and throws to refuse.
+// gets at least `bytes` bytes, or all of a shorter file, throws to refuse, and
+// returns the size the header declares for the whole contents (the reader's
+// cap when it cannot tell): inflating stops with an error past that size.
 struct PrefixCheck {
   size_t bytes = 0;
-  std::function<void(std::span<const uint8_t>)> check;
+  std::function<uint64_t(std::span<const uint8_t>)> check;
 };
 
 // The bytes of `path`; a name ending in ".gz" is decompressed (concatenated
 // gzip members included, CRCs checked). Throws IoError when the file cannot be
-// opened or read, is named .gz but is not gzip data, is a truncated or corrupt
+// opened or read, is not a regular file (a FIFO or a device is refused before
+// anything is read: core/input_file.h), is named .gz but is not gzip data, is a truncated or corrupt
 // gzip stream, or holds more than `max_bytes` (after decompression). A plain
 // file's size is checked before it is read; a gzip stream's contents are
 // checked by `prefix` before more than its first 64 KiB are inflated. The

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/file_bytes.h"
 
 // N images, H rows, W cols
@@ -104,27 +105,31 @@ constexpr size_t kMaxHeaderBytes = kMagicBytes + 4 * 255;
 
 // What the header at the start of `prefix` promises, checked before the rest of
 // a .gz file is inflated: a header declaring more than kMaxIdxBytes fails now
-// instead of after inflating up to the cap. Malformed headers are left to
-// parse_idx, which names their problem.
-void check_declared_size(std::span<const uint8_t> prefix, const std::string& path) {
+// instead of after inflating up to the cap. Returns the file size the header
+// declares, past which inflating stops; kMaxIdxBytes for a malformed header,
+// which parse_idx names the problem of.
+uint64_t check_declared_size(std::span<const uint8_t> prefix, const std::string& path) {
   if (prefix.size() < kMagicBytes || prefix[0] != 0 || prefix[1] != 0 || !is_idx_type(prefix[2]))
-    return;
+    return kMaxIdxBytes;
   const size_t ndim = prefix[3];
   const size_t header = kMagicBytes + 4 * ndim;
-  if (ndim == 0 || prefix.size() < header) return;
+  if (ndim == 0 || prefix.size() < header) return kMaxIdxBytes;
   std::vector<int64_t> dims;
   uint64_t bytes = idx_element_size(static_cast<IdxType>(prefix[2]));
-  bool overflow = false;
+  bool malformed = false;
   for (size_t d = 0; d < ndim; ++d) {
     dims.push_back(read_be32(prefix.data() + kMagicBytes + 4 * d));
-    overflow |= __builtin_mul_overflow(bytes, static_cast<uint64_t>(dims.back()), &bytes);
+    malformed |= dims.back() == 0 ||
+                 __builtin_mul_overflow(bytes, static_cast<uint64_t>(dims.back()), &bytes);
   }
-  if (overflow) return;  // parse_idx names the dim
-  LOOM_CHECK(header + bytes <= kMaxIdxBytes, IoError,
+  if (malformed) return kMaxIdxBytes;  // parse_idx names the dim
+  // Compared without adding: header + bytes wraps for a product near 2^64.
+  LOOM_CHECK(bytes <= kMaxIdxBytes - header, IoError,
              "[idx] {}: the header declares dims {} of {} = {} bytes, more than the {} bytes this "
              "reader accepts (rejected before decompressing)",
              path, dims_str(dims), idx_type_name(static_cast<IdxType>(prefix[2])), bytes,
              kMaxIdxBytes);
+  return header + bytes;
 }
 
 // IDX stores multi-byte elements big-endian; the array holds them in host order.
@@ -138,8 +143,8 @@ void to_host_order(std::vector<uint8_t>& bytes, size_t element_size) {
 std::string find_mnist_file(const std::string& folder, const std::string& name) {
   namespace fs = std::filesystem;
   for (const std::string& candidate : {name, name + ".gz"}) {
-    const fs::path path = fs::path(folder) / candidate;
-    if (fs::exists(path)) return path.string();
+    const std::string path = (fs::path(folder) / candidate).string();
+    if (path_type(path, "mnist") != fs::file_type::not_found) return path;
   }
   throw IoError(
       fmt::format("[mnist] {}: neither {} nor {}.gz exists; expected the MNIST file names "
@@ -282,7 +287,7 @@ IdxArray read_idx(const std::string& path) {
 
 IdxArray parse_idx_gzip(std::span<const uint8_t> packed, const std::string& path) {
   const PrefixCheck declared{kMaxHeaderBytes, [&path](std::span<const uint8_t> prefix) {
-                               check_declared_size(prefix, path);
+                               return check_declared_size(prefix, path);
                              }};
   return parse_idx(gunzip_bytes(packed, path, "idx", kMaxIdxBytes, declared), path);
 }

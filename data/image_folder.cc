@@ -10,14 +10,10 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/file_bytes.h"
-#include "data/stb_config.h"
 #include "data/stb_guard.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#include <stb/stb_image.h>
-#pragma GCC diagnostic pop
 
 // N images, C channels, H, W image size
 namespace loom::data {
@@ -29,34 +25,30 @@ namespace fs = std::filesystem;
 // An encoded file larger than the largest image stb may decode is not an image.
 constexpr uint64_t kMaxEncodedBytes = uint64_t{64} << 20;
 
-struct StbFree {
-  void operator()(stbi_uc* pixels) const { stbi_image_free(pixels); }
-};
-
-bool is_image_file(const fs::directory_entry& entry) {
-  if (!entry.is_regular_file()) return false;
-  std::string name = entry.path().filename().string();
-  if (name.starts_with(".")) return false;
-  std::string ext = entry.path().extension().string();
+bool has_image_extension(const fs::path& path) {
+  std::string ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".bmp";
 }
 
+// The class folders (directories == true) or the image files of `folder`, in
+// name order, hidden entries skipped. Entries are what symbolic links point to;
+// a dangling link is no image.
 std::vector<fs::path> sorted_entries(const fs::path& folder, bool directories) {
   std::vector<fs::path> paths;
-  for (const fs::directory_entry& entry : fs::directory_iterator(folder)) {
-    const bool hidden = entry.path().filename().string().starts_with(".");
-    if (directories ? entry.is_directory() && !hidden : is_image_file(entry)) {
-      paths.push_back(entry.path());
-    }
+  for (const FolderEntry& entry : folder_entries(folder.string(), "image_folder")) {
+    if (entry.path.filename().string().starts_with(".")) continue;
+    const bool wanted = directories ? entry.type == fs::file_type::directory
+                                    : entry.type == fs::file_type::regular &&
+                                          has_image_extension(entry.path);
+    if (wanted) paths.push_back(entry.path);
   }
-  std::sort(paths.begin(), paths.end());
   return paths;
 }
 
 // stb decodes interleaved (H, W, C); Loom keeps images planar (C, H, W).
-Tensor planar(const stbi_uc* pixels, int64_t channels, int64_t height, int64_t width) {
+Tensor planar(const uint8_t* pixels, int64_t channels, int64_t height, int64_t width) {
   Tensor image = empty({channels, height, width}, {.dtype = DType::UInt8});
   uint8_t* out = image.data_ptr<uint8_t>();
   for (int64_t c = 0; c < channels; ++c) {
@@ -88,23 +80,8 @@ Dataset stack(const std::vector<Tensor>& images, const std::vector<int64_t>& lab
 }  // namespace
 
 Tensor decode_image(std::span<const uint8_t> encoded, const std::string& path, int channels) {
-  LOOM_CHECK(channels == 1 || channels == 3, ValueError,
-             "[decode_image] channels must be 1 (gray) or 3 (RGB), got {}", channels);
-  LOOM_CHECK(!encoded.empty(), IoError,
-             "[image_folder] {}: file is empty; expected a PNG, JPEG "
-             "or BMP image",
-             path);
-  screen_image(encoded, path);
-  int width = 0, height = 0, stored_channels = 0;
-  std::unique_ptr<stbi_uc, StbFree> pixels(
-      stbi_load_from_memory(encoded.data(), static_cast<int>(encoded.size()), &width, &height,
-                            &stored_channels, channels));
-  LOOM_CHECK(pixels != nullptr, IoError,
-             "[image_folder] {}: cannot decode the image: {} (stb_image reads PNG, JPEG and "
-             "BMP up to {}x{} pixels; starts {})",
-             path, printable(stbi_failure_reason()), STBI_MAX_DIMENSIONS, STBI_MAX_DIMENSIONS,
-             hex_prefix(encoded, 8));
-  return planar(pixels.get(), channels, height, width);
+  const DecodedPixels decoded = decode_screened(encoded, path, channels);
+  return planar(decoded.pixels.get(), channels, decoded.height, decoded.width);
 }
 
 Tensor read_image(const std::string& path, int channels) {
@@ -112,9 +89,13 @@ Tensor read_image(const std::string& path, int channels) {
 }
 
 ImageFolder load_image_folder(const std::string& root, ImageFolderOptions options) {
-  LOOM_CHECK(fs::is_directory(root), IoError,
-             "[image_folder] {}: not a directory; expected one subfolder of images per class",
-             root);
+  const fs::file_type type = path_type(root, "image_folder");
+  LOOM_CHECK(type == fs::file_type::directory, IoError,
+             "[image_folder] {}: {}; expected a directory with one subfolder of images per class",
+             root,
+             type == fs::file_type::not_found
+                 ? "does not exist"
+                 : fmt::format("is {}, not a directory", file_type_name(type)));
   ImageFolder folder;
   std::vector<Tensor> images;
   std::vector<int64_t> labels;

@@ -1,205 +1,124 @@
 // File: data/stb_guard.cc
-// Walks over an image's structure, the way stb_image 2.27 reads it, before
-// stb does: JPEG marker segments (Huffman tables defined before each scan
-// uses them), BMP headers (height, pixel array size) and PNG chunks (none cut
-// off before IEND).
+// Which format stb_image will take a file for, the screen that runs the
+// format's checks (data/stb_guard_{jpeg,bmp,png}.cc), and the one decode path:
+// screen, stb_image, and stb's reason in the error when it fails.
 #include "data/stb_guard.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <climits>
+#include <cstdint>
 #include <iterator>
+#include <string_view>
 
 #include "core/error.h"
+#include "data/file_bytes.h"
 #include "data/stb_config.h"
+#include "data/stb_guard_internal.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include <stb/stb_image.h>
+#pragma GCC diagnostic pop
 
 namespace loom::data {
 
 namespace {
 
-// --- JPEG ---------------------------------------------------------------------
-
-constexpr uint8_t kMarker = 0xFF;
-constexpr uint8_t kDefineHuffmanTables = 0xC4;
-constexpr uint8_t kProgressiveFrame = 0xC2;
-constexpr uint8_t kStartOfScan = 0xDA;
-constexpr uint8_t kEndOfImage = 0xD9;
-constexpr int kMaxCodes = 256;
-constexpr size_t kTableHeader = 17;  // class/id byte, then 16 code counts
-
-// Marker codes without a length field: TEM, RST0-7 and SOI. (EOI ends the walk.)
-bool has_no_length(uint8_t code) { return code == 0x01 || (code >= 0xD0 && code <= 0xD8); }
-
-// Bit (class * 4 + id) set for every Huffman table defined so far.
-using TableSet = unsigned;
-
-// The tables of one DHT segment, read in sequence as stb reads them: while the
-// segment length says more follow, a header and as many values as it counts.
-// Like stb's reader, bytes past the end of the file read as 0.
-void check_tables(std::span<const uint8_t> jpeg, size_t segment, const std::string& path,
-                  TableSet& defined) {
-  auto byte = [&](size_t i) -> int { return i < jpeg.size() ? jpeg[i] : 0; };
-  int64_t left = ((byte(segment + 2) << 8) | byte(segment + 3)) - 2;
-  size_t at = segment + 4;
-  while (left > 0 && at < jpeg.size()) {
-    const int table_class = byte(at) >> 4, id = byte(at) & 15;
-    if (table_class > 1 || id > 3) return;  // stb rejects the class/id
-    int codes = 0;
-    for (size_t i = 1; i < kTableHeader; ++i) codes += byte(at + i);
-    LOOM_CHECK(codes <= kMaxCodes, IoError,
-               "[image_folder] {}: corrupt JPEG: the Huffman table at offset {} declares {} "
-               "codes; at most {} exist",
-               path, at, codes, kMaxCodes);
-    defined |= 1u << (table_class * 4 + id);
-    at += kTableHeader + codes;
-    left -= static_cast<int64_t>(kTableHeader) + codes;
-  }
-}
-
-// A scan's components name a DC and an AC table each; the scan must find
-// those it decodes with already defined. Progressive DC refinement scans use
-// no table, other DC scans only DC tables, AC scans only AC tables.
-void check_scan(std::span<const uint8_t> jpeg, size_t segment, bool progressive,
-                TableSet defined, const std::string& path) {
-  auto byte = [&](size_t i) -> int { return i < jpeg.size() ? jpeg[i] : 0; };
-  const int components = byte(segment + 4);
-  const size_t spectral = segment + 5 + 2 * static_cast<size_t>(components);
-  const int start = byte(spectral), approximation_high = byte(spectral + 2) >> 4;
-  const bool uses_dc = !progressive || (start == 0 && approximation_high == 0);
-  const bool uses_ac = !progressive || start > 0;
-  for (int k = 0; k < components; ++k) {
-    const int tables = byte(segment + 6 + 2 * static_cast<size_t>(k));
-    const int dc = tables >> 4, ac = tables & 15;
-    if (dc > 3 || ac > 3) return;  // stb rejects the scan header itself
-    const bool missing_dc = uses_dc && !(defined & (1u << dc));
-    const bool missing_ac = uses_ac && !(defined & (1u << (4 + ac)));
-    LOOM_CHECK(!missing_dc && !missing_ac, IoError,
-               "[image_folder] {}: corrupt JPEG: the scan at offset {} decodes with {} Huffman "
-               "table {}, which no DHT segment before it defines (stb would decode garbage)",
-               path, segment, missing_dc ? "DC" : "AC", missing_dc ? dc : ac);
-  }
-}
-
-// --- BMP ----------------------------------------------------------------------
-
-uint32_t le16(std::span<const uint8_t> b, size_t at) { return b[at] | (b[at + 1] << 8); }
-uint32_t le32(std::span<const uint8_t> b, size_t at) {
-  return b[at] | (b[at + 1] << 8) | (b[at + 2] << 16) | (uint32_t{b[at + 3]} << 24);
-}
-
-constexpr size_t kBmpFileHeader = 14;
-constexpr uint32_t kBmpUncompressed = 0, kBmpBitfields = 3;
-
-void check_bmp(std::span<const uint8_t> bmp, const std::string& path) {
-  if (bmp.size() < kBmpFileHeader + 16) return;  // stb reports a cut-off header
-  const uint32_t header_size = le32(bmp, 14);
-  if (header_size == 12) return;  // OS/2 core header: 16-bit sizes, no overflow, rare
-  if (bmp.size() < kBmpFileHeader + 20 + 4) return;
-  const auto width = static_cast<int32_t>(le32(bmp, 18));
-  const auto height = static_cast<int32_t>(le32(bmp, 22));
-  LOOM_CHECK(height != INT_MIN, IoError,
-             "[image_folder] {}: corrupt BMP: height {} at offset 22 has no positive counterpart",
-             path, height);
-  const uint32_t bits = le16(bmp, 28), compression = le32(bmp, 30);
-  const uint64_t rows = static_cast<uint64_t>(height < 0 ? -static_cast<int64_t>(height) : height);
-  if (compression != kBmpUncompressed && compression != kBmpBitfields) return;
-  // stb rejects these itself, with its own reason.
-  if (width <= 0 || rows == 0 || bits == 0 || bits > 32 || width > STBI_MAX_DIMENSIONS ||
-      rows > STBI_MAX_DIMENSIONS) {
-    return;
-  }
-  // Rows are padded to 4 bytes. Sizes are at most 2^31 * 32 bits: no overflow in 64 bits.
-  const uint64_t row_bytes = (static_cast<uint64_t>(width) * bits + 31) / 32 * 4;
-  const uint64_t needed = row_bytes * rows;
-  const uint64_t offset = le32(bmp, 10);
-  const uint64_t available = offset < bmp.size() ? bmp.size() - offset : 0;
-  LOOM_CHECK(available >= needed, IoError,
-             "[image_folder] {}: corrupt BMP: {}x{} pixels at {} bits need a {}-byte pixel array "
-             "from offset {}, but the file has {} bytes there (truncated?)",
-             path, width, rows, bits, needed, offset, available);
-}
-
-// --- PNG ----------------------------------------------------------------------
-
 constexpr uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
 
-std::string chunk_name(std::span<const uint8_t> png, size_t at) {
-  char type[5] = {};
-  for (size_t i = 0; i < 4; ++i) type[i] = at + i < png.size() ? static_cast<char>(png[at + i]) : 0;
-  return printable(type);
+bool known_bmp_header(uint32_t size) {
+  return size == 12 || size == 40 || size == 56 || size == 108 || size == 124;
 }
 
-void check_png(std::span<const uint8_t> png, const std::string& path) {
-  size_t at = sizeof(kPngSignature);
-  while (true) {
-    LOOM_CHECK(at + 8 <= png.size(), IoError,
-               "[image_folder] {}: truncated PNG: the file ends at offset {} inside a chunk "
-               "header, before the IEND chunk",
-               path, png.size());
-    const uint64_t length = (uint64_t{png[at]} << 24) | (png[at + 1] << 16) | (png[at + 2] << 8) |
-                            png[at + 3];
-    const std::string type = chunk_name(png, at + 4);
-    const uint64_t end = at + 12 + length;  // length, type, data, CRC
-    LOOM_CHECK(end <= png.size(), IoError,
-               "[image_folder] {}: truncated PNG: chunk '{}' at offset {} needs {} bytes but "
-               "the file ends {} bytes later",
-               path, type, at, 12 + length, png.size() - at);
-    if (type == "IEND") return;
-    at = static_cast<size_t>(end);
-  }
-}
-
-// Where the walk over a JPEG's segments starts: after its SOI marker, which
-// stb, like any marker, finds after any number of FF fill bytes. 0: not a JPEG.
-size_t after_start_of_image(std::span<const uint8_t> encoded) {
-  if (encoded.empty() || encoded[0] != kMarker) return 0;
+// A JPEG starts with an SOI marker, which stb, like any marker, finds after
+// any number of FF fill bytes.
+bool starts_with_jpeg_marker(std::span<const uint8_t> encoded) {
+  if (encoded.empty() || encoded[0] != 0xFF) return false;
   size_t pos = 1;
-  while (pos < encoded.size() && encoded[pos] == kMarker) ++pos;
-  return pos < encoded.size() && encoded[pos] == 0xD8 ? pos + 1 : 0;
+  while (pos < encoded.size() && encoded[pos] == 0xFF) ++pos;
+  return pos < encoded.size() && encoded[pos] == 0xD8;
+}
+
+std::string_view format_name(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::Png:
+      return "PNG";
+    case ImageFormat::Bmp:
+      return "BMP";
+    case ImageFormat::Jpeg:
+      return "JPEG";
+    case ImageFormat::Unknown:
+      break;
+  }
+  return "image";
 }
 
 }  // namespace
 
-std::string printable(const char* text) {
-  std::string out;
-  for (const char* c = text; c != nullptr && *c != '\0'; ++c) {
-    const auto byte = static_cast<unsigned char>(*c);
-    out += byte >= 0x20 && byte < 0x7F ? std::string(1, *c) : fmt::format("\\x{:02X}", byte);
+ImageFormat image_format(std::span<const uint8_t> encoded) {
+  if (encoded.size() >= sizeof(kPngSignature) &&
+      std::equal(std::begin(kPngSignature), std::end(kPngSignature), encoded.begin())) {
+    return ImageFormat::Png;
   }
-  return out;
-}
-
-void check_jpeg_huffman_tables(std::span<const uint8_t> encoded, const std::string& path) {
-  size_t pos = after_start_of_image(encoded);
-  if (pos == 0) return;
-  TableSet defined = 0;
-  bool progressive = false;
-  while (pos + 1 < encoded.size()) {
-    // Between segments lie entropy-coded bytes, where an FF is followed by 00.
-    const uint8_t code = encoded[pos + 1];
-    if (encoded[pos] != kMarker || code == kMarker) {  // data, or a fill byte
-      ++pos;
-    } else if (code == 0x00 || has_no_length(code)) {
-      pos += 2;
-    } else if (code == kEndOfImage || pos + 4 > encoded.size()) {
-      return;  // stb stops at EOI and reports a cut-off length itself
-    } else {
-      if (code == kDefineHuffmanTables) check_tables(encoded, pos, path, defined);
-      if (code == kProgressiveFrame) progressive = true;
-      if (code == kStartOfScan) check_scan(encoded, pos, progressive, defined, path);
-      pos += 2 + ((encoded[pos + 2] << 8) | encoded[pos + 3]);
-    }
+  if (encoded.size() >= 2 && encoded[0] == 'B' && encoded[1] == 'M' &&
+      known_bmp_header(stb_guard_internal::padded_le32(encoded, 14))) {
+    return ImageFormat::Bmp;
   }
+  return starts_with_jpeg_marker(encoded) ? ImageFormat::Jpeg : ImageFormat::Unknown;
 }
 
 void screen_image(std::span<const uint8_t> encoded, const std::string& path) {
-  check_jpeg_huffman_tables(encoded, path);
-  if (encoded.size() >= 2 && encoded[0] == 'B' && encoded[1] == 'M') check_bmp(encoded, path);
-  if (encoded.size() >= sizeof(kPngSignature) &&
-      std::equal(std::begin(kPngSignature), std::end(kPngSignature), encoded.begin())) {
-    check_png(encoded, path);
+  switch (image_format(encoded)) {
+    case ImageFormat::Png:
+      return screen_png(encoded, path);
+    case ImageFormat::Bmp:
+      return screen_bmp(encoded, path);
+    case ImageFormat::Jpeg:
+      return screen_jpeg(encoded, path);
+    case ImageFormat::Unknown:
+      return;
   }
+}
+
+std::string stb_failure_message(ImageFormat format, const char* reason) {
+  const bool stale = format != ImageFormat::Png && reason != nullptr &&
+                     std::string_view(reason) == "bad png sig";
+  if (reason == nullptr || stale) {
+    return fmt::format("stb_image stopped without a reason (a corrupt {} file)",
+                       format_name(format));
+  }
+  if (std::string_view(reason) == "outofmem") {
+    return fmt::format("decoding needs more memory than an image of at most {}x{} pixels does (a "
+                       "corrupt or hostile file), or the machine is out of memory",
+                       STBI_MAX_DIMENSIONS, STBI_MAX_DIMENSIONS);
+  }
+  return reason;
+}
+
+void StbPixelsFree::operator()(uint8_t* pixels) const { stbi_image_free(pixels); }
+
+DecodedPixels decode_screened(std::span<const uint8_t> encoded, const std::string& path,
+                              int channels) {
+  LOOM_CHECK(channels == 1 || channels == 3, ValueError,
+             "[decode_image] channels must be 1 (gray) or 3 (RGB), got {}", channels);
+  LOOM_CHECK(!encoded.empty(), IoError,
+             "[image_folder] {}: file is empty; expected a PNG, JPEG or BMP image", path);
+  LOOM_CHECK(encoded.size() <= static_cast<size_t>(INT32_MAX), IoError,
+             "[image_folder] {}: {} bytes are more than stb_image reads", path, encoded.size());
+  screen_image(encoded, path);
+  DecodedPixels decoded;
+  decoded.channels = channels;
+  int stored_channels = 0;
+  decoded.pixels.reset(stbi_load_from_memory(encoded.data(), static_cast<int>(encoded.size()),
+                                             &decoded.width, &decoded.height, &stored_channels,
+                                             channels));
+  LOOM_CHECK(decoded.pixels != nullptr, IoError,
+             "[image_folder] {}: cannot decode the image: {} (stb_image reads PNG, JPEG and BMP "
+             "up to {}x{} pixels; starts {})",
+             path, stb_failure_message(image_format(encoded), stbi_failure_reason()), STBI_MAX_DIMENSIONS, STBI_MAX_DIMENSIONS,
+             hex_prefix(encoded, 8));
+  return decoded;
 }
 
 }  // namespace loom::data

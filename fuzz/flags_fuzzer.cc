@@ -1,5 +1,6 @@
 // File: fuzz/flags_fuzzer.cc
-// The trainers' flag parser: the input is argv, one argument per line.
+// The trainers' flag parser and path checks: the input is argv, one argument
+// per line.
 #include <string>
 #include <vector>
 
@@ -17,7 +18,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   try {
-    loom::training::parse_flags(args, {});
+    loom::training::ParsedFlags flags = loom::training::parse_flags(args, {});
+    loom::training::resolve_user_paths(flags.config, "/fuzz/work");
+    loom::training::check_paths(flags.config);
   } catch (const loom::Error&) {
   }
   return 0;

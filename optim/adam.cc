@@ -3,6 +3,7 @@
 // the same arithmetic, operation by operation, in core/cuda/optim.cu.
 #include "optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -133,6 +134,18 @@ void Adam::check_group(const ParamGroup& group, size_t index) const {
   LOOM_CHECK(*group.weight_decay >= 0.0, ValueError,
              "[{}] group {}: weight_decay must be >= 0, got {}", name(), index,
              *group.weight_decay);
+}
+
+void Adam::check_buffer(std::string_view name, const Tensor& value,
+                        const std::string& where) const {
+  Optimizer::check_buffer(name, value, where);
+  if (name != kBuffers[1] && name != kBuffers[2]) return;
+  const std::vector<double> values = value.to_vector<double>();
+  const auto negative = std::find_if(values.begin(), values.end(), [](double v) { return v < 0; });
+  LOOM_CHECK(negative == values.end(), ValueError,
+             "{} holds {} at element {}; a mean of squared gradients is >= 0 (the state is "
+             "corrupt)",
+             where, *negative, negative - values.begin());
 }
 
 void Adam::update(size_t group, std::vector<UpdateSlot>& slots) {

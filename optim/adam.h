@@ -49,6 +49,9 @@ class Adam : public Optimizer {
        bool decoupled_weight_decay);
   void update(size_t group, std::vector<UpdateSlot>& slots) override;
   void check_group(const ParamGroup& group, size_t index) const override;
+  // Also: the averages of squared gradients are >= 0 (their square roots divide).
+  void check_buffer(std::string_view name, const Tensor& value,
+                    const std::string& where) const override;
 
  private:
   bool decoupled_weight_decay_;

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
+#include <functional>
 #include <map>
 #include <set>
+#include <type_traits>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -100,6 +103,40 @@ std::optional<size_t> parse_index(std::string_view text) {
 
 }  // namespace
 
+// ---- whole numbers from a state_dict ------------------------------------------------------
+
+std::vector<int64_t> state_whole_numbers(const Tensor& value, int64_t max, const std::string& what) {
+  const bool integral = value.dtype() == DType::Int64 || value.dtype() == DType::Int32 ||
+                        value.dtype() == DType::UInt8 || value.dtype() == DType::Bool;
+  std::vector<int64_t> numbers;
+  if (integral) {
+    numbers = value.to_vector<int64_t>();
+    for (int64_t n : numbers) {
+      LOOM_CHECK(n >= 0 && n <= max, ValueError,
+                 "{} holds {}; expected a whole number from 0 to {} (the state is corrupt, or "
+                 "was not written for this optimizer)",
+                 what, n, max);
+    }
+    return numbers;
+  }
+  for (double v : value.to_vector<double>()) {
+    // Checked before the conversion, which is undefined behaviour out of range.
+    LOOM_CHECK(std::isfinite(v) && v == std::trunc(v) && v >= 0 && v <= static_cast<double>(max),
+               ValueError,
+               "{} holds {}; expected a whole number from 0 to {} (the state is corrupt, or was "
+               "not written for this optimizer)",
+               what, v, max);
+    numbers.push_back(static_cast<int64_t>(v));
+  }
+  return numbers;
+}
+
+int64_t state_count(const Tensor& value, const std::string& what) {
+  LOOM_CHECK(value.numel() == 1, ValueError, "{} must be one count, got shape {} ({} values)",
+             what, shape_str(value.sizes()), value.numel());
+  return state_whole_numbers(value, kMaxStateCount, what)[0];
+}
+
 // ---- construction, zero_grad, step -------------------------------------------------------
 
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups,
@@ -168,7 +205,7 @@ void Optimizer::prepare_step() {
   NoGradGuard no_grad;
   fused_->clear_staged();
   for (size_t g = 0; g < groups_.size(); ++g) {
-    check_group(groups_[g], g);
+    check_group_values(groups_[g], g);
     std::vector<UpdateSlot> slots = slots_with_grad(g);
     if (!slots.empty()) update(g, slots);
   }
@@ -217,7 +254,29 @@ std::vector<UpdateSlot> Optimizer::slots_with_grad(size_t g) {
 }
 
 void Optimizer::check_groups() const {
-  for (size_t g = 0; g < groups_.size(); ++g) check_group(groups_[g], g);
+  for (size_t g = 0; g < groups_.size(); ++g) check_group_values(groups_[g], g);
+}
+
+void Optimizer::check_group_values(const ParamGroup& group, size_t index) const {
+  // The subclasses' range checks let infinities through (inf >= 0).
+  for_each_hyper(group, [&](const char* hyper, const auto& field) {
+    if (!field) return;
+    const std::vector<double> values = values_of(*field);
+    LOOM_CHECK(std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); }),
+               ValueError, "[{}] group {}: {} must be finite, got {}", name_, index, hyper,
+               fmt::join(values, ", "));
+  });
+  check_group(group, index);
+}
+
+void Optimizer::check_buffer(std::string_view name, const Tensor& value,
+                             const std::string& where) const {
+  const std::vector<double> values = value.to_vector<double>();
+  const auto bad = std::find_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); });
+  LOOM_CHECK(bad == values.end(), ValueError,
+             "{} holds {} at element {}; an optimizer's {} must be finite (the state is corrupt, or "
+             "comes from a run that diverged)",
+             where, *bad, bad - values.begin(), name);
 }
 
 const ParamState* Optimizer::state(size_t index) const {
@@ -313,6 +372,7 @@ struct LoadTarget {
   std::vector<std::pair<size_t, size_t>> where;  // parameter index -> (group, position)
   std::vector<std::set<std::string>> group_fields_seen;
   std::vector<bool> step_seen;  // by parameter index
+  std::function<void(std::string_view, const Tensor&, const std::string&)> check_buffer;
 };
 
 void load_params_entry(LoadTarget& target, size_t g, const Tensor& value) {
@@ -320,7 +380,8 @@ void load_params_entry(LoadTarget& target, size_t g, const Tensor& value) {
   for (size_t i = 0; i < target.where.size(); ++i) {
     if (target.where[i].first == g) expected.push_back(static_cast<int64_t>(i));
   }
-  const std::vector<int64_t> given = value.to_vector<int64_t>();
+  const std::vector<int64_t> given = state_whole_numbers(
+      value, kMaxStateCount, fmt::format("{} param_groups.{}.params", target.op, g));
   LOOM_CHECK(given == expected, ValueError,
              "{} group {} holds parameters [{}] in the state but [{}] here; build the optimizer "
              "over the same parameters, grouped alike",
@@ -341,7 +402,12 @@ void load_group_entry(LoadTarget& target, size_t g, std::string_view field, cons
     LOOM_CHECK(value.numel() == static_cast<int64_t>(count), ShapeError,
                "{} param_groups.{}.{} has shape {} but holds {} value(s)", target.op, g, field,
                shape_str(value.sizes()), count);
-    assign(current, value.to_vector<double>());
+    const std::vector<double> values = value.to_vector<double>();
+    if constexpr (std::is_same_v<std::decay_t<decltype(*current)>, bool>) {
+      LOOM_CHECK(values[0] == 0.0 || values[0] == 1.0, ValueError,
+                 "{} param_groups.{}.{} is {}; a flag is 0 or 1", target.op, g, field, values[0]);
+    }
+    assign(current, values);
   });
   LOOM_CHECK(known, ValueError,
              "{} param_groups.{}.{} is not a hyper-parameter of this optimizer; was the state "
@@ -357,10 +423,7 @@ void load_state_entry(LoadTarget& target, size_t i, std::string_view field, cons
   const Tensor& p = target.groups[g].params[j];
   ParamState& s = target.state[g][j];
   if (field == "step") {
-    LOOM_CHECK(value.numel() == 1 && value.item() >= 0, ValueError,
-               "{} state.{}.step must be one count >= 0, got shape {}", target.op, i,
-               shape_str(value.sizes()));
-    s.step = static_cast<int64_t>(value.item());
+    s.step = state_count(value, fmt::format("{} state.{}.step", target.op, i));
     target.step_seen[i] = true;
     return;
   }
@@ -370,6 +433,7 @@ void load_state_entry(LoadTarget& target, size_t i, std::string_view field, cons
   LOOM_CHECK(value.sizes() == p.sizes(), ShapeError,
              "{} state.{}.{} has shape {} but parameter {} has shape {}", target.op, i, field,
              shape_str(value.sizes()), i, shape_str(p.sizes()));
+  target.check_buffer(field, value, fmt::format("{} state.{}.{}", target.op, i, field));
   s.buffers.emplace_back(std::string(field), empty_like(p).copy_(value));
 }
 
@@ -398,7 +462,11 @@ void Optimizer::load_state_dict(const StateDict& state) {
                     .state = {},
                     .where = {},
                     .group_fields_seen = std::vector<std::set<std::string>>(groups_.size()),
-                    .step_seen = {}};
+                    .step_seen = {},
+                    .check_buffer = [this](std::string_view name, const Tensor& value,
+                                           const std::string& where) {
+                      check_buffer(name, value, where);
+                    }};
   for (size_t g = 0; g < groups_.size(); ++g) {
     target.state.emplace_back(groups_[g].params.size());
     for (size_t j = 0; j < groups_[g].params.size(); ++j) target.where.emplace_back(g, j);
@@ -421,7 +489,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
     }
   }
   check_complete(target, hypers_);
-  for (size_t g = 0; g < target.groups.size(); ++g) check_group(target.groups[g], g);
+  for (size_t g = 0; g < target.groups.size(); ++g) check_group_values(target.groups[g], g);
   groups_ = std::move(target.groups);
   state_ = std::move(target.state);
 }

@@ -29,6 +29,20 @@
 
 namespace loom::optim {
 
+// The largest step count a state_dict may hold: 2^53, below which a float64
+// (which a state_dict may carry counts in) holds every whole number exactly,
+// and far from where a count would overflow as it goes on.
+constexpr int64_t kMaxStateCount = int64_t{1} << 53;
+
+// The whole numbers a state_dict entry holds, each from 0 to `max`, read
+// exactly whatever the tensor's dtype: integers as they are; floats only when
+// finite, whole and in range, since converting 1e30 or 2^63 to int64 is
+// undefined behaviour. Throws ValueError naming `what` ("[SGD load_state_dict]
+// state.0.step") with the value and the range.
+std::vector<int64_t> state_whole_numbers(const Tensor& value, int64_t max, const std::string& what);
+// The same for an entry of exactly one count (a step number), 0 to kMaxStateCount.
+int64_t state_count(const Tensor& value, const std::string& what);
+
 // Parameters and the hyper-parameters that override the optimizer's defaults
 // for them. Unset fields take the defaults: after construction every field the
 // optimizer uses is set, so param_groups()[g].lr is group g's learning rate,
@@ -114,7 +128,10 @@ class Optimizer {
   // Replaces the hyper-parameters and state with `state` (from an optimizer of
   // the same kind over parameters of the same sizes, grouped alike). Buffers
   // are copied to each parameter's device, dtype and layout. Either everything
-  // loads or nothing changes: a missing, unknown or misshapen entry throws.
+  // loads or nothing changes: a missing, unknown or misshapen entry throws, and
+  // so does a value no run could have written (a step count that is not a
+  // whole number from 0 to 2^53, a parameter index that is not a whole number,
+  // a hyper-parameter or buffer that is NaN or infinite, a flag not 0 or 1).
   void load_state_dict(const StateDict& state);
 
  protected:
@@ -127,8 +144,14 @@ class Optimizer {
   // Called by step() under NoGradGuard after each slot's step count went up.
   virtual void update(size_t group, std::vector<UpdateSlot>& slots) = 0;
   // Throws ValueError naming the optimizer and group for a bad hyper-parameter.
-  // Called at construction, by load_state_dict and before every step.
+  // Called at construction, by load_state_dict and before every step, after
+  // the base class has checked that every hyper-parameter is finite.
   virtual void check_group(const ParamGroup& group, size_t index) const = 0;
+  // Throws ValueError for a state buffer `name` that load_state_dict is given
+  // (`where` names the entry): the base refuses NaN and infinities, which a
+  // step would carry into the weights; optimizers add what they know.
+  virtual void check_buffer(std::string_view name, const Tensor& value,
+                            const std::string& where) const;
 
   // Checks every group; subclass constructors call it once the defaults are in.
   void check_groups() const;
@@ -144,6 +167,8 @@ class Optimizer {
 
  private:
   std::vector<UpdateSlot> slots_with_grad(size_t group);
+  // Finite hyper-parameters, then check_group.
+  void check_group_values(const ParamGroup& group, size_t index) const;
   StateDict group_entries(size_t g, int64_t first_index) const;
 
   std::string name_;

@@ -51,14 +51,16 @@ void LRScheduler::load_state_dict(const StateDict& state) {
     LOOM_CHECK(value.defined() && (name == "last_step" || name == "base_lrs"), ValueError,
                "{} unexpected entry '{}'; expected last_step and base_lrs", op, name);
     if (name == "last_step") {
-      LOOM_CHECK(value.numel() == 1 && value.item() >= 0, ValueError,
-                 "{} last_step must be one count >= 0, got shape {}", op, shape_str(value.sizes()));
-      step = static_cast<int64_t>(value.item());
+      step = state_count(value, op + " last_step");
     } else {
       LOOM_CHECK(value.numel() == static_cast<int64_t>(base_lrs_.size()), ShapeError,
                  "{} base_lrs has shape {} but the optimizer has {} groups", op,
                  shape_str(value.sizes()), base_lrs_.size());
       base_lrs = value.to_vector<double>();
+      for (double lr : *base_lrs) {
+        LOOM_CHECK(std::isfinite(lr) && lr >= 0, ValueError,
+                   "{} base_lrs holds {}; a learning rate is a finite number >= 0", op, lr);
+      }
     }
   }
   LOOM_CHECK(step && base_lrs, ValueError, "{} the state needs both last_step and base_lrs", op);

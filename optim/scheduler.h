@@ -38,7 +38,9 @@ class LRScheduler {
 
   // "last_step" (int64 0-d) and "base_lrs" (float64 (G)).
   StateDict state_dict() const;
-  // Restores both and sets the groups' lrs for the restored step.
+  // Restores both and sets the groups' lrs for the restored step. ValueError
+  // for a last_step that is not a whole number from 0 to 2^53 or a base lr
+  // that is not a finite number >= 0 (optim::state_count).
   void load_state_dict(const StateDict& state);
 
  protected:

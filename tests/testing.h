@@ -77,7 +77,7 @@ bool decision_flips(const Tensor& actual, const Tensor& expected, double tol);
     } catch (const Kind& e) {                                                   \
       loom_thrown_ = true;                                                      \
       CHECK_MESSAGE(std::string(e.what()).find(fragment) != std::string::npos,  \
-                    "message was: " << e.what() << "\nexpected to contain: " << fragment); \
+                    "message was: " << std::string(e.what()) << "\nexpected to contain: " << fragment); \
     }                                                                           \
     CHECK_MESSAGE(loom_thrown_, #expr " did not throw " #Kind);                 \
   } while (0)

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh clang libclang-rt-14-dev
 
-all_targets=(idx cifar safetensors checkpoint image flags)
+all_targets=(idx cifar safetensors checkpoint image png bmp jpeg flags)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 runs="${FUZZ_RUNS:-1000000}"

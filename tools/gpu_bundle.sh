@@ -57,15 +57,19 @@ cp tools/onnx_check.py .bundle/tools/
 # own libraries are shared objects (Bazel's default for tests), so each is
 # shipped once rather than linked into every binary.
 skip='^(libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcudnn|libcublas|libnvrtc|libnccl|linux-vdso)'
-# OpenBLAS is loaded at run time (core/cpu/openblas.h), so ldd does not list it:
-# it goes along by name, with what it links.
+# OpenBLAS and oneDNN are loaded at run time (core/cpu/openblas.h,
+# core/onednn/library.h), so ldd does not list them: they go along by name, with
+# what they link (oneDNN: GNU OpenMP, which Loom's CPU thread pool loads too,
+# and the OpenCL loader).
 openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found {print $NF; found = 1}')
-for binary in $(for label in $targets $bench $ranks; do echo "bazel-bin/$(echo "${label#//}" | tr : /)"; done) $openblas; do
+dnnl=$(ldconfig -p | awk '/libdnnl\.so\.2 .*x86-64/ && !found {print $NF; found = 1}')
+for binary in $(for label in $targets $bench $ranks; do echo "bazel-bin/$(echo "${label#//}" | tr : /)"; done) $openblas $dnnl; do
   ldd "$binary" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
     if ! echo "$name" | grep -Eq "$skip"; then cp -L -n "$path" .bundle/lib/; fi
   done
 done
 cp -L -n "$openblas" .bundle/lib/libopenblas.so.0
+cp -L -n "$dnnl" .bundle/lib/libdnnl.so.2
 cat > .bundle/env.sh <<'ENV'
 # Sourced by the bundle's scripts: the libraries (cuDNN 9.19 and NCCL 2.28 of
 # the host's PyTorch environment, the bundle's own), Open MPI unpacked once
@@ -137,7 +141,8 @@ echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit $status
 RUN
 chmod +x .bundle/run_gpu_tests.sh
-# The device tool carries at most 64 MiB; OpenBLAS alone is 36 MiB unpacked. The
+# The device tool carries at most 64 MiB; OpenBLAS alone is 36 MiB unpacked, oneDNN
+# 40 MiB (7 MB packed). The
 # binaries link the same CUDA kernels (35 MB) each: xz -9's 64 MiB window finds the
 # repeats, which -6's 8 MiB window misses (28 MB against 74 MB on 2026-11-25).
 mkdir -p .gpu && tar -C .bundle -cf - . | xz -9 -T2 > .gpu/bundle.tar.xz

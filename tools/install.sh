@@ -49,7 +49,7 @@ done
 install -D -m 755 "$library" "$prefix/lib/libloom.so"
 
 # What the library links (and its headers include) beyond Loom itself.
-libs="-lspdlog -lfmt -ldeflate -lz -ldl -pthread"  # OpenBLAS: loaded at run time
+libs="-lspdlog -lfmt -ldeflate -lz -ldl -pthread"  # OpenBLAS, oneDNN, OpenMP: loaded at run time
 cflags="-DSPDLOG_FMT_EXTERNAL"
 cmake_defines="SPDLOG_FMT_EXTERNAL"
 cmake_libs="spdlog;fmt;deflate;z;dl;-pthread"

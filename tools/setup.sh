@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(g++ bazel-bootstrap bazel-rules-java libfmt-dev libspdlog-dev doctest-dev libstb-dev
-          zlib1g-dev libdeflate-dev libopenblas-dev dataset-fashion-mnist
+          zlib1g-dev libdeflate-dev libopenblas-dev libdnnl-dev dataset-fashion-mnist
           openmpi-bin libopenmpi-dev python3-matplotlib python3-onnx cmake pkg-config doxygen "$@")
 missing=()
 for p in "${packages[@]}"; do

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/serialize.h"
+#include "core/utf8.h"
 
 namespace loom::training {
 
@@ -22,22 +23,24 @@ constexpr const char* kFlagPrefix = "flag.";
 std::vector<std::string> changed_flags(const TrainConfig& c, const TrainingCheckpoint& ckpt) {
   std::vector<std::string> warnings;
   for (const auto& [flag, now] : run_flags(c)) {
-    auto saved = ckpt.extra.find(kFlagPrefix + flag);
-    if (saved == ckpt.extra.end() || saved->second == now) continue;
+    auto found = ckpt.extra.find(kFlagPrefix + flag);
+    if (found == ckpt.extra.end() || found->second == now) continue;
+    // Text from the file: shown escaped where it would not print as itself.
+    const std::string saved = printable(found->second);
     // The optimizer's state_dict carries its hyper-parameters, so for these
     // the checkpoint wins; saying otherwise would mislead.
     if (flag == "--lr" || flag == "--weight-decay") {
       warnings.push_back(fmt::format(
           "{} was '{}' in the run that wrote {} and is '{}' now: training goes on with the "
           "checkpoint's value '{}' (the optimizer state carries it)",
-          flag, saved->second, c.resume, now, saved->second));
+          flag, saved, c.resume, now, saved));
       continue;
     }
     warnings.push_back(fmt::format(
         "{} was '{}' in the run that wrote {} and is '{}' now: the command line's value wins (the "
         "weights, optimizer state and schedule position come from the checkpoint), so the result "
         "differs from a run with these flags from the start",
-        flag, saved->second, c.resume, now));
+        flag, saved, c.resume, now));
   }
   return warnings;
 }
@@ -51,9 +54,16 @@ int resume_training(const TrainConfig& c, nn::Module& net, optim::Optimizer& opt
     std::fprintf(stderr, "train: warning: %s\n", warning.c_str());
     warnings.push_back(std::move(warning));
   }
-  net.load_state_dict(ckpt.model);
-  opt.load_state_dict(ckpt.optimizer);
-  if (schedule) schedule->load_state_dict(ckpt.scheduler);
+  // An error names the checkpoint, which is what is wrong (a CRC-valid file
+  // whose optimizer step is 1e30 used to fail later as "the loss was not finite").
+  try {
+    net.load_state_dict(ckpt.model);
+    opt.load_state_dict(ckpt.optimizer);
+    if (schedule) schedule->load_state_dict(ckpt.scheduler);
+  } catch (const Error& e) {
+    throw IoError(fmt::format("[train] --resume {}: the checkpoint does not fit this run: {}",
+                              c.resume, e.what()));
+  }
   default_generator().set_state(ckpt.rng_seed, ckpt.rng_offset);
   return static_cast<int>(ckpt.epoch);
 }

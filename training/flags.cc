@@ -11,13 +11,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
 #include <initializer_list>
+#include <iterator>
 #include <new>
 #include <optional>
 #include <string>
+#include <system_error>
+#include <utility>
 
 #include "core/error.h"
 #include "core/ops/fusion_report.h"
@@ -96,6 +100,12 @@ Device parse_device(const std::string& name) {
   return device;
 }
 
+// A path flag's value: empty is no path (the flag would silently mean "off").
+std::string parse_path(const std::string& flag, const std::string& path) {
+  LOOM_CHECK(!path.empty(), ValueError, "{} needs a path, got ''", flag);
+  return path;
+}
+
 std::string parse_metrics(const std::string& path) {
   LOOM_CHECK(metrics_format_known(path), ValueError,
              "--metrics '{}': the file name must end in .csv or .jsonl (the format follows it)",
@@ -122,7 +132,7 @@ const std::map<std::string, Setter>& value_flags() {
   using C = TrainConfig;
   using S = const std::string&;
   static const std::map<std::string, Setter> flags = {
-      {"--data", [](C& c, S, S v) { c.data = v; }},
+      {"--data", [](C& c, S f, S v) { c.data = parse_path(f, v); }},
       {"--synthetic", [](C& c, S f, S v) { c.synthetic_images = parse_integer<int64_t>(f, v, 1, kMaxImages); }},
       {"--model", [](C& c, S, S v) { c.model = v; }},
       {"--epochs", [](C& c, S f, S v) { c.epochs = static_cast<int>(parse_integer<int64_t>(f, v, 1, kMaxEpochs)); }},
@@ -137,8 +147,8 @@ const std::map<std::string, Setter>& value_flags() {
       {"--profile", [](C& c, S f, S v) { c.profile_steps = parse_integer<int64_t>(f, v, 1, 1'000'000); }},
       {"--seed", [](C& c, S f, S v) { c.seed = parse_integer<uint64_t>(f, v, 0, std::numeric_limits<uint64_t>::max()); }},
       {"--limit", [](C& c, S f, S v) { c.limit = parse_integer<int64_t>(f, v, 1, kMaxImages); }},
-      {"--save", [](C& c, S, S v) { c.save = v; }},
-      {"--resume", [](C& c, S, S v) { c.resume = v; }},
+      {"--save", [](C& c, S f, S v) { c.save = parse_path(f, v); }},
+      {"--resume", [](C& c, S f, S v) { c.resume = parse_path(f, v); }},
       {"--metrics", [](C& c, S, S v) { c.metrics = parse_metrics(v); }},
       {"--plot", [](C& c, S, S v) { c.plot = parse_plot(v); }},
       {"--export-onnx", [](C& c, S, S v) { c.export_onnx = parse_export_onnx(v); }},
@@ -238,6 +248,37 @@ void resolve_user_paths(TrainConfig& config, const char* working_directory) {
   }
 }
 
+namespace {
+
+// The file `path` names, for comparing paths: absolute, without . and ..,
+// and through the symbolic links that exist.
+std::filesystem::path file_named(const std::string& path) {
+  std::error_code error;
+  std::filesystem::path canonical = std::filesystem::weakly_canonical(path, error);
+  if (error) canonical = std::filesystem::absolute(path, error).lexically_normal();
+  return canonical;
+}
+
+}  // namespace
+
+void check_paths(const TrainConfig& c) {
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"--save", &c.save}, {"--metrics", &c.metrics}, {"--plot", &c.plot}, {"--export-onnx", &c.export_onnx}};
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    if (outputs[i].second->empty()) continue;
+    const std::filesystem::path file = file_named(*outputs[i].second);
+    for (size_t j = i + 1; j < std::size(outputs); ++j) {
+      LOOM_CHECK(outputs[j].second->empty() || file_named(*outputs[j].second) != file, ValueError,
+                 "{} and {} both name {}: each output needs a file of its own", outputs[i].first,
+                 outputs[j].first, *outputs[i].second);
+    }
+    // Writing the checkpoint being resumed is how a run goes on; the others would destroy it.
+    LOOM_CHECK(i == 0 || c.resume.empty() || file_named(c.resume) != file, ValueError,
+               "{} names the checkpoint --resume reads ({}); give it a file of its own",
+               outputs[i].first, c.resume);
+  }
+}
+
 int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
   ParsedFlags flags;
   try {
@@ -245,6 +286,7 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
     // Under `bazel run` the program starts inside its runfiles tree; Bazel
     // names the directory the user typed the command in.
     resolve_user_paths(flags.config, std::getenv("BUILD_WORKING_DIRECTORY"));
+    check_paths(flags.config);
   } catch (const ValueError& e) {
     // One line that names the problem; the usage is one --help away.
     std::fprintf(stderr, "train: %s (--help lists the flags)\n", e.what());

@@ -2,8 +2,8 @@
 // Command-line flags shared by the example trainers, and their main().
 //
 // Every value is parsed as a whole token with a range check: "--epochs 1x",
-// "--seed -1", "--limit -1", "--lr inf" and "--metrics out.txt" are usage
-// errors, not silently something else.
+// "--seed -1", "--limit -1", "--lr inf", "--metrics out.txt", "--save ''" and
+// "--save m.csv --metrics m.csv" are usage errors, not silently something else.
 #pragma once
 
 #include <string>
@@ -36,6 +36,12 @@ std::string models_for(const std::string& dataset);
 // relative to `working_directory` (null or "": unchanged). train_main passes
 // BUILD_WORKING_DIRECTORY, the user's directory under `bazel run`.
 void resolve_user_paths(TrainConfig& config, const char* working_directory);
+
+// Throws ValueError when two of --save, --metrics, --plot and --export-onnx name
+// one file (after resolve_user_paths; "m.csv", "./m.csv" and a symbolic link to
+// it are one file), or one of the last three names the --resume checkpoint: one output
+// would overwrite another. (--save may name it: that is how a run goes on.)
+void check_paths(const TrainConfig& config);
 
 // Parses argv (--help prints `usage` and returns 0; a usage error prints one
 // line and returns 2), trains, and returns main's exit code: 0; 1 after

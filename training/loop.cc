@@ -12,6 +12,7 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <system_error>
 #include <tuple>
 #include <utility>
 
@@ -245,6 +246,17 @@ void report_plans(const TrainConfig& c, const std::string& startup_line) {
   timeline << startup_line << "\n";
 }
 
+// Where --plot without --metrics keeps the run's metrics.
+std::string temporary_metrics_path(const std::string& run_id) {
+  std::error_code error;
+  const std::filesystem::path folder = std::filesystem::temp_directory_path(error);
+  LOOM_CHECK(!error, IoError,
+             "[train] --plot keeps the metrics in a temporary file, but the temporary folder is "
+             "unusable: {} (set TMPDIR to a folder, or pass --metrics FILE)",
+             error.message());
+  return (folder / fmt::format("loom_metrics_{}.csv", run_id)).string();
+}
+
 // The training run; `group` is null unless it is one rank of a data-parallel job.
 TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> group) {
   const auto began = std::chrono::steady_clock::now();
@@ -310,9 +322,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   const std::string run_id = new_run_id();
   // --plot draws from the metrics file: a temporary one when there is no --metrics.
   const std::string metrics_path =
-      !c.metrics.empty() || c.plot.empty()
-          ? c.metrics
-          : (std::filesystem::temp_directory_path() / fmt::format("loom_metrics_{}.csv", run_id)).string();
+      !c.metrics.empty() || c.plot.empty() ? c.metrics : temporary_metrics_path(run_id);
   TemporaryFile temporary_metrics(metrics_path == c.metrics ? "" : metrics_path);
   Metrics metrics(metrics_path, run_id, flags_text(c));
   for (int epoch = start; epoch < c.epochs; ++epoch) {

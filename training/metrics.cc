@@ -5,13 +5,17 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/json.h"
 #include "training/trainer.h"
 
@@ -51,9 +55,18 @@ Metrics::Metrics(const std::string& path, std::string run_id, std::string flags)
              "[train] the metrics file '{}' must end in .csv or .jsonl (the format follows it)",
              path);
   if (path.empty()) return;
+  // Reading a FIFO's header would block; rows are appended to regular files only.
+  const std::filesystem::file_type type = path_type(path, "train");
+  LOOM_CHECK(type == std::filesystem::file_type::regular ||
+                 type == std::filesystem::file_type::not_found,
+             IoError, "[train] --metrics {}: is {}, not a regular file; give a file name", path,
+             file_type_name(type));
   if (!jsonl_) check_columns(path);
+  errno = 0;
   out_.open(path, std::ios::app);
-  LOOM_CHECK(out_.is_open(), IoError, "[train] cannot open the metrics file '{}'", path);
+  const int error = errno;
+  LOOM_CHECK(out_.is_open(), IoError, "[train] --metrics {}: cannot open the file for appending: {}",
+             path, error != 0 ? std::generic_category().message(error) : "reason unknown");
   if (!jsonl_ && out_.tellp() == 0) out_ << kMetricsColumns << "\n";
 }
 

@@ -15,12 +15,15 @@
 #include "core/cuda/runtime.h"
 #include "core/cudnn/context.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace loom::cudnn {
 
 namespace {
 
 constexpr const char* kMagic = "loom-cudnn-plan 2";
+// Far above any plan's serialized engine configuration.
+constexpr uint64_t kMaxPlanBytes = uint64_t{64} << 20;
 
 std::string root_directory() {
   if (const char* dir = std::getenv("LOOM_CUDNN_PLAN_DIR")) {
@@ -94,7 +97,20 @@ std::string PlanStore::path_of(const PlanKey& key) const {
 
 std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {
   if (!enabled()) return std::nullopt;
-  std::ifstream in(path_of(key));
+  // A regular file only (a FIFO put there would block the plan builder), read
+  // whole; a plan that cannot be read is rebuilt, as a missing one is.
+  const std::string path = path_of(key);
+  std::string text;
+  try {
+    if (path_type(path, "cudnn plan store") == std::filesystem::file_type::not_found) {
+      return std::nullopt;
+    }
+    const std::vector<uint8_t> bytes = read_regular_file(path, "cudnn plan store", kMaxPlanBytes);
+    text.assign(bytes.begin(), bytes.end());
+  } catch (const IoError&) {
+    return std::nullopt;
+  }
+  std::istringstream in(text);
   std::string magic;
   if (!in || !std::getline(in, magic) || magic != kMagic) return std::nullopt;
   std::string line;

@@ -1,7 +1,8 @@
 // File: core/ops/activation.cc
-// One op for every activation row: the forward kernel (cuDNN graph or Loom
-// kernel), and an autograd node that saves what the row says.
+// One op for every activation row: the forward kernel (cuDNN graph, oneDNN
+// primitive or Loom kernel), and an autograd node that saves what the row says.
 #include "core/ops/activation.h"
+#include "core/ops/activation_internal.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,6 +14,7 @@
 #include "core/autograd.h"
 #include "core/cpu/activation.h"
 #include "core/error.h"
+#include "core/onednn/eltwise.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/trace.h"
@@ -22,30 +24,36 @@
 
 namespace loom {
 
-namespace {
+namespace activation_detail {
 
-bool forward_by_cudnn(const Tensor& y, const Tensor& x, ActivationKind kind,
-                      const cpu::ActivationParameters& parameters) {
-  DeviceGuard guard(x.device());
+void forward_kernel(const Tensor& y, const Tensor& x, ActivationKind kind,
+                    const cpu::ActivationParameters& parameters) {
 #ifdef LOOM_WITH_CUDA
-  return x.device().is_cuda() && cudnn::activation_forward(kind, parameters, y.strided(), x.strided());
-#else
-  return false;
+  if (x.device().is_cuda()) {
+    DeviceGuard guard(x.device());
+    if (cudnn::activation_forward(kind, parameters, y.strided(), x.strided())) return;
+  }
 #endif
+  if (on_onednn_tier(x) && onednn::activation_forward(y.strided(), x.strided(), kind, parameters)) return;
+  LOOM_KERNEL(y, activation_forward, y.strided(), x.strided(), kind, parameters);
 }
 
-bool backward_by_cudnn(const Tensor& dx, const Tensor& dy, const Tensor& saved, ActivationKind kind,
-                       const cpu::ActivationParameters& parameters) {
-  DeviceGuard guard(saved.device());
+void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, ActivationKind kind,
+                     const cpu::ActivationParameters& parameters) {
 #ifdef LOOM_WITH_CUDA
-  return saved.device().is_cuda() &&
-         cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided());
-#else
-  return false;
+  if (saved.device().is_cuda()) {
+    DeviceGuard guard(saved.device());
+    if (cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided())) return;
+  }
 #endif
+  if (on_onednn_tier(saved) &&
+      onednn::activation_backward(dx.strided(), dy.strided(), saved.strided(), kind, parameters)) {
+    return;
+  }
+  LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), kind, parameters);
 }
 
-}  // namespace
+}  // namespace activation_detail
 
 cpu::ActivationParameters activation_parameters(ActivationKind kind, const std::vector<double>& given,
                                                 std::string_view who) {
@@ -70,17 +78,13 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
   check_float_tensor(x, row.name);
   const cpu::ActivationParameters parameters = activation_parameters(kind, given, row.name);
   Tensor y = empty_like(x);
-  if (!forward_by_cudnn(y, x, kind, parameters)) {
-    LOOM_KERNEL(y, activation_forward, y.strided(), x.strided(), kind, parameters);
-  }
+  activation_detail::forward_kernel(y, x, kind, parameters);
   if (needs_grad({x})) {
     Tensor saved = row.saved == cpu::Saved::Output ? y.detach() : x.detach();
     record(row.name, {x}, y, [saved, kind, parameters](const Tensor& dy_in) {
       Tensor dx = empty_like(saved);
       Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
-      if (!backward_by_cudnn(dx, dy, saved, kind, parameters)) {
-        LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), kind, parameters);
-      }
+      activation_detail::backward_kernel(dx, dy, saved, kind, parameters);
       return std::vector<Tensor>{dx};
     }, {saved});
   }

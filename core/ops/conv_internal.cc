@@ -5,6 +5,11 @@
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #include "core/ops/conv_internal.h"
 
+#include <optional>
+
+#include "core/onednn/conv.h"
+#include "core/onednn/tier.h"
+
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/bias.h"
 #include "core/cuda/elementwise.h"
@@ -35,6 +40,23 @@ void add_bias_cuda(const Tensor& y, const Tensor& bias) {
 }
 #endif
 
+// The reference kernels compute in NCHW. An operand in another layout (the
+// oneDNN tier's, for a convolution it declined) goes through an NCHW copy.
+Tensor nchw(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
+
+// out = computed, when the kernel wrote an NCHW stand-in for out.
+void copy_back(const Tensor& out, const Tensor& computed) {
+  if (computed.raw_data() != out.raw_data()) Tensor(out).copy_(computed);
+}
+
+std::optional<Strided> strided_or_none(const Tensor& t) {
+  if (!t.defined()) return std::nullopt;
+  return t.strided();
+}
+
+// `bias` as the CPU kernels take it: a pointer that may be null.
+const Strided* pointer_to(const std::optional<Strided>& v) { return v ? &*v : nullptr; }
+
 }  // namespace
 
 cpu::ConvParams conv_params(const Conv2dOptions& o) {
@@ -62,7 +84,7 @@ MemoryFormat output_format(const Tensor& x, const Tensor& w) {
 }
 
 MemoryFormat kernel_format(const Tensor& x, MemoryFormat output) {
-  return x.device().is_cuda() ? output : MemoryFormat::Contiguous;
+  return x.device().is_cuda() || onednn::takes(x.dtype()) ? output : MemoryFormat::Contiguous;
 }
 
 Tensor kernel_input(const Tensor& t, MemoryFormat format) {
@@ -79,8 +101,16 @@ void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Ten
 #endif
     return;
   }
-  Strided bias_view = bias.defined() ? bias.strided() : Strided{};
-  cpu::conv2d_forward(y.strided(), x.strided(), w.strided(), bias.defined() ? &bias_view : nullptr, p);
+  cpu_forward_kernel(y, x, w, bias, p, /*relu=*/false);
+}
+
+void cpu_forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                        const cpu::ConvParams& p, bool relu) {
+  const std::optional<Strided> b = strided_or_none(bias);
+  if (onednn::conv2d_forward(y.strided(), x.strided(), w.strided(), pointer_to(b), p, relu)) return;
+  const Tensor out = nchw(y);
+  cpu::conv2d_forward(out.strided(), nchw(x).strided(), nchw(w).strided(), pointer_to(b), p, relu);
+  copy_back(y, out);
 }
 
 void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
@@ -91,7 +121,10 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu
 #endif
     return;
   }
-  cpu::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
+  if (onednn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p)) return;
+  const Tensor out = nchw(dx);
+  cpu::conv2d_dgrad(out.strided(), nchw(dy).strided(), nchw(w).strided(), p);
+  copy_back(dx, out);
 }
 
 void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
@@ -102,7 +135,10 @@ void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu
 #endif
     return;
   }
-  cpu::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
+  if (onednn::conv2d_wgrad(dw.strided(), nullptr, dy.strided(), x.strided(), p)) return;
+  const Tensor out = nchw(dw);
+  cpu::conv2d_wgrad(out.strided(), nchw(dy).strided(), nchw(x).strided(), p);
+  copy_back(dw, out);
 }
 
 void bgrad_kernel(const Tensor& db, const Tensor& dy) {
@@ -117,7 +153,7 @@ void bgrad_kernel(const Tensor& db, const Tensor& dy) {
 #endif
     return;
   }
-  cpu::conv2d_bgrad(db.strided(), dy.strided());
+  cpu::conv2d_bgrad(db.strided(), nchw(dy).strided());
 }
 
 void weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
@@ -125,6 +161,10 @@ void weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& dy, c
 #ifdef LOOM_WITH_CUDA
   if (dw.defined() && db.defined() && small_conv_wgrad(dw, dy, x, p, db)) return;
 #endif
+  if (dw.defined() && !dw.device().is_cuda()) {
+    const std::optional<Strided> bias_grad = strided_or_none(db);
+    if (onednn::conv2d_wgrad(dw.strided(), pointer_to(bias_grad), dy.strided(), x.strided(), p)) return;
+  }
   if (dw.defined()) wgrad_kernel(dw, dy, x, p);
   if (db.defined()) bgrad_kernel(db, dy);
 }

@@ -43,8 +43,9 @@ Shape output_sizes(const Tensor& x, const Tensor& w, const Conv2dOptions& o);
 // layout, so that the layers after the first conv stay NHWC.
 MemoryFormat output_format(const Tensor& x, const Tensor& w);
 
-// The layout the kernels compute in: the CPU reference wants NCHW; cuDNN takes
-// either, so the GPU computes in the output's layout and saves two copies.
+// The layout the kernels compute in: cuDNN and the CPU's oneDNN tier take
+// either, so they compute in the output's layout and save two copies; the CPU
+// reference kernels want NCHW.
 MemoryFormat kernel_format(const Tensor& x, MemoryFormat output);
 
 // A kernel operand in `format`, detached (it feeds a kernel only, so it needs no
@@ -55,6 +56,11 @@ Tensor kernel_input(const Tensor& t, MemoryFormat format);
 // y (N, K, P, Q) = conv(x, w) + bias (bias may be undefined)
 void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const cpu::ConvParams& p);
+// The CPU's forward: oneDNN, else the reference kernel (through NCHW copies
+// where the operands are channels-last); then max(y, 0) when relu, in the
+// same pass.
+void cpu_forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                        const cpu::ConvParams& p, bool relu);
 // dx (N, C, H, W) = dgrad(dy, w)
 void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p);
 // dw (K, C/groups, R, S) = wgrad(dy, x)

@@ -6,7 +6,8 @@
 // calls cuda::unary(...) on x's GPU (made current for the call) when x is on a
 // GPU and cpu::unary(...) otherwise. In a
 // build without the CUDA backend no CUDA tensor can exist, so only the CPU call
-// is compiled. Ops whose GPU path differs (cuDNN graphs) branch explicitly.
+// is compiled. Ops whose GPU path differs (cuDNN graphs) branch explicitly, and
+// so do CPU paths with a oneDNN tier (on_onednn_tier).
 #pragma once
 
 #include "core/cpu/copy.h"
@@ -16,6 +17,18 @@
 #include "core/cpu/norm.h"
 #include "core/cpu/pool.h"
 #include "core/cpu/reduce.h"
+#include "core/onednn/tier.h"
+#include "core/tensor.h"
+
+namespace loom {
+
+// True for a CPU tensor whose dtype the oneDNN tier takes while it is on: the
+// op may hand its kernels to core/onednn (which fall back by returning false).
+inline bool on_onednn_tier(const Tensor& t) {
+  return !t.device().is_cuda() && onednn::takes(t.dtype());
+}
+
+}  // namespace loom
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/blas.h"

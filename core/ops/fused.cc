@@ -19,6 +19,7 @@
 #include "core/cpu/conv.h"
 #include "core/cpu/norm.h"
 #include "core/error.h"
+#include "core/onednn/norm.h"
 #include "core/ops/activation.h"
 #include "core/ops/conv_internal.h"
 #include "core/ops/dispatch.h"
@@ -140,10 +141,8 @@ void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
     return;
   }
 #endif
-  if (!y.device().is_cuda()) {  // the CPU kernel adds the bias and applies the ReLU per image
-    Strided bias_view = b.defined() ? b.strided() : Strided{};
-    cpu::conv2d_forward(y.strided(), x.strided(), w.strided(), b.defined() ? &bias_view : nullptr,
-                        p, relu);
+  if (!y.device().is_cuda()) {  // the CPU kernels add the bias and apply the ReLU in the same pass
+    conv_detail::cpu_forward_kernel(y, x, w, b, p, relu);
     return;
   }
   conv_detail::forward_kernel(y, x, w, b, p);
@@ -372,6 +371,24 @@ bool bn_relu_forward_fused(BnOperands& o, const BatchNormOptions& options, bool 
 }
 #endif
 
+// The CPU's oneDNN tier: bn and its ReLU in one primitive; with a residual,
+// bn, then the add and the ReLU in place. False where the tier does not take x.
+bool bn_relu_forward_onednn(const BnOperands& o, const BatchNormOptions& options) {
+  if (!on_onednn_tier(o.x) ||
+      !onednn::batch_norm_training_forward(
+          o.y.strided(), o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(),
+          o.weight.strided(), o.bias.strided(), options.eps,
+          cpu::RunningStats{o.running_mean.strided(), o.running_var.strided(), options.momentum},
+          /*relu=*/!o.z.defined())) {
+    return false;
+  }
+  if (o.z.defined()) {
+    cpu::add_scaled(o.y.strided(), o.y.strided(), o.z.strided(), 1.0);
+    relu_in_place(o.y);
+  }
+  return true;
+}
+
 // o.y = relu(bn(o.x) + o.z) with batch statistics, blending the running ones;
 // o.x is float32 / float64 (16-bit inputs that miss the fused graph take the
 // composite of public ops instead).
@@ -385,6 +402,8 @@ void bn_relu_forward(const BnOperands& o, const BatchNormOptions& options) {
          .bias = o.bias.strided(), .running_mean = o.running_mean.strided(),
          .running_var = o.running_var.strided(), .eps = options.eps, .momentum = options.momentum});
 #endif
+  } else if (bn_relu_forward_onednn(o, options)) {
+    return;
   } else {  // statistics, then normalize + residual + ReLU in one pass
     cpu::batch_norm_batch_stats(o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(),
                                 options.eps,
@@ -426,6 +445,15 @@ BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
     }
   }
 #endif
+  if (on_onednn_tier(dy)) {  // the ReLU mask, then oneDNN's batch-norm backward
+    Tensor dpre = relu_grad(dy, o.y);
+    if (onednn::batch_norm_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),
+                                    dpre.strided(), o.x.strided(), o.save_mean.strided(),
+                                    o.save_invstd.strided(), o.weight.strided(), /*training=*/true)) {
+      if (o.z.defined()) g.dresidual = dpre;
+      return g;
+    }
+  }
   if (!dy.device().is_cuda()) {  // the ReLU mask and the batch-norm backward in one pass
     Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
     cpu::batch_norm_relu_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),

@@ -18,6 +18,7 @@
 #include "core/cpu/activation.h"
 #include "core/error.h"
 #include "core/ops/activation.h"
+#include "core/ops/activation_internal.h"
 #include "core/ops/conv_internal.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
@@ -198,14 +199,7 @@ Tensor activation_grad(const Tensor& dy_in, const Tensor& x, const Step& step) {
   saved = saved.contiguous(saved.suggest_memory_format());
   Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
   Tensor dx = empty_like(saved);
-#ifdef LOOM_WITH_CUDA
-  if (saved.device().is_cuda() &&
-      cudnn::activation_backward(step.activation, parameters, dx.strided(), dy.strided(), saved.strided())) {
-    return dx;
-  }
-#endif
-  LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), step.activation,
-              parameters);
+  activation_detail::backward_kernel(dx, dy, saved, step.activation, parameters);
   return dx;
 }
 

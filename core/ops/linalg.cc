@@ -14,6 +14,7 @@
 #include "core/cpu/copy.h"
 #include "core/cpu/gemm.h"
 #include "core/error.h"
+#include "core/onednn/matmul.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
@@ -27,6 +28,7 @@ namespace {
 // c = a b with the CPU or cuBLAS GEMM, by the device of `on`.
 void matmul_on(const Tensor& on, const Strided& c, const Strided& a, const Strided& b,
                bool accumulate = false) {
+  if (on_onednn_tier(on) && onednn::matmul(c, a, b, accumulate)) return;
   LOOM_KERNEL(on, matmul, c, a, b, accumulate);
 }
 

@@ -13,6 +13,7 @@
 #include "core/autograd.h"
 #include "core/cpu/norm.h"
 #include "core/error.h"
+#include "core/onednn/norm.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
@@ -108,6 +109,25 @@ void take_batch_stats(const Tensor& save_mean, const Tensor& save_invstd, const 
                               running);
 }
 
+// Training on the CPU's oneDNN tier: the statistics, y and the running
+// statistics' blend in one primitive; false where the tier does not take x.
+bool batch_norm_training_onednn(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
+                                const Tensor& x, const Tensor& running_mean,
+                                const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                                const BatchNormOptions& options) {
+  if (!on_onednn_tier(x)) return false;
+  std::optional<cpu::RunningStats> running;
+  if (running_mean.defined()) {
+    NoGradGuard no_grad;
+    check_inplace(running_mean, kOp);
+    check_inplace(running_var, kOp);
+    running = cpu::RunningStats{running_mean.strided(), running_var.strided(), options.momentum};
+  }
+  return onednn::batch_norm_training_forward(y.strided(), save_mean.strided(), save_invstd.strided(),
+                                             x.strided(), strided_or_none(weight),
+                                             strided_or_none(bias), options.eps, running);
+}
+
 // --- GPU training: one cuDNN NORM_FORWARD graph computes y, the batch
 // statistics and the running-statistics update; NORM_BACKWARD gives dx, dweight
 // and dbias. Non-affine or untracked calls get stand-in tensors.
@@ -178,6 +198,14 @@ void record_batch_norm_backward(Tensor& y, const Tensor& x, const Tensor& weight
         Tensor dx = need_x ? empty_like(x) : Tensor();
         Tensor dweight = need_weight ? empty_like(weight) : Tensor();
         Tensor dbias = need_bias ? empty_like(bias) : Tensor();
+        if (need_x && on_onednn_tier(x) &&
+            onednn::batch_norm_backward(dx.strided(), strided_or_none(dweight),
+                                        strided_or_none(dbias),
+                                        dy.contiguous(x.suggest_memory_format()).strided(),
+                                        x.strided(), save_mean.strided(), save_invstd.strided(),
+                                        strided_or_none(weight), training)) {
+          return {dx, dweight, dbias};
+        }
         LOOM_KERNEL(dy, batch_norm_backward, strided_or_none(dx), strided_or_none(dweight),
                                  strided_or_none(dbias), dy.strided(), x.strided(),
                                  save_mean.strided(), save_invstd.strided(),
@@ -208,15 +236,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   // save_mean, save_invstd (C): what normalized x, whichever statistics they came from.
   Tensor save_mean = empty({x.size(1)}, channel_options(x));
   Tensor save_invstd = empty({x.size(1)}, channel_options(x));
-  if (options.training) {
-    take_batch_stats(save_mean, save_invstd, x, running_mean, running_var, options);
-  } else {
-    LOOM_KERNEL(x, batch_norm_running_stats, save_mean.strided(), save_invstd.strided(),
-                                  running_mean.strided(), running_var.strided(), options.eps);
-  }
   Tensor y = empty_like(x);
-  LOOM_KERNEL(x, batch_norm_forward, y.strided(), x.strided(), save_mean.strided(), save_invstd.strided(),
-                          strided_or_none(weight), strided_or_none(bias));
+  if (!options.training || !batch_norm_training_onednn(y, save_mean, save_invstd, x, running_mean,
+                                                       running_var, weight, bias, options)) {
+    if (options.training) {
+      take_batch_stats(save_mean, save_invstd, x, running_mean, running_var, options);
+    } else {
+      LOOM_KERNEL(x, batch_norm_running_stats, save_mean.strided(), save_invstd.strided(),
+                  running_mean.strided(), running_var.strided(), options.eps);
+    }
+    const bool fast = on_onednn_tier(x) &&
+                      onednn::batch_norm_forward(y.strided(), x.strided(), save_mean.strided(),
+                                                 save_invstd.strided(), strided_or_none(weight),
+                                                 strided_or_none(bias));
+    if (!fast) {
+      LOOM_KERNEL(x, batch_norm_forward, y.strided(), x.strided(), save_mean.strided(),
+                  save_invstd.strided(), strided_or_none(weight), strided_or_none(bias));
+    }
+  }
   if (needs_grad({x, weight, bias})) {
     record_batch_norm_backward(y, x, weight, bias, save_mean, save_invstd, options.training);
   }

@@ -12,6 +12,7 @@
 #include "core/autograd.h"
 #include "core/cpu/pool.h"
 #include "core/error.h"
+#include "core/onednn/pool.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
@@ -327,12 +328,50 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
 }
 #endif
 
-// Max pooling values (the indices stay internal): cuDNN on the GPU, kernels on the CPU.
-// y in x's layout (or the one the GPU kernel wrote).
+// --- CPU: oneDNN's pooling, max pooling's backward from the forward's
+// workspace (oneDNN's argmax record, kept instead of int64 indices).
+
+// y, or an undefined tensor where the oneDNN tier declines x.
+Tensor pool_onednn(const Tensor& x_in, const Pool2dOptions& options, bool max, std::string_view op) {
+  check_pool_input(x_in, op);
+  const PoolGeometry geometry = pool_geometry(x_in, options, op);
+  const TensorOptions layout = layout_of(x_in);
+  const Tensor x = x_in.detach().contiguous(layout.memory_format);
+  Tensor y = empty(geometry.out_sizes, layout);
+  const onednn::PoolArgs args{geometry.params, max, options.count_include_pad, needs_grad({x_in})};
+  const std::optional<int64_t> bytes = onednn::pool2d_workspace_bytes(y.strided(), x.strided(), args);
+  if (!bytes) return Tensor();
+  TensorOptions byte_options = x.options();
+  byte_options.dtype = DType::UInt8;
+  byte_options.memory_format = MemoryFormat::Contiguous;
+  const Tensor workspace = *bytes > 0 ? empty({*bytes}, byte_options) : Tensor();
+  void* record_to = workspace.defined() ? workspace.raw_data() : nullptr;
+  LOOM_CHECK(onednn::pool2d_forward(y.strided(), x.strided(), record_to, args), OnednnError,
+             "[{}] oneDNN declined a pooling it had planned (input {})", op, shape_str(x.sizes()));
+  if (!args.training) return y;
+  const Shape x_sizes = x.sizes();
+  record(std::string(op), {x_in}, y, [=](const Tensor& dy_in) -> std::vector<Tensor> {
+    const Tensor dy = dy_in.contiguous(layout.memory_format);
+    Tensor dx = empty(x_sizes, layout);
+    const void* recorded = workspace.defined() ? workspace.raw_data() : nullptr;
+    LOOM_CHECK(onednn::pool2d_backward(dx.strided(), dy.strided(), recorded, args), OnednnError,
+               "[{}] oneDNN declined the backward of a pooling it had planned (input {})", op,
+               shape_str(x_sizes));
+    return {dx};
+  }, {workspace});
+  return y;
+}
+
+// Max pooling values (the indices stay internal): cuDNN on the GPU, oneDNN or
+// the reference kernels on the CPU. y in x's layout (or the one the GPU kernel wrote).
 Tensor pool_values(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
 #ifdef LOOM_WITH_CUDA
   if (x.defined() && x.device().is_cuda()) return pool_gpu(x, options, max, op);
 #endif
+  if (x.defined() && on_onednn_tier(x)) {
+    Tensor y = pool_onednn(x, options, max, op);
+    if (y.defined()) return y;
+  }
   return max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op);
 }
 

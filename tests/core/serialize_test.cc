@@ -320,6 +320,17 @@ TEST_CASE("malformed safetensors files are rejected with the specific problem (Â
     check_rejected(file_bytes(one_tensor("F4", "[4]", "[0,2]"), "xy"),
                    "dtype F4, which Loom does not support");
   }
+  SUBCASE("text from the file is quoted printably: no lone bytes, no NUL cutting it short") {
+    check_rejected(file_bytes("\xef\xbb\xbf{}"),
+                   "expected '{' in the header, found '\\xEF\\xBB\\xBF' (a UTF-8 byte-order "
+                   "mark; write the text without it)");
+    check_rejected(file_bytes("\xc3\xa9{}"), "found '\xc3\xa9'");  // a whole character
+    check_rejected(file_bytes(one_tensor(R"(F3\u0000x\u001b[2J)", "[1]", "[0,4]"), four),
+                   "tensor 't' has unknown dtype 'F3\\x00x\\x1B[2J' (Loom reads F32");
+    check_rejected(file_bytes(R"({"a\u0000b":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})",
+                              four),
+                   "tensor 'a\\x00b' has data_offsets [0, 4] but shape");
+  }
   SUBCASE("schema violations beyond the catalogue") {
     check_rejected(file_bytes(R"({"t":{"dtype":"F32","shape":[1]}})", four),
                    "tensor 't' has no 'data_offsets'");
@@ -399,7 +410,7 @@ TEST_CASE("a failed save leaves the previous file intact and no temporary file b
     CHECK_THROWS_WITH_FRAGMENT(save_safetensors(path, {{"__metadata__", ones({1})}}), ValueError,
                                "'__metadata__' is reserved");
     CHECK_THROWS_WITH_FRAGMENT(save_safetensors(path, {{"bad\xff", ones({1})}}), ValueError,
-                               "tensor name 'bad\xff' is not valid UTF-8");
+                               "tensor name 'bad\\xFF' is not valid UTF-8");
     CHECK_THROWS_WITH_FRAGMENT(save_safetensors(path, {}, {{"k", "\xc0\xaf"}}), ValueError,
                                "metadata value");
     CHECK_THROWS_WITH_FRAGMENT(save_safetensors(dir.file("missing/x.safetensors"), new_tensors),

@@ -1,13 +1,22 @@
 // File: tests/data/file_bytes_test.cc
 // Whole-file reads: plain and gzip round trips, concatenated gzip members, and
-// the errors for missing, oversized, truncated and corrupt files.
+// the errors for missing, oversized, truncated and corrupt files; every
+// loader's refusal of FIFOs and devices and its IoErrors for filesystem
+// failures (symlink loops, over-long paths, folders without permission).
 #include "data/file_bytes.h"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "data/cifar.h"
+#include "data/idx.h"
+#include "data/image_folder.h"
 #include "tests/data/fixtures.h"
 #include "tests/testing.h"
 
@@ -123,6 +132,89 @@ TEST_CASE("helpers") {
   CHECK_FALSE(starts_with_gzip_magic(std::vector<uint8_t>{0x1F}));
   CHECK(ends_with("a.gz", ".gz"));
   CHECK_FALSE(ends_with("gz", ".gz"));
+}
+
+// Every public loader, each pointed at `folder` or at `file` inside it.
+struct Loader {
+  const char* name;
+  std::function<void(const std::string& folder)> load;
+};
+
+std::vector<Loader> loaders_of(const std::string& file_name) {
+  return {
+      {"read_idx", [=](const std::string& f) { read_idx(path_in(f, file_name)); }},
+      {"load_mnist", [](const std::string& f) { load_mnist(f, Split::Train); }},
+      {"read_cifar_batch", [=](const std::string& f) { read_cifar_batch(path_in(f, file_name)); }},
+      {"load_cifar10", [](const std::string& f) { load_cifar10(f, Split::Test); }},
+      {"read_image", [=](const std::string& f) { read_image(path_in(f, file_name), 3); }},
+      {"load_image_folder", [](const std::string& f) { load_image_folder(f); }},
+  };
+}
+
+TEST_CASE("every file loader refuses FIFOs and devices at once instead of blocking or reading") {
+  const std::string folder = temp_dir("fifos");
+  for (const char* name :
+       {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "test_batch.bin", "x.png"}) {
+    REQUIRE(::mkfifo(path_in(folder, name).c_str(), 0600) == 0);
+  }
+  const std::vector<std::pair<std::string, std::function<void()>>> loads = {
+      {"read_idx", [&] { read_idx(path_in(folder, "train-images-idx3-ubyte")); }},
+      {"load_mnist", [&] { load_mnist(folder, Split::Train); }},
+      {"read_cifar_batch", [&] { read_cifar_batch(path_in(folder, "test_batch.bin")); }},
+      {"load_cifar10", [&] { load_cifar10(folder, Split::Test); }},
+      {"read_image", [&] { read_image(path_in(folder, "x.png"), 3); }},
+  };
+  for (const auto& [name, load] : loads) {
+    INFO(name);
+    CHECK_THROWS_WITH_FRAGMENT(load(), IoError, "not a regular file (a FIFO)");
+  }
+  // In an image folder a FIFO is not an image: skipped, as other non-images are.
+  const std::string root = temp_dir("fifo_class");
+  std::filesystem::create_directory(path_in(root, "cat"));
+  REQUIRE(::mkfifo(path_in(root, "cat/1.png").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_FRAGMENT(load_image_folder(root), IoError, "class folder has no .png");
+  for (const char* device : {"/dev/zero", "/dev/null"}) {
+    INFO(device);
+    CHECK_THROWS_WITH_FRAGMENT(read_idx(device), IoError, "(a character device)");
+    CHECK_THROWS_WITH_FRAGMENT(read_cifar_batch(device), IoError, "(a character device)");
+    CHECK_THROWS_WITH_FRAGMENT(read_image(device, 1), IoError, "(a character device)");
+  }
+}
+
+TEST_CASE("filesystem failures are IoErrors naming the path and the OS's reason") {
+  const std::string base = temp_dir("fs_errors");
+  std::filesystem::create_symlink(path_in(base, "b"), path_in(base, "a"));
+  std::filesystem::create_symlink(path_in(base, "a"), path_in(base, "b"));
+  const std::string long_folder = path_in(base, std::string(5000, 'x'));
+  for (const Loader& loader : loaders_of("f")) {
+    INFO(loader.name);
+    CHECK_THROWS_WITH_FRAGMENT(loader.load(path_in(base, "a")), IoError,
+                               "Too many levels of symbolic links");
+    CHECK_THROWS_WITH_FRAGMENT(loader.load(long_folder), IoError, "File name too long");
+  }
+}
+
+TEST_CASE("a data folder without read permission is an IoError saying so, for an ordinary user") {
+  const std::string shared = testing::shared_temp_dir("no_permission");
+  const std::string locked = path_in(shared, "locked");
+  std::filesystem::create_directories(path_in(locked, "cat"));
+  std::filesystem::permissions(locked, std::filesystem::perms::none);
+  for (const Loader& loader : loaders_of("f")) {
+    INFO(loader.name);
+    const std::string message = testing::error_as_ordinary_user([&] { loader.load(locked); });
+    CHECK_MESSAGE(message.find("Permission denied") != std::string::npos, message);
+    CHECK_MESSAGE(message.find(locked) != std::string::npos, message);
+  }
+  // A class folder that cannot be listed, inside a readable root.
+  const std::string root = path_in(shared, "root");
+  std::filesystem::create_directories(path_in(root, "cat"));
+  std::filesystem::permissions(path_in(root, "cat"), std::filesystem::perms::owner_exec);
+  const std::string message = testing::error_as_ordinary_user([&] { load_image_folder(root); });
+  CHECK_MESSAGE(message.find("[image_folder] " + path_in(root, "cat") +
+                             ": cannot list the folder: Permission denied") != std::string::npos,
+                message);
+  std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
+  std::filesystem::remove_all(shared);
 }
 
 }  // namespace

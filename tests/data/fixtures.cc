@@ -2,6 +2,8 @@
 // Temporary folders, random data sets and image encoders for the data tests.
 #include "tests/data/fixtures.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/generator.h"
+#include "fuzz/image_builders.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STBI_WRITE_NO_STDIO
@@ -24,6 +27,24 @@
 
 // N images, C channels, H, W image size
 namespace loom::data::testing {
+
+namespace {
+
+// What `load` throws, as error_as_ordinary_user reports it.
+std::string error_of(const std::function<void()>& load) {
+  try {
+    load();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a loom::Error: ") + e.what();
+  }
+  return "";
+}
+
+constexpr uid_t kNobody = 65534;
+
+}  // namespace
 
 namespace {
 
@@ -46,9 +67,6 @@ void append_to(void* context, void* data, int size) {
   bytes->insert(bytes->end(), begin, begin + size);
 }
 
-void append_le(std::vector<uint8_t>& bytes, uint32_t value, int width) {
-  for (int i = 0; i < width; ++i) bytes.push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
 
 }  // namespace
 
@@ -86,33 +104,21 @@ Dataset random_dataset(int64_t n, int64_t c, int64_t h, int64_t w, int64_t class
   return {images, tensor(labels, {n}, {.dtype = DType::Int64})};
 }
 
-std::vector<uint8_t> encode_bmp(const Tensor& image) {
+std::vector<uint8_t> encode_bmp(const Tensor& image, uint32_t header_size) {
   const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
   const std::vector<uint8_t> pixels = image.to_vector<uint8_t>();
-  const uint32_t row_bytes = static_cast<uint32_t>((3 * W + 3) / 4 * 4);  // rows pad to 4 bytes
-  const uint32_t data_bytes = row_bytes * static_cast<uint32_t>(H);
-  std::vector<uint8_t> bmp = {'B', 'M'};
-  append_le(bmp, 54 + data_bytes, 4);  // file size: 14-byte file + 40-byte info header
-  append_le(bmp, 0, 4);
-  append_le(bmp, 54, 4);  // pixel data offset
-  append_le(bmp, 40, 4);
-  append_le(bmp, static_cast<uint32_t>(W), 4);
-  append_le(bmp, static_cast<uint32_t>(H), 4);  // positive height: bottom-up rows
-  append_le(bmp, 1, 2);                         // planes
-  append_le(bmp, 24, 2);                        // bits per pixel
-  append_le(bmp, 0, 4);                         // BI_RGB, no compression
-  append_le(bmp, data_bytes, 4);
-  for (int i = 0; i < 4; ++i) append_le(bmp, 0, 4);  // resolution and palette: unused
+  std::vector<uint8_t> bgr;  // bottom-up rows, blue first
   for (int64_t h = H - 1; h >= 0; --h) {
     for (int64_t w = 0; w < W; ++w) {
-      for (int64_t c = 2; c >= 0; --c) {  // BGR
-        const int64_t plane = C == 1 ? 0 : c;
-        bmp.push_back(pixels[(plane * H + h) * W + w]);
-      }
+      for (int64_t c = 2; c >= 0; --c) bgr.push_back(pixels[((C == 1 ? 0 : c) * H + h) * W + w]);
     }
-    bmp.resize(bmp.size() + row_bytes - 3 * W, 0);
   }
-  return bmp;
+  return fuzz::bmp_file({.header_size = header_size,
+                         .width = static_cast<int32_t>(W),
+                         .height = static_cast<int32_t>(H),
+                         .bits = 24,
+                         .pixels = fuzz::bmp_rows(static_cast<uint32_t>(3 * W),
+                                                  static_cast<uint32_t>(H), 8, bgr)});
 }
 
 std::vector<uint8_t> encode_png(const Tensor& image) {
@@ -137,6 +143,38 @@ std::vector<uint8_t> encode_jpeg(const Tensor& image, int quality) {
 
 void append_be32(std::vector<uint8_t>& bytes, uint32_t value) {
   for (int i = 3; i >= 0; --i) bytes.push_back(static_cast<uint8_t>(value >> (8 * i)));
+}
+
+std::string shared_temp_dir(std::string_view name) {
+  static std::atomic<int> counter{0};
+  const fs::path dir = fs::path("/tmp") / fmt::format("loom_{}_{}_{}", name, getpid(), counter++);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms(0755));
+  return dir.string();
+}
+
+std::string error_as_ordinary_user(const std::function<void()>& load) {
+  if (::geteuid() != 0) return error_of(load);
+  int channel[2];
+  LOOM_CHECK(::pipe(channel) == 0, Error, "[error_as_ordinary_user] pipe failed");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(channel[0]);
+    std::string message = ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0
+                              ? error_of(load)
+                              : "not a loom::Error: cannot become user nobody";
+    const ssize_t written = ::write(channel[1], message.data(), message.size());
+    ::_exit(written == static_cast<ssize_t>(message.size()) ? 0 : 1);
+  }
+  ::close(channel[1]);
+  std::string message;
+  char chunk[4096];
+  for (ssize_t got; (got = ::read(channel[0], chunk, sizeof(chunk))) > 0;) message.append(chunk, got);
+  ::close(channel[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? message : "the child process failed";
 }
 
 }  // namespace loom::data::testing

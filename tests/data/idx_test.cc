@@ -276,6 +276,35 @@ TEST_CASE("a gzip whose IDX header declares more than the cap fails before it is
   CHECK_THROWS_WITH_FRAGMENT(read_idx(path), IoError, "(the file is truncated)");
 }
 
+TEST_CASE("dims whose product is 2^64 - 1 are refused before inflating, not wrapped past the cap") {
+  // (2^32 - 1) * 641 * 6700417 = 2^64 - 1: with the 16-byte header added, the
+  // declared size wrapped to 15 bytes and passed the cap check, and the 1 MiB of
+  // zeros behind it were inflated to the 1 GiB cap twice (17-25 s).
+  const std::string path = path_in(temp_dir("wrapped"), "wrapped.idx.gz");
+  write_file_bytes(path, idx_file(0x08, {4294967295u, 641, 6700417}, 1 << 20), /*gzip=*/true);
+  CHECK_THROWS_WITH_FRAGMENT(read_idx(path), IoError,
+                             "the header declares dims (4294967295, 641, 6700417) of uint8 = "
+                             "18446744073709551615 bytes, more than the 1073741824 bytes");
+  // int16 elements make the same product overflow: named by parse_idx.
+  write_file_bytes(path, idx_file(0x0B, {4294967295u, 641, 6700417}, 64), /*gzip=*/true);
+  CHECK_THROWS_WITH_FRAGMENT(read_idx(path), IoError, "the product of the dims overflows 64 bits");
+}
+
+TEST_CASE("a gzip stream stops inflating where its header says the file ends") {
+  // Dims (2, 2): a 20-byte file; 64 MiB of zeros follow in the stream. Inflating
+  // stops past the declared size instead of running to the 1 GiB cap.
+  const std::string path = path_in(temp_dir("longer"), "longer.idx.gz");
+  write_file_bytes(path, idx_file(0x08, {2, 2}, 64 << 20), /*gzip=*/true);
+  CHECK_THROWS_WITH_FRAGMENT(read_idx(path), IoError,
+                             path + ": decompresses to more than the 16 bytes its header declares "
+                                    "(more data follows the payload)");
+  write_file_bytes(path, idx_file(0x08, {2, 2}, 4), /*gzip=*/true);
+  CHECK(read_idx(path).bytes.size() == 4);
+  // A malformed header is left for parse_idx to name, with the reader's cap.
+  write_file_bytes(path, idx_file(0x08, {2, 0}, 100), /*gzip=*/true);
+  CHECK_THROWS_WITH_FRAGMENT(read_idx(path), IoError, "dim 1 (offset 8) is 0");
+}
+
 // --- the real data set -----------------------------------------------------------
 
 TEST_CASE("Fashion-MNIST's test split loads with its known statistics" *

@@ -132,7 +132,9 @@ TEST_CASE("folder-level errors: sizes that differ, empty classes, no classes") {
                                  path_in(a, "1.png") + ", is 4x4");
   CHECK_THROWS_WITH_FRAGMENT(load_image_folder(temp_dir("bare")), IoError, "no class subfolders");
   CHECK_THROWS_WITH_FRAGMENT(load_image_folder(path_in(root, "nope")), IoError,
-                             "nope: not a directory");
+                             "nope: does not exist; expected a directory");
+  CHECK_THROWS_WITH_FRAGMENT(load_image_folder(path_in(a, "1.png")), IoError,
+                             "1.png: is a regular file, not a directory");
   CHECK_THROWS_WITH_FRAGMENT(load_image_folder(root, {.channels = 2}), ValueError,
                              "channels must be 1 (gray) or 3 (RGB), got 2");
 }

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -254,6 +255,101 @@ TEST_CASE("load_state_dict rejects a state that does not fit, and then changes n
                              "momentum_buffer)");
   CHECK(*opt.param_groups()[0].lr == 0.1);
   CHECK(opt.state(0) == nullptr);
+}
+
+// The state of an SGD (momentum) after one step over p of 3 elements, with
+// entry `name` replaced by `value`.
+StateDict sgd_state_with(const std::string& name, const Tensor& value) {
+  Tensor p = zeros({3}, {.requires_grad = true});
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
+  set_grads({p}, 0);
+  opt.step();
+  StateDict state = opt.state_dict();
+  for (auto& [key, entry] : state) {
+    if (key == name) entry = value;
+  }
+  return state;
+}
+
+TEST_CASE("a loaded step count is range-checked before any conversion, and its value named") {
+  // CRC-valid checkpoints carried these: 1e30 was cast to int64 (undefined
+  // behaviour), 2^63 loaded, 2.5 became 2, and a negative step said "got shape ()".
+  Tensor p = zeros({3}, {.requires_grad = true});
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
+  const double nan = std::nan(""), inf = INFINITY;
+  static constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+  const std::vector<std::pair<Tensor, std::string>> bad = {
+      {full({}, 1e30, {.dtype = DType::Float32}), "holds 1.0000000150474662e+30"},
+      {full({}, 9223372036854775808.0, kF64), "holds 9.223372036854776e+18"},
+      {full({}, 2.5, kF64), "holds 2.5"},
+      {full({}, -1, kF64), "holds -1"},
+      {full({}, nan, kF64), "holds nan"},
+      {full({}, inf, kF64), "holds inf"},
+      {from_host(&kMaxInt64, DType::Int64, {}, {.dtype = DType::Int64}), "holds 9223372036854775807"},
+      {full({}, -3, {.dtype = DType::Int64}), "holds -3"},
+      {zeros({2}, {.dtype = DType::Int64}), "must be one count, got shape (2,)"},
+  };
+  for (const auto& [value, message] : bad) {
+    INFO(message);
+    CHECK_THROWS_WITH_FRAGMENT(opt.load_state_dict(sgd_state_with("state.0.step", value)),
+                               ValueError, "[SGD load_state_dict] state.0.step " + message);
+  }
+  CHECK_THROWS_WITH_FRAGMENT(opt.load_state_dict(sgd_state_with("state.0.step", full({}, -1, kF64))),
+                             ValueError, "expected a whole number from 0 to 9007199254740992");
+  CHECK(opt.state(0) == nullptr);  // nothing loaded
+  opt.load_state_dict(sgd_state_with("state.0.step", full({}, 5, kF64)));
+  CHECK(opt.state(0)->step == 5);
+  opt.load_state_dict(sgd_state_with("state.0.step", full({}, 9007199254740992.0, {.dtype = DType::Int64})));
+  CHECK(opt.state(0)->step == int64_t{1} << 53);
+}
+
+TEST_CASE("every other number of a loaded state is checked: indices, hyper-parameters, buffers") {
+  Tensor p = zeros({3}, {.requires_grad = true});
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
+  CHECK_THROWS_WITH_FRAGMENT(
+      opt.load_state_dict(sgd_state_with("param_groups.0.params", tensor({1e30}, {1}))), ValueError,
+      "[SGD load_state_dict] param_groups.0.params holds 1.0000000150474662e+30");
+  CHECK_THROWS_WITH_FRAGMENT(
+      opt.load_state_dict(sgd_state_with("param_groups.0.params", tensor({0.5}, {1}, kF64))),
+      ValueError, "param_groups.0.params holds 0.5");
+  for (const char* hyper : {"param_groups.0.lr", "param_groups.0.momentum",
+                            "param_groups.0.dampening", "param_groups.0.weight_decay"}) {
+    INFO(hyper);
+    CHECK_THROWS_WITH_FRAGMENT(opt.load_state_dict(sgd_state_with(hyper, full({}, INFINITY, kF64))),
+                               ValueError, "must be finite, got inf");
+    CHECK_THROWS_WITH_FRAGMENT(opt.load_state_dict(sgd_state_with(hyper, full({}, std::nan(""), kF64))),
+                               ValueError, "must be finite, got nan");
+  }
+  CHECK_THROWS_WITH_FRAGMENT(
+      opt.load_state_dict(sgd_state_with("param_groups.0.nesterov", full({}, 0.5, kF64))), ValueError,
+      "[SGD load_state_dict] param_groups.0.nesterov is 0.5; a flag is 0 or 1");
+  CHECK_THROWS_WITH_FRAGMENT(
+      opt.load_state_dict(sgd_state_with("state.0.momentum_buffer", tensor({0.0, std::nan(""), 1.0}, {3}))),
+      ValueError, "[SGD load_state_dict] state.0.momentum_buffer holds nan at element 1");
+  CHECK(*opt.param_groups()[0].lr == 0.1);
+  // The same checks guard the constructor: inf passed lr >= 0.
+  CHECK_THROWS_WITH_FRAGMENT(optim::SGD({p}, {.lr = INFINITY}), ValueError,
+                             "[SGD] group 0: lr must be finite, got inf");
+  CHECK_THROWS_WITH_FRAGMENT(optim::Adam({p}, {.eps = INFINITY}), ValueError,
+                             "[Adam] group 0: eps must be finite, got inf");
+
+  Tensor r = zeros({3}, {.requires_grad = true});
+  optim::Adam adam({r}, {.lr = 0.1});
+  set_grads({r}, 0);
+  adam.step();
+  StateDict state = adam.state_dict();
+  for (auto& [key, value] : state) {
+    if (key == "state.0.exp_avg_sq") value = tensor({0.5, -0.25, 0.5}, {3});
+  }
+  CHECK_THROWS_WITH_FRAGMENT(adam.load_state_dict(state), ValueError,
+                             "[Adam load_state_dict] state.0.exp_avg_sq holds -0.25 at element 1; a "
+                             "mean of squared gradients is >= 0");
+  for (auto& [key, value] : state) {
+    if (key == "state.0.exp_avg_sq") value = tensor({0.1, 0.2, 0.3}, {3});
+    if (key == "state.0.exp_avg") value = tensor({0.1, 0.2, -INFINITY}, {3});
+  }
+  CHECK_THROWS_WITH_FRAGMENT(adam.load_state_dict(state), ValueError,
+                             "state.0.exp_avg holds -inf at element 2");
 }
 
 TEST_CASE("A channels-last parameter with a contiguous gradient updates like a contiguous one") {

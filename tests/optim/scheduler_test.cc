@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -160,6 +161,17 @@ TEST_CASE("A schedule resumed from its state_dict sets the lrs an uninterrupted 
   optim::StepLR step_lr(resumed_opt, 2);
   CHECK_THROWS_WITH_FRAGMENT(step_lr.load_state_dict({{"step", zeros({})}}), ValueError,
                              "[StepLR load_state_dict] unexpected entry 'step'");
+  // Every number is checked before it is used or converted: 1e30 was cast to int64.
+  const Tensor base_lrs = tensor({1.0}, {1}, {.dtype = DType::Float64});
+  CHECK_THROWS_WITH_FRAGMENT(
+      step_lr.load_state_dict({{"last_step", full({}, 1e30, {.dtype = DType::Float64})},
+                               {"base_lrs", base_lrs}}),
+      ValueError, "[StepLR load_state_dict] last_step holds 1e+30; expected a whole number");
+  CHECK_THROWS_WITH_FRAGMENT(
+      step_lr.load_state_dict({{"last_step", full({}, 3, {.dtype = DType::Int64})},
+                               {"base_lrs", tensor({std::nan("")}, {1}, {.dtype = DType::Float64})}}),
+      ValueError, "[StepLR load_state_dict] base_lrs holds nan; a learning rate is a finite number");
+  CHECK(step_lr.last_step() == 0);
 }
 
 TEST_CASE("A schedule saved in a training checkpoint resumes the same lr curve") {

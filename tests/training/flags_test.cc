@@ -1,10 +1,14 @@
 // File: tests/training/flags_test.cc
 // The trainers' flag parser: whole tokens, range checks, known metrics
-// formats; and train_main's exit codes when training fails, out of memory included.
+// formats, paths that are not empty and outputs that do not collide; and
+// train_main's exit codes when training fails, out of memory included.
 #include "training/flags.h"
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -137,4 +141,47 @@ TEST_CASE("relative paths resolve against the user's directory (bazel run's BUIL
   CHECK(unset.save.empty());  // an unset path stays unset
   training::resolve_user_paths(unset, "/w");
   CHECK(unset.save.empty());
+}
+
+TEST_CASE("an empty path is a usage error, not a silently absent flag") {
+  for (const char* flag : {"--save", "--resume", "--data"}) {
+    INFO(flag);
+    CHECK_THROWS_WITH_FRAGMENT(parse({flag, ""}), ValueError, std::string(flag) + " needs a path, got ''");
+    CHECK_THROWS_WITH_FRAGMENT(parse({std::string(flag) + "="}), ValueError, "needs a path");
+  }
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--metrics", ""}), ValueError, "must end in .csv or .jsonl");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--plot", ""}), ValueError, "the picture is a PNG");
+}
+
+TEST_CASE("two outputs naming one file, or an output naming the resumed checkpoint, are refused") {
+  auto paths = [](const std::vector<std::string>& args) {
+    training::TrainConfig c = parse(args);
+    training::resolve_user_paths(c, "/home/user/run");
+    training::check_paths(c);
+  };
+  CHECK_THROWS_WITH_FRAGMENT(paths({"--save", "m.csv", "--metrics", "m.csv"}), ValueError,
+                             "--save and --metrics both name /home/user/run/m.csv: each output "
+                             "needs a file of its own");
+  CHECK_THROWS_WITH_FRAGMENT(paths({"--save", "./out/../m.csv", "--metrics", "/home/user/run/m.csv"}),
+                             ValueError, "--save and --metrics both name");
+  CHECK_THROWS_WITH_FRAGMENT(paths({"--save", "c.png", "--plot", "c.png"}), ValueError,
+                             "--save and --plot both name");
+  CHECK_THROWS_WITH_FRAGMENT(paths({"--resume", "r.csv", "--metrics", "r.csv"}), ValueError,
+                             "--metrics names the checkpoint --resume reads (/home/user/run/r.csv)");
+  CHECK_THROWS_WITH_FRAGMENT(paths({"--save", "m.onnx", "--export-onnx", "m.onnx"}), ValueError,
+                             "--save and --export-onnx both name");
+  CHECK_THROWS_WITH_FRAGMENT(paths({"--resume", "r.onnx", "--export-onnx", "r.onnx"}), ValueError,
+                             "--export-onnx names the checkpoint --resume reads");
+  CHECK_NOTHROW(paths({"--resume", "ck", "--save", "ck", "--metrics", "m.csv", "--plot", "m.png", "--export-onnx",
+                       "m.onnx"}));
+  CHECK_NOTHROW(paths({}));
+  // A symbolic link to the metrics file is the metrics file.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("loom_flags_paths_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "m.csv") << "run_id\n";
+  std::filesystem::create_symlink(dir / "m.csv", dir / "link.csv");
+  CHECK_THROWS_WITH_FRAGMENT(paths({"--save", (dir / "link.csv").string(), "--metrics", (dir / "m.csv").string()}),
+                             ValueError, "--save and --metrics both name");
+  std::filesystem::remove_all(dir);
 }

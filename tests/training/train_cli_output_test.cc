@@ -5,6 +5,7 @@
 // before training, and a real PNG where matplotlib is installed) and
 // --export-onnx (a file the ONNX checker passes, Debian's python3-onnx).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <unistd.h>
 
@@ -142,6 +143,18 @@ TEST_CASE("a metrics file with other columns is refused before training, not app
   CHECK(has(r, "the file has other columns"));
   CHECK(has(r, "pass a new file name"));
   CHECK(lines_of(csv).size() == 1);
+}
+
+TEST_CASE("a metrics file that cannot be opened says why; a FIFO is refused, not read") {
+  TempDir dir("loom_cli_metrics_open_");
+  Run missing = mnist(std::string(kSmall) + "--metrics " + (dir / "no/such/folder/m.csv"));
+  CHECK(missing.code == 1);
+  CHECK(has(missing, "m.csv: cannot open the file for appending: No such file or directory"));
+  const std::string fifo = dir / "pipe.csv";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // reading its header would block
+  Run pipe = mnist(std::string(kSmall) + "--metrics " + fifo);
+  CHECK(pipe.code == 1);
+  CHECK(has(pipe, "pipe.csv: is a FIFO, not a regular file"));
 }
 
 TEST_CASE("--detect-anomaly names the op and module where NaN first appears") {

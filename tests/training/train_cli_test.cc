@@ -13,7 +13,9 @@
 #include <fstream>
 #include <string>
 
+#include "core/checkpoint.h"
 #include "core/device.h"
+#include "core/tensor.h"
 #include "tests/examples/program_run.h"
 
 namespace {
@@ -60,6 +62,19 @@ TEST_CASE("every usage error exits 2 with one line naming the flag") {
   Run switch_value = mnist("--explain=1");
   CHECK(switch_value.code == 2);
   CHECK(has(switch_value, "--explain takes no value"));
+}
+
+TEST_CASE("trainer path conflicts and empty paths are usage errors (exit 2), before any data") {
+  Run same = mnist(std::string("--save m.csv --metrics m.csv ") + kNoData);
+  CHECK(same.code == 2);
+  CHECK(has(same, "train: --save and --metrics both name"));
+  CHECK(same.output.find('\n') == same.output.size() - 1);  // one line
+  for (const char* args : {"--save ''", "--resume ''", "--resume="}) {
+    INFO(args);
+    Run empty = mnist(std::string(args) + " " + kNoData);
+    CHECK(empty.code == 2);
+    CHECK(has(empty, "needs a path, got ''"));
+  }
 }
 
 TEST_CASE("a failure that is not a usage error exits 1") {
@@ -123,6 +138,21 @@ TEST_CASE("the header shows fp32 on the CPU and, after --resume, the lr the chec
   CHECK(done.code == 0);
   CHECK(has(done, "nothing to do: checkpoint is at epoch 1, --epochs 1"));
   CHECK_FALSE(has(done, "epoch 1:"));
+
+  // A CRC-valid checkpoint whose optimizer step is 1e30 fails on load, naming
+  // the file, not later as a non-finite loss; its flags are quoted printably.
+  loom::TrainingCheckpoint ckpt = loom::load_checkpoint(checkpoint);
+  for (auto& [name, value] : ckpt.optimizer) {
+    if (name == "state.0.step") value = loom::full({}, 1e30);
+  }
+  ckpt.extra["flag.--seed"] = "7\x1b[2J";
+  loom::save_checkpoint(checkpoint, ckpt);
+  Run corrupt = mnist(small + "--epochs 2 --resume " + checkpoint);
+  CHECK(corrupt.code == 1);
+  CHECK(has(corrupt, "train: [train] --resume " + checkpoint + ": the checkpoint does not fit this "
+                     "run: [Adam load_state_dict] state.0.step holds 1.0000000150474662e+30"));
+  CHECK(has(corrupt, "--seed was '7\\x1B[2J' in the run that wrote"));
+  CHECK_FALSE(has(corrupt, "not finite"));
   std::filesystem::remove(checkpoint);
 }
 

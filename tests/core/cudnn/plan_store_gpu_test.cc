@@ -1,10 +1,12 @@
 // File: tests/core/cudnn/plan_store_gpu_test.cc
 // The plan files: a plan built once is saved; after the in-memory cache is
 // cleared it is restored from its file (same engine, same results) instead of
-// built; a damaged file is ignored and replaced.
+// built; a damaged file, or a FIFO in its place, is ignored and replaced.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -83,6 +85,16 @@ LOOM_GPU_TEST_CASE("a plan is saved, restored instead of rebuilt, and a damaged 
   std::getline(replaced, key);
   CHECK(magic == "loom-cudnn-plan 2");
   CHECK(key.size() > 20);
+
+  // A FIFO in the plan file's place is not opened for reading (that blocked
+  // until a writer came): the plan is rebuilt, and saved over the FIFO.
+  std::filesystem::remove(files.front());
+  REQUIRE(::mkfifo(files.front().c_str(), 0600) == 0);
+  cache.clear();
+  Tensor after_fifo = conv.run().cpu();
+  CHECK(cache.stats().plans_built == 1);
+  CHECK_CLOSE(after_fifo, built, 0, 0);
+  CHECK(std::filesystem::is_regular_file(files.front()));
   std::filesystem::remove_all(root);
 }
 

@@ -67,7 +67,8 @@ TEST_CASE("softmax subtracts the max: huge logits neither overflow nor underflow
   const Tensor x = tensor({1000, 1001, 1002, -1000, 0, 1000}, {2, 3});
   const Tensor y = softmax(x, 1);
   CHECK_CLOSE(y.slice(0, 0, 1), softmax(tensor({0, 1, 2}, {1, 3}), 1), 1e-6, 0);
-  CHECK_CLOSE(log_softmax(x, 1).slice(0, 1, 2), tensor({-2000, -1000, 0}, {1, 3}), 1e-6, 1e-6);
+  // Absolute 1e-5 on the 0: oneDNN's float32 log of a sum near 1 is within ~1.5e-6.
+  CHECK_CLOSE(log_softmax(x, 1).slice(0, 1, 2), tensor({-2000, -1000, 0}, {1, 3}), 1e-6, 1e-5);
 }
 
 TEST_CASE("softmax matches a naive reference over every dim of 3-D and 4-D tensors") {

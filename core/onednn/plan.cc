@@ -1,0 +1,312 @@
+// File: core/onednn/plan.cc
+// See plan.h: memory descriptors, primitive descriptors, the plan cache and
+// the execution of a plan with its reorders.
+#include "core/onednn/plan.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/onednn/library.h"
+#include "core/parallel.h"
+
+namespace loom::onednn {
+namespace {
+
+const Library& lib() { return *library(); }
+
+constexpr size_t kAlign = 64;
+
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// The calling thread's scratch memory: reorder buffers and scratchpads of one
+// run at a time, grown to the largest run and kept (runs are sequential per thread).
+std::byte* scratch(size_t bytes) {
+  struct Buffer {
+    std::byte* data = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (bytes > buffer.size) {
+    std::free(buffer.data);
+    buffer.data = static_cast<std::byte*>(std::aligned_alloc(kAlign, aligned(bytes)));
+    LOOM_CHECK(buffer.data != nullptr, Error,
+               "[onednn] could not allocate {} bytes of scratch memory for a oneDNN primitive",
+               bytes);
+    buffer.size = aligned(bytes);
+  }
+  return buffer.data;
+}
+
+dnnl_memory_desc_t bytes_md(size_t bytes) {
+  dnnl_memory_desc_t md;
+  const dnnl_dims_t dims = {static_cast<dnnl_dim_t>(bytes)};
+  LOOM_DNNL_CHECK(lib().memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a));
+  return md;
+}
+
+// A memory object over a buffer, destroyed with the run.
+struct Memory {
+  dnnl_memory_t memory = nullptr;
+  Memory(const dnnl_memory_desc_t& md, void* data) {
+    LOOM_DNNL_CHECK(lib().memory_create(&memory, &md, lib().engine, data));
+  }
+  ~Memory() { lib().memory_destroy(memory); }
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+};
+
+// One operand's memory objects for a run: Loom's buffer, and the buffer in the
+// primitive's layout where a reorder goes between them.
+struct Bound {
+  std::unique_ptr<Memory> user, inner;
+};
+
+void* buffer_for(const Plan& plan, int arg, const std::vector<std::pair<int, void*>>& buffers) {
+  for (const auto& [a, pointer] : buffers) {
+    if (a == arg && pointer != nullptr) return pointer;
+  }
+  throw OnednnError(fmt::format("[onednn] {}: no buffer for argument {}", plan.impl, arg));
+}
+
+void run(const_dnnl_primitive_t primitive, const std::vector<dnnl_exec_arg_t>& args) {
+  LOOM_DNNL_CHECK(lib().primitive_execute(primitive, thread_stream(), static_cast<int>(args.size()),
+                                          args.data()));
+}
+
+void reorder(const_dnnl_primitive_t primitive, dnnl_memory_t from, dnnl_memory_t to) {
+  run(primitive, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+Primitive make_reorder(const dnnl_memory_desc_t& from, const dnnl_memory_desc_t& to) {
+  dnnl_primitive_desc_t pd = nullptr;
+  LOOM_DNNL_CHECK(
+      lib().reorder_primitive_desc_create(&pd, &from, lib().engine, &to, lib().engine, nullptr));
+  PrimitiveDesc owned(pd);
+  dnnl_primitive_t primitive = nullptr;
+  LOOM_DNNL_CHECK(lib().primitive_create(&primitive, owned.get()));
+  return Primitive(primitive);
+}
+
+std::string impl_name(const PrimitiveDesc& pd) {
+  const char* name = nullptr;
+  const dnnl_status_t status =
+      lib().primitive_desc_query(pd.get(), dnnl_query_impl_info_str, 0, &name);
+  return status == dnnl_success && name != nullptr ? name : "unknown";
+}
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = std::hash<std::string_view>()(k.kind);
+    for (int64_t v : k.ints) h = h * 1000003u ^ std::hash<int64_t>()(v);
+    return h;
+  }
+};
+
+struct Cache {
+  std::mutex mutex;
+  std::unordered_map<Key, std::shared_ptr<const Plan>, KeyHash> plans;
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+std::atomic<int64_t>& execution_count() {
+  static std::atomic<int64_t> count{0};
+  return count;
+}
+
+// Where a dense Strided lies in memory: a plain tag for the common layouts.
+dnnl_format_tag_t dense_tag(const Strided& t) {
+  static constexpr dnnl_format_tag_t kRowMajor[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab,
+                                                    dnnl_abc, dnnl_abcd, dnnl_abcde};
+  if (t.dim() >= 1 && t.dim() <= 5 && has_layout(t.sizes, t.strides, MemoryFormat::Contiguous)) {
+    return kRowMajor[t.dim()];
+  }
+  if (t.dim() == 4 && has_layout(t.sizes, t.strides, MemoryFormat::ChannelsLast)) return dnnl_acdb;
+  return dnnl_format_tag_undef;
+}
+
+}  // namespace
+
+std::optional<MemoryFormat> dense_format(const Strided& t) {
+  if (has_layout(t.sizes, t.strides, MemoryFormat::Contiguous)) return MemoryFormat::Contiguous;
+  if (t.dim() == 4 && has_layout(t.sizes, t.strides, MemoryFormat::ChannelsLast)) {
+    return MemoryFormat::ChannelsLast;
+  }
+  return std::nullopt;
+}
+
+void PrimitiveDescDeleter::operator()(dnnl_primitive_desc_t pd) const {
+  lib().primitive_desc_destroy(pd);
+}
+void PrimitiveDeleter::operator()(dnnl_primitive_t p) const { lib().primitive_destroy(p); }
+void AttrDeleter::operator()(dnnl_primitive_attr_t a) const { lib().primitive_attr_destroy(a); }
+
+dnnl_memory_desc_t md_of(const Strided& t) {
+  const dnnl_format_tag_t tag = dense_tag(t);
+  if (tag != dnnl_format_tag_undef) return md_tag(t.sizes, tag);
+  dnnl_memory_desc_t md;
+  LOOM_DNNL_CHECK(lib().memory_desc_init_by_strides(&md, static_cast<int>(t.dim()), t.sizes.data(),
+                                                    dnnl_f32, t.strides.data()));
+  return md;
+}
+
+dnnl_memory_desc_t md_tag(const Shape& dims, dnnl_format_tag_t tag) {
+  dnnl_memory_desc_t md;
+  LOOM_DNNL_CHECK(lib().memory_desc_init_by_tag(&md, static_cast<int>(dims.size()), dims.data(),
+                                                dnnl_f32, tag));
+  return md;
+}
+
+dnnl_memory_desc_t md_any(const Shape& dims) { return md_tag(dims, dnnl_format_tag_any); }
+
+Attr make_attr(dnnl_alg_kind_t post_eltwise, bool accumulate) {
+  dnnl_primitive_attr_t attr = nullptr;
+  LOOM_DNNL_CHECK(lib().primitive_attr_create(&attr));
+  Attr owned(attr);
+  LOOM_DNNL_CHECK(lib().primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+  if (post_eltwise == dnnl_alg_kind_undef && !accumulate) return owned;
+  dnnl_post_ops_t ops = nullptr;
+  LOOM_DNNL_CHECK(lib().post_ops_create(&ops));
+  dnnl_status_t status = accumulate ? lib().post_ops_append_sum(ops, 1.0f) : dnnl_success;
+  if (status == dnnl_success && post_eltwise != dnnl_alg_kind_undef) {
+    status = lib().post_ops_append_eltwise(ops, 1.0f, post_eltwise, 0.0f, 0.0f);
+  }
+  if (status == dnnl_success) status = lib().primitive_attr_set_post_ops(attr, ops);
+  lib().post_ops_destroy(ops);
+  LOOM_DNNL_CHECK(status);
+  return owned;
+}
+
+bool described(dnnl_status_t init_status) {
+  if (init_status == dnnl_invalid_arguments || init_status == dnnl_unimplemented) return false;
+  LOOM_DNNL_CHECK(init_status);
+  return true;
+}
+
+PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
+                                  const_dnnl_primitive_desc_t hint) {
+  bind_openmp_to_pool();  // implementations split their work by the thread count
+  dnnl_primitive_desc_t pd = nullptr;
+  const dnnl_status_t status =
+      lib().primitive_desc_create(&pd, static_cast<const_dnnl_op_desc_t>(op_desc), attr.get(),
+                                  lib().engine, hint);
+  if (status == dnnl_unimplemented) return nullptr;
+  LOOM_DNNL_CHECK(status);
+  PrimitiveDesc owned(pd);
+  if (impl_name(owned).rfind("ref", 0) == 0) return nullptr;
+  return owned;
+}
+
+std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserOperand>& operands) {
+  auto plan = std::make_shared<Plan>();
+  dnnl_primitive_t primitive = nullptr;
+  LOOM_DNNL_CHECK(lib().primitive_create(&primitive, pd.get()));
+  plan->primitive.reset(primitive);
+  plan->impl = impl_name(pd);
+  const dnnl_memory_desc_t* scratchpad = lib().primitive_desc_query_md(pd.get(), dnnl_query_scratchpad_md, 0);
+  plan->scratchpad_bytes = scratchpad == nullptr ? 0 : lib().memory_desc_get_size(scratchpad);
+  for (const UserOperand& u : operands) {
+    PlanOperand o;
+    o.arg = u.arg;
+    o.output = u.output;
+    o.user = u.user;
+    const dnnl_memory_desc_t* inner = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, u.arg);
+    LOOM_CHECK(inner != nullptr, OnednnError, "[onednn] {} takes no argument {}", plan->impl, u.arg);
+    o.inner = *inner;
+    if (o.user.ndims == 0) o.user = o.inner;
+    if (!lib().memory_desc_equal(&o.user, &o.inner)) {
+      o.reorder = u.output ? make_reorder(o.inner, o.user) : make_reorder(o.user, o.inner);
+      o.inner_bytes = lib().memory_desc_get_size(&o.inner);
+    }
+    plan->operands.push_back(std::move(o));
+  }
+  return plan;
+}
+
+size_t Plan::bytes(int arg) const {
+  for (const PlanOperand& o : operands) {
+    if (o.arg == arg) return lib().memory_desc_get_size(&o.user);
+  }
+  return 0;
+}
+
+std::shared_ptr<const Plan> cached_plan(Key key, const std::function<std::shared_ptr<Plan>()>& build) {
+  key.ints.push_back(num_threads());
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto found = c.plans.find(key);
+    if (found != c.plans.end()) return found->second;
+  }
+  std::shared_ptr<const Plan> plan = build();  // outside the lock: building takes milliseconds
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.plans.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers) {
+  bind_openmp_to_pool();
+  ++execution_count();
+  size_t total = aligned(plan.scratchpad_bytes);
+  for (const PlanOperand& o : plan.operands) total += aligned(o.inner_bytes);
+  std::byte* next = scratch(total);
+  std::vector<dnnl_exec_arg_t> args;
+  std::unique_ptr<Memory> scratchpad;
+  if (plan.scratchpad_bytes > 0) {
+    scratchpad = std::make_unique<Memory>(bytes_md(plan.scratchpad_bytes), next);
+    args.push_back({DNNL_ARG_SCRATCHPAD, scratchpad->memory});
+    next += aligned(plan.scratchpad_bytes);
+  }
+  std::vector<Bound> bound(plan.operands.size());
+  for (size_t i = 0; i < plan.operands.size(); ++i) {
+    const PlanOperand& o = plan.operands[i];
+    bound[i].user = std::make_unique<Memory>(o.user, buffer_for(plan, o.arg, buffers));
+    if (o.reorder) {
+      bound[i].inner = std::make_unique<Memory>(o.inner, next);
+      next += aligned(o.inner_bytes);
+      if (!o.output) reorder(o.reorder.get(), bound[i].user->memory, bound[i].inner->memory);
+    }
+    args.push_back({o.arg, (o.reorder ? bound[i].inner : bound[i].user)->memory});
+  }
+  run(plan.primitive.get(), args);
+  for (size_t i = 0; i < plan.operands.size(); ++i) {
+    const PlanOperand& o = plan.operands[i];
+    if (o.reorder && o.output) reorder(o.reorder.get(), bound[i].inner->memory, bound[i].user->memory);
+  }
+}
+
+std::vector<std::string> plan_lines() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  std::vector<std::string> lines;
+  for (const auto& [key, plan] : c.plans) {
+    int reorders = 0;
+    if (plan) {
+      for (const PlanOperand& o : plan->operands) reorders += o.reorder ? 1 : 0;
+    }
+    lines.push_back(fmt::format("{} ({}): {}{}", key.kind, fmt::join(key.ints, ", "),
+                                plan ? plan->impl : "reference kernels",
+                                reorders > 0 ? fmt::format(", {} reorders", reorders) : ""));
+  }
+  return lines;
+}
+
+int64_t executions() { return execution_count().load(); }
+
+void clear_plans() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.plans.clear();
+}
+
+}  // namespace loom::onednn

@@ -1,0 +1,78 @@
+// File: tests/core/onednn/tier_test.cc
+// Choosing the CPU tier: the reference tier runs no oneDNN primitive, oneDNN
+// leaves float64 and the geometries it cannot describe to the reference
+// kernels (channels-last operands through NCHW copies), and the library says
+// what it runs.
+//
+// N batch, C channels, H, W input, K out channels.
+#include <doctest/doctest.h>
+
+#include "core/cpu_backend.h"
+#include "core/onednn/library.h"
+#include "core/onednn/plan.h"
+#include "core/onednn/tier.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+namespace loom {
+namespace {
+
+TEST_CASE("the reference tier runs no oneDNN primitive, and the guard restores the tier") {
+  const CpuBackend before = cpu_backend();
+  {
+    CpuBackendGuard reference(CpuBackend::Reference);
+    CHECK(cpu_backend() == CpuBackend::Reference);
+    CHECK_FALSE(onednn::active());
+    const int64_t runs = onednn::executions();
+    Generator gen(1);
+    conv2d(randn({2, 3, 8, 8}, {}, &gen), randn({4, 3, 3, 3}, {}, &gen));
+    CHECK(onednn::executions() == runs);
+  }
+  CHECK(cpu_backend() == before);
+  CHECK(cpu_backend_name(CpuBackend::Onednn) == "onednn");
+  CHECK(cpu_backend_name(CpuBackend::Reference) == "reference");
+}
+
+TEST_CASE("oneDNN leaves float64 to the reference kernels") {
+  CpuBackendGuard tier(CpuBackend::Onednn);
+  REQUIRE(onednn::active());
+  CHECK(onednn::takes(DType::Float32));
+  CHECK_FALSE(onednn::takes(DType::Float64));
+  Generator gen(2);
+  const Tensor x = randn({2, 3, 6, 6}, {.dtype = DType::Float64}, &gen);
+  const Tensor w = randn({5, 3, 3, 3}, {.dtype = DType::Float64}, &gen);
+  const int64_t runs = onednn::executions();
+  const Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
+  CHECK(onednn::executions() == runs);
+  CpuBackendGuard reference(CpuBackend::Reference);
+  CHECK_CLOSE(y, conv2d(x, w, Tensor(), {.padding = 1}), 0.0, 0.0);  // the same kernel
+}
+
+TEST_CASE("a channels-last convolution oneDNN cannot describe runs on the reference kernels") {
+  // A transposed convolution whose output_padding row no window reaches at
+  // stride 1: oneDNN's symmetric padding has no words for it.
+  Generator gen(3);
+  const Tensor x = randn({2, 4, 5, 5}, {}, &gen).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  const Tensor w = randn({4, 3, 3, 3}, {}, &gen);
+  const ConvTranspose2dOptions o{.padding = 0, .output_padding = {1, 0}, .dilation = 2};
+  Tensor y_fast, y_reference;
+  {
+    CpuBackendGuard tier(CpuBackend::Onednn);
+    y_fast = conv_transpose2d(x, w, Tensor(), o);
+  }
+  {
+    CpuBackendGuard tier(CpuBackend::Reference);
+    y_reference = conv_transpose2d(x, w, Tensor(), o);
+  }
+  CHECK(y_fast.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_CLOSE(y_fast, y_reference, 1e-5, 1e-5);
+}
+
+TEST_CASE("the library says which oneDNN and instruction set it runs") {
+  REQUIRE(onednn::library() != nullptr);
+  CHECK(onednn::describe().rfind("oneDNN 2.", 0) == 0);
+  CHECK(onednn::load_failure().empty());
+}
+
+}  // namespace
+}  // namespace loom
