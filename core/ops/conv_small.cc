@@ -1,5 +1,6 @@
 // File: core/ops/conv_small.cc
-// The small-channel convolution tier and its race against cuDNN (conv_small_internal.h).
+// The small-channel and depthwise convolution tiers and their races against
+// cuDNN (conv_small_internal.h).
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #include "core/ops/conv_small_internal.h"
@@ -13,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/cuda/conv_depthwise.h"
 #include "core/cuda/conv_small.h"
 #include "core/cuda/kernel_choice.h"
 #include "core/cudnn/conv.h"
@@ -33,27 +35,46 @@ cuda::KernelChoice& small_conv_choice() {
   return choice;
 }
 
-// Everything the two paths' speed depends on: pass, dtype, every operand's
-// sizes and strides, the geometry and the numerics policy cuDNN plans under.
-std::string small_conv_key(std::string_view pass, const Tensor& out, const Tensor& a,
-                           const Tensor& b, const cpu::ConvParams& p) {
+cuda::KernelChoice& depthwise_conv_choice() {
+  static cuda::KernelChoice choice("LOOM_CONV_DEPTHWISE");
+  return choice;
+}
+
+// Everything the two paths' speed depends on: tier, pass, dtype, every
+// operand's sizes and strides, the geometry and the numerics policy cuDNN
+// plans under.
+std::string tier_key(std::string_view tier, std::string_view pass, const Tensor& out, const Tensor& a,
+                     const Tensor& b, const cpu::ConvParams& p) {
   const NumericsPolicy& policy = numerics_policy();
-  return fmt::format("conv_small {} {} {}{} {}{} {}{} stride {}x{} pad {}x{} {} deterministic {}",
-                     pass, dtype_name(out.dtype()), shape_str(out.sizes()), shape_str(out.strides()),
+  return fmt::format("{} {} {} {}{} {}{} {}{} stride {}x{} pad {}x{} dilation {}x{} groups {} {} "
+                     "deterministic {}",
+                     tier, pass, dtype_name(out.dtype()), shape_str(out.sizes()), shape_str(out.strides()),
                      shape_str(a.sizes()), shape_str(a.strides()), shape_str(b.sizes()),
-                     shape_str(b.strides()), p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                     precision_name(policy.precision), policy.deterministic);
+                     shape_str(b.strides()), p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                     p.dilation_w, p.groups, precision_name(policy.precision), policy.deterministic);
 }
 
 // Both candidates write `out`, which the chosen one then overwrites; cudnn
 // returns false where cuDNN has no engine for the graph (it then leaves the race).
-bool loom_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
-                 const cpu::ConvParams& p, const std::function<void()>& loom,
-                 const std::function<bool()>& cudnn) {
-  const std::string pick = small_conv_choice().choose(
-      small_conv_key(pass, out, a, b, p), {std::string(kLoom), std::string(kCudnn)},
+bool loom_chosen(cuda::KernelChoice& choice, std::string_view tier, std::string_view pass,
+                 const Tensor& out, const Tensor& a, const Tensor& b, const cpu::ConvParams& p,
+                 const std::function<void()>& loom, const std::function<bool()>& cudnn) {
+  const std::string pick = choice.choose(
+      tier_key(tier, pass, out, a, b, p), {std::string(kLoom), std::string(kCudnn)},
       [&] { return cuda::CandidateRuns{[&] { return loom(), true; }, cudnn}; });
   return pick == kLoom;
+}
+
+bool small_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
+                  const cpu::ConvParams& p, const std::function<void()>& loom,
+                  const std::function<bool()>& cudnn) {
+  return loom_chosen(small_conv_choice(), "conv_small", pass, out, a, b, p, loom, cudnn);
+}
+
+bool depthwise_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
+                      const cpu::ConvParams& p, const std::function<void()>& loom,
+                      const std::function<bool()>& cudnn) {
+  return loom_chosen(depthwise_conv_choice(), "conv_depthwise", pass, out, a, b, p, loom, cudnn);
 }
 
 }  // namespace
@@ -63,7 +84,7 @@ bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p); };
   auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p), true; };
-  if (!loom_chosen("forward", y, x, w, p, loom, cudnn)) return false;
+  if (!small_chosen("forward", y, x, w, p, loom, cudnn)) return false;
   loom();
   return true;
 }
@@ -80,7 +101,7 @@ bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor
     return cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), epilogue.bias, p);
   };
   const std::string_view pass = b.defined() ? "forward+bias+relu" : "forward+relu";
-  if (!loom_chosen(pass, y, x, w, p, loom, cudnn)) return false;
+  if (!small_chosen(pass, y, x, w, p, loom, cudnn)) return false;
   loom();
   return true;
 }
@@ -92,7 +113,7 @@ bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const
   }
   auto loom = [&] { cuda::conv_small_dgrad(dx.strided(), dy.strided(), w.strided(), p); };
   auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p), true; };
-  if (!loom_chosen("dgrad", dx, dy, w, p, loom, cudnn)) return false;
+  if (!small_chosen("dgrad", dx, dy, w, p, loom, cudnn)) return false;
   loom();
   return true;
 }
@@ -117,7 +138,44 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
     if (db.defined()) bgrad_kernel(db, dy);
     return true;
   };
-  if (!loom_chosen(db.defined() ? "wgrad+bgrad" : "wgrad", dw, dy, x, p, loom, cudnn)) return false;
+  if (!small_chosen(db.defined() ? "wgrad+bgrad" : "wgrad", dw, dy, x, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p) {
+  DeviceGuard guard(y.device());
+  if (!y.device().is_cuda() || !cuda::conv_depthwise_supported(x.strided(), w.strided(), p)) return false;
+  auto loom = [&] { cuda::conv_depthwise_forward(y.strided(), x.strided(), w.strided(), p); };
+  auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p), true; };
+  if (!depthwise_chosen("forward", y, x, w, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+
+bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
+  DeviceGuard guard(dx.device());
+  if (!dx.device().is_cuda() || !cuda::conv_depthwise_supported(dx.strided(), w.strided(), p)) return false;
+  auto loom = [&] { cuda::conv_depthwise_dgrad(dx.strided(), dy.strided(), w.strided(), p); };
+  auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p), true; };
+  if (!depthwise_chosen("dgrad", dx, dy, w, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+
+bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
+  DeviceGuard guard(dw.device());
+  if (!dw.device().is_cuda() || !cuda::conv_depthwise_supported(x.strided(), dw.strided(), p)) return false;
+  // Allocated on the Loom kernel's first run only: where cuDNN wins, nothing is.
+  Tensor scratch;
+  auto loom = [&] {
+    if (!scratch.defined()) {
+      const cuda::DepthwiseScratch need = cuda::conv_depthwise_wgrad_scratch(dy.strided(), dw.strided());
+      scratch = empty({need.elements}, {.dtype = need.dtype, .device = dw.device()});
+    }
+    cuda::conv_depthwise_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided());
+  };
+  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p), true; };
+  if (!depthwise_chosen("wgrad", dw, dy, x, p, loom, cudnn)) return false;
   loom();
   return true;
 }

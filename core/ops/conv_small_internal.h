@@ -1,8 +1,10 @@
 // File: core/ops/conv_small_internal.h
-// The small-channel convolution tier (core/cuda/conv_small.h, for layers with
-// C <= 8: forward, stride-1 data gradient, weight and bias gradients) beside
-// cuDNN: per shape, the first call races the two with KernelChoice and the
-// faster runs from then on. LOOM_CONV_SMALL=loom|cudnn forces one, auto (the
+// Loom's convolution tiers beside cuDNN: the small-channel kernels
+// (core/cuda/conv_small.h, for layers with C <= 8: forward, stride-1 data
+// gradient, weight and bias gradients) and the depthwise kernels
+// (core/cuda/conv_depthwise.h: groups == C == K). Per shape, the first call
+// races a tier with cuDNN by KernelChoice and the faster runs from then on.
+// LOOM_CONV_SMALL / LOOM_CONV_DEPTHWISE = loom|cudnn forces one, auto (the
 // default) races them. Private to core/ops.
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
@@ -28,5 +30,12 @@ bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const
 // wgrad and Loom's channel sum.
 bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p,
                       const Tensor& db = Tensor());
+
+// The depthwise tier likewise (groups == C == K, square filters of side 1, 3,
+// 5 or 7): y = conv(x, w), dx = dgrad(dy, w), dw = wgrad(dy, x), each
+// returning false to leave the pass to cuDNN.
+bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p);
+bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p);
+bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p);
 
 }  // namespace loom::conv_detail

@@ -1,0 +1,214 @@
+// File: tests/core/cuda/conv_depthwise_gpu_test.cc
+// The depthwise convolution kernels (core/cuda/conv_depthwise.h) against the
+// CPU reference in float64 on the same values (rounded to the dtype first):
+// forward, data gradient and weight gradient on 300 random configurations
+// (channels 1-70, filter side 1, 3, 5, 7, stride 1-3, padding 0 to the side,
+// dilation 1-2, planes 1-20, batch 1-3), NCHW and channels-last, float64,
+// float32, bfloat16 and float16; then layers large enough for many weight-
+// gradient chunks and 64-bit indices' neighbour (MobileNetV2's shapes); then
+// conv2d with groups == channels on each path LOOM_CONV_DEPTHWISE names
+// (loom, cudnn, auto) under strict fp32, TF32 and bf16 autocast against the CPU
+// op, forward and every gradient.
+//
+// Tolerances, relative to the largest reference magnitude of each result:
+// float64 1e-12; float32 1e-5 (at most 49-term sums in the forward and data
+// gradient; the weight gradient sums N * P * Q <= 1200 terms in a fixed order);
+// 16-bit outputs 8e-3 (one rounding, 2^-8 relative, on top of float32 sums).
+// The op test: strict fp32 1e-5, TF32 2e-3 (cuDNN's TF32 rounds operands),
+// bf16 autocast 1.6e-2 (bf16 operands and output).
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/cpu/conv.h"
+#include "core/cuda/conv_depthwise.h"
+#include "core/generator.h"
+#include "core/numerics.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+struct Case {
+  int64_t N, C, H, W, side, stride, pad, dilation;
+};
+
+// A random configuration whose output has at least one pixel.
+Case random_case(std::mt19937_64& rng) {
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int64_t sides[] = {1, 3, 5, 7};
+  for (;;) {
+    Case c{.N = pick(1, 3), .C = pick(1, 70), .H = pick(1, 20), .W = pick(1, 20),
+           .side = sides[pick(0, 3)], .stride = pick(1, 3), .pad = 0, .dilation = pick(1, 2)};
+    c.pad = pick(0, c.side);
+    const int64_t span = c.dilation * (c.side - 1) + 1;
+    if (c.H + 2 * c.pad >= span && c.W + 2 * c.pad >= span) return c;
+  }
+}
+
+// |actual - expected| <= tol * max |expected| everywhere.
+void check_scaled(const Tensor& actual, const Tensor& expected, double tol) {
+  const std::vector<double> e = testing::values(expected);
+  double scale = 0;
+  for (double v : e) scale = std::max(scale, std::abs(v));
+  CHECK_CLOSE(actual.to(DType::Float64).cpu(), expected.to(DType::Float64), 0, tol * scale);
+}
+
+// Normal CPU values, each exact in dtype (rounded on the GPU: the CPU holds no
+// 16-bit tensors), as float64.
+Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
+  return randn(sizes, {.dtype = DType::Float64}, &gen).to(testing::test_gpu()).to(dtype).to(DType::Float64).cpu();
+}
+
+double tolerance(DType dtype) {
+  return dtype == DType::Float64 ? 1e-12 : dtype == DType::Float32 ? 1e-5 : 8e-3;
+}
+
+void check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen) {
+  INFO("N ", c.N, " C ", c.C, " H ", c.H, " W ", c.W, " side ", c.side, " stride ", c.stride,
+       " pad ", c.pad, " dilation ", c.dilation, " ", dtype_name(dtype), " channels_last ",
+       format == MemoryFormat::ChannelsLast);
+  const cpu::ConvParams p{.stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad,
+                          .pad_w = c.pad, .dilation_h = c.dilation, .dilation_w = c.dilation,
+                          .groups = c.C};
+  const int64_t P = cpu::conv_output_size(c.H, c.side, c.stride, c.pad, c.dilation);
+  const int64_t Q = cpu::conv_output_size(c.W, c.side, c.stride, c.pad, c.dilation);
+  const Tensor x = exact_randn({c.N, c.C, c.H, c.W}, dtype, gen);
+  const Tensor w = exact_randn({c.C, 1, c.side, c.side}, dtype, gen);
+  const Tensor dy = exact_randn({c.N, c.C, P, Q}, dtype, gen);
+  Tensor y_ref = empty({c.N, c.C, P, Q}, {.dtype = DType::Float64});
+  Tensor dx_ref = empty(x.sizes(), {.dtype = DType::Float64});
+  Tensor dw_ref = empty(w.sizes(), {.dtype = DType::Float64});
+  cpu::conv2d_forward(y_ref.strided(), x.strided(), w.strided(), nullptr, p);
+  cpu::conv2d_dgrad(dx_ref.strided(), dy.strided(), w.strided(), p);
+  cpu::conv2d_wgrad(dw_ref.strided(), dy.strided(), x.strided(), p);
+
+  auto on_gpu = [&](const Tensor& t) { return t.to(testing::test_gpu()).to(dtype).contiguous(format); };
+  auto poisoned = [&](const Shape& sizes) {
+    return full(sizes, 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
+  };
+  const Tensor xg = on_gpu(x), wg = on_gpu(w), dyg = on_gpu(dy);
+  REQUIRE(cuda::conv_depthwise_supported(xg.strided(), wg.strided(), p));
+  const Tensor y = poisoned(y_ref.sizes()), dx = poisoned(x.sizes()), dw = poisoned(w.sizes());
+  const cuda::DepthwiseScratch need = cuda::conv_depthwise_wgrad_scratch(dyg.strided(), dw.strided());
+  const Tensor scratch = full({need.elements}, 1e30, {.dtype = need.dtype, .device = testing::test_gpu()});
+  cuda::conv_depthwise_forward(y.strided(), xg.strided(), wg.strided(), p);
+  cuda::conv_depthwise_dgrad(dx.strided(), dyg.strided(), wg.strided(), p);
+  cuda::conv_depthwise_wgrad(dw.strided(), dyg.strided(), xg.strided(), p, scratch.strided());
+  check_scaled(y, y_ref, tolerance(dtype));
+  check_scaled(dx, dx_ref, tolerance(dtype));
+  check_scaled(dw, dw_ref, tolerance(dtype));
+}
+
+struct DepthwiseEnv {
+  explicit DepthwiseEnv(const char* value) { setenv("LOOM_CONV_DEPTHWISE", value, 1); }
+  ~DepthwiseEnv() { unsetenv("LOOM_CONV_DEPTHWISE"); }
+};
+
+struct PathSetting {
+  const char* name;
+  NumericsPolicy policy;
+  bool autocast;  // bfloat16 autocast
+  double tol;
+};
+const PathSetting kSettings[] = {
+    {"strict", {.precision = Precision::StrictFp32}, false, 1e-5},
+    {"tf32", {.precision = Precision::Tf32}, false, 2e-3},
+    {"bf16", {.precision = Precision::Bf16}, true, 1.6e-2},
+};
+
+Tensor leaf(const Tensor& t) {
+  Tensor l = t.clone();
+  l.requires_grad_();
+  return l;
+}
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("depthwise conv kernels match the CPU on random configurations") {
+  Generator gen(3301);
+  std::mt19937_64 rng(3301);
+  const DType dtypes[] = {DType::Float64, DType::Float32, DType::BFloat16, DType::Float16};
+  for (int i = 0; i < 300; ++i) {
+    const Case c = random_case(rng);
+    check_case(c, dtypes[i % 4], i % 8 < 4 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast, gen);
+  }
+}
+
+// MobileNetV2's depthwise shapes at a small batch (many weight-gradient chunks,
+// channels that are and are not multiples of 32), and a plane of one row.
+LOOM_GPU_TEST_CASE("depthwise conv kernels match the CPU on MobileNet-sized layers") {
+  Generator gen(3302);
+  const Case large[] = {{.N = 4, .C = 144, .H = 32, .W = 32, .side = 3, .stride = 1, .pad = 1, .dilation = 1},
+                        {.N = 4, .C = 96, .H = 32, .W = 32, .side = 3, .stride = 2, .pad = 1, .dilation = 1},
+                        {.N = 8, .C = 960, .H = 4, .W = 4, .side = 3, .stride = 1, .pad = 1, .dilation = 1},
+                        {.N = 2, .C = 40, .H = 1, .W = 300, .side = 5, .stride = 1, .pad = 2, .dilation = 1}};
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      for (const Case& c : large) check_case(c, dtype, format, gen);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("the depthwise kernels decline what they were not built for") {
+  auto supported = [](const Shape& x, const Shape& w, DType dtype, int64_t groups) {
+    const Tensor xt = empty(x, {.dtype = dtype, .device = testing::test_gpu()});
+    const Tensor wt = empty(w, {.dtype = dtype, .device = testing::test_gpu()});
+    return cuda::conv_depthwise_supported(xt.strided(), wt.strided(), {.groups = groups});
+  };
+  CHECK(supported({2, 32, 8, 8}, {32, 1, 3, 3}, DType::Float32, 32));
+  CHECK(supported({2, 32, 8, 8}, {32, 1, 7, 7}, DType::Float64, 32));
+  CHECK_FALSE(supported({2, 32, 8, 8}, {64, 1, 3, 3}, DType::Float32, 32));  // channel multiplier 2
+  CHECK_FALSE(supported({2, 32, 8, 8}, {16, 2, 3, 3}, DType::Float32, 16));  // 2 channels a group
+  CHECK_FALSE(supported({2, 32, 8, 8}, {32, 1, 3, 5}, DType::Float32, 32));  // not square
+  CHECK_FALSE(supported({2, 32, 8, 8}, {32, 1, 2, 2}, DType::Float32, 32));  // even side
+  CHECK_FALSE(supported({2, 32, 8, 8}, {32, 1, 3, 3}, DType::Int32, 32));
+  // A mismatched output is an error naming the op, not a launch.
+  const Tensor x = empty({2, 4, 8, 8}, {.device = testing::test_gpu()});
+  const Tensor w = empty({4, 1, 3, 3}, {.device = testing::test_gpu()});
+  const Tensor y = empty({2, 4, 7, 8}, {.device = testing::test_gpu()});
+  CHECK_THROWS_WITH_AS(cuda::conv_depthwise_forward(y.strided(), x.strided(), w.strided(), {.groups = 4}),
+                       doctest::Contains("[conv_depthwise_forward]"), ValueError);
+}
+
+LOOM_GPU_TEST_CASE("conv2d with groups == channels matches the CPU on every path and numerics setting") {
+  Generator gen(3303);
+  const Tensor x0 = randn({3, 24, 13, 11}, {}, &gen), w0 = randn({24, 1, 3, 3}, {}, &gen);
+  const Tensor b0 = randn({24}, {}, &gen);
+  const Conv2dOptions o{.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}, .groups = 24};
+  Tensor x_ref = leaf(x0), w_ref = leaf(w0), b_ref = leaf(b0);
+  const Tensor y_ref = conv2d(x_ref, w_ref, b_ref, o);
+  const Tensor dy = randn(y_ref.sizes(), {}, &gen);
+  y_ref.backward(dy);
+  for (const char* path : {"loom", "cudnn", "auto"}) {
+    const DepthwiseEnv env(path);
+    for (const PathSetting& s : kSettings) {
+      for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        INFO(path, " ", s.name, " channels_last ", format == MemoryFormat::ChannelsLast);
+        const NumericsGuard policy(s.policy);
+        const AutocastGuard autocast(s.autocast ? std::optional<DType>(DType::BFloat16) : std::nullopt);
+        Tensor x = leaf(x0.to(testing::test_gpu()).contiguous(format));
+        Tensor w = leaf(w0.to(testing::test_gpu()).contiguous(format));
+        Tensor b = leaf(b0.to(testing::test_gpu()));
+        const Tensor y = conv2d(x, w, b, o);
+        y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(format));
+        check_scaled(y, y_ref.detach(), s.tol);
+        check_scaled(x.grad(), x_ref.grad(), s.tol);
+        check_scaled(w.grad(), w_ref.grad(), s.tol);
+        check_scaled(b.grad(), b_ref.grad(), s.tol);
+      }
+    }
+  }
+}
+
+#endif  // LOOM_WITH_CUDA
