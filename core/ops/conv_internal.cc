@@ -96,7 +96,9 @@ void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Ten
   if (y.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
     DeviceGuard guard(y.device());
-    if (!small_conv_forward(y, x, w, p)) cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
+    if (!small_conv_forward(y, x, w, p) && !depthwise_conv_forward(y, x, w, p)) {
+      cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
+    }
     if (bias.defined()) add_bias_cuda(y, bias);
 #endif
     return;
@@ -117,7 +119,9 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu
   if (dx.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
     DeviceGuard guard(dx.device());
-    if (!small_conv_dgrad(dx, dy, w, p)) cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
+    if (!small_conv_dgrad(dx, dy, w, p) && !depthwise_conv_dgrad(dx, dy, w, p)) {
+      cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
+    }
 #endif
     return;
   }
@@ -131,7 +135,9 @@ void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu
   if (dw.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
     DeviceGuard guard(dw.device());
-    if (!small_conv_wgrad(dw, dy, x, p)) cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
+    if (!small_conv_wgrad(dw, dy, x, p) && !depthwise_conv_wgrad(dw, dy, x, p)) {
+      cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
+    }
 #endif
     return;
   }
