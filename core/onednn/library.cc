@@ -53,7 +53,10 @@ bool bind_all(void* h, Library& l) {
          bind(h, l.post_ops_destroy, "dnnl_post_ops_destroy") &&
          bind(h, l.post_ops_append_eltwise, "dnnl_post_ops_append_eltwise") &&
          bind(h, l.post_ops_append_sum, "dnnl_post_ops_append_sum") &&
-         bind(h, l.primitive_desc_create, "dnnl_primitive_desc_create") &&
+         bind(h, l.primitive_desc_iterator_create, "dnnl_primitive_desc_iterator_create") &&
+         bind(h, l.primitive_desc_iterator_next, "dnnl_primitive_desc_iterator_next") &&
+         bind(h, l.primitive_desc_iterator_fetch, "dnnl_primitive_desc_iterator_fetch") &&
+         bind(h, l.primitive_desc_iterator_destroy, "dnnl_primitive_desc_iterator_destroy") &&
          bind(h, l.primitive_desc_destroy, "dnnl_primitive_desc_destroy") &&
          bind(h, l.primitive_desc_query, "dnnl_primitive_desc_query") &&
          bind(h, l.primitive_desc_query_md, "dnnl_primitive_desc_query_md") &&

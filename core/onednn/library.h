@@ -33,7 +33,10 @@ struct Library {
   decltype(&dnnl_post_ops_destroy) post_ops_destroy = nullptr;
   decltype(&dnnl_post_ops_append_eltwise) post_ops_append_eltwise = nullptr;
   decltype(&dnnl_post_ops_append_sum) post_ops_append_sum = nullptr;
-  decltype(&dnnl_primitive_desc_create) primitive_desc_create = nullptr;
+  decltype(&dnnl_primitive_desc_iterator_create) primitive_desc_iterator_create = nullptr;
+  decltype(&dnnl_primitive_desc_iterator_next) primitive_desc_iterator_next = nullptr;
+  decltype(&dnnl_primitive_desc_iterator_fetch) primitive_desc_iterator_fetch = nullptr;
+  decltype(&dnnl_primitive_desc_iterator_destroy) primitive_desc_iterator_destroy = nullptr;
   decltype(&dnnl_primitive_desc_destroy) primitive_desc_destroy = nullptr;
   decltype(&dnnl_primitive_desc_query) primitive_desc_query = nullptr;
   decltype(&dnnl_primitive_desc_query_md) primitive_desc_query_md = nullptr;

@@ -194,18 +194,48 @@ bool described(dnnl_status_t init_status) {
   return true;
 }
 
+namespace {
+
+// Implementations whose threads meet at a spinning barrier inside the kernel
+// (oneDNN's simple_barrier): where another process holds a core, the thread
+// that arrives first spins until the descheduled one runs again. Batch norm at
+// (8, 16, 32, 32) channels-last, 2 threads on 2 cores shared with compilers
+// (load 12): "bnorm_jit" 158 ms wall (16 ms CPU) a call, "bnorm_tbb_jit", which
+// splits the same work without a barrier, 0.6 ms; single-threaded the two are
+// alike. The iterator's next implementation is taken instead.
+constexpr std::string_view kSpinningImpls[] = {"bnorm_jit:"};
+
+bool spins(std::string_view impl) {
+  for (std::string_view prefix : kSpinningImpls) {
+    if (impl.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
+struct IteratorDeleter {
+  void operator()(dnnl_primitive_desc_iterator_t it) const { lib().primitive_desc_iterator_destroy(it); }
+};
+
+}  // namespace
+
 PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
                                   const_dnnl_primitive_desc_t hint) {
   bind_openmp_to_pool();  // implementations split their work by the thread count
-  dnnl_primitive_desc_t pd = nullptr;
-  const dnnl_status_t status =
-      lib().primitive_desc_create(&pd, static_cast<const_dnnl_op_desc_t>(op_desc), attr.get(),
-                                  lib().engine, hint);
+  dnnl_primitive_desc_iterator_t it = nullptr;
+  const dnnl_status_t status = lib().primitive_desc_iterator_create(
+      &it, static_cast<const_dnnl_op_desc_t>(op_desc), attr.get(), lib().engine, hint);
   if (status == dnnl_unimplemented) return nullptr;
   LOOM_DNNL_CHECK(status);
-  PrimitiveDesc owned(pd);
-  if (impl_name(owned).rfind("ref", 0) == 0) return nullptr;
-  return owned;
+  const std::unique_ptr<dnnl_primitive_desc_iterator, IteratorDeleter> owned_it(it);
+  // oneDNN lists the implementations best first, its reference ones last.
+  do {
+    PrimitiveDesc pd(lib().primitive_desc_iterator_fetch(it));
+    LOOM_CHECK(pd != nullptr, OnednnError, "[onednn] dnnl_primitive_desc_iterator_fetch returned null");
+    const std::string name = impl_name(pd);
+    if (name.rfind("ref", 0) == 0) return nullptr;
+    if (!spins(name)) return pd;
+  } while (lib().primitive_desc_iterator_next(it) == dnnl_success);
+  return nullptr;
 }
 
 std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserOperand>& operands) {

@@ -62,9 +62,9 @@ Attr make_attr(dnnl_alg_kind_t post_eltwise = dnnl_alg_kind_undef, bool accumula
 // transposed convolution's output_padding at stride 1); throws otherwise.
 bool described(dnnl_status_t init_status);
 
-// The primitive descriptor of an op descriptor, or null where oneDNN has no
-// implementation for it, or only its reference one ("ref:any": the reference
-// kernels are faster).
+// The primitive descriptor of an op descriptor: oneDNN's first implementation
+// that does not spin at a barrier (plan.cc), or null where it has none before
+// its reference one ("ref:any": the reference kernels are faster).
 PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
                                   const_dnnl_primitive_desc_t hint = nullptr);
 

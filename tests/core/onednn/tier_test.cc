@@ -1,8 +1,8 @@
 // File: tests/core/onednn/tier_test.cc
 // Choosing the CPU tier: the reference tier runs no oneDNN primitive, oneDNN
 // leaves float64 and the geometries it cannot describe to the reference
-// kernels (channels-last operands through NCHW copies), and the library says
-// what it runs.
+// kernels (channels-last operands through NCHW copies), batch norm skips the
+// implementation that spins at a barrier, and the library says what it runs.
 //
 // N batch, C channels, H, W input, K out channels.
 #include <doctest/doctest.h>
@@ -66,6 +66,29 @@ TEST_CASE("a channels-last convolution oneDNN cannot describe runs on the refere
   }
   CHECK(y_fast.is_contiguous(MemoryFormat::ChannelsLast));
   CHECK_CLOSE(y_fast, y_reference, 1e-5, 1e-5);
+}
+
+TEST_CASE("batch norm runs on an implementation that does not spin at a barrier") {
+  // oneDNN's first choice, bnorm_jit, meets its threads at a spinning barrier
+  // (plan.cc); make_primitive_desc skips it for the next implementation.
+  CpuBackendGuard tier(CpuBackend::Onednn);
+  REQUIRE(onednn::active());
+  Generator gen(4);
+  const Tensor x = randn({4, 16, 8, 8}, {}, &gen).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  const Tensor weight = rand({16}, {}, &gen).requires_grad_(), bias = randn({16}, {}, &gen).requires_grad_();
+  const int64_t runs = onednn::executions();
+  const Tensor y = batch_norm(x, zeros({16}), ones({16}), weight, bias, {.training = true});
+  sum(y * y).backward();
+  CHECK(onednn::executions() >= runs + 2);  // the forward and the backward
+  int norm_plans = 0;
+  for (const std::string& line : onednn::plan_lines()) {
+    if (line.rfind("batch_norm", 0) != 0) continue;
+    INFO(line);
+    ++norm_plans;
+    CHECK(line.find("bnorm_jit:") == std::string::npos);
+    CHECK(line.find("reference kernels") == std::string::npos);
+  }
+  CHECK(norm_plans >= 2);
 }
 
 TEST_CASE("the library says which oneDNN and instruction set it runs") {
