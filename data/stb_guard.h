@@ -16,7 +16,8 @@
 //   reads its uninitialised palette array);
 // - PNG: a chunk cut off before IEND (stb's message was the chunk type's raw
 //   bytes); a second PLTE; an indexed image whose pixels use entries past its
-//   palette (stb reads its uninitialised palette array).
+//   palette (stb reads its uninitialised palette array); an empty first IDAT
+//   chunk (stb copies it to a null pointer).
 // data/stb_image.cc caps each of stb's allocations, which bounds what a
 // decompression bomb can take.
 #pragma once

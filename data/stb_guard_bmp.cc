@@ -74,7 +74,10 @@ BmpHeader read_header(std::span<const uint8_t> bmp) {
 // The formats stb decodes; it rejects the others itself, with its own reason.
 bool stb_decodes(const BmpHeader& h) {
   if (h.offset < 0 || h.width > STBI_MAX_DIMENSIONS || h.rows > STBI_MAX_DIMENSIONS) return false;
-  if (h.compression != kUncompressed && h.compression != kBitfields) return false;
+  // stb reads the compression into an int and refuses 1, 2 and 4 or more: one
+  // of 2^31 or more is negative there and decodes as if uncompressed.
+  const auto compression = static_cast<int32_t>(h.compression);
+  if (compression == 1 || compression == 2 || compression >= 4) return false;
   if (h.compression == kBitfields && h.bits != 16 && h.bits != 32) return false;
   return h.bits == 1 || h.bits == 4 || h.bits == 8 || h.bits == 16 || h.bits == 24 || h.bits == 32;
 }

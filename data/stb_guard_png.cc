@@ -75,6 +75,14 @@ void note_chunk(std::span<const uint8_t> png, size_t at, const std::string& path
     const bool valid = length % 3 == 0 && length <= 256 * 3;
     if (valid && !chunks.idat_seen) chunks.palette_entries = length / 3;
   } else if (type == "IDAT") {
+    // stb copies each IDAT into a buffer it allocates for the first non-empty
+    // one; before that the buffer is null, and copying 0 bytes to it is
+    // memcpy(nullptr, ...): undefined behaviour (UBSan stops there).
+    LOOM_CHECK(chunks.idat_seen || length > 0, IoError,
+               "[image_folder] {}: PNG: the first IDAT chunk, at offset {}, is empty; stb_image "
+               "2.27 copies it to a null pointer (undefined behaviour), so Loom refuses it: save "
+               "the image again without the empty chunk",
+               path, at);
     chunks.idat_seen = true;
     chunks.data.insert(chunks.data.end(), body.begin(), body.end());
   }

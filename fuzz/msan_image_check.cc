@@ -80,6 +80,25 @@ std::vector<uint8_t> mutated(std::vector<uint8_t> bytes, uint64_t seed) {
   return bytes;
 }
 
+// The input being checked, for the report when MemorySanitizer stops the
+// run: its file, the mutation round and, in <binary>.failing_input, its bytes.
+struct Current {
+  std::string path, saved_to;
+  long round = 0;
+  std::vector<uint8_t> bytes;
+} current;
+
+void report_current() {
+  if (std::FILE* file = std::fopen(current.saved_to.c_str(), "wb")) {
+    std::fwrite(current.bytes.data(), 1, current.bytes.size(), file);
+    std::fclose(file);
+  }
+  std::fprintf(stderr,
+               "msan_image_check: the input was %s, mutation %ld (0: the file itself); its "
+               "bytes are in %s\n",
+               current.path.c_str(), current.round, current.saved_to.c_str());
+}
+
 struct Tally {
   long inputs = 0, decoded = 0, refused = 0;
 };
@@ -113,6 +132,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const long rounds = std::atol(argv[1]);
+  current.saved_to = std::string(argv[0]) + ".failing_input";
+  __msan_set_death_callback(report_current);
   Tally tally;
   for (int a = 2; a < argc; ++a) {
     const std::string spec = argv[a];
@@ -121,8 +142,12 @@ int main(int argc, char** argv) {
     uint64_t seed = 0;
     for (const std::string& path : files_in(folder)) {
       const std::vector<uint8_t> input = read_file(path);
-      check(image_of(target, input), tally);
-      for (long r = 0; r < rounds; ++r) check(image_of(target, mutated(input, ++seed)), tally);
+      current.path = path;
+      for (long r = 0; r <= rounds; ++r) {
+        current.round = r;
+        current.bytes = r == 0 ? input : mutated(input, ++seed);
+        check(image_of(target, current.bytes), tally);
+      }
     }
   }
   std::printf("msan_image_check: %ld inputs, %ld decoded (every byte initialised), %ld refused, "

@@ -109,7 +109,8 @@ StructuredImage bmp_from_input(std::span<const uint8_t> input) {
   spec.width = static_cast<int16_t>(in.le16());
   spec.height = static_cast<int16_t>(in.le16());
   spec.bits = kBmpBits[in.byte() % kBmpBits.size()];
-  spec.compression = in.byte() % 5;
+  const uint8_t compression = in.byte() % 6;
+  spec.compression = compression == 5 ? kNegativeCompression : compression;
   spec.palette_rgb = in.take(3 * size_t{in.byte()});
   for (uint8_t m = in.byte() % 5; m > 0; --m) spec.masks.push_back(in.le32());
   spec.offset_shift = static_cast<int8_t>(in.byte());
@@ -125,7 +126,7 @@ std::vector<uint8_t> bmp_input(const BmpSpec& spec, int channels) {
   put_le(out, static_cast<uint32_t>(spec.height), 2);
   out.push_back(static_cast<uint8_t>(
       std::find(kBmpBits.begin(), kBmpBits.end(), spec.bits) - kBmpBits.begin()));
-  out.push_back(static_cast<uint8_t>(spec.compression));
+  out.push_back(static_cast<uint8_t>(spec.compression == kNegativeCompression ? 5 : spec.compression));
   out.push_back(static_cast<uint8_t>(spec.palette_rgb.size() / 3));
   out.insert(out.end(), spec.palette_rgb.begin(), spec.palette_rgb.end());
   out.push_back(static_cast<uint8_t>(spec.masks.size()));

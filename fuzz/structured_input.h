@@ -13,8 +13,9 @@
 //       the data. IEND is added when no chunk is one.
 // BMP:  header size (index into 12, 40, 56, 108, 124), width and height
 //       (int16 little-endian), bits (index into 1, 4, 8, 16, 24, 32),
-//       compression, palette entries (then 3 bytes each), mask count (then 4
-//       bytes each), offset shift (int8); the rest is the pixel array.
+//       compression (0-4, or 5 for kNegativeCompression), palette entries
+//       (then 3 bytes each), mask count (then 4 bytes each), offset shift
+//       (int8); the rest is the pixel array.
 // JPEG: byte 0 bit 1: no EOI is added at the end. Then segments: a marker
 //       code, a 2-byte big-endian payload length, the payload; written as
 //       FF code, then (but for codes without a length: 01, D0-D9) the length
@@ -31,6 +32,10 @@
 #include "fuzz/image_builders.h"
 
 namespace loom::fuzz {
+
+// A BMP compression value stb_image 2.27 reads as a negative int (and then
+// decodes as uncompressed).
+constexpr uint32_t kNegativeCompression = 0x80000000u;
 
 struct StructuredImage {
   int channels = 1;

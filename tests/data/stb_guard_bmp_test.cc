@@ -133,6 +133,24 @@ TEST_CASE("palette indices past the palette are rejected, not read from uninitia
   CHECK_THROWS_WITH_FRAGMENT(decode_image(inside, "inside.bmp", 1), IoError,
                              "needs a palette, but the palette has 0 entries (its pixel array "
                              "starts at offset 50");
+  // A compression of 2^31 or more is a negative int to stb, which decodes the
+  // file as uncompressed; the screen checks it as one (tools/msan_images.sh
+  // found a mutation of fuzz/corpus/image/finding2_index_past_palette.bmp with
+  // compression 0xFF000000 and offset 0 decoding from the uninitialised palette).
+  constexpr size_t kCompressionHigh = 33;  // the last byte of the little-endian field at 30
+  std::vector<uint8_t> valid = palette_bmp(40, 8, 2, 4, 2, {0, 1, 1, 0, 1, 0, 0, 1});
+  std::vector<uint8_t> negative = valid;
+  negative[kCompressionHigh] = 0x80;
+  CHECK(decode_image(negative, "negative.bmp", 1).to_vector<int64_t>() ==
+        decode_image(valid, "valid.bmp", 1).to_vector<int64_t>());
+  negative[10] = 0;  // the pixel array "starts" at offset 0: stb's palette size is -14
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(negative, "negative.bmp", 1), IoError,
+                             "needs a palette, but the palette has 0 entries (its pixel array "
+                             "starts at offset 0");
+  negative = palette_bmp(40, 8, 2, 4, 2, {0, 1, 200, 1, 0, 0, 0, 0});
+  negative[kCompressionHigh] = 0xFF;
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(negative, "negative.bmp", 3), IoError,
+                             "uses palette entry 200, but the palette has 2 entries");
 }
 
 TEST_CASE("OS/2 palettes: stb 2.27 reads them 4 entries short, so the last 4 are refused") {

@@ -1,8 +1,8 @@
 // File: tests/data/stb_guard_png_test.cc
-// The PNG screen: chunks cut off before IEND, a second palette, and indexed
-// images whose pixels use entries past their palette (every bit depth,
-// interlaced or not, every row filter, chunk orders that split the data) are
-// rejected; valid indexed PNGs decode to their exact pixels.
+// The PNG screen: chunks cut off before IEND, a second palette, an empty first
+// IDAT chunk, and indexed images whose pixels use entries past their palette
+// (every bit depth, interlaced or not, every row filter, chunk orders that
+// split the data) are rejected; valid indexed PNGs decode to their exact pixels.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -110,7 +110,7 @@ TEST_CASE("pixels past the palette are rejected, whatever the depth, interlacing
                              "uses palette entry 2, but the PLTE chunk has 2 entries");
 }
 
-TEST_CASE("chunk orders: split data, chunks between, a second PLTE, PLTE after the data") {
+TEST_CASE("chunk orders: split data, chunks between, a second PLTE, PLTE after the data, an empty first IDAT") {
   const std::vector<uint8_t> rows = fuzz::png_rows(4, 4, 8, std::vector<uint8_t>(16, 3), false);
   const std::vector<uint8_t> packed = fuzz::zlib_compressed(rows);
   const std::vector<uint8_t> first(packed.begin(), packed.begin() + 5), rest(packed.begin() + 5, packed.end());
@@ -147,6 +147,24 @@ TEST_CASE("chunk orders: split data, chunks between, a second PLTE, PLTE after t
                                                           {"IEND", {}}}),
                                           "late.png", 1),
                              IoError, "cannot decode the image: no PLTE");
+  // An empty IDAT first: stb would copy it to its not yet allocated (null)
+  // buffer. Found by png_fuzzer (fuzz/regressions/png/empty_first_idat).
+  CHECK_THROWS_WITH_FRAGMENT(decode_image(fuzz::png_file({header,
+                                                          {"PLTE", gray_palette(4)},
+                                                          {"IDAT", {}},
+                                                          {"IDAT", packed},
+                                                          {"IEND", {}}}),
+                                          "empty.png", 1),
+                             IoError, "empty.png: PNG: the first IDAT chunk, at offset 57, is empty");
+  // Empty IDAT chunks after the first data are harmless and stay valid.
+  CHECK(decode_image(fuzz::png_file({header,
+                                     {"PLTE", gray_palette(4)},
+                                     {"IDAT", first},
+                                     {"IDAT", {}},
+                                     {"IDAT", rest},
+                                     {"IEND", {}}}),
+                     "later.png", 1)
+            .to_vector<int64_t>() == std::vector<int64_t>(16, 30));
 }
 
 }  // namespace
