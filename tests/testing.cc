@@ -48,7 +48,7 @@ bool decision_flips(const Tensor& actual, const Tensor& expected, double tol) {
   int64_t off = 0;
   for (size_t i = 0; i < a.size(); ++i) off += !(std::fabs(a[i] - b[i]) <= tol * scale);
   const int64_t slices = expected.dim() > 0 ? std::max<int64_t>(expected.size(0), 1) : 1;
-  const double allowed = std::max(0.02, 1.0 / static_cast<double>(slices));
+  const double allowed = std::max(0.02, 2.0 / static_cast<double>(slices));
   return static_cast<double>(off) <= allowed * static_cast<double>(std::max<size_t>(a.size(), 1));
 }
 
