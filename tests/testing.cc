@@ -52,6 +52,12 @@ bool decision_flips(const Tensor& actual, const Tensor& expected, double tol) {
   return static_cast<double>(off) <= allowed * static_cast<double>(std::max<size_t>(a.size(), 1));
 }
 
+void check_scaled(const Tensor& actual, const Tensor& expected, double tol) {
+  double scale = 0;  // the largest magnitude itself, no floor at 1 (unlike scale_of)
+  for (double v : values(expected)) scale = std::max(scale, std::fabs(v));
+  CHECK_CLOSE(actual.to(DType::Float64).cpu(), expected.to(DType::Float64).cpu(), 0, tol * scale);
+}
+
 std::string close_report(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
   if (actual.sizes() != expected.sizes()) {
     return fmt::format("shapes differ: actual {} vs expected {}", shape_str(actual.sizes()),

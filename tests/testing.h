@@ -57,10 +57,15 @@ double normalized_error(const Tensor& actual, const Tensor& expected);
 // one filter or row of dweight and one bias element. Away from zero the
 // rounding is coarse (bf16 rounds values near 1 by up to 2^-9), so flips are
 // likelier: an unfused bf16 linear + hardtanh with 768 pre-activations around
-// +-1 moved more than one row of its weight gradient (H200). True when the elements off by more than `tol`
-// (normalized as above) stay within two slices along dim 0 or 2% of the
-// tensor, whichever is more: such decision flips pass.
+// +-1 moved more than one row of its weight gradient (H200). True when the
+// elements off by more than `tol` (normalized as above) stay within two slices
+// along dim 0 or 2% of the tensor, whichever is more: such decision flips pass.
 bool decision_flips(const Tensor& actual, const Tensor& expected, double tol);
+
+// CHECKs |actual - expected| <= tol * max |expected| everywhere (both read as
+// float64 on the CPU): the direct kernels' tests, whose error grows with the
+// reference's magnitude.
+void check_scaled(const Tensor& actual, const Tensor& expected, double tol);
 
 }  // namespace loom::testing
 

@@ -56,14 +56,6 @@ Case random_case(std::mt19937_64& rng) {
   }
 }
 
-// |actual - expected| <= tol * max |expected| everywhere.
-void check_scaled(const Tensor& actual, const Tensor& expected, double tol) {
-  const std::vector<double> e = testing::values(expected);
-  double scale = 0;
-  for (double v : e) scale = std::max(scale, std::abs(v));
-  CHECK_CLOSE(actual.to(DType::Float64).cpu(), expected.to(DType::Float64), 0, tol * scale);
-}
-
 // Normal CPU values, each exact in dtype (rounded on the GPU: the CPU holds no
 // 16-bit tensors), as float64.
 Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
@@ -105,9 +97,9 @@ void check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   cuda::conv_depthwise_forward(y.strided(), xg.strided(), wg.strided(), p);
   cuda::conv_depthwise_dgrad(dx.strided(), dyg.strided(), wg.strided(), p);
   cuda::conv_depthwise_wgrad(dw.strided(), dyg.strided(), xg.strided(), p, scratch.strided());
-  check_scaled(y, y_ref, tolerance(dtype));
-  check_scaled(dx, dx_ref, tolerance(dtype));
-  check_scaled(dw, dw_ref, tolerance(dtype));
+  testing::check_scaled(y, y_ref, tolerance(dtype));
+  testing::check_scaled(dx, dx_ref, tolerance(dtype));
+  testing::check_scaled(dw, dw_ref, tolerance(dtype));
 }
 
 struct DepthwiseEnv {
@@ -202,10 +194,10 @@ LOOM_GPU_TEST_CASE("conv2d with groups == channels matches the CPU on every path
         Tensor b = leaf(b0.to(testing::test_gpu()));
         const Tensor y = conv2d(x, w, b, o);
         y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(format));
-        check_scaled(y, y_ref.detach(), s.tol);
-        check_scaled(x.grad(), x_ref.grad(), s.tol);
-        check_scaled(w.grad(), w_ref.grad(), s.tol);
-        check_scaled(b.grad(), b_ref.grad(), s.tol);
+        testing::check_scaled(y, y_ref.detach(), s.tol);
+        testing::check_scaled(x.grad(), x_ref.grad(), s.tol);
+        testing::check_scaled(w.grad(), w_ref.grad(), s.tol);
+        testing::check_scaled(b.grad(), b_ref.grad(), s.tol);
       }
     }
   }

@@ -61,14 +61,6 @@ std::vector<Case> cases() {
   return all;
 }
 
-// |actual - expected| <= tol * max |expected| everywhere.
-void check_scaled(const Tensor& actual, const Tensor& expected, double tol) {
-  const std::vector<double> e = testing::values(expected);
-  double scale = 0;
-  for (double v : e) scale = std::max(scale, std::abs(v));
-  CHECK_CLOSE(actual.to(DType::Float64).cpu(), expected.to(DType::Float64), 0, tol * scale);
-}
-
 // Normal float32 CPU values, each exact in dtype, so that every precision sees
 // the same inputs (rounded on the GPU: the CPU holds no 16-bit tensors).
 Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
@@ -103,14 +95,14 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   cuda::conv_small_forward(y.strided(), xg.strided(), wg.strided(), p);
   cuda::conv_small_wgrad(dw.strided(), dyg.strided(), xg.strided(), p, scratch.strided());
   const double tol = dtype == DType::Float32 ? 1e-5 : 8e-3;
-  check_scaled(y, y_ref, tol);
-  check_scaled(dw, dw_ref, tol);
+  testing::check_scaled(y, y_ref, tol);
+  testing::check_scaled(dw, dw_ref, tol);
   if (cuda::conv_small_dgrad_supported(dyg.strided(), wg.strided(), p)) {
     Tensor dx_ref = empty(x.sizes(), {.dtype = DType::Float64});
     cpu::conv2d_dgrad(dx_ref.strided(), dy64.strided(), w64.strided(), p);
     const Tensor dx = full(x.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
     cuda::conv_small_dgrad(dx.strided(), dyg.strided(), wg.strided(), p);
-    check_scaled(dx, dx_ref, tol);
+    testing::check_scaled(dx, dx_ref, tol);
   } else {
     CHECK(c.stride > 1);  // every stride-1 case here pads at most R - 1
   }
@@ -124,7 +116,7 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
     const Tensor db = db_long.slice(0, 0, 2 * c.K, 2);
     cuda::conv_small_wgrad(dw2.strided(), dyg.strided(), xg.strided(), p, scratch.strided(), db.strided());
     CHECK(testing::values(dw2.to(DType::Float32).cpu()) == testing::values(dw.to(DType::Float32).cpu()));
-    check_scaled(db, db_ref, tol);
+    testing::check_scaled(db, db_ref, tol);
   }
   return true;
 }
@@ -214,7 +206,7 @@ LOOM_GPU_TEST_CASE("the small-channel forward adds a bias and applies ReLU befor
         const Tensor y = full(y_ref.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
         cuda::conv_small_forward(y.strided(), xg.strided(), wg.strided(), p,
                                  {.bias = bg.strided(), .relu = true});
-        check_scaled(y, y_ref, dtype == DType::Float32 ? 1e-5 : 8e-3);
+        testing::check_scaled(y, y_ref, dtype == DType::Float32 ? 1e-5 : 8e-3);
         const std::vector<double> v = testing::values(y.to(DType::Float32).cpu());
         CHECK(*std::min_element(v.begin(), v.end()) == 0.0);  // ReLU clipped something
       }
@@ -262,9 +254,9 @@ LOOM_GPU_TEST_CASE("conv2d's bias gradient is summed on its own where the small 
   Tensor w = leaf(w0.to(testing::test_gpu())), b = leaf(b0.to(testing::test_gpu()));
   const Tensor y = conv2d(x0.to(testing::test_gpu()), w, b);
   y.backward(dy.to(testing::test_gpu()).contiguous(y.suggest_memory_format()));
-  check_scaled(y, y_ref, 1e-5);
-  check_scaled(w.grad(), w_ref.grad(), 1e-5);
-  check_scaled(b.grad(), b_ref.grad(), 1e-5);
+  testing::check_scaled(y, y_ref, 1e-5);
+  testing::check_scaled(w.grad(), w_ref.grad(), 1e-5);
+  testing::check_scaled(b.grad(), b_ref.grad(), 1e-5);
 }
 
 LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, all gradients") {
@@ -286,9 +278,9 @@ LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, a
         Tensor x = leaf(x0.to(testing::test_gpu())), w = leaf(w0.to(testing::test_gpu()));
         const Tensor y = conv2d(x, w, Tensor(), options);
         y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(y.suggest_memory_format()));
-        check_scaled(y.to(DType::Float32), y_ref, s.tol);
-        check_scaled(x.grad(), x_ref.grad(), s.tol);
-        check_scaled(w.grad(), w_ref.grad(), s.tol);
+        testing::check_scaled(y.to(DType::Float32), y_ref, s.tol);
+        testing::check_scaled(x.grad(), x_ref.grad(), s.tol);
+        testing::check_scaled(w.grad(), w_ref.grad(), s.tol);
       }
     }
   }
@@ -315,10 +307,10 @@ LOOM_GPU_TEST_CASE("conv2d_bias_relu on each path LOOM_CONV_SMALL names matches 
                b = leaf(b0.to(testing::test_gpu()));
         const Tensor y = conv2d_bias_relu(x, w, b, options);
         y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(y.suggest_memory_format()));
-        check_scaled(y.to(DType::Float32), y_ref, s.tol);
-        check_scaled(x.grad(), x_ref.grad(), s.tol);
-        check_scaled(w.grad(), w_ref.grad(), s.tol);
-        check_scaled(b.grad(), b_ref.grad(), s.tol);
+        testing::check_scaled(y.to(DType::Float32), y_ref, s.tol);
+        testing::check_scaled(x.grad(), x_ref.grad(), s.tol);
+        testing::check_scaled(w.grad(), w_ref.grad(), s.tol);
+        testing::check_scaled(b.grad(), b_ref.grad(), s.tol);
       }
     }
   }
