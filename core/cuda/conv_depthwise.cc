@@ -11,11 +11,6 @@ namespace loom::cuda {
 
 namespace {
 
-bool floating(DType dtype) {
-  return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::BFloat16 ||
-         dtype == DType::Float16;
-}
-
 // The operands' shapes agree with a depthwise convolution of x by w under p:
 // y (or dy) has the output size the geometry gives.
 bool output_fits(const Strided& x, const Strided& w, const Strided& y, const cpu::ConvParams& p) {
@@ -39,7 +34,7 @@ void check_operands(const char* op, const Strided& x, const Strided& w, const St
 }  // namespace
 
 bool conv_depthwise_supported(const Strided& x, const Strided& w, const cpu::ConvParams& p) {
-  if (x.sizes.size() != 4 || w.sizes.size() != 4 || !floating(x.dtype) || w.dtype != x.dtype) {
+  if (x.sizes.size() != 4 || w.sizes.size() != 4 || !is_floating(x.dtype) || w.dtype != x.dtype) {
     return false;
   }
   const int64_t C = x.sizes[1], side = w.sizes[2];
