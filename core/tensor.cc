@@ -60,7 +60,17 @@ MemoryFormat Tensor::suggest_memory_format() const {
 void* Tensor::raw_data() const {
   const TensorImpl& impl = checked();
   auto* base = static_cast<char*>(impl.storage->data());
-  return base == nullptr ? nullptr : base + impl.offset * element_size(impl.dtype);
+  if (base == nullptr) {
+    // Only fusion by tracing makes non-empty tensors without data (core/ops/fusion_trace.h).
+    LOOM_CHECK(numel_of(impl.sizes) == 0, ValueError,
+               "[tensor] this {} tensor has no data: it stands for the middle of a chain that fusion "
+               "by tracing runs as one block, which only the chain's next op may take. The forward "
+               "used it elsewhere, so it no longer matches its trace: trace it again, or run it "
+               "with loom::FusionGuard(false)",
+               shape_str(impl.sizes));
+    return nullptr;
+  }
+  return base + impl.offset * element_size(impl.dtype);
 }
 
 Strided Tensor::strided() const { return {raw_data(), dtype(), sizes(), strides()}; }

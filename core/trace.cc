@@ -13,7 +13,10 @@ namespace {
 
 struct State {
   Recorder* recorder = nullptr;
+  Substituter* substituter = nullptr;
   int depth = 0;           // public ops running inside one another
+  int64_t next_index = 0;  // the next outermost op's ordinal
+  int fused_depth = 0;     // FusedRegions open
   std::string module;      // the running module's dotted path
 };
 
@@ -41,24 +44,55 @@ std::string value_str(const Value& v) {
 
 }  // namespace
 
-bool active() { return state.recorder != nullptr; }
+bool active() { return state.recorder != nullptr || state.substituter != nullptr; }
 
 Recorder::Recorder() {
-  LOOM_CHECK(state.recorder == nullptr, ValueError,
-             "[trace] a recorder is already recording on this thread; traces do not nest");
+  LOOM_CHECK(state.recorder == nullptr && state.substituter == nullptr, ValueError,
+             "[trace] a {} is already active on this thread; traces do not nest",
+             state.recorder != nullptr ? "recorder" : "substituter (a traced forward)");
   state.recorder = this;
   state.depth = 0;
+  state.next_index = 0;
 }
 
 Recorder::~Recorder() { state.recorder = nullptr; }
 
+SubstituteScope::SubstituteScope(Substituter& substituter) {
+  LOOM_CHECK(state.recorder == nullptr && state.substituter == nullptr, ValueError,
+             "[trace] a {} is already active on this thread; a traced forward cannot run inside another "
+             "or inside a trace",
+             state.recorder != nullptr ? "recorder" : "substituter");
+  state.substituter = &substituter;
+  state.depth = 0;
+  state.next_index = 0;
+}
+
+SubstituteScope::~SubstituteScope() { state.substituter = nullptr; }
+
 void OpScope::enter() {
   entered_ = true;
   outermost_ = state.depth == 0;
+  if (outermost_) index_ = state.next_index++;
   ++state.depth;
 }
 
 void OpScope::leave() { --state.depth; }
+
+bool OpScope::recorder_attached() { return state.recorder != nullptr; }
+
+bool OpScope::substituting() const {
+  return outermost_ && state.substituter != nullptr && state.fused_depth == 0;
+}
+
+FusedRegion::FusedRegion() { ++state.fused_depth; }
+
+FusedRegion::~FusedRegion() { --state.fused_depth; }
+
+std::optional<Tensor> OpScope::substitute(const std::vector<Tensor>& inputs,
+                                          const std::vector<Attribute>& attributes) {
+  if (!substituting()) return std::nullopt;
+  return state.substituter->substitute(index_, name_, inputs, attributes);
+}
 
 void OpScope::record(std::vector<Tensor> inputs, std::vector<Tensor> outputs, std::vector<Attribute> attributes) {
   if (!outermost_ || state.recorder == nullptr) return;
@@ -68,7 +102,8 @@ void OpScope::record(std::vector<Tensor> inputs, std::vector<Tensor> outputs, st
     }
   }
   state.recorder->add(Op{.name = name_, .inputs = std::move(inputs), .outputs = std::move(outputs),
-                         .attributes = std::move(attributes), .module = state.module});
+                         .attributes = std::move(attributes), .module = state.module, .index = index_,
+                         .in_fused_block = state.fused_depth > 0});
 }
 
 ModuleScope::ModuleScope(std::string path) : outer_(std::move(state.module)) { state.module = std::move(path); }

@@ -19,10 +19,16 @@
 // that no recorded op produced (parameters, buffers, the forward's inputs,
 // constants made before or outside the ops) appear only as inputs.
 //
-// Off (no recorder), an op pays one thread-local test on entry.
+// Fusion by tracing (core/ops/fusion_trace.h) replays a trace: while a
+// Substituter is installed, each outermost op is numbered as the recorder
+// numbered it (Op::index) and the ops that can fuse ask it, before computing,
+// whether to return something else (OpScope::substitute).
+//
+// Off (no recorder, no substituter), an op pays one thread-local test on entry.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -45,6 +51,8 @@ struct Op {
   std::vector<Tensor> outputs;
   std::vector<Attribute> attributes;
   std::string module;           // dotted path of the module whose forward ran it ("layer1.0.conv1")
+  int64_t index = 0;            // the op's ordinal among the outermost ops since the recorder began
+  bool in_fused_block = false;  // ran inside a fusion::Block (FusedRegion): already fused
 
   bool has(std::string_view attribute) const;
   // The attribute's value; ValueError naming the op and the attribute when it
@@ -77,7 +85,29 @@ class Recorder {
   std::vector<Op> ops_;
 };
 
-// True while a Recorder is alive on this thread.
+// Takes the place of ops during a replay of a traced forward. substitute() is
+// asked by each op that can fuse, before it computes: `index` is the op's
+// ordinal (as Op::index numbered the traced run), the rest as Op's. A result
+// replaces the op's output; nullopt lets the op run.
+class Substituter {
+ public:
+  virtual ~Substituter() = default;
+  virtual std::optional<Tensor> substitute(int64_t index, const char* name, const std::vector<Tensor>& inputs,
+                                           const std::vector<Attribute>& attributes) = 0;
+};
+
+// Installs a substituter on this thread while alive, numbering the outermost
+// ops from 0. One at a time per thread, and not while a Recorder records
+// (ValueError): a trace is of the ops as written.
+class SubstituteScope {
+ public:
+  explicit SubstituteScope(Substituter& substituter);
+  ~SubstituteScope();
+  SubstituteScope(const SubstituteScope&) = delete;
+  SubstituteScope& operator=(const SubstituteScope&) = delete;
+};
+
+// True while a Recorder or a Substituter is alive on this thread.
 bool active();
 
 // Opened first thing in every public op. record() keeps the op only when it is
@@ -94,7 +124,12 @@ class OpScope {
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
 
-  bool recording() const { return outermost_; }
+  bool recording() const { return outermost_ && recorder_attached(); }
+  // Whether substitute() may be asked: the outermost op under a substituter,
+  // outside any FusedRegion.
+  bool substituting() const;
+  // The substituter's answer for this op (see Substituter); call only when substituting().
+  std::optional<Tensor> substitute(const std::vector<Tensor>& inputs, const std::vector<Attribute>& attributes);
   void record(std::vector<Tensor> inputs, std::vector<Tensor> outputs, std::vector<Attribute> attributes = {});
   void record(std::vector<Tensor> inputs, const Tensor& output, std::vector<Attribute> attributes = {}) {
     record(std::move(inputs), std::vector<Tensor>{output}, std::move(attributes));
@@ -103,10 +138,23 @@ class OpScope {
  private:
   void enter();
   void leave();
+  static bool recorder_attached();
 
   const char* name_;
   bool entered_ = false;
   bool outermost_ = false;
+  int64_t index_ = 0;
+};
+
+// Opened by fusion::Block around the ops it runs: they are recorded as usual
+// (the ONNX exporter reads them) but marked Op::in_fused_block, and never
+// substituted, since they are fused already.
+class FusedRegion {
+ public:
+  FusedRegion();
+  ~FusedRegion();
+  FusedRegion(const FusedRegion&) = delete;
+  FusedRegion& operator=(const FusedRegion&) = delete;
 };
 
 // The module whose forward is running, for Op::module: nn::Module opens one per

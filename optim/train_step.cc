@@ -16,7 +16,9 @@
 #include "core/autocast.h"
 #include "core/error.h"
 #include "core/numerics.h"
+#include "core/ops/fused.h"
 #include "core/profiler.h"
+#include "core/trace.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
@@ -63,6 +65,7 @@ struct TrainStep::Entry {
 #ifdef LOOM_WITH_CUDA
   std::unique_ptr<cuda::CudaGraph> graph;
 #endif
+  std::optional<fusion::TracedPlan> plan;  // the forward's chains, once traced
   Tensor x, y;                  // static inputs the graph reads
   std::vector<Tensor> outputs;  // static outputs it writes
   std::vector<Tensor> grads;    // the parameters' gradients it writes, by parameter
@@ -87,9 +90,30 @@ TrainStep::~TrainStep() = default;
 
 void TrainStep::reset() { graphs_->entries.clear(); }
 
-const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bool prepared) {
+std::vector<Tensor> TrainStep::forward(Entry* entry, const Tensor& x, const Tensor& y) {
+  if (entry == nullptr || !entry->plan || entry->plan->chains().empty()) return fn_(x, y);
+  fusion::TracedRun run(*entry->plan);
+  std::vector<Tensor> outputs = fn_(x, y);
+  run.finish();
+  return outputs;
+}
+
+const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bool prepared, Entry* trace_into) {
   optimizer_.zero_grad();
-  outputs_ = fn_(x, y);
+  if (trace_into != nullptr) {
+    std::vector<trace::Op> ops;
+    {
+      trace::Recorder recorder;
+      outputs_ = fn_(x, y);
+      ops = recorder.ops();
+    }
+    trace_into->plan = fusion::TracedPlan::from_trace(ops, outputs_);
+    traced_plan_ = *trace_into->plan;
+    fusion::note_traced_plan(fmt::format("TrainStep {} {}", shape_str(x.sizes()), dtype_name(x.dtype())),
+                             traced_plan_);
+  } else {
+    outputs_ = fn_(x, y);
+  }
   LOOM_CHECK(!outputs_.empty() && outputs_.front().numel() == 1, ValueError,
              "[TrainStep] the step function must return the scalar loss first, got {}",
              outputs_.empty() ? std::string("no tensors") : shape_str(outputs_.front().sizes()));
@@ -188,7 +212,9 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
   if (entry->eager_steps < options_.warmup_steps) {
     ++entry->eager_steps;
     fallback_reason_.clear();
-    return eager(x, y);
+    const bool trace = options_.trace_fusion && fusion_enabled() && !trace::active() &&
+                       entry->eager_steps == options_.warmup_steps;  // the last warm-up step
+    return eager(x, y, /*prepared=*/false, trace ? entry : nullptr);
   }
   if (!entry->failure.empty()) return fallback(entry->failure);
   if (!entry->graph) return capture(*entry, x, y);
@@ -224,14 +250,22 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
   try {
     graph->capture([&] {
       optimizer_.zero_grad();
-      outputs = fn_(entry.x, entry.y);
+      outputs = forward(&entry, entry.x, entry.y);
       outputs.front().backward();
       optimizer_step(outputs.front(), /*prepared=*/true);
     });
   } catch (const Error& e) {
-    entry.failure = fmt::format("capturing the step failed: {}", e.what());
-    fallback_reason_ = entry.failure;
-    log_fallback(entry.failure);
+    const bool traced = entry.plan && !entry.plan->chains().empty();
+    std::string reason = fmt::format("capturing the step{} failed: {}",
+                                     traced ? " with its traced chains as blocks" : "", e.what());
+    if (traced) {  // the next step captures it as written
+      entry.plan.reset();
+      traced_plan_ = fusion::TracedPlan();
+    } else {
+      entry.failure = reason;
+    }
+    fallback_reason_ = reason;
+    log_fallback(reason);
     entry.x = entry.y = Tensor();
     return eager(x, y, /*prepared=*/true);  // the host half of the optimizer step already ran
   }

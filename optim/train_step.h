@@ -35,6 +35,14 @@
 // When that changed any plan, every captured graph is dropped and its shape
 // runs one eager step, then is captured again with the new plans.
 //
+// Fusion by tracing (core/ops/fusion_trace.h): the last warm-up step of a
+// shape also traces the step function's forward, and its capture runs the
+// chains found there (conv2d -> batch_norm -> relu -> add -> relu, linear ->
+// gelu, ...) as fused blocks, whatever modules the calls sit in. On by default
+// (trace_fusion), off under loom::FusionGuard(false); traced_plan() lists what
+// fused and what did not. Should a capture with the plan fail, the next step
+// captures without it (fallback_reason() says why).
+//
 // A step whose loss is NaN or +-inf (a bad label inside a replayed graph, a
 // learning rate that blew up) is skipped: parameters and optimizer state stay
 // as they were. On the GPU the fused update reads the loss on the device and
@@ -50,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/fusion_trace.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
 
@@ -60,6 +69,7 @@ struct TrainStepOptions {
   int warmup_steps = 1;    // eager steps per shape before its capture
   int max_graphs = 4;      // shapes kept captured; later shapes run eagerly
   bool skip_nonfinite = true;  // leave the weights alone in a step whose loss is NaN or +-inf
+  bool trace_fusion = true;    // captured steps run the forward's fusible chains as blocks
 };
 
 // The steps skipped for a loss that was NaN or +-inf.
@@ -94,6 +104,9 @@ class TrainStep {
   // Why the last step ran eagerly after its warm-up ("" when it replayed a graph).
   const std::string& fallback_reason() const { return fallback_reason_; }
   const TrainStepStats& stats() const { return stats_; }
+  // The chains the last traced shape's capture runs as blocks (empty before any
+  // trace, and without trace_fusion).
+  const fusion::TracedPlan& traced_plan() const { return traced_plan_; }
   // Reads the GPU's count back (a small copy that waits for the queued steps).
   NonFiniteSteps nonfinite_steps() const;
   // Drops every captured graph and its memory (after the queued work finished).
@@ -103,7 +116,11 @@ class TrainStep {
   struct Entry;  // one input shape: its warm-up count, graph and static tensors
   struct Graphs;
   // `prepared`: prepare_step() already ran for this step (a failed capture).
-  const std::vector<Tensor>& eager(const Tensor& x, const Tensor& y, bool prepared = false);
+  // `trace_into`: also trace the forward and keep its chains there.
+  const std::vector<Tensor>& eager(const Tensor& x, const Tensor& y, bool prepared = false,
+                                   Entry* trace_into = nullptr);
+  // The step function, with `entry`'s traced chains as blocks when it has any.
+  std::vector<Tensor> forward(Entry* entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& capture(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& replay(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& launch(Entry& entry);
@@ -121,6 +138,7 @@ class TrainStep {
   bool last_replayed_ = false;
   std::string fallback_reason_;
   TrainStepStats stats_;
+  fusion::TracedPlan traced_plan_;
   NonFiniteSteps host_nonfinite_;  // steps whose loss was on the CPU
   int64_t host_steps_ = 0;
   Tensor device_counts_;  // GPU: steps, skipped steps, first skipped (cuda::count_nonfinite)

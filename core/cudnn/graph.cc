@@ -100,6 +100,9 @@ std::string node_name(const Node& n) {
       return n.mode == CUDNN_RESAMPLE_MAXPOOL ? "maxpool_fwd" : "avgpool_fwd";
     case NodeKind::ResampleBackward:
       return n.mode == CUDNN_RESAMPLE_MAXPOOL ? "maxpool_bwd" : "avgpool_bwd";
+    case NodeKind::GenStats: return "genstats";
+    case NodeKind::BnFinalize: return "bn_finalize";
+    case NodeKind::BnBackwardWeights: return "bn_bwd_weights";
   }
   return "?";
 }
@@ -259,6 +262,46 @@ void Graph::layer_norm_backward(const LayerNormBackward& u) {
                       {CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, u.dx},
                       {CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, u.dscale},
                       {CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, u.dbias}}});
+}
+
+void Graph::gen_stats(int64_t x, int64_t sum, int64_t sqsum) {
+  add_node({.kind = NodeKind::GenStats, .mode = CUDNN_GENSTATS_SUM_SQSUM,
+            .ports = {{CUDNN_ATTR_OPERATION_GENSTATS_XDESC, x},
+                      {CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum},
+                      {CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum}}});
+}
+
+void Graph::bn_finalize(const BnFinalize& u) {
+  add_node({.kind = NodeKind::BnFinalize, .mode = CUDNN_BN_FINALIZE_STATISTICS_TRAINING,
+            .ports = {{CUDNN_ATTR_OPERATION_BN_FINALIZE_Y_SUM_DESC, u.sum},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_Y_SQ_SUM_DESC, u.sqsum},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_SCALE_DESC, u.scale},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_BIAS_DESC, u.bias},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_PREV_RUNNING_MEAN_DESC, u.prev_running_mean},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_PREV_RUNNING_VAR_DESC, u.prev_running_var},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_UPDATED_RUNNING_MEAN_DESC, u.running_mean},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_UPDATED_RUNNING_VAR_DESC, u.running_var},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_SAVED_MEAN_DESC, u.saved_mean},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_SAVED_INV_STD_DESC, u.saved_inv_std},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_EQ_SCALE_DESC, u.eq_scale},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_EQ_BIAS_DESC, u.eq_bias},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_ACCUM_COUNT_DESC, u.accum_count},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_EPSILON_DESC, u.epsilon},
+                      {CUDNN_ATTR_OPERATION_BN_FINALIZE_EXP_AVERATE_FACTOR_DESC, u.momentum}}});
+}
+
+void Graph::bn_backward_weights(const BnBackwardWeights& u) {
+  add_node({.kind = NodeKind::BnBackwardWeights,
+            .ports = {{CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, u.x},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, u.dy},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, u.mean},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, u.inv_std},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, u.scale},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, u.dscale},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, u.dbias},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, u.eq_dy_scale},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, u.eq_x_scale},
+                      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, u.eq_bias}}});
 }
 
 namespace {
@@ -461,6 +504,22 @@ void BuiltGraph::build(const Node& n) {
       op.emplace(CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR);
       op->set_enum(CUDNN_ATTR_OPERATION_NORM_BWD_MODE, CUDNN_TYPE_NORM_MODE,
                    static_cast<cudnnBackendNormMode_t>(n.mode));
+      break;
+    case NodeKind::GenStats:
+      op.emplace(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+      op->set_enum(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE,
+                   static_cast<cudnnGenStatsMode_t>(n.mode))
+          .set_data_type(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_DATA_FLOAT);
+      break;
+    case NodeKind::BnFinalize:
+      op.emplace(CUDNN_BACKEND_OPERATION_BN_FINALIZE_STATISTICS_DESCRIPTOR);
+      op->set_enum(CUDNN_ATTR_OPERATION_BN_FINALIZE_STATS_MODE, CUDNN_TYPE_BN_FINALIZE_STATS_MODE,
+                   static_cast<cudnnBnFinalizeStatsMode_t>(n.mode))
+          .set_data_type(CUDNN_ATTR_OPERATION_BN_FINALIZE_MATH_PREC, CUDNN_DATA_FLOAT);
+      break;
+    case NodeKind::BnBackwardWeights:
+      op.emplace(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR);
+      op->set_data_type(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_DATA_FLOAT);
       break;
     case NodeKind::ResampleForward:
     case NodeKind::ResampleBackward: {

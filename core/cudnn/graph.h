@@ -74,6 +74,9 @@ enum class NodeKind : uint8_t {
   NormBackward,
   ResampleForward,
   ResampleBackward,
+  GenStats,           // per-channel sum and sum of squares (a conv's epilogue)
+  BnFinalize,         // batch-norm statistics from those sums: equivalent scale and bias
+  BnBackwardWeights,  // dscale, dbias and the equivalent dx coefficients
 };
 
 struct Node {
@@ -131,6 +134,26 @@ class Graph {
     int64_t dx, dscale, dbias;
   };
   void layer_norm_backward(const LayerNormBackward& uids);
+
+  // The batch-norm building blocks of a conv-BN fusion (cuDNN's ConvBNfprop,
+  // DgradDreluBNBwdWeight patterns). sum and sqsum (1, C, 1, 1) float.
+  void gen_stats(int64_t x, int64_t sum, int64_t sqsum);
+  // From the sums over `accum_count` elements per channel (by value, int64):
+  // eq_scale = scale * inv_std and eq_bias = bias - mean * eq_scale, so that
+  // bn(y) = y * eq_scale + eq_bias; the saved and the updated running statistics.
+  struct BnFinalize {
+    int64_t sum, sqsum, scale, bias, prev_running_mean, prev_running_var;
+    int64_t epsilon, momentum, accum_count;  // by value
+    int64_t eq_scale, eq_bias, saved_mean, saved_inv_std, running_mean, running_var;
+  };
+  void bn_finalize(const BnFinalize& uids);
+  // With dy the gradient at the norm's output and x its input: dscale, dbias,
+  // and dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias (all (1, C, 1, 1) float).
+  struct BnBackwardWeights {
+    int64_t x, dy, mean, inv_std, scale;
+    int64_t dscale, dbias, eq_dy_scale, eq_x_scale, eq_bias;
+  };
+  void bn_backward_weights(const BnBackwardWeights& uids);
 
   void resample_forward(const PoolGeometry& geometry, int64_t x, int64_t y, std::optional<int64_t> index);
   struct ResampleBackward {

@@ -77,6 +77,13 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
   trace::OpScope trace(row.name);
   check_float_tensor(x, row.name);
   const cpu::ActivationParameters parameters = activation_parameters(kind, given, row.name);
+  const auto attributes = [&] {
+    return std::vector<trace::Attribute>{
+        {"parameters", std::vector<double>(parameters.begin(), parameters.end())}};
+  };
+  if (trace.substituting()) {  // fusion by tracing: this activation may end a fused chain
+    if (auto y = trace.substitute({x}, attributes())) return *y;
+  }
   Tensor y = empty_like(x);
   activation_detail::forward_kernel(y, x, kind, parameters);
   if (needs_grad({x})) {
@@ -88,9 +95,7 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
       return std::vector<Tensor>{dx};
     }, {saved});
   }
-  if (trace.recording()) {
-    trace.record({x}, y, {{"parameters", std::vector<double>(parameters.begin(), parameters.end())}});
-  }
+  if (trace.recording()) trace.record({x}, y, attributes());
   return y;
 }
 

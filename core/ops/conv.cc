@@ -120,6 +120,9 @@ void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias,
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
               Conv2dOptions options) {
   trace::OpScope trace("conv2d");
+  if (trace.substituting()) {  // fusion by tracing: this conv may head a fused chain
+    if (auto y = trace.substitute({x_in, weight_in, bias_in}, conv_attributes(options))) return *y;
+  }
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   check_conv2d_args(x, weight, bias, options);

@@ -151,6 +151,9 @@ Tensor add_scaled_op(const Tensor& a_in, const Tensor& b_in, double alpha, const
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   trace::OpScope trace("add");
+  if (trace.substituting()) {  // fusion by tracing: a residual add may end a fused chain
+    if (auto y = trace.substitute({a, b}, {{"alpha", alpha}})) return *y;
+  }
   Tensor out = add_scaled_op(a, b, alpha, "add");
   if (trace.recording()) trace.record({a, b}, out, {{"alpha", alpha}});
   return out;

@@ -28,6 +28,7 @@
 #include "core/ops/linalg.h"
 #include "core/ops/linalg_internal.h"
 #include "core/ops/reduction.h"
+#include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cudnn/fused.h"
 #include "core/cudnn/pointwise.h"
@@ -833,6 +834,7 @@ void check_operands(const Block& block, const Tensor& x, const std::vector<Tenso
 }  // namespace
 
 Tensor Block::operator()(const Tensor& x, const std::vector<Tensor>& operands) const {
+  trace::FusedRegion fused;  // fusion by tracing leaves its ops alone (core/trace.h)
   // The CPU runs the pieces too: its fused ops (conv2d_bias_relu, batch_norm_relu) save the
   // separate bias add, its broadcast-reduce backward and the ReLU passes of the one-by-one run.
   if (x.defined() && fusion_enabled()) return forward_pieces(x, operands);

@@ -12,6 +12,7 @@
 
 #include "core/generator.h"
 #include "core/ops/fused.h"
+#include "core/ops/fusion_trace.h"
 #include "core/ops/reduction.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/stream.h"
@@ -205,8 +206,9 @@ std::vector<BlockReport> block_reports(ReportOptions options) {
 
 std::string report(ReportOptions options) {
   const std::vector<BlockReport> reports = block_reports(options);
-  if (reports.empty()) return "fusion report: no fused blocks ran on a GPU\n";
-  std::string s = fmt::format("fusion report: {} block{}\n", reports.size(), reports.size() == 1 ? "" : "s");
+  const std::string traced = traced_plans_str();
+  if (reports.empty()) return traced + "fusion report: no fused blocks ran on a GPU\n";
+  std::string s = traced + fmt::format("fusion report: {} block{}\n", reports.size(), reports.size() == 1 ? "" : "s");
   for (const BlockReport& r : reports) {
     s += fmt::format("block {}\n  input {}, {} run{}\n", r.block, r.input, r.runs, r.runs == 1 ? "" : "s");
     for (size_t i = 0; i < r.pieces.size(); ++i) {
@@ -231,6 +233,7 @@ void clear_report() {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   r.runs.clear();
+  clear_traced_plans();
 }
 
 }  // namespace loom::fusion

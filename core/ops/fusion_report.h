@@ -71,7 +71,8 @@ struct ReportOptions {
 };
 
 std::vector<BlockReport> block_reports(ReportOptions options = {});
-// The reports as text: one paragraph per block; "no fused blocks ran" when none did.
+// The reports as text: the traced forwards' plans (fusion_trace.h), then one
+// paragraph per block; "no fused blocks ran" when none did.
 std::string report(ReportOptions options = {});
 void clear_report();
 

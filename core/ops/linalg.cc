@@ -274,6 +274,9 @@ Tensor linear_bias_grad(const Tensor& g, const Strided& dy2) {
 // backward returns fp32 gradients to fp32 parameters.
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   trace::OpScope trace("linear");
+  if (trace.substituting()) {  // fusion by tracing: this linear may head a fused chain
+    if (auto y = trace.substitute({x_in, weight_in, bias_in}, {})) return *y;
+  }
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   check_linear_args(x, weight, bias);

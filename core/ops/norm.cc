@@ -220,11 +220,15 @@ void record_batch_norm_backward(Tensor& y, const Tensor& x, const Tensor& weight
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, BatchNormOptions options) {
   trace::OpScope trace("batch_norm");
+  const auto attributes = [&] {
+    return std::vector<trace::Attribute>{
+        {"training", int64_t{options.training}}, {"momentum", options.momentum}, {"eps", options.eps}};
+  };
+  if (trace.substituting()) {  // fusion by tracing: this norm may be part of a fused chain
+    if (auto y = trace.substitute({x, running_mean, running_var, weight, bias}, attributes())) return *y;
+  }
   auto traced = [&](const Tensor& y) {
-    if (trace.recording()) {
-      trace.record({x, running_mean, running_var, weight, bias}, y,
-                   {{"training", int64_t{options.training}}, {"momentum", options.momentum}, {"eps", options.eps}});
-    }
+    if (trace.recording()) trace.record({x, running_mean, running_var, weight, bias}, y, attributes());
     return y;
   };
   check_batch_norm_args(x, running_mean, running_var, weight, bias, options);
