@@ -66,6 +66,8 @@ struct TrainStep::Entry {
   std::unique_ptr<cuda::CudaGraph> graph;
 #endif
   std::optional<fusion::TracedPlan> plan;  // the forward's chains, once traced
+  bool plan_ran = false;       // an eager step ran the chains (their plans exist)
+  bool trace_failed = false;   // a capture with the chains failed: untraced from then on
   Tensor x, y;                  // static inputs the graph reads
   std::vector<Tensor> outputs;  // static outputs it writes
   std::vector<Tensor> grads;    // the parameters' gradients it writes, by parameter
@@ -90,16 +92,22 @@ TrainStep::~TrainStep() = default;
 
 void TrainStep::reset() { graphs_->entries.clear(); }
 
+bool TrainStep::tracing(const Entry* entry) const {
+  return entry != nullptr && options_.trace_fusion && !entry->trace_failed && fusion_enabled() &&
+         !trace::active();
+}
+
 std::vector<Tensor> TrainStep::forward(Entry* entry, const Tensor& x, const Tensor& y) {
-  if (entry == nullptr || !entry->plan || entry->plan->chains().empty()) return fn_(x, y);
+  if (!tracing(entry) || !entry->plan || entry->plan->chains().empty()) return fn_(x, y);
   fusion::TracedRun run(*entry->plan);
   std::vector<Tensor> outputs = fn_(x, y);
   run.finish();
   return outputs;
 }
 
-const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bool prepared, Entry* trace_into) {
+const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bool prepared, Entry* entry) {
   optimizer_.zero_grad();
+  Entry* trace_into = tracing(entry) && !entry->plan ? entry : nullptr;
   if (trace_into != nullptr) {
     std::vector<trace::Op> ops;
     {
@@ -112,7 +120,8 @@ const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bo
     fusion::note_traced_plan(fmt::format("TrainStep {} {}", shape_str(x.sizes()), dtype_name(x.dtype())),
                              traced_plan_);
   } else {
-    outputs_ = fn_(x, y);
+    outputs_ = forward(entry, x, y);
+    if (tracing(entry) && entry->plan) entry->plan_ran = true;
   }
   LOOM_CHECK(!outputs_.empty() && outputs_.front().numel() == 1, ValueError,
              "[TrainStep] the step function must return the scalar loss first, got {}",
@@ -186,39 +195,42 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
     return eager(x, y);
   };
   if (x.device().is_cuda()) apply_pending_plans();  // a step boundary, eager or not
-  if (!options_.cuda_graph) {
-    fallback_reason_ = "CUDA graphs are off (TrainStepOptions::cuda_graph)";
-    return eager(x, y);
-  }
   if (!x.device().is_cuda() || !y.device().is_cuda()) {  // the CPU's normal path: not logged
-    fallback_reason_ = fmt::format("the inputs are on {} and {}; CUDA graphs need GPU tensors",
-                                   x.device().str(), y.device().str());
+    fallback_reason_ = options_.cuda_graph
+                           ? fmt::format("the inputs are on {} and {}; CUDA graphs need GPU tensors",
+                                         x.device().str(), y.device().str())
+                           : "CUDA graphs are off (TrainStepOptions::cuda_graph)";
     return eager(x, y);
   }
-  const StepKey key = key_of(x, y);
-  Entry* entry = nullptr;
-  for (auto& e : graphs_->entries) {
-    if (e->key == key) entry = e.get();
+  Entry* entry = entry_for(x, y);
+  if (!options_.cuda_graph) {  // the shape's steps still trace and run the chains, as captured ones do
+    fallback_reason_ = "CUDA graphs are off (TrainStepOptions::cuda_graph)";
+    return eager(x, y, /*prepared=*/false, entry);
   }
   if (entry == nullptr) {
-    if (static_cast<int>(graphs_->entries.size()) >= options_.max_graphs) {
-      return fallback(fmt::format("more than max_graphs = {} input shapes; this one is {}",
-                                  options_.max_graphs, shape_str(x.sizes())));
-    }
-    graphs_->entries.push_back(std::make_unique<Entry>());
-    entry = graphs_->entries.back().get();
-    entry->key = key;
+    return fallback(fmt::format("more than max_graphs = {} input shapes; this one is {}", options_.max_graphs,
+                                shape_str(x.sizes())));
   }
-  if (entry->eager_steps < options_.warmup_steps) {
+  const bool chains_unbuilt = tracing(entry) && entry->plan && !entry->plan->chains().empty() && !entry->plan_ran;
+  if (entry->eager_steps < options_.warmup_steps || chains_unbuilt) {
     ++entry->eager_steps;
     fallback_reason_.clear();
-    const bool trace = options_.trace_fusion && fusion_enabled() && !trace::active() &&
-                       entry->eager_steps == options_.warmup_steps;  // the last warm-up step
-    return eager(x, y, /*prepared=*/false, trace ? entry : nullptr);
+    return eager(x, y, /*prepared=*/false, entry);
   }
   if (!entry->failure.empty()) return fallback(entry->failure);
   if (!entry->graph) return capture(*entry, x, y);
   return replay(*entry, x, y);
+}
+
+TrainStep::Entry* TrainStep::entry_for(const Tensor& x, const Tensor& y) {
+  const StepKey key = key_of(x, y);
+  for (auto& e : graphs_->entries) {
+    if (e->key == key) return e.get();
+  }
+  if (static_cast<int>(graphs_->entries.size()) >= options_.max_graphs) return nullptr;
+  graphs_->entries.push_back(std::make_unique<Entry>());
+  graphs_->entries.back()->key = key;
+  return graphs_->entries.back().get();
 }
 
 void TrainStep::apply_pending_plans() {
@@ -255,11 +267,11 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
       optimizer_step(outputs.front(), /*prepared=*/true);
     });
   } catch (const Error& e) {
-    const bool traced = entry.plan && !entry.plan->chains().empty();
+    const bool traced = tracing(&entry) && entry.plan && !entry.plan->chains().empty();
     std::string reason = fmt::format("capturing the step{} failed: {}",
                                      traced ? " with its traced chains as blocks" : "", e.what());
     if (traced) {  // the next step captures it as written
-      entry.plan.reset();
+      entry.trace_failed = true;
       traced_plan_ = fusion::TracedPlan();
     } else {
       entry.failure = reason;

@@ -35,13 +35,17 @@
 // When that changed any plan, every captured graph is dropped and its shape
 // runs one eager step, then is captured again with the new plans.
 //
-// Fusion by tracing (core/ops/fusion_trace.h): the last warm-up step of a
-// shape also traces the step function's forward, and its capture runs the
-// chains found there (conv2d -> batch_norm -> relu -> add -> relu, linear ->
-// gelu, ...) as fused blocks, whatever modules the calls sit in. On by default
+// Fusion by tracing (core/ops/fusion_trace.h): on the GPU, the first step of
+// each input shape also traces the step function's forward, and every later
+// step of that shape, eager or captured, runs the chains found there (conv2d
+// -> batch_norm -> relu -> add -> relu, linear -> gelu, ...) as fused blocks,
+// whatever modules the calls sit in. A capture needs the blocks' cuDNN plans
+// built, so when the warm-up steps end before a step ran them, one more eager
+// step runs first (with warmup_steps >= 2 none is added). On by default
 // (trace_fusion), off under loom::FusionGuard(false); traced_plan() lists what
-// fused and what did not. Should a capture with the plan fail, the next step
-// captures without it (fallback_reason() says why).
+// fused and what did not. Should a capture with the chains fail, that shape
+// runs untraced from then on (fallback_reason() says why once). Shapes past
+// max_graphs run untraced and eagerly, in either mode.
 //
 // A step whose loss is NaN or +-inf (a bad label inside a replayed graph, a
 // learning rate that blew up) is skipped: parameters and optimizer state stay
@@ -116,11 +120,14 @@ class TrainStep {
   struct Entry;  // one input shape: its warm-up count, graph and static tensors
   struct Graphs;
   // `prepared`: prepare_step() already ran for this step (a failed capture).
-  // `trace_into`: also trace the forward and keep its chains there.
+  // `entry`: the shape's traced chains run as blocks, or, not traced yet, this
+  // step traces the forward (when tracing is on); null: the step as written.
   const std::vector<Tensor>& eager(const Tensor& x, const Tensor& y, bool prepared = false,
-                                   Entry* trace_into = nullptr);
+                                   Entry* entry = nullptr);
   // The step function, with `entry`'s traced chains as blocks when it has any.
   std::vector<Tensor> forward(Entry* entry, const Tensor& x, const Tensor& y);
+  bool tracing(const Entry* entry) const;  // whether `entry`'s steps trace / use traced chains
+  Entry* entry_for(const Tensor& x, const Tensor& y);  // null past max_graphs
   const std::vector<Tensor>& capture(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& replay(Entry& entry, const Tensor& x, const Tensor& y);
   const std::vector<Tensor>& launch(Entry& entry);

@@ -344,6 +344,8 @@ std::optional<Tensor> TracedRun::advance(Running& run, const TracedChain& chain,
     return run.value;
   }
   Tensor y = run.block(run.x, run.operands);
+  // What the ops as written returned: under autocast a block may keep another dtype.
+  if (y.dtype() != chain.output_dtypes[k]) y = y.to(chain.output_dtypes[k]);
   const Shape& strides = chain.output_strides[k];
   if (y.dim() == 4 && y.strides() != strides && has_layout(y.sizes(), strides, MemoryFormat::ChannelsLast)) {
     y = y.contiguous(MemoryFormat::ChannelsLast);  // the layout the unfused ops gave
