@@ -258,7 +258,7 @@ std::string temporary_metrics_path(const std::string& run_id) {
 }
 
 // The training run; `group` is null unless it is one rank of a data-parallel job.
-TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> group) {
+TrainResult train_on(const TrainConfig& c, std::shared_ptr<distributed::ProcessGroup> group) {
   const auto began = std::chrono::steady_clock::now();
   LOOM_CHECK(c.epochs >= 1 && c.batch_size >= 1, ValueError,
              "[train] epochs and batch size must be positive, got {} and {}", c.epochs, c.batch_size);
@@ -360,7 +360,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
 
 TrainResult train(const TrainConfig& config) {
   if (!config.distributed) return train_on(config, nullptr);
-  std::shared_ptr<dist::ProcessGroup> group = join_job(config);
+  std::shared_ptr<distributed::ProcessGroup> group = join_job(config);
   return run_or_abort(*group, [&] { return train_on(rank_config(config, *group), group); });
 }
 
