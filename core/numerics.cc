@@ -1,3 +1,5 @@
+// File: core/numerics.cc
+// The numerics policy and the plan build mode: the current values, guards, names.
 #include "core/numerics.h"
 
 #include <atomic>

@@ -1,3 +1,5 @@
+// File: core/tensor.cc
+// Tensor: the handle's accessors, element access, copies, device and dtype moves, autograd state.
 #include "core/tensor.h"
 
 #include <fmt/format.h>

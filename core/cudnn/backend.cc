@@ -1,3 +1,5 @@
+// File: core/cudnn/backend.cc
+// RAII over cuDNN backend descriptors, typed attribute setters, the cuDNN check.
 #include "core/cudnn/backend.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// File: tests/data/distributed_sampler_test.cc
+// Tests of DistributedSampler (shards, PyTorch's padding, drop_last, shuffle) and gather.
 #include "data/distributed_sampler.h"
 
 #include <doctest/doctest.h>
