@@ -71,9 +71,8 @@ struct BucketTiming {
 struct StepTimeline {
   std::vector<BucketTiming> buckets;  // in launch order
   double backward_ms = 0;  // the last bucket's ready_ms: gradients are all computed
-  double done_ms = 0;      // the compute stream has the averaged gradients
-  // done_ms - backward_ms: communication the backward could not hide.
-  double exposed_ms() const { return done_ms - backward_ms; }
+  double done_ms = 0;      // the compute stream has the averaged gradients;
+                           // done_ms - backward_ms: what the backward could not hide
 };
 
 class DistributedDataParallel final : public Module {

@@ -12,7 +12,7 @@ bash tools/setup.sh
 
 scope=${1:-//...}  # e.g. //tests/core/cudnn/... to bundle part of the suite
 targets=$(bazel query "attr(tags, \"gpu\", tests($scope))")
-bench=$(bazel query 'kind(cc_binary, //examples/... + //optim/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
+bench=$(bazel query 'kind(cc_binary, //examples/... + //tools/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
 # The MPI suite and the dead-rank worker: run as ranks on a multi-GPU host.
 ranks="//tests/distributed:mpi_suite //tests/distributed:dead_rank_worker"
 # LOOM_BUNDLE_ONLY="labels": exactly these GPU tests and binaries (and the MPI
