@@ -19,7 +19,7 @@
 #include "core/ops/loss.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 #include "training/trainer.h"
 #include "layers/fused.h"
 #include "models/registry.h"
@@ -414,7 +414,7 @@ void write_plan_timeline(const std::string& path) {
 #endif
 }
 
-void run_all(const BenchOptions& o, const std::shared_ptr<dist::ProcessGroup>& group,
+void run_all(const BenchOptions& o, const std::shared_ptr<distributed::ProcessGroup>& group,
              std::ofstream& json) {
   const bool reports = !group || group->rank() == 0;
   for (const std::string& model : o.models) {
@@ -472,9 +472,9 @@ int bench_main(int argc, char** argv) {
                "[bench] --device cuda, but no usable GPU (this build has CUDA: {}); pass "
                "--device cpu",
                cuda_built());
-    std::shared_ptr<dist::ProcessGroup> group;
+    std::shared_ptr<distributed::ProcessGroup> group;
     if (options.distributed) {
-      group = dist::ProcessGroup::from_mpi();
+      group = distributed::ProcessGroup::from_mpi();
       LOOM_CHECK(group->device().is_cuda(), DeviceError,
                  "[bench] --distributed trains on GPUs, and this rank has none");
       options.device = group->device();

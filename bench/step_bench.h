@@ -15,7 +15,7 @@
 
 #include "bench/summary.h"
 #include "core/device.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 namespace loom::bench {
 
@@ -36,7 +36,7 @@ struct StepConfig {
   bool eval_forward = false;      // then one evaluation-mode forward (the test pass's plans)
   // A data-parallel job's group: the model trains through DistributedDataParallel
   // on group->device(); null: one process.
-  std::shared_ptr<dist::ProcessGroup> group;
+  std::shared_ptr<distributed::ProcessGroup> group;
 };
 
 // Builds the model (seeded), SGD (lr 0.01, momentum 0.9, weight decay 5e-4; or

@@ -1,4 +1,5 @@
 // File: core/anomaly.cc
+// Anomaly mode: the guard, the running module's name, and the finite check of each op.
 #include "core/anomaly.h"
 
 #include <fmt/format.h>

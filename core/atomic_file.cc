@@ -1,4 +1,5 @@
 // File: core/atomic_file.cc
+// Writing a file atomically: a locked temporary beside the target, fsync, rename.
 #include "core/atomic_file.h"
 
 #include <fcntl.h>

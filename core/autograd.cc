@@ -1,3 +1,5 @@
+// File: core/autograd.cc
+// The autograd engine: recording nodes, the reverse topological walk, grad accumulation.
 #include "core/autograd.h"
 
 #include <algorithm>

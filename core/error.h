@@ -59,7 +59,7 @@ class OnednnError : public Error {
   using Error::Error;
 };
 // A collective between processes that failed: a peer that died or stalled past
-// the timeout, or a failed MPI or NCCL call (loom::dist).
+// the timeout, or a failed MPI or NCCL call (loom::distributed).
 class DistError : public Error {
   using Error::Error;
 };

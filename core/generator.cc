@@ -1,3 +1,5 @@
+// File: core/generator.cc
+// The default generator and the Philox4x32-10 block function.
 #include "core/generator.h"
 
 namespace loom {

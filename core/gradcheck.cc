@@ -1,3 +1,5 @@
+// File: core/gradcheck.cc
+// Central-difference gradient checking in float64.
 #include "core/gradcheck.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// File: core/numerics.cc
+// The numerics policy and the plan build mode: the current values, guards, names.
 #include "core/numerics.h"
 
 #include <atomic>
@@ -38,7 +40,6 @@ std::string_view precision_name(Precision precision) {
 }
 
 const NumericsPolicy& numerics_policy() { return current_policy; }
-void set_numerics_policy(const NumericsPolicy& policy) { current_policy = policy; }
 
 NumericsGuard::NumericsGuard(const NumericsPolicy& policy) : previous_(current_policy) {
   current_policy = policy;

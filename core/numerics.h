@@ -31,7 +31,6 @@ std::string_view precision_name(Precision precision);  // "strict_fp32", "tf32",
 
 // The calling thread's policy.
 const NumericsPolicy& numerics_policy();
-void set_numerics_policy(const NumericsPolicy& policy);
 
 // Sets a policy for its lifetime, restoring the previous one after.
 class NumericsGuard {

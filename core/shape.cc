@@ -1,3 +1,5 @@
+// File: core/shape.cc
+// Sizes and strides: contiguous and channels-last strides, broadcasting, printing.
 #include "core/shape.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// File: core/storage.cc
+// Refcounted memory on one device: allocation on that device and release.
 #include "core/storage.h"
 
 #include <cstdlib>

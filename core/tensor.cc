@@ -1,3 +1,5 @@
+// File: core/tensor.cc
+// Tensor: the handle's accessors, element access, copies, device and dtype moves, autograd state.
 #include "core/tensor.h"
 
 #include <fmt/format.h>
@@ -119,16 +121,15 @@ double Tensor::item() const {
 double Tensor::at(const Shape& index) const {
   Strided element = element_view(*this, element_offset(*this, index));
   return visit_dtype(dtype(), [&]<class T>() {
-    T value;
-    if (device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
+    if (device().is_cuda()) {
       DeviceGuard guard(device());
+      T value;
       cuda::copy_to_host(&value, element.data, sizeof(T));
-#endif
-    } else {
-      value = *element.ptr<T>();
+      return to_double(value);
     }
-    return to_double(value);
+#endif
+    return to_double(*element.ptr<T>());
   });
 }
 
@@ -157,9 +158,9 @@ Tensor empty_with_layout(const Tensor& like, MemoryFormat format, DType dtype, D
   return empty(like.sizes(), {.dtype = dtype, .device = device, .memory_format = format});
 }
 
+#ifdef LOOM_WITH_CUDA
 size_t nbytes_of(const Tensor& t) { return t.numel() * element_size(t.dtype()); }
 
-#ifdef LOOM_WITH_CUDA
 // Host <-> device copies move one dense block; strides and casts are handled on
 // whichever side has them. The GPU side's device is current.
 void copy_across_devices(const Tensor& dst, const Tensor& src) {

@@ -1,4 +1,5 @@
 // File: data/distributed_sampler.cc
+// The rank's shard of an epoch's shuffle, as PyTorch's DistributedSampler.
 #include "data/distributed_sampler.h"
 
 #include <cstring>

@@ -1,4 +1,5 @@
 // File: fuzz/fuzz_input.cc
+// The input file (a memfd) that the fuzz targets hand to readers that take a path.
 #include "fuzz/fuzz_input.h"
 
 #include <sys/mman.h>

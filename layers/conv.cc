@@ -40,9 +40,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
     : in_channels_(in_channels),
       out_channels_(out_channels),
       kernel_size_(kernel_size),
-      options_(options) {
+      options_{.stride = options.stride,
+               .padding = options.padding,
+               .dilation = options.dilation,
+               .groups = options.groups} {
   check_conv_args(in_channels, out_channels, kernel_size, options);
-  options_.generator = nullptr;  // used once, below; it need not outlive the layer
   // weight (K, C/groups, R, S)
   weight_ = register_parameter(
       "weight", empty({out_channels, in_channels / options.groups, kernel_size.h, kernel_size.w}));

@@ -18,10 +18,19 @@
 
 namespace loom::nn {
 
-// The functional op's options type, which also holds the layer's bias and
-// generator settings: nn::Conv2dOptions{.padding = 1, .bias = false}.
-using loom::Conv2dOptions;
 using loom::Size2;
+
+// The layer's settings: the functional op's geometry (loom::Conv2dOptions, the
+// same fields) and what only a layer has, a bias of its own and the generator
+// of its initial weights: nn::Conv2dOptions{.padding = 1, .bias = false}.
+struct Conv2dOptions {
+  Size2 stride = 1;
+  Size2 padding = 0;  // zeros on both sides
+  Size2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;                // whether the layer owns a bias (K)
+  Generator* generator = nullptr;  // for the initial weights; the default generator when null
+};
 
 class Conv2d : public Module {
  public:
@@ -36,7 +45,8 @@ class Conv2d : public Module {
   int64_t in_channels() const { return in_channels_; }
   int64_t out_channels() const { return out_channels_; }
   Size2 kernel_size() const { return kernel_size_; }
-  const Conv2dOptions& options() const { return options_; }  // generator reset to null
+  // The functional conv2d's options its forward calls with (bias(): whether it has one).
+  const loom::Conv2dOptions& options() const { return options_; }
 
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
@@ -45,7 +55,7 @@ class Conv2d : public Module {
   int64_t in_channels_;
   int64_t out_channels_;
   Size2 kernel_size_;
-  Conv2dOptions options_;
+  loom::Conv2dOptions options_;
   Tensor weight_;
   Tensor bias_;
 };

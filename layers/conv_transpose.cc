@@ -17,7 +17,11 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size
     : in_channels_(in_channels),
       out_channels_(out_channels),
       kernel_size_(kernel_size),
-      options_(options) {
+      options_{.stride = options.stride,
+               .padding = options.padding,
+               .output_padding = options.output_padding,
+               .dilation = options.dilation,
+               .groups = options.groups} {
   LOOM_CHECK(in_channels > 0 && out_channels > 0 && options.groups > 0 &&
                  in_channels % options.groups == 0 && out_channels % options.groups == 0,
              ValueError,
@@ -26,7 +30,6 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size
              in_channels, out_channels, options.groups);
   LOOM_CHECK(kernel_size.h > 0 && kernel_size.w > 0, ValueError,
              "[ConvTranspose2d] kernel_size must be positive, got {}", kernel_size.pair_str());
-  options_.generator = nullptr;  // used once, below; it need not outlive the layer
   // weight (C, K/groups, R, S): PyTorch's layout for transposed convolutions
   weight_ = register_parameter("weight", empty({in_channels, out_channels / options.groups,
                                                 kernel_size.h, kernel_size.w}));

@@ -20,10 +20,20 @@
 
 namespace loom::nn {
 
-// The functional op's options type, which also holds the layer's bias and
-// generator settings: nn::ConvTranspose2dOptions{.stride = 2, .bias = false}.
-using loom::ConvTranspose2dOptions;
 using loom::Size2;
+
+// The layer's settings: the functional op's geometry (loom::ConvTranspose2dOptions,
+// the same fields) and what only a layer has, a bias of its own and the generator
+// of its initial weights: nn::ConvTranspose2dOptions{.stride = 2, .bias = false}.
+struct ConvTranspose2dOptions {
+  Size2 stride = 1;
+  Size2 padding = 0;         // removed from both sides of the output
+  Size2 output_padding = 0;  // added to one side, to pick among the output sizes a stride allows
+  Size2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;                // whether the layer owns a bias (K)
+  Generator* generator = nullptr;  // for the initial weights; the default generator when null
+};
 
 class ConvTranspose2d : public Module {
  public:
@@ -36,7 +46,8 @@ class ConvTranspose2d : public Module {
 
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
-  const ConvTranspose2dOptions& options() const { return options_; }  // generator reset to null
+  // The functional conv_transpose2d's options its forward calls with.
+  const loom::ConvTranspose2dOptions& options() const { return options_; }
 
   std::string type_name() const override { return "ConvTranspose2d"; }
   std::string extra_repr() const override;
@@ -45,7 +56,7 @@ class ConvTranspose2d : public Module {
   int64_t in_channels_;
   int64_t out_channels_;
   Size2 kernel_size_;
-  ConvTranspose2dOptions options_;
+  loom::ConvTranspose2dOptions options_;
   Tensor weight_;
   Tensor bias_;
 };

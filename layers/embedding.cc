@@ -1,4 +1,5 @@
 // File: layers/embedding.cc
+// Embedding: the table's initialisation and the lookup.
 #include "layers/embedding.h"
 
 #include <fmt/format.h>

@@ -56,7 +56,7 @@ class BatchNorm2d : public Module {
   // Training-mode statistics over every replica's batch through `reduce`
   // (layers/sync_norm.h), as torch.nn.SyncBatchNorm; nullptr: this process's
   // batch alone. Evaluation always uses the running statistics.
-  // dist/sync_batch_norm.h sets it from a process group.
+  // distributed/sync_batch_norm.h sets it from a process group.
   void set_replica_reduce(std::shared_ptr<ReplicaReduce> reduce) { reduce_ = std::move(reduce); }
   const std::shared_ptr<ReplicaReduce>& replica_reduce() const { return reduce_; }
 

@@ -1,7 +1,7 @@
 // File: layers/sync_norm.h
 // Batch norm whose training statistics cover every replica's batch of a
 // data-parallel job, as torch.nn.SyncBatchNorm: BatchNorm2d/1d call it once a
-// ReplicaReduce is set on them (dist/sync_batch_norm.h sets one from a process
+// ReplicaReduce is set on them (distributed/sync_batch_norm.h sets one from a process
 // group). One process with the global batch and N replicas with a share each
 // compute the same statistics, outputs and gradients (up to summation order).
 //

@@ -346,96 +346,121 @@ void add_activation_rows(std::map<std::string, Row, std::less<>>& rows) {
   }
 }
 
+// Convolutions, linear layers and norms, fused forms included.
+void add_layer_rows(std::map<std::string, Row, std::less<>>& r) {
+  r["conv2d"] = [](Lowering& L, const trace::Op& op) { out(L, op, conv(L, op, in(L, op, 0))); };
+  r["conv2d_bias_relu"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Relu", {conv(L, op, in(L, op, 0))}));
+  };
+  r["relu_conv2d"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, conv(L, op, L.emit("Relu", {in(L, op, 0)})));
+  };
+  r["conv_transpose2d"] = conv_transpose;
+  r["linear"] = [](Lowering& L, const trace::Op& op) { out(L, op, linear(L, op)); };
+  r["linear_relu"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("Relu", {linear(L, op)})); };
+  r["matmul"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("MatMul", {in(L, op, 0), in(L, op, 1)})); };
+  r["batch_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, batch_norm(L, op)); };
+  r["batch_norm_relu"] = [](Lowering& L, const trace::Op& op) {
+    std::string y = batch_norm(L, op);
+    if (const std::string residual = optional_in(L, op, 5); !residual.empty()) y = L.emit("Add", {y, residual});
+    out(L, op, L.emit("Relu", {y}));
+  };
+  r["layer_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, layer_norm(L, op)); };
+}
+
+// Softmax, arithmetic with tensors and scalars, unary math, clamp and casts.
+void add_pointwise_rows(std::map<std::string, Row, std::less<>>& r) {
+  r["softmax"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Softmax", {in(L, op, 0)}, {{"axis", op.get_int("dim")}}));
+  };
+  r["log_softmax"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("LogSoftmax", {in(L, op, 0)}, {{"axis", op.get_int("dim")}}));
+  };
+  r["add"] = [](Lowering& L, const trace::Op& op) { add_like(L, op, "Add"); };
+  r["sub"] = [](Lowering& L, const trace::Op& op) { add_like(L, op, "Sub"); };
+  r["mul"] = binary("Mul");
+  r["div"] = binary("Div");
+  r["pow"] = binary("Pow");
+  r["add_scalar"] = with_scalar("Add");
+  r["mul_scalar"] = with_scalar("Mul");
+  r["div_scalar"] = with_scalar("Div");
+  r["pow_scalar"] = with_scalar("Pow");
+  r["rsub"] = with_scalar("Sub", /*scalar_first=*/true);
+  r["rdiv"] = with_scalar("Div", /*scalar_first=*/true);
+  r["neg"] = unary("Neg");
+  r["exp"] = unary("Exp");
+  r["log"] = unary("Log");
+  r["sqrt"] = unary("Sqrt");
+  r["abs"] = unary("Abs");
+  r["clone"] = unary("Identity");
+  r["to_device"] = unary("Identity");
+  r["clamp"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, clip(L, in(L, op, 0), dtype_of(op), op.get_double("min"), op.get_double("max")));
+  };
+  r["to_dtype"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Cast", {in(L, op, 0)}, {{"to", static_cast<int64_t>(proto::element_type(dtype_of(op)))}}));
+  };
+}
+
+// Pooling, views, joins, padding and resizing.
+void add_shape_rows(std::map<std::string, Row, std::less<>>& r) {
+  r["max_pool2d"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("MaxPool", {in(L, op, 0)}, pool_attributes(op)));
+  };
+  r["avg_pool2d"] = avg_pool;
+  r["global_avg_pool2d"] = unary("GlobalAveragePool");
+  r["global_max_pool2d"] = unary("GlobalMaxPool");
+  r["reshape"] = reshape;
+  r["permute"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Transpose", {in(L, op, 0)}, {{"perm", op.get_ints("dims")}}));
+  };
+  r["slice"] = slice;
+  r["select"] = select;
+  r["expand"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Expand", {in(L, op, 0), L.shape(L.sym_ints("shape"))}));
+  };
+  r["unsqueeze"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Unsqueeze", {in(L, op, 0), L.ints({op.get_int("dim")})}));
+  };
+  r["cat"] = cat;
+  r["stack"] = stack;
+  r["pad"] = pad;
+  r["interpolate"] = interpolate;
+}
+
+// Reductions and indexing.
+void add_reduction_rows(std::map<std::string, Row, std::less<>>& r) {
+  r["sum"] = reduce;
+  r["mean"] = reduce;
+  r["max"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("ReduceMax", {in(L, op, 0)}, {{"keepdims", int64_t{0}}})); };
+  r["max_dim"] = max_dim;
+  r["index_select"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Gather", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
+  };
+  r["gather"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("GatherElements", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
+  };
+}
+
+// Ops with no ONNX form, refused with the reason and what to use instead.
+void add_refused_rows(std::map<std::string, Row, std::less<>>& r) {
+  r["dropout"] = refuse("dropout in training mode draws random masks; export in evaluation mode (module.eval())");
+  r["dropout2d"] = r["dropout"];
+  r["max_pool2d_with_indices"] = refuse("its indices (flat h * W + w per plane) are not MaxPool's; use max_pool2d");
+  for (const char* name : {"fill_", "copy_", "add_", "mul_", "div_"}) {
+    r[name] = refuse("an in-place update has no ONNX form (ONNX values are immutable); use the out-of-place op");
+  }
+}
+
 const std::map<std::string, Row, std::less<>>& rows() {
   static const std::map<std::string, Row, std::less<>> table = [] {
     std::map<std::string, Row, std::less<>> r;
     add_activation_rows(r);
-    r["conv2d"] = [](Lowering& L, const trace::Op& op) { out(L, op, conv(L, op, in(L, op, 0))); };
-    r["conv2d_bias_relu"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("Relu", {conv(L, op, in(L, op, 0))}));
-    };
-    r["relu_conv2d"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, conv(L, op, L.emit("Relu", {in(L, op, 0)})));
-    };
-    r["conv_transpose2d"] = conv_transpose;
-    r["linear"] = [](Lowering& L, const trace::Op& op) { out(L, op, linear(L, op)); };
-    r["linear_relu"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("Relu", {linear(L, op)})); };
-    r["matmul"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("MatMul", {in(L, op, 0), in(L, op, 1)})); };
-    r["batch_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, batch_norm(L, op)); };
-    r["batch_norm_relu"] = [](Lowering& L, const trace::Op& op) {
-      std::string y = batch_norm(L, op);
-      if (const std::string residual = optional_in(L, op, 5); !residual.empty()) y = L.emit("Add", {y, residual});
-      out(L, op, L.emit("Relu", {y}));
-    };
-    r["layer_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, layer_norm(L, op)); };
-    r["softmax"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("Softmax", {in(L, op, 0)}, {{"axis", op.get_int("dim")}}));
-    };
-    r["log_softmax"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("LogSoftmax", {in(L, op, 0)}, {{"axis", op.get_int("dim")}}));
-    };
-    r["add"] = [](Lowering& L, const trace::Op& op) { add_like(L, op, "Add"); };
-    r["sub"] = [](Lowering& L, const trace::Op& op) { add_like(L, op, "Sub"); };
-    r["mul"] = binary("Mul");
-    r["div"] = binary("Div");
-    r["pow"] = binary("Pow");
-    r["add_scalar"] = with_scalar("Add");
-    r["mul_scalar"] = with_scalar("Mul");
-    r["div_scalar"] = with_scalar("Div");
-    r["pow_scalar"] = with_scalar("Pow");
-    r["rsub"] = with_scalar("Sub", /*scalar_first=*/true);
-    r["rdiv"] = with_scalar("Div", /*scalar_first=*/true);
-    r["neg"] = unary("Neg");
-    r["exp"] = unary("Exp");
-    r["log"] = unary("Log");
-    r["sqrt"] = unary("Sqrt");
-    r["abs"] = unary("Abs");
-    r["clone"] = unary("Identity");
-    r["to_device"] = unary("Identity");
-    r["clamp"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, clip(L, in(L, op, 0), dtype_of(op), op.get_double("min"), op.get_double("max")));
-    };
-    r["to_dtype"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("Cast", {in(L, op, 0)}, {{"to", static_cast<int64_t>(proto::element_type(dtype_of(op)))}}));
-    };
-    r["max_pool2d"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("MaxPool", {in(L, op, 0)}, pool_attributes(op)));
-    };
-    r["avg_pool2d"] = avg_pool;
-    r["global_avg_pool2d"] = unary("GlobalAveragePool");
-    r["global_max_pool2d"] = unary("GlobalMaxPool");
-    r["reshape"] = reshape;
-    r["permute"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("Transpose", {in(L, op, 0)}, {{"perm", op.get_ints("dims")}}));
-    };
-    r["slice"] = slice;
-    r["select"] = select;
-    r["expand"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("Expand", {in(L, op, 0), L.shape(L.sym_ints("shape"))}));
-    };
-    r["unsqueeze"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("Unsqueeze", {in(L, op, 0), L.ints({op.get_int("dim")})}));
-    };
-    r["cat"] = cat;
-    r["stack"] = stack;
-    r["pad"] = pad;
-    r["interpolate"] = interpolate;
-    r["sum"] = reduce;
-    r["mean"] = reduce;
-    r["max"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("ReduceMax", {in(L, op, 0)}, {{"keepdims", int64_t{0}}})); };
-    r["max_dim"] = max_dim;
-    r["index_select"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("Gather", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
-    };
-    r["gather"] = [](Lowering& L, const trace::Op& op) {
-      out(L, op, L.emit("GatherElements", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
-    };
-    r["dropout"] = refuse("dropout in training mode draws random masks; export in evaluation mode (module.eval())");
-    r["dropout2d"] = r["dropout"];
-    r["max_pool2d_with_indices"] = refuse("its indices (flat h * W + w per plane) are not MaxPool's; use max_pool2d");
-    for (const char* name : {"fill_", "copy_", "add_", "mul_", "div_"}) {
-      r[name] = refuse("an in-place update has no ONNX form (ONNX values are immutable); use the out-of-place op");
-    }
+    add_layer_rows(r);
+    add_pointwise_rows(r);
+    add_shape_rows(r);
+    add_reduction_rows(r);
+    add_refused_rows(r);
     return r;
   }();
   return table;

@@ -1,3 +1,5 @@
+// File: tests/testing.cc
+// Shared test helpers: closeness checks that print where tensors differ.
 #include "tests/testing.h"
 
 #include <fmt/format.h>

@@ -12,9 +12,9 @@ bash tools/setup.sh
 
 scope=${1:-//...}  # e.g. //tests/core/cudnn/... to bundle part of the suite
 targets=$(bazel query "attr(tags, \"gpu\", tests($scope))")
-bench=$(bazel query 'kind(cc_binary, //examples/... + //optim/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
+bench=$(bazel query 'kind(cc_binary, //examples/... + //tools/...)'; bazel query 'kind(cc_binary, //bench/...)' 2>/dev/null || true)
 # The MPI suite and the dead-rank worker: run as ranks on a multi-GPU host.
-ranks="//tests/dist:mpi_suite //tests/dist:dead_rank_worker"
+ranks="//tests/distributed:mpi_suite //tests/distributed:dead_rank_worker"
 # LOOM_BUNDLE_ONLY="labels": exactly these GPU tests and binaries (and the MPI
 # programs), for a quick bundle of what a change touched.
 if [ -n "${LOOM_BUNDLE_ONLY:-}" ]; then
@@ -31,7 +31,7 @@ for label in $targets $bench $ranks; do
   package=$(basename "$(dirname "$path")")
   cp "$path" ".bundle/bin/${package}_$(basename "$path")"
 done
-cp tests/dist/mpirun.sh .bundle/bin/mpirun.sh
+cp tests/distributed/mpirun.sh .bundle/bin/mpirun.sh
 # Open MPI for the multi-GPU runs: the files of Debian's packages (the GPU host
 # has no MPI), unpacked there by env.sh without overwriting the host's own files.
 mpi_packages=(openmpi-bin openmpi-common libopenmpi3 libpmix2 libhwloc15 libhwloc-plugins
@@ -82,7 +82,7 @@ if [ ! -x /usr/bin/orterun ] && [ -f "$here/mpi.tar" ]; then
 fi
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared multi-GPU hosts
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-export LOOM_MPIRUN_SH="$here/bin/mpirun.sh" LOOM_DEAD_RANK_WORKER="$here/bin/dist_dead_rank_worker"
+export LOOM_MPIRUN_SH="$here/bin/mpirun.sh" LOOM_DEAD_RANK_WORKER="$here/bin/distributed_dead_rank_worker"
 ENV
 cat > .bundle/run_multi_gpu.sh <<'RUN'
 #!/usr/bin/env bash
@@ -98,11 +98,11 @@ n=${2:-$(nvidia-smi -L | wc -l)}
 status=0
 if [ "$what" != bench ]; then
   for test in multi_gpu_gpu_test dead_rank_gpu_test; do
-    echo "=== optim/dist $test"
+    echo "=== optim/distributed $test"
     "$here"/bin/*_"$test" || status=1
   done
-  echo "=== dist_mpi_suite on $n GPUs"
-  LOOM_DIST_TEST_DEVICE=cuda "$here/bin/mpirun.sh" "$n" "$here/bin/dist_mpi_suite" || status=1
+  echo "=== distributed_mpi_suite on $n GPUs"
+  LOOM_DISTRIBUTED_TEST_DEVICE=cuda "$here/bin/mpirun.sh" "$n" "$here/bin/distributed_mpi_suite" || status=1
 fi
 if [ "$what" != tests ]; then
   # LOOM_SCALING_CONFIGS: "model batch precision" triples separated by commas.

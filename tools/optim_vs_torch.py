@@ -3,15 +3,15 @@
 
 For each case (optimizer and hyper-parameters), dtype and device, it draws
 parameters and per-step gradients, runs N steps in Loom (the optim_dump binary,
-built from //optim:optim_dump) and in torch.optim (PyTorch's defaults: foreach
+built from //tools:optim_dump) and in torch.optim (PyTorch's defaults: foreach
 on CUDA, for-loop on CPU), and prints the largest |loom - torch| over all
 parameters. Exits 1 when a float32 case differs by more than 1e-6 (float64:
 1e-12), or when the binary fails.
 
 On the GPU host (PyTorch installed; the binary's shared libraries on
 LD_LIBRARY_PATH, e.g. a tools/gpu_bundle.sh bundle's lib/):
-    python3 tools/optim_vs_torch.py --binary bin/optim_dump --steps 10
-The input file format is documented in optim/optim_dump.cc.
+    python3 tools/optim_vs_torch.py --binary bin/tools_optim_dump --steps 10
+The input file format is documented in tools/optim_dump.cc.
 """
 import argparse
 import array
@@ -108,7 +108,7 @@ def run_torch(name, kwargs, dtype, device, params, grads):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--binary", default="bazel-bin/optim/optim_dump")
+    parser.add_argument("--binary", default="bazel-bin/tools/optim_dump")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--devices", default=None, help="cpu,cuda (default: cuda too if available)")
     parser.add_argument("--seed", type=int, default=0)

@@ -1,4 +1,5 @@
 // File: training/distributed.cc
+// The trainers' data-parallel mode: joining the job, each rank's config, aborting.
 #include "training/distributed.h"
 
 #include <cstdio>
@@ -8,10 +9,10 @@
 
 namespace loom::training {
 
-std::shared_ptr<dist::ProcessGroup> join_job(const TrainConfig& config) {
-  dist::ProcessGroupOptions options;
+std::shared_ptr<distributed::ProcessGroup> join_job(const TrainConfig& config) {
+  distributed::ProcessGroupOptions options;
   if (!config.device.is_cuda()) options.device = Device::cpu();
-  std::shared_ptr<dist::ProcessGroup> group = dist::ProcessGroup::from_mpi(options);
+  std::shared_ptr<distributed::ProcessGroup> group = distributed::ProcessGroup::from_mpi(options);
   if (group->rank() == 0 && config.progress) {
     std::printf("distributed: %d ranks (%s), global batch %d x %lld\n", group->size(),
                 group->has_nccl() ? "NCCL" : "MPI", group->size(),
@@ -20,7 +21,7 @@ std::shared_ptr<dist::ProcessGroup> join_job(const TrainConfig& config) {
   return group;
 }
 
-TrainConfig rank_config(const TrainConfig& config, const dist::ProcessGroup& group) {
+TrainConfig rank_config(const TrainConfig& config, const distributed::ProcessGroup& group) {
   TrainConfig c = config;
   c.device = group.device();
   if (group.rank() != 0) {
@@ -35,7 +36,7 @@ TrainConfig rank_config(const TrainConfig& config, const dist::ProcessGroup& gro
 }
 
 data::Dataset epoch_shard(const data::Dataset& train, const TrainConfig& config,
-                          const dist::ProcessGroup& group, int epoch) {
+                          const distributed::ProcessGroup& group, int epoch) {
   data::DistributedSampler sampler(train.size(), {.num_replicas = group.size(),
                                                   .rank = group.rank(),
                                                   .seed = config.seed});
@@ -43,7 +44,7 @@ data::Dataset epoch_shard(const data::Dataset& train, const TrainConfig& config,
   return data::gather(train, sampler.indices());
 }
 
-TrainResult run_or_abort(const dist::ProcessGroup& group, const std::function<TrainResult()>& train) {
+TrainResult run_or_abort(const distributed::ProcessGroup& group, const std::function<TrainResult()>& train) {
   try {
     return train();
   } catch (const Error& e) {

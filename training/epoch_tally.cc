@@ -1,4 +1,5 @@
 // File: training/epoch_tally.cc
+// The epoch's mean loss and accuracy, tallied on the device and read back once.
 #include "training/epoch_tally.h"
 
 #include <cmath>

@@ -199,11 +199,6 @@ EpochResult train_epoch(Training& t, int epoch, const TrainConfig& c) {
   return r;
 }
 
-// Once per run: how the cuDNN plans came about, and their timeline in the file
-// LOOM_CUDNN_PLAN_TIMELINE names (when set), followed by the start-up's phases
-// so the two can be read side by side (the table counts from process start, the
-// phases from the trainer's start). A run on the CPU still writes the file, with
-// one line saying why it has no plans: a missing file reads as a fault.
 // --export-onnx: the trained weights in a fresh CPU copy of the zoo model,
 // exported with a dynamic batch (onnx/zoo.h), whatever device and fusion trained it.
 void export_trained(const TrainConfig& c, const nn::Module& net) {
@@ -216,6 +211,11 @@ void export_trained(const TrainConfig& c, const nn::Module& net) {
   }
 }
 
+// Once per run: how the cuDNN plans came about, and their timeline in the file
+// LOOM_CUDNN_PLAN_TIMELINE names (when set), followed by the start-up's phases
+// so the two can be read side by side (the table counts from process start, the
+// phases from the trainer's start). A run on the CPU still writes the file, with
+// one line saying why it has no plans: a missing file reads as a fault.
 void report_plans(const TrainConfig& c, const std::string& startup_line) {
   const char* path = std::getenv("LOOM_CUDNN_PLAN_TIMELINE");
   std::ofstream timeline;
@@ -257,9 +257,8 @@ std::string temporary_metrics_path(const std::string& run_id) {
   return (folder / fmt::format("loom_metrics_{}.csv", run_id)).string();
 }
 
-// The training run; `group` is null unless it is one rank of a data-parallel job.
-TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> group) {
-  const auto began = std::chrono::steady_clock::now();
+// The flags train_on checks before it loads anything; returns the --plot tool.
+std::string check_config(const TrainConfig& c) {
   LOOM_CHECK(c.epochs >= 1 && c.batch_size >= 1, ValueError,
              "[train] epochs and batch size must be positive, got {} and {}", c.epochs, c.batch_size);
   LOOM_CHECK(c.target_accuracy >= 0 && c.target_accuracy <= 1 && c.profile_steps >= 0, ValueError,
@@ -269,25 +268,95 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
              "[train] the metrics file '{}' must end in .csv or .jsonl (the format follows it)",
              c.metrics);
   check_save(c);
-  const std::string plot_tool = check_plot(c);
+  return check_plot(c);
+}
+
+// The zoo model on c.device: channels-last (cuDNN's native layout) and fused on
+// the GPU as asked; fusing keeps the parameters and state_dict names.
+std::shared_ptr<nn::Module> model_on_device(const TrainConfig& c) {
+  std::shared_ptr<nn::Module> model = make_model(c);
+  model->to(c.device);
+  if (c.device.is_cuda()) model->to(MemoryFormat::ChannelsLast);
+  if (c.fuse) nn::fuse(*model);  // unfused where cuDNN has no engine
+  return model;
+}
+
+void print_start(const TrainConfig& c, const optim::Optimizer& opt, int64_t train_images, int start) {
+  // The lr the optimizer holds: after a resume it is the checkpoint's, not --lr.
+  const double lr = opt.param_groups().at(0).lr.value_or(c.lr);
+  std::printf("%s on %s: %lld training images, batch %lld, %s lr %g, schedule %s, %s%s%s\n",
+              c.model.c_str(), c.device.str().c_str(), static_cast<long long>(train_images),
+              static_cast<long long>(c.batch_size), c.optimizer.c_str(), lr, c.schedule.c_str(),
+              precision_shown(c).c_str(),
+              c.detect_anomaly ? ", anomaly mode (eager steps, every op checked for NaN/inf)" : "",
+              start > 0 ? fmt::format(", resumed after epoch {}", start).c_str() : "");
+}
+
+void print_epoch(const EpochResult& r) {
+  std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test loss %.4f, test accuracy %.4f, "
+              "%.0f img/s, %.2f s (%.2f s since start)%s\n",
+              r.epoch, r.train_loss, r.train_accuracy, r.test_loss, r.test_accuracy,
+              r.images_per_second, r.seconds, r.elapsed_seconds,
+              r.skipped_steps > 0
+                  ? fmt::format(", {} steps skipped (non-finite loss)", r.skipped_steps).c_str()
+                  : "");
+  std::fflush(stdout);
+}
+
+// What the epochs read besides Training: the full training split (a rank
+// reshards it every epoch), the test loader and the job's group (null alone).
+struct EpochInputs {
+  const data::Dataset& train_set;
+  data::DataLoader& test_loader;
+  const distributed::ProcessGroup* group;
+  std::chrono::steady_clock::time_point began;
+};
+
+// The epochs from t.first_epoch on: train, evaluate, print, write the metrics
+// row and the checkpoint; stops early at --target-accuracy; then the --plot.
+void run_epochs(Training& t, const TrainConfig& c, const EpochInputs& in, const std::string& plot_tool,
+                TrainResult& result) {
+  const std::string run_id = new_run_id();
+  // --plot draws from the metrics file: a temporary one when there is no --metrics.
+  const std::string metrics_path =
+      !c.metrics.empty() || c.plot.empty() ? c.metrics : temporary_metrics_path(run_id);
+  TemporaryFile temporary_metrics(metrics_path == c.metrics ? "" : metrics_path);
+  Metrics metrics(metrics_path, run_id, flags_text(c));
+  for (int epoch = t.first_epoch; epoch < c.epochs; ++epoch) {
+    if (in.group && epoch > 0) t.loader = make_loader(c, epoch_shard(in.train_set, c, *in.group, epoch), true);
+    t.loader.set_epoch(epoch);
+    EpochResult r = train_epoch(t, epoch + 1, c);
+    if (in.group) r.images_per_second *= in.group->size();  // every rank steps in lockstep
+    std::tie(r.test_loss, r.test_accuracy) = evaluate(t.net, in.test_loader, c);
+    r.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - in.began).count();
+    if (c.progress) print_epoch(r);
+    metrics.write(r);
+    result.epochs.push_back(r);
+    if (!c.save.empty()) save_training(c, t.net, t.opt, t.schedule, epoch + 1);
+    if (c.target_accuracy > 0 && r.test_accuracy >= c.target_accuracy) break;
+  }
+  if (!c.plot.empty()) draw_plot(c, plot_tool, metrics_path, run_id);
+}
+
+// The training run; `group` is null unless it is one rank of a data-parallel job.
+TrainResult train_on(const TrainConfig& c, std::shared_ptr<distributed::ProcessGroup> group) {
+  const auto began = std::chrono::steady_clock::now();
+  const std::string plot_tool = check_config(c);
   PrecisionScope precision(c.precision, c.device, c.autotune);
   AnomalyGuard anomaly(c.detect_anomaly);
   manual_seed(c.seed);
   StartupPhases startup(began);
   std::future<Splits> loading = load_splits(c, startup);
-  std::shared_ptr<nn::Module> model = make_model(c);
+  std::shared_ptr<nn::Module> model = model_on_device(c);
   nn::Module& net = *model;
-  net.to(c.device);
-  if (c.device.is_cuda()) net.to(MemoryFormat::ChannelsLast);  // cuDNN's native layout
-  if (c.fuse) nn::fuse(net);  // same parameters and state_dict names; unfused where cuDNN has no engine
   startup.mark("model on device");
-  auto [train_set, test_set, train_read, test_read] = loading.get();
-  startup.mark_at("train split read", train_read);
-  startup.mark_at("test split read", test_read);
+  const Splits splits = loading.get();
+  startup.mark_at("train split read", splits.train_read);
+  startup.mark_at("test split read", splits.test_read);
   startup.mark("data in hand");
   data::DataLoader train_loader =
-      make_loader(c, group ? epoch_shard(train_set, c, *group, 0) : train_set, /*training=*/true);
-  data::DataLoader test_loader = make_loader(c, test_set, /*training=*/false);
+      make_loader(c, group ? epoch_shard(splits.train, c, *group, 0) : splits.train, /*training=*/true);
+  data::DataLoader test_loader = make_loader(c, splits.test, /*training=*/false);
   startup.mark("loaders ready");
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   if (group) ddp = std::make_unique<nn::DistributedDataParallel>(model, group);
@@ -301,54 +370,15 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   TrainResult result;
   Training t{net, *opt, schedule.get(), train_loader, step, profiled, 0, startup};
   t.first_epoch = c.resume.empty() ? 0 : resume_training(c, net, *opt, schedule.get(), result.warnings);
-  const int start = t.first_epoch;
-  if (start >= c.epochs) {
+  if (t.first_epoch >= c.epochs) {
     // Exiting 0 in silence would read as a finished training run.
-    std::printf("nothing to do: checkpoint is at epoch %d, --epochs %d%s\n", start, c.epochs,
+    std::printf("nothing to do: checkpoint is at epoch %d, --epochs %d%s\n", t.first_epoch, c.epochs,
                 c.plot.empty() ? "" : " (so no --plot picture either)");
     result.model = net.state_dict();
     return result;
   }
-  if (c.progress) {
-    // The lr the optimizer holds: after a resume it is the checkpoint's, not --lr.
-    const double lr = opt->param_groups().at(0).lr.value_or(c.lr);
-    std::printf("%s on %s: %lld training images, batch %lld, %s lr %g, schedule %s, %s%s%s\n",
-                c.model.c_str(), c.device.str().c_str(),
-                static_cast<long long>(train_set.images.size(0)), static_cast<long long>(c.batch_size),
-                c.optimizer.c_str(), lr, c.schedule.c_str(), precision_shown(c).c_str(),
-                c.detect_anomaly ? ", anomaly mode (eager steps, every op checked for NaN/inf)" : "",
-                start > 0 ? fmt::format(", resumed after epoch {}", start).c_str() : "");
-  }
-  const std::string run_id = new_run_id();
-  // --plot draws from the metrics file: a temporary one when there is no --metrics.
-  const std::string metrics_path =
-      !c.metrics.empty() || c.plot.empty() ? c.metrics : temporary_metrics_path(run_id);
-  TemporaryFile temporary_metrics(metrics_path == c.metrics ? "" : metrics_path);
-  Metrics metrics(metrics_path, run_id, flags_text(c));
-  for (int epoch = start; epoch < c.epochs; ++epoch) {
-    if (group && epoch > 0) train_loader = make_loader(c, epoch_shard(train_set, c, *group, epoch), true);
-    train_loader.set_epoch(epoch);
-    EpochResult r = train_epoch(t, epoch + 1, c);
-    if (group) r.images_per_second *= group->size();  // every rank steps in lockstep
-    std::tie(r.test_loss, r.test_accuracy) = evaluate(net, test_loader, c);
-    r.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-    if (c.progress) {
-      std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test loss %.4f, test accuracy %.4f, "
-                  "%.0f img/s, %.2f s (%.2f s since start)%s\n",
-                  r.epoch, r.train_loss, r.train_accuracy, r.test_loss, r.test_accuracy,
-                  r.images_per_second, r.seconds,
-                  r.elapsed_seconds,
-                  r.skipped_steps > 0
-                      ? fmt::format(", {} steps skipped (non-finite loss)", r.skipped_steps).c_str()
-                      : "");
-      std::fflush(stdout);
-    }
-    metrics.write(r);
-    result.epochs.push_back(r);
-    if (!c.save.empty()) save_training(c, net, *opt, schedule.get(), epoch + 1);
-    if (c.target_accuracy > 0 && r.test_accuracy >= c.target_accuracy) break;
-  }
-  if (!c.plot.empty()) draw_plot(c, plot_tool, metrics_path, run_id);
+  if (c.progress) print_start(c, *opt, splits.train.images.size(0), t.first_epoch);
+  run_epochs(t, c, {splits.train, test_loader, group.get(), began}, plot_tool, result);
   if (!c.export_onnx.empty()) export_trained(c, net);
   if (c.progress) std::printf("%s\n", startup.line().c_str());
   report_plans(c, startup.line());
@@ -360,7 +390,7 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
 
 TrainResult train(const TrainConfig& config) {
   if (!config.distributed) return train_on(config, nullptr);
-  std::shared_ptr<dist::ProcessGroup> group = join_job(config);
+  std::shared_ptr<distributed::ProcessGroup> group = join_job(config);
   return run_or_abort(*group, [&] { return train_on(rank_config(config, *group), group); });
 }
 

@@ -1,4 +1,5 @@
 // File: training/user_path.cc
+// Resolving the user's relative paths against their directory, under bazel run too.
 #include "training/user_path.h"
 
 #include <cstdlib>

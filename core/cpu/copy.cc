@@ -1,3 +1,5 @@
+// File: core/cpu/copy.cc
+// CPU strided copies with dtype conversion, and fills.
 #include "core/cpu/copy.h"
 
 #include <cstring>

@@ -1,4 +1,5 @@
 // File: core/cpu/indexing.cc
+// CPU kernels of gather, index_select and embedding, and their scatter-add backward.
 #include "core/cpu/indexing.h"
 
 #include "core/cpu/loop.h"

@@ -1,3 +1,5 @@
+// File: core/cpu/reduce.cc
+// CPU reductions (sum, mean, max) over the dims the output keeps at size 1, in double.
 #include "core/cpu/reduce.h"
 
 #include <algorithm>

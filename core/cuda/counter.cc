@@ -1,4 +1,5 @@
 // File: core/cuda/counter.cc
+// Device-side counters: the increment kernel's launch on the current stream.
 #include "core/cuda/counter.h"
 
 #include "core/cuda/counter_kernels.h"

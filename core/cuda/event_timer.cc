@@ -1,4 +1,5 @@
 // File: core/cuda/event_timer.cc
+// Timing GPU work between two CUDA events on the current stream.
 #include "core/cuda/event_timer.h"
 
 #include <cstddef>

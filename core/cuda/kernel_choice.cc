@@ -1,4 +1,5 @@
 // File: core/cuda/kernel_choice.cc
+// Choosing between interchangeable implementations of an op by timing them.
 #include "core/cuda/kernel_choice.h"
 
 #include <fmt/format.h>

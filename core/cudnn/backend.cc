@@ -1,3 +1,5 @@
+// File: core/cudnn/backend.cc
+// RAII over cuDNN backend descriptors, typed attribute setters, the cuDNN check.
 #include "core/cudnn/backend.h"
 
 #include <fmt/format.h>
@@ -22,14 +24,8 @@ void check_status(cudnnStatus_t status, const char* statement, const char* file,
                                detail.empty() ? "" : ": ", detail));
 }
 
-Descriptor::Descriptor(cudnnBackendDescriptorType_t type) : type_(type) {
+Descriptor::Descriptor(cudnnBackendDescriptorType_t type) {
   LOOM_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &raw_));
-}
-
-Descriptor Descriptor::adopt(cudnnBackendDescriptor_t raw) {
-  Descriptor d;
-  d.raw_ = raw;
-  return d;
 }
 
 Descriptor::~Descriptor() {
@@ -37,13 +33,12 @@ Descriptor::~Descriptor() {
 }
 
 Descriptor::Descriptor(Descriptor&& other) noexcept
-    : raw_(std::exchange(other.raw_, nullptr)), type_(other.type_) {}
+    : raw_(std::exchange(other.raw_, nullptr)) {}
 
 Descriptor& Descriptor::operator=(Descriptor&& other) noexcept {
   if (this != &other) {
     if (raw_ != nullptr) cudnnBackendDestroyDescriptor(raw_);
     raw_ = std::exchange(other.raw_, nullptr);
-    type_ = other.type_;
   }
   return *this;
 }

@@ -7,7 +7,6 @@
 #include <cudnn.h>
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,8 +23,6 @@ std::string last_error_string();
 class Descriptor {
  public:
   explicit Descriptor(cudnnBackendDescriptorType_t type);
-  // Wraps a descriptor created elsewhere (e.g. heuristics results); takes ownership.
-  static Descriptor adopt(cudnnBackendDescriptor_t raw);
   ~Descriptor();
   Descriptor(Descriptor&& other) noexcept;
   Descriptor& operator=(Descriptor&& other) noexcept;
@@ -33,8 +30,6 @@ class Descriptor {
   Descriptor& operator=(const Descriptor&) = delete;
 
   cudnnBackendDescriptor_t get() const { return raw_; }
-  // The type it was created with (adopted descriptors report none).
-  std::optional<cudnnBackendDescriptorType_t> type() const { return type_; }
 
   Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
                   int64_t count, const void* values);
@@ -61,9 +56,7 @@ class Descriptor {
   int64_t get_int64(cudnnBackendAttributeName_t name) const;
 
  private:
-  Descriptor() = default;
   cudnnBackendDescriptor_t raw_ = nullptr;
-  std::optional<cudnnBackendDescriptorType_t> type_;
 };
 
 }  // namespace loom::cudnn

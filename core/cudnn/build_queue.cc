@@ -1,3 +1,5 @@
+// File: core/cudnn/build_queue.cc
+// Background plan builds: worker threads, one job per plan-cache entry.
 #include "core/cudnn/build_queue.h"
 
 #include <algorithm>

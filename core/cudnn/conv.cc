@@ -1,3 +1,5 @@
+// File: core/cudnn/conv.cc
+// 2-D convolution on the GPU (fprop, dgrad, wgrad) through cached cuDNN graphs.
 #include "core/cudnn/conv.h"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,5 @@
+// File: core/cudnn/graph.cc
+// Graph nodes (conv, matmul, pointwise, norms, ...), their names and their descriptors.
 #include "core/cudnn/graph.h"
 
 #include <algorithm>

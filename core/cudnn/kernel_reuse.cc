@@ -1,3 +1,5 @@
+// File: core/cudnn/kernel_reuse.cc
+// Reusing a plan's kernel across batch sizes, lazy building's first stage.
 #include "core/cudnn/kernel_reuse.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// File: core/cudnn/norm.cc
+// Batch-norm training forward and backward on the GPU through cuDNN norm graphs.
 #include "core/cudnn/norm.h"
 
 #include "core/cuda/norm.h"

@@ -1,3 +1,5 @@
+// File: core/cudnn/plan.cc
+// Choosing, finalizing, test-running and executing an execution plan for a Graph.
 #include "core/cudnn/plan.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// File: core/cudnn/plan_cache.cc
+// Graph -> cached plan: lookup, build modes, the plan files and the statistics.
 #include "core/cudnn/plan_cache.h"
 
 #include <fmt/format.h>

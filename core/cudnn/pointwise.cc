@@ -1,3 +1,5 @@
+// File: core/cudnn/pointwise.cc
+// Elementwise activations forward and backward as cuDNN pointwise graphs.
 #include "core/cudnn/pointwise.h"
 
 #include <algorithm>

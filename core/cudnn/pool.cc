@@ -1,3 +1,5 @@
+// File: core/cudnn/pool.cc
+// Max and average pooling forward and backward through cuDNN RESAMPLE graphs.
 #include "core/cudnn/pool.h"
 
 #include "core/cudnn/plan_cache.h"

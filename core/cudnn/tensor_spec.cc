@@ -1,3 +1,5 @@
+// File: core/cudnn/tensor_spec.cc
+// From a device tensor (Strided) to the TensorSpec cuDNN sees.
 #include "core/cudnn/tensor_spec.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// File: core/cudnn/variant_walk.cc
+// A variant walk's per-thread state: once a variant is pending, later misses defer.
 #include "core/cudnn/variant_walk.h"
 
 namespace loom::cudnn {

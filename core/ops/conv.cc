@@ -81,26 +81,12 @@ Shape output_sizes(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
   return {x.size(0), w.size(0), p, q};
 }
 
-void check_layer_settings(const LayerSettings& s, const Tensor& bias) {
-  LOOM_CHECK(s.bias || !bias.defined(), ValueError,
-             "[{}] options.bias = false is nn::{}'s setting (whether the layer owns a bias), but "
-             "a bias tensor {} was passed; the functional op takes the bias as a tensor: pass an "
-             "undefined Tensor() for none",
-             s.op, s.layer, shape_str(bias.sizes()));
-  LOOM_CHECK(s.generator == nullptr, ValueError,
-             "[{}] options.generator is nn::{}'s setting (the generator of the layer's initial "
-             "weights); the functional op draws nothing: leave it null",
-             s.op, s.layer);
-}
-
 void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias,
                        const Conv2dOptions& o) {
   check_float_tensor(x, "conv2d", "input");
   check_float_tensor(w, "conv2d", "weight");
   check_same_dtype_device(x, w, "conv2d");
   check_options(o);
-  check_layer_settings(
-      {.op = "conv2d", .layer = "Conv2d", .bias = o.bias, .generator = o.generator}, bias);
   check_channels(x, w, o.groups);
   if (!bias.defined()) return;
   check_float_tensor(bias, "conv2d", "bias");

@@ -10,25 +10,21 @@
 
 #include <cstdint>
 
-#include "core/generator.h"
 #include "core/size2.h"
 #include "core/tensor.h"
 
 namespace loom {
 
-// {height, width} pairs, as PyTorch's conv2d arguments. One type for the
-// functional ops (conv2d, the fused conv ops, fusion::Block::conv2d) and the
-// nn::Conv2d layer (nn::Conv2dOptions names this same type).
+// {height, width} pairs, as PyTorch's conv2d arguments, for the functional ops
+// (conv2d, the fused conv ops, fusion::Block::conv2d). The layer's own settings
+// (whether it owns a bias, the generator of its initial weights) live in
+// nn::Conv2dOptions (layers/conv.h): a functional op takes its bias as a tensor
+// and draws nothing.
 struct Conv2dOptions {
   Size2 stride = 1;
   Size2 padding = 0;  // zeros on both sides
   Size2 dilation = 1;
   int64_t groups = 1;  // C and K split into this many independent convolutions
-  // The layer's settings, read by nn::Conv2d only: the functional ops take their
-  // bias as a tensor and draw nothing, so they refuse bias = false beside a bias
-  // tensor and any generator.
-  bool bias = true;                // whether the layer owns a bias (K)
-  Generator* generator = nullptr;  // for the initial weights; the default generator when null
 };
 
 // x (N, C, H, W) with any strides, weight (K, C/groups, R, S), optional bias

@@ -18,19 +18,7 @@ cpu::ConvParams conv_params(const Conv2dOptions& o);
 // What a trace records of a conv2d: stride, padding, dilation (each [h, w]) and groups.
 std::vector<trace::Attribute> conv_attributes(const Conv2dOptions& o);
 
-// The layer's settings that Conv2dOptions and ConvTranspose2dOptions carry for
-// nn::Conv2d and nn::ConvTranspose2d. A functional op takes its bias as a
-// tensor and draws nothing, so it refuses bias = false beside a bias tensor (the
-// caller meant "no bias" and passed one) and any generator.
-struct LayerSettings {
-  const char* op;     // "conv2d", for the message
-  const char* layer;  // "Conv2d"
-  bool bias;
-  const Generator* generator;
-};
-void check_layer_settings(const LayerSettings& s, const Tensor& bias);
-
-// conv2d's argument checks (dtypes, devices, options, layer settings, channels,
+// conv2d's argument checks (dtypes, devices, options, channels,
 // bias), for every op that takes conv2d's arguments; throws with "[conv2d] ..."
 // messages.
 void check_conv2d_args(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o);

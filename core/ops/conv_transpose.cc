@@ -26,7 +26,6 @@
 
 namespace loom {
 
-using conv_detail::check_layer_settings;
 using conv_detail::conv_params;
 using conv_detail::dgrad_kernel;
 using conv_detail::forward_kernel;
@@ -63,8 +62,6 @@ void check_args(const Tensor& x, const Tensor& w, const Tensor& bias,
   check_float_tensor(w, kOp, "weight");
   check_same_dtype_device(x, w, kOp);
   check_options(o);
-  check_layer_settings(
-      {.op = kOp, .layer = "ConvTranspose2d", .bias = o.bias, .generator = o.generator}, bias);
   LOOM_CHECK(x.dim() == 4, ShapeError,
              "[{}] expected a 4-D input (N, C, H, W), got shape {}; for a single image add the "
              "batch dim with unsqueeze(0)",

@@ -18,25 +18,19 @@
 
 #include <cstdint>
 
-#include "core/generator.h"
 #include "core/size2.h"
 #include "core/tensor.h"
 
 namespace loom {
 
-// One type for the functional op and the nn::ConvTranspose2d layer
-// (nn::ConvTranspose2dOptions names this same type).
+// The functional op's geometry; the layer's own settings (bias, generator) live
+// in nn::ConvTranspose2dOptions (layers/conv_transpose.h).
 struct ConvTranspose2dOptions {
   Size2 stride = 1;
   Size2 padding = 0;         // removed from both sides of the output
   Size2 output_padding = 0;  // added to one side, to pick among the output sizes a stride allows
   Size2 dilation = 1;
   int64_t groups = 1;
-  // The layer's settings, read by nn::ConvTranspose2d only: the functional op
-  // takes its bias as a tensor and draws nothing, so it refuses bias = false
-  // beside a bias tensor and any generator.
-  bool bias = true;                // whether the layer owns a bias (K)
-  Generator* generator = nullptr;  // for the initial weights; the default generator when null
 };
 
 // x (N, C, H, W) with any strides, weight (C, K/groups, R, S), optional bias

@@ -67,13 +67,11 @@ void check_cpu(const Tensor& x, std::string_view op) {
 
 namespace {
 
-void check_operand(const Tensor& x, std::string_view op) { check_float_tensor(x, op); }
-
 // Validates both operands of a binary op and promotes a 16-bit one meeting a
 // wider one (bf16 + fp32 -> fp32), differentiably.
 std::pair<Tensor, Tensor> promote_binary(const Tensor& a, const Tensor& b, std::string_view name) {
-  check_operand(a, name);
-  check_operand(b, name);
+  check_float_tensor(a, name);
+  check_float_tensor(b, name);
   return promote_operands(a, b);
 }
 
@@ -107,7 +105,7 @@ Tensor binary_values(const Tensor& a, const Tensor& b, BinaryOp op, std::string_
 }
 
 Tensor unary_values(const Tensor& x, UnaryOp op, std::string_view name) {
-  check_operand(x, name);
+  check_float_tensor(x, name);
   Tensor out = empty_like(x);
   LOOM_KERNEL(out, unary, out.strided(), x.strided(), op);
   return out;
@@ -115,7 +113,7 @@ Tensor unary_values(const Tensor& x, UnaryOp op, std::string_view name) {
 
 Tensor scalar_values(const Tensor& a, double s, BinaryOp op, std::string_view name,
                      bool scalar_first = false) {
-  check_operand(a, name);
+  check_float_tensor(a, name);
   Tensor out = empty_like(a);
   LOOM_KERNEL(out, binary_scalar, out.strided(), a.strided(), s, op, scalar_first);
   return out;
@@ -225,8 +223,8 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
 Tensor pow(const Tensor& x, const Tensor& exponent) {
   trace::OpScope trace("pow");
   check_cpu(x, "pow");  // its masked backward kernel exists on the CPU only
-  check_operand(x, "pow");
-  check_operand(exponent, "pow");
+  check_float_tensor(x, "pow");
+  check_float_tensor(exponent, "pow");
   Tensor out = binary_values(x, exponent, BinaryOp::Pow, "pow");
   if (needs_grad({x, exponent})) {
     record("pow", {x, exponent}, out, [x, exponent, y = out.detach()](const Tensor& dy) {
@@ -363,7 +361,7 @@ Tensor abs(const Tensor& x) {
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   trace::OpScope trace("clamp");
-  check_operand(x, "clamp");
+  check_float_tensor(x, "clamp");
   LOOM_CHECK(min || max, ValueError, "[clamp] needs at least one of min and max");
   double lo = min.value_or(-std::numeric_limits<double>::infinity());
   double hi = max.value_or(std::numeric_limits<double>::infinity());
@@ -404,8 +402,8 @@ namespace {
 // `other` expanded to self's shape; a 16-bit self or other meeting a wider one
 // is cast to self's dtype, as PyTorch's in-place ops do (fp32 += bf16).
 Tensor broadcast_into(const Tensor& self, const Tensor& other_in, std::string_view op) {
-  check_operand(self, op);
-  check_operand(other_in, op);
+  check_float_tensor(self, op);
+  check_float_tensor(other_in, op);
   const bool mixed = is_half_precision(self.dtype()) || is_half_precision(other_in.dtype());
   Tensor other = mixed ? other_in.detach().to(self.dtype()) : other_in;
   check_same_dtype_device(self, other, op);
@@ -447,7 +445,7 @@ Tensor& div_(Tensor& self, const Tensor& other) {
 Tensor& add_(Tensor& self, double value) {
   trace::OpScope trace("add_");  // in place: recorded so that the exporter can refuse it
   if (trace.recording()) trace.record({self}, std::vector<Tensor>{});
-  check_operand(self, "add_");
+  check_float_tensor(self, "add_");
   check_inplace(self, "add_");
   LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Add);
   return self;
@@ -474,7 +472,7 @@ Tensor& increment_(Tensor& counter, int64_t by) {
 Tensor& mul_(Tensor& self, double value) {
   trace::OpScope trace("mul_");  // in place: recorded so that the exporter can refuse it
   if (trace.recording()) trace.record({self}, std::vector<Tensor>{});
-  check_operand(self, "mul_");
+  check_float_tensor(self, "mul_");
   check_inplace(self, "mul_");
   LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Mul);
   return self;

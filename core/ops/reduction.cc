@@ -1,3 +1,5 @@
+// File: core/ops/reduction.cc
+// Reductions (sum, mean, max, argmax, sum_to): validation, dispatch and backward.
 #include "core/ops/reduction.h"
 
 #include <algorithm>

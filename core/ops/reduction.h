@@ -1,4 +1,5 @@
 // File: core/ops/reduction.h
+// Reductions: sum, mean, max and argmax over all or some dims, and sum_to.
 #pragma once
 
 #include "core/tensor.h"

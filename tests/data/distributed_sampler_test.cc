@@ -1,3 +1,5 @@
+// File: tests/data/distributed_sampler_test.cc
+// Tests of DistributedSampler (shards, PyTorch's padding, drop_last, shuffle) and gather.
 #include "data/distributed_sampler.h"
 
 #include <doctest/doctest.h>
@@ -22,6 +24,7 @@ std::vector<std::vector<int64_t>> shards(int64_t n, int64_t ranks, bool drop_las
                                    .seed = 7, .drop_last = drop_last});
     sampler.set_epoch(epoch);
     out.push_back(sampler.indices());
+    CHECK(static_cast<int64_t>(out.back().size()) == sampler.num_samples());
   }
   return out;
 }

@@ -1,3 +1,5 @@
+// File: tests/examples/program_run.cc
+// Running an example binary as a user does, for the tests of its command line.
 #include "tests/examples/program_run.h"
 
 #include <doctest/doctest.h>

@@ -1,3 +1,5 @@
+// File: tests/examples/snippets.cc
+// Reading the marked snippets of an example program, for the tutorial tests.
 #include "tests/examples/snippets.h"
 
 #include <doctest/doctest.h>

@@ -38,11 +38,21 @@ TEST_CASE("ConvTranspose2d has PyTorch's weight (C, K/groups, R, S) and names") 
   for (double v : testing::values(up.bias())) CHECK(std::abs(v) <= 1.0 / std::sqrt(18.0));
 }
 
-TEST_CASE("ConvTranspose2d takes the functional op's options type") {
-  static_assert(std::is_same_v<nn::ConvTranspose2dOptions, loom::ConvTranspose2dOptions>);
-  Generator gen(32);
+// The layer's settings (bias, generator) exist only in the layer's options type.
+template <typename Options>
+concept HasLayerSettings = requires(Options o) {
+  o.bias;
+  o.generator;
+};
+static_assert(HasLayerSettings<nn::ConvTranspose2dOptions>);
+static_assert(!HasLayerSettings<loom::ConvTranspose2dOptions>);
+
+TEST_CASE("ConvTranspose2d keeps its own settings; its forward calls conv_transpose2d") {
+  Generator gen(32), same(32);
   nn::ConvTranspose2d up(4, 2, 2, {.stride = 2, .bias = false, .generator = &gen});
-  CHECK(up.options().generator == nullptr);
+  nn::ConvTranspose2d twin(4, 2, 2, {.stride = 2, .bias = false, .generator = &same});
+  CHECK_CLOSE(up.weight(), twin.weight(), 0, 0);
+  CHECK(up.options().stride == Size2(2));
   CHECK_FALSE(up.bias().defined());
   const Tensor x = randn({1, 4, 3, 3}, {}, &gen);
   CHECK_CLOSE(up(x), conv_transpose2d(x, up.weight(), Tensor(), up.options()), 0, 0);

@@ -2,7 +2,7 @@
 // replica_batch_norm in one process: with one replica it is batch_norm (values,
 // gradients, running statistics), its float64 gradients pass gradcheck, and a
 // BatchNorm2d given a ReplicaReduce takes that path in training only. Several
-// replicas are checked by the MPI suite (tests/dist/ddp_test.cc).
+// replicas are checked by the MPI suite (tests/distributed/ddp_test.cc).
 #include "layers/sync_norm.h"
 
 #include <doctest/doctest.h>

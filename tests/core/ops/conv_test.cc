@@ -237,24 +237,6 @@ TEST_CASE("conv2d: a pair option is written as one int or as two") {
   CHECK_CLOSE(y, as_tensor(ref2.y, ref2.y_sizes), 1e-12, 1e-12);
 }
 
-TEST_CASE("conv2d: the layer's settings in the options are refused where they mean nothing") {
-  Tensor x = zeros({2, 3, 5, 5}), w = zeros({4, 3, 3, 3}), b = zeros({4});
-  CHECK_THROWS_WITH_FRAGMENT(
-      conv2d(x, w, b, {.padding = 1, .bias = false}), ValueError,
-      "[conv2d] options.bias = false is nn::Conv2d's setting (whether the layer owns a bias), but "
-      "a bias tensor (4,) was passed; the functional op takes the bias as a tensor: pass an "
-      "undefined Tensor() for none");
-  Generator gen(3);
-  CHECK_THROWS_WITH_FRAGMENT(conv2d(x, w, Tensor(), {.generator = &gen}), ValueError,
-                             "[conv2d] options.generator is nn::Conv2d's setting (the generator "
-                             "of the layer's initial weights); the functional op draws nothing");
-  // bias = false with no bias tensor says the same as the tensor: a conv without bias.
-  x = randn({2, 3, 5, 5}, {}, &gen);
-  w = randn({4, 3, 3, 3}, {}, &gen);
-  CHECK_CLOSE(conv2d(x, w, Tensor(), {.padding = 1, .bias = false}),
-              conv2d(x, w, Tensor(), {.padding = 1}), 0, 0);
-}
-
 TEST_CASE("conv2d: the output layout follows PyTorch's choice") {
   Generator gen(8);
   Tensor x = randn({2, 3, 5, 5}, {}, &gen);

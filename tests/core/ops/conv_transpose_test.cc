@@ -117,14 +117,6 @@ TEST_CASE("conv_transpose2d errors name the op and the values") {
                              "bias must have shape (2,)");
   CHECK_THROWS_WITH_FRAGMENT(conv_transpose2d(zeros({3, 4, 4}), zeros({3, 2, 3, 3})), ShapeError,
                              "expected a 4-D input");
-  CHECK_THROWS_WITH_FRAGMENT(
-      conv_transpose2d(x, zeros({3, 2, 3, 3}), zeros({2}), {.bias = false}), ValueError,
-      "[conv_transpose2d] options.bias = false is nn::ConvTranspose2d's setting (whether the "
-      "layer owns a bias), but a bias tensor (2,) was passed");
-  Generator gen(4);
-  CHECK_THROWS_WITH_FRAGMENT(
-      conv_transpose2d(x, zeros({3, 2, 3, 3}), Tensor(), {.generator = &gen}), ValueError,
-      "[conv_transpose2d] options.generator is nn::ConvTranspose2d's setting");
 }
 
 }  // namespace loom

@@ -133,11 +133,6 @@ TEST_CASE("conv2d_bias_relu and relu_conv2d reject bad arguments with the values
                              ValueError, "stride must be positive, got (0, 1)");
   CHECK_THROWS_WITH_FRAGMENT(conv2d_bias_relu(x, randn({4, 3, 3, 3}, kFloat64)), TypeError,
                              "[conv2d]");
-  CHECK_THROWS_WITH_FRAGMENT(conv2d_bias_relu(x, randn({4, 3, 3, 3}), randn({4}), {.bias = false}),
-                             ValueError, "[conv2d] options.bias = false is nn::Conv2d's setting");
-  Generator gen(5);
-  CHECK_THROWS_WITH_FRAGMENT(relu_conv2d(x, randn({4, 3, 3, 3}), Tensor(), {.generator = &gen}),
-                             ValueError, "[conv2d] options.generator is nn::Conv2d's setting");
 }
 
 // ---- batch_norm_relu --------------------------------------------------------------------

@@ -1,4 +1,5 @@
 // File: tests/core/ops/fusion_parity.cc
+// The fusion GPU tests' parity check: fused and unfused blocks against the CPU.
 #include "tests/core/ops/fusion_parity.h"
 
 #ifdef LOOM_WITH_CUDA

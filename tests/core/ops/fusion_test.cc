@@ -214,10 +214,6 @@ TEST_CASE("block errors name the block, the operands and the fix") {
   CHECK_THROWS_WITH_FRAGMENT(Block()(x, {}), ValueError, "the block has no steps");
   CHECK_THROWS_WITH_FRAGMENT(Block().conv2d().relu().forward_pieces(x, {randn({2, 4, 3, 3})}), ShapeError,
                              "[conv2d] input has 3 channels but weight expects 4");
-  Generator gen(6);
-  const Block seeded = Block().conv2d({.generator = &gen}).relu();
-  CHECK_THROWS_WITH_FRAGMENT(seeded(x, {w}), ValueError, "[conv2d] options.generator is nn::Conv2d's setting");
-  CHECK_THROWS_WITH_FRAGMENT(seeded.forward_pieces(x, {w}), ValueError, "options.generator");
 }
 
 }  // namespace loom

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a program as N ranks on this host under Open MPI (Debian's openmpi-bin;
 # on the GPU host, the bundle's unpacked copy):
-#   tests/dist/mpirun.sh N program [args...]
+#   tests/distributed/mpirun.sh N program [args...]
 # A hung job is killed after LOOM_MPI_TEST_TIMEOUT seconds (default 240).
 set -euo pipefail
 n=$1
@@ -15,7 +15,7 @@ flags=(-np "$n" --oversubscribe --bind-to none)
 # The ranks get the launcher's library path, and NVLink multicast stays off
 # on multi-GPU hosts (it can take a shared host's GPUs out of service).
 export NCCL_NVLS_ENABLE=0
-for name in LD_LIBRARY_PATH NCCL_NVLS_ENABLE LOOM_DIST_TEST_DEVICE LOOM_TEST_DEVICE; do
+for name in LD_LIBRARY_PATH NCCL_NVLS_ENABLE LOOM_DISTRIBUTED_TEST_DEVICE LOOM_TEST_DEVICE; do
   [ -z "${!name:-}" ] || flags+=(-x "$name")
 done
 # Shared memory between local ranks; the single-copy mechanism (CMA, ptrace)

@@ -1,9 +1,9 @@
-// File: dist/ddp.cc
+// File: distributed/ddp.cc
 // Buckets, gradient hooks and the overlap of all-reduce with backward. One
 // step: forward (start_step) -> backward: each hook copies a gradient into its
 // bucket; a full bucket, and every full one after it in index order, starts
 // its all-reduce; the last launch finishes the step (waits, copies back).
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 
 #include <fmt/format.h>
 
@@ -36,7 +36,7 @@ struct DistributedDataParallel::Bucket {
   std::vector<size_t> slots;
   Tensor flat;  // (elements) contiguous, the parameters' dtype and device
   size_t pending = 0;  // gradients not yet copied in this step
-  std::unique_ptr<dist::Work> work;
+  std::unique_ptr<distributed::Work> work;
 };
 
 #ifdef LOOM_WITH_CUDA
@@ -107,7 +107,7 @@ struct DistributedDataParallel::Timeline {};
 #endif
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
-                                                 std::shared_ptr<dist::ProcessGroup> group,
+                                                 std::shared_ptr<distributed::ProcessGroup> group,
                                                  DistributedDataParallelOptions options)
     : module_(std::move(module)), group_(std::move(group)), options_(options) {
   LOOM_CHECK(module_ != nullptr && group_ != nullptr, ValueError,
@@ -301,12 +301,12 @@ void DistributedDataParallel::launch(Bucket& bucket) {
     if (timeline_) timeline_->mark(timeline_->ready[b], compute);
     if (timeline_) timeline_->mark(timeline_->start[b], streams_->comm);
     cuda::StreamGuard on_comm(streams_->comm, streams_->device);
-    bucket.work = group_->all_reduce_async(bucket.flat, dist::ReduceOp::Avg);
+    bucket.work = group_->all_reduce_async(bucket.flat, distributed::ReduceOp::Avg);
     if (timeline_) timeline_->mark(timeline_->end[b], streams_->comm);
     return;
   }
 #endif
-  bucket.work = group_->all_reduce_async(bucket.flat, dist::ReduceOp::Avg);
+  bucket.work = group_->all_reduce_async(bucket.flat, distributed::ReduceOp::Avg);
 }
 
 void DistributedDataParallel::finish() {

@@ -1,4 +1,4 @@
-// File: optim/optim_dump.cc
+// File: tools/optim_dump.cc
 // Applies N steps of SGD, Adam or AdamW to parameters and per-step gradients
 // read from a file, and writes the resulting parameters: the Loom half of
 // tools/optim_vs_torch.py, which runs torch.optim on the same numbers.

@@ -1,4 +1,4 @@
-// File: dist/nccl_backend.cc
+// File: distributed/nccl_backend.cc
 // CUDA collectives over NCCL, on the calling thread's current stream. The
 // communicator is non-blocking (ncclConfig_t::blocking = 0), so that neither
 // its setup nor an enqueue can hang on a dead peer: every NCCL call that
@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "core/error.h"
-#include "dist/backend.h"
+#include "distributed/backend.h"
 
 #ifdef LOOM_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -23,7 +23,7 @@
 #include "core/cuda/stream.h"
 #endif
 
-namespace loom::dist {
+namespace loom::distributed {
 
 #ifdef LOOM_WITH_CUDA
 
@@ -300,4 +300,4 @@ std::unique_ptr<Backend> make_nccl_backend(int, int, const UniqueId&, Device dev
 
 #endif
 
-}  // namespace loom::dist
+}  // namespace loom::distributed

@@ -1,3 +1,4 @@
+// File: tests/distributed/distributed_trainer_test.cc
 // The trainers' --distributed mode (training/distributed.h) as ranks
 // of the MPI suite: it lives here, not under tests/examples, because it needs
 // mpirun.sh's ranks.
@@ -8,7 +9,7 @@
 #include <string>
 
 #include "training/trainer.h"
-#include "tests/dist/world.h"
+#include "tests/distributed/world.h"
 #include "tests/testing.h"
 
 using namespace loom;
@@ -67,7 +68,7 @@ TEST_CASE("trainer --distributed: the replicas stay identical, rank 0 alone writ
   CHECK(count_lines(shared_path("ddp.csv")) == 3);
 }
 
-// On GPUs (LOOM_DIST_TEST_DEVICE=cuda): rank 0 trains alone on its GPU, the
+// On GPUs (LOOM_DISTRIBUTED_TEST_DEVICE=cuda): rank 0 trains alone on its GPU, the
 // job resumes that checkpoint with every rank on its own GPU, and rank 0
 // alone resumes the job's checkpoint in turn.
 TEST_CASE("trainer --distributed on GPUs resumes a 1-GPU checkpoint, and one GPU resumes its" *

@@ -1,21 +1,22 @@
+// File: tests/distributed/ddp_test.cc
 // nn::DistributedDataParallel over MPI between the ranks of `mpirun.sh N`
 // (N >= 2): N ranks with B samples each train like one process with the
 // global batch of N * B (SyncBatchNorm's statistics too). On the CPU by
-// default; with LOOM_DIST_TEST_DEVICE=cuda each rank trains on its GPU over
+// default; with LOOM_DISTRIBUTED_TEST_DEVICE=cuda each rank trains on its GPU over
 // NCCL (strict fp32, so that the only difference left is the order of the
 // sums), and captured bf16 TrainSteps are compared as well.
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 
 #include <doctest/doctest.h>
 
 #include "core/autocast.h"
 #include "core/numerics.h"
 #include "core/ops/ops.h"
-#include "dist/sync_batch_norm.h"
+#include "distributed/sync_batch_norm.h"
 #include "layers/nn.h"
 #include "optim/sgd.h"
 #include "optim/train_step.h"
-#include "tests/dist/world.h"
+#include "tests/distributed/world.h"
 #include "tests/testing.h"
 
 using namespace loom;

@@ -1,4 +1,4 @@
-// File: tests/dist/dead_rank_gpu_test.cc
+// File: tests/distributed/dead_rank_gpu_test.cc
 // dead_rank_test's failures on two GPUs over NCCL: a rank that stalls or dies
 // makes the other fail with a clear error within the group's timeout (3 s),
 // never a hang. Needs two GPUs and Open MPI's launcher; the job's programs are
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/device.h"
-#include "tests/dist/job.h"
+#include "tests/distributed/job.h"
 
 namespace {
 
@@ -20,8 +20,8 @@ std::string from_env(const char* name, const char* fallback) {
 }
 
 loom::testing::JobResult run_gpu_job(const std::string& scenario) {
-  return loom::testing::run_job(from_env("LOOM_MPIRUN_SH", "tests/dist/mpirun.sh") + " 2 " +
-                                from_env("LOOM_DEAD_RANK_WORKER", "tests/dist/dead_rank_worker") +
+  return loom::testing::run_job(from_env("LOOM_MPIRUN_SH", "tests/distributed/mpirun.sh") + " 2 " +
+                                from_env("LOOM_DEAD_RANK_WORKER", "tests/distributed/dead_rank_worker") +
                                 " " + scenario + " gpu");
 }
 

@@ -1,8 +1,8 @@
-// File: dist/ddp.h
+// File: distributed/ddp.h
 // nn::DistributedDataParallel: data-parallel training, one replica of the model
 // per process (per GPU), as PyTorch's DistributedDataParallel.
 //
-//   auto group = dist::ProcessGroup::from_mpi();               // under mpirun
+//   auto group = distributed::ProcessGroup::from_mpi();               // under mpirun
 //   auto net = std::make_shared<nn::Sequential>(nn::resnet9());
 //   net->to(group->device());
 //   nn::DistributedDataParallel ddp(net, group);               // rank 0's weights everywhere
@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #include "layers/module.h"
 
 namespace loom::nn {
@@ -71,9 +71,8 @@ struct BucketTiming {
 struct StepTimeline {
   std::vector<BucketTiming> buckets;  // in launch order
   double backward_ms = 0;  // the last bucket's ready_ms: gradients are all computed
-  double done_ms = 0;      // the compute stream has the averaged gradients
-  // done_ms - backward_ms: communication the backward could not hide.
-  double exposed_ms() const { return done_ms - backward_ms; }
+  double done_ms = 0;      // the compute stream has the averaged gradients;
+                           // done_ms - backward_ms: what the backward could not hide
 };
 
 class DistributedDataParallel final : public Module {
@@ -83,7 +82,7 @@ class DistributedDataParallel final : public Module {
   // hooks. The module's tensors must be on the group's device (CPU for an
   // MPI-only group).
   DistributedDataParallel(std::shared_ptr<Module> module,
-                          std::shared_ptr<dist::ProcessGroup> group,
+                          std::shared_ptr<distributed::ProcessGroup> group,
                           DistributedDataParallelOptions options = {});
   ~DistributedDataParallel() override;
   DistributedDataParallel(const DistributedDataParallel&) = delete;
@@ -93,7 +92,7 @@ class DistributedDataParallel final : public Module {
   std::string type_name() const override { return "DistributedDataParallel"; }
 
   Module& module() { return *module_; }
-  dist::ProcessGroup& group() { return *group_; }
+  distributed::ProcessGroup& group() { return *group_; }
 
   // Skips the all-reduce for its lifetime: gradients accumulate locally, and
   // the first backward after it averages the accumulated sum.
@@ -133,7 +132,7 @@ class DistributedDataParallel final : public Module {
   void start_step();
 
   std::shared_ptr<Module> module_;
-  std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<distributed::ProcessGroup> group_;
   DistributedDataParallelOptions options_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;

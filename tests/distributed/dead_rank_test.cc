@@ -1,3 +1,4 @@
+// File: tests/distributed/dead_rank_test.cc
 // A rank that dies or stalls makes the others fail with a clear error within
 // the group's timeout (3 s in dead_rank_worker), never a hang: each case runs
 // a two-rank job under mpirun and checks how and how fast it ended.
@@ -5,12 +6,12 @@
 
 #include <string>
 
-#include "tests/dist/job.h"
+#include "tests/distributed/job.h"
 
 namespace {
 
 loom::testing::JobResult run_job(const std::string& scenario) {
-  return loom::testing::run_job("tests/dist/mpirun.sh 2 tests/dist/dead_rank_worker " + scenario);
+  return loom::testing::run_job("tests/distributed/mpirun.sh 2 tests/distributed/dead_rank_worker " + scenario);
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
-// File: dist/process_group.h
+// File: distributed/process_group.h
 // Collectives between the processes of a data-parallel job: NCCL for CUDA
 // tensors, MPI for CPU tensors. Nothing here is a transport of Loom's own:
 // mpirun starts the ranks and MPI bootstraps NCCL (rank 0's ncclUniqueId is
 // broadcast over MPI); other launchers pass rank, size and the id themselves.
 //
 //   // mpirun -np 4 ./train       (one rank per GPU: rank r of a host drives cuda:<local rank>)
-//   auto group = loom::dist::ProcessGroup::from_mpi();
+//   auto group = loom::distributed::ProcessGroup::from_mpi();
 //   Tensor g = ...;                                  // same shape and dtype on every rank
-//   group->all_reduce(g, loom::dist::ReduceOp::Avg); // in place, every rank gets the mean
+//   group->all_reduce(g, loom::distributed::ReduceOp::Avg); // in place, every rank gets the mean
 //
 // Every blocking collective first exchanges a small metadata row (op, dtype,
 // shape, root) so that ranks that disagree get a ShapeError or TypeError
@@ -31,7 +31,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 
-namespace loom::dist {
+namespace loom::distributed {
 
 enum class ReduceOp { Sum, Avg };
 
@@ -126,4 +126,4 @@ class ProcessGroup {
   std::unique_ptr<Backend> nccl_;  // CUDA tensors on device_
 };
 
-}  // namespace loom::dist
+}  // namespace loom::distributed

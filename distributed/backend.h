@@ -1,5 +1,5 @@
-// File: dist/backend.h
-// What the two transports of a ProcessGroup implement (private to dist/):
+// File: distributed/backend.h
+// What the two transports of a ProcessGroup implement (private to distributed/):
 // MPI for CPU tensors and NCCL for CUDA tensors. Arguments are validated by
 // ProcessGroup (contiguous, same dtype and device, sizes that fit); backends
 // only move bytes, and every wait polls against the deadline.
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
-namespace loom::dist {
+namespace loom::distributed {
 
 class Backend {
  public:
@@ -62,4 +62,4 @@ UniqueId broadcast_unique_id(const UniqueId& id, double timeout_seconds);
 std::unique_ptr<Backend> make_nccl_backend(int rank, int size, const UniqueId& id, Device device,
                                            double timeout_seconds);
 
-}  // namespace loom::dist
+}  // namespace loom::distributed

@@ -1,10 +1,11 @@
+// File: tests/distributed/process_group_test.cc
 // Collectives over MPI between the ranks of `mpirun.sh N` (N >= 2).
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 #include <doctest/doctest.h>
 
 #include "core/ops/ops.h"
-#include "tests/dist/world.h"
+#include "tests/distributed/world.h"
 #include "tests/testing.h"
 
 using namespace loom;
@@ -31,7 +32,7 @@ TEST_CASE("all_reduce sums or averages every rank's tensor, in place") {
   CHECK_CLOSE(x, mul(arange(6).view({2, 3}), rank_sum()), 0, 0);
 
   Tensor y = rank_tensor({5}, DType::Float64);
-  world()->all_reduce(y, dist::ReduceOp::Avg);
+  world()->all_reduce(y, distributed::ReduceOp::Avg);
   CHECK_CLOSE(y, mul(arange(5, {.dtype = DType::Float64}), rank_sum() / n), 1e-15, 0);
 
   Tensor counts = full({3}, world()->rank(), {.dtype = DType::Int64});
@@ -63,10 +64,10 @@ TEST_CASE("all_gather stacks the ranks' tensors along dim 0; reduce_scatter spli
   // Every rank contributes rank_tensor (N*2,): rank r keeps the sum of rows [2r, 2r + 2).
   Tensor input = rank_tensor({2 * n});
   Tensor out = empty({2});
-  world()->reduce_scatter(out, input, dist::ReduceOp::Sum);
+  world()->reduce_scatter(out, input, distributed::ReduceOp::Sum);
   const double r = world()->rank();
   CHECK_CLOSE(out, tensor({2 * r * rank_sum(), (2 * r + 1) * rank_sum()}, {2}), 1e-6, 0);
-  world()->reduce_scatter(out, input, dist::ReduceOp::Avg);
+  world()->reduce_scatter(out, input, distributed::ReduceOp::Avg);
   CHECK_CLOSE(out, tensor({2 * r * rank_sum() / n, (2 * r + 1) * rank_sum() / n}, {2}), 1e-6, 0);
   world()->barrier();
 }
@@ -89,7 +90,7 @@ TEST_CASE("arguments a rank can check alone are refused before any communication
                              "ranks stacked along dim 0");
   CHECK_THROWS_WITH_FRAGMENT(world()->all_reduce(zeros({2}, {.dtype = DType::BFloat16})), TypeError,
                              "MPI has no bfloat16");
-  CHECK_THROWS_WITH_FRAGMENT(world()->all_reduce(zeros({2}, {.dtype = DType::Int64}), dist::ReduceOp::Avg),
+  CHECK_THROWS_WITH_FRAGMENT(world()->all_reduce(zeros({2}, {.dtype = DType::Int64}), distributed::ReduceOp::Avg),
                              TypeError, "needs a floating tensor");
   CHECK_THROWS_WITH_FRAGMENT(world()->broadcast(zeros({2}), world()->size()), ValueError,
                              "is not a rank of this group");

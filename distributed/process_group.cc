@@ -1,8 +1,8 @@
-// File: dist/process_group.cc
+// File: distributed/process_group.cc
 // The transport-independent half of ProcessGroup: argument checks, the
 // metadata exchange that turns a rank mismatch into a clear error, staging of
 // non-contiguous tensors, and the deadline loop every wait goes through.
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 #include <fmt/format.h>
 
@@ -12,14 +12,14 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "dist/backend.h"
+#include "distributed/backend.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #endif
 
-namespace loom::dist {
+namespace loom::distributed {
 
 namespace {
 
@@ -320,4 +320,4 @@ std::unique_ptr<Work> ProcessGroup::all_reduce_async(const Tensor& tensor, Reduc
   return backend.all_reduce(tensor, op, "all_reduce");
 }
 
-}  // namespace loom::dist
+}  // namespace loom::distributed

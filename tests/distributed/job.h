@@ -1,4 +1,4 @@
-// File: tests/dist/job.h
+// File: tests/distributed/job.h
 // Runs a shell command (an mpirun job) to its end and keeps its exit code,
 // wall time and output, for the tests that watch a whole job fail.
 #pragma once

@@ -1,6 +1,6 @@
-// File: dist/sync_batch_norm.cc
+// File: distributed/sync_batch_norm.cc
 // The process-group ReplicaReduce behind SyncBatchNorm and convert_sync_batchnorm.
-#include "dist/sync_batch_norm.h"
+#include "distributed/sync_batch_norm.h"
 
 #include <utility>
 
@@ -12,9 +12,9 @@ namespace {
 
 class GroupReduce final : public ReplicaReduce {
  public:
-  explicit GroupReduce(std::shared_ptr<dist::ProcessGroup> group) : group_(std::move(group)) {}
+  explicit GroupReduce(std::shared_ptr<distributed::ProcessGroup> group) : group_(std::move(group)) {}
 
-  void all_reduce_sum(const Tensor& t) override { group_->all_reduce(t, dist::ReduceOp::Sum); }
+  void all_reduce_sum(const Tensor& t) override { group_->all_reduce(t, distributed::ReduceOp::Sum); }
 
   Tensor all_gather(const Tensor& local) override {
     Shape sizes = local.sizes();
@@ -25,17 +25,17 @@ class GroupReduce final : public ReplicaReduce {
   }
 
  private:
-  std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<distributed::ProcessGroup> group_;
 };
 
 }  // namespace
 
-std::shared_ptr<ReplicaReduce> replica_reduce(std::shared_ptr<dist::ProcessGroup> group) {
+std::shared_ptr<ReplicaReduce> replica_reduce(std::shared_ptr<distributed::ProcessGroup> group) {
   LOOM_CHECK(group != nullptr, ValueError, "[SyncBatchNorm] the process group is null");
   return std::make_shared<GroupReduce>(std::move(group));
 }
 
-SyncBatchNorm::SyncBatchNorm(int64_t num_features, std::shared_ptr<dist::ProcessGroup> group,
+SyncBatchNorm::SyncBatchNorm(int64_t num_features, std::shared_ptr<distributed::ProcessGroup> group,
                              BatchNorm2dOptions options)
     : BatchNorm2d(num_features, options) {
   set_replica_reduce(nn::replica_reduce(std::move(group)));
@@ -49,7 +49,7 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
 }
 
 std::shared_ptr<Module> convert_sync_batchnorm(std::shared_ptr<Module> module,
-                                               std::shared_ptr<dist::ProcessGroup> group) {
+                                               std::shared_ptr<distributed::ProcessGroup> group) {
   LOOM_CHECK(module != nullptr, ValueError, "[convert_sync_batchnorm] the module is null");
   const std::shared_ptr<ReplicaReduce> reduce = replica_reduce(std::move(group));
   auto convert = [&](Module& m) {

@@ -1,3 +1,4 @@
+// File: tests/distributed/dead_rank_worker.cc
 // A two-rank job in which rank 1 fails, for dead_rank_test.cc and
 // dead_rank_gpu_test.cc:
 //   mpirun.sh 2 dead_rank_worker stall|exit|ddp-stall [gpu]
@@ -19,8 +20,8 @@
 
 #include "core/error.h"
 #include "core/ops/ops.h"
-#include "dist/ddp.h"
-#include "dist/process_group.h"
+#include "distributed/ddp.h"
+#include "distributed/process_group.h"
 #include "layers/nn.h"
 
 using namespace loom;
@@ -28,7 +29,7 @@ using namespace loom;
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   const bool gpu = argc > 2 && std::string(argv[2]) == "gpu";
-  auto group = dist::ProcessGroup::from_mpi(
+  auto group = distributed::ProcessGroup::from_mpi(
       {.timeout_seconds = 3, .device = gpu ? std::nullopt : std::optional(Device::cpu())});
   const Device device = group->device();
   try {

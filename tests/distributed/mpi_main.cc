@@ -1,3 +1,4 @@
+// File: tests/distributed/mpi_main.cc
 // The doctest main of suites that run as several MPI ranks (mpirun.sh N suite):
 // every rank runs every test case in the same order (their collectives must
 // match), rank 0 prints the report, and another rank's report is printed only

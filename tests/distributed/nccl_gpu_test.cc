@@ -1,3 +1,4 @@
+// File: tests/distributed/nccl_gpu_test.cc
 // One NCCL rank on one GPU, made from a unique id (no mpirun needed): the
 // collectives, DistributedDataParallel inside a captured TrainStep under bf16
 // autocast, and the setup deadline when a peer never shows up. Skipped where
@@ -8,8 +9,8 @@
 
 #include "core/autocast.h"
 #include "core/ops/ops.h"
-#include "dist/ddp.h"
-#include "dist/process_group.h"
+#include "distributed/ddp.h"
+#include "distributed/process_group.h"
 #include "layers/nn.h"
 #include "optim/sgd.h"
 #include "optim/train_step.h"
@@ -19,9 +20,9 @@ using namespace loom;
 
 namespace {
 
-std::shared_ptr<dist::ProcessGroup> single_rank() {
-  static std::shared_ptr<dist::ProcessGroup> group =
-      dist::ProcessGroup::from_unique_id(0, 1, dist::UniqueId::create(), {.timeout_seconds = 60, .device = Device::cuda(0)});
+std::shared_ptr<distributed::ProcessGroup> single_rank() {
+  static std::shared_ptr<distributed::ProcessGroup> group =
+      distributed::ProcessGroup::from_unique_id(0, 1, distributed::UniqueId::create(), {.timeout_seconds = 60, .device = Device::cuda(0)});
   return group;
 }
 
@@ -41,7 +42,7 @@ std::shared_ptr<nn::Sequential> make_net() {
 }  // namespace
 
 LOOM_GPU_TEST_CASE("NCCL single rank: the collectives, and the unique id's hex form") {
-  dist::ProcessGroup& g = *single_rank();
+  distributed::ProcessGroup& g = *single_rank();
   CHECK(g.rank() == 0);
   CHECK(g.size() == 1);
   CHECK(g.has_nccl());
@@ -50,7 +51,7 @@ LOOM_GPU_TEST_CASE("NCCL single rank: the collectives, and the unique id's hex f
   g.all_reduce(x);
   CHECK_CLOSE(x, arange(6).view({2, 3}), 0, 0);
   Tensor h = arange(8, {.dtype = DType::BFloat16, .device = kGpu});
-  g.all_reduce(h, dist::ReduceOp::Avg);
+  g.all_reduce(h, distributed::ReduceOp::Avg);
   CHECK_CLOSE(h, arange(8, {.dtype = DType::BFloat16}), 0, 0);
   Tensor view = arange(12, {.device = kGpu}).view({3, 4}).t();
   g.broadcast(view, 0);
@@ -63,8 +64,8 @@ LOOM_GPU_TEST_CASE("NCCL single rank: the collectives, and the unique id's hex f
   CHECK_CLOSE(scattered, arange(4), 0, 0);
   g.barrier();
   CHECK_THROWS_WITH_FRAGMENT(g.all_reduce(zeros({2})), DeviceError, "CPU tensors go over MPI");
-  dist::UniqueId id = dist::UniqueId::create();
-  CHECK(dist::UniqueId::from_hex(id.hex()).bytes == id.bytes);
+  distributed::UniqueId id = distributed::UniqueId::create();
+  CHECK(distributed::UniqueId::from_hex(id.hex()).bytes == id.bytes);
 }
 
 LOOM_GPU_TEST_CASE("NCCL single rank: DDP in a captured bf16 TrainStep matches the plain model") {
@@ -103,7 +104,7 @@ LOOM_GPU_TEST_CASE("NCCL single rank: DDP in a captured bf16 TrainStep matches t
 LOOM_GPU_TEST_CASE("NCCL: a peer that never joins fails the setup after the timeout, not a hang") {
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_FRAGMENT(
-      dist::ProcessGroup::from_unique_id(0, 2, dist::UniqueId::create(), {.timeout_seconds = 3, .device = Device::cuda(0)}),
+      distributed::ProcessGroup::from_unique_id(0, 2, distributed::UniqueId::create(), {.timeout_seconds = 3, .device = Device::cuda(0)}),
       DistError, "rank 0 of 2 waited 3 s for the other ranks");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,8 +1,8 @@
-// File: dist/sync_batch_norm.h
+// File: distributed/sync_batch_norm.h
 // nn::SyncBatchNorm and nn::convert_sync_batchnorm, as PyTorch's: batch norm
 // whose training statistics cover the global batch of a data-parallel job.
 //
-//   auto group = dist::ProcessGroup::from_mpi();
+//   auto group = distributed::ProcessGroup::from_mpi();
 //   auto net = std::make_shared<MyNet>();               // BatchNorm2d layers inside
 //   nn::convert_sync_batchnorm(net, group);             // in place: every BatchNorm syncs
 //   net->to(group->device());
@@ -19,17 +19,17 @@
 #include <memory>
 #include <string>
 
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #include "layers/norm.h"
 
 namespace loom::nn {
 
 // The ReplicaReduce of a process group's blocking collectives.
-std::shared_ptr<ReplicaReduce> replica_reduce(std::shared_ptr<dist::ProcessGroup> group);
+std::shared_ptr<ReplicaReduce> replica_reduce(std::shared_ptr<distributed::ProcessGroup> group);
 
 class SyncBatchNorm final : public BatchNorm2d {
  public:
-  SyncBatchNorm(int64_t num_features, std::shared_ptr<dist::ProcessGroup> group,
+  SyncBatchNorm(int64_t num_features, std::shared_ptr<distributed::ProcessGroup> group,
                 BatchNorm2dOptions options = {});
   // x (N, C, ...): any number of dims after C, as PyTorch's SyncBatchNorm.
   Tensor forward(const Tensor& x) override;
@@ -42,6 +42,6 @@ class SyncBatchNorm final : public BatchNorm2d {
 // they are (PyTorch swaps in new modules, which C++ handles would not see).
 // Returns `module`.
 std::shared_ptr<Module> convert_sync_batchnorm(std::shared_ptr<Module> module,
-                                               std::shared_ptr<dist::ProcessGroup> group);
+                                               std::shared_ptr<distributed::ProcessGroup> group);
 
 }  // namespace loom::nn

@@ -1,4 +1,4 @@
-// File: dist/mpi_backend.cc
+// File: distributed/mpi_backend.cc
 // CPU collectives over MPI. Every collective is a non-blocking MPI call whose
 // request is polled with MPI_Test against the deadline: a blocking MPI call
 // would hang forever on a rank that stalled, while this throws DistError.
@@ -12,9 +12,9 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "dist/backend.h"
+#include "distributed/backend.h"
 
-namespace loom::dist {
+namespace loom::distributed {
 
 namespace {
 
@@ -240,4 +240,4 @@ UniqueId broadcast_unique_id(const UniqueId& id, double timeout_seconds) {
   return out;
 }
 
-}  // namespace loom::dist
+}  // namespace loom::distributed
