@@ -17,12 +17,12 @@
 #include "core/error.h"
 #include "core/numerics.h"
 #include "core/profiler.h"
+#include "core/step_boundary.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
 #include "core/cuda/optim.h"
 #include "core/cuda/stream.h"
-#include "core/cudnn/plan_cache.h"
 #endif
 
 namespace loom::optim {
@@ -70,7 +70,7 @@ struct TrainStep::Entry {
 
 struct TrainStep::Graphs {
   std::vector<std::unique_ptr<Entry>> entries;
-  uint64_t plan_generation = 0;  // cudnn::PlanCache's generation the graphs were captured under
+  uint64_t plan_generation = 0;  // step_boundary()'s generation the graphs were captured under
 };
 
 TrainStep::TrainStep(StepFunction fn, Optimizer& optimizer, TrainStepOptions options)
@@ -196,9 +196,7 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
 }
 
 void TrainStep::apply_pending_plans() {
-  cudnn::PlanCache& plans = cudnn::PlanCache::global();
-  plans.apply_pending();
-  const uint64_t generation = plans.generation();
+  const uint64_t generation = step_boundary();
   if (generation == graphs_->plan_generation) return;
   graphs_->plan_generation = generation;
   bool dropped = false;

@@ -20,6 +20,7 @@
 #include "core/cudnn/tensor_spec.h"
 #include "core/cudnn/variant_walk.h"
 #include "core/error.h"
+#include "core/step_boundary.h"
 
 namespace loom::cudnn {
 
@@ -335,5 +336,41 @@ PlanRun run_plan_reporting(const Graph& graph, const VariantPointers& pointers,
 }
 
 int apply_pending_plans() { return PlanCache::global().apply_pending(); }
+
+namespace {
+
+PlanSummary summary() {
+  const PlanCacheStats s = PlanCache::global().stats();
+  return PlanSummary{.hits = s.hits, .misses = s.misses, .plans_built = s.plans_built,
+                     .plans_restored = s.plans_restored, .background_restores = s.background_restores,
+                     .lazy_plans = s.lazy_plans, .plans_specialized = s.plans_specialized,
+                     .kernels_reused = s.kernels_reused, .unsupported = s.unsupported,
+                     .evictions = s.evictions, .build_seconds = s.build_seconds};
+}
+
+// The cache's part of step_boundary.h: linked into every program that runs a
+// plan (run_plan lives here), and only there.
+const bool step_boundary_hooked = [] {
+  set_step_boundary_hook(StepBoundaryHook{
+      .run = [] {
+        PlanCache& cache = PlanCache::global();
+        cache.apply_pending();
+        return cache.generation();
+      },
+      .wait_for_background = [] {
+        PlanCache& cache = PlanCache::global();
+        cache.wait_for_background_builds();
+        return cache.swaps_waiting();
+      },
+      .summary = &summary,
+      .explain = [] { return PlanCache::global().explain(); },
+      .timeline_table = [] {
+        const PlanCache& cache = PlanCache::global();
+        return cache.timeline().empty() ? std::string() : cache.timeline_table();
+      }});
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace loom::cudnn
