@@ -39,7 +39,9 @@ class PlanCache {
   // `has_fallback`) while the best plan is built in the background and the op
   // runs on its tier below cuDNN, or (with `has_fallback`, inside a
   // VariantWalk) when a better variant of the op is pending: then a miss is
-  // deferred, neither built nor cached (variant_walk.h).
+  // deferred, neither built nor cached (variant_walk.h). A hit reads nothing
+  // else; a miss reads the calling thread's state once into a PlanRequest
+  // (plan_key.h), which everything below takes.
   std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph, bool has_fallback = false);
 
   // Lazy mode: queues the background build of a key the op will only meet
