@@ -18,6 +18,7 @@
 #include "core/numerics.h"
 #include "core/ops/loss.h"
 #include "core/profiler.h"
+#include "core/step_boundary.h"
 #include "core/tensor.h"
 #include "distributed/ddp.h"
 #include "training/trainer.h"
@@ -33,7 +34,6 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
-#include "core/cudnn/plan_cache.h"
 #endif
 
 namespace loom::bench {
@@ -146,26 +146,14 @@ struct PlanCounts {
 };
 
 PlanCounts plan_counts() {
-#ifdef LOOM_WITH_CUDA
-  const cudnn::PlanCacheStats s = cudnn::PlanCache::global().stats();
+  const PlanSummary s = plan_summary();
   return {s.plans_built, s.plans_restored, s.lazy_plans, s.plans_specialized};
-#else
-  return {};
-#endif
 }
 
 // Lets lazily started plans finish; true when some finished and wait to be
 // swapped in at the next step (a swap can bring keys of its own, built next).
 bool wait_for_background_plans(Device device) {
-#ifdef LOOM_WITH_CUDA
-  if (!device.is_cuda()) return false;
-  cudnn::PlanCache& cache = cudnn::PlanCache::global();
-  cache.wait_for_background_builds();
-  return cache.swaps_waiting();
-#else
-  (void)device;
-  return false;
-#endif
+  return device.is_cuda() && loom::wait_for_background_plans();
 }
 
 struct InputSets {
@@ -403,15 +391,10 @@ void write_plan_timeline(const std::string& path) {
   if (path.empty()) return;
   std::ofstream out(path);
   LOOM_CHECK(out.is_open(), IoError, "[bench] cannot write --plan-timeline {}", path);
-#ifdef LOOM_WITH_CUDA
-  const cudnn::PlanCache& cache = cudnn::PlanCache::global();
-  // Without plans (no GPU, say) explain() is one line saying why; an empty
-  // timeline table above it would only add a header.
-  if (!cache.timeline().empty()) out << cache.timeline_table() << "\n";
-  out << cache.explain();
-#else
-  out << "no cuDNN plans: this build has no CUDA backend, so every op ran on the CPU\n";
-#endif
+  // Without plans (no GPU, say) the report is one line saying why, and there
+  // is no timeline table above it.
+  if (const std::string table = plan_timeline_table(); !table.empty()) out << table << "\n";
+  out << plan_report();
 }
 
 void run_all(const BenchOptions& o, const std::shared_ptr<distributed::ProcessGroup>& group,

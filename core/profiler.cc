@@ -11,13 +11,14 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/step_boundary.h"
+
 #ifdef LOOM_WITH_CUDA
 #include <cuda_runtime_api.h>
 
 #include "core/cuda/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
-#include "core/cudnn/plan_cache.h"
 #endif
 
 namespace loom {
@@ -140,7 +141,7 @@ std::string entries_table(const std::vector<ProfileEntry>& rows, int64_t steps) 
 std::string device_summary(bool used_gpu) {
 #ifdef LOOM_WITH_CUDA
   if (!used_gpu) return "";
-  const cudnn::PlanCacheStats plans = cudnn::PlanCache::global().stats();
+  const PlanSummary plans = plan_summary();
   const cuda::AllocatorStats memory = cuda::stats();
   constexpr double kMiB = 1024.0 * 1024.0;
   return fmt::format(

@@ -14,10 +14,8 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/step_boundary.h"
 #include "optim/update.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/plan_cache.h"
-#endif
 
 namespace loom::optim {
 
@@ -190,15 +188,13 @@ void Optimizer::zero_grad(bool set_to_none) {
 void Optimizer::step() {
   prepare_step();
   apply_step();
-#ifdef LOOM_WITH_CUDA
   // The end of a step is a step boundary: plans that background builds finished
   // (lazy plan building) swap in here for loops that do not use TrainStep.
   const bool on_gpu = std::any_of(groups_.begin(), groups_.end(), [](const ParamGroup& group) {
     return std::any_of(group.params.begin(), group.params.end(),
                        [](const Tensor& p) { return p.defined() && p.device().is_cuda(); });
   });
-  if (on_gpu) cudnn::apply_pending_plans();
-#endif
+  if (on_gpu) step_boundary();
 }
 
 void Optimizer::prepare_step() {

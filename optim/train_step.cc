@@ -18,13 +18,13 @@
 #include "core/numerics.h"
 #include "core/ops/fused.h"
 #include "core/profiler.h"
+#include "core/step_boundary.h"
 #include "core/trace.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
 #include "core/cuda/optim.h"
 #include "core/cuda/stream.h"
-#include "core/cudnn/plan_cache.h"
 #endif
 
 namespace loom::optim {
@@ -75,7 +75,7 @@ struct TrainStep::Entry {
 
 struct TrainStep::Graphs {
   std::vector<std::unique_ptr<Entry>> entries;
-  uint64_t plan_generation = 0;  // cudnn::PlanCache's generation the graphs were captured under
+  uint64_t plan_generation = 0;  // step_boundary()'s generation the graphs were captured under
 };
 
 TrainStep::TrainStep(StepFunction fn, Optimizer& optimizer, TrainStepOptions options)
@@ -234,9 +234,7 @@ TrainStep::Entry* TrainStep::entry_for(const Tensor& x, const Tensor& y) {
 }
 
 void TrainStep::apply_pending_plans() {
-  cudnn::PlanCache& plans = cudnn::PlanCache::global();
-  plans.apply_pending();
-  const uint64_t generation = plans.generation();
+  const uint64_t generation = step_boundary();
   if (generation == graphs_->plan_generation) return;
   graphs_->plan_generation = generation;
   bool dropped = false;

@@ -31,7 +31,7 @@
 // must outlive the TrainStep. The step runs on the GPU of its inputs x.
 //
 // Each GPU step starts at a step boundary: it first swaps in the cuDNN plans
-// that background builds finished (lazy plan building, core/cudnn/plan_cache.h).
+// that background builds finished (lazy plan building, core/step_boundary.h).
 // When that changed any plan, every captured graph is dropped and its shape
 // runs one eager step, then is captured again with the new plans.
 //

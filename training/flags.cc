@@ -26,12 +26,9 @@
 #include "core/error.h"
 #include "core/ops/fusion_report.h"
 #include "core/shape.h"
+#include "core/step_boundary.h"
 #include "models/registry.h"
 #include "training/user_path.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/plan_cache.h"
-#endif
-
 namespace loom::training {
 
 std::string models_for(const std::string& dataset) {
@@ -304,11 +301,7 @@ int train_main(int argc, char** argv, TrainConfig defaults, const char* usage) {
   try {
     train(flags.config);
     if (flags.explain) {
-#ifdef LOOM_WITH_CUDA
-      std::printf("%s", cudnn::PlanCache::global().explain().c_str());
-#else
-      std::printf("no cuDNN plans: this build has no CUDA backend, so every op ran on the CPU\n");
-#endif
+      std::printf("%s", plan_report().c_str());
     }
     if (flags.fusion_report) std::printf("%s", fusion::report({.measure = true}).c_str());
   } catch (const Error& e) {

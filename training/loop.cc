@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "core/ops/ops.h"
+#include "core/step_boundary.h"
 #include "data/dataloader.h"
 #include "layers/nn.h"
 #include "models/registry.h"
@@ -34,10 +35,6 @@
 #include "training/epoch_tally.h"
 #include "training/metrics.h"
 #include "training/plot.h"
-
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/plan_cache.h"
-#endif
 
 namespace loom::training {
 
@@ -224,10 +221,8 @@ void report_plans(const TrainConfig& c, const std::string& startup_line) {
     LOOM_CHECK(timeline.is_open(), IoError, "[train] cannot write LOOM_CUDNN_PLAN_TIMELINE={}", path);
   }
   bool plans_reported = false;
-#ifdef LOOM_WITH_CUDA
   if (c.device.is_cuda()) {
-    const cudnn::PlanCache& plans = cudnn::PlanCache::global();
-    const cudnn::PlanCacheStats s = plans.stats();
+    const PlanSummary s = plan_summary();
     if (c.progress) {
       std::printf("cuDNN plans (%s): %lld built, %lld restored from plan files (%lld in the "
                   "background), %lld started lazily, %lld specialized later, %lld reused a kernel "
@@ -237,10 +232,9 @@ void report_plans(const TrainConfig& c, const std::string& startup_line) {
                   static_cast<long long>(s.background_restores), static_cast<long long>(s.lazy_plans),
                   static_cast<long long>(s.plans_specialized), static_cast<long long>(s.kernels_reused));
     }
-    if (timeline.is_open()) timeline << plans.timeline_table();
+    if (timeline.is_open()) timeline << plan_timeline_table();
     plans_reported = true;
   }
-#endif
   if (!timeline.is_open()) return;
   if (!plans_reported) timeline << "no cuDNN plans: the run was on the CPU\n";
   timeline << startup_line << "\n";

@@ -436,65 +436,116 @@ void BuiltGraph::bind_ports(Descriptor& op, const Node& node) const {
   for (const auto& [attribute, uid] : node.ports) op.set_descriptor(attribute, tensor(uid));
 }
 
+namespace {
+
+// The operation of a node of each kind, its attribute descriptor (kept alive by
+// the BuiltGraph) filled and finalized here.
+Descriptor conv_operation(const Node& n, Descriptor& conv) {
+  std::span<const int64_t> p(n.params);
+  const size_t d = p.size() / 4;
+  conv.set_data_type(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, n.compute)
+      .set_enum(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
+      .set_int64(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, static_cast<int64_t>(d))
+      .set_int64s(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, p.subspan(0, d))
+      .set_int64s(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, p.subspan(d, d))
+      .set_int64s(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, p.subspan(2 * d, d))
+      .set_int64s(CUDNN_ATTR_CONVOLUTION_DILATIONS, p.subspan(3 * d, d));
+  conv.finalize();
+  const ConvAttributes& a = kConvAttributes[static_cast<int>(n.kind)];
+  Descriptor op(a.type);
+  op.set_descriptor(a.conv, conv);
+  set_scaling(op, a.alpha, a.beta, n.compute);
+  return op;
+}
+
+Descriptor matmul_operation(const Node& n, Descriptor& desc) {
+  desc.set_data_type(CUDNN_ATTR_MATMUL_COMP_TYPE, n.compute);
+  desc.finalize();
+  Descriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+  op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, desc);
+  return op;
+}
+
+Descriptor pointwise_operation(const Node& n, Descriptor& desc) {
+  // Runtime-fused pointwise engines compute in FLOAT whatever the tensors hold.
+  desc.set_enum(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE,
+                static_cast<cudnnPointwiseMode_t>(n.mode))
+      .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
+  for (const PointwiseScalar& p : n.scalars) {
+    LOOM_CHECK(pointwise_takes(n.mode, p.attribute), ValueError,
+               "[cudnn graph] pointwise mode {} has no scalar attribute {} (given {}); leave it unset",
+               pointwise_name(n.mode), static_cast<int>(p.attribute), p.value);
+    desc.set_float(p.attribute, static_cast<float>(p.value));
+  }
+  desc.finalize();
+  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc);
+  return op;
+}
+
+Descriptor reduction_operation(const Node& n, Descriptor& desc) {
+  desc.set_enum(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+                static_cast<cudnnReduceTensorOp_t>(n.mode))
+      .set_data_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT)
+      .set_bool(CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, true);
+  desc.finalize();
+  Descriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+  op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, desc);
+  return op;
+}
+
+Descriptor resample_operation(const Node& n, Descriptor& desc) {
+  std::span<const int64_t> p(n.params);
+  const size_t d = p.size() / 4;
+  auto window = fractions(p.subspan(0, d)), stride = fractions(p.subspan(d, d));
+  auto pre = fractions(p.subspan(2 * d, d)), post = fractions(p.subspan(3 * d, d));
+  const auto mode = static_cast<cudnnResampleMode_t>(n.mode);
+  const cudnnPaddingMode_t padding = mode == CUDNN_RESAMPLE_MAXPOOL ? CUDNN_NEG_INF_PAD : CUDNN_ZERO_PAD;
+  const auto count = static_cast<int64_t>(d);
+  desc.set_enum(CUDNN_ATTR_RESAMPLE_MODE, CUDNN_TYPE_RESAMPLE_MODE, mode)
+      .set_data_type(CUDNN_ATTR_RESAMPLE_COMP_TYPE, CUDNN_DATA_FLOAT)
+      .set_int64(CUDNN_ATTR_RESAMPLE_SPATIAL_DIMS, count)
+      .set(CUDNN_ATTR_RESAMPLE_WINDOW_DIMS, CUDNN_TYPE_FRACTION, count, window.data())
+      .set(CUDNN_ATTR_RESAMPLE_STRIDES, CUDNN_TYPE_FRACTION, count, stride.data())
+      .set(CUDNN_ATTR_RESAMPLE_PRE_PADDINGS, CUDNN_TYPE_FRACTION, count, pre.data())
+      .set(CUDNN_ATTR_RESAMPLE_POST_PADDINGS, CUDNN_TYPE_FRACTION, count, post.data())
+      .set_enum(CUDNN_ATTR_RESAMPLE_NAN_PROPAGATION, CUDNN_TYPE_NAN_PROPOGATION, CUDNN_PROPAGATE_NAN)
+      .set_enum(CUDNN_ATTR_RESAMPLE_PADDING_MODE, CUDNN_TYPE_PADDING_MODE, padding);
+  desc.finalize();
+  const bool forward = n.kind == NodeKind::ResampleForward;
+  Descriptor op(forward ? CUDNN_BACKEND_OPERATION_RESAMPLE_FWD_DESCRIPTOR
+                        : CUDNN_BACKEND_OPERATION_RESAMPLE_BWD_DESCRIPTOR);
+  op.set_descriptor(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_DESC : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DESC,
+                    desc);
+  // Resample alpha/beta are deprecated in 9.19 but cudnn-frontend still sets
+  // them (as DOUBLE), so engines may still read them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  op.set_double(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_ALPHA : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_ALPHA, 1.0)
+      .set_double(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_BETA : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_BETA, 0.0);
+#pragma GCC diagnostic pop
+  return op;
+}
+
+}  // namespace
+
 void BuiltGraph::build(const Node& n) {
   std::optional<Descriptor> op;
   switch (n.kind) {
     case NodeKind::ConvForward:
     case NodeKind::ConvBackwardData:
-    case NodeKind::ConvBackwardFilter: {
-      std::span<const int64_t> p(n.params);
-      const size_t d = p.size() / 4;
-      Descriptor& conv = keep(Descriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
-      conv.set_data_type(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, n.compute)
-          .set_enum(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
-          .set_int64(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, static_cast<int64_t>(d))
-          .set_int64s(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, p.subspan(0, d))
-          .set_int64s(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, p.subspan(d, d))
-          .set_int64s(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, p.subspan(2 * d, d))
-          .set_int64s(CUDNN_ATTR_CONVOLUTION_DILATIONS, p.subspan(3 * d, d));
-      conv.finalize();
-      const ConvAttributes& a = kConvAttributes[static_cast<int>(n.kind)];
-      op.emplace(a.type);
-      op->set_descriptor(a.conv, conv);
-      set_scaling(*op, a.alpha, a.beta, n.compute);
+    case NodeKind::ConvBackwardFilter:
+      op.emplace(conv_operation(n, keep(Descriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR))));
       break;
-    }
-    case NodeKind::Matmul: {
-      Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR));
-      desc.set_data_type(CUDNN_ATTR_MATMUL_COMP_TYPE, n.compute);
-      desc.finalize();
-      op.emplace(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-      op->set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, desc);
+    case NodeKind::Matmul:
+      op.emplace(matmul_operation(n, keep(Descriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR))));
       break;
-    }
-    case NodeKind::Pointwise: {
-      // Runtime-fused pointwise engines compute in FLOAT whatever the tensors hold.
-      Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
-      desc.set_enum(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE,
-                    static_cast<cudnnPointwiseMode_t>(n.mode))
-          .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
-      for (const PointwiseScalar& p : n.scalars) {
-        LOOM_CHECK(pointwise_takes(n.mode, p.attribute), ValueError,
-                   "[cudnn graph] pointwise mode {} has no scalar attribute {} (given {}); leave it unset",
-                   pointwise_name(n.mode), static_cast<int>(p.attribute), p.value);
-        desc.set_float(p.attribute, static_cast<float>(p.value));
-      }
-      desc.finalize();
-      op.emplace(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-      op->set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc);
+    case NodeKind::Pointwise:
+      op.emplace(pointwise_operation(n, keep(Descriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR))));
       break;
-    }
-    case NodeKind::Reduction: {
-      Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR));
-      desc.set_enum(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
-                    static_cast<cudnnReduceTensorOp_t>(n.mode))
-          .set_data_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT)
-          .set_bool(CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, true);
-      desc.finalize();
-      op.emplace(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-      op->set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, desc);
+    case NodeKind::Reduction:
+      op.emplace(reduction_operation(n, keep(Descriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR))));
       break;
-    }
     case NodeKind::NormForward:
       op.emplace(CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR);
       op->set_enum(CUDNN_ATTR_OPERATION_NORM_FWD_MODE, CUDNN_TYPE_NORM_MODE,
@@ -524,39 +575,9 @@ void BuiltGraph::build(const Node& n) {
       op->set_data_type(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_DATA_FLOAT);
       break;
     case NodeKind::ResampleForward:
-    case NodeKind::ResampleBackward: {
-      std::span<const int64_t> p(n.params);
-      const size_t d = p.size() / 4;
-      auto window = fractions(p.subspan(0, d)), stride = fractions(p.subspan(d, d));
-      auto pre = fractions(p.subspan(2 * d, d)), post = fractions(p.subspan(3 * d, d));
-      const auto mode = static_cast<cudnnResampleMode_t>(n.mode);
-      const cudnnPaddingMode_t padding = mode == CUDNN_RESAMPLE_MAXPOOL ? CUDNN_NEG_INF_PAD : CUDNN_ZERO_PAD;
-      const auto count = static_cast<int64_t>(d);
-      Descriptor& desc = keep(Descriptor(CUDNN_BACKEND_RESAMPLE_DESCRIPTOR));
-      desc.set_enum(CUDNN_ATTR_RESAMPLE_MODE, CUDNN_TYPE_RESAMPLE_MODE, mode)
-          .set_data_type(CUDNN_ATTR_RESAMPLE_COMP_TYPE, CUDNN_DATA_FLOAT)
-          .set_int64(CUDNN_ATTR_RESAMPLE_SPATIAL_DIMS, count)
-          .set(CUDNN_ATTR_RESAMPLE_WINDOW_DIMS, CUDNN_TYPE_FRACTION, count, window.data())
-          .set(CUDNN_ATTR_RESAMPLE_STRIDES, CUDNN_TYPE_FRACTION, count, stride.data())
-          .set(CUDNN_ATTR_RESAMPLE_PRE_PADDINGS, CUDNN_TYPE_FRACTION, count, pre.data())
-          .set(CUDNN_ATTR_RESAMPLE_POST_PADDINGS, CUDNN_TYPE_FRACTION, count, post.data())
-          .set_enum(CUDNN_ATTR_RESAMPLE_NAN_PROPAGATION, CUDNN_TYPE_NAN_PROPOGATION, CUDNN_PROPAGATE_NAN)
-          .set_enum(CUDNN_ATTR_RESAMPLE_PADDING_MODE, CUDNN_TYPE_PADDING_MODE, padding);
-      desc.finalize();
-      const bool forward = n.kind == NodeKind::ResampleForward;
-      op.emplace(forward ? CUDNN_BACKEND_OPERATION_RESAMPLE_FWD_DESCRIPTOR
-                         : CUDNN_BACKEND_OPERATION_RESAMPLE_BWD_DESCRIPTOR);
-      op->set_descriptor(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_DESC : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DESC,
-                         desc);
-      // Resample alpha/beta are deprecated in 9.19 but cudnn-frontend still sets
-      // them (as DOUBLE), so engines may still read them.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-      op->set_double(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_ALPHA : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_ALPHA, 1.0)
-          .set_double(forward ? CUDNN_ATTR_OPERATION_RESAMPLE_FWD_BETA : CUDNN_ATTR_OPERATION_RESAMPLE_BWD_BETA, 0.0);
-#pragma GCC diagnostic pop
+    case NodeKind::ResampleBackward:
+      op.emplace(resample_operation(n, keep(Descriptor(CUDNN_BACKEND_RESAMPLE_DESCRIPTOR))));
       break;
-    }
   }
   bind_ports(*op, n);
   op->finalize();

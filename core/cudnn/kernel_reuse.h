@@ -31,7 +31,7 @@
 // dynamic shape". cuDNN's kernel-cache serialization holds no kernels (its
 // JSON stayed 1959 bytes across a compile), so reuse cannot outlive the process.
 //
-// A structure is plan_cache.h's structure_of (the graph's pattern without its
+// A structure is plan_key.h's structure_of (the graph's pattern without its
 // sizes, plus the policy and the device) with every size but the batch put
 // back. The batch sizes of one layer share a kernel; two layers of one pattern
 // and other widths (lenet5's two linear+ReLU) do not. Thread-safe: the builders
@@ -48,7 +48,7 @@
 #include <unordered_map>
 
 #include "core/cudnn/plan.h"
-#include "core/cudnn/plan_cache.h"
+#include "core/cudnn/plan_key.h"
 
 namespace loom::cudnn {
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "core/cudnn/plan.h"
-#include "core/cudnn/plan_cache.h"
+#include "core/cudnn/plan_key.h"
 
 namespace loom::cudnn {
 

@@ -32,10 +32,8 @@
 #include "core/ops/linalg.h"
 #include "core/ops/loss.h"
 #include "core/ops/reduction.h"
+#include "core/step_boundary.h"
 #include "core/tensor.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/plan_cache.h"
-#endif
 
 namespace {
 
@@ -188,11 +186,7 @@ int train(const Flags& flags) {
     for (loom::Tensor* p : {&w1, &b1, &w2, &b2}) loom::sub_(*p, p->grad(), lr);
   }
   if (flags.explain) {
-#ifdef LOOM_WITH_CUDA
-    std::printf("%s", loom::cudnn::PlanCache::global().explain().c_str());
-#else
-    std::printf("no cuDNN plans: this build has no CUDA backend, so every op ran on the CPU\n");
-#endif
+    std::printf("%s", loom::plan_report().c_str());
   }
   return 0;
 }

@@ -16,9 +16,7 @@
 #include "core/autocast.h"
 #include "core/numerics.h"
 #include "core/ops/ops.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/plan_cache.h"
-#endif
+#include "core/step_boundary.h"
 
 using namespace loom;
 
@@ -71,9 +69,7 @@ int main(int argc, char** argv) try {
 
   // Every cuDNN plan this process chose: engine, notes, workspace, hits.
   if (explain && !device.is_cuda()) std::printf("--explain: no cuDNN plans, nothing ran on a GPU\n");
-#ifdef LOOM_WITH_CUDA
-  if (explain && device.is_cuda()) std::printf("%s", cudnn::PlanCache::global().explain().c_str());
-#endif
+  if (explain && device.is_cuda()) std::printf("%s", plan_report().c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "gpu_and_precision: %s\n", e.what());
