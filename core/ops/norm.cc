@@ -48,11 +48,8 @@ TensorOptions channel_options(const Tensor& x) {
   return options;
 }
 
-namespace {
-
-// v: undefined, or (C) of channel_dtype(x) on x's device.
-void check_channel_vector(std::string_view op, const Tensor& v, std::string_view name,
-                          const Tensor& x) {
+void check_channel_operand(std::string_view op, const Tensor& v, std::string_view name,
+                           const Tensor& x) {
   if (!v.defined()) return;
   check_float_tensor(v, op, name);
   if (is_half_precision(x.dtype())) {
@@ -72,8 +69,6 @@ void check_channel_vector(std::string_view op, const Tensor& v, std::string_view
              shape_str(v.sizes()), shape_str(x.sizes()), x.size(1), x.size(1));
 }
 
-}  // namespace
-
 void check_channel_norm_args(std::string_view op, const Tensor& x, const Tensor& running_mean,
                              const Tensor& running_var, const Tensor& weight, const Tensor& bias,
                              bool training) {
@@ -81,10 +76,10 @@ void check_channel_norm_args(std::string_view op, const Tensor& x, const Tensor&
   LOOM_CHECK(x.dim() >= 2, ShapeError,
              "[{}] expects input (N, C) or (N, C, H, W) but got shape {}", op,
              shape_str(x.sizes()));
-  check_channel_vector(op, weight, "weight", x);
-  check_channel_vector(op, bias, "bias", x);
-  check_channel_vector(op, running_mean, "running_mean", x);
-  check_channel_vector(op, running_var, "running_var", x);
+  check_channel_operand(op, weight, "weight", x);
+  check_channel_operand(op, bias, "bias", x);
+  check_channel_operand(op, running_mean, "running_mean", x);
+  check_channel_operand(op, running_var, "running_var", x);
   LOOM_CHECK(running_mean.defined() == running_var.defined(), ValueError,
              "[{}] running_mean and running_var must be given together, but only {} was given",
              op, running_mean.defined() ? "running_mean" : "running_var");
@@ -426,11 +421,12 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
              "but got input of shape {} and num_groups={}; pick num_groups dividing C",
              shape_str(x.sizes()), num_groups);
   LOOM_CHECK(eps >= 0, ValueError, "[group_norm] eps must be non-negative, got {}", eps);
-  norm_detail::check_channel_norm_args("group_norm", x, Tensor(), Tensor(), weight, bias,
-                                       /*training=*/true);
+  norm_detail::check_channel_operand("group_norm", weight, "weight", x);
+  norm_detail::check_channel_operand("group_norm", bias, "bias", x);
   const MemoryFormat format = x.suggest_memory_format();
   // (N, G, C / G * H * W): each group's values as one row.
-  const Tensor rows = normalize(x.reshape({x.size(0), num_groups, -1}), {2}, eps);
+  const int64_t per_group = numel_of(Shape(x.sizes().begin() + 1, x.sizes().end())) / num_groups;
+  const Tensor rows = normalize(x.reshape({x.size(0), num_groups, per_group}), {2}, eps);
   Tensor y = channel_affine(rows.view(x.sizes()), weight, bias);
   if (format == MemoryFormat::ChannelsLast) y = y.contiguous(format);
   if (trace.recording()) {

@@ -17,6 +17,10 @@ DType channel_dtype(const Tensor& x);
 // channel_dtype(x) on x's device, contiguous.
 TensorOptions channel_options(const Tensor& x);
 
+// v: undefined, or (C) of channel_dtype(x) on x's device (a weight, bias or
+// running statistic of `op`, called `name` in the message).
+void check_channel_operand(std::string_view op, const Tensor& v, std::string_view name, const Tensor& x);
+
 // `op`'s arguments: x (N, C, ...) of a float dtype; weight, bias, running_mean,
 // running_var undefined or (C) of channel_dtype(x) on x's device; the running
 // statistics given together, and given in eval mode (training = false); more

@@ -473,6 +473,13 @@ TEST_CASE("instance_norm: running statistics blend the instances' mean and unbia
               batch_norm(x, running_mean, running_var, w, b, {.training = false}), 0, 0);
 }
 
+TEST_CASE("group_norm: by hand, on a 2-D input with one sample, as PyTorch allows") {
+  // Groups (1, 3) and (5, 7): each mean +-1 around its mean, variance 1.
+  CHECK_CLOSE(group_norm(f64({1, 3, 5, 7}, {1, 4}), 2, {}, {}, 0.0), f64({-1, 1, -1, 1}, {1, 4}), 1e-15, 1e-15);
+  CHECK_CLOSE(group_norm(f64({1, 3, 5, 7}, {1, 4}), 2, f64({1, 2, 3, 4}, {4}), f64({0, 0, 0, 1}, {4}), 0.0),
+              f64({-1, 2, -3, 5}, {1, 4}), 1e-15, 1e-15);
+}
+
 TEST_CASE("group_norm and instance_norm reject bad arguments, printing the values") {
   const Tensor x = zeros({2, 6, 3, 3});
   CHECK_THROWS_WITH_FRAGMENT(group_norm(x, 4), ValueError,
