@@ -1,6 +1,6 @@
 // File: layers/norm.cc
-// BatchNorm2d: parameters and buffers as PyTorch names them, the mode-dependent
-// choice of statistics, and the num_batches_tracked counter.
+// The norm layers: parameters and buffers as PyTorch names them, the
+// mode-dependent choice of statistics, and BatchNorm's num_batches_tracked counter.
 // N batch, C channels, H, W.
 #include "layers/norm.h"
 
@@ -136,6 +136,85 @@ std::string LayerNorm::extra_repr() const {
                                  python_bool(options_.elementwise_affine));
   if (options_.elementwise_affine && !options_.bias) repr += ", bias=False";
   return repr;
+}
+
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, GroupNormOptions options)
+    : num_groups_(num_groups), num_channels_(num_channels), options_(options) {
+  LOOM_CHECK(num_groups > 0 && num_channels > 0 && num_channels % num_groups == 0, ValueError,
+             "[GroupNorm] num_channels must be divisible by num_groups (both positive), got "
+             "num_channels={} and num_groups={}",
+             num_channels, num_groups);
+  LOOM_CHECK(options.eps >= 0, ValueError, "[GroupNorm] eps must be non-negative, got {}", options.eps);
+  if (options.affine) {
+    weight_ = register_parameter("weight", empty({num_channels}));
+    bias_ = register_parameter("bias", empty({num_channels}));
+  }
+  reset_parameters();
+}
+
+void GroupNorm::reset_parameters() {
+  if (!options_.affine) return;
+  NoGradGuard no_grad;
+  weight_.fill_(1.0);
+  bias_.zero_();
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  LOOM_CHECK(x.defined() && x.dim() >= 2 && x.size(1) == num_channels_, ShapeError,
+             "[GroupNorm] expects input (N, {}, ...), got shape {}", num_channels_,
+             x.defined() ? shape_str(x.sizes()) : "undefined");
+  return group_norm(x, num_groups_, weight_, bias_, options_.eps);
+}
+
+std::string GroupNorm::extra_repr() const {
+  return fmt::format("{}, {}, eps={}, affine={}", num_groups_, num_channels_, python_float(options_.eps),
+                     python_bool(options_.affine));
+}
+
+InstanceNorm2d::InstanceNorm2d(int64_t num_features, InstanceNorm2dOptions options)
+    : num_features_(num_features), options_(options) {
+  LOOM_CHECK(num_features > 0, ValueError, "[InstanceNorm2d] num_features must be positive, got {}",
+             num_features);
+  LOOM_CHECK(options.eps >= 0 && options.momentum >= 0 && options.momentum <= 1, ValueError,
+             "[InstanceNorm2d] needs eps >= 0 and momentum in [0, 1], got eps={} and momentum={}",
+             options.eps, options.momentum);
+  if (options.affine) {
+    weight_ = register_parameter("weight", empty({num_features}));
+    bias_ = register_parameter("bias", empty({num_features}));
+  }
+  if (options.track_running_stats) {
+    running_mean_ = register_buffer("running_mean", empty({num_features}));
+    running_var_ = register_buffer("running_var", empty({num_features}));
+    num_batches_tracked_ = register_buffer("num_batches_tracked", zeros({}, {.dtype = DType::Int64}));
+  }
+  reset_parameters();
+}
+
+void InstanceNorm2d::reset_parameters() {
+  NoGradGuard no_grad;
+  if (options_.track_running_stats) {
+    running_mean_.zero_();
+    running_var_.fill_(1.0);
+  }
+  if (!options_.affine) return;
+  weight_.fill_(1.0);
+  bias_.zero_();
+}
+
+Tensor InstanceNorm2d::forward(const Tensor& x) {
+  LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features_, ShapeError,
+             "[InstanceNorm2d] expects input (N, {}, H, W), got shape {}", num_features_,
+             x.defined() ? shape_str(x.sizes()) : "undefined");
+  // As PyTorch: the instance's own statistics unless tracked ones exist in eval mode.
+  const bool input_stats = is_training() || !options_.track_running_stats;
+  return instance_norm(x, running_mean_, running_var_, weight_, bias_,
+                       {.use_input_stats = input_stats, .momentum = options_.momentum, .eps = options_.eps});
+}
+
+std::string InstanceNorm2d::extra_repr() const {
+  return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", num_features_,
+                     python_float(options_.eps), python_float(options_.momentum),
+                     python_bool(options_.affine), python_bool(options_.track_running_stats));
 }
 
 }  // namespace loom::nn

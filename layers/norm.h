@@ -1,5 +1,7 @@
 // File: layers/norm.h
-// BatchNorm2d, as torch.nn.BatchNorm2d, over loom::batch_norm.
+// The norm layers, as torch.nn's: BatchNorm1d/2d over loom::batch_norm,
+// LayerNorm, GroupNorm and InstanceNorm2d over the functional ops of
+// core/ops/norm.h, with PyTorch's parameter and buffer names.
 //
 // N batch, C channels (num_features), H, W.
 //
@@ -125,6 +127,66 @@ class LayerNorm : public Module {
   Shape normalized_shape_;
   LayerNormOptions options_;
   Tensor weight_, bias_;
+};
+
+// GroupNorm, as torch.nn.GroupNorm over loom::group_norm: x (N, C, ...) with
+// C = num_channels divisible by num_groups. Parameters weight (C) = 1 and bias
+// (C) = 0 when affine.
+struct GroupNormOptions {
+  double eps = 1e-5;
+  bool affine = true;
+};
+
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, GroupNormOptions options = {});
+
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();
+
+  const Tensor& weight() const { return weight_; }  // undefined unless affine
+  const Tensor& bias() const { return bias_; }
+
+  std::string type_name() const override { return "GroupNorm"; }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t num_groups_, num_channels_;
+  GroupNormOptions options_;
+  Tensor weight_, bias_;
+};
+
+// InstanceNorm2d, as torch.nn.InstanceNorm2d over loom::instance_norm: x (N, C,
+// H, W). PyTorch's defaults: no affine, no running statistics. With
+// track_running_stats, buffers running_mean (C) = 0, running_var (C) = 1 and
+// num_batches_tracked (int64, 0-d; PyTorch keeps it for state_dicts and does
+// not count) are registered and eval mode normalizes by the running statistics.
+struct InstanceNorm2dOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool affine = false;
+  bool track_running_stats = false;
+};
+
+class InstanceNorm2d : public Module {
+ public:
+  explicit InstanceNorm2d(int64_t num_features, InstanceNorm2dOptions options = {});
+
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();  // running stats 0 and 1, weight 1, bias 0
+
+  const Tensor& weight() const { return weight_; }  // undefined unless affine
+  const Tensor& bias() const { return bias_; }
+  const Tensor& running_mean() const { return running_mean_; }  // undefined unless tracked
+  const Tensor& running_var() const { return running_var_; }
+
+  std::string type_name() const override { return "InstanceNorm2d"; }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t num_features_;
+  InstanceNorm2dOptions options_;
+  Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
 };
 
 }  // namespace loom::nn

@@ -72,6 +72,12 @@ std::string linear(Lowering& L, const trace::Op& op) {
   return b.empty() ? y : L.emit("Add", {y, b});
 }
 
+// Input i of op, a (C) weight or bias over x's dim 1, or a constant `value` where it is missing.
+std::string channel_or_filled(Lowering& L, const trace::Op& op, size_t i, int64_t c, double value) {
+  return op.inputs[i].defined() ? L.name_of(op.inputs[i])
+                                : L.tensor_constant(full({c}, value, {.dtype = op.inputs[0].dtype()}), "filled");
+}
+
 // Inference batch norm over dim 1; a missing weight or bias is 1 or 0.
 std::string batch_norm(Lowering& L, const trace::Op& op) {
   if (op.get_int("training") != 0) {
@@ -80,13 +86,49 @@ std::string batch_norm(Lowering& L, const trace::Op& op) {
   }
   const Tensor& x = op.inputs[0];
   const int64_t c = x.size(1);
-  auto or_filled = [&](size_t i, double value) {
-    return op.inputs[i].defined() ? L.name_of(op.inputs[i])
-                                  : L.tensor_constant(full({c}, value, {.dtype = x.dtype()}), "filled");
-  };
   return L.emit("BatchNormalization",
-                {L.name_of(x), or_filled(3, 1.0), or_filled(4, 0.0), in(L, op, 1), in(L, op, 2)},
+                {L.name_of(x), channel_or_filled(L, op, 3, c, 1.0), channel_or_filled(L, op, 4, c, 0.0),
+                 in(L, op, 1), in(L, op, 2)},
                 {{"epsilon", static_cast<float>(op.get_double("eps"))}});
+}
+
+// Each (sample, channel) over its spatial values, or (use_input_stats off) the
+// running statistics' BatchNormalization; inputs x, running mean, var, weight, bias.
+std::string instance_norm(Lowering& L, const trace::Op& op) {
+  if (op.get_int("use_input_stats") == 0) {  // the same inputs as batch_norm's trace
+    return L.emit("BatchNormalization",
+                  {L.name_of(op.inputs[0]), channel_or_filled(L, op, 3, op.inputs[0].size(1), 1.0),
+                   channel_or_filled(L, op, 4, op.inputs[0].size(1), 0.0), in(L, op, 1), in(L, op, 2)},
+                  {{"epsilon", static_cast<float>(op.get_double("eps"))}});
+  }
+  const Tensor& x = op.inputs[0];
+  const int64_t c = x.size(1);
+  return L.emit("InstanceNormalization",
+                {L.name_of(x), channel_or_filled(L, op, 3, c, 1.0), channel_or_filled(L, op, 4, c, 0.0)},
+                {{"epsilon", static_cast<float>(op.get_double("eps"))}});
+}
+
+// Opset 17 has no GroupNormalization: x (N, C, ...) as (N, G, rest), each
+// group instance-normalized, back to x's shape, then the per-channel affine.
+std::string group_norm(Lowering& L, const trace::Op& op) {
+  const Tensor& x = op.inputs[0];
+  const int64_t groups = op.get_int("num_groups");
+  const std::string grouped = L.emit("Reshape", {L.name_of(x), L.ints({0, groups, -1})});
+  const std::string normalized = L.emit(
+      "InstanceNormalization",
+      {grouped, L.tensor_constant(ones({groups}, {.dtype = x.dtype()}), "ones"),
+       L.tensor_constant(zeros({groups}, {.dtype = x.dtype()}), "zeros")},
+      {{"epsilon", static_cast<float>(op.get_double("eps"))}});
+  std::string y = L.emit("Reshape", {normalized, L.emit("Shape", {L.name_of(x)})});
+  std::vector<int64_t> spatial_axes;  // (C) -> (C, 1, ...): broadcast over the spatial dims
+  for (int64_t d = 1; d + 1 < x.dim(); ++d) spatial_axes.push_back(d);
+  for (const auto& [i, op_type] : {std::pair{size_t{1}, "Mul"}, std::pair{size_t{2}, "Add"}}) {
+    if (!op.inputs[i].defined()) continue;
+    std::string v = L.name_of(op.inputs[i]);
+    if (!spatial_axes.empty()) v = L.emit("Unsqueeze", {v, L.ints(spatial_axes)});
+    y = L.emit(op_type, {y, v});
+  }
+  return y;
 }
 
 std::string layer_norm(Lowering& L, const trace::Op& op) {
@@ -366,6 +408,8 @@ void add_layer_rows(std::map<std::string, Row, std::less<>>& r) {
     out(L, op, L.emit("Relu", {y}));
   };
   r["layer_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, layer_norm(L, op)); };
+  r["group_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, group_norm(L, op)); };
+  r["instance_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, instance_norm(L, op)); };
 }
 
 // Softmax, arithmetic with tensors and scalars, unary math, clamp and casts.

@@ -188,11 +188,10 @@ Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<
   g.add_tensor(scalar_spec(kEpsilon, 1e-5));
   g.add_tensor(scalar_spec(kMomentum, 0.1));
   g.add_tensor(virtual_like(ys, kBnOut));
-  g.batch_norm_forward({.x = kBnX, .scale = kScale, .bias = kBias, .epsilon = kEpsilon,
-                        .momentum = kMomentum, .in_running_mean = kInMean,
-                        .in_running_var = kInVar, .y = kBnOut, .mean = kMean,
-                        .inv_variance = kInvVar, .out_running_mean = kOutMean,
-                        .out_running_var = kOutVar});
+  g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Train, {
+      .x = kBnX, .scale = kScale, .bias = kBias, .epsilon = kEpsilon, .momentum = kMomentum,
+      .in_running_mean = kInMean, .in_running_var = kInVar, .y = kBnOut, .mean = kMean,
+      .inv_variance = kInvVar, .out_running_mean = kOutMean, .out_running_var = kOutVar});
   const int64_t pre_relu = add_residual(g, ys, kBnOut, residual);
   g.pointwise(CUDNN_POINTWISE_RELU_FWD, pre_relu, std::nullopt, kBnY);
   if (from != MaskFrom::None) {
@@ -273,8 +272,8 @@ int64_t recompute_pre_relu(Graph& g, const TensorSpec& like, ReluSource source,
                            const std::optional<Strided>& residual) {
   g.add_tensor(virtual_like(like, kBnOut));
   if (source == ReluSource::NormInference) {
-    g.batch_norm_inference({.x = kBnX, .mean = kMean, .inv_variance = kInvVar, .scale = kScale,
-                            .bias = kBias, .y = kBnOut});
+    g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Eval, {.x = kBnX, .scale = kScale, .bias = kBias,
+                                                      .y = kBnOut, .mean = kMean, .inv_variance = kInvVar});
   } else {
     for (int64_t uid : {kCentered, kNormalized, kScaled}) g.add_tensor(virtual_like(like, uid));
     g.pointwise(CUDNN_POINTWISE_SUB, kBnX, kMean, kCentered);
@@ -308,8 +307,8 @@ Graph bn_relu_backward_graph(const BatchNormReluBackwardArgs& a, ReluSource sour
     }
     g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kBnDy, pre_relu, kDPre);
   }
-  g.batch_norm_backward({.x = kBnX, .dy = kDPre, .scale = kScale, .mean = kMean,
-                         .inv_variance = kInvVar, .dx = kBnDx, .dscale = kDScale, .dbias = kDBias});
+  g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Backward, {.x = kBnX, .scale = kScale, .mean = kMean,
+      .inv_variance = kInvVar, .dy = kDPre, .dx = kBnDx, .dscale = kDScale, .dbias = kDBias});
   return g;
 }
 

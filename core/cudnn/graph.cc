@@ -85,8 +85,19 @@ std::string pointwise_name(int64_t mode) {
   }
 }
 
+// "bn", "ln", ...: the norm mode's short name.
+std::string norm_name(int64_t mode) {
+  switch (mode) {
+    case CUDNN_BATCH_NORM: return "bn";
+    case CUDNN_LAYER_NORM: return "ln";
+    case CUDNN_INSTANCE_NORM: return "in";
+    case CUDNN_GROUP_NORM: return "gn";
+    case CUDNN_RMS_NORM: return "rms";
+    default: return fmt::format("norm{}", mode);
+  }
+}
+
 std::string node_name(const Node& n) {
-  const bool batch = n.mode == CUDNN_BATCH_NORM;
   switch (n.kind) {
     case NodeKind::ConvForward: return "conv_fprop";
     case NodeKind::ConvBackwardData: return "conv_dgrad";
@@ -95,9 +106,8 @@ std::string node_name(const Node& n) {
     case NodeKind::Pointwise: return pointwise_name(n.mode);
     case NodeKind::Reduction: return "reduction";
     case NodeKind::NormForward:
-      return fmt::format("{}_fwd_{}", batch ? "bn" : "ln",
-                         n.phase == CUDNN_NORM_FWD_TRAINING ? "train" : "infer");
-    case NodeKind::NormBackward: return batch ? "bn_bwd" : "ln_bwd";
+      return fmt::format("{}_fwd_{}", norm_name(n.mode), n.phase == CUDNN_NORM_FWD_TRAINING ? "train" : "infer");
+    case NodeKind::NormBackward: return norm_name(n.mode) + "_bwd";
     case NodeKind::ResampleForward:
       return n.mode == CUDNN_RESAMPLE_MAXPOOL ? "maxpool_fwd" : "avgpool_fwd";
     case NodeKind::ResampleBackward:
@@ -205,65 +215,77 @@ void Graph::reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y) {
                       {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y}}});
 }
 
-void Graph::batch_norm_forward(const BatchNormForward& u) {
-  add_node({.kind = NodeKind::NormForward, .mode = CUDNN_BATCH_NORM, .phase = CUDNN_NORM_FWD_TRAINING,
-            .ports = {{CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, u.x},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, u.scale},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, u.bias},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, u.epsilon},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC, u.momentum},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC, u.in_running_mean},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC, u.in_running_var},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, u.y},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, u.mean},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, u.inv_variance},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC, u.out_running_mean},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC, u.out_running_var}}});
+namespace {
+
+using NormPort = std::pair<std::optional<int64_t> Graph::NormPorts::*, cudnnBackendAttributeName_t>;
+
+// The ports each phase takes, in the order the node binds them (part of the
+// canonical form, so of every plan key).
+const std::vector<NormPort>& norm_port_table(Graph::NormPhase phase) {
+  using P = Graph::NormPorts;
+  static const std::vector<NormPort> kTrain = {
+      {&P::x, CUDNN_ATTR_OPERATION_NORM_FWD_XDESC},
+      {&P::scale, CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC},
+      {&P::bias, CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC},
+      {&P::epsilon, CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC},
+      {&P::momentum, CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC},
+      {&P::in_running_mean, CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC},
+      {&P::in_running_var, CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC},
+      {&P::y, CUDNN_ATTR_OPERATION_NORM_FWD_YDESC},
+      {&P::mean, CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC},
+      {&P::inv_variance, CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC},
+      {&P::out_running_mean, CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC},
+      {&P::out_running_var, CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC}};
+  static const std::vector<NormPort> kEval = {
+      {&P::x, CUDNN_ATTR_OPERATION_NORM_FWD_XDESC},
+      {&P::mean, CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC},
+      {&P::inv_variance, CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC},
+      {&P::scale, CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC},
+      {&P::bias, CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC},
+      {&P::y, CUDNN_ATTR_OPERATION_NORM_FWD_YDESC}};
+  static const std::vector<NormPort> kBackward = {
+      {&P::x, CUDNN_ATTR_OPERATION_NORM_BWD_XDESC},
+      {&P::dy, CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC},
+      {&P::scale, CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC},
+      {&P::mean, CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC},
+      {&P::inv_variance, CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC},
+      {&P::dx, CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC},
+      {&P::dscale, CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC},
+      {&P::dbias, CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC}};
+  switch (phase) {
+    case Graph::NormPhase::Train: return kTrain;
+    case Graph::NormPhase::Eval: return kEval;
+    case Graph::NormPhase::Backward: return kBackward;
+  }
+  return kBackward;
 }
 
-void Graph::batch_norm_backward(const BatchNormBackward& u) {
-  add_node({.kind = NodeKind::NormBackward, .mode = CUDNN_BATCH_NORM,
-            .ports = {{CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, u.x},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC, u.dy},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, u.scale},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, u.mean},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, u.inv_variance},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, u.dx},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, u.dscale},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, u.dbias}}});
-}
+constexpr std::optional<int64_t> Graph::NormPorts::*kAllNormPorts[] = {
+    &Graph::NormPorts::x, &Graph::NormPorts::scale, &Graph::NormPorts::bias,
+    &Graph::NormPorts::epsilon, &Graph::NormPorts::momentum, &Graph::NormPorts::in_running_mean,
+    &Graph::NormPorts::in_running_var, &Graph::NormPorts::y, &Graph::NormPorts::mean,
+    &Graph::NormPorts::inv_variance, &Graph::NormPorts::out_running_mean,
+    &Graph::NormPorts::out_running_var, &Graph::NormPorts::dy, &Graph::NormPorts::dx,
+    &Graph::NormPorts::dscale, &Graph::NormPorts::dbias};
 
-void Graph::batch_norm_inference(const BatchNormInference& u) {
-  add_node({.kind = NodeKind::NormForward, .mode = CUDNN_BATCH_NORM, .phase = CUDNN_NORM_FWD_INFERENCE,
-            .ports = {{CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, u.x},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, u.mean},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, u.inv_variance},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, u.scale},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, u.bias},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, u.y}}});
-}
+}  // namespace
 
-void Graph::layer_norm_forward(const LayerNormForward& u) {
-  add_node({.kind = NodeKind::NormForward, .mode = CUDNN_LAYER_NORM, .phase = CUDNN_NORM_FWD_TRAINING,
-            .ports = {{CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, u.x},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, u.scale},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, u.bias},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, u.epsilon},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, u.y},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, u.mean},
-                      {CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, u.inv_variance}}});
-}
-
-void Graph::layer_norm_backward(const LayerNormBackward& u) {
-  add_node({.kind = NodeKind::NormBackward, .mode = CUDNN_LAYER_NORM,
-            .ports = {{CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, u.x},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC, u.dy},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, u.scale},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, u.mean},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, u.inv_variance},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, u.dx},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, u.dscale},
-                      {CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, u.dbias}}});
+void Graph::norm(cudnnBackendNormMode_t mode, NormPhase phase, const NormPorts& ports) {
+  const std::vector<NormPort>& table = norm_port_table(phase);
+  Node node{.kind = phase == NormPhase::Backward ? NodeKind::NormBackward : NodeKind::NormForward,
+            .mode = mode,
+            .phase = phase == NormPhase::Eval ? CUDNN_NORM_FWD_INFERENCE : CUDNN_NORM_FWD_TRAINING};
+  size_t given = 0;
+  for (const auto member : kAllNormPorts) given += (ports.*member).has_value() ? 1 : 0;
+  for (const auto& [member, attribute] : table) {
+    if (const std::optional<int64_t>& uid = ports.*member) node.ports.emplace_back(attribute, *uid);
+  }
+  LOOM_CHECK(ports.x && node.ports.size() == given, ValueError,
+             "[cudnn graph] norm node ({}, phase {}) got {} ports but its phase takes {} of them "
+             "(x {}); bind only the ports Graph::norm lists for the phase",
+             node_name(node), static_cast<int>(phase), given, node.ports.size(),
+             ports.x ? "given" : "missing");
+  add_node(std::move(node));
 }
 
 void Graph::gen_stats(int64_t x, int64_t sum, int64_t sqsum) {

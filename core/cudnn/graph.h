@@ -107,33 +107,24 @@ class Graph {
                           PointwiseScalars scalars = {});
   void reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y);
 
-  struct BatchNormForward {
-    int64_t x, scale, bias, epsilon, momentum, in_running_mean, in_running_var;
-    int64_t y, mean, inv_variance, out_running_mean, out_running_var;
+  // One builder for every normalization node: `mode` is cuDNN's norm mode
+  // (CUDNN_BATCH_NORM, CUDNN_LAYER_NORM, CUDNN_INSTANCE_NORM, CUDNN_GROUP_NORM,
+  // ...), which fixes the dims the statistics reduce over through the tensors'
+  // shapes (batch: (1, C, 1, 1) statistics; layer: (N, 1, 1, 1)).
+  //   Train:    NORM_FORWARD, training phase: x, scale, bias, epsilon [, momentum,
+  //             in/out running mean and var] -> y, mean, inv_variance.
+  //   Eval:     NORM_FORWARD, inference phase: y = (x - mean) * inv_variance * scale
+  //             + bias. No engine runs it alone in 9.19; it recomputes a backward's
+  //             input inside a fusion.
+  //   Backward: NORM_BACKWARD: x, dy, scale, mean, inv_variance -> dx, dscale, dbias.
+  // Ports left unset are not bound; ValueError for a port the phase does not take.
+  enum class NormPhase : uint8_t { Train, Eval, Backward };
+  struct NormPorts {
+    std::optional<int64_t> x{}, scale{}, bias{}, epsilon{}, momentum{}, in_running_mean{}, in_running_var{};
+    std::optional<int64_t> y{}, mean{}, inv_variance{}, out_running_mean{}, out_running_var{};
+    std::optional<int64_t> dy{}, dx{}, dscale{}, dbias{};
   };
-  void batch_norm_forward(const BatchNormForward& uids);
-  struct BatchNormBackward {
-    int64_t x, dy, scale, mean, inv_variance;
-    int64_t dx, dscale, dbias;
-  };
-  void batch_norm_backward(const BatchNormBackward& uids);
-  // NORM_FORWARD in the inference phase: y = (x - mean) * inv_variance * scale + bias.
-  // No engine runs it alone in 9.19; it recomputes a backward's input inside a fusion.
-  struct BatchNormInference {
-    int64_t x, mean, inv_variance, scale, bias, y;
-  };
-  void batch_norm_inference(const BatchNormInference& uids);
-  // Layer norm over every dim but the first (x viewed as (N, D, 1, 1)); scale and
-  // bias (1, D, 1, 1); mean and inv_variance (N, 1, 1, 1) fp32.
-  struct LayerNormForward {
-    int64_t x, scale, bias, epsilon, y, mean, inv_variance;
-  };
-  void layer_norm_forward(const LayerNormForward& uids);
-  struct LayerNormBackward {
-    int64_t x, dy, scale, mean, inv_variance;
-    int64_t dx, dscale, dbias;
-  };
-  void layer_norm_backward(const LayerNormBackward& uids);
+  void norm(cudnnBackendNormMode_t mode, NormPhase phase, const NormPorts& ports);
 
   // The batch-norm building blocks of a conv-BN fusion (cuDNN's ConvBNfprop,
   // DgradDreluBNBwdWeight patterns). sum and sqsum (1, C, 1, 1) float.

@@ -1,5 +1,6 @@
 // File: core/cudnn/norm.cc
-// Batch-norm training forward and backward on the GPU through cuDNN norm graphs.
+// The batch-norm and layer-norm cuDNN graphs, each one Graph::norm node with its
+// tensors, and Loom's CUDA kernels beneath them where no engine runs.
 #include "core/cudnn/norm.h"
 
 #include "core/cuda/norm.h"
@@ -50,11 +51,10 @@ Graph batch_norm_forward_graph(const BatchNormTrainingArgs& a) {
   g.add_tensor(channel_spec(c, kInvVar, a.save_invstd.data));
   g.add_tensor(scalar_spec(kEpsilon, 1e-5));
   g.add_tensor(scalar_spec(kMomentum, 0.1));
-  g.batch_norm_forward({.x = kX, .scale = kScale, .bias = kBias, .epsilon = kEpsilon,
-                        .momentum = kMomentum, .in_running_mean = kInMean,
-                        .in_running_var = kInVar, .y = kY, .mean = kMean,
-                        .inv_variance = kInvVar, .out_running_mean = kOutMean,
-                        .out_running_var = kOutVar});
+  g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Train, {
+      .x = kX, .scale = kScale, .bias = kBias, .epsilon = kEpsilon, .momentum = kMomentum,
+      .in_running_mean = kInMean, .in_running_var = kInVar, .y = kY, .mean = kMean,
+      .inv_variance = kInvVar, .out_running_mean = kOutMean, .out_running_var = kOutVar});
   return g;
 }
 
@@ -85,8 +85,8 @@ Graph batch_norm_backward_graph(const BatchNormBackwardArgs& a) {
   g.add_tensor(channel_spec(c, kInvVar, a.save_invstd.data));
   g.add_tensor(channel_spec(c, kDScale, a.dweight.data));
   g.add_tensor(channel_spec(c, kDBias, a.dbias.data));
-  g.batch_norm_backward({.x = kX, .dy = kDy, .scale = kScale, .mean = kMean,
-                         .inv_variance = kInvVar, .dx = kDx, .dscale = kDScale, .dbias = kDBias});
+  g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Backward, {.x = kX, .scale = kScale, .mean = kMean,
+      .inv_variance = kInvVar, .dy = kDy, .dx = kDx, .dscale = kDScale, .dbias = kDBias});
   return g;
 }
 
@@ -152,8 +152,9 @@ bool layer_norm_forward(const LayerNormArgs& a) {
   g.add_tensor(statistics_spec(a.mean, kLnMean));
   g.add_tensor(statistics_spec(a.inv_variance, kLnInvVar));
   g.add_tensor(scalar_spec(kLnEpsilon, 1e-5));
-  g.layer_norm_forward({.x = kLnX, .scale = kLnScale, .bias = kLnBias, .epsilon = kLnEpsilon,
-                        .y = kLnY, .mean = kLnMean, .inv_variance = kLnInvVar});
+  g.norm(CUDNN_LAYER_NORM, Graph::NormPhase::Train, {
+      .x = kLnX, .scale = kLnScale, .bias = kLnBias, .epsilon = kLnEpsilon, .y = kLnY,
+      .mean = kLnMean, .inv_variance = kLnInvVar});
   const float eps = static_cast<float>(a.eps);
   return run_plan(g, {{kLnX, a.x.data}, {kLnY, a.y.data}, {kLnScale, a.weight.data},
                       {kLnBias, a.bias.data}, {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data},
@@ -171,8 +172,8 @@ bool layer_norm_backward(const LayerNormBackwardArgs& a) {
   g.add_tensor(row_vector_spec(a.dbias, kLnDBias));
   g.add_tensor(statistics_spec(a.mean, kLnMean));
   g.add_tensor(statistics_spec(a.inv_variance, kLnInvVar));
-  g.layer_norm_backward({.x = kLnX, .dy = kLnDy, .scale = kLnScale, .mean = kLnMean,
-                         .inv_variance = kLnInvVar, .dx = kLnDx, .dscale = kLnDScale, .dbias = kLnDBias});
+  g.norm(CUDNN_LAYER_NORM, Graph::NormPhase::Backward, {.x = kLnX, .scale = kLnScale, .mean = kLnMean,
+      .inv_variance = kLnInvVar, .dy = kLnDy, .dx = kLnDx, .dscale = kLnDScale, .dbias = kLnDBias});
   return run_plan(g, {{kLnX, a.x.data}, {kLnDy, a.dy.data}, {kLnDx, a.dx.data},
                       {kLnScale, a.weight.data}, {kLnDScale, a.dweight.data}, {kLnDBias, a.dbias.data},
                       {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data}},

@@ -25,6 +25,7 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/fused_internal.h"
+#include "core/ops/norm_internal.h"
 #include "core/ops/linalg.h"
 #include "core/ops/linalg_internal.h"
 #include "core/ops/reduction.h"
@@ -250,60 +251,13 @@ namespace {
 
 constexpr std::string_view kBnOp = "batch_norm_relu";
 
-// A bfloat16 / float16 x (GPU, as autocast makes) keeps float32 per-channel
-// tensors, as batch_norm does.
-DType channel_dtype(const Tensor& x) {
-  return is_half_precision(x.dtype()) ? DType::Float32 : x.dtype();
-}
-
-TensorOptions channel_options(const Tensor& x) {
-  TensorOptions options = x.options();
-  options.dtype = channel_dtype(x);
-  options.memory_format = MemoryFormat::Contiguous;
-  return options;
-}
-
-void check_channel_vector(const Tensor& v, std::string_view name, const Tensor& x) {
-  if (!v.defined()) return;
-  check_float_tensor(v, kBnOp, name);
-  if (is_half_precision(x.dtype())) {
-    LOOM_CHECK(v.dtype() == DType::Float32, TypeError,
-               "[batch_norm_relu] input has dtype {} but {} has dtype {}; a bfloat16 / float16 "
-               "input keeps float32 weight, bias and running statistics (convert them with "
-               ".to(DType::Float32))",
-               dtype_name(x.dtype()), name, dtype_name(v.dtype()));
-    LOOM_CHECK(v.device() == x.device(), DeviceError,
-               "[batch_norm_relu] input is on {} but {} is on {}; move it with .to(Device)",
-               x.device().str(), name, v.device().str());
-  } else {
-    check_same_dtype_device(x, v, kBnOp);
-  }
-  LOOM_CHECK(v.dim() == 1 && v.size(0) == x.size(1), ShapeError,
-             "[batch_norm_relu] {} has shape {} but input {} has {} channels; expected ({},)", name,
-             shape_str(v.sizes()), shape_str(x.sizes()), x.size(1), x.size(1));
-}
+using norm_detail::channel_options;
 
 void check_bn_relu_args(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                         const Tensor& weight, const Tensor& bias, const BatchNormOptions& options,
                         const Tensor& residual) {
-  check_float_tensor(x, kBnOp);
-  LOOM_CHECK(x.dim() >= 2, ShapeError,
-             "[batch_norm_relu] expects input (N, C) or (N, C, H, W) but got shape {}",
-             shape_str(x.sizes()));
-  check_channel_vector(weight, "weight", x);
-  check_channel_vector(bias, "bias", x);
-  check_channel_vector(running_mean, "running_mean", x);
-  check_channel_vector(running_var, "running_var", x);
-  LOOM_CHECK(running_mean.defined() == running_var.defined(), ValueError,
-             "[batch_norm_relu] running_mean and running_var must be given together, but only {} "
-             "was given",
-             running_mean.defined() ? "running_mean" : "running_var");
-  LOOM_CHECK(options.training || running_mean.defined(), ValueError,
-             "[batch_norm_relu] eval mode (training = false) needs running_mean and running_var");
-  LOOM_CHECK(!options.training || (x.size(1) > 0 && x.numel() / x.size(1) > 1), ValueError,
-             "[batch_norm_relu] expected more than 1 value per channel when training, got input "
-             "size {}",
-             shape_str(x.sizes()));
+  norm_detail::check_channel_norm_args(kBnOp, x, running_mean, running_var, weight, bias,
+                                       options.training);
   if (!residual.defined()) return;
   check_float_tensor(residual, kBnOp, "residual");
   if (!is_half_precision(x.dtype()) && !is_half_precision(residual.dtype())) {

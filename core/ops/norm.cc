@@ -16,6 +16,7 @@
 #include "core/onednn/norm.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/norm_internal.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
@@ -32,7 +33,10 @@ std::optional<Strided> strided_or_none(const Tensor& t) {
   return t.strided();
 }
 
-// The dtype of the per-channel tensors: x's own, or float32 for a 16-bit x.
+}  // namespace
+
+namespace norm_detail {
+
 DType channel_dtype(const Tensor& x) {
   return is_half_precision(x.dtype()) ? DType::Float32 : x.dtype();
 }
@@ -40,59 +44,61 @@ DType channel_dtype(const Tensor& x) {
 TensorOptions channel_options(const Tensor& x) {
   TensorOptions options = x.options();
   options.dtype = channel_dtype(x);
+  options.memory_format = MemoryFormat::Contiguous;
   return options;
 }
 
-// weight, bias and the running stats: undefined, or (C) of channel_dtype(x) on x's device.
-void check_channel_vector(const Tensor& v, std::string_view name, const Tensor& x) {
+void check_channel_operand(std::string_view op, const Tensor& v, std::string_view name,
+                           const Tensor& x) {
   if (!v.defined()) return;
-  check_float_tensor(v, kOp, name);
+  check_float_tensor(v, op, name);
   if (is_half_precision(x.dtype())) {
     LOOM_CHECK(v.dtype() == DType::Float32, TypeError,
-               "[batch_norm] input has dtype {} but {} has dtype {}; a bfloat16 / float16 input "
+               "[{}] input has dtype {} but {} has dtype {}; a bfloat16 / float16 input "
                "keeps float32 weight, bias and running statistics (convert them with "
                ".to(DType::Float32))",
-               dtype_name(x.dtype()), name, dtype_name(v.dtype()));
+               op, dtype_name(x.dtype()), name, dtype_name(v.dtype()));
     LOOM_CHECK(v.device() == x.device(), DeviceError,
-               "[batch_norm] input is on {} but {} is on {}; move it with .to(Device)",
+               "[{}] input is on {} but {} is on {}; move it with .to(Device)", op,
                x.device().str(), name, v.device().str());
   } else {
-    check_same_dtype_device(x, v, kOp);
+    check_same_dtype_device(x, v, op);
   }
   LOOM_CHECK(v.dim() == 1 && v.size(0) == x.size(1), ShapeError,
-             "[batch_norm] {} has shape {} but input {} has {} channels; expected ({},)", name,
+             "[{}] {} has shape {} but input {} has {} channels; expected ({},)", op, name,
              shape_str(v.sizes()), shape_str(x.sizes()), x.size(1), x.size(1));
 }
 
-void check_running_stats(const Tensor& running_mean, const Tensor& running_var,
-                         const BatchNormOptions& options) {
+void check_channel_norm_args(std::string_view op, const Tensor& x, const Tensor& running_mean,
+                             const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                             bool training) {
+  check_float_tensor(x, op);
+  LOOM_CHECK(x.dim() >= 2, ShapeError,
+             "[{}] expects input (N, C) or (N, C, H, W) but got shape {}", op,
+             shape_str(x.sizes()));
+  check_channel_operand(op, weight, "weight", x);
+  check_channel_operand(op, bias, "bias", x);
+  check_channel_operand(op, running_mean, "running_mean", x);
+  check_channel_operand(op, running_var, "running_var", x);
   LOOM_CHECK(running_mean.defined() == running_var.defined(), ValueError,
-             "[batch_norm] running_mean and running_var must be given together, but only {} "
-             "was given",
-             running_mean.defined() ? "running_mean" : "running_var");
-  LOOM_CHECK(options.training || running_mean.defined(), ValueError,
-             "[batch_norm] eval mode (training = false) normalizes by running_mean and "
-             "running_var, but they were not given; pass them or use training = true");
+             "[{}] running_mean and running_var must be given together, but only {} was given",
+             op, running_mean.defined() ? "running_mean" : "running_var");
+  LOOM_CHECK(training || running_mean.defined(), ValueError,
+             "[{}] eval mode (training = false) normalizes by running_mean and running_var, but "
+             "they were not given; pass them or use training = true",
+             op);
+  const int64_t per_channel = x.size(1) == 0 ? 0 : x.numel() / x.size(1);
+  LOOM_CHECK(!training || per_channel > 1, ValueError,
+             "[{}] Expected more than 1 value per channel when training, got input size {}; use "
+             "a larger batch or eval mode (training = false)",
+             op, shape_str(x.sizes()));
 }
 
-void check_batch_norm_args(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                           const Tensor& weight, const Tensor& bias,
-                           const BatchNormOptions& options) {
-  check_float_tensor(x, kOp);
-  LOOM_CHECK(x.dim() >= 2, ShapeError,
-             "[batch_norm] expects input (N, C) or (N, C, H, W) but got shape {}",
-             shape_str(x.sizes()));
-  check_channel_vector(weight, "weight", x);
-  check_channel_vector(bias, "bias", x);
-  check_channel_vector(running_mean, "running_mean", x);
-  check_channel_vector(running_var, "running_var", x);
-  check_running_stats(running_mean, running_var, options);
-  const int64_t per_channel = x.size(1) == 0 ? 0 : x.numel() / x.size(1);
-  LOOM_CHECK(!options.training || per_channel > 1, ValueError,
-             "[batch_norm] Expected more than 1 value per channel when training, got input "
-             "size {}; use a larger batch or eval mode (training = false)",
-             shape_str(x.sizes()));
-}
+}  // namespace norm_detail
+
+namespace {
+
+using norm_detail::channel_options;
 
 // Training statistics; the running ones are buffers, blended in place outside the tape.
 void take_batch_stats(const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
@@ -231,7 +237,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     if (trace.recording()) trace.record({x, running_mean, running_var, weight, bias}, y, attributes());
     return y;
   };
-  check_batch_norm_args(x, running_mean, running_var, weight, bias, options);
+  norm_detail::check_channel_norm_args(kOp, x, running_mean, running_var, weight, bias,
+                                       options.training);
 #ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda() && options.training) {
     return traced(batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options));
@@ -285,6 +292,14 @@ void check_layer_norm_args(const Tensor& x, const Shape& normalized_shape, const
 }
 
 #ifdef LOOM_WITH_CUDA
+// Whether `dims` are x's last dims, in order (normalize's rows on the GPU).
+bool trailing_dims(const Tensor& x, const Shape& dims) {
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != x.dim() - static_cast<int64_t>(dims.size() - i)) return false;
+  }
+  return !dims.empty();
+}
+
 // dx, dweight, dbias of layer norm over the rows of x (N, D), from the forward's
 // statistics (N, 1): the same formulas as the composite's autograd, for a
 // backward without a cuDNN engine.
@@ -297,18 +312,26 @@ std::vector<Tensor> layer_norm_backward_composite(const Tensor& dy, const Tensor
   return {dx, sum(dy * xhat, {0}), sum(dy, {0})};
 }
 
-// The cuDNN layer-norm graphs, for float32 rows with weight and bias; nullopt
-// when the arguments or cuDNN's engines do not allow it.
-std::optional<Tensor> layer_norm_gpu(const Tensor& x_in, const Shape& normalized_shape,
-                                     const Tensor& weight_in, const Tensor& bias_in, double eps) {
+// weight or bias as a (D) float32 operand of the cuDNN graph; ones or zeros
+// stand in for an absent one (the affine of group and instance norm is
+// composed after, in any dtype).
+Tensor row_operand(const Tensor& t, int64_t d, const Tensor& x, double stand_in) {
+  return t.defined() ? t.detach().contiguous().view({d}) : full({d}, stand_in, x.options());
+}
+
+// The cuDNN layer-norm graphs over the trailing dims of x, holding D =
+// numel / rows values each, for float32 x with float32 or absent weight and
+// bias; nullopt when the arguments or cuDNN's engines do not allow it.
+std::optional<Tensor> normalize_rows_gpu(const Tensor& x_in, int64_t d, const Tensor& weight_in,
+                                         const Tensor& bias_in, double eps) {
   DeviceGuard guard(x_in.device());
-  const bool eligible = x_in.dtype() == DType::Float32 && weight_in.defined() && bias_in.defined() &&
-                        weight_in.dtype() == DType::Float32 && bias_in.dtype() == DType::Float32 &&
-                        x_in.numel() > 0;
+  const auto float32_or_absent = [](const Tensor& t) { return !t.defined() || t.dtype() == DType::Float32; };
+  const bool eligible = x_in.dtype() == DType::Float32 && float32_or_absent(weight_in) &&
+                        float32_or_absent(bias_in) && x_in.numel() > 0 && d > 0;
   if (!eligible) return std::nullopt;
-  const int64_t d = numel_of(normalized_shape), n = x_in.numel() / d;
+  const int64_t n = x_in.numel() / d;
   const Tensor x = x_in.detach().contiguous().view({n, d});
-  const Tensor weight = weight_in.detach().contiguous().view({d}), bias = bias_in.detach().contiguous().view({d});
+  const Tensor weight = row_operand(weight_in, d, x, 1.0), bias = row_operand(bias_in, d, x, 0.0);
   Tensor y = empty_like(x), mean = empty({n}, x.options()), inv_variance = empty({n}, x.options());
   if (!cudnn::layer_norm_forward({.y = y.strided(), .mean = mean.strided(),
                                   .inv_variance = inv_variance.strided(), .x = x.strided(),
@@ -317,7 +340,9 @@ std::optional<Tensor> layer_norm_gpu(const Tensor& x_in, const Shape& normalized
   }
   Tensor out = y.view(x_in.sizes());
   if (!needs_grad({x_in, weight_in, bias_in})) return out;
-  const Shape weight_shape = weight_in.sizes();
+  const bool has_weight = weight_in.defined(), has_bias = bias_in.defined();
+  const Shape weight_shape = has_weight ? weight_in.sizes() : Shape{d};
+  const Shape bias_shape = has_bias ? bias_in.sizes() : Shape{d};
   record("layer_norm", {x_in, weight_in, bias_in}, out,
          [=](const Tensor& dy_in) -> std::vector<Tensor> {
            const Tensor dy = dy_in.contiguous().view({n, d});
@@ -329,14 +354,44 @@ std::optional<Tensor> layer_norm_gpu(const Tensor& x_in, const Shape& normalized
                                                                    inv_variance.view({n, 1}));
              dx = g[0], dw = g[1], db = g[2];
            }
-           return {dx.view(x_in.sizes()), dw.view(weight_shape), db.view(weight_shape)};
+           return {dx.view(x_in.sizes()), has_weight ? dw.view(weight_shape) : Tensor(),
+                   has_bias ? db.view(bias_shape) : Tensor()};
          },
          {x, weight, mean, inv_variance});
   return out;
 }
 #endif
 
+Shape dims_from(int64_t first, int64_t rank) {
+  Shape dims;
+  for (int64_t d = first; d < rank; ++d) dims.push_back(d);
+  return dims;
+}
+
+// y * weight + bias per channel (dim 1) of y (N, C, ...), each undefined or
+// (C); a 16-bit y composes in the float32 of its weight and returns in its dtype.
+Tensor channel_affine(const Tensor& y, const Tensor& weight, const Tensor& bias) {
+  Shape channel_shape(static_cast<size_t>(y.dim()), 1);
+  channel_shape[1] = y.size(1);
+  Tensor out = y;
+  if (weight.defined()) out = out * weight.view(channel_shape);
+  if (bias.defined()) out = out + bias.view(channel_shape);
+  return out.dtype() == y.dtype() ? out : out.to(y.dtype());
+}
+
 }  // namespace
+
+Tensor normalize(const Tensor& x, const Shape& reduce_dims, double eps) {
+#ifdef LOOM_WITH_CUDA
+  if (x.device().is_cuda() && trailing_dims(x, reduce_dims)) {
+    const int64_t d = numel_of(Shape(x.sizes().end() - static_cast<int64_t>(reduce_dims.size()), x.sizes().end()));
+    if (std::optional<Tensor> y = normalize_rows_gpu(x, d, Tensor(), Tensor(), eps)) return *y;
+  }
+#endif
+  const Tensor centered = x - mean(x, reduce_dims, /*keepdim=*/true);
+  const Tensor variance = mean(centered * centered, reduce_dims, /*keepdim=*/true);
+  return centered / sqrt(variance + eps);
+}
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
@@ -350,20 +405,90 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   check_layer_norm_args(x, normalized_shape, weight, bias, eps);
 #ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda()) {
-    DeviceGuard guard(x.device());
-    if (std::optional<Tensor> y = layer_norm_gpu(x, normalized_shape, weight, bias, eps)) return traced(*y);
+    if (std::optional<Tensor> y = normalize_rows_gpu(x, numel_of(normalized_shape), weight, bias, eps)) {
+      return traced(*y);
+    }
   }
 #endif
-  Shape dims;
-  for (int64_t d = x.dim() - static_cast<int64_t>(normalized_shape.size()); d < x.dim(); ++d) {
-    dims.push_back(d);
-  }
-  const Tensor centered = x - mean(x, dims, /*keepdim=*/true);
-  const Tensor variance = mean(centered * centered, dims, /*keepdim=*/true);
-  Tensor y = centered / sqrt(variance + eps);
+  Tensor y = normalize(x, dims_from(x.dim() - static_cast<int64_t>(normalized_shape.size()), x.dim()), eps);
   if (weight.defined()) y = y * weight;  // broadcast over the leading dims
   if (bias.defined()) y = y + bias;
   return traced(y);
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  trace::OpScope trace("group_norm");
+  check_float_tensor(x, "group_norm");
+  LOOM_CHECK(x.dim() >= 2 && num_groups > 0 && x.size(1) % num_groups == 0, ValueError,
+             "[group_norm] Expected number of channels in input to be divisible by num_groups, "
+             "but got input of shape {} and num_groups={}; pick num_groups dividing C",
+             shape_str(x.sizes()), num_groups);
+  LOOM_CHECK(eps >= 0, ValueError, "[group_norm] eps must be non-negative, got {}", eps);
+  norm_detail::check_channel_operand("group_norm", weight, "weight", x);
+  norm_detail::check_channel_operand("group_norm", bias, "bias", x);
+  const MemoryFormat format = x.suggest_memory_format();
+  // (N, G, C / G * H * W): each group's values as one row.
+  const int64_t per_group = numel_of(Shape(x.sizes().begin() + 1, x.sizes().end())) / num_groups;
+  const Tensor rows = normalize(x.reshape({x.size(0), num_groups, per_group}), {2}, eps);
+  Tensor y = channel_affine(rows.view(x.sizes()), weight, bias);
+  if (format == MemoryFormat::ChannelsLast) y = y.contiguous(format);
+  if (trace.recording()) {
+    trace.record({x, weight, bias}, y, {{"num_groups", num_groups}, {"eps", eps}});
+  }
+  return y;
+}
+
+namespace {
+
+// Blends running statistics (C) in place toward the batch average of each
+// instance's mean and unbiased variance, as PyTorch's instance_norm.
+void update_instance_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                           const InstanceNormOptions& options) {
+  NoGradGuard no_grad;
+  check_inplace(running_mean, "instance_norm");
+  check_inplace(running_var, "instance_norm");
+  const Shape dims = dims_from(2, x.dim());
+  const int64_t m = x.numel() / (x.size(0) * x.size(1));
+  const Tensor xf = x.to(norm_detail::channel_dtype(x));
+  const Tensor instance_mean = mean(xf, dims, /*keepdim=*/true);
+  const Tensor centered = xf - instance_mean;
+  const Tensor unbiased = sum(centered * centered, dims) / static_cast<double>(m - 1);
+  const double k = options.momentum;
+  Tensor(running_mean).copy_(running_mean * (1 - k) + mean(instance_mean.view({x.size(0), x.size(1)}), {0}) * k);
+  Tensor(running_var).copy_(running_var * (1 - k) + mean(unbiased, {0}) * k);
+}
+
+}  // namespace
+
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                     const Tensor& weight, const Tensor& bias, InstanceNormOptions options) {
+  trace::OpScope trace("instance_norm");
+  norm_detail::check_channel_norm_args("instance_norm", x, running_mean, running_var, weight, bias,
+                                       options.use_input_stats);
+  LOOM_CHECK(!options.use_input_stats || x.dim() >= 3, ShapeError,
+             "[instance_norm] expects input (N, C, L) or (N, C, H, W) but got shape {}; a (N, C) "
+             "input has one value per instance",
+             shape_str(x.sizes()));
+  const int64_t per_instance = x.dim() < 3 ? 0 : numel_of(Shape(x.sizes().begin() + 2, x.sizes().end()));
+  LOOM_CHECK(!options.use_input_stats || per_instance > 1, ValueError,
+             "[instance_norm] Expected more than 1 spatial element when training, got input size "
+             "{}; use a larger input or use_input_stats = false",
+             shape_str(x.sizes()));
+  Tensor y;
+  if (!options.use_input_stats) {  // batch norm's eval: the running statistics per channel
+    y = batch_norm(x, running_mean, running_var, weight, bias,
+                   {.training = false, .momentum = options.momentum, .eps = options.eps});
+  } else {
+    if (running_mean.defined()) update_instance_stats(x, running_mean, running_var, options);
+    y = channel_affine(normalize(x, dims_from(2, x.dim()), options.eps), weight, bias);
+  }
+  if (trace.recording()) {
+    trace.record({x, running_mean, running_var, weight, bias}, y,
+                 {{"use_input_stats", int64_t{options.use_input_stats}},
+                  {"momentum", options.momentum}, {"eps", options.eps}});
+  }
+  return y;
 }
 
 }  // namespace loom

@@ -1,4 +1,10 @@
 // File: core/ops/norm.h
+// The normalization family, as torch.nn.functional's: one composite,
+// normalize(x, reduce_dims), and batch, layer, group and instance norm as its
+// parameterisations (which dims are reduced, where the statistics come from,
+// the affine composed after). Batch norm keeps its own kernels on every tier
+// (CPU reference, oneDNN, cuDNN NORM_FORWARD / NORM_BACKWARD) for speed.
+//
 // Batch normalization, as torch.nn.functional.batch_norm:
 //
 //   // training: normalize by batch statistics, update the running ones in place
@@ -42,5 +48,36 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // device, so its gradient (x, weight, bias) comes from theirs.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps = 1e-5);
+
+// (x - mean) / sqrt(var + eps) with the mean and biased variance over
+// `reduce_dims` (kept as size 1 for the broadcast): the primitive every norm
+// composes its affine after. Differentiable through its ops; on the GPU a
+// float32 x reduced over its trailing dims runs cuDNN's layer-norm graph.
+Tensor normalize(const Tensor& x, const Shape& reduce_dims, double eps = 1e-5);
+
+// Group normalization, as torch.nn.functional.group_norm: x (N, C, ...) with
+// C divisible by num_groups; each sample's C / num_groups channels of a group
+// are normalized together (all their spatial values), then y * weight + bias
+// per channel. weight and bias are (C) or undefined, of x's dtype (float32 for
+// a bfloat16 / float16 x, which then returns in x's dtype). y has x's layout.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+
+struct InstanceNormOptions {
+  bool use_input_stats = true;  // each instance's statistics, else the running ones
+  double momentum = 0.1;        // as BatchNormOptions::momentum
+  double eps = 1e-5;
+};
+
+// Instance normalization, as torch.nn.functional.instance_norm: x (N, C, ...)
+// with at least one spatial dim; each (sample, channel) is normalized over its
+// spatial values, then y * weight + bias per channel. running_mean and
+// running_var (C) are optional, as in PyTorch: with use_input_stats they are
+// blended in place toward the batch average of the instances' means and
+// unbiased variances; without, they normalize x (batch_norm's eval mode) and
+// must be given. weight and bias as group_norm's.
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean = {}, const Tensor& running_var = {},
+                     const Tensor& weight = {}, const Tensor& bias = {},
+                     InstanceNormOptions options = {});
 
 }  // namespace loom

@@ -1,13 +1,15 @@
 // File: tests/layers/norm_test.cc
 // BatchNorm2d: batch vs running statistics by mode (against per-channel formulas
 // written here), num_batches_tracked, momentum (fixed and cumulative), affine
-// and track_running_stats off, errors and printing.
+// and track_running_stats off, errors and printing; LayerNorm, GroupNorm and
+// InstanceNorm2d: PyTorch's names, defaults and print, forward as the functional op.
 // N batch, C channels, H, W, M = N * H * W values per channel.
 #include "layers/norm.h"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/generator.h"
@@ -199,6 +201,55 @@ TEST_CASE("LayerNorm: PyTorch's parameters, state_dict names and print; forward 
   const Tensor x = randn({3, 4, 5}, {}, &gen);
   CHECK_CLOSE(ln(x), layer_norm(x, {4, 5}, ln.weight(), ln.bias()), 0, 0);
   CHECK_THROWS_WITH_FRAGMENT(nn::LayerNorm(Shape{}), ValueError, "[LayerNorm] normalized_shape must name");
+}
+
+TEST_CASE("GroupNorm: PyTorch's parameters, state_dict names and print; forward is group_norm") {
+  nn::GroupNorm gn(2, 6);
+  const StateDict state = gn.state_dict();
+  REQUIRE(state.size() == 2);
+  CHECK(state[0].first == "weight");
+  CHECK(state[1].first == "bias");
+  CHECK_CLOSE(gn.weight(), ones({6}), 0, 0);
+  CHECK_CLOSE(gn.bias(), zeros({6}), 0, 0);
+  CHECK(gn.repr() == "GroupNorm(2, 6, eps=1e-05, affine=True)");
+  CHECK(nn::GroupNorm(3, 6, {.affine = false}).parameters().empty());
+  Generator gen(8);
+  const Tensor x = randn({3, 6, 4, 5}, {}, &gen);
+  {
+    NoGradGuard no_grad;
+    Tensor(gn.weight()).copy_(randn({6}, {}, &gen));
+    Tensor(gn.bias()).copy_(randn({6}, {}, &gen));
+  }
+  CHECK_CLOSE(gn(x), group_norm(x, 2, gn.weight(), gn.bias()), 0, 0);
+  CHECK_THROWS_WITH_FRAGMENT(nn::GroupNorm(4, 6), ValueError, "num_channels=6 and num_groups=4");
+  CHECK_THROWS_WITH_FRAGMENT(gn(zeros({3, 4, 2, 2})), ShapeError, "[GroupNorm] expects input (N, 6, ...)");
+}
+
+TEST_CASE("InstanceNorm2d: PyTorch's defaults, names and print; running statistics in eval when tracked") {
+  nn::InstanceNorm2d plain(4);
+  CHECK(plain.state_dict().empty());
+  CHECK(plain.repr() == "InstanceNorm2d(4, eps=1e-05, momentum=0.1, affine=False, track_running_stats=False)");
+  nn::InstanceNorm2d in(4, {.affine = true, .track_running_stats = true});
+  const StateDict state = in.state_dict();
+  REQUIRE(state.size() == 5);
+  const std::vector<std::string> names = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"};
+  for (size_t i = 0; i < names.size(); ++i) CHECK(state[i].first == names[i]);
+  CHECK_CLOSE(in.running_var(), ones({4}), 0, 0);
+  Generator gen(9);
+  const Tensor x = randn({2, 4, 3, 5}, {}, &gen);
+  CHECK_CLOSE(plain(x), instance_norm(x), 0, 0);
+  Tensor expected_mean = zeros({4}), expected_var = ones({4});
+  const Tensor y = in(x);  // training: the instances' statistics, running ones blended
+  CHECK_CLOSE(y, instance_norm(x, expected_mean, expected_var, in.weight(), in.bias()), 0, 0);
+  CHECK_CLOSE(in.running_mean(), expected_mean, 0, 0);
+  CHECK_CLOSE(in.running_var(), expected_var, 0, 0);
+  in.eval();
+  CHECK_CLOSE(in(x), batch_norm(x, in.running_mean(), in.running_var(), in.weight(), in.bias(),
+                                {.training = false}),
+              1e-6, 1e-6);
+  plain.eval();  // untracked: the instances' statistics in eval mode too
+  CHECK_CLOSE(plain(x), instance_norm(x), 0, 0);
+  CHECK_THROWS_WITH_FRAGMENT(in(zeros({4, 3, 5})), ShapeError, "[InstanceNorm2d] expects input (N, 4, H, W)");
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // ONNX export: every registry model passes the ONNX checker (Debian's
 // python3-onnx, full check with strict shape inference) through the export
 // tool and tools/onnx_check.py; the batch is symbolic or fixed as asked; batch
-// norm folds; and what has no ONNX form is refused with the op and module named.
+// norm folds; group and instance norm pass the checker; and what has no ONNX
+// form is refused with the op and module named.
 // The two ImageNet VGGs (0.5 GB of weights each) are left to tools/onnx_zoo.sh
 // --max-mb runs (docs/onnx.md): VGG-11/16 on CIFAR cover the same layers here.
 //
@@ -117,6 +118,22 @@ TEST_CASE("batch norm is BatchNormalization, or folded into the conv before it")
   onnx::export_zoo_model("mnist_net", {}, folded, {.onnx = {.fold_batch_norm = true}});
   CHECK(describe(plain).find("2 [('image'") == 0);
   CHECK(describe(folded).find("0 [('input'") == 0);
+}
+
+TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) and pass the checker") {
+  TempDir dir;
+  const std::string path = (dir.path / "norms.onnx").string();
+  nn::Sequential net(nn::GroupNorm(3, 6), nn::InstanceNorm2d(6, {.affine = true}),
+                     nn::InstanceNorm2d(6, {.track_running_stats = true}));
+  net.eval();
+  onnx::export_model(net, {randn({2, 6, 5, 4})}, path);
+  auto [out, status] = run("/usr/bin/python3 -c \"import onnx,sys; m=onnx.load(sys.argv[1]); "
+                           "onnx.checker.check_model(m, full_check=True); "
+                           "print([n.op_type for n in m.graph.node if 'Norm' in n.op_type])\" " + path);
+  CHECK_MESSAGE(status == 0, out);
+  CHECK_MESSAGE(out.find("['InstanceNormalization', 'InstanceNormalization', 'BatchNormalization']") !=
+                    std::string::npos,
+                out);
 }
 
 TEST_CASE("what has no ONNX form is refused, naming the op and the module") {

@@ -1,12 +1,15 @@
 // File: tests/core/ops/norm_test.cc
-// batch_norm: hand-checked values and running-stat updates, direct mean/var formulas
-// over a grid of modes, dtypes and layouts, gradcheck, and PyTorch's argument checks.
+// The norm family: batch_norm's hand-checked values and running-stat updates,
+// direct mean/var formulas over a grid of modes, dtypes and layouts; layer,
+// group and instance norm against per-row loops in float64 on random
+// configurations; gradcheck, and PyTorch's argument checks.
 // N batch, C channels, L elements per sample and channel, M = N * L.
 #include "core/ops/norm.h"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -358,6 +361,139 @@ TEST_CASE("layer_norm rejects shapes that do not match") {
   CHECK_THROWS_WITH_FRAGMENT(layer_norm(x, {3}, zeros({2}), Tensor()), ValueError,
                              "[layer_norm] weight has shape (2,), expected normalized_shape (3,)");
   CHECK_THROWS_WITH_FRAGMENT(layer_norm(x, {3}, Tensor(), Tensor(), -1), ValueError, "eps must be non-negative");
+}
+
+
+// ---------------------------------------------------------------------------
+// group_norm and instance_norm: a per-(sample, group) loop in float64 over x
+// (N, C, L...) row-major; instance norm is the case groups = C.
+
+Tensor naive_group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps) {
+  std::vector<double> v = x.contiguous().to_vector<double>();
+  const int64_t c = x.size(1), l = x.numel() / (x.size(0) * c), d = c / groups * l;
+  std::vector<double> wv = w.defined() ? w.to_vector<double>() : std::vector<double>(c, 1.0);
+  std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(c, 0.0);
+  for (size_t start = 0; start < v.size(); start += d) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < d; ++i) mean += v[start + i] / d;
+    for (int64_t i = 0; i < d; ++i) var += (v[start + i] - mean) * (v[start + i] - mean) / d;
+    for (int64_t i = 0; i < d; ++i) {
+      const auto channel = static_cast<int64_t>((start + i) / l) % c;
+      v[start + i] = (v[start + i] - mean) / std::sqrt(var + eps) * wv[channel] + bv[channel];
+    }
+  }
+  return tensor(v, x.sizes(), {.dtype = kF64});
+}
+
+// A seeded random configuration: x (N, C, H, W) or (N, C, L) with C = groups *
+// channels per group, odd sizes included.
+struct GroupCase {
+  Shape sizes;
+  int64_t groups = 1;
+  bool affine = true, channels_last = false;
+};
+
+GroupCase random_group_case(std::mt19937& rng) {
+  auto pick = [&](int lo, int hi) { return static_cast<int64_t>(std::uniform_int_distribution<int>(lo, hi)(rng)); };
+  GroupCase g;
+  g.groups = pick(1, 4);
+  const int64_t c = g.groups * pick(1, 3);
+  g.sizes = pick(0, 1) ? Shape{pick(1, 3), c, pick(1, 5), pick(2, 5)} : Shape{pick(1, 3), c, pick(2, 7)};
+  g.affine = pick(0, 2) > 0;
+  g.channels_last = g.sizes.size() == 4 && pick(0, 1) == 1;
+  return g;
+}
+
+TEST_CASE("group_norm and instance_norm match a per-group loop on random configurations") {
+  std::mt19937 rng(36);
+  Generator gen(36);
+  for (int k = 0; k < 40; ++k) {
+    const GroupCase g = random_group_case(rng);
+    CAPTURE(k);
+    CAPTURE(shape_str(g.sizes));
+    CAPTURE(g.groups);
+    const int64_t c = g.sizes[1];
+    Tensor x = randn(g.sizes, {.dtype = kF64}, &gen);
+    if (g.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+    const Tensor w = g.affine ? randn({c}, {.dtype = kF64}, &gen) : Tensor();
+    const Tensor b = g.affine ? randn({c}, {.dtype = kF64}, &gen) : Tensor();
+    CHECK_CLOSE(group_norm(x, g.groups, w, b, 1e-5), naive_group_norm(x, g.groups, w, b, 1e-5), 1e-12, 1e-12);
+    CHECK_CLOSE(instance_norm(x, Tensor(), Tensor(), w, b), naive_group_norm(x, c, w, b, 1e-5), 1e-12, 1e-12);
+    CHECK(group_norm(x, g.groups, w, b).is_contiguous(g.channels_last ? MemoryFormat::ChannelsLast
+                                                                      : MemoryFormat::Contiguous));
+  }
+}
+
+TEST_CASE("group_norm and instance_norm gradcheck on random configurations: x, weight and bias") {
+  std::mt19937 rng(37);
+  Generator gen(37);
+  for (int k = 0; k < 8; ++k) {
+    const GroupCase g = random_group_case(rng);
+    CAPTURE(k);
+    CAPTURE(shape_str(g.sizes));
+    const int64_t c = g.sizes[1], groups = g.groups;
+    Tensor x = randn(g.sizes, {.dtype = kF64}, &gen);
+    if (g.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+    x.requires_grad_(true);
+    const Tensor w = requiring_grad(randn({c}, {.dtype = kF64}, &gen));
+    const Tensor b = requiring_grad(randn({c}, {.dtype = kF64}, &gen));
+    GradcheckResult r = gradcheck(
+        [groups](const std::vector<Tensor>& in) { return group_norm(in[0], groups, in[1], in[2]); }, {x, w, b});
+    CHECK_MESSAGE(r.ok, r.message);
+    r = gradcheck([](const std::vector<Tensor>& in) { return instance_norm(in[0], {}, {}, in[1], in[2]); },
+                  {x, w, b});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("instance_norm: running statistics blend the instances' mean and unbiased var, eval uses them") {
+  Generator gen(38);
+  const Tensor x = randn({3, 2, 4, 5}, {.dtype = kF64}, &gen);
+  Tensor running_mean = f64({0.5, -1}, {2}), running_var = f64({2, 3}, {2});
+  const Tensor y = instance_norm(x, running_mean, running_var, {}, {}, {.momentum = 0.25});
+  CHECK_CLOSE(y, naive_group_norm(x, 2, {}, {}, 1e-5), 1e-12, 1e-12);
+  const std::vector<double> v = x.to_vector<double>();
+  for (int64_t ch = 0; ch < 2; ++ch) {
+    double mean_sum = 0, var_sum = 0;
+    for (int64_t n = 0; n < 3; ++n) {
+      const double* p = v.data() + (n * 2 + ch) * 20;
+      double mean = 0, ss = 0;
+      for (int i = 0; i < 20; ++i) mean += p[i] / 20;
+      for (int i = 0; i < 20; ++i) ss += (p[i] - mean) * (p[i] - mean);
+      mean_sum += mean / 3;
+      var_sum += ss / 19 / 3;
+    }
+    CHECK(running_mean.to_vector<double>()[ch] ==
+          doctest::Approx(0.75 * (ch == 0 ? 0.5 : -1.0) + 0.25 * mean_sum).epsilon(1e-12));
+    CHECK(running_var.to_vector<double>()[ch] ==
+          doctest::Approx(0.75 * (ch == 0 ? 2.0 : 3.0) + 0.25 * var_sum).epsilon(1e-12));
+  }
+  const Tensor w = f64({2, 3}, {2}), b = f64({-1, 1}, {2});
+  CHECK_CLOSE(instance_norm(x, running_mean, running_var, w, b, {.use_input_stats = false}),
+              batch_norm(x, running_mean, running_var, w, b, {.training = false}), 0, 0);
+}
+
+TEST_CASE("group_norm: by hand, on a 2-D input with one sample, as PyTorch allows") {
+  // Groups (1, 3) and (5, 7): each mean +-1 around its mean, variance 1.
+  CHECK_CLOSE(group_norm(f64({1, 3, 5, 7}, {1, 4}), 2, {}, {}, 0.0), f64({-1, 1, -1, 1}, {1, 4}), 1e-15, 1e-15);
+  CHECK_CLOSE(group_norm(f64({1, 3, 5, 7}, {1, 4}), 2, f64({1, 2, 3, 4}, {4}), f64({0, 0, 0, 1}, {4}), 0.0),
+              f64({-1, 2, -3, 5}, {1, 4}), 1e-15, 1e-15);
+}
+
+TEST_CASE("group_norm and instance_norm reject bad arguments, printing the values") {
+  const Tensor x = zeros({2, 6, 3, 3});
+  CHECK_THROWS_WITH_FRAGMENT(group_norm(x, 4), ValueError,
+                             "[group_norm] Expected number of channels in input to be divisible by "
+                             "num_groups, but got input of shape (2, 6, 3, 3) and num_groups=4");
+  CHECK_THROWS_WITH_FRAGMENT(group_norm(x, 3, zeros({3})), ShapeError,
+                             "[group_norm] weight has shape (3,) but input (2, 6, 3, 3) has 6 channels");
+  CHECK_THROWS_WITH_FRAGMENT(group_norm(x, 3, {}, {}, -1), ValueError, "[group_norm] eps must be non-negative");
+  CHECK_THROWS_WITH_FRAGMENT(instance_norm(zeros({2, 6, 1, 1})), ValueError,
+                             "[instance_norm] Expected more than 1 spatial element when training");
+  CHECK_THROWS_WITH_FRAGMENT(instance_norm(x, {}, {}, {}, {}, {.use_input_stats = false}), ValueError,
+                             "[instance_norm] eval mode (training = false) normalizes by running_mean");
+  CHECK_THROWS_WITH_FRAGMENT(instance_norm(x, zeros({6}), {}), ValueError,
+                             "[instance_norm] running_mean and running_var must be given together");
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ constexpr Op kOps[] = {Op::Conv2d,     Op::Linear,       Op::BatchNorm,   Op::Ba
                        Op::Relu,       Op::MaxPool,      Op::AvgPool,     Op::Softmax,
                        Op::LogSoftmax, Op::CrossEntropy, Op::Chain,       Op::Interpolate,
                        Op::Pad,        Op::Abs,          Op::Cat,         Op::Dropout2d,
-                       Op::Mask};
+                       Op::Mask,       Op::GroupNorm,    Op::InstanceNorm};
 
 class Draw {
  public:
@@ -158,6 +158,19 @@ void draw_cat(Draw& d, Case& c) {
   for (int64_t p = 0; p < v["parts"]; ++p) v["len" + std::to_string(p)] = d.between(1, 9);
 }
 
+// Group and instance norm: at least 4 values per normalized group, for the
+// reason batch norm's draw gives.
+void draw_group_norm(Draw& d, Case& c) {
+  auto& v = c.ints;
+  v["N"] = d.between(1, 4), v["H"] = d.between(1, 16), v["W"] = d.between(1, 16);
+  v["groups"] = c.op == Op::GroupNorm ? d.between(1, 8) : 1;
+  v["C"] = c.op == Op::GroupNorm ? v["groups"] * d.between(1, 6) : d.between(1, 40);
+  while (v["C"] / v["groups"] * v["H"] * v["W"] < 4) ++v["W"];
+  v["affine"] = d.coin();
+  v["track"] = c.op == Op::InstanceNorm && d.coin();
+  v["input_stats"] = !v["track"] || d.between(0, 3) > 0;
+}
+
 void draw_op(Draw& d, Case& c) {
   auto& v = c.ints;
   switch (c.op) {
@@ -202,6 +215,8 @@ void draw_op(Draw& d, Case& c) {
       c.label_smoothing = d.pick<double>({0.0, 0.0, 0.1, 0.25});
       break;
     case Op::Interpolate: draw_interpolate(d, c); break;
+    case Op::GroupNorm:
+    case Op::InstanceNorm: draw_group_norm(d, c); break;
     case Op::Pad: draw_pad(d, c); break;
     case Op::Abs:
     case Op::Mask: draw_image(d, c, 24); break;
@@ -270,8 +285,10 @@ Operands make_operands(const Case& c) {
       }
       if (c.at("residual")) add_t("residual", normal(image(), gen));
       break;
+    case Op::GroupNorm:
+    case Op::InstanceNorm:
     case Op::BatchNorm: {
-      Shape s = c.at("spatial") ? image() : Shape{c.at("N"), c.at("C")};
+      Shape s = c.ints.count("spatial") == 0 || c.at("spatial") ? image() : Shape{c.at("N"), c.at("C")};
       // A large mean with a small spread: the variance must not cancel.
       add_t("x", add(mul(normal(s, gen), 0.5), 3.0));
       if (c.at("affine")) {
@@ -465,6 +482,11 @@ Tensor forward(const Case& c, const std::map<std::string, Tensor>& t, const Tens
       return batch_norm(x, c.at("track") ? running->mean : Tensor(),
                         c.at("track") ? running->var : Tensor(), get("weight"), get("bias"),
                         {.training = c.at("training") != 0});
+    case Op::GroupNorm: return group_norm(x, c.at("groups"), get("weight"), get("bias"));
+    case Op::InstanceNorm:
+      return instance_norm(x, c.at("track") ? running->mean : Tensor(),
+                           c.at("track") ? running->var : Tensor(), get("weight"), get("bias"),
+                           {.use_input_stats = c.at("input_stats") != 0});
     case Op::Relu: return relu(x);
     case Op::MaxPool: return max_pool2d(x, pool_options(c));
     case Op::AvgPool: return avg_pool2d(x, pool_options(c));
@@ -670,6 +692,8 @@ const char* op_name(Op op) {
     case Op::Cat: return "cat / stack";
     case Op::Dropout2d: return "dropout2d";
     case Op::Mask: return "logical ops, isclose, mul on masks";
+    case Op::GroupNorm: return "group_norm";
+    case Op::InstanceNorm: return "instance_norm";
   }
   return "?";
 }

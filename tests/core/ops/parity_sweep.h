@@ -27,6 +27,8 @@ enum class Op {
   // padding, abs, cat / stack across dtypes, channel dropout, and masks built
   // with logical ops, isclose and mul.
   Interpolate, Pad, Abs, Cat, Dropout2d, Mask,
+  // The normalization family's other parameterisations (issue 36).
+  GroupNorm, InstanceNorm,
 };
 const char* op_name(Op op);
 
