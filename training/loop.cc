@@ -1,5 +1,5 @@
 // File: training/loop.cc
-// The training run: the zoo model on the device (channels-last and fused on
+// The training run: the zoo model on the device (channels-last; fused on
 // the GPU), the optimizer and schedule, TrainStep (CUDA graphs), the epochs
 // with progress and metrics, evaluation, checkpoints, the profile window and
 // the plan report. B batch, K classes.
@@ -278,7 +278,10 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   std::shared_ptr<nn::Module> model = make_model(c);
   nn::Module& net = *model;
   net.to(c.device);
-  if (c.device.is_cuda()) net.to(MemoryFormat::ChannelsLast);  // cuDNN's native layout
+  // cuDNN's and oneDNN's native layout; on the CPU it also moves batch norm and pooling onto
+  // oneDNN (NCHW keeps them on the reference kernels): mnist_net's Adam step at batch 128, 2
+  // threads, took 0.91x NCHW's wall time (median of 5 interleaved runs, load 6-10).
+  net.to(MemoryFormat::ChannelsLast);
   if (c.fuse) nn::fuse(net);  // same parameters and state_dict names; unfused where cuDNN has no engine
   startup.mark("model on device");
   auto [train_set, test_set, train_read, test_read] = loading.get();
