@@ -280,7 +280,8 @@ TrainResult train_on(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> g
   net.to(c.device);
   // cuDNN's and oneDNN's native layout; on the CPU it also moves batch norm and pooling onto
   // oneDNN (NCHW keeps them on the reference kernels): mnist_net's Adam step at batch 128, 2
-  // threads, took 0.91x NCHW's wall time (median of 5 interleaved runs, load 6-10).
+  // threads, took 0.91x NCHW's wall time at a load of 6-10 and 0.99x on an idle machine
+  // (medians of 5 interleaved runs).
   net.to(MemoryFormat::ChannelsLast);
   if (c.fuse) nn::fuse(net);  // same parameters and state_dict names; unfused where cuDNN has no engine
   startup.mark("model on device");
