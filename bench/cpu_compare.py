@@ -16,13 +16,16 @@ Loom.
 
   /usr/bin/python3 bench/cpu_compare.py --torch-only --models resnet18_cifar   # PyTorch only
 
-Loom's CPU tier is LOOM_CPU_BACKEND's (oneDNN by default): --loom-backend reference times the
-reference kernels instead. --cpu-time reports CPU ms (user + sys, all threads) per step instead
-of wall ms, with PyTorch under OMP_WAIT_POLICY=PASSIVE so that OpenMP's spinning is not counted
-as work (Loom's pool never spins). The table's header gives the machine's load average before
-and after the rounds.
+Times are wall ms per step. Loom's CPU tier is LOOM_CPU_BACKEND's (oneDNN by default):
+--loom-backend reference times the reference kernels instead. Both run their OpenMP threads under
+OMP_WAIT_POLICY=PASSIVE (Loom's default; --torch-wait-policy gives PyTorch another): where other
+processes share the cores, PyTorch's default of spinning at its barriers took 44 s a step of
+resnet34_cifar at batch 8 against 3.4 s for Loom (load 12 on 2 cores), a measure of the
+scheduler rather than of either library. The machine's 1-minute load average is read before each
+measurement; the table gives its range for every row, since a loaded machine slows both sides
+and only the interleaved ratios hold.
 """
-import argparse, json, os, resource, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INPUT_SETS = 4
@@ -36,7 +39,7 @@ def zoo():
 
 
 def torch_step_ms(model_name, batch, layout, optimizer, steps, warmup, threads):
-    """(wall, CPU) ms per step of `steps` PyTorch steps after `warmup` untimed ones."""
+    """Wall ms per step of `steps` PyTorch steps after `warmup` + 1 untimed ones."""
     import torch, torch.nn.functional as F
     torch.set_num_threads(threads)
     row = zoo()[model_name]
@@ -60,21 +63,20 @@ def torch_step_ms(model_name, batch, layout, optimizer, steps, warmup, threads):
 
     for i in range(warmup + 1):
         step(i)
-    t0, c0 = time.perf_counter(), time.process_time()  # process_time: every thread's CPU time
+    t0 = time.perf_counter()
     for i in range(steps):
         step(i)
-    return (time.perf_counter() - t0) * 1e3 / steps, (time.process_time() - c0) * 1e3 / steps
+    return (time.perf_counter() - t0) * 1e3 / steps
 
 
 def torch_in_subprocess(model_name, batch, layout, a):
-    """One PyTorch measurement in a fresh process, as Loom's: wall or CPU ms per step."""
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE") if a.cpu_time else None
+    """One PyTorch measurement in a fresh process, as Loom's: wall ms per step."""
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-only", "--models", model_name,
                           "--batches", str(batch), "--layouts", layout, "--threads", str(a.threads),
                           "--optimizer", a.optimizer, "--steps", str(steps_for(model_name, batch, a)),
-                          "--warmup", str(a.warmup)], check=True, capture_output=True, text=True, env=env)
-    wall, cpu = out.stdout.split()[-2:]
-    return float(cpu if a.cpu_time else wall)
+                          "--warmup", str(a.warmup)], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, OMP_WAIT_POLICY=a.torch_wait_policy))
+    return float(out.stdout.split()[-1])
 
 
 def loom_env(a):
@@ -97,24 +99,6 @@ def loom_step_ms(model_name, batch, layout, a):
         return json.loads(open(out.name).readline())["ms_per_step"]
 
 
-def children_cpu_seconds():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def loom_cpu_ms(model_name, batch, layout, a):
-    """Loom's CPU ms per step: a run of S + 1 timed steps less a run of 1, over the S extra
-    steps (the difference cancels the start-up and the first step)."""
-    steps = steps_for(model_name, batch, a)
-    spent = []
-    for n in (1, steps + 1):
-        before = children_cpu_seconds()
-        subprocess.run(loom_command(a, model_name, batch, layout, n, 0), env=loom_env(a), check=True,
-                       stdout=subprocess.DEVNULL)
-        spent.append(children_cpu_seconds() - before)
-    return (spent[1] - spent[0]) * 1e3 / steps
-
-
 def steps_for(model_name, batch, a):
     """Timed steps per measurement: --steps, fewer for the larger inputs (at most 2 for ImageNet's
     224x224 at batch 64, whose steps take seconds on a few cores)."""
@@ -129,22 +113,24 @@ def summary(values):
     return min(values), statistics.median(values)
 
 
-def print_table(a, configs, times, load_before, load_after):
-    unit = "CPU ms/step" if a.cpu_time else "ms/step"
-    print(f"\n{a.threads} threads, {a.optimizer}, {a.rounds} interleaved rounds ({unit}: min / median); Loom's CPU "
-          f"tier: {a.loom_backend or 'default (oneDNN)'}; load average (1, 5, 15 min) "
-          f"{' '.join(f'{v:.2f}' for v in load_before)} before, {' '.join(f'{v:.2f}' for v in load_after)} after, "
-          f"on {os.cpu_count()} cores\n")
-    print(f"| model | batch | layout | Loom {unit} | PyTorch {unit} | PyTorch / Loom (min, median) | Loom NHWC / NCHW |")
-    print("|---|---|---|---|---|---|---|")
+def print_table(a, configs, times, loads):
+    print(f"\n{a.threads} threads, {a.optimizer}, wall ms per step, min / median of {a.rounds} interleaved "
+          f"round(s) ({a.steps} timed steps, fewer at the larger inputs: steps_for); Loom's CPU tier: "
+          f"{a.loom_backend or 'default (oneDNN)'}; PyTorch's OMP_WAIT_POLICY {a.torch_wait_policy}; "
+          f"{os.cpu_count()} cores\n")
+    print("| model | batch | layout | rounds | Loom ms/step | PyTorch ms/step | PyTorch / Loom (min, median) "
+          "| Loom NHWC / NCHW (median) | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (m, b, l) in configs:
         lo, to = summary(times[(m, b, l, "loom")]), summary(times[(m, b, l, "torch")])
         other = (m, b, "nchw", "loom")
         layout_ratio = ""
         if l == "nhwc" and times.get(other):
             layout_ratio = f"{lo[1] / statistics.median(times[other]):.2f}"
-        print(f"| {m} | {b} | {l} | {lo[0]:.2f} / {lo[1]:.2f} | {to[0]:.2f} / {to[1]:.2f} "
-              f"| {to[0] / lo[0]:.2f}x, {to[1] / lo[1]:.2f}x | {layout_ratio} |")
+        load = loads[(m, b, l)]
+        print(f"| {m} | {b} | {l} | {len(times[(m, b, l, 'loom')])} | {lo[0]:.1f} / {lo[1]:.1f} "
+              f"| {to[0]:.1f} / {to[1]:.1f} | {to[0] / lo[0]:.2f}x, {to[1] / lo[1]:.2f}x | {layout_ratio} "
+              f"| {min(load):.1f}-{max(load):.1f} |", flush=True)
 
 
 def csv(kind):
@@ -164,8 +150,9 @@ def main():
                    "large models at batch 64)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--loom-backend", choices=("onednn", "reference"), help="LOOM_CPU_BACKEND for Loom")
+    p.add_argument("--torch-wait-policy", choices=("PASSIVE", "ACTIVE"), default="PASSIVE",
+                   help="OMP_WAIT_POLICY for PyTorch (Loom's is PASSIVE)")
     p.add_argument("--torch-only", action="store_true", help="one PyTorch measurement per configuration")
-    p.add_argument("--cpu-time", action="store_true", help="CPU ms per step instead of wall ms")
     a = p.parse_args()
     models = a.models or list(zoo())
     unknown = [m for m in models if m not in zoo()]
@@ -174,22 +161,21 @@ def main():
     configs = [(m, b, l) for m in models for b in a.batches for l in a.layouts]
     if a.torch_only:
         for m, b, l in configs:
-            wall, cpu = torch_step_ms(m, b, l, a.optimizer, a.steps, a.warmup, a.threads)
-            print(m, b, l, f"{wall:.3f} {cpu:.3f}")
+            print(m, b, l, f"{torch_step_ms(m, b, l, a.optimizer, a.steps, a.warmup, a.threads):.3f}")
         return
     if not a.loom:
         p.error("--loom is needed (or --torch-only)")
-    load_before = os.getloadavg()
-    times = {}
+    times, loads = {}, {}
     for r in range(a.rounds):
         for m, b, l in configs:
-            loom = loom_cpu_ms(m, b, l, a) if a.cpu_time else loom_step_ms(m, b, l, a)
+            loads.setdefault((m, b, l), []).append(os.getloadavg()[0])
+            loom = loom_step_ms(m, b, l, a)
             torch = torch_in_subprocess(m, b, l, a)
             times.setdefault((m, b, l, "loom"), []).append(loom)
             times.setdefault((m, b, l, "torch"), []).append(torch)
-            print(f"round {r + 1}: {m} batch {b} {l}: loom {loom:.2f} ms, torch {torch:.2f} ms", file=sys.stderr,
-                  flush=True)
-    print_table(a, configs, times, load_before, os.getloadavg())
+            print(f"round {r + 1}: {m} batch {b} {l}: loom {loom:.2f} ms, torch {torch:.2f} ms, "
+                  f"load {loads[(m, b, l)][-1]:.2f}", file=sys.stderr, flush=True)
+    print_table(a, configs, times, loads)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -198,16 +200,45 @@ namespace {
 
 // Implementations whose threads meet at a spinning barrier inside the kernel
 // (oneDNN's simple_barrier): where another process holds a core, the thread
-// that arrives first spins until the descheduled one runs again. Batch norm at
-// (8, 16, 32, 32) channels-last, 2 threads on 2 cores shared with compilers
-// (load 12): "bnorm_jit" 158 ms wall (16 ms CPU) a call, "bnorm_tbb_jit", which
-// splits the same work without a barrier, 0.6 ms; single-threaded the two are
-// alike. The iterator's next implementation is taken instead.
-constexpr std::string_view kSpinningImpls[] = {"bnorm_jit:"};
+// that arrives first spins until the descheduled one runs again. Each is
+// skipped for the iterator's next implementation, for the primitive kind and
+// direction it was measured in (a name such as "jit:avx512_core" is shared by
+// the forward and backward-data kernels, which split their work without one).
+// - Batch norm at (8, 16, 32, 32) channels-last, 2 threads on 2 cores shared
+//   with compilers (load 12): "bnorm_jit" 158 ms wall (16 ms CPU) a call,
+//   "bnorm_tbb_jit", the same work split without a barrier, 0.6 ms; single-
+//   threaded the two are alike.
+// - Convolution weight gradients, whose threads reduce their partial sums
+//   behind a barrier: a resnet20 step at batch 8 (load 13) spent 2.1-2.9 s of
+//   ONEDNN_VERBOSE time in "jit:avx512_core" backward-weights calls against
+//   0.08-0.17 s in "jit:avx2" (its reduction is a second parallel region), in
+//   NCHW and channels-last alike; single-threaded "jit:avx2" was no slower.
+//   The 1x1 kernel "jit_1x1:avx512_core" reduces the same way: unet's 1x1
+//   weight gradient took 95-128 ms a call (load 14) where its forward took
+//   0.4; on "jit_1x1:avx2", 22 ms (load 8).
+struct SpinningImpl {
+  dnnl_primitive_kind_t kind;
+  std::optional<dnnl_prop_kind_t> direction;  // every direction when unset
+  std::string_view prefix;
+};
+constexpr SpinningImpl kSpinningImpls[] = {
+    {dnnl_batch_normalization, std::nullopt, "bnorm_jit:"},
+    {dnnl_convolution, dnnl_backward_weights, "jit:avx512_core"},
+    {dnnl_convolution, dnnl_backward_weights, "jit_1x1:avx512_core"},
+};
 
-bool spins(std::string_view impl) {
-  for (std::string_view prefix : kSpinningImpls) {
-    if (impl.substr(0, prefix.size()) == prefix) return true;
+template <typename T>
+T query(const PrimitiveDesc& pd, dnnl_query_t what) {
+  T value{};
+  LOOM_DNNL_CHECK(lib().primitive_desc_query(pd.get(), what, 0, &value));
+  return value;
+}
+
+bool spins(const PrimitiveDesc& pd, std::string_view impl) {
+  for (const SpinningImpl& s : kSpinningImpls) {
+    if (impl.substr(0, s.prefix.size()) != s.prefix) continue;
+    if (query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind) != s.kind) continue;
+    if (!s.direction || query<dnnl_prop_kind_t>(pd, dnnl_query_prop_kind) == *s.direction) return true;
   }
   return false;
 }
@@ -233,7 +264,7 @@ PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
     LOOM_CHECK(pd != nullptr, OnednnError, "[onednn] dnnl_primitive_desc_iterator_fetch returned null");
     const std::string name = impl_name(pd);
     if (name.rfind("ref", 0) == 0) return nullptr;
-    if (!spins(name)) return pd;
+    if (!spins(pd, name)) return pd;
   } while (lib().primitive_desc_iterator_next(it) == dnnl_success);
   return nullptr;
 }

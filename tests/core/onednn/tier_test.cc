@@ -91,6 +91,32 @@ TEST_CASE("batch norm runs on an implementation that does not spin at a barrier"
   CHECK(norm_plans >= 2);
 }
 
+TEST_CASE("convolution weight gradients run on an implementation that does not spin at a barrier") {
+  // jit:avx512_core's and jit_1x1:avx512_core's weight gradients reduce their
+  // threads' partial sums behind a spinning barrier (plan.cc); their forward
+  // and data gradient do not and stay.
+  CpuBackendGuard tier(CpuBackend::Onednn);
+  REQUIRE(onednn::active());
+  Generator gen(5);
+  for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+    const Tensor x = randn({4, 16, 8, 8}, {}, &gen).contiguous(format).requires_grad_();
+    const Tensor w = randn({32, 16, 3, 3}, {}, &gen).contiguous(format).requires_grad_();
+    const Tensor pointwise = randn({8, 32, 1, 1}, {}, &gen).contiguous(format).requires_grad_();
+    const Tensor y = conv2d(conv2d(x, w, Tensor(), {.padding = 1}), pointwise, Tensor(), {});
+    sum(y * y).backward();
+  }
+  int wgrad_plans = 0;
+  for (const std::string& line : onednn::plan_lines()) {
+    if (line.rfind("conv_wgrad", 0) != 0) continue;
+    INFO(line);
+    ++wgrad_plans;
+    CHECK(line.find("jit:avx512_core") == std::string::npos);
+    CHECK(line.find("jit_1x1:avx512_core") == std::string::npos);
+    CHECK(line.find("reference kernels") == std::string::npos);
+  }
+  CHECK(wgrad_plans >= 4);  // 3x3 and 1x1, NCHW and channels-last
+}
+
 TEST_CASE("the library says which oneDNN and instruction set it runs") {
   REQUIRE(onednn::library() != nullptr);
   CHECK(onednn::describe().rfind("oneDNN 2.", 0) == 0);
