@@ -18,7 +18,7 @@ namespace loom::bench {
 namespace {
 
 const std::vector<std::string> kPrecisions = {"tf32", "strict", "bf16"};
-const std::vector<std::string> kModes = {"graph", "eager", "graph-untraced", "graph-unfused", "eager-unfused"};
+const std::vector<std::string> kModes = {"graph", "eager", "graph-traced", "graph-unfused", "eager-unfused"};
 const std::vector<std::string> kLayouts = {"auto", "nchw", "nhwc"};
 const std::vector<std::string> kOptimizers = {"sgd", "adam"};
 const std::vector<std::string> kPlanBuilds = {"lazy", "eager", "precompiled"};

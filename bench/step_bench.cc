@@ -183,7 +183,7 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
       [&net](const Tensor& x, const Tensor& y) {
         return std::vector<Tensor>{cross_entropy(net(x), y)};
       },
-      opt, {.cuda_graph = c.mode.starts_with("graph"), .trace_fusion = c.mode == "graph" || c.mode == "eager"});
+      opt, {.cuda_graph = c.mode.starts_with("graph"), .trace_fusion = c.mode == "graph-traced"});
   int64_t i = 0;
   auto run = [&] {
     step(data.x[i % kInputSets], data.y[i % kInputSets]);

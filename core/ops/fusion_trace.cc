@@ -308,12 +308,14 @@ std::optional<Tensor> TracedRun::substitute(int64_t index, const char* name, con
   if (position == 0) {
     const bool matches = name == chain.names[0] && !inputs.empty() && inputs[0].defined() &&
                          inputs[0].sizes() == chain.input_sizes && inputs[0].dtype() == chain.input_dtype;
-    run = Running{.skipped = !matches};
+    run = Running{};
+    run.skipped = !matches;
     if (!matches) return std::nullopt;
     run.started = true;
     run.x = inputs[0];
     if (!append_step(run.block, run.operands, name, inputs, attributes, 0, inputs[0].sizes())) {
-      run = Running{.skipped = true};
+      run = Running{};
+      run.skipped = true;
       return std::nullopt;
     }
     run.next = 1;
