@@ -108,7 +108,7 @@ TEST_CASE("bad flags name the flag, the value and what is accepted") {
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--precisions", "fp16"}), ValueError,
                              "'fp16' (one of: tf32, strict, bf16)");
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--modes", "compile"}), ValueError,
-                             "'compile' (one of: graph, eager, graph-unfused, eager-unfused)");
+                             "'compile' (one of: graph, eager, graph-traced, graph-unfused, eager-unfused)");
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--device", "tpu"}), ValueError, "--device got 'tpu'");
   CHECK_THROWS_WITH_FRAGMENT(parse_options({"--optimizer", "lamb"}), ValueError,
                              "'lamb' (one of: sgd, adam)");
