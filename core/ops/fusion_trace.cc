@@ -230,9 +230,10 @@ Tensor stand_in(const TracedChain& chain, int position, Device device) {
   return Tensor(std::move(impl));
 }
 
-std::string where(const TracedChain& chain) {
-  return chain.module.empty() ? std::string("the forward") : chain.module;
-}
+// Where an op ran, for messages: its module's path, or the forward's top level.
+std::string where(const std::string& module) { return module.empty() ? std::string("the forward") : module; }
+
+std::string where(const TracedChain& chain) { return where(chain.module); }
 
 }  // namespace
 
@@ -250,8 +251,7 @@ TracedPlan TracedPlan::from_trace(const std::vector<trace::Op>& ops, const std::
     if (claimed[p] || ops[p].in_fused_block || !is_head_name(ops[p].name)) continue;
     Growth g = grow(ops, p, consumers, returned_set, claimed);
     if (g.positions.size() < 2) {
-      plan.unfused_.push_back(fmt::format("{} in {}: {}", ops[p].name,
-                                          ops[p].module.empty() ? "the forward" : ops[p].module, g.stop));
+      plan.unfused_.push_back(fmt::format("{} in {}: {}", ops[p].name, where(ops[p].module), g.stop));
       continue;
     }
     for (size_t q : g.positions) claimed[q] = true;
@@ -306,18 +306,16 @@ std::optional<Tensor> TracedRun::substitute(int64_t index, const char* name, con
   const TracedChain& chain = plan_.chains()[static_cast<size_t>(c)];
   Running& run = running_[static_cast<size_t>(c)];
   if (position == 0) {
+    run = Running{};
     const bool matches = name == chain.names[0] && !inputs.empty() && inputs[0].defined() &&
                          inputs[0].sizes() == chain.input_sizes && inputs[0].dtype() == chain.input_dtype;
-    run = Running{};
-    run.skipped = !matches;
-    if (!matches) return std::nullopt;
-    run.started = true;
-    run.x = inputs[0];
-    if (!append_step(run.block, run.operands, name, inputs, attributes, 0, inputs[0].sizes())) {
-      run = Running{};
+    if (!matches || !append_step(run.block, run.operands, name, inputs, attributes, 0, inputs[0].sizes())) {
+      run = Running{};  // append_step may have begun the block
       run.skipped = true;
       return std::nullopt;
     }
+    run.started = true;
+    run.x = inputs[0];
     run.next = 1;
     run.value = stand_in(chain, 0, inputs[0].device());
     return run.value;
