@@ -38,68 +38,6 @@ namespace loom::fusion {
 
 namespace {
 
-bool is_head(StepKind kind) { return kind == StepKind::Conv2d || kind == StepKind::Linear; }
-
-bool is_pointwise(StepKind kind) {
-  return !is_head(kind) && kind != StepKind::BatchNorm;
-}
-
-int operand_count(const Step& step) {
-  switch (step.kind) {
-    case StepKind::Conv2d:
-    case StepKind::Linear:
-    case StepKind::Bias:
-    case StepKind::Residual: return 1;
-    case StepKind::BatchNorm: return 4;
-    case StepKind::ScaleBias: return 2;
-    case StepKind::Activation: return 0;
-    case StepKind::Add:
-    case StepKind::Sub:
-    case StepKind::Mul: return step.scalar ? 0 : 1;
-  }
-  return 0;
-}
-
-std::string_view kind_name(StepKind kind) {
-  switch (kind) {
-    case StepKind::Conv2d: return "conv2d";
-    case StepKind::Linear: return "linear";
-    case StepKind::Bias: return "bias";
-    case StepKind::BatchNorm: return "batch_norm";
-    case StepKind::Activation: return "activation";
-    case StepKind::Add: return "add";
-    case StepKind::Sub: return "sub";
-    case StepKind::Mul: return "mul";
-    case StepKind::ScaleBias: return "scale_bias";
-    case StepKind::Residual: return "add_residual";
-  }
-  return "?";
-}
-
-std::string step_str(const Step& step) {
-  switch (step.kind) {
-    case StepKind::Conv2d: {
-      const Conv2dOptions& o = step.conv;
-      std::string s = fmt::format("conv2d(stride={}, padding={}", o.stride.str(), o.padding.str());
-      if (o.dilation != Size2(1)) s += fmt::format(", dilation={}", o.dilation.str());
-      if (o.groups != 1) s += fmt::format(", groups={}", o.groups);
-      return s + ")";
-    }
-    case StepKind::Activation: {
-      const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
-      return step.parameters.empty() ? std::string(row.name)
-                                     : fmt::format("{}({})", row.name, fmt::join(step.parameters, ", "));
-    }
-    case StepKind::BatchNorm: return step.norm.training ? "batch_norm" : "batch_norm(eval)";
-    case StepKind::Add:
-    case StepKind::Sub:
-    case StepKind::Mul:
-      return step.scalar ? fmt::format("{} {}", kind_name(step.kind), *step.scalar)
-                         : std::string(kind_name(step.kind));
-    default: return std::string(kind_name(step.kind));
-  }
-}
-
 // The block's channel dim in a tensor of the block: the last for a linear head
 // and for 1-D / 2-D tensors, else dim 1 (N, K, ...).
 struct Channels {
@@ -116,6 +54,168 @@ struct Channels {
   // The (K) sum of g over everything but the channel dim.
   Tensor sum(const Tensor& g, int64_t k) const { return sum_to(g, view_shape(g, k)).reshape({k}); }
 };
+
+// y + residual, where the residual has y's shape: a residual add never broadcasts
+// (nn::Residual's branch must keep the shape), so a wrong shape is an error, not a broadcast.
+Tensor add_residual(const Tensor& y, const Tensor& residual) {
+  LOOM_CHECK(residual.sizes() == y.sizes(), ShapeError,
+             "[fusion::Block] add_residual: the residual has shape {} but the output it is added to has {}; "
+             "a residual add keeps the shape (use add() for a broadcast operand)",
+             shape_str(residual.sizes()), shape_str(y.sizes()));
+  return add(y, residual);
+}
+
+// dx of y = f(x) for an activation row, from dy and x (no grad recorded).
+Tensor activation_grad(const Tensor& dy_in, const Tensor& x, const Step& step) {
+  DeviceGuard guard(dy_in.device());
+  const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
+  const cpu::ActivationParameters parameters = activation_parameters(step.activation, step.parameters, row.name);
+  Tensor saved = row.saved == cpu::Saved::Output ? activation(x, step.activation, step.parameters) : x;
+  saved = saved.contiguous(saved.suggest_memory_format());
+  Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
+  Tensor dx = empty_like(saved);
+  activation_detail::backward_kernel(dx, dy, saved, step.activation, parameters);
+  return dx;
+}
+
+// ---- the step table ----------------------------------------------------------------------
+// One row per step kind, in StepKind's order: its name, its role in a block, its operands,
+// how it applies, its derivative and its graph form. The rest of the fusion code reads
+// the rows; nothing else switches on the kind.
+
+enum class Role { Head, Norm, Pointwise };
+
+// One op of a pointwise step's graph form (core/cudnn/fused.h's EpilogueStep): a binary op
+// on the step's operand k, or the step's activation mode.
+enum class GraphOp { Add, Sub, Mul, Activation };
+enum class OperandShape {
+  Channel,    // a (K) vector along the block's channels
+  SameShape,  // y's shape exactly (a residual): never broadcast
+  Any,        // per-channel or y's shape; the graph has no other broadcast
+};
+struct GraphPart {
+  GraphOp op;
+  int operand = 0;
+  OperandShape shape = OperandShape::Any;
+};
+
+// t is the step's input; ops its operands (cast as the head casts them in an epilogue).
+using ApplyFn = Tensor (*)(const Step& step, const Tensor& t, const Tensor* ops, Channels ch);
+// The gradient w.r.t. t from g (w.r.t. the step's output); operand gradients go to dops.
+using GradFn = Tensor (*)(const Step& step, const Tensor& t, const Tensor* ops, const Tensor& g, Tensor* dops,
+                          Channels ch);
+
+struct StepRow {
+  StepKind kind;
+  std::string_view name;
+  Role role;
+  std::vector<std::string_view> operands;  // their names; add/sub/mul: "<name>.<step index>"
+  bool scalar_form = false;                // add/sub/mul: a host number instead of the operand
+  bool per_channel = false;                // the operands are (K) vectors along the channels
+  ApplyFn apply = nullptr;
+  GradFn grad = nullptr;             // pointwise rows
+  std::vector<GraphPart> graph;      // pointwise rows: the graph ops, in order
+};
+
+const StepRow kStepRows[] = {
+    {.kind = StepKind::Conv2d, .name = "conv2d", .role = Role::Head, .operands = {"weight"},
+     .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) { return conv2d(t, o[0], Tensor(), s.conv); }},
+    {.kind = StepKind::Linear, .name = "linear", .role = Role::Head, .operands = {"weight"},
+     .apply = [](const Step&, const Tensor& t, const Tensor* o, Channels) { return linear(t, o[0]); }},
+    {.kind = StepKind::Bias, .name = "bias", .role = Role::Pointwise, .operands = {"bias"}, .per_channel = true,
+     .apply = [](const Step&, const Tensor& t, const Tensor* o, Channels ch) { return add(t, ch.view(o[0], t)); },
+     .grad = [](const Step&, const Tensor&, const Tensor* o, const Tensor& g, Tensor* d, Channels ch) {
+       d[0] = ch.sum(g, o[0].numel());
+       return g;
+     },
+     .graph = {{GraphOp::Add, 0, OperandShape::Channel}}},
+    {.kind = StepKind::BatchNorm, .name = "batch_norm", .role = Role::Norm,
+     .operands = {"norm.weight", "norm.bias", "norm.running_mean", "norm.running_var"},
+     .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) {
+       return batch_norm(t, o[2], o[3], o[0], o[1], s.norm);
+     }},
+    {.kind = StepKind::Activation, .name = "activation", .role = Role::Pointwise,
+     .apply = [](const Step& s, const Tensor& t, const Tensor*, Channels) { return activation(t, s.activation, s.parameters); },
+     .grad = [](const Step& s, const Tensor& t, const Tensor*, const Tensor& g, Tensor*, Channels) {
+       return activation_grad(g, t, s);
+     },
+     .graph = {{GraphOp::Activation}}},
+    {.kind = StepKind::Add, .name = "add", .role = Role::Pointwise, .operands = {"add"}, .scalar_form = true,
+     .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) { return s.scalar ? add(t, *s.scalar) : add(t, o[0]); },
+     .grad = [](const Step& s, const Tensor&, const Tensor* o, const Tensor& g, Tensor* d, Channels) {
+       if (!s.scalar) d[0] = sum_to(g, o[0].sizes());
+       return g;
+     },
+     .graph = {{GraphOp::Add}}},
+    {.kind = StepKind::Sub, .name = "sub", .role = Role::Pointwise, .operands = {"sub"}, .scalar_form = true,
+     .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) { return s.scalar ? sub(t, *s.scalar) : sub(t, o[0]); },
+     .grad = [](const Step& s, const Tensor&, const Tensor* o, const Tensor& g, Tensor* d, Channels) {
+       if (!s.scalar) d[0] = neg(sum_to(g, o[0].sizes()));
+       return g;
+     },
+     .graph = {{GraphOp::Sub}}},
+    {.kind = StepKind::Mul, .name = "mul", .role = Role::Pointwise, .operands = {"mul"}, .scalar_form = true,
+     .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) { return s.scalar ? mul(t, *s.scalar) : mul(t, o[0]); },
+     .grad = [](const Step& s, const Tensor& t, const Tensor* o, const Tensor& g, Tensor* d, Channels) {
+       if (s.scalar) return mul(g, *s.scalar);
+       d[0] = sum_to(mul(g, t), o[0].sizes());
+       return mul(g, o[0]);
+     },
+     .graph = {{GraphOp::Mul}}},
+    {.kind = StepKind::ScaleBias, .name = "scale_bias", .role = Role::Pointwise, .operands = {"scale", "shift"},
+     .per_channel = true,
+     .apply = [](const Step&, const Tensor& t, const Tensor* o, Channels ch) {
+       return add(mul(t, ch.view(o[0], t)), ch.view(o[1], t));
+     },
+     .grad = [](const Step&, const Tensor& t, const Tensor* o, const Tensor& g, Tensor* d, Channels ch) {
+       d[0] = ch.sum(mul(g, t), o[0].numel());
+       d[1] = ch.sum(g, o[1].numel());
+       return mul(g, ch.view(o[0], g));
+     },
+     .graph = {{GraphOp::Mul, 0, OperandShape::Channel}, {GraphOp::Add, 1, OperandShape::Channel}}},
+    {.kind = StepKind::Residual, .name = "add_residual", .role = Role::Pointwise, .operands = {"residual"},
+     .apply = [](const Step&, const Tensor& t, const Tensor* o, Channels) { return add_residual(t, o[0]); },
+     .grad = [](const Step&, const Tensor&, const Tensor* o, const Tensor& g, Tensor* d, Channels) {
+       d[0] = sum_to(g, o[0].sizes());
+       return g;
+     },
+     .graph = {{GraphOp::Add, 0, OperandShape::SameShape}}},
+};
+static_assert(std::size(kStepRows) == static_cast<size_t>(StepKind::Residual) + 1,
+              "one row per StepKind, in its order");
+
+const StepRow& row_of(StepKind kind) {
+  const StepRow& row = kStepRows[static_cast<size_t>(kind)];
+  LOOM_CHECK(row.kind == kind, Error, "[fusion] the step table is out of StepKind's order at {}", row.name);
+  return row;
+}
+
+bool is_head(StepKind kind) { return row_of(kind).role == Role::Head; }
+bool is_pointwise(StepKind kind) { return row_of(kind).role == Role::Pointwise; }
+std::string_view kind_name(StepKind kind) { return row_of(kind).name; }
+
+int operand_count(const Step& step) {
+  const StepRow& row = row_of(step.kind);
+  return row.scalar_form && step.scalar ? 0 : static_cast<int>(row.operands.size());
+}
+
+std::string step_str(const Step& step) {
+  const StepRow& row = row_of(step.kind);
+  if (step.kind == StepKind::Conv2d) {
+    const Conv2dOptions& o = step.conv;
+    std::string s = fmt::format("conv2d(stride={}, padding={}", o.stride.str(), o.padding.str());
+    if (o.dilation != Size2(1)) s += fmt::format(", dilation={}", o.dilation.str());
+    if (o.groups != 1) s += fmt::format(", groups={}", o.groups);
+    return s + ")";
+  }
+  if (step.kind == StepKind::Activation) {
+    const std::string_view name = cpu::activation_info(step.activation).name;
+    return step.parameters.empty() ? std::string(name) : fmt::format("{}({})", name, fmt::join(step.parameters, ", "));
+  }
+  if (step.kind == StepKind::BatchNorm && !step.norm.training) return "batch_norm(eval)";
+  if (step.scalar) return fmt::format("{} {}", row.name, *step.scalar);
+  return std::string(row.name);
+}
 
 Channels channels_of(const std::vector<Step>& steps) {
   return {.last_dim = !steps.empty() && steps.front().kind == StepKind::Linear};
@@ -143,39 +243,17 @@ size_t head_epilogue_end(const std::vector<Step>& steps) {
   return end;
 }
 
-// y + residual, where the residual has y's shape: a residual add never broadcasts
-// (nn::Residual's branch must keep the shape), so a wrong shape is an error, not a broadcast.
-Tensor add_residual(const Tensor& y, const Tensor& residual) {
-  LOOM_CHECK(residual.sizes() == y.sizes(), ShapeError,
-             "[fusion::Block] add_residual: the residual has shape {} but the output it is added to has {}; "
-             "a residual add keeps the shape (use add() for a broadcast operand)",
-             shape_str(residual.sizes()), shape_str(y.sizes()));
-  return add(y, residual);
-}
-
 // One step with the public ops (recorded by autograd when grad mode is on).
 // Under autocast an epilogue step's tensor operands are cast as the fused head
 // casts them, so that fused and unfused runs return the same dtype (an fp32
 // bias would otherwise promote the bf16 conv output to fp32 in the unfused run
 // only); later steps promote as the plain ops do, and so does batch_norm_relu.
 Tensor apply_step(const Step& step, const Tensor& t, const Tensor* raw, Channels ch, bool epilogue) {
+  const StepRow& row = row_of(step.kind);
+  if (row.role != Role::Pointwise || !epilogue) return row.apply(step, t, raw, ch);
   std::array<Tensor, 2> ops;
-  for (int i = 0; is_pointwise(step.kind) && i < operand_count(step); ++i) {
-    ops[i] = epilogue ? autocast_operand(raw[i]) : raw[i];
-  }
-  switch (step.kind) {
-    case StepKind::Conv2d: return conv2d(t, raw[0], Tensor(), step.conv);
-    case StepKind::Linear: return linear(t, raw[0]);
-    case StepKind::Bias: return add(t, ch.view(ops[0], t));
-    case StepKind::BatchNorm: return batch_norm(t, raw[2], raw[3], raw[0], raw[1], step.norm);
-    case StepKind::Activation: return activation(t, step.activation, step.parameters);
-    case StepKind::Add: return step.scalar ? add(t, *step.scalar) : add(t, ops[0]);
-    case StepKind::Sub: return step.scalar ? sub(t, *step.scalar) : sub(t, ops[0]);
-    case StepKind::Mul: return step.scalar ? mul(t, *step.scalar) : mul(t, ops[0]);
-    case StepKind::ScaleBias: return add(mul(t, ch.view(ops[0], t)), ch.view(ops[1], t));
-    case StepKind::Residual: return add_residual(t, ops[0]);
-  }
-  return t;
+  for (int i = 0; i < operand_count(step); ++i) ops[i] = autocast_operand(raw[i]);
+  return row.apply(step, t, ops.data(), ch);
 }
 
 // Steps [begin, end) one by one.
@@ -190,49 +268,6 @@ Tensor apply_steps(const std::vector<Step>& steps, size_t begin, size_t end, Ten
 }
 
 // ---- a head's derived backward -------------------------------------------------------
-
-// dx of y = f(x) for an activation row, from dy and x (no grad recorded).
-Tensor activation_grad(const Tensor& dy_in, const Tensor& x, const Step& step) {
-  DeviceGuard guard(dy_in.device());
-  const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
-  const cpu::ActivationParameters parameters = activation_parameters(step.activation, step.parameters, row.name);
-  Tensor saved = row.saved == cpu::Saved::Output ? activation(x, step.activation, step.parameters) : x;
-  saved = saved.contiguous(saved.suggest_memory_format());
-  Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
-  Tensor dx = empty_like(saved);
-  activation_detail::backward_kernel(dx, dy, saved, step.activation, parameters);
-  return dx;
-}
-
-// The gradient w.r.t. step's input t from g (the gradient w.r.t. its output);
-// the operands' gradients go to dops. Every step here is pointwise.
-Tensor step_grad(const Step& step, const Tensor& t, const Tensor* ops, const Tensor& g, Tensor* dops,
-                 Channels ch) {
-  switch (step.kind) {
-    case StepKind::Bias:
-      dops[0] = ch.sum(g, ops[0].numel());
-      return g;
-    case StepKind::Activation: return activation_grad(g, t, step);
-    case StepKind::Add:
-    case StepKind::Residual:
-      if (step.kind == StepKind::Residual || !step.scalar) dops[0] = sum_to(g, ops[0].sizes());
-      return g;
-    case StepKind::Sub:
-      if (!step.scalar) dops[0] = neg(sum_to(g, ops[0].sizes()));
-      return g;
-    case StepKind::Mul:
-      if (step.scalar) return mul(g, *step.scalar);
-      dops[0] = sum_to(mul(g, t), ops[0].sizes());
-      return mul(g, ops[0]);
-    case StepKind::ScaleBias:
-      dops[0] = ch.sum(mul(g, t), ops[0].numel());
-      dops[1] = ch.sum(g, ops[1].numel());
-      return mul(g, ch.view(ops[0], g));
-    default: break;
-  }
-  throw Error(fmt::format("[fusion] step {} is not pointwise; the pieces keep it out of a head",
-                          kind_name(step.kind)));
-}
 
 // What a head's forward keeps for its backward.
 struct HeadSaved {
@@ -280,7 +315,7 @@ std::array<Tensor, 2> head_kernel_grads(const HeadSaved& s, const Tensor& g) {
 }
 
 // The last resort: replays each pointwise step's input from z with the public
-// ops, then walks the steps in reverse (step_grad), one op per step. Returns
+// ops, then walks the steps in reverse (each row's grad), one op per step. Returns
 // g = dL/dz; the operands' gradients go to dops (one per operand of the steps).
 Tensor per_step_chain_grad(const HeadSaved& s, const Tensor& dy, std::vector<Tensor>& dops) {
   const Channels ch = channels_of(s.steps);
@@ -294,8 +329,8 @@ Tensor per_step_chain_grad(const HeadSaved& s, const Tensor& dy, std::vector<Ten
   Tensor g = dy;
   for (size_t i = s.end; i-- > s.begin + 1;) {
     const size_t local = s.offsets[i] - s.offsets[s.begin + 1];
-    g = step_grad(s.steps[i], inputs[i - s.begin - 1], s.operands.data() + s.offsets[i], g,
-                  dops.data() + local, ch);
+    g = row_of(s.steps[i].kind).grad(s.steps[i], inputs[i - s.begin - 1], s.operands.data() + s.offsets[i], g,
+                                     dops.data() + local, ch);
   }
   return g;
 }
@@ -310,98 +345,90 @@ TensorOptions kernel_options(const HeadSaved& s) {
 }
 
 // The head's pointwise steps as graph ops (one step may give two: scale_bias is
-// a mul then an add), and for each graph op the step it came from and the
-// index in HeadSaved::operands of the tensor it reads, if any.
+// a mul then an add), and for each graph op the step it came from, its row's part,
+// and the index in HeadSaved::operands of the tensor it reads, if any.
 struct GraphSteps {
   std::vector<cudnn::EpilogueStep> ops;
   std::vector<size_t> step;
+  std::vector<GraphPart> part;
   std::vector<std::optional<size_t>> operand;
 };
+
+cudnnPointwiseMode_t pointwise_mode(GraphOp op) {
+  return op == GraphOp::Mul ? CUDNN_POINTWISE_MUL : op == GraphOp::Sub ? CUDNN_POINTWISE_SUB : CUDNN_POINTWISE_ADD;
+}
+
+// Step i's operand k as a graph operand, if it is per-channel or of y's shape and
+// layout (the graph has no other broadcast) and of y's dtype.
+std::optional<cudnn::EpilogueStep> graph_operand(const HeadSaved& s, const Tensor& y, size_t i, GraphPart part) {
+  const Tensor& t = s.operands[s.offsets[i] + static_cast<size_t>(part.operand)];
+  if (t.dtype() != y.dtype()) return std::nullopt;
+  if (part.shape == OperandShape::SameShape && t.sizes() != y.sizes()) return std::nullopt;  // apply_step's error
+  const bool linear = s.steps[s.begin].kind == StepKind::Linear;
+  const int64_t channels = y.size(linear ? -1 : 1);
+  const bool channel = t.numel() == channels && t.is_contiguous() &&
+                       (part.shape == OperandShape::Channel ||
+                        (linear ? t.size(-1) == channels : t.dim() >= 3 && t.size(-3) == channels));
+  const bool full = t.sizes() == y.sizes() && t.strides() == y.strides();
+  if (!channel && !full) return std::nullopt;
+  cudnn::EpilogueStep e;
+  e.mode = pointwise_mode(part.op);
+  e.operand = channel ? cudnn::EpilogueOperand::Channel : cudnn::EpilogueOperand::Full;
+  e.tensor = t.strided();
+  return e;
+}
+
+// One graph part of step i; nullopt where it has no graph form.
+std::optional<cudnn::EpilogueStep> graph_part(const HeadSaved& s, const Tensor& y, size_t i, GraphPart part) {
+  const Step& step = s.steps[i];
+  if (part.op == GraphOp::Activation) {
+    const cpu::ActivationParameters p =
+        activation_parameters(step.activation, step.parameters, cpu::activation_info(step.activation).name);
+    auto mode = cudnn::activation_mode(step.activation, false, p);
+    if (!mode) return std::nullopt;
+    return cudnn::EpilogueStep{.mode = mode->mode, .scalars = mode->scalars};
+  }
+  if (step.scalar) {
+    return cudnn::EpilogueStep{.mode = pointwise_mode(part.op), .operand = cudnn::EpilogueOperand::Scalar,
+                               .scalar = *step.scalar};
+  }
+  return graph_operand(s, y, i, part);
+}
 
 // The graph form of the head's steps; nullopt (with why) where one has none.
 std::optional<GraphSteps> epilogue_steps(const HeadSaved& s, const Tensor& y, std::string& why) {
   DeviceGuard guard(y.device());
   GraphSteps out;
-  auto operand = [&](const Tensor& t, bool channel) -> std::optional<cudnn::EpilogueStep> {
-    if (t.dtype() != y.dtype()) return std::nullopt;
-    cudnn::EpilogueStep e;
-    e.operand = channel ? cudnn::EpilogueOperand::Channel : cudnn::EpilogueOperand::Full;
-    e.tensor = t.strided();
-    return e;
-  };
   for (size_t i = s.begin + 1; i < s.end; ++i) {
     const Step& step = s.steps[i];
-    const Tensor* ops = s.operands.data() + s.offsets[i];
-    auto push = [&](cudnn::EpilogueStep e, std::optional<size_t> index) {
-      out.ops.push_back(std::move(e));
+    const StepRow& row = row_of(step.kind);
+    for (const GraphPart& part : row.graph) {
+      std::optional<cudnn::EpilogueStep> e = graph_part(s, y, i, part);
+      if (!e) {
+        why = fmt::format("step {} has no graph form here (an activation without a cuDNN mode, or "
+                          "an operand neither per-channel nor of the output's shape and layout)",
+                          step_str(step));
+        return std::nullopt;
+      }
+      const bool reads = e->operand == cudnn::EpilogueOperand::Channel || e->operand == cudnn::EpilogueOperand::Full;
+      out.ops.push_back(*e);
       out.step.push_back(i);
-      out.operand.push_back(index);
-    };
-    // A per-channel operand (K) or one of y's shape and layout; nothing else has a graph form.
-    auto binary = [&](cudnnPointwiseMode_t mode, int k, bool channel_param) {
-      const Tensor& t = ops[k];
-      const bool linear = s.steps[s.begin].kind == StepKind::Linear;
-      const int64_t channels = y.size(linear ? -1 : 1);
-      const bool channel = t.numel() == channels && t.is_contiguous() &&
-                           (channel_param || (linear ? t.size(-1) == channels : t.dim() >= 3 && t.size(-3) == channels));
-      const bool full = t.sizes() == y.sizes() && t.strides() == y.strides();
-      auto e = channel || full ? operand(t, channel) : std::nullopt;
-      if (!e) return false;
-      e->mode = mode;
-      push(*e, s.offsets[i] + static_cast<size_t>(k));
-      return true;
-    };
-    bool ok = true;
-    switch (step.kind) {
-      case StepKind::Bias: ok = binary(CUDNN_POINTWISE_ADD, 0, true); break;
-      case StepKind::Residual:  // never broadcast: a wrong shape falls to apply_step's error
-        ok = ops[0].sizes() == y.sizes() && binary(CUDNN_POINTWISE_ADD, 0, false);
-        break;
-      case StepKind::ScaleBias:
-        ok = binary(CUDNN_POINTWISE_MUL, 0, true) && binary(CUDNN_POINTWISE_ADD, 1, true);
-        break;
-      case StepKind::Activation: {
-        const cpu::ActivationParameters p =
-            activation_parameters(step.activation, step.parameters, cpu::activation_info(step.activation).name);
-        auto mode = cudnn::activation_mode(step.activation, false, p);
-        ok = mode.has_value();
-        if (ok) push({.mode = mode->mode, .scalars = mode->scalars}, std::nullopt);
-        break;
-      }
-      case StepKind::Add:
-      case StepKind::Sub:
-      case StepKind::Mul: {
-        const cudnnPointwiseMode_t mode = step.kind == StepKind::Mul ? CUDNN_POINTWISE_MUL
-                                          : step.kind == StepKind::Add ? CUDNN_POINTWISE_ADD
-                                                                       : CUDNN_POINTWISE_SUB;
-        if (step.scalar) {
-          push({.mode = mode, .operand = cudnn::EpilogueOperand::Scalar, .scalar = *step.scalar}, std::nullopt);
-        } else {
-          ok = binary(mode, 0, false);
-        }
-        break;
-      }
-      default: ok = false;
-    }
-    if (!ok) {
-      why = fmt::format("step {} has no graph form here (an activation without a cuDNN mode, or "
-                        "an operand neither per-channel nor of the output's shape and layout)",
-                        step_str(step));
-      return std::nullopt;
+      out.part.push_back(part);
+      out.operand.push_back(reads ? std::optional<size_t>(s.offsets[i] + static_cast<size_t>(part.operand))
+                                  : std::nullopt);
     }
   }
   return out;
 }
 
 // Graph op k's operand gradient before its reduction (cudnn::EpilogueStepGrad)
-// reduced to the operand: over everything but the channel dim for a bias,
-// scale or shift, else to the operand's shape; negated for a sub.
+// reduced to the operand: over everything but the channel dim for a per-channel
+// row's operand, else to the operand's shape; negated for a sub.
 Tensor reduce_operand_grad(const HeadSaved& s, const GraphSteps& gs, size_t k, const Tensor& c) {
-  const Step& step = s.steps[gs.step[k]];
+  const StepRow& row = row_of(s.steps[gs.step[k]].kind);
   const Tensor& operand = s.operands[*gs.operand[k]];
-  const bool per_channel = step.kind == StepKind::Bias || step.kind == StepKind::ScaleBias;
-  Tensor d = per_channel ? channels_of(s.steps).sum(c, operand.numel()) : sum_to(c, operand.sizes());
-  return step.kind == StepKind::Sub ? neg(d) : d;
+  Tensor d = row.per_channel ? channels_of(s.steps).sum(c, operand.numel()) : sum_to(c, operand.sizes());
+  return gs.part[k].op == GraphOp::Sub ? neg(d) : d;
 }
 
 // Whether every graph op in [from, to) passes g through (an add or a sub).
@@ -437,7 +464,7 @@ std::optional<Derivative> derivative(const HeadSaved& s, const GraphSteps& gs, c
   for (size_t k = 0; k < n; ++k) {
     cudnn::EpilogueStepGrad grad;
     const Step& step = s.steps[gs.step[k]];
-    if (step.kind == StepKind::Activation) {
+    if (gs.part[k].op == GraphOp::Activation) {
       const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
       grad.activation =
           cudnn::activation_mode(step.activation, true, activation_parameters(step.activation, step.parameters, row.name));
@@ -558,6 +585,82 @@ std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
   return grads;
 }
 
+// The head's inputs after autocast: x, w, then the pointwise steps' operands, whose
+// detached copies (and whether each wants a gradient) go to s.
+std::vector<Tensor> head_inputs(HeadSaved& s, const Tensor& x_in, const std::vector<Tensor>& operands) {
+  const size_t first = s.offsets[s.begin + 1], last = s.offsets[s.end];
+  std::vector<Tensor> inputs = {autocast_operand(x_in), autocast_operand(operands[s.offsets[s.begin]])};
+  s.operands.assign(operands.size(), Tensor());
+  s.need_operand.assign(operands.size(), false);
+  for (size_t i = first; i < last; ++i) {
+    inputs.push_back(autocast_operand(operands[i]));
+    s.operands[i] = inputs.back().detach();
+    s.need_operand[i] = inputs.back().requires_grad();
+  }
+  return inputs;
+}
+
+// y's sizes and options, with s.x and s.w as the head's kernels take them (and, for
+// a conv, its parameters and layouts).
+std::pair<Shape, TensorOptions> head_kernel_inputs(HeadSaved& s, const Tensor& x, const Tensor& w) {
+  const Step& head = s.steps[s.begin];
+  TensorOptions yo = x.options();
+  yo.requires_grad = false;
+  s.x_sizes = x.sizes();
+  s.need_x = x.requires_grad();
+  s.need_w = w.requires_grad();
+  if (head.kind != StepKind::Conv2d) {
+    linalg_detail::check_linear_args(x, w, Tensor());
+    s.x = x.detach().contiguous();
+    s.w = w.detach().contiguous();
+    Shape y_sizes = x.sizes();
+    y_sizes.back() = w.size(0);
+    return {y_sizes, yo};
+  }
+  conv_detail::check_conv2d_args(x, w, Tensor(), head.conv);
+  s.params = conv_detail::conv_params(head.conv);
+  s.output = conv_detail::output_format(x, w);
+  s.kernel = conv_detail::kernel_format(x, s.output);
+  s.weight = w.suggest_memory_format();
+  s.x = conv_detail::kernel_input(x, s.kernel);
+  s.w = conv_detail::kernel_input(w, s.kernel);
+  yo.memory_format = s.kernel;
+  return {conv_detail::output_sizes(x, w, head.conv), yo};
+}
+
+// The head as one cuDNN graph writing y (and z, when defined); false where it did
+// not run (off the GPU, fusion off, no graph form or no engine), with note saying why.
+bool fused_head_forward(HeadSaved& s, const Tensor& y, const Tensor& z, PieceRun& note) {
+#ifdef LOOM_WITH_CUDA
+  if (!y.device().is_cuda() || !fusion_enabled() || s.end <= s.begin + 1 || s.x.numel() == 0) return false;
+  for (size_t i = s.offsets[s.begin + 1]; i < s.offsets[s.end]; ++i) {  // dense, as the graph reads them
+    Tensor& t = s.operands[i];
+    t = t.sizes() == y.sizes() ? t.contiguous(kernel_options(s).memory_format) : t.contiguous();
+  }
+  std::string why;
+  bool fused = false;
+  if (auto graph_steps = epilogue_steps(s, y, why)) {
+    const int64_t in = s.w.size(1), out = s.w.size(0);
+    const bool conv = is_conv_head(s);
+    std::optional<Strided> zs;
+    if (z.defined()) zs = conv ? z.strided() : z.reshape({-1, out}).strided();
+    cudnn::EpilogueRun run =
+        conv ? cudnn::conv2d_epilogue_forward(y.strided(), zs, s.x.strided(), s.w.strided(), s.params, graph_steps->ops)
+             : cudnn::linear_epilogue_forward(y.reshape({-1, out}).strided(), zs, s.x.reshape({-1, in}).strided(),
+                                              s.w.strided(), graph_steps->ops);
+    fused = run.ran;
+    note.graph = run.graph;
+    why = run.why_not;
+  }
+  note.how = fused ? "one cuDNN graph" : "unfused";
+  note.why_not = why;
+  return fused;
+#else
+  (void)s, (void)y, (void)z, (void)note;
+  return false;
+#endif
+}
+
 // Runs the head piece [begin, end) on x; fused into one graph where cuDNN can.
 // `run_key` and `piece` say where the backward notes how it ran ("" off the GPU).
 Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offsets, size_t begin,
@@ -567,90 +670,28 @@ Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offse
   HeadSaved s{.steps = steps, .offsets = offsets, .begin = begin, .end = end};
   s.run_key = run_key;
   s.piece = piece;
-  const Step& head = steps[begin];
-  const Tensor x = autocast_operand(x_in), w = autocast_operand(operands[offsets[begin]]);
-  std::vector<Tensor> inputs = {x, w};
-  for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) inputs.push_back(autocast_operand(operands[i]));
-  s.operands.assign(operands.size(), Tensor());
-  for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) {
-    s.operands[i] = inputs[2 + i - offsets[begin + 1]].detach();
-  }
-  s.need_operand.assign(operands.size(), false);
-  for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) {
-    s.need_operand[i] = inputs[2 + i - offsets[begin + 1]].requires_grad();
-  }
-  bool grad = grad_mode_enabled();
-  grad = grad && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); });
-  s.x_sizes = x.sizes();
-  s.need_x = x.requires_grad();
-  s.need_w = w.requires_grad();
-  Shape y_sizes;
-  Tensor xk, wk, y;
-  TensorOptions yo = x.options();
-  yo.requires_grad = false;
-  if (head.kind == StepKind::Conv2d) {
-    conv_detail::check_conv2d_args(x, w, Tensor(), head.conv);
-    s.params = conv_detail::conv_params(head.conv);
-    s.output = conv_detail::output_format(x, w);
-    s.kernel = conv_detail::kernel_format(x, s.output);
-    s.weight = w.suggest_memory_format();
-    xk = conv_detail::kernel_input(x, s.kernel);
-    wk = conv_detail::kernel_input(w, s.kernel);
-    y_sizes = conv_detail::output_sizes(x, w, head.conv);
-    yo.memory_format = s.kernel;
-  } else {
-    linalg_detail::check_linear_args(x, w, Tensor());
-    xk = x.detach().contiguous();
-    wk = w.detach().contiguous();
-    y_sizes = x.sizes();
-    y_sizes.back() = w.size(0);
-  }
-  s.x = xk;
-  s.w = wk;
-  y = empty(y_sizes, yo);
+  const std::vector<Tensor> inputs = head_inputs(s, x_in, operands);
+  const bool grad = grad_mode_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
+                      return t.defined() && t.requires_grad();
+                    });
+  const auto [y_sizes, yo] = head_kernel_inputs(s, inputs[0], inputs[1]);
+  Tensor y = empty(y_sizes, yo);
   Tensor z = grad ? empty(y_sizes, yo) : Tensor();
-  bool fused = false;
-#ifdef LOOM_WITH_CUDA
-  if (x.device().is_cuda() && fusion_enabled() && end > begin + 1 && x.numel() > 0) {
-    for (size_t i = offsets[begin + 1]; i < offsets[end]; ++i) {  // dense, as the graph reads them
-      Tensor& t = s.operands[i];
-      t = t.sizes() == y.sizes() ? t.contiguous(yo.memory_format) : t.contiguous();
-    }
-    std::string why;
-    auto graph_steps = epilogue_steps(s, y, why);
-    if (graph_steps) {
-      const int64_t in = w.size(1), out = w.size(0);
-      std::optional<Strided> zs;
-      if (grad) zs = head.kind == StepKind::Conv2d ? z.strided() : z.reshape({-1, out}).strided();
-      cudnn::EpilogueRun run =
-          head.kind == StepKind::Conv2d
-              ? cudnn::conv2d_epilogue_forward(y.strided(), zs, xk.strided(), wk.strided(), s.params,
-                                               graph_steps->ops)
-              : cudnn::linear_epilogue_forward(y.reshape({-1, out}).strided(), zs,
-                                               xk.reshape({-1, in}).strided(), wk.strided(), graph_steps->ops);
-      fused = run.ran;
-      note.graph = run.graph;
-      why = run.why_not;
-    }
-    note.how = fused ? "one cuDNN graph" : "unfused";
-    note.why_not = why;
-  }
-#endif
-  if (!fused) {
+  if (!fused_head_forward(s, y, z, note)) {
     NoGradGuard no_grad;
-    if (head.kind == StepKind::Conv2d) {
+    if (is_conv_head(s)) {
       if (!z.defined()) z = empty(y_sizes, yo);
-      conv_detail::forward_kernel(z, xk, wk, Tensor(), s.params);
+      conv_detail::forward_kernel(z, s.x, s.w, Tensor(), s.params);
     } else {
-      z = linear(xk, wk);
+      z = linear(s.x, s.w);
     }
     y = apply_steps(steps, begin + 1, end, z, s.operands, offsets);
   }
   s.z = z;
-  if (head.kind == StepKind::Conv2d) y = y.contiguous(s.output);
+  if (is_conv_head(s)) y = y.contiguous(s.output);
   if (!grad) return y;
-  std::vector<Tensor> saved = {xk, wk, z};
-  record(fmt::format("fusion.{}", kind_name(head.kind)), inputs, y,
+  std::vector<Tensor> saved = {s.x, s.w, z};
+  record(fmt::format("fusion.{}", kind_name(steps[begin].kind)), inputs, y,
          [s](const Tensor& dy) { return head_grads(s, dy); }, saved);
   return y;
 }
@@ -777,22 +818,12 @@ Block& Block::add_residual() { return push({.kind = StepKind::Residual}); }
 std::vector<std::string> Block::operand_names() const {
   std::vector<std::string> names;
   for (size_t i = 0; i < steps_.size(); ++i) {
-    switch (steps_[i].kind) {
-      case StepKind::Conv2d:
-      case StepKind::Linear: names.push_back("weight"); break;
-      case StepKind::Bias: names.push_back("bias"); break;
-      case StepKind::BatchNorm:
-        names.insert(names.end(), {"norm.weight", "norm.bias", "norm.running_mean", "norm.running_var"});
-        break;
-      case StepKind::ScaleBias: names.insert(names.end(), {"scale", "shift"}); break;
-      case StepKind::Residual: names.push_back("residual"); break;
-      case StepKind::Add:
-      case StepKind::Sub:
-      case StepKind::Mul:
-        if (!steps_[i].scalar) names.push_back(fmt::format("{}.{}", kind_name(steps_[i].kind), i));
-        break;
-      case StepKind::Activation: break;
+    const StepRow& row = row_of(steps_[i].kind);
+    if (row.scalar_form) {
+      if (!steps_[i].scalar) names.push_back(fmt::format("{}.{}", row.name, i));
+      continue;
     }
+    names.insert(names.end(), row.operands.begin(), row.operands.end());
   }
   return names;
 }
@@ -823,7 +854,7 @@ void check_operands(const Block& block, const Tensor& x, const std::vector<Tenso
   LOOM_CHECK(x.defined(), ValueError, "[fusion::Block] the input x is undefined");
   const std::vector<size_t> offsets = operand_offsets(block.steps());
   for (size_t i = 0; i < block.steps().size(); ++i) {
-    if (block.steps()[i].kind == StepKind::BatchNorm) continue;  // batch_norm checks its own
+    if (row_of(block.steps()[i].kind).role == Role::Norm) continue;  // batch_norm checks its own
     for (size_t k = offsets[i]; k < offsets[i + 1]; ++k) {
       LOOM_CHECK(operands[k].defined(), ValueError,
                  "[fusion::Block] operand {} ('{}') of {} is undefined", k, names[k], block.str());
