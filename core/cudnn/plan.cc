@@ -481,6 +481,40 @@ bool selection_is_timed(const Graph& graph, const SelectOptions& options) {
   return (options.policy.autotune && !options.first_working) || times_every_candidate(graph, options);
 }
 
+namespace {
+
+// The engine configs of heuristics A and FALLBACK, each with whether its kernel
+// is in options.kernel_cache, the cached ones first: a cached config binds its
+// kernel in microseconds, while the heuristics' first choice can differ from
+// size to size and would compile another one.
+std::vector<std::pair<Descriptor, bool>> ordered_configs(const BuiltGraph& graph, const SelectOptions& options,
+                                                         std::vector<std::string>& problems) {
+  std::vector<std::pair<Descriptor, bool>> configs;
+  for (Descriptor& config : all_configs(graph, problems)) {
+    const bool cached = options.kernel_cache != nullptr && kernel_cached(*options.kernel_cache, config);
+    configs.emplace_back(std::move(config), cached);
+  }
+  std::stable_partition(configs.begin(), configs.end(), [](const auto& c) { return c.second; });
+  return configs;
+}
+
+// Why no candidate gave a plan, with the counts of each way one was lost.
+std::string why_none(const Selection& selection, const SelectOptions& options, int finalize_failures,
+                     int execute_failures, const std::vector<std::string>& problems) {
+  return fmt::format(
+      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}{}), "
+      "{} failed to finalize, {} failed a test run{}{}",
+      selection.candidates_seen, selection.candidates_tried, precision_name(options.policy.precision),
+      options.policy.deterministic ? ", deterministic" : "",
+      options.precompiled_only
+          ? fmt::format(", precompiled engines only: {} runtime-compiled passed over",
+                        selection.runtime_compiled_skipped)
+          : "",
+      finalize_failures, execute_failures, problems.empty() ? "" : "; ", fmt::join(problems, "; "));
+}
+
+}  // namespace
+
 Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectOptions& options) {
   auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
   GatedTests tests(graph_in, options.gate);
@@ -492,15 +526,7 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
   double fastest_ms = std::numeric_limits<double>::infinity();
   int finalize_failures = 0, execute_failures = 0;
   std::vector<std::string> problems;
-  std::vector<std::pair<Descriptor, bool>> configs;  // (config, its kernel is cached)
-  for (Descriptor& config : all_configs(*graph, problems)) {
-    const bool cached = options.kernel_cache != nullptr && kernel_cached(*options.kernel_cache, config);
-    configs.emplace_back(std::move(config), cached);
-  }
-  // A config whose kernel is cached binds it in microseconds; the heuristics'
-  // first choice can differ from size to size and would compile another one.
-  std::stable_partition(configs.begin(), configs.end(), [](const auto& c) { return c.second; });
-  for (const auto& [config, cached] : configs) {
+  for (const auto& [config, cached] : ordered_configs(*graph, options, problems)) {
     ++selection.candidates_seen;
     PlanNotes notes = read_notes(config);
     notes.kernel_reused = cached;
@@ -543,18 +569,7 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
     selection.plan = std::move(fastest->second);
     return selection;
   }
-  selection.why_none = fmt::format(
-      "{} engine configs from heuristics A and FALLBACK, {} allowed by the numerics policy ({}{}{}), "
-      "{} failed to finalize, {} failed a test run{}{}",
-      selection.candidates_seen, selection.candidates_tried,
-      precision_name(options.policy.precision),
-      options.policy.deterministic ? ", deterministic" : "",
-      options.precompiled_only
-          ? fmt::format(", precompiled engines only: {} runtime-compiled passed over",
-                        selection.runtime_compiled_skipped)
-          : "",
-      finalize_failures, execute_failures,
-      problems.empty() ? "" : "; ", fmt::join(problems, "; "));
+  selection.why_none = why_none(selection, options, finalize_failures, execute_failures, problems);
   return selection;
 }
 
