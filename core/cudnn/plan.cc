@@ -70,17 +70,22 @@ struct TestBindings {
   std::vector<ScratchBuffer> buffers;
   std::vector<double> doubles;  // by-value scalars
   std::vector<float> floats;
+  std::vector<int64_t> int64s;  // (BN finalize's accumulation count)
   VariantPointers pointers;
 
   explicit TestBindings(const Graph& graph) {
     doubles.reserve(graph.tensors().size());
     floats.reserve(graph.tensors().size());
+    int64s.reserve(graph.tensors().size());
     for (const TensorSpec& t : graph.tensors()) {
       if (t.is_virtual) continue;
       if (t.by_value) {
         if (t.dtype == CUDNN_DATA_DOUBLE) {
           doubles.push_back(t.scalar_for_testing);
           pointers.push_back({t.uid, &doubles.back()});
+        } else if (t.dtype == CUDNN_DATA_INT64) {
+          int64s.push_back(static_cast<int64_t>(t.scalar_for_testing));
+          pointers.push_back({t.uid, &int64s.back()});
         } else {
           floats.push_back(static_cast<float>(t.scalar_for_testing));
           pointers.push_back({t.uid, &floats.back()});

@@ -70,7 +70,14 @@ struct Probe {
   int64_t channel(int64_t channels, cudnnDataType_t dtype) {
     return add({1, channels, 1, 1}, {channels, 1, channels, channels}, dtype, false);
   }
-  int64_t scalar(cudnnDataType_t dtype) { return add({1, 1, 1, 1}, {1, 1, 1, 1}, dtype, false); }
+  // A host scalar passed by value through the variant pack (as cudnn-frontend's
+  // samples pass BN finalize's epsilon, momentum and accumulation count).
+  int64_t scalar(cudnnDataType_t dtype, double value) {
+    const int64_t uid = next_uid++;
+    graph.add_tensor({.uid = uid, .dims = {1, 1, 1, 1}, .strides = {1, 1, 1, 1}, .dtype = dtype,
+                      .by_value = true, .scalar_for_testing = value});
+    return uid;
+  }
   cpu::ConvParams conv() const {
     return {.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .dilation_h = 1, .dilation_w = 1};
   }
@@ -114,9 +121,10 @@ void bn_finalize(Probe& p) {
   const int64_t k = p.g.k;
   auto f = [&] { return p.channel(k, CUDNN_DATA_FLOAT); };
   Graph::BnFinalize u{.sum = f(), .sqsum = f(), .scale = f(), .bias = f(), .prev_running_mean = f(),
-                      .prev_running_var = f(), .epsilon = p.scalar(CUDNN_DATA_DOUBLE),
-                      .momentum = p.scalar(CUDNN_DATA_DOUBLE), .accum_count = p.scalar(CUDNN_DATA_INT64),
-                      .eq_scale = p.channel(k, p.affine), .eq_bias = p.channel(k, p.affine), .saved_mean = f(),
+                      .prev_running_var = f(), .epsilon = p.scalar(CUDNN_DATA_FLOAT, 1e-5),
+                      .momentum = p.scalar(CUDNN_DATA_FLOAT, 0.1),
+                      .accum_count = p.scalar(CUDNN_DATA_INT64, double(p.g.n * p.g.h * p.g.w)),
+                      .eq_scale = f(), .eq_bias = f(), .saved_mean = f(),
                       .saved_inv_std = f(), .running_mean = f(), .running_var = f()};
   p.graph.bn_finalize(u);
 }
