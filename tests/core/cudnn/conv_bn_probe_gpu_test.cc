@@ -129,20 +129,27 @@ void bn_finalize(Probe& p) {
   p.graph.bn_finalize(u);
 }
 
-// dgrad, then dReLU against the recomputed norm output, then the norm's weight gradients.
+// dgrad, then dReLU against the recomputed norm output, then the norm's weight
+// gradients. The recomputation reads the very mean, inverse std and scale tensors
+// the weight-gradient op reads ((x + mean) * inv_std * scale + bias, the mean
+// passed negated), which is the structure cudnn-frontend's dgrad-dReLU-dBN
+// sample builds and the fused engine matches.
 void dgrad_drelu_bn_bwd_weights(Probe& p) {
   const int64_t c = p.g.c;
   const int64_t dy = p.activation(p.g.k), w = p.filter(), dconv = p.activation(c, true);
   p.graph.conv(ConvDirection::BackwardData, dconv, w, dy, p.conv(), CUDNN_DATA_FLOAT);
   const int64_t x = p.activation(c);  // the norm's input, saved by the forward
-  const int64_t eq_scale = p.channel(c, p.affine), eq_bias = p.channel(c, p.affine);
-  const int64_t scaled = p.activation(c, true), normed = p.activation(c, true), drelu = p.activation(c);
-  p.graph.pointwise(CUDNN_POINTWISE_MUL, x, eq_scale, scaled);
-  p.graph.pointwise(CUDNN_POINTWISE_ADD, scaled, eq_bias, normed);
-  p.graph.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, dconv, normed, drelu);
   auto f = [&] { return p.channel(c, CUDNN_DATA_FLOAT); };
-  p.graph.bn_backward_weights({.x = x, .dy = drelu, .mean = f(), .inv_std = f(), .scale = f(), .dscale = f(),
-                               .dbias = f(), .eq_dy_scale = f(), .eq_x_scale = f(), .eq_bias = f()});
+  const int64_t mean = f(), inv_std = f(), scale = f(), bias = f();
+  const int64_t centred = p.activation(c, true), normed = p.activation(c, true);
+  const int64_t scaled = p.activation(c, true), shifted = p.activation(c, true), drelu = p.activation(c);
+  p.graph.pointwise(CUDNN_POINTWISE_ADD, x, mean, centred);
+  p.graph.pointwise(CUDNN_POINTWISE_MUL, centred, inv_std, normed);
+  p.graph.pointwise(CUDNN_POINTWISE_MUL, normed, scale, scaled);
+  p.graph.pointwise(CUDNN_POINTWISE_ADD, scaled, bias, shifted);
+  p.graph.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, dconv, shifted, drelu);
+  p.graph.bn_backward_weights({.x = x, .dy = drelu, .mean = mean, .inv_std = inv_std, .scale = scale,
+                               .dscale = f(), .dbias = f(), .eq_dy_scale = f(), .eq_x_scale = f(), .eq_bias = f()});
 }
 
 void dgrad_drelu(Probe& p) {
