@@ -1,8 +1,9 @@
 // File: core/cuda/conv_depthwise.cu
 // Depthwise convolution kernels (conv_depthwise.h): the forward and the data
-// gradient sum a K x K window per element (V channels of a pixel per thread
-// where the channels-last operands move in 16-byte packs); the weight gradient reduces over the
-// pixels in two fixed-order stages. Indices are 32-bit where every offset fits
+// gradient sum a K x K window per element; the weight gradient reduces over the
+// pixels in two fixed-order stages. Where the channels-last operands move in
+// 16-byte packs, a thread takes V channels of a pixel (the weight gradient's
+// first stage for filters up to 3 x 3). Indices are 32-bit where every offset fits
 // (divisions by the sizes are then cheap), else 64-bit; the filter side K is a
 // template parameter so the window loops unroll and the weight gradient's K * K
 // sums live in registers.
@@ -246,6 +247,63 @@ __global__ void depthwise_wgrad_partial_kernel(compute_t<S>* partial, const S* d
   }
 }
 
+// Stage 1 on channels-last operands whose channels move in packs: a lane owns V
+// channels (tile lanes = tile * V channels per block), reads one 16-byte pack of
+// dy and of x per tap, and the block adds its rows pairwise in a fixed order as above.
+template <class S, class I, int K, int V>
+__global__ void depthwise_wgrad_partial_packed_kernel(compute_t<S>* partial, const S* dy, const S* x,
+                                                      DepthwiseArgs a, I pixels, I per_chunk, int tile) {
+  using A = compute_t<S>;
+  constexpr int kTaps = K * K;
+  const int lane = threadIdx.x % tile, row = threadIdx.x / tile, rows = blockDim.x / tile;
+  const I c = (I(blockIdx.x) * tile + lane) * V;
+  const I begin = I(blockIdx.y) * per_chunk;
+  const I end = begin + per_chunk < pixels ? begin + per_chunk : pixels;
+  A acc[kTaps][V] = {};
+  if (c < I(a.C)) {
+    for (I pixel = begin + row; pixel < end; pixel += rows) {
+      const I q = pixel % I(a.Q), np = pixel / I(a.Q);
+      const I p = np % I(a.P), n = np / I(a.P);
+      const Pack<S, V> g = load_pack<V>(dy + offset<I>(a.out, n, c, p, q));
+      const S* xc = x + n * I(a.in[0]) + c;
+      const I h0 = p * a.stride_h - a.pad_h, w0 = q * a.stride_w - a.pad_w;
+#pragma unroll
+      for (int r = 0; r < K; ++r) {
+        const I h = h0 + r * a.dilation_h;
+        const bool inside = h >= 0 && h < I(a.H);
+#pragma unroll
+        for (int s = 0; s < K; ++s) {
+          const I col = w0 + s * a.dilation_w;
+          if (!inside || col < 0 || col >= I(a.W)) continue;
+          const Pack<S, V> in = load_pack<V>(xc + h * I(a.in[2]) + col * I(a.in[3]));
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[r * K + s][v] += to_compute(g.v[v]) * to_compute(in.v[v]);
+        }
+      }
+    }
+  }
+  __shared__ A sums[kThreads * V];
+  A* mine = sums + threadIdx.x * V;
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) mine[v] = acc[t][v];
+    __syncthreads();
+    for (int half = rows / 2; half > 0; half /= 2) {
+      if (row < half) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) mine[v] += mine[half * tile * V + v];
+      }
+      __syncthreads();
+    }
+    if (row == 0 && c < I(a.C)) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) partial[(int64_t(blockIdx.y) * a.C + c + v) * kTaps + t] = mine[v];
+    }
+    __syncthreads();
+  }
+}
+
 // Stage 2: dw[c, 0, r, s] = the chunks' partial sums, added in chunk order.
 template <class S>
 __global__ void depthwise_wgrad_finalize_kernel(S* dw, const compute_t<S>* partial, DepthwiseArgs a,
@@ -341,17 +399,27 @@ cudaError_t launch_conv_depthwise_wgrad(const Strided& dw, const Strided& dy, co
                                         cudaStream_t stream) {
   const DepthwiseArgs a = depthwise_args(x, dy, dw, p, dy);
   const int64_t pixels = a.N * a.P * a.Q;
-  const DepthwiseSplit split = depthwise_wgrad_split(a.C, pixels, a.channels_innermost);
-  const int64_t per_chunk = (pixels + split.chunks - 1) / split.chunks;
-  const dim3 grid(static_cast<unsigned>((a.C + split.tile - 1) / split.tile),
-                  static_cast<unsigned>(split.chunks));
   visit_floating(dw.dtype, [&]<class S>() {
     using A = compute_t<S>;
+    constexpr int V = kPackOf<S>;
+    // Packs for filters up to 3 x 3 (K * K * V accumulators per thread stay in registers).
+    const bool packed = dw.sizes[2] <= 3 && channel_packs_fit(x, V) && channel_packs_fit(dy, V);
+    const DepthwiseSplit split = packed ? depthwise_wgrad_packed_split(a.C, V, pixels)
+                                        : depthwise_wgrad_split(a.C, pixels, a.channels_innermost);
+    const int64_t per_chunk = (pixels + split.chunks - 1) / split.chunks;
+    const int64_t lanes = packed ? a.C / V : a.C;
+    const dim3 grid(static_cast<unsigned>((lanes + split.tile - 1) / split.tile), static_cast<unsigned>(split.chunks));
     if (pixels > 0) {
       visit_index_and_side(fits_int32(pixels, x, dy, dw), dw.sizes[2], [&]<class I, int K>() {
+        if constexpr (K <= 3) {
+          if (packed) {
+            depthwise_wgrad_partial_packed_kernel<S, I, K, V><<<grid, kThreads, 0, stream>>>(
+                scratch.ptr<A>(), dy.ptr<const S>(), x.ptr<const S>(), a, I(pixels), I(per_chunk), split.tile);
+            return;
+          }
+        }
         depthwise_wgrad_partial_kernel<S, I, K><<<grid, kThreads, 0, stream>>>(
-            scratch.ptr<A>(), dy.ptr<const S>(), x.ptr<const S>(), a, I(pixels), I(per_chunk),
-            split.tile);
+            scratch.ptr<A>(), dy.ptr<const S>(), x.ptr<const S>(), a, I(pixels), I(per_chunk), split.tile);
       });
     }
     const int64_t outputs = a.C * dw.sizes[2] * dw.sizes[3];

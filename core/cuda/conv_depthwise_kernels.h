@@ -35,6 +35,23 @@ inline DepthwiseSplit depthwise_wgrad_split(int64_t channels, int64_t pixels, bo
   return split;
 }
 
+// The split of the packed weight gradient (V channels per lane, channels-last):
+// tiles of up to 32 lanes, and never more chunks than depthwise_wgrad_split gives
+// for the same operands, so that the scratch sized by it always suffices.
+inline DepthwiseSplit depthwise_wgrad_packed_split(int64_t channels, int V, int64_t pixels) {
+  constexpr int kThreadsPerBlock = 256, kPixelsPerThread = 8;
+  constexpr int64_t kTargetBlocks = 1024, kMaxChunks = 65535;
+  const int64_t packs = channels / V;
+  DepthwiseSplit split;
+  while (split.tile < 32 && split.tile < packs) split.tile *= 2;
+  const int64_t tiles = (packs + split.tile - 1) / split.tile;
+  const int64_t rows = kThreadsPerBlock / split.tile;
+  const int64_t most = std::max<int64_t>(1, (pixels + rows * kPixelsPerThread - 1) / (rows * kPixelsPerThread));
+  split.chunks = std::clamp<int64_t>((kTargetBlocks + tiles - 1) / tiles, 1, std::min(most, kMaxChunks));
+  split.chunks = std::min(split.chunks, depthwise_wgrad_split(channels, pixels, true).chunks);
+  return split;
+}
+
 cudaError_t launch_conv_depthwise_forward(const Strided& y, const Strided& x, const Strided& w,
                                           const cpu::ConvParams& p, cudaStream_t stream);
 cudaError_t launch_conv_depthwise_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
