@@ -85,6 +85,16 @@ TEST_CASE("a tensor two nodes save is counted once, for the earlier node in the 
   CHECK(total_bytes(rows) == kActivationBytes);
 }
 
+TEST_CASE("a residual add saves nothing: its operands are held by no one else") {
+  SmallNet net;
+  // The batch norm's output and the second conv's output reach only the add,
+  // whose backward needs their sizes alone, so the graph holds neither.
+  Tensor loss = mean(add(net.bn(net.conv()), net.conv()));
+  const std::vector<SavedTensorBytes> rows = release_saved_tensors(loss);
+  CHECK(bytes_of(rows, "add") == 0);
+  CHECK(total_bytes(rows) == kActivationBytes + 2 * 4 * sizeof(float));  // batch_norm's
+}
+
 TEST_CASE("release_saved_tensors names what it needs when given a tensor without a graph") {
   Tensor leaf = ones({2}, {.requires_grad = true});
   CHECK_THROWS_WITH_FRAGMENT(release_saved_tensors(leaf), AutogradError, "has no autograd graph");
