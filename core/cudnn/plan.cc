@@ -11,6 +11,7 @@
 #include <optional>
 #include <shared_mutex>
 
+#include "core/cuda/allocator_purpose.h"
 #include "core/cuda/event_timer.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
@@ -25,6 +26,7 @@ class ScratchBuffer {
  public:
   explicit ScratchBuffer(size_t bytes) : bytes_(bytes) {
     if (bytes_ == 0) return;
+    cuda::PurposeScope purpose(cuda::Purpose::PlanTests);  // counted apart in the peak's breakdown
     ptr_ = cuda::malloc_device(bytes_, device_);
     LOOM_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes_, cuda::current_stream()));
   }
