@@ -5,7 +5,10 @@
 // tensors for the twin at the same batch; runs on the CPU or a GPU.
 //
 //   saved_memory --model resnet9 --batch 8                     # CPU, float32, NCHW
-//   saved_memory --model vgg11_bn --batch 32 --device cuda --bf16 --channels-last
+//   saved_memory --model vgg11_bn --batch 32 --device cuda --bf16 --channels-last --fuse
+//
+// --fuse runs nn::fuse on the model first, as bench/train_step does (its modes
+// without "-unfused"), so the fused ops' saved tensors are the ones counted.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -18,6 +21,7 @@
 #include "core/ops/loss.h"
 #include "core/storage_stats.h"
 #include "core/tensor.h"
+#include "layers/fused.h"
 #include "models/registry.h"
 
 namespace {
@@ -28,7 +32,7 @@ using loom::ValueError;
 struct Args {
   std::string model = "resnet9", device = "cpu";
   int64_t batch = 8;
-  bool bf16 = false, channels_last = false;
+  bool bf16 = false, channels_last = false, fuse = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -44,8 +48,9 @@ Args parse_args(int argc, char** argv) {
     else if (flag == "--device") args.device = value();
     else if (flag == "--bf16") args.bf16 = true;
     else if (flag == "--channels-last") args.channels_last = true;
+    else if (flag == "--fuse") args.fuse = true;
     else throw ValueError(fmt::format("[saved_memory] unknown flag {}; flags: --model NAME --batch N "
-                                      "--device cpu|cuda[:i] --bf16 --channels-last", flag));
+                                      "--device cpu|cuda[:i] --bf16 --channels-last --fuse", flag));
   }
   LOOM_CHECK(args.batch > 0, ValueError, "[saved_memory] --batch must be positive, got {}", args.batch);
   return args;
@@ -61,6 +66,7 @@ int run(const Args& args) {
   std::shared_ptr<loom::nn::Module> net = row.build(row.num_classes);
   net->to(device);
   net->to(format);
+  if (args.fuse) loom::nn::fuse(*net);
   loom::Generator gen(0);
   Tensor x = loom::randn(row.batch_shape(args.batch), {.device = device}, &gen).contiguous(format);
   Tensor target = loom::zeros(row.target_shape(args.batch), {.dtype = loom::DType::Int64, .device = device});
@@ -74,8 +80,9 @@ int run(const Args& args) {
   }
   const size_t held = loom::storage_bytes_in_use(device.type) - before;
   const std::vector<loom::SavedTensorBytes> rows = loom::release_saved_tensors(loss);
-  fmt::print("{} batch {} on {}{}{}: saved tensors per op (MiB)\n", row.name, args.batch, device.str(),
-             args.bf16 ? ", bf16 autocast" : "", args.channels_last ? ", channels-last" : "");
+  fmt::print("{} batch {} on {}{}{}{}: saved tensors per op (MiB)\n", row.name, args.batch, device.str(),
+             args.bf16 ? ", bf16 autocast" : "", args.channels_last ? ", channels-last" : "",
+             args.fuse ? ", fused" : "");
   for (const loom::SavedTensorBytes& r : rows) {
     if (r.bytes == 0) continue;
     fmt::print("  {:<32} {:>4} nodes {:>10.2f}\n", r.op, r.nodes, mib(r.bytes));
