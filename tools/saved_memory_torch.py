@@ -15,7 +15,9 @@ from collections import OrderedDict
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+# models/torch_models.py in the repository; beside this file in the GPU bundle (.bundle/bench).
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "models"), HERE]
 import torch_models  # noqa: E402
 
 
