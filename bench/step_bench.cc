@@ -4,6 +4,8 @@
 // N batch, C channels, H, W image size.
 #include "bench/step_bench.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -32,6 +34,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/cuda/allocator.h"
+#include "core/cuda/allocator_purpose.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #endif
@@ -130,6 +133,29 @@ int64_t peak_allocated_bytes(Device device) {
   if (device.is_cuda()) return static_cast<int64_t>(cuda::stats().peak_allocated_bytes);
 #endif
   return 0;
+}
+
+// What the peak held, by purpose (core/cuda/allocator_purpose.h): the live
+// blocks at the moment of the peak, then each purpose's own high-water mark.
+// Empty on the CPU.
+std::string peak_breakdown(Device device) {
+#ifdef LOOM_WITH_CUDA
+  if (!device.is_cuda()) return "";
+  const cuda::MemoryBreakdown m = cuda::memory_breakdown(device.index);
+  auto row = [](const cuda::PurposeBytes& bytes) {
+    std::string text;
+    for (size_t i = 0; i < cuda::kPurposeCount; ++i) {
+      const auto purpose = static_cast<cuda::Purpose>(i);
+      text += fmt::format("{}{} {:.1f}", i == 0 ? "" : ", ", cuda::purpose_name(purpose),
+                          static_cast<double>(bytes[purpose]) / (1024.0 * 1024.0));
+    }
+    return text;
+  };
+  return fmt::format("at the peak: {}; own peaks: {} (MiB)", row(m.at_peak), row(m.high_water));
+#else
+  (void)device;
+  return "";
+#endif
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(nn::Module& net, const std::string& name) {
@@ -319,6 +345,7 @@ StepResult run_step_config(const StepConfig& c) {
   r.plans_lazy = after.lazy - before.lazy;
   r.plans_specialized = after.specialized - before.specialized;
   r.peak_bytes = peak_allocated_bytes(c.device);
+  r.peak_breakdown = peak_breakdown(c.device);
   if (c.profile_steps > 0) profile_steps(net, *opt, data, c);
   return r;
 }
@@ -374,6 +401,7 @@ void print_step(const StepResult& r) {
       static_cast<long long>(r.plans_built), static_cast<long long>(r.plans_restored),
       static_cast<long long>(r.plans_lazy), static_cast<long long>(r.plans_specialized),
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
+  if (!r.peak_breakdown.empty()) std::printf("  memory %s\n", r.peak_breakdown.c_str());
   if (r.ranks > 1) {
     std::printf("  %d ranks x batch %lld; one eager step: backward done %.3f ms after the "
                 "forward, all-reduces done %.3f ms (exposed %.3f ms), %zu buckets:",

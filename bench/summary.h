@@ -35,6 +35,7 @@ struct StepResult {
   // on its device (CUDA context included), then the input batches made.
   double model_ready_s = 0, inputs_ready_s = 0;
   int64_t peak_bytes = 0;              // peak GPU memory allocated (0 on the CPU)
+  std::string peak_breakdown = {};     // the peak by purpose, one line ("" on the CPU)
   std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
   std::string plan_build = "lazy";     // the cuDNN plan-build mode (core/numerics.h)
   // cuDNN plans this configuration built before its first run, restored from the

@@ -1,6 +1,7 @@
 // File: core/autograd.cc
 // The autograd engine: recording nodes, the reverse topological walk, grad accumulation.
 #include "core/autograd.h"
+#include "core/autograd_internal.h"
 
 #include <algorithm>
 #include <atomic>
@@ -168,25 +169,6 @@ std::shared_ptr<Node> gradient_edge(const Tensor& t) {
   return t.grad_fn() ? t.grad_fn() : grad_accumulator(t);
 }
 
-// Nodes reachable from root, each before every node it feeds gradients to.
-std::vector<Node*> topological_order(Node* root) {
-  std::vector<Node*> post_order;
-  std::unordered_set<Node*> seen{root};
-  std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
-  while (!stack.empty()) {
-    auto& [node, next_child] = stack.back();
-    if (next_child < node->next.size()) {
-      Node* child = node->next[next_child++].get();
-      if (child != nullptr && seen.insert(child).second) stack.push_back({child, 0});
-    } else {
-      post_order.push_back(node);
-      stack.pop_back();
-    }
-  }
-  std::reverse(post_order.begin(), post_order.end());
-  return post_order;
-}
-
 Tensor initial_gradient(const Tensor& root, const Tensor& gradient) {
   if (!gradient.defined()) {
     LOOM_CHECK(root.numel() == 1, AutogradError,
@@ -268,6 +250,24 @@ void attach(std::shared_ptr<Node> node, const std::vector<Tensor>& inputs, Tenso
 
 }  // namespace
 
+std::vector<Node*> backward_order(Node* root) {
+  std::vector<Node*> post_order;
+  std::unordered_set<Node*> seen{root};
+  std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
+  while (!stack.empty()) {
+    auto& [node, next_child] = stack.back();
+    if (next_child < node->next.size()) {
+      Node* child = node->next[next_child++].get();
+      if (child != nullptr && seen.insert(child).second) stack.push_back({child, 0});
+    } else {
+      post_order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  std::reverse(post_order.begin(), post_order.end());
+  return post_order;
+}
+
 bool grad_mode_enabled() { return grad_mode; }
 
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
@@ -340,7 +340,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
   std::shared_ptr<Node> root_node = gradient_edge(root);
   std::unordered_map<Node*, Tensor> pending{{root_node.get(), initial_gradient(root, gradient)}};
   DeferredCasts deferred;
-  for (Node* node : topological_order(root_node.get())) {
+  for (Node* node : backward_order(root_node.get())) {
     auto it = pending.find(node);
     if (it == pending.end()) continue;  // no gradient reached it
     Tensor grad = std::move(it->second);

@@ -2,6 +2,7 @@
 // Refcounted memory on one device: allocation on that device and release.
 #include "core/storage.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #ifdef __GLIBC__
@@ -9,6 +10,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/storage_stats.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/allocator.h"
 #endif
@@ -16,6 +18,11 @@
 namespace loom {
 
 namespace {
+
+// One counter per DeviceType: CPU, CUDA.
+std::atomic<size_t> bytes_in_use[2];
+
+std::atomic<size_t>& counter(DeviceType type) { return bytes_in_use[static_cast<int>(type)]; }
 
 constexpr size_t kCpuAlignment = 64;  // a cache line; also what AVX-512 loads like
 
@@ -70,10 +77,13 @@ void* allocate(size_t nbytes, Device device) {
 }  // namespace
 
 Storage::Storage(size_t nbytes, Device device)
-    : data_(allocate(nbytes, device)), nbytes_(nbytes), device_(device) {}
+    : data_(allocate(nbytes, device)), nbytes_(nbytes), device_(device) {
+  if (data_ != nullptr) counter(device_.type) += nbytes_;
+}
 
 Storage::~Storage() {
   if (data_ == nullptr) return;
+  counter(device_.type) -= nbytes_;
 #ifdef LOOM_WITH_CUDA
   if (device_.is_cuda()) {
     cuda::deallocate(data_);
@@ -82,5 +92,7 @@ Storage::~Storage() {
 #endif
   std::free(data_);
 }
+
+size_t storage_bytes_in_use(DeviceType type) { return counter(type).load(); }
 
 }  // namespace loom

@@ -47,6 +47,7 @@ if [ -d bench ]; then
   mkdir -p .bundle/bench
   cp bench/*.py bench/run.sh .bundle/bench/
   cp models/torch_models.py .bundle/bench/  # the zoo's PyTorch twins, which torch_bench.py imports
+  cp tools/saved_memory_torch.py .bundle/bench/  # PyTorch's saved tensors, beside bin/tools_saved_memory
 fi
 # The ONNX Runtime comparison: python3 .bundle/tools/onnx_check.py DIR, DIR
 # written by tools/onnx_zoo.sh here or by .bundle/bin/onnx_export --zoo there.

@@ -4,9 +4,12 @@
 // and the rules for when a cudaFree is safe. Block bookkeeping is in
 // core/block_pool.cc.
 #include "core/cuda/allocator.h"
+#include "core/cuda/allocator_purpose.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -24,6 +27,21 @@
 namespace loom::cuda {
 
 namespace {
+
+thread_local Purpose thread_purpose = Purpose::Tensors;
+
+// Live bytes per purpose on one device, and the two views of the peak.
+struct PurposeTally {
+  PurposeBytes live;
+  MemoryBreakdown peak;
+
+  void add(Purpose p, size_t bytes, const AllocatorStats& stats) {
+    live[p] += bytes;
+    peak.high_water[p] = std::max(peak.high_water[p], live[p]);
+    if (stats.allocated_bytes >= stats.peak_allocated_bytes) peak.at_peak = live;
+  }
+  void reset() { peak = {live, live}; }
+};
 
 std::string bytes_str(size_t bytes) {
   constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -85,6 +103,7 @@ class Allocator {
   void* allocate(size_t bytes, int device);
   void deallocate(void* ptr);
   AllocatorStats stats(std::optional<int> device);
+  MemoryBreakdown breakdown(int device);
   void reset_peak_stats();
   void empty_cache();
   void set_mode(AllocatorMode mode);
@@ -100,6 +119,7 @@ class Allocator {
     BlockPool* pool;
     CapturePoolId capture;
     int device;
+    Purpose purpose;
   };
   // A capture's private pool, made at its first allocation.
   struct Capture {
@@ -125,6 +145,7 @@ class Allocator {
   AllocatorMode mode_;
   int device_count_;
   std::vector<AllocatorStats> stats_;                   // per device
+  std::vector<PurposeTally> tallies_;                   // per device
   std::vector<std::unique_ptr<DriverSource>> sources_;  // per device
   std::vector<std::unique_ptr<BlockPool>> general_;     // per device
   std::unordered_map<void*, Live> live_;
@@ -134,7 +155,7 @@ class Allocator {
 };
 
 Allocator::Allocator(AllocatorMode mode)
-    : mode_(mode), device_count_(device_count()), stats_(device_count_) {
+    : mode_(mode), device_count_(device_count()), stats_(device_count_), tallies_(device_count_) {
   for (int device = 0; device < device_count_; ++device) {
     sources_.push_back(std::make_unique<DriverSource>(device));
     general_.push_back(std::make_unique<BlockPool>(*sources_.back(), stats_[device]));
@@ -158,7 +179,9 @@ void* Allocator::allocate(size_t bytes, int device) {
   CapturePoolId capture = 0;
   BlockPool& pool = pool_for(stream, device, capture);
   Block* block = take(pool, bytes, device, stream);
-  live_.emplace(block->ptr, Live{block, &pool, capture, device});
+  const Purpose purpose = capture != 0 ? Purpose::CapturePools : thread_purpose;
+  tallies_[device].add(purpose, block->size, stats_[device]);
+  live_.emplace(block->ptr, Live{block, &pool, capture, device, purpose});
   return block->ptr;
 }
 
@@ -261,6 +284,7 @@ bool Allocator::may_release(CapturePoolId capture) const {
 void Allocator::free_block(const Live& live) {
   bool release_now = live.block->exact && may_release(live.capture);
   if (release_now) synchronize_device(live.device);  // its last kernels must finish first
+  tallies_[live.device].live[live.purpose] -= live.block->size;  // before a merge changes the size
   live.pool->give_back(live.block);
   if (release_now) live.pool->release_retired();
   if (live.capture != 0) release_capture_if_idle(live.capture);
@@ -320,6 +344,13 @@ void Allocator::reset_peak_stats() {
     s.peak_allocated_bytes = s.allocated_bytes;
     s.peak_reserved_bytes = s.reserved_bytes;
   }
+  for (PurposeTally& t : tallies_) t.reset();
+}
+
+MemoryBreakdown Allocator::breakdown(int device) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  return tallies_[device].peak;
 }
 
 void Allocator::empty_cache() {
@@ -424,5 +455,16 @@ CaptureScope::CaptureScope(CapturePoolId pool)
 CaptureScope::~CaptureScope() { allocator().end_capture(stream_); }
 
 void release_capture_pool(CapturePoolId pool) { allocator().release_capture_pool(pool); }
+
+std::string_view purpose_name(Purpose purpose) {
+  constexpr std::array<std::string_view, kPurposeCount> kNames = {"tensors", "workspace", "plan tests",
+                                                                  "capture pools"};
+  return kNames[static_cast<size_t>(purpose)];
+}
+
+PurposeScope::PurposeScope(Purpose purpose) : previous_(thread_purpose) { thread_purpose = purpose; }
+PurposeScope::~PurposeScope() { thread_purpose = previous_; }
+
+MemoryBreakdown memory_breakdown(int device) { return allocator().breakdown(device); }
 
 }  // namespace loom::cuda

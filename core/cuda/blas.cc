@@ -15,6 +15,7 @@
 
 #include "core/cpu/gemm.h"
 #include "core/cpu/loop.h"
+#include "core/cuda/allocator_purpose.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -311,7 +312,10 @@ cublasHandle_t blas_handle() {
                "and workspace exist");
   }
   if (s.handle == nullptr) LOOM_CUBLAS_CHECK(cublasCreate(&s.handle));
-  if (s.workspace == nullptr) s.workspace = malloc_device(kWorkspaceBytes, current_device());
+  if (s.workspace == nullptr) {
+    PurposeScope purpose(Purpose::Workspace);
+    s.workspace = malloc_device(kWorkspaceBytes, current_device());
+  }
   // cublasSetStream resets the workspace to cuBLAS's own pool, so ours goes after it.
   LOOM_CUBLAS_CHECK(cublasSetStream(s.handle, current_stream()));
   LOOM_CUBLAS_CHECK(cublasSetWorkspace(s.handle, s.workspace, kWorkspaceBytes));

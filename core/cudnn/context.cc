@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "core/capture_gate.h"
+#include "core/cuda/allocator_purpose.h"
 #include "core/cuda/blas.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
@@ -68,7 +69,10 @@ void* workspace(size_t bytes) {
     cuda::synchronize();  // the old buffer may still be in use by queued work
     cuda::free_device(s.workspace, device);
   }
-  s.workspace = cuda::malloc_device(bytes, device);
+  {
+    cuda::PurposeScope purpose(cuda::Purpose::Workspace);
+    s.workspace = cuda::malloc_device(bytes, device);
+  }
   s.workspace_bytes = bytes;
   return s.workspace;
 }

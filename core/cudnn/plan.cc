@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 
+#include "core/cuda/allocator_purpose.h"
 #include "core/cuda/event_timer.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
@@ -25,6 +29,7 @@ class ScratchBuffer {
  public:
   explicit ScratchBuffer(size_t bytes) : bytes_(bytes) {
     if (bytes_ == 0) return;
+    cuda::PurposeScope purpose(cuda::Purpose::PlanTests);  // counted apart in the peak's breakdown
     ptr_ = cuda::malloc_device(bytes_, device_);
     LOOM_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes_, cuda::current_stream()));
   }
@@ -98,11 +103,77 @@ struct TestBindings {
   }
 };
 
+// Bytes TestBindings allocates for `graph`.
+size_t bindings_bytes(const Graph& graph) {
+  size_t bytes = 0;
+  for (const TensorSpec& t : graph.tensors()) {
+    if (!t.is_virtual && !t.by_value) bytes += span_bytes(t);
+  }
+  return bytes;
+}
+
+// How much test-binding memory the background builders may hold at once. Each
+// binds scratch copies of every tensor of its graph (a batch-512 conv's input
+// and output) for as long as it selects; eight builders doing so while the
+// first step's activations are live added their scratch to the step's peak.
+// A graph bigger than the budget runs when no other holds any, so none waits
+// forever. LOOM_CUDNN_TEST_SCRATCH_MIB sets it (default 512).
+class ScratchBudget {
+ public:
+  void acquire(size_t bytes) {
+    std::unique_lock lock(mutex_);
+    freed_.wait(lock, [&] { return in_use_ == 0 || in_use_ + bytes <= limit_; });
+    in_use_ += bytes;
+  }
+  void release(size_t bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      in_use_ -= bytes;
+    }
+    freed_.notify_all();
+  }
+
+ private:
+  static size_t limit_from_env() {
+    constexpr size_t kMiB = size_t{1} << 20;
+    const char* text = std::getenv("LOOM_CUDNN_TEST_SCRATCH_MIB");
+    if (text == nullptr) return 512 * kMiB;
+    const long long mib = std::atoll(text);
+    LOOM_CHECK(mib >= 1, ValueError, "[cudnn] LOOM_CUDNN_TEST_SCRATCH_MIB='{}' must be a whole number >= 1",
+               text);
+    return static_cast<size_t>(mib) * kMiB;
+  }
+
+  const size_t limit_ = limit_from_env();
+  std::mutex mutex_;
+  std::condition_variable freed_;
+  size_t in_use_ = 0;
+};
+
+ScratchBudget& background_scratch_budget() {
+  static ScratchBudget* budget = new ScratchBudget();  // builders outlive static destruction
+  return *budget;
+}
+
+// A share of the background budget, held while it lives.
+class BudgetShare {
+ public:
+  explicit BudgetShare(size_t bytes) : bytes_(bytes) { background_scratch_budget().acquire(bytes_); }
+  ~BudgetShare() { background_scratch_budget().release(bytes_); }
+  BudgetShare(const BudgetShare&) = delete;
+  BudgetShare& operator=(const BudgetShare&) = delete;
+
+ private:
+  size_t bytes_;
+};
+
 // Test-run buffers whose allocation, use and release hold `gate` shared when
-// one is given (background builds), so they never overlap a capture.
+// one is given (background builds), so they never overlap a capture; those
+// builds also take their buffers' bytes from the background budget first.
 class GatedTests {
  public:
   GatedTests(const Graph& graph, CaptureGate* gate) : gate_(gate) {
+    if (gate_ != nullptr) budget_.emplace(bindings_bytes(graph));
     auto held = hold();
     bindings_.emplace(graph);
   }
@@ -120,6 +191,7 @@ class GatedTests {
 
  private:
   CaptureGate* gate_;
+  std::optional<BudgetShare> budget_;  // released after the bindings it covers
   std::optional<TestBindings> bindings_;
 };
 

@@ -137,10 +137,15 @@ Tensor add_scaled_op(const Tensor& a_in, const Tensor& b_in, double alpha, const
   BinaryArgs args = prepare_binary(a, b, name);
   LOOM_KERNEL(args.out, add_scaled, args.out.strided(), args.a.strided(), args.b.strided(), alpha);
   if (needs_grad({a, b})) {
-    record(name, {a, b}, args.out, [a, b, alpha](const Tensor& dy) {
-      Tensor db = b.requires_grad() ? reduce_grad(alpha == 1.0 ? dy : mul(dy, alpha), b) : Tensor();
-      return std::vector<Tensor>{reduce_grad(dy, a), db};
-    });
+    // Only the operands' sizes: holding a and b would keep a residual branch's
+    // activation alive until the backward, which nothing else saves.
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    record(name, {a, b}, args.out,
+           [a_sizes = a.sizes(), b_sizes = b.sizes(), need_a, need_b, alpha](const Tensor& dy) {
+             Tensor da = need_a ? sum_to(dy, a_sizes) : Tensor();
+             Tensor db = need_b ? sum_to(alpha == 1.0 ? dy : mul(dy, alpha), b_sizes) : Tensor();
+             return std::vector<Tensor>{da, db};
+           });
   }
   return args.out;
 }

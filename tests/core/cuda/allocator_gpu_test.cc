@@ -1,7 +1,8 @@
 // File: tests/core/cuda/allocator_gpu_test.cc
 // The caching device allocator on a real GPU: statistics, reuse without
 // cudaMalloc, splitting and merging, empty_cache, out of memory and recovery,
-// pass-through mode, and the private pools of CUDA-graph captures.
+// pass-through mode, the private pools of CUDA-graph captures, and the peak's
+// breakdown by purpose.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/allocator.h"
+#include "core/cuda/allocator_purpose.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -359,6 +361,58 @@ LOOM_GPU_TEST_CASE("a capture pool is shared between scopes and released once pe
   CHECK(cuda::stats().num_cuda_frees - before_last.num_cuda_frees == 1);
   CHECK_THROWS_WITH_FRAGMENT(cuda::CaptureScope(pool), ValueError, "was released");
   CHECK_THROWS_WITH_FRAGMENT(cuda::release_capture_pool(pool), ValueError, "no such pool");
+}
+
+LOOM_GPU_TEST_CASE("the peak is broken down by purpose: what was live at it, and each one's own peak") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // whole MiB blocks, no rounding to think about
+  fresh_stats();
+  using cuda::Purpose;
+  void* tensor = cuda::allocate(2 * kMiB, gpu());
+  void* workspace = nullptr;
+  void* scratch = nullptr;
+  {
+    cuda::PurposeScope purpose(Purpose::Workspace);
+    workspace = cuda::allocate(kMiB, gpu());
+  }
+  {
+    cuda::PurposeScope purpose(Purpose::PlanTests);
+    scratch = cuda::allocate(3 * kMiB, gpu());
+  }
+  cuda::deallocate(scratch);                   // the peak was 6 MiB: 2 + 1 + 3
+  void* later = cuda::allocate(kMiB, gpu());  // the thread's purpose is back to tensors
+  cuda::MemoryBreakdown m = cuda::memory_breakdown(gpu());
+  CHECK(m.at_peak[Purpose::Tensors] == 2 * kMiB);
+  CHECK(m.at_peak[Purpose::Workspace] == kMiB);
+  CHECK(m.at_peak[Purpose::PlanTests] == 3 * kMiB);
+  CHECK(m.at_peak[Purpose::CapturePools] == 0);
+  CHECK(m.high_water[Purpose::Tensors] == 3 * kMiB);  // reached after the peak
+  CHECK(m.high_water[Purpose::PlanTests] == 3 * kMiB);
+
+  cuda::CapturePoolId pool = 0;
+  {
+    cuda::CaptureScope scope;
+    cuda::PurposeScope purpose(Purpose::Workspace);  // a capture's blocks count as its pool's
+    void* captured = cuda::allocate(8 * kMiB, gpu());
+    cuda::deallocate(captured);
+    pool = scope.pool();
+  }
+  cuda::release_capture_pool(pool);
+  m = cuda::memory_breakdown(gpu());  // a new peak, 12 MiB: 3 + 1 + 8
+  CHECK(m.at_peak[Purpose::Tensors] == 3 * kMiB);
+  CHECK(m.at_peak[Purpose::Workspace] == kMiB);
+  CHECK(m.at_peak[Purpose::PlanTests] == 0);
+  CHECK(m.at_peak[Purpose::CapturePools] == 8 * kMiB);
+  CHECK(m.high_water[Purpose::CapturePools] == 8 * kMiB);
+
+  cuda::reset_peak_stats();  // both views start again from what is live
+  m = cuda::memory_breakdown(gpu());
+  CHECK(m.at_peak[Purpose::CapturePools] == 0);
+  CHECK(m.high_water[Purpose::PlanTests] == 0);
+  CHECK(m.high_water[Purpose::Tensors] == 3 * kMiB);
+  CHECK(cuda::purpose_name(Purpose::PlanTests) == "plan tests");
+  cuda::deallocate(later);
+  cuda::deallocate(workspace);
+  cuda::deallocate(tensor);
 }
 
 #endif  // LOOM_WITH_CUDA

@@ -1,0 +1,57 @@
+// File: core/cuda/allocator_purpose.h
+// What the caching allocator's memory is for: every live block is counted
+// under one purpose (tensors, cuDNN/cuBLAS workspaces, the scratch buffers of
+// plan test runs, CUDA-graph capture pools), so a configuration's peak can be
+// broken down: what was live at the moment of the peak, and each purpose's own
+// high-water mark. bench/train_step prints both for every GPU configuration.
+//
+//   {
+//     cuda::PurposeScope purpose(cuda::Purpose::PlanTests);  // this thread's allocations
+//     void* scratch = cuda::malloc_device(bytes, device);
+//   }
+//   cuda::MemoryBreakdown m = cuda::memory_breakdown(device);
+//   m.at_peak[cuda::Purpose::Workspace];  // bytes of workspace live at the peak
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace loom::cuda {
+
+// A block allocated while a CaptureScope is open on its stream counts as
+// CapturePools whatever the thread's purpose.
+enum class Purpose : uint8_t { Tensors, Workspace, PlanTests, CapturePools };
+constexpr size_t kPurposeCount = 4;
+
+std::string_view purpose_name(Purpose purpose);  // "tensors", "workspace", ...
+
+// Sets the calling thread's purpose (Tensors by default) for its lifetime.
+class PurposeScope {
+ public:
+  explicit PurposeScope(Purpose purpose);
+  ~PurposeScope();
+  PurposeScope(const PurposeScope&) = delete;
+  PurposeScope& operator=(const PurposeScope&) = delete;
+
+ private:
+  Purpose previous_;
+};
+
+struct PurposeBytes {
+  std::array<size_t, kPurposeCount> bytes{};
+  size_t operator[](Purpose p) const { return bytes[static_cast<size_t>(p)]; }
+  size_t& operator[](Purpose p) { return bytes[static_cast<size_t>(p)]; }
+};
+
+struct MemoryBreakdown {
+  PurposeBytes at_peak;     // live blocks per purpose when allocated bytes last reached the peak
+  PurposeBytes high_water;  // each purpose's own peak since the last reset_peak_stats()
+};
+
+// The breakdown on GPU `device` (a DeviceError for one that does not exist);
+// reset_peak_stats() resets it with the peaks.
+MemoryBreakdown memory_breakdown(int device);
+
+}  // namespace loom::cuda
