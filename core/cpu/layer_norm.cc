@@ -10,15 +10,20 @@
 #include <vector>
 
 #include "core/cpu/accumulate.h"
+#include "core/cpu/loop.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
 namespace loom::cpu {
 namespace {
 
-// Rows per chunk: a row of D values is a few hundred cycles, too little to
-// hand to another thread alone.
-int64_t row_grain(int64_t d) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)); }
+// Rows (or columns) per chunk: kFlatGrain values, as the elementwise loops
+// take. A smaller split of vit_tiny's (8 x 17, 64) rows paid a fork-join per
+// call, which on cores shared with other processes waits for a descheduled
+// thread.
+int64_t grain_for(int64_t values_per_index) {
+  return std::max<int64_t>(1, kFlatGrain / std::max<int64_t>(values_per_index, 1));
+}
 
 void check_rows(const Strided& t, int64_t n, int64_t d, const char* name) {
   LOOM_CHECK(t.dim() == 2 && t.sizes[0] == n && t.sizes[1] == d && (t.strides[1] == 1 || d <= 1) &&
@@ -36,7 +41,7 @@ template <class T>
 void forward_rows(const Strided& y, const Strided& mean, const Strided& invstd, const Strided& x, const T* w,
                   const T* b, double eps) {
   const int64_t n = x.sizes[0], d = x.sizes[1];
-  parallel_for(0, n, row_grain(d), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, n, grain_for(d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* in = x.ptr<T>() + r * d;
       T* out = y.ptr<T>() + r * d;
@@ -121,10 +126,10 @@ void layer_norm_backward(const Strided& dx, const std::optional<Strided>& dweigh
   check_rows(dx, n, d, "dx");
   visit_float(x.dtype, [&]<class T>() {
     const T *m = mean.ptr<T>(), *s = invstd.ptr<T>(), *w = data_or_null<T>(weight);
-    parallel_for(0, n, row_grain(d), [&](int64_t r0, int64_t r1) { dx_rows<T>(dx, dy, x, m, s, w, r0, r1); });
+    parallel_for(0, n, grain_for(d), [&](int64_t r0, int64_t r1) { dx_rows<T>(dx, dy, x, m, s, w, r0, r1); });
     T *dw = data_or_null<T>(dweight), *db = data_or_null<T>(dbias);
     if (dw == nullptr && db == nullptr) return;
-    const int64_t column_grain = std::max<int64_t>(8, row_grain(n));
+    const int64_t column_grain = grain_for(n);
     parallel_for(0, d, column_grain, [&](int64_t c0, int64_t c1) { affine_columns<T>(dw, db, dy, x, m, s, c0, c1); });
   });
 }

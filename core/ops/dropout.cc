@@ -18,8 +18,9 @@ namespace loom {
 
 namespace {
 
-// Philox blocks (four values each) per chunk of the pool: a block is ~40 ns.
-constexpr int64_t kMaskGrain = 2048;
+// Philox blocks per chunk of the pool: four values each, so a chunk holds the
+// 32768 values of the elementwise loops' grain (core/cpu/loop.h).
+constexpr int64_t kMaskGrain = 8192;
 
 // A dense mask of `sizes`: 0 with probability p, else 1 / (1 - p). Row-major
 // element i reads lane i % 4 of the Philox block i / 4 reserved here, so a GPU

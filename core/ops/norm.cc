@@ -369,15 +369,21 @@ std::optional<Tensor> normalize_rows_gpu(const Tensor& x_in, int64_t d, const Te
 std::optional<Tensor> normalize_rows_cpu(const Tensor& x_in, int64_t d, const Tensor& weight_in,
                                          const Tensor& bias_in, double eps) {
   const DType dtype = x_in.dtype();
-  const auto same_or_absent = [&](const Tensor& t) { return !t.defined() || (t.dtype() == dtype && t.device().is_cpu()); };
+  const auto same_or_absent = [&](const Tensor& t) {
+    return !t.defined() || (t.dtype() == dtype && t.device().is_cpu());
+  };
   const bool eligible = x_in.device().is_cpu() && (dtype == DType::Float32 || dtype == DType::Float64) &&
                         same_or_absent(weight_in) && same_or_absent(bias_in) && x_in.numel() > 0 && d > 0;
   if (!eligible) return std::nullopt;
   const int64_t n = x_in.numel() / d;
   const Tensor x = x_in.detach().contiguous().view({n, d});
-  const auto row_vector = [d](const Tensor& t) -> Tensor { return t.defined() ? t.detach().contiguous().view({d}) : t; };
+  const auto row_vector = [d](const Tensor& t) -> Tensor {
+    return t.defined() ? t.detach().contiguous().view({d}) : t;
+  };
   const Tensor weight = row_vector(weight_in), bias = row_vector(bias_in);
-  const auto operand = [](const Tensor& t) { return t.defined() ? std::optional<Strided>(t.strided()) : std::nullopt; };
+  const auto operand = [](const Tensor& t) {
+    return t.defined() ? std::optional<Strided>(t.strided()) : std::nullopt;
+  };
   Tensor y = empty_like(x), mean = empty({n}, x.options()), invstd = empty({n}, x.options());
   cpu::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), operand(weight), operand(bias),
                           eps);

@@ -141,7 +141,8 @@ TEST_CASE("layer_norm kernels reject rows that are not dense, printing the sizes
   Strided strided_x{x.data(), DType::Float32, {3, 2}, {4, 1}};
   CHECK_THROWS_WITH_FRAGMENT(layer_norm_forward(view(y, {3, 2}), view(mean, {3}), view(invstd, {3}), strided_x,
                                                 std::nullopt, std::nullopt, 1e-5),
-                             ShapeError, "[cpu::layer_norm] x must be dense (3, 2) rows, got sizes (3, 2) strides (4, 1)");
+                             ShapeError,
+                             "[cpu::layer_norm] x must be dense (3, 2) rows, got sizes (3, 2) strides (4, 1)");
 }
 
 }  // namespace loom::cpu
