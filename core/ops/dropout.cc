@@ -3,13 +3,12 @@
 // again, saved, in backward.
 #include "core/ops/dropout.h"
 
-#include <array>
-
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/parallel.h"
 #include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/random.h"
@@ -18,6 +17,10 @@
 namespace loom {
 
 namespace {
+
+// Philox blocks per chunk of the pool: four values each, so a chunk holds the
+// 32768 values of the elementwise loops' grain (core/cpu/loop.h).
+constexpr int64_t kMaskGrain = 8192;
 
 // A dense mask of `sizes`: 0 with probability p, else 1 / (1 - p). Row-major
 // element i reads lane i % 4 of the Philox block i / 4 reserved here, so a GPU
@@ -35,15 +38,20 @@ Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generat
   }
   const uint64_t first_block = generator.reserve(blocks);
   const double scale = 1.0 / (1.0 - p);  // infinite for p == 1, but then nothing is kept
+  const uint64_t seed = generator.seed();
+  // Each block is drawn from its own counter, so the chunks of the pool give
+  // the same mask at any thread count.
   visit_float(mask.dtype(), [&]<class T>() {
     T* out = mask.data_ptr<T>();
-    for (int64_t block = 0; block * 4 < n; ++block) {
-      const std::array<uint32_t, 4> bits = philox(generator.seed(), first_block + block);
-      for (int64_t lane = 0; lane < 4 && block * 4 + lane < n; ++lane) {
-        const bool dropped = uniform_float(bits[lane]) < p;
-        out[block * 4 + lane] = dropped ? T(0) : static_cast<T>(scale);
+    parallel_for(0, static_cast<int64_t>(blocks), kMaskGrain, [&](int64_t b0, int64_t b1) {
+      for (int64_t block = b0; block < b1; ++block) {
+        const PhiloxBlock bits = philox_block(seed, first_block + static_cast<uint64_t>(block));
+        for (int64_t lane = 0; lane < 4 && block * 4 + lane < n; ++lane) {
+          const bool dropped = uniform_float(bits.lane[lane]) < p;
+          out[block * 4 + lane] = dropped ? T(0) : static_cast<T>(scale);
+        }
       }
-    }
+    });
   });
   return mask;
 }

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/autograd.h"
+#include "core/cpu/layer_norm.h"
 #include "core/cpu/norm.h"
 #include "core/error.h"
 #include "core/onednn/norm.h"
@@ -291,8 +292,7 @@ void check_layer_norm_args(const Tensor& x, const Shape& normalized_shape, const
   LOOM_CHECK(eps >= 0, ValueError, "[layer_norm] eps must be non-negative, got {}", eps);
 }
 
-#ifdef LOOM_WITH_CUDA
-// Whether `dims` are x's last dims, in order (normalize's rows on the GPU).
+// Whether `dims` are x's last dims, in order (the rows normalize_rows_cpu and _gpu take).
 bool trailing_dims(const Tensor& x, const Shape& dims) {
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] != x.dim() - static_cast<int64_t>(dims.size() - i)) return false;
@@ -300,6 +300,7 @@ bool trailing_dims(const Tensor& x, const Shape& dims) {
   return !dims.empty();
 }
 
+#ifdef LOOM_WITH_CUDA
 // dx, dweight, dbias of layer norm over the rows of x (N, D), from the forward's
 // statistics (N, 1): the same formulas as the composite's autograd, for a
 // backward without a cuDNN engine.
@@ -362,6 +363,49 @@ std::optional<Tensor> normalize_rows_gpu(const Tensor& x_in, int64_t d, const Te
 }
 #endif
 
+// The CPU's layer norm over the trailing dims of x, holding D = numel / rows
+// values each (core/cpu/layer_norm.h), for float32 or float64 x with weight
+// and bias of its dtype or absent; nullopt for the composed ops otherwise.
+std::optional<Tensor> normalize_rows_cpu(const Tensor& x_in, int64_t d, const Tensor& weight_in,
+                                         const Tensor& bias_in, double eps) {
+  const DType dtype = x_in.dtype();
+  const auto same_or_absent = [&](const Tensor& t) {
+    return !t.defined() || (t.dtype() == dtype && t.device().is_cpu());
+  };
+  const bool eligible = x_in.device().is_cpu() && (dtype == DType::Float32 || dtype == DType::Float64) &&
+                        same_or_absent(weight_in) && same_or_absent(bias_in) && x_in.numel() > 0 && d > 0;
+  if (!eligible) return std::nullopt;
+  const int64_t n = x_in.numel() / d;
+  const Tensor x = x_in.detach().contiguous().view({n, d});
+  const auto row_vector = [d](const Tensor& t) -> Tensor {
+    return t.defined() ? t.detach().contiguous().view({d}) : t;
+  };
+  const Tensor weight = row_vector(weight_in), bias = row_vector(bias_in);
+  const auto operand = [](const Tensor& t) {
+    return t.defined() ? std::optional<Strided>(t.strided()) : std::nullopt;
+  };
+  Tensor y = empty_like(x), mean = empty({n}, x.options()), invstd = empty({n}, x.options());
+  cpu::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), operand(weight), operand(bias),
+                          eps);
+  Tensor out = y.view(x_in.sizes());
+  if (!needs_grad({x_in, weight_in, bias_in})) return out;
+  const Shape weight_shape = weight_in.defined() ? weight_in.sizes() : Shape{};
+  const Shape bias_shape = bias_in.defined() ? bias_in.sizes() : Shape{};
+  record("layer_norm", {x_in, weight_in, bias_in}, out,
+         [=](const Tensor& dy_in) -> std::vector<Tensor> {
+           const Tensor dy = dy_in.contiguous().view({n, d});
+           Tensor dx = empty_like(x);
+           Tensor dw = weight.defined() ? empty({d}, x.options()) : Tensor();
+           Tensor db = bias.defined() ? empty({d}, x.options()) : Tensor();
+           cpu::layer_norm_backward(dx.strided(), operand(dw), operand(db), dy.strided(), x.strided(),
+                                    mean.strided(), invstd.strided(), operand(weight));
+           return {dx.view(x_in.sizes()), dw.defined() ? dw.view(weight_shape) : Tensor(),
+                   db.defined() ? db.view(bias_shape) : Tensor()};
+         },
+         {x, weight, mean, invstd});
+  return out;
+}
+
 Shape dims_from(int64_t first, int64_t rank) {
   Shape dims;
   for (int64_t d = first; d < rank; ++d) dims.push_back(d);
@@ -388,6 +432,10 @@ Tensor normalize(const Tensor& x, const Shape& reduce_dims, double eps) {
     if (std::optional<Tensor> y = normalize_rows_gpu(x, d, Tensor(), Tensor(), eps)) return *y;
   }
 #endif
+  if (x.device().is_cpu() && trailing_dims(x, reduce_dims)) {
+    const int64_t d = numel_of(Shape(x.sizes().end() - static_cast<int64_t>(reduce_dims.size()), x.sizes().end()));
+    if (std::optional<Tensor> y = normalize_rows_cpu(x, d, Tensor(), Tensor(), eps)) return *y;
+  }
   const Tensor centered = x - mean(x, reduce_dims, /*keepdim=*/true);
   const Tensor variance = mean(centered * centered, reduce_dims, /*keepdim=*/true);
   return centered / sqrt(variance + eps);
@@ -410,6 +458,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     }
   }
 #endif
+  if (std::optional<Tensor> y = normalize_rows_cpu(x, numel_of(normalized_shape), weight, bias, eps)) {
+    return traced(*y);
+  }
   Tensor y = normalize(x, dims_from(x.dim() - static_cast<int64_t>(normalized_shape.size()), x.dim()), eps);
   if (weight.defined()) y = y * weight;  // broadcast over the leading dims
   if (bias.defined()) y = y + bias;

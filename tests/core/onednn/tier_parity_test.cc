@@ -6,8 +6,10 @@
 // activation rows; softmax; linear), NCHW and channels-last, run in float32 on
 // the reference kernels and on oneDNN, comparing the output and every
 // gradient. A case is reproducible by number: LOOM_TIER_CASE=k runs case k.
+// A second sweep does the batched matmuls of attention on its permuted views.
 //
-// N batch, C channels, H, W input, K out channels, R, S filter; M rows, In, Out features.
+// N batch, C channels, H, W input, K out channels, R, S filter; M rows, In, Out features;
+// H heads in the batched matmuls.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
@@ -180,6 +182,43 @@ Case linear_case(Draw& d, Generator& gen) {
   return out;
 }
 
+// One operand of a batched matmul, logical sizes (N, H, R, C), stored as a
+// leaf and viewed as the model code views it: 0 plain, 1 transposed, 2 heads
+// interleaved with rows (attention's (N, S, H, D) permuted to (N, H, S, D)),
+// 3 interleaved and transposed (k^T of such a permute).
+struct MatmulOperand {
+  Tensor leaf;
+  int64_t kind = 0;
+  Tensor view(const Tensor& t) const {
+    switch (kind) {
+      case 1: return t.transpose(-2, -1);
+      case 2: return t.permute({0, 2, 1, 3});
+      case 3: return t.permute({0, 2, 3, 1});
+      default: return t;
+    }
+  }
+};
+
+MatmulOperand matmul_operand(Draw& d, Generator& gen, int64_t n, int64_t h, int64_t r, int64_t c) {
+  const int64_t kind = d.between(0, 3);
+  const Shape stored = kind == 0 ? Shape{n, h, r, c} : kind == 1 ? Shape{n, h, c, r}
+                       : kind == 2 ? Shape{n, r, h, c} : Shape{n, c, h, r};
+  return {leaf(stored, gen, false), kind};
+}
+
+// The batched products of attention, (N, H, M, K) . (N, H, K, Out), each
+// operand in one of the views above; oneDNN runs all of them.
+Case batched_matmul_case(Draw& d, Generator& gen) {
+  const int64_t n = d.between(1, 4), h = d.between(1, 5), m = d.between(1, 20), k = d.between(1, 24);
+  const int64_t out_features = d.between(1, 20);
+  const MatmulOperand a = matmul_operand(d, gen, n, h, m, k), b = matmul_operand(d, gen, n, h, k, out_features);
+  Case out{fmt::format("matmul N={} H={} M={} K={} Out={} a view {} b view {}", n, h, m, k, out_features, a.kind,
+                       b.kind),
+           {a.leaf, b.leaf}, {}, "batched_matmul"};
+  out.op = [a, b](const std::vector<Tensor>& t) { return matmul(a.view(t[0]), b.view(t[1])); };
+  return out;
+}
+
 Case make_case(int64_t index) {
   Draw d(0x7153ull * 1000003ull + static_cast<uint64_t>(index) * 7919ull);
   Generator gen(static_cast<uint64_t>(index) + 101);
@@ -242,6 +281,26 @@ TEST_CASE("random configurations: the oneDNN tier matches the reference kernels"
     CAPTURE(family);
     MESSAGE(family << ": " << count.second << " of " << count.first << " cases ran on oneDNN");
     if (!one_case) CHECK(count.second > 0);
+  }
+}
+
+TEST_CASE("random batched matmuls on attention's views: the oneDNN tier matches the reference kernels") {
+  REQUIRE_MESSAGE(onednn::active(), "oneDNN did not load: install libdnnl2 (tools/setup.sh)");
+  constexpr int64_t kMatmulCases = 48;
+  for (int64_t index = 0; index < kMatmulCases; ++index) {
+    Draw d(0x34ull * 1000003ull + static_cast<uint64_t>(index) * 7919ull);
+    Generator gen(static_cast<uint64_t>(index) + 3401);
+    const Case c = batched_matmul_case(d, gen);
+    CAPTURE(c.description);
+    const std::vector<Tensor> reference = run_on(CpuBackend::Reference, c, index);
+    const int64_t before = onednn::executions();
+    const std::vector<Tensor> fast = run_on(CpuBackend::Onednn, c, index);
+    CHECK(onednn::executions() > before);
+    REQUIRE(fast.size() == reference.size());
+    for (size_t i = 0; i < fast.size(); ++i) {
+      CAPTURE(i);  // 0: the output, then each input's gradient
+      CHECK(sweep::relative_error(fast[i], reference[i]) <= kTolerance);
+    }
   }
 }
 
