@@ -12,6 +12,7 @@
 
 #include "core/autograd.h"
 #include "core/cpu/norm.h"
+#include "core/cudnn/norm.h"
 #include "core/error.h"
 #include "core/onednn/norm.h"
 #include "core/ops/dispatch.h"
@@ -19,9 +20,6 @@
 #include "core/ops/norm_internal.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/norm.h"
-#endif
 
 namespace loom {
 namespace {
@@ -138,7 +136,6 @@ bool batch_norm_training_onednn(const Tensor& y, const Tensor& save_mean, const 
 // statistics and the running-statistics update; NORM_BACKWARD gives dx, dweight
 // and dbias. Non-affine or untracked calls get stand-in tensors.
 
-#ifdef LOOM_WITH_CUDA
 Tensor or_filled(const Tensor& t, int64_t channels, const Tensor& x, double value) {
   return t.defined() ? t.detach().contiguous() : full({channels}, value, channel_options(x));
 }
@@ -187,7 +184,6 @@ Tensor batch_norm_training_gpu(const Tensor& x_in, const Tensor& running_mean,
          {x, w});
   return y;
 }
-#endif
 
 // dx, dweight, dbias from the statistics the forward used (cpu/norm.h has the formulas).
 void record_batch_norm_backward(Tensor& y, const Tensor& x, const Tensor& weight,
@@ -239,11 +235,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   };
   norm_detail::check_channel_norm_args(kOp, x, running_mean, running_var, weight, bias,
                                        options.training);
-#ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda() && options.training) {
     return traced(batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options));
   }
-#endif
   // save_mean, save_invstd (C): what normalized x, whichever statistics they came from.
   Tensor save_mean = empty({x.size(1)}, channel_options(x));
   Tensor save_invstd = empty({x.size(1)}, channel_options(x));
@@ -291,7 +285,6 @@ void check_layer_norm_args(const Tensor& x, const Shape& normalized_shape, const
   LOOM_CHECK(eps >= 0, ValueError, "[layer_norm] eps must be non-negative, got {}", eps);
 }
 
-#ifdef LOOM_WITH_CUDA
 // Whether `dims` are x's last dims, in order (normalize's rows on the GPU).
 bool trailing_dims(const Tensor& x, const Shape& dims) {
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -360,7 +353,6 @@ std::optional<Tensor> normalize_rows_gpu(const Tensor& x_in, int64_t d, const Te
          {x, weight, mean, inv_variance});
   return out;
 }
-#endif
 
 Shape dims_from(int64_t first, int64_t rank) {
   Shape dims;
@@ -382,12 +374,10 @@ Tensor channel_affine(const Tensor& y, const Tensor& weight, const Tensor& bias)
 }  // namespace
 
 Tensor normalize(const Tensor& x, const Shape& reduce_dims, double eps) {
-#ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda() && trailing_dims(x, reduce_dims)) {
     const int64_t d = numel_of(Shape(x.sizes().end() - static_cast<int64_t>(reduce_dims.size()), x.sizes().end()));
     if (std::optional<Tensor> y = normalize_rows_gpu(x, d, Tensor(), Tensor(), eps)) return *y;
   }
-#endif
   const Tensor centered = x - mean(x, reduce_dims, /*keepdim=*/true);
   const Tensor variance = mean(centered * centered, reduce_dims, /*keepdim=*/true);
   return centered / sqrt(variance + eps);
@@ -403,13 +393,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     return y;
   };
   check_layer_norm_args(x, normalized_shape, weight, bias, eps);
-#ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda()) {
     if (std::optional<Tensor> y = normalize_rows_gpu(x, numel_of(normalized_shape), weight, bias, eps)) {
       return traced(*y);
     }
   }
-#endif
   Tensor y = normalize(x, dims_from(x.dim() - static_cast<int64_t>(normalized_shape.size()), x.dim()), eps);
   if (weight.defined()) y = y * weight;  // broadcast over the leading dims
   if (bias.defined()) y = y + bias;
