@@ -1,13 +1,11 @@
 // File: core/cuda/blas.h
-// Matrix products on the GPU through cuBLAS, with exactly the semantics of
-// cpu::matmul (core/cpu/gemm.h), and the check macro for every cuBLAS call.
-//
-// M, N, K: C (M, N) = A (M, K) . B (K, N); "batch" is any number of leading dims.
+// The cuBLAS side of GPU matrix products (matmul.h): the thread's handle and
+// the check macro for every cuBLAS call.
 #pragma once
 
 #include <cublas_v2.h>
 
-#include "core/strided.h"
+#include "core/cuda/matmul.h"
 
 namespace loom::cuda {
 
@@ -20,24 +18,6 @@ void check_cublas(cublasStatus_t status, const char* statement, const char* file
 // that its calls can be captured into a CUDA graph. The first call of a thread
 // must not happen during a capture.
 cublasHandle_t blas_handle();
-
-// c (batch, M, N) = a (batch, M, K) . b (batch, K, N), or c += a . b when
-// `accumulate`, as cpu::matmul: one float dtype, one batch shape, batch dims of
-// any strides (0 for broadcast operands); with `accumulate`, products over a
-// batch dim along which c repeats (stride 0) are summed into it.
-//
-// Plain and transposed matrices go to cuBLAS as they are, a batch through one
-// strided-batched call where the strides allow. Unlike cpu::matmul, operands
-// that fail cpu::is_blas_matrix are accepted too: they are copied to dense
-// temporaries first.
-//
-// float32 computes as the thread's numerics policy says: StrictFp32 in IEEE
-// fp32 (pedantic math, no tensor-core down-conversion), Tf32 / Bf16 / Fp16 on
-// tensor cores from inputs rounded to that format, accumulating in fp32.
-// float64 always computes in fp64. bfloat16 and float16 (GPU-only dtypes)
-// read and write 16-bit matrices and accumulate in fp32 under every policy;
-// with `accumulate`, c's old values are read at that precision too.
-void matmul(const Strided& c, const Strided& a, const Strided& b, bool accumulate = false);
 
 }  // namespace loom::cuda
 

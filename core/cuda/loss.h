@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "core/cpu/loss.h"  // CrossEntropyParams, LossTotal
-#include "core/cuda/loss_kernels.h"
+#include "core/cuda/loss_args.h"
 #include "core/strided.h"
 
 namespace loom::cuda {

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "core/cpu/loss.h"  // CrossEntropyParams, shared with the CPU reference
+#include "core/cuda/loss_args.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -30,38 +31,12 @@ struct LossPartial {
   int64_t count;
 };
 
-constexpr unsigned long long kNoBadPosition = ~0ull;
-
-// What a forward launch leaves in device memory for the backward (and for the
-// host, when it asks).
-struct LossTotals {
-  double sum;     // of the per-position losses
-  int64_t count;  // positions whose target is not ignore_index
-  // The smallest row-major position whose target is out of range, or kNoBadPosition.
-  unsigned long long first_bad_position;
-};
-
 constexpr int kMaxLossBlocks = 1024;
 
 // Device scratch for the block totals of one forward launch at a time (the
 // host keeps one per thread; launches on one stream run one after another).
 struct LossScratch {
   LossPartial partials[kMaxLossBlocks];
-};
-
-// Where a forward's results go besides the per-position losses.
-struct LossOutputs {
-  LossTotals* totals;  // device memory, read later by the backward
-  // A 0-d tensor for the reduced loss: the sum, or the mean when `mean`; null
-  // for reduction None. Its dtype is the losses'.
-  void* reduced;
-  bool mean;
-};
-
-// What scales dloss in a backward: 1, or 1 / totals->count for a mean.
-struct LossScale {
-  const LossTotals* totals;  // the forward's
-  bool mean;
 };
 
 // losses (N, d1...), as cpu::cross_entropy_forward, and `out`.

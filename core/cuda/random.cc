@@ -4,6 +4,7 @@
 #include "core/cuda/random.h"
 
 #include "core/cuda/graph.h"
+#include "core/cuda/random_kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"

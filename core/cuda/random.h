@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "core/cuda/random_kernels.h"
+#include "core/cuda/philox.h"
 #include "core/generator.h"
 #include "core/strided.h"
 

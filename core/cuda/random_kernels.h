@@ -8,19 +8,10 @@
 
 #include <cstdint>
 
+#include "core/cuda/philox.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
-
-// Where a fill's Philox counters start. Eagerly: block first_block under seed.
-// Inside a captured CUDA graph: base points at the (seed, offset) pair the
-// graph's replay stores on the device before each launch, and the fill starts
-// at block offset + first_block, so every replay draws fresh numbers.
-struct PhiloxArgs {
-  uint64_t seed = 0;
-  uint64_t first_block = 0;
-  const uint64_t* base = nullptr;  // device memory: {seed, offset}; null when eager
-};
 
 cudaError_t launch_dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox,
                                 cudaStream_t stream);

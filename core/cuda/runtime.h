@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/cuda/copy.h"
 #include "core/cuda/copy_kernels.h"
 #include "core/strided.h"
 
@@ -89,9 +90,6 @@ void check_kernel_rank(const Strided& t, const char* op);
 void copy_between_devices(void* dst, int dst_device, const void* src, int src_device,
                           size_t nbytes);
 
-// Strided device kernels (see copy_kernels.h), checked.
-void copy(const Strided& dst, const Strided& src);
-void fill(const Strided& dst, double value);
 
 // dst = convert(src) for every span (dense arrays, floating dtypes), one launch
 // per kMaxSpansPerLaunch spans: many small conversions (a model's weight casts

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/cuda/capture.h"
+
 namespace loom::cuda {
 
 // The calling thread's stream on the current device.
@@ -31,10 +33,5 @@ class StreamGuard {
   int previous_device_;
   cudaStream_t previous_;
 };
-
-// Waits for everything queued on the current stream.
-void synchronize();
-// True while the current stream is capturing a CUDA graph.
-bool is_capturing();
 
 }  // namespace loom::cuda

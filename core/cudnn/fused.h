@@ -25,15 +25,12 @@
 #include <vector>
 
 #include "core/cpu/conv.h"  // ConvParams
+#include "core/cudnn/conv.h"  // conv2d_bias_relu_forward
 #include "core/cudnn/norm.h"
 #include "core/cudnn/pointwise.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
-
-// y (N, K, P, Q) = relu(conv(x (N, C, H, W), w (K, C/G, R, S)) + b (K)); no add without b.
-bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
-                              const std::optional<Strided>& b, const cpu::ConvParams& p);
 
 // Training batch norm, then + residual (N, C, H, W) when given, then ReLU: args.y
 // gets relu(bn(x) + residual); mean, inv_variance and the running statistics as

@@ -9,11 +9,13 @@
 // tensors are (C) float32.
 #pragma once
 
-#include "core/cudnn/graph.h"
-#include "core/cudnn/plan.h"
+#include "core/cudnn/variant_pointers.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
+
+// Declared only: graph.h defines it with cuDNN types, which core/ops must not see.
+class Graph;
 
 struct BatchNormTrainingArgs {
   Strided y, save_mean, save_invstd;  // outputs: y (N,C,H,W); batch mean, 1/sqrt(var+eps) (C)

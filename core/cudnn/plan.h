@@ -16,13 +16,10 @@
 
 #include "core/capture_gate.h"
 #include "core/cudnn/graph.h"
+#include "core/cudnn/variant_pointers.h"
 #include "core/numerics.h"
 
 namespace loom::cudnn {
-
-// (uid, pointer) for every non-virtual tensor of the graph; by-value tensors
-// point to host scalars.
-using VariantPointers = std::vector<std::pair<int64_t, const void*>>;
 
 struct PlanNotes {
   int64_t engine_id = -1;

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/cpu/activation_math.h"
+#include "core/cudnn/activation.h"
 #include "core/cudnn/graph.h"
 #include "core/cudnn/plan.h"
 #include "core/strided.h"
@@ -31,14 +32,9 @@ bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy
 
 // An activation row (core/cpu/activation_math.h) as a pointwise graph: its
 // cuDNN forward or backward mode with its scalars (the row's, defaults filled
-// in); false where the row has none (the caller runs the Loom kernel, the
-// same row) or as above.
+// in); none where the row has none. activation.h runs it.
 std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward,
                                              const cpu::ActivationParameters& parameters);
-bool activation_forward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
-                        const Strided& y, const Strided& x);
-bool activation_backward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
-                         const Strided& dx, const Strided& dy, const Strided& saved);
 
 // The graphs behind the calls (none where the packed view does not apply) and
 // their variant packs, for tests that run every engine config.

@@ -8,11 +8,13 @@
 #pragma once
 
 #include "core/cpu/pool.h"  // Pool2dParams, shared with the CPU reference
-#include "core/cudnn/graph.h"
-#include "core/cudnn/plan.h"
+#include "core/cudnn/variant_pointers.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
+
+// Declared only: graph.h defines it with cuDNN types, which core/ops must not see.
+class Graph;
 
 struct PoolArgs {
   cpu::Pool2dParams params;

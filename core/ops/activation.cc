@@ -13,14 +13,12 @@
 
 #include "core/autograd.h"
 #include "core/cpu/activation.h"
+#include "core/cudnn/activation.h"
 #include "core/error.h"
 #include "core/onednn/eltwise.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/pointwise.h"
-#endif
 
 namespace loom {
 
@@ -28,24 +26,20 @@ namespace activation_detail {
 
 void forward_kernel(const Tensor& y, const Tensor& x, ActivationKind kind,
                     const cpu::ActivationParameters& parameters) {
-#ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda()) {
     DeviceGuard guard(x.device());
     if (cudnn::activation_forward(kind, parameters, y.strided(), x.strided())) return;
   }
-#endif
   if (on_onednn_tier(x) && onednn::activation_forward(y.strided(), x.strided(), kind, parameters)) return;
   LOOM_KERNEL(y, activation_forward, y.strided(), x.strided(), kind, parameters);
 }
 
 void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, ActivationKind kind,
                      const cpu::ActivationParameters& parameters) {
-#ifdef LOOM_WITH_CUDA
   if (saved.device().is_cuda()) {
     DeviceGuard guard(saved.device());
     if (cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided())) return;
   }
-#endif
   if (on_onednn_tier(saved) &&
       onednn::activation_backward(dx.strided(), dy.strided(), saved.strided(), kind, parameters)) {
     return;

@@ -12,13 +12,10 @@
 
 #include "core/autograd.h"
 #include "core/cpu/compare.h"
+#include "core/cuda/compare.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/reduction.h"
-
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/compare.h"
-#endif
 
 namespace loom {
 

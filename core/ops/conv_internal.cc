@@ -7,16 +7,13 @@
 
 #include <optional>
 
-#include "core/onednn/conv.h"
-#include "core/onednn/tier.h"
-
-#ifdef LOOM_WITH_CUDA
 #include "core/cuda/bias.h"
 #include "core/cuda/elementwise.h"
 #include "core/cuda/reduce.h"
 #include "core/cudnn/conv.h"
+#include "core/onednn/conv.h"
+#include "core/onednn/tier.h"
 #include "core/ops/conv_small_internal.h"
-#endif
 
 namespace loom::conv_detail {
 
@@ -27,7 +24,6 @@ bool layout_neutral(const Tensor& t) {
   return t.is_contiguous(MemoryFormat::Contiguous) && t.is_contiguous(MemoryFormat::ChannelsLast);
 }
 
-#ifdef LOOM_WITH_CUDA
 // y (N, K, P, Q) += bias (K): the per-channel kernel on dense NCHW / NHWC y,
 // the generic broadcast add otherwise.
 void add_bias_cuda(const Tensor& y, const Tensor& bias) {
@@ -38,7 +34,6 @@ void add_bias_cuda(const Tensor& y, const Tensor& bias) {
   Tensor b = bias.view({1, bias.size(0), 1, 1}).expand(y.sizes());
   cuda::add_scaled(y.strided(), y.strided(), b.strided(), 1.0);
 }
-#endif
 
 // The reference kernels compute in NCHW. An operand in another layout (the
 // oneDNN tier's, for a convolution it declined) goes through an NCHW copy.
@@ -94,13 +89,11 @@ Tensor kernel_input(const Tensor& t, MemoryFormat format) {
 void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const cpu::ConvParams& p) {
   if (y.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
     DeviceGuard guard(y.device());
     if (!small_conv_forward(y, x, w, p) && !depthwise_conv_forward(y, x, w, p)) {
       cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
     }
     if (bias.defined()) add_bias_cuda(y, bias);
-#endif
     return;
   }
   cpu_forward_kernel(y, x, w, bias, p, /*relu=*/false);
@@ -117,12 +110,10 @@ void cpu_forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const
 
 void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
   if (dx.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
     DeviceGuard guard(dx.device());
     if (!small_conv_dgrad(dx, dy, w, p) && !depthwise_conv_dgrad(dx, dy, w, p)) {
       cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
     }
-#endif
     return;
   }
   if (onednn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p)) return;
@@ -133,12 +124,10 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu
 
 void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
   if (dw.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
     DeviceGuard guard(dw.device());
     if (!small_conv_wgrad(dw, dy, x, p) && !depthwise_conv_wgrad(dw, dy, x, p)) {
       cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
     }
-#endif
     return;
   }
   if (onednn::conv2d_wgrad(dw.strided(), nullptr, dy.strided(), x.strided(), p)) return;
@@ -149,14 +138,12 @@ void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu
 
 void bgrad_kernel(const Tensor& db, const Tensor& dy) {
   if (db.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
     DeviceGuard guard(db.device());
     if (cuda::is_channel_dense(dy.strided())) {
       cuda::channel_sum(db.strided(), dy.strided());
     } else {
       cuda::reduce(db.view({1, db.size(0), 1, 1}).strided(), dy.strided(), cpu::ReduceOp::Sum);
     }
-#endif
     return;
   }
   cpu::conv2d_bgrad(db.strided(), nchw(dy).strided());
@@ -164,9 +151,7 @@ void bgrad_kernel(const Tensor& db, const Tensor& dy) {
 
 void weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
                          const cpu::ConvParams& p) {
-#ifdef LOOM_WITH_CUDA
   if (dw.defined() && db.defined() && small_conv_wgrad(dw, dy, x, p, db)) return;
-#endif
   if (dw.defined() && !dw.device().is_cuda()) {
     const std::optional<Strided> bias_grad = strided_or_none(db);
     if (onednn::conv2d_wgrad(dw.strided(), pointer_to(bias_grad), dy.strided(), x.strided(), p)) return;

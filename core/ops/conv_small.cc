@@ -5,8 +5,6 @@
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #include "core/ops/conv_small_internal.h"
 
-// Only CUDA builds have the tier; conv_internal.cc calls it only there.
-#ifdef LOOM_WITH_CUDA
 #include <fmt/format.h>
 
 #include <functional>
@@ -18,14 +16,11 @@
 #include "core/cuda/conv_small.h"
 #include "core/cuda/kernel_choice.h"
 #include "core/cudnn/conv.h"
-#include "core/cudnn/fused.h"
 #include "core/numerics.h"
 #include "core/ops/conv_internal.h"
-#endif
 
 namespace loom::conv_detail {
 
-#ifdef LOOM_WITH_CUDA
 namespace {
 
 constexpr std::string_view kLoom = "loom", kCudnn = "cudnn";
@@ -179,6 +174,5 @@ bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, c
   loom();
   return true;
 }
-#endif
 
 }  // namespace loom::conv_detail

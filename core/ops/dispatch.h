@@ -4,10 +4,10 @@
 //   LOOM_KERNEL(x, unary, out.strided(), x.strided(), UnaryOp::Exp);
 //
 // calls cuda::unary(...) on x's GPU (made current for the call) when x is on a
-// GPU and cpu::unary(...) otherwise. In a
-// build without the CUDA backend no CUDA tensor can exist, so only the CPU call
-// is compiled. Ops whose GPU path differs (cuDNN graphs) branch explicitly, and
-// so do CPU paths with a oneDNN tier (on_onednn_tier).
+// GPU and cpu::unary(...) otherwise. Both are compiled in every build: without
+// the CUDA backend core/cuda/no_cuda.cc stands in for the CUDA tier (no CUDA
+// tensor exists there to reach it). Ops whose GPU path differs (cuDNN graphs)
+// branch explicitly, and so do CPU paths with a oneDNN tier (on_onednn_tier).
 #pragma once
 
 #include "core/cpu/copy.h"
@@ -17,6 +17,14 @@
 #include "core/cpu/norm.h"
 #include "core/cpu/pool.h"
 #include "core/cpu/reduce.h"
+#include "core/cuda/copy.h"
+#include "core/cuda/elementwise.h"
+#include "core/cuda/loss.h"
+#include "core/cuda/matmul.h"
+#include "core/cuda/norm.h"
+#include "core/cuda/pool.h"
+#include "core/cuda/reduce.h"
+#include "core/device.h"
 #include "core/onednn/tier.h"
 #include "core/tensor.h"
 
@@ -28,22 +36,16 @@ inline bool on_onednn_tier(const Tensor& t) {
   return !t.device().is_cuda() && onednn::takes(t.dtype());
 }
 
+// Runs f with `device` current (a no-op for the CPU), as the CUDA kernels expect.
+template <class F>
+decltype(auto) on_device(Device device, F&& f) {
+  DeviceGuard guard(device);
+  return f();
+}
+
 }  // namespace loom
 
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/blas.h"
-#include "core/cuda/elementwise.h"
-#include "core/cuda/loss.h"
-#include "core/cuda/norm.h"
-#include "core/cuda/pool.h"
-#include "core/cuda/reduce.h"
-#include "core/cuda/runtime.h"
-
-#define LOOM_KERNEL(device_of, kernel, ...)                                              \
-  ((device_of).device().is_cuda()                                                        \
-       ? ::loom::cuda::on_device((device_of).device().index,                             \
-                                 [&] { return ::loom::cuda::kernel(__VA_ARGS__); })      \
+#define LOOM_KERNEL(device_of, kernel, ...)                                                   \
+  ((device_of).device().is_cuda()                                                             \
+       ? ::loom::on_device((device_of).device(), [&] { return ::loom::cuda::kernel(__VA_ARGS__); }) \
        : ::loom::cpu::kernel(__VA_ARGS__))
-#else
-#define LOOM_KERNEL(device_of, kernel, ...) ::loom::cpu::kernel(__VA_ARGS__)
-#endif

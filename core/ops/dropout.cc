@@ -5,14 +5,12 @@
 
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
+#include "core/cuda/random.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/parallel.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/random.h"
-#endif
 
 namespace loom {
 
@@ -30,10 +28,8 @@ Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generat
   const int64_t n = mask.numel();
   const uint64_t blocks = static_cast<uint64_t>((n + 3) / 4);
   if (mask.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
     DeviceGuard guard(mask.device());
     cuda::dropout_mask(mask.strided(), p, cuda::philox_draw(generator, blocks));
-#endif
     return mask;
   }
   const uint64_t first_block = generator.reserve(blocks);

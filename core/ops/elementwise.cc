@@ -7,12 +7,10 @@
 
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
+#include "core/cuda/counter.h"
 #include "core/ops/dispatch.h"
 #include "core/trace.h"
 
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/counter.h"
-#endif
 #include "core/error.h"
 #include "core/ops/compare.h"
 #include "core/ops/reduction.h"
@@ -463,13 +461,11 @@ Tensor& increment_(Tensor& counter, int64_t by) {
                                              shape_str(counter.sizes()))
                                : std::string("an undefined tensor"));
   check_inplace(counter, "increment_");
-#ifdef LOOM_WITH_CUDA
   if (counter.device().is_cuda()) {
     DeviceGuard guard(counter.device());
     cuda::increment(static_cast<int64_t*>(counter.raw_data()), by);
     return counter;
   }
-#endif
   *static_cast<int64_t*>(counter.raw_data()) += by;
   return counter;
 }

@@ -9,15 +9,12 @@
 
 #include "core/autograd.h"
 #include "core/cpu/indexing.h"
+#include "core/cuda/capture.h"
+#include "core/cuda/indexing.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/trace.h"
-
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/indexing.h"
-#include "core/cuda/stream.h"
-#endif
 
 namespace loom {
 
@@ -34,12 +31,7 @@ Strided base_view(const Tensor& t, int64_t dim, const Shape& sizes) {
 
 bool checks_on_host(const Tensor& index) {
   DeviceGuard guard(index.device());
-#ifdef LOOM_WITH_CUDA
   return !(index.device().is_cuda() && cuda::is_capturing());
-#else
-  (void)index;
-  return true;
-#endif
 }
 
 // int64 on x's device, every value in [0, limit).

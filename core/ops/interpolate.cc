@@ -11,14 +11,11 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/cuda/interpolate.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/trace.h"
-
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/interpolate.h"
-#endif
 
 namespace loom {
 

@@ -10,17 +10,15 @@
 
 #include "core/autocast.h"
 #include "core/autograd.h"
-#include "core/ops/dispatch.h"
 #include "core/cpu/copy.h"
 #include "core/cpu/gemm.h"
+#include "core/cuda/bias.h"
 #include "core/error.h"
 #include "core/onednn/matmul.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/bias.h"
-#endif
 
 namespace loom {
 namespace {
@@ -242,13 +240,11 @@ Strided as_rows(const Tensor& t, int64_t cols) {
 void linear_forward(const Tensor& y, const Strided& y2, const Strided& x2, const Strided& wt,
                     const Tensor& bias) {
   DeviceGuard guard(y.device());
-#ifdef LOOM_WITH_CUDA
   if (y.device().is_cuda() && bias.defined()) {
     matmul_on(y, y2, x2, wt);
     cuda::add_channel_bias(y2, bias.strided());
     return;
   }
-#endif
   if (bias.defined()) LOOM_KERNEL(y, copy, y2, broadcast_to(bias.strided(), y2.sizes));
   matmul_on(y, y2, x2, wt, bias.defined());
 }
@@ -257,14 +253,12 @@ void linear_forward(const Tensor& y, const Strided& y2, const Strided& x2, const
 // on the GPU with the deterministic per-channel sum.
 Tensor linear_bias_grad(const Tensor& g, const Strided& dy2) {
   DeviceGuard guard(g.device());
-#ifdef LOOM_WITH_CUDA
   if (g.device().is_cuda()) {
     DeviceGuard guard(g.device());
     Tensor db = empty({dy2.sizes[1]}, g.options());
     cuda::channel_sum(db.strided(), dy2);
     return db;
   }
-#endif
   return sum(g.reshape(dy2.sizes), {0});
 }
 

@@ -13,19 +13,12 @@
 
 #include "core/autograd.h"
 #include "core/cpu/loss.h"
+#include "core/cuda/capture.h"
+#include "core/cuda/loss.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
-
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/loss.h"
-#include "core/cuda/stream.h"
-// The GPU half of a forward; a build without CUDA has no CUDA tensors to run it.
-#define LOOM_IF_CUDA(...) __VA_ARGS__
-#else
-#define LOOM_IF_CUDA(...) nullptr
-#endif
 
 namespace loom {
 
@@ -83,12 +76,7 @@ void check_class_range(const Tensor& target, int64_t classes, int64_t ignore_ind
 
 bool capturing_graph(const Tensor& t) {
   DeviceGuard guard(t.device());
-#ifdef LOOM_WITH_CUDA
   return t.device().is_cuda() && cuda::is_capturing();
-#else
-  (void)t;
-  return false;
-#endif
 }
 
 // While a CUDA graph is being captured the targets cannot be read back: the
@@ -126,18 +114,15 @@ struct LossForward {
   GradScale scale;
 };
 
-#ifdef LOOM_WITH_CUDA
 cuda::LossScale device_scale(const GradScale& s) {
   return {static_cast<const cuda::LossTotals*>(s.device_totals.raw_data()), s.mean};
 }
-#endif
 
 // Runs cpu_forward() -> cpu::LossTotal on the CPU, or cuda_forward(cuda::LossOutputs)
 // on the GPU, and makes the op's output from the per-position `losses`.
 template <class CpuForward, class CudaForward>
 LossForward run_forward(const Tensor& losses, Reduction reduction, std::string_view op,
-                        CpuForward&& cpu_forward, [[maybe_unused]] CudaForward&& cuda_forward) {
-#ifdef LOOM_WITH_CUDA
+                        CpuForward&& cpu_forward, CudaForward&& cuda_forward) {
   if (losses.device().is_cuda()) {
     DeviceGuard guard(losses.device());
     LOOM_CHECK(reduction == Reduction::None || reduction == Reduction::Sum ||
@@ -151,7 +136,6 @@ LossForward run_forward(const Tensor& losses, Reduction reduction, std::string_v
                                    reduction == Reduction::Mean});
     return {loss, {.host = 1.0, .device_totals = totals, .mean = reduction == Reduction::Mean}};
   }
-#endif
   const cpu::LossTotal total = cpu_forward();
   const double scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(total.count) : 1.0;
   return {reduce_losses(losses, total, reduction, op), {.host = scale, .device_totals = Tensor(), .mean = false}};
@@ -197,21 +181,19 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropy
   LossForward f = run_forward(
       losses, options.reduction, "cross_entropy",
       [&] { return cpu::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params); },
-      LOOM_IF_CUDA([&](const cuda::LossOutputs& out) {
+      [&](const cuda::LossOutputs& out) {
         cuda::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params, out);
-      }));
+      });
   if (needs_grad({logits})) {
     record("cross_entropy", {logits}, f.loss, [logits, target, params, scale = f.scale](const Tensor& dy) {
       Tensor dlogits = empty_like(logits);
       const Strided dloss = per_position(dy, target);
-#ifdef LOOM_WITH_CUDA
       if (dlogits.device().is_cuda()) {
         DeviceGuard guard(dlogits.device());
         cuda::cross_entropy_backward(dlogits.strided(), logits.strided(), target.strided(), dloss,
                                      device_scale(scale), params);
         return std::vector<Tensor>{dlogits};
       }
-#endif
       cpu::cross_entropy_backward(dlogits.strided(), logits.strided(), target.strided(), dloss,
                                   scale.host, params);
       return std::vector<Tensor>{dlogits};
@@ -231,21 +213,19 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, NllLossOptions
       [&] {
         return cpu::nll_loss_forward(losses.strided(), log_probs.strided(), target.strided(), ignore_index);
       },
-      LOOM_IF_CUDA([&](const cuda::LossOutputs& out) {
+      [&](const cuda::LossOutputs& out) {
         cuda::nll_loss_forward(losses.strided(), log_probs.strided(), target.strided(), ignore_index, out);
-      }));
+      });
   if (needs_grad({log_probs})) {
     const Shape sizes = log_probs.sizes();
     record("nll_loss", {log_probs}, f.loss, [sizes, target, scale = f.scale, ignore_index](const Tensor& dy) {
       Tensor dlog_probs = empty(sizes, dy.options());
       const Strided dloss = per_position(dy, target);
-#ifdef LOOM_WITH_CUDA
       if (dlog_probs.device().is_cuda()) {
         DeviceGuard guard(dlog_probs.device());
         cuda::nll_loss_backward(dlog_probs.strided(), target.strided(), dloss, device_scale(scale), ignore_index);
         return std::vector<Tensor>{dlog_probs};
       }
-#endif
       cpu::nll_loss_backward(dlog_probs.strided(), target.strided(), dloss, scale.host, ignore_index);
       return std::vector<Tensor>{dlog_probs};
     }, {target});

@@ -13,6 +13,7 @@
 #include "core/autograd.h"
 #include "core/cpu/layer_norm.h"
 #include "core/cpu/norm.h"
+#include "core/cudnn/norm.h"
 #include "core/error.h"
 #include "core/onednn/norm.h"
 #include "core/ops/dispatch.h"
@@ -20,9 +21,6 @@
 #include "core/ops/norm_internal.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/norm.h"
-#endif
 
 namespace loom {
 namespace {
@@ -139,7 +137,6 @@ bool batch_norm_training_onednn(const Tensor& y, const Tensor& save_mean, const 
 // statistics and the running-statistics update; NORM_BACKWARD gives dx, dweight
 // and dbias. Non-affine or untracked calls get stand-in tensors.
 
-#ifdef LOOM_WITH_CUDA
 Tensor or_filled(const Tensor& t, int64_t channels, const Tensor& x, double value) {
   return t.defined() ? t.detach().contiguous() : full({channels}, value, channel_options(x));
 }
@@ -188,7 +185,6 @@ Tensor batch_norm_training_gpu(const Tensor& x_in, const Tensor& running_mean,
          {x, w});
   return y;
 }
-#endif
 
 // dx, dweight, dbias from the statistics the forward used (cpu/norm.h has the formulas).
 void record_batch_norm_backward(Tensor& y, const Tensor& x, const Tensor& weight,
@@ -240,11 +236,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   };
   norm_detail::check_channel_norm_args(kOp, x, running_mean, running_var, weight, bias,
                                        options.training);
-#ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda() && options.training) {
     return traced(batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options));
   }
-#endif
   // save_mean, save_invstd (C): what normalized x, whichever statistics they came from.
   Tensor save_mean = empty({x.size(1)}, channel_options(x));
   Tensor save_invstd = empty({x.size(1)}, channel_options(x));
@@ -300,7 +294,6 @@ bool trailing_dims(const Tensor& x, const Shape& dims) {
   return !dims.empty();
 }
 
-#ifdef LOOM_WITH_CUDA
 // dx, dweight, dbias of layer norm over the rows of x (N, D), from the forward's
 // statistics (N, 1): the same formulas as the composite's autograd, for a
 // backward without a cuDNN engine.
@@ -361,7 +354,6 @@ std::optional<Tensor> normalize_rows_gpu(const Tensor& x_in, int64_t d, const Te
          {x, weight, mean, inv_variance});
   return out;
 }
-#endif
 
 // The CPU's layer norm over the trailing dims of x, holding D = numel / rows
 // values each (core/cpu/layer_norm.h), for float32 or float64 x with weight
@@ -426,12 +418,10 @@ Tensor channel_affine(const Tensor& y, const Tensor& weight, const Tensor& bias)
 }  // namespace
 
 Tensor normalize(const Tensor& x, const Shape& reduce_dims, double eps) {
-#ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda() && trailing_dims(x, reduce_dims)) {
     const int64_t d = numel_of(Shape(x.sizes().end() - static_cast<int64_t>(reduce_dims.size()), x.sizes().end()));
     if (std::optional<Tensor> y = normalize_rows_gpu(x, d, Tensor(), Tensor(), eps)) return *y;
   }
-#endif
   if (x.device().is_cpu() && trailing_dims(x, reduce_dims)) {
     const int64_t d = numel_of(Shape(x.sizes().end() - static_cast<int64_t>(reduce_dims.size()), x.sizes().end()));
     if (std::optional<Tensor> y = normalize_rows_cpu(x, d, Tensor(), Tensor(), eps)) return *y;
@@ -451,13 +441,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     return y;
   };
   check_layer_norm_args(x, normalized_shape, weight, bias, eps);
-#ifdef LOOM_WITH_CUDA
   if (x.device().is_cuda()) {
     if (std::optional<Tensor> y = normalize_rows_gpu(x, numel_of(normalized_shape), weight, bias, eps)) {
       return traced(*y);
     }
   }
-#endif
   if (std::optional<Tensor> y = normalize_rows_cpu(x, numel_of(normalized_shape), weight, bias, eps)) {
     return traced(*y);
   }

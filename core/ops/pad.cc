@@ -8,14 +8,11 @@
 
 #include "core/autograd.h"
 #include "core/cpu/pad.h"
+#include "core/cuda/pad.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/trace.h"
-
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/pad.h"
-#endif
 
 namespace loom {
 

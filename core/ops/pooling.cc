@@ -11,6 +11,10 @@
 
 #include "core/autograd.h"
 #include "core/cpu/pool.h"
+#include "core/cuda/kernel_choice.h"
+#include "core/cuda/pool.h"
+#include "core/cuda/pool_window.h"
+#include "core/cudnn/pool.h"
 #include "core/error.h"
 #include "core/onednn/pool.h"
 #include "core/ops/dispatch.h"
@@ -18,12 +22,6 @@
 #include "core/ops/reduction.h"
 #include "core/ops/shape_ops.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/kernel_choice.h"
-#include "core/cuda/pool.h"
-#include "core/cuda/pool_window.h"
-#include "core/cudnn/pool.h"
-#endif
 
 namespace loom {
 namespace {
@@ -111,13 +109,11 @@ Tensor in_output_format(const Tensor& y, const Pool2dOptions& options) {
 // element instead, so overlapping windows sum in a fixed order.
 void max_pool_backward(const Tensor& dx, const Tensor& dy, const Tensor& indices,
                        const cpu::Pool2dParams& params) {
-#ifdef LOOM_WITH_CUDA
   if (dx.device().is_cuda()) {
     DeviceGuard guard(dx.device());
     cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params);
     return;
   }
-#endif
   cpu::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided());
 }
 
@@ -167,7 +163,6 @@ Tensor avg_pool2d_impl(const Tensor& x, const Pool2dOptions& options, std::strin
 // They decline configurations they cannot compute exactly as PyTorch does, and
 // the CUDA kernels above take those.
 
-#ifdef LOOM_WITH_CUDA
 struct CudnnPoolSaved {
   Tensor x, y, index;  // what the layout's backward contract needs
   Tensor input;        // x, for Loom's kernels where cuDNN has no backward engine
@@ -326,7 +321,6 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
   }
   return y;
 }
-#endif
 
 // --- CPU: oneDNN's pooling, max pooling's backward from the forward's
 // workspace (oneDNN's argmax record, kept instead of int64 indices).
@@ -365,9 +359,7 @@ Tensor pool_onednn(const Tensor& x_in, const Pool2dOptions& options, bool max, s
 // Max pooling values (the indices stay internal): cuDNN on the GPU, oneDNN or
 // the reference kernels on the CPU. y in x's layout (or the one the GPU kernel wrote).
 Tensor pool_values(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
-#ifdef LOOM_WITH_CUDA
   if (x.defined() && x.device().is_cuda()) return pool_gpu(x, options, max, op);
-#endif
   if (x.defined() && on_onednn_tier(x)) {
     Tensor y = pool_onednn(x, options, max, op);
     if (y.defined()) return y;

@@ -5,13 +5,11 @@
 
 #include "core/autograd.h"
 #include "core/cpu/softmax.h"
+#include "core/cudnn/softmax.h"
 #include "core/onednn/eltwise.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cudnn/softmax.h"
-#endif
 
 namespace loom {
 
@@ -28,12 +26,8 @@ struct SoftmaxKernels {
   SoftmaxBackwardKernel backward;
 };
 
-#ifdef LOOM_WITH_CUDA
 constexpr SoftmaxKernels kGpuSoftmax{cudnn::softmax_forward, cudnn::softmax_backward};
 constexpr SoftmaxKernels kGpuLogSoftmax{cudnn::log_softmax_forward, cudnn::log_softmax_backward};
-#else
-constexpr SoftmaxKernels kGpuSoftmax{}, kGpuLogSoftmax{};  // no CUDA tensor exists in this build
-#endif
 
 // The CPU's oneDNN tier where it takes the operands, else the reference kernel.
 void cpu_forward(const SoftmaxKernels& reference, const Tensor& y, const Tensor& x, int64_t dim, bool log) {

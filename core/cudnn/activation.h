@@ -1,0 +1,20 @@
+// File: core/cudnn/activation.h
+// An activation row (core/cpu/activation_math.h) forward and backward as a
+// cuDNN pointwise graph (pointwise.h says how and when one runs). No cuDNN
+// types, so core/ops includes it in every build.
+#pragma once
+
+#include "core/cpu/activation_math.h"
+#include "core/strided.h"
+
+namespace loom::cudnn {
+
+// y = the row's activation of x; dx = its derivative applied to dy, from the
+// saved tensor the row's backward reads. False where the row has no cuDNN mode
+// or no engine runs these operands: the caller runs the Loom kernel (the same row).
+bool activation_forward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+                        const Strided& y, const Strided& x);
+bool activation_backward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+                         const Strided& dx, const Strided& dy, const Strided& saved);
+
+}  // namespace loom::cudnn
