@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "core/cpu/loss.h"  // CrossEntropyParams, shared with the CPU reference
+#include "core/kernel/loss.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -67,14 +67,14 @@ struct LossScale {
 // losses (N, d1...), as cpu::cross_entropy_forward, and `out`.
 cudaError_t launch_cross_entropy_forward(const Strided& losses, const Strided& logits,
                                          const Strided& target,
-                                         const cpu::CrossEntropyParams& params,
+                                         const kernel::CrossEntropyParams& params,
                                          const LossOutputs& out, LossScratch* scratch,
                                          cudaStream_t stream);
 // dlogits (N, C, d1...), as cpu::cross_entropy_backward.
 cudaError_t launch_cross_entropy_backward(const Strided& dlogits, const Strided& logits,
                                           const Strided& target, const Strided& dloss,
                                           const LossScale& scale,
-                                          const cpu::CrossEntropyParams& params,
+                                          const kernel::CrossEntropyParams& params,
                                           cudaStream_t stream);
 
 // losses (N, d1...), as cpu::nll_loss_forward, and `out`.

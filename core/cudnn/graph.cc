@@ -175,7 +175,7 @@ void Graph::add_tensor(const TensorSpec& spec) {
   specs_.push_back(spec);
 }
 
-void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const cpu::ConvParams& g,
+void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const kernel::ConvParams& g,
                  cudnnDataType_t compute) {
   const ConvAttributes& a = kConvAttributes[static_cast<int>(direction)];
   Node node{.kind = static_cast<NodeKind>(static_cast<int>(direction)), .compute = compute,

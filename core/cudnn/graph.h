@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/cpu/conv.h"  // ConvParams: the one conv geometry
 #include "core/cudnn/backend.h"
+#include "core/kernel/conv.h"
 
 namespace loom::cudnn {
 
@@ -95,8 +95,8 @@ class Graph {
 
   // Forward: (x, w) -> y; BackwardData: (dy, w) -> dx; BackwardFilter: (x, dy) -> dw.
   // The three UIDs are always given as (x or dx, w or dw, y or dy).
-  // The geometry is the one every conv kernel takes (core/cpu/conv.h); padding is symmetric.
-  void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const cpu::ConvParams& geometry,
+  // The geometry is the one every conv kernel takes (core/kernel/conv.h); padding is symmetric.
+  void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const kernel::ConvParams& geometry,
             cudnnDataType_t compute);
   void matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute);
   // y = mode(x) or y = mode(x, b); `scalars` as in Node.

@@ -17,7 +17,7 @@ enum Uid : int64_t { kX = 1, kY, kIndex, kDx, kDy };
 // cuDNN pads both sides explicitly; PyTorch's ceil mode may need extra cells
 // past the end, so the post padding is whatever makes the output size right.
 PoolGeometry geometry_of(const PoolArgs& a, const Strided& x, const Strided& y) {
-  const cpu::Pool2dParams& p = a.params;
+  const kernel::Pool2dParams& p = a.params;
   int64_t post_h = std::max<int64_t>(0, (y.sizes[2] - 1) * p.stride_h + p.kernel_h - x.sizes[2] - p.pad_h);
   int64_t post_w = std::max<int64_t>(0, (y.sizes[3] - 1) * p.stride_w + p.kernel_w - x.sizes[3] - p.pad_w);
   cudnnResampleMode_t mode = a.max ? CUDNN_RESAMPLE_MAXPOOL

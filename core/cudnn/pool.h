@@ -7,15 +7,15 @@
 // N batch, C channels, H, W input, P, Q output. Tensors are dense NCHW or NHWC.
 #pragma once
 
-#include "core/cpu/pool.h"  // Pool2dParams, shared with the CPU reference
 #include "core/cudnn/graph.h"
 #include "core/cudnn/plan.h"
+#include "core/kernel/pool.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
 
 struct PoolArgs {
-  cpu::Pool2dParams params;
+  kernel::Pool2dParams params;
   bool max = true;
   bool count_include_pad = true;  // average pooling only
 };

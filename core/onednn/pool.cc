@@ -36,7 +36,7 @@ std::optional<PoolShape> pool_shape(std::string_view kind, const Strided& x, con
     return t.dim() == 4 && has_layout(t.sizes, t.strides, MemoryFormat::ChannelsLast);
   };
   if (!takes(x.dtype) || !channels_last(x) || !channels_last(y) || y.numel() == 0) return std::nullopt;
-  const cpu::Pool2dParams& p = a.params;
+  const kernel::Pool2dParams& p = a.params;
   PoolShape s{md_tag(x.sizes, dnnl_acdb), md_tag(y.sizes, dnnl_acdb), {p.stride_h, p.stride_w},
               {p.kernel_h, p.kernel_w}, {0, 0},
               {p.pad_h, p.pad_w}, {right_pad(x.sizes[2], y.sizes[2], p.kernel_h, p.stride_h, p.pad_h),

@@ -18,13 +18,13 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/cpu/pool.h"
+#include "core/kernel/pool.h"
 #include "core/strided.h"
 
 namespace loom::onednn {
 
 struct PoolArgs {
-  cpu::Pool2dParams params;
+  kernel::Pool2dParams params;
   bool max = true;
   bool count_include_pad = true;  // average pooling only
   bool training = true;           // max: record the workspace for the backward

@@ -22,7 +22,7 @@
 
 namespace loom {
 
-using cpu::CompareOp;
+using kernel::CompareOp;
 
 namespace {
 

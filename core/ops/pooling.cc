@@ -58,7 +58,7 @@ void check_pool_input(const Tensor& x, std::string_view op) {
 }
 
 struct PoolGeometry {
-  cpu::Pool2dParams params;
+  kernel::Pool2dParams params;
   Shape out_sizes;  // (N, C, P, Q)
 };
 
@@ -110,7 +110,7 @@ Tensor in_output_format(const Tensor& y, const Pool2dOptions& options) {
 // dx from dy scattered to the forward's indices. The GPU gathers per input
 // element instead, so overlapping windows sum in a fixed order.
 void max_pool_backward(const Tensor& dx, const Tensor& dy, const Tensor& indices,
-                       const cpu::Pool2dParams& params) {
+                       const kernel::Pool2dParams& params) {
 #ifdef LOOM_WITH_CUDA
   if (dx.device().is_cuda()) {
     DeviceGuard guard(dx.device());
@@ -201,7 +201,7 @@ Tensor cudnn_pool(const Tensor& x_in, const Pool2dOptions& options, bool max, st
 // engine for (e.g. a 1x1 average pool on channels-last input). Max pooling
 // recomputes the int64 indices its kernel reads from the saved input.
 void pool_backward_by_kernels(const Tensor& dx, const Tensor& dy, const Tensor& x,
-                              const cpu::Pool2dParams& params, bool max, bool count_include_pad) {
+                              const kernel::Pool2dParams& params, bool max, bool count_include_pad) {
   if (!max) {
     cuda::avg_pool2d_backward(dx.strided(), dy.strided(), params, count_include_pad);
     return;
@@ -284,7 +284,7 @@ bool window_max_pool_chosen(const Tensor& x, const PoolGeometry& geometry,
   static cuda::KernelChoice choice("LOOM_POOL_KERNEL");
   if (!cuda::max_pool2d_window_supported(geometry.params)) return false;
   const bool backward = needs_grad({x});
-  const cpu::Pool2dParams& k = geometry.params;
+  const kernel::Pool2dParams& k = geometry.params;
   const std::string key = fmt::format(
       "max_pool2d {} {} {} kernel {}x{} stride {}x{} pad {}x{} out {} backward {}",
       dtype_name(x.dtype()), shape_str(x.sizes()), shape_str(x.strides()), k.kernel_h, k.kernel_w,

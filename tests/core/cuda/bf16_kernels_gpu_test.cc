@@ -76,8 +76,8 @@ const std::vector<Layout>& layouts() {
 }  // namespace
 
 LOOM_GPU_TEST_CASE("bf16 kernels: unary and binary elementwise over every layout") {
-  using cpu::BinaryOp;
-  using cpu::UnaryOp;
+  using kernel::BinaryOp;
+  using kernel::UnaryOp;
   Generator gen(71);
   for (DType half : kHalves) {
     for (const Layout& layout : layouts()) {
@@ -121,8 +121,8 @@ LOOM_GPU_TEST_CASE("bf16 kernels: odd sizes and empty tensors") {
     cuda::clamp(out.strided(), on_gpu(x, DType::BFloat16).strided(), -0.5, 0.75);
     CHECK_CLOSE(out.to(DType::Float32).cpu(), ref, 0.0, 0.0);  // a selection: exact
     Tensor total = poisoned({1}, DType::BFloat16), total_ref = empty({1});
-    cpu::reduce(total_ref.strided(), x.strided(), cpu::ReduceOp::Sum);
-    cuda::reduce(total.strided(), on_gpu(x, DType::BFloat16).strided(), cpu::ReduceOp::Sum);
+    cpu::reduce(total_ref.strided(), x.strided(), kernel::ReduceOp::Sum);
+    cuda::reduce(total.strided(), on_gpu(x, DType::BFloat16).strided(), kernel::ReduceOp::Sum);
     // fp32 partial sums in another order, then one rounding of a sum of up to 1e6 terms.
     CHECK_CLOSE(total.to(DType::Float32).cpu(), total_ref, kRtol, 2e-2);
   }
@@ -134,7 +134,7 @@ LOOM_GPU_TEST_CASE("bf16 kernels: reductions accumulate in fp32 over every layou
     CAPTURE(layout.name);
     Tensor base = rounded_randn(layout.base, DType::BFloat16, gen);
     Tensor x = layout.view(base), xg = layout.view(on_gpu(base, DType::BFloat16));
-    for (cpu::ReduceOp op : {cpu::ReduceOp::Sum, cpu::ReduceOp::Mean, cpu::ReduceOp::Max}) {
+    for (kernel::ReduceOp op : {kernel::ReduceOp::Sum, kernel::ReduceOp::Mean, kernel::ReduceOp::Max}) {
       CAPTURE(static_cast<int>(op));
       for (const Shape& keep : {Shape{1, 3, 1, 1}, Shape{2, 1, 5, 7}, Shape{1, 1, 1, 1}}) {
         Tensor ref = empty(keep), out = poisoned(keep, DType::BFloat16);
@@ -156,7 +156,7 @@ LOOM_GPU_TEST_CASE("bf16 kernels: reductions accumulate in fp32 over every layou
 
 LOOM_GPU_TEST_CASE("bf16 kernels: pooling and batch-norm inference, NCHW and channels-last") {
   Generator gen(74);
-  const cpu::Pool2dParams params{.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2,
+  const kernel::Pool2dParams params{.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2,
                                  .pad_h = 1, .pad_w = 1};
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
     CAPTURE(memory_format_name(format));

@@ -89,28 +89,28 @@ void check_matches(const Tensor& gpu_out, const Tensor& cpu_out) {
   CHECK_CLOSE(gpu_out.cpu(), cpu_out, tol.rtol, tol.atol);
 }
 
-const cpu::UnaryOp kUnaryOps[] = {cpu::UnaryOp::Neg,     cpu::UnaryOp::Exp,  cpu::UnaryOp::Log,
-                                  cpu::UnaryOp::Sqrt,    cpu::UnaryOp::Relu, cpu::UnaryOp::Sigmoid,
-                                  cpu::UnaryOp::Tanh,    cpu::UnaryOp::Gelu, cpu::UnaryOp::Silu};
+const kernel::UnaryOp kUnaryOps[] = {kernel::UnaryOp::Neg,     kernel::UnaryOp::Exp,  kernel::UnaryOp::Log,
+                                  kernel::UnaryOp::Sqrt,    kernel::UnaryOp::Relu, kernel::UnaryOp::Sigmoid,
+                                  kernel::UnaryOp::Tanh,    kernel::UnaryOp::Gelu, kernel::UnaryOp::Silu};
 
-const cpu::BinaryOp kBinaryOps[] = {
-    cpu::BinaryOp::Add,          cpu::BinaryOp::Sub,
-    cpu::BinaryOp::Mul,          cpu::BinaryOp::Div,
-    cpu::BinaryOp::Pow,          cpu::BinaryOp::Equal,
-    cpu::BinaryOp::ReluBackward, cpu::BinaryOp::SigmoidBackward,
-    cpu::BinaryOp::TanhBackward, cpu::BinaryOp::GeluBackward,
-    cpu::BinaryOp::SiluBackward};
+const kernel::BinaryOp kBinaryOps[] = {
+    kernel::BinaryOp::Add,          kernel::BinaryOp::Sub,
+    kernel::BinaryOp::Mul,          kernel::BinaryOp::Div,
+    kernel::BinaryOp::Pow,          kernel::BinaryOp::Equal,
+    kernel::BinaryOp::ReluBackward, kernel::BinaryOp::SigmoidBackward,
+    kernel::BinaryOp::TanhBackward, kernel::BinaryOp::GeluBackward,
+    kernel::BinaryOp::SiluBackward};
 
-bool needs_positive(cpu::UnaryOp op) { return op == cpu::UnaryOp::Log || op == cpu::UnaryOp::Sqrt; }
+bool needs_positive(kernel::UnaryOp op) { return op == kernel::UnaryOp::Log || op == kernel::UnaryOp::Sqrt; }
 
 // Small integers, so Equal sees as many equal pairs as unequal ones.
 Tensor small_integers(const Shape& sizes, DType dtype, Generator& gen) {
   return randint(0, 3, sizes, {.dtype = DType::Int64}, &gen).to(dtype);
 }
 
-Tensor binary_base(const Shape& sizes, DType dtype, cpu::BinaryOp op, bool first, Generator& gen) {
-  if (op == cpu::BinaryOp::Equal) return small_integers(sizes, dtype, gen);
-  return random_base(sizes, dtype, op == cpu::BinaryOp::Pow && first, gen);
+Tensor binary_base(const Shape& sizes, DType dtype, kernel::BinaryOp op, bool first, Generator& gen) {
+  if (op == kernel::BinaryOp::Equal) return small_integers(sizes, dtype, gen);
+  return random_base(sizes, dtype, op == kernel::BinaryOp::Pow && first, gen);
 }
 
 }  // namespace
@@ -119,7 +119,7 @@ LOOM_GPU_TEST_CASE("unary kernels match the CPU for every op, dtype and layout")
   Generator gen(101);
   for (DType dtype : kDtypes) {
     for (const Layout& layout : layouts()) {
-      for (cpu::UnaryOp op : kUnaryOps) {
+      for (kernel::UnaryOp op : kUnaryOps) {
         CAPTURE(dtype_name(dtype));
         CAPTURE(layout.name);
         CAPTURE(static_cast<int>(op));
@@ -137,7 +137,7 @@ LOOM_GPU_TEST_CASE("binary kernels match the CPU for every op, dtype and layout"
   Generator gen(102);
   for (DType dtype : kDtypes) {
     for (const Layout& layout : layouts()) {
-      for (cpu::BinaryOp op : kBinaryOps) {
+      for (kernel::BinaryOp op : kBinaryOps) {
         CAPTURE(dtype_name(dtype));
         CAPTURE(layout.name);
         CAPTURE(static_cast<int>(op));
@@ -163,11 +163,11 @@ LOOM_GPU_TEST_CASE("Equal is exactly 1 where the operands are equal and 0 elsewh
 
 LOOM_GPU_TEST_CASE("binary_scalar matches the CPU with the scalar on either side") {
   Generator gen(103);
-  const cpu::BinaryOp ops[] = {cpu::BinaryOp::Add, cpu::BinaryOp::Sub, cpu::BinaryOp::Mul,
-                               cpu::BinaryOp::Div, cpu::BinaryOp::Pow};
+  const kernel::BinaryOp ops[] = {kernel::BinaryOp::Add, kernel::BinaryOp::Sub, kernel::BinaryOp::Mul,
+                               kernel::BinaryOp::Div, kernel::BinaryOp::Pow};
   for (DType dtype : kDtypes) {
     for (const Layout& layout : layouts()) {
-      for (cpu::BinaryOp op : ops) {
+      for (kernel::BinaryOp op : ops) {
         for (bool scalar_first : {false, true}) {
           CAPTURE(dtype_name(dtype));
           CAPTURE(layout.name);
@@ -249,7 +249,7 @@ LOOM_GPU_TEST_CASE("broadcast operands (stride 0) read the same element for a wh
       check_matches(out, expected);
       out.fill_(kNaN);
       cuda::binary(out.strided(), b_gpu.strided(), a_gpu.strided(), cuda::BinaryOp::Mul);
-      cpu::binary(expected.strided(), b.strided(), a.strided(), cpu::BinaryOp::Mul);
+      cpu::binary(expected.strided(), b.strided(), a.strided(), kernel::BinaryOp::Mul);
       check_matches(out, expected);
     }
   }
@@ -267,11 +267,11 @@ LOOM_GPU_TEST_CASE("odd sizes and empty tensors: 1, 7 and 1000003 elements, and 
       Tensor out = full(s, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
       Tensor expected = reference_output(s, dtype);
       cuda::unary(out.strided(), a_gpu.strided(), cuda::UnaryOp::Gelu);
-      cpu::unary(expected.strided(), a.strided(), cpu::UnaryOp::Gelu);
+      cpu::unary(expected.strided(), a.strided(), kernel::UnaryOp::Gelu);
       check_matches(out, expected);
       out.fill_(kNaN);
       cuda::binary(out.strided(), a_gpu.strided(), b_gpu.strided(), cuda::BinaryOp::GeluBackward);
-      cpu::binary(expected.strided(), a.strided(), b.strided(), cpu::BinaryOp::GeluBackward);
+      cpu::binary(expected.strided(), a.strided(), b.strided(), kernel::BinaryOp::GeluBackward);
       check_matches(out, expected);
     }
   }

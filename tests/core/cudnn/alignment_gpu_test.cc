@@ -216,7 +216,7 @@ LOOM_GPU_TEST_CASE("the cuDNN layer: under-aligned graphs never reach an engine,
   Generator gen(59);
   Tensor x = randn({kN, kC, kH, kW}, {}, &gen);
   const cudnn::PointwiseMode relu_mode{CUDNN_POINTWISE_RELU_FWD, {}};
-  const cpu::Pool2dParams pool{2, 2, 2, 2, 0, 0};
+  const kernel::Pool2dParams pool{2, 2, 2, 2, 0, 0};
   Tensor pooled_ref = empty({kN, kC, kH / 2, kW / 2});
   cpu::avg_pool2d_forward(pooled_ref.strided(), x.strided(), pool, /*count_include_pad=*/true);
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
@@ -240,7 +240,7 @@ LOOM_GPU_TEST_CASE("the cuDNN layer: under-aligned graphs never reach an engine,
 
 LOOM_GPU_TEST_CASE("cuDNN conv forward, dgrad and wgrad on offset views match the CPU") {
   Generator gen(61);
-  const cpu::ConvParams p{1, 1, 1, 1, 1, 1, 1};
+  const kernel::ConvParams p{1, 1, 1, 1, 1, 1, 1};
   const int64_t n = 16;
   Tensor x = randn({n, kC, kH, kW}, {}, &gen), w = mul(randn({kK, kC, 3, 3}, {}, &gen), 0.2);
   Tensor dy = randn({n, kK, kH, kW}, {}, &gen);

@@ -71,7 +71,7 @@ struct Probe {
     return add({1, channels, 1, 1}, {channels, 1, channels, channels}, dtype, false);
   }
   int64_t scalar(cudnnDataType_t dtype) { return add({1, 1, 1, 1}, {1, 1, 1, 1}, dtype, false); }
-  cpu::ConvParams conv() const {
+  kernel::ConvParams conv() const {
     return {.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .dilation_h = 1, .dilation_w = 1};
   }
   // relu(x * scale + bias) into a virtual tensor: the next conv's prologue.

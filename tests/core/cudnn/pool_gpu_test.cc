@@ -20,7 +20,7 @@ namespace {
 
 struct Case {
   Shape x;
-  cpu::Pool2dParams p;
+  kernel::Pool2dParams p;
 };
 
 const Case kCases[] = {

@@ -1,4 +1,4 @@
-// File: core/cpu/elementwise_math.h
+// File: core/kernel/elementwise.h
 // What one element of each elementwise op computes, written once for both
 // backends: core/cpu/elementwise.cc calls it in its loops and
 // core/cuda/elementwise.cu in its kernels (nvcc sees __host__ __device__).
@@ -7,18 +7,36 @@
 #include <cmath>
 #include <numbers>
 
-#include "core/cpu/activation_math.h"
-#include "core/cpu/elementwise.h"
+#include "core/kernel/activation.h"
+#include "core/kernel/host_device.h"
 
-#ifndef LOOM_HOST_DEVICE
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
-#endif
+namespace loom::kernel {
 
-namespace loom::cpu::math {
+enum class UnaryOp {
+  Neg, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Gelu, Silu,
+  Abs,
+};
+
+enum class BinaryOp {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Equal,  // 1 where a == b, else 0 (in the operands' dtype)
+  // Activation derivatives: (dy, saved) -> dx. Relu, Sigmoid and Tanh take the
+  // forward output y; Gelu and Silu take the forward input x.
+  ReluBackward,
+  SigmoidBackward,
+  TanhBackward,
+  GeluBackward,
+  SiluBackward,
+  AbsBackward,  // (dy, x) -> dy * sign(x), 0 at x = 0 and NaN (PyTorch's sgn)
+};
+
+}  // namespace loom::kernel
+
+namespace loom::kernel::math {
 
 template <class T>
 LOOM_HOST_DEVICE T apply_unary(T x, UnaryOp op) {
@@ -27,7 +45,7 @@ LOOM_HOST_DEVICE T apply_unary(T x, UnaryOp op) {
     case UnaryOp::Exp: return std::exp(x);
     case UnaryOp::Log: return std::log(x);
     case UnaryOp::Sqrt: return std::sqrt(x);
-    // The activations are their rows (activation_math.h), which have no parameter.
+    // The activations are their rows (core/kernel/activation.h), which have no parameter.
     case UnaryOp::Relu: return act::Relu::forward(x, T(0), T(0));
     case UnaryOp::Sigmoid: return act::Sigmoid::forward(x, T(0), T(0));
     case UnaryOp::Tanh: return act::Tanh::forward(x, T(0), T(0));
@@ -57,4 +75,4 @@ LOOM_HOST_DEVICE T apply_binary(T a, T b, BinaryOp op) {
   return a;
 }
 
-}  // namespace loom::cpu::math
+}  // namespace loom::kernel::math
