@@ -13,6 +13,7 @@
 #ifdef LOOM_WITH_CUDA
 #include <cmath>
 
+#include "core/cpu/conv.h"
 #include "core/cpu/pool.h"
 #include "core/cudnn/conv.h"
 #include "core/cudnn/pointwise.h"
