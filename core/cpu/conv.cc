@@ -22,7 +22,7 @@
 
 #include "core/cpu/accumulate.h"
 #include "core/cpu/gemm.h"
-#include "core/kernel/elementwise.h"
+#include "core/kernel/activation.h"
 #include "core/parallel.h"
 
 namespace loom::cpu {
@@ -150,7 +150,7 @@ void finish_image(T* y, const T* bias, bool relu, const ConvShape& cs) {
     const T b = bias != nullptr ? bias[k] : T(0);
     for (int64_t i = 0; i < cs.col_cols(); ++i) {
       const T v = plane[i] + b;
-      plane[i] = relu ? kernel::math::apply_unary(v, kernel::UnaryOp::Relu) : v;
+      plane[i] = relu ? kernel::act::Relu::forward(v, T(0), T(0)) : v;
     }
   }
 }
@@ -237,7 +237,7 @@ void compact_output(T* y, const T* wide, const T* bias, bool relu, const ConvSha
       T* dst = y + (k * cs.p + p) * cs.q;
       for (int64_t q = 0; q < cs.q; ++q) {
         const T v = src[q] + b;
-        dst[q] = relu ? kernel::math::apply_unary(v, kernel::UnaryOp::Relu) : v;
+        dst[q] = relu ? kernel::act::Relu::forward(v, T(0), T(0)) : v;
       }
     }
   }

@@ -27,11 +27,6 @@ void with_unary_op(kernel::UnaryOp op, Fn&& fn) {
     case kernel::UnaryOp::Exp: return fn.template operator()<kernel::UnaryOp::Exp>();
     case kernel::UnaryOp::Log: return fn.template operator()<kernel::UnaryOp::Log>();
     case kernel::UnaryOp::Sqrt: return fn.template operator()<kernel::UnaryOp::Sqrt>();
-    case kernel::UnaryOp::Relu: return fn.template operator()<kernel::UnaryOp::Relu>();
-    case kernel::UnaryOp::Sigmoid: return fn.template operator()<kernel::UnaryOp::Sigmoid>();
-    case kernel::UnaryOp::Tanh: return fn.template operator()<kernel::UnaryOp::Tanh>();
-    case kernel::UnaryOp::Gelu: return fn.template operator()<kernel::UnaryOp::Gelu>();
-    case kernel::UnaryOp::Silu: return fn.template operator()<kernel::UnaryOp::Silu>();
     case kernel::UnaryOp::Abs: return fn.template operator()<kernel::UnaryOp::Abs>();
   }
 }
@@ -45,11 +40,6 @@ void with_binary_op(kernel::BinaryOp op, Fn&& fn) {
     case kernel::BinaryOp::Div: return fn.template operator()<kernel::BinaryOp::Div>();
     case kernel::BinaryOp::Pow: return fn.template operator()<kernel::BinaryOp::Pow>();
     case kernel::BinaryOp::Equal: return fn.template operator()<kernel::BinaryOp::Equal>();
-    case kernel::BinaryOp::ReluBackward: return fn.template operator()<kernel::BinaryOp::ReluBackward>();
-    case kernel::BinaryOp::SigmoidBackward: return fn.template operator()<kernel::BinaryOp::SigmoidBackward>();
-    case kernel::BinaryOp::TanhBackward: return fn.template operator()<kernel::BinaryOp::TanhBackward>();
-    case kernel::BinaryOp::GeluBackward: return fn.template operator()<kernel::BinaryOp::GeluBackward>();
-    case kernel::BinaryOp::SiluBackward: return fn.template operator()<kernel::BinaryOp::SiluBackward>();
     case kernel::BinaryOp::AbsBackward: return fn.template operator()<kernel::BinaryOp::AbsBackward>();
   }
 }

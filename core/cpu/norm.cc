@@ -7,7 +7,7 @@
 
 #include "core/cpu/accumulate.h"
 #include "core/cpu/loop.h"
-#include "core/kernel/elementwise.h"
+#include "core/kernel/activation.h"
 #include "core/parallel.h"
 
 namespace loom::cpu {
@@ -195,7 +195,7 @@ void normalize(const Strided& y, const Strided& x, const Strided& mean, const St
                         for (int64_t i = 0; i < len; ++i) {
                           T v = xi[i] * scale + shift;
                           if constexpr (kResidual) v += zi[i];
-                          if constexpr (kRelu) v = kernel::math::apply_unary(v, kernel::UnaryOp::Relu);
+                          if constexpr (kRelu) v = kernel::act::Relu::forward(v, T(0), T(0));
                           yo[i] = v;
                         }
                       });

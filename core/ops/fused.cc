@@ -16,6 +16,7 @@
 
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/cpu/activation.h"
 #include "core/cpu/conv.h"
 #include "core/cpu/norm.h"
 #include "core/error.h"
@@ -57,14 +58,14 @@ std::optional<Strided> strided_or_none(const Tensor& t) {
 
 // y = max(y, 0) in place; y is a fresh kernel output that nothing else holds yet.
 void relu_in_place(const Tensor& y) {
-  LOOM_KERNEL(y, unary, y.strided(), y.strided(), kernel::UnaryOp::Relu);
+  LOOM_KERNEL(y, activation_forward, y.strided(), y.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
 }
 
 // dy where r > 0, else 0, laid out as r; r is a ReLU's input or output (same sign).
 Tensor relu_grad(const Tensor& dy, const Tensor& r) {
   Tensor g = dy.contiguous(r.suggest_memory_format());
   Tensor d = empty_like(r);
-  LOOM_KERNEL(r, binary, d.strided(), g.strided(), r.strided(), kernel::BinaryOp::ReluBackward);
+  LOOM_KERNEL(r, activation_backward, d.strided(), g.strided(), r.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   return d;
 }
 
@@ -160,7 +161,7 @@ void dgrad_relu(const Tensor& dx, const Tensor& g, const Tensor& w, const Tensor
   }
 #endif
   conv_detail::dgrad_kernel(dx, g, w, p);
-  LOOM_KERNEL(dx, binary, dx.strided(), dx.strided(), r.strided(), kernel::BinaryOp::ReluBackward);
+  LOOM_KERNEL(dx, activation_backward, dx.strided(), dx.strided(), r.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
 }
 
 // dx, dw, db of y = conv(x, w) + b from g = dL/dy in the kernel layout. With
@@ -229,7 +230,7 @@ Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   Tensor wk = conv_detail::kernel_input(weight, s.kernel);
   Tensor bk = conv_detail::kernel_input(bias, MemoryFormat::Contiguous);
   Tensor r = empty_in(s.x_sizes, x, s.kernel);
-  LOOM_KERNEL(r, unary, r.strided(), xk.strided(), kernel::UnaryOp::Relu);
+  LOOM_KERNEL(r, activation_forward, r.strided(), xk.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   Tensor yk = empty_in(s.y_sizes, x, s.kernel);
   conv_forward(yk, r, wk, bk, s.params, /*relu=*/false);
   Tensor y = yk.contiguous(s.output);

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu/activation.h"
 #include "core/cpu/conv.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/gemm.h"
@@ -127,7 +128,7 @@ TEST_CASE("conv2d_forward's ReLU epilogue equals the forward, then ReLU") {
   const kernel::ConvParams params{.pad_h = 1, .pad_w = 1};
   conv2d_forward(fused.view(), x.view(), w.view(), &b, params, /*relu=*/true);
   conv2d_forward(plain.view(), x.view(), w.view(), &b, params);
-  unary(plain.view(), plain.view(), kernel::UnaryOp::Relu);
+  activation_forward(plain.view(), plain.view(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   CHECK(same_bits(fused.values, plain.values));
 }
 
@@ -156,7 +157,7 @@ TEST_CASE("batch_norm_relu_backward equals the ReLU mask, then batch_norm_backwa
   batch_norm_relu_backward(dx.view(), dweight.view(), dbias.view(), dpre.view(), dy.view(),
                            x.view(), y.view(), mean.view(), invstd.view(), weight.view());
   Buffer masked({4, 3, 5, 5}), dx_ref({4, 3, 5, 5}), dweight_ref({3}), dbias_ref({3});
-  binary(masked.view(), dy.view(), y.view(), kernel::BinaryOp::ReluBackward);
+  activation_backward(masked.view(), dy.view(), y.view(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   batch_norm_backward(dx_ref.view(), dweight_ref.view(), dbias_ref.view(), masked.view(), x.view(),
                       mean.view(), invstd.view(), weight.view(), /*training=*/true);
   CHECK(same_bits(dpre.values, masked.values));
@@ -177,7 +178,7 @@ TEST_CASE("pooling, elementwise and split GEMMs give the same bits at 1 and 3 th
     max_pool2d_forward(y.view(), indices, x.view(), params);
     max_pool2d_backward(dx.view(), dy.view(), indices);
     Buffer big({300, 170}, 3), relu({300, 170});
-    unary(relu.view(), big.view(), kernel::UnaryOp::Relu);
+    activation_forward(relu.view(), big.view(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
     Buffer a({300, 64}, 4), b({64, 170}, 5), c({300, 170});
     gemm(false, false, 300, 170, 64, 1.0f, a.values.data(), 64, b.values.data(), 170, 0.0f,
          c.values.data(), 170);

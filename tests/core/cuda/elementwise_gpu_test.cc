@@ -16,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu/activation.h"
 #include "core/cpu/elementwise.h"
 #include "core/cuda/elementwise.h"
 #include "core/error.h"
@@ -89,17 +90,13 @@ void check_matches(const Tensor& gpu_out, const Tensor& cpu_out) {
   CHECK_CLOSE(gpu_out.cpu(), cpu_out, tol.rtol, tol.atol);
 }
 
-const kernel::UnaryOp kUnaryOps[] = {kernel::UnaryOp::Neg,     kernel::UnaryOp::Exp,  kernel::UnaryOp::Log,
-                                  kernel::UnaryOp::Sqrt,    kernel::UnaryOp::Relu, kernel::UnaryOp::Sigmoid,
-                                  kernel::UnaryOp::Tanh,    kernel::UnaryOp::Gelu, kernel::UnaryOp::Silu};
+// The activations are their rows, tested in tests/core/ops/activation_gpu_test.cc.
+const kernel::UnaryOp kUnaryOps[] = {kernel::UnaryOp::Neg, kernel::UnaryOp::Exp, kernel::UnaryOp::Log,
+                                     kernel::UnaryOp::Sqrt, kernel::UnaryOp::Abs};
 
-const kernel::BinaryOp kBinaryOps[] = {
-    kernel::BinaryOp::Add,          kernel::BinaryOp::Sub,
-    kernel::BinaryOp::Mul,          kernel::BinaryOp::Div,
-    kernel::BinaryOp::Pow,          kernel::BinaryOp::Equal,
-    kernel::BinaryOp::ReluBackward, kernel::BinaryOp::SigmoidBackward,
-    kernel::BinaryOp::TanhBackward, kernel::BinaryOp::GeluBackward,
-    kernel::BinaryOp::SiluBackward};
+const kernel::BinaryOp kBinaryOps[] = {kernel::BinaryOp::Add, kernel::BinaryOp::Sub,
+                                       kernel::BinaryOp::Mul, kernel::BinaryOp::Div,
+                                       kernel::BinaryOp::Pow, kernel::BinaryOp::Equal};
 
 bool needs_positive(kernel::UnaryOp op) { return op == kernel::UnaryOp::Log || op == kernel::UnaryOp::Sqrt; }
 
@@ -266,12 +263,12 @@ LOOM_GPU_TEST_CASE("odd sizes and empty tensors: 1, 7 and 1000003 elements, and 
       Tensor a_gpu = a.to(testing::test_gpu()), b_gpu = b.to(testing::test_gpu());
       Tensor out = full(s, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
       Tensor expected = reference_output(s, dtype);
-      cuda::unary(out.strided(), a_gpu.strided(), cuda::UnaryOp::Gelu);
-      cpu::unary(expected.strided(), a.strided(), kernel::UnaryOp::Gelu);
+      cuda::activation_forward(out.strided(), a_gpu.strided(), kernel::ActivationKind::Gelu, kernel::act::Gelu::info.default_parameters);
+      cpu::activation_forward(expected.strided(), a.strided(), kernel::ActivationKind::Gelu, kernel::act::Gelu::info.default_parameters);
       check_matches(out, expected);
       out.fill_(kNaN);
-      cuda::binary(out.strided(), a_gpu.strided(), b_gpu.strided(), cuda::BinaryOp::GeluBackward);
-      cpu::binary(expected.strided(), a.strided(), b.strided(), kernel::BinaryOp::GeluBackward);
+      cuda::activation_backward(out.strided(), a_gpu.strided(), b_gpu.strided(), kernel::ActivationKind::Gelu, kernel::act::Gelu::info.default_parameters);
+      cpu::activation_backward(expected.strided(), a.strided(), b.strided(), kernel::ActivationKind::Gelu, kernel::act::Gelu::info.default_parameters);
       check_matches(out, expected);
     }
   }
@@ -285,7 +282,7 @@ LOOM_GPU_TEST_CASE("NaN: relu and clamp keep it, clamp_backward passes no gradie
     Tensor x = tensor({kNaN, -2, -1, 0, 1, 2, 3}, {7}, {.dtype = dtype}).to(testing::test_gpu());
     Tensor dy = tensor({10, 11, 12, 13, 14, 15, 16}, {7}, {.dtype = dtype}).to(testing::test_gpu());
     Tensor out = full({7}, kNaN, options);
-    cuda::unary(out.strided(), x.strided(), cuda::UnaryOp::Relu);
+    cuda::activation_forward(out.strided(), x.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
     std::vector<double> relu = testing::values(out);
     CHECK(std::isnan(relu[0]));
     CHECK(std::vector<double>(relu.begin() + 1, relu.end()) == std::vector<double>{0, 0, 0, 1, 2, 3});

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #ifdef LOOM_WITH_CUDA
-#include "core/cpu/elementwise.h"
+#include "core/cpu/activation.h"
 #include "core/cpu/norm.h"
 #include "core/cpu/pool.h"
 #include "core/cudnn/context.h"
@@ -149,8 +149,8 @@ LOOM_GPU_TEST_CASE("every ReLU engine config gives the reference result") {
   Generator gen(83);
   const Shape s{8, 16, 4, 4};
   Tensor x = randn(s, {}, &gen), dy = randn(s, {}, &gen), y_ref = empty(s), dx_ref = empty(s);
-  cpu::unary(y_ref.strided(), x.strided(), kernel::UnaryOp::Relu);
-  cpu::binary(dx_ref.strided(), dy.strided(), y_ref.strided(), kernel::BinaryOp::ReluBackward);
+  cpu::activation_forward(y_ref.strided(), x.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
+  cpu::activation_backward(dx_ref.strided(), dy.strided(), y_ref.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   Tensor gx = gpu(x), gy = gpu_nan(s), gdy = gpu(dy), gdx = gpu_nan(s);
   auto fwd = cudnn::all_working_plans(
       *cudnn::pointwise_forward_graph({CUDNN_POINTWISE_RELU_FWD}, gy.strided(), gx.strided()), cudnn::handle());

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/cpu/conv.h"
-#include "core/cpu/elementwise.h"
+#include "core/cpu/activation.h"
 #include "core/cpu/norm.h"
 #include "core/cudnn/fused.h"
 #include "core/cudnn/plan_cache.h"
@@ -42,14 +42,14 @@ Tensor gpu_poisoned(const Shape& sizes, MemoryFormat format = MemoryFormat::Cont
 // CPU: t where mask > 0, else 0.
 Tensor masked(const Tensor& t, const Tensor& mask) {
   Tensor out = empty_like(t);
-  cpu::binary(out.strided(), t.contiguous().strided(), mask.contiguous().strided(),
-              kernel::BinaryOp::ReluBackward);
+  cpu::activation_backward(out.strided(), t.contiguous().strided(), mask.contiguous().strided(),
+                           kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   return out;
 }
 
 Tensor cpu_relu(const Tensor& t) {
   Tensor out = empty_like(t);
-  cpu::unary(out.strided(), t.strided(), kernel::UnaryOp::Relu);
+  cpu::activation_forward(out.strided(), t.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   return out;
 }
 
