@@ -305,8 +305,7 @@ void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& in
   });
 }
 
-void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params,
-                        bool count_include_pad) {
+void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params) {
   visit_float(x.dtype, [&]<class T>() {
     const int64_t H = x.sizes[2], W = x.sizes[3];
     for_each_plane(y, [&](int64_t n, int64_t c) {
@@ -314,15 +313,14 @@ void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2d
       Plane<T> out = plane<T>(y, n, c);
       for_each_window(params, y.sizes[2], y.sizes[3], H, W,
                       [&](int64_t p, int64_t q, const Window& win) {
-                        double divisor = static_cast<double>(win.divisor(count_include_pad));
+                        double divisor = static_cast<double>(win.divisor(params.count_include_pad));
                         out(p, q) = static_cast<T>(window_sum(in, win) / divisor);
                       });
     });
   });
 }
 
-void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params,
-                         bool count_include_pad) {
+void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params) {
   visit_float(dx.dtype, [&]<class T>() {
     const int64_t H = dx.sizes[2], W = dx.sizes[3];
     for_each_plane(dx, [&](int64_t n, int64_t c) {
@@ -331,7 +329,7 @@ void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Poo
       zero_plane(grad_in, H, W);
       for_each_window(params, dy.sizes[2], dy.sizes[3], H, W,
                       [&](int64_t p, int64_t q, const Window& win) {
-                        T divisor = static_cast<T>(win.divisor(count_include_pad));
+                        T divisor = static_cast<T>(win.divisor(params.count_include_pad));
                         add_to_window(grad_in, win, grad_out(p, q) / divisor);
                       });
     });

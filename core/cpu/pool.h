@@ -23,12 +23,10 @@ void max_pool2d_forward(const Strided& y, const Strided& indices, const Strided&
 // dx (N, C, H, W) is overwritten: zero, then dy added at each saved index.
 void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& indices);
 
-// y = window sum / divisor. count_include_pad: the divisor is the window clipped to
+// y = window sum / divisor. params.count_include_pad: the divisor is the window clipped to
 // the padded extent (H + 2 pad_h rows); otherwise only the elements inside the input.
-void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params,
-                        bool count_include_pad);
+void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params);
 // dx (N, C, H, W) is overwritten: each dy / divisor spread over its window.
-void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params,
-                         bool count_include_pad);
+void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params);
 
 }  // namespace loom::cpu

@@ -246,25 +246,25 @@ cudaError_t launch_max_pool2d_backward_scatter(const Strided& dx, const Strided&
 }
 
 cudaError_t launch_avg_pool2d_forward(const Strided& y, const Strided& x,
-                                      const kernel::Pool2dParams& params, bool count_include_pad,
+                                      const kernel::Pool2dParams& params,
                                       cudaStream_t stream) {
   const IndexSpace outputs = index_space(y);
   if (outputs.count == 0) return cudaSuccess;
   visit_floating(x.dtype, [&]<class S>() {
     avg_pool_forward_kernel<<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-        view4<S>(y), view4<const S>(x), outputs, pool_shape(params, x, y), count_include_pad);
+        view4<S>(y), view4<const S>(x), outputs, pool_shape(params, x, y), params.count_include_pad);
   });
   return cudaGetLastError();
 }
 
 cudaError_t launch_avg_pool2d_backward(const Strided& dx, const Strided& dy,
-                                       const kernel::Pool2dParams& params, bool count_include_pad,
+                                       const kernel::Pool2dParams& params,
                                        cudaStream_t stream) {
   const IndexSpace inputs = index_space(dx);
   if (inputs.count == 0) return cudaSuccess;
   visit_floating(dx.dtype, [&]<class S>() {
     avg_pool_backward_kernel<<<blocks_for(inputs.count), kThreads, 0, stream>>>(
-        view4<S>(dx), view4<const S>(dy), inputs, pool_shape(params, dx, dy), count_include_pad);
+        view4<S>(dx), view4<const S>(dy), inputs, pool_shape(params, dx, dy), params.count_include_pad);
   });
   return cudaGetLastError();
 }

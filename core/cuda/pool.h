@@ -32,14 +32,12 @@ void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& in
 // bits; prefer the overload above.
 void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& indices);
 
-// y = window sum (in double) / divisor. count_include_pad: the divisor is the
+// y = window sum (in double) / divisor. params.count_include_pad: the divisor is the
 // window clipped to the padded extent (H + 2 pad_h rows); otherwise only the
 // elements inside the input.
-void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params,
-                        bool count_include_pad);
+void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params);
 // dx (N, C, H, W) is overwritten: each element sums dy / divisor over the windows
 // covering it (a gather: deterministic).
-void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params,
-                         bool count_include_pad);
+void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params);
 
 }  // namespace loom::cuda

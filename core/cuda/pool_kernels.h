@@ -28,11 +28,11 @@ cudaError_t launch_max_pool2d_backward_scatter(const Strided& dx, const Strided&
                                                const Strided& indices, cudaStream_t stream);
 
 cudaError_t launch_avg_pool2d_forward(const Strided& y, const Strided& x,
-                                      const kernel::Pool2dParams& params, bool count_include_pad,
+                                      const kernel::Pool2dParams& params,
                                       cudaStream_t stream);
 // One thread per input element, summing dy / divisor over the windows covering it.
 cudaError_t launch_avg_pool2d_backward(const Strided& dx, const Strided& dy,
-                                       const kernel::Pool2dParams& params, bool count_include_pad,
+                                       const kernel::Pool2dParams& params,
                                        cudaStream_t stream);
 
 }  // namespace loom::cuda

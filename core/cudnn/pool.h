@@ -14,17 +14,11 @@
 
 namespace loom::cudnn {
 
-struct PoolArgs {
-  kernel::Pool2dParams params;
-  bool max = true;
-  bool count_include_pad = true;  // average pooling only
-};
-
 // False when cuDNN cannot compute PyTorch's result for these arguments (an
 // average-pool divisor cuDNN counts differently, or no engine): the caller
 // then uses the CUDA kernel. `index` is the NHWC max-pool index (int8, y's
 // shape) or null.
-bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const PoolArgs& args);
+bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const kernel::Pool2dParams& params);
 
 // dx from dy plus what the layout's contract needs: x and y (NCHW) or index (NHWC max).
 struct PoolBackwardInputs {
@@ -33,15 +27,15 @@ struct PoolBackwardInputs {
   const Strided* index = nullptr;
 };
 bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
-                     const PoolArgs& args);
+                     const kernel::Pool2dParams& params);
 
 // The graphs behind the two calls and their variant packs, for tests that run
 // every engine config cuDNN offers.
 Graph pool2d_forward_graph(const Strided& y, const Strided* index, const Strided& x,
-                          const PoolArgs& args);
+                          const kernel::Pool2dParams& params);
 VariantPointers pool2d_forward_pointers(const Strided& y, const Strided* index, const Strided& x);
 Graph pool2d_backward_graph(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
-                           const PoolArgs& args);
+                           const kernel::Pool2dParams& params);
 VariantPointers pool2d_backward_pointers(const Strided& dx, const Strided& dy,
                                          const PoolBackwardInputs& saved);
 

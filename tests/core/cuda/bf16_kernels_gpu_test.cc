@@ -189,8 +189,9 @@ LOOM_GPU_TEST_CASE("bf16 kernels: pooling and batch-norm inference, NCHW and cha
     cuda::max_pool2d_backward(dx.strided(), on_gpu(dy, DType::BFloat16).strided(), idx.strided(), params);
     CHECK_CLOSE(dx.to(DType::Float32).cpu(), dx_ref, kRtol, kAtol);
     Tensor avg = poisoned(y_sizes, DType::BFloat16, format), avg_ref = empty(y_sizes);
-    cpu::avg_pool2d_forward(avg_ref.strided(), x.strided(), params, false);
-    cuda::avg_pool2d_forward(avg.strided(), xg.strided(), params, false);
+    const kernel::Pool2dParams exclude_pad{3, 3, 2, 2, 1, 1, /*max=*/false, /*count_include_pad=*/false};
+    cpu::avg_pool2d_forward(avg_ref.strided(), x.strided(), exclude_pad);
+    cuda::avg_pool2d_forward(avg.strided(), xg.strided(), exclude_pad);
     CHECK_CLOSE(avg.to(DType::Float32).cpu(), avg_ref, kRtol, kAtol);
 
     // bf16 x and y, fp32 per-channel statistics and affine parameters.

@@ -77,7 +77,8 @@ std::vector<Pool2dOptions> configs() {
 
 kernel::Pool2dParams params_of(const Pool2dOptions& o) {
   const auto stride = o.stride.value_or(o.kernel_size);
-  return {o.kernel_size[0], o.kernel_size[1], stride[0], stride[1], o.padding[0], o.padding[1]};
+  return {o.kernel_size[0], o.kernel_size[1], stride[0], stride[1], o.padding[0], o.padding[1],
+          /*max=*/true, o.count_include_pad};
 }
 
 // (N, C, P, Q) as the op sizes it (ceil_mode acts only here).
@@ -175,7 +176,7 @@ struct PoolKernelEnv {
 LOOM_GPU_TEST_CASE("window max pooling by hand: 2x2 windows of a 4x4 plane") {
   const Tensor x = tensor({1, 2, 5, 3, 4, 0, 1, 8, 7, 9, 2, 2, 3, 6, 4, 4}, {1, 1, 4, 4})
                        .to(testing::test_gpu());
-  const kernel::Pool2dParams k = {2, 2, 2, 2, 0, 0};
+  const kernel::Pool2dParams k = {2, 2, 2, 2, 0, 0, /*max=*/true, /*count_include_pad=*/true};
   const Tensor y = full({1, 1, 2, 2}, -1, {.device = testing::test_gpu()});
   const Tensor index = full({1, 1, 2, 2}, 255, {.dtype = DType::UInt8, .device = testing::test_gpu()});
   cuda::max_pool2d_window_forward(y.strided(), index.strided(), x.strided(), k);

@@ -217,9 +217,9 @@ LOOM_GPU_TEST_CASE("the cuDNN layer: under-aligned graphs never reach an engine,
   Generator gen(59);
   Tensor x = randn({kN, kC, kH, kW}, {}, &gen);
   const cudnn::PointwiseMode relu_mode{CUDNN_POINTWISE_RELU_FWD, {}};
-  const kernel::Pool2dParams pool{2, 2, 2, 2, 0, 0};
+  const kernel::Pool2dParams pool{2, 2, 2, 2, 0, 0, /*max=*/false, /*count_include_pad=*/true};
   Tensor pooled_ref = empty({kN, kC, kH / 2, kW / 2});
-  cpu::avg_pool2d_forward(pooled_ref.strided(), x.strided(), pool, /*count_include_pad=*/true);
+  cpu::avg_pool2d_forward(pooled_ref.strided(), x.strided(), pool);
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
     for (int64_t offset : {0, 1, 0, 3, 4, 2}) {  // one key aligned, under-aligned, aligned again
       CAPTURE(memory_format_name(format));
@@ -231,8 +231,7 @@ LOOM_GPU_TEST_CASE("the cuDNN layer: under-aligned graphs never reach an engine,
       if (aligned) CHECK_CLOSE(gy.cpu(), relu(x), 0, 0);
 
       Tensor py = offset_view(zeros(pooled_ref.sizes()), s);
-      const cudnn::PoolArgs args{.params = pool, .max = false, .count_include_pad = true};
-      const bool pooled = cudnn::pool2d_forward(py.strided(), nullptr, gx.strided(), args);
+      const bool pooled = cudnn::pool2d_forward(py.strided(), nullptr, gx.strided(), pool);
       if (!aligned) CHECK_FALSE(pooled);
       if (pooled) CHECK_CLOSE(py.cpu(), pooled_ref, 1e-5, 1e-6);
     }

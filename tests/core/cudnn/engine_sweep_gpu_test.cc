@@ -98,7 +98,7 @@ LOOM_GPU_TEST_CASE("every batch-norm engine config gives the reference result") 
 
 LOOM_GPU_TEST_CASE("every pooling engine config gives the reference result") {
   Generator gen(82);
-  const kernel::Pool2dParams p{3, 3, 2, 2, 1, 1};
+  const kernel::Pool2dParams p{3, 3, 2, 2, 1, 1, /*max=*/false, /*count_include_pad=*/true};
   const Shape xs{2, 8, 9, 9}, ys{2, 8, 5, 5};
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
     for (bool max : {true, false}) {
@@ -110,10 +110,10 @@ LOOM_GPU_TEST_CASE("every pooling engine config gives the reference result") {
         cpu::max_pool2d_forward(y_ref.strided(), idx.strided(), x.strided(), p);
         cpu::max_pool2d_backward(dx_ref.strided(), dy.strided(), idx.strided());
       } else {
-        cpu::avg_pool2d_forward(y_ref.strided(), x.strided(), p, true);
-        cpu::avg_pool2d_backward(dx_ref.strided(), dy.strided(), p, true);
+        cpu::avg_pool2d_forward(y_ref.strided(), x.strided(), p);
+        cpu::avg_pool2d_backward(dx_ref.strided(), dy.strided(), p);
       }
-      cudnn::PoolArgs args{.params = p, .max = max, .count_include_pad = true};
+      const kernel::Pool2dParams args{3, 3, 2, 2, 1, 1, max, /*count_include_pad=*/true};
       Tensor gx = gpu(x, format), gy = gpu_nan(ys, format), gdy = gpu(dy, format), gdx = gpu_nan(xs, format);
       bool indexed = max && cudnn::pool_uses_index(gx.strided());
       Tensor index = indexed ? gpu_nan(ys, format, DType::UInt8) : Tensor();
