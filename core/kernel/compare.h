@@ -1,5 +1,6 @@
 // File: core/kernel/compare.h
-// One comparison, written once for core/cpu/compare.cc and core/cuda/compare.cu.
+// The comparison ops and one comparison, written once for core/cpu/compare.cc
+// and core/cuda/compare.cu.
 // NaN compares false under every op but Ne, as IEEE and PyTorch have it.
 #pragma once
 

@@ -1,5 +1,5 @@
 // File: core/kernel/interpolate.h
-// Which input pixels one output pixel of interpolate reads and with what
+// The interpolation modes and spec; which input pixels one output pixel of interpolate reads and with what
 // weights, and the reverse (which outputs one input pixel's gradient gathers),
 // written once for core/cpu/interpolate.cc and core/cuda/interpolate.cu (nvcc
 // sees __host__ __device__). The formulas are PyTorch's (ATen's

@@ -1,5 +1,5 @@
 // File: core/kernel/pad.h
-// What one element of a pad reads, and which output elements one input
+// The pad modes and spec, what one element of a pad reads, and which output elements one input
 // element's gradient gathers, written once for core/cpu/pad.cc and
 // core/cuda/pad.cu (nvcc sees __host__ __device__). Index conventions are
 // PyTorch's: with i = o - before the output index o reads input index i when
