@@ -9,11 +9,7 @@
 
 // The Philox block and the uniform conversions below compile for the GPU too,
 // so CUDA kernels draw exactly what the CPU draws (core/cuda/random.cu).
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
+#include "core/kernel/host_device.h"
 
 namespace loom {
 

@@ -99,10 +99,10 @@ Tensor sum_to_sizes(const Tensor& dy, const Shape& sizes) {
   if (dy.device().is_cuda()) {
 #ifdef LOOM_WITH_CUDA
     DeviceGuard guard(dy.device());
-    cuda::reduce(out.strided(), dy.strided(), cpu::ReduceOp::Sum);
+    cuda::reduce(out.strided(), dy.strided(), kernel::ReduceOp::Sum);
 #endif
   } else {
-    cpu::reduce(out.strided(), dy.strided(), cpu::ReduceOp::Sum);
+    cpu::reduce(out.strided(), dy.strided(), kernel::ReduceOp::Sum);
   }
   return out.reshape(sizes);
 }

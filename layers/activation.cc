@@ -16,19 +16,19 @@ namespace loom::nn {
 // The scalars are checked now, so a bad one fails where the model is built.
 Activation::Activation(ActivationKind kind, std::vector<double> parameters)
     : kind_(kind), parameters_(std::move(parameters)) {
-  activation_parameters(kind, parameters_, cpu::activation_info(kind).module_name);
+  activation_parameters(kind, parameters_, kernel::activation_info(kind).module_name);
 }
 
 Tensor Activation::forward(const Tensor& x) { return activation(x, kind_, parameters_); }
 
-std::string Activation::type_name() const { return cpu::activation_info(kind_).module_name; }
+std::string Activation::type_name() const { return kernel::activation_info(kind_).module_name; }
 
 // "negative_slope=0.01", "min_val=-1.0, max_val=1.0", then the row's fixed part.
 std::string Activation::extra_repr() const {
-  const cpu::ActivationInfo& row = cpu::activation_info(kind_);
-  const cpu::ActivationParameters values = activation_parameters(kind_, parameters_, row.module_name);
+  const kernel::ActivationInfo& row = kernel::activation_info(kind_);
+  const kernel::ActivationParameters values = activation_parameters(kind_, parameters_, row.module_name);
   std::vector<std::string> parts;
-  for (int i = 0; i < cpu::parameter_count(row); ++i) {
+  for (int i = 0; i < kernel::parameter_count(row); ++i) {
     parts.push_back(fmt::format("{}={}", row.parameter_names[i], python_float(values[i])));
   }
   if (*row.extra_repr != '\0') parts.push_back(row.extra_repr);

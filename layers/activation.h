@@ -1,6 +1,6 @@
 // File: layers/activation.h
 // Elementwise activations as modules, for Sequential: one generic
-// nn::Activation for every row of core/cpu/activation_math.h, and PyTorch's
+// nn::Activation for every row of core/kernel/activation.h, and PyTorch's
 // named modules (ReLU, ReLU6, Sigmoid, Tanh, GELU, SiLU, ELU, LeakyReLU,
 // Softplus, Mish, Hardswish, Hardtanh) as presets of it. Any shape and
 // layout; no parameters (the scalars are settings, as in PyTorch).

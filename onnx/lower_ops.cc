@@ -143,7 +143,7 @@ std::string layer_norm(Lowering& L, const trace::Op& op) {
                  {"epsilon", static_cast<float>(op.get_double("eps"))}});
 }
 
-// --- activations: one per row of core/cpu/activation_math.h ----------------------------
+// --- activations: one per row of core/kernel/activation.h ----------------------------
 
 double parameter(const trace::Op& op, size_t i) { return op.get_doubles("parameters").at(i); }
 

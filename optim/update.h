@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu/optim_scalars.h"  // SgdScalars, AdamScalars
+#include "core/kernel/optim_scalars.h"  // SgdScalars, AdamScalars
 #include "optim/optimizer.h"
 
 namespace loom::optim {

@@ -8,9 +8,9 @@
 
 namespace loom::cpu {
 
-void activation_forward(const Strided& y, const Strided& x, ActivationKind kind,
-                        const ActivationParameters& parameters) {
-  visit_activation(kind, [&]<class Row>() {
+void activation_forward(const Strided& y, const Strided& x, kernel::ActivationKind kind,
+                        const kernel::ActivationParameters& parameters) {
+  kernel::visit_activation(kind, [&]<class Row>() {
     visit_float(y.dtype, [&]<class T>() {
       T* out = y.ptr<T>();
       const T* in = x.ptr<T>();
@@ -28,8 +28,8 @@ void activation_forward(const Strided& y, const Strided& x, ActivationKind kind,
 }
 
 void activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                         ActivationKind kind, const ActivationParameters& parameters) {
-  visit_activation(kind, [&]<class Row>() {
+                         kernel::ActivationKind kind, const kernel::ActivationParameters& parameters) {
+  kernel::visit_activation(kind, [&]<class Row>() {
     visit_float(dx.dtype, [&]<class T>() {
       T* out = dx.ptr<T>();
       const T* g = dy.ptr<T>();

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/cpu/compare_math.h"
 #include "core/cpu/loop.h"
+#include "core/kernel/compare.h"
 
 namespace loom::cpu {
 
@@ -37,23 +37,23 @@ void visit_width(DType dtype, Fn&& fn) {
 
 }  // namespace
 
-void compare(const Strided& out, const Strided& a, const Strided& b, CompareOp op) {
+void compare(const Strided& out, const Strided& a, const Strided& b, kernel::CompareOp op) {
   visit_dtype(a.dtype, [&]<class T>() {
     bool* y = out.ptr<bool>();
     const T* pa = a.ptr<T>();
     const T* pb = b.ptr<T>();
     for_each_offset<3>(out.sizes, {&out.strides, &a.strides, &b.strides}, [&](const auto& o) {
-      y[o[0]] = math::apply_compare(comparable(pa[o[1]]), comparable(pb[o[2]]), op);
+      y[o[0]] = kernel::math::apply_compare(comparable(pa[o[1]]), comparable(pb[o[2]]), op);
     });
   });
 }
 
-void compare_scalar(const Strided& out, const Strided& a, double scalar, CompareOp op) {
+void compare_scalar(const Strided& out, const Strided& a, double scalar, kernel::CompareOp op) {
   visit_dtype(a.dtype, [&]<class T>() {
     bool* y = out.ptr<bool>();
     const T* pa = a.ptr<T>();
     for_each_offset<2>(out.sizes, {&out.strides, &a.strides}, [&](const auto& o) {
-      y[o[0]] = math::apply_compare(to_double(pa[o[1]]), scalar, op);
+      y[o[0]] = kernel::math::apply_compare(to_double(pa[o[1]]), scalar, op);
     });
   });
 }
@@ -61,13 +61,13 @@ void compare_scalar(const Strided& out, const Strided& a, double scalar, Compare
 void isclose(const Strided& out, const Strided& a, const Strided& b, double rtol, double atol,
              bool equal_nan) {
   visit_dtype(a.dtype, [&]<class T>() {
-    using C = math::close_t<decltype(comparable(T()))>;
+    using C = kernel::math::close_t<decltype(comparable(T()))>;
     bool* y = out.ptr<bool>();
     const T* pa = a.ptr<T>();
     const T* pb = b.ptr<T>();
     const C r = static_cast<C>(rtol), t = static_cast<C>(atol);
     for_each_offset<3>(out.sizes, {&out.strides, &a.strides, &b.strides}, [&](const auto& o) {
-      y[o[0]] = math::is_close(static_cast<C>(comparable(pa[o[1]])),
+      y[o[0]] = kernel::math::is_close(static_cast<C>(comparable(pa[o[1]])),
                                static_cast<C>(comparable(pb[o[2]])), r, t, equal_nan);
     });
   });

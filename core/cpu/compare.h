@@ -4,20 +4,19 @@
 // sizes (broadcast inputs arrive as stride-0 views), any strides.
 #pragma once
 
+#include "core/kernel/compare.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
 
-enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
-
 // out (bool) = a op b; a and b share one dtype (any dtype).
-void compare(const Strided& out, const Strided& a, const Strided& b, CompareOp op);
+void compare(const Strided& out, const Strided& a, const Strided& b, kernel::CompareOp op);
 // out (bool) = a op scalar, compared in double (exact for every int32 and for
 // int64 up to 2^53).
-void compare_scalar(const Strided& out, const Strided& a, double scalar, CompareOp op);
+void compare_scalar(const Strided& out, const Strided& a, double scalar, kernel::CompareOp op);
 // out (bool) = |a - b| <= atol + rtol |b|, or a == b, or both NaN when
 // equal_nan (torch.isclose); a and b share one dtype (any), computed in
-// math::close_t of it.
+// kernel::math::close_t of it.
 void isclose(const Strided& out, const Strided& a, const Strided& b, double rtol, double atol,
              bool equal_nan);
 // out = cond ? a : b elementwise; cond bool; out, a and b share one dtype (any).

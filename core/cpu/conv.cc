@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "core/cpu/accumulate.h"
-#include "core/cpu/elementwise_math.h"
 #include "core/cpu/gemm.h"
+#include "core/kernel/activation.h"
 #include "core/parallel.h"
 
 namespace loom::cpu {
@@ -49,7 +49,7 @@ ConvShape conv_shape(const Shape& x, const Shape& w, const Shape& y, int64_t gro
 
 // A 1x1 filter with stride 1 and no padding sees the image itself: col is the
 // group's (Cg, H W) block of x, so im2col and col2im can be skipped.
-bool is_pointwise(const ConvShape& cs, const ConvParams& pr) {
+bool is_pointwise(const ConvShape& cs, const kernel::ConvParams& pr) {
   return cs.r == 1 && cs.s == 1 && pr.stride_h == 1 && pr.stride_w == 1 && pr.pad_h == 0 &&
          pr.pad_w == 0;
 }
@@ -66,7 +66,7 @@ struct Segment {
 // Calls fn(segment) for the P segments of each col row in [row_begin, row_end),
 // in row-major order of col (so col2im adds every pixel's terms in one fixed order).
 template <class Fn>
-void for_each_segment(const ConvShape& cs, const ConvParams& pr, int64_t row_begin,
+void for_each_segment(const ConvShape& cs, const kernel::ConvParams& pr, int64_t row_begin,
                       int64_t row_end, Fn&& fn) {
   const int64_t sw = pr.stride_w;
   for (int64_t row = row_begin; row < row_end; ++row) {
@@ -89,7 +89,7 @@ void for_each_segment(const ConvShape& cs, const ConvParams& pr, int64_t row_beg
 
 // Rows [row_begin, row_end) of col from one group's image block.
 template <class T>
-void im2col(T* col, const T* image, const ConvShape& cs, const ConvParams& pr, int64_t row_begin,
+void im2col(T* col, const T* image, const ConvShape& cs, const kernel::ConvParams& pr, int64_t row_begin,
             int64_t row_end) {
   const int64_t sw = pr.stride_w;
   for_each_segment(cs, pr, row_begin, row_end, [&](const Segment& g) {
@@ -109,7 +109,7 @@ void im2col(T* col, const T* image, const ConvShape& cs, const ConvParams& pr, i
 // The adjoint of im2col: every column entry is added back to the pixel it came
 // from (pixels seen by several taps collect several terms).
 template <class T>
-void col2im(T* image, const T* col, const ConvShape& cs, const ConvParams& pr) {
+void col2im(T* image, const T* col, const ConvShape& cs, const kernel::ConvParams& pr) {
   std::fill(image, image + cs.cg() * cs.h * cs.w, T(0));
   const int64_t sw = pr.stride_w;
   for_each_segment(cs, pr, 0, cs.col_rows(), [&](const Segment& g) {
@@ -128,7 +128,7 @@ void col2im(T* image, const T* col, const ConvShape& cs, const ConvParams& pr) {
 // itself for pointwise filters, else `buffer` filled by im2col.
 template <class T>
 const T* columns(T* buffer, const T* x, int64_t n, int64_t g, const ConvShape& cs,
-                 const ConvParams& pr, int64_t row_begin, int64_t row_end) {
+                 const kernel::ConvParams& pr, int64_t row_begin, int64_t row_end) {
   const T* image = x + n * cs.image_size() + g * cs.cg() * cs.h * cs.w;
   if (is_pointwise(cs, pr)) return image + row_begin * cs.col_cols();
   im2col(buffer, image, cs, pr, row_begin, row_end);
@@ -150,7 +150,7 @@ void finish_image(T* y, const T* bias, bool relu, const ConvShape& cs) {
     const T b = bias != nullptr ? bias[k] : T(0);
     for (int64_t i = 0; i < cs.col_cols(); ++i) {
       const T v = plane[i] + b;
-      plane[i] = relu ? math::apply_unary(v, UnaryOp::Relu) : v;
+      plane[i] = relu ? kernel::act::Relu::forward(v, T(0), T(0)) : v;
     }
   }
 }
@@ -171,7 +171,7 @@ struct WideShape {
   int64_t plane() const { return hp * wp; }
 };
 
-WideShape wide_shape(const ConvShape& cs, const ConvParams& pr) {
+WideShape wide_shape(const ConvShape& cs, const kernel::ConvParams& pr) {
   WideShape ws;
   ws.hp = cs.h + 2 * pr.pad_h;
   ws.wp = cs.w + 2 * pr.pad_w;
@@ -180,7 +180,7 @@ WideShape wide_shape(const ConvShape& cs, const ConvParams& pr) {
   return ws;
 }
 
-bool use_wide(const ConvShape& cs, const ConvParams& pr) {
+bool use_wide(const ConvShape& cs, const kernel::ConvParams& pr) {
   if (pr.stride_h != 1 || pr.stride_w != 1 || is_pointwise(cs, pr) || cs.p == 0 || cs.q == 0) {
     return false;
   }
@@ -190,7 +190,7 @@ bool use_wide(const ConvShape& cs, const ConvParams& pr) {
 // Channels [c_begin, c_end) of one group's image block (Cg, H, W) into their
 // zero-padded planes; the overhang after the last plane is zeroed too.
 template <class T>
-void pad_planes(T* padded, const T* image, const ConvShape& cs, const ConvParams& pr,
+void pad_planes(T* padded, const T* image, const ConvShape& cs, const kernel::ConvParams& pr,
                 const WideShape& ws, int64_t c_begin, int64_t c_end) {
   std::fill(padded + c_begin * ws.plane(), padded + c_end * ws.plane(), T(0));
   if (c_end == cs.cg()) std::fill(padded + c_end * ws.plane(), padded + ws.padded_size, T(0));
@@ -204,7 +204,7 @@ void pad_planes(T* padded, const T* image, const ConvShape& cs, const ConvParams
 
 // Wide col rows [row_begin, row_end) from the padded planes.
 template <class T>
-void wide_columns(T* col, const T* padded, const ConvShape& cs, const ConvParams& pr,
+void wide_columns(T* col, const T* padded, const ConvShape& cs, const kernel::ConvParams& pr,
                   const WideShape& ws, int64_t row_begin, int64_t row_end) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t c = row / (cs.r * cs.s), r = row / cs.s % cs.r, s = row % cs.s;
@@ -237,7 +237,7 @@ void compact_output(T* y, const T* wide, const T* bias, bool relu, const ConvSha
       T* dst = y + (k * cs.p + p) * cs.q;
       for (int64_t q = 0; q < cs.q; ++q) {
         const T v = src[q] + b;
-        dst[q] = relu ? math::apply_unary(v, UnaryOp::Relu) : v;
+        dst[q] = relu ? kernel::act::Relu::forward(v, T(0), T(0)) : v;
       }
     }
   }
@@ -245,7 +245,7 @@ void compact_output(T* y, const T* wide, const T* bias, bool relu, const ConvSha
 
 template <class T>
 void forward_wide(T* y, const T* x, const T* w, const T* bias, bool relu, const ConvShape& cs,
-                  const ConvParams& pr) {
+                  const kernel::ConvParams& pr) {
   const WideShape ws = wide_shape(cs, pr);
   parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
     std::vector<T> padded(ws.padded_size), col(cs.col_rows() * ws.run), wide(cs.kg() * ws.run);
@@ -267,7 +267,7 @@ void forward_wide(T* y, const T* x, const T* w, const T* bias, bool relu, const 
 // into the padded planes run by run in col's row order, then the planes' interior
 // is dx.
 template <class T>
-void dgrad_wide(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvParams& pr) {
+void dgrad_wide(T* dx, const T* dy, const T* w, const ConvShape& cs, const kernel::ConvParams& pr) {
   const WideShape ws = wide_shape(cs, pr);
   parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
     std::vector<T> wide(cs.k * ws.run), col(cs.col_rows() * ws.run), padded(ws.padded_size);
@@ -299,7 +299,7 @@ void dgrad_wide(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvP
 // Col rows [row_begin, row_end) at the output's own width, read from the padded
 // planes: each (row, p) is one unclipped copy of Q entries.
 template <class T>
-void padded_columns(T* col, const T* padded, const ConvShape& cs, const ConvParams& pr,
+void padded_columns(T* col, const T* padded, const ConvShape& cs, const kernel::ConvParams& pr,
                     const WideShape& ws, int64_t row_begin, int64_t row_end) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t c = row / (cs.r * cs.s), r = row / cs.s % cs.r, s = row % cs.s;
@@ -314,7 +314,7 @@ void padded_columns(T* col, const T* padded, const ConvShape& cs, const ConvPara
 // Images are independent: each chunk of the batch gets its own column buffer.
 template <class T>
 void forward(T* y, const T* x, const T* w, const T* bias, bool relu, const ConvShape& cs,
-             const ConvParams& pr) {
+             const kernel::ConvParams& pr) {
   if (use_wide(cs, pr)) return forward_wide(y, x, w, bias, relu, cs, pr);
   parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
     std::vector<T> buffer(is_pointwise(cs, pr) ? 0 : cs.col_rows() * cs.col_cols());
@@ -330,7 +330,7 @@ void forward(T* y, const T* x, const T* w, const T* bias, bool relu, const ConvS
 }
 
 template <class T>
-void dgrad(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvParams& pr) {
+void dgrad(T* dx, const T* dy, const T* w, const ConvShape& cs, const kernel::ConvParams& pr) {
   if (use_wide(cs, pr)) return dgrad_wide(dx, dy, w, cs, pr);
   const bool pointwise = is_pointwise(cs, pr);
   parallel_for(0, cs.n, 1, [&](int64_t n_begin, int64_t n_end) {
@@ -353,7 +353,7 @@ void dgrad(T* dx, const T* dy, const T* w, const ConvShape& cs, const ConvParams
 template <class T>
 class WgradColumns {
  public:
-  WgradColumns(const T* x, const ConvShape& cs, const ConvParams& pr, int64_t max_rows)
+  WgradColumns(const T* x, const ConvShape& cs, const kernel::ConvParams& pr, int64_t max_rows)
       : x_(x), cs_(cs), pr_(pr), ws_(wide_shape(cs, pr)),
         padded_(pr.stride_h == 1 && pr.stride_w == 1 && !is_pointwise(cs, pr)),
         planes_(padded_ ? ws_.padded_size : 0),
@@ -372,7 +372,7 @@ class WgradColumns {
  private:
   const T* x_;
   const ConvShape& cs_;
-  const ConvParams& pr_;
+  const kernel::ConvParams& pr_;
   WideShape ws_;
   bool padded_;
   std::vector<T> planes_, col_;
@@ -381,7 +381,7 @@ class WgradColumns {
 // dw's columns (the rows of col) split over the chunks; each element of dw is
 // summed by one thread, image by image in order, whatever the thread count.
 template <class T>
-void wgrad_by_rows(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
+void wgrad_by_rows(T* dw, const T* dy, const T* x, const ConvShape& cs, const kernel::ConvParams& pr) {
   std::fill(dw, dw + cs.k * cs.col_rows(), T(0));
   parallel_for(0, cs.col_rows(), 1, [&](int64_t row_begin, int64_t row_end) {
     const int64_t rows = row_end - row_begin;
@@ -409,7 +409,7 @@ bool wgrad_splits_images(const ConvShape& cs) {
 }
 
 template <class T>
-void wgrad_by_images(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
+void wgrad_by_images(T* dw, const T* dy, const T* x, const ConvShape& cs, const kernel::ConvParams& pr) {
   const int64_t blocks = std::min(cs.n, kWgradBlocks), per_block = (cs.n + blocks - 1) / blocks;
   const int64_t size = cs.k * cs.col_rows();
   std::vector<T> partial(blocks * size, T(0));
@@ -434,7 +434,7 @@ void wgrad_by_images(T* dw, const T* dy, const T* x, const ConvShape& cs, const 
 }
 
 template <class T>
-void wgrad(T* dw, const T* dy, const T* x, const ConvShape& cs, const ConvParams& pr) {
+void wgrad(T* dw, const T* dy, const T* x, const ConvShape& cs, const kernel::ConvParams& pr) {
   if (wgrad_splits_images(cs)) return wgrad_by_images(dw, dy, x, cs, pr);
   wgrad_by_rows(dw, dy, x, cs, pr);
 }
@@ -449,7 +449,7 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 }
 
 void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const Strided* bias,
-                    const ConvParams& params, bool relu) {
+                    const kernel::ConvParams& params, bool relu) {
   ConvShape cs = conv_shape(x.sizes, w.sizes, y.sizes, params.groups);
   visit_float(y.dtype, [&]<class T>() {
     forward(y.ptr<T>(), x.ptr<T>(), w.ptr<T>(), bias ? bias->ptr<T>() : nullptr, relu, cs,
@@ -458,14 +458,14 @@ void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const 
 }
 
 void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
-                  const ConvParams& params) {
+                  const kernel::ConvParams& params) {
   ConvShape cs = conv_shape(dx.sizes, w.sizes, dy.sizes, params.groups);
   visit_float(dx.dtype,
               [&]<class T>() { dgrad(dx.ptr<T>(), dy.ptr<T>(), w.ptr<T>(), cs, params); });
 }
 
 void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                  const ConvParams& params) {
+                  const kernel::ConvParams& params) {
   ConvShape cs = conv_shape(x.sizes, dw.sizes, dy.sizes, params.groups);
   visit_float(dw.dtype,
               [&]<class T>() { wgrad(dw.ptr<T>(), dy.ptr<T>(), x.ptr<T>(), cs, params); });

@@ -15,19 +15,10 @@
 
 #include <cstdint>
 
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
-
-struct ConvParams {
-  int64_t stride_h = 1;
-  int64_t stride_w = 1;
-  int64_t pad_h = 0;  // zeros added on both sides
-  int64_t pad_w = 0;
-  int64_t dilation_h = 1;
-  int64_t dilation_w = 1;
-  int64_t groups = 1;
-};
 
 // Output length of one spatial dim:
 //   (in + 2 pad - dilation (kernel - 1) - 1) / stride + 1, rounded down;
@@ -38,13 +29,13 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 // max(y, 0) when `relu` (in the same pass, while an image's output is in cache).
 // `bias` may be null (no bias).
 void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const Strided* bias,
-                    const ConvParams& params, bool relu = false);
+                    const kernel::ConvParams& params, bool relu = false);
 
 // dx (N, C, H, W) = d loss / d x, from dy (N, K, P, Q) and w (K, C/G, R, S).
-void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const ConvParams& params);
+void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& params);
 
 // dw (K, C/G, R, S) = d loss / d w, from dy (N, K, P, Q) and x (N, C, H, W).
-void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const ConvParams& params);
+void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& params);
 
 // db (K) = sum of dy (N, K, P, Q) over N, P and Q.
 void conv2d_bgrad(const Strided& db, const Strided& dy);

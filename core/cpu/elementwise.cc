@@ -7,61 +7,51 @@
 #include <array>
 #include <cmath>
 
-#include "core/cpu/elementwise_math.h"
 #include "core/cpu/loop.h"
+#include "core/kernel/elementwise.h"
 #include "core/parallel.h"
 
 namespace loom::cpu {
 
-using math::apply_binary;
-using math::apply_unary;
+using kernel::math::apply_binary;
+using kernel::math::apply_unary;
 
 namespace {
 
 // Calls fn.template operator()<kOp>() with op as a compile-time constant, so
 // the per-element switch folds away and the loop can vectorize.
 template <class Fn>
-void with_unary_op(UnaryOp op, Fn&& fn) {
+void with_unary_op(kernel::UnaryOp op, Fn&& fn) {
   switch (op) {
-    case UnaryOp::Neg: return fn.template operator()<UnaryOp::Neg>();
-    case UnaryOp::Exp: return fn.template operator()<UnaryOp::Exp>();
-    case UnaryOp::Log: return fn.template operator()<UnaryOp::Log>();
-    case UnaryOp::Sqrt: return fn.template operator()<UnaryOp::Sqrt>();
-    case UnaryOp::Relu: return fn.template operator()<UnaryOp::Relu>();
-    case UnaryOp::Sigmoid: return fn.template operator()<UnaryOp::Sigmoid>();
-    case UnaryOp::Tanh: return fn.template operator()<UnaryOp::Tanh>();
-    case UnaryOp::Gelu: return fn.template operator()<UnaryOp::Gelu>();
-    case UnaryOp::Silu: return fn.template operator()<UnaryOp::Silu>();
-    case UnaryOp::Abs: return fn.template operator()<UnaryOp::Abs>();
+    case kernel::UnaryOp::Neg: return fn.template operator()<kernel::UnaryOp::Neg>();
+    case kernel::UnaryOp::Exp: return fn.template operator()<kernel::UnaryOp::Exp>();
+    case kernel::UnaryOp::Log: return fn.template operator()<kernel::UnaryOp::Log>();
+    case kernel::UnaryOp::Sqrt: return fn.template operator()<kernel::UnaryOp::Sqrt>();
+    case kernel::UnaryOp::Abs: return fn.template operator()<kernel::UnaryOp::Abs>();
   }
 }
 
 template <class Fn>
-void with_binary_op(BinaryOp op, Fn&& fn) {
+void with_binary_op(kernel::BinaryOp op, Fn&& fn) {
   switch (op) {
-    case BinaryOp::Add: return fn.template operator()<BinaryOp::Add>();
-    case BinaryOp::Sub: return fn.template operator()<BinaryOp::Sub>();
-    case BinaryOp::Mul: return fn.template operator()<BinaryOp::Mul>();
-    case BinaryOp::Div: return fn.template operator()<BinaryOp::Div>();
-    case BinaryOp::Pow: return fn.template operator()<BinaryOp::Pow>();
-    case BinaryOp::Equal: return fn.template operator()<BinaryOp::Equal>();
-    case BinaryOp::ReluBackward: return fn.template operator()<BinaryOp::ReluBackward>();
-    case BinaryOp::SigmoidBackward: return fn.template operator()<BinaryOp::SigmoidBackward>();
-    case BinaryOp::TanhBackward: return fn.template operator()<BinaryOp::TanhBackward>();
-    case BinaryOp::GeluBackward: return fn.template operator()<BinaryOp::GeluBackward>();
-    case BinaryOp::SiluBackward: return fn.template operator()<BinaryOp::SiluBackward>();
-    case BinaryOp::AbsBackward: return fn.template operator()<BinaryOp::AbsBackward>();
+    case kernel::BinaryOp::Add: return fn.template operator()<kernel::BinaryOp::Add>();
+    case kernel::BinaryOp::Sub: return fn.template operator()<kernel::BinaryOp::Sub>();
+    case kernel::BinaryOp::Mul: return fn.template operator()<kernel::BinaryOp::Mul>();
+    case kernel::BinaryOp::Div: return fn.template operator()<kernel::BinaryOp::Div>();
+    case kernel::BinaryOp::Pow: return fn.template operator()<kernel::BinaryOp::Pow>();
+    case kernel::BinaryOp::Equal: return fn.template operator()<kernel::BinaryOp::Equal>();
+    case kernel::BinaryOp::AbsBackward: return fn.template operator()<kernel::BinaryOp::AbsBackward>();
   }
 }
 
 }  // namespace
 
-void unary(const Strided& out, const Strided& in, UnaryOp op) {
+void unary(const Strided& out, const Strided& in, kernel::UnaryOp op) {
   visit_float(out.dtype, [&]<class T>() {
     T* y = out.ptr<T>();
     const T* x = in.ptr<T>();
     if (same_dense_layout<1>(out, {&in})) {
-      with_unary_op(op, [&]<UnaryOp kOp>() {
+      with_unary_op(op, [&]<kernel::UnaryOp kOp>() {
         flat_loop(out.numel(), [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) y[i] = apply_unary(x[i], kOp);
         });
@@ -75,13 +65,13 @@ void unary(const Strided& out, const Strided& in, UnaryOp op) {
   });
 }
 
-void binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op) {
+void binary(const Strided& out, const Strided& a, const Strided& b, kernel::BinaryOp op) {
   visit_float(out.dtype, [&]<class T>() {
     T* y = out.ptr<T>();
     const T* pa = a.ptr<T>();
     const T* pb = b.ptr<T>();
     if (same_dense_layout<2>(out, {&a, &b})) {
-      with_binary_op(op, [&]<BinaryOp kOp>() {
+      with_binary_op(op, [&]<kernel::BinaryOp kOp>() {
         flat_loop(out.numel(), [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) y[i] = apply_binary(pa[i], pb[i], kOp);
         });
@@ -94,7 +84,7 @@ void binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op)
   });
 }
 
-void binary_scalar(const Strided& out, const Strided& a, double scalar, BinaryOp op,
+void binary_scalar(const Strided& out, const Strided& a, double scalar, kernel::BinaryOp op,
                    bool scalar_first) {
   visit_float(out.dtype, [&]<class T>() {
     T* y = out.ptr<T>();

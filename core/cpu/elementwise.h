@@ -3,36 +3,15 @@
 // arrive as stride-0 views). float32 and float64; all operands share one dtype.
 #pragma once
 
+#include "core/kernel/elementwise.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
 
-enum class UnaryOp {
-  Neg, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Gelu, Silu,
-  Abs,
-};
-
-enum class BinaryOp {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Equal,  // 1 where a == b, else 0 (in the operands' dtype)
-  // Activation derivatives: (dy, saved) -> dx. Relu, Sigmoid and Tanh take the
-  // forward output y; Gelu and Silu take the forward input x.
-  ReluBackward,
-  SigmoidBackward,
-  TanhBackward,
-  GeluBackward,
-  SiluBackward,
-  AbsBackward,  // (dy, x) -> dy * sign(x), 0 at x = 0 and NaN (PyTorch's sgn)
-};
-
-void unary(const Strided& out, const Strided& in, UnaryOp op);
-void binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op);
+void unary(const Strided& out, const Strided& in, kernel::UnaryOp op);
+void binary(const Strided& out, const Strided& a, const Strided& b, kernel::BinaryOp op);
 // out = a op scalar, or scalar op a when scalar_first (for 2 - x, 1 / x).
-void binary_scalar(const Strided& out, const Strided& a, double scalar, BinaryOp op,
+void binary_scalar(const Strided& out, const Strided& a, double scalar, kernel::BinaryOp op,
                    bool scalar_first = false);
 // out = a + alpha * b.
 void add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha);

@@ -67,9 +67,9 @@ void smoothed_nll_backward(const Row<T>& dlogits, const Row<T>& logits, int64_t 
 // Writes loss_at(class row, target) at every position, 0 where the target is
 // ignore_index, and totals the others.
 template <class T, class LossAt>
-LossTotal position_losses(const Strided& losses, const Strided& scores, const Strided& target,
+kernel::LossTotal position_losses(const Strided& losses, const Strided& scores, const Strided& target,
                           int64_t ignore_index, LossAt&& loss_at) {
-  LossTotal total;
+  kernel::LossTotal total;
   const Shape score_strides = position_strides(scores);
   const int64_t* classes = target.ptr<int64_t>();
   T* out = losses.ptr<T>();
@@ -90,8 +90,8 @@ LossTotal position_losses(const Strided& losses, const Strided& scores, const St
 
 }  // namespace
 
-LossTotal cross_entropy_forward(const Strided& losses, const Strided& logits, const Strided& target,
-                                const CrossEntropyParams& params) {
+kernel::LossTotal cross_entropy_forward(const Strided& losses, const Strided& logits, const Strided& target,
+                                const kernel::CrossEntropyParams& params) {
   return visit_float(logits.dtype, [&]<class T>() {
     return position_losses<T>(
         losses, logits, target, params.ignore_index,
@@ -100,7 +100,7 @@ LossTotal cross_entropy_forward(const Strided& losses, const Strided& logits, co
 }
 
 void cross_entropy_backward(const Strided& dlogits, const Strided& logits, const Strided& target,
-                            const Strided& dloss, double scale, const CrossEntropyParams& params) {
+                            const Strided& dloss, double scale, const kernel::CrossEntropyParams& params) {
   const Shape logit_strides = position_strides(logits), dlogit_strides = position_strides(dlogits);
   visit_float(logits.dtype, [&]<class T>() {
     const int64_t* classes = target.ptr<int64_t>();
@@ -120,7 +120,7 @@ void cross_entropy_backward(const Strided& dlogits, const Strided& logits, const
   });
 }
 
-LossTotal nll_loss_forward(const Strided& losses, const Strided& log_probs, const Strided& target,
+kernel::LossTotal nll_loss_forward(const Strided& losses, const Strided& log_probs, const Strided& target,
                            int64_t ignore_index) {
   return visit_float(log_probs.dtype, [&]<class T>() {
     return position_losses<T>(losses, log_probs, target, ignore_index,

@@ -10,33 +10,23 @@
 
 #include <cstdint>
 
+#include "core/kernel/loss.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
 
-struct CrossEntropyParams {
-  int64_t ignore_index = -100;
-  double label_smoothing = 0.0;  // eps in [0, 1]
-};
-
-// What a sum or mean reduction needs, accumulated in double by the forward pass.
-struct LossTotal {
-  double sum = 0.0;   // of the per-position losses
-  int64_t count = 0;  // positions whose target is not ignore_index
-};
-
 // losses (N, d1...): (1 - eps) * -log p[target] + eps * mean_c(-log p[c]), where
 // p = softmax(logits) over C; 0 at ignored positions.
-LossTotal cross_entropy_forward(const Strided& losses, const Strided& logits, const Strided& target,
-                                const CrossEntropyParams& params);
+kernel::LossTotal cross_entropy_forward(const Strided& losses, const Strided& logits, const Strided& target,
+                                const kernel::CrossEntropyParams& params);
 // dlogits (N, C, d1...) = (softmax(logits) - smoothed one-hot) * dloss * scale,
 // with smoothed one-hot = (1 - eps) * onehot(target) + eps / C; 0 at ignored
 // positions. dloss has the target's sizes (a stride-0 view for a reduced loss).
 void cross_entropy_backward(const Strided& dlogits, const Strided& logits, const Strided& target,
-                            const Strided& dloss, double scale, const CrossEntropyParams& params);
+                            const Strided& dloss, double scale, const kernel::CrossEntropyParams& params);
 
 // losses (N, d1...) = -log_probs[n, target, d1...]; 0 at ignored positions.
-LossTotal nll_loss_forward(const Strided& losses, const Strided& log_probs, const Strided& target,
+kernel::LossTotal nll_loss_forward(const Strided& losses, const Strided& log_probs, const Strided& target,
                            int64_t ignore_index);
 // dlog_probs (N, C, d1...) = -dloss * scale at each target class, 0 elsewhere.
 void nll_loss_backward(const Strided& dlog_probs, const Strided& target, const Strided& dloss,

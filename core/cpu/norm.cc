@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "core/cpu/accumulate.h"
-#include "core/cpu/elementwise_math.h"
 #include "core/cpu/loop.h"
+#include "core/kernel/activation.h"
 #include "core/parallel.h"
 
 namespace loom::cpu {
@@ -44,7 +44,7 @@ double channel_sum(const Strided& xc, Fn&& f) {
 }
 
 template <class T>
-void blend(const RunningStats& running, int64_t c, double mean, double unbiased_var) {
+void blend(const kernel::RunningStats& running, int64_t c, double mean, double unbiased_var) {
   T& running_mean = element<T>(running.mean, c);
   T& running_var = element<T>(running.var, c);
   running_mean = static_cast<T>((1 - running.momentum) * running_mean + running.momentum * mean);
@@ -142,7 +142,7 @@ void write_dx(const Strided& dxc, const Strided& dyc, const Strided& xc, const S
 }  // namespace
 
 void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
-                            double eps, const std::optional<RunningStats>& running) {
+                            double eps, const std::optional<kernel::RunningStats>& running) {
   visit_float(x.dtype, [&]<class T>() {
     parallel_for(0, x.sizes[1], 1, [&](int64_t c_begin, int64_t c_end) {
       for (int64_t c = c_begin; c < c_end; ++c) {
@@ -195,7 +195,7 @@ void normalize(const Strided& y, const Strided& x, const Strided& mean, const St
                         for (int64_t i = 0; i < len; ++i) {
                           T v = xi[i] * scale + shift;
                           if constexpr (kResidual) v += zi[i];
-                          if constexpr (kRelu) v = math::apply_unary(v, UnaryOp::Relu);
+                          if constexpr (kRelu) v = kernel::act::Relu::forward(v, T(0), T(0));
                           yo[i] = v;
                         }
                       });

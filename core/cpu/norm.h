@@ -11,23 +11,15 @@
 
 #include <optional>
 
+#include "core/kernel/norm.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
 
-// Running statistics (C) that a training forward blends in place, as PyTorch:
-//   running = (1 - momentum) * running + momentum * batch statistic,
-// with the unbiased batch variance (biased * M / (M - 1)).
-struct RunningStats {
-  Strided mean;
-  Strided var;
-  double momentum = 0.1;
-};
-
 // Training: save_mean (C) = batch mean, save_invstd (C) = 1 / sqrt(biased var + eps).
 // Needs M >= 2; blends `running` when given.
 void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
-                            double eps, const std::optional<RunningStats>& running);
+                            double eps, const std::optional<kernel::RunningStats>& running);
 
 // Eval: save_mean = running_mean, save_invstd = 1 / sqrt(running_var + eps).
 void batch_norm_running_stats(const Strided& save_mean, const Strided& save_invstd,

@@ -3,29 +3,22 @@
 // input's dim with `before[d]` elements added in front (removed when negative)
 // and the rest added at the end. Constant padding writes a value; reflect and
 // replicate read the input at the mirrored or the clamped index
-// (pad_math.h). Any dtype, any strides, at most kPadMaxDims dims.
+// (core/kernel/pad.h). Any dtype, any strides, at most kPadMaxDims dims.
 #pragma once
 
 #include <cstdint>
 
+#include "core/kernel/pad.h"
 #include "core/shape.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
 
-enum class PadMode : uint8_t { Constant, Reflect, Replicate };
-
-struct PadSpec {
-  PadMode mode = PadMode::Constant;
-  Shape before;        // per dim of the tensors (0 for a dim not padded)
-  double value = 0.0;  // Constant only, converted to the tensors' dtype
-};
-
 // out = in padded by spec (out's sizes say how much is added after).
-void pad(const Strided& out, const Strided& in, const PadSpec& spec);
+void pad(const Strided& out, const Strided& in, const kernel::PadSpec& spec);
 // The gradient of a reflect or replicate pad: dx[i] sums dy over every output
 // element that read input element i, in a fixed order (deterministic).
 // Floating dtypes; dx and dy have the input's and the output's sizes.
-void pad_backward(const Strided& dx, const Strided& dy, const PadSpec& spec);
+void pad_backward(const Strided& dx, const Strided& dy, const kernel::PadSpec& spec);
 
 }  // namespace loom::cpu

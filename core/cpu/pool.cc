@@ -59,7 +59,7 @@ struct Window {
   }
 };
 
-Window window_at(const Pool2dParams& p, int64_t row, int64_t col, int64_t H, int64_t W) {
+Window window_at(const kernel::Pool2dParams& p, int64_t row, int64_t col, int64_t H, int64_t W) {
   int64_t h0 = row * p.stride_h - p.pad_h, w0 = col * p.stride_w - p.pad_w;
   int64_t h1 = std::min(h0 + p.kernel_h, H + p.pad_h);
   int64_t w1 = std::min(w0 + p.kernel_w, W + p.pad_w);
@@ -70,7 +70,7 @@ Window window_at(const Pool2dParams& p, int64_t row, int64_t col, int64_t H, int
 
 // Calls fn(p, q, window) for every output position of a (P, Q) plane over (H, W).
 template <class Fn>
-void for_each_window(const Pool2dParams& params, int64_t P, int64_t Q, int64_t H, int64_t W,
+void for_each_window(const kernel::Pool2dParams& params, int64_t P, int64_t Q, int64_t H, int64_t W,
                      Fn&& fn) {
   for (int64_t p = 0; p < P; ++p) {
     for (int64_t q = 0; q < Q; ++q) fn(p, q, window_at(params, p, q, H, W));
@@ -122,7 +122,7 @@ void consider(T value, int64_t index, T& best, int64_t& best_index) {
 
 // The common 2x2, stride 2, unpadded pooling with every window inside the
 // plane: no window bounds to compute or clip.
-bool is_plain_2x2(const Pool2dParams& p, int64_t P, int64_t Q, int64_t H, int64_t W) {
+bool is_plain_2x2(const kernel::Pool2dParams& p, int64_t P, int64_t Q, int64_t H, int64_t W) {
   return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
          p.pad_h == 0 && p.pad_w == 0 && 2 * P <= H && 2 * Q <= W;
 }
@@ -262,7 +262,7 @@ void max_pool_2x2_plane(const Plane<const T>& in, const Plane<T>& out,
 }  // namespace
 
 void max_pool2d_forward(const Strided& y, const Strided& indices, const Strided& x,
-                        const Pool2dParams& params) {
+                        const kernel::Pool2dParams& params) {
   visit_float(x.dtype, [&]<class T>() {
     const int64_t H = x.sizes[2], W = x.sizes[3];
     for_each_plane(y, [&](int64_t n, int64_t c) {
@@ -305,8 +305,7 @@ void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& in
   });
 }
 
-void avg_pool2d_forward(const Strided& y, const Strided& x, const Pool2dParams& params,
-                        bool count_include_pad) {
+void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params) {
   visit_float(x.dtype, [&]<class T>() {
     const int64_t H = x.sizes[2], W = x.sizes[3];
     for_each_plane(y, [&](int64_t n, int64_t c) {
@@ -314,15 +313,14 @@ void avg_pool2d_forward(const Strided& y, const Strided& x, const Pool2dParams& 
       Plane<T> out = plane<T>(y, n, c);
       for_each_window(params, y.sizes[2], y.sizes[3], H, W,
                       [&](int64_t p, int64_t q, const Window& win) {
-                        double divisor = static_cast<double>(win.divisor(count_include_pad));
+                        double divisor = static_cast<double>(win.divisor(params.count_include_pad));
                         out(p, q) = static_cast<T>(window_sum(in, win) / divisor);
                       });
     });
   });
 }
 
-void avg_pool2d_backward(const Strided& dx, const Strided& dy, const Pool2dParams& params,
-                         bool count_include_pad) {
+void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params) {
   visit_float(dx.dtype, [&]<class T>() {
     const int64_t H = dx.sizes[2], W = dx.sizes[3];
     for_each_plane(dx, [&](int64_t n, int64_t c) {
@@ -331,7 +329,7 @@ void avg_pool2d_backward(const Strided& dx, const Strided& dy, const Pool2dParam
       zero_plane(grad_in, H, W);
       for_each_window(params, dy.sizes[2], dy.sizes[3], H, W,
                       [&](int64_t p, int64_t q, const Window& win) {
-                        T divisor = static_cast<T>(win.divisor(count_include_pad));
+                        T divisor = static_cast<T>(win.divisor(params.count_include_pad));
                         add_to_window(grad_in, win, grad_out(p, q) / divisor);
                       });
     });

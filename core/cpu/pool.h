@@ -10,31 +10,23 @@
 
 #include <cstdint>
 
+#include "core/kernel/pool.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
-
-// Window of output (p, q): rows p*stride_h - pad_h ... + kernel_h, likewise columns.
-struct Pool2dParams {
-  int64_t kernel_h = 1, kernel_w = 1;
-  int64_t stride_h = 1, stride_w = 1;
-  int64_t pad_h = 0, pad_w = 0;
-};
 
 // x (N, C, H, W) -> y (N, C, P, Q) and indices (N, C, P, Q, int64): the window's
 // max and its flat position h * W + w in the input plane, as PyTorch. The first
 // occurrence wins among ties; a NaN wins over numbers.
 void max_pool2d_forward(const Strided& y, const Strided& indices, const Strided& x,
-                        const Pool2dParams& params);
+                        const kernel::Pool2dParams& params);
 // dx (N, C, H, W) is overwritten: zero, then dy added at each saved index.
 void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& indices);
 
-// y = window sum / divisor. count_include_pad: the divisor is the window clipped to
+// y = window sum / divisor. params.count_include_pad: the divisor is the window clipped to
 // the padded extent (H + 2 pad_h rows); otherwise only the elements inside the input.
-void avg_pool2d_forward(const Strided& y, const Strided& x, const Pool2dParams& params,
-                        bool count_include_pad);
+void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params);
 // dx (N, C, H, W) is overwritten: each dy / divisor spread over its window.
-void avg_pool2d_backward(const Strided& dx, const Strided& dy, const Pool2dParams& params,
-                         bool count_include_pad);
+void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params);
 
 }  // namespace loom::cpu

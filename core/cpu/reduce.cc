@@ -32,12 +32,12 @@ std::vector<int64_t> output_offsets(const Strided& out) {
 
 }  // namespace
 
-void reduce(const Strided& out, const Strided& in, ReduceOp op) {
+void reduce(const Strided& out, const Strided& in, kernel::ReduceOp op) {
   // A dense scratch of doubles indexed like `out`, filled in one pass over `in`.
   Strided dense{nullptr, DType::Float64, out.sizes, contiguous_strides(out.sizes)};
   Shape to_dense = output_strides_over_input(dense, in);
-  double init = op == ReduceOp::Max   ? -std::numeric_limits<double>::infinity()
-                : op == ReduceOp::Min ? std::numeric_limits<double>::infinity()
+  double init = op == kernel::ReduceOp::Max   ? -std::numeric_limits<double>::infinity()
+                : op == kernel::ReduceOp::Min ? std::numeric_limits<double>::infinity()
                                       : 0.0;
   std::vector<double> acc(out.numel(), init);
   visit_float(in.dtype, [&]<class T>() {
@@ -46,17 +46,17 @@ void reduce(const Strided& out, const Strided& in, ReduceOp op) {
       double v = x[o[0]];
       double& a = acc[o[1]];
       switch (op) {
-        case ReduceOp::Sum:
-        case ReduceOp::Mean: a += v; break;
-        case ReduceOp::Max: a = (std::isnan(v) || v > a) ? v : a; break;
-        case ReduceOp::Min: a = (std::isnan(v) || v < a) ? v : a; break;
+        case kernel::ReduceOp::Sum:
+        case kernel::ReduceOp::Mean: a += v; break;
+        case kernel::ReduceOp::Max: a = (std::isnan(v) || v > a) ? v : a; break;
+        case kernel::ReduceOp::Min: a = (std::isnan(v) || v < a) ? v : a; break;
       }
     });
     double count = in.numel() == 0 ? 0.0 : static_cast<double>(in.numel()) / std::max<int64_t>(out.numel(), 1);
     std::vector<int64_t> offsets = output_offsets(out);
     T* y = out.ptr<T>();
     for (size_t i = 0; i < offsets.size(); ++i) {
-      double v = op == ReduceOp::Mean ? acc[i] / count : acc[i];
+      double v = op == kernel::ReduceOp::Mean ? acc[i] / count : acc[i];
       y[offsets[i]] = static_cast<T>(v);
     }
   });

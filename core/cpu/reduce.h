@@ -3,13 +3,12 @@
 // output has size 1 and the input does not. Accumulates in double.
 #pragma once
 
+#include "core/kernel/reduce.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
 
-enum class ReduceOp { Sum, Mean, Max, Min };
-
-void reduce(const Strided& out, const Strided& in, ReduceOp op);
+void reduce(const Strided& out, const Strided& in, kernel::ReduceOp op);
 
 // Max along `dim` with the index of its first occurrence (NaN counts as max).
 // values and indices (int64) have the input's sizes with sizes[dim] = 1.

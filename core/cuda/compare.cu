@@ -7,18 +7,18 @@
 
 #include <cstdint>
 
-#include "core/cpu/compare_math.h"
 #include "core/cuda/compare_kernels.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/visit.cuh"
+#include "core/kernel/compare.h"
 
 namespace loom::cuda {
 
 namespace {
 
-using cpu::CompareOp;
-using cpu::math::apply_compare;
+using kernel::CompareOp;
+using kernel::math::apply_compare;
 
 template <class S>
 __global__ void compare_kernel(bool* out, Geometry og, const S* a, Geometry ag, const S* b,
@@ -41,10 +41,10 @@ __global__ void compare_scalar_kernel(bool* out, Geometry og, const S* a, Geomet
 template <class S>
 __global__ void isclose_kernel(bool* out, Geometry og, const S* a, Geometry ag, const S* b,
                                Geometry bg, int64_t n, double rtol, double atol, bool equal_nan) {
-  using C = cpu::math::close_t<compute_t<S>>;
+  using C = kernel::math::close_t<compute_t<S>>;
   const C r = static_cast<C>(rtol), t = static_cast<C>(atol);
   for (int64_t i = first_index(); i < n; i += index_step()) {
-    out[offset_of(i, og)] = cpu::math::is_close(static_cast<C>(to_compute(a[offset_of(i, ag)])),
+    out[offset_of(i, og)] = kernel::math::is_close(static_cast<C>(to_compute(a[offset_of(i, ag)])),
                                                 static_cast<C>(to_compute(b[offset_of(i, bg)])),
                                                 r, t, equal_nan);
   }

@@ -3,12 +3,12 @@
 // on cuda::current_stream().
 #pragma once
 
-#include "core/cpu/compare.h"
+#include "core/kernel/compare.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-using cpu::CompareOp;
+using kernel::CompareOp;
 
 void compare(const Strided& out, const Strided& a, const Strided& b, CompareOp op);
 void compare_scalar(const Strided& out, const Strided& a, double scalar, CompareOp op);

@@ -5,15 +5,15 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cpu/compare.h"
+#include "core/kernel/compare.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
 cudaError_t launch_compare(const Strided& out, const Strided& a, const Strided& b,
-                           cpu::CompareOp op, cudaStream_t stream);
+                           kernel::CompareOp op, cudaStream_t stream);
 cudaError_t launch_compare_scalar(const Strided& out, const Strided& a, double scalar,
-                                  cpu::CompareOp op, cudaStream_t stream);
+                                  kernel::CompareOp op, cudaStream_t stream);
 cudaError_t launch_isclose(const Strided& out, const Strided& a, const Strided& b, double rtol,
                            double atol, bool equal_nan, cudaStream_t stream);
 cudaError_t launch_where(const Strided& out, const Strided& cond, const Strided& a,

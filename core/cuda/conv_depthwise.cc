@@ -13,7 +13,7 @@ namespace {
 
 // The operands' shapes agree with a depthwise convolution of x by w under p:
 // y (or dy) has the output size the geometry gives.
-bool output_fits(const Strided& x, const Strided& w, const Strided& y, const cpu::ConvParams& p) {
+bool output_fits(const Strided& x, const Strided& w, const Strided& y, const kernel::ConvParams& p) {
   const int64_t side = w.sizes[2];
   const int64_t P = (x.sizes[2] + 2 * p.pad_h - p.dilation_h * (side - 1) - 1) / p.stride_h + 1;
   const int64_t Q = (x.sizes[3] + 2 * p.pad_w - p.dilation_w * (side - 1) - 1) / p.stride_w + 1;
@@ -22,7 +22,7 @@ bool output_fits(const Strided& x, const Strided& w, const Strided& y, const cpu
 }
 
 void check_operands(const char* op, const Strided& x, const Strided& w, const Strided& y,
-                    const cpu::ConvParams& p) {
+                    const kernel::ConvParams& p) {
   LOOM_CHECK(conv_depthwise_supported(x, w, p) && output_fits(x, w, y, p), ValueError,
              "[{}] takes x (N, C, H, W), w (C, 1, K, K) with K 1, 3, 5 or 7, groups C and an "
              "output of the geometry's size, all of one floating dtype; got x {} {}, w {} {}, "
@@ -33,7 +33,7 @@ void check_operands(const char* op, const Strided& x, const Strided& w, const St
 
 }  // namespace
 
-bool conv_depthwise_supported(const Strided& x, const Strided& w, const cpu::ConvParams& p) {
+bool conv_depthwise_supported(const Strided& x, const Strided& w, const kernel::ConvParams& p) {
   if (x.sizes.size() != 4 || w.sizes.size() != 4 || !is_floating(x.dtype) || w.dtype != x.dtype) {
     return false;
   }
@@ -44,13 +44,13 @@ bool conv_depthwise_supported(const Strided& x, const Strided& w, const cpu::Con
 }
 
 void conv_depthwise_forward(const Strided& y, const Strided& x, const Strided& w,
-                            const cpu::ConvParams& p) {
+                            const kernel::ConvParams& p) {
   check_operands("conv_depthwise_forward", x, w, y, p);
   LOOM_CUDA_CHECK(launch_conv_depthwise_forward(y, x, w, p, current_stream()));
 }
 
 void conv_depthwise_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
-                          const cpu::ConvParams& p) {
+                          const kernel::ConvParams& p) {
   check_operands("conv_depthwise_dgrad", dx, w, dy, p);
   LOOM_CUDA_CHECK(launch_conv_depthwise_dgrad(dx, dy, w, p, current_stream()));
 }
@@ -64,7 +64,7 @@ DepthwiseScratch conv_depthwise_wgrad_scratch(const Strided& dy, const Strided& 
 }
 
 void conv_depthwise_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                          const cpu::ConvParams& p, const Strided& scratch) {
+                          const kernel::ConvParams& p, const Strided& scratch) {
   check_operands("conv_depthwise_wgrad", x, dw, dy, p);
   const DepthwiseScratch need = conv_depthwise_wgrad_scratch(dy, dw);
   LOOM_CHECK(scratch.dtype == need.dtype && scratch.numel() >= need.elements, ValueError,

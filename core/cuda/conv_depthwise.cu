@@ -32,7 +32,7 @@ struct DepthwiseArgs {
 };
 
 DepthwiseArgs depthwise_args(const Strided& in, const Strided& out, const Strided& filter,
-                             const cpu::ConvParams& p, const Strided& walked) {
+                             const kernel::ConvParams& p, const Strided& walked) {
   DepthwiseArgs a{};
   a.N = in.sizes[0], a.C = in.sizes[1], a.H = in.sizes[2], a.W = in.sizes[3];
   a.P = out.sizes[2], a.Q = out.sizes[3];
@@ -353,7 +353,7 @@ void visit_index_and_side(bool narrow, int64_t side, Fn&& fn) {
 }  // namespace
 
 cudaError_t launch_conv_depthwise_forward(const Strided& y, const Strided& x, const Strided& w,
-                                          const cpu::ConvParams& p, cudaStream_t stream) {
+                                          const kernel::ConvParams& p, cudaStream_t stream) {
   const int64_t total = y.numel();
   if (total == 0) return cudaSuccess;
   const DepthwiseArgs a = depthwise_args(x, y, w, p, y);
@@ -374,7 +374,7 @@ cudaError_t launch_conv_depthwise_forward(const Strided& y, const Strided& x, co
 }
 
 cudaError_t launch_conv_depthwise_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
-                                        const cpu::ConvParams& p, cudaStream_t stream) {
+                                        const kernel::ConvParams& p, cudaStream_t stream) {
   const int64_t total = dx.numel();
   if (total == 0) return cudaSuccess;
   const DepthwiseArgs a = depthwise_args(dx, dy, w, p, dx);
@@ -395,7 +395,7 @@ cudaError_t launch_conv_depthwise_dgrad(const Strided& dx, const Strided& dy, co
 }
 
 cudaError_t launch_conv_depthwise_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                                        const cpu::ConvParams& p, const Strided& scratch,
+                                        const kernel::ConvParams& p, const Strided& scratch,
                                         cudaStream_t stream) {
   const DepthwiseArgs a = depthwise_args(x, dy, dw, p, dy);
   const int64_t pixels = a.N * a.P * a.Q;

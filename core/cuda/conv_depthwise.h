@@ -20,8 +20,8 @@
 
 #include <cstdint>
 
-#include "core/cpu/conv.h"  // ConvParams
 #include "core/dtype.h"
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -29,14 +29,14 @@ namespace loom::cuda {
 // True when the kernels take these operands: x (N, C, H, W) and w (C, 1, R, S)
 // of one floating dtype, groups == C, a square filter of side 1, 3, 5 or 7,
 // any stride, padding and dilation.
-bool conv_depthwise_supported(const Strided& x, const Strided& w, const cpu::ConvParams& p);
+bool conv_depthwise_supported(const Strided& x, const Strided& w, const kernel::ConvParams& p);
 
 // y (N, C, P, Q) = depthwise conv(x (N, C, H, W), w (C, 1, R, S)).
 void conv_depthwise_forward(const Strided& y, const Strided& x, const Strided& w,
-                            const cpu::ConvParams& p);
+                            const kernel::ConvParams& p);
 // dx (N, C, H, W) = its data gradient from dy (N, C, P, Q).
 void conv_depthwise_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
-                          const cpu::ConvParams& p);
+                          const kernel::ConvParams& p);
 
 // The weight gradient's scratch: `elements` of `dtype` (float64 for float64
 // operands, float32 otherwise).
@@ -48,6 +48,6 @@ DepthwiseScratch conv_depthwise_wgrad_scratch(const Strided& dy, const Strided& 
 // dw (C, 1, R, S) = wgrad(dy (N, C, P, Q), x (N, C, H, W)); scratch as
 // conv_depthwise_wgrad_scratch says.
 void conv_depthwise_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                          const cpu::ConvParams& p, const Strided& scratch);
+                          const kernel::ConvParams& p, const Strided& scratch);
 
 }  // namespace loom::cuda

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/cpu/conv.h"
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -53,12 +53,12 @@ inline DepthwiseSplit depthwise_wgrad_packed_split(int64_t channels, int V, int6
 }
 
 cudaError_t launch_conv_depthwise_forward(const Strided& y, const Strided& x, const Strided& w,
-                                          const cpu::ConvParams& p, cudaStream_t stream);
+                                          const kernel::ConvParams& p, cudaStream_t stream);
 cudaError_t launch_conv_depthwise_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
-                                        const cpu::ConvParams& p, cudaStream_t stream);
+                                        const kernel::ConvParams& p, cudaStream_t stream);
 // scratch holds split.chunks * C * R * S partial sums (float32, float64 for float64).
 cudaError_t launch_conv_depthwise_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                                        const cpu::ConvParams& p, const Strided& scratch,
+                                        const kernel::ConvParams& p, const Strided& scratch,
                                         cudaStream_t stream);
 
 }  // namespace loom::cuda

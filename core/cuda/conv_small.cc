@@ -20,7 +20,7 @@ bool small_dtype(DType dtype) {
 }
 }  // namespace
 
-bool conv_small_supported(const Strided& x, const Strided& w, const cpu::ConvParams& p) {
+bool conv_small_supported(const Strided& x, const Strided& w, const kernel::ConvParams& p) {
   if (x.sizes.size() != 4 || w.sizes.size() != 4 || !small_dtype(x.dtype) || w.dtype != x.dtype) {
     return false;
   }
@@ -30,7 +30,7 @@ bool conv_small_supported(const Strided& x, const Strided& w, const cpu::ConvPar
          conv_small_fits(K, C, R, S, p.stride_w);
 }
 
-bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const cpu::ConvParams& p) {
+bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const kernel::ConvParams& p) {
   if (dy.sizes.size() != 4 || w.sizes.size() != 4 || !small_dtype(dy.dtype) || w.dtype != dy.dtype) {
     return false;
   }
@@ -47,7 +47,7 @@ bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w)
 }
 
 void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
-                        const cpu::ConvParams& p, const SmallConvEpilogue& epilogue) {
+                        const kernel::ConvParams& p, const SmallConvEpilogue& epilogue) {
   LOOM_CHECK(conv_small_epilogue_supported(epilogue, w), ValueError,
              "[conv_small_forward] the bias must be 1-D with the filter's {} output channels and "
              "its dtype {}; got sizes {} of {}",
@@ -61,7 +61,7 @@ int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw) {
   return conv_small_wgrad_partials(dy, dw);
 }
 
-void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p) {
+void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p) {
   LOOM_CHECK(conv_small_dgrad_supported(dy, w, p) && dx.dtype == dy.dtype, ValueError,
              "[conv_small_dgrad] takes stride 1, dilation 1, padding at most the filter's size - 1, "
              "C <= {} and K <= {} of one float32/bfloat16/float16 dtype; got dy {} {}, w {} {}, "
@@ -77,7 +77,7 @@ bool conv_small_wgrad_takes_bias(const Strided& w_or_dw) {
 }
 
 void conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                      const cpu::ConvParams& p, const Strided& scratch,
+                      const kernel::ConvParams& p, const Strided& scratch,
                       const std::optional<Strided>& db) {
   LOOM_CHECK(scratch.dtype == DType::Float32 && scratch.numel() >= conv_small_wgrad_partials(dy, dw),
              ValueError, "[conv_small_wgrad] needs {} float32 scratch elements, got {} of {}",

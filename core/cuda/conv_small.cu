@@ -28,11 +28,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/cpu/activation_math.h"
 #include "core/cuda/conv_small_kernels.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/view4.cuh"
+#include "core/kernel/activation.h"
 
 namespace loom::cuda {
 
@@ -64,7 +64,7 @@ struct ConvGeo {
   __host__ __device__ int crs() const { return C * R * S; }
 };
 
-ConvGeo conv_geo(const Strided& x, const Strided& w, const Strided& y, const cpu::ConvParams& p) {
+ConvGeo conv_geo(const Strided& x, const Strided& w, const Strided& y, const kernel::ConvParams& p) {
   return {static_cast<int>(x.sizes[0]), static_cast<int>(x.sizes[1]), static_cast<int>(x.sizes[2]),
           static_cast<int>(x.sizes[3]), static_cast<int>(w.sizes[0]), static_cast<int>(w.sizes[2]),
           static_cast<int>(w.sizes[3]), static_cast<int>(y.sizes[2]), static_cast<int>(y.sizes[3]),
@@ -208,7 +208,7 @@ struct Epilogue {
 
   __device__ float operator()(float v, int k) const {
     if (bias != nullptr) v += to_compute(bias[k * bias_stride]);
-    return relu ? cpu::act::Relu::forward(v, 0.0f, 0.0f) : v;
+    return relu ? kernel::act::Relu::forward(v, 0.0f, 0.0f) : v;
   }
 };
 
@@ -600,7 +600,7 @@ void launch_forward(View4<S> y, View4<const S> x, View4<const S> w, const ConvGe
 }  // namespace
 
 cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
-                                      const Strided* bias, bool relu, const cpu::ConvParams& p,
+                                      const Strided* bias, bool relu, const kernel::ConvParams& p,
                                       cudaStream_t stream) {
   if (y.numel() == 0) return cudaSuccess;
   visit_small(x.dtype, [&]<class S>() {
@@ -615,7 +615,7 @@ cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const 
 // filter transposed to (C, K, R, S) and flipped in R and S (a view with
 // negative strides, from w's last tap), padded by R - 1 - pad_h, S - 1 - pad_w.
 cudaError_t launch_conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
-                                    const cpu::ConvParams& p, cudaStream_t stream) {
+                                    const kernel::ConvParams& p, cudaStream_t stream) {
   if (dx.numel() == 0) return cudaSuccess;
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   const int R = i32(w.sizes[2]), S = i32(w.sizes[3]);
@@ -661,7 +661,7 @@ int64_t conv_small_wgrad_partials(const Strided& dy, const Strided& w_or_dw) {
 }
 
 cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided* db, const Strided& dy,
-                                    const Strided& x, const cpu::ConvParams& p, float* partials,
+                                    const Strided& x, const kernel::ConvParams& p, float* partials,
                                     cudaStream_t stream) {
   if (dw.numel() == 0) return cudaSuccess;
   const ConvGeo g = conv_geo(x, dw, dy, p);

@@ -23,7 +23,7 @@
 
 #include <optional>
 
-#include "core/cpu/conv.h"  // ConvParams
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -32,7 +32,7 @@ namespace loom::cuda {
 // dilation 1, one float32 / bfloat16 / float16 dtype, and a filter small enough
 // for one block (K * C * R * S <= 8192, and (K / KB) * ceil(C * R * S / 4) <= 256
 // for KB the largest of 8, 4, 2, 1 that divides K).
-bool conv_small_supported(const Strided& x, const Strided& w, const cpu::ConvParams& p);
+bool conv_small_supported(const Strided& x, const Strided& w, const kernel::ConvParams& p);
 
 // What conv_small_forward applies to each output: + bias (K, of the operands'
 // dtype, any stride) where given, then ReLU when relu.
@@ -46,14 +46,14 @@ bool conv_small_epilogue_supported(const SmallConvEpilogue& e, const Strided& w)
 
 // y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C, R, S)), then the epilogue.
 void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
-                        const cpu::ConvParams& p, const SmallConvEpilogue& epilogue = {});
+                        const kernel::ConvParams& p, const SmallConvEpilogue& epilogue = {});
 
 // True when conv_small_dgrad takes these operands: the forward's dtypes and
 // sizes for dx's C <= 8 channels, dy's K <= 64, stride 1, dilation 1, groups 1,
 // padding at most R - 1 and S - 1.
-bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const cpu::ConvParams& p);
+bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const kernel::ConvParams& p);
 // dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w (K, C, R, S)).
-void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p);
+void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p);
 
 // Float32 scratch elements conv_small_wgrad needs (with or without db).
 int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw);
@@ -64,7 +64,7 @@ bool conv_small_wgrad_takes_bias(const Strided& w_or_dw);
 // db (K, of dw's dtype, any stride) = the sum of dy over N, P, Q; scratch is
 // float32 with conv_small_wgrad_scratch elements.
 void conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
-                      const cpu::ConvParams& p, const Strided& scratch,
+                      const kernel::ConvParams& p, const Strided& scratch,
                       const std::optional<Strided>& db = std::nullopt);
 
 }  // namespace loom::cuda

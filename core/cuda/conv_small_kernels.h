@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cpu/conv.h"  // ConvParams
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -15,19 +15,19 @@ namespace loom::cuda {
 // y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C, R, S)) + bias (K) where
 // bias is not null, then ReLU when relu.
 cudaError_t launch_conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
-                                      const Strided* bias, bool relu, const cpu::ConvParams& p,
+                                      const Strided* bias, bool relu, const kernel::ConvParams& p,
                                       cudaStream_t stream);
 // dw (K, C, R, S) = sum over N, P, Q of dy (N, K, P, Q) times x's window
 // element, and db (K) = sum of dy over N, P, Q where db is not null (then
 // K <= conv_small_wgrad_threads); partials is float32 scratch of
 // conv_small_wgrad_partials elements.
 cudaError_t launch_conv_small_wgrad(const Strided& dw, const Strided* db, const Strided& dy,
-                                    const Strided& x, const cpu::ConvParams& p, float* partials,
+                                    const Strided& x, const kernel::ConvParams& p, float* partials,
                                     cudaStream_t stream);
 // dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w (K, C, R, S)) at stride 1,
 // dilation 1 and padding at most R - 1, S - 1, by the forward kernel.
 cudaError_t launch_conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
-                                    const cpu::ConvParams& p, cudaStream_t stream);
+                                    const kernel::ConvParams& p, cudaStream_t stream);
 // True when the forward kernel takes a filter (K, C, R, S) at column stride
 // stride_w: its channel groups in one block, the filter in shared memory, and
 // the filter beside the smallest tile's input window.

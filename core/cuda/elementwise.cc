@@ -13,14 +13,14 @@ void unary(const Strided& out, const Strided& in, UnaryOp op) {
   LOOM_CUDA_CHECK(launch_unary(out, in, op, current_stream()));
 }
 
-void activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
-                        const cpu::ActivationParameters& parameters) {
+void activation_forward(const Strided& y, const Strided& x, kernel::ActivationKind kind,
+                        const kernel::ActivationParameters& parameters) {
   check_kernel_rank(y, "activation_forward");
   LOOM_CUDA_CHECK(launch_activation_forward(y, x, kind, parameters, current_stream()));
 }
 
 void activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                         cpu::ActivationKind kind, const cpu::ActivationParameters& parameters) {
+                         kernel::ActivationKind kind, const kernel::ActivationParameters& parameters) {
   check_kernel_rank(dx, "activation_backward");
   LOOM_CUDA_CHECK(launch_activation_backward(dx, dy, saved, kind, parameters, current_stream()));
 }

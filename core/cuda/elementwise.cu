@@ -1,26 +1,26 @@
 // File: core/cuda/elementwise.cu
 // Elementwise kernels: one functor per kernel family applied by a grid-stride
 // map (one input) or zip (two inputs) over strided operands. The math is the
-// CPU's own (core/cpu/elementwise_math.h), in the operands' dtype, or in
+// CPU's own (core/kernel/elementwise.h), in the operands' dtype, or in
 // float32 for bfloat16 and float16 operands (element.cuh).
 #include <cmath>
 #include <cstdint>
 
-#include "core/cpu/activation_math.h"
-#include "core/cpu/elementwise_math.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/elementwise_kernels.h"
 #include "core/cuda/geometry.cuh"
+#include "core/kernel/activation.h"
+#include "core/kernel/elementwise.h"
 
 namespace loom::cuda {
 
 namespace {
 
-using cpu::BinaryOp;
-using cpu::UnaryOp;
+using kernel::BinaryOp;
+using kernel::UnaryOp;
 
-using cpu::math::apply_binary;
-using cpu::math::apply_unary;
+using kernel::math::apply_binary;
+using kernel::math::apply_unary;
 
 // ---- functors: what one element computes --------------------------------------
 
@@ -70,7 +70,7 @@ struct ClampBackward {
   __device__ T operator()(T dy, T x) const { return x >= lo && x <= hi ? dy : T(0); }
 };
 
-// One activation row (core/cpu/activation_math.h) and its two scalars.
+// One activation row (core/kernel/activation.h) and its two scalars.
 template <class T, class Row>
 struct ActivationForward {
   T p0, p1;
@@ -189,9 +189,9 @@ cudaError_t launch_unary(const Strided& out, const Strided& in, UnaryOp op, cuda
   return launch_map(out, in, stream, [&]<class T>() { return Unary<T>{op}; });
 }
 
-cudaError_t launch_activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
-                                      const cpu::ActivationParameters& parameters, cudaStream_t stream) {
-  return cpu::visit_activation(kind, [&]<class Row>() {
+cudaError_t launch_activation_forward(const Strided& y, const Strided& x, kernel::ActivationKind kind,
+                                      const kernel::ActivationParameters& parameters, cudaStream_t stream) {
+  return kernel::visit_activation(kind, [&]<class Row>() {
     return launch_map(y, x, stream, [&]<class T>() {
       return ActivationForward<T, Row>{static_cast<T>(parameters[0]), static_cast<T>(parameters[1])};
     });
@@ -199,9 +199,9 @@ cudaError_t launch_activation_forward(const Strided& y, const Strided& x, cpu::A
 }
 
 cudaError_t launch_activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                                       cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+                                       kernel::ActivationKind kind, const kernel::ActivationParameters& parameters,
                                        cudaStream_t stream) {
-  return cpu::visit_activation(kind, [&]<class Row>() {
+  return kernel::visit_activation(kind, [&]<class Row>() {
     return launch_zip(dx, dy, saved, stream, [&]<class T>() {
       return ActivationBackward<T, Row>{static_cast<T>(parameters[0]), static_cast<T>(parameters[1])};
     });

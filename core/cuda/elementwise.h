@@ -8,22 +8,22 @@
 // float32 and round once on store.
 #pragma once
 
-#include "core/cpu/activation.h"
-#include "core/cpu/elementwise.h"
+#include "core/kernel/activation.h"
+#include "core/kernel/elementwise.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-using cpu::BinaryOp;
-using cpu::UnaryOp;
+using kernel::BinaryOp;
+using kernel::UnaryOp;
 
 void unary(const Strided& out, const Strided& in, UnaryOp op);
 void binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op);
 // The activation rows (core/cpu/activation.h), same signatures.
-void activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
-                        const cpu::ActivationParameters& parameters);
+void activation_forward(const Strided& y, const Strided& x, kernel::ActivationKind kind,
+                        const kernel::ActivationParameters& parameters);
 void activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                         cpu::ActivationKind kind, const cpu::ActivationParameters& parameters);
+                         kernel::ActivationKind kind, const kernel::ActivationParameters& parameters);
 // out = a op scalar, or scalar op a when scalar_first (for 2 - x, 1 / x).
 void binary_scalar(const Strided& out, const Strided& a, double scalar, BinaryOp op,
                    bool scalar_first = false);

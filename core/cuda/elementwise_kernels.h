@@ -7,23 +7,23 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cpu/activation_math.h"
-#include "core/cpu/elementwise.h"
+#include "core/kernel/activation.h"
+#include "core/kernel/elementwise.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-cudaError_t launch_unary(const Strided& out, const Strided& in, cpu::UnaryOp op,
+cudaError_t launch_unary(const Strided& out, const Strided& in, kernel::UnaryOp op,
                          cudaStream_t stream);
-cudaError_t launch_activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
-                                      const cpu::ActivationParameters& parameters, cudaStream_t stream);
+cudaError_t launch_activation_forward(const Strided& y, const Strided& x, kernel::ActivationKind kind,
+                                      const kernel::ActivationParameters& parameters, cudaStream_t stream);
 cudaError_t launch_activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                                       cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+                                       kernel::ActivationKind kind, const kernel::ActivationParameters& parameters,
                                        cudaStream_t stream);
 cudaError_t launch_binary(const Strided& out, const Strided& a, const Strided& b,
-                          cpu::BinaryOp op, cudaStream_t stream);
+                          kernel::BinaryOp op, cudaStream_t stream);
 cudaError_t launch_binary_scalar(const Strided& out, const Strided& a, double scalar,
-                                 cpu::BinaryOp op, bool scalar_first, cudaStream_t stream);
+                                 kernel::BinaryOp op, bool scalar_first, cudaStream_t stream);
 cudaError_t launch_add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha,
                               cudaStream_t stream);
 cudaError_t launch_clamp(const Strided& out, const Strided& in, double lo, double hi,

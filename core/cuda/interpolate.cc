@@ -8,11 +8,11 @@
 
 namespace loom::cuda {
 
-void interpolate(const Strided& y, const Strided& x, const cpu::InterpolateSpec& spec) {
+void interpolate(const Strided& y, const Strided& x, const kernel::InterpolateSpec& spec) {
   LOOM_CUDA_CHECK(launch_interpolate(y, x, spec, current_stream()));
 }
 
-void interpolate_backward(const Strided& dx, const Strided& dy, const cpu::InterpolateSpec& spec) {
+void interpolate_backward(const Strided& dx, const Strided& dy, const kernel::InterpolateSpec& spec) {
   LOOM_CUDA_CHECK(launch_interpolate_backward(dx, dy, spec, current_stream()));
 }
 

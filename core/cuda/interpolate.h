@@ -4,12 +4,12 @@
 // cuda::current_stream(). bfloat16 and float16 compute in float32.
 #pragma once
 
-#include "core/cpu/interpolate.h"
+#include "core/kernel/interpolate.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-void interpolate(const Strided& y, const Strided& x, const cpu::InterpolateSpec& spec);
-void interpolate_backward(const Strided& dx, const Strided& dy, const cpu::InterpolateSpec& spec);
+void interpolate(const Strided& y, const Strided& x, const kernel::InterpolateSpec& spec);
+void interpolate_backward(const Strided& dx, const Strided& dy, const kernel::InterpolateSpec& spec);
 
 }  // namespace loom::cuda

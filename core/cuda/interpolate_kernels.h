@@ -6,14 +6,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cpu/interpolate.h"
+#include "core/kernel/interpolate.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-cudaError_t launch_interpolate(const Strided& y, const Strided& x, const cpu::InterpolateSpec& spec,
+cudaError_t launch_interpolate(const Strided& y, const Strided& x, const kernel::InterpolateSpec& spec,
                                cudaStream_t stream);
 cudaError_t launch_interpolate_backward(const Strided& dx, const Strided& dy,
-                                        const cpu::InterpolateSpec& spec, cudaStream_t stream);
+                                        const kernel::InterpolateSpec& spec, cudaStream_t stream);
 
 }  // namespace loom::cuda

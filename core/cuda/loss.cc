@@ -46,7 +46,7 @@ LossScratch* scratch() {
 
 }  // namespace
 
-cpu::LossTotal read_totals(const LossTotals* device_totals, const Strided& target, int64_t classes,
+kernel::LossTotal read_totals(const LossTotals* device_totals, const Strided& target, int64_t classes,
                            int64_t ignore_index, const char* op) {
   LossTotals totals{};
   copy_to_host(&totals, device_totals, sizeof totals);
@@ -58,7 +58,7 @@ cpu::LossTotal read_totals(const LossTotals* device_totals, const Strided& targe
 }
 
 void cross_entropy_forward(const Strided& losses, const Strided& logits, const Strided& target,
-                           const cpu::CrossEntropyParams& params, const LossOutputs& out) {
+                           const kernel::CrossEntropyParams& params, const LossOutputs& out) {
   check_kernel_rank(logits, "cross_entropy");
   LOOM_CUDA_CHECK(launch_cross_entropy_forward(losses, logits, target, params, out, scratch(),
                                                current_stream()));
@@ -66,7 +66,7 @@ void cross_entropy_forward(const Strided& losses, const Strided& logits, const S
 
 void cross_entropy_backward(const Strided& dlogits, const Strided& logits, const Strided& target,
                             const Strided& dloss, const LossScale& scale,
-                            const cpu::CrossEntropyParams& params) {
+                            const kernel::CrossEntropyParams& params) {
   check_kernel_rank(logits, "cross_entropy");
   LOOM_CUDA_CHECK(launch_cross_entropy_backward(dlogits, logits, target, dloss, scale, params,
                                                 current_stream()));

@@ -419,7 +419,7 @@ cudaError_t launch_backward(const LossOperands& ops, int64_t ignore_index, doubl
 
 cudaError_t launch_cross_entropy_forward(const Strided& losses, const Strided& logits,
                                          const Strided& target,
-                                         const cpu::CrossEntropyParams& params,
+                                         const kernel::CrossEntropyParams& params,
                                          const LossOutputs& out, LossScratch* scratch,
                                          cudaStream_t stream) {
   const int lanes = lanes_for(logits.sizes[1], logits.strides[1]);
@@ -431,7 +431,7 @@ cudaError_t launch_cross_entropy_forward(const Strided& losses, const Strided& l
 cudaError_t launch_cross_entropy_backward(const Strided& dlogits, const Strided& logits,
                                           const Strided& target, const Strided& dloss,
                                           const LossScale& scale,
-                                          const cpu::CrossEntropyParams& params,
+                                          const kernel::CrossEntropyParams& params,
                                           cudaStream_t stream) {
   return launch_backward<LossKind::CrossEntropy>({&target, &logits, &dlogits, &dloss},
                                                  params.ignore_index, params.label_smoothing, scale,

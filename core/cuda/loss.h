@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "core/cpu/loss.h"  // CrossEntropyParams, LossTotal
 #include "core/cuda/loss_args.h"
+#include "core/kernel/loss.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -23,12 +23,12 @@ namespace loom::cuda {
 // losses (N, d1...): (1 - eps) * -log p[target] + eps * mean_c(-log p[c]), with
 // p = softmax(logits) over C; 0 at ignored positions. Also fills `out`.
 void cross_entropy_forward(const Strided& losses, const Strided& logits, const Strided& target,
-                           const cpu::CrossEntropyParams& params, const LossOutputs& out);
+                           const kernel::CrossEntropyParams& params, const LossOutputs& out);
 // dlogits (N, C, d1...) = (softmax(logits) - smoothed one-hot) * dloss * scale;
 // 0 at ignored positions, NaN rows where a target is out of range.
 void cross_entropy_backward(const Strided& dlogits, const Strided& logits, const Strided& target,
                             const Strided& dloss, const LossScale& scale,
-                            const cpu::CrossEntropyParams& params);
+                            const kernel::CrossEntropyParams& params);
 
 // losses (N, d1...) = -log_probs[n, target, d1...]; 0 at ignored positions.
 void nll_loss_forward(const Strided& losses, const Strided& log_probs, const Strided& target,
@@ -40,7 +40,7 @@ void nll_loss_backward(const Strided& dlog_probs, const Strided& target, const S
 
 // Waits for the forward that wrote `totals` and returns them; an out-of-range
 // target it flagged becomes an IndexError naming the class index and position.
-cpu::LossTotal read_totals(const LossTotals* totals, const Strided& target, int64_t classes,
+kernel::LossTotal read_totals(const LossTotals* totals, const Strided& target, int64_t classes,
                            int64_t ignore_index, const char* op);
 
 }  // namespace loom::cuda

@@ -18,8 +18,8 @@
 
 #include <cstdint>
 
-#include "core/cpu/loss.h"  // CrossEntropyParams, shared with the CPU reference
 #include "core/cuda/loss_args.h"
+#include "core/kernel/loss.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -42,14 +42,14 @@ struct LossScratch {
 // losses (N, d1...), as cpu::cross_entropy_forward, and `out`.
 cudaError_t launch_cross_entropy_forward(const Strided& losses, const Strided& logits,
                                          const Strided& target,
-                                         const cpu::CrossEntropyParams& params,
+                                         const kernel::CrossEntropyParams& params,
                                          const LossOutputs& out, LossScratch* scratch,
                                          cudaStream_t stream);
 // dlogits (N, C, d1...), as cpu::cross_entropy_backward.
 cudaError_t launch_cross_entropy_backward(const Strided& dlogits, const Strided& logits,
                                           const Strided& target, const Strided& dloss,
                                           const LossScale& scale,
-                                          const cpu::CrossEntropyParams& params,
+                                          const kernel::CrossEntropyParams& params,
                                           cudaStream_t stream);
 
 // losses (N, d1...), as cpu::nll_loss_forward, and `out`.

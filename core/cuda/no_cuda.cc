@@ -55,42 +55,42 @@ void isclose(const Strided&, const Strided&, const Strided&, double, double, boo
 }
 void where(const Strided&, const Strided&, const Strided&, const Strided&) { no_cuda("where"); }
 
-bool conv_small_supported(const Strided&, const Strided&, const cpu::ConvParams&) {
+bool conv_small_supported(const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_small_supported");
 }
 bool conv_small_epilogue_supported(const SmallConvEpilogue&, const Strided&) {
   no_cuda("conv_small_epilogue_supported");
 }
-void conv_small_forward(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&,
+void conv_small_forward(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&,
                         const SmallConvEpilogue&) {
   no_cuda("conv_small_forward");
 }
-bool conv_small_dgrad_supported(const Strided&, const Strided&, const cpu::ConvParams&) {
+bool conv_small_dgrad_supported(const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_small_dgrad_supported");
 }
-void conv_small_dgrad(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&) {
+void conv_small_dgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_small_dgrad");
 }
 int64_t conv_small_wgrad_scratch(const Strided&, const Strided&) { no_cuda("conv_small_wgrad_scratch"); }
 bool conv_small_wgrad_takes_bias(const Strided&) { no_cuda("conv_small_wgrad_takes_bias"); }
-void conv_small_wgrad(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&,
+void conv_small_wgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&,
                       const Strided&, const std::optional<Strided>&) {
   no_cuda("conv_small_wgrad");
 }
 
-bool conv_depthwise_supported(const Strided&, const Strided&, const cpu::ConvParams&) {
+bool conv_depthwise_supported(const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_depthwise_supported");
 }
-void conv_depthwise_forward(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&) {
+void conv_depthwise_forward(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_depthwise_forward");
 }
-void conv_depthwise_dgrad(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&) {
+void conv_depthwise_dgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_depthwise_dgrad");
 }
 DepthwiseScratch conv_depthwise_wgrad_scratch(const Strided&, const Strided&) {
   no_cuda("conv_depthwise_wgrad_scratch");
 }
-void conv_depthwise_wgrad(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&,
+void conv_depthwise_wgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&,
                           const Strided&) {
   no_cuda("conv_depthwise_wgrad");
 }
@@ -101,12 +101,12 @@ void increment(int64_t*, int64_t) { no_cuda("increment"); }
 
 void unary(const Strided&, const Strided&, UnaryOp) { no_cuda("unary"); }
 void binary(const Strided&, const Strided&, const Strided&, BinaryOp) { no_cuda("binary"); }
-void activation_forward(const Strided&, const Strided&, cpu::ActivationKind,
-                        const cpu::ActivationParameters&) {
+void activation_forward(const Strided&, const Strided&, kernel::ActivationKind,
+                        const kernel::ActivationParameters&) {
   no_cuda("activation_forward");
 }
-void activation_backward(const Strided&, const Strided&, const Strided&, cpu::ActivationKind,
-                         const cpu::ActivationParameters&) {
+void activation_backward(const Strided&, const Strided&, const Strided&, kernel::ActivationKind,
+                         const kernel::ActivationParameters&) {
   no_cuda("activation_backward");
 }
 void binary_scalar(const Strided&, const Strided&, double, BinaryOp, bool) { no_cuda("binary_scalar"); }
@@ -119,17 +119,17 @@ void clamp_backward(const Strided&, const Strided&, const Strided&, double, doub
 void gather(const Strided&, const Strided&, int64_t, const Strided&) { no_cuda("gather"); }
 void scatter_add(const Strided&, int64_t, const Strided&, const Strided&) { no_cuda("scatter_add"); }
 
-void interpolate(const Strided&, const Strided&, const cpu::InterpolateSpec&) { no_cuda("interpolate"); }
-void interpolate_backward(const Strided&, const Strided&, const cpu::InterpolateSpec&) {
+void interpolate(const Strided&, const Strided&, const kernel::InterpolateSpec&) { no_cuda("interpolate"); }
+void interpolate_backward(const Strided&, const Strided&, const kernel::InterpolateSpec&) {
   no_cuda("interpolate_backward");
 }
 
 void cross_entropy_forward(const Strided&, const Strided&, const Strided&,
-                           const cpu::CrossEntropyParams&, const LossOutputs&) {
+                           const kernel::CrossEntropyParams&, const LossOutputs&) {
   no_cuda("cross_entropy_forward");
 }
 void cross_entropy_backward(const Strided&, const Strided&, const Strided&, const Strided&,
-                            const LossScale&, const cpu::CrossEntropyParams&) {
+                            const LossScale&, const kernel::CrossEntropyParams&) {
   no_cuda("cross_entropy_backward");
 }
 void nll_loss_forward(const Strided&, const Strided&, const Strided&, int64_t, const LossOutputs&) {
@@ -152,27 +152,27 @@ void batch_norm_backward(const std::optional<Strided>&, const std::optional<Stri
   no_cuda("batch_norm_backward");
 }
 
-void pad(const Strided&, const Strided&, const cpu::PadSpec&) { no_cuda("pad"); }
-void pad_backward(const Strided&, const Strided&, const cpu::PadSpec&) { no_cuda("pad_backward"); }
+void pad(const Strided&, const Strided&, const kernel::PadSpec&) { no_cuda("pad"); }
+void pad_backward(const Strided&, const Strided&, const kernel::PadSpec&) { no_cuda("pad_backward"); }
 
-void max_pool2d_forward(const Strided&, const Strided&, const Strided&, const cpu::Pool2dParams&) {
+void max_pool2d_forward(const Strided&, const Strided&, const Strided&, const kernel::Pool2dParams&) {
   no_cuda("max_pool2d_forward");
 }
-void max_pool2d_backward(const Strided&, const Strided&, const Strided&, const cpu::Pool2dParams&) {
+void max_pool2d_backward(const Strided&, const Strided&, const Strided&, const kernel::Pool2dParams&) {
   no_cuda("max_pool2d_backward");
 }
-void avg_pool2d_forward(const Strided&, const Strided&, const cpu::Pool2dParams&, bool) {
+void avg_pool2d_forward(const Strided&, const Strided&, const kernel::Pool2dParams&) {
   no_cuda("avg_pool2d_forward");
 }
-void avg_pool2d_backward(const Strided&, const Strided&, const cpu::Pool2dParams&, bool) {
+void avg_pool2d_backward(const Strided&, const Strided&, const kernel::Pool2dParams&) {
   no_cuda("avg_pool2d_backward");
 }
 
-bool max_pool2d_window_supported(const cpu::Pool2dParams&) { no_cuda("max_pool2d_window_supported"); }
-void max_pool2d_window_forward(const Strided&, const Strided&, const Strided&, const cpu::Pool2dParams&) {
+bool max_pool2d_window_supported(const kernel::Pool2dParams&) { no_cuda("max_pool2d_window_supported"); }
+void max_pool2d_window_forward(const Strided&, const Strided&, const Strided&, const kernel::Pool2dParams&) {
   no_cuda("max_pool2d_window_forward");
 }
-void max_pool2d_window_backward(const Strided&, const Strided&, const Strided&, const cpu::Pool2dParams&) {
+void max_pool2d_window_backward(const Strided&, const Strided&, const Strided&, const kernel::Pool2dParams&) {
   no_cuda("max_pool2d_window_backward");
 }
 

@@ -31,7 +31,7 @@ void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
 }
 
 void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
-                            double eps, const std::optional<cpu::RunningStats>& running) {
+                            double eps, const std::optional<kernel::RunningStats>& running) {
   check_kernel_rank(x, "batch_norm");
   LOOM_CUDA_CHECK(launch_batch_norm_batch_stats(
       save_mean, save_invstd, x, eps, running ? &running->mean : nullptr,

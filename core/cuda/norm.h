@@ -14,7 +14,7 @@
 
 #include <optional>
 
-#include "core/cpu/norm.h"  // RunningStats
+#include "core/kernel/norm.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -31,7 +31,7 @@ void batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,
 // Training: save_mean (C) = batch mean, save_invstd (C) = 1 / sqrt(biased var +
 // eps), two passes in double; blends `running` (unbiased var) when given.
 void batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd, const Strided& x,
-                            double eps, const std::optional<cpu::RunningStats>& running);
+                            double eps, const std::optional<kernel::RunningStats>& running);
 
 // Writes the gradients that are given: dweight = sum dy * xhat, dbias = sum dy,
 // with xhat = (x - mean) * invstd; dx = weight * invstd * dy in eval, and

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "core/cpu/optim_scalars.h"
 #include "core/dtype.h"
+#include "core/kernel/optim_scalars.h"
 
 namespace loom::cuda {
 

@@ -8,12 +8,12 @@
 
 namespace loom::cuda {
 
-void pad(const Strided& out, const Strided& in, const cpu::PadSpec& spec) {
+void pad(const Strided& out, const Strided& in, const kernel::PadSpec& spec) {
   check_kernel_rank(out, "pad");
   LOOM_CUDA_CHECK(launch_pad(out, in, spec, current_stream()));
 }
 
-void pad_backward(const Strided& dx, const Strided& dy, const cpu::PadSpec& spec) {
+void pad_backward(const Strided& dx, const Strided& dy, const kernel::PadSpec& spec) {
   check_kernel_rank(dy, "pad_backward");
   LOOM_CUDA_CHECK(launch_pad_backward(dx, dy, spec, current_stream()));
 }

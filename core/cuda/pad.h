@@ -4,12 +4,12 @@
 // cuda::current_stream(). bfloat16 and float16 gradients accumulate in float32.
 #pragma once
 
-#include "core/cpu/pad.h"
+#include "core/kernel/pad.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-void pad(const Strided& out, const Strided& in, const cpu::PadSpec& spec);
-void pad_backward(const Strided& dx, const Strided& dy, const cpu::PadSpec& spec);
+void pad(const Strided& out, const Strided& in, const kernel::PadSpec& spec);
+void pad_backward(const Strided& dx, const Strided& dy, const kernel::PadSpec& spec);
 
 }  // namespace loom::cuda

@@ -5,14 +5,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cpu/pad.h"
+#include "core/kernel/pad.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-cudaError_t launch_pad(const Strided& out, const Strided& in, const cpu::PadSpec& spec,
+cudaError_t launch_pad(const Strided& out, const Strided& in, const kernel::PadSpec& spec,
                        cudaStream_t stream);
-cudaError_t launch_pad_backward(const Strided& dx, const Strided& dy, const cpu::PadSpec& spec,
+cudaError_t launch_pad_backward(const Strided& dx, const Strided& dy, const kernel::PadSpec& spec,
                                 cudaStream_t stream);
 
 }  // namespace loom::cuda

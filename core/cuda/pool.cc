@@ -9,12 +9,12 @@
 namespace loom::cuda {
 
 void max_pool2d_forward(const Strided& y, const Strided& indices, const Strided& x,
-                        const cpu::Pool2dParams& params) {
+                        const kernel::Pool2dParams& params) {
   LOOM_CUDA_CHECK(launch_max_pool2d_forward(y, indices, x, params, current_stream()));
 }
 
 void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& indices,
-                         const cpu::Pool2dParams& params) {
+                         const kernel::Pool2dParams& params) {
   LOOM_CUDA_CHECK(launch_max_pool2d_backward(dx, dy, indices, params, current_stream()));
 }
 
@@ -22,14 +22,12 @@ void max_pool2d_backward(const Strided& dx, const Strided& dy, const Strided& in
   LOOM_CUDA_CHECK(launch_max_pool2d_backward_scatter(dx, dy, indices, current_stream()));
 }
 
-void avg_pool2d_forward(const Strided& y, const Strided& x, const cpu::Pool2dParams& params,
-                        bool count_include_pad) {
-  LOOM_CUDA_CHECK(launch_avg_pool2d_forward(y, x, params, count_include_pad, current_stream()));
+void avg_pool2d_forward(const Strided& y, const Strided& x, const kernel::Pool2dParams& params) {
+  LOOM_CUDA_CHECK(launch_avg_pool2d_forward(y, x, params, current_stream()));
 }
 
-void avg_pool2d_backward(const Strided& dx, const Strided& dy, const cpu::Pool2dParams& params,
-                         bool count_include_pad) {
-  LOOM_CUDA_CHECK(launch_avg_pool2d_backward(dx, dy, params, count_include_pad, current_stream()));
+void avg_pool2d_backward(const Strided& dx, const Strided& dy, const kernel::Pool2dParams& params) {
+  LOOM_CUDA_CHECK(launch_avg_pool2d_backward(dx, dy, params, current_stream()));
 }
 
 }  // namespace loom::cuda

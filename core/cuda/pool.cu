@@ -58,11 +58,11 @@ IndexSpace index_space(const Strided& t) {
 
 // The window geometry and both planes.
 struct PoolShape {
-  cpu::Pool2dParams params;
+  kernel::Pool2dParams params;
   int64_t H, W, P, Q;
 };
 
-PoolShape pool_shape(const cpu::Pool2dParams& params, const Strided& in, const Strided& out) {
+PoolShape pool_shape(const kernel::Pool2dParams& params, const Strided& in, const Strided& out) {
   return {params, in.sizes[2], in.sizes[3], out.sizes[2], out.sizes[3]};
 }
 
@@ -79,7 +79,7 @@ struct Window {
 };
 
 __device__ Window window_at(const PoolShape& s, int64_t p, int64_t q) {
-  const cpu::Pool2dParams& k = s.params;
+  const kernel::Pool2dParams& k = s.params;
   const int64_t h0 = p * k.stride_h - k.pad_h, w0 = q * k.stride_w - k.pad_w;
   const int64_t h1 = std::min(h0 + k.kernel_h, s.H + k.pad_h);
   const int64_t w1 = std::min(w0 + k.kernel_w, s.W + k.pad_w);
@@ -132,7 +132,7 @@ __global__ void max_pool_backward_kernel(View4<S> dx, View4<const S> dy,
                                          View4<const int64_t> indices, IndexSpace inputs,
                                          PoolShape s) {
   using T = compute_t<S>;
-  const cpu::Pool2dParams& k = s.params;
+  const kernel::Pool2dParams& k = s.params;
   for (int64_t i = first_index(); i < inputs.count; i += index_step()) {
     const Position e = inputs.at(i);
     const Span rows = covering(e.h, k.kernel_h, k.stride_h, k.pad_h, s.P);
@@ -188,7 +188,7 @@ template <class S>
 __global__ void avg_pool_backward_kernel(View4<S> dx, View4<const S> dy, IndexSpace inputs,
                                          PoolShape s, bool count_include_pad) {
   using T = compute_t<S>;
-  const cpu::Pool2dParams& k = s.params;
+  const kernel::Pool2dParams& k = s.params;
   for (int64_t i = first_index(); i < inputs.count; i += index_step()) {
     const Position e = inputs.at(i);
     const Span rows = covering(e.h, k.kernel_h, k.stride_h, k.pad_h, s.P);
@@ -207,7 +207,7 @@ __global__ void avg_pool_backward_kernel(View4<S> dx, View4<const S> dy, IndexSp
 }  // namespace
 
 cudaError_t launch_max_pool2d_forward(const Strided& y, const Strided& indices, const Strided& x,
-                                      const cpu::Pool2dParams& params, cudaStream_t stream) {
+                                      const kernel::Pool2dParams& params, cudaStream_t stream) {
   const IndexSpace outputs = index_space(y);
   if (outputs.count == 0) return cudaSuccess;
   visit_floating(x.dtype, [&]<class S>() {
@@ -219,7 +219,7 @@ cudaError_t launch_max_pool2d_forward(const Strided& y, const Strided& indices, 
 }
 
 cudaError_t launch_max_pool2d_backward(const Strided& dx, const Strided& dy,
-                                       const Strided& indices, const cpu::Pool2dParams& params,
+                                       const Strided& indices, const kernel::Pool2dParams& params,
                                        cudaStream_t stream) {
   const IndexSpace inputs = index_space(dx);
   if (inputs.count == 0) return cudaSuccess;
@@ -246,25 +246,25 @@ cudaError_t launch_max_pool2d_backward_scatter(const Strided& dx, const Strided&
 }
 
 cudaError_t launch_avg_pool2d_forward(const Strided& y, const Strided& x,
-                                      const cpu::Pool2dParams& params, bool count_include_pad,
+                                      const kernel::Pool2dParams& params,
                                       cudaStream_t stream) {
   const IndexSpace outputs = index_space(y);
   if (outputs.count == 0) return cudaSuccess;
   visit_floating(x.dtype, [&]<class S>() {
     avg_pool_forward_kernel<<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-        view4<S>(y), view4<const S>(x), outputs, pool_shape(params, x, y), count_include_pad);
+        view4<S>(y), view4<const S>(x), outputs, pool_shape(params, x, y), params.count_include_pad);
   });
   return cudaGetLastError();
 }
 
 cudaError_t launch_avg_pool2d_backward(const Strided& dx, const Strided& dy,
-                                       const cpu::Pool2dParams& params, bool count_include_pad,
+                                       const kernel::Pool2dParams& params,
                                        cudaStream_t stream) {
   const IndexSpace inputs = index_space(dx);
   if (inputs.count == 0) return cudaSuccess;
   visit_floating(dx.dtype, [&]<class S>() {
     avg_pool_backward_kernel<<<blocks_for(inputs.count), kThreads, 0, stream>>>(
-        view4<S>(dx), view4<const S>(dy), inputs, pool_shape(params, dx, dy), count_include_pad);
+        view4<S>(dx), view4<const S>(dy), inputs, pool_shape(params, dx, dy), params.count_include_pad);
   });
   return cudaGetLastError();
 }

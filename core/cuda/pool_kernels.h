@@ -9,18 +9,18 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cpu/pool.h"  // Pool2dParams, shared with the CPU reference
+#include "core/kernel/pool.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
 // y, indices (N, C, P, Q) from x (N, C, H, W): one thread per output.
 cudaError_t launch_max_pool2d_forward(const Strided& y, const Strided& indices, const Strided& x,
-                                      const cpu::Pool2dParams& params, cudaStream_t stream);
+                                      const kernel::Pool2dParams& params, cudaStream_t stream);
 // dx (N, C, H, W) from dy, indices (N, C, P, Q), one thread per input element
 // summing, in the CPU's order, the dy whose index is that element.
 cudaError_t launch_max_pool2d_backward(const Strided& dx, const Strided& dy,
-                                       const Strided& indices, const cpu::Pool2dParams& params,
+                                       const Strided& indices, const kernel::Pool2dParams& params,
                                        cudaStream_t stream);
 // The same without the window geometry: zero dx, then atomicAdd each dy at its
 // index (in no fixed order where windows overlap).
@@ -28,11 +28,11 @@ cudaError_t launch_max_pool2d_backward_scatter(const Strided& dx, const Strided&
                                                const Strided& indices, cudaStream_t stream);
 
 cudaError_t launch_avg_pool2d_forward(const Strided& y, const Strided& x,
-                                      const cpu::Pool2dParams& params, bool count_include_pad,
+                                      const kernel::Pool2dParams& params,
                                       cudaStream_t stream);
 // One thread per input element, summing dy / divisor over the windows covering it.
 cudaError_t launch_avg_pool2d_backward(const Strided& dx, const Strided& dy,
-                                       const cpu::Pool2dParams& params, bool count_include_pad,
+                                       const kernel::Pool2dParams& params,
                                        cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -8,17 +8,17 @@
 
 namespace loom::cuda {
 
-bool max_pool2d_window_supported(const cpu::Pool2dParams& params) {
+bool max_pool2d_window_supported(const kernel::Pool2dParams& params) {
   return params.kernel_h * params.kernel_w <= 256;
 }
 
 void max_pool2d_window_forward(const Strided& y, const Strided& index, const Strided& x,
-                               const cpu::Pool2dParams& params) {
+                               const kernel::Pool2dParams& params) {
   LOOM_CUDA_CHECK(launch_max_pool2d_window_forward(y, index, x, params, current_stream()));
 }
 
 void max_pool2d_window_backward(const Strided& dx, const Strided& dy, const Strided& index,
-                                const cpu::Pool2dParams& params) {
+                                const kernel::Pool2dParams& params) {
   LOOM_CUDA_CHECK(launch_max_pool2d_window_backward(dx, dy, index, params, current_stream()));
 }
 

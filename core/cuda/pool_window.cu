@@ -245,7 +245,7 @@ void visit_width(int V, Fn&& fn) {
   }
 }
 
-Shape2 shape2(const cpu::Pool2dParams& k, const Strided& in, const Strided& out) {
+Shape2 shape2(const kernel::Pool2dParams& k, const Strided& in, const Strided& out) {
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   return {i32(k.kernel_h), i32(k.kernel_w), i32(k.stride_h), i32(k.stride_w), i32(k.pad_h),
           i32(k.pad_w),    i32(in.sizes[2]), i32(in.sizes[3]), i32(out.sizes[2]), i32(out.sizes[3])};
@@ -254,7 +254,7 @@ Shape2 shape2(const cpu::Pool2dParams& k, const Strided& in, const Strided& out)
 }  // namespace
 
 cudaError_t launch_max_pool2d_window_forward(const Strided& y, const Strided& index,
-                                             const Strided& x, const cpu::Pool2dParams& params,
+                                             const Strided& x, const kernel::Pool2dParams& params,
                                              cudaStream_t stream) {
   if (y.numel() == 0) return cudaSuccess;
   visit_floating(x.dtype, [&]<class S>() {
@@ -270,7 +270,7 @@ cudaError_t launch_max_pool2d_window_forward(const Strided& y, const Strided& in
 
 cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& dy,
                                               const Strided& index,
-                                              const cpu::Pool2dParams& params,
+                                              const kernel::Pool2dParams& params,
                                               cudaStream_t stream) {
   if (dx.numel() == 0) return cudaSuccess;
   visit_floating(dx.dtype, [&]<class S>() {

@@ -19,19 +19,19 @@
 // pool.h: the first max wins, a NaN wins over numbers.
 #pragma once
 
-#include "core/cpu/pool.h"  // Pool2dParams
+#include "core/kernel/pool.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
 // True when every window position fits the one-byte index (kernel_h * kernel_w <= 256).
-bool max_pool2d_window_supported(const cpu::Pool2dParams& params);
+bool max_pool2d_window_supported(const kernel::Pool2dParams& params);
 
 // y and index (N, C, P, Q; index uint8) from x (N, C, H, W).
 void max_pool2d_window_forward(const Strided& y, const Strided& index, const Strided& x,
-                               const cpu::Pool2dParams& params);
+                               const kernel::Pool2dParams& params);
 // dx (N, C, H, W) is overwritten from dy and the forward's index.
 void max_pool2d_window_backward(const Strided& dx, const Strided& dy, const Strided& index,
-                                const cpu::Pool2dParams& params);
+                                const kernel::Pool2dParams& params);
 
 }  // namespace loom::cuda

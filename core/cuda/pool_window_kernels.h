@@ -8,19 +8,19 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cpu/pool.h"  // Pool2dParams
+#include "core/kernel/pool.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
 // y (N, C, P, Q) and index (N, C, P, Q, uint8) from x (N, C, H, W).
 cudaError_t launch_max_pool2d_window_forward(const Strided& y, const Strided& index,
-                                             const Strided& x, const cpu::Pool2dParams& params,
+                                             const Strided& x, const kernel::Pool2dParams& params,
                                              cudaStream_t stream);
 // dx (N, C, H, W) overwritten from dy and index (N, C, P, Q).
 cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& dy,
                                               const Strided& index,
-                                              const cpu::Pool2dParams& params,
+                                              const kernel::Pool2dParams& params,
                                               cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -19,7 +19,7 @@ namespace loom::cuda {
 
 namespace {
 
-using cpu::ReduceOp;
+using kernel::ReduceOp;
 
 // Up to this many elements per output one thread folds them alone: a block
 // would leave most of its threads idle.

@@ -14,12 +14,12 @@
 
 #include <cstdint>
 
-#include "core/cpu/reduce.h"
+#include "core/kernel/reduce.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-using cpu::ReduceOp;
+using kernel::ReduceOp;
 
 // The output keeps every dim; a dim is reduced where out has size 1 and in does not.
 void reduce(const Strided& out, const Strided& in, ReduceOp op);

@@ -9,12 +9,12 @@
 
 #include <cstdint>
 
-#include "core/cpu/reduce.h"
+#include "core/kernel/reduce.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
 
-cudaError_t launch_reduce(const Strided& out, const Strided& in, cpu::ReduceOp op,
+cudaError_t launch_reduce(const Strided& out, const Strided& in, kernel::ReduceOp op,
                           cudaStream_t stream);
 // Needs in.sizes[dim] >= 1 (an empty dim has no max).
 cudaError_t launch_max_along(const Strided& values, const Strided& indices, const Strided& in,

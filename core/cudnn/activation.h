@@ -1,10 +1,10 @@
 // File: core/cudnn/activation.h
-// An activation row (core/cpu/activation_math.h) forward and backward as a
+// An activation row (core/kernel/activation.h) forward and backward as a
 // cuDNN pointwise graph (pointwise.h says how and when one runs). No cuDNN
 // types, so core/ops includes it in every build.
 #pragma once
 
-#include "core/cpu/activation_math.h"
+#include "core/kernel/activation.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -12,9 +12,9 @@ namespace loom::cudnn {
 // y = the row's activation of x; dx = its derivative applied to dy, from the
 // saved tensor the row's backward reads. False where the row has no cuDNN mode
 // or no engine runs these operands: the caller runs the Loom kernel (the same row).
-bool activation_forward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+bool activation_forward(kernel::ActivationKind kind, const kernel::ActivationParameters& parameters,
                         const Strided& y, const Strided& x);
-bool activation_backward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+bool activation_backward(kernel::ActivationKind kind, const kernel::ActivationParameters& parameters,
                          const Strided& dx, const Strided& dy, const Strided& saved);
 
 }  // namespace loom::cudnn

@@ -88,7 +88,7 @@ void warm_up(int device) noexcept {
                               .gate = &capture_gate(), .first_working = true};
     // x (1, 8, 8, 8) * w (8, 8, 3, 3) -> y (1, 8, 6, 6)
     (void)select_plan(conv2d_graph(ConvDirection::Forward, nhwc({1, 8, 8, 8}), nhwc({8, 8, 3, 3}),
-                                   nhwc({1, 8, 6, 6}), cpu::ConvParams{}),
+                                   nhwc({1, 8, 6, 6}), kernel::ConvParams{}),
                       handle(), quick);
     const Strided c = channels(8);
     (void)select_plan(batch_norm_forward_graph({.y = nhwc({2, 8, 4, 4}), .save_mean = c,

@@ -57,11 +57,11 @@ class AlignedCopy {
 bool under_aligned(const Strided& t) { return t.numel() > 0 && pointer_alignment(t.data) < kFullAlignment; }
 
 void run_aligned(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-                 const cpu::ConvParams& p);
+                 const kernel::ConvParams& p);
 
 // (x, w, y) are (dx, w, dy) for dgrad and (x, dw, dy) for wgrad.
 void run(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-         const cpu::ConvParams& p) {
+         const kernel::ConvParams& p) {
   if (!under_aligned(x) && !under_aligned(w) && !under_aligned(y)) {
     run_aligned(direction, x, w, y, p);
     return;
@@ -85,7 +85,7 @@ void run(ConvDirection direction, const Strided& x, const Strided& w, const Stri
 }
 
 void run_aligned(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-                 const cpu::ConvParams& p) {
+                 const kernel::ConvParams& p) {
   const Graph graph = conv2d_graph(direction, x, w, y, p);
   constexpr std::string_view kLegacy = "cuDNN's legacy convolution API";
   if (run_plan(graph, conv_pointers(x, w, y), kLegacy)) return;
@@ -100,7 +100,7 @@ void run_aligned(ConvDirection direction, const Strided& x, const Strided& w, co
 }  // namespace
 
 Graph conv2d_graph(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-                   const cpu::ConvParams& p) {
+                   const kernel::ConvParams& p) {
   Graph graph;
   graph.add_tensor(spec_of(x, kX));
   graph.add_tensor(spec_of(w, kW));
@@ -113,15 +113,15 @@ VariantPointers conv_pointers(const Strided& x, const Strided& w, const Strided&
   return {{kX, x.data}, {kW, w.data}, {kY, y.data}};
 }
 
-void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const cpu::ConvParams& p) {
+void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const kernel::ConvParams& p) {
   run(ConvDirection::Forward, x, w, y, p);
 }
 
-void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p) {
+void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p) {
   run(ConvDirection::BackwardData, dx, w, dy, p);
 }
 
-void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const cpu::ConvParams& p) {
+void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p) {
   run(ConvDirection::BackwardFilter, x, dw, dy, p);
 }
 

@@ -9,8 +9,8 @@
 
 #include <optional>
 
-#include "core/cpu/conv.h"  // ConvParams, shared with the CPU reference
 #include "core/cudnn/variant_pointers.h"
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -20,21 +20,21 @@ class Graph;
 enum class ConvDirection;
 
 // y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C/G, R, S)).
-void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const cpu::ConvParams& p);
+void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const kernel::ConvParams& p);
 // dx (N, C, H, W) from dy (N, K, P, Q) and w.
-void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p);
+void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p);
 // dw (K, C/G, R, S) from dy (N, K, P, Q) and x (N, C, H, W).
-void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const cpu::ConvParams& p);
+void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p);
 // y (N, K, P, Q) = relu(conv(x (N, C, H, W), w (K, C/G, R, S)) + b (K)); no add without b.
 // One fused graph (fused.cc, beside the other fused patterns); false where no
 // engine runs it.
 bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
-                              const std::optional<Strided>& b, const cpu::ConvParams& p);
+                              const std::optional<Strided>& b, const kernel::ConvParams& p);
 
 // The graph one of the calls above builds and its variant pack, for tests that
 // run every engine config: (x, w, y) are (dx, w, dy) for dgrad, (x, dw, dy) for wgrad.
 Graph conv2d_graph(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-                   const cpu::ConvParams& p);
+                   const kernel::ConvParams& p);
 VariantPointers conv_pointers(const Strided& x, const Strided& w, const Strided& y);
 
 }  // namespace loom::cudnn

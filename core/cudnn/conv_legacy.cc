@@ -64,7 +64,7 @@ FilterDesc filter_desc(const Strided& w) {
   return desc;
 }
 
-ConvDesc conv_desc(const cpu::ConvParams& p, DType dtype, int64_t groups) {
+ConvDesc conv_desc(const kernel::ConvParams& p, DType dtype, int64_t groups) {
   cudnnConvolutionDescriptor_t raw = nullptr;
   LOOM_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&raw));
   ConvDesc desc(raw);
@@ -197,7 +197,7 @@ cudnnStatus_t execute(ConvDirection direction, const Descriptors& d, const Candi
 using ChoiceKey = std::vector<int64_t>;
 
 ChoiceKey choice_key(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-                     const cpu::ConvParams& p) {
+                     const kernel::ConvParams& p) {
   const NumericsPolicy& policy = numerics_policy();
   ChoiceKey key{cuda::current_device(), static_cast<int64_t>(direction),
                 static_cast<int64_t>(policy.precision), policy.deterministic,
@@ -244,12 +244,12 @@ bool is_nchw(const Strided& t) { return t.strides == contiguous_strides(t.sizes)
 
 // Chooses (once per key) and runs a legacy algorithm for tensors as they are.
 std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-                      const cpu::ConvParams& p);
+                      const kernel::ConvParams& p);
 
 }  // namespace
 
 std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strided& w,
-                          const Strided& y, const cpu::ConvParams& p) {
+                          const Strided& y, const kernel::ConvParams& p) {
   const std::string as_is = run_as_is(direction, x, w, y, p);
   if (as_is.empty() || (is_nchw(x) && is_nchw(w) && is_nchw(y))) return as_is;
   // The inputs are copied in; the output is written into its copy and copied back.
@@ -269,7 +269,7 @@ std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strid
 namespace {
 
 std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& w,
-                          const Strided& y, const cpu::ConvParams& p) {
+                          const Strided& y, const kernel::ConvParams& p) {
   const int64_t groups = x.sizes[1] / w.sizes[1];
   Descriptors d{tensor_desc(x), tensor_desc(y), filter_desc(w), conv_desc(p, x.dtype, groups)};
   const ChoiceKey key = choice_key(direction, x, w, y, p);

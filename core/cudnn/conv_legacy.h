@@ -12,8 +12,8 @@
 
 #include <string>
 
-#include "core/cpu/conv.h"  // ConvParams
 #include "core/cudnn/graph.h"
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -22,6 +22,6 @@ namespace loom::cudnn {
 // Returns "" when it ran, else why no legacy algorithm could (for the error
 // that names every tier tried).
 std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strided& w,
-                          const Strided& y, const cpu::ConvParams& p);
+                          const Strided& y, const kernel::ConvParams& p);
 
 }  // namespace loom::cudnn

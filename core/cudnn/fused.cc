@@ -97,7 +97,7 @@ enum ConvUid : int64_t { kConvX = 1, kConvW, kConvY, kConvB, kConvOut, kConvBias
 }  // namespace
 
 bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided& w,
-                              const std::optional<Strided>& b, const cpu::ConvParams& p) {
+                              const std::optional<Strided>& b, const kernel::ConvParams& p) {
   if (!fusable(x)) return false;
   TensorSpec xs = spec_of(x, kConvX), ws = spec_of(w, kConvW), ys = spec_of(y, kConvY);
   std::optional<TensorSpec> bs;
@@ -365,7 +365,7 @@ enum DgradUid : int64_t { kDgDy = 1, kDgW, kDgDx, kDgR, kDgPre };
 }  // namespace
 
 bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, const Strided& r,
-                       const cpu::ConvParams& p) {
+                       const kernel::ConvParams& p) {
   if (!fusable(dx)) return false;
   TensorSpec dxs = spec_of(dx, kDgDx), dys = spec_of(dy, kDgDy), ws = spec_of(w, kDgW);
   TensorSpec rs = spec_of(r, kDgR);
@@ -504,7 +504,7 @@ bool epilogue_fusable(const Strided& y, const std::vector<EpilogueStep>& steps) 
 }  // namespace
 
 EpilogueRun conv2d_epilogue_forward(const Strided& y, const std::optional<Strided>& z,
-                                    const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                    const Strided& x, const Strided& w, const kernel::ConvParams& p,
                                     const std::vector<EpilogueStep>& steps) {
   if (!epilogue_fusable(y, steps) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
   TensorSpec ys = spec_of(y, kEpY);
@@ -866,7 +866,7 @@ EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a) {
 }
 
 EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
-                                  const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                  const Strided& x, const Strided& w, const kernel::ConvParams& p,
                                   const EpilogueBackwardArgs& a) {
   if (!derivative_fusable(a) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
   if (!dx && !dw) return {.why_not = "neither dx nor dw is wanted"};

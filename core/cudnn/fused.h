@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu/conv.h"  // ConvParams
 #include "core/cudnn/conv.h"  // conv2d_bias_relu_forward
 #include "core/cudnn/norm.h"
 #include "core/cudnn/pointwise.h"
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -66,7 +66,7 @@ bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& args);
 // dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w) where r > 0, else 0. r is the
 // ReLU's input or output (same sign), laid out as dx.
 bool conv2d_dgrad_relu(const Strided& dx, const Strided& dy, const Strided& w, const Strided& r,
-                       const cpu::ConvParams& p);
+                       const kernel::ConvParams& p);
 
 // y (M, Out) = relu(x (M, In) . w^T + b (Out)); x, w (Out, In), y row-major.
 // Only under the Tf32 and Bf16 policies: strict fp32 has no fused engine.
@@ -103,7 +103,7 @@ struct EpilogueRun {
 // y (N, K, P, Q) = epilogue(conv(x, w)); z, when given, also gets conv(x, w)
 // itself (the backward's input). At least one step.
 EpilogueRun conv2d_epilogue_forward(const Strided& y, const std::optional<Strided>& z,
-                                    const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                    const Strided& x, const Strided& w, const kernel::ConvParams& p,
                                     const std::vector<EpilogueStep>& steps);
 // y (M, Out) = epilogue(x (M, In) . w^T), w (Out, In); z as above. Row-major 2-D.
 EpilogueRun linear_epilogue_forward(const Strided& y, const std::optional<Strided>& z,
@@ -143,7 +143,7 @@ EpilogueRun epilogue_backward(const Strided& g, const EpilogueBackwardArgs& a);
 // gradients ride on the first. Runs nothing unless every graph has a plan. A
 // graph structure (sizes left out) without an engine is probed once per process.
 EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,
-                                  const Strided& x, const Strided& w, const cpu::ConvParams& p,
+                                  const Strided& x, const Strided& w, const kernel::ConvParams& p,
                                   const EpilogueBackwardArgs& a);
 // The same for a linear head: dx (M, In) = g . w, dw (Out, In) = g^T . x.
 EpilogueRun linear_epilogue_grads(const std::optional<Strided>& dx, const std::optional<Strided>& dw,

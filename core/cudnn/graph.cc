@@ -175,7 +175,7 @@ void Graph::add_tensor(const TensorSpec& spec) {
   specs_.push_back(spec);
 }
 
-void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const cpu::ConvParams& g,
+void Graph::conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const kernel::ConvParams& g,
                  cudnnDataType_t compute) {
   const ConvAttributes& a = kConvAttributes[static_cast<int>(direction)];
   Node node{.kind = static_cast<NodeKind>(static_cast<int>(direction)), .compute = compute,
@@ -330,31 +330,35 @@ void Graph::bn_backward_weights(const BnBackwardWeights& u) {
 
 namespace {
 
-std::vector<int64_t> pool_params(const PoolGeometry& g) {
-  std::vector<int64_t> params;
-  for (const auto* v : {&g.window, &g.stride, &g.pre_padding, &g.post_padding}) {
-    params.insert(params.end(), v->begin(), v->end());
-  }
-  return params;
+// window, stride, pre padding, post padding, each (rows, columns).
+std::vector<int64_t> pool_params(const kernel::Pool2dParams& p, std::array<int64_t, 2> post_padding) {
+  return {p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, post_padding[0], post_padding[1]};
+}
+
+cudnnResampleMode_t resample_mode(const kernel::Pool2dParams& p) {
+  return p.max                 ? CUDNN_RESAMPLE_MAXPOOL
+         : p.count_include_pad ? CUDNN_RESAMPLE_AVGPOOL_INCLUDE_PADDING
+                               : CUDNN_RESAMPLE_AVGPOOL_EXCLUDE_PADDING;
 }
 
 }  // namespace
 
-void Graph::resample_forward(const PoolGeometry& geometry, int64_t x, int64_t y,
-                             std::optional<int64_t> index) {
-  Node node{.kind = NodeKind::ResampleForward, .mode = geometry.mode,
+void Graph::resample_forward(const kernel::Pool2dParams& pool, std::array<int64_t, 2> post_padding,
+                             int64_t x, int64_t y, std::optional<int64_t> index) {
+  Node node{.kind = NodeKind::ResampleForward, .mode = resample_mode(pool),
             .ports = {{CUDNN_ATTR_OPERATION_RESAMPLE_FWD_XDESC, x},
                       {CUDNN_ATTR_OPERATION_RESAMPLE_FWD_YDESC, y}},
-            .params = pool_params(geometry)};
+            .params = pool_params(pool, post_padding)};
   if (index) node.ports.push_back({CUDNN_ATTR_OPERATION_RESAMPLE_FWD_IDXDESC, *index});
   add_node(std::move(node));
 }
 
-void Graph::resample_backward(const PoolGeometry& geometry, const ResampleBackward& u) {
-  Node node{.kind = NodeKind::ResampleBackward, .mode = geometry.mode,
+void Graph::resample_backward(const kernel::Pool2dParams& pool, std::array<int64_t, 2> post_padding,
+                              const ResampleBackward& u) {
+  Node node{.kind = NodeKind::ResampleBackward, .mode = resample_mode(pool),
             .ports = {{CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DYDESC, u.dy},
                       {CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DXDESC, u.dx}},
-            .params = pool_params(geometry)};
+            .params = pool_params(pool, post_padding)};
   if (u.x) node.ports.push_back({CUDNN_ATTR_OPERATION_RESAMPLE_BWD_XDESC, *u.x});
   if (u.y) node.ports.push_back({CUDNN_ATTR_OPERATION_RESAMPLE_BWD_YDESC, *u.y});
   if (u.index) node.ports.push_back({CUDNN_ATTR_OPERATION_RESAMPLE_BWD_IDXDESC, *u.index});

@@ -14,6 +14,7 @@
 //   run_plan(g, {{kX, x}, {kW, w}, {kY, y}}, "the tier below");   // plan_cache.h
 #pragma once
 
+#include <array>
 #include <deque>
 #include <map>
 #include <optional>
@@ -21,8 +22,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/cpu/conv.h"  // ConvParams: the one conv geometry
 #include "core/cudnn/backend.h"
+#include "core/kernel/conv.h"
+#include "core/kernel/pool.h"
 
 namespace loom::cudnn {
 
@@ -43,11 +45,6 @@ struct TensorSpec {
 
 // The order indexes the attribute table in graph.cc.
 enum class ConvDirection { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
-
-struct PoolGeometry {
-  cudnnResampleMode_t mode = CUDNN_RESAMPLE_MAXPOOL;
-  std::vector<int64_t> window, stride, pre_padding, post_padding;
-};
 
 // A scalar attribute of a pointwise descriptor, set where cuDNN's default is
 // not wanted: ReLU's lower clip slope and its lower and upper clip, ELU's
@@ -95,8 +92,8 @@ class Graph {
 
   // Forward: (x, w) -> y; BackwardData: (dy, w) -> dx; BackwardFilter: (x, dy) -> dw.
   // The three UIDs are always given as (x or dx, w or dw, y or dy).
-  // The geometry is the one every conv kernel takes (core/cpu/conv.h); padding is symmetric.
-  void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const cpu::ConvParams& geometry,
+  // The geometry is the one every conv kernel takes (core/kernel/conv.h); padding is symmetric.
+  void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const kernel::ConvParams& geometry,
             cudnnDataType_t compute);
   void matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute);
   // y = mode(x) or y = mode(x, b); `scalars` as in Node.
@@ -146,12 +143,16 @@ class Graph {
   };
   void bn_backward_weights(const BnBackwardWeights& uids);
 
-  void resample_forward(const PoolGeometry& geometry, int64_t x, int64_t y, std::optional<int64_t> index);
+  // A pooling as a resample node: cuDNN pads both sides explicitly, so
+  // post_padding (rows, columns) is whatever makes the output size right.
+  void resample_forward(const kernel::Pool2dParams& pool, std::array<int64_t, 2> post_padding, int64_t x,
+                        int64_t y, std::optional<int64_t> index);
   struct ResampleBackward {
     int64_t dy, dx;
     std::optional<int64_t> x, y, index;
   };
-  void resample_backward(const PoolGeometry& geometry, const ResampleBackward& uids);
+  void resample_backward(const kernel::Pool2dParams& pool, std::array<int64_t, 2> post_padding,
+                         const ResampleBackward& uids);
 
   // Built for any sizes of its structure (cuDNN's dynamic shapes), so that a
   // plan made from it can bind a kernel another size compiled (kernel_reuse.h).

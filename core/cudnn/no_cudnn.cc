@@ -24,26 +24,26 @@ namespace {
 
 }  // namespace
 
-bool activation_forward(cpu::ActivationKind, const cpu::ActivationParameters&, const Strided&,
+bool activation_forward(kernel::ActivationKind, const kernel::ActivationParameters&, const Strided&,
                         const Strided&) {
   no_cudnn("activation_forward");
 }
-bool activation_backward(cpu::ActivationKind, const cpu::ActivationParameters&, const Strided&,
+bool activation_backward(kernel::ActivationKind, const kernel::ActivationParameters&, const Strided&,
                          const Strided&, const Strided&) {
   no_cudnn("activation_backward");
 }
 
-void conv2d_forward(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&) {
+void conv2d_forward(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cudnn("conv2d_forward");
 }
-void conv2d_dgrad(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&) {
+void conv2d_dgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cudnn("conv2d_dgrad");
 }
-void conv2d_wgrad(const Strided&, const Strided&, const Strided&, const cpu::ConvParams&) {
+void conv2d_wgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cudnn("conv2d_wgrad");
 }
 bool conv2d_bias_relu_forward(const Strided&, const Strided&, const Strided&, const std::optional<Strided>&,
-                              const cpu::ConvParams&) {
+                              const kernel::ConvParams&) {
   no_cudnn("conv2d_bias_relu_forward");
 }
 
@@ -53,10 +53,10 @@ bool layer_norm_forward(const LayerNormArgs&) { no_cudnn("layer_norm_forward"); 
 bool layer_norm_backward(const LayerNormBackwardArgs&) { no_cudnn("layer_norm_backward"); }
 
 bool pool_uses_index(const Strided&) { no_cudnn("pool_uses_index"); }
-bool pool2d_forward(const Strided&, const Strided*, const Strided&, const PoolArgs&) {
+bool pool2d_forward(const Strided&, const Strided*, const Strided&, const kernel::Pool2dParams&) {
   no_cudnn("pool2d_forward");
 }
-bool pool2d_backward(const Strided&, const Strided&, const PoolBackwardInputs&, const PoolArgs&) {
+bool pool2d_backward(const Strided&, const Strided&, const PoolBackwardInputs&, const kernel::Pool2dParams&) {
   no_cudnn("pool2d_backward");
 }
 

@@ -101,7 +101,7 @@ void batch_norm_forward_training(const BatchNormTrainingArgs& a) {
   const Graph forward = batch_norm_forward_graph(a);
   if (run_plan(forward, batch_norm_forward_pointers(a, scalars), kFallbackTier)) return;
   cuda::batch_norm_batch_stats(a.save_mean, a.save_invstd, a.x, a.eps,
-                               cpu::RunningStats{a.running_mean, a.running_var, a.momentum});
+                               kernel::RunningStats{a.running_mean, a.running_var, a.momentum});
   cuda::batch_norm_forward(a.y, a.x, a.save_mean, a.save_invstd, a.weight, a.bias);
 }
 

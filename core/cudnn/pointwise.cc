@@ -97,20 +97,20 @@ struct Modes {
   cudnnPointwiseMode_t forward, backward;
 };
 
-std::optional<Modes> modes_of(cpu::CudnnActivation a) {
+std::optional<Modes> modes_of(kernel::CudnnActivation a) {
   switch (a) {
-    case cpu::CudnnActivation::None: return std::nullopt;
-    case cpu::CudnnActivation::Relu:
-    case cpu::CudnnActivation::ClippedRelu: return Modes{CUDNN_POINTWISE_RELU_FWD, CUDNN_POINTWISE_RELU_BWD};
-    case cpu::CudnnActivation::Tanh: return Modes{CUDNN_POINTWISE_TANH_FWD, CUDNN_POINTWISE_TANH_BWD};
-    case cpu::CudnnActivation::Sigmoid: return Modes{CUDNN_POINTWISE_SIGMOID_FWD, CUDNN_POINTWISE_SIGMOID_BWD};
-    case cpu::CudnnActivation::Elu: return Modes{CUDNN_POINTWISE_ELU_FWD, CUDNN_POINTWISE_ELU_BWD};
-    case cpu::CudnnActivation::Gelu: return Modes{CUDNN_POINTWISE_GELU_FWD, CUDNN_POINTWISE_GELU_BWD};
-    case cpu::CudnnActivation::GeluTanh:
+    case kernel::CudnnActivation::None: return std::nullopt;
+    case kernel::CudnnActivation::Relu:
+    case kernel::CudnnActivation::ClippedRelu: return Modes{CUDNN_POINTWISE_RELU_FWD, CUDNN_POINTWISE_RELU_BWD};
+    case kernel::CudnnActivation::Tanh: return Modes{CUDNN_POINTWISE_TANH_FWD, CUDNN_POINTWISE_TANH_BWD};
+    case kernel::CudnnActivation::Sigmoid: return Modes{CUDNN_POINTWISE_SIGMOID_FWD, CUDNN_POINTWISE_SIGMOID_BWD};
+    case kernel::CudnnActivation::Elu: return Modes{CUDNN_POINTWISE_ELU_FWD, CUDNN_POINTWISE_ELU_BWD};
+    case kernel::CudnnActivation::Gelu: return Modes{CUDNN_POINTWISE_GELU_FWD, CUDNN_POINTWISE_GELU_BWD};
+    case kernel::CudnnActivation::GeluTanh:
       return Modes{CUDNN_POINTWISE_GELU_APPROX_TANH_FWD, CUDNN_POINTWISE_GELU_APPROX_TANH_BWD};
-    case cpu::CudnnActivation::Softplus:
+    case kernel::CudnnActivation::Softplus:
       return Modes{CUDNN_POINTWISE_SOFTPLUS_FWD, CUDNN_POINTWISE_SOFTPLUS_BWD};
-    case cpu::CudnnActivation::Swish: return Modes{CUDNN_POINTWISE_SWISH_FWD, CUDNN_POINTWISE_SWISH_BWD};
+    case kernel::CudnnActivation::Swish: return Modes{CUDNN_POINTWISE_SWISH_FWD, CUDNN_POINTWISE_SWISH_BWD};
   }
   return std::nullopt;
 }
@@ -118,39 +118,39 @@ std::optional<Modes> modes_of(cpu::CudnnActivation a) {
 // The attributes a row's scalars set. A clipped ReLU always sets both clips
 // (ReLU6 has no names, only fixed bounds); the other modes take the row's one
 // parameter where it has one, else keep cuDNN's default (SiLU is swish with beta 1).
-PointwiseScalars scalars_of(cpu::CudnnActivation a, const cpu::ActivationInfo& row,
-                            const cpu::ActivationParameters& p) {
-  if (a == cpu::CudnnActivation::ClippedRelu) {
+PointwiseScalars scalars_of(kernel::CudnnActivation a, const kernel::ActivationInfo& row,
+                            const kernel::ActivationParameters& p) {
+  if (a == kernel::CudnnActivation::ClippedRelu) {
     return {{CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP, p[0]}, {CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP, p[1]}};
   }
-  if (cpu::parameter_count(row) == 0) return {};
+  if (kernel::parameter_count(row) == 0) return {};
   switch (a) {
-    case cpu::CudnnActivation::Relu: return {{CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE, p[0]}};
-    case cpu::CudnnActivation::Elu: return {{CUDNN_ATTR_POINTWISE_ELU_ALPHA, p[0]}};
-    case cpu::CudnnActivation::Softplus: return {{CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA, p[0]}};
-    case cpu::CudnnActivation::Swish: return {{CUDNN_ATTR_POINTWISE_SWISH_BETA, p[0]}};
+    case kernel::CudnnActivation::Relu: return {{CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE, p[0]}};
+    case kernel::CudnnActivation::Elu: return {{CUDNN_ATTR_POINTWISE_ELU_ALPHA, p[0]}};
+    case kernel::CudnnActivation::Softplus: return {{CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA, p[0]}};
+    case kernel::CudnnActivation::Swish: return {{CUDNN_ATTR_POINTWISE_SWISH_BETA, p[0]}};
     default: return {};
   }
 }
 
 }  // namespace
 
-std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward,
-                                             const cpu::ActivationParameters& parameters) {
-  const cpu::ActivationInfo& row = cpu::activation_info(kind);
-  const cpu::CudnnActivation a = backward ? row.cudnn_backward : row.cudnn_forward;
+std::optional<PointwiseMode> activation_mode(kernel::ActivationKind kind, bool backward,
+                                             const kernel::ActivationParameters& parameters) {
+  const kernel::ActivationInfo& row = kernel::activation_info(kind);
+  const kernel::CudnnActivation a = backward ? row.cudnn_backward : row.cudnn_forward;
   std::optional<Modes> m = modes_of(a);
   if (!m) return std::nullopt;
   return PointwiseMode{backward ? m->backward : m->forward, scalars_of(a, row, parameters)};
 }
 
-bool activation_forward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+bool activation_forward(kernel::ActivationKind kind, const kernel::ActivationParameters& parameters,
                         const Strided& y, const Strided& x) {
   std::optional<PointwiseMode> mode = activation_mode(kind, /*backward=*/false, parameters);
   return mode && pointwise_forward(*mode, y, x);
 }
 
-bool activation_backward(cpu::ActivationKind kind, const cpu::ActivationParameters& parameters,
+bool activation_backward(kernel::ActivationKind kind, const kernel::ActivationParameters& parameters,
                          const Strided& dx, const Strided& dy, const Strided& saved) {
   std::optional<PointwiseMode> mode = activation_mode(kind, /*backward=*/true, parameters);
   return mode && pointwise_backward(*mode, dx, dy, saved);

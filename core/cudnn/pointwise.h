@@ -1,6 +1,6 @@
 // File: core/cudnn/pointwise.h
 // Elementwise activations forward and backward as cuDNN pointwise graphs (any
-// *_FWD mode and its *_BWD mode; core/cpu/activation_math.h says which
+// *_FWD mode and its *_BWD mode; core/kernel/activation.h says which
 // activation has which). cuDNN 9.19 has no engine for 4-D NCHW pointwise graphs, but
 // elementwise math does not care about shape: operands that share one dense
 // layout are viewed as a packed NHWC (n / 64, 64, 1, 1) tensor. Where that view
@@ -9,10 +9,10 @@
 
 #include <optional>
 
-#include "core/cpu/activation_math.h"
 #include "core/cudnn/activation.h"
 #include "core/cudnn/graph.h"
 #include "core/cudnn/plan.h"
+#include "core/kernel/activation.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -30,11 +30,11 @@ bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x);
 // take its output: same sign). All three share strides.
 bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved);
 
-// An activation row (core/cpu/activation_math.h) as a pointwise graph: its
+// An activation row (core/kernel/activation.h) as a pointwise graph: its
 // cuDNN forward or backward mode with its scalars (the row's, defaults filled
 // in); none where the row has none. activation.h runs it.
-std::optional<PointwiseMode> activation_mode(cpu::ActivationKind kind, bool backward,
-                                             const cpu::ActivationParameters& parameters);
+std::optional<PointwiseMode> activation_mode(kernel::ActivationKind kind, bool backward,
+                                             const kernel::ActivationParameters& parameters);
 
 // The graphs behind the calls (none where the packed view does not apply) and
 // their variant packs, for tests that run every engine config.

@@ -16,37 +16,28 @@ enum Uid : int64_t { kX = 1, kY, kIndex, kDx, kDy };
 
 // cuDNN pads both sides explicitly; PyTorch's ceil mode may need extra cells
 // past the end, so the post padding is whatever makes the output size right.
-PoolGeometry geometry_of(const PoolArgs& a, const Strided& x, const Strided& y) {
-  const cpu::Pool2dParams& p = a.params;
-  int64_t post_h = std::max<int64_t>(0, (y.sizes[2] - 1) * p.stride_h + p.kernel_h - x.sizes[2] - p.pad_h);
-  int64_t post_w = std::max<int64_t>(0, (y.sizes[3] - 1) * p.stride_w + p.kernel_w - x.sizes[3] - p.pad_w);
-  cudnnResampleMode_t mode = a.max ? CUDNN_RESAMPLE_MAXPOOL
-                             : a.count_include_pad ? CUDNN_RESAMPLE_AVGPOOL_INCLUDE_PADDING
-                                                   : CUDNN_RESAMPLE_AVGPOOL_EXCLUDE_PADDING;
-  return {.mode = mode,
-          .window = {p.kernel_h, p.kernel_w},
-          .stride = {p.stride_h, p.stride_w},
-          .pre_padding = {p.pad_h, p.pad_w},
-          .post_padding = {post_h, post_w}};
+std::array<int64_t, 2> post_padding_of(const kernel::Pool2dParams& p, const Strided& x, const Strided& y) {
+  return {std::max<int64_t>(0, (y.sizes[2] - 1) * p.stride_h + p.kernel_h - x.sizes[2] - p.pad_h),
+          std::max<int64_t>(0, (y.sizes[3] - 1) * p.stride_w + p.kernel_w - x.sizes[3] - p.pad_w)};
 }
 
 // PyTorch's include-pad divisor clips windows to the padded input; cuDNN would
 // also count the extra ceil-mode cells, so those configurations go elsewhere.
-bool semantics_match(const PoolArgs& a, const PoolGeometry& g) {
-  if (a.max || !a.count_include_pad) return true;
-  return g.post_padding[0] <= a.params.pad_h && g.post_padding[1] <= a.params.pad_w;
+bool semantics_match(const kernel::Pool2dParams& p, std::array<int64_t, 2> post_padding) {
+  if (p.max || !p.count_include_pad) return true;
+  return post_padding[0] <= p.pad_h && post_padding[1] <= p.pad_w;
 }
 
 // cuDNN 9.19 on an H100 returned non-finite values for NHWC bfloat16 average
 // pooling (2x2, stride 2, no padding, in bf16_gpu_test), while every max pooling
 // matched exactly: 16-bit average pooling goes to the Loom kernels.
-bool engine_trusted(const PoolArgs& a, const Strided& x) {
+bool engine_trusted(const kernel::Pool2dParams& p, const Strided& x) {
   const bool half = x.dtype == DType::BFloat16 || x.dtype == DType::Float16;
-  return a.max || !half;
+  return p.max || !half;
 }
 
-bool cudnn_may_pool(const PoolArgs& a, const PoolGeometry& g, const Strided& x) {
-  return semantics_match(a, g) && engine_trusted(a, x);
+bool cudnn_may_pool(const kernel::Pool2dParams& p, std::array<int64_t, 2> post_padding, const Strided& x) {
+  return semantics_match(p, post_padding) && engine_trusted(p, x);
 }
 
 TensorSpec index_spec(const Strided& index) {
@@ -63,13 +54,12 @@ bool pool_uses_index(const Strided& x) {
 }
 
 Graph pool2d_forward_graph(const Strided& y, const Strided* index, const Strided& x,
-                          const PoolArgs& a) {
-  PoolGeometry g = geometry_of(a, x, y);
+                          const kernel::Pool2dParams& p) {
   Graph graph;
   graph.add_tensor(spec_of(x, kX));
   graph.add_tensor(spec_of(y, kY));
   if (index) graph.add_tensor(index_spec(*index));
-  graph.resample_forward(g, kX, kY, index ? std::optional<int64_t>(kIndex) : std::nullopt);
+  graph.resample_forward(p, post_padding_of(p, x, y), kX, kY, index ? std::optional<int64_t>(kIndex) : std::nullopt);
   return graph;
 }
 
@@ -79,15 +69,14 @@ VariantPointers pool2d_forward_pointers(const Strided& y, const Strided* index, 
   return pointers;
 }
 
-bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const PoolArgs& a) {
-  if (!cudnn_may_pool(a, geometry_of(a, x, y), x)) return false;
-  const Graph graph = pool2d_forward_graph(y, index, x, a);
+bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const kernel::Pool2dParams& p) {
+  if (!cudnn_may_pool(p, post_padding_of(p, x, y), x)) return false;
+  const Graph graph = pool2d_forward_graph(y, index, x, p);
   return run_plan(graph, pool2d_forward_pointers(y, index, x), kFallbackTier);
 }
 
 Graph pool2d_backward_graph(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
-                           const PoolArgs& a) {
-  PoolGeometry g = geometry_of(a, dx, dy);
+                           const kernel::Pool2dParams& p) {
   Graph graph;
   graph.add_tensor(spec_of(dx, kDx));
   graph.add_tensor(spec_of(dy, kDy));
@@ -95,7 +84,7 @@ Graph pool2d_backward_graph(const Strided& dx, const Strided& dy, const PoolBack
   if (saved.x) graph.add_tensor(spec_of(*saved.x, kX)), uids.x = kX;
   if (saved.y) graph.add_tensor(spec_of(*saved.y, kY)), uids.y = kY;
   if (saved.index) graph.add_tensor(index_spec(*saved.index)), uids.index = kIndex;
-  graph.resample_backward(g, uids);
+  graph.resample_backward(p, post_padding_of(p, dx, dy), uids);
   return graph;
 }
 
@@ -109,9 +98,9 @@ VariantPointers pool2d_backward_pointers(const Strided& dx, const Strided& dy,
 }
 
 bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
-                     const PoolArgs& a) {
-  if (!cudnn_may_pool(a, geometry_of(a, dx, dy), dx)) return false;
-  const Graph graph = pool2d_backward_graph(dx, dy, saved, a);
+                     const kernel::Pool2dParams& p) {
+  if (!cudnn_may_pool(p, post_padding_of(p, dx, dy), dx)) return false;
+  const Graph graph = pool2d_backward_graph(dx, dy, saved, p);
   return run_plan(graph, pool2d_backward_pointers(dx, dy, saved), kFallbackTier);
 }
 

@@ -7,8 +7,8 @@
 // N batch, C channels, H, W input, P, Q output. Tensors are dense NCHW or NHWC.
 #pragma once
 
-#include "core/cpu/pool.h"  // Pool2dParams, shared with the CPU reference
 #include "core/cudnn/variant_pointers.h"
+#include "core/kernel/pool.h"
 #include "core/strided.h"
 
 namespace loom::cudnn {
@@ -16,17 +16,11 @@ namespace loom::cudnn {
 // Declared only: graph.h defines it with cuDNN types, which core/ops must not see.
 class Graph;
 
-struct PoolArgs {
-  cpu::Pool2dParams params;
-  bool max = true;
-  bool count_include_pad = true;  // average pooling only
-};
-
 // False when cuDNN cannot compute PyTorch's result for these arguments (an
 // average-pool divisor cuDNN counts differently, or no engine): the caller
 // then uses the CUDA kernel. `index` is the NHWC max-pool index (int8, y's
 // shape) or null.
-bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const PoolArgs& args);
+bool pool2d_forward(const Strided& y, const Strided* index, const Strided& x, const kernel::Pool2dParams& params);
 
 // dx from dy plus what the layout's contract needs: x and y (NCHW) or index (NHWC max).
 struct PoolBackwardInputs {
@@ -35,15 +29,15 @@ struct PoolBackwardInputs {
   const Strided* index = nullptr;
 };
 bool pool2d_backward(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
-                     const PoolArgs& args);
+                     const kernel::Pool2dParams& params);
 
 // The graphs behind the two calls and their variant packs, for tests that run
 // every engine config cuDNN offers.
 Graph pool2d_forward_graph(const Strided& y, const Strided* index, const Strided& x,
-                          const PoolArgs& args);
+                          const kernel::Pool2dParams& params);
 VariantPointers pool2d_forward_pointers(const Strided& y, const Strided* index, const Strided& x);
 Graph pool2d_backward_graph(const Strided& dx, const Strided& dy, const PoolBackwardInputs& saved,
-                           const PoolArgs& args);
+                           const kernel::Pool2dParams& params);
 VariantPointers pool2d_backward_pointers(const Strided& dx, const Strided& dy,
                                          const PoolBackwardInputs& saved);
 

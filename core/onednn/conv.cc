@@ -44,7 +44,7 @@ dnnl_memory_desc_t grouped_weight(const Strided& w, int64_t g) {
 // The shape of a convolution whose activations are x (N, C, H, W) and y
 // (N, K, P, Q); nothing when an operand is empty or not dense in NCHW / NHWC.
 std::optional<ConvShape> conv_shape(std::string_view kind, const Strided& x, const Strided& w,
-                                    const Strided& y, const cpu::ConvParams& p) {
+                                    const Strided& y, const kernel::ConvParams& p) {
   if (x.dtype != DType::Float32 || x.numel() == 0 || y.numel() == 0 || w.numel() == 0) return std::nullopt;
   const std::optional<MemoryFormat> xf = dense_format(x), yf = dense_format(y), wf = dense_format(w);
   if (!xf || !yf || !wf || *xf != *yf) return std::nullopt;
@@ -142,7 +142,7 @@ std::shared_ptr<const Plan> plan_for(ConvShape& s, Direction direction) {
 }  // namespace
 
 bool conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const Strided* bias,
-                    const cpu::ConvParams& p, bool relu) {
+                    const kernel::ConvParams& p, bool relu) {
   if (!takes(x.dtype) || (bias != nullptr && !is_vector(*bias))) return false;
   std::optional<ConvShape> s = conv_shape("conv_forward", x, w, y, p);
   if (!s) return false;
@@ -157,7 +157,7 @@ bool conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const 
   return true;
 }
 
-bool conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p) {
+bool conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p) {
   if (!takes(dx.dtype)) return false;
   std::optional<ConvShape> s = conv_shape("conv_dgrad", dx, w, dy, p);
   if (!s) return false;
@@ -168,7 +168,7 @@ bool conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const 
 }
 
 bool conv2d_wgrad(const Strided& dw, const Strided* db, const Strided& dy, const Strided& x,
-                  const cpu::ConvParams& p) {
+                  const kernel::ConvParams& p) {
   if (!takes(x.dtype) || (db != nullptr && !is_vector(*db))) return false;
   std::optional<ConvShape> s = conv_shape("conv_wgrad", x, dw, dy, p);
   if (!s) return false;

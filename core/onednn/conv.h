@@ -20,21 +20,21 @@
 // has no fast implementation; the caller then runs the reference kernel.
 #pragma once
 
-#include "core/cpu/conv.h"
+#include "core/kernel/conv.h"
 #include "core/strided.h"
 
 namespace loom::onednn {
 
 // y (N, K, P, Q) = conv(x (N, C, H, W), w) + bias (K; may be null), then max(y, 0) when relu.
 bool conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const Strided* bias,
-                    const cpu::ConvParams& p, bool relu = false);
+                    const kernel::ConvParams& p, bool relu = false);
 
 // dx (N, C, H, W) from dy (N, K, P, Q) and w.
-bool conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const cpu::ConvParams& p);
+bool conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p);
 
 // dw (K, C/G, R, S) from dy and x, and db (K) = the sum of dy over N, P, Q
 // when db is not null, in one primitive.
 bool conv2d_wgrad(const Strided& dw, const Strided* db, const Strided& dy, const Strided& x,
-                  const cpu::ConvParams& p);
+                  const kernel::ConvParams& p);
 
 }  // namespace loom::onednn

@@ -15,7 +15,7 @@
 namespace loom::onednn {
 namespace {
 
-using cpu::ActivationKind;
+using kernel::ActivationKind;
 
 // oneDNN's algorithm for a row: one kind for both directions (a backward's
 // hint must be the same algorithm), the *_use_dst_for_bwd kinds where the row
@@ -104,7 +104,7 @@ PrimitiveDesc softmax_forward_pd(const SoftmaxShape& s, int64_t dim, bool log) {
 }  // namespace
 
 bool activation_forward(const Strided& y, const Strided& x, ActivationKind kind,
-                        const cpu::ActivationParameters& parameters) {
+                        const kernel::ActivationParameters& parameters) {
   const std::optional<Algorithm> a = algorithm_of(kind, parameters[0]);
   if (!a || !takes(x.dtype)) return false;
   const std::optional<dnnl_memory_desc_t> md = flat({&y, &x});
@@ -119,7 +119,7 @@ bool activation_forward(const Strided& y, const Strided& x, ActivationKind kind,
 }
 
 bool activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                         ActivationKind kind, const cpu::ActivationParameters& parameters) {
+                         ActivationKind kind, const kernel::ActivationParameters& parameters) {
   const std::optional<Algorithm> a = algorithm_of(kind, parameters[0]);
   if (!a || !takes(dx.dtype)) return false;
   const std::optional<dnnl_memory_desc_t> md = flat({&dx, &dy, &saved});

@@ -1,5 +1,5 @@
 // File: core/onednn/eltwise.h
-// The activation rows (core/cpu/activation_math.h) and softmax / log-softmax on
+// The activation rows (core/kernel/activation.h) and softmax / log-softmax on
 // oneDNN, forward and backward, with the reference kernels' signatures. A row
 // runs here when oneDNN has the same function (sigmoid, tanh, gelu both ways,
 // silu, elu, mish, hardswish, softplus at beta 1); the others (relu,
@@ -14,17 +14,17 @@
 
 #include <cstdint>
 
-#include "core/cpu/activation_math.h"
+#include "core/kernel/activation.h"
 #include "core/strided.h"
 
 namespace loom::onednn {
 
 // y = f(x) for the row `kind` with its scalars (the row's defaults filled in).
-bool activation_forward(const Strided& y, const Strided& x, cpu::ActivationKind kind,
-                        const cpu::ActivationParameters& parameters);
+bool activation_forward(const Strided& y, const Strided& x, kernel::ActivationKind kind,
+                        const kernel::ActivationParameters& parameters);
 // dx = f'(dy, saved), saved being what the row saves (its input or output).
 bool activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
-                         cpu::ActivationKind kind, const cpu::ActivationParameters& parameters);
+                         kernel::ActivationKind kind, const kernel::ActivationParameters& parameters);
 
 // y = softmax (or log-softmax) of x along dim; dx from dy and the forward's y.
 bool softmax_forward(const Strided& y, const Strided& x, int64_t dim, bool log);

@@ -148,7 +148,7 @@ std::shared_ptr<Plan> build_backward(const BnShape& s, unsigned flags) {
 }
 
 // Blends the running statistics (C) with the batch's, as the reference kernels.
-void blend_running(const cpu::RunningStats& r, const std::vector<float>& mean,
+void blend_running(const kernel::RunningStats& r, const std::vector<float>& mean,
                    const std::vector<float>& var, double m) {
   for (size_t c = 0; c < mean.size(); ++c) {
     float& rm = at(r.mean, static_cast<int64_t>(c));
@@ -168,7 +168,7 @@ bool batch_norm_training_forward(const Strided& y, const Strided& save_mean,
                                  const Strided& save_invstd, const Strided& x,
                                  const std::optional<Strided>& weight,
                                  const std::optional<Strided>& bias, double eps,
-                                 const std::optional<cpu::RunningStats>& running, bool relu) {
+                                 const std::optional<kernel::RunningStats>& running, bool relu) {
   if (!takes(x.dtype) || !is_vector(weight) || !is_vector(bias) || !bn_layouts({&x, &y})) return false;
   const unsigned flags = affine_flags(weight.has_value(), bias.has_value()) |
                          flag_if(relu, dnnl_fuse_norm_relu);

@@ -18,7 +18,7 @@
 
 #include <optional>
 
-#include "core/cpu/norm.h"
+#include "core/kernel/norm.h"
 #include "core/strided.h"
 
 namespace loom::onednn {
@@ -30,7 +30,7 @@ bool batch_norm_training_forward(const Strided& y, const Strided& save_mean,
                                  const Strided& save_invstd, const Strided& x,
                                  const std::optional<Strided>& weight,
                                  const std::optional<Strided>& bias, double eps,
-                                 const std::optional<cpu::RunningStats>& running, bool relu = false);
+                                 const std::optional<kernel::RunningStats>& running, bool relu = false);
 
 // y = (x - mean) * invstd * weight + bias with given statistics (eval mode).
 bool batch_norm_forward(const Strided& y, const Strided& x, const Strided& mean,

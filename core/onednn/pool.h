@@ -18,28 +18,24 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/cpu/pool.h"
+#include "core/kernel/pool.h"
 #include "core/strided.h"
 
 namespace loom::onednn {
 
-struct PoolArgs {
-  cpu::Pool2dParams params;
-  bool max = true;
-  bool count_include_pad = true;  // average pooling only
-  bool training = true;           // max: record the workspace for the backward
-};
-
 // The workspace bytes a training max pooling of x into y records (0 for
 // average pooling or inference), or nothing when oneDNN does not take the
 // forward (or, training, the backward): the question to ask before the forward.
-std::optional<int64_t> pool2d_workspace_bytes(const Strided& y, const Strided& x, const PoolArgs& args);
+// training: a max pooling records its workspace for the backward.
+std::optional<int64_t> pool2d_workspace_bytes(const Strided& y, const Strided& x, const kernel::Pool2dParams& params,
+                                              bool training);
 
 // y from x; `workspace` (pool2d_workspace_bytes of them, bytes) is written for
 // a training max pooling and may be null otherwise.
-bool pool2d_forward(const Strided& y, const Strided& x, void* workspace, const PoolArgs& args);
+bool pool2d_forward(const Strided& y, const Strided& x, void* workspace, const kernel::Pool2dParams& params,
+                    bool training);
 
 // dx (overwritten) from dy and, for max pooling, the forward's workspace.
-bool pool2d_backward(const Strided& dx, const Strided& dy, const void* workspace, const PoolArgs& args);
+bool pool2d_backward(const Strided& dx, const Strided& dy, const void* workspace, const kernel::Pool2dParams& params);
 
 }  // namespace loom::onednn

@@ -25,7 +25,7 @@ namespace loom {
 namespace activation_detail {
 
 void forward_kernel(const Tensor& y, const Tensor& x, ActivationKind kind,
-                    const cpu::ActivationParameters& parameters) {
+                    const kernel::ActivationParameters& parameters) {
   if (x.device().is_cuda()) {
     DeviceGuard guard(x.device());
     if (cudnn::activation_forward(kind, parameters, y.strided(), x.strided())) return;
@@ -35,7 +35,7 @@ void forward_kernel(const Tensor& y, const Tensor& x, ActivationKind kind,
 }
 
 void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, ActivationKind kind,
-                     const cpu::ActivationParameters& parameters) {
+                     const kernel::ActivationParameters& parameters) {
   if (saved.device().is_cuda()) {
     DeviceGuard guard(saved.device());
     if (cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided())) return;
@@ -49,17 +49,17 @@ void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, Ac
 
 }  // namespace activation_detail
 
-cpu::ActivationParameters activation_parameters(ActivationKind kind, const std::vector<double>& given,
+kernel::ActivationParameters activation_parameters(ActivationKind kind, const std::vector<double>& given,
                                                 std::string_view who) {
-  const cpu::ActivationInfo& row = cpu::activation_info(kind);
-  const int count = cpu::parameter_count(row);
+  const kernel::ActivationInfo& row = kernel::activation_info(kind);
+  const int count = kernel::parameter_count(row);
   LOOM_CHECK(count > 0 || given.empty(), ValueError, "[{}] takes no parameter, got {}; call it without one",
              who, fmt::join(given, ", "));
   LOOM_CHECK(static_cast<int>(given.size()) <= count, ValueError,
              "[{}] takes at most {} parameter{} ({}), got {}: {}", who, count, count == 1 ? "" : "s",
              fmt::join(std::span(row.parameter_names).first(static_cast<size_t>(count)), ", "), given.size(),
              fmt::join(given, ", "));
-  cpu::ActivationParameters p = row.default_parameters;
+  kernel::ActivationParameters p = row.default_parameters;
   std::copy(given.begin(), given.end(), p.begin());
   LOOM_CHECK(count < 2 || p[0] < p[1], ValueError, "[{}] {} ({}) must be below {} ({}); swap them", who,
              row.parameter_names[0], p[0], row.parameter_names[1], p[1]);
@@ -67,10 +67,10 @@ cpu::ActivationParameters activation_parameters(ActivationKind kind, const std::
 }
 
 Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double>& given) {
-  const cpu::ActivationInfo& row = cpu::activation_info(kind);
+  const kernel::ActivationInfo& row = kernel::activation_info(kind);
   trace::OpScope trace(row.name);
   check_float_tensor(x, row.name);
-  const cpu::ActivationParameters parameters = activation_parameters(kind, given, row.name);
+  const kernel::ActivationParameters parameters = activation_parameters(kind, given, row.name);
   const auto attributes = [&] {
     return std::vector<trace::Attribute>{
         {"parameters", std::vector<double>(parameters.begin(), parameters.end())}};
@@ -81,7 +81,7 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
   Tensor y = empty_like(x);
   activation_detail::forward_kernel(y, x, kind, parameters);
   if (needs_grad({x})) {
-    Tensor saved = row.saved == cpu::Saved::Output ? y.detach() : x.detach();
+    Tensor saved = row.saved == kernel::Saved::Output ? y.detach() : x.detach();
     record(row.name, {x}, y, [saved, kind, parameters](const Tensor& dy_in) {
       Tensor dx = empty_like(saved);
       Tensor dy = dy_in.contiguous(saved.suggest_memory_format());

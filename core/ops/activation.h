@@ -1,5 +1,5 @@
 // File: core/ops/activation.h
-// Elementwise activations, each one row of core/cpu/activation_math.h: the
+// Elementwise activations, each one row of core/kernel/activation.h: the
 // generic op `activation` and a named function per row (PyTorch's
 // torch.nn.functional names). On the GPU a row with a cuDNN pointwise mode
 // runs as a cuDNN graph where one has an engine, else (and on the CPU) as
@@ -10,19 +10,19 @@
 #include <string_view>
 #include <vector>
 
-#include "core/cpu/activation_math.h"
+#include "core/kernel/activation.h"
 #include "core/tensor.h"
 
 namespace loom {
 
-using cpu::ActivationKind;
+using kernel::ActivationKind;
 
 // The scalars given for `kind`'s row, in the order of its parameter names
 // (LeakyReLU: {negative_slope}; Hardtanh: {min_val, max_val}), with the row's
 // defaults for the rest. ValueError, naming `who`, for more scalars than the
 // row has names, or a range (a row with two: Hardtanh) whose bounds are not
 // in increasing order.
-cpu::ActivationParameters activation_parameters(ActivationKind kind, const std::vector<double>& given,
+kernel::ActivationParameters activation_parameters(ActivationKind kind, const std::vector<double>& given,
                                                 std::string_view who);
 
 // y = f(x) for `kind` with `parameters` as above.

@@ -4,17 +4,17 @@
 // both compute the same bits. Private to core/ops.
 #pragma once
 
-#include "core/cpu/activation_math.h"
+#include "core/kernel/activation.h"
 #include "core/tensor.h"
 
 namespace loom::activation_detail {
 
 // y = f(x) for the row `kind` with its scalars; y and x share sizes (and, for the fast tiers, a layout).
-void forward_kernel(const Tensor& y, const Tensor& x, cpu::ActivationKind kind,
-                    const cpu::ActivationParameters& parameters);
+void forward_kernel(const Tensor& y, const Tensor& x, kernel::ActivationKind kind,
+                    const kernel::ActivationParameters& parameters);
 
 // dx = f'(dy, saved), saved being what the row saves (its input or output).
-void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, cpu::ActivationKind kind,
-                     const cpu::ActivationParameters& parameters);
+void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, kernel::ActivationKind kind,
+                     const kernel::ActivationParameters& parameters);
 
 }  // namespace loom::activation_detail

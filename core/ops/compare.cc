@@ -19,7 +19,7 @@
 
 namespace loom {
 
-using cpu::CompareOp;
+using kernel::CompareOp;
 
 namespace {
 

@@ -112,7 +112,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   check_conv2d_args(x, weight, bias, options);
-  cpu::ConvParams params = conv_params(options);
+  kernel::ConvParams params = conv_params(options);
   MemoryFormat format = output_format(x, weight);
   MemoryFormat kernel = kernel_format(x, format);
   Tensor xk = kernel_input(x, kernel), wk = kernel_input(weight, kernel);

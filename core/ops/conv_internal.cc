@@ -54,7 +54,7 @@ const Strided* pointer_to(const std::optional<Strided>& v) { return v ? &*v : nu
 
 }  // namespace
 
-cpu::ConvParams conv_params(const Conv2dOptions& o) {
+kernel::ConvParams conv_params(const Conv2dOptions& o) {
   return {.stride_h = o.stride.h,
           .stride_w = o.stride.w,
           .pad_h = o.padding.h,
@@ -87,7 +87,7 @@ Tensor kernel_input(const Tensor& t, MemoryFormat format) {
 }
 
 void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const cpu::ConvParams& p) {
+                    const kernel::ConvParams& p) {
   if (y.device().is_cuda()) {
     DeviceGuard guard(y.device());
     if (!small_conv_forward(y, x, w, p) && !depthwise_conv_forward(y, x, w, p)) {
@@ -100,7 +100,7 @@ void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Ten
 }
 
 void cpu_forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                        const cpu::ConvParams& p, bool relu) {
+                        const kernel::ConvParams& p, bool relu) {
   const std::optional<Strided> b = strided_or_none(bias);
   if (onednn::conv2d_forward(y.strided(), x.strided(), w.strided(), pointer_to(b), p, relu)) return;
   const Tensor out = nchw(y);
@@ -108,7 +108,7 @@ void cpu_forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const
   copy_back(y, out);
 }
 
-void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
+void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p) {
   if (dx.device().is_cuda()) {
     DeviceGuard guard(dx.device());
     if (!small_conv_dgrad(dx, dy, w, p) && !depthwise_conv_dgrad(dx, dy, w, p)) {
@@ -122,7 +122,7 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu
   copy_back(dx, out);
 }
 
-void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
+void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
   if (dw.device().is_cuda()) {
     DeviceGuard guard(dw.device());
     if (!small_conv_wgrad(dw, dy, x, p) && !depthwise_conv_wgrad(dw, dy, x, p)) {
@@ -142,7 +142,7 @@ void bgrad_kernel(const Tensor& db, const Tensor& dy) {
     if (cuda::is_channel_dense(dy.strided())) {
       cuda::channel_sum(db.strided(), dy.strided());
     } else {
-      cuda::reduce(db.view({1, db.size(0), 1, 1}).strided(), dy.strided(), cpu::ReduceOp::Sum);
+      cuda::reduce(db.view({1, db.size(0), 1, 1}).strided(), dy.strided(), kernel::ReduceOp::Sum);
     }
     return;
   }
@@ -150,7 +150,7 @@ void bgrad_kernel(const Tensor& db, const Tensor& dy) {
 }
 
 void weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
-                         const cpu::ConvParams& p) {
+                         const kernel::ConvParams& p) {
   if (dw.defined() && db.defined() && small_conv_wgrad(dw, dy, x, p, db)) return;
   if (dw.defined() && !dw.device().is_cuda()) {
     const std::optional<Strided> bias_grad = strided_or_none(db);

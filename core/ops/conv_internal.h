@@ -13,7 +13,7 @@
 
 namespace loom::conv_detail {
 
-cpu::ConvParams conv_params(const Conv2dOptions& o);
+kernel::ConvParams conv_params(const Conv2dOptions& o);
 
 // What a trace records of a conv2d: stride, padding, dilation (each [h, w]) and groups.
 std::vector<trace::Attribute> conv_attributes(const Conv2dOptions& o);
@@ -43,21 +43,21 @@ Tensor kernel_input(const Tensor& t, MemoryFormat format);
 // Every operand in the kernel layout, on one device:
 // y (N, K, P, Q) = conv(x, w) + bias (bias may be undefined)
 void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const cpu::ConvParams& p);
+                    const kernel::ConvParams& p);
 // The CPU's forward: oneDNN, else the reference kernel (through NCHW copies
 // where the operands are channels-last); then max(y, 0) when relu, in the
 // same pass.
 void cpu_forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                        const cpu::ConvParams& p, bool relu);
+                        const kernel::ConvParams& p, bool relu);
 // dx (N, C, H, W) = dgrad(dy, w)
-void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p);
+void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p);
 // dw (K, C/groups, R, S) = wgrad(dy, x)
-void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p);
+void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
 // db (K) = sum of dy (N, K, P, Q) over N, P and Q.
 void bgrad_kernel(const Tensor& db, const Tensor& dy);
 // dw = wgrad(dy, x) and db = bgrad(dy), either undefined to skip it: one
 // pass over dy for both where the small-channel tier takes them.
 void weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
-                         const cpu::ConvParams& p);
+                         const kernel::ConvParams& p);
 
 }  // namespace loom::conv_detail

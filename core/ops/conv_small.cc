@@ -39,7 +39,7 @@ cuda::KernelChoice& depthwise_conv_choice() {
 // operand's sizes and strides, the geometry and the numerics policy cuDNN
 // plans under.
 std::string tier_key(std::string_view tier, std::string_view pass, const Tensor& out, const Tensor& a,
-                     const Tensor& b, const cpu::ConvParams& p) {
+                     const Tensor& b, const kernel::ConvParams& p) {
   const NumericsPolicy& policy = numerics_policy();
   return fmt::format("{} {} {} {}{} {}{} {}{} stride {}x{} pad {}x{} dilation {}x{} groups {} {} "
                      "deterministic {}",
@@ -52,7 +52,7 @@ std::string tier_key(std::string_view tier, std::string_view pass, const Tensor&
 // Both candidates write `out`, which the chosen one then overwrites; cudnn
 // returns false where cuDNN has no engine for the graph (it then leaves the race).
 bool loom_chosen(cuda::KernelChoice& choice, std::string_view tier, std::string_view pass,
-                 const Tensor& out, const Tensor& a, const Tensor& b, const cpu::ConvParams& p,
+                 const Tensor& out, const Tensor& a, const Tensor& b, const kernel::ConvParams& p,
                  const std::function<void()>& loom, const std::function<bool()>& cudnn) {
   const std::string pick = choice.choose(
       tier_key(tier, pass, out, a, b, p), {std::string(kLoom), std::string(kCudnn)},
@@ -61,20 +61,20 @@ bool loom_chosen(cuda::KernelChoice& choice, std::string_view tier, std::string_
 }
 
 bool small_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
-                  const cpu::ConvParams& p, const std::function<void()>& loom,
+                  const kernel::ConvParams& p, const std::function<void()>& loom,
                   const std::function<bool()>& cudnn) {
   return loom_chosen(small_conv_choice(), "conv_small", pass, out, a, b, p, loom, cudnn);
 }
 
 bool depthwise_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
-                      const cpu::ConvParams& p, const std::function<void()>& loom,
+                      const kernel::ConvParams& p, const std::function<void()>& loom,
                       const std::function<bool()>& cudnn) {
   return loom_chosen(depthwise_conv_choice(), "conv_depthwise", pass, out, a, b, p, loom, cudnn);
 }
 
 }  // namespace
 
-bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p) {
+bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p) {
   DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p); };
@@ -85,7 +85,7 @@ bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const
 }
 
 bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
-                                  const cpu::ConvParams& p) {
+                                  const kernel::ConvParams& p) {
   DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
   const cuda::SmallConvEpilogue epilogue{.bias = b.defined() ? std::optional(b.strided()) : std::nullopt,
@@ -101,7 +101,7 @@ bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor
   return true;
 }
 
-bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
+bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p) {
   DeviceGuard guard(dx.device());
   if (!dx.device().is_cuda() || !cuda::conv_small_dgrad_supported(dy.strided(), w.strided(), p)) {
     return false;
@@ -113,7 +113,7 @@ bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const
   return true;
 }
 
-bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p,
+bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p,
                       const Tensor& db) {
   DeviceGuard guard(dw.device());
   if (!dw.device().is_cuda() || !cuda::conv_small_supported(x.strided(), dw.strided(), p)) return false;
@@ -137,7 +137,7 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
   loom();
   return true;
 }
-bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p) {
+bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p) {
   DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_depthwise_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_depthwise_forward(y.strided(), x.strided(), w.strided(), p); };
@@ -147,7 +147,7 @@ bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, c
   return true;
 }
 
-bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p) {
+bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p) {
   DeviceGuard guard(dx.device());
   if (!dx.device().is_cuda() || !cuda::conv_depthwise_supported(dx.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_depthwise_dgrad(dx.strided(), dy.strided(), w.strided(), p); };
@@ -157,7 +157,7 @@ bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, c
   return true;
 }
 
-bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p) {
+bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
   DeviceGuard guard(dw.device());
   if (!dw.device().is_cuda() || !cuda::conv_depthwise_supported(x.strided(), dw.strided(), p)) return false;
   // Allocated on the Loom kernel's first run only: where cuDNN wins, nothing is.

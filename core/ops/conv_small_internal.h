@@ -18,24 +18,24 @@ namespace loom::conv_detail {
 // y (N, K, P, Q) = conv(x, w) by the small-channel kernel, returning true, when
 // it takes these CUDA operands and is the choice for their shape; false leaves
 // y to cuDNN.
-bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p);
+bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p);
 // y = relu(conv(x, w) + b) (no bias where b is undefined) likewise, against
 // cuDNN's fused conv-bias-ReLU graph.
 bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
-                                  const cpu::ConvParams& p);
+                                  const kernel::ConvParams& p);
 // dx (N, C, H, W) = dgrad(dy, w) likewise (stride 1 only), against cuDNN's dgrad.
-bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p);
+bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p);
 // dw (K, C, R, S) = wgrad(dy, x) likewise, and where db is defined also
 // db (K) = the sum of dy over N, P, Q in the same kernels, against cuDNN's
 // wgrad and Loom's channel sum.
-bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p,
+bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p,
                       const Tensor& db = Tensor());
 
 // The depthwise tier likewise (groups == C == K, square filters of side 1, 3,
 // 5 or 7): y = conv(x, w), dx = dgrad(dy, w), dw = wgrad(dy, x), each
 // returning false to leave the pass to cuDNN.
-bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const cpu::ConvParams& p);
-bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const cpu::ConvParams& p);
-bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const cpu::ConvParams& p);
+bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p);
+bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p);
+bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
 
 }  // namespace loom::conv_detail

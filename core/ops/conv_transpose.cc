@@ -115,7 +115,7 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tenso
   const Tensor x = autocast_operand(x_in), weight = autocast_operand(weight_in),
                bias = autocast_operand(bias_in);
   check_args(x, weight, bias, options);
-  const cpu::ConvParams params = conv_params(as_conv(options));
+  const kernel::ConvParams params = conv_params(as_conv(options));
   const MemoryFormat format = output_format(x, weight);
   const MemoryFormat kernel = kernel_format(x, format);
   const Tensor xk = kernel_input(x, kernel), wk = kernel_input(weight, kernel);

@@ -67,11 +67,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   if (is_half_precision(x.dtype())) mask_options.dtype = DType::Float32;
   const Tensor mask = dropout_mask(x.sizes(), mask_options, p, gen).to(x.dtype());
   Tensor y = empty_like(x);
-  LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), cpu::BinaryOp::Mul);
+  LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), kernel::BinaryOp::Mul);
   if (needs_grad({x})) {
     record("dropout", {x}, y, [mask](const Tensor& dy) {
       Tensor dx = empty_like(dy);
-      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), mask.strided(), cpu::BinaryOp::Mul);
+      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), mask.strided(), kernel::BinaryOp::Mul);
       return std::vector<Tensor>{dx};
     }, {mask});
   }
@@ -97,11 +97,11 @@ Tensor dropout2d(const Tensor& x, double p, bool training, Generator* generator)
                           .to(x.dtype())
                           .expand(x.sizes());
   Tensor y = empty_like(x);
-  LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), cpu::BinaryOp::Mul);
+  LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), kernel::BinaryOp::Mul);
   if (needs_grad({x})) {
     record("dropout2d", {x}, y, [mask](const Tensor& dy) {
       Tensor dx = empty_like(dy);
-      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), mask.strided(), cpu::BinaryOp::Mul);
+      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), mask.strided(), kernel::BinaryOp::Mul);
       return std::vector<Tensor>{dx};
     }, {mask});
   }

@@ -17,8 +17,8 @@
 
 namespace loom {
 
-using cpu::BinaryOp;
-using cpu::UnaryOp;
+using kernel::BinaryOp;
+using kernel::UnaryOp;
 
 // --- validation ----------------------------------------------------------------
 

@@ -16,6 +16,7 @@
 
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/cpu/activation.h"
 #include "core/cpu/conv.h"
 #include "core/cpu/norm.h"
 #include "core/error.h"
@@ -25,9 +26,9 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/fused_internal.h"
-#include "core/ops/norm_internal.h"
 #include "core/ops/linalg.h"
 #include "core/ops/linalg_internal.h"
+#include "core/ops/norm_internal.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
@@ -57,14 +58,14 @@ std::optional<Strided> strided_or_none(const Tensor& t) {
 
 // y = max(y, 0) in place; y is a fresh kernel output that nothing else holds yet.
 void relu_in_place(const Tensor& y) {
-  LOOM_KERNEL(y, unary, y.strided(), y.strided(), cpu::UnaryOp::Relu);
+  LOOM_KERNEL(y, activation_forward, y.strided(), y.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
 }
 
 // dy where r > 0, else 0, laid out as r; r is a ReLU's input or output (same sign).
 Tensor relu_grad(const Tensor& dy, const Tensor& r) {
   Tensor g = dy.contiguous(r.suggest_memory_format());
   Tensor d = empty_like(r);
-  LOOM_KERNEL(r, binary, d.strided(), g.strided(), r.strided(), cpu::BinaryOp::ReluBackward);
+  LOOM_KERNEL(r, activation_backward, d.strided(), g.strided(), r.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   return d;
 }
 
@@ -101,7 +102,7 @@ namespace {
 // What forward and backward share: the kernel parameters and layouts, the sizes
 // and which gradients are wanted.
 struct ConvSetup {
-  cpu::ConvParams params;
+  kernel::ConvParams params;
   MemoryFormat output = MemoryFormat::Contiguous;  // channels-last when x or w suggests it, as conv2d
   MemoryFormat kernel = MemoryFormat::Contiguous;  // NCHW on the CPU, the output's on the GPU
   MemoryFormat weight = MemoryFormat::Contiguous;  // the weight's own: its gradient's layout
@@ -134,7 +135,7 @@ Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
 // y = conv(x, w) + b, then relu when asked; every operand in the kernel layout.
 // On the GPU the conv, the bias and the ReLU are one graph where cuDNN allows.
 void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
-                  const cpu::ConvParams& p, bool relu) {
+                  const kernel::ConvParams& p, bool relu) {
 #ifdef LOOM_WITH_CUDA
   if (relu && try_fused(y) &&
       (conv_detail::small_conv_bias_relu_forward(y, x, w, b, p) ||
@@ -152,7 +153,7 @@ void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
 
 // dx = dgrad(g, w) where r > 0, else 0: one graph on the GPU where cuDNN allows.
 void dgrad_relu(const Tensor& dx, const Tensor& g, const Tensor& w, const Tensor& r,
-                const cpu::ConvParams& p) {
+                const kernel::ConvParams& p) {
 #ifdef LOOM_WITH_CUDA
   if (try_fused(dx) &&
       cudnn::conv2d_dgrad_relu(dx.strided(), g.strided(), w.strided(), r.strided(), p)) {
@@ -160,7 +161,7 @@ void dgrad_relu(const Tensor& dx, const Tensor& g, const Tensor& w, const Tensor
   }
 #endif
   conv_detail::dgrad_kernel(dx, g, w, p);
-  LOOM_KERNEL(dx, binary, dx.strided(), dx.strided(), r.strided(), cpu::BinaryOp::ReluBackward);
+  LOOM_KERNEL(dx, activation_backward, dx.strided(), dx.strided(), r.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
 }
 
 // dx, dw, db of y = conv(x, w) + b from g = dL/dy in the kernel layout. With
@@ -229,7 +230,7 @@ Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   Tensor wk = conv_detail::kernel_input(weight, s.kernel);
   Tensor bk = conv_detail::kernel_input(bias, MemoryFormat::Contiguous);
   Tensor r = empty_in(s.x_sizes, x, s.kernel);
-  LOOM_KERNEL(r, unary, r.strided(), xk.strided(), cpu::UnaryOp::Relu);
+  LOOM_KERNEL(r, activation_forward, r.strided(), xk.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   Tensor yk = empty_in(s.y_sizes, x, s.kernel);
   conv_forward(yk, r, wk, bk, s.params, /*relu=*/false);
   Tensor y = yk.contiguous(s.output);
@@ -332,7 +333,7 @@ bool bn_relu_forward_onednn(const BnOperands& o, const BatchNormOptions& options
       !onednn::batch_norm_training_forward(
           o.y.strided(), o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(),
           o.weight.strided(), o.bias.strided(), options.eps,
-          cpu::RunningStats{o.running_mean.strided(), o.running_var.strided(), options.momentum},
+          kernel::RunningStats{o.running_mean.strided(), o.running_var.strided(), options.momentum},
           /*relu=*/!o.z.defined())) {
     return false;
   }
@@ -361,7 +362,7 @@ void bn_relu_forward(const BnOperands& o, const BatchNormOptions& options) {
   } else {  // statistics, then normalize + residual + ReLU in one pass
     cpu::batch_norm_batch_stats(o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(),
                                 options.eps,
-                                cpu::RunningStats{o.running_mean.strided(), o.running_var.strided(),
+                                kernel::RunningStats{o.running_mean.strided(), o.running_var.strided(),
                                                   options.momentum});
     cpu::batch_norm_relu_forward(o.y.strided(), o.x.strided(), o.save_mean.strided(),
                                  o.save_invstd.strided(), o.weight.strided(), o.bias.strided(),

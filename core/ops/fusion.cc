@@ -68,9 +68,9 @@ Tensor add_residual(const Tensor& y, const Tensor& residual) {
 // dx of y = f(x) for an activation row, from dy and x (no grad recorded).
 Tensor activation_grad(const Tensor& dy_in, const Tensor& x, const Step& step) {
   DeviceGuard guard(dy_in.device());
-  const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
-  const cpu::ActivationParameters parameters = activation_parameters(step.activation, step.parameters, row.name);
-  Tensor saved = row.saved == cpu::Saved::Output ? activation(x, step.activation, step.parameters) : x;
+  const kernel::ActivationInfo& row = kernel::activation_info(step.activation);
+  const kernel::ActivationParameters parameters = activation_parameters(step.activation, step.parameters, row.name);
+  Tensor saved = row.saved == kernel::Saved::Output ? activation(x, step.activation, step.parameters) : x;
   saved = saved.contiguous(saved.suggest_memory_format());
   Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
   Tensor dx = empty_like(saved);
@@ -209,7 +209,7 @@ std::string step_str(const Step& step) {
     return s + ")";
   }
   if (step.kind == StepKind::Activation) {
-    const std::string_view name = cpu::activation_info(step.activation).name;
+    const std::string_view name = kernel::activation_info(step.activation).name;
     return step.parameters.empty() ? std::string(name) : fmt::format("{}({})", name, fmt::join(step.parameters, ", "));
   }
   if (step.kind == StepKind::BatchNorm && !step.norm.training) return "batch_norm(eval)";
@@ -277,7 +277,7 @@ struct HeadSaved {
   std::vector<Tensor> operands;     // detached, as the forward used them
   std::vector<bool> need_operand;   // per operand: whether it wants a gradient
   Tensor x, w, z;                   // z = conv(x, w) or x . w^T, shaped as y
-  cpu::ConvParams params;
+  kernel::ConvParams params;
   MemoryFormat kernel = MemoryFormat::Contiguous, output = MemoryFormat::Contiguous;
   MemoryFormat weight = MemoryFormat::Contiguous;
   Shape x_sizes;
@@ -382,8 +382,8 @@ std::optional<cudnn::EpilogueStep> graph_operand(const HeadSaved& s, const Tenso
 std::optional<cudnn::EpilogueStep> graph_part(const HeadSaved& s, const Tensor& y, size_t i, GraphPart part) {
   const Step& step = s.steps[i];
   if (part.op == GraphOp::Activation) {
-    const cpu::ActivationParameters p =
-        activation_parameters(step.activation, step.parameters, cpu::activation_info(step.activation).name);
+    const kernel::ActivationParameters p =
+        activation_parameters(step.activation, step.parameters, kernel::activation_info(step.activation).name);
     auto mode = cudnn::activation_mode(step.activation, false, p);
     if (!mode) return std::nullopt;
     return cudnn::EpilogueStep{.mode = mode->mode, .scalars = mode->scalars};
@@ -465,10 +465,10 @@ std::optional<Derivative> derivative(const HeadSaved& s, const GraphSteps& gs, c
     cudnn::EpilogueStepGrad grad;
     const Step& step = s.steps[gs.step[k]];
     if (gs.part[k].op == GraphOp::Activation) {
-      const cpu::ActivationInfo& row = cpu::activation_info(step.activation);
+      const kernel::ActivationInfo& row = kernel::activation_info(step.activation);
       grad.activation =
           cudnn::activation_mode(step.activation, true, activation_parameters(step.activation, step.parameters, row.name));
-      grad.reads_output = row.saved == cpu::Saved::Output;
+      grad.reads_output = row.saved == kernel::Saved::Output;
       if (!grad.activation) {
         why = fmt::format("{} has no cuDNN backward mode that takes its saved {}", row.name,
                           grad.reads_output ? "output" : "input");
@@ -803,7 +803,7 @@ Block& Block::batch_norm(BatchNormOptions options) {
   return push({.kind = StepKind::BatchNorm, .norm = options});
 }
 Block& Block::activation(ActivationKind kind, std::vector<double> parameters) {
-  activation_parameters(kind, parameters, fmt::format("fusion::Block {}", cpu::activation_info(kind).name));
+  activation_parameters(kind, parameters, fmt::format("fusion::Block {}", kernel::activation_info(kind).name));
   return push({.kind = StepKind::Activation, .activation = kind, .parameters = std::move(parameters)});
 }
 Block& Block::add() { return push({.kind = StepKind::Add}); }

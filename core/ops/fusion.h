@@ -41,21 +41,21 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu/activation_math.h"
+#include "core/kernel/activation.h"
 #include "core/ops/conv.h"
 #include "core/ops/norm.h"
 #include "core/tensor.h"
 
 namespace loom::fusion {
 
-using cpu::ActivationKind;
+using kernel::ActivationKind;
 
 enum class StepKind {
   Conv2d,      // operand "weight" (K, C/groups, R, S)
   Linear,      // operand "weight" (out, in); the block's channels are the last dim
   Bias,        // operand "bias" (K): y + bias per channel
   BatchNorm,   // operands "norm.weight", "norm.bias", "norm.running_mean", "norm.running_var"
-  Activation,  // one row of core/cpu/activation_math.h
+  Activation,  // one row of core/kernel/activation.h
   Add,         // y + operand, or y + scalar
   Sub,         // y - operand, or y - scalar
   Mul,         // y * operand, or y * scalar

@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/cpu/activation_math.h"
 #include "core/error.h"
+#include "core/kernel/activation.h"
 #include "core/ops/fused.h"
 #include "core/storage.h"
 
@@ -28,8 +28,8 @@ bool is_head_name(const std::string& name) {
 }
 
 std::optional<ActivationKind> activation_named(const std::string& name) {
-  for (ActivationKind kind : cpu::kActivationKinds) {
-    if (name == cpu::activation_info(kind).name) return kind;
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    if (name == kernel::activation_info(kind).name) return kind;
   }
   return std::nullopt;
 }
@@ -113,7 +113,7 @@ bool append_step(Block& block, std::vector<Tensor>& operands, const std::string&
     const auto* values = given == nullptr ? nullptr : std::get_if<std::vector<double>>(given);
     std::vector<double> parameters = values == nullptr ? std::vector<double>{} : *values;
     parameters.resize(std::min<size_t>(parameters.size(),
-                                       static_cast<size_t>(cpu::parameter_count(cpu::activation_info(*kind)))));
+                                       static_cast<size_t>(kernel::parameter_count(kernel::activation_info(*kind)))));
     block.activation(*kind, std::move(parameters));
     return true;
   }

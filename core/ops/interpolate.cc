@@ -23,7 +23,7 @@ namespace {
 
 struct Resampling {
   int64_t P = 0, Q = 0;
-  cpu::InterpolateSpec spec;
+  kernel::InterpolateSpec spec;
 };
 
 // floor(extent * scale) as PyTorch computes it, in double.

@@ -10,7 +10,7 @@
 // x (N, C, H, W), floating, any layout (a channels-last x gives a channels-last
 // y) -> y (N, C, P, Q), with (P, Q) = size, or floor(H * scale_h) and
 // floor(W * scale_w). Index conventions are PyTorch's exactly
-// (core/cpu/interpolate_math.h): given a scale factor, output index o maps to
+// (core/kernel/interpolate.h): given a scale factor, output index o maps to
 // input coordinate o / scale (not o * H / P) unless recompute_scale_factor;
 // bilinear without align_corners samples pixel centres (half-pixel offsets,
 // clamped at 0), with align_corners the corner pixels of x and y coincide.
@@ -26,7 +26,7 @@
 
 namespace loom {
 
-using cpu::InterpolateMode;
+using kernel::InterpolateMode;
 
 // A (height, width) pair of scale factors, one number when both are equal.
 struct Scale2 {

@@ -88,7 +88,7 @@ void check_class_target(const Tensor& scores, const Tensor& target, int64_t igno
 }
 
 // The op's output from per-position losses and their total.
-Tensor reduce_losses(const Tensor& losses, const cpu::LossTotal& total, Reduction reduction,
+Tensor reduce_losses(const Tensor& losses, const kernel::LossTotal& total, Reduction reduction,
                      std::string_view op) {
   switch (reduction) {
     case Reduction::None: return losses;
@@ -118,7 +118,7 @@ cuda::LossScale device_scale(const GradScale& s) {
   return {static_cast<const cuda::LossTotals*>(s.device_totals.raw_data()), s.mean};
 }
 
-// Runs cpu_forward() -> cpu::LossTotal on the CPU, or cuda_forward(cuda::LossOutputs)
+// Runs cpu_forward() -> kernel::LossTotal on the CPU, or cuda_forward(cuda::LossOutputs)
 // on the GPU, and makes the op's output from the per-position `losses`.
 template <class CpuForward, class CudaForward>
 LossForward run_forward(const Tensor& losses, Reduction reduction, std::string_view op,
@@ -136,7 +136,7 @@ LossForward run_forward(const Tensor& losses, Reduction reduction, std::string_v
                                    reduction == Reduction::Mean});
     return {loss, {.host = 1.0, .device_totals = totals, .mean = reduction == Reduction::Mean}};
   }
-  const cpu::LossTotal total = cpu_forward();
+  const kernel::LossTotal total = cpu_forward();
   const double scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(total.count) : 1.0;
   return {reduce_losses(losses, total, reduction, op), {.host = scale, .device_totals = Tensor(), .mean = false}};
 }
@@ -175,7 +175,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropy
   const double eps = options.label_smoothing;
   LOOM_CHECK(eps >= 0.0 && eps <= 1.0, ValueError,
              "[cross_entropy] label_smoothing must be in [0, 1], got {}", eps);
-  const cpu::CrossEntropyParams params{options.ignore_index, eps};
+  const kernel::CrossEntropyParams params{options.ignore_index, eps};
   // losses (N, d1...), logits (N, C, d1...)
   Tensor losses = empty(target.sizes(), loss_options(logits));
   LossForward f = run_forward(

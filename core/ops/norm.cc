@@ -103,12 +103,12 @@ using norm_detail::channel_options;
 void take_batch_stats(const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
                       const Tensor& running_mean, const Tensor& running_var,
                       const BatchNormOptions& options) {
-  std::optional<cpu::RunningStats> running;
+  std::optional<kernel::RunningStats> running;
   if (running_mean.defined()) {
     NoGradGuard no_grad;
     check_inplace(running_mean, kOp);
     check_inplace(running_var, kOp);
-    running = cpu::RunningStats{running_mean.strided(), running_var.strided(), options.momentum};
+    running = kernel::RunningStats{running_mean.strided(), running_var.strided(), options.momentum};
   }
   cpu::batch_norm_batch_stats(save_mean.strided(), save_invstd.strided(), x.strided(), options.eps,
                               running);
@@ -121,12 +121,12 @@ bool batch_norm_training_onednn(const Tensor& y, const Tensor& save_mean, const 
                                 const Tensor& running_var, const Tensor& weight, const Tensor& bias,
                                 const BatchNormOptions& options) {
   if (!on_onednn_tier(x)) return false;
-  std::optional<cpu::RunningStats> running;
+  std::optional<kernel::RunningStats> running;
   if (running_mean.defined()) {
     NoGradGuard no_grad;
     check_inplace(running_mean, kOp);
     check_inplace(running_var, kOp);
-    running = cpu::RunningStats{running_mean.strided(), running_var.strided(), options.momentum};
+    running = kernel::RunningStats{running_mean.strided(), running_var.strided(), options.momentum};
   }
   return onednn::batch_norm_training_forward(y.strided(), save_mean.strided(), save_invstd.strided(),
                                              x.strided(), strided_or_none(weight),

@@ -40,7 +40,7 @@ void check_dim_pads(const Tensor& x, int64_t dim, int64_t before, int64_t after,
 }
 
 // The pad list as per-dim `before` offsets (dims of x; 0 where not padded).
-cpu::PadSpec make_spec(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode,
+kernel::PadSpec make_spec(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode,
                        double value) {
   LOOM_CHECK(x.defined(), ValueError, "[pad] x is an undefined tensor");
   LOOM_CHECK(!pads.empty() && pads.size() % 2 == 0, ValueError,
@@ -51,7 +51,7 @@ cpu::PadSpec make_spec(const Tensor& x, const std::vector<int64_t>& pads, PadMod
   LOOM_CHECK(padded <= x.dim(), ShapeError,
              "[pad] {} pairs of pads for a {}-D x of shape {}: at most one pair per dim", padded,
              x.dim(), shape_str(x.sizes()));
-  cpu::PadSpec spec{.mode = mode, .before = Shape(x.dim(), 0), .value = value};
+  kernel::PadSpec spec{.mode = mode, .before = Shape(x.dim(), 0), .value = value};
   for (int64_t k = 0; k < padded; ++k) {
     const int64_t dim = x.dim() - 1 - k;
     check_dim_pads(x, dim, pads[2 * k], pads[2 * k + 1], mode);
@@ -88,7 +88,7 @@ const char* pad_mode_name(PadMode mode) {
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
   trace::OpScope trace("pad");
-  const cpu::PadSpec spec = make_spec(x, pads, mode, value);
+  const kernel::PadSpec spec = make_spec(x, pads, mode, value);
   if (needs_grad({x})) check_float_tensor(x, "pad");
   Tensor out = empty(padded_sizes(x, pads), {.dtype = x.dtype(),
                                              .device = x.device(),

@@ -25,7 +25,7 @@
 
 namespace loom {
 
-using cpu::PadMode;
+using kernel::PadMode;
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::Constant,
            double value = 0.0);

@@ -55,8 +55,9 @@ void check_pool_input(const Tensor& x, std::string_view op) {
              "[{}] expects non-empty C, H and W but got input shape {}", op, shape_str(x.sizes()));
 }
 
-struct PoolGeometry {
-  cpu::Pool2dParams params;
+// The checked options: what every backend's kernels take, and the output's sizes.
+struct CheckedPool {
+  kernel::Pool2dParams params;
   Shape out_sizes;  // (N, C, P, Q)
 };
 
@@ -74,7 +75,7 @@ void check_pool_options(const Pair& kernel, const Pair& stride, const Pair& pad,
              op, pair_str(pad), pair_str(kernel));
 }
 
-PoolGeometry pool_geometry(const Tensor& x, const Pool2dOptions& options, std::string_view op) {
+CheckedPool pool_geometry(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
   const Pair kernel = options.kernel_size, stride = options.stride.value_or(kernel),
              pad = options.padding;
   check_pool_options(kernel, stride, pad, op);
@@ -89,7 +90,7 @@ PoolGeometry pool_geometry(const Tensor& x, const Pool2dOptions& options, std::s
              "padding {}, ceil_mode {}; use a smaller kernel or a larger input",
              op, P, Q, shape_str(x.sizes()), pair_str(kernel), pair_str(stride), pair_str(pad),
              options.ceil_mode);
-  return {{kernel[0], kernel[1], stride[0], stride[1], pad[0], pad[1]},
+  return {{kernel[0], kernel[1], stride[0], stride[1], pad[0], pad[1], max, options.count_include_pad},
           {x.size(0), x.size(1), P, Q}};
 }
 
@@ -108,7 +109,7 @@ Tensor in_output_format(const Tensor& y, const Pool2dOptions& options) {
 // dx from dy scattered to the forward's indices. The GPU gathers per input
 // element instead, so overlapping windows sum in a fixed order.
 void max_pool_backward(const Tensor& dx, const Tensor& dy, const Tensor& indices,
-                       const cpu::Pool2dParams& params) {
+                       const kernel::Pool2dParams& params) {
   if (dx.device().is_cuda()) {
     DeviceGuard guard(dx.device());
     cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params);
@@ -120,7 +121,7 @@ void max_pool_backward(const Tensor& dx, const Tensor& dy, const Tensor& indices
 MaxPool2dResult max_pool2d_impl(const Tensor& x, const Pool2dOptions& options,
                                 std::string_view op) {
   check_pool_input(x, op);
-  const PoolGeometry geometry = pool_geometry(x, options, op);
+  const CheckedPool geometry = pool_geometry(x, options, /*max=*/true, op);
   const TensorOptions layout = layout_of(x);
   TensorOptions index_layout = layout;
   index_layout.dtype = DType::Int64;
@@ -142,16 +143,15 @@ MaxPool2dResult max_pool2d_impl(const Tensor& x, const Pool2dOptions& options,
 
 Tensor avg_pool2d_impl(const Tensor& x, const Pool2dOptions& options, std::string_view op) {
   check_pool_input(x, op);
-  const PoolGeometry geometry = pool_geometry(x, options, op);
+  const CheckedPool geometry = pool_geometry(x, options, /*max=*/false, op);
   const TensorOptions layout = layout_of(x);
-  const bool count_include_pad = options.count_include_pad;
   Tensor y = empty(geometry.out_sizes, layout);
-  LOOM_KERNEL(x, avg_pool2d_forward, y.strided(), x.strided(), geometry.params, count_include_pad);
+  LOOM_KERNEL(x, avg_pool2d_forward, y.strided(), x.strided(), geometry.params);
   if (needs_grad({x})) {
     const Shape x_sizes = x.sizes();
     record(std::string(op), {x}, y, [=](const Tensor& dy) -> std::vector<Tensor> {
       Tensor dx = empty(x_sizes, layout);
-      LOOM_KERNEL(dx, avg_pool2d_backward, dx.strided(), dy.strided(), geometry.params, count_include_pad);
+      LOOM_KERNEL(dx, avg_pool2d_backward, dx.strided(), dy.strided(), geometry.params);
       return {dx};
     });
   }
@@ -171,17 +171,16 @@ struct CudnnPoolSaved {
 // y from cuDNN, or an undefined tensor when cuDNN declines.
 Tensor cudnn_pool(const Tensor& x_in, const Pool2dOptions& options, bool max, std::string_view op,
                   CudnnPoolSaved& saved) {
-  const PoolGeometry geometry = pool_geometry(x_in, options, op);
+  const CheckedPool geometry = pool_geometry(x_in, options, max, op);
   const TensorOptions layout = layout_of(x_in);
   Tensor x = x_in.detach().contiguous(layout.memory_format);
   Tensor y = empty(geometry.out_sizes, layout);
-  const cudnn::PoolArgs args{geometry.params, max, options.count_include_pad};
   bool indexed = max && cudnn::pool_uses_index(x.strided());
   TensorOptions index_layout = layout;
   index_layout.dtype = DType::UInt8;  // cuDNN's int8 index, stored bytewise
   Tensor index = indexed ? empty(geometry.out_sizes, index_layout) : Tensor();
   Strided index_view = indexed ? index.strided() : Strided{};
-  if (!cudnn::pool2d_forward(y.strided(), indexed ? &index_view : nullptr, x.strided(), args)) {
+  if (!cudnn::pool2d_forward(y.strided(), indexed ? &index_view : nullptr, x.strided(), geometry.params)) {
     return Tensor();
   }
   saved = indexed ? CudnnPoolSaved{Tensor(), Tensor(), index, Tensor()}
@@ -196,9 +195,9 @@ Tensor cudnn_pool(const Tensor& x_in, const Pool2dOptions& options, bool max, st
 // engine for (e.g. a 1x1 average pool on channels-last input). Max pooling
 // recomputes the int64 indices its kernel reads from the saved input.
 void pool_backward_by_kernels(const Tensor& dx, const Tensor& dy, const Tensor& x,
-                              const cpu::Pool2dParams& params, bool max, bool count_include_pad) {
-  if (!max) {
-    cuda::avg_pool2d_backward(dx.strided(), dy.strided(), params, count_include_pad);
+                              const kernel::Pool2dParams& params) {
+  if (!params.max) {
+    cuda::avg_pool2d_backward(dx.strided(), dy.strided(), params);
     return;
   }
   TensorOptions index_options = dy.options();
@@ -225,7 +224,7 @@ Tensor window_index_for(const Tensor& x, const Shape& out_sizes) {
 }
 
 // y straight in the asked-for layout: the kernels read x and write y in any two layouts.
-Tensor window_max_pool(const Tensor& x_in, const PoolGeometry& geometry, const Pool2dOptions& options,
+Tensor window_max_pool(const Tensor& x_in, const CheckedPool& geometry, const Pool2dOptions& options,
                        std::string_view op) {
   const TensorOptions layout = layout_of(x_in);
   TensorOptions out_layout = layout;
@@ -247,8 +246,7 @@ Tensor window_max_pool(const Tensor& x_in, const PoolGeometry& geometry, const P
 }
 
 // Both paths on scratch operands (y stands in for dy), for the timing race.
-cuda::CandidateRuns max_pool_runs(const Tensor& x_in, const PoolGeometry& geometry,
-                                  const Pool2dOptions& options, bool backward) {
+cuda::CandidateRuns max_pool_runs(const Tensor& x_in, const CheckedPool& geometry, bool backward) {
   DeviceGuard guard(x_in.device());
   const TensorOptions layout = layout_of(x_in);
   const Tensor x = x_in.detach().contiguous(layout.memory_format);
@@ -262,7 +260,7 @@ cuda::CandidateRuns max_pool_runs(const Tensor& x_in, const PoolGeometry& geomet
     return true;
   };
   auto cudnn = [=] {
-    const cudnn::PoolArgs args{geometry.params, /*max=*/true, options.count_include_pad};
+    const kernel::Pool2dParams& args = geometry.params;
     const bool indexed = cudnn::pool_uses_index(x.strided());
     Strided xs = x.strided(), ys = y.strided(), is = indexed ? index.strided() : Strided{};
     if (!cudnn::pool2d_forward(ys, indexed ? &is : nullptr, xs, args)) return false;
@@ -274,19 +272,18 @@ cuda::CandidateRuns max_pool_runs(const Tensor& x_in, const PoolGeometry& geomet
   return {loom, cudnn};
 }
 
-bool window_max_pool_chosen(const Tensor& x, const PoolGeometry& geometry,
-                            const Pool2dOptions& options) {
+bool window_max_pool_chosen(const Tensor& x, const CheckedPool& geometry) {
   static cuda::KernelChoice choice("LOOM_POOL_KERNEL");
   if (!cuda::max_pool2d_window_supported(geometry.params)) return false;
   const bool backward = needs_grad({x});
-  const cpu::Pool2dParams& k = geometry.params;
+  const kernel::Pool2dParams& k = geometry.params;
   const std::string key = fmt::format(
       "max_pool2d {} {} {} kernel {}x{} stride {}x{} pad {}x{} out {} backward {}",
       dtype_name(x.dtype()), shape_str(x.sizes()), shape_str(x.strides()), k.kernel_h, k.kernel_w,
       k.stride_h, k.stride_w, k.pad_h, k.pad_w, shape_str(geometry.out_sizes), backward);
   const std::string pick =
       choice.choose(key, {std::string(kLoomPool), std::string(kCudnnPool)},
-                    [&] { return max_pool_runs(x, geometry, options, backward); });
+                    [&] { return max_pool_runs(x, geometry, backward); });
   return pick == kLoomPool;
 }
 
@@ -294,15 +291,15 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
   DeviceGuard guard(x.device());
   check_pool_input(x, op);
   if (max) {
-    const PoolGeometry geometry = pool_geometry(x, options, op);
-    if (window_max_pool_chosen(x, geometry, options)) return window_max_pool(x, geometry, options, op);
+    const CheckedPool geometry = pool_geometry(x, options, max, op);
+    if (window_max_pool_chosen(x, geometry)) return window_max_pool(x, geometry, options, op);
   }
   CudnnPoolSaved saved;
   Tensor y = cudnn_pool(x, options, max, op, saved);
   if (!y.defined()) return max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op);
   if (needs_grad({x})) {
-    const PoolGeometry geometry = pool_geometry(x, options, op);
-    const cudnn::PoolArgs args{geometry.params, max, options.count_include_pad};
+    const CheckedPool geometry = pool_geometry(x, options, max, op);
+    const kernel::Pool2dParams args = geometry.params;
     const TensorOptions layout = layout_of(x);
     const Shape x_sizes = x.sizes();
     record(std::string(op), {x}, y, [=](const Tensor& dy_in) -> std::vector<Tensor> {
@@ -314,7 +311,7 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
       cudnn::PoolBackwardInputs inputs{saved.x.defined() ? &xs : nullptr, saved.y.defined() ? &ys : nullptr,
                                        saved.index.defined() ? &is : nullptr};
       if (!cudnn::pool2d_backward(dx.strided(), dy.strided(), inputs, args)) {
-        pool_backward_by_kernels(dx, dy, saved.input, geometry.params, max, options.count_include_pad);
+        pool_backward_by_kernels(dx, dy, saved.input, args);
       }
       return {dx};
     }, {saved.x, saved.y, saved.index, saved.input});
@@ -328,21 +325,22 @@ Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::st
 // y, or an undefined tensor where the oneDNN tier declines x.
 Tensor pool_onednn(const Tensor& x_in, const Pool2dOptions& options, bool max, std::string_view op) {
   check_pool_input(x_in, op);
-  const PoolGeometry geometry = pool_geometry(x_in, options, op);
+  const CheckedPool geometry = pool_geometry(x_in, options, max, op);
   const TensorOptions layout = layout_of(x_in);
   const Tensor x = x_in.detach().contiguous(layout.memory_format);
   Tensor y = empty(geometry.out_sizes, layout);
-  const onednn::PoolArgs args{geometry.params, max, options.count_include_pad, needs_grad({x_in})};
-  const std::optional<int64_t> bytes = onednn::pool2d_workspace_bytes(y.strided(), x.strided(), args);
+  const kernel::Pool2dParams args = geometry.params;
+  const bool training = needs_grad({x_in});
+  const std::optional<int64_t> bytes = onednn::pool2d_workspace_bytes(y.strided(), x.strided(), args, training);
   if (!bytes) return Tensor();
   TensorOptions byte_options = x.options();
   byte_options.dtype = DType::UInt8;
   byte_options.memory_format = MemoryFormat::Contiguous;
   const Tensor workspace = *bytes > 0 ? empty({*bytes}, byte_options) : Tensor();
   void* record_to = workspace.defined() ? workspace.raw_data() : nullptr;
-  LOOM_CHECK(onednn::pool2d_forward(y.strided(), x.strided(), record_to, args), OnednnError,
+  LOOM_CHECK(onednn::pool2d_forward(y.strided(), x.strided(), record_to, args, training), OnednnError,
              "[{}] oneDNN declined a pooling it had planned (input {})", op, shape_str(x.sizes()));
-  if (!args.training) return y;
+  if (!training) return y;
   const Shape x_sizes = x.sizes();
   record(std::string(op), {x_in}, y, [=](const Tensor& dy_in) -> std::vector<Tensor> {
     const Tensor dy = dy_in.contiguous(layout.memory_format);

@@ -37,7 +37,7 @@ Shape all_dims(const Tensor& x) {
   return dims;
 }
 
-Tensor reduce_values(const Tensor& x, const Shape& keep, cpu::ReduceOp op) {
+Tensor reduce_values(const Tensor& x, const Shape& keep, kernel::ReduceOp op) {
   Tensor out = empty(keep, x.options());
   LOOM_KERNEL(out, reduce, out.strided(), x.strided(), op);
   return out;
@@ -56,7 +56,7 @@ Tensor sum_or_mean(const Tensor& x, const Shape& dims, bool keepdim, bool mean, 
   }
   check_input(x, name);
   Shape keep = kept_sizes(x, dims, name);
-  Tensor out = reduce_values(x, keep, mean ? cpu::ReduceOp::Mean : cpu::ReduceOp::Sum);
+  Tensor out = reduce_values(x, keep, mean ? kernel::ReduceOp::Mean : kernel::ReduceOp::Sum);
   Shape result_sizes;
   for (size_t d = 0; d < keep.size(); ++d) {
     bool reduced = std::find_if(dims.begin(), dims.end(), [&](int64_t dim) {
@@ -112,13 +112,13 @@ Tensor max(const Tensor& x) {
              "[max] of an empty tensor (shape {}) has no identity; pass a non-empty tensor",
              shape_str(x.sizes()));
   Shape keep(x.dim(), 1);
-  Tensor value = reduce_values(x, keep, cpu::ReduceOp::Max);
+  Tensor value = reduce_values(x, keep, kernel::ReduceOp::Max);
   Tensor result = value.view({});
   if (needs_grad({x})) {
     record("max", {x}, result, [x, value](const Tensor& dy) {
       // Ties share the gradient equally, as torch.max() over all elements does.
       Tensor mask = empty_like(x);
-      LOOM_KERNEL(mask, binary, mask.strided(), x.strided(), value.expand(x.sizes()).strided(), cpu::BinaryOp::Equal);
+      LOOM_KERNEL(mask, binary, mask.strided(), x.strided(), value.expand(x.sizes()).strided(), kernel::BinaryOp::Equal);
       Tensor count = sum(mask);
       return std::vector<Tensor>{mul(mask, div(dy, count))};
     }, {x});

@@ -84,7 +84,7 @@ std::vector<Candidate> model_candidates(const std::vector<std::string>& names) {
 std::vector<Candidate> pattern_candidates() {
   const Shape x = {64, 64, 32, 32}, w = {64, 64, 3, 3}, k = {64}, rows = {256, 512}, lw = {512, 512}, lk = {512};
   std::vector<Candidate> out;
-  for (ActivationKind kind : cpu::kActivationKinds) {
+  for (ActivationKind kind : kernel::kActivationKinds) {
     out.push_back({"patterns", fusion::Block().conv2d({.padding = {1, 1}}).bias().activation(kind), {x, w, k}});
     out.push_back({"patterns", fusion::Block().linear().bias().activation(kind), {rows, lw, lk}});
   }

@@ -31,9 +31,9 @@ TEST_CASE("every activation row has a named module class and a functional name")
   // The table above names each row's class; this guards against a new row without one.
   const std::vector<std::string> named = {"ReLU", "Sigmoid", "Tanh", "GELU", "SiLU", "ELU", "LeakyReLU",
                                           "Softplus", "Mish", "Hardswish", "Hardtanh", "ReLU6"};
-  for (ActivationKind kind : cpu::kActivationKinds) {
-    CAPTURE(cpu::activation_info(kind).name);
-    CHECK(std::find(named.begin(), named.end(), cpu::activation_info(kind).module_name) != named.end());
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    CAPTURE(kernel::activation_info(kind).name);
+    CHECK(std::find(named.begin(), named.end(), kernel::activation_info(kind).module_name) != named.end());
   }
 }
 

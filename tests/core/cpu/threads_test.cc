@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu/activation.h"
 #include "core/cpu/conv.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/gemm.h"
@@ -63,9 +64,9 @@ void check_thread_independent(const std::function<std::vector<std::vector<float>
 
 TEST_CASE("convolution kernels give the same bits at 1 and 3 threads") {
   // Stride 2 takes the clipped im2col; stride 1 the wide columns.
-  for (const ConvParams& params :
-       {ConvParams{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 2, .dilation_w = 2},
-        ConvParams{.pad_h = 2, .pad_w = 1, .dilation_h = 2}}) {
+  for (const kernel::ConvParams& params :
+       {kernel::ConvParams{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 2, .dilation_w = 2},
+        kernel::ConvParams{.pad_h = 2, .pad_w = 1, .dilation_h = 2}}) {
   check_thread_independent([&] {
     Buffer x({5, 3, 9, 8}, 1), w({4, 3, 3, 3}, 2), bias({4}, 3);
     const int64_t p = conv_output_size(9, 3, params.stride_h, params.pad_h, params.dilation_h),
@@ -86,12 +87,12 @@ TEST_CASE("conv2d_wgrad of a large filter (split by dw's columns) gives the same
   // exceed the kernel's limit, so dw's columns are split instead of the batch.
   check_thread_independent([] {
     Buffer x({16, 256, 4, 4}, 1), dy({16, 32, 4, 4}, 2), dw({32, 256, 3, 3});
-    conv2d_wgrad(dw.view(), dy.view(), x.view(), ConvParams{.pad_h = 1, .pad_w = 1});
+    conv2d_wgrad(dw.view(), dy.view(), x.view(), kernel::ConvParams{.pad_h = 1, .pad_w = 1});
     return std::vector<std::vector<float>>{dw.values};
   });
   // And it sums what the images give one by one (each a batch of one, split by images).
   Buffer x({16, 256, 4, 4}, 1), dy({16, 32, 4, 4}, 2), dw({32, 256, 3, 3}), one({32, 256, 3, 3});
-  const ConvParams params{.pad_h = 1, .pad_w = 1};
+  const kernel::ConvParams params{.pad_h = 1, .pad_w = 1};
   conv2d_wgrad(dw.view(), dy.view(), x.view(), params);
   std::vector<double> sum(dw.values.size(), 0.0);
   for (int64_t n = 0; n < 16; ++n) {
@@ -113,7 +114,7 @@ TEST_CASE("conv2d_wgrad: an Inf in the image reaches only the taps that meet it"
   // over it in their wrapped columns, which must add exact zeros.
   Buffer x({1, 1, 3, 8}, 1), dy({1, 1, 1, 6}, 2), dw({1, 1, 3, 3});
   x.values[7] = std::numeric_limits<float>::infinity();
-  conv2d_wgrad(dw.view(), dy.view(), x.view(), ConvParams{});
+  conv2d_wgrad(dw.view(), dy.view(), x.view(), kernel::ConvParams{});
   for (int64_t tap = 0; tap < 9; ++tap) {
     INFO("tap ", tap);
     CHECK(std::isfinite(dw.values[tap]) == (tap != 2));
@@ -124,10 +125,10 @@ TEST_CASE("conv2d_forward's ReLU epilogue equals the forward, then ReLU") {
   Buffer x({3, 2, 6, 6}, 1), w({5, 2, 3, 3}, 2), bias({5}, 3);
   Buffer fused({3, 5, 6, 6}), plain({3, 5, 6, 6});
   Strided b = bias.view();
-  const ConvParams params{.pad_h = 1, .pad_w = 1};
+  const kernel::ConvParams params{.pad_h = 1, .pad_w = 1};
   conv2d_forward(fused.view(), x.view(), w.view(), &b, params, /*relu=*/true);
   conv2d_forward(plain.view(), x.view(), w.view(), &b, params);
-  unary(plain.view(), plain.view(), UnaryOp::Relu);
+  activation_forward(plain.view(), plain.view(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   CHECK(same_bits(fused.values, plain.values));
 }
 
@@ -156,7 +157,7 @@ TEST_CASE("batch_norm_relu_backward equals the ReLU mask, then batch_norm_backwa
   batch_norm_relu_backward(dx.view(), dweight.view(), dbias.view(), dpre.view(), dy.view(),
                            x.view(), y.view(), mean.view(), invstd.view(), weight.view());
   Buffer masked({4, 3, 5, 5}), dx_ref({4, 3, 5, 5}), dweight_ref({3}), dbias_ref({3});
-  binary(masked.view(), dy.view(), y.view(), BinaryOp::ReluBackward);
+  activation_backward(masked.view(), dy.view(), y.view(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   batch_norm_backward(dx_ref.view(), dweight_ref.view(), dbias_ref.view(), masked.view(), x.view(),
                       mean.view(), invstd.view(), weight.view(), /*training=*/true);
   CHECK(same_bits(dpre.values, masked.values));
@@ -173,11 +174,11 @@ TEST_CASE("pooling, elementwise and split GEMMs give the same bits at 1 and 3 th
     Buffer x({4, 3, 9, 8}, 1), y({4, 3, 4, 4}), dy({4, 3, 4, 4}, 2), dx({4, 3, 9, 8});
     std::vector<int64_t> index(4 * 3 * 4 * 4);
     Strided indices{index.data(), DType::Int64, {4, 3, 4, 4}, {48, 16, 4, 1}};
-    const Pool2dParams params{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+    const kernel::Pool2dParams params{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
     max_pool2d_forward(y.view(), indices, x.view(), params);
     max_pool2d_backward(dx.view(), dy.view(), indices);
     Buffer big({300, 170}, 3), relu({300, 170});
-    unary(relu.view(), big.view(), UnaryOp::Relu);
+    activation_forward(relu.view(), big.view(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
     Buffer a({300, 64}, 4), b({64, 170}, 5), c({300, 170});
     gemm(false, false, 300, 170, 64, 1.0f, a.values.data(), 64, b.values.data(), 170, 0.0f,
          c.values.data(), 170);
@@ -203,7 +204,7 @@ TEST_CASE("max pooling 2x2: dense rows pick what the strided scan picks, ties, z
   Buffer y_dense(out_sizes), y_spaced(out_sizes);
   std::vector<int64_t> i_dense(numel_of(out_sizes)), i_spaced(numel_of(out_sizes));
   const Shape index_strides = {63, 21, 7, 1};
-  const Pool2dParams params{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+  const kernel::Pool2dParams params{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
   max_pool2d_forward(y_dense.view(), {i_dense.data(), DType::Int64, out_sizes, index_strides}, x_dense,
                      params);
   max_pool2d_forward(y_spaced.view(), {i_spaced.data(), DType::Int64, out_sizes, index_strides},

@@ -19,6 +19,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu/activation.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/norm.h"
@@ -76,8 +77,9 @@ const std::vector<Layout>& layouts() {
 }  // namespace
 
 LOOM_GPU_TEST_CASE("bf16 kernels: unary and binary elementwise over every layout") {
-  using cpu::BinaryOp;
-  using cpu::UnaryOp;
+  using kernel::ActivationKind;
+  using kernel::BinaryOp;
+  using kernel::UnaryOp;
   Generator gen(71);
   for (DType half : kHalves) {
     for (const Layout& layout : layouts()) {
@@ -87,16 +89,27 @@ LOOM_GPU_TEST_CASE("bf16 kernels: unary and binary elementwise over every layout
       Tensor b_base = rounded_randn(layout.base, half, gen);
       Tensor a = layout.view(a_base), ag = layout.view(on_gpu(a_base, half));
       Tensor b = layout.view(b_base), bg = layout.view(on_gpu(b_base, half));
-      for (UnaryOp op : {UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Relu, UnaryOp::Sigmoid,
-                         UnaryOp::Tanh, UnaryOp::Gelu, UnaryOp::Silu}) {
+      for (UnaryOp op : {UnaryOp::Neg, UnaryOp::Exp}) {
         CAPTURE(static_cast<int>(op));
         Tensor ref = empty(a.sizes()), out = poisoned(a.sizes(), half);
         cpu::unary(ref.strided(), a.strided(), op);
         cuda::unary(out.strided(), ag.strided(), op);
         CHECK_CLOSE(out.to(DType::Float32).cpu(), ref, kRtol, kAtol);
       }
-      for (BinaryOp op : {BinaryOp::Add, BinaryOp::Mul, BinaryOp::Div, BinaryOp::ReluBackward,
-                          BinaryOp::GeluBackward}) {
+      for (ActivationKind kind : {ActivationKind::Relu, ActivationKind::Sigmoid, ActivationKind::Tanh,
+                                  ActivationKind::Gelu, ActivationKind::Silu}) {
+        CAPTURE(kernel::activation_info(kind).name);
+        const kernel::ActivationParameters scalars = kernel::activation_info(kind).default_parameters;
+        Tensor ref = empty(a.sizes()), out = poisoned(a.sizes(), half);
+        cpu::activation_forward(ref.strided(), a.strided(), kind, scalars);
+        cuda::activation_forward(out.strided(), ag.strided(), kind, scalars);
+        CHECK_CLOSE(out.to(DType::Float32).cpu(), ref, kRtol, kAtol);
+        if (kind != ActivationKind::Relu && kind != ActivationKind::Gelu) continue;
+        cpu::activation_backward(ref.strided(), b.strided(), a.strided(), kind, scalars);
+        cuda::activation_backward(out.strided(), bg.strided(), ag.strided(), kind, scalars);
+        CHECK_CLOSE(out.to(DType::Float32).cpu(), ref, kRtol, kAtol);
+      }
+      for (BinaryOp op : {BinaryOp::Add, BinaryOp::Mul, BinaryOp::Div}) {
         CAPTURE(static_cast<int>(op));
         Tensor ref = empty(a.sizes()), out = poisoned(a.sizes(), half);
         cpu::binary(ref.strided(), b.strided(), a.strided(), op);
@@ -121,8 +134,8 @@ LOOM_GPU_TEST_CASE("bf16 kernels: odd sizes and empty tensors") {
     cuda::clamp(out.strided(), on_gpu(x, DType::BFloat16).strided(), -0.5, 0.75);
     CHECK_CLOSE(out.to(DType::Float32).cpu(), ref, 0.0, 0.0);  // a selection: exact
     Tensor total = poisoned({1}, DType::BFloat16), total_ref = empty({1});
-    cpu::reduce(total_ref.strided(), x.strided(), cpu::ReduceOp::Sum);
-    cuda::reduce(total.strided(), on_gpu(x, DType::BFloat16).strided(), cpu::ReduceOp::Sum);
+    cpu::reduce(total_ref.strided(), x.strided(), kernel::ReduceOp::Sum);
+    cuda::reduce(total.strided(), on_gpu(x, DType::BFloat16).strided(), kernel::ReduceOp::Sum);
     // fp32 partial sums in another order, then one rounding of a sum of up to 1e6 terms.
     CHECK_CLOSE(total.to(DType::Float32).cpu(), total_ref, kRtol, 2e-2);
   }
@@ -134,7 +147,7 @@ LOOM_GPU_TEST_CASE("bf16 kernels: reductions accumulate in fp32 over every layou
     CAPTURE(layout.name);
     Tensor base = rounded_randn(layout.base, DType::BFloat16, gen);
     Tensor x = layout.view(base), xg = layout.view(on_gpu(base, DType::BFloat16));
-    for (cpu::ReduceOp op : {cpu::ReduceOp::Sum, cpu::ReduceOp::Mean, cpu::ReduceOp::Max}) {
+    for (kernel::ReduceOp op : {kernel::ReduceOp::Sum, kernel::ReduceOp::Mean, kernel::ReduceOp::Max}) {
       CAPTURE(static_cast<int>(op));
       for (const Shape& keep : {Shape{1, 3, 1, 1}, Shape{2, 1, 5, 7}, Shape{1, 1, 1, 1}}) {
         Tensor ref = empty(keep), out = poisoned(keep, DType::BFloat16);
@@ -156,7 +169,7 @@ LOOM_GPU_TEST_CASE("bf16 kernels: reductions accumulate in fp32 over every layou
 
 LOOM_GPU_TEST_CASE("bf16 kernels: pooling and batch-norm inference, NCHW and channels-last") {
   Generator gen(74);
-  const cpu::Pool2dParams params{.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2,
+  const kernel::Pool2dParams params{.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2,
                                  .pad_h = 1, .pad_w = 1};
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
     CAPTURE(memory_format_name(format));
@@ -176,8 +189,9 @@ LOOM_GPU_TEST_CASE("bf16 kernels: pooling and batch-norm inference, NCHW and cha
     cuda::max_pool2d_backward(dx.strided(), on_gpu(dy, DType::BFloat16).strided(), idx.strided(), params);
     CHECK_CLOSE(dx.to(DType::Float32).cpu(), dx_ref, kRtol, kAtol);
     Tensor avg = poisoned(y_sizes, DType::BFloat16, format), avg_ref = empty(y_sizes);
-    cpu::avg_pool2d_forward(avg_ref.strided(), x.strided(), params, false);
-    cuda::avg_pool2d_forward(avg.strided(), xg.strided(), params, false);
+    const kernel::Pool2dParams exclude_pad{3, 3, 2, 2, 1, 1, /*max=*/false, /*count_include_pad=*/false};
+    cpu::avg_pool2d_forward(avg_ref.strided(), x.strided(), exclude_pad);
+    cuda::avg_pool2d_forward(avg.strided(), xg.strided(), exclude_pad);
     CHECK_CLOSE(avg.to(DType::Float32).cpu(), avg_ref, kRtol, kAtol);
 
     // bf16 x and y, fp32 per-channel statistics and affine parameters.

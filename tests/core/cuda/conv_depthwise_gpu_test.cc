@@ -73,7 +73,7 @@ void check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   INFO("N ", c.N, " C ", c.C, " H ", c.H, " W ", c.W, " side ", c.side, " stride ", c.stride,
        " pad ", c.pad, " dilation ", c.dilation, " ", dtype_name(dtype), " channels_last ",
        format == MemoryFormat::ChannelsLast);
-  const cpu::ConvParams p{.stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad,
+  const kernel::ConvParams p{.stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad,
                           .pad_w = c.pad, .dilation_h = c.dilation, .dilation_w = c.dilation,
                           .groups = c.C};
   const int64_t P = cpu::conv_output_size(c.H, c.side, c.stride, c.pad, c.dilation);

@@ -72,7 +72,7 @@ Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
 bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen) {
   INFO("N ", c.N, " C ", c.C, " H ", c.H, " W ", c.W, " K ", c.K, " R=S ", c.R, " stride ", c.stride,
        " pad ", c.pad, " ", dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast);
-  const cpu::ConvParams p{.stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad, .pad_w = c.pad};
+  const kernel::ConvParams p{.stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad, .pad_w = c.pad};
   const int64_t N = c.N, H = c.H, W = c.W;
   const int64_t P = cpu::conv_output_size(H, c.R, c.stride, c.pad, 1);
   const int64_t Q = cpu::conv_output_size(W, c.R, c.stride, c.pad, 1);
@@ -188,7 +188,7 @@ LOOM_GPU_TEST_CASE("the small-channel forward adds a bias and applies ReLU befor
     for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
       for (int64_t K : {16, 6, 5}) {
         INFO(dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast, " K ", K);
-        const cpu::ConvParams p{.pad_h = 2, .pad_w = 2};
+        const kernel::ConvParams p{.pad_h = 2, .pad_w = 2};
         const Tensor x = exact_randn({3, 1, 28, 28}, dtype, gen);
         const Tensor w = exact_randn({K, 1, 5, 5}, dtype, gen);
         // Every other element of a longer tensor: a bias with stride 2.
@@ -215,8 +215,8 @@ LOOM_GPU_TEST_CASE("the small-channel forward adds a bias and applies ReLU befor
 }
 
 LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built for") {
-  const cpu::ConvParams plain{};
-  auto supported = [](const Shape& x, const Shape& w, DType dtype, const cpu::ConvParams& p) {
+  const kernel::ConvParams plain{};
+  auto supported = [](const Shape& x, const Shape& w, DType dtype, const kernel::ConvParams& p) {
     const Tensor xt = empty(x, {.dtype = dtype, .device = testing::test_gpu()});
     const Tensor wt = empty(w, {.dtype = dtype, .device = testing::test_gpu()});
     return cuda::conv_small_supported(xt.strided(), wt.strided(), p);

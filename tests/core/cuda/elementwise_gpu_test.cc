@@ -16,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu/activation.h"
 #include "core/cpu/elementwise.h"
 #include "core/cuda/elementwise.h"
 #include "core/error.h"
@@ -89,28 +90,24 @@ void check_matches(const Tensor& gpu_out, const Tensor& cpu_out) {
   CHECK_CLOSE(gpu_out.cpu(), cpu_out, tol.rtol, tol.atol);
 }
 
-const cpu::UnaryOp kUnaryOps[] = {cpu::UnaryOp::Neg,     cpu::UnaryOp::Exp,  cpu::UnaryOp::Log,
-                                  cpu::UnaryOp::Sqrt,    cpu::UnaryOp::Relu, cpu::UnaryOp::Sigmoid,
-                                  cpu::UnaryOp::Tanh,    cpu::UnaryOp::Gelu, cpu::UnaryOp::Silu};
+// The activations are their rows, tested in tests/core/ops/activation_gpu_test.cc.
+const kernel::UnaryOp kUnaryOps[] = {kernel::UnaryOp::Neg, kernel::UnaryOp::Exp, kernel::UnaryOp::Log,
+                                     kernel::UnaryOp::Sqrt, kernel::UnaryOp::Abs};
 
-const cpu::BinaryOp kBinaryOps[] = {
-    cpu::BinaryOp::Add,          cpu::BinaryOp::Sub,
-    cpu::BinaryOp::Mul,          cpu::BinaryOp::Div,
-    cpu::BinaryOp::Pow,          cpu::BinaryOp::Equal,
-    cpu::BinaryOp::ReluBackward, cpu::BinaryOp::SigmoidBackward,
-    cpu::BinaryOp::TanhBackward, cpu::BinaryOp::GeluBackward,
-    cpu::BinaryOp::SiluBackward};
+const kernel::BinaryOp kBinaryOps[] = {kernel::BinaryOp::Add, kernel::BinaryOp::Sub,
+                                       kernel::BinaryOp::Mul, kernel::BinaryOp::Div,
+                                       kernel::BinaryOp::Pow, kernel::BinaryOp::Equal};
 
-bool needs_positive(cpu::UnaryOp op) { return op == cpu::UnaryOp::Log || op == cpu::UnaryOp::Sqrt; }
+bool needs_positive(kernel::UnaryOp op) { return op == kernel::UnaryOp::Log || op == kernel::UnaryOp::Sqrt; }
 
 // Small integers, so Equal sees as many equal pairs as unequal ones.
 Tensor small_integers(const Shape& sizes, DType dtype, Generator& gen) {
   return randint(0, 3, sizes, {.dtype = DType::Int64}, &gen).to(dtype);
 }
 
-Tensor binary_base(const Shape& sizes, DType dtype, cpu::BinaryOp op, bool first, Generator& gen) {
-  if (op == cpu::BinaryOp::Equal) return small_integers(sizes, dtype, gen);
-  return random_base(sizes, dtype, op == cpu::BinaryOp::Pow && first, gen);
+Tensor binary_base(const Shape& sizes, DType dtype, kernel::BinaryOp op, bool first, Generator& gen) {
+  if (op == kernel::BinaryOp::Equal) return small_integers(sizes, dtype, gen);
+  return random_base(sizes, dtype, op == kernel::BinaryOp::Pow && first, gen);
 }
 
 }  // namespace
@@ -119,7 +116,7 @@ LOOM_GPU_TEST_CASE("unary kernels match the CPU for every op, dtype and layout")
   Generator gen(101);
   for (DType dtype : kDtypes) {
     for (const Layout& layout : layouts()) {
-      for (cpu::UnaryOp op : kUnaryOps) {
+      for (kernel::UnaryOp op : kUnaryOps) {
         CAPTURE(dtype_name(dtype));
         CAPTURE(layout.name);
         CAPTURE(static_cast<int>(op));
@@ -137,7 +134,7 @@ LOOM_GPU_TEST_CASE("binary kernels match the CPU for every op, dtype and layout"
   Generator gen(102);
   for (DType dtype : kDtypes) {
     for (const Layout& layout : layouts()) {
-      for (cpu::BinaryOp op : kBinaryOps) {
+      for (kernel::BinaryOp op : kBinaryOps) {
         CAPTURE(dtype_name(dtype));
         CAPTURE(layout.name);
         CAPTURE(static_cast<int>(op));
@@ -163,11 +160,11 @@ LOOM_GPU_TEST_CASE("Equal is exactly 1 where the operands are equal and 0 elsewh
 
 LOOM_GPU_TEST_CASE("binary_scalar matches the CPU with the scalar on either side") {
   Generator gen(103);
-  const cpu::BinaryOp ops[] = {cpu::BinaryOp::Add, cpu::BinaryOp::Sub, cpu::BinaryOp::Mul,
-                               cpu::BinaryOp::Div, cpu::BinaryOp::Pow};
+  const kernel::BinaryOp ops[] = {kernel::BinaryOp::Add, kernel::BinaryOp::Sub, kernel::BinaryOp::Mul,
+                               kernel::BinaryOp::Div, kernel::BinaryOp::Pow};
   for (DType dtype : kDtypes) {
     for (const Layout& layout : layouts()) {
-      for (cpu::BinaryOp op : ops) {
+      for (kernel::BinaryOp op : ops) {
         for (bool scalar_first : {false, true}) {
           CAPTURE(dtype_name(dtype));
           CAPTURE(layout.name);
@@ -249,7 +246,7 @@ LOOM_GPU_TEST_CASE("broadcast operands (stride 0) read the same element for a wh
       check_matches(out, expected);
       out.fill_(kNaN);
       cuda::binary(out.strided(), b_gpu.strided(), a_gpu.strided(), cuda::BinaryOp::Mul);
-      cpu::binary(expected.strided(), b.strided(), a.strided(), cpu::BinaryOp::Mul);
+      cpu::binary(expected.strided(), b.strided(), a.strided(), kernel::BinaryOp::Mul);
       check_matches(out, expected);
     }
   }
@@ -266,12 +263,12 @@ LOOM_GPU_TEST_CASE("odd sizes and empty tensors: 1, 7 and 1000003 elements, and 
       Tensor a_gpu = a.to(testing::test_gpu()), b_gpu = b.to(testing::test_gpu());
       Tensor out = full(s, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
       Tensor expected = reference_output(s, dtype);
-      cuda::unary(out.strided(), a_gpu.strided(), cuda::UnaryOp::Gelu);
-      cpu::unary(expected.strided(), a.strided(), cpu::UnaryOp::Gelu);
+      cuda::activation_forward(out.strided(), a_gpu.strided(), kernel::ActivationKind::Gelu, kernel::act::Gelu::info.default_parameters);
+      cpu::activation_forward(expected.strided(), a.strided(), kernel::ActivationKind::Gelu, kernel::act::Gelu::info.default_parameters);
       check_matches(out, expected);
       out.fill_(kNaN);
-      cuda::binary(out.strided(), a_gpu.strided(), b_gpu.strided(), cuda::BinaryOp::GeluBackward);
-      cpu::binary(expected.strided(), a.strided(), b.strided(), cpu::BinaryOp::GeluBackward);
+      cuda::activation_backward(out.strided(), a_gpu.strided(), b_gpu.strided(), kernel::ActivationKind::Gelu, kernel::act::Gelu::info.default_parameters);
+      cpu::activation_backward(expected.strided(), a.strided(), b.strided(), kernel::ActivationKind::Gelu, kernel::act::Gelu::info.default_parameters);
       check_matches(out, expected);
     }
   }
@@ -285,7 +282,7 @@ LOOM_GPU_TEST_CASE("NaN: relu and clamp keep it, clamp_backward passes no gradie
     Tensor x = tensor({kNaN, -2, -1, 0, 1, 2, 3}, {7}, {.dtype = dtype}).to(testing::test_gpu());
     Tensor dy = tensor({10, 11, 12, 13, 14, 15, 16}, {7}, {.dtype = dtype}).to(testing::test_gpu());
     Tensor out = full({7}, kNaN, options);
-    cuda::unary(out.strided(), x.strided(), cuda::UnaryOp::Relu);
+    cuda::activation_forward(out.strided(), x.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
     std::vector<double> relu = testing::values(out);
     CHECK(std::isnan(relu[0]));
     CHECK(std::vector<double>(relu.begin() + 1, relu.end()) == std::vector<double>{0, 0, 0, 1, 2, 3});

@@ -135,7 +135,7 @@ struct LossGrad {
   double scale = 1.0;
 };
 
-LossGrad loss_grad(LossReduction reduction, const Tensor& target, const cpu::LossTotal& total,
+LossGrad loss_grad(LossReduction reduction, const Tensor& target, const kernel::LossTotal& total,
                    DType dtype, Generator& gen) {
   if (reduction == LossReduction::None) {
     Tensor dloss = randn(target.sizes(), {.dtype = dtype}, &gen);
@@ -157,8 +157,8 @@ struct DeviceTotals {
   cuda::LossScale scale(bool mean) const { return {get(), mean}; }
 };
 
-cpu::LossTotal cross_entropy_totals(const Tensor& losses, const Tensor& logits, const Tensor& target,
-                                    const cpu::CrossEntropyParams& params, const DeviceTotals& totals,
+kernel::LossTotal cross_entropy_totals(const Tensor& losses, const Tensor& logits, const Tensor& target,
+                                    const kernel::CrossEntropyParams& params, const DeviceTotals& totals,
                                     const Tensor& reduced = Tensor()) {
   cuda::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params,
                               {totals.get(), reduced.defined() ? reduced.raw_data() : nullptr, true});
@@ -166,14 +166,14 @@ cpu::LossTotal cross_entropy_totals(const Tensor& losses, const Tensor& logits, 
                            "cross_entropy");
 }
 
-cpu::LossTotal nll_totals(const Tensor& losses, const Tensor& scores, const Tensor& target,
+kernel::LossTotal nll_totals(const Tensor& losses, const Tensor& scores, const Tensor& target,
                           int64_t ignore_index, const DeviceTotals& totals) {
   cuda::nll_loss_forward(losses.strided(), scores.strided(), target.strided(), ignore_index,
                          {totals.get(), nullptr, false});
   return cuda::read_totals(totals.get(), target.strided(), scores.size(1), ignore_index, "nll_loss");
 }
 
-void check_totals(const cpu::LossTotal& actual, const cpu::LossTotal& expected, Tolerance tol) {
+void check_totals(const kernel::LossTotal& actual, const kernel::LossTotal& expected, Tolerance tol) {
   CHECK(actual.count == expected.count);
   CHECK(actual.sum == doctest::Approx(expected.sum).epsilon(tol.rtol));
   // The mean is sum / count on both sides, so it agrees exactly when these do.
@@ -189,14 +189,14 @@ void check_config(const Config& cfg, bool is_nll, Generator& gen) {
   CAPTURE(cfg.ignore_index);
   const Tolerance tol = tolerance_for(cfg.dtype);
   const int64_t classes = cfg.scores[1];
-  const cpu::CrossEntropyParams params{cfg.ignore_index, cfg.eps};
+  const kernel::CrossEntropyParams params{cfg.ignore_index, cfg.eps};
   Tensor scores = randn(cfg.scores, {.dtype = cfg.dtype}, &gen);
   Tensor target = random_targets(position_shape(cfg.scores), classes, cfg.ignore_index, gen);
   Tensor gscores = place(scores, cfg.layout), gtarget = gpu_target(target);
 
   Tensor losses_ref = empty(target.sizes(), {.dtype = cfg.dtype});
   Tensor losses = poisoned(target.sizes(), cfg.dtype);
-  cpu::LossTotal total_ref, total;
+  kernel::LossTotal total_ref, total;
   DeviceTotals totals;
   Tensor mean = poisoned({}, cfg.dtype);
   if (is_nll) {
@@ -257,7 +257,7 @@ LOOM_GPU_TEST_CASE("an out-of-range target is an IndexError naming it, and the G
   Generator gen(43);
   Tensor logits = randn({3, 4}, {}, &gen).to(testing::test_gpu());
   Tensor losses = empty({3}, {.device = testing::test_gpu()});
-  const cpu::CrossEntropyParams params{};
+  const kernel::CrossEntropyParams params{};
   // Two bad targets: the error names the first position, whichever block sees it first.
   Tensor bad = int64_tensor({1, 7, -2}, {3});
   DeviceTotals totals;
@@ -289,9 +289,9 @@ LOOM_GPU_TEST_CASE("an out-of-range target is an IndexError naming it, and the G
   // The flag does not stick: a valid call afterwards works and is right.
   Tensor good = int64_tensor({1, 3, 0}, {3});
   Tensor losses_ref = empty({3});
-  const cpu::LossTotal ref = cpu::cross_entropy_forward(
+  const kernel::LossTotal ref = cpu::cross_entropy_forward(
       losses_ref.strided(), logits.cpu().strided(), good.cpu().strided(), params);
-  const cpu::LossTotal total = cross_entropy_totals(losses, logits, good, params, totals);
+  const kernel::LossTotal total = cross_entropy_totals(losses, logits, good, params, totals);
   CHECK(total.count == 3);
   CHECK(total.sum == doctest::Approx(ref.sum).epsilon(1e-5));
   CHECK_CLOSE(losses.cpu(), losses_ref, 1e-5, 1e-6);
@@ -301,15 +301,15 @@ LOOM_GPU_TEST_CASE("masked (-inf) logits give the CPU's finite losses and gradie
   Tensor logits = tensor({0, -INFINITY, 1, -INFINITY, 2, 0.5, -INFINITY, -1}, {2, 4});
   Tensor target = tensor({2, 1}, {2}, {.dtype = DType::Int64});
   Tensor losses_ref = empty({2}), dlogits_ref = empty({2, 4}), dloss = ones({2});
-  const cpu::CrossEntropyParams params{};
-  const cpu::LossTotal ref =
+  const kernel::CrossEntropyParams params{};
+  const kernel::LossTotal ref =
       cpu::cross_entropy_forward(losses_ref.strided(), logits.strided(), target.strided(), params);
   cpu::cross_entropy_backward(dlogits_ref.strided(), logits.strided(), target.strided(),
                               dloss.strided(), 1.0, params);
   Tensor glogits = logits.to(testing::test_gpu()), gtarget = target.to(testing::test_gpu());
   Tensor losses = poisoned({2}, DType::Float32), dlogits = poisoned({2, 4}, DType::Float32);
   DeviceTotals totals;
-  const cpu::LossTotal total = cross_entropy_totals(losses, glogits, gtarget, params, totals);
+  const kernel::LossTotal total = cross_entropy_totals(losses, glogits, gtarget, params, totals);
   cuda::cross_entropy_backward(dlogits.strided(), glogits.strided(), gtarget.strided(),
                                dloss.to(testing::test_gpu()).strided(), totals.scale(false), params);
   CHECK(std::isfinite(ref.sum));
@@ -323,33 +323,33 @@ LOOM_GPU_TEST_CASE("an empty batch totals nothing and writes nothing") {
   Tensor target = empty({0}, {.dtype = DType::Int64, .device = testing::test_gpu()});
   Tensor losses = empty({0}, {.device = testing::test_gpu()});
   DeviceTotals totals;
-  const cpu::LossTotal total = cross_entropy_totals(losses, logits, target, {}, totals);
+  const kernel::LossTotal total = cross_entropy_totals(losses, logits, target, {}, totals);
   CHECK(total.sum == 0.0);
   CHECK(total.count == 0);
   Tensor dlogits = empty({0, 5}, {.device = testing::test_gpu()});
   cuda::cross_entropy_backward(dlogits.strided(), logits.strided(), target.strided(),
                                losses.strided(), totals.scale(false), {});
-  const cpu::LossTotal nll = nll_totals(losses, logits, target, -100, totals);
+  const kernel::LossTotal nll = nll_totals(losses, logits, target, -100, totals);
   CHECK(nll.count == 0);
 }
 
 LOOM_GPU_TEST_CASE("many positions: grid-stride loops, block totals, and the same sum every run") {
   // 200003 positions of 3 classes need more blocks than the forward launches.
   Generator gen(44);
-  const cpu::CrossEntropyParams params{-100, 0.05};
+  const kernel::CrossEntropyParams params{-100, 0.05};
   for (DType dtype : {DType::Float32, DType::Float64}) {
     CAPTURE(dtype_name(dtype));
     const Tolerance tol = tolerance_for(dtype);
     Tensor logits = randn({200003, 3}, {.dtype = dtype}, &gen);
     Tensor target = random_targets({200003}, 3, params.ignore_index, gen);
     Tensor losses_ref = empty({200003}, {.dtype = dtype});
-    const cpu::LossTotal ref = cpu::cross_entropy_forward(losses_ref.strided(), logits.strided(),
+    const kernel::LossTotal ref = cpu::cross_entropy_forward(losses_ref.strided(), logits.strided(),
                                                           target.strided(), params);
     Tensor glogits = logits.to(testing::test_gpu()), gtarget = target.to(testing::test_gpu());
     Tensor losses = poisoned({200003}, dtype);
     DeviceTotals totals;
-    const cpu::LossTotal first = cross_entropy_totals(losses, glogits, gtarget, params, totals);
-    const cpu::LossTotal second = cross_entropy_totals(losses, glogits, gtarget, params, totals);
+    const kernel::LossTotal first = cross_entropy_totals(losses, glogits, gtarget, params, totals);
+    const kernel::LossTotal second = cross_entropy_totals(losses, glogits, gtarget, params, totals);
     check_totals(first, ref, tol);
     CHECK(first.sum == second.sum);  // bit for bit: the block totals add in a fixed order
     CHECK_CLOSE(losses.cpu(), losses_ref, tol.rtol, tol.atol);

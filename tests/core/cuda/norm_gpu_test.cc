@@ -284,10 +284,10 @@ LOOM_GPU_TEST_CASE("batch statistics and the running update match the CPU for ev
       Operand running_var = per_channel(channels, dtype, true, gen);
       Output mean = channel_output(channels, dtype), invstd = channel_output(channels, dtype);
       cuda::batch_norm_batch_stats(mean.gpu.strided(), invstd.gpu.strided(), x.gpu.strided(), kEps,
-                                   cpu::RunningStats{running_mean.gpu.strided(),
+                                   kernel::RunningStats{running_mean.gpu.strided(),
                                                      running_var.gpu.strided(), 0.3});
       cpu::batch_norm_batch_stats(mean.cpu.strided(), invstd.cpu.strided(), x.cpu.strided(), kEps,
-                                  cpu::RunningStats{running_mean.cpu.strided(),
+                                  kernel::RunningStats{running_mean.cpu.strided(),
                                                     running_var.cpu.strided(), 0.3});
       check_elementwise(mean.gpu, mean.cpu);
       check_elementwise(invstd.gpu, invstd.cpu);

@@ -95,9 +95,10 @@ Operand output(const Layout& layout, const Shape& sizes, DType dtype, double poi
 
 // ---- configurations ------------------------------------------------------------------
 
-cpu::Pool2dParams params_of(const Pool2dOptions& o) {
+kernel::Pool2dParams params_of(const Pool2dOptions& o) {
   const auto stride = o.stride.value_or(o.kernel_size);
-  return {o.kernel_size[0], o.kernel_size[1], stride[0], stride[1], o.padding[0], o.padding[1]};
+  return {o.kernel_size[0], o.kernel_size[1], stride[0], stride[1], o.padding[0], o.padding[1],
+          /*max=*/true, o.count_include_pad};
 }
 
 // (N, C, P, Q) as the op sizes it: ceil_mode acts only here, the kernels take it as given.
@@ -123,7 +124,7 @@ std::vector<Pool2dOptions> option_grid() {
 }
 
 std::string options_str(const Pool2dOptions& o) {
-  const cpu::Pool2dParams p = params_of(o);
+  const kernel::Pool2dParams p = params_of(o);
   return "kernel (" + std::to_string(p.kernel_h) + ", " + std::to_string(p.kernel_w) +
          ") stride (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) +
          ") pad (" + std::to_string(p.pad_h) + ", " + std::to_string(p.pad_w) + ") ceil " +
@@ -178,7 +179,7 @@ void check_max_pool(const Layout& layout, const Tensor& x_dense, const Pool2dOpt
   INFO(options_str(options), " dtype ", dtype_name(x_dense.dtype()), " x ",
        shape_str(x_dense.sizes()));
   const DType dtype = x_dense.dtype();
-  const cpu::Pool2dParams params = params_of(options);
+  const kernel::Pool2dParams params = params_of(options);
   const Shape out_sizes = output_sizes(x_dense.sizes(), options);
   const Operand x = operand(layout, x_dense);
   const Operand y = output(layout, out_sizes, dtype, kNaN);
@@ -203,22 +204,24 @@ void check_max_pool(const Layout& layout, const Tensor& x_dense, const Pool2dOpt
 void check_avg_pool(const Layout& layout, const Tensor& x_dense, const Pool2dOptions& options,
                     Generator& gen) {
   const DType dtype = x_dense.dtype();
-  const cpu::Pool2dParams params = params_of(options);
+  kernel::Pool2dParams params = params_of(options);
+  params.max = false;
   const Shape out_sizes = output_sizes(x_dense.sizes(), options);
   const Operand x = operand(layout, x_dense);
   const Operand dy = operand(layout, randn(out_sizes, {.dtype = dtype}, &gen));
   for (bool count_include_pad : {true, false}) {
+    params.count_include_pad = count_include_pad;
     CAPTURE(layout.name);
     CAPTURE(count_include_pad);
     INFO(options_str(options), " dtype ", dtype_name(dtype), " x ", shape_str(x_dense.sizes()));
     const Operand y = output(layout, out_sizes, dtype, kNaN);
-    cpu::avg_pool2d_forward(y.cpu.strided(), x.cpu.strided(), params, count_include_pad);
-    cuda::avg_pool2d_forward(y.gpu.strided(), x.gpu.strided(), params, count_include_pad);
+    cpu::avg_pool2d_forward(y.cpu.strided(), x.cpu.strided(), params);
+    cuda::avg_pool2d_forward(y.gpu.strided(), x.gpu.strided(), params);
     CHECK_CLOSE(y.gpu.cpu(), y.cpu, 0, 0);
 
     const Operand dx = output(layout, x_dense.sizes(), dtype, kNaN);
-    cpu::avg_pool2d_backward(dx.cpu.strided(), dy.cpu.strided(), params, count_include_pad);
-    cuda::avg_pool2d_backward(dx.gpu.strided(), dy.gpu.strided(), params, count_include_pad);
+    cpu::avg_pool2d_backward(dx.cpu.strided(), dy.cpu.strided(), params);
+    cuda::avg_pool2d_backward(dx.gpu.strided(), dy.gpu.strided(), params);
     CHECK_CLOSE(dx.gpu.cpu(), dx.cpu, 0, 0);
   }
 }
@@ -228,7 +231,7 @@ void check_avg_pool(const Layout& layout, const Tensor& x_dense, const Pool2dOpt
 LOOM_GPU_TEST_CASE("pooling by hand: 2x2 windows of a 4x4 plane") {
   Tensor x = tensor({1, 2, 5, 3, 4, 0, 1, 8, 7, 9, 2, 2, 3, 6, 4, 1}, {1, 1, 4, 4})
                  .to(testing::test_gpu());
-  const cpu::Pool2dParams params = {2, 2, 2, 2, 0, 0};
+  const kernel::Pool2dParams params = {2, 2, 2, 2, 0, 0, /*max=*/true, /*count_include_pad=*/true};
   Tensor y = full({1, 1, 2, 2}, kNaN, {.device = testing::test_gpu()});
   Tensor indices = full({1, 1, 2, 2}, kPoisonIndex, {.dtype = DType::Int64, .device = testing::test_gpu()});
   cuda::max_pool2d_forward(y.strided(), indices.strided(), x.strided(), params);
@@ -240,9 +243,9 @@ LOOM_GPU_TEST_CASE("pooling by hand: 2x2 windows of a 4x4 plane") {
   cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params);
   CHECK(testing::values(dx) == std::vector<double>{0, 0, 0, 0, 1, 0, 0, 2, 0, 3, 0, 0, 0, 0, 4, 0});
 
-  cuda::avg_pool2d_forward(y.strided(), x.strided(), params, true);
+  cuda::avg_pool2d_forward(y.strided(), x.strided(), params);
   CHECK(testing::values(y) == std::vector<double>{1.75, 4.25, 6.25, 2.25});
-  cuda::avg_pool2d_backward(dx.strided(), dy.strided(), params, true);
+  cuda::avg_pool2d_backward(dx.strided(), dy.strided(), params);
   CHECK(testing::values(dx) ==
         std::vector<double>{0.25, 0.25, 0.5, 0.5, 0.25, 0.25, 0.5, 0.5,  //
                             0.75, 0.75, 1, 1, 0.75, 0.75, 1, 1});
@@ -318,7 +321,7 @@ LOOM_GPU_TEST_CASE("pooling matches the CPU on non-square windows and odd sizes"
 
 LOOM_GPU_TEST_CASE("pooling an empty batch launches nothing and raises nothing") {
   const Pool2dOptions options = {.kernel_size = {2, 2}};
-  const cpu::Pool2dParams params = params_of(options);
+  const kernel::Pool2dParams params = params_of(options);
   const TensorOptions on_gpu = {.device = testing::test_gpu()};
   Tensor x = zeros({0, 3, 5, 5}, on_gpu), dx = empty({0, 3, 5, 5}, on_gpu);
   Tensor y = empty({0, 3, 2, 2}, on_gpu), dy = zeros({0, 3, 2, 2}, on_gpu);
@@ -326,8 +329,8 @@ LOOM_GPU_TEST_CASE("pooling an empty batch launches nothing and raises nothing")
   CHECK_NOTHROW(cuda::max_pool2d_forward(y.strided(), indices.strided(), x.strided(), params));
   CHECK_NOTHROW(cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided(), params));
   CHECK_NOTHROW(cuda::max_pool2d_backward(dx.strided(), dy.strided(), indices.strided()));
-  CHECK_NOTHROW(cuda::avg_pool2d_forward(y.strided(), x.strided(), params, true));
-  CHECK_NOTHROW(cuda::avg_pool2d_backward(dx.strided(), dy.strided(), params, false));
+  CHECK_NOTHROW(cuda::avg_pool2d_forward(y.strided(), x.strided(), params));
+  CHECK_NOTHROW(cuda::avg_pool2d_backward(dx.strided(), dy.strided(), params));
   CHECK_NOTHROW(cuda::synchronize());
 }
 

@@ -75,9 +75,10 @@ std::vector<Pool2dOptions> configs() {
   };
 }
 
-cpu::Pool2dParams params_of(const Pool2dOptions& o) {
+kernel::Pool2dParams params_of(const Pool2dOptions& o) {
   const auto stride = o.stride.value_or(o.kernel_size);
-  return {o.kernel_size[0], o.kernel_size[1], stride[0], stride[1], o.padding[0], o.padding[1]};
+  return {o.kernel_size[0], o.kernel_size[1], stride[0], stride[1], o.padding[0], o.padding[1],
+          /*max=*/true, o.count_include_pad};
 }
 
 // (N, C, P, Q) as the op sizes it (ceil_mode acts only here).
@@ -92,7 +93,7 @@ Tensor small_integers(const Shape& sizes, int64_t high, Generator& gen) {
 }
 
 // The window index turned into the CPU's flat position h * W + w.
-std::vector<int64_t> flat_positions(const Tensor& index, const cpu::Pool2dParams& k, int64_t W) {
+std::vector<int64_t> flat_positions(const Tensor& index, const kernel::Pool2dParams& k, int64_t W) {
   const Tensor dense = index.cpu().contiguous();
   const std::vector<uint8_t> local = dense.to_vector<uint8_t>();
   const int64_t P = dense.size(2), Q = dense.size(3);
@@ -111,7 +112,7 @@ std::vector<int64_t> flat_positions(const Tensor& index, const cpu::Pool2dParams
 // layout places x, dx and the index; out_layout places y and dy.
 void check_config(const Layout& layout, const Layout& out_layout, DType dtype, int64_t C,
                   std::array<int64_t, 2> plane, const Pool2dOptions& options, Generator& gen) {
-  const cpu::Pool2dParams k = params_of(options);
+  const kernel::Pool2dParams k = params_of(options);
   INFO(layout.name, " out ", out_layout.name, " ", dtype_name(dtype), " C ", C, " plane ", plane[0], "x", plane[1], " kernel ",
        k.kernel_h, "x", k.kernel_w, " stride ", k.stride_h, "x", k.stride_w, " pad ", k.pad_h, "x",
        k.pad_w, " ceil ", options.ceil_mode);
@@ -175,7 +176,7 @@ struct PoolKernelEnv {
 LOOM_GPU_TEST_CASE("window max pooling by hand: 2x2 windows of a 4x4 plane") {
   const Tensor x = tensor({1, 2, 5, 3, 4, 0, 1, 8, 7, 9, 2, 2, 3, 6, 4, 4}, {1, 1, 4, 4})
                        .to(testing::test_gpu());
-  const cpu::Pool2dParams k = {2, 2, 2, 2, 0, 0};
+  const kernel::Pool2dParams k = {2, 2, 2, 2, 0, 0, /*max=*/true, /*count_include_pad=*/true};
   const Tensor y = full({1, 1, 2, 2}, -1, {.device = testing::test_gpu()});
   const Tensor index = full({1, 1, 2, 2}, 255, {.dtype = DType::UInt8, .device = testing::test_gpu()});
   cuda::max_pool2d_window_forward(y.strided(), index.strided(), x.strided(), k);
@@ -213,7 +214,7 @@ LOOM_GPU_TEST_CASE("max_pool2d on each path LOOM_POOL_KERNEL names matches the C
     for (DType dtype : {DType::Float32, DType::BFloat16}) {
       for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
         for (Pool2dOptions options : output_formats(configs())) {
-          const cpu::Pool2dParams k = params_of(options);
+          const kernel::Pool2dParams k = params_of(options);
           const MemoryFormat out_format = options.output_format.value_or(format);
           INFO(path, " ", dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast,
                " output ", memory_format_name(out_format),

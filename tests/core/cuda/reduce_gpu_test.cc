@@ -35,8 +35,8 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr DType kDtypes[] = {DType::Float32, DType::Float64};
-constexpr cpu::ReduceOp kOps[] = {cpu::ReduceOp::Sum, cpu::ReduceOp::Mean, cpu::ReduceOp::Max,
-                                  cpu::ReduceOp::Min};
+constexpr kernel::ReduceOp kOps[] = {kernel::ReduceOp::Sum, kernel::ReduceOp::Mean, kernel::ReduceOp::Max,
+                                  kernel::ReduceOp::Min};
 const Shape kSizes = {2, 3, 5, 7};
 
 // A (2, 3, 5, 7) view of a base tensor, taken alike on the CPU and the GPU.
@@ -73,9 +73,9 @@ Shape keepdim_sizes(const Shape& sizes, const Shape& dims) {
   return out;
 }
 
-bool is_exact(cpu::ReduceOp op) { return op == cpu::ReduceOp::Max || op == cpu::ReduceOp::Min; }
+bool is_exact(kernel::ReduceOp op) { return op == kernel::ReduceOp::Max || op == kernel::ReduceOp::Min; }
 
-void check_sum_close(const Tensor& actual, const Tensor& expected, cpu::ReduceOp op, int64_t extent) {
+void check_sum_close(const Tensor& actual, const Tensor& expected, kernel::ReduceOp op, int64_t extent) {
   if (is_exact(op)) {
     CHECK_CLOSE(actual, expected, 0, 0);
   } else if (expected.dtype() == DType::Float32) {
@@ -87,7 +87,7 @@ void check_sum_close(const Tensor& actual, const Tensor& expected, cpu::ReduceOp
 }
 
 // Reduces x over `dims` on both devices and compares.
-void check_reduce(const Operand& x, const Shape& dims, cpu::ReduceOp op) {
+void check_reduce(const Operand& x, const Shape& dims, kernel::ReduceOp op) {
   const Shape out_sizes = keepdim_sizes(x.cpu.sizes(), dims);
   const DType dtype = x.cpu.dtype();
   Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
@@ -111,7 +111,7 @@ LOOM_GPU_TEST_CASE("reduce matches the CPU for every op, dim set, dtype and layo
     for (const Layout& layout : layouts()) {
       Operand x = operand(layout, randn(layout.base, {.dtype = dtype}, &gen));
       for (const Shape& dims : dim_sets) {
-        for (cpu::ReduceOp op : kOps) {
+        for (kernel::ReduceOp op : kOps) {
           CAPTURE(dtype_name(dtype));
           CAPTURE(layout.name);
           CAPTURE(shape_str(dims));
@@ -145,14 +145,14 @@ LOOM_GPU_TEST_CASE("summing 1e6 elements: exact on small integers, close on norm
     Operand ints = dense_operand(small_integers(sizes, dtype, 4, gen));
     Tensor out = full({1}, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
     Tensor expected = empty({1}, {.dtype = dtype});
-    for (cpu::ReduceOp op : kOps) {
+    for (kernel::ReduceOp op : kOps) {
       CAPTURE(static_cast<int>(op));
       cuda::reduce(out.strided(), ints.gpu.strided(), op);
       cpu::reduce(expected.strided(), ints.cpu.strided(), op);
       CHECK_CLOSE(out.cpu(), expected, 0, 0);
     }
     Operand normals = dense_operand(randn(sizes, {.dtype = dtype}, &gen));
-    for (cpu::ReduceOp op : kOps) check_reduce(normals, {0}, op);
+    for (kernel::ReduceOp op : kOps) check_reduce(normals, {0}, op);
   }
 }
 
@@ -174,7 +174,7 @@ LOOM_GPU_TEST_CASE("many small outputs and few large ones, along inner and outer
       CAPTURE(shape_str(c.dims));
       Operand ints = dense_operand(small_integers(c.sizes, dtype, 4, gen));
       Operand normals = dense_operand(randn(c.sizes, {.dtype = dtype}, &gen));
-      for (cpu::ReduceOp op : kOps) {
+      for (kernel::ReduceOp op : kOps) {
         CAPTURE(static_cast<int>(op));
         check_reduce(normals, c.dims, op);
         const Shape out_sizes = keepdim_sizes(c.sizes, c.dims);
@@ -199,7 +199,7 @@ LOOM_GPU_TEST_CASE("NaN propagates through Sum, Max and Min on both kernel paths
       values[extent] = 100.0;
       Tensor x = tensor(values, {2, extent}, {.dtype = dtype}).to(testing::test_gpu());
       Tensor out = full({2, 1}, 0.0, {.dtype = dtype, .device = testing::test_gpu()});
-      for (cpu::ReduceOp op : kOps) {
+      for (kernel::ReduceOp op : kOps) {
         CAPTURE(static_cast<int>(op));
         out.fill_(0.0);
         cuda::reduce(out.strided(), x.strided(), op);

@@ -13,6 +13,7 @@
 #ifdef LOOM_WITH_CUDA
 #include <cmath>
 
+#include "core/cpu/conv.h"
 #include "core/cpu/pool.h"
 #include "core/cudnn/conv.h"
 #include "core/cudnn/pointwise.h"
@@ -216,9 +217,9 @@ LOOM_GPU_TEST_CASE("the cuDNN layer: under-aligned graphs never reach an engine,
   Generator gen(59);
   Tensor x = randn({kN, kC, kH, kW}, {}, &gen);
   const cudnn::PointwiseMode relu_mode{CUDNN_POINTWISE_RELU_FWD, {}};
-  const cpu::Pool2dParams pool{2, 2, 2, 2, 0, 0};
+  const kernel::Pool2dParams pool{2, 2, 2, 2, 0, 0, /*max=*/false, /*count_include_pad=*/true};
   Tensor pooled_ref = empty({kN, kC, kH / 2, kW / 2});
-  cpu::avg_pool2d_forward(pooled_ref.strided(), x.strided(), pool, /*count_include_pad=*/true);
+  cpu::avg_pool2d_forward(pooled_ref.strided(), x.strided(), pool);
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
     for (int64_t offset : {0, 1, 0, 3, 4, 2}) {  // one key aligned, under-aligned, aligned again
       CAPTURE(memory_format_name(format));
@@ -230,8 +231,7 @@ LOOM_GPU_TEST_CASE("the cuDNN layer: under-aligned graphs never reach an engine,
       if (aligned) CHECK_CLOSE(gy.cpu(), relu(x), 0, 0);
 
       Tensor py = offset_view(zeros(pooled_ref.sizes()), s);
-      const cudnn::PoolArgs args{.params = pool, .max = false, .count_include_pad = true};
-      const bool pooled = cudnn::pool2d_forward(py.strided(), nullptr, gx.strided(), args);
+      const bool pooled = cudnn::pool2d_forward(py.strided(), nullptr, gx.strided(), pool);
       if (!aligned) CHECK_FALSE(pooled);
       if (pooled) CHECK_CLOSE(py.cpu(), pooled_ref, 1e-5, 1e-6);
     }
@@ -240,7 +240,7 @@ LOOM_GPU_TEST_CASE("the cuDNN layer: under-aligned graphs never reach an engine,
 
 LOOM_GPU_TEST_CASE("cuDNN conv forward, dgrad and wgrad on offset views match the CPU") {
   Generator gen(61);
-  const cpu::ConvParams p{1, 1, 1, 1, 1, 1, 1};
+  const kernel::ConvParams p{1, 1, 1, 1, 1, 1, 1};
   const int64_t n = 16;
   Tensor x = randn({n, kC, kH, kW}, {}, &gen), w = mul(randn({kK, kC, 3, 3}, {}, &gen), 0.2);
   Tensor dy = randn({n, kK, kH, kW}, {}, &gen);

@@ -91,9 +91,9 @@ TEST_CASE("the plan key tells apart one graph at an aligned and an under-aligned
 }
 
 TEST_CASE("graphs with an under-aligned bound tensor are not fully aligned, for every builder") {
-  const cpu::ConvParams p{1, 1, 1, 1, 1, 1, 1};
+  const kernel::ConvParams p{1, 1, 1, 1, 1, 1, 1};
   const Shape weight{8, 8, 3, 3};
-  const PoolArgs pool{.params = {2, 2, 2, 2, 0, 0}, .max = false, .count_include_pad = true};
+  const kernel::Pool2dParams pool{2, 2, 2, 2, 0, 0, /*max=*/false, /*count_include_pad=*/true};
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
     CAPTURE(memory_format_name(format));
     for (uintptr_t offset : {uintptr_t{0}, uintptr_t{4}, uintptr_t{8}}) {

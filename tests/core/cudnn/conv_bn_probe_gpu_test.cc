@@ -78,7 +78,7 @@ struct Probe {
                       .by_value = true, .scalar_for_testing = value});
     return uid;
   }
-  cpu::ConvParams conv() const {
+  kernel::ConvParams conv() const {
     return {.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .dilation_h = 1, .dilation_w = 1};
   }
   // relu(x * scale + bias) into a virtual tensor: the next conv's prologue.

@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "core/cpu/conv.h"
-#include "core/cudnn/conv.h"
 #include "core/cudnn/context.h"
+#include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
 #include "core/generator.h"
@@ -28,7 +28,7 @@ namespace {
 
 struct Case {
   int64_t n, c, h, w, k, r, s;
-  cpu::ConvParams p;
+  kernel::ConvParams p;
 };
 
 const Case kCases[] = {

@@ -13,8 +13,8 @@
 
 #include "core/cpu/conv.h"
 #include "core/cudnn/conv_legacy.h"
-#include "core/numerics.h"
 #include "core/generator.h"
+#include "core/numerics.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
 
@@ -49,7 +49,7 @@ LOOM_GPU_TEST_CASE("the legacy convolution tier matches the CPU in every directi
   for (const auto& cfg : configs) {
     const int64_t n = cfg[0], c = cfg[1], k = cfg[2], g = cfg[3], h = cfg[4], w = cfg[5];
     const int64_t r = cfg[6], s = cfg[7], stride = cfg[8], dil = cfg[9];
-    const cpu::ConvParams p{.stride_h = stride, .stride_w = stride, .pad_h = r / 2, .pad_w = s / 2,
+    const kernel::ConvParams p{.stride_h = stride, .stride_w = stride, .pad_h = r / 2, .pad_w = s / 2,
                             .dilation_h = dil, .dilation_w = dil, .groups = g};
     const int64_t pp = cpu::conv_output_size(h, r, stride, r / 2, dil);
     const int64_t q = cpu::conv_output_size(w, s, stride, s / 2, dil);

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #ifdef LOOM_WITH_CUDA
-#include "core/cpu/elementwise.h"
+#include "core/cpu/activation.h"
 #include "core/cpu/norm.h"
 #include "core/cpu/pool.h"
 #include "core/cudnn/context.h"
@@ -53,7 +53,7 @@ LOOM_GPU_TEST_CASE("every batch-norm engine config gives the reference result") 
       Tensor mean_ref = empty({c}), invstd_ref = empty({c}), y_ref = empty(s);
       Tensor rm_ref = zeros({c}), rv_ref = ones({c});
       cpu::batch_norm_batch_stats(mean_ref.strided(), invstd_ref.strided(), x.strided(), eps,
-                                  cpu::RunningStats{rm_ref.strided(), rv_ref.strided(), momentum});
+                                  kernel::RunningStats{rm_ref.strided(), rv_ref.strided(), momentum});
       cpu::batch_norm_forward(y_ref.strided(), x.strided(), mean_ref.strided(), invstd_ref.strided(),
                               w.strided(), b.strided());
       Tensor dx_ref = empty(s), dw_ref = empty({c}), db_ref = empty({c});
@@ -98,7 +98,7 @@ LOOM_GPU_TEST_CASE("every batch-norm engine config gives the reference result") 
 
 LOOM_GPU_TEST_CASE("every pooling engine config gives the reference result") {
   Generator gen(82);
-  const cpu::Pool2dParams p{3, 3, 2, 2, 1, 1};
+  const kernel::Pool2dParams p{3, 3, 2, 2, 1, 1, /*max=*/false, /*count_include_pad=*/true};
   const Shape xs{2, 8, 9, 9}, ys{2, 8, 5, 5};
   for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
     for (bool max : {true, false}) {
@@ -110,10 +110,10 @@ LOOM_GPU_TEST_CASE("every pooling engine config gives the reference result") {
         cpu::max_pool2d_forward(y_ref.strided(), idx.strided(), x.strided(), p);
         cpu::max_pool2d_backward(dx_ref.strided(), dy.strided(), idx.strided());
       } else {
-        cpu::avg_pool2d_forward(y_ref.strided(), x.strided(), p, true);
-        cpu::avg_pool2d_backward(dx_ref.strided(), dy.strided(), p, true);
+        cpu::avg_pool2d_forward(y_ref.strided(), x.strided(), p);
+        cpu::avg_pool2d_backward(dx_ref.strided(), dy.strided(), p);
       }
-      cudnn::PoolArgs args{.params = p, .max = max, .count_include_pad = true};
+      const kernel::Pool2dParams args{3, 3, 2, 2, 1, 1, max, /*count_include_pad=*/true};
       Tensor gx = gpu(x, format), gy = gpu_nan(ys, format), gdy = gpu(dy, format), gdx = gpu_nan(xs, format);
       bool indexed = max && cudnn::pool_uses_index(gx.strided());
       Tensor index = indexed ? gpu_nan(ys, format, DType::UInt8) : Tensor();
@@ -149,8 +149,8 @@ LOOM_GPU_TEST_CASE("every ReLU engine config gives the reference result") {
   Generator gen(83);
   const Shape s{8, 16, 4, 4};
   Tensor x = randn(s, {}, &gen), dy = randn(s, {}, &gen), y_ref = empty(s), dx_ref = empty(s);
-  cpu::unary(y_ref.strided(), x.strided(), cpu::UnaryOp::Relu);
-  cpu::binary(dx_ref.strided(), dy.strided(), y_ref.strided(), cpu::BinaryOp::ReluBackward);
+  cpu::activation_forward(y_ref.strided(), x.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
+  cpu::activation_backward(dx_ref.strided(), dy.strided(), y_ref.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   Tensor gx = gpu(x), gy = gpu_nan(s), gdy = gpu(dy), gdx = gpu_nan(s);
   auto fwd = cudnn::all_working_plans(
       *cudnn::pointwise_forward_graph({CUDNN_POINTWISE_RELU_FWD}, gy.strided(), gx.strided()), cudnn::handle());

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/cpu/conv.h"
-#include "core/cpu/elementwise.h"
+#include "core/cpu/activation.h"
 #include "core/cpu/norm.h"
 #include "core/cudnn/fused.h"
 #include "core/cudnn/plan_cache.h"
@@ -42,14 +42,14 @@ Tensor gpu_poisoned(const Shape& sizes, MemoryFormat format = MemoryFormat::Cont
 // CPU: t where mask > 0, else 0.
 Tensor masked(const Tensor& t, const Tensor& mask) {
   Tensor out = empty_like(t);
-  cpu::binary(out.strided(), t.contiguous().strided(), mask.contiguous().strided(),
-              cpu::BinaryOp::ReluBackward);
+  cpu::activation_backward(out.strided(), t.contiguous().strided(), mask.contiguous().strided(),
+                           kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   return out;
 }
 
 Tensor cpu_relu(const Tensor& t) {
   Tensor out = empty_like(t);
-  cpu::unary(out.strided(), t.strided(), cpu::UnaryOp::Relu);
+  cpu::activation_forward(out.strided(), t.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
   return out;
 }
 
@@ -85,7 +85,7 @@ bool close_enough(const Tensor& actual, const Tensor& expected, double rtol, dou
 LOOM_GPU_TEST_CASE("conv + bias + ReLU and dgrad + dReLU graphs match the CPU reference") {
   Generator gen(71);
   NumericsGuard tf32({.precision = Precision::Tf32});
-  const cpu::ConvParams p{.pad_h = 1, .pad_w = 1};
+  const kernel::ConvParams p{.pad_h = 1, .pad_w = 1};
   for (MemoryFormat format : {MemoryFormat::Contiguous, kNhwc}) {
     CAPTURE(memory_format_name(format));
     Tensor x = randn({2, 8, 7, 5}, {}, &gen), w = mul(randn({16, 8, 3, 3}, {}, &gen), 0.2);
@@ -137,7 +137,7 @@ void check_bn_relu(DType dtype, bool with_residual, bool with_mask, Generator& g
   Tensor mean_ref = empty({c}), invstd_ref = empty({c}), y_ref = empty(s);
   Tensor rm_ref = rm.clone(), rv_ref = rv.clone();
   cpu::batch_norm_batch_stats(mean_ref.strided(), invstd_ref.strided(), x.strided(), eps,
-                              cpu::RunningStats{rm_ref.strided(), rv_ref.strided(), momentum});
+                              kernel::RunningStats{rm_ref.strided(), rv_ref.strided(), momentum});
   cpu::batch_norm_forward(y_ref.strided(), x.strided(), mean_ref.strided(), invstd_ref.strided(),
                           w.strided(), b.strided());
   y_ref = cpu_relu(with_residual ? add(y_ref, z) : y_ref);

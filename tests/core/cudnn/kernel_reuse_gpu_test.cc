@@ -135,12 +135,12 @@ LOOM_GPU_TEST_CASE("max pooling, whose engine refuses dynamic shapes, marks its 
   cache.clear();
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   Generator gen(94);
-  const cudnn::PoolArgs args{.params = {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}};
+  const kernel::Pool2dParams args{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .max = true};
   for (int64_t n : {16, 12, 40}) {
     CAPTURE(n);
     Tensor x = randn({n, 24, 10, 10}, {}, &gen);
     Tensor y_ref = empty({n, 24, 5, 5}), index_ref = empty({n, 24, 5, 5}, {.dtype = DType::Int64});
-    cpu::max_pool2d_forward(y_ref.strided(), index_ref.strided(), x.strided(), args.params);
+    cpu::max_pool2d_forward(y_ref.strided(), index_ref.strided(), x.strided(), args);
     Tensor gx = x.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
     Tensor gy = empty({n, 24, 5, 5}, {.device = testing::test_gpu(), .memory_format = MemoryFormat::ChannelsLast});
     Tensor index = empty({n, 24, 5, 5},

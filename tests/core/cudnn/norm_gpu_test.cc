@@ -47,7 +47,7 @@ LOOM_GPU_TEST_CASE("cuDNN batch-norm training forward and backward match the CPU
       Tensor mean_ref = empty({c}), invstd_ref = empty({c}), y_ref = empty(s);
       Tensor rm_ref = rm.clone(), rv_ref = rv.clone();
       cpu::batch_norm_batch_stats(mean_ref.strided(), invstd_ref.strided(), x.strided(), eps,
-                                  cpu::RunningStats{rm_ref.strided(), rv_ref.strided(), momentum});
+                                  kernel::RunningStats{rm_ref.strided(), rv_ref.strided(), momentum});
       cpu::batch_norm_forward(y_ref.strided(), x.strided(), mean_ref.strided(), invstd_ref.strided(),
                               w.strided(), b.strided());
       Tensor dx_ref = empty(s), dw_ref = empty({c}), db_ref = empty({c});

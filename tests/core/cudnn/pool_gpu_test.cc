@@ -20,7 +20,7 @@ namespace {
 
 struct Case {
   Shape x;
-  cpu::Pool2dParams p;
+  kernel::Pool2dParams p;
 };
 
 const Case kCases[] = {
@@ -48,22 +48,24 @@ void check_pool(const Case& c, bool max, bool include_pad, MemoryFormat format, 
   CAPTURE(max);
   CAPTURE(include_pad);
   CAPTURE(memory_format_name(format));
+  kernel::Pool2dParams params = c.p;
+  params.max = max;
+  params.count_include_pad = include_pad;
   Tensor x = randn(c.x, {}, &gen), dy = randn(out_shape(c), {}, &gen);
   Tensor y_ref = empty(out_shape(c)), dx_ref = empty(c.x), idx = empty(out_shape(c), {.dtype = DType::Int64});
   if (max) {
     cpu::max_pool2d_forward(y_ref.strided(), idx.strided(), x.strided(), c.p);
     cpu::max_pool2d_backward(dx_ref.strided(), dy.strided(), idx.strided());
   } else {
-    cpu::avg_pool2d_forward(y_ref.strided(), x.strided(), c.p, include_pad);
-    cpu::avg_pool2d_backward(dx_ref.strided(), dy.strided(), c.p, include_pad);
+    cpu::avg_pool2d_forward(y_ref.strided(), x.strided(), params);
+    cpu::avg_pool2d_backward(dx_ref.strided(), dy.strided(), params);
   }
   Tensor gx = x.to(testing::test_gpu()).contiguous(format), gdy = dy.to(testing::test_gpu()).contiguous(format);
   Tensor gy = gpu_nan(out_shape(c), format), gdx = gpu_nan(c.x, format);
-  cudnn::PoolArgs args{.params = c.p, .max = max, .count_include_pad = include_pad};
   bool indexed = max && cudnn::pool_uses_index(gx.strided());
   Tensor index = indexed ? gpu_nan(out_shape(c), format, DType::UInt8) : Tensor();
   Strided index_view = indexed ? index.strided() : Strided{};
-  REQUIRE(cudnn::pool2d_forward(gy.strided(), indexed ? &index_view : nullptr, gx.strided(), args));
+  REQUIRE(cudnn::pool2d_forward(gy.strided(), indexed ? &index_view : nullptr, gx.strided(), params));
   CHECK_CLOSE(gy.cpu(), y_ref, 1e-5, 1e-6);
   Strided xs = gx.strided(), ys = gy.strided();
   cudnn::PoolBackwardInputs saved;
@@ -73,7 +75,7 @@ void check_pool(const Case& c, bool max, bool include_pad, MemoryFormat format, 
     saved.x = &xs;
     saved.y = &ys;
   }
-  REQUIRE(cudnn::pool2d_backward(gdx.strided(), gdy.strided(), saved, args));
+  REQUIRE(cudnn::pool2d_backward(gdx.strided(), gdy.strided(), saved, params));
   CHECK_CLOSE(gdx.cpu(), dx_ref, 1e-5, 1e-6);
 }
 
@@ -95,7 +97,8 @@ LOOM_GPU_TEST_CASE("an average-pool divisor cuDNN counts differently is declined
   Case c{{1, 2, 5, 5}, {2, 2, 2, 2, 0, 0}};
   Tensor x = ones(c.x, {.device = testing::test_gpu()});
   Tensor y = empty({1, 2, 3, 3}, {.device = testing::test_gpu()});
-  cudnn::PoolArgs args{.params = c.p, .max = false, .count_include_pad = true};
-  CHECK_FALSE(cudnn::pool2d_forward(y.strided(), nullptr, x.strided(), args));
+  kernel::Pool2dParams params = c.p;
+  params.max = false;
+  CHECK_FALSE(cudnn::pool2d_forward(y.strided(), nullptr, x.strided(), params));
 }
 #endif  // LOOM_WITH_CUDA

@@ -153,7 +153,7 @@ Case activation_case(Draw& d, Generator& gen, bool cl) {
                                               ActivationKind::Softplus};
   const ActivationKind kind = kKinds[d.between(0, std::size(kKinds) - 1)];
   const Shape sizes{d.between(1, 4), d.between(1, 16), d.between(1, 12), d.between(1, 12)};
-  const std::string name = cpu::activation_info(kind).name;
+  const std::string name = kernel::activation_info(kind).name;
   Case out{fmt::format("{} sizes={}", name, shape_str(sizes)), {leaf(sizes, gen, cl)}, {}, "activations"};
   out.op = [kind](const std::vector<Tensor>& t) { return activation(t[0] * 2.0, kind); };
   return out;

@@ -1,5 +1,5 @@
 // File: tests/core/ops/activation_gpu_test.cc
-// Every activation row (core/cpu/activation_math.h) on the GPU against the CPU
+// Every activation row (core/kernel/activation.h) on the GPU against the CPU
 // reference, forward and backward, NCHW and channels-last: a small tensor
 // (Loom's kernel: 120 elements have no packed cuDNN view) and a larger one
 // (8192 elements: the row's cuDNN pointwise graph where it has a mode and an
@@ -24,12 +24,12 @@ namespace {
 constexpr double kTolerance = 2e-5;
 
 void check_row(ActivationKind kind, const Shape& sizes, MemoryFormat format, Generator& gen) {
-  const cpu::ActivationInfo& row = cpu::activation_info(kind);
+  const kernel::ActivationInfo& row = kernel::activation_info(kind);
   CAPTURE(row.name);
   CAPTURE(shape_str(sizes));
   CAPTURE(memory_format_name(format));
   Tensor x = mul(randn(sizes, {}, &gen), 3.0);
-  if (row.cudnn_forward == cpu::CudnnActivation::ClippedRelu) {
+  if (row.cudnn_forward == kernel::CudnnActivation::ClippedRelu) {
     // Inputs exactly at the bounds too, where hardtanh_backward gives zero.
     x.flatten().slice(0, 0, 2).copy_(tensor({row.default_parameters[0], row.default_parameters[1]}, {2}));
   }
@@ -48,7 +48,7 @@ void check_row(ActivationKind kind, const Shape& sizes, MemoryFormat format, Gen
 
 LOOM_GPU_TEST_CASE("every activation row matches the CPU on the GPU: kernel and cuDNN paths") {
   Generator gen(91);
-  for (ActivationKind kind : cpu::kActivationKinds) {
+  for (ActivationKind kind : kernel::kActivationKinds) {
     for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
       check_row(kind, {2, 3, 4, 5}, format, gen);
       check_row(kind, {8, 64, 4, 4}, format, gen);

@@ -1,5 +1,5 @@
 // File: tests/core/ops/activation_test.cc
-// Every activation row (core/cpu/activation_math.h), table-driven: hand values, a naive reference on
+// Every activation row (core/kernel/activation.h), table-driven: hand values, a naive reference on
 // contiguous, strided and channels-last inputs, derivatives by hand and by
 // gradcheck, saturation, and argument errors.
 // N batch, C channels, H, W.
@@ -35,7 +35,7 @@ double naive_phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }  // 
 using Scalars = std::array<double, 2>;
 
 // The float64 reference for one activation row, written independently of
-// core/cpu/activation_math.h: value and derivative at x with the row's scalars.
+// core/kernel/activation.h: value and derivative at x with the row's scalars.
 struct Reference {
   ActivationKind kind;
   std::vector<double> parameters;  // non-default ones, to check they are used
@@ -84,10 +84,10 @@ const std::vector<Reference>& references() {
   return all;
 }
 
-std::string name_of(const Reference& r) { return cpu::activation_info(r.kind).name; }
+std::string name_of(const Reference& r) { return kernel::activation_info(r.kind).name; }
 // The scalars the row computes with: the given ones, its defaults for the rest.
 Scalars scalars_of(const Reference& r) {
-  Scalars p = cpu::activation_info(r.kind).default_parameters;
+  Scalars p = kernel::activation_info(r.kind).default_parameters;
   std::copy(r.parameters.begin(), r.parameters.end(), p.begin());
   return p;
 }
@@ -100,8 +100,8 @@ Tensor naive_apply(const Tensor& x, const std::function<double(double, Scalars)>
 }
 
 TEST_CASE("the reference table covers every activation row") {
-  for (ActivationKind kind : cpu::kActivationKinds) {
-    CAPTURE(cpu::activation_info(kind).name);
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    CAPTURE(kernel::activation_info(kind).name);
     CHECK(std::any_of(references().begin(), references().end(),
                       [kind](const Reference& r) { return r.kind == kind; }));
   }

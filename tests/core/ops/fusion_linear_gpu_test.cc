@@ -22,7 +22,7 @@ LOOM_GPU_TEST_CASE("linear + bias + each activation row, fused vs unfused vs the
   Generator gen(22);
   Tensor x = randn({32, 40}, {}, &gen), w = randn({24, 40}, {}, &gen) * 0.1, b = randn({24}, {}, &gen);
   std::vector<Case> cases;
-  for (ActivationKind kind : cpu::kActivationKinds) {  // relu: the fused op linear_relu
+  for (ActivationKind kind : kernel::kActivationKinds) {  // relu: the fused op linear_relu
     cases.push_back({Block().linear().bias().activation(kind), {x, w, b}});
   }
   // A derivative chain with a per-channel scale and shift, a mul by a scalar and a residual.

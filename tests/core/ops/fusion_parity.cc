@@ -276,7 +276,7 @@ void check_blocks(const std::vector<Case>& cases, const Policies& policies, Gene
 }
 
 std::vector<Case> conv_activation_cases(Generator& gen, int half) {
-  const std::span<const ActivationKind> rows(cpu::kActivationKinds);
+  const std::span<const ActivationKind> rows(kernel::kActivationKinds);
   const size_t middle = (rows.size() + 1) / 2;
   Tensor x = randn({4, 16, 9, 7}, {}, &gen), w = randn({24, 16, 3, 3}, {}, &gen) * 0.1;
   Tensor b = randn({24}, {}, &gen);

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/fusion.h"
 #include "core/generator.h"
+#include "core/ops/fusion.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
 
@@ -43,7 +43,7 @@ void check_blocks(const std::vector<Case>& cases, const std::vector<testing::Par
 
 // The conv families (N batch, C in channels, H, W, K out channels):
 // conv2d + bias + each activation row (relu: the fused op conv2d_bias_relu) of
-// one half of cpu::kActivationKinds (half 0: the first, 1: the rest), so two
+// one half of kernel::kActivationKinds (half 0: the first, 1: the rest), so two
 // binaries per policy share the rows.
 std::vector<Case> conv_activation_cases(Generator& gen, int half);
 // Batch norm + activation + residual, a user chain gelu(scale * conv(x) + shift),

@@ -122,8 +122,8 @@ TEST_CASE("conv2d + bias + every activation row: gradcheck in float64, NCHW and 
   Generator gen(11);
   Tensor x = randn({2, 3, 5, 4}, kFloat64, &gen), w = randn({4, 3, 3, 3}, kFloat64, &gen);
   Tensor b = randn({4}, kFloat64, &gen);
-  for (ActivationKind kind : cpu::kActivationKinds) {
-    CAPTURE(cpu::activation_info(kind).name);
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    CAPTURE(kernel::activation_info(kind).name);
     for (bool channels_last : {false, true}) {
       CAPTURE(channels_last);
       Block block = Block().conv2d({.padding = {1, 1}}).bias().activation(kind);
@@ -170,8 +170,8 @@ TEST_CASE("linear + bias + activations, batch norm and tensor operands: gradchec
   Generator gen(14);
   Tensor x = randn({5, 3}, kFloat64, &gen), w = randn({4, 3}, kFloat64, &gen);
   Tensor b = randn({4}, kFloat64, &gen), row = randn({4}, kFloat64, &gen), full = randn({5, 4}, kFloat64, &gen);
-  for (ActivationKind kind : cpu::kActivationKinds) {
-    CAPTURE(cpu::activation_info(kind).name);
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    CAPTURE(kernel::activation_info(kind).name);
     check_block(Block().linear().bias().activation(kind), x, {w, b});
   }
   check_block(Block().linear().bias().relu(), x, {w, b});  // the fused op linear_relu

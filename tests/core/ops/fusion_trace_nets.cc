@@ -12,16 +12,16 @@ namespace loom::testing {
 
 namespace {
 
-using cpu::ActivationKind;
+using kernel::ActivationKind;
 using Rng = std::mt19937_64;
 
 uint64_t pick(Rng& rng, uint64_t n) { return rng() % n; }  // 0 .. n - 1
 double uniform(Rng& rng) { return std::uniform_real_distribution<double>(0, 1)(rng); }
 
 std::pair<ActivationKind, std::vector<double>> random_activation(Rng& rng) {
-  const auto kinds = std::span(cpu::kActivationKinds);
+  const auto kinds = std::span(kernel::kActivationKinds);
   const ActivationKind kind = kinds[pick(rng, kinds.size())];
-  const int count = cpu::parameter_count(cpu::activation_info(kind));
+  const int count = kernel::parameter_count(kernel::activation_info(kind));
   std::vector<double> parameters;
   if (count == 1 && pick(rng, 2) == 0) parameters = {0.05 + 0.5 * uniform(rng)};
   if (count == 2 && pick(rng, 2) == 0) parameters = {-1.0 - uniform(rng), 0.5 + uniform(rng)};

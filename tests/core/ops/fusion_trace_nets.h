@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cpu/activation_math.h"
+#include "core/kernel/activation.h"
 #include "core/tensor.h"
 #include "layers/nn.h"
 
@@ -28,7 +28,7 @@ struct Segment {
   bool norm_only = false;  // bn -> activations, without a conv
   std::shared_ptr<nn::Conv2d> conv;
   std::shared_ptr<nn::BatchNorm2d> norm;
-  std::vector<std::pair<cpu::ActivationKind, std::vector<double>>> activations;
+  std::vector<std::pair<kernel::ActivationKind, std::vector<double>>> activations;
   int residual = 0;  // 0: none, 1: value + x, 2: x + value
   bool post_activation = false;
   bool break_after_conv = false;  // the conv's output is used twice: the chain must stop there
@@ -51,7 +51,7 @@ class RandomNet : public nn::Module {
 
   std::vector<Segment> segments_;
   std::shared_ptr<nn::Linear> head_, classifier_;
-  std::pair<cpu::ActivationKind, std::vector<double>> head_activation_;
+  std::pair<kernel::ActivationKind, std::vector<double>> head_activation_;
 };
 
 // (N, 3, H, W) -> (N, 4, H / 2, W / 2): relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)),

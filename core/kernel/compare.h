@@ -1,21 +1,21 @@
-// File: core/cpu/compare_math.h
-// One comparison, written once for core/cpu/compare.cc and core/cuda/compare.cu.
+// File: core/kernel/compare.h
+// The comparison ops and one comparison, written once for core/cpu/compare.cc
+// and core/cuda/compare.cu.
 // NaN compares false under every op but Ne, as IEEE and PyTorch have it.
 #pragma once
 
 #include <cmath>
 #include <type_traits>
 
-#include "core/cpu/compare.h"
+#include "core/kernel/host_device.h"
 
-// The same definition as elementwise_math.h's (an identical redefinition is allowed).
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
+namespace loom::kernel {
 
-namespace loom::cpu::math {
+enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
+
+}  // namespace loom::kernel
+
+namespace loom::kernel::math {
 
 template <class T>
 LOOM_HOST_DEVICE bool apply_compare(T a, T b, CompareOp op) {
@@ -46,4 +46,4 @@ LOOM_HOST_DEVICE bool is_close(T a, T b, T rtol, T atol, bool equal_nan) {
   return std::isfinite(diff) && diff <= atol + std::fabs(rtol * b);
 }
 
-}  // namespace loom::cpu::math
+}  // namespace loom::kernel::math

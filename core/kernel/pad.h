@@ -1,5 +1,5 @@
-// File: core/cpu/pad_math.h
-// What one element of a pad reads, and which output elements one input
+// File: core/kernel/pad.h
+// The pad modes and spec, what one element of a pad reads, and which output elements one input
 // element's gradient gathers, written once for core/cpu/pad.cc and
 // core/cuda/pad.cu (nvcc sees __host__ __device__). Index conventions are
 // PyTorch's: with i = o - before the output index o reads input index i when
@@ -11,18 +11,23 @@
 
 #include <cstdint>
 
-#include "core/cpu/pad.h"
+#include "core/kernel/host_device.h"
+#include "core/shape.h"
 #include "core/strided.h"
 
-#ifndef LOOM_HOST_DEVICE
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
-#endif
+namespace loom::kernel {
 
-namespace loom::cpu::math {
+enum class PadMode : uint8_t { Constant, Reflect, Replicate };
+
+struct PadSpec {
+  PadMode mode = PadMode::Constant;
+  Shape before;        // per dim of the tensors (0 for a dim not padded)
+  double value = 0.0;  // Constant only, converted to the tensors' dtype
+};
+
+}  // namespace loom::kernel
+
+namespace loom::kernel::math {
 
 constexpr int kPadMaxDims = 8;
 
@@ -172,4 +177,4 @@ LOOM_HOST_DEVICE Acc pad_grad_sum(const PadDims& g, int64_t linear, int64_t* dx_
   }
 }
 
-}  // namespace loom::cpu::math
+}  // namespace loom::kernel::math

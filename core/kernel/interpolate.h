@@ -1,5 +1,5 @@
-// File: core/cpu/interpolate_math.h
-// Which input pixels one output pixel of interpolate reads and with what
+// File: core/kernel/interpolate.h
+// The interpolation modes and spec; which input pixels one output pixel of interpolate reads and with what
 // weights, and the reverse (which outputs one input pixel's gradient gathers),
 // written once for core/cpu/interpolate.cc and core/cuda/interpolate.cu (nvcc
 // sees __host__ __device__). The formulas are PyTorch's (ATen's
@@ -24,17 +24,23 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/cpu/interpolate.h"
+#include "core/kernel/host_device.h"
 
-#ifndef LOOM_HOST_DEVICE
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
-#endif
+namespace loom::kernel {
 
-namespace loom::cpu::math {
+enum class InterpolateMode : uint8_t { Nearest, Bilinear };
+
+struct InterpolateSpec {
+  InterpolateMode mode = InterpolateMode::Nearest;
+  bool align_corners = false;  // bilinear: corner pixels' centres align
+  // The user's scale factors when the output size came from them (PyTorch then
+  // maps indices with 1 / scale, not H / P); 0: none given, H / P and W / Q.
+  double scale_h = 0.0, scale_w = 0.0;
+};
+
+}  // namespace loom::kernel
+
+namespace loom::kernel::math {
 
 // a * b rounded once, never contracted into an FMA with a later add.
 template <class T>
@@ -242,4 +248,4 @@ LOOM_HOST_DEVICE T interpolate_grad(const InterpolatePlan<T>& plan, int64_t ih, 
   return sum;
 }
 
-}  // namespace loom::cpu::math
+}  // namespace loom::kernel::math

@@ -1,4 +1,4 @@
-// File: core/cpu/activation_math.h
+// File: core/kernel/activation.h
 // Activations as data: one row (a struct in namespace act) per activation,
 // holding its name, formula and derivative (templates usable from the CPU loops
 // in core/cpu/activation.cc and the CUDA kernels in core/cuda/elementwise.cu,
@@ -18,15 +18,10 @@
 #include <cmath>
 #include <numbers>
 
-#ifndef LOOM_HOST_DEVICE
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
-#endif
+#include "core/kernel/host_device.h"
 
-namespace loom::cpu {
+
+namespace loom::kernel {
 
 enum class Saved { Input, Output };
 
@@ -270,4 +265,4 @@ inline const ActivationInfo& activation_info(ActivationKind kind) {
   return visit_activation(kind, []<class Row>() -> const ActivationInfo& { return Row::info; });
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernel

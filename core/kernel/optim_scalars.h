@@ -1,9 +1,8 @@
-// File: core/cpu/optim_scalars.h
+// File: core/kernel/optim_scalars.h
 // The scalars of one optimizer update, declared once for the optimizers
 // (optim/update.h) and the fused CUDA kernels (core/cuda/optim_kernels.h), as
 // torch.optim computes them in Python doubles. Every field is cast to the
-// tensors' dtype once, as PyTorch casts its scalars. (In core/cpu so that nvcc
-// sees it with the other kernel headers.)
+// tensors' dtype once, as PyTorch casts its scalars.
 #pragma once
 
 namespace loom::optim {
