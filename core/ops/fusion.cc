@@ -336,11 +336,14 @@ Tensor per_step_chain_grad(const HeadSaved& s, const Tensor& dy, std::vector<Ten
 }
 
 #ifdef LOOM_WITH_CUDA
-// z's dtype and device, in the layout the head's kernels compute in.
+// The layout the head's kernels compute in.
+MemoryFormat kernel_format(const HeadSaved& s) { return is_conv_head(s) ? s.kernel : MemoryFormat::Contiguous; }
+
+// z's dtype and device, in that layout (z is set once the forward ran).
 TensorOptions kernel_options(const HeadSaved& s) {
   TensorOptions o = s.z.options();
   o.requires_grad = false;
-  o.memory_format = is_conv_head(s) ? s.kernel : MemoryFormat::Contiguous;
+  o.memory_format = kernel_format(s);
   return o;
 }
 
@@ -635,7 +638,7 @@ bool fused_head_forward(HeadSaved& s, const Tensor& y, const Tensor& z, PieceRun
   if (!y.device().is_cuda() || !fusion_enabled() || s.end <= s.begin + 1 || s.x.numel() == 0) return false;
   for (size_t i = s.offsets[s.begin + 1]; i < s.offsets[s.end]; ++i) {  // dense, as the graph reads them
     Tensor& t = s.operands[i];
-    t = t.sizes() == y.sizes() ? t.contiguous(kernel_options(s).memory_format) : t.contiguous();
+    t = t.sizes() == y.sizes() ? t.contiguous(kernel_format(s)) : t.contiguous();
   }
   std::string why;
   bool fused = false;
