@@ -44,4 +44,9 @@ std::string plan_timeline_table() {
   return h == nullptr ? "" : h->timeline_table();
 }
 
+std::string plan_engine(const std::string& graph) {
+  const StepBoundaryHook* h = hook().load();
+  return h == nullptr ? "" : h->engine_of(graph);
+}
+
 }  // namespace loom

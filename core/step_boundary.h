@@ -42,6 +42,9 @@ struct StepBoundaryHook {
   PlanSummary (*summary)();
   std::string (*explain)();         // the plan table
   std::string (*timeline_table)();  // when each plan was built, restored or swapped ("" when none)
+  // The engine of the plan built for a graph pattern (the cuDNN graph's
+  // pattern() string, as fusion::report names it); "" when none was built.
+  std::string (*engine_of)(const std::string& graph);
 };
 
 // Registers the backend's hook (one backend: a second registration replaces the first).
@@ -57,5 +60,8 @@ PlanSummary plan_summary();
 std::string plan_report();
 // The backend's plan timeline; "" without one.
 std::string plan_timeline_table();
+// The backend's engine for a graph pattern ("engine 7, knobs ..., notes ..., workspace N B");
+// "" without one, or when no plan was built for that pattern.
+std::string plan_engine(const std::string& graph);
 
 }  // namespace loom

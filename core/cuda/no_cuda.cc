@@ -41,12 +41,14 @@ namespace {
 
 // Nothing is captured where there is no GPU: the honest answer, not an error.
 bool is_capturing() { return false; }
+void synchronize() { no_cuda("synchronize"); }
 
 void matmul(const Strided&, const Strided&, const Strided&, bool) { no_cuda("matmul"); }
 
 bool is_channel_dense(const Strided&) { no_cuda("is_channel_dense"); }
 void add_channel_bias(const Strided&, const Strided&) { no_cuda("add_channel_bias"); }
 void channel_sum(const Strided&, const Strided&) { no_cuda("channel_sum"); }
+void relu_grad_sum(const Strided&, const Strided&, const Strided&, const Strided&) { no_cuda("relu_grad_sum"); }
 
 void compare(const Strided&, const Strided&, const Strided&, CompareOp) { no_cuda("compare"); }
 void compare_scalar(const Strided&, const Strided&, double, CompareOp) { no_cuda("compare_scalar"); }

@@ -19,6 +19,7 @@
 #include "core/cudnn/context.h"
 #include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
+#include "core/cudnn/pointwise.h"
 #include "core/cudnn/tensor_spec.h"
 #include "core/cudnn/variant_walk.h"
 #include "core/error.h"
@@ -453,6 +454,33 @@ TensorSpec epilogue_scalar_spec(int64_t uid, double value, size_t rank) {
   return s;
 }
 
+// The step as a cuDNN pointwise mode: its forward mode, or (backward) an
+// activation's *_BWD mode; none where the activation row has no such mode.
+std::optional<PointwiseMode> mode_of(const EpilogueStep& step, bool backward = false) {
+  if (step.op == EpilogueOp::Activation) return activation_mode(step.activation, backward, step.parameters);
+  if (backward) return std::nullopt;
+  const cudnnPointwiseMode_t mode = step.op == EpilogueOp::Mul   ? CUDNN_POINTWISE_MUL
+                                    : step.op == EpilogueOp::Sub ? CUDNN_POINTWISE_SUB
+                                                                 : CUDNN_POINTWISE_ADD;
+  return PointwiseMode{.mode = mode, .scalars = {}};
+}
+
+// Whether an activation step's derivative reads the step's output (its row saves y).
+bool reads_output(const EpilogueStep& step) {
+  return kernel::activation_info(step.activation).saved == kernel::Saved::Output;
+}
+
+// "" when every step has a forward mode, else which step has none.
+std::string steps_why_not(const std::vector<EpilogueStep>& steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!mode_of(steps[i])) {
+      return fmt::format("step {} ({}) has no cuDNN pointwise mode with these parameters", i,
+                         kernel::activation_info(steps[i].activation).name);
+    }
+  }
+  return "";
+}
+
 // Appends the steps after `head` (the conv / matmul output); the last writes kEpY.
 // `scalars` must not reallocate while the pointers are in use (reserved by the caller).
 void add_epilogue(Graph& g, const TensorSpec& ys, const std::vector<EpilogueStep>& steps,
@@ -474,7 +502,8 @@ void add_epilogue(Graph& g, const TensorSpec& ys, const std::vector<EpilogueStep
       pointers.push_back({step_operand(i), step.tensor.data});
       operand = step_operand(i);
     }
-    g.pointwise(step.mode, input, operand, output, step.scalars);
+    const PointwiseMode mode = *mode_of(step);  // steps_why_not accepted every step
+    g.pointwise(mode.mode, input, operand, output, mode.scalars);
     input = output;
   }
 }
@@ -507,6 +536,7 @@ EpilogueRun conv2d_epilogue_forward(const Strided& y, const std::optional<Stride
                                     const Strided& x, const Strided& w, const kernel::ConvParams& p,
                                     const std::vector<EpilogueStep>& steps) {
   if (!epilogue_fusable(y, steps) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
+  if (std::string why = steps_why_not(steps); !why.empty()) return {.why_not = why};
   TensorSpec ys = spec_of(y, kEpY);
   Graph g;
   for (const TensorSpec& s : {spec_of(x, kEpX), spec_of(w, kEpW), ys}) g.add_tensor(s);
@@ -524,6 +554,7 @@ EpilogueRun linear_epilogue_forward(const Strided& y, const std::optional<Stride
                                     const Strided& x, const Strided& w,
                                     const std::vector<EpilogueStep>& steps) {
   if (!epilogue_fusable(y, steps) || !fusable(x)) return {.why_not = "float64 or empty tensors"};
+  if (std::string why = steps_why_not(steps); !why.empty()) return {.why_not = why};
   const int64_t m = x.sizes[0], in = x.sizes[1], out = w.sizes[0];
   TensorSpec ys = matrix_spec(y, kEpY, m, out, out, 1);
   Graph g;
@@ -557,9 +588,7 @@ int64_t grad_in(size_t e) { return replayed(e) + 2; }
 int64_t operand_grad(size_t e) { return replayed(e) + 3; }
 int64_t input_of(size_t e) { return e == 0 ? kDvZ : replayed(e - 1); }  // t_e
 
-bool passes_through(const EpilogueStep& step) {
-  return step.mode == CUDNN_POINTWISE_ADD || step.mode == CUDNN_POINTWISE_SUB;
-}
+bool passes_through(const EpilogueStep& step) { return step.op == EpilogueOp::Add || step.op == EpilogueOp::Sub; }
 
 // How the chain's y-shaped tensors and operands are described. A conv head's
 // 4-D tensors as they are. A linear head's (M, Out): in a graph of pointwise
@@ -607,9 +636,9 @@ std::vector<bool> replay_needed(const EpilogueBackwardArgs& a) {
   const size_t n = a.steps.size();
   std::vector<bool> need(n + 1, false);
   for (size_t e = 0; e < n; ++e) {
-    const EpilogueStepGrad& d = a.grads[e];
-    if (d.activation) need[d.reads_output ? e + 1 : e] = true;
-    if (a.steps[e].mode == CUDNN_POINTWISE_MUL && d.operand_grad) need[e] = true;
+    const EpilogueStep& step = a.steps[e];
+    if (step.op == EpilogueOp::Activation) need[reads_output(step) ? e + 1 : e] = true;
+    if (step.op == EpilogueOp::Mul && a.grads[e].operand_grad) need[e] = true;
   }
   for (size_t e = n; e > 0; --e) need[e - 1] = need[e - 1] || need[e];
   return need;
@@ -646,12 +675,13 @@ std::vector<std::optional<int64_t>> add_replay(Graph& g, const ChainLayout& layo
   std::vector<std::optional<int64_t>> operands(a.steps.size());
   for (size_t e = 0; e < a.steps.size(); ++e) {
     const EpilogueStep& step = a.steps[e];
-    if (need[e + 1] || step.mode == CUDNN_POINTWISE_MUL) {  // a mul's derivative reads its operand
+    if (need[e + 1] || step.op == EpilogueOp::Mul) {  // a mul's derivative reads its operand
       operands[e] = add_operand(g, layout, like, step, e, scalars, pointers);
     }
     if (!need[e + 1]) continue;
     g.add_tensor(virtual_like(like, replayed(e)));
-    g.pointwise(step.mode, input_of(e), operands[e], replayed(e), step.scalars);
+    const PointwiseMode mode = *mode_of(step);  // epilogue_derivative_why_not accepted the chain
+    g.pointwise(mode.mode, input_of(e), operands[e], replayed(e), mode.scalars);
   }
   return operands;
 }
@@ -677,7 +707,7 @@ void add_derivative(Graph& g, const ChainLayout& layout, const EpilogueBackwardA
     if (d.operand_grad) {
       g.add_tensor(layout.spec(*d.operand_grad, operand_grad(e)));
       pointers.push_back({operand_grad(e), d.operand_grad->data});
-      if (step.mode == CUDNN_POINTWISE_MUL) {
+      if (step.op == EpilogueOp::Mul) {
         g.pointwise(CUDNN_POINTWISE_MUL, grad, input_of(e), operand_grad(e));
       } else {
         g.pointwise(CUDNN_POINTWISE_IDENTITY, grad, std::nullopt, operand_grad(e));
@@ -686,9 +716,10 @@ void add_derivative(Graph& g, const ChainLayout& layout, const EpilogueBackwardA
     if (passes_through(step)) continue;
     const int64_t next = e == last_change ? kDvG : grad_in(e);
     if (next != kDvG) g.add_tensor(virtual_like(like, next));
-    if (d.activation) {
-      g.pointwise_backward(d.activation->mode, grad, d.reads_output ? replayed(e) : input_of(e), next,
-                           d.activation->scalars);
+    if (step.op == EpilogueOp::Activation) {
+      const PointwiseMode backward = *mode_of(step, /*backward=*/true);
+      g.pointwise_backward(backward.mode, grad, reads_output(step) ? replayed(e) : input_of(e), next,
+                           backward.scalars);
     } else {
       g.pointwise(CUDNN_POINTWISE_MUL, grad, operands[e], next);
     }
@@ -830,10 +861,11 @@ std::string epilogue_derivative_why_not(const EpilogueBackwardArgs& a) {
     const EpilogueStep& step = a.steps[e];
     if (passes_through(step)) continue;
     changes = true;
-    if (step.mode != CUDNN_POINTWISE_MUL && !a.grads[e].activation) {
-      return fmt::format("graph step {} (pointwise mode {}) has no derivative form: an activation "
-                         "without a *_BWD mode",
-                         e, static_cast<int>(step.mode));
+    if (!mode_of(step)) return steps_why_not(a.steps);
+    if (step.op == EpilogueOp::Activation && !mode_of(step, /*backward=*/true)) {
+      const kernel::ActivationInfo& row = kernel::activation_info(step.activation);
+      return fmt::format("{} has no cuDNN backward mode that takes its saved {}", row.name,
+                         reads_output(step) ? "output" : "input");
     }
   }
   return changes ? "" : "every step passes dy through unchanged (nothing to compute)";

@@ -26,7 +26,7 @@
 
 #include "core/cudnn/conv.h"  // conv2d_bias_relu_forward
 #include "core/cudnn/norm.h"
-#include "core/cudnn/pointwise.h"
+#include "core/kernel/activation.h"
 #include "core/kernel/conv.h"
 #include "core/strided.h"
 
@@ -75,8 +75,10 @@ bool linear_bias_relu_forward(const Strided& y, const Strided& x, const Strided&
 
 // ---- a user block's head: conv or matmul, then a pointwise epilogue (core/ops/fusion.h) ----
 
-// One pointwise op after the conv / matmul, as the graph sees it: y = mode(t)
-// or y = mode(t, operand).
+// One pointwise op after the conv / matmul: y = op(t) for an activation, else
+// y = op(t, operand). fused.cc lowers it to cuDNN's pointwise modes, so this
+// header names no cuDNN type and core/ops includes it in every build.
+enum class EpilogueOp { Add, Sub, Mul, Activation };
 enum class EpilogueOperand {
   None,     // a unary mode (an activation)
   Scalar,   // a host number, passed by value
@@ -84,8 +86,9 @@ enum class EpilogueOperand {
   Full,     // a tensor of y's shape and layout
 };
 struct EpilogueStep {
-  cudnnPointwiseMode_t mode = CUDNN_POINTWISE_ADD;
-  PointwiseScalars scalars;  // the mode's scalar attributes (an activation's), as in graph.h
+  EpilogueOp op = EpilogueOp::Add;
+  kernel::ActivationKind activation = kernel::ActivationKind::Relu;  // op == Activation
+  kernel::ActivationParameters parameters{};  // the activation's, defaults filled in
   EpilogueOperand operand = EpilogueOperand::None;
   double scalar = 0;
   Strided tensor;  // Channel / Full
@@ -116,10 +119,9 @@ EpilogueRun linear_epilogue_forward(const Strided& y, const std::optional<Stride
 // pass g through, mul multiplies by its operand, an activation runs its *_BWD
 // mode on the replayed input or output. Nothing in between is written.
 
-// What one step's derivative needs beyond the forward's EpilogueStep.
+// What one step's derivative needs beyond the forward's EpilogueStep (an
+// activation's *_BWD mode and whether it reads the step's output come from its row).
 struct EpilogueStepGrad {
-  std::optional<PointwiseMode> activation;  // the *_BWD mode (activation steps only)
-  bool reads_output = false;                // that mode takes the step's output, not its input
   // Where the graph writes the step operand's gradient before its reduction over
   // the broadcast dims: g (add, sub) or g * the step's input (mul); y's shape and layout.
   std::optional<Strided> operand_grad;

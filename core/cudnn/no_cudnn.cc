@@ -8,6 +8,7 @@
 
 #include "core/cudnn/activation.h"
 #include "core/cudnn/conv.h"
+#include "core/cudnn/fused.h"
 #include "core/cudnn/norm.h"
 #include "core/cudnn/pool.h"
 #include "core/cudnn/softmax.h"
@@ -58,6 +59,38 @@ bool pool2d_forward(const Strided&, const Strided*, const Strided&, const kernel
 }
 bool pool2d_backward(const Strided&, const Strided&, const PoolBackwardInputs&, const kernel::Pool2dParams&) {
   no_cudnn("pool2d_backward");
+}
+
+BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs&, const std::optional<Strided>&,
+                                               const std::optional<Strided>&) {
+  no_cudnn("batch_norm_relu_forward_training");
+}
+int64_t relu_mask_bytes(const Strided&) { no_cudnn("relu_mask_bytes"); }
+bool batch_norm_relu_backward(const BatchNormReluBackwardArgs&) { no_cudnn("batch_norm_relu_backward"); }
+bool conv2d_dgrad_relu(const Strided&, const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
+  no_cudnn("conv2d_dgrad_relu");
+}
+bool linear_bias_relu_forward(const Strided&, const Strided&, const Strided&, const Strided&) {
+  no_cudnn("linear_bias_relu_forward");
+}
+
+EpilogueRun conv2d_epilogue_forward(const Strided&, const std::optional<Strided>&, const Strided&, const Strided&,
+                                    const kernel::ConvParams&, const std::vector<EpilogueStep>&) {
+  no_cudnn("conv2d_epilogue_forward");
+}
+EpilogueRun linear_epilogue_forward(const Strided&, const std::optional<Strided>&, const Strided&, const Strided&,
+                                    const std::vector<EpilogueStep>&) {
+  no_cudnn("linear_epilogue_forward");
+}
+std::string epilogue_derivative_why_not(const EpilogueBackwardArgs&) { no_cudnn("epilogue_derivative_why_not"); }
+EpilogueRun epilogue_backward(const Strided&, const EpilogueBackwardArgs&) { no_cudnn("epilogue_backward"); }
+EpilogueRun conv2d_epilogue_grads(const std::optional<Strided>&, const std::optional<Strided>&, const Strided&,
+                                  const Strided&, const kernel::ConvParams&, const EpilogueBackwardArgs&) {
+  no_cudnn("conv2d_epilogue_grads");
+}
+EpilogueRun linear_epilogue_grads(const std::optional<Strided>&, const std::optional<Strided>&, const Strided&,
+                                  const Strided&, const EpilogueBackwardArgs&) {
+  no_cudnn("linear_epilogue_grads");
 }
 
 void softmax_forward(const Strided&, const Strided&, int64_t) { no_cudnn("softmax_forward"); }

@@ -339,6 +339,21 @@ int apply_pending_plans() { return PlanCache::global().apply_pending(); }
 
 namespace {
 
+// "engine 7, knobs TILE=2 STAGES=3, notes RUNTIME_COMPILATION, workspace 0 B" for a
+// graph pattern's supported plan; "" when none.
+std::string engine_of(const std::string& graph) {
+  if (graph.empty()) return "";
+  for (const PlanInfo& info : PlanCache::global().entries()) {
+    if (info.graph != graph || !info.supported) continue;
+    std::vector<std::string> notes = info.notes.numerical;
+    notes.insert(notes.end(), info.notes.behavior.begin(), info.notes.behavior.end());
+    return fmt::format("engine {}, knobs {}, notes {}, workspace {} B", info.notes.engine_id,
+                       info.notes.knobs.empty() ? "-" : fmt::format("{}", fmt::join(info.notes.knobs, " ")),
+                       notes.empty() ? "-" : fmt::format("{}", fmt::join(notes, " ")), info.workspace_bytes);
+  }
+  return "";
+}
+
 PlanSummary summary() {
   const PlanCacheStats s = PlanCache::global().stats();
   return PlanSummary{.hits = s.hits, .misses = s.misses, .plans_built = s.plans_built,
@@ -367,7 +382,8 @@ const bool step_boundary_hooked = [] {
       .timeline_table = [] {
         const PlanCache& cache = PlanCache::global();
         return cache.timeline().empty() ? std::string() : cache.timeline_table();
-      }});
+      },
+      .engine_of = &engine_of});
   return true;
 }();
 

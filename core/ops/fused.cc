@@ -19,10 +19,15 @@
 #include "core/cpu/activation.h"
 #include "core/cpu/conv.h"
 #include "core/cpu/norm.h"
+#include "core/cuda/bias.h"
+#include "core/cudnn/fused.h"
+#include "core/cudnn/norm.h"
+#include "core/cudnn/variant_walk.h"
 #include "core/error.h"
 #include "core/onednn/norm.h"
 #include "core/ops/activation.h"
 #include "core/ops/conv_internal.h"
+#include "core/ops/conv_small_internal.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/fused_internal.h"
@@ -31,13 +36,6 @@
 #include "core/ops/norm_internal.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/bias.h"
-#include "core/cudnn/fused.h"
-#include "core/cudnn/norm.h"
-#include "core/cudnn/variant_walk.h"
-#include "core/ops/conv_small_internal.h"
-#endif
 
 namespace loom {
 
@@ -74,7 +72,6 @@ Tensor relu_grad(const Tensor& dy, const Tensor& r) {
 std::pair<Tensor, Tensor> relu_grad_and_sum(const Tensor& dy_in, const Tensor& y_in, int64_t channels,
                                             bool need_b) {
   DeviceGuard guard(dy_in.device());
-#ifdef LOOM_WITH_CUDA
   if (need_b && dy_in.device().is_cuda() && dy_in.dtype() == y_in.dtype()) {
     const Tensor dy = dy_in.contiguous().reshape({-1, channels});
     const Tensor y = y_in.contiguous().reshape({-1, channels});
@@ -82,7 +79,6 @@ std::pair<Tensor, Tensor> relu_grad_and_sum(const Tensor& dy_in, const Tensor& y
     cuda::relu_grad_sum(g.strided(), db.strided(), dy.strided(), y.strided());
     return {g, db};
   }
-#endif
   Tensor g = relu_grad(dy_in, y_in).reshape({-1, channels});
   return {g, need_b ? sum(g, {0}) : Tensor()};
 }
@@ -136,13 +132,11 @@ Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
 // On the GPU the conv, the bias and the ReLU are one graph where cuDNN allows.
 void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
                   const kernel::ConvParams& p, bool relu) {
-#ifdef LOOM_WITH_CUDA
   if (relu && try_fused(y) &&
       (conv_detail::small_conv_bias_relu_forward(y, x, w, b, p) ||
        cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), strided_or_none(b), p))) {
     return;
   }
-#endif
   if (!y.device().is_cuda()) {  // the CPU kernels add the bias and apply the ReLU in the same pass
     conv_detail::cpu_forward_kernel(y, x, w, b, p, relu);
     return;
@@ -154,12 +148,10 @@ void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
 // dx = dgrad(g, w) where r > 0, else 0: one graph on the GPU where cuDNN allows.
 void dgrad_relu(const Tensor& dx, const Tensor& g, const Tensor& w, const Tensor& r,
                 const kernel::ConvParams& p) {
-#ifdef LOOM_WITH_CUDA
   if (try_fused(dx) &&
       cudnn::conv2d_dgrad_relu(dx.strided(), g.strided(), w.strided(), r.strided(), p)) {
     return;
   }
-#endif
   conv_detail::dgrad_kernel(dx, g, w, p);
   LOOM_KERNEL(dx, activation_backward, dx.strided(), dx.strided(), r.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
 }
@@ -301,7 +293,6 @@ BnOperands bn_operands(const Tensor& x, const Tensor& running_mean, const Tensor
   return o;
 }
 
-#ifdef LOOM_WITH_CUDA
 // The fused graph on the GPU: y and, when the backward will want it and cuDNN
 // can, the ReLU mask (kept in o.relu_mask). False when it did not run.
 bool bn_relu_forward_fused(BnOperands& o, const BatchNormOptions& options, bool want_mask) {
@@ -324,7 +315,6 @@ bool bn_relu_forward_fused(BnOperands& o, const BatchNormOptions& options, bool 
   if (ran == cudnn::BnReluForward::FusedWithMask) o.relu_mask = mask;
   return ran != cudnn::BnReluForward::Unfused;
 }
-#endif
 
 // The CPU's oneDNN tier: bn and its ReLU in one primitive; with a residual,
 // bn, then the add and the ReLU in place. False where the tier does not take x.
@@ -349,14 +339,12 @@ bool bn_relu_forward_onednn(const BnOperands& o, const BatchNormOptions& options
 // composite of public ops instead).
 void bn_relu_forward(const BnOperands& o, const BatchNormOptions& options) {
   if (o.x.device().is_cuda()) {
-#ifdef LOOM_WITH_CUDA
     DeviceGuard guard(o.x.device());
     cudnn::batch_norm_forward_training(
         {.y = o.y.strided(), .save_mean = o.save_mean.strided(),
          .save_invstd = o.save_invstd.strided(), .x = o.x.strided(), .weight = o.weight.strided(),
          .bias = o.bias.strided(), .running_mean = o.running_mean.strided(),
          .running_var = o.running_var.strided(), .eps = options.eps, .momentum = options.momentum});
-#endif
   } else if (bn_relu_forward_onednn(o, options)) {
     return;
   } else {  // statistics, then normalize + residual + ReLU in one pass
@@ -385,7 +373,6 @@ BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
   g.dx = empty_like(o.x);
   g.dweight = empty({c}, channel_options(o.x));
   g.dbias = empty({c}, channel_options(o.x));
-#ifdef LOOM_WITH_CUDA
   cudnn::VariantWalk walk;  // the fused graphs, then the dReLU and the plain norm backward
   if (try_fused(dy)) {
     Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
@@ -399,7 +386,6 @@ BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
       return g;
     }
   }
-#endif
   if (on_onednn_tier(dy)) {  // the ReLU mask, then oneDNN's batch-norm backward
     Tensor dpre = relu_grad(dy, o.y);
     if (onednn::batch_norm_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),
@@ -420,12 +406,10 @@ BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
   }
   Tensor dpre = relu_grad(dy, o.y);
   if (o.z.defined()) g.dresidual = dpre;
-#ifdef LOOM_WITH_CUDA
   cudnn::batch_norm_backward({.dx = g.dx.strided(), .dweight = g.dweight.strided(),
                               .dbias = g.dbias.strided(), .dy = dpre.strided(), .x = o.x.strided(),
                               .weight = o.weight.strided(), .save_mean = o.save_mean.strided(),
                               .save_invstd = o.save_invstd.strided()});
-#endif
   return g;
 }
 
@@ -473,10 +457,8 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   }
   BnOperands o = bn_operands(x, running_mean, running_var, weight, bias, residual);
   bool fused = false;
-#ifdef LOOM_WITH_CUDA
   cudnn::VariantWalk walk;  // the fused graphs, then the plain norm (or the composite)
   if (o.x.device().is_cuda()) fused = bn_relu_forward_fused(o, options, want_grad);
-#endif
   if (!fused && is_half_precision(x.dtype())) {
     return traced(bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual));
   }
@@ -541,7 +523,6 @@ namespace {
 // relu(x . w^T + b) as one cuDNN graph; undefined where there is none.
 Tensor linear_relu_fused(const Tensor& x, const Tensor& w, const Tensor& b) {
   DeviceGuard guard(x.device());
-#ifdef LOOM_WITH_CUDA
   const int64_t in = w.size(1), out = w.size(0);
   Tensor x2 = x.detach().contiguous().reshape({-1, in});
   Tensor wk = w.detach().contiguous(), bk = b.detach().contiguous();
@@ -551,7 +532,6 @@ Tensor linear_relu_fused(const Tensor& x, const Tensor& w, const Tensor& b) {
     y_sizes.back() = out;
     return y2.view(y_sizes);
   }
-#endif
   return Tensor();
 }
 
@@ -570,9 +550,7 @@ Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
                bias = autocast_operand(bias_in);
   linalg_detail::check_linear_args(x, weight, bias);
   Tensor y;
-#ifdef LOOM_WITH_CUDA
   cudnn::VariantWalk walk;  // the fused graph, then the plain linear
-#endif
   if (try_fused(x) && bias.defined() && x.numel() > 0) y = linear_relu_fused(x, weight, bias);
   if (!y.defined()) {
     y = linear(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor());

@@ -29,10 +29,7 @@
 #include "core/ops/linalg_internal.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
-#ifdef LOOM_WITH_CUDA
 #include "core/cudnn/fused.h"
-#include "core/cudnn/pointwise.h"
-#endif
 
 namespace loom::fusion {
 
@@ -86,15 +83,15 @@ Tensor activation_grad(const Tensor& dy_in, const Tensor& x, const Step& step) {
 enum class Role { Head, Norm, Pointwise };
 
 // One op of a pointwise step's graph form (core/cudnn/fused.h's EpilogueStep): a binary op
-// on the step's operand k, or the step's activation mode.
-enum class GraphOp { Add, Sub, Mul, Activation };
+// on the step's operand k, or the step's activation.
+using cudnn::EpilogueOp;
 enum class OperandShape {
   Channel,    // a (K) vector along the block's channels
   SameShape,  // y's shape exactly (a residual): never broadcast
   Any,        // per-channel or y's shape; the graph has no other broadcast
 };
 struct GraphPart {
-  GraphOp op;
+  EpilogueOp op;
   int operand = 0;
   OperandShape shape = OperandShape::Any;
 };
@@ -111,7 +108,6 @@ struct StepRow {
   Role role;
   std::vector<std::string_view> operands;  // their names; add/sub/mul: "<name>.<step index>"
   bool scalar_form = false;                // add/sub/mul: a host number instead of the operand
-  bool per_channel = false;                // the operands are (K) vectors along the channels
   ApplyFn apply = nullptr;
   GradFn grad = nullptr;             // pointwise rows
   std::vector<GraphPart> graph;      // pointwise rows: the graph ops, in order
@@ -122,13 +118,13 @@ const StepRow kStepRows[] = {
      .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) { return conv2d(t, o[0], Tensor(), s.conv); }},
     {.kind = StepKind::Linear, .name = "linear", .role = Role::Head, .operands = {"weight"},
      .apply = [](const Step&, const Tensor& t, const Tensor* o, Channels) { return linear(t, o[0]); }},
-    {.kind = StepKind::Bias, .name = "bias", .role = Role::Pointwise, .operands = {"bias"}, .per_channel = true,
+    {.kind = StepKind::Bias, .name = "bias", .role = Role::Pointwise, .operands = {"bias"},
      .apply = [](const Step&, const Tensor& t, const Tensor* o, Channels ch) { return add(t, ch.view(o[0], t)); },
      .grad = [](const Step&, const Tensor&, const Tensor* o, const Tensor& g, Tensor* d, Channels ch) {
        d[0] = ch.sum(g, o[0].numel());
        return g;
      },
-     .graph = {{GraphOp::Add, 0, OperandShape::Channel}}},
+     .graph = {{EpilogueOp::Add, 0, OperandShape::Channel}}},
     {.kind = StepKind::BatchNorm, .name = "batch_norm", .role = Role::Norm,
      .operands = {"norm.weight", "norm.bias", "norm.running_mean", "norm.running_var"},
      .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) {
@@ -139,21 +135,21 @@ const StepRow kStepRows[] = {
      .grad = [](const Step& s, const Tensor& t, const Tensor*, const Tensor& g, Tensor*, Channels) {
        return activation_grad(g, t, s);
      },
-     .graph = {{GraphOp::Activation}}},
+     .graph = {{EpilogueOp::Activation}}},
     {.kind = StepKind::Add, .name = "add", .role = Role::Pointwise, .operands = {"add"}, .scalar_form = true,
      .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) { return s.scalar ? add(t, *s.scalar) : add(t, o[0]); },
      .grad = [](const Step& s, const Tensor&, const Tensor* o, const Tensor& g, Tensor* d, Channels) {
        if (!s.scalar) d[0] = sum_to(g, o[0].sizes());
        return g;
      },
-     .graph = {{GraphOp::Add}}},
+     .graph = {{EpilogueOp::Add}}},
     {.kind = StepKind::Sub, .name = "sub", .role = Role::Pointwise, .operands = {"sub"}, .scalar_form = true,
      .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) { return s.scalar ? sub(t, *s.scalar) : sub(t, o[0]); },
      .grad = [](const Step& s, const Tensor&, const Tensor* o, const Tensor& g, Tensor* d, Channels) {
        if (!s.scalar) d[0] = neg(sum_to(g, o[0].sizes()));
        return g;
      },
-     .graph = {{GraphOp::Sub}}},
+     .graph = {{EpilogueOp::Sub}}},
     {.kind = StepKind::Mul, .name = "mul", .role = Role::Pointwise, .operands = {"mul"}, .scalar_form = true,
      .apply = [](const Step& s, const Tensor& t, const Tensor* o, Channels) { return s.scalar ? mul(t, *s.scalar) : mul(t, o[0]); },
      .grad = [](const Step& s, const Tensor& t, const Tensor* o, const Tensor& g, Tensor* d, Channels) {
@@ -161,9 +157,8 @@ const StepRow kStepRows[] = {
        d[0] = sum_to(mul(g, t), o[0].sizes());
        return mul(g, o[0]);
      },
-     .graph = {{GraphOp::Mul}}},
+     .graph = {{EpilogueOp::Mul}}},
     {.kind = StepKind::ScaleBias, .name = "scale_bias", .role = Role::Pointwise, .operands = {"scale", "shift"},
-     .per_channel = true,
      .apply = [](const Step&, const Tensor& t, const Tensor* o, Channels ch) {
        return add(mul(t, ch.view(o[0], t)), ch.view(o[1], t));
      },
@@ -172,14 +167,14 @@ const StepRow kStepRows[] = {
        d[1] = ch.sum(g, o[1].numel());
        return mul(g, ch.view(o[0], g));
      },
-     .graph = {{GraphOp::Mul, 0, OperandShape::Channel}, {GraphOp::Add, 1, OperandShape::Channel}}},
+     .graph = {{EpilogueOp::Mul, 0, OperandShape::Channel}, {EpilogueOp::Add, 1, OperandShape::Channel}}},
     {.kind = StepKind::Residual, .name = "add_residual", .role = Role::Pointwise, .operands = {"residual"},
      .apply = [](const Step&, const Tensor& t, const Tensor* o, Channels) { return add_residual(t, o[0]); },
      .grad = [](const Step&, const Tensor&, const Tensor* o, const Tensor& g, Tensor* d, Channels) {
        d[0] = sum_to(g, o[0].sizes());
        return g;
      },
-     .graph = {{GraphOp::Add, 0, OperandShape::SameShape}}},
+     .graph = {{EpilogueOp::Add, 0, OperandShape::SameShape}}},
 };
 static_assert(std::size(kStepRows) == static_cast<size_t>(StepKind::Residual) + 1,
               "one row per StepKind, in its order");
@@ -335,7 +330,6 @@ Tensor per_step_chain_grad(const HeadSaved& s, const Tensor& dy, std::vector<Ten
   return g;
 }
 
-#ifdef LOOM_WITH_CUDA
 // The layout the head's kernels compute in.
 MemoryFormat kernel_format(const HeadSaved& s) { return is_conv_head(s) ? s.kernel : MemoryFormat::Contiguous; }
 
@@ -357,10 +351,6 @@ struct GraphSteps {
   std::vector<std::optional<size_t>> operand;
 };
 
-cudnnPointwiseMode_t pointwise_mode(GraphOp op) {
-  return op == GraphOp::Mul ? CUDNN_POINTWISE_MUL : op == GraphOp::Sub ? CUDNN_POINTWISE_SUB : CUDNN_POINTWISE_ADD;
-}
-
 // Step i's operand k as a graph operand, if it is per-channel or of y's shape and
 // layout (the graph has no other broadcast) and of y's dtype.
 std::optional<cudnn::EpilogueStep> graph_operand(const HeadSaved& s, const Tensor& y, size_t i, GraphPart part) {
@@ -375,7 +365,7 @@ std::optional<cudnn::EpilogueStep> graph_operand(const HeadSaved& s, const Tenso
   const bool full = t.sizes() == y.sizes() && t.strides() == y.strides();
   if (!channel && !full) return std::nullopt;
   cudnn::EpilogueStep e;
-  e.mode = pointwise_mode(part.op);
+  e.op = part.op;
   e.operand = channel ? cudnn::EpilogueOperand::Channel : cudnn::EpilogueOperand::Full;
   e.tensor = t.strided();
   return e;
@@ -384,15 +374,14 @@ std::optional<cudnn::EpilogueStep> graph_operand(const HeadSaved& s, const Tenso
 // One graph part of step i; nullopt where it has no graph form.
 std::optional<cudnn::EpilogueStep> graph_part(const HeadSaved& s, const Tensor& y, size_t i, GraphPart part) {
   const Step& step = s.steps[i];
-  if (part.op == GraphOp::Activation) {
-    const kernel::ActivationParameters p =
-        activation_parameters(step.activation, step.parameters, kernel::activation_info(step.activation).name);
-    auto mode = cudnn::activation_mode(step.activation, false, p);
-    if (!mode) return std::nullopt;
-    return cudnn::EpilogueStep{.mode = mode->mode, .scalars = mode->scalars};
+  if (part.op == EpilogueOp::Activation) {
+    return cudnn::EpilogueStep{
+        .op = EpilogueOp::Activation, .activation = step.activation,
+        .parameters =
+            activation_parameters(step.activation, step.parameters, kernel::activation_info(step.activation).name)};
   }
   if (step.scalar) {
-    return cudnn::EpilogueStep{.mode = pointwise_mode(part.op), .operand = cudnn::EpilogueOperand::Scalar,
+    return cudnn::EpilogueStep{.op = part.op, .operand = cudnn::EpilogueOperand::Scalar,
                                .scalar = *step.scalar};
   }
   return graph_operand(s, y, i, part);
@@ -408,8 +397,8 @@ std::optional<GraphSteps> epilogue_steps(const HeadSaved& s, const Tensor& y, st
     for (const GraphPart& part : row.graph) {
       std::optional<cudnn::EpilogueStep> e = graph_part(s, y, i, part);
       if (!e) {
-        why = fmt::format("step {} has no graph form here (an activation without a cuDNN mode, or "
-                          "an operand neither per-channel nor of the output's shape and layout)",
+        why = fmt::format("step {} has no graph form here (an operand of another dtype, or neither "
+                          "per-channel nor of the output's shape and layout)",
                           step_str(step));
         return std::nullopt;
       }
@@ -425,20 +414,20 @@ std::optional<GraphSteps> epilogue_steps(const HeadSaved& s, const Tensor& y, st
 }
 
 // Graph op k's operand gradient before its reduction (cudnn::EpilogueStepGrad)
-// reduced to the operand: over everything but the channel dim for a per-channel
-// row's operand, else to the operand's shape; negated for a sub.
+// reduced to the operand: over everything but the channel dim for a (K) operand
+// (OperandShape::Channel), else to the operand's shape; negated for a sub.
 Tensor reduce_operand_grad(const HeadSaved& s, const GraphSteps& gs, size_t k, const Tensor& c) {
-  const StepRow& row = row_of(s.steps[gs.step[k]].kind);
   const Tensor& operand = s.operands[*gs.operand[k]];
-  Tensor d = row.per_channel ? channels_of(s.steps).sum(c, operand.numel()) : sum_to(c, operand.sizes());
-  return gs.part[k].op == GraphOp::Sub ? neg(d) : d;
+  Tensor d = gs.part[k].shape == OperandShape::Channel ? channels_of(s.steps).sum(c, operand.numel())
+                                                       : sum_to(c, operand.sizes());
+  return gs.part[k].op == EpilogueOp::Sub ? neg(d) : d;
 }
 
 // Whether every graph op in [from, to) passes g through (an add or a sub).
 bool passes_through(const GraphSteps& gs, size_t from, size_t to) {
   return std::all_of(gs.ops.begin() + static_cast<std::ptrdiff_t>(from),
                      gs.ops.begin() + static_cast<std::ptrdiff_t>(to), [](const cudnn::EpilogueStep& e) {
-                       return e.mode == CUDNN_POINTWISE_ADD || e.mode == CUDNN_POINTWISE_SUB;
+                       return e.op == EpilogueOp::Add || e.op == EpilogueOp::Sub;
                      });
 }
 
@@ -461,23 +450,13 @@ std::optional<Derivative> derivative(const HeadSaved& s, const GraphSteps& gs, c
   d.args.dy = view(dy);
   d.args.z = view(s.z);
   d.args.steps = gs.ops;
+  why = cudnn::epilogue_derivative_why_not(d.args);  // before any buffer is made
+  if (!why.empty()) return std::nullopt;
   const size_t n = gs.ops.size();
   d.sources.resize(n);
   d.from_g.assign(n, false);
   for (size_t k = 0; k < n; ++k) {
     cudnn::EpilogueStepGrad grad;
-    const Step& step = s.steps[gs.step[k]];
-    if (gs.part[k].op == GraphOp::Activation) {
-      const kernel::ActivationInfo& row = kernel::activation_info(step.activation);
-      grad.activation =
-          cudnn::activation_mode(step.activation, true, activation_parameters(step.activation, step.parameters, row.name));
-      grad.reads_output = row.saved == kernel::Saved::Output;
-      if (!grad.activation) {
-        why = fmt::format("{} has no cuDNN backward mode that takes its saved {}", row.name,
-                          grad.reads_output ? "output" : "input");
-        return std::nullopt;
-      }
-    }
     const bool pass = passes_through(gs, k, k + 1);
     if (gs.operand[k] && s.need_operand[*gs.operand[k]]) {
       if (pass && passes_through(gs, k + 1, n)) {
@@ -491,8 +470,6 @@ std::optional<Derivative> derivative(const HeadSaved& s, const GraphSteps& gs, c
     }
     d.args.grads.push_back(grad);
   }
-  why = cudnn::epilogue_derivative_why_not(d.args);
-  if (!why.empty()) return std::nullopt;
   return d;
 }
 
@@ -562,14 +539,12 @@ bool derived_grads(const HeadSaved& s, const Tensor& dy_in, std::vector<Tensor>&
   how = fmt::format("derivative as one graph ({}) + dgrad/wgrad", engines_str(chain.engines));
   return true;
 }
-#endif
 
 // dx, dw, then one gradient per operand of the pointwise steps. On the GPU the
 // derivative chain runs as fused graphs where cuDNN has engines (derived_grads);
 // else, and on the CPU, one public op per step.
 std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
   std::string why = "fusion is off (FusionGuard)";
-#ifdef LOOM_WITH_CUDA
   if (s.z.device().is_cuda() && fusion_enabled()) {
     std::vector<Tensor> grads;
     std::string how;
@@ -578,7 +553,6 @@ std::vector<Tensor> head_grads(const HeadSaved& s, const Tensor& dy) {
       return grads;
     }
   }
-#endif
   std::vector<Tensor> dops;
   const Tensor g = per_step_chain_grad(s, dy, dops);
   if (!s.run_key.empty()) note_backward(s.run_key, s.piece, "derivative unfused: " + why);
@@ -634,7 +608,6 @@ std::pair<Shape, TensorOptions> head_kernel_inputs(HeadSaved& s, const Tensor& x
 // The head as one cuDNN graph writing y (and z, when defined); false where it did
 // not run (off the GPU, fusion off, no graph form or no engine), with note saying why.
 bool fused_head_forward(HeadSaved& s, const Tensor& y, const Tensor& z, PieceRun& note) {
-#ifdef LOOM_WITH_CUDA
   if (!y.device().is_cuda() || !fusion_enabled() || s.end <= s.begin + 1 || s.x.numel() == 0) return false;
   for (size_t i = s.offsets[s.begin + 1]; i < s.offsets[s.end]; ++i) {  // dense, as the graph reads them
     Tensor& t = s.operands[i];
@@ -658,10 +631,6 @@ bool fused_head_forward(HeadSaved& s, const Tensor& y, const Tensor& z, PieceRun
   note.how = fused ? "one cuDNN graph" : "unfused";
   note.why_not = why;
   return fused;
-#else
-  (void)s, (void)y, (void)z, (void)note;
-  return false;
-#endif
 }
 
 // Runs the head piece [begin, end) on x; fused into one graph where cuDNN can.

@@ -10,14 +10,12 @@
 #include <map>
 #include <mutex>
 
+#include "core/cuda/capture.h"
 #include "core/generator.h"
 #include "core/ops/fused.h"
 #include "core/ops/fusion_trace.h"
 #include "core/ops/reduction.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/stream.h"
-#include "core/cudnn/plan_cache.h"
-#endif
+#include "core/step_boundary.h"
 
 namespace loom::fusion {
 
@@ -74,11 +72,7 @@ Tensor make(const Recipe& r, const std::string& name, Generator& gen) {
 
 void synchronize_device(const Tensor& t) {
   DeviceGuard guard(t.device());
-#ifdef LOOM_WITH_CUDA
   if (t.device().is_cuda()) cuda::synchronize();
-#else
-  (void)t;
-#endif
 }
 
 // Milliseconds per call of `run`, after one warm-up call.
@@ -91,24 +85,6 @@ double time_ms(const Tensor& like, int iterations, Run run) {
   synchronize_device(like);
   const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
   return took.count() / iterations;
-}
-
-// "engine 7, knobs TILE=2 STAGES=3, notes RUNTIME_COMPILATION, workspace 0 B" for a graph pattern.
-std::string engine_of(const std::string& graph) {
-#ifdef LOOM_WITH_CUDA
-  if (graph.empty()) return "";
-  for (const cudnn::PlanInfo& info : cudnn::PlanCache::global().entries()) {
-    if (info.graph != graph || !info.supported) continue;
-    std::vector<std::string> notes = info.notes.numerical;
-    notes.insert(notes.end(), info.notes.behavior.begin(), info.notes.behavior.end());
-    return fmt::format("engine {}, knobs {}, notes {}, workspace {} B", info.notes.engine_id,
-                       info.notes.knobs.empty() ? "-" : fmt::format("{}", fmt::join(info.notes.knobs, " ")),
-                       notes.empty() ? "-" : fmt::format("{}", fmt::join(notes, " ")), info.workspace_bytes);
-  }
-#else
-  (void)graph;
-#endif
-  return "";
 }
 
 }  // namespace
@@ -168,12 +144,10 @@ Timing measure(const Block& block, const Tensor& x, const std::vector<Tensor>& o
 }
 
 std::vector<BlockReport> block_reports(ReportOptions options) {
-#ifdef LOOM_WITH_CUDA
   if (options.measure) {  // time the plans lazy building ends at, not their stand-ins
-    cudnn::PlanCache::global().wait_for_background_builds();
-    cudnn::apply_pending_plans();
+    wait_for_background_plans();
+    step_boundary();
   }
-#endif
   std::vector<Recorded> recorded;
   {
     Registry& r = registry();
@@ -191,7 +165,7 @@ std::vector<BlockReport> block_reports(ReportOptions options) {
     rep.pieces = e.pieces;
     rep.shapes.push_back(e.x.sizes);
     for (const Recipe& r : e.operands) rep.shapes.push_back(r.defined ? std::optional<Shape>(r.sizes) : std::nullopt);
-    for (const PieceRun& p : e.pieces) rep.engines.push_back(engine_of(p.graph));
+    for (const PieceRun& p : e.pieces) rep.engines.push_back(plan_engine(p.graph));
     if (options.measure && e.x.options.device.is_cuda()) {
       const std::vector<std::string> names = e.block.operand_names();
       std::vector<Tensor> ops;

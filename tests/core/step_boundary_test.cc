@@ -17,7 +17,8 @@ TEST_CASE("the registered hook answers every call") {
       .wait_for_background = [] { return ++waits == 1; },
       .summary = [] { return PlanSummary{.hits = 3, .misses = 2, .build_seconds = 0.5}; },
       .explain = [] { return std::string("the plan table\n"); },
-      .timeline_table = [] { return std::string("the timeline\n"); }});
+      .timeline_table = [] { return std::string("the timeline\n"); },
+      .engine_of = [](const std::string& graph) { return graph == "conv" ? std::string("engine 7") : std::string(); }});
   CHECK(step_boundary() == 10);
   CHECK(step_boundary() == 20);
   CHECK(wait_for_background_plans());
@@ -29,6 +30,8 @@ TEST_CASE("the registered hook answers every call") {
   CHECK(s.build_seconds == 0.5);
   CHECK(plan_report() == "the plan table\n");
   CHECK(plan_timeline_table() == "the timeline\n");
+  CHECK(plan_engine("conv") == "engine 7");
+  CHECK(plan_engine("matmul") == "");
 }
 
 }  // namespace

@@ -1,18 +1,18 @@
 // File: tests/core/ops/no_cuda_test.cc
 // The build without CUDA: core/ops calls the GPU tiers with no #ifdef, and
 // such a build links core/cuda/no_cuda.cc and core/cudnn/no_cudnn.cc in their
-// place. Checks that no op source has grown an #ifdef back, and that the stubs
+// place. Checks that no op source or header has an #ifdef on the build, and that the stubs
 // throw DeviceError with the message that says how to get a CUDA build.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <set>
 #include <string>
 
 #include "core/cuda/capture.h"
 #include "core/cuda/matmul.h"
+#include "core/cudnn/fused.h"
 #include "core/cudnn/softmax.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -21,10 +21,6 @@ namespace fs = std::filesystem;
 
 namespace loom {
 namespace {
-
-// The op sources that still branch on the build: each step of issue 36 takes
-// files off this list, and none may join it.
-const std::set<std::string> kStillBranching = {"fused.cc", "fusion.cc", "fusion_report.cc"};
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -36,21 +32,15 @@ std::string no_cuda_message(const std::string& function) {
          " needs a CUDA device. Rebuild without --config=cpu on a machine with the CUDA toolkit";
 }
 
-TEST_CASE("no core/ops source has an #ifdef on the CUDA build") {
+TEST_CASE("no core/ops source or header has an #ifdef on the CUDA build") {
   int sources = 0;
   for (const auto& entry : fs::directory_iterator("core/ops")) {
-    if (entry.path().extension() != ".cc") continue;
-    ++sources;
-    const std::string name = entry.path().filename().string();
-    const bool branches = read_file(entry.path()).find("LOOM_WITH_CUDA") != std::string::npos;
-    if (kStillBranching.count(name) == 1) {
-      INFO(entry.path().string() << " no longer mentions LOOM_WITH_CUDA: take it off kStillBranching");
-      CHECK(branches);
-    } else {
-      INFO(entry.path().string() << " mentions LOOM_WITH_CUDA: call the GPU tier unconditionally "
-                                    "and give core/cuda/no_cuda.cc or core/cudnn/no_cudnn.cc a stub");
-      CHECK_FALSE(branches);
-    }
+    const fs::path extension = entry.path().extension();
+    if (extension != ".cc" && extension != ".h") continue;
+    sources += extension == ".cc" ? 1 : 0;
+    INFO(entry.path().string() << " mentions LOOM_WITH_CUDA: call the GPU tier unconditionally "
+                                  "and give core/cuda/no_cuda.cc or core/cudnn/no_cudnn.cc a stub");
+    CHECK(read_file(entry.path()).find("LOOM_WITH_CUDA") == std::string::npos);
   }
   CHECK(sources >= 20);  // the data dependency brought the sources
 }
@@ -65,6 +55,9 @@ TEST_CASE("without CUDA, the GPU tiers' stubs throw DeviceError and say how to b
                        DeviceError);
   CHECK_THROWS_WITH_AS(cudnn::softmax_forward(none, none, 1), no_cuda_message("cudnn::softmax_forward").c_str(),
                        DeviceError);
+  CHECK_THROWS_WITH_AS(cudnn::epilogue_backward(none, cudnn::EpilogueBackwardArgs{}),
+                       no_cuda_message("cudnn::epilogue_backward").c_str(), DeviceError);
+  CHECK_THROWS_WITH_AS(cuda::synchronize(), no_cuda_message("cuda::synchronize").c_str(), DeviceError);
   CHECK_FALSE(cuda::is_capturing());  // capture state: the honest answer, not an error
 }
 
