@@ -3,14 +3,15 @@
 // allocator's per-purpose counters (core/cuda/allocator_purpose.h): a build on
 // the calling thread tests its candidates on the op's own tensors (no scratch
 // copy of them, unlike a selection without them); a tensor bound twice (batch
-// norm's running statistics) still gets a copy, so the built call gives the
-// same bits as a cached one; a cuDNN workspace lives for one run (none is
+// norm's running statistics) still gets a copy, so the build's test runs do not
+// update it; a cuDNN workspace lives for one run (none is
 // left after it, and inside a capture it is the capture pool's, whose replays
 // give the eager bits); and the chosen plan's workspace is within the limit
 // whenever a working plan within it exists.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <random>
@@ -106,12 +107,8 @@ LOOM_GPU_TEST_CASE("a plan built on the calling thread is tested on the op's own
   CHECK(y.to_vector<float>() == expected);
 }
 
-LOOM_GPU_TEST_CASE("running statistics bound as input and output get copies: a built call gives a cached call's bits") {
+LOOM_GPU_TEST_CASE("running statistics bound as input and output get copies: they are updated once") {
   cudnn::PlanCache::global().clear();
-  // Deterministic engines only: two calls of one plan then give the same bits.
-  NumericsPolicy deterministic = numerics_policy();
-  deterministic.deterministic = true;
-  NumericsGuard guard(deterministic);
   const int64_t c = 24;
   Tensor x = random_on_gpu({16, c, 12, 12}, 11, MemoryFormat::ChannelsLast);
   Tensor weight = random_on_gpu({c}, 12), bias = random_on_gpu({c}, 13);
@@ -131,14 +128,24 @@ LOOM_GPU_TEST_CASE("running statistics bound as input and output get copies: a b
   const std::vector<Tensor> built = call();  // test runs on x, y and the saved statistics
   REQUIRE(cudnn::PlanCache::global().stats().plans_built > built_before);  // cuDNN ran it
   const std::vector<Tensor> cached = call();
+  // Each test run on the real running statistics would have applied the
+  // momentum again: 0.9^k rm0 + (1 - 0.9^k) mean, off by about 0.1 |rm0 - mean|
+  // per extra run (rm0 is N(0, 1), a channel's mean about 0). One plan, two
+  // calls: equal up to the order of the engine's reductions.
   for (size_t i = 0; i < built.size(); ++i) {
     CAPTURE(i);
-    CHECK(built[i].to_vector<float>() == cached[i].to_vector<float>());
+    const std::vector<float> a = built[i].to_vector<float>(), b = cached[i].to_vector<float>();
+    REQUIRE(a.size() == b.size());
+    for (size_t j = 0; j < a.size(); ++j) CHECK(std::abs(a[j] - b[j]) <= 1e-4f * (1.0f + std::abs(b[j])));
   }
 }
 
 LOOM_GPU_TEST_CASE("a cuDNN workspace lives for one run; inside a capture it is the capture pool's") {
   cudnn::PlanCache::global().clear();
+  // Deterministic engines only: replays and the eager run then give the same bits.
+  NumericsPolicy deterministic = numerics_policy();
+  deterministic.deterministic = true;
+  NumericsGuard guard(deterministic);
   // A strided, dilated fp32 conv: engines for it tend to want a workspace.
   Tensor x = random_on_gpu({8, 32, 40, 40}, 21, MemoryFormat::ChannelsLast);
   Tensor w = random_on_gpu({48, 32, 3, 3}, 22, MemoryFormat::ChannelsLast);
@@ -196,8 +203,12 @@ LOOM_GPU_TEST_CASE("random convs: the chosen plan's workspace is within the limi
     for (const auto& plan : cudnn::all_working_plans(graph, cudnn::handle())) {
       any_within |= cudnn::workspace_preferred(plan->workspace_bytes(), tensor_bytes);
     }
-    cudnn::Selection s = cudnn::select_plan(graph, cudnn::handle(), {.policy = numerics_policy()});
-    if (s.plan == nullptr || !any_within) continue;  // the policy may forbid them all; no choice then
+    // Under the bf16 policy the filter allows every engine, so the selection
+    // chooses among exactly the plans all_working_plans found.
+    const NumericsPolicy every_engine{.precision = Precision::Bf16};
+    cudnn::Selection s = cudnn::select_plan(graph, cudnn::handle(), {.policy = every_engine});
+    REQUIRE(s.plan != nullptr);
+    if (!any_within) continue;  // only oversized plans work: the first of them is right
     CHECK(cudnn::workspace_preferred(s.plan->workspace_bytes(), tensor_bytes));
   }
 }
