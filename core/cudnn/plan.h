@@ -118,7 +118,9 @@ struct RestoreTimes {
 
 // The plan saved as `json` for `graph`, finalized and test-executed without
 // heuristics or runtime compilation; null when the policy in `options` forbids
-// its engine, cuDNN refuses it (another version, another GPU) or the test run fails.
+// its engine, its workspace is over the limit select_plan prefers (plan_memory.h:
+// selecting again replaces the file), cuDNN refuses it (another version, another
+// GPU) or the test run fails.
 // `options.gate`, when set (a background restore), is held around the test run's
 // buffers and execution, as in select_plan. `times`, when given, receives the breakdown.
 std::unique_ptr<Plan> restore_plan(const Graph& graph, cudnnHandle_t handle, const std::string& json,
