@@ -1,10 +1,11 @@
 // File: core/cuda/graph.h
 // Capture a sequence of Loom ops into a CUDA graph once, then replay it.
 // Plans must already exist (run the ops once eagerly first): plan building and
-// workspace growth are refused during capture. Capture uses relaxed mode, on
-// the thread's current stream, holding loom::capture_gate() (core/capture_gate.h)
-// exclusively. Memory allocated during capture comes from a
-// private allocator pool that the graph owns until it is destroyed.
+// a thread's first cuBLAS handle are refused during capture. Capture uses relaxed
+// mode, on the thread's current stream, holding loom::capture_gate()
+// (core/capture_gate.h) exclusively. Memory allocated during capture (cuDNN's
+// per-run workspaces included) comes from a private allocator pool that the
+// graph owns until it is destroyed.
 //
 //   loom::cuda::CudaGraph graph;
 //   graph.capture([&] { y.copy_(relu(x)); });   // records, does not compute

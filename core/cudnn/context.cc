@@ -1,5 +1,5 @@
 // File: core/cudnn/context.cc
-// Per-thread, per-GPU cuDNN handles and workspaces, and the background warm-up.
+// Per-thread, per-GPU cuDNN handles, per-run workspaces, and the background warm-up.
 #include "core/cudnn/context.h"
 
 #include <spdlog/spdlog.h>
@@ -24,13 +24,11 @@ namespace {
 
 struct ThreadState {
   cudnnHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
-  // Handles and workspaces live as long as the thread: destroying them at thread
-  // exit could race with queued work, and PyTorch keeps its handles for good too.
+  // Handles live as long as the thread: destroying them at thread exit could
+  // race with queued work, and PyTorch keeps its handles for good too.
 };
 
-// The current device's: a handle and its workspace belong to one GPU.
+// The current device's: a handle belongs to one GPU.
 ThreadState& state() {
   thread_local cuda::PerDevice<ThreadState> states;
   return states.current();
@@ -57,25 +55,12 @@ cudnnHandle_t handle() {
   return s.handle;
 }
 
-void* workspace(size_t bytes) {
-  ThreadState& s = state();
-  if (bytes <= s.workspace_bytes) return s.workspace;
-  LOOM_CHECK(!cuda::is_capturing(), CudnnError,
-             "[cudnn] a plan needs {} bytes of workspace while a CUDA graph is being captured "
-             "(only {} reserved); run the step once outside capture so plans and workspace exist",
-             bytes, s.workspace_bytes);
-  const int device = cuda::current_device();
-  if (s.workspace != nullptr) {
-    cuda::synchronize();  // the old buffer may still be in use by queued work
-    cuda::free_device(s.workspace, device);
-  }
-  {
-    cuda::PurposeScope purpose(cuda::Purpose::Workspace);
-    s.workspace = cuda::malloc_device(bytes, device);
-  }
-  s.workspace_bytes = bytes;
-  return s.workspace;
+Workspace::Workspace(size_t bytes) : device_(cuda::current_device()) {
+  cuda::PurposeScope purpose(cuda::Purpose::Workspace);
+  ptr_ = cuda::malloc_device(bytes, device_);
 }
+
+Workspace::~Workspace() { cuda::free_device(ptr_, device_); }
 
 size_t loaded_version() { return cudnnGetVersion(); }
 

@@ -173,7 +173,8 @@ cudnnStatus_t execute(ConvDirection direction, const Descriptors& d, const Candi
   const bool wide = x.dtype == DType::Float64;
   const void* one = wide ? static_cast<const void*>(&one_d) : &one_f;
   const void* zero = wide ? static_cast<const void*>(&zero_d) : &zero_f;
-  void* space = workspace(c.memory);
+  const Workspace workspace(c.memory);
+  void* space = workspace.get();
   switch (direction) {
     case ConvDirection::Forward:
       return cudnnConvolutionForward(handle(), one, d.x.get(), x.data, d.w.get(), w.data, d.conv.get(),

@@ -791,7 +791,8 @@ NoEngineStructures& no_engine_structures() {
 }
 
 void execute(const Plan& plan, const VariantPointers& pointers) {
-  plan.execute(handle(), pointers, workspace(static_cast<size_t>(plan.workspace_bytes())));
+  const Workspace workspace(static_cast<size_t>(plan.workspace_bytes()));
+  plan.execute(handle(), pointers, workspace.get());
 }
 
 // A graph with its variant pack; the scalars the pack points to live here too.

@@ -18,6 +18,7 @@
 #include "core/cuda/event_timer.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/cudnn/plan_memory.h"
 #include "core/error.h"
 
 namespace loom::cudnn {
@@ -70,7 +71,33 @@ size_t span_bytes(const TensorSpec& t) {
   return static_cast<size_t>(last + 1) * cudnn_element_size(t.dtype);
 }
 
-// Buffers standing in for the real tensors while a candidate plan is tried.
+// The pointer `operands` binds to `uid`; null when it binds none.
+const void* bound_pointer(const VariantPointers& operands, int64_t uid) {
+  for (const auto& [bound_uid, ptr] : operands) {
+    if (bound_uid == uid) return ptr;
+  }
+  return nullptr;
+}
+
+// Which of the graph's device tensors (in graph order) test runs may bind as
+// `operands` binds them (plan_memory.h); all false without operands.
+std::vector<bool> operands_as_is(const Graph& graph, const VariantPointers* operands) {
+  std::vector<BoundRange> ranges;
+  std::vector<bool> bound;
+  for (const TensorSpec& t : graph.tensors()) {
+    if (t.is_virtual || t.by_value) continue;
+    const void* ptr = operands != nullptr ? bound_pointer(*operands, t.uid) : nullptr;
+    bound.push_back(ptr != nullptr);
+    ranges.push_back({.uid = t.uid, .begin = reinterpret_cast<uintptr_t>(ptr), .bytes = ptr ? span_bytes(t) : 0});
+  }
+  std::vector<bool> as_is = bindable_as_is(ranges);
+  for (size_t i = 0; i < as_is.size(); ++i) as_is[i] = as_is[i] && bound[i];
+  return as_is;
+}
+
+// What a candidate plan is tried on: the op's own tensors where `operands`
+// (a build on the calling thread) binds them without sharing bytes, scratch
+// buffers standing in for the others; by-value scalars get their test values.
 struct TestBindings {
   std::vector<ScratchBuffer> buffers;
   std::vector<double> doubles;  // by-value scalars
@@ -78,27 +105,38 @@ struct TestBindings {
   std::vector<int64_t> int64s;  // (BN finalize's accumulation count)
   VariantPointers pointers;
 
-  explicit TestBindings(const Graph& graph) {
+  TestBindings(const Graph& graph, const VariantPointers* operands) {
     doubles.reserve(graph.tensors().size());
     floats.reserve(graph.tensors().size());
     int64s.reserve(graph.tensors().size());
+    const std::vector<bool> as_is = operands_as_is(graph, operands);
+    size_t device_tensor = 0;
     for (const TensorSpec& t : graph.tensors()) {
       if (t.is_virtual) continue;
       if (t.by_value) {
-        if (t.dtype == CUDNN_DATA_DOUBLE) {
-          doubles.push_back(t.scalar_for_testing);
-          pointers.push_back({t.uid, &doubles.back()});
-        } else if (t.dtype == CUDNN_DATA_INT64) {
-          int64s.push_back(static_cast<int64_t>(t.scalar_for_testing));
-          pointers.push_back({t.uid, &int64s.back()});
-        } else {
-          floats.push_back(static_cast<float>(t.scalar_for_testing));
-          pointers.push_back({t.uid, &floats.back()});
-        }
+        bind_scalar(t);
+        continue;
+      }
+      if (as_is[device_tensor++]) {
+        pointers.push_back({t.uid, bound_pointer(*operands, t.uid)});
         continue;
       }
       buffers.emplace_back(span_bytes(t));
       pointers.push_back({t.uid, buffers.back().get()});
+    }
+  }
+
+ private:
+  void bind_scalar(const TensorSpec& t) {
+    if (t.dtype == CUDNN_DATA_DOUBLE) {
+      doubles.push_back(t.scalar_for_testing);
+      pointers.push_back({t.uid, &doubles.back()});
+    } else if (t.dtype == CUDNN_DATA_INT64) {
+      int64s.push_back(static_cast<int64_t>(t.scalar_for_testing));
+      pointers.push_back({t.uid, &int64s.back()});
+    } else {
+      floats.push_back(static_cast<float>(t.scalar_for_testing));
+      pointers.push_back({t.uid, &floats.back()});
     }
   }
 };
@@ -170,12 +208,18 @@ class BudgetShare {
 // Test-run buffers whose allocation, use and release hold `gate` shared when
 // one is given (background builds), so they never overlap a capture; those
 // builds also take their buffers' bytes from the background budget first.
+// A build on the calling thread binds the op's own tensors (`operands`) where
+// it can, so it allocates little beyond each candidate's workspace.
 class GatedTests {
  public:
-  GatedTests(const Graph& graph, CaptureGate* gate) : gate_(gate) {
+  GatedTests(const Graph& graph, const SelectOptions& options) : gate_(options.gate) {
+    LOOM_CHECK(gate_ == nullptr || options.operands == nullptr, ValueError,
+               "[cudnn] plan selection for {} was given the op's tensors and a capture gate: only a "
+               "build on the calling thread (no gate) may test candidates on the op's own tensors",
+               graph.pattern());
     if (gate_ != nullptr) budget_.emplace(bindings_bytes(graph));
     auto held = hold();
-    bindings_.emplace(graph);
+    bindings_.emplace(graph, options.operands);
   }
   ~GatedTests() {
     auto held = hold();
@@ -541,10 +585,13 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
   if (times != nullptr) *times = spent;
   if (!finalized) return nullptr;
   int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+  // A file saved before the workspace limit (plan_memory.h) may hold an engine
+  // the selection now passes over; selecting again replaces it.
+  if (!workspace_preferred(workspace, bindings_bytes(graph_in))) return nullptr;
   auto restored = std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
   bool works = false;
   {
-    GatedTests tests(graph_in, options.gate);
+    GatedTests tests(graph_in, options);
     spent.buffers_ms = lap();
     auto held = tests.hold();
     works = test_execute(*restored, handle, tests.bindings());
@@ -575,6 +622,55 @@ std::vector<std::pair<Descriptor, bool>> ordered_configs(const BuiltGraph& graph
   return configs;
 }
 
+// The test runs of one selection's candidates, and their timing when the
+// selection is timed.
+class Trials {
+ public:
+  Trials(cudnnHandle_t handle, const GatedTests& tests, bool timed, size_t most_timed)
+      : handle_(handle), tests_(tests), timed_(timed), most_timed_(most_timed) {}
+
+  // Tests `plan`, and times it when the selection is timed; true once the
+  // selection is decided (an untimed one's first working plan, or the last
+  // one the timing takes).
+  bool run(std::unique_ptr<Plan> plan, std::vector<std::string>& problems) {
+    bool works = false;
+    {
+      auto held = tests_.hold();
+      works = test_execute(*plan, handle_, tests_.bindings());
+    }
+    if (!works) {
+      if (++execute_failures_ == 1) problems.push_back("first test run: " + last_error_string());
+      return false;
+    }
+    double ms = 0;
+    if (timed_) {
+      auto held = tests_.hold();
+      ms = time_plan_ms(*plan, handle_, tests_.bindings(), fastest_ms_);
+      fastest_ms_ = std::min(fastest_ms_, ms);
+    }
+    working_.emplace_back(ms, std::move(plan));
+    return !timed_ || working_.size() >= most_timed_;
+  }
+  bool none_worked() const { return working_.empty(); }
+  int execute_failures() const { return execute_failures_; }
+  // The working plan (the fastest, when timed); null when none worked.
+  std::unique_ptr<Plan> best() {
+    if (working_.empty()) return nullptr;
+    auto fastest = std::min_element(working_.begin(), working_.end(),
+                                    [](const auto& a, const auto& b) { return a.first < b.first; });
+    return std::move(fastest->second);
+  }
+
+ private:
+  cudnnHandle_t handle_;
+  const GatedTests& tests_;
+  bool timed_;
+  size_t most_timed_;
+  std::vector<std::pair<double, std::unique_ptr<Plan>>> working_;
+  double fastest_ms_ = std::numeric_limits<double>::infinity();
+  int execute_failures_ = 0;
+};
+
 // Why no candidate gave a plan, with the counts of each way one was lost.
 std::string why_none(const Selection& selection, const SelectOptions& options, int finalize_failures,
                      int execute_failures, const std::vector<std::string>& problems) {
@@ -594,15 +690,16 @@ std::string why_none(const Selection& selection, const SelectOptions& options, i
 
 Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectOptions& options) {
   auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
-  GatedTests tests(graph_in, options.gate);
-  const bool strict_timing = times_every_candidate(graph_in, options);
-  const bool timed = selection_is_timed(graph_in, options);
-  const size_t most_timed = strict_timing ? SIZE_MAX : static_cast<size_t>(options.autotune_candidates);
+  GatedTests tests(graph_in, options);
+  const size_t most_timed = times_every_candidate(graph_in, options)
+                                ? SIZE_MAX
+                                : static_cast<size_t>(options.autotune_candidates);
+  Trials trials(handle, tests, selection_is_timed(graph_in, options), most_timed);
+  const size_t tensor_bytes = bindings_bytes(graph_in);
   Selection selection;
-  std::vector<std::pair<double, std::unique_ptr<Plan>>> working;
-  double fastest_ms = std::numeric_limits<double>::infinity();
-  int finalize_failures = 0, execute_failures = 0;
+  int finalize_failures = 0;
   std::vector<std::string> problems;
+  std::vector<std::unique_ptr<Plan>> oversized;  // workspace over the limit: tried only if no other works
   for (const auto& [config, cached] : ordered_configs(*graph, options, problems)) {
     ++selection.candidates_seen;
     PlanNotes notes = read_notes(config);
@@ -618,40 +715,24 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
       if (++finalize_failures == 1) problems.push_back("first finalize: " + last_error_string());
       continue;
     }
-    bool works = false;
-    {
-      auto held = tests.hold();
-      works = test_execute(*plan, handle, tests.bindings());
-    }
-    if (!works) {
-      if (++execute_failures == 1) problems.push_back("first test run: " + last_error_string());
+    if (!workspace_preferred(plan->workspace_bytes(), tensor_bytes)) {
+      oversized.push_back(std::move(plan));
       continue;
     }
-    if (!timed) {
-      selection.plan = std::move(plan);
-      return selection;
-    }
-    double ms = 0;
-    {
-      auto held = tests.hold();
-      ms = time_plan_ms(*plan, handle, tests.bindings(), fastest_ms);
-    }
-    fastest_ms = std::min(fastest_ms, ms);
-    working.emplace_back(ms, std::move(plan));
-    if (working.size() >= most_timed) break;
+    if (trials.run(std::move(plan), problems)) break;
   }
-  if (!working.empty()) {
-    auto fastest = std::min_element(working.begin(), working.end(),
-                                    [](const auto& a, const auto& b) { return a.first < b.first; });
-    selection.plan = std::move(fastest->second);
-    return selection;
+  for (std::unique_ptr<Plan>& plan : oversized) {
+    if (!trials.none_worked() || trials.run(std::move(plan), problems)) break;
   }
-  selection.why_none = why_none(selection, options, finalize_failures, execute_failures, problems);
+  selection.plan = trials.best();
+  if (!selection.plan) {
+    selection.why_none = why_none(selection, options, finalize_failures, trials.execute_failures(), problems);
+  }
   return selection;
 }
 
 std::vector<std::unique_ptr<Plan>> all_working_plans(Graph graph_in, cudnnHandle_t handle) {
-  TestBindings bindings(graph_in);
+  TestBindings bindings(graph_in, nullptr);
   auto graph = std::make_shared<const BuiltGraph>(std::move(graph_in), handle);
   std::vector<std::unique_ptr<Plan>> plans;
   std::vector<std::string> problems;

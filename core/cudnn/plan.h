@@ -1,9 +1,13 @@
 // File: core/cudnn/plan.h
 // Choosing and running an execution plan for a Graph:
 //   heuristics mode A, then FALLBACK -> drop configs the numerics policy forbids
-//   -> finalize -> test-execute once on scratch buffers -> first that works wins
-//   (or, with autotune, the fastest of the first few that work; under strict
-//   fp32, for a conv or matmul graph, the fastest of all that work).
+//   -> finalize -> set aside those whose workspace exceeds the limit
+//   (plan_memory.h) -> test-execute once -> first that works wins (or, with
+//   autotune, the fastest of the first few that work; under strict fp32, for a
+//   conv or matmul graph, the fastest of all that work); the set-aside ones
+//   only when none other works, the first of them that works.
+// Test runs bind scratch buffers, or, for a build on the calling thread, the
+// op's own tensors (SelectOptions::operands).
 // Finalize success does not imply execute success in cuDNN 9.19, hence the test run.
 #pragma once
 
@@ -74,6 +78,12 @@ struct SelectOptions {
   // holds for the same engine config is bound instead of compiled, and the
   // plan's notes say so (kernel_reuse.h).
   const Descriptor* kernel_cache = nullptr;
+  // The op's own pointers, for a build on the calling thread right before the
+  // op runs (no gate): test runs bind them instead of scratch copies, except
+  // tensors sharing bytes with another (plan_memory.h), so selection allocates
+  // little beyond a candidate's workspace. The op's outputs then hold a test
+  // run's result until its real run writes them again.
+  const VariantPointers* operands = nullptr;
 };
 
 // Whether select_plan times candidates for `graph` under `options` (autotune,
@@ -108,7 +118,9 @@ struct RestoreTimes {
 
 // The plan saved as `json` for `graph`, finalized and test-executed without
 // heuristics or runtime compilation; null when the policy in `options` forbids
-// its engine, cuDNN refuses it (another version, another GPU) or the test run fails.
+// its engine, its workspace is over the limit select_plan prefers (plan_memory.h:
+// selecting again replaces the file), cuDNN refuses it (another version, another
+// GPU) or the test run fails.
 // `options.gate`, when set (a background restore), is held around the test run's
 // buffers and execution, as in select_plan. `times`, when given, receives the breakdown.
 std::unique_ptr<Plan> restore_plan(const Graph& graph, cudnnHandle_t handle, const std::string& json,

@@ -175,7 +175,8 @@ const bool warm_up_hooked = [] {
 PlanBuilder::Made PlanBuilder::make_now(const PlanRequest& request,
                                         const std::optional<StoredPlan>& stored) {
   Made made;
-  const SelectOptions options{.policy = request.key.policy(), .precompiled_only = request.precompiled_only};
+  const SelectOptions options{.policy = request.key.policy(), .precompiled_only = request.precompiled_only,
+                              .operands = request.operands};
   if (stored) {
     made.selection.plan = restore_plan(request.graph, handle(), stored->json, stored->notes, options,
                                        &made.restore_times);
@@ -206,7 +207,8 @@ bool PlanBuilder::start_lazily(const PlanRequest& request, Made& made) {
     made.ticket = next_ticket();
     return true;
   }
-  const SelectOptions quick{.policy = request.key.policy(), .precompiled_only = true, .first_working = true};
+  const SelectOptions quick{.policy = request.key.policy(), .precompiled_only = true, .first_working = true,
+                            .operands = request.operands};
   made.selection = select_plan(request.graph, handle(), quick);
   if (!made.selection.plan && made.selection.runtime_compiled_skipped > 0) {
     std::lock_guard<std::mutex> lock(stand_in_mutex_);

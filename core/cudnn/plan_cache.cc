@@ -61,7 +61,8 @@ PlanCache& PlanCache::global() {
   return *cache;
 }
 
-std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& graph, bool has_fallback) {
+std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& graph, bool has_fallback,
+                                           const VariantPointers* operands) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (Entry* entry = lru_.find(key)) {
     log_.count(&PlanCacheStats::hits);
@@ -71,7 +72,9 @@ std::shared_ptr<const Plan> PlanCache::get(const PlanKey& key, const Graph& grap
   }
   // The edge: what the build depends on is read here, once, for a miss only
   // (a hit, the common case, reads nothing).
-  return miss(plan_request(key, graph, has_fallback));
+  PlanRequest request = plan_request(key, graph, has_fallback);
+  request.operands = operands;
+  return miss(request);
 }
 
 std::shared_ptr<const Plan> PlanCache::miss(const PlanRequest& request) {
@@ -129,7 +132,6 @@ std::shared_ptr<const Plan> PlanCache::store(const PlanRequest& request, PlanBui
     log_.count(made.restored ? &PlanCacheStats::plans_restored : &PlanCacheStats::plans_built);
     info.notes = entry.plan->notes();
     info.workspace_bytes = entry.plan->workspace_bytes();
-    workspace(static_cast<size_t>(info.workspace_bytes));  // reserve now, outside any capture
   } else if (!pending) {
     log_.count(&PlanCacheStats::unsupported);
   }
@@ -206,7 +208,6 @@ bool PlanCache::swap_in(Entry& e, PlanBuilder::Finished& f) {
     e.plan = std::move(f.plan);
     e.info.notes = e.plan->notes();
     e.info.workspace_bytes = e.plan->workspace_bytes();
-    workspace(static_cast<size_t>(e.info.workspace_bytes));
     log_.record("swapped", e.info.graph, e.info.notes.engine_id, f.build_ms, shape_detail(e.info.notes));
     return true;
   }
@@ -227,7 +228,6 @@ bool PlanCache::swap_in(Entry& e, PlanBuilder::Finished& f) {
   e.info.notes = e.plan->notes();
   e.info.workspace_bytes = e.plan->workspace_bytes();
   (f.restored ? e.info.restored : e.info.specialized) = true;
-  workspace(static_cast<size_t>(e.info.workspace_bytes));
   if (f.restored) {
     log_.count(&PlanCacheStats::plans_restored);
     log_.count(&PlanCacheStats::background_restores);
@@ -310,12 +310,13 @@ bool run_keyed(PlanCache& cache, const PlanKey& key, const Graph& graph, const V
   // Every caller copes with false: an empty tier means the caller tries its
   // next variant, and every chain of variants ends at a tier below cuDNN. So a
   // lazy key without a precompiled engine is never built while the step waits.
-  std::shared_ptr<const Plan> plan = cache.get(key, graph, /*has_fallback=*/true);
+  std::shared_ptr<const Plan> plan = cache.get(key, graph, /*has_fallback=*/true, &pointers);
   if (!plan) {
     if (!fallback_tier.empty()) cache.record_fallback(key, fallback_tier);
     return false;
   }
-  plan->execute(handle(), pointers, workspace(static_cast<size_t>(plan->workspace_bytes())));
+  const Workspace workspace(static_cast<size_t>(plan->workspace_bytes()));
+  plan->execute(handle(), pointers, workspace.get());
   return true;
 }
 

@@ -41,8 +41,11 @@ class PlanCache {
   // VariantWalk) when a better variant of the op is pending: then a miss is
   // deferred, neither built nor cached (variant_walk.h). A hit reads nothing
   // else; a miss reads the calling thread's state once into a PlanRequest
-  // (plan_key.h), which everything below takes.
-  std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph, bool has_fallback = false);
+  // (plan_key.h), which everything below takes. `operands`, when given, are the
+  // pointers the op runs the plan with right after: a build on the calling
+  // thread tests its candidates on them (plan.h, SelectOptions::operands).
+  std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph, bool has_fallback = false,
+                                  const VariantPointers* operands = nullptr);
 
   // Lazy mode: queues the background build of a key the op will only meet
   // after a swap (the backward of a forward variant that is pending), so that
@@ -54,7 +57,7 @@ class PlanCache {
 
   // Swaps in the plans background builds finished; returns how many keys
   // changed plan. Call at a step boundary: does nothing while the calling
-  // thread's stream is capturing. Reserves the new plans' workspace.
+  // thread's stream is capturing.
   int apply_pending();
   // Incremented by every apply_pending() that changed a plan.
   uint64_t generation() const { return generation_.load(); }
@@ -118,8 +121,9 @@ class PlanCache {
 // loops that do not go through optim::TrainStep. Cheap when nothing finished.
 int apply_pending_plans();
 
-// The one way ops run a graph: looks its plan up (building it on a miss) and
-// executes it with `pointers` and the shared workspace. Returns false when no
+// The one way ops run a graph: looks its plan up (building it on a miss, with
+// test runs on `pointers`) and executes it with `pointers` and a workspace
+// taken for this run (context.h's Workspace). Returns false when no
 // engine supports the graph (or, lazy, none does yet); when `fallback_tier` is
 // not empty the key is then recorded as running there
 // (PlanCache::record_fallback), and the caller runs it. A graph with a tensor

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cudnn/graph.h"
+#include "core/cudnn/variant_pointers.h"
 #include "core/numerics.h"
 
 namespace loom::cudnn {
@@ -57,6 +58,9 @@ struct PlanRequest {
   // Lazy mode restores runtime-compiled plans on a builder
   // (LOOM_CUDNN_BACKGROUND_RESTORE, on unless 0).
   bool background_restore = true;
+  // The op's pointers, when the op runs the plan right after the lookup: a
+  // build on the calling thread tests candidates on them (SelectOptions::operands).
+  const VariantPointers* operands = nullptr;
 };
 
 // The request for a miss of `key` on the calling thread: reads the plan-build

@@ -158,8 +158,9 @@ LOOM_GPU_TEST_CASE("every engine config cuDNN offers for conv fprop/dgrad/wgrad 
         CHECK(!plans.empty());
         for (const auto& plan : plans) {
           d.result.fill_(NAN);
+          const cudnn::Workspace workspace(static_cast<size_t>(plan->workspace_bytes()));
           plan->execute(cudnn::handle(), {{1, d.a.raw_data()}, {2, d.b.raw_data()}, {3, d.out_or_in.raw_data()}},
-                        cudnn::workspace(static_cast<size_t>(plan->workspace_bytes())));
+                        workspace.get());
           bool tensor_core = false;
           for (const std::string& note : plan->notes().numerical) {
             tensor_core |= note == "TENSOR_CORE" || note == "DOWN_CONVERT_INPUTS";

@@ -37,7 +37,8 @@ Tensor gpu_nan(const Shape& s, MemoryFormat format = MemoryFormat::Contiguous, D
 }
 
 void run(const cudnn::Plan& plan, const cudnn::VariantPointers& pointers) {
-  plan.execute(cudnn::handle(), pointers, cudnn::workspace(static_cast<size_t>(plan.workspace_bytes())));
+  const cudnn::Workspace workspace(static_cast<size_t>(plan.workspace_bytes()));
+  plan.execute(cudnn::handle(), pointers, workspace.get());
 }
 
 }  // namespace

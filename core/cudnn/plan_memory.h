@@ -1,0 +1,43 @@
+// File: core/cudnn/plan_memory.h
+// What plan selection may spend in device memory: which of an op's own tensors
+// a test run on the calling thread binds as they are (instead of scratch
+// copies), and how large a candidate's workspace may be and still be preferred.
+// No CUDA here, so both rules are unit-tested on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace loom::cudnn {
+
+// One tensor of a graph as the op binds it: its UID and the bytes it spans.
+struct BoundRange {
+  int64_t uid = 0;
+  uintptr_t begin = 0;
+  size_t bytes = 0;
+};
+
+// For each range, whether test runs may bind it as it is. The calling thread
+// selects a plan just before the op's real run: its inputs are only read, and
+// its outputs (no graph accumulates into one: every alpha/beta is 1/0) are
+// written again by that run, so the scratch copies a build would bind cost
+// memory for nothing. A range that shares bytes with another does not qualify:
+// an op updating a tensor in place (batch norm's running statistics, bound as
+// both input and output) would see each test run's update, so those, and only
+// those, get scratch copies.
+std::vector<bool> bindable_as_is(const std::vector<BoundRange>& ranges);
+
+// Below this, a workspace is never too large (a few MiB of workspace is what
+// most engines ask for, and a small op's own tensors say little).
+constexpr size_t kWorkspaceFloor = size_t{64} << 20;
+
+// The largest workspace a candidate plan may ask for and still be taken ahead
+// of the others: the bytes of the op's own tensors, at least kWorkspaceFloor.
+// Some engines (FFT, non-fused Winograd) ask for many times their operands'
+// size, tens of GB for VGG's 224-pixel convolutions; they are tried only when
+// no candidate under the limit works.
+size_t preferred_workspace_limit(size_t tensor_bytes);
+bool workspace_preferred(int64_t workspace_bytes, size_t tensor_bytes);
+
+}  // namespace loom::cudnn
