@@ -250,7 +250,7 @@ struct IteratorDeleter {
 }  // namespace
 
 PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
-                                  const_dnnl_primitive_desc_t hint) {
+                                  const_dnnl_primitive_desc_t hint, std::string_view preferred) {
   bind_openmp_to_pool();  // implementations split their work by the thread count
   dnnl_primitive_desc_iterator_t it = nullptr;
   const dnnl_status_t status = lib().primitive_desc_iterator_create(
@@ -259,14 +259,17 @@ PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
   LOOM_DNNL_CHECK(status);
   const std::unique_ptr<dnnl_primitive_desc_iterator, IteratorDeleter> owned_it(it);
   // oneDNN lists the implementations best first, its reference ones last.
+  PrimitiveDesc first;
   do {
     PrimitiveDesc pd(lib().primitive_desc_iterator_fetch(it));
     LOOM_CHECK(pd != nullptr, OnednnError, "[onednn] dnnl_primitive_desc_iterator_fetch returned null");
     const std::string name = impl_name(pd);
-    if (name.rfind("ref", 0) == 0) return nullptr;
-    if (!spins(pd, name)) return pd;
+    if (name.rfind("ref", 0) == 0) break;
+    if (spins(pd, name)) continue;
+    if (preferred.empty() || name.find(preferred) != std::string::npos) return pd;
+    if (!first) first = std::move(pd);
   } while (lib().primitive_desc_iterator_next(it) == dnnl_success);
-  return nullptr;
+  return first;
 }
 
 std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserOperand>& operands) {

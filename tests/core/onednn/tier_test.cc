@@ -1,11 +1,15 @@
 // File: tests/core/onednn/tier_test.cc
 // Choosing the CPU tier: the reference tier runs no oneDNN primitive, oneDNN
 // leaves float64 and the geometries it cannot describe to the reference
-// kernels (channels-last operands through NCHW copies), batch norm skips the
-// implementation that spins at a barrier, and the library says what it runs.
+// kernels (channels-last operands through NCHW copies), batch norm and weight
+// gradients skip the implementations that spin at a barrier, 1x1 weight
+// gradients run as one matrix product, and the library says what it runs.
 //
 // N batch, C channels, H, W input, K out channels.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <random>
 
 #include "core/cpu_backend.h"
 #include "core/onednn/library.h"
@@ -115,6 +119,46 @@ TEST_CASE("convolution weight gradients run on an implementation that does not s
     CHECK(line.find("reference kernels") == std::string::npos);
   }
   CHECK(wgrad_plans >= 4);  // 3x3 and 1x1, NCHW and channels-last
+}
+
+TEST_CASE("a 1x1 convolution's weight gradient runs on gemm:jit and matches float64") {
+  // conv.cc prefers oneDNN's GEMM formulation for 1x1 filters (one matrix
+  // product, no spinning barrier); random geometries in both layouts, each
+  // against the reference kernels in float64.
+  CpuBackendGuard tier(CpuBackend::Onednn);
+  REQUIRE(onednn::active());
+  onednn::clear_plans();
+  Generator gen(6);
+  std::mt19937 draw(6);
+  auto between = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(draw); };
+  for (int i = 0; i < 8; ++i) {
+    const MemoryFormat format = i % 2 == 0 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+    const int64_t n = between(1, 4), c = between(1, 40), k = between(1, 40), h = between(1, 14), w = between(1, 14);
+    const Conv2dOptions o{.stride = between(1, 2), .padding = between(0, 1)};
+    const bool bias = between(0, 1) == 1;
+    CAPTURE(fmt::format("N={} C={} K={} H={} W={} stride={} pad={} bias={} channels_last={}", n, c, k, h, w,
+                        o.stride.h, o.padding.h, bias, format == MemoryFormat::ChannelsLast));
+    const Tensor x = randn({n, c, h, w}, {.dtype = DType::Float64}, &gen).contiguous(format);
+    const Tensor wt = randn({k, c, 1, 1}, {.dtype = DType::Float64}, &gen).contiguous(format);
+    const Tensor b = randn({k}, {.dtype = DType::Float64}, &gen);
+    std::vector<Tensor> grads[2];
+    for (DType dtype : {DType::Float32, DType::Float64}) {  // oneDNN, then the reference kernels
+      const Tensor xi = x.to(dtype).detach().requires_grad_(), wi = wt.to(dtype).detach().requires_grad_();
+      const Tensor bi = b.to(dtype).detach().requires_grad_();
+      const Tensor y = conv2d(xi, wi, bias ? bi : Tensor(), o);
+      sum(y * y).backward();
+      grads[dtype == DType::Float64] = {wi.grad(), xi.grad(), bias ? bi.grad() : Tensor()};
+    }
+    for (int g = 0; g < (bias ? 3 : 2); ++g) testing::check_scaled(grads[0][g], grads[1][g], 1e-4);
+  }
+  int wgrad_plans = 0;
+  for (const std::string& line : onednn::plan_lines()) {
+    if (line.rfind("conv_wgrad", 0) != 0) continue;
+    INFO(line);
+    ++wgrad_plans;
+    CHECK(line.find("gemm:jit") != std::string::npos);
+  }
+  CHECK(wgrad_plans >= 2);  // NCHW and channels-last
 }
 
 TEST_CASE("the library says which oneDNN and instruction set it runs") {
