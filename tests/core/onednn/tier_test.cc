@@ -1,8 +1,8 @@
 // File: tests/core/onednn/tier_test.cc
 // Choosing the CPU tier: the reference tier runs no oneDNN primitive, oneDNN
 // leaves float64 and the geometries it cannot describe to the reference
-// kernels (channels-last operands through NCHW copies), batch norm and weight
-// gradients skip the implementations that spin at a barrier, 1x1 weight
+// kernels (channels-last operands through NCHW copies), batch norm and small
+// weight gradients skip the implementations that spin at a barrier, 1x1 weight
 // gradients run as one matrix product, and the library says what it runs.
 //
 // N batch, C channels, H, W input, K out channels.
@@ -97,8 +97,9 @@ TEST_CASE("batch norm runs on an implementation that does not spin at a barrier"
 
 TEST_CASE("convolution weight gradients run on an implementation that does not spin at a barrier") {
   // jit:avx512_core's and jit_1x1:avx512_core's weight gradients reduce their
-  // threads' partial sums behind a spinning barrier (plan.cc); their forward
-  // and data gradient do not and stay.
+  // threads' partial sums behind a spinning barrier (plan.cc), which calls this
+  // small (1.2 M multiply-adds) do not amortize; their forward and data
+  // gradient do not spin and stay.
   CpuBackendGuard tier(CpuBackend::Onednn);
   REQUIRE(onednn::active());
   Generator gen(5);
@@ -119,6 +120,29 @@ TEST_CASE("convolution weight gradients run on an implementation that does not s
     CHECK(line.find("reference kernels") == std::string::npos);
   }
   CHECK(wgrad_plans >= 4);  // 3x3 and 1x1, NCHW and channels-last
+}
+
+TEST_CASE("a large 3x3 weight gradient keeps the avx512 kernel that the small ones skip") {
+  // jit:avx512_core's weight gradient spins at one barrier a call, which a
+  // large call amortizes (plan.cc: from 2^26 multiply-adds); 8 * 32 * 32 output
+  // pixels times 64 * 64 * 9 weights is 302 M. Where the CPU has no avx512
+  // kernel for the forward either, there is nothing to keep.
+  CpuBackendGuard tier(CpuBackend::Onednn);
+  REQUIRE(onednn::active());
+  onednn::clear_plans();
+  Generator gen(7);
+  const Tensor x = randn({8, 64, 32, 32}, {}, &gen).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  const Tensor w = randn({64, 64, 3, 3}, {}, &gen).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  sum(conv2d(x, w, Tensor(), {.padding = 1})).backward();
+  bool avx512_forward = false;
+  std::string wgrad;
+  for (const std::string& line : onednn::plan_lines()) {
+    if (line.rfind("conv_forward", 0) == 0) avx512_forward = line.find("avx512_core") != std::string::npos;
+    if (line.rfind("conv_wgrad", 0) == 0) wgrad = line;
+  }
+  INFO(wgrad);
+  REQUIRE_FALSE(wgrad.empty());
+  if (avx512_forward) CHECK(wgrad.find("jit:avx512_core") != std::string::npos);
 }
 
 TEST_CASE("a 1x1 convolution's weight gradient runs on gemm:jit and matches float64") {
