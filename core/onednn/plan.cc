@@ -246,19 +246,23 @@ T query(const PrimitiveDesc& pd, dnnl_query_t what) {
   return value;
 }
 
-int64_t elements(const PrimitiveDesc& pd, int arg) {
+const dnnl_memory_desc_t& exec_md(const PrimitiveDesc& pd, int arg) {
   const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
-  LOOM_CHECK(md != nullptr, OnednnError, "[onednn] a weight gradient without argument {}", arg);
+  LOOM_CHECK(md != nullptr, OnednnError, "[onednn] a convolution weight gradient without argument {}", arg);
+  return *md;
+}
+
+int64_t elements(const dnnl_memory_desc_t& md) {
   int64_t n = 1;
-  for (int i = 0; i < md->ndims; ++i) n *= md->dims[i];
+  for (int i = 0; i < md.ndims; ++i) n *= md.dims[i];
   return n;
 }
 
 // A convolution weight gradient's multiply-adds: every weight (K * C/G * R * S)
-// once per output pixel of every image (N * P * Q).
+// once per output pixel of every image (N * P * Q, dy's elements over its K).
 int64_t wgrad_macs(const PrimitiveDesc& pd) {
-  const int64_t k = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, DNNL_ARG_DIFF_DST)->dims[1];
-  return elements(pd, DNNL_ARG_DIFF_WEIGHTS) * (elements(pd, DNNL_ARG_DIFF_DST) / k);
+  const dnnl_memory_desc_t& dy = exec_md(pd, DNNL_ARG_DIFF_DST);
+  return elements(exec_md(pd, DNNL_ARG_DIFF_WEIGHTS)) * (elements(dy) / dy.dims[1]);
 }
 
 bool spins(const PrimitiveDesc& pd, std::string_view impl) {
