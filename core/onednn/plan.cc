@@ -216,14 +216,26 @@ namespace {
 //   The 1x1 kernel "jit_1x1:avx512_core" reduces the same way: unet's 1x1
 //   weight gradient took 95-128 ms a call (load 14) where its forward took
 //   0.4; on "jit_1x1:avx2", 22 ms (load 8).
+// A thread that waits at the barrier for a descheduled one loses about a
+// scheduler time slice, once a call: large calls amortize it, so the
+// "jit:avx512_core" weight gradient is skipped only below kSpinAmortizedMacs
+// multiply-adds. 3x3 weight gradients at batch 8, channels-last, 2 threads,
+// mean of 10 calls at a load of 7.5 on 2 cores, "jit:avx512_core" against
+// "jit:avx2": resnet34's four stages (0.92 G multiply-adds each) 113 / 171,
+// 92 / 100, 85 / 113, 103 / 156 ms; resnet20's 16 channels at 32x32 (38 M)
+// 18.6 / 1.2 ms and 32 at 16x16 (19 M) 11.0 / 0.44 ms. resnet18_cifar's
+// (151-302 M, load 3-5): 14.1 / 18.5, 5.9 / 9.3, 7.0 / 15.0, 10.9 / 33.4 ms.
+constexpr int64_t kSpinAmortizedMacs = int64_t{1} << 26;
+
 struct SpinningImpl {
   dnnl_primitive_kind_t kind;
   std::optional<dnnl_prop_kind_t> direction;  // every direction when unset
   std::string_view prefix;
+  bool amortized_when_large = false;  // kept at kSpinAmortizedMacs and above
 };
 constexpr SpinningImpl kSpinningImpls[] = {
     {dnnl_batch_normalization, std::nullopt, "bnorm_jit:"},
-    {dnnl_convolution, dnnl_backward_weights, "jit:avx512_core"},
+    {dnnl_convolution, dnnl_backward_weights, "jit:avx512_core", true},
     {dnnl_convolution, dnnl_backward_weights, "jit_1x1:avx512_core"},
 };
 
@@ -234,11 +246,31 @@ T query(const PrimitiveDesc& pd, dnnl_query_t what) {
   return value;
 }
 
+const dnnl_memory_desc_t& exec_md(const PrimitiveDesc& pd, int arg) {
+  const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
+  LOOM_CHECK(md != nullptr, OnednnError, "[onednn] a convolution weight gradient without argument {}", arg);
+  return *md;
+}
+
+int64_t elements(const dnnl_memory_desc_t& md) {
+  int64_t n = 1;
+  for (int i = 0; i < md.ndims; ++i) n *= md.dims[i];
+  return n;
+}
+
+// A convolution weight gradient's multiply-adds: every weight (K * C/G * R * S)
+// once per output pixel of every image (N * P * Q, dy's elements over its K).
+int64_t wgrad_macs(const PrimitiveDesc& pd) {
+  const dnnl_memory_desc_t& dy = exec_md(pd, DNNL_ARG_DIFF_DST);
+  return elements(exec_md(pd, DNNL_ARG_DIFF_WEIGHTS)) * (elements(dy) / dy.dims[1]);
+}
+
 bool spins(const PrimitiveDesc& pd, std::string_view impl) {
   for (const SpinningImpl& s : kSpinningImpls) {
     if (impl.substr(0, s.prefix.size()) != s.prefix) continue;
     if (query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind) != s.kind) continue;
-    if (!s.direction || query<dnnl_prop_kind_t>(pd, dnnl_query_prop_kind) == *s.direction) return true;
+    if (s.direction && query<dnnl_prop_kind_t>(pd, dnnl_query_prop_kind) != *s.direction) continue;
+    return !s.amortized_when_large || wgrad_macs(pd) < kSpinAmortizedMacs;
   }
   return false;
 }
@@ -250,7 +282,7 @@ struct IteratorDeleter {
 }  // namespace
 
 PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
-                                  const_dnnl_primitive_desc_t hint) {
+                                  const_dnnl_primitive_desc_t hint, std::string_view preferred) {
   bind_openmp_to_pool();  // implementations split their work by the thread count
   dnnl_primitive_desc_iterator_t it = nullptr;
   const dnnl_status_t status = lib().primitive_desc_iterator_create(
@@ -259,14 +291,17 @@ PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
   LOOM_DNNL_CHECK(status);
   const std::unique_ptr<dnnl_primitive_desc_iterator, IteratorDeleter> owned_it(it);
   // oneDNN lists the implementations best first, its reference ones last.
+  PrimitiveDesc first;
   do {
     PrimitiveDesc pd(lib().primitive_desc_iterator_fetch(it));
     LOOM_CHECK(pd != nullptr, OnednnError, "[onednn] dnnl_primitive_desc_iterator_fetch returned null");
     const std::string name = impl_name(pd);
-    if (name.rfind("ref", 0) == 0) return nullptr;
-    if (!spins(pd, name)) return pd;
+    if (name.rfind("ref", 0) == 0) break;
+    if (spins(pd, name)) continue;
+    if (preferred.empty() || name.find(preferred) != std::string::npos) return pd;
+    if (!first) first = std::move(pd);
   } while (lib().primitive_desc_iterator_next(it) == dnnl_success);
-  return nullptr;
+  return first;
 }
 
 std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserOperand>& operands) {

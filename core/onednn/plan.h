@@ -64,9 +64,13 @@ bool described(dnnl_status_t init_status);
 
 // The primitive descriptor of an op descriptor: oneDNN's first implementation
 // that does not spin at a barrier (plan.cc), or null where it has none before
-// its reference one ("ref:any": the reference kernels are faster).
+// its reference one ("ref:any": the reference kernels are faster). Where
+// `preferred` is given and oneDNN lists an implementation whose name contains
+// it before its reference one, that one instead (measured faster for the key:
+// see conv.cc).
 PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
-                                  const_dnnl_primitive_desc_t hint = nullptr);
+                                  const_dnnl_primitive_desc_t hint = nullptr,
+                                  std::string_view preferred = {});
 
 // One execute argument as Loom holds it: in the layout `user`, or, when
 // `user` is left zero (ndims 0), in the primitive's own layout (a workspace:

@@ -1,11 +1,15 @@
 // File: tests/core/onednn/tier_test.cc
 // Choosing the CPU tier: the reference tier runs no oneDNN primitive, oneDNN
 // leaves float64 and the geometries it cannot describe to the reference
-// kernels (channels-last operands through NCHW copies), batch norm skips the
-// implementation that spins at a barrier, and the library says what it runs.
+// kernels (channels-last operands through NCHW copies), batch norm and small
+// weight gradients skip the implementations that spin at a barrier, 1x1 weight
+// gradients run as one matrix product, and the library says what it runs.
 //
 // N batch, C channels, H, W input, K out channels.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <random>
 
 #include "core/cpu_backend.h"
 #include "core/onednn/library.h"
@@ -93,8 +97,9 @@ TEST_CASE("batch norm runs on an implementation that does not spin at a barrier"
 
 TEST_CASE("convolution weight gradients run on an implementation that does not spin at a barrier") {
   // jit:avx512_core's and jit_1x1:avx512_core's weight gradients reduce their
-  // threads' partial sums behind a spinning barrier (plan.cc); their forward
-  // and data gradient do not and stay.
+  // threads' partial sums behind a spinning barrier (plan.cc), which calls this
+  // small (1.2 M multiply-adds) do not amortize; their forward and data
+  // gradient do not spin and stay.
   CpuBackendGuard tier(CpuBackend::Onednn);
   REQUIRE(onednn::active());
   Generator gen(5);
@@ -115,6 +120,69 @@ TEST_CASE("convolution weight gradients run on an implementation that does not s
     CHECK(line.find("reference kernels") == std::string::npos);
   }
   CHECK(wgrad_plans >= 4);  // 3x3 and 1x1, NCHW and channels-last
+}
+
+TEST_CASE("a large 3x3 weight gradient keeps the avx512 kernel that the small ones skip") {
+  // jit:avx512_core's weight gradient spins at one barrier a call, which a
+  // large call amortizes (plan.cc: from 2^26 multiply-adds); 8 * 32 * 32 output
+  // pixels times 64 * 64 * 9 weights is 302 M. Where the CPU has no avx512
+  // kernel for the forward either, there is nothing to keep.
+  CpuBackendGuard tier(CpuBackend::Onednn);
+  REQUIRE(onednn::active());
+  onednn::clear_plans();
+  Generator gen(7);
+  const Tensor x = randn({8, 64, 32, 32}, {}, &gen).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  const Tensor w = randn({64, 64, 3, 3}, {}, &gen).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  sum(conv2d(x, w, Tensor(), {.padding = 1})).backward();
+  bool avx512_forward = false;
+  std::string wgrad;
+  for (const std::string& line : onednn::plan_lines()) {
+    if (line.rfind("conv_forward", 0) == 0) avx512_forward = line.find("avx512_core") != std::string::npos;
+    if (line.rfind("conv_wgrad", 0) == 0) wgrad = line;
+  }
+  INFO(wgrad);
+  REQUIRE_FALSE(wgrad.empty());
+  if (avx512_forward) CHECK(wgrad.find("jit:avx512_core") != std::string::npos);
+}
+
+TEST_CASE("a 1x1 convolution's weight gradient runs on gemm:jit and matches float64") {
+  // conv.cc prefers oneDNN's GEMM formulation for 1x1 filters (one matrix
+  // product, no spinning barrier); random geometries in both layouts, each
+  // against the reference kernels in float64.
+  CpuBackendGuard tier(CpuBackend::Onednn);
+  REQUIRE(onednn::active());
+  onednn::clear_plans();
+  Generator gen(6);
+  std::mt19937 draw(6);
+  auto between = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(draw); };
+  for (int i = 0; i < 8; ++i) {
+    const MemoryFormat format = i % 2 == 0 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+    const int64_t n = between(1, 4), c = between(1, 40), k = between(1, 40), h = between(1, 14), w = between(1, 14);
+    const Conv2dOptions o{.stride = between(1, 2), .padding = between(0, 1)};
+    const bool bias = between(0, 1) == 1;
+    CAPTURE(fmt::format("N={} C={} K={} H={} W={} stride={} pad={} bias={} channels_last={}", n, c, k, h, w,
+                        o.stride.h, o.padding.h, bias, format == MemoryFormat::ChannelsLast));
+    const Tensor x = randn({n, c, h, w}, {.dtype = DType::Float64}, &gen).contiguous(format);
+    const Tensor wt = randn({k, c, 1, 1}, {.dtype = DType::Float64}, &gen).contiguous(format);
+    const Tensor b = randn({k}, {.dtype = DType::Float64}, &gen);
+    std::vector<Tensor> grads[2];
+    for (DType dtype : {DType::Float32, DType::Float64}) {  // oneDNN, then the reference kernels
+      const Tensor xi = x.to(dtype).detach().requires_grad_(), wi = wt.to(dtype).detach().requires_grad_();
+      const Tensor bi = b.to(dtype).detach().requires_grad_();
+      const Tensor y = conv2d(xi, wi, bias ? bi : Tensor(), o);
+      sum(y * y).backward();
+      grads[dtype == DType::Float64] = {wi.grad(), xi.grad(), bias ? bi.grad() : Tensor()};
+    }
+    for (int g = 0; g < (bias ? 3 : 2); ++g) testing::check_scaled(grads[0][g], grads[1][g], 1e-4);
+  }
+  int wgrad_plans = 0;
+  for (const std::string& line : onednn::plan_lines()) {
+    if (line.rfind("conv_wgrad", 0) != 0) continue;
+    INFO(line);
+    ++wgrad_plans;
+    CHECK(line.find("gemm:jit") != std::string::npos);
+  }
+  CHECK(wgrad_plans >= 2);  // NCHW and channels-last
 }
 
 TEST_CASE("the library says which oneDNN and instruction set it runs") {
