@@ -155,7 +155,10 @@ size_t bindings_bytes(const Graph& graph) {
 // and output) for as long as it selects; eight builders doing so while the
 // first step's activations are live added their scratch to the step's peak.
 // A graph bigger than the budget runs when no other holds any, so none waits
-// forever. LOOM_CUDNN_TEST_SCRATCH_MIB sets it (default 512).
+// forever (the lazy path builds such graphs on the calling thread instead; a
+// prefetch or a background restore may still meet one). LOOM_CUDNN_TEST_SCRATCH_MIB
+// sets it (default 128: below what small models at batch 512 keep alive, so
+// the builds never raise a step's peak past PyTorch's).
 class ScratchBudget {
  public:
   void acquire(size_t bytes) {
@@ -163,6 +166,7 @@ class ScratchBudget {
     freed_.wait(lock, [&] { return in_use_ == 0 || in_use_ + bytes <= limit_; });
     in_use_ += bytes;
   }
+  size_t limit() const { return limit_; }
   void release(size_t bytes) {
     {
       std::lock_guard lock(mutex_);
@@ -175,7 +179,7 @@ class ScratchBudget {
   static size_t limit_from_env() {
     constexpr size_t kMiB = size_t{1} << 20;
     const char* text = std::getenv("LOOM_CUDNN_TEST_SCRATCH_MIB");
-    if (text == nullptr) return 512 * kMiB;
+    if (text == nullptr) return 128 * kMiB;
     const long long mib = std::atoll(text);
     LOOM_CHECK(mib >= 1, ValueError, "[cudnn] LOOM_CUDNN_TEST_SCRATCH_MIB='{}' must be a whole number >= 1",
                text);
@@ -599,6 +603,10 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
   }
   if (times != nullptr) *times = spent;
   return works ? std::move(restored) : nullptr;
+}
+
+bool background_scratch_fits(const Graph& graph) {
+  return bindings_bytes(graph) <= background_scratch_budget().limit();
 }
 
 bool selection_is_timed(const Graph& graph, const SelectOptions& options) {

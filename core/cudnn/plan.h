@@ -90,6 +90,13 @@ struct SelectOptions {
 // or strict fp32 on a conv or matmul graph) rather than taking the first that works.
 bool selection_is_timed(const Graph& graph, const SelectOptions& options);
 
+// Whether a background build of `graph` may bind scratch copies of its tensors:
+// they fit LOOM_CUDNN_TEST_SCRATCH_MIB (default 128). A graph that does not is
+// built on the calling thread, on the op's own tensors (plan_builder.cc), where
+// a background build would hold copies of all of them beside the step's
+// activations for as long as it selects.
+bool background_scratch_fits(const Graph& graph);
+
 struct Selection {
   std::unique_ptr<Plan> plan;  // null when no engine config works
   int candidates_seen = 0;     // configs the heuristics returned

@@ -7,7 +7,8 @@
 // update it; a cuDNN workspace lives for one run (none is
 // left after it, and inside a capture it is the capture pool's, whose replays
 // give the eager bits); and the chosen plan's workspace is within the limit
-// whenever a working plan within it exists.
+// whenever a working plan within it exists; in lazy mode a graph too big for
+// the background builders' scratch budget is selected on the calling thread.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
@@ -177,6 +178,43 @@ LOOM_GPU_TEST_CASE("a cuDNN workspace lives for one run; inside a capture it is 
     captured.replay();
     CHECK(y.to_vector<float>() == eager);
   }
+}
+
+LOOM_GPU_TEST_CASE("lazy mode builds a graph too big for the background's scratch on the calling thread") {
+  cudnn::PlanCache::global().clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  // A 3x3 conv over 128 MiB in and 128 MiB out: past the default 128 MiB background scratch.
+  Tensor x = random_on_gpu({32, 64, 128, 128}, 31, MemoryFormat::ChannelsLast);
+  Tensor w = random_on_gpu({64, 64, 3, 3}, 32, MemoryFormat::ChannelsLast);
+  Tensor y = empty({32, 64, 128, 128}, x.options()).contiguous(MemoryFormat::ChannelsLast);
+  const kernel::ConvParams p{.pad_h = 1, .pad_w = 1};
+  const cudnn::Graph big = cudnn::conv2d_graph(cudnn::ConvDirection::Forward, x.strided(), w.strided(),
+                                               y.strided(), p);
+  const size_t tensor_bytes = 2 * static_cast<size_t>(x.numel()) * sizeof(float);
+  if (std::getenv("LOOM_CUDNN_TEST_SCRATCH_MIB") != nullptr) {
+    MESSAGE("LOOM_CUDNN_TEST_SCRATCH_MIB is set: the default budget this case assumes does not hold");
+    return;
+  }
+  CHECK_FALSE(cudnn::background_scratch_fits(big));
+  Tensor xs = random_on_gpu({2, 64, 16, 16}, 33, MemoryFormat::ChannelsLast);
+  Tensor ys = empty({2, 64, 16, 16}, xs.options()).contiguous(MemoryFormat::ChannelsLast);
+  CHECK(cudnn::background_scratch_fits(
+      cudnn::conv2d_graph(cudnn::ConvDirection::Forward, xs.strided(), w.strided(), ys.strided(), p)));
+
+  const cudnn::PlanCacheStats before = cudnn::PlanCache::global().stats();
+  const cudnn::VariantPointers pointers = cudnn::conv_pointers(x.strided(), w.strided(), y.strided());
+  bool ran = false;
+  const size_t tests = peak_during(Purpose::PlanTests, [&] {
+    ran = cudnn::run_plan(big, pointers, "the tier below");
+    cudnn::PlanCache::global().wait_for_background_builds();
+  });
+  REQUIRE(ran);
+  const cudnn::PlanCacheStats after = cudnn::PlanCache::global().stats();
+  CHECK(after.lazy_plans == before.lazy_plans);  // no stand-in: the selection's own plan ran
+  CHECK(after.background_builds == before.background_builds);
+  CHECK(after.plans_built == before.plans_built + 1);
+  CHECK(tests < tensor_bytes / 4);  // the op's own tensors, not copies of them
+  for (const cudnn::PlanInfo& e : cudnn::PlanCache::global().entries()) CHECK_FALSE(e.pending);
 }
 
 LOOM_GPU_TEST_CASE("random convs: the chosen plan's workspace is within the limit when a working plan is") {
