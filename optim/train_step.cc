@@ -41,12 +41,12 @@ struct StepKey {
   std::optional<DType> autocast;
 
   bool operator==(const StepKey&) const = default;
-};
 
-StepKey key_of(const Tensor& x, const Tensor& y) {
-  return {x.sizes(), x.strides(), y.sizes(), y.strides(), x.dtype(), y.dtype(), x.device(),
-          numerics_policy(), autocast_dtype()};
-}
+  static StepKey of(const Tensor& x, const Tensor& y) {
+    return {x.sizes(), x.strides(), y.sizes(), y.strides(), x.dtype(), y.dtype(), x.device(),
+            numerics_policy(), autocast_dtype()};
+  }
+};
 
 // Logs each distinct reason once per process, so a long run is not flooded.
 void log_fallback(const std::string& reason) {
@@ -223,7 +223,7 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
 }
 
 TrainStep::Entry* TrainStep::entry_for(const Tensor& x, const Tensor& y) {
-  const StepKey key = key_of(x, y);
+  const StepKey key = StepKey::of(x, y);
   for (auto& e : graphs_->entries) {
     if (e->key == key) return e.get();
   }
