@@ -97,7 +97,12 @@ TEST_CASE("stop waits for the running job, drops the queued ones and refuses lat
   });
   started.get_future().wait();
   queue.submit(2, [&] { ++queued_runs; });
-  std::thread releaser([&] { release.set_value(); });
+  // Job 1 ends only once stop() has dropped job 2 (one id left): released any
+  // earlier, the worker could take job 2 before stop() ran.
+  std::thread releaser([&] {
+    while (queue.outstanding() != 1) std::this_thread::yield();
+    release.set_value();
+  });
   queue.stop();
   releaser.join();
   CHECK(finished.load());  // stop returned only after the running job ended
