@@ -2,16 +2,21 @@
 // Depthwise convolution kernels (conv_depthwise.h): the forward and the data
 // gradient sum a K x K window per element; the weight gradient reduces over the
 // pixels in two fixed-order stages. Where the channels-last operands move in
-// 16-byte packs, a thread takes V channels of a pixel (the weight gradient's
-// first stage for filters up to 3 x 3). Indices are 32-bit where every offset fits
+// 16-byte packs, a thread takes V channels (the weight gradient's first stage
+// for filters up to 3 x 3); the packed forward and data gradient read the
+// filter from a tap-major copy in shared memory, and at the strides MobileNets
+// use a packed thread computes several neighbouring columns, loading each input
+// column once for all of them. Indices are 32-bit where every offset fits
 // (divisions by the sizes are then cheap), else 64-bit; the filter side K is a
 // template parameter so the window loops unroll and the weight gradient's K * K
 // sums live in registers.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/cuda/conv_depthwise_kernels.h"
 #include "core/cuda/element.cuh"
@@ -127,73 +132,211 @@ __global__ void depthwise_dgrad_kernel(S* dx, const S* dy, const S* w, Depthwise
 }
 
 // The channels-last forms of the two kernels above, where every operand's
-// channels move in packs (channel_packs_fit): a thread computes V channels of
-// one pixel with one 16-byte access per tap, which cuts the load instructions
-// and the index arithmetic by V. Each element sums the same taps in the same
-// order as above. i walks (n, p, q, channel pack) with the packs innermost.
+// channels move in packs (channel_packs_fit). A block owns a tile of at most
+// kMaxTile channel packs (threadIdx.x) and walks rows of work items
+// (threadIdx.y, grid-stride over blockIdx.y); it stages its tile's filter taps
+// in shared memory tap-major, so a thread reads one tap of its V channels in
+// one 16-byte access instead of V scalar loads at channel stride R * S. Every
+// element sums the same taps in the same order as the kernels above (rows
+// outer, columns inner, taps outside the operand skipped), so the results are
+// the same bits.
+constexpr int kMaxTile = 32;
+
+// Along the width, either a stride known at compile time with dilation 1 (a
+// thread then computes kColumns neighbouring columns and reuses each loaded
+// input column across them), or the stride and dilation read at run time (one
+// column a thread).
+constexpr int kRuntimeWidth = 0;
+constexpr int kColumns = 4;
+// The weight gradient's threads already hold K * K * V sums, so they take fewer
+// columns: 3 x 3 bfloat16 then stays within 128 registers (two blocks an SM).
+constexpr int kWgradColumns = 2;
+
+// The launch shape of the packed kernels: `tiles` tiles of `tile` packs (equal
+// tiles of at most kMaxTile) times `rows` rows of threads per block.
+struct PackTiles {
+  int tile = 1, rows = 1;
+  int64_t tiles = 1;
+};
+
+PackTiles pack_tiles(int64_t packs) {
+  PackTiles t;
+  t.tiles = (packs + kMaxTile - 1) / kMaxTile;
+  t.tile = static_cast<int>((packs + t.tiles - 1) / t.tiles);
+  t.rows = kThreads / t.tile;
+  return t;
+}
+
+// Bytes of shared memory for K * K taps of a full tile (16-byte packs).
+template <int K>
+constexpr int kTapBytes = K * K * kMaxTile * 16;
+
+// Fills taps[t * blockDim.x + lane] with tap t = r * K + s of the V channels of
+// pack `lane` of the block's tile (first channel c0); reads walk the filter in
+// memory order. Packs past the last channel stay unset: their threads compute
+// nothing. Ends with a barrier, so every thread of the block must call it.
 template <class S, class I, int K, int V>
-__global__ void depthwise_forward_packed_kernel(S* y, const S* x, const S* w, DepthwiseArgs a, I total) {
+__device__ void stage_taps(Pack<S, V>* taps, const S* w, const DepthwiseArgs& a, I c0) {
+  constexpr int kTaps = K * K;
+  const int tile = blockDim.x, count = tile * V * kTaps;
+  S* flat = reinterpret_cast<S*>(taps);
+  for (int i = threadIdx.y * tile + threadIdx.x; i < count; i += tile * blockDim.y) {
+    const int t = i % kTaps, local = i / kTaps;
+    const I c = c0 + local;
+    if (c < I(a.C)) {
+      flat[(t * tile + local / V) * V + local % V] =
+          w[c * I(a.filter[0]) + (t / K) * I(a.filter[2]) + (t % K) * I(a.filter[3])];
+    }
+  }
+  __syncthreads();
+}
+
+template <class S, int V>
+__device__ void fma_pack(compute_t<S> (&acc)[V], const Pack<S, V>& value, const Pack<S, V>& tap) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] += to_compute(value.v[v]) * to_compute(tap.v[v]);
+}
+
+// Rounds kCols accumulated packs and stores those whose column is below `limit`
+// at out + column * step (first column col0).
+template <class S, class I, int V, int kCols>
+__device__ void store_columns(S* out, I step, I col0, I limit, const compute_t<S> (&acc)[kCols][V]) {
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) {
+    if (col0 + j >= limit) continue;
+    Pack<S, V> value;
+#pragma unroll
+    for (int v = 0; v < V; ++v) value.v[v] = from_compute<S>(acc[j][v]);
+    store_pack(out + (col0 + j) * step, value);
+  }
+}
+
+// Adds one input row's taps into the forward's kCols outputs (first column q0;
+// row points at the row's channel pack). With SW fixed, the kSpan input columns
+// the outputs share are loaded once; else kCols is 1 and each tap's column is
+// computed from the run-time stride and dilation.
+template <class S, class I, int K, int V, int SW, int kCols>
+__device__ void forward_row(compute_t<S> (&acc)[kCols][V], const S* row, const Pack<S, V>* taps, int r,
+                            I q0, const DepthwiseArgs& a) {
+  if constexpr (SW == kRuntimeWidth) {
+    const I w0 = q0 * a.stride_w - a.pad_w;
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      const I col = w0 + s * a.dilation_w;
+      if (col < 0 || col >= I(a.W)) continue;
+      fma_pack<S, V>(acc[0], load_pack<V>(row + col * I(a.in[3])), taps[(r * K + s) * blockDim.x]);
+    }
+  } else {
+    constexpr int kSpan = (kCols - 1) * SW + K;
+    const I w0 = q0 * SW - a.pad_w;
+    Pack<S, V> in[kSpan];
+    bool inside[kSpan];
+#pragma unroll
+    for (int e = 0; e < kSpan; ++e) {
+      inside[e] = w0 + e >= 0 && w0 + e < I(a.W);
+      if (inside[e]) in[e] = load_pack<V>(row + (w0 + e) * I(a.in[3]));
+    }
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      const Pack<S, V> tap = taps[(r * K + s) * blockDim.x];
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        if (inside[j * SW + s]) fma_pack<S, V>(acc[j], in[j * SW + s], tap);
+      }
+    }
+  }
+}
+
+// Work item g = ((n * P + p) * ceil(Q / kCols) + column block): kCols output
+// columns of one output row for the thread's channel pack.
+template <class S, class I, int K, int V, int SW>
+__global__ void depthwise_forward_packed_kernel(S* y, const S* x, const S* w, DepthwiseArgs a, I items) {
   using A = compute_t<S>;
-  const I packs = I(a.C) / V;
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * blockDim.x) {
-    const I c = (i % packs) * V, pixel = i / packs;
-    const I q = pixel % I(a.Q), np = pixel / I(a.Q);
+  constexpr int kCols = SW == kRuntimeWidth ? 1 : kColumns;
+  __shared__ __align__(16) unsigned char staged[kTapBytes<K>];
+  Pack<S, V>* taps = reinterpret_cast<Pack<S, V>*>(staged) + threadIdx.x;
+  const I pack = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x);
+  stage_taps<S, I, K, V>(reinterpret_cast<Pack<S, V>*>(staged), w, a, I(blockIdx.x) * I(blockDim.x) * V);
+  if (pack >= I(a.C) / V) return;
+  const I c = pack * V, blocks = (I(a.Q) + kCols - 1) / kCols;
+  for (I g = I(blockIdx.y) * I(blockDim.y) + I(threadIdx.y); g < items; g += I(gridDim.y) * I(blockDim.y)) {
+    const I q0 = (g % blocks) * kCols, np = g / blocks;
     const I p = np % I(a.P), n = np / I(a.P);
     const S* xc = x + n * I(a.in[0]) + c;
-    const S* wc = w + c * I(a.filter[0]);
-    const I h0 = p * a.stride_h - a.pad_h, w0 = q * a.stride_w - a.pad_w;
-    A acc[V] = {};
+    const I h0 = p * a.stride_h - a.pad_h;
+    A acc[kCols][V] = {};
 #pragma unroll
     for (int r = 0; r < K; ++r) {
       const I h = h0 + r * a.dilation_h;
       if (h < 0 || h >= I(a.H)) continue;
-#pragma unroll
-      for (int s = 0; s < K; ++s) {
-        const I col = w0 + s * a.dilation_w;
-        if (col < 0 || col >= I(a.W)) continue;
-        const Pack<S, V> in = load_pack<V>(xc + h * I(a.in[2]) + col * I(a.in[3]));
-        const S* tap = wc + r * I(a.filter[2]) + s * I(a.filter[3]);
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += to_compute(in.v[v]) * to_compute(tap[v * I(a.filter[0])]);
-      }
+      forward_row<S, I, K, V, SW, kCols>(acc, xc + h * I(a.in[2]), taps, r, q0, a);
     }
-    Pack<S, V> out;
-#pragma unroll
-    for (int v = 0; v < V; ++v) out.v[v] = from_compute<S>(acc[v]);
-    store_pack(y + offset<I>(a.out, n, c, p, q), out);
+    store_columns<S, I, V, kCols>(y + n * I(a.out[0]) + c + p * I(a.out[2]), I(a.out[3]), q0, I(a.Q), acc);
   }
 }
 
-template <class S, class I, int K, int V>
-__global__ void depthwise_dgrad_packed_kernel(S* dx, const S* dy, const S* w, DepthwiseArgs a, I total) {
+// Adds one dy row's taps into the data gradient's kCols outputs (first column
+// col0). With unit stride and dilation along the width (SW 1), output column
+// col0 + j takes dy column col0 + j + pad - s for tap s, so the kCols + K - 1
+// dy columns they share are loaded once; else kCols is 1 and each tap's column
+// is checked against the run-time stride and dilation.
+template <class S, class I, int K, int V, int SW, int kCols>
+__device__ void dgrad_row(compute_t<S> (&acc)[kCols][V], const S* row, const Pack<S, V>* taps, int r,
+                          I col0, const DepthwiseArgs& a) {
+  if constexpr (SW == kRuntimeWidth) {
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      const I u = col0 + a.pad_w - s * a.dilation_w;
+      if (u < 0 || u % a.stride_w != 0 || u / a.stride_w >= I(a.Q)) continue;
+      fma_pack<S, V>(acc[0], load_pack<V>(row + (u / a.stride_w) * I(a.out[3])),
+                     taps[(r * K + s) * blockDim.x]);
+    }
+  } else {
+    static_assert(SW == 1, "the data gradient reuses columns at unit stride only");
+    constexpr int kSpan = kCols + K - 1;
+    const I u0 = col0 + a.pad_w - (K - 1);  // dy column of e = 0; e = j + K - 1 - s
+    Pack<S, V> g[kSpan];
+    bool inside[kSpan];
+#pragma unroll
+    for (int e = 0; e < kSpan; ++e) {
+      inside[e] = u0 + e >= 0 && u0 + e < I(a.Q);
+      if (inside[e]) g[e] = load_pack<V>(row + (u0 + e) * I(a.out[3]));
+    }
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      const Pack<S, V> tap = taps[(r * K + s) * blockDim.x];
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        if (inside[j + K - 1 - s]) fma_pack<S, V>(acc[j], g[j + K - 1 - s], tap);
+      }
+    }
+  }
+}
+
+// Work item g = ((n * H + h) * ceil(W / kCols) + column block): kCols columns
+// of one dx row for the thread's channel pack.
+template <class S, class I, int K, int V, int SW>
+__global__ void depthwise_dgrad_packed_kernel(S* dx, const S* dy, const S* w, DepthwiseArgs a, I items) {
   using A = compute_t<S>;
-  const I packs = I(a.C) / V;
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * blockDim.x) {
-    const I c = (i % packs) * V, pixel = i / packs;
-    const I col = pixel % I(a.W), nh = pixel / I(a.W);
+  constexpr int kCols = SW == kRuntimeWidth ? 1 : kColumns;
+  __shared__ __align__(16) unsigned char staged[kTapBytes<K>];
+  Pack<S, V>* taps = reinterpret_cast<Pack<S, V>*>(staged) + threadIdx.x;
+  const I pack = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x);
+  stage_taps<S, I, K, V>(reinterpret_cast<Pack<S, V>*>(staged), w, a, I(blockIdx.x) * I(blockDim.x) * V);
+  if (pack >= I(a.C) / V) return;
+  const I c = pack * V, blocks = (I(a.W) + kCols - 1) / kCols;
+  for (I g = I(blockIdx.y) * I(blockDim.y) + I(threadIdx.y); g < items; g += I(gridDim.y) * I(blockDim.y)) {
+    const I col0 = (g % blocks) * kCols, nh = g / blocks;
     const I h = nh % I(a.H), n = nh / I(a.H);
     const S* dyc = dy + n * I(a.out[0]) + c;
-    const S* wc = w + c * I(a.filter[0]);
-    A acc[V] = {};
+    A acc[kCols][V] = {};
 #pragma unroll
     for (int r = 0; r < K; ++r) {
       const I t = h + a.pad_h - r * a.dilation_h;
       if (t < 0 || t % a.stride_h != 0 || t / a.stride_h >= I(a.P)) continue;
-      const I p = t / a.stride_h;
-#pragma unroll
-      for (int s = 0; s < K; ++s) {
-        const I u = col + a.pad_w - s * a.dilation_w;
-        if (u < 0 || u % a.stride_w != 0 || u / a.stride_w >= I(a.Q)) continue;
-        const Pack<S, V> g = load_pack<V>(dyc + p * I(a.out[2]) + (u / a.stride_w) * I(a.out[3]));
-        const S* tap = wc + r * I(a.filter[2]) + s * I(a.filter[3]);
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += to_compute(g.v[v]) * to_compute(tap[v * I(a.filter[0])]);
-      }
+      dgrad_row<S, I, K, V, SW, kCols>(acc, dyc + (t / a.stride_h) * I(a.out[2]), taps, r, col0, a);
     }
-    Pack<S, V> out;
-#pragma unroll
-    for (int v = 0; v < V; ++v) out.v[v] = from_compute<S>(acc[v]);
-    store_pack(dx + offset<I>(a.in, n, c, h, col), out);
+    store_columns<S, I, V, kCols>(dx + n * I(a.in[0]) + c + h * I(a.in[2]), I(a.in[3]), col0, I(a.W), acc);
   }
 }
 
@@ -247,38 +390,78 @@ __global__ void depthwise_wgrad_partial_kernel(compute_t<S>* partial, const S* d
   }
 }
 
+// Adds one x row's products into the packed weight gradient's taps of row r:
+// dy packs g[j] (present where has[j]) of kCols output columns from q0 times the
+// x columns their taps read. With SW fixed (dilation 1), the kSpan x columns the
+// outputs share are loaded once; else kCols is 1 and each tap's column comes
+// from the run-time stride and dilation.
+template <class S, class I, int K, int V, int SW, int kCols>
+__device__ void wgrad_row(compute_t<S> (&acc)[K * K][V], const Pack<S, V> (&g)[kCols],
+                          const bool (&has)[kCols], const S* row, int r, I q0, const DepthwiseArgs& a) {
+  if constexpr (SW == kRuntimeWidth) {
+    const I w0 = q0 * a.stride_w - a.pad_w;
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      const I col = w0 + s * a.dilation_w;
+      if (col < 0 || col >= I(a.W)) continue;
+      fma_pack<S, V>(acc[r * K + s], load_pack<V>(row + col * I(a.in[3])), g[0]);
+    }
+  } else {
+    constexpr int kSpan = (kCols - 1) * SW + K;
+    const I w0 = q0 * SW - a.pad_w;
+    Pack<S, V> in[kSpan];
+    bool inside[kSpan];
+#pragma unroll
+    for (int e = 0; e < kSpan; ++e) {
+      inside[e] = w0 + e >= 0 && w0 + e < I(a.W);
+      if (inside[e]) in[e] = load_pack<V>(row + (w0 + e) * I(a.in[3]));
+    }
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+#pragma unroll
+      for (int s = 0; s < K; ++s) {
+        if (has[j] && inside[j * SW + s]) fma_pack<S, V>(acc[r * K + s], in[j * SW + s], g[j]);
+      }
+    }
+  }
+}
+
 // Stage 1 on channels-last operands whose channels move in packs: a lane owns V
-// channels (tile lanes = tile * V channels per block), reads one 16-byte pack of
-// dy and of x per tap, and the block adds its rows pairwise in a fixed order as above.
-template <class S, class I, int K, int V>
+// channels (tile lanes = tile * V channels per block) and walks work items
+// ((n * P + p) * ceil(Q / kCols) + column block: kCols output columns of one
+// row, as the packed forward), reading 16-byte packs of dy and x; the block
+// then adds its rows pairwise in a fixed order as above. A chunk is a range of
+// items, so each sum runs in a fixed order.
+template <class S, class I, int K, int V, int SW>
 __global__ void depthwise_wgrad_partial_packed_kernel(compute_t<S>* partial, const S* dy, const S* x,
-                                                      DepthwiseArgs a, I pixels, I per_chunk, int tile) {
+                                                      DepthwiseArgs a, I items, I per_chunk, int tile) {
   using A = compute_t<S>;
-  constexpr int kTaps = K * K;
+  constexpr int kTaps = K * K, kCols = SW == kRuntimeWidth ? 1 : kWgradColumns;
   const int lane = threadIdx.x % tile, row = threadIdx.x / tile, rows = blockDim.x / tile;
   const I c = (I(blockIdx.x) * tile + lane) * V;
   const I begin = I(blockIdx.y) * per_chunk;
-  const I end = begin + per_chunk < pixels ? begin + per_chunk : pixels;
+  const I end = begin + per_chunk < items ? begin + per_chunk : items;
+  const I blocks = (I(a.Q) + kCols - 1) / kCols;
   A acc[kTaps][V] = {};
   if (c < I(a.C)) {
-    for (I pixel = begin + row; pixel < end; pixel += rows) {
-      const I q = pixel % I(a.Q), np = pixel / I(a.Q);
+    for (I item = begin + row; item < end; item += rows) {
+      const I q0 = (item % blocks) * kCols, np = item / blocks;
       const I p = np % I(a.P), n = np / I(a.P);
-      const Pack<S, V> g = load_pack<V>(dy + offset<I>(a.out, n, c, p, q));
+      const S* dyrow = dy + n * I(a.out[0]) + c + p * I(a.out[2]);
+      Pack<S, V> g[kCols];
+      bool has[kCols];
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        has[j] = q0 + j < I(a.Q);
+        if (has[j]) g[j] = load_pack<V>(dyrow + (q0 + j) * I(a.out[3]));
+      }
       const S* xc = x + n * I(a.in[0]) + c;
-      const I h0 = p * a.stride_h - a.pad_h, w0 = q * a.stride_w - a.pad_w;
+      const I h0 = p * a.stride_h - a.pad_h;
 #pragma unroll
       for (int r = 0; r < K; ++r) {
         const I h = h0 + r * a.dilation_h;
-        const bool inside = h >= 0 && h < I(a.H);
-#pragma unroll
-        for (int s = 0; s < K; ++s) {
-          const I col = w0 + s * a.dilation_w;
-          if (!inside || col < 0 || col >= I(a.W)) continue;
-          const Pack<S, V> in = load_pack<V>(xc + h * I(a.in[2]) + col * I(a.in[3]));
-#pragma unroll
-          for (int v = 0; v < V; ++v) acc[r * K + s][v] += to_compute(g.v[v]) * to_compute(in.v[v]);
-        }
+        if (h < 0 || h >= I(a.H)) continue;
+        wgrad_row<S, I, K, V, SW, kCols>(acc, g, has, xc + h * I(a.in[2]), r, q0, a);
       }
     }
   }
@@ -350,6 +533,17 @@ void visit_index_and_side(bool narrow, int64_t side, Fn&& fn) {
   }
 }
 
+// Launches a packed forward or data gradient kernel over `items` work items of
+// `packs` channel packs each (kernel as depthwise_forward_packed_kernel's form).
+template <class S, class I, class Kernel>
+void launch_packed(Kernel kernel, S* out, const S* in, const S* w, const DepthwiseArgs& a, int64_t packs,
+                   int64_t items, cudaStream_t stream) {
+  const PackTiles t = pack_tiles(packs);
+  const dim3 grid(static_cast<unsigned>(t.tiles),
+                  static_cast<unsigned>(std::min((items + t.rows - 1) / t.rows, kMaxBlocks)));
+  kernel<<<grid, dim3(t.tile, t.rows), 0, stream>>>(out, in, w, a, I(items));
+}
+
 }  // namespace
 
 cudaError_t launch_conv_depthwise_forward(const Strided& y, const Strided& x, const Strided& w,
@@ -361,13 +555,26 @@ cudaError_t launch_conv_depthwise_forward(const Strided& y, const Strided& x, co
     constexpr int V = kPackOf<S>;
     const bool packed = channel_packs_fit(x, V) && channel_packs_fit(y, V);
     visit_index_and_side(fits_int32(total, x, y, w), w.sizes[2], [&]<class I, int K>() {
-      if (packed) {
-        depthwise_forward_packed_kernel<S, I, K, V><<<blocks_for(total / V), kThreads, 0, stream>>>(
-            y.ptr<S>(), x.ptr<const S>(), w.ptr<const S>(), a, I(total / V));
-      } else {
+      if (!packed) {
         depthwise_forward_kernel<S, I, K><<<blocks_for(total), kThreads, 0, stream>>>(
             y.ptr<S>(), x.ptr<const S>(), w.ptr<const S>(), a, I(total));
+        return;
       }
+      const int64_t packs = a.C / V, rows = a.N * a.P;
+      const auto run = [&](auto kernel, int64_t columns) {
+        launch_packed<S, I>(kernel, y.ptr<S>(), x.ptr<const S>(), w.ptr<const S>(), a, packs,
+                            rows * ((a.Q + columns - 1) / columns), stream);
+      };
+      // Column reuse for the strides MobileNets use, in 32-bit indices.
+      if constexpr (std::is_same_v<I, int32_t>) {
+        if (p.dilation_w == 1 && p.stride_w == 1) {
+          return run(depthwise_forward_packed_kernel<S, I, K, V, 1>, kColumns);
+        }
+        if (p.dilation_w == 1 && p.stride_w == 2) {
+          return run(depthwise_forward_packed_kernel<S, I, K, V, 2>, kColumns);
+        }
+      }
+      run(depthwise_forward_packed_kernel<S, I, K, V, kRuntimeWidth>, 1);
     });
   });
   return cudaGetLastError();
@@ -382,13 +589,22 @@ cudaError_t launch_conv_depthwise_dgrad(const Strided& dx, const Strided& dy, co
     constexpr int V = kPackOf<S>;
     const bool packed = channel_packs_fit(dx, V) && channel_packs_fit(dy, V);
     visit_index_and_side(fits_int32(total, dx, dy, w), w.sizes[2], [&]<class I, int K>() {
-      if (packed) {
-        depthwise_dgrad_packed_kernel<S, I, K, V><<<blocks_for(total / V), kThreads, 0, stream>>>(
-            dx.ptr<S>(), dy.ptr<const S>(), w.ptr<const S>(), a, I(total / V));
-      } else {
+      if (!packed) {
         depthwise_dgrad_kernel<S, I, K><<<blocks_for(total), kThreads, 0, stream>>>(
             dx.ptr<S>(), dy.ptr<const S>(), w.ptr<const S>(), a, I(total));
+        return;
       }
+      const int64_t packs = a.C / V, rows = a.N * a.H;
+      const auto run = [&](auto kernel, int64_t columns) {
+        launch_packed<S, I>(kernel, dx.ptr<S>(), dy.ptr<const S>(), w.ptr<const S>(), a, packs,
+                            rows * ((a.W + columns - 1) / columns), stream);
+      };
+      if constexpr (std::is_same_v<I, int32_t>) {
+        if (p.dilation_w == 1 && p.stride_w == 1) {
+          return run(depthwise_dgrad_packed_kernel<S, I, K, V, 1>, kColumns);
+        }
+      }
+      run(depthwise_dgrad_packed_kernel<S, I, K, V, kRuntimeWidth>, 1);
     });
   });
   return cudaGetLastError();
@@ -402,20 +618,34 @@ cudaError_t launch_conv_depthwise_wgrad(const Strided& dw, const Strided& dy, co
   visit_floating(dw.dtype, [&]<class S>() {
     using A = compute_t<S>;
     constexpr int V = kPackOf<S>;
-    // Packs for filters up to 3 x 3 (K * K * V accumulators per thread stay in registers).
+    // Packs for filters up to 3 x 3 (K * K * V accumulators per thread stay in
+    // registers); column reuse for the strides MobileNets use, in 32-bit indices.
     const bool packed = dw.sizes[2] <= 3 && channel_packs_fit(x, V) && channel_packs_fit(dy, V);
-    const DepthwiseSplit split = packed ? depthwise_wgrad_packed_split(a.C, V, pixels)
+    const bool narrow = fits_int32(pixels, x, dy, dw);
+    const bool reuse = packed && narrow && p.dilation_w == 1 && (p.stride_w == 1 || p.stride_w == 2);
+    const int64_t columns = reuse ? kWgradColumns : 1;
+    const int64_t items = a.N * a.P * ((a.Q + columns - 1) / columns);
+    // depthwise_wgrad_packed_split's chunks for `items` <= its chunks for `pixels`
+    // (they grow with the count), which the scratch is sized by.
+    const DepthwiseSplit split = packed ? depthwise_wgrad_packed_split(a.C, V, items)
                                         : depthwise_wgrad_split(a.C, pixels, a.channels_innermost);
-    const int64_t per_chunk = (pixels + split.chunks - 1) / split.chunks;
+    const int64_t work = packed ? items : pixels;
+    const int64_t per_chunk = (work + split.chunks - 1) / split.chunks;
     const int64_t lanes = packed ? a.C / V : a.C;
     const dim3 grid(static_cast<unsigned>((lanes + split.tile - 1) / split.tile), static_cast<unsigned>(split.chunks));
     if (pixels > 0) {
-      visit_index_and_side(fits_int32(pixels, x, dy, dw), dw.sizes[2], [&]<class I, int K>() {
+      visit_index_and_side(narrow, dw.sizes[2], [&]<class I, int K>() {
         if constexpr (K <= 3) {
           if (packed) {
-            depthwise_wgrad_partial_packed_kernel<S, I, K, V><<<grid, kThreads, 0, stream>>>(
-                scratch.ptr<A>(), dy.ptr<const S>(), x.ptr<const S>(), a, I(pixels), I(per_chunk), split.tile);
-            return;
+            const auto run = [&](auto kernel) {
+              kernel<<<grid, kThreads, 0, stream>>>(scratch.ptr<A>(), dy.ptr<const S>(), x.ptr<const S>(), a,
+                                                    I(items), I(per_chunk), split.tile);
+            };
+            if constexpr (std::is_same_v<I, int32_t>) {
+              if (reuse && p.stride_w == 1) return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, 1>);
+              if (reuse) return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, 2>);
+            }
+            return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, kRuntimeWidth>);
           }
         }
         depthwise_wgrad_partial_kernel<S, I, K><<<grid, kThreads, 0, stream>>>(

@@ -8,7 +8,9 @@
 // neighbouring elements in either layout.
 //
 // Forward and data gradient: a thread per output (input) element sums its
-// window. Weight gradient: a deterministic two-stage reduction over N * P * Q
+// window; on channels-last operands in 16-byte channel packs, a thread sums V
+// channels of up to 4 neighbouring columns, with the filter staged tap-major in
+// shared memory. Weight gradient: a deterministic two-stage reduction over N * P * Q
 // (per-block partial sums over a fixed slice of pixels, reduced in a fixed
 // order, then a fixed-order sum of the blocks' partials; no float atomics).
 // Arithmetic is float32 for float32 / bfloat16 / float16 operands (16-bit ones

@@ -35,9 +35,11 @@ inline DepthwiseSplit depthwise_wgrad_split(int64_t channels, int64_t pixels, bo
   return split;
 }
 
-// The split of the packed weight gradient (V channels per lane, channels-last):
-// tiles of up to 32 lanes, and never more chunks than depthwise_wgrad_split gives
-// for the same operands, so that the scratch sized by it always suffices.
+// The split of the packed weight gradient (V channels per lane, channels-last)
+// over `pixels` work items (pixels, or blocks of neighbouring columns, which are
+// fewer): tiles of up to 32 lanes, and never more chunks than
+// depthwise_wgrad_split gives for the same operands, so that the scratch sized
+// by it always suffices.
 inline DepthwiseSplit depthwise_wgrad_packed_split(int64_t channels, int V, int64_t pixels) {
   constexpr int kThreadsPerBlock = 256, kPixelsPerThread = 8;
   constexpr int64_t kTargetBlocks = 1024, kMaxChunks = 65535;

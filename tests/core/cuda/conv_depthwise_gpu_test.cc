@@ -2,11 +2,15 @@
 // The depthwise convolution kernels (core/cuda/conv_depthwise.h) against the
 // CPU reference in float64 on the same values (rounded to the dtype first):
 // forward, data gradient and weight gradient on 300 random configurations
-// (channels 1-70, a third of them multiples of 8 so that channels-last operands
-// move in 16-byte packs; filter side 1, 3, 5, 7, stride 1-3, padding 0 to the side,
-// dilation 1-2, planes 1-20, batch 1-3), NCHW and channels-last, float64,
-// float32, bfloat16 and float16; then layers large enough for many weight-
-// gradient chunks and 64-bit indices' neighbour (MobileNetV2's shapes); then
+// (channels 1-70, a third of them multiples of 8 up to 320 so that channels-last
+// operands move in 16-byte packs, in one or several channel tiles; filter side
+// 1, 3, 5, 7, strides 1-3 and dilations 1-2 drawn apart for rows and columns,
+// so that column strides 1 and 2 at dilation 1 take the packed kernels' column
+// reuse and the rest their one-column form; padding 0 to the side, planes 1-20,
+// odd and even, batch 1-3), NCHW and channels-last, float64, float32, bfloat16
+// and float16, each pass run twice for the same bits; then layers large enough
+// for many weight-gradient chunks and 64-bit indices' neighbour (MobileNetV2's
+// shapes); then
 // conv2d with groups == channels on each path LOOM_CONV_DEPTHWISE names
 // (loom, cudnn, auto) under strict fp32, TF32 and bf16 autocast against the CPU
 // op, forward and every gradient.
@@ -38,24 +42,29 @@ using namespace loom;
 
 namespace {
 
+// stride and dilation are the rows'; stride_w and dilation_w the columns'.
 struct Case {
-  int64_t N, C, H, W, side, stride, pad, dilation;
+  int64_t N, C, H, W, side, stride, pad, dilation, stride_w, dilation_w;
 };
 
 // A random configuration whose output has at least one pixel; with `packs`, the
-// channels a multiple of 8, so that channels-last operands take the kernels'
-// 16-byte channel packs in every dtype.
+// channels a multiple of 8 (up to 40 packs of 8, more than one tile of 32 packs),
+// so that channels-last operands take the kernels' 16-byte channel packs in
+// every dtype.
 Case random_case(std::mt19937_64& rng, bool packs) {
   auto pick = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   const int64_t sides[] = {1, 3, 5, 7};
   for (;;) {
-    Case c{.N = pick(1, 3), .C = packs ? 8 * pick(1, 9) : pick(1, 70), .H = pick(1, 20), .W = pick(1, 20),
-           .side = sides[pick(0, 3)], .stride = pick(1, 3), .pad = 0, .dilation = pick(1, 2)};
+    Case c{.N = pick(1, 3), .C = packs ? 8 * pick(1, 40) : pick(1, 70), .H = pick(1, 20), .W = pick(1, 20),
+           .side = sides[pick(0, 3)], .stride = pick(1, 3), .pad = 0, .dilation = pick(1, 2),
+           .stride_w = pick(1, 3), .dilation_w = pick(1, 2)};
     c.pad = pick(0, c.side);
-    const int64_t span = c.dilation * (c.side - 1) + 1;
-    if (c.H + 2 * c.pad >= span && c.W + 2 * c.pad >= span) return c;
+    if (c.H + 2 * c.pad >= c.dilation * (c.side - 1) + 1 &&
+        c.W + 2 * c.pad >= c.dilation_w * (c.side - 1) + 1) {
+      return c;
+    }
   }
 }
 
@@ -70,14 +79,14 @@ double tolerance(DType dtype) {
 }
 
 void check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen) {
-  INFO("N ", c.N, " C ", c.C, " H ", c.H, " W ", c.W, " side ", c.side, " stride ", c.stride,
-       " pad ", c.pad, " dilation ", c.dilation, " ", dtype_name(dtype), " channels_last ",
-       format == MemoryFormat::ChannelsLast);
-  const kernel::ConvParams p{.stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad,
-                          .pad_w = c.pad, .dilation_h = c.dilation, .dilation_w = c.dilation,
+  INFO("N ", c.N, " C ", c.C, " H ", c.H, " W ", c.W, " side ", c.side, " stride ", c.stride, "x",
+       c.stride_w, " pad ", c.pad, " dilation ", c.dilation, "x", c.dilation_w, " ", dtype_name(dtype),
+       " channels_last ", format == MemoryFormat::ChannelsLast);
+  const kernel::ConvParams p{.stride_h = c.stride, .stride_w = c.stride_w, .pad_h = c.pad,
+                          .pad_w = c.pad, .dilation_h = c.dilation, .dilation_w = c.dilation_w,
                           .groups = c.C};
   const int64_t P = cpu::conv_output_size(c.H, c.side, c.stride, c.pad, c.dilation);
-  const int64_t Q = cpu::conv_output_size(c.W, c.side, c.stride, c.pad, c.dilation);
+  const int64_t Q = cpu::conv_output_size(c.W, c.side, c.stride_w, c.pad, c.dilation_w);
   const Tensor x = exact_randn({c.N, c.C, c.H, c.W}, dtype, gen);
   const Tensor w = exact_randn({c.C, 1, c.side, c.side}, dtype, gen);
   const Tensor dy = exact_randn({c.N, c.C, P, Q}, dtype, gen);
@@ -94,15 +103,26 @@ void check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   };
   const Tensor xg = on_gpu(x), wg = on_gpu(w), dyg = on_gpu(dy);
   REQUIRE(cuda::conv_depthwise_supported(xg.strided(), wg.strided(), p));
-  const Tensor y = poisoned(y_ref.sizes()), dx = poisoned(x.sizes()), dw = poisoned(w.sizes());
-  const cuda::DepthwiseScratch need = cuda::conv_depthwise_wgrad_scratch(dyg.strided(), dw.strided());
-  const Tensor scratch = full({need.elements}, 1e30, {.dtype = need.dtype, .device = testing::test_gpu()});
-  cuda::conv_depthwise_forward(y.strided(), xg.strided(), wg.strided(), p);
-  cuda::conv_depthwise_dgrad(dx.strided(), dyg.strided(), wg.strided(), p);
-  cuda::conv_depthwise_wgrad(dw.strided(), dyg.strided(), xg.strided(), p, scratch.strided());
-  testing::check_scaled(y, y_ref, tolerance(dtype));
-  testing::check_scaled(dx, dx_ref, tolerance(dtype));
-  testing::check_scaled(dw, dw_ref, tolerance(dtype));
+  const cuda::DepthwiseScratch need = cuda::conv_depthwise_wgrad_scratch(dyg.strided(), wg.strided());
+  struct Results {
+    Tensor y, dx, dw;
+  };
+  auto run = [&] {
+    const Results r{poisoned(y_ref.sizes()), poisoned(x.sizes()), poisoned(w.sizes())};
+    const Tensor scratch = full({need.elements}, 1e30, {.dtype = need.dtype, .device = testing::test_gpu()});
+    cuda::conv_depthwise_forward(r.y.strided(), xg.strided(), wg.strided(), p);
+    cuda::conv_depthwise_dgrad(r.dx.strided(), dyg.strided(), wg.strided(), p);
+    cuda::conv_depthwise_wgrad(r.dw.strided(), dyg.strided(), xg.strided(), p, scratch.strided());
+    return r;
+  };
+  const Results first = run(), second = run();
+  testing::check_scaled(first.y, y_ref, tolerance(dtype));
+  testing::check_scaled(first.dx, dx_ref, tolerance(dtype));
+  testing::check_scaled(first.dw, dw_ref, tolerance(dtype));
+  // Fixed-order sums: a second run gives the same bits.
+  CHECK(testing::values(second.y) == testing::values(first.y));
+  CHECK(testing::values(second.dx) == testing::values(first.dx));
+  CHECK(testing::values(second.dw) == testing::values(first.dw));
 }
 
 struct DepthwiseEnv {
@@ -141,13 +161,21 @@ LOOM_GPU_TEST_CASE("depthwise conv kernels match the CPU on random configuration
 }
 
 // MobileNetV2's depthwise shapes at a small batch (many weight-gradient chunks,
-// channels that are and are not multiples of 32), and a plane of one row.
+// channels that are and are not multiples of 32, 960 channels in four tiles of
+// packs), an odd width at stride 2, and a plane of one row.
 LOOM_GPU_TEST_CASE("depthwise conv kernels match the CPU on MobileNet-sized layers") {
   Generator gen(3302);
-  const Case large[] = {{.N = 4, .C = 144, .H = 32, .W = 32, .side = 3, .stride = 1, .pad = 1, .dilation = 1},
-                        {.N = 4, .C = 96, .H = 32, .W = 32, .side = 3, .stride = 2, .pad = 1, .dilation = 1},
-                        {.N = 8, .C = 960, .H = 4, .W = 4, .side = 3, .stride = 1, .pad = 1, .dilation = 1},
-                        {.N = 2, .C = 40, .H = 1, .W = 300, .side = 5, .stride = 1, .pad = 2, .dilation = 1}};
+  const Case large[] = {
+      {.N = 4, .C = 144, .H = 32, .W = 32, .side = 3, .stride = 1, .pad = 1, .dilation = 1, .stride_w = 1,
+       .dilation_w = 1},
+      {.N = 4, .C = 96, .H = 32, .W = 32, .side = 3, .stride = 2, .pad = 1, .dilation = 1, .stride_w = 2,
+       .dilation_w = 1},
+      {.N = 8, .C = 960, .H = 4, .W = 4, .side = 3, .stride = 1, .pad = 1, .dilation = 1, .stride_w = 1,
+       .dilation_w = 1},
+      {.N = 3, .C = 200, .H = 17, .W = 33, .side = 3, .stride = 2, .pad = 1, .dilation = 1, .stride_w = 2,
+       .dilation_w = 1},
+      {.N = 2, .C = 40, .H = 1, .W = 300, .side = 5, .stride = 1, .pad = 2, .dilation = 1, .stride_w = 1,
+       .dilation_w = 1}};
   for (DType dtype : {DType::Float32, DType::BFloat16}) {
     for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
       for (const Case& c : large) check_case(c, dtype, format, gen);
