@@ -138,19 +138,27 @@ __global__ void depthwise_dgrad_kernel(S* dx, const S* dy, const S* w, Depthwise
 // in shared memory tap-major, so a thread reads one tap of its V channels in
 // one 16-byte access instead of V scalar loads at channel stride R * S. Every
 // element sums the same taps in the same order as the kernels above (rows
-// outer, columns inner, taps outside the operand skipped), so the results are
-// the same bits.
+// outer, columns inner, taps outside the operand skipped).
 constexpr int kMaxTile = 32;
 
 // Along the width, either a stride known at compile time with dilation 1 (a
-// thread then computes kColumns neighbouring columns and reuses each loaded
-// input column across them), or the stride and dilation read at run time (one
-// column a thread).
+// thread then computes columns_for(stride) neighbouring columns and reuses each
+// loaded input column across them), or the stride and dilation read at run
+// time (one column a thread).
 constexpr int kRuntimeWidth = 0;
-constexpr int kColumns = 4;
-// The weight gradient's threads already hold K * K * V sums, so they take fewer
-// columns: 3 x 3 bfloat16 then stays within 128 registers (two blocks an SM).
-constexpr int kWgradColumns = 2;
+// Four columns at stride 1 (six input columns for 3 x 3 instead of twelve); two
+// at stride 2, whose windows share less and whose four would take 165
+// registers for 3 x 3 bfloat16 (sm_90), one block an SM.
+constexpr int columns_for(int stride) { return stride == kRuntimeWidth ? 1 : stride == 1 ? 4 : 2; }
+// The weight gradient's threads already hold K * K * V sums, so they take two
+// columns at either stride, and only where those sums are at most 36: for 3 x 3
+// in 16-bit dtypes (72 sums) two columns took 159 registers on sm_90, or
+// spilled 208 bytes under the two-blocks bound below.
+constexpr bool wgrad_reuses(int side, int V) { return side * side * V <= 36; }
+constexpr int wgrad_columns_for(int stride) { return stride == kRuntimeWidth ? 1 : 2; }
+// Blocks an SM the packed kernels are compiled for: two for filters up to 3 x 3
+// (at most 128 registers a thread), else one.
+constexpr int min_blocks_for(int side) { return side <= 3 ? 2 : 1; }
 
 // The launch shape of the packed kernels: `tiles` tiles of `tile` packs (equal
 // tiles of at most kMaxTile) times `rows` rows of threads per block.
@@ -250,9 +258,10 @@ __device__ void forward_row(compute_t<S> (&acc)[kCols][V], const S* row, const P
 // Work item g = ((n * P + p) * ceil(Q / kCols) + column block): kCols output
 // columns of one output row for the thread's channel pack.
 template <class S, class I, int K, int V, int SW>
-__global__ void depthwise_forward_packed_kernel(S* y, const S* x, const S* w, DepthwiseArgs a, I items) {
+__global__ void __launch_bounds__(kThreads, min_blocks_for(K))
+    depthwise_forward_packed_kernel(S* y, const S* x, const S* w, DepthwiseArgs a, I items) {
   using A = compute_t<S>;
-  constexpr int kCols = SW == kRuntimeWidth ? 1 : kColumns;
+  constexpr int kCols = columns_for(SW);
   __shared__ __align__(16) unsigned char staged[kTapBytes<K>];
   Pack<S, V>* taps = reinterpret_cast<Pack<S, V>*>(staged) + threadIdx.x;
   const I pack = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x);
@@ -316,9 +325,10 @@ __device__ void dgrad_row(compute_t<S> (&acc)[kCols][V], const S* row, const Pac
 // Work item g = ((n * H + h) * ceil(W / kCols) + column block): kCols columns
 // of one dx row for the thread's channel pack.
 template <class S, class I, int K, int V, int SW>
-__global__ void depthwise_dgrad_packed_kernel(S* dx, const S* dy, const S* w, DepthwiseArgs a, I items) {
+__global__ void __launch_bounds__(kThreads, min_blocks_for(K))
+    depthwise_dgrad_packed_kernel(S* dx, const S* dy, const S* w, DepthwiseArgs a, I items) {
   using A = compute_t<S>;
-  constexpr int kCols = SW == kRuntimeWidth ? 1 : kColumns;
+  constexpr int kCols = columns_for(SW);
   __shared__ __align__(16) unsigned char staged[kTapBytes<K>];
   Pack<S, V>* taps = reinterpret_cast<Pack<S, V>*>(staged) + threadIdx.x;
   const I pack = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x);
@@ -433,10 +443,11 @@ __device__ void wgrad_row(compute_t<S> (&acc)[K * K][V], const Pack<S, V> (&g)[k
 // then adds its rows pairwise in a fixed order as above. A chunk is a range of
 // items, so each sum runs in a fixed order.
 template <class S, class I, int K, int V, int SW>
-__global__ void depthwise_wgrad_partial_packed_kernel(compute_t<S>* partial, const S* dy, const S* x,
-                                                      DepthwiseArgs a, I items, I per_chunk, int tile) {
+__global__ void __launch_bounds__(kThreads, min_blocks_for(K))
+    depthwise_wgrad_partial_packed_kernel(compute_t<S>* partial, const S* dy, const S* x, DepthwiseArgs a,
+                                          I items, I per_chunk, int tile) {
   using A = compute_t<S>;
-  constexpr int kTaps = K * K, kCols = SW == kRuntimeWidth ? 1 : kWgradColumns;
+  constexpr int kTaps = K * K, kCols = wgrad_columns_for(SW);
   const int lane = threadIdx.x % tile, row = threadIdx.x / tile, rows = blockDim.x / tile;
   const I c = (I(blockIdx.x) * tile + lane) * V;
   const I begin = I(blockIdx.y) * per_chunk;
@@ -568,10 +579,10 @@ cudaError_t launch_conv_depthwise_forward(const Strided& y, const Strided& x, co
       // Column reuse for the strides MobileNets use, in 32-bit indices.
       if constexpr (std::is_same_v<I, int32_t>) {
         if (p.dilation_w == 1 && p.stride_w == 1) {
-          return run(depthwise_forward_packed_kernel<S, I, K, V, 1>, kColumns);
+          return run(depthwise_forward_packed_kernel<S, I, K, V, 1>, columns_for(1));
         }
         if (p.dilation_w == 1 && p.stride_w == 2) {
-          return run(depthwise_forward_packed_kernel<S, I, K, V, 2>, kColumns);
+          return run(depthwise_forward_packed_kernel<S, I, K, V, 2>, columns_for(2));
         }
       }
       run(depthwise_forward_packed_kernel<S, I, K, V, kRuntimeWidth>, 1);
@@ -601,7 +612,7 @@ cudaError_t launch_conv_depthwise_dgrad(const Strided& dx, const Strided& dy, co
       };
       if constexpr (std::is_same_v<I, int32_t>) {
         if (p.dilation_w == 1 && p.stride_w == 1) {
-          return run(depthwise_dgrad_packed_kernel<S, I, K, V, 1>, kColumns);
+          return run(depthwise_dgrad_packed_kernel<S, I, K, V, 1>, columns_for(1));
         }
       }
       run(depthwise_dgrad_packed_kernel<S, I, K, V, kRuntimeWidth>, 1);
@@ -622,8 +633,9 @@ cudaError_t launch_conv_depthwise_wgrad(const Strided& dw, const Strided& dy, co
     // registers); column reuse for the strides MobileNets use, in 32-bit indices.
     const bool packed = dw.sizes[2] <= 3 && channel_packs_fit(x, V) && channel_packs_fit(dy, V);
     const bool narrow = fits_int32(pixels, x, dy, dw);
-    const bool reuse = packed && narrow && p.dilation_w == 1 && (p.stride_w == 1 || p.stride_w == 2);
-    const int64_t columns = reuse ? kWgradColumns : 1;
+    const bool reuse = packed && narrow && wgrad_reuses(static_cast<int>(dw.sizes[2]), V) &&
+                       p.dilation_w == 1 && (p.stride_w == 1 || p.stride_w == 2);
+    const int64_t columns = reuse ? wgrad_columns_for(p.stride_w) : 1;
     const int64_t items = a.N * a.P * ((a.Q + columns - 1) / columns);
     // depthwise_wgrad_packed_split's chunks for `items` <= its chunks for `pixels`
     // (they grow with the count), which the scratch is sized by.
@@ -641,7 +653,7 @@ cudaError_t launch_conv_depthwise_wgrad(const Strided& dw, const Strided& dy, co
               kernel<<<grid, kThreads, 0, stream>>>(scratch.ptr<A>(), dy.ptr<const S>(), x.ptr<const S>(), a,
                                                     I(items), I(per_chunk), split.tile);
             };
-            if constexpr (std::is_same_v<I, int32_t>) {
+            if constexpr (std::is_same_v<I, int32_t> && wgrad_reuses(K, V)) {
               if (reuse && p.stride_w == 1) return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, 1>);
               if (reuse) return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, 2>);
             }
