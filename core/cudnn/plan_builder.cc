@@ -170,12 +170,6 @@ const bool warm_up_hooked = [] {
   return true;
 }();
 
-// A background build's selection: under the capture gate, timed
-// (times_in_background).
-SelectOptions background_options(const PlanKey& key) {
-  return {.policy = key.policy(), .gate = &capture_gate(), .timed = times_in_background(key.policy())};
-}
-
 }  // namespace
 
 PlanBuilder::Made PlanBuilder::make_now(const PlanRequest& request,
@@ -225,7 +219,7 @@ bool PlanBuilder::start_lazily(const PlanRequest& request, Made& made) {
   // unrestricted selection ends at the same plan (or at none), so there is
   // nothing to build later.
   if (made.selection.runtime_compiled_skipped == 0 &&
-      !selection_is_timed(request.graph, background_options(request.key))) {
+      !selection_is_timed(request.graph, {.policy = request.key.policy()})) {
     if (made.selection.plan) PlanStore::global().save(request.key, *made.selection.plan);
     return true;
   }
@@ -252,7 +246,7 @@ void PlanBuilder::build(const PlanKey& key, const Graph& graph, uint64_t ticket)
   Finished done{key, ticket, nullptr, "", 0};
   try {
     LOOM_CUDA_CHECK(cudaSetDevice(key.device()));
-    const SelectOptions options = background_options(key);
+    const SelectOptions options{.policy = key.policy(), .gate = &capture_gate()};
     if (!restore_in_background(key, graph, options, start, done)) {  // no file, or a stale one: it is replaced
       if (build_first_stage(key, graph, ticket, options)) start = Clock::now();
       Selection selection = select_static(key, graph, options);
