@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -275,6 +276,34 @@ bool spins(const PrimitiveDesc& pd, std::string_view impl) {
   return false;
 }
 
+// Below this many elements, a memory-bound step (a reorder, batch norm, an
+// activation, pooling, softmax) runs on the calling thread alone. Under
+// OMP_WAIT_POLICY=PASSIVE (core/parallel.cc) the pool's other threads sleep
+// between regions, and waking them cost more than they saved: mobilenet_v2_cifar
+// at batch 8, channels-last, ONEDNN_VERBOSE per call on 2 threads against 1
+// (load 1.6-1.8): batch norm forward on (8, 64, 8, 8) 189 / 15 us, (8, 384, 8, 8)
+// 256 / 132, (8, 192, 16, 16) 330 / 264, but (8, 144, 32, 32) 673 / 802; the
+// reorder of a 384x1x3x3 depthwise filter 61 / 2.7 us, of a 384x64 one 67 / 19.
+// Convolutions and matrix products keep the pool: they are compute-bound, and
+// 1 thread was 1.3-1.7x slower on those shapes.
+constexpr int64_t kSerialElements = int64_t{1} << 19;
+
+bool memory_bound(dnnl_primitive_kind_t kind) {
+  switch (kind) {
+    case dnnl_reorder:
+    case dnnl_batch_normalization:
+    case dnnl_eltwise:
+    case dnnl_pooling_v2:
+    case dnnl_softmax_v2: return true;
+    default: return false;
+  }
+}
+
+// The team for a step of `kind` whose largest operand has `largest` elements.
+int threads_for(dnnl_primitive_kind_t kind, int64_t largest) {
+  return memory_bound(kind) && largest < kSerialElements ? 1 : num_threads();
+}
+
 struct IteratorDeleter {
   void operator()(dnnl_primitive_desc_iterator_t it) const { lib().primitive_desc_iterator_destroy(it); }
 };
@@ -310,6 +339,7 @@ std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserO
   LOOM_DNNL_CHECK(lib().primitive_create(&primitive, pd.get()));
   plan->primitive.reset(primitive);
   plan->impl = impl_name(pd);
+  int64_t largest = 0;
   const dnnl_memory_desc_t* scratchpad = lib().primitive_desc_query_md(pd.get(), dnnl_query_scratchpad_md, 0);
   plan->scratchpad_bytes = scratchpad == nullptr ? 0 : lib().memory_desc_get_size(scratchpad);
   for (const UserOperand& u : operands) {
@@ -324,9 +354,12 @@ std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserO
     if (!lib().memory_desc_equal(&o.user, &o.inner)) {
       o.reorder = u.output ? make_reorder(o.inner, o.user) : make_reorder(o.user, o.inner);
       o.inner_bytes = lib().memory_desc_get_size(&o.inner);
+      o.reorder_threads = threads_for(dnnl_reorder, elements(o.user));
     }
+    largest = std::max(largest, elements(o.user));
     plan->operands.push_back(std::move(o));
   }
+  plan->threads = threads_for(query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind), largest);
   return plan;
 }
 
@@ -351,7 +384,6 @@ std::shared_ptr<const Plan> cached_plan(Key key, const std::function<std::shared
 }
 
 void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers) {
-  bind_openmp_to_pool();
   ++execution_count();
   size_t total = aligned(plan.scratchpad_bytes);
   for (const PlanOperand& o : plan.operands) total += aligned(o.inner_bytes);
@@ -370,14 +402,21 @@ void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers
     if (o.reorder) {
       bound[i].inner = std::make_unique<Memory>(o.inner, next);
       next += aligned(o.inner_bytes);
-      if (!o.output) reorder(o.reorder.get(), bound[i].user->memory, bound[i].inner->memory);
+      if (!o.output) {
+        bind_openmp_threads(o.reorder_threads);
+        reorder(o.reorder.get(), bound[i].user->memory, bound[i].inner->memory);
+      }
     }
     args.push_back({o.arg, (o.reorder ? bound[i].inner : bound[i].user)->memory});
   }
+  bind_openmp_threads(plan.threads);
   run(plan.primitive.get(), args);
   for (size_t i = 0; i < plan.operands.size(); ++i) {
     const PlanOperand& o = plan.operands[i];
-    if (o.reorder && o.output) reorder(o.reorder.get(), bound[i].inner->memory, bound[i].user->memory);
+    if (o.reorder && o.output) {
+      bind_openmp_threads(o.reorder_threads);
+      reorder(o.reorder.get(), bound[i].inner->memory, bound[i].user->memory);
+    }
   }
 }
 
