@@ -299,9 +299,19 @@ bool memory_bound(dnnl_primitive_kind_t kind) {
   }
 }
 
-// The team for a step of `kind` whose largest operand has `largest` elements.
-int threads_for(dnnl_primitive_kind_t kind, int64_t largest) {
-  return memory_bound(kind) && largest < kSerialElements ? 1 : num_threads();
+// Whether a step of `kind` whose largest operand has `largest` elements runs
+// on the calling thread alone.
+bool runs_serial(dnnl_primitive_kind_t kind, int64_t largest) {
+  return memory_bound(kind) && largest < kSerialElements;
+}
+
+// The OpenMP team of the calling thread for a step: itself alone, or the pool.
+void bind_team(bool serial) {
+  if (serial) {
+    bind_openmp_threads(1);
+  } else {
+    bind_openmp_to_pool();
+  }
 }
 
 struct IteratorDeleter {
@@ -354,12 +364,12 @@ std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserO
     if (!lib().memory_desc_equal(&o.user, &o.inner)) {
       o.reorder = u.output ? make_reorder(o.inner, o.user) : make_reorder(o.user, o.inner);
       o.inner_bytes = lib().memory_desc_get_size(&o.inner);
-      o.reorder_threads = threads_for(dnnl_reorder, elements(o.user));
+      o.serial_reorder = runs_serial(dnnl_reorder, elements(o.user));
     }
     largest = std::max(largest, elements(o.user));
     plan->operands.push_back(std::move(o));
   }
-  plan->threads = threads_for(query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind), largest);
+  plan->serial = runs_serial(query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind), largest);
   return plan;
 }
 
@@ -403,18 +413,18 @@ void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers
       bound[i].inner = std::make_unique<Memory>(o.inner, next);
       next += aligned(o.inner_bytes);
       if (!o.output) {
-        bind_openmp_threads(o.reorder_threads);
+        bind_team(o.serial_reorder);
         reorder(o.reorder.get(), bound[i].user->memory, bound[i].inner->memory);
       }
     }
     args.push_back({o.arg, (o.reorder ? bound[i].inner : bound[i].user)->memory});
   }
-  bind_openmp_threads(plan.threads);
+  bind_team(plan.serial);
   run(plan.primitive.get(), args);
   for (size_t i = 0; i < plan.operands.size(); ++i) {
     const PlanOperand& o = plan.operands[i];
     if (o.reorder && o.output) {
-      bind_openmp_threads(o.reorder_threads);
+      bind_team(o.serial_reorder);
       reorder(o.reorder.get(), bound[i].inner->memory, bound[i].user->memory);
     }
   }
@@ -429,9 +439,10 @@ std::vector<std::string> plan_lines() {
     if (plan) {
       for (const PlanOperand& o : plan->operands) reorders += o.reorder ? 1 : 0;
     }
-    lines.push_back(fmt::format("{} ({}): {}{}", key.kind, fmt::join(key.ints, ", "),
+    lines.push_back(fmt::format("{} ({}): {}{}{}", key.kind, fmt::join(key.ints, ", "),
                                 plan ? plan->impl : "reference kernels",
-                                reorders > 0 ? fmt::format(", {} reorders", reorders) : ""));
+                                reorders > 0 ? fmt::format(", {} reorders", reorders) : "",
+                                plan && plan->serial ? ", on the calling thread" : ""));
   }
   return lines;
 }
