@@ -318,11 +318,10 @@ struct IteratorDeleter {
   void operator()(dnnl_primitive_desc_iterator_t it) const { lib().primitive_desc_iterator_destroy(it); }
 };
 
-}  // namespace
-
-PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
-                                  const_dnnl_primitive_desc_t hint, std::string_view preferred) {
-  bind_openmp_to_pool();  // implementations split their work by the thread count
+// oneDNN's first implementation of op_desc, for the calling thread's team,
+// that does not spin at a barrier: see make_primitive_desc.
+PrimitiveDesc first_fast(const void* op_desc, const Attr& attr, const_dnnl_primitive_desc_t hint,
+                         std::string_view preferred) {
   dnnl_primitive_desc_iterator_t it = nullptr;
   const dnnl_status_t status = lib().primitive_desc_iterator_create(
       &it, static_cast<const_dnnl_op_desc_t>(op_desc), attr.get(), lib().engine, hint);
@@ -343,13 +342,41 @@ PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
   return first;
 }
 
+// Whether pd's primitive runs on the calling thread alone: memory-bound, its
+// data (source or destination, or their gradients) below kSerialElements.
+bool serial_pd(const PrimitiveDesc& pd) {
+  int64_t largest = 0;
+  for (int arg : {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_DST}) {
+    const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
+    if (md != nullptr && md->ndims > 0) largest = std::max(largest, elements(*md));
+  }
+  return runs_serial(query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind), largest);
+}
+
+}  // namespace
+
+PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
+                                  const_dnnl_primitive_desc_t hint, std::string_view preferred) {
+  bind_openmp_to_pool();  // implementations split their work by the thread count
+  PrimitiveDesc pd = first_fast(op_desc, attr, hint, preferred);
+  if (!pd || !serial_pd(pd)) return pd;
+  // Some implementations (bnorm_tbb_jit) fix their team when created: a serial
+  // step's is created for a team of one.
+  bind_openmp_threads(1);
+  pd = first_fast(op_desc, attr, hint, preferred);
+  bind_openmp_to_pool();
+  return pd;
+}
+
 std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserOperand>& operands) {
   auto plan = std::make_shared<Plan>();
+  plan->serial = serial_pd(pd);
+  bind_team(plan->serial);  // created for the team it runs on, as make_primitive_desc chose it
   dnnl_primitive_t primitive = nullptr;
   LOOM_DNNL_CHECK(lib().primitive_create(&primitive, pd.get()));
+  bind_openmp_to_pool();
   plan->primitive.reset(primitive);
   plan->impl = impl_name(pd);
-  int64_t largest = 0;
   const dnnl_memory_desc_t* scratchpad = lib().primitive_desc_query_md(pd.get(), dnnl_query_scratchpad_md, 0);
   plan->scratchpad_bytes = scratchpad == nullptr ? 0 : lib().memory_desc_get_size(scratchpad);
   for (const UserOperand& u : operands) {
@@ -366,10 +393,8 @@ std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserO
       o.inner_bytes = lib().memory_desc_get_size(&o.inner);
       o.serial_reorder = runs_serial(dnnl_reorder, elements(o.user));
     }
-    largest = std::max(largest, elements(o.user));
     plan->operands.push_back(std::move(o));
   }
-  plan->serial = runs_serial(query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind), largest);
   return plan;
 }
 
