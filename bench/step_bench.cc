@@ -31,6 +31,7 @@
 #include "optim/train_step.h"
 
 #ifdef LOOM_WITH_CUDA
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include "core/cuda/allocator.h"
@@ -115,6 +116,23 @@ class Stopwatch {
   cudaEvent_t begin_ = nullptr, end_ = nullptr;
 #endif
 };
+
+// Opens or closes the CUDA profiler's range around the timed repeats, so that
+// `ncu --profile-from-start off` (or nsys's capture range) sees the steady
+// state only, not plan building and its test runs. A no-op without a profiler.
+void profiled_range(Device device, bool open) {
+#ifdef LOOM_WITH_CUDA
+  if (!device.is_cuda()) return;
+  if (open) {
+    LOOM_CUDA_CHECK(cudaProfilerStart());
+  } else {
+    LOOM_CUDA_CHECK(cudaProfilerStop());
+  }
+#else
+  (void)device;
+  (void)open;
+#endif
+}
 
 // Starts a configuration from an empty allocator cache, so its peak memory is
 // its own. The plan cache is kept, as PyTorch keeps cudnn.benchmark's choices
@@ -227,11 +245,13 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
     run();
   }
   Stopwatch watch(c.device);
+  profiled_range(c.device, true);
   for (int rep = 0; rep < c.repeats; ++rep) {
     watch.start();
     for (int s = 0; s < c.steps; ++s) run();
     r.repeat_ms.push_back(watch.stop_ms() / c.steps);
   }
+  profiled_range(c.device, false);
   if (c.mode.starts_with("graph") && !step.last_step_replayed()) {
     r.fallback_reason = step.fallback_reason();
   }

@@ -162,13 +162,16 @@ void set_num_threads(int n) {
   thread_count() = n;
 }
 
-void bind_openmp_to_pool() {
+void bind_openmp_threads(int n) {
+  LOOM_CHECK(n >= 1 && n <= num_threads(), ValueError,
+             "[bind_openmp_threads] the team size must be in [1, {}] (the pool), got {}", num_threads(), n);
   thread_local int bound = 0;
-  const int n = num_threads();
   if (bound == n) return;
   openmp().set_num_threads(n);
   bound = n;
 }
+
+void bind_openmp_to_pool() { bind_openmp_threads(num_threads()); }
 
 bool in_parallel_region() { return t_in_parallel_region; }
 

@@ -37,6 +37,11 @@ void set_num_threads(int n);
 // about to call the library (cheap when nothing changed).
 void bind_openmp_to_pool();
 
+// bind_openmp_to_pool with a team of n threads (1 <= n <= num_threads()): a
+// library call too small to repay waking the pool's sleeping threads runs on
+// the calling thread alone (n = 1).
+void bind_openmp_threads(int n);
+
 // True on a thread that is running a parallel_for chunk: nested loops run inline.
 bool in_parallel_region();
 

@@ -2,20 +2,40 @@
 // Checked launches of the reduction kernels on the current stream.
 #include "core/cuda/reduce.h"
 
+#include "core/cuda/allocator.h"
 #include "core/cuda/reduce_kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 
 namespace loom::cuda {
 
+namespace {
+
+// launch(scratch) with `bytes` of scratch from the caching allocator (none for
+// 0), given back right after the launches: the allocator reuses it in stream
+// order only, after the kernels that read it.
+template <class Launch>
+cudaError_t launch_with_scratch(size_t bytes, Launch launch) {
+  void* scratch = bytes > 0 ? allocate(bytes, current_device()) : nullptr;
+  const cudaError_t status = launch(scratch);
+  if (scratch != nullptr) deallocate(scratch);
+  return status;
+}
+
+}  // namespace
+
 void reduce(const Strided& out, const Strided& in, ReduceOp op) {
   check_kernel_rank(in, "reduce");
-  LOOM_CUDA_CHECK(launch_reduce(out, in, op, current_stream()));
+  LOOM_CUDA_CHECK(launch_with_scratch(reduce_scratch_bytes(out, in), [&](void* scratch) {
+    return launch_reduce(out, in, op, scratch, current_stream());
+  }));
 }
 
 void max_along(const Strided& values, const Strided& indices, const Strided& in, int64_t dim) {
   check_kernel_rank(in, "max_along");
-  LOOM_CUDA_CHECK(launch_max_along(values, indices, in, dim, current_stream()));
+  LOOM_CUDA_CHECK(launch_with_scratch(max_along_scratch_bytes(in, dim), [&](void* scratch) {
+    return launch_max_along(values, indices, in, dim, scratch, current_stream());
+  }));
 }
 
 void scatter_add_along(const Strided& dx, const Strided& dy, const Strided& indices, int64_t dim) {

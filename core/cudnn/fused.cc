@@ -588,8 +588,6 @@ int64_t grad_in(size_t e) { return replayed(e) + 2; }
 int64_t operand_grad(size_t e) { return replayed(e) + 3; }
 int64_t input_of(size_t e) { return e == 0 ? kDvZ : replayed(e - 1); }  // t_e
 
-bool passes_through(const EpilogueStep& step) { return step.op == EpilogueOp::Add || step.op == EpilogueOp::Sub; }
-
 // How the chain's y-shaped tensors and operands are described. A conv head's
 // 4-D tensors as they are. A linear head's (M, Out): in a graph of pointwise
 // ops only, as the 4-D (M, Out, 1, 1) NHWC view (cuDNN's pointwise engines

@@ -94,6 +94,12 @@ struct EpilogueStep {
   Strided tensor;  // Channel / Full
 };
 
+// Whether a step passes the gradient through unchanged (up to sign): an add or
+// a sub, whose derivative with respect to its input is 1.
+inline bool passes_through(const EpilogueStep& step) {
+  return step.op == EpilogueOp::Add || step.op == EpilogueOp::Sub;
+}
+
 // What one try built: the graph's pattern (for fusion::report), the engine of
 // each graph that ran and, when nothing ran, why (the plan cache's reason).
 struct EpilogueRun {

@@ -194,9 +194,7 @@ PlanBuilder::Made PlanBuilder::make_now(const PlanRequest& request,
 }
 
 bool PlanBuilder::start_lazily(const PlanRequest& request, Made& made) {
-  // Too big for the background's scratch: the whole selection runs here, on
-  // the op's own tensors (plan.h, background_scratch_fits).
-  if (request.operands != nullptr && !background_scratch_fits(request.graph)) return false;
+  if (!may_leave_for_background(request)) return false;
   // The quick look costs a heuristics query (20-70 ms for a runtime-fusion
   // graph); resnet9's first step met 35 such keys of about ten structures.
   const std::string structure = structure_of(request.key, request.graph);

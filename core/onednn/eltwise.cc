@@ -26,8 +26,11 @@ struct Algorithm {
 };
 
 // relu, leaky_relu, relu6 and hardtanh stay on the reference kernels: oneDNN's
-// relu maps NaN to 0 where PyTorch keeps it, and a compare-and-select pass is
-// memory-bound either way. `parameter` is the row's first scalar.
+// relu maps NaN to 0 where PyTorch keeps it, and so do eltwise_clip and
+// eltwise_clip_v2 (NaN to the lower bound forward, a zero gradient backward;
+// oneDNN 2.6, jit:avx512_core), and a compare-and-select pass is memory-bound
+// either way (the reference loops vectorize at -O3). `parameter` is the row's
+// first scalar.
 std::optional<Algorithm> algorithm_of(ActivationKind kind, double parameter) {
   switch (kind) {
     case ActivationKind::Sigmoid: return Algorithm{dnnl_eltwise_logistic_use_dst_for_bwd};

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -275,15 +276,52 @@ bool spins(const PrimitiveDesc& pd, std::string_view impl) {
   return false;
 }
 
+// Below this many elements, a memory-bound step (a reorder, batch norm, an
+// activation, pooling, softmax) runs on the calling thread alone. Under
+// OMP_WAIT_POLICY=PASSIVE (core/parallel.cc) the pool's other threads sleep
+// between regions, and waking them cost more than they saved: mobilenet_v2_cifar
+// at batch 8, channels-last, ONEDNN_VERBOSE per call on 2 threads against 1
+// (load 1.6-1.8): batch norm forward on (8, 64, 8, 8) 189 / 15 us, (8, 384, 8, 8)
+// 256 / 132, (8, 192, 16, 16) 330 / 264, but (8, 144, 32, 32) 673 / 802; the
+// reorder of a 384x1x3x3 depthwise filter 61 / 2.7 us, of a 384x64 one 67 / 19.
+// Convolutions and matrix products keep the pool: they are compute-bound, and
+// 1 thread was 1.3-1.7x slower on those shapes.
+constexpr int64_t kSerialElements = int64_t{1} << 19;
+
+bool memory_bound(dnnl_primitive_kind_t kind) {
+  switch (kind) {
+    case dnnl_reorder:
+    case dnnl_batch_normalization:
+    case dnnl_eltwise:
+    case dnnl_pooling_v2:
+    case dnnl_softmax_v2: return true;
+    default: return false;
+  }
+}
+
+// Whether a step of `kind` whose largest operand has `largest` elements runs
+// on the calling thread alone.
+bool runs_serial(dnnl_primitive_kind_t kind, int64_t largest) {
+  return memory_bound(kind) && largest < kSerialElements;
+}
+
+// The OpenMP team of the calling thread for a step: itself alone, or the pool.
+void bind_team(bool serial) {
+  if (serial) {
+    bind_openmp_threads(1);
+  } else {
+    bind_openmp_to_pool();
+  }
+}
+
 struct IteratorDeleter {
   void operator()(dnnl_primitive_desc_iterator_t it) const { lib().primitive_desc_iterator_destroy(it); }
 };
 
-}  // namespace
-
-PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
-                                  const_dnnl_primitive_desc_t hint, std::string_view preferred) {
-  bind_openmp_to_pool();  // implementations split their work by the thread count
+// oneDNN's first implementation of op_desc, for the calling thread's team,
+// that does not spin at a barrier: see make_primitive_desc.
+PrimitiveDesc first_fast(const void* op_desc, const Attr& attr, const_dnnl_primitive_desc_t hint,
+                         std::string_view preferred) {
   dnnl_primitive_desc_iterator_t it = nullptr;
   const dnnl_status_t status = lib().primitive_desc_iterator_create(
       &it, static_cast<const_dnnl_op_desc_t>(op_desc), attr.get(), lib().engine, hint);
@@ -304,10 +342,39 @@ PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
   return first;
 }
 
+// Whether pd's primitive runs on the calling thread alone: memory-bound, its
+// data (source or destination, or their gradients) below kSerialElements.
+bool serial_pd(const PrimitiveDesc& pd) {
+  int64_t largest = 0;
+  for (int arg : {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_DST}) {
+    const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
+    if (md != nullptr && md->ndims > 0) largest = std::max(largest, elements(*md));
+  }
+  return runs_serial(query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind), largest);
+}
+
+}  // namespace
+
+PrimitiveDesc make_primitive_desc(const void* op_desc, const Attr& attr,
+                                  const_dnnl_primitive_desc_t hint, std::string_view preferred) {
+  bind_openmp_to_pool();  // implementations split their work by the thread count
+  PrimitiveDesc pd = first_fast(op_desc, attr, hint, preferred);
+  if (!pd || !serial_pd(pd)) return pd;
+  // Some implementations (bnorm_tbb_jit) fix their team when created: a serial
+  // step's is created for a team of one.
+  bind_openmp_threads(1);
+  pd = first_fast(op_desc, attr, hint, preferred);
+  bind_openmp_to_pool();
+  return pd;
+}
+
 std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserOperand>& operands) {
   auto plan = std::make_shared<Plan>();
+  plan->serial = serial_pd(pd);
+  bind_team(plan->serial);  // created for the team it runs on, as make_primitive_desc chose it
   dnnl_primitive_t primitive = nullptr;
   LOOM_DNNL_CHECK(lib().primitive_create(&primitive, pd.get()));
+  bind_openmp_to_pool();
   plan->primitive.reset(primitive);
   plan->impl = impl_name(pd);
   const dnnl_memory_desc_t* scratchpad = lib().primitive_desc_query_md(pd.get(), dnnl_query_scratchpad_md, 0);
@@ -324,6 +391,7 @@ std::shared_ptr<Plan> make_plan(const PrimitiveDesc& pd, const std::vector<UserO
     if (!lib().memory_desc_equal(&o.user, &o.inner)) {
       o.reorder = u.output ? make_reorder(o.inner, o.user) : make_reorder(o.user, o.inner);
       o.inner_bytes = lib().memory_desc_get_size(&o.inner);
+      o.serial_reorder = runs_serial(dnnl_reorder, elements(o.user));
     }
     plan->operands.push_back(std::move(o));
   }
@@ -351,7 +419,6 @@ std::shared_ptr<const Plan> cached_plan(Key key, const std::function<std::shared
 }
 
 void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers) {
-  bind_openmp_to_pool();
   ++execution_count();
   size_t total = aligned(plan.scratchpad_bytes);
   for (const PlanOperand& o : plan.operands) total += aligned(o.inner_bytes);
@@ -370,14 +437,21 @@ void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers
     if (o.reorder) {
       bound[i].inner = std::make_unique<Memory>(o.inner, next);
       next += aligned(o.inner_bytes);
-      if (!o.output) reorder(o.reorder.get(), bound[i].user->memory, bound[i].inner->memory);
+      if (!o.output) {
+        bind_team(o.serial_reorder);
+        reorder(o.reorder.get(), bound[i].user->memory, bound[i].inner->memory);
+      }
     }
     args.push_back({o.arg, (o.reorder ? bound[i].inner : bound[i].user)->memory});
   }
+  bind_team(plan.serial);
   run(plan.primitive.get(), args);
   for (size_t i = 0; i < plan.operands.size(); ++i) {
     const PlanOperand& o = plan.operands[i];
-    if (o.reorder && o.output) reorder(o.reorder.get(), bound[i].inner->memory, bound[i].user->memory);
+    if (o.reorder && o.output) {
+      bind_team(o.serial_reorder);
+      reorder(o.reorder.get(), bound[i].inner->memory, bound[i].user->memory);
+    }
   }
 }
 
@@ -390,9 +464,10 @@ std::vector<std::string> plan_lines() {
     if (plan) {
       for (const PlanOperand& o : plan->operands) reorders += o.reorder ? 1 : 0;
     }
-    lines.push_back(fmt::format("{} ({}): {}{}", key.kind, fmt::join(key.ints, ", "),
+    lines.push_back(fmt::format("{} ({}): {}{}{}", key.kind, fmt::join(key.ints, ", "),
                                 plan ? plan->impl : "reference kernels",
-                                reorders > 0 ? fmt::format(", {} reorders", reorders) : ""));
+                                reorders > 0 ? fmt::format(", {} reorders", reorders) : "",
+                                plan && plan->serial ? ", on the calling thread" : ""));
   }
   return lines;
 }

@@ -88,6 +88,7 @@ struct PlanOperand {
   dnnl_memory_desc_t inner{};  // the primitive's layout
   Primitive reorder;           // user -> inner (inputs) or inner -> user (outputs); null if equal
   size_t inner_bytes = 0;
+  bool serial_reorder = false;  // the reorder runs on the calling thread alone (plan.cc: runs_serial)
 };
 
 struct Plan {
@@ -95,6 +96,7 @@ struct Plan {
   std::vector<PlanOperand> operands;
   size_t scratchpad_bytes = 0;
   std::string impl;  // oneDNN's implementation name, e.g. "brgconv:avx512_core"
+  bool serial = false;  // the primitive runs on the calling thread alone, else on the pool (plan.cc)
 
   // The bytes of argument `arg` as Loom holds it (0 if the plan has no such operand).
   size_t bytes(int arg) const;
@@ -116,10 +118,13 @@ std::shared_ptr<const Plan> cached_plan(Key key, const std::function<std::shared
 
 // Runs the plan on the user buffers (one per plan operand, by arg): reorders
 // inputs in, runs the primitive, reorders outputs out, with the reorder buffers
-// and the scratchpad in the calling thread's scratch memory.
+// and the scratchpad in the calling thread's scratch memory. Each step runs on
+// its own team: the pool, or the calling thread alone for a memory-bound step
+// on a small tensor.
 void execute(const Plan& plan, const std::vector<std::pair<int, void*>>& buffers);
 
-// One line per cached plan (kind, key, implementation, reorders), for explain().
+// One line per cached plan (kind, key, implementation, reorders, whether the
+// primitive runs on the calling thread alone), for explain().
 std::vector<std::string> plan_lines();
 
 // How many plans have run since the process started: the tests' proof that an

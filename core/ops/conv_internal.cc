@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "core/cpu/elementwise.h"
 #include "core/cuda/bias.h"
 #include "core/cuda/elementwise.h"
 #include "core/cuda/reduce.h"
@@ -134,6 +135,16 @@ void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const ker
   const Tensor out = nchw(dw);
   cpu::conv2d_wgrad(out.strided(), nchw(dy).strided(), nchw(x).strided(), p);
   copy_back(dw, out);
+}
+
+void add_bias_kernel(const Tensor& y, const Tensor& bias) {
+  if (y.device().is_cuda()) {
+    DeviceGuard guard(y.device());
+    add_bias_cuda(y, bias);
+    return;
+  }
+  const Tensor b = bias.detach().view({1, bias.size(0), 1, 1}).expand(y.sizes());
+  cpu::add_scaled(y.strided(), y.strided(), b.strided(), 1.0);
 }
 
 void bgrad_kernel(const Tensor& db, const Tensor& dy) {

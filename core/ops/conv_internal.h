@@ -53,6 +53,8 @@ void cpu_forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const
 void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p);
 // dw (K, C/groups, R, S) = wgrad(dy, x)
 void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
+// y (N, K, P, Q) += bias (K), in place; y in the kernel layout, bias detached.
+void add_bias_kernel(const Tensor& y, const Tensor& bias);
 // db (K) = sum of dy (N, K, P, Q) over N, P and Q.
 void bgrad_kernel(const Tensor& db, const Tensor& dy);
 // dw = wgrad(dy, x) and db = bgrad(dy), either undefined to skip it: one

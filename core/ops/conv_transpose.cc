@@ -7,7 +7,7 @@
 //   y  = dgrad(x, w)
 //   dx = conv(dy, w)                (the forward of that convolution)
 //   dw = wgrad(x, dy)               (output gradient x, input dy)
-//   db = sum of dy over N, P, Q     (through the broadcast add)
+//   db = sum of dy over N, P, Q     (per channel, bgrad_kernel)
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #include "core/ops/conv_transpose.h"
@@ -26,6 +26,8 @@
 
 namespace loom {
 
+using conv_detail::add_bias_kernel;
+using conv_detail::bgrad_kernel;
 using conv_detail::conv_params;
 using conv_detail::dgrad_kernel;
 using conv_detail::forward_kernel;
@@ -123,19 +125,24 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tenso
   y_options.memory_format = kernel;
   Tensor y = empty(output_sizes(x, weight, options), y_options);
   dgrad_kernel(y, xk, wk, params);
+  // The bias joins the conv's node, as in conv2d: its gradient is then the
+  // per-channel sum of dy, not the broadcast add's generic reduction.
+  if (bias.defined()) add_bias_kernel(y, bias);
   y = y.contiguous(format);
 
-  if (needs_grad({x, weight})) {
+  if (needs_grad({x, weight, bias})) {
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad();
     const Tensor saved_x = need_w ? xk : Tensor(), saved_w = need_x ? wk : Tensor();
     const Shape x_sizes = x.sizes(), w_sizes = weight.sizes();
+    const int64_t out_channels = y.size(1);
     const MemoryFormat w_format = weight.suggest_memory_format();
-    record(kOp, {x, weight}, y,
+    record(kOp, {x, weight, bias}, y,
            [=](const Tensor& dy) -> std::vector<Tensor> {
              const Tensor g = dy.contiguous(kernel);
              TensorOptions grad_options = dy.options();
              grad_options.memory_format = kernel;
-             Tensor dx, dw;
+             Tensor dx, dw, db;
              if (need_x) {
                dx = empty(x_sizes, grad_options);
                forward_kernel(dx, g, saved_w, Tensor(), params);
@@ -146,17 +153,20 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tenso
                wgrad_kernel(dw, saved_x, g, params);
                dw = dw.contiguous(w_format);
              }
-             return {dx, dw};
+             if (need_b) {
+               db = empty({out_channels}, dy.options());
+               bgrad_kernel(db, g);
+             }
+             return {dx, dw, db};
            },
            {saved_x, saved_w});
   }
-  Tensor out = bias.defined() ? y + bias.view({1, -1, 1, 1}) : y;
   if (trace.recording()) {
     std::vector<trace::Attribute> attributes = conv_detail::conv_attributes(as_conv(options));
     attributes.push_back({"output_padding", std::vector<int64_t>{options.output_padding.h, options.output_padding.w}});
-    trace.record({x_in, weight_in, bias_in}, out, std::move(attributes));
+    trace.record({x_in, weight_in, bias_in}, y, std::move(attributes));
   }
-  return out;
+  return y;
 }
 
 }  // namespace loom

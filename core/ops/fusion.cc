@@ -426,9 +426,8 @@ Tensor reduce_operand_grad(const HeadSaved& s, const GraphSteps& gs, size_t k, c
 // Whether every graph op in [from, to) passes g through (an add or a sub).
 bool passes_through(const GraphSteps& gs, size_t from, size_t to) {
   return std::all_of(gs.ops.begin() + static_cast<std::ptrdiff_t>(from),
-                     gs.ops.begin() + static_cast<std::ptrdiff_t>(to), [](const cudnn::EpilogueStep& e) {
-                       return e.op == EpilogueOp::Add || e.op == EpilogueOp::Sub;
-                     });
+                     gs.ops.begin() + static_cast<std::ptrdiff_t>(to),
+                     [](const cudnn::EpilogueStep& e) { return cudnn::passes_through(e); });
 }
 
 // The derivative chain's description for fused.h, and where each operand

@@ -61,6 +61,19 @@ bool any_needs_grad(const std::vector<Tensor>& tensors) {
                                             [](const Tensor& t) { return t.requires_grad(); });
 }
 
+// The inputs' dtype and device, in their memory format when they all suggest
+// the same one (as PyTorch's cat): channels-last inputs give a channels-last
+// result, which the convolution that usually follows takes without a copy.
+TensorOptions cat_options(const std::vector<Tensor>& tensors) {
+  TensorOptions options = tensors[0].options();
+  const MemoryFormat format = tensors[0].suggest_memory_format();
+  const bool shared = std::all_of(tensors.begin(), tensors.end(), [&](const Tensor& t) {
+    return t.suggest_memory_format() == format;
+  });
+  if (shared) options.memory_format = format;
+  return options;
+}
+
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
@@ -72,7 +85,7 @@ Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
   Shape sizes = tensors[0].sizes();
   sizes[d] = 0;
   for (int64_t length : lengths) sizes[d] += length;
-  Tensor out = empty(sizes, tensors[0].options());
+  Tensor out = empty(sizes, cat_options(tensors));
   {
     NoGradGuard no_grad;  // filling a fresh output is not part of the graph
     int64_t start = 0;

@@ -1,7 +1,8 @@
 // File: tests/core/cuda/reduce_gpu_test.cc
 // The CUDA reductions against the CPU reference kernels on the same inputs:
-// Sum/Mean/Max/Min over every kind of dim set and layout, both kernel paths
-// (a thread per output for extents up to 64, a block per output above),
+// Sum/Mean/Max/Min over every kind of dim set and layout, every kernel path
+// (a thread per output for extents up to 64, above that a block per output or
+// the columns kernel for outputs adjacent in memory, long extents in slices),
 // 1e6-element sums, many small outputs, NaN, empty extents; max_along with ties
 // and NaN; scatter_add_along. GPU outputs start as NaN (indices as -1).
 //
@@ -188,6 +189,44 @@ LOOM_GPU_TEST_CASE("many small outputs and few large ones, along inner and outer
   }
 }
 
+// Few outputs over long extents are cut into slices whose partials a second
+// kernel merges; outputs that lie closer in memory than their elements (a
+// channels-last channel sum) are read by the columns kernel.
+LOOM_GPU_TEST_CASE("sliced extents: channels-last channel sums, columns and rows, sums exact on integers") {
+  Generator gen(206);
+  struct Case {
+    Shape sizes, dims;
+    bool channels_last;
+  };
+  const Case cases[] = {
+      {{64, 16, 32, 32}, {0, 2, 3}, true},   // 16 channel sums of 65536: columns, 32 slices
+      {{8, 24, 30, 30}, {0, 2, 3}, true},    // 24 outputs, extent 7200 not a multiple of the slice
+      {{8, 24, 30, 30}, {0, 2, 3}, false},   // the same in NCHW: a block per output, sliced
+      {{4096, 40}, {0}, false},              // columns across two blocks of outputs, two slices
+      {{2, 300, 5000}, {0, 2}, false},       // 300 outputs over two reduced dims
+  };
+  for (DType dtype : kDtypes) {
+    for (const Case& c : cases) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(c.sizes));
+      CAPTURE(c.channels_last);
+      const MemoryFormat format = c.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+      Operand ints = dense_operand(small_integers(c.sizes, dtype, 4, gen).contiguous(format));
+      Operand normals = dense_operand(randn(c.sizes, {.dtype = dtype}, &gen).contiguous(format));
+      for (kernel::ReduceOp op : kOps) {
+        CAPTURE(static_cast<int>(op));
+        check_reduce(normals, c.dims, op);
+        const Shape out_sizes = keepdim_sizes(c.sizes, c.dims);
+        Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
+        Tensor expected = empty(out_sizes, {.dtype = dtype});
+        cuda::reduce(out.strided(), ints.gpu.strided(), op);
+        cpu::reduce(expected.strided(), ints.cpu.strided(), op);
+        CHECK_CLOSE(out.cpu(), expected, 0, 0);
+      }
+    }
+  }
+}
+
 LOOM_GPU_TEST_CASE("NaN propagates through Sum, Max and Min on both kernel paths") {
   for (DType dtype : kDtypes) {
     for (int64_t extent : {5, 1000}) {
@@ -266,6 +305,26 @@ LOOM_GPU_TEST_CASE("max_along over long rows (the block path) keeps the first ma
       Tensor expected_indices = empty(out_sizes, {.dtype = DType::Int64});
       cuda::max_along(values.strided(), indices.strided(), x.gpu.strided(), 1);
       cpu::max_along(expected_values.strided(), expected_indices.strided(), x.cpu.strided(), 1);
+      CHECK_CLOSE(values.cpu(), expected_values, 0, 0);
+      CHECK_CLOSE(indices.cpu(), expected_indices, 0, 0);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("max_along down long columns (columns kernel, sliced) keeps the first maximum") {
+  Generator gen(207);
+  for (DType dtype : kDtypes) {
+    for (const Shape& sizes : {Shape{5000, 3}, Shape{9000, 40}}) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(sizes));
+      Operand x = dense_operand(small_integers(sizes, dtype, 10, gen));
+      const Shape out_sizes = {1, sizes[1]};
+      Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
+      Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = testing::test_gpu()});
+      Tensor expected_values = empty(out_sizes, {.dtype = dtype});
+      Tensor expected_indices = empty(out_sizes, {.dtype = DType::Int64});
+      cuda::max_along(values.strided(), indices.strided(), x.gpu.strided(), 0);
+      cpu::max_along(expected_values.strided(), expected_indices.strided(), x.cpu.strided(), 0);
       CHECK_CLOSE(values.cpu(), expected_values, 0, 0);
       CHECK_CLOSE(indices.cpu(), expected_indices, 0, 0);
     }

@@ -3,7 +3,8 @@
 // leaves float64 and the geometries it cannot describe to the reference
 // kernels (channels-last operands through NCHW copies), batch norm and small
 // weight gradients skip the implementations that spin at a barrier, 1x1 weight
-// gradients run as one matrix product, and the library says what it runs.
+// gradients run as one matrix product, memory-bound steps on small tensors run
+// on the calling thread alone, and the library says what it runs.
 //
 // N batch, C channels, H, W input, K out channels.
 #include <doctest/doctest.h>
@@ -93,6 +94,38 @@ TEST_CASE("batch norm runs on an implementation that does not spin at a barrier"
     CHECK(line.find("reference kernels") == std::string::npos);
   }
   CHECK(norm_plans >= 2);
+}
+
+TEST_CASE("batch norm on a small tensor runs on the calling thread, on a large one on the pool") {
+  // Waking the pool's sleeping threads costs more than they save below 2^19
+  // elements (plan.cc); convolutions keep the pool at any size.
+  CpuBackendGuard tier(CpuBackend::Onednn);
+  REQUIRE(onednn::active());
+  onednn::clear_plans();
+  Generator gen(5);
+  for (int64_t hw : {8, 128}) {  // 4 * 16 * hw * hw: 4,096 and 1,048,576 elements
+    const Tensor x = randn({4, 16, hw, hw}, {}, &gen).contiguous(MemoryFormat::ChannelsLast);
+    batch_norm(x, zeros({16}), ones({16}), ones({16}), zeros({16}), {.training = true});
+  }
+  conv2d(randn({1, 4, 8, 8}, {}, &gen).contiguous(MemoryFormat::ChannelsLast), randn({4, 4, 3, 3}, {}, &gen));
+  int small = 0, large = 0, convolutions = 0;
+  for (const std::string& line : onednn::plan_lines()) {
+    INFO(line);
+    const bool serial = line.find("on the calling thread") != std::string::npos;
+    if (line.rfind("batch_norm", 0) == 0 && line.find("4, 16, 8, 8") != std::string::npos) {
+      CHECK(serial);
+      ++small;
+    } else if (line.rfind("batch_norm", 0) == 0 && line.find("4, 16, 128, 128") != std::string::npos) {
+      CHECK_FALSE(serial);
+      ++large;
+    } else if (line.rfind("conv", 0) == 0) {
+      CHECK_FALSE(serial);
+      ++convolutions;
+    }
+  }
+  CHECK(small == 1);
+  CHECK(large == 1);
+  CHECK(convolutions >= 1);
 }
 
 TEST_CASE("convolution weight gradients run on an implementation that does not spin at a barrier") {

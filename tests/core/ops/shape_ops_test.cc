@@ -51,6 +51,23 @@ TEST_CASE("cat by hand along dim 0 and dim 1") {
   CHECK_CLOSE(cat({a}), a, 0, 0);
 }
 
+TEST_CASE("cat keeps the inputs' shared memory format, as PyTorch's does, and its values") {
+  Generator gen(52);
+  const Tensor a = randn({2, 3, 4, 5}, kF64, &gen), b = randn({2, 2, 4, 5}, kF64, &gen);
+  const Tensor a_cl = a.contiguous(MemoryFormat::ChannelsLast), b_cl = b.contiguous(MemoryFormat::ChannelsLast);
+  for (int64_t dim : {0, 1, 3}) {
+    CAPTURE(dim);
+    const Tensor x = dim == 1 ? b : a, x_cl = dim == 1 ? b_cl : a_cl;
+    const Tensor both = cat({a_cl, x_cl}, dim);
+    CHECK(both.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK_CLOSE(both, cat({a, x}, dim), 0, 0);
+    CHECK(cat({a, x}, dim).is_contiguous());
+    const Tensor mixed = cat({a_cl, x}, dim);  // no shared format: row-major, as PyTorch
+    CHECK(mixed.is_contiguous());
+    CHECK_CLOSE(mixed, cat({a, x}, dim), 0, 0);
+  }
+}
+
 TEST_CASE("cat matches a naive reference along every dim, for strided inputs and any dtype") {
   Generator gen(51);
   for (int64_t dim : {0, 1, 2}) {
