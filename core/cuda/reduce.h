@@ -5,9 +5,11 @@
 // cuda::current_stream().
 //
 // Unlike the CPU, sums accumulate in the tensor's dtype (float for float32, as
-// PyTorch's GPU reductions do): each thread sums every 256th element serially,
-// then the block adds the partials as a tree. A float32 sum of R standard normals
-// then differs from the CPU's double sum by ~1e-6 * sqrt(R) (3e-3 at R = 1e6).
+// PyTorch's GPU reductions do): each thread sums a strided share of an output's
+// elements serially, a block adds its threads' partials, and a long extent's
+// slices are added in slice order (reduce.cu), an order fixed by the shapes. A
+// float32 sum of R standard normals then differs from the CPU's double sum by
+// ~1e-6 * sqrt(R) (3e-3 at R = 1e6).
 // bfloat16 and float16 (GPU-only dtypes) accumulate in float32 and round the
 // result once, so a bf16 bias gradient is as exact as its 8-bit mantissa allows.
 #pragma once
