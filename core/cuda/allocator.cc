@@ -439,6 +439,13 @@ void* allocate(size_t bytes, int device) {
   return ptr;
 }
 void deallocate(void* ptr) { allocator().deallocate(ptr); }
+
+cudaError_t launch_with_scratch(size_t bytes, const std::function<cudaError_t(void* scratch)>& launch) {
+  void* scratch = allocate(bytes, current_device());
+  const cudaError_t status = launch(scratch);
+  deallocate(scratch);
+  return status;
+}
 AllocatorStats stats() { return allocator().stats(std::nullopt); }
 AllocatorStats stats(int device) { return allocator().stats(device); }
 void reset_peak_stats() { allocator().reset_peak_stats(); }

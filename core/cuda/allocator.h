@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "core/block_pool.h"
 
@@ -40,6 +41,10 @@ void set_first_allocation_hook(void (*hook)(int device));
 // Returns `ptr` (from allocate; nullptr is ignored) for reuse on the current
 // stream. A pointer the allocator did not hand out is a ValueError.
 void deallocate(void* ptr);
+// launch(scratch) with `bytes` of scratch on the current GPU (nullptr for 0),
+// given back right after the launches: the allocator reuses it in stream order
+// only, after the kernels that read it. Returns launch's status.
+cudaError_t launch_with_scratch(size_t bytes, const std::function<cudaError_t(void* scratch)>& launch);
 
 // A general-pool block freed during a capture counts as allocated (and is not
 // yet in num_frees) until its capture pool is released. Without a device: every

@@ -23,17 +23,6 @@ void check_channel_dense(const Strided& t, const char* op) {
              op, shape_str(t.sizes), shape_str(t.strides));
 }
 
-// launch(scratch) with the channel sums' scratch for dy, which goes back right
-// after the launches: the allocator reuses it in stream order only, after the
-// kernels that read it.
-template <class Launch>
-cudaError_t launch_with_sum_scratch(const Strided& dy, Launch launch) {
-  void* scratch = allocate(channel_sum_scratch_bytes(dy), current_device());
-  const cudaError_t status = launch(scratch);
-  deallocate(scratch);
-  return status;
-}
-
 }  // namespace
 
 bool is_channel_dense(const Strided& t) { return channel_layout(t).has_value(); }
@@ -45,7 +34,7 @@ void add_channel_bias(const Strided& y, const Strided& bias) {
 
 void channel_sum(const Strided& db, const Strided& dy) {
   check_channel_dense(dy, "channel_sum");
-  LOOM_CUDA_CHECK(launch_with_sum_scratch(dy, [&](void* scratch) {
+  LOOM_CUDA_CHECK(launch_with_scratch(channel_sum_scratch_bytes(dy), [&](void* scratch) {
     return launch_channel_sum(db, dy, scratch, current_stream());
   }));
 }
@@ -59,7 +48,7 @@ void relu_grad_sum(const Strided& g, const Strided& db, const Strided& dy, const
                dtype_name(dy.dtype), shape_str(dy.sizes), shape_str(dy.strides), dtype_name(t->dtype),
                shape_str(t->sizes), shape_str(t->strides));
   }
-  LOOM_CUDA_CHECK(launch_with_sum_scratch(dy, [&](void* scratch) {
+  LOOM_CUDA_CHECK(launch_with_scratch(channel_sum_scratch_bytes(dy), [&](void* scratch) {
     return launch_relu_grad_sum(g, db, dy, y, scratch, current_stream());
   }));
 }

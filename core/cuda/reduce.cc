@@ -9,21 +9,6 @@
 
 namespace loom::cuda {
 
-namespace {
-
-// launch(scratch) with `bytes` of scratch from the caching allocator (none for
-// 0), given back right after the launches: the allocator reuses it in stream
-// order only, after the kernels that read it.
-template <class Launch>
-cudaError_t launch_with_scratch(size_t bytes, Launch launch) {
-  void* scratch = bytes > 0 ? allocate(bytes, current_device()) : nullptr;
-  const cudaError_t status = launch(scratch);
-  if (scratch != nullptr) deallocate(scratch);
-  return status;
-}
-
-}  // namespace
-
 void reduce(const Strided& out, const Strided& in, ReduceOp op) {
   check_kernel_rank(in, "reduce");
   LOOM_CUDA_CHECK(launch_with_scratch(reduce_scratch_bytes(out, in), [&](void* scratch) {

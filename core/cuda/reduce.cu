@@ -248,7 +248,7 @@ cudaError_t launch_split(const S* in, const InputSplit& split, const Policy& pol
   const dim3 grid(static_cast<unsigned>(plan.blocks_x), static_cast<unsigned>(plan.slices));
   switch (plan.kernel) {
     case SplitPlan::Kernel::Serial:
-      reduce_serial_kernel<<<blocks_for(split.outputs), kThreads, 0, stream>>>(in, split, policy);
+      reduce_serial_kernel<<<grid, kThreads, 0, stream>>>(in, split, policy);
       return cudaGetLastError();
     case SplitPlan::Kernel::Columns:
       reduce_columns_kernel<<<grid, dim3(kColumnWidth, kColumnRows), 0, stream>>>(

@@ -103,6 +103,22 @@ Tensor small_integers(const Shape& sizes, DType dtype, int64_t levels, Generator
   return randint(0, levels, sizes, {.dtype = DType::Int64}, &gen).to(dtype);
 }
 
+// Every op over `dims`: the normals against the CPU within rounding, the small
+// integers' results exactly (their sums are exact in every dtype).
+void check_normals_and_integers(const Operand& normals, const Operand& ints, const Shape& dims) {
+  const DType dtype = ints.cpu.dtype();
+  for (kernel::ReduceOp op : kOps) {
+    CAPTURE(static_cast<int>(op));
+    check_reduce(normals, dims, op);
+    const Shape out_sizes = keepdim_sizes(ints.cpu.sizes(), dims);
+    Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
+    Tensor expected = empty(out_sizes, {.dtype = dtype});
+    cuda::reduce(out.strided(), ints.gpu.strided(), op);
+    cpu::reduce(expected.strided(), ints.cpu.strided(), op);
+    CHECK_CLOSE(out.cpu(), expected, 0, 0);
+  }
+}
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("reduce matches the CPU for every op, dim set, dtype and layout") {
@@ -175,16 +191,7 @@ LOOM_GPU_TEST_CASE("many small outputs and few large ones, along inner and outer
       CAPTURE(shape_str(c.dims));
       Operand ints = dense_operand(small_integers(c.sizes, dtype, 4, gen));
       Operand normals = dense_operand(randn(c.sizes, {.dtype = dtype}, &gen));
-      for (kernel::ReduceOp op : kOps) {
-        CAPTURE(static_cast<int>(op));
-        check_reduce(normals, c.dims, op);
-        const Shape out_sizes = keepdim_sizes(c.sizes, c.dims);
-        Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
-        Tensor expected = empty(out_sizes, {.dtype = dtype});
-        cuda::reduce(out.strided(), ints.gpu.strided(), op);
-        cpu::reduce(expected.strided(), ints.cpu.strided(), op);
-        CHECK_CLOSE(out.cpu(), expected, 0, 0);
-      }
+      check_normals_and_integers(normals, ints, c.dims);
     }
   }
 }
@@ -213,16 +220,7 @@ LOOM_GPU_TEST_CASE("sliced extents: channels-last channel sums, columns and rows
       const MemoryFormat format = c.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
       Operand ints = dense_operand(small_integers(c.sizes, dtype, 4, gen).contiguous(format));
       Operand normals = dense_operand(randn(c.sizes, {.dtype = dtype}, &gen).contiguous(format));
-      for (kernel::ReduceOp op : kOps) {
-        CAPTURE(static_cast<int>(op));
-        check_reduce(normals, c.dims, op);
-        const Shape out_sizes = keepdim_sizes(c.sizes, c.dims);
-        Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
-        Tensor expected = empty(out_sizes, {.dtype = dtype});
-        cuda::reduce(out.strided(), ints.gpu.strided(), op);
-        cpu::reduce(expected.strided(), ints.cpu.strided(), op);
-        CHECK_CLOSE(out.cpu(), expected, 0, 0);
-      }
+      check_normals_and_integers(normals, ints, c.dims);
     }
   }
 }
