@@ -16,8 +16,20 @@ BuildQueue::BuildQueue(int threads) {
 }
 
 BuildQueue::~BuildQueue() {
+  {
+    std::lock_guard lock(mutex_);
+    retired_ = false;  // a retired queue's workers end too, so they can be joined
+  }
   stop();
   for (std::thread& worker : workers_) worker.join();
+}
+
+void BuildQueue::retire() {
+  {
+    std::lock_guard lock(mutex_);
+    retired_ = true;
+  }
+  stop();
 }
 
 void BuildQueue::stop() {
@@ -59,7 +71,7 @@ void BuildQueue::work() {
     std::pair<uint64_t, Job> next;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      wake_.wait(lock, [this] { return (stopping_ && !retired_) || (!stopping_ && !queue_.empty()); });
       if (stopping_) return;
       next = std::move(queue_.front());
       queue_.pop_front();

@@ -45,6 +45,9 @@ class BuildQueue {
   // end; later submits are refused. For process exit, where a job still
   // running would outlive what it uses.
   void stop();
+  // stop(), but the workers stay parked instead of ending: at process exit an
+  // ending thread's teardown would run beside the process's own.
+  void retire();
   int threads() const { return static_cast<int>(workers_.size()); }
 
  private:
@@ -56,6 +59,7 @@ class BuildQueue {
   std::deque<std::pair<uint64_t, Job>> queue_;
   std::unordered_set<uint64_t> ids_;  // queued or running
   bool stopping_ = false;
+  bool retired_ = false;  // stopping, and the workers wait for good
   std::vector<std::thread> workers_;
 };
 

@@ -610,7 +610,8 @@ bool background_scratch_fits(const Graph& graph) {
 }
 
 bool selection_is_timed(const Graph& graph, const SelectOptions& options) {
-  return (options.policy.autotune && !options.first_working) || times_every_candidate(graph, options);
+  return ((options.policy.autotune || options.timed) && !options.first_working) ||
+         times_every_candidate(graph, options);
 }
 
 namespace {

@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <exception>
 #include <limits>
+#include <mutex>
 #include <string_view>
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn_version.h>
 #include <dlfcn.h>
@@ -61,28 +63,81 @@ void load_runtime_compilation_libraries() {
 // under a compile still running on a builder (on the H100 a builder crashed in
 // nvrtcCompileProgram at exit whenever the driver's kernel cache was cold and
 // builds ran long). One trivial compile, before the hook is registered again,
-// puts that teardown behind the hook, which waits for the running builds. Every
-// background job primes first; std::call_once makes the others wait for it.
+// puts that teardown behind the hook, which waits for the running builds.
 using NvrtcCreate = int (*)(void**, const char*, const char*, int, const char* const*, const char* const*);
 using NvrtcCompile = int (*)(void*, int, const char* const*);
 using NvrtcDestroy = int (*)(void**);
 
-void prime_runtime_compilation() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* nvrtc = dlopen(nvrtc_library().c_str(), RTLD_NOW | RTLD_GLOBAL);
-    auto symbol = [nvrtc](const char* symbol_name) { return nvrtc ? dlsym(nvrtc, symbol_name) : nullptr; };
-    const auto create = reinterpret_cast<NvrtcCreate>(symbol("nvrtcCreateProgram"));
-    const auto compile = reinterpret_cast<NvrtcCompile>(symbol("nvrtcCompileProgram"));
-    const auto destroy = reinterpret_cast<NvrtcDestroy>(symbol("nvrtcDestroyProgram"));
-    if (create && compile && destroy) {
-      void* program = nullptr;
-      if (create(&program, "extern \"C\" __global__ void loom_prime() {}", "loom_prime.cu", 0, nullptr,
-                 nullptr) == 0) {
-        (void)compile(program, 0, nullptr);  // its result does not matter, only that it ran
-        (void)destroy(&program);
-      }
+void prime_nvrtc() {
+  void* nvrtc = dlopen(nvrtc_library().c_str(), RTLD_NOW | RTLD_GLOBAL);
+  auto symbol = [nvrtc](const char* symbol_name) { return nvrtc ? dlsym(nvrtc, symbol_name) : nullptr; };
+  const auto create = reinterpret_cast<NvrtcCreate>(symbol("nvrtcCreateProgram"));
+  const auto compile = reinterpret_cast<NvrtcCompile>(symbol("nvrtcCompileProgram"));
+  const auto destroy = reinterpret_cast<NvrtcDestroy>(symbol("nvrtcDestroyProgram"));
+  if (create && compile && destroy) {
+    void* program = nullptr;
+    if (create(&program, "extern \"C\" __global__ void loom_prime() {}", "loom_prime.cu", 0, nullptr,
+               nullptr) == 0) {
+      (void)compile(program, 0, nullptr);  // its result does not matter, only that it ran
+      (void)destroy(&program);
     }
+  }
+}
+
+// cuBLASLt does the same at its first heuristics query, which cuDNN's matmul
+// engines make while a selection finalizes their configs: with timed background
+// builds a builder crashed in cublasLtMatmulAlgoGetHeuristic at exit (H200,
+// core_anomaly_gpu_test, 8 of 8 runs), after cuBLASLt's teardown had run. One
+// query on the build's GPU puts that teardown behind the hook too.
+template <typename Function>
+Function* cublaslt_symbol(void* library, const char* name) {
+  return library ? reinterpret_cast<Function*>(dlsym(library, name)) : nullptr;
+}
+
+void prime_cublaslt(int device) {
+  void* lt = dlopen(fmt::format("libcublasLt.so.{}", CUDART_VERSION / 1000).c_str(), RTLD_NOW | RTLD_GLOBAL);
+  const auto create = cublaslt_symbol<decltype(cublasLtCreate)>(lt, "cublasLtCreate");
+  const auto destroy = cublaslt_symbol<decltype(cublasLtDestroy)>(lt, "cublasLtDestroy");
+  const auto desc_create = cublaslt_symbol<decltype(cublasLtMatmulDescCreate)>(lt, "cublasLtMatmulDescCreate");
+  const auto desc_destroy = cublaslt_symbol<decltype(cublasLtMatmulDescDestroy)>(lt, "cublasLtMatmulDescDestroy");
+  const auto layout_create = cublaslt_symbol<decltype(cublasLtMatrixLayoutCreate)>(lt, "cublasLtMatrixLayoutCreate");
+  const auto layout_destroy =
+      cublaslt_symbol<decltype(cublasLtMatrixLayoutDestroy)>(lt, "cublasLtMatrixLayoutDestroy");
+  const auto preference_create =
+      cublaslt_symbol<decltype(cublasLtMatmulPreferenceCreate)>(lt, "cublasLtMatmulPreferenceCreate");
+  const auto preference_destroy =
+      cublaslt_symbol<decltype(cublasLtMatmulPreferenceDestroy)>(lt, "cublasLtMatmulPreferenceDestroy");
+  const auto heuristic =
+      cublaslt_symbol<decltype(cublasLtMatmulAlgoGetHeuristic)>(lt, "cublasLtMatmulAlgoGetHeuristic");
+  if (!create || !destroy || !desc_create || !desc_destroy || !layout_create || !layout_destroy ||
+      !preference_create || !preference_destroy || !heuristic || cudaSetDevice(device) != cudaSuccess) {
+    return;
+  }
+  cublasLtHandle_t handle = nullptr;
+  if (create(&handle) != CUBLAS_STATUS_SUCCESS) return;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t layout = nullptr;  // A, B, C and D alike: 64 x 64 bf16
+  cublasLtMatmulPreference_t preference = nullptr;
+  if (desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+      layout_create(&layout, CUDA_R_16BF, 64, 64, 64) == CUBLAS_STATUS_SUCCESS &&
+      preference_create(&preference) == CUBLAS_STATUS_SUCCESS) {
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    (void)heuristic(handle, desc, layout, layout, layout, layout, preference, 1, &result, &found);
+  }
+  if (preference) (void)preference_destroy(preference);
+  if (layout) (void)layout_destroy(layout);
+  if (desc) (void)desc_destroy(desc);
+  (void)destroy(handle);
+}
+
+// Every background job primes first (on its GPU); std::call_once makes the
+// others wait for it.
+void prime_library_state(int device) {
+  static std::once_flag once;
+  std::call_once(once, [device] {
+    prime_nvrtc();
+    prime_cublaslt(device);
     std::atexit(stop_builders_at_exit);
   });
 }
@@ -120,7 +175,7 @@ void stop_builders_at_exit() {
                  kExitWait.count(), outstanding);
     queue.wait_idle_for(kExitWait);
   }
-  queue.stop();
+  queue.retire();
 }
 
 // cuDNN's libraries the warm-up loads, loaded before the exit hook is
@@ -153,7 +208,7 @@ void warm_up_in_background(int device) {
   (void)timeline_thread();  // the allocating (main) thread stays thread 0 of the timeline
   try {
     builders().submit(warm_up_job(device), [device] {
-      prime_runtime_compilation();
+      prime_library_state(device);
       const auto start = Clock::now();
       load_cudnn_libraries();
       std::atexit(stop_builders_at_exit);
@@ -169,6 +224,12 @@ const bool warm_up_hooked = [] {
   cuda::set_first_allocation_hook(&warm_up_in_background);
   return true;
 }();
+
+// A background build's selection: under the capture gate, timed
+// (times_in_background).
+SelectOptions background_options(const PlanKey& key) {
+  return {.policy = key.policy(), .gate = &capture_gate(), .timed = times_in_background(key.policy())};
+}
 
 }  // namespace
 
@@ -219,7 +280,7 @@ bool PlanBuilder::start_lazily(const PlanRequest& request, Made& made) {
   // unrestricted selection ends at the same plan (or at none), so there is
   // nothing to build later.
   if (made.selection.runtime_compiled_skipped == 0 &&
-      !selection_is_timed(request.graph, {.policy = request.key.policy()})) {
+      !selection_is_timed(request.graph, background_options(request.key))) {
     if (made.selection.plan) PlanStore::global().save(request.key, *made.selection.plan);
     return true;
   }
@@ -241,12 +302,12 @@ void PlanBuilder::queue(PlanKey key, Graph graph, uint64_t ticket) {
 }
 
 void PlanBuilder::build(const PlanKey& key, const Graph& graph, uint64_t ticket) {
-  prime_runtime_compilation();
+  prime_library_state(key.device());
   Clock::time_point start = Clock::now();
   Finished done{key, ticket, nullptr, "", 0};
   try {
     LOOM_CUDA_CHECK(cudaSetDevice(key.device()));
-    const SelectOptions options{.policy = key.policy(), .gate = &capture_gate()};
+    const SelectOptions options = background_options(key);
     if (!restore_in_background(key, graph, options, start, done)) {  // no file, or a stale one: it is replaced
       if (build_first_stage(key, graph, ticket, options)) start = Clock::now();
       Selection selection = select_static(key, graph, options);

@@ -111,6 +111,33 @@ TEST_CASE("stop waits for the running job, drops the queued ones and refuses lat
   CHECK(queued_runs == 0);
 }
 
+// Set by a worker's thread-local object when that worker ends.
+std::atomic<int> workers_ended = 0;
+struct EndMarker {
+  ~EndMarker() { ++workers_ended; }
+};
+
+TEST_CASE("retire stops like stop, and a retired queue's destructor still ends its workers") {
+  workers_ended = 0;
+  {
+    BuildQueue queue(2);
+    std::atomic<int> runs = 0;
+    for (uint64_t id = 1; id <= 2; ++id) {
+      queue.submit(id, [&] {
+        thread_local EndMarker marker;
+        (void)marker;
+        ++runs;
+      });
+    }
+    queue.wait_idle();
+    queue.retire();
+    CHECK(queue.outstanding() == 0);
+    CHECK_FALSE(queue.submit(3, [&] { ++runs; }));
+    CHECK(runs == 2);
+  }  // joins: the workers must end, not stay parked
+  CHECK(workers_ended.load() >= 1);
+}
+
 TEST_CASE("wait_idle_for gives up at its limit while a job runs, and reports idle once it ends") {
   BuildQueue queue(1);
   std::promise<void> release;
