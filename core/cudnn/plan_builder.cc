@@ -12,10 +12,10 @@
 #include <mutex>
 #include <string_view>
 
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn_version.h>
 #include <dlfcn.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include "core/capture_gate.h"
@@ -84,60 +84,11 @@ void prime_nvrtc() {
   }
 }
 
-// cuBLASLt does the same at its first heuristics query, which cuDNN's matmul
-// engines make while a selection finalizes their configs: with timed background
-// builds a builder crashed in cublasLtMatmulAlgoGetHeuristic at exit (H200,
-// core_anomaly_gpu_test, 8 of 8 runs), after cuBLASLt's teardown had run. One
-// query on the build's GPU puts that teardown behind the hook too.
-template <typename Function>
-Function* cublaslt_symbol(void* library, const char* name) {
-  return library ? reinterpret_cast<Function*>(dlsym(library, name)) : nullptr;
-}
-
-void prime_cublaslt(int device) {
-  void* lt = dlopen(fmt::format("libcublasLt.so.{}", CUDART_VERSION / 1000).c_str(), RTLD_NOW | RTLD_GLOBAL);
-  const auto create = cublaslt_symbol<decltype(cublasLtCreate)>(lt, "cublasLtCreate");
-  const auto destroy = cublaslt_symbol<decltype(cublasLtDestroy)>(lt, "cublasLtDestroy");
-  const auto desc_create = cublaslt_symbol<decltype(cublasLtMatmulDescCreate)>(lt, "cublasLtMatmulDescCreate");
-  const auto desc_destroy = cublaslt_symbol<decltype(cublasLtMatmulDescDestroy)>(lt, "cublasLtMatmulDescDestroy");
-  const auto layout_create = cublaslt_symbol<decltype(cublasLtMatrixLayoutCreate)>(lt, "cublasLtMatrixLayoutCreate");
-  const auto layout_destroy =
-      cublaslt_symbol<decltype(cublasLtMatrixLayoutDestroy)>(lt, "cublasLtMatrixLayoutDestroy");
-  const auto preference_create =
-      cublaslt_symbol<decltype(cublasLtMatmulPreferenceCreate)>(lt, "cublasLtMatmulPreferenceCreate");
-  const auto preference_destroy =
-      cublaslt_symbol<decltype(cublasLtMatmulPreferenceDestroy)>(lt, "cublasLtMatmulPreferenceDestroy");
-  const auto heuristic =
-      cublaslt_symbol<decltype(cublasLtMatmulAlgoGetHeuristic)>(lt, "cublasLtMatmulAlgoGetHeuristic");
-  if (!create || !destroy || !desc_create || !desc_destroy || !layout_create || !layout_destroy ||
-      !preference_create || !preference_destroy || !heuristic || cudaSetDevice(device) != cudaSuccess) {
-    return;
-  }
-  cublasLtHandle_t handle = nullptr;
-  if (create(&handle) != CUBLAS_STATUS_SUCCESS) return;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t layout = nullptr;  // A, B, C and D alike: 64 x 64 bf16
-  cublasLtMatmulPreference_t preference = nullptr;
-  if (desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-      layout_create(&layout, CUDA_R_16BF, 64, 64, 64) == CUBLAS_STATUS_SUCCESS &&
-      preference_create(&preference) == CUBLAS_STATUS_SUCCESS) {
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    (void)heuristic(handle, desc, layout, layout, layout, layout, preference, 1, &result, &found);
-  }
-  if (preference) (void)preference_destroy(preference);
-  if (layout) (void)layout_destroy(layout);
-  if (desc) (void)desc_destroy(desc);
-  (void)destroy(handle);
-}
-
-// Every background job primes first (on its GPU); std::call_once makes the
-// others wait for it.
-void prime_library_state(int device) {
+// Every background job primes first; std::call_once makes the others wait for it.
+void prime_runtime_compilation() {
   static std::once_flag once;
-  std::call_once(once, [device] {
+  std::call_once(once, [] {
     prime_nvrtc();
-    prime_cublaslt(device);
     std::atexit(stop_builders_at_exit);
   });
 }
@@ -178,6 +129,28 @@ void stop_builders_at_exit() {
   queue.retire();
 }
 
+// exit() destroys the exiting thread's thread_local objects before it runs any
+// atexit handler, so a guard on the main thread stops the builders ahead of
+// every library's teardown, including teardowns a running build registered
+// after our hook: under a timed build cuDNN's matmul engines did (cuBLASLt
+// state torn down under the build: a segfault in 8 of 8 exits of a short test
+// on an H200), and priming cuBLASLt beforehand did not cover it. The atexit
+// hooks stay for an exit called from another thread.
+struct MainThreadExitGuard {
+  MainThreadExitGuard() = default;
+  MainThreadExitGuard(const MainThreadExitGuard&) = delete;
+  MainThreadExitGuard& operator=(const MainThreadExitGuard&) = delete;
+  ~MainThreadExitGuard() { stop_builders_at_exit(); }
+};
+
+// Called by every submitter; only the main thread's guard is made, since any
+// other thread's would stop the builders when that thread ends.
+void guard_main_thread_exit() {
+  if (gettid() != getpid()) return;
+  thread_local MainThreadExitGuard guard;
+  (void)guard;
+}
+
 // cuDNN's libraries the warm-up loads, loaded before the exit hook is
 // registered again (see builders()): an exit during the warm-up then waits for
 // it before tearing them down.
@@ -207,8 +180,9 @@ void warm_up_in_background(int device) {
   if (!warm_up_wanted()) return;
   (void)timeline_thread();  // the allocating (main) thread stays thread 0 of the timeline
   try {
+    guard_main_thread_exit();
     builders().submit(warm_up_job(device), [device] {
-      prime_library_state(device);
+      prime_runtime_compilation();
       const auto start = Clock::now();
       load_cudnn_libraries();
       std::atexit(stop_builders_at_exit);
@@ -296,13 +270,14 @@ Selection PlanBuilder::select_static(const PlanKey& key, const Graph& graph, con
 }
 
 void PlanBuilder::queue(PlanKey key, Graph graph, uint64_t ticket) {
+  guard_main_thread_exit();
   builders().submit(ticket, [this, key = std::move(key), graph = std::move(graph), ticket] {
     build(key, graph, ticket);
   });
 }
 
 void PlanBuilder::build(const PlanKey& key, const Graph& graph, uint64_t ticket) {
-  prime_library_state(key.device());
+  prime_runtime_compilation();
   Clock::time_point start = Clock::now();
   Finished done{key, ticket, nullptr, "", 0};
   try {
