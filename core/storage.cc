@@ -4,11 +4,14 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <unordered_map>
 
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 
+#include "core/block_pool.h"
 #include "core/error.h"
 #include "core/storage_stats.h"
 #ifdef LOOM_WITH_CUDA
@@ -45,15 +48,80 @@ void check_device(Device device) {
 // has grown; larger ones always) and trim the heap's top, so every step paid page
 // faults and the kernel's zeroing of new pages. Blocks up to 32 MiB (glibc's
 // largest threshold) stay in the heap, and the heap is trimmed only past 1 GiB free.
+constexpr size_t kHeapLimit = size_t{32} << 20;
+
 void keep_large_blocks_in_heap() {
 #ifdef __GLIBC__
   static const bool once = [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_MMAP_THRESHOLD, kHeapLimit);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
     return true;
   }();
   (void)once;
 #endif
+}
+
+// Larger blocks, which glibc always maps afresh, are cached by Loom instead, with
+// the CUDA allocator's bookkeeping (core/block_pool.h: best fit, split, merged
+// when freed) over segments from the C heap: resnet18 at batch 64 on 2 CPU threads
+// paid 2.8 M page faults and 5.6 s of system time in 41 s of CPU time over 5 steps
+// without it. Cached segments go back only when a new one cannot be had.
+class HostSegments final : public cuda::SegmentSource {
+ public:
+  void* acquire(size_t bytes) override { return std::aligned_alloc(kCpuAlignment, bytes); }
+  void release(void* base, size_t) override { std::free(base); }
+};
+
+class LargeHostBlocks {
+ public:
+  // nullptr when the host is out of memory even with the cache given back.
+  void* allocate(size_t bytes) {
+    const size_t size = cuda::round_block_size(bytes);
+    std::lock_guard lock(mutex_);
+    cuda::Block* block = pool_.take_cached(size, nullptr);
+    if (block == nullptr) block = pool_.take_new(size, nullptr);
+    if (block == nullptr && pool_.release_cached() > 0) block = pool_.take_new(size, nullptr);
+    if (block == nullptr) return nullptr;
+    blocks_.emplace(block->ptr, block);
+    return block->ptr;
+  }
+
+  void deallocate(void* ptr) {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(ptr);
+    LOOM_CHECK(it != blocks_.end(), ValueError,
+               "[storage] freeing a large host block the cache did not hand out ({})", ptr);
+    pool_.give_back(it->second);
+    blocks_.erase(it);
+  }
+
+  // Never destroyed: storages may be freed during the process's teardown.
+  static LargeHostBlocks& global() {
+    static LargeHostBlocks* const blocks = new LargeHostBlocks;
+    return *blocks;
+  }
+
+ private:
+  std::mutex mutex_;
+  HostSegments source_;
+  cuda::AllocatorStats stats_;
+  cuda::BlockPool pool_{source_, stats_};
+  std::unordered_map<void*, cuda::Block*> blocks_;
+};
+
+void* allocate_host(size_t nbytes) {
+  if (nbytes > kHeapLimit) return LargeHostBlocks::global().allocate(nbytes);
+  keep_large_blocks_in_heap();
+  const size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  return std::aligned_alloc(kCpuAlignment, rounded);
+}
+
+void free_host(void* data, size_t nbytes) {
+  if (nbytes > kHeapLimit) {
+    LargeHostBlocks::global().deallocate(data);
+  } else {
+    std::free(data);
+  }
 }
 
 void* allocate(size_t nbytes, Device device) {
@@ -64,9 +132,7 @@ void* allocate(size_t nbytes, Device device) {
     return cuda::allocate(nbytes, device.index);
 #endif
   }
-  keep_large_blocks_in_heap();
-  size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-  void* data = std::aligned_alloc(kCpuAlignment, rounded);
+  void* data = allocate_host(nbytes);
   LOOM_CHECK(data != nullptr, OutOfMemoryError,
              "[storage] out of host memory allocating {} bytes ({:.1f} GiB); use smaller "
              "tensors or batches",
@@ -90,7 +156,7 @@ Storage::~Storage() {
     return;
   }
 #endif
-  std::free(data_);
+  free_host(data_, nbytes_);
 }
 
 size_t storage_bytes_in_use(DeviceType type) { return counter(type).load(); }
