@@ -103,6 +103,21 @@ Tensor small_integers(const Shape& sizes, DType dtype, int64_t levels, Generator
   return randint(0, levels, sizes, {.dtype = DType::Int64}, &gen).to(dtype);
 }
 
+// max_along over `dim` on both devices: values and indices exactly (ties go to
+// the first occurrence on both).
+void check_max_along(const Operand& x, int64_t dim) {
+  const DType dtype = x.cpu.dtype();
+  const Shape out_sizes = keepdim_sizes(x.cpu.sizes(), {dim});
+  Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
+  Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = testing::test_gpu()});
+  Tensor expected_values = empty(out_sizes, {.dtype = dtype});
+  Tensor expected_indices = empty(out_sizes, {.dtype = DType::Int64});
+  cuda::max_along(values.strided(), indices.strided(), x.gpu.strided(), dim);
+  cpu::max_along(expected_values.strided(), expected_indices.strided(), x.cpu.strided(), dim);
+  CHECK_CLOSE(values.cpu(), expected_values, 0, 0);
+  CHECK_CLOSE(indices.cpu(), expected_indices, 0, 0);
+}
+
 // Every op over `dims`: the normals against the CPU within rounding, the small
 // integers' results exactly (their sums are exact in every dtype).
 void check_normals_and_integers(const Operand& normals, const Operand& ints, const Shape& dims) {
@@ -275,15 +290,7 @@ LOOM_GPU_TEST_CASE("max_along matches the CPU, ties to the first occurrence, eve
         CAPTURE(dtype_name(dtype));
         CAPTURE(layout.name);
         CAPTURE(dim);
-        const Shape out_sizes = keepdim_sizes(kSizes, {dim});
-        Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
-        Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = testing::test_gpu()});
-        Tensor expected_values = empty(out_sizes, {.dtype = dtype});
-        Tensor expected_indices = empty(out_sizes, {.dtype = DType::Int64});
-        cuda::max_along(values.strided(), indices.strided(), x.gpu.strided(), dim);
-        cpu::max_along(expected_values.strided(), expected_indices.strided(), x.cpu.strided(), dim);
-        CHECK_CLOSE(values.cpu(), expected_values, 0, 0);
-        CHECK_CLOSE(indices.cpu(), expected_indices, 0, 0);
+        check_max_along(x, dim);
       }
     }
   }
@@ -296,15 +303,7 @@ LOOM_GPU_TEST_CASE("max_along over long rows (the block path) keeps the first ma
       CAPTURE(dtype_name(dtype));
       CAPTURE(shape_str(sizes));
       Operand x = dense_operand(small_integers(sizes, dtype, 10, gen));
-      const Shape out_sizes = {sizes[0], 1};
-      Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
-      Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = testing::test_gpu()});
-      Tensor expected_values = empty(out_sizes, {.dtype = dtype});
-      Tensor expected_indices = empty(out_sizes, {.dtype = DType::Int64});
-      cuda::max_along(values.strided(), indices.strided(), x.gpu.strided(), 1);
-      cpu::max_along(expected_values.strided(), expected_indices.strided(), x.cpu.strided(), 1);
-      CHECK_CLOSE(values.cpu(), expected_values, 0, 0);
-      CHECK_CLOSE(indices.cpu(), expected_indices, 0, 0);
+      check_max_along(x, 1);
     }
   }
 }
@@ -316,15 +315,7 @@ LOOM_GPU_TEST_CASE("max_along down long columns (columns kernel, sliced) keeps t
       CAPTURE(dtype_name(dtype));
       CAPTURE(shape_str(sizes));
       Operand x = dense_operand(small_integers(sizes, dtype, 10, gen));
-      const Shape out_sizes = {1, sizes[1]};
-      Tensor values = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
-      Tensor indices = full(out_sizes, -1, {.dtype = DType::Int64, .device = testing::test_gpu()});
-      Tensor expected_values = empty(out_sizes, {.dtype = dtype});
-      Tensor expected_indices = empty(out_sizes, {.dtype = DType::Int64});
-      cuda::max_along(values.strided(), indices.strided(), x.gpu.strided(), 0);
-      cpu::max_along(expected_values.strided(), expected_indices.strided(), x.cpu.strided(), 0);
-      CHECK_CLOSE(values.cpu(), expected_values, 0, 0);
-      CHECK_CLOSE(indices.cpu(), expected_indices, 0, 0);
+      check_max_along(x, 0);
     }
   }
 }
