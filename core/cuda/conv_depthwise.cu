@@ -517,50 +517,63 @@ __global__ void __launch_bounds__(kThreads, min_blocks_for(K))
 }
 
 // The 16-bit 3 x 3 weight gradient at stride 1 or 2 (rows and columns alike,
-// dilation 1; 32-bit indices). A thread shares x rows between output rows: a
-// work item is one output column q over a band of kBand output rows, and the
-// thread walks the input rows down the band, loading each x row's K columns
-// once for every output row whose window holds it (up to ceil(K / SD) of them).
-// It takes kBandPack channels in 8-byte packs: with 8 (72 sums, three dy packs
-// and three x packs live) bfloat16 spilled about 100 bytes at 128 registers on
-// sm_90.
-constexpr int kBand = 8;
+// dilation 1; 32-bit indices). A thread shares x rows between output rows and
+// x columns between output columns: a work item is kBandCols neighbouring
+// output columns over a band of kBand output rows, and the thread walks the
+// input rows down the band, loading each x row's span of columns once for
+// every output row whose window holds it (up to ceil(K / SD) of them) and every
+// column. It takes kBandPack channels in 8-byte packs: with 8 (72 sums) one
+// column alone, three dy packs and three x packs live, spilled about 100 bytes
+// at 128 registers for bfloat16 on sm_90.
+constexpr int kBand = 8, kBandCols = 2;
 constexpr int kBandPack = 4;
 
-// Adds the products of output rows [p0, p1) of one column into acc: dyc points
-// at dy's pack at (row 0, the column), xc at x's channel pack, w0 is the
-// column's first x column. At step i the x rows h = (p0 + i) * SD + j - pad,
-// j < SD, are read; ring[m] holds dy row p0 + i - m (live where that row is in
-// the band), whose tap row for h is r = j + m * SD. Each sum runs over the
-// band's rows in order, taps outside the operand skipped.
-template <class S, int K, int V, int SD>
+// Adds the products of output rows [p0, p1) of kCols columns (those present
+// where has[j]) into acc: dyc points at dy's pack at (row 0, the first column),
+// xc at x's channel pack, w0 is the first column's first x column. At step i
+// the x rows h = (p0 + i) * SD + u - pad, u < SD, are read; ring[m] holds dy row
+// p0 + i - m (live where that row is in the band), whose tap row for h is
+// r = u + m * SD, and output column j reads span column j * SD + s for tap s.
+// Each sum runs over the band's rows in order, taps outside the operand
+// skipped.
+template <class S, int K, int V, int SD, int kCols>
 __device__ void wgrad_band(compute_t<S> (&acc)[K * K][V], const S* dyc, const S* xc, int p0, int p1, int w0,
-                           const DepthwiseArgs& a) {
-  constexpr int kRing = (K + SD - 1) / SD;
-  Pack<S, V> ring[kRing] = {};
+                           const bool (&has)[kCols], const DepthwiseArgs& a) {
+  constexpr int kRing = (K + SD - 1) / SD, kSpan = (kCols - 1) * SD + K;
+  Pack<S, V> ring[kRing][kCols] = {};
   bool live[kRing] = {};
   // The band's last x row, (p1 - 1) * SD + K - 1 - pad, is read at step
   // p1 - p0 - 1 + (K - 1) / SD, and (K - 1) / SD == kRing - 1.
   const int steps = p1 - p0 + kRing - 1;
   for (int i = 0; i < steps; ++i) {
 #pragma unroll
-    for (int m = kRing - 1; m > 0; --m) ring[m] = ring[m - 1], live[m] = live[m - 1];
-    live[0] = p0 + i < p1;
-    if (live[0]) ring[0] = load_pack<V>(dyc + (p0 + i) * int(a.out[2]));
+    for (int m = kRing - 1; m > 0; --m) {
+      live[m] = live[m - 1];
 #pragma unroll
-    for (int j = 0; j < SD; ++j) {
-      const int h = (p0 + i) * SD + j - a.pad_h;
+      for (int j = 0; j < kCols; ++j) ring[m][j] = ring[m - 1][j];
+    }
+    live[0] = p0 + i < p1;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      if (live[0] && has[j]) ring[0][j] = load_pack<V>(dyc + (p0 + i) * int(a.out[2]) + j * int(a.out[3]));
+    }
+#pragma unroll
+    for (int u = 0; u < SD; ++u) {
+      const int h = (p0 + i) * SD + u - a.pad_h;
       if (h < 0 || h >= int(a.H)) continue;
-      Pack<S, V> in[K];
-      bool inside[K];
-      load_span<S, int, V, K>(in, inside, xc + h * int(a.in[2]), w0, int(a.W), int(a.in[3]));
+      Pack<S, V> in[kSpan];
+      bool inside[kSpan];
+      load_span<S, int, V, kSpan>(in, inside, xc + h * int(a.in[2]), w0, int(a.W), int(a.in[3]));
 #pragma unroll
       for (int m = 0; m < kRing; ++m) {
-        const int r = j + m * SD;
+        const int r = u + m * SD;
         if (r >= K || !live[m]) continue;
 #pragma unroll
-        for (int s = 0; s < K; ++s) {
-          if (inside[s]) fma_pack<S, V>(acc[r * K + s], in[s], ring[m]);
+        for (int j = 0; j < kCols; ++j) {
+#pragma unroll
+          for (int s = 0; s < K; ++s) {
+            if (has[j] && inside[j * SD + s]) fma_pack<S, V>(acc[r * K + s], in[j * SD + s], ring[m][j]);
+          }
         }
       }
     }
@@ -569,24 +582,29 @@ __device__ void wgrad_band(compute_t<S> (&acc)[K * K][V], const S* dyc, const S*
 
 // Stage 1 by bands: block (tile, chunk) has rows (threadIdx.y) of `tile` lanes
 // (threadIdx.x), a lane owning V channels; row k of the block takes items
-// begin + k, begin + k + rows, ... of its chunk, item ((n * bands + band) * Q +
-// q), so that a warp's rows read neighbouring columns. The block then adds its
-// rows as the packed kernel above does.
+// begin + k, begin + k + rows, ... of its chunk, item ((n * bands + band) *
+// ceil(Q / kBandCols) + column block), so that a warp's rows read neighbouring
+// columns. The block then adds its rows as the packed kernel above does.
 template <class S, int K, int V, int SD>
 __global__ void __launch_bounds__(kThreads, min_blocks_for(K))
     depthwise_wgrad_partial_bands_kernel(compute_t<S>* partial, const S* dy, const S* x, DepthwiseArgs a,
-                                        int items, int bands, int per_chunk) {
+                                         int items, int bands, int per_chunk) {
   using A = compute_t<S>;
   const int tile = blockDim.x, lane = threadIdx.x, row = threadIdx.y, rows = blockDim.y;
   const int c = (int(blockIdx.x) * tile + lane) * V;
   const int begin = int(blockIdx.y) * per_chunk, end = min(begin + per_chunk, items);
+  const int blocks = (int(a.Q) + kBandCols - 1) / kBandCols;
   A acc[K * K][V] = {};
   if (c < int(a.C)) {
     for (int item = begin + row; item < end; item += rows) {
-      const int q = item % int(a.Q), nb = item / int(a.Q);
+      const int q0 = (item % blocks) * kBandCols, nb = item / blocks;
       const int p0 = (nb % bands) * kBand, n = nb / bands;
-      wgrad_band<S, K, V, SD>(acc, dy + n * int(a.out[0]) + c + q * int(a.out[3]), x + n * int(a.in[0]) + c, p0,
-                              min(p0 + kBand, int(a.P)), q * SD - a.pad_w, a);
+      bool has[kBandCols];
+#pragma unroll
+      for (int j = 0; j < kBandCols; ++j) has[j] = q0 + j < int(a.Q);
+      wgrad_band<S, K, V, SD, kBandCols>(acc, dy + n * int(a.out[0]) + c + q0 * int(a.out[3]),
+                                         x + n * int(a.in[0]) + c, p0, min(p0 + kBand, int(a.P)),
+                                         q0 * SD - a.pad_w, has, a);
     }
   }
   __shared__ A sums[kThreads * V];
@@ -710,7 +728,7 @@ template <class S>
 int64_t launch_wgrad_bands(compute_t<S>* partial, const Strided& dy, const Strided& x, const DepthwiseArgs& a,
                            cudaStream_t stream) {
   constexpr int V = kBandPack;
-  const int64_t bands = (a.P + kBand - 1) / kBand, items = a.N * bands * a.Q;
+  const int64_t bands = (a.P + kBand - 1) / kBand, items = a.N * bands * ((a.Q + kBandCols - 1) / kBandCols);
   const BandSplit b = band_split(a.C / V, items, depthwise_wgrad_split(a.C, a.N * a.P * a.Q, true).chunks);
   const dim3 grid(static_cast<unsigned>(b.tiles), static_cast<unsigned>(b.chunks)), block(b.tile, b.rows);
   const auto kernel = a.stride_w == 1 ? depthwise_wgrad_partial_bands_kernel<S, 3, V, 1>

@@ -162,10 +162,11 @@ LOOM_GPU_TEST_CASE("depthwise conv kernels match the CPU on random configuration
 }
 
 // The 16-bit 3 x 3 weight gradient at stride 1 or 2 (both directions, dilation
-// 1) walks bands of eight output rows per thread in channel packs of 4 when
-// channels-last; these shapes reach it from every side: channels multiples of 8
-// (the forward's packs too), of 4 only, and neither (no packs); heights up to
-// 40 (up to five bands, the last one short), odd and even widths, padding 0-2
+// 1) walks bands of eight output rows of two columns per thread in channel packs
+// of 4 when channels-last; these shapes reach it from every side: channels
+// multiples of 8 (the forward's packs too), of 4 only, and neither (no packs);
+// heights up to 40 (up to five bands, the last one short), odd and even output
+// widths (a last column pair of one column), padding 0-2
 // (x rows and columns that no window reads); 16-bit dtypes and float32 (its
 // own packed kernel), channels-last mostly and NCHW.
 LOOM_GPU_TEST_CASE("depthwise 3x3 kernels at strides 1 and 2 match the CPU on random shapes") {
