@@ -620,13 +620,15 @@ constexpr int kFinalLanes = 32, kFinalSlices = kThreads / kFinalLanes;
 
 template <class S>
 __global__ void __launch_bounds__(kThreads)
-    depthwise_wgrad_finalize_kernel(S* dw, const compute_t<S>* partial, DepthwiseArgs a, int K, int64_t chunks) {
+    depthwise_wgrad_finalize_kernel(S* dw, const compute_t<S>* partial, DepthwiseArgs a, int K,
+                                    int64_t chunks) {
   using A = compute_t<S>;
   __shared__ A sums[kFinalSlices][kFinalLanes];
   const int64_t taps = int64_t(K) * K, total = a.C * taps;
   const int lane = threadIdx.x, slice = threadIdx.y;
   // base depends on the block only, so every thread reaches the barriers.
-  for (int64_t base = int64_t(blockIdx.x) * kFinalLanes; base < total; base += int64_t(gridDim.x) * kFinalLanes) {
+  const int64_t step = int64_t(gridDim.x) * kFinalLanes;
+  for (int64_t base = int64_t(blockIdx.x) * kFinalLanes; base < total; base += step) {
     const int64_t i = base + lane;
     A sum = 0;
     if (i < total) {
@@ -741,16 +743,17 @@ int64_t launch_wgrad_bands(compute_t<S>* partial, const Strided& dy, const Strid
 // Launches the packed or the per-channel stage 1 for what by_bands declines;
 // returns its chunks.
 template <class S>
-int64_t launch_wgrad_partial(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p,
-                             const DepthwiseArgs& a, compute_t<S>* partial, cudaStream_t stream) {
+int64_t launch_wgrad_partial(const Strided& dw, const Strided& dy, const Strided& x,
+                             const kernel::ConvParams& p, const DepthwiseArgs& a, compute_t<S>* partial,
+                             cudaStream_t stream) {
   constexpr int V = kPackOf<S>;
   const int64_t pixels = a.N * a.P * a.Q;
   // Packs for filters up to 3 x 3 (K * K * V accumulators per thread stay in
   // registers); column reuse for the strides MobileNets use, in 32-bit indices.
   const bool packed = dw.sizes[2] <= 3 && channel_packs_fit(x, V) && channel_packs_fit(dy, V);
   const bool narrow = fits_int32(pixels, x, dy, dw);
-  const bool reuse = packed && narrow && wgrad_reuses(static_cast<int>(dw.sizes[2]), V) && p.dilation_w == 1 &&
-                     (p.stride_w == 1 || p.stride_w == 2);
+  const bool reuse = packed && narrow && wgrad_reuses(static_cast<int>(dw.sizes[2]), V) &&
+                     p.dilation_w == 1 && (p.stride_w == 1 || p.stride_w == 2);
   const int64_t columns = reuse ? wgrad_columns_for(p.stride_w) : 1;
   const int64_t items = a.N * a.P * ((a.Q + columns - 1) / columns);
   // depthwise_wgrad_packed_split's chunks for `items` <= its chunks for `pixels`
@@ -760,7 +763,8 @@ int64_t launch_wgrad_partial(const Strided& dw, const Strided& dy, const Strided
   const int64_t work = packed ? items : pixels;
   const int64_t per_chunk = (work + split.chunks - 1) / split.chunks;
   const int64_t lanes = packed ? a.C / V : a.C;
-  const dim3 grid(static_cast<unsigned>((lanes + split.tile - 1) / split.tile), static_cast<unsigned>(split.chunks));
+  const dim3 grid(static_cast<unsigned>((lanes + split.tile - 1) / split.tile),
+                  static_cast<unsigned>(split.chunks));
   visit_index_and_side(narrow, dw.sizes[2], [&]<class I, int K>() {
     if constexpr (K <= 3) {
       if (packed) {
@@ -865,7 +869,8 @@ cudaError_t launch_conv_depthwise_wgrad(const Strided& dw, const Strided& dy, co
     }
     const int64_t outputs = a.C * dw.sizes[2] * dw.sizes[3];
     const int64_t blocks = std::min((outputs + kFinalLanes - 1) / kFinalLanes, kMaxBlocks);
-    depthwise_wgrad_finalize_kernel<S><<<static_cast<unsigned>(blocks), dim3(kFinalLanes, kFinalSlices), 0, stream>>>(
+    const dim3 block(kFinalLanes, kFinalSlices);
+    depthwise_wgrad_finalize_kernel<S><<<static_cast<unsigned>(blocks), block, 0, stream>>>(
         dw.ptr<S>(), scratch.ptr<const A>(), a, static_cast<int>(dw.sizes[2]), chunks);
   });
   return cudaGetLastError();

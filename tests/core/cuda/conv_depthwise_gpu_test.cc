@@ -178,8 +178,8 @@ LOOM_GPU_TEST_CASE("depthwise 3x3 kernels at strides 1 and 2 match the CPU on ra
     const int64_t C = i % 3 == 0 ? 8 * pick(1, 40) : i % 3 == 1 ? 4 * pick(1, 40) : pick(1, 70);
     const int64_t stride = pick(1, 2), pad = pick(0, 2);
     const int64_t least = std::max<int64_t>(1, 3 - 2 * pad);  // the padded plane holds a window
-    const Case c{.N = pick(1, 3), .C = C, .H = pick(least, 40), .W = pick(least, 20), .side = 3, .stride = stride,
-                 .pad = pad, .dilation = 1, .stride_w = stride, .dilation_w = 1};
+    const Case c{.N = pick(1, 3), .C = C, .H = pick(least, 40), .W = pick(least, 20), .side = 3,
+                 .stride = stride, .pad = pad, .dilation = 1, .stride_w = stride, .dilation_w = 1};
     check_case(c, dtypes[i % 4], i % 4 == 3 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast, gen);
   }
 }
