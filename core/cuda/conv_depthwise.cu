@@ -7,8 +7,8 @@
 // filter from a tap-major copy in shared memory, and at the strides MobileNets
 // use a packed thread computes several neighbouring columns, loading each input
 // column once for all of them; the 16-bit 3 x 3 weight gradient at those
-// strides walks a band of output rows instead, loading each input row once for
-// all of them. Indices are 32-bit where every offset fits
+// strides walks a band of output rows of two columns, loading each input row's
+// columns once for all of them. Indices are 32-bit where every offset fits
 // (divisions by the sizes are then cheap), else 64-bit; the filter side K is a
 // template parameter so the window loops unroll and the weight gradient's K * K
 // sums live in registers.
@@ -156,7 +156,7 @@ constexpr int columns_for(int stride) { return stride == kRuntimeWidth ? 1 : str
 // columns at either stride, and only where those sums are at most 36: for 3 x 3
 // in 16-bit dtypes (72 sums) two columns took 159 registers on sm_90, or
 // spilled 208 bytes under the two-blocks bound below (at strides 1 and 2 those
-// take depthwise_wgrad_partial_bands_kernel, which shares rows instead).
+// take depthwise_wgrad_partial_bands_kernel, in packs of 4 channels).
 constexpr bool wgrad_reuses(int side, int V) { return side * side * V <= 36; }
 constexpr int wgrad_columns_for(int stride) { return stride == kRuntimeWidth ? 1 : 2; }
 // Blocks an SM the packed kernels are compiled for: two for filters up to 3 x 3
