@@ -6,7 +6,9 @@
 // for filters up to 3 x 3); the packed forward and data gradient read the
 // filter from a tap-major copy in shared memory, and at the strides MobileNets
 // use a packed thread computes several neighbouring columns, loading each input
-// column once for all of them. Indices are 32-bit where every offset fits
+// column once for all of them; the 16-bit 3 x 3 weight gradient at those
+// strides walks a band of output rows of two columns, loading each input row's
+// columns once for all of them. Indices are 32-bit where every offset fits
 // (divisions by the sizes are then cheap), else 64-bit; the filter side K is a
 // template parameter so the window loops unroll and the weight gradient's K * K
 // sums live in registers.
@@ -153,7 +155,8 @@ constexpr int columns_for(int stride) { return stride == kRuntimeWidth ? 1 : str
 // The weight gradient's threads already hold K * K * V sums, so they take two
 // columns at either stride, and only where those sums are at most 36: for 3 x 3
 // in 16-bit dtypes (72 sums) two columns took 159 registers on sm_90, or
-// spilled 208 bytes under the two-blocks bound below.
+// spilled 208 bytes under the two-blocks bound below (at strides 1 and 2 those
+// take depthwise_wgrad_partial_bands_kernel, in packs of 4 channels).
 constexpr bool wgrad_reuses(int side, int V) { return side * side * V <= 36; }
 constexpr int wgrad_columns_for(int stride) { return stride == kRuntimeWidth ? 1 : 2; }
 // Blocks an SM the packed kernels are compiled for: two for filters up to 3 x 3
@@ -219,6 +222,20 @@ __device__ void store_columns(S* out, I step, I col0, I limit, const compute_t<S
   }
 }
 
+// Loads the kSpan packs of `row` at columns first, first + 1, ... (`step`
+// elements apart) that lie in [0, limit); inside[e] says which were loaded.
+// The forward and weight gradient read x columns with it, the data gradient dy
+// columns.
+template <class S, class I, int V, int kSpan>
+__device__ void load_span(Pack<S, V> (&span)[kSpan], bool (&inside)[kSpan], const S* row, I first, I limit,
+                          I step) {
+#pragma unroll
+  for (int e = 0; e < kSpan; ++e) {
+    inside[e] = first + e >= 0 && first + e < limit;
+    if (inside[e]) span[e] = load_pack<V>(row + (first + e) * step);
+  }
+}
+
 // Adds one input row's taps into the forward's kCols outputs (first column q0;
 // row points at the row's channel pack). With SW fixed, the kSpan input columns
 // the outputs share are loaded once; else kCols is 1 and each tap's column is
@@ -239,11 +256,7 @@ __device__ void forward_row(compute_t<S> (&acc)[kCols][V], const S* row, const P
     const I w0 = q0 * SW - a.pad_w;
     Pack<S, V> in[kSpan];
     bool inside[kSpan];
-#pragma unroll
-    for (int e = 0; e < kSpan; ++e) {
-      inside[e] = w0 + e >= 0 && w0 + e < I(a.W);
-      if (inside[e]) in[e] = load_pack<V>(row + (w0 + e) * I(a.in[3]));
-    }
+    load_span<S, I, V, kSpan>(in, inside, row, w0, I(a.W), I(a.in[3]));
 #pragma unroll
     for (int s = 0; s < K; ++s) {
       const Pack<S, V> tap = taps[(r * K + s) * blockDim.x];
@@ -306,11 +319,7 @@ __device__ void dgrad_row(compute_t<S> (&acc)[kCols][V], const S* row, const Pac
     const I u0 = col0 + a.pad_w - (K - 1);  // dy column of e = 0; e = j + K - 1 - s
     Pack<S, V> g[kSpan];
     bool inside[kSpan];
-#pragma unroll
-    for (int e = 0; e < kSpan; ++e) {
-      inside[e] = u0 + e >= 0 && u0 + e < I(a.Q);
-      if (inside[e]) g[e] = load_pack<V>(row + (u0 + e) * I(a.out[3]));
-    }
+    load_span<S, I, V, kSpan>(g, inside, row, u0, I(a.Q), I(a.out[3]));
 #pragma unroll
     for (int s = 0; s < K; ++s) {
       const Pack<S, V> tap = taps[(r * K + s) * blockDim.x];
@@ -400,6 +409,37 @@ __global__ void depthwise_wgrad_partial_kernel(compute_t<S>* partial, const S* d
   }
 }
 
+// The packed weight gradient's block reduction: thread (lane, row) of `rows`
+// rows of `tile` lanes holds the sums acc for channels c .. c + V - 1; rows are
+// added pairwise in a fixed order (any count of rows: while n rows hold sums,
+// row k < n - ceil(n / 2) adds row k + ceil(n / 2)), and row 0 stores them as
+// chunk blockIdx.y's partials. sums holds rows * tile * V values. Every thread
+// of the block must call it.
+template <class A, int kTaps, int V>
+__device__ void store_block_sums(A* partial, const A (&acc)[kTaps][V], A* sums, int lane, int row, int rows,
+                                 int tile, int64_t C, int64_t c) {
+  A* mine = sums + (row * tile + lane) * V;
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) mine[v] = acc[t][v];
+    __syncthreads();
+    for (int n = rows; n > 1; n = (n + 1) / 2) {
+      const int half = (n + 1) / 2;
+      if (row < n - half) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) mine[v] += mine[half * tile * V + v];
+      }
+      __syncthreads();
+    }
+    if (row == 0 && c < C) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) partial[(int64_t(blockIdx.y) * C + c + v) * kTaps + t] = mine[v];
+    }
+    __syncthreads();
+  }
+}
+
 // Adds one x row's products into the packed weight gradient's taps of row r:
 // dy packs g[j] (present where has[j]) of kCols output columns from q0 times the
 // x columns their taps read. With SW fixed (dilation 1), the kSpan x columns the
@@ -421,11 +461,7 @@ __device__ void wgrad_row(compute_t<S> (&acc)[K * K][V], const Pack<S, V> (&g)[k
     const I w0 = q0 * SW - a.pad_w;
     Pack<S, V> in[kSpan];
     bool inside[kSpan];
-#pragma unroll
-    for (int e = 0; e < kSpan; ++e) {
-      inside[e] = w0 + e >= 0 && w0 + e < I(a.W);
-      if (inside[e]) in[e] = load_pack<V>(row + (w0 + e) * I(a.in[3]));
-    }
+    load_span<S, I, V, kSpan>(in, inside, row, w0, I(a.W), I(a.in[3]));
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
 #pragma unroll
@@ -477,38 +513,135 @@ __global__ void __launch_bounds__(kThreads, min_blocks_for(K))
     }
   }
   __shared__ A sums[kThreads * V];
-  A* mine = sums + threadIdx.x * V;
+  store_block_sums<A, kTaps, V>(partial, acc, sums, lane, row, rows, tile, a.C, int64_t(c));
+}
+
+// The 16-bit 3 x 3 weight gradient at stride 1 or 2 (rows and columns alike,
+// dilation 1; 32-bit indices). A thread shares x rows between output rows and
+// x columns between output columns: a work item is kBandCols neighbouring
+// output columns over a band of kBand output rows, and the thread walks the
+// input rows down the band, loading each x row's span of columns once for
+// every output row whose window holds it (up to ceil(K / SD) of them) and every
+// column. It takes kBandPack channels in 8-byte packs: with 8 (72 sums) one
+// column alone, three dy packs and three x packs live, spilled about 100 bytes
+// at 128 registers for bfloat16 on sm_90.
+constexpr int kBand = 8, kBandCols = 2;
+constexpr int kBandPack = 4;
+
+// Adds the products of output rows [p0, p1) of kCols columns (those present
+// where has[j]) into acc: dyc points at dy's pack at (row 0, the first column),
+// xc at x's channel pack, w0 is the first column's first x column. At step i
+// the x rows h = (p0 + i) * SD + u - pad, u < SD, are read; ring[m] holds dy row
+// p0 + i - m (live where that row is in the band), whose tap row for h is
+// r = u + m * SD, and output column j reads span column j * SD + s for tap s.
+// Each sum runs over the band's rows in order, taps outside the operand
+// skipped.
+template <class S, int K, int V, int SD, int kCols>
+__device__ void wgrad_band(compute_t<S> (&acc)[K * K][V], const S* dyc, const S* xc, int p0, int p1, int w0,
+                           const bool (&has)[kCols], const DepthwiseArgs& a) {
+  constexpr int kRing = (K + SD - 1) / SD, kSpan = (kCols - 1) * SD + K;
+  Pack<S, V> ring[kRing][kCols] = {};
+  bool live[kRing] = {};
+  // The band's last x row, (p1 - 1) * SD + K - 1 - pad, is read at step
+  // p1 - p0 - 1 + (K - 1) / SD, and (K - 1) / SD == kRing - 1.
+  const int steps = p1 - p0 + kRing - 1;
+  for (int i = 0; i < steps; ++i) {
 #pragma unroll
-  for (int t = 0; t < kTaps; ++t) {
+    for (int m = kRing - 1; m > 0; --m) {
+      live[m] = live[m - 1];
 #pragma unroll
-    for (int v = 0; v < V; ++v) mine[v] = acc[t][v];
-    __syncthreads();
-    for (int half = rows / 2; half > 0; half /= 2) {
-      if (row < half) {
+      for (int j = 0; j < kCols; ++j) ring[m][j] = ring[m - 1][j];
+    }
+    live[0] = p0 + i < p1;
 #pragma unroll
-        for (int v = 0; v < V; ++v) mine[v] += mine[half * tile * V + v];
+    for (int j = 0; j < kCols; ++j) {
+      if (live[0] && has[j]) ring[0][j] = load_pack<V>(dyc + (p0 + i) * int(a.out[2]) + j * int(a.out[3]));
+    }
+#pragma unroll
+    for (int u = 0; u < SD; ++u) {
+      const int h = (p0 + i) * SD + u - a.pad_h;
+      if (h < 0 || h >= int(a.H)) continue;
+      Pack<S, V> in[kSpan];
+      bool inside[kSpan];
+      load_span<S, int, V, kSpan>(in, inside, xc + h * int(a.in[2]), w0, int(a.W), int(a.in[3]));
+#pragma unroll
+      for (int m = 0; m < kRing; ++m) {
+        const int r = u + m * SD;
+        if (r >= K || !live[m]) continue;
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+#pragma unroll
+          for (int s = 0; s < K; ++s) {
+            if (has[j] && inside[j * SD + s]) fma_pack<S, V>(acc[r * K + s], in[j * SD + s], ring[m][j]);
+          }
+        }
       }
-      __syncthreads();
     }
-    if (row == 0 && c < I(a.C)) {
-#pragma unroll
-      for (int v = 0; v < V; ++v) partial[(int64_t(blockIdx.y) * a.C + c + v) * kTaps + t] = mine[v];
-    }
-    __syncthreads();
   }
 }
 
-// Stage 2: dw[c, 0, r, s] = the chunks' partial sums, added in chunk order.
-template <class S>
-__global__ void depthwise_wgrad_finalize_kernel(S* dw, const compute_t<S>* partial, DepthwiseArgs a,
-                                                int K, int64_t chunks) {
+// Stage 1 by bands: block (tile, chunk) has rows (threadIdx.y) of `tile` lanes
+// (threadIdx.x), a lane owning V channels; row k of the block takes items
+// begin + k, begin + k + rows, ... of its chunk, item ((n * bands + band) *
+// ceil(Q / kBandCols) + column block), so that a warp's rows read neighbouring
+// columns. The block then adds its rows as the packed kernel above does.
+template <class S, int K, int V, int SD>
+__global__ void __launch_bounds__(kThreads, min_blocks_for(K))
+    depthwise_wgrad_partial_bands_kernel(compute_t<S>* partial, const S* dy, const S* x, DepthwiseArgs a,
+                                         int items, int bands, int per_chunk) {
   using A = compute_t<S>;
+  const int tile = blockDim.x, lane = threadIdx.x, row = threadIdx.y, rows = blockDim.y;
+  const int c = (int(blockIdx.x) * tile + lane) * V;
+  const int begin = int(blockIdx.y) * per_chunk, end = min(begin + per_chunk, items);
+  const int blocks = (int(a.Q) + kBandCols - 1) / kBandCols;
+  A acc[K * K][V] = {};
+  if (c < int(a.C)) {
+    for (int item = begin + row; item < end; item += rows) {
+      const int q0 = (item % blocks) * kBandCols, nb = item / blocks;
+      const int p0 = (nb % bands) * kBand, n = nb / bands;
+      bool has[kBandCols];
+#pragma unroll
+      for (int j = 0; j < kBandCols; ++j) has[j] = q0 + j < int(a.Q);
+      wgrad_band<S, K, V, SD, kBandCols>(acc, dy + n * int(a.out[0]) + c + q0 * int(a.out[3]),
+                                         x + n * int(a.in[0]) + c, p0, min(p0 + kBand, int(a.P)),
+                                         q0 * SD - a.pad_w, has, a);
+    }
+  }
+  __shared__ A sums[kThreads * V];
+  store_block_sums<A, K * K, V>(partial, acc, sums, lane, row, rows, tile, a.C, c);
+}
+
+// Stage 2: dw[c, 0, r, s] = the chunks' partial sums. A block takes
+// kFinalLanes outputs at a time; slice k of its kFinalSlices sums chunks k,
+// k + kFinalSlices, ... in order, and the slices' sums are added in slice
+// order, so the order is fixed and each output's chunks are read by
+// kFinalSlices threads at once.
+constexpr int kFinalLanes = 32, kFinalSlices = kThreads / kFinalLanes;
+
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    depthwise_wgrad_finalize_kernel(S* dw, const compute_t<S>* partial, DepthwiseArgs a, int K,
+                                    int64_t chunks) {
+  using A = compute_t<S>;
+  __shared__ A sums[kFinalSlices][kFinalLanes];
   const int64_t taps = int64_t(K) * K, total = a.C * taps;
-  for (int64_t i = first_index(); i < total; i += index_step()) {
-    const int64_t c = i / taps, t = i % taps;
+  const int lane = threadIdx.x, slice = threadIdx.y;
+  // base depends on the block only, so every thread reaches the barriers.
+  const int64_t step = int64_t(gridDim.x) * kFinalLanes;
+  for (int64_t base = int64_t(blockIdx.x) * kFinalLanes; base < total; base += step) {
+    const int64_t i = base + lane;
     A sum = 0;
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += partial[chunk * total + i];
-    dw[c * a.filter[0] + (t / K) * a.filter[2] + (t % K) * a.filter[3]] = from_compute<S>(sum);
+    if (i < total) {
+      for (int64_t chunk = slice; chunk < chunks; chunk += kFinalSlices) sum += partial[chunk * total + i];
+    }
+    sums[slice][lane] = sum;
+    __syncthreads();
+    if (slice == 0 && i < total) {
+      for (int k = 1; k < kFinalSlices; ++k) sum += sums[k][lane];
+      const int64_t c = i / taps, t = i % taps;
+      dw[c * a.filter[0] + (t / K) * a.filter[2] + (t % K) * a.filter[3]] = from_compute<S>(sum);
+    }
+    __syncthreads();
   }
 }
 
@@ -553,6 +686,103 @@ void launch_packed(Kernel kernel, S* out, const S* in, const S* w, const Depthwi
   const dim3 grid(static_cast<unsigned>(t.tiles),
                   static_cast<unsigned>(std::min((items + t.rows - 1) / t.rows, kMaxBlocks)));
   kernel<<<grid, dim3(t.tile, t.rows), 0, stream>>>(out, in, w, a, I(items));
+}
+
+// True when the weight gradient takes depthwise_wgrad_partial_bands_kernel:
+// 16-bit channels in packs of kBandPack, a 3 x 3 filter, stride 1 or 2 and dilation 1 in both
+// directions, 32-bit indices.
+template <class S>
+bool by_bands(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p) {
+  static_assert(sizeof(S) == 2, "the band kernel is built for 16-bit dtypes");
+  return dw.sizes[2] == 3 && channel_packs_fit(x, kBandPack) && channel_packs_fit(dy, kBandPack) &&
+         p.stride_h == p.stride_w && (p.stride_w == 1 || p.stride_w == 2) && p.dilation_h == 1 &&
+         p.dilation_w == 1 && fits_int32(dy.sizes[0] * dy.sizes[2] * dy.sizes[3], x, dy, dw);
+}
+
+// The launch of depthwise_wgrad_partial_bands_kernel: equal channel tiles of at
+// most kBandTile packs (16-bit, 128 bytes of a pixel: a whole memory segment,
+// and several tiles for the block count even where C is small) by rows of
+// kThreads / tile threads, and about kBandBlocks blocks, each chunk a whole
+// number of rounds of the block's rows. Never more chunks than `most`.
+constexpr int kBandTile = 128 / (2 * kBandPack);
+constexpr int64_t kBandBlocks = 512;
+
+struct BandSplit {
+  int tile = 1, rows = 1;
+  int64_t tiles = 1, chunks = 1, per_chunk = 1;
+};
+
+BandSplit band_split(int64_t packs, int64_t items, int64_t most) {
+  BandSplit b;
+  b.tiles = (packs + kBandTile - 1) / kBandTile;
+  b.tile = static_cast<int>((packs + b.tiles - 1) / b.tiles);
+  b.rows = kThreads / b.tile;
+  const int64_t wanted = std::clamp<int64_t>((kBandBlocks + b.tiles - 1) / b.tiles, 1, most);
+  // per_chunk * wanted >= items, so chunks <= wanted <= most.
+  b.per_chunk = std::max<int64_t>(1, (items + wanted * b.rows - 1) / (wanted * b.rows)) * b.rows;
+  b.chunks = (items + b.per_chunk - 1) / b.per_chunk;
+  return b;
+}
+
+// Launches the band kernel for the stride (by_bands holds); returns its chunks,
+// at most the chunks of depthwise_wgrad_split that sized the scratch.
+template <class S>
+int64_t launch_wgrad_bands(compute_t<S>* partial, const Strided& dy, const Strided& x, const DepthwiseArgs& a,
+                           cudaStream_t stream) {
+  constexpr int V = kBandPack;
+  const int64_t bands = (a.P + kBand - 1) / kBand, items = a.N * bands * ((a.Q + kBandCols - 1) / kBandCols);
+  const BandSplit b = band_split(a.C / V, items, depthwise_wgrad_split(a.C, a.N * a.P * a.Q, true).chunks);
+  const dim3 grid(static_cast<unsigned>(b.tiles), static_cast<unsigned>(b.chunks)), block(b.tile, b.rows);
+  const auto kernel = a.stride_w == 1 ? depthwise_wgrad_partial_bands_kernel<S, 3, V, 1>
+                                      : depthwise_wgrad_partial_bands_kernel<S, 3, V, 2>;
+  kernel<<<grid, block, 0, stream>>>(partial, dy.ptr<const S>(), x.ptr<const S>(), a, static_cast<int>(items),
+                                     static_cast<int>(bands), static_cast<int>(b.per_chunk));
+  return b.chunks;
+}
+
+// Launches the packed or the per-channel stage 1 for what by_bands declines;
+// returns its chunks.
+template <class S>
+int64_t launch_wgrad_partial(const Strided& dw, const Strided& dy, const Strided& x,
+                             const kernel::ConvParams& p, const DepthwiseArgs& a, compute_t<S>* partial,
+                             cudaStream_t stream) {
+  constexpr int V = kPackOf<S>;
+  const int64_t pixels = a.N * a.P * a.Q;
+  // Packs for filters up to 3 x 3 (K * K * V accumulators per thread stay in
+  // registers); column reuse for the strides MobileNets use, in 32-bit indices.
+  const bool packed = dw.sizes[2] <= 3 && channel_packs_fit(x, V) && channel_packs_fit(dy, V);
+  const bool narrow = fits_int32(pixels, x, dy, dw);
+  const bool reuse = packed && narrow && wgrad_reuses(static_cast<int>(dw.sizes[2]), V) &&
+                     p.dilation_w == 1 && (p.stride_w == 1 || p.stride_w == 2);
+  const int64_t columns = reuse ? wgrad_columns_for(p.stride_w) : 1;
+  const int64_t items = a.N * a.P * ((a.Q + columns - 1) / columns);
+  // depthwise_wgrad_packed_split's chunks for `items` <= its chunks for `pixels`
+  // (they grow with the count), which the scratch is sized by.
+  const DepthwiseSplit split = packed ? depthwise_wgrad_packed_split(a.C, V, items)
+                                      : depthwise_wgrad_split(a.C, pixels, a.channels_innermost);
+  const int64_t work = packed ? items : pixels;
+  const int64_t per_chunk = (work + split.chunks - 1) / split.chunks;
+  const int64_t lanes = packed ? a.C / V : a.C;
+  const dim3 grid(static_cast<unsigned>((lanes + split.tile - 1) / split.tile),
+                  static_cast<unsigned>(split.chunks));
+  visit_index_and_side(narrow, dw.sizes[2], [&]<class I, int K>() {
+    if constexpr (K <= 3) {
+      if (packed) {
+        const auto run = [&](auto kernel) {
+          kernel<<<grid, kThreads, 0, stream>>>(partial, dy.ptr<const S>(), x.ptr<const S>(), a, I(items),
+                                                I(per_chunk), split.tile);
+        };
+        if constexpr (std::is_same_v<I, int32_t> && wgrad_reuses(K, V)) {
+          if (reuse && p.stride_w == 1) return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, 1>);
+          if (reuse) return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, 2>);
+        }
+        return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, kRuntimeWidth>);
+      }
+    }
+    depthwise_wgrad_partial_kernel<S, I, K><<<grid, kThreads, 0, stream>>>(
+        partial, dy.ptr<const S>(), x.ptr<const S>(), a, I(pixels), I(per_chunk), split.tile);
+  });
+  return split.chunks;
 }
 
 }  // namespace
@@ -628,46 +858,20 @@ cudaError_t launch_conv_depthwise_wgrad(const Strided& dw, const Strided& dy, co
   const int64_t pixels = a.N * a.P * a.Q;
   visit_floating(dw.dtype, [&]<class S>() {
     using A = compute_t<S>;
-    constexpr int V = kPackOf<S>;
-    // Packs for filters up to 3 x 3 (K * K * V accumulators per thread stay in
-    // registers); column reuse for the strides MobileNets use, in 32-bit indices.
-    const bool packed = dw.sizes[2] <= 3 && channel_packs_fit(x, V) && channel_packs_fit(dy, V);
-    const bool narrow = fits_int32(pixels, x, dy, dw);
-    const bool reuse = packed && narrow && wgrad_reuses(static_cast<int>(dw.sizes[2]), V) &&
-                       p.dilation_w == 1 && (p.stride_w == 1 || p.stride_w == 2);
-    const int64_t columns = reuse ? wgrad_columns_for(p.stride_w) : 1;
-    const int64_t items = a.N * a.P * ((a.Q + columns - 1) / columns);
-    // depthwise_wgrad_packed_split's chunks for `items` <= its chunks for `pixels`
-    // (they grow with the count), which the scratch is sized by.
-    const DepthwiseSplit split = packed ? depthwise_wgrad_packed_split(a.C, V, items)
-                                        : depthwise_wgrad_split(a.C, pixels, a.channels_innermost);
-    const int64_t work = packed ? items : pixels;
-    const int64_t per_chunk = (work + split.chunks - 1) / split.chunks;
-    const int64_t lanes = packed ? a.C / V : a.C;
-    const dim3 grid(static_cast<unsigned>((lanes + split.tile - 1) / split.tile), static_cast<unsigned>(split.chunks));
+    int64_t chunks = 0;  // the partials the finalize adds: none for an empty output
     if (pixels > 0) {
-      visit_index_and_side(narrow, dw.sizes[2], [&]<class I, int K>() {
-        if constexpr (K <= 3) {
-          if (packed) {
-            const auto run = [&](auto kernel) {
-              kernel<<<grid, kThreads, 0, stream>>>(scratch.ptr<A>(), dy.ptr<const S>(), x.ptr<const S>(), a,
-                                                    I(items), I(per_chunk), split.tile);
-            };
-            if constexpr (std::is_same_v<I, int32_t> && wgrad_reuses(K, V)) {
-              if (reuse && p.stride_w == 1) return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, 1>);
-              if (reuse) return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, 2>);
-            }
-            return run(depthwise_wgrad_partial_packed_kernel<S, I, K, V, kRuntimeWidth>);
-          }
+      chunks = [&] {
+        if constexpr (sizeof(S) == 2) {
+          if (by_bands<S>(dw, dy, x, p)) return launch_wgrad_bands<S>(scratch.ptr<A>(), dy, x, a, stream);
         }
-        depthwise_wgrad_partial_kernel<S, I, K><<<grid, kThreads, 0, stream>>>(
-            scratch.ptr<A>(), dy.ptr<const S>(), x.ptr<const S>(), a, I(pixels), I(per_chunk), split.tile);
-      });
+        return launch_wgrad_partial<S>(dw, dy, x, p, a, scratch.ptr<A>(), stream);
+      }();
     }
     const int64_t outputs = a.C * dw.sizes[2] * dw.sizes[3];
-    depthwise_wgrad_finalize_kernel<S><<<blocks_for(outputs), kThreads, 0, stream>>>(
-        dw.ptr<S>(), scratch.ptr<const A>(), a, static_cast<int>(dw.sizes[2]),
-        pixels > 0 ? split.chunks : 0);
+    const int64_t blocks = std::min((outputs + kFinalLanes - 1) / kFinalLanes, kMaxBlocks);
+    const dim3 block(kFinalLanes, kFinalSlices);
+    depthwise_wgrad_finalize_kernel<S><<<static_cast<unsigned>(blocks), block, 0, stream>>>(
+        dw.ptr<S>(), scratch.ptr<const A>(), a, static_cast<int>(dw.sizes[2]), chunks);
   });
   return cudaGetLastError();
 }

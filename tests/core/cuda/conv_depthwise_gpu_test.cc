@@ -8,16 +8,17 @@
 // so that column strides 1 and 2 at dilation 1 take the packed kernels' column
 // reuse and the rest their one-column form; padding 0 to the side, planes 1-20,
 // odd and even, batch 1-3), NCHW and channels-last, float64, float32, bfloat16
-// and float16, each pass run twice for the same bits; then layers large enough
-// for many weight-gradient chunks and 64-bit indices' neighbour (MobileNetV2's
-// shapes); then
+// and float16, each pass run twice for the same bits; then 60 random 3 x 3
+// layers at strides 1 and 2 (the 16-bit weight gradient's band kernel); then
+// layers large enough for many weight-gradient chunks and 64-bit indices'
+// neighbour (MobileNetV2's shapes); then
 // conv2d with groups == channels on each path LOOM_CONV_DEPTHWISE names
 // (loom, cudnn, auto) under strict fp32, TF32 and bf16 autocast against the CPU
 // op, forward and every gradient.
 //
 // Tolerances, relative to the largest reference magnitude of each result:
 // float64 1e-12; float32 1e-5 (at most 49-term sums in the forward and data
-// gradient; the weight gradient sums N * P * Q <= 1200 terms in a fixed order);
+// gradient; the weight gradient sums N * P * Q <= 6272 terms in a fixed order);
 // 16-bit outputs 8e-3 (one rounding, 2^-8 relative, on top of float32 sums).
 // The op test: strict fp32 1e-5, TF32 2e-3 (cuDNN's TF32 rounds operands),
 // bf16 autocast 1.6e-2 (bf16 operands and output).
@@ -160,9 +161,33 @@ LOOM_GPU_TEST_CASE("depthwise conv kernels match the CPU on random configuration
   }
 }
 
+// The 16-bit 3 x 3 weight gradient at stride 1 or 2 (both directions, dilation
+// 1) walks bands of eight output rows of two columns per thread in channel packs
+// of 4 when channels-last; these shapes reach it from every side: channels
+// multiples of 8 (the forward's packs too), of 4 only, and neither (no packs);
+// heights up to 40 (up to five bands, the last one short), odd and even output
+// widths (a last column pair of one column), padding 0-2
+// (x rows and columns that no window reads); 16-bit dtypes and float32 (its
+// own packed kernel), channels-last mostly and NCHW.
+LOOM_GPU_TEST_CASE("depthwise 3x3 kernels at strides 1 and 2 match the CPU on random shapes") {
+  Generator gen(3304);
+  std::mt19937_64 rng(3304);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const DType dtypes[] = {DType::BFloat16, DType::Float16, DType::BFloat16, DType::Float32};
+  for (int i = 0; i < 60; ++i) {
+    const int64_t C = i % 3 == 0 ? 8 * pick(1, 40) : i % 3 == 1 ? 4 * pick(1, 40) : pick(1, 70);
+    const int64_t stride = pick(1, 2), pad = pick(0, 2);
+    const int64_t least = std::max<int64_t>(1, 3 - 2 * pad);  // the padded plane holds a window
+    const Case c{.N = pick(1, 3), .C = C, .H = pick(least, 40), .W = pick(least, 20), .side = 3,
+                 .stride = stride, .pad = pad, .dilation = 1, .stride_w = stride, .dilation_w = 1};
+    check_case(c, dtypes[i % 4], i % 4 == 3 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast, gen);
+  }
+}
+
 // MobileNetV2's depthwise shapes at a small batch (many weight-gradient chunks,
 // channels that are and are not multiples of 32, 960 channels in four tiles of
-// packs), an odd width at stride 2, and a plane of one row.
+// packs), an odd width at stride 2, a plane of one row, and planes of seven and
+// four bands of the 16-bit weight gradient (52 channels: 13 packs of 4).
 LOOM_GPU_TEST_CASE("depthwise conv kernels match the CPU on MobileNet-sized layers") {
   Generator gen(3302);
   const Case large[] = {
@@ -175,8 +200,12 @@ LOOM_GPU_TEST_CASE("depthwise conv kernels match the CPU on MobileNet-sized laye
       {.N = 3, .C = 200, .H = 17, .W = 33, .side = 3, .stride = 2, .pad = 1, .dilation = 1, .stride_w = 2,
        .dilation_w = 1},
       {.N = 2, .C = 40, .H = 1, .W = 300, .side = 5, .stride = 1, .pad = 2, .dilation = 1, .stride_w = 1,
+       .dilation_w = 1},
+      {.N = 2, .C = 64, .H = 56, .W = 56, .side = 3, .stride = 1, .pad = 1, .dilation = 1, .stride_w = 1,
+       .dilation_w = 1},
+      {.N = 2, .C = 52, .H = 57, .W = 55, .side = 3, .stride = 2, .pad = 1, .dilation = 1, .stride_w = 2,
        .dilation_w = 1}};
-  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
     for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
       for (const Case& c : large) check_case(c, dtype, format, gen);
     }
