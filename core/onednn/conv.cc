@@ -75,12 +75,28 @@ struct InnerMds {
   dnnl_memory_desc_t x, w, y, bias;
 };
 
-InnerMds inner_mds(const ConvShape& s) {
-  const bool nhwc = s.layout == MemoryFormat::ChannelsLast;
+InnerMds inner_mds(const ConvShape& s, bool blocked) {
+  const bool nhwc = s.layout == MemoryFormat::ChannelsLast && !blocked;
   InnerMds m{nhwc ? md_tag(s.x_dims, dnnl_acdb) : md_any(s.x_dims), md_any(s.w_dims),
              nhwc ? md_tag(s.y_dims, dnnl_acdb) : md_any(s.y_dims), {}};
   if (s.bias) m.bias = md_tag({s.y_dims[1]}, dnnl_a);
   return m;
+}
+
+// The channels-last data gradients that run in the blocked layout instead,
+// reordered in and out: oneDNN's NHWC data-gradient kernel slows down by up to
+// 4x when dy has a multiple of 512 channels (pixel rows of 2 KiB: cache-set
+// conflicts, by the look of it) on maps of 24x24 and more. Measured on 2
+// threads (AVX-512), 3x3 stride-1 convolutions, batch 4-8, min of 3 runs,
+// NHWC against blocked without its reorders: K 512 at 24x24 1.4x, 26-30 1.7-2.0x,
+// 35-56 1.1-1.2x, 14-21 0.95-1.0x; K 1024 at 28x28 4.3x; K 384, 448, 640, 768
+// at 28x28 0.9-1.05x. VGG's 512-channel 28x28 layers at 224x224 are the case
+// (vgg11_bn batch 8: 261 against 130 ms a data gradient).
+bool dgrad_runs_blocked(const ConvShape& s) {
+  const int64_t k = s.y_dims[1], p = s.y_dims[2], q = s.y_dims[3];
+  const bool plain_3x3 = s.w_dims.size() == 4 && s.w_dims[2] == 3 && s.w_dims[3] == 3 &&
+                         s.strides[0] == 1 && s.strides[1] == 1 && s.dilates[0] == 0 && s.dilates[1] == 0;
+  return s.layout == MemoryFormat::ChannelsLast && plain_3x3 && k % 512 == 0 && p >= 24 && q >= 24;
 }
 
 // The forward primitive descriptor (also the backward ones' hint); null where
@@ -113,7 +129,7 @@ std::string_view wgrad_preference(const ConvShape& s) {
 }
 
 std::shared_ptr<Plan> build(const ConvShape& s, Direction direction) {
-  const InnerMds m = inner_mds(s);
+  const InnerMds m = inner_mds(s, direction == Direction::Dgrad && dgrad_runs_blocked(s));
   const PrimitiveDesc forward = forward_pd(s, m);
   if (!forward) return nullptr;
   if (direction == Direction::Forward) {

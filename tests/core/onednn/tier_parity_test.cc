@@ -304,5 +304,33 @@ TEST_CASE("random batched matmuls on attention's views: the oneDNN tier matches 
   }
 }
 
+// Channels-last data gradients with a multiple of 512 output channels on maps
+// of 24x24 and more run in the blocked layout, reordered in and out
+// (core/onednn/conv.cc: dgrad_runs_blocked); the random sweep's channel counts
+// never reach them.
+TEST_CASE("random channels-last convolutions whose data gradient runs blocked match the reference kernels") {
+  REQUIRE_MESSAGE(onednn::active(), "oneDNN did not load: install libdnnl2 (tools/setup.sh)");
+  constexpr int64_t kBlockedCases = 6;
+  for (int64_t index = 0; index < kBlockedCases; ++index) {
+    Draw d(0x5120ull + static_cast<uint64_t>(index) * 7919ull);
+    Generator gen(static_cast<uint64_t>(index) + 512);
+    const int64_t c = d.between(1, 4), k = 512 * d.between(1, 2), h = d.between(26, 30), w = d.between(26, 30);
+    const int64_t pad = d.between(0, 1);
+    Case one{fmt::format("conv2d N=1 C={} K={} H={} W={} 3x3 padding={} channels-last", c, k, h, w, pad),
+             {leaf({1, c, h, w}, gen, true), leaf({k, c, 3, 3}, gen, true)}, {}, "conv2d"};
+    one.op = [pad](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], Tensor(), {.padding = pad}); };
+    CAPTURE(one.description);
+    const std::vector<Tensor> reference = run_on(CpuBackend::Reference, one, index);
+    const int64_t before = onednn::executions();
+    const std::vector<Tensor> fast = run_on(CpuBackend::Onednn, one, index);
+    CHECK(onednn::executions() >= before + 3);  // forward, data and weight gradients
+    REQUIRE(fast.size() == reference.size());
+    for (size_t i = 0; i < fast.size(); ++i) {
+      CAPTURE(i);  // 0: the output, then x's and the weight's gradients
+      CHECK(sweep::relative_error(fast[i], reference[i]) <= kTolerance);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom
