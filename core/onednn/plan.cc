@@ -284,8 +284,8 @@ bool spins(const PrimitiveDesc& pd, std::string_view impl) {
 // (load 1.6-1.8): batch norm forward on (8, 64, 8, 8) 189 / 15 us, (8, 384, 8, 8)
 // 256 / 132, (8, 192, 16, 16) 330 / 264, but (8, 144, 32, 32) 673 / 802; the
 // reorder of a 384x1x3x3 depthwise filter 61 / 2.7 us, of a 384x64 one 67 / 19.
-// Convolutions and matrix products keep the pool: they are compute-bound, and
-// 1 thread was 1.3-1.7x slower on those shapes.
+// Convolutions and matrix products keep the pool down to kSerialMacs: they are
+// compute-bound, and 1 thread was 1.3-1.7x slower on those shapes.
 constexpr int64_t kSerialElements = int64_t{1} << 19;
 
 bool memory_bound(dnnl_primitive_kind_t kind) {
@@ -342,15 +342,53 @@ PrimitiveDesc first_fast(const void* op_desc, const Attr& attr, const_dnnl_primi
   return first;
 }
 
+// Below this many multiply-adds a convolution or matrix product runs on the
+// calling thread alone too: waking the pool's sleeping threads costs 40-55 us
+// a call, more than half of such a step. vit_tiny at batch 8, DNNL_VERBOSE
+// medians on 2 threads against 1 (2 cores): matmul 136x64 @ 64x192 (1.7 M)
+// 76 / 38 us, 136x64 @ 64x64 58 / 12, the attention's 8x4 batched 17x16 @
+// 16x17 57 / 11, the 7x7 patch convolution 71 / 15; the whole step 9.6 / 5.8
+// ms. At 2^22 one thread takes about 95 us (44 G multiply-adds a second), as
+// long as two take with the wake-up.
+constexpr int64_t kSerialMacs = int64_t{1} << 22;
+
+const dnnl_memory_desc_t* arg_md(const PrimitiveDesc& pd, int arg) {
+  const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
+  return md != nullptr && md->ndims > 0 ? md : nullptr;
+}
+
+// A dense convolution's or matrix product's multiply-adds (in any direction):
+// each output or output-gradient element takes one row of the weights (a
+// convolution's C * R * S, a product's inner dimension); nothing for other kinds.
+std::optional<int64_t> multiply_adds(const PrimitiveDesc& pd, dnnl_primitive_kind_t kind) {
+  const dnnl_memory_desc_t* y = arg_md(pd, DNNL_ARG_DST);
+  if (y == nullptr) y = arg_md(pd, DNNL_ARG_DIFF_DST);
+  if (y == nullptr) return std::nullopt;
+  if (kind == dnnl_matmul) {
+    const dnnl_memory_desc_t* x = arg_md(pd, DNNL_ARG_SRC);
+    return x == nullptr ? std::nullopt : std::optional<int64_t>(elements(*y) * x->dims[x->ndims - 1]);
+  }
+  if (kind != dnnl_convolution && kind != dnnl_inner_product) return std::nullopt;
+  const dnnl_memory_desc_t* w = arg_md(pd, DNNL_ARG_WEIGHTS);
+  if (w == nullptr) w = arg_md(pd, DNNL_ARG_DIFF_WEIGHTS);
+  // A grouped convolution's weights are 5-D: a depthwise one is memory-bound
+  // and its few multiply-adds say little (mobilenet_v2_cifar's 576 channels at
+  // 8x8, stride 2, data gradient: 227 us on 2 threads, 453 on 1).
+  if (w == nullptr || (kind == dnnl_convolution && w->ndims == 5)) return std::nullopt;
+  return elements(*y) * (elements(*w) / y->dims[1]);
+}
+
 // Whether pd's primitive runs on the calling thread alone: memory-bound, its
-// data (source or destination, or their gradients) below kSerialElements.
+// data (source or destination, or their gradients) below kSerialElements, or
+// a convolution or matrix product below kSerialMacs.
 bool serial_pd(const PrimitiveDesc& pd) {
   int64_t largest = 0;
   for (int arg : {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_DST}) {
-    const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
-    if (md != nullptr && md->ndims > 0) largest = std::max(largest, elements(*md));
+    if (const dnnl_memory_desc_t* md = arg_md(pd, arg)) largest = std::max(largest, elements(*md));
   }
-  return runs_serial(query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind), largest);
+  const auto kind = query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind);
+  const std::optional<int64_t> macs = multiply_adds(pd, kind);
+  return runs_serial(kind, largest) || (macs && *macs < kSerialMacs);
 }
 
 }  // namespace

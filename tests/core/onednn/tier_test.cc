@@ -10,7 +10,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <map>
 #include <random>
+#include <string>
 
 #include "core/cpu_backend.h"
 #include "core/onednn/library.h"
@@ -96,9 +98,10 @@ TEST_CASE("batch norm runs on an implementation that does not spin at a barrier"
   CHECK(norm_plans >= 2);
 }
 
-TEST_CASE("batch norm on a small tensor runs on the calling thread, on a large one on the pool") {
-  // Waking the pool's sleeping threads costs more than they save below 2^19
-  // elements (plan.cc); convolutions keep the pool at any size.
+TEST_CASE("small steps run on the calling thread, large ones and depthwise convolutions on the pool") {
+  // Waking the pool's sleeping threads costs more than it saves below 2^19
+  // elements for a memory-bound step and 2^22 multiply-adds for a dense
+  // convolution or matrix product; a depthwise convolution keeps the pool (plan.cc).
   CpuBackendGuard tier(CpuBackend::Onednn);
   REQUIRE(onednn::active());
   onednn::clear_plans();
@@ -107,25 +110,34 @@ TEST_CASE("batch norm on a small tensor runs on the calling thread, on a large o
     const Tensor x = randn({4, 16, hw, hw}, {}, &gen).contiguous(MemoryFormat::ChannelsLast);
     batch_norm(x, zeros({16}), ones({16}), ones({16}), zeros({16}), {.training = true});
   }
-  conv2d(randn({1, 4, 8, 8}, {}, &gen).contiguous(MemoryFormat::ChannelsLast), randn({4, 4, 3, 3}, {}, &gen));
-  int small = 0, large = 0, convolutions = 0;
+  auto nhwc = [&](const Shape& sizes) { return randn(sizes, {}, &gen).contiguous(MemoryFormat::ChannelsLast); };
+  conv2d(nhwc({1, 4, 8, 8}), randn({4, 4, 3, 3}, {}, &gen));        // 5,184 multiply-adds
+  conv2d(nhwc({2, 64, 32, 32}), randn({64, 64, 3, 3}, {}, &gen));   // 66 M
+  conv2d(nhwc({1, 8, 8, 8}), randn({8, 1, 3, 3}, {}, &gen), Tensor(), {.groups = 8});
+  matmul(randn({16, 32}, {}, &gen), randn({32, 8}, {}, &gen));      // 4,096
+  matmul(randn({256, 256}, {}, &gen), randn({256, 256}, {}, &gen));  // 16.8 M
+  std::map<std::string, bool> expected_serial = {
+      {"batch_norm", true}, {"batch_norm#large", false}, {"conv_forward (1, 4, 8, 8", true},
+      {"conv_forward (2, 64, 32, 32", false}, {"conv_forward (1, 8, 8, 8", false},
+      {"matmul (0, 16, 8", true}, {"matmul (0, 256, 256", false}};
+  std::map<std::string, int> seen;
   for (const std::string& line : onednn::plan_lines()) {
     INFO(line);
     const bool serial = line.find("on the calling thread") != std::string::npos;
-    if (line.rfind("batch_norm", 0) == 0 && line.find("4, 16, 8, 8") != std::string::npos) {
-      CHECK(serial);
-      ++small;
-    } else if (line.rfind("batch_norm", 0) == 0 && line.find("4, 16, 128, 128") != std::string::npos) {
-      CHECK_FALSE(serial);
-      ++large;
-    } else if (line.rfind("conv", 0) == 0) {
-      CHECK_FALSE(serial);
-      ++convolutions;
+    for (const auto& [prefix, want] : expected_serial) {
+      const bool large_norm = prefix == "batch_norm#large";
+      const bool match = large_norm ? line.rfind("batch_norm", 0) == 0 && line.find("4, 16, 128, 128") != std::string::npos
+                         : prefix == "batch_norm" ? line.rfind("batch_norm", 0) == 0 && line.find("4, 16, 8, 8") != std::string::npos
+                                                  : line.rfind(prefix, 0) == 0;
+      if (!match) continue;
+      CHECK(serial == want);
+      ++seen[prefix];
     }
   }
-  CHECK(small == 1);
-  CHECK(large == 1);
-  CHECK(convolutions >= 1);
+  for (const auto& [prefix, want] : expected_serial) {
+    CAPTURE(prefix);
+    CHECK(seen[prefix] >= 1);
+  }
 }
 
 TEST_CASE("convolution weight gradients run on an implementation that does not spin at a barrier") {
