@@ -3,8 +3,11 @@
 // again, saved, in backward.
 #include "core/ops/dropout.h"
 
+#include <algorithm>
+
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
+#include "core/cpu/philox.h"
 #include "core/cuda/random.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
@@ -40,13 +43,8 @@ Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generat
   visit_float(mask.dtype(), [&]<class T>() {
     T* out = mask.data_ptr<T>();
     parallel_for(0, static_cast<int64_t>(blocks), kMaskGrain, [&](int64_t b0, int64_t b1) {
-      for (int64_t block = b0; block < b1; ++block) {
-        const PhiloxBlock bits = philox_block(seed, first_block + static_cast<uint64_t>(block));
-        for (int64_t lane = 0; lane < 4 && block * 4 + lane < n; ++lane) {
-          const bool dropped = uniform_float(bits.lane[lane]) < p;
-          out[block * 4 + lane] = dropped ? T(0) : static_cast<T>(scale);
-        }
-      }
+      cpu::dropout_mask(seed, first_block + static_cast<uint64_t>(b0), std::min(4 * b1, n) - 4 * b0, p,
+                        static_cast<T>(scale), out + 4 * b0);
     });
   });
   return mask;
