@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything and runs every test. GPU tests
-# (tag "gpu") skip themselves where no GPU is usable. With LOOM_ASAN=1 (CI:
+# (tag "gpu") skip themselves where no GPU is usable; the CPU tests run a second
+# time with LOOM_CPU_BACKEND=reference (both CPU backends). With LOOM_ASAN=1 (CI:
 # .ci/run) the CPU tests and the fuzz-corpus replays then run again under
 # ASan + UBSan (bazel --config=asan; LOOM_ASAN_TESTS, a bazel query, narrows
 # them). After the normal run, two more phases: tests/install/run.sh installs
@@ -9,7 +10,7 @@
 # Bazel through a local_repository), and tools/doxygen.sh builds the API
 # reference, failing on any warning. Ends with the line
 #   N passed, N failed, N skipped
-# counting doctest test cases over all test binaries of both runs, plus one
+# counting doctest test cases over all test binaries of every run, plus one
 # case per check of each extra phase.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,13 @@ count_cases() {
 
 bazel test //... "$@" || status=1
 count_cases $(bazel query "tests(//...)" 2>/dev/null)
+
+# The CPU tests again on the reference kernels alone: the oneDNN tier is the
+# default above, so this run keeps the oracle itself tested end to end. The
+# tier's own tests (tests/core/onednn) pick their backends themselves.
+reference=$(bazel query "tests(//...) except attr(tags, gpu, tests(//...)) except tests(//tests/core/onednn/...)" 2>/dev/null)
+bazel test --test_env=LOOM_CPU_BACKEND=reference $reference "$@" || status=1
+count_cases $reference
 
 # Adds the "PASS name" / "FAIL name" lines of a phase's output to the totals.
 count_checks() {
