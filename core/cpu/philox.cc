@@ -21,10 +21,17 @@ constexpr int kWidth = 8;
 
 }  // namespace
 
-// One clone per instruction set: the load-time resolver picks the widest the
-// CPU runs (the build targets baseline x86-64, whose SSE2 multiplies two
-// 64-bit products an instruction; AVX-512 multiplies eight).
-[[gnu::target_clones("avx512f", "avx2", "default")]]
+// On x86-64, one clone per instruction set: the load-time resolver picks the
+// widest the CPU runs (the build targets baseline x86-64, whose SSE2 multiplies
+// two 64-bit products an instruction; AVX-512 multiplies eight). Elsewhere the
+// compiler's own vector width.
+#if defined(__x86_64__)
+#define LOOM_PHILOX_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
+#else
+#define LOOM_PHILOX_CLONES
+#endif
+
+LOOM_PHILOX_CLONES
 void philox_blocks(uint64_t seed, uint64_t first, int64_t count, uint32_t* out) {
   for (int64_t begin = 0; begin < count; begin += kWidth) {
     Lanes c0, c1, c2 = {}, c3 = {};
