@@ -247,23 +247,40 @@ T query(const PrimitiveDesc& pd, dnnl_query_t what) {
   return value;
 }
 
-const dnnl_memory_desc_t& exec_md(const PrimitiveDesc& pd, int arg) {
-  const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
-  LOOM_CHECK(md != nullptr, OnednnError, "[onednn] a convolution weight gradient without argument {}", arg);
-  return *md;
-}
-
 int64_t elements(const dnnl_memory_desc_t& md) {
   int64_t n = 1;
   for (int i = 0; i < md.ndims; ++i) n *= md.dims[i];
   return n;
 }
 
-// A convolution weight gradient's multiply-adds: every weight (K * C/G * R * S)
-// once per output pixel of every image (N * P * Q, dy's elements over its K).
-int64_t wgrad_macs(const PrimitiveDesc& pd) {
-  const dnnl_memory_desc_t& dy = exec_md(pd, DNNL_ARG_DIFF_DST);
-  return elements(exec_md(pd, DNNL_ARG_DIFF_WEIGHTS)) * (elements(dy) / dy.dims[1]);
+// pd's memory descriptor for argument `arg`, or nullptr where it has none.
+const dnnl_memory_desc_t* arg_md(const PrimitiveDesc& pd, int arg) {
+  const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
+  return md != nullptr && md->ndims > 0 ? md : nullptr;
+}
+
+// The weights, or their gradient (a grouped convolution's are 5-D: G, K/G, C/G, R, S).
+const dnnl_memory_desc_t* weights_md(const PrimitiveDesc& pd) {
+  const dnnl_memory_desc_t* w = arg_md(pd, DNNL_ARG_WEIGHTS);
+  return w != nullptr ? w : arg_md(pd, DNNL_ARG_DIFF_WEIGHTS);
+}
+
+// A convolution's or matrix product's multiply-adds, in any direction: each
+// output or output-gradient element takes one row of the weights (a
+// convolution's C/G * R * S: every weight once per output pixel of every
+// image; a product's inner dimension); nothing for other kinds.
+std::optional<int64_t> multiply_adds(const PrimitiveDesc& pd, dnnl_primitive_kind_t kind) {
+  const dnnl_memory_desc_t* y = arg_md(pd, DNNL_ARG_DST);
+  if (y == nullptr) y = arg_md(pd, DNNL_ARG_DIFF_DST);
+  if (y == nullptr) return std::nullopt;
+  if (kind == dnnl_matmul) {
+    const dnnl_memory_desc_t* x = arg_md(pd, DNNL_ARG_SRC);
+    return x == nullptr ? std::nullopt : std::optional<int64_t>(elements(*y) * x->dims[x->ndims - 1]);
+  }
+  if (kind != dnnl_convolution && kind != dnnl_inner_product) return std::nullopt;
+  const dnnl_memory_desc_t* w = weights_md(pd);
+  if (w == nullptr) return std::nullopt;
+  return elements(*y) * (elements(*w) / y->dims[1]);
 }
 
 bool spins(const PrimitiveDesc& pd, std::string_view impl) {
@@ -271,7 +288,10 @@ bool spins(const PrimitiveDesc& pd, std::string_view impl) {
     if (impl.substr(0, s.prefix.size()) != s.prefix) continue;
     if (query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind) != s.kind) continue;
     if (s.direction && query<dnnl_prop_kind_t>(pd, dnnl_query_prop_kind) != *s.direction) continue;
-    return !s.amortized_when_large || wgrad_macs(pd) < kSpinAmortizedMacs;
+    if (!s.amortized_when_large) return true;
+    const std::optional<int64_t> macs = multiply_adds(pd, s.kind);
+    LOOM_CHECK(macs.has_value(), OnednnError, "[onednn] a convolution weight gradient without its dy or dw");
+    return *macs < kSpinAmortizedMacs;
   }
   return false;
 }
@@ -352,43 +372,23 @@ PrimitiveDesc first_fast(const void* op_desc, const Attr& attr, const_dnnl_primi
 // long as two take with the wake-up.
 constexpr int64_t kSerialMacs = int64_t{1} << 22;
 
-const dnnl_memory_desc_t* arg_md(const PrimitiveDesc& pd, int arg) {
-  const dnnl_memory_desc_t* md = lib().primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
-  return md != nullptr && md->ndims > 0 ? md : nullptr;
-}
-
-// A dense convolution's or matrix product's multiply-adds (in any direction):
-// each output or output-gradient element takes one row of the weights (a
-// convolution's C * R * S, a product's inner dimension); nothing for other kinds.
-std::optional<int64_t> multiply_adds(const PrimitiveDesc& pd, dnnl_primitive_kind_t kind) {
-  const dnnl_memory_desc_t* y = arg_md(pd, DNNL_ARG_DST);
-  if (y == nullptr) y = arg_md(pd, DNNL_ARG_DIFF_DST);
-  if (y == nullptr) return std::nullopt;
-  if (kind == dnnl_matmul) {
-    const dnnl_memory_desc_t* x = arg_md(pd, DNNL_ARG_SRC);
-    return x == nullptr ? std::nullopt : std::optional<int64_t>(elements(*y) * x->dims[x->ndims - 1]);
-  }
-  if (kind != dnnl_convolution && kind != dnnl_inner_product) return std::nullopt;
-  const dnnl_memory_desc_t* w = arg_md(pd, DNNL_ARG_WEIGHTS);
-  if (w == nullptr) w = arg_md(pd, DNNL_ARG_DIFF_WEIGHTS);
-  // A grouped convolution's weights are 5-D: a depthwise one is memory-bound
-  // and its few multiply-adds say little (mobilenet_v2_cifar's 576 channels at
-  // 8x8, stride 2, data gradient: 227 us on 2 threads, 453 on 1).
-  if (w == nullptr || (kind == dnnl_convolution && w->ndims == 5)) return std::nullopt;
-  return elements(*y) * (elements(*w) / y->dims[1]);
-}
-
 // Whether pd's primitive runs on the calling thread alone: memory-bound, its
 // data (source or destination, or their gradients) below kSerialElements, or
-// a convolution or matrix product below kSerialMacs.
+// a dense convolution or matrix product below kSerialMacs.
 bool serial_pd(const PrimitiveDesc& pd) {
   int64_t largest = 0;
   for (int arg : {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_DST}) {
     if (const dnnl_memory_desc_t* md = arg_md(pd, arg)) largest = std::max(largest, elements(*md));
   }
   const auto kind = query<dnnl_primitive_kind_t>(pd, dnnl_query_primitive_kind);
+  if (runs_serial(kind, largest)) return true;
+  // A grouped convolution keeps the pool: a depthwise one is memory-bound and
+  // its few multiply-adds say little (mobilenet_v2_cifar's 576 channels at
+  // 8x8, stride 2, data gradient: 227 us on 2 threads, 453 on 1).
+  const dnnl_memory_desc_t* w = weights_md(pd);
+  if (kind == dnnl_convolution && w != nullptr && w->ndims == 5) return false;
   const std::optional<int64_t> macs = multiply_adds(pd, kind);
-  return runs_serial(kind, largest) || (macs && *macs < kSerialMacs);
+  return macs && *macs < kSerialMacs;
 }
 
 }  // namespace
