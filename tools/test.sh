@@ -33,13 +33,16 @@ count_cases() {
   done
 }
 
+# Every test that needs no GPU: the reference-backend and sanitizer runs below take these.
+cpu_tests="tests(//...) except attr(tags, gpu, tests(//...))"
+
 bazel test //... "$@" || status=1
 count_cases $(bazel query "tests(//...)" 2>/dev/null)
 
 # The CPU tests again on the reference kernels alone: the oneDNN tier is the
 # default above, so this run keeps the oracle itself tested end to end. The
 # tier's own tests (tests/core/onednn) pick their backends themselves.
-reference=$(bazel query "tests(//...) except attr(tags, gpu, tests(//...)) except tests(//tests/core/onednn/...)" 2>/dev/null)
+reference=$(bazel query "$cpu_tests except tests(//tests/core/onednn/...)" 2>/dev/null)
 bazel test --test_env=LOOM_CPU_BACKEND=reference $reference "$@" || status=1
 count_cases $reference
 
@@ -61,7 +64,7 @@ count_checks bash tests/install/run.sh "${install_flags[@]}" -c fastbuild
 count_checks bash tools/doxygen.sh
 
 if [ "${LOOM_ASAN:-0}" = 1 ]; then
-  query="${LOOM_ASAN_TESTS:-tests(//...) except attr(tags, gpu, tests(//...))}"
+  query="${LOOM_ASAN_TESTS:-$cpu_tests}"
   labels=$(bazel query "$query" 2>/dev/null)
   started=$(date +%s)
   # .bazelrc's test:asan passes this on: the system libraries' own allocations
