@@ -15,8 +15,8 @@
 // convolutions, 2-5x on depthwise ones), except for the data gradients where
 // its NHWC kernel falls off a cliff (conv.cc: dgrad_runs_blocked). NCHW
 // activations go through the blocked layouts oneDNN picks, reordered in and
-// out: that beat reordering them
-// to NHWC by 5-60% (depthwise 2-3x), and its NCHW kernels (a GEMM) by 4-10x.
+// out: that beat reordering them to NHWC by 5-60% (depthwise 2-3x), and its
+// NCHW kernels (a GEMM) by 4-10x.
 // The weights are always reordered, into the primitive's blocked layout. Each
 // call returns false, having written nothing, when the tier is off or oneDNN
 // has no fast implementation; the caller then runs the reference kernel.

@@ -43,8 +43,9 @@ Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generat
   visit_float(mask.dtype(), [&]<class T>() {
     T* out = mask.data_ptr<T>();
     parallel_for(0, static_cast<int64_t>(blocks), kMaskGrain, [&](int64_t b0, int64_t b1) {
-      cpu::dropout_mask(seed, first_block + static_cast<uint64_t>(b0), std::min(4 * b1, n) - 4 * b0, p,
-                        static_cast<T>(scale), out + 4 * b0);
+      const int64_t values = std::min(4 * b1, n) - 4 * b0;
+      cpu::dropout_mask(seed, first_block + static_cast<uint64_t>(b0), values, p, static_cast<T>(scale),
+                        out + 4 * b0);
     });
   });
   return mask;
