@@ -39,8 +39,7 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
     return qkv.narrow(2, part * embed_dim_, embed_dim_).reshape({n, s, num_heads_, d}).permute({0, 2, 1, 3});
   };
   Tensor q = head_view(0), k = head_view(1), v = head_view(2);
-  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(static_cast<double>(d)));  // (N, H, S, S)
-  Tensor heads = matmul(softmax(scores, -1), v);                                                  // (N, H, S, D)
+  Tensor heads = scaled_dot_product_attention(q, k, v);  // (N, H, S, D)
   return (*out_proj_)(heads.permute({0, 2, 1, 3}).reshape({n, s, embed_dim_}));
 }
 

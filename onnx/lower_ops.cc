@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <numbers>
+#include <numeric>
 
 #include "onnx/lowering.h"
 
@@ -401,6 +402,14 @@ void add_layer_rows(std::map<std::string, Row, std::less<>>& r) {
   r["linear"] = [](Lowering& L, const trace::Op& op) { out(L, op, linear(L, op)); };
   r["linear_relu"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("Relu", {linear(L, op)})); };
   r["matmul"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("MatMul", {in(L, op, 0), in(L, op, 1)})); };
+  r["scaled_dot_product_attention"] = [](Lowering& L, const trace::Op& op) {
+    std::vector<int64_t> perm(static_cast<size_t>(op.inputs[1].dim()));
+    std::iota(perm.begin(), perm.end(), int64_t{0});
+    std::swap(perm[perm.size() - 2], perm[perm.size() - 1]);
+    const std::string scores = L.emit("MatMul", {in(L, op, 0), L.emit("Transpose", {in(L, op, 1)}, {{"perm", perm}})});
+    const std::string scaled = L.emit("Mul", {scores, L.scalar(op.get_double("scale"), dtype_of(op))});
+    out(L, op, L.emit("MatMul", {L.emit("Softmax", {scaled}, {{"axis", int64_t{-1}}}), in(L, op, 2)}));
+  };
   r["batch_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, batch_norm(L, op)); };
   r["batch_norm_relu"] = [](Lowering& L, const trace::Op& op) {
     std::string y = batch_norm(L, op);

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "core/cuda/attention.h"
 #include "core/cuda/bias.h"
 #include "core/cuda/capture.h"
 #include "core/cuda/compare.h"
@@ -120,6 +121,14 @@ void clamp_backward(const Strided&, const Strided&, const Strided&, double, doub
 
 void gather(const Strided&, const Strided&, int64_t, const Strided&) { no_cuda("gather"); }
 void scatter_add(const Strided&, int64_t, const Strided&, const Strided&) { no_cuda("scatter_add"); }
+
+void attention_forward(const Strided&, const Strided&, const Strided&, const Strided&, double) {
+  no_cuda("attention_forward");
+}
+void attention_backward(const Strided&, const Strided&, const Strided&, const Strided&, const Strided&,
+                        const Strided&, const Strided&, double) {
+  no_cuda("attention_backward");
+}
 
 void interpolate(const Strided&, const Strided&, const kernel::InterpolateSpec&) { no_cuda("interpolate"); }
 void interpolate_backward(const Strided&, const Strided&, const kernel::InterpolateSpec&) {

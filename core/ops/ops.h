@@ -6,6 +6,7 @@
 #include "core/generator.h"
 #include "core/numerics.h"
 #include "core/ops/activation.h"
+#include "core/ops/attention.h"
 #include "core/ops/compare.h"
 #include "core/ops/conv.h"
 #include "core/ops/conv_transpose.h"
