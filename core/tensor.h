@@ -118,6 +118,8 @@ class Tensor {
   // storage: autograd may then keep it as a leaf's gradient instead of a copy.
   bool sole_owner() const { return impl_.use_count() == 1 && storage().use_count() == 1; }
   TensorImpl* impl() const { return impl_.get(); }
+  // For observers that must not keep the tensor alive (trace::Recorder's stand-ins).
+  std::weak_ptr<TensorImpl> weak_impl() const { return impl_; }
 
  private:
   const TensorImpl& checked() const;

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/storage.h"
 
 namespace loom::trace {
 
@@ -46,7 +47,16 @@ std::string value_str(const Value& v) {
 
 bool active() { return state.recorder != nullptr || state.substituter != nullptr; }
 
-Recorder::Recorder() {
+Tensor stand_in(const Shape& sizes, const Shape& strides, DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(0, device);
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Recorder::Recorder(Keep keep) : keep_(keep) {
   LOOM_CHECK(state.recorder == nullptr && state.substituter == nullptr, ValueError,
              "[trace] a {} is already active on this thread; traces do not nest",
              state.recorder != nullptr ? "recorder" : "substituter (a traced forward)");
@@ -56,6 +66,27 @@ Recorder::Recorder() {
 }
 
 Recorder::~Recorder() { state.recorder = nullptr; }
+
+void Recorder::add(Op op) {
+  if (keep_ == Keep::Shapes) {
+    for (Tensor& in : op.inputs) in = recorded(in);
+    for (Tensor& out : op.outputs) {
+      if (!out.defined()) continue;
+      Tensor kept = stand_in(out.sizes(), out.strides(), out.dtype(), out.device());
+      stand_ins_[out.impl()] = {.made = out.weak_impl(), .stand_in = kept};
+      out = kept;
+    }
+  }
+  ops_.push_back(std::move(op));
+}
+
+Tensor Recorder::recorded(const Tensor& t) const {
+  if (!t.defined()) return t;
+  auto found = stand_ins_.find(t.impl());
+  // An entry whose tensor died names whatever reuses its address since: not this one.
+  if (found == stand_ins_.end() || found->second.made.lock().get() != t.impl()) return t;
+  return found->second.stand_in;
+}
 
 SubstituteScope::SubstituteScope(Substituter& substituter) {
   LOOM_CHECK(state.recorder == nullptr && state.substituter == nullptr, ValueError,

@@ -28,9 +28,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -69,20 +71,43 @@ struct Op {
   const Value& value(std::string_view attribute) const;
 };
 
+// A tensor with t's sizes, strides, dtype and device but no memory: what a
+// Recorder keeps of an op's output under Keep::Shapes, and fusion by tracing's
+// placeholder for a chain's inner values.
+Tensor stand_in(const Shape& sizes, const Shape& strides, DType dtype, Device device);
+
+// What a Recorder keeps of the tensors the ops pass. Values: the tensors
+// themselves, so that an exporter reads weights and constants. Shapes: each
+// tensor an op made is kept as its stand_in, so the forward's intermediates are
+// freed when the forward drops them, as without a recorder (a trained model's
+// graph holds every one of them otherwise: half again the saved tensors of a
+// ResNet); inputs no recorded op made (parameters, the batch) stay as they are.
+// Either way one tensor is one object in every op that uses it.
+enum class Keep : uint8_t { Values, Shapes };
+
 // Records the ops of this thread while alive. One at a time per thread: a
 // second one throws ValueError.
 class Recorder {
  public:
-  Recorder();
+  explicit Recorder(Keep keep = Keep::Values);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
   const std::vector<Op>& ops() const { return ops_; }
-  void add(Op op) { ops_.push_back(std::move(op)); }
+  void add(Op op);
+  // t as the ops were recorded with it: its stand-in when a recorded op made it
+  // (Keep::Shapes), else t itself; e.g. the forward's returned tensors.
+  Tensor recorded(const Tensor& t) const;
 
  private:
+  struct StandIn {
+    std::weak_ptr<TensorImpl> made;  // the op's output, while it lives (its address is the key)
+    Tensor stand_in;
+  };
+  Keep keep_;
   std::vector<Op> ops_;
+  std::unordered_map<const TensorImpl*, StandIn> stand_ins_;
 };
 
 // Takes the place of ops during a replay of a traced forward. substitute() is

@@ -110,12 +110,14 @@ const std::vector<Tensor>& TrainStep::eager(const Tensor& x, const Tensor& y, bo
   Entry* trace_into = tracing(entry) && !entry->plan ? entry : nullptr;
   if (trace_into != nullptr) {
     std::vector<trace::Op> ops;
+    std::vector<Tensor> returned;
     {
-      trace::Recorder recorder;
+      trace::Recorder recorder(trace::Keep::Shapes);  // the step's intermediates go as untraced
       outputs_ = fn_(x, y);
       ops = recorder.ops();
+      for (const Tensor& t : outputs_) returned.push_back(recorder.recorded(t));
     }
-    trace_into->plan = fusion::TracedPlan::from_trace(ops, outputs_);
+    trace_into->plan = fusion::TracedPlan::from_trace(ops, returned);
     traced_plan_ = *trace_into->plan;
     fusion::note_traced_plan(fmt::format("TrainStep {} {}", shape_str(x.sizes()), dtype_name(x.dtype())),
                              traced_plan_);

@@ -15,7 +15,6 @@
 #include "core/error.h"
 #include "core/kernel/activation.h"
 #include "core/ops/fused.h"
-#include "core/storage.h"
 
 namespace loom::fusion {
 
@@ -222,12 +221,8 @@ Growth grow(const std::vector<trace::Op>& ops, size_t p,
 
 // The data-less tensor a chain's middle op hands on.
 Tensor stand_in(const TracedChain& chain, int position, Device device) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(0, device);
-  impl->sizes = chain.output_sizes[position];
-  impl->strides = chain.output_strides[position];
-  impl->dtype = chain.output_dtypes[position];
-  return Tensor(std::move(impl));
+  const auto p = static_cast<size_t>(position);
+  return trace::stand_in(chain.output_sizes[p], chain.output_strides[p], chain.output_dtypes[p], device);
 }
 
 // Where an op ran, for messages: its module's path, or the forward's top level.
@@ -413,13 +408,14 @@ Tensor Traced::operator()(const Tensor& x) {
   const auto key = std::make_tuple(x.sizes(), x.dtype(), x.device());
   if (traced_for_ != key) {
     std::vector<trace::Op> ops;
-    Tensor y;
+    Tensor y, recorded_y;
     {
-      trace::Recorder recorder;
+      trace::Recorder recorder(trace::Keep::Shapes);
       y = forward_(x);
       ops = recorder.ops();
+      recorded_y = recorder.recorded(y);
     }
-    plan_ = TracedPlan::from_trace(ops, {y});
+    plan_ = TracedPlan::from_trace(ops, {recorded_y});
     traced_for_ = key;
     note_traced_plan(fmt::format("Traced {} {}", shape_str(x.sizes()), dtype_name(x.dtype())), plan_);
     return y;

@@ -1,10 +1,12 @@
 // File: tests/core/trace_test.cc
 // The op recorder: what it records (outermost ops, their inputs, outputs,
-// attributes and modules), what it leaves out (nested ops, aliases), and that
-// nothing is recorded without a recorder.
+// attributes and modules), what it leaves out (nested ops, aliases), that
+// nothing is recorded without a recorder, and that Keep::Shapes keeps stand-ins
+// in place of the forward's intermediates.
 #include <doctest/doctest.h>
 
 #include "core/ops/ops.h"
+#include "core/storage_stats.h"
 #include "core/trace.h"
 #include "layers/nn.h"
 #include "tests/testing.h"
@@ -80,4 +82,29 @@ TEST_CASE("in-place updates are recorded with no output, so a consumer can refus
   CHECK(recorder.ops()[0].get_double("scalar") == 1.0);
   CHECK(recorder.ops()[1].name == "add_");
   CHECK(recorder.ops()[1].outputs.empty());
+}
+
+TEST_CASE("Keep::Shapes records stand-ins, so the forward's intermediates are freed as without a recorder") {
+  Tensor x = randn({64, 1024}), w = randn({1024, 1024});
+  const size_t before = storage_bytes_in_use(DeviceType::CPU);
+  auto held_after_forward = [&](trace::Keep keep) {
+    trace::Recorder recorder(keep);
+    Tensor y = sigmoid(relu(add(matmul(x, w), 1.0)));  // three 256 KiB intermediates dropped
+    const size_t held = storage_bytes_in_use(DeviceType::CPU) - before;
+    const std::vector<trace::Op>& ops = recorder.ops();
+    REQUIRE(ops.size() == 4);
+    for (size_t i = 1; i < ops.size(); ++i) CHECK(ops[i].inputs[0].is_same(ops[i - 1].outputs[0]));
+    CHECK(ops[0].inputs[0].is_same(x));  // inputs no recorded op made stay themselves
+    CHECK(ops[0].inputs[1].is_same(w));
+    CHECK(recorder.recorded(y).is_same(ops[3].outputs[0]));
+    CHECK(recorder.recorded(x).is_same(x));
+    CHECK(ops[2].outputs[0].sizes() == Shape{64, 1024});
+    CHECK(ops[2].outputs[0].strides() == Shape{1024, 1});
+    CHECK(ops[2].outputs[0].dtype() == DType::Float32);
+    CHECK(recorder.recorded(y).is_same(y) == (keep == trace::Keep::Values));
+    return held;
+  };
+  const size_t one = 64 * 1024 * sizeof(float);
+  CHECK(held_after_forward(trace::Keep::Values) == 4 * one);
+  CHECK(held_after_forward(trace::Keep::Shapes) == one);  // y alone
 }
