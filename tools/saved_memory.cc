@@ -9,6 +9,9 @@
 //
 // --fuse runs nn::fuse on the model first, as bench/train_step does (its modes
 // without "-unfused"), so the fused ops' saved tensors are the ones counted.
+// --trace runs the forward through fusion::Traced (as the bench's graph-traced
+// mode does through TrainStep): one untimed forward records the chains, and the
+// counted one runs them as blocks.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -18,6 +21,7 @@
 #include "core/autograd_memory.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/ops/fusion_trace.h"
 #include "core/ops/loss.h"
 #include "core/storage_stats.h"
 #include "core/tensor.h"
@@ -32,7 +36,7 @@ using loom::ValueError;
 struct Args {
   std::string model = "resnet9", device = "cpu";
   int64_t batch = 8;
-  bool bf16 = false, channels_last = false, fuse = false;
+  bool bf16 = false, channels_last = false, fuse = false, trace = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -49,8 +53,9 @@ Args parse_args(int argc, char** argv) {
     else if (flag == "--bf16") args.bf16 = true;
     else if (flag == "--channels-last") args.channels_last = true;
     else if (flag == "--fuse") args.fuse = true;
+    else if (flag == "--trace") args.trace = true;
     else throw ValueError(fmt::format("[saved_memory] unknown flag {}; flags: --model NAME --batch N "
-                                      "--device cpu|cuda[:i] --bf16 --channels-last --fuse", flag));
+                                      "--device cpu|cuda[:i] --bf16 --channels-last --fuse --trace", flag));
   }
   LOOM_CHECK(args.batch > 0, ValueError, "[saved_memory] --batch must be positive, got {}", args.batch);
   return args;
@@ -70,25 +75,31 @@ int run(const Args& args) {
   loom::Generator gen(0);
   Tensor x = loom::randn(row.batch_shape(args.batch), {.device = device}, &gen).contiguous(format);
   Tensor target = loom::zeros(row.target_shape(args.batch), {.dtype = loom::DType::Int64, .device = device});
+  loom::fusion::Traced traced([&](const Tensor& input) { return (*net)(input); });
+  std::optional<loom::DType> autocast;
+  if (args.bf16) autocast = loom::DType::BFloat16;
+  if (args.trace) {  // the recording forward, whose saved tensors are dropped with its output
+    loom::AutocastGuard guard(autocast);
+    traced(x);
+  }
   const size_t before = loom::storage_bytes_in_use(device.type);
   Tensor loss;
   {
-    std::optional<loom::DType> autocast;
-    if (args.bf16) autocast = loom::DType::BFloat16;
     loom::AutocastGuard guard(autocast);
-    loss = loom::cross_entropy((*net)(x), target);
+    loss = loom::cross_entropy(args.trace ? traced(x) : (*net)(x), target);
   }
   const size_t held = loom::storage_bytes_in_use(device.type) - before;
   const std::vector<loom::SavedTensorBytes> rows = loom::release_saved_tensors(loss);
-  fmt::print("{} batch {} on {}{}{}{}: saved tensors per op (MiB)\n", row.name, args.batch, device.str(),
+  fmt::print("{} batch {} on {}{}{}{}{}: saved tensors per op (MiB)\n", row.name, args.batch, device.str(),
              args.bf16 ? ", bf16 autocast" : "", args.channels_last ? ", channels-last" : "",
-             args.fuse ? ", fused" : "");
+             args.fuse ? ", fused" : "", args.trace ? ", traced" : "");
   for (const loom::SavedTensorBytes& r : rows) {
     if (r.bytes == 0) continue;
     fmt::print("  {:<32} {:>4} nodes {:>10.2f}\n", r.op, r.nodes, mib(r.bytes));
   }
   fmt::print("  {:<32} {:>16.2f}\n", "total", mib(loom::total_bytes(rows)));
   fmt::print("  {:<32} {:>16.2f}\n", "held after the forward", mib(held));
+  if (args.trace) fmt::print("{}", traced.plan().str());
   return 0;
 }
 
