@@ -129,55 +129,68 @@ __device__ void score_grads(const Tile<C>& g, const Tile<C>& p, int L, int S, C 
   __syncthreads();
 }
 
-// The tiles of one block, carved from its dynamic shared memory in the order
-// core/kernel/attention.h counts them.
+// The tiles of one block, carved from its dynamic shared memory where
+// core/kernel/attention.h places them.
 template <class C>
 struct Tiles {
   Tile<C> q, k, v, p, dy, dp;
-  __device__ Tiles(C* base, int L, int S, int E, int F) {
-    q = {base, E + 1};
-    k = {q.data + L * (E + 1), E + 1};
-    v = {k.data + S * (E + 1), F + 1};
-    p = {v.data + S * (F + 1), S + 1};
-    dy = {p.data + L * (S + 1), F + 1};
-    dp = {dy.data + L * (F + 1), S + 1};
+  __device__ Tiles(C* base, const kernel::AttentionTiles& at)
+      : q(at_tile(base, at.q)), k(at_tile(base, at.k)), v(at_tile(base, at.v)), p(at_tile(base, at.p)),
+        dy(at_tile(base, at.dy)), dp(at_tile(base, at.dp)) {}
+  __device__ static Tile<C> at_tile(C* base, const kernel::AttentionTile& t) {
+    return {base + t.offset, static_cast<int>(t.pitch)};
+  }
+};
+
+// What both kernels start with: this block's attention (b1, b2) and its q, k and v
+// loaded into the tiles.
+template <class C, class S_>
+struct BlockStart {
+  Tiles<C> t;
+  int64_t b1, b2;
+  int L, S, E, F;
+  __device__ BlockStart(const Operand<const S_>& q, const Operand<const S_>& k, const Operand<const S_>& v,
+                        int64_t B2, const kernel::AttentionShape& shape, const kernel::AttentionTiles& at)
+      : t(shared_base(), at),
+        b1(blockIdx.x / B2),
+        b2(blockIdx.x % B2),
+        L(static_cast<int>(shape.L)),
+        S(static_cast<int>(shape.S)),
+        E(static_cast<int>(shape.E)),
+        F(static_cast<int>(shape.F)) {
+    load_tile(t.q, q, b1, b2, L, E);
+    load_tile(t.k, k, b1, b2, S, E);
+    load_tile(t.v, v, b1, b2, S, F);
+  }
+  __device__ static C* shared_base() {
+    extern __shared__ __align__(16) unsigned char shared_bytes[];
+    return reinterpret_cast<C*>(shared_bytes);
   }
 };
 
 template <class S_>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_forward_kernel(Operand<S_> y, Operand<const S_> q, Operand<const S_> k, Operand<const S_> v,
-                             int64_t B2, kernel::AttentionShape shape, double scale) {
+                             int64_t B2, kernel::AttentionShape shape, kernel::AttentionTiles at, double scale) {
   using C = compute_t<S_>;
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  const int L = static_cast<int>(shape.L), S = static_cast<int>(shape.S);
-  const int E = static_cast<int>(shape.E), F = static_cast<int>(shape.F);
-  const Tiles<C> t(reinterpret_cast<C*>(shared_bytes), L, S, E, F);
-  const int64_t b1 = blockIdx.x / B2, b2 = blockIdx.x % B2;
-  load_tile(t.q, q, b1, b2, L, E);
-  load_tile(t.k, k, b1, b2, S, E);
-  load_tile(t.v, v, b1, b2, S, F);
+  const BlockStart<C, S_> b(q, k, v, B2, shape, at);
+  const Tiles<C>& t = b.t;
   __syncthreads();
-  probabilities(t.p, t.q, t.k, L, S, E, static_cast<C>(scale));
-  product<C>(L, F, S, [&](int i, int j) { return t.p(i, j); }, [&](int j, int d) { return t.v(j, d); },
-             [&](int i, int d, C acc) { y.row(b1, b2, i)[d] = from_compute<S_>(acc); });
+  probabilities(t.p, t.q, t.k, b.L, b.S, b.E, static_cast<C>(scale));
+  product<C>(b.L, b.F, b.S, [&](int i, int j) { return t.p(i, j); }, [&](int j, int d) { return t.v(j, d); },
+             [&](int i, int d, C acc) { y.row(b.b1, b.b2, i)[d] = from_compute<S_>(acc); });
 }
 
 template <class S_>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_kernel(Operand<S_> dq, Operand<S_> dk, Operand<S_> dv, Operand<const S_> dy,
                               Operand<const S_> q, Operand<const S_> k, Operand<const S_> v, int64_t B2,
-                              kernel::AttentionShape shape, double scale) {
+                              kernel::AttentionShape shape, kernel::AttentionTiles at, double scale) {
   using C = compute_t<S_>;
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  const int L = static_cast<int>(shape.L), S = static_cast<int>(shape.S);
-  const int E = static_cast<int>(shape.E), F = static_cast<int>(shape.F);
-  const Tiles<C> t(reinterpret_cast<C*>(shared_bytes), L, S, E, F);
-  const int64_t b1 = blockIdx.x / B2, b2 = blockIdx.x % B2;
-  load_tile(t.q, q, b1, b2, L, E);
-  load_tile(t.k, k, b1, b2, S, E);
-  load_tile(t.v, v, b1, b2, S, F);
-  load_tile(t.dy, dy, b1, b2, L, F);
+  const BlockStart<C, S_> b(q, k, v, B2, shape, at);
+  const Tiles<C>& t = b.t;
+  const int L = b.L, S = b.S, E = b.E, F = b.F;
+  load_tile(t.dy, dy, b.b1, b.b2, L, F);
   __syncthreads();
   probabilities(t.p, t.q, t.k, L, S, E, static_cast<C>(scale));  // as the forward computed them
   product<C>(L, S, F, [&](int i, int d) { return t.dy(i, d); }, [&](int d, int j) { return t.v(j, d); },
@@ -185,11 +198,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
   __syncthreads();
   score_grads(t.dp, t.p, L, S, static_cast<C>(scale));
   product<C>(S, F, L, [&](int j, int i) { return t.p(i, j); }, [&](int i, int d) { return t.dy(i, d); },
-             [&](int j, int d, C acc) { dv.row(b1, b2, j)[d] = from_compute<S_>(acc); });
+             [&](int j, int d, C acc) { dv.row(b.b1, b.b2, j)[d] = from_compute<S_>(acc); });
   product<C>(L, E, S, [&](int i, int j) { return t.dp(i, j); }, [&](int j, int e) { return t.k(j, e); },
-             [&](int i, int e, C acc) { dq.row(b1, b2, i)[e] = from_compute<S_>(acc); });
+             [&](int i, int e, C acc) { dq.row(b.b1, b.b2, i)[e] = from_compute<S_>(acc); });
   product<C>(S, E, L, [&](int j, int i) { return t.dp(i, j); }, [&](int i, int e) { return t.q(i, e); },
-             [&](int j, int e, C acc) { dk.row(b1, b2, j)[e] = from_compute<S_>(acc); });
+             [&](int j, int e, C acc) { dk.row(b.b1, b.b2, j)[e] = from_compute<S_>(acc); });
 }
 
 kernel::AttentionShape shape_of(const Strided& q, const Strided& k, const Strided& v) {
@@ -228,10 +241,11 @@ cudaError_t launch(Kernel* kernel, int64_t blocks, size_t bytes, cudaStream_t st
 cudaError_t launch_attention_forward(const Strided& y, const Strided& q, const Strided& k, const Strided& v,
                                      double scale, cudaStream_t stream) {
   const kernel::AttentionShape shape = shape_of(q, k, v);
+  const kernel::AttentionTiles at = kernel::attention_tiles(shape);
   return visit_floating(q.dtype, [&]<class S>() {
-    const size_t bytes = static_cast<size_t>(kernel::attention_forward_elements(shape)) * sizeof(compute_t<S>);
+    const size_t bytes = static_cast<size_t>(at.forward_elements) * sizeof(compute_t<S>);
     return launch(attention_forward_kernel<S>, q.sizes[0] * q.sizes[1], bytes, stream, operand<S>(y),
-                  operand<const S>(q), operand<const S>(k), operand<const S>(v), q.sizes[1], shape, scale);
+                  operand<const S>(q), operand<const S>(k), operand<const S>(v), q.sizes[1], shape, at, scale);
   });
 }
 
@@ -239,11 +253,12 @@ cudaError_t launch_attention_backward(const Strided& dq, const Strided& dk, cons
                                       const Strided& dy, const Strided& q, const Strided& k,
                                       const Strided& v, double scale, cudaStream_t stream) {
   const kernel::AttentionShape shape = shape_of(q, k, v);
+  const kernel::AttentionTiles at = kernel::attention_tiles(shape);
   return visit_floating(q.dtype, [&]<class S>() {
-    const size_t bytes = static_cast<size_t>(kernel::attention_backward_elements(shape)) * sizeof(compute_t<S>);
+    const size_t bytes = static_cast<size_t>(at.backward_elements) * sizeof(compute_t<S>);
     return launch(attention_backward_kernel<S>, q.sizes[0] * q.sizes[1], bytes, stream, operand<S>(dq),
                   operand<S>(dk), operand<S>(dv), operand<const S>(dy), operand<const S>(q), operand<const S>(k),
-                  operand<const S>(v), q.sizes[1], shape, scale);
+                  operand<const S>(v), q.sizes[1], shape, at, scale);
   });
 }
 

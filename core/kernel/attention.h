@@ -21,22 +21,46 @@ struct AttentionShape {
 // (sm_86 and sm_89 allow 99 KiB a block).
 constexpr size_t kAttentionSharedLimit = size_t{96} << 10;
 
-// Elements of shared memory the forward takes: q (L x E), k (S x E), v (S x F) and the
-// probabilities (L x S), rows padded.
-constexpr int64_t attention_forward_elements(const AttentionShape& s) {
-  return s.L * (s.E + 1) + s.S * (s.E + 1) + s.S * (s.F + 1) + s.L * (s.S + 1);
+// Where each tile lies in one block's shared memory, in elements: q (L x E), k (S x E),
+// v (S x F) and the probabilities (L x S), which the forward takes; then dy (L x F) and
+// the score gradients (L x S), which the backward adds. Rows are padded by one element.
+struct AttentionTile {
+  int64_t offset = 0, pitch = 0;
+};
+struct AttentionTiles {
+  AttentionTile q, k, v, p, dy, dp;
+  int64_t forward_elements = 0, backward_elements = 0;
+};
+
+constexpr AttentionTiles attention_tiles(const AttentionShape& s) {
+  AttentionTiles t;
+  int64_t next = 0;
+  const auto carve = [&next](int64_t rows, int64_t width) {
+    const AttentionTile tile{.offset = next, .pitch = width + 1};
+    next += rows * (width + 1);
+    return tile;
+  };
+  t.q = carve(s.L, s.E);
+  t.k = carve(s.S, s.E);
+  t.v = carve(s.S, s.F);
+  t.p = carve(s.L, s.S);
+  t.forward_elements = next;
+  t.dy = carve(s.L, s.F);
+  t.dp = carve(s.L, s.S);
+  t.backward_elements = next;
+  return t;
 }
 
-// The backward's: the forward's, dy (L x F) and the score gradients (L x S).
-constexpr int64_t attention_backward_elements(const AttentionShape& s) {
-  return attention_forward_elements(s) + s.L * (s.F + 1) + s.L * (s.S + 1);
-}
+// The bytes of one element of the kernels' compute type: float64 computes in float64,
+// every other dtype in float32.
+constexpr size_t attention_compute_bytes(bool float64) { return float64 ? 8 : 4; }
 
-// Whether the kernels take the problem, computing in elements of compute_bytes.
-constexpr bool attention_fits(const AttentionShape& s, size_t compute_bytes) {
+// Whether the kernels take the problem (float64: whether its dtype is float64).
+constexpr bool attention_fits(const AttentionShape& s, bool float64) {
   return s.L > 0 && s.S > 0 && s.E > 0 && s.F > 0 && s.L <= 1024 && s.S <= 1024 && s.E <= 1024 &&
          s.F <= 1024 &&
-         static_cast<size_t>(attention_backward_elements(s)) * compute_bytes <= kAttentionSharedLimit;
+         static_cast<size_t>(attention_tiles(s).backward_elements) * attention_compute_bytes(float64) <=
+             kAttentionSharedLimit;
 }
 
 }  // namespace loom::kernel

@@ -62,10 +62,9 @@ Tensor rows_outer(int64_t b1, int64_t b2, int64_t rows, int64_t width, const Ten
 }
 
 bool runs_fused(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const size_t compute_bytes = q.dtype() == DType::Float64 ? 8 : 4;
   return q.device().is_cuda() && (q.dim() == 3 || q.dim() == 4) &&
          kernel::attention_fits({.L = q.size(-2), .S = k.size(-2), .E = q.size(-1), .F = v.size(-1)},
-                                compute_bytes);
+                                q.dtype() == DType::Float64);
 }
 
 Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {

@@ -85,7 +85,7 @@ Result run(const Case& c, const std::vector<Tensor>& values, const Tensor& dy, D
 }
 
 bool fused(const Case& c, DType dtype) {
-  return kernel::attention_fits({.L = c.L, .S = c.S, .E = c.E, .F = c.F}, dtype == DType::Float64 ? 8 : 4);
+  return kernel::attention_fits({.L = c.L, .S = c.S, .E = c.E, .F = c.F}, dtype == DType::Float64);
 }
 
 void check_case(const Case& c, DType dtype, double tol, Generator& gen) {
