@@ -25,12 +25,14 @@ namespace loom::cudnn {
 
 namespace {
 
-// Device memory for test runs; freed when plan selection ends.
+// Device memory for test runs; freed when plan selection ends. The copies of a
+// graph's tensors count as PlanTests in the peak's breakdown, a candidate's
+// workspace as Workspace, as the op's own would.
 class ScratchBuffer {
  public:
-  explicit ScratchBuffer(size_t bytes) : bytes_(bytes) {
+  explicit ScratchBuffer(size_t bytes, cuda::Purpose what = cuda::Purpose::PlanTests) : bytes_(bytes) {
     if (bytes_ == 0) return;
-    cuda::PurposeScope purpose(cuda::Purpose::PlanTests);  // counted apart in the peak's breakdown
+    cuda::PurposeScope purpose(what);
     ptr_ = cuda::malloc_device(bytes_, device_);
     LOOM_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes_, cuda::current_stream()));
   }
@@ -477,7 +479,7 @@ std::unique_ptr<Plan> finalize_plan(const std::shared_ptr<const BuiltGraph>& gra
 
 // Runs a candidate once on scratch buffers; false if it fails at execute.
 bool test_execute(const Plan& plan, cudnnHandle_t handle, const TestBindings& bindings) {
-  ScratchBuffer workspace(static_cast<size_t>(plan.workspace_bytes()));
+  ScratchBuffer workspace(static_cast<size_t>(plan.workspace_bytes()), cuda::Purpose::Workspace);
   if (plan.try_execute(handle, bindings.pointers, workspace.get()) != CUDNN_STATUS_SUCCESS) {
     return false;
   }
@@ -491,7 +493,7 @@ constexpr double kHopelessFactor = 4.0;
 
 double time_plan_ms(const Plan& plan, cudnnHandle_t handle, const TestBindings& bindings,
                     double fastest_so_far_ms) {
-  ScratchBuffer workspace(static_cast<size_t>(plan.workspace_bytes()));
+  ScratchBuffer workspace(static_cast<size_t>(plan.workspace_bytes()), cuda::Purpose::Workspace);
   cuda::EventTimer timer;
   auto timed_run = [&] {
     timer.start();
@@ -661,6 +663,7 @@ class Trials {
     return !timed_ || working_.size() >= most_timed_;
   }
   bool none_worked() const { return working_.empty(); }
+  int timed_count() const { return timed_ ? static_cast<int>(working_.size()) : 0; }
   int execute_failures() const { return execute_failures_; }
   // The working plan (the fastest, when timed); null when none worked.
   std::unique_ptr<Plan> best() {
@@ -733,6 +736,7 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
   for (std::unique_ptr<Plan>& plan : oversized) {
     if (!trials.none_worked() || trials.run(std::move(plan), problems)) break;
   }
+  selection.candidates_timed = trials.timed_count();
   selection.plan = trials.best();
   if (!selection.plan) {
     selection.why_none = why_none(selection, options, finalize_failures, trials.execute_failures(), problems);

@@ -73,8 +73,9 @@ struct SelectOptions {
   // Take the first working config, untimed even where the policy times every
   // candidate (lazy mode's stand-in; the timed choice is built in the background).
   bool first_working = false;
-  // Time the candidates as autotune does, whatever the policy says: background
-  // builds (times_in_background).
+  // Time the candidates as autotune does, whatever the policy says: lazy mode's
+  // builds of the best plan, in the background or on the calling thread
+  // (times_in_background).
   bool timed = false;
   // A finalized KERNEL_CACHE descriptor every candidate plan is finalized
   // with: for a dynamic-shape graph (Graph::set_dynamic_shape), a kernel it
@@ -112,6 +113,7 @@ struct Selection {
   std::unique_ptr<Plan> plan;  // null when no engine config works
   int candidates_seen = 0;     // configs the heuristics returned
   int candidates_tried = 0;    // configs that passed the policy filter
+  int candidates_timed = 0;    // working configs timed (0: the first working one was taken)
   // With precompiled_only: runtime-compiled configs passed over before the
   // chosen one. 0 (without autotune) means the plan is the one an unrestricted
   // selection would choose too.

@@ -210,7 +210,12 @@ SelectOptions background_options(const PlanKey& key) {
 PlanBuilder::Made PlanBuilder::make_now(const PlanRequest& request,
                                         const std::optional<StoredPlan>& stored) {
   Made made;
+  // A lazy key built here (its tensors too large for the background's scratch,
+  // or no stand-in) is the background's build made early: timed the same way.
+  // Untimed, batch 512 took the heuristics' first engine for every large
+  // layer: unet's 16-channel 64x64 weight gradients ran 1.4 ms each (bf16, H200).
   const SelectOptions options{.policy = request.key.policy(), .precompiled_only = request.precompiled_only,
+                              .timed = request.lazy && times_in_background(request.key.policy()),
                               .operands = request.operands};
   if (stored) {
     made.selection.plan = restore_plan(request.graph, handle(), stored->json, stored->notes, options,

@@ -126,6 +126,7 @@ std::shared_ptr<const Plan> PlanCache::store(const PlanRequest& request, PlanBui
   info.restored = made.restored;
   info.pending = pending;
   info.candidates_seen = made.selection.candidates_seen;
+  info.candidates_timed = made.selection.candidates_timed;
   info.why_unsupported = made.selection.why_none;
   if (pending) log_.count(&PlanCacheStats::lazy_plans);
   if (entry.plan) {  // a lazy stand-in counts as built

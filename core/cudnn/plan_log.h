@@ -27,6 +27,7 @@ struct PlanInfo {
   double background_ms = 0;  // lazy: how long the background build took
   int64_t hits = 0;
   int candidates_seen = 0;
+  int candidates_timed = 0;  // of the plan built before the key's first run
   std::string why_unsupported;
   std::string fallback;  // the tier that runs an unsupported key ("" when none has)
 };
