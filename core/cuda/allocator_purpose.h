@@ -1,9 +1,10 @@
 // File: core/cuda/allocator_purpose.h
 // What the caching allocator's memory is for: every live block is counted
 // under one purpose (tensors, cuDNN/cuBLAS workspaces, test runs' included, the
-// scratch copies of plan test runs' operands, CUDA-graph capture pools), so a configuration's peak can be
-// broken down: what was live at the moment of the peak, and each purpose's own
-// high-water mark. bench/train_step prints both for every GPU configuration.
+// scratch copies of plan test runs' operands, CUDA-graph capture pools), so a
+// configuration's peak can be broken down: what was live at the moment of the
+// peak, and each purpose's own high-water mark. bench/train_step prints both
+// for every GPU configuration.
 //
 //   {
 //     cuda::PurposeScope purpose(cuda::Purpose::PlanTests);  // this thread's allocations

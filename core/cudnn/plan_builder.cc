@@ -212,8 +212,8 @@ PlanBuilder::Made PlanBuilder::make_now(const PlanRequest& request,
   Made made;
   // A lazy key built here (its tensors too large for the background's scratch,
   // or no stand-in) is the background's build made early: timed the same way.
-  // Untimed, batch 512 took the heuristics' first engine for every large
-  // layer: unet's 16-channel 64x64 weight gradients ran 1.4 ms each (bf16, H200).
+  // Untimed, batch 512 took the heuristics' first engine for its large
+  // layers: unet's 16-channel 64x64 weight gradients ran 1.4 ms each (bf16, H200).
   const SelectOptions options{.policy = request.key.policy(), .precompiled_only = request.precompiled_only,
                               .timed = request.lazy && times_in_background(request.key.policy()),
                               .operands = request.operands};
