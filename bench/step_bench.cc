@@ -280,6 +280,9 @@ void eval_forward(nn::Module& net, const InputSets& data, const StepConfig& c) {
   net.eval();
   Tensor logits = net(data.x[0]);
   synchronize(c.device);
+  // Lazy mode builds these keys in the background: waited for, so their plan
+  // files are written before the process ends (tools/warm_plans.sh).
+  (void)wait_for_background_plans(c.device);
   net.train();
 }
 

@@ -27,7 +27,7 @@ Precisions: tf32 (cudnn and matmul TF32 on, as Loom's Tf32 policy uses TF32
 for both convolutions and GEMMs), strict (both off), bf16 (autocast bf16, TF32
 for what stays fp32). Layout auto: channels-last for bf16 only, as torch_ref.py.
 """
-import argparse, gzip, json, os, statistics, sys, time, traceback
+import argparse, gc, gzip, json, os, statistics, sys, time, traceback
 import torch, torch.nn as nn, torch.nn.functional as F
 
 # --- models: the twins of Loom's zoo (models/torch_models.py; in the GPU bundle beside this file) ----
@@ -121,7 +121,11 @@ def run_config(model_name, batch, precision, mode, layout, a):
     target = (batch, *row.input[1:]) if row.per_pixel else (batch,)
     set_precision(precision)
     torch._dynamo.reset()  # a fresh compile per configuration (and no recompile limit)
+    # The last configuration's graph pool and closures can outlive it in reference
+    # cycles; what still stays allocated is subtracted, so each peak is this one's.
+    gc.collect()
     torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+    base_bytes = torch.cuda.memory_allocated()
     torch.manual_seed(0)
     t0 = time.perf_counter()
     model = row.build(row.num_classes).cuda()
@@ -158,7 +162,7 @@ def run_config(model_name, batch, precision, mode, layout, a):
         end.record(); end.synchronize()
         repeat_ms.append(start.elapsed_time(end) / a.steps)
     ms = statistics.median(repeat_ms)
-    peak = torch.cuda.max_memory_allocated()
+    peak = torch.cuda.max_memory_allocated() - base_bytes
     return {"framework": "torch", "kind": "step", "model": model_name, "batch": batch,
             "precision": precision, "mode": mode, "layout": layout, "device": "cuda:0",
             "steps": a.steps, "repeats": a.repeats, "warmup": warmup, "ms_per_step": ms,

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds and saves the cuDNN plan files for a model ahead of time, so that every
 # later run (a class lab: build once, every student starts warm) restores its
-# plans instead of building them. It runs bench/train_step in the eager
-# plan-build mode (the best plan for every key, saved at once): one training
-# step per batch size and precision, then one evaluation-mode forward (the test
-# pass's plans). The plans match the trainers' and the benchmark's on the GPU:
-# channels-last, nn::fuse()d layers.
+# plans instead of building them. It runs bench/train_step in the lazy
+# plan-build mode, the trainers' default, whose background builds time their
+# candidates (a lazy run does not restore an eager mode's untimed plan): one
+# training step per batch size and precision until every background build is
+# swapped in, then one evaluation-mode forward (the test pass's plans), whose
+# builds it waits for. The plans match the trainers' and the benchmark's on the
+# GPU: channels-last, nn::fuse()d layers.
 #
 #   bazel run -c opt //tools:warm_plans -- --model mnist_net --batch 128,1000 --precision tf32,bf16
 #
@@ -19,7 +21,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 models=mnist_net
@@ -42,4 +44,4 @@ bench="${RUNFILES_DIR:-$0.runfiles}/loom/bench/train_step"
 [[ -x "$bench" ]] || { echo "warm_plans: cannot find bench/train_step (run through bazel run)" >&2; exit 1; }
 
 exec "$bench" --models "$models" --batches "$batches" --precisions "$precisions" --layout "$layout" \
-  --modes graph --steps 1 --repeats 1 --warmup 0 --plan-build eager --eval-forward --device cuda
+  --modes graph --steps 1 --repeats 1 --warmup 0 --plan-build lazy --eval-forward --device cuda

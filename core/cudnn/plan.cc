@@ -573,6 +573,7 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
                                    PlanNotes notes, const SelectOptions& options, RestoreTimes* times) {
   if (!allowed(notes, graph_in, options)) return nullptr;  // saved before the filter forbade it
   if (options.precompiled_only && compiles_at_run_time(notes)) return nullptr;
+  if (selection_is_timed(graph_in, options) && !notes.timed) return nullptr;  // chosen again, timed
   RestoreTimes spent;
   auto lap = [last = std::chrono::steady_clock::now()]() mutable {
     const auto now = std::chrono::steady_clock::now();
@@ -663,6 +664,7 @@ class Trials {
     return !timed_ || working_.size() >= most_timed_;
   }
   bool none_worked() const { return working_.empty(); }
+  bool timed() const { return timed_; }
   int timed_count() const { return timed_ ? static_cast<int>(working_.size()) : 0; }
   int execute_failures() const { return execute_failures_; }
   // The working plan (the fastest, when timed); null when none worked.
@@ -716,6 +718,7 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
     ++selection.candidates_seen;
     PlanNotes notes = read_notes(config);
     notes.kernel_reused = cached;
+    notes.timed = trials.timed();
     if (!allowed(notes, graph_in, options)) continue;
     if (options.precompiled_only && compiles_at_run_time(notes)) {
       ++selection.runtime_compiled_skipped;

@@ -32,6 +32,10 @@ struct PlanNotes {
   std::vector<std::string> knobs;      // the config's knob choices, "TILE_SIZE=3", ...
   bool dynamic_shape = false;  // built from a dynamic-shape graph (kernel_reuse.h)
   bool kernel_reused = false;  // its kernel was compiled for another size of the graph
+  // Chosen by a timed selection (selection_is_timed). A build that would time
+  // does not restore an untimed plan file: an eager-mode file holds the
+  // heuristics' first engine, which lazy mode's timing may beat.
+  bool timed = false;
 };
 
 class Plan {
@@ -73,9 +77,9 @@ struct SelectOptions {
   // Take the first working config, untimed even where the policy times every
   // candidate (lazy mode's stand-in; the timed choice is built in the background).
   bool first_working = false;
-  // Time the candidates as autotune does, whatever the policy says: lazy mode's
-  // builds of the best plan, in the background or on the calling thread
-  // (times_in_background).
+  // Time the candidates as autotune does, whatever the policy says: lazy
+  // mode's builds of the best plan, in the background or on the calling
+  // thread (lazy_mode_times).
   bool timed = false;
   // A finalized KERNEL_CACHE descriptor every candidate plan is finalized
   // with: for a dynamic-shape graph (Graph::set_dynamic_shape), a kernel it
@@ -90,12 +94,16 @@ struct SelectOptions {
   const VariantPointers* operands = nullptr;
 };
 
-// Whether a background build under `policy` times its candidates. Off the
-// training thread the timing costs the step nothing, and the heuristics' first
-// engine was often slower than the fastest (one H200, bf16, batch 128: timing
-// made resnet20's step 27% faster, unet's 17%); a deterministic policy keeps
+// Whether lazy mode's builds of the best plan time their candidates under
+// `policy`: in the background, where the timing costs the step nothing, and on
+// the training thread for a graph too large for the background's scratch. The
+// heuristics' first engine was often slower than the fastest (one H200, bf16,
+// batch 128: timing made resnet20's step 27% faster, unet's 17%). The eager
+// and precompiled modes time only under autotune: timing there multiplies the
+// first step's runtime compilations (up to 8 candidates a key; the GPU test
+// suite, run in eager mode, took 2.7x as long). A deterministic policy keeps
 // the heuristics' order, so two runs pick the same engines.
-inline bool times_in_background(const NumericsPolicy& policy) { return !policy.deterministic; }
+inline bool lazy_mode_times(const NumericsPolicy& policy) { return !policy.deterministic; }
 
 // Whether select_plan times candidates for `graph` under `options` (autotune,
 // a background build, or strict fp32 on a conv or matmul graph) rather than

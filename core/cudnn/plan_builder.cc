@@ -200,9 +200,9 @@ const bool warm_up_hooked = [] {
 }();
 
 // A background build's selection: under the capture gate, timed
-// (times_in_background).
+// (lazy_mode_times).
 SelectOptions background_options(const PlanKey& key) {
-  return {.policy = key.policy(), .gate = &capture_gate(), .timed = times_in_background(key.policy())};
+  return {.policy = key.policy(), .gate = &capture_gate(), .timed = lazy_mode_times(key.policy())};
 }
 
 }  // namespace
@@ -215,7 +215,7 @@ PlanBuilder::Made PlanBuilder::make_now(const PlanRequest& request,
   // Untimed, batch 512 took the heuristics' first engine for its large
   // layers: unet's 16-channel 64x64 weight gradients ran 1.4 ms each (bf16, H200).
   const SelectOptions options{.policy = request.key.policy(), .precompiled_only = request.precompiled_only,
-                              .timed = request.lazy && times_in_background(request.key.policy()),
+                              .timed = request.lazy && lazy_mode_times(request.key.policy()),
                               .operands = request.operands};
   if (stored) {
     made.selection.plan = restore_plan(request.graph, handle(), stored->json, stored->notes, options,

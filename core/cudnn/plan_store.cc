@@ -1,7 +1,9 @@
 // File: core/cudnn/plan_store.cc
-// A plan file: "loom-cudnn-plan 2", a "key" line (policy, device, the graph's
-// canonical form), "engine", "numerical" and "behavior" lines, then "json" and
-// the JSON to the end. Version 1 files (keyed by a graph-kind enum) are ignored.
+// A plan file: "loom-cudnn-plan 3", a "key" line (policy, device, the graph's
+// canonical form), "engine", "numerical", "behavior" and "timed" lines, then
+// "json" and the JSON to the end. Older files are ignored and replaced: version
+// 1 was keyed by a graph-kind enum, and version 2 did not say whether its plan
+// was timed (PlanNotes::timed).
 #include "core/cudnn/plan_store.h"
 
 #include <fmt/format.h>
@@ -21,7 +23,7 @@ namespace loom::cudnn {
 
 namespace {
 
-constexpr const char* kMagic = "loom-cudnn-plan 2";
+constexpr const char* kMagic = "loom-cudnn-plan 3";
 // Far above any plan's serialized engine configuration.
 constexpr uint64_t kMaxPlanBytes = uint64_t{64} << 20;
 
@@ -116,8 +118,10 @@ std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {
   std::string line;
   if (!std::getline(in, line) || line != key_line(key)) return std::nullopt;
   std::optional<std::string> engine = field(in, "engine"), numerical = field(in, "numerical"),
-                             behavior = field(in, "behavior"), json_label = field(in, "json");
-  if (!engine || !numerical || !behavior || !json_label) return std::nullopt;
+                             behavior = field(in, "behavior"), timed = field(in, "timed"),
+                             json_label = field(in, "json");
+  if (!engine || !numerical || !behavior || !timed || !json_label) return std::nullopt;
+  if (*timed != "0" && *timed != "1") return std::nullopt;
   StoredPlan stored;
   try {
     stored.notes.engine_id = std::stoll(*engine);
@@ -126,6 +130,7 @@ std::optional<StoredPlan> PlanStore::load(const PlanKey& key) const {
   }
   stored.notes.numerical = split_names(*numerical);
   stored.notes.behavior = split_names(*behavior);
+  stored.notes.timed = *timed == "1";
   std::stringstream json;
   json << in.rdbuf();
   stored.json = json.str();
@@ -152,6 +157,7 @@ void PlanStore::save(const PlanKey& key, const Plan& plan) const {
     out << "engine " << plan.notes().engine_id << "\n";
     out << "numerical " << fmt::format("{}", fmt::join(plan.notes().numerical, ",")) << "\n";
     out << "behavior " << fmt::format("{}", fmt::join(plan.notes().behavior, ",")) << "\n";
+    out << "timed " << (plan.notes().timed ? 1 : 0) << "\n";
     out << "json\n" << json;
     if (!out) {
       std::filesystem::remove(temporary, error);

@@ -1,13 +1,14 @@
 // File: tests/core/cudnn/plan_restore_gpu_test.cc
-// Plan files in lazy mode: one plan-cache life (eager) builds and saves a small
-// conv / batch-norm / ReLU / max-pool / linear training step's plans; after
+// Plan files in lazy mode: one plan-cache life (lazy: its background builds time
+// the candidates, and only a timed plan file restores in lazy mode) builds and
+// saves a small conv / batch-norm / ReLU / max-pool / linear training step's plans; after
 // clear(), a second life in lazy mode runs its first step at once (plans of
 // precompiled engines restored on the spot, the runtime-compiled ones on the
 // tier below cuDNN while the builders restore their files), swaps those in
 // at the next step boundary, counts them as restored in the background, and
 // both steps stay within TF32 tolerance of the CPU reference (NCHW and
 // channels-last). A deterministic policy restores at once, on the calling
-// thread: one plan per key for the whole run.
+// thread, an eager life's files: one plan per key for the whole run.
 //
 // N batch, C channels, H, W, K classes.
 #include <doctest/doctest.h>
@@ -98,15 +99,24 @@ void check_within_tf32(const std::vector<Tensor>& got, const std::vector<Tensor>
   }
 }
 
-// The plan files of one eager life, then a clear cache and counters.
-void save_plans_eagerly(MemoryFormat format) {
+// The plan files of one life in `mode`, then a clear cache and counters. A
+// lazy life saves each key's plan as its background build ends; a swap can
+// meet keys of its own, so a few steps.
+void save_plans(MemoryFormat format, PlanBuildMode mode) {
   auto& cache = cudnn::PlanCache::global();
   cache.clear();
   {
-    PlanBuildGuard eager(PlanBuildMode::Eager);
-    (void)run_step(testing::test_gpu(), format);
+    PlanBuildGuard building(mode);
+    Net net(testing::test_gpu(), format);
+    const Batch b = batch_on(testing::test_gpu(), format);
+    for (int round = 0; round < 4; ++round) {
+      (void)net.step(b.x, b.y);
+      cache.wait_for_background_builds();
+      (void)cache.apply_pending();
+    }
   }
-  REQUIRE(cache.stats().plans_built > 0);
+  const cudnn::PlanCacheStats s = cache.stats();
+  REQUIRE(s.plans_built + s.plans_specialized > 0);
   cache.clear();
 }
 
@@ -120,7 +130,7 @@ LOOM_GPU_TEST_CASE("lazy mode restores plan files on the builders and swaps them
   for (MemoryFormat format : {MemoryFormat::ChannelsLast, MemoryFormat::Contiguous}) {
     CAPTURE(format == MemoryFormat::ChannelsLast);
     const std::vector<Tensor> reference = run_step(Device::cpu(), format);
-    save_plans_eagerly(format);
+    save_plans(format, PlanBuildMode::Lazy);
 
     PlanBuildGuard lazy(PlanBuildMode::Lazy);
     Net net(testing::test_gpu(), format);
@@ -129,9 +139,10 @@ LOOM_GPU_TEST_CASE("lazy mode restores plan files on the builders and swaps them
     const cudnn::PlanCacheStats first = cache.stats();
     // Runtime-compiled plans (batch norm, ReLU and pooling graphs; cuDNN fuses
     // them in channels-last only) restore on the builders; precompiled ones
-    // (the convolutions) restore on the spot, faster than a run on the tier below.
+    // restore on the spot, faster than a run on the tier below. Which way a
+    // convolution goes depends on the engine its timed build chose.
     if (format == MemoryFormat::ChannelsLast) CHECK(first.restores_queued > 0);
-    CHECK(first.plans_restored > 0);
+    CHECK(first.plans_restored + first.restores_queued > 0);
     CHECK(first.background_restores == 0);  // nothing is swapped inside a step
     // A key whose better variant turns out unsupported is met (and restored)
     // a step later, so a few rounds; each step stays within tolerance.
@@ -170,7 +181,7 @@ LOOM_GPU_TEST_CASE("a deterministic policy restores at once in lazy mode: one pl
   auto& cache = cudnn::PlanCache::global();
   const MemoryFormat format = MemoryFormat::ChannelsLast;
   const std::vector<Tensor> reference = run_step(Device::cpu(), format);
-  save_plans_eagerly(format);
+  save_plans(format, PlanBuildMode::Eager);
 
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   check_within_tf32(run_step(testing::test_gpu(), format), reference);

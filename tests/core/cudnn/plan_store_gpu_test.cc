@@ -1,7 +1,8 @@
 // File: tests/core/cudnn/plan_store_gpu_test.cc
 // The plan files: a plan built once is saved; after the in-memory cache is
 // cleared it is restored from its file (same engine, same results) instead of
-// built; a damaged file, or a FIFO in its place, is ignored and replaced.
+// built; a damaged file, or a FIFO in its place, is ignored and replaced; lazy
+// mode builds again, timed, a key whose file holds an eager mode's untimed plan.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "core/cudnn/plan_cache.h"
@@ -39,6 +41,15 @@ std::vector<std::filesystem::path> plan_files(const std::string& folder) {
   if (!std::filesystem::exists(folder)) return files;
   for (const auto& entry : std::filesystem::directory_iterator(folder)) files.push_back(entry.path());
   return files;
+}
+
+// The "timed 0|1" line of a plan file ("" when it has none).
+std::string timed_line(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("timed ", 0) == 0) return line;
+  }
+  return "";
 }
 
 }  // namespace
@@ -72,7 +83,16 @@ LOOM_GPU_TEST_CASE("a plan is saved, restored instead of rebuilt, and a damaged 
   CHECK(cache.entries().front().notes.engine_id == engine);
   CHECK_CLOSE(restored, built, 0, 0);
 
-  { std::ofstream(files.front(), std::ios::trunc) << "loom-cudnn-plan 1\nkey 0 0\n"; }
+  // A version-2 file, otherwise whole, may hold an untimed engine: it is rebuilt.
+  {
+    std::ifstream saved(files.front());
+    std::string first_line;
+    std::getline(saved, first_line);
+    std::stringstream rest;
+    rest << saved.rdbuf();
+    saved.close();
+    std::ofstream(files.front(), std::ios::trunc) << "loom-cudnn-plan 2\n" << rest.str();
+  }
   cache.clear();
   Tensor rebuilt = conv.run().cpu();
   const cudnn::PlanCacheStats s3 = cache.stats();
@@ -83,7 +103,7 @@ LOOM_GPU_TEST_CASE("a plan is saved, restored instead of rebuilt, and a damaged 
   std::string magic, key;
   std::getline(replaced, magic);
   std::getline(replaced, key);
-  CHECK(magic == "loom-cudnn-plan 2");
+  CHECK(magic == "loom-cudnn-plan 3");
   CHECK(key.size() > 20);
 
   // A FIFO in the plan file's place is not opened for reading (that blocked
@@ -95,6 +115,22 @@ LOOM_GPU_TEST_CASE("a plan is saved, restored instead of rebuilt, and a damaged 
   CHECK(cache.stats().plans_built == 1);
   CHECK_CLOSE(after_fifo, built, 0, 0);
   CHECK(std::filesystem::is_regular_file(files.front()));
+  CHECK(timed_line(files.front()) == "timed 0");  // eager mode took the first engine that works
+
+  // Lazy mode's builds time their candidates: it builds the eager plan's key
+  // again instead of restoring it, and saves its timed choice over the file.
+  {
+    PlanBuildGuard lazy(PlanBuildMode::Lazy);
+    cache.clear();
+    (void)conv.run();
+    cache.wait_for_background_builds();
+    CHECK(cache.stats().plans_restored == 0);
+  }
+  CHECK(timed_line(files.front()) == "timed 1");
+  cache.clear();
+  Tensor from_timed = conv.run().cpu();
+  CHECK(cache.stats().plans_restored == 1);  // eager mode restores a timed plan
+  CHECK_CLOSE(from_timed, built, 1e-2, 1e-2);
   std::filesystem::remove_all(root);
 }
 
