@@ -8,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/cpu/copy.h"
+#include "core/cpu/philox.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/parallel.h"
@@ -44,7 +45,8 @@ Tensor finish(Tensor t, const TensorOptions& options, std::string_view op) {
   return t;
 }
 
-// Fills a CPU tensor of options' dtype from fn(philox block, index), then moves it.
+// Fills a CPU tensor of options' dtype with draw(the four words of Philox block
+// i) for element i, then moves it.
 template <class Fn>
 Tensor random_tensor(const Shape& sizes, const TensorOptions& options, Generator* generator,
                      std::string_view op, Fn&& draw) {
@@ -63,10 +65,12 @@ Tensor random_tensor(const Shape& sizes, const TensorOptions& options, Generator
   const int64_t chunks = (n + kRandomChunk - 1) / kRandomChunk;
   parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
     std::vector<double> values(static_cast<size_t>(std::min(n, kRandomChunk)));
+    std::vector<uint32_t> blocks(4 * values.size());  // philox_blocks' lanes: 8 blocks a step
     for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
       const int64_t begin = chunk * kRandomChunk;
       const int64_t count = std::min(kRandomChunk, n - begin);
-      for (int64_t i = 0; i < count; ++i) values[i] = draw(philox(gen.seed(), first + begin + i));
+      cpu::philox_blocks(gen.seed(), first + static_cast<uint64_t>(begin), count, blocks.data());
+      for (int64_t i = 0; i < count; ++i) values[i] = draw(&blocks[4 * i]);
       cpu::copy({out + begin * bytes, options.dtype, {count}, {1}},
                 {values.data(), DType::Float64, {count}, {1}});
     }
@@ -143,16 +147,17 @@ Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
   // the dtype can never produce 1.0.
   int bits_kept = options.dtype == DType::Float16 ? 11 : options.dtype == DType::BFloat16 ? 8 : 24;
   bool wide = options.dtype == DType::Float64;
-  return random_tensor(sizes, options, generator, "rand", [wide, bits_kept](const auto& bits) {
+  const double scale = std::ldexp(1.0, -bits_kept);  // exact: a power of two
+  return random_tensor(sizes, options, generator, "rand", [wide, bits_kept, scale](const uint32_t* bits) {
     if (wide) return uniform_double(bits[0], bits[1]);
-    return std::ldexp(static_cast<double>(bits[0] >> (32 - bits_kept)), -bits_kept);
+    return static_cast<double>(bits[0] >> (32 - bits_kept)) * scale;
   });
 }
 
 Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
   LOOM_CHECK(is_floating(options.dtype), TypeError,
              "[randn] needs a floating dtype, got {}", dtype_name(options.dtype));
-  return random_tensor(sizes, options, generator, "randn", [](const auto& bits) {
+  return random_tensor(sizes, options, generator, "randn", [](const uint32_t* bits) {
     double u1 = 1.0 - uniform_double(bits[0], bits[1]);  // (0, 1]: log stays finite
     double u2 = uniform_double(bits[2], bits[3]);
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
@@ -164,7 +169,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
   LOOM_CHECK(low < high, ValueError, "[randint] needs low < high, got low {} and high {}", low,
              high);
   auto range = static_cast<uint64_t>(high - low);
-  return random_tensor(sizes, options, generator, "randint", [low, range](const auto& bits) {
+  return random_tensor(sizes, options, generator, "randint", [low, range](const uint32_t* bits) {
     uint64_t r = (static_cast<uint64_t>(bits[0]) << 32) | bits[1];
     return static_cast<double>(low + static_cast<int64_t>(r % range));
   });

@@ -90,6 +90,18 @@ void binary_scalar(const Strided& out, const Strided& a, double scalar, kernel::
     T* y = out.ptr<T>();
     const T* pa = a.ptr<T>();
     const T s = static_cast<T>(scalar);
+    if (same_dense_layout<1>(out, {&a})) {
+      with_binary_op(op, [&]<kernel::BinaryOp kOp>() {
+        flat_loop(out.numel(), [&](int64_t begin, int64_t end) {
+          if (scalar_first) {
+            for (int64_t i = begin; i < end; ++i) y[i] = apply_binary(s, pa[i], kOp);
+          } else {
+            for (int64_t i = begin; i < end; ++i) y[i] = apply_binary(pa[i], s, kOp);
+          }
+        });
+      });
+      return;
+    }
     for_each_offset<2>(out.sizes, {&out.strides, &a.strides}, [&](const auto& o) {
       y[o[0]] = scalar_first ? apply_binary(s, pa[o[1]], op) : apply_binary(pa[o[1]], s, op);
     });

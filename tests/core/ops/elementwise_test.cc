@@ -230,6 +230,22 @@ TEST_CASE("scalar variants match the naive reference on strided float32 input") 
   CHECK_CLOSE(rdiv(x, 2.0), naive_unary(x, [](double v) { return 2.0 / v; }), tol, tol);
 }
 
+TEST_CASE("scalar variants give the same bits on dense input (the flat loop) as on strided input") {
+  Generator gen(5);
+  // Every other column: no dense layout, so the strided loop; big enough that the flat loop splits.
+  const Tensor strided = add(rand({300, 514}, {}, &gen), 0.5).slice(1, 0, 514, 2);
+  const Tensor dense = strided.contiguous();
+  const std::vector<std::function<Tensor(const Tensor&)>> ops = {
+      [](const Tensor& x) { return add(x, 0.75); },  [](const Tensor& x) { return sub(x, 0.3); },
+      [](const Tensor& x) { return mul(x, -3.1); },  [](const Tensor& x) { return div(x, 7.0); },
+      [](const Tensor& x) { return rsub(x, 2.0); },  [](const Tensor& x) { return rdiv(x, 2.0); },
+      [](const Tensor& x) { return pow(x, 1.7); }};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    CAPTURE(i);
+    CHECK_CLOSE(ops[i](dense), ops[i](strided).contiguous(), 0, 0);
+  }
+}
+
 // --- unary ------------------------------------------------------------------------------
 
 TEST_CASE("neg / exp / log / sqrt by hand, including edge values") {
