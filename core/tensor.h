@@ -100,6 +100,9 @@ class Tensor {
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
   Tensor& copy_(const Tensor& src);  // src broadcast to this shape; dtype cast; any device
+  // Values drawn uniformly from [low, high): rand's draws, scaled and shifted in
+  // the dtype's arithmetic, so the same as rand(...) * (high - low) + low.
+  Tensor& uniform_(double low = 0.0, double high = 1.0, Generator* generator = nullptr);
 
   // --- autograd ---------------------------------------------------------------
   bool requires_grad() const;

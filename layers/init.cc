@@ -6,7 +6,6 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/ops/elementwise.h"
 
 namespace loom::nn::init {
 
@@ -23,8 +22,7 @@ Tensor& uniform_(Tensor& t, double low, double high, Generator* generator) {
   LOOM_CHECK(low <= high, ValueError, "[init.uniform_] needs low <= high, got low {} high {}", low,
              high);
   NoGradGuard no_grad;
-  const Tensor unit = rand(t.sizes(), {.dtype = t.dtype(), .device = t.device()}, generator);
-  return t.copy_(unit * (high - low) + low);
+  return t.uniform_(low, high, generator);
 }
 
 Tensor& kaiming_uniform_(Tensor& t, double a, Generator* generator) {

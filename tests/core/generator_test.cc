@@ -5,12 +5,15 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
+#include "core/ops/elementwise.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
@@ -123,6 +126,29 @@ TEST_CASE("a tensor of many staging chunks draws the same bits on 1 and 3 thread
   Generator c(99);
   c.reserve(static_cast<uint64_t>(n - 1));
   CHECK(randn({1}, {}, &c).to_vector<double>()[0] == serial.back());  // element i at offset i
+}
+
+TEST_CASE("uniform_ fills any layout with rand's draws scaled and shifted, bit for bit") {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    CAPTURE(dtype_name(dtype));
+    Generator a(21), b(21);
+    Tensor t = empty({4, 3, 70, 70}, {.dtype = dtype, .memory_format = MemoryFormat::ChannelsLast});
+    t.uniform_(-0.3, 0.7, &a);
+    const Tensor composed = rand({4, 3, 70, 70}, {.dtype = dtype}, &b) * (0.7 - -0.3) + -0.3;
+    CHECK(t.is_contiguous(MemoryFormat::ChannelsLast));  // written in place, its layout kept
+    CHECK_CLOSE(t, composed, 0, 0);
+    CHECK(a.offset() == b.offset());
+    const std::vector<double> v = t.to_vector<double>();
+    CHECK(*std::min_element(v.begin(), v.end()) >= -0.3);
+    CHECK(*std::max_element(v.begin(), v.end()) < 0.7);
+  }
+  Tensor ints = zeros({3}, {.dtype = DType::Int64});
+  CHECK_THROWS_AS(ints.uniform_(0, 1), TypeError);
+  Tensor x = zeros({3});
+  CHECK_THROWS_AS(x.uniform_(1, 0), ValueError);
+  CHECK_THROWS_AS(x.uniform_(0, std::numeric_limits<double>::infinity()), ValueError);
+  Tensor leaf = zeros({3}).requires_grad_(true);
+  CHECK_THROWS_AS(leaf.uniform_(0, 1), AutogradError);  // in place on a leaf that requires grad
 }
 
 TEST_CASE("the same seed gives the same rand / randn / randint; other seeds differ") {
