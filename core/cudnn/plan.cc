@@ -97,9 +97,17 @@ std::vector<bool> operands_as_is(const Graph& graph, const VariantPointers* oper
   return as_is;
 }
 
+// How a selection's test runs use their scratch: a run that only checks that a
+// plan executes (an untimed selection, a restore) binds every tensor it does not
+// take from the op to one buffer as large as the largest of them, since what it
+// computes is thrown away; a timed one gives each tensor its own, so a candidate
+// reads and writes as many bytes as it will in the step (aliased operands would
+// hit the L2 cache where the step's do not).
+enum class Scratch { Shared, PerTensor };
+
 // What a candidate plan is tried on: the op's own tensors where `operands`
 // (a build on the calling thread) binds them without sharing bytes, scratch
-// buffers standing in for the others; by-value scalars get their test values.
+// standing in for the others; by-value scalars get their test values.
 struct TestBindings {
   std::vector<ScratchBuffer> buffers;
   std::vector<double> doubles;  // by-value scalars
@@ -107,11 +115,12 @@ struct TestBindings {
   std::vector<int64_t> int64s;  // (BN finalize's accumulation count)
   VariantPointers pointers;
 
-  TestBindings(const Graph& graph, const VariantPointers* operands) {
+  TestBindings(const Graph& graph, const VariantPointers* operands, Scratch scratch) {
     doubles.reserve(graph.tensors().size());
     floats.reserve(graph.tensors().size());
     int64s.reserve(graph.tensors().size());
     const std::vector<bool> as_is = operands_as_is(graph, operands);
+    if (scratch == Scratch::Shared) buffers.emplace_back(largest_stand_in(graph, as_is));
     size_t device_tensor = 0;
     for (const TensorSpec& t : graph.tensors()) {
       if (t.is_virtual) continue;
@@ -123,12 +132,21 @@ struct TestBindings {
         pointers.push_back({t.uid, bound_pointer(*operands, t.uid)});
         continue;
       }
-      buffers.emplace_back(span_bytes(t));
+      if (scratch == Scratch::PerTensor) buffers.emplace_back(span_bytes(t));
       pointers.push_back({t.uid, buffers.back().get()});
     }
   }
 
  private:
+  static size_t largest_stand_in(const Graph& graph, const std::vector<bool>& as_is) {
+    size_t largest = 0;
+    size_t device_tensor = 0;
+    for (const TensorSpec& t : graph.tensors()) {
+      if (t.is_virtual || t.by_value) continue;
+      if (!as_is[device_tensor++]) largest = std::max(largest, span_bytes(t));
+    }
+    return largest;
+  }
   void bind_scalar(const TensorSpec& t) {
     if (t.dtype == CUDNN_DATA_DOUBLE) {
       doubles.push_back(t.scalar_for_testing);
@@ -143,13 +161,24 @@ struct TestBindings {
   }
 };
 
-// Bytes TestBindings allocates for `graph`.
+// Bytes of `graph`'s device tensors: what TestBindings allocates without the
+// op's tensors, one buffer per tensor.
 size_t bindings_bytes(const Graph& graph) {
   size_t bytes = 0;
   for (const TensorSpec& t : graph.tensors()) {
     if (!t.is_virtual && !t.by_value) bytes += span_bytes(t);
   }
   return bytes;
+}
+
+// Bytes TestBindings allocates for `graph` without the op's tensors.
+size_t scratch_bytes(const Graph& graph, Scratch scratch) {
+  if (scratch == Scratch::PerTensor) return bindings_bytes(graph);
+  size_t largest = 0;
+  for (const TensorSpec& t : graph.tensors()) {
+    if (!t.is_virtual && !t.by_value) largest = std::max(largest, span_bytes(t));
+  }
+  return largest;
 }
 
 // How much test-binding memory the background builders may hold at once. Each
@@ -218,14 +247,14 @@ class BudgetShare {
 // it can, so it allocates little beyond each candidate's workspace.
 class GatedTests {
  public:
-  GatedTests(const Graph& graph, const SelectOptions& options) : gate_(options.gate) {
+  GatedTests(const Graph& graph, const SelectOptions& options, Scratch scratch) : gate_(options.gate) {
     LOOM_CHECK(gate_ == nullptr || options.operands == nullptr, ValueError,
                "[cudnn] plan selection for {} was given the op's tensors and a capture gate: only a "
                "build on the calling thread (no gate) may test candidates on the op's own tensors",
                graph.pattern());
-    if (gate_ != nullptr) budget_.emplace(bindings_bytes(graph));
+    if (gate_ != nullptr) budget_.emplace(scratch_bytes(graph, scratch));
     auto held = hold();
-    bindings_.emplace(graph, options.operands);
+    bindings_.emplace(graph, options.operands, scratch);
   }
   ~GatedTests() {
     auto held = hold();
@@ -598,7 +627,7 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
   auto restored = std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
   bool works = false;
   {
-    GatedTests tests(graph_in, options);
+    GatedTests tests(graph_in, options, Scratch::Shared);  // only whether it runs
     spent.buffers_ms = lap();
     auto held = tests.hold();
     works = test_execute(*restored, handle, tests.bindings());
@@ -704,11 +733,12 @@ std::string why_none(const Selection& selection, const SelectOptions& options, i
 
 Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectOptions& options) {
   auto graph = std::make_shared<const BuiltGraph>(graph_in, handle);
-  GatedTests tests(graph_in, options);
+  const bool timed = selection_is_timed(graph_in, options);
+  GatedTests tests(graph_in, options, timed ? Scratch::PerTensor : Scratch::Shared);
   const size_t most_timed = times_every_candidate(graph_in, options)
                                 ? SIZE_MAX
                                 : static_cast<size_t>(options.autotune_candidates);
-  Trials trials(handle, tests, selection_is_timed(graph_in, options), most_timed);
+  Trials trials(handle, tests, timed, most_timed);
   const size_t tensor_bytes = bindings_bytes(graph_in);
   Selection selection;
   int finalize_failures = 0;
@@ -748,7 +778,7 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
 }
 
 std::vector<std::unique_ptr<Plan>> all_working_plans(Graph graph_in, cudnnHandle_t handle) {
-  TestBindings bindings(graph_in, nullptr);
+  TestBindings bindings(graph_in, nullptr, Scratch::PerTensor);
   auto graph = std::make_shared<const BuiltGraph>(std::move(graph_in), handle);
   std::vector<std::unique_ptr<Plan>> plans;
   std::vector<std::string> problems;

@@ -6,8 +6,9 @@
 //   autotune, the fastest of the first few that work; under strict fp32, for a
 //   conv or matmul graph, the fastest of all that work); the set-aside ones
 //   only when none other works, the first of them that works.
-// Test runs bind scratch buffers, or, for a build on the calling thread, the
-// op's own tensors (SelectOptions::operands).
+// Test runs bind scratch buffers (one for all tensors where the run only checks
+// that the plan executes, one per tensor where it is timed), or, for a build on
+// the calling thread, the op's own tensors (SelectOptions::operands).
 // Finalize success does not imply execute success in cuDNN 9.19, hence the test run.
 #pragma once
 

@@ -85,12 +85,34 @@ LOOM_GPU_TEST_CASE("a plan built on the calling thread is tested on the op's own
   REQUIRE(graph.has_value());
   const cudnn::VariantPointers pointers = cudnn::pointwise_forward_pointers(y.strided(), x.strided());
 
-  // A selection without the op's tensors binds a scratch copy of each.
+  // A timed selection without the op's tensors binds a scratch copy of each; an
+  // untimed one only checks that its candidates run, on one buffer as large as
+  // the larger tensor.
   const size_t with_scratch = peak_during(Purpose::PlanTests, [&] {
-    cudnn::Selection s = cudnn::select_plan(*graph, cudnn::handle(), {.policy = numerics_policy()});
+    cudnn::Selection s = cudnn::select_plan(*graph, cudnn::handle(), {.policy = numerics_policy(), .timed = true});
     CHECK(s.plan != nullptr);
+    CHECK(s.candidates_timed >= 1);
   });
   CHECK(with_scratch >= tensor_bytes);
+  const size_t shared_scratch = peak_during(Purpose::PlanTests, [&] {
+    cudnn::Selection s = cudnn::select_plan(*graph, cudnn::handle(), {.policy = numerics_policy()});
+    CHECK(s.plan != nullptr);
+    CHECK(s.candidates_timed == 0);
+  });
+  CHECK(shared_scratch >= tensor_bytes / 2);
+  CHECK(shared_scratch < tensor_bytes);
+
+  // Restoring a saved plan only checks that it runs: the same one buffer.
+  cudnn::Selection timed = cudnn::select_plan(*graph, cudnn::handle(), {.policy = numerics_policy(), .timed = true});
+  REQUIRE(timed.plan != nullptr);
+  const size_t restore_scratch = peak_during(Purpose::PlanTests, [&] {
+    std::unique_ptr<cudnn::Plan> restored =
+        cudnn::restore_plan(*graph, cudnn::handle(), timed.plan->json(), timed.plan->notes(),
+                            {.policy = numerics_policy(), .timed = true}, nullptr);
+    CHECK(restored != nullptr);
+  });
+  CHECK(restore_scratch >= tensor_bytes / 2);
+  CHECK(restore_scratch < tensor_bytes);
 
   // run_plan's miss: the build binds x and y themselves.
   const int64_t built_before = cudnn::PlanCache::global().stats().plans_built;
