@@ -163,12 +163,6 @@ void batch_norm_backward(const std::optional<Strided>&, const std::optional<Stri
   no_cuda("batch_norm_backward");
 }
 
-bool batch_norm_rows_supported(const Strided&, std::initializer_list<const Strided*>) {
-  no_cuda("batch_norm_rows_supported");
-}
-size_t batch_norm_rows_scratch_bytes(const Strided&) { no_cuda("batch_norm_rows_scratch_bytes"); }
-void batch_norm_backward_rows(const BatchNormRowsBackward&, void*) { no_cuda("batch_norm_backward_rows"); }
-
 void pad(const Strided&, const Strided&, const kernel::PadSpec&) { no_cuda("pad"); }
 void pad_backward(const Strided&, const Strided&, const kernel::PadSpec&) { no_cuda("pad_backward"); }
 

@@ -6,7 +6,6 @@
 // cuDNN's NORM graphs: they run what no cuDNN engine takes.)
 // x, y, dx, dy have storage type S; the per-channel vectors, and all the math,
 // are compute_t<S>: float32 for bfloat16 and float16 activations (element.cuh).
-#include <algorithm>
 #include <cmath>
 
 #include "core/cuda/element.cuh"
@@ -224,125 +223,6 @@ __global__ void training_backward_kernel(TrainingBackward<S> a) {
   }
 }
 
-// ---- training backward over rows of channels ---------------------------------------
-// x, dy, dx, y, dresidual dense rows of C channels (channels-last, or (N, C)):
-// element i is channel i % C of row i / C. Three kernels: per-block sums of
-// dpre and dpre * (x - mean) over a block's rows, a block per channel adding
-// the block sums in order (so the result does not depend on timing) and
-// writing dweight, dbias and dx's coefficients, then dx (and dresidual) one
-// element per thread. dpre = dy where y > 0 after a ReLU, else dy.
-template <class S, class T = compute_t<S>>
-struct RowsBackward {
-  S* dx;         // null when not wanted
-  S* dresidual;  // dpre, for the residual added before the ReLU; null when not wanted
-  const S* dy;
-  const S* x;
-  const S* y;  // the ReLU's output; null without a ReLU
-  ChannelVector<const T> mean, invstd, weight;
-  ChannelVector<T> dweight, dbias;
-  double* partials;  // blocks x 2C block sums, then 3C coefficients of dx
-  int64_t rows, channels;
-  int blocks;
-};
-
-template <class S, class T = compute_t<S>>
-__device__ T gated_grad(const RowsBackward<S>& a, int64_t i) {
-  const T g = to_compute(a.dy[i]);
-  return a.y == nullptr || to_compute(a.y[i]) > T(0) ? g : T(0);
-}
-
-template <class S>
-__global__ void rows_partials_kernel(RowsBackward<S> a) {
-  __shared__ double sums[2][kThreads];
-  const int64_t lanes = kThreads / a.channels;  // rows a block reads at once
-  const int64_t c = threadIdx.x % a.channels, lane = threadIdx.x / a.channels;
-  double first = 0, second = 0;
-  if (lane < lanes) {
-    const double mean_c = a.mean[c];
-    const int64_t step = int64_t{a.blocks} * lanes;
-    int64_t r = blockIdx.x * lanes + lane;
-    // Four rows an iteration: their loads are in flight together (with few
-    // lanes a block, C large, a thread walks many rows).
-    for (; r + 3 * step < a.rows; r += 4 * step) {
-      double g[4], xv[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t i = (r + k * step) * a.channels + c;
-        g[k] = gated_grad(a, i);
-        xv[k] = to_compute(a.x[i]);
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        first += g[k];
-        second += g[k] * (xv[k] - mean_c);
-      }
-    }
-    for (; r < a.rows; r += step) {
-      const int64_t i = r * a.channels + c;
-      const double g = gated_grad(a, i);
-      first += g;
-      second += g * (static_cast<double>(to_compute(a.x[i])) - mean_c);
-    }
-  }
-  sums[0][threadIdx.x] = first;
-  sums[1][threadIdx.x] = second;
-  __syncthreads();
-  if (threadIdx.x >= a.channels) return;
-  for (int64_t l = 1; l < lanes; ++l) {
-    first += sums[0][l * a.channels + c];
-    second += sums[1][l * a.channels + c];
-  }
-  a.partials[blockIdx.x * 2 * a.channels + c] = first;
-  a.partials[blockIdx.x * 2 * a.channels + a.channels + c] = second;
-}
-
-template <class S, class T = compute_t<S>>
-__global__ void rows_finalize_kernel(RowsBackward<S> a) {
-  const int64_t channels = a.channels;
-  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {  // uniform per block
-    MomentSums s{0, 0};
-    for (int b = threadIdx.x; b < a.blocks; b += kThreads) {
-      s.first += a.partials[b * 2 * channels + c];
-      s.second += a.partials[b * 2 * channels + channels + c];
-    }
-    s = block_reduce(s, [](const MomentSums& p, const MomentSums& q) {
-      return MomentSums{p.first + q.first, p.second + q.second};
-    });
-    if (threadIdx.x != 0) continue;
-    const double invstd = a.invstd[c], m = static_cast<double>(a.rows);
-    const double dweight = s.second * invstd;  // sum dpre * xhat
-    if (a.dbias.data) a.dbias[c] = static_cast<T>(s.first);
-    if (a.dweight.data) a.dweight[c] = static_cast<T>(dweight);
-    const double scale = invstd * static_cast<double>(a.weight.get_or(c, T(1)));
-    double* coef = a.partials + int64_t{a.blocks} * 2 * channels;
-    coef[c] = scale;                                          // times dpre
-    coef[channels + c] = scale * invstd * dweight / m;        // times x - mean
-    coef[2 * channels + c] = scale * s.first / m;             // subtracted
-  }
-}
-
-template <class S, class T = compute_t<S>>
-__global__ void rows_dx_kernel(RowsBackward<S> a) {
-  const int64_t channels = a.channels, n = a.rows * channels;
-  const double* coef = a.partials + int64_t{a.blocks} * 2 * channels;
-  for (int64_t i = first_index(); i < n; i += index_step()) {
-    const int64_t c = i % channels;
-    const T g = gated_grad(a, i);
-    if (a.dresidual) a.dresidual[i] = from_compute<S>(g);
-    if (!a.dx) continue;
-    const T centered = to_compute(a.x[i]) - a.mean[c];
-    a.dx[i] = from_compute<S>(static_cast<T>(coef[c]) * g - static_cast<T>(coef[channels + c]) * centered -
-                              static_cast<T>(coef[2 * channels + c]));
-  }
-}
-
-// Blocks of rows_partials_kernel: enough to fill the GPU, few enough that the
-// finalize adds few partial sums.
-int rows_blocks(int64_t rows, int64_t channels) {
-  const int64_t lanes = kThreads / channels;
-  return static_cast<int>(std::clamp<int64_t>((rows + lanes * 8 - 1) / (lanes * 8), 1, 1024));
-}
-
 }  // namespace
 
 cudaError_t launch_batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd,
@@ -430,41 +310,6 @@ cudaError_t launch_batch_norm_backward_eval(const Strided* dx, const Strided* dw
           channel_views<S>(x), channel_vector<const T>(&mean), channel_vector<const T>(&invstd),
           channels, x.numel() / channels);
     }
-  });
-  return cudaGetLastError();
-}
-
-size_t batch_norm_rows_scratch_bytes(int64_t rows, int64_t channels) {
-  return static_cast<size_t>(rows_blocks(rows, channels) * 2 + 3) * channels * sizeof(double);
-}
-
-cudaError_t launch_batch_norm_backward_rows(const Strided* dx, const Strided* dresidual,
-                                            const Strided& dy, const Strided& x, const Strided* y,
-                                            const Strided& mean, const Strided& invstd,
-                                            const Strided* weight, const Strided* dweight,
-                                            const Strided* dbias, void* scratch, cudaStream_t stream) {
-  const int64_t channels = x.sizes[1];
-  if (channels == 0 || x.numel() == 0) return cudaSuccess;
-  visit_floating(x.dtype, [&]<class S>() {
-    using T = compute_t<S>;
-    RowsBackward<S> a{};
-    a.dx = dx ? dx->ptr<S>() : nullptr;
-    a.dresidual = dresidual ? dresidual->ptr<S>() : nullptr;
-    a.dy = dy.ptr<const S>();
-    a.x = x.ptr<const S>();
-    a.y = y ? y->ptr<const S>() : nullptr;
-    a.mean = channel_vector<const T>(&mean);
-    a.invstd = channel_vector<const T>(&invstd);
-    a.weight = channel_vector<const T>(weight);
-    a.dweight = channel_vector<T>(dweight);
-    a.dbias = channel_vector<T>(dbias);
-    a.partials = static_cast<double*>(scratch);
-    a.channels = channels;
-    a.rows = x.numel() / channels;
-    a.blocks = rows_blocks(a.rows, channels);
-    rows_partials_kernel<S><<<a.blocks, kThreads, 0, stream>>>(a);
-    rows_finalize_kernel<S><<<blocks_for_groups(channels), kThreads, 0, stream>>>(a);
-    if (a.dx || a.dresidual) rows_dx_kernel<S><<<blocks_for(x.numel()), kThreads, 0, stream>>>(a);
   });
   return cudaGetLastError();
 }

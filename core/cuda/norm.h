@@ -12,8 +12,6 @@
 // per-channel dtype (a block tree per channel).
 #pragma once
 
-#include <cstddef>
-#include <initializer_list>
 #include <optional>
 
 #include "core/kernel/norm.h"
@@ -43,26 +41,5 @@ void batch_norm_backward(const std::optional<Strided>& dx, const std::optional<S
                          const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
                          const Strided& mean, const Strided& invstd,
                          const std::optional<Strided>& weight, bool training);
-
-// The training backward over rows, beside the one above: every tensor of x's
-// shape dense rows of C channels (channels innermost and the other dims in
-// order: channels-last, or (N, C)), C <= 256. A block per range of rows rather
-// than per channel, so it fills the GPU when C is small; the sums in double,
-// added in a fixed order. With y (the output of a ReLU after the norm) the
-// gradient first passes the ReLU (dpre = dy where y > 0), and dresidual, when
-// given, receives dpre (the gradient of a residual added before the ReLU).
-struct BatchNormRowsBackward {
-  std::optional<Strided> dx, dresidual;
-  Strided dy, x;
-  std::optional<Strided> y;
-  Strided mean, invstd;
-  std::optional<Strided> weight, dweight, dbias;
-};
-
-// Whether batch_norm_backward_rows takes x and the others of its shape.
-bool batch_norm_rows_supported(const Strided& x, std::initializer_list<const Strided*> others);
-// The scratch batch_norm_backward_rows needs for x, in bytes.
-size_t batch_norm_rows_scratch_bytes(const Strided& x);
-void batch_norm_backward_rows(const BatchNormRowsBackward& a, void* scratch);
 
 }  // namespace loom::cuda

@@ -8,9 +8,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
-#include <cstdint>
-
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -43,16 +40,5 @@ cudaError_t launch_batch_norm_backward_training(const Strided* dx, const Strided
                                                 const Strided& x, const Strided& mean,
                                                 const Strided& invstd, const Strided* weight,
                                                 cudaStream_t stream);
-
-// The training backward over dense rows of C <= 256 channels (x, dy and
-// the outputs channels-last or (N, C); cuda/norm.h says which layouts), with an
-// optional ReLU before it (y: its output; dpre = dy where y > 0) and dresidual
-// = dpre. `scratch` holds batch_norm_rows_scratch_bytes(rows, C).
-size_t batch_norm_rows_scratch_bytes(int64_t rows, int64_t channels);
-cudaError_t launch_batch_norm_backward_rows(const Strided* dx, const Strided* dresidual,
-                                            const Strided& dy, const Strided& x, const Strided* y,
-                                            const Strided& mean, const Strided& invstd,
-                                            const Strided* weight, const Strided* dweight,
-                                            const Strided* dbias, void* scratch, cudaStream_t stream);
 
 }  // namespace loom::cuda

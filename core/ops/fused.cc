@@ -374,21 +374,14 @@ BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
   g.dweight = empty({c}, channel_options(o.x));
   g.dbias = empty({c}, channel_options(o.x));
   cudnn::VariantWalk walk;  // the fused graphs, then the dReLU and the plain norm backward
-  if (try_fused(dy)) {  // Loom's rows kernel or cuDNN's fused graphs, whichever is faster
+  if (try_fused(dy)) {
     Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
-    const cudnn::BatchNormReluBackwardArgs args{
-        .dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
-        .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(), .y = o.y.strided(),
-        .weight = o.weight.strided(), .bias = o.bias.strided(), .save_mean = o.save_mean.strided(),
-        .save_invstd = o.save_invstd.strided(), .residual = strided_or_none(o.z),
-        .relu_mask = strided_or_none(o.relu_mask)};
-    auto fused_graphs = [&] { return cudnn::batch_norm_relu_backward(args); };
-    if (norm_detail::rows_backward_chosen(
-            {.dx = args.dx, .dresidual = args.dresidual, .dy = args.dy, .x = args.x, .y = args.y,
-             .mean = args.save_mean, .invstd = args.save_invstd, .weight = args.weight,
-             .dweight = args.dweight, .dbias = args.dbias},
-            dy.device(), fused_graphs) ||
-        fused_graphs()) {
+    if (cudnn::batch_norm_relu_backward(
+            {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
+             .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(),
+             .y = o.y.strided(), .weight = o.weight.strided(), .bias = o.bias.strided(),
+             .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided(),
+             .residual = strided_or_none(o.z), .relu_mask = strided_or_none(o.relu_mask)})) {
       g.dresidual = dz;
       return g;
     }

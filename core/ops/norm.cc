@@ -7,19 +7,14 @@
 // in float32, and all the math runs in float32.
 #include "core/ops/norm.h"
 
-#include <fmt/format.h>
-
 #include <optional>
-#include <string>
 #include <string_view>
 
 #include "core/autograd.h"
 #include "core/cpu/layer_norm.h"
 #include "core/cpu/norm.h"
-#include "core/cuda/kernel_choice.h"
 #include "core/cudnn/norm.h"
 #include "core/error.h"
-#include "core/numerics.h"
 #include "core/onednn/norm.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
@@ -96,35 +91,6 @@ void check_channel_norm_args(std::string_view op, const Tensor& x, const Tensor&
              "[{}] Expected more than 1 value per channel when training, got input size {}; use "
              "a larger batch or eval mode (training = false)",
              op, shape_str(x.sizes()));
-}
-
-bool rows_backward_chosen(const cuda::BatchNormRowsBackward& a, const Device& device,
-                          const std::function<bool()>& cudnn) {
-  auto given = [](const std::optional<Strided>& t) { return t ? &*t : nullptr; };
-  const std::initializer_list<const Strided*> others = {&a.dy, given(a.dx), given(a.y), given(a.dresidual)};
-  if (!device.is_cuda() || !cuda::batch_norm_rows_supported(a.x, others)) return false;
-  for (const Strided* t : others) {
-    if (t != nullptr && t->dtype != a.x.dtype) return false;
-  }
-  static cuda::KernelChoice choice("LOOM_BN_BACKWARD");
-  const NumericsPolicy& policy = numerics_policy();
-  const std::string key = fmt::format(
-      "batch_norm backward {} {}{} relu {} residual {} dx {} {} deterministic {}", dtype_name(a.x.dtype),
-      shape_str(a.x.sizes), shape_str(a.x.strides), a.y.has_value(), a.dresidual.has_value(),
-      a.dx.has_value(), precision_name(policy.precision), policy.deterministic);
-  Tensor scratch;  // allocated on the kernel's first run only: where cuDNN wins, nothing is
-  auto loom = [&] {
-    if (!scratch.defined()) {
-      scratch = empty({static_cast<int64_t>(cuda::batch_norm_rows_scratch_bytes(a.x))},
-                      {.dtype = DType::UInt8, .device = device});
-    }
-    cuda::batch_norm_backward_rows(a, scratch.raw_data());
-  };
-  const std::string pick =
-      choice.choose(key, {"loom", "cudnn"}, [&] { return cuda::CandidateRuns{[&] { return loom(), true; }, cudnn}; });
-  if (pick != "loom") return false;
-  loom();
-  return true;
 }
 
 }  // namespace norm_detail

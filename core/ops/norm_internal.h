@@ -5,10 +5,8 @@
 // N batch, C channels.
 #pragma once
 
-#include <functional>
 #include <string_view>
 
-#include "core/cuda/norm.h"
 #include "core/tensor.h"
 
 namespace loom::norm_detail {
@@ -31,14 +29,5 @@ void check_channel_operand(std::string_view op, const Tensor& v, std::string_vie
 void check_channel_norm_args(std::string_view op, const Tensor& x, const Tensor& running_mean,
                              const Tensor& running_var, const Tensor& weight, const Tensor& bias,
                              bool training);
-
-// The training batch-norm backward (batch_norm_relu's, core/ops/fused.cc) by Loom's rows kernel
-// (cuda::batch_norm_backward_rows), when it takes the operands of `a` (CUDA,
-// dense channels-last, one dtype) and, for their shape, runs faster than
-// `cudnn`, which runs cuDNN's path on the same operands and says whether it
-// could; true when the rows kernel ran. The first call per shape races the two
-// (cuda::KernelChoice); LOOM_BN_BACKWARD = loom | cudnn forces one.
-bool rows_backward_chosen(const cuda::BatchNormRowsBackward& a, const Device& device,
-                          const std::function<bool()>& cudnn);
 
 }  // namespace loom::norm_detail

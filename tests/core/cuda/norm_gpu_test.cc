@@ -16,19 +16,16 @@
 
 #ifdef LOOM_WITH_CUDA
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "core/cpu/norm.h"
 #include "core/cuda/norm.h"
 #include "core/error.h"
 #include "core/generator.h"
-#include "core/ops/compare.h"
 #include "core/ops/elementwise.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
@@ -298,78 +295,5 @@ LOOM_GPU_TEST_CASE("batch statistics and the running update match the CPU for ev
       check_elementwise(running_var.gpu, running_var.cpu);
     }
   }
-}
-// The rows kernel (cuda::batch_norm_backward_rows), which the ops race against
-// cuDNN on channels-last operands: random channels-last and (N, C) shapes with C
-// up to 256, with and without a ReLU before it (dpre = dy where y > 0) and the
-// residual's gradient, against the CPU's training backward of dpre computed
-// from the values the GPU reads (bfloat16 operands widened to float32).
-LOOM_GPU_TEST_CASE("rows training backward matches the CPU, with and without a ReLU and its residual") {
-  Generator gen(406);
-  std::mt19937_64 rng(406);
-  const int64_t channel_counts[] = {1, 3, 16, 64, 100, 256};
-  for (int trial = 0; trial < 36; ++trial) {
-    const DType dtype = std::array{DType::Float32, DType::Float64, DType::BFloat16}[trial % 3];
-    const DType channel = dtype == DType::BFloat16 ? DType::Float32 : dtype;
-    const int64_t c = channel_counts[rng() % 6], n = 1 + static_cast<int64_t>(rng() % 9),
-                  h = 1 + static_cast<int64_t>(rng() % 9), w = 1 + static_cast<int64_t>(rng() % 9);
-    const bool flat = trial % 4 == 3, relu = trial % 2 == 0, residual = relu && trial % 4 == 0;
-    CAPTURE(trial);
-    CAPTURE(dtype_name(dtype));
-    CAPTURE(c);
-    CAPTURE(flat);
-    CAPTURE(relu);
-    const Shape sizes = flat ? Shape{n * h, c} : Shape{n, c, h, w};
-    auto laid = [&](const Tensor& t) { return flat ? t : t.contiguous(MemoryFormat::ChannelsLast); };
-    auto gpu_operand = [&] { return laid(randn(sizes, {.dtype = dtype}, &gen).to(testing::test_gpu())); };
-    const Tensor x = gpu_operand(), dy = gpu_operand(), y = gpu_operand();
-    Stats s = random_stats(c, channel, gen);
-    Tensor dx = laid(full(sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()}));
-    Tensor dres = laid(full(sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()}));
-    Output dweight = channel_output(c, channel), dbias = channel_output(c, channel);
-    const cuda::BatchNormRowsBackward args{
-        .dx = dx.strided(), .dresidual = strided_if(residual, dres), .dy = dy.strided(), .x = x.strided(),
-        .y = strided_if(relu, y), .mean = s.mean.gpu.strided(), .invstd = s.invstd.gpu.strided(),
-        .weight = s.weight.gpu.strided(), .dweight = dweight.gpu.strided(), .dbias = dbias.gpu.strided()};
-    const Strided dy_view = dy.strided(), dx_view = dx.strided();
-    REQUIRE(cuda::batch_norm_rows_supported(x.strided(), {&dy_view, &dx_view}));
-    Tensor scratch = empty({static_cast<int64_t>(cuda::batch_norm_rows_scratch_bytes(x.strided()))},
-                           {.dtype = DType::UInt8, .device = testing::test_gpu()});
-    cuda::batch_norm_backward_rows(args, scratch.raw_data());
-
-    const Tensor x_cpu = x.cpu().to(channel), dy_cpu = dy.cpu().to(channel), y_cpu = y.cpu().to(channel);
-    const Tensor dpre = relu ? where(gt(y_cpu, 0.0), dy_cpu, zeros_like(dy_cpu)) : dy_cpu;
-    Tensor dx_cpu = empty(sizes, {.dtype = channel});
-    cpu::batch_norm_backward(dx_cpu.strided(), dweight.cpu.strided(), dbias.cpu.strided(), dpre.strided(),
-                             x_cpu.strided(), s.mean.cpu.strided(), s.invstd.cpu.strided(),
-                             s.weight.cpu.strided(), /*training=*/true);
-    const int64_t m = x.numel() / c;
-    if (dtype == DType::BFloat16) {  // dx and dpre rounded to bfloat16 (8 bits of mantissa)
-      CHECK_CLOSE(dx.cpu().to(channel), dx_cpu, 1e-2, 1e-2);
-    } else {
-      check_elementwise(dx, dx_cpu);
-    }
-    check_channel_sums(dweight.gpu, dweight.cpu, m);
-    check_channel_sums(dbias.gpu, dbias.cpu, m);
-    if (residual) CHECK_CLOSE(dres.cpu().to(channel), dpre, 0.0, 0.0);  // dpre exactly, rounded as dy was
-  }
-}
-
-LOOM_GPU_TEST_CASE("rows training backward takes dense channels-last operands of at most 256 channels") {
-  auto gpu = [](const Shape& sizes) { return zeros(sizes, {.device = testing::test_gpu()}); };
-  const Tensor nhwc = gpu({2, 16, 3, 3}).contiguous(MemoryFormat::ChannelsLast);
-  CHECK(cuda::batch_norm_rows_supported(nhwc.strided(), {}));
-  CHECK(cuda::batch_norm_rows_supported(gpu({5, 256}).strided(), {}));
-  CHECK_FALSE(cuda::batch_norm_rows_supported(gpu({2, 16, 3, 3}).strided(), {}));  // NCHW
-  CHECK_FALSE(cuda::batch_norm_rows_supported(gpu({5, 257}).strided(), {}));
-  CHECK_FALSE(cuda::batch_norm_rows_supported(gpu({0, 16}).strided(), {}));
-  const Tensor sliced = gpu({2, 16, 6, 3}).contiguous(MemoryFormat::ChannelsLast).slice(2, 0, 6, 2);
-  CHECK_FALSE(cuda::batch_norm_rows_supported(sliced.strided(), {}));
-  const Strided nchw = gpu({2, 16, 3, 3}).strided();
-  CHECK_FALSE(cuda::batch_norm_rows_supported(nhwc.strided(), {&nchw}));
-  CHECK_THROWS_AS(cuda::batch_norm_backward_rows({.dy = nchw, .x = nchw,
-                                                  .mean = gpu({16}).strided(), .invstd = gpu({16}).strided()},
-                                                 nullptr),
-                  ValueError);
 }
 #endif  // LOOM_WITH_CUDA

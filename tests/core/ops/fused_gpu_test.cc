@@ -14,7 +14,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -155,32 +154,25 @@ LOOM_GPU_TEST_CASE("conv2d_bias_relu and relu_conv2d: fused and unfused match th
   }
 }
 
-// The backward is raced between cuDNN's fused graphs and Loom's rows kernel
-// (channels-last); each is forced in turn, and only cuDNN's moves its counter.
 LOOM_GPU_TEST_CASE("batch_norm_relu with and without a residual: fused and unfused match the CPU") {
   Generator gen(62);
-  for (const std::string backward : {"cudnn", "loom"}) {
-    CAPTURE(backward);
-    setenv("LOOM_BN_BACKWARD", backward.c_str(), 1);
-    std::vector<Counter> fused = {&cudnn::FusedRuns::bn_relu_forward};
-    if (backward == "cudnn") fused.push_back(&cudnn::FusedRuns::bn_relu_backward);
-    for (MemoryFormat f : kLayouts) {
-      for (bool with_residual : {false, true}) {
-        Tensor x = add(mul(randn({8, 32, 6, 5}, {}, &gen), 2.0), 0.3);
-        Tensor gamma = add(rand({32}, {}, &gen), 0.5), beta = randn({32}, {}, &gen);
-        std::vector<Tensor> inputs = {x, gamma, beta};
-        if (with_residual) inputs.push_back(randn({8, 32, 6, 5}, {}, &gen));
-        auto op = [](const std::vector<Tensor>& in) {
-          TensorOptions o{.device = in[0].device()};
-          Tensor rm = zeros({32}, o), rv = ones({32}, o);
-          return batch_norm_relu(in[0], rm, rv, in[1], in[2], {}, in.size() > 3 ? in[3] : Tensor());
-        };
-        check_paths(with_residual ? "batch_norm_relu(+z)" : "batch_norm_relu", op, inputs, f, kStrict,
-                    fused, f == MemoryFormat::ChannelsLast, gen);
-      }
+  const std::vector<Counter> both = {&cudnn::FusedRuns::bn_relu_forward,
+                                     &cudnn::FusedRuns::bn_relu_backward};
+  for (MemoryFormat f : kLayouts) {
+    for (bool with_residual : {false, true}) {
+      Tensor x = add(mul(randn({8, 32, 6, 5}, {}, &gen), 2.0), 0.3);
+      Tensor gamma = add(rand({32}, {}, &gen), 0.5), beta = randn({32}, {}, &gen);
+      std::vector<Tensor> inputs = {x, gamma, beta};
+      if (with_residual) inputs.push_back(randn({8, 32, 6, 5}, {}, &gen));
+      auto op = [](const std::vector<Tensor>& in) {
+        TensorOptions o{.device = in[0].device()};
+        Tensor rm = zeros({32}, o), rv = ones({32}, o);
+        return batch_norm_relu(in[0], rm, rv, in[1], in[2], {}, in.size() > 3 ? in[3] : Tensor());
+      };
+      check_paths(with_residual ? "batch_norm_relu(+z)" : "batch_norm_relu", op, inputs, f, kStrict,
+                  both, f == MemoryFormat::ChannelsLast, gen);
     }
   }
-  unsetenv("LOOM_BN_BACKWARD");
 }
 
 LOOM_GPU_TEST_CASE("linear_relu: fused under tf32, unfused under strict fp32, both match the CPU") {
