@@ -181,15 +181,15 @@ size_t scratch_bytes(const Graph& graph, Scratch scratch) {
   return largest;
 }
 
-// How much test-binding memory the background builders may hold at once. Each
-// binds scratch copies of every tensor of its graph (a batch-512 conv's input
-// and output) for as long as it selects; eight builders doing so while the
-// first step's activations are live added their scratch to the step's peak.
+// How much test-binding memory the background builders may hold at once. A timed
+// build binds a scratch copy of every tensor of its graph (a batch-512 conv's
+// input and output), a restore one buffer (Scratch); eight builders holding them
+// while the first step's activations are live added their scratch to its peak.
 // A graph bigger than the budget runs when no other holds any, so none waits
 // forever (the lazy path builds such graphs on the calling thread instead; a
 // prefetch or a background restore may still meet one). LOOM_CUDNN_TEST_SCRATCH_MIB
-// sets it (default 128: below what small models at batch 512 keep alive, so
-// the builds never raise a step's peak past PyTorch's).
+// sets it (default 128, below what small models at batch 512 keep alive; what is
+// held at the peak still counts in it: resnet20 b512 tf32 held 96 MiB, H200).
 class ScratchBudget {
  public:
   void acquire(size_t bytes) {
