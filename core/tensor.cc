@@ -52,11 +52,30 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
   return has_layout(sizes(), strides(), format);
 }
 
-MemoryFormat Tensor::suggest_memory_format() const {
-  if (dim() == 4 && is_contiguous(MemoryFormat::ChannelsLast) && !is_contiguous()) {
-    return MemoryFormat::ChannelsLast;
+namespace {
+
+// Whether the strides order a 4-D tensor's dims as NHWC memory does, dense or
+// not: C innermost, then W, H and N, each dim's stride at least the extent of
+// the dims inside it. Ambiguous strides order nothing: broadcast channels, and
+// C, H and W all of one element at one stride (an (N, 1, 1, 1) slice).
+bool channels_last_order(const Shape& sizes, const Shape& strides) {
+  if (strides[1] == 0) return false;
+  int64_t inner = 0;  // the extent of the dims walked so far
+  for (size_t d : {1, 3, 2, 0}) {
+    if (sizes[d] == 0 || strides[d] < inner) return false;
+    if (d == 0 && inner == strides[1]) return false;
+    inner = sizes[d] > 1 ? strides[d] * sizes[d] : strides[d];
   }
-  return MemoryFormat::Contiguous;
+  return true;
+}
+
+}  // namespace
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  if (dim() != 4 || is_contiguous()) return MemoryFormat::Contiguous;
+  return is_contiguous(MemoryFormat::ChannelsLast) || channels_last_order(sizes(), strides())
+             ? MemoryFormat::ChannelsLast
+             : MemoryFormat::Contiguous;
 }
 
 void* Tensor::raw_data() const {

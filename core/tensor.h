@@ -52,7 +52,9 @@ class Tensor {
   Device device() const;
   TensorOptions options() const;  // dtype and device (memory format: contiguous)
   bool is_contiguous(MemoryFormat format = MemoryFormat::Contiguous) const;
-  // ChannelsLast for 4-D tensors whose strides are NHWC but not NCHW.
+  // ChannelsLast for 4-D tensors that are not NCHW-contiguous and whose strides
+  // are NHWC, or ordered as NHWC's (a strided view of a channels-last tensor,
+  // such as x.slice(2, 0, h, 2)): what is computed from it keeps its layout.
   MemoryFormat suggest_memory_format() const;
   const std::shared_ptr<Storage>& storage() const;
   void* raw_data() const;  // first element (storage + offset)

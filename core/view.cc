@@ -78,13 +78,18 @@ void record_reshape_back(const Tensor& input, Tensor& out, std::string name) {
   });
 }
 
-// Backward of views that pick a subset of elements: scatter dy into zeros.
+// Backward of views that pick a subset of elements: scatter dy into zeros laid
+// out as the input is, so that adding dx to the input's other gradients walks
+// both dense (a channels-last input gets channels-last zeros).
 template <class PickFn>
 void record_scatter_back(const Tensor& input, Tensor& out, std::string name, PickFn pick) {
   if (!needs_grad({input})) return;
   Shape sizes = input.sizes();
-  record(std::move(name), {input}, out, [sizes, pick](const Tensor& dy) {
-    Tensor dx = zeros(sizes, dy.options());
+  const MemoryFormat format = input.suggest_memory_format();
+  record(std::move(name), {input}, out, [sizes, format, pick](const Tensor& dy) {
+    TensorOptions options = dy.options();
+    options.memory_format = format;
+    Tensor dx = zeros(sizes, options);
     pick(dx).copy_(dy);
     return std::vector<Tensor>{dx};
   });

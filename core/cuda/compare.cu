@@ -64,10 +64,11 @@ cudaError_t launch_compare(const Strided& out, const Strided& a, const Strided& 
                            cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
+  const std::vector<size_t> order = memory_order(out);  // elementwise: any walk gives the result
   visit_device_dtype(a.dtype, [&]<class S>() {
     compare_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), b.ptr<const S>(),
-        geometry_of(b), n, op);
+        out.ptr<bool>(), geometry_in(out, order), a.ptr<const S>(), geometry_in(a, order),
+        b.ptr<const S>(), geometry_in(b, order), n, op);
   });
   return cudaGetLastError();
 }
@@ -76,9 +77,11 @@ cudaError_t launch_compare_scalar(const Strided& out, const Strided& a, double s
                                   CompareOp op, cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
+  const std::vector<size_t> order = memory_order(out);
   visit_device_dtype(a.dtype, [&]<class S>() {
     compare_scalar_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), scalar, n, op);
+        out.ptr<bool>(), geometry_in(out, order), a.ptr<const S>(), geometry_in(a, order), scalar,
+        n, op);
   });
   return cudaGetLastError();
 }
@@ -87,10 +90,11 @@ cudaError_t launch_isclose(const Strided& out, const Strided& a, const Strided& 
                            double atol, bool equal_nan, cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
+  const std::vector<size_t> order = memory_order(out);
   visit_device_dtype(a.dtype, [&]<class S>() {
     isclose_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<bool>(), geometry_of(out), a.ptr<const S>(), geometry_of(a), b.ptr<const S>(),
-        geometry_of(b), n, rtol, atol, equal_nan);
+        out.ptr<bool>(), geometry_in(out, order), a.ptr<const S>(), geometry_in(a, order),
+        b.ptr<const S>(), geometry_in(b, order), n, rtol, atol, equal_nan);
   });
   return cudaGetLastError();
 }
@@ -99,10 +103,11 @@ cudaError_t launch_where(const Strided& out, const Strided& cond, const Strided&
                          const Strided& b, cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
+  const std::vector<size_t> order = memory_order(out);
   visit_width(out.dtype, [&]<class U>() {
     where_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<U>(), geometry_of(out), cond.ptr<const bool>(), geometry_of(cond),
-        a.ptr<const U>(), geometry_of(a), b.ptr<const U>(), geometry_of(b), n);
+        out.ptr<U>(), geometry_in(out, order), cond.ptr<const bool>(), geometry_in(cond, order),
+        a.ptr<const U>(), geometry_in(a, order), b.ptr<const U>(), geometry_in(b, order), n);
   });
   return cudaGetLastError();
 }

@@ -166,9 +166,10 @@ cudaError_t launch_copy(const Strided& dst, const Strided& src, cudaStream_t str
 cudaError_t launch_fill(const Strided& dst, double value, cudaStream_t stream) {
   int64_t n = dst.numel();
   if (n == 0) return cudaSuccess;
+  // Walked in memory order, a dense operand of any layout is one dim (geometry.cuh).
+  const Geometry dg = geometry_in(dst, memory_order(dst));
   visit_device_dtype(dst.dtype, [&]<class D>() {
-    fill_kernel<D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst.data),
-                                                           geometry_of(dst), value, n);
+    fill_kernel<D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst.data), dg, value, n);
   });
   return cudaGetLastError();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cuda/copy_kernels.h"
+#include "core/kernel/divider.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -20,16 +21,30 @@ constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
 
 // Sizes and strides of one operand, passed to kernels by value. Size-1 dims are
 // dropped and dims that are contiguous with each other merged, so a dense operand
-// becomes one dim and costs no division in offset_of.
+// becomes one dim and costs no division in offset_of. An operand of fewer than
+// 2^31 elements (`narrow`) carries a divider per dim, so that offset_of divides
+// in 32 bits (core/kernel/divider.h).
 struct Geometry {
   int ndim;
+  bool narrow;
   int64_t sizes[kMaxDims];
   int64_t strides[kMaxDims];
+  kernel::math::Divider dividers[kMaxDims];
 };
+
+// The dividers of a geometry whose dims are final, when its elements can be
+// numbered in 31 bits (an empty operand is never indexed and gets none).
+inline void set_dividers(Geometry& g) {
+  int64_t numel = 1;
+  for (int d = 0; d < g.ndim; ++d) numel *= g.sizes[d];
+  g.narrow = numel > 0 && numel < kernel::math::kNarrowIndexLimit;
+  if (!g.narrow) return;
+  for (int d = 0; d < g.ndim; ++d) g.dividers[d] = kernel::math::divider_for(g.sizes[d]);
+}
 
 // sizes and strides may have at most kMaxDims entries (the host wrappers check).
 inline Geometry geometry_of(const Shape& sizes, const Shape& strides) {
-  Geometry g{0, {}, {}};
+  Geometry g{0, false, {}, {}, {}};
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 1) continue;
     // Dim d merges into the previous dim p when t_p == t_d * s_d: index i of the
@@ -43,6 +58,7 @@ inline Geometry geometry_of(const Shape& sizes, const Shape& strides) {
       ++g.ndim;
     }
   }
+  set_dividers(g);
   return g;
 }
 
@@ -76,8 +92,8 @@ inline Geometry geometry_in(const Strided& t, const std::vector<size_t>& order) 
 __device__ inline int64_t offset_of(int64_t linear, const Geometry& g) {
   int64_t offset = 0;
   for (int d = g.ndim - 1; d > 0; --d) {
-    offset += (linear % g.sizes[d]) * g.strides[d];
-    linear /= g.sizes[d];
+    const int64_t index = kernel::math::split_index(&linear, g.sizes[d], g.dividers[d], g.narrow);
+    offset += index * g.strides[d];
   }
   return g.ndim > 0 ? offset + linear * g.strides[0] : 0;
 }

@@ -105,6 +105,18 @@ std::vector<bool> operands_as_is(const Graph& graph, const VariantPointers* oper
 // hit the L2 cache where the step's do not).
 enum class Scratch { Shared, PerTensor };
 
+// The largest of the graph's device tensors that scratch stands in for (those
+// not bound `as_is`, in graph order): the one buffer of Scratch::Shared.
+size_t largest_stand_in(const Graph& graph, const std::vector<bool>& as_is) {
+  size_t largest = 0;
+  size_t device_tensor = 0;
+  for (const TensorSpec& t : graph.tensors()) {
+    if (t.is_virtual || t.by_value) continue;
+    if (!as_is[device_tensor++]) largest = std::max(largest, span_bytes(t));
+  }
+  return largest;
+}
+
 // What a candidate plan is tried on: the op's own tensors where `operands`
 // (a build on the calling thread) binds them without sharing bytes, scratch
 // standing in for the others; by-value scalars get their test values.
@@ -138,15 +150,6 @@ struct TestBindings {
   }
 
  private:
-  static size_t largest_stand_in(const Graph& graph, const std::vector<bool>& as_is) {
-    size_t largest = 0;
-    size_t device_tensor = 0;
-    for (const TensorSpec& t : graph.tensors()) {
-      if (t.is_virtual || t.by_value) continue;
-      if (!as_is[device_tensor++]) largest = std::max(largest, span_bytes(t));
-    }
-    return largest;
-  }
   void bind_scalar(const TensorSpec& t) {
     if (t.dtype == CUDNN_DATA_DOUBLE) {
       doubles.push_back(t.scalar_for_testing);
@@ -174,11 +177,7 @@ size_t bindings_bytes(const Graph& graph) {
 // Bytes TestBindings allocates for `graph` without the op's tensors.
 size_t scratch_bytes(const Graph& graph, Scratch scratch) {
   if (scratch == Scratch::PerTensor) return bindings_bytes(graph);
-  size_t largest = 0;
-  for (const TensorSpec& t : graph.tensors()) {
-    if (!t.is_virtual && !t.by_value) largest = std::max(largest, span_bytes(t));
-  }
-  return largest;
+  return largest_stand_in(graph, operands_as_is(graph, nullptr));
 }
 
 // How much test-binding memory the background builders may hold at once. A timed

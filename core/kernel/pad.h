@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "core/kernel/divider.h"
 #include "core/kernel/host_device.h"
 #include "core/shape.h"
 #include "core/strided.h"
@@ -38,6 +39,9 @@ struct PadDims {
   int64_t in_sizes[kPadMaxDims] = {}, out_sizes[kPadMaxDims] = {};
   int64_t in_strides[kPadMaxDims] = {}, out_strides[kPadMaxDims] = {};
   int64_t before[kPadMaxDims] = {};
+  // Both tensors have fewer than 2^31 elements: indices split in 32 bits.
+  bool narrow = false;
+  Divider in_dividers[kPadMaxDims], out_dividers[kPadMaxDims];
 };
 
 // `in` and `out` are the input and the padded tensor (or dx and dy); the host
@@ -69,6 +73,13 @@ inline PadDims pad_dims(const Strided& out, const Strided& in, const PadSpec& sp
     g.out_strides[k] = out.strides[d];
     g.before[k] = spec.before[d];
   }
+  const int64_t in_numel = in.numel(), out_numel = out.numel();
+  g.narrow = in_numel > 0 && out_numel > 0 && in_numel < kNarrowIndexLimit &&
+             out_numel < kNarrowIndexLimit;
+  for (int k = 0; g.narrow && k < g.ndim; ++k) {
+    g.in_dividers[k] = divider_for(g.in_sizes[k]);
+    g.out_dividers[k] = divider_for(g.out_sizes[k]);
+  }
   return g;
 }
 
@@ -93,8 +104,7 @@ struct PadOffsets {
 LOOM_HOST_DEVICE inline PadOffsets pad_offsets(const PadDims& g, int64_t linear) {
   PadOffsets r{0, 0};
   for (int d = g.ndim - 1; d >= 0; --d) {
-    const int64_t o = linear % g.out_sizes[d];
-    linear /= g.out_sizes[d];
+    const int64_t o = split_index(&linear, g.out_sizes[d], g.out_dividers[d], g.narrow);
     r.out += o * g.out_strides[d];
     const int64_t i = pad_source(o, g.before[d], g.in_sizes[d], g.mode);
     if (i < 0 || r.in < 0) {
@@ -149,8 +159,7 @@ LOOM_HOST_DEVICE Acc pad_grad_sum(const PadDims& g, int64_t linear, int64_t* dx_
   bool empty = false;
   *dx_offset = 0;
   for (int d = g.ndim - 1; d >= 0; --d) {
-    const int64_t i = linear % g.in_sizes[d];
-    linear /= g.in_sizes[d];
+    const int64_t i = split_index(&linear, g.in_sizes[d], g.in_dividers[d], g.narrow);
     *dx_offset += i * g.in_strides[d];
     runs[d] = pad_runs(i, g.before[d], g.in_sizes[d], g.out_sizes[d], g.mode);
     empty = empty || runs[d].count == 0;

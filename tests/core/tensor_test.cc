@@ -391,6 +391,24 @@ TEST_CASE("channels-last: NHWC memory permuted to NCHW dims is channels-last") {
   CHECK(x.at({1, 2, 3, 4}) == nhwc_dims.at({1, 3, 4, 2}));
 }
 
+TEST_CASE("channels-last: strided views ordered as NHWC suggest it, as PyTorch's rule does") {
+  const Tensor nhwc = iota({2, 6, 8, 10}).contiguous(MemoryFormat::ChannelsLast);
+  // The option-A shortcut of CIFAR ResNets: every second row and column.
+  const Tensor sub = nhwc.slice(2, 0, 8, 2).slice(3, 0, 10, 2);
+  CHECK_FALSE(sub.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(sub.suggest_memory_format() == MemoryFormat::ChannelsLast);
+  CHECK(nhwc.narrow(1, 1, 3).suggest_memory_format() == MemoryFormat::ChannelsLast);
+  CHECK(empty_like(sub).is_contiguous(MemoryFormat::ChannelsLast));
+  // The same views of NCHW memory stay NCHW.
+  const Tensor nchw = iota({2, 6, 8, 10});
+  CHECK(nchw.slice(2, 0, 8, 2).slice(3, 0, 10, 2).suggest_memory_format() == MemoryFormat::Contiguous);
+  CHECK(nchw.narrow(1, 1, 3).suggest_memory_format() == MemoryFormat::Contiguous);
+  // Strides that order nothing as NHWC: broadcast channels, C between H and W, not 4-D.
+  CHECK(iota({2, 1, 8, 10}).expand({2, 6, 8, 10}).suggest_memory_format() == MemoryFormat::Contiguous);
+  CHECK(iota({2, 8, 6, 10}).permute({0, 2, 1, 3}).suggest_memory_format() == MemoryFormat::Contiguous);
+  CHECK(iota({2, 6, 8}).slice(2, 0, 8, 2).suggest_memory_format() == MemoryFormat::Contiguous);
+}
+
 TEST_CASE("channels-last: ambiguous and invalid cases") {
   // With C = 1 (or H = W = 1) both layouts describe the same memory: prefer NCHW.
   const Tensor one_channel = empty({2, 1, 3, 3}, {.memory_format = MemoryFormat::ChannelsLast});

@@ -369,6 +369,20 @@ TEST_CASE("gradcheck: squeeze, unsqueeze, clone, contiguous, chains of views") {
   }, 22);
 }
 
+TEST_CASE("the gradient of a slice of a channels-last tensor is channels-last") {
+  Generator gen(14);
+  Tensor x = randn({2, 4, 6, 6}, {.dtype = DType::Float64}, &gen).contiguous(MemoryFormat::ChannelsLast);
+  x.requires_grad_();
+  const Tensor y = x.slice(2, 0, 6, 2).slice(3, 1, 6, 2);
+  Tensor dy = randn(y.sizes(), {.dtype = DType::Float64}, &gen);
+  y.backward(dy);
+  CHECK(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
+  // Every picked element gets its dy, every other element zero.
+  const Tensor expected = zeros({2, 4, 6, 6}, {.dtype = DType::Float64});
+  expected.slice(2, 0, 6, 2).slice(3, 1, 6, 2).copy_(dy);
+  CHECK_CLOSE(x.grad(), expected, 0, 0);
+}
+
 TEST_CASE("a view feeding a product: gradient lands on the right elements") {
   // y = sum(x[:, 1] * w): dy/dx is w in column 1 and 0 elsewhere.
   const Tensor x = iota({3, 2}).detach().requires_grad_();

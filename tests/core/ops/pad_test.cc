@@ -73,6 +73,18 @@ TEST_CASE("pad gradcheck: every mode, positive, negative and mixed pads, strided
   }
 }
 
+TEST_CASE("pad of a strided channels-last view is channels-last, and so is its gradient") {
+  Generator gen(9);
+  Tensor x = randn({2, 4, 6, 6}, {.dtype = DType::Float64}, &gen).contiguous(MemoryFormat::ChannelsLast);
+  x.requires_grad_();
+  const Tensor sub = x.slice(2, 0, 6, 2).slice(3, 0, 6, 2);
+  const Tensor y = pad(sub, {0, 0, 0, 0, 2, 2});
+  CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_CLOSE(y, pad(sub.contiguous(), {0, 0, 0, 0, 2, 2}), 0, 0);
+  y.backward(randn(y.sizes(), {.dtype = DType::Float64}, &gen));
+  CHECK(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
+}
+
 TEST_CASE("pad copies integer and Bool tensors (no gradient there)") {
   const Tensor i = tensor({1, 2, 3}, {1, 3}, {.dtype = DType::Int64});
   const Tensor p = pad(i, {2, 1}, PadMode::Reflect);
