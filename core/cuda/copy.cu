@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
+
 #include "core/cuda/copy_kernels.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
@@ -39,6 +41,15 @@ __global__ void copy_kernel(D* dst, Geometry dg, const S* src, Geometry sg, int6
     } else {
       store_double(out, load_as_double(in));
     }
+  }
+}
+
+// A same-dtype copy whose operands all go by 16-byte packs (packed_geometry):
+// a channel slice of a channels-last tensor (cat, its gradient), a crop.
+__global__ void copy_packs_kernel(uint4* dst, Geometry dg, const uint4* src, Geometry sg,
+                                  int64_t packs) {
+  for (int64_t p = first_index(); p < packs; p += index_step()) {
+    dst[offset_of(p, dg)] = src[offset_of(p, sg)];
   }
 }
 
@@ -153,11 +164,19 @@ cudaError_t launch_copy(const Strided& dst, const Strided& src, cudaStream_t str
   int64_t n = dst.numel();
   if (n == 0) return cudaSuccess;
   const std::vector<size_t> order = memory_order(dst);  // writes coalesced (geometry.cuh)
+  const Geometry dg = geometry_in(dst, order), sg = geometry_in(src, order);
+  const int64_t bytes = element_size(dst.dtype), v = 16 / bytes;
+  Geometry dst_packs, src_packs;
+  if (dst.dtype == src.dtype && 16 % bytes == 0 && packed_geometry(dg, dst.data, v, bytes, &dst_packs) &&
+      packed_geometry(sg, src.data, v, bytes, &src_packs)) {
+    copy_packs_kernel<<<blocks_for(n / v), kThreads, 0, stream>>>(
+        static_cast<uint4*>(dst.data), dst_packs, static_cast<const uint4*>(src.data), src_packs, n / v);
+    return cudaGetLastError();
+  }
   visit_device_dtype(dst.dtype, [&]<class D>() {
     visit_device_dtype(src.dtype, [&]<class S>() {
       copy_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<D*>(dst.data), geometry_in(dst, order), static_cast<const S*>(src.data),
-          geometry_in(src, order), n);
+          static_cast<D*>(dst.data), dg, static_cast<const S*>(src.data), sg, n);
     });
   });
   return cudaGetLastError();
@@ -168,6 +187,10 @@ cudaError_t launch_fill(const Strided& dst, double value, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   // Walked in memory order, a dense operand of any layout is one dim (geometry.cuh).
   const Geometry dg = geometry_in(dst, memory_order(dst));
+  const bool dense = dg.ndim == 0 || (dg.ndim == 1 && dg.strides[0] == 1);
+  if (dense && value == 0.0 && !std::signbit(value)) {  // zero bits in every dtype (not -0.0)
+    return cudaMemsetAsync(dst.data, 0, static_cast<size_t>(n) * element_size(dst.dtype), stream);
+  }
   visit_device_dtype(dst.dtype, [&]<class D>() {
     fill_kernel<D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst.data), dg, value, n);
   });

@@ -3,6 +3,7 @@
 // map (one input) or zip (two inputs) over strided operands. The math is the
 // CPU's own (core/kernel/elementwise.h), in the operands' dtype, or in
 // float32 for bfloat16 and float16 operands (element.cuh).
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -142,6 +143,44 @@ __global__ void zip_dense_kernel(S* out, const S* a, const S* b, int64_t n, Fn f
   }
 }
 
+// Operands that are strided but go by packs (packed_geometry: a channel slice of
+// a channels-last tensor, a per-channel operand broadcast over the rows): a pack
+// at a time, offsets in packs.
+template <class S, class Fn>
+__global__ void map_packs_kernel(S* out, Geometry og, const S* in, Geometry ig, int64_t packs, Fn fn) {
+  constexpr int V = kPackOf<S>;
+  for (int64_t p = first_index(); p < packs; p += index_step()) {
+    const Pack<S, V> x = load_pack<V>(in + offset_of(p, ig) * V);
+    Pack<S, V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = from_compute<S>(fn(to_compute(x.v[j])));
+    store_pack(out + offset_of(p, og) * V, r);
+  }
+}
+
+template <class S, class Fn>
+__global__ void zip_packs_kernel(S* out, Geometry og, const S* a, Geometry ag, const S* b,
+                                 Geometry bg, int64_t packs, Fn fn) {
+  constexpr int V = kPackOf<S>;
+  for (int64_t p = first_index(); p < packs; p += index_step()) {
+    const Pack<S, V> x = load_pack<V>(a + offset_of(p, ag) * V), y = load_pack<V>(b + offset_of(p, bg) * V);
+    Pack<S, V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = from_compute<S>(fn(to_compute(x.v[j]), to_compute(y.v[j])));
+    store_pack(out + offset_of(p, og) * V, r);
+  }
+}
+
+// The operands' pack geometries (packed_geometry, packs of S) when all go by packs.
+template <class S, size_t K>
+bool all_packed(const std::array<const Strided*, K>& operands, const std::array<Geometry, K>& walks,
+                std::array<Geometry, K>* packed) {
+  for (size_t k = 0; k < K; ++k) {
+    if (!packed_geometry(walks[k], operands[k]->data, kPackOf<S>, sizeof(S), &(*packed)[k])) return false;
+  }
+  return true;
+}
+
 // out = fn(in), with fn = make_fn.template operator()<T>() for the dtype's
 // compute type T.
 template <class MakeFn>
@@ -152,9 +191,13 @@ cudaError_t launch_map(const Strided& out, const Strided& in, cudaStream_t strea
   const Geometry og = geometry_in(out, order), ig = geometry_in(in, order);
   visit_floating(out.dtype, [&]<class S>() {
     const auto fn = make_fn.template operator()<compute_t<S>>();
+    std::array<Geometry, 2> packed;
     if (dense_packs(og, out.data) && dense_packs(ig, in.data)) {
       map_dense_kernel<<<blocks_for(n / kPackOf<S> + 1), kThreads, 0, stream>>>(
           out.ptr<S>(), in.ptr<const S>(), n, fn);
+    } else if (all_packed<S, 2>({&out, &in}, {og, ig}, &packed)) {
+      map_packs_kernel<<<blocks_for(n / kPackOf<S>), kThreads, 0, stream>>>(
+          out.ptr<S>(), packed[0], in.ptr<const S>(), packed[1], n / kPackOf<S>, fn);
     } else {
       map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out.ptr<S>(), og, in.ptr<const S>(), ig, n, fn);
     }
@@ -172,9 +215,14 @@ cudaError_t launch_zip(const Strided& out, const Strided& a, const Strided& b, c
   const Geometry og = geometry_in(out, order), ag = geometry_in(a, order), bg = geometry_in(b, order);
   visit_floating(out.dtype, [&]<class S>() {
     const auto fn = make_fn.template operator()<compute_t<S>>();
+    std::array<Geometry, 3> packed;
     if (dense_packs(og, out.data) && dense_packs(ag, a.data) && dense_packs(bg, b.data)) {
       zip_dense_kernel<<<blocks_for(n / kPackOf<S> + 1), kThreads, 0, stream>>>(
           out.ptr<S>(), a.ptr<const S>(), b.ptr<const S>(), n, fn);
+    } else if (all_packed<S, 3>({&out, &a, &b}, {og, ag, bg}, &packed)) {
+      zip_packs_kernel<<<blocks_for(n / kPackOf<S>), kThreads, 0, stream>>>(
+          out.ptr<S>(), packed[0], a.ptr<const S>(), packed[1], b.ptr<const S>(), packed[2],
+          n / kPackOf<S>, fn);
     } else {
       zip_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out.ptr<S>(), og, a.ptr<const S>(), ag,
                                                          b.ptr<const S>(), bg, n, fn);

@@ -87,6 +87,28 @@ inline Geometry geometry_in(const Strided& t, const std::vector<size_t>& order) 
   return geometry_of(sizes, strides);
 }
 
+// `g` (an operand's geometry, in the walk's order) moved `v` elements at a time:
+// true when its innermost dim has unit stride and a whole number of packs, its
+// other strides are whole packs and `data` is aligned to a pack (v elements of
+// `element_bytes`). Then *packed walks the packs in the same order: its index p
+// stands for the walk's elements [p v, p v + v), and offset_of(p, *packed) is
+// their offset in packs. Every operand of a walk must fit for it to go by packs.
+inline bool packed_geometry(const Geometry& g, const void* data, int64_t v, int64_t element_bytes,
+                            Geometry* packed) {
+  if (g.ndim == 0 || g.strides[g.ndim - 1] != 1 || g.sizes[g.ndim - 1] % v != 0 ||
+      reinterpret_cast<uintptr_t>(data) % (v * element_bytes) != 0) {
+    return false;
+  }
+  for (int d = 0; d + 1 < g.ndim; ++d) {
+    if (g.strides[d] % v != 0) return false;
+  }
+  *packed = g;
+  packed->sizes[g.ndim - 1] /= v;
+  for (int d = 0; d + 1 < g.ndim; ++d) packed->strides[d] /= v;
+  set_dividers(*packed);
+  return true;
+}
+
 // Element offset of row-major index `linear` (< numel). The outermost dim needs
 // no modulo because linear is in range.
 __device__ inline int64_t offset_of(int64_t linear, const Geometry& g) {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "core/cpu/activation.h"
@@ -248,6 +249,109 @@ LOOM_GPU_TEST_CASE("broadcast operands (stride 0) read the same element for a wh
       cuda::binary(out.strided(), b_gpu.strided(), a_gpu.strided(), cuda::BinaryOp::Mul);
       cpu::binary(expected.strided(), b.strided(), a.strided(), kernel::BinaryOp::Mul);
       check_matches(out, expected);
+    }
+  }
+}
+
+// A channel slice [start, start + width) of a channels-last (n, channels, h, w)
+// tensor: strided, and it goes by 16-byte packs when start and width are whole
+// packs (the concatenations of a U-Net, and their gradients).
+struct ChannelSlice {
+  int64_t n, channels, h, w, start, width;
+  Shape full() const { return {n, channels, h, w}; }
+  Tensor of(const Tensor& t) const { return t.narrow(1, start, width); }
+};
+
+ChannelSlice random_channel_slice(std::mt19937& rng) {
+  auto pick = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  ChannelSlice s{pick(1, 3), 8 * pick(1, 4), pick(1, 6), pick(1, 6), 0, 0};
+  const bool whole_packs = pick(0, 3) > 0;  // mostly the packed path, sometimes the fallback
+  s.start = whole_packs ? 8 * pick(0, s.channels / 8 - 1) : pick(0, s.channels - 1);
+  s.width = whole_packs ? 8 * pick(1, (s.channels - s.start) / 8) : pick(1, s.channels - s.start);
+  return s;
+}
+
+Tensor channels_last(const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }
+
+// The slice of `out` (a poisoned GPU output) against the slice of `expected`,
+// and every element outside the slice still NaN.
+void check_slice(const Tensor& out, const Tensor& expected, const ChannelSlice& s, double rtol, double atol) {
+  CHECK_CLOSE(s.of(out).cpu(), s.of(expected), rtol, atol);
+  int64_t untouched = 0;
+  for (double v : testing::values(out)) untouched += std::isnan(v) ? 1 : 0;
+  CHECK(untouched == out.numel() - s.of(out).numel());
+}
+
+LOOM_GPU_TEST_CASE("channel slices of channels-last tensors: map, zip, copy and fill match the CPU") {
+  std::mt19937 rng(108);
+  Generator gen(108);
+  for (int trial = 0; trial < 40; ++trial) {
+    const ChannelSlice s = random_channel_slice(rng);
+    for (DType dtype : kDtypes) {
+      CAPTURE(trial);
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(s.full()));
+      CAPTURE(s.start);
+      CAPTURE(s.width);
+      const Tensor a = channels_last(randn(s.full(), {.dtype = dtype}, &gen));
+      const Tensor b = channels_last(randn(s.full(), {.dtype = dtype}, &gen));
+      const Tensor bias = randn({1, s.channels, 1, 1}, {.dtype = dtype}, &gen);
+      const Tensor a_gpu = a.to(testing::test_gpu()), b_gpu = b.to(testing::test_gpu());
+      const Tensor bias_gpu = bias.to(testing::test_gpu());
+      // Every op writes a slice of a poisoned channels-last output: the channels
+      // outside it must stay NaN.
+      auto poisoned = [&] { return channels_last(full(s.full(), kNaN, {.dtype = dtype, .device = testing::test_gpu()})); };
+      Tensor out = poisoned(), expected = full(s.full(), kNaN, {.dtype = dtype});
+      cuda::unary(s.of(out).strided(), s.of(a_gpu).strided(), kernel::UnaryOp::Exp);
+      cpu::unary(s.of(expected).strided(), s.of(a).strided(), kernel::UnaryOp::Exp);
+      check_slice(out, expected, s, tolerance_for(dtype).rtol, tolerance_for(dtype).atol);
+      out = poisoned();
+      cuda::binary(s.of(out).strided(), s.of(a_gpu).strided(), b_gpu.narrow(1, 0, s.width).strided(),
+                   cuda::BinaryOp::Mul);
+      cpu::binary(s.of(expected).strided(), s.of(a).strided(), b.narrow(1, 0, s.width).strided(),
+                  kernel::BinaryOp::Mul);
+      check_slice(out, expected, s, tolerance_for(dtype).rtol, tolerance_for(dtype).atol);
+      // A per-channel operand broadcast over the rows (stride 0 outside the channels).
+      out = poisoned();
+      const Shape sliced = s.of(a).sizes();
+      cuda::binary(s.of(out).strided(), s.of(a_gpu).strided(), s.of(bias_gpu).expand(sliced).strided(),
+                   cuda::BinaryOp::Add);
+      cpu::binary(s.of(expected).strided(), s.of(a).strided(), s.of(bias).expand(sliced).strided(),
+                  kernel::BinaryOp::Add);
+      check_slice(out, expected, s, tolerance_for(dtype).rtol, tolerance_for(dtype).atol);
+      // copy_ into a slice, from a slice and in another dtype; fill of a slice.
+      out = poisoned();
+      s.of(out).copy_(s.of(b_gpu));
+      s.of(expected).copy_(s.of(b));
+      check_slice(out, expected, s, 0, 0);
+      out = poisoned();
+      s.of(out).copy_(s.of(b_gpu).to(DType::BFloat16));
+      s.of(expected).copy_(s.of(b).to(DType::BFloat16));
+      check_slice(out, expected, s, 0, 0);
+      out = poisoned();
+      s.of(out).fill_(0.0);
+      s.of(expected).fill_(0.0);
+      check_slice(out, expected, s, 0, 0);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("fill of dense tensors of every layout: zero, negative zero and other values") {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64, DType::Bool}) {
+    CAPTURE(dtype_name(dtype));
+    for (double value : {0.0, -0.0, 1.5}) {
+      CAPTURE(value);
+      Tensor t = full({2, 8, 3, 5}, 7.0, {.dtype = dtype, .device = testing::test_gpu()});
+      Tensor cl = channels_last(t);
+      t.fill_(value);
+      cl.fill_(value);
+      const Tensor expected = full({2, 8, 3, 5}, value, {.dtype = dtype});
+      CHECK_CLOSE(t.cpu(), expected, 0, 0);
+      CHECK_CLOSE(cl.cpu(), expected, 0, 0);
+      if (dtype == DType::Float32 || dtype == DType::Float64) {
+        // -0.0 compares equal to 0.0: check its sign bit survived.
+        CHECK(std::signbit(cl.cpu().to(DType::Float64).to_vector<double>()[5]) == std::signbit(value));
+      }
     }
   }
 }
