@@ -44,6 +44,15 @@ struct PadDims {
   Divider in_dividers[kPadMaxDims], out_dividers[kPadMaxDims];
 };
 
+// The dividers of g's extents, after they are set or changed (narrow: both
+// tensors' elements are numbered in 31 bits).
+inline void set_pad_dividers(PadDims& g) {
+  for (int k = 0; g.narrow && k < g.ndim; ++k) {
+    g.in_dividers[k] = divider_for(g.in_sizes[k]);
+    g.out_dividers[k] = divider_for(g.out_sizes[k]);
+  }
+}
+
 // `in` and `out` are the input and the padded tensor (or dx and dy); the host
 // wrappers check the rank. Dims are taken in the memory order of the tensor
 // the kernel writes (out, or in when `writes_input`: a gradient), largest
@@ -76,10 +85,7 @@ inline PadDims pad_dims(const Strided& out, const Strided& in, const PadSpec& sp
   const int64_t in_numel = in.numel(), out_numel = out.numel();
   g.narrow = in_numel > 0 && out_numel > 0 && in_numel < kNarrowIndexLimit &&
              out_numel < kNarrowIndexLimit;
-  for (int k = 0; g.narrow && k < g.ndim; ++k) {
-    g.in_dividers[k] = divider_for(g.in_sizes[k]);
-    g.out_dividers[k] = divider_for(g.out_sizes[k]);
-  }
+  set_pad_dividers(g);
   return g;
 }
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 
 #include "core/ops/ops.h"
@@ -256,6 +257,32 @@ LOOM_GPU_TEST_CASE("interpolate and pad match the CPU on the GPU, every mode and
       check_parity(std::string("pad(") + pad_mode_name(p.mode) + ")",
                    [p](auto& in) { return pad(in[0], p.pads, p.mode, 0.5); }, {x}, f, kExact, gen);
     }
+  }
+}
+
+LOOM_GPU_TEST_CASE("constant pads of channels-last tensors and their strided views match the CPU") {
+  // Channel pads of whole 16-byte packs run a pack at a time on the GPU (the
+  // CIFAR ResNets' option-A shortcut pads every second row and column of a
+  // channels-last tensor); other pads, element by element. Random cases of both.
+  Generator gen(58);
+  std::mt19937 rng(58);
+  auto pick = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t channels = 4 * pick(1, 6), stride = pick(1, 2);
+    const bool whole_packs = pick(0, 3) > 0;
+    const int64_t before = whole_packs ? 4 * pick(-1, 2) : pick(-1, 3);
+    const int64_t after = whole_packs ? 4 * pick(0, 2) : pick(0, 3);
+    const std::vector<int64_t> pads = {pick(0, 1), pick(0, 2), pick(-1, 1), pick(0, 1),
+                                       std::max(before, -channels / 2), after};
+    CAPTURE(trial);
+    CAPTURE(channels);
+    CAPTURE(stride);
+    CAPTURE(pads[4]);
+    CAPTURE(pads[5]);
+    Tensor x = leaf({pick(1, 3), channels, 2 * pick(2, 5), 2 * pick(2, 5)}, gen);
+    check_parity("pad(constant) of a strided channels-last view", [pads, stride](auto& in) {
+      return pad(in[0].slice(2, 0, in[0].size(2), stride).slice(3, 0, in[0].size(3), stride), pads);
+    }, {x}, MemoryFormat::ChannelsLast, kExact, gen);
   }
 }
 
