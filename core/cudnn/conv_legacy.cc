@@ -52,11 +52,20 @@ TensorDesc tensor_desc(const Strided& t) {
   return desc;
 }
 
-FilterDesc filter_desc(const Strided& w) {
+bool channels_last_only(const Strided& t) {
+  return has_layout(t.sizes, t.strides, MemoryFormat::ChannelsLast) &&
+         !has_layout(t.sizes, t.strides, MemoryFormat::Contiguous);
+}
+
+// A filter dense in both layouts (depthwise, (K, 1, R, S)) takes the data's:
+// NCHW beside NHWC data leaves cuDNN only its generic grouped kernels.
+FilterDesc filter_desc(const Strided& w, const Strided& x, const Strided& y) {
   cudnnFilterDescriptor_t raw = nullptr;
   LOOM_CUDNN_CHECK(cudnnCreateFilterDescriptor(&raw));
   FilterDesc desc(raw);
-  const bool nhwc = spec_of(w, 0).strides[1] == 1 && w.sizes[1] > 1;
+  const bool either = has_layout(w.sizes, w.strides, MemoryFormat::ChannelsLast) &&
+                      has_layout(w.sizes, w.strides, MemoryFormat::Contiguous);
+  const bool nhwc = channels_last_only(w) || (either && (channels_last_only(x) || channels_last_only(y)));
   LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
       raw, cudnn_dtype(w.dtype), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
       static_cast<int>(w.sizes[0]), static_cast<int>(w.sizes[1]), static_cast<int>(w.sizes[2]),
@@ -272,7 +281,7 @@ namespace {
 std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& w,
                           const Strided& y, const kernel::ConvParams& p) {
   const int64_t groups = x.sizes[1] / w.sizes[1];
-  Descriptors d{tensor_desc(x), tensor_desc(y), filter_desc(w), conv_desc(p, x.dtype, groups)};
+  Descriptors d{tensor_desc(x), tensor_desc(y), filter_desc(w, x, y), conv_desc(p, x.dtype, groups)};
   const ChoiceKey key = choice_key(direction, x, w, y, p);
   ChoiceCache& cache = choice_cache();
   {

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <deque>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -93,6 +94,8 @@ class Graph {
   // Forward: (x, w) -> y; BackwardData: (dy, w) -> dx; BackwardFilter: (x, dy) -> dw.
   // The three UIDs are always given as (x or dx, w or dw, y or dy).
   // The geometry is the one every conv kernel takes (core/kernel/conv.h); padding is symmetric.
+  // Where one of the three is channels-last only, those added so far that are dense in
+  // both layouts are described as channels-last too (one_layout in graph.cc says why).
   void conv(ConvDirection direction, int64_t x, int64_t w, int64_t y, const kernel::ConvParams& geometry,
             cudnnDataType_t compute);
   void matmul(int64_t a, int64_t b, int64_t c, cudnnDataType_t compute);
@@ -181,6 +184,7 @@ class Graph {
 
  private:
   void add_node(Node node) { nodes_.push_back(std::move(node)); }
+  void one_layout(std::initializer_list<int64_t> uids);
 
   std::vector<TensorSpec> specs_;
   std::vector<Node> nodes_;
