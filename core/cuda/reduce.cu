@@ -37,6 +37,12 @@ constexpr int kColumnWidth = 32, kColumnRows = kThreads / kColumnWidth;
 // Slicing aims at this many blocks (a few per multiprocessor on an H100 or
 // H200) and gives each slice at least kSliceExtent elements per output.
 constexpr int64_t kTargetBlocks = 1024, kSliceExtent = 2048;
+// The columns kernel folds an output's slice with kColumnRows threads, so a
+// slice of kSliceExtent left each thread 256 elements: the 128 bias sums of a
+// ViT MLP's (2176, 128) gradient ran on 4 blocks for about 44 us. Up to
+// kFewSlices of its slices may be as short as kColumnFold elements a thread,
+// few enough that the merge of the partials stays short.
+constexpr int64_t kColumnFold = 8, kFewSlices = 64;
 constexpr int64_t kMaxSlices = 65535;  // gridDim.y
 
 // Output i combines the input elements at offset_of(i, kept) + offset_of(r, reduced)
@@ -74,7 +80,9 @@ SplitPlan plan_split(const InputSplit& split) {
   const int64_t blocks_x = columns ? (split.outputs + kColumnWidth - 1) / kColumnWidth
                                    : blocks_for_groups(split.outputs);
   const int64_t wanted = (kTargetBlocks + blocks_x - 1) / blocks_x;
-  const int64_t slices = std::clamp<int64_t>(std::min(wanted, split.extent / kSliceExtent), 1, kMaxSlices);
+  int64_t most = split.extent / kSliceExtent;
+  if (columns) most = std::max(most, std::min(kFewSlices, split.extent / (kColumnRows * kColumnFold)));
+  const int64_t slices = std::clamp<int64_t>(std::min(wanted, most), 1, kMaxSlices);
   const int64_t slice_extent = (split.extent + slices - 1) / slices;
   return {columns ? SplitPlan::Kernel::Columns : SplitPlan::Kernel::Block, blocks_x,
           (split.extent + slice_extent - 1) / slice_extent, slice_extent};
