@@ -58,7 +58,8 @@ double BatchNorm2d::forward_momentum() {
   return 1.0 / (num_batches_tracked_.item() + 1.0);  // a cumulative average of the batches so far
 }
 
-void BatchNorm2d::count_batch() { increment_(num_batches_tracked_); }
+// Only the next step's forward reads the counter (momentum=None), from the host.
+void BatchNorm2d::count_batch() { increment_(num_batches_tracked_, 1, CounterOrder::AtCaptureEnd); }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   LOOM_CHECK(x.defined() && x.dim() == 4, ShapeError,

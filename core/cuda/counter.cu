@@ -10,10 +10,20 @@ namespace {
 
 __global__ void increment_kernel(int64_t* counter, int64_t by) { *counter += by; }
 
+// The counters are distinct, so no two threads touch one.
+__global__ void increment_batch_kernel(CounterBatch batch) {
+  if (static_cast<int>(threadIdx.x) < batch.count) *batch.counters[threadIdx.x] += batch.by[threadIdx.x];
+}
+
 }  // namespace
 
 cudaError_t launch_increment(int64_t* counter, int64_t by, cudaStream_t stream) {
   increment_kernel<<<1, 1, 0, stream>>>(counter, by);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_increments(const CounterBatch& batch, cudaStream_t stream) {
+  increment_batch_kernel<<<1, kCounterBatch, 0, stream>>>(batch);
   return cudaGetLastError();
 }
 

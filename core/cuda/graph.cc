@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/capture_gate.h"
+#include "core/cuda/counter_kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -38,6 +39,7 @@ void CudaGraph::reset() {
     cudaFree(use.base);  // after the synchronize above: no replay reads it any more
   }
   random_.clear();
+  counter_adds_.clear();
   if (pool_) release_capture_pool(*pool_);
   pool_.reset();
 }
@@ -63,6 +65,30 @@ PhiloxArgs CudaGraph::draw_in_capture(Generator& gen, uint64_t blocks) {
   return args;
 }
 
+bool CudaGraph::add_at_end(int64_t* counter, int64_t by) {
+  if (capturing == nullptr || capturing->device_ != current_device()) return false;
+  std::vector<CounterAdd>& adds = capturing->counter_adds_;
+  auto add = std::find_if(adds.begin(), adds.end(), [&](const CounterAdd& a) { return a.counter == counter; });
+  if (add == adds.end()) {
+    adds.push_back({counter, by});
+  } else {
+    add->by += by;
+  }
+  return true;
+}
+
+void CudaGraph::launch_counter_adds(cudaStream_t stream) const {
+  for (size_t first = 0; first < counter_adds_.size(); first += kCounterBatch) {
+    CounterBatch batch{};
+    batch.count = static_cast<int>(std::min<size_t>(kCounterBatch, counter_adds_.size() - first));
+    for (int i = 0; i < batch.count; ++i) {
+      batch.counters[i] = counter_adds_[first + i].counter;
+      batch.by[i] = counter_adds_[first + i].by;
+    }
+    LOOM_CUDA_CHECK(launch_increments(batch, stream));
+  }
+}
+
 void CudaGraph::capture(const std::function<void()>& work) {
   reset();
   std::unique_lock exclusive(capture_gate());
@@ -75,6 +101,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
   capturing = this;
   try {
     work();
+    launch_counter_adds(stream);
     capturing = nullptr;
   } catch (...) {
     capturing = nullptr;

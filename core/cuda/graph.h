@@ -55,6 +55,11 @@ class CudaGraph {
   // calling thread (core/cuda/random.h's philox_draw). CudaError when the
   // capture is not a CudaGraph's. `gen` must outlive the graph.
   static PhiloxArgs draw_in_capture(Generator& gen, uint64_t blocks);
+  // Where a CudaGraph capture runs on the calling thread and the current
+  // device, adds `by` to what the graph adds to *counter (an int64 in device
+  // memory) at the end of its captured work, all such counters in one launch,
+  // and returns true; else returns false.
+  static bool add_at_end(int64_t* counter, int64_t by);
 
  private:
   // A generator drawn from in the capture: where its (seed, offset) live on the
@@ -65,12 +70,19 @@ class CudaGraph {
     uint64_t blocks;
   };
 
+  struct CounterAdd {
+    int64_t* counter;
+    int64_t by;
+  };
+
   void reset();
+  void launch_counter_adds(cudaStream_t stream) const;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   int device_ = 0;  // where it was captured (set by capture)
   std::optional<CapturePoolId> pool_;
   std::vector<RandomUse> random_;
+  std::vector<CounterAdd> counter_adds_;  // of the capture under way
 };
 
 }  // namespace loom::cuda

@@ -101,6 +101,7 @@ void conv_depthwise_wgrad(const Strided&, const Strided&, const Strided&, const 
 void copy(const Strided&, const Strided&) { no_cuda("copy"); }
 
 void increment(int64_t*, int64_t) { no_cuda("increment"); }
+bool increment_at_capture_end(int64_t*, int64_t) { no_cuda("increment_at_capture_end"); }
 
 void unary(const Strided&, const Strided&, UnaryOp) { no_cuda("unary"); }
 void binary(const Strided&, const Strided&, const Strided&, BinaryOp) { no_cuda("binary"); }

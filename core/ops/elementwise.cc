@@ -454,7 +454,7 @@ Tensor& add_(Tensor& self, double value) {
   return self;
 }
 
-Tensor& increment_(Tensor& counter, int64_t by) {
+Tensor& increment_(Tensor& counter, int64_t by, CounterOrder order) {
   LOOM_CHECK(counter.defined() && counter.dtype() == DType::Int64 && counter.numel() == 1, TypeError,
              "[increment_] the counter must be one int64 value, got {}",
              counter.defined() ? fmt::format("{} of shape {}", dtype_name(counter.dtype()),
@@ -463,7 +463,9 @@ Tensor& increment_(Tensor& counter, int64_t by) {
   check_inplace(counter, "increment_");
   if (counter.device().is_cuda()) {
     DeviceGuard guard(counter.device());
-    cuda::increment(static_cast<int64_t*>(counter.raw_data()), by);
+    auto* value = static_cast<int64_t*>(counter.raw_data());
+    if (order == CounterOrder::AtCaptureEnd && cuda::increment_at_capture_end(value, by)) return counter;
+    cuda::increment(value, by);
     return counter;
   }
   *static_cast<int64_t*>(counter.raw_data()) += by;

@@ -56,9 +56,18 @@ Tensor& sub_(Tensor& self, const Tensor& other, double alpha = 1.0);
 Tensor& mul_(Tensor& self, const Tensor& other);
 Tensor& div_(Tensor& self, const Tensor& other);
 Tensor& add_(Tensor& self, double value);
+// When an increment_ lands on a GPU counter while the calling thread captures a
+// CUDA graph (optim::TrainStep's step). Now: a kernel where the call is.
+// AtCaptureEnd: with the capture's other such increments, in one launch at the
+// end of the captured work, so a step that counts in many places (one
+// BatchNorm counter per layer) pays one launch, not one per counter; nothing
+// captured may then read the counter on the device. Outside a capture, and on
+// the CPU, both are Now.
+enum class CounterOrder { Now, AtCaptureEnd };
+
 // counter += by, for a 0-d int64 counter on any device. On the GPU it is a
 // kernel, so a training step captured into a CUDA graph counts every replay.
-Tensor& increment_(Tensor& counter, int64_t by = 1);
+Tensor& increment_(Tensor& counter, int64_t by = 1, CounterOrder order = CounterOrder::Now);
 Tensor& mul_(Tensor& self, double value);
 
 // Validation shared by every floating-point op: defined, floating dtype the

@@ -5,6 +5,8 @@
 // N batch, C channels, H, W, K out channels.
 #include <doctest/doctest.h>
 
+#include <vector>
+
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
 #include "core/cuda/stream.h"
@@ -59,3 +61,41 @@ LOOM_GPU_TEST_CASE("building a plan during capture is refused with a clear error
   CHECK(after.size(1) == 4);
 }
 #endif  // LOOM_WITH_CUDA
+
+LOOM_GPU_TEST_CASE("counters added at the capture's end count every replay, once per add, in any number") {
+  // 70 counters: more than one launch's batch (cuda::kCounterBatch); counter 0
+  // is added to twice in the step and counter 1 also at once, so a replay adds
+  // 2 + 3 to counter 0, 1 + 5 to counter 1 and i + 1 to counter i.
+  constexpr int64_t kCounters = 70;
+  const TensorOptions on_gpu{.dtype = DType::Int64, .device = testing::test_gpu()};
+  std::vector<Tensor> counters;
+  for (int64_t i = 0; i < kCounters; ++i) counters.push_back(zeros({}, on_gpu));
+  Tensor seen_in_step = zeros({}, on_gpu);
+  auto step = [&] {
+    for (int64_t i = 0; i < kCounters; ++i) increment_(counters[i], i + 1, CounterOrder::AtCaptureEnd);
+    increment_(counters[0], 3, CounterOrder::AtCaptureEnd);
+    increment_(counters[1], 5);
+    // What the step's own kernels see of counter 2: its value before this step's adds.
+    seen_in_step.copy_(counters[2]);
+  };
+  step();  // eager: every add lands at once
+  CHECK(counters[0].item() == 4);
+  CHECK(seen_in_step.item() == 3);
+  cuda::CudaGraph graph;
+  graph.capture(step);
+  cuda::synchronize();
+  CHECK(counters[0].item() == 4);  // capturing runs nothing
+  constexpr int kReplays = 3;
+  for (int r = 0; r < kReplays; ++r) graph.replay();
+  cuda::synchronize();
+  CHECK(counters[0].item() == 4 + kReplays * 4);
+  CHECK(counters[1].item() == 7 + kReplays * 7);
+  for (int64_t i = 2; i < kCounters; ++i) {
+    CAPTURE(i);
+    CHECK(counters[i].item() == (kReplays + 1) * (i + 1));
+  }
+  CHECK(seen_in_step.item() == 3 + (kReplays - 1) * 3);
+  // Outside a capture the deferred form is immediate.
+  increment_(counters[5], 10, CounterOrder::AtCaptureEnd);
+  CHECK(counters[5].item() == (kReplays + 1) * 6 + 10);
+}

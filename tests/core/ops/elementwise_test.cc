@@ -542,6 +542,8 @@ TEST_CASE("increment_ counts in a 0-d int64 tensor and rejects anything else") {
   loom::increment_(counter);
   loom::increment_(counter, 41);
   CHECK(counter.item() == 42.0);
+  loom::increment_(counter, 8, loom::CounterOrder::AtCaptureEnd);  // no capture on the CPU: at once
+  CHECK(counter.item() == 50.0);
   loom::Tensor floats = loom::zeros({});
   CHECK_THROWS_WITH_FRAGMENT(loom::increment_(floats), loom::TypeError,
                              "[increment_] the counter must be one int64 value, got float32 of shape ()");
