@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/cuda/hold_kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -23,7 +24,16 @@ EventTimer::~EventTimer() {
   cudaEventDestroy(stop_);
 }
 
-void EventTimer::start() { LOOM_CUDA_CHECK(cudaEventRecord(start_, current_stream())); }
+// The hold keeps the stream busy while the host enqueues the timed work, so the
+// time counts the GPU's work only, as a captured step replays it: a cuDNN
+// candidate's execute call does host work (the plan lookup, the variant pack)
+// that a replay does not, and an idle GPU waiting on it would be timed.
+constexpr uint64_t kHoldNs = 50'000;
+
+void EventTimer::start() {
+  LOOM_CUDA_CHECK(launch_hold(kHoldNs, current_stream()));
+  LOOM_CUDA_CHECK(cudaEventRecord(start_, current_stream()));
+}
 
 float EventTimer::stop_ms() {
   LOOM_CUDA_CHECK(cudaEventRecord(stop_, current_stream()));

@@ -22,7 +22,8 @@ class EventTimer {
   EventTimer(const EventTimer&) = delete;
   EventTimer& operator=(const EventTimer&) = delete;
 
-  // Records the start event on the current stream.
+  // Records the start event on the current stream, behind a short hold of the
+  // stream (about 50 us), so the host's enqueueing of the timed work is not timed.
   void start();
   // Records the stop event, waits for it, and returns the milliseconds since
   // the last start(). A timer may be started and stopped again.
