@@ -5,6 +5,7 @@
 #include "bench/step_bench.h"
 
 #include <fmt/format.h>
+#include <spdlog/cfg/env.h>
 
 #include <chrono>
 #include <cstdio>
@@ -490,6 +491,7 @@ void run_all(const BenchOptions& o, const std::shared_ptr<distributed::ProcessGr
 }  // namespace
 
 int bench_main(int argc, char** argv) {
+  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug: each kernel race's times, plan-build notes
   BenchOptions options;
   try {
     options = parse_options(std::vector<std::string>(argv + 1, argv + argc));

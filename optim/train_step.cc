@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <optional>
@@ -241,12 +242,17 @@ void TrainStep::apply_pending_plans() {
   graphs_->plan_generation = generation;
   bool dropped = false;
   for (auto& e : graphs_->entries) {
+    // One eager step with the new plans before any capture, captured or not
+    // yet: the swap made every kernel race stale (kernel_choice.h), and a
+    // capture cannot time one, so a shape captured right after the swap kept
+    // the races run against the stand-ins (mobilenet_v2_cifar's depthwise
+    // layers on Loom's kernels, 4.89 ms a step against 4.43, bf16, H200).
+    e->eager_steps = std::min(e->eager_steps, options_.warmup_steps - 1);
     if (!e->graph) continue;
     e->graph.reset();  // waits for its queued replays
     e->x = e->y = Tensor();
     e->outputs.clear();
     e->grads.clear();
-    e->eager_steps = options_.warmup_steps - 1;  // one eager step with the new plans, then capture
     dropped = true;
   }
   if (dropped) ++stats_.plan_swaps;

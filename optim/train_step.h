@@ -32,8 +32,9 @@
 //
 // Each GPU step starts at a step boundary: it first swaps in the cuDNN plans
 // that background builds finished (lazy plan building, core/step_boundary.h).
-// When that changed any plan, every captured graph is dropped and its shape
-// runs one eager step, then is captured again with the new plans.
+// When that changed any plan, every captured graph is dropped, and every shape
+// runs one eager step (which times the kernel races again) before its next
+// capture, which then has the new plans.
 //
 // Fusion by tracing (core/ops/fusion_trace.h), with trace_fusion = true: on
 // the GPU, the first step of each input shape also traces the step function's

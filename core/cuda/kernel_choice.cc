@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include <spdlog/spdlog.h>
+
 #include "core/capture_gate.h"
 #include "core/cuda/event_timer.h"
 #include "core/cuda/runtime.h"
@@ -57,11 +59,16 @@ std::string KernelChoice::choose(const std::string& key, const std::vector<std::
       stale = it->second.name;
     }
   }
-  if (is_capturing()) return stale.empty() ? names.front() : stale;
+  if (is_capturing()) {
+    const std::string& pick = stale.empty() ? names.front() : stale;
+    spdlog::debug("[{}] {}: met inside a capture, untimed: {}", env_var_, device_key, pick);
+    return pick;
+  }
   const CandidateRuns runs = make_runs();
   LOOM_CHECK(runs.size() == names.size(), ValueError, "[{}] {} candidate names but {} runs for key {}",
              env_var_, names.size(), runs.size(), key);
   const std::string fastest = time_fastest(names, runs);
+  spdlog::debug("[{}] {}: epoch {} -> {}", env_var_, device_key, epoch, fastest);
   std::lock_guard<std::mutex> lock(mutex_);
   chosen_[device_key] = Chosen{fastest, epoch};
   return fastest;
@@ -91,6 +98,7 @@ std::string KernelChoice::time_fastest(const std::vector<std::string>& names,
       runs[c]();
       ms = std::min(ms, timer.stop_ms());
     }
+    spdlog::debug("[{}] {} {:.4f} ms", env_var_, names[c], ms);
     if (ms < best_ms) {
       best_ms = ms;
       fastest = names[c];

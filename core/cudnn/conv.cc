@@ -56,15 +56,14 @@ class AlignedCopy {
 
 bool under_aligned(const Strided& t) { return t.numel() > 0 && pointer_alignment(t.data) < kFullAlignment; }
 
-void run_aligned(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-                 const kernel::ConvParams& p);
+bool run_aligned(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+                 const kernel::ConvParams& p, WhilePending pending);
 
 // (x, w, y) are (dx, w, dy) for dgrad and (x, dw, dy) for wgrad.
-void run(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-         const kernel::ConvParams& p) {
+bool run(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+         const kernel::ConvParams& p, WhilePending pending) {
   if (!under_aligned(x) && !under_aligned(w) && !under_aligned(y)) {
-    run_aligned(direction, x, w, y, p);
-    return;
+    return run_aligned(direction, x, w, y, p, pending);
   }
   // The output is written whole (beta 0), so only the inputs are copied in.
   const Strided* output = direction == ConvDirection::Forward        ? &y
@@ -78,23 +77,27 @@ void run(ConvDirection direction, const Strided& x, const Strided& w, const Stri
     copies[i].emplace(*operands[i], /*copy_in=*/operands[i] != output);
     views[i] = copies[i]->view();
   }
-  run_aligned(direction, views[0], views[1], views[2], p);
+  if (!run_aligned(direction, views[0], views[1], views[2], p, pending)) return false;
   for (int i = 0; i < 3; ++i) {
     if (copies[i] && operands[i] == output) copies[i]->copy_back();
   }
+  return true;
 }
 
-void run_aligned(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
-                 const kernel::ConvParams& p) {
+bool run_aligned(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+                 const kernel::ConvParams& p, WhilePending pending) {
   const Graph graph = conv2d_graph(direction, x, w, y, p);
   constexpr std::string_view kLegacy = "cuDNN's legacy convolution API";
-  if (run_plan(graph, conv_pointers(x, w, y), kLegacy)) return;
+  const PlanRun outcome = run_plan_reporting(graph, conv_pointers(x, w, y), kLegacy);
+  if (outcome == PlanRun::Ran) return true;
+  if (outcome == PlanRun::Pending && pending == WhilePending::Skip) return false;
   const std::string legacy = conv2d_legacy(direction, x, w, y, p);
   LOOM_CHECK(legacy.empty(), CudnnError,
              "[conv2d] no tier can run {} under the {} numerics policy: graph API: {}; {}; try "
              "another policy or layout",
              graph.pattern(), precision_name(numerics_policy().precision),
              PlanCache::global().why_unsupported(plan_key(graph)), legacy);
+  return true;
 }
 
 }  // namespace
@@ -113,16 +116,19 @@ VariantPointers conv_pointers(const Strided& x, const Strided& w, const Strided&
   return {{kX, x.data}, {kW, w.data}, {kY, y.data}};
 }
 
-void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const kernel::ConvParams& p) {
-  run(ConvDirection::Forward, x, w, y, p);
+bool conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const kernel::ConvParams& p,
+                    WhilePending pending) {
+  return run(ConvDirection::Forward, x, w, y, p, pending);
 }
 
-void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p) {
-  run(ConvDirection::BackwardData, dx, w, dy, p);
+bool conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p,
+                  WhilePending pending) {
+  return run(ConvDirection::BackwardData, dx, w, dy, p, pending);
 }
 
-void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p) {
-  run(ConvDirection::BackwardFilter, x, dw, dy, p);
+bool conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p,
+                  WhilePending pending) {
+  return run(ConvDirection::BackwardFilter, x, dw, dy, p, pending);
 }
 
 }  // namespace loom::cudnn

@@ -19,12 +19,23 @@ namespace loom::cudnn {
 class Graph;
 enum class ConvDirection;
 
+// What a call does while lazy mode still builds or restores its graph's plan
+// in the background: run on cuDNN's legacy API meanwhile (Legacy), or run
+// nothing and return false (Skip). A race against a Loom kernel (conv_small.cc)
+// skips: the legacy API's first call on a key costs about 0.1 s, and what it
+// would time is not what runs once the plan is swapped in, when the race runs
+// again (kernel_choice.h). Returns whether the convolution ran.
+enum class WhilePending { Legacy, Skip };
+
 // y (N, K, P, Q) = conv(x (N, C, H, W), w (K, C/G, R, S)).
-void conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const kernel::ConvParams& p);
+bool conv2d_forward(const Strided& y, const Strided& x, const Strided& w, const kernel::ConvParams& p,
+                    WhilePending pending = WhilePending::Legacy);
 // dx (N, C, H, W) from dy (N, K, P, Q) and w.
-void conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p);
+bool conv2d_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p,
+                  WhilePending pending = WhilePending::Legacy);
 // dw (K, C/G, R, S) from dy (N, K, P, Q) and x (N, C, H, W).
-void conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p);
+bool conv2d_wgrad(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p,
+                  WhilePending pending = WhilePending::Legacy);
 // y (N, K, P, Q) = relu(conv(x (N, C, H, W), w (K, C/G, R, S)) + b (K)); no add without b.
 // One fused graph (fused.cc, beside the other fused patterns); false where no
 // engine runs it.

@@ -52,11 +52,6 @@ TensorDesc tensor_desc(const Strided& t) {
   return desc;
 }
 
-bool channels_last_only(const Strided& t) {
-  return has_layout(t.sizes, t.strides, MemoryFormat::ChannelsLast) &&
-         !has_layout(t.sizes, t.strides, MemoryFormat::Contiguous);
-}
-
 // A filter dense in both layouts (depthwise, (K, 1, R, S)) takes the data's:
 // NCHW beside NHWC data leaves cuDNN only its generic grouped kernels.
 FilterDesc filter_desc(const Strided& w, const Strided& x, const Strided& y) {
@@ -65,7 +60,8 @@ FilterDesc filter_desc(const Strided& w, const Strided& x, const Strided& y) {
   FilterDesc desc(raw);
   const bool either = has_layout(w.sizes, w.strides, MemoryFormat::ChannelsLast) &&
                       has_layout(w.sizes, w.strides, MemoryFormat::Contiguous);
-  const bool nhwc = channels_last_only(w) || (either && (channels_last_only(x) || channels_last_only(y)));
+  auto nhwc_only = [](const Strided& t) { return channels_last_only(t.sizes, t.strides); };
+  const bool nhwc = nhwc_only(w) || (either && (nhwc_only(x) || nhwc_only(y)));
   LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
       raw, cudnn_dtype(w.dtype), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
       static_cast<int>(w.sizes[0]), static_cast<int>(w.sizes[1]), static_cast<int>(w.sizes[2]),

@@ -196,7 +196,7 @@ void Graph::one_layout(std::initializer_list<int64_t> uids) {
     if (std::find(uids.begin(), uids.end(), s.uid) != uids.end()) operands.push_back(&s);
   }
   const bool channels_last = std::any_of(operands.begin(), operands.end(), [](const TensorSpec* s) {
-    return dense_as(*s, MemoryFormat::ChannelsLast) && !dense_as(*s, MemoryFormat::Contiguous);
+    return channels_last_only(s->dims, s->strides);
   });
   if (!channels_last) return;
   for (TensorSpec* s : operands) {

@@ -37,17 +37,13 @@ bool fully_aligned(const Graph& graph) {
   });
 }
 
-namespace {
-
-bool is_channels_last(const Strided& t) {
-  return t.sizes.size() == 4 && has_layout(t.sizes, t.strides, MemoryFormat::ChannelsLast) &&
-         !has_layout(t.sizes, t.strides, MemoryFormat::Contiguous);
+bool channels_last_only(const Shape& sizes, const Shape& strides) {
+  return sizes.size() == 4 && strides.size() == 4 && has_layout(sizes, strides, MemoryFormat::ChannelsLast) &&
+         !has_layout(sizes, strides, MemoryFormat::Contiguous);
 }
 
-}  // namespace
-
 TensorSpec spec_of(const Strided& t, int64_t uid) {
-  MemoryFormat format = is_channels_last(t) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  MemoryFormat format = channels_last_only(t.sizes, t.strides) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
   LOOM_CHECK(has_layout(t.sizes, t.strides, format), ValueError,
              "[cudnn] tensor {} with strides {} is neither dense NCHW nor dense NHWC; make it "
              "contiguous first",
@@ -78,7 +74,7 @@ TensorSpec scalar_spec(int64_t uid, double value_for_testing) {
 }
 
 std::string describe(const Strided& t) {
-  return fmt::format("{}{} {}", shape_str(t.sizes), is_channels_last(t) ? " nhwc" : "",
+  return fmt::format("{}{} {}", shape_str(t.sizes), channels_last_only(t.sizes, t.strides) ? " nhwc" : "",
                      dtype_name(t.dtype));
 }
 

@@ -27,6 +27,11 @@ int64_t pointer_alignment(const void* ptr);
 // or, for conv, whose tier below is cuDNN too, on 16-byte-aligned copies.
 bool fully_aligned(const Graph& graph);
 
+// A 4-d layout that only NHWC describes: dense channels-last and not dense
+// NCHW. A tensor dense in both (a depthwise filter (C, 1, R, S), a 1 x 1 map)
+// is not: it takes the layout of the operands beside it (Graph::one_layout).
+bool channels_last_only(const Shape& sizes, const Shape& strides);
+
 // dims = sizes; alignment from the data pointer; strides canonical for the
 // tensor's dense layout (NHWC when its strides say channels-last, else
 // row-major), so size-1 dims cannot make cuDNN misread the layout. The tensor

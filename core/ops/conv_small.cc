@@ -24,6 +24,9 @@ namespace loom::conv_detail {
 namespace {
 
 constexpr std::string_view kLoom = "loom", kCudnn = "cudnn";
+// A cuDNN candidate whose plan lazy mode still builds leaves the race (conv.h):
+// Loom's kernel runs meanwhile, and the race runs again after the swap.
+constexpr cudnn::WhilePending kSkipPending = cudnn::WhilePending::Skip;
 
 cuda::KernelChoice& small_conv_choice() {
   static cuda::KernelChoice choice("LOOM_CONV_SMALL");
@@ -78,7 +81,7 @@ bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const
   DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p); };
-  auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p), true; };
+  auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p, kSkipPending); };
   if (!small_chosen("forward", y, x, w, p, loom, cudnn)) return false;
   loom();
   return true;
@@ -107,7 +110,7 @@ bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const
     return false;
   }
   auto loom = [&] { cuda::conv_small_dgrad(dx.strided(), dy.strided(), w.strided(), p); };
-  auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p), true; };
+  auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p, kSkipPending); };
   if (!small_chosen("dgrad", dx, dy, w, p, loom, cudnn)) return false;
   loom();
   return true;
@@ -129,7 +132,7 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
     cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided(), db_view);
   };
   auto cudnn = [&] {
-    cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
+    if (!cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending)) return false;
     if (db.defined()) bgrad_kernel(db, dy);
     return true;
   };
@@ -141,7 +144,7 @@ bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, c
   DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_depthwise_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_depthwise_forward(y.strided(), x.strided(), w.strided(), p); };
-  auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p), true; };
+  auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p, kSkipPending); };
   if (!depthwise_chosen("forward", y, x, w, p, loom, cudnn)) return false;
   loom();
   return true;
@@ -151,7 +154,7 @@ bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, c
   DeviceGuard guard(dx.device());
   if (!dx.device().is_cuda() || !cuda::conv_depthwise_supported(dx.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_depthwise_dgrad(dx.strided(), dy.strided(), w.strided(), p); };
-  auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p), true; };
+  auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p, kSkipPending); };
   if (!depthwise_chosen("dgrad", dx, dy, w, p, loom, cudnn)) return false;
   loom();
   return true;
@@ -169,7 +172,7 @@ bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, c
     }
     cuda::conv_depthwise_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided());
   };
-  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p), true; };
+  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
   if (!depthwise_chosen("wgrad", dw, dy, x, p, loom, cudnn)) return false;
   loom();
   return true;

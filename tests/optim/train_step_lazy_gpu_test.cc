@@ -112,6 +112,36 @@ LOOM_GPU_TEST_CASE("a plan swap drops the captured step; it runs eagerly once, t
   }
 }
 
+LOOM_GPU_TEST_CASE("a plan swap before the first capture runs one more eager step, so races see the new plans") {
+  setenv("LOOM_CUDNN_PLAN_DIR", "off", 1);
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  auto& plans = cudnn::PlanCache::global();
+  plans.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  Run run;
+  (void)run.loss();  // the warm-up step: eager, the plans start lazily
+  REQUIRE(plans.stats().lazy_plans > 0);
+  CHECK(run.step->stats().captures == 0);
+  const uint64_t before = plans.generation();
+  plans.wait_for_background_builds();
+  (void)run.loss();  // would be the capture; it swaps first
+  if (plans.generation() > before) {
+    CHECK_FALSE(run.step->last_step_replayed());
+    CHECK(run.step->stats().captures == 0);
+    CHECK(run.step->stats().eager_steps == 2);
+  } else {
+    MESSAGE("every background build kept its stand-in's kernel: nothing swapped");
+  }
+  for (int round = 0; round < 4 && plans.background_outstanding() + plans.swaps_waiting() > 0; ++round) {
+    plans.wait_for_background_builds();
+    (void)run.loss();
+  }
+  (void)run.loss();
+  (void)run.loss();
+  CHECK(run.step->last_step_replayed());
+  CHECK(run.step->stats().captures >= 1);
+}
+
 LOOM_GPU_TEST_CASE("a loop of its own (no TrainStep) gets the finished plans at Optimizer::step") {
   setenv("LOOM_CUDNN_PLAN_DIR", "off", 1);
   NumericsGuard tf32({.precision = Precision::Tf32});

@@ -8,11 +8,14 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <vector>
 
 #ifdef LOOM_WITH_CUDA
 #include <fmt/format.h>
 
 #include "core/cpu/conv.h"
+#include "core/cuda/graph.h"
 #include "core/cudnn/context.h"
 #include "core/cudnn/conv.h"
 #include "core/cudnn/plan_cache.h"
@@ -120,6 +123,40 @@ LOOM_GPU_TEST_CASE("a second call with the same key builds no plan") {
   CHECK(after.plans_built == before.plans_built);
   CHECK(after.misses == before.misses);
   CHECK(after.hits == before.hits + 3);
+}
+LOOM_GPU_TEST_CASE("WhilePending::Skip runs nothing while the plan is pending, Legacy runs the legacy API") {
+  setenv("LOOM_CUDNN_PLAN_DIR", "off", 1);  // builds, not restores
+  NumericsGuard tf32({.precision = Precision::Tf32});
+  cudnn::PlanCache& plans = cudnn::PlanCache::global();
+  plans.clear();
+  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  Generator gen(15);
+  const Case& c = kCases[4];  // depthwise
+  const Tensors t = random_tensors(c, gen);
+  Tensor y_ref = empty(out_shape(c));
+  cpu::conv2d_forward(y_ref.strided(), t.x.strided(), t.w.strided(), nullptr, c.p);
+  const Tensor x = gpu(t.x, MemoryFormat::ChannelsLast), w = gpu(t.w, MemoryFormat::ChannelsLast);
+  Tensor y = full(out_shape(c), 7.0f, {.device = testing::test_gpu()}).contiguous(MemoryFormat::ChannelsLast);
+  // A key first met inside a capture is left pending with no plan (a capture
+  // cannot build one): the one state where Skip and Legacy differ.
+  cuda::CudaGraph captured;
+  bool ran = true;
+  captured.capture([&] { ran = cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), c.p,
+                                                     cudnn::WhilePending::Skip); });
+  CHECK_FALSE(ran);
+  captured.replay();
+  CHECK(y.cpu().to_vector<float>() == std::vector<float>(static_cast<size_t>(y.numel()), 7.0f));
+  // Pending outside the capture too, until a step boundary swaps the build in
+  // (none comes here): Skip still runs nothing, Legacy runs the legacy API.
+  CHECK_FALSE(cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), c.p, cudnn::WhilePending::Skip));
+  CHECK(y.cpu().to_vector<float>() == std::vector<float>(static_cast<size_t>(y.numel()), 7.0f));
+  CHECK(cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), c.p));
+  CHECK(relative_error(y.cpu(), y_ref) < 5e-3);
+  plans.wait_for_background_builds();
+  (void)cudnn::apply_pending_plans();
+  y.fill_(7.0);
+  CHECK(cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), c.p, cudnn::WhilePending::Skip));
+  CHECK(relative_error(y.cpu(), y_ref) < 5e-3);
 }
 #endif  // LOOM_WITH_CUDA
 
