@@ -15,7 +15,8 @@
 // building swaps better cuDNN plans in after the first races ran against the
 // stand-ins. An environment variable (e.g. LOOM_POOL_KERNEL) read at every call
 // forces a candidate by name, so that a benchmark can compare paths in one run
-// and a test can run each path; "auto" or unset means time them.
+// and a test can run each path; "auto" or unset means time them. spdlog's
+// debug level logs each race's times and winner, and each untimed pick.
 //
 //   static KernelChoice choice("LOOM_POOL_KERNEL");
 //   std::string pick = choice.choose(key, {"loom", "cudnn"}, [&] {
