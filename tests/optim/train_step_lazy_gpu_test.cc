@@ -49,6 +49,17 @@ struct Run {
   double loss() { return (*step)(x, y)[0].item(); }
 };
 
+// Lazy plan building from an empty cache, plans built rather than restored, under tf32.
+struct LazyPlans {
+  LazyPlans() {
+    setenv("LOOM_CUDNN_PLAN_DIR", "off", 1);
+    plans.clear();
+  }
+  NumericsGuard tf32{{.precision = Precision::Tf32}};
+  PlanBuildGuard lazy{PlanBuildMode::Lazy};
+  cudnn::PlanCache& plans = cudnn::PlanCache::global();
+};
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("a plan swap drops the captured step; it runs eagerly once, then is captured again") {
@@ -113,11 +124,8 @@ LOOM_GPU_TEST_CASE("a plan swap drops the captured step; it runs eagerly once, t
 }
 
 LOOM_GPU_TEST_CASE("a plan swap before the first capture runs one more eager step, so races see the new plans") {
-  setenv("LOOM_CUDNN_PLAN_DIR", "off", 1);
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  auto& plans = cudnn::PlanCache::global();
-  plans.clear();
-  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  LazyPlans lazy;
+  cudnn::PlanCache& plans = lazy.plans;
   Run run;
   (void)run.loss();  // the warm-up step: eager, the plans start lazily
   REQUIRE(plans.stats().lazy_plans > 0);
@@ -143,11 +151,8 @@ LOOM_GPU_TEST_CASE("a plan swap before the first capture runs one more eager ste
 }
 
 LOOM_GPU_TEST_CASE("a loop of its own (no TrainStep) gets the finished plans at Optimizer::step") {
-  setenv("LOOM_CUDNN_PLAN_DIR", "off", 1);
-  NumericsGuard tf32({.precision = Precision::Tf32});
-  auto& plans = cudnn::PlanCache::global();
-  plans.clear();
-  PlanBuildGuard lazy(PlanBuildMode::Lazy);
+  LazyPlans lazy;
+  cudnn::PlanCache& plans = lazy.plans;
   Run run;
   auto step = [&] {
     run.opt->zero_grad();
