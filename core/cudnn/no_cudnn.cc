@@ -34,13 +34,13 @@ bool activation_backward(kernel::ActivationKind, const kernel::ActivationParamet
   no_cudnn("activation_backward");
 }
 
-void conv2d_forward(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
+bool conv2d_forward(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&, WhilePending) {
   no_cudnn("conv2d_forward");
 }
-void conv2d_dgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
+bool conv2d_dgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&, WhilePending) {
   no_cudnn("conv2d_dgrad");
 }
-void conv2d_wgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
+bool conv2d_wgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&, WhilePending) {
   no_cudnn("conv2d_wgrad");
 }
 bool conv2d_bias_relu_forward(const Strided&, const Strided&, const Strided&, const std::optional<Strided>&,
