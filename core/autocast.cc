@@ -154,6 +154,8 @@ AutocastGuard::~AutocastGuard() {
   if (!current_dtype) cast_cache.clear();
 }
 
+void clear_autocast_cache() { cast_cache.clear(); }
+
 Tensor autocast_operand(const Tensor& t) {
   if (!current_dtype || !t.defined() || !t.device().is_cuda() || !is_floating(t.dtype())) return t;
   if (t.dtype() == *current_dtype || !cacheable(t)) return t.to(*current_dtype);

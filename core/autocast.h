@@ -42,4 +42,10 @@ class AutocastGuard {
 // another dtype; otherwise t itself (undefined stays undefined).
 Tensor autocast_operand(const Tensor& t);
 
+// Drops the calling thread's cached parameter casts now rather than when the
+// next forward recasts them (as torch.clear_autocast_cache). A CUDA-graph
+// capture calls it first: a cast replaced inside a capture stays allocated for
+// as long as the graph lives (core/cuda/allocator.h).
+void clear_autocast_cache();
+
 }  // namespace loom

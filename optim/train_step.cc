@@ -1,8 +1,8 @@
 // File: optim/train_step.cc
 // Per input shape: warm-up eager steps, one capture, then replays. A capture
 // runs the host half of the optimizer step first (prepare_step: step counts and
-// scalars staged in device memory), then records zero_grad, forward, backward
-// and the device half (apply_step) on the current stream.
+// scalars staged in device memory) and zero_grad, then records forward,
+// backward and the device half (apply_step) on the current stream.
 #include "optim/train_step.h"
 
 #include <spdlog/spdlog.h>
@@ -263,11 +263,15 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
   entry.x = x.clone();
   entry.y = y.clone();
   optimizer_.prepare_step();
+  // The eager steps' gradients and parameter casts go before the capture (the
+  // backward inside it makes new ones): freed inside it, they would stay
+  // allocated for as long as the graph lives.
+  optimizer_.zero_grad();
+  clear_autocast_cache();
   auto graph = std::make_unique<cuda::CudaGraph>();
   std::vector<Tensor> outputs;
   try {
     graph->capture([&] {
-      optimizer_.zero_grad();
       outputs = forward(&entry, entry.x, entry.y);
       outputs.front().backward();
       optimizer_step(outputs.front(), /*prepared=*/true);

@@ -40,6 +40,12 @@ struct PurposeTally {
     peak.high_water[p] = std::max(peak.high_water[p], live[p]);
     if (stats.allocated_bytes >= stats.peak_allocated_bytes) peak.at_peak = live;
   }
+  // Bytes that stay allocated but change purpose (a block held by a capture).
+  void move(Purpose from, Purpose to, size_t bytes) {
+    live[from] -= bytes;
+    live[to] += bytes;
+    peak.high_water[to] = std::max(peak.high_water[to], live[to]);
+  }
   void reset() { peak = {live, live}; }
 };
 
@@ -259,8 +265,10 @@ void Allocator::deallocate(void* ptr) {
   // may have to make a stream, which can fail, and deallocate must not throw then.
   auto scope =
       capturing_.empty() ? capturing_.end() : capturing_.find(current_stream(live.device));
-  if (live.capture == 0 && scope != capturing_.end()) {
-    captures_.at(scope->second).held.push_back(live);  // the graph being captured may use it
+  if (live.capture == 0 && scope != capturing_.end()) {  // the graph being captured may use it
+    tallies_[live.device].move(live.purpose, Purpose::HeldByCaptures, live.block->size);
+    live.purpose = Purpose::HeldByCaptures;
+    captures_.at(scope->second).held.push_back(live);
     return;
   }
   try {
@@ -465,7 +473,7 @@ void release_capture_pool(CapturePoolId pool) { allocator().release_capture_pool
 
 std::string_view purpose_name(Purpose purpose) {
   constexpr std::array<std::string_view, kPurposeCount> kNames = {"tensors", "workspace", "plan tests",
-                                                                  "capture pools"};
+                                                                  "capture pools", "held by captures"};
   return kNames[static_cast<size_t>(purpose)];
 }
 

@@ -1,7 +1,8 @@
 // File: core/cuda/allocator_purpose.h
 // What the caching allocator's memory is for: every live block is counted
 // under one purpose (tensors, cuDNN/cuBLAS workspaces, test runs' included, the
-// scratch copies of plan test runs' operands, CUDA-graph capture pools), so a
+// scratch copies of plan test runs' operands, CUDA-graph capture pools, and
+// blocks that were freed during a capture and are held for its graph), so a
 // configuration's peak can be broken down: what was live at the moment of the
 // peak, and each purpose's own high-water mark. bench/train_step prints both
 // for every GPU configuration.
@@ -22,11 +23,14 @@
 namespace loom::cuda {
 
 // A block allocated while a CaptureScope is open on its stream counts as
-// CapturePools whatever the thread's purpose.
-enum class Purpose : uint8_t { Tensors, Workspace, PlanTests, CapturePools };
-constexpr size_t kPurposeCount = 4;
+// CapturePools whatever the thread's purpose. A general-pool block freed during
+// a capture moves to HeldByCaptures until the capture's pool is released
+// (allocator.h): memory that a step freeing its old tensors inside the capture,
+// rather than before it, keeps for as long as the graph lives.
+enum class Purpose : uint8_t { Tensors, Workspace, PlanTests, CapturePools, HeldByCaptures };
+constexpr size_t kPurposeCount = 5;
 
-std::string_view purpose_name(Purpose purpose);  // "tensors", "workspace", ...
+std::string_view purpose_name(Purpose purpose);  // "tensors", "workspace", ..., "held by captures"
 
 // Sets the calling thread's purpose (Tensors by default) for its lifetime.
 class PurposeScope {

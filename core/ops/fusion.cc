@@ -607,7 +607,7 @@ std::pair<Shape, TensorOptions> head_kernel_inputs(HeadSaved& s, const Tensor& x
 // The head as one cuDNN graph writing y (and z, when defined); false where it did
 // not run (off the GPU, fusion off, no graph form or no engine), with note saying why.
 bool fused_head_forward(HeadSaved& s, const Tensor& y, const Tensor& z, PieceRun& note) {
-  if (!y.device().is_cuda() || !fusion_enabled() || s.end <= s.begin + 1 || s.x.numel() == 0) return false;
+  if (!y.device().is_cuda() || !fusion_enabled() || s.x.numel() == 0) return false;
   for (size_t i = s.offsets[s.begin + 1]; i < s.offsets[s.end]; ++i) {  // dense, as the graph reads them
     Tensor& t = s.operands[i];
     t = t.sizes() == y.sizes() ? t.contiguous(kernel_format(s)) : t.contiguous();
@@ -646,9 +646,11 @@ Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offse
                       return t.defined() && t.requires_grad();
                     });
   const auto [y_sizes, yo] = head_kernel_inputs(s, inputs[0], inputs[1]);
-  Tensor y = empty(y_sizes, yo);
+  // A lone conv or linear has nothing to fuse: its z is its y, one buffer.
+  const bool lone = end == begin + 1;
+  Tensor y = lone ? Tensor() : empty(y_sizes, yo);
   Tensor z = grad ? empty(y_sizes, yo) : Tensor();
-  if (!fused_head_forward(s, y, z, note)) {
+  if (lone || !fused_head_forward(s, y, z, note)) {
     NoGradGuard no_grad;
     if (is_conv_head(s)) {
       if (!z.defined()) z = empty(y_sizes, yo);

@@ -410,6 +410,25 @@ LOOM_GPU_TEST_CASE("the peak is broken down by purpose: what was live at it, and
   CHECK(m.high_water[Purpose::PlanTests] == 0);
   CHECK(m.high_water[Purpose::Tensors] == 3 * kMiB);
   CHECK(cuda::purpose_name(Purpose::PlanTests) == "plan tests");
+
+  // A general-pool block freed during a capture stays allocated, as held by
+  // captures, until the capture's pool is released.
+  void* old = cuda::allocate(2 * kMiB, gpu());
+  cuda::CapturePoolId holder = 0;
+  {
+    cuda::CaptureScope scope;
+    cuda::deallocate(old);
+    holder = scope.pool();
+  }
+  cuda::reset_peak_stats();
+  m = cuda::memory_breakdown(gpu());
+  CHECK(m.high_water[Purpose::HeldByCaptures] == 2 * kMiB);
+  CHECK(m.high_water[Purpose::Tensors] == 3 * kMiB);  // no longer counted as a tensor
+  cuda::release_capture_pool(holder);
+  cuda::reset_peak_stats();
+  m = cuda::memory_breakdown(gpu());
+  CHECK(m.high_water[Purpose::HeldByCaptures] == 0);
+  CHECK(cuda::purpose_name(Purpose::HeldByCaptures) == "held by captures");
   cuda::deallocate(later);
   cuda::deallocate(workspace);
   cuda::deallocate(tensor);
