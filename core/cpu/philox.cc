@@ -61,23 +61,39 @@ void philox_blocks(uint64_t seed, uint64_t first, int64_t count, uint32_t* out) 
   }
 }
 
-// uniform_float(bits) < p compares (bits >> 8) * 2^-24, exactly, with p: for
-// the integer bits >> 8 that is (bits >> 8) < ceil(p * 2^24), one integer
-// comparison the loop below vectorizes.
-template <class T>
-void dropout_mask(uint64_t seed, uint64_t first, int64_t n, double p, T keep, T* out) {
+namespace {
+
+// Calls store(i, dropped) for i in [0, n): whether value i of the blocks from
+// `first` on is dropped. uniform_float(bits) < p compares (bits >> 8) * 2^-24,
+// exactly, with p: for the integer bits >> 8 that is (bits >> 8) <
+// ceil(p * 2^24), one integer comparison the callers' loops vectorize.
+template <class Store>
+void draw_dropped(uint64_t seed, uint64_t first, int64_t n, double p, Store store) {
   constexpr int64_t kBatchBlocks = 256;
   const auto threshold = static_cast<uint32_t>(std::ceil(std::ldexp(p, 24)));
   uint32_t bits[4 * kBatchBlocks];
   for (int64_t begin = 0; begin < n; begin += 4 * kBatchBlocks) {
     const int64_t values = std::min(4 * kBatchBlocks, n - begin);
     philox_blocks(seed, first + static_cast<uint64_t>(begin / 4), (values + 3) / 4, bits);
-    T* dst = out + begin;
-    for (int64_t i = 0; i < values; ++i) dst[i] = (bits[i] >> 8) < threshold ? T(0) : keep;
+    for (int64_t i = 0; i < values; ++i) store(begin + i, (bits[i] >> 8) < threshold);
   }
+}
+
+}  // namespace
+
+template <class T>
+void dropout_mask(uint64_t seed, uint64_t first, int64_t n, double p, T keep, T* out) {
+  draw_dropped(seed, first, n, p, [&](int64_t i, bool dropped) { out[i] = dropped ? T(0) : keep; });
+}
+
+template <class T>
+void dropout_apply(uint64_t seed, uint64_t first, int64_t n, double p, T keep, const T* in, T* out) {
+  draw_dropped(seed, first, n, p, [&](int64_t i, bool dropped) { out[i] = in[i] * (dropped ? T(0) : keep); });
 }
 
 template void dropout_mask<float>(uint64_t, uint64_t, int64_t, double, float, float*);
 template void dropout_mask<double>(uint64_t, uint64_t, int64_t, double, double, double*);
+template void dropout_apply<float>(uint64_t, uint64_t, int64_t, double, float, const float*, float*);
+template void dropout_apply<double>(uint64_t, uint64_t, int64_t, double, double, const double*, double*);
 
 }  // namespace loom::cpu

@@ -3,7 +3,7 @@
 // (core/generator.h) for a run of consecutive counters, eight blocks at a
 // time with their lanes in separate vectors, so that the compiler turns the
 // rounds' 32x32->64 multiplies into vector ones (AVX-512, AVX2 or SSE2,
-// whichever the CPU has, chosen at load time). Dropout's mask draws from it.
+// whichever the CPU has, chosen at load time). Dropout draws from it.
 #pragma once
 
 #include <cstdint>
@@ -18,5 +18,10 @@ void philox_blocks(uint64_t seed, uint64_t first, int64_t count, uint32_t* out);
 // `keep`; for i in [0, n). T is float or double.
 template <class T>
 void dropout_mask(uint64_t seed, uint64_t first, int64_t n, double p, T keep, T* out);
+// Dropout applied without a mask: out[i] = in[i] * m, m the value
+// dropout_mask(seed, first, n, p, keep) would store at i (0 or keep). in and
+// out are dense; they may be the same buffer.
+template <class T>
+void dropout_apply(uint64_t seed, uint64_t first, int64_t n, double p, T keep, const T* in, T* out);
 
 }  // namespace loom::cpu

@@ -21,6 +21,14 @@ void dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox) {
   LOOM_CUDA_CHECK(launch_dropout_mask(mask, p, philox, current_stream()));
 }
 
+void dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox) {
+  check_kernel_rank(out, "dropout");
+  LOOM_CHECK(in.sizes == out.sizes && in.dtype == out.dtype, ValueError,
+             "[dropout] dropout_apply needs in and out of one shape and dtype, got {} and {}",
+             shape_str(in.sizes), shape_str(out.sizes));
+  LOOM_CUDA_CHECK(launch_dropout_apply(out, in, p, philox, current_stream()));
+}
+
 void fill_uniform(const Strided& out, const PhiloxArgs& philox) {
   check_kernel_rank(out, "rand");
   LOOM_CUDA_CHECK(launch_fill_uniform(out, philox, current_stream()));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/random_kernels.h"
 #include "core/generator.h"
@@ -34,6 +35,23 @@ __global__ void dropout_mask_kernel(T* mask, Geometry g, int64_t n, double p, T 
     for (int lane = 0; lane < 4 && 4 * b + lane < n; ++lane) {
       const bool dropped = uniform_float(bits.lane[lane]) < p;
       mask[offset_of(4 * b + lane, g)] = dropped ? T(0) : scale;
+    }
+  }
+}
+
+// out = in * m with dropout's mask value m (0 or scale) drawn as dropout_mask_kernel
+// draws it, computed in S's compute type: the mask is never stored.
+template <class S>
+__global__ void dropout_apply_kernel(S* out, Geometry og, const S* in, Geometry ig, int64_t n, double p,
+                                     compute_t<S> scale, PhiloxArgs philox) {
+  using C = compute_t<S>;
+  const PhiloxStart start = philox_start(philox);
+  const int64_t blocks = (n + 3) / 4;
+  for (int64_t b = first_index(); b < blocks; b += index_step()) {
+    const PhiloxBlock bits = philox_block(start.seed, start.first_block + b);
+    for (int lane = 0; lane < 4 && 4 * b + lane < n; ++lane) {
+      const C m = uniform_float(bits.lane[lane]) < p ? C(0) : scale;
+      out[offset_of(4 * b + lane, og)] = from_compute<S>(to_compute(in[offset_of(4 * b + lane, ig)]) * m);
     }
   }
 }
@@ -92,6 +110,18 @@ cudaError_t launch_dropout_mask(const Strided& mask, double p, const PhiloxArgs&
   visit_float(mask.dtype, [&]<class T>() {
     dropout_mask_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(
         mask.ptr<T>(), geometry_of(mask), n, p, static_cast<T>(scale), philox);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox,
+                                 cudaStream_t stream) {
+  const int64_t n = out.numel();
+  if (n == 0) return cudaSuccess;
+  visit_floating(out.dtype, [&]<class S>() {
+    const auto scale = static_cast<compute_t<S>>(1.0 / (1.0 - p));  // as in launch_dropout_mask
+    dropout_apply_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(
+        out.ptr<S>(), geometry_of(out), in.ptr<const S>(), geometry_of(in), n, p, scale, philox);
   });
   return cudaGetLastError();
 }

@@ -6,7 +6,8 @@
 //   cuda::dropout_mask(mask.strided(), p, cuda::philox_draw(gen, (n + 3) / 4));
 //
 // Element i is the i-th element in row-major order of the output's sizes,
-// whatever its strides. Outputs are float32 or float64.
+// whatever its strides. Outputs are float32 or float64 (dropout_apply's, any
+// floating dtype).
 //
 // Inside a CUDA-graph capture (cuda::CudaGraph) the draws are capturable: the
 // kernels read the generator's (seed, offset) from device memory that each
@@ -31,6 +32,11 @@ PhiloxArgs philox_draw(Generator& gen, uint64_t blocks);
 // block i / 4 and is 0 where uniform_float(lane) < p, else 1 / (1 - p). Uses
 // (n + 3) / 4 blocks.
 void dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox);
+// out = in * m, m the value dropout_mask would store at the same element for
+// the same (p, philox), computed in float32 for 16-bit dtypes and rounded once:
+// dropout's forward and, replaying the same draws, its backward, with no mask
+// kept in between. out and in have the same sizes; any floating dtype.
+void dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox);
 
 // rand's draws (core/factory.cc): element i uses block i; uniform_float(lane 0)
 // for float32, uniform_double(lanes 0, 1) for float64. Identical bits to the

@@ -1,6 +1,8 @@
 // File: core/ops/dropout.cc
-// dropout: a Philox mask holding 0 or 1 / (1 - p), multiplied in forward and
-// again, saved, in backward.
+// dropout: each element times 0 or 1 / (1 - p), by Philox draws that the
+// backward draws again from the same counters, so nothing but the counters is
+// kept between them (PyTorch keeps a byte mask). dropout2d: an (N, C) mask of
+// those values, broadcast, multiplied in forward and again, saved, in backward.
 #include "core/ops/dropout.h"
 
 #include <algorithm>
@@ -51,6 +53,39 @@ Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generat
   return mask;
 }
 
+// `in` times dropout's mask for the draws at `philox` (on the CPU, block
+// philox.first_block on of seed philox.seed), in in's layout.
+Tensor dropout_apply(const Tensor& in, double p, const cuda::PhiloxArgs& philox) {
+  if (in.device().is_cuda()) {
+    DeviceGuard guard(in.device());
+    Tensor out = empty_like(in);
+    cuda::dropout_apply(out.strided(), in.strided(), p, philox);
+    return out;
+  }
+  const Tensor src = in.contiguous();  // the draws follow row-major order
+  Tensor out = empty(src.sizes(), src.options());
+  const int64_t n = out.numel();
+  const double scale = 1.0 / (1.0 - p);
+  visit_float(out.dtype(), [&]<class T>() {
+    const T* x = src.data_ptr<T>();
+    T* y = out.data_ptr<T>();
+    parallel_for(0, (n + 3) / 4, kMaskGrain, [&](int64_t b0, int64_t b1) {
+      const int64_t values = std::min(4 * b1, n) - 4 * b0;
+      cpu::dropout_apply(philox.seed, philox.first_block + static_cast<uint64_t>(b0), values, p,
+                         static_cast<T>(scale), x + 4 * b0, y + 4 * b0);
+    });
+  });
+  return out.contiguous(in.suggest_memory_format());
+}
+
+// Reserves the draws of an n-element dropout on `device`.
+cuda::PhiloxArgs dropout_draws(Generator& generator, int64_t n, Device device) {
+  const auto blocks = static_cast<uint64_t>((n + 3) / 4);
+  if (!device.is_cuda()) return {.seed = generator.seed(), .first_block = generator.reserve(blocks)};
+  DeviceGuard guard(device);  // whether its stream is capturing
+  return cuda::philox_draw(generator, blocks);
+}
+
 }  // namespace
 
 // In evaluation (or with p = 0) both return x itself, which a trace does not record.
@@ -61,18 +96,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
              "[dropout] probability p must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return x;
   Generator& gen = generator != nullptr ? *generator : default_generator();
-  // A 16-bit x (GPU only) draws its mask in float32, rounded once to x's dtype.
-  TensorOptions mask_options = x.options();
-  if (is_half_precision(x.dtype())) mask_options.dtype = DType::Float32;
-  const Tensor mask = dropout_mask(x.sizes(), mask_options, p, gen).to(x.dtype());
-  Tensor y = empty_like(x);
-  LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), kernel::BinaryOp::Mul);
+  const cuda::PhiloxArgs draws = dropout_draws(gen, x.numel(), x.device());
+  Tensor y = dropout_apply(x, p, draws);
   if (needs_grad({x})) {
-    record("dropout", {x}, y, [mask](const Tensor& dy) {
-      Tensor dx = empty_like(dy);
-      LOOM_KERNEL(dx, binary, dx.strided(), dy.strided(), mask.strided(), kernel::BinaryOp::Mul);
-      return std::vector<Tensor>{dx};
-    }, {mask});
+    record("dropout", {x}, y, [p, draws](const Tensor& dy) { return std::vector<Tensor>{dropout_apply(dy, p, draws)}; });
   }
   if (trace.recording()) trace.record({x}, y, {{"p", p}, {"training", int64_t{1}}});
   return y;

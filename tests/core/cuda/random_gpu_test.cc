@@ -1,6 +1,6 @@
 // File: tests/core/cuda/random_gpu_test.cc
 // GPU random fills against the CPU draws of the same (seed, offset): the
-// dropout mask bit for bit against the dropout op's mask, rand bit for bit, and
+// dropout mask bit for bit against the dropout op's mask, dropout_apply against it, rand bit for bit, and
 // randn to a few float64 ulp (the device's log and cos are not glibc's; see
 // core/cuda/random.h). Outputs start as NaN, so unwritten elements show, and
 // some are channels-last, since element i is the i-th in row-major order.
@@ -92,6 +92,26 @@ LOOM_GPU_TEST_CASE("p = 1 drops everything; p = 0 keeps everything at scale 1") 
   CHECK(testing::values(mask) == std::vector<double>(1001, 0.0));
   cuda::dropout_mask(mask.strided(), 0.0, {.seed = 5, .first_block = 0});
   CHECK(testing::values(mask) == std::vector<double>(1001, 1.0));
+}
+
+LOOM_GPU_TEST_CASE("dropout_apply is its input times dropout_mask's mask, in any floating dtype and layout") {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
+    for (const Shape& sizes : kShapes) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(sizes));
+      const cuda::PhiloxArgs draws{.seed = 11, .first_block = 3};
+      const Tensor x = randn(sizes, {.dtype = DType::Float64}).to(testing::test_gpu());
+      Tensor mask = poisoned_gpu(sizes, DType::Float64);
+      cuda::dropout_mask(mask.strided(), 0.3, draws);
+      // The product in float32 for the 16-bit dtypes, rounded once.
+      const DType compute = dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+      const Tensor in = x.to(dtype).contiguous(format_for(sizes));
+      const Tensor expected = mul(in.to(compute), mask.to(compute)).to(dtype);
+      Tensor out = poisoned_gpu(sizes, dtype);
+      cuda::dropout_apply(out.strided(), in.strided(), 0.3, draws);
+      CHECK_CLOSE(out.to(DType::Float64).cpu(), expected.to(DType::Float64).cpu(), 0, 0);
+    }
+  }
 }
 
 LOOM_GPU_TEST_CASE("fill_uniform draws what rand draws, bit for bit") {

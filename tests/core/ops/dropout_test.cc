@@ -1,15 +1,17 @@
 // File: tests/core/ops/dropout_test.cc
 // dropout: mask statistics, the documented Philox draw order, seeding,
-// identity cases, backward through the saved mask, gradcheck, and argument
+// identity cases, backward through the mask drawn again (none kept), gradcheck, and argument
 // errors; dropout2d: whole channels, dropout's mask draws, layouts, gradients.
 #include "core/ops/dropout.h"
 
 #include <doctest/doctest.h>
 
+#include "core/autograd_memory.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/gradcheck.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduction.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -93,16 +95,27 @@ TEST_CASE("dropout is the identity when not training or p == 0, and zeros when p
   CHECK_CLOSE(dropout(x, 1.0, true), zeros({5, 6}), 0, 0);
 }
 
-TEST_CASE("dropout backward multiplies dy by the saved mask") {
+TEST_CASE("dropout backward multiplies dy by the forward's mask, drawn again, and keeps no mask") {
   Generator gen(8);
   Tensor x = randn({6, 5}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
   const Tensor dy = randn({6, 5}, kF64, &gen);
   const Tensor y = dropout(x, 0.3, true, &gen);
+  dropout(ones({9}, kF64), 0.5, true, &gen);  // the generator moves on; the backward replays y's draws
   y.backward(dy);
   const std::vector<double> ys = y.to_vector<double>(), dys = dy.to_vector<double>();
   std::vector<double> expected(ys.size());
   for (size_t i = 0; i < ys.size(); ++i) expected[i] = ys[i] == 0.0 ? 0.0 : dys[i] / 0.7;
   CHECK_CLOSE(x.grad(), tensor(expected, {6, 5}, kF64), 1e-14, 0);
+}
+
+TEST_CASE("a dropout node keeps nothing for its backward") {
+  Generator gen(10);
+  const Tensor x = randn({64, 32}, {.requires_grad = true}, &gen);
+  const Tensor loss = sum(dropout(x * 2.0, 0.3, true, &gen));  // x * 2: a tensor only dropout holds
+  for (const SavedTensorBytes& row : release_saved_tensors(loss)) {
+    CAPTURE(row.op);
+    if (row.op == "dropout") CHECK(row.bytes == 0);
+  }
 }
 
 TEST_CASE("dropout gradcheck with a fixed mask") {
