@@ -476,6 +476,15 @@ bool times_every_candidate(const Graph& graph, const SelectOptions& options) {
          multiplies_matrices(graph) && !has_16bit_data(graph);
 }
 
+// The largest workspace `graph`'s selection takes ahead of the others (plan_memory.h).
+size_t workspace_limit(const Graph& graph, const SelectOptions& options) {
+  const size_t tensor_bytes = bindings_bytes(graph);
+  if (!times_every_candidate(graph, options)) return preferred_workspace_limit(tensor_bytes);
+  size_t free_bytes = 0, total_bytes = 0;
+  LOOM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return timed_workspace_limit(tensor_bytes, free_bytes);
+}
+
 // Whether `cache` holds a kernel compiled for `config`'s engine and knobs: cuDNN
 // answers through the element count (1: cached, 0: not), the config going in
 // as the single element. The cache's JSON does not tell: its length stayed
@@ -622,7 +631,7 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
   int64_t workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
   // A file saved before the workspace limit (plan_memory.h) may hold an engine
   // the selection now passes over; selecting again replaces it.
-  if (!workspace_preferred(workspace, bindings_bytes(graph_in))) return nullptr;
+  if (!workspace_preferred(workspace, workspace_limit(graph_in, options))) return nullptr;
   auto restored = std::make_unique<Plan>(graph, std::move(plan), std::move(notes), workspace);
   bool works = false;
   {
@@ -738,7 +747,7 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
                                 ? SIZE_MAX
                                 : static_cast<size_t>(options.autotune_candidates);
   Trials trials(handle, tests, timed, most_timed);
-  const size_t tensor_bytes = bindings_bytes(graph_in);
+  const size_t limit = workspace_limit(graph_in, options);
   Selection selection;
   int finalize_failures = 0;
   std::vector<std::string> problems;
@@ -759,7 +768,7 @@ Selection select_plan(const Graph& graph_in, cudnnHandle_t handle, const SelectO
       if (++finalize_failures == 1) problems.push_back("first finalize: " + last_error_string());
       continue;
     }
-    if (!workspace_preferred(plan->workspace_bytes(), tensor_bytes)) {
+    if (!workspace_preferred(plan->workspace_bytes(), limit)) {
       oversized.push_back(std::move(plan));
       continue;
     }

@@ -28,8 +28,12 @@ std::vector<bool> bindable_as_is(const std::vector<BoundRange>& ranges) {
 
 size_t preferred_workspace_limit(size_t tensor_bytes) { return std::max(tensor_bytes, kWorkspaceFloor); }
 
-bool workspace_preferred(int64_t workspace_bytes, size_t tensor_bytes) {
-  return workspace_bytes <= 0 || static_cast<size_t>(workspace_bytes) <= preferred_workspace_limit(tensor_bytes);
+size_t timed_workspace_limit(size_t tensor_bytes, size_t device_free_bytes) {
+  return std::max(preferred_workspace_limit(tensor_bytes), device_free_bytes / 2);
+}
+
+bool workspace_preferred(int64_t workspace_bytes, size_t limit) {
+  return workspace_bytes <= 0 || static_cast<size_t>(workspace_bytes) <= limit;
 }
 
 }  // namespace loom::cudnn

@@ -264,7 +264,7 @@ LOOM_GPU_TEST_CASE("random convs: the chosen plan's workspace is within the limi
     const size_t tensor_bytes = static_cast<size_t>(x.numel() + w.numel() + y.numel()) * sizeof(float);
     bool any_within = false;
     for (const auto& plan : cudnn::all_working_plans(graph, cudnn::handle())) {
-      any_within |= cudnn::workspace_preferred(plan->workspace_bytes(), tensor_bytes);
+      any_within |= cudnn::workspace_preferred(plan->workspace_bytes(), cudnn::preferred_workspace_limit(tensor_bytes));
     }
     // Under the bf16 policy the filter allows every engine, so the selection
     // chooses among exactly the plans all_working_plans found.
@@ -272,7 +272,7 @@ LOOM_GPU_TEST_CASE("random convs: the chosen plan's workspace is within the limi
     cudnn::Selection s = cudnn::select_plan(graph, cudnn::handle(), {.policy = every_engine});
     REQUIRE(s.plan != nullptr);
     if (!any_within) continue;  // only oversized plans work: the first of them is right
-    CHECK(cudnn::workspace_preferred(s.plan->workspace_bytes(), tensor_bytes));
+    CHECK(cudnn::workspace_preferred(s.plan->workspace_bytes(), cudnn::preferred_workspace_limit(tensor_bytes)));
   }
 }
 

@@ -13,6 +13,7 @@ namespace loom::cudnn {
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kGiB = size_t{1} << 30;
 
 TEST_CASE("separate tensors are bound as they are; an in-place pair gets scratch copies") {
   // Batch norm's training graph: x, y, the running mean bound as input and output, a scale.
@@ -65,14 +66,28 @@ TEST_CASE("the workspace limit: the op's tensors, never under the floor") {
   CHECK(preferred_workspace_limit(0) == kWorkspaceFloor);
   CHECK(preferred_workspace_limit(kMiB) == kWorkspaceFloor);
   CHECK(preferred_workspace_limit(6000 * kMiB) == 6000 * kMiB);
-  CHECK(workspace_preferred(0, 0));
-  CHECK(workspace_preferred(static_cast<int64_t>(kWorkspaceFloor), kMiB));
-  CHECK_FALSE(workspace_preferred(static_cast<int64_t>(kWorkspaceFloor) + 1, kMiB));
+  CHECK(workspace_preferred(0, preferred_workspace_limit(0)));
+  CHECK(workspace_preferred(static_cast<int64_t>(kWorkspaceFloor), preferred_workspace_limit(kMiB)));
+  CHECK_FALSE(workspace_preferred(static_cast<int64_t>(kWorkspaceFloor) + 1, preferred_workspace_limit(kMiB)));
   // VGG-16's second conv (64 -> 64 channels at 224 px), batch 512, fp32: x and
   // y of 6.1 GiB each; an engine asking for 40 GiB is passed over while another works.
   const size_t vgg_conv = 2 * size_t{512} * 64 * 224 * 224 * 4;
-  CHECK(workspace_preferred(static_cast<int64_t>(vgg_conv), vgg_conv));
-  CHECK_FALSE(workspace_preferred(int64_t{40} << 30, vgg_conv));
+  CHECK(workspace_preferred(static_cast<int64_t>(vgg_conv), preferred_workspace_limit(vgg_conv)));
+  CHECK_FALSE(workspace_preferred(int64_t{40} << 30, preferred_workspace_limit(vgg_conv)));
+}
+
+TEST_CASE("where every engine is timed, the workspace limit is half the free memory, never below the usual one") {
+  // resnet9's strict-fp32 step at batch 128 took up to 1.7 GiB of FFT workspace
+  // for ops of about 100 MiB of tensors: over the usual limit, under half of a
+  // mostly free GPU.
+  const size_t op = 100 * kMiB, fft = 1700 * kMiB;
+  CHECK_FALSE(workspace_preferred(static_cast<int64_t>(fft), preferred_workspace_limit(op)));
+  CHECK(workspace_preferred(static_cast<int64_t>(fft), timed_workspace_limit(op, 130 * kGiB)));
+  CHECK_FALSE(workspace_preferred(static_cast<int64_t>(fft), timed_workspace_limit(op, 3 * kGiB)));
+  CHECK(timed_workspace_limit(op, 3 * kGiB) == 1536 * kMiB);
+  // A nearly full device keeps the usual limit.
+  CHECK(timed_workspace_limit(op, 0) == preferred_workspace_limit(op));
+  CHECK(timed_workspace_limit(0, 32 * kMiB) == kWorkspaceFloor);
 }
 
 }  // namespace
