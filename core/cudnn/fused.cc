@@ -55,14 +55,6 @@ bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_
   return true;
 }
 
-// run, for a variant whose caller acts on "pending" (see run_plan_reporting).
-PlanRun run_reporting(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_t>& runs,
-                      std::string_view fallback_tier) {
-  const PlanRun outcome = run_plan_reporting(graph, pointers, fallback_tier);
-  if (outcome == PlanRun::Ran) ++runs;
-  return outcome;
-}
-
 // Runtime-fused engines compute intermediates in fp32 and take fp32, fp16 or
 // bf16 tensors; there are none for fp64. Empty tensors have nothing to fuse.
 bool fusable(const Strided& t) { return t.dtype != DType::Float64 && t.numel() > 0; }
@@ -126,7 +118,7 @@ namespace {
 enum BnUid : int64_t {
   kBnX = 1, kBnY, kBnZ, kScale, kBias, kEpsilon, kMomentum, kInMean, kInVar, kMean, kInvVar,
   kOutMean, kOutVar, kBnOut, kPreRelu, kBnDy, kBnDx, kDScale, kDBias, kDPre,
-  kCentered, kNormalized, kScaled, kMask, kZero,
+  kCentered, kNormalized, kScaled,
 };
 
 // An intermediate of `like`'s own dtype: cuDNN's norm fusions keep the dReLU
@@ -138,22 +130,8 @@ TensorSpec virtual_as(const TensorSpec& like, int64_t uid) {
   return v;
 }
 
-// The packed-bit BOOLEAN mask: x's dims and NHWC strides (cuDNN packs the bits).
-TensorSpec mask_spec(const Strided& x, const Strided& mask) {
-  TensorSpec s = spec_of(x, kMask);
-  s.dtype = CUDNN_DATA_BOOLEAN;
-  s.alignment = pointer_alignment(mask.data);
-  return s;
-}
-
 // Only NHWC (channel stride 1) has the specialized norm-relu engines.
 bool nhwc(const Strided& x) { return spec_of(x, kBnX).strides[1] == 1; }
-
-// The forward's generic engine and DReluForkDNorm pack the mask bits
-// differently unless each pixel's C bits fill whole bytes: on the H100 (cuDNN
-// 9.19) C = 4, 12, 20, 28 gave dx, dscale and dbias off by 40-100% of their
-// largest value with no error from cuDNN, while every C divisible by 8 matched.
-bool mask_packing_agrees(const Strided& x) { return x.sizes[1] % 8 == 0; }
 
 VariantPointers forward_channels(const BatchNormTrainingArgs& a) {
   // The running statistics are read and written in place, as in norm.cc.
@@ -173,14 +151,8 @@ int64_t add_residual(Graph& g, const TensorSpec& like, int64_t pre,
   return kPreRelu;
 }
 
-// Where the forward's mask compares with 0: the ReLU's input (NormAddRelu's
-// "GT bitmask") or its output y (cudnn-frontend's layer-norm bitmask sample).
-enum class MaskFrom { None, PreRelu, Output };
-
-// x -> NORM_FORWARD (training) -> bn (virtual) -> (+ z) -> relu -> y, and
-// optionally CMP_GT(pre or y, 0) -> mask (BOOLEAN, packed bits)
-Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual,
-                            const std::optional<Strided>& mask, MaskFrom from) {
+// x -> NORM_FORWARD (training) -> bn (virtual) -> (+ z) -> relu -> y
+Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual) {
   TensorSpec ys = spec_of(a.y, kBnY);
   Graph g;
   g.add_tensor(spec_of(a.x, kBnX));
@@ -195,62 +167,26 @@ Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<
       .inv_variance = kInvVar, .out_running_mean = kOutMean, .out_running_var = kOutVar});
   const int64_t pre_relu = add_residual(g, ys, kBnOut, residual);
   g.pointwise(CUDNN_POINTWISE_RELU_FWD, pre_relu, std::nullopt, kBnY);
-  if (from != MaskFrom::None) {
-    g.add_tensor(scalar_spec(kZero, 0.0));
-    g.add_tensor(mask_spec(a.x, *mask));
-    g.pointwise(CUDNN_POINTWISE_CMP_GT, from == MaskFrom::PreRelu ? pre_relu : kBnY, kZero, kMask);
-  }
   return g;
 }
 
-// Queues the backward's masked graph for a forward whose masked graph is pending.
-void prefetch_masked_backward(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual,
-                              const Strided& mask);
-
 }  // namespace
 
-int64_t relu_mask_bytes(const Strided& x) {
-  const int64_t channels = x.sizes.size() > 1 ? x.sizes[1] : 1;
-  const int64_t pixels = channels == 0 ? 0 : x.numel() / channels;
-  const int64_t bytes = pixels * ((channels + 7) / 8);
-  return (bytes + 15) / 16 * 16;
-}
-
-BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& a,
-                                               const std::optional<Strided>& residual,
-                                               const std::optional<Strided>& relu_mask) {
-  if (!fusable(a.x) || a.x.sizes.size() != 4) return BnReluForward::Unfused;
+bool batch_norm_relu_forward_training(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual) {
+  if (!fusable(a.x) || a.x.sizes.size() != 4) return false;
   VariantWalk walk;
   BatchNormScalars scalars(a);
-  const float zero = 0.0f;
   VariantPointers pointers = forward_channels(a);
   pointers.insert(pointers.end(), {{kBnX, a.x.data}, {kBnY, a.y.data},
                                    {kEpsilon, &scalars.eps}, {kMomentum, &scalars.momentum}});
   if (residual) pointers.push_back({kBnZ, residual->data});
-  if (relu_mask && nhwc(a.x) && mask_packing_agrees(a.x)) {
-    VariantPointers with_mask = pointers;
-    with_mask.insert(with_mask.end(), {{kMask, relu_mask->data}, {kZero, &zero}});
-    bool mask_pending = false;
-    for (MaskFrom from : {MaskFrom::PreRelu, MaskFrom::Output}) {
-      const PlanRun outcome = run_reporting(bn_relu_forward_graph(a, residual, relu_mask, from), with_mask,
-                                            counters().bn_relu_forward, /*fallback_tier=*/"");
-      if (outcome == PlanRun::Ran) return BnReluForward::FusedWithMask;
-      mask_pending = mask_pending || outcome == PlanRun::Pending;
-    }
-    if (mask_pending) prefetch_masked_backward(a, residual, *relu_mask);
-  }
-  if (run(bn_relu_forward_graph(a, residual, std::nullopt, MaskFrom::None), pointers,
-          counters().bn_relu_forward)) {
-    return BnReluForward::Fused;
-  }
-  return BnReluForward::Unfused;
+  return run(bn_relu_forward_graph(a, residual), pointers, counters().bn_relu_forward);
 }
 
 namespace {
 
 // Where the backward's dReLU reads the sign of the pre-ReLU value, in the order tried.
 enum class ReluSource {
-  Mask,                // dy * mask, the forward's packed-bit mask (DReluForkDNorm)
   NormInference,       // NORM_FORWARD inference recomputes bn(x) (+ z) into a virtual tensor
   PointwiseRecompute,  // the same recompute written as SUB, MUL, MUL, ADD
   SavedOutput,         // the forward's output y, a non-virtual input
@@ -285,7 +221,7 @@ int64_t recompute_pre_relu(Graph& g, const TensorSpec& like, ReluSource source,
   return add_residual(g, like, kBnOut, residual);
 }
 
-// dReLU (dy * mask, or RELU_BWD with dy and the pre-ReLU value or y) -> dpre
+// dReLU (RELU_BWD with dy and the pre-ReLU value or y) -> dpre
 // (virtual in x's dtype, or the output dz when there is a residual) ->
 // NORM_BACKWARD -> dx, dscale, dbias
 Graph bn_relu_backward_graph(const BatchNormReluBackwardArgs& a, ReluSource source) {
@@ -296,18 +232,13 @@ Graph bn_relu_backward_graph(const BatchNormReluBackwardArgs& a, ReluSource sour
   g.add_tensor(spec_of(a.dx, kBnDx));
   add_channels(g, a.x.sizes[1], backward_channels(a, source));
   g.add_tensor(a.dresidual ? spec_of(*a.dresidual, kDPre) : virtual_as(xs, kDPre));
-  if (source == ReluSource::Mask) {
-    g.add_tensor(mask_spec(a.x, *a.relu_mask));
-    g.pointwise(CUDNN_POINTWISE_MUL, kBnDy, kMask, kDPre);
+  int64_t pre_relu = kBnY;
+  if (recomputes(source)) {
+    pre_relu = recompute_pre_relu(g, xs, source, a.residual);
   } else {
-    int64_t pre_relu = kBnY;
-    if (recomputes(source)) {
-      pre_relu = recompute_pre_relu(g, xs, source, a.residual);
-    } else {
-      g.add_tensor(spec_of(a.y, kBnY));
-    }
-    g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kBnDy, pre_relu, kDPre);
+    g.add_tensor(spec_of(a.y, kBnY));
   }
+  g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kBnDy, pre_relu, kDPre);
   g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Backward, {.x = kBnX, .scale = kScale, .mean = kMean,
       .inv_variance = kInvVar, .dy = kDPre, .dx = kBnDx, .dscale = kDScale, .dbias = kDBias});
   return g;
@@ -318,27 +249,8 @@ VariantPointers backward_pointers(const BatchNormReluBackwardArgs& a, ReluSource
   pointers.insert(pointers.end(), {{kBnX, a.x.data}, {kBnDy, a.dy.data}, {kBnDx, a.dx.data}});
   if (recomputes(source) && a.residual) pointers.push_back({kBnZ, a.residual->data});
   if (source == ReluSource::SavedOutput) pointers.push_back({kBnY, a.y.data});
-  if (source == ReluSource::Mask) pointers.push_back({kMask, a.relu_mask->data});
   if (a.dresidual) pointers.push_back({kDPre, a.dresidual->data});
   return pointers;
-}
-
-// The backward meets its masked graph only once the forward's masked graph is
-// swapped in, which would start a second round of builds and swaps (mnist_net:
-// 1.2 s later). Its tensors are described as the op makes them: dy and dx
-// dense like x, the per-channel ones (C), the mask as the forward wrote it.
-void prefetch_masked_backward(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual,
-                              const Strided& mask) {
-  const Strided like_x{.data = nullptr, .dtype = a.x.dtype, .sizes = a.x.sizes, .strides = a.x.strides};
-  const Strided channel{.data = nullptr, .dtype = a.weight.dtype, .sizes = a.weight.sizes,
-                        .strides = {1}};
-  BatchNormReluBackwardArgs b{.dx = like_x, .dweight = channel, .dbias = channel,
-                              .dresidual = std::nullopt, .dy = like_x, .x = a.x, .y = a.y,
-                              .weight = a.weight, .bias = a.bias, .save_mean = a.save_mean,
-                              .save_invstd = a.save_invstd, .residual = residual, .relu_mask = mask};
-  if (residual) b.dresidual = like_x;
-  const Graph g = bn_relu_backward_graph(b, ReluSource::Mask);
-  PlanCache::global().prefetch(plan_key(g), g);
 }
 
 }  // namespace
@@ -346,9 +258,7 @@ void prefetch_masked_backward(const BatchNormTrainingArgs& a, const std::optiona
 bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& a) {
   if (!fusable(a.x) || a.x.sizes.size() != 4) return false;
   VariantWalk walk;
-  for (ReluSource source : {ReluSource::Mask, ReluSource::NormInference,
-                            ReluSource::PointwiseRecompute, ReluSource::SavedOutput}) {
-    if (source == ReluSource::Mask && (!a.relu_mask || !mask_packing_agrees(a.x))) continue;
+  for (ReluSource source : {ReluSource::NormInference, ReluSource::PointwiseRecompute, ReluSource::SavedOutput}) {
     const std::string_view tier = source == ReluSource::SavedOutput ? kUnfused : "";
     if (run(bn_relu_backward_graph(a, source), backward_pointers(a, source),
             counters().bn_relu_backward, tier)) {

@@ -36,17 +36,8 @@ namespace loom::cudnn {
 // gets relu(bn(x) + residual); mean, inv_variance and the running statistics as
 // batch_norm_forward_training writes them. x, y, residual share one layout and
 // dtype (float32, or bfloat16 / float16 with float32 per-channel tensors).
-// With relu_mask (relu_mask_bytes(x) bytes, NHWC x only) the graph also writes
-// the packed-bit mask (pre-ReLU > 0) that cuDNN's DReluForkDNorm backward
-// reads; where no engine emits it, the plain fused graph runs instead.
-enum class BnReluForward { Unfused, Fused, FusedWithMask };
-BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs& args,
-                                               const std::optional<Strided>& residual,
-                                               const std::optional<Strided>& relu_mask = std::nullopt);
-
-// Bytes of the packed-bit ReLU mask for x (N, C, H, W): one bit per element,
-// each pixel's C bits padded to whole bytes, the total to 16 bytes.
-int64_t relu_mask_bytes(const Strided& x);
+// False where no engine runs it.
+bool batch_norm_relu_forward_training(const BatchNormTrainingArgs& args, const std::optional<Strided>& residual);
 
 // The backward of the call above, from its saved tensors.
 struct BatchNormReluBackwardArgs {
@@ -55,10 +46,8 @@ struct BatchNormReluBackwardArgs {
   Strided dy, x, y;                  // y: the forward's output, relu(bn(x) + z)
   Strided weight, bias, save_mean, save_invstd;
   std::optional<Strided> residual;
-  std::optional<Strided> relu_mask;  // the forward's mask, when it wrote one
 };
-// Tries, in order: dReLU as dy * mask (DReluForkDNorm, when there is a mask);
-// the pre-ReLU value recomputed by a NORM_FORWARD inference op into a virtual
+// Tries, in order: the pre-ReLU value recomputed by a NORM_FORWARD inference op into a virtual
 // tensor (cuDNN's "BN inference -> dReLU -> dBN"); the same recomputed by
 // pointwise ops; dReLU from the saved y.
 bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& args);

@@ -61,11 +61,9 @@ bool pool2d_backward(const Strided&, const Strided&, const PoolBackwardInputs&, 
   no_cudnn("pool2d_backward");
 }
 
-BnReluForward batch_norm_relu_forward_training(const BatchNormTrainingArgs&, const std::optional<Strided>&,
-                                               const std::optional<Strided>&) {
+bool batch_norm_relu_forward_training(const BatchNormTrainingArgs&, const std::optional<Strided>&) {
   no_cudnn("batch_norm_relu_forward_training");
 }
-int64_t relu_mask_bytes(const Strided&) { no_cudnn("relu_mask_bytes"); }
 bool batch_norm_relu_backward(const BatchNormReluBackwardArgs&) { no_cudnn("batch_norm_relu_backward"); }
 bool conv2d_dgrad_relu(const Strided&, const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cudnn("conv2d_dgrad_relu");

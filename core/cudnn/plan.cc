@@ -186,7 +186,7 @@ size_t scratch_bytes(const Graph& graph, Scratch scratch) {
 // while the first step's activations are live added their scratch to its peak.
 // A graph bigger than the budget runs when no other holds any, so none waits
 // forever (the lazy path builds such graphs on the calling thread instead; a
-// prefetch or a background restore may still meet one). LOOM_CUDNN_TEST_SCRATCH_MIB
+// background restore may still meet one). LOOM_CUDNN_TEST_SCRATCH_MIB
 // sets it (default 128, below what small models at batch 512 keep alive; what is
 // held at the peak still counts in it: resnet20 b512 tf32 held 96 MiB, H200).
 class ScratchBudget {

@@ -3,8 +3,8 @@
 // (plan_key.h's PlanRequest). On the calling thread: a restore from the plan
 // files, the best plan (eager), the best precompiled plan (precompiled), or
 // lazy mode's first working precompiled stand-in. On background builders:
-// lazy mode's best plan, the restore of a runtime-compiled plan, prefetches,
-// and kernel reuse's dynamic-shape first stage (kernel_reuse.h); what they
+// lazy mode's best plan, the restore of a runtime-compiled plan, and kernel
+// reuse's dynamic-shape first stage (kernel_reuse.h); what they
 // finish waits here until the cache swaps it in at a step boundary. Owns the
 // builder threads, their exit (outstanding builds get 10 s so that their plans
 // reach the plan files) and the cuDNN warm-up at each GPU's first allocation.

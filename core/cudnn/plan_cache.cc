@@ -165,14 +165,6 @@ std::shared_ptr<const Plan> PlanCache::add_pending(const PlanKey& key, const Gra
   return nullptr;
 }
 
-void PlanCache::prefetch(const PlanKey& key, const Graph& graph) {
-  if (!builds_lazily(key.policy())) return;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (lru_.contains(key)) return;
-  log_.count(&PlanCacheStats::prefetched);
-  (void)add_pending(key, graph, 0);
-}
-
 bool PlanCache::pending_without_plan(const PlanKey& key) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const Entry* entry = lru_.peek(key);

@@ -47,11 +47,6 @@ class PlanCache {
   std::shared_ptr<const Plan> get(const PlanKey& key, const Graph& graph, bool has_fallback = false,
                                   const VariantPointers* operands = nullptr);
 
-  // Lazy mode: queues the background build of a key the op will only meet
-  // after a swap (the backward of a forward variant that is pending), so that
-  // it is swapped in with that variant instead of a round later. Does nothing
-  // when the key is cached or plans are not built lazily.
-  void prefetch(const PlanKey& key, const Graph& graph);
   // Whether `key` waits for its background build with nothing to run meanwhile.
   bool pending_without_plan(const PlanKey& key) const;
 
@@ -101,7 +96,7 @@ class PlanCache {
   // Stores the plan the builder made on the calling thread (or none) and
   // queues its background build when it has one.
   std::shared_ptr<const Plan> store(const PlanRequest& request, PlanBuilder::Made made, double ms);
-  // A key met during a capture, prefetched, or (lazy mode) with a plan file:
+  // A key met during a capture, or (lazy mode) with a plan file:
   // runs on the tier below until its background build or restore is swapped
   // in. Returns null, the plan to run now.
   std::shared_ptr<const Plan> add_pending(const PlanKey& key, const Graph& graph, double ms,

@@ -77,8 +77,8 @@ PlanKey plan_key(const Graph& graph);
 // and which tensor feeds which node port, under the key's policy and device
 // ("relu_fwd nhwc bf16 nhwc bf16" for every batch and width). What the cache,
 // and a caller that probes graphs, remember per structure rather than per key.
-// The wiring tells apart graphs of one pattern: batch norm + ReLU's mask
-// compared from the pre-ReLU value (no engine) and from the output (one).
+// The wiring tells apart graphs of one pattern whose ops are connected
+// differently (the same ops, one reading another's output or a graph input).
 std::string structure_of(const PlanKey& key, const Graph& graph);
 
 }  // namespace loom::cudnn

@@ -40,16 +40,16 @@ std::string counters_line(size_t entries, const PlanCacheStats& s) {
       "built, {} restored from {} ({} of them by the builders; restores spent {:.1f} ms on graphs, "
       "{:.1f} ms finalizing, {:.1f} ms on test buffers, {:.1f} ms in test runs), {} unsupported, {} "
       "runs on the tier below cuDNN, {:.3f} s building; lazily: {} keys started on a stand-in, {} "
-      "plans specialized later, {} background builds ({:.3f} s on the builders), {} keys "
-      "prefetched, {} lookups of lower variants deferred; {} dynamic-shape plans ({} reusing another "
-      "size's kernel), {} structures without dynamic-shape engines\n",
+      "plans specialized later, {} background builds ({:.3f} s on the builders), {} lookups of "
+      "lower variants deferred; {} dynamic-shape plans ({} reusing another size's kernel), {} "
+      "structures without dynamic-shape engines\n",
       loaded_version(), plan_build_mode_name(plan_build_mode()), entries, s.hits, s.misses,
       s.plans_built, s.plans_restored,
       PlanStore::global().enabled() ? PlanStore::global().directory() : "(plan files off)",
       s.background_restores, s.restore_times.graph_ms, s.restore_times.finalize_ms,
       s.restore_times.buffers_ms, s.restore_times.test_ms, s.unsupported, s.fallback_runs,
       s.build_seconds, s.lazy_plans, s.plans_specialized, s.background_builds, s.background_seconds,
-      s.prefetched, s.variants_deferred, s.dynamic_plans, s.kernels_reused, s.dynamic_refused);
+      s.variants_deferred, s.dynamic_plans, s.kernels_reused, s.dynamic_refused);
 }
 
 std::string entry_line(const PlanInfo& e) {

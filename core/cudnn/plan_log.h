@@ -49,7 +49,6 @@ struct PlanCacheStats {
   // Lookups of keys not in the cache that were neither built nor cached because
   // a better variant of the same op was pending (variant_walk.h); not misses.
   int64_t variants_deferred = 0;
-  int64_t prefetched = 0;  // keys queued by prefetch() before an op met them
   // Kernel reuse across sizes (kernel_reuse.h): plans built from dynamic-shape
   // graphs, those of them that bound a kernel another size compiled, and
   // structures whose engines refused dynamic shapes.

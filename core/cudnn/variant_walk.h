@@ -1,6 +1,7 @@
 // File: core/cudnn/variant_walk.h
-// One op's variants, tried best first (batch norm + ReLU: the fused graph with
-// the ReLU mask, without it, the plain norm graph, then Loom's CUDA kernels).
+// One op's variants, tried best first (batch norm + ReLU's backward: the norm
+// recomputed by an inference norm op, by pointwise ops, dReLU from the saved
+// output, the plain norm graph, then Loom's CUDA kernels).
 // In lazy mode a variant whose best plan is still being built in the
 // background, and which has no stand-in to run meanwhile, returns "no plan",
 // and the op goes on to the next variant. Looking those up would queue their

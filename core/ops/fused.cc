@@ -270,7 +270,6 @@ struct BnOperands {
   Tensor x, z, weight, bias, running_mean, running_var;
   Tensor save_mean, save_invstd;  // outputs of the forward, saved for the backward
   Tensor y;                       // relu(bn(x) + z)
-  Tensor relu_mask;               // cuDNN's packed-bit mask (pre-ReLU > 0), when it wrote one
 };
 
 Tensor channel_operand(const Tensor& t, const Tensor& x, double stand_in) {
@@ -293,27 +292,16 @@ BnOperands bn_operands(const Tensor& x, const Tensor& running_mean, const Tensor
   return o;
 }
 
-// The fused graph on the GPU: y and, when the backward will want it and cuDNN
-// can, the ReLU mask (kept in o.relu_mask). False when it did not run.
-bool bn_relu_forward_fused(BnOperands& o, const BatchNormOptions& options, bool want_mask) {
+// The fused graph on the GPU: y; false when it did not run.
+bool bn_relu_forward_fused(const BnOperands& o, const BatchNormOptions& options) {
   DeviceGuard guard(o.x.device());
   if (!fusion_enabled()) return false;
-  cudnn::BatchNormTrainingArgs args{
-      .y = o.y.strided(), .save_mean = o.save_mean.strided(),
-      .save_invstd = o.save_invstd.strided(), .x = o.x.strided(), .weight = o.weight.strided(),
-      .bias = o.bias.strided(), .running_mean = o.running_mean.strided(),
-      .running_var = o.running_var.strided(), .eps = options.eps, .momentum = options.momentum};
-  Tensor mask;
-  if (want_mask && o.x.dim() == 4) {
-    TensorOptions bytes = o.x.options();
-    bytes.dtype = DType::UInt8;
-    bytes.memory_format = MemoryFormat::Contiguous;
-    bytes.requires_grad = false;
-    mask = empty({cudnn::relu_mask_bytes(o.x.strided())}, bytes);
-  }
-  auto ran = cudnn::batch_norm_relu_forward_training(args, strided_or_none(o.z), strided_or_none(mask));
-  if (ran == cudnn::BnReluForward::FusedWithMask) o.relu_mask = mask;
-  return ran != cudnn::BnReluForward::Unfused;
+  return cudnn::batch_norm_relu_forward_training(
+      {.y = o.y.strided(), .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided(),
+       .x = o.x.strided(), .weight = o.weight.strided(), .bias = o.bias.strided(),
+       .running_mean = o.running_mean.strided(), .running_var = o.running_var.strided(), .eps = options.eps,
+       .momentum = options.momentum},
+      strided_or_none(o.z));
 }
 
 // The CPU's oneDNN tier: bn and its ReLU in one primitive; with a residual,
@@ -381,7 +369,7 @@ BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
              .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(),
              .y = o.y.strided(), .weight = o.weight.strided(), .bias = o.bias.strided(),
              .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided(),
-             .residual = strided_or_none(o.z), .relu_mask = strided_or_none(o.relu_mask)})) {
+             .residual = strided_or_none(o.z)})) {
       g.dresidual = dz;
       return g;
     }
@@ -458,7 +446,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   BnOperands o = bn_operands(x, running_mean, running_var, weight, bias, residual);
   bool fused = false;
   cudnn::VariantWalk walk;  // the fused graphs, then the plain norm (or the composite)
-  if (o.x.device().is_cuda()) fused = bn_relu_forward_fused(o, options, want_grad);
+  if (o.x.device().is_cuda()) fused = bn_relu_forward_fused(o, options);
   if (!fused && is_half_precision(x.dtype())) {
     return traced(bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual));
   }
@@ -481,7 +469,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
            return {need_x ? g.dx : Tensor(), need_weight ? g.dweight : Tensor(),
                    need_bias ? g.dbias : Tensor(), need_residual ? g.dresidual : Tensor()};
          },
-         {saved.x, saved.y, saved.weight, saved.bias, saved.relu_mask});
+         {saved.x, saved.y, saved.weight, saved.bias});
   return traced(y);
 }
 

@@ -104,7 +104,9 @@ bool compiles_at_run_time(const cudnn::PlanInfo& e) {
 }
 
 // SmallNet with the fused batch norm + ReLU op, whose variants run best first:
-// the graph with the ReLU mask, without it, the plain norm, Loom's kernels.
+// forward, the fused graph, the plain norm, Loom's kernels; backward, the
+// norm recomputed by an inference norm op, by pointwise ops, dReLU from y,
+// the plain norm backward, Loom's kernels.
 struct FusedNet : SmallNet {
   std::vector<Tensor> step(const Tensor& x, const Tensor& y) {
     for (Tensor* p : params()) p->set_grad(Tensor());
@@ -321,12 +323,6 @@ LOOM_GPU_TEST_CASE_FIXTURE(KeyCountingCase,
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   FusedNet net;
   check_within_tf32(net.step(in.x, in.y), reference);
-  // The first step met the masked forward graph pending (it has only
-  // runtime-compiled engines) and ran the kernels below it without looking up
-  // the graph without the mask or the plain norm.
-  CHECK(cache.stats().variants_deferred > 0);
-  // ... and queued the backward's masked graph, which it meets only after the swap.
-  CHECK(cache.stats().prefetched > 0);
   bool settled = false;
   for (int round = 0; round < 4 && !settled; ++round) {
     cache.wait_for_background_builds();
@@ -339,28 +335,20 @@ LOOM_GPU_TEST_CASE_FIXTURE(KeyCountingCase,
   MESSAGE(cache.explain());
   MESSAGE(cache.timeline_table());
   const std::vector<cudnn::PlanInfo> entries = cache.entries();
-  REQUIRE(has_plan(entries, "bn_fwd_train+relu_fwd+cmp_gt ("));
-  for (const cudnn::PlanInfo& e : entries) {  // the forward's lower variants were never met
+  // Each direction's preferred graph has a plan; whether the first step ran a
+  // stand-in for it or deferred the variants below it while it was pending,
+  // none of those was ever built.
+  REQUIRE(has_plan(entries, "bn_fwd_train+relu_fwd ("));
+  for (const cudnn::PlanInfo& e : entries) {
     CAPTURE(e.graph);
-    CHECK_FALSE(starts_with(e.graph, "bn_fwd_train+relu_fwd ("));
     CHECK_FALSE(starts_with(e.graph, "bn_fwd_train ("));
   }
-  // The backward's first preferred graph recomputes the norm (no mask yet);
-  // below it, nothing was built while it was pending.
   if (has_plan(entries, "bn_fwd_infer+relu_bwd+bn_bwd (")) {
     for (const cudnn::PlanInfo& e : entries) {
       CAPTURE(e.graph);
       CHECK_FALSE(starts_with(e.graph, "relu_bwd+bn_bwd ("));
       CHECK_FALSE(starts_with(e.graph, "bn_bwd ("));
     }
-  }
-  // The prefetched backward key is the one the backward met (a wrong guess
-  // would leave an entry nobody ran).
-  REQUIRE(has_plan(entries, "mul+bn_bwd ("));
-  for (const cudnn::PlanInfo& e : entries) {
-    if (!starts_with(e.graph, "mul+bn_bwd (")) continue;
-    CAPTURE(e.graph);
-    CHECK(e.hits > 0);
   }
   check_within_tf32(net.step(in.x, in.y), reference);
 }

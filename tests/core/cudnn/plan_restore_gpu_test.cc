@@ -154,7 +154,7 @@ LOOM_GPU_TEST_CASE("lazy mode restores plan files on the builders and swaps them
     cache.wait_for_background_builds();
     (void)cache.apply_pending();
     const cudnn::PlanCacheStats s = cache.stats();
-    CHECK(s.background_restores >= s.restores_queued);  // prefetched keys restore there too
+    CHECK(s.background_restores >= s.restores_queued);
     CHECK(s.plans_restored >= s.background_restores);
     int64_t restored_entries = 0, still_restoring = 0;
     for (const cudnn::PlanInfo& e : cache.entries()) {
