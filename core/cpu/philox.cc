@@ -82,17 +82,10 @@ void draw_dropped(uint64_t seed, uint64_t first, int64_t n, double p, Store stor
 }  // namespace
 
 template <class T>
-void dropout_mask(uint64_t seed, uint64_t first, int64_t n, double p, T keep, T* out) {
-  draw_dropped(seed, first, n, p, [&](int64_t i, bool dropped) { out[i] = dropped ? T(0) : keep; });
-}
-
-template <class T>
 void dropout_apply(uint64_t seed, uint64_t first, int64_t n, double p, T keep, const T* in, T* out) {
   draw_dropped(seed, first, n, p, [&](int64_t i, bool dropped) { out[i] = in[i] * (dropped ? T(0) : keep); });
 }
 
-template void dropout_mask<float>(uint64_t, uint64_t, int64_t, double, float, float*);
-template void dropout_mask<double>(uint64_t, uint64_t, int64_t, double, double, double*);
 template void dropout_apply<float>(uint64_t, uint64_t, int64_t, double, float, const float*, float*);
 template void dropout_apply<double>(uint64_t, uint64_t, int64_t, double, double, const double*, double*);
 

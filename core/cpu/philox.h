@@ -13,14 +13,10 @@ namespace loom::cpu {
 // out[4 * i + lane] = philox_block(seed, first + i).lane[lane] for i in [0, count).
 void philox_blocks(uint64_t seed, uint64_t first, int64_t count, uint32_t* out);
 
-// Dropout's mask: out[i] = 0 where value i of the blocks from `first` on
-// (block i / 4, lane i % 4), as uniform_float makes it, is below p, else
-// `keep`; for i in [0, n). T is float or double.
-template <class T>
-void dropout_mask(uint64_t seed, uint64_t first, int64_t n, double p, T keep, T* out);
-// Dropout applied without a mask: out[i] = in[i] * m, m the value
-// dropout_mask(seed, first, n, p, keep) would store at i (0 or keep). in and
-// out are dense; they may be the same buffer.
+// Dropout applied without a mask: out[i] = in[i] * m for i in [0, n), m 0
+// where value i of the blocks from `first` on (block i / 4, lane i % 4), as
+// uniform_float makes it, is below p, else `keep`. T is float or double; in and
+// out are dense and may be the same buffer.
 template <class T>
 void dropout_apply(uint64_t seed, uint64_t first, int64_t n, double p, T keep, const T* in, T* out);
 

@@ -196,7 +196,6 @@ std::string KernelChoice::choose(const std::string&, const std::vector<std::stri
 }
 
 PhiloxArgs philox_draw(Generator&, uint64_t) { no_cuda("philox_draw"); }
-void dropout_mask(const Strided&, double, const PhiloxArgs&) { no_cuda("dropout_mask"); }
 void dropout_apply(const Strided&, const Strided&, double, const PhiloxArgs&) { no_cuda("dropout_apply"); }
 
 void reduce(const Strided&, const Strided&, ReduceOp) { no_cuda("reduce"); }

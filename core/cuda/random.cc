@@ -16,16 +16,11 @@ PhiloxArgs philox_draw(Generator& gen, uint64_t blocks) {
   return {.seed = gen.seed(), .first_block = gen.reserve(blocks)};
 }
 
-void dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox) {
-  check_kernel_rank(mask, "dropout");
-  LOOM_CUDA_CHECK(launch_dropout_mask(mask, p, philox, current_stream()));
-}
-
 void dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox) {
   check_kernel_rank(out, "dropout");
   LOOM_CHECK(in.sizes == out.sizes && in.dtype == out.dtype, ValueError,
-             "[dropout] dropout_apply needs in and out of one shape and dtype, got {} and {}",
-             shape_str(in.sizes), shape_str(out.sizes));
+             "[dropout] dropout_apply needs in and out of one shape and dtype, got {} {} and {} {}",
+             shape_str(in.sizes), dtype_name(in.dtype), shape_str(out.sizes), dtype_name(out.dtype));
   LOOM_CUDA_CHECK(launch_dropout_apply(out, in, p, philox, current_stream()));
 }
 

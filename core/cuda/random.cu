@@ -24,23 +24,10 @@ __device__ PhiloxStart philox_start(const PhiloxArgs& a) {
   return {a.base[0], a.base[1] + a.first_block};
 }
 
-// One thread per Philox block; block b feeds elements 4b .. 4b + 3.
-template <class T>
-__global__ void dropout_mask_kernel(T* mask, Geometry g, int64_t n, double p, T scale,
-                                    PhiloxArgs philox) {
-  const PhiloxStart start = philox_start(philox);
-  const int64_t blocks = (n + 3) / 4;
-  for (int64_t b = first_index(); b < blocks; b += index_step()) {
-    const PhiloxBlock bits = philox_block(start.seed, start.first_block + b);
-    for (int lane = 0; lane < 4 && 4 * b + lane < n; ++lane) {
-      const bool dropped = uniform_float(bits.lane[lane]) < p;
-      mask[offset_of(4 * b + lane, g)] = dropped ? T(0) : scale;
-    }
-  }
-}
-
-// out = in * m with dropout's mask value m (0 or scale) drawn as dropout_mask_kernel
-// draws it, computed in S's compute type: the mask is never stored.
+// out = in * m, dropout's mask value m: 0 where the uniform_float of lane
+// i % 4 of Philox block i / 4 is below p, else scale; in S's compute type, so
+// the mask is never stored. One thread per block; block b feeds elements
+// 4b .. 4b + 3.
 template <class S>
 __global__ void dropout_apply_kernel(S* out, Geometry og, const S* in, Geometry ig, int64_t n, double p,
                                      compute_t<S> scale, PhiloxArgs philox) {
@@ -102,24 +89,12 @@ __global__ void store_philox_base_kernel(uint64_t* base, uint64_t seed, uint64_t
 
 }  // namespace
 
-cudaError_t launch_dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox,
-                                cudaStream_t stream) {
-  const int64_t n = mask.numel();
-  if (n == 0) return cudaSuccess;
-  const double scale = 1.0 / (1.0 - p);  // infinite for p == 1, but then nothing is kept
-  visit_float(mask.dtype, [&]<class T>() {
-    dropout_mask_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(
-        mask.ptr<T>(), geometry_of(mask), n, p, static_cast<T>(scale), philox);
-  });
-  return cudaGetLastError();
-}
-
 cudaError_t launch_dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox,
                                  cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
   visit_floating(out.dtype, [&]<class S>() {
-    const auto scale = static_cast<compute_t<S>>(1.0 / (1.0 - p));  // as in launch_dropout_mask
+    const auto scale = static_cast<compute_t<S>>(1.0 / (1.0 - p));  // infinite for p == 1: nothing is kept
     dropout_apply_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(
         out.ptr<S>(), geometry_of(out), in.ptr<const S>(), geometry_of(in), n, p, scale, philox);
   });

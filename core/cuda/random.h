@@ -3,7 +3,7 @@
 // (core/generator.h), so a generator state gives the same numbers on either
 // device. The caller asks philox_draw for the blocks it needs:
 //
-//   cuda::dropout_mask(mask.strided(), p, cuda::philox_draw(gen, (n + 3) / 4));
+//   cuda::dropout_apply(out.strided(), in.strided(), p, cuda::philox_draw(gen, (n + 3) / 4));
 //
 // Element i is the i-th element in row-major order of the output's sizes,
 // whatever its strides. Outputs are float32 or float64 (dropout_apply's, any
@@ -28,14 +28,12 @@ namespace loom::cuda {
 // the graph being captured on the current stream.
 PhiloxArgs philox_draw(Generator& gen, uint64_t blocks);
 
-// The dropout op's mask (core/ops/dropout.cc): element i reads lane i % 4 of
-// block i / 4 and is 0 where uniform_float(lane) < p, else 1 / (1 - p). Uses
+// The dropout op (core/ops/dropout.cc): out = in * m, m 0 where
+// uniform_float(lane i % 4 of block i / 4) < p, else 1 / (1 - p), computed in
+// float32 for 16-bit dtypes and rounded once: dropout's forward and, replaying
+// the same draws, its backward, with no mask kept in between (dropout2d's mask
+// is this of ones). out and in have the same sizes; any floating dtype. Uses
 // (n + 3) / 4 blocks.
-void dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox);
-// out = in * m, m the value dropout_mask would store at the same element for
-// the same (p, philox), computed in float32 for 16-bit dtypes and rounded once:
-// dropout's forward and, replaying the same draws, its backward, with no mask
-// kept in between. out and in have the same sizes; any floating dtype.
 void dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox);
 
 // rand's draws (core/factory.cc): element i uses block i; uniform_float(lane 0)

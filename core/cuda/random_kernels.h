@@ -13,9 +13,7 @@
 
 namespace loom::cuda {
 
-cudaError_t launch_dropout_mask(const Strided& mask, double p, const PhiloxArgs& philox,
-                                cudaStream_t stream);
-// out = in * dropout's mask, drawn as launch_dropout_mask draws it; any floating dtype.
+// out = in * dropout's mask (random.h's dropout_apply); any floating dtype.
 cudaError_t launch_dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox,
                                  cudaStream_t stream);
 cudaError_t launch_fill_uniform(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream);

@@ -22,39 +22,13 @@ namespace loom {
 namespace {
 
 // Philox blocks per chunk of the pool: four values each, so a chunk holds the
-// 32768 values of the elementwise loops' grain (core/cpu/loop.h).
+// 32768 values of the elementwise loops' grain (core/cpu/loop.h). Each block is
+// drawn from its own counter, so any thread count gives the same bits.
 constexpr int64_t kMaskGrain = 8192;
 
-// A dense mask of `sizes`: 0 with probability p, else 1 / (1 - p). Row-major
-// element i reads lane i % 4 of the Philox block i / 4 reserved here, so a GPU
-// kernel given the same (seed, offset) can draw the same mask.
-Tensor dropout_mask(const Shape& sizes, TensorOptions options, double p, Generator& generator) {
-  Tensor mask = empty(sizes, options);
-  const int64_t n = mask.numel();
-  const uint64_t blocks = static_cast<uint64_t>((n + 3) / 4);
-  if (mask.device().is_cuda()) {
-    DeviceGuard guard(mask.device());
-    cuda::dropout_mask(mask.strided(), p, cuda::philox_draw(generator, blocks));
-    return mask;
-  }
-  const uint64_t first_block = generator.reserve(blocks);
-  const double scale = 1.0 / (1.0 - p);  // infinite for p == 1, but then nothing is kept
-  const uint64_t seed = generator.seed();
-  // Each block is drawn from its own counter, so the chunks of the pool give
-  // the same mask at any thread count.
-  visit_float(mask.dtype(), [&]<class T>() {
-    T* out = mask.data_ptr<T>();
-    parallel_for(0, static_cast<int64_t>(blocks), kMaskGrain, [&](int64_t b0, int64_t b1) {
-      const int64_t values = std::min(4 * b1, n) - 4 * b0;
-      cpu::dropout_mask(seed, first_block + static_cast<uint64_t>(b0), values, p, static_cast<T>(scale),
-                        out + 4 * b0);
-    });
-  });
-  return mask;
-}
-
-// `in` times dropout's mask for the draws at `philox` (on the CPU, block
-// philox.first_block on of seed philox.seed), in in's layout.
+// `in` times dropout's mask for the draws at `philox`, in in's layout: element
+// i (row-major) is 0 where lane i % 4 of Philox block philox.first_block + i / 4
+// is below p, else in[i] / (1 - p), so the GPU and the CPU give the same bits.
 Tensor dropout_apply(const Tensor& in, double p, const cuda::PhiloxArgs& philox) {
   if (in.device().is_cuda()) {
     DeviceGuard guard(in.device());
@@ -117,10 +91,13 @@ Tensor dropout2d(const Tensor& x, double p, bool training, Generator* generator)
   if (!training || p == 0.0) return x;
   Generator& gen = generator != nullptr ? *generator : default_generator();
   TensorOptions mask_options = x.options();
-  if (is_half_precision(x.dtype())) mask_options.dtype = DType::Float32;
-  // One value per (n, c), broadcast over the plane: mul's backward is dy * mask.
-  const Tensor mask = dropout_mask({x.size(0), x.size(1), 1, 1}, mask_options, p, gen)
-                          .to(x.dtype())
+  mask_options.requires_grad = false;
+  mask_options.memory_format = MemoryFormat::Contiguous;
+  // One value per (n, c), broadcast over the plane: dropout of ones is its mask
+  // (1 * m == m), and mul's backward is dy * mask.
+  const int64_t planes = x.size(0) * x.size(1);
+  const Tensor mask = dropout_apply(ones({x.size(0), x.size(1), 1, 1}, mask_options), p,
+                                    dropout_draws(gen, planes, x.device()))
                           .expand(x.sizes());
   Tensor y = empty_like(x);
   LOOM_KERNEL(y, binary, y.strided(), x.strided(), mask.strided(), kernel::BinaryOp::Mul);

@@ -39,7 +39,7 @@ TEST_CASE("philox_blocks gives philox_block's bits for every counter, in order")
 
 // The integer threshold against uniform_float's comparison, at random p and at
 // p on the 2^-24 grid (where rounding up or down would show).
-TEST_CASE_TEMPLATE("dropout_mask drops exactly the values uniform_float puts below p", T, float, double) {
+TEST_CASE_TEMPLATE("dropout_apply drops exactly the values uniform_float puts below p", T, float, double) {
   std::mt19937_64 rng(808);
   for (int trial = 0; trial < 30; ++trial) {
     const uint64_t seed = rng(), first = rng();
@@ -50,17 +50,21 @@ TEST_CASE_TEMPLATE("dropout_mask drops exactly the values uniform_float puts bel
     CAPTURE(p);
     CAPTURE(n);
     const T keep = static_cast<T>(1.0 / (1.0 - std::min(p, 0.999)));
+    std::vector<T> in(n);
+    for (T& v : in) v = static_cast<T>(std::uniform_real_distribution<double>(0.5, 2.0)(rng));
     std::vector<T> out(n + 1, T(-7));
-    cpu::dropout_mask(seed, first, n, p, keep, out.data());
+    cpu::dropout_apply(seed, first, n, p, keep, in.data(), out.data());
     int64_t dropped = 0;
     for (int64_t i = 0; i < n; ++i) {
       const PhiloxBlock block = philox_block(seed, first + static_cast<uint64_t>(i / 4));
-      const T want = uniform_float(block.lane[i % 4]) < p ? T(0) : keep;
+      const T want = uniform_float(block.lane[i % 4]) < p ? T(0) : in[i] * keep;
       REQUIRE(out[i] == want);
       dropped += out[i] == T(0);
     }
     CHECK(out[n] == T(-7));
     if (p == 1.0) CHECK(dropped == n);
+    cpu::dropout_apply(seed, first, n, p, keep, in.data(), in.data());  // in place: the same values
+    CHECK(std::equal(in.begin(), in.end(), out.begin()));
   }
 }
 

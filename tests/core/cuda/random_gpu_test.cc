@@ -1,6 +1,7 @@
 // File: tests/core/cuda/random_gpu_test.cc
-// GPU random fills against the CPU draws of the same (seed, offset): the
-// dropout mask bit for bit against the dropout op's mask, dropout_apply against it, rand bit for bit, and
+// GPU random fills against the CPU draws of the same (seed, offset): dropout's
+// mask (dropout_apply of ones) bit for bit against the CPU op's, dropout_apply
+// of any input against that mask, rand bit for bit, and
 // randn to a few float64 ulp (the device's log and cos are not glibc's; see
 // core/cuda/random.h). Outputs start as NaN, so unwritten elements show, and
 // some are channels-last, since element i is the i-th in row-major order.
@@ -42,11 +43,16 @@ Tensor cpu_dropout_mask(const Shape& sizes, DType dtype, double p, Generator& ge
   return dropout(ones(sizes, {.dtype = dtype}), p, /*training=*/true, &gen);
 }
 
-Tensor gpu_dropout_mask(const Shape& sizes, DType dtype, double p, Generator& gen) {
+// The same on the GPU, from dropout_apply's draws at `philox`.
+Tensor gpu_dropout_mask(const Shape& sizes, DType dtype, double p, const cuda::PhiloxArgs& philox) {
   Tensor mask = poisoned_gpu(sizes, dtype);
-  const uint64_t blocks = static_cast<uint64_t>((numel_of(sizes) + 3) / 4);
-  cuda::dropout_mask(mask.strided(), p, cuda::philox_draw(gen, blocks));
+  const Tensor one = ones(sizes, {.dtype = dtype, .device = testing::test_gpu(), .memory_format = format_for(sizes)});
+  cuda::dropout_apply(mask.strided(), one.strided(), p, philox);
   return mask;
+}
+
+Tensor gpu_dropout_mask(const Shape& sizes, DType dtype, double p, Generator& gen) {
+  return gpu_dropout_mask(sizes, dtype, p, cuda::philox_draw(gen, static_cast<uint64_t>((numel_of(sizes) + 3) / 4)));
 }
 
 }  // namespace
@@ -78,8 +84,7 @@ LOOM_GPU_TEST_CASE("dropout mask of seed 0 from the Random123 known answer, by h
   // 1 / (1 - p).
   for (DType dtype : kDtypes) {
     CAPTURE(dtype_name(dtype));
-    Tensor mask = poisoned_gpu({4}, dtype);
-    cuda::dropout_mask(mask.strided(), 0.7, {.seed = 0, .first_block = 0});
+    Tensor mask = gpu_dropout_mask({4}, dtype, 0.7, {.seed = 0, .first_block = 0});
     const double scale = 1.0 / (1.0 - 0.7);  // not 1 / 0.3: 1 - 0.7 rounds above 0.3
     const double kept = dtype == DType::Float32 ? static_cast<float>(scale) : scale;
     CHECK(testing::values(mask) == std::vector<double>{0, kept, kept, 0});
@@ -87,22 +92,20 @@ LOOM_GPU_TEST_CASE("dropout mask of seed 0 from the Random123 known answer, by h
 }
 
 LOOM_GPU_TEST_CASE("p = 1 drops everything; p = 0 keeps everything at scale 1") {
-  Tensor mask = poisoned_gpu({1001}, DType::Float32);
-  cuda::dropout_mask(mask.strided(), 1.0, {.seed = 5, .first_block = 0});
-  CHECK(testing::values(mask) == std::vector<double>(1001, 0.0));
-  cuda::dropout_mask(mask.strided(), 0.0, {.seed = 5, .first_block = 0});
-  CHECK(testing::values(mask) == std::vector<double>(1001, 1.0));
+  CHECK(testing::values(gpu_dropout_mask({1001}, DType::Float32, 1.0, {.seed = 5, .first_block = 0})) ==
+        std::vector<double>(1001, 0.0));
+  CHECK(testing::values(gpu_dropout_mask({1001}, DType::Float32, 0.0, {.seed = 5, .first_block = 0})) ==
+        std::vector<double>(1001, 1.0));
 }
 
-LOOM_GPU_TEST_CASE("dropout_apply is its input times dropout_mask's mask, in any floating dtype and layout") {
+LOOM_GPU_TEST_CASE("dropout_apply is its input times the mask of the same draws, in any floating dtype and layout") {
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
     for (const Shape& sizes : kShapes) {
       CAPTURE(dtype_name(dtype));
       CAPTURE(shape_str(sizes));
       const cuda::PhiloxArgs draws{.seed = 11, .first_block = 3};
       const Tensor x = randn(sizes, {.dtype = DType::Float64}).to(testing::test_gpu());
-      Tensor mask = poisoned_gpu(sizes, DType::Float64);
-      cuda::dropout_mask(mask.strided(), 0.3, draws);
+      const Tensor mask = gpu_dropout_mask(sizes, DType::Float64, 0.3, draws);
       // The product in float32 for the 16-bit dtypes, rounded once.
       const DType compute = dtype == DType::Float64 ? DType::Float64 : DType::Float32;
       const Tensor in = x.to(dtype).contiguous(format_for(sizes));
