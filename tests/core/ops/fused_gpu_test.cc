@@ -169,8 +169,11 @@ LOOM_GPU_TEST_CASE("batch_norm_relu with and without a residual: fused and unfus
         Tensor rm = zeros({32}, o), rv = ones({32}, o);
         return batch_norm_relu(in[0], rm, rv, in[1], in[2], {}, in.size() > 3 ? in[3] : Tensor());
       };
+      // With a residual only the forward has a fused engine in cuDNN 9.19 (the
+      // backward's did read a packed-bit ReLU mask, which Loom no longer writes:
+      // the steps ran faster without it); its backward runs unfused.
       check_paths(with_residual ? "batch_norm_relu(+z)" : "batch_norm_relu", op, inputs, f, kStrict,
-                  both, f == MemoryFormat::ChannelsLast, gen);
+                  with_residual ? std::vector<Counter>{both[0]} : both, f == MemoryFormat::ChannelsLast, gen);
     }
   }
 }
