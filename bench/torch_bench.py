@@ -25,7 +25,10 @@ and weight gradient), so compare.py can print TFLOP/s and the share of the peak.
 
 Precisions: tf32 (cudnn and matmul TF32 on, as Loom's Tf32 policy uses TF32
 for both convolutions and GEMMs), strict (both off), bf16 (autocast bf16, TF32
-for what stays fp32). Layout auto: channels-last for bf16 only, as torch_ref.py.
+for what stays fp32). Layout auto: channels-last for tf32 and bf16 (in tf32 at
+batch 512 PyTorch's CUDA-graph step ran up to 2.3x faster channels-last than
+NCHW on an H200), NCHW for strict (not timed channels-last; its resnet9 step
+ran cuDNN's FFT and Winograd kernels, which take NCHW).
 """
 import argparse, gc, gzip, json, os, statistics, sys, time, traceback
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -253,7 +256,7 @@ def main(argv):
               "(3x the forward convolution and linear FLOPs)", flush=True)
         for batch in a.batches:
             for precision in a.precisions:
-                layout = a.layout if a.layout != "auto" else ("nhwc" if precision == "bf16" else "nchw")
+                layout = a.layout if a.layout != "auto" else ("nchw" if precision == "strict" else "nhwc")
                 for mode in a.modes:
                     try:
                         r = run_config(model, batch, precision, mode, layout, a)
