@@ -130,7 +130,8 @@ TensorSpec virtual_as(const TensorSpec& like, int64_t uid) {
   return v;
 }
 
-// Only NHWC (channel stride 1) has the specialized norm-relu engines.
+// Whether cuDNN sees x as channels-last (channel stride 1 in its spec), the
+// only layout conv2d_epilogue_grads fuses into dgrad / wgrad.
 bool nhwc(const Strided& x) { return spec_of(x, kBnX).strides[1] == 1; }
 
 VariantPointers forward_channels(const BatchNormTrainingArgs& a) {
