@@ -61,8 +61,8 @@ def times(r):
     return "-" if r is None else f"{r:.2f}x"
 
 def loom_best(runs):
-    """The Loom number a ratio uses: the faster graph mode (fused or not), else eager."""
-    for modes in (("graph", "graph-unfused"), ("eager", "eager-unfused")):
+    """The Loom number a ratio uses: the fastest graph mode (traced, fused or not), else eager."""
+    for modes in (("graph-traced", "graph", "graph-unfused"), ("eager", "eager-unfused")):
         measured = [runs[("loom", m)] for m in modes if ok(runs.get(("loom", m)))]
         if measured:
             return max(measured, key=lambda r: r["img_per_s"])

@@ -20,10 +20,11 @@ inline constexpr const char* kUsage =
     "                      an unknown name lists them all); 'none' for only --tta\n"
     "  --batches LIST      batch sizes (default 128,512)\n"
     "  --precisions LIST   tf32,strict,bf16 (default all)\n"
-    "  --modes LIST        graph,eager (default both): CUDA-graph replay or eager steps, with\n"
-    "                      nn::fuse()d layers; graph-traced: also fusion by tracing\n"
-    "                      (optim::TrainStep's trace_fusion); graph-unfused, eager-unfused:\n"
-    "                      without nn::fuse\n"
+    "  --modes LIST        graph-traced,graph,eager (default all three): graph-traced is\n"
+    "                      optim::TrainStep as it comes (CUDA-graph replay, fusion by tracing);\n"
+    "                      graph and eager: replayed or eager steps without tracing\n"
+    "                      (trace_fusion = false), with nn::fuse()d layers; graph-unfused,\n"
+    "                      eager-unfused: neither tracing nor nn::fuse\n"
     "  --layout L          auto (channels-last on the GPU, Loom's native layout), nchw, nhwc\n"
     "  --steps S           steps per timed repeat (default 100)\n"
     "  --repeats R         timed repeats; the median is reported (default 5)\n"
@@ -51,7 +52,7 @@ struct BenchOptions {
   std::vector<std::string> models = {"lenet5", "mnist_net", "resnet9"};
   std::vector<int64_t> batches = {128, 512};
   std::vector<std::string> precisions = {"tf32", "strict", "bf16"};
-  std::vector<std::string> modes = {"graph", "eager"};
+  std::vector<std::string> modes = {"graph-traced", "graph", "eager"};
   std::string layout = "auto";
   int steps = 100;
   int repeats = 5;

@@ -36,22 +36,24 @@
 // runs one eager step (which times the kernel races again) before its next
 // capture, which then has the new plans.
 //
-// Fusion by tracing (core/ops/fusion_trace.h), with trace_fusion = true: on
-// the GPU, the first step of each input shape also traces the step function's
-// forward, and every later step of that shape, eager or captured, runs the
-// chains found there (conv2d -> batch_norm -> relu -> add -> relu, linear ->
-// gelu, ...) as fused blocks, whatever modules the calls sit in. A capture
-// needs the blocks' cuDNN plans built, so when the warm-up steps end before a
-// step ran them, one more eager step runs first (with warmup_steps >= 2 none
-// is added). Never under loom::FusionGuard(false); traced_plan() lists what
-// fused and what did not. Should a capture with the chains fail, that shape
-// runs untraced from then on (fallback_reason() says why once). Shapes past
-// max_graphs run untraced and eagerly, in either mode. It is off by default
-// until its eager and replayed steps agree bit for bit, as the untraced ones
-// do: after 100 steps of mnist_net they agreed in every loss but 10-135
-// elements of each linear layer's weights differed, by up to 9.5e-7 (H200,
-// 2026-11-30). Its speed on an H200 that day: as fast as the step as written
-// or faster on every CIFAR-sized zoo model, up to 11% (resnet18_cifar).
+// Fusion by tracing (core/ops/fusion_trace.h), on by default (trace_fusion):
+// on the GPU, the first step of each input shape also traces the step
+// function's forward, and every later step of that shape, eager or captured,
+// runs the chains found there (conv2d -> batch_norm -> relu -> add -> relu,
+// linear -> gelu, ...) as fused blocks, whatever modules the calls sit in. A
+// capture needs the blocks' cuDNN plans built, so when the warm-up steps end
+// before a step ran them, one more eager step runs first (with warmup_steps >=
+// 2 none is added): by default a shape's third step is its capture. Never
+// under loom::FusionGuard(false) or with trace_fusion = false; traced_plan()
+// lists what fused and what did not. Should a capture with the chains fail,
+// that shape runs untraced from then on (fallback_reason() says why once).
+// Shapes past max_graphs run untraced and eagerly, in either mode. Eager
+// (cuda_graph = false) and captured steps trace alike, so they agree bit for
+// bit under a deterministic policy; a loop of one's own runs the ops as
+// written, which rounds differently where a chain fused (cuDNN's fused matmul
+// against cuBLAS's, say). Its speed on an H200 on 2026-11-30: as fast as the
+// step as written or faster on every CIFAR-sized zoo model, up to 11%
+// (resnet18_cifar).
 //
 // A step whose loss is NaN or +-inf (a bad label inside a replayed graph, a
 // learning rate that blew up) is skipped: parameters and optimizer state stay
@@ -79,7 +81,7 @@ struct TrainStepOptions {
   int warmup_steps = 1;    // eager steps per shape before its capture
   int max_graphs = 4;      // shapes kept captured; later shapes run eagerly
   bool skip_nonfinite = true;  // leave the weights alone in a step whose loss is NaN or +-inf
-  bool trace_fusion = false;   // run the forward's fusible chains as blocks (see above)
+  bool trace_fusion = true;    // run the forward's fusible chains as blocks (see above)
 };
 
 // The steps skipped for a loss that was NaN or +-inf.
@@ -114,8 +116,8 @@ class TrainStep {
   // Why the last step ran eagerly after its warm-up ("" when it replayed a graph).
   const std::string& fallback_reason() const { return fallback_reason_; }
   const TrainStepStats& stats() const { return stats_; }
-  // The chains the last traced shape's capture runs as blocks (empty before any
-  // trace, and without trace_fusion).
+  // The chains the last traced shape's steps run as blocks (empty before any
+  // trace, off the GPU, and with trace_fusion = false).
   const fusion::TracedPlan& traced_plan() const { return traced_plan_; }
   // Reads the GPU's count back (a small copy that waits for the queued steps).
   NonFiniteSteps nonfinite_steps() const;

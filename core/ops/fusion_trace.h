@@ -8,9 +8,9 @@
 //   Tensor z = net_fused(x);   // conv2d -> batch_norm -> relu ... run as blocks
 //   std::cout << net_fused.plan().str();
 //
-// optim::TrainStep does this by itself with TrainStepOptions::trace_fusion
-// (off by default, see optim/train_step.h), and loom::FusionGuard(false)
-// turns it off.
+// optim::TrainStep does this by itself on the GPU (TrainStepOptions::trace_fusion,
+// on by default, see optim/train_step.h), and loom::FusionGuard(false) turns
+// it off.
 //
 // A chain starts at conv2d, linear or batch_norm and extends through the op
 // that takes its output, as long as that output feeds that op only, is not

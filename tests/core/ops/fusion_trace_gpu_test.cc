@@ -164,7 +164,7 @@ TEST_CASE("fusion by tracing in TrainStep: a custom basic block's captured steps
         [&](const Tensor& x, const Tensor& y) {
           return std::vector<Tensor>{cross_entropy(mean(block(x), {2, 3}), y)};
         },
-        sgd, {.trace_fusion = traced});  // off is the default
+        sgd, {.trace_fusion = traced});  // on is the default
     for (int i = 0; i < 6; ++i) {
       losses[traced].push_back(step(xs[i % 2], ys[i % 2])[0].item());
       // Traced: step 0 traces, step 1 runs the chains eagerly (building their plans), then captures.
