@@ -9,12 +9,12 @@
 namespace loom::bench {
 namespace {
 
-TEST_CASE("defaults: every model, batch 128 and 512, every precision, both modes") {
+TEST_CASE("defaults: the reference models, batch 128 and 512, every precision, three modes") {
   const BenchOptions o = parse_options({});
   CHECK(o.models == std::vector<std::string>{"lenet5", "mnist_net", "resnet9"});
   CHECK(o.batches == std::vector<int64_t>{128, 512});
   CHECK(o.precisions == std::vector<std::string>{"tf32", "strict", "bf16"});
-  CHECK(o.modes == std::vector<std::string>{"graph", "eager"});
+  CHECK(o.modes == std::vector<std::string>{"graph-traced", "graph", "eager"});
   CHECK(o.steps == 100);
   CHECK(o.repeats == 5);
   CHECK(o.warmup == 10);
