@@ -212,7 +212,7 @@ Tensor FusedResidual::forward(const Tensor& x) {
   for (size_t i = 0; i + 1 < children.size(); ++i) h = (*children[i].second)(h);  // a
   const NamedModules& layers = *tail->layers;
   for (size_t i = 0; i < tail->head; ++i) h = (*layers[i].second)(h);
-  Tensor y = tail->fused->forward_residual(h, x);
+  Tensor y = layers[tail->head].second->call(h, [&] { return tail->fused->forward_residual(h, x); });
   for (size_t i = tail->head + 1; i < layers.size(); ++i) y = (*layers[i].second)(y);
   return y;
 }

@@ -251,7 +251,7 @@ class RunningGuard {
 
 }  // namespace
 
-Tensor Module::tracked_call(const Tensor& x) {
+Tensor Module::tracked_call(const Tensor& x, const std::function<Tensor()>& run) {
   const std::string name = path_in_parent(running.module, this);
   RunningGuard guard(this, name.empty() ? running.path : join_name(running.path, name));
   std::optional<trace::ModuleScope> traced;
@@ -262,10 +262,10 @@ Tensor Module::tracked_call(const Tensor& x) {
                                          : running.path + " (" + type_name() + ")");
   }
   // Only leaves are timed: no double counting.
-  if (!Profiler::enabled() || !children_.empty()) return forward(x);
+  if (!Profiler::enabled() || !children_.empty()) return run();
   const std::string row = running.path.empty() ? type_name() : running.path + " " + type_name();
   ProfileScope scope(row, ProfilePhase::Forward, x.device());
-  return forward(x);
+  return run();
 }
 
 // --- mode and placement ---------------------------------------------------------------

@@ -42,11 +42,13 @@
 // cannot sit inside a Sequential (a Sequential passes one tensor from child to
 // child). In profile and anomaly mode its children are still named by their
 // full path ("up1.conv"), found from the nearest ancestor called through
-// operator().
+// operator(); `module->call(a, [&] { return module->forward(a, b); })` runs the
+// call as operator() would, so that a leaf gets a profile row of its own.
 #pragma once
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -83,7 +85,17 @@ class Module {
   // anomaly mode (core/anomaly.h) the ops it records are named by that path, and
   // so are the ops a trace records (core/trace.h, Op::module).
   Tensor operator()(const Tensor& x) {
-    return Profiler::enabled() || anomaly_mode_enabled() || trace::active() ? tracked_call(x) : forward(x);
+    return call(x, [&] { return forward(x); });
+  }
+  // operator() for a forward of this module that takes more than `x` (a fused
+  // head's forward_residual, say): runs `run`, which computes it, under the
+  // module's name, profile row, trace and anomaly scopes as operator() runs
+  // forward(x). Without it such a call has no row of its own: its forward goes
+  // untimed and its backward lands in "(other)".
+  template <class Run>
+  Tensor call(const Tensor& x, Run&& run) {
+    if (!Profiler::enabled() && !anomaly_mode_enabled() && !trace::active()) return run();
+    return tracked_call(x, std::function<Tensor()>(std::forward<Run>(run)));
   }
 
   // --- what the module holds, recursively, in registration order ---------------
@@ -168,7 +180,7 @@ class Module {
 
   void check_new_name(const std::string& name) const;
   void add_child(std::string name, std::shared_ptr<Module> module);
-  Tensor tracked_call(const Tensor& x);
+  Tensor tracked_call(const Tensor& x, const std::function<Tensor()>& run);
   // Every (prefixed name, tensor) of this module's tree of the kind asked for.
   void collect(const std::string& prefix, Held held, NamedTensors& out) const;
   void collect_modules(const std::string& prefix, NamedModules& out) const;

@@ -135,6 +135,29 @@ TEST_CASE("layers inside a module whose forward takes two tensors keep their nam
   CHECK(find_row(rows, "0 Conv2d") == nullptr);
 }
 
+TEST_CASE("after nn::fuse, a residual's fused head keeps its row, forward and backward") {
+  // The residual's add joins its last branch's fused run (nn::FusedResidual),
+  // whose head is called with two tensors; its time is the head's row's, not "(other)"'s.
+  manual_seed(0);
+  nn::Sequential net(nn::Conv2d(1, 4, 3, {.padding = 1}), nn::BatchNorm2d(4), nn::ReLU(),
+                     nn::Residual(nn::Sequential(nn::Conv2d(4, 4, 3, {.padding = 1}), nn::BatchNorm2d(4), nn::ReLU()),
+                                  nn::Sequential(nn::Conv2d(4, 4, 3, {.padding = 1}), nn::BatchNorm2d(4))),
+                     nn::Flatten(), nn::Linear(4 * 8 * 8, 10));
+  nn::fuse(net);
+  REQUIRE(net.named_children()[3].second->type_name() == "FusedResidual");
+  const Batch b = batch(0);
+  Profiler::start();
+  cross_entropy(net(b.x), b.y).backward();
+  Profiler::stop();
+  const std::vector<ProfileEntry> rows = Profiler::entries();
+  for (const char* name : {"0 FusedConv2d", "3.a.0 FusedConv2d", "3.b.0 FusedConv2d", "5 Linear"}) {
+    const ProfileEntry* row = find_row(rows, name);
+    REQUIRE_MESSAGE(row != nullptr, "no row ", name, " in\n", Profiler::report(1));
+    CHECK(row->forward_calls == 1);
+    CHECK_MESSAGE(row->backward_calls > 0, name);
+  }
+}
+
 TEST_CASE("profiling does not change what the model computes") {
   manual_seed(0);
   nn::Sequential net = tiny_model();
