@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -125,6 +126,21 @@ bool allowed(const Candidate& c, ConvDirection direction, DType dtype, const Num
   return policy.precision != Precision::StrictFp32 || !is_winograd(direction, c.algo);
 }
 
+// Which algorithms a call may take: the policy's (conv2d_legacy) or the
+// non-fused Winograd one alone (conv2d_winograd, which its caller admitted).
+enum class Pick { Policy, Winograd };
+
+bool is_winograd_nonfused(ConvDirection direction, int algo) {
+  return (direction == ConvDirection::BackwardData && algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED) ||
+         (direction == ConvDirection::BackwardFilter && algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED);
+}
+
+bool picked(Pick pick, const Candidate& c, ConvDirection direction, DType dtype, const NumericsPolicy& policy) {
+  if (pick == Pick::Policy) return allowed(c, direction, dtype, policy);
+  return c.status == CUDNN_STATUS_SUCCESS && is_winograd_nonfused(direction, c.algo) &&
+         (!policy.deterministic || c.determinism == CUDNN_DETERMINISTIC);
+}
+
 template <class Perf>
 std::vector<Candidate> candidates_of(const std::vector<Perf>& perfs, int count) {
   std::vector<Candidate> out;
@@ -198,14 +214,14 @@ cudnnStatus_t execute(ConvDirection direction, const Descriptors& d, const Candi
   return CUDNN_STATUS_BAD_PARAM;
 }
 
-// The chosen algorithm per configuration: device, direction, policy, dtype, the three
+// The chosen algorithm per configuration: pick, device, direction, policy, dtype, the three
 // tensors' dims and strides and the conv parameters.
 using ChoiceKey = std::vector<int64_t>;
 
-ChoiceKey choice_key(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+ChoiceKey choice_key(Pick pick, ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
                      const kernel::ConvParams& p) {
   const NumericsPolicy& policy = numerics_policy();
-  ChoiceKey key{cuda::current_device(), static_cast<int64_t>(direction),
+  ChoiceKey key{static_cast<int64_t>(pick), cuda::current_device(), static_cast<int64_t>(direction),
                 static_cast<int64_t>(policy.precision), policy.deterministic,
                 static_cast<int64_t>(x.dtype)};
   for (const Strided* t : {&x, &w, &y}) {
@@ -249,14 +265,52 @@ class NchwCopy {
 bool is_nchw(const Strided& t) { return t.strides == contiguous_strides(t.sizes); }
 
 // Chooses (once per key) and runs a legacy algorithm for tensors as they are.
-std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
+std::string run_as_is(Pick pick, ConvDirection direction, const Strided& x, const Strided& w, const Strided& y,
                       const kernel::ConvParams& p);
+
+// run_as_is, else on NCHW copies.
+std::string run_legacy(Pick pick, ConvDirection direction, const Strided& x, const Strided& w,
+                       const Strided& y, const kernel::ConvParams& p);
+
+int64_t product(const Shape& sizes, std::initializer_list<int> dims) {
+  int64_t n = 1;
+  for (int d : dims) n *= sizes[d];
+  return n;
+}
 
 }  // namespace
 
 std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strided& w,
                           const Strided& y, const kernel::ConvParams& p) {
-  const std::string as_is = run_as_is(direction, x, w, y, p);
+  return run_legacy(Pick::Policy, direction, x, w, y, p);
+}
+
+bool winograd_admitted(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y) {
+  if (numerics_policy().precision != Precision::StrictFp32 || x.dtype != DType::Float32 ||
+      x.sizes[1] != w.sizes[1]) {
+    return false;
+  }
+  switch (direction) {
+    case ConvDirection::BackwardData: return product(w.sizes, {0, 2, 3}) <= kWinogradMaxDgradSum;
+    case ConvDirection::BackwardFilter: return product(y.sizes, {0, 2, 3}) <= kWinogradMaxWgradSum;
+    case ConvDirection::Forward: return false;
+  }
+  return false;
+}
+
+std::string conv2d_winograd(ConvDirection direction, const Strided& x, const Strided& w,
+                            const Strided& y, const kernel::ConvParams& p) {
+  if (!winograd_admitted(direction, x, w, y)) {
+    return "the non-fused Winograd algorithm is not admitted here (winograd_admitted, conv_legacy.h)";
+  }
+  return run_legacy(Pick::Winograd, direction, x, w, y, p);
+}
+
+namespace {
+
+std::string run_legacy(Pick pick, ConvDirection direction, const Strided& x, const Strided& w,
+                       const Strided& y, const kernel::ConvParams& p) {
+  const std::string as_is = run_as_is(pick, direction, x, w, y, p);
   if (as_is.empty() || (is_nchw(x) && is_nchw(w) && is_nchw(y))) return as_is;
   // The inputs are copied in; the output is written into its copy and copied back.
   const Strided* out = direction == ConvDirection::Forward        ? &y
@@ -266,19 +320,17 @@ std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strid
   for (const auto& [copy, original] : {std::pair{&xc, &x}, {&wc, &w}, {&yc, &y}}) {
     if (original != out) cuda::copy(copy->view(), *original);
   }
-  const std::string nchw = run_as_is(direction, xc.view(), wc.view(), yc.view(), p);
+  const std::string nchw = run_as_is(pick, direction, xc.view(), wc.view(), yc.view(), p);
   if (!nchw.empty()) return fmt::format("{} as laid out; {} in NCHW copies", as_is, nchw);
   cuda::copy(*out, out == &y ? yc.view() : out == &x ? xc.view() : wc.view());
   return "";
 }
 
-namespace {
-
-std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& w,
-                          const Strided& y, const kernel::ConvParams& p) {
+std::string run_as_is(Pick pick, ConvDirection direction, const Strided& x, const Strided& w,
+                      const Strided& y, const kernel::ConvParams& p) {
   const int64_t groups = x.sizes[1] / w.sizes[1];
   Descriptors d{tensor_desc(x), tensor_desc(y), filter_desc(w, x, y), conv_desc(p, x.dtype, groups)};
-  const ChoiceKey key = choice_key(direction, x, w, y, p);
+  const ChoiceKey key = choice_key(pick, direction, x, w, y, p);
   ChoiceCache& cache = choice_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -294,7 +346,7 @@ std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& 
   std::optional<Candidate> chosen;
   for (Candidate c : candidates) {
     offered += c.status == CUDNN_STATUS_SUCCESS;
-    if (!allowed(c, direction, x.dtype, numerics_policy())) continue;
+    if (!picked(pick, c, direction, x.dtype, numerics_policy())) continue;
     ++allowed_count;
     c.math = policy_math(x.dtype, numerics_policy());
     if (execute(direction, d, c, x, w, y) == CUDNN_STATUS_SUCCESS) {
@@ -305,6 +357,10 @@ std::string run_as_is(ConvDirection direction, const Strided& x, const Strided& 
   std::lock_guard<std::mutex> lock(cache.mutex);
   cache.choices[key] = chosen;
   if (chosen) return "";
+  if (pick == Pick::Winograd) {
+    return allowed_count == 0 ? "legacy API: the non-fused Winograd algorithm was not offered"
+                              : "legacy API: the non-fused Winograd algorithm did not run";
+  }
   return fmt::format("legacy API: {} algorithms offered, {} allowed by the numerics policy ({}{}), "
                      "none ran",
                      offered, allowed_count, precision_name(numerics_policy().precision),
