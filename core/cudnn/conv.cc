@@ -102,8 +102,7 @@ cuda::KernelChoice& winograd_choice() {
 bool winograd_chosen(const Graph& graph, ConvDirection direction, const Strided& x, const Strided& w,
                      const Strided& y, const kernel::ConvParams& p) {
   if (!winograd_admitted(direction, x, w, y)) return false;
-  const std::string key = fmt::format("conv winograd {} deterministic {}",
-                                      fmt::join(plan_key(graph).values(), " "), numerics_policy().deterministic);
+  const std::string key = fmt::format("conv winograd {}", fmt::join(plan_key(graph).values(), " "));
   // Both candidates write the output, which the pick then overwrites.
   const std::string pick = winograd_choice().choose(key, {"graph", "winograd"}, [&] {
     return cuda::CandidateRuns{

@@ -137,8 +137,7 @@ bool is_winograd_nonfused(ConvDirection direction, int algo) {
 
 bool picked(Pick pick, const Candidate& c, ConvDirection direction, DType dtype, const NumericsPolicy& policy) {
   if (pick == Pick::Policy) return allowed(c, direction, dtype, policy);
-  return c.status == CUDNN_STATUS_SUCCESS && is_winograd_nonfused(direction, c.algo) &&
-         (!policy.deterministic || c.determinism == CUDNN_DETERMINISTIC);
+  return c.status == CUDNN_STATUS_SUCCESS && is_winograd_nonfused(direction, c.algo);
 }
 
 template <class Perf>
@@ -286,7 +285,8 @@ std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strid
 }
 
 bool winograd_admitted(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y) {
-  if (numerics_policy().precision != Precision::StrictFp32 || x.dtype != DType::Float32 ||
+  const NumericsPolicy& policy = numerics_policy();
+  if (policy.precision != Precision::StrictFp32 || policy.deterministic || x.dtype != DType::Float32 ||
       x.sizes[1] != w.sizes[1]) {
     return false;
   }

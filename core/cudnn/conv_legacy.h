@@ -38,8 +38,10 @@ std::string conv2d_winograd(ConvDirection direction, const Strided& x, const Str
                             const Strided& y, const kernel::ConvParams& p);
 
 // Whether conv2d_winograd may run this convolution under the current policy:
-// strict fp32, fp32 data, a backward direction, groups 1, and a sum no longer
-// than the direction's bound. wgrad's error grew about as the square root of
+// strict fp32 and not deterministic (a deterministic policy keeps the
+// heuristics' choice, so that two runs pick the same kernels; a race's winner
+// may differ from run to run), fp32 data, a backward direction, groups 1, and
+// a sum no longer than the direction's bound. wgrad's error grew about as the square root of
 // N P Q (1e-5 at 2,048, 6e-5 at 131,072, 7.2e-5 at 262,144); dgrad's stayed at
 // 1e-5 to 3e-5 up to K R S = 16,380 (H200, cuDNN 9.19). The bounds are where
 // tests/core/cudnn/conv_legacy_gpu_test.cc checks that it stays within 1e-4.

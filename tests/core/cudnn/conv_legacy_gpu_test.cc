@@ -164,7 +164,7 @@ LOOM_GPU_TEST_CASE("non-fused Winograd dgrad and wgrad stay within strict fp32's
   }
 }
 
-LOOM_GPU_TEST_CASE("Winograd is admitted only under strict fp32, for fp32 backward 3x3 sums within its bounds") {
+LOOM_GPU_TEST_CASE("Winograd is admitted only under strict, non-deterministic fp32, for backward sums within its bounds") {
   const Device gpu = testing::test_gpu();
   auto t = [&](Shape sizes, DType dtype = DType::Float32) { return empty(sizes, {.dtype = dtype, .device = gpu}); };
   const Tensor x = t({4, 16, 8, 8}), w = t({32, 16, 3, 3}), y = t({4, 32, 8, 8});
@@ -172,6 +172,10 @@ LOOM_GPU_TEST_CASE("Winograd is admitted only under strict fp32, for fp32 backwa
   using cudnn::winograd_admitted;
   {
     NumericsGuard tf32({.precision = Precision::Tf32});
+    CHECK_FALSE(winograd_admitted(ConvDirection::BackwardData, x.strided(), w.strided(), y.strided()));
+  }
+  {
+    NumericsGuard deterministic({.precision = Precision::StrictFp32, .deterministic = true});
     CHECK_FALSE(winograd_admitted(ConvDirection::BackwardData, x.strided(), w.strided(), y.strided()));
   }
   NumericsGuard strict({.precision = Precision::StrictFp32});
