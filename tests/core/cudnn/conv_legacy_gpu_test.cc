@@ -14,7 +14,6 @@
 #ifdef LOOM_WITH_CUDA
 #include <algorithm>
 #include <cmath>
-
 #include <cstdlib>
 #include <string>
 
