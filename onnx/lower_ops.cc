@@ -13,6 +13,7 @@
 #include <map>
 #include <numbers>
 #include <numeric>
+#include <string_view>
 
 #include "onnx/lowering.h"
 
@@ -176,9 +177,9 @@ std::string softplus(Lowering& L, const std::string& x, DType t, double beta) {
   return L.emit("Where", {linear_part, x, soft});
 }
 
-std::string activation(Lowering& L, const trace::Op& op, const std::string& x) {
+// The row `n` (an activation op's name, or batch_norm_activation's "activation") of x.
+std::string activation(Lowering& L, const trace::Op& op, const std::string& x, std::string_view n) {
   const DType t = op.inputs[0].dtype();
-  const std::string& n = op.name;
   if (n == "relu") return L.emit("Relu", {x});
   if (n == "sigmoid") return L.emit("Sigmoid", {x});
   if (n == "tanh") return L.emit("Tanh", {x});
@@ -385,7 +386,7 @@ Row refuse(std::string why) {
 void add_activation_rows(std::map<std::string, Row, std::less<>>& rows) {
   for (const char* name : {"relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu", "elu", "leaky_relu", "softplus",
                            "mish", "hardswish", "hardtanh", "relu6"}) {
-    rows[name] = [](Lowering& L, const trace::Op& op) { out(L, op, activation(L, op, in(L, op, 0))); };
+    rows[name] = [](Lowering& L, const trace::Op& op) { out(L, op, activation(L, op, in(L, op, 0), op.name)); };
   }
 }
 
@@ -411,10 +412,10 @@ void add_layer_rows(std::map<std::string, Row, std::less<>>& r) {
     out(L, op, L.emit("MatMul", {L.emit("Softmax", {scaled}, {{"axis", int64_t{-1}}}), in(L, op, 2)}));
   };
   r["batch_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, batch_norm(L, op)); };
-  r["batch_norm_relu"] = [](Lowering& L, const trace::Op& op) {
+  r["batch_norm_activation"] = [](Lowering& L, const trace::Op& op) {
     std::string y = batch_norm(L, op);
     if (const std::string residual = optional_in(L, op, 5); !residual.empty()) y = L.emit("Add", {y, residual});
-    out(L, op, L.emit("Relu", {y}));
+    out(L, op, activation(L, op, y, op.get_string("activation")));
   };
   r["layer_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, layer_norm(L, op)); };
   r["group_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, group_norm(L, op)); };

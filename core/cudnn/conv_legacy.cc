@@ -328,17 +328,21 @@ std::string run_legacy(Pick pick, ConvDirection direction, const Strided& x, con
 
 std::string run_as_is(Pick pick, ConvDirection direction, const Strided& x, const Strided& w,
                       const Strided& y, const kernel::ConvParams& p) {
-  const int64_t groups = x.sizes[1] / w.sizes[1];
-  Descriptors d{tensor_desc(x), tensor_desc(y), filter_desc(w, x, y), conv_desc(p, x.dtype, groups)};
+  // The key needs no descriptors: a cached "none ran" (a channels-last tensor's
+  // as-is try, before its NCHW copies) returns without creating any.
   const ChoiceKey key = choice_key(pick, direction, x, w, y, p);
   ChoiceCache& cache = choice_cache();
+  std::optional<std::optional<Candidate>> cached;
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
-    if (auto it = cache.choices.find(key); it != cache.choices.end()) {
-      if (!it->second) return "no legacy algorithm ran (cached)";
-      LOOM_CUDNN_CHECK(execute(direction, d, *it->second, x, w, y));
-      return "";
-    }
+    if (auto it = cache.choices.find(key); it != cache.choices.end()) cached = it->second;
+  }
+  if (cached && !*cached) return "no legacy algorithm ran (cached)";
+  const int64_t groups = x.sizes[1] / w.sizes[1];
+  Descriptors d{tensor_desc(x), tensor_desc(y), filter_desc(w, x, y), conv_desc(p, x.dtype, groups)};
+  if (cached) {
+    LOOM_CUDNN_CHECK(execute(direction, d, **cached, x, w, y));
+    return "";
   }
   LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), policy_math(x.dtype, numerics_policy())));
   const std::vector<Candidate> candidates = heuristics(direction, d);

@@ -29,7 +29,7 @@ namespace loom::cudnn {
 namespace {
 
 struct RunCounters {
-  std::atomic<int64_t> conv_bias_relu{0}, bn_relu_forward{0}, bn_relu_backward{0}, dgrad_relu{0},
+  std::atomic<int64_t> conv_bias_relu{0}, bn_activation_forward{0}, bn_activation_backward{0}, dgrad_relu{0},
       matmul_bias_relu{0}, epilogue{0}, epilogue_backward{0}, epilogue_grads{0},
       epilogue_grads_skipped{0};
 };
@@ -111,18 +111,18 @@ bool conv2d_bias_relu_forward(const Strided& y, const Strided& x, const Strided&
   return run(g, pointers, counters().conv_bias_relu);
 }
 
-// ---- batch norm + (residual) + ReLU, forward and backward ------------------------------
+// ---- batch norm + (residual) + activation, forward and backward -------------------------
 
 namespace {
 
 enum BnUid : int64_t {
   kBnX = 1, kBnY, kBnZ, kScale, kBias, kEpsilon, kMomentum, kInMean, kInVar, kMean, kInvVar,
-  kOutMean, kOutVar, kBnOut, kPreRelu, kBnDy, kBnDx, kDScale, kDBias, kDPre,
+  kOutMean, kOutVar, kBnOut, kPreAct, kBnDy, kBnDx, kDScale, kDBias, kDPre,
   kCentered, kNormalized, kScaled,
 };
 
 // An intermediate of `like`'s own dtype: cuDNN's norm fusions keep the dReLU
-// output in the I/O dtype (cudnn-frontend's batch-norm samples do).
+// (dAct) output in the I/O dtype (cudnn-frontend's batch-norm samples do).
 TensorSpec virtual_as(const TensorSpec& like, int64_t uid) {
   TensorSpec v = like;
   v.uid = uid;
@@ -142,18 +142,19 @@ VariantPointers forward_channels(const BatchNormTrainingArgs& a) {
           {kMean, a.save_mean.data},       {kInvVar, a.save_invstd.data}};
 }
 
-// pre (virtual) + z -> kPreRelu when there is a residual; the ReLU's input uid.
+// pre (virtual) + z -> kPreAct when there is a residual; the activation's input uid.
 int64_t add_residual(Graph& g, const TensorSpec& like, int64_t pre,
                      const std::optional<Strided>& residual) {
   if (!residual) return pre;
   g.add_tensor(spec_of(*residual, kBnZ));
-  g.add_tensor(virtual_like(like, kPreRelu));
-  g.pointwise(CUDNN_POINTWISE_ADD, pre, kBnZ, kPreRelu);
-  return kPreRelu;
+  g.add_tensor(virtual_like(like, kPreAct));
+  g.pointwise(CUDNN_POINTWISE_ADD, pre, kBnZ, kPreAct);
+  return kPreAct;
 }
 
-// x -> NORM_FORWARD (training) -> bn (virtual) -> (+ z) -> relu -> y
-Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual) {
+// x -> NORM_FORWARD (training) -> bn (virtual) -> (+ z) -> act -> y
+Graph bn_activation_forward_graph(const BatchNormTrainingArgs& a, const PointwiseMode& mode,
+                                  const std::optional<Strided>& residual) {
   TensorSpec ys = spec_of(a.y, kBnY);
   Graph g;
   g.add_tensor(spec_of(a.x, kBnX));
@@ -166,38 +167,48 @@ Graph bn_relu_forward_graph(const BatchNormTrainingArgs& a, const std::optional<
       .x = kBnX, .scale = kScale, .bias = kBias, .epsilon = kEpsilon, .momentum = kMomentum,
       .in_running_mean = kInMean, .in_running_var = kInVar, .y = kBnOut, .mean = kMean,
       .inv_variance = kInvVar, .out_running_mean = kOutMean, .out_running_var = kOutVar});
-  const int64_t pre_relu = add_residual(g, ys, kBnOut, residual);
-  g.pointwise(CUDNN_POINTWISE_RELU_FWD, pre_relu, std::nullopt, kBnY);
+  const int64_t pre_act = add_residual(g, ys, kBnOut, residual);
+  g.pointwise(mode.mode, pre_act, std::nullopt, kBnY, mode.scalars);
   return g;
 }
 
 }  // namespace
 
-bool batch_norm_relu_forward_training(const BatchNormTrainingArgs& a, const std::optional<Strided>& residual) {
+bool batch_norm_activation_forward_training(const BatchNormTrainingArgs& a, const NormActivation& activation,
+                                            const std::optional<Strided>& residual) {
   if (!fusable(a.x) || a.x.sizes.size() != 4) return false;
+  const std::optional<PointwiseMode> mode = activation_mode(activation.kind, /*backward=*/false,
+                                                            activation.parameters);
+  if (!mode) return false;
   VariantWalk walk;
   BatchNormScalars scalars(a);
   VariantPointers pointers = forward_channels(a);
   pointers.insert(pointers.end(), {{kBnX, a.x.data}, {kBnY, a.y.data},
                                    {kEpsilon, &scalars.eps}, {kMomentum, &scalars.momentum}});
   if (residual) pointers.push_back({kBnZ, residual->data});
-  return run(bn_relu_forward_graph(a, residual), pointers, counters().bn_relu_forward);
+  return run(bn_activation_forward_graph(a, *mode, residual), pointers, counters().bn_activation_forward);
 }
 
 namespace {
 
-// Where the backward's dReLU reads the sign of the pre-ReLU value, in the order tried.
-enum class ReluSource {
+// Where the backward's dAct reads the pre-activation value (or, for ReLU, its sign), in the order tried.
+enum class ActSource {
   NormInference,       // NORM_FORWARD inference recomputes bn(x) (+ z) into a virtual tensor
   PointwiseRecompute,  // the same recompute written as SUB, MUL, MUL, ADD
-  SavedOutput,         // the forward's output y, a non-virtual input
+  SavedOutput,         // the forward's output y, a non-virtual input (rows that save their output)
 };
 
-bool recomputes(ReluSource s) {
-  return s == ReluSource::NormInference || s == ReluSource::PointwiseRecompute;
+bool recomputes(ActSource s) { return s == ActSource::NormInference || s == ActSource::PointwiseRecompute; }
+
+// cuDNN's *_BWD modes read the saved tensor as X (core/kernel/activation.h):
+// the recomputed pre-activation serves a row that saves its input, and ReLU
+// (its output has the input's sign); the saved y serves a row that saves its output.
+bool source_serves(ActSource s, kernel::ActivationKind kind) {
+  const bool saves_output = kernel::activation_info(kind).saved == kernel::Saved::Output;
+  return recomputes(s) ? !saves_output || kind == kernel::ActivationKind::Relu : saves_output;
 }
 
-VariantPointers backward_channels(const BatchNormReluBackwardArgs& a, ReluSource source) {
+VariantPointers backward_channels(const BatchNormActivationBackwardArgs& a, ActSource source) {
   VariantPointers channels = {{kScale, a.weight.data},      {kMean, a.save_mean.data},
                               {kInvVar, a.save_invstd.data}, {kDScale, a.dweight.data},
                               {kDBias, a.dbias.data}};
@@ -205,11 +216,11 @@ VariantPointers backward_channels(const BatchNormReluBackwardArgs& a, ReluSource
   return channels;
 }
 
-// bn(x) (+ z) into fp32 virtual tensors; returns the pre-ReLU uid.
-int64_t recompute_pre_relu(Graph& g, const TensorSpec& like, ReluSource source,
-                           const std::optional<Strided>& residual) {
+// bn(x) (+ z) into fp32 virtual tensors; returns the pre-activation uid.
+int64_t recompute_pre_activation(Graph& g, const TensorSpec& like, ActSource source,
+                                 const std::optional<Strided>& residual) {
   g.add_tensor(virtual_like(like, kBnOut));
-  if (source == ReluSource::NormInference) {
+  if (source == ActSource::NormInference) {
     g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Eval, {.x = kBnX, .scale = kScale, .bias = kBias,
                                                       .y = kBnOut, .mean = kMean, .inv_variance = kInvVar});
   } else {
@@ -222,10 +233,11 @@ int64_t recompute_pre_relu(Graph& g, const TensorSpec& like, ReluSource source,
   return add_residual(g, like, kBnOut, residual);
 }
 
-// dReLU (RELU_BWD with dy and the pre-ReLU value or y) -> dpre
+// dAct (the row's *_BWD mode with dy and the pre-activation value or y) -> dpre
 // (virtual in x's dtype, or the output dz when there is a residual) ->
 // NORM_BACKWARD -> dx, dscale, dbias
-Graph bn_relu_backward_graph(const BatchNormReluBackwardArgs& a, ReluSource source) {
+Graph bn_activation_backward_graph(const BatchNormActivationBackwardArgs& a, const PointwiseMode& mode,
+                                   ActSource source) {
   TensorSpec xs = spec_of(a.x, kBnX);
   Graph g;
   g.add_tensor(xs);
@@ -233,36 +245,43 @@ Graph bn_relu_backward_graph(const BatchNormReluBackwardArgs& a, ReluSource sour
   g.add_tensor(spec_of(a.dx, kBnDx));
   add_channels(g, a.x.sizes[1], backward_channels(a, source));
   g.add_tensor(a.dresidual ? spec_of(*a.dresidual, kDPre) : virtual_as(xs, kDPre));
-  int64_t pre_relu = kBnY;
+  int64_t saved = kBnY;
   if (recomputes(source)) {
-    pre_relu = recompute_pre_relu(g, xs, source, a.residual);
+    saved = recompute_pre_activation(g, xs, source, a.residual);
   } else {
     g.add_tensor(spec_of(a.y, kBnY));
   }
-  g.pointwise_backward(CUDNN_POINTWISE_RELU_BWD, kBnDy, pre_relu, kDPre);
+  g.pointwise_backward(mode.mode, kBnDy, saved, kDPre, mode.scalars);
   g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Backward, {.x = kBnX, .scale = kScale, .mean = kMean,
       .inv_variance = kInvVar, .dy = kDPre, .dx = kBnDx, .dscale = kDScale, .dbias = kDBias});
   return g;
 }
 
-VariantPointers backward_pointers(const BatchNormReluBackwardArgs& a, ReluSource source) {
+VariantPointers backward_pointers(const BatchNormActivationBackwardArgs& a, ActSource source) {
   VariantPointers pointers = backward_channels(a, source);
   pointers.insert(pointers.end(), {{kBnX, a.x.data}, {kBnDy, a.dy.data}, {kBnDx, a.dx.data}});
   if (recomputes(source) && a.residual) pointers.push_back({kBnZ, a.residual->data});
-  if (source == ReluSource::SavedOutput) pointers.push_back({kBnY, a.y.data});
+  if (source == ActSource::SavedOutput) pointers.push_back({kBnY, a.y.data});
   if (a.dresidual) pointers.push_back({kDPre, a.dresidual->data});
   return pointers;
 }
 
 }  // namespace
 
-bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& a) {
+bool batch_norm_activation_backward(const BatchNormActivationBackwardArgs& a) {
   if (!fusable(a.x) || a.x.sizes.size() != 4) return false;
+  const NormActivation& act = a.activation;
+  const std::optional<PointwiseMode> mode = activation_mode(act.kind, /*backward=*/true, act.parameters);
+  if (!mode) return false;
+  std::vector<ActSource> sources;
+  for (ActSource s : {ActSource::NormInference, ActSource::PointwiseRecompute, ActSource::SavedOutput}) {
+    if (source_serves(s, act.kind)) sources.push_back(s);
+  }
   VariantWalk walk;
-  for (ReluSource source : {ReluSource::NormInference, ReluSource::PointwiseRecompute, ReluSource::SavedOutput}) {
-    const std::string_view tier = source == ReluSource::SavedOutput ? kUnfused : "";
-    if (run(bn_relu_backward_graph(a, source), backward_pointers(a, source),
-            counters().bn_relu_backward, tier)) {
+  for (ActSource source : sources) {
+    const std::string_view tier = source == sources.back() ? kUnfused : "";
+    if (run(bn_activation_backward_graph(a, *mode, source), backward_pointers(a, source),
+            counters().bn_activation_backward, tier)) {
       return true;
     }
   }
@@ -865,8 +884,8 @@ EpilogueRun linear_epilogue_grads(const std::optional<Strided>& dx, const std::o
 
 FusedRuns fused_runs() {
   RunCounters& c = counters();
-  return {.conv_bias_relu = c.conv_bias_relu, .bn_relu_forward = c.bn_relu_forward,
-          .bn_relu_backward = c.bn_relu_backward, .dgrad_relu = c.dgrad_relu,
+  return {.conv_bias_relu = c.conv_bias_relu, .bn_activation_forward = c.bn_activation_forward,
+          .bn_activation_backward = c.bn_activation_backward, .dgrad_relu = c.dgrad_relu,
           .matmul_bias_relu = c.matmul_bias_relu, .epilogue = c.epilogue,
           .epilogue_backward = c.epilogue_backward, .epilogue_grads = c.epilogue_grads,
           .epilogue_grads_skipped = c.epilogue_grads_skipped};

@@ -5,8 +5,8 @@
 // PlanCache::why_unsupported), and the op then runs the unfused kernels.
 //
 //   conv_bias_relu_fprop  y = relu(conv(x, w) + b)                    any layout
-//   bn_relu_fwd_train     y = relu(bn(x) + z), batch + running stats  NHWC preferred
-//   bn_drelu_bwd          dReLU then NORM_BACKWARD (dx, dscale, dbias, dz)
+//   bn_act_fwd_train      y = act(bn(x) + z), batch + running stats   NHWC preferred
+//   bn_dact_bwd           dAct then NORM_BACKWARD (dx, dscale, dbias, dz)
 //   conv_dgrad_drelu      dx = dgrad(dy, w) * (r > 0)                 NHWC
 //   matmul_bias_relu      y = relu(x . w^T + b)                       TF32 / bf16 only
 //   *_epilogue_forward    y = steps(conv(x, w) or x . w^T), optionally also z = conv(x, w):
@@ -32,25 +32,36 @@
 
 namespace loom::cudnn {
 
-// Training batch norm, then + residual (N, C, H, W) when given, then ReLU: args.y
-// gets relu(bn(x) + residual); mean, inv_variance and the running statistics as
-// batch_norm_forward_training writes them. x, y, residual share one layout and
-// dtype (float32, or bfloat16 / float16 with float32 per-channel tensors).
-// False where no engine runs it.
-bool batch_norm_relu_forward_training(const BatchNormTrainingArgs& args, const std::optional<Strided>& residual);
+// An activation row (core/kernel/activation.h) with its scalars, as the fused
+// batch-norm graphs apply it.
+struct NormActivation {
+  kernel::ActivationKind kind = kernel::ActivationKind::Relu;
+  kernel::ActivationParameters parameters = kernel::act::Relu::info.default_parameters;
+};
+
+// Training batch norm, then + residual (N, C, H, W) when given, then the
+// activation: args.y gets act(bn(x) + residual); mean, inv_variance and the
+// running statistics as batch_norm_forward_training writes them. x, y,
+// residual share one layout and dtype (float32, or bfloat16 / float16 with
+// float32 per-channel tensors). False where the row has no cuDNN forward mode
+// or no engine runs the graph.
+bool batch_norm_activation_forward_training(const BatchNormTrainingArgs& args, const NormActivation& activation,
+                                            const std::optional<Strided>& residual);
 
 // The backward of the call above, from its saved tensors.
-struct BatchNormReluBackwardArgs {
+struct BatchNormActivationBackwardArgs {
   Strided dx, dweight, dbias;        // outputs: dx (N, C, H, W), dweight, dbias (C)
   std::optional<Strided> dresidual;  // output, given exactly when there is a residual
-  Strided dy, x, y;                  // y: the forward's output, relu(bn(x) + z)
+  Strided dy, x, y;                  // y: the forward's output, act(bn(x) + z)
   Strided weight, bias, save_mean, save_invstd;
   std::optional<Strided> residual;
+  NormActivation activation;
 };
-// Tries, in order: the pre-ReLU value recomputed by a NORM_FORWARD inference op into a virtual
-// tensor (cuDNN's "BN inference -> dReLU -> dBN"); the same recomputed by
-// pointwise ops; dReLU from the saved y.
-bool batch_norm_relu_backward(const BatchNormReluBackwardArgs& args);
+// Tries, in order: the pre-activation value recomputed by a NORM_FORWARD inference op into a
+// virtual tensor (cuDNN's "BN inference -> dReLU -> dBN"); the same recomputed by pointwise
+// ops; for a row whose derivative reads its output (ReLU), the derivative from the saved y.
+// False where the row has no cuDNN backward mode or no engine runs any of them.
+bool batch_norm_activation_backward(const BatchNormActivationBackwardArgs& args);
 
 // dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w) where r > 0, else 0. r is the
 // ReLU's input or output (same sign), laid out as dx.
@@ -150,8 +161,8 @@ EpilogueRun linear_epilogue_grads(const std::optional<Strided>& dx, const std::o
 // can tell the fused path from the fallback.
 struct FusedRuns {
   int64_t conv_bias_relu = 0;
-  int64_t bn_relu_forward = 0;
-  int64_t bn_relu_backward = 0;
+  int64_t bn_activation_forward = 0;
+  int64_t bn_activation_backward = 0;
   int64_t dgrad_relu = 0;
   int64_t matmul_bias_relu = 0;
   int64_t epilogue = 0;  // a user block's head (conv2d_epilogue_forward, linear_epilogue_forward)

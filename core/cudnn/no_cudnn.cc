@@ -61,10 +61,13 @@ bool pool2d_backward(const Strided&, const Strided&, const PoolBackwardInputs&, 
   no_cudnn("pool2d_backward");
 }
 
-bool batch_norm_relu_forward_training(const BatchNormTrainingArgs&, const std::optional<Strided>&) {
-  no_cudnn("batch_norm_relu_forward_training");
+bool batch_norm_activation_forward_training(const BatchNormTrainingArgs&, const NormActivation&,
+                                            const std::optional<Strided>&) {
+  no_cudnn("batch_norm_activation_forward_training");
 }
-bool batch_norm_relu_backward(const BatchNormReluBackwardArgs&) { no_cudnn("batch_norm_relu_backward"); }
+bool batch_norm_activation_backward(const BatchNormActivationBackwardArgs&) {
+  no_cudnn("batch_norm_activation_backward");
+}
 bool conv2d_dgrad_relu(const Strided&, const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cudnn("conv2d_dgrad_relu");
 }

@@ -11,8 +11,10 @@
 
 #include <atomic>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -26,6 +28,7 @@
 #include "core/error.h"
 #include "core/onednn/norm.h"
 #include "core/ops/activation.h"
+#include "core/ops/activation_internal.h"
 #include "core/ops/conv_internal.h"
 #include "core/ops/conv_small_internal.h"
 #include "core/ops/dispatch.h"
@@ -238,30 +241,31 @@ Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   return y;
 }
 
-// ---- batch norm + residual + ReLU ------------------------------------------------------
+// ---- batch norm + residual + activation ------------------------------------------------
 
 namespace {
 
-constexpr std::string_view kBnOp = "batch_norm_relu";
-
+using cudnn::NormActivation;
 using norm_detail::channel_options;
 
-void check_bn_relu_args(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                        const Tensor& weight, const Tensor& bias, const BatchNormOptions& options,
-                        const Tensor& residual) {
-  norm_detail::check_channel_norm_args(kBnOp, x, running_mean, running_var, weight, bias,
-                                       options.training);
+constexpr std::string_view kBnOp = "batch_norm_activation";
+
+bool is_relu(const NormActivation& act) { return act.kind == ActivationKind::Relu; }
+
+void check_bn_act_args(std::string_view who, const Tensor& x, const Tensor& running_mean,
+                       const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                       const BatchNormOptions& options, const Tensor& residual) {
+  norm_detail::check_channel_norm_args(who, x, running_mean, running_var, weight, bias, options.training);
   if (!residual.defined()) return;
-  check_float_tensor(residual, kBnOp, "residual");
+  check_float_tensor(residual, who, "residual");
   if (!is_half_precision(x.dtype()) && !is_half_precision(residual.dtype())) {
-    check_same_dtype_device(x, residual, kBnOp);
+    check_same_dtype_device(x, residual, who);
   }
   LOOM_CHECK(residual.device() == x.device(), DeviceError,
-             "[batch_norm_relu] input is on {} but residual is on {}; move it with .to(Device)",
-             x.device().str(), residual.device().str());
-  LOOM_CHECK(residual.sizes() == x.sizes(), ShapeError,
-             "[batch_norm_relu] residual has shape {} but input has {}; they must match",
-             shape_str(residual.sizes()), shape_str(x.sizes()));
+             "[{}] input is on {} but residual is on {}; move it with .to(Device)", who, x.device().str(),
+             residual.device().str());
+  LOOM_CHECK(residual.sizes() == x.sizes(), ShapeError, "[{}] residual has shape {} but input has {}; they must match",
+             who, shape_str(residual.sizes()), shape_str(x.sizes()));
 }
 
 // Detached, dense operands for the kernels; missing weight / bias / running
@@ -269,7 +273,10 @@ void check_bn_relu_args(const Tensor& x, const Tensor& running_mean, const Tenso
 struct BnOperands {
   Tensor x, z, weight, bias, running_mean, running_var;
   Tensor save_mean, save_invstd;  // outputs of the forward, saved for the backward
-  Tensor y;                       // relu(bn(x) + z)
+  Tensor y;                       // act(bn(x) + z)
+  // bn(x) + z, kept by an unfused forward for a row whose derivative reads its
+  // input, as the one-by-one run keeps it (the fused graph keeps none).
+  Tensor pre;
 };
 
 Tensor channel_operand(const Tensor& t, const Tensor& x, double stand_in) {
@@ -292,112 +299,162 @@ BnOperands bn_operands(const Tensor& x, const Tensor& running_mean, const Tensor
   return o;
 }
 
+bool saves_input(const NormActivation& act) {
+  return kernel::activation_info(act.kind).saved == kernel::Saved::Input;
+}
+
+// Where an unfused forward's norm writes bn(x): y itself, which the activation
+// then overwrites, or for a row that saves its input, o.pre.
+const Tensor& norm_output(BnOperands& o, const NormActivation& act) {
+  if (!saves_input(act)) return o.y;
+  o.pre = empty_like(o.x);
+  return o.pre;
+}
+
+// bn += z, then y = act(bn), on the activation op's tiers (so that the piece
+// and the one-by-one run agree). An in-place activation on the GPU runs Loom's
+// kernel: cuDNN's pointwise graphs are not asked to alias their operands.
+void finish_unfused(const BnOperands& o, const Tensor& bn, const NormActivation& act) {
+  if (o.z.defined()) LOOM_KERNEL(bn, add_scaled, bn.strided(), bn.strided(), o.z.strided(), 1.0);
+  if (o.y.is_same(bn) && o.y.device().is_cuda()) {
+    LOOM_KERNEL(o.y, activation_forward, o.y.strided(), o.y.strided(), act.kind, act.parameters);
+    return;
+  }
+  activation_detail::forward_kernel(o.y, bn, act.kind, act.parameters);
+}
+
 // The fused graph on the GPU: y; false when it did not run.
-bool bn_relu_forward_fused(const BnOperands& o, const BatchNormOptions& options) {
+bool bn_act_forward_fused(const BnOperands& o, const BatchNormOptions& options, const NormActivation& act) {
   DeviceGuard guard(o.x.device());
   if (!fusion_enabled()) return false;
-  return cudnn::batch_norm_relu_forward_training(
+  return cudnn::batch_norm_activation_forward_training(
       {.y = o.y.strided(), .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided(),
        .x = o.x.strided(), .weight = o.weight.strided(), .bias = o.bias.strided(),
        .running_mean = o.running_mean.strided(), .running_var = o.running_var.strided(), .eps = options.eps,
        .momentum = options.momentum},
-      strided_or_none(o.z));
+      act, strided_or_none(o.z));
 }
 
-// The CPU's oneDNN tier: bn and its ReLU in one primitive; with a residual,
-// bn, then the add and the ReLU in place. False where the tier does not take x.
-bool bn_relu_forward_onednn(const BnOperands& o, const BatchNormOptions& options) {
-  if (!on_onednn_tier(o.x) ||
-      !onednn::batch_norm_training_forward(
-          o.y.strided(), o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(),
-          o.weight.strided(), o.bias.strided(), options.eps,
+// The CPU's oneDNN tier: bn and a ReLU in one primitive; otherwise bn, then
+// the add and the activation. False where the tier does not take x.
+bool bn_act_forward_onednn(BnOperands& o, const BatchNormOptions& options, const NormActivation& act) {
+  if (!on_onednn_tier(o.x)) return false;
+  const bool one_primitive = is_relu(act) && !o.z.defined();
+  const Tensor& bn = one_primitive ? o.y : norm_output(o, act);
+  if (!onednn::batch_norm_training_forward(
+          bn.strided(), o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(), o.weight.strided(),
+          o.bias.strided(), options.eps,
           kernel::RunningStats{o.running_mean.strided(), o.running_var.strided(), options.momentum},
-          /*relu=*/!o.z.defined())) {
+          /*relu=*/one_primitive)) {
+    o.pre = Tensor();
     return false;
   }
-  if (o.z.defined()) {
-    cpu::add_scaled(o.y.strided(), o.y.strided(), o.z.strided(), 1.0);
-    relu_in_place(o.y);
-  }
+  if (!one_primitive) finish_unfused(o, bn, act);
   return true;
 }
 
-// o.y = relu(bn(o.x) + o.z) with batch statistics, blending the running ones;
+// o.y = act(bn(o.x) + o.z) with batch statistics, blending the running ones;
 // o.x is float32 / float64 (16-bit inputs that miss the fused graph take the
 // composite of public ops instead).
-void bn_relu_forward(const BnOperands& o, const BatchNormOptions& options) {
+void bn_act_forward(BnOperands& o, const BatchNormOptions& options, const NormActivation& act) {
+  if (bn_act_forward_onednn(o, options, act)) return;
+  const kernel::RunningStats running{o.running_mean.strided(), o.running_var.strided(), options.momentum};
+  if (!o.x.device().is_cuda() && is_relu(act)) {  // normalize + residual + ReLU in one pass
+    cpu::batch_norm_batch_stats(o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(), options.eps,
+                                running);
+    cpu::batch_norm_relu_forward(o.y.strided(), o.x.strided(), o.save_mean.strided(), o.save_invstd.strided(),
+                                 o.weight.strided(), o.bias.strided(), strided_or_none(o.z));
+    return;
+  }
+  const Tensor& bn = norm_output(o, act);
   if (o.x.device().is_cuda()) {
     DeviceGuard guard(o.x.device());
     cudnn::batch_norm_forward_training(
-        {.y = o.y.strided(), .save_mean = o.save_mean.strided(),
-         .save_invstd = o.save_invstd.strided(), .x = o.x.strided(), .weight = o.weight.strided(),
-         .bias = o.bias.strided(), .running_mean = o.running_mean.strided(),
-         .running_var = o.running_var.strided(), .eps = options.eps, .momentum = options.momentum});
-  } else if (bn_relu_forward_onednn(o, options)) {
-    return;
-  } else {  // statistics, then normalize + residual + ReLU in one pass
-    cpu::batch_norm_batch_stats(o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(),
-                                options.eps,
-                                kernel::RunningStats{o.running_mean.strided(), o.running_var.strided(),
-                                                  options.momentum});
-    cpu::batch_norm_relu_forward(o.y.strided(), o.x.strided(), o.save_mean.strided(),
-                                 o.save_invstd.strided(), o.weight.strided(), o.bias.strided(),
-                                 strided_or_none(o.z));
-    return;
+        {.y = bn.strided(), .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided(),
+         .x = o.x.strided(), .weight = o.weight.strided(), .bias = o.bias.strided(),
+         .running_mean = o.running_mean.strided(), .running_var = o.running_var.strided(), .eps = options.eps,
+         .momentum = options.momentum});
+  } else {
+    cpu::batch_norm_batch_stats(o.save_mean.strided(), o.save_invstd.strided(), o.x.strided(), options.eps,
+                                running);
+    cpu::batch_norm_forward(bn.strided(), o.x.strided(), o.save_mean.strided(), o.save_invstd.strided(),
+                            o.weight.strided(), o.bias.strided());
   }
-  if (o.z.defined()) LOOM_KERNEL(o.y, add_scaled, o.y.strided(), o.y.strided(), o.z.strided(), 1.0);
-  relu_in_place(o.y);
+  finish_unfused(o, bn, act);
 }
 
 struct BnGrads {
   Tensor dx, dweight, dbias, dresidual;
 };
 
-// dpre = dy where y > 0 (that is dresidual), then the training batch-norm backward.
-BnGrads bn_relu_backward(const BnOperands& o, const Tensor& dy) {
+// bn(x) + z from the saved statistics, in x's dtype and layout: the input a
+// row that saves its input differentiates at, when the fused forward kept only y.
+Tensor recompute_pre_activation(const BnOperands& o) {
+  Shape channel(static_cast<size_t>(o.x.dim()), 1);
+  channel[1] = o.x.size(1);
+  Tensor scale = mul(o.save_invstd, o.weight).reshape(channel);
+  Tensor pre = add(mul(sub(o.x, o.save_mean.reshape(channel)), scale), o.bias.reshape(channel));
+  if (o.z.defined()) pre = add(pre, o.z);
+  return pre.to(o.x.dtype()).contiguous(o.x.suggest_memory_format());
+}
+
+// dpre = dL/d(bn(x) + z): the row's derivative of dy at what the row saves.
+Tensor activation_grad(const BnOperands& o, const Tensor& dy, const NormActivation& act) {
+  const Tensor saved = !saves_input(act) ? o.y : o.pre.defined() ? o.pre : recompute_pre_activation(o);
+  Tensor dpre = empty_like(saved);
+  activation_detail::backward_kernel(dpre, dy.contiguous(saved.suggest_memory_format()), saved, act.kind,
+                                     act.parameters);
+  return dpre;
+}
+
+// The training batch-norm backward of dpre on x's device and tier.
+void bn_backward_of(BnGrads& g, const Tensor& dpre, const BnOperands& o) {
+  if (on_onednn_tier(dpre) &&
+      onednn::batch_norm_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(), dpre.strided(),
+                                  o.x.strided(), o.save_mean.strided(), o.save_invstd.strided(),
+                                  o.weight.strided(), /*training=*/true)) {
+    return;
+  }
+  if (!dpre.device().is_cuda()) {
+    cpu::batch_norm_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(), dpre.strided(),
+                             o.x.strided(), o.save_mean.strided(), o.save_invstd.strided(), o.weight.strided(),
+                             /*training=*/true);
+    return;
+  }
+  cudnn::batch_norm_backward({.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
+                              .dy = dpre.strided(), .x = o.x.strided(), .weight = o.weight.strided(),
+                              .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided()});
+}
+
+// dpre = the activation's derivative of dy (that is dresidual), then the training batch-norm backward.
+BnGrads bn_act_backward(const BnOperands& o, const Tensor& dy, const NormActivation& act) {
   DeviceGuard guard(o.x.device());
   const int64_t c = o.x.size(1);
   BnGrads g;
   g.dx = empty_like(o.x);
   g.dweight = empty({c}, channel_options(o.x));
   g.dbias = empty({c}, channel_options(o.x));
-  cudnn::VariantWalk walk;  // the fused graphs, then the dReLU and the plain norm backward
-  if (try_fused(dy)) {
-    Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
-    if (cudnn::batch_norm_relu_backward(
-            {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
-             .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(),
-             .y = o.y.strided(), .weight = o.weight.strided(), .bias = o.bias.strided(),
-             .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided(),
-             .residual = strided_or_none(o.z)})) {
-      g.dresidual = dz;
-      return g;
-    }
-  }
-  if (on_onednn_tier(dy)) {  // the ReLU mask, then oneDNN's batch-norm backward
-    Tensor dpre = relu_grad(dy, o.y);
-    if (onednn::batch_norm_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),
-                                    dpre.strided(), o.x.strided(), o.save_mean.strided(),
-                                    o.save_invstd.strided(), o.weight.strided(), /*training=*/true)) {
-      if (o.z.defined()) g.dresidual = dpre;
-      return g;
-    }
-  }
-  if (!dy.device().is_cuda()) {  // the ReLU mask and the batch-norm backward in one pass
-    Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
-    cpu::batch_norm_relu_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),
-                                  strided_or_none(dz), dy.strided(), o.x.strided(), o.y.strided(),
-                                  o.save_mean.strided(), o.save_invstd.strided(),
-                                  o.weight.strided());
+  Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
+  cudnn::VariantWalk walk;  // the fused graphs, then the derivative and the plain norm backward
+  if (try_fused(dy) &&
+      cudnn::batch_norm_activation_backward(
+          {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
+           .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(), .y = o.y.strided(),
+           .weight = o.weight.strided(), .bias = o.bias.strided(), .save_mean = o.save_mean.strided(),
+           .save_invstd = o.save_invstd.strided(), .residual = strided_or_none(o.z), .activation = act})) {
     g.dresidual = dz;
     return g;
   }
-  Tensor dpre = relu_grad(dy, o.y);
+  if (is_relu(act) && !dy.device().is_cuda() && !on_onednn_tier(dy)) {  // the mask and the backward in one pass
+    cpu::batch_norm_relu_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(), strided_or_none(dz),
+                                  dy.strided(), o.x.strided(), o.y.strided(), o.save_mean.strided(),
+                                  o.save_invstd.strided(), o.weight.strided());
+    g.dresidual = dz;
+    return g;
+  }
+  Tensor dpre = activation_grad(o, dy, act);
   if (o.z.defined()) g.dresidual = dpre;
-  cudnn::batch_norm_backward({.dx = g.dx.strided(), .dweight = g.dweight.strided(),
-                              .dbias = g.dbias.strided(), .dy = dpre.strided(), .x = o.x.strided(),
-                              .weight = o.weight.strided(), .save_mean = o.save_mean.strided(),
-                              .save_invstd = o.save_invstd.strided()});
+  bn_backward_of(g, dpre, o);
   return g;
 }
 
@@ -410,54 +467,18 @@ void write_back(const Tensor& running, const Tensor& updated) {
 // The unfused composite of public ops: eval mode, mixed dtypes, and 16-bit
 // inputs the fused graph declined (batch_norm knows their float32 parameters
 // and cuDNN's 16-bit limits; add promotes mixed operands).
-Tensor bn_relu_composite(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& weight, const Tensor& bias, const BatchNormOptions& options,
-                         const Tensor& residual) {
+Tensor bn_act_composite(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                        const Tensor& weight, const Tensor& bias, const BatchNormOptions& options,
+                        const NormActivation& act, const Tensor& residual) {
   Tensor y = batch_norm(x, running_mean, running_var, weight, bias, options);
-  return relu(residual.defined() ? add(y, residual) : y);
+  const kernel::ActivationInfo& row = kernel::activation_info(act.kind);
+  const std::vector<double> given(act.parameters.begin(), act.parameters.begin() + kernel::parameter_count(row));
+  return activation(residual.defined() ? add(y, residual) : y, act.kind, given);
 }
 
-}  // namespace
-
-// Training: y = relu((x - mean) * invstd * weight + bias + z) with batch statistics.
-// dpre = dy where y > 0; dz = dpre; dx, dweight, dbias = batch-norm backward of dpre.
-Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                       const Tensor& weight, const Tensor& bias, BatchNormOptions options,
-                       const Tensor& residual) {
-  trace::OpScope trace("batch_norm_relu");
-  auto traced = [&](const Tensor& y) {
-    if (trace.recording()) {
-      trace.record({x, running_mean, running_var, weight, bias, residual}, y,
-                   {{"training", int64_t{options.training}}, {"momentum", options.momentum}, {"eps", options.eps}});
-    }
-    return y;
-  };
-  check_bn_relu_args(x, running_mean, running_var, weight, bias, options, residual);
-  const bool mixed = residual.defined() && residual.dtype() != x.dtype();
-  if (!options.training || mixed) {
-    return traced(bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual));
-  }
-  const bool want_grad = needs_grad({x, weight, bias, residual});
-  if (running_mean.defined()) {
-    NoGradGuard no_grad;
-    check_inplace(running_mean, kBnOp);
-    check_inplace(running_var, kBnOp);
-  }
-  BnOperands o = bn_operands(x, running_mean, running_var, weight, bias, residual);
-  bool fused = false;
-  cudnn::VariantWalk walk;  // the fused graphs, then the plain norm (or the composite)
-  if (o.x.device().is_cuda()) fused = bn_relu_forward_fused(o, options);
-  if (!fused && is_half_precision(x.dtype())) {
-    return traced(bn_relu_composite(x, running_mean, running_var, weight, bias, options, residual));
-  }
-  {
-    NoGradGuard no_grad;  // the running statistics are buffers, updated outside the tape
-    if (!fused) bn_relu_forward(o, options);
-    write_back(running_mean, o.running_mean);
-    write_back(running_var, o.running_var);
-  }
-  Tensor y = o.y;
-  if (!want_grad) return traced(y);
+// Records y's backward: the gradients of x, weight, bias and residual.
+void record_bn_act(Tensor& y, const BnOperands& o, const NormActivation& act, const Tensor& x,
+                   const Tensor& weight, const Tensor& bias, const Tensor& residual) {
   const bool need_x = x.requires_grad(), need_weight = weight.defined() && weight.requires_grad();
   const bool need_bias = bias.defined() && bias.requires_grad();
   const bool need_residual = residual.defined() && residual.requires_grad();
@@ -465,20 +486,87 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   saved.y = o.y.detach();  // the output itself would hold its own node
   record(std::string(kBnOp), {x, weight, bias, residual}, y,
          [=](const Tensor& dy) -> std::vector<Tensor> {
-           BnGrads g = bn_relu_backward(saved, dy.contiguous(saved.x.suggest_memory_format()));
+           BnGrads g = bn_act_backward(saved, dy.contiguous(saved.x.suggest_memory_format()), act);
            return {need_x ? g.dx : Tensor(), need_weight ? g.dweight : Tensor(),
                    need_bias ? g.dbias : Tensor(), need_residual ? g.dresidual : Tensor()};
          },
-         {saved.x, saved.y, saved.weight, saved.bias});
-  return traced(y);
+         {saved.x, saved.y, saved.weight, saved.bias, saved.pre});
+}
+
+// batch_norm_activation's body; `who` names the public op in messages.
+Tensor bn_act(std::string_view who, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+              const Tensor& weight, const Tensor& bias, const BatchNormOptions& options, const NormActivation& act,
+              const Tensor& residual) {
+  check_bn_act_args(who, x, running_mean, running_var, weight, bias, options, residual);
+  const bool mixed = residual.defined() && residual.dtype() != x.dtype();
+  if (!options.training || mixed) {
+    return bn_act_composite(x, running_mean, running_var, weight, bias, options, act, residual);
+  }
+  if (running_mean.defined()) {
+    NoGradGuard no_grad;
+    check_inplace(running_mean, who);
+    check_inplace(running_var, who);
+  }
+  BnOperands o = bn_operands(x, running_mean, running_var, weight, bias, residual);
+  bool fused = false;
+  cudnn::VariantWalk walk;  // the fused graphs, then the plain norm (or the composite)
+  if (o.x.device().is_cuda()) fused = bn_act_forward_fused(o, options, act);
+  if (!fused && is_half_precision(x.dtype())) {
+    return bn_act_composite(x, running_mean, running_var, weight, bias, options, act, residual);
+  }
+  {
+    NoGradGuard no_grad;  // the running statistics are buffers, updated outside the tape
+    if (!fused) bn_act_forward(o, options, act);
+    write_back(running_mean, o.running_mean);
+    write_back(running_var, o.running_var);
+  }
+  Tensor y = o.y;
+  if (needs_grad({x, weight, bias, residual})) record_bn_act(y, o, act, x, weight, bias, residual);
+  return y;
+}
+
+// batch_norm_activation, traced under its one name; `who` names the public op
+// the user called in messages.
+Tensor traced_bn_act(std::string_view who, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                     const Tensor& weight, const Tensor& bias, const BatchNormOptions& options, ActivationKind kind,
+                     const std::vector<double>& parameters, const Tensor& residual) {
+  trace::OpScope trace(kBnOp.data());  // a literal: null-terminated
+  const NormActivation act{.kind = kind, .parameters = activation_parameters(kind, parameters, who)};
+  Tensor y = bn_act(who, x, running_mean, running_var, weight, bias, options, act, residual);
+  if (trace.recording()) {
+    trace.record({x, running_mean, running_var, weight, bias, residual}, y,
+                 {{"training", int64_t{options.training}}, {"momentum", options.momentum}, {"eps", options.eps},
+                  {"activation", std::string(kernel::activation_info(kind).name)},
+                  {"parameters", std::vector<double>(act.parameters.begin(), act.parameters.end())}});
+  }
+  return y;
+}
+
+}  // namespace
+
+// Training: y = act((x - mean) * invstd * weight + bias + z) with batch statistics.
+// dpre = act'(dy) at the pre-activation value (ReLU: dy where y > 0); dz = dpre;
+// dx, dweight, dbias = batch-norm backward of dpre.
+Tensor batch_norm_activation(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                             const Tensor& weight, const Tensor& bias, BatchNormOptions options,
+                             ActivationKind kind, const std::vector<double>& parameters, const Tensor& residual) {
+  return traced_bn_act(kBnOp, x, running_mean, running_var, weight, bias, options, kind, parameters, residual);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, BatchNormOptions options,
+                       const Tensor& residual) {
+  return traced_bn_act("batch_norm_relu", x, running_mean, running_var, weight, bias, options, ActivationKind::Relu,
+                       {}, residual);
 }
 
 namespace fused_detail {
 
-Tensor batch_norm_relu_absorbing_bias(const Tensor& x, const Tensor& conv_bias,
-                                      const Tensor& running_mean, const Tensor& running_var,
-                                      const Tensor& weight, const Tensor& bias,
-                                      BatchNormOptions options, const Tensor& residual) {
+Tensor batch_norm_activation_absorbing_bias(const Tensor& x, const Tensor& conv_bias,
+                                            const Tensor& running_mean, const Tensor& running_var,
+                                            const Tensor& weight, const Tensor& bias, BatchNormOptions options,
+                                            ActivationKind kind, const std::vector<double>& parameters,
+                                            const Tensor& residual) {
   LOOM_CHECK(options.training, ValueError,
              "[{}] absorbs the conv's bias only in training mode, where the batch mean takes it "
              "out again; in eval mode add the bias first",
@@ -487,7 +575,7 @@ Tensor batch_norm_relu_absorbing_bias(const Tensor& x, const Tensor& conv_bias,
              ValueError, "[{}] the absorbed conv bias must be one value per channel ({}), got {}", kBnOp,
              x.dim() >= 2 ? x.size(1) : 0,
              conv_bias.defined() ? shape_str(conv_bias.sizes()) : std::string("none"));
-  Tensor y = batch_norm_relu(x, running_mean, running_var, weight, bias, options, residual);
+  Tensor y = batch_norm_activation(x, running_mean, running_var, weight, bias, options, kind, parameters, residual);
   if (running_mean.defined()) {
     NoGradGuard no_grad;  // running = (1 - m) * running + m * mean(x), plus m * conv_bias
     Tensor running = running_mean;  // the same storage
@@ -497,7 +585,7 @@ Tensor batch_norm_relu_absorbing_bias(const Tensor& x, const Tensor& conv_bias,
   const Shape bias_sizes = conv_bias.sizes();
   const TensorOptions bias_options = conv_bias.options();
   Tensor out = y.detach();  // y's memory: this node passes dy through and zeroes the bias's gradient
-  record("batch_norm_relu_absorbing_bias", {y, conv_bias}, out,
+  record("batch_norm_activation_absorbing_bias", {y, conv_bias}, out,
          [=](const Tensor& dy) -> std::vector<Tensor> { return {dy, zeros(bias_sizes, bias_options)}; });
   return out;
 }

@@ -6,12 +6,16 @@
 //
 //   Tensor y = loom::conv2d_bias_relu(x, w, b, {.padding = {1, 1}});  // relu(conv2d(x, w, b))
 //   Tensor z = loom::batch_norm_relu(x, rm, rv, gamma, beta, {}, skip); // relu(bn(x) + skip)
+//   Tensor u = loom::batch_norm_activation(x, rm, rv, gamma, beta, {}, ActivationKind::Relu6);
 //
 //   loom::FusionGuard unfused(false);  // both paths stay reachable, for tests and benchmarks
 //
 // N batch, C channels, H, W input, K out channels, R, S filter, P, Q output.
 #pragma once
 
+#include <vector>
+
+#include "core/ops/activation.h"
 #include "core/ops/conv.h"
 #include "core/ops/norm.h"
 #include "core/tensor.h"
@@ -45,11 +49,20 @@ Tensor conv2d_bias_relu(const Tensor& x, const Tensor& weight, const Tensor& bia
 Tensor relu_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                    Conv2dOptions options = {});
 
-// relu(batch_norm(x, ...) + residual); the residual (x's shape) is optional.
-// Arguments as batch_norm's; differentiable w.r.t. x, weight, bias and residual.
-// GPU training, x (N, C, H, W): bn -> (+ residual) -> relu in one graph, and a
-// backward of dReLU -> dBN in one graph (dresidual is the dReLU output).
+// act(batch_norm(x, ...) + residual) for the activation row `kind` with its
+// scalars (as activation() takes them: ReLU6 none, Hardtanh {min_val, max_val});
+// the residual (x's shape) is optional. Arguments as batch_norm's;
+// differentiable w.r.t. x, weight, bias and residual. Training on the GPU,
+// x (N, C, H, W): bn -> (+ residual) -> act in one graph where the row has a
+// cuDNN mode and an engine runs it, and a backward of dAct -> dBN in one graph
+// (dresidual is the dAct output); else the norm and the activation kernels.
 // Eval mode runs the unfused ops.
+Tensor batch_norm_activation(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                             const Tensor& weight, const Tensor& bias, BatchNormOptions options,
+                             ActivationKind kind, const std::vector<double>& parameters = {},
+                             const Tensor& residual = Tensor());
+
+// relu(batch_norm(x, ...) + residual): batch_norm_activation with ActivationKind::Relu.
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, BatchNormOptions options = {},
                        const Tensor& residual = Tensor());

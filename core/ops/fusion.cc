@@ -242,7 +242,7 @@ size_t head_epilogue_end(const std::vector<Step>& steps) {
 // Under autocast an epilogue step's tensor operands are cast as the fused head
 // casts them, so that fused and unfused runs return the same dtype (an fp32
 // bias would otherwise promote the bf16 conv output to fp32 in the unfused run
-// only); later steps promote as the plain ops do, and so does batch_norm_relu.
+// only); later steps promote as the plain ops do, and so does batch_norm_activation.
 Tensor apply_step(const Step& step, const Tensor& t, const Tensor* raw, Channels ch, bool epilogue) {
   const StepRow& row = row_of(step.kind);
   if (row.role != Role::Pointwise || !epilogue) return row.apply(step, t, raw, ch);
@@ -671,7 +671,7 @@ Tensor run_head(const std::vector<Step>& steps, const std::vector<size_t>& offse
 
 // ---- pieces ------------------------------------------------------------------------------
 
-enum class PieceKind { Head, NormRelu, Ops };
+enum class PieceKind { Head, NormActivation, Ops };
 
 struct Piece {
   PieceKind kind;
@@ -691,12 +691,12 @@ std::vector<Piece> plan_pieces(const std::vector<Step>& steps) {
       while (j < steps.size() && is_pointwise(steps[j].kind)) ++j;
       pieces.push_back({PieceKind::Head, i, j});
     } else if (steps[i].kind == StepKind::BatchNorm) {
-      // The fused batch-norm graph computes relu(bn(x) + r): a residual add between
-      // the norm and the ReLU joins it; one after the ReLU (nn::Residual's order,
-      // bn -> relu -> add_residual) starts the next piece, so the order stays the block's.
+      // The fused batch-norm graph computes act(bn(x) + r): a residual add between
+      // the norm and the activation joins it; one after the activation (nn::Residual's
+      // order, bn -> relu -> add_residual) starts the next piece, so the order stays the block's.
       if (j < steps.size() && steps[j].kind == StepKind::Residual) ++j;
-      if (j < steps.size() && is_plain_relu(steps[j]) && steps[i].norm.training) {
-        pieces.push_back({PieceKind::NormRelu, i, j + 1});
+      if (j < steps.size() && steps[j].kind == StepKind::Activation && steps[i].norm.training) {
+        pieces.push_back({PieceKind::NormActivation, i, j + 1});
         j = j + 1;
       } else {
         pieces.push_back({PieceKind::Ops, i, i + 1});
@@ -720,7 +720,7 @@ bool bias_absorbed_by_norm(const std::vector<Step>& steps, const std::vector<Pie
   if (!x.device().is_cuda() || k + 1 >= pieces.size()) return false;
   const Piece& p = pieces[k];
   return p.kind == PieceKind::Head && steps[p.begin].kind == StepKind::Conv2d && p.end - p.begin == 2 &&
-         steps[p.begin + 1].kind == StepKind::Bias && pieces[k + 1].kind == PieceKind::NormRelu;
+         steps[p.begin + 1].kind == StepKind::Bias && pieces[k + 1].kind == PieceKind::NormActivation;
 }
 
 // The head [conv2d | linear, (bias), relu] is a fused op of its own.
@@ -741,12 +741,12 @@ std::string_view ops_why_not(const std::vector<Step>& steps, const Piece& p, con
   const Step& first = steps[p.begin];
   if (first.kind == StepKind::BatchNorm) {
     return first.norm.training
-               ? "a batch norm fuses only with a ReLU after it (and a residual add between)"
+               ? "a batch norm fuses only with an activation after it (and a residual add between)"
                : "a batch norm in eval mode runs as the plain op (the fused batch-norm graph is for training)";
   }
-  if (first.kind == StepKind::Residual && previous != nullptr && previous->kind == PieceKind::NormRelu) {
-    return "the residual add comes after the ReLU, and the fused batch-norm graph adds a residual only "
-           "before its ReLU (relu(bn(x) + r)): it runs as a separate add after the fused piece";
+  if (first.kind == StepKind::Residual && previous != nullptr && previous->kind == PieceKind::NormActivation) {
+    return "the residual add comes after the activation, and the fused batch-norm graph adds a residual only "
+           "before its activation (act(bn(x) + r)): it runs as a separate add after the fused piece";
   }
   return "pointwise steps without a conv or linear before them run as separate ops";
 }
@@ -839,7 +839,7 @@ void check_operands(const Block& block, const Tensor& x, const std::vector<Tenso
 
 Tensor Block::operator()(const Tensor& x, const std::vector<Tensor>& operands) const {
   trace::FusedRegion fused;  // fusion by tracing leaves its ops alone (core/trace.h)
-  // The CPU runs the pieces too: its fused ops (conv2d_bias_relu, batch_norm_relu) save the
+  // The CPU runs the pieces too: its fused ops (conv2d_bias_relu, batch_norm_activation) save the
   // separate bias add, its broadcast-reduce backward and the ReLU passes of the one-by-one run.
   if (x.defined() && fusion_enabled()) return forward_pieces(x, operands);
   check_operands(*this, x, operands);
@@ -881,17 +881,22 @@ Tensor Block::forward_pieces(const Tensor& x, const std::vector<Tensor>& operand
       note.how = conv ? "fused op conv2d_bias_relu" : "fused op linear_relu";
     } else if (p.kind == PieceKind::Head) {
       y = run_head(steps_, offsets, p.begin, p.end, y, operands, note, key, k);
-    } else if (p.kind == PieceKind::NormRelu) {
+    } else if (p.kind == PieceKind::NormActivation) {
       const bool residual = p.end - p.begin == 3;
       const Tensor r = residual ? ops[4] : Tensor();
+      const Step& act = steps_[p.end - 1];
+      const std::string how = fmt::format("fused op batch_norm_activation ({})",
+                                          kernel::activation_info(act.activation).name);
       if (absorbed_bias.defined()) {
-        y = fused_detail::batch_norm_relu_absorbing_bias(y, absorbed_bias, ops[2], ops[3], ops[0], ops[1],
-                                                         steps_[p.begin].norm, r);
-        note.how = "fused op batch_norm_relu, absorbing the conv's bias";
+        y = fused_detail::batch_norm_activation_absorbing_bias(y, absorbed_bias, ops[2], ops[3], ops[0], ops[1],
+                                                               steps_[p.begin].norm, act.activation, act.parameters,
+                                                               r);
+        note.how = how + ", absorbing the conv's bias";
         absorbed_bias = Tensor();
       } else {
-        y = batch_norm_relu(y, ops[2], ops[3], ops[0], ops[1], steps_[p.begin].norm, r);
-        note.how = "fused op batch_norm_relu";
+        y = batch_norm_activation(y, ops[2], ops[3], ops[0], ops[1], steps_[p.begin].norm, act.activation,
+                                  act.parameters, r);
+        note.how = how;
       }
     } else {
       y = apply_steps(steps_, p.begin, p.end, y, operands, offsets);

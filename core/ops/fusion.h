@@ -15,12 +15,13 @@
 //   head      conv2d or linear + the pointwise steps after it, as ONE cuDNN
 //             graph (conv/matmul -> add/mul/activation ... -> y); where no
 //             engine takes it, the plain kernels run the same steps;
-//   norm      batch_norm (+ residual) + relu as the fused batch-norm graph
-//             (a residual after the relu, as nn::Residual adds it, is a
-//             separate add: that graph adds only before its relu); on the
-//             GPU a training norm right after [conv2d -> bias] absorbs the
-//             bias (the batch mean takes it out again): the conv runs without
-//             it, the running mean still counts it, its gradient is zero;
+//   norm      batch_norm (+ residual) + an activation row as the fused
+//             batch-norm graph (a residual after the activation, as
+//             nn::Residual adds it, is a separate add: that graph adds only
+//             before its activation); on the GPU a training norm right
+//             after [conv2d -> bias] absorbs the bias (the batch mean takes it
+//             out again): the conv runs without it, the running mean still
+//             counts it, its gradient is zero;
 //   pointwise any steps left, through the public ops.
 // A head's backward is derived from its steps: the graph also writes the
 // conv/matmul output z; backward replays the steps from z and walks them in
@@ -29,7 +30,7 @@
 // dgrad / wgrad graphs, else as one pointwise graph writing g = dL/dz before
 // the plain dgrad / wgrad (core/cudnn/fused.h), else as one public op per step
 // (the CPU's evaluation, and the last resort). Pieces that equal a fused op
-// (conv2d_bias_relu, linear_relu, batch_norm_relu) run that op, forward and
+// (conv2d_bias_relu, linear_relu, batch_norm_activation) run that op, forward and
 // backward. fusion::report() (fusion_report.h) says what fused, on which
 // engine, and why the rest did not.
 //

@@ -141,7 +141,8 @@ std::string fused_engines(const PlanUses& before) {
 
 int64_t fused_graph_runs() {
   const cudnn::FusedRuns r = cudnn::fused_runs();
-  return r.conv_bias_relu + r.bn_relu_forward + r.bn_relu_backward + r.dgrad_relu + r.matmul_bias_relu + r.epilogue;
+  return r.conv_bias_relu + r.bn_activation_forward + r.bn_activation_backward + r.dgrad_relu + r.matmul_bias_relu +
+         r.epilogue;
 }
 #endif
 

@@ -160,7 +160,7 @@ LOOM_GPU_TEST_CASE("fused residual blocks on CUDA match the CPU, forward and eve
   const auto after_relu = report_of("conv2d(stride=1, padding=1) -> batch_norm -> relu -> add_residual");
   REQUIRE(after_relu.has_value());
   REQUIRE(after_relu->pieces.size() == 3);
-  CHECK(after_relu->pieces[1].how == "fused op batch_norm_relu");
+  CHECK(after_relu->pieces[1].how == "fused op batch_norm_activation (relu)");
   CHECK(after_relu->pieces[2].piece == "[add_residual]");
   CHECK(after_relu->pieces[2].how == "unfused");
   CHECK(after_relu->pieces[2].why_not.find("the residual add comes after the ReLU") != std::string::npos);

@@ -151,11 +151,11 @@ void check_bn_relu(DType dtype, bool with_residual, Generator& gen) {
   Tensor gy = dev(full(s, NAN)), gmean = gpu_poisoned({c}), ginvstd = gpu_poisoned({c});
   std::optional<Strided> residual;
   if (with_residual) residual = gz.strided();
-  const bool ran = cudnn::batch_norm_relu_forward_training(
+  const bool ran = cudnn::batch_norm_activation_forward_training(
       {.y = gy.strided(), .save_mean = gmean.strided(), .save_invstd = ginvstd.strided(),
        .x = gx.strided(), .weight = gw.strided(), .bias = gb.strided(),
        .running_mean = grm.strided(), .running_var = grv.strided(), .eps = eps, .momentum = momentum},
-      residual);
+      {}, residual);
   note(ran, what + ": fused forward ran");
   if (!ran) return;
   const double ftol = bf16 ? 2e-2 : 1e-4;
@@ -169,7 +169,7 @@ void check_bn_relu(DType dtype, bool with_residual, Generator& gen) {
   Tensor gdz = dev(full(s, NAN));
   std::optional<Strided> dresidual;
   if (with_residual) dresidual = gdz.strided();
-  bool bwd = cudnn::batch_norm_relu_backward(
+  bool bwd = cudnn::batch_norm_activation_backward(
       {.dx = gdx.strided(), .dweight = gdw.strided(), .dbias = gdb.strided(),
        .dresidual = dresidual, .dy = dev(dy).strided(), .x = gx.strided(),
        .y = gy.strided(), .weight = gw.strided(), .bias = gb.strided(),

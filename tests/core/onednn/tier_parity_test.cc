@@ -106,12 +106,16 @@ Case conv_case(Draw& d, Generator& gen, bool cl) {
 Case norm_case(Draw& d, Generator& gen, bool cl) {
   const int64_t n = d.between(1, 6), c = d.between(1, 40), h = d.between(1, 12), w = d.between(1, 12);
   const bool spatial = d.coin(), affine = d.coin();
-  const int64_t variant = d.between(0, 3);  // 0: training, 1: eval, 2: bn + relu, 3: bn + residual + relu
+  // 0: training, 1: eval, 2: bn + activation, 3: bn + residual + activation (any row, ReLU one in two)
+  const int64_t variant = d.between(0, 3);
+  const int64_t rows = static_cast<int64_t>(std::size(kernel::kActivationKinds));
+  const ActivationKind kind = d.coin() ? ActivationKind::Relu : kernel::kActivationKinds[d.between(0, rows - 1)];
+  const std::string act = kernel::activation_info(kind).name;
   const Shape sizes = spatial ? Shape{std::max<int64_t>(n, 2), c, h, w} : Shape{n + 3, c};
   Case out{fmt::format("batch_norm {} sizes={} affine={}",
-                       variant == 0 ? "training" : variant == 1 ? "eval" : variant == 2 ? "+relu" : "+residual+relu",
+                       variant == 0 ? "training" : variant == 1 ? "eval" : variant == 2 ? "+" + act : "+residual+" + act,
                        shape_str(sizes), affine),
-           {leaf(sizes, gen, cl)}, {}, variant <= 1 ? "batch_norm" : "batch_norm_relu",
+           {leaf(sizes, gen, cl)}, {}, variant <= 1 ? "batch_norm" : "batch_norm_activation",
            !spatial || (cl && c > 1)};
   if (affine) {
     out.inputs.push_back(leaf({c}, gen, false, 1.0));
@@ -123,7 +127,7 @@ Case norm_case(Draw& d, Generator& gen, bool cl) {
     const Tensor weight = affine ? t[1] : Tensor(), bias = affine ? t[2] : Tensor();
     const Tensor rm = running_mean.clone(), rv = running_var.clone();  // each tier blends its own
     if (variant <= 1) return batch_norm(t[0], rm, rv, weight, bias, {.training = variant == 0});
-    return batch_norm_relu(t[0], rm, rv, weight, bias, {}, variant == 3 ? t.back() : Tensor());
+    return batch_norm_activation(t[0], rm, rv, weight, bias, {}, kind, {}, variant == 3 ? t.back() : Tensor());
   };
   return out;
 }

@@ -156,8 +156,8 @@ LOOM_GPU_TEST_CASE("conv2d_bias_relu and relu_conv2d: fused and unfused match th
 
 LOOM_GPU_TEST_CASE("batch_norm_relu with and without a residual: fused and unfused match the CPU") {
   Generator gen(62);
-  const std::vector<Counter> both = {&cudnn::FusedRuns::bn_relu_forward,
-                                     &cudnn::FusedRuns::bn_relu_backward};
+  const std::vector<Counter> both = {&cudnn::FusedRuns::bn_activation_forward,
+                                     &cudnn::FusedRuns::bn_activation_backward};
   for (MemoryFormat f : kLayouts) {
     for (bool with_residual : {false, true}) {
       Tensor x = add(mul(randn({8, 32, 6, 5}, {}, &gen), 2.0), 0.3);
@@ -174,6 +174,35 @@ LOOM_GPU_TEST_CASE("batch_norm_relu with and without a residual: fused and unfus
       // the steps ran faster without it); its backward runs unfused.
       check_paths(with_residual ? "batch_norm_relu(+z)" : "batch_norm_relu", op, inputs, f, kStrict,
                   with_residual ? std::vector<Counter>{both[0]} : both, f == MemoryFormat::ChannelsLast, gen);
+    }
+  }
+}
+
+// Every activation row after a training batch norm, with and without a
+// residual. ReLU6 (MobileNetV2's) must fuse its forward channels-last; the
+// rows without a cuDNN mode, or whose graph has no engine, run the norm and
+// the activation kernels, and every path matches the CPU.
+LOOM_GPU_TEST_CASE("batch_norm_activation, every activation row: fused and unfused match the CPU") {
+  Generator gen(65);
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    const bool relu6 = kind == ActivationKind::Relu6;
+    for (MemoryFormat f : kLayouts) {
+      for (bool with_residual : {false, true}) {
+        Tensor x = add(mul(randn({8, 32, 6, 5}, {}, &gen), 3.0), 1.0);
+        Tensor gamma = add(rand({32}, {}, &gen), 0.5), beta = randn({32}, {}, &gen);
+        std::vector<Tensor> inputs = {x, gamma, beta};
+        if (with_residual) inputs.push_back(randn({8, 32, 6, 5}, {}, &gen));
+        auto op = [kind](const std::vector<Tensor>& in) {
+          TensorOptions o{.device = in[0].device()};
+          Tensor rm = zeros({32}, o), rv = ones({32}, o);
+          return batch_norm_activation(in[0], rm, rv, in[1], in[2], {}, kind, {},
+                                       in.size() > 3 ? in[3] : Tensor());
+        };
+        const std::string name = fmt::format("bn_act {}{}", kernel::activation_info(kind).name,
+                                             with_residual ? "(+z)" : "");
+        check_paths(name, op, inputs, f, kStrict, {&cudnn::FusedRuns::bn_activation_forward},
+                    relu6 && f == MemoryFormat::ChannelsLast, gen);
+      }
     }
   }
 }

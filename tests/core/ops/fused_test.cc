@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -220,6 +221,80 @@ TEST_CASE("batch_norm_relu rejects bad arguments with the values") {
                              ValueError, "only running_mean was given");
   CHECK_THROWS_WITH_FRAGMENT(batch_norm_relu(randn({1, 3, 1, 1}), Tensor(), Tensor(), Tensor(), Tensor()),
                              ValueError, "input size (1, 3, 1, 1)");
+}
+
+// ---- batch_norm_activation ----------------------------------------------------------------
+
+// A draw's scalars for the rows that take some (the rest use their defaults).
+std::vector<double> drawn_parameters(ActivationKind kind, Generator& gen) {
+  const int count = kernel::parameter_count(kernel::activation_info(kind));
+  if (count == 0) return {};
+  const double a = rand({1}, kFloat64, &gen).item();
+  if (count == 1) return {0.2 + a};
+  return {-0.5 - a, 0.25 + a};  // Hardtanh's (min_val, max_val)
+}
+
+TEST_CASE("batch_norm_activation equals act(batch_norm(...) + residual) for every row, in every layout") {
+  Generator gen(16);
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    for (int layout : {0, 1, 2}) {
+      for (bool with_residual : {false, true}) {
+        CAPTURE(kernel::activation_info(kind).name);
+        CAPTURE(layout);
+        CAPTURE(with_residual);
+        const std::vector<double> p = drawn_parameters(kind, gen);
+        Tensor x = in_layout(add(randn({3, 4, 5, 3}, {}, &gen), 0.3), layout);
+        // gammas up to 8.5: ReLU6's and Hardtanh's outputs reach both bounds
+        Tensor gamma = add(mul(rand({4}, {}, &gen), 8.0), 0.5), beta = randn({4}, {}, &gen);
+        Tensor z = with_residual ? in_layout(randn({3, 4, 5, 3}, {}, &gen), 2 - layout) : Tensor();
+        Tensor rm_a = randn({4}, {}, &gen), rv_a = add(rand({4}, {}, &gen), 0.5);
+        Tensor rm_b = rm_a.clone(), rv_b = rv_a.clone();
+        BatchNormOptions o{.momentum = 0.2};
+        check_matches_composite(
+            [&](auto& in) { return batch_norm_activation(in[0], rm_a, rv_a, in[1], in[2], o, kind, p, in[3]); },
+            [&](auto& in) {
+              Tensor y = batch_norm(in[0], rm_b, rv_b, in[1], in[2], o);
+              return activation(in[3].defined() ? add(y, in[3]) : y, kind, p);
+            },
+            {x, gamma, beta, z}, gen);
+        CHECK_CLOSE(rm_a, rm_b, 1e-6, 1e-7);
+        CHECK_CLOSE(rv_a, rv_b, 1e-6, 1e-7);
+      }
+    }
+  }
+}
+
+TEST_CASE("batch_norm_activation gradcheck in float64: every row, NCHW and channels-last") {
+  Generator gen(17);
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    for (bool channels_last : {false, true}) {
+      const bool with_residual = channels_last;
+      CAPTURE(kernel::activation_info(kind).name);
+      CAPTURE(channels_last);
+      const std::vector<double> p = drawn_parameters(kind, gen);
+      Tensor x = in_layout(add(randn({3, 2, 3, 2}, kFloat64, &gen), 0.2), channels_last ? 1 : 0);
+      Tensor gamma = add(mul(rand({2}, kFloat64, &gen), 6.0), 0.5), beta = randn({2}, kFloat64, &gen);
+      Tensor z = with_residual ? randn({3, 2, 3, 2}, kFloat64, &gen) : Tensor();
+      check_gradcheck(
+          [&](auto& in) { return batch_norm_activation(in[0], Tensor(), Tensor(), in[1], in[2], {}, kind, p, in[3]); },
+          {x, gamma, beta, z});
+    }
+  }
+}
+
+TEST_CASE("batch_norm_activation: ReLU6 by hand, and bad scalars named") {
+  Tensor x = tensor({-4, 0, 4, 8}, {4, 1, 1, 1});  // mean 2, biased variance 20
+  // 4 (x - 2) / sqrt(20) + 1, clipped to [0, 6]: both bounds and the linear part.
+  Tensor y = batch_norm_activation(x, Tensor(), Tensor(), full({1}, 4.0), full({1}, 1.0), {.eps = 0.0},
+                                   ActivationKind::Relu6);
+  const double s = 1.0 / std::sqrt(20.0);
+  CHECK_CLOSE(y, tensor({0, 0, 1 + 8 * s, 6}, {4, 1, 1, 1}), 1e-6, 1e-6);
+  CHECK_THROWS_WITH_FRAGMENT(batch_norm_activation(x, Tensor(), Tensor(), Tensor(), Tensor(), {},
+                                                   ActivationKind::Hardtanh, {1.0, -1.0}),
+                             ValueError, "[batch_norm_activation] min_val (1) must be below max_val (-1)");
+  CHECK_THROWS_WITH_FRAGMENT(batch_norm_activation(x, Tensor(), Tensor(), ones({2}), Tensor(), {},
+                                                   ActivationKind::Silu),
+                             ShapeError, "[batch_norm_activation] weight has shape (2,) but input");
 }
 
 // ---- linear_relu ------------------------------------------------------------------------

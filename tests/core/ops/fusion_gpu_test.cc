@@ -114,7 +114,7 @@ LOOM_GPU_TEST_CASE("a conv's bias before a training batch norm is absorbed: outp
     REQUIRE(report.has_value());
     REQUIRE(report->pieces.size() >= 2);
     CHECK(report->pieces[0].how == "conv2d without its bias, which the batch norm after it absorbs");
-    CHECK(report->pieces[1].how == "fused op batch_norm_relu, absorbing the conv's bias");
+    CHECK(report->pieces[1].how == "fused op batch_norm_activation (relu), absorbing the conv's bias");
     CHECK(testing::normalized_error(gpu.y, cpu.y) < 1e-4);
     // The CPU run adds the bias (3x a unit normal) before the norm: the running mean counts it.
     CHECK(testing::normalized_error(gpu.mean, cpu.mean) < 1e-4);

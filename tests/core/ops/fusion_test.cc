@@ -89,6 +89,11 @@ TEST_CASE("a block describes itself: steps, operand names and the GPU's pieces")
   Block user = Block().linear().scale_bias().gelu().add();
   CHECK(user.operand_names() == std::vector<std::string>{"weight", "scale", "shift", "add.3"});
   CHECK(user.pieces_str() == "[linear -> scale_bias -> gelu -> add]");
+  // A training batch norm takes any activation row (MobileNetV2's ReLU6), and the residual before it.
+  Block mobile = Block().conv2d().batch_norm().activation(ActivationKind::Relu6).add_residual();
+  CHECK(mobile.pieces_str() == "[conv2d(stride=1, padding=0)] [batch_norm -> relu6] [add_residual]");
+  Block swish = Block().conv2d().batch_norm().add_residual().silu();
+  CHECK(swish.pieces_str() == "[conv2d(stride=1, padding=0)] [batch_norm -> add_residual -> silu]");
 }
 
 TEST_CASE("an eval-mode batch norm says so, and its block's pieces differ from training's") {
@@ -199,6 +204,12 @@ TEST_CASE("the pieces and the one-by-one evaluation agree, with running statisti
     CHECK_CLOSE(mean_a, mean_b, 1e-6, 1e-6);
     CHECK_CLOSE(var_a, var_b, 1e-6, 1e-6);
     check_pieces_match(norm, xl, {wl, gamma, beta, Tensor(), Tensor(), rl}, gen);
+    Block mobile = Block().conv2d({.padding = {1, 1}}).bias().batch_norm().activation(ActivationKind::Relu6);
+    check_pieces_match(mobile, xl, {wl, b, mul(gamma, 4.0), beta, Tensor(), Tensor()}, gen);
+    check_pieces_match(Block().conv2d().batch_norm().add_residual().activation(ActivationKind::Hardtanh, {-0.5, 2.0}),
+                       xl, {layout(randn({8, 3, 1, 1}, {}, &gen), channels_last), gamma, beta, Tensor(), Tensor(),
+                            layout(randn({4, 8, 6, 5}, {}, &gen), channels_last)},
+                       gen);
   }
 }
 

@@ -29,11 +29,11 @@ namespace loom::sweep {
 
 namespace {
 
-constexpr Op kOps[] = {Op::Conv2d,     Op::Linear,       Op::BatchNorm,   Op::BatchNormRelu,
-                       Op::Relu,       Op::MaxPool,      Op::AvgPool,     Op::Softmax,
-                       Op::LogSoftmax, Op::CrossEntropy, Op::Chain,       Op::Interpolate,
-                       Op::Pad,        Op::Abs,          Op::Cat,         Op::Dropout2d,
-                       Op::Mask,       Op::GroupNorm,    Op::InstanceNorm};
+constexpr Op kOps[] = {
+    Op::Conv2d,     Op::Linear,       Op::BatchNorm, Op::BatchNormActivation, Op::Relu,
+    Op::MaxPool,    Op::AvgPool,      Op::Softmax,   Op::LogSoftmax,          Op::CrossEntropy,
+    Op::Chain,      Op::Interpolate,  Op::Pad,       Op::Abs,                 Op::Cat,
+    Op::Dropout2d,  Op::Mask,         Op::GroupNorm, Op::InstanceNorm};
 
 class Draw {
  public:
@@ -191,12 +191,14 @@ void draw_op(Draw& d, Case& c) {
       v["affine"] = d.coin();
       v["track"] = v["training"] ? d.coin() : 1;
       break;
-    case Op::BatchNormRelu:
+    case Op::BatchNormActivation:
       v["N"] = d.between(1, 8), v["C"] = d.between(1, 64);
       v["H"] = d.between(1, 20), v["W"] = d.between(1, 20);
       if (v["N"] * v["H"] * v["W"] < 2) v["N"] = 2;
       v["affine"] = d.coin();
       v["residual"] = d.coin();
+      // An index into kernel::kActivationKinds, each row with its default scalars.
+      v["activation"] = d.between(0, static_cast<int64_t>(std::size(kernel::kActivationKinds)) - 1);
       break;
     case Op::Relu:
       v["N"] = d.between(1, 8), v["C"] = d.between(1, 64), v["H"] = d.between(1, 30),
@@ -277,7 +279,7 @@ Operands make_operands(const Case& c) {
       add_t("weight", normal({c.at("Out"), c.at("In")}, gen));
       if (c.at("bias")) add_t("bias", normal({c.at("Out")}, gen));
       break;
-    case Op::BatchNormRelu:
+    case Op::BatchNormActivation:
       add_t("x", normal(image(), gen));
       if (c.at("affine")) {
         add_t("weight", positive({c.at("C")}, gen));
@@ -475,9 +477,9 @@ Tensor forward(const Case& c, const std::map<std::string, Tensor>& t, const Tens
                             .dilation = {c.at("dilation_h"), c.at("dilation_w")},
                             .groups = c.at("groups")}));
     case Op::Linear: return stored(linear(operand(x), operand(get("weight")), operand(get("bias"))));
-    case Op::BatchNormRelu:
-      return batch_norm_relu(x, running->mean, running->var, get("weight"), get("bias"), {},
-                             get("residual"));
+    case Op::BatchNormActivation:
+      return batch_norm_activation(x, running->mean, running->var, get("weight"), get("bias"), {},
+                                   kernel::kActivationKinds[c.at("activation")], {}, get("residual"));
     case Op::BatchNorm:
       return batch_norm(x, c.at("track") ? running->mean : Tensor(),
                         c.at("track") ? running->var : Tensor(), get("weight"), get("bias"),
@@ -678,7 +680,7 @@ const char* op_name(Op op) {
     case Op::Conv2d: return "conv2d";
     case Op::Linear: return "linear";
     case Op::BatchNorm: return "batch_norm";
-    case Op::BatchNormRelu: return "batch_norm_relu";
+    case Op::BatchNormActivation: return "batch_norm_activation";
     case Op::Relu: return "relu";
     case Op::MaxPool: return "max_pool2d";
     case Op::AvgPool: return "avg_pool2d";

@@ -21,7 +21,7 @@
 namespace loom::sweep {
 
 enum class Op {
-  Conv2d, Linear, BatchNorm, BatchNormRelu, Relu, MaxPool, AvgPool, Softmax, LogSoftmax,
+  Conv2d, Linear, BatchNorm, BatchNormActivation, Relu, MaxPool, AvgPool, Softmax, LogSoftmax,
   CrossEntropy, Chain,
   // The ops users reach for beyond the reference models' (issue 32): resizing,
   // padding, abs, cat / stack across dtypes, channel dropout, and masks built
