@@ -16,6 +16,7 @@
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
+#include "core/numerics.h"
 
 namespace loom::cuda {
 
@@ -49,6 +50,9 @@ std::string KernelChoice::choose(const std::string& key, const std::vector<std::
     LOOM_CHECK(false, ValueError, "[{}] is '{}', which names no kernel for this op; use one of: {}",
                env_var_, name, names_of(names));
   }
+  // A race's winner may differ from one run to the next, and a deterministic
+  // policy promises the same kernels every run: the first candidate runs, untimed.
+  if (numerics_policy().deterministic) return names.front();
   const std::string device_key = fmt::format("{}:{}", current_device(), key);
   const uint64_t epoch = choice_epoch.load();
   std::string stale;

@@ -8,9 +8,12 @@
 // L2 cache (evict_l2, core/cuda/event_timer.h) between CUDA events on the
 // current stream, with the capture gate held (core/capture_gate.h)
 // so that background plan builds' test runs stay off the GPU meanwhile; the
-// candidate with the fastest single run is cached for the key (per device). Inside a
-// CUDA-graph capture nothing is timed: an unknown key gets the first candidate,
-// uncached. forget_kernel_choices() makes every key race again at its next
+// candidate with the fastest single run is cached for the key (per device).
+// Inside a CUDA-graph capture nothing is timed: an unknown key gets the first
+// candidate, uncached. Under a deterministic numerics policy nothing is timed
+// either (a race's winner may differ between runs): the first candidate runs,
+// so every caller lists a deterministic one first (Loom's kernels are).
+// forget_kernel_choices() makes every key race again at its next
 // meeting outside a capture (until then the old choice stands): lazy plan
 // building swaps better cuDNN plans in after the first races ran against the
 // stand-ins. An environment variable (e.g. LOOM_POOL_KERNEL) read at every call

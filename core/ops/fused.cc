@@ -398,8 +398,24 @@ Tensor recompute_pre_activation(const BnOperands& o) {
   return pre.to(o.x.dtype()).contiguous(o.x.suggest_memory_format());
 }
 
+// Whether Loom's kernel for the row's derivative gives the same answer at the
+// output as at the input: Hardtanh's and ReLU6's are dy strictly between the
+// bounds, where y equals x, and 0 where y sits on a bound, as x does on or past
+// it. (cuDNN's RELU_BWD is not asked: how it compares at the clips is its own.)
+bool derivative_from_output(const NormActivation& act) {
+  return act.kind == ActivationKind::Hardtanh || act.kind == ActivationKind::Relu6;
+}
+
 // dpre = dL/d(bn(x) + z): the row's derivative of dy at what the row saves.
+// After a fused forward, which keeps no pre-activation, a clipping row reads
+// y; any other row that saves its input recomputes bn(x) + z.
 Tensor activation_grad(const BnOperands& o, const Tensor& dy, const NormActivation& act) {
+  if (saves_input(act) && !o.pre.defined() && derivative_from_output(act)) {
+    Tensor dpre = empty_like(o.y);
+    const Tensor g = dy.contiguous(o.y.suggest_memory_format());
+    LOOM_KERNEL(o.y, activation_backward, dpre.strided(), g.strided(), o.y.strided(), act.kind, act.parameters);
+    return dpre;
+  }
   const Tensor saved = !saves_input(act) ? o.y : o.pre.defined() ? o.pre : recompute_pre_activation(o);
   Tensor dpre = empty_like(saved);
   activation_detail::backward_kernel(dpre, dy.contiguous(saved.suggest_memory_format()), saved, act.kind,

@@ -163,7 +163,7 @@ LOOM_GPU_TEST_CASE("fused residual blocks on CUDA match the CPU, forward and eve
   CHECK(after_relu->pieces[1].how == "fused op batch_norm_activation (relu)");
   CHECK(after_relu->pieces[2].piece == "[add_residual]");
   CHECK(after_relu->pieces[2].how == "unfused");
-  CHECK(after_relu->pieces[2].why_not.find("the residual add comes after the ReLU") != std::string::npos);
+  CHECK(after_relu->pieces[2].why_not.find("the residual add comes after the activation") != std::string::npos);
   const auto epilogue = report_of("conv2d(stride=1, padding=1) -> bias -> relu -> add_residual");
   REQUIRE(epilogue.has_value());
   REQUIRE(epilogue->pieces.size() == 1);  // the add is the graph's last pointwise step

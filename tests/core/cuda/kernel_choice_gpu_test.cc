@@ -13,6 +13,7 @@
 
 #include "core/cuda/graph.h"
 #include "core/cuda/kernel_choice.h"
+#include "core/numerics.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
 
@@ -56,6 +57,25 @@ LOOM_GPU_TEST_CASE("a key is raced once; a declining candidate is never chosen")
   CHECK(counted.built == 1);  // cached: nothing ran again
   CHECK(choice.choose("shape b", {"declines", "runs"}, make) == "runs");
   CHECK(counted.built == 2);
+}
+
+LOOM_GPU_TEST_CASE("under a deterministic policy the first candidate runs, with no race; forcing still works") {
+  unsetenv(kEnv);
+  cuda::KernelChoice choice(kEnv);
+  Counted counted;
+  counted.decline = true;  // a race would pick "runs"
+  auto make = [&] { return counted.make(); };
+  {
+    NumericsGuard deterministic({.deterministic = true});
+    CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "declines");
+    CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "declines");
+    CHECK(counted.built == 0);
+    setenv(kEnv, "runs", 1);
+    CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "runs");
+    unsetenv(kEnv);
+  }
+  CHECK(choice.choose("shape a", {"declines", "runs"}, make) == "runs");  // the policy's pick was not cached
+  CHECK(counted.built == 1);
 }
 
 LOOM_GPU_TEST_CASE("the environment variable forces a candidate without a race") {

@@ -200,8 +200,14 @@ LOOM_GPU_TEST_CASE("batch_norm_activation, every activation row: fused and unfus
         };
         const std::string name = fmt::format("bn_act {}{}", kernel::activation_info(kind).name,
                                              with_residual ? "(+z)" : "");
+        const cudnn::FusedRuns before = cudnn::fused_runs();
         check_paths(name, op, inputs, f, kStrict, {&cudnn::FusedRuns::bn_activation_forward},
                     relu6 && f == MemoryFormat::ChannelsLast, gen);
+        const cudnn::FusedRuns after = cudnn::fused_runs();
+        std::printf("BNACT %-20s %-13s forward graphs %lld, backward graphs %lld\n", name.c_str(),
+                    std::string(memory_format_name(f)).c_str(),
+                    static_cast<long long>(after.bn_activation_forward - before.bn_activation_forward),
+                    static_cast<long long>(after.bn_activation_backward - before.bn_activation_backward));
       }
     }
   }
