@@ -136,6 +136,30 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
                 out);
 }
 
+TEST_CASE("batch_norm_activation exports as BatchNormalization, the residual's Add and the row's ONNX form") {
+  TempDir dir;
+  const std::string path = (dir.path / "bn_act.onnx").string();
+  const Tensor mean = randn({3}), var = add(rand({3}), 0.5), gamma = randn({3}), beta = randn({3});
+  const BatchNormOptions eval{.training = false};
+  Fn net([&](const Tensor& x) {
+    Tensor a = batch_norm_activation(x, mean, var, gamma, beta, eval, ActivationKind::Relu6);
+    Tensor b = batch_norm_activation(a, mean, var, gamma, beta, eval, ActivationKind::Hardtanh, {-0.5, 2.0}, x);
+    return batch_norm_activation(b, mean, var, Tensor(), Tensor(), eval, ActivationKind::Silu);
+  });
+  onnx::export_model(net, {randn({2, 3, 4, 4})}, path);
+  // The op types but constants and the output's Identity, then each Clip's bounds.
+  auto [out, status] = run(
+      "/usr/bin/python3 -c \"import onnx,sys; from onnx import numpy_helper as h; m=onnx.load(sys.argv[1]); "
+      "onnx.checker.check_model(m, full_check=True); g=m.graph; "
+      "c={n.output[0]: h.to_array(n.attribute[0].t).tolist() for n in g.node if n.op_type=='Constant'}; "
+      "print([n.op_type for n in g.node if n.op_type not in ('Constant', 'Identity')], "
+      "[(c[n.input[1]], c[n.input[2]]) for n in g.node if n.op_type=='Clip'])\" " + path);
+  CHECK_MESSAGE(status == 0, out);
+  CHECK_MESSAGE(out.find("['BatchNormalization', 'Clip', 'BatchNormalization', 'Add', 'Clip', 'BatchNormalization', "
+                         "'Sigmoid', 'Mul'] [(0.0, 6.0), (-0.5, 2.0)]") != std::string::npos,
+                out);
+}
+
 TEST_CASE("what has no ONNX form is refused, naming the op and the module") {
   TempDir dir;
   const std::string path = (dir.path / "m.onnx").string();
