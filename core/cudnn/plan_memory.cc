@@ -26,7 +26,7 @@ std::vector<bool> bindable_as_is(const std::vector<BoundRange>& ranges) {
   return as_is;
 }
 
-size_t preferred_workspace_limit(size_t tensor_bytes) { return std::max(tensor_bytes, kWorkspaceFloor); }
+size_t preferred_workspace_limit(size_t tensor_bytes) { return std::max(2 * tensor_bytes, kWorkspaceFloor); }
 
 size_t timed_workspace_limit(size_t tensor_bytes, size_t device_free_bytes) {
   return std::max(preferred_workspace_limit(tensor_bytes), device_free_bytes / 2);

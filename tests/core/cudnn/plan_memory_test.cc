@@ -62,17 +62,22 @@ TEST_CASE("random layouts: exactly the tensors that share bytes lose their bindi
   }
 }
 
-TEST_CASE("the workspace limit: the op's tensors, never under the floor") {
+TEST_CASE("the workspace limit: twice the op's tensors, never under the floor") {
   CHECK(preferred_workspace_limit(0) == kWorkspaceFloor);
   CHECK(preferred_workspace_limit(kMiB) == kWorkspaceFloor);
-  CHECK(preferred_workspace_limit(6000 * kMiB) == 6000 * kMiB);
+  CHECK(preferred_workspace_limit(6000 * kMiB) == 12000 * kMiB);
+  CHECK(preferred_workspace_limit(kWorkspaceFloor / 2) == kWorkspaceFloor);
   CHECK(workspace_preferred(0, preferred_workspace_limit(0)));
   CHECK(workspace_preferred(static_cast<int64_t>(kWorkspaceFloor), preferred_workspace_limit(kMiB)));
   CHECK_FALSE(workspace_preferred(static_cast<int64_t>(kWorkspaceFloor) + 1, preferred_workspace_limit(kMiB)));
+  // A U-Net's 16 -> 16 channel wgrad at 64x64, batch 512, fp32: 256 MiB of x and
+  // dy; its fastest engine asks for 257.5 MiB.
+  const size_t unet_wgrad = 2 * size_t{512} * 16 * 64 * 64 * 4 + 16 * 16 * 9 * 4;
+  CHECK(workspace_preferred(static_cast<int64_t>(257.5 * kMiB), preferred_workspace_limit(unet_wgrad)));
   // VGG-16's second conv (64 -> 64 channels at 224 px), batch 512, fp32: x and
   // y of 6.1 GiB each; an engine asking for 40 GiB is passed over while another works.
   const size_t vgg_conv = 2 * size_t{512} * 64 * 224 * 224 * 4;
-  CHECK(workspace_preferred(static_cast<int64_t>(vgg_conv), preferred_workspace_limit(vgg_conv)));
+  CHECK(workspace_preferred(static_cast<int64_t>(2 * vgg_conv), preferred_workspace_limit(vgg_conv)));
   CHECK_FALSE(workspace_preferred(int64_t{40} << 30, preferred_workspace_limit(vgg_conv)));
 }
 
