@@ -339,10 +339,15 @@ void visit_loss_types(DType loss_dtype, DType scores_dtype, Fn&& fn) {
   });
 }
 
-// Several lanes per position when a row is contiguous, so that their loads
-// coalesce (8 for short rows, where a warp would idle); one thread otherwise.
+// Several lanes per position when a row is contiguous and long enough to give
+// each lane a class, so that their loads coalesce (8 for short rows, where a
+// warp would idle); one thread otherwise. A row of a few classes is a few
+// neighbouring words, which neighbouring threads' rows continue: one thread per
+// position reads them as coalesced, and 8 lanes would leave 6 of 8 idle on a
+// two-class segmentation map while each still walks its positions (a U-Net's
+// 2.1M positions at batch 512: 0.6 ms per step for forward and backward).
 int lanes_for(int64_t classes, int64_t class_stride) {
-  if (class_stride != 1 || classes <= 1) return 1;
+  if (class_stride != 1 || classes < 8) return 1;
   return classes < 64 ? 8 : kWarpSize;
 }
 

@@ -107,8 +107,11 @@ struct Config {
 };
 
 std::vector<Config> configs() {
-  const std::vector<Shape> flat = {{6, 5}, {7, 100}, {3, 1}};
-  const std::vector<Shape> spatial = {{2, 5, 3, 4}, {2, 70, 3, 3}};
+  // Class counts that take each lane count of a contiguous row: 1 (under 8
+  // classes), 8 (8 to 63) and a warp (64 and up); a two-class map with more
+  // positions than one block's passes (several blocks, then the totals kernel).
+  const std::vector<Shape> flat = {{6, 5}, {9, 10}, {7, 100}, {3, 1}};
+  const std::vector<Shape> spatial = {{2, 5, 3, 4}, {2, 21, 3, 3}, {2, 70, 3, 3}, {2, 2, 40, 40}};
   std::vector<Config> out;
   for (DType dtype : {DType::Float32, DType::Float64}) {
     for (double eps : {0.0, 0.1}) {
