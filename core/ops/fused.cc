@@ -57,20 +57,31 @@ std::optional<Strided> strided_or_none(const Tensor& t) {
   return t.strided();
 }
 
-// y = max(y, 0) in place; y is a fresh kernel output that nothing else holds yet.
-void relu_in_place(const Tensor& y) {
-  LOOM_KERNEL(y, activation_forward, y.strided(), y.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
+using cudnn::NormActivation;
+
+// The fused ops' activation pieces run Loom's activation kernels on every
+// device: they write in place (cuDNN's pointwise graphs are not asked to alias
+// their operands), and on the CPU they match the activation op's own kernels.
+
+// y = act(x); y may be x, a fresh kernel output that nothing else holds yet.
+void loom_activation(const Tensor& y, const Tensor& x, const NormActivation& act = {}) {
+  LOOM_KERNEL(y, activation_forward, y.strided(), x.strided(), act.kind, act.parameters);
 }
 
-// dy where r > 0, else 0, laid out as r; r is a ReLU's input or output (same sign).
-Tensor relu_grad(const Tensor& dy, const Tensor& r) {
-  Tensor g = dy.contiguous(r.suggest_memory_format());
+// dx = dy * act'(r), where r is what the row's derivative reads (its input, or
+// its output for ReLU, ReLU6 and Hardtanh); dx may be dy.
+void loom_activation_grad_into(const Tensor& dx, const Tensor& dy, const Tensor& r, const NormActivation& act = {}) {
+  LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), r.strided(), act.kind, act.parameters);
+}
+
+// dy * act'(r) in a new tensor laid out as r.
+Tensor loom_activation_grad(const Tensor& dy, const Tensor& r, const NormActivation& act = {}) {
   Tensor d = empty_like(r);
-  LOOM_KERNEL(r, activation_backward, d.strided(), g.strided(), r.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
+  loom_activation_grad_into(d, dy.contiguous(r.suggest_memory_format()), r, act);
   return d;
 }
 
-// g = relu_grad(dy, y) as (rows, C), and db = the sum of g over rows when
+// g = loom_activation_grad(dy, y) (ReLU's) as (rows, C), and db = the sum of g over rows when
 // need_b; on the GPU one pass writes both, where the separate kernels read g again.
 std::pair<Tensor, Tensor> relu_grad_and_sum(const Tensor& dy_in, const Tensor& y_in, int64_t channels,
                                             bool need_b) {
@@ -82,7 +93,7 @@ std::pair<Tensor, Tensor> relu_grad_and_sum(const Tensor& dy_in, const Tensor& y
     cuda::relu_grad_sum(g.strided(), db.strided(), dy.strided(), y.strided());
     return {g, db};
   }
-  Tensor g = relu_grad(dy_in, y_in).reshape({-1, channels});
+  Tensor g = loom_activation_grad(dy_in, y_in).reshape({-1, channels});
   return {g, need_b ? sum(g, {0}) : Tensor()};
 }
 
@@ -145,7 +156,7 @@ void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
     return;
   }
   conv_detail::forward_kernel(y, x, w, b, p);
-  if (relu) relu_in_place(y);
+  if (relu) loom_activation(y, y);
 }
 
 // dx = dgrad(g, w) where r > 0, else 0: one graph on the GPU where cuDNN allows.
@@ -156,7 +167,7 @@ void dgrad_relu(const Tensor& dx, const Tensor& g, const Tensor& w, const Tensor
     return;
   }
   conv_detail::dgrad_kernel(dx, g, w, p);
-  LOOM_KERNEL(dx, activation_backward, dx.strided(), dx.strided(), r.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
+  loom_activation_grad_into(dx, dx, r);
 }
 
 // dx, dw, db of y = conv(x, w) + b from g = dL/dy in the kernel layout. With
@@ -203,7 +214,7 @@ Tensor conv2d_bias_relu(const Tensor& x_in, const Tensor& weight_in, const Tenso
     Tensor saved_x = s.need_w ? xk : Tensor(), saved_w = s.need_x ? wk : Tensor();
     Tensor saved_y = yk.detach();
     record(std::string(kOp), {x, weight, bias}, y,
-           [=](const Tensor& dy) { return conv_grads(s, relu_grad(dy, saved_y), saved_x, saved_w, false); },
+           [=](const Tensor& dy) { return conv_grads(s, loom_activation_grad(dy, saved_y), saved_x, saved_w, false); },
            {saved_x, saved_w, saved_y});
   }
   if (trace.recording()) trace.record({x_in, weight_in, bias_in}, y, conv_detail::conv_attributes(options));
@@ -225,7 +236,7 @@ Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   Tensor wk = conv_detail::kernel_input(weight, s.kernel);
   Tensor bk = conv_detail::kernel_input(bias, MemoryFormat::Contiguous);
   Tensor r = empty_in(s.x_sizes, x, s.kernel);
-  LOOM_KERNEL(r, activation_forward, r.strided(), xk.strided(), kernel::ActivationKind::Relu, kernel::act::Relu::info.default_parameters);
+  loom_activation(r, xk);
   Tensor yk = empty_in(s.y_sizes, x, s.kernel);
   conv_forward(yk, r, wk, bk, s.params, /*relu=*/false);
   Tensor y = yk.contiguous(s.output);
@@ -245,7 +256,6 @@ Tensor relu_conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
 
 namespace {
 
-using cudnn::NormActivation;
 using norm_detail::channel_options;
 
 constexpr std::string_view kBnOp = "batch_norm_activation";
@@ -317,7 +327,7 @@ const Tensor& norm_output(BnOperands& o, const NormActivation& act) {
 void finish_unfused(const BnOperands& o, const Tensor& bn, const NormActivation& act) {
   if (o.z.defined()) LOOM_KERNEL(bn, add_scaled, bn.strided(), bn.strided(), o.z.strided(), 1.0);
   if (o.y.is_same(bn) && o.y.device().is_cuda()) {
-    LOOM_KERNEL(o.y, activation_forward, o.y.strided(), o.y.strided(), act.kind, act.parameters);
+    loom_activation(o.y, o.y, act);
     return;
   }
   activation_detail::forward_kernel(o.y, bn, act.kind, act.parameters);
@@ -410,12 +420,7 @@ bool derivative_from_output(const NormActivation& act) {
 // After a fused forward, which keeps no pre-activation, a clipping row reads
 // y; any other row that saves its input recomputes bn(x) + z.
 Tensor activation_grad(const BnOperands& o, const Tensor& dy, const NormActivation& act) {
-  if (saves_input(act) && !o.pre.defined() && derivative_from_output(act)) {
-    Tensor dpre = empty_like(o.y);
-    const Tensor g = dy.contiguous(o.y.suggest_memory_format());
-    LOOM_KERNEL(o.y, activation_backward, dpre.strided(), g.strided(), o.y.strided(), act.kind, act.parameters);
-    return dpre;
-  }
+  if (saves_input(act) && !o.pre.defined() && derivative_from_output(act)) return loom_activation_grad(dy, o.y, act);
   const Tensor saved = !saves_input(act) ? o.y : o.pre.defined() ? o.pre : recompute_pre_activation(o);
   Tensor dpre = empty_like(saved);
   activation_detail::backward_kernel(dpre, dy.contiguous(saved.suggest_memory_format()), saved, act.kind,
@@ -450,22 +455,26 @@ BnGrads bn_act_backward(const BnOperands& o, const Tensor& dy, const NormActivat
   g.dx = empty_like(o.x);
   g.dweight = empty({c}, channel_options(o.x));
   g.dbias = empty({c}, channel_options(o.x));
-  Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
+  // dresidual gets a buffer of its own only on the paths that write one (the
+  // others hand on dpre), so that a graph that does not run holds none.
+  auto residual_buffer = [&] { return o.z.defined() ? empty_like(o.x) : Tensor(); };
   cudnn::VariantWalk walk;  // the fused graphs, then the derivative and the plain norm backward
-  if (try_fused(dy) &&
-      cudnn::batch_norm_activation_backward(
-          {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
-           .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(), .y = o.y.strided(),
-           .weight = o.weight.strided(), .bias = o.bias.strided(), .save_mean = o.save_mean.strided(),
-           .save_invstd = o.save_invstd.strided(), .residual = strided_or_none(o.z), .activation = act})) {
-    g.dresidual = dz;
-    return g;
+  if (try_fused(dy)) {
+    Tensor dz = residual_buffer();
+    if (cudnn::batch_norm_activation_backward(
+            {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
+             .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(), .y = o.y.strided(),
+             .weight = o.weight.strided(), .bias = o.bias.strided(), .save_mean = o.save_mean.strided(),
+             .save_invstd = o.save_invstd.strided(), .residual = strided_or_none(o.z), .activation = act})) {
+      g.dresidual = dz;
+      return g;
+    }
   }
   if (is_relu(act) && !dy.device().is_cuda() && !on_onednn_tier(dy)) {  // the mask and the backward in one pass
-    cpu::batch_norm_relu_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(), strided_or_none(dz),
-                                  dy.strided(), o.x.strided(), o.y.strided(), o.save_mean.strided(),
-                                  o.save_invstd.strided(), o.weight.strided());
-    g.dresidual = dz;
+    g.dresidual = residual_buffer();
+    cpu::batch_norm_relu_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),
+                                  strided_or_none(g.dresidual), dy.strided(), o.x.strided(), o.y.strided(),
+                                  o.save_mean.strided(), o.save_invstd.strided(), o.weight.strided());
     return g;
   }
   Tensor dpre = activation_grad(o, dy, act);
@@ -646,7 +655,7 @@ Tensor linear_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   if (try_fused(x) && bias.defined() && x.numel() > 0) y = linear_relu_fused(x, weight, bias);
   if (!y.defined()) {
     y = linear(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor());
-    relu_in_place(y);
+    loom_activation(y, y);
   }
   if (!needs_grad({x, weight, bias})) return traced(y);
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
