@@ -42,9 +42,12 @@ void sum_into(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::string name, BackwardFn backward, std::vector<InputMeta> inputs,
+  FunctionNode(std::string name, BackwardFn backward, BackwardSumFn backward_sum, std::vector<InputMeta> inputs,
                const std::vector<Tensor>& saved)
-      : name_(std::move(name)), backward_(std::move(backward)), inputs_(std::move(inputs)) {
+      : name_(std::move(name)),
+        backward_(std::move(backward)),
+        backward_sum_(std::move(backward_sum)),
+        inputs_(std::move(inputs)) {
     for (const Tensor& t : saved) {
       if (t.defined()) saved_.push_back({t.storage(), t.storage()->version()});
     }
@@ -53,6 +56,35 @@ class FunctionNode final : public Node {
   const std::string& name() const override { return name_; }
 
   std::vector<Tensor> apply(const Tensor& grad_output) override {
+    check_saved();
+    std::vector<Tensor> grads = backward_(grad_output);
+    check_grads(grads);
+    return grads;
+  }
+
+  bool folds_gradient_sum() const override { return backward_sum_ != nullptr; }
+
+  std::vector<Tensor> apply_sum(const Tensor& grad_a, const Tensor& grad_b) override {
+    if (backward_sum_ == nullptr) return Node::apply_sum(grad_a, grad_b);
+    check_saved();
+    std::vector<Tensor> grads = backward_sum_(grad_a, grad_b);
+    check_grads(grads);
+    return grads;
+  }
+
+  void release() override {
+    backward_ = nullptr;
+    backward_sum_ = nullptr;
+    saved_.clear();
+  }
+
+ private:
+  struct SavedVersion {
+    std::shared_ptr<Storage> storage;
+    uint64_t version;
+  };
+
+  void check_saved() const {
     LOOM_CHECK(backward_ != nullptr, AutogradError,
                "[backward] trying to backward through the graph a second time: '{}' has already "
                "freed its saved tensors; pass retain_graph=true to the first backward() if you "
@@ -65,21 +97,7 @@ class FunctionNode final : public Node {
                  "backward",
                  name_, saved.storage->version(), saved.version);
     }
-    std::vector<Tensor> grads = backward_(grad_output);
-    check_grads(grads);
-    return grads;
   }
-
-  void release() override {
-    backward_ = nullptr;
-    saved_.clear();
-  }
-
- private:
-  struct SavedVersion {
-    std::shared_ptr<Storage> storage;
-    uint64_t version;
-  };
 
   void check_grads(const std::vector<Tensor>& grads) const {
     LOOM_CHECK(grads.size() == inputs_.size(), AutogradError,
@@ -100,6 +118,7 @@ class FunctionNode final : public Node {
 
   std::string name_;
   BackwardFn backward_;
+  BackwardSumFn backward_sum_;  // may be empty
   std::vector<InputMeta> inputs_;
   std::vector<SavedVersion> saved_;
 };
@@ -185,19 +204,38 @@ Tensor initial_gradient(const Tensor& root, const Tensor& gradient) {
   return gradient.detach();
 }
 
-// node.apply(grad) on the gradient's device (the device of the op that recorded
-// the node), so a backward on cuda:1 runs on GPU 1.
-std::vector<Tensor> apply_on_device(Node& node, const Tensor& grad) {
-  DeviceGuard guard(grad.device());
-  return node.apply(grad);
-}
+// The gradient that reached a node so far: the sum of what arrived, and at most
+// one more gradient left for the node to add itself (Node::folds_gradient_sum).
+struct PendingGradient {
+  Tensor sum;
+  Tensor addend;  // undefined unless the node folds the sum
 
-// apply_on_device, timed into the row of the layer that recorded the node.
-std::vector<Tensor> profiled_apply(Node& node, const Tensor& grad) {
-  DeviceGuard guard(grad.device());
-  ProfileScope scope(node.profile_row.value_or(Profiler::other_row()), ProfilePhase::Backward,
-                     grad.device());
-  return node.apply(grad);
+  // Adds `grad` (a gradient for the same output) as `target` can best take it.
+  void add(const Tensor& grad, const Node& target) {
+    if (!addend.defined() && target.folds_gradient_sum() && !anomaly_mode_enabled()) {
+      addend = grad;
+      return;
+    }
+    // A new tensor (never a write into a gradient another node may hold) in
+    // the first gradient's layout, made in one pass. A contiguous clone and
+    // then an add in place moved twice the bytes and turned channels-last
+    // gradients into NCHW ones.
+    Tensor total = empty_like(sum);
+    sum_into(total, sum, grad);
+    sum = total;
+  }
+};
+
+// node.apply on the gradient's device (the device of the op that recorded the
+// node), so a backward on cuda:1 runs on GPU 1; timed into the row of the layer
+// that recorded the node while profiling.
+std::vector<Tensor> apply_on_device(Node& node, const PendingGradient& grad) {
+  DeviceGuard guard(grad.sum.device());
+  std::optional<ProfileScope> scope;
+  if (Profiler::enabled()) {
+    scope.emplace(node.profile_row.value_or(Profiler::other_row()), ProfilePhase::Backward, grad.sum.device());
+  }
+  return grad.addend.defined() ? node.apply_sum(grad.sum, grad.addend) : node.apply(grad.sum);
 }
 
 // Gradients on their way into leaves through a CastNode (a model's weights
@@ -281,13 +319,24 @@ bool needs_grad(std::initializer_list<Tensor> inputs) {
 
 void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
             BackwardFn backward, const std::vector<Tensor>& saved) {
+  record(std::move(name), inputs, output, std::move(backward), nullptr, saved);
+}
+
+void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward,
+            BackwardSumFn backward_sum, const std::vector<Tensor>& saved) {
   std::vector<InputMeta> metas;
   for (const Tensor& t : inputs) {
     metas.push_back(t.defined() ? InputMeta{t.sizes(), t.dtype(), t.device()} : InputMeta{});
   }
-  attach(std::make_shared<FunctionNode>(std::move(name), std::move(backward), std::move(metas),
-                                        saved),
+  attach(std::make_shared<FunctionNode>(std::move(name), std::move(backward), std::move(backward_sum),
+                                        std::move(metas), saved),
          inputs, output);
+}
+
+std::vector<Tensor> Node::apply_sum(const Tensor& grad_a, const Tensor& grad_b) {
+  Tensor total = empty_like(grad_a);
+  sum_into(total, grad_a, grad_b);
+  return apply(total);
 }
 
 void record_cast(const Tensor& input, Tensor& output) {
@@ -338,31 +387,23 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
              "requires_grad on the leaves you want gradients for");
   NoGradGuard no_grad;
   std::shared_ptr<Node> root_node = gradient_edge(root);
-  std::unordered_map<Node*, Tensor> pending{{root_node.get(), initial_gradient(root, gradient)}};
+  std::unordered_map<Node*, PendingGradient> pending{{root_node.get(), {initial_gradient(root, gradient)}}};
   DeferredCasts deferred;
   for (Node* node : backward_order(root_node.get())) {
     auto it = pending.find(node);
     if (it == pending.end()) continue;  // no gradient reached it
-    Tensor grad = std::move(it->second);
+    PendingGradient grad = std::move(it->second);
     pending.erase(it);
-    if (deferred.take(*node, grad)) continue;  // a CastNode: nothing saved to release
-    std::vector<Tensor> grads =
-        Profiler::enabled() ? profiled_apply(*node, grad) : apply_on_device(*node, grad);
-    if (anomaly_mode_enabled()) check_backward_finite(node->name(), node->module, grad, grads);
+    // A CastNode (nothing saved to release); it never folds a sum.
+    if (!grad.addend.defined() && deferred.take(*node, grad.sum)) continue;
+    std::vector<Tensor> grads = apply_on_device(*node, grad);
+    if (anomaly_mode_enabled()) check_backward_finite(node->name(), node->module, grad.sum, grads);
     if (!retain_graph) node->release();
     for (size_t i = 0; i < grads.size(); ++i) {
       Node* target = node->next[i].get();
       if (target == nullptr || !grads[i].defined()) continue;
-      auto [slot, inserted] = pending.try_emplace(target, grads[i]);
-      if (!inserted) {
-        // A new tensor (never a write into a gradient another node may hold) in
-        // the first gradient's layout, made in one pass. A contiguous clone and
-        // then an add in place moved twice the bytes and turned channels-last
-        // gradients into NCHW ones.
-        Tensor sum = empty_like(slot->second);
-        sum_into(sum, slot->second, grads[i]);
-        slot->second = sum;
-      }
+      auto [slot, inserted] = pending.try_emplace(target, PendingGradient{grads[i]});
+      if (!inserted) slot->second.add(grads[i], *target);
     }
   }
   deferred.deliver();

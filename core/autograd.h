@@ -27,12 +27,23 @@ namespace loom {
 // grad_output -> one gradient per recorded input, in order; an undefined Tensor
 // means "no gradient for this input" (treated as zero).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+// (grad_a, grad_b) -> what BackwardFn gives for grad_a + grad_b. When two paths'
+// gradients meet at an output (a residual block's input feeds the block's first
+// convolution and its shortcut), the engine passes both to a node that has one,
+// which adds them in a pass over its gradient it makes anyway, instead of a
+// separate sum reading both and writing a third tensor. The two share sizes,
+// dtype and device, not necessarily layout.
+using BackwardSumFn = std::function<std::vector<Tensor>(const Tensor& grad_a, const Tensor& grad_b)>;
 
 class Node {
  public:
   virtual ~Node() = default;
   virtual const std::string& name() const = 0;
   virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // Whether apply_sum(a, b) does better than apply(a + b) (the node has a BackwardSumFn).
+  virtual bool folds_gradient_sum() const { return false; }
+  // apply(grad_a + grad_b); this default sums first.
+  virtual std::vector<Tensor> apply_sum(const Tensor& grad_a, const Tensor& grad_b);
   // Frees what backward saved; a later apply() throws AutogradError.
   virtual void release() {}
 
@@ -70,6 +81,9 @@ bool needs_grad(std::initializer_list<Tensor> inputs);
 // reads: if one is modified in place before backward, backward throws.
 void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
             BackwardFn backward, const std::vector<Tensor>& saved = {});
+// The same, with the form of the backward that adds two gradients itself.
+void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward,
+            BackwardSumFn backward_sum, const std::vector<Tensor>& saved);
 
 // Makes `output` (input converted to another floating dtype) the result of a
 // conversion node: its backward converts the gradient back. The engine

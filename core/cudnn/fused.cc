@@ -118,7 +118,7 @@ namespace {
 enum BnUid : int64_t {
   kBnX = 1, kBnY, kBnZ, kScale, kBias, kEpsilon, kMomentum, kInMean, kInVar, kMean, kInvVar,
   kOutMean, kOutVar, kBnOut, kPreAct, kBnDy, kBnDx, kDScale, kDBias, kDPre,
-  kCentered, kNormalized, kScaled,
+  kCentered, kNormalized, kScaled, kBnDyAddend, kBnDySum,
 };
 
 // An intermediate of `like`'s own dtype: cuDNN's norm fusions keep the dReLU
@@ -233,7 +233,7 @@ int64_t recompute_pre_activation(Graph& g, const TensorSpec& like, ActSource sou
   return add_residual(g, like, kBnOut, residual);
 }
 
-// dAct (the row's *_BWD mode with dy and the pre-activation value or y) -> dpre
+// [dy + dy_addend -> (virtual) ->] dAct (the row's *_BWD mode with dy and the pre-activation value or y) -> dpre
 // (virtual in x's dtype, or the output dz when there is a residual) ->
 // NORM_BACKWARD -> dx, dscale, dbias
 Graph bn_activation_backward_graph(const BatchNormActivationBackwardArgs& a, const PointwiseMode& mode,
@@ -251,7 +251,14 @@ Graph bn_activation_backward_graph(const BatchNormActivationBackwardArgs& a, con
   } else {
     g.add_tensor(spec_of(a.y, kBnY));
   }
-  g.pointwise_backward(mode.mode, kBnDy, saved, kDPre, mode.scalars);
+  int64_t dy = kBnDy;
+  if (a.dy_addend) {
+    g.add_tensor(spec_of(*a.dy_addend, kBnDyAddend));
+    g.add_tensor(virtual_like(xs, kBnDySum));
+    g.pointwise(CUDNN_POINTWISE_ADD, kBnDy, kBnDyAddend, kBnDySum);
+    dy = kBnDySum;
+  }
+  g.pointwise_backward(mode.mode, dy, saved, kDPre, mode.scalars);
   g.norm(CUDNN_BATCH_NORM, Graph::NormPhase::Backward, {.x = kBnX, .scale = kScale, .mean = kMean,
       .inv_variance = kInvVar, .dy = kDPre, .dx = kBnDx, .dscale = kDScale, .dbias = kDBias});
   return g;
@@ -263,6 +270,7 @@ VariantPointers backward_pointers(const BatchNormActivationBackwardArgs& a, ActS
   if (recomputes(source) && a.residual) pointers.push_back({kBnZ, a.residual->data});
   if (source == ActSource::SavedOutput) pointers.push_back({kBnY, a.y.data});
   if (a.dresidual) pointers.push_back({kDPre, a.dresidual->data});
+  if (a.dy_addend) pointers.push_back({kBnDyAddend, a.dy_addend->data});
   return pointers;
 }
 

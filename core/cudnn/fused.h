@@ -52,7 +52,9 @@ bool batch_norm_activation_forward_training(const BatchNormTrainingArgs& args, c
 struct BatchNormActivationBackwardArgs {
   Strided dx, dweight, dbias;        // outputs: dx (N, C, H, W), dweight, dbias (C)
   std::optional<Strided> dresidual;  // output, given exactly when there is a residual
-  Strided dy, x, y;                  // y: the forward's output, act(bn(x) + z)
+  Strided dy;
+  std::optional<Strided> dy_addend;  // a second gradient of y, added to dy (autograd's sum, folded)
+  Strided x, y;                      // y: the forward's output, act(bn(x) + z)
   Strided weight, bias, save_mean, save_invstd;
   std::optional<Strided> residual;
   NormActivation activation;

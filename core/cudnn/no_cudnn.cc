@@ -30,7 +30,7 @@ bool activation_forward(kernel::ActivationKind, const kernel::ActivationParamete
   no_cudnn("activation_forward");
 }
 bool activation_backward(kernel::ActivationKind, const kernel::ActivationParameters&, const Strided&,
-                         const Strided&, const Strided&) {
+                         const Strided&, const Strided&, const std::optional<Strided>&) {
   no_cudnn("activation_backward");
 }
 

@@ -15,7 +15,7 @@ namespace {
 // What runs a key cuDNN has no engine for (the op calls it when this layer returns false).
 constexpr std::string_view kFallbackTier = "Loom CUDA kernels (core/cuda/elementwise.h)";
 
-enum Uid : int64_t { kX = 1, kY, kDy, kDx };
+enum Uid : int64_t { kX = 1, kY, kDy, kDx, kDyAddend, kDySum };
 
 constexpr int64_t kRow = 64;  // the packed NHWC view's channel count
 
@@ -71,24 +71,41 @@ bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x) {
 }
 
 std::optional<Graph> pointwise_backward_graph(PointwiseMode mode, const Strided& dx, const Strided& dy,
-                                              const Strided& saved) {
+                                              const Strided& saved, const std::optional<Strided>& dy_addend) {
   auto dxs = flat_spec(dx, kDx), dys = flat_spec(dy, kDy), xs = flat_spec(saved, kX);
   if (!dxs || !dys || !xs || !same_layout(dx, dy) || !same_layout(dx, saved)) return std::nullopt;
   Graph g;
   g.add_tensor(*dxs);
   g.add_tensor(*dys);
   g.add_tensor(*xs);
-  g.pointwise_backward(mode.mode, kDy, kX, kDx, mode.scalars);
+  int64_t grad = kDy;
+  if (dy_addend) {
+    auto addend = flat_spec(*dy_addend, kDyAddend);
+    if (!addend || !same_layout(dx, *dy_addend)) return std::nullopt;
+    TensorSpec sum = *dys;  // the sum in fp32, as the engines compute it
+    sum.uid = kDySum;
+    sum.dtype = CUDNN_DATA_FLOAT;
+    sum.is_virtual = true;
+    g.add_tensor(*addend);
+    g.add_tensor(sum);
+    g.pointwise(CUDNN_POINTWISE_ADD, kDy, kDyAddend, kDySum);
+    grad = kDySum;
+  }
+  g.pointwise_backward(mode.mode, grad, kX, kDx, mode.scalars);
   return g;
 }
 
-VariantPointers pointwise_backward_pointers(const Strided& dx, const Strided& dy, const Strided& saved) {
-  return {{kDx, dx.data}, {kDy, dy.data}, {kX, saved.data}};
+VariantPointers pointwise_backward_pointers(const Strided& dx, const Strided& dy, const Strided& saved,
+                                            const std::optional<Strided>& dy_addend) {
+  VariantPointers pointers = {{kDx, dx.data}, {kDy, dy.data}, {kX, saved.data}};
+  if (dy_addend) pointers.push_back({kDyAddend, dy_addend->data});
+  return pointers;
 }
 
-bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved) {
-  std::optional<Graph> graph = pointwise_backward_graph(mode, dx, dy, saved);
-  return graph && run_plan(*graph, pointwise_backward_pointers(dx, dy, saved), kFallbackTier);
+bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved,
+                        const std::optional<Strided>& dy_addend) {
+  std::optional<Graph> graph = pointwise_backward_graph(mode, dx, dy, saved, dy_addend);
+  return graph && run_plan(*graph, pointwise_backward_pointers(dx, dy, saved, dy_addend), kFallbackTier);
 }
 
 namespace {
@@ -151,9 +168,10 @@ bool activation_forward(kernel::ActivationKind kind, const kernel::ActivationPar
 }
 
 bool activation_backward(kernel::ActivationKind kind, const kernel::ActivationParameters& parameters,
-                         const Strided& dx, const Strided& dy, const Strided& saved) {
+                         const Strided& dx, const Strided& dy, const Strided& saved,
+                         const std::optional<Strided>& dy_addend) {
   std::optional<PointwiseMode> mode = activation_mode(kind, /*backward=*/true, parameters);
-  return mode && pointwise_backward(*mode, dx, dy, saved);
+  return mode && pointwise_backward(*mode, dx, dy, saved, dy_addend);
 }
 
 }  // namespace loom::cudnn

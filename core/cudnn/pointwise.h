@@ -26,9 +26,10 @@ struct PointwiseMode {
 
 // y = mode(x). x and y dense with identical strides.
 bool pointwise_forward(PointwiseMode mode, const Strided& y, const Strided& x);
-// dx = mode(dy, saved), a *_BWD mode: saved is the forward's input (ReLU may
-// take its output: same sign). All three share strides.
-bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved);
+// dx = mode(dy [+ dy_addend], saved), a *_BWD mode: saved is the forward's input (ReLU may
+// take its output: same sign). All share strides.
+bool pointwise_backward(PointwiseMode mode, const Strided& dx, const Strided& dy, const Strided& saved,
+                        const std::optional<Strided>& dy_addend = std::nullopt);
 
 // An activation row (core/kernel/activation.h) as a pointwise graph: its
 // cuDNN forward or backward mode with its scalars (the row's, defaults filled
@@ -41,7 +42,9 @@ std::optional<PointwiseMode> activation_mode(kernel::ActivationKind kind, bool b
 std::optional<Graph> pointwise_forward_graph(PointwiseMode mode, const Strided& y, const Strided& x);
 VariantPointers pointwise_forward_pointers(const Strided& y, const Strided& x);
 std::optional<Graph> pointwise_backward_graph(PointwiseMode mode, const Strided& dx, const Strided& dy,
-                                              const Strided& saved);
-VariantPointers pointwise_backward_pointers(const Strided& dx, const Strided& dy, const Strided& saved);
+                                              const Strided& saved,
+                                              const std::optional<Strided>& dy_addend = std::nullopt);
+VariantPointers pointwise_backward_pointers(const Strided& dx, const Strided& dy, const Strided& saved,
+                                            const std::optional<Strided>& dy_addend = std::nullopt);
 
 }  // namespace loom::cudnn

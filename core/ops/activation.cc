@@ -35,10 +35,16 @@ void forward_kernel(const Tensor& y, const Tensor& x, ActivationKind kind,
 }
 
 void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, ActivationKind kind,
-                     const kernel::ActivationParameters& parameters) {
+                     const kernel::ActivationParameters& parameters, const Tensor& dy_addend) {
   if (saved.device().is_cuda()) {
     DeviceGuard guard(saved.device());
-    if (cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided())) return;
+    const std::optional<Strided> addend =
+        dy_addend.defined() ? std::optional<Strided>(dy_addend.strided()) : std::nullopt;
+    if (cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided(), addend)) return;
+  }
+  if (dy_addend.defined()) {
+    backward_kernel(dx, add(dy, dy_addend), saved, kind, parameters);
+    return;
   }
   if (on_onednn_tier(saved) &&
       onednn::activation_backward(dx.strided(), dy.strided(), saved.strided(), kind, parameters)) {

@@ -13,8 +13,10 @@ namespace loom::activation_detail {
 void forward_kernel(const Tensor& y, const Tensor& x, kernel::ActivationKind kind,
                     const kernel::ActivationParameters& parameters);
 
-// dx = f'(dy, saved), saved being what the row saves (its input or output).
+// dx = f'(dy + dy_addend, saved), saved being what the row saves (its input or
+// output); dy_addend (same sizes and layout as dy) may be undefined. cuDNN's
+// graph adds it as it reads dy; the other tiers take the sum first.
 void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, kernel::ActivationKind kind,
-                     const kernel::ActivationParameters& parameters);
+                     const kernel::ActivationParameters& parameters, const Tensor& dy_addend = Tensor());
 
 }  // namespace loom::activation_detail

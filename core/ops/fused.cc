@@ -416,15 +416,19 @@ bool derivative_from_output(const NormActivation& act) {
   return act.kind == ActivationKind::Hardtanh || act.kind == ActivationKind::Relu6;
 }
 
-// dpre = dL/d(bn(x) + z): the row's derivative of dy at what the row saves.
-// After a fused forward, which keeps no pre-activation, a clipping row reads
-// y; any other row that saves its input recomputes bn(x) + z.
-Tensor activation_grad(const BnOperands& o, const Tensor& dy, const NormActivation& act) {
-  if (saves_input(act) && !o.pre.defined() && derivative_from_output(act)) return loom_activation_grad(dy, o.y, act);
+// dpre = dL/d(bn(x) + z): the row's derivative of dy (+ dy_addend, when
+// defined) at what the row saves. After a fused forward, which keeps no
+// pre-activation, a clipping row reads y; any other row that saves its input
+// recomputes bn(x) + z.
+Tensor activation_grad(const BnOperands& o, const Tensor& dy, const NormActivation& act, const Tensor& dy_addend) {
+  if (saves_input(act) && !o.pre.defined() && derivative_from_output(act)) {
+    return loom_activation_grad(dy_addend.defined() ? add(dy, dy_addend) : dy, o.y, act);
+  }
   const Tensor saved = !saves_input(act) ? o.y : o.pre.defined() ? o.pre : recompute_pre_activation(o);
+  const MemoryFormat format = saved.suggest_memory_format();
   Tensor dpre = empty_like(saved);
-  activation_detail::backward_kernel(dpre, dy.contiguous(saved.suggest_memory_format()), saved, act.kind,
-                                     act.parameters);
+  activation_detail::backward_kernel(dpre, dy.contiguous(format), saved, act.kind, act.parameters,
+                                     dy_addend.defined() ? dy_addend.contiguous(format) : Tensor());
   return dpre;
 }
 
@@ -447,37 +451,48 @@ void bn_backward_of(BnGrads& g, const Tensor& dpre, const BnOperands& o) {
                               .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided()});
 }
 
-// dpre = the activation's derivative of dy (that is dresidual), then the training batch-norm backward.
-BnGrads bn_act_backward(const BnOperands& o, const Tensor& dy, const NormActivation& act) {
+// The derivative and the norm backward as one cuDNN graph, which adds dy_addend
+// (when defined) as it reads dy; false where no engine runs it.
+bool fused_bn_act_backward(BnGrads& g, const BnOperands& o, const Tensor& dy, const Tensor& dy_addend,
+                           const NormActivation& act) {
+  // dresidual gets a buffer of its own only on the paths that write one (the
+  // others hand on dpre), so that a graph that does not run holds none.
+  Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
+  if (!cudnn::batch_norm_activation_backward(
+          {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
+           .dresidual = strided_or_none(dz), .dy = dy.strided(), .dy_addend = strided_or_none(dy_addend),
+           .x = o.x.strided(), .y = o.y.strided(), .weight = o.weight.strided(), .bias = o.bias.strided(),
+           .save_mean = o.save_mean.strided(), .save_invstd = o.save_invstd.strided(),
+           .residual = strided_or_none(o.z), .activation = act})) {
+    return false;
+  }
+  g.dresidual = dz;
+  return true;
+}
+
+// dpre = the activation's derivative of dy + dy_addend (dy_addend may be
+// undefined; dpre is dresidual), then the training batch-norm backward. The
+// cuDNN graphs add the addend as they read dy (the fused one, or the
+// derivative's, which a residual row runs: as much memory traffic as the sum
+// and a fused graph without the addend); Loom's kernels take the sum first.
+BnGrads bn_act_backward(const BnOperands& o, Tensor dy, const NormActivation& act, const Tensor& dy_addend) {
   DeviceGuard guard(o.x.device());
   const int64_t c = o.x.size(1);
   BnGrads g;
   g.dx = empty_like(o.x);
   g.dweight = empty({c}, channel_options(o.x));
   g.dbias = empty({c}, channel_options(o.x));
-  // dresidual gets a buffer of its own only on the paths that write one (the
-  // others hand on dpre), so that a graph that does not run holds none.
-  auto residual_buffer = [&] { return o.z.defined() ? empty_like(o.x) : Tensor(); };
   cudnn::VariantWalk walk;  // the fused graphs, then the derivative and the plain norm backward
-  if (try_fused(dy)) {
-    Tensor dz = residual_buffer();
-    if (cudnn::batch_norm_activation_backward(
-            {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
-             .dresidual = strided_or_none(dz), .dy = dy.strided(), .x = o.x.strided(), .y = o.y.strided(),
-             .weight = o.weight.strided(), .bias = o.bias.strided(), .save_mean = o.save_mean.strided(),
-             .save_invstd = o.save_invstd.strided(), .residual = strided_or_none(o.z), .activation = act})) {
-      g.dresidual = dz;
-      return g;
-    }
-  }
+  if (try_fused(dy) && fused_bn_act_backward(g, o, dy, dy_addend, act)) return g;
   if (is_relu(act) && !dy.device().is_cuda() && !on_onednn_tier(dy)) {  // the mask and the backward in one pass
-    g.dresidual = residual_buffer();
+    if (dy_addend.defined()) dy = add(dy, dy_addend);
+    g.dresidual = o.z.defined() ? empty_like(o.x) : Tensor();
     cpu::batch_norm_relu_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),
                                   strided_or_none(g.dresidual), dy.strided(), o.x.strided(), o.y.strided(),
                                   o.save_mean.strided(), o.save_invstd.strided(), o.weight.strided());
     return g;
   }
-  Tensor dpre = activation_grad(o, dy, act);
+  Tensor dpre = activation_grad(o, dy, act, dy_addend);
   if (o.z.defined()) g.dresidual = dpre;
   bn_backward_of(g, dpre, o);
   return g;
@@ -509,12 +524,15 @@ void record_bn_act(Tensor& y, const BnOperands& o, const NormActivation& act, co
   const bool need_residual = residual.defined() && residual.requires_grad();
   BnOperands saved = o;
   saved.y = o.y.detach();  // the output itself would hold its own node
+  auto backward_sum = [=](const Tensor& dy, const Tensor& dy_addend) -> std::vector<Tensor> {
+    const MemoryFormat format = saved.x.suggest_memory_format();
+    const Tensor addend = dy_addend.defined() ? dy_addend.contiguous(format) : Tensor();
+    BnGrads g = bn_act_backward(saved, dy.contiguous(format), act, addend);
+    return {need_x ? g.dx : Tensor(), need_weight ? g.dweight : Tensor(), need_bias ? g.dbias : Tensor(),
+            need_residual ? g.dresidual : Tensor()};
+  };
   record(std::string(kBnOp), {x, weight, bias, residual}, y,
-         [=](const Tensor& dy) -> std::vector<Tensor> {
-           BnGrads g = bn_act_backward(saved, dy.contiguous(saved.x.suggest_memory_format()), act);
-           return {need_x ? g.dx : Tensor(), need_weight ? g.dweight : Tensor(),
-                   need_bias ? g.dbias : Tensor(), need_residual ? g.dresidual : Tensor()};
-         },
+         [backward_sum](const Tensor& dy) { return backward_sum(dy, Tensor()); }, backward_sum,
          {saved.x, saved.y, saved.weight, saved.bias, saved.pre});
 }
 

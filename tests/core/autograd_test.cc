@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/anomaly.h"
 #include "core/error.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
@@ -291,6 +292,59 @@ TEST_CASE("record: a custom node's gradient reaches the leaf; undefined means ze
   const Tensor z = leaf({1, 2}, {2});
   custom(z, [](const Tensor&) { return std::vector<Tensor>{Tensor()}; }).backward(ones({2}, kF64));
   CHECK_FALSE(z.grad().defined());
+}
+
+// y = scale * x whose node also has the two-gradient form; `calls` counts
+// (one-gradient, two-gradient) backward calls.
+Tensor custom_with_sum(const Tensor& x, double scale, std::pair<int, int>& calls) {
+  Tensor y = mul(x.detach(), scale);
+  record("custom_sum", {x}, y,
+         [scale, &calls](const Tensor& dy) {
+           ++calls.first;
+           return std::vector<Tensor>{mul(dy, scale)};
+         },
+         [scale, &calls](const Tensor& a, const Tensor& b) {
+           ++calls.second;
+           CHECK(a.sizes() == b.sizes());
+           return std::vector<Tensor>{mul(add(a, b), scale)};
+         },
+         {});
+  return y;
+}
+
+TEST_CASE("record with a two-gradient backward: two consumers' gradients reach it unsummed") {
+  // z = 3y + y^2 with y = 2x: dz/dy = 3 + 2y, dz/dx = 2 (3 + 4x).
+  const Tensor x = leaf({1, -2, 0.5}, {3});
+  std::pair<int, int> calls;
+  const Tensor y = custom_with_sum(x, 2.0, calls);
+  sum(add(mul(y, 3.0), mul(y, y))).backward();
+  CHECK(calls == std::pair{0, 1});
+  CHECK_CLOSE(x.grad(), tensor({14, -10, 10}, {3}, kF64), 1e-14, 0);
+
+  // Three consumers: two are summed, the third is handed over.
+  const Tensor x3 = leaf({1, 2}, {2});
+  calls = {};
+  const Tensor y3 = custom_with_sum(x3, 1.0, calls);
+  sum(add(add(mul(y3, 2.0), mul(y3, 5.0)), y3)).backward();
+  CHECK(calls == std::pair{0, 1});
+  CHECK(x3.grad().to_vector<double>() == std::vector<double>{8, 8});
+
+  // One consumer: the ordinary backward.
+  const Tensor x1 = leaf({1, 2}, {2});
+  calls = {};
+  sum(custom_with_sum(x1, 4.0, calls)).backward();
+  CHECK(calls == std::pair{1, 0});
+  CHECK(x1.grad().to_vector<double>() == std::vector<double>{4, 4});
+}
+
+TEST_CASE("anomaly mode sums first, so its finite check sees the whole gradient") {
+  const Tensor x = leaf({1, 2}, {2});
+  std::pair<int, int> calls;
+  AnomalyGuard anomaly;
+  const Tensor y = custom_with_sum(x, 2.0, calls);
+  sum(add(y, mul(y, 3.0))).backward();
+  CHECK(calls == std::pair{1, 0});
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{8, 8});
 }
 
 TEST_CASE("record: an undefined input (a missing bias) is allowed") {

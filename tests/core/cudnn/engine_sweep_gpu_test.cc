@@ -11,6 +11,7 @@
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cpu/activation.h"
+#include "core/cpu/elementwise.h"
 #include "core/cpu/norm.h"
 #include "core/cpu/pool.h"
 #include "core/cudnn/context.h"
@@ -169,6 +170,24 @@ LOOM_GPU_TEST_CASE("every ReLU engine config gives the reference result") {
     gdx.fill_(NAN);
     run(*plan, cudnn::pointwise_backward_pointers(gdx.strided(), gdy.strided(), gy.strided()));
     CHECK_CLOSE(gdx.cpu(), dx_ref, 0, 0);
+  }
+  // The backward with a second gradient added as it reads dy (autograd's sum, folded):
+  // dx = relu'(dy + addend) at y.
+  Tensor addend = randn(s, {}, &gen), sum_ref = empty(s), dx_sum_ref = empty(s);
+  cpu::add_scaled(sum_ref.strided(), dy.strided(), addend.strided(), 1.0);
+  cpu::activation_backward(dx_sum_ref.strided(), sum_ref.strided(), y_ref.strided(), kernel::ActivationKind::Relu,
+                           kernel::act::Relu::info.default_parameters);
+  Tensor gaddend = gpu(addend);
+  const std::optional<Strided> av = gaddend.strided();
+  auto summed = cudnn::all_working_plans(
+      *cudnn::pointwise_backward_graph({CUDNN_POINTWISE_RELU_BWD}, gdx.strided(), gdy.strided(), gy.strided(), av),
+      cudnn::handle());
+  CHECK(!summed.empty());
+  for (const auto& plan : summed) {
+    CAPTURE(plan->notes().engine_id);
+    gdx.fill_(NAN);
+    run(*plan, cudnn::pointwise_backward_pointers(gdx.strided(), gdy.strided(), gy.strided(), av));
+    CHECK_CLOSE(gdx.cpu(), dx_sum_ref, 1e-6, 1e-6);
   }
 }
 #endif  // LOOM_WITH_CUDA

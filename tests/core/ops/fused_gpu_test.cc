@@ -213,6 +213,34 @@ LOOM_GPU_TEST_CASE("batch_norm_activation, every activation row: fused and unfus
   }
 }
 
+// A residual block's output feeds the next block's convolution and its
+// shortcut: the norm's backward gets both gradients and adds them as it reads
+// them (into the fused graph, or the derivative's graph a residual row runs).
+// One consumer reads y in NCHW whatever the layout, so the two arrive in
+// different layouts in channels-last.
+LOOM_GPU_TEST_CASE("batch_norm_activation whose output is used twice: fused and unfused match the CPU") {
+  Generator gen(66);
+  for (ActivationKind kind : {ActivationKind::Relu, ActivationKind::Relu6, ActivationKind::Silu}) {
+    for (MemoryFormat f : kLayouts) {
+      for (bool with_residual : {false, true}) {
+        Tensor x = add(mul(randn({8, 32, 6, 5}, {}, &gen), 3.0), 1.0);
+        Tensor gamma = add(rand({32}, {}, &gen), 0.5), beta = randn({32}, {}, &gen);
+        std::vector<Tensor> inputs = {x, gamma, beta, randn({8, 32, 6, 5}, {}, &gen)};
+        auto op = [kind, with_residual](const std::vector<Tensor>& in) {
+          TensorOptions o{.device = in[0].device()};
+          Tensor rm = zeros({32}, o), rv = ones({32}, o);
+          Tensor y = batch_norm_activation(in[0], rm, rv, in[1], in[2], {}, kind, {},
+                                           with_residual ? in[3] : Tensor());
+          return add(mul(y, 0.5), mul(y.contiguous(), in[3]));
+        };
+        const std::string name = fmt::format("bn_act {}{} used twice", kernel::activation_info(kind).name,
+                                             with_residual ? "(+z)" : "");
+        check_paths(name, op, inputs, f, kStrict, {}, false, gen);
+      }
+    }
+  }
+}
+
 LOOM_GPU_TEST_CASE("linear_relu: fused under tf32, unfused under strict fp32, both match the CPU") {
   Generator gen(63);
   for (Precision precision : {Precision::StrictFp32, Precision::Tf32}) {

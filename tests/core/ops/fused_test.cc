@@ -282,6 +282,29 @@ TEST_CASE("batch_norm_activation gradcheck in float64: every row, NCHW and chann
   }
 }
 
+// A residual block's output feeds the next block's convolution and its
+// shortcut: autograd hands the norm's node both gradients, which its backward
+// adds itself. One consumer reads y in NCHW whatever y's layout is.
+TEST_CASE("batch_norm_activation whose output is used twice: gradcheck in float64, every row") {
+  Generator gen(18);
+  for (ActivationKind kind : kernel::kActivationKinds) {
+    for (bool channels_last : {false, true}) {
+      CAPTURE(kernel::activation_info(kind).name);
+      CAPTURE(channels_last);
+      const std::vector<double> p = drawn_parameters(kind, gen);
+      Tensor x = in_layout(add(randn({3, 2, 3, 2}, kFloat64, &gen), 0.2), channels_last ? 1 : 0);
+      Tensor gamma = add(mul(rand({2}, kFloat64, &gen), 6.0), 0.5), beta = randn({2}, kFloat64, &gen);
+      Tensor z = randn({3, 2, 3, 2}, kFloat64, &gen);
+      check_gradcheck(
+          [&](auto& in) {
+            Tensor y = batch_norm_activation(in[0], Tensor(), Tensor(), in[1], in[2], {}, kind, p, in[3]);
+            return add(mul(y, 0.5), mul(y.contiguous(), in[3]));
+          },
+          {x, gamma, beta, z});
+    }
+  }
+}
+
 TEST_CASE("batch_norm_activation: ReLU6 by hand, and bad scalars named") {
   Tensor x = tensor({-4, 0, 4, 8}, {4, 1, 1, 1});  // mean 2, biased variance 20
   // 4 (x - 2) / sqrt(20) + 1, clipped to [0, 6]: both bounds and the linear part.
