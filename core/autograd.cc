@@ -40,6 +40,15 @@ void sum_into(const Tensor& out, const Tensor& a, const Tensor& b) {
 #endif
 }
 
+// a + b in a new tensor (never a write into a gradient another node may hold)
+// in a's layout, made in one pass. A contiguous clone and then an add in place
+// moved twice the bytes and turned channels-last gradients into NCHW ones.
+Tensor sum_of(const Tensor& a, const Tensor& b) {
+  Tensor total = empty_like(a);
+  sum_into(total, a, b);
+  return total;
+}
+
 class FunctionNode final : public Node {
  public:
   FunctionNode(std::string name, BackwardFn backward, BackwardSumFn backward_sum, std::vector<InputMeta> inputs,
@@ -216,13 +225,7 @@ struct PendingGradient {
       addend = grad;
       return;
     }
-    // A new tensor (never a write into a gradient another node may hold) in
-    // the first gradient's layout, made in one pass. A contiguous clone and
-    // then an add in place moved twice the bytes and turned channels-last
-    // gradients into NCHW ones.
-    Tensor total = empty_like(sum);
-    sum_into(total, sum, grad);
-    sum = total;
+    sum = sum_of(sum, grad);
   }
 };
 
@@ -334,9 +337,7 @@ void record(std::string name, const std::vector<Tensor>& inputs, Tensor& output,
 }
 
 std::vector<Tensor> Node::apply_sum(const Tensor& grad_a, const Tensor& grad_b) {
-  Tensor total = empty_like(grad_a);
-  sum_into(total, grad_a, grad_b);
-  return apply(total);
+  return apply(sum_of(grad_a, grad_b));
 }
 
 void record_cast(const Tensor& input, Tensor& output) {
