@@ -59,15 +59,6 @@ bool run(const Graph& graph, const VariantPointers& pointers, std::atomic<int64_
 // bf16 tensors; there are none for fp64. Empty tensors have nothing to fuse.
 bool fusable(const Strided& t) { return t.dtype != DType::Float64 && t.numel() > 0; }
 
-// An fp32 intermediate laid out as `like`.
-TensorSpec virtual_like(const TensorSpec& like, int64_t uid) {
-  TensorSpec v = like;
-  v.uid = uid;
-  v.dtype = CUDNN_DATA_FLOAT;
-  v.is_virtual = true;
-  return v;
-}
-
 // A (K) vector of its own dtype as (1, K, 1, 1), broadcast over N, P, Q.
 TensorSpec bias_spec(const Strided& b, int64_t uid) {
   TensorSpec s = channel_spec(b.sizes[0], uid, b.data);

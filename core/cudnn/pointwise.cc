@@ -82,12 +82,8 @@ std::optional<Graph> pointwise_backward_graph(PointwiseMode mode, const Strided&
   if (dy_addend) {
     auto addend = flat_spec(*dy_addend, kDyAddend);
     if (!addend || !same_layout(dx, *dy_addend)) return std::nullopt;
-    TensorSpec sum = *dys;  // the sum in fp32, as the engines compute it
-    sum.uid = kDySum;
-    sum.dtype = CUDNN_DATA_FLOAT;
-    sum.is_virtual = true;
     g.add_tensor(*addend);
-    g.add_tensor(sum);
+    g.add_tensor(virtual_like(*dys, kDySum));
     g.pointwise(CUDNN_POINTWISE_ADD, kDy, kDyAddend, kDySum);
     grad = kDySum;
   }

@@ -63,6 +63,14 @@ TensorSpec channel_spec(int64_t channels, int64_t uid, const void* ptr) {
           .alignment = pointer_alignment(ptr)};
 }
 
+TensorSpec virtual_like(const TensorSpec& like, int64_t uid) {
+  TensorSpec v = like;
+  v.uid = uid;
+  v.dtype = CUDNN_DATA_FLOAT;
+  v.is_virtual = true;
+  return v;
+}
+
 TensorSpec scalar_spec(int64_t uid, double value_for_testing) {
   return {.uid = uid,
           .dims = {1, 1, 1, 1},

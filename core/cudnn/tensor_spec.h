@@ -41,6 +41,10 @@ TensorSpec spec_of(const Strided& t, int64_t uid);
 // A (1, C, 1, 1) fp32 per-channel tensor (BN scale, bias, statistics).
 TensorSpec channel_spec(int64_t channels, int64_t uid, const void* ptr);
 
+// An fp32 virtual intermediate laid out as `like` (what runtime-fused engines
+// compute in), under its own uid.
+TensorSpec virtual_like(const TensorSpec& like, int64_t uid);
+
 // A (1, 1, 1, 1) by-value fp32 scalar (epsilon, momentum).
 TensorSpec scalar_spec(int64_t uid, double value_for_testing);
 
