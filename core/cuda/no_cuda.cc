@@ -19,6 +19,7 @@
 #include "core/cuda/indexing.h"
 #include "core/cuda/interpolate.h"
 #include "core/cuda/kernel_choice.h"
+#include "core/cuda/layer_norm.h"
 #include "core/cuda/loss.h"
 #include "core/cuda/matmul.h"
 #include "core/cuda/norm.h"
@@ -162,6 +163,16 @@ void batch_norm_backward(const std::optional<Strided>&, const std::optional<Stri
                          const std::optional<Strided>&, const Strided&, const Strided&, const Strided&,
                          const Strided&, const std::optional<Strided>&, bool) {
   no_cuda("batch_norm_backward");
+}
+
+void layer_norm_forward(const Strided&, const Strided&, const Strided&, const Strided&, const std::optional<Strided>&,
+                        const std::optional<Strided>&, double) {
+  no_cuda("layer_norm_forward");
+}
+void layer_norm_backward(const Strided&, const std::optional<Strided>&, const std::optional<Strided>&,
+                         const Strided&, const Strided&, const Strided&, const Strided&,
+                         const std::optional<Strided>&) {
+  no_cuda("layer_norm_backward");
 }
 
 void pad(const Strided&, const Strided&, const kernel::PadSpec&) { no_cuda("pad"); }

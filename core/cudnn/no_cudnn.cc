@@ -50,8 +50,8 @@ bool conv2d_bias_relu_forward(const Strided&, const Strided&, const Strided&, co
 
 void batch_norm_forward_training(const BatchNormTrainingArgs&) { no_cudnn("batch_norm_forward_training"); }
 void batch_norm_backward(const BatchNormBackwardArgs&) { no_cudnn("batch_norm_backward"); }
-bool layer_norm_forward(const LayerNormArgs&) { no_cudnn("layer_norm_forward"); }
-bool layer_norm_backward(const LayerNormBackwardArgs&) { no_cudnn("layer_norm_backward"); }
+void layer_norm_forward(const LayerNormArgs&) { no_cudnn("layer_norm_forward"); }
+void layer_norm_backward(const LayerNormBackwardArgs&) { no_cudnn("layer_norm_backward"); }
 
 bool pool_uses_index(const Strided&) { no_cudnn("pool_uses_index"); }
 bool pool2d_forward(const Strided&, const Strided*, const Strided&, const kernel::Pool2dParams&) {

@@ -3,6 +3,7 @@
 // tensors, and Loom's CUDA kernels beneath them where no engine runs.
 #include "core/cudnn/norm.h"
 
+#include "core/cuda/layer_norm.h"
 #include "core/cuda/norm.h"
 #include "core/cudnn/plan_cache.h"
 #include "core/cudnn/tensor_spec.h"
@@ -122,7 +123,7 @@ enum LayerNormUid : int64_t {
   kLnX = 1, kLnScale, kLnBias, kLnEpsilon, kLnY, kLnMean, kLnInvVar, kLnDy, kLnDx, kLnDScale, kLnDBias,
 };
 
-constexpr std::string_view kLayerNormFallback = "the composite of Loom ops (core/ops/norm.cc)";
+constexpr std::string_view kLayerNormFallback = "Loom CUDA kernels (core/cuda/layer_norm.h)";
 
 TensorSpec rows_spec(const Strided& t, int64_t uid) {
   const int64_t n = t.sizes[0], d = t.sizes[1];
@@ -143,7 +144,7 @@ TensorSpec statistics_spec(const Strided& t, int64_t uid) {
 
 }  // namespace
 
-bool layer_norm_forward(const LayerNormArgs& a) {
+void layer_norm_forward(const LayerNormArgs& a) {
   Graph g;
   g.add_tensor(rows_spec(a.x, kLnX));
   g.add_tensor(rows_spec(a.y, kLnY));
@@ -156,13 +157,16 @@ bool layer_norm_forward(const LayerNormArgs& a) {
       .x = kLnX, .scale = kLnScale, .bias = kLnBias, .epsilon = kLnEpsilon, .y = kLnY,
       .mean = kLnMean, .inv_variance = kLnInvVar});
   const float eps = static_cast<float>(a.eps);
-  return run_plan(g, {{kLnX, a.x.data}, {kLnY, a.y.data}, {kLnScale, a.weight.data},
-                      {kLnBias, a.bias.data}, {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data},
-                      {kLnEpsilon, &eps}},
-                  kLayerNormFallback);
+  if (run_plan(g, {{kLnX, a.x.data}, {kLnY, a.y.data}, {kLnScale, a.weight.data},
+                   {kLnBias, a.bias.data}, {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data},
+                   {kLnEpsilon, &eps}},
+               kLayerNormFallback)) {
+    return;
+  }
+  cuda::layer_norm_forward(a.y, a.mean, a.inv_variance, a.x, a.weight, a.bias, a.eps);
 }
 
-bool layer_norm_backward(const LayerNormBackwardArgs& a) {
+void layer_norm_backward(const LayerNormBackwardArgs& a) {
   Graph g;
   g.add_tensor(rows_spec(a.x, kLnX));
   g.add_tensor(rows_spec(a.dy, kLnDy));
@@ -174,10 +178,13 @@ bool layer_norm_backward(const LayerNormBackwardArgs& a) {
   g.add_tensor(statistics_spec(a.inv_variance, kLnInvVar));
   g.norm(CUDNN_LAYER_NORM, Graph::NormPhase::Backward, {.x = kLnX, .scale = kLnScale, .mean = kLnMean,
       .inv_variance = kLnInvVar, .dy = kLnDy, .dx = kLnDx, .dscale = kLnDScale, .dbias = kLnDBias});
-  return run_plan(g, {{kLnX, a.x.data}, {kLnDy, a.dy.data}, {kLnDx, a.dx.data},
-                      {kLnScale, a.weight.data}, {kLnDScale, a.dweight.data}, {kLnDBias, a.dbias.data},
-                      {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data}},
-                  kLayerNormFallback);
+  if (run_plan(g, {{kLnX, a.x.data}, {kLnDy, a.dy.data}, {kLnDx, a.dx.data},
+                   {kLnScale, a.weight.data}, {kLnDScale, a.dweight.data}, {kLnDBias, a.dbias.data},
+                   {kLnMean, a.mean.data}, {kLnInvVar, a.inv_variance.data}},
+               kLayerNormFallback)) {
+    return;
+  }
+  cuda::layer_norm_backward(a.dx, a.dweight, a.dbias, a.dy, a.x, a.mean, a.inv_variance, a.weight);
 }
 
 }  // namespace loom::cudnn

@@ -50,19 +50,20 @@ VariantPointers batch_norm_backward_pointers(const BatchNormBackwardArgs& args);
 
 // Layer norm of x viewed as (N, D) rows (dense, row-major): each row normalized
 // by its own mean and variance, then * weight + bias (D). mean and inv_variance
-// (N) are outputs of the forward and inputs of the backward; all float32. Each
-// returns false where cuDNN has no engine (the op then runs its composite).
+// (N) are outputs of the forward and inputs of the backward; all float32.
+// Where cuDNN has no engine (or a lazy plan is still building), Loom's kernels
+// (core/cuda/layer_norm.h) run it.
 struct LayerNormArgs {
   Strided y, mean, inv_variance;  // outputs
   Strided x, weight, bias;
   double eps = 1e-5;
 };
-bool layer_norm_forward(const LayerNormArgs& args);
+void layer_norm_forward(const LayerNormArgs& args);
 
 struct LayerNormBackwardArgs {
   Strided dx, dweight, dbias;  // outputs
   Strided dy, x, weight, mean, inv_variance;
 };
-bool layer_norm_backward(const LayerNormBackwardArgs& args);
+void layer_norm_backward(const LayerNormBackwardArgs& args);
 
 }  // namespace loom::cudnn

@@ -13,6 +13,7 @@
 #include "core/autograd.h"
 #include "core/cpu/layer_norm.h"
 #include "core/cpu/norm.h"
+#include "core/cuda/layer_norm.h"
 #include "core/cudnn/norm.h"
 #include "core/error.h"
 #include "core/onednn/norm.h"
@@ -294,64 +295,86 @@ bool trailing_dims(const Tensor& x, const Shape& dims) {
   return !dims.empty();
 }
 
-// dx, dweight, dbias of layer norm over the rows of x (N, D), from the forward's
-// statistics (N, 1): the same formulas as the composite's autograd, for a
-// backward without a cuDNN engine.
-std::vector<Tensor> layer_norm_backward_composite(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                                  const Tensor& mean, const Tensor& inv_variance) {
-  NoGradGuard no_grad;
-  const Tensor xhat = (x - mean) * inv_variance;
-  const Tensor g = dy * weight;
-  const Tensor dx = inv_variance * (g - loom::mean(g, {1}, true) - xhat * loom::mean(g * xhat, {1}, true));
-  return {dx, sum(dy * xhat, {0}), sum(dy, {0})};
-}
-
-// weight or bias as a (D) float32 operand of the cuDNN graph; ones or zeros
-// stand in for an absent one (the affine of group and instance norm is
-// composed after, in any dtype).
+// weight or bias as a (D) operand of the cuDNN graph; ones or zeros stand in
+// for an absent one.
 Tensor row_operand(const Tensor& t, int64_t d, const Tensor& x, double stand_in) {
   return t.defined() ? t.detach().contiguous().view({d}) : full({d}, stand_in, x.options());
 }
 
-// The cuDNN layer-norm graphs over the trailing dims of x, holding D =
-// numel / rows values each, for float32 x with float32 or absent weight and
-// bias; nullopt when the arguments or cuDNN's engines do not allow it.
+// A present row vector (D) as a dense operand of Loom's kernels.
+std::optional<Strided> row_vector_operand(const Tensor& t) {
+  return t.defined() ? std::optional<Strided>(t.strided()) : std::nullopt;
+}
+
+// Layer norm of the rows of x (N, D) on its GPU: cuDNN's graphs for float32
+// (weight and bias stand in when absent), Loom's kernels for the other dtypes
+// and beneath cuDNN (core/cuda/layer_norm.h).
+void layer_norm_rows_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
+                             const Tensor& weight, const Tensor& bias, double eps) {
+  const int64_t d = x.size(1);
+  if (x.dtype() == DType::Float32) {
+    const Tensor w = row_operand(weight, d, x, 1.0), b = row_operand(bias, d, x, 0.0);
+    cudnn::layer_norm_forward({.y = y.strided(), .mean = mean.strided(), .inv_variance = invstd.strided(),
+                               .x = x.strided(), .weight = w.strided(), .bias = b.strided(), .eps = eps});
+    return;
+  }
+  cuda::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), row_vector_operand(weight),
+                           row_vector_operand(bias), eps);
+}
+
+// dx, and dweight / dbias where defined, of layer_norm_rows_forward.
+void layer_norm_rows_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
+                              const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight) {
+  const int64_t d = x.size(1);
+  if (x.dtype() == DType::Float32) {
+    const Tensor w = row_operand(weight, d, x, 1.0);
+    const Tensor dw = dweight.defined() ? dweight : empty({d}, x.options());
+    const Tensor db = dbias.defined() ? dbias : empty({d}, x.options());
+    cudnn::layer_norm_backward({.dx = dx.strided(), .dweight = dw.strided(), .dbias = db.strided(),
+                                .dy = dy.strided(), .x = x.strided(), .weight = w.strided(),
+                                .mean = mean.strided(), .inv_variance = invstd.strided()});
+    return;
+  }
+  cuda::layer_norm_backward(dx.strided(), row_vector_operand(dweight), row_vector_operand(dbias), dy.strided(),
+                            x.strided(), mean.strided(), invstd.strided(), row_vector_operand(weight));
+}
+
+// The GPU's layer norm over the trailing dims of x, holding D = numel / rows
+// values each, for floating x with weight and bias of its dtype or absent;
+// nullopt for the composed ops otherwise (mixed dtypes promote there).
 std::optional<Tensor> normalize_rows_gpu(const Tensor& x_in, int64_t d, const Tensor& weight_in,
                                          const Tensor& bias_in, double eps) {
   DeviceGuard guard(x_in.device());
-  const auto float32_or_absent = [](const Tensor& t) { return !t.defined() || t.dtype() == DType::Float32; };
-  const bool eligible = x_in.dtype() == DType::Float32 && float32_or_absent(weight_in) &&
-                        float32_or_absent(bias_in) && x_in.numel() > 0 && d > 0;
+  const DType dtype = x_in.dtype();
+  const auto same_or_absent = [&](const Tensor& t) {
+    return !t.defined() || (t.dtype() == dtype && t.device() == x_in.device());
+  };
+  const bool eligible = is_floating(dtype) && same_or_absent(weight_in) && same_or_absent(bias_in) &&
+                        x_in.numel() > 0 && d > 0;
   if (!eligible) return std::nullopt;
   const int64_t n = x_in.numel() / d;
   const Tensor x = x_in.detach().contiguous().view({n, d});
-  const Tensor weight = row_operand(weight_in, d, x, 1.0), bias = row_operand(bias_in, d, x, 0.0);
-  Tensor y = empty_like(x), mean = empty({n}, x.options()), inv_variance = empty({n}, x.options());
-  if (!cudnn::layer_norm_forward({.y = y.strided(), .mean = mean.strided(),
-                                  .inv_variance = inv_variance.strided(), .x = x.strided(),
-                                  .weight = weight.strided(), .bias = bias.strided(), .eps = eps})) {
-    return std::nullopt;
-  }
+  const auto row_vector = [d](const Tensor& t) { return t.defined() ? t.detach().contiguous().view({d}) : t; };
+  const Tensor weight = row_vector(weight_in), bias = row_vector(bias_in);
+  TensorOptions statistics = x.options();
+  if (is_half_precision(dtype)) statistics.dtype = DType::Float32;
+  Tensor y = empty_like(x), mean = empty({n}, statistics), invstd = empty({n}, statistics);
+  layer_norm_rows_forward(y, mean, invstd, x, weight, bias, eps);
   Tensor out = y.view(x_in.sizes());
   if (!needs_grad({x_in, weight_in, bias_in})) return out;
-  const bool has_weight = weight_in.defined(), has_bias = bias_in.defined();
-  const Shape weight_shape = has_weight ? weight_in.sizes() : Shape{d};
-  const Shape bias_shape = has_bias ? bias_in.sizes() : Shape{d};
+  const Shape weight_shape = weight_in.defined() ? weight_in.sizes() : Shape{};
+  const Shape bias_shape = bias_in.defined() ? bias_in.sizes() : Shape{};
   record("layer_norm", {x_in, weight_in, bias_in}, out,
          [=](const Tensor& dy_in) -> std::vector<Tensor> {
            const Tensor dy = dy_in.contiguous().view({n, d});
-           Tensor dx = empty_like(x), dw = empty({d}, x.options()), db = empty({d}, x.options());
-           if (!cudnn::layer_norm_backward({.dx = dx.strided(), .dweight = dw.strided(), .dbias = db.strided(),
-                                            .dy = dy.strided(), .x = x.strided(), .weight = weight.strided(),
-                                            .mean = mean.strided(), .inv_variance = inv_variance.strided()})) {
-             std::vector<Tensor> g = layer_norm_backward_composite(dy, x, weight, mean.view({n, 1}),
-                                                                   inv_variance.view({n, 1}));
-             dx = g[0], dw = g[1], db = g[2];
-           }
-           return {dx.view(x_in.sizes()), has_weight ? dw.view(weight_shape) : Tensor(),
-                   has_bias ? db.view(bias_shape) : Tensor()};
+           Tensor dx = empty_like(x);
+           Tensor dw = weight.defined() ? empty({d}, x.options()) : Tensor();
+           Tensor db = bias.defined() ? empty({d}, x.options()) : Tensor();
+           layer_norm_rows_backward(dx, dw, db, dy, x, mean, invstd, weight);
+           return {dx.view(x_in.sizes()), dw.defined() ? dw.view(weight_shape) : Tensor(),
+                   db.defined() ? db.view(bias_shape) : Tensor()};
          },
-         {x, weight, mean, inv_variance});
+         {x, weight, mean, invstd});
   return out;
 }
 

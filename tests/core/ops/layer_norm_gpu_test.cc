@@ -1,8 +1,9 @@
 // File: tests/core/ops/layer_norm_gpu_test.cc
-// layer_norm on the GPU against the CPU reference, forward and the gradients of
-// x, weight and bias, over ranks, NCHW and channels-last, affine or not
-// (float32 affine runs cuDNN's layer-norm graphs where they have engines, the
-// rest the composite of ops). Ends with the plan cache's listing.
+// layer_norm on the GPU against the CPU's in float64 on the same values,
+// forward and the gradients of x, weight and bias, over ranks, NCHW and
+// channels-last, affine or not, float32 (cuDNN's layer-norm graphs where they
+// have engines, Loom's kernels beneath), float64 and bfloat16 (Loom's kernels).
+// Ends with the plan cache's listing.
 // N batch, C channels, H, W.
 #include <doctest/doctest.h>
 
@@ -14,35 +15,58 @@
 
 using namespace loom;
 
+namespace {
+
+// Against float64: float32's row sums in float, bfloat16's rounding of its
+// inputs, output and gradients.
+double tolerance(DType dtype) {
+  return dtype == DType::Float64 ? 1e-10 : dtype == DType::Float32 ? 1e-4 : 3e-2;
+}
+
+// x's values in `dtype` on the GPU and in float64 on the CPU, requiring grad.
+struct Pair {
+  Tensor gpu, cpu;
+};
+
+Pair pair_of(const Tensor& values, DType dtype, MemoryFormat format = MemoryFormat::Contiguous) {
+  const Tensor rounded = values.to(dtype);
+  return {rounded.to(testing::test_gpu()).contiguous(format).requires_grad_(true),
+          rounded.to(DType::Float64).requires_grad_(true)};
+}
+
+}  // namespace
+
 LOOM_GPU_TEST_CASE("layer_norm matches the CPU on the GPU, forward and backward") {
   Generator gen(93);
-  const Tensor x = randn({4, 8, 5, 6}, {}, &gen);
-  for (int64_t k : {1, 3}) {
-    const Shape shape(x.sizes().end() - k, x.sizes().end());
-    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
-      for (bool affine : {true, false}) {
-        CAPTURE(k);
-        CAPTURE(memory_format_name(format));
-        CAPTURE(affine);
-        Tensor cx = x.detach().requires_grad_(true);
-        Tensor gx = x.to(testing::test_gpu()).contiguous(format).requires_grad_(true);
-        Tensor cw, cb, gw, gb;
-        if (affine) {
-          cw = randn(shape, {}, &gen).requires_grad_(true);
-          cb = randn(shape, {}, &gen).requires_grad_(true);
-          gw = cw.detach().to(testing::test_gpu()).requires_grad_(true);
-          gb = cb.detach().to(testing::test_gpu()).requires_grad_(true);
-        }
-        Tensor cy = layer_norm(cx, shape, cw, cb), gy = layer_norm(gx, shape, gw, gb);
-        CHECK(gy.device().is_cuda());
-        CHECK_CLOSE(gy.cpu(), cy, 1e-5, 1e-5);
-        const Tensor dy = randn(x.sizes(), {}, &gen);
-        cy.backward(dy);
-        gy.backward(dy.to(testing::test_gpu()));
-        CHECK_CLOSE(gx.grad().cpu(), cx.grad(), 1e-4, 1e-4);
-        if (affine) {
-          CHECK_CLOSE(gw.grad().cpu(), cw.grad(), 1e-4, 1e-4);
-          CHECK_CLOSE(gb.grad().cpu(), cb.grad(), 1e-4, 1e-4);
+  const Tensor values = randn({4, 8, 5, 6}, {}, &gen);
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    for (int64_t k : {1, 3}) {
+      const Shape shape(values.sizes().end() - k, values.sizes().end());
+      for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        for (bool affine : {true, false}) {
+          CAPTURE(dtype_name(dtype));
+          CAPTURE(k);
+          CAPTURE(memory_format_name(format));
+          CAPTURE(affine);
+          const Pair x = pair_of(values, dtype, format);
+          Pair w, b;
+          if (affine) {
+            w = pair_of(randn(shape, {}, &gen), dtype);
+            b = pair_of(randn(shape, {}, &gen), dtype);
+          }
+          Tensor gy = layer_norm(x.gpu, shape, w.gpu, b.gpu), cy = layer_norm(x.cpu, shape, w.cpu, b.cpu);
+          CHECK(gy.device().is_cuda());
+          CHECK(gy.dtype() == dtype);
+          const double tol = tolerance(dtype);
+          CHECK_CLOSE(gy.cpu().to(DType::Float64), cy, tol, tol);
+          const Tensor dy = randn(values.sizes(), {}, &gen).to(dtype);
+          gy.backward(dy.to(testing::test_gpu()));
+          cy.backward(dy.to(DType::Float64));
+          CHECK_CLOSE(x.gpu.grad().cpu().to(DType::Float64), x.cpu.grad(), tol, tol);
+          if (affine) {
+            CHECK_CLOSE(w.gpu.grad().cpu().to(DType::Float64), w.cpu.grad(), tol, tol);
+            CHECK_CLOSE(b.gpu.grad().cpu().to(DType::Float64), b.cpu.grad(), tol, tol);
+          }
         }
       }
     }
