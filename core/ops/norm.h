@@ -51,8 +51,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 // (x - mean) / sqrt(var + eps) with the mean and biased variance over
 // `reduce_dims` (kept as size 1 for the broadcast): the primitive every norm
-// composes its affine after. Differentiable through its ops; on the GPU a
-// float32 x reduced over its trailing dims runs cuDNN's layer-norm graph.
+// composes its affine after. Differentiable. Reduced over its trailing dims it
+// runs one row kernel a pass: on the GPU cuDNN's layer-norm graph for float32
+// (Loom's kernels beneath it, and for float64, bfloat16 and float16), on the
+// CPU Loom's for float32 and float64; over other dims, the composite of ops.
 Tensor normalize(const Tensor& x, const Shape& reduce_dims, double eps = 1e-5);
 
 // Group normalization, as torch.nn.functional.group_norm: x (N, C, ...) with

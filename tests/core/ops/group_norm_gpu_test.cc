@@ -4,8 +4,8 @@
 // bias, NCHW and channels-last, float32 and bfloat16 x (float32 weight and bias,
 // as autocast keeps them), affine or not, instance norm with running statistics
 // or without. A float32 x runs cuDNN's layer-norm graph over each group's rows
-// where it has an engine, the rest the composite of ops. Ends with the plan
-// cache's listing. Reproducible by case number.
+// where it has an engine, the rest Loom's row kernels (core/cuda/layer_norm.h).
+// Ends with the plan cache's listing. Reproducible by case number.
 // N batch, C channels, H, W, G groups.
 #include <doctest/doctest.h>
 
