@@ -287,7 +287,7 @@ void check_layer_norm_args(const Tensor& x, const Shape& normalized_shape, const
   LOOM_CHECK(eps >= 0, ValueError, "[layer_norm] eps must be non-negative, got {}", eps);
 }
 
-// Whether `dims` are x's last dims, in order (the rows normalize_rows_cpu and _gpu take).
+// Whether `dims` are x's last dims, in order (the rows normalize_rows takes).
 bool trailing_dims(const Tensor& x, const Shape& dims) {
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] != x.dim() - static_cast<int64_t>(dims.size() - i)) return false;
@@ -301,63 +301,78 @@ Tensor row_operand(const Tensor& t, int64_t d, const Tensor& x, double stand_in)
   return t.defined() ? t.detach().contiguous().view({d}) : full({d}, stand_in, x.options());
 }
 
-// A present row vector (D) as a dense operand of Loom's kernels.
+// A present row vector (D) as a dense operand of the row kernels.
 std::optional<Strided> row_vector_operand(const Tensor& t) {
   return t.defined() ? std::optional<Strided>(t.strided()) : std::nullopt;
 }
 
-// Layer norm of the rows of x (N, D) on its GPU: cuDNN's graphs for float32
-// (weight and bias stand in when absent), Loom's kernels for the other dtypes
-// and beneath cuDNN (core/cuda/layer_norm.h).
+// Layer norm of the rows of x (N, D) on x's device: the CPU's kernels; on the
+// GPU, cuDNN's graphs for float32 (weight and bias stand in when absent) and
+// Loom's kernels for the other dtypes and beneath cuDNN (core/cuda/layer_norm.h).
 void layer_norm_rows_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                              const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t d = x.size(1);
-  if (x.dtype() == DType::Float32) {
+  if (x.device().is_cpu()) {
+    cpu::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), row_vector_operand(weight),
+                            row_vector_operand(bias), eps);
+  } else if (x.dtype() == DType::Float32) {
     const Tensor w = row_operand(weight, d, x, 1.0), b = row_operand(bias, d, x, 0.0);
     cudnn::layer_norm_forward({.y = y.strided(), .mean = mean.strided(), .inv_variance = invstd.strided(),
                                .x = x.strided(), .weight = w.strided(), .bias = b.strided(), .eps = eps});
-    return;
+  } else {
+    cuda::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), row_vector_operand(weight),
+                             row_vector_operand(bias), eps);
   }
-  cuda::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), row_vector_operand(weight),
-                           row_vector_operand(bias), eps);
 }
 
 // dx, and dweight / dbias where defined, of layer_norm_rows_forward.
 void layer_norm_rows_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
                               const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight) {
   const int64_t d = x.size(1);
-  if (x.dtype() == DType::Float32) {
+  if (x.device().is_cpu()) {
+    cpu::layer_norm_backward(dx.strided(), row_vector_operand(dweight), row_vector_operand(dbias), dy.strided(),
+                             x.strided(), mean.strided(), invstd.strided(), row_vector_operand(weight));
+  } else if (x.dtype() == DType::Float32) {
     const Tensor w = row_operand(weight, d, x, 1.0);
     const Tensor dw = dweight.defined() ? dweight : empty({d}, x.options());
     const Tensor db = dbias.defined() ? dbias : empty({d}, x.options());
     cudnn::layer_norm_backward({.dx = dx.strided(), .dweight = dw.strided(), .dbias = db.strided(),
                                 .dy = dy.strided(), .x = x.strided(), .weight = w.strided(),
                                 .mean = mean.strided(), .inv_variance = invstd.strided()});
-    return;
+  } else {
+    cuda::layer_norm_backward(dx.strided(), row_vector_operand(dweight), row_vector_operand(dbias), dy.strided(),
+                              x.strided(), mean.strided(), invstd.strided(), row_vector_operand(weight));
   }
-  cuda::layer_norm_backward(dx.strided(), row_vector_operand(dweight), row_vector_operand(dbias), dy.strided(),
-                            x.strided(), mean.strided(), invstd.strided(), row_vector_operand(weight));
 }
 
-// The GPU's layer norm over the trailing dims of x, holding D = numel / rows
-// values each, for floating x with weight and bias of its dtype or absent;
-// nullopt for the composed ops otherwise (mixed dtypes promote there).
-std::optional<Tensor> normalize_rows_gpu(const Tensor& x_in, int64_t d, const Tensor& weight_in,
-                                         const Tensor& bias_in, double eps) {
-  DeviceGuard guard(x_in.device());
-  const DType dtype = x_in.dtype();
+// Whether the row kernels take x with this weight and bias: a dtype they have
+// on x's device (the CPU's float32 and float64; every floating dtype on the
+// GPU), weight and bias of that dtype on that device or absent, and values.
+bool rows_take(const Tensor& x, int64_t d, const Tensor& weight, const Tensor& bias) {
+  const DType dtype = x.dtype();
   const auto same_or_absent = [&](const Tensor& t) {
-    return !t.defined() || (t.dtype() == dtype && t.device() == x_in.device());
+    return !t.defined() || (t.dtype() == dtype && t.device() == x.device());
   };
-  const bool eligible = is_floating(dtype) && same_or_absent(weight_in) && same_or_absent(bias_in) &&
-                        x_in.numel() > 0 && d > 0;
-  if (!eligible) return std::nullopt;
+  const bool dtype_ok = x.device().is_cuda() ? is_floating(dtype)
+                                             : x.device().is_cpu() && (dtype == DType::Float32 ||
+                                                                       dtype == DType::Float64);
+  return dtype_ok && same_or_absent(weight) && same_or_absent(bias) && x.numel() > 0 && d > 0;
+}
+
+// Layer norm over the trailing dims of x, holding D = numel / rows values
+// each, on the row kernels of its device (one pass forward, one backward, where
+// the composed ops took eight and a dozen); nullopt where they do not take it
+// (rows_take), for the composed ops, where mixed dtypes promote.
+std::optional<Tensor> normalize_rows(const Tensor& x_in, int64_t d, const Tensor& weight_in, const Tensor& bias_in,
+                                     double eps) {
+  if (!rows_take(x_in, d, weight_in, bias_in)) return std::nullopt;
+  DeviceGuard guard(x_in.device());
   const int64_t n = x_in.numel() / d;
   const Tensor x = x_in.detach().contiguous().view({n, d});
   const auto row_vector = [d](const Tensor& t) { return t.defined() ? t.detach().contiguous().view({d}) : t; };
   const Tensor weight = row_vector(weight_in), bias = row_vector(bias_in);
   TensorOptions statistics = x.options();
-  if (is_half_precision(dtype)) statistics.dtype = DType::Float32;
+  if (is_half_precision(x.dtype())) statistics.dtype = DType::Float32;
   Tensor y = empty_like(x), mean = empty({n}, statistics), invstd = empty({n}, statistics);
   layer_norm_rows_forward(y, mean, invstd, x, weight, bias, eps);
   Tensor out = y.view(x_in.sizes());
@@ -371,49 +386,6 @@ std::optional<Tensor> normalize_rows_gpu(const Tensor& x_in, int64_t d, const Te
            Tensor dw = weight.defined() ? empty({d}, x.options()) : Tensor();
            Tensor db = bias.defined() ? empty({d}, x.options()) : Tensor();
            layer_norm_rows_backward(dx, dw, db, dy, x, mean, invstd, weight);
-           return {dx.view(x_in.sizes()), dw.defined() ? dw.view(weight_shape) : Tensor(),
-                   db.defined() ? db.view(bias_shape) : Tensor()};
-         },
-         {x, weight, mean, invstd});
-  return out;
-}
-
-// The CPU's layer norm over the trailing dims of x, holding D = numel / rows
-// values each (core/cpu/layer_norm.h), for float32 or float64 x with weight
-// and bias of its dtype or absent; nullopt for the composed ops otherwise.
-std::optional<Tensor> normalize_rows_cpu(const Tensor& x_in, int64_t d, const Tensor& weight_in,
-                                         const Tensor& bias_in, double eps) {
-  const DType dtype = x_in.dtype();
-  const auto same_or_absent = [&](const Tensor& t) {
-    return !t.defined() || (t.dtype() == dtype && t.device().is_cpu());
-  };
-  const bool eligible = x_in.device().is_cpu() && (dtype == DType::Float32 || dtype == DType::Float64) &&
-                        same_or_absent(weight_in) && same_or_absent(bias_in) && x_in.numel() > 0 && d > 0;
-  if (!eligible) return std::nullopt;
-  const int64_t n = x_in.numel() / d;
-  const Tensor x = x_in.detach().contiguous().view({n, d});
-  const auto row_vector = [d](const Tensor& t) -> Tensor {
-    return t.defined() ? t.detach().contiguous().view({d}) : t;
-  };
-  const Tensor weight = row_vector(weight_in), bias = row_vector(bias_in);
-  const auto operand = [](const Tensor& t) {
-    return t.defined() ? std::optional<Strided>(t.strided()) : std::nullopt;
-  };
-  Tensor y = empty_like(x), mean = empty({n}, x.options()), invstd = empty({n}, x.options());
-  cpu::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), operand(weight), operand(bias),
-                          eps);
-  Tensor out = y.view(x_in.sizes());
-  if (!needs_grad({x_in, weight_in, bias_in})) return out;
-  const Shape weight_shape = weight_in.defined() ? weight_in.sizes() : Shape{};
-  const Shape bias_shape = bias_in.defined() ? bias_in.sizes() : Shape{};
-  record("layer_norm", {x_in, weight_in, bias_in}, out,
-         [=](const Tensor& dy_in) -> std::vector<Tensor> {
-           const Tensor dy = dy_in.contiguous().view({n, d});
-           Tensor dx = empty_like(x);
-           Tensor dw = weight.defined() ? empty({d}, x.options()) : Tensor();
-           Tensor db = bias.defined() ? empty({d}, x.options()) : Tensor();
-           cpu::layer_norm_backward(dx.strided(), operand(dw), operand(db), dy.strided(), x.strided(),
-                                    mean.strided(), invstd.strided(), operand(weight));
            return {dx.view(x_in.sizes()), dw.defined() ? dw.view(weight_shape) : Tensor(),
                    db.defined() ? db.view(bias_shape) : Tensor()};
          },
@@ -441,13 +413,9 @@ Tensor channel_affine(const Tensor& y, const Tensor& weight, const Tensor& bias)
 }  // namespace
 
 Tensor normalize(const Tensor& x, const Shape& reduce_dims, double eps) {
-  if (x.device().is_cuda() && trailing_dims(x, reduce_dims)) {
+  if (trailing_dims(x, reduce_dims)) {
     const int64_t d = numel_of(Shape(x.sizes().end() - static_cast<int64_t>(reduce_dims.size()), x.sizes().end()));
-    if (std::optional<Tensor> y = normalize_rows_gpu(x, d, Tensor(), Tensor(), eps)) return *y;
-  }
-  if (x.device().is_cpu() && trailing_dims(x, reduce_dims)) {
-    const int64_t d = numel_of(Shape(x.sizes().end() - static_cast<int64_t>(reduce_dims.size()), x.sizes().end()));
-    if (std::optional<Tensor> y = normalize_rows_cpu(x, d, Tensor(), Tensor(), eps)) return *y;
+    if (std::optional<Tensor> y = normalize_rows(x, d, Tensor(), Tensor(), eps)) return *y;
   }
   const Tensor centered = x - mean(x, reduce_dims, /*keepdim=*/true);
   const Tensor variance = mean(centered * centered, reduce_dims, /*keepdim=*/true);
@@ -464,12 +432,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     return y;
   };
   check_layer_norm_args(x, normalized_shape, weight, bias, eps);
-  if (x.device().is_cuda()) {
-    if (std::optional<Tensor> y = normalize_rows_gpu(x, numel_of(normalized_shape), weight, bias, eps)) {
-      return traced(*y);
-    }
-  }
-  if (std::optional<Tensor> y = normalize_rows_cpu(x, numel_of(normalized_shape), weight, bias, eps)) {
+  if (std::optional<Tensor> y = normalize_rows(x, numel_of(normalized_shape), weight, bias, eps)) {
     return traced(*y);
   }
   Tensor y = normalize(x, dims_from(x.dim() - static_cast<int64_t>(normalized_shape.size()), x.dim()), eps);
