@@ -17,6 +17,7 @@
 
 #include "core/cuda/attention_kernels.h"
 #include "core/cuda/element.cuh"
+#include "core/cuda/geometry.cuh"
 #include "core/kernel/attention.h"
 
 namespace loom::cuda {
@@ -24,8 +25,6 @@ namespace loom::cuda {
 namespace {
 
 constexpr int kAttentionThreads = 128;
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 
 // One operand of the problem, (B1, B2, rows, width) with a unit stride on the width.
 template <class T>
@@ -71,19 +70,6 @@ __device__ void product(int R, int cols, int T, A a, B b, Out out) {
 }
 
 template <class C>
-__device__ C warp_max(C v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmax(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
-}
-
-// A butterfly: every lane ends with the same sum.
-template <class C>
-__device__ C warp_sum(C v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-
-template <class C>
 __device__ C exp_of(C x) {
   if constexpr (std::is_same_v<C, double>) {
     return exp(x);
@@ -103,7 +89,7 @@ __device__ void probabilities(const Tile<C>& p, const Tile<C>& q, const Tile<C>&
   for (int i = threadIdx.x / kWarp; i < L; i += warps) {
     C m = p(i, 0);
     for (int j = lane; j < S; j += kWarp) m = fmax(m, p(i, j));
-    m = warp_max(m);
+    m = warp_reduce(m, [](C a, C b) { return fmax(a, b); });
     C sum = 0;
     for (int j = lane; j < S; j += kWarp) {
       const C e = exp_of(p(i, j) - m);

@@ -1,7 +1,7 @@
 // File: core/cuda/geometry.cuh
 // Device helpers the .cu files share: strided geometry (a row-major linear index
 // to an element offset, so any layout works, NCHW or NHWC alike), launch shapes
-// for grid-stride loops, and a block-wide reduction.
+// for grid-stride loops, and warp- and block-wide reductions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +18,8 @@ namespace loom::cuda {
 
 constexpr int kThreads = 256;      // threads per block; a power of two (block_reduce)
 constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
+constexpr int kWarp = 32;               // threads per warp
+constexpr unsigned kFullMask = 0xffffffffu;  // every lane of a warp
 
 // Sizes and strides of one operand, passed to kernels by value. Size-1 dims are
 // dropped and dims that are contiguous with each other merged, so a dense operand
@@ -148,6 +150,21 @@ inline int blocks_for(int64_t items) {
 }
 inline int blocks_for_groups(int64_t groups) {
   return static_cast<int>(std::min(groups, kMaxBlocks));
+}
+
+// Combines one value per lane of a warp as a butterfly: every lane gets the
+// result, combined in the same order on every run. All 32 lanes must call it.
+template <class T, class Combine>
+__device__ T warp_reduce(T value, Combine combine) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    value = combine(value, __shfl_xor_sync(kFullMask, value, offset));
+  }
+  return value;
+}
+
+template <class T>
+__device__ T warp_sum(T value) {
+  return warp_reduce(value, [](T a, T b) { return a + b; });
 }
 
 // Combines one value per thread of a kThreads block; every thread gets the

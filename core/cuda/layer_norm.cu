@@ -16,18 +16,10 @@ namespace loom::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kRowsPerBlock = kThreads / kWarp;
 constexpr int kTileRows = 8;        // threads down a column-sum block
 constexpr int64_t kMaxGroups = 128;  // row groups of the column sums
 constexpr int64_t kMinRowsPerThread = 16;
-
-template <class T>
-__device__ T warp_sum(T v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
 
 template <class S>
 __device__ compute_t<S> value_or(const S* v, int64_t j, compute_t<S> absent) {
