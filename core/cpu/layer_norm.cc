@@ -11,7 +11,7 @@
 
 #include "core/cpu/accumulate.h"
 #include "core/cpu/loop.h"
-#include "core/error.h"
+#include "core/kernel/norm.h"
 #include "core/parallel.h"
 
 namespace loom::cpu {
@@ -25,12 +25,7 @@ int64_t grain_for(int64_t values_per_index) {
   return std::max<int64_t>(1, kFlatGrain / std::max<int64_t>(values_per_index, 1));
 }
 
-void check_rows(const Strided& t, int64_t n, int64_t d, const char* name) {
-  LOOM_CHECK(t.dim() == 2 && t.sizes[0] == n && t.sizes[1] == d && (t.strides[1] == 1 || d <= 1) &&
-                 (t.strides[0] == d || n <= 1),
-             ShapeError, "[cpu::layer_norm] {} must be dense ({}, {}) rows, got sizes {} strides {}", name, n, d,
-             shape_str(t.sizes), shape_str(t.strides));
-}
+constexpr const char* kOp = "cpu::layer_norm";
 
 template <class T>
 T* data_or_null(const std::optional<Strided>& v) {
@@ -109,9 +104,9 @@ void affine_columns(T* dw, T* db, const Strided& dy, const Strided& x, const T* 
 
 void layer_norm_forward(const Strided& y, const Strided& mean, const Strided& invstd, const Strided& x,
                         const std::optional<Strided>& weight, const std::optional<Strided>& bias, double eps) {
-  const int64_t n = x.sizes.at(0), d = x.dim() == 2 ? x.sizes[1] : -1;
-  check_rows(x, n, d, "x");
-  check_rows(y, n, d, "y");
+  const kernel::LayerNormOperands operands = kernel::check_layer_norm_inputs(kOp, x, mean, invstd, weight);
+  operands.rows(y, "y");
+  operands.row_vector(bias, "bias");
   visit_float(x.dtype, [&]<class T>() {
     forward_rows<T>(y, mean, invstd, x, data_or_null<T>(weight), data_or_null<T>(bias), eps);
   });
@@ -120,10 +115,12 @@ void layer_norm_forward(const Strided& y, const Strided& mean, const Strided& in
 void layer_norm_backward(const Strided& dx, const std::optional<Strided>& dweight,
                          const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
                          const Strided& mean, const Strided& invstd, const std::optional<Strided>& weight) {
-  const int64_t n = x.sizes.at(0), d = x.dim() == 2 ? x.sizes[1] : -1;
-  check_rows(x, n, d, "x");
-  check_rows(dy, n, d, "dy");
-  check_rows(dx, n, d, "dx");
+  const kernel::LayerNormOperands operands = kernel::check_layer_norm_inputs(kOp, x, mean, invstd, weight);
+  operands.rows(dy, "dy");
+  operands.rows(dx, "dx");
+  operands.row_vector(dweight, "dweight");
+  operands.row_vector(dbias, "dbias");
+  const int64_t n = operands.n(), d = operands.d();
   visit_float(x.dtype, [&]<class T>() {
     const T *m = mean.ptr<T>(), *s = invstd.ptr<T>(), *w = data_or_null<T>(weight);
     parallel_for(0, n, grain_for(d), [&](int64_t r0, int64_t r1) { dx_rows<T>(dx, dy, x, m, s, w, r0, r1); });

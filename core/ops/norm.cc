@@ -16,6 +16,7 @@
 #include "core/cuda/layer_norm.h"
 #include "core/cudnn/norm.h"
 #include "core/error.h"
+#include "core/kernel/norm.h"
 #include "core/onednn/norm.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
@@ -37,9 +38,7 @@ std::optional<Strided> strided_or_none(const Tensor& t) {
 
 namespace norm_detail {
 
-DType channel_dtype(const Tensor& x) {
-  return is_half_precision(x.dtype()) ? DType::Float32 : x.dtype();
-}
+DType channel_dtype(const Tensor& x) { return kernel::statistics_dtype(x.dtype()); }
 
 TensorOptions channel_options(const Tensor& x) {
   TensorOptions options = x.options();
@@ -295,10 +294,10 @@ bool trailing_dims(const Tensor& x, const Shape& dims) {
   return !dims.empty();
 }
 
-// weight or bias as a (D) operand of the cuDNN graph; ones or zeros stand in
-// for an absent one.
+// weight or bias, already a dense (D) vector (normalize_rows), as an operand of
+// the cuDNN graph, which takes no absent one: ones or zeros stand in.
 Tensor row_operand(const Tensor& t, int64_t d, const Tensor& x, double stand_in) {
-  return t.defined() ? t.detach().contiguous().view({d}) : full({d}, stand_in, x.options());
+  return t.defined() ? t : full({d}, stand_in, x.options());
 }
 
 // A present row vector (D) as a dense operand of the row kernels.
@@ -372,7 +371,7 @@ std::optional<Tensor> normalize_rows(const Tensor& x_in, int64_t d, const Tensor
   const auto row_vector = [d](const Tensor& t) { return t.defined() ? t.detach().contiguous().view({d}) : t; };
   const Tensor weight = row_vector(weight_in), bias = row_vector(bias_in);
   TensorOptions statistics = x.options();
-  if (is_half_precision(x.dtype())) statistics.dtype = DType::Float32;
+  statistics.dtype = kernel::statistics_dtype(x.dtype());
   Tensor y = empty_like(x), mean = empty({n}, statistics), invstd = empty({n}, statistics);
   layer_norm_rows_forward(y, mean, invstd, x, weight, bias, eps);
   Tensor out = y.view(x_in.sizes());

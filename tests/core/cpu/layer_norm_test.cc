@@ -145,4 +145,19 @@ TEST_CASE("layer_norm kernels reject rows that are not dense, printing the sizes
                              "[cpu::layer_norm] x must be dense (3, 2) rows, got sizes (3, 2) strides (4, 1)");
 }
 
+TEST_CASE("layer_norm kernels name the statistic or weight that does not fit x") {
+  std::vector<float> x(6), y(6), mean(3), invstd(3), short_mean(2);
+  std::vector<double> wide_weight(2);
+  CHECK_THROWS_WITH_FRAGMENT(layer_norm_forward(view(y, {3, 2}), view(short_mean, {2}), view(invstd, {3}),
+                                                view(x, {3, 2}), std::nullopt, std::nullopt, 1e-5),
+                             ShapeError, "[cpu::layer_norm] mean must be a dense vector of 3, got sizes (2,)");
+  CHECK_THROWS_WITH_FRAGMENT(layer_norm_forward(view(y, {3, 2}), view(mean, {3}), view(invstd, {3}), view(x, {3, 2}),
+                                                view(wide_weight, {2}), std::nullopt, 1e-5),
+                             TypeError, "[cpu::layer_norm] weight must be float32");
+  std::vector<double> wide_dy(6);
+  CHECK_THROWS_WITH_FRAGMENT(layer_norm_backward(view(y, {3, 2}), std::nullopt, std::nullopt, view(wide_dy, {3, 2}),
+                                                 view(x, {3, 2}), view(mean, {3}), view(invstd, {3}), std::nullopt),
+                             TypeError, "[cpu::layer_norm] dy is float64 but x is float32");
+}
+
 }  // namespace loom::cpu
