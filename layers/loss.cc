@@ -24,4 +24,28 @@ Tensor MSELoss::operator()(const Tensor& input, const Tensor& target) const {
   return mse_loss(input, target, reduction_);
 }
 
+Tensor L1Loss::operator()(const Tensor& input, const Tensor& target) const {
+  return l1_loss(input, target, reduction_);
+}
+
+SmoothL1Loss::SmoothL1Loss(Reduction reduction, double beta) : reduction_(reduction), beta_(beta) {
+  LOOM_CHECK(beta >= 0, ValueError, "[SmoothL1Loss] beta must be >= 0, got {}", beta);
+}
+
+Tensor SmoothL1Loss::operator()(const Tensor& input, const Tensor& target) const {
+  return smooth_l1_loss(input, target, reduction_, beta_);
+}
+
+HuberLoss::HuberLoss(Reduction reduction, double delta) : reduction_(reduction), delta_(delta) {
+  LOOM_CHECK(delta > 0, ValueError, "[HuberLoss] delta must be > 0, got {}", delta);
+}
+
+Tensor HuberLoss::operator()(const Tensor& input, const Tensor& target) const {
+  return huber_loss(input, target, reduction_, delta_);
+}
+
+Tensor BCEWithLogitsLoss::operator()(const Tensor& input, const Tensor& target) const {
+  return binary_cross_entropy_with_logits(input, target, options_);
+}
+
 }  // namespace loom::nn

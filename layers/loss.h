@@ -1,11 +1,14 @@
 // File: layers/loss.h
-// Losses as callable objects, as torch.nn's CrossEntropyLoss, NLLLoss and
-// MSELoss; the options are the functional ones (core/ops/loss.h).
+// Losses as callable objects, as torch.nn's CrossEntropyLoss, NLLLoss, MSELoss,
+// L1Loss, SmoothL1Loss, HuberLoss and BCEWithLogitsLoss; the options are the
+// functional ones (core/ops/loss.h), checked when the object is made.
 //
 // N batch, C classes.
 //   nn::CrossEntropyLoss criterion({.label_smoothing = 0.1});
 //   Tensor loss = criterion(net(x), labels);  // logits (N, C), labels (N) int64 -> 0-d
 #pragma once
+
+#include <utility>
 
 #include "core/ops/loss.h"
 #include "core/tensor.h"
@@ -43,6 +46,53 @@ class MSELoss {
 
  private:
   Reduction reduction_;
+};
+
+class L1Loss {
+ public:
+  explicit L1Loss(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  // input and target of one shape.
+  Tensor operator()(const Tensor& input, const Tensor& target) const;
+  Reduction reduction() const { return reduction_; }
+
+ private:
+  Reduction reduction_;
+};
+
+class SmoothL1Loss {
+ public:
+  explicit SmoothL1Loss(Reduction reduction = Reduction::Mean, double beta = 1.0);  // beta >= 0
+  Tensor operator()(const Tensor& input, const Tensor& target) const;
+  Reduction reduction() const { return reduction_; }
+  double beta() const { return beta_; }
+
+ private:
+  Reduction reduction_;
+  double beta_;
+};
+
+class HuberLoss {
+ public:
+  explicit HuberLoss(Reduction reduction = Reduction::Mean, double delta = 1.0);  // delta > 0
+  Tensor operator()(const Tensor& input, const Tensor& target) const;
+  Reduction reduction() const { return reduction_; }
+  double delta() const { return delta_; }
+
+ private:
+  Reduction reduction_;
+  double delta_;
+};
+
+//   nn::BCEWithLogitsLoss criterion({.pos_weight = loom::full({1}, 3.0)});  // positives count 3x
+class BCEWithLogitsLoss {
+ public:
+  explicit BCEWithLogitsLoss(BceWithLogitsOptions options = {}) : options_(std::move(options)) {}
+  // logits and target probabilities of one shape.
+  Tensor operator()(const Tensor& input, const Tensor& target) const;
+  const BceWithLogitsOptions& options() const { return options_; }
+
+ private:
+  BceWithLogitsOptions options_;
 };
 
 }  // namespace loom::nn

@@ -1,6 +1,7 @@
 // File: core/ops/compare.cc
 // Comparisons into Bool masks, logical ops on them, closeness, where and
-// masked_fill, with device dispatch.
+// masked_fill, with device dispatch; maximum and minimum are composites of
+// comparisons and where.
 #include "core/ops/compare.h"
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "core/cuda/compare.h"
 #include "core/error.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
 
 namespace loom {
@@ -252,5 +254,27 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
              shape_str(mask.sizes()), shape_str(x.sizes()));
   return where(mask, full({}, value, x.options()), x);
 }
+
+namespace {
+
+// maximum (larger) or minimum (`op`): a where a wins, b where b wins, and where
+// neither does (a tie, or a NaN) a / 2 + b / 2, which is the tied value (or
+// NaN) and gives each operand half the gradient.
+Tensor extremum(const Tensor& a, const Tensor& b, bool larger, const char* op) {
+  check_defined(a, op, "a");
+  check_defined(b, op, "b");
+  check_same_device(a, b, op);
+  LOOM_CHECK(a.dtype() == b.dtype(), TypeError, "[{}] a has dtype {} and b {}; convert one with .to() so they match",
+             op, dtype_name(a.dtype()), dtype_name(b.dtype()));
+  const Tensor a_wins = larger ? gt(a, b) : lt(a, b);
+  if (!is_floating(a.dtype())) return where(a_wins, a, b);
+  const Tensor b_wins = larger ? lt(a, b) : gt(a, b);
+  return where(a_wins, a, where(b_wins, b, a * 0.5 + b * 0.5));
+}
+
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(a, b, true, "maximum"); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(a, b, false, "minimum"); }
 
 }  // namespace loom

@@ -58,6 +58,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // gradient passes where mask is false.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
+// The larger (smaller) of a and b elementwise, as torch.maximum / minimum: one
+// dtype and device, broadcast together; NaN where either is NaN; at a tie each
+// operand gets half the gradient, as in PyTorch.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
 // Truth-valued ops as torch.logical_*: any dtypes on one device, broadcast;
 // an element is true when nonzero (NaN is true). The result is Bool.
 Tensor logical_and(const Tensor& a, const Tensor& b);

@@ -1,7 +1,8 @@
 // File: core/ops/indexing.cc
 // gather and index_select with their scatter-add backward. index_select is a
 // gather with the index broadcast over the other dims (stride 0), so one pair
-// of kernels serves both (and embedding, core/ops/embedding.cc).
+// of kernels serves both (and embedding, core/ops/embedding.cc). one_hot is a
+// comparison with every class index.
 #include "core/ops/indexing.h"
 
 #include <string_view>
@@ -12,8 +13,10 @@
 #include "core/cuda/capture.h"
 #include "core/cuda/indexing.h"
 #include "core/error.h"
+#include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduction.h"
 #include "core/trace.h"
 
 namespace loom {
@@ -123,6 +126,32 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor y = gather_checked(x, d, idx.view(along).expand(out_sizes));
   if (trace.recording()) trace.record({x, index}, y, {{"dim", d}});
   return y;
+}
+
+Tensor one_hot(const Tensor& indices, std::optional<int64_t> num_classes) {
+  LOOM_CHECK(indices.defined(), ValueError, "[one_hot] indices is an undefined tensor");
+  LOOM_CHECK(indices.dtype() == DType::Int64, TypeError,
+             "[one_hot] indices must be int64 class indices, got {}; convert with .to(DType::Int64)",
+             dtype_name(indices.dtype()));
+  LOOM_CHECK(!num_classes || *num_classes >= 0, ValueError, "[one_hot] num_classes must be >= 0, got {}",
+             num_classes.value_or(0));
+  const bool on_host = checks_on_host(indices);
+  LOOM_CHECK(on_host || num_classes, ValueError,
+             "[one_hot] inside a CUDA-graph capture the indices cannot be read back; pass num_classes");
+  const bool empty = indices.numel() == 0;
+  LOOM_CHECK(!empty || num_classes, ValueError,
+             "[one_hot] cannot infer num_classes from empty indices (shape {}); pass num_classes",
+             shape_str(indices.sizes()));
+  int64_t classes = num_classes.value_or(0);
+  if (on_host && !empty) {
+    const Tensor wide = indices.detach().to(DType::Float64);  // min and max compute in floating dtypes
+    const auto lowest = static_cast<int64_t>(min(wide).item()), highest = static_cast<int64_t>(max(wide).item());
+    classes = num_classes.value_or(highest + 1);
+    LOOM_CHECK(lowest >= 0 && highest < classes, IndexError,
+               "[one_hot] indices must lie in [0, {}), got values from {} to {}", classes, lowest, highest);
+  }
+  const Tensor all_classes = arange(classes, {.dtype = DType::Int64, .device = indices.device()});
+  return eq(indices.unsqueeze(-1), all_classes).to(DType::Int64);
 }
 
 }  // namespace loom

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/tensor.h"
 
@@ -27,5 +28,14 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // The slices x.select(dim, index[k]) stacked along dim: index is 1-D (K,);
 // out has x's sizes with K at dim.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+
+// Class indices (any shape, int64) as one-hot int64 rows, as torch.nn.functional.one_hot:
+// out has indices' sizes and a last dim of num_classes (by default the largest
+// index + 1), with out[..., c] = 1 where indices[...] == c. Indices outside
+// [0, num_classes) are an IndexError: the check reads them back from the
+// device, except inside a CUDA-graph capture (as for gather), where
+// num_classes must be given.
+//   Tensor targets = one_hot(labels, 10).to(DType::Float32);  // (N) -> (N, 10)
+Tensor one_hot(const Tensor& indices, std::optional<int64_t> num_classes = std::nullopt);
 
 }  // namespace loom

@@ -2,23 +2,27 @@
 // cross_entropy and nll_loss run one fused kernel per direction over positions
 // (n, d1...); the kernels also total the losses, so Sum and Mean cost nothing
 // extra. On the GPU the totals stay in device memory (nothing waits for the
-// host, so a training step can be captured into a CUDA graph). mse_loss is
-// composite.
+// host, so a training step can be captured into a CUDA graph). The regression
+// losses and binary_cross_entropy_with_logits are composites of elementwise ops.
 // N batch, C classes, d1... optional spatial dims.
 #include "core/ops/loss.h"
 
 #include <fmt/format.h>
 
 #include <string>
+#include <utility>
 
 #include "core/autograd.h"
 #include "core/cpu/loss.h"
 #include "core/cuda/capture.h"
 #include "core/cuda/loss.h"
 #include "core/error.h"
+#include "core/ops/activation.h"
+#include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
+#include "core/shape.h"
 
 namespace loom {
 
@@ -233,22 +237,96 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, NllLossOptions
   return f.loss;
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  check_float_tensor(input, "mse_loss", "input");
-  check_float_tensor(target, "mse_loss", "target");
-  check_same_dtype_device(input, target, "mse_loss");
+namespace {
+
+// input and target of an elementwise loss: floating, one shape and device, and
+// one dtype, except that 16-bit ones are computed in fp32 (as torch.autocast
+// computes these losses; the cast's backward returns their gradient in their
+// dtype), so the loss of bf16 predictions is fp32.
+std::pair<Tensor, Tensor> elementwise_loss_operands(const Tensor& input, const Tensor& target, std::string_view op) {
+  check_float_tensor(input, op, "input");
+  check_float_tensor(target, op, "target");
   LOOM_CHECK(input.sizes() == target.sizes(), ShapeError,
-             "[mse_loss] input has shape {} but target has shape {}; they must match (expand "
+             "[{}] input has shape {} but target has shape {}; they must match (expand "
              "the target explicitly if broadcasting is meant)",
-             shape_str(input.sizes()), shape_str(target.sizes()));
-  const Tensor diff = input - target;
-  const Tensor squared = diff * diff;
+             op, shape_str(input.sizes()), shape_str(target.sizes()));
+  const bool half = is_half_precision(input.dtype()) || is_half_precision(target.dtype());
+  std::pair<Tensor, Tensor> operands{half ? input.to(DType::Float32) : input,
+                                     half ? target.to(DType::Float32) : target};
+  check_same_dtype_device(operands.first, operands.second, op);
+  return operands;
+}
+
+Tensor reduce_elementwise(const Tensor& losses, Reduction reduction, std::string_view op) {
   switch (reduction) {
-    case Reduction::None: return squared;
-    case Reduction::Sum: return sum(squared);
-    case Reduction::Mean: return mean(squared);
+    case Reduction::None: return losses;
+    case Reduction::Sum: return sum(losses);
+    case Reduction::Mean: return mean(losses);
   }
-  throw ValueError(fmt::format("[mse_loss] unknown reduction {}", static_cast<int>(reduction)));
+  throw ValueError(fmt::format("[{}] unknown reduction {}", op, static_cast<int>(reduction)));
+}
+
+// 0.5 d^2 where |d| < beta, else |d| - 0.5 beta: smooth_l1_loss's terms (beta > 0).
+Tensor smooth_l1_terms(const Tensor& d, double beta) {
+  const Tensor magnitude = abs(d);
+  return where(magnitude < beta, d * d * (0.5 / beta), magnitude - 0.5 * beta);
+}
+
+// An optional weight of a loss: undefined, or floating on the input's device
+// (in the loss's dtype, `input`'s, or 16-bit and cast to it) with a shape that
+// broadcasts to the input's (not beyond it).
+Tensor loss_weight(const Tensor& weight, const Tensor& input, std::string_view op, std::string_view name) {
+  if (!weight.defined()) return weight;
+  check_float_tensor(weight, op, name);
+  const Tensor w = is_half_precision(weight.dtype()) ? weight.to(input.dtype()) : weight;
+  check_same_dtype_device(input, w, op);
+  LOOM_CHECK(broadcast_shapes(w.sizes(), input.sizes(), op) == input.sizes(), ShapeError,
+             "[{}] {} of shape {} does not broadcast to the input's shape {}", op, name, shape_str(w.sizes()),
+             shape_str(input.sizes()));
+  return w;
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const auto [input, target] = elementwise_loss_operands(input_in, target_in, "mse_loss");
+  const Tensor diff = input - target;
+  return reduce_elementwise(diff * diff, reduction, "mse_loss");
+}
+
+Tensor l1_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const auto [input, target] = elementwise_loss_operands(input_in, target_in, "l1_loss");
+  return reduce_elementwise(abs(input - target), reduction, "l1_loss");
+}
+
+Tensor smooth_l1_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction, double beta) {
+  LOOM_CHECK(beta >= 0, ValueError, "[smooth_l1_loss] beta must be >= 0, got {}", beta);
+  const auto [input, target] = elementwise_loss_operands(input_in, target_in, "smooth_l1_loss");
+  // beta 0 is l1; the quadratic branch would divide by it (a NaN gradient even where unselected).
+  const Tensor d = input - target;
+  return reduce_elementwise(beta == 0 ? abs(d) : smooth_l1_terms(d, beta), reduction, "smooth_l1_loss");
+}
+
+Tensor huber_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction, double delta) {
+  LOOM_CHECK(delta > 0, ValueError, "[huber_loss] delta must be > 0, got {}", delta);
+  const auto [input, target] = elementwise_loss_operands(input_in, target_in, "huber_loss");
+  return reduce_elementwise(smooth_l1_terms(input - target, delta) * delta, reduction, "huber_loss");
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in,
+                                        const BceWithLogitsOptions& options) {
+  constexpr std::string_view kOp = "binary_cross_entropy_with_logits";
+  const auto [input, target] = elementwise_loss_operands(input_in, target_in, kOp);
+  const Tensor weight = loss_weight(options.weight, input, kOp, "weight");
+  const Tensor pos_weight = loss_weight(options.pos_weight, input, kOp, "pos_weight");
+  // -log sigmoid(x) = softplus(-x) and -log(1 - sigmoid(x)) = x + softplus(-x), so the loss
+  // -t log sigmoid(x) - (1 - t) log(1 - sigmoid(x)) is one smooth expression: no log of a
+  // rounded probability, and a gradient exact at every x (no kink of abs or relu at 0).
+  const Tensor positive = softplus(neg(input));
+  const Tensor scaled = pos_weight.defined() ? positive * (1.0 + (pos_weight - 1.0) * target) : positive;
+  Tensor losses = rsub(target, 1.0) * input + scaled;
+  if (weight.defined()) losses = losses * weight;
+  return reduce_elementwise(losses, options.reduction, kOp);
 }
 
 }  // namespace loom

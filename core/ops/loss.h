@@ -1,6 +1,7 @@
 // File: core/ops/loss.h
 // Losses, as torch.nn.functional: cross_entropy (fused log-softmax + NLL, from
-// logits), nll_loss (from log-probabilities) and mse_loss.
+// logits), nll_loss (from log-probabilities), the regression losses (mse_loss,
+// l1_loss, smooth_l1_loss, huber_loss) and binary_cross_entropy_with_logits.
 //
 // N batch, C classes, d1... optional spatial dims (e.g. H, W for segmentation).
 //   auto loss = loom::cross_entropy(logits, labels);  // logits (N, C), labels (N) int64
@@ -39,7 +40,35 @@ struct NllLossOptions {
 // over dim 1, and target (N, d1...) int64 as for cross_entropy.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossOptions options = {});
 
-// (input - target)^2, reduced; input and target have one shape.
+// The elementwise losses below take input and target of one shape, dtype and
+// device (PyTorch's broadcasting here is usually a bug, so expand the target
+// explicitly if it is meant), except that bf16 / fp16 operands are computed
+// in fp32, as torch.autocast does: the loss of bf16 predictions is fp32.
+// The regression losses of d = input - target, reduced:
+// d^2
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// |d|; the gradient at d = 0 is 0, as PyTorch's.
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta; beta >= 0, and 0 gives l1_loss.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+// 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta); delta > 0 (delta * smooth_l1 with beta = delta).
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
+
+struct BceWithLogitsOptions {
+  Reduction reduction = Reduction::Mean;
+  Tensor weight;      // optional: each element's loss times weight (broadcast to input)
+  Tensor pos_weight;  // optional: the positive term's weight, broadcast to input, e.g. (C) for (N, C) logits
+};
+
+// Binary cross-entropy of sigmoid(input) against target probabilities in [0, 1],
+// computed from the logits without forming the sigmoid (stable for any logit):
+//   loss = (1 - target) input + (1 + (pos_weight - 1) target) softplus(-input)
+// input and target have one shape (N, *), dtype and device; the gradient
+// w.r.t. input is sigmoid(input) - target without pos_weight.
+//   auto loss = loom::binary_cross_entropy_with_logits(mask_logits, masks);  // (N, 1, H, W) each
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BceWithLogitsOptions& options = {});
 
 }  // namespace loom

@@ -1,13 +1,16 @@
 // File: core/ops/reduction.cc
-// Reductions (sum, mean, max, argmax, sum_to): validation, dispatch and backward.
+// Reductions (sum, mean, max, argmax, sum_to): validation, dispatch and backward;
+// min, argmin, var, std and logsumexp are composites of them.
 #include "core/ops/reduction.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/reduce.h"
 #include "core/error.h"
+#include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/trace.h"
@@ -105,12 +108,30 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return traced_sum_or_mean(x, dims, keepdim, true, "mean");
 }
 
+namespace {
+
+// max and min (`op`) over all elements need one.
+void check_extremum(const Tensor& x, std::string_view op) {
+  check_input(x, op);
+  LOOM_CHECK(x.numel() > 0, ValueError,
+             "[{}] of an empty tensor (shape {}) has no identity; pass a non-empty tensor", op,
+             shape_str(x.sizes()));
+}
+
+// max and min (`op`) along `dim` need one element there; returns dim normalized.
+int64_t check_extremum_dim(const Tensor& x, int64_t dim, std::string_view op) {
+  check_input(x, op);
+  const int64_t d = normalize_dim(dim, x.dim(), op);
+  LOOM_CHECK(x.dim() == 0 || x.sizes()[d] > 0, ValueError,
+             "[{}] dim {} of shape {} is empty; there is no {}imum to take", op, d, shape_str(x.sizes()), op);
+  return d;
+}
+
+}  // namespace
+
 Tensor max(const Tensor& x) {
   trace::OpScope trace("max");
-  check_input(x, "max");
-  LOOM_CHECK(x.numel() > 0, ValueError,
-             "[max] of an empty tensor (shape {}) has no identity; pass a non-empty tensor",
-             shape_str(x.sizes()));
+  check_extremum(x, "max");
   Shape keep(x.dim(), 1);
   Tensor value = reduce_values(x, keep, kernel::ReduceOp::Max);
   Tensor result = value.view({});
@@ -127,13 +148,9 @@ Tensor max(const Tensor& x) {
   return result;
 }
 
-MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
   trace::OpScope trace("max_dim");
-  check_input(x, "max");
-  int64_t d = normalize_dim(dim, x.dim(), "max");
-  LOOM_CHECK(x.dim() == 0 || x.sizes()[d] > 0, ValueError,
-             "[max] dim {} of shape {} is empty; there is no maximum to take", d,
-             shape_str(x.sizes()));
+  const int64_t d = check_extremum_dim(x, dim, "max");
   Shape keep = x.dim() == 0 ? Shape{} : kept_sizes(x, {d}, "max");
   Tensor values = empty(keep, x.options());
   Tensor indices = empty(keep, {.dtype = DType::Int64, .device = x.device()});
@@ -145,7 +162,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
   }
   Shape result_sizes = keep;
   if (!keepdim && x.dim() > 0) result_sizes.erase(result_sizes.begin() + d);
-  MaxResult result{values.view(result_sizes), indices.view(result_sizes)};
+  ValuesIndices result{values.view(result_sizes), indices.view(result_sizes)};
   if (needs_grad({x})) {
     Shape sizes = x.sizes();
     record("max_dim", {x}, result.values, [sizes, keep, indices, d](const Tensor& dy) {
@@ -164,6 +181,77 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   NoGradGuard no_grad;
   return max(x, dim, keepdim).indices;
+}
+
+// Through max: -max(-x) keeps the first-occurrence index and the even split of ties.
+Tensor min(const Tensor& x) {
+  check_extremum(x, "min");
+  return neg(max(neg(x)));
+}
+
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  check_extremum_dim(x, dim, "min");
+  ValuesIndices negated = max(neg(x), dim, keepdim);
+  return {neg(negated.values), negated.indices};
+}
+
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  NoGradGuard no_grad;
+  return min(x, dim, keepdim).indices;
+}
+
+namespace {
+
+// `dims`, or every dim of x when it is empty.
+Shape dims_or_all(const Tensor& x, const Shape& dims) { return dims.empty() ? all_dims(x) : dims; }
+
+}  // namespace
+
+namespace {
+
+// var and std (`op`): the sum of squared deviations over `dims` / (count - correction).
+Tensor variance(const Tensor& x, const Shape& dims_in, bool keepdim, int64_t correction, std::string_view op) {
+  check_input(x, op);
+  LOOM_CHECK(correction >= 0, ValueError, "[{}] correction must be >= 0, got {}", op, correction);
+  const Shape dims = dims_or_all(x, dims_in);
+  const Shape keep = kept_sizes(x, dims, op);
+  const int64_t count = numel_of(keep) == 0 ? 0 : x.numel() / numel_of(keep);
+  // Two passes (the mean, then squared deviations from it): no cancellation.
+  const Tensor deviation = x - mean(x, dims, true);
+  const Tensor squares = sum(deviation * deviation, dims, keepdim);
+  return div(squares, static_cast<double>(std::max<int64_t>(count - correction, 0)));
+}
+
+}  // namespace
+
+Tensor var(const Tensor& x, const Shape& dims, bool keepdim, int64_t correction) {
+  return variance(x, dims, keepdim, correction, "var");
+}
+
+Tensor std(const Tensor& x, const Shape& dims, bool keepdim, int64_t correction) {
+  return sqrt(variance(x, dims, keepdim, correction, "std"));
+}
+
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
+  check_input(x, "logsumexp");
+  const Shape keep = kept_sizes(x, dims, "logsumexp");
+  LOOM_CHECK(x.numel() > 0, ValueError, "[logsumexp] of an empty tensor (shape {}); pass a non-empty tensor",
+             shape_str(x.sizes()));
+  // The shift m cancels in the value and the gradient, so it is taken without one;
+  // an infinite m (every value -inf, or some +inf) is replaced by 0 so x - m is no NaN.
+  Tensor shift = reduce_values(x.detach(), keep, kernel::ReduceOp::Max);
+  shift = masked_fill(shift, abs(shift) == std::numeric_limits<double>::infinity(), 0.0);
+  const Tensor total = sum(exp(x - shift), dims, true);
+  const Tensor result = log(total) + shift;
+  if (keepdim) return result;
+  Shape sizes;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end() &&
+        std::find(dims.begin(), dims.end(), d - x.dim()) == dims.end()) {
+      sizes.push_back(x.size(d));
+    }
+  }
+  return result.reshape(sizes);
 }
 
 Tensor sum_to(const Tensor& x, const Shape& sizes) {

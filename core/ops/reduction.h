@@ -1,5 +1,6 @@
 // File: core/ops/reduction.h
-// Reductions: sum, mean, max and argmax over all or some dims, and sum_to.
+// Reductions: sum, mean, max, min, argmax, argmin, var, std and logsumexp over
+// all or some dims, and sum_to.
 #pragma once
 
 #include "core/tensor.h"
@@ -14,13 +15,28 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor max(const Tensor& x);  // all elements -> 0-D; grad split evenly among ties
+Tensor min(const Tensor& x);  // as max
 
-struct MaxResult {
+struct ValuesIndices {
   Tensor values;   // differentiable; grad goes to the index below
   Tensor indices;  // int64, first occurrence
 };
-MaxResult max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+
+// The variance over `dims` (every dim when empty), as torch.var: the sum of
+// squared deviations from the mean divided by count - correction (1: Bessel's
+// unbiased estimate; 0: the population variance); NaN or inf where that is <= 0,
+// as PyTorch. std is its square root.
+Tensor var(const Tensor& x, const Shape& dims = {}, bool keepdim = false, int64_t correction = 1);
+Tensor std(const Tensor& x, const Shape& dims = {}, bool keepdim = false, int64_t correction = 1);
+
+// log(sum(exp(x))) over `dims`, computed as m + log(sum(exp(x - m))) with m the
+// maximum, so large values do not overflow; -inf where every value is -inf.
+// Its gradient is softmax(x) over `dims`.
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 
 // Sums `x` down to `sizes` over broadcast dims (the backward of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& sizes);

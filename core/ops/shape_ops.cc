@@ -1,13 +1,15 @@
 // File: core/ops/shape_ops.cc
 // cat: promotes the inputs to one dtype, copies each into its slice of a fresh
 // output; backward hands each input its slice of dy. stack is cat of the
-// inputs unsqueezed at the new dim.
+// inputs unsqueezed at the new dim; split and chunk are narrow views, flip an
+// index_select per dim.
 #include "core/ops/shape_ops.h"
 
 #include <algorithm>
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/ops/indexing.h"
 #include "core/trace.h"
 
 namespace loom {
@@ -131,6 +133,64 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   Tensor out = cat(unsqueezed, d);
   if (trace.recording()) trace.record(tensors, out, {{"dim", d}});
   return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  LOOM_CHECK(x.defined(), ValueError, "[split] x is undefined");
+  LOOM_CHECK(x.dim() > 0, ShapeError, "[split] a zero-dimensional tensor has no dim to split; unsqueeze(0) it first");
+  const int64_t d = normalize_dim(dim, x.dim(), "split");
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    LOOM_CHECK(size >= 0, ValueError, "[split] sizes must be >= 0, got {}", shape_str(sizes));
+    total += size;
+  }
+  LOOM_CHECK(total == x.size(d), ShapeError, "[split] sizes {} add up to {} but dim {} of shape {} has {}",
+             shape_str(sizes), total, d, shape_str(x.sizes()), x.size(d));
+  std::vector<Tensor> pieces;
+  pieces.reserve(sizes.size());
+  int64_t start = 0;
+  for (int64_t size : sizes) {
+    pieces.push_back(x.narrow(d, start, size));
+    start += size;
+  }
+  return pieces;
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  LOOM_CHECK(x.defined(), ValueError, "[split] x is undefined");
+  LOOM_CHECK(x.dim() > 0, ShapeError, "[split] a zero-dimensional tensor has no dim to split; unsqueeze(0) it first");
+  const int64_t length = x.size(normalize_dim(dim, x.dim(), "split"));
+  LOOM_CHECK(split_size > 0 || (split_size == 0 && length == 0), ValueError,
+             "[split] split_size must be > 0, got {}", split_size);
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < length; start += split_size) sizes.push_back(std::min(split_size, length - start));
+  if (sizes.empty()) sizes.push_back(0);  // an empty dim splits into one empty piece, as torch.split
+  return split(x, sizes, dim);
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  LOOM_CHECK(chunks > 0, ValueError, "[chunk] chunks must be > 0, got {}", chunks);
+  LOOM_CHECK(x.defined(), ValueError, "[chunk] x is undefined");
+  LOOM_CHECK(x.dim() > 0, ShapeError, "[chunk] a zero-dimensional tensor has no dim to split; unsqueeze(0) it first");
+  const int64_t length = x.size(normalize_dim(dim, x.dim(), "chunk"));
+  const int64_t piece = (length + chunks - 1) / chunks;
+  return split(x, std::max<int64_t>(piece, 1), dim);
+}
+
+Tensor flip(const Tensor& x, const Shape& dims) {
+  LOOM_CHECK(x.defined(), ValueError, "[flip] x is undefined");
+  std::vector<bool> seen(std::max<int64_t>(x.dim(), 1), false);
+  Tensor out = x;
+  for (int64_t dim : dims) {
+    const int64_t d = normalize_dim(dim, x.dim(), "flip");
+    LOOM_CHECK(!seen[d], ValueError, "[flip] dim {} appears twice in {}", d, shape_str(dims));
+    seen[d] = true;
+    if (x.dim() == 0 || x.size(d) <= 1) continue;
+    const Tensor reversed = arange(static_cast<double>(x.size(d) - 1), -1.0, -1.0,
+                                   {.dtype = DType::Int64, .device = x.device()});
+    out = index_select(out, d, reversed);
+  }
+  return dims.empty() || out.is_same(x) ? x.clone() : out;
 }
 
 }  // namespace loom

@@ -24,4 +24,20 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 //   stack({a, b}, 0);  // a, b (3, 4) -> (2, 3, 4)
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
+// Views of consecutive slices along `dim`, as torch.split and torch.chunk (no
+// copies; each view's gradient flows back to x). split cuts pieces of
+// `split_size` (the last may be shorter) or of the listed sizes, which must add
+// up to x.size(dim); chunk cuts `chunks` pieces of ceil(size / chunks) each, so
+// it may return fewer (torch.chunk does the same).
+//   auto halves = chunk(x, 2, 1);          // x (N, 2C) -> two (N, C) views
+//   auto parts = split(x, {1, 3}, 0);      // x (4, D) -> (1, D) and (3, D)
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
+// x with the order of its elements reversed along each of `dims`, as torch.flip
+// (a copy, differentiable).
+//   Tensor mirrored = flip(images, {3});  // (N, C, H, W) flipped left to right
+Tensor flip(const Tensor& x, const Shape& dims);
+
 }  // namespace loom

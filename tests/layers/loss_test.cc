@@ -1,6 +1,6 @@
 // File: tests/layers/loss_test.cc
 // Loss objects equal their functional ops with the same options; a hand-checked
-// value each; argument errors.
+// value each; argument errors, checked when the object is made.
 // N batch, C classes.
 #include "layers/loss.h"
 
@@ -14,6 +14,8 @@
 
 namespace loom {
 namespace {
+
+const TensorOptions kF64 = {.dtype = DType::Float64};
 
 Tensor labels(const std::vector<double>& values) {
   return tensor(values, {static_cast<int64_t>(values.size())}, {.dtype = DType::Int64});
@@ -62,6 +64,21 @@ TEST_CASE("loss errors") {
                              "[cross_entropy] target has shape (3,)");
   CHECK_THROWS_WITH_FRAGMENT(nn::MSELoss()(zeros({2}), zeros({3})), ShapeError,
                              "[mse_loss] input has shape (2,) but target has shape (3,)");
+}
+
+TEST_CASE("L1Loss, SmoothL1Loss, HuberLoss and BCEWithLogitsLoss equal their ops and check their options") {
+  Generator gen(55);
+  const Tensor a = randn({6, 2}, kF64, &gen), b = randn({6, 2}, kF64, &gen);
+  CHECK_CLOSE(nn::L1Loss(Reduction::Sum)(a, b), l1_loss(a, b, Reduction::Sum), 0, 0);
+  CHECK_CLOSE(nn::SmoothL1Loss(Reduction::None, 0.4)(a, b), smooth_l1_loss(a, b, Reduction::None, 0.4), 0, 0);
+  CHECK_CLOSE(nn::HuberLoss(Reduction::Mean, 2.0)(a, b), huber_loss(a, b, Reduction::Mean, 2.0), 0, 0);
+  const Tensor pos_weight = full({2}, 3.0, kF64), t = rand({6, 2}, kF64, &gen);
+  const nn::BCEWithLogitsLoss criterion({.pos_weight = pos_weight});
+  CHECK_CLOSE(criterion(a, t), binary_cross_entropy_with_logits(a, t, {.pos_weight = pos_weight}), 0, 0);
+  CHECK(criterion.options().pos_weight.is_same(pos_weight));
+  CHECK_THROWS_WITH_FRAGMENT(nn::SmoothL1Loss(Reduction::Mean, -1.0), ValueError,
+                             "[SmoothL1Loss] beta must be >= 0, got -1");
+  CHECK_THROWS_WITH_FRAGMENT(nn::HuberLoss(Reduction::Mean, 0.0), ValueError, "[HuberLoss] delta must be > 0, got 0");
 }
 
 }  // namespace

@@ -308,6 +308,43 @@ LOOM_GPU_TEST_CASE("bf16/fp16: cross_entropy on 16-bit logits equals casting the
   }
 }
 
+LOOM_GPU_TEST_CASE("bf16/fp16: the elementwise losses compute in fp32, as under torch.autocast") {
+  Generator gen(68);
+  const Tensor gpu_target = rand({6, 5}, {}, &gen).to(testing::test_gpu());
+  const Tensor pos_weight = tensor({0.5, 1, 1.5, 2, 3}, {5}).to(testing::test_gpu());  // exact in 16 bits
+  using LossFn = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, LossFn>> losses = {
+      {"mse_loss", [](const Tensor& x, const Tensor& t) { return mse_loss(x, t, Reduction::None); }},
+      {"l1_loss", [](const Tensor& x, const Tensor& t) { return l1_loss(x, t); }},
+      {"smooth_l1_loss", [](const Tensor& x, const Tensor& t) { return smooth_l1_loss(x, t, Reduction::Sum, 0.5); }},
+      {"huber_loss", [](const Tensor& x, const Tensor& t) { return huber_loss(x, t, Reduction::Mean, 2.0); }},
+      {"bce_with_logits", [&pos_weight](const Tensor& x, const Tensor& t) {
+         return binary_cross_entropy_with_logits(x, t, {.pos_weight = pos_weight.to(x.dtype())});
+       }},
+  };
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    for (const auto& [name, loss] : losses) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(name);
+      const Tensor base = (randn({6, 5}, {}, &gen) * 3.0).to(testing::test_gpu()).to(dtype);
+      Tensor direct_in = base.detach().requires_grad_(true);
+      Tensor cast_in = base.detach().requires_grad_(true);
+      const Tensor direct = loss(direct_in, gpu_target.to(dtype));  // both 16-bit
+      const Tensor cast = loss(cast_in.to(DType::Float32), gpu_target.to(dtype).to(DType::Float32));
+      CHECK(direct.dtype() == DType::Float32);
+      CHECK_CLOSE(direct.cpu(), cast.cpu(), 0.0, 0.0);
+      const Tensor mixed = loss(direct_in.detach(), gpu_target);  // 16-bit input, fp32 target
+      CHECK(mixed.dtype() == DType::Float32);
+      const Tensor dy = randn(direct.sizes(), {}, &gen).to(testing::test_gpu());
+      direct.backward(dy);
+      cast.backward(dy);
+      REQUIRE(direct_in.grad().defined());
+      CHECK(direct_in.grad().dtype() == dtype);
+      CHECK_CLOSE(direct_in.grad().to(DType::Float32).cpu(), cast_in.grad().to(DType::Float32).cpu(), 0.0, 0.0);
+    }
+  }
+}
+
 LOOM_GPU_TEST_CASE("bf16: mixed bf16 and fp32 operands promote to fp32") {
   Generator gen(66);
   Tensor a = leaf({4, 5}, gen), b = leaf({4, 5}, gen), bc = leaf({5}, gen);

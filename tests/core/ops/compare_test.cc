@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -221,6 +222,48 @@ TEST_CASE("allclose and equal as PyTorch's") {
                              "[isclose] a has dtype float64 and b float32");
   CHECK_THROWS_WITH_FRAGMENT(allclose(a, a, -1e-5), ValueError,
                              "[isclose] rtol and atol must be >= 0, got rtol -1e-05 and atol 1e-08");
+}
+
+TEST_CASE("maximum and minimum: broadcast values, NaN, and PyTorch's half gradient at ties") {
+  Tensor a = tensor({1, 2, 3}, {3}, {.dtype = DType::Float64, .requires_grad = true});
+  Tensor b = tensor({1, 5, 0}, {3}, {.dtype = DType::Float64, .requires_grad = true});
+  const Tensor high = maximum(a, b), low = minimum(a, b);
+  CHECK(high.to_vector<double>() == std::vector<double>{1, 5, 3});
+  CHECK(low.to_vector<double>() == std::vector<double>{1, 2, 0});
+  sum(high).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{0.5, 0, 1});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{0.5, 1, 0});
+  a.set_grad(Tensor());
+  b.set_grad(Tensor());
+  sum(low).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{0.5, 1, 0});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{0.5, 0, 1});
+
+  // (2, 1) against (3): a (2, 3) result; NaN on either side wins; ties of infinities and of huge values stay exact.
+  const Tensor column = tensor({0, 10}, {2, 1}, kF64), row = tensor({-1, 4, 20}, {3}, kF64);
+  CHECK(maximum(column, row).to_vector<double>() == std::vector<double>{0, 4, 20, 10, 10, 20});
+  CHECK(minimum(column, row).sizes() == Shape{2, 3});
+  const double inf = std::numeric_limits<double>::infinity(), huge = std::numeric_limits<double>::max();
+  const std::vector<double> odd = maximum(tensor({std::nan(""), 1, inf, huge}, {4}, kF64),
+                                          tensor({0, std::nan(""), inf, huge}, {4}, kF64))
+                                      .to_vector<double>();
+  CHECK(std::isnan(odd[0]));
+  CHECK(std::isnan(odd[1]));
+  CHECK(odd[2] == inf);
+  CHECK(odd[3] == huge);
+  CHECK(maximum(tensor({3, -2}, {2}, kI64), tensor({1, 5}, {2}, kI64)).to_vector<int64_t>() ==
+        std::vector<int64_t>{3, 5});
+
+  Generator gen(61);
+  const Tensor x = randn({3, 4}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  const Tensor y = randn({4}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  for (auto op : {maximum, minimum}) {
+    const GradcheckResult r = gradcheck([op](const std::vector<Tensor>& in) { return op(in[0], in[1]); }, {x, y});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+  CHECK_THROWS_WITH_FRAGMENT(maximum(zeros({2}), zeros({2}, kF64)), TypeError,
+                             "[maximum] a has dtype float32 and b float64");
+  CHECK_THROWS_WITH_FRAGMENT(minimum(zeros({2}), zeros({3})), ShapeError, "(2,)");
 }
 
 }  // namespace loom

@@ -90,4 +90,21 @@ TEST_CASE("indexing errors name the op, the bad index and the fix") {
   CHECK_THROWS_WITH_FRAGMENT(gather(x, 0, zeros({2, 4}, kI64)), ShapeError, "does not fit");
 }
 
+TEST_CASE("one_hot marks each index's class, inferring the count from the largest index") {
+  const Tensor labels = tensor({2, 0, 1, 2}, {2, 2}, kI64);
+  const Tensor rows = one_hot(labels);
+  CHECK(rows.dtype() == DType::Int64);
+  CHECK(rows.sizes() == Shape{2, 2, 3});
+  CHECK(rows.to_vector<int64_t>() == std::vector<int64_t>{0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1});
+  CHECK(one_hot(tensor({1}, {1}, kI64), 4).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0, 0});
+  CHECK(one_hot(zeros({0}, kI64), 5).sizes() == Shape{0, 5});
+  CHECK(one_hot(full({}, 2.0, kI64), 3).sizes() == Shape{3});
+  CHECK_THROWS_WITH_FRAGMENT(one_hot(labels, 2), IndexError,
+                             "[one_hot] indices must lie in [0, 2), got values from 0 to 2");
+  CHECK_THROWS_WITH_FRAGMENT(one_hot(tensor({-1, 0}, {2}, kI64)), IndexError, "got values from -1 to 0");
+  CHECK_THROWS_WITH_FRAGMENT(one_hot(zeros({0}, kI64)), ValueError, "[one_hot] cannot infer num_classes");
+  CHECK_THROWS_WITH_FRAGMENT(one_hot(zeros({2})), TypeError,
+                             "[one_hot] indices must be int64 class indices, got float32");
+}
+
 }  // namespace loom

@@ -33,7 +33,8 @@ constexpr Op kOps[] = {
     Op::Conv2d,     Op::Linear,       Op::BatchNorm, Op::BatchNormActivation, Op::Relu,
     Op::MaxPool,    Op::AvgPool,      Op::Softmax,   Op::LogSoftmax,          Op::CrossEntropy,
     Op::Chain,      Op::Interpolate,  Op::Pad,       Op::Abs,                 Op::Cat,
-    Op::Dropout2d,  Op::Mask,         Op::GroupNorm, Op::InstanceNorm};
+    Op::Dropout2d,  Op::Mask,         Op::GroupNorm, Op::InstanceNorm,        Op::Losses,
+    Op::Statistics, Op::Extremum,     Op::Flip};
 
 class Draw {
  public:
@@ -158,17 +159,44 @@ void draw_cat(Draw& d, Case& c) {
   for (int64_t p = 0; p < v["parts"]; ++p) v["len" + std::to_string(p)] = d.between(1, 9);
 }
 
-// Group and instance norm: at least 4 values per normalized group, for the
-// reason batch norm's draw gives.
+// Group and instance norm: at least 4 values per normalized group (one channel
+// of one sample for instance norm), for the reason batch norm's draw gives.
 void draw_group_norm(Draw& d, Case& c) {
   auto& v = c.ints;
   v["N"] = d.between(1, 4), v["H"] = d.between(1, 16), v["W"] = d.between(1, 16);
   v["groups"] = c.op == Op::GroupNorm ? d.between(1, 8) : 1;
   v["C"] = c.op == Op::GroupNorm ? v["groups"] * d.between(1, 6) : d.between(1, 40);
-  while (v["C"] / v["groups"] * v["H"] * v["W"] < 4) ++v["W"];
+  const int64_t channels_per_group = c.op == Op::GroupNorm ? v["C"] / v["groups"] : 1;
+  while (channels_per_group * v["H"] * v["W"] < 4) ++v["W"];
   v["affine"] = d.coin();
   v["track"] = c.op == Op::InstanceNorm && d.coin();
   v["input_stats"] = !v["track"] || d.between(0, 3) > 0;
+}
+
+// An elementwise loss ("loss": l1, smooth_l1, huber, BCE with logits, BCE with
+// weight and pos_weight) under a reduction, with smooth_l1's beta or huber's delta.
+void draw_losses(Draw& d, Case& c) {
+  draw_image(d, c, 16);
+  auto& v = c.ints;
+  v["loss"] = d.between(0, 4);
+  v["reduction"] = d.between(0, 2);
+  v["beta_pct"] = d.pick<int64_t>({v["loss"] == 1 ? 0 : 25, 50, 100, 300});
+}
+
+// A statistic ("stat": var, std, logsumexp, min along a dim, min of all) over
+// dim "dim" or (with "two") "dim" and the last dim; var and std need more than
+// `correction` values, and std more than one (its gradient at 0 is inf).
+void draw_statistics(Draw& d, Case& c) {
+  draw_image(d, c, 12);
+  auto& v = c.ints;
+  v["stat"] = d.between(0, 4);
+  v["dim"] = d.between(0, 2);
+  v["two"] = v["stat"] <= 2 && d.coin();
+  v["keepdim"] = d.coin();
+  const std::string extent = std::string(1, "NCH"[v["dim"]]);
+  const int64_t count = v[extent] * (v["two"] ? v["W"] : 1);
+  if (count < 3 && v["stat"] <= 1) v[extent] = 3;
+  v["correction"] = d.between(0, 1);
 }
 
 void draw_op(Draw& d, Case& c) {
@@ -223,6 +251,19 @@ void draw_op(Draw& d, Case& c) {
     case Op::Abs:
     case Op::Mask: draw_image(d, c, 24); break;
     case Op::Cat: draw_cat(d, c); break;
+    case Op::Losses: draw_losses(d, c); break;
+    case Op::Statistics: draw_statistics(d, c); break;
+    case Op::Extremum:
+      draw_image(d, c, 16);
+      v["larger"] = d.coin();
+      v["broadcast"] = d.coin();  // w is (1, C, 1, W) rather than x's shape
+      break;
+    case Op::Flip:
+      draw_image(d, c, 16);
+      v["dims_mask"] = d.between(1, 15);  // bit k: flip dim k
+      v["chunk_dim"] = d.between(0, 3);
+      v["chunks"] = d.between(1, 4);
+      break;
     case Op::Dropout2d:
       draw_image(d, c, 12);
       v["p_pct"] = d.pick<int64_t>({10, 30, 50});
@@ -330,6 +371,24 @@ Operands make_operands(const Case& c) {
     case Op::Mask:
       add_t("x", normal(image(), gen));
       add_t("w", normal(image(), gen));
+      break;
+    case Op::Losses: {
+      const bool binary = c.at("loss") >= 3;
+      add_t("x", mul(normal(image(), gen), binary ? 3.0 : 1.0));  // logits across sigmoid's range
+      add_t("target", binary ? rand(image(), {.dtype = DType::Float64}, &gen) : normal(image(), gen));
+      if (c.at("loss") == 4) {
+        add_t("weight", positive({c.at("C"), 1, 1}, gen));
+        add_t("pos_weight", mul(positive({c.at("W")}, gen), 2.0));
+      }
+      break;
+    }
+    case Op::Statistics:
+      // Far from 0 for var and std, so the deviations must not cancel.
+      add_t("x", c.at("stat") <= 1 ? add(normal(image(), gen), 4.0) : mul(normal(image(), gen), 3.0));
+      break;
+    case Op::Extremum:
+      add_t("x", normal(image(), gen));
+      add_t("w", normal(c.at("broadcast") ? Shape{1, c.at("C"), 1, c.at("W")} : image(), gen));
       break;
     default: add_t("x", normal(image(), gen)); break;
   }
@@ -439,7 +498,46 @@ Tensor mask_mix(const Tensor& x, const Tensor& w) {
   return add(mul(keep, x), where(~keep, w, zeros_like(w)));
 }
 
-// The ops of issue 32 (Op::Interpolate and after).
+Tensor loss_of(const Case& c, const std::map<std::string, Tensor>& t) {
+  const Tensor &x = t.at("x"), &target = t.at("target");
+  const auto reduction = static_cast<Reduction>(c.at("reduction"));
+  const double beta = c.at("beta_pct") / 100.0;
+  switch (c.at("loss")) {
+    case 0: return l1_loss(x, target, reduction);
+    case 1: return smooth_l1_loss(x, target, reduction, beta);
+    case 2: return huber_loss(x, target, reduction, beta);
+    case 3: return binary_cross_entropy_with_logits(x, target, {.reduction = reduction});
+    default:
+      return binary_cross_entropy_with_logits(
+          x, target, {.reduction = reduction, .weight = t.at("weight"), .pos_weight = t.at("pos_weight")});
+  }
+}
+
+Tensor statistic_of(const Case& c, const Tensor& x) {
+  const bool keepdim = c.at("keepdim") != 0;
+  const Shape dims = c.at("two") ? Shape{c.at("dim"), -1} : Shape{c.at("dim")};
+  switch (c.at("stat")) {
+    case 0: return var(x, dims, keepdim, c.at("correction"));
+    case 1: return std(x, dims, keepdim, c.at("correction"));
+    case 2: return logsumexp(x, dims, keepdim);
+    case 3: return min(x, c.at("dim"), keepdim).values;
+    default: return min(x);
+  }
+}
+
+// flip over the dims in "dims_mask", then the chunks along "chunk_dim" joined
+// in reverse order.
+Tensor flip_chunks(const Case& c, const Tensor& x) {
+  Shape dims;
+  for (int64_t k = 0; k < 4; ++k) {
+    if (c.at("dims_mask") >> k & 1) dims.push_back(k);
+  }
+  std::vector<Tensor> pieces = chunk(flip(x, dims), c.at("chunks"), c.at("chunk_dim"));
+  std::reverse(pieces.begin(), pieces.end());
+  return cat(pieces, c.at("chunk_dim"));
+}
+
+// The ops after Op::Chain: issue 32's, the norms' and the composites'.
 Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
                     const std::function<Tensor(const Tensor&)>& operand) {
   const Tensor& x = t.at("x");
@@ -454,9 +552,13 @@ Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
       return dropout2d(x, c.at("p_pct") / 100.0, /*training=*/true, &gen);
     }
     case Op::Mask: return mask_mix(x, t.at("w"));
+    case Op::Losses: return loss_of(c, t);
+    case Op::Statistics: return statistic_of(c, x);
+    case Op::Extremum: return c.at("larger") ? maximum(x, t.at("w")) : minimum(x, t.at("w"));
+    case Op::Flip: return flip_chunks(c, x);
     default: break;
   }
-  throw ValueError(fmt::format("[parity_sweep] {} is not one of the issue 32 ops", op_name(c.op)));
+  throw ValueError(fmt::format("[parity_sweep] {} is not one of the ops after Op::Chain", op_name(c.op)));
 }
 
 // The op's output from operands already on the run's device and dtype.
@@ -696,6 +798,10 @@ const char* op_name(Op op) {
     case Op::Mask: return "logical ops, isclose, mul on masks";
     case Op::GroupNorm: return "group_norm";
     case Op::InstanceNorm: return "instance_norm";
+    case Op::Losses: return "l1 / smooth_l1 / huber / BCE-with-logits losses";
+    case Op::Statistics: return "var / std / logsumexp / min";
+    case Op::Extremum: return "maximum / minimum";
+    case Op::Flip: return "flip, chunk";
   }
   return "?";
 }

@@ -29,6 +29,10 @@ enum class Op {
   Interpolate, Pad, Abs, Cat, Dropout2d, Mask,
   // The normalization family's other parameterisations (issue 36).
   GroupNorm, InstanceNorm,
+  // Composites users reach for: the regression and binary losses, statistics
+  // along dims (var, std, logsumexp, min), maximum / minimum, and flip with
+  // chunk.
+  Losses, Statistics, Extremum, Flip,
 };
 const char* op_name(Op op);
 

@@ -152,7 +152,7 @@ TEST_CASE("max over all elements; ties share the gradient evenly") {
 
 TEST_CASE("max(dim): values and first-occurrence indices, keepdim, argmax") {
   const Tensor x = tensor({1, 3, 3, 7, 2, 7}, {2, 3}, kF64);
-  MaxResult r = max(x, 1);
+  ValuesIndices r = max(x, 1);
   CHECK(r.values.to_vector<double>() == std::vector<double>{3, 7});
   CHECK(r.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
   CHECK(r.indices.dtype() == DType::Int64);
@@ -167,7 +167,7 @@ TEST_CASE("max(dim): values and first-occurrence indices, keepdim, argmax") {
   const Tensor with_nan = tensor({1, std::nan(""), 5}, {1, 3});
   CHECK(argmax(with_nan, 1).item() == 1);
   CHECK(std::isnan(max(with_nan, 1).values.item()));
-  MaxResult scalar = max(full({}, 4.0), 0);
+  ValuesIndices scalar = max(full({}, 4.0), 0);
   CHECK(scalar.values.item() == 4);
   CHECK(scalar.indices.item() == 0);
 }
@@ -189,7 +189,7 @@ TEST_CASE("max(dim) matches the naive reference on every dim of strided and chan
         CAPTURE(dtype_name(dtype));
         CAPTURE(dim);
         auto [values, indices] = naive_max_dim(input, dim);
-        MaxResult r = max(input, dim, true);
+        ValuesIndices r = max(input, dim, true);
         CHECK_CLOSE(r.values, values, 0, 0);
         CHECK_CLOSE(r.indices, indices, 0, 0);
         CHECK_CLOSE(argmax(input, dim - 4), indices.squeeze(dim), 0, 0);
@@ -197,6 +197,88 @@ TEST_CASE("max(dim) matches the naive reference on every dim of strided and chan
       CHECK(max(input).item() == naive_reduce(input, {0, 1, 2, 3}, Naive::Max).item());
     }
   }
+}
+
+// --- min, var, std, logsumexp (composites) ------------------------------------------------
+
+TEST_CASE("min and argmin mirror max: first-occurrence indices, ties share the gradient, NaN wins") {
+  Tensor x = tensor({4, 1, 1, -7, 2, -7}, {2, 3}, {.dtype = DType::Float64, .requires_grad = true});
+  const ValuesIndices r = min(x, 1);
+  CHECK(r.values.to_vector<double>() == std::vector<double>{1, -7});
+  CHECK(r.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(argmin(x, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 1});
+  CHECK(argmin(x, -1, true).sizes() == Shape{2, 1});
+  CHECK_FALSE(argmin(x, 1).requires_grad());
+  r.values.backward(tensor({10, 20}, {2}, kF64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 10, 0, 20, 0, 0});
+  x.set_grad(Tensor());
+  const Tensor all = min(x);
+  CHECK(all.item() == -7);
+  all.backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 0.5, 0, 0.5});
+  CHECK(std::isnan(min(tensor({1, std::nan(""), -3}, {3})).item()));
+  CHECK_THROWS_WITH_FRAGMENT(min(zeros({0, 2})), ValueError, "[min] of an empty tensor (shape (0, 2))");
+  CHECK_THROWS_WITH_FRAGMENT(min(zeros({0, 2}), 0), ValueError, "[min] dim 0 of shape (0, 2) is empty");
+  CHECK_THROWS_WITH_FRAGMENT(argmin(zeros({2, 2}), 2), IndexError, "[min] dim 2 is out of range");
+}
+
+TEST_CASE("var and std match two-pass naive sums: dims, keepdim, corrections, strided input") {
+  Generator gen(5);
+  const Tensor base = randn({3, 4, 5}, kF64, &gen) * 3.0 + 100.0;  // far from 0: a one-pass formula would cancel
+  for (const Tensor& x : {base, base.transpose(0, 2)}) {
+    for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0}, {1, 2}, {0, 1, 2}}) {
+      for (int64_t correction : {0, 1, 2}) {
+        CAPTURE(shape_str(dims));
+        CAPTURE(correction);
+        const Tensor mu = naive_reduce(x, dims, Naive::Mean);
+        const Tensor squares = naive_reduce(mul(sub(x, mu), sub(x, mu)), dims, Naive::Sum);
+        const double count = static_cast<double>(x.numel() / mu.numel());
+        const Tensor expected = div(squares, count - static_cast<double>(correction));
+        CHECK_CLOSE(var(x, dims, true, correction), expected, 1e-12, 0);
+        CHECK_CLOSE(std(x, dims, true, correction), sqrt(expected), 1e-12, 0);
+      }
+    }
+  }
+  const Tensor x = tensor({1, 2, 3, 4}, {2, 2}, kF64);
+  CHECK(var(x).item() == doctest::Approx(5.0 / 3));
+  CHECK(var(x, {}, false, 0).item() == doctest::Approx(1.25));
+  CHECK(var(x, {1}).to_vector<double>() == std::vector<double>{0.5, 0.5});
+  CHECK(std(x, {0}, true).sizes() == Shape{1, 2});
+  CHECK(std::isnan(var(tensor({3}, {1})).item()));  // one value, correction 1: 0 / 0, as PyTorch
+  CHECK_THROWS_WITH_FRAGMENT(var(x, {0}, false, -1), ValueError, "[var] correction must be >= 0, got -1");
+  CHECK_THROWS_WITH_FRAGMENT(std(x, {3}), IndexError, "[std] dim 3 is out of range");
+}
+
+TEST_CASE("logsumexp matches log(sum(exp)) and stays finite for large and infinite values") {
+  Generator gen(6);
+  const Tensor x = randn({2, 3, 4}, kF64, &gen) * 4.0;
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{1}, {0, 2}, {-1}}) {
+    CAPTURE(shape_str(dims));
+    CHECK_CLOSE(logsumexp(x, dims, true), log(sum(exp(x), dims, true)), 1e-14, 0);
+    CHECK_CLOSE(logsumexp(x, dims), log(sum(exp(x), dims)), 1e-14, 0);
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor wide = tensor({1000, 1000, -inf, -inf, 5, inf}, {3, 2}, kF64);
+  const std::vector<double> rows = logsumexp(wide, {1}).to_vector<double>();
+  CHECK(rows[0] == doctest::Approx(1000 + std::log(2.0)).epsilon(1e-15));
+  CHECK(rows[1] == -inf);
+  CHECK(rows[2] == inf);
+  const Tensor big = tensor({1000, 1000}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  logsumexp(big, {0}).backward();
+  CHECK(big.grad().to_vector<double>() == std::vector<double>{0.5, 0.5});
+  CHECK_THROWS_WITH_FRAGMENT(logsumexp(zeros({0, 3}), {1}), ValueError, "[logsumexp] of an empty tensor");
+}
+
+TEST_CASE("gradcheck: min, var, std, logsumexp") {
+  Generator gen(7);
+  const Tensor x = randn({3, 4}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  check_grad([](const std::vector<Tensor>& in) { return min(in[0]); }, x);
+  check_grad([](const std::vector<Tensor>& in) { return min(in[0], 1).values; }, x);
+  check_grad([](const std::vector<Tensor>& in) { return var(in[0]); }, x);
+  check_grad([](const std::vector<Tensor>& in) { return var(in[0], {0}, true, 0); }, x);
+  check_grad([](const std::vector<Tensor>& in) { return std(in[0], {1}); }, x);
+  check_grad([](const std::vector<Tensor>& in) { return logsumexp(in[0], {1}); }, x);
+  check_grad([](const std::vector<Tensor>& in) { return logsumexp(in[0].t(), {0, 1}, true); }, x);
 }
 
 // --- sum_to -----------------------------------------------------------------------------------

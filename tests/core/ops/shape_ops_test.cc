@@ -11,6 +11,7 @@
 #include "core/generator.h"
 #include "core/gradcheck.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduction.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -195,6 +196,58 @@ TEST_CASE("stack joins along a new dim, any position, with cat's promotion and g
   CHECK_THROWS_WITH_FRAGMENT(stack({a, b}, 3), IndexError,
                              "[stack] dim 3 is out of range for stacking tensors of shape (2, 3) "
                              "(expected a dim in [-3, 2])");
+}
+
+TEST_CASE("split and chunk cut views as torch.split and torch.chunk do") {
+  const Tensor x = arange(20, kF64).view({10, 2});
+  const std::vector<Tensor> chunks = chunk(x, 4);  // ceil(10 / 4) = 3: 3, 3, 3, 1
+  REQUIRE(chunks.size() == 4);
+  CHECK(chunks[0].sizes() == Shape{3, 2});
+  CHECK(chunks[3].sizes() == Shape{1, 2});
+  CHECK(chunks[3].to_vector<double>() == std::vector<double>{18, 19});
+  CHECK(chunks[1].storage_offset() == 6);  // a view, no copy
+  CHECK(chunk(arange(6, kF64), 4).size() == 3);  // 2, 2, 2: fewer than asked, as torch.chunk
+  const std::vector<Tensor> columns = chunk(x, 2, -1);
+  CHECK(columns[1].to_vector<double>() == std::vector<double>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19});
+  const std::vector<Tensor> pieces = split(x, 4);
+  REQUIRE(pieces.size() == 3);
+  CHECK(pieces[2].sizes() == Shape{2, 2});
+  const std::vector<Tensor> listed = split(x, {1, 0, 9});
+  REQUIRE(listed.size() == 3);
+  CHECK(listed[1].sizes() == Shape{0, 2});
+  CHECK(listed[2].to_vector<double>()[0] == 2);
+
+  // Each piece's gradient lands in its slice of x.
+  const Tensor w = arange(6, {.dtype = DType::Float64}).view({3, 2}).requires_grad_(true);
+  const std::vector<Tensor> halves = chunk(w, 2, 1);
+  add(mul(sum(halves[0]), 2.0), mul(sum(halves[1]), 3.0)).backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{2, 3, 2, 3, 2, 3});
+
+  CHECK_THROWS_WITH_FRAGMENT(split(x, {3, 3}), ShapeError,
+                             "[split] sizes (3, 3) add up to 6 but dim 0 of shape (10, 2) has 10");
+  CHECK_THROWS_WITH_FRAGMENT(split(x, 0), ValueError, "[split] split_size must be > 0, got 0");
+  CHECK_THROWS_WITH_FRAGMENT(chunk(x, 0), ValueError, "[chunk] chunks must be > 0, got 0");
+  CHECK_THROWS_WITH_FRAGMENT(chunk(x, 2, 2), IndexError, "[chunk] dim 2 is out of range");
+  CHECK_THROWS_WITH_FRAGMENT(split(full({}, 1.0), 1), ShapeError, "[split] a zero-dimensional tensor");
+}
+
+TEST_CASE("flip reverses the listed dims, copies, and sends the gradient back flipped") {
+  const Tensor x = arange(12, kF64).view({2, 3, 2});
+  CHECK(flip(x, {0}).to_vector<double>() == std::vector<double>{6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5});
+  CHECK(flip(x, {-1}).to_vector<double>() == std::vector<double>{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10});
+  CHECK(flip(x, {1, 2}).to_vector<double>() == std::vector<double>{5, 4, 3, 2, 1, 0, 11, 10, 9, 8, 7, 6});
+  CHECK(flip(x.transpose(0, 2), {0}).to_vector<double>() == std::vector<double>{1, 7, 3, 9, 5, 11, 0, 6, 2, 8, 4, 10});
+  const Tensor copy = flip(x, {});
+  CHECK_FALSE(copy.is_same(x));
+  CHECK(copy.to_vector<double>() == x.to_vector<double>());
+  CHECK(flip(full({}, 3.0, kF64), {}).item() == 3);
+
+  Generator gen(62);
+  const Tensor w = randn({2, 3, 4}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  const GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return flip(in[0], {0, 2}); }, {w});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK_THROWS_WITH_FRAGMENT(flip(x, {1, -2}), ValueError, "[flip] dim 1 appears twice in (1, -2)");
+  CHECK_THROWS_WITH_FRAGMENT(flip(x, {3}), IndexError, "[flip] dim 3 is out of range");
 }
 
 }  // namespace
