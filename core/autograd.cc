@@ -358,7 +358,7 @@ void check_inplace(const Tensor& tensor, std::string_view op) {
                op, shape_str(tensor.sizes()));
     throw AutogradError(fmt::format(
         "[{}] in-place ops are not recorded by autograd, and this tensor (the output of '{}') "
-        "requires grad; use the out-of-place op",
+        "requires grad; use the out-of-place op (y = y + x, not y += x)",
         op, tensor.grad_fn()->name()));
   }
   tensor.storage()->bump_version();

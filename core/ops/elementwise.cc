@@ -398,6 +398,16 @@ Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
 Tensor operator-(const Tensor& x) { return neg(x); }
 
+Tensor& operator+=(Tensor& self, const Tensor& other) { return add_(self, other); }
+Tensor& operator-=(Tensor& self, const Tensor& other) { return sub_(self, other); }
+Tensor& operator*=(Tensor& self, const Tensor& other) { return mul_(self, other); }
+Tensor& operator/=(Tensor& self, const Tensor& other) { return div_(self, other); }
+Tensor& operator+=(Tensor& self, double value) { return add_(self, value); }
+Tensor& operator-=(Tensor& self, double value) { return add_(self, -value); }
+Tensor& operator*=(Tensor& self, double value) { return mul_(self, value); }
+// A 0-d divisor rather than mul_ by 1 / value: x / 3 and x * (1 / 3) round differently.
+Tensor& operator/=(Tensor& self, double value) { return div_(self, full({}, value, self.options())); }
+
 // --- in place ----------------------------------------------------------------------------
 
 namespace {

@@ -49,6 +49,18 @@ Tensor operator*(double a, const Tensor& b);
 Tensor operator/(double a, const Tensor& b);
 Tensor operator-(const Tensor& x);
 
+// The compound assignments update self in place, as PyTorch's do: a += b is
+// add_(a, b) below, so inside a NoGradGuard `p -= lr * p.grad()` updates the
+// parameter itself, and a tensor autograd needs is refused (write a = a + b).
+Tensor& operator+=(Tensor& self, const Tensor& other);
+Tensor& operator-=(Tensor& self, const Tensor& other);
+Tensor& operator*=(Tensor& self, const Tensor& other);
+Tensor& operator/=(Tensor& self, const Tensor& other);
+Tensor& operator+=(Tensor& self, double value);
+Tensor& operator-=(Tensor& self, double value);
+Tensor& operator*=(Tensor& self, double value);
+Tensor& operator/=(Tensor& self, double value);
+
 // In place (not differentiable: allowed on tensors that require grad only under
 // NoGradGuard, as optimizers run). `other` broadcasts to self's shape.
 Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);

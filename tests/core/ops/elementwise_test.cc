@@ -414,6 +414,36 @@ TEST_CASE("in-place errors: dtype, broadcasting into self, autograd") {
   CHECK(w.requires_grad());
 }
 
+TEST_CASE("compound assignments update in place, as PyTorch's: a manual SGD step moves the parameter") {
+  Tensor x = tensor({1, 2, 3}, {3}, kF64);
+  const Tensor alias = x;  // another handle to the same tensor sees every update
+  x += tensor({10, 20, 30}, {3}, kF64);
+  x -= tensor({1}, {1}, kF64);  // broadcast into x
+  x *= tensor({2, 2, 2}, {3}, kF64);
+  x /= tensor({4, 5, 8}, {3}, kF64);
+  CHECK(alias.to_vector<double>() == std::vector<double>{5, 8.4, 8});
+  x += 1.0;
+  x -= 0.5;
+  x *= 2.0;
+  x /= 4.0;
+  CHECK(alias.to_vector<double>() == std::vector<double>{2.75, 4.45, 4.25});
+  Tensor third = tensor({1}, {1});
+  third /= 3.0;  // a true division, rounded once: float32(1 / 3), not float32(1 * float32(1 / 3))
+  CHECK(third.item() == static_cast<double>(1.0f / 3.0f));
+
+  Tensor w = tensor({1, -1}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  const std::vector<Tensor> params = {w};  // as Module::parameters() hands them out
+  sum(mul(w, w)).backward();
+  {
+    NoGradGuard no_grad;
+    for (Tensor p : params) p -= 0.25 * p.grad();
+  }
+  CHECK(w.to_vector<double>() == std::vector<double>{0.5, -0.5});
+  CHECK_THROWS_WITH_FRAGMENT(w += 1.0, AutogradError, "[add_] a leaf tensor that requires grad");
+  Tensor h = mul(w, 2.0);
+  CHECK_THROWS_WITH_FRAGMENT(h += w, AutogradError, "use the out-of-place op (y = y + x, not y += x)");
+}
+
 // --- gradients --------------------------------------------------------------------------------
 
 TEST_CASE("gradcheck: binary ops with same shapes and with broadcasting") {
