@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numbers>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
 
@@ -95,6 +97,47 @@ MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, 
 double MultiStepLR::lr_at(int64_t step, size_t group) const {
   const auto passed = std::ranges::upper_bound(milestones_, step) - milestones_.begin();
   return base_lrs()[group] * std::pow(gamma_, static_cast<double>(passed));
+}
+
+// ---- ExponentialLR, LinearLR, LambdaLR ---------------------------------------------------
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma)
+    : LRScheduler(optimizer, "ExponentialLR"), gamma_(gamma) {
+  LOOM_CHECK(std::isfinite(gamma) && gamma >= 0, ValueError, "[ExponentialLR] gamma must be >= 0, got {}", gamma);
+  apply(0);
+}
+
+double ExponentialLR::lr_at(int64_t step, size_t group) const {
+  return base_lrs()[group] * std::pow(gamma_, static_cast<double>(step));
+}
+
+LinearLR::LinearLR(Optimizer& optimizer, LinearOptions options)
+    : LRScheduler(optimizer, "LinearLR"), options_(options) {
+  LOOM_CHECK(options.start_factor > 0 && options.start_factor <= 1 && options.end_factor >= 0 &&
+                 options.end_factor <= 1,
+             ValueError, "[LinearLR] needs start_factor in (0, 1] and end_factor in [0, 1], got {} and {}",
+             options.start_factor, options.end_factor);
+  LOOM_CHECK(options.total_steps > 0, ValueError, "[LinearLR] total_steps must be > 0, got {}", options.total_steps);
+  apply(0);
+}
+
+double LinearLR::lr_at(int64_t step, size_t group) const {
+  const double done = static_cast<double>(std::min(step, options_.total_steps)) /
+                      static_cast<double>(options_.total_steps);
+  return base_lrs()[group] * (options_.start_factor + (options_.end_factor - options_.start_factor) * done);
+}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor)
+    : LRScheduler(optimizer, "LambdaLR"), factor_(std::move(factor)) {
+  LOOM_CHECK(factor_ != nullptr, ValueError, "[LambdaLR] the factor function is empty");
+  apply(0);
+}
+
+double LambdaLR::lr_at(int64_t step, size_t group) const {
+  const double factor = factor_(step);
+  LOOM_CHECK(std::isfinite(factor) && factor >= 0, ValueError,
+             "[LambdaLR] the factor function gave {} at step {}; it must give a finite number >= 0", factor, step);
+  return base_lrs()[group] * factor;
 }
 
 // ---- CosineAnnealingLR -------------------------------------------------------------------
@@ -194,6 +237,99 @@ void OneCycleLR::apply(int64_t step) {
       group.momentum = momentum;
     }
   }
+}
+
+// ---- ReduceLROnPlateau ------------------------------------------------------------------------
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, PlateauOptions options)
+    : optimizer_(optimizer),
+      options_(options),
+      best_(options.mode == PlateauMode::Min ? INFINITY : -INFINITY) {
+  LOOM_CHECK(options.factor >= 0 && options.factor < 1, ValueError,
+             "[ReduceLROnPlateau] factor must be in [0, 1), got {}", options.factor);
+  LOOM_CHECK(options.patience >= 0 && options.cooldown >= 0, ValueError,
+             "[ReduceLROnPlateau] patience and cooldown must be >= 0, got {} and {}", options.patience,
+             options.cooldown);
+  LOOM_CHECK(std::isfinite(options.threshold) && options.threshold >= 0 && options.min_lr >= 0 && options.eps >= 0,
+             ValueError, "[ReduceLROnPlateau] threshold, min_lr and eps must be finite numbers >= 0, got {}, {}, {}",
+             options.threshold, options.min_lr, options.eps);
+}
+
+bool ReduceLROnPlateau::improves(double metric) const {
+  const bool relative = options_.threshold_mode == PlateauThreshold::Rel;
+  if (options_.mode == PlateauMode::Min) {
+    return metric < (relative ? best_ * (1 - options_.threshold) : best_ - options_.threshold);
+  }
+  return metric > (relative ? best_ * (1 + options_.threshold) : best_ + options_.threshold);
+}
+
+void ReduceLROnPlateau::cut_lrs() {
+  for (ParamGroup& group : optimizer_.param_groups()) {
+    const double cut = std::max(*group.lr * options_.factor, options_.min_lr);
+    if (*group.lr - cut > options_.eps) group.lr = cut;
+  }
+}
+
+// torch's order: the count of bad steps, then the cooldown (which forgets them), then the cut.
+void ReduceLROnPlateau::step(double metric) {
+  ++step_;
+  if (improves(metric)) {  // false for NaN
+    best_ = metric;
+    bad_steps_ = 0;
+  } else {
+    ++bad_steps_;
+  }
+  if (cooldown_left_ > 0) {
+    --cooldown_left_;
+    bad_steps_ = 0;
+  }
+  if (bad_steps_ > options_.patience) {
+    cut_lrs();
+    cooldown_left_ = options_.cooldown;
+    bad_steps_ = 0;
+  }
+}
+
+StateDict ReduceLROnPlateau::state_dict() const {
+  std::vector<double> lrs;
+  for (const ParamGroup& group : optimizer_.param_groups()) lrs.push_back(*group.lr);
+  const auto count = [](int64_t n) { return tensor({static_cast<double>(n)}, {}, {.dtype = DType::Int64}); };
+  return {{"last_step", count(step_)},
+          {"bad_steps", count(bad_steps_)},
+          {"cooldown_left", count(cooldown_left_)},
+          {"best", tensor({best_}, {}, {.dtype = DType::Float64})},
+          {"lrs", tensor(lrs, {static_cast<int64_t>(lrs.size())}, {.dtype = DType::Float64})}};
+}
+
+void ReduceLROnPlateau::load_state_dict(const StateDict& state) {
+  const std::string op = "[ReduceLROnPlateau load_state_dict]";
+  std::map<std::string, Tensor> entries;
+  for (const auto& [name, value] : state) {
+    const bool known = name == "last_step" || name == "bad_steps" || name == "cooldown_left" || name == "best" ||
+                       name == "lrs";
+    LOOM_CHECK(known && value.defined(), ValueError,
+               "{} unexpected entry '{}'; expected last_step, bad_steps, cooldown_left, best and lrs", op, name);
+    entries[name] = value;
+  }
+  LOOM_CHECK(entries.size() == 5, ValueError, "{} the state needs last_step, bad_steps, cooldown_left, best and lrs",
+             op);
+  const int64_t step = state_count(entries["last_step"], op + " last_step");
+  const int64_t bad = state_count(entries["bad_steps"], op + " bad_steps");
+  const int64_t cooldown = state_count(entries["cooldown_left"], op + " cooldown_left");
+  const Tensor& best = entries["best"];
+  LOOM_CHECK(best.numel() == 1 && !std::isnan(best.item()), ValueError, "{} best must be one number, got shape {}",
+             op, shape_str(best.sizes()));
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  const Tensor& lrs_in = entries["lrs"];
+  LOOM_CHECK(lrs_in.numel() == static_cast<int64_t>(groups.size()), ShapeError,
+             "{} lrs has shape {} but the optimizer has {} groups", op, shape_str(lrs_in.sizes()), groups.size());
+  const std::vector<double> lrs = lrs_in.to_vector<double>();
+  for (double lr : lrs) {
+    LOOM_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "{} lrs holds {}; a learning rate is a finite number >= 0",
+               op, lr);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = lrs[g];
+  step_ = step, bad_steps_ = bad, cooldown_left_ = cooldown, best_ = best.item();
 }
 
 }  // namespace loom::optim

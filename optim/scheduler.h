@@ -8,9 +8,12 @@
 //
 // Every lr is a closed form of the step count, so a resumed schedule (built
 // anew, then load_state_dict) sets exactly the lrs an uninterrupted one would.
+// ReduceLROnPlateau is the exception: it follows a metric, not the step count
+// (its step takes the metric), and its state_dict holds what it has seen.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,6 +83,45 @@ class MultiStepLR : public LRScheduler {
   double gamma_;
 };
 
+// lr = base_lr * gamma^step, as torch.optim.lr_scheduler.ExponentialLR.
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& optimizer, double gamma);  // gamma >= 0
+  double lr_at(int64_t step, size_t group) const override;
+
+ private:
+  double gamma_;
+};
+
+struct LinearOptions {
+  double start_factor = 1.0 / 3.0;  // in (0, 1]
+  double end_factor = 1.0;          // in [0, 1]
+  int64_t total_steps = 5;          // > 0; the factor stays at end_factor from then on
+};
+
+// lr = base_lr * (start_factor + (end_factor - start_factor) * min(step, total_steps) / total_steps),
+// as torch.optim.lr_scheduler.LinearLR (total_iters there): a linear warmup by default.
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& optimizer, LinearOptions options = {});
+  double lr_at(int64_t step, size_t group) const override;
+
+ private:
+  LinearOptions options_;
+};
+
+// lr = base_lr * factor(step), as torch.optim.lr_scheduler.LambdaLR with one
+// function for every group; factor must give a finite number >= 0.
+//   optim::LambdaLR warmup(opt, [](int64_t step) { return std::min(1.0, (step + 1) / 100.0); });
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor);
+  double lr_at(int64_t step, size_t group) const override;
+
+ private:
+  std::function<double(int64_t)> factor_;
+};
+
 struct CosineAnnealingOptions {
   int64_t total_steps = 0;   // the step at which lr reaches min_lr (and stays)
   int64_t warmup_steps = 0;  // < total_steps
@@ -141,6 +183,56 @@ class OneCycleLR : public LRScheduler {
 
   OneCycleOptions options_;
   std::vector<Phase> phases_;
+};
+
+enum class PlateauMode { Min, Max };        // a lower (loss) or higher (accuracy) metric is better
+enum class PlateauThreshold { Rel, Abs };  // better by threshold * best, or by threshold
+
+// torch.optim.lr_scheduler.ReduceLROnPlateau's options and defaults.
+struct PlateauOptions {
+  PlateauMode mode = PlateauMode::Min;
+  double factor = 0.1;     // in [0, 1): new lr = lr * factor
+  int64_t patience = 10;   // steps without improvement tolerated before a cut
+  double threshold = 1e-4;
+  PlateauThreshold threshold_mode = PlateauThreshold::Rel;
+  int64_t cooldown = 0;    // steps after a cut during which bad steps are not counted
+  double min_lr = 0.0;     // no group's lr goes below it
+  double eps = 1e-8;       // a cut smaller than this is skipped
+};
+
+// Cuts every group's lr by `factor` once the metric has not improved for more
+// than `patience` steps, as torch's ReduceLROnPlateau. Call step(metric) once
+// per evaluation (usually per epoch) with the validation loss or accuracy; a
+// NaN metric counts as no improvement.
+//   optim::ReduceLROnPlateau plateau(opt, {.patience = 3});
+//   for (...) { train_epoch(); plateau.step(validation_loss); }
+class ReduceLROnPlateau {
+ public:
+  ReduceLROnPlateau(Optimizer& optimizer, PlateauOptions options = {});
+  ReduceLROnPlateau(const ReduceLROnPlateau&) = delete;
+  ReduceLROnPlateau& operator=(const ReduceLROnPlateau&) = delete;
+
+  void step(double metric);
+  int64_t last_step() const { return step_; }
+  double best() const { return best_; }                  // +-inf before the first step
+  int64_t bad_steps() const { return bad_steps_; }       // since the last improvement or cut
+  int64_t cooldown_left() const { return cooldown_left_; }
+
+  // "last_step", "bad_steps", "cooldown_left" (int64 0-d), "best" (float64 0-d)
+  // and "lrs" (float64 (G): every group's lr, which the cuts have set).
+  StateDict state_dict() const;
+  // Restores all five and the groups' lrs; ValueError or ShapeError, naming the
+  // entry, for anything missing, unexpected or out of range, with nothing set.
+  void load_state_dict(const StateDict& state);
+
+ private:
+  bool improves(double metric) const;
+  void cut_lrs();
+
+  Optimizer& optimizer_;
+  PlateauOptions options_;
+  double best_;
+  int64_t step_ = 0, bad_steps_ = 0, cooldown_left_ = 0;
 };
 
 }  // namespace loom::optim

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -135,6 +136,106 @@ TEST_CASE("OneCycleLR with three phases and linear annealing") {
                  {0.1, 0.1 + 0.9 / 1.5, 1.0 - 0.9 * 0.5 / 1.5, 0.1, 0.1 - 0.099 / 6,
                   0.1 - 0.099 * 2 / 6, 0.1 - 0.099 * 3 / 6, 0.1 - 0.099 * 4 / 6,
                   0.1 - 0.099 * 5 / 6, 0.001, 0.001 - 0.099 / 6});
+}
+
+TEST_CASE("ExponentialLR, LinearLR and LambdaLR follow torch's closed forms") {
+  optim::SGD opt({param()}, {.lr = 2.0});
+  optim::ExponentialLR exponential(opt, 0.5);
+  check_sequence(lrs(exponential, opt, 3), {2.0, 1.0, 0.5, 0.25});
+
+  optim::SGD linear_opt({param()}, {.lr = 1.0});
+  optim::LinearLR linear(linear_opt, {.start_factor = 0.25, .end_factor = 1.0, .total_steps = 4});
+  // torch 1.13's LinearLR(start_factor=0.25, total_iters=4) on lr 1.0.
+  check_sequence(lrs(linear, linear_opt, 6), {0.25, 0.4375, 0.625, 0.8125, 1.0, 1.0, 1.0});
+
+  optim::SGD lambda_opt({param()}, {.lr = 0.1});
+  optim::LambdaLR warmup(lambda_opt, [](int64_t step) { return std::min(1.0, static_cast<double>(step + 1) / 4); });
+  check_sequence(lrs(warmup, lambda_opt, 5), {0.025, 0.05, 0.075, 0.1, 0.1, 0.1});
+  const StateDict saved = warmup.state_dict();
+  optim::LambdaLR resumed(lambda_opt, [](int64_t step) { return std::min(1.0, static_cast<double>(step + 1) / 4); });
+  resumed.load_state_dict(saved);
+  CHECK(resumed.last_step() == 5);
+  CHECK(resumed.base_lrs() == std::vector<double>{0.1});
+
+  optim::LambdaLR broken(lambda_opt, [](int64_t step) { return step < 2 ? 1.0 : -1.0; });
+  broken.step();
+  CHECK_THROWS_WITH_FRAGMENT(broken.step(), ValueError,
+                             "[LambdaLR] the factor function gave -1 at step 2; it must give a finite number >= 0");
+  CHECK(*lambda_opt.param_groups()[0].lr == doctest::Approx(0.1));  // a refused step sets nothing
+  CHECK_THROWS_WITH_FRAGMENT(optim::ExponentialLR(opt, -0.5), ValueError, "[ExponentialLR] gamma must be >= 0");
+  CHECK_THROWS_WITH_FRAGMENT(optim::LinearLR(opt, {.start_factor = 0.0}), ValueError,
+                             "[LinearLR] needs start_factor in (0, 1] and end_factor in [0, 1], got 0 and 1");
+  CHECK_THROWS_WITH_FRAGMENT(optim::LinearLR(opt, {.total_steps = 0}), ValueError,
+                             "[LinearLR] total_steps must be > 0, got 0");
+  CHECK_THROWS_WITH_FRAGMENT(optim::LambdaLR(opt, nullptr), ValueError, "[LambdaLR] the factor function is empty");
+}
+
+TEST_CASE("ReduceLROnPlateau cuts the lr after patience bad steps, waits out its cooldown, stops at min_lr") {
+  optim::SGD opt({param()}, {.lr = 1.0});
+  optim::ReduceLROnPlateau plateau(opt, {.factor = 0.5, .patience = 2, .cooldown = 1, .min_lr = 0.1});
+  const std::vector<double> metrics = {1.0, 0.9, 0.95, 0.95, 0.95, 0.95, 0.95, 0.8,
+                                       0.8, 0.8, 0.8, 0.8, std::nan(""), 0.8, 0.8, 0.8};
+  // torch 1.13's ReduceLROnPlateau(factor=0.5, patience=2, cooldown=1, min_lr=0.1) on these metrics.
+  const std::vector<double> expected_lrs = {1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.125,
+                                            0.125};
+  const std::vector<int64_t> expected_bad = {0, 0, 1, 2, 0, 0, 1, 0, 1, 2, 0, 0, 1, 2, 0, 0};
+  for (size_t k = 0; k < metrics.size(); ++k) {
+    INFO("step " << k + 1);
+    plateau.step(metrics[k]);
+    CHECK(*opt.param_groups()[0].lr == expected_lrs[k]);
+    CHECK(plateau.bad_steps() == expected_bad[k]);
+  }
+  CHECK(plateau.best() == 0.8);
+  CHECK(plateau.last_step() == 16);
+  for (int k = 0; k < 8; ++k) plateau.step(1.0);
+  CHECK(*opt.param_groups()[0].lr == 0.1);  // 0.125 * 0.5 stops at min_lr, and stays there
+
+  optim::SGD max_opt({param()}, {.lr = 1.0});
+  optim::ReduceLROnPlateau accuracy(max_opt, {.mode = optim::PlateauMode::Max, .factor = 0.1, .patience = 0,
+                                              .threshold = 0.01, .threshold_mode = optim::PlateauThreshold::Abs});
+  std::vector<double> lrs_seen;
+  for (double metric : {0.5, 0.505, 0.52, 0.52}) {
+    accuracy.step(metric);
+    lrs_seen.push_back(*max_opt.param_groups()[0].lr);
+  }
+  check_sequence(lrs_seen, {1.0, 0.1, 0.1, 0.01});  // 0.505 is not 0.01 better than 0.5
+}
+
+TEST_CASE("ReduceLROnPlateau resumes from its state_dict and checks every entry") {
+  optim::SGD opt({param(), param()}, {.lr = 1.0});
+  optim::ReduceLROnPlateau first(opt, {.patience = 1, .cooldown = 2});
+  for (double metric : {3.0, 3.5, 3.5, 3.5}) first.step(metric);
+  const StateDict saved = first.state_dict();
+
+  optim::SGD resumed_opt({param(), param()}, {.lr = 1.0});
+  optim::ReduceLROnPlateau resumed(resumed_opt, {.patience = 1, .cooldown = 2});
+  resumed.load_state_dict(saved);
+  CHECK(resumed.last_step() == 4);
+  CHECK(resumed.best() == 3.0);
+  CHECK(resumed.cooldown_left() == first.cooldown_left());
+  CHECK(*resumed_opt.param_groups()[0].lr == doctest::Approx(0.1));
+  for (double metric : {3.5, 3.5, 3.5, 2.0, 2.5}) {
+    first.step(metric);
+    resumed.step(metric);
+    CHECK(*resumed_opt.param_groups()[0].lr == *opt.param_groups()[0].lr);
+    CHECK(resumed.bad_steps() == first.bad_steps());
+  }
+
+  StateDict missing = saved;
+  missing.erase(std::remove_if(missing.begin(), missing.end(), [](const auto& e) { return e.first == "best"; }),
+                missing.end());
+  CHECK_THROWS_WITH_FRAGMENT(resumed.load_state_dict(missing), ValueError,
+                             "[ReduceLROnPlateau load_state_dict] the state needs last_step");
+  StateDict negative = saved;
+  for (auto& [name, value] : negative) {
+    if (name == "lrs") value = tensor({-1.0}, {1}, {.dtype = DType::Float64});
+  }
+  CHECK_THROWS_WITH_FRAGMENT(resumed.load_state_dict(negative), ValueError,
+                             "[ReduceLROnPlateau load_state_dict] lrs holds -1");
+  CHECK_THROWS_WITH_FRAGMENT(optim::ReduceLROnPlateau(opt, {.factor = 1.0}), ValueError,
+                             "[ReduceLROnPlateau] factor must be in [0, 1), got 1");
+  CHECK_THROWS_WITH_FRAGMENT(optim::ReduceLROnPlateau(opt, {.patience = -1}), ValueError,
+                             "patience and cooldown must be >= 0, got -1 and 0");
 }
 
 TEST_CASE("A schedule resumed from its state_dict sets the lrs an uninterrupted one would") {
