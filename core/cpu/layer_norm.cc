@@ -104,9 +104,7 @@ void affine_columns(T* dw, T* db, const Strided& dy, const Strided& x, const T* 
 
 void layer_norm_forward(const Strided& y, const Strided& mean, const Strided& invstd, const Strided& x,
                         const std::optional<Strided>& weight, const std::optional<Strided>& bias, double eps) {
-  const kernel::LayerNormOperands operands = kernel::check_layer_norm_inputs(kOp, x, mean, invstd, weight);
-  operands.rows(y, "y");
-  operands.row_vector(bias, "bias");
+  kernel::check_layer_norm_forward(kOp, y, mean, invstd, x, weight, bias);
   visit_float(x.dtype, [&]<class T>() {
     forward_rows<T>(y, mean, invstd, x, data_or_null<T>(weight), data_or_null<T>(bias), eps);
   });
@@ -115,11 +113,8 @@ void layer_norm_forward(const Strided& y, const Strided& mean, const Strided& in
 void layer_norm_backward(const Strided& dx, const std::optional<Strided>& dweight,
                          const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
                          const Strided& mean, const Strided& invstd, const std::optional<Strided>& weight) {
-  const kernel::LayerNormOperands operands = kernel::check_layer_norm_inputs(kOp, x, mean, invstd, weight);
-  operands.rows(dy, "dy");
-  operands.rows(dx, "dx");
-  operands.row_vector(dweight, "dweight");
-  operands.row_vector(dbias, "dbias");
+  const kernel::LayerNormOperands operands =
+      kernel::check_layer_norm_backward(kOp, dx, dweight, dbias, dy, x, mean, invstd, weight);
   const int64_t n = operands.n(), d = operands.d();
   visit_float(x.dtype, [&]<class T>() {
     const T *m = mean.ptr<T>(), *s = invstd.ptr<T>(), *w = data_or_null<T>(weight);

@@ -22,9 +22,7 @@ const Strided* pointer_or_null(const std::optional<Strided>& v) { return v ? &*v
 
 void layer_norm_forward(const Strided& y, const Strided& mean, const Strided& invstd, const Strided& x,
                         const std::optional<Strided>& weight, const std::optional<Strided>& bias, double eps) {
-  const kernel::LayerNormOperands operands = kernel::check_layer_norm_inputs(kOp, x, mean, invstd, weight);
-  operands.rows(y, "y");
-  operands.row_vector(bias, "bias");
+  kernel::check_layer_norm_forward(kOp, y, mean, invstd, x, weight, bias);
   LOOM_CUDA_CHECK(launch_layer_norm_forward(y, mean, invstd, x, pointer_or_null(weight), pointer_or_null(bias), eps,
                                             current_stream()));
 }
@@ -32,11 +30,7 @@ void layer_norm_forward(const Strided& y, const Strided& mean, const Strided& in
 void layer_norm_backward(const Strided& dx, const std::optional<Strided>& dweight,
                          const std::optional<Strided>& dbias, const Strided& dy, const Strided& x,
                          const Strided& mean, const Strided& invstd, const std::optional<Strided>& weight) {
-  const kernel::LayerNormOperands operands = kernel::check_layer_norm_inputs(kOp, x, mean, invstd, weight);
-  operands.rows(dy, "dy");
-  operands.rows(dx, "dx");
-  operands.row_vector(dweight, "dweight");
-  operands.row_vector(dbias, "dbias");
+  kernel::check_layer_norm_backward(kOp, dx, dweight, dbias, dy, x, mean, invstd, weight);
   const size_t scratch_bytes = dweight || dbias ? layer_norm_backward_scratch_bytes(x) : 0;
   LOOM_CUDA_CHECK(launch_with_scratch(scratch_bytes, [&](void* scratch) {
     return launch_layer_norm_backward(dx, pointer_or_null(dweight), pointer_or_null(dbias), dy, x, mean, invstd,

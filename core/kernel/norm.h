@@ -84,4 +84,29 @@ inline LayerNormOperands check_layer_norm_inputs(const char* op, const Strided& 
   return operands;
 }
 
+// Every operand of a layer-norm forward; returns them checked, for N and D.
+inline LayerNormOperands check_layer_norm_forward(const char* op, const Strided& y, const Strided& mean,
+                                                  const Strided& invstd, const Strided& x,
+                                                  const std::optional<Strided>& weight,
+                                                  const std::optional<Strided>& bias) {
+  LayerNormOperands operands = check_layer_norm_inputs(op, x, mean, invstd, weight);
+  operands.rows(y, "y");
+  operands.row_vector(bias, "bias");
+  return operands;
+}
+
+// Every operand of a layer-norm backward; returns them checked, for N and D.
+inline LayerNormOperands check_layer_norm_backward(const char* op, const Strided& dx,
+                                                   const std::optional<Strided>& dweight,
+                                                   const std::optional<Strided>& dbias, const Strided& dy,
+                                                   const Strided& x, const Strided& mean, const Strided& invstd,
+                                                   const std::optional<Strided>& weight) {
+  LayerNormOperands operands = check_layer_norm_inputs(op, x, mean, invstd, weight);
+  operands.rows(dy, "dy");
+  operands.rows(dx, "dx");
+  operands.row_vector(dweight, "dweight");
+  operands.row_vector(dbias, "dbias");
+  return operands;
+}
+
 }  // namespace loom::kernel

@@ -300,11 +300,6 @@ Tensor row_operand(const Tensor& t, int64_t d, const Tensor& x, double stand_in)
   return t.defined() ? t : full({d}, stand_in, x.options());
 }
 
-// A present row vector (D) as a dense operand of the row kernels.
-std::optional<Strided> row_vector_operand(const Tensor& t) {
-  return t.defined() ? std::optional<Strided>(t.strided()) : std::nullopt;
-}
-
 // Layer norm of the rows of x (N, D) on x's device: the CPU's kernels; on the
 // GPU, cuDNN's graphs for float32 (weight and bias stand in when absent) and
 // Loom's kernels for the other dtypes and beneath cuDNN (core/cuda/layer_norm.h).
@@ -312,15 +307,15 @@ void layer_norm_rows_forward(const Tensor& y, const Tensor& mean, const Tensor& 
                              const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t d = x.size(1);
   if (x.device().is_cpu()) {
-    cpu::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), row_vector_operand(weight),
-                            row_vector_operand(bias), eps);
+    cpu::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), strided_or_none(weight),
+                            strided_or_none(bias), eps);
   } else if (x.dtype() == DType::Float32) {
     const Tensor w = row_operand(weight, d, x, 1.0), b = row_operand(bias, d, x, 0.0);
     cudnn::layer_norm_forward({.y = y.strided(), .mean = mean.strided(), .inv_variance = invstd.strided(),
                                .x = x.strided(), .weight = w.strided(), .bias = b.strided(), .eps = eps});
   } else {
-    cuda::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), row_vector_operand(weight),
-                             row_vector_operand(bias), eps);
+    cuda::layer_norm_forward(y.strided(), mean.strided(), invstd.strided(), x.strided(), strided_or_none(weight),
+                             strided_or_none(bias), eps);
   }
 }
 
@@ -329,8 +324,8 @@ void layer_norm_rows_backward(const Tensor& dx, const Tensor& dweight, const Ten
                               const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight) {
   const int64_t d = x.size(1);
   if (x.device().is_cpu()) {
-    cpu::layer_norm_backward(dx.strided(), row_vector_operand(dweight), row_vector_operand(dbias), dy.strided(),
-                             x.strided(), mean.strided(), invstd.strided(), row_vector_operand(weight));
+    cpu::layer_norm_backward(dx.strided(), strided_or_none(dweight), strided_or_none(dbias), dy.strided(),
+                             x.strided(), mean.strided(), invstd.strided(), strided_or_none(weight));
   } else if (x.dtype() == DType::Float32) {
     const Tensor w = row_operand(weight, d, x, 1.0);
     const Tensor dw = dweight.defined() ? dweight : empty({d}, x.options());
@@ -339,8 +334,8 @@ void layer_norm_rows_backward(const Tensor& dx, const Tensor& dweight, const Ten
                                 .dy = dy.strided(), .x = x.strided(), .weight = w.strided(),
                                 .mean = mean.strided(), .inv_variance = invstd.strided()});
   } else {
-    cuda::layer_norm_backward(dx.strided(), row_vector_operand(dweight), row_vector_operand(dbias), dy.strided(),
-                              x.strided(), mean.strided(), invstd.strided(), row_vector_operand(weight));
+    cuda::layer_norm_backward(dx.strided(), strided_or_none(dweight), strided_or_none(dbias), dy.strided(),
+                              x.strided(), mean.strided(), invstd.strided(), strided_or_none(weight));
   }
 }
 
