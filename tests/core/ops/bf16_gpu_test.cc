@@ -133,6 +133,25 @@ void check_bf16(const std::string& name, const OpFn& op, const std::vector<Tenso
 
 GpuSide in_layout(MemoryFormat format) { return {.format = format}; }
 
+// A loss computed from a 16-bit input, and its 16-bit leaf.
+struct LossRun {
+  Tensor loss, input;
+};
+
+// `direct` took its 16-bit input as it is and `cast` took the same values cast
+// to fp32 first: the loss is fp32 and equal, and so (in the input's dtype) is
+// the gradient of the same dy.
+void check_same_as_cast(const LossRun& direct, const LossRun& cast, Generator& gen) {
+  CHECK(direct.loss.dtype() == DType::Float32);
+  CHECK_CLOSE(direct.loss.cpu(), cast.loss.cpu(), 0.0, 0.0);
+  const Tensor dy = randn(direct.loss.sizes(), {}, &gen).to(testing::test_gpu());
+  direct.loss.backward(dy);
+  cast.loss.backward(dy);
+  REQUIRE(direct.input.grad().defined());
+  CHECK(direct.input.grad().dtype() == direct.input.dtype());
+  CHECK_CLOSE(direct.input.grad().to(DType::Float32).cpu(), cast.input.grad().to(DType::Float32).cpu(), 0.0, 0.0);
+}
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("bf16: elementwise ops and activations match the fp32 CPU reference") {
@@ -294,14 +313,7 @@ LOOM_GPU_TEST_CASE("bf16/fp16: cross_entropy on 16-bit logits equals casting the
           Tensor cast_in = base.detach().requires_grad_(true);
           const Tensor direct = cross_entropy(direct_in, target, options);
           const Tensor cast = cross_entropy(cast_in.to(DType::Float32), target, options);
-          CHECK(direct.dtype() == DType::Float32);
-          CHECK_CLOSE(direct.cpu(), cast.cpu(), 0.0, 0.0);
-          const Tensor dy = randn(direct.sizes(), {}, &gen).to(testing::test_gpu());
-          direct.backward(dy);
-          cast.backward(dy);
-          REQUIRE(direct_in.grad().defined());
-          CHECK(direct_in.grad().dtype() == dtype);
-          CHECK_CLOSE(direct_in.grad().to(DType::Float32).cpu(), cast_in.grad().to(DType::Float32).cpu(), 0.0, 0.0);
+          check_same_as_cast({direct, direct_in}, {cast, cast_in}, gen);
         }
       }
     }
@@ -331,16 +343,9 @@ LOOM_GPU_TEST_CASE("bf16/fp16: the elementwise losses compute in fp32, as under 
       Tensor cast_in = base.detach().requires_grad_(true);
       const Tensor direct = loss(direct_in, gpu_target.to(dtype));  // both 16-bit
       const Tensor cast = loss(cast_in.to(DType::Float32), gpu_target.to(dtype).to(DType::Float32));
-      CHECK(direct.dtype() == DType::Float32);
-      CHECK_CLOSE(direct.cpu(), cast.cpu(), 0.0, 0.0);
+      check_same_as_cast({direct, direct_in}, {cast, cast_in}, gen);
       const Tensor mixed = loss(direct_in.detach(), gpu_target);  // 16-bit input, fp32 target
       CHECK(mixed.dtype() == DType::Float32);
-      const Tensor dy = randn(direct.sizes(), {}, &gen).to(testing::test_gpu());
-      direct.backward(dy);
-      cast.backward(dy);
-      REQUIRE(direct_in.grad().defined());
-      CHECK(direct_in.grad().dtype() == dtype);
-      CHECK_CLOSE(direct_in.grad().to(DType::Float32).cpu(), cast_in.grad().to(DType::Float32).cpu(), 0.0, 0.0);
     }
   }
 }
