@@ -205,10 +205,6 @@ namespace {
 // `dims`, or every dim of x when it is empty.
 Shape dims_or_all(const Tensor& x, const Shape& dims) { return dims.empty() ? all_dims(x) : dims; }
 
-}  // namespace
-
-namespace {
-
 // var and std (`op`): the sum of squared deviations over `dims` / (count - correction).
 Tensor variance(const Tensor& x, const Shape& dims_in, bool keepdim, int64_t correction, std::string_view op) {
   check_input(x, op);
@@ -232,8 +228,9 @@ Tensor std(const Tensor& x, const Shape& dims, bool keepdim, int64_t correction)
   return sqrt(variance(x, dims, keepdim, correction, "std"));
 }
 
-Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor logsumexp(const Tensor& x, const Shape& dims_in, bool keepdim) {
   check_input(x, "logsumexp");
+  const Shape dims = dims_or_all(x, dims_in);
   const Shape keep = kept_sizes(x, dims, "logsumexp");
   LOOM_CHECK(x.numel() > 0, ValueError, "[logsumexp] of an empty tensor (shape {}); pass a non-empty tensor",
              shape_str(x.sizes()));
@@ -241,17 +238,8 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
   // an infinite m (every value -inf, or some +inf) is replaced by 0 so x - m is no NaN.
   Tensor shift = reduce_values(x.detach(), keep, kernel::ReduceOp::Max);
   shift = masked_fill(shift, abs(shift) == std::numeric_limits<double>::infinity(), 0.0);
-  const Tensor total = sum(exp(x - shift), dims, true);
-  const Tensor result = log(total) + shift;
-  if (keepdim) return result;
-  Shape sizes;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (std::find(dims.begin(), dims.end(), d) == dims.end() &&
-        std::find(dims.begin(), dims.end(), d - x.dim()) == dims.end()) {
-      sizes.push_back(x.size(d));
-    }
-  }
-  return result.reshape(sizes);
+  const Tensor total = sum(exp(x - shift), dims, keepdim);
+  return log(total) + shift.reshape(total.sizes());
 }
 
 Tensor sum_to(const Tensor& x, const Shape& sizes) {

@@ -33,9 +33,9 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor var(const Tensor& x, const Shape& dims = {}, bool keepdim = false, int64_t correction = 1);
 Tensor std(const Tensor& x, const Shape& dims = {}, bool keepdim = false, int64_t correction = 1);
 
-// log(sum(exp(x))) over `dims`, computed as m + log(sum(exp(x - m))) with m the
-// maximum, so large values do not overflow; -inf where every value is -inf.
-// Its gradient is softmax(x) over `dims`.
+// log(sum(exp(x))) over `dims` (every dim when empty), computed as
+// m + log(sum(exp(x - m))) with m the maximum, so large values do not
+// overflow; -inf where every value is -inf. Its gradient is softmax(x) over `dims`.
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 
 // Sums `x` down to `sizes` over broadcast dims (the backward of broadcasting).

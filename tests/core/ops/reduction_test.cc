@@ -257,6 +257,7 @@ TEST_CASE("logsumexp matches log(sum(exp)) and stays finite for large and infini
     CHECK_CLOSE(logsumexp(x, dims, true), log(sum(exp(x), dims, true)), 1e-14, 0);
     CHECK_CLOSE(logsumexp(x, dims), log(sum(exp(x), dims)), 1e-14, 0);
   }
+  CHECK_CLOSE(logsumexp(x, {}), log(sum(exp(x))), 1e-14, 0);  // no dims: all of them, as var
   const double inf = std::numeric_limits<double>::infinity();
   const Tensor wide = tensor({1000, 1000, -inf, -inf, 5, inf}, {3, 2}, kF64);
   const std::vector<double> rows = logsumexp(wide, {1}).to_vector<double>();
