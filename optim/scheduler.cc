@@ -13,6 +13,23 @@
 
 namespace loom::optim {
 
+namespace {
+
+// One learning rate per group from a state_dict entry (`what` names it in errors),
+// each a finite number >= 0.
+std::vector<double> state_lrs(const Tensor& value, size_t groups, const std::string& op, const char* what) {
+  LOOM_CHECK(value.numel() == static_cast<int64_t>(groups), ShapeError,
+             "{} {} has shape {} but the optimizer has {} groups", op, what, shape_str(value.sizes()), groups);
+  std::vector<double> lrs = value.to_vector<double>();
+  for (double lr : lrs) {
+    LOOM_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "{} {} holds {}; a learning rate is a finite number >= 0",
+               op, what, lr);
+  }
+  return lrs;
+}
+
+}  // namespace
+
 // ---- LRScheduler ---------------------------------------------------------------------
 
 LRScheduler::LRScheduler(Optimizer& optimizer, std::string name)
@@ -55,14 +72,7 @@ void LRScheduler::load_state_dict(const StateDict& state) {
     if (name == "last_step") {
       step = state_count(value, op + " last_step");
     } else {
-      LOOM_CHECK(value.numel() == static_cast<int64_t>(base_lrs_.size()), ShapeError,
-                 "{} base_lrs has shape {} but the optimizer has {} groups", op,
-                 shape_str(value.sizes()), base_lrs_.size());
-      base_lrs = value.to_vector<double>();
-      for (double lr : *base_lrs) {
-        LOOM_CHECK(std::isfinite(lr) && lr >= 0, ValueError,
-                   "{} base_lrs holds {}; a learning rate is a finite number >= 0", op, lr);
-      }
+      base_lrs = state_lrs(value, base_lrs_.size(), op, "base_lrs");
     }
   }
   LOOM_CHECK(step && base_lrs, ValueError, "{} the state needs both last_step and base_lrs", op);
@@ -320,14 +330,7 @@ void ReduceLROnPlateau::load_state_dict(const StateDict& state) {
   LOOM_CHECK(best.numel() == 1 && !std::isnan(best.item()), ValueError, "{} best must be one number, got shape {}",
              op, shape_str(best.sizes()));
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
-  const Tensor& lrs_in = entries["lrs"];
-  LOOM_CHECK(lrs_in.numel() == static_cast<int64_t>(groups.size()), ShapeError,
-             "{} lrs has shape {} but the optimizer has {} groups", op, shape_str(lrs_in.sizes()), groups.size());
-  const std::vector<double> lrs = lrs_in.to_vector<double>();
-  for (double lr : lrs) {
-    LOOM_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "{} lrs holds {}; a learning rate is a finite number >= 0",
-               op, lr);
-  }
+  const std::vector<double> lrs = state_lrs(entries["lrs"], groups.size(), op, "lrs");
   for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = lrs[g];
   step_ = step, bad_steps_ = bad, cooldown_left_ = cooldown, best_ = best.item();
 }

@@ -135,10 +135,20 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return out;
 }
 
+namespace {
+
+// The dim split and chunk (`op`) cut x along, normalized; x must have one.
+int64_t split_dim(const Tensor& x, int64_t dim, std::string_view op) {
+  LOOM_CHECK(x.defined(), ValueError, "[{}] x is undefined", op);
+  LOOM_CHECK(x.dim() > 0, ShapeError, "[{}] a zero-dimensional tensor has no dim to split; unsqueeze(0) it first",
+             op);
+  return normalize_dim(dim, x.dim(), op);
+}
+
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
-  LOOM_CHECK(x.defined(), ValueError, "[split] x is undefined");
-  LOOM_CHECK(x.dim() > 0, ShapeError, "[split] a zero-dimensional tensor has no dim to split; unsqueeze(0) it first");
-  const int64_t d = normalize_dim(dim, x.dim(), "split");
+  const int64_t d = split_dim(x, dim, "split");
   int64_t total = 0;
   for (int64_t size : sizes) {
     LOOM_CHECK(size >= 0, ValueError, "[split] sizes must be >= 0, got {}", shape_str(sizes));
@@ -157,9 +167,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  LOOM_CHECK(x.defined(), ValueError, "[split] x is undefined");
-  LOOM_CHECK(x.dim() > 0, ShapeError, "[split] a zero-dimensional tensor has no dim to split; unsqueeze(0) it first");
-  const int64_t length = x.size(normalize_dim(dim, x.dim(), "split"));
+  const int64_t length = x.size(split_dim(x, dim, "split"));
   LOOM_CHECK(split_size > 0 || (split_size == 0 && length == 0), ValueError,
              "[split] split_size must be > 0, got {}", split_size);
   std::vector<int64_t> sizes;
@@ -170,9 +178,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   LOOM_CHECK(chunks > 0, ValueError, "[chunk] chunks must be > 0, got {}", chunks);
-  LOOM_CHECK(x.defined(), ValueError, "[chunk] x is undefined");
-  LOOM_CHECK(x.dim() > 0, ShapeError, "[chunk] a zero-dimensional tensor has no dim to split; unsqueeze(0) it first");
-  const int64_t length = x.size(normalize_dim(dim, x.dim(), "chunk"));
+  const int64_t length = x.size(split_dim(x, dim, "chunk"));
   const int64_t piece = (length + chunks - 1) / chunks;
   return split(x, std::max<int64_t>(piece, 1), dim);
 }
@@ -190,7 +196,7 @@ Tensor flip(const Tensor& x, const Shape& dims) {
                                    {.dtype = DType::Int64, .device = x.device()});
     out = index_select(out, d, reversed);
   }
-  return dims.empty() || out.is_same(x) ? x.clone() : out;
+  return out.is_same(x) ? x.clone() : out;  // nothing to reverse: still a copy, as torch.flip
 }
 
 }  // namespace loom
