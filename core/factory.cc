@@ -1,10 +1,13 @@
 // File: core/factory.cc
-// Tensor factories. Random numbers are drawn on the CPU from the Philox
-// generator (element i uses counter offset + i), then moved to the device, so a
-// seed gives the same values on every device.
+// Tensor factories. Random numbers come from the Philox generator (element i
+// uses counter offset + i), so a seed gives the same values on every device:
+// rand in float32 and float64 and randn on a GPU are drawn there (the same
+// bits, randn's to an ulp, and capturable in a CUDA graph), the rest on the CPU
+// and moved to the device.
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/cpu/copy.h"
@@ -14,6 +17,11 @@
 #include "core/parallel.h"
 #include "core/tensor.h"
 #include "core/trace.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/capture.h"
+#include "core/cuda/copy.h"
+#include "core/cuda/random.h"
+#endif
 
 namespace loom {
 
@@ -72,6 +80,15 @@ template <class Fn>
 Tensor random_tensor(const Shape& sizes, const TensorOptions& options, Generator* generator,
                      std::string_view op, Fn&& draw) {
   check_sizes(sizes, op, options.dtype);
+#ifdef LOOM_WITH_CUDA
+  if (options.device.is_cuda()) {
+    DeviceGuard guard(options.device);
+    LOOM_CHECK(!cuda::is_capturing(), ValueError,
+               "[{}] draws {} on the host, which a CUDA graph being captured cannot replay; inside a captured "
+               "step, draw rand or randn in float32 or float64 (made on the GPU) and convert the result",
+               op, dtype_name(options.dtype));
+  }
+#endif
   Generator& gen = generator ? *generator : default_generator();
   int64_t n = numel_of(sizes);
   // Row-major in the output dtype first (element i is draw i in every layout),
@@ -101,6 +118,32 @@ Tensor random_tensor(const Shape& sizes, const TensorOptions& options, Generator
     host = host.contiguous(options.memory_format);
   }
   return finish(host.to(options.device), options, op);
+}
+
+// rand's (uniform) or randn's (normal) draws on a GPU, made there by the
+// kernels that draw the CPU's Philox blocks (core/cuda/random.h): float32 and
+// float64, and randn's 16-bit values as its float32 ones rounded, as the CPU
+// rounds them (rand keeps fewer random bits for 16-bit dtypes, which the kernels
+// do not draw); nullopt for the CPU and the other dtypes.
+std::optional<Tensor> drawn_on_gpu(const Shape& sizes, const TensorOptions& options, Generator* generator,
+                                   bool normal, std::string_view op) {
+#ifdef LOOM_WITH_CUDA
+  const bool wide = options.dtype == DType::Float32 || options.dtype == DType::Float64;
+  const bool half = options.dtype == DType::BFloat16 || options.dtype == DType::Float16;
+  if (!options.device.is_cuda() || !(wide || (normal && half))) return std::nullopt;
+  check_sizes(sizes, op, options.dtype);
+  TensorOptions dense = options;
+  dense.requires_grad = false;
+  if (half) dense.dtype = DType::Float32;
+  Tensor out = empty(sizes, dense);
+  DeviceGuard guard(out.device());
+  Generator& gen = generator ? *generator : default_generator();
+  const cuda::PhiloxArgs draws = cuda::philox_draw(gen, static_cast<uint64_t>(out.numel()));
+  normal ? cuda::fill_normal(out.strided(), draws) : cuda::fill_uniform(out.strided(), draws);
+  return finish(half ? out.to(options.dtype) : out, options, op);
+#else
+  return std::nullopt;
+#endif
 }
 
 }  // namespace
@@ -152,6 +195,17 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
              ValueError, "[arange] needs finite start, end and a non-zero step, got {}, {}, {}",
              start, end, step);
   int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+#ifdef LOOM_WITH_CUDA
+  if (options.device.is_cuda()) {  // made on the device: a captured CUDA graph makes it again
+    TensorOptions dense = options;
+    dense.requires_grad = false;
+    dense.memory_format = MemoryFormat::Contiguous;
+    Tensor t = empty({n}, dense);
+    DeviceGuard guard(t.device());
+    cuda::arange(t.strided(), start, step);
+    return finish(t, options, "arange");
+  }
+#endif
   std::vector<double> values(n);
   for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;
   return from_host(values.data(), DType::Float64, {n}, options);
@@ -164,6 +218,7 @@ Tensor arange(int64_t end, TensorOptions options) {
 Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
   LOOM_CHECK(is_floating(options.dtype), TypeError,
              "[rand] needs a floating dtype, got {}", dtype_name(options.dtype));
+  if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, /*normal=*/false, "rand")) return *t;
   return random_tensor(sizes, options, generator, "rand", UnitDraw(options.dtype));
 }
 
@@ -192,11 +247,29 @@ Tensor& Tensor::uniform_(double low, double high, Generator* generator) {
 Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
   LOOM_CHECK(is_floating(options.dtype), TypeError,
              "[randn] needs a floating dtype, got {}", dtype_name(options.dtype));
+  if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, /*normal=*/true, "randn")) return *t;
   return random_tensor(sizes, options, generator, "randn", [](const uint32_t* bits) {
     double u1 = 1.0 - uniform_double(bits[0], bits[1]);  // (0, 1]: log stays finite
     double u2 = uniform_double(bits[2], bits[3]);
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
   });
+}
+
+namespace {
+
+TensorOptions options_like(const Tensor& like, std::string_view op) {
+  LOOM_CHECK(like.defined(), ValueError, "[{}] like is an undefined tensor", op);
+  return {.dtype = like.dtype(), .device = like.device(), .memory_format = like.suggest_memory_format()};
+}
+
+}  // namespace
+
+Tensor rand_like(const Tensor& like, Generator* generator) {
+  return rand(like.sizes(), options_like(like, "rand_like"), generator);
+}
+
+Tensor randn_like(const Tensor& like, Generator* generator) {
+  return randn(like.sizes(), options_like(like, "randn_like"), generator);
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options,

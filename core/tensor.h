@@ -166,6 +166,12 @@ Tensor rand(const Shape& sizes, TensorOptions options = {}, Generator* generator
 Tensor randn(const Shape& sizes, TensorOptions options = {}, Generator* generator = nullptr);
 Tensor randint(int64_t low, int64_t high, const Shape& sizes,
                TensorOptions options = {.dtype = DType::Int64}, Generator* generator = nullptr);
+// rand and randn with like's sizes, dtype, device and layout (torch.rand_like):
+// the noise of a VAE's reparameterization, eps = randn_like(std). On a GPU,
+// rand in float32 and float64 and randn in every floating dtype draw there, so
+// a captured training step draws fresh numbers at each replay.
+Tensor rand_like(const Tensor& like, Generator* generator = nullptr);
+Tensor randn_like(const Tensor& like, Generator* generator = nullptr);
 // Copies `numel(sizes)` row-major elements of type `src_dtype` from host memory.
 Tensor from_host(const void* data, DType src_dtype, const Shape& sizes, TensorOptions options);
 // Values converted to options.dtype: tensor({1, 2, 3, 4}, {2, 2}).

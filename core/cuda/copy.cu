@@ -60,6 +60,13 @@ __global__ void fill_kernel(D* dst, Geometry dg, double value, int64_t n) {
   }
 }
 
+template <class D>
+__global__ void arange_kernel(D* dst, double start, double step, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    store_double(dst + i, start + static_cast<double>(i) * step);
+  }
+}
+
 // Elements a block converts of one span at a time.
 constexpr int64_t kSpanTile = kThreads * 4;
 
@@ -193,6 +200,14 @@ cudaError_t launch_fill(const Strided& dst, double value, cudaStream_t stream) {
   }
   visit_device_dtype(dst.dtype, [&]<class D>() {
     fill_kernel<D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst.data), dg, value, n);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_arange(void* dst, DType dtype, int64_t n, double start, double step, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  visit_device_dtype(dtype, [&]<class D>() {
+    arange_kernel<D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst), start, step, n);
   });
   return cudaGetLastError();
 }

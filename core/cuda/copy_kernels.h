@@ -12,6 +12,8 @@ namespace loom::cuda {
 // dst = convert(src), same sizes, any strides and dtypes (at most 8 dims).
 cudaError_t launch_copy(const Strided& dst, const Strided& src, cudaStream_t stream);
 cudaError_t launch_fill(const Strided& dst, double value, cudaStream_t stream);
+// dst[i] = start + i * step, converted to dtype, for the n elements of a dense array.
+cudaError_t launch_arange(void* dst, DType dtype, int64_t n, double start, double step, cudaStream_t stream);
 
 // One dense array of a batched conversion: dst[i] = convert(src[i]) for i < numel.
 struct DenseSpan {

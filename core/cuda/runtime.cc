@@ -108,6 +108,10 @@ void wait_and_destroy(int device, cudaEvent_t event) {
 }  // namespace
 
 void copy_to_host(void* dst, const void* src, size_t nbytes) {
+  LOOM_CHECK(!is_capturing(), CudaError,
+             "[copy_to_host] reading {} bytes of GPU memory back to the host (item(), to(Device::cpu()), a "
+             "check that reads values) while a CUDA graph is being captured: a replay would not read them "
+             "again; read the result after the captured work", nbytes);
   PinnedStaging& s = staging();
   auto* out = static_cast<char*>(dst);
   const auto* in = static_cast<const char*>(src);
@@ -130,7 +134,13 @@ void copy_to_host(void* dst, const void* src, size_t nbytes) {
   }
 }
 
+// Captured, the copy would read the pinned staging buffer at each replay, by
+// then overwritten by later copies, and the staging events' waits would fail.
 void copy_to_device(void* dst, const void* src, size_t nbytes) {
+  LOOM_CHECK(!is_capturing(), CudaError,
+             "[copy_to_device] copying {} bytes of host data to the GPU (tensor(...), from_host, "
+             "to(Device::cuda(i)) of a CPU tensor) while a CUDA graph is being captured: a replay would not "
+             "copy them again; make the tensor on the GPU before the captured work and reuse it", nbytes);
   PinnedStaging& s = staging();
   auto* out = static_cast<char*>(dst);
   const auto* in = static_cast<const char*>(src);
@@ -204,6 +214,13 @@ int64_t copy_span_launches() { return copy_launches.load(); }
 void fill(const Strided& dst, double value) {
   check_kernel_rank(dst, "fill");
   LOOM_CUDA_CHECK(launch_fill(dst, value, current_stream()));
+}
+
+void arange(const Strided& dst, double start, double step) {
+  LOOM_CHECK(dst.dim() == 1 && (dst.sizes[0] <= 1 || dst.strides[0] == 1), ValueError,
+             "[arange] the output must be dense and 1-D, got sizes {} and strides {}", shape_str(dst.sizes),
+             shape_str(dst.strides));
+  LOOM_CUDA_CHECK(launch_arange(dst.data, dst.dtype, dst.numel(), start, step, current_stream()));
 }
 
 }  // namespace loom::cuda

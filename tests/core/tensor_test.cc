@@ -146,6 +146,18 @@ TEST_CASE("rand / randn / randint: shapes, dtypes, requires_grad") {
   CHECK(cl.is_contiguous(MemoryFormat::ChannelsLast));
 }
 
+TEST_CASE("rand_like / randn_like: like's sizes, dtype and layout, the draws of rand and randn") {
+  const Tensor like = zeros({2, 3, 4, 5}, {.dtype = DType::Float64, .memory_format = MemoryFormat::ChannelsLast});
+  Generator a(5), b(5);
+  const Tensor u = rand_like(like, &a), n = randn_like(like, &a);
+  CHECK(u.dtype() == DType::Float64);
+  CHECK(n.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK_CLOSE(u, rand(like.sizes(), {.dtype = DType::Float64}, &b), 0, 0);
+  CHECK_CLOSE(n, randn(like.sizes(), {.dtype = DType::Float64}, &b), 0, 0);
+  CHECK_FALSE(randn_like(like.clone().requires_grad_()).requires_grad());  // noise: a constant, as in PyTorch
+  CHECK_THROWS_WITH_FRAGMENT(randn_like(Tensor()), ValueError, "[randn_like] like is an undefined tensor");
+}
+
 // --- dtype conversion ----------------------------------------------------------------
 
 TEST_CASE("to(dtype) between every pair of dtypes keeps small integers") {

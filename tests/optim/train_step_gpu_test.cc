@@ -254,6 +254,47 @@ LOOM_GPU_TEST_CASE("dropout inside a captured step draws fresh masks, the eager 
   CHECK(losses[1][4] != losses[1][5]);  // new masks (and new weights) each replay
 }
 
+LOOM_GPU_TEST_CASE("randn_like and rand inside a captured step draw fresh numbers, the eager steps' bits") {
+  NumericsGuard numerics({.precision = Precision::Tf32, .deterministic = true});
+  std::vector<Batch> data = batches(8, 1, 7);
+  struct Noisy {
+    nn::Sequential net;
+    std::unique_ptr<optim::SGD> opt;
+    std::unique_ptr<optim::TrainStep> step;
+    explicit Noisy(bool graph) {
+      manual_seed(5);
+      net = nn::Sequential(nn::Flatten(), nn::Linear(784, 32), nn::ReLU(), nn::Linear(32, 10));
+      net.to(testing::test_gpu());
+      opt = std::make_unique<optim::SGD>(net.parameters(), optim::SgdOptions{.lr = 0.1});
+      step = std::make_unique<optim::TrainStep>(
+          [this](const Tensor& x, const Tensor& y) {
+            const Tensor logits = net(x + randn_like(x) * 0.1);  // input noise, as a denoising model adds
+            const Tensor scale = rand({logits.size(0), 1}, {.device = logits.device()}) + 0.5;
+            return std::vector<Tensor>{cross_entropy(logits * scale, y)};
+          },
+          *opt, optim::TrainStepOptions{.cuda_graph = graph});
+    }
+  };
+  std::vector<double> losses[2];
+  uint64_t offsets[2] = {0, 0};
+  for (int graph = 0; graph < 2; ++graph) {
+    Noisy run(graph == 1);
+    manual_seed(6);  // the same default-generator state for both runs
+    for (int i = 0; i < 6; ++i) losses[graph].push_back((*run.step)(data[0].x, data[0].y)[0].item());
+    if (graph == 1) {
+      CHECK_MESSAGE(run.step->last_step_replayed(), run.step->fallback_reason());
+      CHECK(run.step->stats().replays >= 4);
+    }
+    offsets[graph] = default_generator().offset();
+  }
+  for (size_t i = 0; i < losses[0].size(); ++i) {
+    CAPTURE(i);
+    CHECK(losses[1][i] == losses[0][i]);
+  }
+  CHECK(offsets[1] == offsets[0]);
+  CHECK(losses[1][4] != losses[1][5]);
+}
+
 LOOM_GPU_TEST_CASE("a bad label inside a replayed step gives a NaN loss, not a crash") {
   std::vector<Batch> data = batches(8, 1, 5);
   Run run(true);

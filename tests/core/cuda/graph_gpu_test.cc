@@ -5,6 +5,7 @@
 // N batch, C channels, H, W, K out channels.
 #include <doctest/doctest.h>
 
+#include <utility>
 #include <vector>
 
 #ifdef LOOM_WITH_CUDA
@@ -59,6 +60,55 @@ LOOM_GPU_TEST_CASE("building a plan during capture is refused with a clear error
   CHECK_FALSE(graph.captured());
   Tensor after = conv2d(x, w);  // the stream still works
   CHECK(after.size(1) == 4);
+}
+
+LOOM_GPU_TEST_CASE("flip and one_hot replay inside a capture: arange makes its values on the device") {
+  Generator gen(72);
+  const Device gpu = testing::test_gpu();
+  const TensorOptions int64_gpu{.dtype = DType::Int64, .device = gpu};
+  Tensor x = randn({3, 5, 4}, {}, &gen).to(gpu);
+  Tensor labels = randint(0, 4, {6}, int64_gpu, &gen);
+  auto work = [&] { return std::pair(flip(x, {0, 2}), one_hot(labels, 4)); };
+  work();
+  cuda::synchronize();
+  cuda::CudaGraph graph;
+  std::pair<Tensor, Tensor> captured;
+  graph.capture([&] { captured = work(); });
+  for (int replay = 0; replay < 2; ++replay) {  // new values in the same buffers each time
+    x.copy_(randn({3, 5, 4}, {}, &gen));
+    labels.copy_(randint(0, 4, {6}, int64_gpu, &gen));
+    graph.replay();
+    CHECK_CLOSE(captured.first.cpu(), flip(x.cpu(), {0, 2}), 0, 0);
+    CHECK_CLOSE(captured.second.cpu(), one_hot(labels.cpu(), 4), 0, 0);
+  }
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64, DType::Int32}) {
+    CAPTURE(dtype_name(dtype));
+    CHECK_CLOSE(arange(0.5, 9.0, 0.75, {.dtype = dtype, .device = gpu}).cpu(), arange(0.5, 9.0, 0.75, {.dtype = dtype}),
+                0, 0);
+    CHECK_CLOSE(arange(4.0, -3.0, -1.5, {.dtype = dtype, .device = gpu}).cpu(),
+                arange(4.0, -3.0, -1.5, {.dtype = dtype}), 0, 0);
+    CHECK(arange(2.0, 2.0, 1.0, {.dtype = dtype, .device = gpu}).numel() == 0);
+  }
+}
+
+// A captured host copy would replay whatever the pinned staging buffer holds by
+// then, and its staging event could not be waited on afterwards.
+LOOM_GPU_TEST_CASE("host copies inside a capture are refused with a clear error, and copies work after it") {
+  const Device gpu = testing::test_gpu();
+  const Tensor host = tensor({1, 2, 3}, {3});
+  const Tensor device_scalar = full({}, 5.0, {.device = gpu});
+  cuda::CudaGraph to_gpu;
+  CHECK_THROWS_WITH_FRAGMENT(to_gpu.capture([&] { (void)host.to(gpu); }), CudaError,
+                             "while a CUDA graph is being captured");
+  CHECK_FALSE(to_gpu.captured());
+  cuda::CudaGraph to_cpu;
+  CHECK_THROWS_WITH_FRAGMENT(to_cpu.capture([&] { (void)device_scalar.item(); }), CudaError,
+                             "while a CUDA graph is being captured");
+  CHECK_FALSE(to_cpu.captured());
+  for (int round = 0; round < 3; ++round) {  // both staging halves are usable again
+    CHECK_CLOSE(host.to(gpu).cpu(), host, 0, 0);
+    CHECK(device_scalar.item() == 5.0);
+  }
 }
 #endif  // LOOM_WITH_CUDA
 

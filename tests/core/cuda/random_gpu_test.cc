@@ -1,10 +1,11 @@
 // File: tests/core/cuda/random_gpu_test.cc
 // GPU random fills against the CPU draws of the same (seed, offset): dropout's
 // mask (dropout_apply of ones) bit for bit against the CPU op's, dropout_apply
-// of any input against that mask, rand bit for bit, and
-// randn to a few float64 ulp (the device's log and cos are not glibc's; see
-// core/cuda/random.h). Outputs start as NaN, so unwritten elements show, and
-// some are channels-last, since element i is the i-th in row-major order.
+// of any input against that mask, rand bit for bit, and randn to a few float64
+// ulp (the device's log and cos are not glibc's; see core/cuda/random.h), also
+// through rand and randn on a GPU and inside a capture. Outputs start as NaN,
+// so unwritten elements show, and some are channels-last, since element i is
+// the i-th in row-major order.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
@@ -180,6 +181,74 @@ LOOM_GPU_TEST_CASE("a captured dropout draws fresh masks each replay, the eager 
     CHECK(testing::values(out) != previous);
     previous = testing::values(out);
   }
+}
+
+LOOM_GPU_TEST_CASE("rand and randn on a GPU draw there: the CPU's values, the generator advanced alike") {
+  for (DType dtype : kDtypes) {
+    for (const Shape& sizes : kShapes) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(sizes));
+      const TensorOptions on_gpu{.dtype = dtype, .device = testing::test_gpu(), .memory_format = format_for(sizes)};
+      Generator cpu_gen(304), gpu_gen(304);
+      CHECK_CLOSE(rand(sizes, on_gpu, &gpu_gen).cpu(), rand(sizes, {.dtype = dtype}, &cpu_gen), 0, 0);
+      const Tensor normal = randn(sizes, on_gpu, &gpu_gen);
+      CHECK(normal.is_contiguous(format_for(sizes)));
+      const double rtol = dtype == DType::Float64 ? 1e-14 : 2.5e-7;
+      CHECK_CLOSE(normal.cpu(), randn(sizes, {.dtype = dtype}, &cpu_gen), rtol, 1e-12);
+      CHECK(gpu_gen.offset() == cpu_gen.offset());
+    }
+  }
+}
+
+// As dropout's: a captured rand or randn draws fresh numbers at each replay,
+// the bits of the eager calls from the same generator state.
+LOOM_GPU_TEST_CASE("randn in 16 bits on a GPU is its float32 draw rounded, as on the CPU") {
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    CAPTURE(dtype_name(half));
+    Generator cpu_gen(305), gpu_gen(305);
+    const Tensor got = randn({1000}, {.dtype = half, .device = testing::test_gpu()}, &gpu_gen);
+    CHECK(got.dtype() == half);
+    // The CPU draws in double and rounds through float32 to 16 bits; the GPU's
+    // double may differ in its last bits, which can move a value across one
+    // 16-bit rounding boundary: compare to one 16-bit ulp.
+    const Tensor expected = randn({1000}, {.dtype = DType::Float64}, &cpu_gen);
+    CHECK_CLOSE(got.cpu().to(DType::Float64), expected, half == DType::BFloat16 ? 8e-3 : 1e-3, 1e-6);
+    CHECK(gpu_gen.offset() == cpu_gen.offset());
+  }
+}
+
+LOOM_GPU_TEST_CASE("rand and randn inside a capture draw fresh numbers each replay, the eager calls' bits") {
+  const TensorOptions on_gpu{.device = testing::test_gpu(), .memory_format = MemoryFormat::ChannelsLast};
+  const Shape sizes = {2, 3, 5, 7};
+  Generator captured(8), eager(8);
+  const TensorOptions bf16_gpu{.dtype = DType::BFloat16, .device = testing::test_gpu()};
+  Tensor out = empty(sizes, on_gpu), out16 = empty({9}, bf16_gpu);
+  cuda::CudaGraph graph;
+  graph.capture([&] {
+    const Tensor uniform = rand(sizes, on_gpu, &captured);  // drawn first, as below
+    out.copy_(uniform + randn(sizes, on_gpu, &captured));
+    out16.copy_(randn({9}, bf16_gpu, &captured));
+  });
+  CHECK(captured.offset() == eager.offset());
+  std::vector<double> previous;
+  for (int replay = 0; replay < 3; ++replay) {
+    CAPTURE(replay);
+    graph.replay();
+    const Tensor uniform = rand(sizes, on_gpu, &eager);
+    CHECK_CLOSE(out.cpu(), (uniform + randn(sizes, on_gpu, &eager)).cpu(), 0, 0);
+    CHECK_CLOSE(out16.cpu().to(DType::Float64), randn({9}, bf16_gpu, &eager).cpu().to(DType::Float64), 0, 0);
+    CHECK(captured.offset() == eager.offset());
+    CHECK(testing::values(out) != previous);
+    previous = testing::values(out);
+  }
+  // What is drawn on the host cannot be captured: said, not replayed stale.
+  cuda::CudaGraph host_draws;
+  const TensorOptions int64_gpu{.dtype = DType::Int64, .device = testing::test_gpu()};
+  CHECK_THROWS_WITH_FRAGMENT(host_draws.capture([&] { (void)randint(0, 5, {4}, int64_gpu); }), ValueError,
+                             "[randint] draws int64 on the host");
+  CHECK_THROWS_WITH_FRAGMENT(
+      host_draws.capture([&] { (void)rand({4}, {.dtype = DType::BFloat16, .device = testing::test_gpu()}); }),
+      ValueError, "draw rand or randn in float32 or float64");
 }
 
 #endif  // LOOM_WITH_CUDA
