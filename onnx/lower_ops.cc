@@ -197,15 +197,16 @@ std::string activation(Lowering& L, const trace::Op& op, const std::string& x, s
 
 // --- elementwise --------------------------------------------------------------------------
 
+// Input i of op, cast to dtype t where it has another.
+std::string in_as(Lowering& L, const trace::Op& op, size_t i, DType t) {
+  const std::string name = in(L, op, i);
+  if (op.inputs.at(i).dtype() == t) return name;
+  return L.emit("Cast", {name}, {{"to", static_cast<int64_t>(proto::element_type(t))}});
+}
+
 // a and b in the output's dtype (a Bool mask times a float, or bf16 meeting fp32).
 std::pair<std::string, std::string> binary_operands(Lowering& L, const trace::Op& op) {
-  const DType t = dtype_of(op);
-  auto as_output = [&](size_t i) {
-    const std::string name = in(L, op, i);
-    if (op.inputs[i].dtype() == t) return name;
-    return L.emit("Cast", {name}, {{"to", static_cast<int64_t>(proto::element_type(t))}});
-  };
-  return {as_output(0), as_output(1)};
+  return {in_as(L, op, 0, dtype_of(op)), in_as(L, op, 1, dtype_of(op))};
 }
 
 void add_like(Lowering& L, const trace::Op& op, const char* onnx_op) {
@@ -239,6 +240,38 @@ Row with_scalar(const char* onnx_op, bool scalar_first = false) {
 
 Row unary(const char* onnx_op) {
   return [onnx_op](Lowering& L, const trace::Op& op) { out(L, op, L.emit(onnx_op, {in(L, op, 0)})); };
+}
+
+// --- comparisons and masks ----------------------------------------------------------------
+
+// a op b in the dtype they promote to, as Loom compares (ONNX orders no bools:
+// those compare as uint8); `negate` makes ne of Equal.
+Row comparison(const char* onnx_op, bool negate = false) {
+  return [=](Lowering& L, const trace::Op& op) {
+    DType t = promote_types(op.inputs.at(0).dtype(), op.inputs.at(1).dtype());
+    if (t == DType::Bool && std::string_view(onnx_op) != "Equal") t = DType::UInt8;
+    const std::string y = L.emit(onnx_op, {in_as(L, op, 0, t), in_as(L, op, 1, t)});
+    out(L, op, negate ? L.emit("Not", {y}) : y);
+  };
+}
+
+// x op number: a floating x in its own dtype (the number rounded to it, as
+// Loom compares), any other x in float64.
+Row scalar_comparison(const char* onnx_op, bool negate = false) {
+  return [=](Lowering& L, const trace::Op& op) {
+    const DType t = is_floating(op.inputs.at(0).dtype()) ? op.inputs[0].dtype() : DType::Float64;
+    const std::string y = L.emit(onnx_op, {in_as(L, op, 0, t), L.scalar(op.get_double("scalar"), t)});
+    out(L, op, negate ? L.emit("Not", {y}) : y);
+  };
+}
+
+// A logical op on the truth of its inputs (nonzero, NaN included, is true, as ONNX casts to bool).
+Row logical(const char* onnx_op, size_t arity) {
+  return [=](Lowering& L, const trace::Op& op) {
+    std::vector<std::string> inputs;
+    for (size_t i = 0; i < arity; ++i) inputs.push_back(in_as(L, op, i, DType::Bool));
+    out(L, op, L.emit(onnx_op, inputs));
+  };
 }
 
 // --- pooling ------------------------------------------------------------------------------
@@ -456,6 +489,29 @@ void add_pointwise_rows(std::map<std::string, Row, std::less<>>& r) {
   };
 }
 
+// Comparisons, logical ops, selection by a mask, maximum and minimum.
+void add_mask_rows(std::map<std::string, Row, std::less<>>& r) {
+  for (const auto& [name, onnx_op] : {std::pair{"eq", "Equal"}, std::pair{"lt", "Less"}, std::pair{"le", "LessOrEqual"},
+                                      std::pair{"gt", "Greater"}, std::pair{"ge", "GreaterOrEqual"}}) {
+    r[name] = comparison(onnx_op);
+    r[std::string(name) + "_scalar"] = scalar_comparison(onnx_op);
+  }
+  r["ne"] = comparison("Equal", /*negate=*/true);
+  r["ne_scalar"] = scalar_comparison("Equal", /*negate=*/true);
+  r["logical_and"] = logical("And", 2);
+  r["logical_or"] = logical("Or", 2);
+  r["logical_xor"] = logical("Xor", 2);
+  r["logical_not"] = logical("Not", 1);
+  r["where"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Where", {in(L, op, 0), in(L, op, 1), in(L, op, 2)}));
+  };
+  r["masked_fill"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Where", {in(L, op, 1), L.scalar(op.get_double("value"), dtype_of(op)), in(L, op, 0)}));
+  };
+  r["maximum"] = binary("Max");
+  r["minimum"] = binary("Min");
+}
+
 // Pooling, views, joins, padding and resizing.
 void add_shape_rows(std::map<std::string, Row, std::less<>>& r) {
   r["max_pool2d"] = [](Lowering& L, const trace::Op& op) {
@@ -512,6 +568,7 @@ const std::map<std::string, Row, std::less<>>& rows() {
     add_activation_rows(r);
     add_layer_rows(r);
     add_pointwise_rows(r);
+    add_mask_rows(r);
     add_shape_rows(r);
     add_reduction_rows(r);
     add_refused_rows(r);

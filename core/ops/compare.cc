@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/cpu/compare.h"
@@ -18,6 +19,7 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
+#include "core/trace.h"
 
 namespace loom {
 
@@ -25,16 +27,30 @@ using kernel::CompareOp;
 
 namespace {
 
-std::string_view op_name(CompareOp op) {
+// The op's name in messages and traces, against a tensor or a scalar.
+const char* op_name(CompareOp op, bool scalar = false) {
   switch (op) {
-    case CompareOp::Eq: return "eq";
-    case CompareOp::Ne: return "ne";
-    case CompareOp::Lt: return "lt";
-    case CompareOp::Le: return "le";
-    case CompareOp::Gt: return "gt";
-    case CompareOp::Ge: return "ge";
+    case CompareOp::Eq: return scalar ? "eq_scalar" : "eq";
+    case CompareOp::Ne: return scalar ? "ne_scalar" : "ne";
+    case CompareOp::Lt: return scalar ? "lt_scalar" : "lt";
+    case CompareOp::Le: return scalar ? "le_scalar" : "le";
+    case CompareOp::Gt: return scalar ? "gt_scalar" : "gt";
+    case CompareOp::Ge: return scalar ? "ge_scalar" : "ge";
   }
   return "compare";
+}
+
+// The scalar as a floating dtype holds it: PyTorch compares a tensor with a
+// number in the tensor's dtype, so a float32 x holding 0.1f equals 0.1.
+double in_dtype(double value, DType dtype) {
+  if (!is_floating(dtype)) return value;
+  return visit_dtype(dtype, [&]<class T>() { return to_double(from_double<T>(value)); });
+}
+
+// out, recorded as the op's output when the op is the outermost one traced.
+Tensor recorded(trace::OpScope& trace, std::vector<Tensor> inputs, Tensor out) {
+  if (trace.recording()) trace.record(std::move(inputs), out);
+  return out;
 }
 
 void check_defined(const Tensor& t, std::string_view op, std::string_view arg) {
@@ -48,7 +64,8 @@ void check_same_device(const Tensor& a, const Tensor& b, std::string_view op) {
 }
 
 Tensor compare(const Tensor& a_in, const Tensor& b_in, CompareOp op) {
-  const std::string_view name = op_name(op);
+  const char* name = op_name(op);
+  trace::OpScope trace(name);
   check_defined(a_in, name, "a");
   check_defined(b_in, name, "b");
   check_same_device(a_in, b_in, name);
@@ -58,13 +75,16 @@ Tensor compare(const Tensor& a_in, const Tensor& b_in, CompareOp op) {
   Tensor out = empty(sizes, {.dtype = DType::Bool, .device = a.device()});
   LOOM_KERNEL(out, compare, out.strided(), a.expand(sizes).strided(),
                       b.expand(sizes).strided(), op);
+  if (trace.recording()) trace.record({a_in, b_in}, out);
   return out;
 }
 
 Tensor compare(const Tensor& a, double b, CompareOp op) {
+  trace::OpScope trace(op_name(op, /*scalar=*/true));
   check_defined(a, op_name(op), "a");
   Tensor out = empty(a.sizes(), {.dtype = DType::Bool, .device = a.device()});
-  LOOM_KERNEL(out, compare_scalar, out.strided(), a.detach().strided(), b, op);
+  LOOM_KERNEL(out, compare_scalar, out.strided(), a.detach().strided(), in_dtype(b, a.dtype()), op);
+  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
   return out;
 }
 
@@ -144,6 +164,7 @@ Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  trace::OpScope trace("where");
   check_defined(a, "where", "a");
   check_defined(b, "where", "b");
   check_mask(cond, "where", a);
@@ -166,6 +187,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       return std::vector<Tensor>{da, db};
     });
   }
+  if (trace.recording()) trace.record({cond, a, b}, out);
   return out;
 }
 
@@ -173,21 +195,27 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 // comparison kernels of both backends: a and b = a ? b : false, a or b =
 // a ? true : b, a xor b = a != b, not a = a == false.
 Tensor logical_and(const Tensor& a, const Tensor& b) {
+  trace::OpScope trace("logical_and");
   auto [ta, tb] = truth_pair(a, b, "logical_and");
-  return select_values(ta, tb, ta, ta.sizes());
+  return recorded(trace, {a, b}, select_values(ta, tb, ta, ta.sizes()));
 }
 
 Tensor logical_or(const Tensor& a, const Tensor& b) {
+  trace::OpScope trace("logical_or");
   auto [ta, tb] = truth_pair(a, b, "logical_or");
-  return select_values(ta, ta, tb, ta.sizes());
+  return recorded(trace, {a, b}, select_values(ta, ta, tb, ta.sizes()));
 }
 
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  trace::OpScope trace("logical_xor");
   auto [ta, tb] = truth_pair(a, b, "logical_xor");
-  return compare(ta, tb, CompareOp::Ne);
+  return recorded(trace, {a, b}, compare(ta, tb, CompareOp::Ne));
 }
 
-Tensor logical_not(const Tensor& x) { return compare(truth(x, "logical_not"), 0.0, CompareOp::Eq); }
+Tensor logical_not(const Tensor& x) {
+  trace::OpScope trace("logical_not");
+  return recorded(trace, {x}, compare(truth(x, "logical_not"), 0.0, CompareOp::Eq));
+}
 
 Tensor operator&(const Tensor& a, const Tensor& b) {
   check_masks({a, b}, "operator&");
@@ -247,12 +275,15 @@ bool equal(const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  trace::OpScope trace("masked_fill");
   check_defined(x, "masked_fill", "x");
   check_mask(mask, "masked_fill", x);
   LOOM_CHECK(broadcast_shapes(mask.sizes(), x.sizes(), "masked_fill") == x.sizes(), ShapeError,
              "[masked_fill] the mask of shape {} does not broadcast to x's shape {}",
              shape_str(mask.sizes()), shape_str(x.sizes()));
-  return where(mask, full({}, value, x.options()), x);
+  Tensor out = where(mask, full({}, value, x.options()), x);
+  if (trace.recording()) trace.record({x, mask}, out, {{"value", value}});
+  return out;
 }
 
 namespace {
@@ -261,15 +292,16 @@ namespace {
 // neither does (a tie, or a NaN) a / 2 + b / 2, which is the tied value (or
 // NaN) and gives each operand half the gradient.
 Tensor extremum(const Tensor& a, const Tensor& b, bool larger, const char* op) {
+  trace::OpScope trace(op);
   check_defined(a, op, "a");
   check_defined(b, op, "b");
   check_same_device(a, b, op);
   LOOM_CHECK(a.dtype() == b.dtype(), TypeError, "[{}] a has dtype {} and b {}; convert one with .to() so they match",
              op, dtype_name(a.dtype()), dtype_name(b.dtype()));
   const Tensor a_wins = larger ? gt(a, b) : lt(a, b);
-  if (!is_floating(a.dtype())) return where(a_wins, a, b);
+  if (!is_floating(a.dtype())) return recorded(trace, {a, b}, where(a_wins, a, b));
   const Tensor b_wins = larger ? lt(a, b) : gt(a, b);
-  return where(a_wins, a, where(b_wins, b, a * 0.5 + b * 0.5));
+  return recorded(trace, {a, b}, where(a_wins, a, where(b_wins, b, a * 0.5 + b * 0.5)));
 }
 
 }  // namespace

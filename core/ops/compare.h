@@ -29,7 +29,9 @@ Tensor lt(const Tensor& a, const Tensor& b);
 Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
-// Against a number, compared in double (every int32, int64 up to 2^53 exact).
+// Against a number: a floating tensor compares in its dtype, the number rounded
+// to it first as PyTorch rounds it (a float32 x holding 0.1f equals 0.1);
+// integers compare in double (exact for every int32, and int64 up to 2^53).
 Tensor eq(const Tensor& a, double b);
 Tensor ne(const Tensor& a, double b);
 Tensor lt(const Tensor& a, double b);

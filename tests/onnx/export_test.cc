@@ -2,13 +2,16 @@
 // ONNX export: every registry model passes the ONNX checker (Debian's
 // python3-onnx, full check with strict shape inference) through the export
 // tool and tools/onnx_check.py; the batch is symbolic or fixed as asked; batch
-// norm folds; group and instance norm pass the checker; and what has no ONNX
+// norm folds; group and instance norm pass the checker; comparisons and masks
+// give Loom's values (their nodes evaluated with numpy); and what has no ONNX
 // form is refused with the op and module named.
 // The two ImageNet VGGs (0.5 GB of weights each) are left to tools/onnx_zoo.sh
 // --max-mb runs (docs/onnx.md): VGG-11/16 on CIFAR cover the same layers here.
 //
 // N batch.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <array>
 #include <cstdio>
@@ -134,6 +137,65 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
   CHECK_MESSAGE(out.find("['InstanceNormalization', 'InstanceNormalization', 'BatchNormalization']") !=
                     std::string::npos,
                 out);
+}
+
+// The masks' ONNX nodes evaluated with numpy, node by node (Debian's onnx has no
+// reference evaluator), against Loom's output on the same input: argv 1 the
+// file, 2 and 3 the input's and Loom's output's values. Prints the op types.
+constexpr const char* kEvaluateMasks = R"(
+import json, sys
+import numpy as np
+import onnx
+from onnx import numpy_helper as h
+m = onnx.load(sys.argv[1])
+onnx.checker.check_model(m, full_check=True)
+x = np.array(json.loads(sys.argv[2]), dtype=np.float32).reshape(2, 4)
+want = np.array(json.loads(sys.argv[3]), dtype=np.float32).reshape(2, 4)
+env = {m.graph.input[0].name: x}
+types = {1: np.float32, 2: np.uint8, 7: np.int64, 9: np.bool_, 11: np.float64}
+ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greater': np.greater,
+       'GreaterOrEqual': np.greater_equal, 'And': np.logical_and, 'Or': np.logical_or, 'Xor': np.logical_xor,
+       'Not': np.logical_not, 'Where': np.where, 'Max': np.maximum, 'Min': np.minimum, 'Mul': np.multiply,
+       'Add': np.add, 'Identity': lambda a: a}
+for n in m.graph.node:
+    a = {attribute.name: attribute for attribute in n.attribute}
+    if n.op_type == 'Constant':
+        env[n.output[0]] = h.to_array(a['value'].t)
+    elif n.op_type == 'Cast':
+        env[n.output[0]] = env[n.input[0]].astype(types[a['to'].i])
+    else:
+        env[n.output[0]] = ops[n.op_type](*[env[i] for i in n.input])
+got = env[m.graph.output[0].name]
+print(sorted({n.op_type for n in m.graph.node}), got.tolist())
+sys.exit(0 if got.dtype == np.float32 and np.array_equal(got, want) else 1)
+)";
+
+TEST_CASE("comparisons, logical ops, where, masked_fill, maximum and minimum export and compute Loom's values") {
+  TempDir dir;
+  const std::string path = (dir.path / "masks.onnx").string(), script = (dir.path / "masks.py").string();
+  Fn masks([](const Tensor& y) {
+    const Tensor keep = logical_or((y > 0.1) & ~(y == 0.3), y <= -1.0);
+    const Tensor z = masked_fill(y, y < -0.5, -2.0);
+    const Tensor picked = where(logical_xor(keep, ne(z, y)), maximum(z, y * 0.5), minimum(z, y * 0.25));
+    const Tensor flags = logical_and(ge(y, z), logical_not(y)) | (eq(z, y) & lt(y * 0.5, z)) | le(z, y * 2.0);
+    return picked + (y >= 2.0).to(DType::Float32) + flags.to(DType::Float32) * 10.0;
+  });
+  const Tensor x = tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4});
+  const Tensor expected = masks(x);
+  onnx::export_model(masks, {x}, path);
+  {
+    FILE* f = std::fopen(script.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(kEvaluateMasks, f);
+    std::fclose(f);
+  }
+  const auto json = [](const Tensor& t) { return fmt::format("[{}]", fmt::join(testing::values(t), ",")); };
+  auto [out, status] = run("/usr/bin/python3 " + script + " " + path + " '" + json(x) + "' '" + json(expected) + "'");
+  CHECK_MESSAGE(status == 0, out);
+  for (const char* node : {"'And'", "'Equal'", "'Greater'", "'GreaterOrEqual'", "'Less'", "'LessOrEqual'", "'Max'",
+                           "'Min'", "'Not'", "'Or'", "'Where'", "'Xor'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
 }
 
 TEST_CASE("batch_norm_activation exports as BatchNormalization, the residual's Add and the row's ONNX form") {

@@ -55,6 +55,22 @@ TEST_CASE("comparisons against numbers, and across dtypes") {
   CHECK(v(eq(big, from_host(at, DType::Int64, {1}, kI64))) == std::vector<double>{0});
 }
 
+// PyTorch rounds the number to a floating tensor's dtype before comparing
+// (torch 1.13: torch.tensor([0.1]) == 0.1 is True, > 0.1 False).
+TEST_CASE("a floating tensor compares with a number in its own dtype, as PyTorch does") {
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor a = tensor({0.1, 0.3, 1e30}, {3}, {.dtype = dtype});
+    CHECK(v(a == 0.1) == std::vector<double>{1, 0, 0});  // 1e30 is inf in float16, finite in the others
+    CHECK(v(a > 0.1) == std::vector<double>{0, 1, 1});
+    CHECK(v(a <= 0.3) == std::vector<double>{1, 1, 0});
+    CHECK(v(a != 0.3) == std::vector<double>{1, 0, 1});
+  }
+  CHECK(v(tensor({0.1}, {1}, kF64) == 0.1) == std::vector<double>{1});
+  CHECK(v(tensor({0.1}, {1}, kF64) == static_cast<double>(0.1f)) == std::vector<double>{0});
+  CHECK(v(tensor({2, 3}, {2}, kI64) < 2.5) == std::vector<double>{1, 0});  // integers: in double
+}
+
 TEST_CASE("NaN compares unequal to everything, itself included") {
   Tensor a = tensor({NAN, 1}, {2});
   CHECK(v(a == a) == std::vector<double>{0, 1});
