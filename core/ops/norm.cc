@@ -429,10 +429,16 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   if (std::optional<Tensor> y = normalize_rows(x, numel_of(normalized_shape), weight, bias, eps)) {
     return traced(*y);
   }
-  Tensor y = normalize(x, dims_from(x.dim() - static_cast<int64_t>(normalized_shape.size()), x.dim()), eps);
+  // A 16-bit x with float32 weight or bias (a half-precision model's input
+  // beside float32 parameters) computes in float32 and returns in x's dtype,
+  // rounded once, as PyTorch's mixed-dtype layer norm does.
+  const auto float32_operand = [](const Tensor& t) { return t.defined() && t.dtype() == DType::Float32; };
+  const bool mixed = is_half_precision(x.dtype()) && (float32_operand(weight) || float32_operand(bias));
+  Tensor y = normalize(mixed ? x.to(DType::Float32) : x,
+                       dims_from(x.dim() - static_cast<int64_t>(normalized_shape.size()), x.dim()), eps);
   if (weight.defined()) y = y * weight;  // broadcast over the leading dims
   if (bias.defined()) y = y + bias;
-  return traced(y);
+  return traced(mixed ? y.to(x.dtype()) : y);
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,

@@ -75,3 +75,28 @@ LOOM_GPU_TEST_CASE("layer_norm matches the CPU on the GPU, forward and backward"
   MESSAGE(cudnn::PlanCache::global().explain());
 #endif
 }
+
+// A half-precision model's activations beside float32 parameters: PyTorch's
+// mixed-dtype layer norm computes in float32 and returns x's dtype.
+LOOM_GPU_TEST_CASE("layer_norm of a 16-bit x with float32 weight and bias returns x's dtype") {
+  Generator gen(94);
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    CAPTURE(dtype_name(half));
+    const Pair x = pair_of(randn({3, 2, 8}, {}, &gen), half);
+    const Pair w = pair_of(randn({8}, {}, &gen), DType::Float32), b = pair_of(randn({8}, {}, &gen), DType::Float32);
+    const Tensor gy = layer_norm(x.gpu, {8}, w.gpu, b.gpu), cy = layer_norm(x.cpu, {8}, w.cpu, b.cpu);
+    CHECK(gy.dtype() == half);
+    CHECK(layer_norm(x.gpu, {8}, w.gpu, Tensor()).dtype() == half);
+    CHECK(layer_norm(x.gpu, {8}, Tensor(), b.gpu).dtype() == half);
+    const double tol = tolerance(half);
+    CHECK_CLOSE(gy.cpu().to(DType::Float64), cy, tol, tol);
+    const Tensor dy = randn({3, 2, 8}, {}, &gen).to(half);
+    gy.backward(dy.to(testing::test_gpu()));
+    cy.backward(dy.to(DType::Float64));
+    CHECK(x.gpu.grad().dtype() == half);
+    CHECK(w.gpu.grad().dtype() == DType::Float32);
+    CHECK_CLOSE(x.gpu.grad().cpu().to(DType::Float64), x.cpu.grad(), tol, tol);
+    CHECK_CLOSE(w.gpu.grad().cpu().to(DType::Float64), w.cpu.grad(), tol, tol);
+    CHECK_CLOSE(b.gpu.grad().cpu().to(DType::Float64), b.cpu.grad(), tol, tol);
+  }
+}
