@@ -15,6 +15,7 @@
 #include <numeric>
 #include <string_view>
 
+#include "core/ops/compare.h"
 #include "onnx/lowering.h"
 
 namespace loom::onnx {
@@ -259,8 +260,9 @@ Row comparison(const char* onnx_op, bool negate = false) {
 // Loom compares), any other x in float64.
 Row scalar_comparison(const char* onnx_op, bool negate = false) {
   return [=](Lowering& L, const trace::Op& op) {
-    const DType t = is_floating(op.inputs.at(0).dtype()) ? op.inputs[0].dtype() : DType::Float64;
-    const std::string y = L.emit(onnx_op, {in_as(L, op, 0, t), L.scalar(op.get_double("scalar"), t)});
+    const double scalar = op.get_double("scalar");
+    const DType t = scalar_comparison_dtype(op.inputs.at(0).dtype(), scalar);
+    const std::string y = L.emit(onnx_op, {in_as(L, op, 0, t), L.scalar(scalar, t)});
     out(L, op, negate ? L.emit("Not", {y}) : y);
   };
 }

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -47,6 +49,8 @@ double in_dtype(double value, DType dtype) {
   return visit_dtype(dtype, [&]<class T>() { return to_double(from_double<T>(value)); });
 }
 
+bool is_fractional(double value) { return std::isfinite(value) && value != std::trunc(value); }
+
 // out, recorded as the op's output when the op is the outermost one traced.
 Tensor recorded(trace::OpScope& trace, std::vector<Tensor> inputs, Tensor out) {
   if (trace.recording()) trace.record(std::move(inputs), out);
@@ -82,8 +86,11 @@ Tensor compare(const Tensor& a_in, const Tensor& b_in, CompareOp op) {
 Tensor compare(const Tensor& a, double b, CompareOp op) {
   trace::OpScope trace(op_name(op, /*scalar=*/true));
   check_defined(a, op_name(op), "a");
+  const DType dtype = scalar_comparison_dtype(a.dtype(), b);
+  // Float64 stands for "exact": integers then compare in double without a copy.
+  const Tensor values = is_floating(a.dtype()) || dtype == DType::Float64 ? a.detach() : a.detach().to(dtype);
   Tensor out = empty(a.sizes(), {.dtype = DType::Bool, .device = a.device()});
-  LOOM_KERNEL(out, compare_scalar, out.strided(), a.detach().strided(), in_dtype(b, a.dtype()), op);
+  LOOM_KERNEL(out, compare_scalar, out.strided(), values.strided(), in_dtype(b, values.dtype()), op);
   if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
   return out;
 }
@@ -136,6 +143,11 @@ void check_masks(std::initializer_list<Tensor> operands, std::string_view op) {
 }
 
 }  // namespace
+
+DType scalar_comparison_dtype(DType dtype, double scalar) {
+  if (is_floating(dtype)) return dtype;
+  return is_fractional(scalar) ? DType::Float32 : DType::Float64;
+}
 
 Tensor eq(const Tensor& a, const Tensor& b) { return compare(a, b, CompareOp::Eq); }
 Tensor ne(const Tensor& a, const Tensor& b) { return compare(a, b, CompareOp::Ne); }

@@ -30,8 +30,11 @@ Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 // Against a number: a floating tensor compares in its dtype, the number rounded
-// to it first as PyTorch rounds it (a float32 x holding 0.1f equals 0.1);
-// integers compare in double (exact for every int32, and int64 up to 2^53).
+// to it first as PyTorch rounds it (a float32 x holding 0.1f equals 0.1); an
+// integer or Bool tensor compares with a whole number in double (exact for every
+// int32, and int64 up to 2^53) and with a fractional one in float32, as PyTorch
+// promotes an integer tensor and a Python float (int32 16777217 < 16777216.5 is
+// false, both rounding to 16777216). scalar_comparison_dtype says which.
 Tensor eq(const Tensor& a, double b);
 Tensor ne(const Tensor& a, double b);
 Tensor lt(const Tensor& a, double b);
@@ -45,6 +48,9 @@ Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
+// The dtype a tensor of `dtype` and the number `scalar` compare in (above).
+DType scalar_comparison_dtype(DType dtype, double scalar);
+
 Tensor operator==(const Tensor& a, double b);
 Tensor operator!=(const Tensor& a, double b);
 Tensor operator<(const Tensor& a, double b);

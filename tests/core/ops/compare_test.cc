@@ -68,7 +68,26 @@ TEST_CASE("a floating tensor compares with a number in its own dtype, as PyTorch
   }
   CHECK(v(tensor({0.1}, {1}, kF64) == 0.1) == std::vector<double>{1});
   CHECK(v(tensor({0.1}, {1}, kF64) == static_cast<double>(0.1f)) == std::vector<double>{0});
-  CHECK(v(tensor({2, 3}, {2}, kI64) < 2.5) == std::vector<double>{1, 0});  // integers: in double
+  CHECK(v(tensor({2, 3}, {2}, kI64) < 2.5) == std::vector<double>{1, 0});
+}
+
+// torch 1.13: an integer tensor and a Python float promote to float32, where
+// 16777217 and 16777216.5 both round to 16777216.
+TEST_CASE("an integer or Bool tensor compares with a fractional number in float32, a whole one exactly") {
+  const Tensor a = tensor({16777217, 2, 3}, {3}, {.dtype = DType::Int32});
+  CHECK(v(a < 16777216.5) == std::vector<double>{0, 1, 1});
+  CHECK(v(a == 16777216.5) == std::vector<double>{1, 0, 0});
+  CHECK(v(a > 2.5) == std::vector<double>{1, 0, 1});
+  CHECK(v(a <= 2.5) == std::vector<double>{0, 1, 0});
+  CHECK(v(a == 16777217.0) == std::vector<double>{1, 0, 0});  // whole: exact, in double
+  CHECK(v(a == 16777216.0) == std::vector<double>{0, 0, 0});
+  const Tensor b = tensor({1, 0}, {2}) > 0;
+  CHECK(v(b > 0.5) == std::vector<double>{1, 0});
+  CHECK(v(b == 0.5) == std::vector<double>{0, 0});
+  CHECK(scalar_comparison_dtype(DType::Int64, 2.5) == DType::Float32);
+  CHECK(scalar_comparison_dtype(DType::Int64, 2.0) == DType::Float64);
+  CHECK(scalar_comparison_dtype(DType::Bool, INFINITY) == DType::Float64);
+  CHECK(scalar_comparison_dtype(DType::BFloat16, 2.5) == DType::BFloat16);
 }
 
 TEST_CASE("NaN compares unequal to everything, itself included") {
