@@ -272,10 +272,12 @@ bool batch_norm_activation_backward(const BatchNormActivationBackwardArgs& a) {
   const NormActivation& act = a.activation;
   const std::optional<PointwiseMode> mode = activation_mode(act.kind, /*backward=*/true, act.parameters);
   if (!mode) return false;
+  const bool residual_dropped = a.dresidual && !a.residual;  // bn(x) + z cannot be recomputed
   std::vector<ActSource> sources;
   for (ActSource s : {ActSource::NormInference, ActSource::PointwiseRecompute, ActSource::SavedOutput}) {
-    if (source_serves(s, act.kind)) sources.push_back(s);
+    if (source_serves(s, act.kind) && !(residual_dropped && recomputes(s))) sources.push_back(s);
   }
+  if (sources.empty()) return false;
   VariantWalk walk;
   for (ActSource source : sources) {
     const std::string_view tier = source == sources.back() ? kUnfused : "";

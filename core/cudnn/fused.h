@@ -51,11 +51,13 @@ bool batch_norm_activation_forward_training(const BatchNormTrainingArgs& args, c
 // The backward of the call above, from its saved tensors.
 struct BatchNormActivationBackwardArgs {
   Strided dx, dweight, dbias;        // outputs: dx (N, C, H, W), dweight, dbias (C)
-  std::optional<Strided> dresidual;  // output, given exactly when there is a residual
+  std::optional<Strided> dresidual;  // output, given exactly when the forward added a residual
   Strided dy;
   std::optional<Strided> dy_addend;  // a second gradient of y, added to dy (autograd's sum, folded)
   Strided x, y;                      // y: the forward's output, act(bn(x) + z)
   Strided weight, bias, save_mean, save_invstd;
+  // The residual's values; none with a dresidual when the caller kept only y (a row whose
+  // derivative reads its output), so nothing recomputes bn(x) + z.
   std::optional<Strided> residual;
   NormActivation activation;
 };

@@ -281,7 +281,11 @@ void check_bn_act_args(std::string_view who, const Tensor& x, const Tensor& runn
 // Detached, dense operands for the kernels; missing weight / bias / running
 // statistics get stand-ins (1, 0, 0, 1) so one code path serves every case.
 struct BnOperands {
+  // z: the residual's values, dropped from the backward's copy where the row's
+  // derivative reads y (a projection shortcut's output would otherwise live
+  // until the backward for nothing); `residual` says whether the forward added one.
   Tensor x, z, weight, bias, running_mean, running_var;
+  bool residual = false;
   Tensor save_mean, save_invstd;  // outputs of the forward, saved for the backward
   Tensor y;                       // act(bn(x) + z)
   // bn(x) + z, kept by an unfused forward for a row whose derivative reads its
@@ -299,6 +303,7 @@ BnOperands bn_operands(const Tensor& x, const Tensor& running_mean, const Tensor
   BnOperands o;
   o.x = x.detach().contiguous(format);
   o.z = residual.defined() ? residual.detach().contiguous(format) : Tensor();
+  o.residual = residual.defined();
   o.weight = channel_operand(weight, o.x, 1.0);
   o.bias = channel_operand(bias, o.x, 0.0);
   o.running_mean = channel_operand(running_mean, o.x, 0.0);
@@ -457,7 +462,7 @@ bool fused_bn_act_backward(BnGrads& g, const BnOperands& o, const Tensor& dy, co
                            const NormActivation& act) {
   // dresidual gets a buffer of its own only on the paths that write one (the
   // others hand on dpre), so that a graph that does not run holds none.
-  Tensor dz = o.z.defined() ? empty_like(o.x) : Tensor();
+  Tensor dz = o.residual ? empty_like(o.x) : Tensor();
   if (!cudnn::batch_norm_activation_backward(
           {.dx = g.dx.strided(), .dweight = g.dweight.strided(), .dbias = g.dbias.strided(),
            .dresidual = strided_or_none(dz), .dy = dy.strided(), .dy_addend = strided_or_none(dy_addend),
@@ -486,14 +491,14 @@ BnGrads bn_act_backward(const BnOperands& o, Tensor dy, const NormActivation& ac
   if (try_fused(dy) && fused_bn_act_backward(g, o, dy, dy_addend, act)) return g;
   if (is_relu(act) && !dy.device().is_cuda() && !on_onednn_tier(dy)) {  // the mask and the backward in one pass
     if (dy_addend.defined()) dy = add(dy, dy_addend);
-    g.dresidual = o.z.defined() ? empty_like(o.x) : Tensor();
+    g.dresidual = o.residual ? empty_like(o.x) : Tensor();
     cpu::batch_norm_relu_backward(g.dx.strided(), g.dweight.strided(), g.dbias.strided(),
                                   strided_or_none(g.dresidual), dy.strided(), o.x.strided(), o.y.strided(),
                                   o.save_mean.strided(), o.save_invstd.strided(), o.weight.strided());
     return g;
   }
   Tensor dpre = activation_grad(o, dy, act, dy_addend);
-  if (o.z.defined()) g.dresidual = dpre;
+  if (o.residual) g.dresidual = dpre;
   bn_backward_of(g, dpre, o);
   return g;
 }
@@ -524,6 +529,7 @@ void record_bn_act(Tensor& y, const BnOperands& o, const NormActivation& act, co
   const bool need_residual = residual.defined() && residual.requires_grad();
   BnOperands saved = o;
   saved.y = o.y.detach();  // the output itself would hold its own node
+  if (!saves_input(act)) saved.z = Tensor();  // every path differentiates at y
   auto backward_sum = [=](const Tensor& dy, const Tensor& dy_addend) -> std::vector<Tensor> {
     const MemoryFormat format = saved.x.suggest_memory_format();
     const Tensor addend = dy_addend.defined() ? dy_addend.contiguous(format) : Tensor();

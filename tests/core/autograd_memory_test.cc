@@ -13,6 +13,7 @@
 #include "core/ops/activation.h"
 #include "core/ops/conv.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/fused.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduction.h"
 #include "core/storage_stats.h"
@@ -93,6 +94,23 @@ TEST_CASE("a residual add saves nothing: its operands are held by no one else") 
   const std::vector<SavedTensorBytes> rows = release_saved_tensors(loss);
   CHECK(bytes_of(rows, "add") == 0);
   CHECK(total_bytes(rows) == kActivationBytes + 2 * 4 * sizeof(float));  // batch_norm's
+}
+
+// A projection shortcut's output (here a second conv's) reaches only the fused
+// norm's add. ReLU's derivative reads the output, so the residual is not kept;
+// SiLU's reads bn(x) + z, which the CPU's forward keeps (as the one-by-one ops
+// do) beside the residual, which a GPU backward recomputes it from.
+TEST_CASE("a fused batch norm + residual + activation keeps the residual only where the derivative needs it") {
+  for (ActivationKind kind : {ActivationKind::Relu, ActivationKind::Silu}) {
+    CAPTURE(kernel::activation_info(kind).name);
+    SmallNet net;
+    Tensor loss = mean(batch_norm_activation(net.conv(), net.running_mean, net.running_var, net.gamma, net.beta, {},
+                                             kind, {}, net.conv()));
+    const std::vector<SavedTensorBytes> rows = release_saved_tensors(loss);
+    const size_t statistics = 2 * 4 * sizeof(float);  // the batch mean and 1/std
+    const size_t activations = kind == ActivationKind::Relu ? 2 : 4;  // x and y; SiLU: and z and bn(x) + z
+    CHECK(bytes_of(rows, "batch_norm_activation") == activations * kActivationBytes + statistics);
+  }
 }
 
 TEST_CASE("release_saved_tensors names what it needs when given a tensor without a graph") {
