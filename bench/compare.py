@@ -7,7 +7,7 @@ Reads bench/train_step's lines ("framework": "loom") and torch_bench.py's
 (Loom's best mode against each PyTorch mode and against the best of them, the
 achieved TFLOP/s and share of the GPU's dense peak for the precision), the
 first-step and memory table, the Fashion-MNIST time-to-accuracy table, and one
-line per speed target: met / missed / not measured, with the numbers.
+line per speed or memory target: met / missed / not measured, with the numbers.
 """
 import argparse, json, sys
 
@@ -118,7 +118,7 @@ def step_table(table, peaks):
 
 def start_table(table):
     head = ("| model | batch | precision | first step s: Loom | eager | compile | max-autotune | CUDA graph "
-            "| peak MiB: Loom | PyTorch eager |")
+            "| peak MiB: Loom | eager | compile | max-autotune | CUDA graph |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for key in sorted_keys(table):
         runs = table[key]
@@ -126,8 +126,14 @@ def start_table(table):
         lines.append("| " + " | ".join([
             key[0], str(key[1]), key[2], fmt(loom["first_step_s"], ".2f") if loom else "-",
             *(cell(runs, "torch", m, "first_step_s", ".2f") for m in TORCH_MODES),
-            fmt(loom["peak_mib"], ".1f") if loom else "-", cell(runs, "torch", "eager", "peak_mib", ".1f")]) + " |")
+            fmt(loom["peak_mib"], ".1f") if loom else "-",
+            *(cell(runs, "torch", m, "peak_mib", ".1f") for m in TORCH_MODES)]) + " |")
     return lines
+
+def torch_leanest(runs):
+    """The PyTorch mode that ran with the lowest peak memory: (mode, record), or (None, None)."""
+    measured = [(m, runs[("torch", m)]) for m in TORCH_MODES if ok(runs.get(("torch", m)))]
+    return min(measured, key=lambda mr: mr[1]["peak_mib"]) if measured else (None, None)
 
 def flop_lines(table):
     seen = {}
@@ -175,6 +181,10 @@ def target_lines(table, tta):
         detail = f"{loom['ms_per_step']:.3f} vs {best['ms_per_step']:.3f} ms ({mode}) = {r:.2f}x" if r else ""
         bar = STRICT_SPEEDUP if key[2] == "strict" else BEST_SPEEDUP if key[0] in REFERENCE_MODELS else ZOO_SPEEDUP
         lines.append(speed_line(f"{name}: Loom >= {bar:g}x the best PyTorch mode", r, bar, True, detail))
+        lean_mode, lean = torch_leanest(runs)
+        m = loom["peak_mib"] / lean["peak_mib"] if ok(loom) and lean and lean["peak_mib"] > 0 else None
+        detail = f"{loom['peak_mib']:,.0f} vs {lean['peak_mib']:,.0f} MiB ({lean_mode}) = {m:.2f}x" if m else ""
+        lines.append(speed_line(f"{name}: Loom's peak memory <= PyTorch's lowest", m, 1.0, False, detail))
         if key[0] in ("lenet5", "mnist_net") and key[1] == 128 and key[2] != "strict":
             graph = runs.get(("torch", "graph"))
             g = ratio(loom, graph)
