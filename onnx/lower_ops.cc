@@ -276,6 +276,24 @@ Row logical(const char* onnx_op, size_t arity) {
   };
 }
 
+// torch.isclose: a == b, both NaN under equal_nan, or a finite |a - b| within atol + |rtol * b|,
+// in what Loom's kernel computes in (16-bit floats as float32, integers and Bool as float64).
+void isclose(Lowering& L, const trace::Op& op) {
+  const DType in = op.inputs.at(0).dtype();
+  const DType t = !is_floating(in) ? DType::Float64 : element_size(in) == 2 ? DType::Float32 : in;
+  const std::string a = in_as(L, op, 0, t), b = in_as(L, op, 1, t);
+  const std::string diff = L.emit("Abs", {L.emit("Sub", {a, b})});
+  const std::string relative = L.emit("Abs", {L.emit("Mul", {L.scalar(op.get_double("rtol"), t), b})});
+  const std::string tolerance = L.emit("Add", {L.scalar(op.get_double("atol"), t), relative});
+  const std::string within =
+      L.emit("And", {L.emit("LessOrEqual", {diff, tolerance}), L.emit("Not", {L.emit("IsInf", {diff})})});
+  std::string y = L.emit("Or", {L.emit("Equal", {a, b}), within});
+  if (op.get_int("equal_nan") != 0) {
+    y = L.emit("Or", {y, L.emit("And", {L.emit("IsNaN", {a}), L.emit("IsNaN", {b})})});
+  }
+  out(L, op, y);
+}
+
 // --- pooling ------------------------------------------------------------------------------
 
 Attrs pool_attributes(const trace::Op& op) {
@@ -510,6 +528,7 @@ void add_mask_rows(std::map<std::string, Row, std::less<>>& r) {
   r["masked_fill"] = [](Lowering& L, const trace::Op& op) {
     out(L, op, L.emit("Where", {in(L, op, 1), L.scalar(op.get_double("value"), dtype_of(op)), in(L, op, 0)}));
   };
+  r["isclose"] = isclose;
   r["maximum"] = binary("Max");
   r["minimum"] = binary("Min");
 }

@@ -250,6 +250,7 @@ Tensor operator~(const Tensor& x) {
 }
 
 Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  trace::OpScope trace("isclose");
   check_defined(a, "isclose", "a");
   check_defined(b, "isclose", "b");
   check_same_device(a, b, "isclose");
@@ -263,6 +264,9 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool 
   Tensor out = empty(sizes, {.dtype = DType::Bool, .device = a.device()});
   LOOM_KERNEL(out, isclose, out.strided(), a.detach().expand(sizes).strided(),
               b.detach().expand(sizes).strided(), rtol, atol, equal_nan);
+  if (trace.recording()) {
+    trace.record({a, b}, out, {{"rtol", rtol}, {"atol", atol}, {"equal_nan", int64_t{equal_nan}}});
+  }
   return out;
 }
 
