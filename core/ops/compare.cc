@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -87,7 +86,7 @@ Tensor compare(const Tensor& a, double b, CompareOp op) {
   trace::OpScope trace(op_name(op, /*scalar=*/true));
   check_defined(a, op_name(op), "a");
   const DType dtype = scalar_comparison_dtype(a.dtype(), b);
-  // Float64 stands for "exact": integers then compare in double without a copy.
+  // Float64 for an integer x means exact: the kernel compares its values in double, uncopied.
   const Tensor values = is_floating(a.dtype()) || dtype == DType::Float64 ? a.detach() : a.detach().to(dtype);
   Tensor out = empty(a.sizes(), {.dtype = DType::Bool, .device = a.device()});
   LOOM_KERNEL(out, compare_scalar, out.strided(), values.strided(), in_dtype(b, values.dtype()), op);
