@@ -147,6 +147,15 @@ void fresh_device_state(Device device) {
 #endif
 }
 
+// Sets the peaks to what is allocated now.
+void reset_peak(Device device) {
+#ifdef LOOM_WITH_CUDA
+  if (device.is_cuda()) cuda::reset_peak_stats();
+#else
+  (void)device;
+#endif
+}
+
 int64_t peak_allocated_bytes(Device device) {
 #ifdef LOOM_WITH_CUDA
   if (device.is_cuda()) return static_cast<int64_t>(cuda::stats().peak_allocated_bytes);
@@ -245,6 +254,11 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
     run();
     run();
   }
+  // The first steps' peak, then the timed steps' own.
+  synchronize(c.device);
+  r.peak_bytes = peak_allocated_bytes(c.device);
+  r.peak_breakdown = peak_breakdown(c.device);
+  reset_peak(c.device);
   Stopwatch watch(c.device);
   profiled_range(c.device, true);
   for (int rep = 0; rep < c.repeats; ++rep) {
@@ -253,6 +267,7 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
     r.repeat_ms.push_back(watch.stop_ms() / c.steps);
   }
   profiled_range(c.device, false);
+  r.steady_peak_bytes = peak_allocated_bytes(c.device);
   if (c.mode.starts_with("graph") && !step.last_step_replayed()) {
     r.fallback_reason = step.fallback_reason();
   }
@@ -368,8 +383,10 @@ StepResult run_step_config(const StepConfig& c) {
   r.plans_restored = after.restored - before.restored;
   r.plans_lazy = after.lazy - before.lazy;
   r.plans_specialized = after.specialized - before.specialized;
-  r.peak_bytes = peak_allocated_bytes(c.device);
-  r.peak_breakdown = peak_breakdown(c.device);
+  if (const int64_t later = peak_allocated_bytes(c.device); later > r.peak_bytes) {  // the timed steps' or after
+    r.peak_bytes = later;
+    r.peak_breakdown = peak_breakdown(c.device);
+  }
   if (c.profile_steps > 0) profile_steps(net, *opt, data, c);
   return r;
 }
@@ -416,12 +433,12 @@ std::string resolve_layout(const BenchOptions& o, const std::string& precision) 
 void print_step(const StepResult& r) {
   std::printf(
       "%-10s batch %4lld  %-6s %-5s %-4s %12.0f img/s %9.3f ms/step  first step %6.2f s"
-      " (model %.2f, inputs %.2f)  peak %8.1f MiB  plans (%s): %lld built, %lld restored, "
-      "%lld lazy, %lld specialized%s%s\n",
+      " (model %.2f, inputs %.2f)  peak %8.1f MiB (timed steps %.1f)  plans (%s): %lld built, "
+      "%lld restored, %lld lazy, %lld specialized%s%s\n",
       r.model.c_str(), static_cast<long long>(r.batch), r.precision.c_str(), r.mode.c_str(),
       r.layout.c_str(), r.images_per_second(), r.ms_per_step(), r.first_step_s,
       r.model_ready_s, r.inputs_ready_s, static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0),
-      r.plan_build.c_str(),
+      static_cast<double>(r.steady_peak_bytes) / (1024.0 * 1024.0), r.plan_build.c_str(),
       static_cast<long long>(r.plans_built), static_cast<long long>(r.plans_restored),
       static_cast<long long>(r.plans_lazy), static_cast<long long>(r.plans_specialized),
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());

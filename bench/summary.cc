@@ -36,7 +36,7 @@ std::string to_json(const StepResult& r) {
       "\"precision\": {}, \"mode\": {}, \"layout\": {}, \"device\": {}, \"steps\": {}, "
       "\"repeats\": {}, \"warmup\": {}, \"ms_per_step\": {}, \"img_per_s\": {}, "
       "\"first_step_s\": {}, \"model_ready_s\": {}, \"inputs_ready_s\": {}, \"peak_bytes\": {}, "
-      "\"peak_mib\": {}, \"repeat_ms\": {}, "
+      "\"peak_mib\": {}, \"steady_peak_bytes\": {}, \"steady_peak_mib\": {}, \"repeat_ms\": {}, "
       "\"fallback_reason\": {}, \"plan_build\": {}, \"plans_built\": {}, \"plans_restored\": {}, "
       "\"plans_lazy\": {}, \"plans_specialized\": {}, \"ranks\": {}, \"backward_ms\": {}, "
       "\"allreduce_done_ms\": {}, \"bucket_start_ms\": {}, \"bucket_end_ms\": {}}}",
@@ -45,7 +45,8 @@ std::string to_json(const StepResult& r) {
       json_number(r.ms_per_step()), json_number(r.images_per_second()),
       json_number(r.first_step_s), json_number(r.model_ready_s), json_number(r.inputs_ready_s),
       r.peak_bytes,
-      json_number(static_cast<double>(r.peak_bytes) / kMiB), number_list(r.repeat_ms),
+      json_number(static_cast<double>(r.peak_bytes) / kMiB), r.steady_peak_bytes,
+      json_number(static_cast<double>(r.steady_peak_bytes) / kMiB), number_list(r.repeat_ms),
       json_string(r.fallback_reason), json_string(r.plan_build), r.plans_built,
       r.plans_restored, r.plans_lazy, r.plans_specialized, r.ranks, json_number(r.backward_ms),
       json_number(r.allreduce_done_ms), number_list(r.bucket_start_ms),

@@ -7,7 +7,8 @@
 //    "precision": "tf32", "mode": "graph", "layout": "nchw", "device": "cuda",
 //    "steps": 100, "repeats": 5, "warmup": 10, "ms_per_step": 0.21,
 //    "img_per_s": 609523.8, "first_step_s": 1.9, "peak_bytes": 1.2e7,
-//    "peak_mib": 11.4, "repeat_ms": [...], "fallback_reason": ""}
+//    "peak_mib": 11.4, "steady_peak_bytes": 1.1e7, "steady_peak_mib": 10.5,
+//    "repeat_ms": [...], "fallback_reason": ""}
 //   {"framework": "loom", "kind": "tta", "target": 0.91, "reached": true,
 //    "epochs": 4, "seconds": 5.1, "wall_seconds": 5.3, "accuracy": 0.912,
 //    "accuracies": [...]}
@@ -36,6 +37,9 @@ struct StepResult {
   double model_ready_s = 0, inputs_ready_s = 0;
   int64_t peak_bytes = 0;              // peak GPU memory allocated (0 on the CPU)
   std::string peak_breakdown = {};     // the peak by purpose, one line ("" on the CPU)
+  // The peak of the timed steps alone: what training holds and uses once the first
+  // steps' plan builds, races and tracing are done (torch_bench.py's from the same point).
+  int64_t steady_peak_bytes = 0;
   std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
   std::string plan_build = "lazy";     // the cuDNN plan-build mode (core/numerics.h)
   // cuDNN plans this configuration built before its first run, restored from the

@@ -52,6 +52,7 @@ TEST_CASE("one CPU configuration for 2 steps writes a JSON line with positive ti
   CHECK(json_number(line, "img_per_s") > 0);
   CHECK(json_number(line, "first_step_s") > 0);
   CHECK(json_number(line, "peak_bytes") == 0);  // no GPU memory on the CPU
+  CHECK(json_number(line, "steady_peak_bytes") == 0);
   CHECK(json_number(line, "img_per_s") ==
         doctest::Approx(8e3 / json_number(line, "ms_per_step")).epsilon(1e-6));
   std::filesystem::remove(path);

@@ -34,6 +34,7 @@ TEST_CASE("a step result: median ms, images per second and every JSON field") {
                .model_ready_s = 0.5,
                .inputs_ready_s = 0.75,
                .peak_bytes = 3 * 1024 * 1024,
+               .steady_peak_bytes = 2 * 1024 * 1024,
                .fallback_reason = "an op read a \"value\" back"};
   CHECK(r.ms_per_step() == 0.3);
   CHECK(r.images_per_second() == doctest::Approx(128 / 0.3e-3));
@@ -44,7 +45,8 @@ TEST_CASE("a step result: median ms, images per second and every JSON field") {
         "\"device\": \"cuda:0\"", "\"steps\": 100", "\"repeats\": 3", "\"warmup\": 10",
         "\"ms_per_step\": 0.3", "\"first_step_s\": 1.5", "\"model_ready_s\": 0.5",
         "\"inputs_ready_s\": 0.75", "\"peak_bytes\": 3145728",
-        "\"peak_mib\": 3", "\"repeat_ms\": [0.5, 0.25, 0.3]",
+        "\"peak_mib\": 3", "\"steady_peak_bytes\": 2097152", "\"steady_peak_mib\": 2",
+        "\"repeat_ms\": [0.5, 0.25, 0.3]",
         "\"fallback_reason\": \"an op read a \\\"value\\\" back\""}) {
     CHECK_MESSAGE(json.find(field) != std::string::npos, json, "\nmissing: ", field);
   }
