@@ -289,7 +289,8 @@ struct BnOperands {
   Tensor save_mean, save_invstd;  // outputs of the forward, saved for the backward
   Tensor y;                       // act(bn(x) + z)
   // bn(x) + z, kept by an unfused forward for a row whose derivative reads its
-  // input, as the one-by-one run keeps it (the fused graph keeps none).
+  // input, as the one-by-one run keeps it (the fused graph keeps none); not
+  // kept for the backward where the derivative can read y (ReLU6, Hardtanh).
   Tensor pre;
 };
 
@@ -529,7 +530,8 @@ void record_bn_act(Tensor& y, const BnOperands& o, const NormActivation& act, co
   const bool need_residual = residual.defined() && residual.requires_grad();
   BnOperands saved = o;
   saved.y = o.y.detach();  // the output itself would hold its own node
-  if (!saves_input(act)) saved.z = Tensor();  // every path differentiates at y
+  if (!saves_input(act)) saved.z = Tensor();        // every path differentiates at y
+  if (derivative_from_output(act)) saved.pre = Tensor();  // Loom's kernel differentiates at y
   auto backward_sum = [=](const Tensor& dy, const Tensor& dy_addend) -> std::vector<Tensor> {
     const MemoryFormat format = saved.x.suggest_memory_format();
     const Tensor addend = dy_addend.defined() ? dy_addend.contiguous(format) : Tensor();

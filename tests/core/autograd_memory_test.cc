@@ -97,18 +97,20 @@ TEST_CASE("a residual add saves nothing: its operands are held by no one else") 
 }
 
 // A projection shortcut's output (here a second conv's) reaches only the fused
-// norm's add. ReLU's derivative reads the output, so the residual is not kept;
+// norm's add. ReLU's derivative reads the output, so the residual is not kept.
 // SiLU's reads bn(x) + z, which the CPU's forward keeps (as the one-by-one ops
-// do) beside the residual, which a GPU backward recomputes it from.
+// do) beside the residual, which a GPU backward recomputes it from. ReLU6's
+// reads y on the CPU (Loom's kernel) and bn(x) + z in cuDNN's fused backward.
 TEST_CASE("a fused batch norm + residual + activation keeps the residual only where the derivative needs it") {
-  for (ActivationKind kind : {ActivationKind::Relu, ActivationKind::Silu}) {
+  for (ActivationKind kind : {ActivationKind::Relu, ActivationKind::Relu6, ActivationKind::Silu}) {
     CAPTURE(kernel::activation_info(kind).name);
     SmallNet net;
     Tensor loss = mean(batch_norm_activation(net.conv(), net.running_mean, net.running_var, net.gamma, net.beta, {},
                                              kind, {}, net.conv()));
     const std::vector<SavedTensorBytes> rows = release_saved_tensors(loss);
     const size_t statistics = 2 * 4 * sizeof(float);  // the batch mean and 1/std
-    const size_t activations = kind == ActivationKind::Relu ? 2 : 4;  // x and y; SiLU: and z and bn(x) + z
+    // x and y; ReLU6: and z; SiLU: and z and bn(x) + z
+    const size_t activations = kind == ActivationKind::Relu ? 2 : kind == ActivationKind::Relu6 ? 3 : 4;
     CHECK(bytes_of(rows, "batch_norm_activation") == activations * kActivationBytes + statistics);
   }
 }
