@@ -46,6 +46,10 @@ struct ActivationInfo {
   const char* extra_repr;   // the module repr's fixed part ("" when none)
   Saved saved;
   CudnnActivation cudnn_forward, cudnn_backward;  // cuDNN's backward takes the saved tensor as X
+  // For a row that saves its input: whether backward(dy, y) equals backward(dy, x) for
+  // every x, so that the output may be kept instead (Loom's kernels; cuDNN's comparisons
+  // at a clip are its own).
+  bool derivative_from_output = false;
 };
 
 // How many scalars a user may set for the row: 0, 1 or 2.
@@ -200,13 +204,13 @@ struct Hardswish {
 };
 
 // clamp(x, min_val, max_val), NaN kept. The gradient is zero at and beyond the
-// bounds, as PyTorch's hardtanh_backward. It saves the input: which side of a
-// bound a clipped output lies on is unknowable from the output alone at the
-// bound itself, and cuDNN's RELU_BWD compares X with the clips.
+// bounds, as PyTorch's hardtanh_backward, so the output gives the same gradient
+// (y sits on a bound exactly where x is on or past it). It saves the input for
+// cuDNN's RELU_BWD, which compares X with the clips in its own way.
 struct Hardtanh {
   static constexpr ActivationInfo info{"hardtanh", "Hardtanh", {"min_val", "max_val"}, {-1.0, 1.0}, "",
                                        Saved::Input, CudnnActivation::ClippedRelu,
-                                       CudnnActivation::ClippedRelu};
+                                       CudnnActivation::ClippedRelu, /*derivative_from_output=*/true};
   template <class T>
   LOOM_HOST_DEVICE static T forward(T x, T lo, T hi) { return x < lo ? lo : x > hi ? hi : x; }
   template <class T>
@@ -216,7 +220,8 @@ struct Hardtanh {
 // min(max(x, 0), 6) (MobileNetV2): Hardtanh with its bounds fixed at 0 and 6.
 struct Relu6 {
   static constexpr ActivationInfo info{"relu6", "ReLU6", {"", ""}, {0.0, 6.0}, "", Saved::Input,
-                                       CudnnActivation::ClippedRelu, CudnnActivation::ClippedRelu};
+                                       CudnnActivation::ClippedRelu, CudnnActivation::ClippedRelu,
+                                       /*derivative_from_output=*/true};
   template <class T>
   LOOM_HOST_DEVICE static T forward(T x, T lo, T hi) { return Hardtanh::forward(x, lo, hi); }
   template <class T>

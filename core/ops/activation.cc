@@ -87,11 +87,20 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
   Tensor y = empty_like(x);
   activation_detail::forward_kernel(y, x, kind, parameters);
   if (needs_grad({x})) {
-    Tensor saved = row.saved == kernel::Saved::Output ? y.detach() : x.detach();
-    record(row.name, {x}, y, [saved, kind, parameters](const Tensor& dy_in) {
+    // A clipping row keeps y, which the next op usually keeps too, and differentiates
+    // there with Loom's kernel (kernel::ActivationInfo::derivative_from_output).
+    const bool at_output = row.saved == kernel::Saved::Output || row.derivative_from_output;
+    Tensor saved = at_output ? y.detach() : x.detach();
+    const bool loom_kernel = row.saved == kernel::Saved::Input && at_output;
+    record(row.name, {x}, y, [saved, kind, parameters, loom_kernel](const Tensor& dy_in) {
       Tensor dx = empty_like(saved);
       Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
-      activation_detail::backward_kernel(dx, dy, saved, kind, parameters);
+      if (loom_kernel) {
+        DeviceGuard guard(saved.device());
+        LOOM_KERNEL(dx, activation_backward, dx.strided(), dy.strided(), saved.strided(), kind, parameters);
+      } else {
+        activation_detail::backward_kernel(dx, dy, saved, kind, parameters);
+      }
       return std::vector<Tensor>{dx};
     }, {saved});
   }

@@ -414,12 +414,8 @@ Tensor recompute_pre_activation(const BnOperands& o) {
   return pre.to(o.x.dtype()).contiguous(o.x.suggest_memory_format());
 }
 
-// Whether Loom's kernel for the row's derivative gives the same answer at the
-// output as at the input: Hardtanh's and ReLU6's are dy strictly between the
-// bounds, where y equals x, and 0 where y sits on a bound, as x does on or past
-// it. (cuDNN's RELU_BWD is not asked: how it compares at the clips is its own.)
 bool derivative_from_output(const NormActivation& act) {
-  return act.kind == ActivationKind::Hardtanh || act.kind == ActivationKind::Relu6;
+  return kernel::activation_info(act.kind).derivative_from_output;
 }
 
 // dpre = dL/d(bn(x) + z): the row's derivative of dy (+ dy_addend, when

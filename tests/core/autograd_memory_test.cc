@@ -115,6 +115,20 @@ TEST_CASE("a fused batch norm + residual + activation keeps the residual only wh
   }
 }
 
+// PyTorch's hardtanh saves its input; Loom keeps the output, which gives the same
+// gradient, and which the next conv keeps as its input anyway: one tensor, not two.
+TEST_CASE("relu6 and hardtanh keep their output, which the next conv keeps too") {
+  for (ActivationKind kind : {ActivationKind::Relu6, ActivationKind::Hardtanh}) {
+    CAPTURE(kernel::activation_info(kind).name);
+    SmallNet net;
+    const Tensor w2 = randn({4, 4, 3, 3}, {.requires_grad = true}, &net.gen);
+    Tensor loss = mean(conv2d(activation(net.bn(net.conv()), kind, {}), w2, Tensor(), {.padding = 1}));
+    const std::vector<SavedTensorBytes> rows = release_saved_tensors(loss);
+    CHECK(bytes_of(rows, "batch_norm") == kActivationBytes + 2 * 4 * sizeof(float));  // the conv's output
+    CHECK(total_bytes(rows) == 2 * kActivationBytes + 2 * 4 * sizeof(float));
+  }
+}
+
 TEST_CASE("release_saved_tensors names what it needs when given a tensor without a graph") {
   Tensor leaf = ones({2}, {.requires_grad = true});
   CHECK_THROWS_WITH_FRAGMENT(release_saved_tensors(leaf), AutogradError, "has no autograd graph");
