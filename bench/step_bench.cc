@@ -135,6 +135,15 @@ void profiled_range(Device device, bool open) {
 #endif
 }
 
+// Sets the peaks to what is allocated now.
+void reset_peak(Device device) {
+#ifdef LOOM_WITH_CUDA
+  if (device.is_cuda()) cuda::reset_peak_stats();
+#else
+  (void)device;
+#endif
+}
+
 // Starts a configuration from an empty allocator cache, so its peak memory is
 // its own. The plan cache is kept, as PyTorch keeps cudnn.benchmark's choices
 // within a process: the first mode run of a shape pays for its plans.
@@ -143,17 +152,8 @@ void fresh_device_state(Device device) {
   if (!device.is_cuda()) return;
   cuda::synchronize();
   cuda::empty_cache();
-  cuda::reset_peak_stats();
 #endif
-}
-
-// Sets the peaks to what is allocated now.
-void reset_peak(Device device) {
-#ifdef LOOM_WITH_CUDA
-  if (device.is_cuda()) cuda::reset_peak_stats();
-#else
-  (void)device;
-#endif
+  reset_peak(device);
 }
 
 int64_t peak_allocated_bytes(Device device) {

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "core/ops/compare.h"
+#include "core/ops/elementwise.h"
 #include "onnx/lowering.h"
 
 namespace loom::onnx {
@@ -280,7 +281,7 @@ Row logical(const char* onnx_op, size_t arity) {
 // in what Loom's kernel computes in (16-bit floats as float32, integers and Bool as float64).
 void isclose(Lowering& L, const trace::Op& op) {
   const DType in = op.inputs.at(0).dtype();
-  const DType t = !is_floating(in) ? DType::Float64 : element_size(in) == 2 ? DType::Float32 : in;
+  const DType t = !is_floating(in) ? DType::Float64 : is_half_precision(in) ? DType::Float32 : in;
   const std::string a = in_as(L, op, 0, t), b = in_as(L, op, 1, t);
   const std::string diff = L.emit("Abs", {L.emit("Sub", {a, b})});
   const std::string relative = L.emit("Abs", {L.emit("Mul", {L.scalar(op.get_double("rtol"), t), b})});

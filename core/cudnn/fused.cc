@@ -277,7 +277,6 @@ bool batch_norm_activation_backward(const BatchNormActivationBackwardArgs& a) {
   for (ActSource s : {ActSource::NormInference, ActSource::PointwiseRecompute, ActSource::SavedOutput}) {
     if (source_serves(s, act.kind) && !(residual_dropped && recomputes(s))) sources.push_back(s);
   }
-  if (sources.empty()) return false;
   VariantWalk walk;
   for (ActSource source : sources) {
     const std::string_view tier = source == sources.back() ? kUnfused : "";

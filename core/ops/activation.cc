@@ -89,9 +89,8 @@ Tensor activation(const Tensor& x, ActivationKind kind, const std::vector<double
   if (needs_grad({x})) {
     // A clipping row keeps y, which the next op usually keeps too, and differentiates
     // there with Loom's kernel (kernel::ActivationInfo::derivative_from_output).
-    const bool at_output = row.saved == kernel::Saved::Output || row.derivative_from_output;
-    Tensor saved = at_output ? y.detach() : x.detach();
-    const bool loom_kernel = row.saved == kernel::Saved::Input && at_output;
+    const bool loom_kernel = row.derivative_from_output;
+    Tensor saved = row.saved == kernel::Saved::Output || loom_kernel ? y.detach() : x.detach();
     record(row.name, {x}, y, [saved, kind, parameters, loom_kernel](const Tensor& dy_in) {
       Tensor dx = empty_like(saved);
       Tensor dy = dy_in.contiguous(saved.suggest_memory_format());
