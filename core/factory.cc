@@ -1,9 +1,8 @@
 // File: core/factory.cc
 // Tensor factories. Random numbers come from the Philox generator (element i
 // uses counter offset + i), so a seed gives the same values on every device:
-// rand in float32 and float64 and randn on a GPU are drawn there (the same
-// bits, randn's to an ulp, and capturable in a CUDA graph), the rest on the CPU
-// and moved to the device.
+// on a GPU every draw is made there (the same bits, randn's to an ulp, and
+// capturable in a CUDA graph), by the kernels of core/cuda/random.h.
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -12,13 +11,13 @@
 #include "core/autograd.h"
 #include "core/cpu/copy.h"
 #include "core/cpu/philox.h"
+#include "core/cuda/philox.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
 #include "core/trace.h"
 #ifdef LOOM_WITH_CUDA
-#include "core/cuda/capture.h"
 #include "core/cuda/copy.h"
 #include "core/cuda/random.h"
 #endif
@@ -53,14 +52,24 @@ Tensor finish(Tensor t, const TensorOptions& options, std::string_view op) {
   return t;
 }
 
-// rand's value of a Philox block: only as many random bits as the dtype's
-// significand holds, so rounding to the dtype can never produce 1.0; float64
-// takes two words.
+// How many random bits rand keeps for a dtype: as many as its significand
+// holds, so rounding to the dtype can never produce 1.0; float64's 53 take two
+// words.
+int uniform_bits(DType dtype) {
+  switch (dtype) {
+    case DType::Float16: return 11;
+    case DType::BFloat16: return 8;
+    case DType::Float64: return 53;
+    default: return 24;
+  }
+}
+
+// rand's value of a Philox block (the GPU's RandomDraw::Kind::Uniform).
 class UnitDraw {
  public:
   explicit UnitDraw(DType dtype)
       : wide_(dtype == DType::Float64),
-        bits_kept_(dtype == DType::Float16 ? 11 : dtype == DType::BFloat16 ? 8 : 24),
+        bits_kept_(uniform_bits(dtype)),
         scale_(std::ldexp(1.0, -bits_kept_)) {}  // exact: a power of two
 
   double operator()(const uint32_t* bits) const {
@@ -75,20 +84,11 @@ class UnitDraw {
 };
 
 // Fills a CPU tensor of options' dtype with draw(the four words of Philox block
-// i) for element i, then moves it.
+// i) for element i (drawn_on_gpu, below, makes a GPU's draws).
 template <class Fn>
 Tensor random_tensor(const Shape& sizes, const TensorOptions& options, Generator* generator,
                      std::string_view op, Fn&& draw) {
   check_sizes(sizes, op, options.dtype);
-#ifdef LOOM_WITH_CUDA
-  if (options.device.is_cuda()) {
-    DeviceGuard guard(options.device);
-    LOOM_CHECK(!cuda::is_capturing(), ValueError,
-               "[{}] draws {} on the host, which a CUDA graph being captured cannot replay; inside a captured "
-               "step, draw rand or randn in float32 or float64 (made on the GPU) and convert the result",
-               op, dtype_name(options.dtype));
-  }
-#endif
   Generator& gen = generator ? *generator : default_generator();
   int64_t n = numel_of(sizes);
   // Row-major in the output dtype first (element i is draw i in every layout),
@@ -120,30 +120,31 @@ Tensor random_tensor(const Shape& sizes, const TensorOptions& options, Generator
   return finish(host.to(options.device), options, op);
 }
 
-// rand's (uniform) or randn's (normal) draws on a GPU, made there by the
-// kernels that draw the CPU's Philox blocks (core/cuda/random.h): float32 and
-// float64, and randn's 16-bit values as its float32 ones rounded, as the CPU
-// rounds them (rand keeps fewer random bits for 16-bit dtypes, which the kernels
-// do not draw); nullopt for the CPU and the other dtypes.
+// A draw on a GPU, made there by core/cuda/random.h's kernels from the CPU's
+// Philox blocks; nullopt on the CPU. Floats are drawn in float32 or float64 and
+// rounded to 16 bits as the CPU rounds its doubles (rand's 8 or 11 bits are
+// exact in float32); integers as doubles, as the CPU draws them.
 std::optional<Tensor> drawn_on_gpu(const Shape& sizes, const TensorOptions& options, Generator* generator,
-                                   bool normal, std::string_view op) {
+                                   const cuda::RandomDraw& draw, std::string_view op) {
 #ifdef LOOM_WITH_CUDA
-  const bool wide = options.dtype == DType::Float32 || options.dtype == DType::Float64;
-  const bool half = options.dtype == DType::BFloat16 || options.dtype == DType::Float16;
-  if (!options.device.is_cuda() || !(wide || (normal && half))) return std::nullopt;
+  if (!options.device.is_cuda()) return std::nullopt;
   check_sizes(sizes, op, options.dtype);
-  TensorOptions dense = options;
-  dense.requires_grad = false;
-  if (half) dense.dtype = DType::Float32;
-  Tensor out = empty(sizes, dense);
+  TensorOptions fill = options;
+  fill.requires_grad = false;
+  const bool wide = draw.kind == cuda::RandomDraw::Kind::Integer || options.dtype == DType::Float64;
+  fill.dtype = wide ? DType::Float64 : DType::Float32;
+  Tensor out = empty(sizes, fill);
   DeviceGuard guard(out.device());
   Generator& gen = generator ? *generator : default_generator();
-  const cuda::PhiloxArgs draws = cuda::philox_draw(gen, static_cast<uint64_t>(out.numel()));
-  normal ? cuda::fill_normal(out.strided(), draws) : cuda::fill_uniform(out.strided(), draws);
-  return finish(half ? out.to(options.dtype) : out, options, op);
+  cuda::fill_random(out.strided(), draw, cuda::philox_draw(gen, static_cast<uint64_t>(out.numel())));
+  return finish(fill.dtype == options.dtype ? out : out.to(options.dtype), options, op);
 #else
   return std::nullopt;
 #endif
+}
+
+cuda::RandomDraw uniform_draw(DType dtype, double low = 0.0, double high = 1.0) {
+  return {.kind = cuda::RandomDraw::Kind::Uniform, .bits = uniform_bits(dtype), .low = low, .span = high - low};
 }
 
 }  // namespace
@@ -218,7 +219,9 @@ Tensor arange(int64_t end, TensorOptions options) {
 Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
   LOOM_CHECK(is_floating(options.dtype), TypeError,
              "[rand] needs a floating dtype, got {}", dtype_name(options.dtype));
-  if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, /*normal=*/false, "rand")) return *t;
+  if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, uniform_draw(options.dtype), "rand")) {
+    return *t;
+  }
   return random_tensor(sizes, options, generator, "rand", UnitDraw(options.dtype));
 }
 
@@ -231,6 +234,11 @@ Tensor& Tensor::uniform_(double low, double high, Generator* generator) {
   LOOM_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, ValueError,
              "[uniform_] needs finite low <= high, got low {} and high {}", low, high);
   check_inplace(*this, "uniform_");
+  const TensorOptions on_device{.dtype = dtype(), .device = device()};
+  if (std::optional<Tensor> t = drawn_on_gpu(sizes(), on_device, generator, uniform_draw(dtype(), low, high),
+                                             "uniform_")) {
+    return copy_(*t);
+  }
   const UnitDraw unit(dtype());
   // In the type the elementwise scalar ops compute in (visit_float), one
   // rounding per op as theirs, so the values are rand's scaled and shifted.
@@ -247,7 +255,8 @@ Tensor& Tensor::uniform_(double low, double high, Generator* generator) {
 Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
   LOOM_CHECK(is_floating(options.dtype), TypeError,
              "[randn] needs a floating dtype, got {}", dtype_name(options.dtype));
-  if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, /*normal=*/true, "randn")) return *t;
+  const cuda::RandomDraw normal{.kind = cuda::RandomDraw::Kind::Normal};
+  if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, normal, "randn")) return *t;
   return random_tensor(sizes, options, generator, "randn", [](const uint32_t* bits) {
     double u1 = 1.0 - uniform_double(bits[0], bits[1]);  // (0, 1]: log stays finite
     double u2 = uniform_double(bits[2], bits[3]);
@@ -277,6 +286,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
   LOOM_CHECK(low < high, ValueError, "[randint] needs low < high, got low {} and high {}", low,
              high);
   auto range = static_cast<uint64_t>(high - low);
+  const cuda::RandomDraw integer{.kind = cuda::RandomDraw::Kind::Integer, .integer_low = low, .range = range};
+  if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, integer, "randint")) return *t;
   return random_tensor(sizes, options, generator, "randint", [low, range](const uint32_t* bits) {
     uint64_t r = (static_cast<uint64_t>(bits[0]) << 32) | bits[1];
     return static_cast<double>(low + static_cast<int64_t>(r % range));

@@ -168,8 +168,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes,
                TensorOptions options = {.dtype = DType::Int64}, Generator* generator = nullptr);
 // rand and randn with like's sizes, dtype, device and layout (torch.rand_like):
 // the noise of a VAE's reparameterization, eps = randn_like(std). On a GPU,
-// rand in float32 and float64 and randn in every floating dtype draw there, so
-// a captured training step draws fresh numbers at each replay.
+// every random factory (and uniform_) draws there, so a captured training step
+// draws fresh numbers at each replay.
 Tensor rand_like(const Tensor& like, Generator* generator = nullptr);
 Tensor randn_like(const Tensor& like, Generator* generator = nullptr);
 // Copies `numel(sizes)` row-major elements of type `src_dtype` from host memory.

@@ -24,15 +24,13 @@
 // Eager and replayed steps run the same kernels with the same plans, so under a
 // deterministic numerics policy they give the same bits.
 //
-// Random ops (dropout, randn and randn_like, rand and rand_like in float32 or
-// float64, with the default generator or one of your own) are captured too:
+// Random ops (dropout, rand, randn, randint, uniform_ and the _like forms, in
+// every dtype, with the default generator or one of your own) are captured too:
 // their kernels read the generator's state from device memory that each replay
 // updates, and the generator advances on the host as an eager step would
 // advance it, so every replay draws fresh numbers, the same ones an eager step
 // from that state draws. A generator used inside the step must outlive the
-// TrainStep. randint and 16-bit rand draws are made on the host, which a
-// capture cannot replay: such a step runs eagerly. The step runs on the GPU of
-// its inputs x.
+// TrainStep. The step runs on the GPU of its inputs x.
 //
 // Each GPU step starts at a step boundary: it first swaps in the cuDNN plans
 // that background builds finished (lazy plan building, core/step_boundary.h).

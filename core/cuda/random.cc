@@ -24,14 +24,16 @@ void dropout_apply(const Strided& out, const Strided& in, double p, const Philox
   LOOM_CUDA_CHECK(launch_dropout_apply(out, in, p, philox, current_stream()));
 }
 
-void fill_uniform(const Strided& out, const PhiloxArgs& philox) {
-  check_kernel_rank(out, "rand");
-  LOOM_CUDA_CHECK(launch_fill_uniform(out, philox, current_stream()));
-}
-
-void fill_normal(const Strided& out, const PhiloxArgs& philox) {
-  check_kernel_rank(out, "randn");
-  LOOM_CUDA_CHECK(launch_fill_normal(out, philox, current_stream()));
+void fill_random(const Strided& out, const RandomDraw& draw, const PhiloxArgs& philox) {
+  check_kernel_rank(out, "random fill");
+  LOOM_CHECK(out.dtype == DType::Float32 || out.dtype == DType::Float64, TypeError,
+             "[random fill] fills float32 or float64, got {}; draw in one of them and convert",
+             dtype_name(out.dtype));
+  LOOM_CHECK(draw.kind != RandomDraw::Kind::Uniform || draw.bits == 53 || (draw.bits >= 1 && draw.bits <= 24),
+             ValueError, "[random fill] a uniform draw keeps 1 to 24 bits, or 53, got {}", draw.bits);
+  LOOM_CHECK(draw.kind != RandomDraw::Kind::Integer || draw.range > 0, ValueError,
+             "[random fill] an integer draw needs a range of at least 1");
+  LOOM_CUDA_CHECK(launch_fill_random(out, draw, philox, current_stream()));
 }
 
 }  // namespace loom::cuda

@@ -43,14 +43,25 @@ __global__ void dropout_apply_kernel(S* out, Geometry og, const S* in, Geometry 
   }
 }
 
-// rand: 24 bits for float32, 53 for float64, as core/factory.cc.
+// Products and sums rounded once each, never fused into a multiply-add: the
+// CPU's x86-64 build computes them apart.
+__device__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
+// rand and uniform_: `bits` random bits (24 for float32, 8 and 11 for the
+// 16-bit dtypes, 53 from two words for float64), scaled and shifted in T, as
+// core/factory.cc's UnitDraw and uniform_.
 template <class T>
-__device__ T uniform_draw(const PhiloxBlock& bits) {
-  if constexpr (std::is_same_v<T, float>) {
-    return uniform_float(bits.lane[0]);
+__device__ T uniform_draw(const PhiloxBlock& bits, const RandomDraw& d) {
+  T unit;
+  if (d.bits == 53) {
+    unit = static_cast<T>(uniform_double(bits.lane[0], bits.lane[1]));
   } else {
-    return uniform_double(bits.lane[0], bits.lane[1]);
+    unit = static_cast<T>(bits.lane[0] >> (32 - d.bits)) * static_cast<T>(ldexp(1.0, -d.bits));  // exact
   }
+  return add_rn(mul_rn(unit, static_cast<T>(d.span)), static_cast<T>(d.low));
 }
 
 // randn: the Box-Muller transform of core/factory.cc, operation for operation.
@@ -61,25 +72,37 @@ __device__ T normal_draw(const PhiloxBlock& bits) {
   return static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
+// randint: as core/factory.cc, a double (exact below 2^53, rounded alike above).
+__device__ double integer_draw(const PhiloxBlock& bits, const RandomDraw& d) {
+  const uint64_t r = (static_cast<uint64_t>(bits.lane[0]) << 32) | bits.lane[1];
+  return static_cast<double>(d.integer_low + static_cast<int64_t>(r % d.range));
+}
+
 // One thread per element; element i draws from block first_block + i.
-template <class T, bool kNormal>
-__global__ void fill_random_kernel(T* out, Geometry g, int64_t n, PhiloxArgs philox) {
+template <class T, RandomDraw::Kind kKind>
+__global__ void fill_random_kernel(T* out, Geometry g, int64_t n, RandomDraw draw, PhiloxArgs philox) {
   const PhiloxStart start = philox_start(philox);
   for (int64_t i = first_index(); i < n; i += index_step()) {
     const PhiloxBlock bits = philox_block(start.seed, start.first_block + i);
-    out[offset_of(i, g)] = kNormal ? normal_draw<T>(bits) : uniform_draw<T>(bits);
+    T value;
+    if constexpr (kKind == RandomDraw::Kind::Uniform) {
+      value = uniform_draw<T>(bits, draw);
+    } else if constexpr (kKind == RandomDraw::Kind::Normal) {
+      value = normal_draw<T>(bits);
+    } else {
+      value = static_cast<T>(integer_draw(bits, draw));
+    }
+    out[offset_of(i, g)] = value;
   }
 }
 
-template <bool kNormal>
-cudaError_t launch_fill_random(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream) {
+template <RandomDraw::Kind kKind>
+void launch_kind(const Strided& out, const RandomDraw& draw, const PhiloxArgs& philox, cudaStream_t stream) {
   const int64_t n = out.numel();
-  if (n == 0) return cudaSuccess;
   visit_float(out.dtype, [&]<class T>() {
-    fill_random_kernel<T, kNormal><<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<T>(), geometry_of(out), n, philox);
+    fill_random_kernel<T, kKind><<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<T>(), geometry_of(out), n, draw, philox);
   });
-  return cudaGetLastError();
 }
 
 __global__ void store_philox_base_kernel(uint64_t* base, uint64_t seed, uint64_t offset) {
@@ -101,12 +124,15 @@ cudaError_t launch_dropout_apply(const Strided& out, const Strided& in, double p
   return cudaGetLastError();
 }
 
-cudaError_t launch_fill_uniform(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream) {
-  return launch_fill_random<false>(out, philox, stream);
-}
-
-cudaError_t launch_fill_normal(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream) {
-  return launch_fill_random<true>(out, philox, stream);
+cudaError_t launch_fill_random(const Strided& out, const RandomDraw& draw, const PhiloxArgs& philox,
+                               cudaStream_t stream) {
+  if (out.numel() == 0) return cudaSuccess;
+  switch (draw.kind) {
+    case RandomDraw::Kind::Uniform: launch_kind<RandomDraw::Kind::Uniform>(out, draw, philox, stream); break;
+    case RandomDraw::Kind::Normal: launch_kind<RandomDraw::Kind::Normal>(out, draw, philox, stream); break;
+    case RandomDraw::Kind::Integer: launch_kind<RandomDraw::Kind::Integer>(out, draw, philox, stream); break;
+  }
+  return cudaGetLastError();
 }
 
 cudaError_t launch_store_philox_base(uint64_t* base, uint64_t seed, uint64_t offset,

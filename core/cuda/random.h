@@ -6,7 +6,7 @@
 //   cuda::dropout_apply(out.strided(), in.strided(), p, cuda::philox_draw(gen, (n + 3) / 4));
 //
 // Element i is the i-th element in row-major order of the output's sizes,
-// whatever its strides. Outputs are float32 or float64 (dropout_apply's, any
+// whatever its strides. Fills are float32 or float64 (dropout_apply's, any
 // floating dtype).
 //
 // Inside a CUDA-graph capture (cuda::CudaGraph) the draws are capturable: the
@@ -36,14 +36,12 @@ PhiloxArgs philox_draw(Generator& gen, uint64_t blocks);
 // (n + 3) / 4 blocks.
 void dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox);
 
-// rand's draws (core/factory.cc): element i uses block i; uniform_float(lane 0)
-// for float32, uniform_double(lanes 0, 1) for float64. Identical bits to the
-// CPU. Uses n blocks.
-void fill_uniform(const Strided& out, const PhiloxArgs& philox);
-
-// randn's draws: Box-Muller on block i, computed in double. The device's log
-// and cos may differ from glibc's in the last bit or two, so values match the
+// A random fill of out (float32 or float64; the factories convert for the
+// other dtypes): element i, in row-major order of out's sizes whatever its
+// strides, is `draw` of block i. Uniform and Integer give the CPU's bits;
+// Normal computes Box-Muller in double with the device's log and cos, which
+// may differ from glibc's in the last bit or two, so its values match the
 // CPU's to ~1e-15 relative rather than bit for bit. Uses n blocks.
-void fill_normal(const Strided& out, const PhiloxArgs& philox);
+void fill_random(const Strided& out, const RandomDraw& draw, const PhiloxArgs& philox);
 
 }  // namespace loom::cuda

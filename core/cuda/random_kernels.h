@@ -1,6 +1,6 @@
 // File: core/cuda/random_kernels.h
-// Launchers for the kernels in random.cu (float32 and float64 outputs, any
-// strides, at most kMaxDims dims). They return the launch status;
+// Launchers for the kernels in random.cu (the fills' outputs float32 or
+// float64, any strides, at most kMaxDims dims). They return the launch status;
 // core/cuda/random.cc checks it.
 #pragma once
 
@@ -16,8 +16,9 @@ namespace loom::cuda {
 // out = in * dropout's mask (random.h's dropout_apply); any floating dtype.
 cudaError_t launch_dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox,
                                  cudaStream_t stream);
-cudaError_t launch_fill_uniform(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream);
-cudaError_t launch_fill_normal(const Strided& out, const PhiloxArgs& philox, cudaStream_t stream);
+// out (float32 or float64) = draw of block first_block + i at element i.
+cudaError_t launch_fill_random(const Strided& out, const RandomDraw& draw, const PhiloxArgs& philox,
+                               cudaStream_t stream);
 // base = {seed, offset}, one thread: a captured graph's replay runs it first.
 cudaError_t launch_store_philox_base(uint64_t* base, uint64_t seed, uint64_t offset,
                                      cudaStream_t stream);

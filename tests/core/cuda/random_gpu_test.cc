@@ -1,9 +1,10 @@
 // File: tests/core/cuda/random_gpu_test.cc
 // GPU random fills against the CPU draws of the same (seed, offset): dropout's
 // mask (dropout_apply of ones) bit for bit against the CPU op's, dropout_apply
-// of any input against that mask, rand bit for bit, and randn to a few float64
-// ulp (the device's log and cos are not glibc's; see core/cuda/random.h), also
-// through rand and randn on a GPU and inside a capture. Outputs start as NaN,
+// of any input against that mask, rand, uniform_ and randint bit for bit in
+// every dtype, and randn to a few float64 ulp (the device's log and cos are not
+// glibc's; see core/cuda/random.h), directly, through the factories on a GPU
+// and inside a capture. Outputs start as NaN,
 // so unwritten elements show, and some are channels-last, since element i is
 // the i-th in row-major order.
 #include <doctest/doctest.h>
@@ -118,7 +119,7 @@ LOOM_GPU_TEST_CASE("dropout_apply is its input times the mask of the same draws,
   }
 }
 
-LOOM_GPU_TEST_CASE("fill_uniform draws what rand draws, bit for bit") {
+LOOM_GPU_TEST_CASE("a uniform fill draws what rand draws, bit for bit") {
   for (DType dtype : kDtypes) {
     for (const Shape& sizes : kShapes) {
       CAPTURE(dtype_name(dtype));
@@ -128,13 +129,26 @@ LOOM_GPU_TEST_CASE("fill_uniform draws what rand draws, bit for bit") {
       gpu_gen.reserve(3);
       Tensor expected = rand(sizes, {.dtype = dtype}, &cpu_gen);
       Tensor out = poisoned_gpu(sizes, dtype);
-      cuda::fill_uniform(out.strided(), cuda::philox_draw(gpu_gen, numel_of(sizes)));
+      const cuda::RandomDraw unit{.bits = dtype == DType::Float64 ? 53 : 24};
+      cuda::fill_random(out.strided(), unit, cuda::philox_draw(gpu_gen, numel_of(sizes)));
       CHECK_CLOSE(out.cpu(), expected, 0, 0);
     }
   }
 }
 
-LOOM_GPU_TEST_CASE("fill_normal draws what randn draws, to a few float64 ulp") {
+LOOM_GPU_TEST_CASE("a fill refuses the dtypes and draws it does not make, by name") {
+  Tensor out = poisoned_gpu({4}, DType::Float32);
+  const cuda::PhiloxArgs draws{.seed = 1};
+  CHECK_THROWS_WITH_FRAGMENT(cuda::fill_random(poisoned_gpu({4}, DType::BFloat16).strided(), {}, draws), TypeError,
+                             "[random fill] fills float32 or float64, got bfloat16");
+  CHECK_THROWS_WITH_FRAGMENT(cuda::fill_random(out.strided(), {.bits = 30}, draws), ValueError,
+                             "keeps 1 to 24 bits, or 53, got 30");
+  CHECK_THROWS_WITH_FRAGMENT(
+      cuda::fill_random(out.strided(), {.kind = cuda::RandomDraw::Kind::Integer, .range = 0}, draws), ValueError,
+      "needs a range of at least 1");
+}
+
+LOOM_GPU_TEST_CASE("a normal fill draws what randn draws, to a few float64 ulp") {
   // float64: rtol 1e-14 (CUDA's log is within 1 ulp, cos within 2, glibc's are
   // correctly rounded). float32: the double result rounds to the same float
   // except where it sits on a rounding boundary, so 1 float ulp (rtol 2.5e-7).
@@ -145,7 +159,8 @@ LOOM_GPU_TEST_CASE("fill_normal draws what randn draws, to a few float64 ulp") {
       Generator cpu_gen(302), gpu_gen(302);
       Tensor expected = randn(sizes, {.dtype = dtype}, &cpu_gen);
       Tensor out = poisoned_gpu(sizes, dtype);
-      cuda::fill_normal(out.strided(), cuda::philox_draw(gpu_gen, numel_of(sizes)));
+      cuda::fill_random(out.strided(), {.kind = cuda::RandomDraw::Kind::Normal},
+                        cuda::philox_draw(gpu_gen, numel_of(sizes)));
       if (dtype == DType::Float64) {
         CHECK_CLOSE(out.cpu(), expected, 1e-14, 1e-15);
       } else {
@@ -200,6 +215,47 @@ LOOM_GPU_TEST_CASE("rand and randn on a GPU draw there: the CPU's values, the ge
   }
 }
 
+// Bit for bit in every dtype: the 16-bit rand keeps 8 or 11 bits, uniform_
+// scales and shifts them in the dtype's arithmetic, randint goes through a
+// double; ranges past 2^53 and negative lows included.
+LOOM_GPU_TEST_CASE("rand, uniform_ and randint draw the CPU's bits on a GPU in every dtype") {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
+    for (const Shape& sizes : kShapes) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str(sizes));
+      const TensorOptions on_gpu{.dtype = dtype, .device = testing::test_gpu(), .memory_format = format_for(sizes)};
+      Generator cpu_gen(306), gpu_gen(306);
+      const Tensor got = rand(sizes, on_gpu, &gpu_gen);
+      CHECK(got.dtype() == dtype);
+      CHECK(got.is_contiguous(format_for(sizes)));
+      CHECK_CLOSE(got.cpu().to(DType::Float64), rand(sizes, {.dtype = dtype}, &cpu_gen).to(DType::Float64), 0, 0);
+      Tensor filled = full(sizes, kNaN, on_gpu);
+      filled.uniform_(-0.3, 1.7, &gpu_gen);
+      const Tensor expected = empty(sizes, {.dtype = dtype}).uniform_(-0.3, 1.7, &cpu_gen);
+      CHECK_CLOSE(filled.cpu().to(DType::Float64), expected.to(DType::Float64), 0, 0);
+      CHECK(gpu_gen.offset() == cpu_gen.offset());
+    }
+  }
+  struct Range {
+    int64_t low, high;
+  };
+  for (DType dtype : {DType::Int64, DType::Int32, DType::UInt8, DType::Float32, DType::Float64, DType::Bool}) {
+    for (Range r : {Range{0, 2}, Range{-7, 200}, Range{-(int64_t{1} << 60), int64_t{1} << 61}}) {
+      const bool narrow = dtype == DType::UInt8 || dtype == DType::Bool || dtype == DType::Int32;
+      if (narrow && r.high > 200) continue;
+      if ((dtype == DType::UInt8 || dtype == DType::Bool) && r.low < 0) continue;
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(r.low);
+      Generator cpu_gen(307), gpu_gen(307);
+      const Tensor got = randint(r.low, r.high, {3, 1001}, {.dtype = dtype, .device = testing::test_gpu()}, &gpu_gen);
+      CHECK(got.dtype() == dtype);
+      const Tensor expected = randint(r.low, r.high, {3, 1001}, {.dtype = dtype}, &cpu_gen);
+      CHECK(testing::values(got) == testing::values(expected));
+      CHECK(gpu_gen.offset() == cpu_gen.offset());
+    }
+  }
+}
+
 // As dropout's: a captured rand or randn draws fresh numbers at each replay,
 // the bits of the eager calls from the same generator state.
 LOOM_GPU_TEST_CASE("randn in 16 bits on a GPU is its float32 draw rounded, as on the CPU") {
@@ -241,14 +297,33 @@ LOOM_GPU_TEST_CASE("rand and randn inside a capture draw fresh numbers each repl
     CHECK(testing::values(out) != previous);
     previous = testing::values(out);
   }
-  // What is drawn on the host cannot be captured: said, not replayed stale.
-  cuda::CudaGraph host_draws;
+}
+
+LOOM_GPU_TEST_CASE("randint, 16-bit rand and uniform_ inside a capture draw fresh numbers each replay") {
+  Generator captured(9), eager(9);
   const TensorOptions int64_gpu{.dtype = DType::Int64, .device = testing::test_gpu()};
-  CHECK_THROWS_WITH_FRAGMENT(host_draws.capture([&] { (void)randint(0, 5, {4}, int64_gpu); }), ValueError,
-                             "[randint] draws int64 on the host");
-  CHECK_THROWS_WITH_FRAGMENT(
-      host_draws.capture([&] { (void)rand({4}, {.dtype = DType::BFloat16, .device = testing::test_gpu()}); }),
-      ValueError, "draw rand or randn in float32 or float64");
+  const TensorOptions bf16_gpu{.dtype = DType::BFloat16, .device = testing::test_gpu()};
+  Tensor labels = empty({64}, int64_gpu), noise = empty({33}, bf16_gpu), init = empty({17}, bf16_gpu);
+  cuda::CudaGraph graph;
+  graph.capture([&] {
+    labels.copy_(randint(-3, 1000, {64}, int64_gpu, &captured));
+    noise.copy_(rand({33}, bf16_gpu, &captured));
+    init.uniform_(-2.0, 2.0, &captured);
+  });
+  CHECK(captured.offset() == eager.offset());
+  std::vector<double> previous;
+  for (int replay = 0; replay < 3; ++replay) {
+    CAPTURE(replay);
+    graph.replay();
+    CHECK(testing::values(labels) == testing::values(randint(-3, 1000, {64}, int64_gpu, &eager)));
+    CHECK(testing::values(noise) == testing::values(rand({33}, bf16_gpu, &eager)));
+    Tensor expected = empty({17}, bf16_gpu);
+    expected.uniform_(-2.0, 2.0, &eager);
+    CHECK(testing::values(init) == testing::values(expected));
+    CHECK(captured.offset() == eager.offset());
+    CHECK(testing::values(labels) != previous);
+    previous = testing::values(labels);
+  }
 }
 
 #endif  // LOOM_WITH_CUDA
