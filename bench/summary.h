@@ -37,8 +37,9 @@ struct StepResult {
   double model_ready_s = 0, inputs_ready_s = 0;
   int64_t peak_bytes = 0;              // peak GPU memory allocated (0 on the CPU)
   std::string peak_breakdown = {};     // the peak by purpose, one line ("" on the CPU)
-  // The peak of the timed steps alone: what training holds and uses once the first
-  // steps' plan builds, races and tracing are done (torch_bench.py's from the same point).
+  // The timed steps' own peak of memory held from the driver (live and cached
+  // blocks, so a replayed CUDA graph's pool counts), from an emptied cache after
+  // the first steps' plan builds, races and tracing (torch_bench.py's alike).
   int64_t steady_peak_bytes = 0;
   std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
   std::string plan_build = "lazy";     // the cuDNN plan-build mode (core/numerics.h)

@@ -128,7 +128,7 @@ def run_config(model_name, batch, precision, mode, layout, a):
     # cycles; what still stays allocated is subtracted, so each peak is this one's.
     gc.collect()
     torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
-    base_bytes = torch.cuda.memory_allocated()
+    base_bytes, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     torch.manual_seed(0)
     t0 = time.perf_counter()
     model = row.build(row.num_classes).cuda()
@@ -156,10 +156,12 @@ def run_config(model_name, batch, precision, mode, layout, a):
     warmup = max(a.warmup, a.compile_warmup) if mode in ("compile", "max-autotune") else a.warmup
     for _ in range(warmup):
         run()
-    # The first steps' peak, then the timed steps' own (bench/summary.h: steady_peak_bytes).
+    # The first steps' peak, then the timed steps' own memory held from the driver, from an
+    # emptied cache and one untimed step (bench/summary.h: steady_peak_bytes).
     torch.cuda.synchronize()
     first_peak = torch.cuda.max_memory_allocated() - base_bytes
-    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+    run()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     repeat_ms = []
     for _ in range(a.repeats):
@@ -169,8 +171,8 @@ def run_config(model_name, batch, precision, mode, layout, a):
         end.record(); end.synchronize()
         repeat_ms.append(start.elapsed_time(end) / a.steps)
     ms = statistics.median(repeat_ms)
-    steady_peak = torch.cuda.max_memory_allocated() - base_bytes
-    peak = max(first_peak, steady_peak)
+    steady_peak = torch.cuda.max_memory_reserved() - base_reserved
+    peak = max(first_peak, torch.cuda.max_memory_allocated() - base_bytes)
     return {"framework": "torch", "kind": "step", "model": model_name, "batch": batch,
             "precision": precision, "mode": mode, "layout": layout, "device": "cuda:0",
             "steps": a.steps, "repeats": a.repeats, "warmup": warmup, "ms_per_step": ms,
