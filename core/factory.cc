@@ -68,17 +68,14 @@ int uniform_bits(DType dtype) {
 class UnitDraw {
  public:
   explicit UnitDraw(DType dtype)
-      : wide_(dtype == DType::Float64),
-        bits_kept_(uniform_bits(dtype)),
-        scale_(std::ldexp(1.0, -bits_kept_)) {}  // exact: a power of two
+      : bits_kept_(uniform_bits(dtype)), scale_(std::ldexp(1.0, -bits_kept_)) {}  // exact: a power of two
 
   double operator()(const uint32_t* bits) const {
-    if (wide_) return uniform_double(bits[0], bits[1]);
+    if (bits_kept_ == 53) return uniform_double(bits[0], bits[1]);
     return static_cast<double>(bits[0] >> (32 - bits_kept_)) * scale_;
   }
 
  private:
-  bool wide_;
   int bits_kept_;
   double scale_;
 };
