@@ -65,6 +65,11 @@ struct TrainStep::Entry {
   std::string failure;  // why this shape cannot be captured ("" while it can)
 #ifdef LOOM_WITH_CUDA
   std::unique_ptr<cuda::CudaGraph> graph;
+  // Where the captured step's memory goes, planned from the last capture's
+  // requests (core/capture_plan.h); a capture made without one is made again at
+  // the next step with it, into one arena instead of a caching pool.
+  std::optional<cuda::CapturePlan> memory_plan;
+  bool recapture_planned = false;
 #endif
   std::optional<fusion::TracedPlan> plan;  // the forward's chains, once traced
   bool plan_ran = false;       // an eager step ran the chains (their plans exist)
@@ -221,6 +226,10 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
     return eager(x, y, /*prepared=*/false, entry);
   }
   if (!entry->failure.empty()) return fallback(entry->failure);
+  if (entry->recapture_planned) {
+    entry->recapture_planned = false;
+    drop_graph(*entry);
+  }
   if (!entry->graph) return capture(*entry, x, y);
   return replay(*entry, x, y);
 }
@@ -249,13 +258,17 @@ void TrainStep::apply_pending_plans() {
     // layers on Loom's kernels, 4.89 ms a step against 4.43, bf16, H200).
     e->eager_steps = std::min(e->eager_steps, options_.warmup_steps - 1);
     if (!e->graph) continue;
-    e->graph.reset();  // waits for its queued replays
-    e->x = e->y = Tensor();
-    e->outputs.clear();
-    e->grads.clear();
+    drop_graph(*e);
     dropped = true;
   }
   if (dropped) ++stats_.plan_swaps;
+}
+
+void TrainStep::drop_graph(Entry& entry) {
+  entry.graph.reset();  // waits for its queued replays
+  entry.x = entry.y = Tensor();
+  entry.outputs.clear();
+  entry.grads.clear();
 }
 
 const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
@@ -271,11 +284,13 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
   auto graph = std::make_unique<cuda::CudaGraph>();
   std::vector<Tensor> outputs;
   try {
-    graph->capture([&] {
-      outputs = forward(&entry, entry.x, entry.y);
-      outputs.front().backward();
-      optimizer_step(outputs.front(), /*prepared=*/true);
-    });
+    graph->capture(
+        [&] {
+          outputs = forward(&entry, entry.x, entry.y);
+          outputs.front().backward();
+          optimizer_step(outputs.front(), /*prepared=*/true);
+        },
+        entry.memory_plan);
   } catch (const Error& e) {
     const bool traced = tracing(&entry) && entry.plan && !entry.plan->chains().empty();
     std::string reason = fmt::format("capturing the step{} failed: {}",
@@ -291,6 +306,10 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
     entry.x = entry.y = Tensor();
     return eager(x, y, /*prepared=*/true);  // the host half of the optimizer step already ran
   }
+  // A capture the plan did not fit (other cuDNN plans after a swap) replans for
+  // the next one; only an unplanned capture is made again at once.
+  entry.recapture_planned = !entry.memory_plan;
+  if (!entry.memory_plan || graph->plan_misses() > 0) entry.memory_plan.emplace(graph->memory_record());
   entry.graph = std::move(graph);
   entry.outputs = std::move(outputs);
   for (Tensor* p : all_params(optimizer_)) entry.grads.push_back(p->grad());

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/capture_plan.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -110,6 +111,9 @@ class Allocator {
   void deallocate(void* ptr);
   AllocatorStats stats(std::optional<int> device);
   MemoryBreakdown breakdown(int device);
+  void use_plan(CapturePoolId id, CapturePlan plan);
+  std::vector<CaptureRequest> requests(CapturePoolId id);
+  int64_t plan_misses(CapturePoolId id);
   void reset_peak_stats();
   void empty_cache();
   void set_mode(AllocatorMode mode);
@@ -121,11 +125,12 @@ class Allocator {
  private:
   // A handed-out block and the pool it returns to (capture 0: the general pool).
   struct Live {
-    Block* block;
+    Block* block;  // null for a block a capture plan placed in its arena
     BlockPool* pool;
     CapturePoolId capture;
     int device;
     Purpose purpose;
+    size_t planned_offset = 0;  // in the arena, when block is null
   };
   // A capture's private pool, made at its first allocation.
   struct Capture {
@@ -134,10 +139,14 @@ class Allocator {
     int open_scopes = 0;
     int unreleased = 0;     // scopes that captured into it, not yet released
     std::vector<Live> held;  // general-pool blocks freed during a capture
+    CaptureRecorder recorder;         // its requests while a scope is open, for the next capture's plan
+    std::optional<CapturePlan> plan;  // where its requests go, from an earlier capture's record
+    Block* arena = nullptr;           // the plan's bytes, cut from the pool at the first request
   };
 
   void check_device(int device) const;
   BlockPool& pool_for(cudaStream_t stream, int device, CapturePoolId& capture);
+  void* take_planned(CapturePoolId id, size_t bytes, int device, StreamId stream);
   Block* take(BlockPool& pool, size_t bytes, int device, StreamId stream);
   template <class Take>
   Block* take_or_retry(Take take, size_t bytes, int device);
@@ -184,11 +193,33 @@ void* Allocator::allocate(size_t bytes, int device) {
   std::lock_guard lock(mutex_);
   CapturePoolId capture = 0;
   BlockPool& pool = pool_for(stream, device, capture);
-  Block* block = take(pool, bytes, device, stream);
-  const Purpose purpose = capture != 0 ? Purpose::CapturePools : thread_purpose;
-  tallies_[device].add(purpose, block->size, stats_[device]);
-  live_.emplace(block->ptr, Live{block, &pool, capture, device, purpose});
-  return block->ptr;
+  void* ptr = capture != 0 ? take_planned(capture, bytes, device, stream) : nullptr;
+  if (ptr == nullptr) {
+    Block* block = take(pool, bytes, device, stream);
+    const Purpose purpose = capture != 0 ? Purpose::CapturePools : thread_purpose;
+    tallies_[device].add(purpose, block->size, stats_[device]);
+    live_.emplace(block->ptr, Live{block, &pool, capture, device, purpose});
+    ptr = block->ptr;
+  }
+  if (capture != 0) captures_.at(capture).recorder.allocated(ptr, round_block_size(bytes));
+  return ptr;
+}
+
+// A request of a capture with a plan, at its planned place in the arena (cut
+// from the capture's pool at the first request); null when the plan does not
+// place it, or in pass-through mode, whose exact blocks a memory checker needs.
+void* Allocator::take_planned(CapturePoolId id, size_t bytes, int device, StreamId stream) {
+  Capture& capture = captures_.at(id);
+  if (!capture.plan || mode_ == AllocatorMode::Passthrough) return nullptr;
+  if (capture.arena == nullptr) {
+    capture.arena = take(*capture.pool, capture.plan->arena_bytes(), device, stream);
+    tallies_[device].add(Purpose::CapturePools, capture.arena->size, stats_[device]);
+  }
+  const std::optional<size_t> offset = capture.plan->take(round_block_size(bytes));
+  if (!offset) return nullptr;
+  char* ptr = capture.arena->ptr + *offset;
+  live_.emplace(ptr, Live{nullptr, capture.pool.get(), id, device, Purpose::CapturePools, *offset});
+  return ptr;
 }
 
 // The private pool of the capture open on `stream`, else `device`'s general pool.
@@ -261,6 +292,10 @@ void Allocator::deallocate(void* ptr) {
              ptr);
   Live live = it->second;
   live_.erase(it);
+  if (live.capture != 0) {
+    Capture& capture = captures_.at(live.capture);
+    if (capture.open_scopes > 0) capture.recorder.freed(ptr);
+  }
   // current_stream() only when a capture is open: at thread or process exit it
   // may have to make a stream, which can fail, and deallocate must not throw then.
   auto scope =
@@ -290,6 +325,11 @@ bool Allocator::may_release(CapturePoolId capture) const {
 // Returns a block to its pool; a pass-through block goes on to the driver now
 // unless that is unsafe, in which case it waits for the next release.
 void Allocator::free_block(const Live& live) {
+  if (live.block == nullptr) {  // planned: its bytes stay in the arena, free for the plan's later blocks
+    captures_.at(live.capture).plan->give_back(live.planned_offset);
+    release_capture_if_idle(live.capture);
+    return;
+  }
   bool release_now = live.block->exact && may_release(live.capture);
   if (release_now) synchronize_device(live.device);  // its last kernels must finish first
   tallies_[live.device].live[live.purpose] -= live.block->size;  // before a merge changes the size
@@ -317,6 +357,11 @@ void Allocator::release_cached_locked() {
 void Allocator::release_capture_if_idle(CapturePoolId id) {
   Capture& capture = captures_.at(id);
   if (capture.unreleased > 0 || !capturing_.empty()) return;
+  if (capture.arena != nullptr && capture.plan->live_blocks() == 0) {
+    tallies_[capture.device].live[Purpose::CapturePools] -= capture.arena->size;
+    capture.pool->give_back(capture.arena);
+    capture.arena = nullptr;
+  }
   if (capture.pool != nullptr) {
     synchronize_device(capture.device);
     capture.pool->release_cached();
@@ -395,6 +440,27 @@ CapturePoolId Allocator::begin_capture(cudaStream_t stream, std::optional<Captur
   return id;
 }
 
+void Allocator::use_plan(CapturePoolId id, CapturePlan plan) {
+  std::lock_guard lock(mutex_);
+  Capture& capture = captures_.at(id);
+  LOOM_CHECK(!capture.plan && capture.pool == nullptr && capture.unreleased == 1, ValueError,
+             "[cuda allocator] a capture plan goes to a new, unshared capture pool before its first "
+             "allocation (pool {})",
+             id);
+  capture.plan = std::move(plan);
+}
+
+std::vector<CaptureRequest> Allocator::requests(CapturePoolId id) {
+  std::lock_guard lock(mutex_);
+  return captures_.at(id).recorder.requests();
+}
+
+int64_t Allocator::plan_misses(CapturePoolId id) {
+  std::lock_guard lock(mutex_);
+  const Capture& capture = captures_.at(id);
+  return capture.plan ? capture.plan->misses() : 0;
+}
+
 void Allocator::end_capture(cudaStream_t stream) noexcept {
   std::lock_guard lock(mutex_);
   auto scope = capturing_.find(stream);
@@ -468,6 +534,10 @@ CaptureScope::CaptureScope(CapturePoolId pool)
     : stream_(current_stream()), pool_(allocator().begin_capture(stream_, pool)) {}
 
 CaptureScope::~CaptureScope() { allocator().end_capture(stream_); }
+
+void CaptureScope::use_plan(CapturePlan plan) { allocator().use_plan(pool_, std::move(plan)); }
+std::vector<CaptureRequest> CaptureScope::requests() const { return allocator().requests(pool_); }
+int64_t CaptureScope::plan_misses() const { return allocator().plan_misses(pool_); }
 
 void release_capture_pool(CapturePoolId pool) { allocator().release_capture_pool(pool); }
 

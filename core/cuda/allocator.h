@@ -27,6 +27,7 @@
 #include <functional>
 
 #include "core/block_pool.h"
+#include "core/capture_plan.h"
 
 namespace loom::cuda {
 
@@ -100,6 +101,16 @@ class CaptureScope {
   CaptureScope& operator=(const CaptureScope&) = delete;
 
   CapturePoolId pool() const { return pool_; }
+  // Serves this capture's requests from one arena laid out by `plan` (from an
+  // earlier capture of the same work's requests(), core/capture_plan.h), the
+  // private pool taking what the plan does not place. Before the first
+  // allocation of a new, unshared pool.
+  void use_plan(CapturePlan plan);
+  // The requests of the captures into this pool so far, in order: the record
+  // the next capture of the same work is planned from.
+  std::vector<CaptureRequest> requests() const;
+  // Requests the plan sent to the pool (0 without a plan).
+  int64_t plan_misses() const;
 
  private:
   cudaStream_t stream_;

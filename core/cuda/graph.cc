@@ -89,13 +89,14 @@ void CudaGraph::launch_counter_adds(cudaStream_t stream) const {
   }
 }
 
-void CudaGraph::capture(const std::function<void()>& work) {
+void CudaGraph::capture(const std::function<void()>& work, const std::optional<CapturePlan>& plan) {
   reset();
   std::unique_lock exclusive(capture_gate());
   device_ = current_device();
   cudaStream_t stream = current_stream();
   CaptureScope scope;
   pool_ = scope.pool();
+  if (plan) scope.use_plan(*plan);
   LOOM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   ++captures;
   capturing = this;
@@ -113,6 +114,8 @@ void CudaGraph::capture(const std::function<void()>& work) {
   }
   LOOM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
   LOOM_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  memory_record_ = scope.requests();
+  plan_misses_ = scope.plan_misses();
 }
 
 void CudaGraph::replay() {

@@ -43,7 +43,14 @@ class CudaGraph {
   // Records what `work` enqueues on the current stream of the current device,
   // which the graph then belongs to. Throws CudaError (and leaves the graph
   // empty) if anything in `work` is not capturable.
-  void capture(const std::function<void()>& work);
+  // With a plan (an earlier capture's memory_record() of the same work), the
+  // capture's memory comes from one arena laid out by it (core/capture_plan.h).
+  void capture(const std::function<void()>& work, const std::optional<CapturePlan>& plan = std::nullopt);
+  // The requests the last capture made of its private pool, in order: what a
+  // later capture of the same work is planned from.
+  const std::vector<CaptureRequest>& memory_record() const { return memory_record_; }
+  // Requests of the last capture that its plan did not place (0 without a plan).
+  int64_t plan_misses() const { return plan_misses_; }
   // Launches the recorded work on the calling thread's stream on the graph's
   // device. First, each generator drawn from during the capture gets its
   // current (seed, offset) stored where the graph's kernels read it, and
@@ -83,6 +90,8 @@ class CudaGraph {
   std::optional<CapturePoolId> pool_;
   std::vector<RandomUse> random_;
   std::vector<CounterAdd> counter_adds_;  // of the capture under way
+  std::vector<CaptureRequest> memory_record_;
+  int64_t plan_misses_ = 0;
 };
 
 }  // namespace loom::cuda

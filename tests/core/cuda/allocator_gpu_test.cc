@@ -314,6 +314,53 @@ LOOM_GPU_TEST_CASE("memory freed during a capture is never handed to eager alloc
   CHECK(cuda::stats().reserved_bytes == base.reserved_bytes);
 }
 
+// Two freed 128 MiB blocks cannot hold a 256 MiB one in a caching pool; a plan
+// from the first capture's record puts all three in one 256 MiB arena.
+LOOM_GPU_TEST_CASE("a planned capture serves its requests from one arena laid out by the last one's record") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // pass-through mode keeps exact blocks: no arena
+  const cuda::AllocatorStats base = fresh_stats();
+  auto work = [] {
+    void* a = cuda::allocate(128 * kMiB, gpu());
+    void* b = cuda::allocate(128 * kMiB, gpu());
+    cuda::deallocate(a);
+    cuda::deallocate(b);
+    void* c = cuda::allocate(256 * kMiB, gpu());
+    void* out = cuda::allocate(4 * kKiB, gpu());  // outlives the capture, as a graph's output
+    cuda::deallocate(c);
+    return std::vector<void*>{a, c, out};
+  };
+  std::vector<cuda::CaptureRequest> record;
+  std::vector<void*> first, second;
+  cuda::CapturePoolId first_pool = 0, second_pool = 0;
+  {
+    cuda::CaptureScope scope;
+    first = work();
+    record = scope.requests();
+    first_pool = scope.pool();
+    CHECK(scope.plan_misses() == 0);
+  }
+  REQUIRE(record.size() == 4);
+  CHECK(cuda::stats().reserved_bytes - base.reserved_bytes == 514 * kMiB);  // 128 + 128 + 256 + a small segment
+  const size_t before = cuda::stats().reserved_bytes;
+  {
+    cuda::CaptureScope scope;
+    scope.use_plan(cuda::CapturePlan(record));
+    CHECK_THROWS_WITH_FRAGMENT(scope.use_plan(cuda::CapturePlan(record)), ValueError, "a capture plan goes to a new");
+    second = work();
+    CHECK(scope.plan_misses() == 0);
+    second_pool = scope.pool();
+  }
+  CHECK(cuda::stats().reserved_bytes - before == 258 * kMiB);  // the arena: 256 MiB + 4 KiB, in 2 MiB
+  CHECK(second[0] == second[1]);  // c where a was
+  cuda::deallocate(first[2]);
+  cuda::deallocate(second[2]);  // the arena's last live block: it goes back to the pool once released
+  cuda::release_capture_pool(first_pool);
+  cuda::release_capture_pool(second_pool);
+  CHECK(cuda::stats().allocated_bytes == base.allocated_bytes);
+  cuda::empty_cache();
+  CHECK(cuda::stats().reserved_bytes == base.reserved_bytes);
+}
+
 LOOM_GPU_TEST_CASE("allocating on a capturing stream outside a CaptureScope is refused") {
   ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
