@@ -57,6 +57,9 @@ void log_fallback(const std::string& reason) {
   if (logged.insert(reason).second) spdlog::warn("[TrainStep] running eagerly: {}", reason);
 }
 
+// How many times a shape is captured again for its memory plan (core/capture_plan.h).
+constexpr int kPlannedRecaptures = 3;
+
 }  // namespace
 
 struct TrainStep::Entry {
@@ -70,6 +73,7 @@ struct TrainStep::Entry {
   // the next step with it, into one arena instead of a caching pool.
   std::optional<cuda::CapturePlan> memory_plan;
   bool recapture_planned = false;
+  int planned_recaptures = 0;  // bounded: a step whose requests change every capture stops there
 #endif
   std::optional<fusion::TracedPlan> plan;  // the forward's chains, once traced
   bool plan_ran = false;       // an eager step ran the chains (their plans exist)
@@ -306,10 +310,14 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
     entry.x = entry.y = Tensor();
     return eager(x, y, /*prepared=*/true);  // the host half of the optimizer step already ran
   }
-  // A capture the plan did not fit (other cuDNN plans after a swap) replans for
-  // the next one; only an unplanned capture is made again at once.
-  entry.recapture_planned = !entry.memory_plan;
-  if (!entry.memory_plan || graph->plan_misses() > 0) entry.memory_plan.emplace(graph->memory_record());
+  // An unplanned capture, or one its plan did not fit (other cuDNN plans after
+  // a swap, a capture without the traced chains), is made again at the next
+  // step with a plan from its own requests.
+  if (!entry.memory_plan || graph->plan_misses() > 0) {
+    entry.memory_plan.emplace(graph->memory_record());
+    entry.recapture_planned = entry.planned_recaptures < kPlannedRecaptures;
+    entry.planned_recaptures += entry.recapture_planned ? 1 : 0;
+  }
   entry.graph = std::move(graph);
   entry.outputs = std::move(outputs);
   for (Tensor* p : all_params(optimizer_)) entry.grads.push_back(p->grad());

@@ -210,7 +210,7 @@ void* Allocator::allocate(size_t bytes, int device) {
 // place it, or in pass-through mode, whose exact blocks a memory checker needs.
 void* Allocator::take_planned(CapturePoolId id, size_t bytes, int device, StreamId stream) {
   Capture& capture = captures_.at(id);
-  if (!capture.plan || mode_ == AllocatorMode::Passthrough) return nullptr;
+  if (!capture.plan || capture.plan->arena_bytes() == 0 || mode_ == AllocatorMode::Passthrough) return nullptr;
   if (capture.arena == nullptr) {
     capture.arena = take(*capture.pool, capture.plan->arena_bytes(), device, stream);
     tallies_[device].add(Purpose::CapturePools, capture.arena->size, stats_[device]);
