@@ -279,6 +279,9 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
   }
   profiled_range(c.device, false);
   r.steady_peak_bytes = peak_reserved_bytes(c.device);
+  r.captures = step.stats().captures;
+  r.planned_captures = step.stats().planned_captures;
+  r.missed_plans = step.stats().missed_plans;
   if (c.mode.starts_with("graph") && !step.last_step_replayed()) {
     r.fallback_reason = step.fallback_reason();
   }
@@ -454,6 +457,11 @@ void print_step(const StepResult& r) {
       static_cast<long long>(r.plans_lazy), static_cast<long long>(r.plans_specialized),
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
   if (!r.peak_breakdown.empty()) std::printf("  memory %s\n", r.peak_breakdown.c_str());
+  if (r.captures > 0) {
+    std::printf("  captures %lld: %lld into a planned arena, %lld of them missed requests\n",
+                static_cast<long long>(r.captures), static_cast<long long>(r.planned_captures),
+                static_cast<long long>(r.missed_plans));
+  }
   if (r.ranks > 1) {
     std::printf("  %d ranks x batch %lld; one eager step: backward done %.3f ms after the "
                 "forward, all-reduces done %.3f ms (exposed %.3f ms), %zu buckets:",

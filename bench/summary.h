@@ -42,6 +42,9 @@ struct StepResult {
   // the first steps' plan builds, races and tracing (torch_bench.py's alike).
   int64_t steady_peak_bytes = 0;
   std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
+  // Graph modes: the step's captures, those into a planned arena, and those of
+  // them whose plan missed requests (optim/train_step.h).
+  int64_t captures = 0, planned_captures = 0, missed_plans = 0;
   std::string plan_build = "lazy";     // the cuDNN plan-build mode (core/numerics.h)
   // cuDNN plans this configuration built before its first run, restored from the
   // plan files, started lazily on a stand-in, and specialized (swapped) later.

@@ -57,7 +57,7 @@ void log_fallback(const std::string& reason) {
   if (logged.insert(reason).second) spdlog::warn("[TrainStep] running eagerly: {}", reason);
 }
 
-// How many times a shape is captured again for its memory plan (core/capture_plan.h).
+// How many times a step is captured again for its memory plan (core/capture_plan.h).
 constexpr int kPlannedRecaptures = 3;
 
 }  // namespace
@@ -68,12 +68,6 @@ struct TrainStep::Entry {
   std::string failure;  // why this shape cannot be captured ("" while it can)
 #ifdef LOOM_WITH_CUDA
   std::unique_ptr<cuda::CudaGraph> graph;
-  // Where the captured step's memory goes, planned from the last capture's
-  // requests (core/capture_plan.h); a capture made without one is made again at
-  // the next step with it, into one arena instead of a caching pool.
-  std::optional<cuda::CapturePlan> memory_plan;
-  bool recapture_planned = false;
-  int planned_recaptures = 0;  // bounded: a step whose requests change every capture stops there
 #endif
   std::optional<fusion::TracedPlan> plan;  // the forward's chains, once traced
   bool plan_ran = false;       // an eager step ran the chains (their plans exist)
@@ -230,10 +224,6 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
     return eager(x, y, /*prepared=*/false, entry);
   }
   if (!entry->failure.empty()) return fallback(entry->failure);
-  if (entry->recapture_planned) {
-    entry->recapture_planned = false;
-    drop_graph(*entry);
-  }
   if (!entry->graph) return capture(*entry, x, y);
   return replay(*entry, x, y);
 }
@@ -262,17 +252,50 @@ void TrainStep::apply_pending_plans() {
     // layers on Loom's kernels, 4.89 ms a step against 4.43, bf16, H200).
     e->eager_steps = std::min(e->eager_steps, options_.warmup_steps - 1);
     if (!e->graph) continue;
-    drop_graph(*e);
+    e->graph.reset();  // waits for its queued replays
+    e->x = e->y = Tensor();
+    e->outputs.clear();
+    e->grads.clear();
     dropped = true;
   }
   if (dropped) ++stats_.plan_swaps;
 }
 
-void TrainStep::drop_graph(Entry& entry) {
-  entry.graph.reset();  // waits for its queued replays
-  entry.x = entry.y = Tensor();
-  entry.outputs.clear();
-  entry.grads.clear();
+// A capture made without a memory plan, or one its plan did not fit, is made
+// again at once with a plan from its own requests (it never runs), a few times
+// at most: past that, a plan that keeps missing is dropped and the step captured
+// once more into its pool alone, so that no graph keeps both an arena and the
+// pool's misses. Throws what CudaGraph::capture throws.
+std::unique_ptr<cuda::CudaGraph> TrainStep::capture_planned(Entry& entry, std::vector<Tensor>& outputs) {
+  std::optional<cuda::CapturePlan> plan;
+  for (int attempt = 0;; ++attempt) {
+    // The eager steps' gradients and parameter casts, or a discarded capture's,
+    // go before the capture (the backward inside it makes new ones): freed
+    // inside it, they would stay allocated for as long as the graph lives.
+    optimizer_.zero_grad();
+    clear_autocast_cache();
+    outputs.clear();
+    auto graph = std::make_unique<cuda::CudaGraph>();
+    graph->capture(
+        [&] {
+          outputs = forward(&entry, entry.x, entry.y);
+          outputs.front().backward();
+          optimizer_step(outputs.front(), /*prepared=*/true);
+        },
+        plan);
+    ++stats_.captures;
+    const bool planned = plan.has_value();
+    stats_.planned_captures += planned ? 1 : 0;
+    if (planned && graph->plan_misses() == 0) return graph;
+    stats_.missed_plans += planned ? 1 : 0;
+    if (attempt < kPlannedRecaptures) {
+      plan.emplace(graph->memory_record());
+    } else if (planned) {
+      plan.reset();
+    } else {
+      return graph;
+    }
+  }
 }
 
 const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
@@ -280,21 +303,10 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
   entry.x = x.clone();
   entry.y = y.clone();
   optimizer_.prepare_step();
-  // The eager steps' gradients and parameter casts go before the capture (the
-  // backward inside it makes new ones): freed inside it, they would stay
-  // allocated for as long as the graph lives.
-  optimizer_.zero_grad();
-  clear_autocast_cache();
-  auto graph = std::make_unique<cuda::CudaGraph>();
+  std::unique_ptr<cuda::CudaGraph> graph;
   std::vector<Tensor> outputs;
   try {
-    graph->capture(
-        [&] {
-          outputs = forward(&entry, entry.x, entry.y);
-          outputs.front().backward();
-          optimizer_step(outputs.front(), /*prepared=*/true);
-        },
-        entry.memory_plan);
+    graph = capture_planned(entry, outputs);
   } catch (const Error& e) {
     const bool traced = tracing(&entry) && entry.plan && !entry.plan->chains().empty();
     std::string reason = fmt::format("capturing the step{} failed: {}",
@@ -310,18 +322,9 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
     entry.x = entry.y = Tensor();
     return eager(x, y, /*prepared=*/true);  // the host half of the optimizer step already ran
   }
-  // An unplanned capture, or one its plan did not fit (other cuDNN plans after
-  // a swap, a capture without the traced chains), is made again at the next
-  // step with a plan from its own requests.
-  if (!entry.memory_plan || graph->plan_misses() > 0) {
-    entry.memory_plan.emplace(graph->memory_record());
-    entry.recapture_planned = entry.planned_recaptures < kPlannedRecaptures;
-    entry.planned_recaptures += entry.recapture_planned ? 1 : 0;
-  }
   entry.graph = std::move(graph);
   entry.outputs = std::move(outputs);
   for (Tensor* p : all_params(optimizer_)) entry.grads.push_back(p->grad());
-  ++stats_.captures;
   return launch(entry);
 }
 

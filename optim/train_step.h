@@ -38,11 +38,11 @@
 // runs one eager step (which times the kernel races again) before its next
 // capture, which then has the new plans.
 //
-// A shape's first capture records what it allocates and when it frees it; the
-// next step captures again into one arena laid out from that record
-// (core/capture_plan.h), about the most bytes the step keeps alive at once,
-// where a caching pool keeps more (resnet9, batch 512, tf32: 1,743 MiB planned
-// for 1,739 alive, against the pool's 2,618). Later captures reuse the plan.
+// A capture records what the step allocates and when it frees it, and is made
+// again at once (the step function runs once more) into one arena laid out from
+// that record (core/capture_plan.h): about the most bytes the step keeps alive
+// at once, where a caching pool keeps more (resnet9, batch 512, tf32: 1,743 MiB
+// planned for 1,739 alive, against the pool's 2,618).
 //
 // Fusion by tracing (core/ops/fusion_trace.h), on by default (trace_fusion):
 // on the GPU, the first step of each input shape also traces the step
@@ -82,6 +82,10 @@
 #include "core/tensor.h"
 #include "optim/optimizer.h"
 
+namespace loom::cuda {
+class CudaGraph;
+}  // namespace loom::cuda
+
 namespace loom::optim {
 
 struct TrainStepOptions {
@@ -103,6 +107,11 @@ struct TrainStepStats {
   int64_t captures = 0;
   int64_t replays = 0;
   int64_t plan_swaps = 0;  // step boundaries where new cuDNN plans dropped the captured graphs
+  // Of the captures, those into an arena laid out from an earlier capture's
+  // requests, and those of them whose requests the plan did not all place
+  // (core/capture_plan.h). Each step that captures makes two: recorded, then planned.
+  int64_t planned_captures = 0;
+  int64_t missed_plans = 0;
 };
 
 // fn(x, y) returns the scalar loss first, then any tensors the caller wants
@@ -149,7 +158,8 @@ class TrainStep {
   const std::vector<Tensor>& launch(Entry& entry);
   // Swaps in finished background plans; drops the captured graphs when that changed any.
   void apply_pending_plans();
-  void drop_graph(Entry& entry);  // its graph and static tensors, for a new capture
+  // The step captured into a graph whose memory its plan lays out; `outputs` its static outputs.
+  std::unique_ptr<cuda::CudaGraph> capture_planned(Entry& entry, std::vector<Tensor>& outputs);
   // The optimizer's update for a step whose loss is `loss` (skipped when it is
   // not finite, with skip_nonfinite); `prepared` as for eager().
   void optimizer_step(const Tensor& loss, bool prepared);

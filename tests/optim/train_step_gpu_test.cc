@@ -84,9 +84,11 @@ LOOM_GPU_TEST_CASE("100 replayed steps over two shapes give the same bits as 100
     graph.schedule->step();
   }
   // Each shape's first step traces, its second runs the traced chains eagerly
-  // (building their plans), its third is the capture, its fourth captures again
-  // into the arena planned from the third's requests: both runs fuse alike.
+  // (building their plans), its third captures twice (the second time into the
+  // arena planned from the first's requests): both runs fuse alike.
   CHECK(graph.step->stats().captures == 4);
+  CHECK(graph.step->stats().planned_captures == 2);
+  CHECK(graph.step->stats().missed_plans == 0);
   CHECK(graph.step->stats().eager_steps == 4);
   CHECK(graph.step->stats().replays == 100 - 4);
   CHECK(eager.step->stats().replays == 0);
@@ -143,7 +145,8 @@ LOOM_GPU_TEST_CASE("under bf16 autocast, a step casts every weight in one launch
 LOOM_GPU_TEST_CASE("a replayed step allocates nothing and leaves the allocator as it found it") {
   std::vector<Batch> data = batches(32, 2, 3);
   Run run(true);
-  for (int i = 0; i < 3; ++i) (*run.step)(data[i % 2].x, data[i % 2].y);  // warm-up, capture, planned capture
+  // traced step, the chains' eager step, capture (recorded, then planned)
+  for (int i = 0; i < 3; ++i) (*run.step)(data[i % 2].x, data[i % 2].y);
   REQUIRE(run.step->last_step_replayed());
   const cuda::AllocatorStats before = cuda::stats();
   for (int i = 0; i < 20; ++i) (*run.step)(data[i % 2].x, data[i % 2].y);
@@ -161,7 +164,8 @@ LOOM_GPU_TEST_CASE("a capture keeps none of the eager steps' gradients or bf16 w
   AutocastGuard autocast(DType::BFloat16);
   std::vector<Batch> data = batches(32, 2, 5);
   Run run(true);
-  for (int i = 0; i < 3; ++i) (*run.step)(data[i % 2].x, data[i % 2].y);  // warm-up, capture, planned capture
+  // traced step, the chains' eager step, capture (recorded, then planned)
+  for (int i = 0; i < 3; ++i) (*run.step)(data[i % 2].x, data[i % 2].y);
   REQUIRE(run.step->stats().captures == 2);
   cuda::reset_peak_stats();
   const cuda::MemoryBreakdown m = cuda::memory_breakdown(testing::test_gpu().index);

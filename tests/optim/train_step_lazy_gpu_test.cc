@@ -94,7 +94,7 @@ LOOM_GPU_TEST_CASE("a plan swap drops the captured step; it runs eagerly once, t
     CHECK(run.step->stats().plan_swaps == 1);
     losses.push_back(run.loss());  // captured again
     CHECK(run.step->last_step_replayed());
-    CHECK(run.step->stats().captures == 2);
+    CHECK(run.step->stats().captures == 4);  // each capturing step: recorded, then planned
   } else {  // every background build finished before the capture: nothing to swap
     MESSAGE("all plans were specialized before the first capture; no re-capture to check");
     CHECK(run.step->last_step_replayed());
@@ -114,6 +114,10 @@ LOOM_GPU_TEST_CASE("a plan swap drops the captured step; it runs eagerly once, t
   }
   CHECK(settled);
   CHECK(run.step->last_step_replayed());
+  // Every capture was made again into the arena planned from its requests,
+  // which placed them all.
+  CHECK(run.step->stats().planned_captures * 2 == run.step->stats().captures);
+  CHECK(run.step->stats().missed_plans == 0);
   CHECK(plans.background_outstanding() == 0);
   MESSAGE(plans.timeline_table());
 
