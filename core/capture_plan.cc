@@ -36,7 +36,10 @@ void CaptureRecorder::freed(const void* ptr) {
 
 std::vector<CaptureRequest> CaptureRecorder::requests() const {
   std::vector<CaptureRequest> out = requests_;
-  for (const auto& [ptr, index] : open_) out[index].freed = clock_;
+  for (const auto& [ptr, index] : open_) {
+    out[index].freed = clock_;
+    out[index].outlives = true;
+  }
   return out;
 }
 
@@ -49,6 +52,7 @@ CapturePlan::CapturePlan(std::vector<CaptureRequest> requests)
   std::vector<size_t> placed;
   std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of the placed blocks alive with this one
   for (size_t i : order) {
+    if (requests_[i].outlives) continue;
     busy.clear();
     for (size_t j : placed) {
       if (overlap_in_time(requests_[i], requests_[j])) busy.emplace_back(offsets_[j], offsets_[j] + requests_[j].size);
@@ -71,6 +75,7 @@ std::optional<size_t> CapturePlan::take(size_t size) {
     if (served_[k] || requests_[k].size != size) continue;
     served_[k] = true;
     next_ = k + 1;
+    if (requests_[k].outlives) return std::nullopt;  // the pool's, as planned
     if (!is_free(offsets_[k], size)) break;
     live_.emplace(offsets_[k], offsets_[k] + size);
     return offsets_[k];

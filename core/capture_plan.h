@@ -31,12 +31,14 @@ namespace loom::cuda {
 
 // One request of a recorded capture: its size (rounded as the pool rounds it)
 // and when it was made and freed, on a clock that ticks at every allocation and
-// free of the capture. A block the capture never freed (a graph output) lives
-// to the end.
+// free of the capture. A block the capture never freed (a graph output, a
+// gradient) outlives it: the plan leaves it to the pool, so that once the graph
+// is released nothing it keeps pins the arena.
 struct CaptureRequest {
   size_t size = 0;
   int64_t made = 0;
-  int64_t freed = 0;
+  int64_t freed = 0;  // the clock's end for one that outlives the capture
+  bool outlives = false;
 };
 
 class CaptureRecorder {
@@ -55,15 +57,16 @@ class CaptureRecorder {
 
 class CapturePlan {
  public:
-  // Places the requests, largest first, each at the lowest offset clear of the
-  // placed ones whose lifetimes overlap its own.
+  // Places the requests freed within the capture, largest first, each at the
+  // lowest offset clear of the placed ones whose lifetimes overlap its own.
   explicit CapturePlan(std::vector<CaptureRequest> requests);
 
   // Bytes of the arena the offsets fall in.
   size_t arena_bytes() const { return arena_bytes_; }
-  // The offset for the next request of `size`: the first planned request of that
-  // size among the next few not yet served, if its bytes are free now. nullopt
-  // sends the request to the pool (counted in misses()).
+  // The offset for the next request of `size`: the first recorded request of
+  // that size among the next few not yet served, if its bytes are free now.
+  // nullopt sends the request to the pool: one recorded as outliving the
+  // capture, or a miss (counted in misses()).
   std::optional<size_t> take(size_t size);
   // Frees the planned block at `offset` (from take).
   void give_back(size_t offset);

@@ -1,8 +1,9 @@
 // File: tests/core/capture_plan_test.cc
 // Planning a captured graph's memory: the recorder's lifetimes, the plan's
-// arena against the most bytes alive at once, and take's promise that planned
-// blocks alive together never share a byte, on random request sequences, both
-// replayed as recorded and diverging from the recording.
+// arena against the most bytes alive at once, blocks that outlive the capture
+// left to the pool, and take's promise that planned blocks alive together never
+// share a byte, on random request sequences, both replayed as recorded and
+// diverging from the recording.
 #include "core/capture_plan.h"
 
 #include <doctest/doctest.h>
@@ -60,15 +61,24 @@ std::vector<CaptureRequest> record(const std::vector<Event>& events) {
   return recorder.requests();
 }
 
-size_t peak_live(const std::vector<Event>& events) {
+// The most bytes alive at once among the blocks freed within the capture.
+size_t peak_freed_within(const std::vector<Event>& events) {
   std::vector<size_t> sizes;
-  size_t live = 0, peak = 0;
+  std::vector<bool> freed;
   for (const Event& e : events) {
     if (e.allocate) {
       sizes.push_back(e.size_or_index);
+      freed.push_back(false);
+    } else {
+      freed[e.size_or_index] = true;
+    }
+  }
+  size_t live = 0, peak = 0, made = 0;
+  for (const Event& e : events) {
+    if (e.allocate && freed[made++]) {
       live += e.size_or_index;
       peak = std::max(peak, live);
-    } else {
+    } else if (!e.allocate) {
       live -= sizes[e.size_or_index];
     }
   }
@@ -104,19 +114,39 @@ std::vector<std::optional<size_t>> serve(CapturePlan& plan, const std::vector<Ev
 
 TEST_CASE("two freed halves and a whole: the plan reuses their bytes, where a pool takes a new segment") {
   // a = 128 MiB, b = 128 MiB, both freed, then c = 256 MiB while d = 64 MiB lives on.
-  const std::vector<Event> events = {{true, 128 * kMiB}, {true, 128 * kMiB}, {true, 64 * kMiB},
-                                     {false, 0},         {false, 1},         {true, 256 * kMiB}};
+  const std::vector<Event> events = {{true, 128 * kMiB}, {true, 128 * kMiB}, {true, 64 * kMiB}, {false, 0},
+                                     {false, 1},         {true, 256 * kMiB}, {false, 3},        {false, 2}};
   const std::vector<CaptureRequest> requests = record(events);
   REQUIRE(requests.size() == 4);
   CHECK(requests[0].made == 0);
   CHECK(requests[0].freed == 3);
-  CHECK(requests[2].freed == 6);  // never freed: alive to the end
+  CHECK(requests[2].freed == 7);
+  CHECK_FALSE(requests[2].outlives);
   CapturePlan plan(requests);
   CHECK(plan.arena_bytes() == 320 * kMiB);  // the most alive at once: c and d
   const std::vector<std::optional<size_t>> at = serve(plan, events);
   CHECK(plan.misses() == 0);
   CHECK(std::all_of(at.begin(), at.end(), [](const auto& offset) { return offset.has_value(); }));
-  CHECK(plan.live_blocks() == 2);
+  CHECK(plan.live_blocks() == 0);
+}
+
+TEST_CASE("blocks the capture never frees go to the pool as planned: not in the arena, not misses") {
+  // a gradient (g, 8 MiB) made early and a graph output (o, 1 KiB) made last
+  // outlive the capture; t1 and t2 (64 MiB each) are freed within it.
+  const std::vector<Event> events = {{true, 8 * kMiB}, {true, 64 * kMiB}, {false, 1}, {true, 64 * kMiB},
+                                     {false, 2},       {true, 1024}};
+  const std::vector<CaptureRequest> requests = record(events);
+  REQUIRE(requests.size() == 4);
+  CHECK(requests[0].outlives);
+  CHECK(requests[0].freed == 6);  // the clock's end
+  CHECK_FALSE(requests[1].outlives);
+  CHECK(requests[3].outlives);
+  CapturePlan plan(requests);
+  CHECK(plan.arena_bytes() == 64 * kMiB);  // t1 and t2 share their bytes; g and o are the pool's
+  const std::vector<std::optional<size_t>> at = serve(plan, events);
+  CHECK(plan.misses() == 0);
+  CHECK(at == std::vector<std::optional<size_t>>{std::nullopt, 0, 0, std::nullopt});
+  CHECK(plan.live_blocks() == 0);  // a released graph's arena holds nothing
 }
 
 TEST_CASE("random captures: the arena is near the live peak and a replay as recorded is served in full") {
@@ -124,12 +154,18 @@ TEST_CASE("random captures: the arena is near the live peak and a replay as reco
   for (int trial = 0; trial < 200; ++trial) {
     CAPTURE(trial);
     const std::vector<Event> events = random_events(rng, 1 + trial % 97);
-    CapturePlan plan(record(events));
-    const size_t peak = peak_live(events);
+    const std::vector<CaptureRequest> requests = record(events);
+    CapturePlan plan(requests);
+    const size_t peak = peak_freed_within(events);
     CHECK(plan.arena_bytes() >= peak);
     CHECK(plan.arena_bytes() <= 2 * peak);  // greedy by size stays well under this in practice
-    serve(plan, events);
+    const std::vector<std::optional<size_t>> at = serve(plan, events);
     CHECK(plan.misses() == 0);
+    CHECK(plan.live_blocks() == 0);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      CAPTURE(i);
+      CHECK(at[i].has_value() != requests[i].outlives);  // the arena's, or the pool's as planned
+    }
   }
 }
 
@@ -156,7 +192,7 @@ TEST_CASE("a capture that diverges from its recording misses, and planned blocks
 }
 
 TEST_CASE("giving back an offset that is not a live planned block is a ValueError") {
-  CapturePlan plan(record({{true, 1024}}));
+  CapturePlan plan(record({{true, 1024}, {false, 0}}));
   REQUIRE(plan.take(1024) == std::optional<size_t>(0));
   CHECK_THROWS_AS(plan.give_back(512), ValueError);
   plan.give_back(0);
