@@ -5,7 +5,6 @@
 // capturable in a CUDA graph), by the kernels of core/cuda/random.h.
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <optional>
 
 #include "core/autograd.h"
@@ -53,13 +52,12 @@ Tensor finish(Tensor t, const TensorOptions& options, std::string_view op) {
 }
 
 // How many random bits rand keeps for a dtype: as many as its significand
-// holds, so rounding to the dtype can never produce 1.0; float64's 53 take two
-// words.
+// holds (uniform_unit, core/generator.h).
 int uniform_bits(DType dtype) {
   switch (dtype) {
     case DType::Float16: return 11;
     case DType::BFloat16: return 8;
-    case DType::Float64: return 53;
+    case DType::Float64: return kTwoWordBits;
     default: return 24;
   }
 }
@@ -67,17 +65,12 @@ int uniform_bits(DType dtype) {
 // rand's value of a Philox block (the GPU's RandomDraw::Kind::Uniform).
 class UnitDraw {
  public:
-  explicit UnitDraw(DType dtype)
-      : bits_kept_(uniform_bits(dtype)), scale_(std::ldexp(1.0, -bits_kept_)) {}  // exact: a power of two
+  explicit UnitDraw(DType dtype) : bits_(uniform_bits(dtype)) {}
 
-  double operator()(const uint32_t* bits) const {
-    if (bits_kept_ == 53) return uniform_double(bits[0], bits[1]);
-    return static_cast<double>(bits[0] >> (32 - bits_kept_)) * scale_;
-  }
+  double operator()(const uint32_t* words) const { return uniform_unit(words, bits_); }
 
  private:
-  int bits_kept_;
-  double scale_;
+  int bits_;
 };
 
 // Fills a CPU tensor of options' dtype with draw(the four words of Philox block
@@ -254,11 +247,7 @@ Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
              "[randn] needs a floating dtype, got {}", dtype_name(options.dtype));
   const cuda::RandomDraw normal{.kind = cuda::RandomDraw::Kind::Normal};
   if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, normal, "randn")) return *t;
-  return random_tensor(sizes, options, generator, "randn", [](const uint32_t* bits) {
-    double u1 = 1.0 - uniform_double(bits[0], bits[1]);  // (0, 1]: log stays finite
-    double u2 = uniform_double(bits[2], bits[3]);
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  });
+  return random_tensor(sizes, options, generator, "randn", normal_value);
 }
 
 namespace {
@@ -285,10 +274,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
   auto range = static_cast<uint64_t>(high - low);
   const cuda::RandomDraw integer{.kind = cuda::RandomDraw::Kind::Integer, .integer_low = low, .range = range};
   if (std::optional<Tensor> t = drawn_on_gpu(sizes, options, generator, integer, "randint")) return *t;
-  return random_tensor(sizes, options, generator, "randint", [low, range](const uint32_t* bits) {
-    uint64_t r = (static_cast<uint64_t>(bits[0]) << 32) | bits[1];
-    return static_cast<double>(low + static_cast<int64_t>(r % range));
-  });
+  return random_tensor(sizes, options, generator, "randint",
+                       [low, range](const uint32_t* words) { return integer_value(words, low, range); });
 }
 
 Tensor from_host(const void* data, DType src_dtype, const Shape& sizes, TensorOptions options) {

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <numbers>
 
 // The Philox block and the uniform conversions below compile for the GPU too,
 // so CUDA kernels draw exactly what the CPU draws (core/cuda/random.cu).
@@ -79,6 +81,34 @@ LOOM_HOST_DEVICE inline float uniform_float(uint32_t bits) {
 LOOM_HOST_DEVICE inline double uniform_double(uint32_t hi, uint32_t lo) {
   uint64_t bits = (static_cast<uint64_t>(hi) << 32) | lo;
   return static_cast<double>(bits >> 11) * 0x1p-53;
+}
+
+// The draws of rand, randn and randint from one Philox block's words, shared
+// by the CPU (core/factory.cc) and the GPU's fill (core/cuda/random.cu), so a
+// generator state gives the same value on either device.
+
+// The random bits that take two words: float64's significand.
+inline constexpr int kTwoWordBits = 53;
+
+// rand's unit in [0, 1) from `bits` random bits (as many as the dtype's
+// significand holds, so rounding to it never gives 1.0): exact in double.
+LOOM_HOST_DEVICE inline double uniform_unit(const uint32_t* words, int bits) {
+  if (bits == kTwoWordBits) return uniform_double(words[0], words[1]);
+  return static_cast<double>(words[0] >> (32 - bits)) / static_cast<double>(uint64_t{1} << bits);
+}
+
+// randn: the Box-Muller transform of the four words, in double.
+LOOM_HOST_DEVICE inline double normal_value(const uint32_t* words) {
+  const double u1 = 1.0 - uniform_double(words[0], words[1]);  // (0, 1]: log stays finite
+  const double u2 = uniform_double(words[2], words[3]);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+// randint: low + (the first two words) % range, as a double (exact below 2^53,
+// rounded alike above).
+LOOM_HOST_DEVICE inline double integer_value(const uint32_t* words, int64_t low, uint64_t range) {
+  const uint64_t r = (static_cast<uint64_t>(words[0]) << 32) | words[1];
+  return static_cast<double>(low + static_cast<int64_t>(r % range));
 }
 
 }  // namespace loom

@@ -24,7 +24,7 @@ struct PhiloxArgs {
 // multiply-add), so a generator state gives the same bits on either device.
 struct RandomDraw {
   enum class Kind {
-    Uniform,  // low + unit * span, unit in [0, 1) from `bits` random bits (53 takes two words)
+    Uniform,  // low + unit * span, unit in [0, 1) from `bits` random bits (uniform_unit, core/generator.h)
     Normal,   // Box-Muller on the block's four words, in double
     Integer,  // integer_low + (the first two words) % range, as a double
   };

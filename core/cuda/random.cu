@@ -2,8 +2,6 @@
 // Random fills from Philox blocks (philox_block in core/generator.h, the one
 // implementation the CPU uses too). Each thread draws whole blocks, so a block
 // is computed once however many elements it feeds.
-#include <cmath>
-#include <numbers>
 
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
@@ -50,32 +48,12 @@ __device__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 __device__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
 __device__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
 
-// rand and uniform_: `bits` random bits (24 for float32, 8 and 11 for the
-// 16-bit dtypes, 53 from two words for float64), scaled and shifted in T, as
-// core/factory.cc's UnitDraw and uniform_.
+// rand and uniform_: the unit (exact in T: no more bits than T's significand),
+// scaled and shifted in T, as core/factory.cc's uniform_.
 template <class T>
 __device__ T uniform_draw(const PhiloxBlock& bits, const RandomDraw& d) {
-  T unit;
-  if (d.bits == 53) {
-    unit = static_cast<T>(uniform_double(bits.lane[0], bits.lane[1]));
-  } else {
-    unit = static_cast<T>(bits.lane[0] >> (32 - d.bits)) * static_cast<T>(ldexp(1.0, -d.bits));  // exact
-  }
+  const T unit = static_cast<T>(uniform_unit(bits.lane, d.bits));
   return add_rn(mul_rn(unit, static_cast<T>(d.span)), static_cast<T>(d.low));
-}
-
-// randn: the Box-Muller transform of core/factory.cc, operation for operation.
-template <class T>
-__device__ T normal_draw(const PhiloxBlock& bits) {
-  const double u1 = 1.0 - uniform_double(bits.lane[0], bits.lane[1]);  // (0, 1]: log stays finite
-  const double u2 = uniform_double(bits.lane[2], bits.lane[3]);
-  return static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
-}
-
-// randint: as core/factory.cc, a double (exact below 2^53, rounded alike above).
-__device__ double integer_draw(const PhiloxBlock& bits, const RandomDraw& d) {
-  const uint64_t r = (static_cast<uint64_t>(bits.lane[0]) << 32) | bits.lane[1];
-  return static_cast<double>(d.integer_low + static_cast<int64_t>(r % d.range));
 }
 
 // One thread per element; element i draws from block first_block + i.
@@ -88,9 +66,9 @@ __global__ void fill_random_kernel(T* out, Geometry g, int64_t n, RandomDraw dra
     if constexpr (kKind == RandomDraw::Kind::Uniform) {
       value = uniform_draw<T>(bits, draw);
     } else if constexpr (kKind == RandomDraw::Kind::Normal) {
-      value = normal_draw<T>(bits);
+      value = static_cast<T>(normal_value(bits.lane));
     } else {
-      value = static_cast<T>(integer_draw(bits, draw));
+      value = static_cast<T>(integer_value(bits.lane, draw.integer_low, draw.range));
     }
     out[offset_of(i, g)] = value;
   }

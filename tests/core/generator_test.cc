@@ -82,6 +82,30 @@ TEST_CASE("uniform_float and uniform_double stay in [0, 1)") {
   CHECK(uniform_double(0x80000000u, 0) == 0.5);
 }
 
+TEST_CASE("uniform_unit keeps the top `bits` bits, rounds to nothing in a dtype that holds them, stays below 1") {
+  const uint32_t all[2] = {0xffffffffu, 0xffffffffu};
+  for (int bits : {8, 11, 24}) {
+    CAPTURE(bits);
+    CHECK(uniform_unit(all, bits) == 1.0 - std::ldexp(1.0, -bits));
+    const uint32_t half[1] = {0x80000000u};
+    CHECK(uniform_unit(half, bits) == 0.5);
+    const uint32_t below[1] = {(uint32_t{1} << (32 - bits)) - 1};  // only bits it drops
+    CHECK(uniform_unit(below, bits) == 0.0);
+  }
+  CHECK(static_cast<float>(uniform_unit(all, 24)) < 1.0f);
+  CHECK(uniform_unit(all, kTwoWordBits) == uniform_double(all[0], all[1]));
+}
+
+TEST_CASE("integer_value: low plus the two words modulo the range; normal_value: finite at the extremes") {
+  const uint32_t words[4] = {0x00000001u, 0x00000005u, 0u, 0u};  // 2^32 + 5
+  CHECK(integer_value(words, -3, 7) == static_cast<double>(-3 + static_cast<int64_t>(((uint64_t{1} << 32) + 5) % 7)));
+  CHECK(integer_value(words, 10, 1) == 10.0);
+  const uint32_t zeros[4] = {0u, 0u, 0u, 0u}, ones[4] = {~0u, ~0u, ~0u, ~0u};
+  CHECK(normal_value(zeros) == 0.0);  // u1 = 1: the radius is 0
+  CHECK(std::isfinite(normal_value(ones)));  // u1 = 2^-53: log stays finite
+  CHECK(normal_value(ones) > 8.0);
+}
+
 TEST_CASE("Generator state: reserve advances the offset, manual_seed resets it") {
   Generator gen(5);
   CHECK(gen.seed() == 5);
