@@ -261,8 +261,9 @@ void TrainStep::apply_pending_plans() {
   if (dropped) ++stats_.plan_swaps;
 }
 
-// A capture made without a memory plan, or one its plan did not fit, is made
-// again at once with a plan from its own requests (it never runs), a few times
+// A capture made without a memory plan (recorded only: never instantiated, never
+// run), or one its plan did not fit, is made again at once with a plan from its
+// own requests, a few times
 // at most: past that, a plan that keeps missing is dropped and the step captured
 // once more into its pool alone, so that no graph keeps both an arena and the
 // pool's misses. Throws what CudaGraph::capture throws.
@@ -276,15 +277,19 @@ std::unique_ptr<cuda::CudaGraph> TrainStep::capture_planned(Entry& entry, std::v
     clear_autocast_cache();
     outputs.clear();
     auto graph = std::make_unique<cuda::CudaGraph>();
-    graph->capture(
-        [&] {
-          outputs = forward(&entry, entry.x, entry.y);
-          outputs.front().backward();
-          optimizer_step(outputs.front(), /*prepared=*/true);
-        },
-        plan);
-    ++stats_.captures;
+    const auto step = [&] {
+      outputs = forward(&entry, entry.x, entry.y);
+      outputs.front().backward();
+      optimizer_step(outputs.front(), /*prepared=*/true);
+    };
     const bool planned = plan.has_value();
+    const bool record_only = !planned && attempt < kPlannedRecaptures;  // a plan is made from it at once
+    if (record_only) {
+      graph->record(step);
+    } else {
+      graph->capture(step, plan);
+    }
+    ++stats_.captures;
     stats_.planned_captures += planned ? 1 : 0;
     if (planned && graph->plan_misses() == 0) return graph;
     stats_.missed_plans += planned ? 1 : 0;

@@ -38,9 +38,9 @@
 // runs one eager step (which times the kernel races again) before its next
 // capture, which then has the new plans.
 //
-// A capture records what the step allocates and when it frees it, and is made
-// again at once (the step function runs once more) into one arena laid out from
-// that record (core/capture_plan.h): about the most bytes the step keeps alive
+// A capture records what the step allocates and when it frees it (a record
+// only: that graph is never instantiated), and is made again at once (the step
+// function runs once more) into one arena laid out from that record (core/capture_plan.h): about the most bytes the step keeps alive
 // at once, where a caching pool keeps more (resnet9, batch 512, tf32: 1,743 MiB
 // planned for 1,739 alive, against the pool's 2,618).
 //

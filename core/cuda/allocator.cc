@@ -7,6 +7,7 @@
 #include "core/cuda/allocator_purpose.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
@@ -155,6 +156,7 @@ class Allocator {
   void free_block(const Live& live);
   void release_cached_locked();
   void release_capture_if_idle(CapturePoolId id);
+  void release_idle_captures();  // every pool whose graphs are all released
 
   std::mutex mutex_;
   AllocatorMode mode_;
@@ -345,6 +347,11 @@ void Allocator::release_cached_locked() {
     synchronize_device(device);  // freed blocks may still be read by queued work
     general_[device]->release_cached();
   }
+  release_idle_captures();
+}
+
+void Allocator::release_idle_captures() {
+  if (!capturing_.empty()) return;
   std::vector<CapturePoolId> released;
   for (const auto& [id, capture] : captures_) {
     if (capture.unreleased == 0) released.push_back(id);
@@ -466,6 +473,13 @@ void Allocator::end_capture(cudaStream_t stream) noexcept {
   auto scope = capturing_.find(stream);
   --captures_.at(scope->second).open_scopes;
   capturing_.erase(scope);
+  // Pools whose graphs were all released while a capture ran kept their memory
+  // until now (nothing goes back to the driver during a capture).
+  try {
+    release_idle_captures();
+  } catch (const Error& e) {  // a failed synchronize: the device's error stays sticky for the next call
+    spdlog::warn("[cuda allocator] releasing idle capture pools after a capture failed: {}", e.what());
+  }
 }
 
 void Allocator::release_capture_pool(CapturePoolId id) {

@@ -90,6 +90,16 @@ void CudaGraph::launch_counter_adds(cudaStream_t stream) const {
 }
 
 void CudaGraph::capture(const std::function<void()>& work, const std::optional<CapturePlan>& plan) {
+  capture_work(work, plan);
+  LOOM_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+}
+
+void CudaGraph::record(const std::function<void()>& work) {
+  capture_work(work, std::nullopt);
+  reset();  // the pool goes back now; blocks `work` left alive return to it when freed
+}
+
+void CudaGraph::capture_work(const std::function<void()>& work, const std::optional<CapturePlan>& plan) {
   reset();
   std::unique_lock exclusive(capture_gate());
   device_ = current_device();
@@ -113,7 +123,6 @@ void CudaGraph::capture(const std::function<void()>& work, const std::optional<C
     throw;
   }
   LOOM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
-  LOOM_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
   memory_record_ = scope.requests();
   plan_misses_ = scope.plan_misses();
 }

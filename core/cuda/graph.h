@@ -46,6 +46,10 @@ class CudaGraph {
   // With a plan (an earlier capture's memory_record() of the same work), the
   // capture's memory comes from one arena laid out by it (core/capture_plan.h).
   void capture(const std::function<void()>& work, const std::optional<CapturePlan>& plan = std::nullopt);
+  // Captures `work` only to learn its memory requests (memory_record()) and
+  // keeps no graph: what a planned capture of the same work is laid out from,
+  // without instantiating a graph that never runs. Afterwards captured() is false.
+  void record(const std::function<void()>& work);
   // The requests the last capture made of its private pool, in order: what a
   // later capture of the same work is planned from.
   const std::vector<CaptureRequest>& memory_record() const { return memory_record_; }
@@ -83,6 +87,8 @@ class CudaGraph {
   };
 
   void reset();
+  // Captures into graph_ (not instantiated) and keeps the capture's memory record.
+  void capture_work(const std::function<void()>& work, const std::optional<CapturePlan>& plan);
   void launch_counter_adds(cudaStream_t stream) const;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;

@@ -414,6 +414,31 @@ LOOM_GPU_TEST_CASE("a capture pool is shared between scopes and released once pe
   CHECK_THROWS_WITH_FRAGMENT(cuda::release_capture_pool(pool), ValueError, "no such pool");
 }
 
+// Nothing goes back to the driver while a capture runs: a pool whose graphs were
+// all released during another capture goes back as soon as that capture ends.
+LOOM_GPU_TEST_CASE("a pool released during another capture goes back to the driver when that capture ends") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);
+  const cuda::AllocatorStats base = fresh_stats();
+  cuda::CapturePoolId first = 0;
+  {
+    cuda::CaptureScope scope;
+    first = scope.pool();
+    cuda::deallocate(cuda::allocate(kMiB, gpu()));
+  }
+  CHECK(cuda::stats().reserved_bytes - base.reserved_bytes == 2 * kMiB);
+  cuda::CapturePoolId second = 0;
+  {
+    SideStream side;  // another stream's capture, as another thread's TrainStep would make
+    cuda::CaptureScope scope;
+    second = scope.pool();
+    cuda::release_capture_pool(first);
+    CHECK(cuda::stats().reserved_bytes - base.reserved_bytes == 2 * kMiB);  // kept while it runs
+  }
+  CHECK(cuda::stats().reserved_bytes == base.reserved_bytes);
+  cuda::release_capture_pool(second);
+  CHECK(cuda::stats().reserved_bytes == base.reserved_bytes);
+}
+
 LOOM_GPU_TEST_CASE("the peak is broken down by purpose: what was live at it, and each one's own peak") {
   ModeGuard caching(cuda::AllocatorMode::Caching);  // whole MiB blocks, no rounding to think about
   fresh_stats();

@@ -5,6 +5,7 @@
 // N batch, C channels, H, W, K out channels.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -26,17 +27,24 @@ Tensor block(const Tensor& x, const Tensor& w, const Tensor& rm, const Tensor& r
   return softmax(linear(h.flatten(1), fc), 1);
 }
 
-}  // namespace
-
-LOOM_GPU_TEST_CASE("a captured sequence of ops replays like eager execution") {
-  Generator gen(71);
+// block's input, weights and running statistics on the test GPU, after one
+// eager run of block that builds every plan outside a capture.
+std::array<Tensor, 5> block_inputs(Generator& gen) {
   TensorOptions gpu{.device = testing::test_gpu()};
   Tensor x = randn({8, 3, 16, 16}, {}, &gen).to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
   Tensor w = mul(randn({8, 3, 3, 3}, {}, &gen), 0.3).to(testing::test_gpu());
   Tensor rm = zeros({8}, gpu), rv = ones({8}, gpu);
   Tensor fc = mul(randn({10, 8 * 8 * 8}, {}, &gen), 0.05).to(testing::test_gpu());
-  block(x, w, rm, rv, fc);  // builds every plan outside the capture
+  block(x, w, rm, rv, fc);
   cuda::synchronize();
+  return {x, w, rm, rv, fc};
+}
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("a captured sequence of ops replays like eager execution") {
+  Generator gen(71);
+  auto [x, w, rm, rv, fc] = block_inputs(gen);
 
   cuda::CudaGraph graph;
   Tensor captured;
@@ -46,6 +54,30 @@ LOOM_GPU_TEST_CASE("a captured sequence of ops replays like eager execution") {
 
   // New input values, same buffer: the replay must see them.
   x.copy_(randn({8, 3, 16, 16}, {}, &gen));
+  graph.replay();
+  CHECK_CLOSE(captured.cpu(), block(x, w, rm, rv, fc).cpu(), 0, 0);
+}
+
+// TrainStep records a step's capture only to plan the memory of the capture
+// that runs: the record keeps no graph and no memory once its outputs are gone.
+LOOM_GPU_TEST_CASE("a recorded capture keeps nothing, and a capture planned from its record replays like eager") {
+  Generator gen(72);
+  auto [x, w, rm, rv, fc] = block_inputs(gen);
+  const size_t allocated = cuda::stats().allocated_bytes;
+
+  cuda::CudaGraph recorded;
+  Tensor dropped;
+  recorded.record([&] { dropped = block(x, w, rm, rv, fc); });
+  CHECK_FALSE(recorded.captured());
+  CHECK_THROWS_WITH_FRAGMENT(recorded.replay(), CudaError, "before capture");
+  REQUIRE_FALSE(recorded.memory_record().empty());
+  dropped = Tensor();
+  CHECK(cuda::stats().allocated_bytes == allocated);
+
+  cuda::CudaGraph graph;
+  Tensor captured;
+  graph.capture([&] { captured = block(x, w, rm, rv, fc); }, cuda::CapturePlan(recorded.memory_record()));
+  CHECK(graph.plan_misses() == 0);
   graph.replay();
   CHECK_CLOSE(captured.cpu(), block(x, w, rm, rv, fc).cpu(), 0, 0);
 }
