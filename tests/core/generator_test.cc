@@ -87,9 +87,10 @@ TEST_CASE("uniform_unit keeps the top `bits` bits, rounds to nothing in a dtype 
   for (int bits : {8, 11, 24}) {
     CAPTURE(bits);
     CHECK(uniform_unit(all, bits) == 1.0 - std::ldexp(1.0, -bits));
-    const uint32_t half[1] = {0x80000000u};
+    // Two words each, as a draw hands out: uniform_unit reads the second for float64.
+    const uint32_t half[2] = {0x80000000u, 0xffffffffu};
     CHECK(uniform_unit(half, bits) == 0.5);
-    const uint32_t below[1] = {(uint32_t{1} << (32 - bits)) - 1};  // only bits it drops
+    const uint32_t below[2] = {(uint32_t{1} << (32 - bits)) - 1, 0xffffffffu};  // only bits it drops
     CHECK(uniform_unit(below, bits) == 0.0);
   }
   CHECK(static_cast<float>(uniform_unit(all, 24)) < 1.0f);
