@@ -40,9 +40,10 @@
 //
 // A capture records what the step allocates and when it frees it (a record
 // only: that graph is never instantiated), and is made again at once (the step
-// function runs once more) into one arena laid out from that record (core/capture_plan.h): about the most bytes the step keeps alive
-// at once, where a caching pool keeps more (resnet9, batch 512, tf32: 1,743 MiB
-// planned for 1,739 alive, against the pool's 2,618).
+// function runs once more) into one arena laid out from that record
+// (core/capture_plan.h): about the most bytes the step keeps alive at once,
+// where a caching pool keeps more (resnet9, batch 512, tf32: 1,743 MiB planned
+// for 1,739 alive, against the pool's 2,618).
 //
 // Fusion by tracing (core/ops/fusion_trace.h), on by default (trace_fusion):
 // on the GPU, the first step of each input shape also traces the step
