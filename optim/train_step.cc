@@ -263,10 +263,9 @@ void TrainStep::apply_pending_plans() {
 
 // A capture made without a memory plan (recorded only: never instantiated, never
 // run), or one its plan did not fit, is made again at once with a plan from its
-// own requests, a few times
-// at most: past that, a plan that keeps missing is dropped and the step captured
-// once more into its pool alone, so that no graph keeps both an arena and the
-// pool's misses. Throws what CudaGraph::capture throws.
+// own requests, a few times at most: past that, a plan that keeps missing is
+// dropped and the step captured once more into its pool alone, so that no graph
+// keeps both an arena and the pool's misses. Throws what CudaGraph::capture throws.
 std::unique_ptr<cuda::CudaGraph> TrainStep::capture_planned(Entry& entry, std::vector<Tensor>& outputs) {
   std::optional<cuda::CapturePlan> plan;
   for (int attempt = 0;; ++attempt) {
