@@ -185,9 +185,8 @@ size_t scratch_bytes(const Graph& graph, Scratch scratch) {
 // input and output), a restore one buffer (Scratch), each for one candidate's
 // trial (Trials); eight builders holding them while the first step's activations
 // are live added their scratch to its peak.
-// A graph bigger than the budget runs when no other holds any, so none waits
-// forever (the lazy path builds such graphs on the calling thread instead; a
-// background restore may still meet one). LOOM_CUDNN_TEST_SCRATCH_MIB
+// A graph bigger than the budget (a batch-512 layer's) runs when no other holds
+// any, so none waits forever. LOOM_CUDNN_TEST_SCRATCH_MIB
 // sets it (default 128, below what small models at batch 512 keep alive; what is
 // held at the peak still counts in it: resnet20 b512 tf32 held 96 MiB, H200).
 class ScratchBudget {
@@ -644,10 +643,6 @@ std::unique_ptr<Plan> restore_plan(const Graph& graph_in, cudnnHandle_t handle, 
   }
   if (times != nullptr) *times = spent;
   return works ? std::move(restored) : nullptr;
-}
-
-bool background_scratch_fits(const Graph& graph) {
-  return bindings_bytes(graph) <= background_scratch_budget().limit();
 }
 
 bool selection_is_timed(const Graph& graph, const SelectOptions& options) {

@@ -97,7 +97,7 @@ struct SelectOptions {
 
 // Whether lazy mode's builds of the best plan time their candidates under
 // `policy`: in the background, where the timing costs the step nothing, and on
-// the training thread for a graph too large for the background's scratch. The
+// the training thread for a key with neither a stand-in nor a tier below. The
 // heuristics' first engine was often slower than the fastest (one H200, bf16,
 // batch 128: timing made resnet20's step 27% faster, unet's 17%). The eager
 // and precompiled modes time only under autotune: timing there multiplies the
@@ -110,13 +110,6 @@ inline bool lazy_mode_times(const NumericsPolicy& policy) { return !policy.deter
 // a background build, or strict fp32 on a conv or matmul graph) rather than
 // taking the first that works.
 bool selection_is_timed(const Graph& graph, const SelectOptions& options);
-
-// Whether a background build of `graph` may bind scratch copies of its tensors:
-// they fit LOOM_CUDNN_TEST_SCRATCH_MIB (default 128). A graph that does not is
-// built on the calling thread, on the op's own tensors (plan_builder.cc), where
-// a background build would hold copies of all of them beside the step's
-// activations for as long as it selects.
-bool background_scratch_fits(const Graph& graph);
 
 struct Selection {
   std::unique_ptr<Plan> plan;  // null when no engine config works

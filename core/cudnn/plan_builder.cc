@@ -210,8 +210,8 @@ SelectOptions background_options(const PlanKey& key) {
 PlanBuilder::Made PlanBuilder::make_now(const PlanRequest& request,
                                         const std::optional<StoredPlan>& stored) {
   Made made;
-  // A lazy key built here (its tensors too large for the background's scratch,
-  // or no stand-in) is the background's build made early: timed the same way.
+  // A lazy key built here (no stand-in and no tier below) is the background's
+  // build made early: timed the same way.
   // Untimed, batch 512 took the heuristics' first engine for its large
   // layers: unet's 16-channel 64x64 weight gradients ran 1.4 ms each (bf16, H200).
   const SelectOptions options{.policy = request.key.policy(), .precompiled_only = request.precompiled_only,
@@ -234,7 +234,6 @@ PlanBuilder::Made PlanBuilder::make_now(const PlanRequest& request,
 }
 
 bool PlanBuilder::start_lazily(const PlanRequest& request, Made& made) {
-  if (!may_leave_for_background(request)) return false;
   // The quick look costs a heuristics query (20-70 ms for a runtime-fusion
   // graph); resnet9's first step met 35 such keys of about ten structures.
   const std::string structure = structure_of(request.key, request.graph);

@@ -27,14 +27,6 @@
 
 namespace loom::cudnn {
 
-// Whether a miss may be built or restored on a background builder: always
-// without the op's tensors; with them, only when the graph's scratch copies
-// fit the background's budget (plan.h, background_scratch_fits), else the
-// calling thread builds it on those tensors, timed as the background would.
-inline bool may_leave_for_background(const PlanRequest& request) {
-  return request.operands == nullptr || background_scratch_fits(request.graph);
-}
-
 class PlanBuilder {
  public:
   explicit PlanBuilder(PlanLog& log) : log_(log) {}

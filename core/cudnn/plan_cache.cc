@@ -105,7 +105,7 @@ std::shared_ptr<const Plan> PlanCache::miss(const PlanRequest& request) {
   // few milliseconds, less than a first run on the tier below (the legacy conv
   // API's first call took 144 ms), so it restores here.
   if (stored && request.has_fallback && request.lazy && request.background_restore &&
-      compiles_at_run_time(stored->notes) && may_leave_for_background(request)) {
+      compiles_at_run_time(stored->notes)) {
     VariantWalk::note_pending();
     return add_pending(request.key, request.graph, ms_since(start), Pending::Restore);
   }

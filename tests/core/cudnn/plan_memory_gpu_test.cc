@@ -202,7 +202,10 @@ LOOM_GPU_TEST_CASE("a cuDNN workspace lives for one run; inside a capture it is 
   }
 }
 
-LOOM_GPU_TEST_CASE("lazy mode builds a graph too big for the background's scratch on the calling thread") {
+// Built on the training thread, such graphs made resnet9's first step at batch
+// 512 wait 46-48 s (H200): its batch-norm and pooling graphs compile every
+// candidate at run time, 2.5-10 s a graph.
+LOOM_GPU_TEST_CASE("lazy mode leaves a graph bigger than the background's scratch budget to the background") {
   cudnn::PlanCache::global().clear();
   PlanBuildGuard lazy(PlanBuildMode::Lazy);
   // A 3x3 conv over 128 MiB in and 128 MiB out: past the default 128 MiB background scratch.
@@ -213,32 +216,19 @@ LOOM_GPU_TEST_CASE("lazy mode builds a graph too big for the background's scratc
   const cudnn::Graph big = cudnn::conv2d_graph(cudnn::ConvDirection::Forward, x.strided(), w.strided(),
                                                y.strided(), p);
   const size_t tensor_bytes = 2 * static_cast<size_t>(x.numel()) * sizeof(float);
-  if (std::getenv("LOOM_CUDNN_TEST_SCRATCH_MIB") != nullptr) {
-    MESSAGE("LOOM_CUDNN_TEST_SCRATCH_MIB is set: the default budget this case assumes does not hold");
-    return;
-  }
-  CHECK_FALSE(cudnn::background_scratch_fits(big));
-  Tensor xs = random_on_gpu({2, 64, 16, 16}, 33, MemoryFormat::ChannelsLast);
-  Tensor ys = empty({2, 64, 16, 16}, xs.options()).contiguous(MemoryFormat::ChannelsLast);
-  CHECK(cudnn::background_scratch_fits(
-      cudnn::conv2d_graph(cudnn::ConvDirection::Forward, xs.strided(), w.strided(), ys.strided(), p)));
-
   const cudnn::PlanCacheStats before = cudnn::PlanCache::global().stats();
   const cudnn::VariantPointers pointers = cudnn::conv_pointers(x.strided(), w.strided(), y.strided());
-  bool ran = false;
   const size_t tests = peak_during(Purpose::PlanTests, [&] {
-    ran = cudnn::run_plan(big, pointers, "the tier below");
+    cudnn::run_plan(big, pointers, "the tier below");  // a stand-in or the tier below: either is right
     cudnn::PlanCache::global().wait_for_background_builds();
   });
-  REQUIRE(ran);
+  cudnn::PlanCache::global().apply_pending();
   const cudnn::PlanCacheStats after = cudnn::PlanCache::global().stats();
-  CHECK(after.lazy_plans == before.lazy_plans);  // no stand-in: the selection's own plan ran
-  CHECK(after.background_builds == before.background_builds);
-  CHECK(after.plans_built == before.plans_built + 1);
-  CHECK(tests < tensor_bytes / 4);  // the op's own tensors, not copies of them
+  CHECK(after.background_builds == before.background_builds + 1);
+  CHECK(tests >= tensor_bytes);  // scratch copies of its tensors, one candidate at a time
   for (const cudnn::PlanInfo& e : cudnn::PlanCache::global().entries()) {
     CHECK_FALSE(e.pending);
-    CHECK(e.candidates_timed >= 1);  // timed, as the background build it stands for would be
+    CHECK(e.candidates_timed >= 1);
   }
 }
 
