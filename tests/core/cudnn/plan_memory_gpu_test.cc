@@ -228,7 +228,8 @@ LOOM_GPU_TEST_CASE("lazy mode leaves a graph bigger than the background's scratc
   CHECK(tests >= tensor_bytes);  // scratch copies of its tensors, one candidate at a time
   for (const cudnn::PlanInfo& e : cudnn::PlanCache::global().entries()) {
     CHECK_FALSE(e.pending);
-    CHECK(e.candidates_timed >= 1);
+    CHECK(e.supported);
+    CHECK(e.background_ms > 0);  // its plan came back from the background build
   }
 }
 
