@@ -267,8 +267,8 @@ void TrainStep::apply_pending_plans() {
 // dropped and the step captured once more into its pool alone, so that no graph
 // keeps both an arena and the pool's misses. Throws what CudaGraph::capture throws.
 std::unique_ptr<cuda::CudaGraph> TrainStep::capture_planned(Entry& entry, std::vector<Tensor>& outputs) {
-  std::optional<cuda::CapturePlan> plan;
-  for (int attempt = 0;; ++attempt) {
+  enum class Kind { Record, Capture };
+  const auto capture_once = [&](Kind kind, const std::optional<cuda::CapturePlan>& plan) {
     // The eager steps' gradients and parameter casts, or a discarded capture's,
     // go before the capture (the backward inside it makes new ones): freed
     // inside it, they would stay allocated for as long as the graph lives.
@@ -281,25 +281,25 @@ std::unique_ptr<cuda::CudaGraph> TrainStep::capture_planned(Entry& entry, std::v
       outputs.front().backward();
       optimizer_step(outputs.front(), /*prepared=*/true);
     };
-    const bool planned = plan.has_value();
-    const bool record_only = !planned && attempt < kPlannedRecaptures;  // a plan is made from it at once
-    if (record_only) {
+    if (kind == Kind::Record) {
       graph->record(step);
     } else {
       graph->capture(step, plan);
     }
     ++stats_.captures;
-    stats_.planned_captures += planned ? 1 : 0;
-    if (planned && graph->plan_misses() == 0) return graph;
-    stats_.missed_plans += planned ? 1 : 0;
-    if (attempt < kPlannedRecaptures) {
-      plan.emplace(graph->memory_record());
-    } else if (planned) {
-      plan.reset();
-    } else {
-      return graph;
-    }
+    return graph;
+  };
+  std::unique_ptr<cuda::CudaGraph> graph = capture_once(Kind::Record, std::nullopt);
+  for (int attempt = 0; attempt < kPlannedRecaptures; ++attempt) {
+    std::optional<cuda::CapturePlan> plan(graph->memory_record());
+    graph.reset();  // its pool goes back before the next capture takes memory
+    graph = capture_once(Kind::Capture, plan);
+    ++stats_.planned_captures;
+    if (graph->plan_misses() == 0) return graph;
+    ++stats_.missed_plans;
   }
+  graph.reset();
+  return capture_once(Kind::Capture, std::nullopt);  // a plan that keeps missing is dropped
 }
 
 const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
