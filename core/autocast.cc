@@ -42,12 +42,14 @@ struct CastStamp {
 };
 
 // A parameter's cast, valid while its storage lives and its stamp is current.
+// An entry whose cast was dropped (drop_casts) holds no memory and is only a
+// hint: the parameter was used, so the next refresh recasts it with the rest.
 struct CachedCast {
   std::weak_ptr<Storage> storage;
   DType source = DType::Float32;
   CastStamp stamp;
   bool used = false;  // asked for since a refresh last recast it (see refresh())
-  Tensor cast;        // detached: each use records its own cast node
+  Tensor cast;        // detached: each use records its own cast node; undefined in a hint
 };
 
 thread_local std::map<CastKey, CachedCast> cast_cache;
@@ -107,8 +109,9 @@ void refresh(const Tensor& t, DType target) {
       continue;
     }
     const CachedCast& entry = it->second;
+    const bool stale = !entry.cast.defined() || entry.stamp != stamp_now(*storage);
     if (it->first != key && entry.used && std::get<4>(it->first) == target &&
-        storage->device() == t.device() && entry.stamp != stamp_now(*storage)) {
+        storage->device() == t.device() && stale) {
       keys.push_back(it->first);
       sources.push_back(view_of(it->first, storage, entry.source));
     }
@@ -126,13 +129,26 @@ void refresh(const Tensor& t, DType target) {
 Tensor cached_cast(const Tensor& t, DType target) {
   const CastKey key = key_of(t, target);
   auto it = cast_cache.find(key);
-  if (it != cast_cache.end() && it->second.storage.lock() == t.storage() &&
+  if (it != cast_cache.end() && it->second.cast.defined() && it->second.storage.lock() == t.storage() &&
       it->second.stamp == stamp_now(*t.storage())) {
     it->second.used = true;
     return it->second.cast.detach();
   }
   refresh(t, target);
   return cast_cache.at(key).cast.detach();
+}
+
+// Frees every cached cast but keeps the entries of live parameters as hints, so
+// that the next region's (or capture's) first cast recasts them all in one launch.
+void drop_casts() {
+  for (auto it = cast_cache.begin(); it != cast_cache.end();) {
+    if (it->second.storage.expired()) {
+      it = cast_cache.erase(it);
+      continue;
+    }
+    it->second.cast = Tensor();
+    ++it;
+  }
 }
 
 }  // namespace
@@ -147,14 +163,17 @@ AutocastGuard::AutocastGuard(std::optional<DType> dtype) : previous_(current_dty
   current_dtype = dtype;
 }
 
-// Leaving autocast drops the cached casts, as torch.autocast does: the next
-// region starts from the parameters as they are then.
+// Leaving autocast frees the cached casts, as torch.autocast does: the next
+// region starts from the parameters as they are then. Which parameters were
+// cast is kept (drop_casts), so a loop that opens a region per step, or a step
+// captured after clear_autocast_cache, still casts its whole model in one
+// launch rather than one per layer.
 AutocastGuard::~AutocastGuard() {
   current_dtype = previous_;
-  if (!current_dtype) cast_cache.clear();
+  if (!current_dtype) drop_casts();
 }
 
-void clear_autocast_cache() { cast_cache.clear(); }
+void clear_autocast_cache() { drop_casts(); }
 
 Tensor autocast_operand(const Tensor& t) {
   if (!current_dtype || !t.defined() || !t.device().is_cuda() || !is_floating(t.dtype())) return t;

@@ -42,10 +42,11 @@ class AutocastGuard {
 // another dtype; otherwise t itself (undefined stays undefined).
 Tensor autocast_operand(const Tensor& t);
 
-// Drops the calling thread's cached parameter casts now rather than when the
-// next forward recasts them (as torch.clear_autocast_cache). A CUDA-graph
-// capture calls it first: a cast replaced inside a capture stays allocated for
-// as long as the graph lives (core/cuda/allocator.h).
+// Frees the calling thread's cached parameter casts now rather than when the
+// next forward recasts them (as torch.clear_autocast_cache); which parameters
+// were cast is remembered, so the next forward recasts them together in one
+// launch. A CUDA-graph capture calls it first: a cast replaced inside a capture
+// stays allocated for as long as the graph lives (core/cuda/allocator.h).
 void clear_autocast_cache();
 
 }  // namespace loom

@@ -12,6 +12,7 @@
 
 #ifdef LOOM_WITH_CUDA
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "core/autocast.h"
@@ -43,12 +44,17 @@ Model make_model(Generator& gen) {
 }
 
 // Two micro-batches through the same weights per step, then an SGD step, all
-// inside one autocast region: the second micro-batch reuses the cached casts,
-// the step bumps the weights' versions. Returns each step's losses.
-std::vector<double> train(Model& m, const std::vector<Tensor>& batches, int steps) {
+// inside one autocast region (or, with region_per_step, a region per step's
+// forwards, as a training loop writes it: each region's first cast recasts both
+// weights from the ones the last region used): the second micro-batch reuses
+// the cached casts, the step bumps the weights' versions. Returns each step's
+// losses.
+std::vector<double> train(Model& m, const std::vector<Tensor>& batches, int steps,
+                          bool region_per_step = false) {
   std::vector<double> losses;
-  AutocastGuard autocast(DType::BFloat16);
+  const AutocastGuard whole(region_per_step ? std::nullopt : std::optional(DType::BFloat16));
   for (int step = 0; step < steps; ++step) {
+    const AutocastGuard per_step(region_per_step ? std::optional(DType::BFloat16) : autocast_dtype());
     for (const Tensor& x : batches) {
       Tensor loss = sum(relu(linear(relu(linear(x, m.w1)), m.w2)).to(DType::Float32));
       loss.backward();
@@ -91,6 +97,29 @@ LOOM_GPU_TEST_CASE("autocast's cached weight casts train exactly as casting ever
   CHECK_CLOSE(cached.w1.cpu(), uncached.w1.cpu(), 0, 0);
   CHECK_CLOSE(cached.w2.cpu(), uncached.w2.cpu(), 0, 0);
   CHECK_FALSE(with_cache.front() == with_cache.back());  // the steps did change the weights
+  Model per_step = copy(start);
+  CHECK(train(per_step, batches, 4, /*region_per_step=*/true) == without_cache);
+  CHECK_CLOSE(per_step.w1.cpu(), uncached.w1.cpu(), 0, 0);
+}
+
+// A region remembers which parameters it cast; a parameter freed since (a
+// model thrown away) is forgotten, and a new one, possibly at the freed
+// storage's address, is cast from its own values.
+LOOM_GPU_TEST_CASE("autocast regions cast parameters freed and made since from their own values") {
+  Generator gen(1207);
+  const Tensor x = randn({4, 24}, {}, &gen).to(testing::test_gpu());
+  for (int round = 0; round < 3; ++round) {
+    Model m = make_model(gen);
+    for (int region = 0; region < 2; ++region) {
+      const AutocastGuard autocast(DType::BFloat16);
+      NoGradGuard no_grad;
+      const Tensor y = linear(relu(linear(x, m.w1)), m.w2);
+      const Tensor h = relu(linear(x.to(DType::BFloat16), m.w1.detach().to(DType::BFloat16)));
+      const Tensor expected = linear(h, m.w2.detach().to(DType::BFloat16));
+      CHECK_CLOSE(y.to(DType::Float32).cpu(), expected.to(DType::Float32).cpu(), 0, 0);
+      m.w2.copy_(m.w2 * 3);
+    }
+  }
 }
 
 LOOM_GPU_TEST_CASE("an in-place write to a parameter is seen by the next autocast forward") {
