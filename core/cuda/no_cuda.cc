@@ -13,6 +13,7 @@
 #include "core/cuda/compare.h"
 #include "core/cuda/conv_depthwise.h"
 #include "core/cuda/conv_small.h"
+#include "core/cuda/conv_wgrad_mma.h"
 #include "core/cuda/copy.h"
 #include "core/cuda/counter.h"
 #include "core/cuda/elementwise.h"
@@ -80,6 +81,16 @@ bool conv_small_wgrad_takes_bias(const Strided&) { no_cuda("conv_small_wgrad_tak
 void conv_small_wgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&,
                       const Strided&, const std::optional<Strided>&) {
   no_cuda("conv_small_wgrad");
+}
+
+bool conv_wgrad_mma_supported(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
+  no_cuda("conv_wgrad_mma_supported");
+}
+int64_t conv_wgrad_mma_scratch(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
+  no_cuda("conv_wgrad_mma_scratch");
+}
+void conv_wgrad_mma(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&, const Strided&) {
+  no_cuda("conv_wgrad_mma");
 }
 
 bool conv_depthwise_supported(const Strided&, const Strided&, const kernel::ConvParams&) {

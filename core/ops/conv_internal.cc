@@ -126,7 +126,7 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const ker
 void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
   if (dw.device().is_cuda()) {
     DeviceGuard guard(dw.device());
-    if (!small_conv_wgrad(dw, dy, x, p) && !depthwise_conv_wgrad(dw, dy, x, p)) {
+    if (!small_conv_wgrad(dw, dy, x, p) && !depthwise_conv_wgrad(dw, dy, x, p) && !mma_conv_wgrad(dw, dy, x, p)) {
       cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
     }
     return;

@@ -1,6 +1,6 @@
 // File: core/ops/conv_small.cc
-// The small-channel and depthwise convolution tiers and their races against
-// cuDNN (conv_small_internal.h).
+// The small-channel, depthwise and tensor-core weight-gradient convolution
+// tiers and their races against cuDNN (conv_small_internal.h).
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #include "core/ops/conv_small_internal.h"
@@ -14,6 +14,7 @@
 
 #include "core/cuda/conv_depthwise.h"
 #include "core/cuda/conv_small.h"
+#include "core/cuda/conv_wgrad_mma.h"
 #include "core/cuda/kernel_choice.h"
 #include "core/cudnn/conv.h"
 #include "core/numerics.h"
@@ -35,6 +36,11 @@ cuda::KernelChoice& small_conv_choice() {
 
 cuda::KernelChoice& depthwise_conv_choice() {
   static cuda::KernelChoice choice("LOOM_CONV_DEPTHWISE");
+  return choice;
+}
+
+cuda::KernelChoice& wgrad_mma_choice() {
+  static cuda::KernelChoice choice("LOOM_CONV_WGRAD_MMA");
   return choice;
 }
 
@@ -174,6 +180,26 @@ bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, c
   };
   auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
   if (!depthwise_chosen("wgrad", dw, dy, x, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+
+bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
+  DeviceGuard guard(dw.device());
+  if (!dw.device().is_cuda() || !cuda::conv_wgrad_mma_supported(dw.strided(), dy.strided(), x.strided(), p)) {
+    return false;
+  }
+  // Allocated on the Loom kernel's first run only: where cuDNN wins, nothing is.
+  Tensor scratch;
+  auto loom = [&] {
+    if (!scratch.defined()) {
+      scratch = empty({cuda::conv_wgrad_mma_scratch(dw.strided(), dy.strided(), x.strided(), p)},
+                      {.dtype = DType::Float32, .device = dw.device()});
+    }
+    cuda::conv_wgrad_mma(dw.strided(), dy.strided(), x.strided(), p, scratch.strided());
+  };
+  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
+  if (!loom_chosen(wgrad_mma_choice(), "conv_wgrad_mma", "wgrad", dw, dy, x, p, loom, cudnn)) return false;
   loom();
   return true;
 }

@@ -1,11 +1,12 @@
 // File: core/ops/conv_small_internal.h
 // Loom's convolution tiers beside cuDNN: the small-channel kernels
 // (core/cuda/conv_small.h, for layers with C <= 8: forward, stride-1 data
-// gradient, weight and bias gradients) and the depthwise kernels
-// (core/cuda/conv_depthwise.h: groups == C == K). Per shape, the first call
-// races a tier with cuDNN by KernelChoice and the faster runs from then on.
-// LOOM_CONV_SMALL / LOOM_CONV_DEPTHWISE = loom|cudnn forces one, auto (the
-// default) races them. Private to core/ops.
+// gradient, weight and bias gradients), the depthwise kernels
+// (core/cuda/conv_depthwise.h: groups == C == K) and the tensor-core weight
+// gradient (core/cuda/conv_wgrad_mma.h). Per shape, the first call races a
+// tier with cuDNN by KernelChoice and the faster runs from then on.
+// LOOM_CONV_SMALL / LOOM_CONV_DEPTHWISE / LOOM_CONV_WGRAD_MMA = loom|cudnn
+// forces one, auto (the default) races them. Private to core/ops.
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #pragma once
@@ -37,5 +38,9 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
 bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p);
 bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p);
 bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
+
+// dw = wgrad(dy, x) by the tensor-core kernel (core/cuda/conv_wgrad_mma.h: 16-bit channels-last layers of
+// 16 to 128 channels) likewise, against cuDNN's wgrad.
+bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
 
 }  // namespace loom::conv_detail

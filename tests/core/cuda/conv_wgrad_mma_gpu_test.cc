@@ -1,0 +1,179 @@
+// File: tests/core/cuda/conv_wgrad_mma_gpu_test.cc
+// The tensor-core weight gradient (core/cuda/conv_wgrad_mma.h) against the CPU
+// reference in float64 on the same values (rounded to the dtype first), on
+// random configurations: batch 1-4, C and K multiples of 16 up to 128, square
+// and oblong filters from 1x1 to 7x5, strides 1-3 per axis, any padding below
+// the filter, planes from 1x1 to 40 wide (one tile or many; tiles cut short at
+// the image's bottom), bfloat16 and float16, dw NCHW or channels-last. Every
+// result is computed twice: the same bits both times. Then what it declines,
+// and conv2d's weight gradient under bf16 autocast on each path
+// LOOM_CONV_WGRAD_MMA names (loom, cudnn, auto) against the CPU op.
+//
+// Tolerance 8e-3 of the largest reference magnitude: one rounding to 16 bits
+// (2^-8 relative for bfloat16) on top of float32 sums of exact products.
+//
+// N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
+#include <doctest/doctest.h>
+
+#ifdef LOOM_WITH_CUDA
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/cpu/conv.h"
+#include "core/cuda/conv_wgrad_mma.h"
+#include "core/generator.h"
+#include "core/numerics.h"
+#include "core/ops/ops.h"
+#include "tests/testing.h"
+
+using namespace loom;
+
+namespace {
+
+struct Case {
+  int64_t N, C, K, H, W, R, S;
+  kernel::ConvParams p;
+};
+
+Case random_case(std::mt19937& rng) {
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  Case c{};
+  c.N = pick(1, 4);
+  c.C = 16 * pick(1, pick(0, 3) == 0 ? 8 : 4);
+  c.K = 16 * pick(1, pick(0, 3) == 0 ? 8 : 4);
+  c.R = pick(1, 7);
+  c.S = pick(0, 1) == 0 ? c.R : pick(1, 5);
+  c.p.stride_h = pick(1, 3);
+  c.p.stride_w = pick(0, 1) == 0 ? c.p.stride_h : pick(1, 3);
+  c.p.pad_h = pick(0, c.R - 1);
+  c.p.pad_w = pick(0, c.S - 1);
+  c.H = pick(std::max<int64_t>(1, c.R - 2 * c.p.pad_h), 40);
+  c.W = pick(std::max<int64_t>(1, c.S - 2 * c.p.pad_w), 40);
+  return c;
+}
+
+// Normal float32 CPU values, each exact in dtype.
+Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
+  return randn(sizes, {}, &gen).to(testing::test_gpu()).to(dtype).to(DType::Float32).cpu();
+}
+
+// Returns false, checking nothing, where the kernel declines the case (a tile
+// of one output row and its window past a block's shared memory).
+bool check_case(const Case& c, DType dtype, MemoryFormat dw_format, Generator& gen) {
+  INFO("N ", c.N, " C ", c.C, " K ", c.K, " H ", c.H, " W ", c.W, " R ", c.R, " S ", c.S, " stride ",
+       c.p.stride_h, "x", c.p.stride_w, " pad ", c.p.pad_h, "x", c.p.pad_w, " ", dtype_name(dtype),
+       " dw channels_last ", dw_format == MemoryFormat::ChannelsLast);
+  const int64_t P = cpu::conv_output_size(c.H, c.R, c.p.stride_h, c.p.pad_h, 1);
+  const int64_t Q = cpu::conv_output_size(c.W, c.S, c.p.stride_w, c.p.pad_w, 1);
+  const Tensor x = exact_randn({c.N, c.C, c.H, c.W}, dtype, gen);
+  const Tensor dy = exact_randn({c.N, c.K, P, Q}, dtype, gen);
+  Tensor dw_ref = empty({c.K, c.C, c.R, c.S}, {.dtype = DType::Float64});
+  cpu::conv2d_wgrad(dw_ref.strided(), dy.to(DType::Float64).strided(), x.to(DType::Float64).strided(), c.p);
+
+  auto on_gpu = [&](const Tensor& t) {
+    return t.to(testing::test_gpu()).to(dtype).contiguous(MemoryFormat::ChannelsLast);
+  };
+  const Tensor xg = on_gpu(x), dyg = on_gpu(dy);
+  auto fresh_dw = [&] {
+    return full(dw_ref.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(dw_format);
+  };
+  const Tensor dw = fresh_dw(), again = fresh_dw();
+  if (!cuda::conv_wgrad_mma_supported(dw.strided(), dyg.strided(), xg.strided(), c.p)) return false;
+  const int64_t scratch_size = cuda::conv_wgrad_mma_scratch(dw.strided(), dyg.strided(), xg.strided(), c.p);
+  const Tensor scratch = full({scratch_size}, 1e30, {.device = testing::test_gpu()});
+  cuda::conv_wgrad_mma(dw.strided(), dyg.strided(), xg.strided(), c.p, scratch.strided());
+  cuda::conv_wgrad_mma(again.strided(), dyg.strided(), xg.strided(), c.p, scratch.strided());
+  testing::check_scaled(dw, dw_ref, 8e-3);
+  CHECK(testing::values(again.to(DType::Float32).cpu()) == testing::values(dw.to(DType::Float32).cpu()));
+  return true;
+}
+
+struct WgradMmaEnv {
+  explicit WgradMmaEnv(const char* value) { setenv("LOOM_CONV_WGRAD_MMA", value, 1); }
+  ~WgradMmaEnv() { unsetenv("LOOM_CONV_WGRAD_MMA"); }
+};
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("the tensor-core weight gradient matches the CPU on random configurations") {
+  std::mt19937 rng(2612);
+  Generator gen(2613);
+  int64_t checked = 0;
+  const int64_t cases = 120;
+  for (int64_t i = 0; i < cases; ++i) {
+    const Case c = random_case(rng);
+    const DType dtype = i % 2 == 0 ? DType::BFloat16 : DType::Float16;
+    const MemoryFormat format = i % 3 == 0 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+    checked += check_case(c, dtype, format, gen);
+  }
+  CHECK(checked >= cases * 3 / 4);
+}
+
+// The CIFAR ResNets' layers at a batch that spreads many tiles over each block.
+LOOM_GPU_TEST_CASE("the tensor-core weight gradient matches the CPU on ResNet layers") {
+  Generator gen(2614);
+  const kernel::ConvParams pad1{.pad_h = 1, .pad_w = 1}, down{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
+  const Case layers[] = {{.N = 24, .C = 16, .K = 16, .H = 32, .W = 32, .R = 3, .S = 3, .p = pad1},
+                         {.N = 24, .C = 16, .K = 32, .H = 32, .W = 32, .R = 3, .S = 3, .p = down},
+                         {.N = 16, .C = 64, .K = 64, .H = 8, .W = 8, .R = 3, .S = 3, .p = pad1},
+                         {.N = 4, .C = 128, .K = 128, .H = 16, .W = 16, .R = 3, .S = 3, .p = pad1},
+                         {.N = 8, .C = 64, .K = 128, .H = 16, .W = 16, .R = 1, .S = 1,
+                          .p = {.stride_h = 2, .stride_w = 2}}};
+  for (const Case& c : layers) {
+    for (DType dtype : {DType::BFloat16, DType::Float16}) {
+      CHECK(check_case(c, dtype, MemoryFormat::ChannelsLast, gen));
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("the tensor-core weight gradient declines what it was not built for") {
+  auto supported = [](const Shape& x, const Shape& w, DType dtype, MemoryFormat format,
+                      const kernel::ConvParams& p) {
+    const Tensor xt = empty(x, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
+    const Tensor dw = empty(w, {.dtype = dtype, .device = testing::test_gpu()});
+    const int64_t P = cpu::conv_output_size(x[2], w[2], p.stride_h, p.pad_h, p.dilation_h);
+    const int64_t Q = cpu::conv_output_size(x[3], w[3], p.stride_w, p.pad_w, p.dilation_w);
+    const Tensor dy =
+        empty({x[0], w[0], P, Q}, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
+    return cuda::conv_wgrad_mma_supported(dw.strided(), dy.strided(), xt.strided(), p);
+  };
+  const MemoryFormat nhwc = MemoryFormat::ChannelsLast, nchw = MemoryFormat::Contiguous;
+  const kernel::ConvParams pad1{.pad_h = 1, .pad_w = 1};
+  CHECK(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::BFloat16, nhwc, pad1));
+  CHECK(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::Float16, nhwc, pad1));
+  CHECK_FALSE(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::Float32, nhwc, pad1));   // 32-bit
+  CHECK_FALSE(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::BFloat16, nchw, pad1));  // NCHW
+  CHECK_FALSE(supported({2, 8, 8, 8}, {32, 8, 3, 3}, DType::BFloat16, nhwc, pad1));    // C not 16k
+  CHECK_FALSE(supported({2, 16, 8, 8}, {24, 16, 3, 3}, DType::BFloat16, nhwc, pad1));  // K not 16k
+  CHECK_FALSE(supported({2, 256, 8, 8}, {32, 256, 3, 3}, DType::BFloat16, nhwc, pad1));  // C > 128
+  CHECK_FALSE(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::BFloat16, nhwc, {.dilation_h = 2}));
+  // One output row of a 128-channel 7x7 filter over a plane 400 wide: its window is past 48 KiB.
+  CHECK_FALSE(supported({1, 128, 9, 400}, {16, 128, 7, 7}, DType::BFloat16, nhwc, {}));
+}
+
+LOOM_GPU_TEST_CASE("conv2d's bf16 weight gradient matches the CPU on every LOOM_CONV_WGRAD_MMA path") {
+  Generator gen(2615);
+  const Tensor x0 = randn({6, 32, 12, 10}, {}, &gen), w0 = randn({48, 32, 3, 3}, {}, &gen);
+  Tensor w_ref = w0.clone();
+  w_ref.requires_grad_();
+  const Tensor y_ref = conv2d(x0, w_ref, Tensor(), {.padding = 1});
+  const Tensor dy = randn(y_ref.sizes(), {}, &gen);
+  y_ref.backward(dy);
+  for (const char* path : {"loom", "cudnn", "auto"}) {
+    INFO("LOOM_CONV_WGRAD_MMA=", path);
+    const WgradMmaEnv env(path);
+    const NumericsGuard policy({.precision = Precision::Bf16});
+    const AutocastGuard autocast(DType::BFloat16);
+    Tensor w = w0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+    w.requires_grad_();
+    const Tensor x = x0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+    const Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
+    y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(MemoryFormat::ChannelsLast));
+    testing::check_scaled(w.grad(), w_ref.grad(), 1.6e-2);
+  }
+}
+
+#endif  // LOOM_WITH_CUDA
