@@ -232,50 +232,35 @@ __device__ void stage_tile(S* buffer, const S* x, const S* dy, const Geo& g, con
   copy_async_commit();
 }
 
-// Stage 1: block (b, slice) sums tiles [b * tiles / blocks, (b + 1) * tiles / blocks) for the slice's jobs
-// into partials[b][(k * R * S + tap) * C + c].
+// One warp's jobs (job_of) and their accumulators, kept in registers across every tile of the block.
 template <class S, int JW>
-__global__ void wgrad_mma_partial_kernel(const S* x, const S* dy, Geo g, Plan plan, float* partials) {
-  extern __shared__ __align__(16) unsigned char shared_raw[];
-  S* buffers = reinterpret_cast<S*>(shared_raw);  // [2][buffer_elems]
-  S* zero_row = buffers + 2 * plan.buffer_elems;
-  const int window = plan.in_rows * plan.in_cols;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int i = threadIdx.x; i < g.C + kPad; i += blockDim.x) zero_row[i] = from_compute<S>(0.0f);
+struct WarpJobs {
   Job jobs[JW];
-#pragma unroll
-  for (int j = 0; j < JW; ++j) {
-    const int local = warp * JW + j;
-    jobs[j] = job_of(blockIdx.y * plan.block_jobs + local, plan.jobs, g);
-    jobs[j].valid = jobs[j].valid && local < plan.block_jobs;
-  }
+  int a_offset[JW], b_offset[JW];  // each job's place in a staged dy row and from a window pixel
+  int lane, b_pixel, b_channel;
   float acc[JW][2][4] = {};
+
   // ldmatrix row addresses: lane / 8 picks the 8x8 matrix, lane % 8 its row (a pixel).
-  const int mat = lane / 8, row = lane % 8;
-  const int a_pixel = row + (mat >> 1) * 8, a_channel = (mat & 1) * 8;
-  const int b_pixel = row + (mat & 1) * 8, b_channel = (mat >> 1) * 8;
-  int a_offset[JW], b_offset[JW];  // each job's place in a dy row and from a window pixel
+  __device__ WarpJobs(const Geo& g, const Plan& plan) : lane(threadIdx.x % 32) {
+    const int warp = threadIdx.x / 32, mat = lane / 8, row = lane % 8;
+    const int a_pixel = row + (mat >> 1) * 8, a_channel = (mat & 1) * 8;
+    b_pixel = row + (mat & 1) * 8;
+    b_channel = (mat >> 1) * 8;
 #pragma unroll
-  for (int j = 0; j < JW; ++j) {
-    a_offset[j] = a_pixel * (g.K + kPad) + jobs[j].k0 + a_channel;
-    b_offset[j] = (jobs[j].r * plan.in_cols + jobs[j].s) * (g.C + kPad) + jobs[j].c0 + b_channel;
-  }
-  const int chunk_rows = 16 / g.Q, chunk_cols = 16 % g.Q;  // 16 pixels as output rows and columns
-  const int64_t tiles = plan.tiles(g);
-  const int64_t first = tiles * blockIdx.x / gridDim.x, last = tiles * (blockIdx.x + 1) / gridDim.x;
-  stage_tile(buffers, x, dy, g, plan, tile_at(first, g, plan));
-  for (int64_t tile = first; tile < last; ++tile) {
-    const TileAt t = tile_at(tile, g, plan);
-    const S* xs = buffers + (tile - first) % 2 * plan.buffer_elems;
-    const S* dys = xs + window * (g.C + kPad);
-    if (tile + 1 < last) {  // the next tile streams in while this one is summed
-      stage_tile(buffers + (tile + 1 - first) % 2 * plan.buffer_elems, x, dy, g, plan, tile_at(tile + 1, g, plan));
-      copy_async_wait<1>();
-    } else {
-      copy_async_wait<0>();
+    for (int j = 0; j < JW; ++j) {
+      const int local = warp * JW + j;
+      jobs[j] = job_of(blockIdx.y * plan.block_jobs + local, plan.jobs, g);
+      jobs[j].valid = jobs[j].valid && local < plan.block_jobs;
+      a_offset[j] = a_pixel * (g.K + kPad) + jobs[j].k0 + a_channel;
+      b_offset[j] = (jobs[j].r * plan.in_cols + jobs[j].s) * (g.C + kPad) + jobs[j].c0 + b_channel;
     }
-    __syncthreads();
-    int p = b_pixel / g.Q, q = b_pixel % g.Q;  // this lane's B pixel as (output row, column)
+  }
+
+  // Adds a staged tile (window xs, dy rows dys) to the accumulators, 16 pixels at a time.
+  __device__ void sum_tile(const S* xs, const S* dys, const S* zero_row, const TileAt& t, const Geo& g,
+                           const Plan& plan) {
+    const int chunk_rows = 16 / g.Q, chunk_cols = 16 % g.Q;  // 16 pixels as output rows and columns
+    int p = b_pixel / g.Q, q = b_pixel % g.Q;                  // this lane's B pixel
     for (int base = 0; base < t.padded; base += 16) {
       // A lane whose pixel is past the tile reads the zero row.
       const bool inside = base + b_pixel < t.pixels;
@@ -297,25 +282,54 @@ __global__ void wgrad_mma_partial_kernel(const S* x, const S* dy, Geo g, Plan pl
         ++p;
       }
     }
-    __syncthreads();  // this buffer's readers are done before the next iteration refills it
   }
+
   // Accumulator element e of n-tile t: row (output channel) lane / 4 (+ 8 for e >= 2), column (input
-  // channel) t * 8 + lane % 4 * 2 (+ 1 for odd e).
-  float* out = partials + int64_t(blockIdx.x) * plan.outputs(g);
+  // channel) t * 8 + lane % 4 * 2 (+ 1 for odd e); out[(k * R * S + tap) * C + c].
+  __device__ void store(float* out, const Geo& g) const {
 #pragma unroll
-  for (int j = 0; j < JW; ++j) {
-    if (!jobs[j].valid) continue;
-    const int tap = jobs[j].r * g.S + jobs[j].s;
+    for (int j = 0; j < JW; ++j) {
+      if (!jobs[j].valid) continue;
+      const int tap = jobs[j].r * g.S + jobs[j].s;
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
+      for (int t = 0; t < 2; ++t) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = jobs[j].k0 + lane / 4 + (e >= 2 ? 8 : 0);
-        const int c = jobs[j].c0 + t * 8 + lane % 4 * 2 + (e & 1);
-        out[(int64_t(k) * g.R * g.S + tap) * g.C + c] = acc[j][t][e];
+        for (int e = 0; e < 4; ++e) {
+          const int k = jobs[j].k0 + lane / 4 + (e >= 2 ? 8 : 0);
+          const int c = jobs[j].c0 + t * 8 + lane % 4 * 2 + (e & 1);
+          out[(int64_t(k) * g.R * g.S + tap) * g.C + c] = acc[j][t][e];
+        }
       }
     }
   }
+};
+
+// Stage 1: block (b, slice) sums tiles [b * tiles / blocks, (b + 1) * tiles / blocks) for the slice's jobs
+// into partials[b][(k * R * S + tap) * C + c].
+template <class S, int JW>
+__global__ void wgrad_mma_partial_kernel(const S* x, const S* dy, Geo g, Plan plan, float* partials) {
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  S* buffers = reinterpret_cast<S*>(shared_raw);  // [2][buffer_elems]
+  S* zero_row = buffers + 2 * plan.buffer_elems;
+  const int window = plan.in_rows * plan.in_cols;
+  for (int i = threadIdx.x; i < g.C + kPad; i += blockDim.x) zero_row[i] = from_compute<S>(0.0f);
+  WarpJobs<S, JW> warp_jobs(g, plan);
+  const int64_t tiles = plan.tiles(g);
+  const int64_t first = tiles * blockIdx.x / gridDim.x, last = tiles * (blockIdx.x + 1) / gridDim.x;
+  stage_tile(buffers, x, dy, g, plan, tile_at(first, g, plan));
+  for (int64_t tile = first; tile < last; ++tile) {
+    const S* xs = buffers + (tile - first) % 2 * plan.buffer_elems;
+    if (tile + 1 < last) {  // the next tile streams in while this one is summed
+      stage_tile(buffers + (tile + 1 - first) % 2 * plan.buffer_elems, x, dy, g, plan, tile_at(tile + 1, g, plan));
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
+    }
+    __syncthreads();
+    warp_jobs.sum_tile(xs, xs + window * (g.C + kPad), zero_row, tile_at(tile, g, plan), g, plan);
+    __syncthreads();  // this buffer's readers are done before the next iteration refills it
+  }
+  warp_jobs.store(partials + int64_t(blockIdx.x) * plan.outputs(g), g);
 }
 
 // Stage 2: 32 outputs per block; warp w sums blocks w, w + kSumWarps, ... in order, then one warp adds
