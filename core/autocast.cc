@@ -109,9 +109,9 @@ void refresh(const Tensor& t, DType target) {
       continue;
     }
     const CachedCast& entry = it->second;
-    const bool stale = !entry.cast.defined() || entry.stamp != stamp_now(*storage);
+    // Staleness last: stamp_now switches to the storage's device, which the cheaper tests spare.
     if (it->first != key && entry.used && std::get<4>(it->first) == target &&
-        storage->device() == t.device() && stale) {
+        storage->device() == t.device() && (!entry.cast.defined() || entry.stamp != stamp_now(*storage))) {
       keys.push_back(it->first);
       sources.push_back(view_of(it->first, storage, entry.source));
     }
