@@ -75,6 +75,32 @@ bool small_chosen(std::string_view pass, const Tensor& out, const Tensor& a, con
   return loom_chosen(small_conv_choice(), "conv_small", pass, out, a, b, p, loom, cudnn);
 }
 
+// Scratch a Loom weight-gradient kernel needs.
+struct ScratchNeed {
+  int64_t elements;
+  DType dtype;
+};
+
+// Races a Loom weight-gradient kernel, run(scratch), against cuDNN's wgrad of dw under `tier`, and runs
+// the winner's pass when it is Loom's (returning true). The scratch is allocated on the Loom kernel's
+// first run only: where cuDNN wins, nothing is.
+bool raced_wgrad(cuda::KernelChoice& choice, std::string_view tier, const Tensor& dw, const Tensor& dy,
+                 const Tensor& x, const kernel::ConvParams& p, const std::function<ScratchNeed()>& need,
+                 const std::function<void(const Strided&)>& run) {
+  Tensor scratch;
+  auto loom = [&] {
+    if (!scratch.defined()) {
+      const ScratchNeed n = need();
+      scratch = empty({n.elements}, {.dtype = n.dtype, .device = dw.device()});
+    }
+    run(scratch.strided());
+  };
+  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
+  if (!loom_chosen(choice, tier, "wgrad", dw, dy, x, p, loom, cudnn)) return false;
+  loom();
+  return true;
+}
+
 bool depthwise_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
                       const kernel::ConvParams& p, const std::function<void()>& loom,
                       const std::function<bool()>& cudnn) {
@@ -169,19 +195,13 @@ bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, c
 bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
   DeviceGuard guard(dw.device());
   if (!dw.device().is_cuda() || !cuda::conv_depthwise_supported(x.strided(), dw.strided(), p)) return false;
-  // Allocated on the Loom kernel's first run only: where cuDNN wins, nothing is.
-  Tensor scratch;
-  auto loom = [&] {
-    if (!scratch.defined()) {
-      const cuda::DepthwiseScratch need = cuda::conv_depthwise_wgrad_scratch(dy.strided(), dw.strided());
-      scratch = empty({need.elements}, {.dtype = need.dtype, .device = dw.device()});
-    }
-    cuda::conv_depthwise_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided());
+  const auto need = [&] {
+    const cuda::DepthwiseScratch scratch = cuda::conv_depthwise_wgrad_scratch(dy.strided(), dw.strided());
+    return ScratchNeed{scratch.elements, scratch.dtype};
   };
-  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
-  if (!depthwise_chosen("wgrad", dw, dy, x, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return raced_wgrad(depthwise_conv_choice(), "conv_depthwise", dw, dy, x, p, need, [&](const Strided& scratch) {
+    cuda::conv_depthwise_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch);
+  });
 }
 
 bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
@@ -189,19 +209,12 @@ bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const k
   if (!dw.device().is_cuda() || !cuda::conv_wgrad_mma_supported(dw.strided(), dy.strided(), x.strided(), p)) {
     return false;
   }
-  // Allocated on the Loom kernel's first run only: where cuDNN wins, nothing is.
-  Tensor scratch;
-  auto loom = [&] {
-    if (!scratch.defined()) {
-      scratch = empty({cuda::conv_wgrad_mma_scratch(dw.strided(), dy.strided(), x.strided(), p)},
-                      {.dtype = DType::Float32, .device = dw.device()});
-    }
-    cuda::conv_wgrad_mma(dw.strided(), dy.strided(), x.strided(), p, scratch.strided());
+  const auto need = [&] {
+    return ScratchNeed{cuda::conv_wgrad_mma_scratch(dw.strided(), dy.strided(), x.strided(), p), DType::Float32};
   };
-  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
-  if (!loom_chosen(wgrad_mma_choice(), "conv_wgrad_mma", "wgrad", dw, dy, x, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return raced_wgrad(wgrad_mma_choice(), "conv_wgrad_mma", dw, dy, x, p, need, [&](const Strided& scratch) {
+    cuda::conv_wgrad_mma(dw.strided(), dy.strided(), x.strided(), p, scratch);
+  });
 }
 
 }  // namespace loom::conv_detail
