@@ -23,6 +23,10 @@ bool test_gpu_available() { return test_gpu().index < cuda_device_count(); }
 
 std::vector<double> values(const Tensor& tensor) { return tensor.to_vector<double>(); }
 
+Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
+  return randn(sizes, {}, &gen).to(test_gpu()).to(dtype).to(DType::Float32).cpu();
+}
+
 namespace {
 double scale_of(const std::vector<double>& v) {
   double scale = 1;

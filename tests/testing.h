@@ -32,6 +32,10 @@ std::string close_report(const Tensor& actual, const Tensor& expected, double rt
 // Row-major values of a tensor as doubles (any dtype, any device).
 std::vector<double> values(const Tensor& tensor);
 
+// Normal float32 CPU values, each exact in `dtype` (rounded to it on the test GPU), so that every
+// precision sees the same inputs and a float64 reference computes on exactly those values.
+Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen);
+
 // A precision policy of the fusion GPU parity tests and its tolerances for
 // normalized_error (forward, gradients). strict: conv/matmul in IEEE fp32;
 // tf32: tensor cores (10-bit mantissa); bf16: operands rounded to 8 bits, so

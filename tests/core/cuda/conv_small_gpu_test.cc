@@ -61,12 +61,6 @@ std::vector<Case> cases() {
   return all;
 }
 
-// Normal float32 CPU values, each exact in dtype, so that every precision sees
-// the same inputs (rounded on the GPU: the CPU holds no 16-bit tensors).
-Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
-  return randn(sizes, {}, &gen).to(testing::test_gpu()).to(dtype).to(DType::Float32).cpu();
-}
-
 // Returns false, checking nothing, for a case the kernels decline (too many
 // threads or too much shared memory for this K and filter size).
 bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen) {
@@ -76,9 +70,9 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   const int64_t N = c.N, H = c.H, W = c.W;
   const int64_t P = cpu::conv_output_size(H, c.R, c.stride, c.pad, 1);
   const int64_t Q = cpu::conv_output_size(W, c.R, c.stride, c.pad, 1);
-  const Tensor x = exact_randn({N, c.C, H, W}, dtype, gen);
-  const Tensor w = exact_randn({c.K, c.C, c.R, c.R}, dtype, gen);
-  const Tensor dy = exact_randn({N, c.K, P, Q}, dtype, gen);
+  const Tensor x = testing::exact_randn({N, c.C, H, W}, dtype, gen);
+  const Tensor w = testing::exact_randn({c.K, c.C, c.R, c.R}, dtype, gen);
+  const Tensor dy = testing::exact_randn({N, c.K, P, Q}, dtype, gen);
   const Tensor x64 = x.to(DType::Float64), w64 = w.to(DType::Float64), dy64 = dy.to(DType::Float64);
   Tensor y_ref = empty({N, c.K, P, Q}, {.dtype = DType::Float64});
   Tensor dw_ref = empty(w.sizes(), {.dtype = DType::Float64});
@@ -189,10 +183,10 @@ LOOM_GPU_TEST_CASE("the small-channel forward adds a bias and applies ReLU befor
       for (int64_t K : {16, 6, 5}) {
         INFO(dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast, " K ", K);
         const kernel::ConvParams p{.pad_h = 2, .pad_w = 2};
-        const Tensor x = exact_randn({3, 1, 28, 28}, dtype, gen);
-        const Tensor w = exact_randn({K, 1, 5, 5}, dtype, gen);
+        const Tensor x = testing::exact_randn({3, 1, 28, 28}, dtype, gen);
+        const Tensor w = testing::exact_randn({K, 1, 5, 5}, dtype, gen);
         // Every other element of a longer tensor: a bias with stride 2.
-        const Tensor b_long = exact_randn({2 * K}, dtype, gen);
+        const Tensor b_long = testing::exact_randn({2 * K}, dtype, gen);
         const Tensor b = b_long.slice(0, 0, 2 * K, 2);
         Tensor y_ref = empty({3, K, 28, 28}, {.dtype = DType::Float64});
         const Tensor b64 = b.to(DType::Float64).contiguous();
@@ -267,11 +261,11 @@ LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, a
       for (int64_t C : {1, 3}) {
         INFO(path, " ", s.name, " C ", C);
         const Conv2dOptions options{.stride = {1, 1}, .padding = {1, 1}};
-        const Tensor x0 = exact_randn({4, C, 12, 11}, DType::BFloat16, gen);
-        const Tensor w0 = exact_randn({16, C, 3, 3}, DType::BFloat16, gen);
+        const Tensor x0 = testing::exact_randn({4, C, 12, 11}, DType::BFloat16, gen);
+        const Tensor w0 = testing::exact_randn({16, C, 3, 3}, DType::BFloat16, gen);
         Tensor x_ref = leaf(x0), w_ref = leaf(w0);
         const Tensor y_ref = conv2d(x_ref, w_ref, Tensor(), options);
-        const Tensor dy = exact_randn(y_ref.sizes(), DType::BFloat16, gen);
+        const Tensor dy = testing::exact_randn(y_ref.sizes(), DType::BFloat16, gen);
         y_ref.backward(dy);
 
         const SettingScope scope(s);
@@ -294,12 +288,12 @@ LOOM_GPU_TEST_CASE("conv2d_bias_relu on each path LOOM_CONV_SMALL names matches 
       for (int64_t C : {1, 6}) {
         INFO(path, " ", s.name, " C ", C);
         const Conv2dOptions options{.padding = {2, 2}};
-        const Tensor x0 = exact_randn({4, C, 14, 13}, DType::BFloat16, gen);
-        const Tensor w0 = exact_randn({16, C, 5, 5}, DType::BFloat16, gen);
-        const Tensor b0 = exact_randn({16}, DType::BFloat16, gen);
+        const Tensor x0 = testing::exact_randn({4, C, 14, 13}, DType::BFloat16, gen);
+        const Tensor w0 = testing::exact_randn({16, C, 5, 5}, DType::BFloat16, gen);
+        const Tensor b0 = testing::exact_randn({16}, DType::BFloat16, gen);
         Tensor x_ref = leaf(x0), w_ref = leaf(w0), b_ref = leaf(b0);
         const Tensor y_ref = conv2d_bias_relu(x_ref, w_ref, b_ref, options);
-        const Tensor dy = exact_randn(y_ref.sizes(), DType::BFloat16, gen);
+        const Tensor dy = testing::exact_randn(y_ref.sizes(), DType::BFloat16, gen);
         y_ref.backward(dy);
 
         const SettingScope scope(s);

@@ -55,11 +55,6 @@ Case random_case(std::mt19937& rng) {
   return c;
 }
 
-// Normal float32 CPU values, each exact in dtype.
-Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
-  return randn(sizes, {}, &gen).to(testing::test_gpu()).to(dtype).to(DType::Float32).cpu();
-}
-
 // Returns false, checking nothing, where the kernel declines the case (a tile
 // of one output row and its window past a block's shared memory).
 bool check_case(const Case& c, DType dtype, MemoryFormat dw_format, Generator& gen) {
@@ -68,8 +63,8 @@ bool check_case(const Case& c, DType dtype, MemoryFormat dw_format, Generator& g
        " dw channels_last ", dw_format == MemoryFormat::ChannelsLast);
   const int64_t P = cpu::conv_output_size(c.H, c.R, c.p.stride_h, c.p.pad_h, 1);
   const int64_t Q = cpu::conv_output_size(c.W, c.S, c.p.stride_w, c.p.pad_w, 1);
-  const Tensor x = exact_randn({c.N, c.C, c.H, c.W}, dtype, gen);
-  const Tensor dy = exact_randn({c.N, c.K, P, Q}, dtype, gen);
+  const Tensor x = testing::exact_randn({c.N, c.C, c.H, c.W}, dtype, gen);
+  const Tensor dy = testing::exact_randn({c.N, c.K, P, Q}, dtype, gen);
   Tensor dw_ref = empty({c.K, c.C, c.R, c.S}, {.dtype = DType::Float64});
   cpu::conv2d_wgrad(dw_ref.strided(), dy.to(DType::Float64).strided(), x.to(DType::Float64).strided(), c.p);
 
