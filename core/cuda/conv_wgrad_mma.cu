@@ -5,16 +5,21 @@
 // and a reduction of N * P * Q pixels. A block takes whole output-row tiles of one image (TR rows, every
 // column), stages the tile's dy rows and the input window under them in shared memory (16-bit, a pitch of
 // C + 8 elements per pixel so that ldmatrix's eight rows fall in distinct banks, padding as zeros, by
-// cp.async into one of two buffers while the warps work on the other), and its warps walk the tile 16
-// pixels at a time. A warp owns JW "jobs": 16 output channels x one tap x 16
-// input channels, two mma.m16n8k16 accumulators each, kept in registers across every tile of the block.
-// A fragments come from the staged dy by ldmatrix.trans (pixel-major rows hold 8 consecutive channels),
-// B fragments likewise from the staged input at each pixel's window position, so any stride and padding
-// costs nothing but the row addresses. Pixels past the tile's end read a zero row.
+// cp.async into one of two buffers while the warps work on the other).
 //
-// The jobs split into grid.y slices where the partial sums' budget leaves too few blocks along the
-// tiles. Stage 2 sums the blocks' float32 partials per output in a fixed order; the block counts depend
-// on the shape alone, so every run and every GPU gives the same bits, with no float atomics.
+// The output splits into "columns" (one tap, 16 input channels) and groups of 16 output channels. A warp
+// tile is KW channel groups x NB columns: per 16 pixels it loads KW A fragments (dy, by ldmatrix.trans:
+// pixel-major rows hold 8 consecutive channels) and NB B fragments (the staged input at each pixel's
+// window position, so any stride and padding costs nothing but the row addresses) and runs 2 * KW * NB
+// mma.m16n8k16, keeping KW * NB * 8 float32 accumulators per lane across every tile of the block. Where a
+// block has fewer warp tiles than warps, "pixel warps" take every PW-th 16 pixels of each tile with the
+// same warp tiles, and add up in a fixed order through shared memory at the end. Pixels past the tile's
+// end read zeros.
+//
+// The warp tiles split into grid.y slices (choose_slices weighs the partial sums' traffic against staging
+// the tiles once per slice); the blocks along the tiles make one wave on the GPU (fit_grid). Stage 2 sums
+// the blocks' float32 partials per output in a fixed order. The plan depends on the shape and the GPU's
+// model alone, so every run on one GPU gives the same bits, with no float atomics.
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #include <cuda_bf16.h>
@@ -22,7 +27,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "core/cuda/conv_wgrad_mma_kernels.h"
 #include "core/cuda/copy_kernels.h"
@@ -34,27 +41,46 @@ namespace loom::cuda {
 
 namespace {
 
-constexpr int kPad = 8;                    // elements after each staged pixel's channels
-constexpr int kMaxTilePixels = 128;        // output pixels per tile, at most
-constexpr int kMaxWarps = 12;              // per block
-constexpr int kMaxJobsPerWarp = 8;         // 16 floats of accumulators each
-constexpr int64_t kMaxSharedBytes = 48 * 1024;  // both buffers and the zero row
-constexpr int64_t kTargetBlocks = 384;     // about three per SM of an H100: fixed, so the bits are too
+constexpr int kPad = 8;                // elements after each staged pixel's channels
+constexpr int kMaxTilePixels = 256;    // output pixels per tile, at most
+// Warps per block. With up to 96 accumulators a lane, four warps let three blocks share an SM; eight
+// took 34.5 us against 31.4 on a 16-channel 3x3 layer and 29.5 against 28.1 on a 32-channel one (H200,
+// batch 512, bf16).
+constexpr int kMaxWarps = 4;
+// Both buffers and the zero row: past the default 48 KiB, within what sm_80 to sm_90 (99 KiB on sm_86/89)
+// let a block opt in to.
+constexpr int64_t kMaxSharedBytes = 96 * 1024;
+constexpr int64_t kTargetBlocks = 528;  // what choose_slices weighs slices at; fit_grid sets the blocks
+constexpr double kStagingWeight = 3;    // bytes staged from L2 against the partials' trips to DRAM
 constexpr int64_t kMaxPartials = 4 << 20;  // float32 partial sums, 16 MiB
-constexpr int kSumWarps = 8;
+constexpr int kSumWarps = 16;
+
+// A warp tile: kw groups of 16 output channels x nb columns (tap, 16 input channels). The table is every
+// shape a kernel is built for; a shape takes the widest kw that divides K / 16, then the nb that gives the
+// most useful columns per tile. Wider tiles reuse each fragment more but hold more registers: with up to
+// 9 columns (164 registers a lane) the 16-channel layer above took 34.1 us against 31.4.
+struct WarpShape {
+  int kw, nb;
+};
+constexpr WarpShape kWarpShapes[] = {{4, 3}, {4, 2}, {4, 1}, {2, 3}, {2, 2}, {2, 1}, {1, 3}, {1, 2}, {1, 1}};
 
 struct Geo {
   int N, C, H, W, K, R, S, P, Q;
   int stride_h, stride_w, pad_h, pad_w;
+  bool bf16;  // else float16
 };
 
-// The tile and its staged window, the jobs and how the grid splits them.
+// The tile and its staged window, the warp tiles and how the grid splits them.
 struct Plan {
   int rows;                 // TR output rows per tile
   int in_rows, in_cols;     // the input window under a tile
   int tiles_per_image;
   int buffer_elems;         // one buffer: the window, then the tile's dy rows
-  int jobs, jobs_per_warp, warps, block_jobs, slices;
+  int kw, nb;               // the warp tile (WarpShape)
+  int columns, col_units;   // (tap, 16 input channels) columns; warp tiles along them
+  int units;                // warp tiles in all: K / 16 / kw * col_units
+  int slice_units, slices;  // warp tiles per slice (grid.y), one per job warp of a block
+  int pixel_warps, warps;   // warps per warp tile, splitting the pixels; in all
   int64_t blocks;           // along the tiles: each writes one set of partials
   int64_t shared_bytes;
 
@@ -64,6 +90,11 @@ struct Plan {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Blocks along the tiles, at most: one tile each, within the partial sums' budget.
+int64_t max_blocks(const Plan& plan, const Geo& g) {
+  return std::min(plan.tiles(g), std::max<int64_t>(1, kMaxPartials / plan.outputs(g)));
+}
+
 int64_t buffer_elems_for(const Geo& g, int rows) {
   const int64_t in_rows = int64_t(rows - 1) * g.stride_h + g.R;
   const int64_t in_cols = int64_t(g.Q - 1) * g.stride_w + g.S;
@@ -71,40 +102,64 @@ int64_t buffer_elems_for(const Geo& g, int rows) {
 }
 
 // Two buffers and the zero row.
-int64_t shared_bytes_for(const Geo& g, int rows) { return 2 * (2 * buffer_elems_for(g, rows) + g.C + kPad); }
+int64_t staging_bytes(const Geo& g, int rows) { return 2 * (2 * buffer_elems_for(g, rows) + g.C + kPad); }
 
-// The jobs per warp and warps of a block that takes block_jobs jobs.
-void split_jobs(Plan& plan, int block_jobs) {
-  plan.jobs_per_warp = kMaxJobsPerWarp;
-  for (int jw : {1, 2, 4}) {
-    if (ceil_div(block_jobs, jw) <= kMaxWarps) {
-      plan.jobs_per_warp = jw;
-      break;
+void choose_warp_tile(Plan& plan, const Geo& g) {
+  const int kgroups = g.K / 16;
+  plan.kw = kgroups % 4 == 0 ? 4 : kgroups % 2 == 0 ? 2 : 1;
+  plan.columns = g.R * g.S * (g.C / 16);
+  double best = 0;  // useful columns per warp tile: the last along the columns may use fewer
+  for (const WarpShape& shape : kWarpShapes) {  // nb falls within a kw: ties go to the narrower
+    if (shape.kw != plan.kw) continue;
+    const double useful = double(plan.columns) / double(ceil_div(plan.columns, shape.nb));
+    if (useful >= best) {
+      best = useful;
+      plan.nb = shape.nb;
     }
   }
-  plan.block_jobs = std::min(block_jobs, kMaxWarps * plan.jobs_per_warp);
-  plan.warps = static_cast<int>(ceil_div(plan.block_jobs, plan.jobs_per_warp));
-  plan.slices = static_cast<int>(ceil_div(plan.jobs, plan.block_jobs));
+  plan.col_units = static_cast<int>(ceil_div(plan.columns, plan.nb));
+  plan.units = kgroups / plan.kw * plan.col_units;
+}
+
+// Each block along the tiles writes and stage 2 reads a set of partials; each slice stages every tile
+// again, mostly from L2. The cheapest number of slices for about kTargetBlocks blocks, each with at most
+// kMaxWarps warps; the warps a slice's warp tiles leave split the pixels. fit_grid sets the blocks.
+void choose_slices(Plan& plan, const Geo& g) {
+  const double staged = 2.0 * (double(plan.tiles(g)) * plan.in_rows * plan.in_cols * g.C +
+                               double(g.N) * g.P * g.Q * g.K);  // bytes, once per slice
+  double best = std::numeric_limits<double>::infinity();
+  for (int slices = 1; slices <= plan.units; ++slices) {
+    const int per = static_cast<int>(ceil_div(plan.units, slices));
+    if (per > kMaxWarps || ceil_div(plan.units, per) != slices) continue;
+    const int64_t blocks = std::clamp<int64_t>(ceil_div(kTargetBlocks, slices), 1, max_blocks(plan, g));
+    const double cost = 8.0 * double(blocks) * double(plan.outputs(g)) + slices * staged / kStagingWeight;
+    if (cost < best) {
+      best = cost;
+      plan.slices = slices;
+      plan.slice_units = per;
+    }
+  }
+  const int chunks = static_cast<int>(ceil_div(int64_t(plan.rows) * g.Q, 16));
+  plan.pixel_warps = std::clamp(kMaxWarps / plan.slice_units, 1, chunks);
+  plan.warps = plan.slice_units * plan.pixel_warps;
 }
 
 // rows == 0 when no tile of one output row fits the shared memory.
 Plan make_plan(const Geo& g) {
   Plan plan{};
   int rows = std::clamp(kMaxTilePixels / std::max(g.Q, 1), 1, std::max(g.P, 1));
-  while (rows > 1 && shared_bytes_for(g, rows) > kMaxSharedBytes) --rows;
-  if (shared_bytes_for(g, rows) > kMaxSharedBytes) return plan;
+  while (rows > 1 && staging_bytes(g, rows) > kMaxSharedBytes) --rows;
+  if (staging_bytes(g, rows) > kMaxSharedBytes) return plan;
   plan.rows = rows;
   plan.in_rows = (rows - 1) * g.stride_h + g.R;
   plan.in_cols = (g.Q - 1) * g.stride_w + g.S;
   plan.tiles_per_image = static_cast<int>(ceil_div(g.P, rows));
   plan.buffer_elems = static_cast<int>(buffer_elems_for(g, rows));
-  plan.shared_bytes = shared_bytes_for(g, rows);
-  plan.jobs = g.K / 16 * g.R * g.S * (g.C / 16);
-  const int64_t by_partials = std::max<int64_t>(1, kMaxPartials / plan.outputs(g));
-  plan.blocks = std::min({plan.tiles(g), by_partials, kTargetBlocks});
-  // Fewer blocks along the tiles than the target: the jobs split over more slices instead.
-  const int64_t want_slices = std::clamp<int64_t>(ceil_div(kTargetBlocks, plan.blocks), 1, plan.jobs);
-  split_jobs(plan, static_cast<int>(ceil_div(plan.jobs, want_slices)));
+  choose_warp_tile(plan, g);
+  choose_slices(plan, g);
+  // The pixel warps' sums meet in the staging buffers once every tile is done.
+  const int64_t meeting = plan.pixel_warps > 1 ? int64_t(plan.slice_units) * plan.kw * plan.nb * 8 * 32 * 4 : 0;
+  plan.shared_bytes = std::max(staging_bytes(g, rows), meeting);
   return plan;
 }
 
@@ -112,7 +167,7 @@ Geo geo_of(const Strided& dw, const Strided& dy, const Strided& x, const kernel:
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   return {i32(x.sizes[0]),   i32(x.sizes[1]),   i32(x.sizes[2]),   i32(x.sizes[3]), i32(dw.sizes[0]),
           i32(dw.sizes[2]),  i32(dw.sizes[3]),  i32(dy.sizes[2]),  i32(dy.sizes[3]), i32(p.stride_h),
-          i32(p.stride_w),   i32(p.pad_h),      i32(p.pad_w)};
+          i32(p.stride_w),   i32(p.pad_h),      i32(p.pad_w),    x.dtype == DType::BFloat16};
 }
 
 __device__ inline uint32_t shared_address(const void* p) {
@@ -152,19 +207,6 @@ __device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-}
-
-// A job's place in the filter: 16 output channels from k0, one tap (r, s), 16 input channels from c0.
-struct Job {
-  int k0, r, s, c0;
-  bool valid;
-};
-
-__device__ inline Job job_of(int job, int jobs, const Geo& g) {
-  const int cgroups = g.C / 16, taps = g.R * g.S;
-  const int j = min(job, jobs - 1);
-  const int cg = j % cgroups, tap = j / cgroups % taps, kt = j / (cgroups * taps);
-  return {kt * 16, tap / g.S, tap % g.S, cg * 16, job < jobs};
 }
 
 // Where a tile is: image n, first output row p0, its pixels (rows * Q, fewer at the image's bottom).
@@ -212,14 +254,19 @@ struct Walk {
 // into a buffer, 16 bytes (8 channels) at a time, as one cp.async group.
 template <class S>
 __device__ void stage_tile(S* buffer, const S* x, const S* dy, const Geo& g, const Plan& plan, const TileAt& t) {
-  const int xv = g.C / 8, window = plan.in_rows * plan.in_cols;
+  const int groups = g.C / 8, pitch = g.C + kPad, window = plan.in_rows * plan.in_cols;
   const int h0 = t.p0 * g.stride_h - g.pad_h;
-  Walk at(threadIdx.x, blockDim.x, plan.in_cols, xv);  // (window row, window column, 8-channel group)
-  for (int i = threadIdx.x; i < window * xv; i += blockDim.x, at.advance()) {
-    const int h = h0 + at.row, w = at.col - g.pad_w;
-    const bool inside = h >= 0 && h < g.H && w >= 0 && w < g.W;
-    const S* from = inside ? x + ((int64_t(t.n) * g.H + h) * g.W + w) * g.C + at.group * 8 : x;
-    copy_async_16(buffer + at.pixel() * (g.C + kPad) + at.group * 8, from, inside);
+  const S* image = x + int64_t(t.n) * g.H * g.W * g.C;
+  // A thread keeps one window column and channel group down every window row: one division per column.
+  for (int j = threadIdx.x; j < plan.in_cols * groups; j += blockDim.x) {
+    const int col = j / groups, group = j % groups, w = col - g.pad_w;
+    const bool w_inside = w >= 0 && w < g.W;
+    S* to = buffer + col * pitch + group * 8;
+    int64_t from = (int64_t(h0) * g.W + w) * g.C + group * 8;
+    for (int h = h0; h < h0 + plan.in_rows; ++h, to += plan.in_cols * pitch, from += int64_t(g.W) * g.C) {
+      const bool inside = w_inside && h >= 0 && h < g.H;
+      copy_async_16(to, inside ? image + from : x, inside);
+    }
   }
   S* dys = buffer + window * (g.C + kPad);
   const int dv = g.K / 8;
@@ -232,104 +279,153 @@ __device__ void stage_tile(S* buffer, const S* x, const S* dy, const Geo& g, con
   copy_async_commit();
 }
 
-// One warp's jobs (job_of) and their accumulators, kept in registers across every tile of the block.
-template <class S, int JW>
-struct WarpJobs {
-  Job jobs[JW];
-  int a_offset[JW], b_offset[JW];  // each job's place in a staged dy row and from a window pixel
-  int lane, b_pixel, b_channel;
-  float acc[JW][2][4] = {};
+// One warp's tile of the output (Plan::kw x Plan::nb) and its accumulators, kept in registers across
+// every tile of the block.
+template <class S, int KW, int NB>
+struct WarpTile {
+  static constexpr int kAcc = KW * NB * 8;
+  int unit, lane, b_pixel, b_channel;
+  int a_offset;       // the first channel group's place in a staged dy row
+  int b_offset[NB];   // each column's place from a window pixel
+  float acc[KW][NB][2][4] = {};
 
-  // ldmatrix row addresses: lane / 8 picks the 8x8 matrix, lane % 8 its row (a pixel).
-  __device__ WarpJobs(const Geo& g, const Plan& plan) : lane(threadIdx.x % 32) {
-    const int warp = threadIdx.x / 32, mat = lane / 8, row = lane % 8;
-    const int a_pixel = row + (mat >> 1) * 8, a_channel = (mat & 1) * 8;
+  // ldmatrix row addresses: lane / 8 picks the 8x8 matrix, lane % 8 its row (a pixel). Columns past the
+  // last repeat it (their sums are not stored).
+  __device__ WarpTile(int unit_, const Geo& g, const Plan& plan) : unit(unit_), lane(threadIdx.x % 32) {
+    const int mat = lane / 8, row = lane % 8;
     b_pixel = row + (mat & 1) * 8;
     b_channel = (mat >> 1) * 8;
+    a_offset = (row + (mat >> 1) * 8) * (g.K + kPad) + k0(plan) + (mat & 1) * 8;
 #pragma unroll
-    for (int j = 0; j < JW; ++j) {
-      const int local = warp * JW + j;
-      jobs[j] = job_of(blockIdx.y * plan.block_jobs + local, plan.jobs, g);
-      jobs[j].valid = jobs[j].valid && local < plan.block_jobs;
-      a_offset[j] = a_pixel * (g.K + kPad) + jobs[j].k0 + a_channel;
-      b_offset[j] = (jobs[j].r * plan.in_cols + jobs[j].s) * (g.C + kPad) + jobs[j].c0 + b_channel;
+    for (int j = 0; j < NB; ++j) {
+      const int col = min(column(j, plan), plan.columns - 1), cgroups = g.C / 16;
+      const int tap = col / cgroups;
+      b_offset[j] = (tap / g.S * plan.in_cols + tap % g.S) * (g.C + kPad) + col % cgroups * 16 + b_channel;
+    }
+  }
+  __device__ int k0(const Plan& plan) const { return unit / plan.col_units * KW * 16; }
+  __device__ int column(int j, const Plan& plan) const { return unit % plan.col_units * NB + j; }
+
+  // 16 pixels: a_row is their staged dy, b(j) the address of column j's B rows for this lane.
+  template <class BRow>
+  __device__ void chunk(const S* a_row, const BRow& b) {
+    uint32_t a[KW][4];
+#pragma unroll
+    for (int i = 0; i < KW; ++i) ldmatrix_x4_trans(a[i], a_row + a_offset + i * 16);
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      uint32_t bf[4];
+      ldmatrix_x4_trans(bf, b(j));
+#pragma unroll
+      for (int i = 0; i < KW; ++i) {
+        mma_16816<S>(acc[i][j][0], a[i], bf[0], bf[1]);
+        mma_16816<S>(acc[i][j][1], a[i], bf[2], bf[3]);
+      }
     }
   }
 
-  // Adds a staged tile (window xs, dy rows dys) to the accumulators, 16 pixels at a time.
+  // Adds every pixel_warps-th 16 pixels of a staged tile (window xs, dy rows dys) from pixel 16 * pw.
   __device__ void sum_tile(const S* xs, const S* dys, const S* zero_row, const TileAt& t, const Geo& g,
-                           const Plan& plan) {
-    const int chunk_rows = 16 / g.Q, chunk_cols = 16 % g.Q;  // 16 pixels as output rows and columns
-    int p = b_pixel / g.Q, q = b_pixel % g.Q;                  // this lane's B pixel
-    for (int base = 0; base < t.padded; base += 16) {
-      // A lane whose pixel is past the tile reads the zero row.
-      const bool inside = base + b_pixel < t.pixels;
-      const S* b_pixel_at = xs + (p * g.stride_h * plan.in_cols + q * g.stride_w) * (g.C + kPad);
-      const S* a_row = dys + base * (g.K + kPad);
-#pragma unroll
-      for (int j = 0; j < JW; ++j) {
-        if (!jobs[j].valid) continue;
-        uint32_t a[4], b[4];
-        ldmatrix_x4_trans(a, a_row + a_offset[j]);
-        ldmatrix_x4_trans(b, inside ? b_pixel_at + b_offset[j] : zero_row + jobs[j].c0 + b_channel);
-        mma_16816<S>(acc[j][0], a, b[0], b[1]);
-        mma_16816<S>(acc[j][1], a, b[2], b[3]);
-      }
-      p += chunk_rows;
-      q += chunk_cols;
+                           const Plan& plan, int pw) {
+    const int step = plan.pixel_warps * 16, step_rows = step / g.Q, step_cols = step % g.Q;
+    int p = (pw * 16 + b_pixel) / g.Q, q = (pw * 16 + b_pixel) % g.Q;  // this lane's B pixel
+    const int full = t.pixels / 16 * 16;  // chunks whose every pixel is in the tile
+    int base = pw * 16;
+    for (; base < full; base += step) {
+      const S* at = xs + (p * g.stride_h * plan.in_cols + q * g.stride_w) * (g.C + kPad);
+      chunk(dys + base * (g.K + kPad), [&](int j) { return at + b_offset[j]; });
+      p += step_rows;
+      q += step_cols;
       if (q >= g.Q) {
         q -= g.Q;
         ++p;
       }
     }
+    if (base != full || full == t.pixels) return;
+    // The tile's last, partial 16 pixels (this warp's turn): lanes past the end read the zero row.
+    const bool inside = base + b_pixel < t.pixels;
+    const S* at = xs + (p * g.stride_h * plan.in_cols + q * g.stride_w) * (g.C + kPad);
+    chunk(dys + base * (g.K + kPad), [&](int j) {
+      const int col = min(column(j, plan), plan.columns - 1);
+      return inside ? at + b_offset[j] : zero_row + col % (g.C / 16) * 16 + b_channel;
+    });
+  }
+
+  // Pixel warps 1, 2, ... add their sums into pixel warp 0's in order through `meeting` (a float per
+  // accumulator and lane for each job warp), which then stores. Every warp of the block calls it.
+  __device__ void meet(float* meeting, int job, int pw, bool working, const Plan& plan) {
+    float* flat = &acc[0][0][0][0];
+    float* slot = meeting + job * kAcc * 32;
+    for (int from = 1; from < plan.pixel_warps; ++from) {
+      if (working && pw == from) {
+#pragma unroll
+        for (int e = 0; e < kAcc; ++e) slot[e * 32 + lane] = flat[e];
+      }
+      __syncthreads();
+      if (working && pw == 0) {
+#pragma unroll
+        for (int e = 0; e < kAcc; ++e) flat[e] += slot[e * 32 + lane];
+      }
+      __syncthreads();
+    }
   }
 
   // Accumulator element e of n-tile t: row (output channel) lane / 4 (+ 8 for e >= 2), column (input
   // channel) t * 8 + lane % 4 * 2 (+ 1 for odd e); out[(k * R * S + tap) * C + c].
-  __device__ void store(float* out, const Geo& g) const {
+  __device__ void store(float* out, const Geo& g, const Plan& plan) const {
+    const int cgroups = g.C / 16;
 #pragma unroll
-    for (int j = 0; j < JW; ++j) {
-      if (!jobs[j].valid) continue;
-      const int tap = jobs[j].r * g.S + jobs[j].s;
+    for (int j = 0; j < NB; ++j) {
+      const int col = column(j, plan);
+      if (col >= plan.columns) continue;
+      const int tap = col / cgroups, c0 = col % cgroups * 16;
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
+      for (int i = 0; i < KW; ++i) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int k = jobs[j].k0 + lane / 4 + (e >= 2 ? 8 : 0);
-          const int c = jobs[j].c0 + t * 8 + lane % 4 * 2 + (e & 1);
-          out[(int64_t(k) * g.R * g.S + tap) * g.C + c] = acc[j][t][e];
+        for (int t = 0; t < 2; ++t) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int k = k0(plan) + i * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+            const int c = c0 + t * 8 + lane % 4 * 2 + (e & 1);
+            out[(int64_t(k) * g.R * g.S + tap) * g.C + c] = acc[i][j][t][e];
+          }
         }
       }
     }
   }
 };
 
-// Stage 1: block (b, slice) sums tiles [b * tiles / blocks, (b + 1) * tiles / blocks) for the slice's jobs
-// into partials[b][(k * R * S + tap) * C + c].
-template <class S, int JW>
+// Stage 1: block (b, slice) sums tiles [b * tiles / blocks, (b + 1) * tiles / blocks) for the slice's warp
+// tiles into partials[b][(k * R * S + tap) * C + c]. Warp w is job warp w % slice_units (its warp tile)
+// and pixel warp w / slice_units.
+template <class S, int KW, int NB>
 __global__ void wgrad_mma_partial_kernel(const S* x, const S* dy, Geo g, Plan plan, float* partials) {
   extern __shared__ __align__(16) unsigned char shared_raw[];
   S* buffers = reinterpret_cast<S*>(shared_raw);  // [2][buffer_elems]
   S* zero_row = buffers + 2 * plan.buffer_elems;
   const int window = plan.in_rows * plan.in_cols;
   for (int i = threadIdx.x; i < g.C + kPad; i += blockDim.x) zero_row[i] = from_compute<S>(0.0f);
-  WarpJobs<S, JW> warp_jobs(g, plan);
+  const int warp = threadIdx.x / 32, job = warp % plan.slice_units, pw = warp / plan.slice_units;
+  const int unit = blockIdx.y * plan.slice_units + job;
+  const bool working = unit < plan.units;
+  WarpTile<S, KW, NB> tile(min(unit, plan.units - 1), g, plan);
   const int64_t tiles = plan.tiles(g);
   const int64_t first = tiles * blockIdx.x / gridDim.x, last = tiles * (blockIdx.x + 1) / gridDim.x;
   stage_tile(buffers, x, dy, g, plan, tile_at(first, g, plan));
-  for (int64_t tile = first; tile < last; ++tile) {
-    const S* xs = buffers + (tile - first) % 2 * plan.buffer_elems;
-    if (tile + 1 < last) {  // the next tile streams in while this one is summed
-      stage_tile(buffers + (tile + 1 - first) % 2 * plan.buffer_elems, x, dy, g, plan, tile_at(tile + 1, g, plan));
+  for (int64_t at = first; at < last; ++at) {
+    const S* xs = buffers + (at - first) % 2 * plan.buffer_elems;
+    if (at + 1 < last) {  // the next tile streams in while this one is summed
+      stage_tile(buffers + (at + 1 - first) % 2 * plan.buffer_elems, x, dy, g, plan, tile_at(at + 1, g, plan));
       copy_async_wait<1>();
     } else {
       copy_async_wait<0>();
     }
     __syncthreads();
-    warp_jobs.sum_tile(xs, xs + window * (g.C + kPad), zero_row, tile_at(tile, g, plan), g, plan);
+    if (working) tile.sum_tile(xs, xs + window * (g.C + kPad), zero_row, tile_at(at, g, plan), g, plan, pw);
     __syncthreads();  // this buffer's readers are done before the next iteration refills it
   }
-  warp_jobs.store(partials + int64_t(blockIdx.x) * plan.outputs(g), g);
+  tile.meet(reinterpret_cast<float*>(shared_raw), job, pw, working, plan);
+  if (working && pw == 0) tile.store(partials + int64_t(blockIdx.x) * plan.outputs(g), g, plan);
 }
 
 // Stage 2: 32 outputs per block; warp w sums blocks w, w + kSumWarps, ... in order, then one warp adds
@@ -357,21 +453,67 @@ __global__ void wgrad_mma_sum_kernel(View4<S> dw, const float* partials, int64_t
 }
 
 template <class S>
+using PartialKernel = void (*)(const S*, const S*, Geo, Plan, float*);
+
+// The kernel of kWarpShapes' row that the plan chose, opted in to its shared memory past the default 48 KiB
+// (per kernel and device, so at every use); nullptr and the error where that fails.
+template <class S, size_t... I>
+PartialKernel<S> kernel_for(const Plan& plan, cudaError_t& status, std::index_sequence<I...>) {
+  PartialKernel<S> kernel = nullptr;
+  ((kWarpShapes[I].kw == plan.kw && kWarpShapes[I].nb == plan.nb &&
+    (kernel = wgrad_mma_partial_kernel<S, kWarpShapes[I].kw, kWarpShapes[I].nb>, true)) ||
+   ...);
+  status = kernel == nullptr ? cudaErrorInvalidConfiguration : cudaSuccess;
+  if (kernel != nullptr && plan.shared_bytes > 48 * 1024) {
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(plan.shared_bytes));
+  }
+  return status == cudaSuccess ? kernel : nullptr;
+}
+
+template <class S>
+PartialKernel<S> partial_kernel(const Plan& plan, cudaError_t& status) {
+  return kernel_for<S>(plan, status, std::make_index_sequence<std::size(kWarpShapes)>());
+}
+
+// Blocks that the current GPU runs at once, in all; 0 and the error where a query fails.
+template <class S>
+int64_t resident_blocks(const Plan& plan, cudaError_t& status) {
+  const PartialKernel<S> kernel = partial_kernel<S>(plan, status);
+  int device = 0, sms = 0, per_sm = 0;
+  if (status == cudaSuccess) status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (status == cudaSuccess) {
+    status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.warps * 32,
+                                                           static_cast<size_t>(plan.shared_bytes));
+  }
+  return status == cudaSuccess ? int64_t(sms) * per_sm : 0;
+}
+
+// The plan with its blocks along the tiles: one wave of blocks on the current GPU, as few as finish it in
+// as many tiles each (so the fewest partials), within the partials' budget. The bits depend on the shape
+// and the GPU's model; every run on one gives the same.
+Plan plan_for(const Geo& g, cudaError_t& status) {
+  Plan plan = make_plan(g);
+  status = cudaSuccess;
+  if (plan.rows == 0) return plan;
+  const int64_t slots = g.bf16 ? resident_blocks<__nv_bfloat16>(plan, status) : resident_blocks<__half>(plan, status);
+  const int64_t tiles = plan.tiles(g);
+  const int64_t blocks = std::clamp<int64_t>(slots / plan.slices, 1, max_blocks(plan, g));
+  plan.blocks = ceil_div(tiles, ceil_div(tiles, blocks));
+  return plan;
+}
+
+template <class S>
 cudaError_t launch_typed(const Strided& dw, const Strided& dy, const Strided& x, const Geo& g, const Plan& plan,
                          float* partials, cudaStream_t stream) {
+  cudaError_t status = cudaSuccess;
+  const PartialKernel<S> kernel = partial_kernel<S>(plan, status);
+  if (status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(plan.slices));
-  const int threads = plan.warps * 32;
-  const size_t shared = static_cast<size_t>(plan.shared_bytes);
-  auto launch = [&]<int JW>() {
-    wgrad_mma_partial_kernel<S, JW><<<grid, threads, shared, stream>>>(x.ptr<S>(), dy.ptr<S>(), g, plan, partials);
-  };
-  switch (plan.jobs_per_warp) {
-    case 1: launch.template operator()<1>(); break;
-    case 2: launch.template operator()<2>(); break;
-    case 4: launch.template operator()<4>(); break;
-    default: launch.template operator()<kMaxJobsPerWarp>(); break;
-  }
-  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+  kernel<<<grid, plan.warps * 32, static_cast<size_t>(plan.shared_bytes), stream>>>(x.ptr<S>(), dy.ptr<S>(), g,
+                                                                                   plan, partials);
+  if (status = cudaGetLastError(); status != cudaSuccess) return status;
   const int sum_blocks = static_cast<int>(ceil_div(plan.outputs(g), 32));
   wgrad_mma_sum_kernel<S><<<sum_blocks, kSumWarps * 32, 0, stream>>>(view4<S>(dw), partials, plan.blocks, g);
   return cudaGetLastError();
@@ -386,7 +528,8 @@ bool conv_wgrad_mma_fits(const Strided& dw, const Strided& dy, const Strided& x,
 int64_t conv_wgrad_mma_partials(const Strided& dw, const Strided& dy, const Strided& x,
                                 const kernel::ConvParams& p) {
   const Geo g = geo_of(dw, dy, x, p);
-  const Plan plan = make_plan(g);
+  cudaError_t status = cudaSuccess;
+  const Plan plan = plan_for(g, status);
   return plan.rows > 0 ? plan.blocks * plan.outputs(g) : 0;
 }
 
@@ -395,8 +538,10 @@ cudaError_t launch_conv_wgrad_mma(const Strided& dw, const Strided& dy, const St
   if (dw.numel() == 0) return cudaSuccess;
   if (dy.numel() == 0) return launch_fill(dw, 0.0, stream);
   const Geo g = geo_of(dw, dy, x, p);
-  const Plan plan = make_plan(g);
-  if (x.dtype == DType::BFloat16) return launch_typed<__nv_bfloat16>(dw, dy, x, g, plan, partials, stream);
+  cudaError_t status = cudaSuccess;
+  const Plan plan = plan_for(g, status);
+  if (status != cudaSuccess) return status;
+  if (g.bf16) return launch_typed<__nv_bfloat16>(dw, dy, x, g, plan, partials, stream);
   return launch_typed<__half>(dw, dy, x, g, plan, partials, stream);
 }
 

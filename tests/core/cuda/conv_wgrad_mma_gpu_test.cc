@@ -145,7 +145,8 @@ LOOM_GPU_TEST_CASE("the tensor-core weight gradient declines what it was not bui
   CHECK_FALSE(supported({2, 16, 8, 8}, {24, 16, 3, 3}, DType::BFloat16, nhwc, pad1));  // K not 16k
   CHECK_FALSE(supported({2, 256, 8, 8}, {32, 256, 3, 3}, DType::BFloat16, nhwc, pad1));  // C > 128
   CHECK_FALSE(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::BFloat16, nhwc, {.dilation_h = 2}));
-  // One output row of a 128-channel 7x7 filter over a plane 400 wide: its window is past 48 KiB.
+  // One output row of a 128-channel 7x7 filter over a plane 400 wide: its window is past the 96 KiB a
+  // block may take.
   CHECK_FALSE(supported({1, 128, 9, 400}, {16, 128, 7, 7}, DType::BFloat16, nhwc, {}));
 }
 
