@@ -10,14 +10,13 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <mutex>
-#include <set>
 #include <type_traits>
 #include <utility>
 
 #include "core/cuda/attention_kernels.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
+#include "core/cuda/shared_memory.cuh"
 #include "core/kernel/attention.h"
 
 namespace loom::cuda {
@@ -195,28 +194,10 @@ kernel::AttentionShape shape_of(const Strided& q, const Strided& k, const Stride
   return {.L = q.sizes[2], .S = k.sizes[2], .E = q.sizes[3], .F = v.sizes[3]};
 }
 
-// Raises a kernel's dynamic shared-memory limit to kAttentionSharedLimit once per
-// device, at its first launch there: the op runs eagerly before any capture
-// (TrainStep's first steps), so a captured launch records only the kernel.
-template <class Kernel>
-cudaError_t allow_shared_memory(Kernel* kernel) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> raised;
-  int device = 0;
-  cudaError_t status = cudaGetDevice(&device);
-  if (status != cudaSuccess) return status;
-  std::lock_guard lock(mutex);
-  if (raised.contains({reinterpret_cast<const void*>(kernel), device})) return cudaSuccess;
-  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kernel::kAttentionSharedLimit));
-  if (status == cudaSuccess) raised.insert({reinterpret_cast<const void*>(kernel), device});
-  return status;
-}
-
 template <class Kernel, class... Args>
 cudaError_t launch(Kernel* kernel, int64_t blocks, size_t bytes, cudaStream_t stream, Args... args) {
   if (blocks == 0) return cudaSuccess;
-  const cudaError_t status = allow_shared_memory(kernel);
+  const cudaError_t status = allow_shared_memory(kernel, kernel::kAttentionSharedLimit);
   if (status != cudaSuccess) return status;
   kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, bytes, stream>>>(args...);
   return cudaGetLastError();

@@ -35,6 +35,7 @@
 #include "core/cuda/copy_kernels.h"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
+#include "core/cuda/shared_memory.cuh"
 #include "core/cuda/view4.cuh"
 
 namespace loom::cuda {
@@ -453,41 +454,28 @@ __global__ void wgrad_mma_sum_kernel(View4<S> dw, const float* partials, int64_t
 }
 
 template <class S>
-using PartialKernel = void (*)(const S*, const S*, Geo, Plan, float*);
+using PartialKernel = void(const S*, const S*, Geo, Plan, float*);
 
-// The kernel of kWarpShapes' row that the plan chose, opted in to its shared memory past the default 48 KiB
-// (per kernel and device, so at every use); nullptr and the error where that fails.
+// The kernel of kWarpShapes' row that the plan chose, allowed kMaxSharedBytes (every plan fits them).
 template <class S, size_t... I>
-PartialKernel<S> kernel_for(const Plan& plan, cudaError_t& status, std::index_sequence<I...>) {
-  PartialKernel<S> kernel = nullptr;
+PartialKernel<S>* kernel_for(const Plan& plan, cudaError_t& status, std::index_sequence<I...>) {
+  PartialKernel<S>* kernel = nullptr;
   ((kWarpShapes[I].kw == plan.kw && kWarpShapes[I].nb == plan.nb &&
     (kernel = wgrad_mma_partial_kernel<S, kWarpShapes[I].kw, kWarpShapes[I].nb>, true)) ||
    ...);
-  status = kernel == nullptr ? cudaErrorInvalidConfiguration : cudaSuccess;
-  if (kernel != nullptr && plan.shared_bytes > 48 * 1024) {
-    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(plan.shared_bytes));
-  }
+  status = kernel == nullptr ? cudaErrorInvalidConfiguration : allow_shared_memory(kernel, kMaxSharedBytes);
   return status == cudaSuccess ? kernel : nullptr;
 }
 
 template <class S>
-PartialKernel<S> partial_kernel(const Plan& plan, cudaError_t& status) {
+PartialKernel<S>* partial_kernel(const Plan& plan, cudaError_t& status) {
   return kernel_for<S>(plan, status, std::make_index_sequence<std::size(kWarpShapes)>());
 }
 
-// Blocks that the current GPU runs at once, in all; 0 and the error where a query fails.
 template <class S>
-int64_t resident_blocks(const Plan& plan, cudaError_t& status) {
-  const PartialKernel<S> kernel = partial_kernel<S>(plan, status);
-  int device = 0, sms = 0, per_sm = 0;
-  if (status == cudaSuccess) status = cudaGetDevice(&device);
-  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (status == cudaSuccess) {
-    status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.warps * 32,
-                                                           static_cast<size_t>(plan.shared_bytes));
-  }
-  return status == cudaSuccess ? int64_t(sms) * per_sm : 0;
+int64_t plan_slots(const Plan& plan, cudaError_t& status) {
+  PartialKernel<S>* kernel = partial_kernel<S>(plan, status);
+  return status == cudaSuccess ? resident_blocks(kernel, plan.warps * 32, plan.shared_bytes, status) : 0;
 }
 
 // The plan with its blocks along the tiles: one wave of blocks on the current GPU, as few as finish it in
@@ -497,7 +485,7 @@ Plan plan_for(const Geo& g, cudaError_t& status) {
   Plan plan = make_plan(g);
   status = cudaSuccess;
   if (plan.rows == 0) return plan;
-  const int64_t slots = g.bf16 ? resident_blocks<__nv_bfloat16>(plan, status) : resident_blocks<__half>(plan, status);
+  const int64_t slots = g.bf16 ? plan_slots<__nv_bfloat16>(plan, status) : plan_slots<__half>(plan, status);
   const int64_t tiles = plan.tiles(g);
   const int64_t blocks = std::clamp<int64_t>(slots / plan.slices, 1, max_blocks(plan, g));
   plan.blocks = ceil_div(tiles, ceil_div(tiles, blocks));
@@ -508,7 +496,7 @@ template <class S>
 cudaError_t launch_typed(const Strided& dw, const Strided& dy, const Strided& x, const Geo& g, const Plan& plan,
                          float* partials, cudaStream_t stream) {
   cudaError_t status = cudaSuccess;
-  const PartialKernel<S> kernel = partial_kernel<S>(plan, status);
+  PartialKernel<S>* kernel = partial_kernel<S>(plan, status);
   if (status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(plan.slices));
   kernel<<<grid, plan.warps * 32, static_cast<size_t>(plan.shared_bytes), stream>>>(x.ptr<S>(), dy.ptr<S>(), g,
