@@ -17,7 +17,7 @@
 // end read zeros.
 //
 // The warp tiles split into grid.y slices (choose_slices weighs the partial sums' traffic against staging
-// the tiles once per slice); the blocks along the tiles make one wave on the GPU (fit_grid). Stage 2 sums
+// the tiles once per slice); the blocks along the tiles make one wave on the GPU (plan_for). Stage 2 sums
 // the blocks' float32 partials per output in a fixed order. The plan depends on the shape and the GPU's
 // model alone, so every run on one GPU gives the same bits, with no float atomics.
 //
@@ -51,7 +51,7 @@ constexpr int kMaxWarps = 4;
 // Both buffers and the zero row: past the default 48 KiB, within what sm_80 to sm_90 (99 KiB on sm_86/89)
 // let a block opt in to.
 constexpr int64_t kMaxSharedBytes = 96 * 1024;
-constexpr int64_t kTargetBlocks = 528;  // what choose_slices weighs slices at; fit_grid sets the blocks
+constexpr int64_t kTargetBlocks = 528;  // what choose_slices weighs slices at; plan_for sets the blocks
 constexpr double kStagingWeight = 3;    // bytes staged from L2 against the partials' trips to DRAM
 constexpr int64_t kMaxPartials = 4 << 20;  // float32 partial sums, 16 MiB
 constexpr int kSumWarps = 16;
@@ -124,7 +124,7 @@ void choose_warp_tile(Plan& plan, const Geo& g) {
 
 // Each block along the tiles writes and stage 2 reads a set of partials; each slice stages every tile
 // again, mostly from L2. The cheapest number of slices for about kTargetBlocks blocks, each with at most
-// kMaxWarps warps; the warps a slice's warp tiles leave split the pixels. fit_grid sets the blocks.
+// kMaxWarps warps; the warps a slice's warp tiles leave split the pixels. plan_for sets the blocks.
 void choose_slices(Plan& plan, const Geo& g) {
   const double staged = 2.0 * (double(plan.tiles(g)) * plan.in_rows * plan.in_cols * g.C +
                                double(g.N) * g.P * g.Q * g.K);  // bytes, once per slice
