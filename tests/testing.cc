@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <utility>
 
 namespace loom::testing {
 
@@ -82,6 +83,19 @@ std::string close_report(const Tensor& actual, const Tensor& expected, double rt
   if (bad == 0) return "";
   return fmt::format("{} of {} elements differ (shape {}, rtol {}, atol {}, max abs error {:.3g}):\n{}",
                      bad, a.size(), shape_str(actual.sizes()), rtol, atol, max_abs, first);
+}
+
+ScopedEnv::ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
+  if (const char* before = std::getenv(name_.c_str())) before_ = before;
+  setenv(name_.c_str(), value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (before_) {
+    setenv(name_.c_str(), before_->c_str(), 1);
+  } else {
+    unsetenv(name_.c_str());
+  }
 }
 
 }  // namespace loom::testing

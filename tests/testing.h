@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,20 @@ double normalized_error(const Tensor& actual, const Tensor& expected);
 // elements off by more than `tol` (normalized as above) stay within two slices
 // along dim 0 or 2% of the tensor, whichever is more: such decision flips pass.
 bool decision_flips(const Tensor& actual, const Tensor& expected, double tol);
+
+// Sets an environment variable (a LOOM_* switch that forces a path) until the
+// guard ends, then restores its earlier value, or unsets it.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::string& value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> before_;
+};
 
 // CHECKs |actual - expected| <= tol * max |expected| everywhere (both read as
 // float64 on the CPU): the direct kernels' tests, whose error grows with the

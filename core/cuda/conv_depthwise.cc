@@ -55,7 +55,7 @@ void conv_depthwise_dgrad(const Strided& dx, const Strided& dy, const Strided& w
   LOOM_CUDA_CHECK(launch_conv_depthwise_dgrad(dx, dy, w, p, current_stream()));
 }
 
-DepthwiseScratch conv_depthwise_wgrad_scratch(const Strided& dy, const Strided& dw) {
+Scratch conv_depthwise_wgrad_scratch(const Strided& dy, const Strided& dw) {
   const bool channels_innermost = dy.sizes[1] > 1 && dy.strides[1] == 1;
   const int64_t pixels = dy.sizes[0] * dy.sizes[2] * dy.sizes[3];
   const DepthwiseSplit split = depthwise_wgrad_split(dw.sizes[0], pixels, channels_innermost);
@@ -66,10 +66,7 @@ DepthwiseScratch conv_depthwise_wgrad_scratch(const Strided& dy, const Strided& 
 void conv_depthwise_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
                           const kernel::ConvParams& p, const Strided& scratch) {
   check_operands("conv_depthwise_wgrad", x, dw, dy, p);
-  const DepthwiseScratch need = conv_depthwise_wgrad_scratch(dy, dw);
-  LOOM_CHECK(scratch.dtype == need.dtype && scratch.numel() >= need.elements, ValueError,
-             "[conv_depthwise_wgrad] the scratch must hold {} {} elements; got {} of {}",
-             need.elements, dtype_name(need.dtype), scratch.numel(), dtype_name(scratch.dtype));
+  check_scratch("conv_depthwise_wgrad", scratch, conv_depthwise_wgrad_scratch(dy, dw));
   LOOM_CUDA_CHECK(launch_conv_depthwise_wgrad(dw, dy, x, p, scratch, current_stream()));
 }
 

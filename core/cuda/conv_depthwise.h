@@ -20,9 +20,8 @@
 // N batch, C channels, H, W input, R, S filter, P, Q output.
 #pragma once
 
-#include <cstdint>
 
-#include "core/dtype.h"
+#include "core/cuda/scratch.h"
 #include "core/kernel/conv.h"
 #include "core/strided.h"
 
@@ -40,13 +39,9 @@ void conv_depthwise_forward(const Strided& y, const Strided& x, const Strided& w
 void conv_depthwise_dgrad(const Strided& dx, const Strided& dy, const Strided& w,
                           const kernel::ConvParams& p);
 
-// The weight gradient's scratch: `elements` of `dtype` (float64 for float64
-// operands, float32 otherwise).
-struct DepthwiseScratch {
-  int64_t elements = 0;
-  DType dtype = DType::Float32;
-};
-DepthwiseScratch conv_depthwise_wgrad_scratch(const Strided& dy, const Strided& dw);
+// The weight gradient's scratch: float64 for float64 operands, float32
+// otherwise.
+Scratch conv_depthwise_wgrad_scratch(const Strided& dy, const Strided& dw);
 // dw (C, 1, R, S) = wgrad(dy (N, C, P, Q), x (N, C, H, W)); scratch as
 // conv_depthwise_wgrad_scratch says.
 void conv_depthwise_wgrad(const Strided& dw, const Strided& dy, const Strided& x,

@@ -57,8 +57,8 @@ void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
   LOOM_CUDA_CHECK(launch_conv_small_forward(y, x, w, bias, epilogue.relu, p, current_stream()));
 }
 
-int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw) {
-  return conv_small_wgrad_partials(dy, dw);
+Scratch conv_small_wgrad_scratch(const Strided& dy, const Strided& dw) {
+  return {.elements = conv_small_wgrad_partials(dy, dw), .dtype = DType::Float32};
 }
 
 void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p) {
@@ -79,9 +79,7 @@ bool conv_small_wgrad_takes_bias(const Strided& w_or_dw) {
 void conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
                       const kernel::ConvParams& p, const Strided& scratch,
                       const std::optional<Strided>& db) {
-  LOOM_CHECK(scratch.dtype == DType::Float32 && scratch.numel() >= conv_small_wgrad_partials(dy, dw),
-             ValueError, "[conv_small_wgrad] needs {} float32 scratch elements, got {} of {}",
-             conv_small_wgrad_partials(dy, dw), scratch.numel(), dtype_name(scratch.dtype));
+  check_scratch("conv_small_wgrad", scratch, conv_small_wgrad_scratch(dy, dw));
   LOOM_CHECK(!db || (db->dtype == dw.dtype && db->sizes.size() == 1 &&
                      db->sizes[0] == dw.sizes[0] && conv_small_wgrad_takes_bias(dw)),
              ValueError,

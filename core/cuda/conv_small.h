@@ -23,6 +23,7 @@
 
 #include <optional>
 
+#include "core/cuda/scratch.h"
 #include "core/kernel/conv.h"
 #include "core/strided.h"
 
@@ -55,14 +56,14 @@ bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const kerne
 // dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w (K, C, R, S)).
 void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p);
 
-// Float32 scratch elements conv_small_wgrad needs (with or without db).
-int64_t conv_small_wgrad_scratch(const Strided& dy, const Strided& dw);
+// The float32 scratch conv_small_wgrad needs (with or without db).
+Scratch conv_small_wgrad_scratch(const Strided& dy, const Strided& dw);
 // True when conv_small_wgrad also takes a db for a filter (K, C, R, S): K at
 // most its block's threads (every K <= 128 is).
 bool conv_small_wgrad_takes_bias(const Strided& w_or_dw);
 // dw (K, C, R, S) = wgrad(dy (N, K, P, Q), x (N, C, H, W)), and where given
 // db (K, of dw's dtype, any stride) = the sum of dy over N, P, Q; scratch is
-// float32 with conv_small_wgrad_scratch elements.
+// as conv_small_wgrad_scratch says.
 void conv_small_wgrad(const Strided& dw, const Strided& dy, const Strided& x,
                       const kernel::ConvParams& p, const Strided& scratch,
                       const std::optional<Strided>& db = std::nullopt);

@@ -40,8 +40,8 @@ bool conv_wgrad_mma_supported(const Strided& dw, const Strided& dy, const Stride
          conv_wgrad_mma_fits(dw, dy, x, p);
 }
 
-int64_t conv_wgrad_mma_scratch(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p) {
-  return conv_wgrad_mma_partials(dw, dy, x, p);
+Scratch conv_wgrad_mma_scratch(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p) {
+  return {.elements = conv_wgrad_mma_partials(dw, dy, x, p), .dtype = DType::Float32};
 }
 
 void conv_wgrad_mma(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p,
@@ -53,10 +53,7 @@ void conv_wgrad_mma(const Strided& dw, const Strided& dy, const Strided& x, cons
              kMaxChannels, kMaxFilterSide, kMaxFilterSide, shape_str(x.sizes), dtype_name(x.dtype),
              shape_str(dy.sizes), dtype_name(dy.dtype), shape_str(dw.sizes), dtype_name(dw.dtype), p.groups,
              p.dilation_h, p.dilation_w);
-  const int64_t need = conv_wgrad_mma_partials(dw, dy, x, p);
-  LOOM_CHECK(scratch.dtype == DType::Float32 && scratch.numel() >= need, ValueError,
-             "[conv_wgrad_mma] needs {} float32 scratch elements, got {} of {}", need, scratch.numel(),
-             dtype_name(scratch.dtype));
+  check_scratch("conv_wgrad_mma", scratch, conv_wgrad_mma_scratch(dw, dy, x, p));
   LOOM_CUDA_CHECK(launch_conv_wgrad_mma(dw, dy, x, p, scratch.ptr<float>(), current_stream()));
 }
 

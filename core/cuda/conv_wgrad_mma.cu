@@ -17,7 +17,7 @@
 // end read zeros.
 //
 // The warp tiles split into grid.y slices (choose_slices weighs the partial sums' traffic against staging
-// the tiles once per slice); the blocks along the tiles make one wave on the GPU (plan_for). Stage 2 sums
+// the tiles once per slice); the blocks along the tiles make one wave on the GPU (launch_for). Stage 2 sums
 // the blocks' float32 partials per output in a fixed order. The plan depends on the shape and the GPU's
 // model alone, so every run on one GPU gives the same bits, with no float atomics.
 //
@@ -51,7 +51,7 @@ constexpr int kMaxWarps = 4;
 // Both buffers and the zero row: past the default 48 KiB, within what sm_80 to sm_90 (99 KiB on sm_86/89)
 // let a block opt in to.
 constexpr int64_t kMaxSharedBytes = 96 * 1024;
-constexpr int64_t kTargetBlocks = 528;  // what choose_slices weighs slices at; plan_for sets the blocks
+constexpr int64_t kTargetBlocks = 528;  // what choose_slices weighs slices at; launch_for sets the blocks
 constexpr double kStagingWeight = 3;    // bytes staged from L2 against the partials' trips to DRAM
 constexpr int64_t kMaxPartials = 4 << 20;  // float32 partial sums, 16 MiB
 constexpr int kSumWarps = 16;
@@ -124,7 +124,7 @@ void choose_warp_tile(Plan& plan, const Geo& g) {
 
 // Each block along the tiles writes and stage 2 reads a set of partials; each slice stages every tile
 // again, mostly from L2. The cheapest number of slices for about kTargetBlocks blocks, each with at most
-// kMaxWarps warps; the warps a slice's warp tiles leave split the pixels. plan_for sets the blocks.
+// kMaxWarps warps; the warps a slice's warp tiles leave split the pixels. launch_for sets the blocks.
 void choose_slices(Plan& plan, const Geo& g) {
   const double staged = 2.0 * (double(plan.tiles(g)) * plan.in_rows * plan.in_cols * g.C +
                                double(g.N) * g.P * g.Q * g.K);  // bytes, once per slice
@@ -222,32 +222,20 @@ __device__ inline TileAt tile_at(int64_t tile, const Geo& g, const Plan& plan) {
   return {n, p0, pixels, (pixels + 15) / 16 * 16};
 }
 
-// Element i = (row * cols + col) * groups + group of a (rows, cols, groups) walk that a block's threads
-// take with a stride of blockDim.x: each step adds the stride's parts and carries, so nothing divides
-// past the start.
+// Element i = pixel * groups + group of a (pixels, groups) walk that a block's threads take with a stride
+// of blockDim.x: each step adds the stride's parts and carries, so nothing divides past the start.
 struct Walk {
-  int row, col, group;
-  int cols, groups, step_row, step_col, step_group;
+  int pixel, group;
+  int groups, step_pixel, step_group;
 
-  __device__ Walk(int start, int step, int cols_, int groups_) : cols(cols_), groups(groups_) {
-    group = start % groups;
-    row = start / groups / cols;
-    col = start / groups % cols;
-    step_group = step % groups;
-    step_row = step / groups / cols;
-    step_col = step / groups % cols;
-  }
-  __device__ int pixel() const { return row * cols + col; }
+  __device__ Walk(int start, int step, int groups_)
+      : pixel(start / groups_), group(start % groups_), groups(groups_), step_pixel(step / groups_),
+        step_group(step % groups_) {}
   __device__ void advance() {
     group += step_group;
     const int carry = group >= groups ? 1 : 0;
     group -= carry * groups;
-    col += step_col + carry;
-    row += step_row;
-    if (col >= cols) {
-      col -= cols;
-      ++row;
-    }
+    pixel += step_pixel + carry;
   }
 };
 
@@ -255,7 +243,7 @@ struct Walk {
 // into a buffer, 16 bytes (8 channels) at a time, as one cp.async group.
 template <class S>
 __device__ void stage_tile(S* buffer, const S* x, const S* dy, const Geo& g, const Plan& plan, const TileAt& t) {
-  const int groups = g.C / 8, pitch = g.C + kPad, window = plan.in_rows * plan.in_cols;
+  const int groups = g.C / 8, pitch = g.C + kPad, dy_pitch = g.K + kPad, window = plan.in_rows * plan.in_cols;
   const int h0 = t.p0 * g.stride_h - g.pad_h;
   const S* image = x + int64_t(t.n) * g.H * g.W * g.C;
   // A thread keeps one window column and channel group down every window row: one division per column.
@@ -269,13 +257,13 @@ __device__ void stage_tile(S* buffer, const S* x, const S* dy, const Geo& g, con
       copy_async_16(to, inside ? image + from : x, inside);
     }
   }
-  S* dys = buffer + window * (g.C + kPad);
+  S* dys = buffer + window * pitch;
   const int dv = g.K / 8;
   const S* dy_tile = dy + (int64_t(t.n) * g.P + t.p0) * g.Q * g.K;  // the tile's rows are consecutive
-  Walk d(threadIdx.x, blockDim.x, t.padded, dv);  // (0, tile pixel, 8-channel group)
+  Walk d(threadIdx.x, blockDim.x, dv);  // (tile pixel, 8-channel group)
   for (int i = threadIdx.x; i < t.padded * dv; i += blockDim.x, d.advance()) {
-    const bool inside = d.col < t.pixels;
-    copy_async_16(dys + d.col * (g.K + kPad) + d.group * 8, inside ? dy_tile + int64_t(i) * 8 : dy, inside);
+    const bool inside = d.pixel < t.pixels;
+    copy_async_16(dys + d.pixel * dy_pitch + d.group * 8, inside ? dy_tile + int64_t(i) * 8 : dy, inside);
   }
   copy_async_commit();
 }
@@ -467,40 +455,44 @@ PartialKernel<S>* kernel_for(const Plan& plan, cudaError_t& status, std::index_s
   return status == cudaSuccess ? kernel : nullptr;
 }
 
+// A plan and the kernel that runs it.
 template <class S>
-PartialKernel<S>* partial_kernel(const Plan& plan, cudaError_t& status) {
-  return kernel_for<S>(plan, status, std::make_index_sequence<std::size(kWarpShapes)>());
-}
-
-template <class S>
-int64_t plan_slots(const Plan& plan, cudaError_t& status) {
-  PartialKernel<S>* kernel = partial_kernel<S>(plan, status);
-  return status == cudaSuccess ? resident_blocks(kernel, plan.warps * 32, plan.shared_bytes, status) : 0;
-}
+struct Launch {
+  Plan plan;
+  PartialKernel<S>* kernel = nullptr;  // null where no tile fits (plan.rows == 0) or the driver refused
+};
 
 // The plan with its blocks along the tiles: one wave of blocks on the current GPU, as few as finish it in
 // as many tiles each (so the fewest partials), within the partials' budget. The bits depend on the shape
 // and the GPU's model; every run on one gives the same.
-Plan plan_for(const Geo& g, cudaError_t& status) {
-  Plan plan = make_plan(g);
+template <class S>
+Launch<S> launch_for(const Geo& g, cudaError_t& status) {
+  Launch<S> launch{make_plan(g)};
+  Plan& plan = launch.plan;
   status = cudaSuccess;
-  if (plan.rows == 0) return plan;
-  const int64_t slots = g.bf16 ? plan_slots<__nv_bfloat16>(plan, status) : plan_slots<__half>(plan, status);
+  if (plan.rows == 0) return launch;
+  PartialKernel<S>* kernel = kernel_for<S>(plan, status, std::make_index_sequence<std::size(kWarpShapes)>());
+  if (status != cudaSuccess) return launch;
+  const int64_t slots = resident_blocks(kernel, plan.warps * 32, plan.shared_bytes, status);
+  if (status != cudaSuccess) return launch;
   const int64_t tiles = plan.tiles(g);
   const int64_t blocks = std::clamp<int64_t>(slots / plan.slices, 1, max_blocks(plan, g));
   plan.blocks = ceil_div(tiles, ceil_div(tiles, blocks));
-  return plan;
+  launch.kernel = kernel;
+  return launch;
 }
 
 template <class S>
-cudaError_t launch_typed(const Strided& dw, const Strided& dy, const Strided& x, const Geo& g, const Plan& plan,
-                         float* partials, cudaStream_t stream) {
+cudaError_t launch_typed(const Strided& dw, const Strided& dy, const Strided& x, const Geo& g, float* partials,
+                         cudaStream_t stream) {
   cudaError_t status = cudaSuccess;
-  PartialKernel<S>* kernel = partial_kernel<S>(plan, status);
+  const Launch<S> launch = launch_for<S>(g, status);
   if (status != cudaSuccess) return status;
+  if (launch.kernel == nullptr) return cudaErrorInvalidConfiguration;
+  const Plan& plan = launch.plan;
   const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(plan.slices));
-  kernel<<<grid, plan.warps * 32, static_cast<size_t>(plan.shared_bytes), stream>>>(x.ptr<S>(), dy.ptr<S>(), g,
-                                                                                   plan, partials);
+  launch.kernel<<<grid, plan.warps * 32, static_cast<size_t>(plan.shared_bytes), stream>>>(
+      x.ptr<S>(), dy.ptr<S>(), g, plan, partials);
   if (status = cudaGetLastError(); status != cudaSuccess) return status;
   const int sum_blocks = static_cast<int>(ceil_div(plan.outputs(g), 32));
   wgrad_mma_sum_kernel<S><<<sum_blocks, kSumWarps * 32, 0, stream>>>(view4<S>(dw), partials, plan.blocks, g);
@@ -517,8 +509,8 @@ int64_t conv_wgrad_mma_partials(const Strided& dw, const Strided& dy, const Stri
                                 const kernel::ConvParams& p) {
   const Geo g = geo_of(dw, dy, x, p);
   cudaError_t status = cudaSuccess;
-  const Plan plan = plan_for(g, status);
-  return plan.rows > 0 ? plan.blocks * plan.outputs(g) : 0;
+  const Plan plan = g.bf16 ? launch_for<__nv_bfloat16>(g, status).plan : launch_for<__half>(g, status).plan;
+  return status == cudaSuccess ? plan.blocks * plan.outputs(g) : 0;
 }
 
 cudaError_t launch_conv_wgrad_mma(const Strided& dw, const Strided& dy, const Strided& x,
@@ -526,11 +518,8 @@ cudaError_t launch_conv_wgrad_mma(const Strided& dw, const Strided& dy, const St
   if (dw.numel() == 0) return cudaSuccess;
   if (dy.numel() == 0) return launch_fill(dw, 0.0, stream);
   const Geo g = geo_of(dw, dy, x, p);
-  cudaError_t status = cudaSuccess;
-  const Plan plan = plan_for(g, status);
-  if (status != cudaSuccess) return status;
-  if (g.bf16) return launch_typed<__nv_bfloat16>(dw, dy, x, g, plan, partials, stream);
-  return launch_typed<__half>(dw, dy, x, g, plan, partials, stream);
+  if (g.bf16) return launch_typed<__nv_bfloat16>(dw, dy, x, g, partials, stream);
+  return launch_typed<__half>(dw, dy, x, g, partials, stream);
 }
 
 }  // namespace loom::cuda

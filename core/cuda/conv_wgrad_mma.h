@@ -9,6 +9,7 @@
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #pragma once
 
+#include "core/cuda/scratch.h"
 #include "core/kernel/conv.h"
 #include "core/strided.h"
 
@@ -19,11 +20,10 @@ namespace loom::cuda {
 // to 128, R, S <= 7, groups and dilation 1, and a tile of one output row fitting shared memory.
 bool conv_wgrad_mma_supported(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p);
 
-// Float32 scratch elements conv_wgrad_mma needs.
-int64_t conv_wgrad_mma_scratch(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p);
+// The float32 scratch conv_wgrad_mma needs.
+Scratch conv_wgrad_mma_scratch(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p);
 
-// dw (K, C, R, S) = wgrad(dy (N, K, P, Q), x (N, C, H, W)); scratch is float32 with
-// conv_wgrad_mma_scratch elements.
+// dw (K, C, R, S) = wgrad(dy (N, K, P, Q), x (N, C, H, W)); scratch as conv_wgrad_mma_scratch says.
 void conv_wgrad_mma(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p,
                     const Strided& scratch);
 

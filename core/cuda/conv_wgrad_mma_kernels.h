@@ -14,7 +14,8 @@ namespace loom::cuda {
 
 // True when one output row's tile and its input window fit a block's shared memory.
 bool conv_wgrad_mma_fits(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p);
-// The float32 partial sums the first stage writes (0 where the shape does not fit).
+// The float32 partial sums the first stage writes: 0 where the shape does not fit or the driver refuses the
+// kernel (whose launch then returns the driver's error).
 int64_t conv_wgrad_mma_partials(const Strided& dw, const Strided& dy, const Strided& x,
                                 const kernel::ConvParams& p);
 // dw (K, C, R, S) = sum over N, P, Q of dy (N, K, P, Q) times x's window element; partials is float32

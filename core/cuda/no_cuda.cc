@@ -76,7 +76,7 @@ bool conv_small_dgrad_supported(const Strided&, const Strided&, const kernel::Co
 void conv_small_dgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_small_dgrad");
 }
-int64_t conv_small_wgrad_scratch(const Strided&, const Strided&) { no_cuda("conv_small_wgrad_scratch"); }
+Scratch conv_small_wgrad_scratch(const Strided&, const Strided&) { no_cuda("conv_small_wgrad_scratch"); }
 bool conv_small_wgrad_takes_bias(const Strided&) { no_cuda("conv_small_wgrad_takes_bias"); }
 void conv_small_wgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&,
                       const Strided&, const std::optional<Strided>&) {
@@ -86,7 +86,7 @@ void conv_small_wgrad(const Strided&, const Strided&, const Strided&, const kern
 bool conv_wgrad_mma_supported(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_wgrad_mma_supported");
 }
-int64_t conv_wgrad_mma_scratch(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
+Scratch conv_wgrad_mma_scratch(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_wgrad_mma_scratch");
 }
 void conv_wgrad_mma(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&, const Strided&) {
@@ -102,7 +102,7 @@ void conv_depthwise_forward(const Strided&, const Strided&, const Strided&, cons
 void conv_depthwise_dgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&) {
   no_cuda("conv_depthwise_dgrad");
 }
-DepthwiseScratch conv_depthwise_wgrad_scratch(const Strided&, const Strided&) {
+Scratch conv_depthwise_wgrad_scratch(const Strided&, const Strided&) {
   no_cuda("conv_depthwise_wgrad_scratch");
 }
 void conv_depthwise_wgrad(const Strided&, const Strided&, const Strided&, const kernel::ConvParams&,

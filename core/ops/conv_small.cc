@@ -11,11 +11,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/cuda/conv_depthwise.h"
 #include "core/cuda/conv_small.h"
 #include "core/cuda/conv_wgrad_mma.h"
 #include "core/cuda/kernel_choice.h"
+#include "core/cuda/scratch.h"
 #include "core/cudnn/conv.h"
 #include "core/numerics.h"
 #include "core/ops/conv_internal.h"
@@ -75,26 +77,32 @@ bool small_chosen(std::string_view pass, const Tensor& out, const Tensor& a, con
   return loom_chosen(small_conv_choice(), "conv_small", pass, out, a, b, p, loom, cudnn);
 }
 
-// Scratch a Loom weight-gradient kernel needs.
-struct ScratchNeed {
-  int64_t elements;
-  DType dtype;
+// A Loom kernel's scratch, allocated on the kernel's first run only: where cuDNN wins the race, nothing is.
+class FirstRunScratch {
+ public:
+  FirstRunScratch(Device device, std::function<cuda::Scratch()> need) : device_(device), need_(std::move(need)) {}
+
+  Strided operator()() {
+    if (!held_.defined()) {
+      const cuda::Scratch n = need_();
+      held_ = empty({n.elements}, {.dtype = n.dtype, .device = device_});
+    }
+    return held_.strided();
+  }
+
+ private:
+  Device device_;
+  std::function<cuda::Scratch()> need_;
+  Tensor held_;
 };
 
 // Races a Loom weight-gradient kernel, run(scratch), against cuDNN's wgrad of dw under `tier`, and runs
-// the winner's pass when it is Loom's (returning true). The scratch is allocated on the Loom kernel's
-// first run only: where cuDNN wins, nothing is.
+// the winner's pass when it is Loom's (returning true).
 bool raced_wgrad(cuda::KernelChoice& choice, std::string_view tier, const Tensor& dw, const Tensor& dy,
-                 const Tensor& x, const kernel::ConvParams& p, const std::function<ScratchNeed()>& need,
+                 const Tensor& x, const kernel::ConvParams& p, std::function<cuda::Scratch()> need,
                  const std::function<void(const Strided&)>& run) {
-  Tensor scratch;
-  auto loom = [&] {
-    if (!scratch.defined()) {
-      const ScratchNeed n = need();
-      scratch = empty({n.elements}, {.dtype = n.dtype, .device = dw.device()});
-    }
-    run(scratch.strided());
-  };
+  FirstRunScratch scratch(dw.device(), std::move(need));
+  auto loom = [&] { run(scratch()); };
   auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
   if (!loom_chosen(choice, tier, "wgrad", dw, dy, x, p, loom, cudnn)) return false;
   loom();
@@ -153,16 +161,9 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
   DeviceGuard guard(dw.device());
   if (!dw.device().is_cuda() || !cuda::conv_small_supported(x.strided(), dw.strided(), p)) return false;
   if (db.defined() && !cuda::conv_small_wgrad_takes_bias(dw.strided())) return false;
-  // Allocated on the Loom kernel's first run only: where cuDNN wins, nothing is.
-  Tensor scratch;
+  FirstRunScratch scratch(dw.device(), [&] { return cuda::conv_small_wgrad_scratch(dy.strided(), dw.strided()); });
   const std::optional<Strided> db_view = db.defined() ? std::optional(db.strided()) : std::nullopt;
-  auto loom = [&] {
-    if (!scratch.defined()) {
-      scratch = empty({cuda::conv_small_wgrad_scratch(dy.strided(), dw.strided())},
-                      {.dtype = DType::Float32, .device = dw.device()});
-    }
-    cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch.strided(), db_view);
-  };
+  auto loom = [&] { cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch(), db_view); };
   auto cudnn = [&] {
     if (!cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending)) return false;
     if (db.defined()) bgrad_kernel(db, dy);
@@ -195,10 +196,7 @@ bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, c
 bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
   DeviceGuard guard(dw.device());
   if (!dw.device().is_cuda() || !cuda::conv_depthwise_supported(x.strided(), dw.strided(), p)) return false;
-  const auto need = [&] {
-    const cuda::DepthwiseScratch scratch = cuda::conv_depthwise_wgrad_scratch(dy.strided(), dw.strided());
-    return ScratchNeed{scratch.elements, scratch.dtype};
-  };
+  const auto need = [&] { return cuda::conv_depthwise_wgrad_scratch(dy.strided(), dw.strided()); };
   return raced_wgrad(depthwise_conv_choice(), "conv_depthwise", dw, dy, x, p, need, [&](const Strided& scratch) {
     cuda::conv_depthwise_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch);
   });
@@ -209,9 +207,7 @@ bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const k
   if (!dw.device().is_cuda() || !cuda::conv_wgrad_mma_supported(dw.strided(), dy.strided(), x.strided(), p)) {
     return false;
   }
-  const auto need = [&] {
-    return ScratchNeed{cuda::conv_wgrad_mma_scratch(dw.strided(), dy.strided(), x.strided(), p), DType::Float32};
-  };
+  const auto need = [&] { return cuda::conv_wgrad_mma_scratch(dw.strided(), dy.strided(), x.strided(), p); };
   return raced_wgrad(wgrad_mma_choice(), "conv_wgrad_mma", dw, dy, x, p, need, [&](const Strided& scratch) {
     cuda::conv_wgrad_mma(dw.strided(), dy.strided(), x.strided(), p, scratch);
   });

@@ -11,7 +11,6 @@
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
-#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -27,11 +26,6 @@ using namespace loom;
 namespace {
 
 // Sets LOOM_AUTOCAST_CACHE for a scope ("1": on, "0": off), back to on after.
-struct CacheEnv {
-  explicit CacheEnv(const char* value) { setenv("LOOM_AUTOCAST_CACHE", value, 1); }
-  ~CacheEnv() { unsetenv("LOOM_AUTOCAST_CACHE"); }
-};
-
 struct Model {
   Tensor w1, w2;  // (O, I) each: conv-free, linear layers reach autocast the same way
 };
@@ -86,11 +80,11 @@ LOOM_GPU_TEST_CASE("autocast's cached weight casts train exactly as casting ever
   Model cached = copy(start), uncached = copy(start);
   std::vector<double> with_cache, without_cache;
   {
-    CacheEnv env("1");
+    const testing::ScopedEnv env("LOOM_AUTOCAST_CACHE", "1");
     with_cache = train(cached, batches, 4);
   }
   {
-    CacheEnv env("0");
+    const testing::ScopedEnv env("LOOM_AUTOCAST_CACHE", "0");
     without_cache = train(uncached, batches, 4);
   }
   CHECK(with_cache == without_cache);

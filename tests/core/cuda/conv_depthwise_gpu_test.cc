@@ -26,7 +26,6 @@
 
 #ifdef LOOM_WITH_CUDA
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <random>
 #include <vector>
@@ -104,7 +103,7 @@ void check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   };
   const Tensor xg = on_gpu(x), wg = on_gpu(w), dyg = on_gpu(dy);
   REQUIRE(cuda::conv_depthwise_supported(xg.strided(), wg.strided(), p));
-  const cuda::DepthwiseScratch need = cuda::conv_depthwise_wgrad_scratch(dyg.strided(), wg.strided());
+  const cuda::Scratch need = cuda::conv_depthwise_wgrad_scratch(dyg.strided(), wg.strided());
   struct Results {
     Tensor y, dx, dw;
   };
@@ -125,11 +124,6 @@ void check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   CHECK(testing::values(second.dx) == testing::values(first.dx));
   CHECK(testing::values(second.dw) == testing::values(first.dw));
 }
-
-struct DepthwiseEnv {
-  explicit DepthwiseEnv(const char* value) { setenv("LOOM_CONV_DEPTHWISE", value, 1); }
-  ~DepthwiseEnv() { unsetenv("LOOM_CONV_DEPTHWISE"); }
-};
 
 struct PathSetting {
   const char* name;
@@ -243,7 +237,7 @@ LOOM_GPU_TEST_CASE("conv2d with groups == channels matches the CPU on every path
   const Tensor dy = randn(y_ref.sizes(), {}, &gen);
   y_ref.backward(dy);
   for (const char* path : {"loom", "cudnn", "auto"}) {
-    const DepthwiseEnv env(path);
+    const testing::ScopedEnv env("LOOM_CONV_DEPTHWISE", path);
     for (const PathSetting& s : kSettings) {
       for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
         INFO(path, " ", s.name, " channels_last ", format == MemoryFormat::ChannelsLast);

@@ -24,7 +24,6 @@
 
 #ifdef LOOM_WITH_CUDA
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,8 +83,8 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   if (!cuda::conv_small_supported(xg.strided(), wg.strided(), p)) return false;
   const Tensor y = full(y_ref.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
   const Tensor dw = full(w.sizes(), 1e30, {.dtype = dtype, .device = testing::test_gpu()}).contiguous(format);
-  const Tensor scratch = full({cuda::conv_small_wgrad_scratch(dyg.strided(), dw.strided())}, 1e30,
-                              {.device = testing::test_gpu()});
+  const cuda::Scratch need = cuda::conv_small_wgrad_scratch(dyg.strided(), dw.strided());
+  const Tensor scratch = full({need.elements}, 1e30, {.dtype = need.dtype, .device = testing::test_gpu()});
   cuda::conv_small_forward(y.strided(), xg.strided(), wg.strided(), p);
   cuda::conv_small_wgrad(dw.strided(), dyg.strided(), xg.strided(), p, scratch.strided());
   const double tol = dtype == DType::Float32 ? 1e-5 : 8e-3;
@@ -114,11 +113,6 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
   }
   return true;
 }
-
-struct SmallConvEnv {
-  explicit SmallConvEnv(const char* value) { setenv("LOOM_CONV_SMALL", value, 1); }
-  ~SmallConvEnv() { unsetenv("LOOM_CONV_SMALL"); }
-};
 
 // A numerics setting the conv2d path tests run under, and its tolerance.
 struct PathSetting {
@@ -237,7 +231,7 @@ LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built f
 
 LOOM_GPU_TEST_CASE("conv2d's bias gradient is summed on its own where the small wgrad cannot take it") {
   Generator gen(1211);
-  const SmallConvEnv loom("loom");
+  const testing::ScopedEnv loom("LOOM_CONV_SMALL", "loom");
   const NumericsGuard strict({.precision = Precision::StrictFp32});
   const Tensor x0 = randn({2, 1, 6, 5}, {}, &gen), w0 = randn({1024, 1, 1, 1}, {}, &gen);
   const Tensor b0 = randn({1024}, {}, &gen);
@@ -256,7 +250,7 @@ LOOM_GPU_TEST_CASE("conv2d's bias gradient is summed on its own where the small 
 LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, all gradients") {
   Generator gen(1207);
   for (const char* path : {"loom", "cudnn", "auto"}) {
-    SmallConvEnv env(path);
+    const testing::ScopedEnv env("LOOM_CONV_SMALL", path);
     for (const PathSetting& s : {kStrict, kTf32, kBf16}) {
       for (int64_t C : {1, 3}) {
         INFO(path, " ", s.name, " C ", C);
@@ -283,7 +277,7 @@ LOOM_GPU_TEST_CASE("conv2d on each path LOOM_CONV_SMALL names matches the CPU, a
 LOOM_GPU_TEST_CASE("conv2d_bias_relu on each path LOOM_CONV_SMALL names matches the CPU, all gradients") {
   Generator gen(1210);
   for (const char* path : {"loom", "cudnn", "auto"}) {
-    SmallConvEnv env(path);
+    const testing::ScopedEnv env("LOOM_CONV_SMALL", path);
     for (const PathSetting& s : {kStrict, kBf16}) {
       for (int64_t C : {1, 6}) {
         INFO(path, " ", s.name, " C ", C);

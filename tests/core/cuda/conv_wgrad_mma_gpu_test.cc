@@ -17,7 +17,6 @@
 
 #ifdef LOOM_WITH_CUDA
 #include <algorithm>
-#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -77,19 +76,14 @@ bool check_case(const Case& c, DType dtype, MemoryFormat dw_format, Generator& g
   };
   const Tensor dw = fresh_dw(), again = fresh_dw();
   if (!cuda::conv_wgrad_mma_supported(dw.strided(), dyg.strided(), xg.strided(), c.p)) return false;
-  const int64_t scratch_size = cuda::conv_wgrad_mma_scratch(dw.strided(), dyg.strided(), xg.strided(), c.p);
-  const Tensor scratch = full({scratch_size}, 1e30, {.device = testing::test_gpu()});
+  const cuda::Scratch need = cuda::conv_wgrad_mma_scratch(dw.strided(), dyg.strided(), xg.strided(), c.p);
+  const Tensor scratch = full({need.elements}, 1e30, {.dtype = need.dtype, .device = testing::test_gpu()});
   cuda::conv_wgrad_mma(dw.strided(), dyg.strided(), xg.strided(), c.p, scratch.strided());
   cuda::conv_wgrad_mma(again.strided(), dyg.strided(), xg.strided(), c.p, scratch.strided());
   testing::check_scaled(dw, dw_ref, 8e-3);
   CHECK(testing::values(again.to(DType::Float32).cpu()) == testing::values(dw.to(DType::Float32).cpu()));
   return true;
 }
-
-struct WgradMmaEnv {
-  explicit WgradMmaEnv(const char* value) { setenv("LOOM_CONV_WGRAD_MMA", value, 1); }
-  ~WgradMmaEnv() { unsetenv("LOOM_CONV_WGRAD_MMA"); }
-};
 
 }  // namespace
 
@@ -148,6 +142,19 @@ LOOM_GPU_TEST_CASE("the tensor-core weight gradient declines what it was not bui
   // One output row of a 128-channel 7x7 filter over a plane 400 wide: its window is past the 96 KiB a
   // block may take.
   CHECK_FALSE(supported({1, 128, 9, 400}, {16, 128, 7, 7}, DType::BFloat16, nhwc, {}));
+
+  // A scratch short of what conv_wgrad_mma_scratch asks, or of another dtype, is refused, not overrun.
+  const TensorOptions bf16{.dtype = DType::BFloat16, .device = testing::test_gpu()};
+  const Tensor x = zeros({2, 16, 8, 8}, bf16).contiguous(nhwc), dy = zeros({2, 32, 8, 8}, bf16).contiguous(nhwc);
+  const Tensor dw = empty({32, 16, 3, 3}, bf16);
+  const cuda::Scratch need = cuda::conv_wgrad_mma_scratch(dw.strided(), dy.strided(), x.strided(), pad1);
+  REQUIRE(need.elements > 1);
+  const Tensor short_scratch = empty({need.elements - 1}, {.dtype = need.dtype, .device = testing::test_gpu()});
+  const Tensor float16_scratch = empty({need.elements}, {.dtype = DType::Float16, .device = testing::test_gpu()});
+  for (const Tensor& scratch : {short_scratch, float16_scratch}) {
+    CHECK_THROWS_AS(cuda::conv_wgrad_mma(dw.strided(), dy.strided(), x.strided(), pad1, scratch.strided()),
+                    ValueError);
+  }
 }
 
 LOOM_GPU_TEST_CASE("conv2d's bf16 weight gradient matches the CPU on every LOOM_CONV_WGRAD_MMA path") {
@@ -160,7 +167,7 @@ LOOM_GPU_TEST_CASE("conv2d's bf16 weight gradient matches the CPU on every LOOM_
   y_ref.backward(dy);
   for (const char* path : {"loom", "cudnn", "auto"}) {
     INFO("LOOM_CONV_WGRAD_MMA=", path);
-    const WgradMmaEnv env(path);
+    const testing::ScopedEnv env("LOOM_CONV_WGRAD_MMA", path);
     const NumericsGuard policy({.precision = Precision::Bf16});
     const AutocastGuard autocast(DType::BFloat16);
     Tensor w = w0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);

@@ -21,7 +21,6 @@
 
 #ifdef LOOM_WITH_CUDA
 #include <array>
-#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
@@ -166,11 +165,6 @@ Tensor distinct_per_plane(const Shape& sizes) {
 }
 
 // Sets an environment variable for a scope, restoring "auto" after.
-struct PoolKernelEnv {
-  explicit PoolKernelEnv(const char* value) { setenv("LOOM_POOL_KERNEL", value, 1); }
-  ~PoolKernelEnv() { setenv("LOOM_POOL_KERNEL", "auto", 1); }
-};
-
 }  // namespace
 
 LOOM_GPU_TEST_CASE("window max pooling by hand: 2x2 windows of a 4x4 plane") {
@@ -210,7 +204,7 @@ LOOM_GPU_TEST_CASE("window max pooling matches the CPU: every config, layout, dt
 LOOM_GPU_TEST_CASE("max_pool2d on each path LOOM_POOL_KERNEL names matches the CPU, forward and backward") {
   Generator gen(1202);  // gradients: small integers, so every summation order is exact
   for (const char* path : {"loom", "cudnn", "auto"}) {
-    PoolKernelEnv env(path);
+    const testing::ScopedEnv env("LOOM_POOL_KERNEL", path);
     for (DType dtype : {DType::Float32, DType::BFloat16}) {
       for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
         for (Pool2dOptions options : output_formats(configs())) {
@@ -241,7 +235,7 @@ LOOM_GPU_TEST_CASE("max_pool2d on each path LOOM_POOL_KERNEL names matches the C
 }
 
 LOOM_GPU_TEST_CASE("LOOM_POOL_KERNEL naming no path is refused with the choices") {
-  PoolKernelEnv env("fastest");
+  const testing::ScopedEnv env("LOOM_POOL_KERNEL", "fastest");
   const Tensor x = randn({1, 8, 4, 4}).to(testing::test_gpu());
   CHECK_THROWS_WITH_FRAGMENT(max_pool2d(x, {.kernel_size = {2, 2}}), ValueError, "auto, loom, cudnn");
 }

@@ -195,11 +195,6 @@ LOOM_GPU_TEST_CASE("Winograd is admitted only under strict, non-deterministic fp
 }
 
 // LOOM_CONV_WINOGRAD for the scope.
-struct WinogradEnv {
-  explicit WinogradEnv(const char* value) { setenv("LOOM_CONV_WINOGRAD", value, 1); }
-  ~WinogradEnv() { unsetenv("LOOM_CONV_WINOGRAD"); }
-};
-
 LOOM_GPU_TEST_CASE("conv.h's strict dgrad and wgrad run Winograd or the graph plan, each within tolerance") {
   NumericsGuard strict({.precision = Precision::StrictFp32});
   Generator gen(9);
@@ -217,7 +212,7 @@ LOOM_GPU_TEST_CASE("conv.h's strict dgrad and wgrad run Winograd or the graph pl
       Tensor ref = gradient(direction, o.x64, o.w64, o.dy64, cudnn::conv2d_legacy);
       Tensor by_path[2];
       for (int winograd : {0, 1}) {
-        WinogradEnv env(winograd ? "winograd" : "graph");
+        const testing::ScopedEnv env("LOOM_CONV_WINOGRAD", winograd ? "winograd" : "graph");
         by_path[winograd] = gradient(direction, o.x, o.w, o.dy, through_conv_h);
         CHECK(relative_error(by_path[winograd], ref) <= testing::kStrictFp32Parity.bwd);
       }
