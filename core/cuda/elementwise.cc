@@ -19,6 +19,12 @@ void activation_forward(const Strided& y, const Strided& x, kernel::ActivationKi
   LOOM_CUDA_CHECK(launch_activation_forward(y, x, kind, parameters, current_stream()));
 }
 
+void add_activation(const Strided& y, const Strided& a, const Strided& b, kernel::ActivationKind kind,
+                    const kernel::ActivationParameters& parameters) {
+  check_kernel_rank(y, "add_activation");
+  LOOM_CUDA_CHECK(launch_add_activation(y, a, b, kind, parameters, current_stream()));
+}
+
 void activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
                          kernel::ActivationKind kind, const kernel::ActivationParameters& parameters) {
   check_kernel_rank(dx, "activation_backward");

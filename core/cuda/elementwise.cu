@@ -78,6 +78,13 @@ struct ActivationForward {
   __device__ T operator()(T x) const { return Row::forward(x, p0, p1); }
 };
 
+// The sum in the compute type (float32 for 16-bit operands: rounded once, on store).
+template <class T, class Row>
+struct AddActivation {
+  T p0, p1;
+  __device__ T operator()(T a, T b) const { return Row::forward(a + b, p0, p1); }
+};
+
 template <class T, class Row>
 struct ActivationBackward {
   T p0, p1;
@@ -242,6 +249,15 @@ cudaError_t launch_activation_forward(const Strided& y, const Strided& x, kernel
   return kernel::visit_activation(kind, [&]<class Row>() {
     return launch_map(y, x, stream, [&]<class T>() {
       return ActivationForward<T, Row>{static_cast<T>(parameters[0]), static_cast<T>(parameters[1])};
+    });
+  });
+}
+
+cudaError_t launch_add_activation(const Strided& y, const Strided& a, const Strided& b, kernel::ActivationKind kind,
+                                  const kernel::ActivationParameters& parameters, cudaStream_t stream) {
+  return kernel::visit_activation(kind, [&]<class Row>() {
+    return launch_zip(y, a, b, stream, [&]<class T>() {
+      return AddActivation<T, Row>{static_cast<T>(parameters[0]), static_cast<T>(parameters[1])};
     });
   });
 }

@@ -24,6 +24,8 @@ void activation_forward(const Strided& y, const Strided& x, kernel::ActivationKi
                         const kernel::ActivationParameters& parameters);
 void activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
                          kernel::ActivationKind kind, const kernel::ActivationParameters& parameters);
+void add_activation(const Strided& y, const Strided& a, const Strided& b, kernel::ActivationKind kind,
+                    const kernel::ActivationParameters& parameters);
 // out = a op scalar, or scalar op a when scalar_first (for 2 - x, 1 / x).
 void binary_scalar(const Strided& out, const Strided& a, double scalar, BinaryOp op,
                    bool scalar_first = false);

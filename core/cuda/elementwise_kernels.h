@@ -20,6 +20,8 @@ cudaError_t launch_activation_forward(const Strided& y, const Strided& x, kernel
 cudaError_t launch_activation_backward(const Strided& dx, const Strided& dy, const Strided& saved,
                                        kernel::ActivationKind kind, const kernel::ActivationParameters& parameters,
                                        cudaStream_t stream);
+cudaError_t launch_add_activation(const Strided& y, const Strided& a, const Strided& b, kernel::ActivationKind kind,
+                                  const kernel::ActivationParameters& parameters, cudaStream_t stream);
 cudaError_t launch_binary(const Strided& out, const Strided& a, const Strided& b,
                           kernel::BinaryOp op, cudaStream_t stream);
 cudaError_t launch_binary_scalar(const Strided& out, const Strided& a, double scalar,

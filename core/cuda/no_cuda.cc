@@ -125,6 +125,10 @@ void activation_backward(const Strided&, const Strided&, const Strided&, kernel:
                          const kernel::ActivationParameters&) {
   no_cuda("activation_backward");
 }
+void add_activation(const Strided&, const Strided&, const Strided&, kernel::ActivationKind,
+                    const kernel::ActivationParameters&) {
+  no_cuda("add_activation");
+}
 void binary_scalar(const Strided&, const Strided&, double, BinaryOp, bool) { no_cuda("binary_scalar"); }
 void add_scaled(const Strided&, const Strided&, const Strided&, double) { no_cuda("add_scaled"); }
 void clamp(const Strided&, const Strided&, double, double) { no_cuda("clamp"); }

@@ -22,6 +22,7 @@
 #include "core/cpu/conv.h"
 #include "core/cpu/norm.h"
 #include "core/cuda/bias.h"
+#include "core/cuda/elementwise.h"
 #include "core/cudnn/fused.h"
 #include "core/cudnn/norm.h"
 #include "core/cudnn/variant_walk.h"
@@ -329,13 +330,19 @@ const Tensor& norm_output(BnOperands& o, const NormActivation& act) {
 
 // bn += z, then y = act(bn), on the activation op's tiers (so that the piece
 // and the one-by-one run agree). An in-place activation on the GPU runs Loom's
-// kernel: cuDNN's pointwise graphs are not asked to alias their operands.
+// kernel, which also adds z in the same pass: cuDNN's pointwise graphs are not
+// asked to alias their operands.
 void finish_unfused(const BnOperands& o, const Tensor& bn, const NormActivation& act) {
-  if (o.z.defined()) LOOM_KERNEL(bn, add_scaled, bn.strided(), bn.strided(), o.z.strided(), 1.0);
   if (o.y.is_same(bn) && o.y.device().is_cuda()) {
+    if (o.z.defined()) {
+      DeviceGuard guard(o.y.device());
+      cuda::add_activation(o.y.strided(), o.y.strided(), o.z.strided(), act.kind, act.parameters);
+      return;
+    }
     loom_activation(o.y, o.y, act);
     return;
   }
+  if (o.z.defined()) LOOM_KERNEL(bn, add_scaled, bn.strided(), bn.strided(), o.z.strided(), 1.0);
   activation_detail::forward_kernel(o.y, bn, act.kind, act.parameters);
 }
 

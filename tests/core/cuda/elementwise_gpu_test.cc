@@ -219,6 +219,29 @@ LOOM_GPU_TEST_CASE("add_scaled, clamp and clamp_backward match the CPU for every
   }
 }
 
+// The batch norm's residual add and activation in one pass (core/ops/fused.cc), in place as it runs there.
+LOOM_GPU_TEST_CASE("add_activation matches the CPU for every activation row, dtype and layout, and in place") {
+  Generator gen(106);
+  for (kernel::ActivationKind kind : kernel::kActivationKinds) {
+    const kernel::ActivationParameters parameters = kernel::activation_info(kind).default_parameters;
+    for (DType dtype : kDtypes) {
+      for (const Layout& layout : layouts()) {
+        CAPTURE(kernel::activation_info(kind).name);
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(layout.name);
+        Operand a = operand(layout, random_base(layout.base, dtype, false, gen) * 3.0);
+        Operand b = operand(layout, random_base(layout.base, dtype, false, gen));
+        Tensor out = poisoned_output(layout, dtype), expected = reference_output(kSizes, dtype);
+        cuda::add_activation(out.strided(), a.gpu.strided(), b.gpu.strided(), kind, parameters);
+        cpu::add_activation(expected.strided(), a.cpu.strided(), b.cpu.strided(), kind, parameters);
+        check_matches(out, expected);
+        cuda::add_activation(a.gpu.strided(), a.gpu.strided(), b.gpu.strided(), kind, parameters);
+        check_matches(a.gpu, expected);
+      }
+    }
+  }
+}
+
 LOOM_GPU_TEST_CASE("add_scaled accumulates in place, as autograd uses it") {
   Generator gen(105);
   Tensor into = randn({3, 1000}, {}, &gen), grad = randn({3, 1000}, {}, &gen);
