@@ -31,7 +31,7 @@ bool dense_channels_last(const Strided& t) {
 
 bool conv_wgrad_mma_supported(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p) {
   if (dw.sizes.size() != 4 || dy.sizes.size() != 4 || x.sizes.size() != 4) return false;
-  if (x.dtype != DType::BFloat16 && x.dtype != DType::Float16) return false;
+  if (x.dtype != DType::BFloat16 && x.dtype != DType::Float16 && x.dtype != DType::Float32) return false;
   if (dy.dtype != x.dtype || dw.dtype != x.dtype) return false;
   const int64_t K = dw.sizes[0], C = dw.sizes[1], R = dw.sizes[2], S = dw.sizes[3];
   return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1 && C == x.sizes[1] && K == dy.sizes[1] &&
@@ -47,7 +47,7 @@ Scratch conv_wgrad_mma_scratch(const Strided& dw, const Strided& dy, const Strid
 void conv_wgrad_mma(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p,
                     const Strided& scratch) {
   LOOM_CHECK(conv_wgrad_mma_supported(dw, dy, x, p), ValueError,
-             "[conv_wgrad_mma] takes dense channels-last 16-byte-aligned bfloat16/float16 x and dy, C and K "
+             "[conv_wgrad_mma] takes dense channels-last 16-byte-aligned bfloat16/float16/float32 x and dy, C and K "
              "multiples of 16 up to {}, filters up to {}x{}, groups and dilation 1; got x {} {}, dy {} {}, "
              "dw {} {}, groups {}, dilation {}x{}",
              kMaxChannels, kMaxFilterSide, kMaxFilterSide, shape_str(x.sizes), dtype_name(x.dtype),

@@ -3,15 +3,16 @@
 //
 // As a GEMM: dw[k][tap][c] = sum over pixels l of dy[l][k] * x[window(l, tap)][c], M = K, N = taps * C
 // and a reduction of N * P * Q pixels. A block takes whole output-row tiles of one image (TR rows, every
-// column), stages the tile's dy rows and the input window under them in shared memory (16-bit, a pitch of
-// C + 8 elements per pixel so that ldmatrix's eight rows fall in distinct banks, padding as zeros, by
-// cp.async into one of two buffers while the warps work on the other).
+// column), stages the tile's dy rows and the input window under them in shared memory (a pitch of C + 8
+// elements per pixel so that a fragment load's rows fall in distinct banks, padding as zeros, by cp.async
+// into one of two buffers while the warps work on the other).
 //
 // The output splits into "columns" (one tap, 16 input channels) and groups of 16 output channels. A warp
 // tile is KW channel groups x NB columns: per 16 pixels it loads KW A fragments (dy, by ldmatrix.trans:
 // pixel-major rows hold 8 consecutive channels) and NB B fragments (the staged input at each pixel's
 // window position, so any stride and padding costs nothing but the row addresses) and runs 2 * KW * NB
-// mma.m16n8k16, keeping KW * NB * 8 float32 accumulators per lane across every tile of the block. Where a
+// mma.m16n8k16, keeping KW * NB * 8 float32 accumulators per lane across every tile of the block (float32
+// operands: the same tile as 4 * KW * NB TF32 mma.m16n8k8 from per-lane loads, WarpTile32). Where a
 // block has fewer warp tiles than warps, "pixel warps" take every PW-th 16 pixels of each tile with the
 // same warp tiles, and add up in a fixed order through shared memory at the end. Pixels past the tile's
 // end read zeros.
@@ -68,8 +69,10 @@ constexpr WarpShape kWarpShapes[] = {{4, 3}, {4, 2}, {4, 1}, {2, 3}, {2, 2}, {2,
 struct Geo {
   int N, C, H, W, K, R, S, P, Q;
   int stride_h, stride_w, pad_h, pad_w;
-  bool bf16;  // else float16
+  DType dtype;  // bfloat16, float16 or float32 (TF32 products)
 };
+
+__host__ __device__ inline int element_bytes(const Geo& g) { return g.dtype == DType::Float32 ? 4 : 2; }
 
 // The tile and its staged window, the warp tiles and how the grid splits them.
 struct Plan {
@@ -102,8 +105,11 @@ int64_t buffer_elems_for(const Geo& g, int rows) {
   return in_rows * in_cols * (g.C + kPad) + ceil_div(int64_t(rows) * g.Q, 16) * 16 * (g.K + kPad);
 }
 
-// Two buffers and the zero row.
-int64_t staging_bytes(const Geo& g, int rows) { return 2 * (2 * buffer_elems_for(g, rows) + g.C + kPad); }
+// Two buffers and the zero row; for float32 also each tile pixel's place in the window (WarpTile32).
+int64_t staging_bytes(const Geo& g, int rows) {
+  const int64_t table = g.dtype == DType::Float32 ? int64_t(sizeof(int)) * ceil_div(int64_t(rows) * g.Q, 16) * 16 : 0;
+  return element_bytes(g) * (2 * buffer_elems_for(g, rows) + g.C + kPad) + table;
+}
 
 void choose_warp_tile(Plan& plan, const Geo& g) {
   const int kgroups = g.K / 16;
@@ -168,7 +174,7 @@ Geo geo_of(const Strided& dw, const Strided& dy, const Strided& x, const kernel:
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   return {i32(x.sizes[0]),   i32(x.sizes[1]),   i32(x.sizes[2]),   i32(x.sizes[3]), i32(dw.sizes[0]),
           i32(dw.sizes[2]),  i32(dw.sizes[3]),  i32(dy.sizes[2]),  i32(dy.sizes[3]), i32(p.stride_h),
-          i32(p.stride_w),   i32(p.pad_h),      i32(p.pad_w),    x.dtype == DType::BFloat16};
+          i32(p.stride_w),   i32(p.pad_h),      i32(p.pad_w),    x.dtype};
 }
 
 __device__ inline uint32_t shared_address(const void* p) {
@@ -210,6 +216,20 @@ __device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t
   }
 }
 
+// float32 to TF32, rounded to nearest as cuDNN's TF32 convolutions round (the mma alone would drop the low bits).
+__device__ inline uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+__device__ inline void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Where a tile is: image n, first output row p0, its pixels (rows * Q, fewer at the image's bottom).
 struct TileAt {
   int n, p0, pixels, padded;  // padded: pixels rounded up to the 16 of an mma
@@ -240,105 +260,48 @@ struct Walk {
 };
 
 // Starts copying the tile's input window (zeros outside the image) and dy rows (zeros past the tile)
-// into a buffer, 16 bytes (8 channels) at a time, as one cp.async group.
+// into a buffer, 16 bytes (V channels) at a time, as one cp.async group.
 template <class S>
 __device__ void stage_tile(S* buffer, const S* x, const S* dy, const Geo& g, const Plan& plan, const TileAt& t) {
-  const int groups = g.C / 8, pitch = g.C + kPad, dy_pitch = g.K + kPad, window = plan.in_rows * plan.in_cols;
+  constexpr int V = kPackOf<S>;
+  const int groups = g.C / V, pitch = g.C + kPad, dy_pitch = g.K + kPad, window = plan.in_rows * plan.in_cols;
   const int h0 = t.p0 * g.stride_h - g.pad_h;
   const S* image = x + int64_t(t.n) * g.H * g.W * g.C;
   // A thread keeps one window column and channel group down every window row: one division per column.
   for (int j = threadIdx.x; j < plan.in_cols * groups; j += blockDim.x) {
     const int col = j / groups, group = j % groups, w = col - g.pad_w;
     const bool w_inside = w >= 0 && w < g.W;
-    S* to = buffer + col * pitch + group * 8;
-    int64_t from = (int64_t(h0) * g.W + w) * g.C + group * 8;
+    S* to = buffer + col * pitch + group * V;
+    int64_t from = (int64_t(h0) * g.W + w) * g.C + group * V;
     for (int h = h0; h < h0 + plan.in_rows; ++h, to += plan.in_cols * pitch, from += int64_t(g.W) * g.C) {
       const bool inside = w_inside && h >= 0 && h < g.H;
       copy_async_16(to, inside ? image + from : x, inside);
     }
   }
   S* dys = buffer + window * pitch;
-  const int dv = g.K / 8;
+  const int dv = g.K / V;
   const S* dy_tile = dy + (int64_t(t.n) * g.P + t.p0) * g.Q * g.K;  // the tile's rows are consecutive
-  Walk d(threadIdx.x, blockDim.x, dv);  // (tile pixel, 8-channel group)
+  Walk d(threadIdx.x, blockDim.x, dv);  // (tile pixel, V-channel group)
   for (int i = threadIdx.x; i < t.padded * dv; i += blockDim.x, d.advance()) {
     const bool inside = d.pixel < t.pixels;
-    copy_async_16(dys + d.pixel * dy_pitch + d.group * 8, inside ? dy_tile + int64_t(i) * 8 : dy, inside);
+    copy_async_16(dys + d.pixel * dy_pitch + d.group * V, inside ? dy_tile + int64_t(i) * V : dy, inside);
   }
   copy_async_commit();
 }
 
-// One warp's tile of the output (Plan::kw x Plan::nb) and its accumulators, kept in registers across
-// every tile of the block.
-template <class S, int KW, int NB>
-struct WarpTile {
+// One warp's sums of its tile of the output (Plan::kw x Plan::nb), kept in registers across every tile of
+// the block, and where they go.
+template <int KW, int NB>
+struct WarpSums {
   static constexpr int kAcc = KW * NB * 8;
-  int unit, lane, b_pixel, b_channel;
-  int a_offset;       // the first channel group's place in a staged dy row
-  int b_offset[NB];   // each column's place from a window pixel
+  int unit, lane;
   float acc[KW][NB][2][4] = {};
 
-  // ldmatrix row addresses: lane / 8 picks the 8x8 matrix, lane % 8 its row (a pixel). Columns past the
-  // last repeat it (their sums are not stored).
-  __device__ WarpTile(int unit_, const Geo& g, const Plan& plan) : unit(unit_), lane(threadIdx.x % 32) {
-    const int mat = lane / 8, row = lane % 8;
-    b_pixel = row + (mat & 1) * 8;
-    b_channel = (mat >> 1) * 8;
-    a_offset = (row + (mat >> 1) * 8) * (g.K + kPad) + k0(plan) + (mat & 1) * 8;
-#pragma unroll
-    for (int j = 0; j < NB; ++j) {
-      const int col = min(column(j, plan), plan.columns - 1), cgroups = g.C / 16;
-      const int tap = col / cgroups;
-      b_offset[j] = (tap / g.S * plan.in_cols + tap % g.S) * (g.C + kPad) + col % cgroups * 16 + b_channel;
-    }
-  }
+  __device__ explicit WarpSums(int unit_) : unit(unit_), lane(threadIdx.x % 32) {}
   __device__ int k0(const Plan& plan) const { return unit / plan.col_units * KW * 16; }
   __device__ int column(int j, const Plan& plan) const { return unit % plan.col_units * NB + j; }
-
-  // 16 pixels: a_row is their staged dy, b(j) the address of column j's B rows for this lane.
-  template <class BRow>
-  __device__ void chunk(const S* a_row, const BRow& b) {
-    uint32_t a[KW][4];
-#pragma unroll
-    for (int i = 0; i < KW; ++i) ldmatrix_x4_trans(a[i], a_row + a_offset + i * 16);
-#pragma unroll
-    for (int j = 0; j < NB; ++j) {
-      uint32_t bf[4];
-      ldmatrix_x4_trans(bf, b(j));
-#pragma unroll
-      for (int i = 0; i < KW; ++i) {
-        mma_16816<S>(acc[i][j][0], a[i], bf[0], bf[1]);
-        mma_16816<S>(acc[i][j][1], a[i], bf[2], bf[3]);
-      }
-    }
-  }
-
-  // Adds every pixel_warps-th 16 pixels of a staged tile (window xs, dy rows dys) from pixel 16 * pw.
-  __device__ void sum_tile(const S* xs, const S* dys, const S* zero_row, const TileAt& t, const Geo& g,
-                           const Plan& plan, int pw) {
-    const int step = plan.pixel_warps * 16, step_rows = step / g.Q, step_cols = step % g.Q;
-    int p = (pw * 16 + b_pixel) / g.Q, q = (pw * 16 + b_pixel) % g.Q;  // this lane's B pixel
-    const int full = t.pixels / 16 * 16;  // chunks whose every pixel is in the tile
-    int base = pw * 16;
-    for (; base < full; base += step) {
-      const S* at = xs + (p * g.stride_h * plan.in_cols + q * g.stride_w) * (g.C + kPad);
-      chunk(dys + base * (g.K + kPad), [&](int j) { return at + b_offset[j]; });
-      p += step_rows;
-      q += step_cols;
-      if (q >= g.Q) {
-        q -= g.Q;
-        ++p;
-      }
-    }
-    if (base != full || full == t.pixels) return;
-    // The tile's last, partial 16 pixels (this warp's turn): lanes past the end read the zero row.
-    const bool inside = base + b_pixel < t.pixels;
-    const S* at = xs + (p * g.stride_h * plan.in_cols + q * g.stride_w) * (g.C + kPad);
-    chunk(dys + base * (g.K + kPad), [&](int j) {
-      const int col = min(column(j, plan), plan.columns - 1);
-      return inside ? at + b_offset[j] : zero_row + col % (g.C / 16) * 16 + b_channel;
-    });
-  }
+  // Columns past the last repeat it: their sums are not stored.
+  __device__ int loaded_column(int j, const Plan& plan) const { return min(column(j, plan), plan.columns - 1); }
 
   // Pixel warps 1, 2, ... add their sums into pixel warp 0's in order through `meeting` (a float per
   // accumulator and lane for each job warp), which then stores. Every warp of the block calls it.
@@ -384,6 +347,152 @@ struct WarpTile {
   }
 };
 
+// Where column col's tap puts its window pixels, from a tile pixel's place in the staged window.
+__device__ inline int tap_offset(int col, const Geo& g, const Plan& plan) {
+  const int tap = col / (g.C / 16);
+  return (tap / g.S * plan.in_cols + tap % g.S) * (g.C + kPad);
+}
+
+// A warp tile of 16-bit operands: per 16 pixels, KW A fragments (dy, by ldmatrix.trans: pixel-major rows
+// hold 8 consecutive channels) and NB B fragments (the staged input at each pixel's window position), and
+// 2 * KW * NB mma.m16n8k16.
+template <class S, int KW, int NB>
+struct WarpTile16 {
+  WarpSums<KW, NB> sums;
+  int b_pixel, b_channel;
+  int a_offset;       // the first channel group's place in a staged dy row
+  int b_offset[NB];   // each column's place from a window pixel
+
+  // ldmatrix row addresses: lane / 8 picks the 8x8 matrix, lane % 8 its row (a pixel).
+  __device__ WarpTile16(int unit, const Geo& g, const Plan& plan) : sums(unit) {
+    const int mat = sums.lane / 8, row = sums.lane % 8;
+    b_pixel = row + (mat & 1) * 8;
+    b_channel = (mat >> 1) * 8;
+    a_offset = (row + (mat >> 1) * 8) * (g.K + kPad) + sums.k0(plan) + (mat & 1) * 8;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      const int col = sums.loaded_column(j, plan);
+      b_offset[j] = tap_offset(col, g, plan) + col % (g.C / 16) * 16 + b_channel;
+    }
+  }
+
+  // 16 pixels: a_row is their staged dy, b(j) the address of column j's B rows for this lane.
+  template <class BRow>
+  __device__ void chunk(const S* a_row, const BRow& b) {
+    uint32_t a[KW][4];
+#pragma unroll
+    for (int i = 0; i < KW; ++i) ldmatrix_x4_trans(a[i], a_row + a_offset + i * 16);
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      uint32_t bf[4];
+      ldmatrix_x4_trans(bf, b(j));
+#pragma unroll
+      for (int i = 0; i < KW; ++i) {
+        mma_16816<S>(sums.acc[i][j][0], a[i], bf[0], bf[1]);
+        mma_16816<S>(sums.acc[i][j][1], a[i], bf[2], bf[3]);
+      }
+    }
+  }
+
+  // Adds every pixel_warps-th 16 pixels of a staged tile (window xs, dy rows dys) from pixel 16 * pw.
+  __device__ void sum_tile(const S* xs, const S* dys, const S* zero_row, const int*, const TileAt& t, const Geo& g,
+                           const Plan& plan, int pw) {
+    const int step = plan.pixel_warps * 16, step_rows = step / g.Q, step_cols = step % g.Q;
+    int p = (pw * 16 + b_pixel) / g.Q, q = (pw * 16 + b_pixel) % g.Q;  // this lane's B pixel
+    const int full = t.pixels / 16 * 16;  // chunks whose every pixel is in the tile
+    int base = pw * 16;
+    for (; base < full; base += step) {
+      const S* at = xs + (p * g.stride_h * plan.in_cols + q * g.stride_w) * (g.C + kPad);
+      chunk(dys + base * (g.K + kPad), [&](int j) { return at + b_offset[j]; });
+      p += step_rows;
+      q += step_cols;
+      if (q >= g.Q) {
+        q -= g.Q;
+        ++p;
+      }
+    }
+    if (base != full || full == t.pixels) return;
+    // The tile's last, partial 16 pixels (this warp's turn): lanes past the end read the zero row.
+    const bool inside = base + b_pixel < t.pixels;
+    const S* at = xs + (p * g.stride_h * plan.in_cols + q * g.stride_w) * (g.C + kPad);
+    chunk(dys + base * (g.K + kPad), [&](int j) {
+      const int col = sums.loaded_column(j, plan);
+      return inside ? at + b_offset[j] : zero_row + col % (g.C / 16) * 16 + b_channel;
+    });
+  }
+};
+
+// A warp tile of float32 operands, TF32 products: ldmatrix.trans moves 16-bit elements only, so each lane
+// loads its fragment elements itself. Per 8 pixels (an mma.m16n8k8's reduction), lane l takes pixels
+// l % 4 and l % 4 + 4 and channels l / 4 and l / 4 + 8 of dy (A), and the same pixels of the window at
+// channel l / 4 of each 8 (B). Pitches of C + 8 and K + 8 floats put the four pixels of a load in distinct
+// banks. A tile pixel's window place comes from `table` (the same for every tile); pixels past the tile
+// read the zero row.
+template <int KW, int NB>
+struct WarpTile32 {
+  WarpSums<KW, NB> sums;
+  int a_offset;        // this lane's first channel in a staged dy row
+  int taps[NB];        // each column's tap, as tap_offset
+  int channels[NB];    // each column's first channel for this lane
+
+  __device__ WarpTile32(int unit, const Geo& g, const Plan& plan) : sums(unit) {
+    a_offset = sums.k0(plan) + sums.lane / 4;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      const int col = sums.loaded_column(j, plan);
+      taps[j] = tap_offset(col, g, plan);
+      channels[j] = col % (g.C / 16) * 16 + sums.lane / 4;
+    }
+  }
+
+  // 8 pixels: dy0 / dy1 are this lane's two pixels' staged dy rows, x0 / x1 their window places (the zero
+  // row where tap0 / tap1 is 0, which drops the tap offset).
+  __device__ void step(const float* dy0, const float* dy1, const float* x0, const float* x1, int tap0, int tap1) {
+    uint32_t a[KW][4];
+#pragma unroll
+    for (int i = 0; i < KW; ++i) {
+      a[i][0] = to_tf32(dy0[a_offset + i * 16]);
+      a[i][1] = to_tf32(dy0[a_offset + i * 16 + 8]);
+      a[i][2] = to_tf32(dy1[a_offset + i * 16]);
+      a[i][3] = to_tf32(dy1[a_offset + i * 16 + 8]);
+    }
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      const float* b0 = x0 + (taps[j] & tap0) + channels[j];
+      const float* b1 = x1 + (taps[j] & tap1) + channels[j];
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const uint32_t lo = to_tf32(b0[n * 8]), hi = to_tf32(b1[n * 8]);
+#pragma unroll
+        for (int i = 0; i < KW; ++i) mma_1688_tf32(sums.acc[i][j][n], a[i], lo, hi);
+      }
+    }
+  }
+
+  // Adds every pixel_warps-th 16 pixels of a staged tile (window xs, dy rows dys) from pixel 16 * pw.
+  __device__ void sum_tile(const float* xs, const float* dys, const float* zero_row, const int* table,
+                           const TileAt& t, const Geo& g, const Plan& plan, int pw) {
+    const int dy_pitch = g.K + kPad, first = sums.lane % 4;
+    for (int base = pw * 16; base < t.padded; base += plan.pixel_warps * 16) {
+      const float* x[4];
+      int tap[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int pixel = base + first + 4 * u;
+        const bool inside = pixel < t.pixels;
+        x[u] = inside ? xs + table[pixel] : zero_row;
+        tap[u] = inside ? -1 : 0;
+      }
+      const float* dy = dys + (base + first) * dy_pitch;
+      step(dy, dy + 4 * dy_pitch, x[0], x[1], tap[0], tap[1]);
+      step(dy + 8 * dy_pitch, dy + 12 * dy_pitch, x[2], x[3], tap[2], tap[3]);
+    }
+  }
+};
+
+template <class S, int KW, int NB>
+using WarpTile = std::conditional_t<std::is_same_v<S, float>, WarpTile32<KW, NB>, WarpTile16<S, KW, NB>>;
+
 // Stage 1: block (b, slice) sums tiles [b * tiles / blocks, (b + 1) * tiles / blocks) for the slice's warp
 // tiles into partials[b][(k * R * S + tap) * C + c]. Warp w is job warp w % slice_units (its warp tile)
 // and pixel warp w / slice_units.
@@ -392,8 +501,14 @@ __global__ void wgrad_mma_partial_kernel(const S* x, const S* dy, Geo g, Plan pl
   extern __shared__ __align__(16) unsigned char shared_raw[];
   S* buffers = reinterpret_cast<S*>(shared_raw);  // [2][buffer_elems]
   S* zero_row = buffers + 2 * plan.buffer_elems;
+  int* table = reinterpret_cast<int*>(zero_row + g.C + kPad);  // float32: each tile pixel's window place
   const int window = plan.in_rows * plan.in_cols;
   for (int i = threadIdx.x; i < g.C + kPad; i += blockDim.x) zero_row[i] = from_compute<S>(0.0f);
+  if constexpr (std::is_same_v<S, float>) {
+    for (int i = threadIdx.x; i < plan.rows * g.Q; i += blockDim.x) {
+      table[i] = (i / g.Q * g.stride_h * plan.in_cols + i % g.Q * g.stride_w) * (g.C + kPad);
+    }
+  }
   const int warp = threadIdx.x / 32, job = warp % plan.slice_units, pw = warp / plan.slice_units;
   const int unit = blockIdx.y * plan.slice_units + job;
   const bool working = unit < plan.units;
@@ -410,11 +525,13 @@ __global__ void wgrad_mma_partial_kernel(const S* x, const S* dy, Geo g, Plan pl
       copy_async_wait<0>();
     }
     __syncthreads();
-    if (working) tile.sum_tile(xs, xs + window * (g.C + kPad), zero_row, tile_at(at, g, plan), g, plan, pw);
+    if (working) {
+      tile.sum_tile(xs, xs + window * (g.C + kPad), zero_row, table, tile_at(at, g, plan), g, plan, pw);
+    }
     __syncthreads();  // this buffer's readers are done before the next iteration refills it
   }
-  tile.meet(reinterpret_cast<float*>(shared_raw), job, pw, working, plan);
-  if (working && pw == 0) tile.store(partials + int64_t(blockIdx.x) * plan.outputs(g), g, plan);
+  tile.sums.meet(reinterpret_cast<float*>(shared_raw), job, pw, working, plan);
+  if (working && pw == 0) tile.sums.store(partials + int64_t(blockIdx.x) * plan.outputs(g), g, plan);
 }
 
 // Stage 2: 32 outputs per block; warp w sums blocks w, w + kSumWarps, ... in order, then one warp adds
@@ -499,6 +616,14 @@ cudaError_t launch_typed(const Strided& dw, const Strided& dy, const Strided& x,
   return cudaGetLastError();
 }
 
+// fn.template operator()<S>() for the operands' storage type.
+template <class Fn>
+auto by_dtype(const Geo& g, Fn&& fn) {
+  if (g.dtype == DType::BFloat16) return fn.template operator()<__nv_bfloat16>();
+  if (g.dtype == DType::Float16) return fn.template operator()<__half>();
+  return fn.template operator()<float>();
+}
+
 }  // namespace
 
 bool conv_wgrad_mma_fits(const Strided& dw, const Strided& dy, const Strided& x, const kernel::ConvParams& p) {
@@ -509,7 +634,7 @@ int64_t conv_wgrad_mma_partials(const Strided& dw, const Strided& dy, const Stri
                                 const kernel::ConvParams& p) {
   const Geo g = geo_of(dw, dy, x, p);
   cudaError_t status = cudaSuccess;
-  const Plan plan = g.bf16 ? launch_for<__nv_bfloat16>(g, status).plan : launch_for<__half>(g, status).plan;
+  const Plan plan = by_dtype(g, [&]<class S>() { return launch_for<S>(g, status).plan; });
   return status == cudaSuccess ? plan.blocks * plan.outputs(g) : 0;
 }
 
@@ -518,8 +643,7 @@ cudaError_t launch_conv_wgrad_mma(const Strided& dw, const Strided& dy, const St
   if (dw.numel() == 0) return cudaSuccess;
   if (dy.numel() == 0) return launch_fill(dw, 0.0, stream);
   const Geo g = geo_of(dw, dy, x, p);
-  if (g.bf16) return launch_typed<__nv_bfloat16>(dw, dy, x, g, partials, stream);
-  return launch_typed<__half>(dw, dy, x, g, partials, stream);
+  return by_dtype(g, [&]<class S>() { return launch_typed<S>(dw, dy, x, g, partials, stream); });
 }
 
 }  // namespace loom::cuda

@@ -207,6 +207,8 @@ bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const k
   if (!dw.device().is_cuda() || !cuda::conv_wgrad_mma_supported(dw.strided(), dy.strided(), x.strided(), p)) {
     return false;
   }
+  // Float32 operands are multiplied in TF32: only where the policy allows TF32.
+  if (x.dtype() == DType::Float32 && numerics_policy().precision != Precision::Tf32) return false;
   const auto need = [&] { return cuda::conv_wgrad_mma_scratch(dw.strided(), dy.strided(), x.strided(), p); };
   return raced_wgrad(wgrad_mma_choice(), "conv_wgrad_mma", dw, dy, x, p, need, [&](const Strided& scratch) {
     cuda::conv_wgrad_mma(dw.strided(), dy.strided(), x.strided(), p, scratch);

@@ -39,8 +39,8 @@ bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, c
 bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p);
 bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
 
-// dw = wgrad(dy, x) by the tensor-core kernel (core/cuda/conv_wgrad_mma.h: 16-bit channels-last layers of
-// 16 to 128 channels) likewise, against cuDNN's wgrad.
+// dw = wgrad(dy, x) by the tensor-core kernel (core/cuda/conv_wgrad_mma.h: channels-last layers of 16 to
+// 128 channels, 16-bit, or float32 under the TF32 policy) likewise, against cuDNN's wgrad.
 bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
 
 }  // namespace loom::conv_detail

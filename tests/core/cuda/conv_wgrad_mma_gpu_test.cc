@@ -4,13 +4,17 @@
 // random configurations: batch 1-4, C and K multiples of 16 up to 128, square
 // and oblong filters from 1x1 to 7x5, strides 1-3 per axis, any padding below
 // the filter, planes from 1x1 to 40 wide (one tile or many; tiles cut short at
-// the image's bottom), bfloat16 and float16, dw NCHW or channels-last. Every
-// result is computed twice: the same bits both times. Then what it declines,
-// and conv2d's weight gradient under bf16 autocast on each path
-// LOOM_CONV_WGRAD_MMA names (loom, cudnn, auto) against the CPU op.
+// the image's bottom), bfloat16, float16 and float32, dw NCHW or channels-last.
+// Every result is computed twice: the same bits both times. Then what it
+// declines, and conv2d's weight gradient under bf16 autocast and under TF32 on
+// each path LOOM_CONV_WGRAD_MMA names (loom, cudnn, auto) against the CPU op,
+// and under strict fp32, where the TF32 kernel must not run.
 //
 // Tolerance 8e-3 of the largest reference magnitude: one rounding to 16 bits
-// (2^-8 relative for bfloat16) on top of float32 sums of exact products.
+// (2^-8 relative for bfloat16) on top of float32 sums of exact products. Float32
+// cases take values exact in bfloat16, so TF32 multiplies them exactly and the
+// float32 sums alone err (1e-4); the ResNet layers also take full float32
+// values, which TF32 rounds to 10 bits (4e-3).
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 #include <doctest/doctest.h>
@@ -55,15 +59,18 @@ Case random_case(std::mt19937& rng) {
 }
 
 // Returns false, checking nothing, where the kernel declines the case (a tile
-// of one output row and its window past a block's shared memory).
-bool check_case(const Case& c, DType dtype, MemoryFormat dw_format, Generator& gen) {
+// of one output row and its window past a block's shared memory). full_fp32:
+// float32 values that TF32 rounds, not bfloat16-exact ones.
+bool check_case(const Case& c, DType dtype, MemoryFormat dw_format, Generator& gen, bool full_fp32 = false) {
   INFO("N ", c.N, " C ", c.C, " K ", c.K, " H ", c.H, " W ", c.W, " R ", c.R, " S ", c.S, " stride ",
        c.p.stride_h, "x", c.p.stride_w, " pad ", c.p.pad_h, "x", c.p.pad_w, " ", dtype_name(dtype),
-       " dw channels_last ", dw_format == MemoryFormat::ChannelsLast);
+       " dw channels_last ", dw_format == MemoryFormat::ChannelsLast, " full fp32 ", full_fp32);
   const int64_t P = cpu::conv_output_size(c.H, c.R, c.p.stride_h, c.p.pad_h, 1);
   const int64_t Q = cpu::conv_output_size(c.W, c.S, c.p.stride_w, c.p.pad_w, 1);
-  const Tensor x = testing::exact_randn({c.N, c.C, c.H, c.W}, dtype, gen);
-  const Tensor dy = testing::exact_randn({c.N, c.K, P, Q}, dtype, gen);
+  const bool fp32 = dtype == DType::Float32;
+  const DType exact_in = fp32 && !full_fp32 ? DType::BFloat16 : dtype;
+  const Tensor x = testing::exact_randn({c.N, c.C, c.H, c.W}, exact_in, gen);
+  const Tensor dy = testing::exact_randn({c.N, c.K, P, Q}, exact_in, gen);
   Tensor dw_ref = empty({c.K, c.C, c.R, c.S}, {.dtype = DType::Float64});
   cpu::conv2d_wgrad(dw_ref.strided(), dy.to(DType::Float64).strided(), x.to(DType::Float64).strided(), c.p);
 
@@ -80,7 +87,7 @@ bool check_case(const Case& c, DType dtype, MemoryFormat dw_format, Generator& g
   const Tensor scratch = full({need.elements}, 1e30, {.dtype = need.dtype, .device = testing::test_gpu()});
   cuda::conv_wgrad_mma(dw.strided(), dyg.strided(), xg.strided(), c.p, scratch.strided());
   cuda::conv_wgrad_mma(again.strided(), dyg.strided(), xg.strided(), c.p, scratch.strided());
-  testing::check_scaled(dw, dw_ref, 8e-3);
+  testing::check_scaled(dw, dw_ref, fp32 ? (full_fp32 ? 4e-3 : 1e-4) : 8e-3);
   CHECK(testing::values(again.to(DType::Float32).cpu()) == testing::values(dw.to(DType::Float32).cpu()));
   return true;
 }
@@ -91,11 +98,12 @@ LOOM_GPU_TEST_CASE("the tensor-core weight gradient matches the CPU on random co
   std::mt19937 rng(2612);
   Generator gen(2613);
   int64_t checked = 0;
-  const int64_t cases = 120;
+  const int64_t cases = 150;
+  const DType dtypes[] = {DType::BFloat16, DType::Float16, DType::Float32};
   for (int64_t i = 0; i < cases; ++i) {
     const Case c = random_case(rng);
-    const DType dtype = i % 2 == 0 ? DType::BFloat16 : DType::Float16;
-    const MemoryFormat format = i % 3 == 0 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+    const DType dtype = dtypes[i % 3];
+    const MemoryFormat format = i % 4 == 0 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
     checked += check_case(c, dtype, format, gen);
   }
   CHECK(checked >= cases * 3 / 4);
@@ -112,9 +120,10 @@ LOOM_GPU_TEST_CASE("the tensor-core weight gradient matches the CPU on ResNet la
                          {.N = 8, .C = 64, .K = 128, .H = 16, .W = 16, .R = 1, .S = 1,
                           .p = {.stride_h = 2, .stride_w = 2}}};
   for (const Case& c : layers) {
-    for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    for (DType dtype : {DType::BFloat16, DType::Float16, DType::Float32}) {
       CHECK(check_case(c, dtype, MemoryFormat::ChannelsLast, gen));
     }
+    CHECK(check_case(c, DType::Float32, MemoryFormat::ChannelsLast, gen, /*full_fp32=*/true));
   }
 }
 
@@ -133,7 +142,8 @@ LOOM_GPU_TEST_CASE("the tensor-core weight gradient declines what it was not bui
   const kernel::ConvParams pad1{.pad_h = 1, .pad_w = 1};
   CHECK(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::BFloat16, nhwc, pad1));
   CHECK(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::Float16, nhwc, pad1));
-  CHECK_FALSE(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::Float32, nhwc, pad1));   // 32-bit
+  CHECK(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::Float32, nhwc, pad1));         // TF32 products
+  CHECK_FALSE(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::Float64, nhwc, pad1));   // 64-bit
   CHECK_FALSE(supported({2, 16, 8, 8}, {32, 16, 3, 3}, DType::BFloat16, nchw, pad1));  // NCHW
   CHECK_FALSE(supported({2, 8, 8, 8}, {32, 8, 3, 3}, DType::BFloat16, nhwc, pad1));    // C not 16k
   CHECK_FALSE(supported({2, 16, 8, 8}, {24, 16, 3, 3}, DType::BFloat16, nhwc, pad1));  // K not 16k
@@ -176,6 +186,32 @@ LOOM_GPU_TEST_CASE("conv2d's bf16 weight gradient matches the CPU on every LOOM_
     const Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
     y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(MemoryFormat::ChannelsLast));
     testing::check_scaled(w.grad(), w_ref.grad(), 1.6e-2);
+  }
+}
+
+// Float32 operands: under TF32 the kernel may take them (forced on the "loom" path); under strict fp32 it
+// must not, whatever the path says, and cuDNN's IEEE wgrad gives the CPU's values to 1e-4 (TF32 products
+// would not).
+LOOM_GPU_TEST_CASE("conv2d's float32 weight gradient matches the CPU under TF32 and strict fp32 on every path") {
+  Generator gen(2616);
+  const Tensor x0 = randn({6, 32, 12, 10}, {}, &gen), w0 = randn({48, 32, 3, 3}, {}, &gen);
+  Tensor w_ref = w0.clone();
+  w_ref.requires_grad_();
+  const Tensor y_ref = conv2d(x0, w_ref, Tensor(), {.padding = 1});
+  const Tensor dy = randn(y_ref.sizes(), {}, &gen);
+  y_ref.backward(dy);
+  for (Precision precision : {Precision::Tf32, Precision::StrictFp32}) {
+    for (const char* path : {"loom", "cudnn", "auto"}) {
+      INFO(precision_name(precision), " LOOM_CONV_WGRAD_MMA=", path);
+      const testing::ScopedEnv env("LOOM_CONV_WGRAD_MMA", path);
+      const NumericsGuard policy({.precision = precision});
+      Tensor w = w0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+      w.requires_grad_();
+      const Tensor x = x0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+      const Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
+      y.backward(dy.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast));
+      testing::check_scaled(w.grad(), w_ref.grad(), precision == Precision::Tf32 ? 1e-2 : 1e-4);
+    }
   }
 }
 
