@@ -72,8 +72,6 @@ struct Geo {
   DType dtype;  // bfloat16, float16 or float32 (TF32 products)
 };
 
-__host__ __device__ inline int element_bytes(const Geo& g) { return g.dtype == DType::Float32 ? 4 : 2; }
-
 // The tile and its staged window, the warp tiles and how the grid splits them.
 struct Plan {
   int rows;                 // TR output rows per tile
@@ -108,7 +106,7 @@ int64_t buffer_elems_for(const Geo& g, int rows) {
 // Two buffers and the zero row; for float32 also each tile pixel's place in the window (WarpTile32).
 int64_t staging_bytes(const Geo& g, int rows) {
   const int64_t table = g.dtype == DType::Float32 ? int64_t(sizeof(int)) * ceil_div(int64_t(rows) * g.Q, 16) * 16 : 0;
-  return element_bytes(g) * (2 * buffer_elems_for(g, rows) + g.C + kPad) + table;
+  return int64_t(element_size(g.dtype)) * (2 * buffer_elems_for(g, rows) + g.C + kPad) + table;
 }
 
 void choose_warp_tile(Plan& plan, const Geo& g) {

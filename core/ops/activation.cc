@@ -38,9 +38,10 @@ void backward_kernel(const Tensor& dx, const Tensor& dy, const Tensor& saved, Ac
                      const kernel::ActivationParameters& parameters, const Tensor& dy_addend) {
   if (saved.device().is_cuda()) {
     DeviceGuard guard(saved.device());
-    const std::optional<Strided> addend =
-        dy_addend.defined() ? std::optional<Strided>(dy_addend.strided()) : std::nullopt;
-    if (cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided(), addend)) return;
+    if (cudnn::activation_backward(kind, parameters, dx.strided(), dy.strided(), saved.strided(),
+                                   strided_or_none(dy_addend))) {
+      return;
+    }
   }
   if (dy_addend.defined()) {
     backward_kernel(dx, add(dy, dy_addend), saved, kind, parameters);

@@ -15,6 +15,7 @@
 #include "core/onednn/conv.h"
 #include "core/onednn/tier.h"
 #include "core/ops/conv_small_internal.h"
+#include "core/ops/dispatch.h"
 
 namespace loom::conv_detail {
 
@@ -43,11 +44,6 @@ Tensor nchw(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
 // out = computed, when the kernel wrote an NCHW stand-in for out.
 void copy_back(const Tensor& out, const Tensor& computed) {
   if (computed.raw_data() != out.raw_data()) Tensor(out).copy_(computed);
-}
-
-std::optional<Strided> strided_or_none(const Tensor& t) {
-  if (!t.defined()) return std::nullopt;
-  return t.strided();
 }
 
 // `bias` as the CPU kernels take it: a pointer that may be null.

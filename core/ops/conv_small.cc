@@ -21,6 +21,7 @@
 #include "core/cudnn/conv.h"
 #include "core/numerics.h"
 #include "core/ops/conv_internal.h"
+#include "core/ops/dispatch.h"
 
 namespace loom::conv_detail {
 
@@ -131,8 +132,7 @@ bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor
                                   const kernel::ConvParams& p) {
   DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
-  const cuda::SmallConvEpilogue epilogue{.bias = b.defined() ? std::optional(b.strided()) : std::nullopt,
-                                         .relu = true};
+  const cuda::SmallConvEpilogue epilogue{.bias = strided_or_none(b), .relu = true};
   if (!cuda::conv_small_epilogue_supported(epilogue, w.strided())) return false;
   auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p, epilogue); };
   auto cudnn = [&] {
@@ -162,7 +162,7 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
   if (!dw.device().is_cuda() || !cuda::conv_small_supported(x.strided(), dw.strided(), p)) return false;
   if (db.defined() && !cuda::conv_small_wgrad_takes_bias(dw.strided())) return false;
   FirstRunScratch scratch(dw.device(), [&] { return cuda::conv_small_wgrad_scratch(dy.strided(), dw.strided()); });
-  const std::optional<Strided> db_view = db.defined() ? std::optional(db.strided()) : std::nullopt;
+  const std::optional<Strided> db_view = strided_or_none(db);
   auto loom = [&] { cuda::conv_small_wgrad(dw.strided(), dy.strided(), x.strided(), p, scratch(), db_view); };
   auto cudnn = [&] {
     if (!cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending)) return false;

@@ -10,6 +10,8 @@
 // branch explicitly, and so do CPU paths with a oneDNN tier (on_onednn_tier).
 #pragma once
 
+#include <optional>
+
 #include "core/cpu/copy.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/gemm.h"
@@ -34,6 +36,12 @@ namespace loom {
 // op may hand its kernels to core/onednn (which fall back by returning false).
 inline bool on_onednn_tier(const Tensor& t) {
   return !t.device().is_cuda() && onednn::takes(t.dtype());
+}
+
+// A kernel's view of an optional operand (a bias, a residual, a gradient not asked for).
+inline std::optional<Strided> strided_or_none(const Tensor& t) {
+  if (!t.defined()) return std::nullopt;
+  return t.strided();
 }
 
 // Runs f with `device` current (a no-op for the CPU), as the CUDA kernels expect.

@@ -53,11 +53,6 @@ std::atomic<bool>& fusion_switch() {
 // Fused graphs are tried for GPU tensors while fusion is on.
 bool try_fused(const Tensor& t) { return t.device().is_cuda() && fusion_enabled(); }
 
-std::optional<Strided> strided_or_none(const Tensor& t) {
-  if (!t.defined()) return std::nullopt;
-  return t.strided();
-}
-
 using cudnn::NormActivation;
 
 // The fused ops' activation pieces run Loom's activation kernels on every
@@ -335,8 +330,7 @@ const Tensor& norm_output(BnOperands& o, const NormActivation& act) {
 void finish_unfused(const BnOperands& o, const Tensor& bn, const NormActivation& act) {
   if (o.y.is_same(bn) && o.y.device().is_cuda()) {
     if (o.z.defined()) {
-      DeviceGuard guard(o.y.device());
-      cuda::add_activation(o.y.strided(), o.y.strided(), o.z.strided(), act.kind, act.parameters);
+      LOOM_KERNEL(o.y, add_activation, o.y.strided(), o.y.strided(), o.z.strided(), act.kind, act.parameters);
       return;
     }
     loom_activation(o.y, o.y, act);

@@ -29,11 +29,6 @@ namespace {
 
 constexpr std::string_view kOp = "batch_norm";
 
-std::optional<Strided> strided_or_none(const Tensor& t) {
-  if (!t.defined()) return std::nullopt;
-  return t.strided();
-}
-
 }  // namespace
 
 namespace norm_detail {

@@ -21,6 +21,7 @@
 
 #ifdef LOOM_WITH_CUDA
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -167,25 +168,45 @@ LOOM_GPU_TEST_CASE("the tensor-core weight gradient declines what it was not bui
   }
 }
 
+namespace {
+
+// A 3x3 layer, its operands and its weight gradient on the CPU in float32.
+struct WgradLayer {
+  Tensor x, w, dy, dw;
+};
+
+WgradLayer cpu_wgrad_layer(uint64_t seed) {
+  Generator gen(seed);
+  WgradLayer layer{.x = randn({6, 32, 12, 10}, {}, &gen), .w = randn({48, 32, 3, 3}, {}, &gen)};
+  Tensor w = layer.w.clone();
+  w.requires_grad_();
+  const Tensor y = conv2d(layer.x, w, Tensor(), {.padding = 1});
+  layer.dy = randn(y.sizes(), {}, &gen);
+  y.backward(layer.dy);
+  layer.dw = w.grad();
+  return layer;
+}
+
+// conv2d's weight gradient of the layer on the GPU, channels-last, under the current policy and autocast.
+Tensor gpu_wgrad(const WgradLayer& layer) {
+  Tensor w = layer.w.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+  w.requires_grad_();
+  const Tensor x = layer.x.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
+  y.backward(layer.dy.to(testing::test_gpu()).to(y.dtype()).contiguous(MemoryFormat::ChannelsLast));
+  return w.grad();
+}
+
+}  // namespace
+
 LOOM_GPU_TEST_CASE("conv2d's bf16 weight gradient matches the CPU on every LOOM_CONV_WGRAD_MMA path") {
-  Generator gen(2615);
-  const Tensor x0 = randn({6, 32, 12, 10}, {}, &gen), w0 = randn({48, 32, 3, 3}, {}, &gen);
-  Tensor w_ref = w0.clone();
-  w_ref.requires_grad_();
-  const Tensor y_ref = conv2d(x0, w_ref, Tensor(), {.padding = 1});
-  const Tensor dy = randn(y_ref.sizes(), {}, &gen);
-  y_ref.backward(dy);
+  const WgradLayer layer = cpu_wgrad_layer(2615);
   for (const char* path : {"loom", "cudnn", "auto"}) {
     INFO("LOOM_CONV_WGRAD_MMA=", path);
     const testing::ScopedEnv env("LOOM_CONV_WGRAD_MMA", path);
     const NumericsGuard policy({.precision = Precision::Bf16});
     const AutocastGuard autocast(DType::BFloat16);
-    Tensor w = w0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
-    w.requires_grad_();
-    const Tensor x = x0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
-    const Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
-    y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(MemoryFormat::ChannelsLast));
-    testing::check_scaled(w.grad(), w_ref.grad(), 1.6e-2);
+    testing::check_scaled(gpu_wgrad(layer), layer.dw, 1.6e-2);
   }
 }
 
@@ -193,24 +214,13 @@ LOOM_GPU_TEST_CASE("conv2d's bf16 weight gradient matches the CPU on every LOOM_
 // must not, whatever the path says, and cuDNN's IEEE wgrad gives the CPU's values to 1e-4 (TF32 products
 // would not).
 LOOM_GPU_TEST_CASE("conv2d's float32 weight gradient matches the CPU under TF32 and strict fp32 on every path") {
-  Generator gen(2616);
-  const Tensor x0 = randn({6, 32, 12, 10}, {}, &gen), w0 = randn({48, 32, 3, 3}, {}, &gen);
-  Tensor w_ref = w0.clone();
-  w_ref.requires_grad_();
-  const Tensor y_ref = conv2d(x0, w_ref, Tensor(), {.padding = 1});
-  const Tensor dy = randn(y_ref.sizes(), {}, &gen);
-  y_ref.backward(dy);
+  const WgradLayer layer = cpu_wgrad_layer(2616);
   for (Precision precision : {Precision::Tf32, Precision::StrictFp32}) {
     for (const char* path : {"loom", "cudnn", "auto"}) {
       INFO(precision_name(precision), " LOOM_CONV_WGRAD_MMA=", path);
       const testing::ScopedEnv env("LOOM_CONV_WGRAD_MMA", path);
       const NumericsGuard policy({.precision = precision});
-      Tensor w = w0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
-      w.requires_grad_();
-      const Tensor x = x0.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast);
-      const Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
-      y.backward(dy.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast));
-      testing::check_scaled(w.grad(), w_ref.grad(), precision == Precision::Tf32 ? 1e-2 : 1e-4);
+      testing::check_scaled(gpu_wgrad(layer), layer.dw, precision == Precision::Tf32 ? 1e-2 : 1e-4);
     }
   }
 }
