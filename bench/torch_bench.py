@@ -170,12 +170,16 @@ def run_config(model_name, batch, precision, mode, layout, a):
     run()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     repeat_ms = []
+    # The CUDA profiler's range covers the timed steps only, as bench_train_step's does, so that
+    # `ncu --profile-from-start off` times the same steady-state kernels on both sides.
+    torch.cuda.profiler.start()
     for _ in range(a.repeats):
         start.record()
         for _ in range(a.steps):
             run()
         end.record(); end.synchronize()
         repeat_ms.append(start.elapsed_time(end) / a.steps)
+    torch.cuda.profiler.stop()
     ms = statistics.median(repeat_ms)
     steady_peak = torch.cuda.max_memory_reserved() - base_reserved
     peak = max(first_peak, torch.cuda.max_memory_allocated() - base_bytes)

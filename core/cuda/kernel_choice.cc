@@ -71,22 +71,28 @@ std::string KernelChoice::choose(const std::string& key, const std::vector<std::
   const CandidateRuns runs = make_runs();
   LOOM_CHECK(runs.size() == names.size(), ValueError, "[{}] {} candidate names but {} runs for key {}",
              env_var_, names.size(), runs.size(), key);
-  const std::string fastest = time_fastest(names, runs);
-  spdlog::debug("[{}] {}: epoch {} -> {}", env_var_, device_key, epoch, fastest);
+  const Race race = time_fastest(names, runs);
+  // One line per race, key and times together: a log that printed them on separate lines was once read one
+  // shape off.
+  spdlog::debug("[{}] {}: epoch {}: {} -> {}", env_var_, device_key, epoch, race.times, race.fastest);
   std::lock_guard<std::mutex> lock(mutex_);
-  chosen_[device_key] = Chosen{fastest, epoch};
-  return fastest;
+  chosen_[device_key] = Chosen{race.fastest, epoch};
+  return race.fastest;
 }
 
 void forget_kernel_choices() { ++choice_epoch; }
 
-std::string KernelChoice::time_fastest(const std::vector<std::string>& names,
-                                       const CandidateRuns& runs) const {
-  std::string fastest = names.front();
+KernelChoice::Race KernelChoice::time_fastest(const std::vector<std::string>& names,
+                                              const CandidateRuns& runs) const {
+  Race race{names.front(), ""};
   float best_ms = std::numeric_limits<float>::infinity();
   EventTimer timer;
   for (size_t c = 0; c < runs.size(); ++c) {
-    if (!runs[c]()) continue;  // the warm-up run; false: this candidate cannot run the key
+    if (!race.times.empty()) race.times += ", ";
+    if (!runs[c]()) {  // the warm-up run; false: this candidate cannot run the key
+      race.times += names[c] + " cannot run";
+      continue;
+    }
     // Background plan builds test-run their candidates on the GPU meanwhile: the
     // gate keeps their test runs out while this times, and a candidate counts
     // its fastest run, which load from other threads can only slow down. Each
@@ -102,13 +108,13 @@ std::string KernelChoice::time_fastest(const std::vector<std::string>& names,
       runs[c]();
       ms = std::min(ms, timer.stop_ms());
     }
-    spdlog::debug("[{}] {} {:.4f} ms", env_var_, names[c], ms);
+    race.times += fmt::format("{} {:.4f} ms", names[c], ms);
     if (ms < best_ms) {
       best_ms = ms;
-      fastest = names[c];
+      race.fastest = names[c];
     }
   }
-  return fastest;
+  return race;
 }
 
 }  // namespace loom::cuda

@@ -19,7 +19,7 @@
 // stand-ins. An environment variable (e.g. LOOM_POOL_KERNEL) read at every call
 // forces a candidate by name, so that a benchmark can compare paths in one run
 // and a test can run each path; "auto" or unset means time them. spdlog's
-// debug level logs each race's times and winner, and each untimed pick.
+// debug level logs each race on one line (key, every candidate's time, winner), and each untimed pick.
 //
 //   static KernelChoice choice("LOOM_POOL_KERNEL");
 //   std::string pick = choice.choose(key, {"loom", "cudnn"}, [&] {
@@ -59,7 +59,11 @@ class KernelChoice {
   std::string forced() const;
 
  private:
-  std::string time_fastest(const std::vector<std::string>& names, const CandidateRuns& runs) const;
+  struct Race {
+    std::string fastest;
+    std::string times;  // "name 0.0412 ms, ..." in candidate order, for the log line
+  };
+  Race time_fastest(const std::vector<std::string>& names, const CandidateRuns& runs) const;
 
   struct Chosen {
     std::string name;
