@@ -175,7 +175,7 @@ int PlanCache::apply_pending() {
   if (!builder_.any_finished() || cuda::is_capturing()) return 0;
   std::vector<PlanBuilder::Finished> finished = builder_.take_finished();
   std::lock_guard<std::mutex> lock(mutex_);
-  int changed = 0;
+  int changed = 0, ended = 0;
   std::unordered_set<uint64_t> first_stages;      // swapped in by this call
   std::vector<PlanBuilder::Finished> later;       // their second stages: one swap per key per boundary
   for (PlanBuilder::Finished& f : finished) {
@@ -186,37 +186,43 @@ int PlanCache::apply_pending() {
       continue;
     }
     if (f.first_stage) first_stages.insert(f.ticket);
-    if (swap_in(*entry, f)) ++changed;
+    switch (swap_in(*entry, f)) {
+      case Swap::Plan: ++changed; break;
+      case Swap::Ended: ++ended; break;
+      case Swap::None: break;
+    }
   }
   builder_.put_back(std::move(later));
-  if (changed > 0) {
-    ++generation_;
-    cuda::forget_kernel_choices();  // races that ran against the stand-ins
-  }
+  if (changed > 0) cuda::forget_kernel_choices();  // races that ran against the stand-ins
+  // A key that ends without a plan changes the step too: while it was pending,
+  // its op's variant walk deferred the variants below it and ran the tier below
+  // (unet's decoder batch norms on Loom's kernels, 28.0 ms a step against 11.8,
+  // tf32, b512, H200). A captured step must re-capture so that the walk goes on.
+  if (changed > 0 || ended > 0) ++generation_;
   return changed;
 }
 
-bool PlanCache::swap_in(Entry& e, PlanBuilder::Finished& f) {
+PlanCache::Swap PlanCache::swap_in(Entry& e, PlanBuilder::Finished& f) {
   if (f.first_stage) {  // the key stays pending for its static plan
     e.plan = std::move(f.plan);
     e.info.notes = e.plan->notes();
     e.info.workspace_bytes = e.plan->workspace_bytes();
     log_.record("swapped", e.info.graph, e.info.notes.engine_id, f.build_ms, shape_detail(e.info.notes));
-    return true;
+    return Swap::Plan;
   }
   e.ticket = 0;
   e.info.pending = false;
   e.info.restoring = false;
   e.info.background_ms = f.build_ms;
   if (!f.plan) {
-    if (e.plan) return false;  // the stand-in stays
+    if (e.plan) return Swap::None;  // the stand-in stays
     e.info.supported = false;
     e.info.why_unsupported = std::move(f.why_none);
     log_.count(&PlanCacheStats::unsupported);
     log_.record("unsupported", e.info.graph, -1, f.build_ms);
-    return false;
+    return Swap::Ended;
   }
-  if (e.plan && same_kernel(e.plan->notes(), f.plan->notes())) return false;
+  if (e.plan && same_kernel(e.plan->notes(), f.plan->notes())) return Swap::None;
   e.plan = std::move(f.plan);
   e.info.notes = e.plan->notes();
   e.info.workspace_bytes = e.plan->workspace_bytes();
@@ -228,7 +234,7 @@ bool PlanCache::swap_in(Entry& e, PlanBuilder::Finished& f) {
     log_.count(&PlanCacheStats::plans_specialized);
   }
   log_.record("swapped", e.info.graph, e.info.notes.engine_id, f.build_ms);
-  return true;
+  return Swap::Plan;
 }
 
 void PlanCache::wait_for_background_builds() { builder_.wait_idle(); }

@@ -54,7 +54,8 @@ class PlanCache {
   // changed plan. Call at a step boundary: does nothing while the calling
   // thread's stream is capturing.
   int apply_pending();
-  // Incremented by every apply_pending() that changed a plan.
+  // Incremented by every apply_pending() that changed a plan or ended a pending
+  // key without one (an op whose variant walk deferred to that key can then go on).
   uint64_t generation() const { return generation_.load(); }
   // Blocks until no background build is queued or running (tests, warm-up).
   void wait_for_background_builds();
@@ -101,8 +102,10 @@ class PlanCache {
   // in. Returns null, the plan to run now.
   std::shared_ptr<const Plan> add_pending(const PlanKey& key, const Graph& graph, double ms,
                                           Pending why = Pending::Build);
-  // One finished background result into its entry; whether the entry's plan changed.
-  bool swap_in(Entry& entry, PlanBuilder::Finished& done);
+  // What a finished background result did to its entry: nothing, a new plan, or
+  // the end of a pending key that has no plan (now unsupported).
+  enum class Swap { None, Plan, Ended };
+  Swap swap_in(Entry& entry, PlanBuilder::Finished& done);
   void evict_over_capacity();
 
   mutable std::mutex mutex_;  // guards lru_; held by a synchronous build

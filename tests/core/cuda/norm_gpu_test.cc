@@ -2,8 +2,8 @@
 // Batch norm on the GPU against the CPU reference kernels on the same
 // inputs: running statistics, the forward and the eval backward, with and
 // without weight and bias, over NCHW, channels-last, sliced, permuted, 2-D and
-// 3-D inputs, strided per-channel vectors, a large channel (the block sums),
-// empty batches; and the training kernels (batch statistics, running update,
+// 3-D inputs, strided per-channel vectors, large channels (sums split over
+// blocks), empty batches; and the training kernels (batch statistics, running update,
 // training backward) that run where cuDNN has no engine. Outputs start as NaN.
 //
 // N batch, C channels, H, W; M = N * H * W elements per channel.
@@ -248,22 +248,43 @@ LOOM_GPU_TEST_CASE("eval backward matches the CPU for every layout and choice of
   check_backward_everywhere(/*training=*/false, 403);
 }
 
-LOOM_GPU_TEST_CASE("eval backward over a large channel (M = 100000) and an empty batch") {
-  Generator gen(404);
-  const Layout large = {"large_channels_last", {8, 3, 125, 100}, {8, 3, 125, 100},
-                        [](const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }};
+namespace {
+
+// Large channels, whose sums split over many blocks (a partial last range in
+// large_nchw: M = 10403 in three ranges), few channels over a large M, and an empty batch.
+const std::vector<Layout>& large_layouts() {
+  static const std::vector<Layout> all = {
+      {"large_channels_last", {8, 3, 125, 100}, {8, 3, 125, 100},
+       [](const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }},
+      {"large_nchw", {1, 5, 101, 103}, {1, 5, 101, 103}, [](const Tensor& t) { return t; }},
+      {"16_channels_last", {16, 16, 32, 32}, {16, 16, 32, 32},
+       [](const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }},
+  };
+  return all;
+}
+
+void check_backward_large(bool training, uint64_t seed) {
+  Generator gen(seed);
   const Layout empty_batch = {"empty", {0, 3, 4, 4}, {0, 3, 4, 4}, [](const Tensor& t) { return t; }};
+  std::vector<const Layout*> all = {&empty_batch};
+  for (const Layout& layout : large_layouts()) all.push_back(&layout);
   for (DType dtype : kDtypes) {
-    for (const Layout* layout : {&large, &empty_batch}) {
+    for (const Layout* layout : all) {
       CAPTURE(dtype_name(dtype));
       CAPTURE(layout->name);
       Operand x = operand(*layout, randn(layout->base, {.dtype = dtype}, &gen));
       Operand dy = operand(*layout, randn(layout->base, {.dtype = dtype}, &gen));
-      Stats s = random_stats(3, dtype, gen);
-      check_backward(dy, x, *layout, s, true, true, true);
+      Stats s = random_stats(layout->sizes[1], dtype, gen);
+      check_backward(dy, x, *layout, s, true, true, true, training);
     }
   }
 }
+
+}  // namespace
+
+LOOM_GPU_TEST_CASE("eval backward over large channels and an empty batch") { check_backward_large(false, 404); }
+
+LOOM_GPU_TEST_CASE("training backward over large channels and an empty batch") { check_backward_large(true, 406); }
 
 // The training kernels are the tier below cuDNN's NORM graphs (core/cudnn/norm.h).
 LOOM_GPU_TEST_CASE("training backward matches the CPU for every layout and choice of gradients") {
@@ -272,8 +293,10 @@ LOOM_GPU_TEST_CASE("training backward matches the CPU for every layout and choic
 
 LOOM_GPU_TEST_CASE("batch statistics and the running update match the CPU for every layout") {
   Generator gen(405);
+  std::vector<Layout> all = layouts();
+  all.insert(all.end(), large_layouts().begin(), large_layouts().end());
   for (DType dtype : kDtypes) {
-    for (const Layout& layout : layouts()) {
+    for (const Layout& layout : all) {
       CAPTURE(dtype_name(dtype));
       CAPTURE(layout.name);
       // A large mean with a small spread: a one-pass variance would cancel.
