@@ -157,8 +157,6 @@ constexpr int64_t kMinPerThread = 16;     // elements a first-pass thread sums a
 constexpr int64_t kMaxGroups = 1024;      // partials per channel at most
 constexpr int kTileColumns = 32, kTileRows = kThreads / kTileColumns;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // How the first pass splits dy; a function of the shape only, so a given shape
 // always sums in the same order. groups = 0 for an empty dy.
 struct SumPlan {

@@ -81,8 +81,6 @@ struct Tile {
   __host__ __device__ int64_t count(const ConvGeo& g) const { return int64_t(g.N) * tiles_p * tiles_q; }
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 Tile make_tile(const ConvGeo& g, int rows, int cols) {
   Tile t{};
   t.rows = rows, t.cols = cols;

@@ -90,8 +90,6 @@ struct Plan {
   __host__ __device__ int64_t outputs(const Geo& g) const { return int64_t(g.K) * g.R * g.S * g.C; }
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Blocks along the tiles, at most: one tile each, within the partial sums' budget.
 int64_t max_blocks(const Plan& plan, const Geo& g) {
   return std::min(plan.tiles(g), std::max<int64_t>(1, kMaxPartials / plan.outputs(g)));

@@ -144,9 +144,12 @@ __device__ int owner_of(int count, int64_t item, const FirstItem& first_item) {
 __device__ inline int64_t first_index() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
 __device__ inline int64_t index_step() { return int64_t(gridDim.x) * blockDim.x; }
 
+// a / b rounded up, for positive b: how many pieces of b cover a.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // Blocks for one thread per item, and for one block per item.
 inline int blocks_for(int64_t items) {
-  return static_cast<int>(std::min((items + kThreads - 1) / kThreads, kMaxBlocks));
+  return static_cast<int>(std::min(ceil_div(items, kThreads), kMaxBlocks));
 }
 inline int blocks_for_groups(int64_t groups) {
   return static_cast<int>(std::min(groups, kMaxBlocks));

@@ -114,8 +114,6 @@ constexpr int64_t kSplitBlocks = 2048;  // first-pass blocks aimed for
 constexpr int64_t kMinPerThread = 16;   // elements a first-pass thread sums at least
 constexpr int64_t kMaxGroups = 1024;    // ranges per channel at most
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Channel c of a (N, C, ...) tensor is base + c * channel_stride over `rest`, the
 // geometry of the (N, ...) dims without dim 1.
 template <class T>
@@ -141,9 +139,11 @@ struct MomentSums {
   double first, second;
 };
 
-__device__ inline MomentSums add_moments(const MomentSums& p, const MomentSums& q) {
-  return {p.first + q.first, p.second + q.second};
-}
+struct AddMoments {
+  __device__ MomentSums operator()(const MomentSums& p, const MomentSums& q) const {
+    return {p.first + q.first, p.second + q.second};
+  }
+};
 
 struct ChannelSplit {
   int64_t groups, chunk;
@@ -162,8 +162,8 @@ __global__ void channel_partials_kernel(Term term, ChannelSplit split, int64_t c
   const int64_t c = blockIdx.x, g = blockIdx.y;
   const int64_t end = min(m, (g + 1) * split.chunk);
   MomentSums acc{0, 0};
-  for (int64_t j = g * split.chunk + threadIdx.x; j < end; j += kThreads) acc = add_moments(acc, term(c, j));
-  acc = block_reduce(acc, [](const MomentSums& p, const MomentSums& q) { return add_moments(p, q); });
+  for (int64_t j = g * split.chunk + threadIdx.x; j < end; j += kThreads) acc = AddMoments{}(acc, term(c, j));
+  acc = block_reduce(acc, AddMoments{});
   if (threadIdx.x == 0) partial[g * channels + c] = acc;
 }
 
@@ -174,8 +174,8 @@ __global__ void channel_finish_kernel(Finish finish, const MomentSums* partial, 
                                       int64_t channels) {
   for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {  // uniform per block
     MomentSums acc{0, 0};
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) acc = add_moments(acc, partial[g * channels + c]);
-    acc = block_reduce(acc, [](const MomentSums& p, const MomentSums& q) { return add_moments(p, q); });
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) acc = AddMoments{}(acc, partial[g * channels + c]);
+    acc = block_reduce(acc, AddMoments{});
     if (threadIdx.x == 0) finish(c, acc);
   }
 }

@@ -287,7 +287,7 @@ std::string conv2d_legacy(ConvDirection direction, const Strided& x, const Strid
 bool winograd_admitted(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y) {
   const NumericsPolicy& policy = numerics_policy();
   if (policy.precision != Precision::StrictFp32 || policy.deterministic || x.dtype != DType::Float32 ||
-      x.sizes[1] != w.sizes[1]) {
+      x.sizes[1] != w.sizes[1] || w.sizes[2] != 3 || w.sizes[3] != 3) {
     return false;
   }
   switch (direction) {
