@@ -2,12 +2,11 @@
 // Per-channel bias add and bias gradient on dense NCHW or channels-last
 // operands, seen as (outer, C, inner) in memory order. The generic broadcast
 // kernels find each element's channel with integer divisions; here each thread
-// divides once for its first element and then carries (position in the plane,
-// channel) forward by additions, so the kernels run at memory speed.
+// of the bias add divides once for its first element and then carries (position
+// in the plane, channel) forward by additions, so the kernel runs at memory speed.
 //
-// The sum is deterministic: blocks write per-group partial sums to a scratch
-// buffer in a shape-fixed layout and a second kernel adds each channel's
-// partials in a fixed tree order. No atomics.
+// The gradient is channel_sums.cuh's deterministic split sum (no atomics), the
+// one batch norm's statistics and gradients take too.
 //
 // N batch, C channels, inner = H * W (NCHW) or 1 (channels-last, (N, C)).
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "core/cuda/bias_kernels.h"
+#include "core/cuda/channel_sums.cuh"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 
@@ -150,160 +150,47 @@ void launch_bias(const Strided& y, const Strided& bias, const ChannelLayout& lay
   }
 }
 
-// ---- channel sum -------------------------------------------------------------------
+// ---- channel sum (channel_sums.cuh), in compute_t<S> --------------------------------
 
-constexpr int64_t kSumBlocks = 1024;      // first-pass blocks aimed for
-constexpr int64_t kMinPerThread = 16;     // elements a first-pass thread sums at least
-constexpr int64_t kMaxGroups = 1024;      // partials per channel at most
-constexpr int kTileColumns = 32, kTileRows = kThreads / kTileColumns;
-
-// How the first pass splits dy; a function of the shape only, so a given shape
-// always sums in the same order. groups = 0 for an empty dy.
-struct SumPlan {
-  ChannelLayout layout;
-  int64_t per_channel;  // elements summed into each db[c]
-  int64_t groups;       // partial sums per channel
-  size_t acc_bytes;
-};
-
-SumPlan plan_of(const Strided& dy) {
-  SumPlan plan{*channel_layout(dy), 0, 0, dy.dtype == DType::Float64 ? 8u : 4u};
-  const int64_t channels = plan.layout.channels;
-  if (dy.numel() == 0) return plan;
-  plan.per_channel = dy.numel() / channels;
-  // Channels-last: column tiles of 32 channels; NCHW: one block per channel.
-  const int64_t per_group = plan.layout.inner == 1 ? kTileRows : kThreads;
-  const int64_t blocks_per_group = plan.layout.inner == 1 ? ceil_div(channels, kTileColumns)
-                                                          : channels;
-  plan.groups = std::clamp(std::min(ceil_div(kSumBlocks, blocks_per_group),
-                                    ceil_div(plan.per_channel, per_group * kMinPerThread)),
-                           int64_t{1}, kMaxGroups);
-  return plan;
-}
-
-// Where a first pass puts group g's sum of channel c: partial[g][c], or, when
-// there is one group (db not null), straight into db[c], so that no second
-// pass runs.
-template <class D, class Acc>
-struct SumOut {
-  Acc* partial;
-  D* db;
-  int64_t db_stride;
-
-  __device__ void put(int64_t g, int64_t c, int64_t channels, Acc sum) const {
-    if (db != nullptr) {
-      db[c * db_stride] = from_compute<D>(static_cast<compute_t<D>>(sum));
-    } else {
-      partial[g * channels + c] = sum;
-    }
-  }
-};
-
-// What the sums read at element i of dy's memory: dy itself, or (relu_grad_sum)
-// dy where the ReLU output y > 0, else 0, which is also stored to g[i]: each
-// element is read by exactly one thread, so g is written once.
+// Element j of channel c of dy, or (relu_grad_sum) dy where the ReLU output y > 0,
+// else 0, which is also stored to g: each element is visited once, so g is
+// written once.
 template <class S>
-struct SumSource {
-  const S* dy;
-  const S* y;  // null: plain dy
-  S* g;
+struct BiasGradTerm {
+  ChannelViews<const S> dy, y;  // y.base null: plain dy
+  ChannelViews<S> g;
 
-  __device__ compute_t<S> operator()(int64_t i) const {
-    compute_t<S> value = to_compute(dy[i]);
-    if (y != nullptr) {
-      if (!(to_compute(y[i]) > compute_t<S>(0))) value = compute_t<S>(0);
-      g[i] = from_compute<S>(value);
+  __device__ compute_t<S> operator()(int64_t c, int64_t j) const {
+    compute_t<S> value = dy.at(c, j);
+    if (y.base != nullptr) {
+      if (!(y.at(c, j) > compute_t<S>(0))) value = compute_t<S>(0);
+      g.ref(c, j) = from_compute<S>(value);
     }
     return value;
   }
 };
 
-// dy (rows, C) row-major. Block (x, g) sums columns c = x*32 + tx over rows
-// g*8 + ty, stepping groups*8, then adds its 8 row-partials as a tree.
-template <class S, class D, class Acc>
-__global__ void column_partials_kernel(SumSource<S> dy, int64_t rows, int64_t channels,
-                                       int64_t groups, SumOut<D, Acc> out) {
-  __shared__ Acc tile[kTileRows][kTileColumns + 1];
-  const int64_t c = blockIdx.x * int64_t(kTileColumns) + threadIdx.x;
-  Acc acc = 0;
-  if (c < channels) {
-    for (int64_t r = blockIdx.y * int64_t(kTileRows) + threadIdx.y; r < rows;
-         r += groups * kTileRows) {
-      acc += dy(r * channels + c);
-    }
+struct AddSums {
+  template <class Acc>
+  __device__ Acc operator()(Acc a, Acc b) const {
+    return a + b;
   }
-  tile[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  for (int half = kTileRows / 2; half > 0; half /= 2) {
-    if (threadIdx.y < half) tile[threadIdx.y][threadIdx.x] += tile[threadIdx.y + half][threadIdx.x];
-    __syncthreads();
-  }
-  if (threadIdx.y == 0 && c < channels) out.put(blockIdx.y, c, channels, tile[0][threadIdx.x]);
-}
+};
 
-// dy (outer, C, inner) row-major. Channel c's k-th element (k = n * inner + j)
-// sits at n * C * inner + c * inner + j. Block (c, g) sums k in
-// [g * chunk, (g + 1) * chunk).
-template <class S, class D, class Acc>
-__global__ void plane_partials_kernel(SumSource<S> dy, ChannelLayout l, int64_t per_channel,
-                                      int64_t chunk, SumOut<D, Acc> out) {
-  const int64_t c = blockIdx.x, g = blockIdx.y;
-  const int64_t end = (g + 1) * chunk < per_channel ? (g + 1) * chunk : per_channel;
-  const int64_t plane = l.channels * l.inner;
-  const int64_t jump_n = kThreads / l.inner, jump_j = kThreads % l.inner;
-  Acc acc = 0;
-  int64_t k = g * chunk + threadIdx.x;
-  if (k < end) {
-    int64_t n = quotient(k, l.inner), j = k - n * l.inner;
-    const int64_t channel = c * l.inner;
-    for (; k < end; k += kThreads) {
-      acc += dy(channel + n * plane + j);
-      j += jump_j;
-      n += jump_n;
-      if (j >= l.inner) {
-        j -= l.inner;
-        ++n;
-      }
-    }
-  }
-  acc = block_reduce(acc, [](Acc a, Acc b) { return a + b; });
-  if (threadIdx.x == 0) out.put(g, c, l.channels, acc);
-}
+template <class D>
+struct StoreBiasGrad {
+  D* db;
+  int64_t stride;
 
-// db[c] = the sum of partial[g][c] over g, one block per channel, in a fixed
-// order (each thread every 256th group, then a tree).
-template <class D, class Acc>
-__global__ void finish_sum_kernel(D* db, int64_t db_stride, const Acc* partial, int64_t groups,
-                                  int64_t channels) {
-  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
-    Acc acc = 0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) acc += partial[g * channels + c];
-    acc = block_reduce(acc, [](Acc a, Acc b) { return a + b; });
-    if (threadIdx.x == 0) db[c * db_stride] = from_compute<D>(static_cast<compute_t<D>>(acc));
+  template <class Acc>
+  __device__ void operator()(int64_t c, Acc sum) const {
+    db[c * stride] = from_compute<D>(static_cast<compute_t<D>>(sum));
   }
-}
+};
 
-template <class S, class D>
-void launch_sum(const Strided& db, const SumSource<S>& dy, const SumPlan& plan, void* scratch,
-                cudaStream_t stream) {
-  using Acc = compute_t<S>;
-  Acc* partial = static_cast<Acc*>(scratch);
-  const ChannelLayout& l = plan.layout;
-  const bool one_pass = plan.groups == 1;
-  const SumOut<D, Acc> out{partial, one_pass ? db.ptr<D>() : nullptr, db.strides[0]};
-  if (plan.groups > 0 && l.inner == 1) {
-    const dim3 grid(static_cast<unsigned>(ceil_div(l.channels, kTileColumns)),
-                    static_cast<unsigned>(plan.groups));
-    column_partials_kernel<<<grid, dim3(kTileColumns, kTileRows), 0, stream>>>(
-        dy, plan.per_channel, l.channels, plan.groups, out);
-  } else if (plan.groups > 0) {
-    const dim3 grid(static_cast<unsigned>(l.channels), static_cast<unsigned>(plan.groups));
-    plane_partials_kernel<<<grid, kThreads, 0, stream>>>(
-        dy, l, plan.per_channel, ceil_div(plan.per_channel, plan.groups), out);
-  }
-  if (one_pass) return;
-  finish_sum_kernel<<<blocks_for_groups(l.channels), kThreads, 0, stream>>>(
-      db.ptr<D>(), db.strides[0], partial, plan.groups, l.channels);
+template <class T>
+ChannelViews<T> views_or_none(const Strided* t) {
+  return t != nullptr ? channel_views<T>(*t) : ChannelViews<T>{};
 }
 
 }  // namespace
@@ -322,8 +209,7 @@ cudaError_t launch_add_channel_bias(const Strided& y, const Strided& bias, cudaS
 }
 
 size_t channel_sum_scratch_bytes(const Strided& dy) {
-  const SumPlan plan = plan_of(dy);
-  return static_cast<size_t>(plan.groups * plan.layout.channels) * plan.acc_bytes;
+  return static_cast<size_t>(channel_split(dy).partials()) * (dy.dtype == DType::Float64 ? 8u : 4u);
 }
 
 namespace {
@@ -331,15 +217,16 @@ namespace {
 // y and g null: db from dy; else also g = relu_grad(dy, y).
 cudaError_t launch_sum_of(const Strided& db, const Strided& dy, const Strided* y, const Strided* g,
                           void* scratch, cudaStream_t stream) {
-  const SumPlan plan = plan_of(dy);
-  if (plan.layout.channels == 0) return cudaSuccess;
+  const ChannelSplit split = channel_split(dy);
+  if (split.groups == 0) return cudaSuccess;  // no channels
   visit_floating(dy.dtype, [&]<class S>() {
-    const SumSource<S> source{dy.ptr<const S>(), y ? y->ptr<const S>() : nullptr,
-                              g ? g->ptr<S>() : nullptr};
+    using Acc = compute_t<S>;
+    const BiasGradTerm<S> term{channel_views<const S>(dy), views_or_none<const S>(y), views_or_none<S>(g)};
+    Acc* partial = static_cast<Acc*>(scratch);
     if (db.dtype == DType::Float32) {
-      launch_sum<S, float>(db, source, plan, scratch, stream);
+      sum_channels(split, term, AddSums{}, StoreBiasGrad<float>{db.ptr<float>(), db.strides[0]}, partial, stream);
     } else {
-      launch_sum<S, S>(db, source, plan, scratch, stream);
+      sum_channels(split, term, AddSums{}, StoreBiasGrad<S>{db.ptr<S>(), db.strides[0]}, partial, stream);
     }
   });
   return cudaGetLastError();

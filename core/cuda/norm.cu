@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cuda/channel_sums.cuh"
 #include "core/cuda/element.cuh"
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/norm_kernels.h"
@@ -98,42 +99,7 @@ void launch_channel_affine(const Strided& out, const Strided& in, const Strided*
   channel_affine_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a);
 }
 
-// ---- per-channel sums, split over blocks -------------------------------------------
-//
-// The batch statistics and the weight and bias gradients sum over each
-// channel's M elements. Channel c's elements are split into `groups` ranges of
-// `chunk`; block (c, g) sums its range in double and writes partial[g][c], and a
-// second kernel adds each channel's partials in a fixed order. The split is a
-// function of the shape only, so the sums are deterministic, and a layer of few
-// channels still spreads over the whole GPU: one block per channel took 4.3 ms
-// for the training backward of a (512, 16, 64, 64) channels-last tensor (H200),
-// which cuDNN runs in about 80 us. Grid x is the channel, so the blocks that read
-// one stretch of a channels-last tensor run side by side and share its cache lines.
-
-constexpr int64_t kSplitBlocks = 2048;  // first-pass blocks aimed for
-constexpr int64_t kMinPerThread = 16;   // elements a first-pass thread sums at least
-constexpr int64_t kMaxGroups = 1024;    // ranges per channel at most
-
-// Channel c of a (N, C, ...) tensor is base + c * channel_stride over `rest`, the
-// geometry of the (N, ...) dims without dim 1.
-template <class T>
-struct ChannelViews {
-  const T* base;
-  int64_t channel_stride;
-  Geometry rest;
-
-  __device__ double at(int64_t c, int64_t j) const {
-    return static_cast<double>(to_compute(base[c * channel_stride + offset_of(j, rest)]));
-  }
-};
-
-template <class T>
-ChannelViews<T> channel_views(const Strided& t) {
-  Shape sizes = t.sizes, strides = t.strides;
-  sizes.erase(sizes.begin() + 1);
-  strides.erase(strides.begin() + 1);
-  return {t.ptr<const T>(), t.strides[1], geometry_of(sizes, strides)};
-}
+// ---- per-channel sums (channel_sums.cuh), of two moments in double -----------------
 
 struct MomentSums {
   double first, second;
@@ -145,53 +111,11 @@ struct AddMoments {
   }
 };
 
-struct ChannelSplit {
-  int64_t groups, chunk;
-};
-
-ChannelSplit split_of(int64_t channels, int64_t m) {
-  const int64_t groups = std::clamp(std::min(ceil_div(kSplitBlocks, channels), ceil_div(m, kThreads * kMinPerThread)),
-                                    int64_t{1}, kMaxGroups);
-  return {groups, ceil_div(m, groups)};
-}
-
-// term(c, j) is element j of channel c's contribution to its two sums.
-template <class Term>
-__global__ void channel_partials_kernel(Term term, ChannelSplit split, int64_t channels, int64_t m,
-                                        MomentSums* partial) {
-  const int64_t c = blockIdx.x, g = blockIdx.y;
-  const int64_t end = min(m, (g + 1) * split.chunk);
-  MomentSums acc{0, 0};
-  for (int64_t j = g * split.chunk + threadIdx.x; j < end; j += kThreads) acc = AddMoments{}(acc, term(c, j));
-  acc = block_reduce(acc, AddMoments{});
-  if (threadIdx.x == 0) partial[g * channels + c] = acc;
-}
-
-// finish(c, sums) with channel c's partials added in a fixed order (each thread
-// every kThreads-th group, then a tree).
-template <class Finish>
-__global__ void channel_finish_kernel(Finish finish, const MomentSums* partial, int64_t groups,
-                                      int64_t channels) {
-  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {  // uniform per block
-    MomentSums acc{0, 0};
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) acc = AddMoments{}(acc, partial[g * channels + c]);
-    acc = block_reduce(acc, AddMoments{});
-    if (threadIdx.x == 0) finish(c, acc);
-  }
-}
-
-// Both passes; `partial` holds partial_count(channels, m) sums.
 template <class Term, class Finish>
-void sum_channels(const Term& term, const Finish& finish, int64_t channels, int64_t m, MomentSums* partial,
-                  cudaStream_t stream) {
-  const ChannelSplit split = split_of(channels, m);
-  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(split.groups));
-  channel_partials_kernel<<<grid, kThreads, 0, stream>>>(term, split, channels, m, partial);
-  channel_finish_kernel<<<blocks_for_groups(channels), kThreads, 0, stream>>>(finish, partial, split.groups,
-                                                                              channels);
+void sum_moments(const ChannelSplit& split, const Term& term, const Finish& finish, MomentSums* partial,
+                 cudaStream_t stream) {
+  sum_channels(split, term, AddMoments{}, finish, partial, stream);
 }
-
-int64_t partial_count(int64_t channels, int64_t m) { return split_of(channels, m).groups * channels; }
 
 // ---- batch statistics: the mean first, then the squared deviations from it ------------
 // (two passes in double, so the variance does not cancel catastrophically for
@@ -199,16 +123,16 @@ int64_t partial_count(int64_t channels, int64_t m) { return split_of(channels, m
 
 template <class S>
 struct ValueTerm {
-  ChannelViews<S> x;
-  __device__ MomentSums operator()(int64_t c, int64_t j) const { return {x.at(c, j), 0}; }
+  ChannelViews<const S> x;
+  __device__ MomentSums operator()(int64_t c, int64_t j) const { return {static_cast<double>(x.at(c, j)), 0}; }
 };
 
 template <class S>
 struct SquaredDeviationTerm {
-  ChannelViews<S> x;
+  ChannelViews<const S> x;
   const double* mean;
   __device__ MomentSums operator()(int64_t c, int64_t j) const {
-    const double d = x.at(c, j) - mean[c];
+    const double d = static_cast<double>(x.at(c, j)) - mean[c];
     return {d * d, 0};
   }
 };
@@ -242,11 +166,11 @@ struct StatsFinish {
 
 template <class S, class T = compute_t<S>>
 struct GradTerm {
-  ChannelViews<S> dy, x;
+  ChannelViews<const S> dy, x;
   ChannelVector<const T> mean, invstd;
   __device__ MomentSums operator()(int64_t c, int64_t j) const {
-    const double g = dy.at(c, j);
-    return {g, g * (x.at(c, j) - static_cast<double>(mean[c])) * static_cast<double>(invstd[c])};
+    const double g = dy.at(c, j), xhat = (double(x.at(c, j)) - double(mean[c])) * double(invstd[c]);
+    return {g, g * xhat};
   }
 };
 
@@ -269,10 +193,8 @@ struct GradFinish {
 // consecutive elements of one channel: either way they touch adjacent memory.
 template <class S, class T = compute_t<S>>
 struct TrainingDx {
-  S* dx;
-  Geometry dx_rest;
-  int64_t dx_channel_stride;
-  ChannelViews<S> dy, x;
+  ChannelViews<S> dx;
+  ChannelViews<const S> dy, x;
   ChannelVector<const T> mean, invstd, weight;
   const MomentSums* totals;
   int64_t channels, m;
@@ -289,11 +211,11 @@ __global__ void training_dx_kernel(TrainingDx<S> a) {
     const int64_t c = a.channel_fastest ? i - slow * fast : slow;
     const int64_t j = a.channel_fastest ? slow : i - slow * fast;
     const double mean_c = a.mean[c], invstd_c = a.invstd[c];
-    const double xhat = (a.x.at(c, j) - mean_c) * invstd_c;
+    const double xhat = (double(a.x.at(c, j)) - mean_c) * invstd_c;
     const MomentSums s = a.totals[c];
-    const double g = a.dy.at(c, j) - (s.first + xhat * s.second) / a.m;
+    const double g = double(a.dy.at(c, j)) - (s.first + xhat * s.second) / a.m;
     const double scale = invstd_c * static_cast<double>(a.weight.get_or(c, T(1)));
-    a.dx[c * a.dx_channel_stride + offset_of(j, a.dx_rest)] = from_compute<S>(static_cast<T>(scale * g));
+    a.dx.ref(c, j) = from_compute<S>(static_cast<T>(scale * g));
   }
 }
 
@@ -302,10 +224,11 @@ void launch_training_dx(const Strided& dx, const Strided& dy, const Strided& x, 
                         const Strided& invstd, const Strided* weight, const MomentSums* totals,
                         cudaStream_t stream) {
   using T = compute_t<S>;
-  const ChannelViews<S> out = channel_views<S>(dx);
-  TrainingDx<S> a{dx.ptr<S>(), out.rest, out.channel_stride, channel_views<S>(dy),
-                  channel_views<S>(x), channel_vector<const T>(&mean), channel_vector<const T>(&invstd),
-                  channel_vector<const T>(weight), totals, x.sizes[1], x.numel() / x.sizes[1]};
+  TrainingDx<S> a{channel_views<S>(dx),          channel_views<const S>(dy),
+                  channel_views<const S>(x),       channel_vector<const T>(&mean),
+                  channel_vector<const T>(&invstd), channel_vector<const T>(weight),
+                  totals,                          x.sizes[1],
+                  x.numel() / x.sizes[1]};
   a.channel_fastest = dx.strides[1] == 1 && dy.strides[1] == 1 && x.strides[1] == 1;
   const int64_t n = a.channels * a.m;
   a.narrow = n < kernel::math::kNarrowIndexLimit;
@@ -315,11 +238,11 @@ void launch_training_dx(const Strided& dx, const Strided& dy, const Strided& x, 
 
 }  // namespace
 
+// The scratch holds the partials of x's split, then one more sum per channel
+// (the mean, or the training dx's totals).
 size_t batch_norm_scratch_bytes(const Strided& x) {
-  const int64_t channels = x.sizes.size() > 1 ? x.sizes[1] : 0;
-  if (channels == 0) return 0;
-  // The partials, then one more sum per channel (the mean, or the training dx's totals).
-  return static_cast<size_t>(partial_count(channels, x.numel() / channels) + channels) * sizeof(MomentSums);
+  const ChannelSplit split = channel_split(x);
+  return static_cast<size_t>(split.partials() + split.channels) * sizeof(MomentSums);
 }
 
 cudaError_t launch_batch_norm_batch_stats(const Strided& save_mean, const Strided& save_invstd,
@@ -328,17 +251,18 @@ cudaError_t launch_batch_norm_batch_stats(const Strided& save_mean, const Stride
                                           double momentum, void* scratch, cudaStream_t stream) {
   const int64_t channels = x.sizes[1];
   if (channels == 0 || x.numel() == 0) return cudaSuccess;
-  const int64_t m = x.numel() / channels;
+  const ChannelSplit split = channel_split(x);
+  const int64_t m = split.m;
   MomentSums* partial = static_cast<MomentSums*>(scratch);
-  double* mean = reinterpret_cast<double*>(partial + partial_count(channels, m));
+  double* mean = reinterpret_cast<double*>(partial + split.partials());
   visit_floating(x.dtype, [&]<class S>() {
     using T = compute_t<S>;
-    const ChannelViews<S> xv = channel_views<S>(x);
-    sum_channels(ValueTerm<S>{xv}, MeanFinish{mean, m}, channels, m, partial, stream);
+    const ChannelViews<const S> xv = channel_views<const S>(x);
+    sum_moments(split, ValueTerm<S>{xv}, MeanFinish{mean, m}, partial, stream);
     const StatsFinish<T> stats{channel_vector<T>(&save_mean), channel_vector<T>(&save_invstd),
                                channel_vector<T>(running_mean), channel_vector<T>(running_var), mean, eps,
                                momentum, m};
-    sum_channels(SquaredDeviationTerm<S>{xv, mean}, stats, channels, m, partial, stream);
+    sum_moments(split, SquaredDeviationTerm<S>{xv, mean}, stats, partial, stream);
   });
   return cudaGetLastError();
 }
@@ -350,16 +274,16 @@ cudaError_t launch_batch_norm_backward_training(const Strided* dx, const Strided
                                                 void* scratch, cudaStream_t stream) {
   const int64_t channels = x.sizes[1];
   if (channels == 0) return cudaSuccess;
-  const int64_t m = x.numel() / channels;
+  const ChannelSplit split = channel_split(x);
   MomentSums* partial = static_cast<MomentSums*>(scratch);
-  MomentSums* totals = partial + partial_count(channels, m);
+  MomentSums* totals = partial + split.partials();
   visit_floating(x.dtype, [&]<class S>() {
     using T = compute_t<S>;
-    const GradTerm<S> term{channel_views<S>(dy), channel_views<S>(x), channel_vector<const T>(&mean),
+    const GradTerm<S> term{channel_views<const S>(dy), channel_views<const S>(x), channel_vector<const T>(&mean),
                            channel_vector<const T>(&invstd)};
-    sum_channels(term, GradFinish<T>{channel_vector<T>(dweight), channel_vector<T>(dbias), totals}, channels, m,
-                 partial, stream);
-    if (dx != nullptr && m > 0) launch_training_dx<S>(*dx, dy, x, mean, invstd, weight, totals, stream);
+    sum_moments(split, term, GradFinish<T>{channel_vector<T>(dweight), channel_vector<T>(dbias), totals}, partial,
+                stream);
+    if (dx != nullptr && split.m > 0) launch_training_dx<S>(*dx, dy, x, mean, invstd, weight, totals, stream);
   });
   return cudaGetLastError();
 }
@@ -393,15 +317,15 @@ cudaError_t launch_batch_norm_backward_eval(const Strided* dx, const Strided* dw
                                             const Strided& x, const Strided& mean,
                                             const Strided& invstd, const Strided* weight,
                                             void* scratch, cudaStream_t stream) {
-  const int64_t channels = x.sizes[1];
   visit_floating(x.dtype, [&]<class S>() {
     using T = compute_t<S>;
     if (dx != nullptr) launch_channel_affine<S>(*dx, dy, nullptr, invstd, weight, nullptr, stream);
-    if ((dweight != nullptr || dbias != nullptr) && channels > 0) {
-      const GradTerm<S> term{channel_views<S>(dy), channel_views<S>(x), channel_vector<const T>(&mean),
-                             channel_vector<const T>(&invstd)};
-      sum_channels(term, GradFinish<T>{channel_vector<T>(dweight), channel_vector<T>(dbias), nullptr}, channels,
-                   x.numel() / channels, static_cast<MomentSums*>(scratch), stream);
+    if (dweight != nullptr || dbias != nullptr) {
+      const GradTerm<S> term{channel_views<const S>(dy), channel_views<const S>(x),
+                             channel_vector<const T>(&mean), channel_vector<const T>(&invstd)};
+      sum_moments(channel_split(x), term,
+                  GradFinish<T>{channel_vector<T>(dweight), channel_vector<T>(dbias), nullptr},
+                  static_cast<MomentSums*>(scratch), stream);
     }
   });
   return cudaGetLastError();

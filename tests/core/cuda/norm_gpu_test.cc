@@ -259,6 +259,9 @@ const std::vector<Layout>& large_layouts() {
       {"large_nchw", {1, 5, 101, 103}, {1, 5, 101, 103}, [](const Tensor& t) { return t; }},
       {"16_channels_last", {16, 16, 32, 32}, {16, 16, 32, 32},
        [](const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }},
+      // two 32-channel column tiles, the second partial, over many ranges
+      {"40_channels_last", {32, 40, 20, 20}, {32, 40, 20, 20},
+       [](const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }},
   };
   return all;
 }
