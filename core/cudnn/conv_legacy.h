@@ -43,11 +43,11 @@ std::string conv2d_winograd(ConvDirection direction, const Strided& x, const Str
 // may differ from run to run), fp32 data, a backward direction, groups 1, a 3x3
 // filter, and a sum no longer than the direction's bound. The bounds were measured
 // on 3x3 filters only: a 5x5 wgrad of N P Q = 4,446 (x (13,4,18,19), w (30,4,5,5),
-// padding 2) was 4.7e-4 of the largest value off, beyond the tolerance. wgrad's error grew about as the
-// square root of N P Q (1e-5 at 2,048, 6e-5 at 131,072, 7.2e-5 at 262,144);
-// dgrad's stayed at 1e-5 to 3e-5 up to K R S = 16,380 (H200, cuDNN 9.19). The
-// bounds are where tests/core/cudnn/conv_legacy_gpu_test.cc checks that it
-// stays within 1e-4.
+// padding 2) was 4.7e-4 of the largest value off, beyond the tolerance (H200).
+// wgrad's error grew about as the square root of N P Q (1e-5 at 2,048, 6e-5
+// at 131,072, 7.2e-5 at 262,144); dgrad's stayed at 1e-5 to 3e-5 up to
+// K R S = 16,380 (H200, cuDNN 9.19). The bounds are where
+// tests/core/cudnn/conv_legacy_gpu_test.cc checks that it stays within 1e-4.
 bool winograd_admitted(ConvDirection direction, const Strided& x, const Strided& w, const Strided& y);
 inline constexpr int64_t kWinogradMaxDgradSum = int64_t{1} << 14;  // K R S
 inline constexpr int64_t kWinogradMaxWgradSum = int64_t{1} << 18;  // N P Q
