@@ -281,6 +281,10 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
   }
   profiled_range(c.device, false);
   r.steady_peak_bytes = peak_reserved_bytes(c.device);
+  if (const std::string by_purpose = peak_breakdown(c.device); !by_purpose.empty()) {
+    r.steady_breakdown = fmt::format("{}; allocated peak {:.1f} MiB", by_purpose,
+                                     static_cast<double>(peak_allocated_bytes(c.device)) / (1024.0 * 1024.0));
+  }
   r.captures = step.stats().captures;
   r.planned_captures = step.stats().planned_captures;
   r.missed_plans = step.stats().missed_plans;
@@ -459,6 +463,7 @@ void print_step(const StepResult& r) {
       static_cast<long long>(r.plans_lazy), static_cast<long long>(r.plans_specialized),
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
   if (!r.peak_breakdown.empty()) std::printf("  memory %s\n", r.peak_breakdown.c_str());
+  if (!r.steady_breakdown.empty()) std::printf("  timed steps' memory %s\n", r.steady_breakdown.c_str());
   if (r.captures > 0) {
     std::printf("  captures %lld: %lld into a planned arena, %lld of them missed requests\n",
                 static_cast<long long>(r.captures), static_cast<long long>(r.planned_captures),
