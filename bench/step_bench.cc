@@ -197,6 +197,26 @@ std::string peak_breakdown(Device device) {
 #endif
 }
 
+// Each pool's segments, reserved and allocated MiB and largest free block, one
+// line: where the bytes reserved but not allocated sit. Empty on the CPU.
+std::string pool_usage_line(Device device) {
+#ifdef LOOM_WITH_CUDA
+  if (!device.is_cuda()) return "";
+  const auto mib = [](size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  std::string text;
+  for (const cuda::NamedPoolUsage& pool : cuda::pool_usage(device.index)) {
+    const cuda::PoolUsage& u = pool.usage;
+    text += fmt::format("{}{}: {} segments, {:.1f} reserved, {:.1f} allocated, largest free {:.1f}",
+                        text.empty() ? "" : "; ", pool.name, u.segments, mib(u.reserved_bytes),
+                        mib(u.allocated_bytes), mib(u.largest_free_bytes));
+  }
+  return text + " (MiB)";
+#else
+  (void)device;
+  return "";
+#endif
+}
+
 std::unique_ptr<optim::Optimizer> make_optimizer(nn::Module& net, const std::string& name) {
   if (name == "adam") {
     return std::make_unique<optim::Adam>(net.parameters(), optim::AdamOptions{.lr = 1e-3});
@@ -285,6 +305,7 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
     r.steady_breakdown = fmt::format("{}; allocated peak {:.1f} MiB", by_purpose,
                                      static_cast<double>(peak_allocated_bytes(c.device)) / (1024.0 * 1024.0));
   }
+  r.pools = pool_usage_line(c.device);
   r.captures = step.stats().captures;
   r.planned_captures = step.stats().planned_captures;
   r.missed_plans = step.stats().missed_plans;
@@ -464,6 +485,7 @@ void print_step(const StepResult& r) {
       r.fallback_reason.empty() ? "" : "  eager fallback: ", r.fallback_reason.c_str());
   if (!r.peak_breakdown.empty()) std::printf("  memory %s\n", r.peak_breakdown.c_str());
   if (!r.steady_breakdown.empty()) std::printf("  timed steps' memory %s\n", r.steady_breakdown.c_str());
+  if (!r.pools.empty()) std::printf("  pools after the timed steps: %s\n", r.pools.c_str());
   if (r.captures > 0) {
     std::printf("  captures %lld: %lld into a planned arena, %lld of them missed requests\n",
                 static_cast<long long>(r.captures), static_cast<long long>(r.planned_captures),

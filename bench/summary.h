@@ -42,6 +42,7 @@ struct StepResult {
   // the first steps' plan builds, races and tracing (torch_bench.py's alike).
   int64_t steady_peak_bytes = 0;
   std::string steady_breakdown = {};   // the timed steps' peak by purpose, as peak_breakdown
+  std::string pools = {};              // each pool's reserved and allocated bytes after the timed steps
   std::string fallback_reason = {};    // why graph mode ran eagerly ("" when it replayed)
   // Graph modes: the step's captures, those into a planned arena, and those of
   // them whose plan missed requests (optim/train_step.h).

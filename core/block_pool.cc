@@ -69,6 +69,13 @@ Block* BlockPool::take_exact(size_t bytes, StreamId stream) {
   return head == nullptr ? nullptr : hand_out(head);
 }
 
+bool BlockPool::reserve(size_t bytes, StreamId stream) {
+  Block* head = add_segment(segment_size_for(std::max(bytes, kSmallLimit + kBlockGranularity)), stream, false, false);
+  if (head == nullptr) return false;
+  large_free_.insert(head);
+  return true;
+}
+
 void BlockPool::give_back(Block* block) {
   block->allocated = false;
   ++stats_.num_frees;
@@ -115,6 +122,22 @@ size_t BlockPool::release_retired() {
     released += forget_segment(block);
   }
   return released;
+}
+
+PoolUsage BlockPool::usage() const {
+  PoolUsage u;
+  for (const Block* head : segments_) {
+    ++u.segments;
+    for (const Block* block = head; block != nullptr; block = block->next) {
+      u.reserved_bytes += block->size;
+      if (block->allocated) {
+        u.allocated_bytes += block->size;
+      } else {
+        u.largest_free_bytes = std::max(u.largest_free_bytes, block->size);
+      }
+    }
+  }
+  return u;
 }
 
 Block* BlockPool::add_segment(size_t bytes, StreamId stream, bool small, bool exact) {

@@ -57,6 +57,14 @@ struct AllocatorStats {
   uint64_t cache_hits = 0;  // allocations served from cached blocks
 };
 
+// What one pool holds now: its segments, their bytes, and how much of them is free.
+struct PoolUsage {
+  size_t segments = 0;
+  size_t reserved_bytes = 0;      // in its segments
+  size_t allocated_bytes = 0;     // in its blocks handed out
+  size_t largest_free_bytes = 0;  // its largest cached block
+};
+
 // Where segments come from. acquire returns nullptr when the device is out of
 // memory (and leaves no error behind); any other failure throws.
 class SegmentSource {
@@ -99,6 +107,11 @@ class BlockPool {
   // A block of exactly `bytes` in a segment of its own (pass-through mode), so
   // that a memory checker sees the true bounds; nullptr when out of memory.
   Block* take_exact(size_t bytes, StreamId stream);
+  // Adds a free segment of `bytes` (over kSmallLimit), rounded up to the segment
+  // granularity, that the large requests on `stream` which follow are cut from
+  // one after another, best fit as ever, rather than each from a segment of its
+  // own; false (and nothing added) when the source is out of memory.
+  bool reserve(size_t bytes, StreamId stream);
   // Frees `block`: cached and merged with its free neighbours, or, if exact,
   // retired until release_retired.
   void give_back(Block* block);
@@ -107,6 +120,9 @@ class BlockPool {
   // caller makes sure no queued work still uses them. Returns the bytes released.
   size_t release_cached();
   size_t release_retired();
+
+  // Its segments and blocks now (a walk over every block: for reports, not hot paths).
+  PoolUsage usage() const;
 
   // True when the pool holds no segment at all.
   bool empty() const { return segments_.empty(); }

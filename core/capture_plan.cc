@@ -6,6 +6,7 @@
 #include <numeric>
 #include <utility>
 
+#include "core/block_pool.h"
 #include "core/error.h"
 
 namespace loom::cuda {
@@ -52,7 +53,10 @@ CapturePlan::CapturePlan(std::vector<CaptureRequest> requests)
   std::vector<size_t> placed;
   std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of the placed blocks alive with this one
   for (size_t i : order) {
-    if (requests_[i].outlives) continue;
+    if (requests_[i].outlives) {
+      if (requests_[i].size > kSmallLimit) large_outliving_bytes_ += requests_[i].size;
+      continue;
+    }
     busy.clear();
     for (size_t j : placed) {
       if (overlap_in_time(requests_[i], requests_[j])) busy.emplace_back(offsets_[j], offsets_[j] + requests_[j].size);

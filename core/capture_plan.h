@@ -63,6 +63,11 @@ class CapturePlan {
 
   // Bytes of the arena the offsets fall in.
   size_t arena_bytes() const { return arena_bytes_; }
+  // Bytes of the recorded requests that outlive the capture and are large (over
+  // kSmallLimit, core/block_pool.h): the pool serves them, from one segment the
+  // allocator reserves for them all, so that a 2.25 MiB gradient does not take a
+  // 4 MiB segment of its own.
+  size_t large_outliving_bytes() const { return large_outliving_bytes_; }
   // The offset for the next request of `size`: the first recorded request of
   // that size among the next few not yet served, if its bytes are free now.
   // nullopt sends the request to the pool: one recorded as outliving the
@@ -82,6 +87,7 @@ class CapturePlan {
   std::vector<size_t> offsets_;
   std::vector<bool> served_;
   size_t arena_bytes_ = 0;
+  size_t large_outliving_bytes_ = 0;
   size_t next_ = 0;                  // the first request not yet served or skipped
   std::map<size_t, size_t> live_;    // offset -> end of the planned blocks handed out
   int64_t misses_ = 0;

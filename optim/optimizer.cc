@@ -17,6 +17,10 @@
 #include "core/step_boundary.h"
 #include "optim/update.h"
 
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/allocator_purpose.h"
+#endif
+
 namespace loom::optim {
 
 namespace {
@@ -24,6 +28,14 @@ namespace {
 // Dense in the layout empty_like() gives, so that a flat walk over raw_data()
 // visits each element once.
 bool is_dense(const Tensor& t) { return t.is_contiguous(t.suggest_memory_format()); }
+
+// The state buffers live as long as the optimizer: on a GPU they come from the
+// allocator's state pool, apart from the holes of the first step's activations.
+struct StateMemory {
+#ifdef LOOM_WITH_CUDA
+  cuda::PurposeScope purpose{cuda::Purpose::State};
+#endif
+};
 
 std::string location(size_t group, size_t index) {
   return fmt::format("parameter {} (group {})", index, group);
@@ -292,6 +304,7 @@ Tensor& Optimizer::buffer(UpdateSlot& slot, std::string_view name) {
   for (auto& [key, tensor] : slot.state->buffers) {
     if (key == name) return tensor;
   }
+  const StateMemory memory;
   slot.state->buffers.emplace_back(std::string(name), zeros_like(slot.param));
   return slot.state->buffers.back().second;
 }
@@ -430,6 +443,7 @@ void load_state_entry(LoadTarget& target, size_t i, std::string_view field, cons
              "{} state.{}.{} has shape {} but parameter {} has shape {}", target.op, i, field,
              shape_str(value.sizes()), i, shape_str(p.sizes()));
   target.check_buffer(field, value, fmt::format("{} state.{}.{}", target.op, i, field));
+  const StateMemory memory;
   s.buffers.emplace_back(std::string(field), empty_like(p).copy_(value));
 }
 

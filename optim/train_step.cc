@@ -23,6 +23,7 @@
 #include "core/trace.h"
 
 #ifdef LOOM_WITH_CUDA
+#include "core/cuda/allocator_purpose.h"
 #include "core/cuda/graph.h"
 #include "core/cuda/optim.h"
 #include "core/cuda/stream.h"
@@ -304,8 +305,13 @@ std::unique_ptr<cuda::CudaGraph> TrainStep::capture_planned(Entry& entry, std::v
 
 const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
                                               const Tensor& y) {
-  entry.x = x.clone();
-  entry.y = y.clone();
+  {
+    // The graph's input slots live as long as it does: from the state pool, not
+    // the holes of the eager steps' freed activations (core/cuda/allocator_purpose.h).
+    const cuda::PurposeScope slots(cuda::Purpose::State);
+    entry.x = x.clone();
+    entry.y = y.clone();
+  }
   optimizer_.prepare_step();
   std::unique_ptr<cuda::CudaGraph> graph;
   std::vector<Tensor> outputs;

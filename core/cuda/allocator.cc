@@ -112,6 +112,7 @@ class Allocator {
   void deallocate(void* ptr);
   AllocatorStats stats(std::optional<int> device);
   MemoryBreakdown breakdown(int device);
+  std::vector<NamedPoolUsage> pool_usage(int device);
   void use_plan(CapturePoolId id, CapturePlan plan);
   std::vector<CaptureRequest> requests(CapturePoolId id);
   int64_t plan_misses(CapturePoolId id);
@@ -165,6 +166,7 @@ class Allocator {
   std::vector<PurposeTally> tallies_;                   // per device
   std::vector<std::unique_ptr<DriverSource>> sources_;  // per device
   std::vector<std::unique_ptr<BlockPool>> general_;     // per device
+  std::vector<std::unique_ptr<BlockPool>> state_;       // per device: Purpose::State blocks
   std::unordered_map<void*, Live> live_;
   std::unordered_map<CapturePoolId, Capture> captures_;
   std::unordered_map<cudaStream_t, CapturePoolId> capturing_;  // streams in a CaptureScope
@@ -176,6 +178,7 @@ Allocator::Allocator(AllocatorMode mode)
   for (int device = 0; device < device_count_; ++device) {
     sources_.push_back(std::make_unique<DriverSource>(device));
     general_.push_back(std::make_unique<BlockPool>(*sources_.back(), stats_[device]));
+    state_.push_back(std::make_unique<BlockPool>(*sources_.back(), stats_[device]));
   }
 }
 
@@ -216,6 +219,8 @@ void* Allocator::take_planned(CapturePoolId id, size_t bytes, int device, Stream
   if (capture.arena == nullptr) {
     capture.arena = take(*capture.pool, capture.plan->arena_bytes(), device, stream);
     tallies_[device].add(Purpose::CapturePools, capture.arena->size, stats_[device]);
+    // Out of memory here only leaves them to segments of their own.
+    if (capture.plan->large_outliving_bytes() > 0) capture.pool->reserve(capture.plan->large_outliving_bytes(), stream);
   }
   const std::optional<size_t> offset = capture.plan->take(round_block_size(bytes));
   if (!offset) return nullptr;
@@ -224,7 +229,8 @@ void* Allocator::take_planned(CapturePoolId id, size_t bytes, int device, Stream
   return ptr;
 }
 
-// The private pool of the capture open on `stream`, else `device`'s general pool.
+// The private pool of the capture open on `stream`, else `device`'s state pool
+// for the thread's State allocations and its general pool for the others.
 BlockPool& Allocator::pool_for(cudaStream_t stream, int device, CapturePoolId& capture) {
   auto scope = capturing_.find(stream);
   if (scope == capturing_.end()) {
@@ -232,7 +238,7 @@ BlockPool& Allocator::pool_for(cudaStream_t stream, int device, CapturePoolId& c
                "[cuda allocator] allocation on a stream that is capturing a CUDA graph outside "
                "a cuda::CaptureScope; open a CaptureScope before cudaStreamBeginCapture so the "
                "graph's memory comes from a private pool");
-    return *general_[device];
+    return thread_purpose == Purpose::State ? *state_[device] : *general_[device];
   }
   capture = scope->second;
   Capture& owner = captures_.at(capture);
@@ -343,9 +349,10 @@ void Allocator::free_block(const Live& live) {
 void Allocator::release_cached_locked() {
   if (!capturing_.empty()) return;
   for (int device = 0; device < device_count_; ++device) {
-    if (general_[device]->empty()) continue;
+    if (general_[device]->empty() && state_[device]->empty()) continue;
     synchronize_device(device);  // freed blocks may still be read by queued work
     general_[device]->release_cached();
+    state_[device]->release_cached();
   }
   release_idle_captures();
 }
@@ -411,6 +418,18 @@ MemoryBreakdown Allocator::breakdown(int device) {
   std::lock_guard lock(mutex_);
   check_device(device);
   return tallies_[device].peak;
+}
+
+std::vector<NamedPoolUsage> Allocator::pool_usage(int device) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  std::vector<NamedPoolUsage> pools{{"general", general_[device]->usage()}, {"state", state_[device]->usage()}};
+  for (const auto& [id, capture] : captures_) {
+    if (capture.device == device && capture.pool != nullptr) {
+      pools.push_back({fmt::format("capture {}", id), capture.pool->usage()});
+    }
+  }
+  return pools;
 }
 
 void Allocator::empty_cache() {
@@ -556,8 +575,8 @@ int64_t CaptureScope::plan_misses() const { return allocator().plan_misses(pool_
 void release_capture_pool(CapturePoolId pool) { allocator().release_capture_pool(pool); }
 
 std::string_view purpose_name(Purpose purpose) {
-  constexpr std::array<std::string_view, kPurposeCount> kNames = {"tensors", "workspace", "plan tests",
-                                                                  "capture pools", "held by captures"};
+  constexpr std::array<std::string_view, kPurposeCount> kNames = {
+      "tensors", "workspace", "plan tests", "capture pools", "held by captures", "state"};
   return kNames[static_cast<size_t>(purpose)];
 }
 
@@ -565,5 +584,6 @@ PurposeScope::PurposeScope(Purpose purpose) : previous_(thread_purpose) { thread
 PurposeScope::~PurposeScope() { thread_purpose = previous_; }
 
 MemoryBreakdown memory_breakdown(int device) { return allocator().breakdown(device); }
+std::vector<NamedPoolUsage> pool_usage(int device) { return allocator().pool_usage(device); }
 
 }  // namespace loom::cuda

@@ -7,10 +7,13 @@
 // - Sizes round up to 512 B. Requests up to 1 MiB share 2 MiB segments; larger
 //   ones get segments in 2 MiB steps. The smallest cached block that fits is
 //   used and split; a freed block merges with its free neighbours.
-// - One general pool per GPU. Stream order: a block is ordered on the calling
-//   thread's stream on its GPU (core/cuda/stream.h); freed, it is reused by
-//   later work on that stream without synchronising, and never by another stream. Memory used on a second stream must be synchronised by its
-//   user before it is freed.
+// - One general pool per GPU, and beside it a pool for long-lived state made
+//   mid-run (Purpose::State in allocator_purpose.h: optimizer buffers), so that
+//   state never pins the segments of a step's freed activations. Stream order: a
+//   block is ordered on the calling thread's stream on its GPU (core/cuda/stream.h);
+//   freed, it is reused by later work on that stream without synchronising, and
+//   never by another stream. Memory used on a second stream must be synchronised
+//   by its user before it is freed.
 // - Out of memory: cached blocks go back to the driver and the cudaMalloc is
 //   retried once; then OutOfMemoryError, after which the process goes on.
 // - LOOM_CUDA_ALLOCATOR=passthrough (read at first use) or set_mode: every

@@ -1,8 +1,9 @@
 // File: core/cuda/allocator_purpose.h
 // What the caching allocator's memory is for: every live block is counted
 // under one purpose (tensors, cuDNN/cuBLAS workspaces, test runs' included, the
-// scratch copies of plan test runs' operands, CUDA-graph capture pools, and
-// blocks that were freed during a capture and are held for its graph), so a
+// scratch copies of plan test runs' operands, CUDA-graph capture pools,
+// blocks that were freed during a capture and are held for its graph, and
+// long-lived state), so a
 // configuration's peak can be broken down: what was live at the moment of the
 // peak, and each purpose's own high-water mark. bench/train_step prints both
 // for every GPU configuration.
@@ -18,7 +19,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include "core/block_pool.h"
 
 namespace loom::cuda {
 
@@ -27,10 +32,17 @@ namespace loom::cuda {
 // a capture moves to HeldByCaptures until the capture's pool is released
 // (allocator.h): memory that a step freeing its old tensors inside the capture,
 // rather than before it, keeps for as long as the graph lives.
-enum class Purpose : uint8_t { Tensors, Workspace, PlanTests, CapturePools, HeldByCaptures };
-constexpr size_t kPurposeCount = 5;
+//
+// State is memory made mid-run that lives as long as the run (an optimizer's
+// buffers, made at its first step; a captured step's input slots). Its blocks
+// come from segments of their own (a second pool per GPU): cut from the holes
+// that a step's freed activations leave, as Tensors blocks would be, each would
+// keep a whole segment from going back to the driver (SGD's momentum held
+// 101 MiB of such holes in resnet34_cifar's captured step, batch 128, bf16).
+enum class Purpose : uint8_t { Tensors, Workspace, PlanTests, CapturePools, HeldByCaptures, State };
+constexpr size_t kPurposeCount = 6;
 
-std::string_view purpose_name(Purpose purpose);  // "tensors", "workspace", ..., "held by captures"
+std::string_view purpose_name(Purpose purpose);  // "tensors", "workspace", ..., "held by captures", "state"
 
 // Sets the calling thread's purpose (Tensors by default) for its lifetime.
 class PurposeScope {
@@ -58,5 +70,14 @@ struct MemoryBreakdown {
 // The breakdown on GPU `device` (a DeviceError for one that does not exist);
 // reset_peak_stats() resets it with the peaks.
 MemoryBreakdown memory_breakdown(int device);
+
+// Where the reserved bytes are now: the general pool's usage, the state pool's,
+// then each capture pool's on `device` (a capture's planned arena counts as one allocated block),
+// so that bytes reserved but not allocated can be told apart by pool.
+struct NamedPoolUsage {
+  std::string name;  // "general", "state", "capture 3"
+  PoolUsage usage;
+};
+std::vector<NamedPoolUsage> pool_usage(int device);
 
 }  // namespace loom::cuda

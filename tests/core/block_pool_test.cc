@@ -238,6 +238,43 @@ TEST_CASE("release_cached returns only wholly free segments") {
   CHECK(f.source.held() == 0);
 }
 
+TEST_CASE("usage counts segments, reserved, allocated and the largest free block") {
+  Fixture f;
+  CHECK(f.pool.usage().segments == 0);
+  Block* small = f.take(1000);         // a 2 MiB small segment: 1 KiB in use
+  Block* ten = f.take(10 * kMiB);      // a 10 MiB segment
+  Block* head = f.take(3 * kMiB + 1);  // its own 4 MiB segment, whole (the rest is too small to keep)
+  f.pool.give_back(ten);
+  Block* four = f.take(4 * kMiB);  // the head of the freed 10 MiB block; 6 MiB stay free
+  const PoolUsage u = f.pool.usage();
+  CHECK(u.segments == 3);
+  CHECK(u.reserved_bytes == f.stats.reserved_bytes);
+  CHECK(u.reserved_bytes == 16 * kMiB);
+  CHECK(u.allocated_bytes == f.stats.allocated_bytes);
+  CHECK(u.allocated_bytes == 1024 + 4 * kMiB + 4 * kMiB);
+  CHECK(u.largest_free_bytes == 6 * kMiB);
+  for (Block* b : {small, head, four}) f.pool.give_back(b);
+  CHECK(f.pool.usage().allocated_bytes == 0);
+  CHECK(f.pool.usage().largest_free_bytes == 10 * kMiB);
+}
+
+TEST_CASE("a reserved segment serves the large requests that follow, one after another") {
+  Fixture f;
+  const size_t grad = 2 * kMiB + 256 * kKiB;  // alone, each would take a 4 MiB segment
+  REQUIRE(f.pool.reserve(4 * grad, kStreamA));
+  CHECK(f.stats.reserved_bytes == 10 * kMiB);  // 9 MiB, rounded to the segment granularity
+  CHECK(f.stats.allocated_bytes == 0);
+  std::vector<Block*> grads;
+  for (int i = 0; i < 4; ++i) grads.push_back(f.take(grad));
+  for (int i = 1; i < 4; ++i) CHECK(grads[i]->ptr == grads[0]->ptr + static_cast<size_t>(i) * grad);
+  CHECK(grads[3]->size == grad + kMiB);  // the last keeps the 1 MiB rest, too small to split off
+  CHECK(f.source.acquires == 1);
+  CHECK_FALSE(f.pool.reserve(64 * kMiB, kStreamA));  // more than the source has left
+  CHECK(f.source.acquires == 1);
+  for (Block* b : grads) f.pool.give_back(b);
+  CHECK(f.pool.release_cached() == 10 * kMiB);
+}
+
 TEST_CASE("an exhausted source gives nullptr and leaves the pool as it was") {
   Fixture f(4 * kMiB);
   Block* a = f.take(3 * kMiB);  // the whole 4 MiB

@@ -143,6 +143,7 @@ TEST_CASE("blocks the capture never frees go to the pool as planned: not in the 
   CHECK(requests[3].outlives);
   CapturePlan plan(requests);
   CHECK(plan.arena_bytes() == 64 * kMiB);  // t1 and t2 share their bytes; g and o are the pool's
+  CHECK(plan.large_outliving_bytes() == 8 * kMiB);  // g; o is small
   const std::vector<std::optional<size_t>> at = serve(plan, events);
   CHECK(plan.misses() == 0);
   CHECK(at == std::vector<std::optional<size_t>>{std::nullopt, 0, 0, std::nullopt});

@@ -177,6 +177,35 @@ LOOM_GPU_TEST_CASE("a capture keeps none of the eager steps' gradients or bf16 w
   CHECK(m.high_water[cuda::Purpose::HeldByCaptures] < param_bytes / 100);
 }
 
+LOOM_GPU_TEST_CASE("the optimizer's buffers and a graph's input slots come from the state pool, and only they") {
+  std::vector<Batch> data = batches(32, 2, 6);
+  const int device = testing::test_gpu().index;
+  const auto state_pool = [device] {
+    const std::vector<cuda::NamedPoolUsage> pools = cuda::pool_usage(device);
+    REQUIRE(pools.at(1).name == "state");
+    return pools.at(1).usage;
+  };
+  const size_t before = state_pool().allocated_bytes;
+  {
+    Run run(true);
+    for (int i = 0; i < 3; ++i) (*run.step)(data[i % 2].x, data[i % 2].y);
+    REQUIRE(run.step->stats().captures >= 1);
+    // Adam's two buffers per parameter, x and y's slots; a block may keep a rest
+    // of up to 1 MiB that was not worth splitting off (core/block_pool.h).
+    size_t expected = cuda::round_block_size(static_cast<size_t>(data[0].x.numel()) * sizeof(float)) +
+                      cuda::round_block_size(static_cast<size_t>(data[0].y.numel()) * sizeof(int64_t));
+    size_t blocks = 2;
+    for (const Tensor& p : run.net.parameters()) {
+      expected += 2 * cuda::round_block_size(static_cast<size_t>(p.numel()) * sizeof(float));
+      blocks += 2;
+    }
+    const size_t held = state_pool().allocated_bytes - before;
+    CHECK(held >= expected);
+    CHECK(held <= expected + blocks * cuda::kSmallLimit);
+  }
+  CHECK(state_pool().allocated_bytes == before);  // nothing else lives there
+}
+
 LOOM_GPU_TEST_CASE("a step that reads a value back cannot be captured: it runs eagerly, same results") {
   std::vector<Batch> data = batches(16, 2, 4);
   manual_seed(3);

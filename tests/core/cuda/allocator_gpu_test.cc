@@ -365,6 +365,47 @@ LOOM_GPU_TEST_CASE("a planned capture serves its requests from one arena laid ou
   CHECK(cuda::stats().reserved_bytes == base.reserved_bytes);
 }
 
+LOOM_GPU_TEST_CASE("a planned capture's large outliving blocks are cut from one segment reserved for them") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);
+  const cuda::AllocatorStats base = fresh_stats();
+  const size_t grad = 2 * kMiB + 256 * kKiB;  // in a segment of its own: 4 MiB each
+  auto work = [grad] {
+    std::vector<void*> grads;
+    void* t = cuda::allocate(32 * kMiB, gpu());  // an activation, freed within the capture
+    for (int i = 0; i < 4; ++i) grads.push_back(cuda::allocate(grad, gpu()));  // gradients: they outlive it
+    cuda::deallocate(t);
+    return grads;
+  };
+  std::vector<cuda::CaptureRequest> record;
+  std::vector<void*> first, second;
+  cuda::CapturePoolId first_pool = 0, second_pool = 0;
+  {
+    cuda::CaptureScope scope;
+    first = work();
+    record = scope.requests();
+    first_pool = scope.pool();
+  }
+  CHECK(cuda::stats().reserved_bytes - base.reserved_bytes == 32 * kMiB + 4 * 4 * kMiB);
+  for (void* g : first) cuda::deallocate(g);
+  cuda::release_capture_pool(first_pool);
+  CHECK(cuda::stats().reserved_bytes == base.reserved_bytes);
+  {
+    cuda::CaptureScope scope;
+    scope.use_plan(cuda::CapturePlan(record));
+    second = work();
+    CHECK(scope.plan_misses() == 0);
+    second_pool = scope.pool();
+  }
+  // The arena, and 9 MiB of gradients in one 10 MiB segment, one after another.
+  CHECK(cuda::stats().reserved_bytes - base.reserved_bytes == 32 * kMiB + 10 * kMiB);
+  for (int i = 1; i < 4; ++i) CHECK(as_bytes(second[i]) == as_bytes(second[0]) + static_cast<size_t>(i) * grad);
+  cuda::release_capture_pool(second_pool);  // the arena goes; the gradients' segment stays with them
+  CHECK(cuda::stats().reserved_bytes - base.reserved_bytes == 10 * kMiB);
+  for (void* g : second) cuda::deallocate(g);
+  CHECK(cuda::stats().allocated_bytes == base.allocated_bytes);
+  CHECK(cuda::stats().reserved_bytes == base.reserved_bytes);
+}
+
 LOOM_GPU_TEST_CASE("allocating on a capturing stream outside a CaptureScope is refused") {
   ModeGuard caching(cuda::AllocatorMode::Caching);  // these check caching itself
   fresh_stats();
@@ -508,6 +549,46 @@ LOOM_GPU_TEST_CASE("the peak is broken down by purpose: what was live at it, and
   cuda::deallocate(later);
   cuda::deallocate(workspace);
   cuda::deallocate(tensor);
+}
+
+LOOM_GPU_TEST_CASE("state blocks come from segments of their own, never from a freed tensor's hole") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);  // whole MiB blocks, no rounding to think about
+  const cuda::AllocatorStats before = fresh_stats();
+  using cuda::Purpose;
+  void* activation = cuda::allocate(16 * kMiB, gpu());  // a step's activation, then freed
+  cuda::deallocate(activation);
+  void* state = nullptr;
+  {
+    cuda::PurposeScope purpose(Purpose::State);  // an optimizer's buffer, made after it
+    state = cuda::allocate(4 * kMiB, gpu());
+  }
+  CHECK_FALSE(overlaps(state, 4 * kMiB, activation, 16 * kMiB));
+  void* tensor = cuda::allocate(4 * kMiB, gpu());  // a tensor still reuses the hole
+  CHECK(tensor == activation);
+  cuda::deallocate(tensor);
+  cuda::empty_cache();  // the activation's segment goes back whole; the state's stays
+  CHECK(cuda::stats().reserved_bytes == 4 * kMiB);
+  const std::vector<cuda::NamedPoolUsage> pools = cuda::pool_usage(gpu());
+  REQUIRE(pools.size() >= 2);
+  CHECK(pools[0].name == "general");
+  CHECK(pools[0].usage.segments == 0);
+  CHECK(pools[1].name == "state");
+  CHECK(pools[1].usage.segments == 1);
+  CHECK(pools[1].usage.allocated_bytes == 4 * kMiB);
+  CHECK(cuda::memory_breakdown(gpu()).high_water[Purpose::State] == 4 * kMiB);
+  CHECK(cuda::purpose_name(Purpose::State) == "state");
+  void* again = nullptr;
+  {
+    cuda::PurposeScope purpose(Purpose::State);
+    cuda::deallocate(state);
+    again = cuda::allocate(4 * kMiB, gpu());  // a freed state block serves the next state request
+  }
+  CHECK(again == state);
+  cuda::deallocate(again);
+  cuda::empty_cache();
+  const cuda::AllocatorStats after = cuda::stats();
+  CHECK(after.reserved_bytes == 0);
+  CHECK(after.num_cuda_frees - before.num_cuda_frees == 2);
 }
 
 #endif  // LOOM_WITH_CUDA
