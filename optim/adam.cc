@@ -153,11 +153,11 @@ void Adam::update(size_t group, std::vector<UpdateSlot>& slots) {
   const auto [beta1, beta2] = *g.betas;
   // Bias corrections depend on each parameter's step count: one run per count.
   std::vector<int64_t> steps(slots.size());
-  for (size_t k = 0; k < slots.size(); ++k) {
-    steps[k] = slots[k].state->step;
-    buffer(slots[k], kBuffers[0]);
-    buffer(slots[k], kBuffers[1]);
-    if (*g.amsgrad) buffer(slots[k], kBuffers[2]);
+  for (size_t k = 0; k < slots.size(); ++k) steps[k] = slots[k].state->step;
+  if (*g.amsgrad) {
+    create_buffers(slots, {kBuffers[0], kBuffers[1], kBuffers[2]});
+  } else {
+    create_buffers(slots, {kBuffers[0], kBuffers[1]});
   }
   std::vector<std::vector<UpdateSlot*>> runs = batches(slots, steps);
   for (size_t r = 0; r < runs.size(); ++r) {

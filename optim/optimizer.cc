@@ -37,6 +37,22 @@ struct StateMemory {
 #endif
 };
 
+// Readies each device's state pool among `likes` for one buffer like each of
+// them, so that the large ones share a segment (core/cuda/allocator_purpose.h).
+void reserve_state_like(const std::vector<Tensor>& likes) {
+#ifdef LOOM_WITH_CUDA
+  std::map<int, std::vector<size_t>> sizes;
+  for (const Tensor& like : likes) {
+    if (like.device().is_cuda()) {
+      sizes[like.device().index].push_back(static_cast<size_t>(like.numel()) * element_size(like.dtype()));
+    }
+  }
+  for (const auto& [device, device_sizes] : sizes) cuda::reserve_state(device, device_sizes);
+#else
+  (void)likes;
+#endif
+}
+
 std::string location(size_t group, size_t index) {
   return fmt::format("parameter {} (group {})", index, group);
 }
@@ -300,13 +316,29 @@ const ParamState* Optimizer::state(size_t index) const {
 
 // ---- helpers for subclasses ---------------------------------------------------------------
 
+void Optimizer::create_buffers(std::vector<UpdateSlot>& slots, std::initializer_list<std::string_view> names) {
+  std::vector<std::pair<UpdateSlot*, std::string_view>> missing;
+  std::vector<Tensor> likes;
+  for (UpdateSlot& slot : slots) {
+    for (std::string_view name : names) {
+      if (has_buffer(slot, name)) continue;
+      missing.emplace_back(&slot, name);
+      likes.push_back(slot.param);
+    }
+  }
+  if (missing.empty()) return;
+  const StateMemory memory;
+  reserve_state_like(likes);
+  for (auto [slot, name] : missing) slot->state->buffers.emplace_back(std::string(name), zeros_like(slot->param));
+}
+
 Tensor& Optimizer::buffer(UpdateSlot& slot, std::string_view name) {
   for (auto& [key, tensor] : slot.state->buffers) {
     if (key == name) return tensor;
   }
-  const StateMemory memory;
-  slot.state->buffers.emplace_back(std::string(name), zeros_like(slot.param));
-  return slot.state->buffers.back().second;
+  throw Error(fmt::format("[optimizer] internal: no buffer '{}' for a parameter of shape {}; create_buffers "
+                          "makes it before the update",
+                          name, shape_str(slot.param.sizes())));
 }
 
 bool Optimizer::has_buffer(const UpdateSlot& slot, std::string_view name) {
@@ -447,6 +479,21 @@ void load_state_entry(LoadTarget& target, size_t i, std::string_view field, cons
   s.buffers.emplace_back(std::string(field), empty_like(p).copy_(value));
 }
 
+// The parameters whose buffers `state` holds, one per buffer entry that names
+// one (the loop after it checks every entry).
+std::vector<Tensor> loaded_buffer_params(const LoadTarget& target, const StateDict& state) {
+  std::vector<Tensor> likes;
+  for (const auto& [name, value] : state) {
+    const auto parts = split_name(name);
+    const auto index = parts ? parse_index((*parts)[1]) : std::nullopt;
+    if (!index || (*parts)[0] != "state" || *index >= target.where.size()) continue;
+    if (std::ranges::find(target.buffer_names, (*parts)[2]) == target.buffer_names.end()) continue;
+    const auto [g, j] = target.where[*index];
+    likes.push_back(target.groups[g].params[j]);
+  }
+  return likes;
+}
+
 void check_complete(const LoadTarget& target, const std::vector<std::string>& hypers) {
   for (size_t g = 0; g < target.groups.size(); ++g) {
     for (const std::string& field : hypers) {
@@ -482,6 +529,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
     for (size_t j = 0; j < groups_[g].params.size(); ++j) target.where.emplace_back(g, j);
   }
   target.step_seen.assign(target.where.size(), false);
+  reserve_state_like(loaded_buffer_params(target, state));
   std::set<std::string> names;
   for (const auto& [name, value] : state) {
     LOOM_CHECK(names.insert(name).second, ValueError, "{} '{}' appears twice", target.op, name);

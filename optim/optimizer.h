@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -155,7 +156,10 @@ class Optimizer {
 
   // Checks every group; subclass constructors call it once the defaults are in.
   void check_groups() const;
-  // The buffer `name` of a slot's state, created as zeros like the parameter if absent.
+  // Creates each buffer of `names` that a slot's state lacks, as zeros like its
+  // parameter; on a GPU the large ones of one call share a state-pool segment.
+  static void create_buffers(std::vector<UpdateSlot>& slots, std::initializer_list<std::string_view> names);
+  // The buffer `name` of a slot's state, which create_buffers made.
   static Tensor& buffer(UpdateSlot& slot, std::string_view name);
   static bool has_buffer(const UpdateSlot& slot, std::string_view name);
   // Splits slots into runs that one fused kernel can take: one device, one

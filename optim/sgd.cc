@@ -90,10 +90,8 @@ void SGD::update(size_t group, std::vector<UpdateSlot>& slots) {
   const bool use_momentum = *g.momentum != 0.0;
   // A first step copies the gradient into the buffer, so it runs apart.
   std::vector<int64_t> first_step(slots.size());
-  for (size_t k = 0; k < slots.size(); ++k) {
-    first_step[k] = use_momentum && !has_buffer(slots[k], kMomentumBuffer);
-    if (use_momentum) buffer(slots[k], kMomentumBuffer);
-  }
+  for (size_t k = 0; k < slots.size(); ++k) first_step[k] = use_momentum && !has_buffer(slots[k], kMomentumBuffer);
+  if (use_momentum) create_buffers(slots, {kMomentumBuffer});
   std::vector<std::vector<UpdateSlot*>> runs = batches(slots, first_step);
   for (size_t r = 0; r < runs.size(); ++r) {
     const SgdScalars s{.lr = *g.lr,

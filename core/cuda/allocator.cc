@@ -113,6 +113,7 @@ class Allocator {
   AllocatorStats stats(std::optional<int> device);
   MemoryBreakdown breakdown(int device);
   std::vector<NamedPoolUsage> pool_usage(int device);
+  void reserve_state(int device, std::span<const size_t> sizes);
   void use_plan(CapturePoolId id, CapturePlan plan);
   std::vector<CaptureRequest> requests(CapturePoolId id);
   int64_t plan_misses(CapturePoolId id);
@@ -220,7 +221,8 @@ void* Allocator::take_planned(CapturePoolId id, size_t bytes, int device, Stream
     capture.arena = take(*capture.pool, capture.plan->arena_bytes(), device, stream);
     tallies_[device].add(Purpose::CapturePools, capture.arena->size, stats_[device]);
     // Out of memory here only leaves them to segments of their own.
-    if (capture.plan->large_outliving_bytes() > 0) capture.pool->reserve(capture.plan->large_outliving_bytes(), stream);
+    const size_t outliving = capture.plan->large_outliving_bytes();
+    if (outliving > 0) capture.pool->reserve(outliving, stream);
   }
   const std::optional<size_t> offset = capture.plan->take(round_block_size(bytes));
   if (!offset) return nullptr;
@@ -432,6 +434,20 @@ std::vector<NamedPoolUsage> Allocator::pool_usage(int device) {
   return pools;
 }
 
+void Allocator::reserve_state(int device, std::span<const size_t> sizes) {
+  check_device(device);
+  size_t bytes = 0;
+  for (size_t size : sizes) {
+    if (size > 0 && round_block_size(size) > kSmallLimit) bytes += round_block_size(size);
+  }
+  if (bytes == 0 || mode_ == AllocatorMode::Passthrough) return;
+  const cudaStream_t stream = current_stream(device);
+  std::lock_guard lock(mutex_);
+  BlockPool& pool = *state_[device];
+  if (pool.usage().largest_free_bytes >= bytes) return;
+  pool.reserve(bytes, stream);  // out of memory only leaves the buffers to segments of their own
+}
+
 void Allocator::empty_cache() {
   std::lock_guard lock(mutex_);
   release_cached_locked();
@@ -585,5 +601,6 @@ PurposeScope::~PurposeScope() { thread_purpose = previous_; }
 
 MemoryBreakdown memory_breakdown(int device) { return allocator().breakdown(device); }
 std::vector<NamedPoolUsage> pool_usage(int device) { return allocator().pool_usage(device); }
+void reserve_state(int device, std::span<const size_t> sizes) { allocator().reserve_state(device, sizes); }
 
 }  // namespace loom::cuda

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,5 +80,12 @@ struct NamedPoolUsage {
   PoolUsage usage;
 };
 std::vector<NamedPoolUsage> pool_usage(int device);
+
+// Readies `device`'s state pool for long-lived buffers of `sizes` bytes about to be allocated
+// under Purpose::State: one segment for all the large ones (over kSmallLimit), which a segment
+// each would round up to the segment granularity one by one (21 of resnet34's 88 MiB of momentum).
+// Nothing happens when the pool already has a free block that large, in pass-through mode, or
+// when the driver is out of memory (the buffers then get segments of their own).
+void reserve_state(int device, std::span<const size_t> sizes);
 
 }  // namespace loom::cuda

@@ -14,6 +14,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/cuda/allocator.h"
+#include "core/cuda/allocator_purpose.h"
+#include "core/cuda/capture.h"
 #include "core/cuda/optim.h"
 #include "core/generator.h"
 #include "optim/optim.h"
@@ -227,6 +230,45 @@ LOOM_GPU_TEST_CASE("clip_grad_norm_ on the GPU matches the CPU") {
       CHECK_CLOSE(p.gpu[k].grad().cpu(), p.cpu[k].grad(), tol.rtol, tol.atol);
     }
   }
+}
+
+LOOM_GPU_TEST_CASE("an optimizer's large buffers share state-pool segments, made at the first step or loaded") {
+  const int device = testing::test_gpu().index;
+  const auto state_reserved = [device] { return cuda::pool_usage(device).at(1).usage.reserved_bytes; };
+  constexpr size_t kMiB = size_t{1} << 20;
+  Generator gen(5);
+  Params p;  // four 2.25 MiB float32 weights (resnet34's 3x3x256x256) and a small bias
+  for (const Shape& sizes : std::vector<Shape>{{256, 256, 3, 3}, {256, 256, 3, 3}, {256, 256, 3, 3}, {256, 256, 3, 3},
+                                               {256}}) {
+    p.gpu.push_back(randn(sizes, {}, &gen).to(testing::test_gpu()).requires_grad_());
+    p.cpu.push_back(p.gpu.back().cpu());
+  }
+  // Adam with amsgrad: 12 large buffers, 27 MiB, one 28 MiB segment, and one
+  // small segment for the bias's three; a segment each would take 4 MiB per buffer.
+  const Config& amsgrad = configs()[4];
+  const size_t one_optimizer = 28 * kMiB + cuda::kSegmentGranularity;
+  cuda::synchronize();
+  cuda::empty_cache();
+  const size_t before = state_reserved();
+  StateDict saved;
+  {
+    auto first = amsgrad.make(p.gpu);
+    set_grads(p, gen, p.cpu.size());
+    first->step();
+    CHECK(state_reserved() - before == one_optimizer);
+    saved = first->state_dict();
+  }
+  cuda::synchronize();
+  cuda::empty_cache();
+  // The saved dict still holds the first's buffers; the loaded ones take one
+  // more large segment, and their small ones fit in the first's small segment.
+  const size_t with_loaded = one_optimizer + 28 * kMiB;
+  auto second = amsgrad.make(p.gpu);
+  second->load_state_dict(saved);
+  CHECK(state_reserved() - before == with_loaded);
+  set_grads(p, gen, p.cpu.size());
+  second->step();
+  CHECK(state_reserved() - before == with_loaded);  // the step made no buffer
 }
 
 #endif  // LOOM_WITH_CUDA

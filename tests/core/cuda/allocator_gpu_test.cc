@@ -591,4 +591,30 @@ LOOM_GPU_TEST_CASE("state blocks come from segments of their own, never from a f
   CHECK(after.num_cuda_frees - before.num_cuda_frees == 2);
 }
 
+LOOM_GPU_TEST_CASE("reserve_state cuts the large state buffers of one call from one segment") {
+  ModeGuard caching(cuda::AllocatorMode::Caching);
+  const cuda::AllocatorStats before = fresh_stats();
+  // Three of resnet34's 3x3x256x256 fp32 weights' buffers and a small one; a
+  // segment each would be 4 MiB per large buffer, 14 MiB in all.
+  const std::vector<size_t> sizes = {9 * kMiB / 4, 9 * kMiB / 4, 9 * kMiB / 4, kMiB / 2, 0};
+  cuda::reserve_state(gpu(), sizes);
+  std::vector<void*> blocks;
+  {
+    cuda::PurposeScope purpose(cuda::Purpose::State);
+    for (size_t size : sizes) {
+      if (size > 0) blocks.push_back(cuda::allocate(size, gpu()));
+    }
+  }
+  const cuda::PoolUsage state = cuda::pool_usage(gpu()).at(1).usage;
+  CHECK(state.segments == 2);                       // 6.75 MiB rounded up to 8, and a small segment
+  CHECK(state.reserved_bytes == 10 * kMiB);
+  CHECK(cuda::stats().num_cuda_mallocs - before.num_cuda_mallocs == 2);
+  CHECK(static_cast<char*>(blocks[1]) == static_cast<char*>(blocks[0]) + 9 * kMiB / 4);
+  for (void* block : blocks) cuda::deallocate(block);
+  cuda::reserve_state(gpu(), sizes);  // the freed segment is large enough: nothing more is reserved
+  CHECK(cuda::pool_usage(gpu()).at(1).usage.reserved_bytes == 10 * kMiB);
+  cuda::empty_cache();
+  CHECK(cuda::stats().reserved_bytes == 0);
+}
+
 #endif  // LOOM_WITH_CUDA
