@@ -127,17 +127,37 @@ cat > .bundle/run_gpu_tests.sh <<'RUN'
 source "$(cd "$(dirname "$0")" && pwd)/env.sh"
 runner=${LOOM_TEST_RUNNER:-}  # e.g. "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1"
 logs=${LOOM_TEST_LOGS:-}      # a folder for each test's full output (else only its tail is shown)
+jobs=${LOOM_TEST_JOBS:-1}     # tests at once (4 take a third of the serial time on one H200)
+work=$(mktemp -d)
+# One test: its output's tail printed whole as it ends (in the order tests end),
+# its exit status kept for the summary.
+run_one() {
+  local test=$1 name log rc
+  name=$(basename "$test")
+  log="$work/$name.log"
+  $runner "$test" > "$log" 2>&1; rc=$?
+  echo $rc > "$work/$name.rc"
+  [ -n "$logs" ] && mkdir -p "$logs" && cp "$log" "$logs/$name.log"
+  { flock 9; echo "=== $name"; tail -n 40 "$log"; } 9> "$work/lock"
+}
+export -f run_one
+export runner logs work
+tests=("$here"/bin/*_gpu_test)
+# The allocator's test fills half the driver's free memory, which another test
+# may take meanwhile: it runs alone, first.
+alone="$here/bin/cuda_allocator_gpu_test"
+[ -x "$alone" ] && run_one "$alone"
+for test in "${tests[@]}"; do [ "$test" != "$alone" ] && printf '%s\0' "$test"; done |
+  xargs -0 -r -P "$jobs" -I{} bash -c 'run_one "$1"' _ {}
 passed=0 failed=0 skipped=0 status=0
-for test in "$here"/bin/*_gpu_test; do
-  echo "=== $(basename "$test")"
-  log=$($runner "$test" 2>&1); rc=$?
-  [ -n "$logs" ] && mkdir -p "$logs" && echo "$log" > "$logs/$(basename "$test").log"
-  echo "$log" | tail -n 40
-  line=$(echo "$log" | grep -a "^\[doctest\] test cases:" | tail -n 1)
+for test in "${tests[@]}"; do
+  name=$(basename "$test")
+  line=$(grep -a "^\[doctest\] test cases:" "$work/$name.log" 2>/dev/null | tail -n 1)
   read -r p f s < <(echo "$line" | sed -E 's/.*\| *([0-9]+) passed \| *([0-9]+) failed \| *([0-9]+) skipped.*/\1 \2 \3/')
   passed=$((passed + ${p:-0})) failed=$((failed + ${f:-1})) skipped=$((skipped + ${s:-0}))
-  [ $rc -eq 0 ] || status=1
+  [ "$(cat "$work/$name.rc" 2>/dev/null)" = 0 ] || { status=1; echo "FAILED: $name"; }
 done
+rm -rf "$work"
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit $status
 RUN
