@@ -327,7 +327,7 @@ void Optimizer::create_buffers(std::vector<UpdateSlot>& slots, std::initializer_
     }
   }
   if (missing.empty()) return;
-  const StateMemory memory;
+  [[maybe_unused]] const StateMemory memory;
   reserve_state_like(likes);
   for (auto [slot, name] : missing) slot->state->buffers.emplace_back(std::string(name), zeros_like(slot->param));
 }
@@ -475,7 +475,7 @@ void load_state_entry(LoadTarget& target, size_t i, std::string_view field, cons
              "{} state.{}.{} has shape {} but parameter {} has shape {}", target.op, i, field,
              shape_str(value.sizes()), i, shape_str(p.sizes()));
   target.check_buffer(field, value, fmt::format("{} state.{}.{}", target.op, i, field));
-  const StateMemory memory;
+  [[maybe_unused]] const StateMemory memory;
   s.buffers.emplace_back(std::string(field), empty_like(p).copy_(value));
 }
 
