@@ -479,16 +479,40 @@ void load_state_entry(LoadTarget& target, size_t i, std::string_view field, cons
   s.buffers.emplace_back(std::string(field), empty_like(p).copy_(value));
 }
 
-// The parameters whose buffers `state` holds, one per buffer entry that names
-// one (the loop after it checks every entry).
-std::vector<Tensor> loaded_buffer_params(const LoadTarget& target, const StateDict& state) {
-  std::vector<Tensor> likes;
+// A state_dict entry, its name split: state.<index>.<field> or param_groups.<index>.<field>.
+struct LoadEntry {
+  bool is_state = false;
+  size_t index = 0;
+  std::string_view field;
+  const Tensor* value = nullptr;
+};
+
+// Every entry of `state`, checked for a unique, well-formed name and a defined tensor.
+std::vector<LoadEntry> split_entries(const StateDict& state, const std::string& op) {
+  std::vector<LoadEntry> entries;
+  std::set<std::string_view> names;
   for (const auto& [name, value] : state) {
+    LOOM_CHECK(names.insert(name).second, ValueError, "{} '{}' appears twice", op, name);
     const auto parts = split_name(name);
     const auto index = parts ? parse_index((*parts)[1]) : std::nullopt;
-    if (!index || (*parts)[0] != "state" || *index >= target.where.size()) continue;
-    if (std::ranges::find(target.buffer_names, (*parts)[2]) == target.buffer_names.end()) continue;
-    const auto [g, j] = target.where[*index];
+    const bool known = index && ((*parts)[0] == "state" || (*parts)[0] == "param_groups");
+    LOOM_CHECK(known && value.defined(), ValueError,
+               "{} unexpected entry '{}'; expected state.<i>.<name> or param_groups.<g>.<name> "
+               "with a defined tensor",
+               op, name);
+    entries.push_back({(*parts)[0] == "state", *index, (*parts)[2], &value});
+  }
+  return entries;
+}
+
+// The parameters whose buffers `entries` hold, one per entry that names one
+// (load_state_entry checks every entry).
+std::vector<Tensor> loaded_buffer_params(const LoadTarget& target, const std::vector<LoadEntry>& entries) {
+  std::vector<Tensor> likes;
+  for (const LoadEntry& e : entries) {
+    if (!e.is_state || e.index >= target.where.size()) continue;
+    if (std::ranges::find(target.buffer_names, e.field) == target.buffer_names.end()) continue;
+    const auto [g, j] = target.where[e.index];
     likes.push_back(target.groups[g].params[j]);
   }
   return likes;
@@ -529,21 +553,13 @@ void Optimizer::load_state_dict(const StateDict& state) {
     for (size_t j = 0; j < groups_[g].params.size(); ++j) target.where.emplace_back(g, j);
   }
   target.step_seen.assign(target.where.size(), false);
-  reserve_state_like(loaded_buffer_params(target, state));
-  std::set<std::string> names;
-  for (const auto& [name, value] : state) {
-    LOOM_CHECK(names.insert(name).second, ValueError, "{} '{}' appears twice", target.op, name);
-    const auto parts = split_name(name);
-    const auto index = parts ? parse_index((*parts)[1]) : std::nullopt;
-    const bool known = index && ((*parts)[0] == "state" || (*parts)[0] == "param_groups");
-    LOOM_CHECK(known && value.defined(), ValueError,
-               "{} unexpected entry '{}'; expected state.<i>.<name> or param_groups.<g>.<name> "
-               "with a defined tensor",
-               target.op, name);
-    if ((*parts)[0] == "state") {
-      load_state_entry(target, *index, (*parts)[2], value);
+  const std::vector<LoadEntry> entries = split_entries(state, target.op);
+  reserve_state_like(loaded_buffer_params(target, entries));
+  for (const LoadEntry& e : entries) {
+    if (e.is_state) {
+      load_state_entry(target, e.index, e.field, *e.value);
     } else {
-      load_group_entry(target, *index, (*parts)[2], value);
+      load_group_entry(target, e.index, e.field, *e.value);
     }
   }
   check_complete(target, hypers_);
