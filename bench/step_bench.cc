@@ -402,7 +402,9 @@ StepResult run_step_config(const StepConfig& c) {
   nn::Module& net = *model;
   net.to(c.device);
   if (c.layout == "nhwc") net.to(MemoryFormat::ChannelsLast);
-  if (!c.mode.ends_with("-unfused")) nn::fuse(net);  // conv/bn/linear + relu through fused cuDNN graphs
+  // graph and eager run nn::fuse()d layers; graph-traced runs the model as written, as a user's TrainStep does,
+  // and fuses by tracing alone.
+  if (c.mode == "graph" || c.mode == "eager") nn::fuse(net);
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(net, c.optimizer);
   synchronize(c.device);
   r.model_ready_s = seconds_since(built);
