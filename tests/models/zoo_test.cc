@@ -26,10 +26,13 @@
 #include "models/resnet.h"
 #include "models/unet.h"
 #include "models/vit.h"
+#include "tests/models/zoo_inputs.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
+
+using testing::small_input;
 
 // One model of the golden file: its header fields and state_dict entries "name shape".
 struct Golden {
@@ -71,14 +74,6 @@ std::vector<std::string> entries_of(const nn::Module& net) {
   std::vector<std::string> out;
   for (const auto& [name, tensor] : net.state_dict()) out.push_back(name + " " + joined(tensor.sizes()));
   return out;
-}
-
-// A small input of the row's channels: 32x32 for the ImageNet models (a forward
-// at 224x224 is too slow for CI on the CPU), the row's own size otherwise.
-Shape small_input(const models::ZooModel& row, int64_t batch) {
-  if (row.dataset == "imagenet") return {batch, row.input[0], 32, 32};
-  if (row.per_pixel) return {batch, row.input[0], 16, 16};
-  return row.batch_shape(batch);
 }
 
 // Each model is built once (the ImageNet VGGs hold 133M and 138M parameters):

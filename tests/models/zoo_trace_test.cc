@@ -22,19 +22,14 @@
 #include "core/trace.h"
 #include "layers/nn.h"
 #include "models/registry.h"
+#include "tests/models/zoo_inputs.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
 
+using testing::small_input;
 using BlockCounts = std::map<std::string, int>;  // Block::str() -> how many
-
-// A small input of the row's channels (as in zoo_test.cc): 32x32 for the ImageNet rows.
-Shape small_input(const models::ZooModel& row, int64_t batch) {
-  if (row.dataset == "imagenet") return {batch, row.input[0], 32, 32};
-  if (row.per_pixel) return {batch, row.input[0], 16, 16};
-  return row.batch_shape(batch);
-}
 
 BlockCounts traced_blocks(nn::Module& net, const Tensor& x) {
   fusion::TracedPlan plan;
