@@ -103,7 +103,7 @@ bool TrainStep::tracing(const Entry* entry) const {
 }
 
 std::vector<Tensor> TrainStep::forward(Entry* entry, const Tensor& x, const Tensor& y) {
-  if (!tracing(entry) || !entry->plan || entry->plan->chains().empty()) return fn_(x, y);
+  if (!tracing(entry) || !entry->plan || entry->plan->empty()) return fn_(x, y);
   fusion::TracedRun run(*entry->plan);
   std::vector<Tensor> outputs = fn_(x, y);
   run.finish();
@@ -218,7 +218,7 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
     return fallback(fmt::format("more than max_graphs = {} input shapes; this one is {}", options_.max_graphs,
                                 shape_str(x.sizes())));
   }
-  const bool chains_unbuilt = tracing(entry) && entry->plan && !entry->plan->chains().empty() && !entry->plan_ran;
+  const bool chains_unbuilt = tracing(entry) && entry->plan && !entry->plan->empty() && !entry->plan_ran;
   if (entry->eager_steps < options_.warmup_steps || chains_unbuilt) {
     ++entry->eager_steps;
     fallback_reason_.clear();
@@ -318,7 +318,7 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
   try {
     graph = capture_planned(entry, outputs);
   } catch (const Error& e) {
-    const bool traced = tracing(&entry) && entry.plan && !entry.plan->chains().empty();
+    const bool traced = tracing(&entry) && entry.plan && !entry.plan->empty();
     std::string reason = fmt::format("capturing the step{} failed: {}",
                                      traced ? " with its traced chains as blocks" : "", e.what());
     if (traced) {  // the next step captures it as written

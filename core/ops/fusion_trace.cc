@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/kernel/activation.h"
 #include "core/ops/fused.h"
+#include "core/ops/pooling.h"
 
 namespace loom::fusion {
 
@@ -219,6 +220,44 @@ Growth grow(const std::vector<trace::Op>& ops, size_t p,
   return g;
 }
 
+// A max pool whose channels-last output (more than one channel and one pixel),
+// in no layout its caller chose, only a reshape to (N, C * H * W) takes: that
+// reshape copies it, and would view it were it contiguous
+// (TracedPlan::contiguous_pools).
+bool pool_before_flatten(const std::vector<trace::Op>& ops, size_t p,
+                         const std::unordered_map<Impl, std::vector<size_t>>& consumers,
+                         const std::unordered_set<Impl>& returned) {
+  const trace::Op& pool = ops[p];
+  if (pool.name != "max_pool2d" || pool.in_fused_block || pool.outputs.size() != 1 ||
+      attribute(pool.attributes, "output_format") != nullptr) {  // a layout the caller chose stays
+    return false;
+  }
+  const Tensor& y = pool.outputs[0];
+  if (y.dim() != 4 || y.size(1) == 1 || y.size(2) * y.size(3) == 1 || returned.count(y.impl()) != 0 ||
+      !has_layout(y.sizes(), y.strides(), MemoryFormat::ChannelsLast)) {
+    return false;
+  }
+  auto found = consumers.find(y.impl());
+  if (found == consumers.end() || found->second.size() != 1) return false;
+  const trace::Op& next = ops[found->second[0]];
+  return next.name == "reshape" && next.outputs.size() == 1 &&
+         next.outputs[0].sizes() == Shape{y.size(0), y.size(1) * y.size(2) * y.size(3)};
+}
+
+// Such a pool, run again with a contiguous output; nullopt when its call no longer looks like one.
+std::optional<Tensor> contiguous_pool(std::string_view name, const std::vector<Tensor>& inputs,
+                                      const std::vector<trace::Attribute>& attributes) {
+  if (name != "max_pool2d" || inputs.size() != 1 || !inputs[0].defined() || inputs[0].dim() != 4) {
+    return std::nullopt;
+  }
+  const Pool2dOptions options{.kernel_size = pair_of(attributes, "kernel_size", 1).array(),
+                              .stride = pair_of(attributes, "stride", 1).array(),
+                              .padding = pair_of(attributes, "padding", 0).array(),
+                              .ceil_mode = number(attributes, "ceil_mode", 0) != 0,
+                              .output_format = MemoryFormat::Contiguous};
+  return max_pool2d(inputs[0], options);
+}
+
 // The data-less tensor a chain's middle op hands on.
 Tensor stand_in(const TracedChain& chain, int position, Device device) {
   const auto p = static_cast<size_t>(position);
@@ -257,6 +296,11 @@ TracedPlan TracedPlan::from_trace(const std::vector<trace::Op>& ops, const std::
     plan.chains_.push_back(std::move(g.chain));
   }
   std::sort(plan.located_.begin(), plan.located_.end());
+  for (size_t p = 0; p < ops.size(); ++p) {
+    if (!pool_before_flatten(ops, p, consumers, returned_set)) continue;
+    plan.contiguous_pools_.push_back(ops[p].index);
+    plan.pool_modules_.push_back(ops[p].module);
+  }
   return plan;
 }
 
@@ -275,6 +319,11 @@ std::string TracedPlan::str() const {
                        fmt::join(chain.names, " -> "));
   }
   for (const std::string& alone : unfused_) out += fmt::format("  alone  {}\n", alone);
+  for (size_t i = 0; i < contiguous_pools_.size(); ++i) {
+    out += fmt::format("  layout max_pool2d in {} (op {}): writes its output contiguous, so the flatten after it "
+                       "is a view\n",
+                       where(pool_modules_[i]), contiguous_pools_[i]);
+  }
   return out;
 }
 
@@ -296,6 +345,8 @@ TracedRun::~TracedRun() = default;
 
 std::optional<Tensor> TracedRun::substitute(int64_t index, const char* name, const std::vector<Tensor>& inputs,
                                             const std::vector<trace::Attribute>& attributes) {
+  const std::vector<int64_t>& pools = plan_.contiguous_pools();
+  if (std::binary_search(pools.begin(), pools.end(), index)) return contiguous_pool(name, inputs, attributes);
   const auto [c, position] = plan_.locate(index);
   if (c < 0) return std::nullopt;
   const TracedChain& chain = plan_.chains()[static_cast<size_t>(c)];

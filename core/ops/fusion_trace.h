@@ -2,6 +2,8 @@
 // Fusion by tracing: run a forward once under a trace::Recorder, find the
 // chains of ops that one fusion::Block computes — whatever modules the ops
 // ran in — and run them as blocks in later runs of the same forward.
+// A max pool whose channels-last output only a flatten takes also writes its
+// output contiguous in those runs, so the flatten is a view, not a copy.
 //
 //   fusion::Traced net_fused([&](const Tensor& x) { return net(x); });
 //   Tensor y = net_fused(x);   // traces on the first call (and on a new input shape)
@@ -64,6 +66,13 @@ class TracedPlan {
   static TracedPlan from_trace(const std::vector<trace::Op>& ops, const std::vector<Tensor>& returned);
 
   const std::vector<TracedChain>& chains() const { return chains_; }
+  // The max_pool2d ops (ordinals) that write their output contiguous: each one's
+  // output is channels-last, (N, C, H, W) with C > 1 and H * W > 1, and only a
+  // reshape to (N, C * H * W) takes it (nn::Flatten, x.flatten(1)), which
+  // then views the pool's output instead of copying it.
+  const std::vector<int64_t>& contiguous_pools() const { return contiguous_pools_; }
+  // Whether a run has nothing to change: no chain, no pool.
+  bool empty() const { return chains_.empty() && contiguous_pools_.empty(); }
   // A head that stayed alone, and why: "conv2d in layer1.0.conv1: its output feeds 2 ops".
   const std::vector<std::string>& unfused() const { return unfused_; }
   // Where each chain op sits: chain index and position, by op ordinal (none: -1, -1).
@@ -75,10 +84,12 @@ class TracedPlan {
   std::vector<TracedChain> chains_;
   std::vector<std::string> unfused_;
   std::vector<std::pair<int64_t, std::pair<int, int>>> located_;  // sorted by op ordinal
+  std::vector<int64_t> contiguous_pools_;                          // sorted
+  std::vector<std::string> pool_modules_;                          // where each ran, for str()
 };
 
-// Runs `plan`'s chains as blocks in the forward that runs on this thread while
-// it is alive (a trace::Substituter).
+// Runs `plan`'s chains as blocks, and its pools with a contiguous output, in
+// the forward that runs on this thread while it is alive (a trace::Substituter).
 class TracedRun : public trace::Substituter {
  public:
   explicit TracedRun(const TracedPlan& plan);

@@ -375,14 +375,18 @@ Pool2dOptions whole_plane(const Tensor& x, std::string_view op) {
   return {.kernel_size = {x.size(2), x.size(3)}};
 }
 
-// What a trace records of a pooling: the window, its stride, padding and rounding.
+// What a trace records of a pooling: the window, its stride, padding and
+// rounding, and the output layout when the caller chose one.
 std::vector<trace::Attribute> pool_attributes(const Pool2dOptions& o) {
   const std::array<int64_t, 2> stride = o.stride.value_or(o.kernel_size);
-  return {{"kernel_size", std::vector<int64_t>(o.kernel_size.begin(), o.kernel_size.end())},
-          {"stride", std::vector<int64_t>(stride.begin(), stride.end())},
-          {"padding", std::vector<int64_t>(o.padding.begin(), o.padding.end())},
-          {"ceil_mode", int64_t{o.ceil_mode}},
-          {"count_include_pad", int64_t{o.count_include_pad}}};
+  std::vector<trace::Attribute> attributes = {
+      {"kernel_size", std::vector<int64_t>(o.kernel_size.begin(), o.kernel_size.end())},
+      {"stride", std::vector<int64_t>(stride.begin(), stride.end())},
+      {"padding", std::vector<int64_t>(o.padding.begin(), o.padding.end())},
+      {"ceil_mode", int64_t{o.ceil_mode}},
+      {"count_include_pad", int64_t{o.count_include_pad}}};
+  if (o.output_format) attributes.push_back({"output_format", std::string(memory_format_name(*o.output_format))});
+  return attributes;
 }
 
 }  // namespace
@@ -397,6 +401,11 @@ MaxPool2dResult max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& op
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
   trace::OpScope trace("max_pool2d");
+  // Fusion by tracing: a pool before a flatten may write its output contiguous
+  // (fusion::TracedPlan::contiguous_pools); a layout the caller chose stays.
+  if (!options.output_format && trace.substituting()) {
+    if (auto y = trace.substitute({x}, pool_attributes(options))) return *y;
+  }
   Tensor y = max_or_avg(x, options, /*max=*/true, "max_pool2d");
   if (trace.recording()) trace.record({x}, y, pool_attributes(options));
   return y;

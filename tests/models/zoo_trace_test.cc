@@ -4,7 +4,8 @@
 // nn::fuse makes of the same model, so a captured step fuses at least what the
 // explicit rewrite would, whatever the module structure. Also the chains only
 // tracing finds in custom modules (a basic block's add and ReLU, an inverted
-// residual's projection + add).
+// residual's projection + add), and the max pools before a flatten that both
+// have write a contiguous output in a channels-last model.
 // N batch, C channels, H, W.
 #include <doctest/doctest.h>
 
@@ -130,6 +131,34 @@ TEST_CASE("tracing fuses the custom blocks nn::fuse cannot reach (resnet18_cifar
     if (block.ends_with("batch_norm -> add_residual")) with_residual += n;
   }
   CHECK(with_residual == 10);  // the inverted residuals of stride 1 with equal widths: 1 + 2 + 3 + 2 + 2
+}
+
+TEST_CASE("every zoo model, channels-last and traced as written, writes contiguous the pools nn::fuse does") {
+  int pools = 0;
+  for (const models::ZooModel& row : models::zoo()) {
+    if (row.name == "vgg11_bn" || row.name == "vgg16_bn") continue;  // as above
+    CAPTURE(row.name);
+    manual_seed(0);
+    std::shared_ptr<nn::Module> net = row.build(row.num_classes);
+    net->to(MemoryFormat::ChannelsLast);
+    const Shape sizes = small_input(row, 2);
+    const Tensor x = randn(sizes).contiguous(sizes.size() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+    fusion::TracedPlan plan;
+    {
+      trace::Recorder recorder;
+      Tensor y = (*net)(x);
+      plan = fusion::TracedPlan::from_trace(recorder.ops(), {y});
+    }
+    nn::fuse(*net);
+    size_t contiguous = 0;
+    for (const auto& [name, module] : net->named_modules()) {
+      const auto* pool = dynamic_cast<const nn::MaxPool2d*>(module.get());
+      if (pool != nullptr && pool->options().output_format == MemoryFormat::Contiguous) ++contiguous;
+    }
+    CHECK(plan.contiguous_pools().size() == contiguous);
+    pools += static_cast<int>(contiguous);
+  }
+  CHECK(pools >= 2);  // lenet5's and mnist_net's
 }
 
 }  // namespace

@@ -5,13 +5,16 @@
 // a chain) run traced and as written; outputs, every gradient and the running
 // statistics agree, and the plan holds the chains the structure guarantees.
 // Also: a ResNet basic block written as users write it, the errors when a
-// forward leaves its trace, and a head that no longer matches.
+// forward leaves its trace, a head that no longer matches, and max pools
+// before a flatten, which traced runs have write a contiguous output.
 //
 // N batch, C channels, H, W.
 #include "core/ops/fusion_trace.h"
 
 #include <doctest/doctest.h>
 
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -191,6 +194,98 @@ TEST_CASE("fusion by tracing: a forward that leaves its trace is an error, a cha
   SUBCASE("traces do not nest") {
     fusion::TracedRun run(plan);
     CHECK_THROWS_AS(trace::Recorder(), ValueError);
+  }
+}
+
+// conv2d -> relu -> max_pool2d -> flatten -> linear, as LeNet's head is
+// written; `pooled` gets the pool's output, `extra_use` adds a second use of it.
+struct PoolHead {
+  Tensor w, b, lw, lb;
+  Pool2dOptions pool;
+  bool extra_use = false;
+  int64_t flatten_from = 1;
+  Tensor pooled;
+
+  Tensor operator()(const Tensor& x) {
+    pooled = max_pool2d(relu(conv2d(x, w, b, {.padding = 1})), pool);
+    Tensor y = linear(pooled.flatten(flatten_from).flatten(1), lw, lb);
+    return extra_use ? add(y, pooled.sum()) : y;
+  }
+};
+
+TEST_CASE("fusion by tracing: a max pool before a flatten writes its output contiguous, random shapes") {
+  Generator gen(20261204);
+  Rng rng(20261204);
+  auto draw = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const TensorOptions f64{.dtype = DType::Float64};
+  int marked = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t n = draw(1, 3), c = draw(2, 5), k = draw(2, 6), side = draw(3, 9), window = draw(1, 3);
+    PoolHead head;
+    head.pool = {.kernel_size = {window, draw(1, 3)}, .stride = std::array<int64_t, 2>{draw(1, 3), draw(1, 3)},
+                 .ceil_mode = draw(0, 1) == 1};
+    head.pool.padding = {draw(0, head.pool.kernel_size[0] / 2), draw(0, head.pool.kernel_size[1] / 2)};
+    const int variant = trial % 4;  // 0, 1: a flatten only; 2: a second use; 3: flatten(2) first
+    head.extra_use = variant == 2;
+    head.flatten_from = variant == 3 ? 2 : 1;
+    const bool channels_last = trial % 8 != 7;
+    const MemoryFormat format = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    head.w = randn({k, c, 3, 3}, f64, &gen);
+    head.b = randn({k}, f64, &gen);
+    const Tensor x1 = randn({n, c, side, side}, f64, &gen).contiguous(format);
+    const Tensor x2 = randn({n, c, side, side}, f64, &gen).contiguous(format);
+    const Shape pooled_sizes = max_pool2d(zeros({n, k, side, side}, f64), head.pool).sizes();
+    const Tensor lw = randn({4, pooled_sizes[1] * pooled_sizes[2] * pooled_sizes[3]}, f64, &gen);
+    head.lw = lw;
+    head.lb = randn({4}, f64, &gen);
+    CAPTURE(trial);
+    CAPTURE(shape_str(pooled_sizes));
+    CAPTURE(channels_last);
+    fusion::TracedPlan plan;
+    {
+      trace::Recorder recorder;
+      Tensor y = head(x1);
+      plan = fusion::TracedPlan::from_trace(recorder.ops(), {y});
+    }
+    const bool expected = channels_last && variant < 2 && pooled_sizes[2] * pooled_sizes[3] > 1;
+    CHECK(plan.contiguous_pools().size() == (expected ? 1u : 0u));
+    CHECK((plan.str().find("layout max_pool2d") != std::string::npos) == expected);
+    marked += expected ? 1 : 0;
+
+    // One run as written, one under the plan: a fresh x and linear weight each, for their gradients.
+    auto run = [&](bool traced, MemoryFormat pooled_format) {
+      Tensor x = x2.clone(format).requires_grad_(true);
+      head.lw = lw.clone().requires_grad_(true);
+      Tensor y;
+      {
+        std::optional<fusion::TracedRun> substitute;
+        if (traced) substitute.emplace(plan);
+        y = head(x);
+        if (traced) substitute->finish();
+      }
+      CHECK(head.pooled.is_contiguous(pooled_format));
+      mul(y, y).sum().backward();
+      return std::vector<Tensor>{y, x.grad(), head.lw.grad()};
+    };
+    const std::vector<Tensor> want = run(false, format);
+    const std::vector<Tensor> got = run(true, expected ? MemoryFormat::Contiguous : format);
+    check_close(got[0], want[0], "output");
+    check_close(got[1], want[1], "dx");
+    check_close(got[2], want[2], "linear weight grad");
+  }
+  CHECK(marked >= 8);
+
+  SUBCASE("a layout the caller chose stays") {
+    PoolHead head;
+    head.pool = {.kernel_size = {2, 2}, .output_format = MemoryFormat::ChannelsLast};
+    head.w = randn({3, 2, 3, 3}, f64, &gen);
+    head.b = randn({3}, f64, &gen);
+    head.lw = randn({4, 3 * 3 * 3}, f64, &gen);
+    head.lb = randn({4}, f64, &gen);
+    Tensor x = randn({2, 2, 6, 6}, f64, &gen).contiguous(MemoryFormat::ChannelsLast);
+    trace::Recorder recorder;
+    Tensor y = head(x);
+    CHECK(fusion::TracedPlan::from_trace(recorder.ops(), {y}).contiguous_pools().empty());
   }
 }
 
