@@ -32,13 +32,14 @@ namespace {
 using testing::small_input;
 using BlockCounts = std::map<std::string, int>;  // Block::str() -> how many
 
+fusion::TracedPlan traced_plan(nn::Module& net, const Tensor& x) {
+  trace::Recorder recorder;
+  Tensor y = net(x);
+  return fusion::TracedPlan::from_trace(recorder.ops(), {y});
+}
+
 BlockCounts traced_blocks(nn::Module& net, const Tensor& x) {
-  fusion::TracedPlan plan;
-  {
-    trace::Recorder recorder;
-    Tensor y = net(x);
-    plan = fusion::TracedPlan::from_trace(recorder.ops(), {y});
-  }
+  const fusion::TracedPlan plan = traced_plan(net, x);
   BlockCounts blocks;
   for (const fusion::TracedChain& chain : plan.chains()) ++blocks[chain.block];
   return blocks;
@@ -143,12 +144,7 @@ TEST_CASE("every zoo model, channels-last and traced as written, writes contiguo
     net->to(MemoryFormat::ChannelsLast);
     const Shape sizes = small_input(row, 2);
     const Tensor x = randn(sizes).contiguous(sizes.size() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
-    fusion::TracedPlan plan;
-    {
-      trace::Recorder recorder;
-      Tensor y = (*net)(x);
-      plan = fusion::TracedPlan::from_trace(recorder.ops(), {y});
-    }
+    const fusion::TracedPlan plan = traced_plan(*net, x);
     nn::fuse(*net);
     size_t contiguous = 0;
     for (const auto& [name, module] : net->named_modules()) {
