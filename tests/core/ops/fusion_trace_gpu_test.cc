@@ -120,6 +120,8 @@ void check_policy(const ParityPolicy& policy, MemoryFormat format, uint64_t seed
   const Run& traced = runs[1];
   CAPTURE(plan);
   CHECK(traced.blocks >= RandomNet(seed).guaranteed_chains());
+  const bool pool_layout = format == MemoryFormat::ChannelsLast && RandomNet(seed).pools_before_flatten();
+  CHECK((plan.find("layout max_pool2d") != std::string::npos) == pool_layout);
   const double fwd_untraced = testing::normalized_error(untraced.y, cpu.y);
   const double fwd_traced = testing::normalized_error(traced.y, cpu.y);
   const double bwd_untraced = worst_grad_error(untraced, cpu, policy);

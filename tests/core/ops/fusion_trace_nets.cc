@@ -2,11 +2,13 @@
 // The fusion-by-tracing tests' networks.
 #include "tests/core/ops/fusion_trace_nets.h"
 
+#include <array>
 #include <span>
 #include <string>
 
 #include "core/generator.h"
 #include "core/ops/ops.h"
+#include "core/ops/pooling.h"
 
 namespace loom::testing {
 
@@ -35,7 +37,9 @@ RandomNet::RandomNet(uint64_t seed) {
   manual_seed(seed);  // the layers' initial weights
   const int count = 2 + static_cast<int>(pick(rng, 3));
   for (int i = 0; i < count; ++i) segments_.push_back(draw(rng, i));
-  head_ = register_module("head", nn::Linear(kChannels * kTraceSize * kTraceSize, 6, {.bias = pick(rng, 2) == 0}));
+  if (pick(rng, 2) == 0) pool_window_ = 2 + static_cast<int64_t>(pick(rng, 2));
+  const int64_t side = pool_window_ == 0 ? kTraceSize : (kTraceSize + 2 * (pool_window_ / 2) - pool_window_) / 2 + 1;
+  head_ = register_module("head", nn::Linear(kChannels * side * side, 6, {.bias = pick(rng, 2) == 0}));
   head_activation_ = random_activation(rng);
   classifier_ = register_module("classifier", nn::Linear(6, 3));
 }
@@ -43,6 +47,10 @@ RandomNet::RandomNet(uint64_t seed) {
 Tensor RandomNet::forward(const Tensor& x) {
   Tensor h = x;
   for (const Segment& s : segments_) h = run(s, h);
+  if (pool_window_ != 0) {
+    h = max_pool2d(h, {.kernel_size = {pool_window_, pool_window_}, .stride = std::array<int64_t, 2>{2, 2},
+                       .padding = {pool_window_ / 2, pool_window_ / 2}});
+  }
   Tensor features = h.flatten(1);
   return (*classifier_)(activation((*head_)(features), head_activation_.first, head_activation_.second));
 }

@@ -37,19 +37,23 @@ struct Segment {
 };
 
 // Input (N, kChannels, kTraceSize, kTraceSize) -> (N, 3); float32 parameters
-// until moved. The same seed builds the same structure and weights.
+// until moved. The same seed builds the same structure and weights. Half the
+// seeds put a max_pool2d (window 2 or 3, stride 2) before the flatten, which
+// tracing runs with a contiguous output when the input is channels-last.
 class RandomNet : public nn::Module {
  public:
   explicit RandomNet(uint64_t seed);
   Tensor forward(const Tensor& x) override;
   // Chains the structure guarantees (a head followed by at least one step, not broken).
   int guaranteed_chains() const;
+  bool pools_before_flatten() const { return pool_window_ != 0; }
 
  private:
   Segment draw(std::mt19937_64& rng, int i);
   Tensor run(const Segment& s, const Tensor& x) const;
 
   std::vector<Segment> segments_;
+  int64_t pool_window_ = 0;  // 0: no pool before the flatten
   std::shared_ptr<nn::Linear> head_, classifier_;
   std::pair<kernel::ActivationKind, std::vector<double>> head_activation_;
 };

@@ -39,6 +39,7 @@ struct Outcome {
   std::vector<Tensor> grads, buffers;
   int64_t blocks = 0;
   int chains = 0;
+  size_t contiguous_pools = 0;
 };
 
 // Two forwards (the first traced when `traced`, the second run under its plan)
@@ -63,6 +64,7 @@ Outcome run_net(RandomNet& net, const Tensor& x1, const Tensor& x2, bool traced)
     out.y = net(x);
   }
   out.chains = static_cast<int>(plan.chains().size());
+  out.contiguous_pools = plan.contiguous_pools().size();
   mul(out.y, out.y).sum().backward();
   out.dx = x.grad();
   for (const Tensor& p : net.parameters()) out.grads.push_back(p.grad());
@@ -80,7 +82,7 @@ void check_close(const Tensor& actual, const Tensor& expected, const std::string
 TEST_CASE("fusion by tracing: random user-style networks, traced vs as written, float64") {
   Generator gen(20261128);
   Rng seeds(20261128);
-  int total_chains = 0;
+  int total_chains = 0, traced_pools = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const uint64_t seed = seeds();
     const bool channels_last = trial % 2 == 1;
@@ -102,6 +104,8 @@ TEST_CASE("fusion by tracing: random user-style networks, traced vs as written, 
     const Outcome got = run_net(traced, x1, x2, true);
     CHECK(got.chains >= traced.guaranteed_chains());
     CHECK(got.blocks == got.chains);  // every chain ran as one block
+    CHECK(got.contiguous_pools == (channels_last && traced.pools_before_flatten() ? 1U : 0U));
+    traced_pools += static_cast<int>(got.contiguous_pools);
     total_chains += got.chains;
     check_close(got.y, want.y, "output");
     check_close(got.dx, want.dx, "dx");
@@ -113,6 +117,7 @@ TEST_CASE("fusion by tracing: random user-style networks, traced vs as written, 
     }
   }
   CHECK(total_chains > 80);  // the draws do reach chains of every kind
+  CHECK(traced_pools >= 4);  // and channels-last pools before the flatten
 }
 
 TEST_CASE("fusion by tracing: a basic block written as a custom module") {
