@@ -294,9 +294,9 @@ Tensor Tensor::unsqueeze(int64_t dim_) const {
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
-  if (dim() == 0) return reshape({1});
   int64_t start = normalize_dim(start_dim, dim(), "flatten");
   int64_t end = normalize_dim(end_dim, dim(), "flatten");
+  if (dim() == 0) return reshape({1});  // as PyTorch, after the dims are checked: flatten(1) of a scalar throws
   LOOM_CHECK(start <= end, ValueError, "[flatten] start_dim {} comes after end_dim {}", start, end);
   Shape new_sizes(sizes().begin(), sizes().begin() + start);
   int64_t merged = 1;

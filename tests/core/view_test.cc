@@ -285,6 +285,8 @@ TEST_CASE("squeeze / unsqueeze / flatten") {
   CHECK(c.flatten(-2, -1).sizes() == Shape{2, 3, 20});
   CHECK(shares_storage(c.flatten(1), c));
   CHECK(full({}, 3.0).flatten().sizes() == Shape{1});
+  CHECK(full({}, 3.0).flatten(-1, 0).sizes() == Shape{1});
+  CHECK_THROWS_WITH_FRAGMENT(full({}, 3.0).flatten(1), IndexError, "[flatten] dim 1 is out of range for a 0-D tensor");
   CHECK_THROWS_WITH_FRAGMENT(c.flatten(2, 1), ValueError, "[flatten] start_dim 2 comes after end_dim 1");
   // Flattening a channels-last tensor's C, H, W must copy (they are not row-major).
   const Tensor cl = c.contiguous(MemoryFormat::ChannelsLast);
