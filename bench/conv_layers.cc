@@ -1,0 +1,236 @@
+// File: bench/conv_layers.cc
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench/conv_layers.h"
+
+#include "core/error.h"
+#include "core/json.h"
+#include "core/numerics.h"
+#include "core/ops/ops.h"
+#include "core/step_boundary.h"
+#include "core/trace.h"
+#include "models/registry.h"
+
+#ifdef LOOM_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda/graph.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#endif
+
+namespace loom::bench {
+namespace {
+
+std::string shape_text(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Milliseconds per run of `work`, the median of `repeats` timings of `replays` runs each: a
+// CUDA graph of one run, replayed, on the GPU; `work` itself with the steady clock on the CPU.
+double time_work(const std::function<void()>& work, const ConvLayersOptions& o) {
+  std::vector<double> ms;
+#ifdef LOOM_WITH_CUDA
+  if (o.device.is_cuda()) {
+    cuda::CudaGraph graph;
+    graph.capture(work);
+    cudaEvent_t begin = nullptr, end = nullptr;
+    LOOM_CUDA_CHECK(cudaEventCreate(&begin));
+    LOOM_CUDA_CHECK(cudaEventCreate(&end));
+    graph.replay();  // the graph's first launch uploads it
+    for (int r = 0; r < o.repeats; ++r) {
+      LOOM_CUDA_CHECK(cudaEventRecord(begin, cuda::current_stream()));
+      for (int i = 0; i < o.replays; ++i) graph.replay();
+      LOOM_CUDA_CHECK(cudaEventRecord(end, cuda::current_stream()));
+      LOOM_CUDA_CHECK(cudaEventSynchronize(end));
+      float elapsed = 0;
+      LOOM_CUDA_CHECK(cudaEventElapsedTime(&elapsed, begin, end));
+      ms.push_back(elapsed / o.replays);
+    }
+    LOOM_CUDA_CHECK(cudaEventDestroy(begin));
+    LOOM_CUDA_CHECK(cudaEventDestroy(end));
+    return median(ms);
+  }
+#endif
+  for (int r = 0; r < o.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.replays; ++i) work();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+                 o.replays);
+  }
+  return median(ms);
+}
+
+int64_t parse_int(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  LOOM_CHECK(used == value.size() && !value.empty(), ValueError, "[conv_layers] {} needs an integer, got '{}'", flag,
+             value);
+  return n;
+}
+
+}  // namespace
+
+const char* const kConvLayersUsage = R"(usage: conv_layers --model M [flags]
+  --model M        a zoo model (models/registry.h)
+  --batch N        batch size (default 128)
+  --precision P    tf32 (default), strict (no TF32) or bf16 (bfloat16 operands)
+  --layout L       nhwc (default) or nchw
+  --depthwise      only the depthwise convolutions (groups = C > 1)
+  --replays R      replays per timed repeat (default 50)
+  --repeats K      timed repeats; the median is kept (default 5)
+  --device D       cuda, cuda:k or cpu (default cuda when available)
+  --json PATH      also append one JSON object per convolution to PATH
+)";
+
+ConvLayersOptions parse_conv_layers_flags(int argc, char** argv) {
+  ConvLayersOptions o;
+  o.device = cuda_available() ? Device::cuda() : Device::cpu();
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--depthwise") {
+      o.depthwise = true;
+      continue;
+    }
+    static const std::set<std::string> kValued = {"--model",   "--batch",   "--precision", "--layout",
+                                                  "--replays", "--repeats", "--device",    "--json"};
+    LOOM_CHECK(kValued.contains(flag), ValueError, "[conv_layers] unknown flag {}", flag);
+    LOOM_CHECK(i + 1 < argc, ValueError, "[conv_layers] {} needs a value", flag);
+    const std::string value = argv[++i];
+    if (flag == "--model") o.model = value;
+    else if (flag == "--batch") o.batch = parse_int(flag, value);
+    else if (flag == "--precision") o.precision = value;
+    else if (flag == "--layout") o.layout = value;
+    else if (flag == "--replays") o.replays = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--repeats") o.repeats = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--device") o.device = Device::parse(value);
+    else o.json = value;
+  }
+  LOOM_CHECK(!o.model.empty(), ValueError, "[conv_layers] --model is required");
+  LOOM_CHECK(o.precision == "tf32" || o.precision == "strict" || o.precision == "bf16", ValueError,
+             "[conv_layers] --precision must be tf32, strict or bf16, got '{}'", o.precision);
+  LOOM_CHECK(o.layout == "nhwc" || o.layout == "nchw", ValueError,
+             "[conv_layers] --layout must be nhwc or nchw, got '{}'", o.layout);
+  LOOM_CHECK(o.batch > 0 && o.replays > 0 && o.repeats > 0, ValueError,
+             "[conv_layers] --batch, --replays and --repeats must be positive");
+  return o;
+}
+
+std::vector<ConvLayer> model_convs(const std::string& name, int64_t batch) {
+  const models::ZooModel& row = models::zoo_model(name);
+  std::shared_ptr<nn::Module> net = row.build(row.num_classes);
+  net->eval();  // batch 1 through batch norm's training statistics would be refused
+  std::vector<ConvLayer> layers;
+  std::map<std::string, size_t> index;
+  trace::Recorder recorder(trace::Keep::Shapes);
+  (*net)(randn(row.batch_shape(1)));
+  for (const trace::Op& op : recorder.ops()) {
+    if (op.name != "conv2d") continue;
+    ConvLayer layer{.x = op.inputs[0].sizes(), .weight = op.inputs[1].sizes(), .bias = op.inputs[2].defined()};
+    layer.x[0] = batch;
+    const auto pair = [&op](const char* attribute) {
+      const std::vector<int64_t>& v = op.get_ints(attribute);
+      return Size2(v[0], v[1]);
+    };
+    layer.options = {.stride = pair("stride"), .padding = pair("padding"), .dilation = pair("dilation"),
+                     .groups = op.get_int("groups")};
+    const Conv2dOptions& c = layer.options;
+    const std::string key = fmt::format("{} {} {} {} {} {} {} {} {} {}", shape_text(layer.x), shape_text(layer.weight),
+                                        layer.bias, c.stride.h, c.stride.w, c.padding.h, c.padding.w, c.dilation.h,
+                                        c.dilation.w, c.groups);
+    auto [it, added] = index.emplace(key, layers.size());
+    if (added) {
+      layer.module = op.module;
+      layers.push_back(layer);
+    }
+    ++layers[it->second].uses;
+  }
+  return layers;
+}
+
+LayerTimes time_layer(const ConvLayer& layer, const ConvLayersOptions& o) {
+  const DType dtype = o.precision == "bf16" ? DType::BFloat16 : DType::Float32;
+  const MemoryFormat format = o.layout == "nhwc" ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  const TensorOptions on{.dtype = dtype, .device = o.device};
+  Generator gen(1);
+  const Tensor x = randn(layer.x, on, &gen).contiguous(format);
+  const Tensor w = randn(layer.weight, on, &gen).contiguous(format);
+  const Tensor b = layer.bias ? randn({layer.weight[0]}, on, &gen) : Tensor();
+  const Tensor dy = randn_like(conv2d(x, w, b, layer.options), &gen);
+  const Tensor xg = x.detach().requires_grad_(true), wg = w.detach().requires_grad_(true);
+  const Tensor bg = b.defined() ? b.detach().requires_grad_(true) : Tensor();
+  Tensor y;
+  const auto forward = [&] { y = conv2d(x, w, b, layer.options); };
+  const auto with_gradients = [&] {
+    for (Tensor t : {xg, wg, bg}) {  // a handle: the gradient is the shared tensor's
+      if (t.defined()) t.set_grad(Tensor());  // each run writes its gradients, as a step after zero_grad
+    }
+    conv2d(xg, wg, bg, layer.options).backward(dy);
+  };
+  const auto settle = [&] {
+    forward();
+    with_gradients();
+  };
+  settle();
+  for (int round = 0; round < 8 && wait_for_background_plans(); ++round) {
+    step_boundary();
+    settle();
+  }
+  settle();  // an op whose plan was swapped in races its kernels again, before any capture
+  return {time_work(forward, o), time_work(with_gradients, o)};
+}
+
+std::string to_json(const ConvLayer& layer, const LayerTimes& t, const ConvLayersOptions& o) {
+  const Conv2dOptions& c = layer.options;
+  return fmt::format(
+      "{{\"framework\": \"loom\", \"kind\": \"conv\", \"model\": {}, \"module\": {}, \"precision\": {}, "
+      "\"layout\": {}, \"device\": {}, \"x\": {}, \"weight\": {}, \"bias\": {}, \"stride\": [{}, {}], "
+      "\"padding\": [{}, {}], \"dilation\": [{}, {}], \"groups\": {}, \"uses\": {}, \"replays\": {}, "
+      "\"repeats\": {}, \"forward_ms\": {}, \"with_gradients_ms\": {}}}",
+      json_string(o.model), json_string(layer.module), json_string(o.precision), json_string(o.layout),
+      json_string(o.device.str()), shape_text(layer.x), shape_text(layer.weight), layer.bias ? "true" : "false",
+      c.stride.h, c.stride.w, c.padding.h, c.padding.w, c.dilation.h, c.dilation.w, c.groups, layer.uses,
+      o.replays, o.repeats, json_number(t.forward_ms), json_number(t.with_gradients_ms));
+}
+
+void run_conv_layers(const ConvLayersOptions& o) {
+  const std::vector<ConvLayer> layers = model_convs(o.model, o.batch);
+  DeviceGuard on_device(o.device);
+  NumericsGuard numerics({.precision = o.precision == "strict" ? Precision::StrictFp32 : Precision::Tf32});
+  std::FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
+  LOOM_CHECK(o.json.empty() || json != nullptr, IoError, "[conv_layers] cannot open {} to append", o.json);
+  double forward_total = 0, gradients_total = 0;
+  fmt::print("{} batch {} {} {} on {}: ms per call (x uses = ms per step)\n", o.model, o.batch, o.precision,
+             o.layout, o.device.str());
+  for (const ConvLayer& layer : layers) {
+    if (o.depthwise && !layer.depthwise()) continue;
+    const LayerTimes t = time_layer(layer, o);
+    forward_total += t.forward_ms * static_cast<double>(layer.uses);
+    gradients_total += t.with_gradients_ms * static_cast<double>(layer.uses);
+    fmt::print("  x {} w {} stride {} groups {} x{}: forward {:.4f}, with gradients {:.4f}  ({})\n",
+               shape_text(layer.x), shape_text(layer.weight), layer.options.stride.h, layer.options.groups,
+               layer.uses, t.forward_ms, t.with_gradients_ms, layer.module);
+    if (json != nullptr) fmt::print(json, "{}\n", to_json(layer, t, o));
+  }
+  if (json != nullptr) std::fclose(json);
+  fmt::print("  per step: forward {:.4f} ms, with gradients {:.4f} ms\n", forward_total, gradients_total);
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,111 @@
+"""The convolutions bench/conv_layers timed in Loom, timed in PyTorch the same way, printed side by side.
+
+  conv_layers --model mobilenet_v2_cifar --batch 128 --precision bf16 --depthwise --json dw.jsonl
+  python3 bench/conv_layers_torch.py dw.jsonl [--json torch.jsonl] [--device cuda:0]
+
+For each JSON line of conv_layers (one distinct convolution of a zoo model: x and weight shapes, stride,
+padding, dilation, groups, bias, precision, layout), PyTorch runs F.conv2d on operands of the same shapes,
+dtype and layout, with cudnn.benchmark on (its algorithms chosen before capture) and TF32 as the line's
+precision says. As in Loom, the forward alone and the forward with both gradients (x, weight and bias; the
+gradients set to None first, as zero_grad does) are each captured in a CUDA graph and replayed; the median
+of the repeats' ms per replay is kept. The table gives each layer's times in both and the model's per-step
+sums (each layer times its uses); a ratio above 1 means Loom is faster.
+"""
+import argparse, json, statistics, sys
+
+import torch
+import torch.nn.functional as F
+
+
+def time_graph(work, replays, repeats):
+    """ms per replay of a CUDA graph of work(), the median of `repeats` timings of `replays` replays."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+        for _ in range(3):
+            work()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        work()
+    graph.replay()
+    times = []
+    for _ in range(repeats):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end) / replays)
+    return statistics.median(times)
+
+
+def time_layer(row, device):
+    dtype = torch.bfloat16 if row["precision"] == "bf16" else torch.float32
+    fmt = torch.channels_last if row["layout"] == "nhwc" else torch.contiguous_format
+    torch.backends.cuda.matmul.allow_tf32 = row["precision"] == "tf32"
+    torch.backends.cudnn.allow_tf32 = row["precision"] == "tf32"
+    gen = torch.Generator(device=device).manual_seed(1)
+    make = lambda shape: torch.randn(shape, device=device, dtype=dtype, generator=gen)
+    x = make(row["x"]).contiguous(memory_format=fmt)
+    w = make(row["weight"]).contiguous(memory_format=fmt)
+    b = make([row["weight"][0]]) if row["bias"] else None
+    args = dict(stride=row["stride"], padding=row["padding"], dilation=row["dilation"], groups=row["groups"])
+    dy = torch.randn_like(F.conv2d(x, w, b, **args))
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+    bg = b.detach().requires_grad_() if b is not None else None
+    leaves = [t for t in (xg, wg, bg) if t is not None]
+    out = {}
+
+    def forward():
+        out["y"] = F.conv2d(x, w, b, **args)
+
+    def with_gradients():
+        for t in leaves:
+            t.grad = None  # each run writes its gradients (no accumulation), as a step after zero_grad
+        F.conv2d(xg, wg, bg, **args).backward(dy)
+
+    replays, repeats = row["replays"], row["repeats"]
+    return time_graph(forward, replays, repeats), time_graph(with_gradients, replays, repeats)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("loom_json", help="conv_layers' --json file")
+    ap.add_argument("--json", default="", help="also append PyTorch's lines here")
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    rows = [json.loads(line) for line in open(args.loom_json) if line.strip()]
+    rows = [r for r in rows if r.get("framework") == "loom" and r.get("kind") == "conv"]
+    if not rows:
+        sys.exit(f"{args.loom_json}: no conv_layers lines")
+    torch.backends.cudnn.benchmark = True
+    device = torch.device(args.device)
+    torch.cuda.set_device(device)
+    print("| model | module | x | weight | stride | groups | uses | precision | Loom fwd | PT fwd | Loom fwd+grads "
+          "| PT fwd+grads | fwd+grads PT / Loom |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    sums = {}
+    out = open(args.json, "a") if args.json else None
+    for r in rows:
+        fwd, both = time_layer(r, device)
+        key = (r["model"], r["precision"], r["layout"], r["x"][0])
+        s = sums.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+        for i, v in enumerate((r["forward_ms"], fwd, r["with_gradients_ms"], both)):
+            s[i] += v * r["uses"]
+        shape = lambda v: "x".join(map(str, v))
+        print(f"| {r['model']} | {r['module']} | {shape(r['x'])} | {shape(r['weight'])} | {r['stride'][0]} "
+              f"| {r['groups']} | {r['uses']} | {r['precision']} | {r['forward_ms']:.4f} | {fwd:.4f} "
+              f"| {r['with_gradients_ms']:.4f} | {both:.4f} | {both / r['with_gradients_ms']:.2f}x |")
+        if out:
+            line = dict(r, framework="torch", device=str(device), forward_ms=fwd, with_gradients_ms=both)
+            out.write(json.dumps(line) + "\n")
+    for (model, precision, layout, batch), (lf, pf, lb, pb) in sums.items():
+        print(f"\n{model} batch {batch} {precision} {layout}, per step (each layer x its uses): forward Loom "
+              f"{lf:.4f} ms, PyTorch {pf:.4f}; with gradients Loom {lb:.4f}, PyTorch {pb:.4f} "
+              f"(PyTorch / Loom {pb / lb:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
