@@ -1,8 +1,8 @@
 // File: bench/conv_layers.cc
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -12,6 +12,7 @@
 
 #include "bench/conv_layers.h"
 
+#include "bench/options.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/numerics.h"
@@ -73,18 +74,6 @@ double time_work(const std::function<void()>& work, const ConvLayersOptions& o) 
   return median(ms);
 }
 
-int64_t parse_int(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  int64_t n = 0;
-  try {
-    n = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  LOOM_CHECK(used == value.size() && !value.empty(), ValueError, "[conv_layers] {} needs an integer, got '{}'", flag,
-             value);
-  return n;
-}
 
 }  // namespace
 
@@ -115,11 +104,11 @@ ConvLayersOptions parse_conv_layers_flags(int argc, char** argv) {
     LOOM_CHECK(i + 1 < argc, ValueError, "[conv_layers] {} needs a value", flag);
     const std::string value = argv[++i];
     if (flag == "--model") o.model = value;
-    else if (flag == "--batch") o.batch = parse_int(flag, value);
+    else if (flag == "--batch") o.batch = parse_count(flag, value, 1);
     else if (flag == "--precision") o.precision = value;
     else if (flag == "--layout") o.layout = value;
-    else if (flag == "--replays") o.replays = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--repeats") o.repeats = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--replays") o.replays = parse_count(flag, value, 1);
+    else if (flag == "--repeats") o.repeats = parse_count(flag, value, 1);
     else if (flag == "--device") o.device = Device::parse(value);
     else o.json = value;
   }
@@ -128,8 +117,6 @@ ConvLayersOptions parse_conv_layers_flags(int argc, char** argv) {
              "[conv_layers] --precision must be tf32, strict or bf16, got '{}'", o.precision);
   LOOM_CHECK(o.layout == "nhwc" || o.layout == "nchw", ValueError,
              "[conv_layers] --layout must be nhwc or nchw, got '{}'", o.layout);
-  LOOM_CHECK(o.batch > 0 && o.replays > 0 && o.repeats > 0, ValueError,
-             "[conv_layers] --batch, --replays and --repeats must be positive");
   return o;
 }
 

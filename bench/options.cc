@@ -23,25 +23,6 @@ const std::vector<std::string> kLayouts = {"auto", "nchw", "nhwc"};
 const std::vector<std::string> kOptimizers = {"sgd", "adam"};
 const std::vector<std::string> kPlanBuilds = {"lazy", "eager", "precompiled"};
 
-int64_t parse_int(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  int64_t n = 0;
-  try {
-    n = std::stoll(value, &used);
-  } catch (const std::logic_error&) {
-    used = 0;
-  }
-  LOOM_CHECK(used == value.size() && !value.empty(), ValueError,
-             "[bench] {} needs an integer, got '{}'", flag, value);
-  return n;
-}
-
-int parse_count(const std::string& flag, const std::string& value, int64_t minimum) {
-  const int64_t n = parse_int(flag, value);
-  LOOM_CHECK(n >= minimum && n <= 1'000'000'000, ValueError,
-             "[bench] {} needs an integer >= {}, got {}", flag, minimum, n);
-  return static_cast<int>(n);
-}
 
 void check_known(const std::string& flag, const std::string& value,
                  const std::vector<std::string>& known) {
@@ -97,6 +78,26 @@ void validate(const BenchOptions& o) {
 }
 
 }  // namespace
+
+int64_t parse_int(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(value, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  LOOM_CHECK(used == value.size() && !value.empty(), ValueError,
+             "[bench] {} needs an integer, got '{}'", flag, value);
+  return n;
+}
+
+int parse_count(const std::string& flag, const std::string& value, int64_t minimum) {
+  const int64_t n = parse_int(flag, value);
+  LOOM_CHECK(n >= minimum && n <= 1'000'000'000, ValueError,
+             "[bench] {} needs an integer >= {}, got {}", flag, minimum, n);
+  return static_cast<int>(n);
+}
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;

@@ -82,4 +82,9 @@ BenchOptions parse_options(const std::vector<std::string>& args);
 // "a,b,c" -> {"a", "b", "c"}; empty items are dropped.
 std::vector<std::string> split_list(const std::string& text);
 
+// A flag's integer value, all of `value`; ValueError naming the flag otherwise.
+int64_t parse_int(const std::string& flag, const std::string& value);
+// The same, between `minimum` and a billion.
+int parse_count(const std::string& flag, const std::string& value, int64_t minimum);
+
 }  // namespace loom::bench

@@ -88,7 +88,8 @@ TEST_CASE("flags: defaults, values, and errors that name the flag") {
   CHECK_THROWS_WITH_FRAGMENT(parse({"--batch", "8"}), ValueError, "--model is required");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "unet", "--fast"}), ValueError, "unknown flag --fast");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "unet", "--precision", "fp8"}), ValueError, "got 'fp8'");
-  CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "unet", "--repeats", "0"}), ValueError, "must be positive");
+  CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "unet", "--repeats", "0"}), ValueError,
+                             "--repeats needs an integer >= 1, got 0");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--model"}), ValueError, "--model needs a value");
 }
 
