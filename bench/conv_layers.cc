@@ -1,6 +1,5 @@
 // File: bench/conv_layers.cc
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -13,6 +12,7 @@
 #include "bench/conv_layers.h"
 
 #include "bench/options.h"
+#include "bench/stopwatch.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/numerics.h"
@@ -22,11 +22,7 @@
 #include "models/registry.h"
 
 #ifdef LOOM_WITH_CUDA
-#include <cuda_runtime_api.h>
-
 #include "core/cuda/graph.h"
-#include "core/cuda/runtime.h"
-#include "core/cuda/stream.h"
 #endif
 
 namespace loom::bench {
@@ -42,38 +38,24 @@ double median(std::vector<double> v) {
 // Milliseconds per run of `work`, the median of `repeats` timings of `replays` runs each: a
 // CUDA graph of one run, replayed, on the GPU; `work` itself with the steady clock on the CPU.
 double time_work(const std::function<void()>& work, const ConvLayersOptions& o) {
-  std::vector<double> ms;
+  std::function<void()> run = work;
 #ifdef LOOM_WITH_CUDA
+  cuda::CudaGraph graph;
   if (o.device.is_cuda()) {
-    cuda::CudaGraph graph;
     graph.capture(work);
-    cudaEvent_t begin = nullptr, end = nullptr;
-    LOOM_CUDA_CHECK(cudaEventCreate(&begin));
-    LOOM_CUDA_CHECK(cudaEventCreate(&end));
     graph.replay();  // the graph's first launch uploads it
-    for (int r = 0; r < o.repeats; ++r) {
-      LOOM_CUDA_CHECK(cudaEventRecord(begin, cuda::current_stream()));
-      for (int i = 0; i < o.replays; ++i) graph.replay();
-      LOOM_CUDA_CHECK(cudaEventRecord(end, cuda::current_stream()));
-      LOOM_CUDA_CHECK(cudaEventSynchronize(end));
-      float elapsed = 0;
-      LOOM_CUDA_CHECK(cudaEventElapsedTime(&elapsed, begin, end));
-      ms.push_back(elapsed / o.replays);
-    }
-    LOOM_CUDA_CHECK(cudaEventDestroy(begin));
-    LOOM_CUDA_CHECK(cudaEventDestroy(end));
-    return median(ms);
+    run = [&graph] { graph.replay(); };
   }
 #endif
+  Stopwatch watch(o.device);
+  std::vector<double> ms;
   for (int r = 0; r < o.repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.replays; ++i) work();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
-                 o.replays);
+    watch.start();
+    for (int i = 0; i < o.replays; ++i) run();
+    ms.push_back(watch.stop_ms() / o.replays);
   }
   return median(ms);
 }
-
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/options.h"
+#include "bench/stopwatch.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/generator.h"
@@ -66,59 +67,6 @@ void synchronize(Device device) {
 #endif
 }
 
-// Times queued work: CUDA events on the current stream on the GPU (the host
-// only waits in stop_ms), the steady clock on the CPU.
-class Stopwatch {
- public:
-  explicit Stopwatch(Device device) : device_(device) {
-#ifdef LOOM_WITH_CUDA
-    if (device_.is_cuda()) {
-      LOOM_CUDA_CHECK(cudaEventCreate(&begin_));
-      LOOM_CUDA_CHECK(cudaEventCreate(&end_));
-    }
-#endif
-  }
-  ~Stopwatch() {
-#ifdef LOOM_WITH_CUDA
-    if (device_.is_cuda()) {
-      cudaEventDestroy(begin_);
-      cudaEventDestroy(end_);
-    }
-#endif
-  }
-  Stopwatch(const Stopwatch&) = delete;
-  Stopwatch& operator=(const Stopwatch&) = delete;
-
-  void start() {
-#ifdef LOOM_WITH_CUDA
-    if (device_.is_cuda()) {
-      LOOM_CUDA_CHECK(cudaEventRecord(begin_, cuda::current_stream()));
-      return;
-    }
-#endif
-    start_ = Clock::now();
-  }
-
-  double stop_ms() {
-#ifdef LOOM_WITH_CUDA
-    if (device_.is_cuda()) {
-      LOOM_CUDA_CHECK(cudaEventRecord(end_, cuda::current_stream()));
-      LOOM_CUDA_CHECK(cudaEventSynchronize(end_));
-      float ms = 0;
-      LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, begin_, end_));
-      return ms;
-    }
-#endif
-    return seconds_since(start_) * 1e3;
-  }
-
- private:
-  Device device_;
-  Clock::time_point start_;
-#ifdef LOOM_WITH_CUDA
-  cudaEvent_t begin_ = nullptr, end_ = nullptr;
-#endif
-};
 
 // Opens or closes the CUDA profiler's range around the timed repeats, so that
 // `ncu --profile-from-start off` (or nsys's capture range) sees the steady

@@ -1,0 +1,40 @@
+// File: bench/stopwatch.h
+// Times queued work for the benchmarks: CUDA events on the current stream on
+// the GPU (the host only waits in stop_ms), the steady clock on the CPU.
+//
+//   Stopwatch watch(Device::cuda());
+//   watch.start();
+//   for (int i = 0; i < 20; ++i) step();
+//   double ms = watch.stop_ms() / 20;
+#pragma once
+
+#include <chrono>
+
+#include "core/device.h"
+
+#ifdef LOOM_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace loom::bench {
+
+class Stopwatch {
+ public:
+  explicit Stopwatch(Device device);
+  ~Stopwatch();
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+  void start();
+  // Milliseconds since start(), once the work queued since has finished.
+  double stop_ms();
+
+ private:
+  Device device_;
+  std::chrono::steady_clock::time_point start_;
+#ifdef LOOM_WITH_CUDA
+  cudaEvent_t begin_ = nullptr, end_ = nullptr;
+#endif
+};
+
+}  // namespace loom::bench
