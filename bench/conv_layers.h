@@ -12,6 +12,9 @@
 //   conv_layers --model mobilenet_v2_cifar --batch 128 --precision bf16 --depthwise --json dw.jsonl
 //   python3 bench/conv_layers_torch.py dw.jsonl
 //
+// Only conv2d calls are listed: transposed convolutions (the U-Net's upsampling)
+// and linear layers are not.
+//
 // N batch, C channels in, K out, H, W.
 #pragma once
 
