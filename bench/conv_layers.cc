@@ -1,6 +1,6 @@
 // File: bench/conv_layers.cc
 #include <algorithm>
-#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -183,8 +183,9 @@ void run_conv_layers(const ConvLayersOptions& o) {
   const std::vector<ConvLayer> layers = model_convs(o.model, o.batch);
   DeviceGuard on_device(o.device);
   NumericsGuard numerics({.precision = o.precision == "strict" ? Precision::StrictFp32 : Precision::Tf32});
-  std::FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
-  LOOM_CHECK(o.json.empty() || json != nullptr, IoError, "[conv_layers] cannot open {} to append", o.json);
+  std::ofstream json;
+  if (!o.json.empty()) json.open(o.json, std::ios::app);
+  LOOM_CHECK(o.json.empty() || json.is_open(), IoError, "[conv_layers] cannot open {} to append", o.json);
   double forward_total = 0, gradients_total = 0;
   fmt::print("{} batch {} {} {} on {}: ms per call (x uses = ms per step)\n", o.model, o.batch, o.precision,
              o.layout, o.device.str());
@@ -196,9 +197,8 @@ void run_conv_layers(const ConvLayersOptions& o) {
     fmt::print("  x {} w {} stride {} groups {} x{}: forward {:.4f}, with gradients {:.4f}  ({})\n",
                shape_text(layer.x), shape_text(layer.weight), layer.options.stride.h, layer.options.groups,
                layer.uses, t.forward_ms, t.with_gradients_ms, layer.module);
-    if (json != nullptr) fmt::print(json, "{}\n", to_json(layer, t, o));
+    if (json.is_open()) json << to_json(layer, t, o) << "\n" << std::flush;  // each line kept if a later layer fails
   }
-  if (json != nullptr) std::fclose(json);
   fmt::print("  per step: forward {:.4f} ms, with gradients {:.4f} ms\n", forward_total, gradients_total);
 }
 
