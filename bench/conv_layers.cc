@@ -1,5 +1,4 @@
 // File: bench/conv_layers.cc
-#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -13,6 +12,7 @@
 
 #include "bench/options.h"
 #include "bench/stopwatch.h"
+#include "bench/summary.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/numerics.h"
@@ -29,11 +29,6 @@ namespace loom::bench {
 namespace {
 
 std::string shape_text(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Milliseconds per run of `work`, the median of `repeats` timings of `replays` runs each: a
 // CUDA graph of one run, replayed, on the GPU; `work` itself with the steady clock on the CPU.

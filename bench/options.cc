@@ -23,7 +23,6 @@ const std::vector<std::string> kLayouts = {"auto", "nchw", "nhwc"};
 const std::vector<std::string> kOptimizers = {"sgd", "adam"};
 const std::vector<std::string> kPlanBuilds = {"lazy", "eager", "precompiled"};
 
-
 void check_known(const std::string& flag, const std::string& value,
                  const std::vector<std::string>& known) {
   LOOM_CHECK(std::find(known.begin(), known.end(), value) != known.end(), ValueError,

@@ -67,7 +67,6 @@ void synchronize(Device device) {
 #endif
 }
 
-
 // Opens or closes the CUDA profiler's range around the timed repeats, so that
 // `ncu --profile-from-start off` (or nsys's capture range) sees the steady
 // state only, not plan building and its test runs. A no-op without a profiler.
