@@ -74,7 +74,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("loom_json", help="conv_layers' --json file")
     ap.add_argument("--json", default="", help="also append PyTorch's lines here")
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda:0")
     args = ap.parse_args()
     rows = [json.loads(line) for line in open(args.loom_json) if line.strip()]
     rows = [r for r in rows if r.get("framework") == "loom" and r.get("kind") == "conv"]
@@ -82,7 +82,10 @@ def main():
         sys.exit(f"{args.loom_json}: no conv_layers lines")
     torch.backends.cudnn.benchmark = True
     device = torch.device(args.device)
-    torch.cuda.set_device(device)
+    if device.type == "cuda":
+        # set_device needs an index; a bare "cuda" means the current device, as in PyTorch.
+        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+        torch.cuda.set_device(device)
     print("| model | module | x | weight | stride | groups | uses | precision | Loom fwd | PT fwd | Loom fwd+grads "
           "| PT fwd+grads | fwd+grads PT / Loom |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
