@@ -218,8 +218,8 @@ const std::vector<Tensor>& TrainStep::operator()(const Tensor& x, const Tensor& 
     return fallback(fmt::format("more than max_graphs = {} input shapes; this one is {}", options_.max_graphs,
                                 shape_str(x.sizes())));
   }
-  const bool chains_unbuilt = tracing(entry) && entry->plan && !entry->plan->empty() && !entry->plan_ran;
-  if (entry->eager_steps < options_.warmup_steps || chains_unbuilt) {
+  const bool plan_not_run = tracing(entry) && entry->plan && !entry->plan->empty() && !entry->plan_ran;
+  if (entry->eager_steps < options_.warmup_steps || plan_not_run) {
     ++entry->eager_steps;
     fallback_reason_.clear();
     return eager(x, y, /*prepared=*/false, entry);
@@ -320,7 +320,8 @@ const std::vector<Tensor>& TrainStep::capture(Entry& entry, const Tensor& x,
   } catch (const Error& e) {
     const bool traced = tracing(&entry) && entry.plan && !entry.plan->empty();
     std::string reason = fmt::format("capturing the step{} failed: {}",
-                                     traced ? " with its traced chains as blocks" : "", e.what());
+                                     traced ? " with its traced plan (chains as blocks, contiguous pools)" : "",
+                                     e.what());
     if (traced) {  // the next step captures it as written
       entry.trace_failed = true;
       traced_plan_ = fusion::TracedPlan();
