@@ -10,6 +10,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/ops/compare.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
 #include "core/ops/shape_ops.h"
@@ -32,6 +33,12 @@ Tensor per_channel(const Tensor& c, const Tensor& x) {
   return c.view(shape);
 }
 
+// (x - mean)^2, mean (C) broadcast over x's channels.
+Tensor square_of_deviations(const Tensor& x, const Tensor& mean) {
+  Tensor centered = x - per_channel(mean, x);
+  return centered * centered;
+}
+
 struct GlobalStats {
   Tensor mean, invstd;  // (C), float32 or float64
   Tensor m2;            // (C) sum of squared deviations over all replicas
@@ -44,10 +51,13 @@ GlobalStats combine(const Tensor& xf, double eps, ReplicaReduce& reduce) {
   const int64_t c = xf.size(1);
   const Shape dims = reduced_dims(xf);
   const double n = static_cast<double>(xf.numel() / std::max<int64_t>(c, 1));
-  Tensor mean = loom::mean(xf, dims);
-  Tensor centered = xf - per_channel(mean, xf);
-  Tensor m2 = sum(centered * centered, dims);
-  Tensor counts = full({c}, n, {.dtype = xf.dtype(), .device = xf.device()});
+  // An empty shard (a batch split over more replicas than it has samples) adds
+  // count 0 and finite zeros: its mean would be 0/0, and 0 * NaN in the sums
+  // below would make every replica's statistics NaN.
+  const TensorOptions stats_options{.dtype = xf.dtype(), .device = xf.device()};
+  Tensor mean = n > 0 ? loom::mean(xf, dims) : zeros({c}, stats_options);
+  Tensor m2 = n > 0 ? sum(square_of_deviations(xf, mean), dims) : zeros({c}, stats_options);
+  Tensor counts = full({c}, n, stats_options);
   Tensor local = cat({counts.view({1, c}), mean.view({1, c}), m2.view({1, c})}, 0);  // (3, C)
   Tensor all = reduce.all_gather(local);  // (R * 3, C)
   const int64_t replicas = all.size(0) / 3;
@@ -55,10 +65,13 @@ GlobalStats combine(const Tensor& xf, double eps, ReplicaReduce& reduce) {
   Tensor rc = all.select(1, 0), rmean = all.select(1, 1), rm2 = all.select(1, 2);  // (R, C)
   GlobalStats g;
   g.count = sum(rc, {0});
-  g.mean = sum(rc * rmean, {0}) / g.count;
+  // Divided by at least 1: every replica's shard empty gives an empty output
+  // (and no running update, update_running), not NaN statistics.
+  const Tensor divisor = clamp(g.count, 1.0, std::nullopt);
+  g.mean = sum(rc * rmean, {0}) / divisor;
   Tensor spread = rmean - g.mean.view({1, c});
   g.m2 = sum(rm2 + rc * spread * spread, {0});
-  g.invstd = pow(g.m2 / g.count + eps, -0.5);
+  g.invstd = pow(g.m2 / divisor + eps, -0.5);
   return g;
 }
 
@@ -67,10 +80,14 @@ void update_running(const ReplicaBatchNormArgs& args, const GlobalStats& g) {
   const double m = args.momentum;
   // PyTorch blends the unbiased variance into running_var.
   Tensor unbiased = g.m2 / clamp(g.count - 1.0, 1.0, std::nullopt);
+  // No sample on any replica: the statistics stay as they are, as batch_norm's.
+  const Tensor seen = g.count > 0.0;
   Tensor(args.running_mean)
-      .copy_(args.running_mean * (1.0 - m) + g.mean.to(args.running_mean.dtype()) * m);
+      .copy_(where(seen, args.running_mean * (1.0 - m) + g.mean.to(args.running_mean.dtype()) * m,
+                   args.running_mean));
   Tensor(args.running_var)
-      .copy_(args.running_var * (1.0 - m) + unbiased.to(args.running_var.dtype()) * m);
+      .copy_(where(seen, args.running_var * (1.0 - m) + unbiased.to(args.running_var.dtype()) * m,
+                   args.running_var));
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 
 #include <doctest/doctest.h>
 
+#include <memory>
+#include <utility>
+
 #include "core/gradcheck.h"
 #include "core/ops/ops.h"
 #include "layers/norm.h"
@@ -27,7 +30,63 @@ class OneReplica final : public nn::ReplicaReduce {
   int reduces = 0, gathers = 0;
 };
 
+// One replica of two whose peer's gathered statistics are given (recorded from
+// the peer's own run); its sums over replicas are its own (the peer's are zero
+// in the cases below: the peer's shard is empty, or its gradient is not checked).
+class BesidePeer final : public nn::ReplicaReduce {
+ public:
+  explicit BesidePeer(Tensor peer) : peer_(std::move(peer)) {}
+  void all_reduce_sum(const Tensor&) override {}
+  Tensor all_gather(const Tensor& local) override {
+    gathered = local.clone();
+    return peer_.defined() ? cat({local, peer_}, 0) : local.clone();
+  }
+  Tensor gathered;  // this replica's own (3, C) statistics, for its peer
+
+ private:
+  Tensor peer_;
+};
+
 }  // namespace
+
+TEST_CASE("replica_batch_norm: a replica with an empty shard adds nothing and takes its peer's statistics") {
+  Generator gen(6);
+  const TensorOptions f64{.dtype = DType::Float64};
+  const Tensor x = randn({5, 3, 4, 2}, f64, &gen) * 2.0 + 1.0;
+  const Tensor w = randn({3}, f64, &gen), b = randn({3}, f64, &gen);
+  Tensor mean_ref = zeros({3}, f64), var_ref = ones({3}, f64);
+  const Tensor expected = batch_norm(x, mean_ref, var_ref, w, b, {.training = true, .momentum = 0.3});
+  // Alone, the empty shard: an empty output, the running statistics as they
+  // were (not NaN), zero gradients.
+  Tensor empty = zeros({0, 3, 4, 2}, f64).requires_grad_();
+  Tensor wg = w.detach().requires_grad_(), bg = b.detach().requires_grad_();
+  Tensor mean = zeros({3}, f64), var = ones({3}, f64);
+  auto alone = std::make_shared<BesidePeer>(Tensor());
+  Tensor y = nn::replica_batch_norm(
+      empty, {.running_mean = mean, .running_var = var, .weight = wg, .bias = bg, .momentum = 0.3}, alone);
+  CHECK(y.sizes() == empty.sizes());
+  CHECK_CLOSE(mean, zeros({3}, f64), 0, 0);
+  CHECK_CLOSE(var, ones({3}, f64), 0, 0);
+  sum(y).backward();
+  CHECK_CLOSE(wg.grad(), zeros({3}, f64), 0, 0);
+  CHECK_CLOSE(bg.grad(), zeros({3}, f64), 0, 0);
+  // Beside the empty shard, the replica holding the batch is batch_norm of it.
+  auto holder = std::make_shared<BesidePeer>(alone->gathered);
+  Tensor mean_h = zeros({3}, f64), var_h = ones({3}, f64);
+  const Tensor y_h = nn::replica_batch_norm(
+      x, {.running_mean = mean_h, .running_var = var_h, .weight = w, .bias = b, .momentum = 0.3}, holder);
+  CHECK_CLOSE(y_h, expected, 1e-10, 1e-10);
+  CHECK_CLOSE(mean_h, mean_ref, 1e-12, 1e-12);
+  CHECK_CLOSE(var_h, var_ref, 1e-12, 1e-12);
+  // And the empty shard beside it blends the batch's statistics in, as its peer does.
+  auto beside = std::make_shared<BesidePeer>(holder->gathered);
+  Tensor mean_e = zeros({3}, f64), var_e = ones({3}, f64);
+  CHECK(nn::replica_batch_norm(empty.detach(), {.running_mean = mean_e, .running_var = var_e, .momentum = 0.3},
+                               beside)
+            .sizes() == empty.sizes());
+  CHECK_CLOSE(mean_e, mean_ref, 1e-12, 1e-12);
+  CHECK_CLOSE(var_e, var_ref, 1e-12, 1e-12);
+}
 
 TEST_CASE("replica_batch_norm with one replica is batch_norm, values and gradients") {
   Generator gen(3);
