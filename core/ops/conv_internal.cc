@@ -83,8 +83,26 @@ Tensor kernel_input(const Tensor& t, MemoryFormat format) {
   return t.defined() ? t.detach().contiguous(format) : Tensor();
 }
 
+namespace {
+
+// An empty batch (or no input channels) sums over nothing: the result is zero
+// (plus the bias), as in PyTorch, and no engine runs (cuDNN refuses zero-size
+// dims).
+bool sums_nothing(const Tensor& a, const Tensor& b) { return a.numel() == 0 || b.numel() == 0; }
+
+void zero_filled(const Tensor& t) {
+  if (t.defined() && t.numel() > 0) Tensor(t).zero_();
+}
+
+}  // namespace
+
 void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const kernel::ConvParams& p) {
+  if (sums_nothing(x, w)) {
+    zero_filled(y);
+    if (bias.defined() && y.numel() > 0) add_bias_kernel(y, bias);
+    return;
+  }
   if (y.device().is_cuda()) {
     DeviceGuard guard(y.device());
     if (!small_conv_forward(y, x, w, p) && !depthwise_conv_forward(y, x, w, p)) {
@@ -106,6 +124,10 @@ void cpu_forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const
 }
 
 void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p) {
+  if (sums_nothing(dy, w)) {
+    zero_filled(dx);
+    return;
+  }
   if (dx.device().is_cuda()) {
     DeviceGuard guard(dx.device());
     if (!small_conv_dgrad(dx, dy, w, p) && !depthwise_conv_dgrad(dx, dy, w, p)) {
@@ -120,6 +142,10 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const ker
 }
 
 void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
+  if (sums_nothing(dy, x)) {
+    zero_filled(dw);
+    return;
+  }
   if (dw.device().is_cuda()) {
     DeviceGuard guard(dw.device());
     if (!small_conv_wgrad(dw, dy, x, p) && !depthwise_conv_wgrad(dw, dy, x, p) && !mma_conv_wgrad(dw, dy, x, p)) {
@@ -144,6 +170,10 @@ void add_bias_kernel(const Tensor& y, const Tensor& bias) {
 }
 
 void bgrad_kernel(const Tensor& db, const Tensor& dy) {
+  if (dy.numel() == 0) {
+    zero_filled(db);
+    return;
+  }
   if (db.device().is_cuda()) {
     DeviceGuard guard(db.device());
     if (cuda::is_channel_dense(dy.strided())) {
@@ -158,6 +188,11 @@ void bgrad_kernel(const Tensor& db, const Tensor& dy) {
 
 void weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
                          const kernel::ConvParams& p) {
+  if (dy.numel() == 0) {  // an empty batch: zero gradients (sums_nothing)
+    zero_filled(dw);
+    zero_filled(db);
+    return;
+  }
   if (dw.defined() && db.defined() && small_conv_wgrad(dw, dy, x, p, db)) return;
   if (dw.defined() && !dw.device().is_cuda()) {
     const std::optional<Strided> bias_grad = strided_or_none(db);

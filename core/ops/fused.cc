@@ -142,7 +142,7 @@ Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
 // On the GPU the conv, the bias and the ReLU are one graph where cuDNN allows.
 void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
                   const kernel::ConvParams& p, bool relu) {
-  if (relu && try_fused(y) &&
+  if (relu && try_fused(y) && x.numel() > 0 &&  // an empty batch runs no engine (forward_kernel)
       (conv_detail::small_conv_bias_relu_forward(y, x, w, b, p) ||
        cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), strided_or_none(b), p))) {
     return;
@@ -158,7 +158,7 @@ void conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
 // dx = dgrad(g, w) where r > 0, else 0: one graph on the GPU where cuDNN allows.
 void dgrad_relu(const Tensor& dx, const Tensor& g, const Tensor& w, const Tensor& r,
                 const kernel::ConvParams& p) {
-  if (try_fused(dx) &&
+  if (try_fused(dx) && g.numel() > 0 &&
       cudnn::conv2d_dgrad_relu(dx.strided(), g.strided(), w.strided(), r.strided(), p)) {
     return;
   }
@@ -507,7 +507,7 @@ void write_back(const Tensor& running, const Tensor& updated) {
   Tensor(running).copy_(updated);
 }
 
-// The unfused composite of public ops: eval mode, mixed dtypes, and 16-bit
+// The unfused composite of public ops: eval mode, mixed dtypes, an empty batch, and 16-bit
 // inputs the fused graph declined (batch_norm knows their float32 parameters
 // and cuDNN's 16-bit limits; add promotes mixed operands).
 Tensor bn_act_composite(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -547,7 +547,7 @@ Tensor bn_act(std::string_view who, const Tensor& x, const Tensor& running_mean,
               const Tensor& residual) {
   check_bn_act_args(who, x, running_mean, running_var, weight, bias, options, residual);
   const bool mixed = residual.defined() && residual.dtype() != x.dtype();
-  if (!options.training || mixed) {
+  if (!options.training || mixed || x.numel() == 0) {  // batch_norm answers an empty batch
     return bn_act_composite(x, running_mean, running_var, weight, bias, options, act, residual);
   }
   if (running_mean.defined()) {
@@ -624,7 +624,7 @@ Tensor batch_norm_activation_absorbing_bias(const Tensor& x, const Tensor& conv_
              x.dim() >= 2 ? x.size(1) : 0,
              conv_bias.defined() ? shape_str(conv_bias.sizes()) : std::string("none"));
   Tensor y = batch_norm_activation(x, running_mean, running_var, weight, bias, options, kind, parameters, residual);
-  if (running_mean.defined()) {
+  if (running_mean.defined() && x.numel() > 0) {  // an empty batch leaves the statistics as they are
     NoGradGuard no_grad;  // running = (1 - m) * running + m * mean(x), plus m * conv_bias
     Tensor running = running_mean;  // the same storage
     add_(running, conv_bias.detach().to(running_mean.dtype()), options.momentum);

@@ -81,8 +81,10 @@ void check_channel_norm_args(std::string_view op, const Tensor& x, const Tensor&
              "[{}] eval mode (training = false) normalizes by running_mean and running_var, but "
              "they were not given; pass them or use training = true",
              op);
+  // As in PyTorch, one value per channel is refused (its variance is 0/0) but
+  // none is not: an empty batch normalizes to an empty output (batch_norm).
   const int64_t per_channel = x.size(1) == 0 ? 0 : x.numel() / x.size(1);
-  LOOM_CHECK(!training || per_channel > 1, ValueError,
+  LOOM_CHECK(!training || per_channel != 1, ValueError,
              "[{}] Expected more than 1 value per channel when training, got input size {}; use "
              "a larger batch or eval mode (training = false)",
              op, shape_str(x.sizes()));
@@ -93,6 +95,25 @@ void check_channel_norm_args(std::string_view op, const Tensor& x, const Tensor&
 namespace {
 
 using norm_detail::channel_options;
+
+// y * weight + bias per channel (dim 1) of y (N, C, ...), each undefined or
+// (C); a 16-bit y composes in the float32 of its weight and returns in its dtype.
+Tensor channel_affine(const Tensor& y, const Tensor& weight, const Tensor& bias) {
+  Shape channel_shape(static_cast<size_t>(y.dim()), 1);
+  channel_shape[1] = y.size(1);
+  Tensor out = y;
+  if (weight.defined()) out = out * weight.view(channel_shape);
+  if (bias.defined()) out = out + bias.view(channel_shape);
+  return out.dtype() == y.dtype() ? out : out.to(y.dtype());
+}
+
+// A batch with no elements has no statistics to take: as in PyTorch, the output
+// is empty and the running statistics stay as they are; weight and bias get
+// zero gradients, the sums of the affine map over no elements.
+Tensor empty_batch_output(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Tensor y = channel_affine(x, weight, bias);
+  return y.impl() == x.impl() ? x.clone() : y;  // a new tensor, as with parameters
+}
 
 // Training statistics; the running ones are buffers, blended in place outside the tape.
 void take_batch_stats(const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
@@ -231,6 +252,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   };
   norm_detail::check_channel_norm_args(kOp, x, running_mean, running_var, weight, bias,
                                        options.training);
+  if (options.training && x.numel() == 0) return traced(empty_batch_output(x, weight, bias));
   if (x.device().is_cuda() && options.training) {
     return traced(batch_norm_training_gpu(x, running_mean, running_var, weight, bias, options));
   }
@@ -388,16 +410,6 @@ Shape dims_from(int64_t first, int64_t rank) {
   return dims;
 }
 
-// y * weight + bias per channel (dim 1) of y (N, C, ...), each undefined or
-// (C); a 16-bit y composes in the float32 of its weight and returns in its dtype.
-Tensor channel_affine(const Tensor& y, const Tensor& weight, const Tensor& bias) {
-  Shape channel_shape(static_cast<size_t>(y.dim()), 1);
-  channel_shape[1] = y.size(1);
-  Tensor out = y;
-  if (weight.defined()) out = out * weight.view(channel_shape);
-  if (bias.defined()) out = out + bias.view(channel_shape);
-  return out.dtype() == y.dtype() ? out : out.to(y.dtype());
-}
 
 }  // namespace
 
@@ -499,6 +511,8 @@ Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& 
   if (!options.use_input_stats) {  // batch norm's eval: the running statistics per channel
     y = batch_norm(x, running_mean, running_var, weight, bias,
                    {.training = false, .momentum = options.momentum, .eps = options.eps});
+  } else if (x.numel() == 0) {
+    y = empty_batch_output(x, weight, bias);
   } else {
     if (running_mean.defined()) update_instance_stats(x, running_mean, running_var, options);
     y = channel_affine(normalize(x, dims_from(2, x.dim()), options.eps), weight, bias);

@@ -290,6 +290,9 @@ bool window_max_pool_chosen(const Tensor& x, const CheckedPool& geometry) {
 Tensor pool_gpu(const Tensor& x, const Pool2dOptions& options, bool max, std::string_view op) {
   DeviceGuard guard(x.device());
   check_pool_input(x, op);
+  if (x.numel() == 0) {  // an empty batch: Loom's kernels launch nothing; no cuDNN graph takes zero-size dims
+    return max ? max_pool2d_impl(x, options, op).values : avg_pool2d_impl(x, options, op);
+  }
   if (max) {
     const CheckedPool geometry = pool_geometry(x, options, max, op);
     if (window_max_pool_chosen(x, geometry)) return window_max_pool(x, geometry, options, op);

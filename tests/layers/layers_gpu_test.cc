@@ -5,11 +5,15 @@
 // N batch.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/generator.h"
+#include "core/ops/fusion_trace.h"
 #include "core/ops/ops.h"
+#include "layers/conv.h"
 #include "layers/nn.h"
 #include "tests/testing.h"
 
@@ -110,6 +114,58 @@ LOOM_GPU_TEST_CASE("to(Device) moves tensors an optimizer already holds, grads i
   net.to(Device::cpu());
   CHECK(held[0].device().is_cpu());
   CHECK_CLOSE(held[0], weight_before, 0, 0);
+}
+
+// An empty batch (the last of a data set split over more GPUs than it has
+// samples): as on the CPU and in PyTorch, an empty output, the running
+// statistics as they were, zero gradients. Through conv2d (Loom's small-channel
+// kernels for the first, cuDNN's shapes for the second: no engine may be asked),
+// batch_norm, the pools and linear, and traced, through the blocks whose norm
+// absorbs the conv's bias.
+LOOM_GPU_TEST_CASE("an empty batch through a small classifier on the GPU, traced or not, fp32 and bf16") {
+  Generator gen(9);
+  nn::Conv2d conv1(3, 8, 3, {.padding = 1, .generator = &gen}), conv2(8, 64, 3, {.padding = 1, .generator = &gen});
+  nn::BatchNorm2d bn1(8), bn2(64);
+  for (nn::Module* m : std::vector<nn::Module*>{&conv1, &conv2, &bn1, &bn2}) m->to(testing::test_gpu());
+  nn::Linear fc(64, 10, {.generator = &gen});
+  fc.to(testing::test_gpu());
+  const auto features = [&](const Tensor& x) {
+    return relu(bn2(conv2(max_pool2d(relu(bn1(conv1(x))), 2))));
+  };
+  const auto forward = [&](const Tensor& x) {
+    return fc(adaptive_avg_pool2d(avg_pool2d(features(x), 2), {1, 1}).flatten(1));
+  };
+  for (const bool autocast_on : {false, true}) {
+    fusion::Traced traced(forward);  // one per numerics setting, as a TrainStep is
+    for (const MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      for (const bool trace : {false, true}) {
+        CAPTURE(autocast_on);
+        CAPTURE(std::string(memory_format_name(format)));
+        CAPTURE(trace);
+        std::optional<AutocastGuard> autocast;
+        if (autocast_on) autocast.emplace(DType::BFloat16);
+        for (nn::Module* m : std::vector<nn::Module*>{&conv1, &conv2, &bn1, &bn2, &fc}) m->zero_grad();
+        const Tensor x = zeros({0, 3, 8, 8}, {.device = testing::test_gpu()}).contiguous(format);
+        const Tensor y = trace ? traced(x) : forward(x);
+        CHECK(y.sizes() == Shape{0, 10});
+        CHECK(y.device() == testing::test_gpu());
+        sum(y).backward();
+        for (const nn::BatchNorm2d* bn : {&bn1, &bn2}) {
+          const int64_t c = bn->running_mean().numel();
+          CHECK(bn->running_mean().cpu().to_vector<double>() == std::vector<double>(c, 0.0));
+          CHECK(bn->running_var().cpu().to_vector<double>() == std::vector<double>(c, 1.0));
+        }
+        for (const nn::Module* m : std::vector<const nn::Module*>{&conv1, &conv2, &bn1, &bn2, &fc}) {
+          for (const auto& [name, p] : m->named_parameters()) {
+            CAPTURE(name);
+            REQUIRE(p.grad().defined());
+            CHECK(max(abs(p.grad())).item() == 0);
+          }
+        }
+      }
+    }
+    CHECK(traced.plan().chains().size() == 2);
+  }
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "core/ops/fusion_trace.h"
 #include "core/ops/ops.h"
+#include "layers/conv.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -127,6 +129,40 @@ TEST_CASE("num_batches_tracked counts training batches, following loads and writ
   // A batch that cannot be normalized (one value per channel) is not counted.
   CHECK_THROWS_AS(bn(x.slice(0, 0, 1).slice(2, 0, 1).slice(3, 0, 1)), ValueError);
   CHECK(bn.num_batches_tracked().item() == 1);
+}
+
+TEST_CASE("BatchNorm2d and BatchNorm1d take an empty batch in training, traced or not, as PyTorch") {
+  nn::BatchNorm2d bn2(3);
+  CHECK(bn2(zeros({0, 3, 4, 4})).sizes() == Shape{0, 3, 4, 4});
+  nn::BatchNorm1d bn1(5);
+  CHECK(bn1(zeros({0, 5})).sizes() == Shape{0, 5});
+  for (const nn::Module* m : std::vector<const nn::Module*>{&bn2, &bn1}) {
+    const nn::NamedTensors buffers = m->named_buffers();
+    CHECK(buffers[0].second.to_vector<double>() == std::vector<double>(buffers[0].second.numel(), 0.0));
+    CHECK(buffers[1].second.to_vector<double>() == std::vector<double>(buffers[1].second.numel(), 1.0));
+    CHECK(buffers[2].second.item() == 1);  // counted, as PyTorch counts it
+  }
+  // A user's conv -> batch norm -> ReLU, traced: the chain runs as one block,
+  // which hands the empty batch to batch_norm's answer.
+  Generator gen(9);
+  nn::Conv2d conv(3, 4, 3, {.padding = 1, .generator = &gen});
+  nn::BatchNorm2d bn(4);
+  fusion::Traced traced([&](const Tensor& x) { return relu(bn(conv(x))); });
+  for (const MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+    CAPTURE(std::string(memory_format_name(format)));
+    conv.zero_grad();
+    const Tensor x = zeros({0, 3, 8, 8}).contiguous(format);
+    const Tensor y = traced(x);
+    REQUIRE(traced.plan().chains().size() == 1);
+    CHECK(y.sizes() == Shape{0, 4, 8, 8});
+    sum(traced(x)).backward();
+    CHECK(bn.running_mean().to_vector<double>() == std::vector<double>(4, 0.0));
+    CHECK(bn.running_var().to_vector<double>() == std::vector<double>(4, 1.0));
+    REQUIRE(conv.weight().grad().defined());
+    CHECK(max(abs(conv.weight().grad())).item() == 0);
+    REQUIRE(bn.weight().grad().defined());
+    CHECK(max(abs(bn.weight().grad())).item() == 0);
+  }
 }
 
 TEST_CASE("BatchNorm2d momentum nullopt averages all batches equally") {

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/gradcheck.h"
+#include "core/ops/reduction.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -201,6 +202,25 @@ TEST_CASE("conv2d: forward and gradients match the direct convolution over a gri
               for (Layout layout : {Layout::Nchw, Layout::ChannelsLast, Layout::Sliced}) {
                 check_case({stride, padding, dilation, groups, bias, layout}, dtype, seed++);
               }
+}
+
+TEST_CASE("conv2d of an empty batch: an empty output and zero weight and bias gradients, as PyTorch") {
+  Generator gen(12);
+  for (const MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+    for (const int64_t groups : {1, 3}) {
+      CAPTURE(std::string(memory_format_name(format)));
+      CAPTURE(groups);
+      Tensor x = zeros({0, 3, 5, 6}).contiguous(format).requires_grad_();
+      Tensor w = randn({6, 3 / groups, 3, 3}, {.requires_grad = true}, &gen);
+      Tensor b = randn({6}, {.requires_grad = true}, &gen);
+      const Tensor y = conv2d(x, w, b, {.stride = 2, .padding = 1, .groups = groups});
+      CHECK(y.sizes() == Shape{0, 6, 3, 3});
+      sum(y).backward();
+      CHECK(x.grad().sizes() == x.sizes());
+      CHECK(w.grad().to_vector<double>() == std::vector<double>(static_cast<size_t>(w.numel()), 0.0));
+      CHECK(b.grad().to_vector<double>() == std::vector<double>(6, 0.0));
+    }
+  }
 }
 
 TEST_CASE("conv2d: different height and width parameters, and a 1x1 filter") {

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -19,6 +20,8 @@
 #include "core/generator.h"
 #include "core/gradcheck.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/fused.h"
+#include "core/ops/reduction.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -300,6 +303,58 @@ TEST_CASE("batch_norm rejects bad arguments like PyTorch, printing the values") 
   CHECK_THROWS_WITH_FRAGMENT(
       batch_norm(zeros({4, 3}, {.dtype = DType::Int64}), Tensor(), Tensor(), Tensor(), Tensor()),
       TypeError, "[batch_norm]");
+}
+
+// An empty batch in training through `norm` (batch_norm, batch_norm_relu with a
+// residual, instance_norm): an empty output of the input's shape and layout, the
+// running statistics as they were, zero weight and bias gradients, as in PyTorch.
+void check_empty_batch(const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                  const Tensor&)>& norm,
+                       const Shape& sizes, MemoryFormat format, bool affine) {
+  CAPTURE(shape_str(sizes));
+  CAPTURE(std::string(memory_format_name(format)));
+  CAPTURE(affine);
+  const int64_t c = sizes[1];
+  Tensor x = zeros(sizes).contiguous(format).requires_grad_();
+  Tensor running_mean = f64({0.5, -1, 2}, {3}).to(DType::Float32), running_var = full({c}, 2.0);
+  Tensor weight = affine ? full({c}, 3.0, {.requires_grad = true}) : Tensor();
+  Tensor bias = affine ? full({c}, -1.0, {.requires_grad = true}) : Tensor();
+  const Tensor y = norm(x, running_mean, running_var, weight, bias);
+  CHECK(y.sizes() == x.sizes());
+  CHECK(y.impl() != x.impl());  // a new tensor, not the input handed back
+  CHECK(running_mean.to_vector<double>() == std::vector<double>{0.5, -1, 2});
+  CHECK(running_var.to_vector<double>() == std::vector<double>(3, 2.0));
+  sum(y).backward();
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().sizes() == x.sizes());
+  for (const Tensor& t : {weight, bias}) {
+    if (!t.defined()) continue;
+    REQUIRE(t.grad().defined());
+    CHECK(t.grad().to_vector<double>() == std::vector<double>(3, 0.0));
+  }
+}
+
+TEST_CASE("batch_norm, batch_norm_relu and instance_norm of an empty batch in training, as PyTorch") {
+  const auto bn = [](const Tensor& x, const Tensor& m, const Tensor& v, const Tensor& w, const Tensor& b) {
+    return batch_norm(x, m, v, w, b, {.training = true});
+  };
+  const auto bn_relu = [](const Tensor& x, const Tensor& m, const Tensor& v, const Tensor& w, const Tensor& b) {
+    return batch_norm_relu(x, m, v, w, b, {.training = true}, zeros(x.sizes()));
+  };
+  const auto in = [](const Tensor& x, const Tensor& m, const Tensor& v, const Tensor& w, const Tensor& b) {
+    return instance_norm(x, m, v, w, b, {.use_input_stats = true});
+  };
+  for (const bool affine : {true, false}) {
+    for (const MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      check_empty_batch(bn, {0, 3, 4, 5}, format, affine);
+      check_empty_batch(bn_relu, {0, 3, 4, 5}, format, affine);
+      check_empty_batch(in, {0, 3, 4, 5}, format, affine);
+    }
+    check_empty_batch(bn, {0, 3}, MemoryFormat::Contiguous, affine);
+    check_empty_batch(bn, {0, 3, 7}, MemoryFormat::Contiguous, affine);
+  }
+  // One value per channel is still refused; none is not one.
+  CHECK_THROWS_AS(batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor()), ValueError);
 }
 
 // A per-sample loop in float64: the reference for layer_norm over the last `k` dims.
