@@ -135,14 +135,15 @@ jobs=${LOOM_TEST_JOBS:-1}     # tests at once (4 take a third of the serial time
 work=$(mktemp -d)
 # One test: its output's tail printed whole as it ends (in the order tests end),
 # its exit status kept for the summary.
+# Its wall time goes in the header line, to see which tests hold up the end of a run.
 run_one() {
-  local test=$1 name log rc
+  local test=$1 name log rc start=$SECONDS
   name=$(basename "$test")
   log="$work/$name.log"
   $runner "$test" > "$log" 2>&1; rc=$?
   echo $rc > "$work/$name.rc"
   [ -n "$logs" ] && mkdir -p "$logs" && cp "$log" "$logs/$name.log"
-  { flock 9; echo "=== $name"; tail -n 40 "$log"; } 9> "$work/lock"
+  { flock 9; echo "=== $name ($((SECONDS - start)) s)"; tail -n 40 "$log"; } 9> "$work/lock"
 }
 export -f run_one
 export runner logs work
