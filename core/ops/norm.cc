@@ -410,7 +410,6 @@ Shape dims_from(int64_t first, int64_t rank) {
   return dims;
 }
 
-
 }  // namespace
 
 Tensor normalize(const Tensor& x, const Shape& reduce_dims, double eps) {
