@@ -342,7 +342,7 @@ class VisionTransformer(nn.Module):
 
     def forward(self, x):
         n = x.shape[0]
-        x = self.conv_proj(x).reshape(n, self.hidden_dim, -1).permute(0, 2, 1)
+        x = self.conv_proj(x).flatten(2).permute(0, 2, 1)  # flatten: an empty batch has no size for a -1
         x = torch.cat([self.class_token.expand(n, -1, -1), x], dim=1)
         return self.heads(self.encoder(x)[:, 0])
 

@@ -95,7 +95,8 @@ Tensor VisionTransformer::forward(const Tensor& x) {
              "[VisionTransformer] expects (N, {}, {}, {}) images, got {}", options_.in_channels, options_.image_size,
              options_.image_size, shape_str(x.sizes()));
   const int64_t n = x.size(0), e = options_.hidden_dim;
-  Tensor patches = (*conv_proj_)(x).reshape({n, e, -1}).permute({0, 2, 1});  // (N, S - 1, E)
+  // flatten, not reshape(n, e, -1): an empty batch has no size for the -1 to infer.
+  Tensor patches = (*conv_proj_)(x).flatten(2).permute({0, 2, 1});  // (N, S - 1, E)
   // In the patches' dtype: under bf16 autocast the conv gives bf16 and the token is fp32.
   Tensor h = cat({class_token_.to(patches.dtype()).expand({n, 1, e}), patches}, 1);  // (N, S, E)
   h = (*encoder_)(h);

@@ -4,8 +4,9 @@
 // the same state_dict names in the same order with the same shapes, the same
 // parameter count (torchvision's published counts for its architectures), the
 // registry's input and classes; the output shape of a forward at a small
-// input (no full-size ImageNet forward on the CPU); the custom modules'
-// structure; and the registry's errors.
+// input (no full-size ImageNet forward on the CPU); an empty batch through a
+// training step, traced or not; the custom modules' structure; and the
+// registry's errors.
 // N batch, C channels, H, W.
 #include "models/registry.h"
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "core/ops/fusion_trace.h"
 #include "core/ops/ops.h"
 #include "layers/nn.h"
 #include "models/mobilenet_v2.h"
@@ -76,9 +78,41 @@ std::vector<std::string> entries_of(const nn::Module& net) {
   return out;
 }
 
+// An empty batch (the tail of a batch split over more GPUs than it has samples)
+// through a training step, as written in NCHW and traced in channels-last (as
+// TrainStep runs it): an empty output, every parameter's gradient zero, the
+// floating-point buffers (the norms' running statistics) as they were.
+void check_empty_batch(nn::Module& net, const models::ZooModel& row) {
+  net.train();
+  std::vector<Tensor> buffers_before;
+  for (const auto& [name, b] : net.named_buffers()) buffers_before.push_back(b.clone());
+  fusion::Traced traced([&net](const Tensor& x) { return net(x); });
+  for (const bool trace : {false, true}) {
+    CAPTURE(trace);
+    net.zero_grad();
+    const MemoryFormat format = trace ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    const Tensor x = zeros(small_input(row, 0)).contiguous(format);
+    const Tensor y = trace ? traced(x) : net(x);
+    CHECK(y.size(0) == 0);
+    sum(y).backward();
+    for (const auto& [name, p] : net.named_parameters()) {
+      CAPTURE(name);
+      REQUIRE(p.grad().defined());
+      CHECK(max(abs(p.grad())).item() == 0);
+    }
+  }
+  size_t i = 0;
+  for (const auto& [name, b] : net.named_buffers()) {
+    CAPTURE(name);
+    if (is_floating(b.dtype())) CHECK_CLOSE(b, buffers_before[i], 0, 0);
+    ++i;
+  }
+}
+
 // Each model is built once (the ImageNet VGGs hold 133M and 138M parameters):
-// its state_dict against the twin's, then an eval-mode forward at a small input.
-TEST_CASE("every registry row: the twin's state_dict names, shapes, order and parameters; output shape") {
+// its state_dict against the twin's, an eval-mode forward at a small input, then
+// an empty batch in training.
+TEST_CASE("every registry row: the twin's state_dict names, shapes, order and parameters; output shape; empty batch") {
   const std::map<std::string, Golden> golden = read_golden();
   CHECK(golden.size() == models::zoo().size());
   Generator gen(3);
@@ -100,13 +134,16 @@ TEST_CASE("every registry row: the twin's state_dict names, shapes, order and pa
         break;
       }
     }
-    net->eval();
-    NoGradGuard no_grad;
-    const Shape in = small_input(row, 2);
-    Tensor y = (*net)(randn(in, {}, &gen));
-    const Shape expected = row.per_pixel ? Shape{2, row.num_classes, in[2], in[3]} : Shape{2, row.num_classes};
-    CHECK(y.sizes() == expected);
-    CHECK(std::isfinite(y.sum().item()));
+    {
+      net->eval();
+      NoGradGuard no_grad;
+      const Shape in = small_input(row, 2);
+      Tensor y = (*net)(randn(in, {}, &gen));
+      const Shape expected = row.per_pixel ? Shape{2, row.num_classes, in[2], in[3]} : Shape{2, row.num_classes};
+      CHECK(y.sizes() == expected);
+      CHECK(std::isfinite(y.sum().item()));
+    }
+    check_empty_batch(*net, row);
   }
 }
 
