@@ -35,7 +35,9 @@ struct BatchNormOptions {
 // Training: y = (x - mean) / sqrt(var + eps) * weight + bias with the batch mean and
 // biased variance per channel; running_mean and running_var, when given, are blended
 // in place (without recording grad) toward the batch mean and the UNBIASED variance
-// var * M / (M - 1). Needs M >= 2.
+// var * M / (M - 1). Needs M >= 2, or M = 0: as in PyTorch, an empty batch gives
+// an empty output, leaves the running statistics as they are, and weight and
+// bias zero gradients (M = 1 is refused: its variance is 0/0).
 // Eval: the same with running_mean and running_var, which must be given.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, BatchNormOptions options = {});
