@@ -33,12 +33,6 @@ Tensor per_channel(const Tensor& c, const Tensor& x) {
   return c.view(shape);
 }
 
-// (x - mean)^2, mean (C) broadcast over x's channels.
-Tensor square_of_deviations(const Tensor& x, const Tensor& mean) {
-  Tensor centered = x - per_channel(mean, x);
-  return centered * centered;
-}
-
 struct GlobalStats {
   Tensor mean, invstd;  // (C), float32 or float64
   Tensor m2;            // (C) sum of squared deviations over all replicas
@@ -55,8 +49,15 @@ GlobalStats combine(const Tensor& xf, double eps, ReplicaReduce& reduce) {
   // count 0 and finite zeros: its mean would be 0/0, and 0 * NaN in the sums
   // below would make every replica's statistics NaN.
   const TensorOptions stats_options{.dtype = xf.dtype(), .device = xf.device()};
-  Tensor mean = n > 0 ? loom::mean(xf, dims) : zeros({c}, stats_options);
-  Tensor m2 = n > 0 ? sum(square_of_deviations(xf, mean), dims) : zeros({c}, stats_options);
+  Tensor mean, m2;
+  if (n > 0) {
+    mean = loom::mean(xf, dims);
+    Tensor centered = xf - per_channel(mean, xf);
+    m2 = sum(centered * centered, dims);
+  } else {
+    mean = zeros({c}, stats_options);
+    m2 = zeros({c}, stats_options);
+  }
   Tensor counts = full({c}, n, stats_options);
   Tensor local = cat({counts.view({1, c}), mean.view({1, c}), m2.view({1, c})}, 0);  // (3, C)
   Tensor all = reduce.all_gather(local);  // (R * 3, C)
