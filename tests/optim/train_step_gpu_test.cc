@@ -381,6 +381,37 @@ LOOM_GPU_TEST_CASE("a replayed step with a bad label skips its update on the dev
   CHECK_FALSE(testing::close_report(run.net.named_parameters()[0].second.cpu(), weights[0].second, 0, 0).empty());
 }
 
+LOOM_GPU_TEST_CASE("empty batches between full ones, captured too: a NaN loss, no update, the eager steps' bits") {
+  // Zero-size ops inside a capture: convolutions and norms run no kernel, the
+  // loss is the mean of nothing, and the update is skipped on the device.
+  NumericsGuard numerics({.precision = Precision::Tf32, .deterministic = true});
+  std::vector<Batch> full = batches(32, 2, 1), none = batches(0, 1, 3);
+  Run eager(false), graph(true);
+  for (int i = 0; i < 12; ++i) {
+    CAPTURE(i);
+    const bool empty = i % 3 == 2;  // each shape traces, runs eagerly, captures, then replays
+    const Batch& b = empty ? none[0] : full[i % 2];
+    const std::vector<Tensor>& e = (*eager.step)(b.x, b.y);
+    const std::vector<Tensor>& g = (*graph.step)(b.x, b.y);
+    const double eager_loss = e[0].item(), graph_loss = g[0].item();
+    CHECK(std::isnan(graph_loss) == empty);
+    CHECK(std::isnan(eager_loss) == empty);
+    if (!empty) CHECK(eager_loss == graph_loss);
+    CHECK(g[1].sizes() == Shape{b.x.size(0), 10});
+    check_same_bits(e[1], g[1]);
+  }
+  CHECK(graph.step->nonfinite_steps().skipped == 4);
+  CHECK(eager.step->nonfinite_steps().skipped == 4);
+  CHECK(graph.step->stats().eager_steps == 4);  // the first two of each shape; the rest replay
+  CHECK(graph.step->stats().replays == 12 - 4);
+  auto e = eager.net.state_dict(), g = graph.net.state_dict();
+  REQUIRE(e.size() == g.size());
+  for (size_t k = 0; k < e.size(); ++k) {
+    CAPTURE(e[k].first);
+    check_same_bits(e[k].second, g[k].second);
+  }
+}
+
 LOOM_GPU_TEST_CASE("an eager GPU step with a non-finite loss skips too; skip_nonfinite = false does not") {
   std::vector<Batch> data = batches(8, 1, 8);
   for (bool skip : {true, false}) {
