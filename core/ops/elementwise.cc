@@ -3,6 +3,7 @@
 // promotion, dispatch, and each op's backward beside its forward.
 #include "core/ops/elementwise.h"
 
+#include <cmath>
 #include <limits>
 
 #include "core/autograd.h"
@@ -40,8 +41,7 @@ void check_float_tensor(const Tensor& x, std::string_view op, std::string_view a
 }
 
 std::pair<Tensor, Tensor> promote_operands(const Tensor& a, const Tensor& b) {
-  const bool has_half = is_half_precision(a.dtype()) || is_half_precision(b.dtype());
-  if (a.dtype() == b.dtype() || !has_half) return {a, b};
+  if (a.dtype() == b.dtype() || !is_floating(a.dtype()) || !is_floating(b.dtype())) return {a, b};
   const DType common = promote_types(a.dtype(), b.dtype());
   return {a.to(common), b.to(common)};
 }
@@ -65,12 +65,41 @@ void check_cpu(const Tensor& x, std::string_view op) {
 
 namespace {
 
-// Validates both operands of a binary op and promotes a 16-bit one meeting a
-// wider one (bf16 + fp32 -> fp32), differentiably.
-std::pair<Tensor, Tensor> promote_binary(const Tensor& a, const Tensor& b, std::string_view name) {
+bool is_integral(const Tensor& t) { return t.defined() && !is_floating(t.dtype()); }
+
+// An integer or Bool operand meeting a floating one takes its dtype (uint8 pixels
+// times a float32 scale), and a true division of two integer tensors computes in
+// float32, PyTorch's default dtype; an integer result has no kernel here, so two
+// integer operands of add, sub or mul stay as they are, for the dtype check.
+std::pair<Tensor, Tensor> promote_integers(const Tensor& a, const Tensor& b, bool true_division) {
+  if (!a.defined() || !b.defined()) return {a, b};  // check_float_tensor names the undefined one
+  if (is_integral(a) && is_integral(b)) {
+    return true_division ? std::pair{a.to(DType::Float32), b.to(DType::Float32)} : std::pair{a, b};
+  }
+  if (is_integral(a)) return {a.to(b.dtype()), b};
+  if (is_integral(b)) return {a, b.to(a.dtype())};
+  return {a, b};
+}
+
+// Validates both operands of a binary op and brings them to one dtype as PyTorch
+// promotes: integers to the floating operand's dtype (promote_integers), a narrower
+// floating operand to the wider one (bf16 + fp32 -> fp32, fp32 + fp64 -> fp64),
+// differentiably.
+std::pair<Tensor, Tensor> promote_binary(const Tensor& a_in, const Tensor& b_in, std::string_view name,
+                                         bool true_division = false) {
+  const auto [a, b] = promote_integers(a_in, b_in, true_division);
   check_float_tensor(a, name);
   check_float_tensor(b, name);
   return promote_operands(a, b);
+}
+
+// An integer or Bool tensor meeting a number: float32 where PyTorch's result is
+// floating (a true division, or a number with a fraction: labels * 0.5); an
+// integral number keeps PyTorch's integer result, which has no kernel here, so
+// the tensor stays as it is, for the dtype check.
+Tensor promote_for_scalar(const Tensor& a, double s, bool true_division = false) {
+  if (!is_integral(a) || (!true_division && std::trunc(s) == s)) return a;
+  return a.to(DType::Float32);
 }
 
 // Layout of a result of shape `sizes`: channels-last when an operand of that
@@ -209,7 +238,7 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
   trace::OpScope trace("div");
-  const auto operands = promote_binary(a_in, b_in, "div");
+  const auto operands = promote_binary(a_in, b_in, "div", /*true_division=*/true);
   const Tensor &a = operands.first, &b = operands.second;
   Tensor out = binary_values(a, b, BinaryOp::Div, "div");
   if (needs_grad({a, b})) {
@@ -223,11 +252,10 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-Tensor pow(const Tensor& x, const Tensor& exponent) {
+Tensor pow(const Tensor& x_in, const Tensor& exponent_in) {
   trace::OpScope trace("pow");
+  const auto [x, exponent] = promote_binary(x_in, exponent_in, "pow");
   check_cpu(x, "pow");  // its masked backward kernel exists on the CPU only
-  check_float_tensor(x, "pow");
-  check_float_tensor(exponent, "pow");
   Tensor out = binary_values(x, exponent, BinaryOp::Pow, "pow");
   if (needs_grad({x, exponent})) {
     record("pow", {x, exponent}, out, [x, exponent, y = out.detach()](const Tensor& dy) {
@@ -238,17 +266,18 @@ Tensor pow(const Tensor& x, const Tensor& exponent) {
       return std::vector<Tensor>{reduce_grad(dx, x), reduce_grad(de, exponent)};
     }, {x, exponent, out});
   }
-  if (trace.recording()) trace.record({x, exponent}, out);
+  if (trace.recording()) trace.record({x_in, exponent_in}, out);
   return out;
 }
 
 // --- with a scalar ------------------------------------------------------------------
 
-Tensor add(const Tensor& a, double b) {
+Tensor add(const Tensor& a_in, double b) {
   trace::OpScope trace("add_scalar");
+  const Tensor a = promote_for_scalar(a_in, b);
   Tensor out = scalar_values(a, b, BinaryOp::Add, "add");
   if (needs_grad({a})) record("add_scalar", {a}, out, [](const Tensor& dy) { return std::vector<Tensor>{dy}; });
-  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
+  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
   return out;
 }
 
@@ -257,7 +286,8 @@ Tensor sub(const Tensor& a, double b) { return add(a, -b); }
 Tensor mul(const Tensor& a_in, double b) {
   trace::OpScope trace("mul_scalar");
   // A mask times a number is float32, as in PyTorch (its default dtype).
-  const Tensor a = a_in.defined() && a_in.dtype() == DType::Bool ? a_in.to(DType::Float32) : a_in;
+  const Tensor a =
+      a_in.defined() && a_in.dtype() == DType::Bool ? a_in.to(DType::Float32) : promote_for_scalar(a_in, b);
   Tensor out = scalar_values(a, b, BinaryOp::Mul, "mul");
   if (needs_grad({a})) record("mul_scalar", {a}, out, [b](const Tensor& dy) { return std::vector<Tensor>{mul(dy, b)}; });
   if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
@@ -265,31 +295,34 @@ Tensor mul(const Tensor& a_in, double b) {
 }
 
 // A true division, not mul(a, 1 / b): the rounded reciprocal is off by an ulp (3 * 0.1 != 0.3).
-Tensor div(const Tensor& a, double b) {
+Tensor div(const Tensor& a_in, double b) {
   trace::OpScope trace("div_scalar");
+  const Tensor a = promote_for_scalar(a_in, b, /*true_division=*/true);  // uint8 pixels / 255 are float32
   Tensor out = scalar_values(a, b, BinaryOp::Div, "div");
   if (needs_grad({a})) record("div_scalar", {a}, out, [b](const Tensor& dy) { return std::vector<Tensor>{div(dy, b)}; });
-  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
+  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
   return out;
 }
 
-Tensor rsub(const Tensor& a, double b) {
+Tensor rsub(const Tensor& a_in, double b) {
   trace::OpScope trace("rsub");
+  const Tensor a = promote_for_scalar(a_in, b);
   Tensor out = scalar_values(a, b, BinaryOp::Sub, "rsub", /*scalar_first=*/true);
   if (needs_grad({a})) record("rsub", {a}, out, [](const Tensor& dy) { return std::vector<Tensor>{neg(dy)}; });
-  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
+  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
   return out;
 }
 
-Tensor rdiv(const Tensor& a, double b) {
+Tensor rdiv(const Tensor& a_in, double b) {
   trace::OpScope trace("rdiv");
+  const Tensor a = promote_for_scalar(a_in, b, /*true_division=*/true);
   Tensor out = scalar_values(a, b, BinaryOp::Div, "rdiv", /*scalar_first=*/true);
   if (needs_grad({a})) {
     record("rdiv", {a}, out, [a, y = out.detach()](const Tensor& dy) {
       return std::vector<Tensor>{neg(div(mul(dy, y), a))};
     }, {a, out});
   }
-  if (trace.recording()) trace.record({a}, out, {{"scalar", b}});
+  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
   return out;
 }
 

@@ -90,9 +90,9 @@ Tensor& mul_(Tensor& self, double value);
 void check_float_tensor(const Tensor& x, std::string_view op, std::string_view arg = "input");
 void check_same_dtype_device(const Tensor& a, const Tensor& b, std::string_view op);
 bool is_half_precision(DType dtype);  // bfloat16 or float16
-// Floating binary operands in one dtype: a 16-bit operand meeting a wider one is cast
-// (differentiably) to the wider dtype, two different 16-bit ones to float32,
-// as PyTorch promotes; any other pair comes back unchanged.
+// Floating binary operands in one dtype: the narrower is cast (differentiably) to the
+// wider dtype (bf16 + fp32 -> fp32, fp32 + fp64 -> fp64), two different 16-bit ones
+// to float32, as PyTorch promotes; a pair with a non-floating operand comes back unchanged.
 std::pair<Tensor, Tensor> promote_operands(const Tensor& a, const Tensor& b);
 // Throws DeviceError unless x is on the CPU (ops without a CUDA kernel yet).
 void check_cpu(const Tensor& x, std::string_view op);

@@ -118,9 +118,11 @@ TEST_CASE("promote_operands: a 16-bit operand meets a wider one in the wider dty
   auto [c, d] = promote_operands(bf, fp);
   CHECK(c.dtype() == DType::Float32);
   CHECK(d.dtype() == DType::Float32);
-  auto [e, f] = promote_operands(f32, f64);  // no 16-bit operand: left to the op's dtype check
-  CHECK(e.is_same(f32));
+  auto [e, f] = promote_operands(f32, f64);  // float32 meets float64 in float64, as in PyTorch
+  CHECK(e.dtype() == DType::Float64);
   CHECK(f.is_same(f64));
+  const Tensor labels = zeros({2}, {.dtype = DType::Int64});
+  CHECK(promote_operands(labels, f32).first.is_same(labels));  // integers: the op's to promote or refuse
   CHECK(is_half_precision(DType::BFloat16));
   CHECK_FALSE(is_half_precision(DType::Float32));
 }

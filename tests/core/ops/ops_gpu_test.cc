@@ -346,3 +346,28 @@ LOOM_GPU_TEST_CASE("abs, masks, isclose, cat promotion and dropout2d match the C
   const Tensor bools = x > 0;
   CHECK(equal((~bools).cpu(), (~bools.to(testing::test_gpu())).cpu()));
 }
+
+LOOM_GPU_TEST_CASE("mixed dtypes promote on the GPU as on the CPU: pixels, labels, float32 with float64") {
+  const Device gpu = testing::test_gpu();
+  const Tensor pixels = randint(0, 256, {2, 3, 4, 5}, {.dtype = DType::UInt8}).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor labels = randint(1, 10, {7}, {.dtype = DType::Int64});  // no zero to divide by
+  const Tensor f32 = randn({7}), f64 = randn({7}, {.dtype = DType::Float64});
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&, const Tensor&, const Tensor&,
+                                                                const Tensor&)>>> cases = {
+      {"pixels / 255", [](const Tensor& p, const Tensor&, const Tensor&, const Tensor&) { return div(p, 255.0); }},
+      {"labels / labels reversed (a true division)",
+       [](const Tensor&, const Tensor& l, const Tensor&, const Tensor&) { return div(l, flip(l, {0})); }},
+      {"labels * f32", [](const Tensor&, const Tensor& l, const Tensor& a, const Tensor&) { return mul(l, a); }},
+      {"f32 - f64", [](const Tensor&, const Tensor&, const Tensor& a, const Tensor& b) { return sub(a, b); }},
+      {"1.5 / labels", [](const Tensor&, const Tensor& l, const Tensor&, const Tensor&) { return rdiv(l, 1.5); }},
+  };
+  for (const auto& [name, op] : cases) {
+    CAPTURE(name);
+    const Tensor expected = op(pixels, labels, f32, f64);
+    const Tensor actual = op(pixels.to(gpu), labels.to(gpu), f32.to(gpu), f64.to(gpu));
+    CHECK(actual.device() == gpu);
+    CHECK(actual.dtype() == expected.dtype());
+    CHECK(is_floating(actual.dtype()));
+    CHECK_CLOSE(actual.cpu(), expected, 1e-6, 1e-7);
+  }
+}
