@@ -119,7 +119,12 @@ bool append_step(Block& block, std::vector<Tensor>& operands, const std::string&
   }
   if (name == "add" && inputs.size() == 2 && number(attributes, "alpha", 1) == 1) {
     const Tensor& other = inputs[1 - chain_input];
-    if (!other.defined()) return false;
+    // The block adds in the chain's dtype: an integer or wider operand, which the add as written
+    // promotes (or widens the result to), stays outside.
+    const DType value_dtype = inputs[chain_input].dtype();
+    if (!other.defined() || !is_floating(other.dtype()) || promote_types(value_dtype, other.dtype()) != value_dtype) {
+      return false;
+    }
     if (other.sizes() == value_sizes) {
       block.add_residual();
     } else if (broadcasts_to(other.sizes(), value_sizes)) {

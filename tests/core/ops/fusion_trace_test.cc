@@ -155,6 +155,25 @@ Tensor conv_bn_relu(const Tensor& x, const Tensor& w, const Tensor& mean, const 
   return relu(batch_norm(conv2d(x, w, Tensor(), {.padding = 1}), mean, var, Tensor(), Tensor(), {}));
 }
 
+TEST_CASE("fusion by tracing: a residual add of an integer or wider operand stays outside the block") {
+  Tensor w = randn({4, 3, 3, 3}), mean = zeros({4}), var = ones({4});
+  const Tensor x = randn({2, 3, 5, 5});
+  for (const Tensor& other : {randint(-3, 4, {2, 4, 5, 5}, {.dtype = DType::Int64}),
+                              randn({2, 4, 5, 5}, {.dtype = DType::Float64}), randn({2, 4, 5, 5})}) {
+    CAPTURE(dtype_name(other.dtype()));
+    const auto forward = [&](const Tensor& in) { return add(conv_bn_relu(in, w, mean, var), other); };
+    fusion::Traced traced(forward);
+    const Tensor expected = forward(x);
+    const Tensor actual = traced(x);
+    CHECK(actual.dtype() == expected.dtype());
+    CHECK_CLOSE(actual, expected, 1e-6, 1e-6);
+    REQUIRE(traced.plan().chains().size() == 1);
+    const bool joins = other.dtype() == DType::Float32;  // the chain's own dtype: the add fuses
+    CAPTURE(traced.plan().chains()[0].block);
+    CHECK((traced.plan().chains()[0].block.find("-> add") != std::string::npos) == joins);
+  }
+}
+
 TEST_CASE("fusion by tracing: a forward that leaves its trace is an error, a changed head runs unfused") {
   const TensorOptions f64{.dtype = DType::Float64};
   Tensor w = randn({4, 3, 3, 3}, f64), mean = zeros({4}, f64), var = ones({4}, f64);
