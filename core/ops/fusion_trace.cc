@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/kernel/activation.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/fused.h"
 #include "core/ops/pooling.h"
 
@@ -119,10 +120,12 @@ bool append_step(Block& block, std::vector<Tensor>& operands, const std::string&
   }
   if (name == "add" && inputs.size() == 2 && number(attributes, "alpha", 1) == 1) {
     const Tensor& other = inputs[1 - chain_input];
-    // The block adds in the chain's dtype: an integer or wider operand, which the add as written
-    // promotes (or widens the result to), stays outside.
+    // The block meets a 16-bit operand with a wider one as the add as written does (autocast's
+    // bf16 chain and a float32 shortcut); an integer operand, or float32 with float64, which the
+    // add as written promotes, stays outside.
     const DType value_dtype = inputs[chain_input].dtype();
-    if (!other.defined() || !is_floating(other.dtype()) || promote_types(value_dtype, other.dtype()) != value_dtype) {
+    if (!other.defined() || !is_floating(other.dtype())) return false;
+    if (other.dtype() != value_dtype && !is_half_precision(value_dtype) && !is_half_precision(other.dtype())) {
       return false;
     }
     if (other.sizes() == value_sizes) {
