@@ -67,6 +67,15 @@ struct Run {
 
 void check_same_bits(const Tensor& a, const Tensor& b) { CHECK_CLOSE(a.cpu(), b.cpu(), 0, 0); }
 
+// Two runs' state dicts (a model's or an optimizer's), entry by entry.
+void check_same_bits(const StateDict& a, const StateDict& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    CAPTURE(a[k].first);
+    check_same_bits(a[k].second, b[k].second);
+  }
+}
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("100 replayed steps over two shapes give the same bits as 100 eager steps") {
@@ -92,18 +101,8 @@ LOOM_GPU_TEST_CASE("100 replayed steps over two shapes give the same bits as 100
   CHECK(graph.step->stats().eager_steps == 4);
   CHECK(graph.step->stats().replays == 100 - 4);
   CHECK(eager.step->stats().replays == 0);
-  auto e = eager.net.state_dict(), g = graph.net.state_dict();
-  REQUIRE(e.size() == g.size());
-  for (size_t k = 0; k < e.size(); ++k) {
-    CAPTURE(e[k].first);
-    check_same_bits(e[k].second, g[k].second);
-  }
-  auto eo = eager.opt->state_dict(), go = graph.opt->state_dict();
-  REQUIRE(eo.size() == go.size());
-  for (size_t k = 0; k < eo.size(); ++k) {
-    CAPTURE(eo[k].first);
-    check_same_bits(eo[k].second, go[k].second);
-  }
+  check_same_bits(eager.net.state_dict(), graph.net.state_dict());
+  check_same_bits(eager.opt->state_dict(), graph.opt->state_dict());
 }
 
 LOOM_GPU_TEST_CASE("under bf16 autocast, replayed steps give the same bits as eager steps") {
@@ -120,12 +119,7 @@ LOOM_GPU_TEST_CASE("under bf16 autocast, replayed steps give the same bits as ea
     check_same_bits(e[1], g[1]);
   }
   CHECK(graph.step->stats().replays == 20 - 2);  // after the traced step and the chains' eager step
-  auto e = eager.net.state_dict(), g = graph.net.state_dict();
-  REQUIRE(e.size() == g.size());
-  for (size_t k = 0; k < e.size(); ++k) {
-    CAPTURE(e[k].first);
-    check_same_bits(e[k].second, g[k].second);
-  }
+  check_same_bits(eager.net.state_dict(), graph.net.state_dict());
 }
 
 LOOM_GPU_TEST_CASE("under bf16 autocast, a step casts every weight in one launch, every gradient in one") {
@@ -237,8 +231,7 @@ LOOM_GPU_TEST_CASE("a step that reads a value back cannot be captured: it runs e
   CHECK_FALSE(syncing.last_step_replayed());
   CHECK(syncing.stats().captures == 0);
   CHECK(syncing.fallback_reason().find("capturing the step failed") != std::string::npos);
-  auto a = net_a.state_dict(), b = net_b.state_dict();
-  for (size_t k = 0; k < a.size(); ++k) check_same_bits(a[k].second, b[k].second);
+  check_same_bits(net_a.state_dict(), net_b.state_dict());
 }
 
 // Dropout (default generator, and a generator of the model's own) inside a
@@ -404,12 +397,7 @@ LOOM_GPU_TEST_CASE("empty batches between full ones, captured too: a NaN loss, n
   CHECK(eager.step->nonfinite_steps().skipped == 4);
   CHECK(graph.step->stats().eager_steps == 4);  // the first two of each shape; the rest replay
   CHECK(graph.step->stats().replays == 12 - 4);
-  auto e = eager.net.state_dict(), g = graph.net.state_dict();
-  REQUIRE(e.size() == g.size());
-  for (size_t k = 0; k < e.size(); ++k) {
-    CAPTURE(e[k].first);
-    check_same_bits(e[k].second, g[k].second);
-  }
+  check_same_bits(eager.net.state_dict(), graph.net.state_dict());
 }
 
 LOOM_GPU_TEST_CASE("an eager GPU step with a non-finite loss skips too; skip_nonfinite = false does not") {

@@ -348,26 +348,21 @@ LOOM_GPU_TEST_CASE("abs, masks, isclose, cat promotion and dropout2d match the C
 }
 
 LOOM_GPU_TEST_CASE("mixed dtypes promote on the GPU as on the CPU: pixels, labels, float32 with float64") {
-  const Device gpu = testing::test_gpu();
   const Tensor pixels = randint(0, 256, {2, 3, 4, 5}, {.dtype = DType::UInt8}).contiguous(MemoryFormat::ChannelsLast);
   const Tensor labels = randint(1, 10, {7}, {.dtype = DType::Int64});  // no zero to divide by
   const Tensor f32 = randn({7}), f64 = randn({7}, {.dtype = DType::Float64});
-  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&, const Tensor&, const Tensor&,
-                                                                const Tensor&)>>> cases = {
-      {"pixels / 255", [](const Tensor& p, const Tensor&, const Tensor&, const Tensor&) { return div(p, 255.0); }},
-      {"labels / labels reversed (a true division)",
-       [](const Tensor&, const Tensor& l, const Tensor&, const Tensor&) { return div(l, flip(l, {0})); }},
-      {"labels * f32", [](const Tensor&, const Tensor& l, const Tensor& a, const Tensor&) { return mul(l, a); }},
-      {"f32 - f64", [](const Tensor&, const Tensor&, const Tensor& a, const Tensor& b) { return sub(a, b); }},
-      {"1.5 / labels", [](const Tensor&, const Tensor& l, const Tensor&, const Tensor&) { return rdiv(l, 1.5); }},
+  const std::vector<const char*> names = {"pixels / 255", "labels / labels reversed (a true division)",
+                                          "labels * f32", "f32 - f64", "1.5 / labels"};
+  const auto results = [&](const Device& on) {
+    const Tensor p = pixels.to(on), l = labels.to(on), a = f32.to(on), b = f64.to(on);
+    return std::vector<Tensor>{div(p, 255.0), div(l, flip(l, {0})), mul(l, a), sub(a, b), rdiv(l, 1.5)};
   };
-  for (const auto& [name, op] : cases) {
-    CAPTURE(name);
-    const Tensor expected = op(pixels, labels, f32, f64);
-    const Tensor actual = op(pixels.to(gpu), labels.to(gpu), f32.to(gpu), f64.to(gpu));
-    CHECK(actual.device() == gpu);
-    CHECK(actual.dtype() == expected.dtype());
-    CHECK(is_floating(actual.dtype()));
-    CHECK_CLOSE(actual.cpu(), expected, 1e-6, 1e-7);
+  const std::vector<Tensor> expected = results(Device::cpu()), actual = results(testing::test_gpu());
+  for (size_t i = 0; i < names.size(); ++i) {
+    CAPTURE(names[i]);
+    CHECK(actual[i].device() == testing::test_gpu());
+    CHECK(actual[i].dtype() == expected[i].dtype());
+    CHECK(is_floating(actual[i].dtype()));
+    CHECK_CLOSE(actual[i].cpu(), expected[i], 1e-6, 1e-7);
   }
 }
