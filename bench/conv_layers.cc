@@ -52,6 +52,47 @@ double time_work(const std::function<void()>& work, const ConvLayersOptions& o) 
   return median(ms);
 }
 
+// conv(x, w, b) forward and backward through the operands that require grad; each run
+// writes fresh gradients (a handle: the gradient is the shared tensor's), as a step after zero_grad.
+std::function<void()> backward_work(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy,
+                                    const Conv2dOptions& options) {
+  return [=] {
+    for (Tensor t : {x, w, b}) {
+      if (t.defined() && t.requires_grad()) t.set_grad(Tensor());
+    }
+    conv2d(x, w, b, options).backward(dy);
+  };
+}
+
+Tensor leaf(const Tensor& t, bool requires_grad) {
+  return t.defined() ? t.detach().requires_grad_(requires_grad) : Tensor();
+}
+
+// ", \"dgrad_ms\": ..., \"wgrad_ms\": ..." when the gradients were timed alone, else "".
+std::string split_fields(const LayerTimes& t) {
+  if (!t.dgrad_ms || !t.wgrad_ms) return "";
+  return fmt::format(", \"dgrad_ms\": {}, \"wgrad_ms\": {}", json_number(*t.dgrad_ms), json_number(*t.wgrad_ms));
+}
+
+// The layers the options ask for: all, the depthwise ones, or the one module's.
+std::vector<ConvLayer> chosen_layers(const ConvLayersOptions& o) {
+  std::vector<ConvLayer> layers = model_convs(o.model, o.batch);
+  std::vector<std::string> modules;
+  for (const ConvLayer& l : layers) modules.push_back(l.module);
+  std::erase_if(layers, [&o](const ConvLayer& l) {
+    return (o.depthwise && !l.depthwise()) || (!o.module.empty() && l.module != o.module);
+  });
+  LOOM_CHECK(o.module.empty() || !layers.empty(), ValueError,
+             "[conv_layers] --module {}: no distinct convolution of {} is first run by that module; these are: {}",
+             o.module, o.model, fmt::join(modules, ", "));
+  return layers;
+}
+
+std::string split_text(const LayerTimes& t) {
+  if (!t.dgrad_ms || !t.wgrad_ms) return "";
+  return fmt::format(" (dx alone {:.4f}, dw alone {:.4f})", *t.dgrad_ms, *t.wgrad_ms);
+}
+
 }  // namespace
 
 const char* const kConvLayersUsage = R"(usage: conv_layers --model M [flags]
@@ -60,6 +101,9 @@ const char* const kConvLayersUsage = R"(usage: conv_layers --model M [flags]
   --precision P    tf32 (default), strict (no TF32) or bf16 (bfloat16 operands)
   --layout L       nhwc (default) or nchw
   --depthwise      only the depthwise convolutions (groups = C > 1)
+  --module NAME    only the convolution module NAME is listed under (e.g. layer3.0.conv2)
+  --split          also time each gradient alone: forward + dx, forward + dw (and db)
+  --plans          print the cuDNN plan table (engine and knobs of each plan) at the end
   --replays R      replays per timed repeat (default 50)
   --repeats K      timed repeats; the median is kept (default 5)
   --device D       cuda, cuda:k or cpu (default cuda when available)
@@ -71,12 +115,16 @@ ConvLayersOptions parse_conv_layers_flags(int argc, char** argv) {
   o.device = cuda_available() ? Device::cuda() : Device::cpu();
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--depthwise") {
-      o.depthwise = true;
+    static const std::map<std::string, bool ConvLayersOptions::*> kSwitches = {
+        {"--depthwise", &ConvLayersOptions::depthwise},
+        {"--split", &ConvLayersOptions::split},
+        {"--plans", &ConvLayersOptions::plans}};
+    if (auto it = kSwitches.find(flag); it != kSwitches.end()) {
+      o.*(it->second) = true;
       continue;
     }
-    static const std::set<std::string> kValued = {"--model",   "--batch",   "--precision", "--layout",
-                                                  "--replays", "--repeats", "--device",    "--json"};
+    static const std::set<std::string> kValued = {"--model",   "--batch",  "--precision", "--layout", "--replays",
+                                                  "--repeats", "--device", "--json",      "--module"};
     LOOM_CHECK(kValued.contains(flag), ValueError, "[conv_layers] unknown flag {}", flag);
     LOOM_CHECK(i + 1 < argc, ValueError, "[conv_layers] {} needs a value", flag);
     const std::string value = argv[++i];
@@ -87,6 +135,7 @@ ConvLayersOptions parse_conv_layers_flags(int argc, char** argv) {
     else if (flag == "--replays") o.replays = parse_count(flag, value, 1);
     else if (flag == "--repeats") o.repeats = parse_count(flag, value, 1);
     else if (flag == "--device") o.device = Device::parse(value);
+    else if (flag == "--module") o.module = value;
     else o.json = value;
   }
   LOOM_CHECK(!o.model.empty(), ValueError, "[conv_layers] --model is required");
@@ -138,19 +187,18 @@ LayerTimes time_layer(const ConvLayer& layer, const ConvLayersOptions& o) {
   const Tensor w = randn(layer.weight, on, &gen).contiguous(format);
   const Tensor b = layer.bias ? randn({layer.weight[0]}, on, &gen) : Tensor();
   const Tensor dy = randn_like(conv2d(x, w, b, layer.options), &gen);
-  const Tensor xg = x.detach().requires_grad_(true), wg = w.detach().requires_grad_(true);
-  const Tensor bg = b.defined() ? b.detach().requires_grad_(true) : Tensor();
   Tensor y;
   const auto forward = [&] { y = conv2d(x, w, b, layer.options); };
-  const auto with_gradients = [&] {
-    for (Tensor t : {xg, wg, bg}) {  // a handle: the gradient is the shared tensor's
-      if (t.defined()) t.set_grad(Tensor());  // each run writes its gradients, as a step after zero_grad
-    }
-    conv2d(xg, wg, bg, layer.options).backward(dy);
-  };
+  const auto with_gradients = backward_work(leaf(x, true), leaf(w, true), leaf(b, true), dy, layer.options);
+  const auto dgrad = backward_work(leaf(x, true), w, b, dy, layer.options);
+  const auto wgrad = backward_work(x, leaf(w, true), leaf(b, true), dy, layer.options);
   const auto settle = [&] {
     forward();
     with_gradients();
+    if (o.split) {
+      dgrad();
+      wgrad();
+    }
   };
   settle();
   for (int round = 0; round < 8 && wait_for_background_plans(); ++round) {
@@ -158,7 +206,12 @@ LayerTimes time_layer(const ConvLayer& layer, const ConvLayersOptions& o) {
     settle();
   }
   settle();  // an op whose plan was swapped in races its kernels again, before any capture
-  return {time_work(forward, o), time_work(with_gradients, o)};
+  LayerTimes times{.forward_ms = time_work(forward, o), .with_gradients_ms = time_work(with_gradients, o)};
+  if (o.split) {
+    times.dgrad_ms = time_work(dgrad, o);
+    times.wgrad_ms = time_work(wgrad, o);
+  }
+  return times;
 }
 
 std::string to_json(const ConvLayer& layer, const LayerTimes& t, const ConvLayersOptions& o) {
@@ -167,15 +220,15 @@ std::string to_json(const ConvLayer& layer, const LayerTimes& t, const ConvLayer
       "{{\"framework\": \"loom\", \"kind\": \"conv\", \"model\": {}, \"module\": {}, \"precision\": {}, "
       "\"layout\": {}, \"device\": {}, \"x\": {}, \"weight\": {}, \"bias\": {}, \"stride\": [{}, {}], "
       "\"padding\": [{}, {}], \"dilation\": [{}, {}], \"groups\": {}, \"uses\": {}, \"replays\": {}, "
-      "\"repeats\": {}, \"forward_ms\": {}, \"with_gradients_ms\": {}}}",
+      "\"repeats\": {}, \"forward_ms\": {}, \"with_gradients_ms\": {}{}}}",
       json_string(o.model), json_string(layer.module), json_string(o.precision), json_string(o.layout),
       json_string(o.device.str()), shape_text(layer.x), shape_text(layer.weight), layer.bias ? "true" : "false",
       c.stride.h, c.stride.w, c.padding.h, c.padding.w, c.dilation.h, c.dilation.w, c.groups, layer.uses,
-      o.replays, o.repeats, json_number(t.forward_ms), json_number(t.with_gradients_ms));
+      o.replays, o.repeats, json_number(t.forward_ms), json_number(t.with_gradients_ms), split_fields(t));
 }
 
 void run_conv_layers(const ConvLayersOptions& o) {
-  const std::vector<ConvLayer> layers = model_convs(o.model, o.batch);
+  const std::vector<ConvLayer> layers = chosen_layers(o);
   DeviceGuard on_device(o.device);
   NumericsGuard numerics({.precision = o.precision == "strict" ? Precision::StrictFp32 : Precision::Tf32});
   std::ofstream json;
@@ -185,16 +238,16 @@ void run_conv_layers(const ConvLayersOptions& o) {
   fmt::print("{} batch {} {} {} on {}: ms per call (x uses = ms per step)\n", o.model, o.batch, o.precision,
              o.layout, o.device.str());
   for (const ConvLayer& layer : layers) {
-    if (o.depthwise && !layer.depthwise()) continue;
     const LayerTimes t = time_layer(layer, o);
     forward_total += t.forward_ms * static_cast<double>(layer.uses);
     gradients_total += t.with_gradients_ms * static_cast<double>(layer.uses);
-    fmt::print("  x {} w {} stride {} groups {} x{}: forward {:.4f}, with gradients {:.4f}  ({})\n",
+    fmt::print("  x {} w {} stride {} groups {} x{}: forward {:.4f}, with gradients {:.4f}{}  ({})\n",
                shape_text(layer.x), shape_text(layer.weight), layer.options.stride.h, layer.options.groups,
-               layer.uses, t.forward_ms, t.with_gradients_ms, layer.module);
+               layer.uses, t.forward_ms, t.with_gradients_ms, split_text(t), layer.module);
     if (json.is_open()) json << to_json(layer, t, o) << "\n" << std::flush;  // each line kept if a later layer fails
   }
   fmt::print("  per step: forward {:.4f} ms, with gradients {:.4f} ms\n", forward_total, gradients_total);
+  if (o.plans) fmt::print("\n{}", plan_report());
 }
 
 }  // namespace loom::bench

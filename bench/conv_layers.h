@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct ConvLayersOptions {
   std::string precision = "tf32";  // tf32, strict (no TF32) or bf16 (bfloat16 operands)
   std::string layout = "nhwc";     // nhwc or nchw
   bool depthwise = false;          // only the depthwise convolutions
+  std::string module;              // "" or the one module whose convolution is timed
+  bool split = false;              // also each gradient alone (dgrad_ms, wgrad_ms)
+  bool plans = false;              // print the cuDNN plan table (engines, knobs) at the end
   int replays = 50;                // per timed repeat
   int repeats = 5;                 // the median is kept
   Device device = Device::cpu();
@@ -62,6 +66,9 @@ std::vector<ConvLayer> model_convs(const std::string& model, int64_t batch);
 struct LayerTimes {
   double forward_ms = 0;
   double with_gradients_ms = 0;  // forward, dx and the weight's (and bias's) gradient
+  // With options.split (else absent): the forward with dx alone, and with the weight's
+  // (and bias's) gradient alone, which tells the two gradients' kernels apart.
+  std::optional<double> dgrad_ms, wgrad_ms;
 };
 
 // The layer's operands in the options' dtype, layout and device, its plans built and
@@ -71,7 +78,8 @@ LayerTimes time_layer(const ConvLayer& layer, const ConvLayersOptions& options);
 // One JSON object (no newline): the layer, the options it ran under and its times.
 std::string to_json(const ConvLayer& layer, const LayerTimes& times, const ConvLayersOptions& options);
 
-// Times every layer (the depthwise ones with options.depthwise), prints a line each
+// Times every layer (the depthwise ones with options.depthwise, the one module's with
+// options.module; a module that runs no convolution is a ValueError), prints a line each
 // and the per-step sums, appends the JSON lines.
 void run_conv_layers(const ConvLayersOptions& options);
 

@@ -9,7 +9,9 @@ dtype and layout, with cudnn.benchmark on (its algorithms chosen before capture)
 precision says. As in Loom, the forward alone and the forward with both gradients (x, weight and bias; the
 gradients set to None first, as zero_grad does) are each captured in a CUDA graph and replayed; the median
 of the repeats' ms per replay is kept. The table gives each layer's times in both and the model's per-step
-sums (each layer times its uses); a ratio above 1 means Loom is faster.
+sums (each layer times its uses); a ratio above 1 means Loom is faster. Lines of conv_layers --split also
+carry each gradient alone (the forward with dx only, and with the weight's and bias's only), timed here the
+same way and printed in a second table.
 """
 import argparse, json, statistics, sys
 
@@ -55,19 +57,26 @@ def time_layer(row, device):
     dy = torch.randn_like(F.conv2d(x, w, b, **args))
     xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
     bg = b.detach().requires_grad_() if b is not None else None
-    leaves = [t for t in (xg, wg, bg) if t is not None]
     out = {}
 
     def forward():
         out["y"] = F.conv2d(x, w, b, **args)
 
-    def with_gradients():
-        for t in leaves:
-            t.grad = None  # each run writes its gradients (no accumulation), as a step after zero_grad
-        F.conv2d(xg, wg, bg, **args).backward(dy)
+    def backward_of(xs, ws, bs):
+        """The forward and backward through the operands that require grad."""
+        def work():
+            for t in (xs, ws, bs):
+                if t is not None and t.requires_grad:
+                    t.grad = None  # each run writes its gradients (no accumulation), as a step after zero_grad
+            F.conv2d(xs, ws, bs, **args).backward(dy)
+        return work
 
     replays, repeats = row["replays"], row["repeats"]
-    return time_graph(forward, replays, repeats), time_graph(with_gradients, replays, repeats)
+    times = [time_graph(forward, replays, repeats), time_graph(backward_of(xg, wg, bg), replays, repeats)]
+    if "dgrad_ms" in row:  # conv_layers --split: each gradient alone too
+        times.append(time_graph(backward_of(xg, w, b), replays, repeats))
+        times.append(time_graph(backward_of(x, wg, bg), replays, repeats))
+    return times
 
 
 def main():
@@ -89,10 +98,10 @@ def main():
     print("| model | module | x | weight | stride | groups | uses | precision | Loom fwd | PT fwd | Loom fwd+grads "
           "| PT fwd+grads | fwd+grads PT / Loom |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    sums = {}
+    sums, split = {}, []
     out = open(args.json, "a") if args.json else None
     for r in rows:
-        fwd, both = time_layer(r, device)
+        fwd, both, *parts = time_layer(r, device)
         key = (r["model"], r["precision"], r["layout"], r["x"][0])
         s = sums.setdefault(key, [0.0, 0.0, 0.0, 0.0])
         for i, v in enumerate((r["forward_ms"], fwd, r["with_gradients_ms"], both)):
@@ -101,13 +110,24 @@ def main():
         print(f"| {r['model']} | {r['module']} | {shape(r['x'])} | {shape(r['weight'])} | {r['stride'][0]} "
               f"| {r['groups']} | {r['uses']} | {r['precision']} | {r['forward_ms']:.4f} | {fwd:.4f} "
               f"| {r['with_gradients_ms']:.4f} | {both:.4f} | {both / r['with_gradients_ms']:.2f}x |")
+        if parts:
+            split.append((r, parts))
         if out:
             line = dict(r, framework="torch", device=str(device), forward_ms=fwd, with_gradients_ms=both)
+            if parts:
+                line.update(dgrad_ms=parts[0], wgrad_ms=parts[1])
             out.write(json.dumps(line) + "\n")
     for (model, precision, layout, batch), (lf, pf, lb, pb) in sums.items():
         print(f"\n{model} batch {batch} {precision} {layout}, per step (each layer x its uses): forward Loom "
               f"{lf:.4f} ms, PyTorch {pf:.4f}; with gradients Loom {lb:.4f}, PyTorch {pb:.4f} "
               f"(PyTorch / Loom {pb / lb:.2f}x)")
+    if split:
+        print("\nEach gradient alone (ms; the forward included, as in fwd+grads):\n")
+        print("| module | Loom fwd+dx | PT fwd+dx | Loom fwd+dw | PT fwd+dw | dx PT / Loom | dw PT / Loom |")
+        print("|---|---|---|---|---|---|---|")
+        for r, (dgrad, wgrad) in split:
+            print(f"| {r['module']} | {r['dgrad_ms']:.4f} | {dgrad:.4f} | {r['wgrad_ms']:.4f} | {wgrad:.4f} "
+                  f"| {dgrad / r['dgrad_ms']:.2f}x | {wgrad / r['wgrad_ms']:.2f}x |")
 
 
 if __name__ == "__main__":

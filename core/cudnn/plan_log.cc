@@ -71,9 +71,11 @@ std::string entry_line(const PlanInfo& e) {
   if (e.restored) notes.push_back("RESTORED");
   if (e.pending) notes.push_back("LAZY");
   if (e.specialized) notes.push_back(fmt::format("SPECIALIZED({:.0f} ms)", e.background_ms));
-  return fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  {}\n", e.graph, e.notes.engine_id,
+  // The knobs with the engine id name the kernel configuration (two plans of one engine can differ in them).
+  const std::string knobs = e.notes.knobs.empty() ? "" : fmt::format(" [{}]", fmt::join(e.notes.knobs, " "));
+  return fmt::format("{:<44} {:>7} {:>10} {:>9.1f} {:>6}  {}{}\n", e.graph, e.notes.engine_id,
                      e.workspace_bytes, e.build_ms, e.hits,
-                     notes.empty() ? "-" : fmt::format("{}", fmt::join(notes, ",")));
+                     notes.empty() ? "-" : fmt::format("{}", fmt::join(notes, ",")), knobs);
 }
 
 }  // namespace

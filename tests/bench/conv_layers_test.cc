@@ -6,6 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "layers/nn.h"
@@ -74,6 +77,9 @@ TEST_CASE("flags: defaults, values, and errors that name the flag") {
   CHECK(d.precision == "tf32");
   CHECK(d.layout == "nhwc");
   CHECK_FALSE(d.depthwise);
+  CHECK_FALSE(d.split);
+  CHECK_FALSE(d.plans);
+  CHECK(d.module.empty());
   const ConvLayersOptions o = parse({"--model", "unet", "--batch", "64", "--precision", "bf16", "--layout", "nchw",
                                      "--depthwise", "--replays", "7", "--repeats", "3", "--device", "cpu"});
   CHECK(o.batch == 64);
@@ -83,6 +89,11 @@ TEST_CASE("flags: defaults, values, and errors that name the flag") {
   CHECK(o.replays == 7);
   CHECK(o.repeats == 3);
   CHECK(o.device == Device::cpu());
+  const ConvLayersOptions s = parse({"--model", "resnet9", "--split", "--plans", "--module", "layer1.0"});
+  CHECK(s.split);
+  CHECK(s.plans);
+  CHECK(s.module == "layer1.0");
+  CHECK_FALSE(s.depthwise);
   CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "unet", "--batch", "x"}), ValueError, "--batch needs an integer");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--model", "unet", "--batch", "12x"}), ValueError, "got '12x'");
   CHECK_THROWS_WITH_FRAGMENT(parse({"--batch", "8"}), ValueError, "--model is required");
@@ -108,6 +119,36 @@ TEST_CASE("one layer timed on the CPU, and its JSON line") {
                             "\"forward_ms\": 0.25", "\"with_gradients_ms\": 0.75", "\"device\": \"cpu\""}) {
     CHECK_MESSAGE(line.find(field) != std::string::npos, field << " in " << line);
   }
+}
+
+TEST_CASE("--split times each gradient alone; --module keeps one layer and names the others when it is wrong") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = (std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / "conv_layers_split.jsonl").string();
+  std::filesystem::remove(path);
+  const std::vector<ConvLayer> all = model_convs("lenet5", 2);
+  REQUIRE(all.size() >= 2);
+  ConvLayersOptions o{.model = "lenet5", .batch = 2, .module = all[1].module, .split = true, .replays = 1,
+                      .repeats = 1, .json = path};
+  run_conv_layers(o);
+  std::ifstream in(path);
+  std::string line, extra;
+  REQUIRE(std::getline(in, line));
+  CHECK_FALSE(std::getline(in, extra));  // one layer: the module's
+  for (const std::string& field : {"\"module\": \"" + all[1].module + "\"", std::string("\"dgrad_ms\": "),
+                                  std::string("\"wgrad_ms\": ")}) {
+    CHECK_MESSAGE(line.find(field) != std::string::npos, field << " in " << line);
+  }
+  const LayerTimes t = time_layer(all[0], o);
+  REQUIRE(t.dgrad_ms.has_value());
+  REQUIRE(t.wgrad_ms.has_value());
+  CHECK(*t.dgrad_ms > 0);
+  CHECK(*t.wgrad_ms > 0);
+  o.split = false;
+  CHECK(to_json(all[0], {.forward_ms = 1, .with_gradients_ms = 2}, o).find("dgrad_ms") == std::string::npos);
+  o.module = "fc1";
+  CHECK_THROWS_WITH_FRAGMENT(run_conv_layers(o), ValueError, "--module fc1: no distinct convolution of lenet5");
+  CHECK_THROWS_WITH_FRAGMENT(run_conv_layers(o), ValueError, all[0].module);
+  std::filesystem::remove(path);
 }
 
 }  // namespace
