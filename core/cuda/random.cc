@@ -26,9 +26,8 @@ void dropout_apply(const Strided& out, const Strided& in, double p, const Philox
 
 void fill_random(const Strided& out, const RandomDraw& draw, const PhiloxArgs& philox) {
   check_kernel_rank(out, "random fill");
-  LOOM_CHECK(out.dtype == DType::Float32 || out.dtype == DType::Float64, TypeError,
-             "[random fill] fills float32 or float64, got {}; draw in one of them and convert",
-             dtype_name(out.dtype));
+  LOOM_CHECK(is_floating(out.dtype), TypeError,
+             "[random fill] fills a floating dtype, got {}; draw in float64 and convert", dtype_name(out.dtype));
   LOOM_CHECK(draw.kind != RandomDraw::Kind::Uniform || draw.bits == 53 || (draw.bits >= 1 && draw.bits <= 24),
              ValueError, "[random fill] a uniform draw keeps 1 to 24 bits, or 53, got {}", draw.bits);
   LOOM_CHECK(draw.kind != RandomDraw::Kind::Integer || draw.range > 0, ValueError,

@@ -56,9 +56,11 @@ __device__ T uniform_draw(const PhiloxBlock& bits, const RandomDraw& d) {
   return add_rn(mul_rn(unit, static_cast<T>(d.span)), static_cast<T>(d.low));
 }
 
-// One thread per element; element i draws from block first_block + i.
-template <class T, RandomDraw::Kind kKind>
-__global__ void fill_random_kernel(T* out, Geometry g, int64_t n, RandomDraw draw, PhiloxArgs philox) {
+// One thread per element; element i draws from block first_block + i, in
+// S's compute type, rounded once to S.
+template <class S, RandomDraw::Kind kKind>
+__global__ void fill_random_kernel(S* out, Geometry g, int64_t n, RandomDraw draw, PhiloxArgs philox) {
+  using T = compute_t<S>;
   const PhiloxStart start = philox_start(philox);
   for (int64_t i = first_index(); i < n; i += index_step()) {
     const PhiloxBlock bits = philox_block(start.seed, start.first_block + i);
@@ -70,16 +72,16 @@ __global__ void fill_random_kernel(T* out, Geometry g, int64_t n, RandomDraw dra
     } else {
       value = static_cast<T>(integer_value(bits.lane, draw.integer_low, draw.range));
     }
-    out[offset_of(i, g)] = value;
+    out[offset_of(i, g)] = from_compute<S>(value);
   }
 }
 
 template <RandomDraw::Kind kKind>
 void launch_kind(const Strided& out, const RandomDraw& draw, const PhiloxArgs& philox, cudaStream_t stream) {
   const int64_t n = out.numel();
-  visit_float(out.dtype, [&]<class T>() {
-    fill_random_kernel<T, kKind><<<blocks_for(n), kThreads, 0, stream>>>(
-        out.ptr<T>(), geometry_of(out), n, draw, philox);
+  visit_floating(out.dtype, [&]<class S>() {
+    fill_random_kernel<S, kKind><<<blocks_for(n), kThreads, 0, stream>>>(
+        out.ptr<S>(), geometry_of(out), n, draw, philox);
   });
 }
 

@@ -6,8 +6,8 @@
 //   cuda::dropout_apply(out.strided(), in.strided(), p, cuda::philox_draw(gen, (n + 3) / 4));
 //
 // Element i is the i-th element in row-major order of the output's sizes,
-// whatever its strides. Fills are float32 or float64 (dropout_apply's, any
-// floating dtype).
+// whatever its strides. Any floating dtype: 16-bit ones computed in float32
+// and rounded once.
 //
 // Inside a CUDA-graph capture (cuda::CudaGraph) the draws are capturable: the
 // kernels read the generator's (seed, offset) from device memory that each
@@ -36,9 +36,9 @@ PhiloxArgs philox_draw(Generator& gen, uint64_t blocks);
 // (n + 3) / 4 blocks.
 void dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox);
 
-// A random fill of out (float32 or float64; the factories convert for the
-// other dtypes): element i, in row-major order of out's sizes whatever its
-// strides, is `draw` of block i. Uniform and Integer give the CPU's bits;
+// A random fill of out (any floating dtype; 16-bit ones drawn in float32 and
+// rounded once, to nearest even): element i, in row-major order of out's sizes
+// whatever its strides, is `draw` of block i. Uniform and Integer give the CPU's bits;
 // Normal computes Box-Muller in double with the device's log and cos, which
 // may differ from glibc's in the last bit or two, so its values match the
 // CPU's to ~1e-15 relative rather than bit for bit. Uses n blocks.

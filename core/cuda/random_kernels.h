@@ -1,6 +1,6 @@
 // File: core/cuda/random_kernels.h
-// Launchers for the kernels in random.cu (the fills' outputs float32 or
-// float64, any strides, at most kMaxDims dims). They return the launch status;
+// Launchers for the kernels in random.cu (outputs of any floating dtype, any
+// strides, at most kMaxDims dims). They return the launch status;
 // core/cuda/random.cc checks it.
 #pragma once
 
@@ -16,7 +16,7 @@ namespace loom::cuda {
 // out = in * dropout's mask (random.h's dropout_apply); any floating dtype.
 cudaError_t launch_dropout_apply(const Strided& out, const Strided& in, double p, const PhiloxArgs& philox,
                                  cudaStream_t stream);
-// out (float32 or float64) = draw of block first_block + i at element i.
+// out (any floating dtype) = draw of block first_block + i at element i.
 cudaError_t launch_fill_random(const Strided& out, const RandomDraw& draw, const PhiloxArgs& philox,
                                cudaStream_t stream);
 // base = {seed, offset}, one thread: a captured graph's replay runs it first.

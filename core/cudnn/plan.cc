@@ -16,6 +16,7 @@
 
 #include "core/cuda/allocator_purpose.h"
 #include "core/cuda/event_timer.h"
+#include "core/cuda/random.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/cudnn/plan_memory.h"
@@ -99,11 +100,41 @@ std::vector<bool> operands_as_is(const Graph& graph, const VariantPointers* oper
 
 // How a selection's test runs use their scratch: a run that only checks that a
 // plan executes (an untimed selection, a restore) binds every tensor it does not
-// take from the op to one buffer as large as the largest of them, since what it
-// computes is thrown away; a timed one gives each tensor its own, so a candidate
-// reads and writes as many bytes as it will in the step (aliased operands would
-// hit the L2 cache where the step's do not).
+// take from the op to one zeroed buffer as large as the largest of them, since
+// what it computes is thrown away; a timed one gives each tensor its own, so a
+// candidate reads and writes as many bytes as it will in the step (aliased
+// operands would hit the L2 cache where the step's do not), filled with values
+// as a step's are (fill_like_data).
 enum class Scratch { Shared, PerTensor };
+
+// The Loom dtype of a cuDNN floating data type; nullopt for the others
+// (integers, booleans), whose test copies stay zero.
+std::optional<DType> floating_dtype(cudnnDataType_t dtype) {
+  switch (dtype) {
+    case CUDNN_DATA_FLOAT: return DType::Float32;
+    case CUDNN_DATA_DOUBLE: return DType::Float64;
+    case CUDNN_DATA_HALF: return DType::Float16;
+    case CUDNN_DATA_BFLOAT16: return DType::BFloat16;
+    default: return std::nullopt;
+  }
+}
+
+// Fills a timed candidate's copy of t with values uniform in [-1, 1), as a step's
+// data are. A tensor-core kernel's time depends on its operands' bits (on zeros
+// the GPU draws less power and holds a higher clock), so zeros rank close
+// candidates for a load the step never puts on the GPU. On resnet18_cifar at
+// batch 512 in TF32 (H200), the weight gradients of its 3x3 convolutions timed
+// on zeros took configs without thread-block clusters; timed on values, they
+// take the cluster configs PyTorch's benchmark picks on its own tensors.
+void fill_like_data(const ScratchBuffer& buffer, const TensorSpec& t) {
+  constexpr uint64_t kTestValuesSeed = 0x5eed;
+  const std::optional<DType> dtype = floating_dtype(t.dtype);
+  const size_t bytes = span_bytes(t);
+  if (!dtype || bytes == 0) return;
+  const auto n = static_cast<int64_t>(bytes / cudnn_element_size(t.dtype));
+  const Strided flat{.data = buffer.get(), .dtype = *dtype, .sizes = {n}, .strides = {1}};
+  cuda::fill_random(flat, {.low = -1, .span = 2}, {.seed = kTestValuesSeed});
+}
 
 // The largest of the graph's device tensors that scratch stands in for (those
 // not bound `as_is`, in graph order): the one buffer of Scratch::Shared.
@@ -144,7 +175,10 @@ struct TestBindings {
         pointers.push_back({t.uid, bound_pointer(*operands, t.uid)});
         continue;
       }
-      if (scratch == Scratch::PerTensor) buffers.emplace_back(span_bytes(t));
+      if (scratch == Scratch::PerTensor) {
+        buffers.emplace_back(span_bytes(t));
+        fill_like_data(buffers.back(), t);
+      }
       pointers.push_back({t.uid, buffers.back().get()});
     }
   }
@@ -349,6 +383,8 @@ std::string knob_name(int64_t type) {
     case CUDNN_KNOB_TYPE_WORKSPACE: return "WORKSPACE";
     case CUDNN_KNOB_TYPE_STREAM_K: return "STREAM_K";
     case CUDNN_KNOB_TYPE_SWAP_AB: return "SWAP_AB";
+    case CUDNN_KNOB_TYPE_TILE_CGA_M: return "TILE_CGA_M";
+    case CUDNN_KNOB_TYPE_TILE_CGA_N: return "TILE_CGA_N";
     default: return fmt::format("KNOB{}", type);
   }
 }

@@ -119,8 +119,8 @@ LOOM_GPU_TEST_CASE("dropout_apply is its input times the mask of the same draws,
   }
 }
 
-LOOM_GPU_TEST_CASE("a uniform fill draws what rand draws, bit for bit") {
-  for (DType dtype : kDtypes) {
+LOOM_GPU_TEST_CASE("a uniform fill draws what rand draws, bit for bit, in every floating dtype") {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
     for (const Shape& sizes : kShapes) {
       CAPTURE(dtype_name(dtype));
       CAPTURE(shape_str(sizes));
@@ -129,9 +129,13 @@ LOOM_GPU_TEST_CASE("a uniform fill draws what rand draws, bit for bit") {
       gpu_gen.reserve(3);
       Tensor expected = rand(sizes, {.dtype = dtype}, &cpu_gen);
       Tensor out = poisoned_gpu(sizes, dtype);
-      const cuda::RandomDraw unit{.bits = dtype == DType::Float64 ? 53 : 24};
-      cuda::fill_random(out.strided(), unit, cuda::philox_draw(gpu_gen, numel_of(sizes)));
-      CHECK_CLOSE(out.cpu(), expected, 0, 0);
+      // rand's bits: its dtype's significand (8 for bfloat16, 11 for float16), exact in float32
+      const int bits = dtype == DType::Float64    ? 53
+                       : dtype == DType::BFloat16 ? 8
+                       : dtype == DType::Float16  ? 11
+                                                  : 24;
+      cuda::fill_random(out.strided(), {.bits = bits}, cuda::philox_draw(gpu_gen, numel_of(sizes)));
+      CHECK_CLOSE(out.to(DType::Float64).cpu(), expected.to(DType::Float64), 0, 0);
     }
   }
 }
@@ -139,8 +143,9 @@ LOOM_GPU_TEST_CASE("a uniform fill draws what rand draws, bit for bit") {
 LOOM_GPU_TEST_CASE("a fill refuses the dtypes and draws it does not make, by name") {
   Tensor out = poisoned_gpu({4}, DType::Float32);
   const cuda::PhiloxArgs draws{.seed = 1};
-  CHECK_THROWS_WITH_FRAGMENT(cuda::fill_random(poisoned_gpu({4}, DType::BFloat16).strided(), {}, draws), TypeError,
-                             "[random fill] fills float32 or float64, got bfloat16");
+  const Tensor labels = zeros({4}, {.dtype = DType::Int64, .device = testing::test_gpu()});
+  CHECK_THROWS_WITH_FRAGMENT(cuda::fill_random(labels.strided(), {}, draws), TypeError,
+                             "[random fill] fills a floating dtype, got int64");
   CHECK_THROWS_WITH_FRAGMENT(cuda::fill_random(out.strided(), {.bits = 30}, draws), ValueError,
                              "keeps 1 to 24 bits, or 53, got 30");
   CHECK_THROWS_WITH_FRAGMENT(
