@@ -156,7 +156,7 @@ types = {1: np.float32, 2: np.uint8, 7: np.int64, 9: np.bool_, 11: np.float64}
 ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greater': np.greater,
        'GreaterOrEqual': np.greater_equal, 'And': np.logical_and, 'Or': np.logical_or, 'Xor': np.logical_xor,
        'Not': np.logical_not, 'Where': np.where, 'Max': np.maximum, 'Min': np.minimum, 'Mul': np.multiply,
-       'Add': np.add, 'Sub': np.subtract, 'Abs': np.abs, 'IsInf': np.isinf, 'IsNaN': np.isnan,
+       'Add': np.add, 'Sub': np.subtract, 'Div': np.divide, 'Abs': np.abs, 'IsInf': np.isinf, 'IsNaN': np.isnan,
        'Identity': lambda a: a}
 for n in m.graph.node:
     a = {attribute.name: attribute for attribute in n.attribute}
@@ -203,6 +203,17 @@ TEST_CASE("comparisons, logical ops, where, masked_fill, maximum and minimum exp
                            "'Min'", "'Not'", "'Or'", "'Where'", "'Xor'"}) {
     CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
   }
+}
+
+TEST_CASE("arithmetic that promotes an integer or Bool operand exports its Casts and computes Loom's values") {
+  Fn promoted([](const Tensor& y) {
+    const Tensor positive = (y > 0.0).to(DType::Int64), ones = (y > -10.0).to(DType::Int64);
+    // float32 + int64, int64 * a non-integral number, int64 / int64 (true division), Bool * float32
+    return (y + positive) + positive * 0.5 + positive / ones + (y > 0.2) * y;
+  });
+  const std::string out = check_masks_export(promoted, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
+  CHECK_MESSAGE(out.find("'Cast'") != std::string::npos, out);
+  CHECK_MESSAGE(out.find("'Div'") != std::string::npos, out);
 }
 
 TEST_CASE("isclose exports and computes Loom's values: tolerances, infinities, NaN with and without equal_nan") {
