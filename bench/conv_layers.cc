@@ -201,10 +201,10 @@ LayerTimes time_layer(const ConvLayer& layer, const ConvLayersOptions& o) {
     }
   };
   settle();
-  for (int round = 0; round < 8 && wait_for_background_plans(); ++round) {
+  settle_plans(o.device, [&] {
     step_boundary();
     settle();
-  }
+  });
   settle();  // an op whose plan was swapped in races its kernels again, before any capture
   LayerTimes times{.forward_ms = time_work(forward, o), .with_gradients_ms = time_work(with_gradients, o)};
   if (o.split) {

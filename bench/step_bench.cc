@@ -52,10 +52,6 @@ using Clock = std::chrono::steady_clock;
 const Clock::time_point kProcessStart = Clock::now();
 
 constexpr int kInputSets = 4;  // as torch_ref.py: the step never sees one batch twice in a row
-// Rounds of swap-and-recapture before timing. A variant walk goes down one
-// variant a round when the upper ones end unsupported (unet's decoder batch
-// norms: four), and the loop stops as soon as nothing is waiting.
-constexpr int kSettleRounds = 8;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -228,10 +224,10 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
   // The steady state is timed after specialization: each round swaps the
   // finished plans in (an eager step when that drops the graph), captures again,
   // and waits for what those steps met for the first time.
-  for (int round = 0; round < kSettleRounds && wait_for_background_plans(c.device); ++round) {
+  settle_plans(c.device, [&] {
     run();
     run();
-  }
+  });
   // The first steps' peak, then the timed steps' own: from an emptied cache and
   // one untimed step, which takes back what a step needs.
   synchronize(c.device);

@@ -1,6 +1,8 @@
 // File: bench/stopwatch.cc
 #include "bench/stopwatch.h"
 
+#include "core/step_boundary.h"
+
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
@@ -47,6 +49,10 @@ double Stopwatch::stop_ms() {
   }
 #endif
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void settle_plans(Device device, const std::function<void()>& again) {
+  for (int round = 0; round < kSettleRounds && device.is_cuda() && wait_for_background_plans(); ++round) again();
 }
 
 }  // namespace loom::bench

@@ -1,6 +1,7 @@
 // File: bench/stopwatch.h
 // Times queued work for the benchmarks: CUDA events on the current stream on
-// the GPU (the host only waits in stop_ms), the steady clock on the CPU.
+// the GPU (the host only waits in stop_ms), the steady clock on the CPU; and
+// settle_plans, which lets lazily built cuDNN plans land before any timing.
 //
 //   Stopwatch watch(Device::cuda());
 //   watch.start();
@@ -9,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 
 #include "core/device.h"
 
@@ -36,5 +38,16 @@ class Stopwatch {
   cudaEvent_t begin_ = nullptr, end_ = nullptr;
 #endif
 };
+
+// Rounds of swap-and-rerun before timing. A variant walk goes down one variant
+// a round when the upper ones end unsupported (unet's decoder batch norms:
+// four); the loop stops as soon as nothing is waiting.
+constexpr int kSettleRounds = 8;
+
+// On a GPU, waits for the background plan builds and, while some finished,
+// calls `again` (which swaps them in, as a step boundary does, and runs the
+// work once more, meeting whatever keys the swap brings), at most kSettleRounds
+// times. Nothing on the CPU.
+void settle_plans(Device device, const std::function<void()>& again);
 
 }  // namespace loom::bench

@@ -2,6 +2,7 @@
 // The benchmark binary's main on the CPU: one tiny configuration end to end,
 // its JSON line, and bad flags.
 #include "bench/step_bench.h"
+#include "bench/stopwatch.h"
 
 #include <doctest/doctest.h>
 
@@ -56,6 +57,12 @@ TEST_CASE("one CPU configuration for 2 steps writes a JSON line with positive ti
   CHECK(json_number(line, "img_per_s") ==
         doctest::Approx(8e3 / json_number(line, "ms_per_step")).epsilon(1e-6));
   std::filesystem::remove(path);
+}
+
+TEST_CASE("settle_plans waits for no plans on the CPU, so its work never runs again") {
+  int runs = 0;
+  settle_plans(Device::cpu(), [&runs] { ++runs; });
+  CHECK(runs == 0);
 }
 
 TEST_CASE("bad flags exit 2; --help exits 0") {
