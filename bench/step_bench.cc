@@ -178,12 +178,6 @@ PlanCounts plan_counts() {
   return {s.plans_built, s.plans_restored, s.lazy_plans, s.plans_specialized};
 }
 
-// Lets lazily started plans finish; true when some finished and wait to be
-// swapped in at the next step (a swap can bring keys of its own, built next).
-bool wait_for_background_plans(Device device) {
-  return device.is_cuda() && loom::wait_for_background_plans();
-}
-
 struct InputSets {
   std::vector<Tensor> x;  // (N, C, H, W) each
   std::vector<Tensor> y;  // (N) int64 class indices, or (N, H, W) for a per-pixel model

@@ -51,8 +51,12 @@ double Stopwatch::stop_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
 }
 
+bool wait_for_background_plans(Device device) {
+  return device.is_cuda() && loom::wait_for_background_plans();
+}
+
 void settle_plans(Device device, const std::function<void()>& again) {
-  for (int round = 0; round < kSettleRounds && device.is_cuda() && wait_for_background_plans(); ++round) again();
+  for (int round = 0; round < kSettleRounds && wait_for_background_plans(device); ++round) again();
 }
 
 }  // namespace loom::bench

@@ -44,6 +44,11 @@ class Stopwatch {
 // four); the loop stops as soon as nothing is waiting.
 constexpr int kSettleRounds = 8;
 
+// Lets lazily started plans finish on a GPU; true when some finished and wait to
+// be swapped in at the next step (a swap can bring keys of its own, built next).
+// False at once on the CPU.
+bool wait_for_background_plans(Device device);
+
 // On a GPU, waits for the background plan builds and, while some finished,
 // calls `again` (which swaps them in, as a step boundary does, and runs the
 // work once more, meeting whatever keys the swap brings), at most kSettleRounds
