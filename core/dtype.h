@@ -70,6 +70,19 @@ decltype(auto) visit_float(DType dtype, Fn&& fn) {
   return fn.template operator()<float>();
 }
 
+// Like visit_float, also for the integer dtypes that arithmetic computes in
+// (int32, int64, uint8: add, sub, mul, neg, abs wrap around as PyTorch's do).
+template <class Fn>
+decltype(auto) visit_arithmetic(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float64: return fn.template operator()<double>();
+    case DType::Int32: return fn.template operator()<int32_t>();
+    case DType::Int64: return fn.template operator()<int64_t>();
+    case DType::UInt8: return fn.template operator()<uint8_t>();
+    default: return fn.template operator()<float>();
+  }
+}
+
 // Any element type to and from double, for element access and casts.
 template <class T>
 double to_double(T value) {

@@ -47,7 +47,7 @@ void with_binary_op(kernel::BinaryOp op, Fn&& fn) {
 }  // namespace
 
 void unary(const Strided& out, const Strided& in, kernel::UnaryOp op) {
-  visit_float(out.dtype, [&]<class T>() {
+  visit_arithmetic(out.dtype, [&]<class T>() {
     T* y = out.ptr<T>();
     const T* x = in.ptr<T>();
     if (same_dense_layout<1>(out, {&in})) {
@@ -66,7 +66,7 @@ void unary(const Strided& out, const Strided& in, kernel::UnaryOp op) {
 }
 
 void binary(const Strided& out, const Strided& a, const Strided& b, kernel::BinaryOp op) {
-  visit_float(out.dtype, [&]<class T>() {
+  visit_arithmetic(out.dtype, [&]<class T>() {
     T* y = out.ptr<T>();
     const T* pa = a.ptr<T>();
     const T* pb = b.ptr<T>();
@@ -86,10 +86,10 @@ void binary(const Strided& out, const Strided& a, const Strided& b, kernel::Bina
 
 void binary_scalar(const Strided& out, const Strided& a, double scalar, kernel::BinaryOp op,
                    bool scalar_first) {
-  visit_float(out.dtype, [&]<class T>() {
+  visit_arithmetic(out.dtype, [&]<class T>() {
     T* y = out.ptr<T>();
     const T* pa = a.ptr<T>();
-    const T s = static_cast<T>(scalar);
+    const T s = kernel::math::scalar_as<T>(scalar);
     if (same_dense_layout<1>(out, {&a})) {
       with_binary_op(op, [&]<kernel::BinaryOp kOp>() {
         flat_loop(out.numel(), [&](int64_t begin, int64_t end) {
@@ -109,19 +109,19 @@ void binary_scalar(const Strided& out, const Strided& a, double scalar, kernel::
 }
 
 void add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha) {
-  visit_float(out.dtype, [&]<class T>() {
+  visit_arithmetic(out.dtype, [&]<class T>() {
     T* y = out.ptr<T>();
     const T* pa = a.ptr<T>();
     const T* pb = b.ptr<T>();
-    const T scale = static_cast<T>(alpha);
+    const T scale = kernel::math::scalar_as<T>(alpha);
     if (same_dense_layout<2>(out, {&a, &b})) {
       flat_loop(out.numel(), [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) y[i] = pa[i] + scale * pb[i];
+        for (int64_t i = begin; i < end; ++i) y[i] = kernel::math::scaled_sum(pa[i], pb[i], scale);
       });
       return;
     }
     for_each_offset<3>(out.sizes, {&out.strides, &a.strides, &b.strides}, [&](const auto& o) {
-      y[o[0]] = pa[o[1]] + scale * pb[o[2]];
+      y[o[0]] = kernel::math::scaled_sum(pa[o[1]], pb[o[2]], scale);
     });
   });
 }

@@ -1,6 +1,8 @@
 // File: core/cpu/elementwise.h
 // Elementwise kernels over Strided operands of equal sizes (broadcast inputs
-// arrive as stride-0 views). float32 and float64; all operands share one dtype.
+// arrive as stride-0 views). float32 and float64, and for unary, binary,
+// binary_scalar and add_scaled also int32, int64 and uint8 (wrapping around, as
+// kernel::math computes them); all operands share one dtype.
 #pragma once
 
 #include "core/kernel/elementwise.h"

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/strided.h"
@@ -97,6 +98,19 @@ decltype(auto) visit_floating(DType dtype, Fn&& fn) {
     case DType::BFloat16: return fn.template operator()<__nv_bfloat16>();
     case DType::Float16: return fn.template operator()<__half>();
     default: return fn.template operator()<float>();
+  }
+}
+
+// visit_floating, also for the integer dtypes arithmetic computes in (int32,
+// int64, uint8): the GPU twin of visit_arithmetic, for unary, binary,
+// binary_scalar and add_scaled.
+template <class Fn>
+decltype(auto) visit_arithmetic_storage(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Int32: return fn.template operator()<int32_t>();
+    case DType::Int64: return fn.template operator()<int64_t>();
+    case DType::UInt8: return fn.template operator()<uint8_t>();
+    default: return visit_floating(dtype, std::forward<Fn>(fn));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "core/cuda/element.cuh"
 #include "core/cuda/elementwise_kernels.h"
@@ -50,7 +51,7 @@ struct BinaryScalar {
 template <class T>
 struct AddScaled {
   T alpha;
-  __device__ T operator()(T a, T b) const { return a + alpha * b; }
+  __device__ T operator()(T a, T b) const { return kernel::math::scaled_sum(a, b, alpha); }
 };
 
 // std::min(std::max(x, lo), hi) spelled out (not fminf/fmaxf, which drop NaN),
@@ -188,15 +189,28 @@ bool all_packed(const std::array<const Strided*, K>& operands, const std::array<
   return true;
 }
 
+// Which dtypes a launch instantiates: the floating ones, or with the integer
+// ones too (arithmetic).
+enum class Dtypes { Floating, Arithmetic };
+
+template <Dtypes kDtypes, class Fn>
+void visit_storage(DType dtype, Fn&& fn) {
+  if constexpr (kDtypes == Dtypes::Arithmetic) {
+    visit_arithmetic_storage(dtype, std::forward<Fn>(fn));
+  } else {
+    visit_floating(dtype, std::forward<Fn>(fn));
+  }
+}
+
 // out = fn(in), with fn = make_fn.template operator()<T>() for the dtype's
 // compute type T.
-template <class MakeFn>
+template <Dtypes kDtypes = Dtypes::Floating, class MakeFn>
 cudaError_t launch_map(const Strided& out, const Strided& in, cudaStream_t stream, MakeFn make_fn) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
   const std::vector<size_t> order = memory_order(out);
   const Geometry og = geometry_in(out, order), ig = geometry_in(in, order);
-  visit_floating(out.dtype, [&]<class S>() {
+  visit_storage<kDtypes>(out.dtype, [&]<class S>() {
     const auto fn = make_fn.template operator()<compute_t<S>>();
     std::array<Geometry, 2> packed;
     if (dense_packs(og, out.data) && dense_packs(ig, in.data)) {
@@ -213,14 +227,14 @@ cudaError_t launch_map(const Strided& out, const Strided& in, cudaStream_t strea
 }
 
 // out = fn(a, b), as launch_map.
-template <class MakeFn>
+template <Dtypes kDtypes = Dtypes::Floating, class MakeFn>
 cudaError_t launch_zip(const Strided& out, const Strided& a, const Strided& b, cudaStream_t stream,
                        MakeFn make_fn) {
   const int64_t n = out.numel();
   if (n == 0) return cudaSuccess;
   const std::vector<size_t> order = memory_order(out);
   const Geometry og = geometry_in(out, order), ag = geometry_in(a, order), bg = geometry_in(b, order);
-  visit_floating(out.dtype, [&]<class S>() {
+  visit_storage<kDtypes>(out.dtype, [&]<class S>() {
     const auto fn = make_fn.template operator()<compute_t<S>>();
     std::array<Geometry, 3> packed;
     if (dense_packs(og, out.data) && dense_packs(ag, a.data) && dense_packs(bg, b.data)) {
@@ -241,7 +255,7 @@ cudaError_t launch_zip(const Strided& out, const Strided& a, const Strided& b, c
 }  // namespace
 
 cudaError_t launch_unary(const Strided& out, const Strided& in, UnaryOp op, cudaStream_t stream) {
-  return launch_map(out, in, stream, [&]<class T>() { return Unary<T>{op}; });
+  return launch_map<Dtypes::Arithmetic>(out, in, stream, [&]<class T>() { return Unary<T>{op}; });
 }
 
 cudaError_t launch_activation_forward(const Strided& y, const Strided& x, kernel::ActivationKind kind,
@@ -274,20 +288,20 @@ cudaError_t launch_activation_backward(const Strided& dx, const Strided& dy, con
 
 cudaError_t launch_binary(const Strided& out, const Strided& a, const Strided& b, BinaryOp op,
                           cudaStream_t stream) {
-  return launch_zip(out, a, b, stream, [&]<class T>() { return Binary<T>{op}; });
+  return launch_zip<Dtypes::Arithmetic>(out, a, b, stream, [&]<class T>() { return Binary<T>{op}; });
 }
 
 cudaError_t launch_binary_scalar(const Strided& out, const Strided& a, double scalar, BinaryOp op,
                                  bool scalar_first, cudaStream_t stream) {
-  return launch_map(out, a, stream, [&]<class T>() {
-    return BinaryScalar<T>{op, static_cast<T>(scalar), scalar_first};
+  return launch_map<Dtypes::Arithmetic>(out, a, stream, [&]<class T>() {
+    return BinaryScalar<T>{op, kernel::math::scalar_as<T>(scalar), scalar_first};
   });
 }
 
 cudaError_t launch_add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha,
                               cudaStream_t stream) {
-  return launch_zip(out, a, b, stream,
-                    [&]<class T>() { return AddScaled<T>{static_cast<T>(alpha)}; });
+  return launch_zip<Dtypes::Arithmetic>(out, a, b, stream,
+                                        [&]<class T>() { return AddScaled<T>{kernel::math::scalar_as<T>(alpha)}; });
 }
 
 cudaError_t launch_clamp(const Strided& out, const Strided& in, double lo, double hi,

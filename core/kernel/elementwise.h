@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <numbers>
+#include <type_traits>
 
 #include "core/kernel/host_device.h"
 
@@ -28,30 +30,113 @@ enum class BinaryOp {
 
 namespace loom::kernel::math {
 
+// Integer arithmetic wraps around as PyTorch's does (uint8 255 + 1 is 0, -int64 min
+// is itself): computed in the unsigned type of the same width, where overflow is
+// defined, and converted back (two's complement). The ops layer sends integers only
+// Add, Sub, Mul, Pow (exponent >= 0) and Equal, and Neg and Abs.
 template <class T>
-LOOM_HOST_DEVICE T apply_unary(T x, UnaryOp op) {
+LOOM_HOST_DEVICE T wrap_int(std::make_unsigned_t<T> bits) {
+  static_assert(!std::is_same_v<T, bool>, "Bool takes the logical ops");
+  return static_cast<T>(bits);
+}
+
+template <class T>
+LOOM_HOST_DEVICE T integer_power(T base, T exponent) {
+  using U = std::make_unsigned_t<T>;
+  U result = 1, factor = static_cast<U>(base);
+  for (auto e = static_cast<U>(exponent); exponent > T(0) && e != 0; e >>= 1) {
+    if (e & 1u) result = static_cast<U>(result * factor);
+    factor = static_cast<U>(factor * factor);
+  }
+  return wrap_int<T>(result);
+}
+
+template <class T>
+LOOM_HOST_DEVICE T apply_integer_binary(T a, T b, BinaryOp op) {
+  using U = std::make_unsigned_t<T>;
+  const auto ua = static_cast<U>(a), ub = static_cast<U>(b);
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Abs: return std::fabs(x);
+    case BinaryOp::Add: return wrap_int<T>(static_cast<U>(ua + ub));
+    case BinaryOp::Sub: return wrap_int<T>(static_cast<U>(ua - ub));
+    case BinaryOp::Mul: return wrap_int<T>(static_cast<U>(ua * ub));
+    case BinaryOp::Pow: return integer_power(a, b);
+    case BinaryOp::Equal: return a == b ? T(1) : T(0);
+    case BinaryOp::Div:
+    case BinaryOp::AbsBackward: break;  // integers divide in float32; no gradients
+  }
+  return T(0);
+}
+
+template <class T>
+LOOM_HOST_DEVICE T apply_integer_unary(T x, UnaryOp op) {
+  using U = std::make_unsigned_t<T>;
+  const auto negated = wrap_int<T>(static_cast<U>(U(0) - static_cast<U>(x)));
+  switch (op) {
+    case UnaryOp::Neg: return negated;
+    case UnaryOp::Abs:
+      if constexpr (std::is_signed_v<T>) return x < T(0) ? negated : x;
+      return x;
+    case UnaryOp::Exp:
+    case UnaryOp::Log:
+    case UnaryOp::Sqrt: break;  // integers take these in float32
   }
   return x;
 }
 
 template <class T>
-LOOM_HOST_DEVICE T apply_binary(T a, T b, BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
-    case BinaryOp::Pow: return std::pow(a, b);
-    case BinaryOp::Equal: return a == b ? T(1) : T(0);
-    case BinaryOp::AbsBackward: return a * (T(T(0) < b) - T(b < T(0)));
+LOOM_HOST_DEVICE T apply_unary(T x, UnaryOp op) {
+  if constexpr (std::is_integral_v<T>) {
+    return apply_integer_unary(x, op);
+  } else {
+    switch (op) {
+      case UnaryOp::Neg: return -x;
+      case UnaryOp::Exp: return std::exp(x);
+      case UnaryOp::Log: return std::log(x);
+      case UnaryOp::Sqrt: return std::sqrt(x);
+      case UnaryOp::Abs: return std::fabs(x);
+    }
+    return x;
   }
-  return a;
+}
+
+template <class T>
+LOOM_HOST_DEVICE T apply_binary(T a, T b, BinaryOp op) {
+  if constexpr (std::is_integral_v<T>) {
+    return apply_integer_binary(a, b, op);
+  } else {
+    switch (op) {
+      case BinaryOp::Add: return a + b;
+      case BinaryOp::Sub: return a - b;
+      case BinaryOp::Mul: return a * b;
+      case BinaryOp::Div: return a / b;
+      case BinaryOp::Pow: return std::pow(a, b);
+      case BinaryOp::Equal: return a == b ? T(1) : T(0);
+      case BinaryOp::AbsBackward: return a * (T(T(0) < b) - T(b < T(0)));
+    }
+    return a;
+  }
+}
+
+// A scalar argument in the operands' type T: an integer one, which the ops layer
+// has checked to be whole and within int64, wraps to T's width (uint8 + 300 adds 44).
+template <class T>
+LOOM_HOST_DEVICE T scalar_as(double value) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(static_cast<int64_t>(value)));
+  } else {
+    return static_cast<T>(value);
+  }
+}
+
+// a + alpha * b: autograd's gradient sums and add / sub with alpha.
+template <class T>
+LOOM_HOST_DEVICE T scaled_sum(T a, T b, T alpha) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return wrap_int<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(static_cast<U>(alpha) * static_cast<U>(b))));
+  } else {
+    return a + alpha * b;
+  }
 }
 
 }  // namespace loom::kernel::math

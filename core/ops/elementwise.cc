@@ -67,14 +67,32 @@ namespace {
 
 bool is_integral(const Tensor& t) { return t.defined() && !is_floating(t.dtype()); }
 
-// An integer or Bool operand meeting a floating one takes its dtype (uint8 pixels
-// times a float32 scale), and a true division of two integer tensors computes in
-// float32, PyTorch's default dtype; an integer result has no kernel here, so two
-// integer operands of add, sub or mul stay as they are, for the dtype check.
+bool is_integer_dtype(DType dtype) { return dtype == DType::Int32 || dtype == DType::Int64 || dtype == DType::UInt8; }
+
+// A number that an integer tensor takes as an integer: whole and within int64
+// (the double API cannot tell 2 from 2.0, so both are whole here).
+bool whole_number(double s) { return std::trunc(s) == s && std::fabs(s) < 0x1p63; }
+
+// The operand of arithmetic that may have an integer result (add, sub, mul, neg,
+// abs, pow by a number): floating as check_float_tensor has it, or int32, int64, uint8.
+void check_arithmetic_tensor(const Tensor& x, std::string_view op, std::string_view arg = "input") {
+  if (x.defined() && is_integer_dtype(x.dtype())) return;
+  LOOM_CHECK(!x.defined() || x.dtype() != DType::Bool, TypeError,
+             "[{}] {} is a Bool mask of shape {}; masks combine with logical_and / _or / _xor / _not "
+             "(&, |, ^, ~); for arithmetic convert it with .to(DType::Int64) or .to(DType::Float32)",
+             op, arg, shape_str(x.sizes()));
+  check_float_tensor(x, op, arg);
+}
+
+// Two integer or Bool operands meet in the wider integer dtype (uint8 with int64
+// -> int64, a mask with int32 -> int32), or both in float32, PyTorch's default
+// dtype, for a true division; one meeting a floating operand takes its dtype
+// (uint8 pixels times a float32 scale).
 std::pair<Tensor, Tensor> promote_integers(const Tensor& a, const Tensor& b, bool true_division) {
   if (!a.defined() || !b.defined()) return {a, b};  // check_float_tensor names the undefined one
   if (is_integral(a) && is_integral(b)) {
-    return true_division ? std::pair{a.to(DType::Float32), b.to(DType::Float32)} : std::pair{a, b};
+    const DType common = true_division ? DType::Float32 : promote_types(a.dtype(), b.dtype());
+    return {a.to(common), b.to(common)};
   }
   if (is_integral(a)) return {a.to(b.dtype()), b};
   if (is_integral(b)) return {a, b.to(a.dtype())};
@@ -88,19 +106,22 @@ std::pair<Tensor, Tensor> promote_integers(const Tensor& a, const Tensor& b, boo
 std::pair<Tensor, Tensor> promote_binary(const Tensor& a_in, const Tensor& b_in, std::string_view name,
                                          bool true_division = false) {
   const auto [a, b] = promote_integers(a_in, b_in, true_division);
-  check_float_tensor(a, name);
-  check_float_tensor(b, name);
+  check_arithmetic_tensor(a, name);
+  check_arithmetic_tensor(b, name);
   return promote_operands(a, b);
 }
 
-// An integer or Bool tensor meeting a number: float32 where PyTorch's result is
-// floating (a true division, or a number with a fraction: labels * 0.5); an
-// integral number keeps PyTorch's integer result, which has no kernel here, so
-// the tensor stays as it is, for the dtype check.
+// An integer or Bool tensor meeting a number, as PyTorch's: float32 for a true
+// division or a number with a fraction (labels * 0.5); with a whole number the
+// integer tensor's own dtype (labels + 1), int64 for a mask (mask * 2).
 Tensor promote_for_scalar(const Tensor& a, double s, bool true_division = false) {
-  if (!is_integral(a) || (!true_division && std::trunc(s) == s)) return a;
-  return a.to(DType::Float32);
+  if (!is_integral(a)) return a;
+  if (true_division || !whole_number(s)) return a.to(DType::Float32);
+  return a.dtype() == DType::Bool ? a.to(DType::Int64) : a;
 }
+
+// exp, log, sqrt of an integer or Bool tensor compute in float32, as PyTorch's.
+Tensor floating_operand(const Tensor& x) { return is_integral(x) ? x.to(DType::Float32) : x; }
 
 // Layout of a result of shape `sizes`: channels-last when an operand of that
 // shape is, so NHWC activations stay NHWC through elementwise ops.
@@ -132,7 +153,7 @@ Tensor binary_values(const Tensor& a, const Tensor& b, BinaryOp op, std::string_
 }
 
 Tensor unary_values(const Tensor& x, UnaryOp op, std::string_view name) {
-  check_float_tensor(x, name);
+  check_arithmetic_tensor(x, name);
   Tensor out = empty_like(x);
   LOOM_KERNEL(out, unary, out.strided(), x.strided(), op);
   return out;
@@ -140,7 +161,7 @@ Tensor unary_values(const Tensor& x, UnaryOp op, std::string_view name) {
 
 Tensor scalar_values(const Tensor& a, double s, BinaryOp op, std::string_view name,
                      bool scalar_first = false) {
-  check_float_tensor(a, name);
+  check_arithmetic_tensor(a, name);
   Tensor out = empty_like(a);
   LOOM_KERNEL(out, binary_scalar, out.strided(), a.strided(), s, op, scalar_first);
   return out;
@@ -161,6 +182,10 @@ namespace {
 Tensor add_scaled_op(const Tensor& a_in, const Tensor& b_in, double alpha, const char* name) {
   const auto operands = promote_binary(a_in, b_in, name);
   const Tensor &a = operands.first, &b = operands.second;
+  LOOM_CHECK(is_floating(a.dtype()) || whole_number(alpha), TypeError,
+             "[{}] takes {} operands with a whole alpha only, as PyTorch does; got alpha {} (convert "
+             "an operand with .to(DType::Float32) for a fractional one)",
+             name, dtype_name(a.dtype()), alpha);
   BinaryArgs args = prepare_binary(a, b, name);
   LOOM_KERNEL(args.out, add_scaled, args.out.strided(), args.a.strided(), args.b.strided(), alpha);
   if (needs_grad({a, b})) {
@@ -179,10 +204,25 @@ Tensor add_scaled_op(const Tensor& a_in, const Tensor& b_in, double alpha, const
 
 }  // namespace
 
+namespace {
+
+bool both_masks(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.dtype() == DType::Bool && b.dtype() == DType::Bool;
+}
+
+}  // namespace
+
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   trace::OpScope trace("add");
   if (trace.substituting()) {  // fusion by tracing: a residual add may end a fused chain
     if (auto y = trace.substitute({a, b}, {{"alpha", alpha}})) return *y;
+  }
+  if (both_masks(a, b)) {  // PyTorch's sum of two masks is their logical or
+    LOOM_CHECK(alpha == 1.0, TypeError, "[add] of two Bool masks takes no alpha (got {}); it is their logical or",
+               alpha);
+    Tensor out = logical_or(a, b);
+    if (trace.recording()) trace.record({a, b}, out);
+    return out;
   }
   Tensor out = add_scaled_op(a, b, alpha, "add");
   if (trace.recording()) trace.record({a, b}, out, {{"alpha", alpha}});
@@ -191,28 +231,12 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   trace::OpScope trace("sub");
+  LOOM_CHECK(!both_masks(a, b), TypeError,
+             "[sub] of two Bool masks is not defined (as in PyTorch); use logical_xor (^) or logical_and(a, ~b)");
   Tensor out = add_scaled_op(a, b, -alpha, "sub");
   if (trace.recording()) trace.record({a, b}, out, {{"alpha", alpha}});
   return out;
 }
-
-namespace {
-
-// A Bool operand of mul meets the other as PyTorch's type promotion has it: two
-// masks give their logical and, a mask and a floating tensor the floating
-// dtype (0 or 1 per element; the mask gets no gradient).
-std::pair<Tensor, Tensor> unmask_operands(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined()) return {a, b};  // promote_binary says which is undefined
-  const bool a_mask = a.dtype() == DType::Bool, b_mask = b.dtype() == DType::Bool;
-  if (a_mask == b_mask) return {a, b};
-  return a_mask ? std::pair{a.to(b.dtype()), b} : std::pair{a, b.to(a.dtype())};
-}
-
-bool both_masks(const Tensor& a, const Tensor& b) {
-  return a.defined() && b.defined() && a.dtype() == DType::Bool && b.dtype() == DType::Bool;
-}
-
-}  // namespace
 
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   trace::OpScope trace("mul");
@@ -221,8 +245,9 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
     if (trace.recording()) trace.record({a_in, b_in}, out);
     return out;
   }
-  const auto unmasked = unmask_operands(a_in, b_in);
-  const auto operands = promote_binary(unmasked.first, unmasked.second, "mul");
+  // Two masks give their logical and; a mask meets anything else in its dtype (0 or 1
+  // per element, no gradient to the mask), as promote_binary has it.
+  const auto operands = promote_binary(a_in, b_in, "mul");
   const Tensor &a = operands.first, &b = operands.second;
   Tensor out = binary_values(a, b, BinaryOp::Mul, "mul");
   if (needs_grad({a, b})) {
@@ -255,6 +280,10 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
 Tensor pow(const Tensor& x_in, const Tensor& exponent_in) {
   trace::OpScope trace("pow");
   const auto [x, exponent] = promote_binary(x_in, exponent_in, "pow");
+  LOOM_CHECK(is_floating(x.dtype()), TypeError,
+             "[pow] of two {} tensors has no kernel in Loom (an integer power needs its exponents checked "
+             "for negatives); convert the base with .to(DType::Float32), or raise it to a number: pow(x, 2)",
+             dtype_name(x.dtype()));
   check_cpu(x, "pow");  // its masked backward kernel exists on the CPU only
   Tensor out = binary_values(x, exponent, BinaryOp::Pow, "pow");
   if (needs_grad({x, exponent})) {
@@ -285,9 +314,7 @@ Tensor sub(const Tensor& a, double b) { return add(a, -b); }
 
 Tensor mul(const Tensor& a_in, double b) {
   trace::OpScope trace("mul_scalar");
-  // A mask times a number is float32, as in PyTorch (its default dtype).
-  const Tensor a =
-      a_in.defined() && a_in.dtype() == DType::Bool ? a_in.to(DType::Float32) : promote_for_scalar(a_in, b);
+  const Tensor a = promote_for_scalar(a_in, b);
   Tensor out = scalar_values(a, b, BinaryOp::Mul, "mul");
   if (needs_grad({a})) record("mul_scalar", {a}, out, [b](const Tensor& dy) { return std::vector<Tensor>{mul(dy, b)}; });
   if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
@@ -326,8 +353,13 @@ Tensor rdiv(const Tensor& a_in, double b) {
   return out;
 }
 
-Tensor pow(const Tensor& x, double exponent) {
+Tensor pow(const Tensor& x_in, double exponent) {
   trace::OpScope trace("pow_scalar");
+  const Tensor x = promote_for_scalar(x_in, exponent);
+  LOOM_CHECK(!x.defined() || is_floating(x.dtype()) || exponent >= 0, ValueError,
+             "[pow] integers to negative integer powers are not allowed (as in PyTorch): a {} tensor to the "
+             "power {}; convert it with .to(DType::Float32)",
+             dtype_name(x.dtype()), exponent);
   Tensor out = scalar_values(x, exponent, BinaryOp::Pow, "pow");
   if (needs_grad({x})) {
     record("pow_scalar", {x}, out, [x, exponent](const Tensor& dy) {
@@ -336,7 +368,7 @@ Tensor pow(const Tensor& x, double exponent) {
       return std::vector<Tensor>{mul(dy, mul(pow(x, exponent - 1.0), exponent))};
     }, {x});
   }
-  if (trace.recording()) trace.record({x}, out, {{"scalar", exponent}});
+  if (trace.recording()) trace.record({x_in}, out, {{"scalar", exponent}});
   return out;
 }
 
@@ -344,14 +376,17 @@ Tensor pow(const Tensor& x, double exponent) {
 
 Tensor neg(const Tensor& x) {
   trace::OpScope trace("neg");
+  LOOM_CHECK(!x.defined() || x.dtype() != DType::Bool, TypeError,
+             "[neg] of a Bool mask is not defined (as in PyTorch); invert a mask with ~ or logical_not");
   Tensor out = unary_values(x, UnaryOp::Neg, "neg");
   if (needs_grad({x})) record("neg", {x}, out, [](const Tensor& dy) { return std::vector<Tensor>{neg(dy)}; });
   if (trace.recording()) trace.record({x}, out);
   return out;
 }
 
-Tensor exp(const Tensor& x) {
+Tensor exp(const Tensor& x_in) {
   trace::OpScope trace("exp");
+  const Tensor x = floating_operand(x_in);
   Tensor out = unary_values(x, UnaryOp::Exp, "exp");
   if (needs_grad({x})) {
     record("exp", {x}, out, [y = out.detach()](const Tensor& dy) { return std::vector<Tensor>{mul(dy, y)}; }, {out});
@@ -360,16 +395,18 @@ Tensor exp(const Tensor& x) {
   return out;
 }
 
-Tensor log(const Tensor& x) {
+Tensor log(const Tensor& x_in) {
   trace::OpScope trace("log");
+  const Tensor x = floating_operand(x_in);
   Tensor out = unary_values(x, UnaryOp::Log, "log");
   if (needs_grad({x})) record("log", {x}, out, [x](const Tensor& dy) { return std::vector<Tensor>{div(dy, x)}; }, {x});
   if (trace.recording()) trace.record({x}, out);
   return out;
 }
 
-Tensor sqrt(const Tensor& x) {
+Tensor sqrt(const Tensor& x_in) {
   trace::OpScope trace("sqrt");
+  const Tensor x = floating_operand(x_in);
   Tensor out = unary_values(x, UnaryOp::Sqrt, "sqrt");
   if (needs_grad({x})) {
     record("sqrt", {x}, out, [y = out.detach()](const Tensor& dy) {
@@ -445,13 +482,20 @@ Tensor& operator/=(Tensor& self, double value) { return div_(self, full({}, valu
 
 namespace {
 
-// `other` expanded to self's shape; a 16-bit self or other meeting a wider one
-// is cast to self's dtype, as PyTorch's in-place ops do (fp32 += bf16).
+// `other` expanded to self's shape, in self's dtype where PyTorch's in-place ops
+// cast it: a 16-bit self or other meeting a wider one (fp32 += bf16), an integer
+// or Bool other into a floating or wider-or-equal integer self (int64 += int32).
+// A floating other into an integer self is refused, as the result's dtype would be.
 Tensor broadcast_into(const Tensor& self, const Tensor& other_in, std::string_view op) {
-  check_float_tensor(self, op);
-  check_float_tensor(other_in, op);
-  const bool mixed = is_half_precision(self.dtype()) || is_half_precision(other_in.dtype());
-  Tensor other = mixed ? other_in.detach().to(self.dtype()) : other_in;
+  check_arithmetic_tensor(self, op);
+  LOOM_CHECK(!other_in.defined() || is_floating(self.dtype()) || !is_floating(other_in.dtype()), TypeError,
+             "[{}] the result of {} and {} is floating, which cannot be written into the {} tensor in "
+             "place (as in PyTorch); write x = x.to(DType::Float32) first, or use the out-of-place op",
+             op, dtype_name(self.dtype()), dtype_name(other_in.dtype()), dtype_name(self.dtype()));
+  Tensor other = is_integral(other_in) ? other_in.detach().to(self.dtype()) : other_in;
+  check_arithmetic_tensor(other, op);
+  const bool mixed = is_half_precision(self.dtype()) || is_half_precision(other.dtype());
+  if (mixed) other = other.detach().to(self.dtype());
   check_same_dtype_device(self, other, op);
   LOOM_CHECK(broadcast_shapes(self.sizes(), other.sizes(), op) == self.sizes(), ShapeError,
              "[{}] the operand of shape {} does not broadcast to the destination's shape {}", op,
@@ -460,12 +504,25 @@ Tensor broadcast_into(const Tensor& self, const Tensor& other_in, std::string_vi
   return other.detach().expand(self.sizes());
 }
 
+// self op= value: an integer self takes whole numbers only (its result stays an integer).
+void check_inplace_scalar(const Tensor& self, double value, std::string_view op) {
+  check_arithmetic_tensor(self, op);
+  LOOM_CHECK(is_floating(self.dtype()) || whole_number(value), TypeError,
+             "[{}] the {} tensor times or plus {} is floating, which cannot be written into it in place (as in "
+             "PyTorch); write x = x.to(DType::Float32) first, or use the out-of-place op",
+             op, dtype_name(self.dtype()), value);
+  check_inplace(self, op);
+}
+
 }  // namespace
 
 Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
   trace::OpScope trace("add_");  // in place: recorded so that the exporter can refuse it
   if (trace.recording()) trace.record({self, other}, std::vector<Tensor>{});
   Tensor b = broadcast_into(self, other, "add_");
+  LOOM_CHECK(is_floating(self.dtype()) || whole_number(alpha), TypeError,
+             "[add_] takes a {} tensor with a whole alpha only, as PyTorch does; got alpha {}",
+             dtype_name(self.dtype()), alpha);
   LOOM_KERNEL(self, add_scaled, self.strided(), self.strided(), b.strided(), alpha);
   return self;
 }
@@ -483,6 +540,10 @@ Tensor& mul_(Tensor& self, const Tensor& other) {
 Tensor& div_(Tensor& self, const Tensor& other) {
   trace::OpScope trace("div_");  // in place: recorded so that the exporter can refuse it
   if (trace.recording()) trace.record({self, other}, std::vector<Tensor>{});
+  LOOM_CHECK(!is_integral(self), TypeError,
+             "[div_] a true division of the {} tensor is floating, which cannot be written into it in place (as "
+             "in PyTorch); write x = x / y, or convert x with .to(DType::Float32) first",
+             dtype_name(self.dtype()));
   Tensor b = broadcast_into(self, other, "div_");
   LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), BinaryOp::Div);
   return self;
@@ -491,8 +552,7 @@ Tensor& div_(Tensor& self, const Tensor& other) {
 Tensor& add_(Tensor& self, double value) {
   trace::OpScope trace("add_");  // in place: recorded so that the exporter can refuse it
   if (trace.recording()) trace.record({self}, std::vector<Tensor>{});
-  check_float_tensor(self, "add_");
-  check_inplace(self, "add_");
+  check_inplace_scalar(self, value, "add_");
   LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Add);
   return self;
 }
@@ -518,8 +578,7 @@ Tensor& increment_(Tensor& counter, int64_t by, CounterOrder order) {
 Tensor& mul_(Tensor& self, double value) {
   trace::OpScope trace("mul_");  // in place: recorded so that the exporter can refuse it
   if (trace.recording()) trace.record({self}, std::vector<Tensor>{});
-  check_float_tensor(self, "mul_");
-  check_inplace(self, "mul_");
+  check_inplace_scalar(self, value, "mul_");
   LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Mul);
   return self;
 }

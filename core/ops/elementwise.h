@@ -1,10 +1,15 @@
 // File: core/ops/elementwise.h
 // Elementwise arithmetic with NumPy broadcasting, unary math, and in-place
-// updates. Both tensor operands must have the same floating dtype and device,
-// except that a bfloat16 / float16 operand (GPU only) meeting a wider one is
-// promoted to it, as PyTorch does: bf16 + fp32 -> fp32. mul also takes Bool
-// masks as PyTorch does: mask * mask is their logical and (Bool), mask * x has
-// x's dtype (the mask as 0 / 1, no gradient to it), mask * 2.5 is float32.
+// updates. Operands share a device and are promoted to one dtype as PyTorch
+// promotes them: bf16 + fp32 -> fp32 (16-bit dtypes on the GPU only), an integer
+// or Bool operand takes a floating one's dtype, two integer ones the wider
+// (uint8 + int64 -> int64). add, sub, mul, neg, abs and pow by a whole number
+// compute integers in their own dtype (int32, int64, uint8), wrapping around on
+// overflow; a number meets an integer tensor in its dtype when whole (labels + 1,
+// a mask times 2 is int64) and in float32 otherwise; div is a true division
+// (float32 for integers), and exp, log, sqrt take integers in float32. Masks:
+// mask * mask is their logical and, mask + mask their logical or, mask * x has
+// x's dtype (the mask as 0 / 1, no gradient to it).
 #pragma once
 
 #include <optional>

@@ -2,7 +2,8 @@
 // The CUDA elementwise kernels against the CPU reference kernels on the same
 // inputs: every op, float32 and float64, NCHW, channels-last, sliced, permuted,
 // misaligned and broadcast operands, odd sizes and empty tensors, and the NaN conventions.
-// GPU outputs start as NaN, so an element a kernel fails to write shows up.
+// GPU outputs start as NaN, so an element a kernel fails to write shows up. The integer
+// kernels (int32, int64, uint8) are compared exactly, on full-range values.
 //
 // Tolerances: both sides compute in the tensor's dtype; they differ only by the
 // device math library (a few ulp for exp, erf, tanh, pow) and FMA contraction,
@@ -420,6 +421,98 @@ LOOM_GPU_TEST_CASE("NaN: relu and clamp keep it, clamp_backward passes no gradie
           std::vector<double>{-1, -1, 0, 1, 2, 2});
     cuda::clamp_backward(out.strided(), dy.strided(), x.strided(), -1, 2);
     CHECK(testing::values(out) == std::vector<double>{0, 0, 12, 13, 14, 15, 0});
+  }
+}
+
+// Full-range integers (about a quarter near the type's ends) of `dtype`, wrapped from int64.
+Tensor random_integers(const Shape& sizes, DType dtype, std::mt19937_64& rng) {
+  std::vector<int64_t> values(static_cast<size_t>(numel_of(sizes)));
+  for (int64_t& v : values) v = static_cast<int64_t>(rng() % 4 == 0 ? ~uint64_t{0} - rng() % 3 : rng());
+  return from_host(values.data(), DType::Int64, sizes, {.dtype = dtype});
+}
+
+// Runs one kernel into two GPU outputs poisoned with different values: both must
+// equal the CPU's, so an element the kernel leaves unwritten cannot pass by chance.
+void check_integer_kernel(const Layout& layout, DType dtype, const Tensor& expected,
+                          const std::function<void(const Tensor&)>& run) {
+  for (double poison : {85.0, 170.0}) {
+    Tensor out = layout.view(full(layout.base, poison, {.dtype = dtype, .device = testing::test_gpu()}));
+    run(out);
+    CHECK(out.cpu().to_vector<int64_t>() == expected.to_vector<int64_t>());
+  }
+}
+
+LOOM_GPU_TEST_CASE("integer kernels (int32, int64, uint8) wrap around exactly as the CPU's, every layout") {
+  std::mt19937_64 rng(103);
+  for (DType dtype : {DType::UInt8, DType::Int32, DType::Int64}) {
+    for (const Layout& layout : layouts()) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(layout.name);
+      Operand a = operand(layout, random_integers(layout.base, dtype, rng));
+      Operand b = operand(layout, random_integers(layout.base, dtype, rng));
+      for (kernel::UnaryOp op : {kernel::UnaryOp::Neg, kernel::UnaryOp::Abs}) {
+        Tensor expected = reference_output(kSizes, dtype);
+        cpu::unary(expected.strided(), a.cpu.strided(), op);
+        check_integer_kernel(layout, dtype, expected, [&](const Tensor& out) {
+          cuda::unary(out.strided(), a.gpu.strided(), op);
+        });
+      }
+      for (kernel::BinaryOp op : {kernel::BinaryOp::Add, kernel::BinaryOp::Sub, kernel::BinaryOp::Mul,
+                                  kernel::BinaryOp::Pow, kernel::BinaryOp::Equal}) {
+        CAPTURE(static_cast<int>(op));
+        Tensor expected = reference_output(kSizes, dtype);
+        cpu::binary(expected.strided(), a.cpu.strided(), b.cpu.strided(), op);
+        check_integer_kernel(layout, dtype, expected, [&](const Tensor& out) {
+          cuda::binary(out.strided(), a.gpu.strided(), b.gpu.strided(), op);
+        });
+      }
+      for (double scalar : {-300.0, 7.0, 1e15}) {
+        CAPTURE(scalar);
+        for (bool first : {false, true}) {
+          Tensor expected = reference_output(kSizes, dtype);
+          cpu::binary_scalar(expected.strided(), a.cpu.strided(), scalar, kernel::BinaryOp::Sub, first);
+          check_integer_kernel(layout, dtype, expected, [&](const Tensor& out) {
+            cuda::binary_scalar(out.strided(), a.gpu.strided(), scalar, kernel::BinaryOp::Sub, first);
+          });
+        }
+        Tensor expected = reference_output(kSizes, dtype);
+        cpu::add_scaled(expected.strided(), a.cpu.strided(), b.cpu.strided(), scalar);
+        check_integer_kernel(layout, dtype, expected, [&](const Tensor& out) {
+          cuda::add_scaled(out.strided(), a.gpu.strided(), b.gpu.strided(), scalar);
+        });
+      }
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("integer ops on the GPU: dtypes, promotion and results as on the CPU") {
+  const Device gpu = testing::test_gpu();
+  const Tensor labels = tensor({7, -3, 0, 250}, {4}, {.dtype = DType::Int64});
+  const Tensor pixels = tensor({250, 0, 17, 3}, {4}, {.dtype = DType::UInt8});
+  const Tensor mask = tensor({1, 0, 1, 1}, {4}, {.dtype = DType::Bool});
+  const std::vector<std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>> programs = {
+      [](const Tensor& l, const Tensor&, const Tensor&) { return l + 1.0; },
+      [](const Tensor& l, const Tensor&, const Tensor&) { return -l * l - 2.0 * l; },
+      [](const Tensor& l, const Tensor&, const Tensor&) { return pow(abs(l), 3.0); },
+      [](const Tensor&, const Tensor& p, const Tensor&) { return p + 10.0; },
+      [](const Tensor&, const Tensor& p, const Tensor&) { return 1.0 - p; },
+      [](const Tensor& l, const Tensor& p, const Tensor&) { return p * l; },
+      [](const Tensor& l, const Tensor&, const Tensor& m) { return m + l; },
+      [](const Tensor&, const Tensor&, const Tensor& m) { return m * 3.0; },
+      [](const Tensor& l, const Tensor& p, const Tensor&) {
+        Tensor c = l.clone();
+        c += p;
+        c *= 5.0;
+        return c;
+      },
+  };
+  for (size_t i = 0; i < programs.size(); ++i) {
+    CAPTURE(i);
+    const Tensor on_cpu = programs[i](labels, pixels, mask);
+    const Tensor on_gpu = programs[i](labels.to(gpu), pixels.to(gpu), mask.to(gpu));
+    CHECK(on_gpu.device() == gpu);
+    CHECK(on_gpu.dtype() == on_cpu.dtype());
+    CHECK(on_gpu.cpu().to_vector<int64_t>() == on_cpu.to_vector<int64_t>());
   }
 }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "core/autograd.h"
@@ -402,7 +403,7 @@ TEST_CASE("in-place errors: dtype, broadcasting into self, autograd") {
   CHECK_THROWS_WITH_FRAGMENT(div_(x, zeros({4})), ShapeError, "[div_] shapes (3,) and (4,) cannot be broadcast");
   CHECK_THROWS_WITH_FRAGMENT(sub_(x, zeros({2})), ShapeError, "shapes (3,) and (2,) cannot be broadcast");
   Tensor ints = zeros({3}, {.dtype = DType::Int64});
-  CHECK_THROWS_WITH_FRAGMENT(add_(ints, 1.0), TypeError, "[add_] input has dtype int64");
+  CHECK_THROWS_WITH_FRAGMENT(add_(ints, 0.5), TypeError, "[add_] the int64 tensor times or plus 0.5 is floating");
   Tensor w = zeros({3}, {.requires_grad = true});
   CHECK_THROWS_WITH_FRAGMENT(add_(w, ones({3})), AutogradError, "[add_] a leaf tensor that requires grad");
   CHECK_THROWS_WITH_FRAGMENT(mul_(w, 2.0), AutogradError, "[mul_]");
@@ -515,7 +516,7 @@ TEST_CASE("abs: values, strided input, its gradient sign(x) (0 at 0), gradcheck"
   for (const Shape& sizes : {Shape{2, 3}, Shape{3, 1, 2}}) {
     check_grad([](const std::vector<Tensor>& in) { return abs(in[0]); }, {random_leaf(sizes, gen)});
   }
-  CHECK_THROWS_WITH_FRAGMENT(abs(tensor({1}, {1}, {.dtype = DType::Int64})), TypeError, "[abs]");
+  CHECK_THROWS_WITH_FRAGMENT(abs(tensor({1}, {1}, {.dtype = DType::Bool})), TypeError, "[abs] input is a Bool mask");
 }
 
 // --- graph lifetime ------------------------------------------------------------------------------
@@ -546,7 +547,7 @@ TEST_CASE("graphs of div, rdiv and pow(tensor) are freed when their output is dr
 
 // --- argument errors -----------------------------------------------------------------------------
 
-TEST_CASE("operands of different dtypes promote as in PyTorch; integer results are refused") {
+TEST_CASE("operands of different dtypes promote as in PyTorch") {
   const TensorOptions u8{.dtype = DType::UInt8}, i64{.dtype = DType::Int64};
   // float32 meets float64 in float64, and each leaf gets its gradient in its own dtype.
   Tensor a = tensor({1.5, -2.0}, {2}).requires_grad_(), b = tensor({0.25, 3.0}, {2}, kF64).requires_grad_();
@@ -571,25 +572,148 @@ TEST_CASE("operands of different dtypes promote as in PyTorch; integer results a
   CHECK_CLOSE(rsub(labels, 1.5), tensor({-5.5, 4.5}, {2}), 0, 0);
   CHECK_CLOSE(rdiv(labels, 7.0), tensor({1.0, -7.0 / 3.0}, {2}), 1e-7, 0);
   CHECK_CLOSE(add(tensor({1, 0}, {2}, {.dtype = DType::Bool}), tensor({0.5, 0.5}, {2})), tensor({1.5, 0.5}, {2}), 0, 0);
-  // PyTorch's result would be an integer tensor, which Loom's elementwise kernels do not compute.
-  CHECK_THROWS_WITH_FRAGMENT(add(labels, 1.0), TypeError, "[add] input has dtype int64 but the op computes in float32");
-  CHECK_THROWS_WITH_FRAGMENT(mul(labels, labels), TypeError, "[mul] input has dtype int64");
-  CHECK_THROWS_WITH_FRAGMENT(neg(labels), TypeError, "[neg] input has dtype int64");
 }
 
 TEST_CASE("argument errors name the op and print dtypes and shapes") {
-  CHECK_THROWS_WITH_FRAGMENT(mul(zeros({2}, {.dtype = DType::Int64}), zeros({2}, {.dtype = DType::Int64})), TypeError,
-                             "[mul] input has dtype int64 but the op computes in float32 or float64");
-  CHECK_THROWS_WITH_FRAGMENT(exp(zeros({2}, {.dtype = DType::Int64})), TypeError,
-                             "[exp] input has dtype int64 but the op computes in float32 or float64");
+  CHECK_THROWS_WITH_FRAGMENT(clamp(zeros({2}, {.dtype = DType::Int64}), 0.0, 1.0), TypeError,
+                             "[clamp] input has dtype int64 but the op computes in float32 or float64");
   CHECK_THROWS_WITH_FRAGMENT(log(zeros({2}, {.dtype = DType::Float16})), TypeError, "[log] input has dtype float16");
-  CHECK_THROWS_WITH_FRAGMENT(add(zeros({2}, {.dtype = DType::Int32}), 1.0), TypeError, "[add] input has dtype int32");
   CHECK_THROWS_WITH_FRAGMENT(add(zeros({3}), zeros({4})), ShapeError,
                              "[add] shapes (3,) and (4,) cannot be broadcast: dim 0 has sizes 3 and 4");
   CHECK_THROWS_WITH_FRAGMENT(div(zeros({2, 3}), zeros({4, 2})), ShapeError, "[div] shapes (2, 3) and (4, 2) cannot be broadcast");
   CHECK_THROWS_WITH_FRAGMENT(sub(zeros({3, 2, 5}), zeros({4, 5})), ShapeError, "shapes (3, 2, 5) and (4, 5) cannot be broadcast");
   CHECK_THROWS_WITH_FRAGMENT(neg(Tensor()), ValueError, "[neg] input is an undefined tensor");
   CHECK_THROWS_WITH_FRAGMENT(mul(zeros({2}), Tensor()), ValueError, "[mul] input is an undefined tensor");
+}
+
+// --- integer arithmetic ----------------------------------------------------------------------------
+
+// The values of t as int64 (Bool as 0 / 1), row-major.
+std::vector<int64_t> ints_of(const Tensor& t) { return t.to_vector<int64_t>(); }
+
+Tensor int_tensor(const std::vector<int64_t>& values, const Shape& sizes, DType dtype) {
+  return from_host(values.data(), DType::Int64, sizes, {.dtype = dtype});
+}
+
+TEST_CASE("integer arithmetic keeps PyTorch's integer dtypes and wraps around as it does") {
+  const TensorOptions i64{.dtype = DType::Int64}, i32{.dtype = DType::Int32}, u8{.dtype = DType::UInt8};
+  const Tensor labels = tensor({7, -3, 0}, {3}, i64);
+  CHECK((labels + 1.0).dtype() == DType::Int64);
+  CHECK(ints_of(labels + 1.0) == std::vector<int64_t>{8, -2, 1});
+  CHECK(ints_of(labels - 4.0) == std::vector<int64_t>{3, -7, -4});
+  CHECK(ints_of(10.0 - labels) == std::vector<int64_t>{3, 13, 10});
+  CHECK(ints_of(labels * -2.0) == std::vector<int64_t>{-14, 6, 0});
+  CHECK(ints_of(labels * labels) == std::vector<int64_t>{49, 9, 0});
+  CHECK(ints_of(-labels) == std::vector<int64_t>{-7, 3, 0});
+  CHECK(ints_of(abs(labels)) == std::vector<int64_t>{7, 3, 0});
+  CHECK(ints_of(pow(labels, 3.0)) == std::vector<int64_t>{343, -27, 0});
+  CHECK(ints_of(pow(labels, 0.0)) == std::vector<int64_t>{1, 1, 1});
+  CHECK(ints_of(add(labels, tensor({1, 2, 3}, {3}, i64), 3.0)) == std::vector<int64_t>{10, 3, 9});
+  CHECK(ints_of(sub(labels, tensor({1, 2, 3}, {3}, i64))) == std::vector<int64_t>{6, -5, -3});
+  // Fractions and true divisions are float32; exp, log, sqrt compute in float32.
+  CHECK(pow(labels, 0.5).dtype() == DType::Float32);
+  CHECK((labels / 2.0).dtype() == DType::Float32);
+  CHECK_CLOSE(exp(tensor({0, 1}, {2}, i64)), tensor({1.0, std::exp(1.0)}, {2}), 1e-7, 0);
+  CHECK_CLOSE(sqrt(tensor({4, 9}, {2}, u8)), tensor({2.0, 3.0}, {2}), 0, 0);
+  // Mixed integer dtypes meet in the wider one; masks in the other operand's dtype.
+  CHECK((tensor({1}, {1}, u8) + tensor({1}, {1}, i32)).dtype() == DType::Int32);
+  CHECK((tensor({1}, {1}, i32) * tensor({1}, {1}, i64)).dtype() == DType::Int64);
+  const Tensor mask = tensor({1, 0, 1}, {3}, {.dtype = DType::Bool});
+  CHECK((mask + tensor({5, 5, 5}, {3}, i32)).dtype() == DType::Int32);
+  CHECK(ints_of(mask * 2.0) == std::vector<int64_t>{2, 0, 2});
+  CHECK((mask * 2.0).dtype() == DType::Int64);
+  CHECK((mask * 2.5).dtype() == DType::Float32);
+  CHECK((mask + mask).dtype() == DType::Bool);
+  CHECK(ints_of(mask + tensor({0, 1, 0}, {3}, {.dtype = DType::Bool})) == std::vector<int64_t>{1, 1, 1});
+  // Wrapping: uint8 modulo 256, int32 and int64 in two's complement.
+  CHECK(ints_of(tensor({250, 0, 17}, {3}, u8) + 10.0) == std::vector<int64_t>{4, 10, 27});
+  CHECK(ints_of(tensor({0}, {1}, u8) - 1.0) == std::vector<int64_t>{255});
+  CHECK(ints_of(-tensor({1}, {1}, u8)) == std::vector<int64_t>{255});
+  CHECK(ints_of(tensor({3}, {1}, u8) + 300.0) == std::vector<int64_t>{47});
+  CHECK(ints_of(tensor({3}, {1}, u8) * -1.0) == std::vector<int64_t>{253});
+  const int64_t i32_max = std::numeric_limits<int32_t>::max(), i64_min = std::numeric_limits<int64_t>::min();
+  CHECK(ints_of(int_tensor({i32_max}, {1}, DType::Int32) + 1.0) == std::vector<int64_t>{-i32_max - 1});
+  CHECK(ints_of(-int_tensor({i64_min}, {1}, DType::Int64)) == std::vector<int64_t>{i64_min});
+  CHECK(ints_of(abs(int_tensor({i64_min}, {1}, DType::Int64))) == std::vector<int64_t>{i64_min});
+  CHECK(ints_of(pow(int_tensor({3}, {1}, DType::Int32), 21.0)) == std::vector<int64_t>{1870418611});  // 3^21 mod 2^32
+  // A number too large for int64 is a floating one.
+  CHECK((labels + 1e19).dtype() == DType::Float32);
+}
+
+TEST_CASE("integer arithmetic refuses what PyTorch refuses, saying what to write") {
+  const Tensor labels = tensor({7, -3}, {2}, {.dtype = DType::Int64});
+  Tensor mask = tensor({1, 0}, {2}, {.dtype = DType::Bool});
+  CHECK_THROWS_WITH_FRAGMENT(add(labels, labels, 0.5), TypeError, "[add] takes int64 operands with a whole alpha only");
+  CHECK_THROWS_WITH_FRAGMENT(pow(labels, -1.0), ValueError, "[pow] integers to negative integer powers");
+  CHECK_THROWS_WITH_FRAGMENT(pow(labels, labels), TypeError, "[pow] of two int64 tensors has no kernel");
+  CHECK_THROWS_WITH_FRAGMENT(sub(mask, mask), TypeError, "[sub] of two Bool masks is not defined");
+  CHECK_THROWS_WITH_FRAGMENT(-mask, TypeError, "[neg] of a Bool mask is not defined");
+  CHECK_THROWS_WITH_FRAGMENT(add(mask, mask, 2.0), TypeError, "[add] of two Bool masks takes no alpha");
+  Tensor ints = tensor({1, 2}, {2}, {.dtype = DType::Int32});
+  CHECK_THROWS_WITH_FRAGMENT(ints += tensor({0.5, 0.5}, {2}), TypeError,
+                             "[add_] the result of int32 and float32 is floating");
+  CHECK_THROWS_WITH_FRAGMENT(ints *= 0.5, TypeError, "[mul_] the int32 tensor times or plus 0.5 is floating");
+  CHECK_THROWS_WITH_FRAGMENT(ints /= 2.0, TypeError, "[div_] a true division of the int32 tensor is floating");
+  CHECK_THROWS_WITH_FRAGMENT(add_(ints, ints, 0.5), TypeError, "[add_] takes a int32 tensor with a whole alpha only");
+  CHECK_THROWS_WITH_FRAGMENT(mask += mask, TypeError, "[add_] input is a Bool mask");
+  CHECK(ints_of(ints) == std::vector<int64_t>{1, 2});  // nothing written by a refused update
+}
+
+TEST_CASE("integer updates in place, and integers into floating tensors") {
+  Tensor counts = tensor({1, 2, 3}, {3}, {.dtype = DType::Int64});
+  counts += 1.0;
+  counts *= 3.0;
+  counts -= tensor({1, 1, 1}, {3}, {.dtype = DType::Int32});  // cast to int64, as PyTorch's in-place ops cast
+  counts += tensor({1, 0, 1}, {3}, {.dtype = DType::Bool});
+  CHECK(counts.dtype() == DType::Int64);
+  CHECK(ints_of(counts) == std::vector<int64_t>{6, 8, 12});
+  Tensor x = tensor({0.5, 0.5, 0.5}, {3});
+  x += tensor({1, 2, 3}, {3}, {.dtype = DType::UInt8});
+  CHECK_CLOSE(x, tensor({1.5, 2.5, 3.5}, {3}), 0, 0);
+}
+
+// The integer ops on random values (extremes included) and layouts against a
+// reference that computes in uint64 and keeps the low bits, as two's complement wraps.
+TEST_CASE("integer arithmetic on random values and layouts matches wrapping reference arithmetic") {
+  std::mt19937_64 rng(5);
+  for (DType dtype : {DType::UInt8, DType::Int32, DType::Int64}) {
+    const int bits = static_cast<int>(element_size(dtype)) * 8;
+    const auto wrap = [&](uint64_t v) -> int64_t {
+      if (bits == 64) return static_cast<int64_t>(v);
+      const uint64_t low = v & ((uint64_t{1} << bits) - 1);
+      if (dtype == DType::UInt8) return static_cast<int64_t>(low);
+      return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(low)));
+    };
+    for (int trial = 0; trial < 12; ++trial) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(trial);
+      const int64_t rows = 1 + static_cast<int64_t>(rng() % 5), cols = 1 + static_cast<int64_t>(rng() % 6);
+      std::vector<int64_t> av(rows * cols), bv(cols);
+      for (auto* values : {&av, &bv}) {
+        for (int64_t& v : *values) v = wrap(rng() % 4 == 0 ? ~uint64_t{0} - rng() % 3 : rng());
+      }
+      Tensor a = int_tensor(av, {rows, cols}, dtype);
+      if (trial % 2 == 1) a = a.t().contiguous().t();  // column-major storage, same values
+      const Tensor b = int_tensor(bv, {cols}, dtype);  // broadcast over the rows
+      const int64_t k = static_cast<int64_t>(rng() % 200) - 100;
+      const auto kd = static_cast<double>(k);
+      const std::vector<int64_t> sum = ints_of(a + b), diff = ints_of(a - b), prod = ints_of(a * b);
+      const std::vector<int64_t> plus_k = ints_of(a + kd), times_k = ints_of(a * kd), negated = ints_of(-a);
+      const std::vector<int64_t> absolute = ints_of(abs(a)), cube = ints_of(pow(a, 3.0));
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const auto x = static_cast<uint64_t>(av[i]), y = static_cast<uint64_t>(bv[i % cols]);
+        const auto ku = static_cast<uint64_t>(k);
+        CHECK(sum[i] == wrap(x + y));
+        CHECK(diff[i] == wrap(x - y));
+        CHECK(prod[i] == wrap(x * y));
+        CHECK(plus_k[i] == wrap(x + ku));
+        CHECK(times_k[i] == wrap(x * ku));
+        CHECK(negated[i] == wrap(0 - x));
+        CHECK(absolute[i] == (av[i] < 0 ? wrap(0 - x) : av[i]));
+        CHECK(cube[i] == wrap(x * x * x));
+      }
+    }
+  }
 }
 
 }  // namespace
