@@ -212,6 +212,10 @@ std::pair<std::string, std::string> binary_operands(Lowering& L, const trace::Op
 }
 
 void add_like(Lowering& L, const trace::Op& op, const char* onnx_op) {
+  if (op.name == "add" && dtype_of(op) == DType::Bool) {  // two masks add to their logical or
+    out(L, op, L.emit("Or", {in(L, op, 0), in(L, op, 1)}));
+    return;
+  }
   auto [a, b] = binary_operands(L, op);
   const double alpha = op.get_double("alpha");
   if (alpha != 1.0) b = L.emit("Mul", {b, L.scalar(alpha, dtype_of(op))});

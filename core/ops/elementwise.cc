@@ -221,7 +221,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
     LOOM_CHECK(alpha == 1.0, TypeError, "[add] of two Bool masks takes no alpha (got {}); it is their logical or",
                alpha);
     Tensor out = logical_or(a, b);
-    if (trace.recording()) trace.record({a, b}, out);
+    if (trace.recording()) trace.record({a, b}, out, {{"alpha", alpha}});
     return out;
   }
   Tensor out = add_scaled_op(a, b, alpha, "add");

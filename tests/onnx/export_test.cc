@@ -157,7 +157,7 @@ ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greate
        'GreaterOrEqual': np.greater_equal, 'And': np.logical_and, 'Or': np.logical_or, 'Xor': np.logical_xor,
        'Not': np.logical_not, 'Where': np.where, 'Max': np.maximum, 'Min': np.minimum, 'Mul': np.multiply,
        'Add': np.add, 'Sub': np.subtract, 'Div': np.divide, 'Abs': np.abs, 'IsInf': np.isinf, 'IsNaN': np.isnan,
-       'Identity': lambda a: a}
+       'Neg': np.negative, 'Pow': np.power, 'Identity': lambda a: a}
 for n in m.graph.node:
     a = {attribute.name: attribute for attribute in n.attribute}
     if n.op_type == 'Constant':
@@ -214,6 +214,19 @@ TEST_CASE("arithmetic that promotes an integer or Bool operand exports its Casts
   const std::string out = check_masks_export(promoted, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
   CHECK_MESSAGE(out.find("'Cast'") != std::string::npos, out);
   CHECK_MESSAGE(out.find("'Div'") != std::string::npos, out);
+}
+
+TEST_CASE("integer arithmetic exports in its integer dtype and computes Loom's values") {
+  Fn counted([](const Tensor& y) {
+    const Tensor positive = (y > 0.0).to(DType::Int64), mask = y > 0.2;
+    // int64 with whole numbers and int64, -int64, abs, an integer power, a mask times a number, mask + mask
+    const Tensor n = (positive * 3.0 + 1.0) * positive - abs(-positive) + pow(positive + 1.0, 2.0) + mask * 4.0;
+    return (n + (mask + mask)).to(DType::Float32) + y;
+  });
+  const std::string out = check_masks_export(counted, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
+  for (const char* node : {"'Abs'", "'Neg'", "'Pow'", "'Or'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
 }
 
 TEST_CASE("isclose exports and computes Loom's values: tolerances, infinities, NaN with and without equal_nan") {
