@@ -201,10 +201,13 @@ LayerTimes time_layer(const ConvLayer& layer, const ConvLayersOptions& o) {
     }
   };
   settle();
-  settle_plans(o.device, [&] {
-    step_boundary();
-    settle();
-  });
+  if (!settle_plans(o.device, [&] {
+        step_boundary();
+        settle();
+      })) {
+    std::fprintf(stderr, "conv_layers: plans still landing after %d rounds; the times may include a swap\n",
+                 kSettleRounds);
+  }
   settle();  // an op whose plan was swapped in races its kernels again, before any capture
   LayerTimes times{.forward_ms = time_work(forward, o), .with_gradients_ms = time_work(with_gradients, o)};
   if (o.split) {

@@ -218,7 +218,7 @@ void time_steps(nn::Module& net, optim::Optimizer& opt, const InputSets& data, c
   // The steady state is timed after specialization: each round swaps the
   // finished plans in (an eager step when that drops the graph), captures again,
   // and waits for what those steps met for the first time.
-  settle_plans(c.device, [&] {
+  r.plans_settled = settle_plans(c.device, [&] {
     run();
     run();
   });
@@ -425,6 +425,10 @@ void print_step(const StepResult& r) {
   if (!r.peak_breakdown.empty()) std::printf("  memory %s\n", r.peak_breakdown.c_str());
   if (!r.steady_breakdown.empty()) std::printf("  timed steps' memory %s\n", r.steady_breakdown.c_str());
   if (!r.pools.empty()) std::printf("  pools after the timed steps: %s\n", r.pools.c_str());
+  if (!r.plans_settled) {
+    std::printf("  plans still landing after %d rounds of swaps: the timed steps may include a swap and its capture\n",
+                kSettleRounds);
+  }
   if (r.captures > 0) {
     std::printf("  captures %lld: %lld into a planned arena, %lld of them missed requests\n",
                 static_cast<long long>(r.captures), static_cast<long long>(r.planned_captures),

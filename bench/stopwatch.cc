@@ -55,8 +55,12 @@ bool wait_for_background_plans(Device device) {
   return device.is_cuda() && loom::wait_for_background_plans();
 }
 
-void settle_plans(Device device, const std::function<void()>& again) {
-  for (int round = 0; round < kSettleRounds && wait_for_background_plans(device); ++round) again();
+bool settle_plans(Device device, const std::function<void()>& again) {
+  for (int round = 0; round < kSettleRounds; ++round) {
+    if (!wait_for_background_plans(device)) return true;
+    again();
+  }
+  return !wait_for_background_plans(device);
 }
 
 }  // namespace loom::bench

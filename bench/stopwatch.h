@@ -41,8 +41,9 @@ class Stopwatch {
 
 // Rounds of swap-and-rerun before timing. A variant walk goes down one variant
 // a round when the upper ones end unsupported (unet's decoder batch norms:
-// four); the loop stops as soon as nothing is waiting.
-constexpr int kSettleRounds = 8;
+// four), and a swap brings keys of its own; the loop stops as soon as nothing is
+// waiting, and settle_plans says when this cap ended it instead.
+constexpr int kSettleRounds = 32;
 
 // Lets lazily started plans finish on a GPU; true when some finished and wait to
 // be swapped in at the next step (a swap can bring keys of its own, built next).
@@ -52,7 +53,8 @@ bool wait_for_background_plans(Device device);
 // On a GPU, waits for the background plan builds and, while some finished,
 // calls `again` (which swaps them in, as a step boundary does, and runs the
 // work once more, meeting whatever keys the swap brings), at most kSettleRounds
-// times. Nothing on the CPU.
-void settle_plans(Device device, const std::function<void()>& again);
+// times. True when nothing is left waiting (at once on the CPU); false when
+// plans still landed after the last round, so timing would meet a swap.
+bool settle_plans(Device device, const std::function<void()>& again);
 
 }  // namespace loom::bench

@@ -38,6 +38,7 @@ std::string to_json(const StepResult& r) {
       "\"first_step_s\": {}, \"model_ready_s\": {}, \"inputs_ready_s\": {}, \"peak_bytes\": {}, "
       "\"peak_mib\": {}, \"steady_peak_bytes\": {}, \"steady_peak_mib\": {}, \"repeat_ms\": {}, "
       "\"fallback_reason\": {}, \"captures\": {}, \"planned_captures\": {}, \"missed_plans\": {}, "
+      "\"plans_settled\": {}, "
       "\"plan_build\": {}, \"plans_built\": {}, \"plans_restored\": {}, "
       "\"plans_lazy\": {}, \"plans_specialized\": {}, \"ranks\": {}, \"backward_ms\": {}, "
       "\"allreduce_done_ms\": {}, \"bucket_start_ms\": {}, \"bucket_end_ms\": {}}}",
@@ -48,7 +49,7 @@ std::string to_json(const StepResult& r) {
       r.peak_bytes,
       json_number(static_cast<double>(r.peak_bytes) / kMiB), r.steady_peak_bytes,
       json_number(static_cast<double>(r.steady_peak_bytes) / kMiB), number_list(r.repeat_ms),
-      json_string(r.fallback_reason), r.captures, r.planned_captures, r.missed_plans,
+      json_string(r.fallback_reason), r.captures, r.planned_captures, r.missed_plans, r.plans_settled,
       json_string(r.plan_build), r.plans_built,
       r.plans_restored, r.plans_lazy, r.plans_specialized, r.ranks, json_number(r.backward_ms),
       json_number(r.allreduce_done_ms), number_list(r.bucket_start_ms),

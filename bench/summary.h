@@ -47,6 +47,9 @@ struct StepResult {
   // Graph modes: the step's captures, those into a planned arena, and those of
   // them whose plan missed requests (optim/train_step.h).
   int64_t captures = 0, planned_captures = 0, missed_plans = 0;
+  // False when lazily built plans still landed after the settle rounds
+  // (bench/stopwatch.h), so a swap and its capture may fall among the timed steps.
+  bool plans_settled = true;
   std::string plan_build = "lazy";     // the cuDNN plan-build mode (core/numerics.h)
   // cuDNN plans this configuration built before its first run, restored from the
   // plan files, started lazily on a stand-in, and specialized (swapped) later.

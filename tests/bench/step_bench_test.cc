@@ -54,6 +54,7 @@ TEST_CASE("one CPU configuration for 2 steps writes a JSON line with positive ti
   CHECK(json_number(line, "first_step_s") > 0);
   CHECK(json_number(line, "peak_bytes") == 0);  // no GPU memory on the CPU
   CHECK(json_number(line, "steady_peak_bytes") == 0);
+  CHECK(line.find("\"plans_settled\": true") != std::string::npos);  // nothing to settle on the CPU
   CHECK(json_number(line, "img_per_s") ==
         doctest::Approx(8e3 / json_number(line, "ms_per_step")).epsilon(1e-6));
   std::filesystem::remove(path);
@@ -61,7 +62,7 @@ TEST_CASE("one CPU configuration for 2 steps writes a JSON line with positive ti
 
 TEST_CASE("settle_plans waits for no plans on the CPU, so its work never runs again") {
   int runs = 0;
-  settle_plans(Device::cpu(), [&runs] { ++runs; });
+  CHECK(settle_plans(Device::cpu(), [&runs] { ++runs; }));
   CHECK(runs == 0);
 }
 
