@@ -484,7 +484,7 @@ namespace {
 
 // `other` expanded to self's shape, in self's dtype where PyTorch's in-place ops
 // cast it: a 16-bit self or other meeting a wider one (fp32 += bf16), an integer
-// or Bool other into a floating or wider-or-equal integer self (int64 += int32).
+// or Bool other into a floating or integer self (int64 += int32, int32 += int64).
 // A floating other into an integer self is refused, as the result's dtype would be.
 Tensor broadcast_into(const Tensor& self, const Tensor& other_in, std::string_view op) {
   check_arithmetic_tensor(self, op);
