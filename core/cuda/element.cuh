@@ -101,17 +101,13 @@ decltype(auto) visit_floating(DType dtype, Fn&& fn) {
   }
 }
 
-// visit_floating, also for the integer dtypes arithmetic computes in (int32,
-// int64, uint8): the GPU twin of visit_arithmetic, for unary, binary,
-// binary_scalar and add_scaled.
+// visit_floating, also for the integer dtypes arithmetic computes in: the GPU
+// twin of visit_arithmetic (whose integer rows it takes, so the list is written
+// once), for unary, binary, binary_scalar and add_scaled.
 template <class Fn>
 decltype(auto) visit_arithmetic_storage(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Int32: return fn.template operator()<int32_t>();
-    case DType::Int64: return fn.template operator()<int64_t>();
-    case DType::UInt8: return fn.template operator()<uint8_t>();
-    default: return visit_floating(dtype, std::forward<Fn>(fn));
-  }
+  if (is_floating(dtype)) return visit_floating(dtype, std::forward<Fn>(fn));
+  return visit_arithmetic(dtype, std::forward<Fn>(fn));
 }
 
 }  // namespace loom::cuda

@@ -67,7 +67,8 @@ namespace {
 
 bool is_integral(const Tensor& t) { return t.defined() && !is_floating(t.dtype()); }
 
-bool is_integer_dtype(DType dtype) { return dtype == DType::Int32 || dtype == DType::Int64 || dtype == DType::UInt8; }
+// int32, int64, uint8: the dtypes visit_arithmetic computes integers in.
+bool is_integer_dtype(DType dtype) { return !is_floating(dtype) && dtype != DType::Bool; }
 
 // A number that an integer tensor takes as an integer: whole and within int64
 // (the double API cannot tell 2 from 2.0, so both are whole here).
