@@ -29,6 +29,7 @@
 #include "core/cuda/pool_window.h"
 #include "core/cuda/random.h"
 #include "core/cuda/reduce.h"
+#include "core/cuda/sort.h"
 #include "core/error.h"
 
 namespace loom::cuda {
@@ -229,5 +230,8 @@ void max_along(const Strided&, const Strided&, const Strided&, int64_t) { no_cud
 void scatter_add_along(const Strided&, const Strided&, const Strided&, int64_t) {
   no_cuda("scatter_add_along");
 }
+
+void sort_rows(const Strided&, const Strided&, bool) { no_cuda("sort_rows"); }
+void cumsum_along(const Strided&, const Strided&, int64_t, bool) { no_cuda("cumsum_along"); }
 
 }  // namespace loom::cuda

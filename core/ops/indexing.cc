@@ -16,6 +16,7 @@
 #include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/indexing_internal.h"
 #include "core/ops/reduction.h"
 #include "core/trace.h"
 
@@ -78,8 +79,12 @@ Tensor gather_backward(const Tensor& dy, int64_t dim, const Tensor& index, const
   return dx;
 }
 
+}  // namespace
+
+namespace indexing_detail {
+
 // gather after validation; index is int64, in range, of the output's sizes.
-Tensor gather_checked(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor gather_in_range(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = empty(index.sizes(), x.options());
   if (x.dim() == 0) {
     out.copy_(x.detach());
@@ -97,7 +102,7 @@ Tensor gather_checked(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
-}  // namespace
+}  // namespace indexing_detail
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   trace::OpScope trace("gather");
@@ -105,7 +110,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t d = normalize_dim(dim, x.dim(), "gather");
   const Tensor idx = checked_index(index, x, x.dim() == 0 ? 1 : x.size(d), "gather");
   check_gather_shapes(x, d, idx);
-  Tensor y = gather_checked(x, d, idx);
+  Tensor y = indexing_detail::gather_in_range(x, d, idx);
   if (trace.recording()) trace.record({x, index}, y, {{"dim", d}});
   return y;
 }
@@ -123,7 +128,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   out_sizes[d] = idx.size(0);
   Shape along(x.dim(), 1);
   along[d] = idx.size(0);
-  Tensor y = gather_checked(x, d, idx.view(along).expand(out_sizes));
+  Tensor y = indexing_detail::gather_in_range(x, d, idx.view(along).expand(out_sizes));
   if (trace.recording()) trace.record({x, index}, y, {{"dim", d}});
   return y;
 }

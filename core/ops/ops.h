@@ -24,4 +24,5 @@
 #include "core/ops/reduction.h"
 #include "core/ops/shape_ops.h"
 #include "core/ops/softmax.h"
+#include "core/ops/sort.h"
 #include "core/tensor.h"

@@ -1,6 +1,7 @@
 // File: core/ops/reduction.cc
-// Reductions (sum, mean, max, argmax, sum_to): validation, dispatch and backward;
-// min, argmin, var, std and logsumexp are composites of them.
+// Reductions (sum, mean, max, argmax, sum_to) and the running sum (cumsum):
+// validation, dispatch and backward; min, argmin, var, std and logsumexp are
+// composites of them.
 #include "core/ops/reduction.h"
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/reduce.h"
+#include "core/cpu/sort.h"
+#include "core/cuda/sort.h"
 #include "core/error.h"
 #include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
@@ -240,6 +243,40 @@ Tensor logsumexp(const Tensor& x, const Shape& dims_in, bool keepdim) {
   shift = masked_fill(shift, abs(shift) == std::numeric_limits<double>::infinity(), 0.0);
   const Tensor total = sum(exp(x - shift), dims, keepdim);
   return log(total) + shift.reshape(total.sizes());
+}
+
+namespace {
+
+// The running sum of x along d, from the end when `reverse`; no gradient.
+Tensor running_sum(const Tensor& x, int64_t d, bool reverse) {
+  const Tensor in = x.device().is_cuda() ? x.detach().contiguous() : x.detach();  // the GPU kernel's layout
+  Tensor out = empty(in.sizes(), in.options());
+  if (in.dim() == 0) {
+    out.copy_(in);
+  } else {
+    LOOM_KERNEL(in, cumsum_along, out.strided(), in.strided(), d, reverse);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  trace::OpScope trace("cumsum");
+  LOOM_CHECK(x.defined(), ValueError, "[cumsum] x is an undefined tensor");
+  const int64_t d = normalize_dim(dim, x.dim(), "cumsum");
+  const DType out_dtype = dtype.value_or(is_floating(x.dtype()) ? x.dtype() : DType::Int64);
+  LOOM_CHECK(out_dtype != DType::Bool, TypeError,
+             "[cumsum] a running sum cannot be Bool; leave dtype out (a mask's cumsum is int64) or pass an "
+             "integer or floating dtype");
+  const Tensor input = x.to(out_dtype);
+  if (is_floating(out_dtype)) check_float_tensor(input, "cumsum");
+  Tensor y = running_sum(input, d, false);
+  if (needs_grad({input})) {
+    record("cumsum", {input}, y, [d](const Tensor& dy) { return std::vector<Tensor>{running_sum(dy, d, true)}; });
+  }
+  if (trace.recording()) trace.record({x}, y, {{"dim", d}, {"dtype", std::string(dtype_name(out_dtype))}});
+  return y;
 }
 
 Tensor sum_to(const Tensor& x, const Shape& sizes) {

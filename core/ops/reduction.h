@@ -1,7 +1,9 @@
 // File: core/ops/reduction.h
 // Reductions: sum, mean, max, min, argmax, argmin, var, std and logsumexp over
-// all or some dims, and sum_to.
+// all or some dims, sum_to, and the running sum (cumsum).
 #pragma once
+
+#include <optional>
 
 #include "core/tensor.h"
 
@@ -37,6 +39,15 @@ Tensor std(const Tensor& x, const Shape& dims = {}, bool keepdim = false, int64_
 // m + log(sum(exp(x - m))) with m the maximum, so large values do not
 // overflow; -inf where every value is -inf. Its gradient is softmax(x) over `dims`.
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
+
+// The running sum along `dim`, as torch.cumsum: out[..., i, ...] = x[..., 0, ...]
+// + ... + x[..., i, ...]. The result has `dtype` when given, else x's dtype
+// when floating and int64 for integer and Bool x (a mask's cumsum counts, as
+// PyTorch's); integer sums wrap around. Floating sums carry x's gradient (the
+// running sum of dy from the end). On the GPU a float32 sum adds 32 elements at
+// a time along the innermost dim, so its last bits may differ from the CPU's.
+//   Tensor offsets = cumsum(lengths, 0);  // int64 (N): lengths' running total
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
 // Sums `x` down to `sizes` over broadcast dims (the backward of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& sizes);

@@ -34,7 +34,7 @@ constexpr Op kOps[] = {
     Op::MaxPool,    Op::AvgPool,      Op::Softmax,   Op::LogSoftmax,          Op::CrossEntropy,
     Op::Chain,      Op::Interpolate,  Op::Pad,       Op::Abs,                 Op::Cat,
     Op::Dropout2d,  Op::Mask,         Op::GroupNorm, Op::InstanceNorm,        Op::Losses,
-    Op::Statistics, Op::Extremum,     Op::Flip};
+    Op::Statistics, Op::Extremum,     Op::Flip,      Op::Sort,                Op::Cumsum};
 
 class Draw {
  public:
@@ -264,6 +264,15 @@ void draw_op(Draw& d, Case& c) {
       v["chunk_dim"] = d.between(0, 3);
       v["chunks"] = d.between(1, 4);
       break;
+    case Op::Sort:
+    case Op::Cumsum: {
+      draw_image(d, c, c.op == Op::Sort ? 12 : 24);
+      v["dim"] = d.between(0, 3);
+      v["descending"] = d.coin();
+      v["topk"] = d.coin();
+      v["k"] = d.between(0, v[std::string(1, "NCHW"[v["dim"]])]);
+      break;
+    }
     case Op::Dropout2d:
       draw_image(d, c, 12);
       v["p_pct"] = d.pick<int64_t>({10, 30, 50});
@@ -556,6 +565,10 @@ Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
     case Op::Statistics: return statistic_of(c, x);
     case Op::Extremum: return c.at("larger") ? maximum(x, t.at("w")) : minimum(x, t.at("w"));
     case Op::Flip: return flip_chunks(c, x);
+    case Op::Sort:
+      return c.at("topk") ? topk(x, c.at("k"), c.at("dim"), c.at("descending")).values
+                          : sort(x, c.at("dim"), c.at("descending")).values;
+    case Op::Cumsum: return cumsum(x, c.at("dim"));
     default: break;
   }
   throw ValueError(fmt::format("[parity_sweep] {} is not one of the ops after Op::Chain", op_name(c.op)));
@@ -802,6 +815,8 @@ const char* op_name(Op op) {
     case Op::Statistics: return "var / std / logsumexp / min";
     case Op::Extremum: return "maximum / minimum";
     case Op::Flip: return "flip, chunk";
+    case Op::Sort: return "sort / topk";
+    case Op::Cumsum: return "cumsum";
   }
   return "?";
 }

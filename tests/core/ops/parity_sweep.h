@@ -33,6 +33,9 @@ enum class Op {
   // along dims (var, std, logsumexp, min), maximum / minimum, and flip with
   // chunk.
   Losses, Statistics, Extremum, Flip,
+  // Ordering and running sums: sort or topk values (their gradient scattered
+  // back through the positions), and cumsum.
+  Sort, Cumsum,
 };
 const char* op_name(Op op);
 

@@ -334,6 +334,78 @@ TEST_CASE("gradcheck: max over all, max(dim) values, sum_to") {
   }
 }
 
+// --- cumsum ------------------------------------------------------------------------------
+
+// The running sum along `dim` by walking every index, in double.
+std::vector<double> naive_cumsum(const Tensor& x, int64_t dim) {
+  const Tensor c = x.contiguous().to(DType::Float64);
+  const std::vector<double> v = c.to_vector<double>();
+  std::vector<double> out(v.size());
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+  const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(i) / inner % n;
+    out[i] = v[i] + (k > 0 ? out[i - inner] : 0.0);
+  }
+  return out;
+}
+
+TEST_CASE("cumsum is the running total, as torch.cumsum") {
+  const Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(cumsum(x, 1).to_vector<float>() == std::vector<float>{1, 3, 6, 4, 9, 15});
+  CHECK(cumsum(x, 0).to_vector<float>() == std::vector<float>{1, 2, 3, 5, 7, 9});
+  CHECK(cumsum(x, -1).dtype() == DType::Float32);
+  const Tensor mask = tensor({1, 0, 1, 1}, {4}, {.dtype = DType::Bool});
+  CHECK(cumsum(mask, 0).dtype() == DType::Int64);  // a mask's cumsum counts
+  CHECK(cumsum(mask, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 2, 3});
+  const Tensor bytes = tensor({200, 100, 7}, {3}, {.dtype = DType::UInt8});
+  CHECK(cumsum(bytes, 0).to_vector<int64_t>() == std::vector<int64_t>{200, 300, 307});
+  CHECK(cumsum(bytes, 0, DType::UInt8).to_vector<int64_t>() == std::vector<int64_t>{200, 44, 51});  // wraps
+  CHECK(cumsum(x, 1, DType::Float64).dtype() == DType::Float64);
+  CHECK(cumsum(full({}, 2.5), 0).to_vector<float>() == std::vector<float>{2.5f});
+  CHECK(cumsum(zeros({0, 3}), 0).sizes() == Shape{0, 3});
+}
+
+TEST_CASE("cumsum matches the naive running sum on random shapes, dims, dtypes and layouts") {
+  Generator gen(404);
+  for (int trial = 0; trial < 60; ++trial) {
+    Shape sizes(1 + trial % 4);
+    for (size_t d = 0; d < sizes.size(); ++d) sizes[d] = 1 + (trial * 7 + static_cast<int64_t>(d) * 3) % 6;
+    Tensor x = trial % 3 == 0 ? randint(-50, 50, sizes, {.dtype = DType::Int32}, &gen)
+                              : randn(sizes, {.dtype = trial % 2 ? DType::Float64 : DType::Float32}, &gen);
+    if (x.dim() >= 2 && trial % 2 == 0) x = x.transpose(0, x.dim() - 1);
+    const int64_t dim = trial % x.dim();
+    CAPTURE(trial);
+    CAPTURE(shape_str(x.sizes()));
+    CAPTURE(dim);
+    const Tensor y = cumsum(x, dim);
+    CHECK(y.dtype() == (is_floating(x.dtype()) ? x.dtype() : DType::Int64));
+    CHECK_CLOSE(y.to(DType::Float64), tensor(naive_cumsum(x, dim), x.sizes(), kF64), 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("cumsum's gradient is the running sum of dy from the end") {
+  Tensor x = tensor({1, 2, 3}, {3}, kF64).requires_grad_(true);
+  cumsum(x, 0).backward(tensor({1, 10, 100}, {3}, kF64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{111, 110, 100});
+  Generator gen(8);
+  const Tensor y = randn({3, 4, 5}, kF64, &gen).requires_grad_(true);
+  for (int64_t dim : {0, 1, 2}) {
+    CAPTURE(dim);
+    check_grad([dim](const std::vector<Tensor>& in) { return cumsum(in[0], dim); }, y);
+    check_grad([dim](const std::vector<Tensor>& in) { return cumsum(in[0].transpose(0, 2), dim); }, y);
+  }
+  Tensor f = tensor({1, 2}, {2}).requires_grad_(true);
+  CHECK(cumsum(f, 0, DType::Float64).requires_grad());  // through the differentiable cast
+}
+
+TEST_CASE("cumsum errors name the op and the fix") {
+  CHECK_THROWS_WITH_FRAGMENT(cumsum(zeros({2, 3}), 2), IndexError, "[cumsum] dim 2 is out of range");
+  CHECK_THROWS_WITH_FRAGMENT(cumsum(zeros({2}), 0, DType::Bool), TypeError, "a running sum cannot be Bool");
+  CHECK_THROWS_WITH_FRAGMENT(cumsum(Tensor(), 0), ValueError, "[cumsum] x is an undefined tensor");
+}
+
 // --- argument errors ----------------------------------------------------------------------
 
 TEST_CASE("reduction argument errors name the op and print the values") {

@@ -1,0 +1,24 @@
+// File: core/cpu/sort.h
+// Row sorts and running sums: the CPU twins of core/cuda/sort.h and
+// core/cuda/scan.h, and the reference the GPU tests compare them with.
+#pragma once
+
+#include <cstdint>
+
+#include "core/strided.h"
+
+namespace loom::cpu {
+
+// indices (rows, n) int64 <- the positions that put each row of keys (rows, n)
+// in order, stably (equal keys keep their order, descending included): NaN
+// counts as greater than every number and -0 as equal to +0, as torch.sort.
+// Both contiguous; keys of any dtype.
+void sort_rows(const Strided& indices, const Strided& keys, bool descending);
+
+// out <- the running sum of in along `dim` (from its end when `reverse`), both
+// of one dtype and shape, any strides. Floating sums accumulate in their own
+// dtype, element after element (as PyTorch's CPU cumsum); integer sums wrap
+// around as integer addition does.
+void cumsum_along(const Strided& out, const Strided& in, int64_t dim, bool reverse);
+
+}  // namespace loom::cpu
