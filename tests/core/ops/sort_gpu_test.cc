@@ -6,6 +6,7 @@
 // the sorted values and integer running sums.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -83,8 +84,8 @@ LOOM_GPU_TEST_CASE("long rows and many short rows sort as on the CPU") {
       CAPTURE(descending);
       CHECK(as_ints(argsort(x, 1, descending)) == as_ints(argsort(x.cpu(), 1, descending)));
     }
-    const ValuesIndices top = topk(x, 5);
-    CHECK(as_ints(top.indices) == as_ints(topk(x.cpu(), 5).indices));
+    const int64_t k = std::min<int64_t>(5, sizes[1]);
+    CHECK(as_ints(topk(x, k).indices) == as_ints(topk(x.cpu(), k).indices));
   }
 }
 
