@@ -5,7 +5,9 @@
 // capturable in a CUDA graph), by the kernels of core/cuda/random.h.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "core/autograd.h"
 #include "core/cpu/copy.h"
@@ -204,6 +206,105 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 
 Tensor arange(int64_t end, TensorOptions options) {
   return arange(0.0, static_cast<double>(end), 1.0, options);
+}
+
+// The diagonal is every (m + 1)-th element of the flat zeros, a strided view
+// filled in place: one fill on the device, which a captured CUDA graph replays.
+Tensor eye(int64_t n, int64_t m, TensorOptions options) {
+  trace::OpScope trace("eye");
+  LOOM_CHECK(n >= 0 && m >= 0, ValueError, "[eye] n and m must be >= 0, got n = {} and m = {}", n, m);
+  check_sizes({n, m}, "eye", options.dtype);
+  TensorOptions dense = options;
+  dense.requires_grad = false;
+  dense.memory_format = MemoryFormat::Contiguous;  // a matrix has no other layout
+  Tensor flat = zeros({n * m}, dense);
+  if (flat.numel() > 0) flat.slice(0, 0, std::min(n, m) * (m + 1), m + 1).fill_(1.0);
+  return finish(flat.view({n, m}), options, "eye");
+}
+
+Tensor eye(int64_t n, TensorOptions options) { return eye(n, n, options); }
+
+namespace {
+
+// A 16-bit float's value after one operation: c10's Half and BFloat16 round
+// every +, -, * and / to 16 bits, and PyTorch's linspace computes in them.
+template <class T>
+float round16(double value) {
+  return static_cast<float>(from_double<T>(value));
+}
+
+// PyTorch's linspace (its CUDA kernel and the CPU's element-wise loop; from 8
+// float64 or 16 float32 elements on, the CPU's vectorized loop counts each
+// block up from its first element and may differ by an ulp there): step
+// = (end - start) / (steps - 1), element i = start + i * step in the first
+// half and end - (steps - 1 - i) * step in the second, so the last is end
+// exactly. Its compilers fuse each multiply-add (one rounding), and so does
+// std::fma here: linspace(-1, 1, 7)'s middle is -2^-25 in float32, as there.
+// 16-bit floats round after every operation, as c10's types do; integers step
+// in double from the truncated start and end and truncate each element.
+template <class T>
+void linspace_values(double start, double end, int64_t steps, T* out) {
+  const int64_t halfway = steps / 2;
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    const float s = round16<T>(start), e = round16<T>(end);
+    const float step = round16<T>(round16<T>(e - s) / round16<T>(static_cast<double>(steps - 1)));
+    for (int64_t i = 0; i < steps; ++i) {
+      const float term = round16<T>(step * round16<T>(static_cast<double>(i < halfway ? i : steps - 1 - i)));
+      out[i] = T(i < halfway ? s + term : e - term);
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    const auto s = static_cast<T>(start), e = static_cast<T>(end);
+    const T step = (e - s) / static_cast<T>(steps - 1);
+    for (int64_t i = 0; i < steps; ++i) {
+      const auto k = static_cast<T>(i < halfway ? i : steps - 1 - i);
+      out[i] = i < halfway ? std::fma(step, k, s) : std::fma(-step, k, e);
+    }
+  } else {
+    const auto s = static_cast<double>(static_cast<T>(start)), e = static_cast<double>(static_cast<T>(end));
+    const double step = (e - s) / static_cast<double>(steps - 1);
+    for (int64_t i = 0; i < steps; ++i) {
+      const double k = static_cast<double>(i < halfway ? i : steps - 1 - i);
+      out[i] = static_cast<T>(i < halfway ? std::fma(step, k, s) : std::fma(-step, k, e));
+    }
+  }
+}
+
+// Whether `value` truncates to an element of the integer type T: PyTorch's
+// Scalar::to refuses the others, and a cast of them is undefined.
+template <class T>
+bool truncates_into(double value) {
+  const double whole = std::trunc(value);
+  return whole >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
+         whole < static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+}
+
+}  // namespace
+
+// Made on the host and copied, as from_host: a linspace is a constant made once
+// (a grid, a schedule), not inside a captured step.
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
+  trace::OpScope trace("linspace");
+  LOOM_CHECK(steps >= 0, ValueError, "[linspace] steps must be >= 0, got {}", steps);
+  LOOM_CHECK(options.dtype != DType::Bool, TypeError,
+             "[linspace] has no bool form; make a floating or integer one and compare it (linspace(...) > 0)");
+  LOOM_CHECK(std::isfinite(start) && std::isfinite(end), ValueError,
+             "[linspace] needs a finite start and end, got {} and {}", start, end);
+  check_sizes({steps}, "linspace", options.dtype);
+  Tensor host = empty({steps}, {.dtype = options.dtype});
+  visit_dtype(options.dtype, [&]<class T>() {
+    if constexpr (std::is_integral_v<T>) {
+      LOOM_CHECK(truncates_into<T>(start) && truncates_into<T>(end), ValueError,
+                 "[linspace] start {} and end {} must fit in {} (they are truncated to it); pick a wider dtype",
+                 start, end, dtype_name(options.dtype));
+    }
+    T* out = host.data_ptr<T>();
+    if (steps == 1) {
+      out[0] = from_double<T>(start);  // PyTorch fills {start}: no step to divide by
+    } else {
+      linspace_values<T>(start, end, steps, out);
+    }
+  });
+  return finish(host.to(options.device), options, "linspace");
 }
 
 Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {

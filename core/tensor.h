@@ -97,6 +97,9 @@ class Tensor {
   Tensor to(Device device) const;
   Tensor to(DType dtype) const;
   Tensor cpu() const { return to(Device::cpu()); }
+  // x tiled repeats[i] times along dim i, as torch.Tensor.repeat: loom::repeat
+  // (core/ops/shape_ops.h), defined with the ops, so a program that calls it links //core/ops.
+  Tensor repeat(const Shape& repeats) const;
 
   // --- in place (forbidden on tensors that require grad while grad mode is on) --
   Tensor& fill_(double value);
@@ -160,6 +163,17 @@ Tensor ones_like(const Tensor& like);
 // start, start+step, ... < end.
 Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
 Tensor arange(int64_t end, TensorOptions options = {});
+// The n x m identity matrix (ones on the main diagonal), as torch.eye: any
+// dtype, made on options.device; n, m >= 0.
+//   Tensor identity = eye(3);  // (3, 3); eye(2, 4) is (2, 4)
+Tensor eye(int64_t n, int64_t m, TensorOptions options = {});
+Tensor eye(int64_t n, TensorOptions options = {});
+// `steps` evenly spaced values from start to end, both included, as
+// torch.linspace, with its values: the first half counts up from start, the
+// second down from end, so the last element is end exactly; steps == 1 gives
+// {start}. Floating or integer dtypes (integers truncate, as PyTorch's).
+//   Tensor grid = linspace(-1.0, 1.0, 5);  // -1, -0.5, 0, 0.5, 1
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {});
 // Uniform in [0, 1), standard normal, integers in [low, high). A null generator
 // means the default one (seed it with manual_seed).
 Tensor rand(const Shape& sizes, TensorOptions options = {}, Generator* generator = nullptr);

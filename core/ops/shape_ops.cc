@@ -2,13 +2,17 @@
 // cat: promotes the inputs to one dtype, copies each into its slice of a fresh
 // output; backward hands each input its slice of dy. stack is cat of the
 // inputs unsqueezed at the new dim; split and chunk are narrow views, flip an
-// index_select per dim.
+// index_select per dim. tril and triu mask x with where's kernels (the mask
+// made from aranges on x's device), repeat expands x's interleaved copies and
+// reshapes them: composites, whose parts record the gradient.
 #include "core/ops/shape_ops.h"
 
 #include <algorithm>
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/ops/compare.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/indexing.h"
 #include "core/trace.h"
 
@@ -197,6 +201,60 @@ Tensor flip(const Tensor& x, const Shape& dims) {
     out = index_select(out, d, reversed);
   }
   return out.is_same(x) ? x.clone() : out;  // nothing to reverse: still a copy, as torch.flip
+}
+
+namespace {
+
+// x with the elements outside the triangle zeroed: tril (`lower`) drops those
+// with column - row > diagonal, triu those with column - row < diagonal.
+Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
+  LOOM_CHECK(x.defined(), ValueError, "[{}] x is undefined", op);
+  LOOM_CHECK(x.dim() >= 2, ShapeError,
+             "[{}] needs a tensor of 2 or more dims (its last two are the matrices), got shape {}; "
+             "unsqueeze(0) a vector to make it a one-row matrix",
+             op, shape_str(x.sizes()));
+  const int64_t rows = x.size(-2), cols = x.size(-1);
+  // A diagonal past either edge keeps or drops everything; clamped, it compares
+  // exactly with the int64 offsets (as a double, exact to 2^53).
+  const int64_t d = std::clamp(diagonal, -rows, cols);
+  const TensorOptions index{.dtype = DType::Int64, .device = x.device()};
+  const Tensor offset = arange(cols, index).unsqueeze(0) - arange(rows, index).unsqueeze(1);  // column - row
+  const Tensor drop = lower ? gt(offset, static_cast<double>(d)) : lt(offset, static_cast<double>(d));
+  return masked_fill(x, drop, 0.0);
+}
+
+}  // namespace
+
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true, "tril"); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false, "triu"); }
+
+// Copy j of dim i sits at j * size(i) + p, so x viewed as (1, s0, 1, s1, ...)
+// expands to (r0, s0, r1, s1, ...) and reshapes to (r0 * s0, r1 * s1, ...);
+// expand's backward sums dy over the copies.
+Tensor repeat(const Tensor& x, const Shape& repeats) {
+  LOOM_CHECK(x.defined(), ValueError, "[repeat] x is undefined");
+  LOOM_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(), ShapeError,
+             "[repeat] needs a repeat count for each of x's {} dims, got repeats {} for shape {}; "
+             "pass 1 for the dims to keep",
+             x.dim(), shape_str(repeats), shape_str(x.sizes()));
+  const int64_t lead = static_cast<int64_t>(repeats.size()) - x.dim();
+  Shape expanded(repeats.begin(), repeats.begin() + lead), sizes = expanded;
+  Tensor interleaved = x;
+  for (int64_t i = x.dim() - 1; i >= 0; --i) interleaved = interleaved.unsqueeze(i);
+  for (size_t i = 0; i < repeats.size(); ++i) {
+    LOOM_CHECK(repeats[i] >= 0, ValueError, "[repeat] repeats must be >= 0, got {}", shape_str(repeats));
+    if (static_cast<int64_t>(i) < lead) continue;
+    const int64_t r = repeats[i], s = x.size(static_cast<int64_t>(i) - lead);
+    int64_t size = 0;
+    LOOM_CHECK(!__builtin_mul_overflow(r, s, &size), ValueError,
+               "[repeat] repeats {} of shape {} overflow 64 bits", shape_str(repeats), shape_str(x.sizes()));
+    expanded.insert(expanded.end(), {r, s});
+    sizes.push_back(size);
+  }
+  check_span(sizes, "repeat");
+  Tensor out = interleaved.expand(expanded).reshape(sizes);
+  // Every repeat 1 of a contiguous x reshapes to a view of it: still a copy, as torch's.
+  return out.storage() == x.storage() ? out.clone(MemoryFormat::Contiguous) : out;
 }
 
 }  // namespace loom

@@ -40,4 +40,21 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 //   Tensor mirrored = flip(images, {3});  // (N, C, H, W) flipped left to right
 Tensor flip(const Tensor& x, const Shape& dims);
 
+// The lower (tril) or upper (triu) triangle of the matrices in x's last two
+// dims, the rest zeroed, as torch.tril / torch.triu: x has 2 or more dims (any
+// before the last two are a batch) and any dtype, Bool included. tril keeps
+// the elements with column - row <= diagonal, triu those with column - row >=
+// diagonal: diagonal 0 is the main diagonal, > 0 above it, < 0 below. The
+// gradient is dy with the same triangle zeroed.
+//   Tensor causal = tril(ones({T, T}));  // 1 where a query may attend to a key
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+
+// x tiled repeats[i] times along dim i, as torch.Tensor.repeat (also a method,
+// x.repeat): repeats has at least x.dim() entries, each >= 0, and its extra
+// leading ones make new leading dims; a 0 gives an empty dim. A copy, any
+// dtype; the gradient sums dy over the copies.
+//   Tensor tiled = repeat(x, {2, 1, 3});  // x (4, 5) -> (2, 4, 15)
+Tensor repeat(const Tensor& x, const Shape& repeats);
+
 }  // namespace loom

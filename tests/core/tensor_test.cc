@@ -1,11 +1,13 @@
 // File: tests/core/tensor_test.cc
-// Tensor handles: factories for every dtype, dtype conversion, element access,
+// Tensor handles: factories for every dtype (eye and linspace against
+// PyTorch's values), dtype conversion, element access,
 // copy_/contiguous/clone, channels-last layout and device errors.
 // N batch, C channels, H, W.
 #include "core/tensor.h"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -115,6 +117,141 @@ TEST_CASE("arange: counts, negative and fractional steps, dtypes") {
   CHECK(arange(4, {.dtype = DType::Int64}).dtype() == DType::Int64);
   CHECK_THROWS_WITH_FRAGMENT(arange(0.0, 1.0, 0.0), ValueError, "[arange] needs finite start, end and a non-zero step");
   CHECK_THROWS_WITH_FRAGMENT(arange(0.0, kInf), ValueError, "inf");
+}
+
+TEST_CASE("eye: identity matrices of any shape and dtype, as torch.eye") {
+  using V = std::vector<double>;
+  CHECK(eye(3).sizes() == Shape{3, 3});
+  CHECK(eye(3).dtype() == DType::Float32);
+  CHECK(eye(3).to_vector<double>() == V{1, 0, 0, 0, 1, 0, 0, 0, 1});
+  CHECK(eye(2, 3).to_vector<double>() == V{1, 0, 0, 0, 1, 0});
+  CHECK(eye(3, 2).to_vector<double>() == V{1, 0, 0, 1, 0, 0});
+  CHECK(eye(1, 4).to_vector<double>() == V{1, 0, 0, 0});
+  CHECK(eye(0).sizes() == Shape{0, 0});
+  CHECK(eye(2, 0).sizes() == Shape{2, 0});
+  CHECK(eye(0, 3).sizes() == Shape{0, 3});
+  for (DType dtype : kAllDtypes) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor identity = eye(4, 5, {.dtype = dtype});
+    CHECK(identity.dtype() == dtype);
+    CHECK(identity.is_contiguous());
+    for (int64_t i = 0; i < 4; ++i) {
+      for (int64_t j = 0; j < 5; ++j) CHECK(identity.at({i, j}) == (i == j ? 1.0 : 0.0));
+    }
+  }
+  CHECK(eye(2, {.dtype = DType::Bool}).to_vector<bool>() == std::vector<bool>{true, false, false, true});
+  const Tensor leaf = eye(2, {.dtype = DType::Float64, .requires_grad = true});
+  CHECK(leaf.requires_grad());
+  CHECK(leaf.is_leaf());
+}
+
+TEST_CASE("eye rejects negative sizes and integer requires_grad") {
+  CHECK_THROWS_WITH_FRAGMENT(eye(-1), ValueError, "[eye] n and m must be >= 0, got n = -1 and m = -1");
+  CHECK_THROWS_WITH_FRAGMENT(eye(2, -3), ValueError, "[eye] n and m must be >= 0, got n = 2 and m = -3");
+  CHECK_THROWS_WITH_FRAGMENT(eye(2, {.dtype = DType::Int64, .requires_grad = true}), TypeError,
+                             "[eye] only floating-point tensors can require grad, got int64");
+  CHECK_THROWS_WITH_FRAGMENT(eye(int64_t{1} << 40, int64_t{1} << 40), ValueError, "[eye] shape");
+}
+
+// linspace's expected values are torch.linspace's (PyTorch 1.13 on the CPU,
+// printed to the last digit, for counts under its vectorized loop's 8 float64
+// or 16 float32 elements): each half counts from its own end, so floats carry
+// PyTorch's roundings and the last element is `end` exactly.
+TEST_CASE("linspace: PyTorch's values in float32 and float64, and the edge counts") {
+  using F = std::vector<float>;
+  using D = std::vector<double>;
+  CHECK(linspace(0.0, 1.0, 5).dtype() == DType::Float32);
+  CHECK(linspace(0.0, 1.0, 5).to_vector<float>() == F{0, 0.25f, 0.5f, 0.75f, 1});
+  // The middle is 1 - 3 * step with step 0.33333334f, the product unrounded (a
+  // fused multiply-add, as PyTorch's compiled kernels): -2^-25, not 0.
+  CHECK(linspace(-1.0, 1.0, 7).to_vector<float>() ==
+        F{-1, -0.666666627f, -0.333333313f, -2.98023224e-08f, 0.333333313f, 0.666666627f, 1});
+  CHECK(linspace(0.1, 0.7, 4).to_vector<float>() == F{0.100000001f, 0.299999982f, 0.5f, 0.699999988f});
+  CHECK(linspace(1.0, 0.0, 6).to_vector<float>() ==
+        F{1, 0.800000012f, 0.600000024f, 0.400000006f, 0.200000003f, 0});
+  CHECK(linspace(-1.0, 1.0, 7, kF64).to_vector<double>() ==
+        D{-1, -0.6666666666666667, -0.33333333333333337, 5.551115123125783e-17, 0.33333333333333337,
+          0.6666666666666667, 1});
+  // 0.1 + 3 * 0.2 is 0.7000000000000001 in float64: the second half ends at 0.7 itself.
+  const std::vector<double> tenths = linspace(0.1, 0.7, 4, kF64).to_vector<double>();
+  CHECK(tenths == D{0.1, 0.3, 0.5, 0.7});
+  CHECK(tenths.back() == 0.7);
+  CHECK(linspace(-2.5, 7.25, 6, kF64).to_vector<double>() == D{-2.5, -0.55, 1.4, 3.35, 5.3, 7.25});
+  // Elements 6 and 7 count down from 1 (as PyTorch's CUDA kernel has them); the
+  // CPU's vectorized loop, from 8 float64 elements on, counts them up from 0
+  // instead and gives 0.6666666666666666 and 0.7777777777777777.
+  CHECK(linspace(0.0, 1.0, 10, kF64).to_vector<double>() ==
+        D{0.0, 0.1111111111111111, 0.2222222222222222, 0.3333333333333333, 0.4444444444444444,
+          0.5555555555555556, 0.6666666666666667, 0.7777777777777778, 0.8888888888888888, 1.0});
+  CHECK(linspace(3.0, 3.0, 1).to_vector<double>() == D{3});
+  CHECK(linspace(0.7, 5.0, 1, kF64).to_vector<double>() == D{0.7});  // {start}, whatever end
+  CHECK(linspace(0.7, 5.0, 1).to_vector<float>() == F{0.699999988f});
+  CHECK(linspace(0.0, 10.0, 0).sizes() == Shape{0});
+  const Tensor leaf = linspace(0.0, 1.0, 3, {.dtype = DType::Float64, .requires_grad = true});
+  CHECK(leaf.requires_grad());
+}
+
+TEST_CASE("linspace: integer dtypes truncate start, end and each value as PyTorch's; 16-bit floats round") {
+  using I = std::vector<int64_t>;
+  const TensorOptions i64 = {.dtype = DType::Int64};
+  CHECK(linspace(0.0, 10.0, 4, i64).dtype() == DType::Int64);
+  CHECK(linspace(0.0, 10.0, 4, i64).to_vector<int64_t>() == I{0, 3, 6, 10});
+  CHECK(linspace(-5.0, 5.0, 4, i64).to_vector<int64_t>() == I{-5, -1, 1, 5});
+  CHECK(linspace(2.7, 9.9, 3, i64).to_vector<int64_t>() == I{2, 5, 9});
+  CHECK(linspace(-3.9, 3.9, 5, i64).to_vector<int64_t>() == I{-3, -1, 0, 1, 3});
+  CHECK(linspace(2.7, 0.0, 1, i64).to_vector<int64_t>() == I{2});
+  CHECK(linspace(10.0, 0.0, 5, {.dtype = DType::Int32}).to_vector<int64_t>() == I{10, 7, 5, 2, 0});
+  CHECK(linspace(0.0, 255.0, 4, {.dtype = DType::UInt8}).to_vector<int64_t>() == I{0, 85, 170, 255});
+  // bfloat16 and float16 round after each operation, as c10's types: 3 * 125 = 375 is 376 in bfloat16.
+  using D = std::vector<double>;
+  CHECK(linspace(-1.0, 1.0, 7, {.dtype = DType::BFloat16}).to_vector<double>() ==
+        D{-1, -0.6640625, -0.33203125, 0, 0.33203125, 0.6640625, 1});
+  CHECK(linspace(0.0, 1000.0, 9, {.dtype = DType::BFloat16}).to_vector<double>() ==
+        D{0, 125, 250, 376, 500, 624, 752, 876, 1000});
+  CHECK(linspace(0.0, 1.0, 11, {.dtype = DType::Float16}).to_vector<double>() ==
+        D{0.0, 0.0999755859375, 0.199951171875, 0.2998046875, 0.39990234375, 0.5, 0.60009765625, 0.7001953125,
+          0.7998046875, 0.89990234375, 1.0});
+}
+
+TEST_CASE("linspace on random ranges: ends exact, evenly spaced to a few ulps, in every floating dtype") {
+  Generator gen(81);
+  const Tensor draws = rand({40, 3}, kF64, &gen);
+  for (int64_t trial = 0; trial < 40; ++trial) {
+    const double start = draws.at({trial, 0}) * 200 - 100, end = draws.at({trial, 1}) * 200 - 100;
+    const auto steps = static_cast<int64_t>(draws.at({trial, 2}) * 40) + 2;
+    for (auto [dtype, ulp] : {std::pair{DType::Float64, 0x1p-52}, std::pair{DType::Float32, 0x1p-23}}) {
+      CAPTURE(start);
+      CAPTURE(end);
+      CAPTURE(steps);
+      CAPTURE(dtype_name(dtype));
+      const std::vector<double> v = linspace(start, end, steps, {.dtype = dtype}).to_vector<double>();
+      REQUIRE(v.size() == static_cast<size_t>(steps));
+      const double s = full({}, start, {.dtype = dtype}).item(), e = full({}, end, {.dtype = dtype}).item();
+      CHECK(v.front() == s);
+      CHECK(v.back() == e);
+      // step's rounding, times at most half the count, plus the element's own.
+      const double tolerance = 4 * ulp * std::max({std::fabs(s), std::fabs(e), 1.0});
+      for (int64_t i = 0; i < steps; ++i) {
+        const double ideal = s + (e - s) * static_cast<double>(i) / static_cast<double>(steps - 1);
+        CHECK(std::fabs(v[i] - ideal) <= tolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("linspace rejects negative steps, Bool, non-finite ends and integers out of range") {
+  CHECK_THROWS_WITH_FRAGMENT(linspace(0.0, 1.0, -1), ValueError, "[linspace] steps must be >= 0, got -1");
+  CHECK_THROWS_WITH_FRAGMENT(linspace(0.0, 1.0, 3, {.dtype = DType::Bool}), TypeError,
+                             "[linspace] has no bool form; make a floating or integer one and compare it");
+  CHECK_THROWS_WITH_FRAGMENT(linspace(0.0, kInf, 3), ValueError,
+                             "[linspace] needs a finite start and end, got 0 and inf");
+  CHECK_THROWS_WITH_FRAGMENT(linspace(kNaN, 1.0, 3), ValueError, "[linspace] needs a finite start and end");
+  CHECK_THROWS_WITH_FRAGMENT(linspace(0.0, 300.0, 5, {.dtype = DType::UInt8}), ValueError,
+                             "[linspace] start 0 and end 300 must fit in uint8 (they are truncated to it); pick a "
+                             "wider dtype");
+  CHECK_THROWS_WITH_FRAGMENT(linspace(-1e19, 0.0, 5, {.dtype = DType::Int64}), ValueError, "must fit in int64");
+  CHECK_THROWS_WITH_FRAGMENT(linspace(0.0, 1.0, 3, {.dtype = DType::Int64, .requires_grad = true}), TypeError,
+                             "[linspace] only floating-point tensors can require grad, got int64");
 }
 
 TEST_CASE("tensor() and from_host: values, dtype conversion and shape errors") {

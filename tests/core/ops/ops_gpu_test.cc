@@ -366,3 +366,55 @@ LOOM_GPU_TEST_CASE("mixed dtypes promote on the GPU as on the CPU: pixels, label
     CHECK_CLOSE(actual[i].cpu(), expected[i], 1e-6, 1e-7);
   }
 }
+
+// Masks, copies and host-made factories compute nothing that rounds, so the GPU
+// gives the CPU's values bit for bit; the gradients are small integers, which
+// repeat's sum over its copies adds exactly in any order.
+LOOM_GPU_TEST_CASE("tril, triu, repeat, eye and linspace match the CPU exactly on the GPU, every dtype") {
+  const Device gpu = testing::test_gpu();
+  Generator gen(91);
+  const std::vector<std::pair<std::string, OpFn>> ops = {
+      {"tril", [](auto& in) { return tril(in[0]); }},
+      {"tril(-1)", [](auto& in) { return tril(in[0], -1); }},
+      {"triu(2)", [](auto& in) { return triu(in[0], 2); }},
+      {"triu(strided)", [](auto& in) { return triu(in[0].transpose(1, 2)); }},
+      {"repeat", [](auto& in) { return repeat(in[0], {2, 1, 3, 2}); }},
+      {"repeat(method)", [](auto& in) { return in[0].repeat({1, 2, 1}); }},
+  };
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Int64, DType::Bool}) {
+    const Tensor source = randint(-4, 5, {2, 3, 4}, {.dtype = DType::Int64}, &gen).to(dtype);
+    for (const auto& [name, op] : ops) {
+      CAPTURE(name);
+      CAPTURE(dtype_name(dtype));
+      const bool differentiable = is_floating(dtype);
+      Tensor x_cpu = source.clone(), x_gpu = source.to(gpu);
+      if (differentiable) {
+        x_cpu.requires_grad_(true);
+        x_gpu.requires_grad_(true);
+      }
+      const Tensor y_cpu = op({x_cpu}), y_gpu = op({x_gpu});
+      REQUIRE(y_gpu.device() == gpu);
+      CHECK(y_gpu.dtype() == y_cpu.dtype());
+      CHECK(y_gpu.sizes() == y_cpu.sizes());
+      CHECK(testing::values(y_gpu) == testing::values(y_cpu));
+      if (!differentiable) continue;
+      const Tensor dy = randint(-4, 5, y_cpu.sizes(), {.dtype = DType::Int64}, &gen).to(dtype);
+      y_cpu.backward(dy);
+      y_gpu.backward(dy.to(gpu));
+      REQUIRE(x_gpu.grad().defined());
+      CHECK(x_gpu.grad().device() == gpu);
+      CHECK(testing::values(x_gpu.grad()) == testing::values(x_cpu.grad()));
+    }
+  }
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64, DType::Bool}) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor identity = eye(5, 7, {.dtype = dtype, .device = gpu});
+    CHECK(identity.device() == gpu);
+    CHECK(identity.dtype() == dtype);
+    CHECK(testing::values(identity) == testing::values(eye(5, 7, {.dtype = dtype})));
+    if (dtype == DType::Bool) continue;  // linspace has no Bool form
+    const Tensor grid = linspace(-3.5, 11.25, 19, {.dtype = dtype, .device = gpu});
+    CHECK(grid.device() == gpu);
+    CHECK(testing::values(grid) == testing::values(linspace(-3.5, 11.25, 19, {.dtype = dtype})));
+  }
+}

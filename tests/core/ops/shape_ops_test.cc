@@ -1,10 +1,15 @@
 // File: tests/core/ops/shape_ops_test.cc
 // cat and stack: hand cases, a naive index-by-index reference over every dim
 // (strided inputs, several dtypes), dtype promotion, backward slices,
-// gradcheck, and argument errors.
+// gradcheck, and argument errors. split, chunk and flip; tril, triu and repeat
+// against PyTorch's values by hand and a naive reference on random shapes.
 #include "core/ops/shape_ops.h"
 
 #include <doctest/doctest.h>
+
+#include <array>
+#include <cstdint>
+#include <random>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -248,6 +253,199 @@ TEST_CASE("flip reverses the listed dims, copies, and sends the gradient back fl
   CHECK_MESSAGE(r.ok, r.message);
   CHECK_THROWS_WITH_FRAGMENT(flip(x, {1, -2}), ValueError, "[flip] dim 1 appears twice in (1, -2)");
   CHECK_THROWS_WITH_FRAGMENT(flip(x, {3}), IndexError, "[flip] dim 3 is out of range");
+}
+
+// tril (lower) or triu of a row-major (batch, rows, cols) tensor, element by element.
+std::vector<double> naive_triangle(const Tensor& x, int64_t diagonal, bool lower) {
+  std::vector<double> v = x.to_vector<double>();
+  const int64_t rows = x.size(-2), cols = x.size(-1);
+  for (size_t e = 0; e < v.size(); ++e) {
+    const auto i = static_cast<int64_t>(e) / cols % rows, j = static_cast<int64_t>(e) % cols;
+    if (lower ? j - i > diagonal : j - i < diagonal) v[e] = 0;
+  }
+  return v;
+}
+
+// x.repeat(repeats) element by element: output index (o_0, ..., o_k) reads x at
+// o_i mod size(i) in x's dims (the last x.dim() of the output's).
+std::vector<double> naive_repeat(const Tensor& x, const Shape& repeats) {
+  const std::vector<double> v = x.to_vector<double>();
+  const auto lead = static_cast<int64_t>(repeats.size()) - x.dim();
+  Shape sizes = repeats;
+  for (int64_t d = 0; d < x.dim(); ++d) sizes[lead + d] *= x.size(d);
+  std::vector<double> out(numel_of(sizes));
+  for (int64_t e = 0; e < static_cast<int64_t>(out.size()); ++e) {
+    int64_t rest = e, source = 0, scale = 1;
+    for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= lead; --d) {
+      const int64_t size = x.size(d - lead);
+      source += rest % sizes[d] % size * scale;
+      scale *= size;
+      rest /= sizes[d];
+    }
+    out[e] = v[source];
+  }
+  return out;
+}
+
+TEST_CASE("tril and triu keep PyTorch's triangles for every diagonal, batched too") {
+  const Tensor x = arange(1.0, 13.0, 1.0, kF64).view({3, 4});
+  using V = std::vector<double>;
+  CHECK(tril(x).to_vector<double>() == V{1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0});
+  CHECK(triu(x).to_vector<double>() == V{1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12});
+  CHECK(tril(x, 1).to_vector<double>() == V{1, 2, 0, 0, 5, 6, 7, 0, 9, 10, 11, 12});
+  CHECK(triu(x, 1).to_vector<double>() == V{0, 2, 3, 4, 0, 0, 7, 8, 0, 0, 0, 12});
+  CHECK(tril(x, -1).to_vector<double>() == V{0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0});
+  CHECK(triu(x, -1).to_vector<double>() == V{1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 11, 12});
+  CHECK(tril(x, 5).to_vector<double>() == x.to_vector<double>());
+  CHECK(triu(x, 5).to_vector<double>() == V(12, 0));
+  CHECK(tril(x, -5).to_vector<double>() == V(12, 0));
+  CHECK(triu(x, -5).to_vector<double>() == x.to_vector<double>());
+  // Diagonals far past the edges, which the mask clamps before comparing.
+  CHECK(tril(x, INT64_MAX).to_vector<double>() == x.to_vector<double>());
+  CHECK(triu(x, INT64_MIN).to_vector<double>() == x.to_vector<double>());
+  CHECK(tril(x, INT64_MIN).to_vector<double>() == V(12, 0));
+
+  const Tensor batch = arange(1.0, 13.0, 1.0, kF64).view({2, 3, 2});
+  CHECK(tril(batch).to_vector<double>() == V{1, 0, 3, 4, 5, 6, 7, 0, 9, 10, 11, 12});
+  CHECK(triu(batch, -1).to_vector<double>() == V{1, 2, 3, 4, 0, 6, 7, 8, 9, 10, 0, 12});
+  CHECK(tril(x.t()).to_vector<double>() == V{1, 0, 0, 2, 6, 0, 3, 7, 11, 4, 8, 12});  // a strided x
+  CHECK(tril(zeros({2, 0, 3})).sizes() == Shape{2, 0, 3});
+  CHECK_FALSE(tril(x).is_same(x));
+}
+
+TEST_CASE("tril and triu take Bool and int64 tensors and keep their dtype") {
+  const Tensor mask = tensor({1, 1, 0, 1, 1, 1}, {2, 3}, {.dtype = DType::Bool});
+  CHECK(tril(mask).dtype() == DType::Bool);
+  CHECK(tril(mask).to_vector<bool>() == std::vector<bool>{true, false, false, true, true, false});
+  CHECK(triu(mask, 1).to_vector<bool>() == std::vector<bool>{false, true, false, false, false, true});
+  const int64_t base = (int64_t{1} << 53) + 1;  // not a double: the values must not pass through one
+  const std::vector<int64_t> values = {base - 7, base + 3, base + 9, base + 4};
+  const Tensor big = from_host(values.data(), DType::Int64, {2, 2}, {.dtype = DType::Int64});
+  CHECK(triu(big).dtype() == DType::Int64);
+  CHECK(triu(big).to_vector<int64_t>() == std::vector<int64_t>{base - 7, base + 3, 0, base + 4});
+  CHECK(tril(big, -1).to_vector<int64_t>() == std::vector<int64_t>{0, 0, base + 9, 0});
+}
+
+TEST_CASE("tril and triu match a naive reference on random shapes, diagonals and dtypes") {
+  Generator gen(71);
+  std::mt19937 rng(71);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 40; ++trial) {
+    const Shape sizes = {pick(1, 3), pick(0, 6), pick(0, 6)};
+    const int64_t diagonal = pick(-7, 7);
+    const DType dtype = std::array{DType::Float64, DType::Float32, DType::Int64, DType::Bool}[trial % 4];
+    CAPTURE(shape_str(sizes));
+    CAPTURE(diagonal);
+    CAPTURE(dtype_name(dtype));
+    const Tensor x = randint(-9, 10, sizes, {.dtype = DType::Int64}, &gen).to(dtype);
+    const Tensor lower = tril(x, diagonal), upper = triu(x, diagonal);
+    CHECK(lower.dtype() == dtype);
+    CHECK(lower.sizes() == sizes);
+    CHECK(lower.to_vector<double>() == naive_triangle(x, diagonal, true));
+    CHECK(upper.to_vector<double>() == naive_triangle(x, diagonal, false));
+  }
+}
+
+TEST_CASE("tril and triu backward zero dy's dropped triangle; gradcheck in float64") {
+  Tensor w = ones({3, 3}, {.dtype = DType::Float64, .requires_grad = true});
+  tril(w).backward(arange(1.0, 10.0, 1.0, kF64).view({3, 3}));
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 0, 0, 4, 5, 0, 7, 8, 9});
+  Generator gen(72);
+  const Tensor x = randn({2, 3, 4}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  for (int64_t diagonal : {-1, 0, 2}) {
+    CAPTURE(diagonal);
+    GradcheckResult r = gradcheck([diagonal](const std::vector<Tensor>& in) { return tril(in[0], diagonal); }, {x});
+    CHECK_MESSAGE(r.ok, r.message);
+    r = gradcheck([diagonal](const std::vector<Tensor>& in) { return triu(in[0].transpose(1, 2), diagonal); }, {x});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("tril and triu reject tensors of fewer than two dims") {
+  CHECK_THROWS_WITH_FRAGMENT(tril(arange(3)), ShapeError,
+                             "[tril] needs a tensor of 2 or more dims (its last two are the matrices), got "
+                             "shape (3,); unsqueeze(0) a vector");
+  CHECK_THROWS_WITH_FRAGMENT(triu(full({}, 1.0)), ShapeError, "[triu] needs a tensor of 2 or more dims");
+  CHECK_THROWS_WITH_FRAGMENT(tril(Tensor()), ValueError, "[tril] x is undefined");
+}
+
+TEST_CASE("repeat tiles as torch.Tensor.repeat: new leading dims, zero repeats, a copy") {
+  const Tensor x = tensor({1, 2, 3, 4}, {2, 2}, kF64);
+  using V = std::vector<double>;
+  const Tensor tiled = repeat(x, {2, 3});
+  CHECK(tiled.sizes() == Shape{4, 6});
+  CHECK(tiled.to_vector<double>() == V{1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4, 1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4});
+  const Tensor deeper = x.repeat({2, 1, 2});
+  CHECK(deeper.sizes() == Shape{2, 2, 4});
+  CHECK(deeper.to_vector<double>() == V{1, 2, 1, 2, 3, 4, 3, 4, 1, 2, 1, 2, 3, 4, 3, 4});
+  CHECK(repeat(tensor({1, 2, 3}, {3}), {2, 2}).to_vector<double>() == V{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
+  CHECK(repeat(tensor({1, 2}, {2}), {0, 2}).sizes() == Shape{0, 4});
+  CHECK(repeat(tensor({1, 2}, {2}), {3, 0}).sizes() == Shape{3, 0});
+  CHECK(repeat(full({}, 5.0), {}).sizes() == Shape{});
+  CHECK(repeat(full({}, 5.0), {3}).to_vector<double>() == V{5, 5, 5});
+  const Tensor same = repeat(x, {1, 1});
+  CHECK(same.to_vector<double>() == x.to_vector<double>());
+  CHECK(same.storage() != x.storage());  // a copy even when nothing repeats, as torch's
+  CHECK(repeat(x.t(), {1, 2}).to_vector<double>() == V{1, 3, 1, 3, 2, 4, 2, 4});
+  CHECK(repeat(x.t(), {1, 1}).is_contiguous());  // a dense copy of a strided x, as torch's
+}
+
+TEST_CASE("repeat keeps Bool and int64 values and dtypes") {
+  const Tensor mask = tensor({1, 0}, {2}, {.dtype = DType::Bool});
+  CHECK(repeat(mask, {2}).dtype() == DType::Bool);
+  CHECK(repeat(mask, {2, 2}).to_vector<bool>() == std::vector<bool>{true, false, true, false, true, false, true,
+                                                                     false});
+  const int64_t big = (int64_t{1} << 53) + 1;  // not a double: the values must not pass through one
+  const std::vector<int64_t> values = {big, big + 1};
+  const Tensor ids = from_host(values.data(), DType::Int64, {2}, {.dtype = DType::Int64});
+  CHECK(repeat(ids, {1, 2}).to_vector<int64_t>() == std::vector<int64_t>{big, big + 1, big, big + 1});
+}
+
+TEST_CASE("repeat matches a naive reference on random shapes and repeats") {
+  Generator gen(73);
+  std::mt19937 rng(73);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 40; ++trial) {
+    Shape sizes(static_cast<size_t>(pick(0, 3)));
+    for (int64_t& s : sizes) s = pick(0, 3);
+    Shape repeats(sizes.size() + static_cast<size_t>(pick(0, 2)));
+    for (int64_t& r : repeats) r = pick(0, 3);
+    const DType dtype = std::array{DType::Float64, DType::Int64, DType::Bool, DType::Float32}[trial % 4];
+    CAPTURE(shape_str(sizes));
+    CAPTURE(shape_str(repeats));
+    CAPTURE(dtype_name(dtype));
+    Tensor x = randint(-9, 10, sizes, {.dtype = DType::Int64}, &gen).to(dtype);
+    if (x.dim() >= 2 && trial % 3 == 0) x = x.transpose(0, 1);  // strided inputs too
+    const Tensor out = repeat(x, repeats);
+    CHECK(out.dtype() == dtype);
+    CHECK(out.to_vector<double>() == naive_repeat(x, repeats));
+  }
+}
+
+TEST_CASE("repeat backward sums dy over the copies; gradcheck in float64") {
+  Tensor w = zeros({2}, {.dtype = DType::Float64, .requires_grad = true});
+  repeat(w, {2, 3}).backward(arange(1.0, 13.0, 1.0, kF64).view({2, 6}));
+  // w[0] is read at columns 0, 2, 4 of both rows: 1 + 3 + 5 + 7 + 9 + 11.
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{36, 42});
+  Generator gen(74);
+  const Tensor x = randn({2, 3}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  for (const Shape& repeats : {Shape{2, 1}, Shape{3, 2, 2}, Shape{1, 0}, Shape{1, 1}}) {
+    CAPTURE(shape_str(repeats));
+    const GradcheckResult r =
+        gradcheck([repeats](const std::vector<Tensor>& in) { return in[0].repeat(repeats); }, {x});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("repeat rejects too few or negative repeats") {
+  const Tensor x = zeros({2, 3});
+  CHECK_THROWS_WITH_FRAGMENT(repeat(x, {2}), ShapeError,
+                             "[repeat] needs a repeat count for each of x's 2 dims, got repeats (2,) for shape "
+                             "(2, 3); pass 1 for the dims to keep");
+  CHECK_THROWS_WITH_FRAGMENT(x.repeat({2, -1}), ValueError, "[repeat] repeats must be >= 0, got (2, -1)");
+  CHECK_THROWS_WITH_FRAGMENT(repeat(x, {INT64_MAX, 2}), ValueError,
+                             "[repeat] repeats (9223372036854775807, 2) of shape (2, 3) overflow 64 bits");
+  CHECK_THROWS_WITH_FRAGMENT(repeat(Tensor(), {1}), ValueError, "[repeat] x is undefined");
 }
 
 }  // namespace
