@@ -244,8 +244,61 @@ Row with_scalar(const char* onnx_op, bool scalar_first = false) {
   };
 }
 
+// The input in the output's dtype: exp, log, sqrt, sin, cos of an integer or Bool tensor are float32.
 Row unary(const char* onnx_op) {
-  return [onnx_op](Lowering& L, const trace::Op& op) { out(L, op, L.emit(onnx_op, {in(L, op, 0)})); };
+  return [onnx_op](Lowering& L, const trace::Op& op) { out(L, op, L.emit(onnx_op, {in_as(L, op, 0, dtype_of(op))})); };
+}
+
+// floor, ceil, round and trunc of float x: `lower` emits the nodes. ONNX rounds
+// floats only; an integer tensor is its own result.
+Row rounding(std::string (*lower)(Lowering&, const std::string&, DType)) {
+  return [lower](Lowering& L, const trace::Op& op) {
+    const std::string x = in(L, op, 0);
+    out(L, op, is_floating(dtype_of(op)) ? lower(L, x, dtype_of(op)) : L.emit("Identity", {x}));
+  };
+}
+
+// Toward zero, which opset 17 has no op for: Ceil below zero, Floor elsewhere (-0.5 -> -0, NaN stays).
+std::string trunc_of(Lowering& L, const std::string& x, DType t) {
+  return L.emit("Where", {L.emit("Less", {x, L.scalar(0.0, t)}), L.emit("Ceil", {x}), L.emit("Floor", {x})});
+}
+
+// Python's a % b, as PyTorch computes it: Mod (fmod = 0) for integers; for floats
+// (which ONNX takes with fmod = 1 only) C's fmod, moved by b where its sign differs from b's.
+std::string python_remainder(Lowering& L, const std::string& a, const std::string& b, DType t) {
+  if (!is_floating(t)) return L.emit("Mod", {a, b}, {{"fmod", int64_t{0}}});
+  const std::string mod = L.emit("Mod", {a, b}, {{"fmod", int64_t{1}}}), zero = L.scalar(0.0, t);
+  const std::string differ = L.emit("Xor", {L.emit("Less", {b, zero}), L.emit("Less", {mod, zero})});
+  const std::string moved = L.emit("And", {L.emit("Not", {L.emit("Equal", {mod, zero})}), differ});
+  return L.emit("Where", {moved, L.emit("Add", {mod, b}), mod});
+}
+
+// Python's a // b, as PyTorch computes it (kernel::math's floor divisions). Integers:
+// a - a % b is a multiple of b, which Div (truncating for integers) divides exactly.
+// Floats: from the exact fmod, not Floor(Div), whose rounded quotient can land on the
+// next integer (1 // 0.1 is 9, not 10); a zero quotient takes a / b's sign, a zero b gives a / b.
+std::string python_floor_divide(Lowering& L, const std::string& a, const std::string& b, DType t) {
+  if (!is_floating(t)) return L.emit("Div", {L.emit("Sub", {a, python_remainder(L, a, b, t)}), b});
+  const std::string zero = L.scalar(0.0, t), one = L.scalar(1.0, t), quotient = L.emit("Div", {a, b});
+  const std::string mod = L.emit("Mod", {a, b}, {{"fmod", int64_t{1}}});
+  const std::string differ = L.emit("And", {L.emit("Not", {L.emit("Equal", {mod, zero})}),
+                                            L.emit("Xor", {L.emit("Less", {b, zero}), L.emit("Less", {mod, zero})})});
+  std::string q = L.emit("Div", {L.emit("Sub", {a, mod}), b});
+  q = L.emit("Where", {differ, L.emit("Sub", {q, one}), q});
+  std::string floored = L.emit("Floor", {q});
+  const std::string up = L.emit("Greater", {L.emit("Sub", {q, floored}), L.scalar(0.5, t)});
+  floored = L.emit("Where", {up, L.emit("Add", {floored, one}), floored});
+  floored = L.emit("Where", {L.emit("Equal", {q, zero}), L.emit("Mul", {zero, quotient}), floored});
+  return L.emit("Where", {L.emit("Equal", {b, zero}), quotient, floored});
+}
+
+// floor_divide and remainder, with a tensor or (`scalar`) a number as the divisor, in the output's dtype.
+Row python_division(std::string (*lower)(Lowering&, const std::string&, const std::string&, DType), bool scalar) {
+  return [=](Lowering& L, const trace::Op& op) {
+    const DType t = dtype_of(op);
+    const std::string b = scalar ? L.scalar(op.get_double("scalar"), t) : in_as(L, op, 1, t);
+    out(L, op, lower(L, in_as(L, op, 0, t), b, t));
+  };
 }
 
 // --- comparisons and masks ----------------------------------------------------------------
@@ -504,6 +557,17 @@ void add_pointwise_rows(std::map<std::string, Row, std::less<>>& r) {
   r["log"] = unary("Log");
   r["sqrt"] = unary("Sqrt");
   r["abs"] = unary("Abs");
+  r["sin"] = unary("Sin");
+  r["cos"] = unary("Cos");
+  r["floor"] = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Floor", {x}); });
+  r["ceil"] = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Ceil", {x}); });
+  // ONNX's Round is half to even, as torch.round.
+  r["round"] = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Round", {x}); });
+  r["trunc"] = rounding(trunc_of);
+  r["floor_divide"] = python_division(python_floor_divide, /*scalar=*/false);
+  r["floor_divide_scalar"] = python_division(python_floor_divide, /*scalar=*/true);
+  r["remainder"] = python_division(python_remainder, /*scalar=*/false);
+  r["remainder_scalar"] = python_division(python_remainder, /*scalar=*/true);
   r["clone"] = unary("Identity");
   r["to_device"] = unary("Identity");
   r["clamp"] = [](Lowering& L, const trace::Op& op) {

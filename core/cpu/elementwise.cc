@@ -28,6 +28,12 @@ void with_unary_op(kernel::UnaryOp op, Fn&& fn) {
     case kernel::UnaryOp::Log: return fn.template operator()<kernel::UnaryOp::Log>();
     case kernel::UnaryOp::Sqrt: return fn.template operator()<kernel::UnaryOp::Sqrt>();
     case kernel::UnaryOp::Abs: return fn.template operator()<kernel::UnaryOp::Abs>();
+    case kernel::UnaryOp::Sin: return fn.template operator()<kernel::UnaryOp::Sin>();
+    case kernel::UnaryOp::Cos: return fn.template operator()<kernel::UnaryOp::Cos>();
+    case kernel::UnaryOp::Floor: return fn.template operator()<kernel::UnaryOp::Floor>();
+    case kernel::UnaryOp::Ceil: return fn.template operator()<kernel::UnaryOp::Ceil>();
+    case kernel::UnaryOp::Round: return fn.template operator()<kernel::UnaryOp::Round>();
+    case kernel::UnaryOp::Trunc: return fn.template operator()<kernel::UnaryOp::Trunc>();
   }
 }
 
@@ -41,6 +47,8 @@ void with_binary_op(kernel::BinaryOp op, Fn&& fn) {
     case kernel::BinaryOp::Pow: return fn.template operator()<kernel::BinaryOp::Pow>();
     case kernel::BinaryOp::Equal: return fn.template operator()<kernel::BinaryOp::Equal>();
     case kernel::BinaryOp::AbsBackward: return fn.template operator()<kernel::BinaryOp::AbsBackward>();
+    case kernel::BinaryOp::FloorDivide: return fn.template operator()<kernel::BinaryOp::FloorDivide>();
+    case kernel::BinaryOp::Remainder: return fn.template operator()<kernel::BinaryOp::Remainder>();
   }
 }
 
@@ -106,6 +114,15 @@ void binary_scalar(const Strided& out, const Strided& a, double scalar, kernel::
       y[o[0]] = scalar_first ? apply_binary(s, pa[o[1]], op) : apply_binary(pa[o[1]], s, op);
     });
   });
+}
+
+bool has_zero(const Strided& x) {
+  bool found = false;
+  visit_arithmetic(x.dtype, [&]<class T>() {
+    const T* p = x.ptr<T>();
+    for_each_offset<1>(x.sizes, {&x.strides}, [&](const auto& o) { found = found || p[o[0]] == T(0); });
+  });
+  return found;
 }
 
 void add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha) {

@@ -15,6 +15,9 @@ void binary(const Strided& out, const Strided& a, const Strided& b, kernel::Bina
 // out = a op scalar, or scalar op a when scalar_first (for 2 - x, 1 / x).
 void binary_scalar(const Strided& out, const Strided& a, double scalar, kernel::BinaryOp op,
                    bool scalar_first = false);
+// Whether any element of x is zero: the ops layer refuses an integer division by
+// zero before the kernel runs, as PyTorch's CPU raises ZeroDivisionError.
+bool has_zero(const Strided& x);
 // out = a + alpha * b.
 void add_scaled(const Strided& out, const Strided& a, const Strided& b, double alpha);
 // out = min(max(in, lo), hi).

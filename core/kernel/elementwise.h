@@ -14,7 +14,9 @@
 
 namespace loom::kernel {
 
-enum class UnaryOp { Neg, Exp, Log, Sqrt, Abs };
+// Round is half to even (torch.round without decimals); Floor, Ceil, Round and
+// Trunc leave integers as they are, Sin and Cos take floating operands only.
+enum class UnaryOp { Neg, Exp, Log, Sqrt, Abs, Sin, Cos, Floor, Ceil, Round, Trunc };
 
 enum class BinaryOp {
   Add,
@@ -24,6 +26,8 @@ enum class BinaryOp {
   Pow,
   Equal,  // 1 where a == b, else 0 (in the operands' dtype)
   AbsBackward,  // (dy, x) -> dy * sign(x), 0 at x = 0 and NaN (PyTorch's sgn)
+  FloorDivide,  // a / b rounded toward -inf (Python's //)
+  Remainder,    // a - floor_divide(a, b) * b: the sign of b (Python's %)
 };
 
 }  // namespace loom::kernel
@@ -33,7 +37,8 @@ namespace loom::kernel::math {
 // Integer arithmetic wraps around as PyTorch's does (uint8 255 + 1 is 0, -int64 min
 // is itself): computed in the unsigned type of the same width, where overflow is
 // defined, and converted back (two's complement). The ops layer sends integers only
-// Add, Sub, Mul, Pow (exponent >= 0) and Equal, and Neg and Abs.
+// Add, Sub, Mul, Pow (exponent >= 0), Equal, FloorDivide and Remainder, and Neg, Abs,
+// Floor, Ceil, Round and Trunc.
 template <class T>
 LOOM_HOST_DEVICE T wrap_int(std::make_unsigned_t<T> bits) {
   static_assert(!std::is_same_v<T, bool>, "Bool takes the logical ops");
@@ -51,6 +56,54 @@ LOOM_HOST_DEVICE T integer_power(T base, T exponent) {
   return wrap_int<T>(result);
 }
 
+// Python's a // b and a % b on integers. A zero divisor gives 0 for both, as NumPy's
+// do: the ops layer refuses it on the CPU, and the GPU cannot check without a host
+// sync. The signed type's min // -1 wraps to min (its remainder is 0) instead of
+// overflowing, as the other integer ops wrap.
+template <class T>
+LOOM_HOST_DEVICE T integer_floor_divide(T a, T b) {
+  if (b == T(0)) return T(0);
+  if constexpr (std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    if (b == T(-1)) return wrap_int<T>(static_cast<U>(U(0) - static_cast<U>(a)));
+    const T quotient = a / b, rest = a % b;  // C++ truncates toward zero
+    return rest != T(0) && (rest < T(0)) != (b < T(0)) ? T(quotient - T(1)) : quotient;
+  }
+  return static_cast<T>(a / b);
+}
+
+template <class T>
+LOOM_HOST_DEVICE T integer_remainder(T a, T b) {
+  if (b == T(0)) return T(0);
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);
+    const T rest = a % b;
+    return rest != T(0) && (rest < T(0)) != (b < T(0)) ? T(rest + b) : rest;
+  }
+  return static_cast<T>(a % b);
+}
+
+// PyTorch's floating a // b (div_floor_floating): from the exact remainder fmod(a, b),
+// not floor(a / b), whose rounded quotient can land on the next integer (1 // 0.1 is 9).
+template <class T>
+LOOM_HOST_DEVICE T floating_floor_divide(T a, T b) {
+  if (b == T(0)) return a / b;
+  const T mod = std::fmod(a, b);
+  T quotient = (a - mod) / b;
+  if (mod != T(0) && (b < T(0)) != (mod < T(0))) quotient -= T(1);
+  if (quotient == T(0)) return std::copysign(T(0), a / b);
+  T floored = std::floor(quotient);
+  if (quotient - floored > T(0.5)) floored += T(1);
+  return floored;
+}
+
+// PyTorch's floating a % b: fmod, moved by b where its sign differs from b's.
+template <class T>
+LOOM_HOST_DEVICE T floating_remainder(T a, T b) {
+  const T mod = std::fmod(a, b);
+  return mod != T(0) && (b < T(0)) != (mod < T(0)) ? mod + b : mod;
+}
+
 template <class T>
 LOOM_HOST_DEVICE T apply_integer_binary(T a, T b, BinaryOp op) {
   using U = std::make_unsigned_t<T>;
@@ -61,6 +114,8 @@ LOOM_HOST_DEVICE T apply_integer_binary(T a, T b, BinaryOp op) {
     case BinaryOp::Mul: return wrap_int<T>(static_cast<U>(ua * ub));
     case BinaryOp::Pow: return integer_power(a, b);
     case BinaryOp::Equal: return a == b ? T(1) : T(0);
+    case BinaryOp::FloorDivide: return integer_floor_divide(a, b);
+    case BinaryOp::Remainder: return integer_remainder(a, b);
     case BinaryOp::Div:
     case BinaryOp::AbsBackward: break;  // integers divide in float32; no gradients
   }
@@ -76,9 +131,15 @@ LOOM_HOST_DEVICE T apply_integer_unary(T x, UnaryOp op) {
     case UnaryOp::Abs:
       if constexpr (std::is_signed_v<T>) return x < T(0) ? negated : x;
       return x;
+    case UnaryOp::Floor:
+    case UnaryOp::Ceil:
+    case UnaryOp::Round:
+    case UnaryOp::Trunc: return x;  // already whole
     case UnaryOp::Exp:
     case UnaryOp::Log:
-    case UnaryOp::Sqrt: break;  // integers take these in float32
+    case UnaryOp::Sqrt:
+    case UnaryOp::Sin:
+    case UnaryOp::Cos: break;  // integers take these in float32
   }
   return x;
 }
@@ -94,6 +155,12 @@ LOOM_HOST_DEVICE T apply_unary(T x, UnaryOp op) {
       case UnaryOp::Log: return std::log(x);
       case UnaryOp::Sqrt: return std::sqrt(x);
       case UnaryOp::Abs: return std::fabs(x);
+      case UnaryOp::Sin: return std::sin(x);
+      case UnaryOp::Cos: return std::cos(x);
+      case UnaryOp::Floor: return std::floor(x);
+      case UnaryOp::Ceil: return std::ceil(x);
+      case UnaryOp::Round: return std::nearbyint(x);  // the default rounding mode: half to even
+      case UnaryOp::Trunc: return std::trunc(x);
     }
     return x;
   }
@@ -112,6 +179,8 @@ LOOM_HOST_DEVICE T apply_binary(T a, T b, BinaryOp op) {
       case BinaryOp::Pow: return std::pow(a, b);
       case BinaryOp::Equal: return a == b ? T(1) : T(0);
       case BinaryOp::AbsBackward: return a * (T(T(0) < b) - T(b < T(0)));
+      case BinaryOp::FloorDivide: return floating_floor_divide(a, b);
+      case BinaryOp::Remainder: return floating_remainder(a, b);
     }
     return a;
   }

@@ -168,6 +168,30 @@ Tensor scalar_values(const Tensor& a, double s, BinaryOp op, std::string_view na
   return out;
 }
 
+// An integer divisor with a zero: PyTorch's CPU raises ZeroDivisionError. On the GPU
+// the kernel gives 0 there instead (kernel::math::integer_floor_divide): a check would
+// wait for the GPU.
+void check_divisor(const Tensor& b, std::string_view name) {
+  if (!is_integer_dtype(b.dtype()) || !b.device().is_cpu()) return;
+  LOOM_CHECK(!cpu::has_zero(b.strided()), ValueError,
+             "[{}] integer division by zero: the {} divisor of shape {} holds a zero (PyTorch raises "
+             "ZeroDivisionError); convert the operands with .to(DType::Float32) for IEEE results (inf, NaN)",
+             name, dtype_name(b.dtype()), shape_str(b.sizes()));
+}
+
+// A number divides an integer tensor in its dtype, wrapped to its width (uint8 % 256
+// divides by 0), on any device.
+void check_scalar_divisor(const Tensor& a, double b, std::string_view name) {
+  if (!a.defined() || !is_integer_dtype(a.dtype())) return;
+  const int bits = static_cast<int>(element_size(a.dtype())) * 8;
+  const auto value = static_cast<uint64_t>(static_cast<int64_t>(b));
+  const uint64_t low = bits == 64 ? value : value & ((uint64_t{1} << bits) - 1);
+  LOOM_CHECK(low != 0, ValueError,
+             "[{}] integer division by zero: the {} tensor divided by {} (in its dtype, 0; PyTorch raises "
+             "ZeroDivisionError); convert it with .to(DType::Float32) for IEEE results (inf, NaN)",
+             name, dtype_name(a.dtype()), b);
+}
+
 // Gradient for an operand that may have been broadcast, or none if not needed.
 Tensor reduce_grad(const Tensor& grad, const Tensor& input) {
   if (!input.requires_grad()) return Tensor();
@@ -300,6 +324,35 @@ Tensor pow(const Tensor& x_in, const Tensor& exponent_in) {
   return out;
 }
 
+// Not recorded for autograd: PyTorch marks floor_divide not differentiable, so its
+// output does not require grad.
+Tensor floor_divide(const Tensor& a_in, const Tensor& b_in) {
+  trace::OpScope trace("floor_divide");
+  const auto [a, b] = promote_binary(a_in, b_in, "floor_divide");
+  check_divisor(b, "floor_divide");
+  Tensor out = binary_values(a, b, BinaryOp::FloorDivide, "floor_divide");
+  if (trace.recording()) trace.record({a_in, b_in}, out);
+  return out;
+}
+
+// Gradients as PyTorch's derivatives.yaml: da = dy, db = -floor_divide(a, b) * dy.
+Tensor remainder(const Tensor& a_in, const Tensor& b_in) {
+  trace::OpScope trace("remainder");
+  const auto operands = promote_binary(a_in, b_in, "remainder");
+  const Tensor &a = operands.first, &b = operands.second;
+  check_divisor(b, "remainder");
+  Tensor out = binary_values(a, b, BinaryOp::Remainder, "remainder");
+  if (needs_grad({a, b})) {
+    record("remainder", {a, b}, out, [a, b](const Tensor& dy) {
+      Tensor da = a.requires_grad() ? reduce_grad(dy, a) : Tensor();
+      Tensor db = b.requires_grad() ? reduce_grad(neg(mul(dy, floor_divide(a, b))), b) : Tensor();
+      return std::vector<Tensor>{da, db};
+    }, {a, b});
+  }
+  if (trace.recording()) trace.record({a_in, b_in}, out);
+  return out;
+}
+
 // --- with a scalar ------------------------------------------------------------------
 
 Tensor add(const Tensor& a_in, double b) {
@@ -354,6 +407,25 @@ Tensor rdiv(const Tensor& a_in, double b) {
   return out;
 }
 
+Tensor floor_divide(const Tensor& a_in, double b) {
+  trace::OpScope trace("floor_divide_scalar");
+  const Tensor a = promote_for_scalar(a_in, b);
+  check_scalar_divisor(a, b, "floor_divide");
+  Tensor out = scalar_values(a, b, BinaryOp::FloorDivide, "floor_divide");
+  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
+  return out;
+}
+
+Tensor remainder(const Tensor& a_in, double b) {
+  trace::OpScope trace("remainder_scalar");
+  const Tensor a = promote_for_scalar(a_in, b);
+  check_scalar_divisor(a, b, "remainder");
+  Tensor out = scalar_values(a, b, BinaryOp::Remainder, "remainder");
+  if (needs_grad({a})) record("remainder_scalar", {a}, out, [](const Tensor& dy) { return std::vector<Tensor>{dy}; });
+  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
+  return out;
+}
+
 Tensor pow(const Tensor& x_in, double exponent) {
   trace::OpScope trace("pow_scalar");
   const Tensor x = promote_for_scalar(x_in, exponent);
@@ -392,7 +464,7 @@ Tensor exp(const Tensor& x_in) {
   if (needs_grad({x})) {
     record("exp", {x}, out, [y = out.detach()](const Tensor& dy) { return std::vector<Tensor>{mul(dy, y)}; }, {out});
   }
-  if (trace.recording()) trace.record({x}, out);
+  if (trace.recording()) trace.record({x_in}, out);  // the caller's tensor: the exporter casts an integer one
   return out;
 }
 
@@ -401,7 +473,7 @@ Tensor log(const Tensor& x_in) {
   const Tensor x = floating_operand(x_in);
   Tensor out = unary_values(x, UnaryOp::Log, "log");
   if (needs_grad({x})) record("log", {x}, out, [x](const Tensor& dy) { return std::vector<Tensor>{div(dy, x)}; }, {x});
-  if (trace.recording()) trace.record({x}, out);
+  if (trace.recording()) trace.record({x_in}, out);
   return out;
 }
 
@@ -414,7 +486,7 @@ Tensor sqrt(const Tensor& x_in) {
       return std::vector<Tensor>{div(dy, mul(y, 2.0))};
     }, {out});
   }
-  if (trace.recording()) trace.record({x}, out);
+  if (trace.recording()) trace.record({x_in}, out);
   return out;
 }
 
@@ -432,6 +504,47 @@ Tensor abs(const Tensor& x) {
   if (trace.recording()) trace.record({x}, out);
   return out;
 }
+
+Tensor sin(const Tensor& x_in) {
+  trace::OpScope trace("sin");
+  const Tensor x = floating_operand(x_in);
+  Tensor out = unary_values(x, UnaryOp::Sin, "sin");
+  if (needs_grad({x})) {
+    record("sin", {x}, out, [x](const Tensor& dy) { return std::vector<Tensor>{mul(dy, cos(x))}; }, {x});
+  }
+  if (trace.recording()) trace.record({x_in}, out);
+  return out;
+}
+
+Tensor cos(const Tensor& x_in) {
+  trace::OpScope trace("cos");
+  const Tensor x = floating_operand(x_in);
+  Tensor out = unary_values(x, UnaryOp::Cos, "cos");
+  if (needs_grad({x})) {
+    record("cos", {x}, out, [x](const Tensor& dy) { return std::vector<Tensor>{neg(mul(dy, sin(x)))}; }, {x});
+  }
+  if (trace.recording()) trace.record({x_in}, out);
+  return out;
+}
+
+namespace {
+
+// floor, ceil, round, trunc: piecewise constant, so their gradient is zero, as
+// PyTorch's (not none: the output requires grad where x does).
+Tensor rounding(const Tensor& x, UnaryOp op, const char* name) {
+  trace::OpScope trace(name);
+  Tensor out = unary_values(x, op, name);
+  if (needs_grad({x})) record(name, {x}, out, [](const Tensor& dy) { return std::vector<Tensor>{zeros_like(dy)}; });
+  if (trace.recording()) trace.record({x}, out);
+  return out;
+}
+
+}  // namespace
+
+Tensor floor(const Tensor& x) { return rounding(x, UnaryOp::Floor, "floor"); }
+Tensor ceil(const Tensor& x) { return rounding(x, UnaryOp::Ceil, "ceil"); }
+Tensor round(const Tensor& x) { return rounding(x, UnaryOp::Round, "round"); }
+Tensor trunc(const Tensor& x) { return rounding(x, UnaryOp::Trunc, "trunc"); }
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   trace::OpScope trace("clamp");
@@ -459,10 +572,12 @@ Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }
 Tensor operator+(const Tensor& a, double b) { return add(a, b); }
 Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator%(const Tensor& a, double b) { return remainder(a, b); }
 Tensor operator+(double a, const Tensor& b) { return add(b, a); }
 Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
 Tensor operator*(double a, const Tensor& b) { return mul(b, a); }

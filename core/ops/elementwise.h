@@ -7,7 +7,7 @@
 // compute integers in their own dtype (int32, int64, uint8), wrapping around on
 // overflow; a number meets an integer tensor in its dtype when whole (labels + 1,
 // a mask times 2 is int64) and in float32 otherwise; div is a true division
-// (float32 for integers), and exp, log, sqrt take integers in float32. Masks:
+// (float32 for integers), and exp, log, sqrt, sin, cos take integers in float32. Masks:
 // mask * mask is their logical and, mask + mask their logical or, mask * x has
 // x's dtype (the mask as 0 / 1, no gradient to it).
 #pragma once
@@ -30,12 +30,36 @@ Tensor div(const Tensor& a, double b);
 Tensor rsub(const Tensor& a, double b);  // b - a
 Tensor rdiv(const Tensor& a, double b);  // b / a
 
+// Python's // and % (torch.floor_divide, torch.remainder): the quotient rounded
+// toward -inf, and a - floor_divide(a, b) * b, which has b's sign (-3 % 2 is 1, 3 % -2
+// is -1). Floats take PyTorch's formula (1 // 0.1 is 9, from the exact fmod); integers
+// compute in their own dtype, the signed minimum // -1 wrapping to itself. An integer
+// division by zero is a ValueError on the CPU (PyTorch's ZeroDivisionError) and by a
+// number anywhere; a zero in a GPU divisor tensor gives 0 for both (as NumPy; PyTorch's
+// CUDA result is unspecified), since checking it would wait for the GPU. remainder's
+// gradients are dy and -floor_divide(a, b) * dy; floor_divide has none (its output
+// does not require grad, as PyTorch marks it not differentiable).
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor floor_divide(const Tensor& a, double b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, double b);
+
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 // |x|; its gradient is dy * sign(x), 0 at x = 0, as PyTorch's.
 Tensor abs(const Tensor& x);
+// Gradients cos(x) dy and -sin(x) dy.
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+// Rounding to a whole number: floor, ceil, round half to even (torch.round: 0.5 -> 0,
+// 1.5 -> 2, -2.5 -> -2) and trunc (toward zero). Their gradient is zero, as PyTorch's;
+// an integer tensor comes back as a copy in its dtype, a Bool mask is a TypeError.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);
+Tensor trunc(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; x > 0 where exponent needs grad
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
@@ -44,10 +68,12 @@ Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator%(const Tensor& a, const Tensor& b);  // remainder
 Tensor operator+(const Tensor& a, double b);
 Tensor operator-(const Tensor& a, double b);
 Tensor operator*(const Tensor& a, double b);
 Tensor operator/(const Tensor& a, double b);
+Tensor operator%(const Tensor& a, double b);
 Tensor operator+(double a, const Tensor& b);
 Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);

@@ -2,8 +2,9 @@
 // ONNX export: every registry model passes the ONNX checker (Debian's
 // python3-onnx, full check with strict shape inference) through the export
 // tool and tools/onnx_check.py; the batch is symbolic or fixed as asked; batch
-// norm folds; group and instance norm pass the checker; comparisons and masks
-// give Loom's values (their nodes evaluated with numpy); and what has no ONNX
+// norm folds; group and instance norm pass the checker; comparisons, masks,
+// integer arithmetic, rounding, Python's division, sin and cos give Loom's
+// values (their nodes evaluated with numpy); and what has no ONNX
 // form is refused with the op and module named.
 // The two ImageNet VGGs (0.5 GB of weights each) are left to tools/onnx_zoo.sh
 // --max-mb runs (docs/onnx.md): VGG-11/16 on CIFAR cover the same layers here.
@@ -141,7 +142,9 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 
 // The masks' ONNX nodes evaluated with numpy, node by node (Debian's onnx has no
 // reference evaluator), against Loom's output on the same input: argv 1 the
-// file, 2 and 3 the input's and Loom's output's values. Prints the op types.
+// file, 2 and 3 the input's and Loom's output's values, 4 a relative tolerance
+// (0: the same values exactly). Prints the op types. Mod follows its fmod
+// attribute, and Div of integers truncates, as ONNX's do.
 constexpr const char* kEvaluateMasks = R"(
 import json, sys
 import numpy as np
@@ -157,23 +160,33 @@ ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greate
        'GreaterOrEqual': np.greater_equal, 'And': np.logical_and, 'Or': np.logical_or, 'Xor': np.logical_xor,
        'Not': np.logical_not, 'Where': np.where, 'Max': np.maximum, 'Min': np.minimum, 'Mul': np.multiply,
        'Add': np.add, 'Sub': np.subtract, 'Div': np.divide, 'Abs': np.abs, 'IsInf': np.isinf, 'IsNaN': np.isnan,
-       'Neg': np.negative, 'Pow': np.power, 'Identity': lambda a: a}
+       'Neg': np.negative, 'Pow': np.power, 'Identity': lambda a: a, 'Floor': np.floor, 'Ceil': np.ceil,
+       'Round': np.round, 'Sin': np.sin, 'Cos': np.cos, 'Exp': np.exp}
+def truncating_div(p, d):
+    q = p // d
+    return q + ((q * d != p) & ((p < 0) != (d < 0))).astype(p.dtype)
 for n in m.graph.node:
     a = {attribute.name: attribute for attribute in n.attribute}
     if n.op_type == 'Constant':
         env[n.output[0]] = h.to_array(a['value'].t)
     elif n.op_type == 'Cast':
         env[n.output[0]] = env[n.input[0]].astype(types[a['to'].i])
+    elif n.op_type == 'Mod':
+        env[n.output[0]] = (np.fmod if a['fmod'].i == 1 else np.mod)(env[n.input[0]], env[n.input[1]])
+    elif n.op_type == 'Div' and env[n.input[0]].dtype.kind in 'iu':
+        env[n.output[0]] = truncating_div(env[n.input[0]], env[n.input[1]])
     else:
         env[n.output[0]] = ops[n.op_type](*[env[i] for i in n.input])
 got = env[m.graph.output[0].name]
 print(sorted({n.op_type for n in m.graph.node}), got.tolist())
-sys.exit(0 if got.dtype == np.float32 and np.array_equal(got, want) else 1)
+rtol = float(sys.argv[4])
+same = np.array_equal(got, want) if rtol == 0 else np.allclose(got, want, rtol=rtol, atol=rtol)
+sys.exit(0 if got.dtype == np.float32 and same else 1)
 )";
 
 // Exports `masks`, evaluates its nodes with numpy on x and requires Loom's
-// output exactly; returns the evaluator's printout (the op types, the values).
-std::string check_masks_export(Fn& masks, const Tensor& x) {
+// output (exactly, or within rtol); returns the evaluator's printout (the op types, the values).
+std::string check_masks_export(Fn& masks, const Tensor& x, double rtol = 0) {
   TempDir dir;
   const std::string path = (dir.path / "masks.onnx").string(), script = (dir.path / "masks.py").string();
   const Tensor expected = masks(x);
@@ -185,7 +198,8 @@ std::string check_masks_export(Fn& masks, const Tensor& x) {
     std::fclose(f);
   }
   const auto json = [](const Tensor& t) { return fmt::format("[{}]", fmt::join(testing::values(t), ",")); };
-  auto [out, status] = run("/usr/bin/python3 " + script + " " + path + " '" + json(x) + "' '" + json(expected) + "'");
+  auto [out, status] = run("/usr/bin/python3 " + script + " " + path + " '" + json(x) + "' '" + json(expected) + "' " +
+                           std::to_string(rtol));
   CHECK_MESSAGE(status == 0, out);
   return out;
 }
@@ -225,6 +239,56 @@ TEST_CASE("integer arithmetic exports in its integer dtype and computes Loom's v
   });
   const std::string out = check_masks_export(counted, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
   for (const char* node : {"'Abs'", "'Neg'", "'Pow'", "'Or'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+}
+
+TEST_CASE("floor, ceil, round (half to even) and trunc export and compute Loom's values") {
+  Fn rounded([](const Tensor& y) {
+    // y * 5 holds -7.5, -2.5, 0.5 and 1.5: half-way values, rounded to even; trunc of y * -3 holds -0.
+    const Tensor counts = (y * 10.0).to(DType::Int64);
+    return floor(y * 3.0) + ceil(y * 3.0) * 10.0 + round(y * 5.0) * 100.0 + trunc(y * -3.0) * 1000.0 +
+           (floor(counts) + round(counts)).to(DType::Float32) * 10000.0;
+  });
+  const Tensor x = tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4});
+  const std::string out = check_masks_export(rounded, x);
+  for (const char* node : {"'Floor'", "'Ceil'", "'Round'", "'Where'", "'Identity'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+}
+
+TEST_CASE("floor_divide and remainder export with Python's signs and compute Loom's values") {
+  const Tensor x = tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4});
+  Fn floats([](const Tensor& y) {
+    // 1 // 0.1 is 9 (Floor(Div) would give 10: float32's 1 / 0.1 rounds to 10) and 1 % 0.1 is 0.099999994.
+    const Tensor ones = y * 0.0 + 1.0, divisor = masked_fill(y, y == 0.0, 0.7);
+    return floor_divide(ones, divisor) + remainder(ones, divisor) * 10.0 + remainder(y * 10.0, -4.0) * 100.0 +
+           floor_divide(y * 10.0, 3.0) * 1000.0 + (y * 7.0) % divisor * 10000.0;
+  });
+  CHECK(testing::values(floor_divide(x * 0.0 + 1.0, x.slice(1, 0, 1) * 0.0 + 0.1)) ==
+        std::vector<double>{9, 9, 9, 9, 9, 9, 9, 9});
+  std::string out = check_masks_export(floats, x);
+  for (const char* node : {"'Mod'", "'Floor'", "'Xor'", "'Where'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+  Fn integers([](const Tensor& y) {
+    // n = -15, -10, -5, 0, 1, 2, 3, 20; d odd, so never 0: -9, -5, -1, 3, 3, 5, 5, 19; pixels uint8.
+    const Tensor n = (y * 10.0).to(DType::Int64), d = (y * 4.0).to(DType::Int64) * 2.0 + 3.0;
+    const Tensor pixels = (y * 10.0 + 20.0).to(DType::UInt8);
+    const Tensor q = floor_divide(n, d) + remainder(n, -d) * 10.0 + floor_divide(n, -4.0) * 100.0 + (n % 3.0) * 1000.0;
+    return q.to(DType::Float32) + (floor_divide(pixels, 3.0) + pixels % 7.0).to(DType::Float32) * 10000.0 + y;
+  });
+  out = check_masks_export(integers, x);
+  CHECK_MESSAGE(out.find("'Mod'") != std::string::npos, out);
+}
+
+TEST_CASE("sin, cos and exp export, integers cast to float32, and compute Loom's values within an ulp") {
+  Fn waves([](const Tensor& y) {
+    const Tensor counts = (y * 10.0).to(DType::Int64);
+    return sin(y * 3.0) * 2.0 + cos(y * 5.0) + sin(counts) * 0.5 + cos(counts) + exp(counts * 0.0 + 1.0);
+  });
+  const std::string out = check_masks_export(waves, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}), 1e-6);
+  for (const char* node : {"'Sin'", "'Cos'", "'Exp'", "'Cast'"}) {
     CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
   }
 }

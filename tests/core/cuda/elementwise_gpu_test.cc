@@ -6,7 +6,7 @@
 // kernels (int32, int64, uint8) are compared exactly, on full-range values.
 //
 // Tolerances: both sides compute in the tensor's dtype; they differ only by the
-// device math library (a few ulp for exp, erf, tanh, pow) and FMA contraction,
+// device math library (a few ulp for exp, erf, tanh, pow, sin, cos) and FMA contraction,
 // so float32 uses rtol 1e-5, atol 1e-6 and float64 rtol 1e-12, atol 1e-13 (the
 // atol covers cancellation near zero, e.g. 1 - y * y in TanhBackward).
 #include <doctest/doctest.h>
@@ -74,10 +74,11 @@ Operand operand(const Layout& layout, const Tensor& base) {
   return {layout.view(base), layout.view(base.to(testing::test_gpu()))};
 }
 
-// Standard normal, or positive (x * x + 0.1) where an op needs it (log, sqrt, pow).
+// Standard normal times 4 (rounding sees several integers), or positive (x * x + 0.1)
+// where an op needs it (log, sqrt, pow).
 Tensor random_base(const Shape& sizes, DType dtype, bool positive, Generator& gen) {
   Tensor x = randn(sizes, {.dtype = dtype}, &gen);
-  return positive ? x * x + 0.1 : x;
+  return positive ? x * x + 0.1 : x * 4.0;
 }
 
 // A GPU output laid out as `layout` says, every element NaN until written.
@@ -93,12 +94,24 @@ void check_matches(const Tensor& gpu_out, const Tensor& cpu_out) {
 }
 
 // The activations are their rows, tested in tests/core/ops/activation_gpu_test.cc.
-const kernel::UnaryOp kUnaryOps[] = {kernel::UnaryOp::Neg, kernel::UnaryOp::Exp, kernel::UnaryOp::Log,
-                                     kernel::UnaryOp::Sqrt, kernel::UnaryOp::Abs};
+const kernel::UnaryOp kUnaryOps[] = {kernel::UnaryOp::Neg,   kernel::UnaryOp::Exp,   kernel::UnaryOp::Log,
+                                     kernel::UnaryOp::Sqrt,  kernel::UnaryOp::Abs,   kernel::UnaryOp::Sin,
+                                     kernel::UnaryOp::Cos,   kernel::UnaryOp::Floor, kernel::UnaryOp::Ceil,
+                                     kernel::UnaryOp::Round, kernel::UnaryOp::Trunc};
 
-const kernel::BinaryOp kBinaryOps[] = {kernel::BinaryOp::Add, kernel::BinaryOp::Sub,
-                                       kernel::BinaryOp::Mul, kernel::BinaryOp::Div,
-                                       kernel::BinaryOp::Pow, kernel::BinaryOp::Equal};
+const kernel::BinaryOp kBinaryOps[] = {kernel::BinaryOp::Add,         kernel::BinaryOp::Sub,
+                                       kernel::BinaryOp::Mul,         kernel::BinaryOp::Div,
+                                       kernel::BinaryOp::Pow,         kernel::BinaryOp::Equal,
+                                       kernel::BinaryOp::FloorDivide, kernel::BinaryOp::Remainder};
+
+// The integer rows: rounding leaves integers as they are; a zero divisor gives 0 on both devices.
+const kernel::UnaryOp kIntegerUnaryOps[] = {kernel::UnaryOp::Neg,  kernel::UnaryOp::Abs,   kernel::UnaryOp::Floor,
+                                            kernel::UnaryOp::Ceil, kernel::UnaryOp::Round, kernel::UnaryOp::Trunc};
+
+const kernel::BinaryOp kIntegerBinaryOps[] = {kernel::BinaryOp::Add,         kernel::BinaryOp::Sub,
+                                              kernel::BinaryOp::Mul,         kernel::BinaryOp::Pow,
+                                              kernel::BinaryOp::Equal,       kernel::BinaryOp::FloorDivide,
+                                              kernel::BinaryOp::Remainder};
 
 bool needs_positive(kernel::UnaryOp op) { return op == kernel::UnaryOp::Log || op == kernel::UnaryOp::Sqrt; }
 
@@ -162,8 +175,9 @@ LOOM_GPU_TEST_CASE("Equal is exactly 1 where the operands are equal and 0 elsewh
 
 LOOM_GPU_TEST_CASE("binary_scalar matches the CPU with the scalar on either side") {
   Generator gen(103);
-  const kernel::BinaryOp ops[] = {kernel::BinaryOp::Add, kernel::BinaryOp::Sub, kernel::BinaryOp::Mul,
-                               kernel::BinaryOp::Div, kernel::BinaryOp::Pow};
+  const kernel::BinaryOp ops[] = {kernel::BinaryOp::Add, kernel::BinaryOp::Sub,         kernel::BinaryOp::Mul,
+                                  kernel::BinaryOp::Div, kernel::BinaryOp::Pow,         kernel::BinaryOp::FloorDivide,
+                                  kernel::BinaryOp::Remainder};
   for (DType dtype : kDtypes) {
     for (const Layout& layout : layouts()) {
       for (kernel::BinaryOp op : ops) {
@@ -450,15 +464,15 @@ LOOM_GPU_TEST_CASE("integer kernels (int32, int64, uint8) wrap around exactly as
       CAPTURE(layout.name);
       Operand a = operand(layout, random_integers(layout.base, dtype, rng));
       Operand b = operand(layout, random_integers(layout.base, dtype, rng));
-      for (kernel::UnaryOp op : {kernel::UnaryOp::Neg, kernel::UnaryOp::Abs}) {
+      for (kernel::UnaryOp op : kIntegerUnaryOps) {
+        CAPTURE(static_cast<int>(op));
         Tensor expected = reference_output(kSizes, dtype);
         cpu::unary(expected.strided(), a.cpu.strided(), op);
         check_integer_kernel(layout, dtype, expected, [&](const Tensor& out) {
           cuda::unary(out.strided(), a.gpu.strided(), op);
         });
       }
-      for (kernel::BinaryOp op : {kernel::BinaryOp::Add, kernel::BinaryOp::Sub, kernel::BinaryOp::Mul,
-                                  kernel::BinaryOp::Pow, kernel::BinaryOp::Equal}) {
+      for (kernel::BinaryOp op : kIntegerBinaryOps) {
         CAPTURE(static_cast<int>(op));
         Tensor expected = reference_output(kSizes, dtype);
         cpu::binary(expected.strided(), a.cpu.strided(), b.cpu.strided(), op);
@@ -468,12 +482,17 @@ LOOM_GPU_TEST_CASE("integer kernels (int32, int64, uint8) wrap around exactly as
       }
       for (double scalar : {-300.0, 7.0, 1e15}) {
         CAPTURE(scalar);
-        for (bool first : {false, true}) {
-          Tensor expected = reference_output(kSizes, dtype);
-          cpu::binary_scalar(expected.strided(), a.cpu.strided(), scalar, kernel::BinaryOp::Sub, first);
-          check_integer_kernel(layout, dtype, expected, [&](const Tensor& out) {
-            cuda::binary_scalar(out.strided(), a.gpu.strided(), scalar, kernel::BinaryOp::Sub, first);
-          });
+        // 1e15 is 0 in uint8 (a zero divisor: 0 on both devices).
+        for (kernel::BinaryOp op :
+             {kernel::BinaryOp::Sub, kernel::BinaryOp::FloorDivide, kernel::BinaryOp::Remainder}) {
+          for (bool first : {false, true}) {
+            CAPTURE(static_cast<int>(op));
+            Tensor expected = reference_output(kSizes, dtype);
+            cpu::binary_scalar(expected.strided(), a.cpu.strided(), scalar, op, first);
+            check_integer_kernel(layout, dtype, expected, [&](const Tensor& out) {
+              cuda::binary_scalar(out.strided(), a.gpu.strided(), scalar, op, first);
+            });
+          }
         }
         Tensor expected = reference_output(kSizes, dtype);
         cpu::add_scaled(expected.strided(), a.cpu.strided(), b.cpu.strided(), scalar);
@@ -483,6 +502,41 @@ LOOM_GPU_TEST_CASE("integer kernels (int32, int64, uint8) wrap around exactly as
       }
     }
   }
+}
+
+// Hand values (torch's) on the GPU, which the CPU tests check there too.
+LOOM_GPU_TEST_CASE("rounding, sin and Python's division on the GPU: torch's values") {
+  const Device gpu = testing::test_gpu();
+  for (DType dtype : kDtypes) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor x = tensor({0.5, 1.5, 2.5, -0.5, -2.5, 2.6, -0.2}, {7}, {.dtype = dtype}).to(gpu);
+    CHECK(testing::values(round(x)) == std::vector<double>{0, 2, 2, -0.0, -2, 3, -0.0});
+    CHECK(testing::values(floor(x)) == std::vector<double>{0, 1, 2, -1, -3, 2, -1});
+    CHECK(testing::values(ceil(x)) == std::vector<double>{1, 2, 3, -0.0, -2, 3, -0.0});
+    CHECK(testing::values(trunc(x)) == std::vector<double>{0, 1, 2, -0.0, -2, 2, -0.0});
+    const Tensor a = tensor({-3, 3, -7, 1, 1}, {5}, {.dtype = dtype}).to(gpu);
+    const Tensor b = tensor({2, -2, 2, 0.1, 0}, {5}, {.dtype = dtype}).to(gpu);
+    const std::vector<double> quotient = testing::values(floor_divide(a, b)), rest = testing::values(remainder(a, b));
+    CHECK(std::vector<double>(quotient.begin(), quotient.end() - 1) == std::vector<double>{-2, -2, -4, 9});
+    CHECK(quotient.back() == std::numeric_limits<double>::infinity());
+    CHECK(std::vector<double>(rest.begin(), rest.begin() + 3) == std::vector<double>{1, -1, 1});
+    CHECK(std::isnan(rest.back()));
+    CHECK_CLOSE(sin(x).cpu(), sin(x.cpu()), 1e-6, 1e-7);
+  }
+  const Tensor labels = tensor({7, -3, 0, 250}, {4}, {.dtype = DType::Int64}).to(gpu);
+  CHECK(sin(labels).dtype() == DType::Float32);
+  CHECK(floor(labels).dtype() == DType::Int64);
+  // A zero in a GPU divisor tensor is not checked (that would wait for the GPU): both give 0 there.
+  const Tensor divisor = tensor({2, 0, 0, -7}, {4}, {.dtype = DType::Int64}).to(gpu);
+  CHECK(floor_divide(labels, divisor).cpu().to_vector<int64_t>() == std::vector<int64_t>{3, 0, 0, -36});
+  CHECK(remainder(labels, divisor).cpu().to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0, -2});
+  CHECK_THROWS_WITH_FRAGMENT(labels % 0.0, ValueError, "[remainder] integer division by zero");  // a number is checked
+  const int64_t lo = std::numeric_limits<int64_t>::min();
+  const Tensor extremes = from_host(std::vector<int64_t>{lo, lo, lo}.data(), DType::Int64, {3}, {.device = gpu});
+  const Tensor by = tensor({-1, 3, -7}, {3}, {.dtype = DType::Int64}).to(gpu);
+  CHECK(floor_divide(extremes, by).cpu().to_vector<int64_t>() ==
+        std::vector<int64_t>{lo, -3074457345618258603, 1317624576693539401});
+  CHECK(remainder(extremes, by).cpu().to_vector<int64_t>() == std::vector<int64_t>{0, 1, -1});
 }
 
 LOOM_GPU_TEST_CASE("integer ops on the GPU: dtypes, promotion and results as on the CPU") {
@@ -499,6 +553,9 @@ LOOM_GPU_TEST_CASE("integer ops on the GPU: dtypes, promotion and results as on 
       [](const Tensor& l, const Tensor& p, const Tensor&) { return p * l; },
       [](const Tensor& l, const Tensor&, const Tensor& m) { return m + l; },
       [](const Tensor&, const Tensor&, const Tensor& m) { return m * 3.0; },
+      [](const Tensor& l, const Tensor&, const Tensor&) { return floor_divide(l, -4.0) + l % 3.0; },
+      [](const Tensor& l, const Tensor& p, const Tensor&) { return floor_divide(l, l * 2.0 + 1.0) + p % 9.0; },
+      [](const Tensor& l, const Tensor& p, const Tensor&) { return remainder(p, l * 2.0 - 1.0) + round(l) + trunc(p); },
       [](const Tensor& l, const Tensor& p, const Tensor&) {
         Tensor c = l.clone();
         c += p;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -714,6 +715,253 @@ TEST_CASE("integer arithmetic on random values and layouts matches wrapping refe
       }
     }
   }
+}
+
+// --- sin, cos, rounding, Python's division --------------------------------------------------------
+
+// The values of t as doubles with their signs of zero, row-major.
+std::vector<double> doubles_of(const Tensor& t) { return t.to(DType::Float64).to_vector<double>(); }
+
+bool same_bits(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return false;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+    if (!both_nan && (got[i] != want[i] || std::signbit(got[i]) != std::signbit(want[i]))) return false;
+  }
+  return true;
+}
+
+TEST_CASE("floor, ceil, round (half to even), trunc by hand, as torch gives them") {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor x = tensor({0.5, 1.5, 2.5, -0.5, -2.5, -1.5, 2.6, -0.2, 3.0, kInf, NAN}, {11}, {.dtype = dtype});
+    CHECK(round(x).dtype() == dtype);
+    CHECK(same_bits(doubles_of(round(x)), {0, 2, 2, -0.0, -2, -2, 3, -0.0, 3, kInf, NAN}));
+    CHECK(same_bits(doubles_of(floor(x)), {0, 1, 2, -1, -3, -2, 2, -1, 3, kInf, NAN}));
+    CHECK(same_bits(doubles_of(ceil(x)), {1, 2, 3, -0.0, -2, -1, 3, -0.0, 3, kInf, NAN}));
+    CHECK(same_bits(doubles_of(trunc(x)), {0, 1, 2, -0.0, -2, -1, 2, -0.0, 3, kInf, NAN}));
+  }
+  // The float32 just below 0.5 rounds down; half-way values of float64 to even.
+  CHECK(doubles_of(round(tensor({0.49999997f, 4.5, 5.5}, {3}))) == std::vector<double>{0, 4, 6});
+  CHECK(doubles_of(round(tensor({0.49999999999999994, 1e300}, {2}, kF64))) == std::vector<double>{0, 1e300});
+  // Strided input: a transposed view.
+  Generator gen(20);
+  const Tensor s = mul(randn({4, 5}, {}, &gen), 4.0).t();
+  CHECK_CLOSE(floor(s), naive_unary(s, [](double v) { return std::floor(static_cast<float>(v)); }), 0, 0);
+  CHECK_CLOSE(round(s), naive_unary(s, [](double v) { return std::nearbyint(static_cast<float>(v)); }), 0, 0);
+}
+
+TEST_CASE("rounding an integer tensor is a copy in its dtype; a Bool mask is refused") {
+  for (DType dtype : {DType::UInt8, DType::Int32, DType::Int64}) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor x = int_tensor({0, 7, 200, 3}, {2, 2}, dtype).t();
+    for (const auto& op : {floor, ceil, round, trunc}) {
+      const Tensor y = op(x);
+      CHECK(y.dtype() == dtype);
+      CHECK(ints_of(y) == ints_of(x));
+      CHECK(y.raw_data() != x.raw_data());
+    }
+  }
+  const int64_t i64_min = std::numeric_limits<int64_t>::min();
+  CHECK(ints_of(floor(int_tensor({i64_min, -5}, {2}, DType::Int64))) == std::vector<int64_t>{i64_min, -5});
+  const Tensor mask = tensor({1, 0}, {2}, {.dtype = DType::Bool});
+  for (const auto& [name, op] : std::vector<std::pair<std::string, Tensor (*)(const Tensor&)>>{
+           {"floor", floor}, {"ceil", ceil}, {"round", round}, {"trunc", trunc}}) {
+    CHECK_THROWS_WITH_FRAGMENT(op(mask), TypeError, "[" + name + "] input is a Bool mask");
+  }
+  CHECK_THROWS_WITH_FRAGMENT(floor(Tensor()), ValueError, "[floor] input is an undefined tensor");
+  CHECK_THROWS_WITH_FRAGMENT(sin(Tensor()), ValueError, "[sin] input is an undefined tensor");
+}
+
+TEST_CASE("sin and cos: values, strided input, integers and masks in float32") {
+  const Tensor x = tensor({0.0, std::numbers::pi / 6, -std::numbers::pi / 2, 10.0, -0.0}, {5}, kF64);
+  CHECK_CLOSE(sin(x), tensor({0.0, 0.5, -1.0, std::sin(10.0), -0.0}, {5}, kF64), 1e-15, 1e-16);
+  CHECK(std::signbit(doubles_of(sin(x))[4]));
+  CHECK_CLOSE(cos(x), tensor({1.0, std::sqrt(3.0) / 2, 0.0, std::cos(10.0), 1.0}, {5}, kF64), 1e-15, 1e-16);
+  Generator gen(21);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor s = randn({4, 5}, {.dtype = dtype}, &gen).t();
+    CHECK_CLOSE(sin(s), naive_unary(s, [](double v) { return std::sin(v); }), tolerance(s), tolerance(s));
+    CHECK_CLOSE(cos(s), naive_unary(s, [](double v) { return std::cos(v); }), tolerance(s), tolerance(s));
+  }
+  const Tensor ints = int_tensor({0, 1, -3}, {3}, DType::Int32);
+  CHECK(sin(ints).dtype() == DType::Float32);
+  CHECK_CLOSE(sin(ints), tensor({0.0, std::sin(1.0), std::sin(-3.0)}, {3}), 1e-7, 0);
+  CHECK_CLOSE(cos(tensor({1, 0}, {2}, {.dtype = DType::Bool})), tensor({std::cos(1.0), 1.0}, {2}), 1e-7, 0);
+}
+
+TEST_CASE("floor_divide and remainder by hand: Python's signs, as torch gives them") {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Int32, DType::Int64}) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor a = tensor({-3, 3, -3, 3, -7, 7, -7, 7, 0, 6}, {10}, {.dtype = dtype});
+    const Tensor b = tensor({2, -2, -2, 2, 2, -2, -2, 2, 5, 3}, {10}, {.dtype = dtype});
+    CHECK(remainder(a, b).dtype() == dtype);
+    CHECK(doubles_of(remainder(a, b)) == std::vector<double>{1, -1, -1, 1, 1, -1, -1, 1, 0, 0});
+    CHECK(doubles_of(a % b) == doubles_of(remainder(a, b)));
+    CHECK(doubles_of(floor_divide(a, b)) == std::vector<double>{-2, -2, 1, 1, -4, -4, 3, 3, 0, 2});
+    CHECK(doubles_of(floor_divide(a, -2.0)) == std::vector<double>{1, -2, 1, -2, 3, -4, 3, -4, -0.0, -3});
+    CHECK(doubles_of(remainder(a, -2.0)) == std::vector<double>{-1, -1, -1, -1, -1, -1, -1, -1, 0, 0});
+    CHECK(doubles_of(a % 4.0) == std::vector<double>{1, 3, 1, 3, 1, 3, 1, 3, 0, 2});
+  }
+  // Floats: fractions, the exact fmod (1 // 0.1 is 9), signed zeros, division by zero.
+  const Tensor a = tensor({-3.5, 5.5, 1.0, 1.0, -1.0, 0.0, -0.0, 0.5, 1.0, -1.0, 0.0}, {11}, kF64);
+  const Tensor b = tensor({2.0, -2.0, 0.1, 0.0, 0.0, 0.0, 3.0, 2.0, kInf, kInf, -3.0}, {11}, kF64);
+  CHECK(same_bits(doubles_of(floor_divide(a, b)), {-2, -3, 9, kInf, -kInf, NAN, -0.0, 0, 0, -1, -0.0}));
+  CHECK(same_bits(doubles_of(remainder(a, b)), {0.5, -0.5, 0.09999999999999995, NAN, NAN, NAN, -0.0, 0.5, 1, kInf, 0}));
+  CHECK(doubles_of(floor_divide(tensor({1.0f}, {1}), tensor({0.1f}, {1}))) == std::vector<double>{9});
+  // Broadcasting, and promotion as the other binary ops: int32 with int64 in int64, with float32 in float32.
+  const Tensor i32 = tensor({-7, 8}, {2, 1}, {.dtype = DType::Int32});
+  const Tensor i64 = tensor({3, -3}, {2}, {.dtype = DType::Int64});
+  CHECK(floor_divide(i32, i64).dtype() == DType::Int64);
+  CHECK(ints_of(floor_divide(i32, i64)) == std::vector<int64_t>{-3, 2, 2, -3});
+  CHECK(ints_of(remainder(i32, i64)) == std::vector<int64_t>{2, -1, 2, -1});
+  CHECK(remainder(i32, tensor({2.5}, {1})).dtype() == DType::Float32);
+  CHECK(doubles_of(remainder(i32, 2.5)) == std::vector<double>{0.5, 0.5});
+  CHECK(remainder(tensor({1, 0}, {2}, {.dtype = DType::Bool}), 2.0).dtype() == DType::Int64);
+}
+
+TEST_CASE("integer floor_divide and remainder: int64 extremes and uint8, wrapping as the other integer ops") {
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  const Tensor a = int_tensor({lo, lo, lo, hi, lo, hi, lo, -1}, {8}, DType::Int64);
+  const Tensor b = int_tensor({-1, 1, 3, -2, -7, lo, lo, lo}, {8}, DType::Int64);
+  // Python: lo // -1 is 2^63, which wraps to lo; the remainder is 0.
+  CHECK(ints_of(floor_divide(a, b)) ==
+        std::vector<int64_t>{lo, lo, -3074457345618258603, -4611686018427387904, 1317624576693539401, -1, 1, 0});
+  CHECK(ints_of(remainder(a, b)) == std::vector<int64_t>{0, 0, 1, -1, -1, -1, 0, -1});
+  const Tensor i32 = int_tensor({std::numeric_limits<int32_t>::min()}, {1}, DType::Int32);
+  CHECK(ints_of(floor_divide(i32, -1.0)) == std::vector<int64_t>{std::numeric_limits<int32_t>::min()});
+  CHECK(ints_of(remainder(i32, -1.0)) == std::vector<int64_t>{0});
+  const Tensor u8 = int_tensor({200, 255, 0, 7}, {4}, DType::UInt8);
+  CHECK(floor_divide(u8, 7.0).dtype() == DType::UInt8);
+  CHECK(ints_of(floor_divide(u8, 7.0)) == std::vector<int64_t>{28, 36, 0, 1});
+  CHECK(ints_of(u8 % 7.0) == std::vector<int64_t>{4, 3, 0, 0});
+  const Tensor u8_divisor = int_tensor({201, 16, 1, 255}, {4}, DType::UInt8);
+  CHECK(ints_of(remainder(u8, u8_divisor)) == std::vector<int64_t>{200, 15, 0, 7});
+  // -1 is 255 in uint8, as a number meets the other integer ops in the tensor's dtype.
+  CHECK(ints_of(floor_divide(u8, -1.0)) == std::vector<int64_t>{0, 1, 0, 0});
+}
+
+TEST_CASE("floor_divide and remainder refuse an integer division by zero and Bool masks") {
+  const Tensor labels = tensor({7, -3}, {2}, {.dtype = DType::Int64});
+  const Tensor zero_in = tensor({2, 0}, {2}, {.dtype = DType::Int32});
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide(labels, zero_in), ValueError,
+                             "[floor_divide] integer division by zero: the int64 divisor of shape (2,) holds a zero "
+                             "(PyTorch raises ZeroDivisionError)");
+  CHECK_THROWS_WITH_FRAGMENT(remainder(labels, zero_in), ValueError, "[remainder] integer division by zero");
+  CHECK_THROWS_WITH_FRAGMENT(labels % 0.0, ValueError,
+                             "[remainder] integer division by zero: the int64 tensor divided by 0");
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide(labels, 0.0), ValueError, "[floor_divide] integer division by zero");
+  // 256 is 0 in uint8; a zero hidden by broadcasting (stride 0) still counts.
+  CHECK_THROWS_WITH_FRAGMENT(tensor({1}, {1}, {.dtype = DType::UInt8}) % 256.0, ValueError,
+                             "uint8 tensor divided by 256");
+  CHECK_THROWS_WITH_FRAGMENT(remainder(labels, int_tensor({0}, {1}, DType::Int64).expand({2})), ValueError,
+                             "holds a zero");
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide(labels, int_tensor({4, 0, 3, 5}, {2, 2}, DType::Int64).select(1, 1)),
+                             ValueError, "holds a zero");
+  CHECK(ints_of(remainder(labels, int_tensor({4, 0, 3, 5}, {2, 2}, DType::Int64).select(1, 0))) ==
+        std::vector<int64_t>{3, 0});  // the view's elements, not the storage's zero
+  const Tensor mask = tensor({1, 0}, {2}, {.dtype = DType::Bool});
+  CHECK_THROWS_WITH_FRAGMENT(remainder(mask, mask), TypeError, "[remainder] input is a Bool mask");
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide(mask, mask), TypeError, "[floor_divide] input is a Bool mask");
+  CHECK_THROWS_WITH_FRAGMENT(remainder(labels, Tensor()), ValueError, "[remainder] input is an undefined tensor");
+  CHECK_THROWS_WITH_FRAGMENT(remainder(zeros({3}), zeros({2})), ShapeError, "[remainder] shapes (3,) and (2,)");
+}
+
+// Python's floor of the exact quotient and the remainder from it, in 128-bit integers
+// (the int64 minimum // -1 fits there, then wraps) and in long double: another way
+// of computing them than the kernels' truncating division and fmod.
+int64_t wrap_to(__int128 v, DType dtype) {
+  const auto bits = static_cast<uint64_t>(static_cast<unsigned __int128>(v));
+  if (dtype == DType::Int64) return static_cast<int64_t>(bits);
+  if (dtype == DType::Int32) return static_cast<int32_t>(static_cast<uint32_t>(bits));
+  return static_cast<uint8_t>(bits);
+}
+
+__int128 floor_quotient(__int128 a, __int128 b) {
+  const __int128 q = a / b;
+  return q * b != a && (a < 0) != (b < 0) ? q - 1 : q;
+}
+
+TEST_CASE("floor_divide and remainder on random values and layouts match a 128-bit and long double reference") {
+  std::mt19937_64 rng(31);
+  for (DType dtype : {DType::UInt8, DType::Int32, DType::Int64, DType::Float32, DType::Float64}) {
+    const bool floating = is_floating(dtype);
+    for (int trial = 0; trial < 10; ++trial) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(trial);
+      const int64_t rows = 1 + static_cast<int64_t>(rng() % 5), cols = 1 + static_cast<int64_t>(rng() % 6);
+      Generator gen(trial);
+      Tensor a, b;
+      if (floating) {
+        a = mul(randn({rows, cols}, {.dtype = dtype}, &gen), 10.0);
+        b = randn({cols}, {.dtype = dtype}, &gen);
+      } else {
+        std::vector<int64_t> av(rows * cols), bv(cols);
+        // A quarter the type's minimum or maximum (for uint8 128 or 127); divisors from -9 to 9 but 0, or any.
+        const int bits = static_cast<int>(element_size(dtype)) * 8;
+        const __int128 min_bits = static_cast<__int128>(1) << (bits - 1);
+        for (int64_t& v : av) v = wrap_to(rng() % 4 == 0 ? min_bits - static_cast<__int128>(rng() % 2) : rng(), dtype);
+        for (int64_t& v : bv) {
+          const int64_t small = static_cast<int64_t>(rng() % 18) - 9;
+          v = wrap_to(rng() % 3 == 0 ? static_cast<__int128>(rng()) : small == 0 ? 9 : small, dtype);
+        }
+        a = int_tensor(av, {rows, cols}, dtype);
+        b = int_tensor(bv, {cols}, dtype);
+      }
+      if (trial % 2 == 1) a = a.t().contiguous().t();  // column-major storage, same values
+      const std::vector<double> va = doubles_of(a), vb = doubles_of(b);
+      const std::vector<int64_t> ia = ints_of(a), ib = ints_of(b);
+      const std::vector<double> quotient = doubles_of(floor_divide(a, b)), rest = doubles_of(remainder(a, b));
+      const std::vector<int64_t> iq = ints_of(floor_divide(a, b)), ir = ints_of(a % b);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        CAPTURE(va[i]);
+        CAPTURE(vb[i % cols]);
+        if (floating) {
+          // The kernel's fmod is exact and adding b rounds once: within an ulp of |b|.
+          const long double x = va[i], y = vb[i % cols], q = std::floor(x / y);
+          const double ulp = dtype == DType::Float32 ? 0x1p-23 : 0x1p-52;
+          CHECK(quotient[i] == static_cast<double>(q));
+          CHECK(std::fabs(rest[i] - static_cast<double>(x - q * y)) <= ulp * std::fabs(vb[i % cols]));
+          continue;
+        }
+        const __int128 x = ia[i], y = ib[i % cols], q = floor_quotient(x, y);
+        CHECK(iq[i] == wrap_to(q, dtype));
+        CHECK(ir[i] == wrap_to(x - q * y, dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("gradients: sin, cos, remainder (gradcheck, float64); rounding is zero; floor_divide has none") {
+  Generator gen(22);
+  for (const Shape& sizes : {Shape{2, 3}, Shape{3, 1, 2}}) {
+    CAPTURE(shape_str(sizes));
+    check_grad([](const std::vector<Tensor>& in) { return sin(in[0]); }, {random_leaf(sizes, gen)});
+    check_grad([](const std::vector<Tensor>& in) { return cos(in[0]); }, {random_leaf(sizes, gen)});
+    check_grad([](const std::vector<Tensor>& in) { return cos(sin(in[0]) * 3.0); }, {random_leaf(sizes, gen)});
+    check_grad([](const std::vector<Tensor>& in) { return remainder(in[0], 0.7); }, {random_leaf(sizes, gen)});
+    // Both operands, broadcast; b away from zero, both sides of it.
+    const Tensor b = leaf_like(mul(positive_leaf({sizes.back()}, gen), tensor({-1.0}, {1}, kF64)));
+    check_grad([](const std::vector<Tensor>& in) { return remainder(in[0], in[1]); }, {random_leaf(sizes, gen), b});
+    check_grad([](const std::vector<Tensor>& in) { return in[0] % in[1]; },
+               {mul(random_leaf(sizes, gen), 3.0).detach().requires_grad_(), positive_leaf(sizes, gen)});
+  }
+  // db = -floor_divide(a, b) * dy, summed over the broadcast dim.
+  Tensor a = tensor({-3.5, 5.5, 7.0}, {3}, kF64).requires_grad_(), b = tensor({2.0}, {1}, kF64).requires_grad_();
+  sum(remainder(a, b)).backward();
+  CHECK(doubles_of(a.grad()) == std::vector<double>{1, 1, 1});
+  CHECK(doubles_of(b.grad()) == std::vector<double>{-(-2.0 + 2.0 + 3.0)});
+  for (const auto& op : {floor, ceil, round, trunc}) {
+    Tensor x = tensor({-1.5, 0.3, 2.5}, {3}, kF64).requires_grad_();
+    const Tensor y = op(x);
+    CHECK(y.requires_grad());
+    sum(y).backward();
+    CHECK(doubles_of(x.grad()) == std::vector<double>{0, 0, 0});
+  }
+  const Tensor q = floor_divide(a, b);
+  CHECK_FALSE(q.requires_grad());
+  CHECK_FALSE(floor_divide(a, 2.0).requires_grad());
+  CHECK(remainder(a, 2.0).requires_grad());
 }
 
 }  // namespace
