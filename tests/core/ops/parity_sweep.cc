@@ -34,7 +34,8 @@ constexpr Op kOps[] = {
     Op::MaxPool,    Op::AvgPool,      Op::Softmax,   Op::LogSoftmax,          Op::CrossEntropy,
     Op::Chain,      Op::Interpolate,  Op::Pad,       Op::Abs,                 Op::Cat,
     Op::Dropout2d,  Op::Mask,         Op::GroupNorm, Op::InstanceNorm,        Op::Losses,
-    Op::Statistics, Op::Extremum,     Op::Flip,      Op::Sort,                Op::Cumsum};
+    Op::Statistics, Op::Extremum,     Op::Flip,      Op::Sort,                Op::Cumsum,
+    Op::Triangle};
 
 class Draw {
  public:
@@ -273,6 +274,14 @@ void draw_op(Draw& d, Case& c) {
       v["k"] = d.between(0, v[std::string(1, "NCHW"[v["dim"]])]);
       break;
     }
+    case Op::Triangle:
+      draw_image(d, c, 12);
+      v["cos"] = d.coin();
+      v["lower"] = d.coin();
+      v["diagonal"] = d.between(-4, 4);
+      v["lead"] = d.between(0, 1);  // a new leading dim from repeat
+      for (int64_t k = 0; k < 4; ++k) v["repeat" + std::to_string(k)] = d.between(1, 2);
+      break;
     case Op::Dropout2d:
       draw_image(d, c, 12);
       v["p_pct"] = d.pick<int64_t>({10, 30, 50});
@@ -546,6 +555,15 @@ Tensor flip_chunks(const Case& c, const Tensor& x) {
   return cat(pieces, c.at("chunk_dim"));
 }
 
+// sin or cos of x, its lower or upper triangle, repeated.
+Tensor waves_triangle(const Case& c, const Tensor& x) {
+  const Tensor waves = c.at("cos") ? cos(mul(x, 2.0)) : sin(mul(x, 2.0));
+  const Tensor part = c.at("lower") ? tril(waves, c.at("diagonal")) : triu(waves, c.at("diagonal"));
+  Shape repeats = c.at("lead") ? Shape{2} : Shape{};
+  for (int64_t k = 0; k < 4; ++k) repeats.push_back(c.at("repeat" + std::to_string(k)));
+  return repeat(part, repeats);
+}
+
 // The ops after Op::Chain: issue 32's, the norms' and the composites'.
 Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
                     const std::function<Tensor(const Tensor&)>& operand) {
@@ -569,6 +587,7 @@ Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
       return c.at("topk") ? topk(x, c.at("k"), c.at("dim"), c.at("descending")).values
                           : sort(x, c.at("dim"), c.at("descending")).values;
     case Op::Cumsum: return cumsum(x, c.at("dim"));
+    case Op::Triangle: return waves_triangle(c, x);
     default: break;
   }
   throw ValueError(fmt::format("[parity_sweep] {} is not one of the ops after Op::Chain", op_name(c.op)));
@@ -817,6 +836,7 @@ const char* op_name(Op op) {
     case Op::Flip: return "flip, chunk";
     case Op::Sort: return "sort / topk";
     case Op::Cumsum: return "cumsum";
+    case Op::Triangle: return "sin / cos, tril / triu, repeat";
   }
   return "?";
 }

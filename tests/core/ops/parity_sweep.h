@@ -36,6 +36,9 @@ enum class Op {
   // Ordering and running sums: sort or topk values (their gradient scattered
   // back through the positions), and cumsum.
   Sort, Cumsum,
+  // sin or cos, then tril or triu and repeat (the matrices of a causal mask,
+  // a positional encoding's waves).
+  Triangle,
 };
 const char* op_name(Op op);
 
