@@ -490,6 +490,30 @@ void max_dim(Lowering& L, const trace::Op& op) {
   L.bind(op.outputs[1], L.emit("ArgMax", {x}, {{"axis", d}, {"keepdims", keep}}));
 }
 
+// sort and topk as TopK, which puts equal elements in order of position whichever way
+// it sorts, as Loom's stable sort does; sort takes its whole dim, read from the
+// input's shape so that a dynamic batch dim works. (NaN's place is unspecified there.)
+void top_k(Lowering& L, const trace::Op& op) {
+  if (op.inputs.at(0).dim() == 0) L.fail("TopK needs a dim to order along; a 0-d tensor is its own sort");
+  const std::string x = in(L, op, 0);
+  const int64_t d = op.get_int("dim");
+  const bool whole = op.name == "sort";
+  const std::string k = whole ? L.emit("Shape", {x}, {{"start", d}, {"end", d + 1}}) : L.ints({op.get_int("k")});
+  const int64_t largest = op.get_int(whole ? "descending" : "largest");
+  const auto outputs = L.emit_n("TopK", {x, k}, 2, {{"axis", d}, {"largest", largest}, {"sorted", int64_t{1}}});
+  L.bind(op.outputs.at(0), outputs[0]);
+  L.bind(op.outputs.at(1), outputs[1]);
+}
+
+// cumsum in its result's dtype (int64 for integer and Bool inputs).
+void cumulative_sum(Lowering& L, const trace::Op& op) {
+  std::string x = in(L, op, 0);
+  if (op.inputs.at(0).dtype() != dtype_of(op)) {
+    x = L.emit("Cast", {x}, {{"to", static_cast<int64_t>(proto::element_type(dtype_of(op)))}});
+  }
+  out(L, op, L.emit("CumSum", {x, L.scalar(static_cast<double>(op.get_int("dim")), DType::Int64)}));
+}
+
 Row refuse(std::string why) {
   return [why](Lowering& L, const trace::Op&) { L.fail(why); };
 }
@@ -634,6 +658,9 @@ void add_reduction_rows(std::map<std::string, Row, std::less<>>& r) {
   r["mean"] = reduce;
   r["max"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("ReduceMax", {in(L, op, 0)}, {{"keepdims", int64_t{0}}})); };
   r["max_dim"] = max_dim;
+  r["sort"] = top_k;
+  r["topk"] = top_k;
+  r["cumsum"] = cumulative_sum;
   r["index_select"] = [](Lowering& L, const trace::Op& op) {
     out(L, op, L.emit("Gather", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
   };

@@ -144,7 +144,7 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 // reference evaluator), against Loom's output on the same input: argv 1 the
 // file, 2 and 3 the input's and Loom's output's values, 4 a relative tolerance
 // (0: the same values exactly). Prints the op types. Mod follows its fmod
-// attribute, and Div of integers truncates, as ONNX's do.
+// attribute, Div of integers truncates, as ONNX's do, and TopK orders stably.
 constexpr const char* kEvaluateMasks = R"(
 import json, sys
 import numpy as np
@@ -173,6 +173,16 @@ for n in m.graph.node:
         env[n.output[0]] = env[n.input[0]].astype(types[a['to'].i])
     elif n.op_type == 'Mod':
         env[n.output[0]] = (np.fmod if a['fmod'].i == 1 else np.mod)(env[n.input[0]], env[n.input[1]])
+    elif n.op_type == 'TopK':
+        v, k, axis = env[n.input[0]], int(env[n.input[1]][0]), a['axis'].i
+        order = np.argsort(-v if a['largest'].i else v, axis=axis, kind='stable')
+        order = np.take(order, np.arange(k), axis=axis)
+        env[n.output[0]], env[n.output[1]] = np.take_along_axis(v, order, axis=axis), order.astype(np.int64)
+    elif n.op_type == 'Shape':
+        env[n.output[0]] = np.array(env[n.input[0]].shape[a['start'].i:a['end'].i], dtype=np.int64)
+    elif n.op_type == 'CumSum':
+        v = env[n.input[0]]
+        env[n.output[0]] = np.cumsum(v, axis=int(env[n.input[1]]), dtype=v.dtype)
     elif n.op_type == 'Div' and env[n.input[0]].dtype.kind in 'iu':
         env[n.output[0]] = truncating_div(env[n.input[0]], env[n.input[1]])
     else:
@@ -228,6 +238,18 @@ TEST_CASE("arithmetic that promotes an integer or Bool operand exports its Casts
   const std::string out = check_masks_export(promoted, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
   CHECK_MESSAGE(out.find("'Cast'") != std::string::npos, out);
   CHECK_MESSAGE(out.find("'Div'") != std::string::npos, out);
+}
+
+TEST_CASE("sort, argsort, topk and cumsum export as TopK and CumSum and compute Loom's values") {
+  Fn ordered([](const Tensor& y) {
+    const Tensor up = sort(y, 1).values, down = sort(y, 0, true).values, low = topk(y, 4, 1, false).values;
+    const Tensor positions = argsort(y, 1, true).to(DType::Float32) + topk(y, 1, 0).indices.to(DType::Float32);
+    return up + down * 10.0 + low * 100.0 + positions + cumsum(y, 1) + cumsum(y > 0.0, 0).to(DType::Float32);
+  });
+  const std::string out = check_masks_export(ordered, tensor({0.3, -1.5, 2.0, 0.1, -0.5, 0.25, -1.0, 0.7}, {2, 4}));
+  for (const char* node : {"'TopK'", "'CumSum'", "'Shape'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
 }
 
 TEST_CASE("integer arithmetic exports in its integer dtype and computes Loom's values") {
