@@ -228,7 +228,7 @@ size_t sort_rows_scratch_bytes(const Strided& keys) {
   const auto [rows, n] = row_shape(keys);
   if (rows * n == 0) return 0;
   return visit_sortable(keys.dtype, [&]<class S>() {
-    cudaError_t status = cudaSuccess;
+    cudaError_t status = cudaSuccess;  // a failed size query fails again in the launch, which reports it
     return layout_for<S>(rows, n, &status).total;
   });
 }
