@@ -1,5 +1,5 @@
 // File: core/cpu/reduce.cc
-// CPU reductions (sum, mean, max) over the dims the output keeps at size 1, in double.
+// CPU reductions (sum, mean, max, min, prod) over the dims the output keeps at size 1, in double.
 #include "core/cpu/reduce.h"
 
 #include <algorithm>
@@ -36,9 +36,10 @@ void reduce(const Strided& out, const Strided& in, kernel::ReduceOp op) {
   // A dense scratch of doubles indexed like `out`, filled in one pass over `in`.
   Strided dense{nullptr, DType::Float64, out.sizes, contiguous_strides(out.sizes)};
   Shape to_dense = output_strides_over_input(dense, in);
-  double init = op == kernel::ReduceOp::Max   ? -std::numeric_limits<double>::infinity()
-                : op == kernel::ReduceOp::Min ? std::numeric_limits<double>::infinity()
-                                      : 0.0;
+  double init = op == kernel::ReduceOp::Max    ? -std::numeric_limits<double>::infinity()
+                : op == kernel::ReduceOp::Min  ? std::numeric_limits<double>::infinity()
+                : op == kernel::ReduceOp::Prod ? 1.0
+                                               : 0.0;
   std::vector<double> acc(out.numel(), init);
   visit_float(in.dtype, [&]<class T>() {
     const T* x = in.ptr<T>();
@@ -50,6 +51,7 @@ void reduce(const Strided& out, const Strided& in, kernel::ReduceOp op) {
         case kernel::ReduceOp::Mean: a += v; break;
         case kernel::ReduceOp::Max: a = (std::isnan(v) || v > a) ? v : a; break;
         case kernel::ReduceOp::Min: a = (std::isnan(v) || v < a) ? v : a; break;
+        case kernel::ReduceOp::Prod: a *= v; break;
       }
     });
     double count = in.numel() == 0 ? 0.0 : static_cast<double>(in.numel()) / std::max<int64_t>(out.numel(), 1);

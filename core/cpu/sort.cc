@@ -1,6 +1,6 @@
 // File: core/cpu/sort.cc
 // Row sorts (std::stable_sort of positions, rows in parallel) and running sums
-// (one sequential pass per line along the dim).
+// and products (one sequential pass per line along the dim).
 #include "core/cpu/sort.h"
 
 #include <algorithm>
@@ -45,6 +45,18 @@ void sort_typed(int64_t* indices, const T* keys, int64_t rows, int64_t n, bool d
   });
 }
 
+// The type a running sum or product combines in: an unsigned type at least as
+// wide as unsigned int for integers, else the dtype's own.
+template <class T>
+struct ScanOf {
+  using type = T;
+};
+template <class T>
+  requires std::is_integral_v<T>
+struct ScanOf<T> {
+  using type = std::make_unsigned_t<std::common_type_t<T, unsigned>>;
+};
+
 }  // namespace
 
 void sort_rows(const Strided& indices, const Strided& keys, bool descending) {
@@ -55,27 +67,26 @@ void sort_rows(const Strided& indices, const Strided& keys, bool descending) {
   });
 }
 
-void cumsum_along(const Strided& out, const Strided& in, int64_t dim, bool reverse) {
+void scan_along(const Strided& out, const Strided& in, int64_t dim, kernel::ScanOp op, bool reverse) {
   if (in.numel() == 0) return;
   Shape lines = in.sizes;
   const int64_t n = lines[dim];
   lines[dim] = 1;
   const int64_t in_step = in.strides[dim], out_step = out.strides[dim];
   const int64_t first = reverse ? n - 1 : 0, step = reverse ? -1 : 1;
+  const bool product = op == kernel::ScanOp::Prod;
   visit_arithmetic(in.dtype, [&]<class T>() {
     const T* x = in.ptr<const T>();
     T* y = out.ptr<T>();
+    // Integers wrap around: they combine in the unsigned type of their width
+    // (uint8 in unsigned int, so the product is taken before the wrap).
+    using Acc = typename ScanOf<T>::type;
     for_each_offset<2>(lines, {&out.strides, &in.strides}, [&](const auto& o) {
-      T total = T(0);
+      Acc total = product ? Acc(1) : Acc(0);
       for (int64_t k = 0, i = first; k < n; ++k, i += step) {
-        if constexpr (std::is_integral_v<T>) {
-          // Integer sums wrap around: added in the unsigned type of the same width.
-          using U = std::make_unsigned_t<T>;
-          total = static_cast<T>(static_cast<U>(total) + static_cast<U>(x[o[1] + i * in_step]));
-        } else {
-          total += x[o[1] + i * in_step];
-        }
-        y[o[0] + i * out_step] = total;
+        const Acc value = static_cast<Acc>(x[o[1] + i * in_step]);
+        total = product ? static_cast<Acc>(total * value) : static_cast<Acc>(total + value);
+        y[o[0] + i * out_step] = static_cast<T>(total);
       }
     });
   });

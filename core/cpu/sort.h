@@ -1,10 +1,11 @@
 // File: core/cpu/sort.h
-// Row sorts and running sums: the CPU twins of core/cuda/sort.h and
-// core/cuda/scan.h, and the reference the GPU tests compare them with.
+// Row sorts and running sums and products: the CPU twins of core/cuda/sort.h,
+// and the reference the GPU tests compare them with.
 #pragma once
 
 #include <cstdint>
 
+#include "core/kernel/reduce.h"
 #include "core/strided.h"
 
 namespace loom::cpu {
@@ -15,10 +16,10 @@ namespace loom::cpu {
 // Both contiguous; keys of any dtype.
 void sort_rows(const Strided& indices, const Strided& keys, bool descending);
 
-// out <- the running sum of in along `dim` (from its end when `reverse`), both
-// of one dtype and shape, any strides. Floating sums accumulate in their own
-// dtype, element after element (as PyTorch's CPU cumsum); integer sums wrap
-// around as integer addition does.
-void cumsum_along(const Strided& out, const Strided& in, int64_t dim, bool reverse);
+// out <- the running sum or product (`op`) of in along `dim` (from its end when
+// `reverse`), both of one dtype and shape, any strides. Floating values
+// accumulate in their own dtype, element after element (as PyTorch's CPU
+// cumsum and cumprod); integers wrap around as integer arithmetic does.
+void scan_along(const Strided& out, const Strided& in, int64_t dim, kernel::ScanOp op, bool reverse);
 
 }  // namespace loom::cpu

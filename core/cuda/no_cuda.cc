@@ -232,6 +232,6 @@ void scatter_add_along(const Strided&, const Strided&, const Strided&, int64_t) 
 }
 
 void sort_rows(const Strided&, const Strided&, bool) { no_cuda("sort_rows"); }
-void cumsum_along(const Strided&, const Strided&, int64_t, bool) { no_cuda("cumsum_along"); }
+void scan_along(const Strided&, const Strided&, int64_t, kernel::ScanOp, bool) { no_cuda("scan_along"); }
 
 }  // namespace loom::cuda

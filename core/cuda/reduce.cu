@@ -10,7 +10,7 @@
 // image), the extent is cut into slices, one block row each, whose partials a
 // second kernel merges in slice order: the order is fixed by the shapes, so
 // equal inputs give the same bits on every run.
-// What is folded and stored is a policy: plain Sum/Mean/Max/Min, or the
+// What is folded and stored is a policy: plain Sum/Mean/Max/Min/Prod, or the
 // (value, index) pairs of max_along. bfloat16 and float16 inputs are read into
 // float32 and accumulate there (element.cuh); only the result is rounded.
 #include <algorithm>
@@ -106,7 +106,7 @@ struct ReducePolicy {
   S* out;
   Geometry out_geometry;
   ReduceOp op;
-  T identity;  // 0, or -inf / +inf for Max / Min
+  T identity;  // 0, -inf / +inf for Max / Min, 1 for Prod
   int64_t extent;
 
   __device__ T init() const { return identity; }
@@ -118,6 +118,7 @@ struct ReducePolicy {
       case ReduceOp::Mean: return acc + value;
       case ReduceOp::Max: return std::isnan(value) || value > acc ? value : acc;
       case ReduceOp::Min: return std::isnan(value) || value < acc ? value : acc;
+      case ReduceOp::Prod: return acc * value;
     }
     return acc;
   }
@@ -276,7 +277,7 @@ cudaError_t launch_split(const S* in, const InputSplit& split, const Policy& pol
 template <class T>
 T identity_of(ReduceOp op) {
   constexpr T kInf = std::numeric_limits<T>::infinity();
-  return op == ReduceOp::Max ? -kInf : op == ReduceOp::Min ? kInf : T(0);
+  return op == ReduceOp::Max ? -kInf : op == ReduceOp::Min ? kInf : op == ReduceOp::Prod ? T(1) : T(0);
 }
 
 // Each dy element adds into one dx element.

@@ -19,15 +19,16 @@ void sort_rows(const Strided& indices, const Strided& keys, bool descending) {
 
 // The kernels take dense (outer, n, inner) lines; the ops layer passes
 // contiguous operands.
-void cumsum_along(const Strided& out, const Strided& in, int64_t dim, bool reverse) {
+void scan_along(const Strided& out, const Strided& in, int64_t dim, kernel::ScanOp op, bool reverse) {
   const Shape dense = contiguous_strides(in.sizes);
   LOOM_CHECK(in.strides == dense && out.strides == dense && out.sizes == in.sizes, ValueError,
-             "[cumsum] the GPU kernel takes contiguous operands; call .contiguous() first");
+             "[{}] the GPU kernel takes contiguous operands; call .contiguous() first",
+             op == kernel::ScanOp::Sum ? "cumsum" : "cumprod");
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= in.sizes[d];
   for (int64_t d = dim + 1; d < static_cast<int64_t>(in.sizes.size()); ++d) inner *= in.sizes[d];
   const int64_t n = in.sizes.empty() ? 1 : in.sizes[dim];
-  LOOM_CUDA_CHECK(launch_cumsum(out, in, outer, n, inner, reverse, current_stream()));
+  LOOM_CUDA_CHECK(launch_scan(out, in, outer, n, inner, op, reverse, current_stream()));
 }
 
 }  // namespace loom::cuda

@@ -4,9 +4,9 @@
 // keys in their order), and CUB's segmented stable radix sort orders (key,
 // position) pairs. Only the positions come out; the ops layer gathers the
 // values, so they keep their own bits.
-// Running sums: a warp per line when the summed dim is the innermost (32
-// consecutive elements a step, scanned with shuffles), else a thread per line,
-// whose neighbours read neighbouring addresses.
+// Running sums and products: a warp per line when the scanned dim is the
+// innermost (32 consecutive elements a step, scanned with shuffles), else a
+// thread per line, whose neighbours read neighbouring addresses.
 #include <cub/device/device_segmented_sort.cuh>
 
 #include <cstdint>
@@ -144,31 +144,32 @@ decltype(auto) visit_sortable(DType dtype, Fn&& fn) {
   return visit_arithmetic_storage(dtype, std::forward<Fn>(fn));
 }
 
-// ---- running sums ----------------------------------------------------------------------
+// ---- running sums and products ---------------------------------------------------------
 
-// The type a running sum adds in: float for the 16-bit formats, the unsigned
-// type of the same width for integers (wrapping around), else the dtype's own.
+// The type a running sum or product combines in: float for the 16-bit formats,
+// an unsigned type at least as wide for integers (wrapping around), else the
+// dtype's own.
 template <class S>
-struct SumOf {
+struct ScanOf {
   using type = compute_t<S>;
 };
 template <>
-struct SumOf<int32_t> {
+struct ScanOf<int32_t> {
   using type = uint32_t;
 };
 template <>
-struct SumOf<int64_t> {
+struct ScanOf<int64_t> {
   using type = uint64_t;
 };
 template <>
-struct SumOf<uint8_t> {
+struct ScanOf<uint8_t> {
   using type = uint32_t;
 };
 template <class S>
-using sum_t = typename SumOf<S>::type;
+using scan_t = typename ScanOf<S>::type;
 
 template <class S>
-__device__ S store_sum(sum_t<S> total) {
+__device__ S store_scan(scan_t<S> total) {
   if constexpr (std::is_integral_v<S>) {
     return static_cast<S>(total);
   } else {
@@ -177,32 +178,41 @@ __device__ S store_sum(sum_t<S> total) {
 }
 
 template <class S>
-__device__ sum_t<S> load_sum(S value) {
+__device__ scan_t<S> load_scan(S value) {
   if constexpr (std::is_integral_v<S>) {
-    return static_cast<sum_t<S>>(value);
+    return static_cast<scan_t<S>>(value);
   } else {
     return to_compute(value);
   }
 }
 
+// A sum or a product, with its identity.
+template <class A>
+struct Combine {
+  bool product;
+  __device__ A identity() const { return product ? A(1) : A(0); }
+  __device__ A operator()(A a, A b) const { return product ? a * b : a + b; }
+};
+
 // One warp per line of n contiguous elements: 32 at a time, an inclusive
-// shuffle scan plus the carry of the elements before.
+// shuffle scan combined with the carry of the elements before.
 template <class S>
-__global__ void cumsum_rows_kernel(S* out, const S* in, int64_t lines, int64_t n, bool reverse) {
+__global__ void scan_rows_kernel(S* out, const S* in, int64_t lines, int64_t n, Combine<scan_t<S>> combine,
+                                 bool reverse) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / kWarp);
   for (int64_t line = first_index() / kWarp; line < lines; line += warps) {
-    sum_t<S> carry = 0;
+    scan_t<S> carry = combine.identity();
     for (int64_t start = 0; start < n; start += kWarp) {
       const int64_t k = start + lane;
       const int64_t i = line * n + (reverse ? n - 1 - k : k);
-      sum_t<S> value = k < n ? load_sum(in[i]) : sum_t<S>(0);
+      scan_t<S> value = k < n ? load_scan(in[i]) : combine.identity();
       for (int offset = 1; offset < kWarp; offset *= 2) {
-        const sum_t<S> before = __shfl_up_sync(kFullMask, value, offset);
-        if (lane >= offset) value += before;
+        const scan_t<S> before = __shfl_up_sync(kFullMask, value, offset);
+        if (lane >= offset) value = combine(before, value);
       }
-      value += carry;
-      if (k < n) out[i] = store_sum<S>(value);
+      value = combine(carry, value);
+      if (k < n) out[i] = store_scan<S>(value);
       carry = __shfl_sync(kFullMask, value, kWarp - 1);
     }
   }
@@ -210,14 +220,15 @@ __global__ void cumsum_rows_kernel(S* out, const S* in, int64_t lines, int64_t n
 
 // One thread per line (outer, inner): element k of it at (o * n + k) * inner + i.
 template <class S>
-__global__ void cumsum_strided_kernel(S* out, const S* in, int64_t outer, int64_t n, int64_t inner, bool reverse) {
+__global__ void scan_strided_kernel(S* out, const S* in, int64_t outer, int64_t n, int64_t inner,
+                                    Combine<scan_t<S>> combine, bool reverse) {
   for (int64_t line = first_index(); line < outer * inner; line += index_step()) {
     const int64_t base = line / inner * n * inner + line % inner;
-    sum_t<S> total = 0;
+    scan_t<S> total = combine.identity();
     for (int64_t k = 0; k < n; ++k) {
       const int64_t i = base + (reverse ? n - 1 - k : k) * inner;
-      total += load_sum(in[i]);
-      out[i] = store_sum<S>(total);
+      total = combine(total, load_scan(in[i]));
+      out[i] = store_scan<S>(total);
     }
   }
 }
@@ -240,17 +251,18 @@ cudaError_t launch_sort_rows(const Strided& indices, const Strided& keys, bool d
   });
 }
 
-cudaError_t launch_cumsum(const Strided& out, const Strided& in, int64_t outer, int64_t n, int64_t inner,
-                          bool reverse, cudaStream_t stream) {
+cudaError_t launch_scan(const Strided& out, const Strided& in, int64_t outer, int64_t n, int64_t inner,
+                        kernel::ScanOp op, bool reverse, cudaStream_t stream) {
   if (outer * n * inner == 0) return cudaSuccess;
   return visit_arithmetic_storage(in.dtype, [&]<class S>() {
+    const Combine<scan_t<S>> combine{op == kernel::ScanOp::Prod};
     if (inner == 1) {
       const int64_t threads = outer * kWarp;
-      cumsum_rows_kernel<<<blocks_for(threads), kThreads, 0, stream>>>(out.ptr<S>(), in.ptr<const S>(), outer, n,
-                                                                       reverse);
+      scan_rows_kernel<<<blocks_for(threads), kThreads, 0, stream>>>(out.ptr<S>(), in.ptr<const S>(), outer, n,
+                                                                     combine, reverse);
     } else {
-      cumsum_strided_kernel<<<blocks_for(outer * inner), kThreads, 0, stream>>>(out.ptr<S>(), in.ptr<const S>(),
-                                                                                outer, n, inner, reverse);
+      scan_strided_kernel<<<blocks_for(outer * inner), kThreads, 0, stream>>>(out.ptr<S>(), in.ptr<const S>(),
+                                                                              outer, n, inner, combine, reverse);
     }
     return cudaGetLastError();
   });

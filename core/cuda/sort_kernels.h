@@ -1,5 +1,5 @@
 // File: core/cuda/sort_kernels.h
-// Launchers for the row sorts and running sums in sort.cu. They return the
+// Launchers for the row sorts and running sums and products in sort.cu. They return the
 // launch status; core/cuda/sort.cc checks it.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/kernel/reduce.h"
 #include "core/strided.h"
 
 namespace loom::cuda {
@@ -21,10 +22,10 @@ size_t sort_rows_scratch_bytes(const Strided& keys);
 cudaError_t launch_sort_rows(const Strided& indices, const Strided& keys, bool descending, void* scratch,
                              cudaStream_t stream);
 
-// out <- the running sum of in along the middle dim of (outer, n, inner), both
-// contiguous and of one dtype, from the end when `reverse`. 16-bit floats
-// accumulate in float; integers wrap around.
-cudaError_t launch_cumsum(const Strided& out, const Strided& in, int64_t outer, int64_t n, int64_t inner,
-                          bool reverse, cudaStream_t stream);
+// out <- the running sum or product (`op`) of in along the middle dim of
+// (outer, n, inner), both contiguous and of one dtype, from the end when
+// `reverse`. 16-bit floats accumulate in float; integers wrap around.
+cudaError_t launch_scan(const Strided& out, const Strided& in, int64_t outer, int64_t n, int64_t inner,
+                        kernel::ScanOp op, bool reverse, cudaStream_t stream);
 
 }  // namespace loom::cuda

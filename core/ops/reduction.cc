@@ -1,7 +1,7 @@
 // File: core/ops/reduction.cc
-// Reductions (sum, mean, max, argmax, sum_to) and the running sum (cumsum):
-// validation, dispatch and backward; min, argmin, var, std and logsumexp are
-// composites of them.
+// Reductions (sum, mean, max, argmax, prod, sum_to) and the running sum and
+// product (cumsum, cumprod): validation, dispatch and backward; min, argmin,
+// var, std and logsumexp are composites of them.
 #include "core/ops/reduction.h"
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/shape_ops.h"
 #include "core/trace.h"
 
 namespace loom {
@@ -247,35 +248,145 @@ Tensor logsumexp(const Tensor& x, const Shape& dims_in, bool keepdim) {
 
 namespace {
 
-// The running sum of x along d, from the end when `reverse`; no gradient.
-Tensor running_sum(const Tensor& x, int64_t d, bool reverse) {
+// The running sum or product of x along d, from the end when `reverse`; no gradient.
+Tensor running(const Tensor& x, int64_t d, kernel::ScanOp op, bool reverse) {
   const Tensor in = x.device().is_cuda() ? x.detach().contiguous() : x.detach();  // the GPU kernel's layout
   Tensor out = empty(in.sizes(), in.options());
   if (in.dim() == 0) {
     out.copy_(in);
   } else {
-    LOOM_KERNEL(in, cumsum_along, out.strided(), in.strided(), d, reverse);
+    LOOM_KERNEL(in, scan_along, out.strided(), in.strided(), d, op, reverse);
   }
   return out;
+}
+
+// The product of the elements before (`reverse`: after) each one along d: 1 for
+// the first (last) one.
+Tensor exclusive_product(const Tensor& x, int64_t d, bool reverse) {
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  if (n <= 1) return ones_like(x);
+  const Tensor inclusive = running(x, d, kernel::ScanOp::Prod, reverse);
+  Shape one = x.sizes();
+  one[d] = 1;
+  const Tensor edge = ones(one, x.options());
+  return reverse ? cat({inclusive.narrow(d, 1, n - 1), edge}, d) : cat({edge, inclusive.narrow(d, 0, n - 1)}, d);
+}
+
+// The input x of a running sum or product (`op`) in the result's dtype, checked;
+// d normalized.
+Tensor scan_input(const Tensor& x, int64_t& d, std::optional<DType> dtype, const char* op) {
+  LOOM_CHECK(x.defined(), ValueError, "[{}] x is an undefined tensor", op);
+  d = normalize_dim(d, x.dim(), op);
+  const DType out_dtype = dtype.value_or(is_floating(x.dtype()) ? x.dtype() : DType::Int64);
+  LOOM_CHECK(out_dtype != DType::Bool, TypeError,
+             "[{}] the result cannot be Bool; leave dtype out (a mask's is int64) or pass an integer or floating "
+             "dtype", op);
+  Tensor input = x.to(out_dtype);
+  if (is_floating(out_dtype)) check_float_tensor(input, op);
+  return input;
 }
 
 }  // namespace
 
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   trace::OpScope trace("cumsum");
-  LOOM_CHECK(x.defined(), ValueError, "[cumsum] x is an undefined tensor");
-  const int64_t d = normalize_dim(dim, x.dim(), "cumsum");
-  const DType out_dtype = dtype.value_or(is_floating(x.dtype()) ? x.dtype() : DType::Int64);
-  LOOM_CHECK(out_dtype != DType::Bool, TypeError,
-             "[cumsum] a running sum cannot be Bool; leave dtype out (a mask's cumsum is int64) or pass an "
-             "integer or floating dtype");
-  const Tensor input = x.to(out_dtype);
-  if (is_floating(out_dtype)) check_float_tensor(input, "cumsum");
-  Tensor y = running_sum(input, d, false);
+  int64_t d = dim;
+  const Tensor input = scan_input(x, d, dtype, "cumsum");
+  Tensor y = running(input, d, kernel::ScanOp::Sum, false);
   if (needs_grad({input})) {
-    record("cumsum", {input}, y, [d](const Tensor& dy) { return std::vector<Tensor>{running_sum(dy, d, true)}; });
+    record("cumsum", {input}, y, [d](const Tensor& dy) {
+      return std::vector<Tensor>{running(dy, d, kernel::ScanOp::Sum, true)};
+    });
   }
-  if (trace.recording()) trace.record({x}, y, {{"dim", d}, {"dtype", std::string(dtype_name(out_dtype))}});
+  if (trace.recording()) trace.record({x}, y, {{"dim", d}, {"dtype", std::string(dtype_name(input.dtype()))}});
+  return y;
+}
+
+namespace {
+
+// The gradient of y = cumprod(x) along d, exact where x holds zeros: dx_k is the
+// sum over i >= k of dy_i times the product of x_0..x_i without x_k. Before a
+// line's first zero that is (running sum from the end of dy * y) / x_k, as
+// PyTorch computes it everywhere when x has no zero; at the first zero it is the
+// same sum for the running product with that zero replaced by 1; after it, 0.
+Tensor cumprod_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int64_t d) {
+  const Tensor zeros_so_far = running(eq(x, 0.0).to(DType::Int64), d, kernel::ScanOp::Sum, false);
+  const Tensor before_zero = eq(zeros_so_far, 0.0);
+  const Tensor first_zero = logical_and(eq(x, 0.0), eq(zeros_so_far, 1.0));
+  const Tensor before = div(running(mul(dy, y), d, kernel::ScanOp::Sum, true), masked_fill(x, ~before_zero, 1.0));
+  const Tensor without_zero = running(masked_fill(x, first_zero, 1.0), d, kernel::ScanOp::Prod, false);
+  const Tensor at_zero = running(mul(dy, without_zero), d, kernel::ScanOp::Sum, true);
+  return where(before_zero, before, masked_fill(at_zero, ~first_zero, 0.0));
+}
+
+}  // namespace
+
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  trace::OpScope trace("cumprod");
+  int64_t d = dim;
+  const Tensor input = scan_input(x, d, dtype, "cumprod");
+  Tensor y = running(input, d, kernel::ScanOp::Prod, false);
+  if (needs_grad({input})) {
+    record("cumprod", {input}, y, [input, y, d](const Tensor& dy) {
+      return std::vector<Tensor>{input.dim() == 0 ? dy : cumprod_backward(input.detach(), y.detach(), dy, d)};
+    });
+  }
+  if (trace.recording()) trace.record({x}, y, {{"dim", d}, {"dtype", std::string(dtype_name(input.dtype()))}});
+  return y;
+}
+
+namespace {
+
+// The product along dim, or of every element when there is none. Its gradient is dy times the
+// product of the other elements, taken as the products before and after each
+// element, which is exact where x holds zeros (no division).
+Tensor product(const Tensor& x, std::optional<int64_t> dim, bool keepdim, std::optional<DType> dtype,
+               const char* name) {
+  LOOM_CHECK(x.defined(), ValueError, "[{}] x is an undefined tensor", name);
+  const DType out_dtype = dtype.value_or(is_floating(x.dtype()) ? x.dtype() : DType::Int64);
+  LOOM_CHECK(out_dtype != DType::Bool, TypeError, "[{}] the product cannot be Bool; pass an integer or floating dtype",
+             name);
+  if (!is_floating(out_dtype)) {
+    // Integers multiply in float64, as sum() adds them: exact while the product
+    // stays below 2^53 in magnitude.
+    NoGradGuard no_grad;
+    return product(x.to(DType::Float64), dim, keepdim, std::nullopt, name).to(out_dtype);
+  }
+  const Tensor input = x.to(out_dtype);
+  check_float_tensor(input, name);
+  if (!dim) return product(input.reshape({input.numel()}), 0, false, std::nullopt, name).reshape({});
+  const int64_t d = *dim;
+  const Shape keep = input.dim() == 0 ? Shape{} : kept_sizes(input, {d}, name);
+  Tensor out = reduce_values(input, keep, kernel::ReduceOp::Prod);
+  Shape result_sizes = keep;
+  if (!keepdim && input.dim() > 0) result_sizes.erase(result_sizes.begin() + d);
+  Tensor result = out.view(result_sizes);
+  if (needs_grad({input})) {
+    record(name, {input}, result, [input, keep, d](const Tensor& dy) {
+      const Tensor x = input.detach();
+      if (x.dim() == 0) return std::vector<Tensor>{dy.reshape({})};
+      const Tensor others = mul(exclusive_product(x, d, false), exclusive_product(x, d, true));
+      return std::vector<Tensor>{mul(dy.reshape(keep).expand(x.sizes()), others)};
+    });
+  }
+  return result;
+}
+
+}  // namespace
+
+Tensor prod(const Tensor& x, std::optional<DType> dtype) {
+  trace::OpScope trace("prod");
+  Tensor y = product(x, std::nullopt, false, dtype, "prod");
+  if (trace.recording()) trace.record({x}, y, {{"dims", all_dims(x)}, {"keepdim", int64_t{0}}});
+  return y;
+}
+
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim, std::optional<DType> dtype) {
+  trace::OpScope trace("prod");
+  LOOM_CHECK(x.defined(), ValueError, "[prod] x is an undefined tensor");
+  const int64_t d = normalize_dim(dim, x.dim(), "prod");
+  Tensor y = product(x, d, keepdim, dtype, "prod");
+  if (trace.recording()) trace.record({x}, y, {{"dims", Shape{d}}, {"keepdim", int64_t{keepdim}}});
   return y;
 }
 

@@ -1,6 +1,7 @@
 // File: core/ops/reduction.h
-// Reductions: sum, mean, max, min, argmax, argmin, var, std and logsumexp over
-// all or some dims, sum_to, and the running sum (cumsum).
+// Reductions: sum, mean, max, min, argmax, argmin, prod, var, std and
+// logsumexp over all or some dims, sum_to, and the running sum and product
+// (cumsum, cumprod).
 #pragma once
 
 #include <optional>
@@ -48,6 +49,22 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 // a time along the innermost dim, so its last bits may differ from the CPU's.
 //   Tensor offsets = cumsum(lengths, 0);  // int64 (N): lengths' running total
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+// The running product along `dim`, as torch.cumprod: out[..., i, ...] = x[..., 0,
+// ...] * ... * x[..., i, ...], in `dtype` when given, else x's dtype when
+// floating and int64 for integer and Bool x; integer products wrap around.
+// Floating products carry x's gradient, exact where x holds zeros.
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+// The product of all elements (a 0-D tensor, 1 for an empty x), or along `dim`,
+// as torch.prod: in `dtype` when given, else x's dtype when floating and int64
+// for integer and Bool x (computed in float64, so exact while the product
+// stays below 2^53 in magnitude, where PyTorch's wraps around). The gradient of
+// a floating product is dy times the product of the other elements, exact
+// where x holds zeros.
+//   Tensor volume = prod(box_sizes, 1);  // (N, 3) -> (N)
+Tensor prod(const Tensor& x, std::optional<DType> dtype = std::nullopt);
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
 
 // Sums `x` down to `sizes` over broadcast dims (the backward of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& sizes);

@@ -21,6 +21,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "core/cpu/reduce.h"
@@ -240,6 +242,53 @@ LOOM_GPU_TEST_CASE("sliced extents: channels-last channel sums, columns and rows
   }
 }
 
+// Prod on every kernel path: factors of +-1 multiply exactly in any order, so
+// those products must match the CPU's bits; factors in [0.99, 1.01] stay finite
+// over a million elements, and the float32 product's rounding grows about as the
+// square root of the extent.
+LOOM_GPU_TEST_CASE("Prod matches the CPU on every layout and kernel path: signs exactly, factors near 1 closely") {
+  std::mt19937_64 rng(207);
+  std::bernoulli_distribution coin(0.5);
+  std::uniform_real_distribution<double> near(0.99, 1.01);
+  struct Case {
+    Shape sizes, dims;
+  };
+  const Case cases[] = {
+      {{2, 3, 5, 7}, {}},         {{2, 3, 5, 7}, {1}},       {{2, 3, 5, 7}, {0, 2}},
+      {{2, 3, 5, 7}, {0, 1, 2, 3}}, {{100000, 3}, {1}},      {{1000, 1000}, {0}},
+      {{3, 1000003}, {1}},        {{64, 16, 32, 32}, {0, 2, 3}}, {{4096, 40}, {0}},
+  };
+  for (DType dtype : kDtypes) {
+    for (const Case& c : cases) {
+      for (bool channels_last : {false, true}) {
+        if (channels_last && c.sizes.size() != 4) continue;
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(shape_str(c.sizes));
+        CAPTURE(shape_str(c.dims));
+        CAPTURE(channels_last);
+        const MemoryFormat format = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+        std::vector<double> sign_values(numel_of(c.sizes)), near_values(numel_of(c.sizes));
+        for (double& v : sign_values) v = coin(rng) ? 1.0 : -1.0;
+        for (double& v : near_values) v = near(rng);
+        const Tensor signs = tensor(sign_values, c.sizes, {.dtype = dtype});
+        const Tensor near_one = tensor(near_values, c.sizes, {.dtype = dtype});
+        const Shape out_sizes = keepdim_sizes(c.sizes, c.dims);
+        const int64_t extent = numel_of(c.sizes) / numel_of(out_sizes);
+        const double rtol = (dtype == DType::Float32 ? 2e-7 : 1e-15) * std::sqrt(static_cast<double>(extent));
+        const std::pair<Tensor, double> inputs[] = {{signs, 0.0}, {near_one, rtol + 1e-6}};
+        for (const auto& [factors, tolerance] : inputs) {
+          const Operand x = dense_operand(factors.contiguous(format));
+          Tensor out = full(out_sizes, kNaN, {.dtype = dtype, .device = testing::test_gpu()});
+          Tensor expected = empty(out_sizes, {.dtype = dtype});
+          cuda::reduce(out.strided(), x.gpu.strided(), cuda::ReduceOp::Prod);
+          cpu::reduce(expected.strided(), x.cpu.strided(), kernel::ReduceOp::Prod);
+          CHECK_CLOSE(out.cpu(), expected, tolerance, 0);
+        }
+      }
+    }
+  }
+}
+
 LOOM_GPU_TEST_CASE("NaN propagates through Sum, Max and Min on both kernel paths") {
   for (DType dtype : kDtypes) {
     for (int64_t extent : {5, 1000}) {
@@ -264,7 +313,7 @@ LOOM_GPU_TEST_CASE("NaN propagates through Sum, Max and Min on both kernel paths
 }
 
 LOOM_GPU_TEST_CASE("an empty reduced extent gives the identities; empty outputs are fine") {
-  // As the CPU: sum 0, mean 0 / 0 = NaN, max -inf, min +inf.
+  // As the CPU: sum 0, mean 0 / 0 = NaN, max -inf, min +inf, prod 1.
   Tensor x = empty({3, 0}, {.device = testing::test_gpu()});
   Tensor out = full({3, 1}, 7.0, {.device = testing::test_gpu()});
   cuda::reduce(out.strided(), x.strided(), cuda::ReduceOp::Sum);
@@ -275,6 +324,8 @@ LOOM_GPU_TEST_CASE("an empty reduced extent gives the identities; empty outputs 
   CHECK(testing::values(out) == std::vector<double>{-kInf, -kInf, -kInf});
   cuda::reduce(out.strided(), x.strided(), cuda::ReduceOp::Min);
   CHECK(testing::values(out) == std::vector<double>{kInf, kInf, kInf});
+  cuda::reduce(out.strided(), x.strided(), cuda::ReduceOp::Prod);
+  CHECK(testing::values(out) == std::vector<double>{1, 1, 1});
   Tensor none = empty({0, 5}, {.device = testing::test_gpu()});
   Tensor no_out = empty({0, 1}, {.device = testing::test_gpu()});
   cuda::reduce(no_out.strided(), none.strided(), cuda::ReduceOp::Sum);

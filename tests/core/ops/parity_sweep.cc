@@ -272,6 +272,7 @@ void draw_op(Draw& d, Case& c) {
       v["descending"] = d.coin();
       v["topk"] = d.coin();
       v["k"] = d.between(0, v[std::string(1, "NCHW"[v["dim"]])]);
+      v["kind"] = d.between(0, 2);  // Sort: sort / topk, median, kthvalue; Cumsum: cumsum, cumprod, prod
       break;
     }
     case Op::Triangle:
@@ -564,6 +565,30 @@ Tensor waves_triangle(const Case& c, const Tensor& x) {
   return repeat(part, repeats);
 }
 
+// Sort's kinds: sort or topk values, the median along dim, or the k-th value.
+Tensor ordered(const Case& c, const Tensor& x) {
+  const int64_t dim = c.at("dim");
+  switch (c.at("kind")) {
+    case 1: return median(x, dim, c.at("descending")).values;
+    case 2: return kthvalue(x, std::max<int64_t>(c.at("k"), 1), dim).values;
+    default:
+      return c.at("topk") ? topk(x, c.at("k"), dim, c.at("descending")).values
+                          : sort(x, dim, c.at("descending")).values;
+  }
+}
+
+// Cumsum's kinds: cumsum, or cumprod or prod of factors in [0.75, 1.25] (no
+// zeros: a product's gradient divides by nothing, but long products of normals
+// would leave the range the precisions compare in).
+Tensor running_total(const Case& c, const Tensor& x) {
+  const int64_t dim = c.at("dim");
+  switch (c.at("kind")) {
+    case 1: return cumprod(tanh(x) * 0.25 + 1.0, dim);
+    case 2: return prod(tanh(x) * 0.25 + 1.0, dim, c.at("descending"));
+    default: return cumsum(x, dim);
+  }
+}
+
 // The ops after Op::Chain: issue 32's, the norms' and the composites'.
 Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
                     const std::function<Tensor(const Tensor&)>& operand) {
@@ -583,10 +608,8 @@ Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
     case Op::Statistics: return statistic_of(c, x);
     case Op::Extremum: return c.at("larger") ? maximum(x, t.at("w")) : minimum(x, t.at("w"));
     case Op::Flip: return flip_chunks(c, x);
-    case Op::Sort:
-      return c.at("topk") ? topk(x, c.at("k"), c.at("dim"), c.at("descending")).values
-                          : sort(x, c.at("dim"), c.at("descending")).values;
-    case Op::Cumsum: return cumsum(x, c.at("dim"));
+    case Op::Sort: return ordered(c, x);
+    case Op::Cumsum: return running_total(c, x);
     case Op::Triangle: return waves_triangle(c, x);
     default: break;
   }
@@ -834,8 +857,8 @@ const char* op_name(Op op) {
     case Op::Statistics: return "var / std / logsumexp / min";
     case Op::Extremum: return "maximum / minimum";
     case Op::Flip: return "flip, chunk";
-    case Op::Sort: return "sort / topk";
-    case Op::Cumsum: return "cumsum";
+    case Op::Sort: return "sort / topk / median / kthvalue";
+    case Op::Cumsum: return "cumsum / cumprod / prod";
     case Op::Triangle: return "sin / cos, tril / triu, repeat";
   }
   return "?";

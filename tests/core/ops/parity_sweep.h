@@ -33,8 +33,8 @@ enum class Op {
   // along dims (var, std, logsumexp, min), maximum / minimum, and flip with
   // chunk.
   Losses, Statistics, Extremum, Flip,
-  // Ordering and running sums: sort or topk values (their gradient scattered
-  // back through the positions), and cumsum.
+  // Ordering and running sums: sort, topk, median or kthvalue values (their
+  // gradient scattered back through the positions), and cumsum, cumprod, prod.
   Sort, Cumsum,
   // sin or cos, then tril or triu and repeat (the matrices of a causal mask,
   // a positional encoding's waves).

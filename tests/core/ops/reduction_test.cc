@@ -1,5 +1,5 @@
 // File: tests/core/ops/reduction_test.cc
-// sum / mean / max / argmax / sum_to: hand values, a naive reference over
+// sum / mean / max / argmax / sum_to / cumsum / cumprod / prod: hand values, a naive reference over
 // row-major values for several dim sets (contiguous, strided and channels-last
 // inputs), tie and NaN rules, gradients, and argument errors.
 // N batch, C channels, H, W.
@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/gradcheck.h"
+#include "core/ops/compare.h"
 #include "core/ops/elementwise.h"
 #include "tests/testing.h"
 
@@ -402,8 +403,118 @@ TEST_CASE("cumsum's gradient is the running sum of dy from the end") {
 
 TEST_CASE("cumsum errors name the op and the fix") {
   CHECK_THROWS_WITH_FRAGMENT(cumsum(zeros({2, 3}), 2), IndexError, "[cumsum] dim 2 is out of range");
-  CHECK_THROWS_WITH_FRAGMENT(cumsum(zeros({2}), 0, DType::Bool), TypeError, "a running sum cannot be Bool");
+  CHECK_THROWS_WITH_FRAGMENT(cumsum(zeros({2}), 0, DType::Bool), TypeError, "[cumsum] the result cannot be Bool");
   CHECK_THROWS_WITH_FRAGMENT(cumsum(Tensor(), 0), ValueError, "[cumsum] x is an undefined tensor");
+}
+
+// --- cumprod and prod ---------------------------------------------------------------------
+
+// The running product along `dim` by walking every index, in double.
+std::vector<double> naive_cumprod(const Tensor& x, int64_t dim) {
+  const std::vector<double> v = x.contiguous().to(DType::Float64).to_vector<double>();
+  std::vector<double> out(v.size());
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+  const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(i) / inner % n;
+    out[i] = v[i] * (k > 0 ? out[i - inner] : 1.0);
+  }
+  return out;
+}
+
+// x with about a quarter of its elements set to exactly 0, so that lines hold
+// none, one or several zeros.
+Tensor with_zeros(const Tensor& x, Generator& gen) {
+  return masked_fill(x, lt(rand(x.sizes(), x.options(), &gen), 0.25), 0.0);
+}
+
+TEST_CASE("cumprod and prod multiply as torch.cumprod and torch.prod") {
+  const Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(cumprod(x, 1).to_vector<float>() == std::vector<float>{1, 2, 6, 4, 20, 120});
+  CHECK(cumprod(x, 0).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 10, 18});
+  CHECK(prod(x).to_vector<float>() == std::vector<float>{720});
+  CHECK(prod(x).dim() == 0);
+  CHECK(prod(x, 1).to_vector<float>() == std::vector<float>{6, 120});
+  CHECK(prod(x, 0, true).sizes() == Shape{1, 3});
+  CHECK(prod(x, -1, false, DType::Float64).dtype() == DType::Float64);
+  const Tensor bytes = tensor({16, 16, 2}, {3}, {.dtype = DType::UInt8});
+  CHECK(cumprod(bytes, 0).dtype() == DType::Int64);
+  CHECK(cumprod(bytes, 0).to_vector<int64_t>() == std::vector<int64_t>{16, 256, 512});
+  CHECK(cumprod(bytes, 0, DType::UInt8).to_vector<int64_t>() == std::vector<int64_t>{16, 0, 0});  // wraps
+  const Tensor big = tensor({65536, 65536, 3}, {3}, {.dtype = DType::Int32});
+  CHECK(cumprod(big, 0, DType::Int32).to_vector<int64_t>() == std::vector<int64_t>{65536, 0, 0});
+  CHECK(prod(bytes).dtype() == DType::Int64);
+  CHECK(prod(bytes).to_vector<int64_t>() == std::vector<int64_t>{512});
+  const Tensor mask = tensor({1, 1, 0}, {3}, {.dtype = DType::Bool});
+  CHECK(cumprod(mask, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 0});
+  CHECK(prod(mask).to_vector<int64_t>() == std::vector<int64_t>{0});
+  CHECK(prod(zeros({0, 3})).to_vector<float>() == std::vector<float>{1});  // the empty product
+  CHECK(prod(zeros({0, 3}), 0).to_vector<float>() == std::vector<float>{1, 1, 1});
+  CHECK(prod(full({}, 2.5), 0).to_vector<float>() == std::vector<float>{2.5f});
+  CHECK(cumprod(full({}, 2.5), 0).to_vector<float>() == std::vector<float>{2.5f});
+  CHECK(std::isnan(prod(tensor({2, NAN}, {2})).item()));
+}
+
+TEST_CASE("cumprod and prod match the naive product on random shapes, dims, dtypes, zeros and layouts") {
+  Generator gen(405);
+  for (int trial = 0; trial < 60; ++trial) {
+    Shape sizes(1 + trial % 4);
+    for (size_t d = 0; d < sizes.size(); ++d) sizes[d] = 1 + (trial * 5 + static_cast<int64_t>(d) * 3) % 6;
+    Tensor x = trial % 3 == 0 ? randint(-4, 5, sizes, {.dtype = DType::Int64}, &gen)
+                              : with_zeros(randn(sizes, {.dtype = trial % 2 ? DType::Float64 : DType::Float32}, &gen),
+                                           gen);
+    if (x.dim() >= 2 && trial % 2 == 0) x = x.transpose(0, x.dim() - 1);
+    const int64_t dim = trial % x.dim();
+    CAPTURE(trial);
+    CAPTURE(shape_str(x.sizes()));
+    CAPTURE(dim);
+    const Tensor running = tensor(naive_cumprod(x, dim), x.sizes(), kF64);
+    CHECK_CLOSE(cumprod(x, dim).to(DType::Float64), running, 1e-5, 1e-5);
+    const Tensor last = running.narrow(dim, x.size(dim) - 1, 1).squeeze(dim);
+    CHECK_CLOSE(prod(x, dim).to(DType::Float64), last, 1e-5, 1e-5);
+    double all = 1.0;
+    for (double v : x.contiguous().to(DType::Float64).to_vector<double>()) all *= v;
+    CHECK(prod(x).item() == doctest::Approx(all).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("cumprod's and prod's gradients are exact where x holds zeros") {
+  Tensor x = tensor({2, 0, 3, 0, 5}, {5}, kF64).requires_grad_(true);
+  cumprod(x, 0).backward(ones({5}, kF64));
+  // dx_k: the sum over i >= k of the product of x_0..x_i without x_k.
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 8, 0, 0, 0});
+  Tensor y = tensor({2, 0, 3, 0, 0, 3, 4, 5}, {2, 4}, kF64).requires_grad_(true);
+  prod(y, 1).backward(tensor({1, 10}, {2}, kF64));
+  // Two zeros leave every other product 0; one zero gets the product of the rest.
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 0, 600, 0, 0, 0});
+  Tensor z = tensor({2, 3, 4}, {3}, kF64).requires_grad_(true);
+  prod(z).backward();
+  CHECK(z.grad().to_vector<double>() == std::vector<double>{12, 8, 6});
+  Generator gen(9);
+  for (int trial = 0; trial < 6; ++trial) {
+    const Tensor w = with_zeros(randn({3, 4, 5}, kF64, &gen), gen).requires_grad_(true);
+    for (int64_t dim : {0, 1, 2}) {
+      CAPTURE(trial);
+      CAPTURE(dim);
+      check_grad([dim](const std::vector<Tensor>& in) { return cumprod(in[0], dim); }, w);
+      check_grad([dim](const std::vector<Tensor>& in) { return cumprod(in[0].transpose(0, 2), dim); }, w);
+      check_grad([dim](const std::vector<Tensor>& in) { return prod(in[0], dim, dim == 1); }, w);
+    }
+    check_grad([](const std::vector<Tensor>& in) { return prod(in[0].narrow(1, 0, 2)); }, w);
+  }
+  Tensor f = tensor({1, 2}, {2}).requires_grad_(true);
+  CHECK(prod(f, DType::Float64).requires_grad());  // through the differentiable cast
+  CHECK_FALSE(prod(tensor({1, 2}, {2}, {.dtype = DType::Int64})).requires_grad());
+}
+
+TEST_CASE("cumprod and prod errors name the op and the fix") {
+  CHECK_THROWS_WITH_FRAGMENT(cumprod(zeros({2, 3}), 2), IndexError, "[cumprod] dim 2 is out of range");
+  CHECK_THROWS_WITH_FRAGMENT(cumprod(zeros({2}), 0, DType::Bool), TypeError, "[cumprod] the result cannot be Bool");
+  CHECK_THROWS_WITH_FRAGMENT(prod(zeros({2}), DType::Bool), TypeError, "[prod] the product cannot be Bool");
+  CHECK_THROWS_WITH_FRAGMENT(prod(zeros({2, 3}), -3), IndexError, "[prod] dim -3 is out of range");
+  CHECK_THROWS_WITH_FRAGMENT(prod(Tensor()), ValueError, "[prod] x is an undefined tensor");
+  CHECK_THROWS_WITH_FRAGMENT(cumprod(Tensor(), 0), ValueError, "[cumprod] x is an undefined tensor");
 }
 
 // --- argument errors ----------------------------------------------------------------------

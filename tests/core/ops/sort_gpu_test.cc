@@ -1,13 +1,16 @@
 // File: tests/core/ops/sort_gpu_test.cc
-// sort / argsort / topk and cumsum on the GPU against the CPU: random shapes,
-// dims, dtypes (the 16-bit floats included, with many ties) and layouts, long
-// rows and many short ones (CUB's two segment paths), gradients, and replays
-// of a CUDA graph that captured them. Positions must match exactly; so must
-// the sorted values and integer running sums.
+// sort / argsort / topk / kthvalue / median, cumsum / cumprod and prod on the
+// GPU against the CPU: random shapes, dims, dtypes (the 16-bit floats
+// included, with many ties) and layouts, long rows and many short ones (CUB's
+// two segment paths), zeros in products, gradients, and replays of a CUDA
+// graph that captured them. Positions must match exactly; so must the sorted
+// values and integer running sums and products.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -147,6 +150,99 @@ LOOM_GPU_TEST_CASE("cumsum matches the CPU on random shapes, dims, dtypes and la
   }
   const Tensor bytes = tensor({200, 100, 7}, {3}, {.dtype = DType::UInt8, .device = testing::test_gpu()});
   CHECK(cumsum(bytes, 0, DType::UInt8).cpu().to_vector<int64_t>() == std::vector<int64_t>{200, 44, 51});
+}
+
+// Factors near 1 in magnitude (so long products stay finite), either sign, a
+// sixth of them exactly 0; integers in [-2, 2].
+Tensor random_factors(Generator& gen, const Shape& sizes, DType dtype) {
+  if (!is_floating(dtype)) return randint(-2, 3, sizes, {.dtype = DType::Float64}, &gen).to(dtype);
+  Tensor x = rand(sizes, {.dtype = DType::Float64}, &gen) * 0.4 + 0.8;
+  x = where(lt(rand(sizes, {.dtype = DType::Float64}, &gen), 0.5), x, -x);
+  return masked_fill(x, lt(rand(sizes, {.dtype = DType::Float64}, &gen), 1.0 / 6), 0.0).to(dtype);
+}
+
+LOOM_GPU_TEST_CASE("cumprod and prod match the CPU on random shapes, dims, dtypes, zeros and layouts") {
+  std::mt19937_64 rng(1206);
+  auto between = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  Generator gen(1206);
+  const DType dtypes[] = {DType::Float32, DType::Float64, DType::BFloat16, DType::Int32, DType::Int64, DType::UInt8};
+  for (int trial = 0; trial < 120; ++trial) {
+    Shape sizes(between(1, 4));
+    for (int64_t& s : sizes) s = between(1, trial % 10 == 0 ? 300 : 40);
+    const DType dtype = dtypes[trial % 6];
+    Tensor x = random_factors(gen, sizes, dtype).to(testing::test_gpu());
+    if (x.dim() == 4 && between(0, 1)) x = x.contiguous(MemoryFormat::ChannelsLast);
+    if (x.dim() >= 2 && between(0, 1)) x = x.transpose(0, x.dim() - 1);
+    const int64_t dim = between(-x.dim(), x.dim() - 1);
+    CAPTURE(trial);
+    CAPTURE(shape_str(x.sizes()));
+    CAPTURE(dim);
+    CAPTURE(dtype_name(dtype));
+    if (!is_floating(dtype)) {  // integers exactly, wrapping in their own dtype too
+      CHECK(as_ints(cumprod(x, dim)) == as_ints(cumprod(x.cpu(), dim)));
+      CHECK(as_ints(cumprod(x, dim, dtype).to(DType::Int64)) == as_ints(cumprod(x.cpu(), dim, dtype).to(DType::Int64)));
+      CHECK(as_ints(prod(x, dim)) == as_ints(prod(x.cpu(), dim)));
+      continue;
+    }
+    const Tensor wide = x.to(DType::Float64).cpu();
+    const double tol = dtype == DType::BFloat16 ? 2e-2 : dtype == DType::Float32 ? 1e-5 : 1e-12;
+    CHECK(testing::normalized_error(cumprod(x, dim).to(DType::Float64).cpu(), cumprod(wide, dim)) <= tol);
+    CHECK(testing::normalized_error(prod(x, dim, true).to(DType::Float64).cpu(), prod(wide, dim, true)) <= tol);
+    CHECK(std::abs(prod(x).to(DType::Float64).item() - prod(wide).item()) <= tol * (1 + std::abs(prod(wide).item())));
+  }
+  for (int64_t dim : {0, 2, 3}) {
+    CAPTURE(dim);
+    const Tensor base = random_factors(gen, {3, 4, 5, 70}, DType::Float64);
+    const Tensor dy = randn(base.sizes(), {.dtype = DType::Float64}, &gen);
+    Tensor xc = base.clone().requires_grad_(true);
+    Tensor xg = base.to(testing::test_gpu()).contiguous(MemoryFormat::ChannelsLast).requires_grad_(true);
+    cumprod(xc, dim).backward(dy);
+    cumprod(xg, dim).backward(dy.to(testing::test_gpu()));
+    CHECK(testing::normalized_error(xg.grad().cpu(), xc.grad()) <= 1e-12);
+    Tensor pc = base.clone().requires_grad_(true), pg = base.to(testing::test_gpu()).requires_grad_(true);
+    const Tensor dp = randn(prod(base, dim).sizes(), {.dtype = DType::Float64}, &gen);
+    prod(pc, dim).backward(dp);
+    prod(pg, dim).backward(dp.to(testing::test_gpu()));
+    CHECK(testing::normalized_error(pg.grad().cpu(), pc.grad()) <= 1e-12);
+  }
+}
+
+LOOM_GPU_TEST_CASE("kthvalue, median and nanmedian match the CPU exactly") {
+  std::mt19937_64 rng(1207);
+  auto between = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  Generator gen(1207);
+  const DType dtypes[] = {DType::Float32, DType::Float64, DType::BFloat16, DType::Int32, DType::UInt8};
+  for (int trial = 0; trial < 80; ++trial) {
+    Shape sizes(between(1, 4));
+    for (int64_t& s : sizes) s = between(1, trial % 10 == 0 ? 300 : 30);
+    const DType dtype = dtypes[trial % 5];
+    Tensor x = random_input(rng, gen, sizes, dtype);
+    if (is_floating(dtype) && between(0, 1)) x = masked_fill(x, gt(x, 1.0), std::numeric_limits<double>::quiet_NaN());
+    const int64_t dim = between(-x.dim(), x.dim() - 1);
+    const int64_t k = between(1, x.size(dim));
+    const bool keepdim = between(0, 1) == 1;
+    CAPTURE(trial);
+    CAPTURE(shape_str(x.sizes()));
+    CAPTURE(dim);
+    CAPTURE(dtype_name(dtype));
+    const Tensor host = cpu_twin(x);
+    const std::pair<ValuesIndices, ValuesIndices> pairs[] = {
+        {kthvalue(x, k, dim, keepdim), kthvalue(host, k, dim, keepdim)},
+        {median(x, dim, keepdim), median(host, dim, keepdim)},
+        {nanmedian(x, dim, keepdim), nanmedian(host, dim, keepdim)}};
+    for (const auto& [gpu, cpu] : pairs) {
+      CHECK(as_ints(gpu.indices) == as_ints(cpu.indices));
+      CHECK_CLOSE(cpu_twin(gpu.values), cpu.values, 0, 0);
+    }
+    CHECK_CLOSE(cpu_twin(median(x)), median(host), 0, 0);
+    CHECK_CLOSE(cpu_twin(nanmedian(x)), nanmedian(host), 0, 0);
+  }
+  const Tensor base = randn({6, 7, 9}, {.dtype = DType::Float64}, &gen);
+  Tensor xc = base.clone().requires_grad_(true), xg = base.to(testing::test_gpu()).requires_grad_(true);
+  const Tensor dy = randn({6, 9}, {.dtype = DType::Float64}, &gen);
+  median(xc, 1).values.backward(dy);
+  median(xg, 1).values.backward(dy.to(testing::test_gpu()));
+  CHECK_CLOSE(xg.grad().cpu(), xc.grad(), 0, 0);
 }
 
 LOOM_GPU_TEST_CASE("sort, topk and cumsum replay inside a CUDA graph with new values") {

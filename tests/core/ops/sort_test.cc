@@ -1,5 +1,5 @@
 // File: tests/core/ops/sort_test.cc
-// sort / argsort / topk on the CPU: hand values (ties, NaN, -0, integer
+// sort / argsort / topk / kthvalue / median on the CPU: hand values (ties, NaN, -0, integer
 // extremes, Bool), random configurations of every dtype and layout against a
 // reference that orders (key, position) pairs with std::sort, gradients, and
 // argument errors.
@@ -185,6 +185,122 @@ TEST_CASE("the gradient goes to the positions the values came from") {
     r = gradcheck([dim](const std::vector<Tensor>& in) { return topk(in[0], 2, dim, dim != 1).values; }, {y});
     CHECK_MESSAGE(r.ok, r.message);
   }
+}
+
+// --- kthvalue and median -----------------------------------------------------------------
+
+enum class Pick { Kth, Median, NanMedian };
+
+// The positions kthvalue (k) or median picks in each line of x along dim, by
+// rank in reference_order: k - 1; the lower median (n - 1) / 2; with NaN in the
+// line the first NaN for median, the median of the rest for nanmedian.
+Tensor reference_pick(const Tensor& x, int64_t dim, Pick pick, int64_t k) {
+  const Tensor order = reference_order(x, dim, false).transpose(dim, x.dim() - 1).contiguous();
+  const std::vector<int64_t> positions = as_ints(order);
+  const std::vector<double> values = x.transpose(dim, x.dim() - 1).contiguous().to(DType::Float64).to_vector<double>();
+  const int64_t n = x.size(dim), lines = x.numel() / n;
+  std::vector<double> picked(lines);
+  for (int64_t line = 0; line < lines; ++line) {
+    const int64_t nans = std::count_if(values.begin() + line * n, values.begin() + (line + 1) * n,
+                                       [](double v) { return std::isnan(v); });
+    int64_t rank = pick == Pick::Kth ? k - 1 : (n - 1) / 2;
+    if (pick == Pick::Median && nans > 0) rank = n - nans;
+    if (pick == Pick::NanMedian) rank = std::max<int64_t>(n - nans - 1, 0) / 2;
+    picked[line] = static_cast<double>(positions[line * n + rank]);
+  }
+  Shape sizes = order.sizes();
+  sizes.back() = 1;
+  return tensor(picked, sizes, kI64).transpose(dim, x.dim() - 1).squeeze(dim).contiguous();
+}
+
+TEST_CASE("kthvalue, median and nanmedian pick as torch's") {
+  const Tensor x = tensor({3, 1, 2, 1}, {4});
+  ValuesIndices second = kthvalue(x, 2);
+  CHECK(second.values.item() == 1.0);
+  CHECK(second.indices.item() == 3.0);  // the second 1 in sort's stable order
+  CHECK(kthvalue(x, 4).values.item() == 3.0);
+  CHECK(median(tensor({3, 1, 2, 4}, {4})).item() == 2.0);  // the lower middle, not 2.5
+  CHECK(median(tensor({5, 1, 3}, {3}, {.dtype = DType::Int32})).dtype() == DType::Int32);
+  CHECK(median(tensor({5, 1, 3}, {3}, {.dtype = DType::Int32})).item() == 3.0);
+  const Tensor gaps = tensor({1, kNaN, 3, kNaN, 7, 2, 5, 4}, {2, 4}, kF64);
+  ValuesIndices m = median(gaps, 1);
+  CHECK(same_values(m.values, tensor({kNaN, 4}, {2}, kF64)));
+  CHECK(as_ints(m.indices) == std::vector<int64_t>{1, 3});  // the first NaN
+  ValuesIndices nm = nanmedian(gaps, 1, true);
+  CHECK(nm.values.sizes() == Shape{2, 1});
+  CHECK(same_values(nm.values, tensor({1, 4}, {2, 1}, kF64)));
+  CHECK(as_ints(nm.indices) == std::vector<int64_t>{0, 3});
+  CHECK(std::isnan(median(gaps).item()));
+  CHECK(nanmedian(gaps).item() == 3.0);  // of 1, 3, 7, 2, 5, 4
+  CHECK(std::isnan(nanmedian(full({3}, kNaN)).item()));
+  CHECK(std::isnan(median(zeros({0})).item()));
+  ValuesIndices scalar = median(full({}, 2.5), 0);
+  CHECK(scalar.values.dim() == 0);
+  CHECK(scalar.indices.item() == 0.0);
+  CHECK(kthvalue(full({}, 2.5), 1).values.item() == 2.5);
+}
+
+TEST_CASE("kthvalue and median match the reference pick on random configurations") {
+  std::mt19937_64 rng(20261205);
+  auto between = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const DType dtypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::UInt8};
+  for (int trial = 0; trial < 120; ++trial) {
+    Shape sizes(between(1, 4));
+    for (int64_t& s : sizes) s = between(1, 8);
+    const int64_t dim = between(0, static_cast<int64_t>(sizes.size()) - 1);
+    const DType dtype = dtypes[between(0, 4)];
+    const bool keepdim = between(0, 1) == 1;
+    Generator gen(static_cast<uint64_t>(trial) + 1000);
+    Tensor x = randint(0, between(2, 20), sizes, kF64, &gen);
+    if (is_floating(dtype) && trial % 2 == 0) x = masked_fill(x, gt(x, between(3, 15)), kNaN);
+    x = x.to(dtype);
+    if (sizes.size() >= 2 && between(0, 1)) x = x.transpose(0, 1);
+    const int64_t k = between(1, x.size(dim));
+    CAPTURE(trial);
+    CAPTURE(shape_str(x.sizes()));
+    CAPTURE(dim);
+    CAPTURE(dtype_name(dtype));
+    const std::pair<Pick, ValuesIndices> results[] = {{Pick::Kth, kthvalue(x, k, dim, keepdim)},
+                                                      {Pick::Median, median(x, dim, keepdim)},
+                                                      {Pick::NanMedian, nanmedian(x, dim, keepdim)}};
+    for (const auto& [pick, result] : results) {
+      CAPTURE(static_cast<int>(pick));
+      const Tensor expected = reference_pick(x, dim, pick, k);
+      const Tensor got = keepdim ? result.indices.squeeze(dim) : result.indices;
+      REQUIRE(got.sizes() == expected.sizes());
+      CHECK(as_ints(got) == as_ints(expected));
+      CHECK(result.values.dtype() == x.dtype());
+      CHECK(same_values(result.values, gather(x, dim, got.unsqueeze(dim))));
+    }
+  }
+}
+
+TEST_CASE("kthvalue's and median's gradients go to the picked position") {
+  Tensor x = tensor({0.3, -1.2, 2.5, 0.9, 1.7, -0.4}, {2, 3}, kF64).requires_grad_(true);
+  median(x, 1).values.backward(tensor({1, 2}, {2}, kF64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 0, 0, 2, 0, 0});
+  CHECK_FALSE(median(x, 1).indices.requires_grad());
+  Generator gen(6);
+  const Tensor y = randn({3, 4, 5}, kF64, &gen).requires_grad_(true);
+  for (int64_t dim : {0, 1, 2}) {
+    CAPTURE(dim);
+    GradcheckResult r = gradcheck([dim](const std::vector<Tensor>& in) { return median(in[0], dim).values; }, {y});
+    CHECK_MESSAGE(r.ok, r.message);
+    r = gradcheck([dim](const std::vector<Tensor>& in) { return kthvalue(in[0], 2, dim, true).values; }, {y});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+  GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return nanmedian(in[0]); }, {y});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("kthvalue and median errors name the op, the values and the fix") {
+  const Tensor x = zeros({2, 3});
+  CHECK_THROWS_WITH_FRAGMENT(kthvalue(x, 4), ValueError, "[kthvalue] k = 4 is out of range for dim 1 of size 3");
+  CHECK_THROWS_WITH_FRAGMENT(kthvalue(x, 0, 0), ValueError, "k counts from 1 to 2");
+  CHECK_THROWS_WITH_FRAGMENT(median(zeros({2, 0}), 1), ValueError, "[median] dim 1 of shape (2, 0) is empty");
+  CHECK_THROWS_WITH_FRAGMENT(nanmedian(x, 2), IndexError, "[nanmedian] dim 2 is out of range");
+  CHECK_THROWS_WITH_FRAGMENT(median(zeros({0}, kI64)), ValueError, "[median] of an empty int64 tensor");
+  CHECK_THROWS_WITH_FRAGMENT(median(Tensor()), ValueError, "[median] x is an undefined tensor");
 }
 
 TEST_CASE("sort and topk errors name the op, the values and the fix") {
