@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -277,6 +278,57 @@ bool all_true(const Tensor& mask) {
 }
 
 }  // namespace
+
+Tensor isnan(const Tensor& x) {
+  check_defined(x, "isnan", "x");
+  return is_floating(x.dtype()) ? ne(x, x) : zeros(x.sizes(), {.dtype = DType::Bool, .device = x.device()});
+}
+
+Tensor isinf(const Tensor& x) {
+  check_defined(x, "isinf", "x");
+  if (!is_floating(x.dtype())) return zeros(x.sizes(), {.dtype = DType::Bool, .device = x.device()});
+  return eq(abs(x.detach()), std::numeric_limits<double>::infinity());
+}
+
+Tensor isposinf(const Tensor& x) {
+  check_defined(x, "isposinf", "x");
+  return eq(x, std::numeric_limits<double>::infinity());
+}
+
+Tensor isneginf(const Tensor& x) {
+  check_defined(x, "isneginf", "x");
+  return eq(x, -std::numeric_limits<double>::infinity());
+}
+
+// Neither NaN (which equals nothing) nor infinite.
+Tensor isfinite(const Tensor& x) {
+  check_defined(x, "isfinite", "x");
+  if (!is_floating(x.dtype())) return ones(x.sizes(), {.dtype = DType::Bool, .device = x.device()});
+  return lt(abs(x.detach()), std::numeric_limits<double>::infinity());
+}
+
+namespace {
+
+// The largest finite value of a floating dtype (torch.finfo(dtype).max).
+double max_finite(DType dtype) {
+  switch (dtype) {
+    case DType::Float64: return std::numeric_limits<double>::max();
+    case DType::BFloat16: return 3.3895313892515355e38;  // (2 - 2^-7) * 2^127
+    case DType::Float16: return 65504.0;                 // (2 - 2^-10) * 2^15
+    default: return std::numeric_limits<float>::max();
+  }
+}
+
+}  // namespace
+
+Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf, std::optional<double> neginf) {
+  check_defined(x, "nan_to_num", "x");
+  if (!is_floating(x.dtype())) return x.clone();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double largest = max_finite(x.dtype());
+  const Tensor replaced = masked_fill(masked_fill(x, ne(x, x), nan), eq(x, inf), posinf.value_or(largest));
+  return masked_fill(replaced, eq(x, -inf), neginf.value_or(-largest));
+}
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   return all_true(isclose(a, b, rtol, atol, equal_nan));

@@ -19,6 +19,8 @@
 //   Tensor same = allclose(y, expected, 1e-5, 1e-8);
 #pragma once
 
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace loom {
@@ -84,6 +86,22 @@ Tensor operator&(const Tensor& a, const Tensor& b);
 Tensor operator|(const Tensor& a, const Tensor& b);
 Tensor operator^(const Tensor& a, const Tensor& b);
 Tensor operator~(const Tensor& x);
+
+// Which elements are NaN, infinite (+inf or -inf, or one of them), or finite,
+// as torch.isnan / isinf / isposinf / isneginf / isfinite: a Bool mask of x's
+// shape; every element of an integer or Bool tensor is finite.
+//   LOOM_CHECK(!any(isnan(loss)).item(), ...);  // stop before a NaN spreads
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isposinf(const Tensor& x);
+Tensor isneginf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+// x with NaN replaced by `nan`, +inf by `posinf` and -inf by `neginf` (by default
+// the largest and the lowest finite value of x's dtype), as torch.nan_to_num.
+// The gradient passes where x is finite (0 elsewhere); an integer or Bool x
+// comes back as a copy.
+Tensor nan_to_num(const Tensor& x, double nan = 0.0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
 
 // |a - b| <= atol + rtol * |b| elementwise, or a == b (equal infinities), or
 // both NaN when equal_nan, as torch.isclose: a and b have one dtype (any) and

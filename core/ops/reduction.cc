@@ -248,6 +248,47 @@ Tensor logsumexp(const Tensor& x, const Shape& dims_in, bool keepdim) {
 
 namespace {
 
+// How many elements of x are nonzero over `dims` (every dim when empty).
+Tensor nonzero_count(const Tensor& x, const Shape& dims, bool keepdim, std::string_view op) {
+  LOOM_CHECK(x.defined(), ValueError, "[{}] x is an undefined tensor", op);
+  return sum(ne(x.detach(), 0.0), dims_or_all(x, dims), keepdim);
+}
+
+// `dim` as a one-dim list, normalized for x (a 0-D x reduces over nothing).
+Shape one_dim(const Tensor& x, int64_t dim, std::string_view op) {
+  const int64_t d = normalize_dim(dim, x.dim(), op);
+  return x.dim() == 0 ? Shape{} : Shape{d};
+}
+
+}  // namespace
+
+Tensor any(const Tensor& x) { return gt(nonzero_count(x, {}, false, "any"), 0.0); }
+
+Tensor any(const Tensor& x, int64_t dim, bool keepdim) {
+  LOOM_CHECK(x.defined(), ValueError, "[any] x is an undefined tensor");
+  const Shape dims = one_dim(x, dim, "any");
+  if (dims.empty()) return ne(x.detach(), 0.0);
+  return gt(nonzero_count(x, dims, keepdim, "any"), 0.0);
+}
+
+// All elements are nonzero where none is zero; counting zeros keeps an empty
+// reduction true.
+Tensor all(const Tensor& x) {
+  LOOM_CHECK(x.defined(), ValueError, "[all] x is an undefined tensor");
+  return eq(sum(eq(x.detach(), 0.0)), 0.0);
+}
+
+Tensor all(const Tensor& x, int64_t dim, bool keepdim) {
+  LOOM_CHECK(x.defined(), ValueError, "[all] x is an undefined tensor");
+  const Shape dims = one_dim(x, dim, "all");
+  if (dims.empty()) return ne(x.detach(), 0.0);
+  return eq(sum(eq(x.detach(), 0.0), dims, keepdim), 0.0);
+}
+
+Tensor count_nonzero(const Tensor& x, const Shape& dims) { return nonzero_count(x, dims, false, "count_nonzero"); }
+
+namespace {
+
 // The running sum or product of x along d, from the end when `reverse`; no gradient.
 Tensor running(const Tensor& x, int64_t d, kernel::ScanOp op, bool reverse) {
   const Tensor in = x.device().is_cuda() ? x.detach().contiguous() : x.detach();  // the GPU kernel's layout

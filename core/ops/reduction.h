@@ -50,6 +50,17 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 //   Tensor offsets = cumsum(lengths, 0);  // int64 (N): lengths' running total
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
+// Whether any (all) elements are nonzero, over all elements (0-D) or along
+// `dim`, as torch.any / torch.all: any dtype, NaN counts as nonzero; a Bool
+// result, false (true) over no elements. count_nonzero counts them (int64),
+// over `dims` (every dim when empty).
+//   bool diverged = any(isnan(loss)).item() != 0;
+Tensor any(const Tensor& x);
+Tensor any(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor all(const Tensor& x);
+Tensor all(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor count_nonzero(const Tensor& x, const Shape& dims = {});
+
 // The running product along `dim`, as torch.cumprod: out[..., i, ...] = x[..., 0,
 // ...] * ... * x[..., i, ...], in `dtype` when given, else x's dtype when
 // floating and int64 for integer and Bool x; integer products wrap around.

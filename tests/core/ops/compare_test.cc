@@ -3,7 +3,7 @@
 // scalars, operators), counting with sum/mean on a mask, and where /
 // masked_fill: values, gradients (float64 gradcheck, broadcast operands) and
 // argument errors; logical ops and the mask operators, mul with masks, and
-// isclose / allclose / equal.
+// isclose / allclose / equal, and the NaN / infinity tests with nan_to_num.
 #include "core/ops/compare.h"
 
 #include <doctest/doctest.h>
@@ -299,6 +299,46 @@ TEST_CASE("maximum and minimum: broadcast values, NaN, and PyTorch's half gradie
   CHECK_THROWS_WITH_FRAGMENT(maximum(zeros({2}), zeros({2}, kF64)), TypeError,
                              "[maximum] a has dtype float32 and b float64");
   CHECK_THROWS_WITH_FRAGMENT(minimum(zeros({2}), zeros({3})), ShapeError, "(2,)");
+}
+
+}  // namespace loom
+
+namespace loom {
+
+TEST_CASE("isnan, isinf, isposinf, isneginf, isfinite and nan_to_num as PyTorch's") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const Tensor x = tensor({1, nan, inf, -inf, 0, -2.5}, {2, 3}, kF64);
+  CHECK(v(isnan(x)) == std::vector<double>{0, 1, 0, 0, 0, 0});
+  CHECK(v(isinf(x)) == std::vector<double>{0, 0, 1, 1, 0, 0});
+  CHECK(v(isposinf(x)) == std::vector<double>{0, 0, 1, 0, 0, 0});
+  CHECK(v(isneginf(x)) == std::vector<double>{0, 0, 0, 1, 0, 0});
+  CHECK(v(isfinite(x)) == std::vector<double>{1, 0, 0, 0, 1, 1});
+  CHECK(isnan(x).dtype() == DType::Bool);
+  CHECK(isfinite(x).sizes() == Shape{2, 3});
+  const Tensor labels = tensor({3, -1}, {2}, kI64);
+  CHECK(v(isnan(labels)) == std::vector<double>{0, 0});
+  CHECK(v(isinf(labels)) == std::vector<double>{0, 0});
+  CHECK(v(isfinite(labels)) == std::vector<double>{1, 1});
+  CHECK(v(nan_to_num(x)) == std::vector<double>{1, 0, std::numeric_limits<double>::max(),
+                                               std::numeric_limits<double>::lowest(), 0, -2.5});
+  CHECK(v(nan_to_num(x, 7, 8, -9)) == std::vector<double>{1, 7, 8, -9, 0, -2.5});
+  const Tensor f = tensor({nan, inf, -inf}, {3});
+  CHECK(v(nan_to_num(f)) == std::vector<double>{0, std::numeric_limits<float>::max(),
+                                               std::numeric_limits<float>::lowest()});
+  CHECK(nan_to_num(f).dtype() == DType::Float32);
+  CHECK(v(nan_to_num(labels)) == std::vector<double>{3, -1});
+  CHECK_THROWS_WITH_FRAGMENT(isnan(Tensor()), ValueError, "[isnan]");
+}
+
+TEST_CASE("nan_to_num's gradient passes where x is finite") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  Tensor x = tensor({1, nan, inf, -inf, 3}, {5}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(nan_to_num(x) * 2.0).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 0, 0, 0, 2});
+  Generator gen(62);
+  const Tensor y = randn({3, 4}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  const GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return nan_to_num(in[0]); }, {y});
+  CHECK_MESSAGE(r.ok, r.message);
 }
 
 }  // namespace loom

@@ -1,5 +1,5 @@
 // File: tests/core/ops/reduction_test.cc
-// sum / mean / max / argmax / sum_to / cumsum / cumprod / prod: hand values, a naive reference over
+// sum / mean / max / argmax / sum_to / any / all / cumsum / cumprod / prod: hand values, a naive reference over
 // row-major values for several dim sets (contiguous, strided and channels-last
 // inputs), tie and NaN rules, gradients, and argument errors.
 // N batch, C channels, H, W.
@@ -405,6 +405,58 @@ TEST_CASE("cumsum errors name the op and the fix") {
   CHECK_THROWS_WITH_FRAGMENT(cumsum(zeros({2, 3}), 2), IndexError, "[cumsum] dim 2 is out of range");
   CHECK_THROWS_WITH_FRAGMENT(cumsum(zeros({2}), 0, DType::Bool), TypeError, "[cumsum] the result cannot be Bool");
   CHECK_THROWS_WITH_FRAGMENT(cumsum(Tensor(), 0), ValueError, "[cumsum] x is an undefined tensor");
+}
+
+// --- any, all, count_nonzero ---------------------------------------------------------------
+
+TEST_CASE("any, all and count_nonzero as torch's: any dtype, NaN is nonzero, empty reductions") {
+  const Tensor x = tensor({0, 1, NAN, 0, 0, 0}, {2, 3});
+  CHECK(any(x).dtype() == DType::Bool);
+  CHECK(any(x).dim() == 0);
+  CHECK(any(x).item() == 1.0);
+  CHECK(all(x).item() == 0.0);
+  CHECK(any(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(all(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0});
+  CHECK(all(tensor({2, NAN, -1}, {3})).item() == 1.0);  // NaN counts as nonzero
+  CHECK(any(x, -1, true).sizes() == Shape{2, 1});
+  CHECK(count_nonzero(x).to_vector<int64_t>() == std::vector<int64_t>{2});
+  CHECK(count_nonzero(x, {0}).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1});
+  const Tensor mask = tensor({1, 1, 0}, {3}, {.dtype = DType::Bool});
+  CHECK(any(mask).item() == 1.0);
+  CHECK(all(mask).item() == 0.0);
+  CHECK(all(tensor({5, -3}, {2}, {.dtype = DType::Int64})).item() == 1.0);
+  CHECK(any(zeros({0})).item() == 0.0);  // over no elements: any false, all true
+  CHECK(all(zeros({0})).item() == 1.0);
+  CHECK(all(zeros({2, 0}), 1).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  CHECK(any(full({}, 3.0), 0).item() == 1.0);
+  Generator gen(406);
+  for (int trial = 0; trial < 20; ++trial) {
+    const Tensor r = randint(0, 3, {3, 4, 5}, {.dtype = DType::Int32}, &gen).transpose(0, 2);
+    const int64_t dim = trial % 3;
+    const std::vector<double> values = r.contiguous().to(DType::Float64).to_vector<double>();
+    CAPTURE(trial);
+    // Naive: walk the (5, 4, 3) values, one output per index with `dim` dropped.
+    const Shape sizes = r.sizes();
+    Shape out_sizes = sizes;
+    out_sizes.erase(out_sizes.begin() + dim);
+    std::vector<double> any_ref(numel_of(out_sizes), 0), all_ref(numel_of(out_sizes), 1), count(numel_of(out_sizes));
+    for (int64_t i = 0; i < numel_of(sizes); ++i) {
+      const int64_t idx[3] = {i / (sizes[1] * sizes[2]), i / sizes[2] % sizes[1], i % sizes[2]};
+      int64_t out = 0;
+      for (int64_t d = 0; d < 3; ++d) {
+        if (d != dim) out = out * sizes[d] + idx[d];
+      }
+      const bool nonzero = values[i] != 0;
+      any_ref[out] = any_ref[out] || nonzero;
+      all_ref[out] = all_ref[out] && nonzero;
+      count[out] += nonzero;
+    }
+    CHECK(testing::values(any(r, dim)) == any_ref);
+    CHECK(testing::values(all(r, dim)) == all_ref);
+    CHECK(testing::values(count_nonzero(r, {dim})) == count);
+  }
+  CHECK_THROWS_WITH_FRAGMENT(any(x, 2), IndexError, "[any] dim 2 is out of range");
+  CHECK_THROWS_WITH_FRAGMENT(all(Tensor()), ValueError, "[all] x is an undefined tensor");
 }
 
 // --- cumprod and prod ---------------------------------------------------------------------
