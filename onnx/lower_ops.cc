@@ -471,11 +471,18 @@ void interpolate(Lowering& L, const trace::Op& op) {
   out(L, op, L.emit("Resize", {x, "", "", sizes}, a));
 }
 
+// x in the op's output dtype: a Cast where they differ (a mask's sum counts in int64, its mean is float32).
+std::string in_output_dtype(Lowering& L, const trace::Op& op) {
+  const std::string x = in(L, op, 0);
+  if (op.inputs.at(0).dtype() == dtype_of(op)) return x;
+  return L.emit("Cast", {x}, {{"to", static_cast<int64_t>(proto::element_type(dtype_of(op)))}});
+}
+
 // sum / mean over dims (ReduceSum takes its axes as an input in opset 17, ReduceMean as an attribute).
 void reduce(Lowering& L, const trace::Op& op) {
   const std::vector<int64_t>& dims = op.get_ints("dims");
   const int64_t keep = op.get_int("keepdim");
-  const std::string x = in(L, op, 0);
+  const std::string x = in_output_dtype(L, op);
   if (op.name == "sum") {
     out(L, op, L.emit("ReduceSum", {x, L.ints(dims)}, {{"keepdims", keep}}));
   } else {
@@ -505,13 +512,34 @@ void top_k(Lowering& L, const trace::Op& op) {
   L.bind(op.outputs.at(1), outputs[1]);
 }
 
+// kthvalue as the last of TopK's k smallest, and median along a dim as the
+// ((n - 1) / 2 + 1)-th smallest, n read from the traced input (so the dim must
+// not be a dynamic one); TopK keeps equal elements in order of position, as
+// sort does. NaN's place is unspecified there, so median's NaN rule is not kept.
+void ranked(Lowering& L, const trace::Op& op) {
+  const Tensor& input = op.inputs.at(0);
+  if (input.dim() == 0) L.fail("a 0-d tensor is its own k-th value and median; call it on a 1-element vector");
+  const int64_t d = op.get_int("dim");
+  const int64_t k = op.name == "kthvalue" ? op.get_int("k") : (input.size(d) - 1) / 2 + 1;
+  const auto top = L.emit_n("TopK", {in(L, op, 0), L.ints({k})}, 2,
+                            {{"axis", d}, {"largest", int64_t{0}}, {"sorted", int64_t{1}}});
+  for (size_t i = 0; i < 2; ++i) {
+    std::string y = L.emit("Slice", {top[i], L.ints({k - 1}), L.ints({k}), L.ints({d})});
+    if (!op.get_int("keepdim")) y = L.emit("Squeeze", {y, L.ints({d})});
+    L.bind(op.outputs.at(i), y);
+  }
+}
+
+// prod over its dims in its result's dtype (int64 for integer and Bool inputs).
+void product(Lowering& L, const trace::Op& op) {
+  const int64_t keep = op.get_int("keepdim");
+  out(L, op, L.emit("ReduceProd", {in_output_dtype(L, op)}, {{"axes", op.get_ints("dims")}, {"keepdims", keep}}));
+}
+
 // cumsum in its result's dtype (int64 for integer and Bool inputs).
 void cumulative_sum(Lowering& L, const trace::Op& op) {
-  std::string x = in(L, op, 0);
-  if (op.inputs.at(0).dtype() != dtype_of(op)) {
-    x = L.emit("Cast", {x}, {{"to", static_cast<int64_t>(proto::element_type(dtype_of(op)))}});
-  }
-  out(L, op, L.emit("CumSum", {x, L.scalar(static_cast<double>(op.get_int("dim")), DType::Int64)}));
+  const std::string dim = L.scalar(static_cast<double>(op.get_int("dim")), DType::Int64);
+  out(L, op, L.emit("CumSum", {in_output_dtype(L, op), dim}));
 }
 
 Row refuse(std::string why) {
@@ -661,6 +689,9 @@ void add_reduction_rows(std::map<std::string, Row, std::less<>>& r) {
   r["sort"] = top_k;
   r["topk"] = top_k;
   r["cumsum"] = cumulative_sum;
+  r["prod"] = product;
+  r["kthvalue"] = ranked;
+  r["median"] = ranked;
   r["index_select"] = [](Lowering& L, const trace::Op& op) {
     out(L, op, L.emit("Gather", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
   };
@@ -673,6 +704,8 @@ void add_reduction_rows(std::map<std::string, Row, std::less<>>& r) {
 void add_refused_rows(std::map<std::string, Row, std::less<>>& r) {
   r["dropout"] = refuse("dropout in training mode draws random masks; export in evaluation mode (module.eval())");
   r["dropout2d"] = r["dropout"];
+  r["nanmedian"] = refuse("ONNX's TopK leaves NaN's place unspecified, so NaN cannot be skipped; use median");
+  r["cumprod"] = refuse("ONNX has no running product; export a model without cumprod or compute it outside");
   r["max_pool2d_with_indices"] = refuse("its indices (flat h * W + w per plane) are not MaxPool's; use max_pool2d");
   for (const char* name : {"fill_", "copy_", "add_", "mul_", "div_"}) {
     r[name] = refuse("an in-place update has no ONNX form (ONNX values are immutable); use the out-of-place op");

@@ -287,7 +287,8 @@ Tensor isnan(const Tensor& x) {
 Tensor isinf(const Tensor& x) {
   check_defined(x, "isinf", "x");
   if (!is_floating(x.dtype())) return zeros(x.sizes(), {.dtype = DType::Bool, .device = x.device()});
-  return eq(abs(x.detach()), std::numeric_limits<double>::infinity());
+  NoGradGuard no_grad;  // the mask carries no gradient; x itself (not a detached copy) keeps the trace whole
+  return eq(abs(x), std::numeric_limits<double>::infinity());
 }
 
 Tensor isposinf(const Tensor& x) {
@@ -304,7 +305,8 @@ Tensor isneginf(const Tensor& x) {
 Tensor isfinite(const Tensor& x) {
   check_defined(x, "isfinite", "x");
   if (!is_floating(x.dtype())) return ones(x.sizes(), {.dtype = DType::Bool, .device = x.device()});
-  return lt(abs(x.detach()), std::numeric_limits<double>::infinity());
+  NoGradGuard no_grad;
+  return lt(abs(x), std::numeric_limits<double>::infinity());
 }
 
 namespace {

@@ -251,7 +251,7 @@ namespace {
 // How many elements of x are nonzero over `dims` (every dim when empty).
 Tensor nonzero_count(const Tensor& x, const Shape& dims, bool keepdim, std::string_view op) {
   LOOM_CHECK(x.defined(), ValueError, "[{}] x is an undefined tensor", op);
-  return sum(ne(x.detach(), 0.0), dims_or_all(x, dims), keepdim);
+  return sum(ne(x, 0.0), dims_or_all(x, dims), keepdim);
 }
 
 // `dim` as a one-dim list, normalized for x (a 0-D x reduces over nothing).
@@ -267,7 +267,7 @@ Tensor any(const Tensor& x) { return gt(nonzero_count(x, {}, false, "any"), 0.0)
 Tensor any(const Tensor& x, int64_t dim, bool keepdim) {
   LOOM_CHECK(x.defined(), ValueError, "[any] x is an undefined tensor");
   const Shape dims = one_dim(x, dim, "any");
-  if (dims.empty()) return ne(x.detach(), 0.0);
+  if (dims.empty()) return ne(x, 0.0);
   return gt(nonzero_count(x, dims, keepdim, "any"), 0.0);
 }
 
@@ -275,14 +275,14 @@ Tensor any(const Tensor& x, int64_t dim, bool keepdim) {
 // reduction true.
 Tensor all(const Tensor& x) {
   LOOM_CHECK(x.defined(), ValueError, "[all] x is an undefined tensor");
-  return eq(sum(eq(x.detach(), 0.0)), 0.0);
+  return eq(sum(eq(x, 0.0)), 0.0);
 }
 
 Tensor all(const Tensor& x, int64_t dim, bool keepdim) {
   LOOM_CHECK(x.defined(), ValueError, "[all] x is an undefined tensor");
   const Shape dims = one_dim(x, dim, "all");
-  if (dims.empty()) return ne(x.detach(), 0.0);
-  return eq(sum(eq(x.detach(), 0.0), dims, keepdim), 0.0);
+  if (dims.empty()) return ne(x, 0.0);
+  return eq(sum(eq(x, 0.0), dims, keepdim), 0.0);
 }
 
 Tensor count_nonzero(const Tensor& x, const Shape& dims) { return nonzero_count(x, dims, false, "count_nonzero"); }

@@ -183,6 +183,27 @@ for n in m.graph.node:
     elif n.op_type == 'CumSum':
         v = env[n.input[0]]
         env[n.output[0]] = np.cumsum(v, axis=int(env[n.input[1]]), dtype=v.dtype)
+    elif n.op_type == 'ReduceSum':
+        axes = tuple(int(i) for i in env[n.input[1]]) if len(n.input) > 1 and n.input[1] else None
+        keep = bool(a['keepdims'].i) if 'keepdims' in a else True
+        v = env[n.input[0]]
+        env[n.output[0]] = np.sum(v, axis=axes, keepdims=keep, dtype=v.dtype)
+    elif n.op_type == 'ReduceProd':
+        axes = tuple(a['axes'].ints) if 'axes' in a and len(a['axes'].ints) else None
+        keep = bool(a['keepdims'].i) if 'keepdims' in a else True
+        v = env[n.input[0]]
+        env[n.output[0]] = np.prod(v, axis=axes, keepdims=keep, dtype=v.dtype)
+    elif n.op_type == 'Slice':
+        v, where = env[n.input[0]], [slice(None)] * env[n.input[0]].ndim
+        for start, end, axis in zip(*[env[i] for i in n.input[1:4]]):
+            where[int(axis)] = slice(int(start), int(end))
+        env[n.output[0]] = v[tuple(where)]
+    elif n.op_type == 'Squeeze':
+        env[n.output[0]] = np.squeeze(env[n.input[0]], axis=tuple(int(i) for i in env[n.input[1]]))
+    elif n.op_type == 'Unsqueeze':
+        env[n.output[0]] = np.expand_dims(env[n.input[0]], axis=tuple(int(i) for i in env[n.input[1]]))
+    elif n.op_type == 'Reshape':
+        env[n.output[0]] = env[n.input[0]].reshape(env[n.input[1]])
     elif n.op_type == 'Div' and env[n.input[0]].dtype.kind in 'iu':
         env[n.output[0]] = truncating_div(env[n.input[0]], env[n.input[1]])
     else:
@@ -248,6 +269,44 @@ TEST_CASE("sort, argsort, topk and cumsum export as TopK and CumSum and compute 
   });
   const std::string out = check_masks_export(ordered, tensor({0.3, -1.5, 2.0, 0.1, -0.5, 0.25, -1.0, 0.7}, {2, 4}));
   for (const char* node : {"'TopK'", "'CumSum'", "'Shape'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+}
+
+TEST_CASE("prod, kthvalue and median export as ReduceProd and TopK and compute Loom's values") {
+  Fn ranked([](const Tensor& y) {
+    const Tensor shifted = y + 2.0;  // no zero factor
+    const Tensor products = prod(shifted, 1, true) + prod(shifted * 0.5) + prod(y > -1.2, 1, true).to(DType::Float32);
+    const Tensor kth = kthvalue(y, 3, 1, true).values + kthvalue(y, 1, 0).values;  // (2, 1) and (4)
+    const ValuesIndices middle = median(y, 1, true);                               // the 2nd of 4
+    const Tensor medians = middle.values + middle.indices.to(DType::Float32) * 10.0 + median(y, 0).values + median(y);
+    return products + kth * 100.0 + medians * 1000.0;
+  });
+  const std::string out =
+      check_masks_export(ranked, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}), 1e-6);
+  for (const char* node : {"'ReduceProd'", "'TopK'", "'Slice'", "'Squeeze'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+  TempDir dir;
+  Fn running([](const Tensor& y) { return cumprod(y, 1); });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(running, {zeros({2, 4})}, (dir.path / "c.onnx").string()),
+                             onnx::ExportError, "ONNX has no running product");
+  Fn skipping([](const Tensor& y) { return nanmedian(y, 1).values; });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(skipping, {zeros({2, 4})}, (dir.path / "n.onnx").string()),
+                             onnx::ExportError, "NaN cannot be skipped");
+}
+
+TEST_CASE("isnan, isfinite, nan_to_num, any, all and a mask's count export and compute Loom's values") {
+  Fn checks([](const Tensor& y) {
+    const Tensor odd = where(y > 1.0, y * std::numeric_limits<double>::infinity(), y);  // 2.0 becomes inf
+    const Tensor flags = isnan(odd).to(DType::Float32) + isfinite(odd).to(DType::Float32) * 10.0;
+    const Tensor counts = any(y > 0.2, 1, true).to(DType::Float32) + all(y, 0).to(DType::Float32) * 10.0 +
+                          (y > 0.0).sum().to(DType::Float32) * 100.0 + count_nonzero(y, {1}).to(DType::Float32)
+                              .unsqueeze(1) * 1000.0;
+    return nan_to_num(odd, 0.0, 5.0) + flags * 10.0 + counts * 100.0;
+  });
+  const std::string out = check_masks_export(checks, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
+  for (const char* node : {"'ReduceSum'", "'Where'"}) {
     CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
   }
 }
