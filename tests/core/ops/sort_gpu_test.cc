@@ -245,22 +245,33 @@ LOOM_GPU_TEST_CASE("kthvalue, median and nanmedian match the CPU exactly") {
   CHECK_CLOSE(xg.grad().cpu(), xc.grad(), 0, 0);
 }
 
-LOOM_GPU_TEST_CASE("sort, topk and cumsum replay inside a CUDA graph with new values") {
+LOOM_GPU_TEST_CASE("sort, topk, median, cumsum, cumprod, prod, any and isnan replay inside a CUDA graph") {
   Generator gen(79);
   const Device gpu = testing::test_gpu();
   Tensor scores = randn({64, 100}, {}, &gen).to(gpu);
-  auto work = [&] { return std::tuple(topk(scores, 5).indices, sort(scores, 0).values, cumsum(scores, 1)); };
+  auto work = [&] {
+    const Tensor factors = tanh(scores) * 0.25 + 1.0;
+    return std::vector<Tensor>{topk(scores, 5).indices,        sort(scores, 0).values,
+                               cumsum(scores, 1),              median(scores, 1).indices,
+                               cumprod(factors, 1),            prod(factors, 0),
+                               any(gt(scores, 2.5), 1),        nan_to_num(log(scores)) + isnan(log(scores))};
+  };
   work();
   cuda::synchronize();
   cuda::CudaGraph graph;
-  std::tuple<Tensor, Tensor, Tensor> captured;
+  std::vector<Tensor> captured;
   graph.capture([&] { captured = work(); });
   for (int replay = 0; replay < 2; ++replay) {
     scores.copy_(randn({64, 100}, {}, &gen));
     graph.replay();
-    const Tensor host = scores.cpu();
-    CHECK(as_ints(std::get<0>(captured)) == as_ints(topk(host, 5).indices));
-    CHECK_CLOSE(std::get<1>(captured).cpu(), sort(host, 0).values, 0, 0);
-    CHECK(testing::normalized_error(std::get<2>(captured).cpu(), cumsum(host, 1)) <= 1e-5);
+    const Tensor host = scores.cpu(), factors = tanh(host) * 0.25 + 1.0;
+    CHECK(as_ints(captured[0]) == as_ints(topk(host, 5).indices));
+    CHECK_CLOSE(captured[1].cpu(), sort(host, 0).values, 0, 0);
+    CHECK(testing::normalized_error(captured[2].cpu(), cumsum(host, 1)) <= 1e-5);
+    CHECK(as_ints(captured[3]) == as_ints(median(host, 1).indices));
+    CHECK(testing::normalized_error(captured[4].cpu(), cumprod(factors, 1)) <= 1e-5);
+    CHECK(testing::normalized_error(captured[5].cpu(), prod(factors, 0)) <= 1e-5);
+    CHECK(as_ints(captured[6].to(DType::Int64)) == as_ints(any(gt(host, 2.5), 1).to(DType::Int64)));
+    CHECK(testing::normalized_error(captured[7].cpu(), nan_to_num(log(host)) + isnan(log(host))) <= 1e-5);
   }
 }
