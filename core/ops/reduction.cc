@@ -327,24 +327,6 @@ Tensor scan_input(const Tensor& x, int64_t& d, std::optional<DType> dtype, const
   return input;
 }
 
-}  // namespace
-
-Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  trace::OpScope trace("cumsum");
-  int64_t d = dim;
-  const Tensor input = scan_input(x, d, dtype, "cumsum");
-  Tensor y = running(input, d, kernel::ScanOp::Sum, false);
-  if (needs_grad({input})) {
-    record("cumsum", {input}, y, [d](const Tensor& dy) {
-      return std::vector<Tensor>{running(dy, d, kernel::ScanOp::Sum, true)};
-    });
-  }
-  if (trace.recording()) trace.record({x}, y, {{"dim", d}, {"dtype", std::string(dtype_name(input.dtype()))}});
-  return y;
-}
-
-namespace {
-
 // The gradient of y = cumprod(x) along d, exact where x holds zeros: dx_k is the
 // sum over i >= k of dy_i times the product of x_0..x_i without x_k. Before a
 // line's first zero that is (running sum from the end of dy * y) / x_k, as
@@ -360,20 +342,35 @@ Tensor cumprod_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int6
   return where(before_zero, before, masked_fill(at_zero, ~first_zero, 0.0));
 }
 
-}  // namespace
-
-Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  trace::OpScope trace("cumprod");
+// cumsum or cumprod (`op`): the backward of a running sum is the running sum of
+// dy from the end.
+Tensor scan(const Tensor& x, int64_t dim, std::optional<DType> dtype, kernel::ScanOp op) {
+  const char* name = op == kernel::ScanOp::Sum ? "cumsum" : "cumprod";
+  trace::OpScope trace(name);
   int64_t d = dim;
-  const Tensor input = scan_input(x, d, dtype, "cumprod");
-  Tensor y = running(input, d, kernel::ScanOp::Prod, false);
-  if (needs_grad({input})) {
-    record("cumprod", {input}, y, [input, y, d](const Tensor& dy) {
-      return std::vector<Tensor>{input.dim() == 0 ? dy : cumprod_backward(input.detach(), y.detach(), dy, d)};
+  const Tensor input = scan_input(x, d, dtype, name);
+  Tensor y = running(input, d, op, false);
+  if (needs_grad({input}) && op == kernel::ScanOp::Sum) {
+    record(name, {input}, y, [d](const Tensor& dy) {
+      return std::vector<Tensor>{running(dy, d, kernel::ScanOp::Sum, true)};
+    });
+  } else if (needs_grad({input})) {  // a product's backward needs x and y; a sum's neither
+    record(name, {input}, y, [x = input.detach(), y = y.detach(), d](const Tensor& dy) {
+      return std::vector<Tensor>{x.dim() == 0 ? dy : cumprod_backward(x, y, dy, d)};
     });
   }
   if (trace.recording()) trace.record({x}, y, {{"dim", d}, {"dtype", std::string(dtype_name(input.dtype()))}});
   return y;
+}
+
+}  // namespace
+
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return scan(x, dim, dtype, kernel::ScanOp::Sum);
+}
+
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return scan(x, dim, dtype, kernel::ScanOp::Prod);
 }
 
 namespace {

@@ -337,17 +337,16 @@ TEST_CASE("gradcheck: max over all, max(dim) values, sum_to") {
 
 // --- cumsum ------------------------------------------------------------------------------
 
-// The running sum along `dim` by walking every index, in double.
-std::vector<double> naive_cumsum(const Tensor& x, int64_t dim) {
-  const Tensor c = x.contiguous().to(DType::Float64);
-  const std::vector<double> v = c.to_vector<double>();
+// The running sum (or product) along `dim` by walking every index, in double.
+std::vector<double> naive_scan(const Tensor& x, int64_t dim, bool product = false) {
+  const std::vector<double> v = x.contiguous().to(DType::Float64).to_vector<double>();
   std::vector<double> out(v.size());
   int64_t inner = 1;
   for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
   const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
   for (size_t i = 0; i < v.size(); ++i) {
     const int64_t k = static_cast<int64_t>(i) / inner % n;
-    out[i] = v[i] + (k > 0 ? out[i - inner] : 0.0);
+    out[i] = k == 0 ? v[i] : product ? v[i] * out[i - inner] : v[i] + out[i - inner];
   }
   return out;
 }
@@ -382,7 +381,7 @@ TEST_CASE("cumsum matches the naive running sum on random shapes, dims, dtypes a
     CAPTURE(dim);
     const Tensor y = cumsum(x, dim);
     CHECK(y.dtype() == (is_floating(x.dtype()) ? x.dtype() : DType::Int64));
-    CHECK_CLOSE(y.to(DType::Float64), tensor(naive_cumsum(x, dim), x.sizes(), kF64), 1e-5, 1e-5);
+    CHECK_CLOSE(y.to(DType::Float64), tensor(naive_scan(x, dim), x.sizes(), kF64), 1e-5, 1e-5);
   }
 }
 
@@ -461,20 +460,6 @@ TEST_CASE("any, all and count_nonzero as torch's: any dtype, NaN is nonzero, emp
 
 // --- cumprod and prod ---------------------------------------------------------------------
 
-// The running product along `dim` by walking every index, in double.
-std::vector<double> naive_cumprod(const Tensor& x, int64_t dim) {
-  const std::vector<double> v = x.contiguous().to(DType::Float64).to_vector<double>();
-  std::vector<double> out(v.size());
-  int64_t inner = 1;
-  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
-  const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
-  for (size_t i = 0; i < v.size(); ++i) {
-    const int64_t k = static_cast<int64_t>(i) / inner % n;
-    out[i] = v[i] * (k > 0 ? out[i - inner] : 1.0);
-  }
-  return out;
-}
-
 // x with about a quarter of its elements set to exactly 0, so that lines hold
 // none, one or several zeros.
 Tensor with_zeros(const Tensor& x, Generator& gen) {
@@ -521,7 +506,7 @@ TEST_CASE("cumprod and prod match the naive product on random shapes, dims, dtyp
     CAPTURE(trial);
     CAPTURE(shape_str(x.sizes()));
     CAPTURE(dim);
-    const Tensor running = tensor(naive_cumprod(x, dim), x.sizes(), kF64);
+    const Tensor running = tensor(naive_scan(x, dim, true), x.sizes(), kF64);
     CHECK_CLOSE(cumprod(x, dim).to(DType::Float64), running, 1e-5, 1e-5);
     const Tensor last = running.narrow(dim, x.size(dim) - 1, 1).squeeze(dim);
     CHECK_CLOSE(prod(x, dim).to(DType::Float64), last, 1e-5, 1e-5);
