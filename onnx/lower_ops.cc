@@ -292,13 +292,35 @@ std::string python_floor_divide(Lowering& L, const std::string& a, const std::st
   return L.emit("Where", {L.emit("Equal", {b, zero}), quotient, floored});
 }
 
-// floor_divide and remainder, with a tensor or (`scalar`) a number as the divisor, in the output's dtype.
-Row python_division(std::string (*lower)(Lowering&, const std::string&, const std::string&, DType), bool scalar) {
+// Where floor_divide's and remainder's operands come from: two tensors, a tensor and a
+// number (floor_divide_scalar), or the number first (rfloor_divide: 7 // x).
+enum class Operands { Tensors, TensorNumber, NumberTensor };
+
+// floor_divide and remainder of `operands`, in the output's dtype.
+Row python_division(std::string (*lower)(Lowering&, const std::string&, const std::string&, DType),
+                    Operands operands) {
   return [=](Lowering& L, const trace::Op& op) {
     const DType t = dtype_of(op);
-    const std::string b = scalar ? L.scalar(op.get_double("scalar"), t) : in_as(L, op, 1, t);
-    out(L, op, lower(L, in_as(L, op, 0, t), b, t));
+    const std::string x = in_as(L, op, 0, t);
+    if (operands == Operands::Tensors) return out(L, op, lower(L, x, in_as(L, op, 1, t), t));
+    const std::string s = L.scalar(op.get_double("scalar"), t);
+    out(L, op, operands == Operands::TensorNumber ? lower(L, x, s, t) : lower(L, s, x, t));
   };
+}
+
+// torch.round(x, decimals): Round(x * 10^d) / 10^d, or Round(x / 10^-d) * 10^-d, in x's
+// dtype, a 16-bit x in float32 (as Loom and PyTorch's CPU kernel compute it); ONNX's
+// Round is half to even, as torch.round.
+std::string round_decimals(Lowering& L, const std::string& x_in, DType t, int64_t decimals) {
+  const DType c = is_half_precision(t) ? DType::Float32 : t;
+  const auto cast = [&](const std::string& v, DType to) {
+    return L.emit("Cast", {v}, {{"to", static_cast<int64_t>(proto::element_type(to))}});
+  };
+  const std::string x = c == t ? x_in : cast(x_in, c);
+  const std::string scale = L.scalar(std::pow(10.0, std::fabs(static_cast<double>(decimals))), c);
+  const std::string whole = L.emit("Round", {L.emit(decimals > 0 ? "Mul" : "Div", {x, scale})});
+  const std::string y = L.emit(decimals > 0 ? "Div" : "Mul", {whole, scale});
+  return c == t ? y : cast(y, t);
 }
 
 // --- comparisons and masks ----------------------------------------------------------------
@@ -613,17 +635,26 @@ void add_pointwise_rows(std::map<std::string, Row, std::less<>>& r) {
   r["cos"] = unary("Cos");
   r["floor"] = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Floor", {x}); });
   r["ceil"] = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Ceil", {x}); });
-  // ONNX's Round is half to even, as torch.round.
-  r["round"] = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Round", {x}); });
+  // ONNX's Round is half to even, as torch.round; round(x, decimals) records its decimals.
+  const Row round_whole = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Round", {x}); });
+  r["round"] = [round_whole](Lowering& L, const trace::Op& op) {
+    const int64_t decimals = op.has("decimals") ? op.get_int("decimals") : 0;
+    if (decimals == 0) return round_whole(L, op);
+    out(L, op, round_decimals(L, in(L, op, 0), dtype_of(op), decimals));
+  };
   r["trunc"] = rounding(trunc_of);
-  r["floor_divide"] = python_division(python_floor_divide, /*scalar=*/false);
-  r["floor_divide_scalar"] = python_division(python_floor_divide, /*scalar=*/true);
-  r["remainder"] = python_division(python_remainder, /*scalar=*/false);
-  r["remainder_scalar"] = python_division(python_remainder, /*scalar=*/true);
+  r["floor_divide"] = python_division(python_floor_divide, Operands::Tensors);
+  r["floor_divide_scalar"] = python_division(python_floor_divide, Operands::TensorNumber);
+  r["rfloor_divide"] = python_division(python_floor_divide, Operands::NumberTensor);
+  r["remainder"] = python_division(python_remainder, Operands::Tensors);
+  r["remainder_scalar"] = python_division(python_remainder, Operands::TensorNumber);
+  r["rremainder"] = python_division(python_remainder, Operands::NumberTensor);
   r["clone"] = unary("Identity");
   r["to_device"] = unary("Identity");
+  // An integer x is clamped in its dtype (Clip takes integers from opset 12), a mask as
+  // int64, either with a fractional bound in float32: the Cast of in_as.
   r["clamp"] = [](Lowering& L, const trace::Op& op) {
-    out(L, op, clip(L, in(L, op, 0), dtype_of(op), op.get_double("min"), op.get_double("max")));
+    out(L, op, clip(L, in_as(L, op, 0, dtype_of(op)), dtype_of(op), op.get_double("min"), op.get_double("max")));
   };
   r["to_dtype"] = [](Lowering& L, const trace::Op& op) {
     out(L, op, L.emit("Cast", {in(L, op, 0)}, {{"to", static_cast<int64_t>(proto::element_type(dtype_of(op)))}}));
@@ -707,7 +738,7 @@ void add_refused_rows(std::map<std::string, Row, std::less<>>& r) {
   r["nanmedian"] = refuse("ONNX's TopK leaves NaN's place unspecified, so NaN cannot be skipped; use median");
   r["cumprod"] = refuse("ONNX has no running product; export a model without cumprod or compute it outside");
   r["max_pool2d_with_indices"] = refuse("its indices (flat h * W + w per plane) are not MaxPool's; use max_pool2d");
-  for (const char* name : {"fill_", "copy_", "add_", "mul_", "div_"}) {
+  for (const char* name : {"fill_", "copy_", "add_", "mul_", "div_", "remainder_"}) {
     r[name] = refuse("an in-place update has no ONNX form (ONNX values are immutable); use the out-of-place op");
   }
 }

@@ -112,13 +112,18 @@ std::pair<Tensor, Tensor> promote_binary(const Tensor& a_in, const Tensor& b_in,
   return promote_operands(a, b);
 }
 
-// An integer or Bool tensor meeting a number, as PyTorch's: float32 for a true
-// division or a number with a fraction (labels * 0.5); with a whole number the
-// integer tensor's own dtype (labels + 1), int64 for a mask (mask * 2).
-Tensor promote_for_scalar(const Tensor& a, double s, bool true_division = false) {
+// An integer or Bool tensor meeting numbers, as PyTorch's: float32 unless they are
+// all whole (labels * 0.5); with whole ones the integer tensor's own dtype (labels + 1),
+// int64 for a mask (mask * 2).
+Tensor promote_for_numbers(const Tensor& a, bool all_whole) {
   if (!is_integral(a)) return a;
-  if (true_division || !whole_number(s)) return a.to(DType::Float32);
+  if (!all_whole) return a.to(DType::Float32);
   return a.dtype() == DType::Bool ? a.to(DType::Int64) : a;
+}
+
+// One number, or a true division (float32 for integers: uint8 pixels / 255).
+Tensor promote_for_scalar(const Tensor& a, double s, bool true_division = false) {
+  return promote_for_numbers(a, !true_division && whole_number(s));
 }
 
 // exp, log, sqrt of an integer or Bool tensor compute in float32, as PyTorch's.
@@ -172,7 +177,7 @@ Tensor scalar_values(const Tensor& a, double s, BinaryOp op, std::string_view na
 // the kernel gives 0 there instead (kernel::math::integer_floor_divide): a check would
 // wait for the GPU.
 void check_divisor(const Tensor& b, std::string_view name) {
-  if (!is_integer_dtype(b.dtype()) || !b.device().is_cpu()) return;
+  if (!b.defined() || !is_integer_dtype(b.dtype()) || !b.device().is_cpu()) return;
   LOOM_CHECK(!cpu::has_zero(b.strided()), ValueError,
              "[{}] integer division by zero: the {} divisor of shape {} holds a zero (PyTorch raises "
              "ZeroDivisionError); convert the operands with .to(DType::Float32) for IEEE results (inf, NaN)",
@@ -407,24 +412,41 @@ Tensor rdiv(const Tensor& a_in, double b) {
   return out;
 }
 
-Tensor floor_divide(const Tensor& a_in, double b) {
-  trace::OpScope trace("floor_divide_scalar");
-  const Tensor a = promote_for_scalar(a_in, b);
-  check_scalar_divisor(a, b, "floor_divide");
-  Tensor out = scalar_values(a, b, BinaryOp::FloorDivide, "floor_divide");
-  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
+namespace {
+
+// floor_divide or remainder (`op`) of x and a number: x // s and x % s, or s // x and
+// s % x when scalar_first (the trace's rfloor_divide and rremainder, as rsub and rdiv),
+// where x is the divisor. The gradients are remainder's (floor_divide has none): dy to
+// a dividend x, -floor_divide(s, x) * dy to a divisor x.
+Tensor python_division(const Tensor& x_in, double s, BinaryOp op, bool scalar_first) {
+  const bool is_remainder = op == BinaryOp::Remainder;
+  const char* name = is_remainder ? "remainder" : "floor_divide";
+  const char* traced = scalar_first ? (is_remainder ? "rremainder" : "rfloor_divide")
+                                    : (is_remainder ? "remainder_scalar" : "floor_divide_scalar");
+  trace::OpScope trace(traced);
+  const Tensor x = promote_for_scalar(x_in, s);
+  if (scalar_first) check_divisor(x, name);
+  else check_scalar_divisor(x, s, name);
+  Tensor out = scalar_values(x, s, op, name, scalar_first);
+  if (is_remainder && needs_grad({x})) {
+    if (scalar_first) {
+      record(traced, {x}, out, [x, s](const Tensor& dy) {
+        return std::vector<Tensor>{neg(mul(dy, floor_divide(s, x)))};
+      }, {x});
+    } else {
+      record(traced, {x}, out, [](const Tensor& dy) { return std::vector<Tensor>{dy}; });
+    }
+  }
+  if (trace.recording()) trace.record({x_in}, out, {{"scalar", s}});
   return out;
 }
 
-Tensor remainder(const Tensor& a_in, double b) {
-  trace::OpScope trace("remainder_scalar");
-  const Tensor a = promote_for_scalar(a_in, b);
-  check_scalar_divisor(a, b, "remainder");
-  Tensor out = scalar_values(a, b, BinaryOp::Remainder, "remainder");
-  if (needs_grad({a})) record("remainder_scalar", {a}, out, [](const Tensor& dy) { return std::vector<Tensor>{dy}; });
-  if (trace.recording()) trace.record({a_in}, out, {{"scalar", b}});
-  return out;
-}
+}  // namespace
+
+Tensor floor_divide(const Tensor& a, double b) { return python_division(a, b, BinaryOp::FloorDivide, false); }
+Tensor remainder(const Tensor& a, double b) { return python_division(a, b, BinaryOp::Remainder, false); }
+Tensor floor_divide(double a, const Tensor& b) { return python_division(b, a, BinaryOp::FloorDivide, true); }
+Tensor remainder(double a, const Tensor& b) { return python_division(b, a, BinaryOp::Remainder, true); }
 
 Tensor pow(const Tensor& x_in, double exponent) {
   trace::OpScope trace("pow_scalar");
@@ -531,10 +553,14 @@ namespace {
 
 // floor, ceil, round, trunc: piecewise constant, so their gradient is zero, as
 // PyTorch's (not none: the output requires grad where x does).
+void record_zero_gradient(const char* name, const Tensor& x, Tensor& out) {
+  if (needs_grad({x})) record(name, {x}, out, [](const Tensor& dy) { return std::vector<Tensor>{zeros_like(dy)}; });
+}
+
 Tensor rounding(const Tensor& x, UnaryOp op, const char* name) {
   trace::OpScope trace(name);
   Tensor out = unary_values(x, op, name);
-  if (needs_grad({x})) record(name, {x}, out, [](const Tensor& dy) { return std::vector<Tensor>{zeros_like(dy)}; });
+  record_zero_gradient(name, x, out);
   if (trace.recording()) trace.record({x}, out);
   return out;
 }
@@ -546,13 +572,81 @@ Tensor ceil(const Tensor& x) { return rounding(x, UnaryOp::Ceil, "ceil"); }
 Tensor round(const Tensor& x) { return rounding(x, UnaryOp::Round, "round"); }
 Tensor trunc(const Tensor& x) { return rounding(x, UnaryOp::Trunc, "trunc"); }
 
-Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+// PyTorch's round_decimals_kernel: nearbyint(x * p) / p, or nearbyint(x / p) * p for
+// negative decimals, with p = 10^|decimals| in the computing dtype (float32 for 16-bit
+// x, as its opmath type), each step rounding there. Three kernels on x's device, in place.
+Tensor round(const Tensor& x, int64_t decimals) {
+  trace::OpScope trace("round");
+  LOOM_CHECK(!x.defined() || is_floating(x.dtype()), TypeError,
+             "[round] with decimals ({}) takes a floating tensor, but the input is {} of shape {} (PyTorch has no "
+             "integer kernel for it); an integer tensor is already whole (round(x) copies it), or convert it "
+             "with .to(DType::Float32)",
+             decimals, dtype_name(x.dtype()), shape_str(x.sizes()));
+  check_float_tensor(x, "round");
+  Tensor out;
+  if (decimals == 0) {
+    out = unary_values(x, UnaryOp::Round, "round");
+  } else {
+    const double scale = std::pow(10.0, std::fabs(static_cast<double>(decimals)));
+    const BinaryOp first = decimals > 0 ? BinaryOp::Mul : BinaryOp::Div;
+    const BinaryOp second = decimals > 0 ? BinaryOp::Div : BinaryOp::Mul;
+    out = scalar_values(is_half_precision(x.dtype()) ? x.detach().to(DType::Float32) : x.detach(), scale, first,
+                        "round");
+    LOOM_KERNEL(out, unary, out.strided(), out.strided(), UnaryOp::Round);
+    LOOM_KERNEL(out, binary_scalar, out.strided(), out.strided(), scale, second);
+    if (out.dtype() != x.dtype()) out = out.to(x.dtype());
+  }
+  record_zero_gradient("round", x, out);
+  if (trace.recording()) trace.record({x}, out, {{"decimals", decimals}});
+  return out;
+}
+
+namespace {
+
+// The values an integer dtype holds, as doubles (int64's as [-2^63, 2^63]: every whole
+// number of magnitude below 2^63 fits).
+std::pair<double, double> integer_range(DType dtype) {
+  if (dtype == DType::UInt8) return {0.0, 255.0};
+  if (dtype == DType::Int32) return {-0x1p31, 0x1p31 - 1.0};
+  return {-0x1p63, 0x1p63};
+}
+
+// clamp of an integer x by whole bounds, in its dtype, as PyTorch's prepare_clamp_bound:
+// a bound beyond the range on its own side changes nothing and is dropped (lo, hi become
+// infinite); one beyond the other side would set every element to a value the dtype
+// cannot hold, and is refused. maximum and minimum with a 0-d bound are comparison and
+// where kernels, so both devices have it without a kernel of its own.
+Tensor clamp_integer(const Tensor& x, double& lo, double& hi) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const auto [lowest, highest] = integer_range(x.dtype());
+  LOOM_CHECK(lo <= highest && hi >= lowest, ValueError,
+             "[clamp] the {} bound {} is outside the range of the {} input ([{}, {}]), so every element would "
+             "become a value it cannot hold (PyTorch refuses it too); convert x with .to(DType::Int64) or "
+             ".to(DType::Float32) first",
+             lo > highest ? "min" : "max", lo > highest ? lo : hi, dtype_name(x.dtype()), lowest, highest);
+  if (lo < lowest) lo = -kInf;
+  if (hi > highest) hi = kInf;
+  Tensor out = x;
+  if (lo != -kInf) out = maximum(out, full({}, lo, x.options()));
+  if (hi != kInf) out = minimum(out, full({}, hi, x.options()));
+  return out.is_same(x) ? x.clone() : out;
+}
+
+}  // namespace
+
+Tensor clamp(const Tensor& x_in, std::optional<double> min, std::optional<double> max) {
   trace::OpScope trace("clamp");
-  check_float_tensor(x, "clamp");
   LOOM_CHECK(min || max, ValueError, "[clamp] needs at least one of min and max");
   double lo = min.value_or(-std::numeric_limits<double>::infinity());
   double hi = max.value_or(std::numeric_limits<double>::infinity());
   LOOM_CHECK(lo <= hi, ValueError, "[clamp] min {} is greater than max {}", lo, hi);
+  const Tensor x = promote_for_numbers(x_in, (!min || whole_number(lo)) && (!max || whole_number(hi)));
+  if (x.defined() && is_integer_dtype(x.dtype())) {
+    Tensor out = clamp_integer(x, lo, hi);
+    if (trace.recording()) trace.record({x_in}, out, {{"min", lo}, {"max", hi}});
+    return out;
+  }
+  check_float_tensor(x, "clamp");
   Tensor out = empty_like(x);
   LOOM_KERNEL(out, clamp, out.strided(), x.strided(), lo, hi);
   if (needs_grad({x})) {
@@ -562,7 +656,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
       return std::vector<Tensor>{dx};
     }, {x});
   }
-  if (trace.recording()) trace.record({x}, out, {{"min", lo}, {"max", hi}});
+  if (trace.recording()) trace.record({x_in}, out, {{"min", lo}, {"max", hi}});
   return out;
 }
 
@@ -582,17 +676,20 @@ Tensor operator+(double a, const Tensor& b) { return add(b, a); }
 Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
 Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
+Tensor operator%(double a, const Tensor& b) { return remainder(a, b); }
 Tensor operator-(const Tensor& x) { return neg(x); }
 
 Tensor& operator+=(Tensor& self, const Tensor& other) { return add_(self, other); }
 Tensor& operator-=(Tensor& self, const Tensor& other) { return sub_(self, other); }
 Tensor& operator*=(Tensor& self, const Tensor& other) { return mul_(self, other); }
 Tensor& operator/=(Tensor& self, const Tensor& other) { return div_(self, other); }
+Tensor& operator%=(Tensor& self, const Tensor& other) { return remainder_(self, other); }
 Tensor& operator+=(Tensor& self, double value) { return add_(self, value); }
 Tensor& operator-=(Tensor& self, double value) { return add_(self, -value); }
 Tensor& operator*=(Tensor& self, double value) { return mul_(self, value); }
 // A 0-d divisor rather than mul_ by 1 / value: x / 3 and x * (1 / 3) round differently.
 Tensor& operator/=(Tensor& self, double value) { return div_(self, full({}, value, self.options())); }
+Tensor& operator%=(Tensor& self, double value) { return remainder_(self, value); }
 
 // --- in place ----------------------------------------------------------------------------
 
@@ -621,12 +718,14 @@ Tensor broadcast_into(const Tensor& self, const Tensor& other_in, std::string_vi
 }
 
 // self op= value: an integer self takes whole numbers only (its result stays an integer).
-void check_inplace_scalar(const Tensor& self, double value, std::string_view op) {
+// `relation` words the op in the message ("times or plus", "modulo").
+void check_inplace_scalar(const Tensor& self, double value, std::string_view op,
+                          std::string_view relation = "times or plus") {
   check_arithmetic_tensor(self, op);
   LOOM_CHECK(is_floating(self.dtype()) || whole_number(value), TypeError,
-             "[{}] the {} tensor times or plus {} is floating, which cannot be written into it in place (as in "
+             "[{}] the {} tensor {} {} is floating, which cannot be written into it in place (as in "
              "PyTorch); write x = x.to(DType::Float32) first, or use the out-of-place op",
-             op, dtype_name(self.dtype()), value);
+             op, dtype_name(self.dtype()), relation, value);
   check_inplace(self, op);
 }
 
@@ -662,6 +761,25 @@ Tensor& div_(Tensor& self, const Tensor& other) {
              dtype_name(self.dtype()));
   Tensor b = broadcast_into(self, other, "div_");
   LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), BinaryOp::Div);
+  return self;
+}
+
+// Its checks come before the kernel, so a refused divisor writes nothing.
+Tensor& remainder_(Tensor& self, const Tensor& other) {
+  trace::OpScope trace("remainder_");  // in place: recorded so that the exporter can refuse it
+  if (trace.recording()) trace.record({self, other}, std::vector<Tensor>{});
+  Tensor b = broadcast_into(self, other, "remainder_");
+  check_divisor(b, "remainder_");
+  LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), BinaryOp::Remainder);
+  return self;
+}
+
+Tensor& remainder_(Tensor& self, double value) {
+  trace::OpScope trace("remainder_");  // in place: recorded so that the exporter can refuse it
+  if (trace.recording()) trace.record({self}, std::vector<Tensor>{});
+  check_inplace_scalar(self, value, "remainder_", "modulo");
+  check_scalar_divisor(self, value, "remainder_");
+  LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Remainder);
   return self;
 }
 

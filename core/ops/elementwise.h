@@ -38,11 +38,15 @@ Tensor rdiv(const Tensor& a, double b);  // b / a
 // number anywhere; a zero in a GPU divisor tensor gives 0 for both (as NumPy; PyTorch's
 // CUDA result is unspecified), since checking it would wait for the GPU. remainder's
 // gradients are dy and -floor_divide(a, b) * dy; floor_divide has none (its output
-// does not require grad, as PyTorch marks it not differentiable).
+// does not require grad, as PyTorch marks it not differentiable). The number may come
+// first (Python's 7 // t and 7 % t): it meets an integer tensor in the tensor's dtype
+// when whole, as the other arithmetic does, and the tensor is the divisor.
 Tensor floor_divide(const Tensor& a, const Tensor& b);
 Tensor floor_divide(const Tensor& a, double b);
+Tensor floor_divide(double a, const Tensor& b);
 Tensor remainder(const Tensor& a, const Tensor& b);
 Tensor remainder(const Tensor& a, double b);
+Tensor remainder(double a, const Tensor& b);  // gradient -floor_divide(a, b) * dy to b
 
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
@@ -60,8 +64,24 @@ Tensor floor(const Tensor& x);
 Tensor ceil(const Tensor& x);
 Tensor round(const Tensor& x);
 Tensor trunc(const Tensor& x);
+// torch.round(x, decimals=d): round(x * 10^d) / 10^d, or round(x / 10^-d) * 10^-d for
+// d < 0, half to even, computed as PyTorch's CPU kernel computes it: in x's dtype with
+// 10^|d| rounded to it (so float32 2.675 to 2 decimals is 2.68: its product with 100
+// rounds to 267.5 first; a 10^|d| beyond float32 gives NaN), and a 16-bit x in float32,
+// rounded once at the end. d = 0 is round(x). Floating x only, as PyTorch, which has no
+// integer kernel for it (an integer tensor is already whole: round(x) copies it); the
+// gradient is zero.
+Tensor round(const Tensor& x, int64_t decimals);
 Tensor pow(const Tensor& x, double exponent);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; x > 0 where exponent needs grad
+// min(max(x, min), max), with at least one bound; min <= max. Its gradient is dy
+// where min <= x <= max, else 0. An integer or Bool x meets its bounds as a number
+// meets it in arithmetic (PyTorch's result type of the tensor and its bounds): in its
+// own dtype (a mask's in int64) when both are whole, with no gradient, and in float32
+// when one has a fraction (clamp(labels, 1.5, nullopt) is float32). For an integer
+// dtype a bound beyond its range on its own side changes nothing and is dropped (a
+// uint8 x with min -1), one beyond the other side is a ValueError (a uint8 x with min
+// 300), as PyTorch's.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
@@ -78,6 +98,7 @@ Tensor operator+(double a, const Tensor& b);
 Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(double a, const Tensor& b);
+Tensor operator%(double a, const Tensor& b);
 Tensor operator-(const Tensor& x);
 
 // The compound assignments update self in place, as PyTorch's do: a += b is
@@ -87,10 +108,12 @@ Tensor& operator+=(Tensor& self, const Tensor& other);
 Tensor& operator-=(Tensor& self, const Tensor& other);
 Tensor& operator*=(Tensor& self, const Tensor& other);
 Tensor& operator/=(Tensor& self, const Tensor& other);
+Tensor& operator%=(Tensor& self, const Tensor& other);
 Tensor& operator+=(Tensor& self, double value);
 Tensor& operator-=(Tensor& self, double value);
 Tensor& operator*=(Tensor& self, double value);
 Tensor& operator/=(Tensor& self, double value);
+Tensor& operator%=(Tensor& self, double value);
 
 // In place (not differentiable: allowed on tensors that require grad only under
 // NoGradGuard, as optimizers run). `other` broadcasts to self's shape.
@@ -98,6 +121,10 @@ Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);
 Tensor& sub_(Tensor& self, const Tensor& other, double alpha = 1.0);
 Tensor& mul_(Tensor& self, const Tensor& other);
 Tensor& div_(Tensor& self, const Tensor& other);
+// self % other (Python's sign), as remainder; an integer divisor holding a zero is
+// refused as remainder refuses it.
+Tensor& remainder_(Tensor& self, const Tensor& other);
+Tensor& remainder_(Tensor& self, double value);
 Tensor& add_(Tensor& self, double value);
 // When an increment_ lands on a GPU counter while the calling thread captures a
 // CUDA graph (optim::TrainStep's step). Now: a kernel where the call is.

@@ -144,7 +144,8 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 // reference evaluator), against Loom's output on the same input: argv 1 the
 // file, 2 and 3 the input's and Loom's output's values, 4 a relative tolerance
 // (0: the same values exactly). Prints the op types. Mod follows its fmod
-// attribute, Div of integers truncates, as ONNX's do, and TopK orders stably.
+// attribute, Div of integers truncates, as ONNX's do, TopK orders stably and Clip's
+// bounds are optional.
 constexpr const char* kEvaluateMasks = R"(
 import json, sys
 import numpy as np
@@ -173,6 +174,9 @@ for n in m.graph.node:
         env[n.output[0]] = env[n.input[0]].astype(types[a['to'].i])
     elif n.op_type == 'Mod':
         env[n.output[0]] = (np.fmod if a['fmod'].i == 1 else np.mod)(env[n.input[0]], env[n.input[1]])
+    elif n.op_type == 'Clip':
+        v, (lo, hi) = env[n.input[0]], [env[i] if i else None for i in (list(n.input[1:]) + ['', ''])[:2]]
+        env[n.output[0]] = v if lo is None and hi is None else np.clip(v, lo, hi)
     elif n.op_type == 'TopK':
         v, k, axis = env[n.input[0]], int(env[n.input[1]][0]), a['axis'].i
         order = np.argsort(-v if a['largest'].i else v, axis=axis, kind='stable')
@@ -361,6 +365,44 @@ TEST_CASE("floor_divide and remainder export with Python's signs and compute Loo
   });
   out = check_masks_export(integers, x);
   CHECK_MESSAGE(out.find("'Mod'") != std::string::npos, out);
+}
+
+TEST_CASE("round with decimals, integer clamp and the number-first // and % export and compute Loom's values") {
+  const Tensor x = tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4});
+  Fn floats([](const Tensor& y) {
+    // -2.675 to 2 decimals is -2.68 (its product with 100 rounds to -267.5); 1 // 0.1 is 9.
+    const Tensor divisor = masked_fill(y, y == 0.0, 0.7), tenth = y * 0.0 + 0.1;
+    return round(y * 2.675, 2) + round(y * 1234.5, -2) * 10.0 + round(y * 5.0, 0) * 100.0 +
+           floor_divide(7.0, divisor) * 1000.0 + remainder(-1.0, divisor) * 10000.0 +
+           (floor_divide(1.0, tenth) + 1.0 % tenth) * 100000.0;
+  });
+  CHECK(testing::values(round(x * 2.675, 2)).back() == static_cast<double>(5.35f));
+  std::string out = check_masks_export(floats, x);
+  for (const char* node : {"'Round'", "'Mul'", "'Div'", "'Mod'", "'Floor'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+  Fn integers([](const Tensor& y) {
+    // n = -15, -10, -5, 0, 1, 2, 3, 20; d odd, so never 0: -9, -5, -1, 3, 3, 5, 5, 19; pixels uint8.
+    const Tensor n = (y * 10.0).to(DType::Int64), d = (y * 4.0).to(DType::Int64) * 2.0 + 3.0;
+    const Tensor pixels = (y * 10.0 + 20.0).to(DType::UInt8), mask = y > 0.2;
+    // int64 in its dtype, a uint8 min of -1 dropped, a mask as int64, a fractional bound in float32
+    const Tensor clamped = clamp(n, -6.0, 2.0) + clamp(pixels, -1.0, 25.0) * 10.0 + clamp(mask, 0.0, 0.0) * 7.0;
+    const Tensor q = remainder(7.0, d) + floor_divide(-7.0, d) * 100.0 + clamped * 10000.0;
+    return q.to(DType::Float32) + clamp(n, 1.5, std::nullopt) + y;
+  });
+  CHECK(clamp((x * 10.0).to(DType::Int64), 1.5, std::nullopt).dtype() == DType::Float32);
+  out = check_masks_export(integers, x);
+  for (const char* node : {"'Clip'", "'Mod'", "'Cast'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+  TempDir dir;
+  Custom in_place([](const Tensor& y) {
+    Tensor z = relu(y);
+    z %= 2.0;
+    return z;
+  });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(in_place, {x}, (dir.path / "r.onnx").string()), onnx::ExportError,
+                             "op 'remainder_' (#2 of the trace): an in-place update has no ONNX form");
 }
 
 TEST_CASE("sin, cos and exp export, integers cast to float32, and compute Loom's values within an ulp") {

@@ -8,12 +8,14 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <numbers>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/autograd.h"
@@ -358,7 +360,8 @@ TEST_CASE("clamp rejects missing and inverted bounds") {
   const Tensor x = zeros({2});
   CHECK_THROWS_WITH_FRAGMENT(clamp(x, std::nullopt, std::nullopt), ValueError, "[clamp] needs at least one of min and max");
   CHECK_THROWS_WITH_FRAGMENT(clamp(x, 2.0, 1.0), ValueError, "[clamp] min 2 is greater than max 1");
-  CHECK_THROWS_WITH_FRAGMENT(clamp(zeros({2}, {.dtype = DType::Int32}), 0.0, 1.0), TypeError, "[clamp] input has dtype int32");
+  CHECK_THROWS_WITH_FRAGMENT(clamp(zeros({2}, {.dtype = DType::UInt8}), 300.0, std::nullopt), ValueError,
+                             "[clamp] the min bound 300 is outside the range of the uint8 input ([0, 255])");
 }
 
 // --- in place -----------------------------------------------------------------------------------
@@ -576,8 +579,8 @@ TEST_CASE("operands of different dtypes promote as in PyTorch") {
 }
 
 TEST_CASE("argument errors name the op and print dtypes and shapes") {
-  CHECK_THROWS_WITH_FRAGMENT(clamp(zeros({2}, {.dtype = DType::Int64}), 0.0, 1.0), TypeError,
-                             "[clamp] input has dtype int64 but the op computes in float32 or float64");
+  CHECK_THROWS_WITH_FRAGMENT(clamp(zeros({2}, {.dtype = DType::Float16}), 0.0, 1.0), TypeError,
+                             "[clamp] input has dtype float16 on the CPU");
   CHECK_THROWS_WITH_FRAGMENT(log(zeros({2}, {.dtype = DType::Float16})), TypeError, "[log] input has dtype float16");
   CHECK_THROWS_WITH_FRAGMENT(add(zeros({3}), zeros({4})), ShapeError,
                              "[add] shapes (3,) and (4,) cannot be broadcast: dim 0 has sizes 3 and 4");
@@ -722,6 +725,10 @@ TEST_CASE("integer arithmetic on random values and layouts matches wrapping refe
 // The values of t as doubles with their signs of zero, row-major.
 std::vector<double> doubles_of(const Tensor& t) { return t.to(DType::Float64).to_vector<double>(); }
 
+// floor, ceil, round and trunc (round named without its decimals overload).
+using UnaryFn = Tensor (*)(const Tensor&);
+const std::vector<UnaryFn> kRoundings = {floor, ceil, round, trunc};
+
 bool same_bits(const std::vector<double>& got, const std::vector<double>& want) {
   if (got.size() != want.size()) return false;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -755,7 +762,7 @@ TEST_CASE("rounding an integer tensor is a copy in its dtype; a Bool mask is ref
   for (DType dtype : {DType::UInt8, DType::Int32, DType::Int64}) {
     CAPTURE(dtype_name(dtype));
     const Tensor x = int_tensor({0, 7, 200, 3}, {2, 2}, dtype).t();
-    for (const auto& op : {floor, ceil, round, trunc}) {
+    for (const UnaryFn op : kRoundings) {
       const Tensor y = op(x);
       CHECK(y.dtype() == dtype);
       CHECK(ints_of(y) == ints_of(x));
@@ -951,7 +958,7 @@ TEST_CASE("gradients: sin, cos, remainder (gradcheck, float64); rounding is zero
   sum(remainder(a, b)).backward();
   CHECK(doubles_of(a.grad()) == std::vector<double>{1, 1, 1});
   CHECK(doubles_of(b.grad()) == std::vector<double>{-(-2.0 + 2.0 + 3.0)});
-  for (const auto& op : {floor, ceil, round, trunc}) {
+  for (const UnaryFn op : kRoundings) {
     Tensor x = tensor({-1.5, 0.3, 2.5}, {3}, kF64).requires_grad_();
     const Tensor y = op(x);
     CHECK(y.requires_grad());
@@ -962,6 +969,309 @@ TEST_CASE("gradients: sin, cos, remainder (gradcheck, float64); rounding is zero
   CHECK_FALSE(q.requires_grad());
   CHECK_FALSE(floor_divide(a, 2.0).requires_grad());
   CHECK(remainder(a, 2.0).requires_grad());
+}
+
+// --- round with decimals, integer clamp, the number first, %= --------------------------------------
+
+// Each value as the dtype holds it (float32's nearest to the decimal), as doubles.
+std::vector<double> in_dtype(const std::vector<double>& values, DType dtype) {
+  std::vector<double> out;
+  for (double v : values) out.push_back(dtype == DType::Float32 ? static_cast<double>(static_cast<float>(v)) : v);
+  return out;
+}
+
+TEST_CASE("round with decimals by hand, as torch.round(x, decimals=d) gives them") {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    CAPTURE(dtype_name(dtype));
+    const TensorOptions o{.dtype = dtype};
+    const auto rounded = [&](const std::vector<double>& x, int64_t d) {
+      const Tensor y = round(tensor(x, {static_cast<int64_t>(x.size())}, o), d);
+      CHECK(y.dtype() == dtype);
+      return doubles_of(y);
+    };
+    // torch's documented examples: 0.1234567 to 3 decimals, 1200.1234567 to -3.
+    CHECK(same_bits(rounded({0.1234567, 1200.1234567, -0.0005, 0.0015}, 3),
+                    in_dtype({0.123, 1200.123, -0.0, 0.002}, dtype)));
+    CHECK(same_bits(rounded({1200.1234567, 1500, 2500, -499}, -3), {1000, 2000, 2000, -0.0}));
+    // x * 100 rounds before nearbyint sees it: 2.675 (2.67499...) becomes 267.5, then 268, in
+    // either dtype, as PyTorch's kernel computes; 1.005 (1.00499...) stays below 100.5.
+    CHECK(same_bits(rounded({2.675, 0.125, -0.125, 0.135, -0.004, 1.005}, 2),
+                    in_dtype({2.68, 0.12, -0.12, 0.14, -0.0, 1.0}, dtype)));
+    CHECK(same_bits(rounded({0.25, 0.35, -0.45, 1.15}, 1), in_dtype({0.2, 0.4, -0.4, 1.2}, dtype)));
+    CHECK(same_bits(rounded({15, 25, -35, 1234.5678, 5, -4.9}, -1), {20, 20, -40, 1230, 0, -0.0}));
+    CHECK(same_bits(rounded({kInf, -kInf, NAN}, 2), {kInf, -kInf, NAN}));
+    // 0 decimals is round(x); 10^40 overflows float32 (x * inf / inf is NaN), not float64.
+    CHECK(same_bits(rounded({0.5, 1.5, -2.5, 2.6}, 0), {0, 2, -2, 3}));
+    const bool f32 = dtype == DType::Float32;
+    CHECK(same_bits(rounded({1.5, -0.25}, 40), f32 ? std::vector<double>{NAN, NAN} : std::vector<double>{1.5, -0.25}));
+    CHECK(same_bits(rounded({1.5, 0.0}, -40), f32 ? std::vector<double>{NAN, NAN} : std::vector<double>{0.0, 0.0}));
+  }
+}
+
+TEST_CASE("round with decimals on random values and layouts matches PyTorch's formula in the dtype") {
+  Generator gen(41);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (int64_t d = -3; d <= 6; ++d) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(d);
+      Tensor x = mul(randn({5, 7}, {.dtype = dtype}, &gen), 500.0);
+      if (d % 2 != 0) x = x.t();  // strided
+      const std::vector<double> got = doubles_of(round(x, d)), values = doubles_of(x);
+      const double p = std::pow(10.0, std::abs(static_cast<double>(d)));
+      for (size_t i = 0; i < values.size(); ++i) {
+        CAPTURE(values[i]);
+        double want = 0;
+        if (dtype == DType::Float32) {
+          const float v = static_cast<float>(values[i]), pf = static_cast<float>(p);
+          want = d >= 0 ? std::nearbyint(v * pf) / pf : std::nearbyint(v / pf) * pf;
+        } else {
+          want = d >= 0 ? std::nearbyint(values[i] * p) / p : std::nearbyint(values[i] / p) * p;
+        }
+        CHECK(same_bits({got[i]}, {want}));
+        // Within half a unit of the last place kept, give or take the dtype's rounding.
+        CHECK(std::fabs(got[i] - values[i]) <= 0.5 / std::pow(10.0, static_cast<double>(d)) * (1 + 1e-6) +
+                                                   std::fabs(values[i]) * (dtype == DType::Float32 ? 1e-6 : 1e-15));
+      }
+    }
+  }
+}
+
+TEST_CASE("round with decimals: zero gradient; integer tensors and masks refused as in PyTorch") {
+  Tensor x = tensor({-1.25, 0.333, 2.5}, {3}, kF64).requires_grad_();
+  const Tensor y = round(x, 1);
+  CHECK(y.requires_grad());
+  sum(mul(y, 3.0)).backward();
+  CHECK(doubles_of(x.grad()) == std::vector<double>{0, 0, 0});
+  CHECK_FALSE(round(x.detach(), 2).requires_grad());
+  CHECK_THROWS_WITH_FRAGMENT(round(int_tensor({1, 2}, {2}, DType::Int64), 2), TypeError,
+                             "[round] with decimals (2) takes a floating tensor, but the input is int64 of shape (2,)");
+  CHECK_THROWS_WITH_FRAGMENT(round(int_tensor({1}, {1}, DType::UInt8), 0), TypeError, "round(x) copies it");
+  CHECK_THROWS_WITH_FRAGMENT(round(tensor({1, 0}, {2}, {.dtype = DType::Bool}), -1), TypeError,
+                             "but the input is bool");
+  CHECK_THROWS_WITH_FRAGMENT(round(Tensor(), 1), ValueError, "[round] input is an undefined tensor");
+  CHECK_THROWS_WITH_FRAGMENT(round(zeros({2}, {.dtype = DType::BFloat16}), 1), TypeError,
+                             "[round] input has dtype bfloat16 on the CPU");
+}
+
+TEST_CASE("clamp of integer tensors keeps their dtype for whole bounds, float32 for a fraction, as torch.clamp") {
+  for (DType dtype : {DType::Int32, DType::Int64}) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor x = int_tensor({-7, -1, 0, 3, 9, 12}, {2, 3}, dtype);
+    const Tensor y = clamp(x, -1.0, 9.0);
+    CHECK(y.dtype() == dtype);
+    CHECK(ints_of(y) == std::vector<int64_t>{-1, -1, 0, 3, 9, 9});
+    CHECK(ints_of(clamp(x, 2.0, std::nullopt)) == std::vector<int64_t>{2, 2, 2, 3, 9, 12});
+    CHECK(ints_of(clamp(x, std::nullopt, -3.0)) == std::vector<int64_t>{-7, -3, -3, -3, -3, -3});
+    CHECK(ints_of(clamp(x.t(), 0.0, 5.0)) == std::vector<int64_t>{0, 3, 0, 5, 0, 5});  // strided
+    // A fractional bound: float32, as PyTorch's result type of an integer tensor and a float.
+    const Tensor f = clamp(x, 1.5, 9.0);
+    CHECK(f.dtype() == DType::Float32);
+    CHECK(doubles_of(f) == std::vector<double>{1.5, 1.5, 1.5, 3, 9, 9});
+    CHECK(clamp(x, std::nullopt, 0.25).dtype() == DType::Float32);
+  }
+  // A mask meets whole bounds in int64 (PyTorch's result type of Bool and an int).
+  const Tensor mask = tensor({1, 0, 1}, {3}, {.dtype = DType::Bool});
+  CHECK(clamp(mask, 0.0, 1.0).dtype() == DType::Int64);
+  CHECK(ints_of(clamp(mask, std::nullopt, 0.0)) == std::vector<int64_t>{0, 0, 0});
+  CHECK(doubles_of(clamp(mask, 0.5, std::nullopt)) == std::vector<double>{1, 0.5, 1});
+  // uint8: a min below 0 or a max above 255 changes nothing and is dropped (a copy comes back),
+  // a min above 255 or a max below 0 is refused, as PyTorch's prepare_clamp_bound.
+  const Tensor pixels = int_tensor({0, 100, 255}, {3}, DType::UInt8);
+  const Tensor same = clamp(pixels, -1.0, 300.0);
+  CHECK(same.dtype() == DType::UInt8);
+  CHECK(ints_of(same) == std::vector<int64_t>{0, 100, 255});
+  CHECK(same.raw_data() != pixels.raw_data());
+  CHECK(ints_of(clamp(pixels, -5.0, 200.0)) == std::vector<int64_t>{0, 100, 200});
+  CHECK(ints_of(clamp(pixels, 50.0, 1e6)) == std::vector<int64_t>{50, 100, 255});
+  CHECK_THROWS_WITH_FRAGMENT(clamp(pixels, std::nullopt, -1.0), ValueError,
+                             "[clamp] the max bound -1 is outside the range of the uint8 input ([0, 255]), so every "
+                             "element would become a value it cannot hold");
+  const Tensor i32 = int_tensor({5}, {1}, DType::Int32);
+  CHECK(ints_of(clamp(i32, -3e9, 3e9)) == std::vector<int64_t>{5});
+  CHECK_THROWS_WITH_FRAGMENT(clamp(i32, 3e9, std::nullopt), ValueError,
+                             "[clamp] the min bound 3000000000 is outside the range of the int32 input "
+                             "([-2147483648, 2147483647])");
+  // int64 compares in int64, not double: 2^53 + 1 stays below a min of 2^53 + 2.
+  const int64_t big = (int64_t{1} << 53) + 1;
+  CHECK(ints_of(clamp(int_tensor({big, big + 2}, {2}, DType::Int64), 0x1p53 + 2, std::nullopt)) ==
+        std::vector<int64_t>{big + 1, big + 2});
+  CHECK(ints_of(clamp(int_tensor({big + 2}, {1}, DType::Int64), std::nullopt, 0x1p53)) ==
+        std::vector<int64_t>{big - 1});
+  CHECK_THROWS_WITH_FRAGMENT(clamp(i32, 2.0, 1.0), ValueError, "[clamp] min 2 is greater than max 1");
+}
+
+TEST_CASE("integer clamp on random values and layouts matches std::clamp") {
+  std::mt19937_64 rng(43);
+  for (DType dtype : {DType::UInt8, DType::Int32, DType::Int64}) {
+    // int64 values within +-10^6: its full range is covered by the hand cases.
+    const int64_t i32_min = std::numeric_limits<int32_t>::min(), i32_max = std::numeric_limits<int32_t>::max();
+    const auto [lowest, highest] = dtype == DType::UInt8   ? std::pair<int64_t, int64_t>{0, 255}
+                                   : dtype == DType::Int32 ? std::pair<int64_t, int64_t>{i32_min, i32_max}
+                                                           : std::pair<int64_t, int64_t>{-1000000, 1000000};
+    for (int trial = 0; trial < 12; ++trial) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(trial);
+      const auto draw = [&] {
+        const auto span = static_cast<uint64_t>(highest - lowest) + 1;
+        return lowest + static_cast<int64_t>(rng() % span);
+      };
+      std::vector<int64_t> values(12);
+      for (int64_t& v : values) v = draw();
+      Tensor x = int_tensor(values, {3, 4}, dtype);
+      if (trial % 2 == 1) x = x.t().contiguous().t();
+      int64_t lo = draw(), hi = draw();
+      if (lo > hi) std::swap(lo, hi);
+      const bool has_lo = trial % 3 != 1, has_hi = trial % 3 != 2;
+      const Tensor y = clamp(x, has_lo ? std::optional<double>(static_cast<double>(lo)) : std::nullopt,
+                             has_hi ? std::optional<double>(static_cast<double>(hi)) : std::nullopt);
+      CHECK(y.dtype() == dtype);
+      const std::vector<int64_t> got = ints_of(y);
+      for (size_t i = 0; i < values.size(); ++i) {
+        CHECK(got[i] == std::clamp(values[i], has_lo ? lo : lowest, has_hi ? hi : highest));
+      }
+    }
+  }
+}
+
+TEST_CASE("floor_divide and remainder with the number first by hand: Python's 7 // t and 7 % t") {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Int32, DType::Int64}) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor b = tensor({2, -2, 3, -3, 5, -5}, {6}, {.dtype = dtype});
+    CHECK(remainder(7.0, b).dtype() == dtype);
+    CHECK(floor_divide(7.0, b).dtype() == dtype);
+    CHECK(doubles_of(floor_divide(7.0, b)) == std::vector<double>{3, -4, 2, -3, 1, -2});
+    CHECK(doubles_of(remainder(7.0, b)) == std::vector<double>{1, -1, 1, -2, 2, -3});
+    CHECK(doubles_of(floor_divide(-7.0, b)) == std::vector<double>{-4, 3, -3, 2, -2, 1});
+    CHECK(doubles_of(-7.0 % b) == std::vector<double>{1, -1, 2, -1, 3, -2});
+  }
+  // Floats: PyTorch's fmod-based formula (1 // 0.1 is 9), fractions, infinities, division by zero.
+  const Tensor b = tensor({0.1, 2.0, -2.0, kInf, -kInf, 0.0}, {6}, kF64);
+  CHECK(same_bits(doubles_of(floor_divide(1.0, b)), {9, 0, -1, 0, -1, kInf}));
+  CHECK(same_bits(doubles_of(remainder(1.0, b)), {0.09999999999999995, 1, -1, 1, -kInf, NAN}));
+  CHECK(same_bits(doubles_of(remainder(5.5, b.slice(0, 1, 3))), {1.5, -0.5}));
+  CHECK(doubles_of(floor_divide(1.0, tensor({0.1f}, {1}))) == std::vector<double>{9});
+  // Dtypes as the number's other arithmetic: a whole number keeps an integer dtype, a
+  // fraction is float32, a mask meets a whole number in int64; uint8 wraps the number (300 is 44).
+  const Tensor i32 = int_tensor({3, -4}, {2}, DType::Int32);
+  CHECK(ints_of(remainder(10.0, i32)) == std::vector<int64_t>{1, -2});
+  CHECK(remainder(7.5, i32).dtype() == DType::Float32);
+  CHECK(doubles_of(remainder(7.5, i32)) == std::vector<double>{1.5, -0.5});
+  CHECK(doubles_of(floor_divide(7.5, i32)) == std::vector<double>{2, -2});
+  const Tensor ones_mask = tensor({1, 1}, {2}, {.dtype = DType::Bool});
+  CHECK(remainder(5.0, ones_mask).dtype() == DType::Int64);
+  CHECK(ints_of(floor_divide(5.0, ones_mask)) == std::vector<int64_t>{5, 5});
+  const Tensor u8 = int_tensor({3, 7, 255, 200}, {4}, DType::UInt8);
+  CHECK(floor_divide(200.0, u8).dtype() == DType::UInt8);
+  CHECK(ints_of(floor_divide(200.0, u8)) == std::vector<int64_t>{66, 28, 0, 1});
+  CHECK(ints_of(remainder(200.0, u8)) == std::vector<int64_t>{2, 4, 200, 0});
+  CHECK(ints_of(remainder(300.0, u8)) == std::vector<int64_t>{2, 2, 44, 44});
+  // Large int64 values exactly (a double holds -2^62); -2^63 is not below 2^63 in magnitude, so float32.
+  CHECK(ints_of(floor_divide(-0x1p62, int_tensor({-1, 3}, {2}, DType::Int64))) ==
+        std::vector<int64_t>{4611686018427387904, -1537228672809129302});
+  CHECK(ints_of(remainder(-0x1p62, int_tensor({3}, {1}, DType::Int64))) == std::vector<int64_t>{2});
+}
+
+TEST_CASE("the number first: an integer divisor with a zero is refused; strided and random values match") {
+  const Tensor with_zero = int_tensor({4, 0}, {2}, DType::Int64);
+  CHECK_THROWS_WITH_FRAGMENT(remainder(7.0, with_zero), ValueError,
+                             "[remainder] integer division by zero: the int64 divisor of shape (2,) holds a zero");
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide(7.0, with_zero), ValueError, "[floor_divide] integer division by zero");
+  CHECK_THROWS_WITH_FRAGMENT(7.0 % tensor({1, 0}, {2}, {.dtype = DType::Bool}), ValueError, "holds a zero");
+  CHECK_THROWS_WITH_FRAGMENT(remainder(7.0, Tensor()), ValueError, "[remainder] input is an undefined tensor");
+  CHECK(ints_of(remainder(7.0, int_tensor({4, 0, 3, 5}, {2, 2}, DType::Int64).select(1, 0))) ==
+        std::vector<int64_t>{3, 1});  // the view's elements, not the storage's zero
+  std::mt19937_64 rng(47);
+  for (DType dtype : {DType::Int32, DType::Int64, DType::Float32, DType::Float64}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(trial);
+      Generator gen(100 + trial);
+      Tensor b;
+      if (is_floating(dtype)) {
+        b = randn({4, 3}, {.dtype = dtype}, &gen);
+      } else {
+        std::vector<int64_t> bv(12);
+        for (int64_t& v : bv) v = (rng() % 2 == 0 ? 1 : -1) * static_cast<int64_t>(1 + rng() % 40);
+        b = int_tensor(bv, {4, 3}, dtype);
+      }
+      if (trial % 2 == 1) b = b.t();
+      const double a = is_floating(dtype) ? static_cast<double>(static_cast<int64_t>(rng() % 2001) - 1000) / 7.0
+                                          : static_cast<double>(static_cast<int64_t>(rng() % 2001) - 1000);
+      const std::vector<double> vb = doubles_of(b), q = doubles_of(floor_divide(a, b)), r = doubles_of(a % b);
+      const double av = dtype == DType::Float32 ? static_cast<float>(a) : a;
+      for (size_t i = 0; i < vb.size(); ++i) {
+        CAPTURE(vb[i]);
+        const long double x = av, y = vb[i], fq = std::floor(x / y);
+        CHECK(q[i] == static_cast<double>(fq));
+        const double ulp = dtype == DType::Float32 ? 0x1p-23 : 0x1p-52;
+        CHECK(std::fabs(r[i] - static_cast<double>(x - fq * y)) <= ulp * std::fabs(vb[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("the number first: remainder's gradient to the divisor is -floor(a / b) (gradcheck, float64)") {
+  Tensor b = tensor({2.0, -2.0, 0.75, 10.0}, {4}, kF64).requires_grad_();
+  Tensor y = remainder(7.0, b);
+  CHECK(y.requires_grad());
+  sum(y).backward();
+  CHECK(doubles_of(b.grad()) == std::vector<double>{-3, 4, -9, -0.0});
+  CHECK_FALSE(floor_divide(7.0, b).requires_grad());
+  Generator gen(49);
+  for (const Shape& sizes : {Shape{2, 3}, Shape{3, 1, 2}}) {
+    CAPTURE(shape_str(sizes));
+    check_grad([](const std::vector<Tensor>& in) { return remainder(2.3, in[0]); }, {positive_leaf(sizes, gen)});
+    check_grad([](const std::vector<Tensor>& in) { return -5.1 % (in[0] * -1.0); }, {positive_leaf(sizes, gen)});
+    check_grad([](const std::vector<Tensor>& in) { return remainder(1.7, in[0].t()); }, {positive_leaf({3, 2}, gen)});
+  }
+}
+
+TEST_CASE("%= updates in place as += and *= do: tensor and number operands, integers, refusals") {
+  Tensor x = tensor({-7, 7, 5.5, -3.5}, {2, 2}, kF64);
+  const Tensor alias = x;
+  const void* data = x.raw_data();
+  x %= tensor({2, -2}, {2}, kF64);  // broadcast into x
+  CHECK(doubles_of(alias) == std::vector<double>{1, -1, 1.5, -1.5});
+  x %= 1.0;
+  CHECK(doubles_of(alias) == std::vector<double>{0, 0, 0.5, 0.5});
+  CHECK(x.raw_data() == data);
+  Tensor counts = int_tensor({-7, 7, 200}, {3}, DType::Int64);
+  counts %= 3.0;
+  CHECK(ints_of(counts) == std::vector<int64_t>{2, 1, 2});
+  counts %= int_tensor({2, 2, -2}, {3}, DType::Int32);  // cast to int64, as the other in-place ops cast
+  CHECK(counts.dtype() == DType::Int64);
+  CHECK(ints_of(counts) == std::vector<int64_t>{0, 1, 0});
+  Tensor floats = tensor({5.5, -5.5}, {2});
+  floats %= int_tensor({2, 2}, {2}, DType::UInt8);
+  CHECK(doubles_of(floats) == std::vector<double>{1.5, 0.5});
+  Tensor cols = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, kF64).t();  // strided destination
+  remainder_(cols, 4.0);
+  CHECK(doubles_of(cols) == std::vector<double>{1, 0, 2, 1, 3, 2});
+  // Refused as add_ and mul_ refuse, with nothing written.
+  Tensor ints = int_tensor({5, 6}, {2}, DType::Int32);
+  CHECK_THROWS_WITH_FRAGMENT(ints %= 0.5, TypeError, "[remainder_] the int32 tensor modulo 0.5 is floating");
+  CHECK_THROWS_WITH_FRAGMENT(ints %= tensor({2.5, 2.5}, {2}), TypeError,
+                             "[remainder_] the result of int32 and float32 is floating");
+  CHECK_THROWS_WITH_FRAGMENT(ints %= 0.0, ValueError,
+                             "[remainder_] integer division by zero: the int32 tensor divided by 0");
+  CHECK_THROWS_WITH_FRAGMENT(ints %= int_tensor({3, 0}, {2}, DType::Int32), ValueError,
+                             "[remainder_] integer division by zero: the int32 divisor of shape (2,) holds a zero");
+  CHECK(ints_of(ints) == std::vector<int64_t>{5, 6});
+  Tensor mask = tensor({1, 0}, {2}, {.dtype = DType::Bool});
+  CHECK_THROWS_WITH_FRAGMENT(mask %= 2.0, TypeError, "[remainder_] input is a Bool mask");
+  CHECK_THROWS_WITH_FRAGMENT(x %= zeros({3}, kF64), ShapeError, "[remainder_]");
+  Tensor expanded = ones({1}).expand({3});
+  CHECK_THROWS_WITH_FRAGMENT(expanded %= 2.0, ValueError, "[remainder_] the destination (shape (3,), strides (0,))");
+  Tensor w = tensor({2.5, -1.5}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  CHECK_THROWS_WITH_FRAGMENT(w %= 1.0, AutogradError, "[remainder_] a leaf tensor that requires grad");
+  Tensor h = mul(w, 2.0);
+  CHECK_THROWS_WITH_FRAGMENT(h %= w, AutogradError, "use the out-of-place op");
+  {
+    NoGradGuard guard;
+    w %= 1.0;  // an update outside autograd, as optimizers make
+  }
+  CHECK(doubles_of(w) == std::vector<double>{0.5, 0.5});
+  CHECK(w.requires_grad());
 }
 
 }  // namespace

@@ -347,6 +347,49 @@ LOOM_GPU_TEST_CASE("abs, masks, isclose, cat promotion and dropout2d match the C
   CHECK(equal((~bools).cpu(), (~bools.to(testing::test_gpu())).cpu()));
 }
 
+// Composites of existing kernels (scalar arithmetic, rounding, comparisons and where),
+// so the GPU runs them without kernels of their own and gives the CPU's values.
+LOOM_GPU_TEST_CASE("round(x, decimals), integer clamp, the number first in // and %, and %= match the CPU") {
+  Generator gen(59);
+  for (MemoryFormat f : kLayouts) {
+    Tensor a = leaf({2, 3, 4, 5}, gen, 30.0), pos = leaf({2, 3, 4, 5}, gen, 0.5, 3.0);
+    check_parity("round(decimals 2)", [](auto& in) { return round(in[0], 2); }, {a}, f, kExact, gen);
+    check_parity("round(decimals -1)", [](auto& in) { return round(in[0], -1); }, {a}, f, kExact, gen);
+    check_parity("remainder(number, x)", [](auto& in) { return remainder(7.3, in[0]); }, {pos}, f, kExact, gen);
+    check_parity("number % x (negative x)", [](auto& in) { return -7.3 % -in[0]; }, {pos}, f, kExact, gen);
+    check_parity("floor_divide(number, x)", [](auto& in) { return floor_divide(7.3, in[0]); }, {pos}, f, kExact,
+                 gen);
+  }
+  const Device gpu = testing::test_gpu();
+  const Tensor labels = randint(-50, 50, {6, 7}, {.dtype = DType::Int64}, &gen);
+  // Odd divisors from -7 to 7: no zero to divide by.
+  const Tensor divisors = randint(1, 9, {6, 7}, {.dtype = DType::Int64}, &gen) * 2.0 - 9.0;
+  const Tensor x32 = mul(randn({6, 7}, {}, &gen), 20.0).to(DType::BFloat16).to(DType::Float32);
+  const std::vector<const char*> names = {
+      "clamp(int64)", "clamp(uint8, min dropped)", "clamp(mask)", "clamp(int64, fractional min)",
+      "remainder(number, int64)", "floor_divide(number, int64)", "int64 %= number", "int64 %= int64 (strided)",
+      "float32 %= number", "round(bf16, 1) in float32"};
+  const auto results = [&](const Device& on) {
+    const Tensor l = labels.to(on), d = divisors.to(on), x = x32.to(on);
+    Tensor by_number = l.clone(), by_tensor = l.clone(), floats = x.clone();
+    by_number %= 7.0;
+    by_tensor %= d.t().contiguous().t();
+    floats %= -2.5;
+    const Tensor bf16 = on.is_cuda() ? round(x.to(DType::BFloat16), 1).to(DType::Float32)
+                                     : round(x, 1).to(DType::BFloat16).to(DType::Float32);
+    return std::vector<Tensor>{clamp(l, -20.0, 30.0), clamp((l + 60.0).to(DType::UInt8), -1.0, 70.0),
+                               clamp(l > 0, 0.0, 0.0), clamp(l, 1.5, std::nullopt), remainder(7.0, d),
+                               floor_divide(-50.0, d), by_number, by_tensor, floats, bf16};
+  };
+  const std::vector<Tensor> expected = results(Device::cpu()), actual = results(gpu);
+  for (size_t i = 0; i < names.size(); ++i) {
+    CAPTURE(names[i]);
+    CHECK(actual[i].device() == gpu);
+    CHECK(actual[i].dtype() == expected[i].dtype());
+    CHECK(testing::values(actual[i]) == testing::values(expected[i]));
+  }
+}
+
 LOOM_GPU_TEST_CASE("mixed dtypes promote on the GPU as on the CPU: pixels, labels, float32 with float64") {
   const Tensor pixels = randint(0, 256, {2, 3, 4, 5}, {.dtype = DType::UInt8}).contiguous(MemoryFormat::ChannelsLast);
   const Tensor labels = randint(1, 10, {7}, {.dtype = DType::Int64});  // no zero to divide by
