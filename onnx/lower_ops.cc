@@ -249,6 +249,39 @@ Row unary(const char* onnx_op) {
   return [onnx_op](Lowering& L, const trace::Op& op) { out(L, op, L.emit(onnx_op, {in_as(L, op, 0, dtype_of(op))})); };
 }
 
+// The floating functions ONNX has no op for, composed of those it has: log1p as
+// Log(1 + x) and expm1 as Exp(x) - 1 (so they lose what 1 + x rounds away near
+// 0), log2 and log10 as Log(x) / ln b, rsqrt as Reciprocal(Sqrt(x)).
+void add_composed_math_rows(std::map<std::string, Row, std::less<>>& r) {
+  r["log1p"] = [](Lowering& L, const trace::Op& op) {
+    const DType t = dtype_of(op);
+    out(L, op, L.emit("Log", {L.emit("Add", {in_as(L, op, 0, t), L.scalar(1.0, t)})}));
+  };
+  r["expm1"] = [](Lowering& L, const trace::Op& op) {
+    const DType t = dtype_of(op);
+    out(L, op, L.emit("Sub", {L.emit("Exp", {in_as(L, op, 0, t)}), L.scalar(1.0, t)}));
+  };
+  for (const auto& [name, base] : {std::pair{"log2", std::numbers::ln2}, std::pair{"log10", std::numbers::ln10}}) {
+    r[name] = [base](Lowering& L, const trace::Op& op) {
+      const DType t = dtype_of(op);
+      out(L, op, L.emit("Div", {L.emit("Log", {in_as(L, op, 0, t)}), L.scalar(base, t)}));
+    };
+  }
+  r["rsqrt"] = [](Lowering& L, const trace::Op& op) {
+    out(L, op, L.emit("Reciprocal", {L.emit("Sqrt", {in_as(L, op, 0, dtype_of(op))})}));
+  };
+  // (x > 0) - (x < 0), which is 0 for NaN as Loom's sign (ONNX's Sign leaves NaN's sign unspecified).
+  r["sign"] = [](Lowering& L, const trace::Op& op) {
+    const DType t = dtype_of(op);
+    const std::string x = in(L, op, 0), zero = L.scalar(0.0, t);
+    if (!is_floating(t)) return out(L, op, L.emit("Sign", {x}));
+    const auto as_t = [&](const std::string& mask) {
+      return L.emit("Cast", {mask}, {{"to", static_cast<int64_t>(proto::element_type(t))}});
+    };
+    out(L, op, L.emit("Sub", {as_t(L.emit("Greater", {x, zero})), as_t(L.emit("Less", {x, zero}))}));
+  };
+}
+
 // floor, ceil, round and trunc of float x: `lower` emits the nodes. ONNX rounds
 // floats only; an integer tensor is its own result.
 Row rounding(std::string (*lower)(Lowering&, const std::string&, DType)) {
@@ -633,6 +666,10 @@ void add_pointwise_rows(std::map<std::string, Row, std::less<>>& r) {
   r["abs"] = unary("Abs");
   r["sin"] = unary("Sin");
   r["cos"] = unary("Cos");
+  r["tan"] = unary("Tan");
+  r["atan"] = unary("Atan");
+  r["erf"] = unary("Erf");
+  add_composed_math_rows(r);
   r["floor"] = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Floor", {x}); });
   r["ceil"] = rounding([](Lowering& L, const std::string& x, DType) { return L.emit("Ceil", {x}); });
   // ONNX's Round is half to even, as torch.round; round(x, decimals) records its decimals.

@@ -34,6 +34,15 @@ void with_unary_op(kernel::UnaryOp op, Fn&& fn) {
     case kernel::UnaryOp::Ceil: return fn.template operator()<kernel::UnaryOp::Ceil>();
     case kernel::UnaryOp::Round: return fn.template operator()<kernel::UnaryOp::Round>();
     case kernel::UnaryOp::Trunc: return fn.template operator()<kernel::UnaryOp::Trunc>();
+    case kernel::UnaryOp::Log1p: return fn.template operator()<kernel::UnaryOp::Log1p>();
+    case kernel::UnaryOp::Expm1: return fn.template operator()<kernel::UnaryOp::Expm1>();
+    case kernel::UnaryOp::Log2: return fn.template operator()<kernel::UnaryOp::Log2>();
+    case kernel::UnaryOp::Log10: return fn.template operator()<kernel::UnaryOp::Log10>();
+    case kernel::UnaryOp::Tan: return fn.template operator()<kernel::UnaryOp::Tan>();
+    case kernel::UnaryOp::Atan: return fn.template operator()<kernel::UnaryOp::Atan>();
+    case kernel::UnaryOp::Erf: return fn.template operator()<kernel::UnaryOp::Erf>();
+    case kernel::UnaryOp::Rsqrt: return fn.template operator()<kernel::UnaryOp::Rsqrt>();
+    case kernel::UnaryOp::Sign: return fn.template operator()<kernel::UnaryOp::Sign>();
   }
 }
 

@@ -15,8 +15,12 @@
 namespace loom::kernel {
 
 // Round is half to even (torch.round without decimals); Floor, Ceil, Round and
-// Trunc leave integers as they are, Sin and Cos take floating operands only.
-enum class UnaryOp { Neg, Exp, Log, Sqrt, Abs, Sin, Cos, Floor, Ceil, Round, Trunc };
+// Trunc leave integers as they are, Sign keeps their dtype (-1, 0, 1; NaN gives
+// 0, as PyTorch's); the rest take floating operands only.
+enum class UnaryOp {
+  Neg, Exp, Log, Sqrt, Abs, Sin, Cos, Floor, Ceil, Round, Trunc,
+  Log1p, Expm1, Log2, Log10, Tan, Atan, Erf, Rsqrt, Sign,
+};
 
 enum class BinaryOp {
   Add,
@@ -38,7 +42,7 @@ namespace loom::kernel::math {
 // is itself): computed in the unsigned type of the same width, where overflow is
 // defined, and converted back (two's complement). The ops layer sends integers only
 // Add, Sub, Mul, Pow (exponent >= 0), Equal, FloorDivide and Remainder, and Neg, Abs,
-// Floor, Ceil, Round and Trunc.
+// Floor, Ceil, Round, Trunc and Sign.
 template <class T>
 LOOM_HOST_DEVICE T wrap_int(std::make_unsigned_t<T> bits) {
   static_assert(!std::is_same_v<T, bool>, "Bool takes the logical ops");
@@ -135,11 +139,10 @@ LOOM_HOST_DEVICE T apply_integer_unary(T x, UnaryOp op) {
     case UnaryOp::Ceil:
     case UnaryOp::Round:
     case UnaryOp::Trunc: return x;  // already whole
-    case UnaryOp::Exp:
-    case UnaryOp::Log:
-    case UnaryOp::Sqrt:
-    case UnaryOp::Sin:
-    case UnaryOp::Cos: break;  // integers take these in float32
+    case UnaryOp::Sign:
+      if constexpr (std::is_signed_v<T>) return T(T(0) < x) - T(x < T(0));
+      return T(T(0) < x);
+    default: break;  // integers take the rest in float32
   }
   return x;
 }
@@ -161,6 +164,15 @@ LOOM_HOST_DEVICE T apply_unary(T x, UnaryOp op) {
       case UnaryOp::Ceil: return std::ceil(x);
       case UnaryOp::Round: return std::nearbyint(x);  // the default rounding mode: half to even
       case UnaryOp::Trunc: return std::trunc(x);
+      case UnaryOp::Log1p: return std::log1p(x);
+      case UnaryOp::Expm1: return std::expm1(x);
+      case UnaryOp::Log2: return std::log2(x);
+      case UnaryOp::Log10: return std::log10(x);
+      case UnaryOp::Tan: return std::tan(x);
+      case UnaryOp::Atan: return std::atan(x);
+      case UnaryOp::Erf: return std::erf(x);
+      case UnaryOp::Rsqrt: return T(1) / std::sqrt(x);
+      case UnaryOp::Sign: return T(T(0) < x) - T(x < T(0));
     }
     return x;
   }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "core/autograd.h"
 #include "core/cpu/elementwise.h"
@@ -479,39 +480,6 @@ Tensor neg(const Tensor& x) {
   return out;
 }
 
-Tensor exp(const Tensor& x_in) {
-  trace::OpScope trace("exp");
-  const Tensor x = floating_operand(x_in);
-  Tensor out = unary_values(x, UnaryOp::Exp, "exp");
-  if (needs_grad({x})) {
-    record("exp", {x}, out, [y = out.detach()](const Tensor& dy) { return std::vector<Tensor>{mul(dy, y)}; }, {out});
-  }
-  if (trace.recording()) trace.record({x_in}, out);  // the caller's tensor: the exporter casts an integer one
-  return out;
-}
-
-Tensor log(const Tensor& x_in) {
-  trace::OpScope trace("log");
-  const Tensor x = floating_operand(x_in);
-  Tensor out = unary_values(x, UnaryOp::Log, "log");
-  if (needs_grad({x})) record("log", {x}, out, [x](const Tensor& dy) { return std::vector<Tensor>{div(dy, x)}; }, {x});
-  if (trace.recording()) trace.record({x_in}, out);
-  return out;
-}
-
-Tensor sqrt(const Tensor& x_in) {
-  trace::OpScope trace("sqrt");
-  const Tensor x = floating_operand(x_in);
-  Tensor out = unary_values(x, UnaryOp::Sqrt, "sqrt");
-  if (needs_grad({x})) {
-    record("sqrt", {x}, out, [y = out.detach()](const Tensor& dy) {
-      return std::vector<Tensor>{div(dy, mul(y, 2.0))};
-    }, {out});
-  }
-  if (trace.recording()) trace.record({x_in}, out);
-  return out;
-}
-
 Tensor abs(const Tensor& x) {
   trace::OpScope trace("abs");
   Tensor out = unary_values(x, UnaryOp::Abs, "abs");
@@ -527,32 +495,80 @@ Tensor abs(const Tensor& x) {
   return out;
 }
 
-Tensor sin(const Tensor& x_in) {
-  trace::OpScope trace("sin");
+namespace {
+
+// A floating unary row: y = f(x), an integer x taken in float32. Its gradient
+// reads x or y (whichever the row saves) and dy.
+struct FloatingRow {
+  UnaryOp op;
+  const char* name;
+  bool saves_output;
+  Tensor (*gradient)(const Tensor& dy, const Tensor& saved);
+};
+
+constexpr double kLn2 = std::numbers::ln2, kLn10 = std::numbers::ln10;
+
+constexpr FloatingRow kExp{UnaryOp::Exp, "exp", true, [](const Tensor& dy, const Tensor& y) { return mul(dy, y); }};
+constexpr FloatingRow kLog{UnaryOp::Log, "log", false, [](const Tensor& dy, const Tensor& x) { return div(dy, x); }};
+constexpr FloatingRow kSqrt{UnaryOp::Sqrt, "sqrt", true,
+                            [](const Tensor& dy, const Tensor& y) { return div(dy, mul(y, 2.0)); }};
+constexpr FloatingRow kSin{UnaryOp::Sin, "sin", false,
+                           [](const Tensor& dy, const Tensor& x) { return mul(dy, cos(x)); }};
+constexpr FloatingRow kCos{UnaryOp::Cos, "cos", false,
+                           [](const Tensor& dy, const Tensor& x) { return neg(mul(dy, sin(x))); }};
+constexpr FloatingRow kLog1p{UnaryOp::Log1p, "log1p", false,
+                             [](const Tensor& dy, const Tensor& x) { return div(dy, add(x, 1.0)); }};
+constexpr FloatingRow kExpm1{UnaryOp::Expm1, "expm1", true,
+                             [](const Tensor& dy, const Tensor& y) { return mul(dy, add(y, 1.0)); }};
+constexpr FloatingRow kLog2{UnaryOp::Log2, "log2", false,
+                            [](const Tensor& dy, const Tensor& x) { return div(dy, mul(x, kLn2)); }};
+constexpr FloatingRow kLog10{UnaryOp::Log10, "log10", false,
+                             [](const Tensor& dy, const Tensor& x) { return div(dy, mul(x, kLn10)); }};
+constexpr FloatingRow kTan{UnaryOp::Tan, "tan", true,
+                           [](const Tensor& dy, const Tensor& y) { return mul(dy, add(mul(y, y), 1.0)); }};
+constexpr FloatingRow kAtan{UnaryOp::Atan, "atan", false,
+                            [](const Tensor& dy, const Tensor& x) { return div(dy, add(mul(x, x), 1.0)); }};
+constexpr FloatingRow kErf{UnaryOp::Erf, "erf", false, [](const Tensor& dy, const Tensor& x) {
+                             return mul(dy, mul(exp(neg(mul(x, x))), 2.0 * std::numbers::inv_sqrtpi));
+                           }};
+constexpr FloatingRow kRsqrt{UnaryOp::Rsqrt, "rsqrt", true, [](const Tensor& dy, const Tensor& y) {
+                               return mul(dy, mul(mul(y, mul(y, y)), -0.5));
+                             }};
+
+Tensor floating_unary(const Tensor& x_in, const FloatingRow& row) {
+  trace::OpScope trace(row.name);
   const Tensor x = floating_operand(x_in);
-  Tensor out = unary_values(x, UnaryOp::Sin, "sin");
+  Tensor out = unary_values(x, row.op, row.name);
   if (needs_grad({x})) {
-    record("sin", {x}, out, [x](const Tensor& dy) { return std::vector<Tensor>{mul(dy, cos(x))}; }, {x});
+    const Tensor saved = row.saves_output ? out : x;
+    record(row.name, {x}, out, [saved = saved.detach(), gradient = row.gradient](const Tensor& dy) {
+      return std::vector<Tensor>{gradient(dy, saved)};
+    }, {saved});
   }
-  if (trace.recording()) trace.record({x_in}, out);
+  if (trace.recording()) trace.record({x_in}, out);  // the caller's tensor: the exporter casts an integer one
   return out;
 }
 
-Tensor cos(const Tensor& x_in) {
-  trace::OpScope trace("cos");
-  const Tensor x = floating_operand(x_in);
-  Tensor out = unary_values(x, UnaryOp::Cos, "cos");
-  if (needs_grad({x})) {
-    record("cos", {x}, out, [x](const Tensor& dy) { return std::vector<Tensor>{neg(mul(dy, sin(x)))}; }, {x});
-  }
-  if (trace.recording()) trace.record({x_in}, out);
-  return out;
-}
+}  // namespace
+
+Tensor exp(const Tensor& x) { return floating_unary(x, kExp); }
+Tensor log(const Tensor& x) { return floating_unary(x, kLog); }
+Tensor sqrt(const Tensor& x) { return floating_unary(x, kSqrt); }
+Tensor sin(const Tensor& x) { return floating_unary(x, kSin); }
+Tensor cos(const Tensor& x) { return floating_unary(x, kCos); }
+Tensor log1p(const Tensor& x) { return floating_unary(x, kLog1p); }
+Tensor expm1(const Tensor& x) { return floating_unary(x, kExpm1); }
+Tensor log2(const Tensor& x) { return floating_unary(x, kLog2); }
+Tensor log10(const Tensor& x) { return floating_unary(x, kLog10); }
+Tensor tan(const Tensor& x) { return floating_unary(x, kTan); }
+Tensor atan(const Tensor& x) { return floating_unary(x, kAtan); }
+Tensor erf(const Tensor& x) { return floating_unary(x, kErf); }
+Tensor rsqrt(const Tensor& x) { return floating_unary(x, kRsqrt); }
 
 namespace {
 
-// floor, ceil, round, trunc: piecewise constant, so their gradient is zero, as
-// PyTorch's (not none: the output requires grad where x does).
+// floor, ceil, round, trunc and sign: piecewise constant, so their gradient is
+// zero, as PyTorch's (not none: the output requires grad where x does).
 void record_zero_gradient(const char* name, const Tensor& x, Tensor& out) {
   if (needs_grad({x})) record(name, {x}, out, [](const Tensor& dy) { return std::vector<Tensor>{zeros_like(dy)}; });
 }
@@ -571,6 +587,7 @@ Tensor floor(const Tensor& x) { return rounding(x, UnaryOp::Floor, "floor"); }
 Tensor ceil(const Tensor& x) { return rounding(x, UnaryOp::Ceil, "ceil"); }
 Tensor round(const Tensor& x) { return rounding(x, UnaryOp::Round, "round"); }
 Tensor trunc(const Tensor& x) { return rounding(x, UnaryOp::Trunc, "trunc"); }
+Tensor sign(const Tensor& x) { return rounding(x, UnaryOp::Sign, "sign"); }
 
 // PyTorch's round_decimals_kernel: nearbyint(x * p) / p, or nearbyint(x / p) * p for
 // negative decimals, with p = 10^|decimals| in the computing dtype (float32 for 16-bit

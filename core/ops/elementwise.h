@@ -7,7 +7,8 @@
 // compute integers in their own dtype (int32, int64, uint8), wrapping around on
 // overflow; a number meets an integer tensor in its dtype when whole (labels + 1,
 // a mask times 2 is int64) and in float32 otherwise; div is a true division
-// (float32 for integers), and exp, log, sqrt, sin, cos take integers in float32. Masks:
+// (float32 for integers), and exp, log, sqrt, sin, cos and the other floating
+// functions take integers in float32. Masks:
 // mask * mask is their logical and, mask + mask their logical or, mask * x has
 // x's dtype (the mask as 0 / 1, no gradient to it).
 #pragma once
@@ -57,6 +58,18 @@ Tensor abs(const Tensor& x);
 // Gradients cos(x) dy and -sin(x) dy.
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
+// As torch's: log(1 + x) and exp(x) - 1 accurate near 0 (a loss's log1p(exp(-z))
+// keeps the small terms that log(1 + exp(-z)) rounds away), base-2 and base-10
+// logarithms, tan, atan, the error function and 1 / sqrt(x), each with its
+// gradient; integers are taken in float32.
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
+Tensor log2(const Tensor& x);
+Tensor log10(const Tensor& x);
+Tensor tan(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
 // Rounding to a whole number: floor, ceil, round half to even (torch.round: 0.5 -> 0,
 // 1.5 -> 2, -2.5 -> -2) and trunc (toward zero). Their gradient is zero, as PyTorch's;
 // an integer tensor comes back as a copy in its dtype, a Bool mask is a TypeError.
@@ -72,6 +85,9 @@ Tensor trunc(const Tensor& x);
 // integer kernel for it (an integer tensor is already whole: round(x) copies it); the
 // gradient is zero.
 Tensor round(const Tensor& x, int64_t decimals);
+// -1, 0 or 1 by x's sign, in x's dtype (integers too), 0 for NaN and -0, as
+// torch.sign; a zero gradient. A Bool mask is a TypeError.
+Tensor sign(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; x > 0 where exponent needs grad
 // min(max(x, min), max), with at least one bound; min <= max. Its gradient is dy

@@ -147,7 +147,7 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 // attribute, Div of integers truncates, as ONNX's do, TopK orders stably and Clip's
 // bounds are optional.
 constexpr const char* kEvaluateMasks = R"(
-import json, sys
+import json, math, sys
 import numpy as np
 import onnx
 from onnx import numpy_helper as h
@@ -162,7 +162,9 @@ ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greate
        'Not': np.logical_not, 'Where': np.where, 'Max': np.maximum, 'Min': np.minimum, 'Mul': np.multiply,
        'Add': np.add, 'Sub': np.subtract, 'Div': np.divide, 'Abs': np.abs, 'IsInf': np.isinf, 'IsNaN': np.isnan,
        'Neg': np.negative, 'Pow': np.power, 'Identity': lambda a: a, 'Floor': np.floor, 'Ceil': np.ceil,
-       'Round': np.round, 'Sin': np.sin, 'Cos': np.cos, 'Exp': np.exp}
+       'Round': np.round, 'Sin': np.sin, 'Cos': np.cos, 'Exp': np.exp, 'Log': np.log, 'Tan': np.tan,
+       'Atan': np.arctan, 'Erf': lambda a: np.vectorize(math.erf, otypes=[a.dtype])(a), 'Sqrt': np.sqrt,
+       'Reciprocal': np.reciprocal, 'Sign': np.sign}
 def truncating_div(p, d):
     q = p // d
     return q + ((q * d != p) & ((p < 0) != (d < 0))).astype(p.dtype)
@@ -338,6 +340,20 @@ TEST_CASE("floor, ceil, round (half to even) and trunc export and compute Loom's
   const Tensor x = tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4});
   const std::string out = check_masks_export(rounded, x);
   for (const char* node : {"'Floor'", "'Ceil'", "'Round'", "'Where'", "'Identity'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+}
+
+TEST_CASE("log1p, expm1, log2, log10, tan, atan, erf, rsqrt and sign export and compute Loom's values") {
+  Fn math([](const Tensor& y) {
+    const Tensor positive = y * y + 0.5, counts = (y * 10.0).to(DType::Int64);
+    return log1p(positive) + expm1(y) * 10.0 + log2(positive) * 100.0 + log10(positive) * 1000.0 + tan(y * 0.5) +
+           atan(y) * 10.0 + erf(y) * 100.0 + rsqrt(positive) * 1000.0 + sign(y - 0.1) * 10000.0 +
+           sign(counts).to(DType::Float32) * 100000.0;
+  });
+  const std::string out =
+      check_masks_export(math, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}), 1e-6);
+  for (const char* node : {"'Tan'", "'Atan'", "'Erf'", "'Reciprocal'", "'Sign'", "'Log'"}) {
     CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
   }
 }

@@ -797,6 +797,49 @@ TEST_CASE("sin and cos: values, strided input, integers and masks in float32") {
   CHECK_CLOSE(cos(tensor({1, 0}, {2}, {.dtype = DType::Bool})), tensor({std::cos(1.0), 1.0}, {2}), 1e-7, 0);
 }
 
+TEST_CASE("log1p, expm1, log2, log10, tan, atan, erf, rsqrt and sign: values, gradients, integers") {
+  // log1p and expm1 keep what 1 + x rounds away: log(1 + 1e-20) is 0, log1p(1e-20) is 1e-20.
+  const Tensor tiny = tensor({1e-20, -1e-18}, {2}, kF64);
+  CHECK(doubles_of(log1p(tiny)) == std::vector<double>{1e-20, -1e-18});
+  CHECK(doubles_of(expm1(tiny)) == std::vector<double>{1e-20, -1e-18});
+  CHECK(doubles_of(log2(tensor({8, 0.5}, {2}, kF64))) == std::vector<double>{3, -1});
+  CHECK(doubles_of(log10(tensor({1000, 0.01}, {2}, kF64))) == std::vector<double>{3, -2});
+  CHECK(doubles_of(rsqrt(tensor({4, 0.25}, {2}, kF64))) == std::vector<double>{0.5, 2});
+  CHECK(doubles_of(sign(tensor({-2.5, 0.0, -0.0, 3.0, std::nan("")}, {5}, kF64))) ==
+        std::vector<double>{-1, 0, 0, 1, 0});
+  CHECK(sign(int_tensor({-7, 0, 9}, {3}, DType::Int64)).dtype() == DType::Int64);
+  CHECK(doubles_of(sign(int_tensor({-7, 0, 9}, {3}, DType::Int64))) == std::vector<double>{-1, 0, 1});
+  CHECK(doubles_of(sign(int_tensor({0, 200}, {2}, DType::UInt8))) == std::vector<double>{0, 1});
+  CHECK_THROWS_AS(sign(tensor({1, 0}, {2}, {.dtype = DType::Bool})), TypeError);
+  CHECK(log2(int_tensor({1, 4}, {2}, DType::Int32)).dtype() == DType::Float32);
+  struct Row {
+    Tensor (*op)(const Tensor&);
+    double (*reference)(double);
+    bool positive;
+  };
+  const Row rows[] = {{log1p, [](double v) { return std::log1p(v); }, true},
+                      {expm1, [](double v) { return std::expm1(v); }, false},
+                      {log2, [](double v) { return std::log2(v); }, true},
+                      {log10, [](double v) { return std::log10(v); }, true},
+                      {tan, [](double v) { return std::tan(v); }, false},
+                      {atan, [](double v) { return std::atan(v); }, false},
+                      {erf, [](double v) { return std::erf(v); }, false},
+                      {rsqrt, [](double v) { return 1.0 / std::sqrt(v); }, true}};
+  Generator gen(23);
+  for (const Row& row : rows) {
+    for (DType dtype : {DType::Float32, DType::Float64}) {
+      Tensor x = randn({4, 5}, {.dtype = dtype}, &gen).t();
+      if (row.positive) x = x * x + 0.1;
+      CHECK_CLOSE(row.op(x), naive_unary(x, row.reference), tolerance(x), tolerance(x));
+    }
+    const Tensor in = row.positive ? positive_leaf({2, 3}, gen) : random_leaf({2, 3}, gen);
+    check_grad([op = row.op](const std::vector<Tensor>& v) { return op(v[0]); }, {in});
+  }
+  Tensor x = tensor({-1.5, 0.3, 2.5}, {3}, kF64).requires_grad_();
+  sum(sign(x)).backward();
+  CHECK(doubles_of(x.grad()) == std::vector<double>{0, 0, 0});
+}
+
 TEST_CASE("floor_divide and remainder by hand: Python's signs, as torch gives them") {
   for (DType dtype : {DType::Float32, DType::Float64, DType::Int32, DType::Int64}) {
     CAPTURE(dtype_name(dtype));
