@@ -1,5 +1,5 @@
 // File: core/cuda/indexing.cc
-// Checked launches of the gather and scatter-add kernels on the current stream.
+// Checked launches of the gather, scatter and scatter-add kernels on the current stream.
 #include "core/cuda/indexing.h"
 
 #include "core/cuda/indexing_kernels.h"
@@ -18,6 +18,12 @@ void scatter_add(const Strided& out_base, int64_t out_dim_stride, const Strided&
                  const Strided& src) {
   check_kernel_rank(src, "scatter_add");
   LOOM_CUDA_CHECK(launch_scatter_add(out_base, out_dim_stride, index, src, current_stream()));
+}
+
+void scatter(const Strided& out_base, int64_t out_dim_stride, const Strided& index,
+             const Strided& src) {
+  check_kernel_rank(src, "scatter");
+  LOOM_CUDA_CHECK(launch_scatter(out_base, out_dim_stride, index, src, current_stream()));
 }
 
 }  // namespace loom::cuda

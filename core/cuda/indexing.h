@@ -2,7 +2,9 @@
 // The GPU twins of core/cpu/indexing.h: same signatures and semantics, queued
 // on cuda::current_stream(). scatter_add accumulates with atomicAdd, so the
 // order in which repeated indices add up (and so the last bits of a float sum)
-// may differ from run to run.
+// may differ from run to run; it also takes bfloat16 and float16 (integer sums
+// are exact). scatter writes in parallel: of repeated indices, which value stays
+// is unspecified (the CPU keeps the last in the index's row-major order).
 #pragma once
 
 #include <cstdint>
@@ -15,5 +17,7 @@ void gather(const Strided& out, const Strided& in_base, int64_t in_dim_stride,
             const Strided& index);
 void scatter_add(const Strided& out_base, int64_t out_dim_stride, const Strided& index,
                  const Strided& src);
+void scatter(const Strided& out_base, int64_t out_dim_stride, const Strided& index,
+             const Strided& src);
 
 }  // namespace loom::cuda

@@ -4,18 +4,25 @@
 // comparisons (Bool masks, equal bit for bit), where, masked_fill, gather,
 // index_select, embedding (the atomic scatter-add backward, with repeated
 // indices) and conv_transpose2d (the conv kernels with swapped roles, under
-// strict fp32 and tf32). Each check prints one "PARITY" line.
+// strict fp32 and tf32); scatter, scatter_add (float and integer atomics),
+// index_add, bincount, masked_select and nonzero on random configurations,
+// their replay in a CUDA graph and the refusals inside a capture. Each check
+// prints one "PARITY" line.
 //
 // N batch, C channels, H, W, K out channels.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "core/cuda/capture.h"
+#include "core/cuda/graph.h"
 #include "core/numerics.h"
 #include "core/ops/ops.h"
 #include "tests/testing.h"
@@ -77,6 +84,14 @@ Tensor leaf(const Shape& sizes, Generator& gen) {
 
 Tensor ints(int64_t high, const Shape& sizes, Generator& gen) {
   return randint(0, high, sizes, {.dtype = DType::Int64}, &gen);
+}
+
+// An index of `sizes` whose values along `dim` are distinct in every line:
+// scatter's writes never collide, so the GPU's result is defined.
+Tensor unique_ints(int64_t high, const Shape& sizes, int64_t dim, Generator& gen) {
+  Shape wide = sizes;
+  wide[dim] = high;
+  return argsort(randn(wide, {}, &gen), dim).narrow(dim, 0, sizes[dim]).contiguous();
 }
 
 }  // namespace
@@ -151,5 +166,117 @@ LOOM_GPU_TEST_CASE("conv_transpose2d matches the CPU on the GPU") {
                      {x, w, b}, f, tol, gen);
       }
     }
+  }
+}
+
+LOOM_GPU_TEST_CASE("scatter, scatter_add and index_add match the CPU on the GPU") {
+  Generator gen(64);
+  std::mt19937_64 rng(64);
+  auto between = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 12; ++trial) {
+    const Shape x_sizes = {between(1, 4), between(2, 9), between(1, 5), between(1, 6)};
+    const int64_t dim = between(0, 3);
+    Shape index_sizes(4), src_sizes(4);
+    for (int64_t d = 0; d < 4; ++d) {
+      index_sizes[d] = d == dim ? between(1, 3 * x_sizes[d]) : between(1, x_sizes[d]);
+      src_sizes[d] = index_sizes[d] + between(0, 1);
+    }
+    Shape unique_sizes = index_sizes;
+    unique_sizes[dim] = std::min(index_sizes[dim], x_sizes[dim]);
+    const Tensor x = leaf(x_sizes, gen), src = leaf(src_sizes, gen);
+    const Tensor repeated = ints(x_sizes[dim], index_sizes, gen);
+    const Tensor distinct = unique_ints(x_sizes[dim], unique_sizes, dim, gen);
+    Shape source_sizes = x_sizes;
+    source_sizes[dim] = between(1, 12);
+    const Tensor source = leaf(source_sizes, gen), ids = ints(x_sizes[dim], {source_sizes[dim]}, gen);
+    for (MemoryFormat f : kLayouts) {
+      check_parity("scatter_add", [dim](auto& in) { return scatter_add(in[0], dim, in[2], in[1]); },
+                   {x, src, repeated}, f, 1e-5, gen);
+      check_parity("scatter", [dim](auto& in) { return scatter(in[0], dim, in[2], in[1]); }, {x, src, distinct}, f,
+                   0.0, gen);
+      check_parity("scatter(value)", [dim](auto& in) { return scatter(in[0], dim, in[1], -1.5); }, {x, repeated},
+                   f, 0.0, gen);
+      check_parity("index_add", [dim](auto& in) { return index_add(in[0], dim, in[2], in[1], 0.75); },
+                   {x, source, ids}, f, 1e-5, gen);
+      // Integer atomics: int32 and int64 sums are exact, so equal bit for bit.
+      for (DType dtype : {DType::Int32, DType::Int64}) {
+        const Tensor xi = ints(50, x_sizes, gen).to(dtype), si = ints(50, src_sizes, gen).to(dtype);
+        check_parity(std::string("scatter_add(") + std::string(dtype_name(dtype)) + ")",
+                     [dim](auto& in) { return scatter_add(in[0], dim, in[2], in[1]); }, {xi, si, repeated}, f, 0.0,
+                     gen);
+      }
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("scatter on the GPU keeps one of the values written to a place") {
+  const Device gpu = testing::test_gpu();
+  const Tensor src = arange(20, {.dtype = DType::Float32, .device = gpu}).reshape({5, 4});  // src[i][j] = 4i + j
+  const Tensor out = scatter(zeros({3, 4}, {.device = gpu}), 0, zeros({5, 4}, {.dtype = DType::Int64, .device = gpu}),
+                             src).cpu();
+  for (int64_t j = 0; j < 4; ++j) {
+    const double kept = out.at({0, j});
+    CHECK(std::fmod(kept - static_cast<double>(j), 4.0) == 0.0);
+    CHECK(kept >= 0.0);
+    CHECK(kept < 20.0);
+    CHECK(out.at({1, j}) == 0.0);
+  }
+}
+
+LOOM_GPU_TEST_CASE("bincount, masked_select, nonzero and argwhere match the CPU on the GPU") {
+  Generator gen(65);
+  for (int64_t n : {0, 1, 37, 5000}) {
+    const Tensor labels = ints(23, {n}, gen);
+    const Tensor w32 = randn({n}, {}, &gen), w64 = randn({n}, {.dtype = DType::Float64}, &gen);
+    const MemoryFormat f = MemoryFormat::Contiguous;
+    check_parity("bincount", [](auto& in) { return bincount(in[0]); }, {labels}, f, 0.0, gen);
+    check_parity("bincount(minlength)", [](auto& in) { return bincount(in[0].to(DType::Int32), {}, 30); }, {labels},
+                 f, 0.0, gen);
+    check_parity("bincount(float32)", [](auto& in) { return bincount(in[0], in[1]); }, {labels, w32}, f, 1e-5, gen);
+    check_parity("bincount(float64)", [](auto& in) { return bincount(in[0], in[1], 25); }, {labels, w64}, f, 1e-12,
+                 gen);
+  }
+  for (MemoryFormat f : kLayouts) {
+    const Tensor x = leaf({2, 3, 5, 7}, gen), mask = randn({2, 3, 5, 7}, {}, &gen) > 0.2;
+    const Tensor row = leaf({7}, gen), sparse = randn({2, 3, 5, 7}, {}, &gen) * (mask.to(DType::Float32));
+    check_parity("masked_select", [](auto& in) { return masked_select(in[0], in[1]); }, {x, mask}, f, 0.0, gen);
+    check_parity("masked_select(broadcast)", [](auto& in) { return masked_select(in[2], in[1]); }, {x, mask, row},
+                 f, 1e-6, gen);
+    check_parity("nonzero", [](auto& in) { return nonzero(in[0]); }, {sparse}, f, 0.0, gen);
+    check_parity("nonzero(Bool)", [](auto& in) { return nonzero(in[0]); }, {mask}, f, 0.0, gen);
+    check_parity("argwhere(int64)", [](auto& in) { return argwhere(in[0]); }, {ints(3, {4, 9}, gen)}, f, 0.0, gen);
+  }
+}
+
+LOOM_GPU_TEST_CASE("the scatter family in a CUDA graph: scatters replay, data-sized ops are refused") {
+  Generator gen(66);
+  const Device gpu = testing::test_gpu();
+  const TensorOptions i64 = {.dtype = DType::Int64, .device = gpu};
+  Tensor x = randn({6, 8}, {}, &gen).to(gpu), src = randn({4, 8}, {}, &gen).to(gpu);
+  Tensor index = randint(0, 6, {4, 8}, i64, &gen), ids = randint(0, 6, {4}, i64, &gen);
+  auto work = [&] {
+    return std::vector<Tensor>{scatter_add(x, 0, index, src), scatter(x, 0, index, 2.0),
+                               index_add(x, 0, ids, src, -1.0)};
+  };
+  const Tensor positive = x > 0.0;
+  work();
+  cuda::synchronize();
+  cuda::CudaGraph graph;
+  std::vector<Tensor> captured;
+  graph.capture([&] {
+    captured = work();
+    CHECK_THROWS_WITH_FRAGMENT(bincount(ids), ValueError, "[bincount] the result's size depends on the values");
+    CHECK_THROWS_WITH_FRAGMENT(nonzero(x), ValueError, "inside a CUDA-graph capture");
+    CHECK_THROWS_WITH_FRAGMENT(masked_select(x, positive), ValueError, "[masked_select] the result's size");
+  });
+  for (int replay = 0; replay < 2; ++replay) {
+    x.copy_(randn({6, 8}, {}, &gen));
+    src.copy_(randn({4, 8}, {}, &gen));
+    index.copy_(randint(0, 6, {4, 8}, {.dtype = DType::Int64}, &gen));
+    graph.replay();
+    const Tensor hx = x.cpu(), hsrc = src.cpu(), hindex = index.cpu(), hids = ids.cpu();
+    CHECK(testing::normalized_error(captured[0].cpu(), scatter_add(hx, 0, hindex, hsrc)) <= 1e-6);
+    CHECK(testing::normalized_error(captured[1].cpu(), scatter(hx, 0, hindex, 2.0)) == 0.0);
+    CHECK(testing::normalized_error(captured[2].cpu(), index_add(hx, 0, hids, hsrc, -1.0)) <= 1e-6);
   }
 }
