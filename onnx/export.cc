@@ -189,15 +189,35 @@ std::vector<std::string> names_or(const std::vector<std::string>& given, size_t 
   return names;
 }
 
-// A graph input or output: dim 0 is "batch" where it follows the batch size.
-proto::ValueInfo value_info(const std::string& name, const Tensor& a, const Tensor& b, bool dynamic) {
+// A graph input or output: dim 0 is "batch" where it follows the batch size. An
+// output sized by the input's values has every dim named ("<name>_dim<d>").
+proto::ValueInfo value_info(const std::string& name, const Tensor& a, const Tensor& b, bool dynamic,
+                            bool sized_by_values = false) {
   proto::ValueInfo v{name, proto::element_type(a.dtype()), {}};
   for (int64_t d = 0; d < a.dim(); ++d) {
     const bool follows = dynamic && b.dim() == a.dim() && b.size(d) != a.size(d);
-    v.shape.push_back(follows ? proto::Dim{d == 0 ? std::string("batch") : fmt::format("dim{}", d)}
-                              : proto::Dim{a.size(d)});
+    if (sized_by_values) {
+      v.shape.push_back(proto::Dim{fmt::format("{}_dim{}", name, d)});
+    } else {
+      v.shape.push_back(follows ? proto::Dim{d == 0 ? std::string("batch") : fmt::format("dim{}", d)}
+                                : proto::Dim{a.size(d)});
+    }
   }
   return v;
+}
+
+// The outputs of ops whose result's size depends on the input's values (nonzero,
+// masked_select, bincount) and of every op that reads one: both example runs may
+// happen to give them one size, which the graph must not fix.
+std::unordered_set<const TensorImpl*> sized_by_values(const std::vector<TracedOp>& ops) {
+  std::unordered_set<const TensorImpl*> sized;
+  for (const TracedOp& t : ops) {
+    bool by_values = t.op.name == "nonzero" || t.op.name == "masked_select" || t.op.name == "bincount";
+    for (const Tensor& x : t.op.inputs) by_values = by_values || (x.defined() && sized.count(x.impl()) > 0);
+    if (!by_values) continue;
+    for (const Tensor& y : t.op.outputs) sized.insert(y.impl());
+  }
+  return sized;
 }
 
 void check_inputs(const std::vector<Tensor>& inputs, bool dynamic) {
@@ -242,10 +262,12 @@ proto::Model build(const nn::Module& module, const Run& a, const Run& b, std::ve
     lower_op(lowering, ops[k], k);
     for (const Tensor& y : ops[k].op.outputs) made.insert(y.impl());
   }
+  const std::unordered_set<const TensorImpl*> by_values = sized_by_values(ops);
   for (size_t i = 0; i < a.outputs.size(); ++i) {
     g.nodes.push_back({.op_type = "Identity", .inputs = {lowering.name_of(a.outputs[i])}, .outputs = {out_names[i]},
                        .name = out_names[i] + "_identity", .attributes = {}});
-    g.outputs.push_back(value_info(out_names[i], a.outputs[i], b.outputs[i], options.dynamic_batch));
+    g.outputs.push_back(value_info(out_names[i], a.outputs[i], b.outputs[i], options.dynamic_batch,
+                                   by_values.count(a.outputs[i].impl()) > 0));
   }
   return model;
 }

@@ -597,6 +597,89 @@ void cumulative_sum(Lowering& L, const trace::Op& op) {
   out(L, op, L.emit("CumSum", {in_output_dtype(L, op), dim}));
 }
 
+// --- indexing ------------------------------------------------------------------------------
+
+// An index input as int64 (ONNX's ScatterElements and Gather take int32 or int64; Loom's any integer).
+std::string index_in(Lowering& L, const trace::Op& op, size_t i) { return in_as(L, op, i, DType::Int64); }
+
+// ScatterElements along dim into data: updates (of indices' shape) written, or added
+// for reduction "add". A 0-d x (Loom's scatter reads it as 1-D) goes through (1).
+std::string scatter_elements(Lowering& L, const trace::Op& op, std::string data, std::string indices,
+                             std::string updates, const char* reduction) {
+  const bool zero_d = op.inputs.at(0).dim() == 0;
+  if (zero_d) {
+    for (std::string* v : {&data, &indices, &updates}) *v = L.emit("Reshape", {*v, L.ints({1})});
+  }
+  const std::string y = L.emit("ScatterElements", {data, indices, updates},
+                               {{"axis", op.get_int("dim")}, {"reduction", std::string(reduction)}});
+  return zero_d ? L.emit("Reshape", {y, L.ints(std::vector<int64_t>{})}) : y;
+}
+
+// src cut to index's shape where it is larger (scatter reads only that corner, as torch.scatter).
+std::string src_at_index(Lowering& L, const trace::Op& op, const std::string& index) {
+  const Tensor &src = op.inputs.at(2), &idx = op.inputs.at(1);
+  if (src.sizes() == idx.sizes()) return in(L, op, 2);
+  std::vector<int64_t> axes(static_cast<size_t>(idx.dim()));
+  std::iota(axes.begin(), axes.end(), int64_t{0});
+  return L.emit("Slice", {in(L, op, 2), L.ints(std::vector<int64_t>(axes.size(), 0)), L.emit("Shape", {index}),
+                          L.ints(axes)});
+}
+
+// scatter and scatter_add (src a tensor), scatter of a value (op attribute "value").
+void scatter(Lowering& L, const trace::Op& op) {
+  const std::string index = index_in(L, op, 1);
+  const std::string updates =
+      op.has("value") ? L.emit("Expand", {L.scalar(op.get_double("value"), dtype_of(op)), L.emit("Shape", {index})})
+                      : src_at_index(L, op, index);
+  out(L, op, scatter_elements(L, op, in(L, op, 0), index, updates, op.name == "scatter_add" ? "add" : "none"));
+}
+
+// index_add: the 1-D index laid along dim and expanded to source's shape, source * alpha added there.
+void index_add(Lowering& L, const trace::Op& op) {
+  const Tensor& x = op.inputs.at(0);
+  const int64_t d = op.get_int("dim");
+  std::string source = in(L, op, 2);
+  if (op.inputs.at(2).dim() == 0) source = L.emit("Reshape", {source, L.ints({1})});
+  std::vector<int64_t> along(static_cast<size_t>(std::max<int64_t>(x.dim(), 1)), 1);
+  along[static_cast<size_t>(d)] = -1;
+  const std::string index = L.emit("Expand", {L.emit("Reshape", {index_in(L, op, 1), L.ints(along)}),
+                                              L.emit("Shape", {source})});
+  if (const double alpha = op.get_double("alpha"); alpha != 1.0) {
+    source = L.emit("Mul", {source, L.scalar(alpha, dtype_of(op))});
+  }
+  out(L, op, scatter_elements(L, op, in(L, op, 0), index, source, "add"));
+}
+
+// bincount: max(max(x) + 1, minlength) zeros, with ones (or the weights) added at x.
+// (Over an empty x ONNX's ReduceMax has no value; Loom gives minlength zeros.)
+void bincount(Lowering& L, const trace::Op& op) {
+  const DType t = dtype_of(op);
+  const std::string x = index_in(L, op, 0);
+  const std::string top = L.emit("Add", {L.emit("ReduceMax", {x}, {{"keepdims", int64_t{1}}}), L.ints({1})});
+  const std::string bins = L.emit("Max", {top, L.ints({op.get_int("minlength")})});
+  const std::string updates = op.inputs.at(1).defined() ? in_as(L, op, 1, t)
+                                                        : L.emit("Expand", {L.scalar(1.0, t), L.emit("Shape", {x})});
+  out(L, op, L.emit("ScatterElements", {L.emit("Expand", {L.scalar(0.0, t), bins}), x, updates},
+                    {{"axis", int64_t{0}}, {"reduction", std::string("add")}}));
+}
+
+// masked_select: x and the mask broadcast against each other (Expand broadcasts both
+// ways), then Compress, which reads its input flattened in row-major order.
+void masked_select(Lowering& L, const trace::Op& op) {
+  const std::string x = in(L, op, 0), mask = in(L, op, 1);
+  const std::string flat_mask = L.emit("Reshape", {L.emit("Expand", {mask, L.emit("Shape", {x})}), L.ints({-1})});
+  out(L, op, L.emit("Compress", {L.emit("Expand", {x, L.emit("Shape", {mask})}), flat_mask}));
+}
+
+// nonzero (argwhere): NonZero's (rank, K) coordinates, transposed to Loom's (K, rank).
+void nonzero(Lowering& L, const trace::Op& op) {
+  if (op.inputs.at(0).dim() == 0) {
+    L.fail("ONNX's NonZero of a 0-d tensor is not torch.nonzero's (K, 0); reshape the input to 1-D first");
+  }
+  const std::string coordinates = L.emit("NonZero", {in(L, op, 0)});
+  out(L, op, L.emit("Transpose", {coordinates}, {{"perm", std::vector<int64_t>{1, 0}}}));
+}
+
 Row refuse(std::string why) {
   return [why](Lowering& L, const trace::Op&) { L.fail(why); };
 }
@@ -748,7 +831,7 @@ void add_shape_rows(std::map<std::string, Row, std::less<>>& r) {
   r["interpolate"] = interpolate;
 }
 
-// Reductions and indexing.
+// Reductions, gathers and scatters.
 void add_reduction_rows(std::map<std::string, Row, std::less<>>& r) {
   r["sum"] = reduce;
   r["mean"] = reduce;
@@ -766,6 +849,12 @@ void add_reduction_rows(std::map<std::string, Row, std::less<>>& r) {
   r["gather"] = [](Lowering& L, const trace::Op& op) {
     out(L, op, L.emit("GatherElements", {in(L, op, 0), in(L, op, 1)}, {{"axis", op.get_int("dim")}}));
   };
+  r["scatter"] = scatter;
+  r["scatter_add"] = scatter;
+  r["index_add"] = index_add;
+  r["bincount"] = bincount;
+  r["masked_select"] = masked_select;
+  r["nonzero"] = nonzero;
 }
 
 // Ops with no ONNX form, refused with the reason and what to use instead.
@@ -775,7 +864,7 @@ void add_refused_rows(std::map<std::string, Row, std::less<>>& r) {
   r["nanmedian"] = refuse("ONNX's TopK leaves NaN's place unspecified, so NaN cannot be skipped; use median");
   r["cumprod"] = refuse("ONNX has no running product; export a model without cumprod or compute it outside");
   r["max_pool2d_with_indices"] = refuse("its indices (flat h * W + w per plane) are not MaxPool's; use max_pool2d");
-  for (const char* name : {"fill_", "copy_", "add_", "mul_", "div_", "remainder_"}) {
+  for (const char* name : {"fill_", "copy_", "add_", "mul_", "div_", "remainder_", "floor_divide_"}) {
     r[name] = refuse("an in-place update has no ONNX form (ONNX values are immutable); use the out-of-place op");
   }
 }

@@ -656,7 +656,6 @@ Tensor clamp(const Tensor& x_in, std::optional<double> min, std::optional<double
   LOOM_CHECK(min || max, ValueError, "[clamp] needs at least one of min and max");
   double lo = min.value_or(-std::numeric_limits<double>::infinity());
   double hi = max.value_or(std::numeric_limits<double>::infinity());
-  LOOM_CHECK(lo <= hi, ValueError, "[clamp] min {} is greater than max {}", lo, hi);
   const Tensor x = promote_for_numbers(x_in, (!min || whole_number(lo)) && (!max || whole_number(hi)));
   if (x.defined() && is_integer_dtype(x.dtype())) {
     Tensor out = clamp_integer(x, lo, hi);
@@ -665,7 +664,11 @@ Tensor clamp(const Tensor& x_in, std::optional<double> min, std::optional<double
   }
   check_float_tensor(x, "clamp");
   Tensor out = empty_like(x);
-  LOOM_KERNEL(out, clamp, out.strided(), x.strided(), lo, hi);
+  if (std::isnan(lo) || std::isnan(hi)) {  // as PyTorch's vectorized clamp: NaN everywhere (gradient 0)
+    out.fill_(std::numeric_limits<double>::quiet_NaN());
+  } else {
+    LOOM_KERNEL(out, clamp, out.strided(), x.strided(), lo, hi);
+  }
   if (needs_grad({x})) {
     record("clamp", {x}, out, [x, lo, hi](const Tensor& dy) {
       Tensor dx = empty_like(x);
@@ -782,22 +785,41 @@ Tensor& div_(Tensor& self, const Tensor& other) {
 }
 
 // Its checks come before the kernel, so a refused divisor writes nothing.
-Tensor& remainder_(Tensor& self, const Tensor& other) {
-  trace::OpScope trace("remainder_");  // in place: recorded so that the exporter can refuse it
+namespace {
+
+// self // other or self % other in place (Python's signs); an integer divisor holding
+// a zero is refused as the out-of-place ops refuse it.
+Tensor& python_division_(Tensor& self, const Tensor& other, BinaryOp op, const char* name) {
+  trace::OpScope trace(name);  // in place: recorded so that the exporter can refuse it
   if (trace.recording()) trace.record({self, other}, std::vector<Tensor>{});
-  Tensor b = broadcast_into(self, other, "remainder_");
-  check_divisor(b, "remainder_");
-  LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), BinaryOp::Remainder);
+  Tensor b = broadcast_into(self, other, name);
+  check_divisor(b, name);
+  LOOM_KERNEL(self, binary, self.strided(), self.strided(), b.strided(), op);
   return self;
 }
 
-Tensor& remainder_(Tensor& self, double value) {
-  trace::OpScope trace("remainder_");  // in place: recorded so that the exporter can refuse it
+Tensor& python_division_(Tensor& self, double value, BinaryOp op, const char* name) {
+  trace::OpScope trace(name);  // in place: recorded so that the exporter can refuse it
   if (trace.recording()) trace.record({self}, std::vector<Tensor>{});
-  check_inplace_scalar(self, value, "remainder_", "modulo");
-  check_scalar_divisor(self, value, "remainder_");
-  LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, BinaryOp::Remainder);
+  check_inplace_scalar(self, value, name, op == BinaryOp::Remainder ? "modulo" : "floor-divided by");
+  check_scalar_divisor(self, value, name);
+  LOOM_KERNEL(self, binary_scalar, self.strided(), self.strided(), value, op);
   return self;
+}
+
+}  // namespace
+
+Tensor& remainder_(Tensor& self, const Tensor& other) {
+  return python_division_(self, other, BinaryOp::Remainder, "remainder_");
+}
+Tensor& remainder_(Tensor& self, double value) {
+  return python_division_(self, value, BinaryOp::Remainder, "remainder_");
+}
+Tensor& floor_divide_(Tensor& self, const Tensor& other) {
+  return python_division_(self, other, BinaryOp::FloorDivide, "floor_divide_");
+}
+Tensor& floor_divide_(Tensor& self, double value) {
+  return python_division_(self, value, BinaryOp::FloorDivide, "floor_divide_");
 }
 
 Tensor& add_(Tensor& self, double value) {

@@ -90,8 +90,9 @@ Tensor round(const Tensor& x, int64_t decimals);
 Tensor sign(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; x > 0 where exponent needs grad
-// min(max(x, min), max), with at least one bound; min <= max. Its gradient is dy
-// where min <= x <= max, else 0. An integer or Bool x meets its bounds as a number
+// min(max(x, min), max), with at least one bound, as torch.clamp: min > max makes
+// every element max, and a NaN bound every element NaN. Its gradient is dy where
+// min <= x <= max, else 0. An integer or Bool x meets its bounds as a number
 // meets it in arithmetic (PyTorch's result type of the tensor and its bounds): in its
 // own dtype (a mask's in int64) when both are whole, with no gradient, and in float32
 // when one has a fraction (clamp(labels, 1.5, nullopt) is float32). For an integer
@@ -137,10 +138,12 @@ Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);
 Tensor& sub_(Tensor& self, const Tensor& other, double alpha = 1.0);
 Tensor& mul_(Tensor& self, const Tensor& other);
 Tensor& div_(Tensor& self, const Tensor& other);
-// self % other (Python's sign), as remainder; an integer divisor holding a zero is
-// refused as remainder refuses it.
+// self % other (Python's sign) and self // other (rounded toward -inf), as remainder
+// and floor_divide; an integer divisor holding a zero is refused as they refuse it.
 Tensor& remainder_(Tensor& self, const Tensor& other);
 Tensor& remainder_(Tensor& self, double value);
+Tensor& floor_divide_(Tensor& self, const Tensor& other);
+Tensor& floor_divide_(Tensor& self, double value);
 Tensor& add_(Tensor& self, double value);
 // When an increment_ lands on a GPU counter while the calling thread captures a
 // CUDA graph (optim::TrainStep's step). Now: a kernel where the call is.

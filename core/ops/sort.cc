@@ -89,12 +89,10 @@ ValuesIndices pick_ranked(const Tensor& x, int64_t d, const Tensor& rank, bool k
   return result;
 }
 
-// The line's length along d, which must hold an element; d normalized.
-int64_t checked_line(const Tensor& x, int64_t d, std::string_view op) {
-  const int64_t n = x.size(d);
-  LOOM_CHECK(n > 0, ValueError, "[{}] dim {} of shape {} is empty; there is no {} to take", op, d,
+// The line along d (normalized) must hold an element.
+void check_line_not_empty(const Tensor& x, int64_t d, std::string_view op) {
+  LOOM_CHECK(x.size(d) > 0, ValueError, "[{}] dim {} of shape {} is empty; there is no {} to take", op, d,
              shape_str(x.sizes()), op);
-  return n;
 }
 
 // The rank of the median in each line along d: (n - 1) / 2 (the lower one, as
@@ -122,7 +120,7 @@ ValuesIndices median_along(const Tensor& x, int64_t dim, bool keepdim, bool skip
     ValuesIndices vector = median_along(x.reshape({1}), 0, keepdim, skip_nan, op);
     return {vector.values.reshape({}), vector.indices.reshape({})};
   }
-  checked_line(x, d, op);
+  check_line_not_empty(x, d, op);
   ValuesIndices result = pick_ranked(x, d, median_rank(x.detach(), d, skip_nan), keepdim);
   if (trace.recording()) {
     trace.record({x}, {result.values, result.indices}, {{"dim", d}, {"keepdim", int64_t{keepdim}}});

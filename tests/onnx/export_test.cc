@@ -3,9 +3,10 @@
 // python3-onnx, full check with strict shape inference) through the export
 // tool and tools/onnx_check.py; the batch is symbolic or fixed as asked; batch
 // norm folds; group and instance norm pass the checker; comparisons, masks,
-// integer arithmetic, rounding, Python's division, sin and cos give Loom's
-// values (their nodes evaluated with numpy); and what has no ONNX
-// form is refused with the op and module named.
+// integer arithmetic, rounding, Python's division, sin and cos, scatters and
+// the value-sized ops (nonzero, masked_select, bincount) give Loom's values
+// (their nodes evaluated with numpy); and what has no ONNX form is refused
+// with the op and module named.
 // The two ImageNet VGGs (0.5 GB of weights each) are left to tools/onnx_zoo.sh
 // --max-mb runs (docs/onnx.md): VGG-11/16 on CIFAR cover the same layers here.
 //
@@ -144,8 +145,8 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 // reference evaluator), against Loom's output on the same input: argv 1 the
 // file, 2 and 3 the input's and Loom's output's values, 4 a relative tolerance
 // (0: the same values exactly). Prints the op types. Mod follows its fmod
-// attribute, Div of integers truncates, as ONNX's do, TopK orders stably and Clip's
-// bounds are optional.
+// attribute, Div of integers truncates, as ONNX's do, TopK orders stably, Clip's
+// bounds are optional and ScatterElements adds in the index's row-major order.
 constexpr const char* kEvaluateMasks = R"(
 import json, math, sys
 import numpy as np
@@ -155,7 +156,7 @@ m = onnx.load(sys.argv[1])
 onnx.checker.check_model(m, full_check=True)
 x = np.array(json.loads(sys.argv[2]), dtype=np.float32).reshape(2, 4)
 want = np.array(json.loads(sys.argv[3]), dtype=np.float32).reshape(2, 4)
-env = {m.graph.input[0].name: x}
+env = {m.graph.input[0].name: x, **{i.name: h.to_array(i) for i in m.graph.initializer}}
 types = {1: np.float32, 2: np.uint8, 7: np.int64, 9: np.bool_, 11: np.float64}
 ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greater': np.greater,
        'GreaterOrEqual': np.greater_equal, 'And': np.logical_and, 'Or': np.logical_or, 'Xor': np.logical_xor,
@@ -185,7 +186,9 @@ for n in m.graph.node:
         order = np.take(order, np.arange(k), axis=axis)
         env[n.output[0]], env[n.output[1]] = np.take_along_axis(v, order, axis=axis), order.astype(np.int64)
     elif n.op_type == 'Shape':
-        env[n.output[0]] = np.array(env[n.input[0]].shape[a['start'].i:a['end'].i], dtype=np.int64)
+        v = env[n.input[0]]
+        start, end = a['start'].i if 'start' in a else 0, a['end'].i if 'end' in a else v.ndim
+        env[n.output[0]] = np.array(v.shape[start:end], dtype=np.int64)
     elif n.op_type == 'CumSum':
         v = env[n.input[0]]
         env[n.output[0]] = np.cumsum(v, axis=int(env[n.input[1]]), dtype=v.dtype)
@@ -210,6 +213,27 @@ for n in m.graph.node:
         env[n.output[0]] = np.expand_dims(env[n.input[0]], axis=tuple(int(i) for i in env[n.input[1]]))
     elif n.op_type == 'Reshape':
         env[n.output[0]] = env[n.input[0]].reshape(env[n.input[1]])
+    elif n.op_type == 'ReduceMax':
+        env[n.output[0]] = np.max(env[n.input[0]], keepdims=bool(a['keepdims'].i) if 'keepdims' in a else True)
+    elif n.op_type == 'Expand':
+        v = env[n.input[0]]
+        env[n.output[0]] = np.broadcast_to(v, np.broadcast_shapes(v.shape, tuple(env[n.input[1]]))).copy()
+    elif n.op_type == 'Gather':
+        env[n.output[0]] = np.take(env[n.input[0]], env[n.input[1]], axis=a['axis'].i if 'axis' in a else 0)
+    elif n.op_type == 'Transpose':
+        env[n.output[0]] = np.transpose(env[n.input[0]], tuple(a['perm'].ints))
+    elif n.op_type == 'NonZero':
+        env[n.output[0]] = np.array(np.nonzero(env[n.input[0]]), dtype=np.int64)
+    elif n.op_type == 'Compress':
+        env[n.output[0]] = np.compress(env[n.input[1]], env[n.input[0]].reshape(-1))
+    elif n.op_type == 'ScatterElements':
+        data, index, updates = [env[i] for i in n.input]
+        v, axis, adds = data.copy(), a['axis'].i, a['reduction'].s == b'add'
+        for where in np.ndindex(index.shape):
+            target = list(where)
+            target[axis] = index[where]
+            v[tuple(target)] = v[tuple(target)] + updates[where] if adds else updates[where]
+        env[n.output[0]] = v
     elif n.op_type == 'Div' and env[n.input[0]].dtype.kind in 'iu':
         env[n.output[0]] = truncating_div(env[n.input[0]], env[n.input[1]])
     else:
@@ -419,6 +443,37 @@ TEST_CASE("round with decimals, integer clamp and the number-first // and % expo
   });
   CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(in_place, {x}, (dir.path / "r.onnx").string()), onnx::ExportError,
                              "op 'remainder_' (#2 of the trace): an in-place update has no ONNX form");
+}
+
+TEST_CASE("scatter, scatter_add, index_add, bincount, masked_select and nonzero export and compute Loom's values") {
+  Fn scattered([](const Tensor& y) {
+    const Tensor order = argsort(y, 1);  // int64 (N, 4), a permutation per row
+    const Tensor moved = scatter(y * 0.0, 1, order, y) + scatter(y, 1, order.narrow(1, 0, 2), y * 3.0) * 10.0 +
+                         scatter(y, 1, order.narrow(1, 1, 2), 7.0) * 100.0;  // src's corner; a value
+    const Tensor added = scatter_add(y, 0, remainder(order, 2.0), y * 10.0) +  // rows meet at 0 and 1
+                         index_add(y, 1, tensor({3, 0, 3}, {3}, {.dtype = DType::Int64}), y.narrow(1, 0, 3), 0.5) * 10.0;
+    const Tensor counts = bincount(order.reshape({-1}), y.reshape({-1})).unsqueeze(0) +  // (1, 4) float32 sums
+                          bincount(order.select(1, 0), {}, 6).narrow(0, 0, 4).to(DType::Float32).unsqueeze(0) * 10.0;
+    const Tensor coordinates = nonzero(y > 0.2).to(DType::Float32);  // (K, 2)
+    const Tensor picked = cumsum(masked_select(y, y > 0.0), 0).sum() +
+                          masked_select(y, tensor({1, 0, 1, 1}, {4}) > 0.5).sum() * 10.0 +  // a broadcast mask
+                          cumsum(coordinates, 0).select(1, 0).sum() * 100.0 + coordinates.select(1, 1).sum() * 1000.0;
+    return moved + added * 100.0 + counts * 1000.0 + picked;
+  });
+  const std::string out =
+      check_masks_export(scattered, tensor({0.3, -1.5, 2.0, 0.1, -0.5, 0.25, -1.0, 0.7}, {2, 4}), 1e-6);
+  for (const char* node : {"'ScatterElements'", "'Compress'", "'NonZero'", "'Transpose'", "'ReduceMax'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+  TempDir dir;
+  const std::string path = (dir.path / "n.onnx").string();
+  Fn positions([](const Tensor& y) { return nonzero(y > 0.0); });  // a fixed batch: K still follows the values
+  onnx::export_model(positions, {randn({2, 4})}, path, {.dynamic_batch = false});
+  const std::string shapes = describe(path);
+  CHECK_MESSAGE(shapes.find("('output', ['output_dim0', 'output_dim1'])") != std::string::npos, shapes);
+  Fn scalar_positions([](const Tensor& y) { return nonzero(y.sum()); });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(scalar_positions, {randn({2, 4})}, path), onnx::ExportError,
+                             "NonZero of a 0-d tensor");
 }
 
 TEST_CASE("sin, cos and exp export, integers cast to float32, and compute Loom's values within an ulp") {

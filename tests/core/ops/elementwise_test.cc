@@ -356,10 +356,24 @@ TEST_CASE("clamp gradient: dy inside and at the bounds, 0 outside") {
   CHECK(r.kinks == 2);  // the two elements sitting on a bound
 }
 
-TEST_CASE("clamp rejects missing and inverted bounds") {
+TEST_CASE("clamp rejects missing bounds; inverted bounds give max and a NaN bound NaN, as torch.clamp") {
   const Tensor x = zeros({2});
   CHECK_THROWS_WITH_FRAGMENT(clamp(x, std::nullopt, std::nullopt), ValueError, "[clamp] needs at least one of min and max");
-  CHECK_THROWS_WITH_FRAGMENT(clamp(x, 2.0, 1.0), ValueError, "[clamp] min 2 is greater than max 1");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  using Bounds = std::pair<std::optional<double>, std::optional<double>>;
+  for (const auto& [lo, hi] : {Bounds{2.0, 1.0}, Bounds{nan, 1.0}, Bounds{std::nullopt, nan}, Bounds{0.0, nan}}) {
+    const Tensor v = tensor({-3, 0.5, 1.5, 9}, {4}, {.dtype = DType::Float64, .requires_grad = true});
+    const Tensor y = clamp(v, lo, hi);
+    const bool nan_bound = (lo && std::isnan(*lo)) || (hi && std::isnan(*hi));
+    for (double e : y.to_vector<double>()) CHECK((nan_bound ? std::isnan(e) : e == 1.0));
+    y.sum().backward();
+    CHECK(v.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 0});  // no x lies in [lo, hi]
+  }
+  const Tensor labels = tensor({-2, 5}, {2}, {.dtype = DType::Int64});
+  CHECK(clamp(labels, 3.0, 1.0).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  const Tensor promoted = clamp(labels, nan, std::nullopt);  // NaN is no whole number: float32, as PyTorch's
+  CHECK(promoted.dtype() == DType::Float32);
+  for (double e : promoted.to_vector<double>()) CHECK(std::isnan(e));
   CHECK_THROWS_WITH_FRAGMENT(clamp(zeros({2}, {.dtype = DType::UInt8}), 300.0, std::nullopt), ValueError,
                              "[clamp] the min bound 300 is outside the range of the uint8 input ([0, 255])");
 }
@@ -1140,7 +1154,7 @@ TEST_CASE("clamp of integer tensors keeps their dtype for whole bounds, float32 
         std::vector<int64_t>{big + 1, big + 2});
   CHECK(ints_of(clamp(int_tensor({big + 2}, {1}, DType::Int64), std::nullopt, 0x1p53)) ==
         std::vector<int64_t>{big - 1});
-  CHECK_THROWS_WITH_FRAGMENT(clamp(i32, 2.0, 1.0), ValueError, "[clamp] min 2 is greater than max 1");
+  CHECK(ints_of(clamp(i32, 7.0, 6.0)) == std::vector<int64_t>{6});  // inverted: max, as torch.clamp
 }
 
 TEST_CASE("integer clamp on random values and layouts matches std::clamp") {
@@ -1315,6 +1329,29 @@ TEST_CASE("%= updates in place as += and *= do: tensor and number operands, inte
   }
   CHECK(doubles_of(w) == std::vector<double>{0.5, 0.5});
   CHECK(w.requires_grad());
+}
+
+TEST_CASE("floor_divide_ updates in place as floor_divide computes, with remainder_'s refusals") {
+  Tensor x = tensor({7, -7, 7.5, -7.5}, {2, 2}, kF64);
+  const Tensor alias = x;
+  floor_divide_(x, tensor({2, -2}, {2}, kF64));  // broadcast into x
+  CHECK(doubles_of(alias) == std::vector<double>{3, 3, 3, 3});
+  floor_divide_(x, -2.0);
+  CHECK(doubles_of(alias) == std::vector<double>{-2, -2, -2, -2});
+  Tensor counts = int_tensor({-7, 7, 200}, {3}, DType::Int64);
+  floor_divide_(counts, 3.0);
+  CHECK(ints_of(counts) == std::vector<int64_t>{-3, 2, 66});
+  floor_divide_(counts, int_tensor({2, -2, 7}, {3}, DType::Int32));
+  CHECK(ints_of(counts) == std::vector<int64_t>{-2, -1, 9});
+  Tensor ints = int_tensor({5, 6}, {2}, DType::Int32);
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide_(ints, 0.5), TypeError,
+                             "[floor_divide_] the int32 tensor floor-divided by 0.5 is floating");
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide_(ints, 0.0), ValueError, "[floor_divide_] integer division by zero");
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide_(ints, int_tensor({3, 0}, {2}, DType::Int32)), ValueError,
+                             "[floor_divide_] integer division by zero");
+  CHECK(ints_of(ints) == std::vector<int64_t>{5, 6});
+  Tensor w = tensor({2.5}, {1}, {.dtype = DType::Float64, .requires_grad = true});
+  CHECK_THROWS_WITH_FRAGMENT(floor_divide_(w, 1.0), AutogradError, "[floor_divide_] a leaf tensor that requires grad");
 }
 
 }  // namespace
