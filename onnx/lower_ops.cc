@@ -568,18 +568,25 @@ void top_k(Lowering& L, const trace::Op& op) {
 }
 
 // kthvalue as the last of TopK's k smallest, and median along a dim as the
-// ((n - 1) / 2 + 1)-th smallest, n read from the traced input (so the dim must
-// not be a dynamic one); TopK keeps equal elements in order of position, as
-// sort does. NaN's place is unspecified there, so median's NaN rule is not kept.
+// ((n - 1) / 2 + 1)-th smallest, n read from x's shape so that a dynamic batch
+// dim works; TopK keeps equal elements in order of position, as sort does.
+// NaN's place is unspecified there, so median's NaN rule is not kept.
 void ranked(Lowering& L, const trace::Op& op) {
-  const Tensor& input = op.inputs.at(0);
-  if (input.dim() == 0) L.fail("a 0-d tensor is its own k-th value and median; call it on a 1-element vector");
+  if (op.inputs.at(0).dim() == 0) {
+    L.fail("a 0-d tensor is its own k-th value and median; call it on a 1-element vector");
+  }
   const int64_t d = op.get_int("dim");
-  const int64_t k = op.name == "kthvalue" ? op.get_int("k") : (input.size(d) - 1) / 2 + 1;
-  const auto top = L.emit_n("TopK", {in(L, op, 0), L.ints({k})}, 2,
-                            {{"axis", d}, {"largest", int64_t{0}}, {"sorted", int64_t{1}}});
+  const std::string x = in(L, op, 0), one = L.ints({1});
+  const std::string k =
+      op.name == "kthvalue"
+          ? L.ints({op.get_int("k")})
+          : L.emit("Add", {L.emit("Div", {L.emit("Sub", {L.emit("Shape", {x}, {{"start", d}, {"end", d + 1}}), one}),
+                                         L.ints({2})}),
+                           one});
+  const auto top = L.emit_n("TopK", {x, k}, 2, {{"axis", d}, {"largest", int64_t{0}}, {"sorted", int64_t{1}}});
+  const std::string before = L.emit("Sub", {k, one});
   for (size_t i = 0; i < 2; ++i) {
-    std::string y = L.emit("Slice", {top[i], L.ints({k - 1}), L.ints({k}), L.ints({d})});
+    std::string y = L.emit("Slice", {top[i], before, k, L.ints({d})});
     if (!op.get_int("keepdim")) y = L.emit("Squeeze", {y, L.ints({d})});
     L.bind(op.outputs.at(i), y);
   }

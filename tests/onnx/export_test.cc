@@ -144,7 +144,7 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 // The masks' ONNX nodes evaluated with numpy, node by node (Debian's onnx has no
 // reference evaluator), against Loom's output on the same input: argv 1 the
 // file, 2 and 3 the input's and Loom's output's values, 4 a relative tolerance
-// (0: the same values exactly). Prints the op types. Mod follows its fmod
+// (0: the same values exactly), 5 and 6 their shapes. Prints the op types. Mod follows its fmod
 // attribute, Div of integers truncates, as ONNX's do, TopK orders stably, Clip's
 // bounds are optional and ScatterElements adds in the index's row-major order.
 constexpr const char* kEvaluateMasks = R"(
@@ -154,8 +154,8 @@ import onnx
 from onnx import numpy_helper as h
 m = onnx.load(sys.argv[1])
 onnx.checker.check_model(m, full_check=True)
-x = np.array(json.loads(sys.argv[2]), dtype=np.float32).reshape(2, 4)
-want = np.array(json.loads(sys.argv[3]), dtype=np.float32).reshape(2, 4)
+x = np.array(json.loads(sys.argv[2]), dtype=np.float32).reshape(json.loads(sys.argv[5]))
+want = np.array(json.loads(sys.argv[3]), dtype=np.float32).reshape(json.loads(sys.argv[6]))
 env = {m.graph.input[0].name: x, **{i.name: h.to_array(i) for i in m.graph.initializer}}
 types = {1: np.float32, 2: np.uint8, 7: np.int64, 9: np.bool_, 11: np.float64}
 ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greater': np.greater,
@@ -245,13 +245,16 @@ same = np.array_equal(got, want) if rtol == 0 else np.allclose(got, want, rtol=r
 sys.exit(0 if got.dtype == np.float32 and same else 1)
 )";
 
-// Exports `masks`, evaluates its nodes with numpy on x and requires Loom's
-// output (exactly, or within rtol); returns the evaluator's printout (the op types, the values).
-std::string check_masks_export(Fn& masks, const Tensor& x, double rtol = 0) {
+// Exports `masks` with the example x, evaluates its nodes with numpy on `run_on`
+// (x when undefined: another batch size checks the dynamic batch) and requires
+// Loom's output there (exactly, or within rtol); returns the evaluator's
+// printout (the op types, the values).
+std::string check_masks_export(Fn& masks, const Tensor& x, double rtol = 0, const Tensor& run_on = Tensor()) {
   TempDir dir;
   const std::string path = (dir.path / "masks.onnx").string(), script = (dir.path / "masks.py").string();
-  const Tensor expected = masks(x);
   onnx::export_model(masks, {x}, path);
+  const Tensor input = run_on.defined() ? run_on : x;
+  const Tensor expected = masks(input);
   {
     FILE* f = std::fopen(script.c_str(), "w");
     REQUIRE(f != nullptr);
@@ -259,8 +262,9 @@ std::string check_masks_export(Fn& masks, const Tensor& x, double rtol = 0) {
     std::fclose(f);
   }
   const auto json = [](const Tensor& t) { return fmt::format("[{}]", fmt::join(testing::values(t), ",")); };
-  auto [out, status] = run("/usr/bin/python3 " + script + " " + path + " '" + json(x) + "' '" + json(expected) + "' " +
-                           std::to_string(rtol));
+  const auto shape = [](const Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ",")); };
+  auto [out, status] = run("/usr/bin/python3 " + script + " " + path + " '" + json(input) + "' '" + json(expected) +
+                           "' " + std::to_string(rtol) + " '" + shape(input) + "' '" + shape(expected) + "'");
   CHECK_MESSAGE(status == 0, out);
   return out;
 }
@@ -317,6 +321,9 @@ TEST_CASE("prod, kthvalue and median export as ReduceProd and TopK and compute L
   for (const char* node : {"'ReduceProd'", "'TopK'", "'Slice'", "'Squeeze'"}) {
     CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
   }
+  // Exported at batch 2, run at batch 3: median(y, 0) takes the 2nd of 3, not the 1st of 2.
+  check_masks_export(ranked, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}), 1e-6,
+                     tensor({0.3, -1.5, 2.0, 0.1, -0.5, 0.25, -1.0, 0.7, 1.25, -0.75, 0.5, -2.0}, {3, 4}));
   TempDir dir;
   Fn running([](const Tensor& y) { return cumprod(y, 1); });
   CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(running, {zeros({2, 4})}, (dir.path / "c.onnx").string()),
