@@ -12,8 +12,9 @@
 namespace loom::cuda {
 
 void sort_rows(const Strided& indices, const Strided& keys, bool descending) {
-  LOOM_CUDA_CHECK(launch_with_scratch(sort_rows_scratch_bytes(keys), [&](void* scratch) {
-    return launch_sort_rows(indices, keys, descending, scratch, current_stream());
+  const size_t scratch_bytes = sort_rows_scratch_bytes(keys);
+  LOOM_CUDA_CHECK(launch_with_scratch(scratch_bytes, [&](void* scratch) {
+    return launch_sort_rows(indices, keys, descending, scratch, scratch_bytes, current_stream());
   }));
 }
 

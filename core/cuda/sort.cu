@@ -80,29 +80,36 @@ __global__ void encode_rows_kernel(U* keys, int64_t* positions, int64_t* offsets
   for (int64_t r = first_index(); r <= rows; r += index_step()) offsets[r] = r * n;
 }
 
-// Scratch: encoded keys in and out, positions in, row offsets, then CUB's own.
+// Scratch: encoded keys in and out, positions in, row offsets, then CUB's own
+// (from `cub` to the end of the scratch, whose size the caller asked CUB for once).
 struct ScratchLayout {
-  size_t keys_in, keys_out, positions, offsets, cub, total;
+  size_t keys_in, keys_out, positions, offsets, cub;
 };
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 template <class S>
-ScratchLayout layout_for(int64_t rows, int64_t n, cudaError_t* status) {
+ScratchLayout layout_for(int64_t rows, int64_t n) {
   using U = ordered_t<S>;
-  size_t cub_bytes = 0;
-  *status = cub::DeviceSegmentedSort::StableSortPairs(
-      nullptr, cub_bytes, static_cast<const U*>(nullptr), static_cast<U*>(nullptr),
-      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), rows * n, rows,
-      static_cast<const int64_t*>(nullptr), static_cast<const int64_t*>(nullptr));
   ScratchLayout s{};
   const auto items = static_cast<size_t>(rows * n);
   s.keys_out = s.keys_in + aligned(items * sizeof(U));
   s.positions = s.keys_out + aligned(items * sizeof(U));
   s.offsets = s.positions + aligned(items * sizeof(int64_t));
   s.cub = s.offsets + aligned(static_cast<size_t>(rows + 1) * sizeof(int64_t));
-  s.total = s.cub + cub_bytes;
   return s;
+}
+
+// CUB's own scratch for a (rows, n) sort; 0 when it cannot say (the sort then reports the error).
+template <class S>
+size_t cub_scratch_bytes(int64_t rows, int64_t n) {
+  using U = ordered_t<S>;
+  size_t cub_bytes = 0;
+  const cudaError_t status = cub::DeviceSegmentedSort::StableSortPairs(
+      nullptr, cub_bytes, static_cast<const U*>(nullptr), static_cast<U*>(nullptr),
+      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), rows * n, rows,
+      static_cast<const int64_t*>(nullptr), static_cast<const int64_t*>(nullptr));
+  return status == cudaSuccess ? cub_bytes : 0;
 }
 
 struct RowShape {
@@ -116,13 +123,13 @@ RowShape row_shape(const Strided& keys) {
 
 template <class S>
 cudaError_t sort_rows(const Strided& indices, const Strided& keys, bool descending, void* scratch,
-                      cudaStream_t stream) {
+                      size_t scratch_bytes, cudaStream_t stream) {
   using U = ordered_t<S>;
   const auto [rows, n] = row_shape(keys);
   if (rows * n == 0) return cudaSuccess;
+  const ScratchLayout s = layout_for<S>(rows, n);
+  if (scratch_bytes < s.cub) return cudaErrorInvalidValue;
   cudaError_t status = cudaSuccess;
-  const ScratchLayout s = layout_for<S>(rows, n, &status);
-  if (status != cudaSuccess) return status;
   auto* base = static_cast<char*>(scratch);
   auto* keys_in = reinterpret_cast<U*>(base + s.keys_in);
   auto* keys_out = reinterpret_cast<U*>(base + s.keys_out);
@@ -131,7 +138,7 @@ cudaError_t sort_rows(const Strided& indices, const Strided& keys, bool descendi
   encode_rows_kernel<<<blocks_for(rows * n + 1), kThreads, 0, stream>>>(keys_in, positions, offsets,
                                                                          keys.ptr<const S>(), rows, n, descending);
   if ((status = cudaGetLastError()) != cudaSuccess) return status;
-  size_t cub_bytes = s.total - s.cub;
+  size_t cub_bytes = scratch_bytes - s.cub;
   return cub::DeviceSegmentedSort::StableSortPairs(base + s.cub, cub_bytes, keys_in, keys_out, positions,
                                                    indices.ptr<int64_t>(), rows * n, rows, offsets, offsets + 1,
                                                    stream);
@@ -238,16 +245,14 @@ __global__ void scan_strided_kernel(S* out, const S* in, int64_t outer, int64_t 
 size_t sort_rows_scratch_bytes(const Strided& keys) {
   const auto [rows, n] = row_shape(keys);
   if (rows * n == 0) return 0;
-  return visit_sortable(keys.dtype, [&]<class S>() {
-    cudaError_t status = cudaSuccess;  // a failed size query fails again in the launch, which reports it
-    return layout_for<S>(rows, n, &status).total;
-  });
+  return visit_sortable(keys.dtype,
+                        [&]<class S>() { return layout_for<S>(rows, n).cub + cub_scratch_bytes<S>(rows, n); });
 }
 
 cudaError_t launch_sort_rows(const Strided& indices, const Strided& keys, bool descending, void* scratch,
-                             cudaStream_t stream) {
+                             size_t scratch_bytes, cudaStream_t stream) {
   return visit_sortable(keys.dtype, [&]<class S>() {
-    return sort_rows<S>(indices, keys, descending, scratch, stream);
+    return sort_rows<S>(indices, keys, descending, scratch, scratch_bytes, stream);
   });
 }
 

@@ -18,9 +18,10 @@ size_t sort_rows_scratch_bytes(const Strided& keys);
 
 // indices (rows, n) int64 <- the positions that put each row of keys (rows, n)
 // in order, stably: NaN counts as greater than every number and -0 as equal to
-// +0 (torch.sort). Both contiguous; keys of any dtype.
+// +0 (torch.sort). Both contiguous; keys of any dtype; scratch of
+// sort_rows_scratch_bytes(keys) bytes.
 cudaError_t launch_sort_rows(const Strided& indices, const Strided& keys, bool descending, void* scratch,
-                             cudaStream_t stream);
+                             size_t scratch_bytes, cudaStream_t stream);
 
 // out <- the running sum or product (`op`) of in along the middle dim of
 // (outer, n, inner), both contiguous and of one dtype, from the end when
