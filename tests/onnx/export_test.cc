@@ -17,11 +17,13 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "core/ops/ops.h"
+#include "core/serialize.h"
 #include "layers/nn.h"
 #include "models/registry.h"
 #include "onnx/export.h"
@@ -249,12 +251,23 @@ sys.exit(0 if got.dtype == np.float32 and same else 1)
 // (x when undefined: another batch size checks the dynamic batch) and requires
 // Loom's output there (exactly, or within rtol); returns the evaluator's
 // printout (the op types, the values).
+// With LOOM_ONNX_KEEP=DIR set, each export is also kept as DIR/masks_<k>.onnx
+// with its input and Loom's output as safetensors, the files tools/onnx_check.py
+// runs through ONNX Runtime (on a host that has it).
 std::string check_masks_export(Fn& masks, const Tensor& x, double rtol = 0, const Tensor& run_on = Tensor()) {
   TempDir dir;
   const std::string path = (dir.path / "masks.onnx").string(), script = (dir.path / "masks.py").string();
-  onnx::export_model(masks, {x}, path);
+  const onnx::ExportSummary summary = onnx::export_model(masks, {x}, path);
   const Tensor input = run_on.defined() ? run_on : x;
   const Tensor expected = masks(input);
+  if (const char* keep = std::getenv("LOOM_ONNX_KEEP")) {
+    static int kept = 0;
+    const std::filesystem::path base = std::filesystem::path(keep) / fmt::format("masks_{}", kept++);
+    std::filesystem::create_directories(keep);
+    std::filesystem::copy_file(path, base.string() + ".onnx", std::filesystem::copy_options::overwrite_existing);
+    save_safetensors(base.string() + ".inputs.safetensors", {{summary.input_names.at(0), input}});
+    save_safetensors(base.string() + ".outputs.safetensors", {{summary.output_names.at(0), expected}});
+  }
   {
     FILE* f = std::fopen(script.c_str(), "w");
     REQUIRE(f != nullptr);

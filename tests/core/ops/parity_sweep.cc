@@ -35,7 +35,7 @@ constexpr Op kOps[] = {
     Op::Chain,      Op::Interpolate,  Op::Pad,       Op::Abs,                 Op::Cat,
     Op::Dropout2d,  Op::Mask,         Op::GroupNorm, Op::InstanceNorm,        Op::Losses,
     Op::Statistics, Op::Extremum,     Op::Flip,      Op::Sort,                Op::Cumsum,
-    Op::Triangle};
+    Op::Triangle,   Op::Scatter,      Op::Math};
 
 class Draw {
  public:
@@ -287,6 +287,20 @@ void draw_op(Draw& d, Case& c) {
       draw_image(d, c, 12);
       v["p_pct"] = d.pick<int64_t>({10, 30, 50});
       break;
+    case Op::Scatter: {
+      draw_image(d, c, 12);
+      v["dim"] = d.between(0, 3);
+      // scatter_add, scatter (distinct places per line), index_add, gather, masked_select
+      v["kind"] = d.between(0, 4);
+      const int64_t size = v[std::string(1, "NCHW"[v["dim"]])];
+      v["len"] = v["kind"] == 1 ? d.between(1, size) : d.between(1, size + 2);  // the index's extent along dim
+      v["alpha_x4"] = d.between(-8, 8);
+      break;
+    }
+    case Op::Math:
+      draw_image(d, c, 16);
+      v["fn"] = d.between(0, 8);
+      break;
     case Op::Chain:
       v["N"] = d.between(2, 16), v["C"] = d.between(1, 4), v["K"] = d.between(1, 32);
       v["R"] = d.pick<int64_t>({1, 3, 5});
@@ -409,6 +423,13 @@ Operands make_operands(const Case& c) {
       add_t("x", normal(image(), gen));
       add_t("w", normal(c.at("broadcast") ? Shape{1, c.at("C"), 1, c.at("W")} : image(), gen));
       break;
+    case Op::Scatter: {
+      add_t("x", normal(image(), gen));
+      Shape along = image();
+      along[c.at("dim")] = c.at("len");
+      if (c.at("kind") <= 2) add_t("w", normal(along, gen));  // src, or index_add's source
+      break;
+    }
     default: add_t("x", normal(image(), gen)); break;
   }
   return o;
@@ -589,6 +610,54 @@ Tensor running_total(const Case& c, const Tensor& x) {
   }
 }
 
+// A Scatter case's index, made on the CPU from the case's seed so that every
+// device reads the same: int64 in [0, the dim's size) of `sizes`, or for
+// scatter (kind 1) each line along dim a prefix of a random permutation, so that
+// no place is written twice (which value stays would be the device's choice).
+Tensor scatter_index(const Case& c, const Shape& sizes, Device device) {
+  Generator gen(case_seed(c.seed, c.index) ^ 0x1d5ull);
+  const int64_t dim = c.at("dim"), size = c.at(std::string(1, "NCHW"[dim]));
+  if (c.at("kind") != 1) return randint(0, size, sizes, {.dtype = DType::Int64}, &gen).to(device);
+  Shape lines = sizes;
+  lines[dim] = size;
+  return argsort(rand(lines, {.dtype = DType::Float64}, &gen), dim).narrow(dim, 0, sizes[dim]).contiguous().to(device);
+}
+
+// Scatter's kinds along "dim", the index "len" long there.
+Tensor scattered(const Case& c, const std::map<std::string, Tensor>& t) {
+  const Tensor& x = t.at("x");
+  const int64_t dim = c.at("dim"), len = c.at("len");
+  Shape along = x.sizes();
+  along[dim] = len;
+  switch (c.at("kind")) {
+    case 0: return scatter_add(x, dim, scatter_index(c, along, x.device()), t.at("w"));
+    case 1: return scatter(x, dim, scatter_index(c, along, x.device()), t.at("w"));
+    case 2: return index_add(x, dim, scatter_index(c, {len}, x.device()), t.at("w"), c.at("alpha_x4") / 4.0);
+    case 3: return gather(x, dim, scatter_index(c, along, x.device()));
+    default: {
+      Generator gen(case_seed(c.seed, c.index) ^ 0x3a5ull);
+      return masked_select(x, (rand(x.sizes(), {.dtype = DType::Float64}, &gen) > 0.5).to(x.device()));
+    }
+  }
+}
+
+// One of the math rows on inputs inside its domain (positive for the logarithms
+// and rsqrt, inside (-pi/2, pi/2) for tan); sign times x, since sign's gradient is 0.
+Tensor math_row(const Case& c, const Tensor& x) {
+  const Tensor square = x * x;
+  switch (c.at("fn")) {
+    case 0: return log1p(square * 0.5);
+    case 1: return expm1(x * 0.5);
+    case 2: return log2(square + 0.25);
+    case 3: return log10(square + 0.25);
+    case 4: return tan(tanh(x));
+    case 5: return atan(x * 2.0);
+    case 6: return erf(x);
+    case 7: return rsqrt(square + 0.25);
+    default: return sign(x) * x;
+  }
+}
+
 // The ops after Op::Chain: issue 32's, the norms' and the composites'.
 Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
                     const std::function<Tensor(const Tensor&)>& operand) {
@@ -611,6 +680,8 @@ Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
     case Op::Sort: return ordered(c, x);
     case Op::Cumsum: return running_total(c, x);
     case Op::Triangle: return waves_triangle(c, x);
+    case Op::Scatter: return scattered(c, t);
+    case Op::Math: return math_row(c, x);
     default: break;
   }
   throw ValueError(fmt::format("[parity_sweep] {} is not one of the ops after Op::Chain", op_name(c.op)));
@@ -860,6 +931,8 @@ const char* op_name(Op op) {
     case Op::Sort: return "sort / topk / median / kthvalue";
     case Op::Cumsum: return "cumsum / cumprod / prod";
     case Op::Triangle: return "sin / cos, tril / triu, repeat";
+    case Op::Scatter: return "scatter_add / scatter / index_add / gather / masked_select";
+    case Op::Math: return "log1p / expm1 / log2 / log10 / tan / atan / erf / rsqrt / sign";
   }
   return "?";
 }

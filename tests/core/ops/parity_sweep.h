@@ -39,6 +39,9 @@ enum class Op {
   // sin or cos, then tril or triu and repeat (the matrices of a causal mask,
   // a positional encoding's waves).
   Triangle,
+  // Writing and reading at indices: scatter_add, scatter, index_add, gather,
+  // masked_select; and the math rows log1p to sign.
+  Scatter, Math,
 };
 const char* op_name(Op op);
 
