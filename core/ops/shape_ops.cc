@@ -228,9 +228,37 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
 Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true, "tril"); }
 Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false, "triu"); }
 
-// Copy j of dim i sits at j * size(i) + p, so x viewed as (1, s0, 1, s1, ...)
-// expands to (r0, s0, r1, s1, ...) and reshapes to (r0 * s0, r1 * s1, ...);
-// expand's backward sums dy over the copies.
+namespace {
+
+// A pass's view has a copy axis and a run of x's dims for each repeated dim,
+// after a leading run: 2k + 1 axes for k repeated dims, so three per pass stay
+// within the 8 dims the CUDA kernels take, whatever x's rank.
+constexpr size_t kRepeatsPerPass = 3;
+
+// Copy j of dim i sits at j * size(i) + p, so x viewed as its runs of
+// unrepeated dims with a size-1 copy axis before each repeated dim expands the
+// copy axes to their counts and reshapes to the tiled sizes; expand's backward
+// sums dy over the copies. `repeats` has one count per dim of x.
+Tensor tile_pass(const Tensor& x, const Shape& repeats) {
+  Shape view{1}, expanded{1}, sizes;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    const int64_t r = repeats[static_cast<size_t>(i)], s = x.size(i);
+    if (r != 1) {
+      view.insert(view.end(), {1, s});
+      expanded.insert(expanded.end(), {r, s});
+    } else {
+      view.back() *= s;
+      expanded.back() *= s;
+    }
+    sizes.push_back(r * s);
+  }
+  return x.reshape(view).expand(expanded).reshape(sizes);
+}
+
+}  // namespace
+
+// x gets size-1 leading dims for the new ones, then is tiled kRepeatsPerPass
+// repeated dims at a time (one pass, one copy, for up to three).
 Tensor repeat(const Tensor& x, const Shape& repeats) {
   LOOM_CHECK(x.defined(), ValueError, "[repeat] x is undefined");
   LOOM_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(), ShapeError,
@@ -238,21 +266,27 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
              "pass 1 for the dims to keep",
              x.dim(), shape_str(repeats), shape_str(x.sizes()));
   const int64_t lead = static_cast<int64_t>(repeats.size()) - x.dim();
-  Shape expanded(repeats.begin(), repeats.begin() + lead), sizes = expanded;
-  Tensor interleaved = x;
-  for (int64_t i = x.dim() - 1; i >= 0; --i) interleaved = interleaved.unsqueeze(i);
+  Shape lifted(static_cast<size_t>(lead), 1), sizes;
+  lifted.insert(lifted.end(), x.sizes().begin(), x.sizes().end());
   for (size_t i = 0; i < repeats.size(); ++i) {
     LOOM_CHECK(repeats[i] >= 0, ValueError, "[repeat] repeats must be >= 0, got {}", shape_str(repeats));
-    if (static_cast<int64_t>(i) < lead) continue;
-    const int64_t r = repeats[i], s = x.size(static_cast<int64_t>(i) - lead);
     int64_t size = 0;
-    LOOM_CHECK(!__builtin_mul_overflow(r, s, &size), ValueError,
+    LOOM_CHECK(!__builtin_mul_overflow(repeats[i], lifted[i], &size), ValueError,
                "[repeat] repeats {} of shape {} overflow 64 bits", shape_str(repeats), shape_str(x.sizes()));
-    expanded.insert(expanded.end(), {r, s});
     sizes.push_back(size);
   }
   check_span(sizes, "repeat");
-  Tensor out = interleaved.expand(expanded).reshape(sizes);
+  Tensor out = x.reshape(lifted);
+  for (size_t next = 0; next < repeats.size();) {
+    Shape pass(repeats.size(), 1);
+    for (size_t taken = 0; next < repeats.size() && taken < kRepeatsPerPass; ++next) {
+      if (repeats[next] != 1) {
+        pass[next] = repeats[next];
+        ++taken;
+      }
+    }
+    out = tile_pass(out, pass);
+  }
   // Every repeat 1 of a contiguous x reshapes to a view of it: still a copy, as torch's.
   return out.storage() == x.storage() ? out.clone(MemoryFormat::Contiguous) : out;
 }

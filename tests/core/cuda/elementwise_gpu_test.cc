@@ -546,7 +546,8 @@ LOOM_GPU_TEST_CASE("rounding, sin and Python's division on the GPU: torch's valu
   CHECK(remainder(labels, divisor).cpu().to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0, -2});
   CHECK_THROWS_WITH_FRAGMENT(labels % 0.0, ValueError, "[remainder] integer division by zero");  // a number is checked
   const int64_t lo = std::numeric_limits<int64_t>::min();
-  const Tensor extremes = from_host(std::vector<int64_t>{lo, lo, lo}.data(), DType::Int64, {3}, {.device = gpu});
+  const Tensor extremes =
+      from_host(std::vector<int64_t>{lo, lo, lo}.data(), DType::Int64, {3}, {.dtype = DType::Int64, .device = gpu});
   const Tensor by = tensor({-1, 3, -7}, {3}, {.dtype = DType::Int64}).to(gpu);
   CHECK(floor_divide(extremes, by).cpu().to_vector<int64_t>() ==
         std::vector<int64_t>{lo, -3074457345618258603, 1317624576693539401});

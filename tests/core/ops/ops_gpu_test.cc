@@ -9,6 +9,8 @@
 //
 // N batch, C channels, H, W, K out channels / classes.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstdio>
@@ -423,6 +425,7 @@ LOOM_GPU_TEST_CASE("tril, triu, repeat, eye and linspace match the CPU exactly o
       {"triu(strided)", [](auto& in) { return triu(in[0].transpose(1, 2)); }},
       {"repeat", [](auto& in) { return repeat(in[0], {2, 1, 3, 2}); }},
       {"repeat(method)", [](auto& in) { return in[0].repeat({1, 2, 1}); }},
+      {"repeat(5 repeated dims)", [](auto& in) { return repeat(in[0], {2, 2, 2, 1, 3, 2}); }},
   };
   for (DType dtype : {DType::Float32, DType::BFloat16, DType::Int64, DType::Bool}) {
     const Tensor source = randint(-4, 5, {2, 3, 4}, {.dtype = DType::Int64}, &gen).to(dtype);
@@ -446,7 +449,8 @@ LOOM_GPU_TEST_CASE("tril, triu, repeat, eye and linspace match the CPU exactly o
       y_gpu.backward(dy.to(gpu));
       REQUIRE(x_gpu.grad().defined());
       CHECK(x_gpu.grad().device() == gpu);
-      CHECK(testing::values(x_gpu.grad()) == testing::values(x_cpu.grad()));
+      const std::vector<double> dx_gpu = testing::values(x_gpu.grad()), dx_cpu = testing::values(x_cpu.grad());
+      CHECK_MESSAGE(dx_gpu == dx_cpu, fmt::format("GPU {}\nCPU {}", fmt::join(dx_gpu, " "), fmt::join(dx_cpu, " ")));
     }
   }
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64, DType::Bool}) {

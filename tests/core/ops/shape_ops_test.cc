@@ -405,11 +405,12 @@ TEST_CASE("repeat matches a naive reference on random shapes and repeats") {
   Generator gen(73);
   std::mt19937 rng(73);
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  for (int trial = 0; trial < 40; ++trial) {
-    Shape sizes(static_cast<size_t>(pick(0, 3)));
-    for (int64_t& s : sizes) s = pick(0, 3);
+  for (int trial = 0; trial < 60; ++trial) {
+    // Up to 6 dims, so up to 6 repeated ones: more than one pass of three.
+    Shape sizes(static_cast<size_t>(pick(0, 4)));
+    for (int64_t& s : sizes) s = sizes.size() <= 3 ? pick(0, 3) : pick(1, 2);
     Shape repeats(sizes.size() + static_cast<size_t>(pick(0, 2)));
-    for (int64_t& r : repeats) r = pick(0, 3);
+    for (int64_t& r : repeats) r = repeats.size() <= 4 ? pick(0, 3) : pick(0, 2);
     const DType dtype = std::array{DType::Float64, DType::Int64, DType::Bool, DType::Float32}[trial % 4];
     CAPTURE(shape_str(sizes));
     CAPTURE(shape_str(repeats));
@@ -435,6 +436,15 @@ TEST_CASE("repeat backward sums dy over the copies; gradcheck in float64") {
         gradcheck([repeats](const std::vector<Tensor>& in) { return in[0].repeat(repeats); }, {x});
     CHECK_MESSAGE(r.ok, r.message);
   }
+  // Seven repeated dims of an 8-dim x: three passes (3 + 3 + 1 repeated dims).
+  const Tensor deep = randn({2, 1, 2, 1, 2, 1, 1, 2}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  const Shape repeats{2, 1, 2, 2, 2, 3, 2, 1, 2};
+  const Tensor tiled = deep.repeat(repeats);
+  CHECK(tiled.sizes() == Shape{2, 2, 2, 4, 2, 6, 2, 1, 4});
+  CHECK(tiled.to_vector<double>() == naive_repeat(deep.detach(), repeats));
+  const GradcheckResult r =
+      gradcheck([repeats](const std::vector<Tensor>& in) { return in[0].repeat(repeats); }, {deep});
+  CHECK_MESSAGE(r.ok, r.message);
 }
 
 TEST_CASE("repeat rejects too few or negative repeats") {
