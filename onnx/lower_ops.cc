@@ -567,22 +567,24 @@ void top_k(Lowering& L, const trace::Op& op) {
   L.bind(op.outputs.at(1), outputs[1]);
 }
 
+// The median's rank along dim d, (n - 1) / 2 + 1, with n read from x's shape
+// in the graph so that a dynamic batch dim works.
+std::string median_rank(Lowering& L, const std::string& x, int64_t d, const std::string& one) {
+  const std::string n = L.emit("Shape", {x}, {{"start", d}, {"end", d + 1}});
+  const std::string half = L.emit("Div", {L.emit("Sub", {n, one}), L.ints({2})});
+  return L.emit("Add", {half, one});
+}
+
 // kthvalue as the last of TopK's k smallest, and median along a dim as the
-// ((n - 1) / 2 + 1)-th smallest, n read from x's shape so that a dynamic batch
-// dim works; TopK keeps equal elements in order of position, as sort does.
-// NaN's place is unspecified there, so median's NaN rule is not kept.
+// median_rank-th smallest; TopK keeps equal elements in order of position, as
+// sort does. NaN's place is unspecified there, so median's NaN rule is not kept.
 void ranked(Lowering& L, const trace::Op& op) {
   if (op.inputs.at(0).dim() == 0) {
     L.fail("a 0-d tensor is its own k-th value and median; call it on a 1-element vector");
   }
   const int64_t d = op.get_int("dim");
   const std::string x = in(L, op, 0), one = L.ints({1});
-  const std::string k =
-      op.name == "kthvalue"
-          ? L.ints({op.get_int("k")})
-          : L.emit("Add", {L.emit("Div", {L.emit("Sub", {L.emit("Shape", {x}, {{"start", d}, {"end", d + 1}}), one}),
-                                         L.ints({2})}),
-                           one});
+  const std::string k = op.name == "kthvalue" ? L.ints({op.get_int("k")}) : median_rank(L, x, d, one);
   const auto top = L.emit_n("TopK", {x, k}, 2, {{"axis", d}, {"largest", int64_t{0}}, {"sorted", int64_t{1}}});
   const std::string before = L.emit("Sub", {k, one});
   for (size_t i = 0; i < 2; ++i) {
