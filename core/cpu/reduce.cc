@@ -30,6 +30,16 @@ std::vector<int64_t> output_offsets(const Strided& out) {
   return offsets;
 }
 
+// reduce's element type. Besides float32 and float64 it takes bfloat16 and
+// float16, which the CPU computes nothing in but whose views' gradients it sums
+// (expand's backward): read into double, rounded once when stored.
+template <class Fn>
+void visit_summed(DType dtype, Fn&& fn) {
+  if (dtype == DType::BFloat16) return fn.template operator()<BFloat16>();
+  if (dtype == DType::Float16) return fn.template operator()<Half>();
+  visit_float(dtype, fn);
+}
+
 }  // namespace
 
 void reduce(const Strided& out, const Strided& in, kernel::ReduceOp op) {
@@ -41,10 +51,10 @@ void reduce(const Strided& out, const Strided& in, kernel::ReduceOp op) {
                 : op == kernel::ReduceOp::Prod ? 1.0
                                                : 0.0;
   std::vector<double> acc(out.numel(), init);
-  visit_float(in.dtype, [&]<class T>() {
+  visit_summed(in.dtype, [&]<class T>() {
     const T* x = in.ptr<T>();
     for_each_offset<2>(in.sizes, {&in.strides, &to_dense}, [&](const auto& o) {
-      double v = x[o[0]];
+      double v = to_double(x[o[0]]);
       double& a = acc[o[1]];
       switch (op) {
         case kernel::ReduceOp::Sum:
@@ -59,7 +69,7 @@ void reduce(const Strided& out, const Strided& in, kernel::ReduceOp op) {
     T* y = out.ptr<T>();
     for (size_t i = 0; i < offsets.size(); ++i) {
       double v = op == kernel::ReduceOp::Mean ? acc[i] / count : acc[i];
-      y[offsets[i]] = static_cast<T>(v);
+      y[offsets[i]] = from_double<T>(v);
     }
   });
 }

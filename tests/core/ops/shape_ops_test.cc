@@ -447,6 +447,24 @@ TEST_CASE("repeat backward sums dy over the copies; gradcheck in float64") {
   CHECK_MESSAGE(r.ok, r.message);
 }
 
+TEST_CASE("repeat backward in every float dtype: the float64 sums, rounded") {
+  Generator gen(75);
+  const Tensor source = randint(-4, 5, {2, 3, 4}, {.dtype = DType::Int64}, &gen);
+  for (const Shape& repeats : {Shape{2, 1, 3, 2}, Shape{1, 2, 1}, Shape{2, 2, 2, 1, 3, 2}}) {
+    const Tensor dy = randint(-4, 5, repeat(source, repeats).sizes(), {.dtype = DType::Int64}, &gen);
+    Tensor reference = source.to(DType::Float64).requires_grad_(true);
+    repeat(reference, repeats).backward(dy.to(DType::Float64));
+    for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+      CAPTURE(shape_str(repeats));
+      CAPTURE(dtype_name(dtype));
+      Tensor x = source.to(dtype).requires_grad_(true);
+      repeat(x, repeats).backward(dy.to(dtype));
+      CHECK(x.grad().dtype() == dtype);
+      CHECK(x.grad().to_vector<double>() == reference.grad().to_vector<double>());
+    }
+  }
+}
+
 TEST_CASE("repeat rejects too few or negative repeats") {
   const Tensor x = zeros({2, 3});
   CHECK_THROWS_WITH_FRAGMENT(repeat(x, {2}), ShapeError,
