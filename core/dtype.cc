@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace loom {
 
 size_t element_size(DType dtype) {
@@ -32,6 +34,11 @@ std::string_view dtype_name(DType dtype) {
     case DType::Bool: return "bool";
   }
   return "?";
+}
+
+void throw_no_kernel(std::string_view where, std::string_view dtypes, DType dtype) {
+  throw TypeError(fmt::format("[{}] this kernel takes {}, not {}: convert the tensor first, e.g. x.to(DType::Float32)",
+                              where, dtypes, dtype_name(dtype)));
 }
 
 bool is_floating(DType dtype) {

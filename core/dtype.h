@@ -63,11 +63,19 @@ decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   __builtin_unreachable();
 }
 
+// Throws TypeError: a kernel ("cpu", "cuda") that computes in `dtypes` was
+// given `dtype`. Ops refuse such tensors first; the visitors call this so that
+// a missed check never reads or writes a buffer as the wrong type.
+[[noreturn]] void throw_no_kernel(std::string_view where, std::string_view dtypes, DType dtype);
+
 // Like visit_dtype, for the two dtypes the CPU math kernels compute in.
 template <class Fn>
 decltype(auto) visit_float(DType dtype, Fn&& fn) {
-  if (dtype == DType::Float64) return fn.template operator()<double>();
-  return fn.template operator()<float>();
+  switch (dtype) {
+    case DType::Float64: return fn.template operator()<double>();
+    case DType::Float32: return fn.template operator()<float>();
+    default: throw_no_kernel("cpu", "float32 or float64", dtype);
+  }
 }
 
 // Like visit_float, also for the integer dtypes that arithmetic computes in
@@ -76,10 +84,11 @@ template <class Fn>
 decltype(auto) visit_arithmetic(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::Float64: return fn.template operator()<double>();
+    case DType::Float32: return fn.template operator()<float>();
     case DType::Int32: return fn.template operator()<int32_t>();
     case DType::Int64: return fn.template operator()<int64_t>();
     case DType::UInt8: return fn.template operator()<uint8_t>();
-    default: return fn.template operator()<float>();
+    default: throw_no_kernel("cpu", "float32, float64, int32, int64 or uint8", dtype);
   }
 }
 

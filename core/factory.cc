@@ -331,16 +331,17 @@ Tensor& Tensor::uniform_(double low, double high, Generator* generator) {
     return copy_(*t);
   }
   const UnitDraw unit(dtype());
-  // In the type the elementwise scalar ops compute in (visit_float), one
-  // rounding per op as theirs, so the values are rand's scaled and shifted.
-  Tensor values = visit_float(dtype(), [&]<class T>() {
+  // In the type the elementwise scalar ops compute in (float64's own, float for
+  // the other float dtypes), one rounding per op as theirs, so the values are
+  // rand's scaled and shifted.
+  auto scaled = [&]<class T>() {
     const T span = static_cast<T>(high - low), base = static_cast<T>(low);
     return random_tensor(sizes(), {.dtype = dtype()}, generator, "uniform_", [&](const uint32_t* bits) {
-      const T scaled = static_cast<T>(unit(bits)) * span;
-      return static_cast<double>(scaled + base);
+      const T value = static_cast<T>(unit(bits)) * span;
+      return static_cast<double>(value + base);
     });
-  });
-  return copy_(values);
+  };
+  return copy_(dtype() == DType::Float64 ? scaled.operator()<double>() : scaled.operator()<float>());
 }
 
 Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {

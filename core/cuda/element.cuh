@@ -97,7 +97,8 @@ decltype(auto) visit_floating(DType dtype, Fn&& fn) {
     case DType::Float64: return fn.template operator()<double>();
     case DType::BFloat16: return fn.template operator()<__nv_bfloat16>();
     case DType::Float16: return fn.template operator()<__half>();
-    default: return fn.template operator()<float>();
+    case DType::Float32: return fn.template operator()<float>();
+    default: throw_no_kernel("cuda", "float32, float64, bfloat16 or float16", dtype);
   }
 }
 
@@ -107,6 +108,7 @@ decltype(auto) visit_floating(DType dtype, Fn&& fn) {
 template <class Fn>
 decltype(auto) visit_arithmetic_storage(DType dtype, Fn&& fn) {
   if (is_floating(dtype)) return visit_floating(dtype, std::forward<Fn>(fn));
+  if (dtype == DType::Bool) throw_no_kernel("cuda", "a float dtype, int32, int64 or uint8", dtype);
   return visit_arithmetic(dtype, std::forward<Fn>(fn));
 }
 

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 
+#include "core/error.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -55,6 +57,26 @@ TEST_CASE("visit_dtype hands the matching C++ type to the callback") {
   }
   CHECK(visit_float(DType::Float64, [&]<class T>() { return sizeof(T); }) == 8);
   CHECK(visit_float(DType::Float32, [&]<class T>() { return sizeof(T); }) == 4);
+}
+
+TEST_CASE("visit_float and visit_arithmetic hand only their own dtypes on, and refuse the rest") {
+  const auto size = [&]<class T>() { return sizeof(T); };
+  for (DType dtype : kAllDtypes) {
+    CAPTURE(dtype_name(dtype));
+    const bool real = dtype == DType::Float32 || dtype == DType::Float64;
+    const bool arithmetic = real || dtype == DType::Int32 || dtype == DType::Int64 || dtype == DType::UInt8;
+    if (real) {
+      CHECK(visit_float(dtype, size) == element_size(dtype));
+    } else {
+      const std::string message = "takes float32 or float64, not " + std::string(dtype_name(dtype));
+      CHECK_THROWS_WITH_AS(visit_float(dtype, size), doctest::Contains(message.c_str()), TypeError);
+    }
+    if (arithmetic) {
+      CHECK(visit_arithmetic(dtype, size) == element_size(dtype));
+    } else {
+      CHECK_THROWS_AS(visit_arithmetic(dtype, size), TypeError);
+    }
+  }
 }
 
 TEST_CASE("float16: exact values and round to nearest even in the normal range") {

@@ -254,6 +254,20 @@ TEST_CASE("rand: float16 and bfloat16 values also stay below 1") {
   }
 }
 
+TEST_CASE("uniform_ fills float16 and bfloat16 CPU tensors, computing in float") {
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    CAPTURE(dtype_name(dtype));
+    Generator gen(33);
+    Tensor t = empty({100000}, {.dtype = dtype});
+    t.uniform_(-2.0, 6.0, &gen);
+    const Moments m = moments(t.to_vector<double>());
+    CHECK(m.min >= -2.0);
+    CHECK(m.max <= 6.0);  // a draw just below 6 may round up to it in 16 bits
+    CHECK(std::fabs(m.mean - 2.0) < 0.03);  // 4 standard errors
+    CHECK(m.std == doctest::Approx(8.0 / std::sqrt(12.0)).epsilon(0.01));
+  }
+}
+
 TEST_CASE("randint: values in [low, high), every value about equally often") {
   Generator gen(77);
   // Passing a generator means spelling out the options: `{}` would mean float32.
