@@ -5,7 +5,11 @@
 // autocast, NCHW and channels-last. The traced run must be as close to the
 // CPU as the policy allows, or no further than twice the untraced run's error
 // (errors compound through a random stack of layers); gradients may pass as
-// decision flips under tf32 and bf16. And optim::TrainStep with tracing on:
+// decision flips under tf32 and bf16, or, one by one, as within the policy's
+// tolerance of the untraced run's: bf16 takes some gradients far from float64
+// (0.31 of their scale, batch-norm biases of a deep chain), traced or not, and
+// which of their few elements count as flips differs between the two runs.
+// And optim::TrainStep with tracing on:
 // the captured steps of a basic block written as a custom module run its
 // three chains as blocks and follow the untraced steps' losses.
 //
@@ -43,6 +47,7 @@ using testing::RandomNet;
 struct Run {
   Tensor y, dx;
   std::vector<Tensor> grads;
+  std::vector<std::string> names;  // grads' parameter names
   int64_t blocks = 0;
 };
 
@@ -72,7 +77,10 @@ Run run_net(RandomNet& net, const Tensor& x1, const Tensor& x2, bool traced, std
   mul(y32, y32).sum().backward();
   auto f64 = [](const Tensor& t) { return t.defined() ? t.cpu().to(DType::Float64) : Tensor(); };
   r.dx = f64(x.grad());
-  for (const Tensor& p : net.parameters()) r.grads.push_back(f64(p.grad()));
+  for (const auto& [name, p] : net.named_parameters()) {
+    r.names.push_back(name);
+    r.grads.push_back(f64(p.grad()));
+  }
   r.y = f64(r.y);
   return r;
 }
@@ -90,6 +98,34 @@ double worst_grad_error(const Run& run, const Run& cpu, const ParityPolicy& poli
   double worst = grad_error(run.dx, cpu.dx, policy);
   for (size_t i = 0; i < cpu.grads.size(); ++i) worst = std::max(worst, grad_error(run.grads[i], cpu.grads[i], policy));
   return worst;
+}
+
+bool grad_ok(const Tensor& traced, const Tensor& untraced, const Tensor& cpu, const ParityPolicy& policy) {
+  if (!cpu.defined()) return true;
+  return grad_error(traced, cpu, policy) <= std::max(policy.bwd, 2 * grad_error(untraced, cpu, policy)) ||
+         testing::normalized_error(traced, untraced) <= policy.bwd;
+}
+
+bool grads_ok(const Run& traced, const Run& untraced, const Run& cpu, const ParityPolicy& policy) {
+  bool ok = grad_ok(traced.dx, untraced.dx, cpu.dx, policy);
+  for (size_t i = 0; i < cpu.grads.size(); ++i) ok &= grad_ok(traced.grads[i], untraced.grads[i], cpu.grads[i], policy);
+  return ok;
+}
+
+// Each gradient's error, traced and untraced (after and before excusing decision flips), and
+// traced against untraced: which gradient a failed backward check comes from.
+std::string grad_table(const Run& traced, const Run& untraced, const Run& cpu, const ParityPolicy& policy) {
+  std::string table = "gradient: traced (raw) | untraced (raw) | traced vs untraced\n";
+  auto row = [&](const std::string& name, const Tensor& t, const Tensor& u, const Tensor& c) {
+    if (!c.defined()) return;
+    table += name + ": " + std::to_string(grad_error(t, c, policy)) + " (" +
+             std::to_string(testing::normalized_error(t, c)) + ") | " + std::to_string(grad_error(u, c, policy)) +
+             " (" + std::to_string(testing::normalized_error(u, c)) + ") | " +
+             std::to_string(testing::normalized_error(t, u)) + "\n";
+  };
+  row("input", traced.dx, untraced.dx, cpu.dx);
+  for (size_t i = 0; i < cpu.grads.size(); ++i) row(cpu.names[i], traced.grads[i], untraced.grads[i], cpu.grads[i]);
+  return table;
 }
 
 void check_policy(const ParityPolicy& policy, MemoryFormat format, uint64_t seed) {
@@ -130,7 +166,8 @@ void check_policy(const ParityPolicy& policy, MemoryFormat format, uint64_t seed
               format == MemoryFormat::ChannelsLast ? "nhwc" : "nchw", static_cast<unsigned long long>(seed),
               static_cast<long long>(traced.blocks), fwd_traced, fwd_untraced, bwd_traced, bwd_untraced);
   CHECK(fwd_traced <= std::max(policy.fwd, 2 * fwd_untraced));
-  CHECK(bwd_traced <= std::max(policy.bwd, 2 * bwd_untraced));
+  const bool bwd_ok = grads_ok(traced, untraced, cpu, policy);
+  CHECK_MESSAGE(bwd_ok, (bwd_ok ? std::string() : grad_table(traced, untraced, cpu, policy)));
 }
 
 TEST_CASE("fusion by tracing on the GPU: random networks against the CPU in float64, every policy and layout") {
