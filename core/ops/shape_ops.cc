@@ -279,7 +279,8 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
   Tensor out = x.reshape(lifted);
   for (size_t next = 0; next < repeats.size();) {
     Shape pass(repeats.size(), 1);
-    for (size_t taken = 0; next < repeats.size() && taken < kRepeatsPerPass; ++next) {
+    // A pass also takes the 1s after its last repeated dim: no pass of only 1s.
+    for (size_t taken = 0; next < repeats.size() && (taken < kRepeatsPerPass || repeats[next] == 1); ++next) {
       if (repeats[next] != 1) {
         pass[next] = repeats[next];
         ++taken;

@@ -25,14 +25,11 @@ namespace {
 
 std::vector<int64_t> as_ints(const Tensor& t) { return t.cpu().contiguous().to_vector<int64_t>(); }
 
-// The last dim's index of a shape, for picking one dim at random.
-int64_t x_dims(const Shape& sizes) { return static_cast<int64_t>(sizes.size()) - 1; }
-
 // The same shape and values, NaN matching NaN: a median or k-th value is NaN
 // wherever a NaN ranks there, on both devices.
 bool same_values(const Tensor& a, const Tensor& b) {
   if (a.sizes() != b.sizes()) return false;
-  const std::vector<double> x = a.cpu().contiguous().to_vector<double>(), y = b.cpu().contiguous().to_vector<double>();
+  const std::vector<double> x = testing::values(a), y = testing::values(b);
   return std::equal(x.begin(), x.end(), y.begin(),
                     [](double p, double q) { return p == q || (std::isnan(p) && std::isnan(q)); });
 }
@@ -181,7 +178,7 @@ LOOM_GPU_TEST_CASE("cumprod and prod match the CPU on random shapes, dims, dtype
   for (int trial = 0; trial < 120; ++trial) {
     Shape sizes(between(1, 4));
     for (int64_t& s : sizes) s = between(1, 40);
-    if (trial % 10 == 0) sizes[between(0, x_dims(sizes))] = between(100, 300);  // one long dim
+    if (trial % 10 == 0) sizes[between(0, std::ssize(sizes) - 1)] = between(100, 300);  // one long dim
     const DType dtype = dtypes[trial % 6];
     Tensor x = random_factors(gen, sizes, dtype).to(testing::test_gpu());
     if (x.dim() == 4 && between(0, 1)) x = x.contiguous(MemoryFormat::ChannelsLast);
@@ -235,7 +232,7 @@ LOOM_GPU_TEST_CASE("kthvalue, median and nanmedian match the CPU exactly") {
   for (int trial = 0; trial < 80; ++trial) {
     Shape sizes(between(1, 4));
     for (int64_t& s : sizes) s = between(1, 30);
-    if (trial % 10 == 0) sizes[between(0, x_dims(sizes))] = between(100, 300);  // one long dim
+    if (trial % 10 == 0) sizes[between(0, std::ssize(sizes) - 1)] = between(100, 300);  // one long dim
     const DType dtype = dtypes[trial % 5];
     Tensor x = random_input(rng, gen, sizes, dtype);
     if (is_floating(dtype) && between(0, 1)) x = masked_fill(x, gt(x, 1.0), std::numeric_limits<double>::quiet_NaN());
