@@ -27,27 +27,40 @@ bool same_sizes_except(const Shape& a, const Shape& b, int64_t dim) {
   return true;
 }
 
-// Validates the inputs against the first one; returns `dim` in [0, ndim).
-int64_t check_cat_inputs(const std::vector<Tensor>& tensors, int64_t dim) {
+// torch.cat's legacy rule: a 1-D tensor without elements (an accumulator begun as
+// empty({0}) and grown by cat in a loop) takes no part in the shape checks and
+// adds nothing to the result; it still counts for the dtype and the device.
+bool skipped_by_cat(const Tensor& t) { return t.dim() == 1 && t.numel() == 0; }
+
+// Where cat's output takes its sizes from: `dim` in [0, ndim) and the first input
+// cat does not skip (0 and the first input when it skips them all).
+struct CatLayout {
+  int64_t dim = 0;
+  size_t first = 0;
+};
+
+// Validates the inputs against the first one cat does not skip.
+CatLayout check_cat_inputs(const std::vector<Tensor>& tensors, int64_t dim) {
   LOOM_CHECK(!tensors.empty(), ValueError, "[cat] expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
     LOOM_CHECK(tensors[i].defined(), ValueError, "[cat] tensor {} is undefined", i);
-  }
-  const Tensor& first = tensors[0];
-  LOOM_CHECK(first.dim() > 0, ShapeError,
-             "[cat] zero-dimensional tensors cannot be concatenated; unsqueeze(0) them first");
-  const int64_t d = normalize_dim(dim, first.dim(), "cat");
-  for (size_t i = 1; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    LOOM_CHECK(t.dim() == first.dim() && same_sizes_except(t.sizes(), first.sizes(), d), ShapeError,
-               "[cat] sizes must match except in dim {}: tensor 0 has shape {} but tensor {} "
-               "has shape {}",
-               d, shape_str(first.sizes()), i, shape_str(t.sizes()));
-    LOOM_CHECK(t.device() == first.device(), DeviceError,
+    LOOM_CHECK(tensors[i].device() == tensors[0].device(), DeviceError,
                "[cat] tensor {} is on {} but tensor 0 is on {}; move it with .to(Device) first", i,
-               t.device().str(), first.device().str());
+               tensors[i].device().str(), tensors[0].device().str());
+    LOOM_CHECK(tensors[i].dim() > 0, ShapeError,
+               "[cat] tensor {} is zero-dimensional, which cannot be concatenated; unsqueeze(0) it first", i);
   }
-  return d;
+  const auto first = std::find_if_not(tensors.begin(), tensors.end(), skipped_by_cat);
+  if (first == tensors.end()) return {};
+  const size_t f = first - tensors.begin();
+  const int64_t d = normalize_dim(dim, first->dim(), "cat");
+  for (size_t i = f + 1; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    LOOM_CHECK(skipped_by_cat(t) || (t.dim() == first->dim() && same_sizes_except(t.sizes(), first->sizes(), d)),
+               ShapeError, "[cat] sizes must match except in dim {}: tensor {} has shape {} but tensor {} has shape {}",
+               d, f, shape_str(first->sizes()), i, shape_str(t.sizes()));
+  }
+  return {.dim = d, .first = f};
 }
 
 // The inputs in the dtype they promote to together (torch.result_type): a
@@ -70,11 +83,11 @@ bool any_needs_grad(const std::vector<Tensor>& tensors) {
 // The inputs' dtype and device, in their memory format when they all suggest
 // the same one (as PyTorch's cat): channels-last inputs give a channels-last
 // result, which the convolution that usually follows takes without a copy.
-TensorOptions cat_options(const std::vector<Tensor>& tensors) {
-  TensorOptions options = tensors[0].options();
-  const MemoryFormat format = tensors[0].suggest_memory_format();
+TensorOptions cat_options(const std::vector<Tensor>& tensors, const Tensor& first) {
+  TensorOptions options = first.options();
+  const MemoryFormat format = first.suggest_memory_format();
   const bool shared = std::all_of(tensors.begin(), tensors.end(), [&](const Tensor& t) {
-    return t.suggest_memory_format() == format;
+    return skipped_by_cat(t) || t.suggest_memory_format() == format;
   });
   if (shared) options.memory_format = format;
   return options;
@@ -84,29 +97,34 @@ TensorOptions cat_options(const std::vector<Tensor>& tensors) {
 
 Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
   trace::OpScope trace("cat");
-  const int64_t d = check_cat_inputs(inputs, dim);
+  const auto [d, f] = check_cat_inputs(inputs, dim);
   const std::vector<Tensor> tensors = promoted(inputs);
-  std::vector<int64_t> lengths;  // each input's size along d
-  for (const Tensor& t : tensors) lengths.push_back(t.size(d));
-  Shape sizes = tensors[0].sizes();
+  const Tensor& first = tensors[f];
+  std::vector<int64_t> lengths;  // each input's size along d (0 for those cat skips)
+  std::vector<bool> skipped;
+  for (const Tensor& t : tensors) {
+    skipped.push_back(skipped_by_cat(t));
+    lengths.push_back(skipped.back() ? 0 : t.size(d));
+  }
+  Shape sizes = first.sizes();
   sizes[d] = 0;
   for (int64_t length : lengths) sizes[d] += length;
-  Tensor out = empty(sizes, cat_options(tensors));
+  Tensor out = empty(sizes, cat_options(tensors, first));
   {
     NoGradGuard no_grad;  // filling a fresh output is not part of the graph
     int64_t start = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
-      out.narrow(d, start, lengths[i]).copy_(tensors[i]);
+      if (!skipped[i]) out.narrow(d, start, lengths[i]).copy_(tensors[i]);
       start += lengths[i];
     }
   }
   if (any_needs_grad(tensors)) {
-    record("cat", tensors, out, [lengths, d](const Tensor& dy) {
+    record("cat", tensors, out, [lengths, skipped, d](const Tensor& dy) {
       std::vector<Tensor> grads;
       int64_t start = 0;
-      for (int64_t length : lengths) {
-        grads.push_back(dy.narrow(d, start, length));
-        start += length;
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        grads.push_back(skipped[i] ? empty({0}, dy.options()) : dy.narrow(d, start, lengths[i]));
+        start += lengths[i];
       }
       return grads;
     });

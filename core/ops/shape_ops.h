@@ -15,8 +15,11 @@ namespace loom {
 // core/dtype.h: float32 with bfloat16 -> float32, int64 with float32 ->
 // float32, Bool with anything -> the other), and the conversion is
 // differentiable, so each input's gradient is its slice of the output's, in its
-// own dtype.
+// own dtype. As torch.cat, a 1-D tensor without elements is skipped whatever
+// the others' shapes (it still counts for the dtype), so an accumulator may
+// begin as empty({0}) and grow in a loop.
 //   cat({a, b}, 1);  // a (N, 3), b (N, 5) -> (N, 8)
+//   all = cat({all, batch_predictions});  // all = empty({0}, ...) before the loop
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
 // Joins tensors of one shape along a new dim `dim` (in [-(ndim+1), ndim]), as

@@ -177,6 +177,8 @@ for n in m.graph.node:
         env[n.output[0]] = h.to_array(a['value'].t)
     elif n.op_type == 'Cast':
         env[n.output[0]] = env[n.input[0]].astype(types[a['to'].i])
+    elif n.op_type == 'Concat':
+        env[n.output[0]] = np.concatenate([env[i] for i in n.input], axis=a['axis'].i)
     elif n.op_type == 'Mod':
         env[n.output[0]] = (np.fmod if a['fmod'].i == 1 else np.mod)(env[n.input[0]], env[n.input[1]])
     elif n.op_type == 'Clip':
@@ -306,6 +308,12 @@ TEST_CASE("arithmetic that promotes an integer or Bool operand exports its Casts
   const std::string out = check_masks_export(promoted, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
   CHECK_MESSAGE(out.find("'Cast'") != std::string::npos, out);
   CHECK_MESSAGE(out.find("'Div'") != std::string::npos, out);
+}
+
+TEST_CASE("cat exports as Concat without the 1-D empty tensors it skipped, and computes Loom's values") {
+  Fn grown([](const Tensor& y) { return cat({empty({0}), y, empty({0}, {.dtype = DType::Int64}), y * 2.0}, 1); });
+  const std::string out = check_masks_export(grown, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
+  CHECK_MESSAGE(out.find("'Concat'") != std::string::npos, out);
 }
 
 TEST_CASE("sort, argsort, topk and cumsum export as TopK and CumSum and compute Loom's values") {

@@ -141,8 +141,38 @@ TEST_CASE("cat rejects empty lists and mismatched inputs") {
                              "tensor 1 has shape (2, 3, 1)");
   CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2, 3})}, 2), IndexError,
                              "[cat] dim 2 is out of range for a 2-D tensor");
-  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({}), zeros({})}), ShapeError,
-                             "[cat] zero-dimensional tensors cannot be concatenated");
+  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({2}), zeros({})}), ShapeError,
+                             "[cat] tensor 1 is zero-dimensional, which cannot be concatenated");
+}
+
+TEST_CASE("cat skips 1-D tensors without elements whatever the other shapes, as torch.cat") {
+  Tensor all = empty({0});  // an accumulator grown in a loop
+  for (int i = 0; i < 3; ++i) all = cat({all, full({2, 3}, i)});
+  CHECK(all.sizes() == Shape{6, 3});
+  CHECK_CLOSE(all, cat({full({2, 3}, 0), full({2, 3}, 1), full({2, 3}, 2)}), 0, 0);
+  CHECK(cat({zeros({2, 3}), empty({0}), ones({1, 3})}).sizes() == Shape{3, 3});
+  CHECK(cat({empty({0}), zeros({2, 3}), empty({0})}, -1).sizes() == Shape{2, 3});
+  // Skipped tensors still count for the dtype, and the result is (0,) when all are skipped.
+  CHECK(cat({empty({0}, {.dtype = DType::Float64}), zeros({2, 2})}, 1).dtype() == DType::Float64);
+  CHECK(cat({empty({0}, {.dtype = DType::Int64}), empty({0}, {.dtype = DType::Int32})}).sizes() == Shape{0});
+  CHECK(cat({empty({0}, {.dtype = DType::Int64}), empty({0}, {.dtype = DType::Int32})}).dtype() == DType::Int64);
+  // Every other tensor is checked against the first one not skipped, and dim against its rank.
+  CHECK_THROWS_WITH_FRAGMENT(cat({empty({0}), zeros({2, 3}), empty({0}), zeros({3, 3})}, 1), ShapeError,
+                             "tensor 1 has shape (2, 3) but tensor 3 has shape (3, 3)");
+  CHECK_THROWS_WITH_FRAGMENT(cat({zeros({0, 3}), zeros({2, 4})}), ShapeError, "tensor 1 has shape (2, 4)");
+  CHECK_THROWS_WITH_FRAGMENT(cat({empty({0}), zeros({2, 3})}, 2), IndexError, "for a 2-D tensor");
+  // Gradients: the skipped input's is empty, the others' their slices.
+  Tensor skipped = empty({0}).requires_grad_(true);
+  Tensor x = randn({2, 3}).requires_grad_(true);
+  Tensor y = cat({skipped, x, skipped}, 1);
+  mul(y, y).sum().backward();
+  CHECK(skipped.grad().sizes() == Shape{0});
+  CHECK_CLOSE(x.grad(), mul(x, 2.0), 0, 0);
+  Tensor lone = empty({0}).requires_grad_(true);
+  Tensor z = cat({lone});
+  CHECK(z.requires_grad());
+  z.sum().backward();
+  CHECK(lone.grad().sizes() == Shape{0});
 }
 
 TEST_CASE("cat promotes mixed dtypes as torch.cat, and each input's gradient keeps its dtype") {
