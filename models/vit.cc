@@ -2,7 +2,6 @@
 // N batch, S sequence, E hidden, H heads, D = E / H per head.
 #include "models/vit.h"
 
-#include <cmath>
 #include <string>
 
 #include <fmt/format.h>
@@ -24,8 +23,7 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads)
              "[MultiheadAttention] embed_dim {} must split evenly over num_heads {}", embed_dim, num_heads);
   // Xavier-uniform weights and zero biases, as PyTorch initialises them.
   Tensor w = empty({3 * embed_dim, embed_dim});
-  const double bound = std::sqrt(6.0 / static_cast<double>(embed_dim + 3 * embed_dim));
-  nn::init::uniform_(w, -bound, bound);
+  nn::init::xavier_uniform_(w);
   in_proj_weight_ = register_parameter("in_proj_weight", w);
   in_proj_bias_ = register_parameter("in_proj_bias", zeros({3 * embed_dim}));
   out_proj_ = register_module("out_proj", nn::Linear(embed_dim, embed_dim));
