@@ -86,14 +86,14 @@ int64_t fan_out(const Tensor& weight) {
   return weight.size(0) * field;
 }
 
-Tensor& uniform_(Tensor& t, double low, double high, Generator* generator) {
+Tensor uniform_(Tensor t, double low, double high, Generator* generator) {
   LOOM_CHECK(low <= high, ValueError, "[init.uniform_] needs low <= high, got low {} high {}", low,
              high);
   NoGradGuard no_grad;
   return t.uniform_(low, high, generator);
 }
 
-Tensor& normal_(Tensor& t, double mean, double std, Generator* generator) {
+Tensor normal_(Tensor t, double mean, double std, Generator* generator) {
   check_floating(t, "normal_");
   LOOM_CHECK(std >= 0, ValueError, "[init.normal_] needs std >= 0, got {}", std);
   if (t.numel() == 0) return t;
@@ -102,7 +102,7 @@ Tensor& normal_(Tensor& t, double mean, double std, Generator* generator) {
   return t.copy_(randn(t.sizes(), {.dtype = draw, .device = t.device()}, generator) * std + mean);
 }
 
-Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Generator* generator) {
+Tensor trunc_normal_(Tensor t, double mean, double std, double a, double b, Generator* generator) {
   check_floating(t, "trunc_normal_");
   LOOM_CHECK(std > 0 && a < b, ValueError, "[init.trunc_normal_] needs std > 0 and a < b, got std {}, a {}, b {}",
              std, a, b);
@@ -116,40 +116,40 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
   return t.copy_(tensor(values, t.sizes(), {.dtype = DType::Float64}));
 }
 
-Tensor& constant_(Tensor& t, double value) {
+Tensor constant_(Tensor t, double value) {
   NoGradGuard no_grad;
   return t.fill_(value);
 }
 
-Tensor& zeros_(Tensor& t) { return constant_(t, 0.0); }
+Tensor zeros_(Tensor t) { return constant_(t, 0.0); }
 
-Tensor& ones_(Tensor& t) { return constant_(t, 1.0); }
+Tensor ones_(Tensor t) { return constant_(t, 1.0); }
 
-Tensor& kaiming_uniform_(Tensor& t, double a, FanMode mode, Nonlinearity nonlinearity, Generator* generator) {
+Tensor kaiming_uniform_(Tensor t, double a, FanMode mode, Nonlinearity nonlinearity, Generator* generator) {
   if (t.numel() == 0) return t;
   const double bound = calculate_gain(nonlinearity, a) * std::sqrt(3.0 / kaiming_fan(t, mode));
   return uniform_(t, -bound, bound, generator);
 }
 
-Tensor& kaiming_normal_(Tensor& t, double a, FanMode mode, Nonlinearity nonlinearity, Generator* generator) {
+Tensor kaiming_normal_(Tensor t, double a, FanMode mode, Nonlinearity nonlinearity, Generator* generator) {
   if (t.numel() == 0) return t;
   const double std = calculate_gain(nonlinearity, a) / std::sqrt(kaiming_fan(t, mode));
   return normal_(t, 0.0, std, generator);
 }
 
-Tensor& xavier_uniform_(Tensor& t, double gain, Generator* generator) {
+Tensor xavier_uniform_(Tensor t, double gain, Generator* generator) {
   const double fans = static_cast<double>(fan_in(t) + fan_out(t));
   if (t.numel() == 0) return t;
   return uniform_(t, -gain * std::sqrt(6.0 / fans), gain * std::sqrt(6.0 / fans), generator);
 }
 
-Tensor& xavier_normal_(Tensor& t, double gain, Generator* generator) {
+Tensor xavier_normal_(Tensor t, double gain, Generator* generator) {
   const double fans = static_cast<double>(fan_in(t) + fan_out(t));
   if (t.numel() == 0) return t;
   return normal_(t, 0.0, gain * std::sqrt(2.0 / fans), generator);
 }
 
-void default_weight_and_bias_(Tensor& weight, Tensor& bias, Generator* generator) {
+void default_weight_and_bias_(Tensor weight, Tensor bias, Generator* generator) {
   kaiming_uniform_(weight, std::sqrt(5.0), FanMode::FanIn, Nonlinearity::LeakyReLU, generator);
   if (!bias.defined()) return;
   // A weight without inputs (fan_in 0) leaves the bias U(0, 0), as PyTorch's layers do.

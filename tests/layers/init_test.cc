@@ -17,6 +17,7 @@
 #include "core/ops/ops.h"
 #include "layers/conv.h"
 #include "layers/linear.h"
+#include "layers/nn.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -188,6 +189,28 @@ TEST_CASE("constant_, zeros_ and ones_ fill a parameter") {
   CHECK(p.to_vector<double>() == std::vector<double>(4, 1.0));
   nn::init::zeros_(p);
   CHECK(p.to_vector<double>() == std::vector<double>(4, 0.0));
+}
+
+TEST_CASE("a torchvision-style init loop fills the layers' own parameters through weight() and bias()") {
+  manual_seed(12);
+  nn::Sequential net;
+  net.push_back(nn::Conv2d(16, 32, 3, {.padding = 1, .bias = false}));
+  net.push_back(nn::BatchNorm2d(32));
+  net.push_back(nn::ReLU());
+  for (auto& [name, m] : net.named_modules()) {
+    if (auto conv = std::dynamic_pointer_cast<nn::Conv2d>(m)) {
+      nn::init::kaiming_normal_(conv->weight(), 0, nn::init::FanMode::FanOut, nn::init::Nonlinearity::ReLU);
+    } else if (auto bn = std::dynamic_pointer_cast<nn::BatchNorm2d>(m)) {
+      nn::init::zeros_(bn->weight());
+      nn::init::constant_(bn->bias(), 0.25);
+    }
+  }
+  const nn::NamedTensors params = net.named_parameters();
+  REQUIRE(params.size() == 3);
+  CHECK(params[0].second.requires_grad());
+  CHECK(moments(params[0].second).var == doctest::Approx(2.0 / (32 * 9)).epsilon(0.1));  // fan_out 288
+  CHECK(params[1].second.to_vector<double>() == std::vector<double>(32, 0.0));
+  CHECK(params[2].second.to_vector<double>() == std::vector<double>(32, 0.25));
 }
 
 TEST_CASE("Conv2d and Linear start as PyTorch's: U(+-1/sqrt(fan_in)) for weight and bias") {
