@@ -24,6 +24,20 @@ bool test_gpu_available() { return test_gpu().index < cuda_device_count(); }
 
 std::vector<double> values(const Tensor& tensor) { return tensor.to_vector<double>(); }
 
+Moments moments(const Tensor& tensor) {
+  const std::vector<double> v = values(tensor);
+  const double n = static_cast<double>(v.size());
+  if (v.empty()) return {NAN, NAN, NAN, NAN};
+  Moments m{v[0], v[0], 0, 0};
+  for (double x : v) {
+    m.min = std::min(m.min, x);
+    m.max = std::max(m.max, x);
+    m.mean += x / n;
+  }
+  for (double x : v) m.var += (x - m.mean) * (x - m.mean) / n;
+  return m;
+}
+
 Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen) {
   return randn(sizes, {}, &gen).to(test_gpu()).to(dtype).to(DType::Float32).cpu();
 }

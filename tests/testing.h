@@ -33,6 +33,13 @@ std::string close_report(const Tensor& actual, const Tensor& expected, double rt
 // Row-major values of a tensor as doubles (any dtype, any device).
 std::vector<double> values(const Tensor& tensor);
 
+// The extremes, mean and population variance of a tensor's values (any dtype, any device): what
+// the tests of random draws check. A tensor without elements has NaN moments.
+struct Moments {
+  double min, max, mean, var;
+};
+Moments moments(const Tensor& tensor);
+
 // Normal float32 CPU values, each exact in `dtype` (rounded to it on the test GPU), so that every
 // precision sees the same inputs and a float64 reference computes on exactly those values.
 Tensor exact_randn(const Shape& sizes, DType dtype, Generator& gen);
