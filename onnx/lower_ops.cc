@@ -17,6 +17,7 @@
 
 #include "core/ops/compare.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/shape_ops.h"
 #include "onnx/lowering.h"
 
 namespace loom::onnx {
@@ -458,7 +459,7 @@ void cat(Lowering& L, const trace::Op& op) {
   const DType t = dtype_of(op);
   for (const Tensor& x : op.inputs) {
     // Concat takes one rank: leave out the 1-D tensors without elements cat skipped beside others.
-    if (x.dim() == 1 && x.numel() == 0 && op.outputs[0].dim() != 1) continue;
+    if (cat_skips(x) && op.outputs[0].dim() != 1) continue;
     const std::string name = L.name_of(x);
     parts.push_back(x.dtype() == t ? name : L.emit("Cast", {name}, {{"to", static_cast<int64_t>(proto::element_type(t))}}));
   }

@@ -18,6 +18,8 @@
 
 namespace loom {
 
+bool cat_skips(const Tensor& t) { return t.dim() == 1 && t.numel() == 0; }
+
 namespace {
 
 bool same_sizes_except(const Shape& a, const Shape& b, int64_t dim) {
@@ -26,11 +28,6 @@ bool same_sizes_except(const Shape& a, const Shape& b, int64_t dim) {
   }
   return true;
 }
-
-// torch.cat's legacy rule: a 1-D tensor without elements (an accumulator begun as
-// empty({0}) and grown by cat in a loop) takes no part in the shape checks and
-// adds nothing to the result; it still counts for the dtype and the device.
-bool skipped_by_cat(const Tensor& t) { return t.dim() == 1 && t.numel() == 0; }
 
 // Where cat's output takes its sizes from: `dim` in [0, ndim) and the first input
 // cat does not skip (0 and the first input when it skips them all).
@@ -50,13 +47,13 @@ CatLayout check_cat_inputs(const std::vector<Tensor>& tensors, int64_t dim) {
     LOOM_CHECK(tensors[i].dim() > 0, ShapeError,
                "[cat] tensor {} is zero-dimensional, which cannot be concatenated; unsqueeze(0) it first", i);
   }
-  const auto first = std::find_if_not(tensors.begin(), tensors.end(), skipped_by_cat);
+  const auto first = std::find_if_not(tensors.begin(), tensors.end(), cat_skips);
   if (first == tensors.end()) return {};
   const size_t f = first - tensors.begin();
   const int64_t d = normalize_dim(dim, first->dim(), "cat");
   for (size_t i = f + 1; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    LOOM_CHECK(skipped_by_cat(t) || (t.dim() == first->dim() && same_sizes_except(t.sizes(), first->sizes(), d)),
+    LOOM_CHECK(cat_skips(t) || (t.dim() == first->dim() && same_sizes_except(t.sizes(), first->sizes(), d)),
                ShapeError, "[cat] sizes must match except in dim {}: tensor {} has shape {} but tensor {} has shape {}",
                d, f, shape_str(first->sizes()), i, shape_str(t.sizes()));
   }
@@ -87,7 +84,7 @@ TensorOptions cat_options(const std::vector<Tensor>& tensors, const Tensor& firs
   TensorOptions options = first.options();
   const MemoryFormat format = first.suggest_memory_format();
   const bool shared = std::all_of(tensors.begin(), tensors.end(), [&](const Tensor& t) {
-    return skipped_by_cat(t) || t.suggest_memory_format() == format;
+    return cat_skips(t) || t.suggest_memory_format() == format;
   });
   if (shared) options.memory_format = format;
   return options;
@@ -103,7 +100,7 @@ Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
   std::vector<int64_t> lengths;  // each input's size along d (0 for those cat skips)
   std::vector<bool> skipped;
   for (const Tensor& t : tensors) {
-    skipped.push_back(skipped_by_cat(t));
+    skipped.push_back(cat_skips(t));
     lengths.push_back(skipped.back() ? 0 : t.size(d));
   }
   Shape sizes = first.sizes();

@@ -22,6 +22,10 @@ namespace loom {
 //   all = cat({all, batch_predictions});  // all = empty({0}, ...) before the loop
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
+// torch.cat's legacy rule: whether cat skips `t` (1-D without elements), taking
+// no part in the shape checks and adding nothing to the result.
+bool cat_skips(const Tensor& t);
+
 // Joins tensors of one shape along a new dim `dim` (in [-(ndim+1), ndim]), as
 // torch.stack, with cat's dtype promotion and gradient.
 //   stack({a, b}, 0);  // a, b (3, 4) -> (2, 3, 4)
