@@ -140,7 +140,8 @@ Tensor kaiming_normal_(Tensor t, double a, FanMode mode, Nonlinearity nonlineari
 Tensor xavier_uniform_(Tensor t, double gain, Generator* generator) {
   const double fans = static_cast<double>(fan_in(t) + fan_out(t));
   if (t.numel() == 0) return t;
-  return uniform_(t, -gain * std::sqrt(6.0 / fans), gain * std::sqrt(6.0 / fans), generator);
+  const double bound = gain * std::sqrt(6.0 / fans);  // U(-bound, bound) has variance gain^2 * 2 / fans
+  return uniform_(t, -bound, bound, generator);
 }
 
 Tensor xavier_normal_(Tensor t, double gain, Generator* generator) {
