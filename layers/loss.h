@@ -18,7 +18,8 @@ namespace loom::nn {
 class CrossEntropyLoss {
  public:
   explicit CrossEntropyLoss(CrossEntropyOptions options = {});  // checks label_smoothing
-  // logits (N, C, d1...), target (N, d1...) int64 class indices.
+  // logits (N, C, d1...), target (N, d1...) int64 class indices or class
+  // probabilities of the logits' shape (loom::cross_entropy).
   Tensor operator()(const Tensor& input, const Tensor& target) const;
   const CrossEntropyOptions& options() const { return options_; }
 

@@ -22,6 +22,7 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
+#include "core/ops/softmax.h"
 #include "core/shape.h"
 
 namespace loom {
@@ -39,14 +40,20 @@ std::string position_str(const Shape& sizes, int64_t flat) {
   return shape_str(index);
 }
 
+// A class-index target's shape: the scores' (N, C, d1...) without the class dim 1.
+Shape class_target_shape(const Tensor& scores) {
+  Shape shape = scores.sizes();
+  if (shape.size() >= 2) shape.erase(shape.begin() + 1);
+  return shape;
+}
+
 // scores (N, C, d1...) float and target (N, d1...) int64 on the CPU.
 void check_class_target_shapes(const Tensor& scores, const Tensor& target, std::string_view op,
                                std::string_view scores_name) {
   check_float_tensor(scores, op, scores_name);
   LOOM_CHECK(scores.dim() >= 2, ShapeError,
-             "[{}] {} must be (N, C) or (N, C, d1, ...), got shape {}; for one sample, "
-             "unsqueeze(0) the {} and the target",
-             op, scores_name, shape_str(scores.sizes()), scores_name);
+             "[{}] {} must be (C), (N, C) or (N, C, d1, ...), got shape {}", op, scores_name,
+             shape_str(scores.sizes()));
   LOOM_CHECK(target.defined(), ValueError, "[{}] target is undefined", op);
   LOOM_CHECK(target.device() == scores.device(), DeviceError,
              "[{}] {} is on {} but target is on {}; move the target with .to(Device)", op,
@@ -55,8 +62,7 @@ void check_class_target_shapes(const Tensor& scores, const Tensor& target, std::
              "[{}] target must hold class indices as int64, got {}; convert with "
              "target.to(DType::Int64)",
              op, dtype_name(target.dtype()));
-  Shape expected = scores.sizes();
-  expected.erase(expected.begin() + 1);
+  const Shape expected = class_target_shape(scores);
   LOOM_CHECK(target.sizes() == expected, ShapeError,
              "[{}] target has shape {} but {} of shape {} need a target of shape {} (the {} "
              "without the class dim 1)",
@@ -171,14 +177,69 @@ TensorOptions loss_options(const Tensor& scores) {
   return options;
 }
 
+// One sample's scores (C) and target (a 0-D class index, or (C) probabilities
+// for cross_entropy) as a batch of one; the reduction then runs on that batch,
+// and Reduction::None's (1) losses become 0-D, as PyTorch's unbatched losses.
+template <class BatchedLoss>
+Tensor unbatched(const Tensor& scores, const Tensor& target, Reduction reduction, std::string_view op,
+                 std::string_view scores_name, bool probabilities_allowed, BatchedLoss&& batched) {
+  LOOM_CHECK(target.defined(), ValueError, "[{}] target is undefined", op);
+  const bool probabilities = probabilities_allowed && target.sizes() == scores.sizes();
+  LOOM_CHECK(target.dim() == 0 || probabilities, ShapeError,
+             "[{}] {} of shape {} (one sample's C scores) need a 0-D class index{} as target, got shape {}",
+             op, scores_name, shape_str(scores.sizes()), probabilities_allowed ? " or C class probabilities" : "",
+             shape_str(target.sizes()));
+  Tensor losses = batched(scores.unsqueeze(0), target.unsqueeze(0));
+  return reduction == Reduction::None ? losses.squeeze(0) : losses;
+}
+
+// Class probabilities, as PyTorch's cross_entropy takes a target of the logits'
+// shape (mixup, distillation): loss = -sum_c target'[c] * log_softmax(logits)[c]
+// with target' = (1 - eps) * target + eps / C, a composite of differentiable ops
+// (the target's gradient included); Mean divides by the positions N * d1 * ...
+Tensor probability_cross_entropy(const Tensor& logits_in, const Tensor& target,
+                                 const CrossEntropyOptions& options) {
+  check_float_tensor(logits_in, "cross_entropy", "logits");
+  LOOM_CHECK(is_floating(target.dtype()), TypeError,
+             "[cross_entropy] a target of the logits' shape {} holds class probabilities, so it must be floating, "
+             "got {}; class indices are int64 of shape {} (the logits without the class dim 1)",
+             shape_str(logits_in.sizes()), dtype_name(target.dtype()), shape_str(class_target_shape(logits_in)));
+  LOOM_CHECK(target.device() == logits_in.device(), DeviceError,
+             "[cross_entropy] logits is on {} but target is on {}; move the target with .to(Device)",
+             logits_in.device().str(), target.device().str());
+  LOOM_CHECK(options.ignore_index < 0, ValueError,
+             "[cross_entropy] ignore_index {} applies to class-index targets, not to class probabilities; "
+             "leave it at -100 (or give a probability row of zeros to leave a position out)",
+             options.ignore_index);
+  const Tensor logits = in_fp32(logits_in);
+  const double eps = options.label_smoothing, classes = static_cast<double>(logits.size(1));
+  Tensor probabilities = target.to(logits.dtype());
+  if (eps > 0.0) probabilities = probabilities * (1.0 - eps) + eps / classes;
+  const Tensor losses = -sum(log_softmax(logits, 1) * probabilities, {1});
+  switch (options.reduction) {
+    case Reduction::None: return losses;
+    case Reduction::Sum: return sum(losses);
+    case Reduction::Mean: return sum(losses) / static_cast<double>(losses.numel());  // NaN without positions
+  }
+  throw ValueError(fmt::format("[cross_entropy] unknown reduction {}", static_cast<int>(options.reduction)));
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropyOptions options) {
-  check_class_target(logits_in, target, options.ignore_index, "cross_entropy", "logits");
-  const Tensor logits = cross_entropy_scores(logits_in);
   const double eps = options.label_smoothing;
   LOOM_CHECK(eps >= 0.0 && eps <= 1.0, ValueError,
              "[cross_entropy] label_smoothing must be in [0, 1], got {}", eps);
+  LOOM_CHECK(logits_in.defined(), ValueError, "[cross_entropy] logits is undefined");
+  if (logits_in.dim() == 1) {
+    return unbatched(logits_in, target, options.reduction, "cross_entropy", "logits", true,
+                     [&](const Tensor& x, const Tensor& t) { return cross_entropy(x, t, options); });
+  }
+  if (logits_in.dim() >= 2 && target.defined() && target.sizes() == logits_in.sizes()) {
+    return probability_cross_entropy(logits_in, target, options);
+  }
+  check_class_target(logits_in, target, options.ignore_index, "cross_entropy", "logits");
+  const Tensor logits = cross_entropy_scores(logits_in);
   const kernel::CrossEntropyParams params{options.ignore_index, eps};
   // losses (N, d1...), logits (N, C, d1...)
   Tensor losses = empty(target.sizes(), loss_options(logits));
@@ -207,6 +268,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropy
 }
 
 Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, NllLossOptions options) {
+  if (log_probs_in.defined() && log_probs_in.dim() == 1) {
+    return unbatched(log_probs_in, target, options.reduction, "nll_loss", "log_probs", false,
+                     [&](const Tensor& x, const Tensor& t) { return nll_loss(x, t, options); });
+  }
   check_class_target(log_probs_in, target, options.ignore_index, "nll_loss", "log_probs");
   const Tensor log_probs = in_fp32(log_probs_in);
   // losses (N, d1...), log_probs (N, C, d1...)

@@ -27,8 +27,16 @@ struct CrossEntropyOptions {
   double label_smoothing = 0.0;
 };
 
-// logits (N, C, d1...) float, target (N, d1...) int64 class indices in [0, C).
-// Returns (N, d1...) for Reduction::None, else a 0-D tensor.
+// logits (N, C, d1...) float, and target either
+// - (N, d1...) int64 class indices in [0, C), or
+// - class probabilities of the logits' shape, any floating dtype (mixup,
+//   distillation; PyTorch's rule): loss = -sum_c target'[c] log_softmax(logits)[c]
+//   with target' the smoothed target above; Mean averages over the N * d1 * ...
+//   positions, ignore_index must stay negative, and the target gets a gradient
+//   where it requires one.
+// Returns (N, d1...) for Reduction::None, else a 0-D tensor. One sample's logits
+// (C) take a 0-D class index or (C) probabilities; None's loss is then 0-D.
+//   auto loss = loom::cross_entropy(logits, lambda * one_hot(a, C) + (1 - lambda) * one_hot(b, C));  // mixup
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
 
 struct NllLossOptions {
@@ -37,7 +45,8 @@ struct NllLossOptions {
 };
 
 // loss = -log_probs[n, target, d1...]; log_probs (N, C, d1...), e.g. from log_softmax
-// over dim 1, and target (N, d1...) int64 as for cross_entropy.
+// over dim 1, and target (N, d1...) int64 as for cross_entropy; one sample's
+// log_probs (C) take a 0-D target.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossOptions options = {});
 
 // The elementwise losses below take input and target of one shape, dtype and

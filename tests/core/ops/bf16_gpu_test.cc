@@ -320,6 +320,32 @@ LOOM_GPU_TEST_CASE("bf16/fp16: cross_entropy on 16-bit logits equals casting the
   }
 }
 
+// With class probabilities (a target of the logits' shape, here 16-bit too) and
+// for one sample's logits (C), cross_entropy computes in fp32 from the cast.
+LOOM_GPU_TEST_CASE("bf16/fp16: cross_entropy with class probabilities or one sample equals casting to fp32 first") {
+  Generator gen(69);
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    for (const Shape& sizes : {Shape{12, 7}, Shape{2, 5, 3, 4}, Shape{9}}) {
+      for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(shape_str(sizes));
+        CAPTURE(static_cast<int>(r));
+        const MemoryFormat format = sizes.size() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+        const int64_t class_dim = sizes.size() == 1 ? 0 : 1;
+        const Tensor target = softmax(randn(sizes, {}, &gen), class_dim).to(testing::test_gpu()).to(dtype);
+        const Tensor base = (randn(sizes, {}, &gen) * 3.0).to(testing::test_gpu()).to(dtype).contiguous(format);
+        const CrossEntropyOptions options{.reduction = r, .label_smoothing = 0.1};
+        Tensor direct_in = base.detach().requires_grad_(true);
+        Tensor cast_in = base.detach().requires_grad_(true);
+        const Tensor direct = cross_entropy(direct_in, target, options);
+        const Tensor cast = cross_entropy(cast_in.to(DType::Float32), target.to(DType::Float32), options);
+        CHECK(direct.device() == testing::test_gpu());
+        check_same_as_cast({direct, direct_in}, {cast, cast_in}, gen);
+      }
+    }
+  }
+}
+
 LOOM_GPU_TEST_CASE("bf16/fp16: the elementwise losses compute in fp32, as under torch.autocast") {
   Generator gen(68);
   const Tensor gpu_target = rand({6, 5}, {}, &gen).to(testing::test_gpu());

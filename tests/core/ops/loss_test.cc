@@ -1,18 +1,23 @@
 // File: tests/core/ops/loss_test.cc
 // cross_entropy, nll_loss and mse_loss: hand values, naive log-sum-exp loops on
 // random inputs for every reduction (with ignore_index and label smoothing, 2-D
-// and 4-D), gradcheck, and argument errors.
+// and 4-D; class indices and class probabilities; one sample's scores),
+// gradcheck, and argument errors.
 #include "core/ops/loss.h"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/gradcheck.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/indexing.h"
+#include "core/ops/reduction.h"
 #include "core/ops/softmax.h"
 #include "tests/testing.h"
 
@@ -203,6 +208,107 @@ TEST_CASE("cross_entropy gradcheck w.r.t. logits: reductions, smoothing, 2-D and
   }
 }
 
+// -sum_c target'[c] log p[c] at each position of logits (N, C, d1...), with
+// target' = (1 - eps) target + eps / C, as PyTorch defines it: (N, d1...).
+Tensor naive_probability_losses(const Tensor& logits, const Tensor& probabilities, double eps) {
+  const std::vector<double> x = logits.to_vector<double>(), q = probabilities.to_vector<double>();
+  const int64_t n_batch = logits.size(0), classes = logits.size(1);
+  const int64_t positions = logits.numel() / (n_batch * classes);
+  std::vector<double> losses(n_batch * positions, 0.0);
+  for (int64_t n = 0; n < n_batch; ++n) {
+    for (int64_t s = 0; s < positions; ++s) {
+      auto at = [&](int64_t c) { return (n * classes + c) * positions + s; };
+      double max = -std::numeric_limits<double>::infinity(), total = 0.0;
+      for (int64_t c = 0; c < classes; ++c) max = std::max(max, x[at(c)]);
+      for (int64_t c = 0; c < classes; ++c) total += std::exp(x[at(c)] - max);
+      for (int64_t c = 0; c < classes; ++c) {
+        const double smoothed = (1.0 - eps) * q[at(c)] + eps / static_cast<double>(classes);
+        losses[n * positions + s] += smoothed * (max + std::log(total) - x[at(c)]);
+      }
+    }
+  }
+  Shape sizes = logits.sizes();
+  sizes.erase(sizes.begin() + 1);
+  return tensor(losses, sizes, kF64);
+}
+
+TEST_CASE("cross_entropy with class probabilities: a naive loop, and one-hot rows give the class indices' losses") {
+  Generator gen(41);
+  for (const Shape& sizes : {Shape{6, 5}, Shape{2, 4, 3, 2}}) {
+    CAPTURE(sizes.size());
+    const Tensor logits = randn(sizes, kF64, &gen).contiguous(sizes.size() == 4 ? MemoryFormat::ChannelsLast
+                                                                                 : MemoryFormat::Contiguous);
+    const Tensor probabilities = softmax(randn(sizes, kF64, &gen), 1);
+    Shape label_sizes = sizes;
+    label_sizes.erase(label_sizes.begin() + 1);
+    const Tensor labels = randint(0, sizes[1], label_sizes, kI64, &gen);
+    // one_hot puts the classes last: move them to dim 1, as the logits have them.
+    Tensor rows = one_hot(labels, sizes[1]).to(DType::Float64);
+    if (sizes.size() == 4) rows = rows.permute({0, 3, 1, 2});
+    for (double eps : {0.0, 0.2}) {
+      CAPTURE(eps);
+      const Tensor naive = naive_probability_losses(logits, probabilities, eps);
+      const double positions = static_cast<double>(naive.numel());
+      CHECK_CLOSE(cross_entropy(logits, probabilities, {.reduction = Reduction::None, .label_smoothing = eps}),
+                  naive, 1e-12, 1e-12);
+      CHECK_CLOSE(cross_entropy(logits, probabilities, {.reduction = Reduction::Sum, .label_smoothing = eps}),
+                  sum(naive), 1e-12, 1e-12);
+      CHECK_CLOSE(cross_entropy(logits, probabilities, {.label_smoothing = eps}), sum(naive) / positions, 1e-12,
+                  1e-12);
+      for (Reduction reduction : kReductions) {
+        const CrossEntropyOptions options{.reduction = reduction, .label_smoothing = eps};
+        CHECK_CLOSE(cross_entropy(logits, rows, options), cross_entropy(logits, labels, options), 1e-12, 1e-12);
+      }
+    }
+  }
+}
+
+TEST_CASE("cross_entropy with class probabilities: gradcheck w.r.t. logits and target, dtypes, no positions") {
+  Generator gen(42);
+  const Tensor logits = randn({2, 3, 2, 2}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  const Tensor target = softmax(randn({2, 3, 2, 2}, kF64, &gen), 1).requires_grad_();
+  for (double eps : {0.0, 0.25}) {
+    for (Reduction reduction : kReductions) {
+      CAPTURE(eps);
+      CAPTURE(static_cast<int>(reduction));
+      const CrossEntropyOptions options{.reduction = reduction, .label_smoothing = eps};
+      const GradcheckResult r = gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return cross_entropy(in[0].contiguous(MemoryFormat::ChannelsLast), in[1], options);
+          },
+          {logits, target});
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+  }
+  const Tensor logits64 = randn({4, 6}, kF64, &gen), soft32 = softmax(randn({4, 6}, {}, &gen), 1);
+  const Tensor mixed = cross_entropy(logits64, soft32);  // the target computes in the logits' dtype
+  CHECK(mixed.dtype() == DType::Float64);
+  CHECK_CLOSE(mixed, cross_entropy(logits64, soft32.to(DType::Float64)), 0, 0);
+  CHECK(std::isnan(cross_entropy(zeros({0, 3}), zeros({0, 3})).item()));  // the mean of no positions
+}
+
+TEST_CASE("one sample's scores (C) take a 0-D class index, or (C) probabilities, as a batch of one") {
+  Generator gen(43);
+  const Tensor logits = randn({5}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  const Tensor label = full({}, 3.0, kI64);
+  const Tensor probabilities = softmax(randn({5}, kF64, &gen), 0);
+  for (Reduction reduction : kReductions) {
+    CAPTURE(static_cast<int>(reduction));
+    const CrossEntropyOptions options{.reduction = reduction, .label_smoothing = 0.1};
+    for (const Tensor& target : {label, probabilities}) {
+      const Tensor one = cross_entropy(logits, target, options);
+      CHECK(one.dim() == 0);
+      CHECK_CLOSE(one, cross_entropy(logits.unsqueeze(0), target.unsqueeze(0), options).reshape({}), 0, 0);
+    }
+    const Tensor nll = nll_loss(log_softmax(logits, 0), label, {.reduction = reduction});
+    CHECK(nll.dim() == 0);
+    CHECK_CLOSE(nll, cross_entropy(logits, label, {.reduction = reduction}), 1e-12, 1e-12);
+    const GradcheckResult r = gradcheck(
+        [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], label, options); }, {logits});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
 TEST_CASE("cross_entropy rejects bad targets and options") {
   const Tensor logits = zeros({4, 10});
   CHECK_THROWS_WITH_FRAGMENT(
@@ -220,13 +326,23 @@ TEST_CASE("cross_entropy rejects bad targets and options") {
   CHECK_THROWS_WITH_FRAGMENT(cross_entropy(zeros({2, 3, 4, 4}), zeros({2, 4, 5}, kI64)), ShapeError,
                              "need a target of shape (2, 4, 4)");
   CHECK_THROWS_WITH_FRAGMENT(
-      cross_entropy(zeros({10}), zeros({}, kI64)), ShapeError,
-      "[cross_entropy] logits must be (N, C) or (N, C, d1, ...), got shape (10,)");
+      cross_entropy(zeros({}), zeros({}, kI64)), ShapeError,
+      "[cross_entropy] logits must be (C), (N, C) or (N, C, d1, ...), got shape ()");
   CHECK_THROWS_WITH_FRAGMENT(cross_entropy(logits, zeros({4}, kI64), {.label_smoothing = 1.5}),
                              ValueError,
                              "[cross_entropy] label_smoothing must be in [0, 1], got 1.5");
   CHECK_THROWS_WITH_FRAGMENT(cross_entropy(zeros({4, 10}, kI64), zeros({4}, kI64)), TypeError,
                              "[cross_entropy] logits has dtype int64");
+  CHECK_THROWS_WITH_FRAGMENT(cross_entropy(logits, zeros({4, 10}, kI64)), TypeError,
+                             "[cross_entropy] a target of the logits' shape (4, 10) holds class probabilities, so it "
+                             "must be floating, got int64; class indices are int64 of shape (4,)");
+  CHECK_THROWS_WITH_FRAGMENT(cross_entropy(logits, zeros({4, 10}), {.ignore_index = 0}), ValueError,
+                             "[cross_entropy] ignore_index 0 applies to class-index targets, not to class "
+                             "probabilities");
+  CHECK_THROWS_WITH_FRAGMENT(cross_entropy(zeros({10}), zeros({3}, kI64)), ShapeError,
+                             "[cross_entropy] logits of shape (10,) (one sample's C scores) need a 0-D class index or "
+                             "C class probabilities as target, got shape (3,)");
+  CHECK_THROWS_WITH_FRAGMENT(cross_entropy(logits, Tensor()), ValueError, "[cross_entropy] target is undefined");
 }
 
 // ---------------------------------------------------------------------------
@@ -294,6 +410,9 @@ TEST_CASE("nll_loss rejects bad targets") {
   CHECK_THROWS_WITH_FRAGMENT(nll_loss(zeros({2, 3, 4}), zeros({2, 3}, kI64)), ShapeError,
                              "[nll_loss] target has shape (2, 3) but log_probs of shape (2, 3, 4) "
                              "need a target of shape (2, 4)");
+  CHECK_THROWS_WITH_FRAGMENT(nll_loss(zeros({3}), zeros({3})), ShapeError,
+                             "[nll_loss] log_probs of shape (3,) (one sample's C scores) need a 0-D class index as "
+                             "target, got shape (3,)");
 }
 
 // ---------------------------------------------------------------------------

@@ -242,7 +242,12 @@ void draw_op(Draw& d, Case& c) {
       v["H"] = v["spatial"] ? d.between(1, 8) : 1, v["W"] = v["spatial"] ? d.between(1, 8) : 1;
       break;
     case Op::CrossEntropy:
-      v["N"] = d.between(1, 64), v["C"] = d.between(2, 100);
+      // "target": 0 class indices, 1 class probabilities of the logits' shape, 2 one sample's logits (C).
+      v["target"] = d.between(0, 2);
+      v["N"] = v["target"] == 2 ? 1 : d.between(1, 64), v["C"] = d.between(2, 100);
+      v["spatial"] = v["target"] != 2 && d.coin();
+      v["H"] = v["spatial"] ? d.between(1, 6) : 1, v["W"] = v["spatial"] ? d.between(1, 6) : 1;
+      v["reduction"] = d.between(0, 2);
       c.label_smoothing = d.pick<double>({0.0, 0.0, 0.1, 0.25});
       break;
     case Op::Interpolate: draw_interpolate(d, c); break;
@@ -317,7 +322,7 @@ void draw_op(Draw& d, Case& c) {
 // Named float64 CPU tensors: the case's inputs and parameters.
 struct Operands {
   std::vector<std::pair<std::string, Tensor>> tensors;
-  Tensor target;  // int64 class indices (cross-entropy and the chain)
+  Tensor target;  // int64 class indices (cross-entropy's index form and the chain)
 
   const Tensor& get(const std::string& name) const {
     for (const auto& [n, t] : tensors) {
@@ -373,10 +378,20 @@ Operands make_operands(const Case& c) {
       }
       break;
     }
-    case Op::CrossEntropy:
-      add_t("x", normal({c.at("N"), c.at("C")}, gen));
-      o.target = randint(0, c.at("C"), {c.at("N")}, {.dtype = DType::Int64}, &gen);
+    case Op::CrossEntropy: {
+      const Shape logits = c.at("target") == 2 ? Shape{c.at("C")}
+                           : c.at("spatial")     ? image()
+                                                 : Shape{c.at("N"), c.at("C")};
+      add_t("x", normal(logits, gen));
+      if (c.at("target") == 1) {
+        add_t("probabilities", softmax(normal(logits, gen), 1));
+        break;
+      }
+      Shape classes_at = logits;  // the logits without their class dim
+      classes_at.erase(classes_at.begin() + (logits.size() == 1 ? 0 : 1));
+      o.target = randint(0, c.at("C"), classes_at, {.dtype = DType::Int64}, &gen);
       break;
+    }
     case Op::Softmax:
     case Op::LogSoftmax:
       add_t("x", normal(c.at("spatial") ? image() : Shape{c.at("N"), c.at("C")}, gen));
@@ -723,7 +738,9 @@ Tensor forward(const Case& c, const std::map<std::string, Tensor>& t, const Tens
     case Op::Softmax: return softmax(x, 1);
     case Op::LogSoftmax: return log_softmax(x, 1);
     case Op::CrossEntropy:
-      return cross_entropy(x, target, {.label_smoothing = c.label_smoothing});
+      return cross_entropy(x, c.at("target") == 1 ? get("probabilities") : target,
+                           {.reduction = static_cast<Reduction>(c.at("reduction")),
+                            .label_smoothing = c.label_smoothing});
     case Op::Chain: {
       const int64_t pad = c.at("pad");
       Tensor h = stored(conv2d(operand(x), operand(get("conv weight")), operand(get("conv bias")),
