@@ -1,13 +1,17 @@
 // File: layers/conv.cc
-// Conv2d: argument checks at construction, PyTorch-default initialisation, and a
-// forward through loom::conv2d.
+// Conv2d: argument checks at construction, its padding resolved as PyTorch's,
+// PyTorch-default initialisation, and a forward through loom::conv2d.
 // N batch, C in channels, K out channels, R, S filter.
 #include "layers/conv.h"
 
 #include <fmt/format.h>
 
+#include <utility>
+#include <vector>
+
 #include "core/error.h"
 #include "core/ops/conv.h"
+#include "core/ops/pad.h"
 #include "layers/init.h"
 
 namespace loom::nn {
@@ -28,11 +32,44 @@ void check_conv_args(int64_t in_channels, int64_t out_channels, Size2 kernel,
              "[Conv2d] kernel_size must be positive, got {}", kernel.pair_str());
   LOOM_CHECK(o.stride.h > 0 && o.stride.w > 0, ValueError,
              "[Conv2d] stride must be positive, got {}", o.stride.pair_str());
-  LOOM_CHECK(o.padding.h >= 0 && o.padding.w >= 0, ValueError,
-             "[Conv2d] padding must be non-negative, got {}", o.padding.pair_str());
+  LOOM_CHECK(o.padding.amount.h >= 0 && o.padding.amount.w >= 0, ValueError,
+             "[Conv2d] padding must be non-negative, got {}", o.padding.amount.pair_str());
   LOOM_CHECK(o.dilation.h > 0 && o.dilation.w > 0, ValueError,
              "[Conv2d] dilation must be positive, got {}", o.dilation.pair_str());
+  LOOM_CHECK(o.padding.kind != Padding::Same || o.stride == Size2(1), ValueError,
+             "[Conv2d] padding=same needs stride 1 (as in PyTorch), got stride {}; give the padding as a number",
+             o.stride.pair_str());
+  LOOM_CHECK(o.padding_mode == PadMode::Constant || o.padding_mode == PadMode::Reflect ||
+                 o.padding_mode == PadMode::Replicate,
+             ValueError, "[Conv2d] unknown padding_mode {}", static_cast<int>(o.padding_mode));
 }
+
+// How the layer pads: the zeros the convolution itself adds on both sides, and
+// the pads loom::pad adds to the input first (empty when none).
+struct LayerPadding {
+  Size2 conv = 0;
+  std::vector<int64_t> input_pads;
+};
+
+// PyTorch's rules: "same" pads dilation * (R - 1) in all, the odd pixel at the
+// end; zeros on uneven sides pad the difference first, then convolve with the
+// smaller side; another padding_mode pads everything first.
+LayerPadding resolve_padding(Size2 kernel, const Conv2dOptions& o) {
+  Size2 before = o.padding.kind ? Size2(0) : o.padding.amount, after = before;
+  if (o.padding.kind == Padding::Same) {
+    const Size2 total(o.dilation.h * (kernel.h - 1), o.dilation.w * (kernel.w - 1));
+    before = Size2(total.h / 2, total.w / 2);
+    after = Size2(total.h - before.h, total.w - before.w);
+  }
+  if (o.padding_mode != PadMode::Constant) {
+    if (before == Size2(0) && after == Size2(0)) return {};
+    return {.conv = 0, .input_pads = {before.w, after.w, before.h, after.h}};
+  }
+  if (before == after) return {.conv = before, .input_pads = {}};
+  return {.conv = before, .input_pads = {0, after.w - before.w, 0, after.h - before.h}};
+}
+
+const char* padding_mode_name(PadMode mode) { return mode == PadMode::Constant ? "zeros" : pad_mode_name(mode); }
 
 }  // namespace
 
@@ -40,11 +77,13 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
     : in_channels_(in_channels),
       out_channels_(out_channels),
       kernel_size_(kernel_size),
-      options_{.stride = options.stride,
-               .padding = options.padding,
-               .dilation = options.dilation,
-               .groups = options.groups} {
+      options_{.stride = options.stride, .padding = 0, .dilation = options.dilation, .groups = options.groups},
+      padding_(options.padding),
+      padding_mode_(options.padding_mode) {
   check_conv_args(in_channels, out_channels, kernel_size, options);
+  LayerPadding padding = resolve_padding(kernel_size, options);
+  options_.padding = padding.conv;
+  input_pads_ = std::move(padding.input_pads);
   // weight (K, C/groups, R, S)
   weight_ = register_parameter(
       "weight", empty({out_channels, in_channels / options.groups, kernel_size.h, kernel_size.w}));
@@ -56,16 +95,25 @@ void Conv2d::reset_parameters(Generator* generator) {
   init::default_weight_and_bias_(weight_, bias_, generator);
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight_, bias_, options_); }
+Tensor Conv2d::padded_input(const Tensor& x) const {
+  return input_pads_.empty() ? x : pad(x, input_pads_, padding_mode_);
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(padded_input(x), weight_, bias_, options_); }
 
 // PyTorch's _ConvNd.extra_repr: defaults other than stride are left out.
 std::string Conv2d::extra_repr() const {
   std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", in_channels_, out_channels_,
                               kernel_size_.pair_str(), options_.stride.pair_str());
-  if (options_.padding != Size2(0)) s += ", padding=" + options_.padding.pair_str();
+  if (padding_.kind) {
+    s += padding_.kind == Padding::Same ? ", padding=same" : ", padding=valid";
+  } else if (padding_.amount != Size2(0)) {
+    s += ", padding=" + padding_.amount.pair_str();
+  }
   if (options_.dilation != Size2(1)) s += ", dilation=" + options_.dilation.pair_str();
   if (options_.groups != 1) s += fmt::format(", groups={}", options_.groups);
   if (!bias_.defined()) s += ", bias=False";
+  if (padding_mode_ != PadMode::Constant) s += fmt::format(", padding_mode={}", padding_mode_name(padding_mode_));
   return s;
 }
 

@@ -18,7 +18,7 @@
 namespace loom::nn {
 
 Tensor FusedConv2dReLU::forward(const Tensor& x) {
-  return conv2d_bias_relu(x, weight(), bias(), options());
+  return conv2d_bias_relu(padded_input(x), weight(), bias(), options());
 }
 
 Tensor LinearReLU::forward(const Tensor& x) { return linear_relu(x, weight(), bias()); }
@@ -117,7 +117,7 @@ Tensor FusedConv2d::run_block(const Tensor& x, const Tensor& residual) {
   if (norm_) {
     for (const Tensor& t : norm_->operands()) operands.push_back(t);
   }
-  Tensor y = run_with_residual(block(), std::move(operands), x, residual);
+  Tensor y = run_with_residual(block(), std::move(operands), padded_input(x), residual);
   if (norm_) norm_->count_if_training();
   return y;
 }

@@ -1,6 +1,8 @@
 // File: tests/layers/conv_test.cc
 // Conv2d: forward equals loom::conv2d with the layer's own weights over a grid
-// of options, parameter shapes, gradients, construction errors and printing.
+// of options, padding="same" / "valid" on random filters against padding by
+// hand, padding_mode by hand and by gradcheck, parameter shapes, gradients,
+// construction errors and printing.
 // N batch, C in channels, H, W, K out channels, R, S filter.
 #include "layers/conv.h"
 
@@ -11,7 +13,9 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "core/gradcheck.h"
 #include "core/ops/ops.h"
+#include "layers/init.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -109,6 +113,87 @@ TEST_CASE("Conv2d rejects bad arguments when built and bad inputs when called") 
   CHECK_THROWS_WITH_FRAGMENT(conv(zeros({1, 2, 5, 5})), ShapeError, "[conv2d]");
 }
 
+// x inside a zero border of `before` / `after` pixels (H, W), built by copying
+// into a slice: the padding by hand, for comparing with the layer's own.
+Tensor zero_border(const Tensor& x, Size2 before, Size2 after) {
+  Tensor out = zeros({x.size(0), x.size(1), x.size(2) + before.h + after.h, x.size(3) + before.w + after.w});
+  out.narrow(2, before.h, x.size(2)).narrow(3, before.w, x.size(3)).copy_(x);
+  return out;
+}
+
+TEST_CASE("Conv2d padding=same keeps H and W for any filter and dilation, the odd pixel at the end") {
+  Generator gen(5);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t r = randint(1, 7, {}, {.dtype = DType::Int64}, &gen).item();
+    const int64_t s = randint(1, 7, {}, {.dtype = DType::Int64}, &gen).item();
+    const int64_t dh = randint(1, 4, {}, {.dtype = DType::Int64}, &gen).item();
+    const int64_t h = randint(1, 9, {}, {.dtype = DType::Int64}, &gen).item();
+    const int64_t w = randint(1, 9, {}, {.dtype = DType::Int64}, &gen).item();
+    CAPTURE(r);
+    CAPTURE(s);
+    CAPTURE(dh);
+    nn::Conv2d conv(3, 4, {r, s}, {.padding = nn::Padding::Same, .dilation = {dh, 1}, .generator = &gen});
+    const Tensor x = randn({2, 3, h, w}, {}, &gen);
+    const Tensor y = conv(x);
+    CHECK(y.sizes() == Shape{2, 4, h, w});
+    // PyTorch's split: dilation * (R - 1) in all, half (rounded down) before.
+    const Size2 total(dh * (r - 1), s - 1), before(total.h / 2, total.w / 2);
+    const Tensor by_hand = zero_border(x, before, Size2(total.h - before.h, total.w - before.w));
+    CHECK_CLOSE(y, conv2d(by_hand, conv.weight(), conv.bias(), {.dilation = {dh, 1}}), 1e-5, 1e-6);
+    CHECK_CLOSE(conv(x.contiguous(MemoryFormat::ChannelsLast)), y, 1e-5, 1e-6);
+  }
+  nn::Conv2d valid(3, 4, 3, {.padding = nn::Padding::Valid});
+  const Tensor x = randn({1, 3, 5, 6}, {}, &gen);
+  CHECK_CLOSE(valid(x), conv2d(x, valid.weight(), valid.bias()), 0, 0);
+}
+
+TEST_CASE("Conv2d padding_mode: reflect and replicate pad the input first, by hand and with gradients") {
+  // One row [1, 2, 3], a (1, 3) filter of ones, one pixel each side of W.
+  const Tensor row = tensor({1, 2, 3}, {1, 1, 1, 3});
+  struct Case {
+    PadMode mode;
+    std::vector<double> sums;
+  };
+  for (const Case& c : {Case{PadMode::Constant, {3, 6, 5}}, Case{PadMode::Reflect, {5, 6, 7}},
+                        Case{PadMode::Replicate, {4, 6, 8}}}) {
+    nn::Conv2d conv(1, 1, {1, 3}, {.padding = {0, 1}, .bias = false, .padding_mode = c.mode});
+    nn::init::ones_(conv.weight());
+    CHECK(conv(row).to_vector<double>() == c.sums);
+  }
+  Generator gen(6);
+  for (PadMode mode : {PadMode::Reflect, PadMode::Replicate}) {
+    for (const nn::ConvPadding& padding : {nn::ConvPadding(2, 1), nn::ConvPadding(nn::Padding::Same)}) {
+      nn::Conv2d conv(2, 3, {4, 3}, {.padding = padding, .padding_mode = mode, .generator = &gen});
+      CHECK(conv.options().padding == Size2(0));  // all of it in the pad before
+      const Tensor x = randn({2, 2, 6, 5}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+      const Tensor w = conv.weight().detach().to(DType::Float64).requires_grad_(true);
+      const Tensor b = conv.bias().detach().to(DType::Float64);
+      // (W left, W right, H top, H bottom): same's filter extent 3 along H puts its odd pixel at the bottom.
+      const std::vector<int64_t> pads = padding.kind ? std::vector<int64_t>{1, 1, 1, 2}
+                                                     : std::vector<int64_t>{1, 1, 2, 2};
+      CHECK_CLOSE(conv(x.detach().to(DType::Float32)), conv2d(pad(x, pads, mode), w, b).to(DType::Float32), 1e-5,
+                  1e-5);
+      const GradcheckResult r = gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            nn::Conv2d twin(2, 3, {4, 3}, {.padding = padding, .bias = false, .padding_mode = mode});
+            return conv2d(twin.padded_input(in[0]), in[1], Tensor(), twin.options());
+          },
+          {x, w});
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+  }
+}
+
+TEST_CASE("Conv2d padding errors: same with a stride, a negative amount, a reflection wider than the input") {
+  CHECK_THROWS_WITH_FRAGMENT(nn::Conv2d(1, 4, 3, {.stride = 2, .padding = nn::Padding::Same}), ValueError,
+                             "[Conv2d] padding=same needs stride 1 (as in PyTorch), got stride (2, 2)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Conv2d(1, 4, 3, {.padding = {0, -2}}), ValueError,
+                             "padding must be non-negative, got (0, -2)");
+  nn::Conv2d mirrored(1, 1, 5, {.padding = 2, .padding_mode = PadMode::Reflect});
+  CHECK_THROWS_WITH_FRAGMENT(mirrored(zeros({1, 1, 2, 2})), ShapeError,
+                             "reflect padding must be smaller than the dim it pads");
+}
+
 TEST_CASE("Conv2d prints as PyTorch's, leaving defaults out") {
   CHECK(nn::Conv2d(1, 32, 3, {.padding = 1}).repr() ==
         "Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))");
@@ -116,6 +201,12 @@ TEST_CASE("Conv2d prints as PyTorch's, leaving defaults out") {
   CHECK(nn::Conv2d(4, 8, {3, 1}, {.stride = 2, .dilation = {2, 1}, .groups = 4, .bias = false})
             .repr() ==
         "Conv2d(4, 8, kernel_size=(3, 1), stride=(2, 2), dilation=(2, 1), groups=4, bias=False)");
+  CHECK(nn::Conv2d(3, 8, 4, {.padding = nn::Padding::Same}).repr() ==
+        "Conv2d(3, 8, kernel_size=(4, 4), stride=(1, 1), padding=same)");
+  CHECK(nn::Conv2d(3, 8, 3, {.padding = nn::Padding::Valid}).repr() ==
+        "Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1), padding=valid)");
+  CHECK(nn::Conv2d(3, 8, 7, {.padding = 3, .bias = false, .padding_mode = PadMode::Reflect}).repr() ==
+        "Conv2d(3, 8, kernel_size=(7, 7), stride=(1, 1), padding=(3, 3), bias=False, padding_mode=reflect)");
 }
 
 }  // namespace

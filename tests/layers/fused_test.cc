@@ -71,6 +71,17 @@ TEST_CASE("fuse keeps lenet5's names, tensors, outputs and gradients") {
   check_fuse_keeps_model(nn::lenet5, {2, 1, 28, 28}, 2);
 }
 
+TEST_CASE("fuse keeps convolutions that pad their input first (same with an even filter, reflect)") {
+  check_fuse_keeps_model(
+      [] {
+        return nn::Sequential(nn::Conv2d(3, 8, 4, {.padding = nn::Padding::Same}), nn::BatchNorm2d(8), nn::ReLU(),
+                              nn::Conv2d(8, 4, 3, {.padding = 1, .padding_mode = PadMode::Reflect}), nn::ReLU(),
+                              nn::Conv2d(4, 4, 2, {.padding = nn::Padding::Same, .padding_mode = PadMode::Replicate}),
+                              nn::ReLU());
+      },
+      {2, 3, 7, 6}, 5);
+}
+
 TEST_CASE("fuse reaches into resnet9's residual blocks and keeps the model") {
   check_fuse_keeps_model(nn::resnet9, {2, 3, 8, 8}, 3);
   nn::Sequential net = nn::resnet9();

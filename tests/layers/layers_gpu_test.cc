@@ -3,6 +3,7 @@
 // same weights computes: logits, loss, every parameter's gradient and the
 // BatchNorm buffers, under strict fp32 (within 1e-4), in NCHW and channels-last.
 // nn::init's draws on the GPU: in place, layout and dtype kept, their moments.
+// Conv2d's padding=same and padding_mode on the GPU, fused and not, against the CPU.
 // N batch.
 #include <doctest/doctest.h>
 
@@ -91,6 +92,41 @@ LOOM_GPU_TEST_CASE("nn::init fills GPU tensors in place, in their layout and dty
   CHECK(truncated.var == doctest::Approx(0.773741).epsilon(0.04));
   nn::init::xavier_uniform_(p, 1.0, &gen);
   CHECK(testing::moments(p).var == doctest::Approx(2.0 / 300).epsilon(0.04));  // bound^2 / 3, bound sqrt(6 / 300)
+}
+
+// Convolutions that pad their input first (padding=same with even filters,
+// reflect, replicate), plain and through nn::fuse's cuDNN blocks, in both layouts.
+LOOM_GPU_TEST_CASE("Conv2d padding=same and padding_mode on the GPU match the CPU, fused and unfused") {
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  auto make = [] {
+    return nn::Sequential(nn::Conv2d(3, 8, 4, {.padding = nn::Padding::Same}), nn::BatchNorm2d(8), nn::ReLU(),
+                          nn::Conv2d(8, 4, 3, {.padding = 1, .padding_mode = PadMode::Reflect}), nn::ReLU(),
+                          nn::Conv2d(4, 4, {2, 3}, {.padding = nn::Padding::Same, .padding_mode = PadMode::Replicate}));
+  };
+  Generator gen(7);
+  const Tensor x = randn({2, 3, 9, 7}, {}, &gen);
+  for (bool fused : {false, true}) {
+    for (MemoryFormat format : testing::kParityLayouts) {
+      CAPTURE(fused);
+      CAPTURE(std::string(memory_format_name(format)));
+      nn::Sequential cpu = make(), gpu = make();
+      gpu.load_state_dict(cpu.state_dict());
+      gpu.to(testing::test_gpu());
+      if (fused) nn::fuse(gpu);
+      const Tensor y = cpu(x), gpu_y = gpu(x.to(testing::test_gpu()).contiguous(format));
+      REQUIRE(gpu_y.sizes() == Shape{2, 4, 9, 7});
+      CHECK_CLOSE(gpu_y.cpu(), y, kTol, kTol);
+      const Tensor dy = randn(y.sizes(), {}, &gen);
+      y.backward(dy);
+      gpu_y.backward(dy.to(testing::test_gpu()));
+      const nn::NamedTensors cpu_params = cpu.named_parameters(), gpu_params = gpu.named_parameters();
+      for (size_t i = 0; i < cpu_params.size(); ++i) {
+        CAPTURE(cpu_params[i].first);
+        REQUIRE(gpu_params[i].second.grad().defined());
+        CHECK_CLOSE(gpu_params[i].second.grad().cpu(), cpu_params[i].second.grad(), kTol, kTol);
+      }
+    }
+  }
 }
 
 LOOM_GPU_TEST_CASE("mnist_net on the GPU matches its CPU twin, forward and backward") {
