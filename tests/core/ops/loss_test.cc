@@ -44,6 +44,23 @@ struct NaiveLosses {
   }
 };
 
+// The `classes` values of position s of sample n in the row-major values x of a
+// (N, C, d1...) tensor with `positions` positions per sample.
+std::vector<double> class_row(const std::vector<double>& x, int64_t classes, int64_t positions, int64_t n,
+                              int64_t s) {
+  std::vector<double> row(classes);
+  for (int64_t c = 0; c < classes; ++c) row[c] = x[(n * classes + c) * positions + s];
+  return row;
+}
+
+// log sum_c exp(row[c]), shifted by the maximum: -log p[c] = log_sum_exp - row[c].
+double log_sum_exp(const std::vector<double>& row) {
+  double max = -std::numeric_limits<double>::infinity(), total = 0.0;
+  for (double v : row) max = std::max(max, v);
+  for (double v : row) total += std::exp(v - max);
+  return max + std::log(total);
+}
+
 // loss(scores of one position, target class) for every non-ignored position.
 template <class LossFn>
 NaiveLosses naive_losses(const Tensor& scores, const Tensor& target, int64_t ignore_index,
@@ -57,9 +74,7 @@ NaiveLosses naive_losses(const Tensor& scores, const Tensor& target, int64_t ign
     for (int64_t s = 0; s < positions; ++s) {
       const int64_t target_class = t[n * positions + s];
       if (target_class == ignore_index) continue;
-      std::vector<double> row(classes);
-      for (int64_t c = 0; c < classes; ++c) row[c] = x[(n * classes + c) * positions + s];
-      const double loss = loss_of(row, target_class);
+      const double loss = loss_of(class_row(x, classes, positions, n, s), target_class);
       out.values[n * positions + s] = loss;
       out.sum += loss;
       ++out.count;
@@ -72,11 +87,9 @@ NaiveLosses naive_cross_entropy(const Tensor& logits, const Tensor& target, int6
                                 double eps) {
   return naive_losses(
       logits, target, ignore_index, [eps](const std::vector<double>& row, int64_t t) {
-        double max = -std::numeric_limits<double>::infinity(), total = 0.0, mean_logit = 0.0;
-        for (double v : row) max = std::max(max, v);
-        for (double v : row) total += std::exp(v - max);
+        double mean_logit = 0.0;
         for (double v : row) mean_logit += v / static_cast<double>(row.size());
-        const double lse = max + std::log(total);  // -log p[c] = lse - logit[c]
+        const double lse = log_sum_exp(row);
         return (1.0 - eps) * (lse - row[t]) + eps * (lse - mean_logit);
       });
 }
@@ -217,13 +230,12 @@ Tensor naive_probability_losses(const Tensor& logits, const Tensor& probabilitie
   std::vector<double> losses(n_batch * positions, 0.0);
   for (int64_t n = 0; n < n_batch; ++n) {
     for (int64_t s = 0; s < positions; ++s) {
-      auto at = [&](int64_t c) { return (n * classes + c) * positions + s; };
-      double max = -std::numeric_limits<double>::infinity(), total = 0.0;
-      for (int64_t c = 0; c < classes; ++c) max = std::max(max, x[at(c)]);
-      for (int64_t c = 0; c < classes; ++c) total += std::exp(x[at(c)] - max);
+      const std::vector<double> row = class_row(x, classes, positions, n, s);
+      const std::vector<double> target = class_row(q, classes, positions, n, s);
+      const double lse = log_sum_exp(row);
       for (int64_t c = 0; c < classes; ++c) {
-        const double smoothed = (1.0 - eps) * q[at(c)] + eps / static_cast<double>(classes);
-        losses[n * positions + s] += smoothed * (max + std::log(total) - x[at(c)]);
+        const double smoothed = (1.0 - eps) * target[c] + eps / static_cast<double>(classes);
+        losses[n * positions + s] += smoothed * (lse - row[c]);
       }
     }
   }
