@@ -47,17 +47,23 @@ Shape class_target_shape(const Tensor& scores) {
   return shape;
 }
 
-// scores (N, C, d1...) float and target (N, d1...) int64 on the CPU.
+// A defined target on the scores' device, whatever form it takes.
+void check_target_device(const Tensor& scores, const Tensor& target, std::string_view op,
+                         std::string_view scores_name) {
+  LOOM_CHECK(target.defined(), ValueError, "[{}] target is undefined", op);
+  LOOM_CHECK(target.device() == scores.device(), DeviceError,
+             "[{}] {} is on {} but target is on {}; move the target with .to(Device)", op,
+             scores_name, scores.device().str(), target.device().str());
+}
+
+// scores (N, C, d1...) float and target (N, d1...) int64 on the scores' device.
 void check_class_target_shapes(const Tensor& scores, const Tensor& target, std::string_view op,
                                std::string_view scores_name) {
   check_float_tensor(scores, op, scores_name);
   LOOM_CHECK(scores.dim() >= 2, ShapeError,
              "[{}] {} must be (C), (N, C) or (N, C, d1, ...), got shape {}", op, scores_name,
              shape_str(scores.sizes()));
-  LOOM_CHECK(target.defined(), ValueError, "[{}] target is undefined", op);
-  LOOM_CHECK(target.device() == scores.device(), DeviceError,
-             "[{}] {} is on {} but target is on {}; move the target with .to(Device)", op,
-             scores_name, scores.device().str(), target.device().str());
+  check_target_device(scores, target, op, scores_name);
   LOOM_CHECK(target.dtype() == DType::Int64, TypeError,
              "[{}] target must hold class indices as int64, got {}; convert with "
              "target.to(DType::Int64)",
@@ -183,7 +189,7 @@ TensorOptions loss_options(const Tensor& scores) {
 template <class BatchedLoss>
 Tensor unbatched(const Tensor& scores, const Tensor& target, Reduction reduction, std::string_view op,
                  std::string_view scores_name, bool probabilities_allowed, BatchedLoss&& batched) {
-  LOOM_CHECK(target.defined(), ValueError, "[{}] target is undefined", op);
+  check_target_device(scores, target, op, scores_name);
   const bool probabilities = probabilities_allowed && target.sizes() == scores.sizes();
   LOOM_CHECK(target.dim() == 0 || probabilities, ShapeError,
              "[{}] {} of shape {} (one sample's C scores) need a 0-D class index{} as target, got shape {}",
@@ -204,9 +210,7 @@ Tensor probability_cross_entropy(const Tensor& logits_in, const Tensor& target,
              "[cross_entropy] a target of the logits' shape {} holds class probabilities, so it must be floating, "
              "got {}; class indices are int64 of shape {} (the logits without the class dim 1)",
              shape_str(logits_in.sizes()), dtype_name(target.dtype()), shape_str(class_target_shape(logits_in)));
-  LOOM_CHECK(target.device() == logits_in.device(), DeviceError,
-             "[cross_entropy] logits is on {} but target is on {}; move the target with .to(Device)",
-             logits_in.device().str(), target.device().str());
+  check_target_device(logits_in, target, "cross_entropy", "logits");
   LOOM_CHECK(options.ignore_index < 0, ValueError,
              "[cross_entropy] ignore_index {} applies to class-index targets, not to class probabilities; "
              "leave it at -100 (or give a probability row of zeros to leave a position out)",
