@@ -55,7 +55,7 @@ Tensor normal_(Tensor t, double mean = 0.0, double std = 1.0, Generator* generat
 // inverting the normal CDF over the uniform [cdf(a), cdf(b)], so no value is
 // redrawn and every one lies within the bounds.
 Tensor trunc_normal_(Tensor t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0,
-                      Generator* generator = nullptr);
+                     Generator* generator = nullptr);
 
 Tensor constant_(Tensor t, double value);
 Tensor zeros_(Tensor t);
@@ -66,11 +66,11 @@ Tensor ones_(Tensor t);
 // PyTorch's layers use a = sqrt(5) with the default LeakyReLU, which makes
 // bound = 1 / sqrt(fan_in).
 Tensor kaiming_uniform_(Tensor t, double a = 0.0, FanMode mode = FanMode::FanIn,
-                         Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator* generator = nullptr);
+                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator* generator = nullptr);
 
 // N(0, std^2) with std = gain / sqrt(fan), gain and fan as kaiming_uniform_'s.
 Tensor kaiming_normal_(Tensor t, double a = 0.0, FanMode mode = FanMode::FanIn,
-                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator* generator = nullptr);
+                       Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator* generator = nullptr);
 
 // U(-bound, bound) with bound = gain * sqrt(6 / (fan_in + fan_out)).
 Tensor xavier_uniform_(Tensor t, double gain = 1.0, Generator* generator = nullptr);
