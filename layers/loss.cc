@@ -48,4 +48,12 @@ Tensor BCEWithLogitsLoss::operator()(const Tensor& input, const Tensor& target) 
   return binary_cross_entropy_with_logits(input, target, options_);
 }
 
+Tensor BCELoss::operator()(const Tensor& input, const Tensor& target) const {
+  return binary_cross_entropy(input, target, options_);
+}
+
+Tensor KLDivLoss::operator()(const Tensor& input, const Tensor& target) const {
+  return kl_div(input, target, options_);
+}
+
 }  // namespace loom::nn

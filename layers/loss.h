@@ -1,6 +1,6 @@
 // File: layers/loss.h
 // Losses as callable objects, as torch.nn's CrossEntropyLoss, NLLLoss, MSELoss,
-// L1Loss, SmoothL1Loss, HuberLoss and BCEWithLogitsLoss; the options are the
+// L1Loss, SmoothL1Loss, HuberLoss, BCEWithLogitsLoss, BCELoss and KLDivLoss; the options are the
 // functional ones (core/ops/loss.h), checked when the object is made.
 //
 // N batch, C classes.
@@ -94,6 +94,30 @@ class BCEWithLogitsLoss {
 
  private:
   BceWithLogitsOptions options_;
+};
+
+//   nn::BCELoss criterion;  criterion(sigmoid(logits), target);  // a model that ends in a sigmoid
+class BCELoss {
+ public:
+  explicit BCELoss(BceOptions options = {}) : options_(std::move(options)) {}
+  // probabilities in [0, 1] and target probabilities of one shape.
+  Tensor operator()(const Tensor& input, const Tensor& target) const;
+  const BceOptions& options() const { return options_; }
+
+ private:
+  BceOptions options_;
+};
+
+//   nn::KLDivLoss criterion({.reduction = Reduction::BatchMean});  criterion(log_softmax(x, 1), p);
+class KLDivLoss {
+ public:
+  explicit KLDivLoss(KlDivOptions options = {}) : options_(options) {}
+  // log-probabilities and target probabilities (log-probabilities with log_target) of one shape.
+  Tensor operator()(const Tensor& input, const Tensor& target) const;
+  const KlDivOptions& options() const { return options_; }
+
+ private:
+  KlDivOptions options_;
 };
 
 }  // namespace loom::nn

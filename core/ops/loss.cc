@@ -3,14 +3,17 @@
 // (n, d1...); the kernels also total the losses, so Sum and Mean cost nothing
 // extra. On the GPU the totals stay in device memory (nothing waits for the
 // host, so a training step can be captured into a CUDA graph). The regression
-// losses and binary_cross_entropy_with_logits are composites of elementwise ops.
+// losses, the binary cross-entropies and kl_div are composites of elementwise ops.
 // N batch, C classes, d1... optional spatial dims.
 #include "core/ops/loss.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/cpu/loss.h"
@@ -45,6 +48,13 @@ Shape class_target_shape(const Tensor& scores) {
   Shape shape = scores.sizes();
   if (shape.size() >= 2) shape.erase(shape.begin() + 1);
   return shape;
+}
+
+// None, Mean or Sum: Reduction::BatchMean is kl_div's alone, as PyTorch's "batchmean".
+void check_reduction(Reduction reduction, std::string_view op) {
+  LOOM_CHECK(reduction == Reduction::None || reduction == Reduction::Mean || reduction == Reduction::Sum,
+             ValueError, "[{}] reduction must be None, Mean or Sum, got {}{}", op, static_cast<int>(reduction),
+             reduction == Reduction::BatchMean ? " (BatchMean, which is kl_div's alone)" : "");
 }
 
 // A defined target on the scores' device, whatever form it takes.
@@ -111,6 +121,7 @@ Tensor reduce_losses(const Tensor& losses, const kernel::LossTotal& total, Reduc
     case Reduction::Sum: return full({}, total.sum, losses.options());
     case Reduction::Mean:
       return full({}, total.sum / static_cast<double>(total.count), losses.options());
+    case Reduction::BatchMean: break;  // refused by check_reduction on entry
   }
   throw ValueError(fmt::format("[{}] unknown reduction {}", op, static_cast<int>(reduction)));
 }
@@ -141,9 +152,6 @@ LossForward run_forward(const Tensor& losses, Reduction reduction, std::string_v
                         CpuForward&& cpu_forward, CudaForward&& cuda_forward) {
   if (losses.device().is_cuda()) {
     DeviceGuard guard(losses.device());
-    LOOM_CHECK(reduction == Reduction::None || reduction == Reduction::Sum ||
-                   reduction == Reduction::Mean,
-               ValueError, "[{}] unknown reduction {}", op, static_cast<int>(reduction));
     Tensor totals = empty({static_cast<int64_t>(sizeof(cuda::LossTotals))},
                           {.dtype = DType::UInt8, .device = losses.device()});
     Tensor loss = reduction == Reduction::None ? losses : empty({}, losses.options());
@@ -224,6 +232,7 @@ Tensor probability_cross_entropy(const Tensor& logits_in, const Tensor& target,
     case Reduction::None: return losses;
     case Reduction::Sum: return sum(losses);
     case Reduction::Mean: return sum(losses) / static_cast<double>(losses.numel());  // NaN without positions
+    case Reduction::BatchMean: break;  // refused by check_reduction on entry
   }
   throw ValueError(fmt::format("[cross_entropy] unknown reduction {}", static_cast<int>(options.reduction)));
 }
@@ -235,6 +244,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropy
   LOOM_CHECK(eps >= 0.0 && eps <= 1.0, ValueError,
              "[cross_entropy] label_smoothing must be in [0, 1], got {}", eps);
   LOOM_CHECK(logits_in.defined(), ValueError, "[cross_entropy] logits is undefined");
+  check_reduction(options.reduction, "cross_entropy");
   if (logits_in.dim() == 1) {
     return unbatched(logits_in, target, options.reduction, "cross_entropy", "logits", true,
                      [&](const Tensor& x, const Tensor& t) { return cross_entropy(x, t, options); });
@@ -272,6 +282,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropy
 }
 
 Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, NllLossOptions options) {
+  check_reduction(options.reduction, "nll_loss");
   if (log_probs_in.defined() && log_probs_in.dim() == 1) {
     return unbatched(log_probs_in, target, options.reduction, "nll_loss", "log_probs", false,
                      [&](const Tensor& x, const Tensor& t) { return nll_loss(x, t, options); });
@@ -327,12 +338,12 @@ std::pair<Tensor, Tensor> elementwise_loss_operands(const Tensor& input, const T
 }
 
 Tensor reduce_elementwise(const Tensor& losses, Reduction reduction, std::string_view op) {
+  check_reduction(reduction, op);
   switch (reduction) {
-    case Reduction::None: return losses;
     case Reduction::Sum: return sum(losses);
     case Reduction::Mean: return mean(losses);
+    default: return losses;  // None
   }
-  throw ValueError(fmt::format("[{}] unknown reduction {}", op, static_cast<int>(reduction)));
 }
 
 // 0.5 d^2 where |d| < beta, else |d| - 0.5 beta: smooth_l1_loss's terms (beta > 0).
@@ -353,6 +364,26 @@ Tensor loss_weight(const Tensor& weight, const Tensor& input, std::string_view o
              "[{}] {} of shape {} does not broadcast to the input's shape {}", op, name, shape_str(w.sizes()),
              shape_str(input.sizes()));
   return w;
+}
+
+// Every value of `input` is a probability in [0, 1], as PyTorch checks (NaN is
+// not). Inside a CUDA-graph capture nothing can be read back: the loss is NaN.
+void check_probabilities(const Tensor& input, std::string_view op) {
+  if (input.numel() == 0 || capturing_graph(input)) return;
+  if (!any(logical_not(logical_and(ge(input, 0.0), le(input, 1.0)))).item()) return;
+  const std::vector<double> values = input.contiguous().to_vector<double>();
+  const auto bad = std::find_if(values.begin(), values.end(), [](double v) { return !(v >= 0.0 && v <= 1.0); });
+  throw ValueError(fmt::format(
+      "[{}] input {} at position {} is not a probability in [0, 1]; apply sigmoid first, or give the logits to "
+      "binary_cross_entropy_with_logits",
+      op, *bad, position_str(input.sizes(), bad - values.begin())));
+}
+
+// max(log x, -100), as PyTorch clamps binary_cross_entropy's logs; where x is 0
+// the gradient is 0 (log's 1 / x would make it NaN).
+Tensor clamped_log(const Tensor& x) {
+  const Tensor zero = eq(x, 0.0);
+  return masked_fill(clamp(log(masked_fill(x, zero, 1.0)), -100.0, std::nullopt), zero, -100.0);
 }
 
 }  // namespace
@@ -396,6 +427,29 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
   Tensor losses = rsub(target, 1.0) * input + scaled;
   if (weight.defined()) losses = losses * weight;
   return reduce_elementwise(losses, options.reduction, kOp);
+}
+
+Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, const BceOptions& options) {
+  constexpr std::string_view kOp = "binary_cross_entropy";
+  const auto [input, target] = elementwise_loss_operands(input_in, target_in, kOp);
+  check_probabilities(input, kOp);
+  const Tensor weight = loss_weight(options.weight, input, kOp, "weight");
+  Tensor losses = neg(target * clamped_log(input) + rsub(target, 1.0) * clamped_log(rsub(input, 1.0)));
+  if (weight.defined()) losses = losses * weight;
+  return reduce_elementwise(losses, options.reduction, kOp);
+}
+
+Tensor kl_div(const Tensor& input_in, const Tensor& target_in, const KlDivOptions& options) {
+  const auto [input, target] = elementwise_loss_operands(input_in, target_in, "kl_div");
+  Tensor losses;
+  if (options.log_target) {
+    losses = exp(target) * (target - input);
+  } else {
+    // p log p is 0 at p = 0; log's gradient 1 / p there would be inf.
+    losses = target * log(masked_fill(target, eq(target, 0.0), 1.0)) - target * input;
+  }
+  if (options.reduction != Reduction::BatchMean) return reduce_elementwise(losses, options.reduction, "kl_div");
+  return input.dim() == 0 ? sum(losses) : sum(losses) / static_cast<double>(input.size(0));
 }
 
 }  // namespace loom

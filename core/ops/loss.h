@@ -1,7 +1,8 @@
 // File: core/ops/loss.h
 // Losses, as torch.nn.functional: cross_entropy (fused log-softmax + NLL, from
 // logits), nll_loss (from log-probabilities), the regression losses (mse_loss,
-// l1_loss, smooth_l1_loss, huber_loss) and binary_cross_entropy_with_logits.
+// l1_loss, smooth_l1_loss, huber_loss), binary_cross_entropy_with_logits,
+// binary_cross_entropy (from probabilities) and kl_div.
 //
 // N batch, C classes, d1... optional spatial dims (e.g. H, W for segmentation).
 //   auto loss = loom::cross_entropy(logits, labels);  // logits (N, C), labels (N) int64
@@ -17,7 +18,9 @@ namespace loom {
 
 // None keeps one loss per position; Mean averages over positions whose target is
 // not ignore_index (NaN when every target is ignored, as PyTorch); Sum adds them.
-enum class Reduction { None, Mean, Sum };
+// BatchMean (kl_div's alone, as PyTorch's "batchmean") divides the sum by the
+// batch size input.size(0); the other losses refuse it.
+enum class Reduction { None, Mean, Sum, BatchMean };
 
 struct CrossEntropyOptions {
   Reduction reduction = Reduction::Mean;
@@ -79,5 +82,38 @@ struct BceWithLogitsOptions {
 //   auto loss = loom::binary_cross_entropy_with_logits(mask_logits, masks);  // (N, 1, H, W) each
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const BceWithLogitsOptions& options = {});
+
+struct BceOptions {
+  Reduction reduction = Reduction::Mean;
+  Tensor weight;  // optional: each element's loss times weight (broadcast to input)
+};
+
+// Binary cross-entropy of probabilities `input` in [0, 1] (e.g. a sigmoid's output)
+// against target probabilities, as torch.nn.functional.binary_cross_entropy:
+//   loss = -weight (target log(input) + (1 - target) log(1 - input))
+// with each log clamped at -100, so an input of exactly 0 or 1 (a saturated
+// fp32 sigmoid) gives a finite loss and a finite gradient. The gradient is
+// (input - target) / (input (1 - input)) inside (0, 1); where a clamped log is
+// selected it is the other term's alone. An input outside [0, 1] (or NaN) is a
+// ValueError, checked on the values (a GPU input is read back, except while a
+// CUDA graph is captured: its loss is then NaN). binary_cross_entropy_with_logits
+// on the logits is the stable form; this one is for models that end in a sigmoid.
+//   auto loss = loom::binary_cross_entropy(sigmoid(decoder(z)), images);  // autoencoder, (N, 1, H, W)
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BceOptions& options = {});
+
+struct KlDivOptions {
+  // BatchMean is the KL divergence per sample (the sum over input.size(0));
+  // Mean divides by every element, as PyTorch's default "mean".
+  Reduction reduction = Reduction::Mean;
+  bool log_target = false;  // the target holds log-probabilities
+};
+
+// The Kullback-Leibler divergence KL(target || q) pointwise, as
+// torch.nn.functional.kl_div: input holds log q (e.g. log_softmax), target p:
+//   loss = p (log p - input), 0 where p = 0; with log_target, exp(target) (target - input).
+// input and target have one shape, dtype and device (16-bit ones compute in fp32).
+//   auto loss = loom::kl_div(log_softmax(student / T, 1), softmax(teacher / T, 1),
+//                            {.reduction = loom::Reduction::BatchMean}) * (T * T);  // distillation
+Tensor kl_div(const Tensor& input, const Tensor& target, const KlDivOptions& options = {});
 
 }  // namespace loom

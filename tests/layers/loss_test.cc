@@ -66,7 +66,7 @@ TEST_CASE("loss errors") {
                              "[mse_loss] input has shape (2,) but target has shape (3,)");
 }
 
-TEST_CASE("L1Loss, SmoothL1Loss, HuberLoss and BCEWithLogitsLoss equal their ops and check their options") {
+TEST_CASE("L1Loss, SmoothL1Loss, HuberLoss, BCEWithLogitsLoss, BCELoss and KLDivLoss equal their ops") {
   Generator gen(55);
   const Tensor a = randn({6, 2}, kF64, &gen), b = randn({6, 2}, kF64, &gen);
   CHECK_CLOSE(nn::L1Loss(Reduction::Sum)(a, b), l1_loss(a, b, Reduction::Sum), 0, 0);
@@ -76,6 +76,16 @@ TEST_CASE("L1Loss, SmoothL1Loss, HuberLoss and BCEWithLogitsLoss equal their ops
   const nn::BCEWithLogitsLoss criterion({.pos_weight = pos_weight});
   CHECK_CLOSE(criterion(a, t), binary_cross_entropy_with_logits(a, t, {.pos_weight = pos_weight}), 0, 0);
   CHECK(criterion.options().pos_weight.is_same(pos_weight));
+  const Tensor weight = rand({6, 1}, kF64, &gen);
+  const nn::BCELoss bce({.reduction = Reduction::Sum, .weight = weight});
+  CHECK_CLOSE(bce(sigmoid(a), t), binary_cross_entropy(sigmoid(a), t, {.reduction = Reduction::Sum, .weight = weight}),
+              0, 0);
+  CHECK(bce.options().weight.is_same(weight));
+  const nn::KLDivLoss kl({.reduction = Reduction::BatchMean, .log_target = true});
+  CHECK_CLOSE(kl(log_softmax(a, 1), log_softmax(b, 1)),
+              kl_div(log_softmax(a, 1), log_softmax(b, 1), {.reduction = Reduction::BatchMean, .log_target = true}),
+              0, 0);
+  CHECK(kl.options().log_target);
   CHECK_THROWS_WITH_FRAGMENT(nn::SmoothL1Loss(Reduction::Mean, -1.0), ValueError,
                              "[SmoothL1Loss] beta must be >= 0, got -1");
   CHECK_THROWS_WITH_FRAGMENT(nn::HuberLoss(Reduction::Mean, 0.0), ValueError, "[HuberLoss] delta must be > 0, got 0");

@@ -175,12 +175,14 @@ void draw_group_norm(Draw& d, Case& c) {
 }
 
 // An elementwise loss ("loss": l1, smooth_l1, huber, BCE with logits, BCE with
-// weight and pos_weight) under a reduction, with smooth_l1's beta or huber's delta.
+// weight and pos_weight, BCE of sigmoid probabilities with weight, kl_div of
+// log_softmax against softmax, kl_div with log_target) under a reduction (kl_div
+// also BatchMean), with smooth_l1's beta or huber's delta.
 void draw_losses(Draw& d, Case& c) {
   draw_image(d, c, 16);
   auto& v = c.ints;
-  v["loss"] = d.between(0, 4);
-  v["reduction"] = d.between(0, 2);
+  v["loss"] = d.between(0, 7);
+  v["reduction"] = d.between(0, v["loss"] >= 6 ? 3 : 2);
   v["beta_pct"] = d.pick<int64_t>({v["loss"] == 1 ? 0 : 25, 50, 100, 300});
 }
 
@@ -421,13 +423,13 @@ Operands make_operands(const Case& c) {
       add_t("w", normal(image(), gen));
       break;
     case Op::Losses: {
-      const bool binary = c.at("loss") >= 3;
-      add_t("x", mul(normal(image(), gen), binary ? 3.0 : 1.0));  // logits across sigmoid's range
-      add_t("target", binary ? rand(image(), {.dtype = DType::Float64}, &gen) : normal(image(), gen));
-      if (c.at("loss") == 4) {
-        add_t("weight", positive({c.at("C"), 1, 1}, gen));
-        add_t("pos_weight", mul(positive({c.at("W")}, gen), 2.0));
-      }
+      const int64_t loss = c.at("loss");
+      // BCE-with-logits' logits across sigmoid's range; BCE's sigmoid(x) stays where fp32 resolves 1 - sigmoid(x).
+      add_t("x", mul(normal(image(), gen), loss == 3 || loss == 4 ? 3.0 : 1.0));
+      const bool probabilities = loss >= 3 && loss <= 5;
+      add_t("target", probabilities ? rand(image(), {.dtype = DType::Float64}, &gen) : normal(image(), gen));
+      if (loss == 4 || loss == 5) add_t("weight", positive({c.at("C"), 1, 1}, gen));
+      if (loss == 4) add_t("pos_weight", mul(positive({c.at("W")}, gen), 2.0));
       break;
     }
     case Op::Statistics:
@@ -562,9 +564,13 @@ Tensor loss_of(const Case& c, const std::map<std::string, Tensor>& t) {
     case 1: return smooth_l1_loss(x, target, reduction, beta);
     case 2: return huber_loss(x, target, reduction, beta);
     case 3: return binary_cross_entropy_with_logits(x, target, {.reduction = reduction});
-    default:
+    case 4:
       return binary_cross_entropy_with_logits(
           x, target, {.reduction = reduction, .weight = t.at("weight"), .pos_weight = t.at("pos_weight")});
+    case 5: return binary_cross_entropy(sigmoid(x), target, {.reduction = reduction, .weight = t.at("weight")});
+    case 6: return kl_div(log_softmax(x, 1), softmax(target, 1), {.reduction = reduction});
+    default:
+      return kl_div(log_softmax(x, 1), log_softmax(target, 1), {.reduction = reduction, .log_target = true});
   }
 }
 
@@ -941,7 +947,7 @@ const char* op_name(Op op) {
     case Op::Mask: return "logical ops, isclose, mul on masks";
     case Op::GroupNorm: return "group_norm";
     case Op::InstanceNorm: return "instance_norm";
-    case Op::Losses: return "l1 / smooth_l1 / huber / BCE-with-logits losses";
+    case Op::Losses: return "l1 / smooth_l1 / huber / BCE / kl_div losses";
     case Op::Statistics: return "var / std / logsumexp / min";
     case Op::Extremum: return "maximum / minimum";
     case Op::Flip: return "flip, chunk";
