@@ -359,6 +359,10 @@ LOOM_GPU_TEST_CASE("bf16/fp16: the elementwise losses compute in fp32, as under 
       {"bce_with_logits", [&pos_weight](const Tensor& x, const Tensor& t) {
          return binary_cross_entropy_with_logits(x, t, {.pos_weight = pos_weight.to(x.dtype())});
        }},
+      {"kl_div", [](const Tensor& x, const Tensor& t) { return kl_div(x, t, {.reduction = Reduction::BatchMean}); }},
+      {"binary_cross_entropy", [](const Tensor& x, const Tensor& t) {
+         return binary_cross_entropy(clamp(x, 0.0, 1.0), t, {.reduction = Reduction::Sum});
+       }},
   };
   for (DType dtype : {DType::BFloat16, DType::Float16}) {
     for (const auto& [name, loss] : losses) {
