@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/error.h"
 #include "layers/repr.h"
 
@@ -40,5 +41,20 @@ GELU::GELU(std::string_view approximate)
   LOOM_CHECK(approximate == "none" || approximate == "tanh", ValueError,
              "[GELU] approximate must be 'none' or 'tanh', got '{}'", approximate);
 }
+
+PReLU::PReLU(int64_t num_parameters, double init) : init_(init) {
+  LOOM_CHECK(num_parameters >= 1, ValueError, "[PReLU] num_parameters must be >= 1, got {}", num_parameters);
+  weight_ = register_parameter("weight", empty({num_parameters}));
+  reset_parameters();
+}
+
+void PReLU::reset_parameters() {
+  NoGradGuard no_grad;
+  weight_.fill_(init_);
+}
+
+Tensor PReLU::forward(const Tensor& x) { return prelu(x, weight_); }
+
+std::string PReLU::extra_repr() const { return fmt::format("num_parameters={}", weight_.numel()); }
 
 }  // namespace loom::nn

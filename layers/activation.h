@@ -3,7 +3,8 @@
 // nn::Activation for every row of core/kernel/activation.h, and PyTorch's
 // named modules (ReLU, ReLU6, Sigmoid, Tanh, GELU, SiLU, ELU, LeakyReLU,
 // Softplus, Mish, Hardswish, Hardtanh) as presets of it. Any shape and
-// layout; no parameters (the scalars are settings, as in PyTorch).
+// layout; no parameters (the scalars are settings, as in PyTorch). PReLU, whose
+// slopes are parameters, is a module of its own.
 #pragma once
 
 #include <string>
@@ -95,6 +96,26 @@ class Hardtanh : public Activation {
   // min_val < max_val.
   explicit Hardtanh(double min_val = -1.0, double max_val = 1.0)
       : Activation(ActivationKind::Hardtanh, {min_val, max_val}) {}
+};
+
+// PReLU, as torch.nn.PReLU over loom::prelu: a learnt slope for x < 0, one for
+// every channel or (num_parameters 1) one shared; parameter weight
+// (num_parameters) = init.
+//   nn::PReLU act(64);  // after a Conv2d with 64 output channels
+class PReLU : public Module {
+ public:
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25);
+
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();
+
+  const Tensor& weight() const { return weight_; }
+  std::string type_name() const override { return "PReLU"; }
+  std::string extra_repr() const override;  // "num_parameters=1"
+
+ private:
+  double init_;
+  Tensor weight_;
 };
 
 }  // namespace loom::nn

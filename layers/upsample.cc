@@ -33,4 +33,17 @@ std::string Upsample::extra_repr() const {
   return info + fmt::format(", mode='{}'", interpolate_mode_name(options_.mode));
 }
 
+PixelShuffle::PixelShuffle(int64_t upscale_factor) : upscale_factor_(upscale_factor) {
+  LOOM_CHECK(upscale_factor >= 1, ValueError, "[PixelShuffle] upscale_factor must be >= 1, got {}", upscale_factor);
+}
+
+std::string PixelShuffle::extra_repr() const { return fmt::format("upscale_factor={}", upscale_factor_); }
+
+PixelUnshuffle::PixelUnshuffle(int64_t downscale_factor) : downscale_factor_(downscale_factor) {
+  LOOM_CHECK(downscale_factor >= 1, ValueError, "[PixelUnshuffle] downscale_factor must be >= 1, got {}",
+             downscale_factor);
+}
+
+std::string PixelUnshuffle::extra_repr() const { return fmt::format("downscale_factor={}", downscale_factor_); }
+
 }  // namespace loom::nn

@@ -16,6 +16,7 @@
 #include "core/cudnn/activation.h"
 #include "core/error.h"
 #include "core/onednn/eltwise.h"
+#include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/trace.h"
@@ -130,6 +131,25 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   LOOM_CHECK(approximate == "none" || approximate == "tanh", ValueError,
              "[gelu] approximate must be 'none' or 'tanh', got '{}'", approximate);
   return activation(x, approximate == "tanh" ? ActivationKind::GeluTanh : ActivationKind::Gelu);
+}
+
+Tensor prelu(const Tensor& x, const Tensor& weight) {
+  check_float_tensor(x, "prelu", "x");
+  check_float_tensor(weight, "prelu", "weight");
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 1;
+  LOOM_CHECK(weight.dim() <= 1 && (weight.numel() == 1 || weight.numel() == channels), ShapeError,
+             "[prelu] weight of shape {} must hold 1 slope or one per channel ({}: dim 1 of x's shape {})",
+             shape_str(weight.sizes()), channels, shape_str(x.sizes()));
+  LOOM_CHECK(weight.device() == x.device(), DeviceError,
+             "[prelu] x is on {} but weight is on {}; move the module with .to(Device)", x.device().str(),
+             weight.device().str());
+  Shape slope_sizes;  // 0-D for one slope, else (C, 1, ...) against x (N, C, ...)
+  if (weight.numel() > 1) {
+    slope_sizes.assign(static_cast<size_t>(x.dim() - 1), 1);
+    slope_sizes[0] = channels;
+  }
+  const Tensor slope = weight.to(x.dtype()).reshape(slope_sizes);
+  return where(gt(x, 0.0), x, slope * x);
 }
 
 }  // namespace loom

@@ -43,4 +43,11 @@ Tensor hardswish(const Tensor& x);
 // min(max(x, min_val), max_val); min_val < max_val.
 Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
 
+// max(0, x) + weight * min(0, x), as torch.nn.functional.prelu: weight holds one
+// slope, or one per channel (dim 1 of x; an x of fewer than 2 dims has one
+// channel), on x's device. A floating weight of another dtype is cast to x's
+// (differentiably: a float32 weight under bf16 autocast gets a float32 gradient).
+// Differentiable in x and weight; at x = 0 x's gradient is the slope, as PyTorch's.
+Tensor prelu(const Tensor& x, const Tensor& weight);
+
 }  // namespace loom

@@ -307,4 +307,51 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
   return out.storage() == x.storage() ? out.clone(MemoryFormat::Contiguous) : out;
 }
 
+namespace {
+
+// x (*, C, H, W) split into (*, a, b, c, d, e, f) = `split`, permuted by `order` of
+// those six, and reshaped to (*, `out`): the two pixel shuffles, in x's layout.
+Tensor rearrange_last3(const Tensor& x, const Shape& split, const Shape& order, const Shape& out) {
+  const int64_t lead = x.dim() - 3;
+  Shape split_sizes(x.sizes().begin(), x.sizes().begin() + lead), dims, out_sizes = split_sizes;
+  split_sizes.insert(split_sizes.end(), split.begin(), split.end());
+  for (int64_t d = 0; d < lead; ++d) dims.push_back(d);
+  for (int64_t d : order) dims.push_back(lead + d);
+  out_sizes.insert(out_sizes.end(), out.begin(), out.end());
+  const Tensor y = x.reshape(split_sizes).permute(dims).reshape(out_sizes);
+  const bool channels_last = x.dim() == 4 && x.suggest_memory_format() == MemoryFormat::ChannelsLast;
+  return channels_last ? y.contiguous(MemoryFormat::ChannelsLast) : y.contiguous();
+}
+
+// The factor and x's last three dims (C, H, W) for a pixel shuffle.
+void check_pixel_shuffle(const Tensor& x, int64_t factor, std::string_view op, std::string_view factor_name) {
+  LOOM_CHECK(x.defined(), ValueError, "[{}] x is undefined", op);
+  LOOM_CHECK(x.dim() >= 3, ShapeError, "[{}] x must have at least 3 dims (*, C, H, W), got shape {}", op,
+             shape_str(x.sizes()));
+  LOOM_CHECK(factor >= 1, ValueError, "[{}] {} must be >= 1, got {}", op, factor_name, factor);
+}
+
+}  // namespace
+
+Tensor pixel_shuffle(const Tensor& x, int64_t r) {
+  check_pixel_shuffle(x, r, "pixel_shuffle", "upscale_factor");
+  const int64_t c = x.size(-3), h = x.size(-2), w = x.size(-1);
+  LOOM_CHECK(c % (r * r) == 0, ShapeError,
+             "[pixel_shuffle] x of shape {} has {} channels (dim -3), not divisible by upscale_factor^2 = {}",
+             shape_str(x.sizes()), c, r * r);
+  // (C, r, r, H, W) -> (C, H, r, W, r)
+  return rearrange_last3(x, {c / (r * r), r, r, h, w}, {0, 3, 1, 4, 2}, {c / (r * r), h * r, w * r});
+}
+
+Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
+  check_pixel_shuffle(x, r, "pixel_unshuffle", "downscale_factor");
+  const int64_t c = x.size(-3), h = x.size(-2), w = x.size(-1);
+  LOOM_CHECK(h % r == 0 && w % r == 0, ShapeError,
+             "[pixel_unshuffle] x of shape {} has height {} and width {}; both must be divisible by "
+             "downscale_factor {}",
+             shape_str(x.sizes()), h, w, r);
+  // (C, H, r, W, r) -> (C, r, r, H, W)
+  return rearrange_last3(x, {c, h / r, r, w / r, r}, {0, 2, 4, 1, 3}, {c * r * r, h / r, w / r});
+}
+
 }  // namespace loom

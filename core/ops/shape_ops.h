@@ -64,4 +64,13 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 //   Tensor tiled = repeat(x, {2, 1, 3});  // x (4, 5) -> (2, 4, 15)
 Tensor repeat(const Tensor& x, const Shape& repeats);
 
+// Sub-pixel rearrangement, as torch.nn.functional.pixel_shuffle: x (*, C r^2, H, W)
+// -> (*, C, H r, W r), where channel c r^2 + i r + j at (h, w) moves to channel c
+// at (h r + i, w r + j); pixel_unshuffle is its inverse, (*, C, H r, W r) ->
+// (*, C r^2, H, W). The factor r is >= 1. A copy in x's memory format (a
+// channels-last x gives a channels-last result); the gradient is the inverse move.
+//   Tensor hr = pixel_shuffle(conv(x), 3);  // ESPCN: (N, 9, H, W) -> (N, 1, 3H, 3W)
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+
 }  // namespace loom

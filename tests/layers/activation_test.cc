@@ -16,6 +16,7 @@
 #include "core/generator.h"
 #include "core/ops/ops.h"
 #include "layers/functional.h"
+#include "layers/upsample.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -98,6 +99,38 @@ TEST_CASE("activation modules on hand-checked values") {
   CHECK(nn::SiLU()(x).at({2}) == doctest::Approx(2.0 / (1.0 + std::exp(-2.0))));
   CHECK(nn::GELU()(x).at({0}) == doctest::Approx(-0.5 * std::erfc(1.0 / std::sqrt(2.0))));
   CHECK(nn::LeakyReLU(0.1)(x).to_vector<double>() == std::vector<double>{-0.1f, 0, 2});
+}
+
+TEST_CASE("PReLU: a learnt slope per channel or shared, named weight, trained by its gradient") {
+  nn::PReLU shared, per_channel(3, 0.1);
+  CHECK(shared.repr() == "PReLU(num_parameters=1)");
+  CHECK(per_channel.repr() == "PReLU(num_parameters=3)");
+  CHECK(shared.weight().to_vector<double>() == std::vector<double>{0.25});
+  CHECK(per_channel.weight().to_vector<double>() == std::vector<double>(3, 0.1f));
+  const auto params = per_channel.named_parameters();
+  REQUIRE(params.size() == 1);
+  CHECK(params[0].first == "weight");
+  CHECK(params[0].second.requires_grad());
+  Generator gen(94);
+  const Tensor x = randn({2, 3, 4, 4}, {}, &gen);
+  CHECK_CLOSE(per_channel(x), prelu(x, per_channel.weight()), 0, 0);
+  sum(per_channel(x)).backward();
+  CHECK_CLOSE(per_channel.weight().grad(), sum(minimum(x, zeros_like(x)), {0, 2, 3}), 1e-6, 1e-6);
+  CHECK_THROWS_WITH_FRAGMENT(nn::PReLU(0), ValueError, "[PReLU] num_parameters must be >= 1, got 0");
+}
+
+TEST_CASE("PixelShuffle and PixelUnshuffle equal their ops and print their factors") {
+  nn::PixelShuffle up(3);
+  nn::PixelUnshuffle down(3);
+  CHECK(up.repr() == "PixelShuffle(upscale_factor=3)");
+  CHECK(down.repr() == "PixelUnshuffle(downscale_factor=3)");
+  CHECK(up.parameters().empty());
+  Generator gen(95);
+  const Tensor x = randn({2, 18, 2, 3}, {}, &gen);
+  CHECK_CLOSE(up(x), pixel_shuffle(x, 3), 0, 0);
+  CHECK(up(x).sizes() == Shape{2, 2, 6, 9});
+  CHECK_CLOSE(down(up(x)), x, 0, 0);
+  CHECK_THROWS_WITH_FRAGMENT(nn::PixelShuffle(0), ValueError, "[PixelShuffle] upscale_factor must be >= 1, got 0");
 }
 
 TEST_CASE("activation modules reject a parameter their row does not take, and unknown GELU forms") {

@@ -58,3 +58,25 @@ LOOM_GPU_TEST_CASE("every activation row matches the CPU on the GPU: kernel and 
   std::printf("%s", cudnn::PlanCache::global().explain().c_str());
 #endif
 }
+
+LOOM_GPU_TEST_CASE("prelu matches the CPU on the GPU: one slope and one per channel, both layouts") {
+  Generator gen(92);
+  for (int64_t slopes : {1, 16}) {
+    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      CAPTURE(slopes);
+      CAPTURE(memory_format_name(format));
+      const Tensor x = randn({4, 16, 5, 6}, {}, &gen), weight = rand({slopes}, {}, &gen) - 0.5;
+      Tensor cx = x.clone().requires_grad_(true), cw = weight.clone().requires_grad_(true);
+      Tensor gx = x.to(testing::test_gpu()).contiguous(format).requires_grad_(true);
+      Tensor gw = weight.to(testing::test_gpu()).requires_grad_(true);
+      const Tensor y = prelu(cx, cw), gy = prelu(gx, gw);
+      CHECK(gy.device() == testing::test_gpu());
+      CHECK_CLOSE(gy.cpu(), y, kTolerance, kTolerance);
+      const Tensor dy = randn(x.sizes(), {}, &gen);
+      y.backward(dy);
+      gy.backward(dy.to(testing::test_gpu()));
+      CHECK_CLOSE(gx.grad().cpu(), cx.grad(), kTolerance, kTolerance);
+      CHECK_CLOSE(gw.grad().cpu(), cw.grad(), kTolerance, kTolerance);
+    }
+  }
+}

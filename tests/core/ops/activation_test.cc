@@ -214,6 +214,53 @@ TEST_CASE("gradcheck: every activation, two shapes, contiguous and strided input
   }
 }
 
+// x > 0 ? x : slope of x's channel (dim 1) * x, element by element.
+Tensor naive_prelu(const Tensor& x, const Tensor& weight) {
+  const std::vector<double> v = x.to_vector<double>(), w = weight.to_vector<double>();
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 1;
+  const int64_t inner = x.dim() >= 2 ? x.numel() / (x.size(0) * channels) : 1;
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double slope = w.size() == 1 ? w[0] : w[(static_cast<int64_t>(i) / inner) % channels];
+    out[i] = v[i] > 0 ? v[i] : slope * v[i];
+  }
+  return tensor(out, x.sizes(), kF64);
+}
+
+TEST_CASE("prelu: one slope or one per channel, any layout, gradcheck of x and weight") {
+  Generator gen(93);
+  for (const Shape& sizes : {Shape{2, 3, 4, 5}, Shape{5, 3}, Shape{7}, Shape{}, Shape{2, 3, 4}}) {
+    for (bool per_channel : {false, true}) {
+      if (per_channel && sizes.size() < 2) continue;
+      CAPTURE(shape_str(sizes));
+      CAPTURE(per_channel);
+      Tensor x = randn(sizes, kF64, &gen);
+      if (sizes.size() == 4) x = x.contiguous(MemoryFormat::ChannelsLast);
+      const Tensor weight = rand({per_channel ? sizes[1] : 1}, kF64, &gen) - 0.3;
+      CHECK_CLOSE(prelu(x, weight), naive_prelu(x, weight), 0, 0);
+      const GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return prelu(in[0], in[1]); },
+                                          {x.detach().requires_grad_(true), weight.detach().requires_grad_(true)});
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+  }
+  // At x = 0 the gradient is the slope, as PyTorch's prelu_backward; the slope's is x there, 0.
+  Tensor x = tensor({0.0, 2.0, -3.0}, {1, 3}, {.dtype = DType::Float64, .requires_grad = true});
+  Tensor w = tensor({0.25, 0.5, 0.75}, {3}, {.dtype = DType::Float64, .requires_grad = true});
+  sum(prelu(x, w)).backward();
+  CHECK_CLOSE(x.grad(), tensor({0.25, 1.0, 0.75}, {1, 3}, kF64), 0, 0);
+  CHECK_CLOSE(w.grad(), tensor({0.0, 0.0, -3.0}, {3}, kF64), 0, 0);
+  // A float32 slope with a float64 x is cast to x's dtype; its gradient comes back in float32.
+  Tensor w32 = full({1}, 0.5).requires_grad_(true);
+  sum(prelu(tensor({-2.0}, {1}, kF64), w32)).backward();
+  CHECK(w32.grad().dtype() == DType::Float32);
+  CHECK(w32.grad().item() == -2.0);
+  CHECK_THROWS_WITH_FRAGMENT(prelu(zeros({2, 3, 4}), zeros({4})), ShapeError,
+                             "[prelu] weight of shape (4,) must hold 1 slope or one per channel (3: dim 1 of x's "
+                             "shape (2, 3, 4))");
+  CHECK_THROWS_WITH_FRAGMENT(prelu(zeros({2}, {.dtype = DType::Int64}), zeros({1})), TypeError,
+                             "[prelu] x has dtype int64");
+}
+
 TEST_CASE("activations reject non-float and undefined inputs") {
   CHECK_THROWS_WITH_FRAGMENT(relu(zeros({2}, {.dtype = DType::Int32})), TypeError,
                              "[relu] input has dtype int32 but the op computes in float32 or float64");

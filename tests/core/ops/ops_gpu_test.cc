@@ -415,7 +415,8 @@ LOOM_GPU_TEST_CASE("mixed dtypes promote on the GPU as on the CPU: pixels, label
 // Masks, copies and host-made factories compute nothing that rounds, so the GPU
 // gives the CPU's values bit for bit; the gradients are small integers, which
 // repeat's sum over its copies adds exactly in any order.
-LOOM_GPU_TEST_CASE("tril, triu, repeat, eye and linspace match the CPU exactly on the GPU, every dtype") {
+LOOM_GPU_TEST_CASE("tril, triu, repeat, the pixel shuffles, eye and linspace match the CPU exactly on the GPU, "
+                   "every dtype") {
   const Device gpu = testing::test_gpu();
   Generator gen(91);
   const std::vector<std::pair<std::string, OpFn>> ops = {
@@ -426,6 +427,11 @@ LOOM_GPU_TEST_CASE("tril, triu, repeat, eye and linspace match the CPU exactly o
       {"repeat", [](auto& in) { return repeat(in[0], {2, 1, 3, 2}); }},
       {"repeat(method)", [](auto& in) { return in[0].repeat({1, 2, 1}); }},
       {"repeat(5 repeated dims)", [](auto& in) { return repeat(in[0], {2, 2, 2, 1, 3, 2}); }},
+      {"pixel_shuffle", [](auto& in) { return pixel_shuffle(repeat(in[0], {2, 1, 1}), 2); }},
+      {"pixel_unshuffle", [](auto& in) { return pixel_unshuffle(repeat(in[0], {1, 2, 1}), 2); }},
+      {"pixel_shuffle(channels-last)", [](auto& in) {
+         return pixel_shuffle(in[0].unsqueeze(0).repeat({1, 2, 1, 1}).contiguous(MemoryFormat::ChannelsLast), 2);
+       }},
   };
   for (DType dtype : {DType::Float32, DType::BFloat16, DType::Int64, DType::Bool}) {
     const Tensor source = randint(-4, 5, {2, 3, 4}, {.dtype = DType::Int64}, &gen).to(dtype);

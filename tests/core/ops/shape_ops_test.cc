@@ -506,5 +506,69 @@ TEST_CASE("repeat rejects too few or negative repeats") {
   CHECK_THROWS_WITH_FRAGMENT(repeat(Tensor(), {1}), ValueError, "[repeat] x is undefined");
 }
 
+// out[..., c, h r + i, w r + j] = x[..., c r^2 + i r + j, h, w], index by index.
+Tensor naive_pixel_shuffle(const Tensor& x, int64_t r) {
+  const std::vector<double> in = x.to_vector<double>();
+  const int64_t c_in = x.size(-3), h = x.size(-2), w = x.size(-1), c_out = c_in / (r * r);
+  const int64_t lead = x.numel() / (c_in * h * w);
+  std::vector<double> out(in.size());
+  for (int64_t n = 0; n < lead; ++n) {
+    for (int64_t c = 0; c < c_out; ++c) {
+      for (int64_t y = 0; y < h * r; ++y) {
+        for (int64_t z = 0; z < w * r; ++z) {
+          const int64_t source = ((n * c_in + c * r * r + (y % r) * r + z % r) * h + y / r) * w + z / r;
+          out[((n * c_out + c) * h * r + y) * w * r + z] = in[source];
+        }
+      }
+    }
+  }
+  Shape sizes = x.sizes();
+  sizes[sizes.size() - 3] = c_out;
+  sizes[sizes.size() - 2] = h * r;
+  sizes[sizes.size() - 1] = w * r;
+  return tensor(out, sizes, kF64);
+}
+
+TEST_CASE("pixel_shuffle moves channel c r^2 + i r + j to pixel (h r + i, w r + j); pixel_unshuffle undoes it") {
+  Generator gen(71);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int64_t r = 1 + trial % 3, c = 1 + trial % 2, h = 1 + (trial * 5) % 4, w = 1 + (trial * 3) % 5;
+    Shape sizes = trial % 3 == 0 ? Shape{c * r * r, h, w} : Shape{2, c * r * r, h, w};
+    if (trial % 4 == 1) sizes.insert(sizes.begin(), 2);  // (2, 2, C r^2, H, W)
+    CAPTURE(shape_str(sizes));
+    CAPTURE(r);
+    Tensor x = randn(sizes, kF64, &gen);
+    if (sizes.size() == 4 && trial % 2 == 0) x = x.contiguous(MemoryFormat::ChannelsLast);
+    const Tensor y = pixel_shuffle(x, r);
+    CHECK_CLOSE(y, naive_pixel_shuffle(x, r), 0, 0);
+    CHECK(y.is_contiguous(x.suggest_memory_format()));
+    const Tensor back = pixel_unshuffle(y, r);
+    CHECK(back.sizes() == x.sizes());
+    CHECK_CLOSE(back, x, 0, 0);
+    CHECK(back.is_contiguous(y.suggest_memory_format()));  // y of 1 channel reads as NCHW
+  }
+}
+
+TEST_CASE("pixel_shuffle and pixel_unshuffle: gradcheck, and errors") {
+  Generator gen(72);
+  const Tensor x = randn({2, 8, 2, 3}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return pixel_shuffle(in[0], 2); }, {x});
+  CHECK_MESSAGE(r.ok, r.message);
+  const Tensor z = randn({1, 2, 4, 6}, {.dtype = DType::Float64, .requires_grad = true}, &gen);
+  r = gradcheck(
+      [](const std::vector<Tensor>& in) { return pixel_unshuffle(in[0].contiguous(MemoryFormat::ChannelsLast), 2); },
+      {z});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK_THROWS_WITH_FRAGMENT(pixel_shuffle(zeros({2, 6, 3, 3}), 2), ShapeError,
+                             "[pixel_shuffle] x of shape (2, 6, 3, 3) has 6 channels (dim -3), not divisible by "
+                             "upscale_factor^2 = 4");
+  CHECK_THROWS_WITH_FRAGMENT(pixel_unshuffle(zeros({1, 1, 4, 5}), 2), ShapeError,
+                             "[pixel_unshuffle] x of shape (1, 1, 4, 5) has height 4 and width 5");
+  CHECK_THROWS_WITH_FRAGMENT(pixel_shuffle(zeros({4, 4}), 2), ShapeError,
+                             "[pixel_shuffle] x must have at least 3 dims");
+  CHECK_THROWS_WITH_FRAGMENT(pixel_unshuffle(zeros({1, 4, 4}), 0), ValueError,
+                             "[pixel_unshuffle] downscale_factor must be >= 1, got 0");
+}
+
 }  // namespace
 }  // namespace loom
