@@ -22,6 +22,7 @@
 #include "layers/models.h"
 #include "layers/module.h"
 #include "layers/norm.h"
+#include "layers/padding.h"
 #include "layers/pooling.h"
 #include "layers/softmax.h"
 #include "layers/upsample.h"
