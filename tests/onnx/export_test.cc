@@ -224,6 +224,17 @@ for n in m.graph.node:
         env[n.output[0]] = np.broadcast_to(v, np.broadcast_shapes(v.shape, tuple(env[n.input[1]]))).copy()
     elif n.op_type == 'Gather':
         env[n.output[0]] = np.take(env[n.input[0]], env[n.input[1]], axis=a['axis'].i if 'axis' in a else 0)
+    elif n.op_type == 'Pad':
+        v, pads = env[n.input[0]], [int(p) for p in env[n.input[1]]]
+        has = lambda k: len(n.input) > k and n.input[k]
+        axes = [int(i) % v.ndim for i in env[n.input[3]]] if has(3) else list(range(v.ndim))
+        width = [(0, 0)] * v.ndim
+        for k, axis in enumerate(axes):
+            width[axis] = (pads[k], pads[k + len(axes)])
+        v = v[tuple(slice(max(-b, 0), v.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(width))]
+        mode = a['mode'].s.decode() if 'mode' in a else 'constant'
+        value = {'constant_values': env[n.input[2]].item() if has(2) else 0} if mode == 'constant' else {}
+        env[n.output[0]] = np.pad(v, [(max(b, 0), max(e, 0)) for b, e in width], mode=mode, **value)
     elif n.op_type == 'Transpose':
         env[n.output[0]] = np.transpose(env[n.input[0]], tuple(a['perm'].ints))
     elif n.op_type == 'NonZero':
@@ -295,6 +306,20 @@ TEST_CASE("comparisons, logical ops, where, masked_fill, maximum and minimum exp
   const std::string out = check_masks_export(masks, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
   for (const char* node : {"'And'", "'Equal'", "'Greater'", "'GreaterOrEqual'", "'Less'", "'LessOrEqual'", "'Max'",
                            "'Min'", "'Not'", "'Or'", "'Where'", "'Xor'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+}
+
+TEST_CASE("prelu, the pixel shuffles and the 2-D pad modules export and compute Loom's values") {
+  const Tensor slope = tensor({0.25}, {1}), slopes = tensor({0.5, -0.25, 2.0, 0.0}, {4});
+  Fn rearranged([&](const Tensor& y) {
+    Tensor x = prelu(pixel_shuffle(y.reshape({-1, 4, 1, 1}), 2), slope);  // (N, 1, 2, 2)
+    x = pixel_unshuffle(nn::ReflectionPad2d(1)(x), 2);                     // (N, 4, 2, 2)
+    x = nn::ConstantPad2d({1, 0, 0, 1}, 1.5)(nn::ReplicationPad2d({0, 1, 1, 0})(prelu(x, slopes)));
+    return nn::ZeroPad2d({1, 1, -1, 0})(x).flatten(1);
+  });
+  const std::string out = check_masks_export(rearranged, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
+  for (const char* node : {"'Pad'", "'Transpose'", "'Where'"}) {
     CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
   }
 }
