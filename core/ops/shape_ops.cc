@@ -309,8 +309,8 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
 
 namespace {
 
-// x (*, C, H, W) split into (*, a, b, c, d, e, f) = `split`, permuted by `order` of
-// those six, and reshaped to (*, `out`): the two pixel shuffles, in x's layout.
+// x (*, C, H, W) split into (*, a, b, c, d, e) = `split`, permuted by `order` of
+// those five, and reshaped to (*, `out`): the two pixel shuffles, in x's layout.
 Tensor rearrange_last3(const Tensor& x, const Shape& split, const Shape& order, const Shape& out) {
   const int64_t lead = x.dim() - 3;
   Shape split_sizes(x.sizes().begin(), x.sizes().begin() + lead), dims, out_sizes = split_sizes;
