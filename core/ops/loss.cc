@@ -207,6 +207,16 @@ Tensor unbatched(const Tensor& scores, const Tensor& target, Reduction reduction
   return reduction == Reduction::None ? losses.squeeze(0) : losses;
 }
 
+// Per-position losses reduced as `reduction` says (BatchMean is kl_div's own).
+Tensor reduce_elementwise(const Tensor& losses, Reduction reduction, std::string_view op) {
+  check_reduction(reduction, op);
+  switch (reduction) {
+    case Reduction::Sum: return sum(losses);
+    case Reduction::Mean: return mean(losses);
+    default: return losses;  // None
+  }
+}
+
 // Class probabilities, as PyTorch's cross_entropy takes a target of the logits'
 // shape (mixup, distillation): loss = -sum_c target'[c] * log_softmax(logits)[c]
 // with target' = (1 - eps) * target + eps / C, a composite of differentiable ops
@@ -227,14 +237,8 @@ Tensor probability_cross_entropy(const Tensor& logits_in, const Tensor& target,
   const double eps = options.label_smoothing, classes = static_cast<double>(logits.size(1));
   Tensor probabilities = target.to(logits.dtype());
   if (eps > 0.0) probabilities = probabilities * (1.0 - eps) + eps / classes;
-  const Tensor losses = -sum(log_softmax(logits, 1) * probabilities, {1});
-  switch (options.reduction) {
-    case Reduction::None: return losses;
-    case Reduction::Sum: return sum(losses);
-    case Reduction::Mean: return sum(losses) / static_cast<double>(losses.numel());  // NaN without positions
-    case Reduction::BatchMean: break;  // refused by check_reduction on entry
-  }
-  throw ValueError(fmt::format("[cross_entropy] unknown reduction {}", static_cast<int>(options.reduction)));
+  // Mean over no positions is NaN, as torch's.
+  return reduce_elementwise(-sum(log_softmax(logits, 1) * probabilities, {1}), options.reduction, "cross_entropy");
 }
 
 }  // namespace
@@ -335,15 +339,6 @@ std::pair<Tensor, Tensor> elementwise_loss_operands(const Tensor& input, const T
                                      half ? target.to(DType::Float32) : target};
   check_same_dtype_device(operands.first, operands.second, op);
   return operands;
-}
-
-Tensor reduce_elementwise(const Tensor& losses, Reduction reduction, std::string_view op) {
-  check_reduction(reduction, op);
-  switch (reduction) {
-    case Reduction::Sum: return sum(losses);
-    case Reduction::Mean: return mean(losses);
-    default: return losses;  // None
-  }
 }
 
 // 0.5 d^2 where |d| < beta, else |d| - 0.5 beta: smooth_l1_loss's terms (beta > 0).
