@@ -10,17 +10,17 @@
 
 namespace loom::nn {
 
-Pad2d::Pad2d(std::string type_name, PadMode mode, Padding4 padding, double value)
+Pad2d::Pad2d(std::string type_name, PadMode mode, Padding4 padding, std::optional<double> value)
     : type_name_(std::move(type_name)), mode_(mode), padding_(padding), value_(value) {}
 
 Tensor Pad2d::forward(const Tensor& x) {
-  return pad(x, {padding_.left, padding_.right, padding_.top, padding_.bottom}, mode_, value_);
+  return pad(x, {padding_.left, padding_.right, padding_.top, padding_.bottom}, mode_, value());
 }
 
 std::string Pad2d::extra_repr() const {
   const std::string sizes =
       fmt::format("({}, {}, {}, {})", padding_.left, padding_.right, padding_.top, padding_.bottom);
-  return type_name_ == "ConstantPad2d" ? fmt::format("padding={}, value={}", sizes, python_float(value_)) : sizes;
+  return value_ ? fmt::format("padding={}, value={}", sizes, python_float(*value_)) : sizes;
 }
 
 }  // namespace loom::nn

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/ops/pad.h"
@@ -27,8 +28,9 @@ struct Padding4 {
 
 class Pad2d : public Module {
  public:
-  // `type_name` is PyTorch's class name, which also picks the repr's form.
-  Pad2d(std::string type_name, PadMode mode, Padding4 padding, double value = 0.0);
+  // `type_name` is PyTorch's class name. A fill `value` (Constant mode) given
+  // here shows in the repr, as ConstantPad2d's; without one the fill is 0.
+  Pad2d(std::string type_name, PadMode mode, Padding4 padding, std::optional<double> value = std::nullopt);
 
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return type_name_; }
@@ -36,13 +38,13 @@ class Pad2d : public Module {
 
   PadMode mode() const { return mode_; }
   const Padding4& padding() const { return padding_; }
-  double value() const { return value_; }
+  double value() const { return value_.value_or(0.0); }
 
  private:
   std::string type_name_;
   PadMode mode_;
   Padding4 padding_;
-  double value_;
+  std::optional<double> value_;
 };
 
 class ZeroPad2d : public Pad2d {
