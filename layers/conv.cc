@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,16 +19,23 @@ namespace loom::nn {
 
 namespace {
 
+// What Conv1d and Conv2d share: the channels, groups and padding_mode.
+void check_channels(std::string_view layer, int64_t in_channels, int64_t out_channels, int64_t groups,
+                    PadMode padding_mode) {
+  LOOM_CHECK(in_channels > 0 && out_channels > 0, ValueError,
+             "[{}] in_channels and out_channels must be positive, got {} and {}", layer, in_channels,
+             out_channels);
+  LOOM_CHECK(groups > 0 && in_channels % groups == 0 && out_channels % groups == 0, ValueError,
+             "[{}] groups ({}) must be positive and divide in_channels ({}) and out_channels ({})", layer, groups,
+             in_channels, out_channels);
+  LOOM_CHECK(padding_mode == PadMode::Constant || padding_mode == PadMode::Reflect ||
+                 padding_mode == PadMode::Replicate,
+             ValueError, "[{}] unknown padding_mode {}", layer, static_cast<int>(padding_mode));
+}
+
 void check_conv_args(int64_t in_channels, int64_t out_channels, Size2 kernel,
                      const Conv2dOptions& o) {
-  LOOM_CHECK(in_channels > 0 && out_channels > 0, ValueError,
-             "[Conv2d] in_channels and out_channels must be positive, got {} and {}", in_channels,
-             out_channels);
-  LOOM_CHECK(o.groups > 0 && in_channels % o.groups == 0 && out_channels % o.groups == 0,
-             ValueError,
-             "[Conv2d] groups ({}) must be positive and divide in_channels ({}) and "
-             "out_channels ({})",
-             o.groups, in_channels, out_channels);
+  check_channels("Conv2d", in_channels, out_channels, o.groups, o.padding_mode);
   LOOM_CHECK(kernel.h > 0 && kernel.w > 0, ValueError,
              "[Conv2d] kernel_size must be positive, got {}", kernel.pair_str());
   LOOM_CHECK(o.stride.h > 0 && o.stride.w > 0, ValueError,
@@ -39,9 +47,19 @@ void check_conv_args(int64_t in_channels, int64_t out_channels, Size2 kernel,
   LOOM_CHECK(o.padding.kind != Padding::Same || o.stride == Size2(1), ValueError,
              "[Conv2d] padding=same needs stride 1 (as in PyTorch), got stride {}; give the padding as a number",
              o.stride.pair_str());
-  LOOM_CHECK(o.padding_mode == PadMode::Constant || o.padding_mode == PadMode::Reflect ||
-                 o.padding_mode == PadMode::Replicate,
-             ValueError, "[Conv2d] unknown padding_mode {}", static_cast<int>(o.padding_mode));
+}
+
+void check_conv1d_args(int64_t in_channels, int64_t out_channels, int64_t kernel, const Conv1dOptions& o) {
+  check_channels("Conv1d", in_channels, out_channels, o.groups, o.padding_mode);
+  LOOM_CHECK(kernel > 0 && o.stride > 0 && o.dilation > 0, ValueError,
+             "[Conv1d] kernel_size, stride and dilation must be positive, got {}, {} and {}", kernel, o.stride,
+             o.dilation);
+  LOOM_CHECK(o.padding.kind || (o.padding.amount.h == o.padding.amount.w && o.padding.amount.w >= 0), ValueError,
+             "[Conv1d] padding is one non-negative number (or Padding::Same / Valid), got {}",
+             o.padding.amount.pair_str());
+  LOOM_CHECK(o.padding.kind != Padding::Same || o.stride == 1, ValueError,
+             "[Conv1d] padding=same needs stride 1 (as in PyTorch), got stride {}; give the padding as a number",
+             o.stride);
 }
 
 // How the layer pads: the zeros the convolution itself adds on both sides, and
@@ -70,6 +88,32 @@ LayerPadding resolve_padding(Size2 kernel, const Conv2dOptions& o) {
 }
 
 const char* padding_mode_name(PadMode mode) { return mode == PadMode::Constant ? "zeros" : pad_mode_name(mode); }
+
+// Conv1d's padding by Conv2d's rules for a (1, R) filter: its pads along W,
+// the only ones it has.
+LayerPadding resolve_padding_1d(int64_t kernel, const Conv1dOptions& o) {
+  const ConvPadding rows = o.padding.kind ? ConvPadding(*o.padding.kind) : ConvPadding(0, o.padding.amount.w);
+  LayerPadding padding = resolve_padding(
+      Size2(1, kernel), {.padding = rows, .dilation = Size2(1, o.dilation), .padding_mode = o.padding_mode});
+  if (!padding.input_pads.empty()) padding.input_pads.resize(2);  // (left, right); the rows' pads are 0
+  return padding;
+}
+
+// ", padding=same", ", padding=valid", ", padding=<amount>" or nothing for 0,
+// as PyTorch's _ConvNd.extra_repr; `amount` prints a given number.
+std::string padding_repr(const ConvPadding& padding, const std::string& amount) {
+  if (padding.kind) return padding.kind == Padding::Same ? ", padding=same" : ", padding=valid";
+  return padding.amount == Size2(0) ? "" : ", padding=" + amount;
+}
+
+// The end of both reprs: groups, bias and padding_mode where not the defaults.
+std::string repr_tail(int64_t groups, bool bias, PadMode padding_mode) {
+  std::string s;
+  if (groups != 1) s += fmt::format(", groups={}", groups);
+  if (!bias) s += ", bias=False";
+  if (padding_mode != PadMode::Constant) s += fmt::format(", padding_mode={}", padding_mode_name(padding_mode));
+  return s;
+}
 
 }  // namespace
 
@@ -105,16 +149,41 @@ Tensor Conv2d::forward(const Tensor& x) { return conv2d(padded_input(x), weight_
 std::string Conv2d::extra_repr() const {
   std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", in_channels_, out_channels_,
                               kernel_size_.pair_str(), options_.stride.pair_str());
-  if (padding_.kind) {
-    s += padding_.kind == Padding::Same ? ", padding=same" : ", padding=valid";
-  } else if (padding_.amount != Size2(0)) {
-    s += ", padding=" + padding_.amount.pair_str();
-  }
+  s += padding_repr(padding_, padding_.amount.pair_str());
   if (options_.dilation != Size2(1)) s += ", dilation=" + options_.dilation.pair_str();
-  if (options_.groups != 1) s += fmt::format(", groups={}", options_.groups);
-  if (!bias_.defined()) s += ", bias=False";
-  if (padding_mode_ != PadMode::Constant) s += fmt::format(", padding_mode={}", padding_mode_name(padding_mode_));
-  return s;
+  return s + repr_tail(options_.groups, bias_.defined(), padding_mode_);
+}
+
+Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options)
+    : in_channels_(in_channels),
+      out_channels_(out_channels),
+      kernel_size_(kernel_size),
+      options_{.stride = options.stride, .padding = 0, .dilation = options.dilation, .groups = options.groups},
+      padding_(options.padding),
+      padding_mode_(options.padding_mode) {
+  check_conv1d_args(in_channels, out_channels, kernel_size, options);
+  LayerPadding padding = resolve_padding_1d(kernel_size, options);
+  options_.padding = padding.conv.w;
+  input_pads_ = std::move(padding.input_pads);
+  // weight (K, C/groups, R)
+  weight_ = register_parameter("weight", empty({out_channels, in_channels / options.groups, kernel_size}));
+  if (options.bias) bias_ = register_parameter("bias", empty({out_channels}));
+  reset_parameters(options.generator);
+}
+
+void Conv1d::reset_parameters(Generator* generator) { init::default_weight_and_bias_(weight_, bias_, generator); }
+
+Tensor Conv1d::forward(const Tensor& x) {
+  return conv1d(input_pads_.empty() ? x : pad(x, input_pads_, padding_mode_), weight_, bias_, options_);
+}
+
+// As PyTorch prints Conv1d: one-element tuples, "(3,)".
+std::string Conv1d::extra_repr() const {
+  std::string s = fmt::format("{}, {}, kernel_size=({},), stride=({},)", in_channels_, out_channels_, kernel_size_,
+                              options_.stride);
+  s += padding_repr(padding_, fmt::format("({},)", padding_.amount.w));
+  if (options_.dilation != 1) s += fmt::format(", dilation=({},)", options_.dilation);
+  return s + repr_tail(options_.groups, bias_.defined(), padding_mode_);
 }
 
 }  // namespace loom::nn

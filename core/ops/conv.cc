@@ -153,4 +153,48 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   return y;
 }
 
+namespace {
+
+// conv1d's own checks, so that its errors speak of L and R rather than of the
+// conv2d it runs: x (N, C, L), weight (K, C/groups, R).
+void check_conv1d_args(const Tensor& x, const Tensor& w, const Conv1dOptions& o) {
+  LOOM_CHECK(x.defined() && w.defined(), ValueError, "[conv1d] input and weight must be defined");
+  LOOM_CHECK(x.dim() == 3, ShapeError,
+             "[conv1d] expected a 3-D input (N, C, L) or one 2-D sample (C, L), got shape {}", shape_str(x.sizes()));
+  LOOM_CHECK(w.dim() == 3 && w.size(2) > 0, ShapeError,
+             "[conv1d] expected a 3-D weight (K, C/groups, R) with a non-empty filter, got shape {}",
+             shape_str(w.sizes()));
+  LOOM_CHECK(o.stride > 0 && o.dilation > 0 && o.padding >= 0 && o.groups > 0, ValueError,
+             "[conv1d] stride, dilation and groups must be positive and padding non-negative, got stride {}, "
+             "dilation {}, groups {}, padding {}",
+             o.stride, o.dilation, o.groups, o.padding);
+  LOOM_CHECK(x.size(1) % o.groups == 0 && w.size(0) % o.groups == 0 && x.size(1) == w.size(1) * o.groups,
+             ShapeError,
+             "[conv1d] input {} and weight {} do not match with groups={}: the input's channels must equal "
+             "weight.size(1) * groups, and groups must divide the input and output channels",
+             shape_str(x.sizes()), shape_str(w.sizes()), o.groups);
+  const int64_t length = cpu::conv_output_size(x.size(2), w.size(2), o.stride, o.padding, o.dilation);
+  LOOM_CHECK(length > 0, ShapeError,
+             "[conv1d] input {} with a filter of {}, padding {} and dilation {} gives an empty output ({}); "
+             "use more padding, a smaller dilation or a longer input",
+             shape_str(x.sizes()), w.size(2), o.padding, o.dilation, length);
+}
+
+}  // namespace
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv1dOptions options) {
+  if (x.defined() && x.dim() == 2) return conv1d(x.unsqueeze(0), weight, bias, options).squeeze(0);
+  check_conv1d_args(x, weight, options);
+  const Tensor x4 = x.unsqueeze(2);
+  const Tensor y = conv2d(x4, weight.unsqueeze(2), bias,
+                          {.stride = Size2(1, options.stride),
+                           .padding = Size2(0, options.padding),
+                           .dilation = Size2(1, options.dilation),
+                           .groups = options.groups})
+                       .squeeze(2);
+  // conv2d writes channels-last where x and weight are both layout-neutral (C
+  // of 1 and a depthwise filter) on the GPU; a 1-D y is contiguous there, as torch's.
+  return x4.suggest_memory_format() == MemoryFormat::ChannelsLast ? y : y.contiguous();
+}
+
 }  // namespace loom

@@ -1,11 +1,14 @@
 // File: core/ops/conv.h
-// 2-D convolution (cross-correlation, as torch.nn.functional.conv2d).
+// 1-D and 2-D convolution (cross-correlation, as torch.nn.functional.conv1d
+// and conv2d).
 //
 // N batch, C in channels, H, W input, K out channels, R, S filter, P, Q output.
 //
 //   auto y = loom::conv2d(x, weight, bias, {.stride = 2, .padding = 1});
 //   // x (N, C, H, W), weight (K, C/groups, R, S), bias (K) -> y (N, K, P, Q)
 //   // P = (H + 2 padding - dilation (R - 1) - 1) / stride + 1, rounded down
+//   auto z = loom::conv1d(signal, taps, {}, {.padding = 2});
+//   // signal (N, C, L), taps (K, C/groups, R) -> z (N, K, L'), L' as P with L for H
 #pragma once
 
 #include <cstdint>
@@ -35,5 +38,21 @@ struct Conv2dOptions {
 // (a one-channel image and its filter), else contiguous NCHW.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               Conv2dOptions options = {});
+
+// conv1d's settings, as PyTorch's conv1d arguments (single ints).
+struct Conv1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;  // zeros on both ends
+  int64_t dilation = 1;
+  int64_t groups = 1;
+};
+
+// x (N, C, L), or one sample (C, L), with any strides; weight (K, C/groups, R);
+// optional bias (K): conv2d over the view x (N, C, 1, L) with weight (K,
+// C/groups, 1, R), so the dtypes, devices, autocast and gradients are conv2d's.
+// The output is (N, K, L') (or (K, L')), contiguous unless x is length-major
+// (x's stride(-2) is 1, as x (N, L, C) transposed), which gives y of that
+// layout as conv2d's channels-last does.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv1dOptions options = {});
 
 }  // namespace loom

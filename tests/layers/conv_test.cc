@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -207,6 +208,76 @@ TEST_CASE("Conv2d prints as PyTorch's, leaving defaults out") {
         "Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1), padding=valid)");
   CHECK(nn::Conv2d(3, 8, 7, {.padding = 3, .bias = false, .padding_mode = PadMode::Reflect}).repr() ==
         "Conv2d(3, 8, kernel_size=(7, 7), stride=(1, 1), padding=(3, 3), bias=False, padding_mode=reflect)");
+}
+
+TEST_CASE("Conv1d: weight (K, C/groups, R) and bias (K) named as PyTorch's, a forward of conv1d") {
+  Generator gen(7);
+  nn::Conv1d conv(4, 6, 5, {.stride = 2, .padding = 2, .dilation = 1, .groups = 2, .generator = &gen});
+  CHECK(conv.weight().sizes() == Shape{6, 2, 5});
+  CHECK(conv.bias().sizes() == Shape{6});
+  CHECK(conv.named_parameters().size() == 2);
+  CHECK(conv.named_parameters()[0].first == "weight");
+  // PyTorch's init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias, fan_in = C/groups * R = 10.
+  CHECK(max(abs(conv.bias())).item() <= 1.0 / std::sqrt(10.0));
+  const Tensor x = randn({3, 4, 17}, {.requires_grad = true}, &gen);
+  const Tensor y = conv(x);
+  CHECK(y.sizes() == Shape{3, 6, 9});
+  CHECK_CLOSE(y, conv1d(x, conv.weight(), conv.bias(), {.stride = 2, .padding = 2, .groups = 2}), 0, 0);
+  sum(y).backward();
+  CHECK(conv.weight().grad().sizes() == conv.weight().sizes());
+  CHECK(x.grad().sizes() == x.sizes());
+  CHECK(conv(randn({4, 17}, {}, &gen)).sizes() == Shape{6, 9});  // one sample (C, L)
+  CHECK_FALSE(nn::Conv1d(2, 2, 3, {.bias = false}).bias().defined());
+}
+
+TEST_CASE("Conv1d padding=same keeps L for any filter and dilation; reflect and replicate pad first") {
+  Generator gen(8);
+  for (int trial = 0; trial < 16; ++trial) {
+    const int64_t r = randint(1, 8, {}, {.dtype = DType::Int64}, &gen).item();
+    const int64_t dilation = randint(1, 4, {}, {.dtype = DType::Int64}, &gen).item();
+    const int64_t l = randint(1, 12, {}, {.dtype = DType::Int64}, &gen).item();
+    CAPTURE(r);
+    CAPTURE(dilation);
+    CAPTURE(l);
+    nn::Conv1d conv(3, 2, r, {.padding = nn::Padding::Same, .dilation = dilation, .generator = &gen});
+    const Tensor x = randn({2, 3, l}, {}, &gen);
+    const int64_t total = dilation * (r - 1), before = total / 2;  // the odd one at the end, as PyTorch
+    CHECK_CLOSE(conv(x), conv1d(pad(x, {before, total - before}), conv.weight(), conv.bias(), {.dilation = dilation}),
+                1e-5, 1e-6);
+  }
+  const Tensor row = tensor({1, 2, 3}, {1, 1, 3});
+  struct Case {
+    PadMode mode;
+    std::vector<double> sums;
+  };
+  for (const Case& c : {Case{PadMode::Constant, {3, 6, 5}}, Case{PadMode::Reflect, {5, 6, 7}},
+                        Case{PadMode::Replicate, {4, 6, 8}}}) {
+    nn::Conv1d conv(1, 1, 3, {.padding = 1, .bias = false, .padding_mode = c.mode});
+    nn::init::ones_(conv.weight());
+    CHECK(conv(row).to_vector<double>() == c.sums);
+    CHECK(conv.options().padding == (c.mode == PadMode::Constant ? 1 : 0));
+  }
+}
+
+TEST_CASE("Conv1d rejects bad arguments when built, in 1-D terms") {
+  CHECK_THROWS_WITH_FRAGMENT(nn::Conv1d(4, 6, 3, {.groups = 4}), ValueError,
+                             "[Conv1d] groups (4) must be positive and divide in_channels (4) and out_channels (6)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Conv1d(4, 6, 0), ValueError,
+                             "[Conv1d] kernel_size, stride and dilation must be positive, got 0, 1 and 1");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Conv1d(4, 6, 3, {.padding = -1}), ValueError,
+                             "[Conv1d] padding is one non-negative number (or Padding::Same / Valid), got (-1, -1)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Conv1d(4, 6, 3, {.padding = {1, 2}}), ValueError, "got (1, 2)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Conv1d(4, 6, 3, {.stride = 2, .padding = nn::Padding::Same}), ValueError,
+                             "[Conv1d] padding=same needs stride 1");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Conv1d(4, 6, 3)(zeros({2, 5, 8})), ShapeError, "[conv1d] input (2, 5, 8)");
+}
+
+TEST_CASE("Conv1d prints as PyTorch's, one-element tuples") {
+  CHECK(nn::Conv1d(16, 33, 3, {.stride = 2}).repr() == "Conv1d(16, 33, kernel_size=(3,), stride=(2,))");
+  CHECK(nn::Conv1d(1, 8, 5, {.padding = 2, .dilation = 2, .groups = 1, .bias = false}).repr() ==
+        "Conv1d(1, 8, kernel_size=(5,), stride=(1,), padding=(2,), dilation=(2,), bias=False)");
+  CHECK(nn::Conv1d(4, 4, 3, {.padding = nn::Padding::Same, .groups = 4, .padding_mode = PadMode::Replicate})
+            .repr() == "Conv1d(4, 4, kernel_size=(3,), stride=(1,), padding=same, groups=4, padding_mode=replicate)");
 }
 
 }  // namespace
