@@ -27,6 +27,21 @@ void check_window(std::string_view layer, Size2 kernel, Size2 stride, Size2 padd
       padding.pair_str(), kernel.pair_str());
 }
 
+// check_window's 1-D form, in 1-D terms.
+Pool1dOptions checked_window_1d(std::string_view layer, int64_t kernel, std::optional<int64_t> stride,
+                                int64_t padding) {
+  const Pool1dOptions o{.kernel_size = kernel, .stride = stride.value_or(kernel), .padding = padding};
+  LOOM_CHECK(kernel > 0 && *o.stride > 0, ValueError, "[{}] kernel_size and stride must be positive, got {} and {}",
+             layer, kernel, *o.stride);
+  LOOM_CHECK(padding >= 0 && 2 * padding <= kernel, ValueError,
+             "[{}] padding {} must be non-negative and at most half of kernel_size {}", layer, padding, kernel);
+  return o;
+}
+
+void check_output_size(std::string_view layer, int64_t output_size) {
+  LOOM_CHECK(output_size > 0, ValueError, "[{}] output_size must be positive, got {}", layer, output_size);
+}
+
 }  // namespace
 
 MaxPool2d::MaxPool2d(Size2 kernel_size, MaxPool2dOptions options)
@@ -90,6 +105,40 @@ AdaptiveMaxPool2d::AdaptiveMaxPool2d(Size2 output_size) : output_size_(output_si
 Tensor AdaptiveMaxPool2d::forward(const Tensor& x) {
   if (output_size_ == Size2(1)) return global_max_pool2d(x);
   return adaptive_max_pool2d(x, output_size_.array());
+}
+
+MaxPool1d::MaxPool1d(int64_t kernel_size, MaxPool1dOptions options)
+    : options_(checked_window_1d("MaxPool1d", kernel_size, options.stride, options.padding)) {
+  options_.ceil_mode = options.ceil_mode;
+}
+
+Tensor MaxPool1d::forward(const Tensor& x) { return max_pool1d(x, options_); }
+
+// PyTorch keeps MaxPool1d's arguments as given (ints), AvgPool1d's as 1-tuples.
+std::string MaxPool1d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}, dilation=1, ceil_mode={}", options_.kernel_size,
+                     *options_.stride, options_.padding, python_bool(options_.ceil_mode));
+}
+
+AvgPool1d::AvgPool1d(int64_t kernel_size, AvgPool1dOptions options)
+    : options_(checked_window_1d("AvgPool1d", kernel_size, options.stride, options.padding)) {
+  options_.ceil_mode = options.ceil_mode;
+  options_.count_include_pad = options.count_include_pad;
+}
+
+Tensor AvgPool1d::forward(const Tensor& x) { return avg_pool1d(x, options_); }
+
+std::string AvgPool1d::extra_repr() const {
+  return fmt::format("kernel_size=({},), stride=({},), padding=({},)", options_.kernel_size, *options_.stride,
+                     options_.padding);
+}
+
+AdaptiveAvgPool1d::AdaptiveAvgPool1d(int64_t output_size) : output_size_(output_size) {
+  check_output_size("AdaptiveAvgPool1d", output_size);
+}
+
+AdaptiveMaxPool1d::AdaptiveMaxPool1d(int64_t output_size) : output_size_(output_size) {
+  check_output_size("AdaptiveMaxPool1d", output_size);
 }
 
 }  // namespace loom::nn

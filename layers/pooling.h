@@ -1,6 +1,6 @@
 // File: layers/pooling.h
-// 2-D pooling layers, as torch.nn's MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and
-// AdaptiveMaxPool2d.
+// Pooling layers, as torch.nn's MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and
+// AdaptiveMaxPool2d, and their 1-D forms (MaxPool1d, ...) over (N, C, L).
 //
 // N batch, C channels, H, W input, P, Q output.
 //
@@ -8,11 +8,14 @@
 //   nn::AvgPool2d avg(3, {.stride = 2, .padding = 1});
 //   nn::AdaptiveMaxPool2d head(1);                          // (N, C, H, W) -> (N, C, 1, 1)
 //   nn::AdaptiveMaxPool2d grid({7, 7});                     // (N, C, H, W) -> (N, C, 7, 7)
+//   nn::MaxPool1d frames(3, {.stride = 2, .padding = 1});   // (N, C, L) -> (N, C, (L + 1) / 2)
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
+#include "core/ops/pooling.h"
 #include "core/size2.h"
 #include "core/tensor.h"
 #include "layers/module.h"
@@ -87,6 +90,67 @@ class AdaptiveMaxPool2d : public Module {
 
  private:
   Size2 output_size_;
+};
+
+// ---- 1-D: x (N, C, L) or (C, L), over loom::max_pool1d and its kin.
+
+struct MaxPool1dOptions {
+  std::optional<int64_t> stride = std::nullopt;  // kernel_size when not given
+  int64_t padding = 0;                           // at most half the kernel
+  bool ceil_mode = false;
+};
+
+struct AvgPool1dOptions {
+  std::optional<int64_t> stride = std::nullopt;  // kernel_size when not given
+  int64_t padding = 0;                           // at most half the kernel
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // padding counts in each window's divisor
+};
+
+class MaxPool1d : public Module {
+ public:
+  explicit MaxPool1d(int64_t kernel_size, MaxPool1dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "MaxPool1d"; }
+  std::string extra_repr() const override;
+
+ private:
+  Pool1dOptions options_;
+};
+
+class AvgPool1d : public Module {
+ public:
+  explicit AvgPool1d(int64_t kernel_size, AvgPool1dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AvgPool1d"; }
+  std::string extra_repr() const override;
+
+ private:
+  Pool1dOptions options_;
+};
+
+// (N, C, L) -> (N, C, output_size), as adaptive_avg_pool1d.
+class AdaptiveAvgPool1d : public Module {
+ public:
+  explicit AdaptiveAvgPool1d(int64_t output_size);
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool1d(x, output_size_); }
+  std::string type_name() const override { return "AdaptiveAvgPool1d"; }
+  std::string extra_repr() const override { return "output_size=" + std::to_string(output_size_); }
+
+ private:
+  int64_t output_size_;
+};
+
+// (N, C, L) -> (N, C, output_size), as adaptive_max_pool1d.
+class AdaptiveMaxPool1d : public Module {
+ public:
+  explicit AdaptiveMaxPool1d(int64_t output_size);
+  Tensor forward(const Tensor& x) override { return adaptive_max_pool1d(x, output_size_); }
+  std::string type_name() const override { return "AdaptiveMaxPool1d"; }
+  std::string extra_repr() const override { return "output_size=" + std::to_string(output_size_); }
+
+ private:
+  int64_t output_size_;
 };
 
 }  // namespace loom::nn

@@ -473,4 +473,66 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) 
   return cat(rows, 2);
 }
 
+namespace {
+
+// A 1-D pooling as `pool2d` of the view (N, C, 1, L) of x (N, C, L) or (C, L).
+template <typename Pool2d>
+Tensor pooled_along_length(const Tensor& x, std::string_view op, Pool2d pool2d) {
+  LOOM_CHECK(x.defined(), ValueError, "[{}] input is undefined", op);
+  LOOM_CHECK(x.dim() == 2 || x.dim() == 3, ShapeError,
+             "[{}] expects a 3-D input (N, C, L) or one 2-D sample (C, L), got shape {}", op, shape_str(x.sizes()));
+  const Tensor batched = x.dim() == 2 ? x.unsqueeze(0) : x;
+  const Tensor y = pool2d(batched.unsqueeze(2)).squeeze(2);
+  return x.dim() == 2 ? y.squeeze(0) : y;
+}
+
+// The 2-D options of a 1-D pooling, its arguments checked in 1-D terms.
+Pool2dOptions as_rows(const Tensor& x, const Pool1dOptions& o, std::string_view op) {
+  const int64_t stride = o.stride.value_or(o.kernel_size);
+  LOOM_CHECK(o.kernel_size > 0 && stride > 0 && o.padding >= 0 && o.padding <= o.kernel_size / 2, ValueError,
+             "[{}] needs a positive kernel_size and stride and 0 <= padding <= kernel_size / 2, got kernel_size "
+             "{}, stride {}, padding {}",
+             op, o.kernel_size, stride, o.padding);
+  if (x.defined() && x.dim() >= 2) {
+    const int64_t length = pooled_size(x.size(-1), o.kernel_size, stride, o.padding, o.ceil_mode);
+    LOOM_CHECK(length >= 1, ShapeError,
+               "[{}] input {} with kernel_size {}, stride {}, padding {} gives an empty output ({}); use a "
+               "smaller kernel or a longer input",
+               op, shape_str(x.sizes()), o.kernel_size, stride, o.padding, length);
+  }
+  return {.kernel_size = {1, o.kernel_size},
+          .stride = Pair{1, stride},
+          .padding = {0, o.padding},
+          .ceil_mode = o.ceil_mode,
+          .count_include_pad = o.count_include_pad};
+}
+
+void check_output_size(int64_t output_size, std::string_view op) {
+  LOOM_CHECK(output_size > 0, ValueError, "[{}] output_size must be positive, got {}", op, output_size);
+}
+
+}  // namespace
+
+Tensor max_pool1d(const Tensor& x, const Pool1dOptions& options) {
+  const Pool2dOptions rows = as_rows(x, options, "max_pool1d");
+  return pooled_along_length(x, "max_pool1d", [&](const Tensor& x4) { return max_pool2d(x4, rows); });
+}
+
+Tensor avg_pool1d(const Tensor& x, const Pool1dOptions& options) {
+  const Pool2dOptions rows = as_rows(x, options, "avg_pool1d");
+  return pooled_along_length(x, "avg_pool1d", [&](const Tensor& x4) { return avg_pool2d(x4, rows); });
+}
+
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size) {
+  check_output_size(output_size, "adaptive_avg_pool1d");
+  return pooled_along_length(x, "adaptive_avg_pool1d",
+                             [&](const Tensor& x4) { return adaptive_avg_pool2d(x4, {1, output_size}); });
+}
+
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size) {
+  check_output_size(output_size, "adaptive_max_pool1d");
+  return pooled_along_length(x, "adaptive_max_pool1d",
+                             [&](const Tensor& x4) { return adaptive_max_pool2d(x4, {1, output_size}); });
+}
+
 }  // namespace loom

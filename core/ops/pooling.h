@@ -1,5 +1,6 @@
 // File: core/ops/pooling.h
-// 2-D max and average pooling, as torch.nn.functional's max_pool2d / avg_pool2d:
+// 2-D max and average pooling, as torch.nn.functional's max_pool2d / avg_pool2d
+// (and their 1-D forms at the end):
 //
 //   Tensor y = loom::max_pool2d(x, {.kernel_size = {2, 2}});  // stride = kernel_size
 //   Tensor y2 = loom::max_pool2d(x, 2);                        // the same
@@ -76,5 +77,28 @@ Tensor global_max_pool2d(const Tensor& x);
 // max_pool2d where P and Q divide H and W, else a composite of slices and max
 // (core/ops/adaptive_pool.cc).
 Tensor adaptive_max_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
+
+// ---- 1-D pooling, as torch.nn.functional's max_pool1d, avg_pool1d and the
+// adaptive ones: x (N, C, L), or one sample (C, L), pooled along L as the 2-D
+// op pools the view (N, C, 1, L), so gradients, devices and dtypes are the 2-D
+// op's, and y keeps x's layout. L' = floor((L + 2 padding - kernel_size) /
+// stride) + 1 (ceil with ceil_mode, as in 2-D).
+//
+//   Tensor y = loom::max_pool1d(x, {.kernel_size = 3, .stride = 2, .padding = 1});
+
+struct Pool1dOptions {
+  int64_t kernel_size = 0;                         // required
+  std::optional<int64_t> stride = std::nullopt;    // kernel_size, as PyTorch
+  int64_t padding = 0;                             // at most half the kernel
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool1d only: padding counts in the divisor
+};
+
+Tensor max_pool1d(const Tensor& x, const Pool1dOptions& options);
+Tensor avg_pool1d(const Tensor& x, const Pool1dOptions& options);
+
+// output_size cells along L, with adaptive_avg_pool2d's cell bounds.
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size);
 
 }  // namespace loom

@@ -106,5 +106,29 @@ TEST_CASE("pooling layers print as PyTorch's") {
   CHECK(nn::AdaptiveMaxPool2d(1).repr() == "AdaptiveMaxPool2d(output_size=1)");
 }
 
+TEST_CASE("the 1-D pooling layers equal their ops; stride defaults to the kernel") {
+  Generator gen(9);
+  const Tensor x = randn({2, 3, 11}, {}, &gen);
+  CHECK_CLOSE(nn::MaxPool1d(3)(x), max_pool1d(x, {.kernel_size = 3, .stride = 3}), 0, 0);
+  CHECK_CLOSE(nn::MaxPool1d(3, {.stride = 2, .padding = 1, .ceil_mode = true})(x),
+              max_pool1d(x, {.kernel_size = 3, .stride = 2, .padding = 1, .ceil_mode = true}), 0, 0);
+  CHECK_CLOSE(nn::AvgPool1d(4, {.stride = 1, .padding = 2, .count_include_pad = false})(x),
+              avg_pool1d(x, {.kernel_size = 4, .stride = 1, .padding = 2, .count_include_pad = false}), 0, 0);
+  CHECK(nn::MaxPool1d(2)(x).sizes() == Shape{2, 3, 5});
+  CHECK_CLOSE(nn::AdaptiveAvgPool1d(4)(x), adaptive_avg_pool1d(x, 4), 0, 0);
+  CHECK_CLOSE(nn::AdaptiveMaxPool1d(1)(x), max(x, 2, /*keepdim=*/true).values, 0, 0);
+  CHECK_THROWS_WITH_FRAGMENT(nn::MaxPool1d(0), ValueError,
+                             "[MaxPool1d] kernel_size and stride must be positive, got 0 and 0");
+  CHECK_THROWS_WITH_FRAGMENT(nn::AvgPool1d(2, {.padding = 2}), ValueError,
+                             "[AvgPool1d] padding 2 must be non-negative and at most half of kernel_size 2");
+  CHECK_THROWS_WITH_FRAGMENT(nn::AdaptiveMaxPool1d(0), ValueError, "[AdaptiveMaxPool1d] output_size must be positive");
+  CHECK(nn::MaxPool1d(3, {.stride = 2}).repr() ==
+        "MaxPool1d(kernel_size=3, stride=2, padding=0, dilation=1, ceil_mode=False)");
+  CHECK(nn::AvgPool1d(3, {.stride = 2, .padding = 1}).repr() ==
+        "AvgPool1d(kernel_size=(3,), stride=(2,), padding=(1,))");
+  CHECK(nn::AdaptiveAvgPool1d(5).repr() == "AdaptiveAvgPool1d(output_size=5)");
+  CHECK(nn::AdaptiveMaxPool1d(5).repr() == "AdaptiveMaxPool1d(output_size=5)");
+}
+
 }  // namespace
 }  // namespace loom
