@@ -8,9 +8,16 @@
 
 namespace loom::nn::functional {
 
+using loom::adaptive_avg_pool1d;
+using loom::adaptive_avg_pool2d;
+using loom::adaptive_max_pool1d;
+using loom::adaptive_max_pool2d;
+using loom::avg_pool1d;
 using loom::avg_pool2d;
 using loom::batch_norm;
+using loom::binary_cross_entropy;
 using loom::binary_cross_entropy_with_logits;
+using loom::conv1d;
 using loom::conv2d;
 using loom::cross_entropy;
 using loom::dropout;
@@ -23,16 +30,21 @@ using loom::hardswish;
 using loom::hardtanh;
 using loom::huber_loss;
 using loom::interpolate;
+using loom::kl_div;
 using loom::l1_loss;
 using loom::leaky_relu;
 using loom::linear;
 using loom::log_softmax;
+using loom::max_pool1d;
 using loom::max_pool2d;
 using loom::mish;
 using loom::mse_loss;
 using loom::nll_loss;
 using loom::one_hot;
 using loom::pad;
+using loom::pixel_shuffle;
+using loom::pixel_unshuffle;
+using loom::prelu;
 using loom::relu;
 using loom::relu6;
 using loom::sigmoid;

@@ -148,7 +148,9 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 // file, 2 and 3 the input's and Loom's output's values, 4 a relative tolerance
 // (0: the same values exactly), 5 and 6 their shapes. Prints the op types. Mod follows its fmod
 // attribute, Div of integers truncates, as ONNX's do, TopK orders stably, Clip's
-// bounds are optional and ScatterElements adds in the index's row-major order.
+// bounds are optional and ScatterElements adds in the index's row-major order;
+// Conv, MaxPool and AveragePool are 2-D, the pools without ceil_mode and
+// AveragePool without pads.
 constexpr const char* kEvaluateMasks = R"(
 import json, math, sys
 import numpy as np
@@ -167,7 +169,7 @@ ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greate
        'Neg': np.negative, 'Pow': np.power, 'Identity': lambda a: a, 'Floor': np.floor, 'Ceil': np.ceil,
        'Round': np.round, 'Sin': np.sin, 'Cos': np.cos, 'Exp': np.exp, 'Log': np.log, 'Tan': np.tan,
        'Atan': np.arctan, 'Erf': lambda a: np.vectorize(math.erf, otypes=[a.dtype])(a), 'Sqrt': np.sqrt,
-       'Reciprocal': np.reciprocal, 'Sign': np.sign}
+       'Reciprocal': np.reciprocal, 'Sign': np.sign, 'Relu': lambda a: np.maximum(a, 0).astype(a.dtype)}
 def truncating_div(p, d):
     q = p // d
     return q + ((q * d != p) & ((p < 0) != (d < 0))).astype(p.dtype)
@@ -235,6 +237,26 @@ for n in m.graph.node:
         mode = a['mode'].s.decode() if 'mode' in a else 'constant'
         value = {'constant_values': env[n.input[2]].item() if has(2) else 0} if mode == 'constant' else {}
         env[n.output[0]] = np.pad(v, [(max(b, 0), max(e, 0)) for b, e in width], mode=mode, **value)
+    elif n.op_type in ('Conv', 'MaxPool', 'AveragePool'):
+        v, (sh, sw), p = env[n.input[0]], a['strides'].ints, a['pads'].ints
+        fill = -np.inf if n.op_type == 'MaxPool' else 0
+        v = np.pad(v, [(0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])], constant_values=fill)
+        w = env[n.input[1]] if n.op_type == 'Conv' else None
+        kh, kw = a['kernel_shape'].ints
+        (dh, dw), g = (a['dilations'].ints, a['group'].i) if w is not None else ((1, 1), 1)
+        oh, ow = (v.shape[2] - dh * (kh - 1) - 1) // sh + 1, (v.shape[3] - dw * (kw - 1) - 1) // sw + 1
+        taps = [((r, s), v[:, :, r * dh:r * dh + sh * (oh - 1) + 1:sh, s * dw:s * dw + sw * (ow - 1) + 1:sw])
+                for r in range(kh) for s in range(kw)]
+        if w is None:
+            assert a['ceil_mode'].i == 0 and (n.op_type == 'MaxPool' or not any(p))
+            stacked = np.stack([t for _, t in taps])
+            env[n.output[0]] = stacked.max(0) if n.op_type == 'MaxPool' else stacked.mean(0, dtype=v.dtype)
+        else:
+            cg, kg, y = w.shape[1], w.shape[0] // g, np.zeros((v.shape[0], w.shape[0], oh, ow), v.dtype)
+            for k in range(w.shape[0]):
+                for (r, s), t in taps:
+                    y[:, k] += np.einsum('nchw,c->nhw', t[:, k // kg * cg:(k // kg + 1) * cg], w[k, :, r, s])
+            env[n.output[0]] = y + (env[n.input[2]].reshape(1, -1, 1, 1) if len(n.input) > 2 else 0)
     elif n.op_type == 'Transpose':
         env[n.output[0]] = np.transpose(env[n.input[0]], tuple(a['perm'].ints))
     elif n.op_type == 'NonZero':
@@ -320,6 +342,21 @@ TEST_CASE("prelu, the pixel shuffles and the 2-D pad modules export and compute 
   });
   const std::string out = check_masks_export(rearranged, tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0}, {2, 4}));
   for (const char* node : {"'Pad'", "'Transpose'", "'Where'"}) {
+    CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
+  }
+}
+
+TEST_CASE("Conv1d and the 1-D poolings export as Conv, MaxPool and AveragePool over Unsqueeze and compute Loom's "
+          "values") {
+  Generator gen(3);
+  nn::Conv1d conv(2, 4, 3, {.padding = 2, .dilation = 2, .groups = 2, .generator = &gen});
+  nn::MaxPool1d pool(2);
+  nn::AdaptiveAvgPool1d cells(2);
+  Fn signal([&](const Tensor& y) { return cells(pool(relu(conv(y.reshape({-1, 2, 4}))))).flatten(1); });
+  const Tensor x = tensor({-1.5, -1.0, -0.5, 0.0, 0.1, 0.25, 0.3, 2.0, 1.0, -2.0, 0.5, 0.75, -0.25, 1.5, 3.0, -3.0},
+                          {2, 8});
+  const std::string out = check_masks_export(signal, x, 1e-5);
+  for (const char* node : {"'AveragePool'", "'Conv'", "'MaxPool'", "'Unsqueeze'"}) {
     CHECK_MESSAGE(out.find(node) != std::string::npos, node << " missing from " << out);
   }
 }

@@ -171,6 +171,49 @@ LOOM_GPU_TEST_CASE("conv2d, linear and matmul match the CPU on the GPU") {
   }
 }
 
+LOOM_GPU_TEST_CASE("conv1d and the 1-D poolings match the CPU on the GPU, NCL and length-major") {
+  Generator gen(58);
+  struct Conv1dCase {
+    Shape x, w;
+    Conv1dOptions o;
+  };
+  const Conv1dCase cases[] = {
+      {{4, 1, 160}, {16, 1, 9}, {.stride = 2, .padding = 4}},   // a waveform's first layer
+      {{2, 16, 37}, {32, 16, 3}, {.padding = 2, .dilation = 2}},
+      {{3, 24, 50}, {24, 1, 5}, {.padding = 2, .groups = 24}},  // depthwise
+      {{2, 12, 21}, {18, 4, 4}, {.stride = 3, .padding = 1, .groups = 3}},
+  };
+  for (Precision precision : {Precision::StrictFp32, Precision::Tf32, Precision::Bf16}) {
+    NumericsGuard guard({.precision = precision});
+    const Tolerance tol = precision == Precision::StrictFp32 ? kStrict : precision == Precision::Tf32 ? kTf32 : kBf16;
+    for (MemoryFormat f : kLayouts) {
+      // channels-last stands for length-major: x (N, L, C) transposed
+      auto layout = [f](const Tensor& x) {
+        return f == MemoryFormat::ChannelsLast ? x.transpose(1, 2).contiguous().transpose(1, 2) : x;
+      };
+      for (const Conv1dCase& c : cases) {
+        Tensor x = leaf(c.x, gen), w = leaf(c.w, gen, 0.3), b = leaf({c.w[0]}, gen);
+        check_parity("conv1d " + shape_str(c.x),
+                     [&](auto& in) { return conv1d(layout(in[0]), in[1], in[2], c.o); }, {x, w, b}, f, tol, gen);
+      }
+    }
+  }
+  const Pool1dOptions window{
+      .kernel_size = 3, .stride = 2, .padding = 1, .ceil_mode = true, .count_include_pad = false};
+  for (MemoryFormat f : kLayouts) {
+    auto layout = [f](const Tensor& x) {
+      return f == MemoryFormat::ChannelsLast ? x.transpose(1, 2).contiguous().transpose(1, 2) : x;
+    };
+    Tensor x = leaf({3, 10, 29}, gen);
+    check_parity("max_pool1d", [&](auto& in) { return max_pool1d(layout(in[0]), window); }, {x}, f, kExact, gen);
+    check_parity("avg_pool1d", [&](auto& in) { return avg_pool1d(layout(in[0]), window); }, {x}, f, kSummed, gen);
+    check_parity("adaptive_avg_pool1d", [&](auto& in) { return adaptive_avg_pool1d(layout(in[0]), 7); }, {x}, f,
+                 kSummed, gen);
+    check_parity("adaptive_max_pool1d", [&](auto& in) { return adaptive_max_pool1d(layout(in[0]), 7); }, {x}, f,
+                 kExact, gen);
+  }
+}
+
 LOOM_GPU_TEST_CASE("batch norm, pooling and softmax match the CPU on the GPU") {
   Generator gen(54);
   for (MemoryFormat f : kLayouts) {

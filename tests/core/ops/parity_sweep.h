@@ -42,6 +42,9 @@ enum class Op {
   // Writing and reading at indices: scatter_add, scatter, index_add, gather,
   // masked_select; and the math rows log1p to sign.
   Scatter, Math,
+  // conv1d on (N, C, L), NCL or length-major, then max, average, adaptive
+  // average or adaptive max pooling along L, or none.
+  Conv1d,
 };
 const char* op_name(Op op);
 
