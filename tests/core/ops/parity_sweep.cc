@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/autocast.h"
+#include "core/cpu/conv.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/ops/ops.h"
@@ -109,7 +110,7 @@ void draw_conv1d(Draw& d, Case& c) {
   v["L"] = fit_extent(d.between(1, 200), v["dilation"] * (v["R"] - 1) + 1, v["pad"]);
   v["bias"] = d.coin();
   v["N"] = capped_batch(d.between(1, 8), v["L"] * v["K"] * (v["C"] / v["groups"]) * v["R"], 40'000'000);
-  const int64_t length = (v["L"] + 2 * v["pad"] - v["dilation"] * (v["R"] - 1) - 1) / v["stride"] + 1;
+  const int64_t length = cpu::conv_output_size(v["L"], v["R"], v["stride"], v["pad"], v["dilation"]);
   v["pool"] = d.between(0, 4);
   v["pool_kernel"] = d.between(1, 5), v["pool_stride"] = d.between(1, 3);
   v["pool_pad"] = d.between(0, v["pool_kernel"] / 2);
