@@ -3,7 +3,6 @@
 // the same arithmetic, operation by operation, in core/cuda/optim.cu.
 #include "optim/adam.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -38,13 +37,6 @@ AdamOptions as_adam(const AdamWOptions& o) {
           .weight_decay = o.weight_decay,
           .amsgrad = o.amsgrad,
           .maximize = o.maximize};
-}
-
-// torch.lerp's formula: exact at both ends whatever the weight.
-template <class T>
-T lerp(T from, T to, T weight) {
-  const T delta = to - from;
-  return std::abs(weight) < T(0.5) ? from + weight * delta : to - delta * (T(1) - weight);
 }
 
 // torch.maximum: NaN wins.
@@ -139,13 +131,7 @@ void Adam::check_group(const ParamGroup& group, size_t index) const {
 void Adam::check_buffer(std::string_view name, const Tensor& value,
                         const std::string& where) const {
   Optimizer::check_buffer(name, value, where);
-  if (name != kBuffers[1] && name != kBuffers[2]) return;
-  const std::vector<double> values = value.to_vector<double>();
-  const auto negative = std::find_if(values.begin(), values.end(), [](double v) { return v < 0; });
-  LOOM_CHECK(negative == values.end(), ValueError,
-             "{} holds {} at element {}; a mean of squared gradients is >= 0 (the state is "
-             "corrupt)",
-             where, *negative, negative - values.begin());
+  if (name == kBuffers[1] || name == kBuffers[2]) check_mean_square(value, where);
 }
 
 void Adam::update(size_t group, std::vector<UpdateSlot>& slots) {
@@ -173,7 +159,7 @@ void Adam::update(size_t group, std::vector<UpdateSlot>& slots) {
                         .maximize = *g.maximize,
                         .decoupled_weight_decay = decoupled_weight_decay_};
     if (runs[r].front()->param.device().is_cuda()) {
-      fused().adam(group, r, runs[r], s);
+      fused().stage(group, r, runs[r], s, {kBuffers[0], kBuffers[1], kBuffers[2]});
       continue;
     }
     for (UpdateSlot* slot : runs[r]) {

@@ -5,6 +5,7 @@
 #include "optim/adam.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
+#include "optim/rmsprop.h"
 #include "optim/scheduler.h"
 #include "optim/sgd.h"
 #include "optim/train_step.h"

@@ -85,6 +85,8 @@ void for_each_hyper(Group& group, Fn&& fn) {
   fn("eps", group.eps);
   fn("weight_decay", group.weight_decay);
   fn("amsgrad", group.amsgrad);
+  fn("alpha", group.alpha);
+  fn("centered", group.centered);
   fn("maximize", group.maximize);
 }
 
@@ -316,7 +318,7 @@ const ParamState* Optimizer::state(size_t index) const {
 
 // ---- helpers for subclasses ---------------------------------------------------------------
 
-void Optimizer::create_buffers(std::vector<UpdateSlot>& slots, std::initializer_list<std::string_view> names) {
+void Optimizer::create_buffers(std::vector<UpdateSlot>& slots, const std::vector<std::string_view>& names) {
   std::vector<std::pair<UpdateSlot*, std::string_view>> missing;
   std::vector<Tensor> likes;
   for (UpdateSlot& slot : slots) {

@@ -17,7 +17,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,13 +51,15 @@ int64_t state_count(const Tensor& value, const std::string& what);
 struct ParamGroup {
   std::vector<Tensor> params = {};
   std::optional<double> lr = std::nullopt;
-  std::optional<double> momentum = std::nullopt;                   // SGD
+  std::optional<double> momentum = std::nullopt;                   // SGD, RMSprop
   std::optional<double> dampening = std::nullopt;                  // SGD
   std::optional<bool> nesterov = std::nullopt;                     // SGD
   std::optional<std::pair<double, double>> betas = std::nullopt;  // Adam, AdamW
-  std::optional<double> eps = std::nullopt;                        // Adam, AdamW
+  std::optional<double> eps = std::nullopt;                        // Adam, AdamW, RMSprop
   std::optional<double> weight_decay = std::nullopt;
-  std::optional<bool> amsgrad = std::nullopt;  // Adam, AdamW
+  std::optional<bool> amsgrad = std::nullopt;   // Adam, AdamW
+  std::optional<double> alpha = std::nullopt;   // RMSprop
+  std::optional<bool> centered = std::nullopt;  // RMSprop
   std::optional<bool> maximize = std::nullopt;
 };
 
@@ -158,7 +159,7 @@ class Optimizer {
   void check_groups() const;
   // Creates each buffer of `names` that a slot's state lacks, as zeros like its
   // parameter; on a GPU the large ones of one call share a state-pool segment.
-  static void create_buffers(std::vector<UpdateSlot>& slots, std::initializer_list<std::string_view> names);
+  static void create_buffers(std::vector<UpdateSlot>& slots, const std::vector<std::string_view>& names);
   // The buffer `name` of a slot's state, which create_buffers made.
   static Tensor& buffer(UpdateSlot& slot, std::string_view name);
   static bool has_buffer(const UpdateSlot& slot, std::string_view name);

@@ -102,7 +102,7 @@ void SGD::update(size_t group, std::vector<UpdateSlot>& slots) {
                        .maximize = *g.maximize,
                        .first_step = first_step[runs[r].front() - slots.data()] != 0};
     if (runs[r].front()->param.device().is_cuda()) {
-      fused().sgd(group, r, runs[r], s);
+      fused().stage(group, r, runs[r], s, {kMomentumBuffer});
       continue;
     }
     for (UpdateSlot* slot : runs[r]) {

@@ -4,6 +4,7 @@
 // change, and one kernel launch per run reads the scalars staged for it.
 #include "optim/update.h"
 
+#include <algorithm>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -16,6 +17,14 @@
 
 namespace loom::optim {
 
+void check_mean_square(const Tensor& value, const std::string& where) {
+  const std::vector<double> values = value.to_vector<double>();
+  const auto negative = std::find_if(values.begin(), values.end(), [](double v) { return v < 0; });
+  LOOM_CHECK(negative == values.end(), ValueError,
+             "{} holds {} at element {}; a mean of squared gradients is >= 0 (the state is corrupt)", where,
+             *negative, negative - values.begin());
+}
+
 #ifdef LOOM_WITH_CUDA
 
 namespace {
@@ -26,9 +35,6 @@ void* find_buffer(const UpdateSlot& slot, std::string_view name) {
   }
   return nullptr;
 }
-
-const std::vector<std::string_view> kSgdBuffers = {"momentum_buffer"};
-const std::vector<std::string_view> kAdamBuffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 
 // The parameter's gradient now, laid out as the parameter (a copy otherwise:
 // the allocator keeps it alive for the queued kernel).
@@ -77,9 +83,9 @@ std::vector<cuda::TensorSlot> tensor_slots(const std::vector<Tensor>& tensors) {
 // A run waiting for launch_staged(): the slots keep the parameter and its state
 // (the gradient is read at launch).
 struct StagedRun {
-  bool adam = false;
   cuda::SlotTable* table = nullptr;
   std::vector<UpdateSlot> slots;
+  std::vector<std::string_view> buffers;
 };
 
 struct FusedTables::Tables {
@@ -101,18 +107,11 @@ std::vector<UpdateSlot> copy_slots(const std::vector<UpdateSlot*>& slots) {
 
 }  // namespace
 
-void FusedTables::sgd(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
-                      const SgdScalars& scalars) {
+void FusedTables::stage(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
+                        const UpdateScalars& scalars, std::vector<std::string_view> buffers) {
   cuda::SlotTable& table = tables_->by_site[{group, run}];
-  cuda::stage_scalars(table, slots.front()->param.device().index, scalars);
-  tables_->staged.push_back({false, &table, copy_slots(slots)});
-}
-
-void FusedTables::adam(size_t group, size_t run, const std::vector<UpdateSlot*>& slots,
-                       const AdamScalars& scalars) {
-  cuda::SlotTable& table = tables_->by_site[{group, run}];
-  cuda::stage_scalars(table, slots.front()->param.device().index, scalars);
-  tables_->staged.push_back({true, &table, copy_slots(slots)});
+  table.stage(scalars, slots.front()->param.device().index);
+  tables_->staged.push_back({&table, copy_slots(slots), std::move(buffers)});
 }
 
 void FusedTables::launch_staged(const std::string& optimizer, const Tensor& skip_unless_finite) {
@@ -120,13 +119,8 @@ void FusedTables::launch_staged(const std::string& optimizer, const Tensor& skip
   for (StagedRun& run : tables_->staged) {
     const Tensor& first = run.slots.front().param;
     std::vector<Tensor> grads;  // alive until the launch is queued
-    std::vector<cuda::TensorSlot> slots =
-        tensor_slots(run.slots, run.adam ? kAdamBuffers : kSgdBuffers, grads, optimizer);
-    if (run.adam) {
-      cuda::launch_staged_adam(*run.table, slots, first.dtype(), first.device().index, guard);
-    } else {
-      cuda::launch_staged_sgd(*run.table, slots, first.dtype(), first.device().index, guard);
-    }
+    std::vector<cuda::TensorSlot> slots = tensor_slots(run.slots, run.buffers, grads, optimizer);
+    cuda::launch_staged(*run.table, slots, first.dtype(), first.device().index, guard);
   }
 }
 
@@ -161,12 +155,9 @@ struct FusedTables::Tables {};
 FusedTables::FusedTables() = default;
 FusedTables::~FusedTables() = default;
 
-void FusedTables::sgd(size_t, size_t, const std::vector<UpdateSlot*>&, const SgdScalars&) {
-  no_cuda("SGD");
-}
-
-void FusedTables::adam(size_t, size_t, const std::vector<UpdateSlot*>&, const AdamScalars&) {
-  no_cuda("Adam");
+void FusedTables::stage(size_t, size_t, const std::vector<UpdateSlot*>&, const UpdateScalars&,
+                        std::vector<std::string_view>) {
+  no_cuda("optimizer step");
 }
 
 void FusedTables::launch_staged(const std::string&, const Tensor&) {}

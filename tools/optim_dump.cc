@@ -1,5 +1,5 @@
 // File: tools/optim_dump.cc
-// Applies N steps of SGD, Adam or AdamW to parameters and per-step gradients
+// Applies N steps of SGD, Adam, AdamW or RMSprop to parameters and per-step gradients
 // read from a file, and writes the resulting parameters: the Loom half of
 // tools/optim_vs_torch.py, which runs torch.optim on the same numbers.
 //
@@ -38,7 +38,7 @@ constexpr int64_t kMaxNumel = int64_t{1} << 28;
 struct Args {
   std::string optimizer, dtype = "float32", device = "cpu", input, output;
   std::map<std::string, double> numbers;  // --lr 0.1 ...
-  bool nesterov = false, amsgrad = false, maximize = false;
+  bool nesterov = false, amsgrad = false, centered = false, maximize = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -55,14 +55,15 @@ Args parse_args(int argc, char** argv) {
     else if (flag == "--device") args.device = value();
     else if (flag == "--nesterov") args.nesterov = true;
     else if (flag == "--amsgrad") args.amsgrad = true;
+    else if (flag == "--centered") args.centered = true;
     else if (flag == "--maximize") args.maximize = true;
     else if (flag.starts_with("--")) args.numbers[flag.substr(2)] = std::stod(value());
     else positional.push_back(flag);
   }
   LOOM_CHECK(positional.size() == 2 && !args.optimizer.empty(), ValueError,
-             "usage: optim_dump --optimizer sgd|adam|adamw [--dtype float32|float64] "
+             "usage: optim_dump --optimizer sgd|adam|adamw|rmsprop [--dtype float32|float64] "
              "[--device cpu|cuda] [--lr X --momentum X --dampening X --weight_decay X --beta1 X "
-             "--beta2 X --eps X] [--nesterov] [--amsgrad] [--maximize] IN OUT");
+             "--beta2 X --eps X --alpha X] [--nesterov] [--amsgrad] [--centered] [--maximize] IN OUT");
   args.input = positional[0];
   args.output = positional[1];
   return args;
@@ -140,9 +141,18 @@ std::unique_ptr<loom::optim::Optimizer> make_optimizer(const Args& a, std::vecto
                                   .weight_decay = number("weight_decay", 0.0),
                                   .maximize = a.maximize});
   }
+  if (a.optimizer == "rmsprop") {
+    return std::make_unique<optim::RMSprop>(params, optim::RmspropOptions{.lr = number("lr", 1e-2),
+                                                                          .alpha = number("alpha", 0.99),
+                                                                          .eps = number("eps", 1e-8),
+                                                                          .weight_decay = number("weight_decay", 0.0),
+                                                                          .momentum = number("momentum", 0.0),
+                                                                          .centered = a.centered,
+                                                                          .maximize = a.maximize});
+  }
   const bool adamw = a.optimizer == "adamw";
   LOOM_CHECK(adamw || a.optimizer == "adam", ValueError,
-             "[optim_dump] unknown optimizer '{}'; expected sgd, adam or adamw", a.optimizer);
+             "[optim_dump] unknown optimizer '{}'; expected sgd, adam, adamw or rmsprop", a.optimizer);
   const optim::AdamOptions o{.lr = number("lr", 1e-3),
                              .betas = {number("beta1", 0.9), number("beta2", 0.999)},
                              .eps = number("eps", 1e-8),

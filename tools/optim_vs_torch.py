@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks Loom's SGD, Adam and AdamW steps against torch.optim on the same numbers.
+"""Checks Loom's SGD, Adam, AdamW and RMSprop steps against torch.optim on the same numbers.
 
 For each case (optimizer and hyper-parameters), dtype and device, it draws
 parameters and per-step gradients, runs N steps in Loom (the optim_dump binary,
@@ -36,6 +36,9 @@ CASES = [
     ("adam", {"lr": 1e-2, "betas": (0.8, 0.99), "eps": 1e-6, "maximize": True}),
     ("adamw", {"lr": 1e-2}),
     ("adamw", {"lr": 1e-2, "weight_decay": 0.1, "amsgrad": True}),
+    ("rmsprop", {"lr": 1e-2}),
+    ("rmsprop", {"lr": 1e-3, "alpha": 0.9, "weight_decay": 1e-2, "momentum": 0.9}),
+    ("rmsprop", {"lr": 1e-3, "momentum": 0.5, "centered": True, "maximize": True}),
 ]
 
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
@@ -94,7 +97,8 @@ def run_loom(binary, name, kwargs, dtype, device, params, grads, workdir):
 def run_torch(name, kwargs, dtype, device, params, grads):
     import torch
 
-    optimizer = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    optimizer = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW,
+                 "rmsprop": torch.optim.RMSprop}
     as_tensor = lambda values, shape: (torch.tensor(values, dtype=torch.float64).reshape(shape)
                                        .to(getattr(torch, dtype)).to(device))
     tensors = [as_tensor(v, s).requires_grad_() for v, s in zip(params, SHAPES)]
@@ -127,7 +131,7 @@ def main():
                     diff = max((abs(a - b) for a, b in zip(loom, ref)), default=0.0)
                     ok = diff <= TOLERANCE[dtype]
                     failures += not ok
-                    print(f"{'ok  ' if ok else 'FAIL'} {name:6} {dtype} {device:4} "
+                    print(f"{'ok  ' if ok else 'FAIL'} {name:7} {dtype} {device:4} "
                           f"max |loom - torch| = {diff:.3e}  {kwargs}")
     print(f"{failures} case(s) above tolerance" if failures else "all cases within tolerance")
     return 1 if failures else 0

@@ -26,6 +26,7 @@
 #include "models/registry.h"
 #include "onnx/zoo.h"
 #include "optim/adam.h"
+#include "optim/rmsprop.h"
 #include "optim/scheduler.h"
 #include "optim/sgd.h"
 #include "optim/train_step.h"
@@ -57,7 +58,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vect
   if (c.optimizer == "adamw") {
     return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   }
-  LOOM_CHECK(c.optimizer == "sgd", ValueError, "[train] unknown optimizer '{}' (adam, adamw or sgd)",
+  if (c.optimizer == "rmsprop") {
+    return std::make_unique<optim::RMSprop>(params, optim::RmspropOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  }
+  LOOM_CHECK(c.optimizer == "sgd", ValueError, "[train] unknown optimizer '{}' (adam, adamw, rmsprop or sgd)",
              c.optimizer);
   return std::make_unique<optim::SGD>(params, optim::SgdOptions{.lr = c.lr,
                                                                 .momentum = c.momentum,

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <variant>
 
 #include "core/cuda/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/error.h"
 
 namespace loom::cuda {
 
@@ -48,22 +50,19 @@ SlotTable::~SlotTable() {
 void SlotTable::ensure_scalars(int device) {
   if (device_scalars_ != nullptr && scalars_device_ == device) return;
   deallocate(device_scalars_);  // stream-ordered, as in upload()
-  device_scalars_ = allocate(std::max(sizeof(SgdScalars), sizeof(AdamScalars)), device);
+  device_scalars_ = allocate(sizeof(UpdateScalars), device);
   scalars_device_ = device;
 }
 
-void SlotTable::stage(const SgdScalars& scalars, int device) {
+void SlotTable::stage(const UpdateScalars& scalars, int device) {
   DeviceGuard guard(device);
   ensure_scalars(device);
-  LOOM_CUDA_CHECK(launch_store_scalars(static_cast<SgdScalars*>(device_scalars_), scalars,
-                                       current_stream()));
-}
-
-void SlotTable::stage(const AdamScalars& scalars, int device) {
-  DeviceGuard guard(device);
-  ensure_scalars(device);
-  LOOM_CUDA_CHECK(launch_store_scalars(static_cast<AdamScalars*>(device_scalars_), scalars,
-                                       current_stream()));
+  std::visit(
+      [&]<class Scalars>(const Scalars& s) {
+        LOOM_CUDA_CHECK(launch_store_scalars(static_cast<Scalars*>(device_scalars_), s, current_stream()));
+      },
+      scalars);
+  staged_ = scalars;
 }
 
 void SlotTable::upload(const std::vector<TensorSlot>& slots, int device) {
@@ -94,25 +93,20 @@ void SlotTable::upload(const std::vector<TensorSlot>& slots, int device) {
   ++uploads_;
 }
 
-void launch_staged_sgd(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
-                       int device, const float* skip_unless_finite) {
+void launch_staged(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
+                   const float* skip_unless_finite) {
+  LOOM_CHECK(table.staged().has_value(), ValueError,
+             "[optimizer update] no scalars were staged in the slot table before its launch");
   DeviceGuard guard(device);
   table.upload(slots, device);
   if (table.num_chunks() == 0) return;
-  LOOM_CUDA_CHECK(launch_sgd(table.device_slots(), table.size(), table.num_chunks(), dtype,
-                             static_cast<const SgdScalars*>(table.device_scalars()),
-                             skip_unless_finite, current_stream()));
-  count_launches(1);
-}
-
-void launch_staged_adam(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
-                        int device, const float* skip_unless_finite) {
-  DeviceGuard guard(device);
-  table.upload(slots, device);
-  if (table.num_chunks() == 0) return;
-  LOOM_CUDA_CHECK(launch_adam(table.device_slots(), table.size(), table.num_chunks(), dtype,
-                              static_cast<const AdamScalars*>(table.device_scalars()),
-                              skip_unless_finite, current_stream()));
+  std::visit(
+      [&]<class Scalars>(const Scalars&) {
+        LOOM_CUDA_CHECK(launch_update(table.device_slots(), table.size(), table.num_chunks(), dtype,
+                                      static_cast<const Scalars*>(table.device_scalars()),
+                                      skip_unless_finite, current_stream()));
+      },
+      *table.staged());
   count_launches(1);
 }
 
@@ -120,16 +114,10 @@ void count_nonfinite(const float* loss, int64_t* counts) {
   LOOM_CUDA_CHECK(launch_count_nonfinite(loss, counts, current_stream()));
 }
 
-void sgd_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
-              const SgdScalars& scalars) {
+void update_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
+                 const UpdateScalars& scalars) {
   table.stage(scalars, device);
-  launch_staged_sgd(table, slots, dtype, device);
-}
-
-void adam_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
-               const AdamScalars& scalars) {
-  table.stage(scalars, device);
-  launch_staged_adam(table, slots, dtype, device);
+  launch_staged(table, slots, dtype, device);
 }
 
 double sum_of_squares(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,

@@ -2,7 +2,7 @@
 // Multi-tensor kernels: one launch walks every chunk of every tensor in a slot
 // table (a block per chunk, grid-stride over chunks), so an optimizer step costs
 // one launch whatever the number of parameters. The update math mirrors the CPU
-// reference loops in optim/sgd.cc and optim/adam.cc operation by operation, with
+// reference loops in optim/sgd.cc, adam.cc and rmsprop.cc operation by operation, with
 // explicitly rounded IEEE operations so that nvcc fuses nothing into an FMA: the
 // GPU then rounds exactly as the CPU does.
 #include <algorithm>
@@ -93,9 +93,9 @@ cudaError_t launch_multi_tensor(const TensorSlot* slots, int num_slots, int64_t 
 }
 
 template <class Update, class Scalars>
-cudaError_t launch_update(const TensorSlot* slots, int num_slots, int64_t num_chunks,
-                          const Scalars* scalars, const float* skip_unless_finite,
-                          cudaStream_t stream) {
+cudaError_t launch_update_kernel(const TensorSlot* slots, int num_slots, int64_t num_chunks,
+                                 const Scalars* scalars, const float* skip_unless_finite,
+                                 cudaStream_t stream) {
   if (num_chunks == 0) return cudaSuccess;
   multi_tensor_update_kernel<Update><<<blocks_for_groups(num_chunks), kThreads, 0, stream>>>(
       slots, num_slots, num_chunks, scalars, skip_unless_finite);
@@ -193,6 +193,65 @@ struct AdamUpdate {
   }
 };
 
+// torch.optim.RMSprop (state: square_avg, momentum_buffer, grad_avg), as its
+// foreach path rounds it: avg = sqrt(square_avg [- grad_avg^2]) + eps.
+template <class T>
+struct RmspropUpdate {
+  T lr, alpha, one_minus_alpha, eps, weight_decay, momentum;
+  bool use_weight_decay, use_momentum, centered, maximize;
+
+  __device__ explicit RmspropUpdate(const RmspropScalars& s)
+      : lr(T(s.lr)), alpha(T(s.alpha)), one_minus_alpha(T(add(1.0, -s.alpha))), eps(T(s.eps)),
+        weight_decay(T(s.weight_decay)), momentum(T(s.momentum)),
+        use_weight_decay(s.weight_decay != 0.0), use_momentum(s.momentum > 0.0),
+        centered(s.centered), maximize(s.maximize) {}
+
+  __device__ void operator()(const TensorSlot& slot, int64_t i) const {
+    T* param = static_cast<T*>(slot.param);
+    T* square_avg = static_cast<T*>(slot.state[0]);
+    T g = static_cast<const T*>(slot.grad)[i];
+    if (maximize) g = -g;
+    if (use_weight_decay) g = add(g, mul(weight_decay, param[i]));
+    const T v = add(mul(square_avg[i], alpha), mul(one_minus_alpha, mul(g, g)));
+    square_avg[i] = v;
+    T variance = v;
+    if (centered) {
+      T* grad_avg = static_cast<T*>(slot.state[2]);
+      const T m = lerp(grad_avg[i], g, one_minus_alpha);
+      grad_avg[i] = m;
+      variance = add(v, -mul(m, m));
+    }
+    const T step = div(g, add(sqrt_rn(variance), eps));
+    if (!use_momentum) {
+      param[i] = add(param[i], mul(-lr, step));
+      return;
+    }
+    T* buffer = static_cast<T*>(slot.state[1]);
+    const T b = add(mul(buffer[i], momentum), step);
+    buffer[i] = b;
+    param[i] = add(param[i], mul(-lr, b));
+  }
+};
+
+// Which update a type of scalars runs.
+template <class Scalars>
+struct UpdateOf;
+template <>
+struct UpdateOf<SgdScalars> {
+  template <class T>
+  using type = SgdUpdate<T>;
+};
+template <>
+struct UpdateOf<AdamScalars> {
+  template <class T>
+  using type = AdamUpdate<T>;
+};
+template <>
+struct UpdateOf<RmspropScalars> {
+  template <class T>
+  using type = RmspropUpdate<T>;
+};
+
 template <class T>
 struct ScaleUpdate {
   T factor;
@@ -243,33 +302,31 @@ cudaError_t launch_store_slots(TensorSlot* dst, const TensorSlot* src, int count
   return cudaSuccess;
 }
 
-cudaError_t launch_store_scalars(SgdScalars* dst, const SgdScalars& value, cudaStream_t stream) {
+template <class Scalars>
+cudaError_t launch_store_scalars(Scalars* dst, const Scalars& value, cudaStream_t stream) {
   store_kernel<<<1, 1, 0, stream>>>(dst, value);
   return cudaGetLastError();
 }
 
-cudaError_t launch_store_scalars(AdamScalars* dst, const AdamScalars& value, cudaStream_t stream) {
-  store_kernel<<<1, 1, 0, stream>>>(dst, value);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_sgd(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                       const SgdScalars* scalars, const float* skip_unless_finite,
-                       cudaStream_t stream) {
+template <class Scalars>
+cudaError_t launch_update(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
+                          const Scalars* scalars, const float* skip_unless_finite,
+                          cudaStream_t stream) {
   return visit_float(dtype, [&]<class T>() {
-    return launch_update<SgdUpdate<T>>(slots, num_slots, num_chunks, scalars, skip_unless_finite,
-                                       stream);
+    return launch_update_kernel<typename UpdateOf<Scalars>::template type<T>>(
+        slots, num_slots, num_chunks, scalars, skip_unless_finite, stream);
   });
 }
 
-cudaError_t launch_adam(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                        const AdamScalars* scalars, const float* skip_unless_finite,
-                        cudaStream_t stream) {
-  return visit_float(dtype, [&]<class T>() {
-    return launch_update<AdamUpdate<T>>(slots, num_slots, num_chunks, scalars, skip_unless_finite,
-                                        stream);
-  });
-}
+// Both launchers for every alternative of UpdateScalars.
+#define LOOM_UPDATE_LAUNCHERS(Scalars)                                                          \
+  template cudaError_t launch_store_scalars(Scalars*, const Scalars&, cudaStream_t);            \
+  template cudaError_t launch_update(const TensorSlot*, int, int64_t, DType, const Scalars*,    \
+                                     const float*, cudaStream_t);
+LOOM_UPDATE_LAUNCHERS(SgdScalars)
+LOOM_UPDATE_LAUNCHERS(AdamScalars)
+LOOM_UPDATE_LAUNCHERS(RmspropScalars)
+#undef LOOM_UPDATE_LAUNCHERS
 
 cudaError_t launch_count_nonfinite(const float* loss, int64_t* counts, cudaStream_t stream) {
   count_nonfinite_kernel<<<1, 1, 0, stream>>>(loss, counts);

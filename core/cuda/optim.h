@@ -13,13 +13,14 @@
 // scalars staged before each replay (optim/train_step.h).
 //
 //   cuda::SlotTable table;  // kept across steps, one per launch site
-//   cuda::adam_step(table, slots, DType::Float32, /*device=*/0, scalars);
+//   cuda::update_step(table, slots, DType::Float32, device, AdamScalars{...});
 //   // or, split: stage now, launch later (or inside a capture)
-//   cuda::stage_scalars(table, /*device=*/0, scalars);
-//   cuda::launch_staged_adam(table, slots, DType::Float32, /*device=*/0);
+//   table.stage(AdamScalars{...}, device);
+//   cuda::launch_staged(table, slots, DType::Float32, device);
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/cuda/optim_kernels.h"
@@ -39,9 +40,11 @@ class SlotTable {
   // is queued on the current stream, before the kernels that read it.
   void upload(const std::vector<TensorSlot>& slots, int device);
 
-  // Writes what the next update of this table reads, on the current stream.
-  void stage(const SgdScalars& scalars, int device);
-  void stage(const AdamScalars& scalars, int device);
+  // Writes what the next update of this table reads, on the current stream;
+  // the kind of the scalars is the update launch_staged() runs.
+  void stage(const UpdateScalars& scalars, int device);
+  // The scalars last staged; nullopt before the first stage().
+  const std::optional<UpdateScalars>& staged() const { return staged_; }
 
   const TensorSlot* device_slots() const { return device_slots_; }
   const void* device_scalars() const { return device_scalars_; }
@@ -55,7 +58,8 @@ class SlotTable {
   void ensure_scalars(int device);
 
   TensorSlot* device_slots_ = nullptr;
-  void* device_scalars_ = nullptr;  // room for either kind of scalars
+  void* device_scalars_ = nullptr;  // room for any kind of scalars
+  std::optional<UpdateScalars> staged_;
   int scalars_device_ = -1;
   size_t capacity_ = 0;  // slots the device buffer can hold
   int device_ = -1;
@@ -63,26 +67,19 @@ class SlotTable {
   int64_t uploads_ = 0;
 };
 
-// Each uploads `slots` (all of `dtype`, on GPU `device`) into `table` and makes
-// one launch over all of them on the current stream, reading the scalars last
-// staged in the table. A non-null `skip_unless_finite` (device float: the
-// step's loss) makes the launch change nothing when it is NaN or +-inf.
-void launch_staged_sgd(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
-                       int device, const float* skip_unless_finite = nullptr);
-void launch_staged_adam(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,
-                        int device, const float* skip_unless_finite = nullptr);
+// Uploads `slots` (all of `dtype`, on GPU `device`) into `table` and makes one
+// launch over all of them on the current stream: the update of the scalars
+// last staged in the table, reading them from there. A non-null
+// `skip_unless_finite` (device float: the step's loss) makes the launch change
+// nothing when it is NaN or +-inf.
+void launch_staged(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
+                   const float* skip_unless_finite = nullptr);
 // counts (3 device int64s: steps, skipped steps, first skipped step) updated
 // for one step whose loss is *loss; see launch_count_nonfinite. Capturable.
 void count_nonfinite(const float* loss, int64_t* counts);
-template <class Scalars>
-void stage_scalars(SlotTable& table, int device, const Scalars& scalars) {
-  table.stage(scalars, device);
-}
 // Stage, then launch.
-void sgd_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
-              const SgdScalars& scalars);
-void adam_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
-               const AdamScalars& scalars);
+void update_step(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype, int device,
+                 const UpdateScalars& scalars);
 // Sum over the slots of param[i]^2, accumulated in double in a fixed order (the
 // same bits every call). Two launches; waits for the result.
 double sum_of_squares(SlotTable& table, const std::vector<TensorSlot>& slots, DType dtype,

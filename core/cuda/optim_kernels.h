@@ -16,7 +16,9 @@
 
 namespace loom::cuda {
 
-constexpr int kMaxSlotStates = 3;  // Adam with amsgrad: exp_avg, exp_avg_sq, max_exp_avg_sq
+// Adam with amsgrad: exp_avg, exp_avg_sq, max_exp_avg_sq; centered RMSprop with
+// momentum: square_avg, momentum_buffer, grad_avg.
+constexpr int kMaxSlotStates = 3;
 
 // One tensor of a multi-tensor launch. `param` is the array updated in place (for
 // the clipping kernels: the gradient), `grad` the gradient read, `state` the
@@ -42,26 +44,28 @@ constexpr int64_t kChunkSize = 512;
 // them from device memory: a step's scalars are written before its launch, so
 // a replayed graph picks up the current learning rate.
 using optim::AdamScalars;
+using optim::RmspropScalars;
 using optim::SgdScalars;
+using optim::UpdateScalars;
 
 // dst[0 .. count) = src[0 .. count) (host), through kernel arguments.
 cudaError_t launch_store_slots(TensorSlot* dst, const TensorSlot* src, int count,
                                cudaStream_t stream);
-// *dst = value, through a kernel argument.
-cudaError_t launch_store_scalars(SgdScalars* dst, const SgdScalars& value, cudaStream_t stream);
-cudaError_t launch_store_scalars(AdamScalars* dst, const AdamScalars& value, cudaStream_t stream);
+// *dst = value, through a kernel argument. Scalars: each alternative of UpdateScalars.
+template <class Scalars>
+cudaError_t launch_store_scalars(Scalars* dst, const Scalars& value, cudaStream_t stream);
 
-// `slots` points to `num_slots` device-resident slots whose chunks total
-// num_chunks; `scalars` to device memory. When `skip_unless_finite` (a float
-// in device memory: the step's loss) is not null and holds NaN or +-inf, the
-// launch changes nothing: the decision is made on the device, so a replayed
-// CUDA graph skips a bad step without a host read.
-cudaError_t launch_sgd(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                       const SgdScalars* scalars, const float* skip_unless_finite,
-                       cudaStream_t stream);
-cudaError_t launch_adam(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
-                        const AdamScalars* scalars, const float* skip_unless_finite,
-                        cudaStream_t stream);
+// The update its scalars' type names (SgdScalars: SGD, AdamScalars: Adam or
+// AdamW, RmspropScalars: RMSprop) over every slot. `slots` points to `num_slots`
+// device-resident slots whose chunks total num_chunks; `scalars` to device
+// memory. When `skip_unless_finite` (a float in device memory: the step's loss)
+// is not null and holds NaN or +-inf, the launch changes nothing: the decision
+// is made on the device, so a replayed CUDA graph skips a bad step without a
+// host read.
+template <class Scalars>
+cudaError_t launch_update(const TensorSlot* slots, int num_slots, int64_t num_chunks, DType dtype,
+                          const Scalars* scalars, const float* skip_unless_finite,
+                          cudaStream_t stream);
 // The device-side record of skipped steps: counts[0] += 1 and, when *loss is
 // NaN or +-inf, counts[1] += 1 and (the first time) counts[2] = counts[0], the
 // 1-based number of the first skipped step. One thread.

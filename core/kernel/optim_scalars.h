@@ -5,6 +5,8 @@
 // tensors' dtype once, as PyTorch casts its scalars.
 #pragma once
 
+#include <variant>
+
 namespace loom::optim {
 
 // torch.optim.SGD's update for one run of parameters.
@@ -31,5 +33,19 @@ struct AdamScalars {
   bool maximize = false;
   bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * weight_decay
 };
+
+// torch.optim.RMSprop's update for one run of parameters.
+struct RmspropScalars {
+  double lr = 0.0;
+  double alpha = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;
+  bool centered = false;
+  bool maximize = false;
+};
+
+// The scalars of any update; which alternative it holds says which update runs.
+using UpdateScalars = std::variant<SgdScalars, AdamScalars, RmspropScalars>;
 
 }  // namespace loom::optim

@@ -1,5 +1,5 @@
 // File: tests/optim/optim_gpu_test.cc
-// The optimizers on the GPU (fused multi-tensor kernels) against the CPU
+// The optimizers (SGD, Adam, AdamW, RMSprop) on the GPU (fused multi-tensor kernels) against the CPU
 // reference loops, over many parameters of odd sizes (1, 7, 4097, 1000003,
 // empty, channels-last) for 10 steps; the launch count of a step; gradient
 // clipping on the GPU.
@@ -102,6 +102,17 @@ const std::vector<Config>& configs() {
          return std::make_unique<optim::AdamW>(
              p, optim::AdamWOptions{.lr = 1e-2, .betas = {0.8, 0.99}, .amsgrad = true});
        }},
+      {"rmsprop", [](const auto& p) { return std::make_unique<optim::RMSprop>(p); }},
+      {"rmsprop_momentum_decay",
+       [](const auto& p) {
+         return std::make_unique<optim::RMSprop>(
+             p, optim::RmspropOptions{.lr = 1e-3, .alpha = 0.9, .weight_decay = 1e-2, .momentum = 0.9});
+       }},
+      {"rmsprop_centered_momentum_maximize",
+       [](const auto& p) {
+         return std::make_unique<optim::RMSprop>(
+             p, optim::RmspropOptions{.lr = 1e-3, .momentum = 0.5, .centered = true, .maximize = true});
+       }},
   };
   return all;
 }
@@ -153,8 +164,8 @@ LOOM_GPU_TEST_CASE("fused GPU steps match the CPU reference over 10 steps of man
 
 LOOM_GPU_TEST_CASE("a GPU step is one launch per group and dtype, whatever the parameter count") {
   // By construction (optim/update.cc): each run of a group's parameters that
-  // share device, dtype and step count is one cuda::adam_step / sgd_step call,
-  // and each call is one launch over a cached slot table.
+  // share device, dtype and step count (Adam) or first step (SGD) is one
+  // cuda::launch_staged call, and each call is one launch over a cached slot table.
   Generator gen(12);
   Params p = make_params(DType::Float32, gen);  // 15 tensors
   Tensor other = randn({9}, {.dtype = DType::Float64}, &gen).to(testing::test_gpu()).requires_grad_();
@@ -167,9 +178,13 @@ LOOM_GPU_TEST_CASE("a GPU step is one launch per group and dtype, whatever the p
     CHECK(cuda::multi_tensor_launches() - before == 2);
   }
   optim::SGD sgd({p.gpu[0], other}, {.lr = 0.1, .momentum = 0.9});  // two dtypes, one group
-  const int64_t before = cuda::multi_tensor_launches();
+  int64_t before = cuda::multi_tensor_launches();
   sgd.step();
   CHECK(cuda::multi_tensor_launches() - before == 2);
+  optim::RMSprop rmsprop(p.gpu, {.momentum = 0.9, .centered = true});
+  before = cuda::multi_tensor_launches();
+  rmsprop.step();
+  CHECK(cuda::multi_tensor_launches() - before == 1);
 }
 
 LOOM_GPU_TEST_CASE("save on the GPU, resume on the GPU: bit-identical to one run") {

@@ -20,6 +20,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
 #include "optim/adam.h"
+#include "optim/rmsprop.h"
 #include "optim/sgd.h"
 #include "tests/testing.h"
 
@@ -184,6 +185,13 @@ TEST_CASE("save -> load into a fresh optimizer -> continue is bit-identical to o
   SUBCASE("AdamW") {
     check_resume_is_bit_identical([](const std::vector<Tensor>& p) {
       return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 0.05, .weight_decay = 0.1});
+    });
+  }
+  SUBCASE("RMSprop, centered with momentum, two groups") {
+    check_resume_is_bit_identical([](const std::vector<Tensor>& p) {
+      return std::make_unique<optim::RMSprop>(
+          std::vector<optim::ParamGroup>{{.params = {p[0], p[1]}}, {.params = {p[2]}, .alpha = 0.9}},
+          optim::RmspropOptions{.lr = 0.01, .momentum = 0.9, .centered = true});
     });
   }
 }

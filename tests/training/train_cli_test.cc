@@ -56,7 +56,7 @@ TEST_CASE("every usage error exits 2 with one line naming the flag") {
   CHECK(cifar("--epochs 0").code == 2);
   Run optimizer = mnist(std::string("--optimizer adagrad ") + kNoData);
   CHECK(optimizer.code == 2);
-  CHECK(has(optimizer, "--optimizer: unknown value 'adagrad' (adam, adamw, sgd)"));
+  CHECK(has(optimizer, "--optimizer: unknown value 'adagrad' (adam, adamw, rmsprop, sgd)"));
   CHECK(mnist(std::string("--schedule linear ") + kNoData).code == 2);
   CHECK(mnist(std::string("--precision fp16 ") + kNoData).code == 2);
   Run switch_value = mnist("--explain=1");

@@ -1,6 +1,6 @@
 // File: tests/core/cuda/optim_gpu_test.cc
-// The multi-tensor kernels of core/cuda/optim.h on their own: the SGD and Adam
-// updates against a host reference written here (same operation order, in the
+// The multi-tensor kernels of core/cuda/optim.h on their own: the SGD, Adam and
+// RMSprop updates against a host reference written here (same operation order, in the
 // tensors' dtype), the sum of squares and the scaling, the slot table's upload
 // cache, empty tensors, and the launch counter.
 //
@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/cuda/optim.h"
@@ -24,6 +26,9 @@
 using namespace loom;
 
 namespace {
+
+// The GPU the tests run on (LOOM_TEST_GPU), as the kernels' device argument.
+int gpu_index() { return testing::test_gpu().index; }
 
 // Odd sizes around the kChunkSize (512) element chunks, an empty tensor, and a large one.
 const std::vector<int64_t> kSizes = {1, 7, 511, 512, 513, 0, 33, 1000003, 1025};
@@ -121,6 +126,33 @@ void adam_reference(const cuda::AdamScalars& s, HostSet<T>& h, size_t k) {
   }
 }
 
+// torch.optim.RMSprop's foreach rule; states: square_avg, momentum_buffer, grad_avg.
+template <class T>
+void rmsprop_reference(const cuda::RmspropScalars& s, HostSet<T>& h, size_t k) {
+  std::vector<T>& p = h.param[k];
+  const T one_minus_alpha = T(1.0 - s.alpha);
+  for (size_t i = 0; i < p.size(); ++i) {
+    T g = s.maximize ? -h.grad[k][i] : h.grad[k][i];
+    if (s.weight_decay != 0.0) g = g + T(s.weight_decay) * p[i];
+    T& v = h.state[0][k][i];
+    v = v * T(s.alpha) + one_minus_alpha * (g * g);
+    T variance = v;
+    if (s.centered) {
+      T& m = h.state[2][k][i];
+      m = m + one_minus_alpha * (g - m);
+      variance = v - m * m;
+    }
+    const T step = g / (std::sqrt(variance) + T(s.eps));
+    if (s.momentum > 0.0) {
+      T& b = h.state[1][k][i];
+      b = b * T(s.momentum) + step;
+      p[i] = p[i] - T(s.lr) * b;
+    } else {
+      p[i] = p[i] - T(s.lr) * step;
+    }
+  }
+}
+
 const cuda::SgdScalars kSgdCases[] = {
     {.lr = 0.1},
     {.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01, .first_step = true},
@@ -137,6 +169,13 @@ const cuda::AdamScalars kAdamCases[] = {
      .decoupled_weight_decay = true},
 };
 
+const cuda::RmspropScalars kRmspropCases[] = {
+    {.lr = 0.01},
+    {.lr = 0.01, .alpha = 0.9, .eps = 1e-4, .weight_decay = 0.1, .momentum = 0.9},
+    {.lr = 0.02, .alpha = 0.95, .momentum = 0.5, .centered = true, .maximize = true},
+    {.lr = 0.02, .weight_decay = 0.05, .centered = true},
+};
+
 template <class T>
 void check_sgd_cases() {
   Generator gen(41);
@@ -146,7 +185,7 @@ void check_sgd_cases() {
     DeviceSet set = random_set(dtype_of<T>(), 1, gen);
     HostSet<T> host(set, 1);
     cuda::SlotTable table;
-    cuda::sgd_step(table, slots_of(set, 1), dtype_of<T>(), 0, s);
+    cuda::update_step(table, slots_of(set, 1), dtype_of<T>(), gpu_index(), s);
     for (size_t k = 0; k < kSizes.size(); ++k) {
       sgd_reference(s, host.param[k], host.grad[k], host.state[0][k]);
     }
@@ -164,12 +203,38 @@ void check_adam_cases() {
     DeviceSet set = random_set(dtype_of<T>(), 3, gen);
     HostSet<T> host(set, 3);
     cuda::SlotTable table;
-    cuda::adam_step(table, slots_of(set, s.amsgrad ? 3 : 2), dtype_of<T>(), 0, s);
+    cuda::update_step(table, slots_of(set, s.amsgrad ? 3 : 2), dtype_of<T>(), gpu_index(), s);
     for (size_t k = 0; k < kSizes.size(); ++k) adam_reference(s, host, k);
     check_equal(set.param, host.param);
     check_equal(set.state[0], host.state[0]);
     check_equal(set.state[1], host.state[1]);
     check_equal(set.state[2], host.state[2]);  // untouched without amsgrad
+  }
+}
+
+template <class T>
+void check_rmsprop_cases() {
+  Generator gen(45);
+  for (const cuda::RmspropScalars& s : kRmspropCases) {
+    CAPTURE(s.momentum);
+    CAPTURE(s.centered);
+    DeviceSet set = random_set(dtype_of<T>(), 3, gen);
+    // square_avg from the squares (plus 0.5), momentum_buffer and grad_avg from plain draws
+    // (grad_avg scaled by 0.1): square_avg - grad_avg^2 stays positive.
+    std::swap(set.state[0], set.state[1]);
+    for (Tensor& v : set.state[0]) add_(v, 0.5);
+    for (Tensor& m : set.state[2]) mul_(m, 0.1);
+    HostSet<T> host(set, 3);
+    cuda::SlotTable table;
+    std::vector<cuda::TensorSlot> slots = slots_of(set, 3);
+    for (cuda::TensorSlot& slot : slots) {
+      if (s.momentum == 0.0) slot.state[1] = nullptr;
+      if (!s.centered) slot.state[2] = nullptr;
+    }
+    cuda::update_step(table, slots, dtype_of<T>(), gpu_index(), s);
+    for (size_t k = 0; k < kSizes.size(); ++k) rmsprop_reference(s, host, k);
+    for (int state = 0; state < 3; ++state) check_equal(set.state[state], host.state[state]);
+    check_equal(set.param, host.param);
   }
 }
 
@@ -185,6 +250,21 @@ LOOM_GPU_TEST_CASE("the fused Adam kernel matches a host reference in float32 an
   check_adam_cases<double>();
 }
 
+LOOM_GPU_TEST_CASE("the fused RMSprop kernel matches a host reference in float32 and float64") {
+  check_rmsprop_cases<float>();
+  check_rmsprop_cases<double>();
+}
+
+LOOM_GPU_TEST_CASE("a launch without staged scalars is an error, not an update with stale ones") {
+  Generator gen(46);
+  DeviceSet set = random_set(DType::Float32, 0, gen);
+  cuda::SlotTable table;
+  CHECK(!table.staged().has_value());
+  CHECK_THROWS_AS(cuda::launch_staged(table, slots_of(set, 0), DType::Float32, gpu_index()), ValueError);
+  table.stage(kRmspropCases[0], gpu_index());
+  CHECK(std::holds_alternative<cuda::RmspropScalars>(*table.staged()));
+}
+
 LOOM_GPU_TEST_CASE("sum_of_squares is the double sum, the same bits every call; scale multiplies") {
   Generator gen(43);
   for (DType dtype : {DType::Float32, DType::Float64}) {
@@ -195,12 +275,12 @@ LOOM_GPU_TEST_CASE("sum_of_squares is the double sum, the same bits every call; 
       for (double x : t.to_vector<double>()) expected += x * x;
     }
     cuda::SlotTable table;
-    const double sum = cuda::sum_of_squares(table, slots_of(set, 0), dtype, 0);
+    const double sum = cuda::sum_of_squares(table, slots_of(set, 0), dtype, gpu_index());
     CHECK(sum == doctest::Approx(expected).epsilon(1e-12));
-    CHECK(cuda::sum_of_squares(table, slots_of(set, 0), dtype, 0) == sum);
+    CHECK(cuda::sum_of_squares(table, slots_of(set, 0), dtype, gpu_index()) == sum);
     std::vector<Tensor> before;
     for (const Tensor& t : set.param) before.push_back(t.cpu());
-    cuda::scale(table, slots_of(set, 0), dtype, 0, 0.375);  // exact in binary: x * 0.375 rounds once
+    cuda::scale(table, slots_of(set, 0), dtype, gpu_index(), 0.375);  // exact in binary: x * 0.375 rounds once
     for (size_t k = 0; k < before.size(); ++k) {
       CAPTURE(k);
       std::vector<double> v = before[k].to_vector<double>();
@@ -222,15 +302,15 @@ LOOM_GPU_TEST_CASE("a slot table uploads only when its slots change, and drops e
   };
   cuda::TensorSlot empty_slot;  // numel 0
   cuda::SlotTable table;
-  table.upload({slot(a), empty_slot, slot(b), slot(c)}, 0);
+  table.upload({slot(a), empty_slot, slot(b), slot(c)}, gpu_index());
   CHECK(table.uploads() == 1);
   CHECK(table.size() == 3);
   CHECK(table.num_chunks() == 1 + 2 + 1);
-  table.upload({slot(a), empty_slot, slot(b), slot(c)}, 0);
+  table.upload({slot(a), empty_slot, slot(b), slot(c)}, gpu_index());
   CHECK(table.uploads() == 1);
-  table.upload({slot(a), slot(c), slot(b)}, 0);
+  table.upload({slot(a), slot(c), slot(b)}, gpu_index());
   CHECK(table.uploads() == 2);
-  table.upload({empty_slot}, 0);
+  table.upload({empty_slot}, gpu_index());
   CHECK(table.size() == 0);
   CHECK(table.num_chunks() == 0);
 }
@@ -240,17 +320,17 @@ LOOM_GPU_TEST_CASE("each fused call is one launch (sum_of_squares two), and noth
   DeviceSet set = random_set(DType::Float32, 3, gen);
   cuda::SlotTable table;
   int64_t before = cuda::multi_tensor_launches();
-  cuda::adam_step(table, slots_of(set, 2), DType::Float32, 0, kAdamCases[0]);
+  cuda::update_step(table, slots_of(set, 2), DType::Float32, gpu_index(), kAdamCases[0]);
   CHECK(cuda::multi_tensor_launches() - before == 1);
   before = cuda::multi_tensor_launches();
-  cuda::sgd_step(table, slots_of(set, 1), DType::Float32, 0, kSgdCases[1]);
+  cuda::update_step(table, slots_of(set, 1), DType::Float32, gpu_index(), kSgdCases[1]);
   CHECK(cuda::multi_tensor_launches() - before == 1);
   before = cuda::multi_tensor_launches();
-  cuda::sum_of_squares(table, slots_of(set, 0), DType::Float32, 0);
+  cuda::sum_of_squares(table, slots_of(set, 0), DType::Float32, gpu_index());
   CHECK(cuda::multi_tensor_launches() - before == 2);
   before = cuda::multi_tensor_launches();
-  cuda::sgd_step(table, {}, DType::Float32, 0, kSgdCases[0]);
-  CHECK(cuda::sum_of_squares(table, {}, DType::Float32, 0) == 0.0);
+  cuda::update_step(table, {}, DType::Float32, gpu_index(), kSgdCases[0]);
+  CHECK(cuda::sum_of_squares(table, {}, DType::Float32, gpu_index()) == 0.0);
   CHECK(cuda::multi_tensor_launches() == before);
 }
 
