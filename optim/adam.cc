@@ -131,7 +131,7 @@ void Adam::check_group(const ParamGroup& group, size_t index) const {
 void Adam::check_buffer(std::string_view name, const Tensor& value,
                         const std::string& where) const {
   Optimizer::check_buffer(name, value, where);
-  if (name == kBuffers[1] || name == kBuffers[2]) check_mean_square(value, where);
+  if (name == kBuffers[1] || name == kBuffers[2]) check_squares_nonnegative(value, where, "a mean");
 }
 
 void Adam::update(size_t group, std::vector<UpdateSlot>& slots) {

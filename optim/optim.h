@@ -2,6 +2,7 @@
 // Everything in loom::optim in one include: optimizers, schedules, clipping.
 #pragma once
 
+#include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"

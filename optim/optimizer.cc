@@ -87,6 +87,8 @@ void for_each_hyper(Group& group, Fn&& fn) {
   fn("amsgrad", group.amsgrad);
   fn("alpha", group.alpha);
   fn("centered", group.centered);
+  fn("lr_decay", group.lr_decay);
+  fn("initial_accumulator_value", group.initial_accumulator_value);
   fn("maximize", group.maximize);
 }
 

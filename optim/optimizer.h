@@ -55,11 +55,13 @@ struct ParamGroup {
   std::optional<double> dampening = std::nullopt;                  // SGD
   std::optional<bool> nesterov = std::nullopt;                     // SGD
   std::optional<std::pair<double, double>> betas = std::nullopt;  // Adam, AdamW
-  std::optional<double> eps = std::nullopt;                        // Adam, AdamW, RMSprop
+  std::optional<double> eps = std::nullopt;                        // Adam, AdamW, RMSprop, Adagrad
   std::optional<double> weight_decay = std::nullopt;
   std::optional<bool> amsgrad = std::nullopt;   // Adam, AdamW
   std::optional<double> alpha = std::nullopt;   // RMSprop
   std::optional<bool> centered = std::nullopt;  // RMSprop
+  std::optional<double> lr_decay = std::nullopt;                   // Adagrad
+  std::optional<double> initial_accumulator_value = std::nullopt;  // Adagrad
   std::optional<bool> maximize = std::nullopt;
 };
 

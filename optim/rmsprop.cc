@@ -106,7 +106,7 @@ void RMSprop::check_group(const ParamGroup& group, size_t index) const {
 void RMSprop::check_buffer(std::string_view name, const Tensor& value,
                            const std::string& where) const {
   Optimizer::check_buffer(name, value, where);
-  if (name == kBuffers[0]) check_mean_square(value, where);
+  if (name == kBuffers[0]) check_squares_nonnegative(value, where, "a mean");
 }
 
 void RMSprop::update(size_t group, std::vector<UpdateSlot>& slots) {

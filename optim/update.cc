@@ -17,12 +17,12 @@
 
 namespace loom::optim {
 
-void check_mean_square(const Tensor& value, const std::string& where) {
+void check_squares_nonnegative(const Tensor& value, const std::string& where, std::string_view what) {
   const std::vector<double> values = value.to_vector<double>();
   const auto negative = std::find_if(values.begin(), values.end(), [](double v) { return v < 0; });
   LOOM_CHECK(negative == values.end(), ValueError,
-             "{} holds {} at element {}; a mean of squared gradients is >= 0 (the state is corrupt)", where,
-             *negative, negative - values.begin());
+             "{} holds {} at element {}; {} of squared gradients is >= 0 (the state is corrupt)", where, *negative,
+             negative - values.begin(), what);
 }
 
 #ifdef LOOM_WITH_CUDA

@@ -1,7 +1,7 @@
 // File: optim/update.h
 // What the optimizers share below the Optimizer class: the scalars of one
 // update (computed once per step in double, as torch.optim does in Python) and
-// the fused GPU path. The CPU loops live with each optimizer (sgd.cc, adam.cc, rmsprop.cc)
+// the fused GPU path. The CPU loops live with each optimizer (sgd.cc, adam.cc, rmsprop.cc, adagrad.cc)
 // and are the reference the GPU kernels (core/cuda/optim.cu) must match.
 //
 // In a build without CUDA no CUDA tensor exists, so the fused functions are
@@ -27,10 +27,11 @@ T lerp(T from, T to, T weight) {
   return std::abs(weight) < T(0.5) ? from + weight * delta : to - delta * (T(1) - weight);
 }
 
-// Throws ValueError naming `where` (a state_dict entry) when `value`, a mean of
-// squared gradients (Adam's exp_avg_sq, RMSprop's square_avg), holds a negative
-// element: no run writes one, and its square root divides.
-void check_mean_square(const Tensor& value, const std::string& where);
+// Throws ValueError naming `where` (a state_dict entry) when `value`, a mean
+// (Adam's exp_avg_sq, RMSprop's square_avg) or a sum (Adagrad's sum) of squared
+// gradients, as `what` says, holds a negative element: no run writes one, and
+// its square root divides.
+void check_squares_nonnegative(const Tensor& value, const std::string& where, std::string_view what);
 
 // The device slot tables of an optimizer's fused steps, one per launch site
 // (group, run), kept across steps so that a table is uploaded only when its
@@ -39,7 +40,8 @@ void check_mean_square(const Tensor& value, const std::string& where);
 // (its slots all on one GPU and of one dtype) with the gradients of that
 // moment; the kind of the scalars says which update. `buffers` names the
 // state buffers in the kernel's order (SGD: momentum_buffer; Adam: exp_avg,
-// exp_avg_sq, max_exp_avg_sq; RMSprop: square_avg, momentum_buffer, grad_avg);
+// exp_avg_sq, max_exp_avg_sq; RMSprop: square_avg, momentum_buffer, grad_avg;
+// Adagrad: sum);
 // a name the slot's state lacks passes null.
 class FusedTables {
  public:

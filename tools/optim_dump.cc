@@ -1,5 +1,5 @@
 // File: tools/optim_dump.cc
-// Applies N steps of SGD, Adam, AdamW or RMSprop to parameters and per-step gradients
+// Applies N steps of SGD, Adam, AdamW, RMSprop or Adagrad to parameters and per-step gradients
 // read from a file, and writes the resulting parameters: the Loom half of
 // tools/optim_vs_torch.py, which runs torch.optim on the same numbers.
 //
@@ -61,9 +61,10 @@ Args parse_args(int argc, char** argv) {
     else positional.push_back(flag);
   }
   LOOM_CHECK(positional.size() == 2 && !args.optimizer.empty(), ValueError,
-             "usage: optim_dump --optimizer sgd|adam|adamw|rmsprop [--dtype float32|float64] "
+             "usage: optim_dump --optimizer sgd|adam|adamw|rmsprop|adagrad [--dtype float32|float64] "
              "[--device cpu|cuda] [--lr X --momentum X --dampening X --weight_decay X --beta1 X "
-             "--beta2 X --eps X --alpha X] [--nesterov] [--amsgrad] [--centered] [--maximize] IN OUT");
+             "--beta2 X --eps X --alpha X --lr_decay X --initial_accumulator_value X] [--nesterov] "
+             "[--amsgrad] [--centered] [--maximize] IN OUT");
   args.input = positional[0];
   args.output = positional[1];
   return args;
@@ -150,9 +151,18 @@ std::unique_ptr<loom::optim::Optimizer> make_optimizer(const Args& a, std::vecto
                                                                           .centered = a.centered,
                                                                           .maximize = a.maximize});
   }
+  if (a.optimizer == "adagrad") {
+    return std::make_unique<optim::Adagrad>(
+        params, optim::AdagradOptions{.lr = number("lr", 1e-2),
+                                      .lr_decay = number("lr_decay", 0.0),
+                                      .weight_decay = number("weight_decay", 0.0),
+                                      .initial_accumulator_value = number("initial_accumulator_value", 0.0),
+                                      .eps = number("eps", 1e-10),
+                                      .maximize = a.maximize});
+  }
   const bool adamw = a.optimizer == "adamw";
   LOOM_CHECK(adamw || a.optimizer == "adam", ValueError,
-             "[optim_dump] unknown optimizer '{}'; expected sgd, adam, adamw or rmsprop", a.optimizer);
+             "[optim_dump] unknown optimizer '{}'; expected sgd, adam, adamw, rmsprop or adagrad", a.optimizer);
   const optim::AdamOptions o{.lr = number("lr", 1e-3),
                              .betas = {number("beta1", 0.9), number("beta2", 0.999)},
                              .eps = number("eps", 1e-8),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks Loom's SGD, Adam, AdamW and RMSprop steps against torch.optim on the same numbers.
+"""Checks Loom's SGD, Adam, AdamW, RMSprop and Adagrad steps against torch.optim on the same numbers.
 
 For each case (optimizer and hyper-parameters), dtype and device, it draws
 parameters and per-step gradients, runs N steps in Loom (the optim_dump binary,
@@ -39,6 +39,9 @@ CASES = [
     ("rmsprop", {"lr": 1e-2}),
     ("rmsprop", {"lr": 1e-3, "alpha": 0.9, "weight_decay": 1e-2, "momentum": 0.9}),
     ("rmsprop", {"lr": 1e-3, "momentum": 0.5, "centered": True, "maximize": True}),
+    ("adagrad", {"lr": 1e-2}),
+    ("adagrad", {"lr": 5e-2, "lr_decay": 0.1, "weight_decay": 1e-2, "initial_accumulator_value": 0.1,
+                 "maximize": True}),
 ]
 
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
@@ -98,7 +101,7 @@ def run_torch(name, kwargs, dtype, device, params, grads):
     import torch
 
     optimizer = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW,
-                 "rmsprop": torch.optim.RMSprop}
+                 "rmsprop": torch.optim.RMSprop, "adagrad": torch.optim.Adagrad}
     as_tensor = lambda values, shape: (torch.tensor(values, dtype=torch.float64).reshape(shape)
                                        .to(getattr(torch, dtype)).to(device))
     tensors = [as_tensor(v, s).requires_grad_() for v, s in zip(params, SHAPES)]

@@ -25,7 +25,7 @@ struct TrainConfig {
   std::string model = "mnist_net";   // a zoo model (models/registry.h) of the dataset's image size
   int epochs = 5;
   int64_t batch_size = 128;
-  std::string optimizer = "adam";    // adam, adamw, rmsprop, sgd
+  std::string optimizer = "adam";    // adagrad, adam, adamw, rmsprop, sgd
   double lr = 1e-3;
   double momentum = 0.9;             // sgd only (with Nesterov)
   double weight_decay = 0.0;

@@ -195,7 +195,7 @@ void check_model(const TrainConfig& c) {
 // The checks that need no data, so that a wrong flag is a usage error (exit 2)
 // at once instead of a failure after the data has been loaded.
 void check_usage(const TrainConfig& c) {
-  check_name("--optimizer", c.optimizer, {"adam", "adamw", "rmsprop", "sgd"});
+  check_name("--optimizer", c.optimizer, {"adagrad", "adam", "adamw", "rmsprop", "sgd"});
   check_name("--schedule", c.schedule, {"none", "step", "cosine", "onecycle"});
   check_name("--precision", c.precision, {"tf32", "strict", "bf16"});
   const bool cifar = c.dataset == "cifar10";

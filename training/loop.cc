@@ -25,6 +25,7 @@
 #include "layers/nn.h"
 #include "models/registry.h"
 #include "onnx/zoo.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/rmsprop.h"
 #include "optim/scheduler.h"
@@ -61,7 +62,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vect
   if (c.optimizer == "rmsprop") {
     return std::make_unique<optim::RMSprop>(params, optim::RmspropOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   }
-  LOOM_CHECK(c.optimizer == "sgd", ValueError, "[train] unknown optimizer '{}' (adam, adamw, rmsprop or sgd)",
+  if (c.optimizer == "adagrad") {
+    return std::make_unique<optim::Adagrad>(params, optim::AdagradOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  }
+  LOOM_CHECK(c.optimizer == "sgd", ValueError, "[train] unknown optimizer '{}' (adagrad, adam, adamw, rmsprop or sgd)",
              c.optimizer);
   return std::make_unique<optim::SGD>(params, optim::SgdOptions{.lr = c.lr,
                                                                 .momentum = c.momentum,

@@ -2,7 +2,7 @@
 // Multi-tensor kernels: one launch walks every chunk of every tensor in a slot
 // table (a block per chunk, grid-stride over chunks), so an optimizer step costs
 // one launch whatever the number of parameters. The update math mirrors the CPU
-// reference loops in optim/sgd.cc, adam.cc and rmsprop.cc operation by operation, with
+// reference loops in optim/sgd.cc, adam.cc, rmsprop.cc and adagrad.cc operation by operation, with
 // explicitly rounded IEEE operations so that nvcc fuses nothing into an FMA: the
 // GPU then rounds exactly as the CPU does.
 #include <algorithm>
@@ -233,6 +233,29 @@ struct RmspropUpdate {
   }
 };
 
+// torch.optim.Adagrad (state: sum), as its foreach path rounds it:
+// p + (g * -lr) / (sqrt(sum) + eps), lr already decayed for the step.
+template <class T>
+struct AdagradUpdate {
+  T minus_lr, weight_decay, eps;
+  bool use_weight_decay, maximize;
+
+  __device__ explicit AdagradUpdate(const AdagradScalars& s)
+      : minus_lr(T(-s.lr)), weight_decay(T(s.weight_decay)), eps(T(s.eps)),
+        use_weight_decay(s.weight_decay != 0.0), maximize(s.maximize) {}
+
+  __device__ void operator()(const TensorSlot& slot, int64_t i) const {
+    T* param = static_cast<T*>(slot.param);
+    T* sum = static_cast<T*>(slot.state[0]);
+    T g = static_cast<const T*>(slot.grad)[i];
+    if (maximize) g = -g;
+    if (use_weight_decay) g = add(g, mul(weight_decay, param[i]));
+    const T v = add(sum[i], mul(g, g));
+    sum[i] = v;
+    param[i] = add(param[i], div(mul(g, minus_lr), add(sqrt_rn(v), eps)));
+  }
+};
+
 // Which update a type of scalars runs.
 template <class Scalars>
 struct UpdateOf;
@@ -250,6 +273,11 @@ template <>
 struct UpdateOf<RmspropScalars> {
   template <class T>
   using type = RmspropUpdate<T>;
+};
+template <>
+struct UpdateOf<AdagradScalars> {
+  template <class T>
+  using type = AdagradUpdate<T>;
 };
 
 template <class T>
@@ -326,6 +354,7 @@ cudaError_t launch_update(const TensorSlot* slots, int num_slots, int64_t num_ch
 LOOM_UPDATE_LAUNCHERS(SgdScalars)
 LOOM_UPDATE_LAUNCHERS(AdamScalars)
 LOOM_UPDATE_LAUNCHERS(RmspropScalars)
+LOOM_UPDATE_LAUNCHERS(AdagradScalars)
 #undef LOOM_UPDATE_LAUNCHERS
 
 cudaError_t launch_count_nonfinite(const float* loss, int64_t* counts, cudaStream_t stream) {

@@ -43,6 +43,7 @@ constexpr int64_t kChunkSize = 512;
 // The scalars of one update (declared with the optimizers). The kernels read
 // them from device memory: a step's scalars are written before its launch, so
 // a replayed graph picks up the current learning rate.
+using optim::AdagradScalars;
 using optim::AdamScalars;
 using optim::RmspropScalars;
 using optim::SgdScalars;
@@ -56,7 +57,7 @@ template <class Scalars>
 cudaError_t launch_store_scalars(Scalars* dst, const Scalars& value, cudaStream_t stream);
 
 // The update its scalars' type names (SgdScalars: SGD, AdamScalars: Adam or
-// AdamW, RmspropScalars: RMSprop) over every slot. `slots` points to `num_slots`
+// AdamW, RmspropScalars: RMSprop, AdagradScalars: Adagrad) over every slot. `slots` points to `num_slots`
 // device-resident slots whose chunks total num_chunks; `scalars` to device
 // memory. When `skip_unless_finite` (a float in device memory: the step's loss)
 // is not null and holds NaN or +-inf, the launch changes nothing: the decision

@@ -45,7 +45,15 @@ struct RmspropScalars {
   bool maximize = false;
 };
 
+// torch.optim.Adagrad's update for one run of parameters at one step count.
+struct AdagradScalars {
+  double lr = 0.0;  // decayed: lr / (1 + (step - 1) * lr_decay)
+  double weight_decay = 0.0;
+  double eps = 1e-10;
+  bool maximize = false;
+};
+
 // The scalars of any update; which alternative it holds says which update runs.
-using UpdateScalars = std::variant<SgdScalars, AdamScalars, RmspropScalars>;
+using UpdateScalars = std::variant<SgdScalars, AdamScalars, RmspropScalars, AdagradScalars>;
 
 }  // namespace loom::optim

@@ -16,7 +16,7 @@ const char* kUsage = R"(train: trains resnet9 (or another model of the zoo) on C
   --model NAME        resnet9 (default), or another model listed at the end
   --epochs N          (default 10)
   --batch-size N      (default 512)
-  --optimizer NAME    sgd (default: Nesterov momentum 0.9), adam, adamw or rmsprop
+  --optimizer NAME    sgd (default: Nesterov momentum 0.9), adam, adamw, rmsprop or adagrad
   --lr X              peak learning rate (default 0.2)
   --weight-decay X    (default 5e-4)
   --label-smoothing X (default 0.2)

@@ -17,7 +17,7 @@ const char* kUsage = R"(train: trains mnist_net (or another model of the zoo) on
   --model NAME        mnist_net (default), or another model listed at the end
   --epochs N          (default 5)
   --batch-size N      (default 128)
-  --optimizer NAME    adam (default), adamw, rmsprop or sgd (Nesterov momentum 0.9)
+  --optimizer NAME    adam (default), adamw, rmsprop, adagrad or sgd (Nesterov momentum 0.9)
   --lr X              (default 1e-3)
   --weight-decay X    (default 0)
   --schedule NAME     none (default), step, cosine (1 epoch of warmup) or onecycle

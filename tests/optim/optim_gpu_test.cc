@@ -1,5 +1,5 @@
 // File: tests/optim/optim_gpu_test.cc
-// The optimizers (SGD, Adam, AdamW, RMSprop) on the GPU (fused multi-tensor kernels) against the CPU
+// The optimizers (SGD, Adam, AdamW, RMSprop, Adagrad) on the GPU (fused multi-tensor kernels) against the CPU
 // reference loops, over many parameters of odd sizes (1, 7, 4097, 1000003,
 // empty, channels-last) for 10 steps; the launch count of a step; gradient
 // clipping on the GPU.
@@ -113,6 +113,15 @@ const std::vector<Config>& configs() {
          return std::make_unique<optim::RMSprop>(
              p, optim::RmspropOptions{.lr = 1e-3, .momentum = 0.5, .centered = true, .maximize = true});
        }},
+      {"adagrad", [](const auto& p) { return std::make_unique<optim::Adagrad>(p); }},
+      {"adagrad_decay_initial_maximize",
+       [](const auto& p) {
+         return std::make_unique<optim::Adagrad>(p, optim::AdagradOptions{.lr = 0.05,
+                                                                          .lr_decay = 0.1,
+                                                                          .weight_decay = 1e-2,
+                                                                          .initial_accumulator_value = 0.1,
+                                                                          .maximize = true});
+       }},
   };
   return all;
 }
@@ -138,8 +147,8 @@ LOOM_GPU_TEST_CASE("fused GPU steps match the CPU reference over 10 steps of man
       auto on_cpu = config.make(p.cpu);
       auto on_gpu = config.make(p.gpu);
       for (int t = 0; t < 10; ++t) {
-        // Step 3 skips parameter 4, so its step count lags: Adam then runs two
-        // step counts and SGD a first-step run beside the others.
+        // Step 3 skips parameter 4, so its step count lags: Adam and Adagrad then
+        // run two step counts and SGD a first-step run beside the others.
         set_grads(p, gen, t == 3 ? 4 : p.cpu.size());
         on_cpu->step();
         on_gpu->step();

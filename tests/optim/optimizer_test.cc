@@ -19,6 +19,7 @@
 #include "core/generator.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
@@ -185,6 +186,12 @@ TEST_CASE("save -> load into a fresh optimizer -> continue is bit-identical to o
   SUBCASE("AdamW") {
     check_resume_is_bit_identical([](const std::vector<Tensor>& p) {
       return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 0.05, .weight_decay = 0.1});
+    });
+  }
+  SUBCASE("Adagrad with lr_decay and an initial accumulator") {
+    check_resume_is_bit_identical([](const std::vector<Tensor>& p) {
+      return std::make_unique<optim::Adagrad>(
+          p, optim::AdagradOptions{.lr = 0.05, .lr_decay = 0.1, .initial_accumulator_value = 0.2});
     });
   }
   SUBCASE("RMSprop, centered with momentum, two groups") {

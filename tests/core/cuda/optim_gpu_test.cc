@@ -1,6 +1,6 @@
 // File: tests/core/cuda/optim_gpu_test.cc
-// The multi-tensor kernels of core/cuda/optim.h on their own: the SGD, Adam and
-// RMSprop updates against a host reference written here (same operation order, in the
+// The multi-tensor kernels of core/cuda/optim.h on their own: the SGD, Adam,
+// RMSprop and Adagrad updates against a host reference written here (same operation order, in the
 // tensors' dtype), the sum of squares and the scaling, the slot table's upload
 // cache, empty tensors, and the launch counter.
 //
@@ -153,6 +153,24 @@ void rmsprop_reference(const cuda::RmspropScalars& s, HostSet<T>& h, size_t k) {
   }
 }
 
+// torch.optim.Adagrad's foreach rule (lr already decayed); state: sum.
+template <class T>
+void adagrad_reference(const cuda::AdagradScalars& s, HostSet<T>& h, size_t k) {
+  std::vector<T>& p = h.param[k];
+  for (size_t i = 0; i < p.size(); ++i) {
+    T g = s.maximize ? -h.grad[k][i] : h.grad[k][i];
+    if (s.weight_decay != 0.0) g = g + T(s.weight_decay) * p[i];
+    T& sum = h.state[0][k][i];
+    sum = sum + g * g;
+    p[i] = p[i] + (g * T(-s.lr)) / (std::sqrt(sum) + T(s.eps));
+  }
+}
+
+const cuda::AdagradScalars kAdagradCases[] = {
+    {.lr = 0.01},
+    {.lr = 0.05, .weight_decay = 0.1, .eps = 1e-3, .maximize = true},
+};
+
 const cuda::SgdScalars kSgdCases[] = {
     {.lr = 0.1},
     {.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01, .first_step = true},
@@ -238,6 +256,23 @@ void check_rmsprop_cases() {
   }
 }
 
+template <class T>
+void check_adagrad_cases() {
+  Generator gen(47);
+  for (const cuda::AdagradScalars& s : kAdagradCases) {
+    CAPTURE(s.weight_decay);
+    // random_set's second state is a square: the sum of squares.
+    DeviceSet set = random_set(dtype_of<T>(), 2, gen);
+    std::swap(set.state[0], set.state[1]);
+    HostSet<T> host(set, 1);
+    cuda::SlotTable table;
+    cuda::update_step(table, slots_of(set, 1), dtype_of<T>(), gpu_index(), s);
+    for (size_t k = 0; k < kSizes.size(); ++k) adagrad_reference(s, host, k);
+    check_equal(set.state[0], host.state[0]);
+    check_equal(set.param, host.param);
+  }
+}
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("the fused SGD kernel matches a host reference in float32 and float64") {
@@ -253,6 +288,11 @@ LOOM_GPU_TEST_CASE("the fused Adam kernel matches a host reference in float32 an
 LOOM_GPU_TEST_CASE("the fused RMSprop kernel matches a host reference in float32 and float64") {
   check_rmsprop_cases<float>();
   check_rmsprop_cases<double>();
+}
+
+LOOM_GPU_TEST_CASE("the fused Adagrad kernel matches a host reference in float32 and float64") {
+  check_adagrad_cases<float>();
+  check_adagrad_cases<double>();
 }
 
 LOOM_GPU_TEST_CASE("a launch without staged scalars is an error, not an update with stale ones") {
