@@ -1,10 +1,11 @@
 // File: core/ops/shape_ops.cc
 // cat: promotes the inputs to one dtype, copies each into its slice of a fresh
 // output; backward hands each input its slice of dy. stack is cat of the
-// inputs unsqueezed at the new dim; split and chunk are narrow views, flip an
-// index_select per dim. tril and triu mask x with where's kernels (the mask
-// made from aranges on x's device), repeat expands x's interleaved copies and
-// reshapes them: composites, whose parts record the gradient.
+// inputs unsqueezed at the new dim; split and chunk are narrow views,
+// unflatten a reshape, flip an index_select per dim. tril and triu mask x with
+// where's kernels (the mask made from aranges on x's device), repeat expands
+// x's interleaved copies and reshapes them: composites, whose parts record the
+// gradient.
 #include "core/ops/shape_ops.h"
 
 #include <algorithm>
@@ -200,6 +201,41 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   const int64_t length = x.size(split_dim(x, dim, "chunk"));
   const int64_t piece = (length + chunks - 1) / chunks;
   return split(x, std::max<int64_t>(piece, 1), dim);
+}
+
+Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes) {
+  const int64_t d = split_dim(x, dim, "unflatten");
+  LOOM_CHECK(!sizes.empty(), ValueError, "[unflatten] sizes must name at least one dim");
+  const int64_t length = x.size(d);
+  Shape split_sizes = sizes;
+  auto inferred = split_sizes.end();
+  int64_t known = 1;
+  for (auto it = split_sizes.begin(); it != split_sizes.end(); ++it) {
+    LOOM_CHECK(*it >= -1, ValueError, "[unflatten] sizes must be >= 0 or one -1, got {}", shape_str(sizes));
+    if (*it >= 0) {
+      // Sizes whose product overflows int64 cannot match any dim.
+      LOOM_CHECK(!__builtin_mul_overflow(known, *it, &known), ShapeError,
+                 "[unflatten] sizes {} multiply past int64 but dim {} of shape {} has {}", shape_str(sizes), d,
+                 shape_str(x.sizes()), length);
+      continue;
+    }
+    LOOM_CHECK(inferred == split_sizes.end(), ValueError, "[unflatten] only one size may be -1, got {}",
+               shape_str(sizes));
+    inferred = it;
+  }
+  if (inferred != split_sizes.end()) {
+    LOOM_CHECK(known > 0 && length % known == 0, ShapeError,
+               "[unflatten] dim {} of shape {} has {} elements, which sizes {} cannot split", d, shape_str(x.sizes()),
+               length, shape_str(sizes));
+    *inferred = length / known;
+    known = length;
+  }
+  LOOM_CHECK(known == length, ShapeError, "[unflatten] sizes {} multiply to {} but dim {} of shape {} has {}",
+             shape_str(sizes), known, d, shape_str(x.sizes()), length);
+  Shape out(x.sizes().begin(), x.sizes().begin() + d);
+  out.insert(out.end(), split_sizes.begin(), split_sizes.end());
+  out.insert(out.end(), x.sizes().begin() + d + 1, x.sizes().end());
+  return x.reshape(out);
 }
 
 Tensor flip(const Tensor& x, const Shape& dims) {

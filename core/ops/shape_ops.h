@@ -57,6 +57,13 @@ Tensor flip(const Tensor& x, const Shape& dims);
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
+// x with dim `dim` split into dims of `sizes`, as torch.unflatten: their product
+// is x.size(dim), and one of them may be -1, inferred. The inverse of flatten,
+// and a view of x whatever its strides (splitting one dim needs no copy); its
+// gradient flows back to x.
+//   Tensor heads = unflatten(q, 2, {H, -1});  // q (N, T, H * D) -> (N, T, H, D)
+Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes);
+
 // x tiled repeats[i] times along dim i, as torch.Tensor.repeat (also a method,
 // x.repeat): repeats has at least x.dim() entries, each >= 0, and its extra
 // leading ones make new leading dims; a 0 gives an empty dim. A copy, any

@@ -1,15 +1,18 @@
 // File: tests/layers/flatten_test.cc
 // Flatten: shapes for any dim range, NCHW feature order for channels-last
-// inputs, gradients, errors and printing.
+// inputs, gradients, errors and printing. Unflatten: the inverse, in a model,
+// its checks and printing.
 // N batch, C channels, H, W.
 #include "layers/flatten.h"
 
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <vector>
 
 #include "core/generator.h"
 #include "core/ops/ops.h"
+#include "layers/container.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -45,6 +48,28 @@ TEST_CASE("Flatten errors and printing") {
   CHECK_THROWS_AS(nn::Flatten(1, 5)(zeros({2, 3})), IndexError);
   CHECK(nn::Flatten().repr() == "Flatten(start_dim=1, end_dim=-1)");
   CHECK(nn::Flatten(0, 2).repr() == "Flatten(start_dim=0, end_dim=2)");
+}
+
+TEST_CASE("Unflatten undoes Flatten inside a Sequential, gradient included") {
+  Generator gen(2);
+  const Tensor x = randn({2, 3, 4, 5}, {}, &gen).requires_grad_(true);
+  nn::Sequential net(std::make_shared<nn::Flatten>(), std::make_shared<nn::Unflatten>(1, Shape{3, -1, 5}));
+  const Tensor y = net(x);
+  CHECK(y.sizes() == x.sizes());
+  CHECK_CLOSE(y, x, 0, 0);
+  sum(y * 2.0).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>(120, 2.0f));
+  CHECK(nn::Unflatten(-1, {2, 2})(zeros({3, 4})).sizes() == Shape{3, 2, 2});
+}
+
+TEST_CASE("Unflatten checks its sizes at construction and its input at forward; it prints as PyTorch's") {
+  CHECK_THROWS_WITH_FRAGMENT(nn::Unflatten(1, {}), ValueError, "[Unflatten] sizes must be one or more sizes");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Unflatten(1, {-1, 2, -1}), ValueError, "with at most one -1, got (-1, 2, -1)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Unflatten(1, {4, -3}), ValueError, "got (4, -3)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::Unflatten(1, {4, 4})(zeros({2, 12})), ShapeError,
+                             "[unflatten] sizes (4, 4) multiply to 16 but dim 1 of shape (2, 12) has 12");
+  CHECK(nn::Unflatten(1, {2, 5, 5}).repr() == "Unflatten(dim=1, unflattened_size=(2, 5, 5))");
+  CHECK(nn::Unflatten(-1, {7}).repr() == "Unflatten(dim=-1, unflattened_size=(7,))");
 }
 
 }  // namespace

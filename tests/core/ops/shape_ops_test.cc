@@ -1,7 +1,7 @@
 // File: tests/core/ops/shape_ops_test.cc
 // cat and stack: hand cases, a naive index-by-index reference over every dim
 // (strided inputs, several dtypes), dtype promotion, backward slices,
-// gradcheck, and argument errors. split, chunk and flip; tril, triu and repeat
+// gradcheck, and argument errors. split, chunk, unflatten and flip; tril, triu and repeat
 // against PyTorch's values by hand and a naive reference on random shapes.
 #include "core/ops/shape_ops.h"
 
@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -23,6 +24,8 @@ namespace loom {
 namespace {
 
 const TensorOptions kF64 = {.dtype = DType::Float64};
+
+bool shares_storage(const Tensor& a, const Tensor& b) { return a.storage().get() == b.storage().get(); }
 
 // cat of row-major 3-D tensors along `dim`, element by element.
 Tensor naive_cat3(const std::vector<Tensor>& tensors, int64_t dim) {
@@ -264,6 +267,76 @@ TEST_CASE("split and chunk cut views as torch.split and torch.chunk do") {
   CHECK_THROWS_WITH_FRAGMENT(chunk(x, 0), ValueError, "[chunk] chunks must be > 0, got 0");
   CHECK_THROWS_WITH_FRAGMENT(chunk(x, 2, 2), IndexError, "[chunk] dim 2 is out of range");
   CHECK_THROWS_WITH_FRAGMENT(split(full({}, 1.0), 1), ShapeError, "[split] a zero-dimensional tensor");
+}
+
+TEST_CASE("unflatten splits one dim as torch.unflatten over random shapes, dims and factors, as a view") {
+  std::mt19937 rng(5);
+  auto between = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 60; ++trial) {
+    Shape sizes;
+    for (int64_t d = between(1, 4); d > 0; --d) sizes.push_back(between(1, 4));
+    const int64_t dim = between(0, static_cast<int64_t>(sizes.size()) - 1);
+    // The chosen dim grows by a random factor so that it has more to split.
+    sizes[dim] *= between(1, 6);
+    // Divisors > 1 until nothing is left, then maybe a 1 somewhere (always, for a size of 1).
+    Shape factors;
+    for (int64_t rest = sizes[dim]; rest > 1;) {
+      std::vector<int64_t> divisors;
+      for (int64_t f = 2; f <= rest; ++f) {
+        if (rest % f == 0) divisors.push_back(f);
+      }
+      factors.push_back(divisors[between(0, static_cast<int64_t>(divisors.size()) - 1)]);
+      rest /= factors.back();
+    }
+    if (factors.empty() || between(0, 2) == 0) {
+      factors.insert(factors.begin() + between(0, static_cast<int64_t>(factors.size())), 1);
+    }
+    Shape expected_sizes(sizes.begin(), sizes.begin() + dim);
+    expected_sizes.insert(expected_sizes.end(), factors.begin(), factors.end());
+    expected_sizes.insert(expected_sizes.end(), sizes.begin() + dim + 1, sizes.end());
+    Shape asked = factors;
+    if (between(0, 1) == 1) asked[between(0, static_cast<int64_t>(asked.size()) - 1)] = -1;
+    // A transposed x (when it has two dims to swap) has other strides; splitting one dim still views it.
+    Tensor x = arange(numel_of(sizes), kF64).view(sizes);
+    if (sizes.size() >= 2 && between(0, 1) == 1) x = x.transpose(0, 1).contiguous().transpose(0, 1);
+    const int64_t signed_dim = between(0, 1) == 1 ? dim - static_cast<int64_t>(sizes.size()) : dim;
+    CAPTURE(shape_str(sizes));
+    CAPTURE(dim);
+    CAPTURE(shape_str(asked));
+    const Tensor y = unflatten(x, signed_dim, asked);
+    REQUIRE(y.sizes() == expected_sizes);
+    CHECK(shares_storage(y, x));
+    CHECK(y.to_vector<double>() == x.contiguous().view(expected_sizes).to_vector<double>());
+    CHECK(y.flatten(dim, dim + static_cast<int64_t>(factors.size()) - 1).to_vector<double>() ==
+          x.to_vector<double>());
+  }
+}
+
+TEST_CASE("unflatten of a channels-last image, its gradient, and its errors") {
+  Generator gen(3);
+  const Tensor x = randn({2, 6, 3, 4}, kF64, &gen).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor y = unflatten(x, 1, {2, 3});
+  CHECK(y.sizes() == Shape{2, 2, 3, 3, 4});
+  CHECK(shares_storage(y, x));
+  CHECK(y.at({1, 1, 2, 0, 3}) == x.at({1, 5, 0, 3}));
+
+  const Tensor w = arange(12, kF64).view({3, 4}).requires_grad_(true);
+  sum(mul(unflatten(w, 1, {2, 2}), arange(12, kF64).view({3, 2, 2}))).backward();
+  CHECK(w.grad().to_vector<double>() == arange(12, kF64).to_vector<double>());
+
+  const Tensor z = zeros({2, 12});
+  CHECK_THROWS_WITH_FRAGMENT(unflatten(z, 1, {5, 2}), ShapeError,
+                             "[unflatten] sizes (5, 2) multiply to 10 but dim 1 of shape (2, 12) has 12");
+  CHECK_THROWS_WITH_FRAGMENT(unflatten(z, 1, {5, -1}), ShapeError,
+                             "[unflatten] dim 1 of shape (2, 12) has 12 elements, which sizes (5, -1) cannot split");
+  CHECK_THROWS_WITH_FRAGMENT(unflatten(z, 1, {-1, -1}), ValueError, "[unflatten] only one size may be -1");
+  CHECK_THROWS_WITH_FRAGMENT(unflatten(z, 1, {-2, -6}), ValueError, "sizes must be >= 0 or one -1, got (-2, -6)");
+  CHECK_THROWS_WITH_FRAGMENT(unflatten(z, 1, {}), ValueError, "[unflatten] sizes must name at least one dim");
+  CHECK_THROWS_WITH_FRAGMENT(unflatten(z, 2, {3, 4}), IndexError, "[unflatten] dim 2 is out of range");
+  CHECK_THROWS_WITH_FRAGMENT(unflatten(z, 1, {int64_t{1} << 40, int64_t{1} << 40}), ShapeError,
+                             "multiply past int64");
+  CHECK(unflatten(zeros({3, 0}), 1, {0, 5}).sizes() == Shape{3, 0, 5});
+  CHECK_THROWS_WITH_FRAGMENT(unflatten(zeros({3, 0}), 1, {0, -1}), ShapeError, "cannot split");
 }
 
 TEST_CASE("flip reverses the listed dims, copies, and sends the gradient back flipped") {
