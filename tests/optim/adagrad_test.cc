@@ -13,14 +13,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/optim/rule_steps.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
-
-const std::vector<double> kStart = {0.5, -1.25, 2.0, -0.75, 1.5, 0.0};
-
-double grad_of(double p, size_t i, int t) { return 0.5 * p + std::sin(1.7 * i + 0.9 * t); }
 
 const optim::AdagradOptions kCases[] = {
     {.lr = 0.1},
@@ -40,7 +37,7 @@ std::vector<double> adagrad_by_hand(const optim::AdagradOptions& o, std::vector<
   for (int t = 1; t <= steps; ++t) {
     const double lr = o.lr / (1.0 + (t - 1) * o.lr_decay);
     for (size_t i = 0; i < p.size(); ++i) {
-      double g = grad_of(p[i], i, t - 1);
+      double g = testing::rule_grad(p[i], i, t - 1);
       if (o.maximize) g = -g;
       g += o.weight_decay * p[i];
       sum[i] += g * g;
@@ -50,17 +47,11 @@ std::vector<double> adagrad_by_hand(const optim::AdagradOptions& o, std::vector<
   return p;
 }
 
-void set_grad_from(Tensor& p, int t) {
-  std::vector<double> values = p.to_vector<double>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = grad_of(values[i], i, t);
-  p.set_grad(tensor(values, p.sizes(), {.dtype = p.dtype()}));
-}
-
 Tensor run_adagrad(const optim::AdagradOptions& o, DType dtype, int steps) {
-  Tensor p = tensor(kStart, {3, 2}, {.dtype = dtype, .requires_grad = true});
+  Tensor p = tensor(testing::kRuleStart, {3, 2}, {.dtype = dtype, .requires_grad = true});
   optim::Adagrad opt({p}, o);
   for (int t = 0; t < steps; ++t) {
-    set_grad_from(p, t);
+    testing::set_rule_grad(p, t);
     opt.step();
   }
   return p;
@@ -70,7 +61,7 @@ TEST_CASE("Adagrad follows the rule by hand for 7 float64 steps") {
   for (const optim::AdagradOptions& o : kCases) {
     INFO(name_of(o));
     Tensor p = run_adagrad(o, DType::Float64, 7);
-    CHECK_CLOSE(p, tensor(adagrad_by_hand(o, kStart, 7), {3, 2}, {.dtype = DType::Float64}), 1e-12, 1e-14);
+    CHECK_CLOSE(p, tensor(adagrad_by_hand(o, testing::kRuleStart, 7), {3, 2}, {.dtype = DType::Float64}), 1e-12, 1e-14);
   }
 }
 
@@ -78,7 +69,7 @@ TEST_CASE("Adagrad in float32 stays within float32 rounding of the float64 rule"
   for (const optim::AdagradOptions& o : kCases) {
     INFO(name_of(o));
     Tensor p = run_adagrad(o, DType::Float32, 7);
-    CHECK_CLOSE(p, tensor(adagrad_by_hand(o, kStart, 7), {3, 2}, {.dtype = DType::Float32}), 1e-5, 1e-6);
+    CHECK_CLOSE(p, tensor(adagrad_by_hand(o, testing::kRuleStart, 7), {3, 2}, {.dtype = DType::Float32}), 1e-5, 1e-6);
   }
 }
 
@@ -124,7 +115,7 @@ TEST_CASE("Adagrad's defaults are torch's") {
 TEST_CASE("Adagrad refuses a negative sum in a loaded state, and changes nothing") {
   Tensor p = zeros({3}, {.requires_grad = true});
   optim::Adagrad opt({p});
-  set_grad_from(p, 0);
+  testing::set_rule_grad(p, 0);
   opt.step();
   StateDict state = opt.state_dict();
   const std::vector<float> before = opt.state(0)->buffers[0].second.to_vector<float>();

@@ -12,14 +12,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/optim/rule_steps.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
-
-const std::vector<double> kStart = {0.5, -1.25, 2.0, -0.75, 1.5, 0.0};
-
-double grad_of(double p, size_t i, int t) { return 0.5 * p + std::sin(1.7 * i + 0.9 * t); }
 
 struct AdamCase {
   const char* name;
@@ -44,7 +41,7 @@ std::vector<double> adam_by_hand(const AdamCase& c, std::vector<double> p, int s
   std::vector<double> m(p.size()), v(p.size()), v_max(p.size());
   for (int t = 1; t <= steps; ++t) {
     for (size_t i = 0; i < p.size(); ++i) {
-      double g = grad_of(p[i], i, t - 1);
+      double g = testing::rule_grad(p[i], i, t - 1);
       if (c.maximize) g = -g;
       if (c.decoupled) {
         p[i] *= 1.0 - c.lr * c.weight_decay;
@@ -62,14 +59,8 @@ std::vector<double> adam_by_hand(const AdamCase& c, std::vector<double> p, int s
   return p;
 }
 
-void set_grad_from(Tensor& p, int t) {
-  std::vector<double> values = p.to_vector<double>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = grad_of(values[i], i, t);
-  p.set_grad(tensor(values, p.sizes(), {.dtype = p.dtype()}));
-}
-
 Tensor run_adam(const AdamCase& c, DType dtype, int steps) {
-  Tensor p = tensor(kStart, {3, 2}, {.dtype = dtype, .requires_grad = true});
+  Tensor p = tensor(testing::kRuleStart, {3, 2}, {.dtype = dtype, .requires_grad = true});
   optim::AdamOptions o{.lr = c.lr,
                        .betas = {c.beta1, c.beta2},
                        .eps = c.eps,
@@ -89,7 +80,7 @@ Tensor run_adam(const AdamCase& c, DType dtype, int steps) {
     opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, o);
   }
   for (int t = 0; t < steps; ++t) {
-    set_grad_from(p, t);
+    testing::set_rule_grad(p, t);
     opt->step();
   }
   return p;
@@ -99,7 +90,7 @@ TEST_CASE("Adam and AdamW follow the algorithm by hand for 7 float64 steps") {
   for (const AdamCase& c : kCases) {
     INFO(c.name);
     Tensor p = run_adam(c, DType::Float64, 7);
-    CHECK_CLOSE(p, tensor(adam_by_hand(c, kStart, 7), {3, 2}, {.dtype = DType::Float64}), 1e-12,
+    CHECK_CLOSE(p, tensor(adam_by_hand(c, testing::kRuleStart, 7), {3, 2}, {.dtype = DType::Float64}), 1e-12,
                 1e-14);
   }
 }
@@ -108,7 +99,7 @@ TEST_CASE("Adam and AdamW in float32 stay within float32 rounding of the float64
   for (const AdamCase& c : kCases) {
     INFO(c.name);
     Tensor p = run_adam(c, DType::Float32, 7);
-    CHECK_CLOSE(p, tensor(adam_by_hand(c, kStart, 7), {3, 2}, {.dtype = DType::Float32}), 1e-5,
+    CHECK_CLOSE(p, tensor(adam_by_hand(c, testing::kRuleStart, 7), {3, 2}, {.dtype = DType::Float32}), 1e-5,
                 1e-6);
   }
 }

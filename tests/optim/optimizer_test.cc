@@ -23,6 +23,7 @@
 #include "optim/adam.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
+#include "tests/optim/rule_steps.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -30,14 +31,8 @@ namespace {
 
 const TensorOptions kF64 = {.dtype = DType::Float64};
 
-double grad_of(double p, size_t i, int t) { return 0.5 * p + std::sin(1.7 * i + 0.9 * t); }
-
 void set_grads(const std::vector<Tensor>& params, int t) {
-  for (Tensor p : params) {
-    std::vector<double> values = p.to_vector<double>();
-    for (size_t i = 0; i < values.size(); ++i) values[i] = grad_of(values[i], i, t);
-    p.set_grad(tensor(values, p.sizes(), {.dtype = p.dtype()}));
-  }
+  for (Tensor p : params) testing::set_rule_grad(p, t);
 }
 
 std::vector<std::string> names_of(const StateDict& state) {

@@ -13,14 +13,11 @@
 
 #include "core/error.h"
 #include "optim/sgd.h"
+#include "tests/optim/rule_steps.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
-
-const std::vector<double> kStart = {0.5, -1.25, 2.0, -0.75, 1.5, 0.0};
-
-double grad_of(double p, size_t i, int t) { return 0.5 * p + std::sin(1.7 * i + 0.9 * t); }
 
 const optim::RmspropOptions kCases[] = {
     {.lr = 0.01},
@@ -42,7 +39,7 @@ std::vector<double> rmsprop_by_hand(const optim::RmspropOptions& o, std::vector<
   std::vector<double> v(p.size()), mean(p.size()), b(p.size());
   for (int t = 0; t < steps; ++t) {
     for (size_t i = 0; i < p.size(); ++i) {
-      double g = grad_of(p[i], i, t);
+      double g = testing::rule_grad(p[i], i, t);
       if (o.maximize) g = -g;
       g += o.weight_decay * p[i];
       v[i] = o.alpha * v[i] + (1.0 - o.alpha) * g * g;
@@ -55,17 +52,11 @@ std::vector<double> rmsprop_by_hand(const optim::RmspropOptions& o, std::vector<
   return p;
 }
 
-void set_grad_from(Tensor& p, int t) {
-  std::vector<double> values = p.to_vector<double>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = grad_of(values[i], i, t);
-  p.set_grad(tensor(values, p.sizes(), {.dtype = p.dtype()}));
-}
-
 Tensor run_rmsprop(const optim::RmspropOptions& o, DType dtype, int steps) {
-  Tensor p = tensor(kStart, {3, 2}, {.dtype = dtype, .requires_grad = true});
+  Tensor p = tensor(testing::kRuleStart, {3, 2}, {.dtype = dtype, .requires_grad = true});
   optim::RMSprop opt({p}, o);
   for (int t = 0; t < steps; ++t) {
-    set_grad_from(p, t);
+    testing::set_rule_grad(p, t);
     opt.step();
   }
   return p;
@@ -75,7 +66,7 @@ TEST_CASE("RMSprop follows the rule by hand for 7 float64 steps") {
   for (const optim::RmspropOptions& o : kCases) {
     INFO(name_of(o));
     Tensor p = run_rmsprop(o, DType::Float64, 7);
-    CHECK_CLOSE(p, tensor(rmsprop_by_hand(o, kStart, 7), {3, 2}, {.dtype = DType::Float64}), 1e-12, 1e-14);
+    CHECK_CLOSE(p, tensor(rmsprop_by_hand(o, testing::kRuleStart, 7), {3, 2}, {.dtype = DType::Float64}), 1e-12, 1e-14);
   }
 }
 
@@ -83,7 +74,7 @@ TEST_CASE("RMSprop in float32 stays within float32 rounding of the float64 rule"
   for (const optim::RmspropOptions& o : kCases) {
     INFO(name_of(o));
     Tensor p = run_rmsprop(o, DType::Float32, 7);
-    CHECK_CLOSE(p, tensor(rmsprop_by_hand(o, kStart, 7), {3, 2}, {.dtype = DType::Float32}), 1e-5, 1e-6);
+    CHECK_CLOSE(p, tensor(rmsprop_by_hand(o, testing::kRuleStart, 7), {3, 2}, {.dtype = DType::Float32}), 1e-5, 1e-6);
   }
 }
 
@@ -91,7 +82,7 @@ TEST_CASE("RMSprop keeps only the buffers its options use, with torch's names") 
   auto buffer_names = [](const optim::RmspropOptions& o) {
     Tensor p = zeros({4}, {.requires_grad = true});
     optim::RMSprop opt({p}, o);
-    set_grad_from(p, 0);
+    testing::set_rule_grad(p, 0);
     opt.step();
     std::vector<std::string> names;
     for (const auto& [name, value] : opt.state(0)->buffers) names.push_back(name);
@@ -106,8 +97,8 @@ TEST_CASE("RMSprop keeps only the buffers its options use, with torch's names") 
 }
 
 TEST_CASE("each RMSprop group follows its own hyper-parameters; the defaults are torch's") {
-  Tensor a = tensor(kStart, {3, 2}, {.dtype = DType::Float64, .requires_grad = true});
-  Tensor b = tensor(kStart, {3, 2}, {.dtype = DType::Float64, .requires_grad = true});
+  Tensor a = tensor(testing::kRuleStart, {3, 2}, {.dtype = DType::Float64, .requires_grad = true});
+  Tensor b = tensor(testing::kRuleStart, {3, 2}, {.dtype = DType::Float64, .requires_grad = true});
   const optim::RmspropOptions head{.lr = 0.03, .alpha = 0.9, .momentum = 0.5, .centered = true};
   optim::RMSprop opt(std::vector<optim::ParamGroup>{{.params = {a}},
                                                     {.params = {b},
@@ -116,12 +107,13 @@ TEST_CASE("each RMSprop group follows its own hyper-parameters; the defaults are
                                                      .alpha = head.alpha,
                                                      .centered = head.centered}});
   for (int t = 0; t < 5; ++t) {
-    set_grad_from(a, t);
-    set_grad_from(b, t);
+    testing::set_rule_grad(a, t);
+    testing::set_rule_grad(b, t);
     opt.step();
   }
-  CHECK_CLOSE(a, tensor(rmsprop_by_hand({}, kStart, 5), {3, 2}, {.dtype = DType::Float64}), 1e-12, 1e-14);
-  CHECK_CLOSE(b, tensor(rmsprop_by_hand(head, kStart, 5), {3, 2}, {.dtype = DType::Float64}), 1e-12, 1e-14);
+  CHECK_CLOSE(a, tensor(rmsprop_by_hand({}, testing::kRuleStart, 5), {3, 2}, {.dtype = DType::Float64}), 1e-12, 1e-14);
+  CHECK_CLOSE(b, tensor(rmsprop_by_hand(head, testing::kRuleStart, 5), {3, 2}, {.dtype = DType::Float64}), 1e-12,
+              1e-14);
   const optim::ParamGroup& defaults = opt.param_groups()[0];
   CHECK(*defaults.lr == 0.01);
   CHECK(*defaults.alpha == 0.99);
@@ -136,7 +128,7 @@ TEST_CASE("each RMSprop group follows its own hyper-parameters; the defaults are
 TEST_CASE("RMSprop refuses a negative mean square in a loaded state, and changes nothing") {
   Tensor p = zeros({3}, {.requires_grad = true});
   optim::RMSprop opt({p});
-  set_grad_from(p, 0);
+  testing::set_rule_grad(p, 0);
   opt.step();
   StateDict state = opt.state_dict();
   const std::vector<float> before = opt.state(0)->buffers[0].second.to_vector<float>();

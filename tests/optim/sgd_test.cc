@@ -13,16 +13,11 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/ops/elementwise.h"
+#include "tests/optim/rule_steps.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
-
-const std::vector<double> kStart = {0.5, -1.25, 2.0, -0.75, 1.5, 0.0};
-
-// The gradient at step t of element i, given its current value: a pull
-// towards zero plus a step-dependent push, so every term of the rule matters.
-double grad_of(double p, size_t i, int t) { return 0.5 * p + std::sin(1.7 * i + 0.9 * t); }
 
 struct SgdCase {
   const char* name;
@@ -45,7 +40,7 @@ std::vector<double> sgd_by_hand(const SgdCase& c, std::vector<double> p, int ste
   std::vector<double> buf(p.size());
   for (int t = 0; t < steps; ++t) {
     for (size_t i = 0; i < p.size(); ++i) {
-      double g = grad_of(p[i], i, t);
+      double g = testing::rule_grad(p[i], i, t);
       if (c.maximize) g = -g;
       g += c.weight_decay * p[i];
       if (c.momentum != 0.0) {
@@ -58,14 +53,8 @@ std::vector<double> sgd_by_hand(const SgdCase& c, std::vector<double> p, int ste
   return p;
 }
 
-void set_grad_from(Tensor& p, int t) {
-  std::vector<double> values = p.to_vector<double>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = grad_of(values[i], i, t);
-  p.set_grad(tensor(values, p.sizes(), {.dtype = p.dtype()}));
-}
-
 Tensor run_sgd(const SgdCase& c, DType dtype, int steps) {
-  Tensor p = tensor(kStart, {2, 3}, {.dtype = dtype, .requires_grad = true});
+  Tensor p = tensor(testing::kRuleStart, {2, 3}, {.dtype = dtype, .requires_grad = true});
   optim::SGD opt({p}, {.lr = c.lr,
                        .momentum = c.momentum,
                        .dampening = c.dampening,
@@ -73,7 +62,7 @@ Tensor run_sgd(const SgdCase& c, DType dtype, int steps) {
                        .weight_decay = c.weight_decay,
                        .maximize = c.maximize});
   for (int t = 0; t < steps; ++t) {
-    set_grad_from(p, t);
+    testing::set_rule_grad(p, t);
     opt.step();
   }
   return p;
@@ -83,7 +72,7 @@ TEST_CASE("SGD follows torch.optim.SGD's rule for 7 float64 steps") {
   for (const SgdCase& c : kCases) {
     INFO(c.name);
     Tensor p = run_sgd(c, DType::Float64, 7);
-    CHECK_CLOSE(p, tensor(sgd_by_hand(c, kStart, 7), {2, 3}, {.dtype = DType::Float64}), 1e-13,
+    CHECK_CLOSE(p, tensor(sgd_by_hand(c, testing::kRuleStart, 7), {2, 3}, {.dtype = DType::Float64}), 1e-13,
                 1e-15);
   }
 }
@@ -93,7 +82,7 @@ TEST_CASE("SGD in float32 stays within float32 rounding of the float64 rule") {
     INFO(c.name);
     Tensor p = run_sgd(c, DType::Float32, 7);
     CHECK(p.dtype() == DType::Float32);
-    CHECK_CLOSE(p, tensor(sgd_by_hand(c, kStart, 7), {2, 3}, {.dtype = DType::Float32}), 1e-5,
+    CHECK_CLOSE(p, tensor(sgd_by_hand(c, testing::kRuleStart, 7), {2, 3}, {.dtype = DType::Float32}), 1e-5,
                 1e-6);
   }
 }
