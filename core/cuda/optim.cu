@@ -7,6 +7,10 @@
 // GPU then rounds exactly as the CPU does.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <variant>
 
 #include "core/cuda/geometry.cuh"
 #include "core/cuda/optim_kernels.h"
@@ -256,29 +260,25 @@ struct AdagradUpdate {
   }
 };
 
+// The update of each alternative of UpdateScalars, in the variant's order: a
+// new optimizer adds its Update here and one LOOM_UPDATE_LAUNCHERS line below.
+template <class T>
+using Updates = std::tuple<SgdUpdate<T>, AdamUpdate<T>, RmspropUpdate<T>, AdagradUpdate<T>>;
+static_assert(std::tuple_size_v<Updates<float>> == std::variant_size_v<UpdateScalars>,
+              "one Update per alternative of UpdateScalars");
+
+template <class Scalars, size_t I = 0>
+constexpr size_t alternative_index() {
+  if constexpr (std::is_same_v<std::variant_alternative_t<I, UpdateScalars>, Scalars>) {
+    return I;
+  } else {
+    return alternative_index<Scalars, I + 1>();
+  }
+}
+
 // Which update a type of scalars runs.
-template <class Scalars>
-struct UpdateOf;
-template <>
-struct UpdateOf<SgdScalars> {
-  template <class T>
-  using type = SgdUpdate<T>;
-};
-template <>
-struct UpdateOf<AdamScalars> {
-  template <class T>
-  using type = AdamUpdate<T>;
-};
-template <>
-struct UpdateOf<RmspropScalars> {
-  template <class T>
-  using type = RmspropUpdate<T>;
-};
-template <>
-struct UpdateOf<AdagradScalars> {
-  template <class T>
-  using type = AdagradUpdate<T>;
-};
+template <class Scalars, class T>
+using UpdateOf = std::tuple_element_t<alternative_index<Scalars>(), Updates<T>>;
 
 template <class T>
 struct ScaleUpdate {
@@ -341,8 +341,9 @@ cudaError_t launch_update(const TensorSlot* slots, int num_slots, int64_t num_ch
                           const Scalars* scalars, const float* skip_unless_finite,
                           cudaStream_t stream) {
   return visit_float(dtype, [&]<class T>() {
-    return launch_update_kernel<typename UpdateOf<Scalars>::template type<T>>(
-        slots, num_slots, num_chunks, scalars, skip_unless_finite, stream);
+    using Update = UpdateOf<Scalars, T>;
+    static_assert(std::is_constructible_v<Update, const Scalars&>, "Updates is out of the variant's order");
+    return launch_update_kernel<Update>(slots, num_slots, num_chunks, scalars, skip_unless_finite, stream);
   });
 }
 
