@@ -10,6 +10,7 @@
 #include "layers/container.h"
 #include "layers/conv.h"
 #include "layers/conv_transpose.h"
+#include "layers/distance.h"
 #include "layers/dropout.h"
 #include "layers/embedding.h"
 #include "layers/flatten.h"

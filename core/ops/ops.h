@@ -10,6 +10,7 @@
 #include "core/ops/compare.h"
 #include "core/ops/conv.h"
 #include "core/ops/conv_transpose.h"
+#include "core/ops/distance.h"
 #include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"

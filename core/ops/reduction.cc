@@ -5,6 +5,7 @@
 #include "core/ops/reduction.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/autograd.h"
@@ -36,6 +37,18 @@ Shape kept_sizes(const Tensor& x, const Shape& dims, std::string_view op) {
     if (x.dim() > 0) keep[d] = 1;
   }
   return keep;
+}
+
+// `x`'s sizes without the dims in `dims` (the shape of a reduction without keepdim).
+Shape reduced_sizes(const Tensor& x, const Shape& dims, std::string_view op) {
+  if (x.dim() == 0) return {};
+  std::vector<bool> reduced(x.dim(), false);
+  for (int64_t dim : dims) reduced[normalize_dim(dim, x.dim(), op)] = true;
+  Shape sizes;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!reduced[d]) sizes.push_back(x.size(d));
+  }
+  return sizes;
 }
 
 Shape all_dims(const Tensor& x) {
@@ -244,6 +257,63 @@ Tensor logsumexp(const Tensor& x, const Shape& dims_in, bool keepdim) {
   shift = masked_fill(shift, abs(shift) == std::numeric_limits<double>::infinity(), 0.0);
   const Tensor total = sum(exp(x - shift), dims, keepdim);
   return log(total) + shift.reshape(total.sizes());
+}
+
+namespace {
+
+// The norm's value over `dims` (kept as size 1), computed without a gradient.
+Tensor norm_value(const Tensor& x, double ord, const Shape& dims) {
+  NoGradGuard no_grad;
+  if (ord == 0.0) return sum(ne(x, 0.0), dims, true).to(x.dtype());
+  const Tensor a = abs(x);
+  if (std::isinf(ord)) {
+    Tensor m = a;
+    for (int64_t d : dims) m = ord > 0 ? max(m, d, true).values : min(m, d, true).values;
+    return m;
+  }
+  if (ord == 1.0) return sum(a, dims, true);
+  if (ord == 2.0) return sqrt(sum(x * x, dims, true));
+  return pow(sum(pow(a, ord), dims, true), 1.0 / ord);
+}
+
+// d norm / dx times dy (both kept as size 1 over `dims`), as PyTorch's
+// linalg_vector_norm_backward.
+Tensor norm_backward(const Tensor& x, const Tensor& norm, const Tensor& dy, double ord, const Shape& dims) {
+  if (ord == 0.0) return zeros_like(x);
+  if (ord == 1.0) return mul(sign(x), dy);
+  if (std::isinf(ord)) {
+    const Tensor a = abs(x);
+    const Tensor at_norm = logical_or(eq(a, norm), isnan(a)).to(x.dtype());
+    return mul(sign(x), mul(at_norm, div(dy, sum(at_norm, dims, true))));
+  }
+  const Tensor scale = masked_fill(div(dy, ord == 2.0 ? norm : pow(norm, ord - 1.0)), eq(norm, 0.0), 0.0);
+  if (ord == 2.0) return mul(x, scale);
+  const Tensor scaled = masked_fill(mul(sign(x), pow(abs(x), ord - 1.0)), eq(x, 0.0), 0.0);
+  return mul(scaled, scale);
+}
+
+}  // namespace
+
+Tensor vector_norm(const Tensor& x, double ord, const Shape& dims_in, bool keepdim) {
+  check_input(x, "vector_norm");
+  LOOM_CHECK(ord >= 0.0 || ord == -std::numeric_limits<double>::infinity(), ValueError,
+             "[vector_norm] ord must be >= 0, inf or -inf, got {}", ord);
+  const Shape dims = dims_or_all(x, dims_in);
+  const Shape keep = kept_sizes(x, dims, "vector_norm");
+  if (std::isinf(ord)) {
+    LOOM_CHECK(x.numel() > 0, ValueError,
+               "[vector_norm] ord {} of an empty reduction (x of shape {} over dims {}) has no value; "
+               "reduce over non-empty dims or use a finite ord",
+               ord, shape_str(x.sizes()), shape_str(dims));
+  }
+  const Tensor norm = norm_value(x, ord, dims);
+  Tensor result = keepdim ? norm : norm.view(reduced_sizes(x, dims, "vector_norm"));
+  if (needs_grad({x})) {
+    record("vector_norm", {x}, result, [x, norm, ord, dims, keep](const Tensor& dy) {
+      return std::vector<Tensor>{norm_backward(x, norm, dy.reshape(keep), ord, dims)};
+    }, {x});
+  }
+  return result;
 }
 
 namespace {

@@ -77,6 +77,16 @@ Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::n
 Tensor prod(const Tensor& x, std::optional<DType> dtype = std::nullopt);
 Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
 
+// The vector norm of x over `dims` (every dim when empty), as
+// torch.linalg.vector_norm: ord 2 (sqrt of the sum of squares), 1, any p > 0
+// ((sum |x|^p)^(1/p)), inf and -inf (the largest and smallest |x|) and 0 (the
+// count of nonzero elements, with no gradient). Floating x; the result has
+// x's dtype. The gradient is PyTorch's: 0 where the norm is 0 (and, for
+// p < 1, at zero elements); at inf and -inf split evenly among the elements
+// at the norm. inf and -inf refuse an empty reduction; the others give 0.
+//   Tensor lengths = vector_norm(embeddings, 2.0, {-1});  // (N, D) -> (N)
+Tensor vector_norm(const Tensor& x, double ord = 2.0, const Shape& dims = {}, bool keepdim = false);
+
 // Sums `x` down to `sizes` over broadcast dims (the backward of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& sizes);
 

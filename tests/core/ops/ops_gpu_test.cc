@@ -140,6 +140,45 @@ LOOM_GPU_TEST_CASE("reductions match the CPU on the GPU") {
   }
 }
 
+LOOM_GPU_TEST_CASE("vector_norm, cosine_similarity and pairwise_distance match the CPU on random configs") {
+  Generator gen(59);
+  const double kOrds[] = {0.0, 0.5, 1.0, 2.0, 3.0, INFINITY, -INFINITY};
+  for (int trial = 0; trial < 24; ++trial) {
+    const MemoryFormat f = kLayouts[trial % 2];
+    const double ord = kOrds[trial % 7];
+    Shape dims;  // a random subset of the four dims; empty means all of them
+    for (int64_t d = 0; d < 4; ++d) {
+      if (rand({1}, {}, &gen).item() < 0.5) dims.push_back(rand({1}, {}, &gen).item() < 0.5 ? d : d - 4);
+    }
+    const bool keepdim = trial % 3 == 0;
+    Tensor x = leaf({2 + trial % 3, 5, 3, 4}, gen);
+    CAPTURE(ord);
+    CAPTURE(shape_str(dims));
+    check_parity("vector_norm", [&](auto& in) { return vector_norm(in[0], ord, dims, keepdim); }, {x}, f, kSummed,
+                 gen);
+  }
+  for (MemoryFormat f : kLayouts) {
+    Tensor a = leaf({3, 8, 4, 5}, gen), b = leaf({3, 8, 4, 5}, gen), row = leaf({1, 8, 1, 5}, gen);
+    check_parity("cosine_similarity(dim 1)", [](auto& in) { return cosine_similarity(in[0], in[1]); }, {a, b}, f,
+                 kSummed, gen);
+    check_parity("cosine_similarity(broadcast)", [](auto& in) { return cosine_similarity(in[0], in[1], -1); },
+                 {a, row}, f, kSummed, gen);
+    check_parity("pairwise_distance", [](auto& in) { return pairwise_distance(in[0], in[1]); }, {a, b}, f, kSummed,
+                 gen);
+    check_parity("pairwise_distance(p 1)", [](auto& in) { return pairwise_distance(in[0], in[1], 1.0); }, {a, row},
+                 f, kSummed, gen);
+  }
+  // bf16 operands (exact in bf16 on both sides) against float32 on the CPU.
+  const Tensor a32 = randn({16, 64}, {}, &gen).to(DType::BFloat16).to(DType::Float32);
+  const Tensor b32 = randn({16, 64}, {}, &gen).to(DType::BFloat16).to(DType::Float32);
+  const Tensor a16 = a32.to(testing::test_gpu()).to(DType::BFloat16);
+  const Tensor b16 = b32.to(testing::test_gpu()).to(DType::BFloat16);
+  const Tensor s16 = cosine_similarity(a16, b16);
+  CHECK(s16.dtype() == DType::BFloat16);
+  CHECK(normalized_error(s16.to(DType::Float32).cpu(), cosine_similarity(a32, b32)) <= 3e-2);
+  CHECK(normalized_error(vector_norm(a16, 2.0, {1}).to(DType::Float32).cpu(), vector_norm(a32, 2.0, {1})) <= 3e-2);
+}
+
 LOOM_GPU_TEST_CASE("conv2d, linear and matmul match the CPU on the GPU") {
   Generator gen(53);
   struct ConvCase {

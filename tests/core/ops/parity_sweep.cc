@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -36,7 +37,7 @@ constexpr Op kOps[] = {
     Op::Chain,      Op::Interpolate,  Op::Pad,       Op::Abs,                 Op::Cat,
     Op::Dropout2d,  Op::Mask,         Op::GroupNorm, Op::InstanceNorm,        Op::Losses,
     Op::Statistics, Op::Extremum,     Op::Flip,      Op::Sort,                Op::Cumsum,
-    Op::Triangle,   Op::Scatter,      Op::Math,      Op::Conv1d};
+    Op::Triangle,   Op::Scatter,      Op::Math,      Op::Conv1d,              Op::Distance};
 
 class Draw {
  public:
@@ -335,6 +336,22 @@ void draw_op(Draw& d, Case& c) {
       draw_image(d, c, 16);
       v["fn"] = d.between(0, 8);
       break;
+    case Op::Distance:
+      draw_image(d, c, 16);
+      v["kind"] = d.between(0, 2);  // vector_norm, cosine_similarity, pairwise_distance
+      v["ord"] = d.between(0, 6);   // kDistanceOrds
+      v["dims_mask"] = d.between(0, 15);  // vector_norm: bit k reduces dim k; none: every dim
+      // cosine_similarity along C or W, both operands' full extents, of 2 or
+      // more: along one element the similarity is the constant +-1, whose
+      // zero gradient is a difference of large terms in float32.
+      v["dim"] = d.pick<int64_t>({1, 3, -3, -1});
+      {
+        int64_t& extent = v[(v["dim"] + 4) % 4 == 1 ? "C" : "W"];
+        extent = std::max<int64_t>(extent, 2);
+      }
+      v["keepdim"] = d.coin();
+      v["broadcast"] = d.coin();  // w is (1, C, 1, W) rather than x's shape
+      break;
     case Op::Chain:
       v["N"] = d.between(2, 16), v["C"] = d.between(1, 4), v["K"] = d.between(1, 32);
       v["R"] = d.pick<int64_t>({1, 3, 5});
@@ -469,6 +486,7 @@ Operands make_operands(const Case& c) {
       add_t("x", c.at("stat") <= 1 ? add(normal(image(), gen), 4.0) : mul(normal(image(), gen), 3.0));
       break;
     case Op::Extremum:
+    case Op::Distance:
       add_t("x", normal(image(), gen));
       add_t("w", normal(c.at("broadcast") ? Shape{1, c.at("C"), 1, c.at("W")} : image(), gen));
       break;
@@ -711,6 +729,26 @@ Tensor math_row(const Case& c, const Tensor& x) {
   }
 }
 
+// vector_norm's ords in the sweep: 0 (a count), p < 1, the common p, and the extremes.
+constexpr double kDistanceOrds[] = {0.0, 0.5, 1.0, 2.0, 3.0, std::numeric_limits<double>::infinity(),
+                                    -std::numeric_limits<double>::infinity()};
+
+Tensor distance_of(const Case& c, const Tensor& x, const Tensor& w) {
+  const double ord = kDistanceOrds[c.at("ord")];
+  const bool keepdim = c.at("keepdim") != 0;
+  switch (c.at("kind")) {
+    case 0: {
+      Shape dims;
+      for (int64_t k = 0; k < 4; ++k) {
+        if (c.at("dims_mask") & (1 << k)) dims.push_back(k);
+      }
+      return vector_norm(x, ord, dims, keepdim);
+    }
+    case 1: return cosine_similarity(x, w, c.at("dim"));
+    default: return pairwise_distance(x, w, ord, 1e-6, keepdim);
+  }
+}
+
 // The ops after Op::Chain: issue 32's, the norms' and the composites'.
 Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
                     const std::function<Tensor(const Tensor&)>& operand) {
@@ -735,6 +773,7 @@ Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
     case Op::Triangle: return waves_triangle(c, x);
     case Op::Scatter: return scattered(c, t);
     case Op::Math: return math_row(c, x);
+    case Op::Distance: return distance_of(c, x, t.at("w"));
     default: break;
   }
   throw ValueError(fmt::format("[parity_sweep] {} is not one of the ops after Op::Chain", op_name(c.op)));
@@ -1014,6 +1053,7 @@ const char* op_name(Op op) {
     case Op::Triangle: return "sin / cos, tril / triu, repeat";
     case Op::Scatter: return "scatter_add / scatter / index_add / gather / masked_select";
     case Op::Math: return "log1p / expm1 / log2 / log10 / tan / atan / erf / rsqrt / sign";
+    case Op::Distance: return "vector_norm / cosine_similarity / pairwise_distance";
   }
   return "?";
 }

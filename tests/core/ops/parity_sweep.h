@@ -45,6 +45,9 @@ enum class Op {
   // conv1d on (N, C, L), NCL or length-major, then max, average, adaptive
   // average or adaptive max pooling along L, or none.
   Conv1d,
+  // vector_norm over random dims and ords, cosine_similarity along a random
+  // dim, pairwise_distance; the second operand may broadcast.
+  Distance,
 };
 const char* op_name(Op op);
 
