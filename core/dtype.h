@@ -46,6 +46,13 @@ template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::UInt8; }
 template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
 
+// Whether T is the C++ type of a DType (dtype_of<T> is defined).
+template <class T>
+inline constexpr bool has_dtype =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
+    std::is_same_v<T, BFloat16> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
+    std::is_same_v<T, uint8_t> || std::is_same_v<T, bool>;
+
 // Calls fn.template operator()<T>() with T the C++ type of `dtype`:
 //   visit_dtype(t.dtype(), [&]<class T>() { ... });
 template <class Fn>
