@@ -19,6 +19,7 @@ using loom::binary_cross_entropy;
 using loom::binary_cross_entropy_with_logits;
 using loom::conv1d;
 using loom::conv2d;
+using loom::cosine_embedding_loss;
 using loom::cosine_similarity;
 using loom::cross_entropy;
 using loom::dropout;
@@ -55,5 +56,6 @@ using loom::smooth_l1_loss;
 using loom::softmax;
 using loom::softplus;
 using loom::tanh;
+using loom::triplet_margin_loss;
 
 }  // namespace loom::nn::functional

@@ -56,4 +56,16 @@ Tensor KLDivLoss::operator()(const Tensor& input, const Tensor& target) const {
   return kl_div(input, target, options_);
 }
 
+TripletMarginLoss::TripletMarginLoss(TripletMarginOptions options) : options_(options) {
+  LOOM_CHECK(options_.margin > 0, ValueError, "[TripletMarginLoss] margin must be > 0, got {}", options_.margin);
+}
+
+Tensor TripletMarginLoss::operator()(const Tensor& anchor, const Tensor& positive, const Tensor& negative) const {
+  return triplet_margin_loss(anchor, positive, negative, options_);
+}
+
+Tensor CosineEmbeddingLoss::operator()(const Tensor& x1, const Tensor& x2, const Tensor& target) const {
+  return cosine_embedding_loss(x1, x2, target, options_);
+}
+
 }  // namespace loom::nn

@@ -1,6 +1,7 @@
 // File: layers/loss.h
 // Losses as callable objects, as torch.nn's CrossEntropyLoss, NLLLoss, MSELoss,
-// L1Loss, SmoothL1Loss, HuberLoss, BCEWithLogitsLoss, BCELoss and KLDivLoss; the options are the
+// L1Loss, SmoothL1Loss, HuberLoss, BCEWithLogitsLoss, BCELoss, KLDivLoss, TripletMarginLoss and
+// CosineEmbeddingLoss; the options are the
 // functional ones (core/ops/loss.h), checked when the object is made.
 //
 // N batch, C classes.
@@ -118,6 +119,30 @@ class KLDivLoss {
 
  private:
   KlDivOptions options_;
+};
+
+//   nn::TripletMarginLoss criterion({.margin = 0.2});  criterion(embed(a), embed(p), embed(n));
+class TripletMarginLoss {
+ public:
+  explicit TripletMarginLoss(TripletMarginOptions options = {});  // checks margin > 0, as PyTorch's
+  // anchor, positive and negative embeddings (N, D) or one (D) sample each.
+  Tensor operator()(const Tensor& anchor, const Tensor& positive, const Tensor& negative) const;
+  const TripletMarginOptions& options() const { return options_; }
+
+ private:
+  TripletMarginOptions options_;
+};
+
+//   nn::CosineEmbeddingLoss criterion({.margin = 0.1});  criterion(a, b, target);  // target +-1
+class CosineEmbeddingLoss {
+ public:
+  explicit CosineEmbeddingLoss(CosineEmbeddingOptions options = {}) : options_(options) {}
+  // x1 and x2 (N, D) with target (N) of 1 (similar) and -1 (dissimilar), or (D) with a 0-D target.
+  Tensor operator()(const Tensor& x1, const Tensor& x2, const Tensor& target) const;
+  const CosineEmbeddingOptions& options() const { return options_; }
+
+ private:
+  CosineEmbeddingOptions options_;
 };
 
 }  // namespace loom::nn

@@ -23,6 +23,7 @@
 #include "core/ops/activation.h"
 #include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/distance.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduction.h"
 #include "core/ops/softmax.h"
@@ -445,6 +446,47 @@ Tensor kl_div(const Tensor& input_in, const Tensor& target_in, const KlDivOption
   }
   if (options.reduction != Reduction::BatchMean) return reduce_elementwise(losses, options.reduction, "kl_div");
   return input.dim() == 0 ? sum(losses) : sum(losses) / static_cast<double>(input.size(0));
+}
+
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           const TripletMarginOptions& options) {
+  constexpr std::string_view kOp = "triplet_margin_loss";
+  LOOM_CHECK(anchor.defined() && positive.defined() && negative.defined(), ValueError,
+             "[{}] anchor, positive and negative must be defined tensors", kOp);
+  LOOM_CHECK(anchor.dim() == positive.dim() && positive.dim() == negative.dim(), ShapeError,
+             "[{}] anchor, positive and negative must have one rank, got shapes {}, {} and {}", kOp,
+             shape_str(anchor.sizes()), shape_str(positive.sizes()), shape_str(negative.sizes()));
+  LOOM_CHECK(anchor.dim() == 1 || anchor.dim() == 2, ShapeError,
+             "[{}] expects (N, D) embeddings or one (D) sample, got shape {}", kOp, shape_str(anchor.sizes()));
+  check_reduction(options.reduction, kOp);
+  const Tensor to_positive = pairwise_distance(anchor, positive, options.p, options.eps);
+  Tensor to_negative = pairwise_distance(anchor, negative, options.p, options.eps);
+  if (options.swap) to_negative = minimum(to_negative, pairwise_distance(positive, negative, options.p, options.eps));
+  return reduce_elementwise(clamp(to_positive - to_negative + options.margin, 0.0, std::nullopt), options.reduction,
+                            kOp);
+}
+
+Tensor cosine_embedding_loss(const Tensor& x1_in, const Tensor& x2_in, const Tensor& target,
+                             const CosineEmbeddingOptions& options) {
+  constexpr std::string_view kOp = "cosine_embedding_loss";
+  LOOM_CHECK(target.defined() && (target.dim() == 0 || target.dim() == 1), ShapeError,
+             "[{}] target must be (N) for (N, D) inputs or 0-D for one (D) pair, got {}", kOp,
+             target.defined() ? shape_str(target.sizes()) : std::string("an undefined tensor"));
+  const auto [x1, x2] = elementwise_loss_operands(x1_in, x2_in, kOp);
+  LOOM_CHECK(x1.dim() == target.dim() + 1 && (target.dim() == 0 || x1.size(0) == target.size(0)), ShapeError,
+             "[{}] a target of shape {} needs inputs of shape {}, got {}", kOp, shape_str(target.sizes()),
+             target.dim() == 0 ? "(D)" : fmt::format("({}, D)", target.size(0)), shape_str(x1.sizes()));
+  check_reduction(options.reduction, kOp);
+  // PyTorch's own cosine here, with 1e-12 added to each squared length.
+  constexpr double kSquaredLengthEps = 1e-12;
+  const Shape last{-1};
+  const Tensor dot = sum(x1 * x2, last);
+  const Tensor lengths = sqrt((sum(x1 * x1, last) + kSquaredLengthEps) * (sum(x2 * x2, last) + kSquaredLengthEps));
+  const Tensor cos = dot / lengths;
+  const Tensor t = target.to(x1.device());
+  const Tensor similar = masked_fill(rsub(cos, 1.0), ne(t, 1.0), 0.0);
+  const Tensor dissimilar = masked_fill(clamp(cos - options.margin, 0.0, std::nullopt), ne(t, -1.0), 0.0);
+  return reduce_elementwise(similar + dissimilar, options.reduction, kOp);
 }
 
 }  // namespace loom

@@ -2,7 +2,8 @@
 // Losses, as torch.nn.functional: cross_entropy (fused log-softmax + NLL, from
 // logits), nll_loss (from log-probabilities), the regression losses (mse_loss,
 // l1_loss, smooth_l1_loss, huber_loss), binary_cross_entropy_with_logits,
-// binary_cross_entropy (from probabilities) and kl_div.
+// binary_cross_entropy (from probabilities), kl_div, and the embedding losses
+// triplet_margin_loss and cosine_embedding_loss.
 //
 // N batch, C classes, d1... optional spatial dims (e.g. H, W for segmentation).
 //   auto loss = loom::cross_entropy(logits, labels);  // logits (N, C), labels (N) int64
@@ -115,5 +116,36 @@ struct KlDivOptions {
 //   auto loss = loom::kl_div(log_softmax(student / T, 1), softmax(teacher / T, 1),
 //                            {.reduction = loom::Reduction::BatchMean}) * (T * T);  // distillation
 Tensor kl_div(const Tensor& input, const Tensor& target, const KlDivOptions& options = {});
+
+struct TripletMarginOptions {
+  double margin = 1.0;
+  double p = 2.0;     // the distance's norm (vector_norm's ord)
+  double eps = 1e-6;  // pairwise_distance's
+  bool swap = false;  // the negative's distance is the smaller of d(anchor, n) and d(positive, n)
+  Reduction reduction = Reduction::Mean;
+};
+
+// max(d(anchor, positive) - d(anchor, negative) + margin, 0) per sample, with
+// d = pairwise_distance(., ., p, eps) along the last dim, as
+// F.triplet_margin_loss: anchor, positive and negative of one rank (they
+// broadcast), (N, D) or one (D) sample. The gradient at the hinge is that of
+// its linear side, as PyTorch's clamp_min.
+//   auto loss = loom::triplet_margin_loss(embed(a), embed(p), embed(n), {.margin = 0.2});
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           const TripletMarginOptions& options = {});
+
+struct CosineEmbeddingOptions {
+  double margin = 0.0;  // in [-1, 1]; 0 to 0.5 is usual
+  Reduction reduction = Reduction::Mean;
+};
+
+// Per pair, with c the cosine of x1 and x2 along their last dim: 1 - c where
+// target is 1, max(c - margin, 0) where it is -1 (0 for any other target), as
+// F.cosine_embedding_loss, whose c divides by sqrt((|x1|^2 + 1e-12)(|x2|^2 +
+// 1e-12)). x1 and x2 (N, D) with target (N), or (D) with a 0-D target; the
+// target's dtype may be integer or floating.
+//   auto loss = loom::cosine_embedding_loss(a, b, same_class * 2 - 1, {.margin = 0.1});
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& target,
+                             const CosineEmbeddingOptions& options = {});
 
 }  // namespace loom

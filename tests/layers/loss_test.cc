@@ -91,5 +91,20 @@ TEST_CASE("L1Loss, SmoothL1Loss, HuberLoss, BCEWithLogitsLoss, BCELoss and KLDiv
   CHECK_THROWS_WITH_FRAGMENT(nn::HuberLoss(Reduction::Mean, 0.0), ValueError, "[HuberLoss] delta must be > 0, got 0");
 }
 
+TEST_CASE("TripletMarginLoss and CosineEmbeddingLoss equal their ops; the triplet margin must be > 0") {
+  Generator gen(56);
+  const Tensor a = randn({5, 3}, kF64, &gen), p = randn({5, 3}, kF64, &gen), n = randn({5, 3}, kF64, &gen);
+  const TripletMarginOptions options{.margin = 0.5, .p = 1.0, .swap = true, .reduction = Reduction::None};
+  const nn::TripletMarginLoss triplet(options);
+  CHECK_CLOSE(triplet(a, p, n), triplet_margin_loss(a, p, n, options), 0, 0);
+  CHECK(triplet.options().swap);
+  const Tensor target = tensor({1, -1, -1, 1, 1}, {5}, {.dtype = DType::Int64});
+  const nn::CosineEmbeddingLoss cosine({.margin = 0.25, .reduction = Reduction::Sum});
+  CHECK_CLOSE(cosine(a, p, target),
+              cosine_embedding_loss(a, p, target, {.margin = 0.25, .reduction = Reduction::Sum}), 0, 0);
+  CHECK_THROWS_WITH_FRAGMENT(nn::TripletMarginLoss({.margin = 0.0}), ValueError,
+                             "[TripletMarginLoss] margin must be > 0, got 0");
+}
+
 }  // namespace
 }  // namespace loom

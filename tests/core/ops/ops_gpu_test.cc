@@ -179,6 +179,23 @@ LOOM_GPU_TEST_CASE("vector_norm, cosine_similarity and pairwise_distance match t
   CHECK(normalized_error(vector_norm(a16, 2.0, {1}).to(DType::Float32).cpu(), vector_norm(a32, 2.0, {1})) <= 3e-2);
 }
 
+LOOM_GPU_TEST_CASE("triplet_margin_loss and cosine_embedding_loss match the CPU on the GPU") {
+  Generator gen(60);
+  const Tensor a = leaf({16, 12}, gen), p = leaf({16, 12}, gen), n = leaf({16, 12}, gen);
+  for (bool swap : {false, true}) {
+    check_parity(swap ? "triplet_margin_loss(swap)" : "triplet_margin_loss",
+                 [swap](auto& in) { return triplet_margin_loss(in[0], in[1], in[2], {.margin = 1.5, .swap = swap}); },
+                 {a, p, n}, MemoryFormat::Contiguous, kSummed, gen);
+  }
+  const Tensor target = tensor({1, -1, 1, 1, -1, -1, 1, -1, 1, -1, -1, 1, 1, 1, -1, -1}, {16}, {.dtype = DType::Int64});
+  check_parity("cosine_embedding_loss",
+               [&target](auto& in) {
+                 return cosine_embedding_loss(in[0], in[1], target.to(in[0].device()),
+                                              {.margin = -0.3, .reduction = Reduction::Sum});
+               },
+               {a, p}, MemoryFormat::Contiguous, kSummed, gen);
+}
+
 LOOM_GPU_TEST_CASE("conv2d, linear and matmul match the CPU on the GPU") {
   Generator gen(53);
   struct ConvCase {
