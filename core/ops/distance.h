@@ -1,5 +1,6 @@
 // File: core/ops/distance.h
-// Similarity and distance between vectors, as torch.nn.functional's: composites
+// Similarity and distance between vectors, as torch.nn.functional's and
+// torch.cdist: composites
 // of vector_norm (core/ops/reduction.h) and elementwise ops, whose gradients
 // they take.
 #pragma once
@@ -25,5 +26,15 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 //   Tensor d = pairwise_distance(anchors, positives);  // (N, D) and (N, D) -> (N)
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6,
                          bool keepdim = false);
+
+// The p-norm distance between each row of x1 and each row of x2, as
+// torch.cdist: x1 (*, P, M) and x2 (*, R, M), their batch dims broadcast,
+// give (*, P, R); p >= 0 or inf, as vector_norm's ord. For p = 2 with more
+// than 25 rows on either side the distances come from a matrix product, as
+// PyTorch's default computes them (sqrt of |a|^2 - 2 a.b + |b|^2, raised to 0
+// where rounding makes it negative); otherwise from the differences, which
+// take P * R * M elements of memory. The gradient is 0 where a distance is 0.
+//   Tensor d = cdist(queries, prototypes);  // (N, D) and (K, D) -> (N, K)
+Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2.0);
 
 }  // namespace loom

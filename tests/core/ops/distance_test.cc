@@ -1,5 +1,5 @@
 // File: tests/core/ops/distance_test.cc
-// vector_norm, cosine_similarity and pairwise_distance against float64 formulas
+// vector_norm, cosine_similarity, pairwise_distance and cdist against float64 formulas
 // written out element by element over random shapes, dims, ords and
 // broadcasts; their gradients by gradcheck; PyTorch's gradients where the
 // formulas have none (zero norms, zero elements, ties at inf); errors.
@@ -254,6 +254,72 @@ TEST_CASE("pairwise_distance matches its formula and PyTorch's eps, with finite 
   sum(pairwise_distance(same, ones({2, 3}, kF64))).backward();
   for (double g : same.grad().to_vector<double>()) CHECK(g == doctest::Approx(1.0 / std::sqrt(3.0)));
   CHECK_THROWS_AS(pairwise_distance(ones({2, 3}), ones({2, 4})), ShapeError);
+}
+
+// torch.cdist's definition for (rows1, m) and (rows2, m) values.
+std::vector<double> cdist_by_hand(const std::vector<double>& a, const std::vector<double>& b, int64_t rows1,
+                                  int64_t rows2, int64_t m, double p) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < rows1; ++i) {
+    for (int64_t j = 0; j < rows2; ++j) {
+      std::vector<double> difference(m);
+      for (int64_t k = 0; k < m; ++k) difference[k] = a[i * m + k] - b[j * m + k];
+      out.push_back(norm_by_hand(difference, {m}, {true}, p)[0]);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("cdist matches its definition for every p, both of PyTorch's paths and broadcast batches") {
+  Generator gen(76);
+  for (int trial = 0; trial < 24; ++trial) {
+    const double p = kOrds[trial % 8] < 0 ? 2.0 : kOrds[trial % 8];
+    // Up to 25 rows the differences path; above, p = 2 takes the matrix product.
+    const int64_t rows1 = trial % 3 == 0 ? 30 : 1 + trial % 6, rows2 = 1 + (trial * 5) % 7, m = 1 + trial % 4;
+    CAPTURE(p);
+    CAPTURE(rows1);
+    const Tensor a = randn({2, rows1, m}, kF64, &gen), b = randn({2, rows2, m}, kF64, &gen);
+    std::vector<double> expected;
+    for (int64_t batch = 0; batch < 2; ++batch) {
+      const std::vector<double> part = cdist_by_hand(a.select(0, batch).contiguous().to_vector<double>(),
+                                                     b.select(0, batch).contiguous().to_vector<double>(), rows1,
+                                                     rows2, m, p);
+      expected.insert(expected.end(), part.begin(), part.end());
+    }
+    const Tensor d = cdist(a, b, p);
+    CHECK(d.sizes() == Shape{2, rows1, rows2});
+    CHECK_CLOSE(d, tensor(expected, {2, rows1, rows2}, kF64), 1e-12, 1e-9);  // the product path cancels
+    // One x2 for both batches of x1: broadcast.
+    CHECK_CLOSE(cdist(a, b.select(0, 1), p).select(0, 1), d.select(0, 1), 1e-12, 1e-12);
+  }
+  // Without rows or features: empty, or zeros, for every p.
+  CHECK(cdist(zeros({0, 3}), zeros({4, 3}), kInf).sizes() == Shape{0, 4});
+  CHECK(cdist(zeros({2, 0}), zeros({3, 0}), kInf).to_vector<double>() == std::vector<double>(6, 0.0));
+}
+
+TEST_CASE("cdist: gradients on both paths, 0 at zero distances, errors") {
+  Generator gen(77);
+  for (const int64_t rows1 : {4, 27}) {
+    for (double p : {1.0, 2.0, 3.0, kInf}) {
+      CAPTURE(rows1);
+      CAPTURE(p);
+      const Tensor a = randn({rows1, 3}, kF64, &gen).requires_grad_(true);
+      const Tensor b = randn({5, 3}, kF64, &gen).requires_grad_(true);
+      const GradcheckResult result =
+          gradcheck([p](const std::vector<Tensor>& in) { return cdist(in[0], in[1], p); }, {a, b});
+      CHECK_MESSAGE(result.ok, result.message);
+    }
+  }
+  // A row of x1 equal to a row of x2: that distance is 0 and adds nothing to the gradient.
+  Tensor a = tensor({1.0, 2.0, 0.0, 0.0}, {2, 2}, {.dtype = DType::Float64, .requires_grad = true});
+  const Tensor b = tensor({1.0, 2.0}, {1, 2}, kF64);
+  const Tensor d = cdist(a, b);
+  CHECK(d.to_vector<double>() == std::vector<double>{0.0, std::sqrt(5.0)});
+  sum(d).backward();
+  CHECK_CLOSE(a.grad(), tensor({0.0, 0.0, -1.0 / std::sqrt(5.0), -2.0 / std::sqrt(5.0)}, {2, 2}, kF64), 1e-15, 0);
+  CHECK_THROWS_WITH_FRAGMENT(cdist(ones({3}), ones({2, 3})), ShapeError, "at least 2-D");
+  CHECK_THROWS_WITH_FRAGMENT(cdist(ones({2, 3}), ones({2, 4})), ShapeError, "as many features");
+  CHECK_THROWS_WITH_FRAGMENT(cdist(ones({2, 3}), ones({2, 3}), -1.0), ValueError, "p must be >= 0");
 }
 
 }  // namespace

@@ -168,6 +168,17 @@ LOOM_GPU_TEST_CASE("vector_norm, cosine_similarity and pairwise_distance match t
     check_parity("pairwise_distance(p 1)", [](auto& in) { return pairwise_distance(in[0], in[1], 1.0); }, {a, row},
                  f, kSummed, gen);
   }
+  // cdist: the differences path (p 1, 3, inf; p 2 up to 25 rows) and the matrix product (p 2, 40 rows).
+  const Tensor rows = leaf({2, 40, 16}, gen), few = leaf({2, 7, 16}, gen), others = leaf({2, 9, 16}, gen);
+  for (double p : {1.0, 2.0, 3.0, double(INFINITY)}) {
+    check_parity(fmt::format("cdist(p {})", p), [p](auto& in) { return cdist(in[0], in[1], p); }, {few, others},
+                 MemoryFormat::Contiguous, kSummed, gen);
+  }
+  {
+    NumericsGuard strict({.precision = Precision::StrictFp32});  // the product in IEEE fp32, as on the CPU
+    check_parity("cdist(matmul)", [](auto& in) { return cdist(in[0], in[1]); }, {rows, others},
+                 MemoryFormat::Contiguous, kSummed, gen);
+  }
   // bf16 operands (exact in bf16 on both sides) against float32 on the CPU.
   const Tensor a32 = randn({16, 64}, {}, &gen).to(DType::BFloat16).to(DType::Float32);
   const Tensor b32 = randn({16, 64}, {}, &gen).to(DType::BFloat16).to(DType::Float32);
