@@ -77,14 +77,7 @@ Tensor sum_or_mean(const Tensor& x, const Shape& dims, bool keepdim, bool mean, 
   check_input(x, name);
   Shape keep = kept_sizes(x, dims, name);
   Tensor out = reduce_values(x, keep, mean ? kernel::ReduceOp::Mean : kernel::ReduceOp::Sum);
-  Shape result_sizes;
-  for (size_t d = 0; d < keep.size(); ++d) {
-    bool reduced = std::find_if(dims.begin(), dims.end(), [&](int64_t dim) {
-                     return normalize_dim(dim, x.dim(), name) == static_cast<int64_t>(d);
-                   }) != dims.end();
-    if (keepdim || !reduced) result_sizes.push_back(keep[d]);
-  }
-  Tensor result = out.view(result_sizes);
+  Tensor result = out.view(keepdim ? keep : reduced_sizes(x, dims, name));
   if (needs_grad({x})) {
     Shape sizes = x.sizes();
     double scale = mean ? static_cast<double>(keep.empty() ? 1 : numel_of(keep)) /
@@ -222,6 +215,12 @@ namespace {
 // `dims`, or every dim of x when it is empty.
 Shape dims_or_all(const Tensor& x, const Shape& dims) { return dims.empty() ? all_dims(x) : dims; }
 
+// How many elements of x are nonzero over `dims` (every dim when empty).
+Tensor nonzero_count(const Tensor& x, const Shape& dims, bool keepdim, std::string_view op) {
+  LOOM_CHECK(x.defined(), ValueError, "[{}] x is an undefined tensor", op);
+  return sum(ne(x, 0.0), dims_or_all(x, dims), keepdim);
+}
+
 // var and std (`op`): the sum of squared deviations over `dims` / (count - correction).
 Tensor variance(const Tensor& x, const Shape& dims_in, bool keepdim, int64_t correction, std::string_view op) {
   check_input(x, op);
@@ -264,7 +263,7 @@ namespace {
 // The norm's value over `dims` (kept as size 1), computed without a gradient.
 Tensor norm_value(const Tensor& x, double ord, const Shape& dims) {
   NoGradGuard no_grad;
-  if (ord == 0.0) return sum(ne(x, 0.0), dims, true).to(x.dtype());
+  if (ord == 0.0) return nonzero_count(x, dims, true, "vector_norm").to(x.dtype());
   const Tensor a = abs(x);
   if (std::isinf(ord)) {
     Tensor m = a;
@@ -317,12 +316,6 @@ Tensor vector_norm(const Tensor& x, double ord, const Shape& dims_in, bool keepd
 }
 
 namespace {
-
-// How many elements of x are nonzero over `dims` (every dim when empty).
-Tensor nonzero_count(const Tensor& x, const Shape& dims, bool keepdim, std::string_view op) {
-  LOOM_CHECK(x.defined(), ValueError, "[{}] x is an undefined tensor", op);
-  return sum(ne(x, 0.0), dims_or_all(x, dims), keepdim);
-}
 
 // `dim` as a one-dim list, normalized for x (a 0-D x reduces over nothing).
 Shape one_dim(const Tensor& x, int64_t dim, std::string_view op) {
