@@ -58,4 +58,10 @@ using loom::softplus;
 using loom::tanh;
 using loom::triplet_margin_loss;
 
+// F.normalize under its PyTorch name; in namespace loom it is lp_normalize,
+// since loom::normalize is the norm layers' standardizing primitive.
+inline Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12) {
+  return lp_normalize(x, p, dim, eps);
+}
+
 }  // namespace loom::nn::functional

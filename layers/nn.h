@@ -25,5 +25,6 @@
 #include "layers/norm.h"
 #include "layers/padding.h"
 #include "layers/pooling.h"
+#include "layers/rnn.h"
 #include "layers/softmax.h"
 #include "layers/upsample.h"

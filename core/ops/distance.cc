@@ -83,4 +83,9 @@ Tensor cdist(const Tensor& x1, const Tensor& x2, double p) {
   return vector_norm(differences, differences.numel() == 0 ? 2.0 : p, {-1});
 }
 
+Tensor lp_normalize(const Tensor& x, double p, int64_t dim, double eps) {
+  check_float_tensor(x, "normalize");
+  return div(x, clamp(vector_norm(x, p, {dim}, true), eps, std::nullopt));
+}
+
 }  // namespace loom

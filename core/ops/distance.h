@@ -37,4 +37,12 @@ Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, dou
 //   Tensor d = cdist(queries, prototypes);  // (N, D) and (K, D) -> (N, K)
 Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2.0);
 
+// x divided by its p-norm along `dim`, raised to eps where smaller, as
+// F.normalize (nn::functional::normalize; loom::normalize is the
+// standardizing primitive of the norm layers): rows of unit length, a zero
+// row stays zero. p as vector_norm's ord. The gradient is the quotient's,
+// with none through a norm below eps (clamp_min's).
+//   Tensor unit = lp_normalize(embeddings);  // (N, D): each row's L2 norm is 1
+Tensor lp_normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+
 }  // namespace loom

@@ -23,6 +23,7 @@
 #include "core/ops/pad.h"
 #include "core/ops/pooling.h"
 #include "core/ops/reduction.h"
+#include "core/ops/rnn.h"
 #include "core/ops/shape_ops.h"
 #include "core/ops/softmax.h"
 #include "core/ops/sort.h"

@@ -642,6 +642,11 @@ TEST_CASE("what has no ONNX form is refused, naming the op and the module") {
   nn::Sequential no_stats(nn::BatchNorm2d(1, {.track_running_stats = false}));
   CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(no_stats, {randn({2, 1, 3, 3})}, path), onnx::ExportError,
                              "op 'batch_norm' (#0 of the trace, in module '0'): batch statistics");
+  Custom recurrent([](const Tensor& y) {
+    const Tensor w = ones({4, 4});
+    return rnn_layer(RnnMode::Tanh, y.unsqueeze(0), {mul(y, 0.5)}, w, w, Tensor(), Tensor()).output;
+  });
+  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(recurrent, {x}, path), onnx::ExportError, "op 'rnn_layer'");
   CHECK_FALSE(std::filesystem::exists(path));
 }
 

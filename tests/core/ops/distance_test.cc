@@ -322,5 +322,42 @@ TEST_CASE("cdist: gradients on both paths, 0 at zero distances, errors") {
   CHECK_THROWS_WITH_FRAGMENT(cdist(ones({2, 3}), ones({2, 3}), -1.0), ValueError, "p must be >= 0");
 }
 
+TEST_CASE("lp_normalize (F.normalize) divides by the norm raised to eps, over random shapes, dims and p") {
+  Generator gen(77);
+  const double kPs[] = {1.0, 1.5, 2.0, 3.0, kInf};
+  for (int trial = 0; trial < 30; ++trial) {
+    CAPTURE(trial);
+    const int64_t rank = 1 + trial % 4;
+    Shape sizes;
+    for (int64_t d = 0; d < rank; ++d) sizes.push_back(1 + static_cast<int64_t>(rand({1}, {}, &gen).item() * 4));
+    const int64_t dim = static_cast<int64_t>(rand({1}, {}, &gen).item() * rank) - (trial % 2 == 0 ? rank : 0);
+    const double p = kPs[trial % 5], eps = trial % 3 == 0 ? 0.5 : 1e-12;
+    CAPTURE(shape_str(sizes));
+    CAPTURE(dim);
+    CAPTURE(p);
+    Tensor x = randn(sizes, kF64, &gen);
+    if (trial % 4 == 0) x = masked_fill(x, le(x, 0.5), 0.0);  // zero rows among the values
+    std::vector<bool> reduced(rank, false);
+    reduced[dim < 0 ? dim + rank : dim] = true;
+    const std::vector<double> norms = norm_by_hand(x.to_vector<double>(), sizes, reduced, p);
+    std::vector<double> expected = x.to_vector<double>();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      expected[i] /= std::max(norms[group_of(static_cast<int64_t>(i), sizes, reduced)], eps);
+    }
+    CHECK_CLOSE(lp_normalize(x, p, dim, eps), tensor(expected, sizes, kF64), 1e-13, 1e-15);
+    x.requires_grad_(true);
+    const GradcheckResult result = gradcheck([&](const std::vector<Tensor>& in) {
+      return lp_normalize(in[0], p, dim, eps);
+    }, {x});
+    CHECK_MESSAGE(result.ok, result.message);
+  }
+  const Tensor rows = tensor({3, 4, 0, 0}, {2, 2}, kF64).requires_grad_(true);
+  const Tensor unit = lp_normalize(rows);
+  CHECK_CLOSE(unit, tensor({0.6, 0.8, 0, 0}, {2, 2}, kF64), 1e-15, 0);
+  sum(unit).backward();
+  for (double g : rows.grad().to_vector<double>()) CHECK(std::isfinite(g));  // the zero row's too
+  CHECK_THROWS_AS(lp_normalize(tensor({1, 2}, {2}, {.dtype = DType::Int64})), TypeError);
+}
+
 }  // namespace
 }  // namespace loom

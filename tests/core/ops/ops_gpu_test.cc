@@ -140,7 +140,7 @@ LOOM_GPU_TEST_CASE("reductions match the CPU on the GPU") {
   }
 }
 
-LOOM_GPU_TEST_CASE("vector_norm, cosine_similarity and pairwise_distance match the CPU on random configs") {
+LOOM_GPU_TEST_CASE("vector_norm, cosine_similarity, pairwise_distance, lp_normalize match the CPU on random configs") {
   Generator gen(59);
   const double kOrds[] = {0.0, 0.5, 1.0, 2.0, 3.0, INFINITY, -INFINITY};
   for (int trial = 0; trial < 24; ++trial) {
@@ -167,6 +167,9 @@ LOOM_GPU_TEST_CASE("vector_norm, cosine_similarity and pairwise_distance match t
                  gen);
     check_parity("pairwise_distance(p 1)", [](auto& in) { return pairwise_distance(in[0], in[1], 1.0); }, {a, row},
                  f, kSummed, gen);
+    check_parity("lp_normalize", [](auto& in) { return lp_normalize(in[0]); }, {a}, f, kSummed, gen);
+    check_parity("lp_normalize(p 1, dim -1)", [](auto& in) { return lp_normalize(in[0], 1.0, -1); }, {b}, f,
+                 kSummed, gen);
   }
   // cdist: the differences path (p 1, 3, inf; p 2 up to 25 rows) and the matrix product (p 2, 40 rows).
   const Tensor rows = leaf({2, 40, 16}, gen), few = leaf({2, 7, 16}, gen), others = leaf({2, 9, 16}, gen);

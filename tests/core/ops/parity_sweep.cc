@@ -37,7 +37,8 @@ constexpr Op kOps[] = {
     Op::Chain,      Op::Interpolate,  Op::Pad,       Op::Abs,                 Op::Cat,
     Op::Dropout2d,  Op::Mask,         Op::GroupNorm, Op::InstanceNorm,        Op::Losses,
     Op::Statistics, Op::Extremum,     Op::Flip,      Op::Sort,                Op::Cumsum,
-    Op::Triangle,   Op::Scatter,      Op::Math,      Op::Conv1d,              Op::Distance};
+    Op::Triangle,   Op::Scatter,      Op::Math,      Op::Conv1d,              Op::Distance,
+    Op::Rnn};
 
 class Draw {
  public:
@@ -352,6 +353,13 @@ void draw_op(Draw& d, Case& c) {
       v["keepdim"] = d.coin();
       v["broadcast"] = d.coin();  // w is (1, C, 1, W) rather than x's shape
       break;
+    case Op::Rnn:
+      v["mode"] = d.between(0, 3);  // RnnMode: tanh, relu, LSTM, GRU
+      v["L"] = d.between(1, 6), v["N"] = d.between(1, 8);
+      v["In"] = d.between(1, 16), v["Hidden"] = d.between(1, 16);
+      v["bias"] = d.coin();
+      v["reverse"] = d.coin();
+      break;
     case Op::Chain:
       v["N"] = d.between(2, 16), v["C"] = d.between(1, 4), v["K"] = d.between(1, 32);
       v["R"] = d.pick<int64_t>({1, 3, 5});
@@ -490,6 +498,21 @@ Operands make_operands(const Case& c) {
       add_t("x", normal(image(), gen));
       add_t("w", normal(c.at("broadcast") ? Shape{1, c.at("C"), 1, c.at("W")} : image(), gen));
       break;
+    case Op::Rnn: {
+      const RnnMode mode = static_cast<RnnMode>(c.at("mode"));
+      const int64_t hidden = c.at("Hidden"), rows = rnn_gate_count(mode) * hidden;
+      add_t("x", normal({c.at("L"), c.at("N"), c.at("In")}, gen));
+      add_t("h0", normal({c.at("N"), hidden}, gen));
+      if (mode == RnnMode::Lstm) add_t("c0", normal({c.at("N"), hidden}, gen));
+      // PyTorch's scale, U(-1/sqrt(H), 1/sqrt(H)) has this order: states neither die nor blow up.
+      add_t("w_ih", mul(normal({rows, c.at("In")}, gen), 1.0 / std::sqrt(static_cast<double>(c.at("In")))));
+      add_t("w_hh", mul(normal({rows, hidden}, gen), 1.0 / std::sqrt(static_cast<double>(hidden))));
+      if (c.at("bias")) {
+        add_t("b_ih", mul(normal({rows}, gen), 0.5));
+        add_t("b_hh", mul(normal({rows}, gen), 0.5));
+      }
+      break;
+    }
     case Op::Scatter: {
       add_t("x", normal(image(), gen));
       Shape along = image();
@@ -749,6 +772,17 @@ Tensor distance_of(const Case& c, const Tensor& x, const Tensor& w) {
   }
 }
 
+// One recurrent layer; its output, final h and (LSTM) c in one vector, so
+// that the backward reaches the recurrence through all three.
+Tensor recurrent_of(const Case& c, const std::map<std::string, Tensor>& t) {
+  const auto get = [&t](const std::string& name) { return t.count(name) ? t.at(name) : Tensor(); };
+  const RnnSequence s = rnn_layer(static_cast<RnnMode>(c.at("mode")), t.at("x"), {t.at("h0"), get("c0")},
+                                  t.at("w_ih"), t.at("w_hh"), get("b_ih"), get("b_hh"), c.at("reverse") != 0);
+  std::vector<Tensor> parts{s.output.reshape({-1}), s.state.h.reshape({-1})};
+  if (s.state.c.defined()) parts.push_back(s.state.c.reshape({-1}));
+  return cat(parts, 0);
+}
+
 // The ops after Op::Chain: issue 32's, the norms' and the composites'.
 Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
                     const std::function<Tensor(const Tensor&)>& operand) {
@@ -774,6 +808,7 @@ Tensor forward_more(const Case& c, const std::map<std::string, Tensor>& t,
     case Op::Scatter: return scattered(c, t);
     case Op::Math: return math_row(c, x);
     case Op::Distance: return distance_of(c, x, t.at("w"));
+    case Op::Rnn: return recurrent_of(c, t);
     default: break;
   }
   throw ValueError(fmt::format("[parity_sweep] {} is not one of the ops after Op::Chain", op_name(c.op)));
@@ -1054,6 +1089,7 @@ const char* op_name(Op op) {
     case Op::Scatter: return "scatter_add / scatter / index_add / gather / masked_select";
     case Op::Math: return "log1p / expm1 / log2 / log10 / tan / atan / erf / rsqrt / sign";
     case Op::Distance: return "vector_norm / cosine_similarity / pairwise_distance";
+    case Op::Rnn: return "rnn_layer (tanh / relu / LSTM / GRU)";
   }
   return "?";
 }

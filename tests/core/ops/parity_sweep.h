@@ -48,6 +48,9 @@ enum class Op {
   // vector_norm over random dims and ords, cosine_similarity along a random
   // dim, pairwise_distance; the second operand may broadcast.
   Distance,
+  // One recurrent layer (rnn_layer): tanh, relu, LSTM or GRU, either
+  // direction, with or without biases; output and final state compared.
+  Rnn,
 };
 const char* op_name(Op op);
 

@@ -1,0 +1,302 @@
+// File: core/ops/rnn.cc
+// rnn_layer: the input projection as one linear, then the time steps as one
+// recorded node (Recurrence) that keeps what its backward needs: the outputs,
+// and per step the LSTM's gate activations and cell, or the GRU's gates and
+// W_hn h + b_hn.
+#include "core/ops/rnn.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/ops/activation.h"
+#include "core/ops/compare.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/linalg.h"
+#include "core/ops/reduction.h"
+#include "core/ops/shape_ops.h"
+#include "core/trace.h"
+
+namespace loom {
+
+int64_t rnn_gate_count(RnnMode mode) {
+  switch (mode) {
+    case RnnMode::Lstm: return 4;
+    case RnnMode::Gru: return 3;
+    default: return 1;
+  }
+}
+
+std::string_view rnn_mode_name(RnnMode mode) {
+  switch (mode) {
+    case RnnMode::Tanh: return "RNN_TANH";
+    case RnnMode::Relu: return "RNN_RELU";
+    case RnnMode::Lstm: return "LSTM";
+    default: return "GRU";
+  }
+}
+
+namespace {
+
+struct Dims {
+  int64_t steps;   // L
+  int64_t batch;   // N
+  int64_t hidden;  // H
+  int64_t gates;   // G
+};
+
+void check_sizes(const Tensor& t, const Shape& expected, std::string_view name, RnnMode mode) {
+  LOOM_CHECK(t.defined(), ValueError, "[{}] {} is undefined; expected {}", rnn_mode_name(mode), name,
+             shape_str(expected));
+  LOOM_CHECK(t.sizes() == expected, ShapeError, "[{}] {} must be {}, got {}", rnn_mode_name(mode), name,
+             shape_str(expected), shape_str(t.sizes()));
+}
+
+Dims check_operands(RnnMode mode, const Tensor& x, const RnnState& state, const Tensor& w_ih, const Tensor& w_hh,
+                    const Tensor& b_ih, const Tensor& b_hh) {
+  const std::string_view op = rnn_mode_name(mode);
+  check_float_tensor(x, op);
+  LOOM_CHECK(x.dim() == 3 && x.size(0) >= 1, ShapeError,
+             "[{}] the input must be (L, N, features) with L >= 1, got {}", op, shape_str(x.sizes()));
+  LOOM_CHECK(w_hh.defined() && w_hh.dim() == 2, ShapeError, "[{}] w_hh must be (G*H, H), got {}", op,
+             w_hh.defined() ? shape_str(w_hh.sizes()) : "undefined");
+  const int64_t gates = rnn_gate_count(mode), hidden = w_hh.size(1);
+  const Dims d{x.size(0), x.size(1), hidden, gates};
+  check_sizes(w_hh, {gates * hidden, hidden}, "w_hh", mode);
+  check_sizes(w_ih, {gates * hidden, x.size(2)}, "w_ih (G*H, input features)", mode);
+  LOOM_CHECK(b_ih.defined() == b_hh.defined(), ValueError,
+             "[{}] b_ih and b_hh must both be given or both be undefined", op);
+  if (b_ih.defined()) {
+    check_sizes(b_ih, {gates * hidden}, "b_ih", mode);
+    check_sizes(b_hh, {gates * hidden}, "b_hh", mode);
+  }
+  check_sizes(state.h, {d.batch, hidden}, "the hidden state h (N, H)", mode);
+  if (mode == RnnMode::Lstm) {
+    check_sizes(state.c, {d.batch, hidden}, "the cell state c (N, H)", mode);
+  } else {
+    LOOM_CHECK(!state.c.defined(), ValueError, "[{}] takes no cell state c; only an LSTM has one", op);
+  }
+  return d;
+}
+
+// t converted to `dtype` when it is defined.
+Tensor in_dtype(const Tensor& t, DType dtype) {
+  return !t.defined() || t.dtype() == dtype ? t : t.to(dtype);
+}
+
+// The time steps of one layer and direction, forward and backward. run()
+// computes with grad mode off into `packed_` (L, N, H), with c_n as an extra
+// row L for an LSTM; the node recorded on it calls backward().
+class Recurrence {
+ public:
+  Recurrence(RnnMode mode, bool reverse, const Dims& d) : mode_(mode), reverse_(reverse), d_(d) {}
+
+  Tensor run(const Tensor& gates_x, const RnnState& state, const Tensor& w_hh, const Tensor& b_hh);
+  // Gradients of gates_x, h0, c0, w_hh and b_hh.
+  std::vector<Tensor> backward(const Tensor& dpacked) const;
+  std::vector<Tensor> saved() const;
+
+ private:
+  int64_t time(int64_t k) const { return reverse_ ? d_.steps - 1 - k : k; }  // the k-th step's time
+  bool first(int64_t t) const { return t == time(0); }
+  int64_t before(int64_t t) const { return reverse_ ? t + 1 : t - 1; }
+  Tensor h_before(int64_t t) const { return first(t) ? h0_ : out_.select(0, before(t)); }
+  Tensor c_before(int64_t t) const { return first(t) ? c0_ : cells_.select(0, before(t)); }
+  // Every step's previous hidden state, in time order (L, N, H).
+  Tensor previous_hs() const;
+
+  void step(int64_t t, const Tensor& gx);
+  void step_lstm(int64_t t, const Tensor& gx, const Tensor& gh);
+  void step_gru(int64_t t, const Tensor& gx, const Tensor& gh);
+  // Each writes the step's pre-activation gradients (dgx[t], dgh[t]) and
+  // returns the gradient of the previous h; step_back_lstm also carries dc.
+  Tensor step_back(int64_t t, const Tensor& dh, Tensor& dc, Tensor dgx, Tensor dgh) const;
+  Tensor step_back_lstm(int64_t t, const Tensor& dh, Tensor& dc, Tensor dgx) const;
+  Tensor step_back_gru(int64_t t, const Tensor& dh, Tensor dgx, Tensor dgh) const;
+
+  RnnMode mode_;
+  bool reverse_;
+  Dims d_;
+  DType h_dtype_ = DType::Float32, c_dtype_ = DType::Float32, w_dtype_ = DType::Float32;
+  Tensor w_hh_, b_hh_;    // in the computation's dtype (gates_x's)
+  Tensor h0_, c0_;        // likewise
+  Tensor out_;            // (L, N, H), detached from packed_
+  Tensor gates_;          // LSTM: i, f, g, o after their activations; GRU: r, z, n (L, N, G*H)
+  Tensor cells_;          // LSTM: c after each step (L, N, H)
+  Tensor hidden_n_;       // GRU: W_hn h + b_hn of each step (L, N, H)
+};
+
+Tensor Recurrence::run(const Tensor& gates_x, const RnnState& state, const Tensor& w_hh, const Tensor& b_hh) {
+  NoGradGuard no_grad;
+  const DType dtype = gates_x.dtype();
+  h_dtype_ = state.h.dtype();
+  w_dtype_ = w_hh.dtype();
+  w_hh_ = in_dtype(w_hh, dtype).detach();
+  b_hh_ = b_hh.defined() ? in_dtype(b_hh, dtype).detach() : Tensor();
+  h0_ = in_dtype(state.h, dtype).detach();
+  const int64_t L = d_.steps, N = d_.batch, H = d_.hidden;
+  TensorOptions options = gates_x.options();
+  options.requires_grad = false;
+  const bool lstm = mode_ == RnnMode::Lstm;
+  Tensor packed = empty({L + (lstm ? 1 : 0), N, H}, options);
+  out_ = packed.slice(0, 0, L).detach();
+  if (lstm) {
+    c_dtype_ = state.c.dtype();
+    c0_ = in_dtype(state.c, dtype).detach();
+    gates_ = empty({L, N, 4 * H}, options);
+    cells_ = empty({L, N, H}, options);
+  } else if (mode_ == RnnMode::Gru) {
+    gates_ = empty({L, N, 3 * H}, options);
+    hidden_n_ = empty({L, N, H}, options);
+  }
+  for (int64_t k = 0; k < L; ++k) step(time(k), gates_x.select(0, time(k)));
+  if (lstm) packed.select(0, L).copy_(cells_.select(0, time(L - 1)));
+  return packed;
+}
+
+void Recurrence::step(int64_t t, const Tensor& gx) {
+  const Tensor gh = linear(h_before(t), w_hh_, b_hh_);
+  if (mode_ == RnnMode::Lstm) return step_lstm(t, gx, gh);
+  if (mode_ == RnnMode::Gru) return step_gru(t, gx, gh);
+  const Tensor a = add(gx, gh);
+  out_.select(0, t).copy_(mode_ == RnnMode::Tanh ? tanh(a) : relu(a));
+}
+
+void Recurrence::step_lstm(int64_t t, const Tensor& gx, const Tensor& gh) {
+  const int64_t H = d_.hidden;
+  const Tensor a = add(gx, gh);
+  const Tensor act = gates_.select(0, t);
+  act.narrow(1, 0, 2 * H).copy_(sigmoid(a.narrow(1, 0, 2 * H)));
+  act.narrow(1, 2 * H, H).copy_(tanh(a.narrow(1, 2 * H, H)));
+  act.narrow(1, 3 * H, H).copy_(sigmoid(a.narrow(1, 3 * H, H)));
+  const Tensor i = act.narrow(1, 0, H), f = act.narrow(1, H, H), g = act.narrow(1, 2 * H, H);
+  Tensor c = cells_.select(0, t);
+  c.copy_(add(mul(f, c_before(t)), mul(i, g)));
+  out_.select(0, t).copy_(mul(act.narrow(1, 3 * H, H), tanh(c)));
+}
+
+void Recurrence::step_gru(int64_t t, const Tensor& gx, const Tensor& gh) {
+  const int64_t H = d_.hidden;
+  const Tensor act = gates_.select(0, t);
+  act.narrow(1, 0, 2 * H).copy_(sigmoid(add(gx.narrow(1, 0, 2 * H), gh.narrow(1, 0, 2 * H))));
+  const Tensor r = act.narrow(1, 0, H), z = act.narrow(1, H, H);
+  Tensor n = act.narrow(1, 2 * H, H), hn = hidden_n_.select(0, t);
+  hn.copy_(gh.narrow(1, 2 * H, H));
+  n.copy_(tanh(add(gx.narrow(1, 2 * H, H), mul(r, hn))));
+  const Tensor h = h_before(t);
+  out_.select(0, t).copy_(add(n, mul(z, sub(h, n))));
+}
+
+std::vector<Tensor> Recurrence::saved() const {
+  std::vector<Tensor> kept;
+  for (const Tensor& t : {out_, gates_, cells_, hidden_n_}) {
+    if (t.defined()) kept.push_back(t);
+  }
+  return kept;
+}
+
+Tensor Recurrence::previous_hs() const {
+  const int64_t L = d_.steps;
+  const Tensor h0 = h0_.unsqueeze(0);
+  if (L == 1) return h0;
+  return reverse_ ? cat({out_.slice(0, 1, L), h0}, 0) : cat({h0, out_.slice(0, 0, L - 1)}, 0);
+}
+
+std::vector<Tensor> Recurrence::backward(const Tensor& dpacked) const {
+  const int64_t L = d_.steps, N = d_.batch, H = d_.hidden, GH = d_.gates * d_.hidden;
+  const Tensor dy = in_dtype(dpacked, out_.dtype());
+  TensorOptions options = out_.options();
+  const Tensor dgx = empty({L, N, GH}, options);
+  const Tensor dgh = mode_ == RnnMode::Gru ? empty({L, N, GH}, options) : dgx;
+  Tensor dh = zeros({N, H}, options);
+  Tensor dc = mode_ == RnnMode::Lstm ? dy.select(0, L) : Tensor();
+  for (int64_t k = L - 1; k >= 0; --k) {
+    const int64_t t = time(k);
+    dh = step_back(t, add(dh, dy.select(0, t)), dc, dgx.select(0, t), dgh.select(0, t));
+  }
+  const Tensor flat = dgh.reshape({L * N, GH});
+  const Tensor dw = matmul(flat.t(), previous_hs().reshape({L * N, H}));
+  const Tensor db = b_hh_.defined() ? sum(flat, {0}) : Tensor();
+  return {dgx, in_dtype(dh, h_dtype_), mode_ == RnnMode::Lstm ? in_dtype(dc, c_dtype_) : Tensor(),
+          in_dtype(dw, w_dtype_), in_dtype(db, w_dtype_)};
+}
+
+Tensor Recurrence::step_back(int64_t t, const Tensor& dh, Tensor& dc, Tensor dgx, Tensor dgh) const {
+  if (mode_ == RnnMode::Lstm) return step_back_lstm(t, dh, dc, dgx);
+  if (mode_ == RnnMode::Gru) return step_back_gru(t, dh, dgx, dgh);
+  const Tensor y = out_.select(0, t);
+  dgx.copy_(mode_ == RnnMode::Tanh ? mul(dh, 1.0 - mul(y, y)) : masked_fill(dh, le(y, 0.0), 0.0));
+  return matmul(dgx, w_hh_);
+}
+
+// c = f c_prev + i g and h = o tanh(c): dc gathers h's share, then each gate's
+// pre-activation gradient is its share times its activation's derivative.
+Tensor Recurrence::step_back_lstm(int64_t t, const Tensor& dh, Tensor& dc, Tensor dgx) const {
+  const int64_t H = d_.hidden;
+  const Tensor act = gates_.select(0, t);
+  const Tensor i = act.narrow(1, 0, H), f = act.narrow(1, H, H), g = act.narrow(1, 2 * H, H);
+  const Tensor o = act.narrow(1, 3 * H, H);
+  const Tensor tanh_c = tanh(cells_.select(0, t));
+  const Tensor dc_t = add(dc, mul(mul(dh, o), 1.0 - mul(tanh_c, tanh_c)));
+  dgx.narrow(1, 0, H).copy_(mul(mul(dc_t, g), mul(i, 1.0 - i)));
+  dgx.narrow(1, H, H).copy_(mul(mul(dc_t, c_before(t)), mul(f, 1.0 - f)));
+  dgx.narrow(1, 2 * H, H).copy_(mul(mul(dc_t, i), 1.0 - mul(g, g)));
+  dgx.narrow(1, 3 * H, H).copy_(mul(mul(dh, tanh_c), mul(o, 1.0 - o)));
+  dc = mul(dc_t, f);
+  return matmul(dgx, w_hh_);
+}
+
+// h' = n + z (h - n), n = tanh(x_n + r hn): the input's and the hidden
+// state's pre-activation gradients differ only in n's rows (r scales hn).
+Tensor Recurrence::step_back_gru(int64_t t, const Tensor& dh, Tensor dgx, Tensor dgh) const {
+  const int64_t H = d_.hidden;
+  const Tensor act = gates_.select(0, t);
+  const Tensor r = act.narrow(1, 0, H), z = act.narrow(1, H, H), n = act.narrow(1, 2 * H, H);
+  const Tensor h = h_before(t);
+  const Tensor dn = mul(mul(dh, 1.0 - z), 1.0 - mul(n, n));
+  dgx.narrow(1, 0, H).copy_(mul(mul(dn, hidden_n_.select(0, t)), mul(r, 1.0 - r)));
+  dgx.narrow(1, H, H).copy_(mul(mul(dh, sub(h, n)), mul(z, 1.0 - z)));
+  dgx.narrow(1, 2 * H, H).copy_(dn);
+  dgh.narrow(1, 0, 2 * H).copy_(dgx.narrow(1, 0, 2 * H));
+  dgh.narrow(1, 2 * H, H).copy_(mul(dn, r));
+  return add(matmul(dgh, w_hh_), mul(dh, z));
+}
+
+}  // namespace
+
+RnnSequence rnn_layer(RnnMode mode, const Tensor& x, const RnnState& state, const Tensor& w_ih, const Tensor& w_hh,
+                      const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
+  trace::OpScope trace("rnn_layer");
+  const Dims d = check_operands(mode, x, state, w_ih, w_hh, b_ih, b_hh);
+  const Tensor gates_x = linear(x, w_ih, b_ih);  // every step's input projection in one product
+  auto recurrence = std::make_shared<Recurrence>(mode, reverse, d);
+  Tensor packed = recurrence->run(gates_x, state, w_hh, b_hh);
+  if (needs_grad({gates_x, state.h, state.c, w_hh, b_hh})) {
+    record(
+        std::string(rnn_mode_name(mode)), {gates_x, state.h, state.c, w_hh, b_hh}, packed,
+        [recurrence](const Tensor& dpacked) { return recurrence->backward(dpacked); }, recurrence->saved());
+  }
+  const int64_t L = d.steps;
+  RnnSequence result;
+  result.output = mode == RnnMode::Lstm ? packed.slice(0, 0, L) : packed;
+  result.state.h = packed.select(0, reverse ? 0 : L - 1);
+  if (mode == RnnMode::Lstm) result.state.c = packed.select(0, L);
+  if (trace.recording()) {
+    std::vector<Tensor> outputs{result.output, result.state.h};
+    if (result.state.c.defined()) outputs.push_back(result.state.c);
+    trace.record({x, state.h, state.c, w_ih, w_hh, b_ih, b_hh}, outputs,
+                 {{"mode", std::string(rnn_mode_name(mode))}, {"reverse", static_cast<int64_t>(reverse)}});
+  }
+  return result;
+}
+
+RnnState rnn_cell(RnnMode mode, const Tensor& x, const RnnState& state, const Tensor& w_ih, const Tensor& w_hh,
+                  const Tensor& b_ih, const Tensor& b_hh) {
+  LOOM_CHECK(x.defined() && x.dim() == 2, ShapeError, "[{}] a cell's input must be (N, features), got {}",
+             rnn_mode_name(mode), x.defined() ? shape_str(x.sizes()) : "undefined");
+  return rnn_layer(mode, x.unsqueeze(0), state, w_ih, w_hh, b_ih, b_hh).state;
+}
+
+}  // namespace loom

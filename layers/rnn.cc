@@ -1,0 +1,260 @@
+// File: layers/rnn.cc
+// The recurrent modules: shapes checked here, the arithmetic in
+// loom::rnn_layer; a cell is a layer over a sequence of one step.
+#include "layers/rnn.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/ops/dropout.h"
+#include "core/ops/shape_ops.h"
+#include "layers/init.h"
+#include "layers/repr.h"
+
+namespace loom::nn {
+
+namespace {
+
+RnnMode checked_mode(RnnMode mode, RNNNonlinearity nonlinearity, std::string_view who) {
+  if (mode != RnnMode::Tanh) {
+    LOOM_CHECK(nonlinearity == RNNNonlinearity::Tanh, ValueError,
+               "[{}] nonlinearity applies to RNN and RNNCell only; {} has its own gates", who, who);
+    return mode;
+  }
+  return nonlinearity == RNNNonlinearity::ReLU ? RnnMode::Relu : RnnMode::Tanh;
+}
+
+void check_sizes(int64_t input_size, int64_t hidden_size, std::string_view who) {
+  LOOM_CHECK(input_size > 0 && hidden_size > 0, ValueError,
+             "[{}] input_size and hidden_size must be positive, got {} and {}", who, input_size, hidden_size);
+}
+
+// PyTorch's initialisation of every recurrent parameter.
+void init_uniform(const std::vector<Tensor>& parameters, int64_t hidden_size, Generator* generator) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
+  for (const Tensor& p : parameters) {
+    if (p.defined()) init::uniform_(p, -bound, bound, generator);
+  }
+}
+
+// The class's name while its constructor runs, when type_name() still answers the base's.
+std::string_view class_name(RnnMode mode, bool cell) {
+  if (mode == RnnMode::Lstm) return cell ? "LSTMCell" : "LSTM";
+  if (mode == RnnMode::Gru) return cell ? "GRUCell" : "GRU";
+  return cell ? "RNNCell" : "RNN";
+}
+
+std::string shape_of(const Tensor& t) { return t.defined() ? shape_str(t.sizes()) : "undefined"; }
+
+}  // namespace
+
+RNNBase::RNNBase(RnnMode mode, int64_t input_size, int64_t hidden_size, const RNNOptions& options)
+    : mode_(checked_mode(mode, options.nonlinearity, class_name(mode, false))),
+      input_size_(input_size),
+      hidden_size_(hidden_size),
+      options_(options) {
+  const std::string_view who = class_name(mode, false);
+  check_sizes(input_size, hidden_size, who);
+  LOOM_CHECK(options.num_layers >= 1, ValueError, "[{}] num_layers must be at least 1, got {}", who,
+             options.num_layers);
+  LOOM_CHECK(options.dropout >= 0.0 && options.dropout < 1.0, ValueError,
+             "[{}] dropout must be in [0, 1), got {}", who, options.dropout);
+  const int64_t rows = rnn_gate_count(mode_) * hidden_size;
+  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+    const int64_t in = layer == 0 ? input_size : directions() * hidden_size;
+    for (int64_t dir = 0; dir < directions(); ++dir) {
+      const std::string suffix = fmt::format("_l{}{}", layer, dir == 1 ? "_reverse" : "");
+      Weights w;
+      w.w_ih = register_parameter("weight_ih" + suffix, empty({rows, in}));
+      w.w_hh = register_parameter("weight_hh" + suffix, empty({rows, hidden_size}));
+      if (options.bias) {
+        w.b_ih = register_parameter("bias_ih" + suffix, empty({rows}));
+        w.b_hh = register_parameter("bias_hh" + suffix, empty({rows}));
+      }
+      weights_.push_back(w);
+    }
+  }
+  reset_parameters(options.generator);
+}
+
+void RNNBase::reset_parameters(Generator* generator) {
+  for (const Weights& w : weights_) init_uniform({w.w_ih, w.w_hh, w.b_ih, w.b_hh}, hidden_size_, generator);
+}
+
+const Tensor& RNNBase::parameter(int64_t layer, bool reverse, const std::string& kind) const {
+  LOOM_CHECK(layer >= 0 && layer < options_.num_layers && (!reverse || options_.bidirectional), IndexError,
+             "[{}] has no layer {}{} ({} layers{})", type_name(), layer, reverse ? " reverse" : "",
+             options_.num_layers, options_.bidirectional ? ", bidirectional" : "");
+  const Weights& w = weights_[layer * directions() + (reverse ? 1 : 0)];
+  if (kind == "weight_ih") return w.w_ih;
+  if (kind == "weight_hh") return w.w_hh;
+  if (kind == "bias_ih") return w.b_ih;
+  LOOM_CHECK(kind == "bias_hh", ValueError,
+             "[{}] parameter kind must be weight_ih, weight_hh, bias_ih or bias_hh, got '{}'", type_name(), kind);
+  return w.b_hh;
+}
+
+Tensor RNNBase::initial(const Tensor& given, bool batched, int64_t batch, const Tensor& like,
+                        const char* name) const {
+  const int64_t rows = options_.num_layers * directions();
+  if (!given.defined()) {
+    TensorOptions options = like.options();
+    options.requires_grad = false;
+    return zeros({rows, batch, hidden_size_}, options);
+  }
+  const Shape expected = batched ? Shape{rows, batch, hidden_size_} : Shape{rows, hidden_size_};
+  LOOM_CHECK(given.sizes() == expected, ShapeError,
+             "[{}] the initial state {} must be {} (num_layers * directions{}, hidden_size), got {}", type_name(),
+             name, shape_str(expected), batched ? ", batch" : "", shape_str(given.sizes()));
+  return batched ? given : given.unsqueeze(1);
+}
+
+RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state) {
+  const std::string who = type_name();
+  LOOM_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3), ShapeError,
+             "[{}] input must be {} or unbatched (L, {}), got {}", who,
+             options_.batch_first ? "(N, L, features)" : "(L, N, features)", input_size_, shape_of(input));
+  LOOM_CHECK(input.size(-1) == input_size_, ShapeError,
+             "[{}] input has {} features in its last dim, the module's input_size is {} (input {})", who,
+             input.size(-1), input_size_, shape_str(input.sizes()));
+  LOOM_CHECK(mode_ == RnnMode::Lstm || !state.c.defined(), ValueError,
+             "[{}] takes no cell state c; only an LSTM has one", who);
+  const bool batched = input.dim() == 3;
+  Tensor x = !batched ? input.unsqueeze(1) : options_.batch_first ? input.transpose(0, 1) : input;
+  const int64_t batch = x.size(1);
+  const Tensor h0 = initial(state.h, batched, batch, x, "h");
+  const Tensor c0 = mode_ == RnnMode::Lstm ? initial(state.c, batched, batch, x, "c") : Tensor();
+  std::vector<Tensor> hs, cs;
+  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
+    std::vector<Tensor> outputs;
+    for (int64_t dir = 0; dir < directions(); ++dir) {
+      const int64_t row = layer * directions() + dir;
+      const Weights& w = weights_[row];
+      const RnnState first{h0.select(0, row), c0.defined() ? c0.select(0, row) : Tensor()};
+      RnnSequence run = rnn_layer(mode_, x, first, w.w_ih, w.w_hh, w.b_ih, w.b_hh, dir == 1);
+      outputs.push_back(run.output);
+      hs.push_back(run.state.h);
+      if (run.state.c.defined()) cs.push_back(run.state.c);
+    }
+    x = outputs.size() == 1 ? outputs[0] : cat(outputs, 2);
+    const bool between_layers = layer + 1 < options_.num_layers;
+    if (options_.dropout > 0.0 && between_layers) x = dropout(x, options_.dropout, is_training());
+  }
+  const auto unbatch = [batched](const Tensor& t) { return batched ? t : t.squeeze(1); };
+  RNNOutput out;
+  out.output = !batched ? x.squeeze(1) : options_.batch_first ? x.transpose(0, 1) : x;
+  out.state.h = unbatch(stack(hs, 0));
+  if (!cs.empty()) out.state.c = unbatch(stack(cs, 0));
+  return out;
+}
+
+Tensor RNNBase::forward(const Tensor& input) { return forward(input, RnnState{}).output; }
+
+RNNOutput RNNBase::operator()(const Tensor& input, const RnnState& state) {
+  RNNOutput out;
+  call(input, [&] {
+    out = forward(input, state);
+    return out.output;
+  });
+  return out;
+}
+
+std::string RNNBase::extra_repr() const {
+  std::string s = fmt::format("{}, {}", input_size_, hidden_size_);
+  if (options_.num_layers != 1) s += fmt::format(", num_layers={}", options_.num_layers);
+  if (!options_.bias) s += ", bias=False";
+  if (options_.batch_first) s += ", batch_first=True";
+  if (options_.dropout != 0.0) s += ", dropout=" + python_float(options_.dropout);
+  if (options_.bidirectional) s += ", bidirectional=True";
+  return s;
+}
+
+RNN::RNN(int64_t input_size, int64_t hidden_size, RNNOptions options)
+    : RNNBase(RnnMode::Tanh, input_size, hidden_size, options) {}
+
+LSTM::LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options)
+    : RNNBase(RnnMode::Lstm, input_size, hidden_size, options) {}
+
+GRU::GRU(int64_t input_size, int64_t hidden_size, RNNOptions options)
+    : RNNBase(RnnMode::Gru, input_size, hidden_size, options) {}
+
+RNNCellBase::RNNCellBase(RnnMode mode, int64_t input_size, int64_t hidden_size, const RNNCellOptions& options)
+    : mode_(checked_mode(mode, options.nonlinearity, class_name(mode, true))),
+      input_size_(input_size),
+      hidden_size_(hidden_size) {
+  check_sizes(input_size, hidden_size, class_name(mode, true));
+  const int64_t rows = rnn_gate_count(mode_) * hidden_size;
+  w_ih_ = register_parameter("weight_ih", empty({rows, input_size}));
+  w_hh_ = register_parameter("weight_hh", empty({rows, hidden_size}));
+  if (options.bias) {
+    b_ih_ = register_parameter("bias_ih", empty({rows}));
+    b_hh_ = register_parameter("bias_hh", empty({rows}));
+  }
+  reset_parameters(options.generator);
+}
+
+void RNNCellBase::reset_parameters(Generator* generator) {
+  init_uniform({w_ih_, w_hh_, b_ih_, b_hh_}, hidden_size_, generator);
+}
+
+Tensor RNNCellBase::initial(const Tensor& given, bool batched, const Tensor& x, const char* name) const {
+  if (!given.defined()) {
+    TensorOptions options = x.options();
+    options.requires_grad = false;
+    return zeros({x.size(0), hidden_size_}, options);
+  }
+  const Shape expected = batched ? Shape{x.size(0), hidden_size_} : Shape{hidden_size_};
+  LOOM_CHECK(given.sizes() == expected, ShapeError, "[{}] the state {} must be {} ({}hidden_size), got {}",
+             type_name(), name, shape_str(expected), batched ? "batch, " : "", shape_str(given.sizes()));
+  return batched ? given : given.unsqueeze(0);
+}
+
+RnnState RNNCellBase::forward(const Tensor& x, const RnnState& state) {
+  const std::string who = type_name();
+  LOOM_CHECK(x.defined() && (x.dim() == 1 || x.dim() == 2) && x.size(-1) == input_size_, ShapeError,
+             "[{}] input must be (N, {}) or unbatched ({}), got {}", who, input_size_, input_size_, shape_of(x));
+  LOOM_CHECK(mode_ == RnnMode::Lstm || !state.c.defined(), ValueError,
+             "[{}] takes no cell state c; only an LSTMCell has one", who);
+  const bool batched = x.dim() == 2;
+  const Tensor x2 = batched ? x : x.unsqueeze(0);
+  const RnnState first{initial(state.h, batched, x2, "h"),
+                       mode_ == RnnMode::Lstm ? initial(state.c, batched, x2, "c") : Tensor()};
+  RnnState next = rnn_cell(mode_, x2, first, w_ih_, w_hh_, b_ih_, b_hh_);
+  if (!batched) {
+    next.h = next.h.squeeze(0);
+    if (next.c.defined()) next.c = next.c.squeeze(0);
+  }
+  return next;
+}
+
+Tensor RNNCellBase::forward(const Tensor& x) { return forward(x, RnnState{}).h; }
+
+RnnState RNNCellBase::operator()(const Tensor& x, const RnnState& state) {
+  RnnState next;
+  call(x, [&] {
+    next = forward(x, state);
+    return next.h;
+  });
+  return next;
+}
+
+std::string RNNCellBase::extra_repr() const {
+  std::string s = fmt::format("{}, {}", input_size_, hidden_size_);
+  if (!b_ih_.defined()) s += ", bias=False";
+  if (mode_ == RnnMode::Relu) s += ", nonlinearity=relu";
+  return s;
+}
+
+RNNCell::RNNCell(int64_t input_size, int64_t hidden_size, RNNCellOptions options)
+    : RNNCellBase(RnnMode::Tanh, input_size, hidden_size, options) {}
+
+LSTMCell::LSTMCell(int64_t input_size, int64_t hidden_size, RNNCellOptions options)
+    : RNNCellBase(RnnMode::Lstm, input_size, hidden_size, options) {}
+
+GRUCell::GRUCell(int64_t input_size, int64_t hidden_size, RNNCellOptions options)
+    : RNNCellBase(RnnMode::Gru, input_size, hidden_size, options) {}
+
+}  // namespace loom::nn

@@ -1,0 +1,154 @@
+// File: layers/rnn.h
+// RNN, LSTM and GRU, as torch.nn's: layers stacked, optionally bidirectional,
+// each layer and direction one loom::rnn_layer (core/ops/rnn.h); and the cells
+// RNNCell, LSTMCell and GRUCell, one time step each. Parameters carry
+// PyTorch's names (weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, with
+// "_reverse" for a second direction; a cell's weight_ih, weight_hh, bias_ih,
+// bias_hh), shapes and gate order, and start as PyTorch's, each
+// U(-1/sqrt(H), 1/sqrt(H)), so state_dicts move both ways.
+//
+//   nn::LSTM lstm(32, 64, {.num_layers = 2, .batch_first = true});
+//   auto [y, state] = lstm(x, {});  // x (N, L, 32) -> y (N, L, 64); state.h, state.c (2, N, 64)
+//   Tensor last = lstm(x).select(1, -1);  // the output alone, from zero states
+//
+//   nn::GRUCell cell(16, 32);
+//   RnnState s;  // zeros at the first step
+//   for (const Tensor& x_t : steps) s = cell(x_t, s);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "core/ops/rnn.h"
+#include "core/tensor.h"
+#include "layers/module.h"
+
+namespace loom::nn {
+
+enum class RNNNonlinearity : uint8_t { Tanh, ReLU };
+
+struct RNNOptions {
+  int64_t num_layers = 1;
+  RNNNonlinearity nonlinearity = RNNNonlinearity::Tanh;  // nn::RNN's; LSTM and GRU refuse ReLU
+  bool bias = true;
+  bool batch_first = false;  // input and output (N, L, features); the state stays (layers * D, N, H)
+  double dropout = 0.0;      // on every layer's output but the last, in training; in [0, 1)
+  bool bidirectional = false;
+  Generator* generator = nullptr;  // for the initial weights; dropout draws from the default generator
+};
+
+struct RNNOutput {
+  Tensor output;   // (L, N, D * H), (N, L, D * H) with batch_first, or (L, D * H) unbatched
+  RnnState state;  // h (and c, LSTM): (num_layers * D, N, H), or (num_layers * D, H) unbatched
+};
+
+class RNNBase : public Module {
+ public:
+  using Module::operator();
+  // input (L, N, input_size), (N, L, input_size) with batch_first, or
+  // unbatched (L, input_size); state as RNNOutput's, an undefined h or c
+  // meaning zeros. Layer l + 1 reads layer l's output, both directions side by
+  // side (forward first); state rows go layer by layer, forward then reverse.
+  RNNOutput forward(const Tensor& input, const RnnState& state);
+  Tensor forward(const Tensor& input) override;  // the output alone, from zero states
+  RNNOutput operator()(const Tensor& input, const RnnState& state);
+  void reset_parameters(Generator* generator = nullptr);
+
+  // A parameter by PyTorch's name, "weight_ih_l0", "bias_hh_l1_reverse", ...
+  const Tensor& parameter(int64_t layer, bool reverse, const std::string& kind) const;
+  RnnMode mode() const { return mode_; }
+  int64_t input_size() const { return input_size_; }
+  int64_t hidden_size() const { return hidden_size_; }
+  int64_t num_layers() const { return options_.num_layers; }
+  bool bidirectional() const { return options_.bidirectional; }
+  bool batch_first() const { return options_.batch_first; }
+  std::string extra_repr() const override;
+
+ protected:
+  RNNBase(RnnMode mode, int64_t input_size, int64_t hidden_size, const RNNOptions& options);
+
+ private:
+  struct Weights {
+    Tensor w_ih, w_hh, b_ih, b_hh;
+  };
+  int64_t directions() const { return options_.bidirectional ? 2 : 1; }
+  // The given initial state (h or c) as (num_layers * D, N, H), zeros when undefined.
+  Tensor initial(const Tensor& given, bool batched, int64_t batch, const Tensor& like, const char* name) const;
+
+  RnnMode mode_;
+  int64_t input_size_;
+  int64_t hidden_size_;
+  RNNOptions options_;
+  std::vector<Weights> weights_;  // layer by layer, forward then reverse
+};
+
+class RNN : public RNNBase {
+ public:
+  RNN(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+};
+
+class LSTM : public RNNBase {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+};
+
+class GRU : public RNNBase {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+};
+
+struct RNNCellOptions {
+  bool bias = true;
+  RNNNonlinearity nonlinearity = RNNNonlinearity::Tanh;  // nn::RNNCell's; the others refuse ReLU
+  Generator* generator = nullptr;                        // for the initial weights
+};
+
+class RNNCellBase : public Module {
+ public:
+  using Module::operator();
+  // x (N, input_size) or unbatched (input_size); state (N, H) or (H), an
+  // undefined h or c meaning zeros. Returns the next state (c for an LSTMCell).
+  RnnState forward(const Tensor& x, const RnnState& state);
+  Tensor forward(const Tensor& x) override;  // the next h from zero states
+  RnnState operator()(const Tensor& x, const RnnState& state);
+  void reset_parameters(Generator* generator = nullptr);
+
+  const Tensor& weight_ih() const { return w_ih_; }
+  const Tensor& weight_hh() const { return w_hh_; }
+  const Tensor& bias_ih() const { return b_ih_; }  // undefined without bias
+  const Tensor& bias_hh() const { return b_hh_; }
+  RnnMode mode() const { return mode_; }
+  int64_t input_size() const { return input_size_; }
+  int64_t hidden_size() const { return hidden_size_; }
+  std::string extra_repr() const override;
+
+ protected:
+  RNNCellBase(RnnMode mode, int64_t input_size, int64_t hidden_size, const RNNCellOptions& options);
+
+ private:
+  Tensor initial(const Tensor& given, bool batched, const Tensor& x, const char* name) const;
+
+  RnnMode mode_;
+  int64_t input_size_;
+  int64_t hidden_size_;
+  Tensor w_ih_, w_hh_, b_ih_, b_hh_;
+};
+
+class RNNCell : public RNNCellBase {
+ public:
+  RNNCell(int64_t input_size, int64_t hidden_size, RNNCellOptions options = {});
+};
+
+class LSTMCell : public RNNCellBase {
+ public:
+  LSTMCell(int64_t input_size, int64_t hidden_size, RNNCellOptions options = {});
+};
+
+class GRUCell : public RNNCellBase {
+ public:
+  GRUCell(int64_t input_size, int64_t hidden_size, RNNCellOptions options = {});
+};
+
+}  // namespace loom::nn
