@@ -28,6 +28,7 @@
 #include "core/cuda/pool.h"
 #include "core/cuda/pool_window.h"
 #include "core/cuda/random.h"
+#include "core/cuda/rnn.h"
 #include "core/cuda/reduce.h"
 #include "core/cuda/sort.h"
 #include "core/error.h"
@@ -46,6 +47,9 @@ namespace {
 // Nothing is captured where there is no GPU: the honest answer, not an error.
 bool is_capturing() { return false; }
 void synchronize() { no_cuda("synchronize"); }
+
+void rnn_step_forward(const kernel::RnnStep&) { no_cuda("rnn_step_forward"); }
+void rnn_step_backward(const kernel::RnnStep&) { no_cuda("rnn_step_backward"); }
 
 void matmul(const Strided&, const Strided&, const Strided&, bool) { no_cuda("matmul"); }
 

@@ -1,8 +1,9 @@
 // File: core/ops/rnn.cc
 // rnn_layer: the input projection as one linear, then the time steps as one
-// recorded node (Recurrence) that keeps what its backward needs: the outputs,
-// and per step the LSTM's gate activations and cell, or the GRU's gates and
-// W_hn h + b_hn.
+// recorded node (Recurrence): per step a product with W_hh and the step kernel
+// (core/cpu/rnn.h, core/cuda/rnn.h), keeping what the backward needs: the
+// outputs, and per step the LSTM's gate activations and cell, or the GRU's
+// gates and W_hn h + b_hn.
 #include "core/ops/rnn.h"
 
 #include <memory>
@@ -11,8 +12,9 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/ops/activation.h"
-#include "core/ops/compare.h"
+#include "core/cpu/rnn.h"
+#include "core/cuda/rnn.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/linalg.h"
 #include "core/ops/reduction.h"
@@ -88,7 +90,8 @@ Tensor in_dtype(const Tensor& t, DType dtype) {
 
 // The time steps of one layer and direction, forward and backward. run()
 // computes with grad mode off into `packed_` (L, N, H), with c_n as an extra
-// row L for an LSTM; the node recorded on it calls backward().
+// row L for an LSTM; the node recorded on it calls backward(). Every view a
+// step kernel sees is dense (N, columns).
 class Recurrence {
  public:
   Recurrence(RnnMode mode, bool reverse, const Dims& d) : mode_(mode), reverse_(reverse), d_(d) {}
@@ -104,38 +107,51 @@ class Recurrence {
   int64_t before(int64_t t) const { return reverse_ ? t + 1 : t - 1; }
   Tensor h_before(int64_t t) const { return first(t) ? h0_ : out_.select(0, before(t)); }
   Tensor c_before(int64_t t) const { return first(t) ? c0_ : cells_.select(0, before(t)); }
+  // What the step kernels read as `prev`: c before the step (LSTM) or h (GRU).
+  Tensor prev(int64_t t) const {
+    if (mode_ == RnnMode::Lstm) return c_before(t);
+    return mode_ == RnnMode::Gru ? h_before(t) : Tensor();
+  }
+  // The views every step kernel of time t shares.
+  kernel::RnnStep step_views(int64_t t) const;
   // Every step's previous hidden state, in time order (L, N, H).
   Tensor previous_hs() const;
-
-  void step(int64_t t, const Tensor& gx);
-  void step_lstm(int64_t t, const Tensor& gx, const Tensor& gh);
-  void step_gru(int64_t t, const Tensor& gx, const Tensor& gh);
-  // Each writes the step's pre-activation gradients (dgx[t], dgh[t]) and
-  // returns the gradient of the previous h; step_back_lstm also carries dc.
-  Tensor step_back(int64_t t, const Tensor& dh, Tensor& dc, Tensor dgx, Tensor dgh) const;
-  Tensor step_back_lstm(int64_t t, const Tensor& dh, Tensor& dc, Tensor dgx) const;
-  Tensor step_back_gru(int64_t t, const Tensor& dh, Tensor dgx, Tensor dgh) const;
 
   RnnMode mode_;
   bool reverse_;
   Dims d_;
   DType h_dtype_ = DType::Float32, c_dtype_ = DType::Float32, w_dtype_ = DType::Float32;
   Tensor w_hh_, b_hh_;    // in the computation's dtype (gates_x's)
-  Tensor h0_, c0_;        // likewise
+  Tensor h0_, c0_;        // likewise, dense
   Tensor out_;            // (L, N, H), detached from packed_
   Tensor gates_;          // LSTM: i, f, g, o after their activations; GRU: r, z, n (L, N, G*H)
   Tensor cells_;          // LSTM: c after each step (L, N, H)
   Tensor hidden_n_;       // GRU: W_hn h + b_hn of each step (L, N, H)
 };
 
-Tensor Recurrence::run(const Tensor& gates_x, const RnnState& state, const Tensor& w_hh, const Tensor& b_hh) {
+Strided view_or_none(const Tensor& t) { return t.defined() ? t.strided() : Strided{}; }
+
+kernel::RnnStep Recurrence::step_views(int64_t t) const {
+  kernel::RnnStep s;
+  s.mode = mode_;
+  s.hidden = d_.hidden;
+  s.prev = view_or_none(prev(t));
+  s.gates = view_or_none(gates_.defined() ? gates_.select(0, t) : Tensor());
+  const Tensor& aux = cells_.defined() ? cells_ : hidden_n_;
+  s.aux = view_or_none(aux.defined() ? aux.select(0, t) : Tensor());
+  s.h = out_.select(0, t).strided();
+  return s;
+}
+
+Tensor Recurrence::run(const Tensor& gates_x_in, const RnnState& state, const Tensor& w_hh, const Tensor& b_hh) {
   NoGradGuard no_grad;
+  const Tensor gates_x = gates_x_in.contiguous();
   const DType dtype = gates_x.dtype();
   h_dtype_ = state.h.dtype();
   w_dtype_ = w_hh.dtype();
   w_hh_ = in_dtype(w_hh, dtype).detach();
   b_hh_ = b_hh.defined() ? in_dtype(b_hh, dtype).detach() : Tensor();
-  h0_ = in_dtype(state.h, dtype).detach();
+  h0_ = in_dtype(state.h, dtype).detach().contiguous();
   const int64_t L = d_.steps, N = d_.batch, H = d_.hidden;
   TensorOptions options = gates_x.options();
   options.requires_grad = false;
@@ -144,49 +160,21 @@ Tensor Recurrence::run(const Tensor& gates_x, const RnnState& state, const Tenso
   out_ = packed.slice(0, 0, L).detach();
   if (lstm) {
     c_dtype_ = state.c.dtype();
-    c0_ = in_dtype(state.c, dtype).detach();
-    gates_ = empty({L, N, 4 * H}, options);
+    c0_ = in_dtype(state.c, dtype).detach().contiguous();
     cells_ = empty({L, N, H}, options);
-  } else if (mode_ == RnnMode::Gru) {
-    gates_ = empty({L, N, 3 * H}, options);
-    hidden_n_ = empty({L, N, H}, options);
   }
-  for (int64_t k = 0; k < L; ++k) step(time(k), gates_x.select(0, time(k)));
+  if (mode_ == RnnMode::Lstm || mode_ == RnnMode::Gru) gates_ = empty({L, N, d_.gates * H}, options);
+  if (mode_ == RnnMode::Gru) hidden_n_ = empty({L, N, H}, options);
+  for (int64_t k = 0; k < L; ++k) {
+    const int64_t t = time(k);
+    const Tensor gh = linear(h_before(t), w_hh_, b_hh_).contiguous();
+    kernel::RnnStep s = step_views(t);
+    s.gx = gates_x.select(0, t).strided();
+    s.gh = gh.strided();
+    LOOM_KERNEL(gates_x, rnn_step_forward, s);
+  }
   if (lstm) packed.select(0, L).copy_(cells_.select(0, time(L - 1)));
   return packed;
-}
-
-void Recurrence::step(int64_t t, const Tensor& gx) {
-  const Tensor gh = linear(h_before(t), w_hh_, b_hh_);
-  if (mode_ == RnnMode::Lstm) return step_lstm(t, gx, gh);
-  if (mode_ == RnnMode::Gru) return step_gru(t, gx, gh);
-  const Tensor a = add(gx, gh);
-  out_.select(0, t).copy_(mode_ == RnnMode::Tanh ? tanh(a) : relu(a));
-}
-
-void Recurrence::step_lstm(int64_t t, const Tensor& gx, const Tensor& gh) {
-  const int64_t H = d_.hidden;
-  const Tensor a = add(gx, gh);
-  const Tensor act = gates_.select(0, t);
-  act.narrow(1, 0, 2 * H).copy_(sigmoid(a.narrow(1, 0, 2 * H)));
-  act.narrow(1, 2 * H, H).copy_(tanh(a.narrow(1, 2 * H, H)));
-  act.narrow(1, 3 * H, H).copy_(sigmoid(a.narrow(1, 3 * H, H)));
-  const Tensor i = act.narrow(1, 0, H), f = act.narrow(1, H, H), g = act.narrow(1, 2 * H, H);
-  Tensor c = cells_.select(0, t);
-  c.copy_(add(mul(f, c_before(t)), mul(i, g)));
-  out_.select(0, t).copy_(mul(act.narrow(1, 3 * H, H), tanh(c)));
-}
-
-void Recurrence::step_gru(int64_t t, const Tensor& gx, const Tensor& gh) {
-  const int64_t H = d_.hidden;
-  const Tensor act = gates_.select(0, t);
-  act.narrow(1, 0, 2 * H).copy_(sigmoid(add(gx.narrow(1, 0, 2 * H), gh.narrow(1, 0, 2 * H))));
-  const Tensor r = act.narrow(1, 0, H), z = act.narrow(1, H, H);
-  Tensor n = act.narrow(1, 2 * H, H), hn = hidden_n_.select(0, t);
-  hn.copy_(gh.narrow(1, 2 * H, H));
-  n.copy_(tanh(add(gx.narrow(1, 2 * H, H), mul(r, hn))));
-  const Tensor h = h_before(t);
-  out_.select(0, t).copy_(add(n, mul(z, sub(h, n))));
 }
 
 std::vector<Tensor> Recurrence::saved() const {
@@ -206,62 +194,32 @@ Tensor Recurrence::previous_hs() const {
 
 std::vector<Tensor> Recurrence::backward(const Tensor& dpacked) const {
   const int64_t L = d_.steps, N = d_.batch, H = d_.hidden, GH = d_.gates * d_.hidden;
-  const Tensor dy = in_dtype(dpacked, out_.dtype());
-  TensorOptions options = out_.options();
+  const Tensor dy = in_dtype(dpacked, out_.dtype()).contiguous();
+  const TensorOptions options = out_.options();
+  const bool lstm = mode_ == RnnMode::Lstm, gru = mode_ == RnnMode::Gru;
   const Tensor dgx = empty({L, N, GH}, options);
-  const Tensor dgh = mode_ == RnnMode::Gru ? empty({L, N, GH}, options) : dgx;
+  const Tensor dgh = gru ? empty({L, N, GH}, options) : dgx;
+  const Tensor dc = lstm ? dy.select(0, L).clone() : Tensor();   // c's gradient, carried back in place
+  const Tensor direct = gru ? empty({N, H}, options) : Tensor();  // dh z
   Tensor dh = zeros({N, H}, options);
-  Tensor dc = mode_ == RnnMode::Lstm ? dy.select(0, L) : Tensor();
   for (int64_t k = L - 1; k >= 0; --k) {
     const int64_t t = time(k);
-    dh = step_back(t, add(dh, dy.select(0, t)), dc, dgx.select(0, t), dgh.select(0, t));
+    kernel::RnnStep s = step_views(t);
+    s.dh = dh.strided();
+    s.dy = dy.select(0, t).strided();
+    s.dc = view_or_none(dc);
+    s.dgx = dgx.select(0, t).strided();
+    s.dgh = view_or_none(gru ? dgh.select(0, t) : Tensor());
+    s.dh_direct = view_or_none(direct);
+    LOOM_KERNEL(dh, rnn_step_backward, s);
+    dh = matmul(dgh.select(0, t), w_hh_);
+    if (gru) dh = add(dh, direct);
   }
   const Tensor flat = dgh.reshape({L * N, GH});
   const Tensor dw = matmul(flat.t(), previous_hs().reshape({L * N, H}));
   const Tensor db = b_hh_.defined() ? sum(flat, {0}) : Tensor();
-  return {dgx, in_dtype(dh, h_dtype_), mode_ == RnnMode::Lstm ? in_dtype(dc, c_dtype_) : Tensor(),
-          in_dtype(dw, w_dtype_), in_dtype(db, w_dtype_)};
-}
-
-Tensor Recurrence::step_back(int64_t t, const Tensor& dh, Tensor& dc, Tensor dgx, Tensor dgh) const {
-  if (mode_ == RnnMode::Lstm) return step_back_lstm(t, dh, dc, dgx);
-  if (mode_ == RnnMode::Gru) return step_back_gru(t, dh, dgx, dgh);
-  const Tensor y = out_.select(0, t);
-  dgx.copy_(mode_ == RnnMode::Tanh ? mul(dh, 1.0 - mul(y, y)) : masked_fill(dh, le(y, 0.0), 0.0));
-  return matmul(dgx, w_hh_);
-}
-
-// c = f c_prev + i g and h = o tanh(c): dc gathers h's share, then each gate's
-// pre-activation gradient is its share times its activation's derivative.
-Tensor Recurrence::step_back_lstm(int64_t t, const Tensor& dh, Tensor& dc, Tensor dgx) const {
-  const int64_t H = d_.hidden;
-  const Tensor act = gates_.select(0, t);
-  const Tensor i = act.narrow(1, 0, H), f = act.narrow(1, H, H), g = act.narrow(1, 2 * H, H);
-  const Tensor o = act.narrow(1, 3 * H, H);
-  const Tensor tanh_c = tanh(cells_.select(0, t));
-  const Tensor dc_t = add(dc, mul(mul(dh, o), 1.0 - mul(tanh_c, tanh_c)));
-  dgx.narrow(1, 0, H).copy_(mul(mul(dc_t, g), mul(i, 1.0 - i)));
-  dgx.narrow(1, H, H).copy_(mul(mul(dc_t, c_before(t)), mul(f, 1.0 - f)));
-  dgx.narrow(1, 2 * H, H).copy_(mul(mul(dc_t, i), 1.0 - mul(g, g)));
-  dgx.narrow(1, 3 * H, H).copy_(mul(mul(dh, tanh_c), mul(o, 1.0 - o)));
-  dc = mul(dc_t, f);
-  return matmul(dgx, w_hh_);
-}
-
-// h' = n + z (h - n), n = tanh(x_n + r hn): the input's and the hidden
-// state's pre-activation gradients differ only in n's rows (r scales hn).
-Tensor Recurrence::step_back_gru(int64_t t, const Tensor& dh, Tensor dgx, Tensor dgh) const {
-  const int64_t H = d_.hidden;
-  const Tensor act = gates_.select(0, t);
-  const Tensor r = act.narrow(1, 0, H), z = act.narrow(1, H, H), n = act.narrow(1, 2 * H, H);
-  const Tensor h = h_before(t);
-  const Tensor dn = mul(mul(dh, 1.0 - z), 1.0 - mul(n, n));
-  dgx.narrow(1, 0, H).copy_(mul(mul(dn, hidden_n_.select(0, t)), mul(r, 1.0 - r)));
-  dgx.narrow(1, H, H).copy_(mul(mul(dh, sub(h, n)), mul(z, 1.0 - z)));
-  dgx.narrow(1, 2 * H, H).copy_(dn);
-  dgh.narrow(1, 0, 2 * H).copy_(dgx.narrow(1, 0, 2 * H));
-  dgh.narrow(1, 2 * H, H).copy_(mul(dn, r));
-  return add(matmul(dgh, w_hh_), mul(dh, z));
+  return {dgx, in_dtype(dh, h_dtype_), lstm ? in_dtype(dc, c_dtype_) : Tensor(), in_dtype(dw, w_dtype_),
+          in_dtype(db, w_dtype_)};
 }
 
 }  // namespace

@@ -23,11 +23,10 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/kernel/rnn.h"  // RnnMode
 #include "core/tensor.h"
 
 namespace loom {
-
-enum class RnnMode : uint8_t { Tanh, Relu, Lstm, Gru };
 
 // The gates stacked in the weights' rows: 1, 1, 4, 3.
 int64_t rnn_gate_count(RnnMode mode);

@@ -2,7 +2,7 @@
 // RNN, LSTM and GRU on the GPU against their CPU float64 twins (which
 // rnn_test checks against PyTorch's equations): output, final state, the
 // input's and every parameter's gradient over random configurations, in
-// strict fp32 and under bf16 autocast; and an LSTM classifier with dropout
+// strict fp32 and under bf16 autocast (tanh, LSTM, GRU); and an LSTM classifier with dropout
 // between its layers trained by a captured TrainStep with the eager steps' bits.
 #include <doctest/doctest.h>
 
@@ -72,8 +72,14 @@ void check_random_configs(bool bf16, uint64_t seed) {
   const auto pick = [&](int64_t lo, int64_t hi) {
     return static_cast<int64_t>(randint(lo, hi + 1, {1}, {}, &gen).item());
   };
+  // A ReLU recurrence under bf16 is left out: a pre-activation that rounding
+  // moves across 0 switches its unit on or off, and the difference then runs
+  // through every later step, far beyond any tolerance (strict fp32 checks it).
+  const std::vector<RnnMode> modes = bf16 ? std::vector<RnnMode>{RnnMode::Tanh, RnnMode::Lstm, RnnMode::Gru}
+                                          : std::vector<RnnMode>{RnnMode::Tanh, RnnMode::Relu, RnnMode::Lstm,
+                                                                 RnnMode::Gru};
   for (int index = 0; index < 24; ++index) {
-    const RnnMode mode = static_cast<RnnMode>(index % 4);
+    const RnnMode mode = modes[index % modes.size()];
     const int64_t layers = pick(1, 3), L = pick(1, 12), N = pick(1, 9), in = pick(1, 24), hidden = pick(1, 40);
     const bool bidirectional = pick(0, 1) == 1, given = pick(0, 1) == 1;
     const nn::RNNOptions o{.num_layers = layers, .bidirectional = bidirectional, .generator = &gen};
@@ -131,7 +137,7 @@ LOOM_GPU_TEST_CASE("an LSTM with dropout between layers trains captured with the
   std::vector<std::pair<Tensor, Tensor>> data;
   for (int i = 0; i < 3; ++i) {
     const Tensor tokens = randint(0, 6, {16, 10}, {.dtype = DType::Int64}, &gen);
-    data.emplace_back(tokens.to(testing::test_gpu()), remainder(tokens.select(1, 0), 3.0).to(testing::test_gpu()));
+    data.emplace_back(tokens.to(testing::test_gpu()), remainder(tokens.select(1, -1), 3.0).to(testing::test_gpu()));
   }
   struct TaggerRun {
     std::unique_ptr<Tagger> net;
@@ -141,7 +147,7 @@ LOOM_GPU_TEST_CASE("an LSTM with dropout between layers trains captured with the
       manual_seed(17);
       net = std::make_unique<Tagger>();
       net->to(testing::test_gpu());
-      opt = std::make_unique<optim::SGD>(net->parameters(), optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+      opt = std::make_unique<optim::SGD>(net->parameters(), optim::SgdOptions{.lr = 0.3, .momentum = 0.9});
       step = std::make_unique<optim::TrainStep>(
           [this](const Tensor& x, const Tensor& y) { return std::vector<Tensor>{cross_entropy((*net)(x), y)}; }, *opt,
           optim::TrainStepOptions{.cuda_graph = graph});

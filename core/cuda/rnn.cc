@@ -1,0 +1,19 @@
+// File: core/cuda/rnn.cc
+// Checked launches of the recurrent step kernels on the current stream.
+#include "core/cuda/rnn.h"
+
+#include "core/cuda/rnn_kernels.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+
+namespace loom::cuda {
+
+void rnn_step_forward(const kernel::RnnStep& step) {
+  LOOM_CUDA_CHECK(launch_rnn_step(step, step.gx.sizes[0], step.gx.dtype, true, current_stream()));
+}
+
+void rnn_step_backward(const kernel::RnnStep& step) {
+  LOOM_CUDA_CHECK(launch_rnn_step(step, step.dh.sizes[0], step.dh.dtype, false, current_stream()));
+}
+
+}  // namespace loom::cuda
