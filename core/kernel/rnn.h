@@ -25,7 +25,8 @@ namespace kernel {
 struct RnnStep {
   RnnMode mode = RnnMode::Tanh;
   int64_t hidden = 0;  // H
-  Strided gx, gh;      // (N, G*H): the step's two products (forward)
+  Strided gx, gh;      // (N, G*H): the step's two products (forward), gh without its bias
+  Strided bias;        // (G*H): b_hh, added to gh here (GRU's n needs it inside r (W_hn h + b_hn)), or null
   Strided prev;        // (N, H): c before the step (LSTM), h before it (GRU)
   Strided gates;       // (N, G*H): LSTM i, f, g, o; GRU r, z, n, after their activations
   Strided aux;         // (N, H): LSTM c after the step; GRU W_hn h + b_hn
@@ -102,7 +103,7 @@ struct RnnRows {
   };
   RnnMode mode = RnnMode::Tanh;
   int64_t hidden = 0;
-  Rows gx, gh, prev, gates, aux, h, dh, dy, dc, dgx, dgh, dh_direct;
+  Rows gx, gh, bias, prev, gates, aux, h, dh, dy, dc, dgx, dgh, dh_direct;
 };
 
 template <class T>
@@ -113,9 +114,16 @@ typename RnnRows<T>::Rows rows_of(const Strided& v) {
 // T is the storage type (a backend's own 16-bit types included).
 template <class T>
 RnnRows<T> rnn_rows(const RnnStep& s) {
-  return {s.mode,         s.hidden,           rows_of<T>(s.gx),  rows_of<T>(s.gh), rows_of<T>(s.prev),
-          rows_of<T>(s.gates), rows_of<T>(s.aux), rows_of<T>(s.h), rows_of<T>(s.dh), rows_of<T>(s.dy),
-          rows_of<T>(s.dc), rows_of<T>(s.dgx), rows_of<T>(s.dgh), rows_of<T>(s.dh_direct)};
+  return {s.mode,           s.hidden,          rows_of<T>(s.gx),  rows_of<T>(s.gh),  rows_of<T>(s.bias),
+          rows_of<T>(s.prev), rows_of<T>(s.gates), rows_of<T>(s.aux), rows_of<T>(s.h), rows_of<T>(s.dh),
+          rows_of<T>(s.dy),   rows_of<T>(s.dc),    rows_of<T>(s.dgx), rows_of<T>(s.dgh), rows_of<T>(s.dh_direct)};
+}
+
+// Element `column` of sample n's hidden product, with its bias.
+template <class C, class Cvt, class T>
+LOOM_HOST_DEVICE C hidden_product(const RnnRows<T>& r, int64_t n, int64_t column) {
+  const C bias = r.bias.data == nullptr ? C(0) : Cvt::template in<C>(*r.bias[column]);
+  return Cvt::template in<C>(r.gh[n][column]) + bias;
 }
 
 // One unit's forward step. Cvt::in<C>(T) loads a stored value into the
@@ -124,10 +132,10 @@ template <class C, class Cvt, class T>
 LOOM_HOST_DEVICE void rnn_forward_unit(const RnnRows<T>& r, int64_t n, int64_t j) {
   using U = RnnUnit<C>;
   const int64_t H = r.hidden;
-  const T *gx = r.gx[n], *gh = r.gh[n];
+  const T* gx = r.gx[n];
   if (r.mode == RnnMode::Lstm) {
     C a[4], act[4], c;
-    for (int k = 0; k < 4; ++k) a[k] = Cvt::template in<C>(gx[k * H + j]) + Cvt::template in<C>(gh[k * H + j]);
+    for (int k = 0; k < 4; ++k) a[k] = Cvt::template in<C>(gx[k * H + j]) + hidden_product<C, Cvt>(r, n, k * H + j);
     r.h[n][j] = Cvt::template out<T>(U::lstm_forward(a, Cvt::template in<C>(r.prev[n][j]), act, c));
     for (int k = 0; k < 4; ++k) r.gates[n][k * H + j] = Cvt::template out<T>(act[k]);
     r.aux[n][j] = Cvt::template out<T>(c);
@@ -135,13 +143,14 @@ LOOM_HOST_DEVICE void rnn_forward_unit(const RnnRows<T>& r, int64_t n, int64_t j
     C x3[3], h3[3], act[3], hn;
     for (int k = 0; k < 3; ++k) {
       x3[k] = Cvt::template in<C>(gx[k * H + j]);
-      h3[k] = Cvt::template in<C>(gh[k * H + j]);
+      h3[k] = hidden_product<C, Cvt>(r, n, k * H + j);
     }
     r.h[n][j] = Cvt::template out<T>(U::gru_forward(x3, h3, Cvt::template in<C>(r.prev[n][j]), act, hn));
     for (int k = 0; k < 3; ++k) r.gates[n][k * H + j] = Cvt::template out<T>(act[k]);
     r.aux[n][j] = Cvt::template out<T>(hn);
   } else {
-    r.h[n][j] = Cvt::template out<T>(U::simple_forward(r.mode, Cvt::template in<C>(gx[j]), Cvt::template in<C>(gh[j])));
+    const C a = U::simple_forward(r.mode, Cvt::template in<C>(gx[j]), hidden_product<C, Cvt>(r, n, j));
+    r.h[n][j] = Cvt::template out<T>(a);
   }
 }
 

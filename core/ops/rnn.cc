@@ -167,10 +167,11 @@ Tensor Recurrence::run(const Tensor& gates_x_in, const RnnState& state, const Te
   if (mode_ == RnnMode::Gru) hidden_n_ = empty({L, N, H}, options);
   for (int64_t k = 0; k < L; ++k) {
     const int64_t t = time(k);
-    const Tensor gh = linear(h_before(t), w_hh_, b_hh_).contiguous();
+    const Tensor gh = linear(h_before(t), w_hh_).contiguous();  // the kernel adds b_hh
     kernel::RnnStep s = step_views(t);
     s.gx = gates_x.select(0, t).strided();
     s.gh = gh.strided();
+    s.bias = view_or_none(b_hh_);
     LOOM_KERNEL(gates_x, rnn_step_forward, s);
   }
   if (lstm) packed.select(0, L).copy_(cells_.select(0, time(L - 1)));
