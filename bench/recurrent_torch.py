@@ -11,6 +11,8 @@ import statistics
 
 import torch
 
+from conv_layers_torch import time_graph  # the whole step captured once, then replayed
+
 
 def make_step(args, precision, x, y):
     torch.manual_seed(1)
@@ -30,7 +32,7 @@ def make_step(args, precision, x, y):
     return step
 
 
-def time_ms(run, steps):
+def time_eager(run, steps):
     for _ in range(10):
         run()
     times = []
@@ -43,19 +45,6 @@ def time_ms(run, steps):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / steps)
     return statistics.median(times)
-
-
-def graphed(step):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph.replay
 
 
 def main():
@@ -71,8 +60,8 @@ def main():
     for precision in args.precisions.split(","):
         x = torch.randn(args.batch, args.seq, args.input, device="cuda")
         y = torch.randn(args.batch, args.seq, args.hidden, device="cuda")
-        eager = time_ms(make_step(args, precision, x, y), args.steps)
-        graph = time_ms(graphed(make_step(args, precision, x, y)), args.steps)
+        eager = time_eager(make_step(args, precision, x, y), args.steps)
+        graph = time_graph(make_step(args, precision, x, y), args.steps, 3)
         print(json.dumps({"framework": "torch", "mode": args.mode, "seq": args.seq, "batch": args.batch,
                           "input": args.input, "hidden": args.hidden, "layers": args.layers,
                           "precision": precision, "eager_ms": round(eager, 3), "graph_ms": round(graph, 3)}))
