@@ -48,6 +48,9 @@ namespace {
 bool is_capturing() { return false; }
 void synchronize() { no_cuda("synchronize"); }
 
+bool rnn_run_fits(RnnMode, int64_t, int64_t, DType) { no_cuda("rnn_run_fits"); }
+void rnn_run_forward(const kernel::RnnRun&) { no_cuda("rnn_run_forward"); }
+void rnn_run_backward(const kernel::RnnRun&) { no_cuda("rnn_run_backward"); }
 void rnn_step_forward(const kernel::RnnStep&) { no_cuda("rnn_step_forward"); }
 void rnn_step_backward(const kernel::RnnStep&) { no_cuda("rnn_step_backward"); }
 

@@ -8,6 +8,20 @@
 
 namespace loom::cuda {
 
+bool rnn_run_fits(RnnMode mode, int64_t batch, int64_t hidden, DType dtype) {
+  bool fits = false;
+  LOOM_CUDA_CHECK(cuda::rnn_run_fits(mode, batch, hidden, dtype, fits));
+  return fits;
+}
+
+void rnn_run_forward(const kernel::RnnRun& run) {
+  LOOM_CUDA_CHECK(launch_rnn_run(run, true, current_stream()));
+}
+
+void rnn_run_backward(const kernel::RnnRun& run) {
+  LOOM_CUDA_CHECK(launch_rnn_run(run, false, current_stream()));
+}
+
 void rnn_step_forward(const kernel::RnnStep& step) {
   LOOM_CUDA_CHECK(launch_rnn_step(step, step.gx.sizes[0], step.gx.dtype, true, current_stream()));
 }

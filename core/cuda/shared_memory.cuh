@@ -32,6 +32,32 @@ cudaError_t allow_shared_memory(Kernel* kernel, int64_t limit) {
   return status;
 }
 
+// The current GPU's multiprocessors and the most dynamic shared memory one block may opt in to, asked
+// once per device.
+struct BlockLimits {
+  int64_t multiprocessors = 0;
+  int64_t shared_optin = 0;  // bytes
+};
+
+inline cudaError_t block_limits(BlockLimits& limits) {
+  static std::mutex mutex;
+  static std::map<int, BlockLimits> known;
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) return status;
+  std::lock_guard lock(mutex);
+  if (const auto it = known.find(device); it != known.end()) {
+    limits = it->second;
+    return cudaSuccess;
+  }
+  int sms = 0, shared = 0;
+  status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (status != cudaSuccess) return status;
+  limits = known[device] = {sms, shared};
+  return cudaSuccess;
+}
+
 // Blocks of `threads` threads and `shared` bytes of dynamic shared memory that the current GPU runs at
 // once, over all its multiprocessors; `kernel` must allow `shared` (allow_shared_memory). 0 where a query
 // fails, with its error in status.

@@ -20,6 +20,11 @@ enum class RnnMode : uint8_t { Tanh, Relu, Lstm, Gru };
 
 namespace kernel {
 
+// G: the gate rows of W_ih and W_hh (LSTM i, f, g, o; GRU r, z, n).
+LOOM_HOST_DEVICE constexpr int rnn_gates(RnnMode mode) {
+  return mode == RnnMode::Lstm ? 4 : mode == RnnMode::Gru ? 3 : 1;
+}
+
 // The views of one step: each (N, columns), unit column stride, any row
 // stride; a view a mode does not use stays null.
 struct RnnStep {
@@ -35,6 +40,22 @@ struct RnnStep {
   Strided dc;          // (N, H): LSTM, c's gradient from the next step, replaced by c before the step's
   Strided dgx, dgh;    // (N, G*H): the products' gradients (dgh: GRU only; the others share dgx)
   Strided dh_direct;   // (N, H): GRU, the part of h before the step's gradient not through W_hh (dh z)
+};
+
+// Every step of one layer and direction at once, for a kernel that runs the
+// whole recurrence in one launch: the tensors an RnnStep views one time step
+// of, whole and dense ((L, N, columns), rows of G*H or H), beside the weights
+// and the states before the first step. Forward reads gx, w_hh, bias, h0, c0
+// and writes out, gates, aux; backward also reads dy and dc (c's gradient
+// after the last step, replaced by c0's) and writes dgx, dgh and dh0.
+struct RnnRun {
+  RnnMode mode = RnnMode::Tanh;
+  bool reverse = false;
+  Strided w_hh, bias;          // (G*H, H); (G*H) or null
+  Strided h0, c0;              // (N, H); c0 LSTM only
+  Strided gx, gates, aux, out;  // as RnnStep's, one row of L each
+  Strided dy, dc, dgx, dgh;    // as RnnStep's; dgh GRU only
+  Strided dh0;                 // (N, H): h0's gradient
 };
 
 // Unit j of one sample: `g` points at the sample's gate row (stride H between

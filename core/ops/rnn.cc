@@ -1,18 +1,24 @@
 // File: core/ops/rnn.cc
 // rnn_layer: the input projection as one linear, then the time steps as one
 // recorded node (Recurrence): per step a product with W_hh and the step kernel
-// (core/cpu/rnn.h, core/cuda/rnn.h), keeping what the backward needs: the
+// (core/cpu/rnn.h, core/cuda/rnn.h), or on a GPU where the layer fits, every
+// step in one kernel each way (the faster of the two tiers, timed once per
+// shape); either keeps what the backward needs: the
 // outputs, and per step the LSTM's gate activations and cell, or the GRU's
 // gates and W_hn h + b_hn.
 #include "core/ops/rnn.h"
 
+#include <fmt/format.h>
+
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/cpu/rnn.h"
+#include "core/cuda/kernel_choice.h"
 #include "core/cuda/rnn.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
@@ -23,13 +29,7 @@
 
 namespace loom {
 
-int64_t rnn_gate_count(RnnMode mode) {
-  switch (mode) {
-    case RnnMode::Lstm: return 4;
-    case RnnMode::Gru: return 3;
-    default: return 1;
-  }
-}
+int64_t rnn_gate_count(RnnMode mode) { return kernel::rnn_gates(mode); }
 
 std::string_view rnn_mode_name(RnnMode mode) {
   switch (mode) {
@@ -83,6 +83,9 @@ Dims check_operands(RnnMode mode, const Tensor& x, const RnnState& state, const 
   return d;
 }
 
+// The GPU's two tiers for a layer's steps (cuda::KernelChoice's names).
+constexpr std::string_view kWholeRun = "run", kStepByStep = "steps";
+
 // t converted to `dtype` when it is defined.
 Tensor in_dtype(const Tensor& t, DType dtype) {
   return !t.defined() || t.dtype() == dtype ? t : t.to(dtype);
@@ -116,11 +119,31 @@ class Recurrence {
   kernel::RnnStep step_views(int64_t t) const;
   // Every step's previous hidden state, in time order (L, N, H).
   Tensor previous_hs() const;
+  // The views of the whole run, for the one-kernel tier (cuda::rnn_run_fits).
+  kernel::RnnRun run_views() const;
+  // Whether the steps run in one kernel: on a GPU where the layer fits, the
+  // faster tier, raced once per shape (forward and backward on scratch
+  // gradients) by cuda::KernelChoice; LOOM_RNN_KERNEL=run or steps forces one.
+  bool whole_run_chosen(const Tensor& gates_x);
+  // The forward in the tier whole_run_ names.
+  void forward(const Tensor& gates_x);
+  // The forward one step at a time: a product with W_hh and the step kernel each.
+  void steps_forward(const Tensor& gates_x);
+  // The backward's operands: dy (L rows of output gradients, then c_n's for an
+  // LSTM), and what it fills: dgx, dgh (dgx itself but for a GRU) and dc.
+  struct Gradients {
+    Tensor dy, dgx, dgh, dc;
+  };
+  Gradients gradients_for(const Tensor& dy) const;
+  // h0's gradient, step by step or in one kernel.
+  Tensor steps_backward(const Gradients& g) const;
+  Tensor run_backward(const Gradients& g) const;
 
   RnnMode mode_;
   bool reverse_;
   Dims d_;
   DType h_dtype_ = DType::Float32, c_dtype_ = DType::Float32, w_dtype_ = DType::Float32;
+  bool whole_run_ = false;  // every step in one kernel each way (a GPU, a layer that fits)
   Tensor w_hh_, b_hh_;    // in the computation's dtype (gates_x's)
   Tensor h0_, c0_;        // likewise, dense
   Tensor out_;            // (L, N, H), detached from packed_
@@ -149,8 +172,8 @@ Tensor Recurrence::run(const Tensor& gates_x_in, const RnnState& state, const Te
   const DType dtype = gates_x.dtype();
   h_dtype_ = state.h.dtype();
   w_dtype_ = w_hh.dtype();
-  w_hh_ = in_dtype(w_hh, dtype).detach();
-  b_hh_ = b_hh.defined() ? in_dtype(b_hh, dtype).detach() : Tensor();
+  w_hh_ = in_dtype(w_hh, dtype).detach().contiguous();
+  b_hh_ = b_hh.defined() ? in_dtype(b_hh, dtype).detach().contiguous() : Tensor();
   h0_ = in_dtype(state.h, dtype).detach().contiguous();
   const int64_t L = d_.steps, N = d_.batch, H = d_.hidden;
   TensorOptions options = gates_x.options();
@@ -163,9 +186,52 @@ Tensor Recurrence::run(const Tensor& gates_x_in, const RnnState& state, const Te
     c0_ = in_dtype(state.c, dtype).detach().contiguous();
     cells_ = empty({L, N, H}, options);
   }
-  if (mode_ == RnnMode::Lstm || mode_ == RnnMode::Gru) gates_ = empty({L, N, d_.gates * H}, options);
+  if (d_.gates > 1) gates_ = empty({L, N, d_.gates * H}, options);
   if (mode_ == RnnMode::Gru) hidden_n_ = empty({L, N, H}, options);
-  for (int64_t k = 0; k < L; ++k) {
+  whole_run_ = whole_run_chosen(gates_x);
+  forward(gates_x);
+  if (lstm) packed.select(0, L).copy_(cells_.select(0, time(L - 1)));
+  return packed;
+}
+
+bool Recurrence::whole_run_chosen(const Tensor& gates_x) {
+  const Device device = gates_x.device();
+  if (!device.is_cuda()) return false;
+  const DType dtype = gates_x.dtype();
+  return on_device(device, [&] {
+    if (!cuda::rnn_run_fits(mode_, d_.batch, d_.hidden, dtype)) return false;
+    static cuda::KernelChoice choice("LOOM_RNN_KERNEL");
+    // The tiers' costs both grow with L, so one race serves every length.
+    const std::string key =
+        fmt::format("{} {} N {} H {}", rnn_mode_name(mode_), dtype_name(dtype), d_.batch, d_.hidden);
+    const auto tier = [&](bool whole) {
+      return [this, &gates_x, whole] {
+        whole_run_ = whole;
+        forward(gates_x);
+        const int64_t rows = d_.steps + (mode_ == RnnMode::Lstm ? 1 : 0);
+        const Gradients scratch = gradients_for(zeros({rows, d_.batch, d_.hidden}, out_.options()));
+        whole ? run_backward(scratch) : steps_backward(scratch);
+        return true;
+      };
+    };
+    const std::string pick = choice.choose(key, {std::string(kWholeRun), std::string(kStepByStep)},
+                                           [&] { return cuda::CandidateRuns{tier(true), tier(false)}; });
+    return pick == kWholeRun;
+  });
+}
+
+void Recurrence::forward(const Tensor& gates_x) {
+  if (!whole_run_) {
+    steps_forward(gates_x);
+    return;
+  }
+  kernel::RnnRun views = run_views();
+  views.gx = gates_x.strided();
+  on_device(gates_x.device(), [&] { cuda::rnn_run_forward(views); });
+}
+
+void Recurrence::steps_forward(const Tensor& gates_x) {
+  for (int64_t k = 0; k < d_.steps; ++k) {
     const int64_t t = time(k);
     const Tensor gh = linear(h_before(t), w_hh_).contiguous();  // the kernel adds b_hh
     kernel::RnnStep s = step_views(t);
@@ -174,8 +240,20 @@ Tensor Recurrence::run(const Tensor& gates_x_in, const RnnState& state, const Te
     s.bias = view_or_none(b_hh_);
     LOOM_KERNEL(gates_x, rnn_step_forward, s);
   }
-  if (lstm) packed.select(0, L).copy_(cells_.select(0, time(L - 1)));
-  return packed;
+}
+
+kernel::RnnRun Recurrence::run_views() const {
+  kernel::RnnRun run;
+  run.mode = mode_;
+  run.reverse = reverse_;
+  run.w_hh = w_hh_.strided();
+  run.bias = view_or_none(b_hh_);
+  run.h0 = h0_.strided();
+  run.c0 = view_or_none(c0_);
+  run.gates = view_or_none(gates_);
+  run.aux = view_or_none(cells_.defined() ? cells_ : hidden_n_);
+  run.out = out_.strided();
+  return run;
 }
 
 std::vector<Tensor> Recurrence::saved() const {
@@ -195,32 +273,58 @@ Tensor Recurrence::previous_hs() const {
 
 std::vector<Tensor> Recurrence::backward(const Tensor& dpacked) const {
   const int64_t L = d_.steps, N = d_.batch, H = d_.hidden, GH = d_.gates * d_.hidden;
-  const Tensor dy = in_dtype(dpacked, out_.dtype()).contiguous();
+  const bool lstm = mode_ == RnnMode::Lstm;
+  const Gradients g = gradients_for(in_dtype(dpacked, out_.dtype()).contiguous());
+  const Tensor dh = whole_run_ ? run_backward(g) : steps_backward(g);
+  const Tensor flat = g.dgh.reshape({L * N, GH});
+  const Tensor dw = matmul(flat.t(), previous_hs().reshape({L * N, H}));
+  const Tensor db = b_hh_.defined() ? sum(flat, {0}) : Tensor();
+  return {g.dgx, in_dtype(dh, h_dtype_), lstm ? in_dtype(g.dc, c_dtype_) : Tensor(), in_dtype(dw, w_dtype_),
+          in_dtype(db, w_dtype_)};
+}
+
+Recurrence::Gradients Recurrence::gradients_for(const Tensor& dy) const {
+  const int64_t L = d_.steps, GH = d_.gates * d_.hidden;
   const TensorOptions options = out_.options();
-  const bool lstm = mode_ == RnnMode::Lstm, gru = mode_ == RnnMode::Gru;
-  const Tensor dgx = empty({L, N, GH}, options);
-  const Tensor dgh = gru ? empty({L, N, GH}, options) : dgx;
-  const Tensor dc = lstm ? dy.select(0, L).clone() : Tensor();   // c's gradient, carried back in place
-  const Tensor direct = gru ? empty({N, H}, options) : Tensor();  // dh z
-  Tensor dh = zeros({N, H}, options);
-  for (int64_t k = L - 1; k >= 0; --k) {
+  Gradients g;
+  g.dy = dy;
+  g.dgx = empty({L, d_.batch, GH}, options);
+  g.dgh = mode_ == RnnMode::Gru ? empty({L, d_.batch, GH}, options) : g.dgx;
+  g.dc = mode_ == RnnMode::Lstm ? dy.select(0, L).clone() : Tensor();  // c's gradient, carried back in place
+  return g;
+}
+
+Tensor Recurrence::steps_backward(const Gradients& g) const {
+  const bool gru = mode_ == RnnMode::Gru;
+  const TensorOptions options = out_.options();
+  const Tensor direct = gru ? empty({d_.batch, d_.hidden}, options) : Tensor();  // dh z
+  Tensor dh = zeros({d_.batch, d_.hidden}, options);
+  for (int64_t k = d_.steps - 1; k >= 0; --k) {
     const int64_t t = time(k);
     kernel::RnnStep s = step_views(t);
     s.dh = dh.strided();
-    s.dy = dy.select(0, t).strided();
-    s.dc = view_or_none(dc);
-    s.dgx = dgx.select(0, t).strided();
-    s.dgh = view_or_none(gru ? dgh.select(0, t) : Tensor());
+    s.dy = g.dy.select(0, t).strided();
+    s.dc = view_or_none(g.dc);
+    s.dgx = g.dgx.select(0, t).strided();
+    s.dgh = view_or_none(gru ? g.dgh.select(0, t) : Tensor());
     s.dh_direct = view_or_none(direct);
     LOOM_KERNEL(dh, rnn_step_backward, s);
-    dh = matmul(dgh.select(0, t), w_hh_);
+    dh = matmul(g.dgh.select(0, t), w_hh_);
     if (gru) dh = add(dh, direct);
   }
-  const Tensor flat = dgh.reshape({L * N, GH});
-  const Tensor dw = matmul(flat.t(), previous_hs().reshape({L * N, H}));
-  const Tensor db = b_hh_.defined() ? sum(flat, {0}) : Tensor();
-  return {dgx, in_dtype(dh, h_dtype_), lstm ? in_dtype(dc, c_dtype_) : Tensor(), in_dtype(dw, w_dtype_),
-          in_dtype(db, w_dtype_)};
+  return dh;
+}
+
+Tensor Recurrence::run_backward(const Gradients& g) const {
+  const Tensor dh = empty({d_.batch, d_.hidden}, out_.options());
+  kernel::RnnRun views = run_views();
+  views.dy = g.dy.slice(0, 0, d_.steps).strided();
+  views.dc = view_or_none(g.dc);
+  views.dgx = g.dgx.strided();
+  views.dgh = view_or_none(mode_ == RnnMode::Gru ? g.dgh : Tensor());
+  views.dh0 = dh.strided();
+  on_device(dh.device(), [&] { cuda::rnn_run_backward(views); });
+  return dh;
 }
 
 }  // namespace

@@ -2,36 +2,33 @@
 // RNN, LSTM and GRU on the GPU against their CPU float64 twins (which
 // rnn_test checks against PyTorch's equations): output, final state, the
 // input's and every parameter's gradient over random configurations, in
-// strict fp32 and under bf16 autocast (tanh, LSTM, GRU); and an LSTM classifier with dropout
-// between its layers trained by a captured TrainStep with the eager steps' bits.
+// strict fp32 and under bf16 autocast (tanh, LSTM, GRU), through both GPU
+// tiers (every step in one kernel where a layer fits, step by step), each
+// forced by LOOM_RNN_KERNEL; and an LSTM classifier with dropout between its layers trained by
+// a captured TrainStep with the eager steps' bits.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/autocast.h"
+#include "core/cuda/rnn.h"
 #include "core/generator.h"
 #include "core/numerics.h"
 #include "core/ops/ops.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "optim/train_step.h"
+#include "tests/layers/module_testing.h"
 #include "tests/testing.h"
 
 namespace loom {
 namespace {
 
 const TensorOptions kF64 = {.dtype = DType::Float64};
-
-std::shared_ptr<nn::RNNBase> make_module(RnnMode mode, int64_t in, int64_t hidden, const nn::RNNOptions& o) {
-  if (mode == RnnMode::Lstm) return std::make_shared<nn::LSTM>(in, hidden, o);
-  if (mode == RnnMode::Gru) return std::make_shared<nn::GRU>(in, hidden, o);
-  nn::RNNOptions rnn = o;
-  rnn.nonlinearity = mode == RnnMode::Relu ? nn::RNNNonlinearity::ReLU : nn::RNNNonlinearity::Tanh;
-  return std::make_shared<nn::RNN>(in, hidden, rnn);
-}
 
 struct Outcome {
   Tensor output, h, c, dx;
@@ -67,7 +64,28 @@ void compare(const Outcome& gpu, const Outcome& cpu, double tol) {
   }
 }
 
-void check_random_configs(bool bf16, uint64_t seed) {
+// The sizes a group of random configurations draws from, and the GPU tier
+// every one of them must take.
+struct Sizes {
+  int64_t batch_lo, batch_hi, hidden_lo, hidden_hi;
+  bool one_kernel;  // every step in one kernel (cuda::rnn_run_fits), or step by step
+};
+
+// Forces one GPU tier (LOOM_RNN_KERNEL: run, steps) while it lives.
+class TierForced {
+ public:
+  explicit TierForced(const char* tier) { setenv("LOOM_RNN_KERNEL", tier, 1); }
+  ~TierForced() { unsetenv("LOOM_RNN_KERNEL"); }
+  TierForced(const TierForced&) = delete;
+  TierForced& operator=(const TierForced&) = delete;
+};
+
+bool fits_one_kernel(RnnMode mode, int64_t batch, int64_t hidden, DType dtype) {
+  DeviceGuard guard(testing::test_gpu());
+  return cuda::rnn_run_fits(mode, batch, hidden, dtype);
+}
+
+void check_random_configs(bool bf16, uint64_t seed, const Sizes& sizes, int count = 24) {
   Generator gen(seed);
   const auto pick = [&](int64_t lo, int64_t hi) {
     return static_cast<int64_t>(randint(lo, hi + 1, {1}, {}, &gen).item());
@@ -75,18 +93,19 @@ void check_random_configs(bool bf16, uint64_t seed) {
   // A ReLU recurrence under bf16 is left out: a pre-activation that rounding
   // moves across 0 switches its unit on or off, and the difference then runs
   // through every later step, far beyond any tolerance (strict fp32 checks it).
-  const std::vector<RnnMode> modes = bf16 ? std::vector<RnnMode>{RnnMode::Tanh, RnnMode::Lstm, RnnMode::Gru}
-                                          : std::vector<RnnMode>{RnnMode::Tanh, RnnMode::Relu, RnnMode::Lstm,
-                                                                 RnnMode::Gru};
-  for (int index = 0; index < 24; ++index) {
+  std::vector<RnnMode> modes{RnnMode::Tanh, RnnMode::Relu, RnnMode::Lstm, RnnMode::Gru};
+  if (bf16) modes.erase(modes.begin() + 1);
+  for (int index = 0; index < count; ++index) {
     const RnnMode mode = modes[index % modes.size()];
-    const int64_t layers = pick(1, 3), L = pick(1, 12), N = pick(1, 9), in = pick(1, 24), hidden = pick(1, 40);
+    const int64_t layers = pick(1, 3), L = pick(1, 12), N = pick(sizes.batch_lo, sizes.batch_hi), in = pick(1, 24),
+                  hidden = pick(sizes.hidden_lo, sizes.hidden_hi);
     const bool bidirectional = pick(0, 1) == 1, given = pick(0, 1) == 1;
     const nn::RNNOptions o{.num_layers = layers, .bidirectional = bidirectional, .generator = &gen};
     CAPTURE(fmt::format("{} layers={} L={} N={} in={} H={} bi={} state={}", rnn_mode_name(mode), layers, L, N, in,
                         hidden, bidirectional, given));
-    auto cpu = make_module(mode, in, hidden, o);
-    auto gpu = make_module(mode, in, hidden, o);
+    CHECK(fits_one_kernel(mode, N, hidden, bf16 ? DType::BFloat16 : DType::Float32) == sizes.one_kernel);
+    auto cpu = testing::make_recurrent(mode, in, hidden, o);
+    auto gpu = testing::make_recurrent(mode, in, hidden, o);
     gpu->load_state_dict(cpu->state_dict());
     cpu->to(DType::Float64);
     gpu->to(testing::test_gpu());
@@ -106,12 +125,31 @@ void check_random_configs(bool bf16, uint64_t seed) {
 
 LOOM_GPU_TEST_CASE("RNN, LSTM and GRU on the GPU match their CPU float64 twins in strict fp32") {
   NumericsGuard strict({.precision = Precision::StrictFp32});
-  check_random_configs(false, 1301);
+  for (const char* tier : {"run", "steps"}) {
+    CAPTURE(tier);
+    TierForced forced(tier);
+    check_random_configs(false, 1301, {1, 9, 1, 40, true});
+  }
+}
+
+// 250 hidden units make at least 250 KB of fp32 W_hh (an LSTM's 1 MB), more
+// than a block's shared memory on any GPU; 4,000 samples of 48 units are more
+// than one wave of 1,024-thread blocks on a GPU of up to 187 multiprocessors.
+// Both run step by step, whatever LOOM_RNN_KERNEL asks.
+LOOM_GPU_TEST_CASE("recurrent layers too large for one kernel run step by step and match their CPU float64 twins") {
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  TierForced forced("run");
+  check_random_configs(false, 1303, {1, 6, 250, 260, false}, 4);
+  check_random_configs(false, 1304, {4000, 4100, 48, 48, false}, 4);
 }
 
 LOOM_GPU_TEST_CASE("RNN, LSTM and GRU under bf16 autocast on the GPU match their CPU float64 twins loosely") {
   NumericsGuard bf16({.precision = Precision::Bf16});
-  check_random_configs(true, 1302);
+  for (const char* tier : {"run", "steps"}) {
+    CAPTURE(tier);
+    TierForced forced(tier);
+    check_random_configs(true, 1302, {1, 9, 1, 40, true});
+  }
 }
 
 // A sequence classifier with two LSTM layers and dropout between them.

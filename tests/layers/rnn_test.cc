@@ -22,6 +22,7 @@
 #include "layers/embedding.h"
 #include "layers/linear.h"
 #include "optim/sgd.h"
+#include "tests/layers/module_testing.h"
 #include "tests/testing.h"
 
 namespace loom {
@@ -77,17 +78,9 @@ struct Config {
 };
 
 std::shared_ptr<nn::RNNBase> make_module(const Config& c, Generator* gen) {
-  nn::RNNOptions o{.num_layers = c.layers, .bias = c.bias, .batch_first = c.batch_first,
-                   .bidirectional = c.bidirectional, .generator = gen};
-  std::shared_ptr<nn::RNNBase> m;
-  if (c.mode == RnnMode::Lstm) {
-    m = std::make_shared<nn::LSTM>(c.in, c.H, o);
-  } else if (c.mode == RnnMode::Gru) {
-    m = std::make_shared<nn::GRU>(c.in, c.H, o);
-  } else {
-    o.nonlinearity = c.mode == RnnMode::Relu ? nn::RNNNonlinearity::ReLU : nn::RNNNonlinearity::Tanh;
-    m = std::make_shared<nn::RNN>(c.in, c.H, o);
-  }
+  auto m = testing::make_recurrent(c.mode, c.in, c.H,
+                                   {.num_layers = c.layers, .bias = c.bias, .batch_first = c.batch_first,
+                                    .bidirectional = c.bidirectional, .generator = gen});
   m->to(DType::Float64);
   return m;
 }
