@@ -300,7 +300,11 @@ Tensor vector_norm(const Tensor& x, double ord, const Shape& dims_in, bool keepd
   const Shape dims = dims_or_all(x, dims_in);
   const Shape keep = kept_sizes(x, dims, "vector_norm");
   if (std::isinf(ord)) {
-    LOOM_CHECK(x.numel() > 0, ValueError,
+    // As PyTorch: an empty x reduced over non-empty dims has an empty result;
+    // only a reduction over no elements has no max or min.
+    int64_t reduced = 1;
+    for (int64_t d : dims) reduced *= x.size(d);
+    LOOM_CHECK(reduced > 0, ValueError,
                "[vector_norm] ord {} of an empty reduction (x of shape {} over dims {}) has no value; "
                "reduce over non-empty dims or use a finite ord",
                ord, shape_str(x.sizes()), shape_str(dims));

@@ -158,6 +158,17 @@ TEST_CASE("vector_norm: empty reductions and errors") {
   CHECK(vector_norm(zeros({2, 0}), 2.0, {1}).to_vector<double>() == std::vector<double>{0.0, 0.0});
   CHECK(vector_norm(zeros({0})).item() == 0.0);
   CHECK_THROWS_WITH_FRAGMENT(vector_norm(zeros({2, 0}), kInf, {1}), ValueError, "empty reduction");
+  CHECK_THROWS_WITH_FRAGMENT(vector_norm(zeros({0, 3}), -kInf), ValueError, "empty reduction");
+  // Non-empty reduced dims of an empty x: an empty result, with its gradient.
+  for (const double ord : {kInf, -kInf, 2.0}) {
+    CAPTURE(ord);
+    const Tensor x = zeros({0, 3}).requires_grad_(true);
+    const Tensor norm = vector_norm(x, ord, {1});
+    CHECK(norm.sizes() == Shape{0});
+    CHECK(vector_norm(x, ord, {1}, true).sizes() == Shape{0, 1});
+    sum(norm).backward();
+    CHECK(x.grad().sizes() == Shape{0, 3});
+  }
   CHECK_THROWS_WITH_FRAGMENT(vector_norm(ones({3}), -1.0), ValueError, "ord must be >= 0, inf or -inf, got -1");
   CHECK_THROWS_AS(vector_norm(ones({3}, {.dtype = DType::Int64})), TypeError);
   CHECK_THROWS_AS(vector_norm(ones({3}), 2.0, {1}), IndexError);
