@@ -312,7 +312,9 @@ Tensor vector_norm(const Tensor& x, double ord, const Shape& dims_in, bool keepd
   const Tensor norm = norm_value(x, ord, dims);
   Tensor result = keepdim ? norm : norm.view(reduced_sizes(x, dims, "vector_norm"));
   if (needs_grad({x})) {
-    record("vector_norm", {x}, result, [x, norm, ord, dims, keep](const Tensor& dy) {
+    // With keepdim, result is norm itself: the closure keeps a detached alias,
+    // or the node would own the tensor that owns the node (a reference cycle).
+    record("vector_norm", {x}, result, [x, norm = norm.detach(), ord, dims, keep](const Tensor& dy) {
       return std::vector<Tensor>{norm_backward(x, norm, dy.reshape(keep), ord, dims)};
     }, {x});
   }
