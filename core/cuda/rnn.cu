@@ -230,11 +230,6 @@ cudaError_t run_shape(int64_t batch, int64_t hidden, int64_t gates, RunShape& sh
   return cudaSuccess;
 }
 
-template <class S>
-S* typed(const Strided& v) {
-  return static_cast<S*>(v.data);
-}
-
 }  // namespace
 
 cudaError_t rnn_run_fits(RnnMode mode, int64_t batch, int64_t hidden, DType dtype, bool& fits) {
@@ -253,13 +248,13 @@ cudaError_t launch_rnn_run(const kernel::RnnRun& run, bool forward, cudaStream_t
     cudaError_t status = run_shape<S>(batch, hidden, gates, shape);
     if (status != cudaSuccess) return status;
     if (shape.rows == 0) return cudaErrorInvalidConfiguration;  // rnn_run_fits said no
-    const Run<S> args{run.mode,           run.reverse,          static_cast<int>(run.out.sizes[0]),
+    const Run<S> args{run.mode,          run.reverse,        static_cast<int>(run.out.sizes[0]),
                       static_cast<int>(batch), static_cast<int>(hidden), static_cast<int>(gates),
-                      typed<S>(run.w_hh), typed<S>(run.bias),    typed<S>(run.h0),
-                      typed<S>(run.c0),   typed<S>(run.gx),      typed<S>(run.gates),
-                      typed<S>(run.aux),  typed<S>(run.out),     typed<S>(run.dy),
-                      typed<S>(run.dc),   typed<S>(run.dgx),     typed<S>(run.dgh),
-                      typed<S>(run.dh0)};
+                      run.w_hh.ptr<S>(), run.bias.ptr<S>(), run.h0.ptr<S>(),
+                      run.c0.ptr<S>(),   run.gx.ptr<S>(),   run.gates.ptr<S>(),
+                      run.aux.ptr<S>(),  run.out.ptr<S>(),  run.dy.ptr<S>(),
+                      run.dc.ptr<S>(),   run.dgx.ptr<S>(),  run.dgh.ptr<S>(),
+                      run.dh0.ptr<S>()};
     const auto blocks = static_cast<unsigned>(shape.blocks);
     const auto threads = static_cast<unsigned>(shape.parts * shape.rows * hidden);
     if (forward) {
