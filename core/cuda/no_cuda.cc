@@ -219,7 +219,8 @@ bool max_pool2d_window_supported(const kernel::Pool2dParams&) { no_cuda("max_poo
 void max_pool2d_window_forward(const Strided&, const Strided&, const Strided&, const kernel::Pool2dParams&) {
   no_cuda("max_pool2d_window_forward");
 }
-void max_pool2d_window_backward(const Strided&, const Strided&, const Strided&, const kernel::Pool2dParams&) {
+void max_pool2d_window_backward(const Strided&, const Strided&, const Strided&, const kernel::Pool2dParams&,
+                                const Strided*) {
   no_cuda("max_pool2d_window_backward");
 }
 

@@ -157,11 +157,31 @@ __global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<co
   }
 }
 
+// The gradient the backward reads: dy, or dy + addend where autograd passes
+// two gradients of the pooled output (core/autograd.h, BackwardSumFn). Each
+// element's sum is rounded to S before use, as the separate sum it replaces
+// would store it, so the fold changes no bit of dx.
+template <class S>
+struct PooledGradient {
+  View4<const S> dy, addend;
+  bool dy_packed, addend_packed, has_addend;
+
+  template <int V>
+  __device__ Pack<S, V> load(int64_t n, int c, int h, int w) const {
+    Pack<S, V> g = gather_pack<V>(dy, dy_packed, n, c, h, w);
+    if (!has_addend) return g;
+    const Pack<S, V> a = gather_pack<V>(addend, addend_packed, n, c, h, w);
+#pragma unroll
+    for (int j = 0; j < V; ++j) g.v[j] = from_compute<S>(to_compute(g.v[j]) + to_compute(a.v[j]));
+    return g;
+  }
+};
+
 // Non-overlapping windows cover an element at most once, so the loops run once
 // or not at all (an element no window holds gets zero).
 template <class S, int V>
-__global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<const uint8_t> index,
-                                       PackSpace inputs, Shape2 s, bool dy_packed) {
+__global__ void window_backward_kernel(View4<S> dx, PooledGradient<S> dy, View4<const uint8_t> index,
+                                       PackSpace inputs, Shape2 s) {
   using T = compute_t<S>;
   for (int64_t i = first_index(); i < inputs.count; i += index_step()) {
     const Position e = inputs.at(i);
@@ -175,7 +195,7 @@ __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<con
       for (int q = cols.first; q < cols.last; ++q) {
         const int local = row_local + e.w - (q * s.stride_w - s.pad_w);
         const Pack<uint8_t, V> picked = load_pack<V>(index.at(e.n, e.c, p, q));
-        const Pack<S, V> g = gather_pack<V>(dy, dy_packed, e.n, e.c, p, q);
+        const Pack<S, V> g = dy.template load<V>(e.n, e.c, p, q);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           if (picked.v[j] == local) sum[j] += to_compute(g.v[j]);
@@ -197,13 +217,13 @@ __global__ void window_backward_kernel(View4<S> dx, View4<const S> dy, View4<con
 // first bf16 max-pool backward (512, 128, 32, 32) at 27% of DRAM bandwidth
 // (179 us), against 76% for the forward.
 template <class S, int V>
-__global__ void tiled_backward_kernel(View4<S> dx, View4<const S> dy, View4<const uint8_t> index,
-                                      PackSpace outputs, Shape2 s, bool dy_packed) {
+__global__ void tiled_backward_kernel(View4<S> dx, PooledGradient<S> dy, View4<const uint8_t> index,
+                                      PackSpace outputs, Shape2 s) {
   using T = compute_t<S>;
   for (int64_t i = first_index(); i < outputs.count; i += index_step()) {
     const Position o = outputs.at(i);
     const Pack<uint8_t, V> picked = load_pack<V>(index.at(o.n, o.c, o.h, o.w));
-    const Pack<S, V> g = gather_pack<V>(dy, dy_packed, o.n, o.c, o.h, o.w);
+    const Pack<S, V> g = dy.template load<V>(o.n, o.c, o.h, o.w);
     for (int kh = 0; kh < s.kernel_h; ++kh) {
       for (int kw = 0; kw < s.kernel_w; ++kw) {
         const int local = kh * s.kernel_w + kw;
@@ -268,26 +288,26 @@ cudaError_t launch_max_pool2d_window_forward(const Strided& y, const Strided& in
   return cudaGetLastError();
 }
 
-cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& dy,
-                                              const Strided& index,
-                                              const kernel::Pool2dParams& params,
+cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& dy, const Strided* dy_addend,
+                                              const Strided& index, const kernel::Pool2dParams& params,
                                               cudaStream_t stream) {
   if (dx.numel() == 0) return cudaSuccess;
   visit_floating(dx.dtype, [&]<class S>() {
     visit_width<S>(pack_width<S>(dx, index), [&]<int V>() {
       const Shape2 s = shape2(params, dx, dy);
       const auto dxv = view4<S>(dx);
-      const auto dyv = view4<const S>(dy);
       const auto iv = view4<const uint8_t>(index);
-      const bool dy_packed = packed_at(dy, V);
+      const PooledGradient<S> gradient{view4<const S>(dy), dy_addend ? view4<const S>(*dy_addend) : View4<const S>{},
+                                       packed_at(dy, V), dy_addend && packed_at(*dy_addend, V),
+                                       dy_addend != nullptr};
       if (tiles_exactly(s)) {
         const PackSpace outputs = pack_space(index, V);
-        tiled_backward_kernel<S, V><<<blocks_for(outputs.count), kThreads, 0, stream>>>(
-            dxv, dyv, iv, outputs, s, dy_packed);
+        tiled_backward_kernel<S, V><<<blocks_for(outputs.count), kThreads, 0, stream>>>(dxv, gradient, iv,
+                                                                                         outputs, s);
       } else {
         const PackSpace inputs = pack_space(dx, V);
-        window_backward_kernel<S, V><<<blocks_for(inputs.count), kThreads, 0, stream>>>(
-            dxv, dyv, iv, inputs, s, dy_packed);
+        window_backward_kernel<S, V><<<blocks_for(inputs.count), kThreads, 0, stream>>>(dxv, gradient, iv,
+                                                                                         inputs, s);
       }
     });
   });

@@ -30,8 +30,11 @@ bool max_pool2d_window_supported(const kernel::Pool2dParams& params);
 // y and index (N, C, P, Q; index uint8) from x (N, C, H, W).
 void max_pool2d_window_forward(const Strided& y, const Strided& index, const Strided& x,
                                const kernel::Pool2dParams& params);
-// dx (N, C, H, W) is overwritten from dy and the forward's index.
+// dx (N, C, H, W) is overwritten from dy and the forward's index. With dy_addend (dy's sizes and
+// dtype, any layout) it is the backward of dy + dy_addend, summed as the kernel reads them: autograd's
+// sum of two gradients of the output (core/autograd.h, BackwardSumFn), each element's sum rounded
+// to the dtype first, so dx has the bits of the backward of the separate sum.
 void max_pool2d_window_backward(const Strided& dx, const Strided& dy, const Strided& index,
-                                const kernel::Pool2dParams& params);
+                                const kernel::Pool2dParams& params, const Strided* dy_addend = nullptr);
 
 }  // namespace loom::cuda

@@ -17,10 +17,9 @@ namespace loom::cuda {
 cudaError_t launch_max_pool2d_window_forward(const Strided& y, const Strided& index,
                                              const Strided& x, const kernel::Pool2dParams& params,
                                              cudaStream_t stream);
-// dx (N, C, H, W) overwritten from dy and index (N, C, P, Q).
-cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& dy,
-                                              const Strided& index,
-                                              const kernel::Pool2dParams& params,
+// dx (N, C, H, W) overwritten from dy (+ dy_addend, where not null) and index (N, C, P, Q).
+cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& dy, const Strided* dy_addend,
+                                              const Strided& index, const kernel::Pool2dParams& params,
                                               cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -235,12 +235,17 @@ Tensor window_max_pool(const Tensor& x_in, const CheckedPool& geometry, const Po
   cuda::max_pool2d_window_forward(y.strided(), index.strided(), x.strided(), geometry.params);
   if (needs_grad({x_in})) {
     const Shape x_sizes = x.sizes();
-    record(std::string(op), {x_in}, y, [=](const Tensor& dy_in) -> std::vector<Tensor> {
+    // Where two gradients of y meet (a pool's output feeding a residual block), the kernel adds them as it reads.
+    auto backward_sum = [=](const Tensor& dy_in, const Tensor& dy_addend) -> std::vector<Tensor> {
       const Tensor dy = dy_in.contiguous(out_layout.memory_format);
+      const Strided addend = dy_addend.defined() ? dy_addend.strided() : Strided{};
       Tensor dx = empty(x_sizes, layout);
-      cuda::max_pool2d_window_backward(dx.strided(), dy.strided(), index.strided(), geometry.params);
+      cuda::max_pool2d_window_backward(dx.strided(), dy.strided(), index.strided(), geometry.params,
+                                       dy_addend.defined() ? &addend : nullptr);
       return {dx};
-    }, {index});
+    };
+    record(std::string(op), {x_in}, y, [backward_sum](const Tensor& dy) { return backward_sum(dy, Tensor()); },
+           backward_sum, {index});
   }
   return y;
 }

@@ -1,7 +1,9 @@
 // File: tests/core/cuda/pool_window_gpu_test.cc
 // The window-index max-pooling kernels (core/cuda/pool_window.h) against the
 // CPU reference on the same values: forward values, the one-byte window index
-// (turned into the CPU's flat h * W + w), and the backward from that index.
+// (turned into the CPU's flat h * W + w), and the backward from that index,
+// alone and with a second gradient (in any layout) added as the kernel reads
+// dy, the fold of autograd's sum where a pool's output feeds two ops.
 // Configurations: non-overlapping windows (2x2 stride 2), windows with gaps
 // between them (stride > kernel), overlapping ones (stride < kernel), padding,
 // ceil_mode output sizes, non-square windows, odd planes; channel counts that
@@ -29,6 +31,7 @@
 #include "core/cpu/pool.h"
 #include "core/cuda/pool_window.h"
 #include "core/generator.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/pooling.h"
 #include "core/tensor.h"
 #include "tests/testing.h"
@@ -108,9 +111,10 @@ std::vector<int64_t> flat_positions(const Tensor& index, const kernel::Pool2dPar
 
 // plane: (H, W). 6 x 12 is tiled exactly by the 2x2 and 3x3 windows of stride
 // 2 and 3 (the backward's one-thread-per-window path); 7 x 9 by none.
-// layout places x, dx and the index; out_layout places y and dy.
-void check_config(const Layout& layout, const Layout& out_layout, DType dtype, int64_t C,
-                  std::array<int64_t, 2> plane, const Pool2dOptions& options, Generator& gen) {
+// layout places x, dx and the index; out_layout places y and dy; addend_layout places a second
+// gradient that the backward adds to dy as it reads it.
+void check_config(const Layout& layout, const Layout& out_layout, const Layout& addend_layout, DType dtype,
+                  int64_t C, std::array<int64_t, 2> plane, const Pool2dOptions& options, Generator& gen) {
   const kernel::Pool2dParams k = params_of(options);
   INFO(layout.name, " out ", out_layout.name, " ", dtype_name(dtype), " C ", C, " plane ", plane[0], "x", plane[1], " kernel ",
        k.kernel_h, "x", k.kernel_w, " stride ", k.stride_h, "x", k.stride_w, " pad ", k.pad_h, "x",
@@ -118,10 +122,12 @@ void check_config(const Layout& layout, const Layout& out_layout, DType dtype, i
   const Shape x_sizes = {2, C, plane[0], plane[1]};
   const Shape y_sizes = output_sizes(x_sizes, options);
   const Tensor x = small_integers(x_sizes, 3, gen), dy = small_integers(y_sizes, 8, gen);
-  Tensor y_ref = empty(y_sizes), dx_ref = empty(x_sizes);
+  const Tensor dy_addend = small_integers(y_sizes, 8, gen);
+  Tensor y_ref = empty(y_sizes), dx_ref = empty(x_sizes), dx_sum_ref = empty(x_sizes);
   Tensor indices_ref = empty(y_sizes, {.dtype = DType::Int64});
   cpu::max_pool2d_forward(y_ref.strided(), indices_ref.strided(), x.strided(), k);
   cpu::max_pool2d_backward(dx_ref.strided(), dy.strided(), indices_ref.strided());
+  cpu::max_pool2d_backward(dx_sum_ref.strided(), (dy + dy_addend).strided(), indices_ref.strided());
 
   const TensorOptions on_gpu{.dtype = dtype, .device = testing::test_gpu()};
   const Tensor x_gpu = layout.place(x.to(testing::test_gpu()).to(dtype));
@@ -134,6 +140,10 @@ void check_config(const Layout& layout, const Layout& out_layout, DType dtype, i
   CHECK_CLOSE(y.to(DType::Float32).cpu(), y_ref, 0, 0);
   CHECK(flat_positions(index, k, x_sizes[3]) == indices_ref.to_vector<int64_t>());
   CHECK_CLOSE(dx.to(DType::Float32).cpu(), dx_ref, 0, 0);
+
+  const Strided addend = addend_layout.place(dy_addend.to(testing::test_gpu()).to(dtype)).strided();
+  cuda::max_pool2d_window_backward(dx.strided(), dy_gpu.strided(), index.strided(), k, &addend);
+  CHECK_CLOSE(dx.to(DType::Float32).cpu(), dx_sum_ref, 0, 0);
 }
 
 // Each config with the output in x's layout, then in each layout output_format names.
@@ -186,13 +196,15 @@ LOOM_GPU_TEST_CASE("window max pooling by hand: 2x2 windows of a 4x4 plane") {
 
 LOOM_GPU_TEST_CASE("window max pooling matches the CPU: every config, layout, dtype, channel count") {
   Generator gen(1201);
+  size_t addend = 0;  // the addend's layout cycles through the three
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
     for (const Layout& layout : layouts()) {
       for (const Layout& out_layout : layouts()) {
         for (int64_t C : {3, 8, 13, 16}) {
           for (std::array<int64_t, 2> plane : {std::array<int64_t, 2>{7, 9}, std::array<int64_t, 2>{6, 12}}) {
             for (const Pool2dOptions& options : configs()) {
-              check_config(layout, out_layout, dtype, C, plane, options, gen);
+              const Layout& addend_layout = layouts()[addend++ % layouts().size()];
+              check_config(layout, out_layout, addend_layout, dtype, C, plane, options, gen);
             }
           }
         }
@@ -227,6 +239,41 @@ LOOM_GPU_TEST_CASE("max_pool2d on each path LOOM_POOL_KERNEL names matches the C
           CHECK(y.is_contiguous(out_format));
           y.backward(dy.to(testing::test_gpu()).to(dtype).contiguous(out_format));
           CHECK_CLOSE(y.to(DType::Float32).cpu(), y_ref, 0, 0);
+          CHECK_CLOSE(x.grad().to(DType::Float32).cpu(), x_ref.grad(), 0, 0);
+        }
+      }
+    }
+  }
+}
+
+// A pool whose output two ops read (as a residual block's input is read by its
+// first convolution and its shortcut) gets both gradients; on Loom's path the
+// backward adds them as it reads them (Node::folds_gradient_sum), on cuDNN's
+// autograd adds them first. Both must give the CPU's gradient.
+LOOM_GPU_TEST_CASE("max_pool2d whose output two ops read: x's gradient on each path matches the CPU") {
+  Generator gen(1203);
+  for (const char* path : {"loom", "cudnn", "auto"}) {
+    const testing::ScopedEnv env("LOOM_POOL_KERNEL", path);
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        for (const Pool2dOptions& options : configs()) {
+          const kernel::Pool2dParams k = params_of(options);
+          INFO(path, " ", dtype_name(dtype), " channels_last ", format == MemoryFormat::ChannelsLast, " kernel ",
+               k.kernel_h, "x", k.kernel_w, " stride ", k.stride_h, "x", k.stride_w, " pad ", k.pad_h, "x", k.pad_w,
+               " ceil ", options.ceil_mode);
+          const Tensor x_cpu = distinct_per_plane({2, 16, 9, 7});
+          const Shape y_sizes = output_sizes(x_cpu.sizes(), options);
+          const Tensor a = small_integers(y_sizes, 4, gen), b = small_integers(y_sizes, 4, gen);
+          Tensor x_ref = x_cpu.clone();
+          x_ref.requires_grad_();
+          const Tensor y_ref = max_pool2d(x_ref, options);
+          ((y_ref * a).sum() + (y_ref * b).sum()).backward();
+
+          Tensor x = x_cpu.to(testing::test_gpu()).to(dtype).contiguous(format);
+          x.requires_grad_();
+          const Tensor y = max_pool2d(x, options);
+          const Tensor a_gpu = a.to(testing::test_gpu()).to(dtype), b_gpu = b.to(testing::test_gpu()).to(dtype);
+          ((y * a_gpu).sum() + (y * b_gpu.contiguous(MemoryFormat::ChannelsLast)).sum()).backward();
           CHECK_CLOSE(x.grad().to(DType::Float32).cpu(), x_ref.grad(), 0, 0);
         }
       }
