@@ -52,6 +52,26 @@ __global__ void scatter_add_kernel(S* out, Geometry og, int64_t out_dim_stride,
   }
 }
 
+// scatter_add over lines sorted by target: index and src dense (outer, K, inner)
+// with dim the K one, each line's index sorted stably. The first element of each
+// run of one target adds the run's values to it one after the other, in the
+// line's order, rounding to S after each add as the CPU's loop does: no atomics,
+// so the same bits every run, and the CPU's bits.
+template <class S>
+__global__ void scatter_add_runs_kernel(S* out, Geometry og, int64_t out_dim_stride, const int64_t* index,
+                                        const S* src, int64_t K, int64_t inner, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += index_step()) {
+    const int64_t k = i / inner % K, target = index[i];
+    if (k > 0 && index[i - inner] == target) continue;  // not its run's first element
+    S* to = out + offset_of(i, og) + target * out_dim_stride;
+    S value = *to;
+    for (int64_t at = i, m = k; m < K && index[at] == target; at += inner, ++m) {
+      value = from_compute<S>(to_compute(value) + to_compute(src[at]));
+    }
+    *to = value;
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_gather(const Strided& out, const Strided& in_base, int64_t in_dim_stride,
@@ -82,6 +102,20 @@ cudaError_t launch_scatter_add(const Strided& out_base, int64_t out_dim_stride,
     case DType::Bool: return cudaErrorInvalidValue;  // no 8-bit atomicAdd; the ops refuse these first
     default: visit_floating(src.dtype, launch);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scatter_add_sorted(const Strided& out_base, int64_t out_dim_stride, int64_t dim,
+                                      const Strided& index, const Strided& src, cudaStream_t stream) {
+  const int64_t n = src.numel();
+  if (n == 0) return cudaSuccess;
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(dim) + 1; d < src.sizes.size(); ++d) inner *= src.sizes[d];
+  visit_floating(src.dtype, [&]<class S>() {
+    scatter_add_runs_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        out_base.ptr<S>(), geometry_of(out_base), out_dim_stride, index.ptr<const int64_t>(), src.ptr<const S>(),
+        src.sizes[dim], inner, n);
+  });
   return cudaGetLastError();
 }
 

@@ -146,6 +146,9 @@ void clamp_backward(const Strided&, const Strided&, const Strided&, double, doub
 
 void gather(const Strided&, const Strided&, int64_t, const Strided&) { no_cuda("gather"); }
 void scatter_add(const Strided&, int64_t, const Strided&, const Strided&) { no_cuda("scatter_add"); }
+void scatter_add_sorted(const Strided&, int64_t, int64_t, const Strided&, const Strided&) {
+  no_cuda("scatter_add_sorted");
+}
 void scatter(const Strided&, int64_t, const Strided&, const Strided&) { no_cuda("scatter"); }
 
 void attention_forward(const Strided&, const Strided&, const Strided&, const Strided&, double) {

@@ -23,12 +23,14 @@
 #include "core/cuda/capture.h"
 #include "core/cuda/indexing.h"
 #include "core/error.h"
+#include "core/numerics.h"
 #include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/indexing_internal.h"
 #include "core/ops/reduction.h"
 #include "core/ops/shape_ops.h"
+#include "core/ops/sort.h"
 #include "core/trace.h"
 
 namespace loom {
@@ -128,6 +130,24 @@ Tensor narrow_to(const Tensor& src, const Shape& sizes) {
   return out;
 }
 
+// out's base view (base_view(out, dim, index.sizes())) += src at index along dim. The GPU adds
+// repeated indices' floating values by atomics, in whatever order they land; under a
+// deterministic policy each line along dim is first sorted stably by target, and each run of
+// one target is added by one thread in the line's order: the CPU's order, so the CPU's bits.
+void scatter_add_into(const Tensor& out, int64_t dim, const Strided& base, const Tensor& index, const Tensor& src) {
+  if (out.device().is_cuda() && numerics_policy().deterministic && is_floating(src.dtype()) && index.dim() > 0) {
+    NoGradGuard no_grad;
+    const Tensor order = argsort(index, dim);
+    const Tensor sorted_index = indexing_detail::gather_in_range(index, dim, order).contiguous();
+    const Tensor sorted_src = indexing_detail::gather_in_range(src.detach(), dim, order).contiguous();
+    on_device(out.device(), [&] {
+      cuda::scatter_add_sorted(base, out.stride(dim), dim, sorted_index.strided(), sorted_src.strided());
+    });
+    return;
+  }
+  LOOM_KERNEL(out, scatter_add, base, out.stride(dim), index.strided(), src.strided());
+}
+
 enum class ScatterMode { Write, Add };
 
 // A copy of x with src written (added) at index along dim: index int64, in
@@ -137,7 +157,7 @@ Tensor scatter_values(const Tensor& x, int64_t dim, const Tensor& index, const T
   if (index.numel() == 0) return out;
   const Strided base = base_view(out, dim, index.sizes());
   if (mode == ScatterMode::Add) {
-    LOOM_KERNEL(out, scatter_add, base, out.stride(dim), index.strided(), src.strided());
+    scatter_add_into(out, dim, base, index, src);
   } else {
     LOOM_KERNEL(out, scatter, base, out.stride(dim), index.strided(), src.strided());
   }
@@ -215,8 +235,7 @@ Tensor true_positions(const Tensor& mask) {
 // dx (x_sizes, zeros) with dy scatter-added at index along dim.
 Tensor gather_backward(const Tensor& dy, int64_t dim, const Tensor& index, const Shape& x_sizes) {
   Tensor dx = zeros(x_sizes, dy.options());
-  LOOM_KERNEL(dx, scatter_add, base_view(dx, dim, index.sizes()), dx.stride(dim),
-                       index.strided(), dy.strided());
+  scatter_add_into(dx, dim, base_view(dx, dim, index.sizes()), index, dy);
   return dx;
 }
 

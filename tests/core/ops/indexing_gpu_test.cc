@@ -5,7 +5,8 @@
 // index_select, embedding (the atomic scatter-add backward, with repeated
 // indices) and conv_transpose2d (the conv kernels with swapped roles, under
 // strict fp32 and tf32); scatter, scatter_add (float and integer atomics),
-// index_add, bincount, masked_select and nonzero on random configurations,
+// index_add, bincount, masked_select and nonzero on random configurations (and
+// the scatter-adds under a deterministic policy, equal to the CPU bit for bit),
 // their replay in a CUDA graph and the refusals inside a capture. Each check
 // prints one "PARITY" line.
 //
@@ -94,6 +95,36 @@ Tensor unique_ints(int64_t high, const Shape& sizes, int64_t dim, Generator& gen
   return argsort(randn(wide, {}, &gen), dim).narrow(dim, 0, sizes[dim]).contiguous();
 }
 
+// Random scatter operands' sizes: a 4-D x, a dim, an index up to `repeats` times x's extent
+// along dim (so indices repeat) and no larger elsewhere, and a src as large or one larger in each dim.
+struct ScatterShapes {
+  Shape x, index, src;
+  int64_t dim = 0;
+};
+
+class ShapeDraw {
+ public:
+  explicit ShapeDraw(uint64_t seed) : rng_(seed) {}
+
+  int64_t between(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+
+  ScatterShapes scatter(int64_t repeats) {
+    ScatterShapes s;
+    s.x = {between(1, 4), between(2, 9), between(1, 5), between(1, 6)};
+    s.dim = between(0, 3);
+    s.index = Shape(4);
+    s.src = Shape(4);
+    for (int64_t d = 0; d < 4; ++d) {
+      s.index[d] = d == s.dim ? between(1, repeats * s.x[d]) : between(1, s.x[d]);
+      s.src[d] = s.index[d] + between(0, 1);
+    }
+    return s;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
 }  // namespace
 
 LOOM_GPU_TEST_CASE("comparisons, where and masked_fill match the CPU on the GPU") {
@@ -171,23 +202,18 @@ LOOM_GPU_TEST_CASE("conv_transpose2d matches the CPU on the GPU") {
 
 LOOM_GPU_TEST_CASE("scatter, scatter_add and index_add match the CPU on the GPU") {
   Generator gen(64);
-  std::mt19937_64 rng(64);
-  auto between = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  ShapeDraw draw(64);
   for (int trial = 0; trial < 12; ++trial) {
-    const Shape x_sizes = {between(1, 4), between(2, 9), between(1, 5), between(1, 6)};
-    const int64_t dim = between(0, 3);
-    Shape index_sizes(4), src_sizes(4);
-    for (int64_t d = 0; d < 4; ++d) {
-      index_sizes[d] = d == dim ? between(1, 3 * x_sizes[d]) : between(1, x_sizes[d]);
-      src_sizes[d] = index_sizes[d] + between(0, 1);
-    }
+    const ScatterShapes shapes = draw.scatter(3);
+    const Shape &x_sizes = shapes.x, &index_sizes = shapes.index, &src_sizes = shapes.src;
+    const int64_t dim = shapes.dim;
     Shape unique_sizes = index_sizes;
     unique_sizes[dim] = std::min(index_sizes[dim], x_sizes[dim]);
     const Tensor x = leaf(x_sizes, gen), src = leaf(src_sizes, gen);
     const Tensor repeated = ints(x_sizes[dim], index_sizes, gen);
     const Tensor distinct = unique_ints(x_sizes[dim], unique_sizes, dim, gen);
     Shape source_sizes = x_sizes;
-    source_sizes[dim] = between(1, 12);
+    source_sizes[dim] = draw.between(1, 12);
     const Tensor source = leaf(source_sizes, gen), ids = ints(x_sizes[dim], {source_sizes[dim]}, gen);
     for (MemoryFormat f : kLayouts) {
       check_parity("scatter_add", [dim](auto& in) { return scatter_add(in[0], dim, in[2], in[1]); },
@@ -206,6 +232,60 @@ LOOM_GPU_TEST_CASE("scatter, scatter_add and index_add match the CPU on the GPU"
                      gen);
       }
     }
+  }
+}
+
+// Under a deterministic policy the floating scatter-adds (scatter_add, index_add,
+// and the backward of gather, index_select and embedding) sort each line by
+// target and add every target's values in the CPU's order: the CPU's bits,
+// with random values and many repeated indices.
+LOOM_GPU_TEST_CASE("under a deterministic policy the scatter-adds give the CPU's bits on the GPU") {
+  NumericsGuard numerics({.precision = Precision::StrictFp32, .deterministic = true});
+  Generator gen(65);
+  ShapeDraw draw(65);
+  for (int trial = 0; trial < 12; ++trial) {
+    const ScatterShapes shapes = draw.scatter(4);
+    const Shape &x_sizes = shapes.x, &index_sizes = shapes.index, &src_sizes = shapes.src;
+    const int64_t dim = shapes.dim;
+    const Tensor x = leaf(x_sizes, gen), src = leaf(src_sizes, gen);
+    const Tensor repeated = ints(x_sizes[dim], index_sizes, gen);
+    Shape source_sizes = x_sizes;
+    source_sizes[dim] = draw.between(1, 16);
+    const Tensor source = leaf(source_sizes, gen), ids = ints(x_sizes[dim], {source_sizes[dim]}, gen);
+    Shape gathered = x_sizes;
+    gathered[dim] = draw.between(1, 3 * x_sizes[dim]);
+    const Tensor picks = ints(x_sizes[dim], gathered, gen);
+    for (MemoryFormat f : kLayouts) {
+      check_parity("scatter_add(deterministic)", [dim](auto& in) { return scatter_add(in[0], dim, in[2], in[1]); },
+                   {x, src, repeated}, f, 0.0, gen);
+      check_parity("index_add(deterministic)", [dim](auto& in) { return index_add(in[0], dim, in[2], in[1], 0.75); },
+                   {x, source, ids}, f, 0.0, gen);
+      check_parity("gather(deterministic)", [dim](auto& in) { return gather(in[0], dim, in[1]); }, {x, picks}, f,
+                   0.0, gen);
+      check_parity("index_select(deterministic)", [dim](auto& in) { return index_select(in[0], dim, in[1]); },
+                   {x, ids}, f, 0.0, gen);
+    }
+  }
+  // embedding's backward in every floating dtype: a small table, each row read many times. The CPU
+  // has no 16-bit scatter-add: there two GPU runs must agree bit for bit, and the CPU's float32
+  // gradient (of the same 16-bit values) bounds the rounding of the 16-bit sums.
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
+    CAPTURE(dtype_name(dtype));
+    const bool narrow = dtype == DType::BFloat16 || dtype == DType::Float16;
+    const Tensor tokens = ints(7, {16, 40}, gen), dy = randn({16, 40, 33}, {}, &gen).to(dtype);
+    const Tensor table = randn({7, 33}, {}, &gen).to(dtype);
+    Tensor table_cpu = (narrow ? table.to(DType::Float32) : table.clone()).requires_grad_(true);
+    embedding(table_cpu, tokens).backward(narrow ? dy.to(DType::Float32) : dy);
+    Tensor grads[2];
+    for (Tensor& grad : grads) {
+      Tensor table_gpu = table.to(testing::test_gpu()).requires_grad_(true);
+      embedding(table_gpu, tokens.to(testing::test_gpu())).backward(dy.to(testing::test_gpu()));
+      grad = table_gpu.grad().cpu().to(DType::Float64);
+    }
+    CHECK_CLOSE(grads[1], grads[0], 0, 0);
+    // About 90 rounded adds a row, into partial sums up to about 10: float16 was 0.073 off at most (H100).
+    const double tol = narrow ? 1e-1 : 0;
+    CHECK_CLOSE(grads[0], table_cpu.grad().to(DType::Float64), tol, tol);
   }
 }
 
