@@ -163,13 +163,13 @@ __global__ void window_forward_kernel(View4<S> y, View4<uint8_t> index, View4<co
 // would store it, so the fold changes no bit of dx.
 template <class S>
 struct PooledGradient {
-  View4<const S> dy, addend;
-  bool dy_packed, addend_packed, has_addend;
+  View4<const S> dy, addend;  // addend.data null: one gradient
+  bool dy_packed, addend_packed;
 
   template <int V>
   __device__ Pack<S, V> load(int64_t n, int c, int h, int w) const {
     Pack<S, V> g = gather_pack<V>(dy, dy_packed, n, c, h, w);
-    if (!has_addend) return g;
+    if (addend.data == nullptr) return g;
     const Pack<S, V> a = gather_pack<V>(addend, addend_packed, n, c, h, w);
 #pragma unroll
     for (int j = 0; j < V; ++j) g.v[j] = from_compute<S>(to_compute(g.v[j]) + to_compute(a.v[j]));
@@ -298,8 +298,7 @@ cudaError_t launch_max_pool2d_window_backward(const Strided& dx, const Strided& 
       const auto dxv = view4<S>(dx);
       const auto iv = view4<const uint8_t>(index);
       const PooledGradient<S> gradient{view4<const S>(dy), dy_addend ? view4<const S>(*dy_addend) : View4<const S>{},
-                                       packed_at(dy, V), dy_addend && packed_at(*dy_addend, V),
-                                       dy_addend != nullptr};
+                                       packed_at(dy, V), dy_addend && packed_at(*dy_addend, V)};
       if (tiles_exactly(s)) {
         const PackSpace outputs = pack_space(index, V);
         tiled_backward_kernel<S, V><<<blocks_for(outputs.count), kThreads, 0, stream>>>(dxv, gradient, iv,

@@ -130,6 +130,19 @@ Tensor narrow_to(const Tensor& src, const Shape& sizes) {
   return out;
 }
 
+// The stable order of each of index's lines along dim. index_select's and embedding's index is one
+// line broadcast over the other dims (stride 0 there), so every line has the same order: it is sorted
+// once and broadcast, instead of once per column.
+Tensor line_order(const Tensor& index, int64_t dim) {
+  Tensor line = index;
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    if (d == dim || index.size(d) <= 1) continue;
+    if (index.stride(d) != 0) return argsort(index, dim);
+    line = line.narrow(d, 0, 1);
+  }
+  return argsort(line, dim).expand(index.sizes());
+}
+
 // out's base view (base_view(out, dim, index.sizes())) += src at index along dim. The GPU adds
 // repeated indices' floating values by atomics, in whatever order they land; under a
 // deterministic policy each line along dim is first sorted stably by target, and each run of
@@ -137,7 +150,7 @@ Tensor narrow_to(const Tensor& src, const Shape& sizes) {
 void scatter_add_into(const Tensor& out, int64_t dim, const Strided& base, const Tensor& index, const Tensor& src) {
   if (out.device().is_cuda() && numerics_policy().deterministic && is_floating(src.dtype()) && index.dim() > 0) {
     NoGradGuard no_grad;
-    const Tensor order = argsort(index, dim);
+    const Tensor order = line_order(index, dim);
     const Tensor sorted_index = indexing_detail::gather_in_range(index, dim, order).contiguous();
     const Tensor sorted_src = indexing_detail::gather_in_range(src.detach(), dim, order).contiguous();
     on_device(out.device(), [&] {
