@@ -97,14 +97,9 @@ const Tensor& RNNBase::parameter(int64_t layer, bool reverse, const std::string&
   return w.b_hh;
 }
 
-Tensor RNNBase::initial(const Tensor& given, bool batched, int64_t batch, const Tensor& like,
-                        const char* name) const {
+Tensor RNNBase::initial(const Tensor& given, bool batched, int64_t batch, const char* name) const {
   const int64_t rows = options_.num_layers * directions();
-  if (!given.defined()) {
-    TensorOptions options = like.options();
-    options.requires_grad = false;
-    return zeros({rows, batch, hidden_size_}, options);
-  }
+  if (!given.defined()) return given;
   const Shape expected = batched ? Shape{rows, batch, hidden_size_} : Shape{rows, hidden_size_};
   LOOM_CHECK(given.sizes() == expected, ShapeError,
              "[{}] the initial state {} must be {} (num_layers * directions{}, hidden_size), got {}", type_name(),
@@ -125,15 +120,16 @@ RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state) {
   const bool batched = input.dim() == 3;
   Tensor x = !batched ? input.unsqueeze(1) : options_.batch_first ? input.transpose(0, 1) : input;
   const int64_t batch = x.size(1);
-  const Tensor h0 = initial(state.h, batched, batch, x, "h");
-  const Tensor c0 = mode_ == RnnMode::Lstm ? initial(state.c, batched, batch, x, "c") : Tensor();
+  const Tensor h0 = initial(state.h, batched, batch, "h");
+  const Tensor c0 = mode_ == RnnMode::Lstm ? initial(state.c, batched, batch, "c") : Tensor();
   std::vector<Tensor> hs, cs;
   for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
     std::vector<Tensor> outputs;
     for (int64_t dir = 0; dir < directions(); ++dir) {
       const int64_t row = layer * directions() + dir;
       const Weights& w = weights_[row];
-      const RnnState first{h0.select(0, row), c0.defined() ? c0.select(0, row) : Tensor()};
+      const auto row_of = [row](const Tensor& t) { return t.defined() ? t.select(0, row) : t; };
+      const RnnState first{row_of(h0), row_of(c0)};
       RnnSequence run = rnn_layer(mode_, x, first, w.w_ih, w.w_hh, w.b_ih, w.b_hh, dir == 1);
       outputs.push_back(run.output);
       hs.push_back(run.state.h);
@@ -201,11 +197,7 @@ void RNNCellBase::reset_parameters(Generator* generator) {
 }
 
 Tensor RNNCellBase::initial(const Tensor& given, bool batched, const Tensor& x, const char* name) const {
-  if (!given.defined()) {
-    TensorOptions options = x.options();
-    options.requires_grad = false;
-    return zeros({x.size(0), hidden_size_}, options);
-  }
+  if (!given.defined()) return given;
   const Shape expected = batched ? Shape{x.size(0), hidden_size_} : Shape{hidden_size_};
   LOOM_CHECK(given.sizes() == expected, ShapeError, "[{}] the state {} must be {} ({}hidden_size), got {}",
              type_name(), name, shape_str(expected), batched ? "batch, " : "", shape_str(given.sizes()));

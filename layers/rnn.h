@@ -74,8 +74,9 @@ class RNNBase : public Module {
     Tensor w_ih, w_hh, b_ih, b_hh;
   };
   int64_t directions() const { return options_.bidirectional ? 2 : 1; }
-  // The given initial state (h or c) as (num_layers * D, N, H), zeros when undefined.
-  Tensor initial(const Tensor& given, bool batched, int64_t batch, const Tensor& like, const char* name) const;
+  // The given initial state (h or c) as (num_layers * D, N, H); undefined stays
+  // undefined (rnn_layer starts from zeros, and an ONNX export leaves it out).
+  Tensor initial(const Tensor& given, bool batched, int64_t batch, const char* name) const;
 
   RnnMode mode_;
   int64_t input_size_;
@@ -128,6 +129,7 @@ class RNNCellBase : public Module {
   RNNCellBase(RnnMode mode, int64_t input_size, int64_t hidden_size, const RNNCellOptions& options);
 
  private:
+  // The given state as (N, H); undefined stays undefined (zeros in rnn_layer).
   Tensor initial(const Tensor& given, bool batched, const Tensor& x, const char* name) const;
 
   RnnMode mode_;

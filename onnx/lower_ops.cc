@@ -703,6 +703,44 @@ void add_activation_rows(std::map<std::string, Row, std::less<>>& rows) {
   }
 }
 
+// rnn_layer (one layer, one direction) as ONNX's RNN, LSTM or GRU node. The
+// weights keep PyTorch's layout under their state_dict names; a Gather of rows
+// reorders their gate blocks (i f g o and r z n) into ONNX's (i o f c and z r
+// h) and an Unsqueeze adds the num_directions axis; B is the two biases end to
+// end. PyTorch's GRU applies the reset gate after the recurrent product
+// (linear_before_reset = 1). An initial state not given is left out (zeros),
+// so its batch size is not fixed. Y (L, 1, N, H) and the final states (1, N,
+// H) lose that axis again.
+void rnn_layer(Lowering& L, const trace::Op& op) {
+  const std::string& mode = op.get_string("mode");
+  const bool lstm = mode == "LSTM", gru = mode == "GRU";
+  const std::vector<int64_t> gate_order = lstm ? std::vector<int64_t>{0, 3, 1, 2}
+                                          : gru ? std::vector<int64_t>{1, 0, 2}
+                                                : std::vector<int64_t>{0};
+  const int64_t hidden = op.inputs.at(4).size(1);
+  std::vector<int64_t> rows;
+  for (int64_t gate : gate_order) {
+    for (int64_t r = 0; r < hidden; ++r) rows.push_back(gate * hidden + r);
+  }
+  const std::string order = L.ints(rows), axis0 = L.ints({0});
+  const auto gates = [&](size_t i) { return L.emit("Gather", {in(L, op, i), order}, {{"axis", int64_t{0}}}); };
+  const auto leading = [&](const std::string& v) { return v.empty() ? v : L.emit("Unsqueeze", {v, axis0}); };
+  const std::string bias =
+      op.inputs.at(5).defined() ? L.emit("Concat", {gates(5), gates(6)}, {{"axis", int64_t{0}}}) : "";
+  std::vector<std::string> inputs{in(L, op, 0), leading(gates(3)), leading(gates(4)), leading(bias), "",
+                                  leading(optional_in(L, op, 1))};
+  if (lstm) inputs.push_back(leading(optional_in(L, op, 2)));
+  while (inputs.back().empty()) inputs.pop_back();
+  Attrs attributes{{"hidden_size", hidden},
+                   {"direction", std::string(op.get_int("reverse") != 0 ? "reverse" : "forward")}};
+  if (gru) attributes.push_back({"linear_before_reset", int64_t{1}});
+  if (mode == "RNN_RELU") attributes.push_back({"activations", std::vector<std::string>{"Relu"}});
+  const std::vector<std::string> ys = L.emit_n(lstm ? "LSTM" : gru ? "GRU" : "RNN", inputs, lstm ? 3 : 2,
+                                               std::move(attributes));
+  L.bind(op.outputs.at(0), L.emit("Squeeze", {ys[0], L.ints({1})}));
+  for (size_t k = 1; k < ys.size(); ++k) L.bind(op.outputs.at(k), L.emit("Squeeze", {ys[k], axis0}));
+}
+
 // Convolutions, linear layers and norms, fused forms included.
 void add_layer_rows(std::map<std::string, Row, std::less<>>& r) {
   r["conv2d"] = [](Lowering& L, const trace::Op& op) { out(L, op, conv(L, op, in(L, op, 0))); };
@@ -713,6 +751,7 @@ void add_layer_rows(std::map<std::string, Row, std::less<>>& r) {
     out(L, op, conv(L, op, L.emit("Relu", {in(L, op, 0)})));
   };
   r["conv_transpose2d"] = conv_transpose;
+  r["rnn_layer"] = rnn_layer;
   r["linear"] = [](Lowering& L, const trace::Op& op) { out(L, op, linear(L, op)); };
   r["linear_relu"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("Relu", {linear(L, op)})); };
   r["matmul"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("MatMul", {in(L, op, 0), in(L, op, 1)})); };

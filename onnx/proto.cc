@@ -13,7 +13,7 @@ namespace {
 constexpr int kVarint = 0, kFixed32 = 5, kLengthDelimited = 2;
 
 // AttributeProto.AttributeType
-constexpr int64_t kFloat = 1, kInt = 2, kString = 3, kTensor = 4, kFloats = 6, kInts = 7;
+constexpr int64_t kFloat = 1, kInt = 2, kString = 3, kTensor = 4, kFloats = 6, kInts = 7, kStrings = 8;
 
 Encoded encode_tensor(const TensorValue& t, std::vector<Tensor>& keep) {
   Encoded e;
@@ -49,6 +49,9 @@ Encoded encode_attribute(const Attribute& a, std::vector<Tensor>& keep) {
         } else if constexpr (std::is_same_v<V, std::vector<int64_t>>) {
           for (int64_t i : v) e.add_varint(8, static_cast<uint64_t>(i));
           e.add_varint(20, kInts);
+        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+          for (const std::string& text : v) e.add_bytes(9, text);
+          e.add_varint(20, kStrings);
         } else {
           e.add_message(5, encode_tensor(v, keep));
           e.add_varint(20, kTensor);

@@ -47,8 +47,10 @@ struct TensorValue {
 
 struct Attribute {
   std::string name;
-  // FLOAT, INT, STRING, FLOATS, INTS or TENSOR.
-  std::variant<float, int64_t, std::string, std::vector<float>, std::vector<int64_t>, TensorValue> value;
+  // FLOAT, INT, STRING, FLOATS, INTS, STRINGS or TENSOR.
+  std::variant<float, int64_t, std::string, std::vector<float>, std::vector<int64_t>, std::vector<std::string>,
+               TensorValue>
+      value;
 };
 
 struct Node {

@@ -74,13 +74,21 @@ Dims check_operands(RnnMode mode, const Tensor& x, const RnnState& state, const 
     check_sizes(b_ih, {gates * hidden}, "b_ih", mode);
     check_sizes(b_hh, {gates * hidden}, "b_hh", mode);
   }
-  check_sizes(state.h, {d.batch, hidden}, "the hidden state h (N, H)", mode);
+  if (state.h.defined()) check_sizes(state.h, {d.batch, hidden}, "the hidden state h (N, H)", mode);
   if (mode == RnnMode::Lstm) {
-    check_sizes(state.c, {d.batch, hidden}, "the cell state c (N, H)", mode);
+    if (state.c.defined()) check_sizes(state.c, {d.batch, hidden}, "the cell state c (N, H)", mode);
   } else {
     LOOM_CHECK(!state.c.defined(), ValueError, "[{}] takes no cell state c; only an LSTM has one", op);
   }
   return d;
+}
+
+// The state with zeros (N, H) in x's dtype and device where h or an LSTM's c was not given.
+RnnState zeros_where_undefined(RnnMode mode, const Tensor& x, const RnnState& state, const Dims& d) {
+  TensorOptions options = x.options();
+  options.requires_grad = false;
+  const auto or_zeros = [&](const Tensor& t) { return t.defined() ? t : zeros({d.batch, d.hidden}, options); };
+  return {or_zeros(state.h), mode == RnnMode::Lstm ? or_zeros(state.c) : Tensor()};
 }
 
 // The GPU's two tiers for a layer's steps (cuda::KernelChoice's names).
@@ -333,12 +341,13 @@ RnnSequence rnn_layer(RnnMode mode, const Tensor& x, const RnnState& state, cons
                       const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
   trace::OpScope trace("rnn_layer");
   const Dims d = check_operands(mode, x, state, w_ih, w_hh, b_ih, b_hh);
+  const RnnState first = zeros_where_undefined(mode, x, state, d);
   const Tensor gates_x = linear(x, w_ih, b_ih);  // every step's input projection in one product
   auto recurrence = std::make_shared<Recurrence>(mode, reverse, d);
-  Tensor packed = recurrence->run(gates_x, state, w_hh, b_hh);
-  if (needs_grad({gates_x, state.h, state.c, w_hh, b_hh})) {
+  Tensor packed = recurrence->run(gates_x, first, w_hh, b_hh);
+  if (needs_grad({gates_x, first.h, first.c, w_hh, b_hh})) {
     record(
-        std::string(rnn_mode_name(mode)), {gates_x, state.h, state.c, w_hh, b_hh}, packed,
+        std::string(rnn_mode_name(mode)), {gates_x, first.h, first.c, w_hh, b_hh}, packed,
         [recurrence](const Tensor& dpacked) { return recurrence->backward(dpacked); }, recurrence->saved());
   }
   const int64_t L = d.steps;

@@ -45,8 +45,9 @@ struct RnnSequence {
 };
 
 // One layer in one direction: x (L, N, in) floating with L >= 1, state.h (and
-// state.c for an LSTM) (N, H); w_ih (G*H, in), w_hh (G*H, H), b_ih and b_hh
-// (G*H) or both undefined. `reverse` runs the steps from time L - 1 down to 0
+// state.c for an LSTM) (N, H), or undefined for zeros (which an ONNX export
+// then leaves out rather than fixing their batch size); w_ih (G*H, in), w_hh
+// (G*H, H), b_ih and b_hh (G*H) or both undefined. `reverse` runs the steps from time L - 1 down to 0
 // (a bidirectional layer's second direction). Differentiable in x, the state
 // and the weights. Mismatched shapes throw ShapeError naming the operand.
 RnnSequence rnn_layer(RnnMode mode, const Tensor& x, const RnnState& state, const Tensor& w_ih,

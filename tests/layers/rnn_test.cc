@@ -373,7 +373,7 @@ TEST_CASE("the cells are one step of their layers, batched or not, and carry the
   }
 }
 
-TEST_CASE("dropout acts between layers in training only; zero states equal given zeros") {
+TEST_CASE("dropout acts between layers in training only; zero or undefined states equal given zeros") {
   Generator gen(1206);
   nn::GRU gru(3, 5, {.num_layers = 3, .dropout = 0.5, .generator = &gen});
   const Tensor x = randn({4, 2, 3}, {}, &gen);
@@ -387,6 +387,28 @@ TEST_CASE("dropout acts between layers in training only; zero states equal given
   const Tensor trained = single(x);
   single.eval();
   CHECK_CLOSE(single(x), trained, 0, 0);
+  // rnn_layer itself takes an undefined h (and an LSTM's c) as zeros, in its
+  // outputs and in the weights' gradients.
+  for (RnnMode mode : {RnnMode::Tanh, RnnMode::Relu, RnnMode::Lstm, RnnMode::Gru}) {
+    CAPTURE(std::string(rnn_mode_name(mode)));
+    const LayerInputs in = layer_inputs(mode, 3, 2, 3, 4, gen);
+    const bool lstm = mode == RnnMode::Lstm;
+    const auto run = [&](const RnnState& state) {
+      const Tensor w_hh = in.tensors[4].detach().requires_grad_(true);
+      const RnnSequence s = rnn_layer(mode, in.tensors[0], state, in.tensors[3], w_hh, in.tensors[5],
+                                      in.tensors[6], /*reverse=*/true);
+      const Tensor last = lstm ? s.state.c : s.state.h;
+      const Tensor all = cat({s.output.reshape({-1}), s.state.h.reshape({-1}), last.reshape({-1})}, 0);
+      sum(mul(all, all)).backward();
+      return std::pair{all.detach(), w_hh.grad()};
+    };
+    const Tensor zero = zeros({2, 4}, kF64);
+    const auto [with_zeros, grad_with_zeros] = run({zero, lstm ? zero : Tensor()});
+    const auto [undefined, grad_undefined] = run({});
+    CHECK_CLOSE(undefined, with_zeros, 0, 0);
+    CHECK_CLOSE(grad_undefined, grad_with_zeros, 0, 0);
+    if (lstm) CHECK_CLOSE(run({zero, Tensor()}).first, with_zeros, 0, 0);
+  }
 }
 
 TEST_CASE("bad shapes, states and options are refused with the values named") {
@@ -412,9 +434,9 @@ TEST_CASE("bad shapes, states and options are refused with the values named") {
   CHECK_THROWS_WITH_FRAGMENT(rnn_layer(RnnMode::Tanh, zeros({2, 1, 5}), {zeros({1, 12})}, w, zeros({12, 12}),
                                        Tensor(), Tensor()),
                              ShapeError, "w_ih");
-  CHECK_THROWS_WITH_FRAGMENT(rnn_layer(RnnMode::Lstm, zeros({2, 1, 4}), {zeros({1, 3})}, w, zeros({12, 3}),
-                                       Tensor(), Tensor()),
-                             ValueError, "cell state c");
+  CHECK_THROWS_WITH_FRAGMENT(rnn_layer(RnnMode::Lstm, zeros({2, 1, 4}), {zeros({1, 3}), zeros({2, 3})}, w,
+                                       zeros({12, 3}), Tensor(), Tensor()),
+                             ShapeError, "the cell state c (N, H) must be (1, 3), got (2, 3)");
   CHECK_THROWS_WITH_FRAGMENT(rnn_layer(RnnMode::Tanh, zeros({2, 1, 4}), {zeros({1, 3})}, zeros({3, 4}),
                                        zeros({3, 3}), zeros({3}), Tensor()),
                              ValueError, "both be given");

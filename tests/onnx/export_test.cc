@@ -150,7 +150,8 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 // attribute, Div of integers truncates, as ONNX's do, TopK orders stably, Clip's
 // bounds are optional and ScatterElements adds in the index's row-major order;
 // Conv, MaxPool and AveragePool are 2-D, the pools without ceil_mode and
-// AveragePool without pads.
+// AveragePool without pads; RNN, LSTM and GRU run one direction, without
+// sequence_lens, clip or peepholes, and GRU only with linear_before_reset.
 constexpr const char* kEvaluateMasks = R"(
 import json, math, sys
 import numpy as np
@@ -169,7 +170,37 @@ ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greate
        'Neg': np.negative, 'Pow': np.power, 'Identity': lambda a: a, 'Floor': np.floor, 'Ceil': np.ceil,
        'Round': np.round, 'Sin': np.sin, 'Cos': np.cos, 'Exp': np.exp, 'Log': np.log, 'Tan': np.tan,
        'Atan': np.arctan, 'Erf': lambda a: np.vectorize(math.erf, otypes=[a.dtype])(a), 'Sqrt': np.sqrt,
-       'Reciprocal': np.reciprocal, 'Sign': np.sign, 'Relu': lambda a: np.maximum(a, 0).astype(a.dtype)}
+       'Reciprocal': np.reciprocal, 'Sign': np.sign, 'Relu': lambda a: np.maximum(a, 0).astype(a.dtype),
+       'Tanh': np.tanh}
+sigmoid = lambda v: 1 / (1 + np.exp(-v))
+def recurrent(n, a):  # RNN, LSTM and GRU, one direction, as ONNX's operator docs state them
+    x, w, r = env[n.input[0]], env[n.input[1]][0], env[n.input[2]][0]
+    given = lambda k: env[n.input[k]][0] if len(n.input) > k and n.input[k] else None
+    hidden, steps, batch = a['hidden_size'].i, x.shape[0], x.shape[1]
+    gates = w.shape[0] // hidden
+    b = given(3) if given(3) is not None else np.zeros(2 * gates * hidden, x.dtype)
+    h = given(5) if given(5) is not None else np.zeros((batch, hidden), x.dtype)
+    c = given(6) if given(6) is not None else np.zeros((batch, hidden), x.dtype)
+    named = a['activations'].strings[0] if 'activations' in a else b'Tanh'
+    act = {b'Tanh': np.tanh, b'Relu': lambda v: np.maximum(v, 0)}[named]
+    y = np.zeros((steps, 1, batch, hidden), x.dtype)
+    reverse = 'direction' in a and a['direction'].s == b'reverse'
+    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+        xw, hr = x[t] @ w.T + b[:gates * hidden], h @ r.T + b[gates * hidden:]
+        if n.op_type == 'RNN':
+            h = act(xw + hr)
+        elif n.op_type == 'LSTM':
+            i, o, f, g = np.split(xw + hr, 4, axis=1)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
+        else:
+            assert a['linear_before_reset'].i == 1
+            (zx, rx, nx), (zh, rh, nh) = np.split(xw, 3, axis=1), np.split(hr, 3, axis=1)
+            z, reset = sigmoid(zx + zh), sigmoid(rx + rh)
+            h = (1 - z) * np.tanh(nx + reset * nh) + z * h
+        y[t, 0] = h
+    for name, value in zip(n.output, (y, h[None], c[None])):
+        env[name] = value
 def truncating_div(p, d):
     q = p // d
     return q + ((q * d != p) & ((p < 0) != (d < 0))).astype(p.dtype)
@@ -257,6 +288,8 @@ for n in m.graph.node:
                 for (r, s), t in taps:
                     y[:, k] += np.einsum('nchw,c->nhw', t[:, k // kg * cg:(k // kg + 1) * cg], w[k, :, r, s])
             env[n.output[0]] = y + (env[n.input[2]].reshape(1, -1, 1, 1) if len(n.input) > 2 else 0)
+    elif n.op_type in ('RNN', 'LSTM', 'GRU'):
+        recurrent(n, a)
     elif n.op_type == 'Transpose':
         env[n.output[0]] = np.transpose(env[n.input[0]], tuple(a['perm'].ints))
     elif n.op_type == 'NonZero':
@@ -289,7 +322,7 @@ sys.exit(0 if got.dtype == np.float32 and same else 1)
 // With LOOM_ONNX_KEEP=DIR set, each export is also kept as DIR/masks_<k>.onnx
 // with its input and Loom's output as safetensors, the files tools/onnx_check.py
 // runs through ONNX Runtime (on a host that has it).
-std::string check_masks_export(Fn& masks, const Tensor& x, double rtol = 0, const Tensor& run_on = Tensor()) {
+std::string check_masks_export(nn::Module& masks, const Tensor& x, double rtol = 0, const Tensor& run_on = Tensor()) {
   TempDir dir;
   const std::string path = (dir.path / "masks.onnx").string(), script = (dir.path / "masks.py").string();
   const onnx::ExportSummary summary = onnx::export_model(masks, {x}, path);
@@ -622,6 +655,92 @@ TEST_CASE("batch_norm_activation exports as BatchNormalization, the residual's A
                 out);
 }
 
+// A recurrent module's output, final h and (LSTM) final c, flattened end to end.
+// With `given_state` the initial h is tanh of the first step's first H
+// features and c half of it (one layer, one direction); else both are zeros,
+// left out of the export.
+class Recurrent : public nn::Module {
+ public:
+  Recurrent(std::shared_ptr<nn::RNNBase> rnn, bool given_state) : given_state_(given_state) {
+    rnn_ = register_module("rnn", std::move(rnn));
+  }
+  Tensor forward(const Tensor& x) override {
+    RnnState state;
+    if (given_state_) {
+      const Tensor first = rnn_->batch_first() ? x.select(1, 0) : x.select(0, 0);
+      state.h = tanh(first.narrow(1, 0, rnn_->hidden_size())).unsqueeze(0);
+      if (rnn_->mode() == RnnMode::Lstm) state.c = mul(state.h, 0.5);
+    }
+    const nn::RNNOutput out = (*rnn_)(x, state);
+    std::vector<Tensor> parts{out.output.flatten(), out.state.h.flatten()};
+    if (out.state.c.defined()) parts.push_back(out.state.c.flatten());
+    return cat(parts, 0);
+  }
+
+ private:
+  std::shared_ptr<nn::RNNBase> rnn_;
+  bool given_state_;
+};
+
+// A cell run over x's steps (N, L, F), from zeros: every h, then the last c.
+class CellLoop : public nn::Module {
+ public:
+  explicit CellLoop(std::shared_ptr<nn::RNNCellBase> cell) { cell_ = register_module("cell", std::move(cell)); }
+  Tensor forward(const Tensor& x) override {
+    RnnState state;
+    std::vector<Tensor> hs;
+    for (int64_t t = 0; t < x.size(1); ++t) {
+      state = (*cell_)(x.select(1, t), state);
+      hs.push_back(state.h);
+    }
+    if (state.c.defined()) hs.push_back(state.c);
+    return stack(hs, 0);
+  }
+
+ private:
+  std::shared_ptr<nn::RNNCellBase> cell_;
+};
+
+TEST_CASE("RNN, LSTM and GRU layers and cells export as ONNX's RNN, LSTM and GRU nodes and compute Loom's values") {
+  manual_seed(3);
+  const auto exported = [](nn::Module& m, const Tensor& x, const Tensor& other) {
+    m.eval();
+    return check_masks_export(m, x, 1e-4, other);
+  };
+  SUBCASE("LSTM: two layers, both directions, batch first; another batch size") {
+    Recurrent m(std::make_shared<nn::LSTM>(4, 6, nn::RNNOptions{.num_layers = 2, .batch_first = true,
+                                                                .bidirectional = true}),
+                false);
+    const std::string out = exported(m, randn({3, 5, 4}), randn({2, 5, 4}));
+    CHECK_MESSAGE(out.find("'LSTM'") != std::string::npos, out);
+  }
+  SUBCASE("LSTM and GRU from a given state; another sequence length") {
+    Recurrent lstm(std::make_shared<nn::LSTM>(5, 3), true);
+    CHECK(exported(lstm, randn({4, 2, 5}), randn({7, 2, 5})).find("'LSTM'") != std::string::npos);
+    Recurrent gru(std::make_shared<nn::GRU>(5, 3), true);
+    CHECK(exported(gru, randn({4, 2, 5}), randn({6, 2, 5})).find("'GRU'") != std::string::npos);
+  }
+  SUBCASE("GRU, two layers, both directions; RNN with ReLU and without bias, and with tanh") {
+    Recurrent gru(std::make_shared<nn::GRU>(3, 4, nn::RNNOptions{.num_layers = 2, .bidirectional = true}), false);
+    CHECK(exported(gru, randn({5, 2, 3}), Tensor()).find("'GRU'") != std::string::npos);
+    Recurrent relu(std::make_shared<nn::RNN>(3, 4, nn::RNNOptions{.num_layers = 2,
+                                                                  .nonlinearity = nn::RNNNonlinearity::ReLU,
+                                                                  .bias = false, .bidirectional = true}),
+                   false);
+    CHECK(exported(relu, randn({5, 2, 3}), Tensor()).find("'RNN'") != std::string::npos);
+    Recurrent tanh_rnn(std::make_shared<nn::RNN>(5, 4, nn::RNNOptions{.batch_first = true}), true);
+    CHECK(exported(tanh_rnn, randn({2, 3, 5}), randn({4, 3, 5})).find("'RNN'") != std::string::npos);
+  }
+  SUBCASE("LSTMCell, GRUCell and RNNCell over the steps") {
+    CellLoop lstm(std::make_shared<nn::LSTMCell>(3, 4));
+    CHECK(exported(lstm, randn({2, 3, 3}), randn({5, 3, 3})).find("'LSTM'") != std::string::npos);
+    CellLoop gru(std::make_shared<nn::GRUCell>(3, 4));
+    CHECK(exported(gru, randn({2, 3, 3}), randn({1, 3, 3})).find("'GRU'") != std::string::npos);
+    CellLoop rnn(std::make_shared<nn::RNNCell>(3, 4, nn::RNNCellOptions{.bias = false}));
+    CHECK(exported(rnn, randn({2, 3, 3}), Tensor()).find("'RNN'") != std::string::npos);
+  }
+}
+
 TEST_CASE("what has no ONNX form is refused, naming the op and the module") {
   TempDir dir;
   const std::string path = (dir.path / "m.onnx").string();
@@ -642,11 +761,6 @@ TEST_CASE("what has no ONNX form is refused, naming the op and the module") {
   nn::Sequential no_stats(nn::BatchNorm2d(1, {.track_running_stats = false}));
   CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(no_stats, {randn({2, 1, 3, 3})}, path), onnx::ExportError,
                              "op 'batch_norm' (#0 of the trace, in module '0'): batch statistics");
-  Custom recurrent([](const Tensor& y) {
-    const Tensor w = ones({4, 4});
-    return rnn_layer(RnnMode::Tanh, y.unsqueeze(0), {mul(y, 0.5)}, w, w, Tensor(), Tensor()).output;
-  });
-  CHECK_THROWS_WITH_FRAGMENT(onnx::export_model(recurrent, {x}, path), onnx::ExportError, "op 'rnn_layer'");
   CHECK_FALSE(std::filesystem::exists(path));
 }
 
