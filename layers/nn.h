@@ -7,6 +7,7 @@
 #pragma once
 
 #include "layers/activation.h"
+#include "layers/attention.h"
 #include "layers/container.h"
 #include "layers/conv.h"
 #include "layers/conv_transpose.h"

@@ -17,37 +17,10 @@ constexpr double kLayerNormEps = 1e-6;  // torchvision's ViT norm layer
 
 }  // namespace
 
-MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads)
-    : embed_dim_(embed_dim), num_heads_(num_heads) {
-  LOOM_CHECK(num_heads > 0 && embed_dim % num_heads == 0, ValueError,
-             "[MultiheadAttention] embed_dim {} must split evenly over num_heads {}", embed_dim, num_heads);
-  // Xavier-uniform weights and zero biases, as PyTorch initialises them.
-  Tensor w = empty({3 * embed_dim, embed_dim});
-  nn::init::xavier_uniform_(w);
-  in_proj_weight_ = register_parameter("in_proj_weight", w);
-  in_proj_bias_ = register_parameter("in_proj_bias", zeros({3 * embed_dim}));
-  out_proj_ = register_module("out_proj", nn::Linear(embed_dim, embed_dim));
-}
-
-// softmax(q k^T / sqrt(D)) v per head, heads side by side, then out_proj.
-Tensor MultiheadAttention::forward(const Tensor& x) {
-  const int64_t n = x.size(0), s = x.size(1), d = embed_dim_ / num_heads_;
-  Tensor qkv = linear(x, in_proj_weight_, in_proj_bias_);  // (N, S, 3E)
-  auto head_view = [&](int64_t part) {                      // (N, H, S, D)
-    return qkv.narrow(2, part * embed_dim_, embed_dim_).reshape({n, s, num_heads_, d}).permute({0, 2, 1, 3});
-  };
-  Tensor q = head_view(0), k = head_view(1), v = head_view(2);
-  Tensor heads = scaled_dot_product_attention(q, k, v);  // (N, H, S, D)
-  return (*out_proj_)(heads.permute({0, 2, 1, 3}).reshape({n, s, embed_dim_}));
-}
-
-std::string MultiheadAttention::extra_repr() const {
-  return fmt::format("embed_dim={}, num_heads={}", embed_dim_, num_heads_);
-}
-
 EncoderBlock::EncoderBlock(int64_t hidden_dim, int64_t num_heads, int64_t mlp_dim, double dropout) {
   ln_1_ = register_module("ln_1", nn::LayerNorm({hidden_dim}, {.eps = kLayerNormEps}));
-  self_attention_ = register_module("self_attention", MultiheadAttention(hidden_dim, num_heads));
+  self_attention_ =
+      register_module("self_attention", nn::MultiheadAttention(hidden_dim, num_heads, {.batch_first = true}));
   dropout_ = register_module("dropout", nn::Dropout(dropout));
   ln_2_ = register_module("ln_2", nn::LayerNorm({hidden_dim}, {.eps = kLayerNormEps}));
   mlp_ = register_module("mlp", nn::Sequential(nn::Linear(hidden_dim, mlp_dim), nn::GELU(), nn::Dropout(dropout),

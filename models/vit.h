@@ -4,9 +4,8 @@
 // ("conv_proj"), a class token, an Encoder (position embedding, dropout,
 // EncoderBlocks "encoder_layer_0", ..., a final LayerNorm "ln") and a head
 // ("heads.head"). An EncoderBlock is ln_1, multi-head self-attention
-// (torchvision's nn.MultiheadAttention names: in_proj_weight, in_proj_bias,
-// out_proj), dropout, a residual add, ln_2, an MLP (Linear, GELU, Dropout,
-// Linear, Dropout) and a second residual add. The twin is in
+// (nn::MultiheadAttention, batch first), dropout, a residual add, ln_2, an
+// MLP (Linear, GELU, Dropout, Linear, Dropout) and a second residual add. The twin is in
 // models/torch_models.py.
 //
 //   auto net = models::vit({.image_size = 28, .patch_size = 7, .in_channels = 1, .num_classes = 10});
@@ -21,19 +20,6 @@
 
 namespace loom::models {
 
-// Self-attention with torchvision's nn.MultiheadAttention parameters (batch first).
-class MultiheadAttention : public nn::Module {
- public:
-  MultiheadAttention(int64_t embed_dim, int64_t num_heads);
-  Tensor forward(const Tensor& x) override;  // (N, S, E) -> (N, S, E)
-  std::string extra_repr() const override;
-
- private:
-  int64_t embed_dim_, num_heads_;
-  Tensor in_proj_weight_, in_proj_bias_;  // (3E, E), (3E): q, k and v stacked
-  std::shared_ptr<nn::Linear> out_proj_;
-};
-
 class EncoderBlock : public nn::Module {
  public:
   EncoderBlock(int64_t hidden_dim, int64_t num_heads, int64_t mlp_dim, double dropout);
@@ -41,7 +27,7 @@ class EncoderBlock : public nn::Module {
 
  private:
   std::shared_ptr<nn::LayerNorm> ln_1_, ln_2_;
-  std::shared_ptr<MultiheadAttention> self_attention_;
+  std::shared_ptr<nn::MultiheadAttention> self_attention_;  // batch first, as torchvision's
   std::shared_ptr<nn::Dropout> dropout_;
   std::shared_ptr<nn::Sequential> mlp_;
 };

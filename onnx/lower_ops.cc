@@ -741,6 +741,41 @@ void rnn_layer(Lowering& L, const trace::Op& op) {
   for (size_t k = 1; k < ys.size(); ++k) L.bind(op.outputs.at(k), L.emit("Squeeze", {ys[k], axis0}));
 }
 
+// dropout(softmax(q k^T * scale + mask)) of scaled_dot_product_attention or
+// attention_weights (the mask, if any, is input 3 or 2; the causal mask a
+// constant of the traced L and S); a row a given mask leaves no key gets zero
+// weights, as Loom's op gives (ONNX's Softmax of all -inf is NaN).
+std::string attention_weights(Lowering& L, const trace::Op& op, size_t mask_input) {
+  if (op.get_double("dropout_p") > 0) {
+    L.fail("attention dropout draws random masks; export with dropout_p = 0 (nn::MultiheadAttention in eval())");
+  }
+  const Tensor& q = op.inputs.at(0);
+  const Tensor& k = op.inputs.at(1);
+  std::vector<int64_t> perm(static_cast<size_t>(k.dim()));
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  std::swap(perm[perm.size() - 2], perm[perm.size() - 1]);
+  const DType t = dtype_of(op);
+  const std::string scores = L.emit("MatMul", {in(L, op, 0), L.emit("Transpose", {in(L, op, 1)}, {{"perm", perm}})});
+  std::string scaled = L.emit("Mul", {scores, L.scalar(op.get_double("scale"), t)});
+  const bool causal = op.get_int("is_causal") != 0;
+  const bool given = op.inputs.size() > mask_input && op.inputs[mask_input].defined();
+  if (causal || (given && op.inputs[mask_input].dtype() == DType::Bool)) {  // true where the score takes part
+    const std::string keep =
+        causal ? L.tensor_constant(tril(ones({q.size(-2), k.size(-2)}, {.dtype = DType::Bool})), "causal_mask")
+               : in(L, op, mask_input);
+    scaled = L.emit("Where", {keep, scaled, L.scalar(-INFINITY, t)});
+  } else if (given) {
+    scaled = L.emit("Add", {scaled, in_as(L, op, mask_input, t)});
+  }
+  if (!given) return L.emit("Softmax", {scaled}, {{"axis", int64_t{-1}}});  // a causal row keeps key 0
+  const std::string row_max =
+      L.emit("ReduceMax", {scaled}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}});
+  const std::string empty = L.emit("IsInf", {row_max}, {{"detect_positive", int64_t{0}}});
+  const std::string zero = L.scalar(0.0, t);
+  const std::string weights = L.emit("Softmax", {L.emit("Where", {empty, zero, scaled})}, {{"axis", int64_t{-1}}});
+  return L.emit("Where", {empty, zero, weights});
+}
+
 // Convolutions, linear layers and norms, fused forms included.
 void add_layer_rows(std::map<std::string, Row, std::less<>>& r) {
   r["conv2d"] = [](Lowering& L, const trace::Op& op) { out(L, op, conv(L, op, in(L, op, 0))); };
@@ -756,13 +791,9 @@ void add_layer_rows(std::map<std::string, Row, std::less<>>& r) {
   r["linear_relu"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("Relu", {linear(L, op)})); };
   r["matmul"] = [](Lowering& L, const trace::Op& op) { out(L, op, L.emit("MatMul", {in(L, op, 0), in(L, op, 1)})); };
   r["scaled_dot_product_attention"] = [](Lowering& L, const trace::Op& op) {
-    std::vector<int64_t> perm(static_cast<size_t>(op.inputs[1].dim()));
-    std::iota(perm.begin(), perm.end(), int64_t{0});
-    std::swap(perm[perm.size() - 2], perm[perm.size() - 1]);
-    const std::string scores = L.emit("MatMul", {in(L, op, 0), L.emit("Transpose", {in(L, op, 1)}, {{"perm", perm}})});
-    const std::string scaled = L.emit("Mul", {scores, L.scalar(op.get_double("scale"), dtype_of(op))});
-    out(L, op, L.emit("MatMul", {L.emit("Softmax", {scaled}, {{"axis", int64_t{-1}}}), in(L, op, 2)}));
+    out(L, op, L.emit("MatMul", {attention_weights(L, op, 3), in(L, op, 2)}));
   };
+  r["attention_weights"] = [](Lowering& L, const trace::Op& op) { out(L, op, attention_weights(L, op, 2)); };
   r["batch_norm"] = [](Lowering& L, const trace::Op& op) { out(L, op, batch_norm(L, op)); };
   r["batch_norm_activation"] = [](Lowering& L, const trace::Op& op) {
     std::string y = batch_norm(L, op);

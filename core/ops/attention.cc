@@ -1,7 +1,7 @@
 // File: core/ops/attention.cc
 // scaled_dot_product_attention: the arguments checked, the fused GPU kernels
 // (core/cuda/attention.h) with their backward beside them, and matmul, softmax,
-// matmul for what they do not take.
+// matmul (with the mask and the dropout) for what they do not take.
 //
 // L query rows, S key rows, E the query/key width, F the value width.
 #include "core/ops/attention.h"
@@ -15,9 +15,13 @@
 #include "core/cuda/attention.h"
 #include "core/error.h"
 #include "core/kernel/attention.h"
+#include "core/ops/compare.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/linalg.h"
+#include "core/ops/reduction.h"
+#include "core/ops/shape_ops.h"
 #include "core/ops/softmax.h"
 #include "core/trace.h"
 
@@ -27,27 +31,27 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-void check_operands(const Tensor& q, const Tensor& k, const Tensor& v) {
-  check_float_tensor(q, kOp, "q");
-  check_float_tensor(k, kOp, "k");
-  check_float_tensor(v, kOp, "v");
+void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+  check_float_tensor(q, op, "q");
+  check_float_tensor(k, op, "k");
+  check_float_tensor(v, op, "v");
   LOOM_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), TypeError,
-             "[{}] q, k and v must share a dtype, got {}, {} and {}", kOp, dtype_name(q.dtype()),
+             "[{}] q, k and v must share a dtype, got {}, {} and {}", op, dtype_name(q.dtype()),
              dtype_name(k.dtype()), dtype_name(v.dtype()));
   LOOM_CHECK(q.device() == k.device() && q.device() == v.device(), DeviceError,
-             "[{}] q, k and v must be on one device, got {}, {} and {}", kOp, q.device().str(), k.device().str(),
+             "[{}] q, k and v must be on one device, got {}, {} and {}", op, q.device().str(), k.device().str(),
              v.device().str());
   LOOM_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError,
              "[{}] q, k and v must have the same number of dims, at least 2 ((..., L, E), (..., S, E), "
              "(..., S, F)), got shapes {}, {} and {}",
-             kOp, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+             op, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
   const Shape batch(q.sizes().begin(), q.sizes().end() - 2);
   const bool same_batch = Shape(k.sizes().begin(), k.sizes().end() - 2) == batch &&
                           Shape(v.sizes().begin(), v.sizes().end() - 2) == batch;
   LOOM_CHECK(same_batch && k.size(-1) == q.size(-1) && v.size(-2) == k.size(-2), ShapeError,
              "[{}] expects q (..., L, E), k (..., S, E) and v (..., S, F) with the same leading dims, got "
              "shapes {}, {} and {}; expand() a shared k or v to q's leading dims first",
-             kOp, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+             op, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
 }
 
 // The operand as the kernels take it: (B1, B2, rows, width) with a unit width stride.
@@ -92,21 +96,98 @@ Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
   return y;
 }
 
+// The attn_mask as the scores take it: Bool as is, a floating mask in the scores' dtype.
+Tensor checked_mask(const Tensor& mask, const Tensor& q, const Tensor& k, const AttentionOptions& o, const char* op) {
+  LOOM_CHECK(!(o.is_causal && mask.defined()), ValueError,
+             "[{}] takes attn_mask or is_causal, not both; fold the causal rule into the mask (tril)", op);
+  if (!mask.defined()) return mask;
+  LOOM_CHECK(mask.dtype() == DType::Bool || is_floating(mask.dtype()), TypeError,
+             "[{}] attn_mask must be Bool (true = attend) or floating (added to the scores), got {}", op,
+             dtype_name(mask.dtype()));
+  LOOM_CHECK(mask.device() == q.device(), DeviceError, "[{}] attn_mask is on {}, q on {}; move it with .to()", op,
+             mask.device().str(), q.device().str());
+  Shape scores(q.sizes().begin(), q.sizes().end() - 1);
+  scores.push_back(k.size(-2));
+  bool broadcasts = mask.dim() <= static_cast<int64_t>(scores.size());
+  for (int64_t i = 1; broadcasts && i <= mask.dim(); ++i) {
+    const int64_t m = mask.size(-i), s = scores[scores.size() - static_cast<size_t>(i)];
+    broadcasts = m == s || m == 1;
+  }
+  LOOM_CHECK(broadcasts, ShapeError, "[{}] attn_mask of shape {} does not broadcast to the scores' {} (..., L, S)",
+             op, shape_str(mask.sizes()), shape_str(scores));
+  return mask.dtype() == DType::Bool ? mask : mask.to(q.dtype());
+}
+
+// softmax over the last dim where a row whose scores are all -inf gets zeros
+// (no key to attend to) instead of NaN, gradients included.
+Tensor softmax_empty_rows_zero(const Tensor& scores) {
+  const Tensor empty_rows = all(isneginf(scores), -1, /*keepdim=*/true);
+  return masked_fill(softmax(masked_fill(scores, empty_rows, 0.0), -1), empty_rows, 0.0);
+}
+
+// dropout(softmax(q k^T * scale + mask)) from checked operands.
+Tensor weights_of(const Tensor& q, const Tensor& k, const Tensor& mask, double scale, const AttentionOptions& o) {
+  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
+  Tensor blocked;  // Bool (.., L, S): true where a score does not take part
+  if (o.is_causal) {
+    const TensorOptions index{.dtype = DType::Int64, .device = q.device()};
+    blocked = gt(arange(k.size(-2), index).unsqueeze(0), arange(q.size(-2), index).unsqueeze(1));  // key j > query i
+  } else if (mask.defined() && mask.dtype() == DType::Bool) {
+    blocked = logical_not(mask);
+  }
+  if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
+  if (mask.defined() && mask.dtype() != DType::Bool) scores = add(scores, mask);
+  // A causal row always keeps key 0; a given mask may leave a row nothing.
+  Tensor weights = mask.defined() ? softmax_empty_rows_zero(scores) : softmax(scores, -1);
+  if (o.dropout_p > 0) weights = dropout(weights, o.dropout_p, /*training=*/true, o.generator);
+  return weights;
+}
+
+// The options' checks; returns the scale and the mask as the scores take it.
+std::pair<double, Tensor> checked_options(const Tensor& q, const Tensor& k, const AttentionOptions& o,
+                                          const char* op) {
+  const Tensor mask = checked_mask(o.attn_mask, q, k, o, op);
+  const double s = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  LOOM_CHECK(std::isfinite(s), ValueError, "[{}] scale must be finite, got {}", op, s);
+  LOOM_CHECK(o.dropout_p >= 0 && o.dropout_p < 1, ValueError, "[{}] dropout_p must be in [0, 1), got {}", op,
+             o.dropout_p);
+  return {s, mask};
+}
+
+void record_trace(trace::OpScope& trace, std::vector<Tensor> inputs, const Tensor& y, double scale,
+            const AttentionOptions& o) {
+  // The mask is the input after q, k (and v): undefined when none, Bool or floating as given.
+  inputs.push_back(o.attn_mask);
+  trace.record(std::move(inputs), y,
+               {{"scale", scale}, {"is_causal", int64_t{o.is_causal}}, {"dropout_p", o.dropout_p}});
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                    std::optional<double> scale) {
+                                    const AttentionOptions& options) {
   trace::OpScope trace(kOp);
   LOOM_CHECK(q_in.defined() && k_in.defined() && v_in.defined(), ValueError, "[{}] q, k and v must be defined",
              kOp);
   const Tensor q = autocast_operand(q_in), k = autocast_operand(k_in), v = autocast_operand(v_in);
-  check_operands(q, k, v);
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  LOOM_CHECK(std::isfinite(s), ValueError, "[{}] scale must be finite, got {}", kOp, s);
-  const Tensor y = runs_fused(q, k, v) ? fused(q, k, v, s)
-                                       : matmul(softmax(mul(matmul(q, k.transpose(-2, -1)), s), -1), v);
-  if (trace.recording()) trace.record({q_in, k_in, v_in}, y, {{"scale", s}});
+  check_operands(q, k, v, kOp);
+  const auto [s, mask] = checked_options(q, k, options, kOp);
+  const bool plain = !mask.defined() && !options.is_causal && options.dropout_p == 0;
+  const Tensor y = plain && runs_fused(q, k, v) ? fused(q, k, v, s) : matmul(weights_of(q, k, mask, s, options), v);
+  if (trace.recording()) record_trace(trace, {q_in, k_in, v_in}, y, s, options);
   return y;
+}
+
+Tensor attention_weights(const Tensor& q_in, const Tensor& k_in, const AttentionOptions& options) {
+  trace::OpScope trace("attention_weights");
+  LOOM_CHECK(q_in.defined() && k_in.defined(), ValueError, "[attention_weights] q and k must be defined");
+  const Tensor q = autocast_operand(q_in), k = autocast_operand(k_in);
+  // k stands in for v: the checks of q against k are the ones that apply.
+  check_operands(q, k, k, "attention_weights");
+  const auto [s, mask] = checked_options(q, k, options, "attention_weights");
+  const Tensor w = weights_of(q, k, mask, s, options);
+  if (trace.recording()) record_trace(trace, {q_in, k_in}, w, s, options);
+  return w;
 }
 
 }  // namespace loom

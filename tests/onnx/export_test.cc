@@ -151,7 +151,8 @@ TEST_CASE("group and instance norm export as InstanceNormalization (opset 17) an
 // bounds are optional and ScatterElements adds in the index's row-major order;
 // Conv, MaxPool and AveragePool are 2-D, the pools without ceil_mode and
 // AveragePool without pads; RNN, LSTM and GRU run one direction, without
-// sequence_lens, clip or peepholes, and GRU only with linear_before_reset.
+// sequence_lens, clip or peepholes, and GRU only with linear_before_reset;
+// ReduceMax and ReduceMean take their axes as an attribute (opset 17's ReduceMean; Loom's ReduceMax).
 constexpr const char* kEvaluateMasks = R"(
 import json, math, sys
 import numpy as np
@@ -171,7 +172,7 @@ ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greate
        'Round': np.round, 'Sin': np.sin, 'Cos': np.cos, 'Exp': np.exp, 'Log': np.log, 'Tan': np.tan,
        'Atan': np.arctan, 'Erf': lambda a: np.vectorize(math.erf, otypes=[a.dtype])(a), 'Sqrt': np.sqrt,
        'Reciprocal': np.reciprocal, 'Sign': np.sign, 'Relu': lambda a: np.maximum(a, 0).astype(a.dtype),
-       'Tanh': np.tanh}
+       'Tanh': np.tanh, 'MatMul': np.matmul}
 sigmoid = lambda v: 1 / (1 + np.exp(-v))
 def recurrent(n, a):  # RNN, LSTM and GRU, one direction, as ONNX's operator docs state them
     x, w, r = env[n.input[0]], env[n.input[1]][0], env[n.input[2]][0]
@@ -250,8 +251,18 @@ for n in m.graph.node:
         env[n.output[0]] = np.expand_dims(env[n.input[0]], axis=tuple(int(i) for i in env[n.input[1]]))
     elif n.op_type == 'Reshape':
         env[n.output[0]] = env[n.input[0]].reshape(env[n.input[1]])
-    elif n.op_type == 'ReduceMax':
-        env[n.output[0]] = np.max(env[n.input[0]], keepdims=bool(a['keepdims'].i) if 'keepdims' in a else True)
+    elif n.op_type in ('ReduceMax', 'ReduceMean'):
+        axes = tuple(a['axes'].ints) if 'axes' in a and len(a['axes'].ints) else None
+        reduce = np.max if n.op_type == 'ReduceMax' else np.mean
+        keep = bool(a['keepdims'].i) if 'keepdims' in a else True
+        env[n.output[0]] = reduce(env[n.input[0]], axis=axes, keepdims=keep)
+    elif n.op_type == 'IsInf':
+        v, flag = env[n.input[0]], lambda name: bool(a[name].i) if name in a else True
+        env[n.output[0]] = (np.isposinf(v) & flag('detect_positive')) | (np.isneginf(v) & flag('detect_negative'))
+    elif n.op_type == 'Softmax':
+        v, axis = env[n.input[0]], a['axis'].i if 'axis' in a else -1
+        e = np.exp(v - np.max(v, axis=axis, keepdims=True))
+        env[n.output[0]] = (e / np.sum(e, axis=axis, keepdims=True)).astype(v.dtype)
     elif n.op_type == 'Expand':
         v = env[n.input[0]]
         env[n.output[0]] = np.broadcast_to(v, np.broadcast_shapes(v.shape, tuple(env[n.input[1]]))).copy()
@@ -739,6 +750,48 @@ TEST_CASE("RNN, LSTM and GRU layers and cells export as ONNX's RNN, LSTM and GRU
     CellLoop rnn(std::make_shared<nn::RNNCell>(3, 4, nn::RNNCellOptions{.bias = false}));
     CHECK(exported(rnn, randn({2, 3, 3}), Tensor()).find("'RNN'") != std::string::npos);
   }
+}
+
+// Self-attention with torch.nn's masks, returning the output or the averaged weights.
+class MaskedAttention : public nn::Module {
+ public:
+  MaskedAttention(Tensor mask, bool causal, bool weights)
+      : mask_(std::move(mask)), causal_(causal), weights_(weights) {
+    mha_ = register_module("mha", nn::MultiheadAttention(8, 2, {.batch_first = true}));
+  }
+  Tensor forward(const Tensor& x) override {
+    const nn::AttentionOutput out =
+        (*mha_)(x, x, x, {.need_weights = weights_, .attn_mask = mask_, .is_causal = causal_});
+    return weights_ ? out.weights : out.output;
+  }
+
+ private:
+  Tensor mask_;
+  bool causal_, weights_;
+  std::shared_ptr<nn::MultiheadAttention> mha_;
+};
+
+TEST_CASE("attention with a Bool, added or causal mask exports and computes Loom's values, empty rows as zeros") {
+  manual_seed(4);
+  Tensor blocked = rand({5, 5}) < 0.3;
+  blocked = masked_fill(blocked, tensor({1, 0, 0, 0, 0}, {5, 1}, {.dtype = DType::Bool}), 1.0);  // row 0: no key
+  const Tensor added = masked_fill(randn({5, 5}), rand({5, 5}) < 0.2, -INFINITY);
+  for (const bool weights : {false, true}) {
+    CAPTURE(weights);
+    MaskedAttention bool_mask(blocked, false, weights), float_mask(added, false, weights), causal({}, true, weights);
+    for (nn::Module* m : {static_cast<nn::Module*>(&bool_mask), static_cast<nn::Module*>(&float_mask),
+                          static_cast<nn::Module*>(&causal)}) {
+      m->eval();
+      const std::string out = check_masks_export(*m, randn({2, 5, 8}), 1e-5, randn({3, 5, 8}));
+      CHECK_MESSAGE(out.find("'Softmax'") != std::string::npos, out);
+    }
+  }
+  // Row 0 of the Bool mask blocks every key: zero weights there, not NaN.
+  MaskedAttention probe(blocked, false, true);
+  probe.eval();
+  const Tensor w = probe(randn({2, 5, 8}));
+  CHECK(max(abs(w.select(1, 0))).item() == 0);
+  CHECK(sum(isnan(w)).item() == 0);
 }
 
 TEST_CASE("what has no ONNX form is refused, naming the op and the module") {

@@ -164,5 +164,65 @@ LOOM_GPU_TEST_CASE("a captured scaled_dot_product_attention replays the eager fo
   CHECK_CLOSE(q.grad().cpu(), eager_dq.cpu(), 0, 0);
 }
 
+// q, k, v leaves and a mask of kind `kind` (0 Bool, 1 added, 2 causal) on the
+// CPU in float64; the CPU's masked attention there against the GPU's in dtype.
+void check_masked(const Case& c, int kind, DType dtype, double tol, Generator& gen) {
+  const std::vector<Tensor> values = leaves(c, gen);
+  const Tensor dy = randn(dims(c, c.L, c.F), {.dtype = DType::Float64}, &gen);
+  const Tensor u = rand({c.L, c.S}, {.dtype = DType::Float64}, &gen);
+  const Tensor mask = kind == 0   ? u > 0.3
+                      : kind == 1 ? masked_fill(randn({c.L, c.S}, {.dtype = DType::Float64}, &gen), u < 0.2, -INFINITY)
+                                  : Tensor();
+  auto run_masked = [&](Device device, DType type, bool round) {
+    std::vector<Tensor> in;
+    for (const Tensor& t : values) {
+      const Tensor r = round ? t.to(dtype).to(DType::Float64) : t;
+      in.push_back(r.to(device).to(type).detach().requires_grad_(true));
+    }
+    const Tensor m = !mask.defined() || mask.dtype() == DType::Bool ? mask : mask.to(type);
+    Result r{.y = scaled_dot_product_attention(in[0], in[1], in[2],
+                                               {.attn_mask = m.defined() ? m.to(device) : m, .is_causal = kind == 2})};
+    r.y.backward((round ? dy.to(dtype).to(DType::Float64) : dy).to(device).to(type));
+    for (const Tensor& t : in) r.grads.push_back(t.grad());
+    return r;
+  };
+  const Result expected = run_masked(Device::cpu(), DType::Float64, true);
+  const Result actual = run_masked(testing::test_gpu(), dtype, false);
+  CHECK(actual.y.dtype() == dtype);
+  CHECK(testing::normalized_error(actual.y.cpu(), expected.y) <= tol);
+  for (size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(testing::normalized_error(actual.grads[i].cpu(), expected.grads[i]) <= 2 * tol);
+  }
+}
+
+LOOM_GPU_TEST_CASE("masked and causal attention match the CPU on random configurations, every dtype") {
+  std::mt19937 rng(84);
+  Generator gen(84);
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  const std::pair<DType, double> tolerances[] = {
+      {DType::Float64, 1e-12}, {DType::Float32, 1e-5}, {DType::BFloat16, 2e-2}, {DType::Float16, 4e-3}};
+  for (int trial = 0; trial < 24; ++trial) {
+    Case c = random_case(rng);
+    c.packed = false;
+    for (const auto& [dtype, tol] : tolerances) {
+      CAPTURE(trial);
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(shape_str({c.n, c.heads, c.L, c.S, c.E, c.F}));
+      check_masked(c, trial % 3, dtype, tol, gen);
+    }
+  }
+}
+
+LOOM_GPU_TEST_CASE("attention dropout on the GPU drops the weights as loom::dropout does") {
+  Generator gen(85);
+  const TensorOptions o = {.device = testing::test_gpu()};
+  const Tensor q = randn({2, 3, 9, 8}, o, &gen), k = randn({2, 3, 11, 8}, o, &gen), v = randn({2, 3, 11, 4}, o, &gen);
+  Generator a(5), b(5);
+  const Tensor y = scaled_dot_product_attention(q, k, v, {.dropout_p = 0.25, .is_causal = true, .generator = &a});
+  const Tensor w = dropout(attention_weights(q, k, {.is_causal = true}), 0.25, true, &b);
+  CHECK_CLOSE(y.cpu(), matmul(w, v).cpu(), 0, 0);
+}
+
 }  // namespace
 }  // namespace loom

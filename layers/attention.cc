@@ -1,0 +1,267 @@
+// File: layers/attention.cc
+// L target length, S source length, N batch, E embed_dim, H num_heads, D = E / H.
+#include "layers/attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "core/ops/ops.h"
+#include "layers/init.h"
+#include "layers/repr.h"
+
+namespace loom::nn {
+
+namespace {
+
+constexpr const char* kMha = "MultiheadAttention";
+
+// torch.nn's mask (true = not allowed, or added) as scaled_dot_product_attention
+// takes it (true = attend, or added): both masks merged, broadcast to (N, H, L, S).
+Tensor merged_mask(const Tensor& attn_mask, const Tensor& key_padding_mask) {
+  if (!attn_mask.defined() && !key_padding_mask.defined()) return {};
+  const bool both_bool = (!attn_mask.defined() || attn_mask.dtype() == DType::Bool) &&
+                         (!key_padding_mask.defined() || key_padding_mask.dtype() == DType::Bool);
+  if (both_bool) {
+    const Tensor blocked = !attn_mask.defined()          ? key_padding_mask
+                           : !key_padding_mask.defined() ? attn_mask
+                                                         : logical_or(attn_mask, key_padding_mask);
+    return logical_not(blocked);
+  }
+  // One of them adds to the scores: a Bool one becomes -inf where it blocks.
+  auto additive = [](const Tensor& m, const Tensor& like) {
+    if (m.dtype() != DType::Bool) return m;
+    return masked_fill(zeros({1}, {.dtype = like.dtype(), .device = like.device()}).expand(m.sizes()), m, -INFINITY);
+  };
+  const Tensor& floating = attn_mask.defined() && attn_mask.dtype() != DType::Bool ? attn_mask : key_padding_mask;
+  if (!attn_mask.defined()) return additive(key_padding_mask, floating);
+  if (!key_padding_mask.defined()) return additive(attn_mask, floating);
+  return add(additive(attn_mask, floating), additive(key_padding_mask, floating));
+}
+
+void check_mask_dtype(const Tensor& m, const char* name) {
+  LOOM_CHECK(m.dtype() == DType::Bool || is_floating(m.dtype()), TypeError,
+             "[{}] {} must be Bool (true = that position is not attended, as in torch.nn) or floating (added to the "
+             "scores), got {}",
+             kMha, name, dtype_name(m.dtype()));
+}
+
+// attn_mask (L, S), or (N * H, L, S) as (N, H, L, S).
+Tensor attention_mask(const Tensor& m, int64_t n, int64_t h, int64_t l, int64_t s) {
+  if (!m.defined()) return m;
+  check_mask_dtype(m, "attn_mask");
+  const bool fits = m.sizes() == Shape{l, s} || m.sizes() == Shape{n * h, l, s};
+  LOOM_CHECK(fits, ShapeError,
+             "[{}] attn_mask must be (L, S) = ({}, {}) or (N * num_heads, L, S) = ({}, {}, {}), got {}", kMha, l, s,
+             n * h, l, s, shape_str(m.sizes()));
+  return m.dim() == 2 ? m : m.reshape({n, h, l, s});
+}
+
+// key_padding_mask (N, S), or (S) for unbatched input, as (N, 1, 1, S).
+Tensor padding_mask(const Tensor& m, int64_t n, int64_t s, bool batched) {
+  if (!m.defined()) return m;
+  check_mask_dtype(m, "key_padding_mask");
+  const bool fits = batched ? m.sizes() == Shape{n, s} : m.sizes() == Shape{s};
+  LOOM_CHECK(fits, ShapeError, "[{}] key_padding_mask must be {}, got {}", kMha,
+             batched ? fmt::format("(N, S) = ({}, {})", n, s) : fmt::format("(S) = ({})", s), shape_str(m.sizes()));
+  return m.reshape({n, 1, 1, s});
+}
+
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options)
+    : embed_dim_(embed_dim), num_heads_(num_heads), options_(options) {
+  LOOM_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0, ValueError,
+             "[{}] embed_dim {} must split evenly over num_heads {} (both positive)", kMha, embed_dim, num_heads);
+  LOOM_CHECK(options.kdim >= 0 && options.vdim >= 0, ValueError, "[{}] kdim and vdim must be >= 0, got {} and {}",
+             kMha, options.kdim, options.vdim);
+  LOOM_CHECK(options.dropout >= 0 && options.dropout < 1, ValueError, "[{}] dropout must be in [0, 1), got {}", kMha,
+             options.dropout);
+  if (options_.kdim == 0) options_.kdim = embed_dim;
+  if (options_.vdim == 0) options_.vdim = embed_dim;
+  same_dims_ = options_.kdim == embed_dim && options_.vdim == embed_dim;
+  if (same_dims_) {
+    in_proj_weight_ = register_parameter("in_proj_weight", empty({3 * embed_dim, embed_dim}));
+  } else {
+    q_proj_weight_ = register_parameter("q_proj_weight", empty({embed_dim, embed_dim}));
+    k_proj_weight_ = register_parameter("k_proj_weight", empty({embed_dim, options_.kdim}));
+    v_proj_weight_ = register_parameter("v_proj_weight", empty({embed_dim, options_.vdim}));
+  }
+  if (options.bias) in_proj_bias_ = register_parameter("in_proj_bias", empty({3 * embed_dim}));
+  out_proj_ = register_module("out_proj", Linear(embed_dim, embed_dim, {.bias = options.bias}));
+  reset_parameters(options.generator);
+}
+
+// As torch.nn.MultiheadAttention._reset_parameters: Xavier-uniform projections
+// (the stacked one as one matrix), zero biases; out_proj.weight as a Linear's.
+void MultiheadAttention::reset_parameters(Generator* generator) {
+  out_proj_->reset_parameters(generator);
+  for (const Tensor& w : {in_proj_weight_, q_proj_weight_, k_proj_weight_, v_proj_weight_}) {
+    if (w.defined()) init::xavier_uniform_(w, 1.0, generator);
+  }
+  if (in_proj_bias_.defined()) init::zeros_(in_proj_bias_);
+  if (out_proj_->bias().defined()) init::zeros_(out_proj_->bias());
+}
+
+Tensor MultiheadAttention::projected(const Tensor& x, int64_t part) const {
+  const Tensor& own = part == 0 ? q_proj_weight_ : part == 1 ? k_proj_weight_ : v_proj_weight_;
+  const Tensor w = same_dims_ ? in_proj_weight_.narrow(0, part * embed_dim_, embed_dim_) : own;
+  const Tensor b = in_proj_bias_.defined() ? in_proj_bias_.narrow(0, part * embed_dim_, embed_dim_) : Tensor();
+  return linear(x, w, b);
+}
+
+AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                            const AttentionCall& call) {
+  LOOM_CHECK(query.defined() && key.defined() && value.defined(), ValueError,
+             "[{}] query, key and value must be defined", kMha);
+  const bool batched = query.dim() == 3;
+  LOOM_CHECK((query.dim() == 2 || batched) && key.dim() == query.dim() && value.dim() == query.dim(), ShapeError,
+             "[{}] expects query, key and value all 3-d ({}) or all 2-d (unbatched), got shapes {}, {} and {}", kMha,
+             options_.batch_first ? "N, L, E" : "L, N, E", shape_str(query.sizes()), shape_str(key.sizes()),
+             shape_str(value.sizes()));
+  // Everything batch first from here: (N, L, E).
+  auto batch_first = [&](const Tensor& t) {
+    return !batched ? t.unsqueeze(0) : options_.batch_first ? t : t.transpose(0, 1);
+  };
+  const Tensor q_in = batch_first(query), k_in = batch_first(key), v_in = batch_first(value);
+  const int64_t n = q_in.size(0), l = q_in.size(1), s = k_in.size(1), d = embed_dim_ / num_heads_;
+  LOOM_CHECK(q_in.size(2) == embed_dim_ && k_in.size(2) == options_.kdim && v_in.size(2) == options_.vdim &&
+                 k_in.size(0) == n && v_in.size(0) == n && v_in.size(1) == s,
+             ShapeError,
+             "[{}] expects query (.., {}), key (.., {}) and value (.., {}) with one batch and key and value of one "
+             "length, got shapes {}, {} and {}",
+             kMha, embed_dim_, options_.kdim, options_.vdim, shape_str(query.sizes()), shape_str(key.sizes()),
+             shape_str(value.sizes()));
+  auto heads = [&](const Tensor& t, int64_t rows) {  // (N, rows, E) -> (N, H, rows, D)
+    return t.reshape({n, rows, num_heads_, d}).permute({0, 2, 1, 3});
+  };
+  Tensor q, k, v;
+  if (same_dims_ && query.is_same(key) && key.is_same(value)) {  // self-attention: one (N, L, 3E) projection
+    const Tensor qkv = linear(q_in, in_proj_weight_, in_proj_bias_);
+    q = heads(qkv.narrow(2, 0, embed_dim_), l);
+    k = heads(qkv.narrow(2, embed_dim_, embed_dim_), s);
+    v = heads(qkv.narrow(2, 2 * embed_dim_, embed_dim_), s);
+  } else {
+    q = heads(projected(q_in, 0), l), k = heads(projected(k_in, 1), s), v = heads(projected(v_in, 2), s);
+  }
+  AttentionOptions options{.dropout_p = is_training() ? options_.dropout : 0.0};
+  const Tensor padding = padding_mask(call.key_padding_mask, n, s, batched);
+  options.attn_mask = merged_mask(attention_mask(call.attn_mask, n, num_heads_, l, s), padding);
+  options.is_causal = call.is_causal && !options.attn_mask.defined();
+  if (call.is_causal && !call.attn_mask.defined() && options.attn_mask.defined()) {  // causal and padding
+    const Tensor later = triu(ones({l, s}, {.dtype = DType::Bool, .device = q.device()}), 1);
+    options.attn_mask = merged_mask(later, padding);
+  }
+  AttentionOutput out;
+  Tensor y;  // (N, H, L, D)
+  if (call.need_weights) {
+    const Tensor w = attention_weights(q, k, options);  // (N, H, L, S)
+    y = matmul(w, v);
+    out.weights = call.average_attn_weights ? mean(w, {1}) : w;
+    if (!batched) out.weights = out.weights.squeeze(0);
+  } else {
+    y = scaled_dot_product_attention(q, k, v, options);
+  }
+  out.output = (*out_proj_)(y.permute({0, 2, 1, 3}).reshape({n, l, embed_dim_}));
+  out.output = !batched ? out.output.squeeze(0) : options_.batch_first ? out.output : out.output.transpose(0, 1);
+  return out;
+}
+
+AttentionOutput MultiheadAttention::operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                                               const AttentionCall& call) {
+  AttentionOutput out;
+  Module::call(query, [&] {
+    out = forward(query, key, value, call);
+    return out.output;
+  });
+  return out;
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x) { return forward(x, x, x, {.need_weights = false}).output; }
+
+std::string MultiheadAttention::extra_repr() const {
+  std::string s = fmt::format("embed_dim={}, num_heads={}", embed_dim_, num_heads_);
+  if (options_.dropout != 0) s += fmt::format(", dropout={}", options_.dropout);
+  if (!options_.bias) s += ", bias=False";
+  if (!same_dims_) s += fmt::format(", kdim={}, vdim={}", options_.kdim, options_.vdim);
+  if (options_.batch_first) s += ", batch_first=True";
+  return s;
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, TransformerEncoderLayerOptions o)
+    : d_model_(d_model), nhead_(nhead), options_(o) {
+  LOOM_CHECK(o.activation == kernel::ActivationKind::Relu || o.activation == kernel::ActivationKind::Gelu,
+             ValueError, "[TransformerEncoderLayer] activation must be Relu or Gelu, as torch.nn's strings");
+  LOOM_CHECK(o.dim_feedforward > 0, ValueError, "[TransformerEncoderLayer] dim_feedforward must be positive, got {}",
+             o.dim_feedforward);
+  // Registered in torch.nn's order, so state_dict lists the same keys in the same order.
+  self_attn_ = register_module(
+      "self_attn", MultiheadAttention(d_model, nhead,
+                                      {.dropout = o.dropout, .bias = o.bias, .batch_first = o.batch_first,
+                                       .generator = o.generator}));
+  linear1_ = register_module("linear1", Linear(d_model, o.dim_feedforward, {.bias = o.bias, .generator = o.generator}));
+  dropout_ = register_module("dropout", Dropout(o.dropout));
+  linear2_ = register_module("linear2", Linear(o.dim_feedforward, d_model, {.bias = o.bias, .generator = o.generator}));
+  norm1_ = register_module("norm1", LayerNorm({d_model}, {.eps = o.layer_norm_eps, .bias = o.bias}));
+  norm2_ = register_module("norm2", LayerNorm({d_model}, {.eps = o.layer_norm_eps, .bias = o.bias}));
+  dropout1_ = register_module("dropout1", Dropout(o.dropout));
+  dropout2_ = register_module("dropout2", Dropout(o.dropout));
+}
+
+std::shared_ptr<TransformerEncoderLayer> TransformerEncoderLayer::clone() const {
+  TransformerEncoderLayerOptions o = options_;
+  o.generator = nullptr;  // the weights are copied, not drawn
+  auto copy = std::make_shared<TransformerEncoderLayer>(d_model_, nhead_, o);
+  const Tensor like = parameters().front();
+  copy->to(like.device()).to(like.dtype());
+  copy->load_state_dict(state_dict());
+  copy->train(is_training());
+  return copy;
+}
+
+Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const EncoderCall& call) {
+  const AttentionCall attention{.key_padding_mask = call.src_key_padding_mask,
+                                .need_weights = false,
+                                .attn_mask = call.src_mask,
+                                .is_causal = call.is_causal};
+  return (*dropout1_)((*self_attn_)(x, x, x, attention).output);
+}
+
+Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
+  return (*dropout2_)((*linear2_)((*dropout_)(activation((*linear1_)(x), options_.activation))));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const EncoderCall& call) {
+  if (options_.norm_first) {
+    const Tensor x = add(src, self_attention_block((*norm1_)(src), call));
+    return add(x, feed_forward_block((*norm2_)(x)));
+  }
+  const Tensor x = (*norm1_)(add(src, self_attention_block(src, call)));
+  return (*norm2_)(add(x, feed_forward_block(x)));
+}
+
+Tensor TransformerEncoderLayer::operator()(const Tensor& src, const EncoderCall& call) {
+  return Module::call(src, [&] { return forward(src, call); });
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers,
+                                       std::shared_ptr<LayerNorm> norm) {
+  LOOM_CHECK(num_layers >= 1, ValueError, "[TransformerEncoder] num_layers must be >= 1, got {}", num_layers);
+  layers_ = register_module("layers", ModuleList());
+  for (int64_t i = 0; i < num_layers; ++i) layers_->push_back(layer.clone());
+  if (norm) norm_ = register_module("norm", std::move(norm));
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src, const EncoderCall& call) {
+  Tensor h = src;
+  for (const auto& layer : *layers_) h = (*std::static_pointer_cast<TransformerEncoderLayer>(layer))(h, call);
+  return norm_ ? (*norm_)(h) : h;
+}
+
+Tensor TransformerEncoder::operator()(const Tensor& src, const EncoderCall& call) {
+  return Module::call(src, [&] { return forward(src, call); });
+}
+
+}  // namespace loom::nn
