@@ -8,13 +8,14 @@
 
 namespace loom::cuda {
 
-void attention_forward(const Strided& y, const Strided& q, const Strided& k, const Strided& v, double scale) {
-  LOOM_CUDA_CHECK(launch_attention_forward(y, q, k, v, scale, current_stream()));
+void attention_forward(const Strided& y, const Strided& q, const Strided& k, const Strided& v, double scale,
+                       bool causal) {
+  LOOM_CUDA_CHECK(launch_attention_forward(y, q, k, v, scale, causal, current_stream()));
 }
 
 void attention_backward(const Strided& dq, const Strided& dk, const Strided& dv, const Strided& dy,
-                        const Strided& q, const Strided& k, const Strided& v, double scale) {
-  LOOM_CUDA_CHECK(launch_attention_backward(dq, dk, dv, dy, q, k, v, scale, current_stream()));
+                        const Strided& q, const Strided& k, const Strided& v, double scale, bool causal) {
+  LOOM_CUDA_CHECK(launch_attention_backward(dq, dk, dv, dy, q, k, v, scale, causal, current_stream()));
 }
 
 }  // namespace loom::cuda

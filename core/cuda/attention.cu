@@ -77,12 +77,13 @@ __device__ C exp_of(C x) {
   }
 }
 
-// p = softmax(scale * q k^T) by rows, one warp a row.
+// p = softmax(scale * q k^T) by rows, one warp a row; causal: keys after the
+// query's row score -inf (key 0 always stays, so no row is all -inf).
 template <class C>
 __device__ void probabilities(const Tile<C>& p, const Tile<C>& q, const Tile<C>& k, int L, int S, int E,
-                              C scale) {
+                              C scale, bool causal) {
   product<C>(L, S, E, [&](int i, int e) { return q(i, e); }, [&](int e, int j) { return k(j, e); },
-             [&](int i, int j, C s) { p(i, j) = s * scale; });
+             [&](int i, int j, C s) { p(i, j) = causal && j > i ? static_cast<C>(-INFINITY) : s * scale; });
   __syncthreads();
   const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
   for (int i = threadIdx.x / kWarp; i < L; i += warps) {
@@ -156,12 +157,13 @@ struct BlockStart {
 template <class S_>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_forward_kernel(Operand<S_> y, Operand<const S_> q, Operand<const S_> k, Operand<const S_> v,
-                             int64_t B2, kernel::AttentionShape shape, kernel::AttentionTiles at, double scale) {
+                             int64_t B2, kernel::AttentionShape shape, kernel::AttentionTiles at, double scale,
+                             bool causal) {
   using C = compute_t<S_>;
   const BlockStart<C, S_> b(q, k, v, B2, shape, at);
   const Tiles<C>& t = b.t;
   __syncthreads();
-  probabilities(t.p, t.q, t.k, b.L, b.S, b.E, static_cast<C>(scale));
+  probabilities(t.p, t.q, t.k, b.L, b.S, b.E, static_cast<C>(scale), causal);
   product<C>(b.L, b.F, b.S, [&](int i, int j) { return t.p(i, j); }, [&](int j, int d) { return t.v(j, d); },
              [&](int i, int d, C acc) { y.row(b.b1, b.b2, i)[d] = from_compute<S_>(acc); });
 }
@@ -170,14 +172,14 @@ template <class S_>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_kernel(Operand<S_> dq, Operand<S_> dk, Operand<S_> dv, Operand<const S_> dy,
                               Operand<const S_> q, Operand<const S_> k, Operand<const S_> v, int64_t B2,
-                              kernel::AttentionShape shape, kernel::AttentionTiles at, double scale) {
+                              kernel::AttentionShape shape, kernel::AttentionTiles at, double scale, bool causal) {
   using C = compute_t<S_>;
   const BlockStart<C, S_> b(q, k, v, B2, shape, at);
   const Tiles<C>& t = b.t;
   const int L = b.L, S = b.S, E = b.E, F = b.F;
   load_tile(t.dy, dy, b.b1, b.b2, L, F);
   __syncthreads();
-  probabilities(t.p, t.q, t.k, L, S, E, static_cast<C>(scale));  // as the forward computed them
+  probabilities(t.p, t.q, t.k, L, S, E, static_cast<C>(scale), causal);  // as the forward computed them
   product<C>(L, S, F, [&](int i, int d) { return t.dy(i, d); }, [&](int d, int j) { return t.v(j, d); },
              [&](int i, int j, C acc) { t.dp(i, j) = acc; });
   __syncthreads();
@@ -206,26 +208,27 @@ cudaError_t launch(Kernel* kernel, int64_t blocks, size_t bytes, cudaStream_t st
 }  // namespace
 
 cudaError_t launch_attention_forward(const Strided& y, const Strided& q, const Strided& k, const Strided& v,
-                                     double scale, cudaStream_t stream) {
+                                     double scale, bool causal, cudaStream_t stream) {
   const kernel::AttentionShape shape = shape_of(q, k, v);
   const kernel::AttentionTiles at = kernel::attention_tiles(shape);
   return visit_floating(q.dtype, [&]<class S>() {
     const size_t bytes = static_cast<size_t>(at.forward_elements) * sizeof(compute_t<S>);
     return launch(attention_forward_kernel<S>, q.sizes[0] * q.sizes[1], bytes, stream, operand<S>(y),
-                  operand<const S>(q), operand<const S>(k), operand<const S>(v), q.sizes[1], shape, at, scale);
+                  operand<const S>(q), operand<const S>(k), operand<const S>(v), q.sizes[1], shape, at, scale,
+                  causal);
   });
 }
 
 cudaError_t launch_attention_backward(const Strided& dq, const Strided& dk, const Strided& dv,
                                       const Strided& dy, const Strided& q, const Strided& k,
-                                      const Strided& v, double scale, cudaStream_t stream) {
+                                      const Strided& v, double scale, bool causal, cudaStream_t stream) {
   const kernel::AttentionShape shape = shape_of(q, k, v);
   const kernel::AttentionTiles at = kernel::attention_tiles(shape);
   return visit_floating(q.dtype, [&]<class S>() {
     const size_t bytes = static_cast<size_t>(at.backward_elements) * sizeof(compute_t<S>);
     return launch(attention_backward_kernel<S>, q.sizes[0] * q.sizes[1], bytes, stream, operand<S>(dq),
                   operand<S>(dk), operand<S>(dv), operand<const S>(dy), operand<const S>(q), operand<const S>(k),
-                  operand<const S>(v), q.sizes[1], shape, at, scale);
+                  operand<const S>(v), q.sizes[1], shape, at, scale, causal);
   });
 }
 

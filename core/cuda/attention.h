@@ -1,6 +1,7 @@
 // File: core/cuda/attention.h
 // Scaled dot-product attention for short sequences, one kernel a direction:
-// y = softmax(q k^T * scale) v, and its three gradients, queued on
+// y = softmax(q k^T * scale) v (with `causal`, query i sees keys 0..i only),
+// and its three gradients, queued on
 // cuda::current_stream(). One block per attention holds its operands in shared
 // memory (core/kernel/attention.h says which problems fit); bfloat16 and float16
 // compute in float32.
@@ -13,8 +14,9 @@
 
 namespace loom::cuda {
 
-void attention_forward(const Strided& y, const Strided& q, const Strided& k, const Strided& v, double scale);
+void attention_forward(const Strided& y, const Strided& q, const Strided& k, const Strided& v, double scale,
+                       bool causal);
 void attention_backward(const Strided& dq, const Strided& dk, const Strided& dv, const Strided& dy,
-                        const Strided& q, const Strided& k, const Strided& v, double scale);
+                        const Strided& q, const Strided& k, const Strided& v, double scale, bool causal);
 
 }  // namespace loom::cuda

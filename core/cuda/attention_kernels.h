@@ -10,9 +10,9 @@
 namespace loom::cuda {
 
 cudaError_t launch_attention_forward(const Strided& y, const Strided& q, const Strided& k, const Strided& v,
-                                     double scale, cudaStream_t stream);
+                                     double scale, bool causal, cudaStream_t stream);
 cudaError_t launch_attention_backward(const Strided& dq, const Strided& dk, const Strided& dv,
                                       const Strided& dy, const Strided& q, const Strided& k,
-                                      const Strided& v, double scale, cudaStream_t stream);
+                                      const Strided& v, double scale, bool causal, cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -151,11 +151,11 @@ void scatter_add_sorted(const Strided&, int64_t, int64_t, const Strided&, const 
 }
 void scatter(const Strided&, int64_t, const Strided&, const Strided&) { no_cuda("scatter"); }
 
-void attention_forward(const Strided&, const Strided&, const Strided&, const Strided&, double) {
+void attention_forward(const Strided&, const Strided&, const Strided&, const Strided&, double, bool) {
   no_cuda("attention_forward");
 }
 void attention_backward(const Strided&, const Strided&, const Strided&, const Strided&, const Strided&,
-                        const Strided&, const Strided&, double) {
+                        const Strided&, const Strided&, double, bool) {
   no_cuda("attention_backward");
 }
 

@@ -71,16 +71,16 @@ bool runs_fused(const Tensor& q, const Tensor& k, const Tensor& v) {
                                 q.dtype() == DType::Float64);
 }
 
-Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
   DeviceGuard guard(q.device());
   const Tensor q4 = kernel_view(q).detach(), k4 = kernel_view(k).detach(), v4 = kernel_view(v).detach();
   const int64_t b1 = q4.size(0), b2 = q4.size(1);
   const Tensor y4 = rows_outer(b1, b2, q4.size(2), v4.size(3), q4);
-  cuda::attention_forward(y4.strided(), q4.strided(), k4.strided(), v4.strided(), scale);
+  cuda::attention_forward(y4.strided(), q4.strided(), k4.strided(), v4.strided(), scale, causal);
   const bool three_d = q.dim() == 3;
   Tensor y = three_d ? y4.squeeze(0) : y4;
   if (needs_grad({q, k, v})) {
-    record(kOp, {q, k, v}, y, [q4, k4, v4, scale, three_d](const Tensor& dy) -> std::vector<Tensor> {
+    record(kOp, {q, k, v}, y, [q4, k4, v4, scale, causal, three_d](const Tensor& dy) -> std::vector<Tensor> {
       DeviceGuard guard(q4.device());
       const Tensor dy4 = kernel_view(dy);
       const int64_t b1 = q4.size(0), b2 = q4.size(1);
@@ -88,7 +88,7 @@ Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
       Tensor dk = rows_outer(b1, b2, k4.size(2), k4.size(3), k4);
       Tensor dv = rows_outer(b1, b2, v4.size(2), v4.size(3), v4);
       cuda::attention_backward(dq.strided(), dk.strided(), dv.strided(), dy4.strided(), q4.strided(),
-                               k4.strided(), v4.strided(), scale);
+                               k4.strided(), v4.strided(), scale, causal);
       if (three_d) return {dq.squeeze(0), dk.squeeze(0), dv.squeeze(0)};
       return {dq, dk, dv};
     }, {q4, k4, v4});
@@ -172,8 +172,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const Tensor q = autocast_operand(q_in), k = autocast_operand(k_in), v = autocast_operand(v_in);
   check_operands(q, k, v, kOp);
   const auto [s, mask] = checked_options(q, k, options, kOp);
-  const bool plain = !mask.defined() && !options.is_causal && options.dropout_p == 0;
-  const Tensor y = plain && runs_fused(q, k, v) ? fused(q, k, v, s) : matmul(weights_of(q, k, mask, s, options), v);
+  const bool fusible = !mask.defined() && options.dropout_p == 0 && runs_fused(q, k, v);
+  const Tensor y = fusible ? fused(q, k, v, s, options.is_causal) : matmul(weights_of(q, k, mask, s, options), v);
   if (trace.recording()) record_trace(trace, {q_in, k_in, v_in}, y, s, options);
   return y;
 }

@@ -19,8 +19,8 @@
 // evaluation; nn::MultiheadAttention does), from `generator` (the default when
 // null), graph-safe as loom::dropout is.
 //
-// On the GPU, 3-d and 4-d attentions with no mask, no dropout and operands that
-// fit in one block's shared memory (core/kernel/attention.h: in float32 up to
+// On the GPU, 3-d and 4-d attentions with no attn_mask (is_causal is fine), no
+// dropout and operands that fit in one block's shared memory (core/kernel/attention.h: in float32 up to
 // about L = S = 60 at E = F = 64, or 95 at E = F = 16) run as one kernel forward
 // and one backward, computing in float32 (float64 for float64) without rounding
 // the scores to a 16-bit dtype; the others, and the CPU, run matmul, softmax and

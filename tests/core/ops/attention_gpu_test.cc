@@ -2,8 +2,9 @@
 // scaled_dot_product_attention on the GPU against the CPU in float64: random
 // configurations inside and outside what the fused kernels take (3-d and 4-d,
 // dense and heads permuted out of a packed projection), float64, strict float32,
-// bfloat16 and float16; y's memory layout; the same bits run to run; and a
-// captured forward and backward replaying what the eager ones computed.
+// bfloat16 and float16, plain, with a Bool or added mask, or causal; y's memory
+// layout; the same bits run to run; a captured forward and backward replaying
+// what the eager ones computed; and dropout drawn as loom::dropout draws it.
 //
 // L query rows, S key rows, E the query/key width, F the value width.
 #include <doctest/doctest.h>
@@ -202,16 +203,22 @@ LOOM_GPU_TEST_CASE("masked and causal attention match the CPU on random configur
   NumericsGuard strict({.precision = Precision::StrictFp32});
   const std::pair<DType, double> tolerances[] = {
       {DType::Float64, 1e-12}, {DType::Float32, 1e-5}, {DType::BFloat16, 2e-2}, {DType::Float16, 4e-3}};
+  int causal_fused = 0, causal_unfused = 0;
   for (int trial = 0; trial < 24; ++trial) {
     Case c = random_case(rng);
     c.packed = false;
+    if (trial % 6 == 5) c.L = c.S = 120;  // two 120 x 121 score tiles outgrow a block: the composed path
     for (const auto& [dtype, tol] : tolerances) {
       CAPTURE(trial);
       CAPTURE(dtype_name(dtype));
       CAPTURE(shape_str({c.n, c.heads, c.L, c.S, c.E, c.F}));
       check_masked(c, trial % 3, dtype, tol, gen);
+      if (trial % 3 == 2) (fused(c, dtype) ? causal_fused : causal_unfused) += 1;
     }
   }
+  // Causal attention runs in the fused kernels where they fit, and composed elsewhere.
+  CHECK(causal_fused >= 4);
+  CHECK(causal_unfused >= 4);
 }
 
 LOOM_GPU_TEST_CASE("attention dropout on the GPU drops the weights as loom::dropout does") {
