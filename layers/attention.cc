@@ -69,6 +69,19 @@ Tensor padding_mask(const Tensor& m, int64_t n, int64_t s, bool batched) {
   return m.reshape({n, 1, 1, s});
 }
 
+// The call's masks as scaled_dot_product_attention takes them; `dims` is
+// (N, H, L, S). is_causal with key padding alone becomes one merged mask.
+AttentionOptions masks_of(const AttentionCall& call, const Shape& dims, bool batched, Device device) {
+  const int64_t n = dims[0], h = dims[1], l = dims[2], s = dims[3];
+  const Tensor padding = padding_mask(call.key_padding_mask, n, s, batched);
+  AttentionOptions options{.attn_mask = merged_mask(attention_mask(call.attn_mask, n, h, l, s), padding)};
+  options.is_causal = call.is_causal && !options.attn_mask.defined();
+  if (call.is_causal && !call.attn_mask.defined() && options.attn_mask.defined()) {
+    options.attn_mask = merged_mask(causal_blocked(l, s, device), padding);
+  }
+  return options;
+}
+
 }  // namespace
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options)
@@ -146,14 +159,8 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
   } else {
     q = heads(projected(q_in, 0), l), k = heads(projected(k_in, 1), s), v = heads(projected(v_in, 2), s);
   }
-  AttentionOptions options{.dropout_p = is_training() ? options_.dropout : 0.0};
-  const Tensor padding = padding_mask(call.key_padding_mask, n, s, batched);
-  options.attn_mask = merged_mask(attention_mask(call.attn_mask, n, num_heads_, l, s), padding);
-  options.is_causal = call.is_causal && !options.attn_mask.defined();
-  if (call.is_causal && !call.attn_mask.defined() && options.attn_mask.defined()) {  // causal and padding
-    const Tensor later = triu(ones({l, s}, {.dtype = DType::Bool, .device = q.device()}), 1);
-    options.attn_mask = merged_mask(later, padding);
-  }
+  AttentionOptions options = masks_of(call, {n, num_heads_, l, s}, batched, q.device());
+  options.dropout_p = is_training() ? options_.dropout : 0.0;
   AttentionOutput out;
   Tensor y;  // (N, H, L, D)
   if (call.need_weights) {
@@ -190,17 +197,57 @@ std::string MultiheadAttention::extra_repr() const {
   return s;
 }
 
-TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, TransformerEncoderLayerOptions o)
-    : d_model_(d_model), nhead_(nhead), options_(o) {
+namespace {
+
+void check_layer_options(const TransformerLayerOptions& o, const char* type) {
   LOOM_CHECK(o.activation == kernel::ActivationKind::Relu || o.activation == kernel::ActivationKind::Gelu,
-             ValueError, "[TransformerEncoderLayer] activation must be Relu or Gelu, as torch.nn's strings");
-  LOOM_CHECK(o.dim_feedforward > 0, ValueError, "[TransformerEncoderLayer] dim_feedforward must be positive, got {}",
+             ValueError, "[{}] activation must be Relu or Gelu, as torch.nn's strings", type);
+  LOOM_CHECK(o.dim_feedforward > 0, ValueError, "[{}] dim_feedforward must be positive, got {}", type,
              o.dim_feedforward);
+}
+
+MultiheadAttentionOptions attention_options(const TransformerLayerOptions& o) {
+  return {.dropout = o.dropout, .bias = o.bias, .batch_first = o.batch_first, .generator = o.generator};
+}
+
+// A sublayer with its residual add and its norm: after the add (post-norm), or
+// on the sublayer's input (norm_first).
+template <class Block>
+Tensor residual(const Tensor& x, LayerNorm& norm, bool norm_first, Block block) {
+  return norm_first ? add(x, block(norm(x))) : norm(add(x, block(x)));
+}
+
+// linear2(dropout(activation(linear1(x)))): the feed-forward block before its own dropout.
+Tensor feed_forward(Linear& linear1, Dropout& dropout, Linear& linear2, kernel::ActivationKind act, const Tensor& x) {
+  return linear2(dropout(activation(linear1(x), act)));
+}
+
+// The attention of x to `memory` (x itself for self-attention), its output alone.
+Tensor attend(MultiheadAttention& attention, const Tensor& x, const Tensor& memory, const Tensor& mask,
+              const Tensor& padding, bool causal) {
+  const AttentionCall call{.key_padding_mask = padding, .need_weights = false, .attn_mask = mask, .is_causal = causal};
+  return attention(x, memory, memory, call).output;
+}
+
+// A layer of the same shape and options holding a copy of `layer`'s weights.
+template <class Layer>
+std::shared_ptr<Layer> copy_of(const Layer& layer, int64_t d_model, int64_t nhead, TransformerLayerOptions o) {
+  o.generator = nullptr;  // the weights are copied, not drawn
+  auto copy = std::make_shared<Layer>(d_model, nhead, o);
+  const Tensor like = layer.parameters().front();
+  copy->to(like.device()).to(like.dtype());
+  copy->load_state_dict(layer.state_dict());
+  copy->train(layer.is_training());
+  return copy;
+}
+
+}  // namespace
+
+TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, TransformerLayerOptions o)
+    : d_model_(d_model), nhead_(nhead), options_(o) {
+  check_layer_options(o, "TransformerEncoderLayer");
   // Registered in torch.nn's order, so state_dict lists the same keys in the same order.
-  self_attn_ = register_module(
-      "self_attn", MultiheadAttention(d_model, nhead,
-                                      {.dropout = o.dropout, .bias = o.bias, .batch_first = o.batch_first,
-                                       .generator = o.generator}));
+  self_attn_ = register_module("self_attn", MultiheadAttention(d_model, nhead, attention_options(o)));
   linear1_ = register_module("linear1", Linear(d_model, o.dim_feedforward, {.bias = o.bias, .generator = o.generator}));
   dropout_ = register_module("dropout", Dropout(o.dropout));
   linear2_ = register_module("linear2", Linear(o.dim_feedforward, d_model, {.bias = o.bias, .generator = o.generator}));
@@ -211,35 +258,16 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
 }
 
 std::shared_ptr<TransformerEncoderLayer> TransformerEncoderLayer::clone() const {
-  TransformerEncoderLayerOptions o = options_;
-  o.generator = nullptr;  // the weights are copied, not drawn
-  auto copy = std::make_shared<TransformerEncoderLayer>(d_model_, nhead_, o);
-  const Tensor like = parameters().front();
-  copy->to(like.device()).to(like.dtype());
-  copy->load_state_dict(state_dict());
-  copy->train(is_training());
-  return copy;
-}
-
-Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const EncoderCall& call) {
-  const AttentionCall attention{.key_padding_mask = call.src_key_padding_mask,
-                                .need_weights = false,
-                                .attn_mask = call.src_mask,
-                                .is_causal = call.is_causal};
-  return (*dropout1_)((*self_attn_)(x, x, x, attention).output);
-}
-
-Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
-  return (*dropout2_)((*linear2_)((*dropout_)(activation((*linear1_)(x), options_.activation))));
+  return copy_of(*this, d_model_, nhead_, options_);
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const EncoderCall& call) {
-  if (options_.norm_first) {
-    const Tensor x = add(src, self_attention_block((*norm1_)(src), call));
-    return add(x, feed_forward_block((*norm2_)(x)));
-  }
-  const Tensor x = (*norm1_)(add(src, self_attention_block(src, call)));
-  return (*norm2_)(add(x, feed_forward_block(x)));
+  const Tensor x = residual(src, *norm1_, options_.norm_first, [&](const Tensor& t) {
+    return (*dropout1_)(attend(*self_attn_, t, t, call.src_mask, call.src_key_padding_mask, call.is_causal));
+  });
+  return residual(x, *norm2_, options_.norm_first, [&](const Tensor& t) {
+    return (*dropout2_)(feed_forward(*linear1_, *dropout_, *linear2_, options_.activation, t));
+  });
 }
 
 Tensor TransformerEncoderLayer::operator()(const Tensor& src, const EncoderCall& call) {
@@ -262,6 +290,121 @@ Tensor TransformerEncoder::forward(const Tensor& src, const EncoderCall& call) {
 
 Tensor TransformerEncoder::operator()(const Tensor& src, const EncoderCall& call) {
   return Module::call(src, [&] { return forward(src, call); });
+}
+
+TransformerDecoderLayer::TransformerDecoderLayer(int64_t d_model, int64_t nhead, TransformerLayerOptions o)
+    : d_model_(d_model), nhead_(nhead), options_(o) {
+  check_layer_options(o, "TransformerDecoderLayer");
+  // Registered in torch.nn's order, so state_dict lists the same keys in the same order.
+  self_attn_ = register_module("self_attn", MultiheadAttention(d_model, nhead, attention_options(o)));
+  multihead_attn_ = register_module("multihead_attn", MultiheadAttention(d_model, nhead, attention_options(o)));
+  linear1_ = register_module("linear1", Linear(d_model, o.dim_feedforward, {.bias = o.bias, .generator = o.generator}));
+  dropout_ = register_module("dropout", Dropout(o.dropout));
+  linear2_ = register_module("linear2", Linear(o.dim_feedforward, d_model, {.bias = o.bias, .generator = o.generator}));
+  norm1_ = register_module("norm1", LayerNorm({d_model}, {.eps = o.layer_norm_eps, .bias = o.bias}));
+  norm2_ = register_module("norm2", LayerNorm({d_model}, {.eps = o.layer_norm_eps, .bias = o.bias}));
+  norm3_ = register_module("norm3", LayerNorm({d_model}, {.eps = o.layer_norm_eps, .bias = o.bias}));
+  dropout1_ = register_module("dropout1", Dropout(o.dropout));
+  dropout2_ = register_module("dropout2", Dropout(o.dropout));
+  dropout3_ = register_module("dropout3", Dropout(o.dropout));
+}
+
+std::shared_ptr<TransformerDecoderLayer> TransformerDecoderLayer::clone() const {
+  return copy_of(*this, d_model_, nhead_, options_);
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const DecoderCall& call) {
+  LOOM_CHECK(tgt.defined() && memory.defined(), ValueError, "[TransformerDecoderLayer] tgt and memory must be defined");
+  const bool first = options_.norm_first;
+  Tensor x = residual(tgt, *norm1_, first, [&](const Tensor& t) {
+    return (*dropout1_)(attend(*self_attn_, t, t, call.tgt_mask, call.tgt_key_padding_mask, call.tgt_is_causal));
+  });
+  x = residual(x, *norm2_, first, [&](const Tensor& t) {
+    return (*dropout2_)(attend(*multihead_attn_, t, memory, call.memory_mask, call.memory_key_padding_mask,
+                               call.memory_is_causal));
+  });
+  return residual(x, *norm3_, first, [&](const Tensor& t) {
+    return (*dropout3_)(feed_forward(*linear1_, *dropout_, *linear2_, options_.activation, t));
+  });
+}
+
+Tensor TransformerDecoderLayer::operator()(const Tensor& tgt, const Tensor& memory, const DecoderCall& call) {
+  return Module::call(tgt, [&] { return forward(tgt, memory, call); });
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
+                                       std::shared_ptr<LayerNorm> norm) {
+  LOOM_CHECK(num_layers >= 1, ValueError, "[TransformerDecoder] num_layers must be >= 1, got {}", num_layers);
+  layers_ = register_module("layers", ModuleList());
+  for (int64_t i = 0; i < num_layers; ++i) layers_->push_back(layer.clone());
+  if (norm) norm_ = register_module("norm", std::move(norm));
+}
+
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const DecoderCall& call) {
+  Tensor h = tgt;
+  for (const auto& layer : *layers_) {
+    h = (*std::static_pointer_cast<TransformerDecoderLayer>(layer))(h, memory, call);
+  }
+  return norm_ ? (*norm_)(h) : h;
+}
+
+Tensor TransformerDecoder::operator()(const Tensor& tgt, const Tensor& memory, const DecoderCall& call) {
+  return Module::call(tgt, [&] { return forward(tgt, memory, call); });
+}
+
+Transformer::Transformer(TransformerOptions o) : options_(o) {
+  const TransformerLayerOptions layer{.dim_feedforward = o.dim_feedforward,
+                                      .dropout = o.dropout,
+                                      .activation = o.activation,
+                                      .layer_norm_eps = o.layer_norm_eps,
+                                      .batch_first = o.batch_first,
+                                      .norm_first = o.norm_first,
+                                      .bias = o.bias};
+  auto norm = [&] { return std::make_shared<LayerNorm>(Shape{o.d_model}, LayerNormOptions{.eps = o.layer_norm_eps,
+                                                                                          .bias = o.bias}); };
+  encoder_ = register_module(
+      "encoder", TransformerEncoder(TransformerEncoderLayer(o.d_model, o.nhead, layer), o.num_encoder_layers, norm()));
+  decoder_ = register_module(
+      "decoder", TransformerDecoder(TransformerDecoderLayer(o.d_model, o.nhead, layer), o.num_decoder_layers, norm()));
+  // As torch.nn's _reset_parameters: every matrix (the copies' included) drawn anew.
+  for (const Tensor& p : parameters()) {
+    if (p.dim() > 1) init::xavier_uniform_(p, 1.0, o.generator);
+  }
+}
+
+Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const TransformerCall& call) {
+  LOOM_CHECK(src.defined() && tgt.defined(), ValueError, "[Transformer] src and tgt must be defined");
+  const int64_t batch = options_.batch_first ? 0 : 1;
+  const bool paired =
+      src.dim() == tgt.dim() && (src.dim() == 2 || (src.dim() == 3 && src.size(batch) == tgt.size(batch)));
+  LOOM_CHECK(paired, ShapeError,
+             "[Transformer] src and tgt must both be 3-d ({}) with one batch size, or both 2-d (unbatched); got "
+             "shapes {} and {}",
+             options_.batch_first ? "N, S, E" : "S, N, E", shape_str(src.sizes()), shape_str(tgt.sizes()));
+  LOOM_CHECK(src.size(-1) == options_.d_model && tgt.size(-1) == options_.d_model, ShapeError,
+             "[Transformer] src and tgt must have d_model = {} features, got shapes {} and {}", options_.d_model,
+             shape_str(src.sizes()), shape_str(tgt.sizes()));
+  const Tensor memory = (*encoder_)(src, {.src_mask = call.src_mask,
+                                          .src_key_padding_mask = call.src_key_padding_mask,
+                                          .is_causal = call.src_is_causal});
+  return (*decoder_)(tgt, memory, {.tgt_mask = call.tgt_mask,
+                                   .memory_mask = call.memory_mask,
+                                   .tgt_key_padding_mask = call.tgt_key_padding_mask,
+                                   .memory_key_padding_mask = call.memory_key_padding_mask,
+                                   .tgt_is_causal = call.tgt_is_causal,
+                                   .memory_is_causal = call.memory_is_causal});
+}
+
+Tensor Transformer::operator()(const Tensor& src, const Tensor& tgt, const TransformerCall& call) {
+  return Module::call(tgt, [&] { return forward(src, tgt, call); });
+}
+
+Tensor generate_square_subsequent_mask(int64_t size, const TensorOptions& options) {
+  LOOM_CHECK(is_floating(options.dtype), TypeError,
+             "[generate_square_subsequent_mask] makes an added (floating) mask; got dtype {}",
+             dtype_name(options.dtype));
+  LOOM_CHECK(size >= 0, ValueError, "[generate_square_subsequent_mask] size must be >= 0, got {}", size);
+  return masked_fill(zeros({size, size}, options), causal_blocked(size, size, options.device), -INFINITY);
 }
 
 }  // namespace loom::nn

@@ -1,7 +1,7 @@
 // File: layers/attention.h
-// MultiheadAttention, TransformerEncoderLayer and TransformerEncoder, as
-// torch.nn's: the same parameter names, shapes, initialisation, mask
-// conventions and layouts, so state_dicts move both ways.
+// MultiheadAttention, the transformer's encoder and decoder layers and stacks,
+// and Transformer, as torch.nn's: the same parameter names, shapes,
+// initialisation, mask conventions and layouts, so state_dicts move both ways.
 //
 //   nn::MultiheadAttention mha(64, 4, {.batch_first = true});
 //   auto [y, w] = mha(x, x, x);                       // x (N, L, 64) -> y (N, L, 64), w (N, L, L)
@@ -9,6 +9,9 @@
 //
 //   nn::TransformerEncoderLayer layer(64, 4, {.dim_feedforward = 256, .batch_first = true});
 //   Tensor h = layer(x, {.is_causal = true});         // a decoder-only (GPT-style) block
+//
+//   nn::Transformer model({.d_model = 64, .nhead = 4, .batch_first = true});
+//   Tensor out = model(src, tgt, {.tgt_is_causal = true});  // (N, S, 64), (N, L, 64) -> (N, L, 64)
 //
 // Masks keep torch.nn's sense, which is the opposite of scaled_dot_product_attention's:
 // a Bool attn_mask (L, S) or (N * num_heads, L, S), or key_padding_mask (N, S),
@@ -90,7 +93,7 @@ class MultiheadAttention : public Module {
   std::shared_ptr<Linear> out_proj_;
 };
 
-struct TransformerEncoderLayerOptions {
+struct TransformerLayerOptions {
   int64_t dim_feedforward = 2048;
   double dropout = 0.1;
   kernel::ActivationKind activation = kernel::ActivationKind::Relu;  // Relu or Gelu, as torch.nn's strings
@@ -112,7 +115,7 @@ struct EncoderCall {
 // a LayerNorm (after the add, or before the block with norm_first).
 class TransformerEncoderLayer : public Module {
  public:
-  TransformerEncoderLayer(int64_t d_model, int64_t nhead, TransformerEncoderLayerOptions options = {});
+  TransformerEncoderLayer(int64_t d_model, int64_t nhead, TransformerLayerOptions options = {});
   // A layer of the same shape and options holding a copy of this one's weights
   // (torch.nn.TransformerEncoder deep-copies its layer so).
   std::shared_ptr<TransformerEncoderLayer> clone() const;
@@ -125,11 +128,8 @@ class TransformerEncoderLayer : public Module {
   std::string type_name() const override { return "TransformerEncoderLayer"; }
 
  private:
-  Tensor self_attention_block(const Tensor& x, const EncoderCall& call);
-  Tensor feed_forward_block(const Tensor& x);
-
   int64_t d_model_, nhead_;
-  TransformerEncoderLayerOptions options_;
+  TransformerLayerOptions options_;
   std::shared_ptr<MultiheadAttention> self_attn_;
   std::shared_ptr<Linear> linear1_, linear2_;
   std::shared_ptr<Dropout> dropout_, dropout1_, dropout2_;
@@ -158,5 +158,110 @@ class TransformerEncoder : public Module {
   std::shared_ptr<ModuleList> layers_;
   std::shared_ptr<LayerNorm> norm_;
 };
+
+struct DecoderCall {
+  Tensor tgt_mask;                  // the self-attention's attn_mask
+  Tensor memory_mask;               // the cross-attention's attn_mask (L, S)
+  Tensor tgt_key_padding_mask;      // the self-attention's key_padding_mask
+  Tensor memory_key_padding_mask;   // the cross-attention's key_padding_mask
+  bool tgt_is_causal = false;       // the self-attention is causal
+  bool memory_is_causal = false;    // query i attends memory positions 0..i
+};
+
+// One transformer decoder layer: self-attention over the target, attention from
+// the target to the encoder's output (`memory`), and the feed-forward block,
+// each with dropout, a residual add and a LayerNorm (after the add, or before
+// the block with norm_first). Options as the encoder layer's.
+//
+//   nn::TransformerDecoderLayer layer(64, 4, {.batch_first = true});
+//   Tensor y = layer(tgt, memory, {.tgt_is_causal = true});
+class TransformerDecoderLayer : public Module {
+ public:
+  TransformerDecoderLayer(int64_t d_model, int64_t nhead, TransformerLayerOptions options = {});
+  std::shared_ptr<TransformerDecoderLayer> clone() const;  // as TransformerEncoderLayer::clone
+
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const DecoderCall& call = {});
+  Tensor operator()(const Tensor& tgt, const Tensor& memory, const DecoderCall& call = {});
+  using Module::operator();
+
+  std::string type_name() const override { return "TransformerDecoderLayer"; }
+
+ private:
+  int64_t d_model_, nhead_;
+  TransformerLayerOptions options_;
+  std::shared_ptr<MultiheadAttention> self_attn_, multihead_attn_;
+  std::shared_ptr<Linear> linear1_, linear2_;
+  std::shared_ptr<Dropout> dropout_, dropout1_, dropout2_, dropout3_;
+  std::shared_ptr<LayerNorm> norm1_, norm2_, norm3_;
+};
+
+// num_layers copies of `layer` applied in turn to the target, each attending to
+// the same memory, then `norm` when given; names "layers.0.multihead_attn...".
+class TransformerDecoder : public Module {
+ public:
+  TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
+                     std::shared_ptr<LayerNorm> norm = nullptr);
+
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const DecoderCall& call = {});
+  Tensor operator()(const Tensor& tgt, const Tensor& memory, const DecoderCall& call = {});
+  using Module::operator();
+
+  std::string type_name() const override { return "TransformerDecoder"; }
+
+ private:
+  std::shared_ptr<ModuleList> layers_;
+  std::shared_ptr<LayerNorm> norm_;
+};
+
+struct TransformerOptions {
+  int64_t d_model = 512;
+  int64_t nhead = 8;
+  int64_t num_encoder_layers = 6;
+  int64_t num_decoder_layers = 6;
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  kernel::ActivationKind activation = kernel::ActivationKind::Relu;  // Relu or Gelu
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false;
+  bool norm_first = false;
+  bool bias = true;
+  Generator* generator = nullptr;  // for the initial weights
+};
+
+struct TransformerCall {
+  Tensor src_mask, tgt_mask, memory_mask;
+  Tensor src_key_padding_mask, tgt_key_padding_mask, memory_key_padding_mask;
+  bool src_is_causal = false, tgt_is_causal = false, memory_is_causal = false;
+};
+
+// torch.nn.Transformer: an encoder (num_encoder_layers, then a LayerNorm) over
+// the source and a decoder (num_decoder_layers, then a LayerNorm) over the
+// target attending to the encoder's output. Every weight matrix is drawn
+// Xavier-uniform after the layers are built, as torch.nn's _reset_parameters
+// draws it. src (S, N, E) and tgt (L, N, E) (batch_first: (N, S, E), (N, L, E);
+// unbatched (S, E), (L, E)) -> (L, N, E).
+class Transformer : public Module {
+ public:
+  explicit Transformer(TransformerOptions options = {});
+
+  Tensor forward(const Tensor& src, const Tensor& tgt, const TransformerCall& call = {});
+  Tensor operator()(const Tensor& src, const Tensor& tgt, const TransformerCall& call = {});
+  using Module::operator();
+
+  TransformerEncoder& encoder() { return *encoder_; }
+  TransformerDecoder& decoder() { return *decoder_; }
+  const TransformerOptions& options() const { return options_; }
+
+  std::string type_name() const override { return "Transformer"; }
+
+ private:
+  TransformerOptions options_;
+  std::shared_ptr<TransformerEncoder> encoder_;
+  std::shared_ptr<TransformerDecoder> decoder_;
+};
+
+// torch.nn.Transformer.generate_square_subsequent_mask: (size, size), 0 on and
+// below the diagonal, -inf above it, an added mask that hides later positions.
+Tensor generate_square_subsequent_mask(int64_t size, const TensorOptions& options = {});
 
 }  // namespace loom::nn

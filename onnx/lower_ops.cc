@@ -15,6 +15,7 @@
 #include <numeric>
 #include <string_view>
 
+#include "core/ops/attention.h"
 #include "core/ops/compare.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/shape_ops.h"
@@ -761,7 +762,7 @@ std::string attention_weights(Lowering& L, const trace::Op& op, size_t mask_inpu
   const bool given = op.inputs.size() > mask_input && op.inputs[mask_input].defined();
   if (causal || (given && op.inputs[mask_input].dtype() == DType::Bool)) {  // true where the score takes part
     const std::string keep =
-        causal ? L.tensor_constant(tril(ones({q.size(-2), k.size(-2)}, {.dtype = DType::Bool})), "causal_mask")
+        causal ? L.tensor_constant(logical_not(causal_blocked(q.size(-2), k.size(-2))), "causal_mask")
                : in(L, op, mask_input);
     scaled = L.emit("Where", {keep, scaled, L.scalar(-INFINITY, t)});
   } else if (given) {

@@ -130,8 +130,7 @@ Tensor weights_of(const Tensor& q, const Tensor& k, const Tensor& mask, double s
   Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
   Tensor blocked;  // Bool (.., L, S): true where a score does not take part
   if (o.is_causal) {
-    const TensorOptions index{.dtype = DType::Int64, .device = q.device()};
-    blocked = gt(arange(k.size(-2), index).unsqueeze(0), arange(q.size(-2), index).unsqueeze(1));  // key j > query i
+    blocked = causal_blocked(q.size(-2), k.size(-2), q.device());
   } else if (mask.defined() && mask.dtype() == DType::Bool) {
     blocked = logical_not(mask);
   }
@@ -155,7 +154,7 @@ std::pair<double, Tensor> checked_options(const Tensor& q, const Tensor& k, cons
 }
 
 void record_trace(trace::OpScope& trace, std::vector<Tensor> inputs, const Tensor& y, double scale,
-            const AttentionOptions& o) {
+                  const AttentionOptions& o) {
   // The mask is the input after q, k (and v): undefined when none, Bool or floating as given.
   inputs.push_back(o.attn_mask);
   trace.record(std::move(inputs), y,
@@ -188,6 +187,12 @@ Tensor attention_weights(const Tensor& q_in, const Tensor& k_in, const Attention
   const Tensor w = weights_of(q, k, mask, s, options);
   if (trace.recording()) record_trace(trace, {q_in, k_in}, w, s, options);
   return w;
+}
+
+Tensor causal_blocked(int64_t l, int64_t s, Device device) {
+  LOOM_CHECK(l >= 0 && s >= 0, ValueError, "[causal_blocked] lengths must be >= 0, got L {} and S {}", l, s);
+  const TensorOptions index{.dtype = DType::Int64, .device = device};
+  return gt(arange(s, index).unsqueeze(0), arange(l, index).unsqueeze(1));
 }
 
 }  // namespace loom

@@ -56,4 +56,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // k, o), v); nn::MultiheadAttention returns them with need_weights.
 Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options = {});
 
+// The causal rule as a mask: Bool (L, S), true where key j lies past query i
+// (j > i), the scores is_causal leaves out; logical_not of it is PyTorch's
+// tril(ones(L, S)).
+Tensor causal_blocked(int64_t l, int64_t s, Device device = Device::cpu());
+
 }  // namespace loom

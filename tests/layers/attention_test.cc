@@ -333,6 +333,152 @@ TEST_CASE("TransformerEncoder stacks copies of its layer, as torch.nn's deep cop
   CHECK(max(abs(sub(original, 0.5))).item() > 0);
 }
 
+// torch.nn.TransformerDecoderLayer's forward from its parts, batch first, dropout
+// off: self-attention under `self_masks`, attention to memory under
+// `memory_masks`, the feed-forward block; post-norm unless norm_first.
+Tensor decoder_by_parts(nn::TransformerDecoderLayer& layer, const Tensor& x, const Tensor& memory,
+                        const Masks& self_masks, const Masks& memory_masks, bool norm_first,
+                        kernel::ActivationKind act, int64_t heads) {
+  std::map<std::string, Tensor> p;
+  for (const auto& [name, t] : layer.named_parameters()) p[name] = t;
+  auto& self_attn = dynamic_cast<nn::MultiheadAttention&>(*layer.named_children()[0].second);
+  auto& cross_attn = dynamic_cast<nn::MultiheadAttention&>(*layer.named_children()[1].second);
+  const int64_t n = x.size(0), l = x.size(1), s = memory.size(1), e = x.size(2);
+  auto sa = [&](const Tensor& t) {
+    return attention_by_loops(self_attn, t, t, t, addend_of(self_masks, n, heads, l, l)).output;
+  };
+  auto ca = [&](const Tensor& t) {
+    return attention_by_loops(cross_attn, t, memory, memory, addend_of(memory_masks, n, heads, l, s)).output;
+  };
+  auto ff = [&](const Tensor& t) {
+    return linear(activation(linear(t, p["linear1.weight"], p["linear1.bias"]), act), p["linear2.weight"],
+                  p["linear2.bias"]);
+  };
+  auto norm = [&](const Tensor& t, const std::string& which) {
+    return layer_norm(t, {e}, p[which + ".weight"], p[which + ".bias"], 1e-5);
+  };
+  if (norm_first) {
+    const Tensor h = add(x, sa(norm(x, "norm1")));
+    const Tensor g = add(h, ca(norm(h, "norm2")));
+    return add(g, ff(norm(g, "norm3")));
+  }
+  const Tensor h = norm(add(x, sa(x)), "norm1");
+  const Tensor g = norm(add(h, ca(h)), "norm2");
+  return norm(add(g, ff(g)), "norm3");
+}
+
+TEST_CASE("TransformerDecoderLayer matches torch.nn's definition: self and memory masks, post- and pre-norm") {
+  std::mt19937 rng(89);
+  Generator gen(89);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 24; ++trial) {
+    CAPTURE(trial);
+    const bool norm_first = pick(0, 1) == 1, batch_first = pick(0, 1) == 1;
+    const auto act = pick(0, 1) ? kernel::ActivationKind::Relu : kernel::ActivationKind::Gelu;
+    const int64_t h = pick(1, 3), e = h * pick(1, 3), n = pick(1, 3), l = pick(1, 6), s = pick(1, 6);
+    nn::TransformerDecoderLayer layer(e, h, {.dim_feedforward = pick(1, 12), .activation = act,
+                                             .batch_first = batch_first, .norm_first = norm_first, .generator = &gen});
+    layer.to(DType::Float64).eval();
+    const Tensor x = randn({n, l, e}, {.dtype = DType::Float64}, &gen);  // batch first here
+    const Tensor memory = randn({n, s, e}, {.dtype = DType::Float64}, &gen);
+    Masks self_masks, memory_masks;
+    const int64_t self_kind = pick(0, 3), memory_kind = pick(0, 3);
+    if (self_kind == 1) self_masks.is_causal = true;
+    if (self_kind == 2) self_masks.attn_mask = random_mask({l, l}, pick(0, 1) == 1, gen);
+    if (self_kind == 3) self_masks.attn_mask = nn::generate_square_subsequent_mask(l, {.dtype = DType::Float64});
+    if (pick(0, 1)) self_masks.key_padding_mask = random_mask({n, l}, true, gen);
+    if (memory_kind == 1) memory_masks.is_causal = true;
+    if (memory_kind == 2) memory_masks.attn_mask = random_mask({l, s}, pick(0, 1) == 1, gen);
+    if (memory_kind != 3) memory_masks.key_padding_mask = random_mask({n, s}, pick(0, 1) == 1, gen);
+    const Tensor want = decoder_by_parts(layer, x, memory, self_masks, memory_masks, norm_first, act, h);
+    auto laid_out = [&](const Tensor& t) { return batch_first ? t : t.transpose(0, 1); };
+    const nn::DecoderCall call{.tgt_mask = self_masks.attn_mask,
+                               .memory_mask = memory_masks.attn_mask,
+                               .tgt_key_padding_mask = self_masks.key_padding_mask,
+                               .memory_key_padding_mask = memory_masks.key_padding_mask,
+                               .tgt_is_causal = self_masks.is_causal,
+                               .memory_is_causal = memory_masks.is_causal};
+    CHECK_CLOSE(laid_out(layer(laid_out(x), laid_out(memory), call)), want, 1e-10, 1e-10);
+  }
+}
+
+TEST_CASE("TransformerDecoderLayer passes float64 gradcheck through the target and the memory") {
+  Generator gen(90);
+  for (const bool norm_first : {false, true}) {
+    CAPTURE(norm_first);
+    nn::TransformerDecoderLayer layer(4, 2, {.dim_feedforward = 6, .activation = kernel::ActivationKind::Gelu,
+                                             .batch_first = true, .norm_first = norm_first, .generator = &gen});
+    layer.to(DType::Float64).eval();
+    const Tensor x = randn({2, 3, 4}, {.dtype = DType::Float64}, &gen).requires_grad_(true);
+    const Tensor memory = randn({2, 5, 4}, {.dtype = DType::Float64}, &gen).requires_grad_(true);
+    const Tensor padding = tensor({0, 0, 0, 1, 1, 0, 0, 0, 0, 0}, {2, 5}, {.dtype = DType::Bool});
+    const GradcheckResult r = gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return layer(in[0], in[1], {.memory_key_padding_mask = padding, .tgt_is_causal = true});
+        },
+        {x, memory});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("Transformer is torch.nn's: names, Xavier-drawn matrices, the encoder's memory feeding the decoder") {
+  Generator gen(91);
+  nn::Transformer model({.d_model = 8, .nhead = 2, .num_encoder_layers = 2, .num_decoder_layers = 1,
+                         .dim_feedforward = 12, .dropout = 0.0, .generator = &gen});
+  model.to(DType::Float64).eval();
+  const std::vector<std::string> names = testing::state_dict_names(model);
+  // An encoder layer holds 12 tensors, a decoder layer 18 (a second attention, a third norm), each norm 2.
+  CHECK(names.size() == 2 * 12 + 2 + 18 + 2);
+  CHECK(names.front() == "encoder.layers.0.self_attn.in_proj_weight");
+  CHECK(names[26] == "decoder.layers.0.self_attn.in_proj_weight");
+  CHECK(names[30] == "decoder.layers.0.multihead_attn.in_proj_weight");
+  CHECK(names.back() == "decoder.norm.bias");
+  // Every matrix drawn anew within Xavier's bound sqrt(6 / (fan_in + fan_out)); the copies differ.
+  std::map<std::string, Tensor> p;
+  for (const auto& [name, t] : model.named_parameters()) p[name] = t;
+  for (const auto& [name, t] : p) {
+    if (t.dim() < 2) continue;
+    CAPTURE(name);
+    CHECK(max(abs(t)).item() <= std::sqrt(6.0 / static_cast<double>(t.size(0) + t.size(1))));
+  }
+  CHECK(max(abs(sub(p["encoder.layers.0.linear1.weight"], p["encoder.layers.1.linear1.weight"]))).item() > 0);
+  CHECK(max(abs(p["encoder.layers.0.linear1.bias"])).item() > 0);  // vectors keep Linear's draw
+  // (S, N, E) and (L, N, E): the decoder reads the encoder's normed output.
+  const Tensor src = randn({5, 2, 8}, {.dtype = DType::Float64}, &gen);
+  const Tensor tgt = randn({4, 2, 8}, {.dtype = DType::Float64}, &gen);
+  const Tensor src_padding = tensor({0, 0, 0, 1, 1, 0, 0, 0, 0, 0}, {2, 5}, {.dtype = DType::Bool});
+  const Tensor memory = model.encoder()(src, {.src_key_padding_mask = src_padding});
+  const Tensor want = model.decoder()(tgt, memory, {.memory_key_padding_mask = src_padding, .tgt_is_causal = true});
+  const Tensor got = model(src, tgt, {.src_key_padding_mask = src_padding, .memory_key_padding_mask = src_padding,
+                                      .tgt_is_causal = true});
+  CHECK(got.sizes() == Shape{4, 2, 8});
+  CHECK_CLOSE(got, want, 1e-12, 1e-12);
+  // torch.nn's added causal mask hides what tgt_is_causal hides.
+  const Tensor masked = model(src, tgt, {.tgt_mask = nn::generate_square_subsequent_mask(4, {.dtype = DType::Float64}),
+                                         .src_key_padding_mask = src_padding,
+                                         .memory_key_padding_mask = src_padding});
+  CHECK_CLOSE(masked, got, 1e-12, 1e-12);
+  CHECK(values(nn::generate_square_subsequent_mask(3)) ==
+        std::vector<double>{0, -INFINITY, -INFINITY, 0, 0, -INFINITY, 0, 0, 0});
+}
+
+TEST_CASE("TransformerDecoder and Transformer name what is wrong") {
+  nn::Transformer model({.d_model = 8, .nhead = 2, .num_encoder_layers = 1, .num_decoder_layers = 1,
+                         .dim_feedforward = 8});
+  CHECK_THROWS_WITH_FRAGMENT(model(zeros({5, 2, 8}), zeros({4, 3, 8})), ShapeError, "with one batch size");
+  CHECK_THROWS_WITH_FRAGMENT(model(zeros({5, 2, 8}), zeros({4, 8})), ShapeError, "got shapes (5, 2, 8) and (4, 8)");
+  CHECK_THROWS_WITH_FRAGMENT(model(zeros({5, 2, 6}), zeros({4, 2, 6})), ShapeError, "d_model = 8 features");
+  CHECK(model(zeros({5, 8}), zeros({4, 8})).sizes() == Shape{4, 8});  // unbatched
+  CHECK_THROWS_WITH_FRAGMENT(nn::TransformerDecoder(nn::TransformerDecoderLayer(8, 2), 0), ValueError,
+                             "num_layers must be >= 1");
+  CHECK_THROWS_WITH_FRAGMENT(nn::TransformerDecoderLayer(8, 3), ValueError, "embed_dim 8 must split evenly");
+  nn::TransformerDecoderLayer layer(8, 2);
+  CHECK_THROWS_WITH_FRAGMENT(layer(zeros({4, 2, 8})), TypeError, "has no forward(const Tensor&)");
+  CHECK_THROWS_WITH_FRAGMENT(layer(zeros({4, 2, 8}), zeros({5, 3, 8})), ShapeError, "with one batch");
+  CHECK_THROWS_WITH_FRAGMENT(nn::generate_square_subsequent_mask(3, {.dtype = DType::Bool}), TypeError,
+                             "added (floating) mask");
+}
+
 TEST_CASE("MultiheadAttention and TransformerEncoderLayer name what is wrong") {
   CHECK_THROWS_WITH_FRAGMENT(nn::MultiheadAttention(10, 3), ValueError, "embed_dim 10 must split evenly");
   CHECK_THROWS_WITH_FRAGMENT(nn::MultiheadAttention(8, 2, {.dropout = 1.0}), ValueError, "dropout must be in");
@@ -396,6 +542,56 @@ TEST_CASE("a small causal transformer learns to repeat the previous token, which
   CAPTURE(first);
   CAPTURE(last);
   CHECK(first > 1.8);  // about log(8): chance
+  CHECK(last < 0.2);
+}
+
+// A sequence-to-sequence model as a user writes one: shared token embeddings
+// with learned positions, nn::Transformer, a linear head; the decoder reads the
+// target shifted right behind a start token (teacher forcing).
+class Reverser : public nn::Module {
+ public:
+  Reverser(int64_t vocab, int64_t length, int64_t width) {
+    tokens_ = register_module("tokens", nn::Embedding(vocab + 1, width));  // token `vocab` starts the target
+    positions_ = register_parameter("positions", mul(randn({length, width}), 0.1));
+    transformer_ = register_module("transformer", nn::Transformer({.d_model = width, .nhead = 2,
+                                                                   .num_encoder_layers = 1, .num_decoder_layers = 1,
+                                                                   .dim_feedforward = 2 * width, .dropout = 0.0,
+                                                                   .batch_first = true}));
+    head_ = register_module("head", nn::Linear(width, vocab));
+  }
+  Tensor forward(const Tensor& src, const Tensor& tgt_in) {  // (N, S), (N, L) int64 -> (N, L, vocab)
+    auto embed = [&](const Tensor& ids) { return add((*tokens_)(ids), positions_.narrow(0, 0, ids.size(1))); };
+    return (*head_)((*transformer_)(embed(src), embed(tgt_in), {.tgt_is_causal = true}));
+  }
+
+ private:
+  std::shared_ptr<nn::Embedding> tokens_;
+  Tensor positions_;
+  std::shared_ptr<nn::Transformer> transformer_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
+TEST_CASE("a small nn::Transformer learns to reverse its source, which its decoder sees only through memory") {
+  manual_seed(92);
+  constexpr int64_t kVocab = 6, kLength = 6, kBatch = 32;
+  Reverser model(kVocab, kLength, 32);
+  optim::Adam adam(model.parameters(), {.lr = 3e-3});
+  Generator data(93);
+  const Tensor start = full({kBatch, 1}, static_cast<double>(kVocab), {.dtype = DType::Int64});
+  double first = 0, last = 0;
+  for (int step = 0; step < 200; ++step) {
+    const Tensor src = randint(0, kVocab, {kBatch, kLength}, {.dtype = DType::Int64}, &data);
+    const Tensor reversed = flip(src, {1});
+    const Tensor tgt_in = cat({start, reversed.narrow(1, 0, kLength - 1)}, 1);
+    const Tensor loss = cross_entropy(model.forward(src, tgt_in).reshape({-1, kVocab}), reversed.reshape({-1}));
+    adam.zero_grad();
+    loss.backward();
+    adam.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  CAPTURE(first);
+  CAPTURE(last);
+  CHECK(first > 1.5);  // about log(6): chance
   CHECK(last < 0.2);
 }
 

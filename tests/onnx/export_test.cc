@@ -263,6 +263,11 @@ for n in m.graph.node:
         v, axis = env[n.input[0]], a['axis'].i if 'axis' in a else -1
         e = np.exp(v - np.max(v, axis=axis, keepdims=True))
         env[n.output[0]] = (e / np.sum(e, axis=axis, keepdims=True)).astype(v.dtype)
+    elif n.op_type == 'LayerNormalization':
+        v, axes = env[n.input[0]], tuple(range(a['axis'].i, 0))
+        centred = v - v.mean(axis=axes, keepdims=True)
+        normed = centred / np.sqrt((centred * centred).mean(axis=axes, keepdims=True) + a['epsilon'].f)
+        env[n.output[0]] = (normed * env[n.input[1]] + (env[n.input[2]] if len(n.input) > 2 else 0)).astype(v.dtype)
     elif n.op_type == 'Expand':
         v = env[n.input[0]]
         env[n.output[0]] = np.broadcast_to(v, np.broadcast_shapes(v.shape, tuple(env[n.input[1]]))).copy()
@@ -792,6 +797,28 @@ TEST_CASE("attention with a Bool, added or causal mask exports and computes Loom
   const Tensor w = probe(randn({2, 5, 8}));
   CHECK(max(abs(w.select(1, 0))).item() == 0);
   CHECK(sum(isnan(w)).item() == 0);
+}
+
+// nn::Transformer over one sequence as both source and target, the target causal.
+class SelfTransformer : public nn::Module {
+ public:
+  SelfTransformer() {
+    model_ = register_module("model", nn::Transformer({.d_model = 8, .nhead = 2, .num_encoder_layers = 1,
+                                                        .num_decoder_layers = 2, .dim_feedforward = 16,
+                                                        .batch_first = true}));
+  }
+  Tensor forward(const Tensor& x) override { return (*model_)(x, x, {.tgt_is_causal = true}); }
+
+ private:
+  std::shared_ptr<nn::Transformer> model_;
+};
+
+TEST_CASE("nn::Transformer exports: the encoder's memory feeding the decoder's causal self- and cross-attention") {
+  manual_seed(5);
+  SelfTransformer m;
+  m.eval();
+  const std::string out = check_masks_export(m, randn({2, 5, 8}), 1e-5, randn({3, 5, 8}));
+  CHECK_MESSAGE(out.find("'Softmax'") != std::string::npos, out);
 }
 
 TEST_CASE("what has no ONNX form is refused, naming the op and the module") {

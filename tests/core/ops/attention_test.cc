@@ -95,6 +95,16 @@ Shape with(Shape batch, int64_t rows, int64_t width) {
   return batch;
 }
 
+struct Qkv {
+  Tensor q, k, v;
+};
+
+// Normal q (..., L, E), k (..., S, E) and v (..., S, F) for `c`, drawn in that order.
+Qkv draw(const Config& c, const TensorOptions& o, Generator& gen) {
+  return {randn(with(c.batch, c.L, c.E), o, &gen), randn(with(c.batch, c.S, c.E), o, &gen),
+          randn(with(c.batch, c.S, c.F), o, &gen)};
+}
+
 TEST_CASE("scaled_dot_product_attention matches the definition on random shapes, float64 and float32") {
   std::mt19937 rng(71);
   Generator gen(71);
@@ -103,9 +113,7 @@ TEST_CASE("scaled_dot_product_attention matches the definition on random shapes,
     for (DType dtype : {DType::Float64, DType::Float32}) {
       CAPTURE(trial);
       CAPTURE(dtype_name(dtype));
-      const Tensor q = randn(with(c.batch, c.L, c.E), {.dtype = dtype}, &gen);
-      const Tensor k = randn(with(c.batch, c.S, c.E), {.dtype = dtype}, &gen);
-      const Tensor v = randn(with(c.batch, c.S, c.F), {.dtype = dtype}, &gen);
+      const auto [q, k, v] = draw(c, {.dtype = dtype}, gen);
       const bool given = trial % 3 == 0;
       const double scale = given ? 0.3 : 1.0 / std::sqrt(static_cast<double>(c.E));
       const Tensor y = given ? scaled_dot_product_attention(q, k, v, {.scale = 0.3})
@@ -172,9 +180,7 @@ TEST_CASE("scaled_dot_product_attention with a Bool or added mask, or causal, ma
     for (DType dtype : {DType::Float64, DType::Float32}) {
       CAPTURE(trial);
       CAPTURE(dtype_name(dtype));
-      const Tensor q = randn(with(c.batch, c.L, c.E), {.dtype = dtype}, &gen);
-      const Tensor k = randn(with(c.batch, c.S, c.E), {.dtype = dtype}, &gen);
-      const Tensor v = randn(with(c.batch, c.S, c.F), {.dtype = dtype}, &gen);
+      const auto [q, k, v] = draw(c, {.dtype = dtype}, gen);
       AttentionOptions o;
       if (trial % 3 == 2) {
         o.is_causal = true;
@@ -209,10 +215,8 @@ TEST_CASE("attention passes float64 gradcheck on random configurations: plain, m
     Config c = random_config(rng);
     c.L = std::min<int64_t>(c.L, 4);
     c.S = std::min<int64_t>(c.S, 4);
-    const TensorOptions o = {.dtype = DType::Float64};
-    const Tensor q = randn(with(c.batch, c.L, c.E), o, &gen).requires_grad_(true);
-    const Tensor k = randn(with(c.batch, c.S, c.E), o, &gen).requires_grad_(true);
-    const Tensor v = randn(with(c.batch, c.S, c.F), o, &gen).requires_grad_(true);
+    auto [q, k, v] = draw(c, {.dtype = DType::Float64}, gen);
+    for (Tensor* leaf : {&q, &k, &v}) leaf->requires_grad_(true);
     // A given scale, a Bool mask (rows with no key left included), an added mask, causal.
     AttentionOptions options{.is_causal = trial % 4 == 3};
     if (trial % 4 == 0) options.scale = 0.7;
@@ -234,6 +238,14 @@ TEST_CASE("attention dropout drops the weights as loom::dropout does, from the g
   CHECK_CLOSE(y, matmul(dropped, v), 0, 0);
   CHECK_CLOSE(attention_weights(q, k, {.attn_mask = keep, .dropout_p = 0.4, .generator = &c}), dropped, 0, 0);
   CHECK(any(eq(dropped, 0.0) & (attention_weights(q, k, {.attn_mask = keep}) > 0)).item() != 0);
+}
+
+TEST_CASE("causal_blocked marks the keys past each query, as PyTorch's triu(ones(L, S), 1)") {
+  const Tensor blocked = causal_blocked(3, 4);
+  CHECK(blocked.dtype() == DType::Bool);
+  CHECK(testing::values(blocked) == std::vector<double>{0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1});
+  CHECK(causal_blocked(0, 2).sizes() == Shape{0, 2});
+  CHECK_THROWS_WITH_FRAGMENT(causal_blocked(-1, 2), ValueError, "lengths must be >= 0");
 }
 
 TEST_CASE("attention names what is wrong with its mask and options") {
