@@ -11,9 +11,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -499,6 +501,21 @@ TEST_CASE("MultiheadAttention and TransformerEncoderLayer name what is wrong") {
                              "attn_mask must be Bool (true = that position is not attended");
 }
 
+// The first and the last loss of `steps` Adam steps, each on a new `loss()`.
+std::pair<double, double> adam_losses(const std::vector<Tensor>& parameters, double lr, int steps,
+                                      const std::function<Tensor()>& loss) {
+  optim::Adam adam(parameters, {.lr = lr});
+  double first = 0, last = 0;
+  for (int step = 0; step < steps; ++step) {
+    const Tensor l = loss();
+    adam.zero_grad();
+    l.backward();
+    adam.step();
+    (step == 0 ? first : last) = l.item();
+  }
+  return {first, last};
+}
+
 // A decoder-only model as a user writes one: token and position embeddings, a
 // causal TransformerEncoderLayer, a linear head over the vocabulary.
 class TinyDecoder : public nn::Module {
@@ -526,19 +543,13 @@ TEST_CASE("a small causal transformer learns to repeat the previous token, which
   manual_seed(86);
   constexpr int64_t kVocab = 8, kLength = 10, kBatch = 32;
   TinyDecoder model(kVocab, kLength, 32);
-  optim::Adam adam(model.parameters(), {.lr = 1e-2});
   Generator data(87);
-  double first = 0, last = 0;
-  for (int step = 0; step < 150; ++step) {
+  const auto [first, last] = adam_losses(model.parameters(), 1e-2, 150, [&] {
     const Tensor ids = randint(0, kVocab, {kBatch, kLength}, {.dtype = DType::Int64}, &data);
     // Position i predicts the token at i - 1: the causal mask hides every later one.
     const Tensor logits = model(ids).narrow(1, 1, kLength - 1).reshape({-1, kVocab});
-    const Tensor loss = cross_entropy(logits, ids.narrow(1, 0, kLength - 1).reshape({-1}));
-    adam.zero_grad();
-    loss.backward();
-    adam.step();
-    (step == 0 ? first : last) = loss.item();
-  }
+    return cross_entropy(logits, ids.narrow(1, 0, kLength - 1).reshape({-1}));
+  });
   CAPTURE(first);
   CAPTURE(last);
   CHECK(first > 1.8);  // about log(8): chance
@@ -575,20 +586,14 @@ TEST_CASE("a small nn::Transformer learns to reverse its source, which its decod
   manual_seed(92);
   constexpr int64_t kVocab = 6, kLength = 6, kBatch = 32;
   Reverser model(kVocab, kLength, 32);
-  optim::Adam adam(model.parameters(), {.lr = 3e-3});
   Generator data(93);
   const Tensor start = full({kBatch, 1}, static_cast<double>(kVocab), {.dtype = DType::Int64});
-  double first = 0, last = 0;
-  for (int step = 0; step < 200; ++step) {
+  const auto [first, last] = adam_losses(model.parameters(), 3e-3, 200, [&] {
     const Tensor src = randint(0, kVocab, {kBatch, kLength}, {.dtype = DType::Int64}, &data);
     const Tensor reversed = flip(src, {1});
     const Tensor tgt_in = cat({start, reversed.narrow(1, 0, kLength - 1)}, 1);
-    const Tensor loss = cross_entropy(model.forward(src, tgt_in).reshape({-1, kVocab}), reversed.reshape({-1}));
-    adam.zero_grad();
-    loss.backward();
-    adam.step();
-    (step == 0 ? first : last) = loss.item();
-  }
+    return cross_entropy(model.forward(src, tgt_in).reshape({-1, kVocab}), reversed.reshape({-1}));
+  });
   CAPTURE(first);
   CAPTURE(last);
   CHECK(first > 1.5);  // about log(6): chance
