@@ -14,7 +14,11 @@
 // each index is handled by exactly one call, so a kernel that keeps every sum
 // inside one index (a channel's statistics, one image's GEMM) gives the same bits
 // at any thread count; one that combines per-chunk partial sums gives the same
-// bits for a fixed thread count.
+// bits for a fixed thread count. A BLAS product split over the chunks (a large
+// gemm's rows, a large filter's weight-gradient columns) agrees across thread
+// counts to rounding only: OpenBLAS rounds an element differently depending on
+// where in a block its row or column falls on some CPUs (its Zen kernels), as
+// PyTorch's CPU matmul does not promise the same bits at every thread count.
 #pragma once
 
 #include <cstdint>

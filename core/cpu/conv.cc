@@ -379,7 +379,8 @@ class WgradColumns {
 };
 
 // dw's columns (the rows of col) split over the chunks; each element of dw is
-// summed by one thread, image by image in order, whatever the thread count.
+// summed by one thread, image by image in order, whatever the thread count (the
+// bits may still move with it: core/parallel.h on BLAS products).
 template <class T>
 void wgrad_by_rows(T* dw, const T* dy, const T* x, const ConvShape& cs, const kernel::ConvParams& pr) {
   std::fill(dw, dw + cs.k * cs.col_rows(), T(0));

@@ -80,7 +80,8 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
 constexpr int64_t kSplitWork = int64_t{1} << 18;
 
 // Outside a parallel loop, a large product is split over the pool along the
-// longer of C's dims: each chunk is an independent row (or column) block of C.
+// longer of C's dims: each chunk is an independent row (or column) block of C,
+// equal to the unsplit product to rounding (core/parallel.h).
 template <class T>
 void split_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                 int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
