@@ -259,24 +259,40 @@ TEST_CASE("MultiheadAttention drops attention weights in training only") {
   CHECK(max(abs(sub(dropped.output, plain(x, x, x).output))).item() > 1e-3);
 }
 
+// A transformer layer's feed-forward block and norms, from its parameters by
+// torch.nn's names (linear1, linear2, norm1, ...).
+class LayerParts {
+ public:
+  LayerParts(const nn::Module& layer, kernel::ActivationKind act) : act_(act) {
+    for (const auto& [name, t] : layer.named_parameters()) p_[name] = t;
+  }
+  Tensor feed_forward(const Tensor& t) const {
+    return linear(activation(linear(t, at("linear1.weight"), at("linear1.bias")), act_), at("linear2.weight"),
+                  at("linear2.bias"));
+  }
+  Tensor norm(const Tensor& t, const std::string& which) const {
+    return layer_norm(t, {t.size(-1)}, at(which + ".weight"), at(which + ".bias"), 1e-5);
+  }
+
+ private:
+  const Tensor& at(const std::string& name) const { return p_.at(name); }
+
+  std::map<std::string, Tensor> p_;
+  kernel::ActivationKind act_;
+};
+
 // torch.nn.TransformerEncoderLayer's forward, from the module's parts: the
 // attention by the loops above, the rest by Loom's ops; dropout off (eval).
 Tensor encoder_by_parts(nn::TransformerEncoderLayer& layer, const Tensor& x, const Masks& masks, bool norm_first,
                         kernel::ActivationKind act, int64_t heads) {
-  std::map<std::string, Tensor> p;
-  for (const auto& [name, t] : layer.named_parameters()) p[name] = t;
   auto& attention = dynamic_cast<nn::MultiheadAttention&>(*layer.named_children()[0].second);
-  const int64_t n = x.size(0), l = x.size(1), e = x.size(2);
+  const int64_t n = x.size(0), l = x.size(1);
   auto sa = [&](const Tensor& t) {
     return attention_by_loops(attention, t, t, t, addend_of(masks, n, heads, l, l)).output;
   };
-  auto ff = [&](const Tensor& t) {
-    return linear(activation(linear(t, p["linear1.weight"], p["linear1.bias"]), act), p["linear2.weight"],
-                  p["linear2.bias"]);
-  };
-  auto norm = [&](const Tensor& t, const std::string& which) {
-    return layer_norm(t, {e}, p[which + ".weight"], p[which + ".bias"], 1e-5);
-  };
+  const LayerParts parts{layer, act};
+  auto ff = [&](const Tensor& t) { return parts.feed_forward(t); };
+  auto norm = [&](const Tensor& t, const std::string& which) { return parts.norm(t, which); };
   if (norm_first) {
     const Tensor h = add(x, sa(norm(x, "norm1")));
     return add(h, ff(norm(h, "norm2")));
@@ -341,24 +357,18 @@ TEST_CASE("TransformerEncoder stacks copies of its layer, as torch.nn's deep cop
 Tensor decoder_by_parts(nn::TransformerDecoderLayer& layer, const Tensor& x, const Tensor& memory,
                         const Masks& self_masks, const Masks& memory_masks, bool norm_first,
                         kernel::ActivationKind act, int64_t heads) {
-  std::map<std::string, Tensor> p;
-  for (const auto& [name, t] : layer.named_parameters()) p[name] = t;
   auto& self_attn = dynamic_cast<nn::MultiheadAttention&>(*layer.named_children()[0].second);
   auto& cross_attn = dynamic_cast<nn::MultiheadAttention&>(*layer.named_children()[1].second);
-  const int64_t n = x.size(0), l = x.size(1), s = memory.size(1), e = x.size(2);
+  const int64_t n = x.size(0), l = x.size(1), s = memory.size(1);
   auto sa = [&](const Tensor& t) {
     return attention_by_loops(self_attn, t, t, t, addend_of(self_masks, n, heads, l, l)).output;
   };
   auto ca = [&](const Tensor& t) {
     return attention_by_loops(cross_attn, t, memory, memory, addend_of(memory_masks, n, heads, l, s)).output;
   };
-  auto ff = [&](const Tensor& t) {
-    return linear(activation(linear(t, p["linear1.weight"], p["linear1.bias"]), act), p["linear2.weight"],
-                  p["linear2.bias"]);
-  };
-  auto norm = [&](const Tensor& t, const std::string& which) {
-    return layer_norm(t, {e}, p[which + ".weight"], p[which + ".bias"], 1e-5);
-  };
+  const LayerParts parts{layer, act};
+  auto ff = [&](const Tensor& t) { return parts.feed_forward(t); };
+  auto norm = [&](const Tensor& t, const std::string& which) { return parts.norm(t, which); };
   if (norm_first) {
     const Tensor h = add(x, sa(norm(x, "norm1")));
     const Tensor g = add(h, ca(norm(h, "norm2")));
