@@ -3,7 +3,7 @@
 # (tag "gpu") skip themselves where no GPU is usable; the CPU tests run a second
 # time with LOOM_CPU_BACKEND=reference (both CPU backends). With LOOM_ASAN=1 (CI:
 # .ci/run) the CPU tests and the fuzz-corpus replays then run again under
-# ASan + UBSan (bazel --config=asan; LOOM_ASAN_TESTS, a bazel query, narrows
+# ASan + UBSan (bazel --config=asan, at -Og; LOOM_ASAN_TESTS, a bazel query, narrows
 # them). After the normal run, two more phases: tests/install/run.sh installs
 # Loom into a temporary prefix and builds a program outside the repository
 # against it (pkg-config and CMake; with LOOM_TEST_BAZEL_WORKSPACE=1 also with
