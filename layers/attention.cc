@@ -241,6 +241,15 @@ std::shared_ptr<Layer> copy_of(const Layer& layer, int64_t d_model, int64_t nhea
   return copy;
 }
 
+// The layers of a TransformerEncoder or TransformerDecoder: `num_layers` copies of `layer`.
+template <class Layer>
+std::shared_ptr<ModuleList> stack_of(const Layer& layer, int64_t num_layers, const char* stack) {
+  LOOM_CHECK(num_layers >= 1, ValueError, "[{}] num_layers must be >= 1, got {}", stack, num_layers);
+  auto layers = std::make_shared<ModuleList>();
+  for (int64_t i = 0; i < num_layers; ++i) layers->push_back(layer.clone());
+  return layers;
+}
+
 }  // namespace
 
 TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, TransformerLayerOptions o)
@@ -276,9 +285,7 @@ Tensor TransformerEncoderLayer::operator()(const Tensor& src, const EncoderCall&
 
 TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers,
                                        std::shared_ptr<LayerNorm> norm) {
-  LOOM_CHECK(num_layers >= 1, ValueError, "[TransformerEncoder] num_layers must be >= 1, got {}", num_layers);
-  layers_ = register_module("layers", ModuleList());
-  for (int64_t i = 0; i < num_layers; ++i) layers_->push_back(layer.clone());
+  layers_ = register_module("layers", stack_of(layer, num_layers, "TransformerEncoder"));
   if (norm) norm_ = register_module("norm", std::move(norm));
 }
 
@@ -334,9 +341,7 @@ Tensor TransformerDecoderLayer::operator()(const Tensor& tgt, const Tensor& memo
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
                                        std::shared_ptr<LayerNorm> norm) {
-  LOOM_CHECK(num_layers >= 1, ValueError, "[TransformerDecoder] num_layers must be >= 1, got {}", num_layers);
-  layers_ = register_module("layers", ModuleList());
-  for (int64_t i = 0; i < num_layers; ++i) layers_->push_back(layer.clone());
+  layers_ = register_module("layers", stack_of(layer, num_layers, "TransformerDecoder"));
   if (norm) norm_ = register_module("norm", std::move(norm));
 }
 
@@ -359,7 +364,8 @@ Transformer::Transformer(TransformerOptions o) : options_(o) {
                                       .layer_norm_eps = o.layer_norm_eps,
                                       .batch_first = o.batch_first,
                                       .norm_first = o.norm_first,
-                                      .bias = o.bias};
+                                      .bias = o.bias,
+                                      .generator = o.generator};
   auto norm = [&] { return std::make_shared<LayerNorm>(Shape{o.d_model}, LayerNormOptions{.eps = o.layer_norm_eps,
                                                                                           .bias = o.bias}); };
   encoder_ = register_module(

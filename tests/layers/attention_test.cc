@@ -474,6 +474,31 @@ TEST_CASE("Transformer is torch.nn's: names, Xavier-drawn matrices, the encoder'
         std::vector<double>{0, -INFINITY, -INFINITY, 0, 0, -INFINITY, 0, 0, 0});
 }
 
+TEST_CASE("Transformer draws every parameter, biases included, from the generator it is given") {
+  auto build = [](uint64_t seed) {
+    Generator gen(seed);
+    (void)randn({16});  // the default generator moves between the builds; a seeded build must not notice
+    return std::make_shared<nn::Transformer>(nn::TransformerOptions{
+        .d_model = 8, .nhead = 2, .num_encoder_layers = 1, .num_decoder_layers = 1, .dim_feedforward = 12,
+        .generator = &gen});
+  };
+  const auto a = build(92), b = build(92), c = build(93);
+  const auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    CAPTURE(pa[i].first);
+    CHECK(values(pa[i].second) == values(pb[i].second));
+  }
+  const auto bias = [](const auto& named) {
+    for (const auto& [name, t] : named) {
+      if (name == "decoder.layers.0.linear2.bias") return values(t);
+    }
+    FAIL("no decoder.layers.0.linear2.bias");
+    return std::vector<double>{};
+  };
+  CHECK(bias(pa) != bias(pc));
+}
+
 TEST_CASE("TransformerDecoder and Transformer name what is wrong") {
   nn::Transformer model({.d_model = 8, .nhead = 2, .num_encoder_layers = 1, .num_decoder_layers = 1,
                          .dim_feedforward = 8});
