@@ -5,11 +5,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string_view>
 
 #include "core/error.h"
+#include "core/ops/compare.h"
 #include "core/ops/dropout.h"
+#include "core/ops/indexing.h"
 #include "core/ops/shape_ops.h"
 #include "layers/init.h"
 #include "layers/repr.h"
@@ -48,6 +52,71 @@ std::string_view class_name(RnnMode mode, bool cell) {
 }
 
 std::string shape_of(const Tensor& t) { return t.defined() ? shape_str(t.sizes()) : "undefined"; }
+
+// A batch of padded sequences (RNNBase::forward's lengths) on the input's device.
+struct Padding {
+  std::vector<int64_t> lengths;
+  Tensor padding;   // (L, N, 1) Bool: t >= lengths[n]
+  Tensor reversal;  // (L * N) Int64: row t * N + n of the input, time-major, read from its entry's reversed steps
+};
+
+Padding padding_of(const std::vector<int64_t>& lengths, int64_t steps, Device device) {
+  const auto batch = static_cast<int64_t>(lengths.size());
+  std::vector<double> padding(steps * batch), reversal(steps * batch);
+  for (int64_t t = 0; t < steps; ++t) {
+    for (int64_t n = 0; n < batch; ++n) {
+      const bool inside = t < lengths[n];
+      padding[t * batch + n] = inside ? 0.0 : 1.0;
+      reversal[t * batch + n] = static_cast<double>((inside ? lengths[n] - 1 - t : t) * batch + n);
+    }
+  }
+  return {lengths, tensor(padding, {steps, batch, 1}, {.dtype = DType::Bool, .device = device}),
+          tensor(reversal, {steps * batch}, {.dtype = DType::Int64, .device = device})};
+}
+
+// x (L, N, F) with each entry's true steps in reverse order, its padding in place: its own inverse.
+Tensor reversed_within(const Tensor& x, const Padding& p) {
+  const int64_t steps = x.size(0), batch = x.size(1), features = x.size(2);
+  return index_select(x.reshape({steps * batch, features}), 0, p.reversal).reshape({steps, batch, features});
+}
+
+// rnn_layer over padded sequences. The steps run in chunks that end where some
+// entry's length ends, each from the state the chunk before left, so every
+// entry's state is read right after its last true step; the steps past it
+// (computed, since the batch runs together) are zeroed in the output. The
+// reverse direction runs forward over each entry's true steps reversed.
+RnnSequence padded_layer(RnnMode mode, const Tensor& x, const RnnState& first, const std::vector<Tensor>& w,
+                         bool reverse, const Padding& p) {
+  const Tensor input = reverse ? reversed_within(x, p) : x;
+  std::vector<int64_t> ends = p.lengths;
+  std::sort(ends.begin(), ends.end());
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+  RnnState state = first, last;
+  std::vector<Tensor> chunks;
+  int64_t start = 0;
+  for (const int64_t end : ends) {
+    const RnnSequence run = rnn_layer(mode, input.slice(0, start, end), state, w[0], w[1], w[2], w[3]);
+    chunks.push_back(run.output);
+    state = run.state;
+    std::vector<double> ends_here;
+    for (const int64_t length : p.lengths) ends_here.push_back(length == end ? 1.0 : 0.0);
+    const Tensor here = tensor(ends_here, {static_cast<int64_t>(ends_here.size()), 1},
+                               {.dtype = DType::Bool, .device = x.device()});
+    const auto pick = [&](const Tensor& now, const Tensor& kept) {
+      return kept.defined() ? where(here, now, kept) : now;
+    };
+    last.h = pick(state.h, last.h);
+    if (state.c.defined()) last.c = pick(state.c, last.c);
+    start = end;
+  }
+  if (start < x.size(0)) {
+    TensorOptions options = chunks[0].options();
+    options.requires_grad = false;
+    chunks.push_back(zeros({x.size(0) - start, x.size(1), chunks[0].size(2)}, options));
+  }
+  const Tensor out = masked_fill(chunks.size() == 1 ? chunks[0] : cat(chunks, 0), p.padding, 0.0);
+  return {reverse ? reversed_within(out, p) : out, last};
+}
 
 }  // namespace
 
@@ -107,7 +176,20 @@ Tensor RNNBase::initial(const Tensor& given, bool batched, int64_t batch, const 
   return batched ? given : given.unsqueeze(1);
 }
 
-RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state) {
+void RNNBase::check_lengths(const std::vector<int64_t>& lengths, bool batched, const Tensor& x) const {
+  if (lengths.empty()) return;
+  LOOM_CHECK(batched, ValueError, "[{}] lengths apply to a batch of sequences; the input is unbatched, {}",
+             type_name(), shape_str(x.squeeze(1).sizes()));
+  LOOM_CHECK(static_cast<int64_t>(lengths.size()) == x.size(1), ShapeError,
+             "[{}] lengths has {} values for a batch of {} sequences", type_name(), lengths.size(), x.size(1));
+  for (size_t n = 0; n < lengths.size(); ++n) {
+    LOOM_CHECK(lengths[n] >= 1 && lengths[n] <= x.size(0), ValueError,
+               "[{}] lengths[{}] is {}; each length must be in [1, {}], the input's number of steps", type_name(),
+               n, lengths[n], x.size(0));
+  }
+}
+
+RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state, const std::vector<int64_t>& lengths) {
   const std::string who = type_name();
   LOOM_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3), ShapeError,
              "[{}] input must be {} or unbatched (L, {}), got {}", who,
@@ -120,6 +202,9 @@ RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state) {
   const bool batched = input.dim() == 3;
   Tensor x = !batched ? input.unsqueeze(1) : options_.batch_first ? input.transpose(0, 1) : input;
   const int64_t batch = x.size(1);
+  check_lengths(lengths, batched, x);
+  const std::optional<Padding> padding =
+      lengths.empty() ? std::nullopt : std::optional(padding_of(lengths, x.size(0), x.device()));
   const Tensor h0 = initial(state.h, batched, batch, "h");
   const Tensor c0 = mode_ == RnnMode::Lstm ? initial(state.c, batched, batch, "c") : Tensor();
   std::vector<Tensor> hs, cs;
@@ -130,7 +215,8 @@ RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state) {
       const Weights& w = weights_[row];
       const auto row_of = [row](const Tensor& t) { return t.defined() ? t.select(0, row) : t; };
       const RnnState first{row_of(h0), row_of(c0)};
-      RnnSequence run = rnn_layer(mode_, x, first, w.w_ih, w.w_hh, w.b_ih, w.b_hh, dir == 1);
+      RnnSequence run = padding ? padded_layer(mode_, x, first, {w.w_ih, w.w_hh, w.b_ih, w.b_hh}, dir == 1, *padding)
+                                : rnn_layer(mode_, x, first, w.w_ih, w.w_hh, w.b_ih, w.b_hh, dir == 1);
       outputs.push_back(run.output);
       hs.push_back(run.state.h);
       if (run.state.c.defined()) cs.push_back(run.state.c);
@@ -149,10 +235,10 @@ RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state) {
 
 Tensor RNNBase::forward(const Tensor& input) { return forward(input, RnnState{}).output; }
 
-RNNOutput RNNBase::operator()(const Tensor& input, const RnnState& state) {
+RNNOutput RNNBase::operator()(const Tensor& input, const RnnState& state, const std::vector<int64_t>& lengths) {
   RNNOutput out;
   call(input, [&] {
-    out = forward(input, state);
+    out = forward(input, state, lengths);
     return out.output;
   });
   return out;

@@ -51,9 +51,19 @@ class RNNBase : public Module {
   // unbatched (L, input_size); state as RNNOutput's, an undefined h or c
   // meaning zeros. Layer l + 1 reads layer l's output, both directions side by
   // side (forward first); state rows go layer by layer, forward then reverse.
-  RNNOutput forward(const Tensor& input, const RnnState& state);
+  //
+  // `lengths`, for a batch of padded sequences: each entry's true length, N
+  // values in [1, L] (empty: every entry runs all L steps). An entry's steps
+  // past its length are padding: its output there is zero, its state is the
+  // one after its last true step, and the reverse direction starts at that
+  // step; what torch.nn gives for pack_padded_sequence(input, lengths,
+  // enforce_sorted=False) and pad_packed_sequence(output, total_length=L).
+  // The lengths are host values deciding how many steps run, so a captured
+  // optim::TrainStep runs a step that passes them eagerly.
+  //   auto [y, state] = lstm(x, {}, {5, 3, 7});  // x (7, 3, F): y's rows past each length are zero
+  RNNOutput forward(const Tensor& input, const RnnState& state, const std::vector<int64_t>& lengths = {});
   Tensor forward(const Tensor& input) override;  // the output alone, from zero states
-  RNNOutput operator()(const Tensor& input, const RnnState& state);
+  RNNOutput operator()(const Tensor& input, const RnnState& state, const std::vector<int64_t>& lengths = {});
   void reset_parameters(Generator* generator = nullptr);
 
   // A parameter by PyTorch's name, "weight_ih_l0", "bias_hh_l1_reverse", ...
@@ -77,6 +87,8 @@ class RNNBase : public Module {
   // The given initial state (h or c) as (num_layers * D, N, H); undefined stays
   // undefined (rnn_layer starts from zeros, and an ONNX export leaves it out).
   Tensor initial(const Tensor& given, bool batched, int64_t batch, const char* name) const;
+  // The lengths checked against x (L, N, features): N values in [1, L].
+  void check_lengths(const std::vector<int64_t>& lengths, bool batched, const Tensor& x) const;
 
   RnnMode mode_;
   int64_t input_size_;

@@ -4,8 +4,9 @@
 // input's and every parameter's gradient over random configurations, in
 // strict fp32 and under bf16 autocast (tanh, LSTM, GRU), through both GPU
 // tiers (every step in one kernel where a layer fits, step by step), each
-// forced by LOOM_RNN_KERNEL; and an LSTM classifier with dropout between its layers trained by
-// a captured TrainStep with the eager steps' bits.
+// forced by LOOM_RNN_KERNEL, padded sequences with their lengths too; and an
+// LSTM classifier with dropout between its layers trained by a captured
+// TrainStep with the eager steps' bits.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
@@ -35,11 +36,13 @@ struct Outcome {
   std::vector<Tensor> grads;
 };
 
-// Runs m on x from state (h0, c0), then a backward of a weighted sum of the
-// output and the final state; everything comes back in float64 on the CPU.
-Outcome run(nn::RNNBase& m, const Tensor& x_in, const Tensor& h0, const Tensor& c0, const Tensor& weights) {
+// Runs m on x from state (h0, c0) (padded sequences of these lengths when
+// given), then a backward of a weighted sum of the output and the final state;
+// everything comes back in float64 on the CPU.
+Outcome run(nn::RNNBase& m, const Tensor& x_in, const Tensor& h0, const Tensor& c0, const Tensor& weights,
+            const std::vector<int64_t>& lengths = {}) {
   Tensor x = x_in.detach().requires_grad_(true);
-  const nn::RNNOutput out = m(x, {h0, c0});
+  const nn::RNNOutput out = m(x, {h0, c0}, lengths);
   Tensor loss = add(sum(mul(out.output.to(DType::Float64).to(weights.device()), weights)),
                     sum(out.state.h.to(DType::Float64)));
   if (out.state.c.defined()) loss = add(loss, mul(sum(out.state.c.to(DType::Float64)), 0.5));
@@ -85,7 +88,8 @@ bool fits_one_kernel(RnnMode mode, int64_t batch, int64_t hidden, DType dtype) {
   return cuda::rnn_run_fits(mode, batch, hidden, dtype);
 }
 
-void check_random_configs(bool bf16, uint64_t seed, const Sizes& sizes, int count = 24) {
+// With `padded`, each configuration runs padded sequences of random lengths.
+void check_random_configs(bool bf16, uint64_t seed, const Sizes& sizes, int count = 24, bool padded = false) {
   Generator gen(seed);
   const auto pick = [&](int64_t lo, int64_t hi) {
     return static_cast<int64_t>(randint(lo, hi + 1, {1}, {}, &gen).item());
@@ -113,12 +117,14 @@ void check_random_configs(bool bf16, uint64_t seed, const Sizes& sizes, int coun
     const Tensor x = randn({L, N, in}, {}, &gen), weights = randn({L, N, rows / layers * hidden}, kF64, &gen);
     const Tensor h0 = given ? randn({rows, N, hidden}, {}, &gen) : Tensor();
     const Tensor c0 = given && mode == RnnMode::Lstm ? randn({rows, N, hidden}, {}, &gen) : Tensor();
+    std::vector<int64_t> lengths;
+    for (int64_t n = 0; padded && n < N; ++n) lengths.push_back(pick(1, L));
     const auto to_cpu64 = [](const Tensor& t) { return t.defined() ? t.to(DType::Float64) : t; };
     const auto to_gpu = [](const Tensor& t) { return t.defined() ? t.to(testing::test_gpu()) : t; };
-    const Outcome want = run(*cpu, x.to(DType::Float64), to_cpu64(h0), to_cpu64(c0), weights);
+    const Outcome want = run(*cpu, x.to(DType::Float64), to_cpu64(h0), to_cpu64(c0), weights, lengths);
     std::optional<AutocastGuard> autocast;
     if (bf16) autocast.emplace(DType::BFloat16);
-    const Outcome got = run(*gpu, to_gpu(x), to_gpu(h0), to_gpu(c0), weights.to(testing::test_gpu()));
+    const Outcome got = run(*gpu, to_gpu(x), to_gpu(h0), to_gpu(c0), weights.to(testing::test_gpu()), lengths);
     compare(got, want, bf16 ? 6e-2 : 2e-4);
   }
 }
@@ -129,6 +135,15 @@ LOOM_GPU_TEST_CASE("RNN, LSTM and GRU on the GPU match their CPU float64 twins i
     CAPTURE(tier);
     TierForced forced(tier);
     check_random_configs(false, 1301, {1, 9, 1, 40, true});
+  }
+}
+
+LOOM_GPU_TEST_CASE("padded sequences with their lengths on the GPU match their CPU float64 twins") {
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  for (const char* tier : {"run", "steps"}) {
+    CAPTURE(tier);
+    TierForced forced(tier);
+    check_random_configs(false, 1305, {1, 9, 1, 40, true}, 16, true);
   }
 }
 

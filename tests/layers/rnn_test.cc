@@ -9,6 +9,7 @@
 #include "layers/rnn.h"
 
 #include <doctest/doctest.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <memory>
@@ -409,6 +410,83 @@ TEST_CASE("dropout acts between layers in training only; zero or undefined state
     CHECK_CLOSE(grad_undefined, grad_with_zeros, 0, 0);
     if (lstm) CHECK_CLOSE(run({zero, Tensor()}).first, with_zeros, 0, 0);
   }
+}
+
+// Each entry of a padded batch run alone over its true steps, as torch.nn runs a
+// packed batch: the output's rows past each length zero, the state the entry's own.
+TEST_CASE("padded sequences with their lengths give each entry's own run, as packed sequences do") {
+  Generator gen(1205);
+  for (int index = 0; index < 48; ++index) {
+    Config cfg = random_config(gen, index);
+    cfg.unbatched = false;
+    cfg.N = static_cast<int64_t>(randint(1, 5, {1}, {}, &gen).item());
+    CAPTURE(cfg.str());
+    auto m = make_module(cfg, &gen);
+    const int64_t D = cfg.bidirectional ? 2 : 1, S = cfg.layers * D;
+    std::vector<int64_t> lengths;
+    for (int64_t n = 0; n < cfg.N; ++n) {
+      lengths.push_back(static_cast<int64_t>(randint(1, cfg.L + 1, {1}, {}, &gen).item()));
+    }
+    CAPTURE(fmt::format("lengths {}", fmt::join(lengths, ",")));
+    const Tensor x = randn({cfg.L, cfg.N, cfg.in}, kF64, &gen).requires_grad_(true);
+    const bool lstm = cfg.mode == RnnMode::Lstm;
+    RnnState state;
+    if (cfg.given_state) {
+      state.h = randn({S, cfg.N, cfg.H}, kF64, &gen);
+      if (lstm) state.c = randn({S, cfg.N, cfg.H}, kF64, &gen);
+    }
+    const Tensor input = cfg.batch_first ? x.transpose(0, 1) : x;
+    const nn::RNNOutput got = (*m)(input, state, lengths);
+    const Tensor output = cfg.batch_first ? got.output.transpose(0, 1) : got.output;
+    REQUIRE(output.sizes() == Shape{cfg.L, cfg.N, D * cfg.H});
+    for (int64_t n = 0; n < cfg.N; ++n) {
+      CAPTURE(n);
+      const Tensor alone_x = x.slice(0, 0, lengths[n]).slice(1, n, n + 1);
+      RnnState alone_state;
+      if (state.h.defined()) alone_state.h = state.h.slice(1, n, n + 1);
+      if (state.c.defined()) alone_state.c = state.c.slice(1, n, n + 1);
+      const nn::RNNOutput alone = (*m)(cfg.batch_first ? alone_x.transpose(0, 1) : alone_x, alone_state);
+      const Tensor alone_out = cfg.batch_first ? alone.output.transpose(0, 1) : alone.output;
+      CHECK_CLOSE(output.slice(0, 0, lengths[n]).slice(1, n, n + 1), alone_out, 1e-12, 1e-12);
+      if (lengths[n] < cfg.L) CHECK(max(abs(output.slice(0, lengths[n], cfg.L).select(1, n))).item() == 0);
+      CHECK_CLOSE(got.state.h.slice(1, n, n + 1), alone.state.h, 1e-12, 1e-12);
+      CHECK(got.state.c.defined() == lstm);
+      if (lstm) CHECK_CLOSE(got.state.c.slice(1, n, n + 1), alone.state.c, 1e-12, 1e-12);
+    }
+    // No gradient reaches the padding's inputs.
+    (sum(output) + sum(got.state.h)).backward();
+    for (int64_t n = 0; n < cfg.N; ++n) {
+      if (lengths[n] < cfg.L) CHECK(max(abs(x.grad().slice(0, lengths[n], cfg.L).select(1, n))).item() == 0);
+    }
+  }
+}
+
+TEST_CASE("padded sequences pass float64 gradcheck; full lengths are the plain run; bad lengths are named") {
+  Generator gen(1206);
+  for (RnnMode mode : {RnnMode::Tanh, RnnMode::Lstm, RnnMode::Gru}) {
+    CAPTURE(std::string(rnn_mode_name(mode)));
+    auto m = testing::make_recurrent(mode, 3, 2, {.num_layers = 2, .bidirectional = true, .generator = &gen});
+    m->to(DType::Float64);
+    const Tensor x = mul(randn({4, 3, 3}, kF64, &gen), 0.7).requires_grad_(true);
+    const Tensor h0 = mul(randn({4, 3, 2}, kF64, &gen), 0.7).requires_grad_(true);
+    const auto fn = [&](const std::vector<Tensor>& v) {
+      const nn::RNNOutput out = (*m)(v[0], {v[1], Tensor()}, {2, 4, 1});
+      return cat({out.output.reshape({-1}), mul(out.state.h, 1.5).reshape({-1})}, 0);
+    };
+    const GradcheckResult result = gradcheck(fn, {x, h0});
+    CHECK_MESSAGE(result.ok, result.message);
+    const nn::RNNOutput full = (*m)(x, {h0, Tensor()}, {4, 4, 4});
+    const nn::RNNOutput plain = (*m)(x, {h0, Tensor()});
+    CHECK_CLOSE(full.output, plain.output, 1e-12, 1e-12);
+    CHECK_CLOSE(full.state.h, plain.state.h, 1e-12, 1e-12);
+  }
+  nn::GRU gru(4, 3, {.batch_first = true});
+  CHECK_THROWS_WITH_FRAGMENT(gru(zeros({2, 5, 4}), {}, {5}), ShapeError,
+                             "[GRU] lengths has 1 values for a batch of 2");
+  CHECK_THROWS_WITH_FRAGMENT(gru(zeros({2, 5, 4}), {}, {5, 6}), ValueError,
+                             "lengths[1] is 6; each length must be in [1, 5]");
+  CHECK_THROWS_WITH_FRAGMENT(gru(zeros({2, 5, 4}), {}, {0, 5}), ValueError, "lengths[0] is 0");
+  CHECK_THROWS_WITH_FRAGMENT(gru(zeros({5, 4}), {}, {5}), ValueError, "the input is unbatched");
 }
 
 TEST_CASE("bad shapes, states and options are refused with the values named") {
