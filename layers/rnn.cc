@@ -14,6 +14,7 @@
 #include "core/ops/compare.h"
 #include "core/ops/dropout.h"
 #include "core/ops/indexing.h"
+#include "core/ops/pad.h"
 #include "core/ops/shape_ops.h"
 #include "layers/init.h"
 #include "layers/repr.h"
@@ -252,6 +253,33 @@ std::string RNNBase::extra_repr() const {
   if (options_.dropout != 0.0) s += ", dropout=" + python_float(options_.dropout);
   if (options_.bidirectional) s += ", bidirectional=True";
   return s;
+}
+
+Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first, double padding_value) {
+  LOOM_CHECK(!sequences.empty(), ValueError, "[pad_sequence] needs at least one sequence, got none");
+  const Tensor& first = sequences[0];
+  int64_t steps = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const Tensor& s = sequences[i];
+    LOOM_CHECK(s.defined() && s.dim() >= 1, ShapeError,
+               "[pad_sequence] sequence {} must be (L, *) with at least one dim, got {}", i, shape_of(s));
+    const bool same_trailing =
+        s.dim() == first.dim() && std::equal(s.sizes().begin() + 1, s.sizes().end(), first.sizes().begin() + 1);
+    LOOM_CHECK(same_trailing, ShapeError,
+               "[pad_sequence] every sequence needs sequence 0's trailing sizes: sequence 0 is {}, {} is {}",
+               shape_str(first.sizes()), i, shape_str(s.sizes()));
+    LOOM_CHECK(s.dtype() == first.dtype() && s.device() == first.device(), TypeError,
+               "[pad_sequence] sequence {} is {} on {}, sequence 0 {} on {}; convert them to one", i,
+               dtype_name(s.dtype()), s.device().str(), dtype_name(first.dtype()), first.device().str());
+    steps = std::max(steps, s.size(0));
+  }
+  std::vector<Tensor> padded;
+  for (const Tensor& s : sequences) {
+    std::vector<int64_t> pads(2 * static_cast<size_t>(s.dim()), 0);
+    pads.back() = steps - s.size(0);  // after the last step; the trailing dims' pairs come first
+    padded.push_back(pads.back() == 0 ? s : pad(s, pads, PadMode::Constant, padding_value));
+  }
+  return stack(padded, batch_first ? 0 : 1);
 }
 
 RNN::RNN(int64_t input_size, int64_t hidden_size, RNNOptions options)

@@ -112,6 +112,15 @@ class GRU : public RNNBase {
   GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
 };
 
+// torch.nn.utils.rnn.pad_sequence: sequences (L_i, *) of one dtype and
+// device with the same trailing sizes, each padded at its end with
+// padding_value and stacked into (max L_i, N, *) ((N, max L_i, *) with
+// batch_first); differentiable. The L_i are the lengths a recurrent module's
+// forward takes for them:
+//   Tensor x = nn::pad_sequence({a, b, c});  // a (7, F), b (3, F), c (5, F) -> (7, 3, F)
+//   auto [y, state] = lstm(x, {}, {7, 3, 5});
+Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first = false, double padding_value = 0.0);
+
 struct RNNCellOptions {
   bool bias = true;
   RNNNonlinearity nonlinearity = RNNNonlinearity::Tanh;  // nn::RNNCell's; the others refuse ReLU

@@ -489,6 +489,33 @@ TEST_CASE("padded sequences pass float64 gradcheck; full lengths are the plain r
   CHECK_THROWS_WITH_FRAGMENT(gru(zeros({5, 4}), {}, {5}), ValueError, "the input is unbatched");
 }
 
+TEST_CASE("pad_sequence stacks sequences of different lengths, padded at their ends, for a recurrent module") {
+  const Tensor a = tensor({1, 2, 3, 4, 5, 6}, {3, 2}, kF64).requires_grad_(true);
+  const Tensor b = tensor({7, 8}, {1, 2}, kF64).requires_grad_(true);
+  const Tensor c = tensor({9, 10, 11, 12}, {2, 2}, kF64).requires_grad_(true);
+  const Tensor x = nn::pad_sequence({a, b, c});
+  REQUIRE(x.sizes() == Shape{3, 3, 2});
+  CHECK(testing::values(x) == std::vector<double>{1, 2, 7, 8, 9, 10, 3, 4, 0, 0, 11, 12, 5, 6, 0, 0, 0, 0});
+  const Tensor first = nn::pad_sequence({a, b, c}, /*batch_first=*/true, -1.0);
+  REQUIRE(first.sizes() == Shape{3, 3, 2});
+  CHECK(testing::values(first) == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, -1, -1, -1, -1, 9, 10, 11, 12, -1, -1});
+  sum(mul(x, x)).backward();
+  CHECK(testing::values(b.grad()) == std::vector<double>{14, 16});
+  CHECK(testing::values(nn::pad_sequence({tensor({1, 2}, {2})})) == std::vector<double>{1, 2});
+  // With the lengths, an LSTM over the padded batch gives each sequence's own final state.
+  Generator gen(1207);
+  nn::LSTM lstm(2, 3, {.bidirectional = true, .generator = &gen});
+  lstm.to(DType::Float64);
+  const nn::RNNOutput out = lstm(x, {}, {3, 1, 2});
+  const nn::RNNOutput alone = lstm(c.unsqueeze(1), {});
+  CHECK_CLOSE(out.state.h.slice(1, 2, 3), alone.state.h, 1e-12, 1e-12);
+  CHECK_THROWS_WITH_FRAGMENT(nn::pad_sequence({}), ValueError, "[pad_sequence] needs at least one sequence");
+  CHECK_THROWS_WITH_FRAGMENT(nn::pad_sequence({a, zeros({2, 3}, kF64)}), ShapeError,
+                             "sequence 0 is (3, 2), 1 is (2, 3)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::pad_sequence({a, zeros({2, 2})}), TypeError, "sequence 1 is float32 on cpu");
+  CHECK_THROWS_WITH_FRAGMENT(nn::pad_sequence({a, zeros({}, kF64)}), ShapeError, "sequence 1 must be (L, *)");
+}
+
 TEST_CASE("bad shapes, states and options are refused with the values named") {
   nn::LSTM lstm(4, 3, {.num_layers = 2});
   CHECK_THROWS_WITH_FRAGMENT(lstm(zeros({5, 2, 6})), ShapeError, "input_size is 4");
