@@ -58,7 +58,8 @@ std::string shape_of(const Tensor& t) { return t.defined() ? shape_str(t.sizes()
 struct Padding {
   std::vector<int64_t> lengths;
   Tensor padding;   // (L, N, 1) Bool: t >= lengths[n]
-  Tensor reversal;  // (L * N) Int64: row t * N + n of the input, time-major, read from its entry's reversed steps
+  Tensor reversal;  // (L * N) Int64: the row that row t * N + n of the time-major input takes when reversed,
+                    // (lengths[n] - 1 - t) * N + n inside the length, itself past it
 };
 
 Padding padding_of(const std::vector<int64_t>& lengths, int64_t steps, Device device) {
