@@ -55,8 +55,10 @@ std::string_view class_name(RnnMode mode, bool cell) {
 std::string shape_of(const Tensor& t) { return t.defined() ? shape_str(t.sizes()) : "undefined"; }
 
 // A batch of padded sequences (RNNBase::forward's lengths) on the input's device.
+// Built once per call: every layer and direction reads the same ends and masks.
 struct Padding {
-  std::vector<int64_t> lengths;
+  std::vector<int64_t> ends;  // the distinct lengths, ascending: where a chunk of steps ends
+  std::vector<Tensor> ends_here;  // per end, (N, 1) Bool: lengths[n] == that end
   Tensor padding;   // (L, N, 1) Bool: t >= lengths[n]
   Tensor reversal;  // (L * N) Int64: the row that row t * N + n of the time-major input takes when reversed,
                     // (lengths[n] - 1 - t) * N + n inside the length, itself past it
@@ -72,8 +74,17 @@ Padding padding_of(const std::vector<int64_t>& lengths, int64_t steps, Device de
       reversal[t * batch + n] = static_cast<double>((inside ? lengths[n] - 1 - t : t) * batch + n);
     }
   }
-  return {lengths, tensor(padding, {steps, batch, 1}, {.dtype = DType::Bool, .device = device}),
-          tensor(reversal, {steps * batch}, {.dtype = DType::Int64, .device = device})};
+  Padding p{.padding = tensor(padding, {steps, batch, 1}, {.dtype = DType::Bool, .device = device}),
+            .reversal = tensor(reversal, {steps * batch}, {.dtype = DType::Int64, .device = device})};
+  p.ends = lengths;
+  std::sort(p.ends.begin(), p.ends.end());
+  p.ends.erase(std::unique(p.ends.begin(), p.ends.end()), p.ends.end());
+  for (const int64_t end : p.ends) {
+    std::vector<double> here;
+    for (const int64_t length : lengths) here.push_back(length == end ? 1.0 : 0.0);
+    p.ends_here.push_back(tensor(here, {batch, 1}, {.dtype = DType::Bool, .device = device}));
+  }
+  return p;
 }
 
 // x (L, N, F) with each entry's true steps in reverse order, its padding in place: its own inverse.
@@ -90,20 +101,15 @@ Tensor reversed_within(const Tensor& x, const Padding& p) {
 RnnSequence padded_layer(RnnMode mode, const Tensor& x, const RnnState& first, const std::vector<Tensor>& w,
                          bool reverse, const Padding& p) {
   const Tensor input = reverse ? reversed_within(x, p) : x;
-  std::vector<int64_t> ends = p.lengths;
-  std::sort(ends.begin(), ends.end());
-  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
   RnnState state = first, last;
   std::vector<Tensor> chunks;
   int64_t start = 0;
-  for (const int64_t end : ends) {
+  for (size_t i = 0; i < p.ends.size(); ++i) {
+    const int64_t end = p.ends[i];
     const RnnSequence run = rnn_layer(mode, input.slice(0, start, end), state, w[0], w[1], w[2], w[3]);
     chunks.push_back(run.output);
     state = run.state;
-    std::vector<double> ends_here;
-    for (const int64_t length : p.lengths) ends_here.push_back(length == end ? 1.0 : 0.0);
-    const Tensor here = tensor(ends_here, {static_cast<int64_t>(ends_here.size()), 1},
-                               {.dtype = DType::Bool, .device = x.device()});
+    const Tensor& here = p.ends_here[i];
     const auto pick = [&](const Tensor& now, const Tensor& kept) {
       return kept.defined() ? where(here, now, kept) : now;
     };
