@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <string_view>
 
@@ -91,6 +92,77 @@ Padding padding_of(const std::vector<int64_t>& lengths, int64_t steps, Device de
 Tensor reversed_within(const Tensor& x, const Padding& p) {
   const int64_t steps = x.size(0), batch = x.size(1), features = x.size(2);
   return index_select(x.reshape({steps * batch, features}), 0, p.reversal).reshape({steps, batch, features});
+}
+
+// A packed batch's batch_sizes and orders checked: what pad_packed_sequence
+// and the recurrent modules read of a PackedSequence made by hand.
+void check_packed(const PackedSequence& p, std::string_view who) {
+  const std::vector<int64_t>& sizes = p.batch_sizes;
+  LOOM_CHECK(!sizes.empty() && sizes[0] >= 1, ValueError, "[{}] a packed batch needs batch_sizes with a first "
+             "value >= 1, got [{}]", who, fmt::join(sizes, ", "));
+  int64_t rows = 0;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    LOOM_CHECK(sizes[t] >= 1 && (t == 0 || sizes[t] <= sizes[t - 1]), ValueError,
+               "[{}] batch_sizes must be non-increasing values >= 1, got [{}]", who, fmt::join(sizes, ", "));
+    rows += sizes[t];
+  }
+  LOOM_CHECK(p.data.defined() && p.data.dim() >= 1 && p.data.size(0) == rows, ShapeError,
+             "[{}] a packed batch's data needs {} rows (the sum of batch_sizes), got {}", who, rows,
+             shape_of(p.data));
+  const auto batch = static_cast<size_t>(sizes[0]);
+  const bool ordered = p.sorted_indices.size() == batch && p.unsorted_indices.size() == batch;
+  bool inverse = ordered;
+  for (size_t j = 0; inverse && j < batch; ++j) {
+    const int64_t n = p.sorted_indices[j];
+    inverse = n >= 0 && static_cast<size_t>(n) < batch && p.unsorted_indices[n] == static_cast<int64_t>(j);
+  }
+  LOOM_CHECK((p.sorted_indices.empty() && p.unsorted_indices.empty()) || inverse, ValueError,
+             "[{}] sorted_indices [{}] and unsorted_indices [{}] must both be empty or be inverse orders of the "
+             "{} sequences", who, fmt::join(p.sorted_indices, ", "), fmt::join(p.unsorted_indices, ", "), batch);
+}
+
+// The batch entry at position j of a packed step (longest first).
+int64_t entry_at(const PackedSequence& p, int64_t j) { return p.sorted_indices.empty() ? j : p.sorted_indices[j]; }
+
+// The layout of a batch with these lengths: batch_sizes and, unless the
+// lengths are given longest first, the stable order that sorts them so.
+PackedSequence layout_of(const std::vector<int64_t>& lengths, bool given_sorted) {
+  PackedSequence p;
+  std::vector<int64_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (!given_sorted) {
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+    p.sorted_indices = order;
+    p.unsorted_indices.resize(order.size());
+    for (size_t j = 0; j < order.size(); ++j) p.unsorted_indices[order[j]] = static_cast<int64_t>(j);
+  }
+  for (int64_t t = 0; t < lengths[order[0]]; ++t) {
+    p.batch_sizes.push_back(std::count_if(lengths.begin(), lengths.end(), [t](int64_t l) { return l > t; }));
+  }
+  return p;
+}
+
+// The product of x's sizes from dim `from` on (1 for none).
+int64_t features_from(const Tensor& x, int64_t from) {
+  int64_t n = 1;
+  for (int64_t d = from; d < x.dim(); ++d) n *= x.size(d);
+  return n;
+}
+
+// x (T, N, *), time-major, as `layout`'s rows: (sum of the lengths, *).
+Tensor packed_data(const Tensor& x, const PackedSequence& layout) {
+  const int64_t batch = x.size(1);
+  std::vector<double> rows;
+  for (size_t t = 0; t < layout.batch_sizes.size(); ++t) {
+    for (int64_t j = 0; j < layout.batch_sizes[t]; ++j) {
+      rows.push_back(static_cast<double>(static_cast<int64_t>(t) * batch + entry_at(layout, j)));
+    }
+  }
+  const auto count = static_cast<int64_t>(rows.size());
+  const Tensor index = tensor(rows, {count}, {.dtype = DType::Int64, .device = x.device()});
+  Shape shape(x.sizes().begin() + 1, x.sizes().end());
+  shape[0] = count;
+  return index_select(x.reshape({x.size(0) * batch, features_from(x, 2)}), 0, index).reshape(shape);
 }
 
 // rnn_layer over padded sequences. The steps run in chunks that end where some
@@ -252,6 +324,27 @@ RNNOutput RNNBase::operator()(const Tensor& input, const RnnState& state, const 
   return out;
 }
 
+PackedRNNOutput RNNBase::forward(const PackedSequence& input, const RnnState& state) {
+  LOOM_CHECK(input.data.defined() && input.data.dim() == 2, ShapeError,
+             "[{}] a packed input's data must be (sum of the lengths, {}), got {}", type_name(), input_size_,
+             shape_of(input.data));
+  check_packed(input, type_name());
+  const auto [padded, lengths] = pad_packed_sequence(input, options_.batch_first);
+  const RNNOutput out = forward(padded, state, lengths);
+  PackedSequence output = input;
+  output.data = packed_data(options_.batch_first ? out.output.transpose(0, 1) : out.output, input);
+  return {output, out.state};
+}
+
+PackedRNNOutput RNNBase::operator()(const PackedSequence& input, const RnnState& state) {
+  PackedRNNOutput out;
+  call(input.data, [&] {
+    out = forward(input, state);
+    return out.output.data;
+  });
+  return out;
+}
+
 std::string RNNBase::extra_repr() const {
   std::string s = fmt::format("{}, {}", input_size_, hidden_size_);
   if (options_.num_layers != 1) s += fmt::format(", num_layers={}", options_.num_layers);
@@ -287,6 +380,71 @@ Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first, doub
     padded.push_back(pads.back() == 0 ? s : pad(s, pads, PadMode::Constant, padding_value));
   }
   return stack(padded, batch_first ? 0 : 1);
+}
+
+std::vector<int64_t> PackedSequence::lengths() const {
+  std::vector<int64_t> out(batch_sizes.empty() ? 0 : static_cast<size_t>(batch_sizes[0]), 0);
+  for (const int64_t size : batch_sizes) {
+    for (int64_t j = 0; j < size && j < static_cast<int64_t>(out.size()); ++j) ++out[entry_at(*this, j)];
+  }
+  return out;
+}
+
+PackedSequence pack_padded_sequence(const Tensor& input, const std::vector<int64_t>& lengths, bool batch_first,
+                                    bool enforce_sorted) {
+  LOOM_CHECK(input.defined() && input.dim() >= 2, ShapeError,
+             "[pack_padded_sequence] input must be {} with at least two dims, got {}",
+             batch_first ? "(N, L, *)" : "(L, N, *)", shape_of(input));
+  const Tensor x = batch_first ? input.transpose(0, 1) : input;
+  const int64_t steps = x.size(0), batch = x.size(1);
+  LOOM_CHECK(static_cast<int64_t>(lengths.size()) == batch && batch >= 1, ShapeError,
+             "[pack_padded_sequence] lengths has {} values for a batch of {} sequences (input {})", lengths.size(),
+             batch, shape_str(input.sizes()));
+  for (size_t n = 0; n < lengths.size(); ++n) {
+    LOOM_CHECK(lengths[n] >= 1 && lengths[n] <= steps, ValueError,
+               "[pack_padded_sequence] lengths[{}] is {}; each length must be in [1, {}], the input's number of "
+               "steps", n, lengths[n], steps);
+    LOOM_CHECK(!enforce_sorted || n == 0 || lengths[n] <= lengths[n - 1], ValueError,
+               "[pack_padded_sequence] lengths [{}] are not sorted longest first; sort the batch so, or pass "
+               "enforce_sorted = false to have them sorted here", fmt::join(lengths, ", "));
+  }
+  PackedSequence p = layout_of(lengths, enforce_sorted);
+  p.data = packed_data(x, p);
+  return p;
+}
+
+PackedSequence pack_sequence(const std::vector<Tensor>& sequences, bool enforce_sorted) {
+  const Tensor padded = pad_sequence(sequences);
+  std::vector<int64_t> lengths;
+  for (const Tensor& s : sequences) lengths.push_back(s.size(0));
+  return pack_padded_sequence(padded, lengths, false, enforce_sorted);
+}
+
+PaddedSequence pad_packed_sequence(const PackedSequence& sequence, bool batch_first, double padding_value,
+                                   std::optional<int64_t> total_length) {
+  check_packed(sequence, "pad_packed_sequence");
+  const auto longest = static_cast<int64_t>(sequence.batch_sizes.size());
+  const int64_t steps = total_length.value_or(longest), batch = sequence.batch_sizes[0];
+  LOOM_CHECK(steps >= longest, ValueError,
+             "[pad_packed_sequence] total_length is {}, shorter than the longest sequence ({} steps)", steps,
+             longest);
+  const Tensor& data = sequence.data;
+  const int64_t rows = data.size(0), features = features_from(data, 1);
+  // The packed row of each (t, n) of the padded batch; rows past a length read the padding row.
+  std::vector<double> source(steps * batch, static_cast<double>(rows));
+  int64_t row = 0;
+  for (int64_t t = 0; t < longest; ++t) {
+    for (int64_t j = 0; j < sequence.batch_sizes[t]; ++j) source[t * batch + entry_at(sequence, j)] = row++;
+  }
+  TensorOptions options = data.options();
+  options.requires_grad = false;
+  options.memory_format = MemoryFormat::Contiguous;
+  const Tensor with_padding = cat({data.reshape({rows, features}), full({1, features}, padding_value, options)}, 0);
+  const Tensor index = tensor(source, {steps * batch}, {.dtype = DType::Int64, .device = data.device()});
+  Shape shape{steps, batch};
+  shape.insert(shape.end(), data.sizes().begin() + 1, data.sizes().end());
+  const Tensor padded = index_select(with_padding, 0, index).reshape(shape);
+  return {batch_first ? padded.transpose(0, 1) : padded, sequence.lengths()};
 }
 
 RNN::RNN(int64_t input_size, int64_t hidden_size, RNNOptions options)

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,29 @@ struct RNNOutput {
   RnnState state;  // h (and c, LSTM): (num_layers * D, N, H), or (num_layers * D, H) unbatched
 };
 
+// torch.nn.utils.rnn.PackedSequence: the true steps of a batch of sequences
+// of different lengths, time-major, the padding left out. data's rows are
+// step 0 of every sequence (longest first), then step 1 of those that have
+// one, and so on; batch_sizes[t] counts the sequences with a step t.
+// pack_padded_sequence and pack_sequence make one, pad_packed_sequence undoes
+// it, and RNN, LSTM and GRU take one:
+//   nn::PackedSequence p = nn::pack_sequence({a, b, c}, false);  // a (7, F), b (3, F), c (5, F)
+//   auto [y, state] = lstm(p);                                     // y packed as p; state.h (D, 3, H)
+//   auto [padded, lengths] = nn::pad_packed_sequence(y);           // (7, 3, D * H), {7, 3, 5}
+struct PackedSequence {
+  Tensor data;                            // (sum of the lengths, *)
+  std::vector<int64_t> batch_sizes;       // one per step, non-increasing
+  std::vector<int64_t> sorted_indices;    // the batch entry at each position, longest first; empty: in order
+  std::vector<int64_t> unsorted_indices;  // each batch entry's position; empty when sorted_indices is
+  // Each sequence's length, in the batch's own order.
+  std::vector<int64_t> lengths() const;
+};
+
+struct PackedRNNOutput {
+  PackedSequence output;  // packed as the input, D * H features
+  RnnState state;         // (num_layers * D, N, H), the batch in its own order
+};
+
 class RNNBase : public Module {
  public:
   using Module::operator();
@@ -64,6 +88,10 @@ class RNNBase : public Module {
   RNNOutput forward(const Tensor& input, const RnnState& state, const std::vector<int64_t>& lengths = {});
   Tensor forward(const Tensor& input) override;  // the output alone, from zero states
   RNNOutput operator()(const Tensor& input, const RnnState& state, const std::vector<int64_t>& lengths = {});
+  // A packed batch (batch_first does not apply), as torch.nn's: the same as
+  // the padded input with its lengths; the state's batch in its own order.
+  PackedRNNOutput forward(const PackedSequence& input, const RnnState& state = {});
+  PackedRNNOutput operator()(const PackedSequence& input, const RnnState& state = {});
   void reset_parameters(Generator* generator = nullptr);
 
   // A parameter by PyTorch's name, "weight_ih_l0", "bias_hh_l1_reverse", ...
@@ -120,6 +148,25 @@ class GRU : public RNNBase {
 //   Tensor x = nn::pad_sequence({a, b, c});  // a (7, F), b (3, F), c (5, F) -> (7, 3, F)
 //   auto [y, state] = lstm(x, {}, {7, 3, 5});
 Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first = false, double padding_value = 0.0);
+
+// torch.nn.utils.rnn.pack_padded_sequence: input (L, N, *) ((N, L, *) with
+// batch_first) and each entry's length, N values in [1, L], non-increasing
+// unless enforce_sorted is false (then sorted here, longest first, ties in
+// batch order). Differentiable.
+PackedSequence pack_padded_sequence(const Tensor& input, const std::vector<int64_t>& lengths,
+                                    bool batch_first = false, bool enforce_sorted = true);
+// torch.nn.utils.rnn.pack_sequence: pad_sequence then pack_padded_sequence.
+PackedSequence pack_sequence(const std::vector<Tensor>& sequences, bool enforce_sorted = true);
+
+struct PaddedSequence {
+  Tensor padded;                 // (T, N, *), or (N, T, *) with batch_first
+  std::vector<int64_t> lengths;  // each entry's length, in the batch's own order
+};
+// torch.nn.utils.rnn.pad_packed_sequence: the batch back in its own order,
+// padded with padding_value to its longest length or to total_length (at
+// least that). Differentiable.
+PaddedSequence pad_packed_sequence(const PackedSequence& sequence, bool batch_first = false,
+                                   double padding_value = 0.0, std::optional<int64_t> total_length = std::nullopt);
 
 struct RNNCellOptions {
   bool bias = true;

@@ -11,9 +11,11 @@
 #include <doctest/doctest.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -514,6 +516,162 @@ TEST_CASE("pad_sequence stacks sequences of different lengths, padded at their e
                              "sequence 0 is (3, 2), 1 is (2, 3)");
   CHECK_THROWS_WITH_FRAGMENT(nn::pad_sequence({a, zeros({2, 2})}), TypeError, "sequence 1 is float32 on cpu");
   CHECK_THROWS_WITH_FRAGMENT(nn::pad_sequence({a, zeros({}, kF64)}), ShapeError, "sequence 1 must be (L, *)");
+}
+
+// The rows a packed batch holds, walked from PyTorch's description (each step
+// t, the entries with a step t, longest first, ties in batch order), as
+// (t, n) pairs.
+std::vector<std::pair<int64_t, int64_t>> packed_order(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> order;
+  for (int64_t longest = *std::max_element(lengths.begin(), lengths.end()); longest >= 1; --longest) {
+    for (size_t n = 0; n < lengths.size(); ++n) {
+      if (lengths[n] == longest) order.push_back(static_cast<int64_t>(n));
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> rows;
+  for (int64_t t = 0; t < lengths[order[0]]; ++t) {
+    for (const int64_t n : order) {
+      if (lengths[n] > t) rows.emplace_back(t, n);
+    }
+  }
+  return rows;
+}
+
+TEST_CASE("pack_sequence and pack_padded_sequence lay out the steps as torch.nn.utils.rnn does") {
+  // PyTorch's documented example: data [1, 4, 6, 2, 5, 3], batch_sizes [3, 2, 1].
+  const nn::PackedSequence docs = nn::pack_sequence({tensor({1, 2, 3}, {3}, kF64), tensor({4, 5}, {2}, kF64),
+                                                     tensor({6}, {1}, kF64)});
+  CHECK(testing::values(docs.data) == std::vector<double>{1, 4, 6, 2, 5, 3});
+  CHECK(docs.batch_sizes == std::vector<int64_t>{3, 2, 1});
+  CHECK(docs.sorted_indices.empty());
+  CHECK(docs.lengths() == std::vector<int64_t>{3, 2, 1});
+  // Unsorted lengths, sorted here: x[t][n] = 10 t + n.
+  const Tensor x = tensor({0, 1, 2, 10, 11, 12, 20, 21, 22}, {3, 3}, kF64);
+  const nn::PackedSequence p = nn::pack_padded_sequence(x, {2, 3, 1}, false, /*enforce_sorted=*/false);
+  CHECK(testing::values(p.data) == std::vector<double>{1, 0, 2, 11, 10, 21});
+  CHECK(p.batch_sizes == std::vector<int64_t>{3, 2, 1});
+  CHECK(p.sorted_indices == std::vector<int64_t>{1, 0, 2});
+  CHECK(p.unsorted_indices == std::vector<int64_t>{1, 0, 2});
+  CHECK(p.lengths() == std::vector<int64_t>{2, 3, 1});
+  const auto [back, lengths] = nn::pad_packed_sequence(p, /*batch_first=*/true, -1.0, 4);
+  CHECK(back.sizes() == Shape{3, 4});
+  CHECK(testing::values(back) == std::vector<double>{0, 10, -1, -1, 1, 11, 21, -1, 2, -1, -1, -1});
+  CHECK(lengths == std::vector<int64_t>{2, 3, 1});
+}
+
+TEST_CASE("pad_packed_sequence undoes pack_padded_sequence over random batches, and both pass gradients") {
+  Generator gen(1208);
+  for (int index = 0; index < 40; ++index) {
+    const auto draw = [&](int64_t low, int64_t high) {
+      return static_cast<int64_t>(randint(low, high, {1}, {}, &gen).item());
+    };
+    const int64_t T = draw(1, 6), N = draw(1, 5);
+    Shape trailing;
+    for (int64_t d = draw(0, 3); d > 0; --d) trailing.push_back(draw(1, 4));
+    const bool batch_first = draw(0, 2) == 1, sorted = draw(0, 2) == 1;
+    std::vector<int64_t> lengths;
+    for (int64_t n = 0; n < N; ++n) lengths.push_back(draw(1, T + 1));
+    if (sorted) std::sort(lengths.rbegin(), lengths.rend());
+    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    const int64_t total = longest + draw(0, 3);
+    CAPTURE(fmt::format("T={} N={} trailing={} batch_first={} sorted={} lengths={} total={}", T, N,
+                        fmt::join(trailing, "x"), batch_first, sorted, fmt::join(lengths, ","), total));
+    Shape shape{T, N};
+    shape.insert(shape.end(), trailing.begin(), trailing.end());
+    const Tensor x = randn(shape, kF64, &gen).requires_grad_(true);
+    const nn::PackedSequence p =
+        nn::pack_padded_sequence(batch_first ? x.transpose(0, 1) : x, lengths, batch_first, sorted);
+    const auto rows = packed_order(lengths);
+    REQUIRE(p.data.size(0) == static_cast<int64_t>(rows.size()));
+    CHECK(p.lengths() == lengths);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CHECK_CLOSE(p.data.select(0, static_cast<int64_t>(r)), x.select(0, rows[r].first).select(0, rows[r].second),
+                  0.0, 0.0);
+    }
+    const auto [padded, back] = nn::pad_packed_sequence(p, batch_first, 0.5, total);
+    CHECK(back == lengths);
+    const Tensor y = batch_first ? padded.transpose(0, 1) : padded;
+    REQUIRE(y.size(0) == total);
+    for (int64_t n = 0; n < N; ++n) {
+      CHECK_CLOSE(y.slice(0, 0, lengths[n]).select(1, n), x.slice(0, 0, lengths[n]).select(1, n), 0.0, 0.0);
+      if (lengths[n] < total) CHECK(max(abs(sub(y.slice(0, lengths[n], total).select(1, n), 0.5))).item() == 0);
+    }
+    // The gradient reaches each true step once and no padding.
+    const Tensor w = randn(y.sizes(), kF64, &gen);
+    sum(mul(y, w)).backward();
+    for (int64_t n = 0; n < N; ++n) {
+      CHECK_CLOSE(x.grad().slice(0, 0, lengths[n]).select(1, n), w.slice(0, 0, lengths[n]).select(1, n), 0.0, 0.0);
+      if (lengths[n] < T) CHECK(max(abs(x.grad().slice(0, lengths[n], T).select(1, n))).item() == 0);
+    }
+  }
+  const Tensor x = randn({4, 3, 2}, kF64, &gen).requires_grad_(true);
+  const auto fn = [](const std::vector<Tensor>& v) {
+    return nn::pad_packed_sequence(nn::pack_padded_sequence(v[0], {2, 4, 1}, false, false)).padded;
+  };
+  const GradcheckResult result = gradcheck(fn, {x});
+  CHECK_MESSAGE(result.ok, result.message);
+}
+
+TEST_CASE("RNN, LSTM and GRU take packed sequences: the padded run with its lengths, packed again") {
+  Generator gen(1209);
+  for (int index = 0; index < 24; ++index) {
+    Config cfg = random_config(gen, index);
+    cfg.unbatched = false;
+    CAPTURE(cfg.str());
+    auto m = make_module(cfg, &gen);
+    const int64_t D = cfg.bidirectional ? 2 : 1, S = cfg.layers * D;
+    std::vector<int64_t> lengths;
+    for (int64_t n = 0; n < cfg.N; ++n) {
+      lengths.push_back(static_cast<int64_t>(randint(1, cfg.L + 1, {1}, {}, &gen).item()));
+    }
+    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    const Tensor x = randn({longest, cfg.N, cfg.in}, kF64, &gen);
+    const Tensor input = cfg.batch_first ? x.transpose(0, 1) : x;
+    RnnState state;
+    if (cfg.given_state) {
+      state.h = randn({S, cfg.N, cfg.H}, kF64, &gen);
+      if (cfg.mode == RnnMode::Lstm) state.c = randn({S, cfg.N, cfg.H}, kF64, &gen);
+    }
+    const nn::PackedSequence packed = nn::pack_padded_sequence(input, lengths, cfg.batch_first, false);
+    const nn::PackedRNNOutput got = (*m)(packed, state);
+    const nn::RNNOutput padded = (*m)(input, state, lengths);
+    CHECK(got.output.batch_sizes == packed.batch_sizes);
+    CHECK(got.output.sorted_indices == packed.sorted_indices);
+    CHECK(got.output.data.sizes() == Shape{packed.data.size(0), D * cfg.H});
+    CHECK_CLOSE(nn::pad_packed_sequence(got.output, cfg.batch_first).padded, padded.output, 0.0, 0.0);
+    CHECK_CLOSE(got.state.h, padded.state.h, 0.0, 0.0);
+    if (state.c.defined()) CHECK_CLOSE(got.state.c, padded.state.c, 0.0, 0.0);
+  }
+}
+
+TEST_CASE("packing refuses bad lengths, orders and packed batches with the values named") {
+  const Tensor x = zeros({3, 2, 4});
+  CHECK_THROWS_WITH_FRAGMENT(nn::pack_padded_sequence(x, {1, 3}), ValueError,
+                             "lengths [1, 3] are not sorted longest first; sort the batch so, or pass enforce_sorted");
+  CHECK_THROWS_WITH_FRAGMENT(nn::pack_padded_sequence(x, {3}), ShapeError, "lengths has 1 values for a batch of 2");
+  CHECK_THROWS_WITH_FRAGMENT(nn::pack_padded_sequence(x, {3, 0}), ValueError, "lengths[1] is 0");
+  CHECK_THROWS_WITH_FRAGMENT(nn::pack_padded_sequence(x, {4, 3}, false, false), ValueError,
+                             "lengths[0] is 4; each length must be in [1, 3]");
+  CHECK_THROWS_WITH_FRAGMENT(nn::pack_padded_sequence(zeros({3}), {3}), ShapeError, "at least two dims, got (3,)");
+  const nn::PackedSequence p = nn::pack_padded_sequence(x, {3, 2});
+  CHECK_THROWS_WITH_FRAGMENT(nn::pad_packed_sequence(p, false, 0.0, 2), ValueError,
+                             "total_length is 2, shorter than the longest sequence (3 steps)");
+  nn::PackedSequence rising = p;
+  rising.batch_sizes = {1, 2, 2};
+  CHECK_THROWS_WITH_FRAGMENT(nn::pad_packed_sequence(rising), ValueError,
+                             "batch_sizes must be non-increasing values >= 1, got [1, 2, 2]");
+  nn::PackedSequence short_data = p;
+  short_data.data = zeros({4, 4});
+  CHECK_THROWS_WITH_FRAGMENT(nn::pad_packed_sequence(short_data), ShapeError, "needs 5 rows");
+  nn::PackedSequence bad_order = p;
+  bad_order.sorted_indices = {0, 0};
+  bad_order.unsorted_indices = {0, 1};
+  CHECK_THROWS_WITH_FRAGMENT(nn::pad_packed_sequence(bad_order), ValueError,
+                             "sorted_indices [0, 0] and unsorted_indices [0, 1] must both be empty");
+  nn::LSTM lstm(5, 2);
+  CHECK_THROWS_WITH_FRAGMENT(lstm(p), ShapeError, "[LSTM] input has 4 features in its last dim");
+  CHECK_THROWS_WITH_FRAGMENT(lstm(nn::pack_sequence({zeros({2, 5, 1})})), ShapeError,
+                             "[LSTM] a packed input's data must be (sum of the lengths, 5), got (2, 5, 1)");
 }
 
 TEST_CASE("bad shapes, states and options are refused with the values named") {
