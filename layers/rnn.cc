@@ -13,8 +13,11 @@
 
 #include "core/error.h"
 #include "core/ops/compare.h"
+#include "core/ops/activation.h"
 #include "core/ops/dropout.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/indexing.h"
+#include "core/ops/linalg.h"
 #include "core/ops/pad.h"
 #include "core/ops/shape_ops.h"
 #include "layers/init.h"
@@ -165,6 +168,38 @@ Tensor packed_data(const Tensor& x, const PackedSequence& layout) {
   return index_select(x.reshape({x.size(0) * batch, features_from(x, 2)}), 0, index).reshape(shape);
 }
 
+// An LSTM layer with a projection, as torch.nn.LSTM's proj_size: h_t =
+// W_hr (o_t * tanh(c_t)) and that h fed back. No fused kernel computes the
+// projection, so the steps run one by one in differentiable ops (the input's
+// product for every step at once), last to first when reversed.
+// An undefined h or c is zeros: its terms are left out (no constant of the
+// batch's size, so an ONNX export keeps the batch dynamic).
+RnnSequence projected_layer(const Tensor& x, const RnnState& state, const std::vector<Tensor>& w, bool reverse) {
+  const int64_t steps = x.size(0), hidden = w[4].size(1);
+  Tensor in = matmul(x, w[0].t());
+  if (w[2].defined()) in = add(in, add(w[2], w[3]));
+  Tensor h = state.h, c = state.c;
+  std::vector<Tensor> outputs(steps);
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t t = reverse ? steps - 1 - k : k;
+    const Tensor gates = h.defined() ? add(in.select(0, t), matmul(h, w[1].t())) : in.select(0, t);  // i, f, g, o
+    const auto gate = [&](int64_t g) { return gates.narrow(1, g * hidden, hidden); };
+    const Tensor written = mul(sigmoid(gate(0)), tanh(gate(2)));
+    c = c.defined() ? add(mul(sigmoid(gate(1)), c), written) : written;
+    h = matmul(mul(sigmoid(gate(3)), tanh(c)), w[4].t());
+    outputs[t] = h;
+  }
+  return {stack(outputs, 0), {h, c}};
+}
+
+// One layer in one direction with w = {w_ih, w_hh, b_ih, b_hh, w_hr}: rnn_layer,
+// or the projected LSTM layer where w_hr is defined.
+RnnSequence run_layer(RnnMode mode, const Tensor& x, const RnnState& state, const std::vector<Tensor>& w,
+                      bool reverse) {
+  return w[4].defined() ? projected_layer(x, state, w, reverse)
+                        : rnn_layer(mode, x, state, w[0], w[1], w[2], w[3], reverse);
+}
+
 // rnn_layer over padded sequences. The steps run in chunks that end where some
 // entry's length ends, each from the state the chunk before left, so every
 // entry's state is read right after its last true step; the steps past it
@@ -178,7 +213,7 @@ RnnSequence padded_layer(RnnMode mode, const Tensor& x, const RnnState& first, c
   int64_t start = 0;
   for (size_t i = 0; i < p.ends.size(); ++i) {
     const int64_t end = p.ends[i];
-    const RnnSequence run = rnn_layer(mode, input.slice(0, start, end), state, w[0], w[1], w[2], w[3]);
+    const RnnSequence run = run_layer(mode, input.slice(0, start, end), state, w, false);
     chunks.push_back(run.output);
     state = run.state;
     const Tensor& here = p.ends_here[i];
@@ -211,18 +246,23 @@ RNNBase::RNNBase(RnnMode mode, int64_t input_size, int64_t hidden_size, const RN
              options.num_layers);
   LOOM_CHECK(options.dropout >= 0.0 && options.dropout < 1.0, ValueError,
              "[{}] dropout must be in [0, 1), got {}", who, options.dropout);
-  const int64_t rows = rnn_gate_count(mode_) * hidden_size;
+  LOOM_CHECK(options.proj_size == 0 || mode_ == RnnMode::Lstm, ValueError,
+             "[{}] proj_size is an LSTM's option only, got {}; leave it 0 for RNN and GRU", who, options.proj_size);
+  LOOM_CHECK(options.proj_size >= 0 && options.proj_size < hidden_size, ValueError,
+             "[{}] proj_size must be in [0, hidden_size) = [0, {}), got {}", who, hidden_size, options.proj_size);
+  const int64_t rows = rnn_gate_count(mode_) * hidden_size, width = output_size();
   for (int64_t layer = 0; layer < options.num_layers; ++layer) {
-    const int64_t in = layer == 0 ? input_size : directions() * hidden_size;
+    const int64_t in = layer == 0 ? input_size : directions() * width;
     for (int64_t dir = 0; dir < directions(); ++dir) {
       const std::string suffix = fmt::format("_l{}{}", layer, dir == 1 ? "_reverse" : "");
       Weights w;
       w.w_ih = register_parameter("weight_ih" + suffix, empty({rows, in}));
-      w.w_hh = register_parameter("weight_hh" + suffix, empty({rows, hidden_size}));
+      w.w_hh = register_parameter("weight_hh" + suffix, empty({rows, width}));
       if (options.bias) {
         w.b_ih = register_parameter("bias_ih" + suffix, empty({rows}));
         w.b_hh = register_parameter("bias_hh" + suffix, empty({rows}));
       }
+      if (options.proj_size > 0) w.w_hr = register_parameter("weight_hr" + suffix, empty({width, hidden_size}));
       weights_.push_back(w);
     }
   }
@@ -230,7 +270,7 @@ RNNBase::RNNBase(RnnMode mode, int64_t input_size, int64_t hidden_size, const RN
 }
 
 void RNNBase::reset_parameters(Generator* generator) {
-  for (const Weights& w : weights_) init_uniform({w.w_ih, w.w_hh, w.b_ih, w.b_hh}, hidden_size_, generator);
+  for (const Weights& w : weights_) init_uniform({w.w_ih, w.w_hh, w.b_ih, w.b_hh, w.w_hr}, hidden_size_, generator);
 }
 
 const Tensor& RNNBase::parameter(int64_t layer, bool reverse, const std::string& kind) const {
@@ -241,18 +281,22 @@ const Tensor& RNNBase::parameter(int64_t layer, bool reverse, const std::string&
   if (kind == "weight_ih") return w.w_ih;
   if (kind == "weight_hh") return w.w_hh;
   if (kind == "bias_ih") return w.b_ih;
-  LOOM_CHECK(kind == "bias_hh", ValueError,
-             "[{}] parameter kind must be weight_ih, weight_hh, bias_ih or bias_hh, got '{}'", type_name(), kind);
+  if (kind == "weight_hr" && w.w_hr.defined()) return w.w_hr;
+  LOOM_CHECK(kind == "bias_hh", ValueError, "[{}] parameter kind must be weight_ih, weight_hh, bias_ih, bias_hh{}, "
+             "got '{}'", type_name(), w.w_hr.defined() ? " or weight_hr" : " (weight_hr with a proj_size)", kind);
   return w.b_hh;
 }
 
 Tensor RNNBase::initial(const Tensor& given, bool batched, int64_t batch, const char* name) const {
   const int64_t rows = options_.num_layers * directions();
   if (!given.defined()) return given;
-  const Shape expected = batched ? Shape{rows, batch, hidden_size_} : Shape{rows, hidden_size_};
+  const bool projected = std::string_view(name) == "h" && options_.proj_size > 0;
+  const int64_t width = projected ? options_.proj_size : hidden_size_;
+  const Shape expected = batched ? Shape{rows, batch, width} : Shape{rows, width};
   LOOM_CHECK(given.sizes() == expected, ShapeError,
-             "[{}] the initial state {} must be {} (num_layers * directions{}, hidden_size), got {}", type_name(),
-             name, shape_str(expected), batched ? ", batch" : "", shape_str(given.sizes()));
+             "[{}] the initial state {} must be {} (num_layers * directions{}, {}), got {}", type_name(), name,
+             shape_str(expected), batched ? ", batch" : "", projected ? "proj_size" : "hidden_size",
+             shape_str(given.sizes()));
   return batched ? given : given.unsqueeze(1);
 }
 
@@ -295,8 +339,9 @@ RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state, const std
       const Weights& w = weights_[row];
       const auto row_of = [row](const Tensor& t) { return t.defined() ? t.select(0, row) : t; };
       const RnnState first{row_of(h0), row_of(c0)};
-      RnnSequence run = padding ? padded_layer(mode_, x, first, {w.w_ih, w.w_hh, w.b_ih, w.b_hh}, dir == 1, *padding)
-                                : rnn_layer(mode_, x, first, w.w_ih, w.w_hh, w.b_ih, w.b_hh, dir == 1);
+      const std::vector<Tensor> ws{w.w_ih, w.w_hh, w.b_ih, w.b_hh, w.w_hr};
+      RnnSequence run = padding ? padded_layer(mode_, x, first, ws, dir == 1, *padding)
+                                : run_layer(mode_, x, first, ws, dir == 1);
       outputs.push_back(run.output);
       hs.push_back(run.state.h);
       if (run.state.c.defined()) cs.push_back(run.state.c);
@@ -347,6 +392,7 @@ PackedRNNOutput RNNBase::operator()(const PackedSequence& input, const RnnState&
 
 std::string RNNBase::extra_repr() const {
   std::string s = fmt::format("{}, {}", input_size_, hidden_size_);
+  if (options_.proj_size != 0) s += fmt::format(", proj_size={}", options_.proj_size);
   if (options_.num_layers != 1) s += fmt::format(", num_layers={}", options_.num_layers);
   if (!options_.bias) s += ", bias=False";
   if (options_.batch_first) s += ", batch_first=True";

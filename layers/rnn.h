@@ -37,12 +37,16 @@ struct RNNOptions {
   bool batch_first = false;  // input and output (N, L, features); the state stays (layers * D, N, H)
   double dropout = 0.0;      // on every layer's output but the last, in training; in [0, 1)
   bool bidirectional = false;
+  // LSTM only: h projected to proj_size < hidden_size features each step (torch.nn.LSTM's weight_hr_l*), the
+  // projected h fed back and returned; 0 for none. Runs step by step in differentiable ops.
+  int64_t proj_size = 0;
   Generator* generator = nullptr;  // for the initial weights; dropout draws from the default generator
 };
 
+// H_out below is proj_size for an LSTM with a projection, else hidden_size H.
 struct RNNOutput {
-  Tensor output;   // (L, N, D * H), (N, L, D * H) with batch_first, or (L, D * H) unbatched
-  RnnState state;  // h (and c, LSTM): (num_layers * D, N, H), or (num_layers * D, H) unbatched
+  Tensor output;   // (L, N, D * H_out), (N, L, D * H_out) with batch_first, or (L, D * H_out) unbatched
+  RnnState state;  // h (num_layers * D, N, H_out), c (LSTM) (num_layers * D, N, H); without N unbatched
 };
 
 // torch.nn.utils.rnn.PackedSequence: the true steps of a batch of sequences
@@ -94,11 +98,15 @@ class RNNBase : public Module {
   PackedRNNOutput operator()(const PackedSequence& input, const RnnState& state = {});
   void reset_parameters(Generator* generator = nullptr);
 
-  // A parameter by PyTorch's name, "weight_ih_l0", "bias_hh_l1_reverse", ...
+  // A parameter by PyTorch's name, "weight_ih_l0", "bias_hh_l1_reverse", ...:
+  // kind weight_ih, weight_hh, bias_ih, bias_hh or (with proj_size) weight_hr.
   const Tensor& parameter(int64_t layer, bool reverse, const std::string& kind) const;
   RnnMode mode() const { return mode_; }
   int64_t input_size() const { return input_size_; }
   int64_t hidden_size() const { return hidden_size_; }
+  int64_t proj_size() const { return options_.proj_size; }
+  // The features of h and of each direction's output: proj_size, or hidden_size without a projection.
+  int64_t output_size() const { return options_.proj_size > 0 ? options_.proj_size : hidden_size_; }
   int64_t num_layers() const { return options_.num_layers; }
   bool bidirectional() const { return options_.bidirectional; }
   bool batch_first() const { return options_.batch_first; }
@@ -109,11 +117,11 @@ class RNNBase : public Module {
 
  private:
   struct Weights {
-    Tensor w_ih, w_hh, b_ih, b_hh;
+    Tensor w_ih, w_hh, b_ih, b_hh, w_hr;  // w_hr: the projection (proj_size, H), undefined without one
   };
   int64_t directions() const { return options_.bidirectional ? 2 : 1; }
-  // The given initial state (h or c) as (num_layers * D, N, H); undefined stays
-  // undefined (rnn_layer starts from zeros, and an ONNX export leaves it out).
+  // The given initial state (h or c) as (num_layers * D, N, width); undefined
+  // stays undefined (rnn_layer starts from zeros, and an ONNX export leaves it out).
   Tensor initial(const Tensor& given, bool batched, int64_t batch, const char* name) const;
   // The lengths checked against x (L, N, features): N values in [1, L].
   void check_lengths(const std::vector<int64_t>& lengths, bool batched, const Tensor& x) const;

@@ -37,19 +37,21 @@ double sigmoid_of(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
 // One layer and direction's weights, read by PyTorch's names.
 struct RefWeights {
-  std::vector<double> w_ih, w_hh, b_ih, b_hh;  // row-major; biases empty without bias
+  std::vector<double> w_ih, w_hh, b_ih, b_hh, w_hr;  // row-major; biases empty without bias, w_hr without proj_size
   int64_t in = 0;
 };
 
-// PyTorch's equations for one step of one sample: h (and c) updated in place.
+// PyTorch's equations for one step of one sample: h (and c) updated in place;
+// c has hidden_size values, h proj_size with an LSTM's projection.
 void ref_step(RnnMode mode, const RefWeights& w, const double* x, std::vector<double>& h, std::vector<double>& c) {
-  const int64_t H = static_cast<int64_t>(h.size()), G = rnn_gate_count(mode);
+  const int64_t H = static_cast<int64_t>(c.size()), P = static_cast<int64_t>(h.size()), G = rnn_gate_count(mode);
+  std::vector<double> m(H);  // an LSTM's o * tanh(c), projected into h
   std::vector<double> gi(G * H), gh(G * H);
   for (int64_t r = 0; r < G * H; ++r) {
     gi[r] = w.b_ih.empty() ? 0.0 : w.b_ih[r];
     gh[r] = w.b_hh.empty() ? 0.0 : w.b_hh[r];
     for (int64_t k = 0; k < w.in; ++k) gi[r] += w.w_ih[r * w.in + k] * x[k];
-    for (int64_t k = 0; k < H; ++k) gh[r] += w.w_hh[r * H + k] * h[k];
+    for (int64_t k = 0; k < P; ++k) gh[r] += w.w_hh[r * P + k] * h[k];
   }
   for (int64_t j = 0; j < H; ++j) {
     if (mode == RnnMode::Tanh || mode == RnnMode::Relu) {
@@ -59,23 +61,29 @@ void ref_step(RnnMode mode, const RefWeights& w, const double* x, std::vector<do
       const double i = sigmoid_of(gi[j] + gh[j]), f = sigmoid_of(gi[H + j] + gh[H + j]);
       const double g = std::tanh(gi[2 * H + j] + gh[2 * H + j]), o = sigmoid_of(gi[3 * H + j] + gh[3 * H + j]);
       c[j] = f * c[j] + i * g;
-      h[j] = o * std::tanh(c[j]);
+      m[j] = o * std::tanh(c[j]);
     } else {
       const double r = sigmoid_of(gi[j] + gh[j]), z = sigmoid_of(gi[H + j] + gh[H + j]);
       const double n = std::tanh(gi[2 * H + j] + r * gh[2 * H + j]);
       h[j] = (1.0 - z) * n + z * h[j];
     }
   }
+  if (mode != RnnMode::Lstm) return;
+  for (int64_t p = 0; p < P; ++p) {
+    h[p] = w.w_hr.empty() ? m[p] : 0.0;
+    for (int64_t j = 0; !w.w_hr.empty() && j < H; ++j) h[p] += w.w_hr[p * H + j] * m[j];
+  }
 }
 
 struct Config {
   RnnMode mode = RnnMode::Tanh;
-  int64_t layers = 1, L = 1, N = 1, in = 1, H = 1;
+  int64_t layers = 1, L = 1, N = 1, in = 1, H = 1, proj = 0;
   bool bidirectional = false, batch_first = false, bias = true, unbatched = false, given_state = false;
 
+  int64_t P() const { return proj > 0 ? proj : H; }  // h's and each direction's output features
   std::string str() const {
-    return fmt::format("{} layers={} L={} N={} in={} H={} bi={} batch_first={} bias={} unbatched={} state={}",
-                       rnn_mode_name(mode), layers, L, N, in, H, bidirectional, batch_first, bias, unbatched,
+    return fmt::format("{} layers={} L={} N={} in={} H={} proj={} bi={} batch_first={} bias={} unbatched={} state={}",
+                       rnn_mode_name(mode), layers, L, N, in, H, proj, bidirectional, batch_first, bias, unbatched,
                        given_state);
   }
 };
@@ -83,7 +91,7 @@ struct Config {
 std::shared_ptr<nn::RNNBase> make_module(const Config& c, Generator* gen) {
   auto m = testing::make_recurrent(c.mode, c.in, c.H,
                                    {.num_layers = c.layers, .bias = c.bias, .batch_first = c.batch_first,
-                                    .bidirectional = c.bidirectional, .generator = gen});
+                                    .bidirectional = c.bidirectional, .proj_size = c.proj, .generator = gen});
   m->to(DType::Float64);
   return m;
 }
@@ -97,42 +105,43 @@ RefWeights ref_weights(const nn::Module& m, int64_t layer, int dir, int64_t in) 
     if (name == "weight_hh" + suffix) w.w_hh = p.to_vector<double>();
     if (name == "bias_ih" + suffix) w.b_ih = p.to_vector<double>();
     if (name == "bias_hh" + suffix) w.b_hh = p.to_vector<double>();
+    if (name == "weight_hr" + suffix) w.w_hr = p.to_vector<double>();
   }
   return w;
 }
 
 struct RefResult {
-  std::vector<double> output;  // (L, N, D*H)
-  std::vector<double> h, c;    // (layers*D, N, H)
+  std::vector<double> output;  // (L, N, D*P)
+  std::vector<double> h, c;    // (layers*D, N, P), (layers*D, N, H)
 };
 
-// The stacked network in doubles: x (L, N, in) and states (layers*D, N, H) flat.
+// The stacked network in doubles: x (L, N, in) and states h (layers*D, N, P), c (layers*D, N, H) flat.
 RefResult reference(const Config& cfg, const nn::Module& m, std::vector<double> x, const std::vector<double>& h0,
                     const std::vector<double>& c0) {
-  const int64_t D = cfg.bidirectional ? 2 : 1, H = cfg.H, L = cfg.L, N = cfg.N;
+  const int64_t D = cfg.bidirectional ? 2 : 1, H = cfg.H, P = cfg.P(), L = cfg.L, N = cfg.N;
   RefResult out;
-  out.h.assign(cfg.layers * D * N * H, 0.0);
-  out.c = out.h;
+  out.h.assign(cfg.layers * D * N * P, 0.0);
+  out.c.assign(cfg.layers * D * N * H, 0.0);
   int64_t in = cfg.in;
   for (int64_t layer = 0; layer < cfg.layers; ++layer) {
-    std::vector<double> y(L * N * D * H);
+    std::vector<double> y(L * N * D * P);
     for (int dir = 0; dir < D; ++dir) {
       const RefWeights w = ref_weights(m, layer, dir, in);
       const int64_t row = layer * D + dir;
       for (int64_t n = 0; n < N; ++n) {
-        std::vector<double> h(h0.begin() + (row * N + n) * H, h0.begin() + (row * N + n + 1) * H);
+        std::vector<double> h(h0.begin() + (row * N + n) * P, h0.begin() + (row * N + n + 1) * P);
         std::vector<double> c(c0.begin() + (row * N + n) * H, c0.begin() + (row * N + n + 1) * H);
         for (int64_t k = 0; k < L; ++k) {
           const int64_t t = dir == 1 ? L - 1 - k : k;
           ref_step(cfg.mode, w, &x[(t * N + n) * in], h, c);
-          std::copy(h.begin(), h.end(), y.begin() + (t * N + n) * D * H + dir * H);
+          std::copy(h.begin(), h.end(), y.begin() + (t * N + n) * D * P + dir * P);
         }
-        std::copy(h.begin(), h.end(), out.h.begin() + (row * N + n) * H);
+        std::copy(h.begin(), h.end(), out.h.begin() + (row * N + n) * P);
         std::copy(c.begin(), c.end(), out.c.begin() + (row * N + n) * H);
       }
     }
     x = y;
-    in = D * H;
+    in = D * P;
   }
   out.output = x;
   return out;
@@ -154,6 +163,7 @@ Config random_config(Generator& gen, int index) {
   c.unbatched = pick(0, 4) == 0;
   c.N = c.unbatched ? 1 : pick(1, 4);
   c.given_state = pick(0, 1) == 1;
+  if (c.mode == RnnMode::Lstm && c.H >= 2 && pick(0, 1) == 1) c.proj = pick(1, c.H - 1);
   return c;
 }
 
@@ -165,7 +175,7 @@ TEST_CASE("RNN, LSTM and GRU compute PyTorch's equations over random configurati
     auto m = make_module(cfg, &gen);
     const int64_t D = cfg.bidirectional ? 2 : 1, S = cfg.layers * D;
     const Tensor x = randn({cfg.L, cfg.N, cfg.in}, kF64, &gen);
-    const Tensor h0 = randn({S, cfg.N, cfg.H}, kF64, &gen), c0 = randn({S, cfg.N, cfg.H}, kF64, &gen);
+    const Tensor h0 = randn({S, cfg.N, cfg.P()}, kF64, &gen), c0 = randn({S, cfg.N, cfg.H}, kF64, &gen);
     const bool lstm = cfg.mode == RnnMode::Lstm;
     RnnState state;
     if (cfg.given_state) {
@@ -174,11 +184,10 @@ TEST_CASE("RNN, LSTM and GRU compute PyTorch's equations over random configurati
     }
     const Tensor input = cfg.unbatched ? x.select(1, 0) : cfg.batch_first ? x.transpose(0, 1).contiguous() : x;
     const nn::RNNOutput got = (*m)(input, state);
-    const Tensor zero = zeros({S, cfg.N, cfg.H}, kF64);
     const RefResult ref = reference(cfg, *m, x.to_vector<double>(),
-                                    (cfg.given_state ? h0 : zero).to_vector<double>(),
-                                    (cfg.given_state && lstm ? c0 : zero).to_vector<double>());
-    const Shape out_sizes{cfg.L, cfg.N, D * cfg.H}, state_sizes{S, cfg.N, cfg.H};
+                                    (cfg.given_state ? h0 : zeros_like(h0)).to_vector<double>(),
+                                    (cfg.given_state && lstm ? c0 : zeros_like(c0)).to_vector<double>());
+    const Shape out_sizes{cfg.L, cfg.N, D * cfg.P()}, state_sizes{S, cfg.N, cfg.P()}, c_sizes{S, cfg.N, cfg.H};
     Tensor output = cfg.unbatched ? got.output.unsqueeze(1) : cfg.batch_first ? got.output.transpose(0, 1) : got.output;
     REQUIRE(output.sizes() == out_sizes);
     CHECK_CLOSE(output, tensor(ref.output, out_sizes, kF64), 1e-12, 1e-12);
@@ -188,7 +197,7 @@ TEST_CASE("RNN, LSTM and GRU compute PyTorch's equations over random configurati
     CHECK(got.state.c.defined() == lstm);
     if (lstm) {
       const Tensor c = cfg.unbatched ? got.state.c.unsqueeze(1) : got.state.c;
-      CHECK_CLOSE(c, tensor(ref.c, state_sizes, kF64), 1e-12, 1e-12);
+      CHECK_CLOSE(c, tensor(ref.c, c_sizes, kF64), 1e-12, 1e-12);
     }
   }
 }
@@ -248,13 +257,13 @@ TEST_CASE("rnn_layer's backward passes gradcheck in every mode and direction, th
 // The same stacked network unrolled in Loom's differentiable ops, one step
 // at a time: its gradients are the autograd engine's, not the recurrence's.
 Tensor unrolled(const Config& cfg, const nn::RNNBase& m, Tensor x) {
-  const int64_t D = cfg.bidirectional ? 2 : 1, H = cfg.H;
+  const int64_t D = cfg.bidirectional ? 2 : 1, H = cfg.H, P = cfg.P();
   for (int64_t layer = 0; layer < cfg.layers; ++layer) {
     std::vector<Tensor> dirs;
     for (int dir = 0; dir < D; ++dir) {
       const Tensor w_ih = m.parameter(layer, dir == 1, "weight_ih"), w_hh = m.parameter(layer, dir == 1, "weight_hh");
       const Tensor b_ih = m.parameter(layer, dir == 1, "bias_ih"), b_hh = m.parameter(layer, dir == 1, "bias_hh");
-      Tensor h = zeros({cfg.N, H}, kF64), c = zeros({cfg.N, H}, kF64);
+      Tensor h = zeros({cfg.N, P}, kF64), c = zeros({cfg.N, H}, kF64);
       std::vector<Tensor> ys(cfg.L);
       for (int64_t k = 0; k < cfg.L; ++k) {
         const int64_t t = dir == 1 ? cfg.L - 1 - k : k;
@@ -263,6 +272,7 @@ Tensor unrolled(const Config& cfg, const nn::RNNBase& m, Tensor x) {
           const Tensor a = add(gi, gh);
           c = add(mul(sigmoid(a.narrow(1, H, H)), c), mul(sigmoid(a.narrow(1, 0, H)), tanh(a.narrow(1, 2 * H, H))));
           h = mul(sigmoid(a.narrow(1, 3 * H, H)), tanh(c));
+          if (cfg.proj > 0) h = linear(h, m.parameter(layer, dir == 1, "weight_hr"), Tensor());
         } else if (cfg.mode == RnnMode::Gru) {
           const Tensor r = sigmoid(add(gi.narrow(1, 0, H), gh.narrow(1, 0, H)));
           const Tensor z = sigmoid(add(gi.narrow(1, H, H), gh.narrow(1, H, H)));
@@ -289,7 +299,7 @@ TEST_CASE("the modules' gradients equal those of the network unrolled in differe
     CAPTURE(cfg.str());
     auto m = make_module(cfg, &gen);
     Tensor x = randn({cfg.L, cfg.N, cfg.in}, kF64, &gen).requires_grad_(true);
-    const Tensor weights = randn({cfg.L, cfg.N, (cfg.bidirectional ? 2 : 1) * cfg.H}, kF64, &gen);
+    const Tensor weights = randn({cfg.L, cfg.N, (cfg.bidirectional ? 2 : 1) * cfg.P()}, kF64, &gen);
     sum(mul((*m)(x), weights)).backward();
     std::vector<Tensor> grads{x.grad()};
     for (const Tensor& p : m->parameters()) grads.push_back(p.grad());
@@ -359,7 +369,7 @@ TEST_CASE("the cells are one step of their layers, batched or not, and carry the
     const bool lstm = mode == RnnMode::Lstm;
     const RnnState next = (*cell)(x, {h, lstm ? c : Tensor()});
     const RefWeights w{cell->weight_ih().to_vector<double>(), cell->weight_hh().to_vector<double>(),
-                       cell->bias_ih().to_vector<double>(), cell->bias_hh().to_vector<double>(), 3};
+                       cell->bias_ih().to_vector<double>(), cell->bias_hh().to_vector<double>(), {}, 3};
     const std::vector<double> xs = x.to_vector<double>(), hs = h.to_vector<double>(), cs = c.to_vector<double>();
     for (int64_t n = 0; n < 2; ++n) {
       std::vector<double> hn(hs.begin() + n * 4, hs.begin() + (n + 1) * 4);
@@ -434,13 +444,13 @@ TEST_CASE("padded sequences with their lengths give each entry's own run, as pac
     const bool lstm = cfg.mode == RnnMode::Lstm;
     RnnState state;
     if (cfg.given_state) {
-      state.h = randn({S, cfg.N, cfg.H}, kF64, &gen);
+      state.h = randn({S, cfg.N, cfg.P()}, kF64, &gen);
       if (lstm) state.c = randn({S, cfg.N, cfg.H}, kF64, &gen);
     }
     const Tensor input = cfg.batch_first ? x.transpose(0, 1) : x;
     const nn::RNNOutput got = (*m)(input, state, lengths);
     const Tensor output = cfg.batch_first ? got.output.transpose(0, 1) : got.output;
-    REQUIRE(output.sizes() == Shape{cfg.L, cfg.N, D * cfg.H});
+    REQUIRE(output.sizes() == Shape{cfg.L, cfg.N, D * cfg.P()});
     for (int64_t n = 0; n < cfg.N; ++n) {
       CAPTURE(n);
       const Tensor alone_x = x.slice(0, 0, lengths[n]).slice(1, n, n + 1);
@@ -629,7 +639,7 @@ TEST_CASE("RNN, LSTM and GRU take packed sequences: the padded run with its leng
     const Tensor input = cfg.batch_first ? x.transpose(0, 1) : x;
     RnnState state;
     if (cfg.given_state) {
-      state.h = randn({S, cfg.N, cfg.H}, kF64, &gen);
+      state.h = randn({S, cfg.N, cfg.P()}, kF64, &gen);
       if (cfg.mode == RnnMode::Lstm) state.c = randn({S, cfg.N, cfg.H}, kF64, &gen);
     }
     const nn::PackedSequence packed = nn::pack_padded_sequence(input, lengths, cfg.batch_first, false);
@@ -637,7 +647,7 @@ TEST_CASE("RNN, LSTM and GRU take packed sequences: the padded run with its leng
     const nn::RNNOutput padded = (*m)(input, state, lengths);
     CHECK(got.output.batch_sizes == packed.batch_sizes);
     CHECK(got.output.sorted_indices == packed.sorted_indices);
-    CHECK(got.output.data.sizes() == Shape{packed.data.size(0), D * cfg.H});
+    CHECK(got.output.data.sizes() == Shape{packed.data.size(0), D * cfg.P()});
     CHECK_CLOSE(nn::pad_packed_sequence(got.output, cfg.batch_first).padded, padded.output, 0.0, 0.0);
     CHECK_CLOSE(got.state.h, padded.state.h, 0.0, 0.0);
     if (state.c.defined()) CHECK_CLOSE(got.state.c, padded.state.c, 0.0, 0.0);
@@ -672,6 +682,46 @@ TEST_CASE("packing refuses bad lengths, orders and packed batches with the value
   CHECK_THROWS_WITH_FRAGMENT(lstm(p), ShapeError, "[LSTM] input has 4 features in its last dim");
   CHECK_THROWS_WITH_FRAGMENT(lstm(nn::pack_sequence({zeros({2, 5, 1})})), ShapeError,
                              "[LSTM] a packed input's data must be (sum of the lengths, 5), got (2, 5, 1)");
+}
+
+TEST_CASE("an LSTM's proj_size: PyTorch's parameters, repr and shapes, gradcheck with lengths, errors named") {
+  Generator gen(1210);
+  nn::LSTM lstm(4, 6, {.num_layers = 2, .bidirectional = true, .proj_size = 3, .generator = &gen});
+  std::vector<std::string> names;
+  for (const auto& [name, p] : lstm.named_parameters()) names.push_back(name + " " + shape_str(p.sizes()));
+  CHECK(names[0] == "weight_ih_l0 (24, 4)");
+  CHECK(names[1] == "weight_hh_l0 (24, 3)");
+  CHECK(names[4] == "weight_hr_l0 (3, 6)");
+  CHECK(names[9] == "weight_hr_l0_reverse (3, 6)");
+  CHECK(names[10] == "weight_ih_l1 (24, 6)");
+  CHECK(names.size() == 20);
+  CHECK(lstm.parameter(1, true, "weight_hr").sizes() == Shape{3, 6});
+  CHECK(max(abs(lstm.parameter(0, false, "weight_hr"))).item() <= 1.0 / std::sqrt(6.0));
+  CHECK(lstm.extra_repr() == "4, 6, proj_size=3, num_layers=2, bidirectional=True");
+  CHECK(lstm.output_size() == 3);
+  const nn::RNNOutput out = lstm(zeros({5, 2, 4}), {});
+  CHECK(out.output.sizes() == Shape{5, 2, 6});
+  CHECK(out.state.h.sizes() == Shape{4, 2, 3});
+  CHECK(out.state.c.sizes() == Shape{4, 2, 6});
+  lstm.to(DType::Float64);
+  const Tensor x = mul(randn({4, 3, 4}, kF64, &gen), 0.7).requires_grad_(true);
+  const Tensor h0 = mul(randn({4, 3, 3}, kF64, &gen), 0.7).requires_grad_(true);
+  const Tensor c0 = mul(randn({4, 3, 6}, kF64, &gen), 0.7).requires_grad_(true);
+  const auto fn = [&](const std::vector<Tensor>& v) {
+    const nn::RNNOutput o = lstm(v[0], {v[1], v[2]}, {2, 4, 1});
+    return cat({o.output.reshape({-1}), mul(o.state.h, 1.5).reshape({-1}), o.state.c.reshape({-1})}, 0);
+  };
+  const GradcheckResult result = gradcheck(fn, {x, h0, c0});
+  CHECK_MESSAGE(result.ok, result.message);
+  CHECK_THROWS_WITH_FRAGMENT(lstm(x, {zeros({4, 3, 6}, kF64), Tensor()}), ShapeError,
+                             "the initial state h must be (4, 3, 3) (num_layers * directions, batch, proj_size)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::GRU(4, 6, {.proj_size = 2}), ValueError,
+                             "[GRU] proj_size is an LSTM's option only, got 2");
+  CHECK_THROWS_WITH_FRAGMENT(nn::LSTM(4, 6, {.proj_size = 6}), ValueError,
+                             "[LSTM] proj_size must be in [0, hidden_size) = [0, 6), got 6");
+  CHECK_THROWS_WITH_FRAGMENT(nn::LSTM(4, 6, {.proj_size = -1}), ValueError, "got -1");
+  CHECK_THROWS_WITH_FRAGMENT(nn::LSTM(4, 6).parameter(0, false, "weight_hr"), ValueError,
+                             "(weight_hr with a proj_size), got 'weight_hr'");
 }
 
 TEST_CASE("bad shapes, states and options are refused with the values named") {

@@ -174,6 +174,7 @@ ops = {'Equal': np.equal, 'Less': np.less, 'LessOrEqual': np.less_equal, 'Greate
        'Reciprocal': np.reciprocal, 'Sign': np.sign, 'Relu': lambda a: np.maximum(a, 0).astype(a.dtype),
        'Tanh': np.tanh, 'MatMul': np.matmul}
 sigmoid = lambda v: 1 / (1 + np.exp(-v))
+ops['Sigmoid'] = sigmoid
 def recurrent(n, a):  # RNN, LSTM and GRU, one direction, as ONNX's operator docs state them
     x, w, r = env[n.input[0]], env[n.input[1]][0], env[n.input[2]][0]
     given = lambda k: env[n.input[k]][0] if len(n.input) > k and n.input[k] else None
@@ -729,6 +730,13 @@ TEST_CASE("RNN, LSTM and GRU layers and cells export as ONNX's RNN, LSTM and GRU
                 false);
     const std::string out = exported(m, randn({3, 5, 4}), randn({2, 5, 4}));
     CHECK_MESSAGE(out.find("'LSTM'") != std::string::npos, out);
+  }
+  SUBCASE("LSTM with proj_size, both directions, batch first: its steps' own ops, for one sequence length") {
+    Recurrent m(std::make_shared<nn::LSTM>(
+                    4, 6, nn::RNNOptions{.batch_first = true, .bidirectional = true, .proj_size = 2}),
+                false);
+    const std::string out = exported(m, randn({3, 5, 4}), randn({2, 5, 4}));
+    CHECK_MESSAGE(out.find("'MatMul'") != std::string::npos, out);
   }
   SUBCASE("LSTM and GRU from a given state; another sequence length") {
     Recurrent lstm(std::make_shared<nn::LSTM>(5, 3), true);
