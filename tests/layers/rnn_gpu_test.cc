@@ -4,9 +4,9 @@
 // input's and every parameter's gradient over random configurations, in
 // strict fp32 and under bf16 autocast (tanh, LSTM, GRU), through both GPU
 // tiers (every step in one kernel where a layer fits, step by step), each
-// forced by LOOM_RNN_KERNEL, padded sequences with their lengths too; and an
-// LSTM classifier with dropout between its layers trained by a captured
-// TrainStep with the eager steps' bits.
+// forced by LOOM_RNN_KERNEL, padded sequences with their lengths too, a packed
+// batch through an LSTM with proj_size; and an LSTM classifier with dropout
+// between its layers trained by a captured TrainStep with the eager steps' bits.
 #include <doctest/doctest.h>
 
 #ifdef LOOM_WITH_CUDA
@@ -144,6 +144,39 @@ LOOM_GPU_TEST_CASE("padded sequences with their lengths on the GPU match their C
     CAPTURE(tier);
     TierForced forced(tier);
     check_random_configs(false, 1305, {1, 9, 1, 40, true}, 16, true);
+  }
+}
+
+// A packed batch through an LSTM with a projection (composite steps, no
+// recurrence kernel): the padded output, the final state and every gradient.
+LOOM_GPU_TEST_CASE("a packed batch through an LSTM with proj_size on the GPU matches its CPU float64 twin") {
+  NumericsGuard strict({.precision = Precision::StrictFp32});
+  Generator gen(1306);
+  const nn::RNNOptions o{.num_layers = 2, .bidirectional = true, .proj_size = 5, .generator = &gen};
+  auto cpu = std::make_shared<nn::LSTM>(7, 12, o);
+  auto gpu = std::make_shared<nn::LSTM>(7, 12, o);
+  gpu->load_state_dict(cpu->state_dict());
+  cpu->to(DType::Float64);
+  gpu->to(testing::test_gpu());
+  const std::vector<int64_t> lengths{4, 9, 1, 6, 9};
+  const Tensor x = randn({9, 5, 7}, {}, &gen), h0 = randn({4, 5, 5}, {}, &gen), weights = randn({9, 5, 10}, kF64, &gen);
+  const auto outcome = [&](nn::LSTM& m, const Tensor& x_in, const Tensor& h) {
+    Tensor xs = x_in.detach().requires_grad_(true);
+    const nn::PackedRNNOutput out = m(nn::pack_padded_sequence(xs, lengths, false, false), {h, Tensor()});
+    const Tensor y = nn::pad_packed_sequence(out.output).padded.to(DType::Float64).cpu();
+    m.zero_grad();
+    add(sum(mul(y, weights)), sum(out.state.h.to(DType::Float64).cpu())).backward();
+    std::vector<Tensor> got{y, out.state.h.to(DType::Float64).cpu(), out.state.c.to(DType::Float64).cpu(),
+                            xs.grad().to(DType::Float64).cpu()};
+    for (const Tensor& p : m.parameters()) got.push_back(p.grad().to(DType::Float64).cpu());
+    return got;
+  };
+  const std::vector<Tensor> want = outcome(*cpu, x.to(DType::Float64), h0.to(DType::Float64));
+  const std::vector<Tensor> got = outcome(*gpu, x.to(testing::test_gpu()), h0.to(testing::test_gpu()));
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK_CLOSE(got[i], want[i], 2e-4, 2e-3);
   }
 }
 
