@@ -424,6 +424,26 @@ TEST_CASE("dropout acts between layers in training only; zero or undefined state
   }
 }
 
+// Each batch entry's length, random in [1, cfg.L].
+std::vector<int64_t> random_lengths(const Config& cfg, Generator& gen) {
+  std::vector<int64_t> lengths;
+  for (int64_t n = 0; n < cfg.N; ++n) {
+    lengths.push_back(static_cast<int64_t>(randint(1, cfg.L + 1, {1}, {}, &gen).item()));
+  }
+  return lengths;
+}
+
+// A random initial state where cfg gives one, else undefined (zeros).
+RnnState random_state(const Config& cfg, Generator& gen) {
+  const int64_t S = cfg.layers * (cfg.bidirectional ? 2 : 1);
+  RnnState state;
+  if (cfg.given_state) {
+    state.h = randn({S, cfg.N, cfg.P()}, kF64, &gen);
+    if (cfg.mode == RnnMode::Lstm) state.c = randn({S, cfg.N, cfg.H}, kF64, &gen);
+  }
+  return state;
+}
+
 // Each entry of a padded batch run alone over its true steps, as torch.nn runs a
 // packed batch: the output's rows past each length zero, the state the entry's own.
 TEST_CASE("padded sequences with their lengths give each entry's own run, as packed sequences do") {
@@ -434,19 +454,12 @@ TEST_CASE("padded sequences with their lengths give each entry's own run, as pac
     cfg.N = static_cast<int64_t>(randint(1, 5, {1}, {}, &gen).item());
     CAPTURE(cfg.str());
     auto m = make_module(cfg, &gen);
-    const int64_t D = cfg.bidirectional ? 2 : 1, S = cfg.layers * D;
-    std::vector<int64_t> lengths;
-    for (int64_t n = 0; n < cfg.N; ++n) {
-      lengths.push_back(static_cast<int64_t>(randint(1, cfg.L + 1, {1}, {}, &gen).item()));
-    }
+    const int64_t D = cfg.bidirectional ? 2 : 1;
+    const std::vector<int64_t> lengths = random_lengths(cfg, gen);
     CAPTURE(fmt::format("lengths {}", fmt::join(lengths, ",")));
     const Tensor x = randn({cfg.L, cfg.N, cfg.in}, kF64, &gen).requires_grad_(true);
     const bool lstm = cfg.mode == RnnMode::Lstm;
-    RnnState state;
-    if (cfg.given_state) {
-      state.h = randn({S, cfg.N, cfg.P()}, kF64, &gen);
-      if (lstm) state.c = randn({S, cfg.N, cfg.H}, kF64, &gen);
-    }
+    const RnnState state = random_state(cfg, gen);
     const Tensor input = cfg.batch_first ? x.transpose(0, 1) : x;
     const nn::RNNOutput got = (*m)(input, state, lengths);
     const Tensor output = cfg.batch_first ? got.output.transpose(0, 1) : got.output;
@@ -629,19 +642,12 @@ TEST_CASE("RNN, LSTM and GRU take packed sequences: the padded run with its leng
     cfg.unbatched = false;
     CAPTURE(cfg.str());
     auto m = make_module(cfg, &gen);
-    const int64_t D = cfg.bidirectional ? 2 : 1, S = cfg.layers * D;
-    std::vector<int64_t> lengths;
-    for (int64_t n = 0; n < cfg.N; ++n) {
-      lengths.push_back(static_cast<int64_t>(randint(1, cfg.L + 1, {1}, {}, &gen).item()));
-    }
+    const int64_t D = cfg.bidirectional ? 2 : 1;
+    const std::vector<int64_t> lengths = random_lengths(cfg, gen);
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     const Tensor x = randn({longest, cfg.N, cfg.in}, kF64, &gen);
     const Tensor input = cfg.batch_first ? x.transpose(0, 1) : x;
-    RnnState state;
-    if (cfg.given_state) {
-      state.h = randn({S, cfg.N, cfg.P()}, kF64, &gen);
-      if (cfg.mode == RnnMode::Lstm) state.c = randn({S, cfg.N, cfg.H}, kF64, &gen);
-    }
+    const RnnState state = random_state(cfg, gen);
     const nn::PackedSequence packed = nn::pack_padded_sequence(input, lengths, cfg.batch_first, false);
     const nn::PackedRNNOutput got = (*m)(packed, state);
     const nn::RNNOutput padded = (*m)(input, state, lengths);
