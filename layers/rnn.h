@@ -56,8 +56,8 @@ struct RNNOutput {
 // pack_padded_sequence and pack_sequence make one, pad_packed_sequence undoes
 // it, and RNN, LSTM and GRU take one:
 //   nn::PackedSequence p = nn::pack_sequence({a, b, c}, false);  // a (7, F), b (3, F), c (5, F)
-//   auto [y, state] = lstm(p);                                     // y packed as p; state.h (D, 3, H)
-//   auto [padded, lengths] = nn::pad_packed_sequence(y);           // (7, 3, D * H), {7, 3, 5}
+//   auto [y, state] = lstm(p);                                     // y packed as p; state.h (D, 3, H_out)
+//   auto [padded, lengths] = nn::pad_packed_sequence(y);           // (7, 3, D * H_out), {7, 3, 5}
 struct PackedSequence {
   Tensor data;                            // (sum of the lengths, *)
   std::vector<int64_t> batch_sizes;       // one per step, non-increasing
@@ -68,8 +68,8 @@ struct PackedSequence {
 };
 
 struct PackedRNNOutput {
-  PackedSequence output;  // packed as the input, D * H features
-  RnnState state;         // (num_layers * D, N, H), the batch in its own order
+  PackedSequence output;  // packed as the input, D * H_out features
+  RnnState state;         // as RNNOutput's, the batch in its own order
 };
 
 class RNNBase : public Module {
