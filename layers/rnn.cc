@@ -436,6 +436,18 @@ std::vector<int64_t> PackedSequence::lengths() const {
   return out;
 }
 
+PackedSequence PackedSequence::to(Device device) const {
+  PackedSequence moved = *this;
+  moved.data = data.to(device);
+  return moved;
+}
+
+PackedSequence PackedSequence::to(DType dtype) const {
+  PackedSequence cast = *this;
+  cast.data = data.to(dtype);
+  return cast;
+}
+
 PackedSequence pack_padded_sequence(const Tensor& input, const std::vector<int64_t>& lengths, bool batch_first,
                                     bool enforce_sorted) {
   LOOM_CHECK(input.defined() && input.dim() >= 2, ShapeError,
@@ -491,6 +503,29 @@ PaddedSequence pad_packed_sequence(const PackedSequence& sequence, bool batch_fi
   shape.insert(shape.end(), data.sizes().begin() + 1, data.sizes().end());
   const Tensor padded = index_select(with_padding, 0, index).reshape(shape);
   return {batch_first ? padded.transpose(0, 1) : padded, sequence.lengths()};
+}
+
+std::vector<Tensor> unpad_sequence(const Tensor& padded, const std::vector<int64_t>& lengths, bool batch_first) {
+  LOOM_CHECK(padded.defined() && padded.dim() >= 2, ShapeError,
+             "[unpad_sequence] padded must be {} with at least two dims, got {}",
+             batch_first ? "(N, L, *)" : "(L, N, *)", shape_of(padded));
+  const Tensor x = batch_first ? padded.transpose(0, 1) : padded;
+  LOOM_CHECK(static_cast<int64_t>(lengths.size()) == x.size(1), ShapeError,
+             "[unpad_sequence] lengths has {} values for a batch of {} sequences (padded {})", lengths.size(),
+             x.size(1), shape_str(padded.sizes()));
+  std::vector<Tensor> sequences;
+  for (size_t n = 0; n < lengths.size(); ++n) {
+    LOOM_CHECK(lengths[n] >= 0 && lengths[n] <= x.size(0), ValueError,
+               "[unpad_sequence] lengths[{}] is {}; each length must be in [0, {}], the batch's number of steps", n,
+               lengths[n], x.size(0));
+    sequences.push_back(x.select(1, static_cast<int64_t>(n)).slice(0, 0, lengths[n]));
+  }
+  return sequences;
+}
+
+std::vector<Tensor> unpack_sequence(const PackedSequence& sequence) {
+  const auto [padded, lengths] = pad_packed_sequence(sequence);
+  return unpad_sequence(padded, lengths);
 }
 
 RNN::RNN(int64_t input_size, int64_t hidden_size, RNNOptions options)

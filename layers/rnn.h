@@ -65,6 +65,9 @@ struct PackedSequence {
   std::vector<int64_t> unsorted_indices;  // each batch entry's position; empty when sorted_indices is
   // Each sequence's length, in the batch's own order.
   std::vector<int64_t> lengths() const;
+  // The same batch with its data on `device` or in `dtype` (differentiable), as PackedSequence.to.
+  PackedSequence to(Device device) const;
+  PackedSequence to(DType dtype) const;
 };
 
 struct PackedRNNOutput {
@@ -175,6 +178,12 @@ struct PaddedSequence {
 // least that). Differentiable.
 PaddedSequence pad_packed_sequence(const PackedSequence& sequence, bool batch_first = false,
                                    double padding_value = 0.0, std::optional<int64_t> total_length = std::nullopt);
+// torch.nn.utils.rnn.unpad_sequence: each entry of a padded batch cut to its
+// length, (L_i, *); pad_sequence's inverse. unpack_sequence: the same of a
+// packed batch. Both differentiable, in the batch's own order.
+std::vector<Tensor> unpad_sequence(const Tensor& padded, const std::vector<int64_t>& lengths,
+                                   bool batch_first = false);
+std::vector<Tensor> unpack_sequence(const PackedSequence& sequence);
 
 struct RNNCellOptions {
   bool bias = true;

@@ -580,6 +580,38 @@ TEST_CASE("pack_sequence and pack_padded_sequence lay out the steps as torch.nn.
   CHECK(back.sizes() == Shape{3, 4});
   CHECK(testing::values(back) == std::vector<double>{0, 10, -1, -1, 1, 11, 21, -1, 2, -1, -1, -1});
   CHECK(lengths == std::vector<int64_t>{2, 3, 1});
+  // unpack_sequence and unpad_sequence give the sequences back, in the batch's order.
+  const std::vector<Tensor> unpacked = nn::unpack_sequence(p);
+  REQUIRE(unpacked.size() == 3);
+  CHECK(testing::values(unpacked[0]) == std::vector<double>{0, 10});
+  CHECK(testing::values(unpacked[1]) == std::vector<double>{1, 11, 21});
+  CHECK(testing::values(unpacked[2]) == std::vector<double>{2});
+  const nn::PackedSequence single = p.to(DType::Float32);
+  CHECK(single.data.dtype() == DType::Float32);
+  CHECK(single.sorted_indices == p.sorted_indices);
+  CHECK(testing::values(nn::pad_packed_sequence(single).padded) == testing::values(nn::pad_packed_sequence(p).padded));
+}
+
+TEST_CASE("unpad_sequence cuts a padded batch back into its sequences, pad_sequence's inverse, with gradients") {
+  Generator gen(1211);
+  const Tensor a = randn({4, 2}, kF64, &gen).requires_grad_(true), c = randn({3, 2}, kF64, &gen).requires_grad_(true);
+  Tensor b = randn({1, 2}, kF64, &gen).requires_grad_(true);
+  for (const bool batch_first : {false, true}) {
+    CAPTURE(batch_first);
+    const Tensor padded = nn::pad_sequence({a, b, c}, batch_first);
+    const std::vector<Tensor> back = nn::unpad_sequence(padded, {4, 1, 3}, batch_first);
+    REQUIRE(back.size() == 3);
+    CHECK_CLOSE(back[0], a, 0.0, 0.0);
+    CHECK_CLOSE(back[1], b, 0.0, 0.0);
+    CHECK_CLOSE(back[2], c, 0.0, 0.0);
+    b.set_grad(Tensor());
+    sum(mul(back[1], back[1])).backward();
+    CHECK_CLOSE(b.grad(), mul(b, 2.0), 0.0, 0.0);
+  }
+  CHECK_THROWS_WITH_FRAGMENT(nn::unpad_sequence(zeros({4, 3, 2}), {4, 1}), ShapeError,
+                             "lengths has 2 values for a batch of 3 sequences");
+  CHECK_THROWS_WITH_FRAGMENT(nn::unpad_sequence(zeros({4, 3, 2}), {4, 1, 5}), ValueError,
+                             "lengths[2] is 5; each length must be in [0, 4]");
 }
 
 TEST_CASE("pad_packed_sequence undoes pack_padded_sequence over random batches, and both pass gradients") {
