@@ -429,9 +429,10 @@ Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first, doub
 }
 
 std::vector<int64_t> PackedSequence::lengths() const {
-  std::vector<int64_t> out(batch_sizes.empty() ? 0 : static_cast<size_t>(batch_sizes[0]), 0);
+  check_packed(*this, "PackedSequence::lengths");
+  std::vector<int64_t> out(static_cast<size_t>(batch_sizes[0]), 0);
   for (const int64_t size : batch_sizes) {
-    for (int64_t j = 0; j < size && j < static_cast<int64_t>(out.size()); ++j) ++out[entry_at(*this, j)];
+    for (int64_t j = 0; j < size; ++j) ++out[entry_at(*this, j)];
   }
   return out;
 }

@@ -716,6 +716,11 @@ TEST_CASE("packing refuses bad lengths, orders and packed batches with the value
   bad_order.unsorted_indices = {0, 1};
   CHECK_THROWS_WITH_FRAGMENT(nn::pad_packed_sequence(bad_order), ValueError,
                              "sorted_indices [0, 0] and unsorted_indices [0, 1] must both be empty");
+  nn::PackedSequence short_order = p;
+  short_order.sorted_indices = {1};
+  short_order.unsorted_indices = {0};
+  CHECK_THROWS_WITH_FRAGMENT(short_order.lengths(), ValueError,
+                             "[PackedSequence::lengths] sorted_indices [1] and unsorted_indices [0] must both be empty");
   nn::LSTM lstm(5, 2);
   CHECK_THROWS_WITH_FRAGMENT(lstm(p), ShapeError, "[LSTM] input has 4 features in its last dim");
   CHECK_THROWS_WITH_FRAGMENT(lstm(nn::pack_sequence({zeros({2, 5, 1})})), ShapeError,
