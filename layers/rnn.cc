@@ -58,6 +58,18 @@ std::string_view class_name(RnnMode mode, bool cell) {
 
 std::string shape_of(const Tensor& t) { return t.defined() ? shape_str(t.sizes()) : "undefined"; }
 
+// One length per sequence of a batch of `batch`, each in [shortest, steps].
+void check_lengths(const std::vector<int64_t>& lengths, int64_t steps, int64_t batch, int64_t shortest,
+                   std::string_view who) {
+  LOOM_CHECK(static_cast<int64_t>(lengths.size()) == batch, ShapeError,
+             "[{}] lengths has {} values for a batch of {} sequences", who, lengths.size(), batch);
+  for (size_t n = 0; n < lengths.size(); ++n) {
+    LOOM_CHECK(lengths[n] >= shortest && lengths[n] <= steps, ValueError,
+               "[{}] lengths[{}] is {}; each length must be in [{}, {}], the input's number of steps", who, n,
+               lengths[n], shortest, steps);
+  }
+}
+
 // A batch of padded sequences (RNNBase::forward's lengths) on the input's device.
 // Built once per call: every layer and direction reads the same ends and masks.
 struct Padding {
@@ -145,27 +157,31 @@ PackedSequence layout_of(const std::vector<int64_t>& lengths, bool given_sorted)
   return p;
 }
 
-// The product of x's sizes from dim `from` on (1 for none).
-int64_t features_from(const Tensor& x, int64_t from) {
-  int64_t n = 1;
-  for (int64_t d = from; d < x.dim(); ++d) n *= x.size(d);
-  return n;
+// The time-major row (t * batch + n) that each of `layout`'s packed rows holds, in packed order.
+std::vector<int64_t> packed_rows(const PackedSequence& layout, int64_t batch) {
+  std::vector<int64_t> rows;
+  for (size_t t = 0; t < layout.batch_sizes.size(); ++t) {
+    const int64_t first = static_cast<int64_t>(t) * batch;
+    for (int64_t j = 0; j < layout.batch_sizes[t]; ++j) rows.push_back(first + entry_at(layout, j));
+  }
+  return rows;
+}
+
+// The product of x's sizes after the first `leading` dims (1 for none).
+int64_t trailing_numel(const Tensor& x, int64_t leading) {
+  return numel_of(Shape(x.sizes().begin() + leading, x.sizes().end()));
 }
 
 // x (T, N, *), time-major, as `layout`'s rows: (sum of the lengths, *).
 Tensor packed_data(const Tensor& x, const PackedSequence& layout) {
   const int64_t batch = x.size(1);
-  std::vector<double> rows;
-  for (size_t t = 0; t < layout.batch_sizes.size(); ++t) {
-    for (int64_t j = 0; j < layout.batch_sizes[t]; ++j) {
-      rows.push_back(static_cast<double>(static_cast<int64_t>(t) * batch + entry_at(layout, j)));
-    }
-  }
+  const std::vector<int64_t> rows = packed_rows(layout, batch);
   const auto count = static_cast<int64_t>(rows.size());
-  const Tensor index = tensor(rows, {count}, {.dtype = DType::Int64, .device = x.device()});
+  const Tensor index = tensor(std::vector<double>(rows.begin(), rows.end()), {count},
+                              {.dtype = DType::Int64, .device = x.device()});
   Shape shape(x.sizes().begin() + 1, x.sizes().end());
   shape[0] = count;
-  return index_select(x.reshape({x.size(0) * batch, features_from(x, 2)}), 0, index).reshape(shape);
+  return index_select(x.reshape({x.size(0) * batch, trailing_numel(x, 2)}), 0, index).reshape(shape);
 }
 
 // An LSTM layer with a projection, as torch.nn.LSTM's proj_size: h_t =
@@ -304,13 +320,7 @@ void RNNBase::check_lengths(const std::vector<int64_t>& lengths, bool batched, c
   if (lengths.empty()) return;
   LOOM_CHECK(batched, ValueError, "[{}] lengths apply to a batch of sequences; the input is unbatched, {}",
              type_name(), shape_str(x.squeeze(1).sizes()));
-  LOOM_CHECK(static_cast<int64_t>(lengths.size()) == x.size(1), ShapeError,
-             "[{}] lengths has {} values for a batch of {} sequences", type_name(), lengths.size(), x.size(1));
-  for (size_t n = 0; n < lengths.size(); ++n) {
-    LOOM_CHECK(lengths[n] >= 1 && lengths[n] <= x.size(0), ValueError,
-               "[{}] lengths[{}] is {}; each length must be in [1, {}], the input's number of steps", type_name(),
-               n, lengths[n], x.size(0));
-  }
+  loom::nn::check_lengths(lengths, x.size(0), x.size(1), 1, type_name());
 }
 
 RNNOutput RNNBase::forward(const Tensor& input, const RnnState& state, const std::vector<int64_t>& lengths) {
@@ -456,14 +466,11 @@ PackedSequence pack_padded_sequence(const Tensor& input, const std::vector<int64
              batch_first ? "(N, L, *)" : "(L, N, *)", shape_of(input));
   const Tensor x = batch_first ? input.transpose(0, 1) : input;
   const int64_t steps = x.size(0), batch = x.size(1);
-  LOOM_CHECK(static_cast<int64_t>(lengths.size()) == batch && batch >= 1, ShapeError,
-             "[pack_padded_sequence] lengths has {} values for a batch of {} sequences (input {})", lengths.size(),
-             batch, shape_str(input.sizes()));
-  for (size_t n = 0; n < lengths.size(); ++n) {
-    LOOM_CHECK(lengths[n] >= 1 && lengths[n] <= steps, ValueError,
-               "[pack_padded_sequence] lengths[{}] is {}; each length must be in [1, {}], the input's number of "
-               "steps", n, lengths[n], steps);
-    LOOM_CHECK(!enforce_sorted || n == 0 || lengths[n] <= lengths[n - 1], ValueError,
+  LOOM_CHECK(batch >= 1, ShapeError, "[pack_padded_sequence] input {} holds no sequences",
+             shape_str(input.sizes()));
+  check_lengths(lengths, steps, batch, 1, "pack_padded_sequence");
+  for (size_t n = 1; enforce_sorted && n < lengths.size(); ++n) {
+    LOOM_CHECK(lengths[n] <= lengths[n - 1], ValueError,
                "[pack_padded_sequence] lengths [{}] are not sorted longest first; sort the batch so, or pass "
                "enforce_sorted = false to have them sorted here", fmt::join(lengths, ", "));
   }
@@ -488,13 +495,11 @@ PaddedSequence pad_packed_sequence(const PackedSequence& sequence, bool batch_fi
              "[pad_packed_sequence] total_length is {}, shorter than the longest sequence ({} steps)", steps,
              longest);
   const Tensor& data = sequence.data;
-  const int64_t rows = data.size(0), features = features_from(data, 1);
+  const int64_t rows = data.size(0), features = trailing_numel(data, 1);
   // The packed row of each (t, n) of the padded batch; rows past a length read the padding row.
   std::vector<double> source(steps * batch, static_cast<double>(rows));
-  int64_t row = 0;
-  for (int64_t t = 0; t < longest; ++t) {
-    for (int64_t j = 0; j < sequence.batch_sizes[t]; ++j) source[t * batch + entry_at(sequence, j)] = row++;
-  }
+  const std::vector<int64_t> packed = packed_rows(sequence, batch);
+  for (size_t row = 0; row < packed.size(); ++row) source[packed[row]] = static_cast<double>(row);
   TensorOptions options = data.options();
   options.requires_grad = false;
   options.memory_format = MemoryFormat::Contiguous;
@@ -511,14 +516,9 @@ std::vector<Tensor> unpad_sequence(const Tensor& padded, const std::vector<int64
              "[unpad_sequence] padded must be {} with at least two dims, got {}",
              batch_first ? "(N, L, *)" : "(L, N, *)", shape_of(padded));
   const Tensor x = batch_first ? padded.transpose(0, 1) : padded;
-  LOOM_CHECK(static_cast<int64_t>(lengths.size()) == x.size(1), ShapeError,
-             "[unpad_sequence] lengths has {} values for a batch of {} sequences (padded {})", lengths.size(),
-             x.size(1), shape_str(padded.sizes()));
+  check_lengths(lengths, x.size(0), x.size(1), 0, "unpad_sequence");
   std::vector<Tensor> sequences;
   for (size_t n = 0; n < lengths.size(); ++n) {
-    LOOM_CHECK(lengths[n] >= 0 && lengths[n] <= x.size(0), ValueError,
-               "[unpad_sequence] lengths[{}] is {}; each length must be in [0, {}], the batch's number of steps", n,
-               lengths[n], x.size(0));
     sequences.push_back(x.select(1, static_cast<int64_t>(n)).slice(0, 0, lengths[n]));
   }
   return sequences;

@@ -701,6 +701,8 @@ TEST_CASE("packing refuses bad lengths, orders and packed batches with the value
   CHECK_THROWS_WITH_FRAGMENT(nn::pack_padded_sequence(x, {4, 3}, false, false), ValueError,
                              "lengths[0] is 4; each length must be in [1, 3]");
   CHECK_THROWS_WITH_FRAGMENT(nn::pack_padded_sequence(zeros({3}), {3}), ShapeError, "at least two dims, got (3,)");
+  CHECK_THROWS_WITH_FRAGMENT(nn::pack_padded_sequence(zeros({3, 0, 4}), {}), ShapeError,
+                             "input (3, 0, 4) holds no sequences");
   const nn::PackedSequence p = nn::pack_padded_sequence(x, {3, 2});
   CHECK_THROWS_WITH_FRAGMENT(nn::pad_packed_sequence(p, false, 0.0, 2), ValueError,
                              "total_length is 2, shorter than the longest sequence (3 steps)");
