@@ -10,10 +10,18 @@
 namespace loom::cuda {
 
 namespace {
-constexpr int64_t kMaxInChannels = 8, kMaxFilterSide = 7;
-// The data gradient's reduction is over dy's K channels: beyond this many,
-// cuDNN's implicit GEMM has the longer reduction it is built for.
-constexpr int64_t kMaxDgradInChannels = 64;
+constexpr int64_t kFewChannels = 8, kMaxFilterSide = 7;
+// With few output channels the kernels still reduce over up to this many input
+// channels; beyond it cuDNN's implicit GEMM has the long reduction it is built for.
+constexpr int64_t kMaxReducedChannels = 64;
+
+// A direct convolution from `in` channels to `out` channels is worth racing
+// against cuDNN's implicit GEMM, whose tiles reduce over in * R * S and span
+// `out` channels: with few on either side most of a tile idles or waits on loads
+// (a network's first layer on RGB images, a segmentation head's 1x1 to 2 classes).
+bool few_channels(int64_t in, int64_t out) {
+  return in <= kFewChannels || (out <= kFewChannels && in <= kMaxReducedChannels);
+}
 
 bool small_dtype(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16;
@@ -26,7 +34,7 @@ bool conv_small_supported(const Strided& x, const Strided& w, const kernel::Conv
   }
   const int64_t K = w.sizes[0], C = w.sizes[1], R = w.sizes[2], S = w.sizes[3];
   return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1 && C == x.sizes[1] &&
-         C <= kMaxInChannels && R <= kMaxFilterSide && S <= kMaxFilterSide &&
+         few_channels(C, K) && R <= kMaxFilterSide && S <= kMaxFilterSide &&
          conv_small_fits(K, C, R, S, p.stride_w);
 }
 
@@ -36,7 +44,7 @@ bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const kerne
   }
   const int64_t K = w.sizes[0], C = w.sizes[1], R = w.sizes[2], S = w.sizes[3];
   return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1 && p.stride_h == 1 &&
-         p.stride_w == 1 && K == dy.sizes[1] && C <= kMaxInChannels && K <= kMaxDgradInChannels &&
+         p.stride_w == 1 && K == dy.sizes[1] && few_channels(K, C) &&
          R <= kMaxFilterSide && S <= kMaxFilterSide && p.pad_h <= R - 1 && p.pad_w <= S - 1 &&
          conv_small_forward_fits(C, K, R, S, 1);
 }
@@ -64,9 +72,9 @@ Scratch conv_small_wgrad_scratch(const Strided& dy, const Strided& dw) {
 void conv_small_dgrad(const Strided& dx, const Strided& dy, const Strided& w, const kernel::ConvParams& p) {
   LOOM_CHECK(conv_small_dgrad_supported(dy, w, p) && dx.dtype == dy.dtype, ValueError,
              "[conv_small_dgrad] takes stride 1, dilation 1, padding at most the filter's size - 1, "
-             "C <= {} and K <= {} of one float32/bfloat16/float16 dtype; got dy {} {}, w {} {}, "
+             "K <= {} (or C <= {} and K <= {}) of one float32/bfloat16/float16 dtype; got dy {} {}, w {} {}, "
              "dx {}, stride {}x{}, pad {}x{}",
-             kMaxInChannels, kMaxDgradInChannels, shape_str(dy.sizes), dtype_name(dy.dtype),
+             kFewChannels, kFewChannels, kMaxReducedChannels, shape_str(dy.sizes), dtype_name(dy.dtype),
              shape_str(w.sizes), dtype_name(w.dtype), dtype_name(dx.dtype), p.stride_h, p.stride_w,
              p.pad_h, p.pad_w);
   LOOM_CUDA_CHECK(launch_conv_small_dgrad(dx, dy, w, p, current_stream()));

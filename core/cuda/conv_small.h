@@ -1,9 +1,12 @@
 // File: core/cuda/conv_small.h
-// Direct convolution for layers with few input channels (C <= 8: a network's
-// first layer on 1-channel or RGB images, and small second layers). There,
-// cuDNN's implicit GEMMs have a reduction of only C * R * S and spend their
-// time on data movement; these kernels stage the filter and each tile's input
-// window in shared memory and compute each output straight from them.
+// Direct convolution for layers with few channels on one side: few input
+// channels (C <= 8: a network's first layer on 1-channel or RGB images, and
+// small second layers), where cuDNN's implicit GEMMs have a reduction of only
+// C * R * S and spend their time on data movement, or few output channels
+// (K <= 8 from up to 64: a segmentation head's 1x1 to a few classes), where
+// most of a GEMM tile's K columns idle. These kernels stage the filter and each
+// tile's input window in shared memory and compute each output straight from
+// them.
 // Forward: a thread computes up to 8 output channels of 4 pixels, then adds
 // an optional bias and ReLU. Weight gradient: a deterministic two-stage
 // reduction over N * P * Q (per-block partial sums in a fixed pixel order,
@@ -29,7 +32,7 @@
 
 namespace loom::cuda {
 
-// True when the kernels take these operands: C <= 8, R, S <= 7, groups and
+// True when the kernels take these operands: C <= 8 (or K <= 8 and C <= 64), R, S <= 7, groups and
 // dilation 1, one float32 / bfloat16 / float16 dtype, and a filter small enough
 // for one block (K * C * R * S <= 8192, and (K / KB) * ceil(C * R * S / 4) <= 256
 // for KB the largest of 8, 4, 2, 1 that divides K).
@@ -50,7 +53,7 @@ void conv_small_forward(const Strided& y, const Strided& x, const Strided& w,
                         const kernel::ConvParams& p, const SmallConvEpilogue& epilogue = {});
 
 // True when conv_small_dgrad takes these operands: the forward's dtypes and
-// sizes for dx's C <= 8 channels, dy's K <= 64, stride 1, dilation 1, groups 1,
+// sizes for dy's K <= 8 channels (or dx's C <= 8 and dy's K <= 64), stride 1, dilation 1, groups 1,
 // padding at most R - 1 and S - 1.
 bool conv_small_dgrad_supported(const Strided& dy, const Strided& w, const kernel::ConvParams& p);
 // dx (N, C, H, W) = dgrad(dy (N, K, P, Q), w (K, C, R, S)).

@@ -1,6 +1,6 @@
 // File: core/ops/conv_small_internal.h
 // Loom's convolution tiers beside cuDNN: the small-channel kernels
-// (core/cuda/conv_small.h, for layers with C <= 8: forward, stride-1 data
+// (core/cuda/conv_small.h, for layers with C <= 8, or K <= 8 from C <= 64: forward, stride-1 data
 // gradient, weight and bias gradients), the depthwise kernels
 // (core/cuda/conv_depthwise.h: groups == C == K) and the tensor-core weight
 // gradient (core/cuda/conv_wgrad_mma.h). Per shape, the first call races a

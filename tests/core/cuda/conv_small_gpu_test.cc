@@ -4,7 +4,8 @@
 // forward, data gradient (stride 1), weight gradient and the bias gradient
 // summed alongside it (same dw bits with and without), C = 1, 3, 4, 6, 8, K
 // that 8, 4, 2 or nothing divides, 3x3 and 5x5 filters, stride 1 and 2,
-// padding 0 to 2, odd planes, NCHW and channels-last operands, float32,
+// padding 0 to 2, and few output channels (K = 1, 2, 5, 8) from C = 12, 16, 40,
+// 64 through 1x1 and 3x3 filters; odd planes, NCHW and channels-last operands, float32,
 // bfloat16 and float16; then planes large enough for several tiles, filters
 // whose input window shrinks the tiles, and the forward's bias + ReLU epilogue. Then conv2d and
 // conv2d_bias_relu on each path LOOM_CONV_SMALL names (loom, cudnn, auto)
@@ -54,6 +55,14 @@ std::vector<Case> cases() {
         for (int64_t stride : {1, 2}) {
           for (int64_t pad : {0, 1, 2}) all.push_back({C, K, R, stride, pad});
         }
+      }
+    }
+  }
+  for (int64_t C : {12, 16, 40, 64}) {
+    for (int64_t K : {1, 2, 5, 8}) {
+      for (int64_t stride : {1, 2}) {
+        all.push_back({C, K, 1, stride, 0});
+        all.push_back({C, K, 3, stride, 1});
       }
     }
   }
@@ -211,7 +220,10 @@ LOOM_GPU_TEST_CASE("the small-channel kernels decline what they were not built f
   };
   CHECK(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float32, plain));
   CHECK(supported({2, 8, 8, 8}, {16, 8, 5, 5}, DType::Float32, plain));
-  CHECK_FALSE(supported({2, 9, 8, 8}, {16, 9, 3, 3}, DType::Float32, plain));     // C > 8
+  CHECK_FALSE(supported({2, 9, 8, 8}, {16, 9, 3, 3}, DType::Float32, plain));     // C > 8, K > 8
+  CHECK(supported({2, 16, 8, 8}, {2, 16, 1, 1}, DType::Float32, plain));          // K <= 8, C <= 64
+  CHECK(supported({2, 64, 8, 8}, {8, 64, 3, 3}, DType::Float32, plain));
+  CHECK_FALSE(supported({2, 65, 8, 8}, {2, 65, 1, 1}, DType::Float32, plain));    // C > 64
   CHECK_FALSE(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float64, plain));     // float64
   CHECK_FALSE(supported({2, 3, 8, 8}, {512, 3, 3, 3}, DType::Float32, plain));    // filter too big
   CHECK_FALSE(supported({2, 3, 8, 8}, {64, 3, 3, 3}, DType::Float32, {.dilation_h = 2}));
