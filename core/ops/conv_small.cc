@@ -42,11 +42,6 @@ cuda::KernelChoice& depthwise_conv_choice() {
   return choice;
 }
 
-cuda::KernelChoice& patch_conv_choice() {
-  static cuda::KernelChoice choice("LOOM_CONV_PATCH");
-  return choice;
-}
-
 cuda::KernelChoice& wgrad_mma_choice() {
   static cuda::KernelChoice choice("LOOM_CONV_WGRAD_MMA");
   return choice;
@@ -119,41 +114,6 @@ bool depthwise_chosen(std::string_view pass, const Tensor& out, const Tensor& a,
                       const kernel::ConvParams& p, const std::function<void()>& loom,
                       const std::function<bool()>& cudnn) {
   return loom_chosen(depthwise_conv_choice(), "conv_depthwise", pass, out, a, b, p, loom, cudnn);
-}
-
-// The patch tier's geometry: filter R x S == stride, R * S >= 2, no padding or
-// dilation, one group, and x's plane (N, C, H, W) made of whole patches.
-bool patch_geometry(const Tensor& x, const Tensor& w, const kernel::ConvParams& p) {
-  if (!x.device().is_cuda() || x.dim() != 4 || w.dim() != 4) return false;
-  const int64_t R = w.size(2), S = w.size(3);
-  return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1 && p.pad_h == 0 && p.pad_w == 0 &&
-         R == p.stride_h && S == p.stride_w && R * S >= 2 && x.size(2) % R == 0 && x.size(3) % S == 0;
-}
-
-// t (N, C, P * R, Q * S) as (N, C, R, S, P, Q): pixel (r, s) of each patch, a view.
-Tensor patch_pixels(const Tensor& t, int64_t R, int64_t S) {
-  const int64_t P = t.size(2) / R, Q = t.size(3) / S;
-  return t.view({t.size(0), t.size(1), P, R, Q, S}).permute({0, 1, 3, 5, 2, 4});
-}
-
-// u (N, C * R * S, P, Q) as (N, C, R, S, P, Q), a view.
-Tensor channel_pixels(const Tensor& u, int64_t R, int64_t S) {
-  return u.view({u.size(0), u.size(1) / (R * S), R, S, u.size(2), u.size(3)});
-}
-
-// x's patches as channels: (N, C * R * S, P, Q) in x's memory format.
-Tensor unshuffled(const Tensor& x, int64_t R, int64_t S) {
-  TensorOptions options = x.options();
-  options.requires_grad = false;
-  options.memory_format = x.suggest_memory_format();
-  Tensor u = empty({x.size(0), x.size(1) * R * S, x.size(2) / R, x.size(3) / S}, options);
-  channel_pixels(u, R, S).copy_(patch_pixels(x.detach(), R, S));
-  return u;
-}
-
-// A (K, C, R, S) filter as the 1x1 filter (K, C * R * S, 1, 1) in `format`.
-Tensor as_1x1(const Tensor& w, MemoryFormat format) {
-  return w.detach().contiguous().view({w.size(0), w.size(1) * w.size(2) * w.size(3), 1, 1}).contiguous(format);
 }
 
 }  // namespace
@@ -253,57 +213,6 @@ bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const k
   return raced_wgrad(wgrad_mma_choice(), "conv_wgrad_mma", dw, dy, x, p, need, [&](const Strided& scratch) {
     cuda::conv_wgrad_mma(dw.strided(), dy.strided(), x.strided(), p, scratch);
   });
-}
-
-bool patch_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p) {
-  DeviceGuard guard(y.device());
-  if (!patch_geometry(x, w, p)) return false;
-  const int64_t R = w.size(2), S = w.size(3);
-  auto loom = [&] {
-    const Tensor u = unshuffled(x, R, S);
-    cudnn::conv2d_forward(y.strided(), u.strided(), as_1x1(w, u.suggest_memory_format()).strided(), {});
-  };
-  auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p, kSkipPending); };
-  if (!loom_chosen(patch_conv_choice(), "conv_patch", "forward", y, x, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
-}
-
-bool patch_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p) {
-  DeviceGuard guard(dx.device());
-  if (!patch_geometry(dx, w, p)) return false;
-  const int64_t R = w.size(2), S = w.size(3);
-  auto loom = [&] {
-    TensorOptions options = dy.options();
-    options.requires_grad = false;
-    options.memory_format = dx.suggest_memory_format();
-    const Tensor u = empty({dx.size(0), dx.size(1) * R * S, dy.size(2), dy.size(3)}, options);
-    cudnn::conv2d_dgrad(u.strided(), dy.strided(), as_1x1(w, u.suggest_memory_format()).strided(), {});
-    patch_pixels(dx, R, S).copy_(channel_pixels(u, R, S));
-  };
-  auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p, kSkipPending); };
-  if (!loom_chosen(patch_conv_choice(), "conv_patch", "dgrad", dx, dy, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
-}
-
-bool patch_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
-  DeviceGuard guard(dw.device());
-  if (!patch_geometry(x, dw, p)) return false;
-  const int64_t K = dw.size(0), C = dw.size(1), R = dw.size(2), S = dw.size(3);
-  auto loom = [&] {
-    const Tensor u = unshuffled(x, R, S);
-    TensorOptions options = dw.options();
-    options.requires_grad = false;
-    options.memory_format = u.suggest_memory_format();
-    const Tensor dw1 = empty({K, C * R * S, 1, 1}, options);
-    cudnn::conv2d_wgrad(dw1.strided(), dy.strided(), u.strided(), {});
-    Tensor(dw).copy_(dw1.contiguous().view({K, C, R, S}));  // a handle on dw's storage
-  };
-  auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
-  if (!loom_chosen(patch_conv_choice(), "conv_patch", "wgrad", dw, dy, x, p, loom, cudnn)) return false;
-  loom();
-  return true;
 }
 
 }  // namespace loom::conv_detail

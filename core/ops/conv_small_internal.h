@@ -43,16 +43,4 @@ bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, c
 // 128 channels, 16-bit, or float32 under the TF32 policy) likewise, against cuDNN's wgrad.
 bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
 
-// Convolutions over non-overlapping patches (filter == stride >= 2 in area, no
-// padding or dilation, one group, planes of whole patches: a ViT's patch
-// embedding, a U-Net's 2x2 stride-2 transposed convolution, whose y is this
-// tier's dgrad) as 1x1 convolutions over each patch's pixels taken as channels
-// (pixel_unshuffle's order, which is a contiguous filter's own), with the
-// rearranging copies beside them; raced against cuDNN's strided kernels
-// (LOOM_CONV_PATCH = loom|cudnn|auto), each returning false to leave the pass
-// to cuDNN.
-bool patch_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p);
-bool patch_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p);
-bool patch_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
-
 }  // namespace loom::conv_detail
