@@ -118,7 +118,10 @@ bool check_case(const Case& c, DType dtype, MemoryFormat format, Generator& gen)
     const Tensor db = db_long.slice(0, 0, 2 * c.K, 2);
     cuda::conv_small_wgrad(dw2.strided(), dyg.strided(), xg.strided(), p, scratch.strided(), db.strided());
     CHECK(testing::values(dw2.to(DType::Float32).cpu()) == testing::values(dw.to(DType::Float32).cpu()));
-    testing::check_scaled(db, db_ref, tol);
+    // A channel's N * P * Q terms may cancel far below their own size (K = 1 leaves no larger channel to
+    // scale by): the float32 sum's error is bounded by the terms' magnitudes, the rounding of the result by it.
+    const double terms = max(sum(abs(dy64), {0, 2, 3})).item();
+    CHECK_CLOSE(db.to(DType::Float64).cpu(), db_ref, tol, 1e-6 * terms);
   }
   return true;
 }
