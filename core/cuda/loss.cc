@@ -38,10 +38,12 @@ LossScratch* scratch() {
   }
   int64_t value = 0;
   copy_to_host(&value, target.ptr<int64_t>() + offset, sizeof value);
+  // A 1-D target's position is a number, as the CPU's check writes it.
+  const std::string position = index.size() == 1 ? std::to_string(index[0]) : shape_str(index);
   throw IndexError(fmt::format(
       "[{}] target {} at position {} is out of range for {} classes (expected 0 to {}, or "
       "ignore_index {})",
-      op, value, shape_str(index), classes, classes - 1, ignore_index));
+      op, value, position, classes, classes - 1, ignore_index));
 }
 
 }  // namespace

@@ -106,12 +106,13 @@ bool capturing_graph(const Tensor& t) {
   return t.device().is_cuda() && cuda::is_capturing();
 }
 
-// While a CUDA graph is being captured the targets cannot be read back: the
-// kernels then flag a bad one in the totals and write NaN losses instead.
+// The CPU checks the target's classes before its kernels run. The GPU kernels
+// flag the first bad one in their device totals (and write NaN losses), which
+// run_forward reads back after the launch: a few bytes, not the whole target.
 void check_class_target(const Tensor& scores, const Tensor& target, int64_t ignore_index,
                         std::string_view op, std::string_view scores_name) {
   check_class_target_shapes(scores, target, op, scores_name);
-  if (!capturing_graph(target)) check_class_range(target, scores.size(1), ignore_index, op);
+  if (!target.device().is_cuda()) check_class_range(target, scores.size(1), ignore_index, op);
 }
 
 // The op's output from per-position losses and their total.
@@ -146,19 +147,33 @@ cuda::LossScale device_scale(const GradScale& s) {
   return {static_cast<const cuda::LossTotals*>(s.device_totals.raw_data()), s.mean};
 }
 
+// A class-index target, its scores' class count and the index it skips.
+struct ClassTarget {
+  const Tensor& target;
+  int64_t classes;
+  int64_t ignore_index;
+};
+
 // Runs cpu_forward() -> kernel::LossTotal on the CPU, or cuda_forward(cuda::LossOutputs)
-// on the GPU, and makes the op's output from the per-position `losses`.
+// on the GPU, and makes the op's output from the per-position `losses`. Outside a
+// CUDA-graph capture the GPU's totals are read back to name a bad target (an
+// IndexError, as the CPU's check raises); inside one the NaN losses say it.
 template <class CpuForward, class CudaForward>
-LossForward run_forward(const Tensor& losses, Reduction reduction, std::string_view op,
+LossForward run_forward(const Tensor& losses, const ClassTarget& classes, Reduction reduction, std::string_view op,
                         CpuForward&& cpu_forward, CudaForward&& cuda_forward) {
   if (losses.device().is_cuda()) {
     DeviceGuard guard(losses.device());
     Tensor totals = empty({static_cast<int64_t>(sizeof(cuda::LossTotals))},
                           {.dtype = DType::UInt8, .device = losses.device()});
     Tensor loss = reduction == Reduction::None ? losses : empty({}, losses.options());
-    cuda_forward(cuda::LossOutputs{static_cast<cuda::LossTotals*>(totals.raw_data()),
-                                   reduction == Reduction::None ? nullptr : loss.raw_data(),
+    auto* device_totals = static_cast<cuda::LossTotals*>(totals.raw_data());
+    cuda_forward(cuda::LossOutputs{device_totals, reduction == Reduction::None ? nullptr : loss.raw_data(),
                                    reduction == Reduction::Mean});
+    if (!cuda::is_capturing()) {
+      const std::string name(op);
+      cuda::read_totals(device_totals, classes.target.strided(), classes.classes, classes.ignore_index,
+                        name.c_str());
+    }
     return {loss, {.host = 1.0, .device_totals = totals, .mean = reduction == Reduction::Mean}};
   }
   const kernel::LossTotal total = cpu_forward();
@@ -263,7 +278,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, CrossEntropy
   // losses (N, d1...), logits (N, C, d1...)
   Tensor losses = empty(target.sizes(), loss_options(logits));
   LossForward f = run_forward(
-      losses, options.reduction, "cross_entropy",
+      losses, {target, logits.size(1), options.ignore_index}, options.reduction, "cross_entropy",
       [&] { return cpu::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params); },
       [&](const cuda::LossOutputs& out) {
         cuda::cross_entropy_forward(losses.strided(), logits.strided(), target.strided(), params, out);
@@ -298,7 +313,7 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, NllLossOptions
   Tensor losses = empty(target.sizes(), log_probs.options());
   const int64_t ignore_index = options.ignore_index;
   LossForward f = run_forward(
-      losses, options.reduction, "nll_loss",
+      losses, {target, log_probs.size(1), ignore_index}, options.reduction, "nll_loss",
       [&] {
         return cpu::nll_loss_forward(losses.strided(), log_probs.strided(), target.strided(), ignore_index);
       },

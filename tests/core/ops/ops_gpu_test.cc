@@ -342,6 +342,31 @@ LOOM_GPU_TEST_CASE("losses, dropout and cat match the CPU on the GPU") {
                MemoryFormat::Contiguous, kExact, gen);
 }
 
+// The GPU names a bad class target from its kernels' device totals (the CPU
+// from the target itself): the same IndexError, and the next call is unharmed.
+LOOM_GPU_TEST_CASE("cross_entropy and nll_loss on the GPU name an out-of-range target as the CPU does") {
+  const Device gpu = testing::test_gpu();
+  const TensorOptions i64{.dtype = DType::Int64};
+  const Tensor logits = zeros({4, 10}).to(gpu);
+  const Tensor bad = tensor({1, 2, 3, 12}, {4}, i64).to(gpu);
+  for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+    CHECK_THROWS_WITH_FRAGMENT(cross_entropy(logits, bad, {.reduction = r}), IndexError,
+                               "[cross_entropy] target 12 at position 3 is out of range for 10 classes (expected 0 "
+                               "to 9, or ignore_index -100)");
+  }
+  const Tensor bad4 = tensor({0, 1, 2, 0, 1, 2, -1, 0}, {2, 2, 2}, i64).to(gpu);
+  CHECK_THROWS_WITH_FRAGMENT(cross_entropy(zeros({2, 3, 2, 2}).to(gpu), bad4), IndexError,
+                             "target -1 at position (1, 1, 0) is out of range for 3 classes");
+  CHECK_THROWS_WITH_FRAGMENT(nll_loss(zeros({2, 3}).to(gpu), tensor({5, 0}, {2}, i64).to(gpu)), IndexError,
+                             "[nll_loss] target 5 at position 0 is out of range for 3 classes");
+  CHECK_THROWS_WITH_FRAGMENT(cross_entropy(zeros({10}).to(gpu), full({}, 10.0, i64).to(gpu)), IndexError,
+                             "target 10 at position 0 is out of range for 10 classes");
+  // ignore_index is no error; the mean skips it, and the call after a bad one is right.
+  const Tensor ignored = tensor({1, -100, 3, 0}, {4}, i64).to(gpu);
+  CHECK(cross_entropy(logits, ignored).item() == doctest::Approx(std::log(10.0)));
+  CHECK(cross_entropy(logits, ignored, {.reduction = Reduction::Sum}).item() == doctest::Approx(3 * std::log(10.0)));
+}
+
 LOOM_GPU_TEST_CASE("interpolate and pad match the CPU on the GPU, every mode and layout") {
   Generator gen(56);
   const InterpolateOptions resizes[] = {
