@@ -105,7 +105,7 @@ void forward_kernel(const Tensor& y, const Tensor& x, const Tensor& w, const Ten
   }
   if (y.device().is_cuda()) {
     DeviceGuard guard(y.device());
-    if (!small_conv_forward(y, x, w, p) && !depthwise_conv_forward(y, x, w, p)) {
+    if (!small_conv_forward(y, x, w, p) && !depthwise_conv_forward(y, x, w, p) && !patch_conv_forward(y, x, w, p)) {
       cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p);
     }
     if (bias.defined()) add_bias_cuda(y, bias);
@@ -130,7 +130,7 @@ void dgrad_kernel(const Tensor& dx, const Tensor& dy, const Tensor& w, const ker
   }
   if (dx.device().is_cuda()) {
     DeviceGuard guard(dx.device());
-    if (!small_conv_dgrad(dx, dy, w, p) && !depthwise_conv_dgrad(dx, dy, w, p)) {
+    if (!small_conv_dgrad(dx, dy, w, p) && !depthwise_conv_dgrad(dx, dy, w, p) && !patch_conv_dgrad(dx, dy, w, p)) {
       cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p);
     }
     return;
@@ -148,7 +148,8 @@ void wgrad_kernel(const Tensor& dw, const Tensor& dy, const Tensor& x, const ker
   }
   if (dw.device().is_cuda()) {
     DeviceGuard guard(dw.device());
-    if (!small_conv_wgrad(dw, dy, x, p) && !depthwise_conv_wgrad(dw, dy, x, p) && !mma_conv_wgrad(dw, dy, x, p)) {
+    if (!small_conv_wgrad(dw, dy, x, p) && !depthwise_conv_wgrad(dw, dy, x, p) && !mma_conv_wgrad(dw, dy, x, p) &&
+        !patch_conv_wgrad(dw, dy, x, p)) {
       cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p);
     }
     return;

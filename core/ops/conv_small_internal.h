@@ -43,4 +43,14 @@ bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, c
 // 128 channels, 16-bit, or float32 under the TF32 policy) likewise, against cuDNN's wgrad.
 bool mma_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
 
+// Convolutions over non-overlapping patches (filter == stride, at least 2 in
+// area, no padding or dilation, one group; x or dx and y or dy dense
+// channels-last): a ViT's patch embedding, a U-Net's 2x2 stride-2 transposed
+// convolution (whose output is this tier's dgrad). Each is one matrix product
+// over the patches' pixels taken as rows, beside a rearranging copy; raced
+// against cuDNN's strided kernels (LOOM_CONV_PATCH = loom|cudnn|auto).
+bool patch_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p);
+bool patch_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p);
+bool patch_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p);
+
 }  // namespace loom::conv_detail

@@ -10,7 +10,10 @@
 // whose input window shrinks the tiles, and the forward's bias + ReLU epilogue. Then conv2d and
 // conv2d_bias_relu on each path LOOM_CONV_SMALL names (loom, cudnn, auto)
 // under strict fp32, TF32 and bf16 autocast, against the CPU op, and a bias
-// gradient too wide for the weight-gradient block, summed on its own.
+// gradient too wide for the weight-gradient block, summed on its own. Last,
+// the patch tier (filter == stride): conv2d and conv_transpose2d in random
+// patch shapes and channel counts, on each path LOOM_CONV_PATCH names, every
+// gradient, NCHW and channels-last activations, either filter layout.
 //
 // Tolerances, relative to the largest reference magnitude of each result:
 // float32 kernels 1e-5 (at most 200-term products in the forward, fused
@@ -315,6 +318,56 @@ LOOM_GPU_TEST_CASE("conv2d_bias_relu on each path LOOM_CONV_SMALL names matches 
         testing::check_scaled(w.grad(), w_ref.grad(), s.tol);
         testing::check_scaled(b.grad(), b_ref.grad(), s.tol);
       }
+    }
+  }
+}
+
+// Convolutions over non-overlapping patches (filter == stride) and the
+// transposed ones that scatter each pixel to its patch: random patch sizes,
+// channels, batches and planes, NCHW and channels-last (the tier takes only
+// channels-last activations; its filters may lie either way), with a bias,
+// through the patch tier (loom), cuDNN's strided kernels and the race between them.
+LOOM_GPU_TEST_CASE("convolutions whose filter is their stride match the CPU on each path LOOM_CONV_PATCH names") {
+  Generator gen(1211);
+  const auto pick = [&](int64_t lo, int64_t hi) {
+    return static_cast<int64_t>(randint(lo, hi + 1, {1}, {}, &gen).item());
+  };
+  for (const char* path : {"loom", "cudnn", "auto"}) {
+    const testing::ScopedEnv env("LOOM_CONV_PATCH", path);
+    for (int index = 0; index < 16; ++index) {
+      const PathSetting& s = index % 3 == 0 ? kStrict : index % 3 == 1 ? kTf32 : kBf16;
+      const bool transposed = index % 2 == 1;
+      const MemoryFormat format = index % 4 == 0 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+      const MemoryFormat w_format = index % 8 < 4 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+      const int64_t R = pick(1, 4), S = R == 1 ? pick(2, 3) : pick(1, 4), C = pick(1, 40), K = pick(1, 40);
+      const int64_t N = pick(1, 3), P = pick(1, 6), Q = pick(1, 6);
+      INFO(path, " ", s.name, transposed ? " conv_transpose2d" : " conv2d", " N ", N, " C ", C, " K ", K,
+           " patch ", R, "x", S, " plane ", P, "x", Q, " channels_last ", format == MemoryFormat::ChannelsLast,
+           " filter channels_last ", w_format == MemoryFormat::ChannelsLast);
+      const Size2 stride{R, S};
+      const Shape x_shape = transposed ? Shape{N, C, P, Q} : Shape{N, C, P * R, Q * S};
+      const Shape w_shape = transposed ? Shape{C, K, R, S} : Shape{K, C, R, S};
+      const Tensor x0 = testing::exact_randn(x_shape, DType::BFloat16, gen).contiguous(format);
+      const Tensor w0 = testing::exact_randn(w_shape, DType::BFloat16, gen).contiguous(w_format);
+      const Tensor b0 = testing::exact_randn({K}, DType::BFloat16, gen);
+      const auto run = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+        return transposed ? conv_transpose2d(x, w, b, {.stride = stride}) : conv2d(x, w, b, {.stride = stride});
+      };
+      Tensor x_ref = leaf(x0), w_ref = leaf(w0), b_ref = leaf(b0);
+      const Tensor y_ref = run(x_ref, w_ref, b_ref);
+      const Tensor dy = testing::exact_randn(y_ref.sizes(), DType::BFloat16, gen);
+      y_ref.backward(dy);
+
+      const SettingScope scope(s);
+      Tensor x = leaf(x0.to(testing::test_gpu())), w = leaf(w0.to(testing::test_gpu())),
+             b = leaf(b0.to(testing::test_gpu()));
+      const Tensor y = run(x, w, b);
+      REQUIRE(y.sizes() == y_ref.sizes());
+      y.backward(dy.to(testing::test_gpu()).to(y.dtype()).contiguous(y.suggest_memory_format()));
+      testing::check_scaled(y.to(DType::Float32), y_ref, s.tol);
+      testing::check_scaled(x.grad(), x_ref.grad(), s.tol);
+      testing::check_scaled(w.grad(), w_ref.grad(), s.tol);
+      testing::check_scaled(b.grad(), b_ref.grad(), s.tol);
     }
   }
 }
