@@ -7,9 +7,10 @@
 //
 // N batch, C classes, d1... optional spatial dims; a "position" is one (n, d1...).
 // Scores are (N, C, d1...) float32 or float64, targets (N, d1...) int64, any
-// strides, at most 8 dims. The op checks the targets first where it can wait
-// for them; the kernels never index with an out-of-range one anyway: they flag
-// the first such position in the totals and write NaN losses and gradients.
+// strides, at most 8 dims. The kernels never index with an out-of-range
+// target: they flag the first such position in the totals and write NaN losses
+// and gradients; the op reads the totals back after the forward (read_totals)
+// wherever it can wait for them, outside a CUDA-graph capture.
 #pragma once
 
 #include <cstdint>
