@@ -71,6 +71,19 @@ std::string shape_str(const Shape& sizes) {
   return fmt::format("({})", fmt::join(sizes, ", "));
 }
 
+Shape unravel_index(const Shape& sizes, int64_t flat) {
+  Shape index(sizes.size());
+  for (size_t d = sizes.size(); d-- > 0;) {
+    index[d] = flat % sizes[d];
+    flat /= sizes[d];
+  }
+  return index;
+}
+
+std::string position_str(const Shape& sizes, int64_t flat) {
+  return sizes.size() == 1 ? std::to_string(flat) : shape_str(unravel_index(sizes, flat));
+}
+
 int64_t normalize_dim(int64_t dim, int64_t ndim, std::string_view op) {
   int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
   LOOM_CHECK(dim >= lo && dim <= hi, IndexError,

@@ -36,6 +36,11 @@ Shape strides_for(const Shape& sizes, MemoryFormat format);
 // "(8, 3, 32, 32)"
 std::string shape_str(const Shape& sizes);
 
+// The index of row-major element `flat` of a tensor of `sizes`.
+Shape unravel_index(const Shape& sizes, int64_t flat);
+// Element `flat`'s position as error messages write it: "3" in a 1-D tensor, else "(0, 2, 1)".
+std::string position_str(const Shape& sizes, int64_t flat);
+
 // Maps a possibly negative dim into [0, ndim); throws IndexError naming `op`.
 int64_t normalize_dim(int64_t dim, int64_t ndim, std::string_view op);
 

@@ -28,28 +28,22 @@ LossScratch* scratch() {
 
 // The target at row-major position `flat` has no class: read it back and say so.
 [[noreturn]] void throw_bad_target(const Strided& target, int64_t flat, int64_t classes,
-                                   int64_t ignore_index, const char* op) {
-  Shape index(target.sizes.size());
+                                   int64_t ignore_index, std::string_view op) {
+  const Shape index = unravel_index(target.sizes, flat);
   int64_t offset = 0;
-  for (size_t d = index.size(); d-- > 0;) {
-    index[d] = flat % target.sizes[d];
-    flat /= target.sizes[d];
-    offset += index[d] * target.strides[d];
-  }
+  for (size_t d = 0; d < index.size(); ++d) offset += index[d] * target.strides[d];
   int64_t value = 0;
   copy_to_host(&value, target.ptr<int64_t>() + offset, sizeof value);
-  // A 1-D target's position is a number, as the CPU's check writes it.
-  const std::string position = index.size() == 1 ? std::to_string(index[0]) : shape_str(index);
   throw IndexError(fmt::format(
       "[{}] target {} at position {} is out of range for {} classes (expected 0 to {}, or "
       "ignore_index {})",
-      op, value, position, classes, classes - 1, ignore_index));
+      op, value, position_str(target.sizes, flat), classes, classes - 1, ignore_index));
 }
 
 }  // namespace
 
 kernel::LossTotal read_totals(const LossTotals* device_totals, const Strided& target, int64_t classes,
-                           int64_t ignore_index, const char* op) {
+                              int64_t ignore_index, std::string_view op) {
   LossTotals totals{};
   copy_to_host(&totals, device_totals, sizeof totals);
   if (totals.first_bad_position != kNoBadPosition) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "core/cuda/loss_args.h"
 #include "core/kernel/loss.h"
@@ -42,6 +43,6 @@ void nll_loss_backward(const Strided& dlog_probs, const Strided& target, const S
 // Waits for the forward that wrote `totals` and returns them; an out-of-range
 // target it flagged becomes an IndexError naming the class index and position.
 kernel::LossTotal read_totals(const LossTotals* totals, const Strided& target, int64_t classes,
-                           int64_t ignore_index, const char* op);
+                              int64_t ignore_index, std::string_view op);
 
 }  // namespace loom::cuda

@@ -178,7 +178,7 @@ void nll_loss_forward(const Strided&, const Strided&, const Strided&, int64_t, c
 void nll_loss_backward(const Strided&, const Strided&, const Strided&, const LossScale&, int64_t) {
   no_cuda("nll_loss_backward");
 }
-kernel::LossTotal read_totals(const LossTotals*, const Strided&, int64_t, int64_t, const char*) {
+kernel::LossTotal read_totals(const LossTotals*, const Strided&, int64_t, int64_t, std::string_view) {
   no_cuda("read_totals");
 }
 

@@ -33,16 +33,6 @@ namespace loom {
 
 namespace {
 
-// "3" for a 1-D target, else the index of row-major element `flat`: "(0, 2, 1)".
-std::string position_str(const Shape& sizes, int64_t flat) {
-  if (sizes.size() == 1) return std::to_string(flat);
-  Shape index(sizes.size());
-  for (size_t d = sizes.size(); d-- > 0;) {
-    index[d] = flat % sizes[d];
-    flat /= sizes[d];
-  }
-  return shape_str(index);
-}
 
 // A class-index target's shape: the scores' (N, C, d1...) without the class dim 1.
 Shape class_target_shape(const Tensor& scores) {
@@ -170,9 +160,7 @@ LossForward run_forward(const Tensor& losses, const ClassTarget& classes, Reduct
     cuda_forward(cuda::LossOutputs{device_totals, reduction == Reduction::None ? nullptr : loss.raw_data(),
                                    reduction == Reduction::Mean});
     if (!cuda::is_capturing()) {
-      const std::string name(op);
-      cuda::read_totals(device_totals, classes.target.strided(), classes.classes, classes.ignore_index,
-                        name.c_str());
+      cuda::read_totals(device_totals, classes.target.strided(), classes.classes, classes.ignore_index, op);
     }
     return {loss, {.host = 1.0, .device_totals = totals, .mean = reduction == Reduction::Mean}};
   }
