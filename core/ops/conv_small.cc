@@ -68,21 +68,19 @@ std::string tier_key(std::string_view tier, std::string_view pass, const Tensor&
                      p.dilation_w, p.groups, precision_name(policy.precision), policy.deterministic);
 }
 
-// Both candidates write `out`, which the chosen one then overwrites; cudnn
-// returns false where cuDNN has no engine for the graph (it then leaves the race).
-bool loom_chosen(cuda::KernelChoice& choice, std::string_view tier, std::string_view pass,
-                 const Tensor& out, const Tensor& a, const Tensor& b, const kernel::ConvParams& p,
-                 const std::function<void()>& loom, const std::function<bool()>& cudnn) {
+// Races Loom's pass against cuDNN's for this key (once; the choice is cached), then runs Loom's
+// when it won and returns true; false leaves the pass to the caller's cuDNN path. Both
+// candidates write `out` during the race; cudnn returns false where cuDNN has no engine for
+// the graph (it then leaves the race).
+bool run_if_loom_wins(cuda::KernelChoice& choice, std::string_view tier, std::string_view pass,
+                      const Tensor& out, const Tensor& a, const Tensor& b, const kernel::ConvParams& p,
+                      const std::function<void()>& loom, const std::function<bool()>& cudnn) {
   const std::string pick = choice.choose(
       tier_key(tier, pass, out, a, b, p), {std::string(kLoom), std::string(kCudnn)},
       [&] { return cuda::CandidateRuns{[&] { return loom(), true; }, cudnn}; });
-  return pick == kLoom;
-}
-
-bool small_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
-                  const kernel::ConvParams& p, const std::function<void()>& loom,
-                  const std::function<bool()>& cudnn) {
-  return loom_chosen(small_conv_choice(), "conv_small", pass, out, a, b, p, loom, cudnn);
+  if (pick != kLoom) return false;
+  loom();
+  return true;
 }
 
 // A Loom kernel's scratch, allocated on the kernel's first run only: where cuDNN wins the race, nothing is.
@@ -112,15 +110,7 @@ bool raced_wgrad(cuda::KernelChoice& choice, std::string_view tier, const Tensor
   FirstRunScratch scratch(dw.device(), std::move(need));
   auto loom = [&] { run(scratch()); };
   auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
-  if (!loom_chosen(choice, tier, "wgrad", dw, dy, x, p, loom, cudnn)) return false;
-  loom();
-  return true;
-}
-
-bool depthwise_chosen(std::string_view pass, const Tensor& out, const Tensor& a, const Tensor& b,
-                      const kernel::ConvParams& p, const std::function<void()>& loom,
-                      const std::function<bool()>& cudnn) {
-  return loom_chosen(depthwise_conv_choice(), "conv_depthwise", pass, out, a, b, p, loom, cudnn);
+  return run_if_loom_wins(choice, tier, "wgrad", dw, dy, x, p, loom, cudnn);
 }
 
 // The patch tier's operands: x (N, C, P * R, Q * S) and y (N, K, P, Q) dense
@@ -190,9 +180,7 @@ bool small_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const
   if (!y.device().is_cuda() || !cuda::conv_small_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_small_forward(y.strided(), x.strided(), w.strided(), p); };
   auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p, kSkipPending); };
-  if (!small_chosen("forward", y, x, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return run_if_loom_wins(small_conv_choice(), "conv_small", "forward", y, x, w, p, loom, cudnn);
 }
 
 bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
@@ -206,9 +194,7 @@ bool small_conv_bias_relu_forward(const Tensor& y, const Tensor& x, const Tensor
     return cudnn::conv2d_bias_relu_forward(y.strided(), x.strided(), w.strided(), epilogue.bias, p);
   };
   const std::string_view pass = b.defined() ? "forward+bias+relu" : "forward+relu";
-  if (!small_chosen(pass, y, x, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return run_if_loom_wins(small_conv_choice(), "conv_small", pass, y, x, w, p, loom, cudnn);
 }
 
 bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p) {
@@ -218,9 +204,7 @@ bool small_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const
   }
   auto loom = [&] { cuda::conv_small_dgrad(dx.strided(), dy.strided(), w.strided(), p); };
   auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p, kSkipPending); };
-  if (!small_chosen("dgrad", dx, dy, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return run_if_loom_wins(small_conv_choice(), "conv_small", "dgrad", dx, dy, w, p, loom, cudnn);
 }
 
 bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p,
@@ -236,18 +220,15 @@ bool small_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
     if (db.defined()) bgrad_kernel(db, dy);
     return true;
   };
-  if (!small_chosen(db.defined() ? "wgrad+bgrad" : "wgrad", dw, dy, x, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  const std::string_view pass = db.defined() ? "wgrad+bgrad" : "wgrad";
+  return run_if_loom_wins(small_conv_choice(), "conv_small", pass, dw, dy, x, p, loom, cudnn);
 }
 bool depthwise_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const kernel::ConvParams& p) {
   DeviceGuard guard(y.device());
   if (!y.device().is_cuda() || !cuda::conv_depthwise_supported(x.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_depthwise_forward(y.strided(), x.strided(), w.strided(), p); };
   auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p, kSkipPending); };
-  if (!depthwise_chosen("forward", y, x, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return run_if_loom_wins(depthwise_conv_choice(), "conv_depthwise", "forward", y, x, w, p, loom, cudnn);
 }
 
 bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p) {
@@ -255,9 +236,7 @@ bool depthwise_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, c
   if (!dx.device().is_cuda() || !cuda::conv_depthwise_supported(dx.strided(), w.strided(), p)) return false;
   auto loom = [&] { cuda::conv_depthwise_dgrad(dx.strided(), dy.strided(), w.strided(), p); };
   auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p, kSkipPending); };
-  if (!depthwise_chosen("dgrad", dx, dy, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return run_if_loom_wins(depthwise_conv_choice(), "conv_depthwise", "dgrad", dx, dy, w, p, loom, cudnn);
 }
 
 bool depthwise_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
@@ -294,9 +273,7 @@ bool patch_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const
     cuda::matmul(matrix(y, rows, K), matrix(u, rows, cols), matrix(w_rows, K, cols, true));
   };
   auto cudnn = [&] { return cudnn::conv2d_forward(y.strided(), x.strided(), w.strided(), p, kSkipPending); };
-  if (!loom_chosen(patch_conv_choice(), "conv_patch", "forward", y, x, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return run_if_loom_wins(patch_conv_choice(), "conv_patch", "forward", y, x, w, p, loom, cudnn);
 }
 
 bool patch_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const kernel::ConvParams& p) {
@@ -310,9 +287,7 @@ bool patch_conv_dgrad(const Tensor& dx, const Tensor& dy, const Tensor& w, const
     cuda::copy(patch_view(dx, R, S), du.strided());
   };
   auto cudnn = [&] { return cudnn::conv2d_dgrad(dx.strided(), dy.strided(), w.strided(), p, kSkipPending); };
-  if (!loom_chosen(patch_conv_choice(), "conv_patch", "dgrad", dx, dy, w, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return run_if_loom_wins(patch_conv_choice(), "conv_patch", "dgrad", dx, dy, w, p, loom, cudnn);
 }
 
 bool patch_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const kernel::ConvParams& p) {
@@ -327,9 +302,7 @@ bool patch_conv_wgrad(const Tensor& dw, const Tensor& dy, const Tensor& x, const
     if (!direct) cuda::copy(filter_krsc(dw), dw_rows.strided());
   };
   auto cudnn = [&] { return cudnn::conv2d_wgrad(dw.strided(), dy.strided(), x.strided(), p, kSkipPending); };
-  if (!loom_chosen(patch_conv_choice(), "conv_patch", "wgrad", dw, dy, x, p, loom, cudnn)) return false;
-  loom();
-  return true;
+  return run_if_loom_wins(patch_conv_choice(), "conv_patch", "wgrad", dw, dy, x, p, loom, cudnn);
 }
 
 }  // namespace loom::conv_detail
