@@ -160,7 +160,8 @@ Tensor full(const Shape& sizes, double value, TensorOptions options = {});
 Tensor empty_like(const Tensor& like);
 Tensor zeros_like(const Tensor& like);
 Tensor ones_like(const Tensor& like);
-// start, start+step, ... < end.
+// start, start+step, ... < end, in options.dtype: float32 unless asked otherwise, also for
+// arange(n) (torch.arange gives int64 for integer arguments; pass {.dtype = DType::Int64}).
 Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
 Tensor arange(int64_t end, TensorOptions options = {});
 // The n x m identity matrix (ones on the main diagonal), as torch.eye: any
