@@ -249,6 +249,40 @@ RnnSequence padded_layer(RnnMode mode, const Tensor& x, const RnnState& first, c
   return {reverse ? reversed_within(out, p) : out, last};
 }
 
+// Each sequence's length in the batch's own order, of a batch check_packed has passed.
+std::vector<int64_t> lengths_of(const PackedSequence& p) {
+  std::vector<int64_t> out(static_cast<size_t>(p.batch_sizes[0]), 0);
+  for (const int64_t size : p.batch_sizes) {
+    for (int64_t j = 0; j < size; ++j) ++out[entry_at(p, j)];
+  }
+  return out;
+}
+
+// pad_packed_sequence of a batch check_packed has passed.
+PaddedSequence padded_of(const PackedSequence& sequence, bool batch_first, double padding_value,
+                         std::optional<int64_t> total_length) {
+  const auto longest = static_cast<int64_t>(sequence.batch_sizes.size());
+  const int64_t steps = total_length.value_or(longest), batch = sequence.batch_sizes[0];
+  LOOM_CHECK(steps >= longest, ValueError,
+             "[pad_packed_sequence] total_length is {}, shorter than the longest sequence ({} steps)", steps,
+             longest);
+  const Tensor& data = sequence.data;
+  const int64_t rows = data.size(0), features = trailing_numel(data, 1);
+  // The packed row of each (t, n) of the padded batch; rows past a length read the padding row.
+  std::vector<double> source(steps * batch, static_cast<double>(rows));
+  const std::vector<int64_t> packed = packed_rows(sequence, batch);
+  for (size_t row = 0; row < packed.size(); ++row) source[packed[row]] = static_cast<double>(row);
+  TensorOptions options = data.options();
+  options.requires_grad = false;
+  options.memory_format = MemoryFormat::Contiguous;
+  const Tensor with_padding = cat({data.reshape({rows, features}), full({1, features}, padding_value, options)}, 0);
+  const Tensor index = tensor(source, {steps * batch}, {.dtype = DType::Int64, .device = data.device()});
+  Shape shape{steps, batch};
+  shape.insert(shape.end(), data.sizes().begin() + 1, data.sizes().end());
+  const Tensor padded = index_select(with_padding, 0, index).reshape(shape);
+  return {batch_first ? padded.transpose(0, 1) : padded, lengths_of(sequence)};
+}
+
 }  // namespace
 
 RNNBase::RNNBase(RnnMode mode, int64_t input_size, int64_t hidden_size, const RNNOptions& options)
@@ -384,7 +418,7 @@ PackedRNNOutput RNNBase::forward(const PackedSequence& input, const RnnState& st
              "[{}] a packed input's data must be (sum of the lengths, {}), got {}", type_name(), input_size_,
              shape_of(input.data));
   check_packed(input, type_name());
-  const auto [padded, lengths] = pad_packed_sequence(input, options_.batch_first);
+  const auto [padded, lengths] = padded_of(input, options_.batch_first, 0.0, std::nullopt);
   const RNNOutput out = forward(padded, state, lengths);
   PackedSequence output = input;
   output.data = packed_data(options_.batch_first ? out.output.transpose(0, 1) : out.output, input);
@@ -440,11 +474,7 @@ Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first, doub
 
 std::vector<int64_t> PackedSequence::lengths() const {
   check_packed(*this, "PackedSequence::lengths");
-  std::vector<int64_t> out(static_cast<size_t>(batch_sizes[0]), 0);
-  for (const int64_t size : batch_sizes) {
-    for (int64_t j = 0; j < size; ++j) ++out[entry_at(*this, j)];
-  }
-  return out;
+  return lengths_of(*this);
 }
 
 PackedSequence PackedSequence::to(Device device) const {
@@ -489,26 +519,7 @@ PackedSequence pack_sequence(const std::vector<Tensor>& sequences, bool enforce_
 PaddedSequence pad_packed_sequence(const PackedSequence& sequence, bool batch_first, double padding_value,
                                    std::optional<int64_t> total_length) {
   check_packed(sequence, "pad_packed_sequence");
-  const auto longest = static_cast<int64_t>(sequence.batch_sizes.size());
-  const int64_t steps = total_length.value_or(longest), batch = sequence.batch_sizes[0];
-  LOOM_CHECK(steps >= longest, ValueError,
-             "[pad_packed_sequence] total_length is {}, shorter than the longest sequence ({} steps)", steps,
-             longest);
-  const Tensor& data = sequence.data;
-  const int64_t rows = data.size(0), features = trailing_numel(data, 1);
-  // The packed row of each (t, n) of the padded batch; rows past a length read the padding row.
-  std::vector<double> source(steps * batch, static_cast<double>(rows));
-  const std::vector<int64_t> packed = packed_rows(sequence, batch);
-  for (size_t row = 0; row < packed.size(); ++row) source[packed[row]] = static_cast<double>(row);
-  TensorOptions options = data.options();
-  options.requires_grad = false;
-  options.memory_format = MemoryFormat::Contiguous;
-  const Tensor with_padding = cat({data.reshape({rows, features}), full({1, features}, padding_value, options)}, 0);
-  const Tensor index = tensor(source, {steps * batch}, {.dtype = DType::Int64, .device = data.device()});
-  Shape shape{steps, batch};
-  shape.insert(shape.end(), data.sizes().begin() + 1, data.sizes().end());
-  const Tensor padded = index_select(with_padding, 0, index).reshape(shape);
-  return {batch_first ? padded.transpose(0, 1) : padded, sequence.lengths()};
+  return padded_of(sequence, batch_first, padding_value, total_length);
 }
 
 std::vector<Tensor> unpad_sequence(const Tensor& padded, const std::vector<int64_t>& lengths, bool batch_first) {
