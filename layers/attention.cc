@@ -368,10 +368,18 @@ Transformer::Transformer(TransformerOptions o) : options_(o) {
                                       .generator = o.generator};
   auto norm = [&] { return std::make_shared<LayerNorm>(Shape{o.d_model}, LayerNormOptions{.eps = o.layer_norm_eps,
                                                                                           .bias = o.bias}); };
-  encoder_ = register_module(
-      "encoder", TransformerEncoder(TransformerEncoderLayer(o.d_model, o.nhead, layer), o.num_encoder_layers, norm()));
-  decoder_ = register_module(
-      "decoder", TransformerDecoder(TransformerDecoderLayer(o.d_model, o.nhead, layer), o.num_decoder_layers, norm()));
+  encoder_ = o.custom_encoder;
+  if (!encoder_) {
+    encoder_ = std::make_shared<TransformerEncoder>(TransformerEncoderLayer(o.d_model, o.nhead, layer),
+                                                    o.num_encoder_layers, norm());
+  }
+  decoder_ = o.custom_decoder;
+  if (!decoder_) {
+    decoder_ = std::make_shared<TransformerDecoder>(TransformerDecoderLayer(o.d_model, o.nhead, layer),
+                                                    o.num_decoder_layers, norm());
+  }
+  register_module("encoder", encoder_);
+  register_module("decoder", decoder_);
   // As torch.nn's _reset_parameters: every matrix (the copies' included) drawn anew.
   for (const Tensor& p : parameters()) {
     if (p.dim() > 1) init::xavier_uniform_(p, 1.0, o.generator);

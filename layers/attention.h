@@ -226,6 +226,11 @@ struct TransformerOptions {
   bool norm_first = false;
   bool bias = true;
   Generator* generator = nullptr;  // for the initial weights
+  // torch.nn.Transformer's custom_encoder / custom_decoder: run in place of the stack the options
+  // above would build (its layer counts, sizes and norms then unused; d_model still sizes the
+  // inputs). Their matrices are drawn Xavier-uniform again with the rest, as torch.nn draws them.
+  std::shared_ptr<TransformerEncoder> custom_encoder;
+  std::shared_ptr<TransformerDecoder> custom_decoder;
 };
 
 struct TransformerCall {

@@ -499,6 +499,36 @@ TEST_CASE("Transformer draws every parameter, biases included, from the generato
   CHECK(bias(pa) != bias(pc));
 }
 
+TEST_CASE("Transformer runs a custom encoder and decoder in place of the stacks its options would build") {
+  Generator gen(94);
+  const nn::TransformerLayerOptions layer{.dim_feedforward = 6, .dropout = 0.0, .generator = &gen};
+  // Three encoder layers of 4 heads and no final norm; two decoder layers: not what the options say.
+  auto encoder = std::make_shared<nn::TransformerEncoder>(nn::TransformerEncoderLayer(8, 4, layer), 3);
+  auto decoder = std::make_shared<nn::TransformerDecoder>(nn::TransformerDecoderLayer(8, 2, layer), 2);
+  const Tensor before = encoder->named_parameters().front().second.clone();
+  nn::Transformer model({.d_model = 8, .nhead = 2, .num_encoder_layers = 1, .num_decoder_layers = 1,
+                         .dim_feedforward = 12, .dropout = 0.0, .generator = &gen, .custom_encoder = encoder,
+                         .custom_decoder = decoder});
+  CHECK(&model.encoder() == encoder.get());
+  CHECK(&model.decoder() == decoder.get());
+  const std::vector<std::string> names = testing::state_dict_names(model);
+  CHECK(names.size() == 3 * 12 + 2 * 18);  // no norms: the custom stacks were built without
+  CHECK(names.front() == "encoder.layers.0.self_attn.in_proj_weight");
+  CHECK(names[3 * 12] == "decoder.layers.0.self_attn.in_proj_weight");
+  CHECK(names.back() == "decoder.layers.1.norm3.bias");
+  // The custom stacks' matrices are drawn again, within Xavier's bound.
+  CHECK(max(abs(sub(encoder->named_parameters().front().second, before))).item() > 0);
+  for (const auto& [name, t] : model.named_parameters()) {
+    CAPTURE(name);
+    if (t.dim() > 1) CHECK(max(abs(t)).item() <= std::sqrt(6.0 / static_cast<double>(t.size(0) + t.size(1))));
+  }
+  model.to(DType::Float64).eval();
+  const Tensor src = randn({5, 2, 8}, {.dtype = DType::Float64}, &gen);
+  const Tensor tgt = randn({4, 2, 8}, {.dtype = DType::Float64}, &gen);
+  const Tensor want = (*decoder)(tgt, (*encoder)(src, nn::EncoderCall{}), {.tgt_is_causal = true});
+  CHECK_CLOSE(model(src, tgt, {.tgt_is_causal = true}), want, 1e-12, 1e-12);
+}
+
 TEST_CASE("TransformerDecoder and Transformer name what is wrong") {
   nn::Transformer model({.d_model = 8, .nhead = 2, .num_encoder_layers = 1, .num_decoder_layers = 1,
                          .dim_feedforward = 8});
