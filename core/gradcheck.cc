@@ -9,6 +9,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/shape.h"
 
 namespace loom {
 
@@ -54,16 +55,6 @@ Grads vjp(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
   return grads;
 }
 
-// Element `k` of `t` (row-major) as an index.
-Shape unravel(const Tensor& t, int64_t k) {
-  Shape index(t.dim());
-  for (int64_t d = t.dim() - 1; d >= 0; --d) {
-    index[d] = k % t.sizes()[d];
-    k /= t.sizes()[d];
-  }
-  return index;
-}
-
 struct Column {
   std::vector<double> left, right, central;  // one-sided and central differences, per output
 };
@@ -71,7 +62,7 @@ struct Column {
 Column numeric_column(const GradcheckFn& fn, const std::vector<Tensor>& inputs, Tensor x,
                       int64_t k, const std::vector<double>& f0, double eps) {
   NoGradGuard no_grad;
-  Shape index = unravel(x, k);
+  Shape index = unravel_index(x.sizes(), k);
   double original = x.at(index);
   x.set(index, original + eps);
   std::vector<double> plus = evaluate(fn, inputs);
@@ -125,7 +116,7 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
         result.message = fmt::format(
             "gradcheck: d output[{}] / d input{}[{}] (index {}): analytic {:.9g}, numeric {:.9g} "
             "(one-sided {:.9g} / {:.9g})",
-            j, checked[c], k, shape_str(unravel(x, k)), rows[j][c][k], column.central[j],
+            j, checked[c], k, shape_str(unravel_index(x.sizes(), k)), rows[j][c][k], column.central[j],
             column.left[j], column.right[j]);
         break;
       }

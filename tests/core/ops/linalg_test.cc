@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/shape.h"
 #include "core/gradcheck.h"
 #include "tests/testing.h"
 
@@ -37,16 +38,6 @@ int64_t broadcast_offset(const Shape& index, const Shape& sizes) {
     offset = offset * sizes[d] + (sizes[d] == 1 ? 0 : index[lead + d]);
   }
   return offset;
-}
-
-// The batch index number `flat` of batch dims `sizes`, row-major.
-Shape unflatten(int64_t flat, const Shape& sizes) {
-  Shape index(sizes.size());
-  for (size_t d = sizes.size(); d-- > 0;) {
-    index[d] = flat % sizes[d];
-    flat /= sizes[d];
-  }
-  return index;
 }
 
 // torch.matmul by its definition: 1-D operands become (1, K) and (K, 1), the
@@ -73,7 +64,7 @@ MatmulReference naive_matmul(const Tensor& a, const Tensor& b, const Tensor& dy)
   std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
   std::vector<double> gy = dy.defined() ? dy.to_vector<double>() : ref.y;
   for (int64_t flat = 0; flat < numel_of(batch); ++flat) {
-    Shape index = unflatten(flat, batch);
+    Shape index = unravel_index(batch, flat);
     int64_t a_base = broadcast_offset(index, a_batch) * m * k;
     int64_t b_base = broadcast_offset(index, b_batch) * k * n;
     for (int64_t i = 0; i < m; ++i)
