@@ -15,8 +15,8 @@
 
 #include "core/error.h"
 #include "core/generator.h"
-#include "core/shape.h"
 #include "core/gradcheck.h"
+#include "core/shape.h"
 #include "tests/testing.h"
 
 namespace loom {
